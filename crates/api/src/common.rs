@@ -1,0 +1,67 @@
+//! Types shared by more than one kind.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::schema::{ENV_NAME, IMAGE, MAX_ARG_LENGTH, MAX_LIST_ITEMS};
+
+/// What happens to the cloud resources when the custom resource is deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Cancel running work, wait for it to stop, then delete the cloud resources (the default).
+    #[default]
+    Delete,
+    /// Leave the cloud resources running and only forget them. They keep costing money and keep
+    /// their `tpu-operator-*` labels, so `gcloud ... list --filter=labels.managed-by=tpu-operator`
+    /// still finds them.
+    Orphan,
+}
+
+/// A training or workload container.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerSpec {
+    /// Container image, e.g. `us-docker.pkg.dev/my-project/trainers/jax-trainer:1.4`.
+    #[schemars(length(min = 1, max = 512), regex(pattern = IMAGE))]
+    pub image: String,
+    /// Entrypoint override (the image's ENTRYPOINT when empty). `$(RAW_DATA)`, `$(PROCESSED_DATA)`
+    /// and `$(MODEL_DIR)` are replaced with the pipeline's artifact URIs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = MAX_ARG_LENGTH)))]
+    pub command: Vec<String>,
+    /// Arguments (the image's CMD when empty). Artifact placeholders as for `command`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = MAX_ARG_LENGTH)))]
+    pub args: Vec<String>,
+    /// Environment variables for the container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_LIST_ITEMS))]
+    pub env: Vec<EnvVar>,
+}
+
+/// One environment variable.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvVar {
+    /// Variable name, e.g. `XLA_FLAGS`.
+    #[schemars(length(min = 1, max = 128), regex(pattern = ENV_NAME))]
+    pub name: String,
+    /// Variable value (artifact placeholders such as `$(MODEL_DIR)` are replaced).
+    #[serde(default)]
+    #[schemars(length(max = MAX_ARG_LENGTH))]
+    pub value: String,
+}
+
+/// Estimated cloud cost of what a resource ran, from the operator's price table (list prices, USD).
+/// An estimate for budgeting and alerts, not a bill.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostEstimate {
+    /// Estimated spend so far, in US dollars.
+    pub so_far_usd: f64,
+    /// Current burn rate in US dollars per hour (0 when nothing billable is running).
+    pub per_hour_usd: f64,
+    /// Name of the price-table entry used, e.g. `v6e-spot-us-east5`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_key: Option<String>,
+}

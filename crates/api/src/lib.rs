@@ -1,0 +1,30 @@
+//! API types of tpu-operator: the `TpuSlice`, `PreprocessBatch` and `TrainingPipeline` custom
+//! resources (group `tpu-operator.dev`, version `v1alpha1`), their status and condition vocabulary,
+//! the admission-time validation rules that ship in the CRD schema, and the pure helpers the
+//! controllers share (accelerator arithmetic, cloud-name derivation, identity labels).
+//!
+//! This crate deliberately has no Kubernetes client and no GCP dependency: everything here is data
+//! and pure functions, so it can be unit-tested without any server.
+#![forbid(unsafe_code)]
+
+pub mod accelerator;
+pub mod common;
+pub mod conditions;
+pub mod duration;
+pub mod naming;
+pub mod preprocess_batch;
+pub mod schema;
+pub mod tpu_slice;
+pub mod training_pipeline;
+
+pub use common::{ContainerSpec, CostEstimate, DeletionPolicy, EnvVar};
+pub use preprocess_batch::{BatchTemplate, PreprocessBatch, PreprocessBatchSpec, PreprocessBatchStatus};
+pub use tpu_slice::{TpuSlice, TpuSliceSpec, TpuSliceStatus};
+pub use training_pipeline::{TrainingPipeline, TrainingPipelineSpec, TrainingPipelineStatus};
+
+/// API group of every tpu-operator custom resource.
+pub const GROUP: &str = "tpu-operator.dev";
+/// The one served and stored version.
+pub const VERSION: &str = "v1alpha1";
+/// `kubectl get tpu-operator` lists all three kinds.
+pub const CATEGORY: &str = "tpu-operator";

@@ -1,0 +1,265 @@
+//! Deterministic cloud names and identity labels.
+//!
+//! Every cloud object is named from the owning custom resource's namespace, name and UID, so a
+//! create retried after a crash finds the object the first attempt made (ALREADY_EXISTS / adopt)
+//! instead of paying for a second one. Names stay within each API's charset and length rules;
+//! when the readable part must be truncated, a hash of the UID keeps names unique.
+
+use std::collections::BTreeMap;
+
+/// Label keys of the cloud identity every object the operator creates carries.
+pub mod labels {
+    /// `managed-by=tpu-operator`.
+    pub const MANAGED_BY: &str = "managed-by";
+    /// Value of [`MANAGED_BY`].
+    pub const MANAGED_BY_VALUE: &str = "tpu-operator";
+    /// Namespace of the owning custom resource.
+    pub const NAMESPACE: &str = "tpu-operator-namespace";
+    /// Name of the owning custom resource (sanitized).
+    pub const NAME: &str = "tpu-operator-name";
+    /// `metadata.uid` of the owning custom resource.
+    pub const UID: &str = "tpu-operator-uid";
+    /// Id of the cluster the operator runs in.
+    pub const CLUSTER: &str = "tpu-operator-cluster";
+}
+
+/// Maximum length of a TPU node id / queued resource id / Dataproc batch id.
+pub const MAX_ID_LEN: usize = 63;
+/// Minimum length of a Dataproc batch id.
+pub const MIN_BATCH_ID_LEN: usize = 4;
+/// Maximum length of a GCP `requestId`.
+pub const MAX_REQUEST_ID_LEN: usize = 40;
+/// Maximum length of a GCP label value.
+pub const MAX_LABEL_VALUE_LEN: usize = 63;
+
+/// The Kubernetes identity a cloud name is derived from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectIdentity {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
+}
+
+impl ObjectIdentity {
+    /// Convenience constructor.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>, uid: impl Into<String>) -> Self {
+        Self { namespace: namespace.into(), name: name.into(), uid: uid.into() }
+    }
+
+    /// 8 hex characters identifying this object (FNV-1a over the UID). Stable across releases:
+    /// changing it would make the operator lose track of existing cloud objects.
+    pub fn short_hash(&self) -> String {
+        format!("{:08x}", fnv1a(self.uid.as_bytes()) as u32)
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// Lowercases and maps every character outside `[a-z0-9-]` to `-`, collapsing runs of `-`.
+fn to_dns_chars(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars().flat_map(char::to_lowercase) {
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() { c } else { '-' };
+        if !(c == '-' && out.ends_with('-')) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Builds `<readable>-<suffix>` within `max` characters, RFC 1035 style (starts with a letter,
+/// no trailing `-`). The readable part is truncated first; the suffix always survives.
+fn compose(prefix: &str, readable: &str, suffix: &str, max: usize) -> String {
+    let budget = max.saturating_sub(suffix.len() + 1 + prefix.len());
+    let mut body: String = to_dns_chars(readable).chars().take(budget).collect();
+    while body.ends_with('-') {
+        body.pop();
+    }
+    let head = match (prefix.is_empty(), body.is_empty()) {
+        (true, _) => body,
+        (false, true) => prefix.trim_end_matches('-').to_string(),
+        (false, false) => format!("{prefix}{body}"),
+    };
+    let head = head.trim_start_matches(|c: char| !c.is_ascii_lowercase());
+    if head.is_empty() { format!("t-{suffix}") } else { format!("{head}-{suffix}") }
+}
+
+/// TPU node id (also used for the queued resource that creates it): lowercase RFC 1035, ≤ 63
+/// characters, `<namespace>-<name>-<hash>`, plus `-r<n>` for the n-th recreation after a
+/// preemption (a preempted node must be deleted, and its name may linger while it is).
+pub fn tpu_node_id(id: &ObjectIdentity, recreation: u32) -> String {
+    let suffix = match recreation {
+        0 => id.short_hash(),
+        n => format!("{}-r{n}", id.short_hash()),
+    };
+    compose("", &format!("{}-{}", id.namespace, id.name), &suffix, MAX_ID_LEN)
+}
+
+/// Queued resource id for a slice: same rules as the node id, so the two are easy to correlate.
+pub fn queued_resource_id(id: &ObjectIdentity, recreation: u32) -> String {
+    tpu_node_id(id, recreation)
+}
+
+/// Dataproc batch id for one attempt (1-based): `^[a-z0-9-]{4,63}$`, `<ns>-<name>-<hash>-a<n>`.
+/// Each attempt gets a new id because Dataproc never reuses a batch id.
+pub fn dataproc_batch_id(id: &ObjectIdentity, attempt: u32) -> String {
+    let suffix = format!("{}-a{attempt}", id.short_hash());
+    let name = compose("", &format!("{}-{}", id.namespace, id.name), &suffix, MAX_ID_LEN);
+    debug_assert!(name.len() >= MIN_BATCH_ID_LEN);
+    name
+}
+
+/// `requestId` for an idempotent create: ≤ 40 characters of `[A-Za-z0-9_-]`, unique per object,
+/// purpose and attempt, identical across retries of the same call.
+pub fn request_id(id: &ObjectIdentity, purpose: &str, attempt: u32) -> String {
+    let h = fnv1a(format!("{}/{purpose}/{attempt}", id.uid).as_bytes());
+    let purpose: String = to_dns_chars(purpose).chars().take(16).collect();
+    let out = format!("tpuop-{purpose}-{h:016x}");
+    out.chars().take(MAX_REQUEST_ID_LEN).collect()
+}
+
+/// Vertex AI custom-job display name (≤ 128 characters; not unique, the UID label is the key).
+pub fn vertex_display_name(id: &ObjectIdentity) -> String {
+    format!("{}-{}", id.namespace, id.name).chars().take(128).collect()
+}
+
+/// Kubernetes name of an owned child, e.g. `<pipeline>-preprocess` or `<pipeline>-train`,
+/// truncated to 63 characters with a hash when needed.
+pub fn child_name(parent: &ObjectIdentity, suffix: &str) -> String {
+    let full = format!("{}-{suffix}", parent.name);
+    if full.len() <= MAX_ID_LEN {
+        return full;
+    }
+    compose("", &parent.name, &format!("{}-{suffix}", parent.short_hash()), MAX_ID_LEN)
+}
+
+/// Sanitizes any string into a valid GCP label value: lowercase letters, digits, `_` and `-`,
+/// at most 63 characters (other characters become `-`).
+pub fn sanitize_label_value(s: &str) -> String {
+    s.chars()
+        .flat_map(char::to_lowercase)
+        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' { c } else { '-' })
+        .take(MAX_LABEL_VALUE_LEN)
+        .collect()
+}
+
+/// The identity labels of the team contract, sanitized to GCP label rules.
+pub fn identity_labels(id: &ObjectIdentity, cluster_id: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::MANAGED_BY.to_string(), labels::MANAGED_BY_VALUE.to_string()),
+        (labels::NAMESPACE.to_string(), sanitize_label_value(&id.namespace)),
+        (labels::NAME.to_string(), sanitize_label_value(&id.name)),
+        (labels::UID.to_string(), sanitize_label_value(&id.uid)),
+        (labels::CLUSTER.to_string(), sanitize_label_value(cluster_id)),
+    ])
+}
+
+/// User labels merged with the identity labels; identity labels win on conflict (admission
+/// already refuses user labels with the reserved keys).
+pub fn object_labels(
+    user: &BTreeMap<String, String>,
+    id: &ObjectIdentity,
+    cluster_id: &str,
+) -> BTreeMap<String, String> {
+    let mut out = user.clone();
+    out.extend(identity_labels(id, cluster_id));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rfc1035(s: &str) -> bool {
+        let re = regex::Regex::new(crate::schema::RFC1035_ID).unwrap();
+        re.is_match(s) && s.len() <= 63
+    }
+
+    fn ident(ns: &str, name: &str) -> ObjectIdentity {
+        ObjectIdentity::new(ns, name, "3f2a9c4e-1b2d-4c5e-8f90-a1b2c3d4e5f6")
+    }
+
+    #[test]
+    fn node_ids_are_deterministic_and_rfc1035() {
+        let id = ident("ml-team", "llama-train");
+        let a = tpu_node_id(&id, 0);
+        assert_eq!(a, tpu_node_id(&id, 0));
+        assert!(a.starts_with("ml-team-llama-train-"), "{a}");
+        assert!(rfc1035(&a), "{a}");
+        let r = tpu_node_id(&id, 2);
+        assert!(r.ends_with("-r2") && rfc1035(&r), "{r}");
+        assert_ne!(a, r);
+    }
+
+    #[test]
+    fn long_and_odd_names_are_truncated_keeping_uniqueness() {
+        let long = "x".repeat(253);
+        let a = tpu_node_id(&ObjectIdentity::new("ns", &long, "uid-a"), 7);
+        let b = tpu_node_id(&ObjectIdentity::new("ns", &long, "uid-b"), 7);
+        assert!(rfc1035(&a) && rfc1035(&b), "{a} {b}");
+        assert_ne!(a, b);
+        let digits = tpu_node_id(&ObjectIdentity::new("1ns", "2.name_X", "u"), 0);
+        assert!(rfc1035(&digits), "{digits}");
+        assert!(digits.starts_with("ns-2-name-x-"), "{digits}");
+    }
+
+    #[test]
+    fn batch_ids_follow_dataproc_rules_and_change_per_attempt() {
+        let re = regex::Regex::new(r"^[a-z0-9-]{4,63}$").unwrap();
+        let id = ident("default", &"p".repeat(80));
+        let a1 = dataproc_batch_id(&id, 1);
+        let a2 = dataproc_batch_id(&id, 2);
+        assert!(re.is_match(&a1) && re.is_match(&a2), "{a1} {a2}");
+        assert!(a1.ends_with("-a1") && a2.ends_with("-a2"));
+        assert_ne!(a1, a2);
+    }
+
+    #[test]
+    fn request_ids_fit_40_chars_and_are_stable() {
+        let re = regex::Regex::new(r"^[A-Za-z0-9_-]{1,40}$").unwrap();
+        let id = ident("default", "quickstart");
+        let r = request_id(&id, "create-queued-resource", 1);
+        assert!(re.is_match(&r), "{r}");
+        assert_eq!(r, request_id(&id, "create-queued-resource", 1));
+        assert_ne!(r, request_id(&id, "create-queued-resource", 2));
+        let other = ObjectIdentity::new("default", "quickstart", "another-uid");
+        assert_ne!(r, request_id(&other, "create-queued-resource", 1));
+    }
+
+    #[test]
+    fn identity_labels_are_valid_gcp_labels() {
+        let key = regex::Regex::new(crate::schema::LABEL_KEY).unwrap();
+        let value = regex::Regex::new(crate::schema::LABEL_VALUE).unwrap();
+        let id = ObjectIdentity::new("Team.A", &"N".repeat(100), "3F2A9C4E-1B2D");
+        let l = identity_labels(&id, "gke_demo-project_us-central1_prod");
+        assert_eq!(l.len(), 5);
+        assert_eq!(l[labels::MANAGED_BY], "tpu-operator");
+        assert_eq!(l[labels::NAMESPACE], "team-a");
+        assert_eq!(l[labels::NAME].len(), 63);
+        assert_eq!(l[labels::UID], "3f2a9c4e-1b2d");
+        for (k, v) in &l {
+            assert!(key.is_match(k) && value.is_match(v), "{k}={v}");
+        }
+        let user = BTreeMap::from([("team".to_string(), "ml".to_string())]);
+        assert_eq!(object_labels(&user, &id, "c").len(), 6);
+    }
+
+    #[test]
+    fn child_names_fit_kubernetes_names() {
+        let id = ident("default", "quickstart");
+        assert_eq!(child_name(&id, "preprocess"), "quickstart-preprocess");
+        let long = ident("default", &"q".repeat(60));
+        let c = child_name(&long, "preprocess");
+        assert!(c.len() <= 63 && c.ends_with("-preprocess"), "{c}");
+    }
+}

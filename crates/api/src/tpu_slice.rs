@@ -1,0 +1,358 @@
+//! `TpuSlice`: one Cloud TPU VM slice, created directly (`nodes.create`) or through a queued
+//! resource (`queuedResources.create`) for spot, reserved or queued capacity.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    accelerator::TpuGeneration,
+    common::{ContainerSpec, CostEstimate, DeletionPolicy},
+    schema::{
+        ACCELERATOR_TYPE, DURATION, MAX_LIST_ITEMS, NETWORK_TAG, PROJECT_ID, RFC1035_ID, SERVICE_ACCOUNT_EMAIL,
+        TOPOLOGY, ZONE,
+    },
+};
+
+/// A Cloud TPU VM slice. `Ready` while the node is READY and healthy.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "tpu-operator.dev",
+    version = "v1alpha1",
+    kind = "TpuSlice",
+    namespaced,
+    status = "TpuSliceStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "tpus",
+    shortname = "slice",
+    category = "tpu-operator",
+    doc = "A Cloud TPU VM slice (one TPU node, optionally requested through a queued resource for spot, reserved or queued capacity).",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Accelerator", type_ = "string", json_path = ".status.acceleratorType"),
+    printcolumn(name = "Zone", type_ = "string", json_path = ".spec.zone"),
+    printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TpuSliceSpec {
+    /// GCP project id. Defaults to the operator's configured project (or the namespace's policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 30), regex(pattern = PROJECT_ID))]
+    pub project: Option<String>,
+
+    /// Compute zone the TPU lives in, e.g. `us-east5-b` (v6e), `us-central2-b` (v4),
+    /// `europe-west4-a` (v5e). Immutable.
+    #[schemars(length(max = 63), regex(pattern = ZONE))]
+    pub zone: String,
+
+    /// TPU accelerator type, e.g. `v6e-8`, `v5litepod-8`, `v5p-8`, `v4-16` (v2-v5p count
+    /// TensorCores, v5e/v6e count chips). Set exactly one of `acceleratorType` and
+    /// `acceleratorConfig`. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = ACCELERATOR_TYPE))]
+    pub accelerator_type: Option<String>,
+
+    /// TPU generation and topology, the alternative to `acceleratorType` (e.g.
+    /// `{type: V5P, topology: 2x2x1}`). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator_config: Option<AcceleratorConfig>,
+
+    /// TPU software version (VM image), e.g. `v2-alpha-tpuv6e`, `tpu-ubuntu2204-base`,
+    /// `v2-alpha-tpuv5-lite`. Required by the TPU API. Immutable.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[a-z0-9][a-z0-9.-]*$"))]
+    pub runtime_version: String,
+
+    /// How capacity is obtained. Defaults to on-demand. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<Capacity>,
+
+    /// VPC settings of the TPU VMs. Immutable except `enableExternalIps` and `tags`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_config: Option<NetworkConfig>,
+
+    /// Service account the TPU VMs run as (the project's default compute service account when
+    /// empty). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<ServiceAccount>,
+
+    /// Labels put on the TPU node (and queued resource), next to the operator's identity labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::schema::gcp_labels")]
+    pub labels: BTreeMap<String, String>,
+
+    /// Custom node metadata (key/value). `startup-script` and `tpu-operator-*` keys are reserved:
+    /// use `startupScript` or `workload`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::schema::node_metadata")]
+    pub metadata: BTreeMap<String, String>,
+
+    /// Startup script run on every TPU VM at boot (node metadata `startup-script`). Mutually
+    /// exclusive with `workload`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 262144))]
+    pub startup_script: Option<String>,
+
+    /// Container the operator runs on every TPU VM through a generated startup script. Mutually
+    /// exclusive with `startupScript`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<ContainerSpec>,
+
+    /// What to do when a spot / preemptible slice is reclaimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<PreemptionPolicy>,
+
+    /// Delete (default) or Orphan the TPU node when this resource is deleted.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+
+    /// Delete the node once it has run this long (e.g. `24h`): a budget guard against forgotten
+    /// slices. The resource then reports `Stalled` with reason `MaxRunDurationExceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub max_run_duration: Option<String>,
+
+    /// Delete the node when no workload has run on it for this long (e.g. `2h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub idle_timeout: Option<String>,
+
+    /// Adopt an existing TPU node with this id (in `zone`) instead of creating one. The node must
+    /// match the spec; the operator labels it and from then on manages (and, with
+    /// `deletionPolicy: Delete`, deletes) it. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), regex(pattern = RFC1035_ID))]
+    pub adopt_node_id: Option<String>,
+}
+
+/// TPU generation plus topology, as in the TPU API's `AcceleratorConfig`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceleratorConfig {
+    /// TPU generation: V2, V3, V4, V5LITE_POD (v5e), V5P or V6E.
+    #[serde(rename = "type")]
+    pub type_: TpuGeneration,
+    /// Chip topology: `AxB` for V2, V3, V5LITE_POD, V6E (v5e/v6e: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8,
+    /// 8x16, 16x16) and `AxBxC` for V4 and V5P (e.g. `2x2x1`).
+    #[schemars(length(max = 8), regex(pattern = TOPOLOGY))]
+    pub topology: String,
+}
+
+/// An empty marker object (`spot: {}`), as the GCP APIs use for one-of choices without options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Empty {}
+
+/// Capacity model. Set exactly one of `onDemand`, `spot`, `reserved`, `queued`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Capacity {
+    /// Regular on-demand capacity through `nodes.create` (fails fast on a stockout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_demand: Option<Empty>,
+    /// Spot capacity (`schedulingConfig.spot`): cheaper, may be preempted at any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot: Option<Empty>,
+    /// Capacity from a Compute Engine reservation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<ReservedCapacity>,
+    /// Wait in a queue for capacity (a queued resource) instead of failing on a stockout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<QueuedCapacity>,
+}
+
+/// Capacity from a reservation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservedCapacity {
+    /// Reservation name, short (`my-reservation`) or full
+    /// (`projects/<p>/locations/<zone>/reservations/<r>`).
+    #[schemars(length(min = 1, max = 256), regex(pattern = r"^(projects/[^/]+/locations/[^/]+/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"))]
+    pub reservation_name: String,
+}
+
+/// A queued resource request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedCapacity {
+    /// Give up if capacity was not granted within this duration of the request (e.g. `6h`).
+    /// Mutually exclusive with `validUntilTime`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub valid_until_duration: Option<String>,
+    /// Give up if capacity was not granted by this time (RFC 3339, e.g.
+    /// `2026-12-01T00:00:00Z`). Mutually exclusive with `validUntilDuration`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), extend("format" = "date-time"))]
+    pub valid_until_time: Option<String>,
+    /// `Spot` (preemptible, cheaper) or `Guaranteed` (default).
+    #[serde(default)]
+    pub tier: QueuedTier,
+    /// Guaranteed tier only: minimum run time to guarantee (e.g. `4h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub min_duration: Option<String>,
+    /// Queue against a reservation (optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub reservation_name: Option<String>,
+}
+
+/// Queued resource tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum QueuedTier {
+    /// Regular capacity that is not preempted once granted.
+    #[default]
+    Guaranteed,
+    /// Spot capacity: may be reclaimed once granted.
+    Spot,
+}
+
+/// VPC settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkConfig {
+    /// VPC network, short (`default`) or full (`projects/<p>/global/networks/<n>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), regex(pattern = r"^[a-zA-Z0-9/_.-]+$"))]
+    pub network: Option<String>,
+    /// Subnetwork, short or full (`projects/<p>/regions/<r>/subnetworks/<s>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), regex(pattern = r"^[a-zA-Z0-9/_.-]+$"))]
+    pub subnetwork: Option<String>,
+    /// Give the TPU VMs external IP addresses (needed without Cloud NAT to pull public images).
+    #[serde(default)]
+    pub enable_external_ips: bool,
+    /// Network tags for firewall rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = 63), regex(pattern = NETWORK_TAG)))]
+    pub tags: Vec<String>,
+}
+
+/// Service account of the TPU VMs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceAccount {
+    /// Service account e-mail, e.g. `trainer@demo-project.iam.gserviceaccount.com`.
+    #[schemars(length(max = 254), regex(pattern = SERVICE_ACCOUNT_EMAIL))]
+    pub email: String,
+    /// OAuth scopes (default: `https://www.googleapis.com/auth/cloud-platform`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 256), regex(pattern = r"^https://www\.googleapis\.com/auth/[a-z0-9._-]+$")))]
+    pub scopes: Vec<String>,
+}
+
+/// Reaction to preemption of spot / preemptible capacity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptionPolicy {
+    /// Recreate the slice up to this many times after preemptions (0 = never: the slice then
+    /// reports `Stalled` with reason `Preempted`).
+    #[serde(default = "default_max_recreations")]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_recreations: i32,
+}
+
+fn default_max_recreations() -> i32 {
+    3
+}
+
+impl Default for PreemptionPolicy {
+    fn default() -> Self {
+        Self { max_recreations: default_max_recreations() }
+    }
+}
+
+/// Lifecycle phase of a slice (for printer columns; conditions carry the detail).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TpuSlicePhase {
+    /// Not reconciled yet.
+    #[default]
+    Pending,
+    /// A queued resource waits for capacity.
+    Queued,
+    /// The node is being created.
+    Provisioning,
+    /// The node is READY and healthy.
+    Ready,
+    /// The node is up but unhealthy, repairing or restarting.
+    Degraded,
+    /// The node was preempted.
+    Preempted,
+    /// The preempted node is being replaced.
+    Recreating,
+    /// Terminal failure (see the Stalled condition).
+    Failed,
+    /// Cloud resources are being deleted.
+    Deleting,
+}
+
+/// Observed state of a slice.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TpuSliceStatus {
+    /// `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Lifecycle phase.
+    #[serde(default)]
+    pub phase: TpuSlicePhase,
+    /// Ready / Reconciling / Stalled plus CapacityAvailable, NodeHealthy, SpecDrift.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// Full name of the TPU node, `projects/<p>/locations/<zone>/nodes/<id>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// Full name of the queued resource, if capacity is queued / spot / reserved through one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_resource_name: Option<String>,
+    /// Long-running operation in flight (create / delete), polled on every reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_operation: Option<String>,
+    /// Node state as GCP reports it (CREATING, READY, PREEMPTED, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_state: Option<String>,
+    /// Node health as GCP reports it (HEALTHY, TIMEOUT, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    /// Queued resource state (ACCEPTED, WAITING_FOR_RESOURCES, ACTIVE, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_resource_state: Option<String>,
+    /// Accelerator type in effect (normalized from `acceleratorType` or `acceleratorConfig`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator_type: Option<String>,
+    /// TPU chips in the slice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chips: Option<i32>,
+    /// TPU VM hosts (workers) in the slice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<i32>,
+    /// Internal IP address of each worker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worker_ips: Vec<String>,
+    /// When the current node was requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_time: Option<Time>,
+    /// When the current node first became READY.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_time: Option<Time>,
+    /// When the last preemption was observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_preemption_time: Option<Time>,
+    /// When a workload last ran (for `idleTimeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_active_time: Option<Time>,
+    /// How many times the slice was recreated after a preemption.
+    #[serde(default)]
+    pub recreations: i32,
+    /// Estimated cost so far and burn rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_cost: Option<CostEstimate>,
+    /// Human-readable summary of the last transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

@@ -1,0 +1,408 @@
+//! `TrainingPipeline`: optional Dataproc preprocessing, then training on a TPU slice (TPU VM mode)
+//! or as a Vertex AI custom job, with artifacts passed between stages through Cloud Storage.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    accelerator::{VertexAcceleratorType, VertexMachineType},
+    common::{ContainerSpec, CostEstimate, DeletionPolicy},
+    preprocess_batch::BatchTemplate,
+    schema::{DURATION, GCS_URI, PROJECT_ID, REGION, SERVICE_ACCOUNT_EMAIL, TOPOLOGY},
+    tpu_slice::TpuSliceSpec,
+};
+
+/// Preprocess on Dataproc Serverless (optional), then train on Cloud TPU; the model lands in
+/// `artifacts.modelDir`. Finished when training SUCCEEDED, or FAILED after `maxRetries`.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "tpu-operator.dev",
+    version = "v1alpha1",
+    kind = "TrainingPipeline",
+    namespaced,
+    status = "TrainingPipelineStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "tpl",
+    shortname = "pipeline",
+    category = "tpu-operator",
+    doc = "A Cloud TPU training pipeline: Dataproc Serverless preprocessing, then training on a TPU VM slice or as a Vertex AI custom job.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Stage", type_ = "string", json_path = ".status.currentStage"),
+    printcolumn(name = "Accelerator", type_ = "string", json_path = ".status.acceleratorType"),
+    printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TrainingPipelineSpec {
+    /// GCP project id for every stage. Defaults to the operator's configured project (or the
+    /// namespace's policy). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 30), regex(pattern = PROJECT_ID))]
+    pub project: Option<String>,
+
+    /// Region of the Dataproc batch and the Vertex job, e.g. `us-central1`. A TPU VM slice names
+    /// its own zone. Immutable.
+    #[schemars(length(max = 63), regex(pattern = REGION))]
+    pub region: String,
+
+    /// Cloud Storage locations passed between stages. Immutable.
+    pub artifacts: Artifacts,
+
+    /// Preprocessing stage: a Dataproc Serverless batch (a `PreprocessBatch` spec without
+    /// project / region, which come from the pipeline). Creates `<name>-preprocess`. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preprocess: Option<BatchTemplate>,
+
+    /// Training stage: exactly one of `vertex` and `tpuVm`. Immutable.
+    pub training: Training,
+
+    /// Seconds after the pipeline finished (succeeded or failed) to delete its cloud resources
+    /// (slice, batch, job records). The pipeline object itself stays for its status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 31536000))]
+    pub ttl_seconds_after_finished: Option<i64>,
+
+    /// Retries of the training stage after a failure (preemptions and waiting for capacity do
+    /// not count). Default 0.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 10))]
+    pub max_retries: i32,
+
+    /// Delete (default) or Orphan the cloud resources when the pipeline is deleted.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+
+    /// Pause: no new stage starts and nothing new is created while true. A running stage keeps
+    /// running (cancel it by deleting the pipeline).
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+/// Cloud Storage locations. `$(RAW_DATA)`, `$(PROCESSED_DATA)` and `$(MODEL_DIR)` in args,
+/// commands and env values are replaced with these.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Artifacts {
+    /// Raw input data, read by preprocessing, e.g. `gs://demo-bucket/raw/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), regex(pattern = GCS_URI))]
+    pub raw_data: Option<String>,
+    /// Preprocessing output / training input, e.g. `gs://demo-bucket/processed/`. Required with
+    /// a `preprocess` stage (it is the batch's declared output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), regex(pattern = GCS_URI))]
+    pub processed_data: Option<String>,
+    /// Training output directory (Vertex `baseOutputDirectory`; the model is written to
+    /// `<modelDir>/model/`), e.g. `gs://demo-bucket/models/run-1/`.
+    #[schemars(length(max = 1024), regex(pattern = GCS_URI))]
+    pub model_dir: String,
+}
+
+/// Training stage: exactly one of `vertex` and `tpuVm`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Training {
+    /// Train as a Vertex AI custom job (one TPU worker pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vertex: Option<VertexTraining>,
+    /// Train on a TPU VM slice the pipeline owns (`<name>-train` TpuSlice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpu_vm: Option<TpuVmTraining>,
+}
+
+/// A Vertex AI custom job with one TPU worker pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VertexTraining {
+    /// TPU machine type: `ct6e-standard-1t|4t|8t` (v6e), `ct5lp-hightpu-1t|4t|8t` (v5e),
+    /// `ct5p-hightpu-4t` (v5p), or `cloud-tpu` (v2 / v3 with `acceleratorType` and
+    /// `acceleratorCount: 8`).
+    pub machine_type: VertexMachineType,
+    /// TPU topology, required for every machine type except `cloud-tpu`: `1x1` for `*-1t`,
+    /// `2x4` for `*-8t`, `2x2` (one host) or `2x4`, `4x4`, ... (several hosts) for `*-4t`,
+    /// 3-D (e.g. `2x2x1`) for `ct5p-hightpu-4t`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8), regex(pattern = TOPOLOGY))]
+    pub tpu_topology: Option<String>,
+    /// Vertex accelerator enum, only for `cloud-tpu` (TPU_V2 / TPU_V3) and optionally
+    /// TPU_V5_LITEPOD with `ct5lp-*`. Vertex has no enum for v5p or v6e.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator_type: Option<VertexAcceleratorType>,
+    /// TensorCores for `cloud-tpu` (must be 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 2048))]
+    pub accelerator_count: Option<i32>,
+    /// Worker pool replicas. TPU pools take 1 (multi-host topologies are one replica). Default 1.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1))]
+    pub replica_count: i64,
+    /// The training container (`containerSpec`).
+    pub container: ContainerSpec,
+    /// Scheduling: timeout, Spot / Flex-start, restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<VertexScheduling>,
+    /// Service account the job runs as (the caller needs `iam.serviceAccounts.actAs` on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 254), regex(pattern = SERVICE_ACCOUNT_EMAIL))]
+    pub service_account: Option<String>,
+    /// VPC network to peer, `projects/<project-number>/global/networks/<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), regex(pattern = r"^projects/[^/]+/global/networks/[^/]+$"))]
+    pub network: Option<String>,
+    /// Vertex TensorBoard instance to stream logs to,
+    /// `projects/<p>/locations/<l>/tensorboards/<id>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), regex(pattern = r"^projects/[^/]+/locations/[^/]+/tensorboards/[^/]+$"))]
+    pub tensorboard: Option<String>,
+    /// Boot disk of each worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_disk: Option<BootDisk>,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// Vertex `scheduling`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VertexScheduling {
+    /// Maximum run time (Vertex default 7 days), e.g. `24h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub timeout: Option<String>,
+    /// Standard (default), Spot (preemptible) or FlexStart (queued until capacity frees up).
+    #[serde(default)]
+    pub strategy: SchedulingStrategy,
+    /// Restart the whole job when a worker restarts.
+    #[serde(default)]
+    pub restart_job_on_worker_restart: bool,
+    /// FlexStart only: how long to wait for capacity (Vertex default 24h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub max_wait_duration: Option<String>,
+}
+
+/// Vertex scheduling strategy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SchedulingStrategy {
+    /// On-demand capacity (`STANDARD`).
+    #[default]
+    Standard,
+    /// Spot capacity (`SPOT`), may be preempted.
+    Spot,
+    /// Dynamic Workload Scheduler (`FLEX_START`): waits up to `maxWaitDuration` for capacity.
+    FlexStart,
+}
+
+/// Worker boot disk.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootDisk {
+    /// Disk type (Vertex default `pd-ssd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_type: Option<BootDiskType>,
+    /// Size in GB (Vertex default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 65536))]
+    pub size_gb: Option<i32>,
+}
+
+/// Boot disk types Vertex accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum BootDiskType {
+    /// SSD persistent disk.
+    #[serde(rename = "pd-ssd")]
+    PdSsd,
+    /// Standard persistent disk.
+    #[serde(rename = "pd-standard")]
+    PdStandard,
+    /// Hyperdisk Balanced.
+    #[serde(rename = "hyperdisk-balanced")]
+    HyperdiskBalanced,
+}
+
+/// Training on a TPU VM slice owned by the pipeline.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TpuVmTraining {
+    /// The slice to create (`<name>-train`), as a TpuSlice spec. Leave its `startupScript` and
+    /// `workload` empty: the pipeline runs `container` on it.
+    pub slice: TpuSliceSpec,
+    /// The training container, run on every host of the slice.
+    pub container: ContainerSpec,
+}
+
+/// Lifecycle phase of a pipeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TrainingPipelinePhase {
+    /// Not reconciled yet.
+    #[default]
+    Pending,
+    /// The preprocessing batch runs.
+    Preprocessing,
+    /// Training capacity is being obtained (slice queued / provisioning, job queued).
+    Provisioning,
+    /// Training runs.
+    Training,
+    /// Training succeeded and the model exists.
+    Succeeded,
+    /// A stage failed after its retries.
+    Failed,
+    /// `spec.suspend` is set.
+    Suspended,
+    /// Cloud resources are being deleted.
+    Deleting,
+}
+
+/// Pipeline stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StageName {
+    /// Dataproc preprocessing.
+    Preprocess,
+    /// TPU training.
+    Train,
+}
+
+/// What a stage runs as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StageKind {
+    /// An owned PreprocessBatch.
+    PreprocessBatch,
+    /// An owned TpuSlice (TPU VM mode).
+    TpuSlice,
+    /// A Vertex AI custom job (no Kubernetes child).
+    VertexCustomJob,
+}
+
+/// State of a stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StageState {
+    /// Not started.
+    #[default]
+    Pending,
+    /// Waiting for capacity.
+    Queued,
+    /// Running.
+    Running,
+    /// Finished successfully.
+    Succeeded,
+    /// Failed after retries.
+    Failed,
+    /// Cancelled (pipeline deleted or suspended before it ran).
+    Cancelled,
+    /// Not part of this pipeline (no `preprocess`).
+    Skipped,
+}
+
+/// One stage of the pipeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageStatus {
+    /// Stage name (list-map key).
+    pub name: StageName,
+    /// What the stage runs as.
+    pub kind: StageKind,
+    /// Name of the owned Kubernetes child (`<pipeline>-preprocess`, `<pipeline>-train`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_name: Option<String>,
+    /// Full GCP name of the cloud object (batch, node or custom job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcp_name: Option<String>,
+    /// Stage state.
+    #[serde(default)]
+    pub state: StageState,
+    /// When the stage started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the stage finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+    /// Attempts of this stage.
+    #[serde(default)]
+    pub attempts: i32,
+    /// Last message of the stage (failure reason, queue position, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Results of a finished pipeline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelineOutputs {
+    /// Verified preprocessing output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processed_data: Option<String>,
+    /// Verified model location (`<modelDir>/model/` for Vertex, `<modelDir>` for TPU VM mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_uri: Option<String>,
+}
+
+/// Observed state of a pipeline.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrainingPipelineStatus {
+    /// `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Lifecycle phase.
+    #[serde(default)]
+    pub phase: TrainingPipelinePhase,
+    /// Ready / Reconciling / Stalled plus Preprocessed, Trained, OutputVerified, Suspended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// The stage currently running (or the last one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_stage: Option<StageName>,
+    /// Per-stage progress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "stages_schema")]
+    pub stages: Vec<StageStatus>,
+    /// Full name of the Vertex custom job of the current attempt
+    /// (`projects/<number>/locations/<l>/customJobs/<id>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_job_name: Option<String>,
+    /// Long-running operation in flight (e.g. a Vertex job delete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_operation: Option<String>,
+    /// Accelerator of the training stage (e.g. `v6e-4`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator_type: Option<String>,
+    /// TPU chips of the training stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chips: Option<i32>,
+    /// Training attempts made so far.
+    #[serde(default)]
+    pub attempts: i32,
+    /// When the first stage started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the pipeline finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// When cloud resources were reaped after `ttlSecondsAfterFinished`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaped_time: Option<Time>,
+    /// Verified outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<PipelineOutputs>,
+    /// Estimated cost of all stages so far and the current burn rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_cost: Option<CostEstimate>,
+    /// Human-readable summary of the last transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+fn stages_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = <Vec<StageStatus>>::json_schema(generator);
+    schema.insert("x-kubernetes-list-type".into(), serde_json::json!("map"));
+    schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["name"]));
+    schema.insert("maxItems".into(), serde_json::json!(2));
+    schema
+}
