@@ -1,0 +1,250 @@
+//! Where the clients connect and as whom.
+//!
+//! Production talks to the public Google endpoints with Application Default Credentials (on GKE:
+//! Workload Identity). Tests and `tpu-operator local` point everything at one `gcp-emulator` base
+//! URL, which serves each surface under its own path prefix (`/tpu`, `/dataproc`, `/vertex`, and
+//! the GCS JSON API at the root) with anonymous credentials.
+
+use std::time::Duration;
+
+use google_cloud_auth::credentials::{self, Credentials, anonymous};
+use google_cloud_gax::{client_builder::ClientBuilder, retry_policy::NeverRetry};
+use reqwest::Url;
+
+use crate::error::{ErrorKind, GcpError, Service};
+
+/// Production endpoint of the Cloud TPU API.
+pub const TPU_ENDPOINT: &str = "https://tpu.googleapis.com";
+/// Production endpoint of the Dataproc API.
+pub const DATAPROC_ENDPOINT: &str = "https://dataproc.googleapis.com";
+/// Production endpoint template of Vertex AI: real custom-job calls must go to the regional host.
+pub const VERTEX_ENDPOINT_TEMPLATE: &str = "https://{region}-aiplatform.googleapis.com";
+/// Production endpoint of the Cloud Storage JSON API (paths start with `/storage/v1/`).
+pub const STORAGE_ENDPOINT: &str = "https://storage.googleapis.com";
+/// Default bound on one HTTP attempt; see [`GcpConfig::call_timeout`].
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which credentials the clients send.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CredentialsMode {
+    /// Application Default Credentials: `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's user
+    /// credentials, or the metadata server (GKE Workload Identity).
+    #[default]
+    Adc,
+    /// No `Authorization` header at all (emulators).
+    Anonymous,
+}
+
+/// Endpoints, credentials and timeouts of the GCP client layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GcpConfig {
+    /// Base URL of the Cloud TPU API (requests go to `{tpu_endpoint}/v2/...`).
+    pub tpu_endpoint: String,
+    /// Base URL of the Dataproc API (requests go to `{dataproc_endpoint}/v1/...`).
+    pub dataproc_endpoint: String,
+    /// Base URL of Vertex AI. `{region}` is replaced by the location of the resource a call
+    /// addresses (one client per region is built lazily); without the placeholder every region
+    /// uses the same endpoint.
+    pub vertex_endpoint: String,
+    /// Base URL of the Cloud Storage JSON API (requests go to `{storage_endpoint}/storage/v1/...`).
+    pub storage_endpoint: String,
+    /// Credentials of every client (including the plain-HTTP storage calls).
+    pub credentials: CredentialsMode,
+    /// When set, overrides every endpoint with `{url}/tpu`, `{url}/dataproc`, `{url}/vertex`,
+    /// `{url}` (storage) and forces anonymous credentials.
+    pub emulator: Option<Url>,
+    /// Upper bound on one HTTP attempt. The clients never retry by themselves (see the crate
+    /// docs), so this is also the longest a reconcile can wait on one GCP call.
+    pub call_timeout: Duration,
+}
+
+impl Default for GcpConfig {
+    fn default() -> Self {
+        Self::production()
+    }
+}
+
+/// The endpoints and credentials actually used, after applying [`GcpConfig::emulator`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedEndpoints {
+    pub tpu: String,
+    pub dataproc: String,
+    pub vertex_template: String,
+    pub storage: String,
+    pub credentials: CredentialsMode,
+}
+
+impl ResolvedEndpoints {
+    /// The Vertex endpoint for one region (location), e.g. `us-central1`.
+    pub fn vertex_for(&self, region: &str) -> String {
+        self.vertex_template.replace("{region}", region)
+    }
+}
+
+impl GcpConfig {
+    /// Public Google endpoints with Application Default Credentials.
+    pub fn production() -> Self {
+        Self {
+            tpu_endpoint: TPU_ENDPOINT.to_string(),
+            dataproc_endpoint: DATAPROC_ENDPOINT.to_string(),
+            vertex_endpoint: VERTEX_ENDPOINT_TEMPLATE.to_string(),
+            storage_endpoint: STORAGE_ENDPOINT.to_string(),
+            credentials: CredentialsMode::Adc,
+            emulator: None,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+
+    /// Everything pointed at one `gcp-emulator` base URL, anonymously.
+    pub fn emulator(url: Url) -> Self {
+        Self {
+            emulator: Some(url),
+            ..Self::production()
+        }
+    }
+
+    /// The endpoints and credentials to use, with the emulator override applied.
+    pub fn resolve(&self) -> ResolvedEndpoints {
+        match &self.emulator {
+            Some(url) => {
+                // `Url` displays a bare host with a trailing slash; the clients append `/v2/...`.
+                let base = url.as_str().trim_end_matches('/');
+                ResolvedEndpoints {
+                    tpu: format!("{base}/tpu"),
+                    dataproc: format!("{base}/dataproc"),
+                    vertex_template: format!("{base}/vertex"),
+                    storage: base.to_string(),
+                    credentials: CredentialsMode::Anonymous,
+                }
+            }
+            None => ResolvedEndpoints {
+                tpu: trim(&self.tpu_endpoint),
+                dataproc: trim(&self.dataproc_endpoint),
+                vertex_template: trim(&self.vertex_endpoint),
+                storage: trim(&self.storage_endpoint),
+                credentials: self.credentials.clone(),
+            },
+        }
+    }
+}
+
+/// The credentials every client shares (one token cache for the whole process).
+pub(crate) fn build_credentials(mode: &CredentialsMode) -> Result<Credentials, GcpError> {
+    match mode {
+        CredentialsMode::Anonymous => Ok(anonymous::Builder::new().build()),
+        CredentialsMode::Adc => credentials::Builder::default().build().map_err(|err| {
+            GcpError::new(
+                ErrorKind::Unauthenticated,
+                Service::Tpu,
+                "credentials",
+                "application-default",
+                format!("cannot load Application Default Credentials: {err}"),
+            )
+        }),
+    }
+}
+
+/// Applies endpoint, credentials and our retry choice to one of Google's client builders.
+///
+/// Retries are off (`NeverRetry`): the controllers own backoff per object (exponential with
+/// jitter, keyed by UID) and a reconcile must never sit in the clients' default 60 s retry loop.
+/// `call_timeout` bounds each HTTP attempt, so a hung connection surfaces as a `Transient` error.
+pub(crate) fn configure<F, Cr>(
+    builder: ClientBuilder<F, Cr>,
+    endpoint: String,
+    credentials: &Credentials,
+    call_timeout: Duration,
+) -> ClientBuilder<F, Cr>
+where
+    Credentials: Into<Cr>,
+{
+    builder
+        .with_endpoint(endpoint)
+        .with_credentials(credentials.clone())
+        .with_retry_policy(NeverRetry)
+        .with_attempt_timeout(call_timeout)
+}
+
+/// Maps a client construction failure.
+pub(crate) fn build_error(
+    service: Service,
+    endpoint: &str,
+    err: google_cloud_gax::client_builder::Error,
+) -> GcpError {
+    let kind = if err.is_default_credentials() {
+        ErrorKind::Unauthenticated
+    } else {
+        ErrorKind::Other
+    };
+    GcpError::new(
+        kind,
+        service,
+        "client.build",
+        endpoint,
+        format!("cannot build the client: {err}"),
+    )
+}
+
+fn trim(endpoint: &str) -> String {
+    endpoint.trim_end_matches('/').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn production_uses_public_endpoints_and_adc() {
+        let resolved = GcpConfig::production().resolve();
+        assert_eq!(resolved.tpu, "https://tpu.googleapis.com");
+        assert_eq!(resolved.dataproc, "https://dataproc.googleapis.com");
+        assert_eq!(resolved.storage, "https://storage.googleapis.com");
+        assert_eq!(resolved.credentials, CredentialsMode::Adc);
+        assert_eq!(
+            resolved.vertex_for("us-central1"),
+            "https://us-central1-aiplatform.googleapis.com"
+        );
+        assert_eq!(
+            resolved.vertex_for("europe-west4"),
+            "https://europe-west4-aiplatform.googleapis.com"
+        );
+    }
+
+    #[test]
+    fn emulator_overrides_every_endpoint_and_credentials() {
+        let mut config = GcpConfig::emulator(Url::parse("http://127.0.0.1:8085").unwrap());
+        // Explicit endpoints and ADC are ignored once an emulator is set.
+        config.tpu_endpoint = "https://elsewhere.example".into();
+        config.credentials = CredentialsMode::Adc;
+        let resolved = config.resolve();
+        assert_eq!(resolved.tpu, "http://127.0.0.1:8085/tpu");
+        assert_eq!(resolved.dataproc, "http://127.0.0.1:8085/dataproc");
+        assert_eq!(resolved.vertex_for("us-central1"), "http://127.0.0.1:8085/vertex");
+        assert_eq!(resolved.vertex_for("asia-east1"), "http://127.0.0.1:8085/vertex");
+        assert_eq!(resolved.storage, "http://127.0.0.1:8085");
+        assert_eq!(resolved.credentials, CredentialsMode::Anonymous);
+    }
+
+    #[test]
+    fn emulator_with_path_keeps_the_path() {
+        let config = GcpConfig::emulator(Url::parse("http://localhost:9/base/").unwrap());
+        let resolved = config.resolve();
+        assert_eq!(resolved.tpu, "http://localhost:9/base/tpu");
+        assert_eq!(resolved.storage, "http://localhost:9/base");
+    }
+
+    #[test]
+    fn custom_endpoints_lose_trailing_slashes_and_fixed_vertex_endpoint_serves_all_regions() {
+        let config = GcpConfig {
+            tpu_endpoint: "http://proxy:1/tpu/".into(),
+            vertex_endpoint: "https://private-vertex.example/".into(),
+            credentials: CredentialsMode::Anonymous,
+            ..GcpConfig::production()
+        };
+        let resolved = config.resolve();
+        assert_eq!(resolved.tpu, "http://proxy:1/tpu");
+        assert_eq!(resolved.vertex_for("us-east1"), "https://private-vertex.example");
+        assert_eq!(resolved.credentials, CredentialsMode::Anonymous);
+        assert_eq!(config.call_timeout, DEFAULT_CALL_TIMEOUT);
+    }
+}

@@ -1,0 +1,532 @@
+//! One error type for every GCP call, classified so controllers decide by kind, never by text.
+//!
+//! # `RESOURCE_EXHAUSTED` (HTTP 429): capacity wait or rate limit?
+//!
+//! Both arrive with the same code. A TPU stockout or an exhausted quota is
+//! `RESOURCE_EXHAUSTED` on `nodes.create` (or in the create operation's error), and it means "wait
+//! for capacity, possibly for hours": retrying quickly only burns API quota. A per-minute API rate
+//! limit is `RESOURCE_EXHAUSTED` too, with `ErrorInfo.reason = RATE_LIMIT_EXCEEDED` (GCS legacy
+//! errors: `rateLimitExceeded` / `userRateLimitExceeded`), and it is worth a short backoff.
+//! So the kind stays [`ErrorKind::ResourceExhausted`] for both; [`GcpError::is_rate_limited`] tells
+//! the rate-limit case apart by its structured reason, and [`GcpError::is_retryable`] is true for it
+//! but false for a plain quota / stockout. Controllers map the latter by surface (TPU create →
+//! `WaitingForCapacity`, slow poll; elsewhere → a condition naming the quota).
+
+use std::fmt;
+
+use google_cloud_gax::error::{
+    CredentialsError, Error as GaxError,
+    rpc::{Code, Status, StatusDetails},
+};
+
+/// The GCP surface a call went to (a metrics label and part of every error message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Service {
+    Tpu,
+    Dataproc,
+    Vertex,
+    Storage,
+}
+
+impl Service {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Service::Tpu => "tpu",
+            Service::Dataproc => "dataproc",
+            Service::Vertex => "vertex",
+            Service::Storage => "storage",
+        }
+    }
+}
+
+impl fmt::Display for Service {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What happened, as far as a controller needs to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// NOT_FOUND / HTTP 404.
+    NotFound,
+    /// ALREADY_EXISTS / HTTP 409 (same node id, queued resource id, batch id).
+    AlreadyExists,
+    /// RESOURCE_EXHAUSTED / HTTP 429: quota, TPU stockout, or an API rate limit (see the module docs).
+    ResourceExhausted,
+    /// PERMISSION_DENIED / HTTP 403.
+    PermissionDenied,
+    /// UNAUTHENTICATED / HTTP 401, or credentials that cannot produce a token.
+    Unauthenticated,
+    /// FAILED_PRECONDITION: e.g. deleting a running Dataproc batch, stopping a multi-host TPU.
+    FailedPrecondition,
+    /// INVALID_ARGUMENT / OUT_OF_RANGE / HTTP 400, or a request the client could not even build
+    /// (a resource name that does not match the API's template).
+    InvalidArgument,
+    /// Worth retrying with backoff: UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, ABORTED,
+    /// HTTP 5xx / 408, connection and timeout errors, transient credential failures.
+    Transient,
+    /// CANCELLED (an operation cancelled on request ends with this code).
+    Cancelled,
+    /// Anything else: UNIMPLEMENTED, DATA_LOSS, an unparsable response.
+    Other,
+}
+
+impl ErrorKind {
+    /// Stable snake_case name, used as the metrics `outcome` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::AlreadyExists => "already_exists",
+            ErrorKind::ResourceExhausted => "resource_exhausted",
+            ErrorKind::PermissionDenied => "permission_denied",
+            ErrorKind::Unauthenticated => "unauthenticated",
+            ErrorKind::FailedPrecondition => "failed_precondition",
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::Transient => "transient",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Other => "other",
+        }
+    }
+
+    /// Classification of a canonical `google.rpc.Code`.
+    pub fn from_code(code: Code) -> Self {
+        match code {
+            Code::NotFound => ErrorKind::NotFound,
+            Code::AlreadyExists => ErrorKind::AlreadyExists,
+            Code::ResourceExhausted => ErrorKind::ResourceExhausted,
+            Code::PermissionDenied => ErrorKind::PermissionDenied,
+            Code::Unauthenticated => ErrorKind::Unauthenticated,
+            Code::FailedPrecondition => ErrorKind::FailedPrecondition,
+            Code::InvalidArgument | Code::OutOfRange => ErrorKind::InvalidArgument,
+            Code::Unavailable | Code::DeadlineExceeded | Code::Internal | Code::Unknown | Code::Aborted => {
+                ErrorKind::Transient
+            }
+            Code::Cancelled => ErrorKind::Cancelled,
+            _ => ErrorKind::Other,
+        }
+    }
+
+    /// Classification of a bare HTTP status (no parsable `google.rpc.Status` body).
+    pub fn from_http_status(status: u16) -> Self {
+        match status {
+            400 => ErrorKind::InvalidArgument,
+            401 => ErrorKind::Unauthenticated,
+            403 => ErrorKind::PermissionDenied,
+            404 | 410 => ErrorKind::NotFound,
+            409 => ErrorKind::AlreadyExists,
+            412 => ErrorKind::FailedPrecondition,
+            429 => ErrorKind::ResourceExhausted,
+            499 => ErrorKind::Cancelled,
+            408 | 500..=599 => ErrorKind::Transient,
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Structured `ErrorInfo.reason` values that mark a RESOURCE_EXHAUSTED as an API rate limit
+/// (ESF front end and the GCS legacy `errors[].reason`).
+const RATE_LIMIT_REASONS: &[&str] = &[
+    "RATE_LIMIT_EXCEEDED",
+    "rateLimitExceeded",
+    "userRateLimitExceeded",
+    "TOO_MANY_REQUESTS",
+];
+
+/// A failed GCP call (or a failed long-running operation), classified.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{service} {method} {target}: {kind}{}: {message}", self.code_suffix())]
+pub struct GcpError {
+    pub kind: ErrorKind,
+    pub service: Service,
+    /// The API method, e.g. `nodes.create`, `batches.get`, `objects.list`, or `operation` for an
+    /// error carried by a finished long-running operation.
+    pub method: &'static str,
+    /// The resource name or parent the call addressed (empty when not applicable).
+    pub target: String,
+    /// The server's message, or a description of the client-side failure.
+    pub message: String,
+    /// The HTTP status, when a response was received.
+    pub http_status: Option<u16>,
+    /// The canonical status name (`RESOURCE_EXHAUSTED`, ...) when the server sent one.
+    pub status: Option<&'static str>,
+    /// `ErrorInfo.reason` (or the GCS legacy `errors[0].reason`) when present.
+    pub reason: Option<String>,
+}
+
+impl GcpError {
+    /// An error built by this crate (client side), e.g. a malformed `gs://` URI.
+    pub fn new(
+        kind: ErrorKind,
+        service: Service,
+        method: &'static str,
+        target: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            kind,
+            service,
+            method,
+            target: target.into(),
+            message: message.into(),
+            http_status: None,
+            status: None,
+            reason: None,
+        }
+    }
+
+    /// Classifies an error returned by one of Google's clients.
+    pub fn from_gax(service: Service, method: &'static str, target: &str, err: &GaxError) -> Self {
+        let http_status = err.http_status_code();
+        let mut error = Self::new(ErrorKind::Other, service, method, target, err.to_string());
+        error.http_status = http_status;
+        if let Some(status) = err.status() {
+            error.apply_status(status);
+            return error;
+        }
+        error.kind = if let Some(code) = http_status {
+            ErrorKind::from_http_status(code)
+        } else if err.is_authentication() {
+            let transient = std::error::Error::source(err)
+                .and_then(|source| source.downcast_ref::<CredentialsError>())
+                .is_some_and(CredentialsError::is_transient);
+            if transient {
+                ErrorKind::Transient
+            } else {
+                ErrorKind::Unauthenticated
+            }
+        } else if err.is_timeout() || err.is_connect() || err.is_io() || err.is_transport() {
+            ErrorKind::Transient
+        } else if err.is_binding() || err.is_serialization() {
+            ErrorKind::InvalidArgument
+        } else {
+            // Deserialization failures and anything new in the client library.
+            ErrorKind::Other
+        };
+        error
+    }
+
+    /// Classifies a `google.rpc.Status` (from a response body or a finished operation).
+    pub fn from_status(service: Service, method: &'static str, target: &str, status: &Status) -> Self {
+        let mut error = Self::new(ErrorKind::Other, service, method, target, status.message.clone());
+        error.apply_status(status);
+        error
+    }
+
+    /// Classifies an HTTP error response: a `{"error": {...}}` body (ESF `google.rpc.Status` or the
+    /// GCS legacy shape), else the HTTP status alone (e.g. an HTML page from a proxy).
+    pub fn from_http_response(
+        service: Service,
+        method: &'static str,
+        target: &str,
+        http_status: u16,
+        body: &[u8],
+    ) -> Self {
+        let mut error = Self::new(
+            ErrorKind::from_http_status(http_status),
+            service,
+            method,
+            target,
+            "",
+        );
+        error.http_status = Some(http_status);
+        match Status::try_from(&bytes::Bytes::copy_from_slice(body)) {
+            Ok(status) => error.apply_status(&status),
+            Err(_) => {
+                error.message = String::from_utf8_lossy(&body[..body.len().min(512)])
+                    .trim()
+                    .to_string();
+            }
+        }
+        error
+    }
+
+    fn apply_status(&mut self, status: &Status) {
+        self.kind = match (status.code, self.http_status) {
+            // A body without a recognizable `status` parses as UNKNOWN: trust the HTTP status then.
+            (Code::Unknown, Some(http)) => ErrorKind::from_http_status(http),
+            (code, _) => ErrorKind::from_code(code),
+        };
+        if status.code != Code::Unknown || self.http_status.is_none() {
+            self.status = Some(status.code.name());
+        }
+        if !status.message.is_empty() {
+            self.message = status.message.clone();
+        }
+        self.reason = status.details.iter().find_map(|detail| match detail {
+            StatusDetails::ErrorInfo(info) if !info.reason.is_empty() => Some(info.reason.clone()),
+            _ => None,
+        });
+    }
+
+    fn code_suffix(&self) -> String {
+        let mut suffix = String::new();
+        if let Some(status) = self.status {
+            suffix.push_str(&format!(" ({status}"));
+        }
+        if let Some(http) = self.http_status {
+            suffix.push_str(if suffix.is_empty() { " (" } else { ", " });
+            suffix.push_str(&format!("HTTP {http}"));
+        }
+        if let Some(reason) = &self.reason {
+            suffix.push_str(if suffix.is_empty() { " (" } else { ", " });
+            suffix.push_str(&format!("reason {reason}"));
+        }
+        if !suffix.is_empty() {
+            suffix.push(')');
+        }
+        suffix
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.kind == ErrorKind::NotFound
+    }
+
+    pub fn is_already_exists(&self) -> bool {
+        self.kind == ErrorKind::AlreadyExists
+    }
+
+    /// RESOURCE_EXHAUSTED caused by an API rate limit (not by quota or capacity).
+    pub fn is_rate_limited(&self) -> bool {
+        self.kind == ErrorKind::ResourceExhausted
+            && self
+                .reason
+                .as_deref()
+                .is_some_and(|reason| RATE_LIMIT_REASONS.contains(&reason))
+    }
+
+    /// Retrying the same call after a short backoff may succeed: transient failures and API rate
+    /// limits. Quota exhaustion and stockouts are not "retryable" in this sense: they are a
+    /// capacity wait, decided by the controller (see the module docs).
+    pub fn is_retryable(&self) -> bool {
+        self.kind == ErrorKind::Transient || self.is_rate_limited()
+    }
+}
+
+/// `Ok(None)` for NOT_FOUND, the value or the other error otherwise.
+pub fn ignore_not_found<T>(result: Result<T, GcpError>) -> Result<Option<T>, GcpError> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(err) if err.is_not_found() => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// True when the result is a NOT_FOUND error.
+pub fn is_not_found<T>(result: &Result<T, GcpError>) -> bool {
+    matches!(result, Err(err) if err.is_not_found())
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = GcpError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use google_cloud_gax::error::rpc::Status;
+    use reqwest::header::HeaderMap;
+
+    /// A gax error as the REST transport builds it from an HTTP error response.
+    fn from_http_body(http_status: u16, body: &str) -> GaxError {
+        let body = Bytes::from(body.to_string());
+        match Status::try_from(&body) {
+            Ok(status) => GaxError::service_with_http_metadata(status, Some(http_status), None),
+            Err(_) => GaxError::http(http_status, HeaderMap::new(), body),
+        }
+    }
+
+    fn esf(http: u16, status: &str, message: &str) -> String {
+        format!(r#"{{"error":{{"code":{http},"message":"{message}","status":"{status}"}}}}"#)
+    }
+
+    #[test]
+    fn classifies_esf_error_bodies() {
+        let cases: &[(u16, &str, ErrorKind, bool)] = &[
+            (404, "NOT_FOUND", ErrorKind::NotFound, false),
+            (409, "ALREADY_EXISTS", ErrorKind::AlreadyExists, false),
+            (409, "ABORTED", ErrorKind::Transient, true),
+            (429, "RESOURCE_EXHAUSTED", ErrorKind::ResourceExhausted, false),
+            (403, "PERMISSION_DENIED", ErrorKind::PermissionDenied, false),
+            (401, "UNAUTHENTICATED", ErrorKind::Unauthenticated, false),
+            (400, "FAILED_PRECONDITION", ErrorKind::FailedPrecondition, false),
+            (400, "INVALID_ARGUMENT", ErrorKind::InvalidArgument, false),
+            (400, "OUT_OF_RANGE", ErrorKind::InvalidArgument, false),
+            (503, "UNAVAILABLE", ErrorKind::Transient, true),
+            (504, "DEADLINE_EXCEEDED", ErrorKind::Transient, true),
+            (500, "INTERNAL", ErrorKind::Transient, true),
+            (500, "UNKNOWN", ErrorKind::Transient, true),
+            (499, "CANCELLED", ErrorKind::Cancelled, false),
+            (501, "UNIMPLEMENTED", ErrorKind::Other, false),
+            (500, "DATA_LOSS", ErrorKind::Other, false),
+        ];
+        for &(http, status, kind, retryable) in cases {
+            let gax = from_http_body(http, &esf(http, status, "boom"));
+            let err = GcpError::from_gax(Service::Tpu, "nodes.get", "projects/p/locations/z/nodes/n", &gax);
+            assert_eq!(err.kind, kind, "{status}");
+            assert_eq!(err.is_retryable(), retryable, "{status}");
+            assert_eq!(err.http_status, Some(http), "{status}");
+            // gax parses an explicit UNKNOWN like a missing `status`; the HTTP status decides then.
+            let expected_status = (status != "UNKNOWN").then_some(status);
+            assert_eq!(err.status, expected_status, "{status}");
+            assert_eq!(err.message, "boom");
+        }
+    }
+
+    #[test]
+    fn falls_back_to_http_status_without_a_status_name() {
+        let cases: &[(u16, ErrorKind)] = &[
+            (400, ErrorKind::InvalidArgument),
+            (401, ErrorKind::Unauthenticated),
+            (403, ErrorKind::PermissionDenied),
+            (404, ErrorKind::NotFound),
+            (409, ErrorKind::AlreadyExists),
+            (412, ErrorKind::FailedPrecondition),
+            (429, ErrorKind::ResourceExhausted),
+            (408, ErrorKind::Transient),
+            (500, ErrorKind::Transient),
+            (502, ErrorKind::Transient),
+            (503, ErrorKind::Transient),
+            (418, ErrorKind::Other),
+        ];
+        for &(http, kind) in cases {
+            // GCS-style legacy body (no `status`), then a non-JSON proxy page.
+            let legacy =
+                format!(r#"{{"error":{{"code":{http},"message":"m","errors":[{{"reason":"x"}}]}}}}"#);
+            let err = GcpError::from_gax(
+                Service::Storage,
+                "objects.list",
+                "b",
+                &from_http_body(http, &legacy),
+            );
+            assert_eq!(err.kind, kind, "legacy body, HTTP {http}");
+            assert_eq!(err.status, None, "legacy body, HTTP {http}");
+            assert_eq!(err.reason.as_deref(), Some("x"));
+            let html = from_http_body(http, "<html>bad gateway</html>");
+            let err = GcpError::from_gax(Service::Dataproc, "batches.get", "b", &html);
+            assert_eq!(err.kind, kind, "html body, HTTP {http}");
+        }
+    }
+
+    #[test]
+    fn rate_limits_are_retryable_but_stockouts_are_not() {
+        let rate_limited = r#"{"error":{"code":429,"message":"Quota exceeded for quota metric 'Read requests'","status":"RESOURCE_EXHAUSTED",
+            "details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMIT_EXCEEDED","domain":"googleapis.com","metadata":{}}]}}"#;
+        let err = GcpError::from_gax(Service::Tpu, "nodes.get", "n", &from_http_body(429, rate_limited));
+        assert_eq!(err.kind, ErrorKind::ResourceExhausted);
+        assert_eq!(err.reason.as_deref(), Some("RATE_LIMIT_EXCEEDED"));
+        assert!(err.is_rate_limited());
+        assert!(err.is_retryable());
+
+        let stockout = esf(429, "RESOURCE_EXHAUSTED", "There is no more capacity in the zone");
+        let err = GcpError::from_gax(Service::Tpu, "nodes.create", "p", &from_http_body(429, &stockout));
+        assert_eq!(err.kind, ErrorKind::ResourceExhausted);
+        assert!(!err.is_rate_limited());
+        assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn client_side_failures_are_classified() {
+        let timeout = GaxError::timeout("attempt took longer than 30s");
+        assert_eq!(
+            GcpError::from_gax(Service::Tpu, "m", "t", &timeout).kind,
+            ErrorKind::Transient
+        );
+        let connect = GaxError::connect("connection refused");
+        assert_eq!(
+            GcpError::from_gax(Service::Tpu, "m", "t", &connect).kind,
+            ErrorKind::Transient
+        );
+        let io = GaxError::io("connection reset");
+        assert_eq!(
+            GcpError::from_gax(Service::Tpu, "m", "t", &io).kind,
+            ErrorKind::Transient
+        );
+        let binding = GaxError::binding("name does not match projects/*/locations/*/nodes/*");
+        assert_eq!(
+            GcpError::from_gax(Service::Tpu, "m", "t", &binding).kind,
+            ErrorKind::InvalidArgument
+        );
+        let deser = GaxError::deser("expected a string");
+        assert_eq!(
+            GcpError::from_gax(Service::Tpu, "m", "t", &deser).kind,
+            ErrorKind::Other
+        );
+        let auth = GaxError::authentication(CredentialsError::from_msg(false, "no ADC found"));
+        assert_eq!(
+            GcpError::from_gax(Service::Tpu, "m", "t", &auth).kind,
+            ErrorKind::Unauthenticated
+        );
+        let auth = GaxError::authentication(CredentialsError::from_msg(true, "metadata server timeout"));
+        assert_eq!(
+            GcpError::from_gax(Service::Tpu, "m", "t", &auth).kind,
+            ErrorKind::Transient
+        );
+    }
+
+    #[test]
+    fn operation_status_maps_by_code() {
+        let status = Status::default()
+            .set_code(Code::ResourceExhausted)
+            .set_message("stockout in us-central2-b");
+        let err = GcpError::from_status(
+            Service::Tpu,
+            "operation",
+            "projects/p/locations/z/operations/o",
+            &status,
+        );
+        assert_eq!(err.kind, ErrorKind::ResourceExhausted);
+        assert_eq!(err.http_status, None);
+        assert_eq!(err.status, Some("RESOURCE_EXHAUSTED"));
+        let cancelled = Status::default()
+            .set_code(Code::Cancelled)
+            .set_message("cancelled");
+        let err = GcpError::from_status(Service::Dataproc, "operation", "op", &cancelled);
+        assert_eq!(err.kind, ErrorKind::Cancelled);
+    }
+
+    #[test]
+    fn display_names_service_method_target_and_codes() {
+        let gax = from_http_body(404, &esf(404, "NOT_FOUND", "TPU node not found"));
+        let err = GcpError::from_gax(Service::Tpu, "nodes.get", "projects/p/locations/z/nodes/n", &gax);
+        assert_eq!(
+            err.to_string(),
+            "tpu nodes.get projects/p/locations/z/nodes/n: not_found (NOT_FOUND, HTTP 404): TPU node not found"
+        );
+        let err = GcpError::new(
+            ErrorKind::InvalidArgument,
+            Service::Storage,
+            "objects.list",
+            "s3://x",
+            "bad",
+        );
+        assert_eq!(
+            err.to_string(),
+            "storage objects.list s3://x: invalid_argument: bad"
+        );
+    }
+
+    #[test]
+    fn not_found_helpers() {
+        let missing = GcpError::new(ErrorKind::NotFound, Service::Dataproc, "batches.get", "b", "gone");
+        let denied = GcpError::new(
+            ErrorKind::PermissionDenied,
+            Service::Dataproc,
+            "batches.get",
+            "b",
+            "no",
+        );
+        assert!(is_not_found::<()>(&Err(missing.clone())));
+        assert!(!is_not_found::<()>(&Err(denied.clone())));
+        assert!(!is_not_found(&Ok(1)));
+        assert_eq!(ignore_not_found::<u8>(Err(missing)), Ok(None));
+        assert_eq!(ignore_not_found(Ok(7)), Ok(Some(7)));
+        assert_eq!(ignore_not_found::<u8>(Err(denied.clone())), Err(denied));
+    }
+}

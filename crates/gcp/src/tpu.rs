@@ -1,0 +1,222 @@
+//! Cloud TPU API v2: nodes, queued resources and their operations.
+
+use std::future::Future;
+
+use async_trait::async_trait;
+use google_cloud_longrunning::model::Operation;
+use google_cloud_tpu_v2::{
+    client::Tpu,
+    model::{Node, QueuedResource},
+};
+use google_cloud_wkt::FieldMask;
+
+use crate::{
+    error::{GcpError, Result, Service},
+    metrics::GcpMetrics,
+};
+
+/// Upper bound on pages read by one list call (a server that keeps returning tokens cannot trap
+/// a reconcile).
+pub(crate) const MAX_PAGES: usize = 100;
+
+/// The TPU calls the controllers make. Names are full resource names
+/// (`projects/{p}/locations/{zone}/nodes/{id}`), parents are `projects/{p}/locations/{zone}`.
+/// Mutations return the started operation; poll it with [`TpuApi::get_operation`].
+#[async_trait]
+pub trait TpuApi: Send + Sync {
+    async fn get_node(&self, name: &str) -> Result<Node>;
+    /// `nodes.create` with a deterministic `node_id` (a repeat gets ALREADY_EXISTS).
+    async fn create_node(&self, parent: &str, node_id: &str, node: Node) -> Result<Operation>;
+    async fn delete_node(&self, name: &str) -> Result<Operation>;
+    /// `nodes.patch` of `node` (its `name` is set from `name`) with the given update mask, e.g.
+    /// `["labels", "metadata", "tags"]`.
+    async fn update_node(&self, name: &str, node: Node, update_mask: &[&str]) -> Result<Operation>;
+    async fn start_node(&self, name: &str) -> Result<Operation>;
+    async fn stop_node(&self, name: &str) -> Result<Operation>;
+    /// Every node in a zone (all pages), for orphan sweeping. TPU v2 has no server-side filter.
+    async fn list_nodes(&self, parent: &str) -> Result<Vec<Node>>;
+
+    async fn get_queued_resource(&self, name: &str) -> Result<QueuedResource>;
+    /// `queuedResources.create` with a deterministic id and an idempotency `request_id`.
+    async fn create_queued_resource(
+        &self,
+        parent: &str,
+        queued_resource_id: &str,
+        request_id: &str,
+        queued_resource: QueuedResource,
+    ) -> Result<Operation>;
+    /// `force` also deletes the queued resource's running nodes.
+    async fn delete_queued_resource(&self, name: &str, force: bool) -> Result<Operation>;
+    /// Puts a FAILED / SUSPENDED queued resource back in the queue.
+    async fn reset_queued_resource(&self, name: &str) -> Result<Operation>;
+    /// Every queued resource in a zone (all pages).
+    async fn list_queued_resources(&self, parent: &str) -> Result<Vec<QueuedResource>>;
+
+    async fn get_operation(&self, name: &str) -> Result<Operation>;
+}
+
+/// [`TpuApi`] over Google's `google-cloud-tpu-v2` client.
+#[derive(Clone, Debug)]
+pub struct TpuClient {
+    client: Tpu,
+    metrics: GcpMetrics,
+}
+
+impl TpuClient {
+    pub fn new(client: Tpu, metrics: GcpMetrics) -> Self {
+        Self { client, metrics }
+    }
+
+    async fn call<T>(
+        &self,
+        method: &'static str,
+        target: &str,
+        call: impl Future<Output = google_cloud_gax::Result<T>>,
+    ) -> Result<T> {
+        let call = async {
+            call.await
+                .map_err(|err| GcpError::from_gax(Service::Tpu, method, target, &err))
+        };
+        self.metrics.observe(Service::Tpu, method, call).await
+    }
+}
+
+#[async_trait]
+impl TpuApi for TpuClient {
+    async fn get_node(&self, name: &str) -> Result<Node> {
+        self.call("nodes.get", name, self.client.get_node().set_name(name).send())
+            .await
+    }
+
+    async fn create_node(&self, parent: &str, node_id: &str, node: Node) -> Result<Operation> {
+        let request = self
+            .client
+            .create_node()
+            .set_parent(parent)
+            .set_node_id(node_id)
+            .set_node(node);
+        self.call("nodes.create", parent, request.send()).await
+    }
+
+    async fn delete_node(&self, name: &str) -> Result<Operation> {
+        self.call(
+            "nodes.delete",
+            name,
+            self.client.delete_node().set_name(name).send(),
+        )
+        .await
+    }
+
+    async fn update_node(&self, name: &str, node: Node, update_mask: &[&str]) -> Result<Operation> {
+        let mask = FieldMask::default().set_paths(update_mask.iter().copied());
+        let request = self
+            .client
+            .update_node()
+            .set_node(node.set_name(name))
+            .set_update_mask(mask);
+        self.call("nodes.patch", name, request.send()).await
+    }
+
+    async fn start_node(&self, name: &str) -> Result<Operation> {
+        self.call(
+            "nodes.start",
+            name,
+            self.client.start_node().set_name(name).send(),
+        )
+        .await
+    }
+
+    async fn stop_node(&self, name: &str) -> Result<Operation> {
+        self.call("nodes.stop", name, self.client.stop_node().set_name(name).send())
+            .await
+    }
+
+    async fn list_nodes(&self, parent: &str) -> Result<Vec<Node>> {
+        let mut nodes = Vec::new();
+        let mut token = String::new();
+        for _ in 0..MAX_PAGES {
+            let request = self.client.list_nodes().set_parent(parent).set_page_token(token);
+            let page = self.call("nodes.list", parent, request.send()).await?;
+            nodes.extend(page.nodes);
+            if page.next_page_token.is_empty() {
+                return Ok(nodes);
+            }
+            token = page.next_page_token;
+        }
+        Err(too_many_pages(Service::Tpu, "nodes.list", parent))
+    }
+
+    async fn get_queued_resource(&self, name: &str) -> Result<QueuedResource> {
+        let request = self.client.get_queued_resource().set_name(name);
+        self.call("queuedResources.get", name, request.send()).await
+    }
+
+    async fn create_queued_resource(
+        &self,
+        parent: &str,
+        queued_resource_id: &str,
+        request_id: &str,
+        queued_resource: QueuedResource,
+    ) -> Result<Operation> {
+        let request = self
+            .client
+            .create_queued_resource()
+            .set_parent(parent)
+            .set_queued_resource_id(queued_resource_id)
+            .set_request_id(request_id)
+            .set_queued_resource(queued_resource);
+        self.call("queuedResources.create", parent, request.send()).await
+    }
+
+    async fn delete_queued_resource(&self, name: &str, force: bool) -> Result<Operation> {
+        let request = self
+            .client
+            .delete_queued_resource()
+            .set_name(name)
+            .set_force(force);
+        self.call("queuedResources.delete", name, request.send()).await
+    }
+
+    async fn reset_queued_resource(&self, name: &str) -> Result<Operation> {
+        let request = self.client.reset_queued_resource().set_name(name);
+        self.call("queuedResources.reset", name, request.send()).await
+    }
+
+    async fn list_queued_resources(&self, parent: &str) -> Result<Vec<QueuedResource>> {
+        let mut resources = Vec::new();
+        let mut token = String::new();
+        for _ in 0..MAX_PAGES {
+            let request = self
+                .client
+                .list_queued_resources()
+                .set_parent(parent)
+                .set_page_token(token);
+            let page = self.call("queuedResources.list", parent, request.send()).await?;
+            resources.extend(page.queued_resources);
+            if page.next_page_token.is_empty() {
+                return Ok(resources);
+            }
+            token = page.next_page_token;
+        }
+        Err(too_many_pages(Service::Tpu, "queuedResources.list", parent))
+    }
+
+    async fn get_operation(&self, name: &str) -> Result<Operation> {
+        self.call(
+            "operations.get",
+            name,
+            self.client.get_operation().set_name(name).send(),
+        )
+        .await
+    }
+}
+
+pub(crate) fn too_many_pages(service: Service, method: &'static str, parent: &str) -> GcpError {
+    GcpError::new(
+        crate::error::ErrorKind::Other,
+        service,
+        method,
+        parent,
+        format!("more than {MAX_PAGES} pages; the listing was stopped"),
+    )
+}
