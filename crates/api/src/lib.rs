@@ -8,11 +8,14 @@
 #![forbid(unsafe_code)]
 
 pub mod accelerator;
+pub mod cel;
 pub mod common;
 pub mod conditions;
+pub mod crds;
 pub mod duration;
 pub mod naming;
 pub mod preprocess_batch;
+pub mod reference;
 pub mod schema;
 pub mod tpu_slice;
 pub mod training_pipeline;

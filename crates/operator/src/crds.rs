@@ -1,0 +1,39 @@
+//! `tpu-operator crds`: print or write the generated CRDs and the CRD reference.
+
+use std::{fs, path::PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+
+/// Arguments of `tpu-operator crds`.
+#[derive(Debug, Args)]
+pub struct CrdsArgs {
+    /// Write one `<plural>.<group>.yaml` per CRD into this directory instead of printing them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Also write the Markdown CRD reference to this file (e.g. `docs/crd-reference.md`).
+    #[arg(long, value_name = "FILE")]
+    pub reference: Option<PathBuf>,
+}
+
+/// Runs the subcommand.
+pub fn run(args: &CrdsArgs) -> anyhow::Result<()> {
+    match &args.out {
+        None if args.reference.is_none() => print!("{}", tpu_operator_api::crds::render_stream()),
+        None => {}
+        Some(dir) => {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            for (name, yaml) in tpu_operator_api::crds::render_all() {
+                let path = dir.join(name);
+                fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
+    }
+    if let Some(path) = &args.reference {
+        fs::write(path, tpu_operator_api::reference::render())
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
