@@ -1,0 +1,334 @@
+//! Admin API under `/emulator/v1/` (same operations as the in-process [`crate::Emulator`] handle):
+//! clock, faults, call log, state listing, buckets, config, reset.
+
+use crate::config::Config;
+use crate::errors::{ApiError, ApiResult, Code};
+use crate::faults::{FailCallsState, Fault, LatencyState, RandomState};
+use crate::server::Shared;
+use crate::wire::Query;
+use crate::wire::time::{parse_ts, ts};
+use crate::world::World;
+use axum::body::Bytes;
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// One line of [`list_resources`]: what exists in the emulated cloud and in which state.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSummary {
+    /// `tpu.node`, `tpu.queuedResource`, `dataproc.batch`, `vertex.customJob`, `storage.bucket`,
+    /// `storage.object`, or `operation`.
+    pub kind: String,
+    pub name: String,
+    /// The resource's state (operations: `done` / `pending`; storage: `-`).
+    pub state: String,
+}
+
+/// Applies a fault to the world (shared by the admin API and [`crate::Emulator::inject`]).
+pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
+    let f_ = &mut w.faults;
+    match f {
+        Fault::FailCalls {
+            service,
+            method,
+            count,
+            code,
+            message,
+        } => {
+            f_.fail_calls.push(FailCallsState {
+                service,
+                method,
+                remaining: count,
+                code,
+                message,
+            });
+        }
+        Fault::Stockout { zone, accelerator } => {
+            f_.stockouts.insert((zone, accelerator));
+        }
+        Fault::LiftStockout { zone, accelerator } => {
+            f_.stockouts.remove(&(zone, accelerator));
+            crate::tpu::queued::recheck_waiting(w);
+        }
+        Fault::PreemptNode { name } => crate::tpu::nodes::preempt(w, &name)?,
+        Fault::PreemptQueuedResource { name } => crate::tpu::queued::preempt(w, &name)?,
+        Fault::FailBatch { name, message } => {
+            if let Some(m) = message {
+                f_.messages.insert(name.clone(), m);
+            }
+            f_.failing.insert(name.clone());
+            crate::dataproc::batches::fail_now(w, &name);
+        }
+        Fault::FailJob { name, message } => {
+            if let Some(m) = message {
+                f_.messages.insert(name.clone(), m);
+            }
+            f_.failing.insert(name.clone());
+            crate::vertex::jobs::fail_now(w, &name);
+        }
+        Fault::FailTpuWorkload { node } => {
+            f_.failing_workloads.insert(node);
+        }
+        Fault::SuppressOutput { name } => {
+            f_.suppressed_outputs.insert(name);
+        }
+        Fault::Latency {
+            service,
+            method,
+            millis,
+            count,
+        } => {
+            f_.latency.push(LatencyState {
+                service,
+                method,
+                millis,
+                remaining: count,
+            });
+        }
+        Fault::RandomFailures {
+            rate,
+            seed,
+            code,
+            service,
+        } => {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(ApiError::invalid_field(
+                    "rate",
+                    format!("rate {rate} must be within [0, 1]"),
+                ));
+            }
+            f_.random = Some(RandomState {
+                rate,
+                state: seed,
+                code,
+                service,
+            });
+        }
+    }
+    Ok(())
+}
+
+pub fn list_resources(w: &World) -> Vec<ResourceSummary> {
+    let mut out = Vec::new();
+    let mut push = |kind: &str, name: &str, state: &str| {
+        out.push(ResourceSummary {
+            kind: kind.into(),
+            name: name.into(),
+            state: state.into(),
+        })
+    };
+    for (n, r) in &w.nodes {
+        push("tpu.node", n, r.state());
+    }
+    for (n, r) in &w.qrs {
+        push("tpu.queuedResource", n, r.state());
+    }
+    for (n, r) in &w.batches {
+        push("dataproc.batch", n, r.state());
+    }
+    for (n, r) in &w.jobs {
+        push("vertex.customJob", n, r.state());
+    }
+    for (n, o) in &w.ops {
+        push("operation", n, if o.done() { "done" } else { "pending" });
+    }
+    for (b, bucket) in &w.buckets {
+        push("storage.bucket", b, "-");
+        for o in bucket.objects.keys() {
+            push("storage.object", &format!("gs://{b}/{o}"), "-");
+        }
+    }
+    out
+}
+
+fn reply(status: StatusCode, v: Value) -> Response {
+    let mut r = (status, serde_json::to_string_pretty(&v).unwrap_or_default()).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn err(e: ApiError) -> Response {
+    reply(
+        StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST),
+        e.body(),
+    )
+}
+
+fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
+    let b: &[u8] = if body.is_empty() { b"{}" } else { body };
+    serde_json::from_slice(b).map_err(|e| ApiError::invalid(format!("invalid admin request body: {e}")))
+}
+
+#[derive(Deserialize)]
+struct AdvanceBody {
+    /// humantime (`"90s"`, `"5m"`).
+    duration: Option<String>,
+    seconds: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct SetBody {
+    time: String,
+}
+
+#[derive(Deserialize)]
+struct BucketBody {
+    name: String,
+    project: Option<String>,
+}
+
+pub async fn handle(shared: &Shared, method: Method, rest: &str, uri: &Uri, body: Bytes) -> Response {
+    match handle_inner(shared, &method, rest, uri, &body) {
+        Ok(r) => r,
+        Err(e) => err(e),
+    }
+}
+
+fn clock_view(shared: &Shared) -> Value {
+    json!({"now": ts(shared.clock.now()), "manual": shared.clock.is_manual(), "timeScale": shared.clock.scale()})
+}
+
+fn handle_inner(
+    shared: &Shared,
+    method: &Method,
+    rest: &str,
+    uri: &Uri,
+    body: &Bytes,
+) -> ApiResult<Response> {
+    let q = Query::parse(uri.query());
+    let ok = |v: Value| Ok(reply(StatusCode::OK, v));
+    match (method.clone(), rest) {
+        (Method::GET, "healthz") => ok(json!({"status": "ok"})),
+        (Method::GET, "clock") => ok(clock_view(shared)),
+        (Method::POST, "clock:advance") => {
+            let b: AdvanceBody = parse_body(body)?;
+            let d = match (b.duration, b.seconds) {
+                (Some(d), _) => humantime::parse_duration(&d)
+                    .map_err(|e| ApiError::invalid_field("duration", e.to_string()))?,
+                (None, Some(s)) if s >= 0.0 && s.is_finite() => std::time::Duration::from_secs_f64(s),
+                _ => {
+                    return Err(ApiError::invalid_field(
+                        "duration",
+                        "give \"duration\" (e.g. \"90s\") or \"seconds\" >= 0",
+                    ));
+                }
+            };
+            shared.clock.advance(d);
+            drop(shared.world());
+            ok(clock_view(shared))
+        }
+        (Method::POST, "clock:set") => {
+            let b: SetBody = parse_body(body)?;
+            let t = parse_ts(&b.time)
+                .ok_or_else(|| ApiError::invalid_field("time", format!("not RFC 3339: {}", b.time)))?;
+            shared.clock.set(t);
+            drop(shared.world());
+            ok(clock_view(shared))
+        }
+        (Method::GET, "faults") => ok(serde_json::to_value(&shared.world().faults).unwrap_or_default()),
+        (Method::POST, "faults") => {
+            let f: Fault = parse_body(body)?;
+            inject(&mut shared.world(), f)?;
+            ok(json!({}))
+        }
+        (Method::DELETE, "faults") => {
+            shared.world().faults = Default::default();
+            ok(json!({}))
+        }
+        (Method::GET, "calls") => {
+            let w = shared.world();
+            let calls: Vec<_> = w
+                .calls
+                .records()
+                .into_iter()
+                .filter(|c| q.get("service").is_none_or(|s| s == c.service))
+                .filter(|c| q.get("method").is_none_or(|m| m == c.method))
+                .collect();
+            ok(json!({"calls": calls}))
+        }
+        (Method::GET, "calls:counts") => ok(json!({"counts": shared.world().calls.counts()})),
+        (Method::DELETE, "calls") => {
+            shared.world().calls.clear();
+            ok(json!({}))
+        }
+        (Method::GET, "resources") => {
+            let all = list_resources(&shared.world());
+            let kind = q.get("kind");
+            let items: Vec<_> = all
+                .into_iter()
+                .filter(|r| kind.is_none_or(|k| r.kind == k))
+                .collect();
+            ok(json!({"resources": items}))
+        }
+        (Method::GET, "nodes") => {
+            ok(json!({"items": shared.world().nodes.values().map(|r| r.body.clone()).collect::<Vec<_>>()}))
+        }
+        (Method::GET, "queuedResources") => {
+            ok(json!({"items": shared.world().qrs.values().map(|r| r.body.clone()).collect::<Vec<_>>()}))
+        }
+        (Method::GET, "batches") => {
+            ok(json!({"items": shared.world().batches.values().map(|r| r.body.clone()).collect::<Vec<_>>()}))
+        }
+        (Method::GET, "customJobs") => {
+            ok(json!({"items": shared.world().jobs.values().map(|r| r.body.clone()).collect::<Vec<_>>()}))
+        }
+        (Method::GET, "operations") => {
+            ok(json!({"items": shared.world().ops.values().map(|o| o.body.clone()).collect::<Vec<_>>()}))
+        }
+        (Method::POST, "buckets") => {
+            let b: BucketBody = parse_body(body)?;
+            let mut w = shared.world();
+            crate::storage::buckets::create(
+                &mut w,
+                &b.name,
+                b.project.as_deref().unwrap_or("emulator"),
+                &json!({}),
+            )?;
+            ok(w.buckets[&b.name].meta.clone())
+        }
+        (Method::POST, "reset") => {
+            shared.world().reset();
+            ok(json!({}))
+        }
+        (Method::GET, "config") => ok(serde_json::to_value(&shared.world().cfg).unwrap_or_default()),
+        (Method::PUT, "config") => {
+            let c: Config = parse_body(body)?;
+            shared.world().cfg = c;
+            ok(serde_json::to_value(&shared.world().cfg).unwrap_or_default())
+        }
+        (Method::GET, r) if r.starts_with("buckets/") => {
+            // buckets/{b}/objects  or  buckets/{b}/objects/{name...} (raw content)
+            let parts: Vec<&str> = r.splitn(4, '/').collect();
+            let w = shared.world();
+            let bucket = w
+                .buckets
+                .get(parts.get(1).copied().unwrap_or(""))
+                .ok_or_else(crate::storage::no_bucket)?;
+            match parts.as_slice() {
+                [_, _, "objects"] => {
+                    ok(json!({"items": bucket.objects.values().map(|o| o.meta.clone()).collect::<Vec<_>>()}))
+                }
+                [_, b, "objects", name] => {
+                    let name = urlencoding::decode(name)
+                        .map(|c| c.into_owned())
+                        .unwrap_or_default();
+                    let o = bucket
+                        .objects
+                        .get(&name)
+                        .ok_or_else(|| crate::storage::no_object(b, &name))?;
+                    Ok((StatusCode::OK, o.data.clone()).into_response())
+                }
+                _ => Err(ApiError::not_found(format!(
+                    "unknown admin path /emulator/v1/{r}"
+                ))),
+            }
+        }
+        _ => Err(ApiError::new(
+            Code::NotFound,
+            format!("unknown admin endpoint {method} /emulator/v1/{rest}"),
+        )),
+    }
+}

@@ -1,0 +1,128 @@
+//! The request / reply types every service handler works with.
+
+use crate::errors::{ApiError, ApiResult};
+use crate::wire::Query;
+use crate::wire::schema::Svc;
+use axum::http::Method;
+use bytes::Bytes;
+use serde_json::Value;
+
+/// A request after the service prefix (`/tpu`, `/dataproc`, ...) has been stripped.
+#[derive(Debug)]
+pub struct Req {
+    pub method: Method,
+    /// Path segments after the API version, percent-decoded one by one.
+    pub segs: Vec<String>,
+    /// `:verb` suffix of the last segment (cloud APIs only), e.g. `stop` for `nodes/x:stop`.
+    pub verb: Option<String>,
+    pub query: Query,
+    pub body: Bytes,
+    pub content_type: Option<String>,
+}
+
+impl Req {
+    /// The body as JSON (`{}` when empty, as the Rust SDK sends for bodiless POSTs).
+    pub fn json(&self) -> ApiResult<Value> {
+        if self.body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Value::Object(Default::default()));
+        }
+        serde_json::from_slice(&self.body)
+            .map_err(|e| ApiError::invalid(format!("Invalid JSON payload received. {e}")))
+    }
+
+    pub fn seg(&self, i: usize) -> &str {
+        self.segs.get(i).map(String::as_str).unwrap_or("")
+    }
+}
+
+/// How to re-encode enums in a reply when the client asked for integers.
+#[derive(Clone, Copy, Debug)]
+pub enum Shape {
+    Plain,
+    Msg(Svc, &'static str),
+    List {
+        key: &'static str,
+        svc: Svc,
+        schema: &'static str,
+    },
+    Op,
+    Ops,
+}
+
+#[derive(Debug)]
+pub enum Body {
+    Json(Value),
+    Raw { content_type: String, data: Bytes },
+    NoContent,
+}
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Body,
+    pub shape: Shape,
+}
+
+impl Reply {
+    pub fn json(v: Value) -> Reply {
+        Reply {
+            status: 200,
+            body: Body::Json(v),
+            shape: Shape::Plain,
+        }
+    }
+    pub fn msg(svc: Svc, schema: &'static str, v: Value) -> Reply {
+        Reply {
+            status: 200,
+            body: Body::Json(v),
+            shape: Shape::Msg(svc, schema),
+        }
+    }
+    pub fn list(key: &'static str, svc: Svc, schema: &'static str, v: Value) -> Reply {
+        Reply {
+            status: 200,
+            body: Body::Json(v),
+            shape: Shape::List { key, svc, schema },
+        }
+    }
+    pub fn op(v: Value) -> Reply {
+        Reply {
+            status: 200,
+            body: Body::Json(v),
+            shape: Shape::Op,
+        }
+    }
+    pub fn ops(v: Value) -> Reply {
+        Reply {
+            status: 200,
+            body: Body::Json(v),
+            shape: Shape::Ops,
+        }
+    }
+    pub fn no_content() -> Reply {
+        Reply {
+            status: 204,
+            body: Body::NoContent,
+            shape: Shape::Plain,
+        }
+    }
+}
+
+/// Builds a list response: `{key: [...], nextPageToken}`, or `{}` when empty like Google.
+pub fn list_body(key: &str, items: Vec<Value>, next: Option<String>) -> Value {
+    let mut m = serde_json::Map::new();
+    if !items.is_empty() {
+        m.insert(key.to_string(), Value::Array(items));
+    }
+    if let Some(t) = next {
+        m.insert("nextPageToken".into(), Value::String(t));
+    }
+    Value::Object(m)
+}
+
+/// A 404 for paths no method matches (Google's front end answers these with NOT_FOUND too).
+pub fn no_route(method: &Method, path: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "The requested URL {path} (method {method}) was not found on this server."
+    ))
+}

@@ -1,0 +1,176 @@
+//! Fault injection. Call faults (`FailCalls`, `Latency`, `RandomFailures`) act on incoming requests
+//! before they reach a service; the others change what the simulated cloud does (stockouts,
+//! preemptions, failing workloads, suppressed outputs).
+
+use crate::errors::Code;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// One fault to inject. JSON form (admin API): `{"kind": "failCalls", "service": "tpu", ...}`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Fault {
+    /// The next `count` calls of `service` (`tpu|dataproc|vertex|storage`) + `method` (e.g.
+    /// `nodes.create`, `*` for any) fail with `code` (and `message`, default Google-like text).
+    FailCalls {
+        service: String,
+        method: String,
+        count: u32,
+        code: Code,
+        message: Option<String>,
+    },
+    /// No capacity for `accelerator` in `zone`: `nodes.create` fails with 429 RESOURCE_EXHAUSTED
+    /// and queued resources stay in WAITING_FOR_RESOURCES until [`Fault::LiftStockout`].
+    /// `accelerator` is an accelerator type (`v5p-8`) or a family (`v5p`, matches `v5p-*`).
+    Stockout { zone: String, accelerator: String },
+    /// Ends a stockout injected earlier.
+    LiftStockout { zone: String, accelerator: String },
+    /// Preempts a spot / preemptible node now (state PREEMPTED). Name: full resource name.
+    PreemptNode { name: String },
+    /// Preempts a queued resource's capacity now: SUSPENDING -> SUSPENDED (stateInitiator SERVICE).
+    PreemptQueuedResource { name: String },
+    /// The Dataproc batch (full name or batch id) ends FAILED: now if it exists and is not
+    /// terminal, else when its run ends.
+    FailBatch { name: String, message: Option<String> },
+    /// The Vertex custom job (full name or numeric id) ends JOB_STATE_FAILED, like `FailBatch`.
+    FailJob { name: String, message: Option<String> },
+    /// The TPU VM workload on this node (full name or node id) writes `_FAILED` instead of `_SUCCESS`.
+    FailTpuWorkload { node: String },
+    /// This batch / job / node (full name or id) succeeds without writing any output.
+    SuppressOutput { name: String },
+    /// Delays calls of `service` (+ `method`, default any) by `millis` real milliseconds, for the
+    /// next `count` calls (default: until cleared).
+    Latency {
+        service: String,
+        method: Option<String>,
+        millis: u64,
+        count: Option<u32>,
+    },
+    /// Each call (of `service`, default any) fails with `code` with probability `rate`, drawn from
+    /// a PRNG seeded with `seed` (deterministic for a given call sequence).
+    RandomFailures {
+        rate: f64,
+        seed: u64,
+        code: Code,
+        service: Option<String>,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailCallsState {
+    pub service: String,
+    pub method: String,
+    pub remaining: u32,
+    pub code: Code,
+    pub message: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LatencyState {
+    pub service: String,
+    pub method: Option<String>,
+    pub millis: u64,
+    pub remaining: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RandomState {
+    pub rate: f64,
+    pub state: u64,
+    pub code: Code,
+    pub service: Option<String>,
+}
+
+/// Active faults (serializable for `GET /emulator/v1/faults`).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Faults {
+    pub fail_calls: Vec<FailCallsState>,
+    pub stockouts: BTreeSet<(String, String)>,
+    pub failing: BTreeSet<String>,
+    pub failing_workloads: BTreeSet<String>,
+    pub suppressed_outputs: BTreeSet<String>,
+    pub latency: Vec<LatencyState>,
+    pub random: Option<RandomState>,
+    /// Failure messages for `failing` entries that named one.
+    #[serde(skip)]
+    pub messages: std::collections::BTreeMap<String, String>,
+}
+
+fn matches(pattern: &str, value: &str) -> bool {
+    pattern == "*" || pattern == value
+}
+
+/// `name` given as a full resource name or its last segment.
+pub fn name_matches(set: &BTreeSet<String>, full: &str) -> bool {
+    let id = full.rsplit('/').next().unwrap_or(full);
+    set.contains(full) || set.contains(id)
+}
+
+impl Faults {
+    /// Consumes a matching `FailCalls` or draws a random failure. Returns the code and message.
+    pub fn take_call_failure(&mut self, service: &str, method: &str) -> Option<(Code, String)> {
+        if let Some(f) = self
+            .fail_calls
+            .iter_mut()
+            .find(|f| f.remaining > 0 && matches(&f.service, service) && matches(&f.method, method))
+        {
+            f.remaining -= 1;
+            let out = (
+                f.code,
+                f.message
+                    .clone()
+                    .unwrap_or_else(|| f.code.default_message().to_string()),
+            );
+            self.fail_calls.retain(|f| f.remaining > 0);
+            return Some(out);
+        }
+        if let Some(r) = &mut self.random
+            && r.service.as_deref().is_none_or(|s| s == service)
+        {
+            // splitmix64: tiny, seedable, and stable across dependency versions.
+            r.state = r.state.wrapping_add(0x9E3779B97F4A7C15);
+            let mut z = r.state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+            z ^= z >> 31;
+            let draw = (z >> 11) as f64 / (1u64 << 53) as f64;
+            if draw < r.rate {
+                return Some((r.code, r.code.default_message().to_string()));
+            }
+        }
+        None
+    }
+
+    /// Real milliseconds to wait before answering this call.
+    pub fn take_latency(&mut self, service: &str, method: &str) -> u64 {
+        let mut total = 0;
+        for l in &mut self.latency {
+            if matches(&l.service, service)
+                && l.method.as_deref().is_none_or(|m| matches(m, method))
+                && l.remaining != Some(0)
+            {
+                total += l.millis;
+                if let Some(r) = &mut l.remaining {
+                    *r -= 1;
+                }
+            }
+        }
+        self.latency.retain(|l| l.remaining != Some(0));
+        total
+    }
+
+    /// True when `zone` has no capacity for `accelerator_type` (e.g. `v5p-8`).
+    pub fn stocked_out(&self, zone: &str, accelerator_type: &str) -> bool {
+        self.stockouts.iter().any(|(z, a)| {
+            z == zone
+                && (a == accelerator_type
+                    || accelerator_type
+                        .strip_prefix(a.as_str())
+                        .is_some_and(|rest| rest.starts_with('-')))
+        })
+    }
+}

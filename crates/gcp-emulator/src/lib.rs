@@ -1,0 +1,34 @@
+//! `gcp-emulator`: a local, stateful emulator of the Cloud TPU v2, Dataproc v1 (Serverless
+//! batches), Vertex AI v1 (custom jobs) and Cloud Storage JSON REST APIs, faithful to the wire
+//! format Google's own clients expect. See the crate README for the HTTP surface, the admin API,
+//! default durations, conventions and known fidelity gaps.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod api;
+pub mod calls;
+pub mod clock;
+pub mod config;
+pub mod dataproc;
+pub mod emulator;
+pub mod errors;
+pub mod faults;
+pub mod filter;
+pub mod lro;
+pub mod outputs;
+pub mod server;
+pub mod storage;
+pub mod tpu;
+pub mod vertex;
+pub mod wire;
+pub mod world;
+
+pub use admin::ResourceSummary;
+pub use calls::CallRecord;
+pub use clock::Clock;
+pub use config::{Config, Durations};
+pub use emulator::{Emulator, EmulatorBuilder, StoredObject};
+pub use errors::{ApiError, Code};
+pub use faults::Fault;
+pub use outputs::OUTPUT_PROPERTY;
+pub use tpu::nodes::DONE_URI_KEY;

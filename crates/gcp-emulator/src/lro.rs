@@ -1,0 +1,115 @@
+//! `google.longrunning.Operation` records shared by the three cloud services, and the
+//! per-service operations sub-API (get, list, cancel, delete, wait).
+
+use crate::errors::{ApiError, ApiResult};
+use crate::wire::schema::Svc;
+use crate::wire::time::ts;
+use crate::world::World;
+use serde_json::{Value, json};
+
+pub const EMPTY: &str = "type.googleapis.com/google.protobuf.Empty";
+
+#[derive(Clone, Debug)]
+pub struct OpRec {
+    pub svc: Svc,
+    /// The Operation exactly as served (`name`, `metadata`, `done`, `response` | `error`).
+    pub body: Value,
+}
+
+impl OpRec {
+    pub fn done(&self) -> bool {
+        self.body.get("done").and_then(Value::as_bool).unwrap_or(false)
+    }
+}
+
+/// Stores a new pending operation and returns its body.
+pub fn start(w: &mut World, svc: Svc, name: String, metadata: Value) -> Value {
+    let body = json!({"name": name, "metadata": metadata});
+    w.ops.insert(
+        name,
+        OpRec {
+            svc,
+            body: body.clone(),
+        },
+    );
+    body
+}
+
+/// The time field each service sets in its metadata when an operation ends.
+fn mark_end(op: &mut Value, svc: Svc, at: &str) {
+    let meta = &mut op["metadata"];
+    match svc {
+        Svc::Tpu => meta["endTime"] = json!(at),
+        Svc::Dataproc => meta["doneTime"] = json!(at),
+        Svc::Vertex => meta["genericMetadata"]["updateTime"] = json!(at),
+        Svc::Storage => {}
+    }
+}
+
+/// Completes an operation successfully with `response` (which carries its `@type`).
+pub fn finish_ok(w: &mut World, name: &str, response: Value) {
+    let at = ts(w.now);
+    if let Some(op) = w.ops.get_mut(name) {
+        mark_end(&mut op.body, op.svc, &at);
+        op.body["done"] = json!(true);
+        op.body["response"] = response;
+    }
+}
+
+/// Completes an operation with an error (`google.rpc.Status`).
+pub fn finish_err(w: &mut World, name: &str, err: &ApiError) {
+    let at = ts(w.now);
+    if let Some(op) = w.ops.get_mut(name) {
+        mark_end(&mut op.body, op.svc, &at);
+        op.body["done"] = json!(true);
+        op.body["error"] = err.rpc_status();
+    }
+}
+
+/// `response` for a finished operation: the message with its `@type` first.
+pub fn any(type_url: &str, msg: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    out.insert("@type".into(), json!(type_url));
+    if let Value::Object(m) = msg {
+        for (k, v) in m {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// Looks up an operation of `svc` by name (`alias` handles Dataproc's locations/regions).
+pub fn get<'a>(w: &'a World, svc: Svc, name: &str) -> ApiResult<&'a OpRec> {
+    w.ops
+        .get(name)
+        .filter(|o| o.svc == svc)
+        .ok_or_else(|| ApiError::not_found(format!("Operation not found: {name}")))
+}
+
+/// Operations under `parent` (`projects/p/locations/l`), filtered by `done=true|false` if asked.
+pub fn list(w: &World, svc: Svc, parent: &str, filter: Option<&str>) -> ApiResult<Vec<Value>> {
+    let prefix = format!("{parent}/operations/");
+    let want_done = match filter.map(|f| f.replace(' ', "")) {
+        None => None,
+        Some(f) if f == "done=true" => Some(true),
+        Some(f) if f == "done=false" => Some(false),
+        Some(f) => {
+            return Err(ApiError::invalid_field(
+                "filter",
+                format!("Unsupported operations filter \"{f}\""),
+            ));
+        }
+    };
+    Ok(w.ops
+        .range(prefix.clone()..)
+        .take_while(|(k, _)| k.starts_with(&prefix))
+        .filter(|(_, o)| o.svc == svc && want_done.is_none_or(|d| o.done() == d))
+        .map(|(_, o)| o.body.clone())
+        .collect())
+}
+
+pub fn delete(w: &mut World, svc: Svc, name: &str) -> ApiResult<Value> {
+    get(w, svc, name)?;
+    w.ops.remove(name);
+    Ok(json!({}))
+}

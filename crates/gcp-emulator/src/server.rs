@@ -1,0 +1,310 @@
+//! HTTP front end: one axum fallback handler that routes by path prefix (never by Host), applies
+//! call faults, ticks the world to the clock's now, runs the service handler and encodes the reply
+//! like Google's front end (enum names or numbers, `charset=UTF-8`, `Server` header).
+
+use crate::api::{Body, Reply, Req, Shape, no_route};
+use crate::calls::CallRecord;
+use crate::clock::Clock;
+use crate::errors::{ApiError, Code};
+use crate::storage::Root;
+use crate::wire::Query;
+use crate::wire::schema::{self, Svc};
+use crate::world::World;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// State shared by the HTTP server and the in-process [`crate::Emulator`] handle.
+pub struct Shared {
+    pub world: Mutex<World>,
+    pub clock: Clock,
+}
+
+impl Shared {
+    /// Locks the world and brings it up to the clock's now.
+    pub fn world(&self) -> MutexGuard<'_, World> {
+        let mut w = self.world.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.clock.now();
+        w.tick(now);
+        w
+    }
+}
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(dispatch).with_state(shared)
+}
+
+enum Target {
+    Cloud(Svc, String),
+    Storage(Root, String),
+    Admin(String),
+}
+
+fn target(path: &str) -> Option<Target> {
+    let cloud = [
+        ("/tpu/v2/", Svc::Tpu),
+        ("/dataproc/v1/", Svc::Dataproc),
+        ("/vertex/v1/", Svc::Vertex),
+    ];
+    for (p, svc) in cloud {
+        if let Some(rest) = path.strip_prefix(p) {
+            return Some(Target::Cloud(svc, rest.to_string()));
+        }
+    }
+    let storage = [
+        ("/storage/v1/", Root::Json),
+        ("/upload/storage/v1/", Root::Upload),
+        ("/download/storage/v1/", Root::Download),
+    ];
+    for (p, root) in storage {
+        if let Some(rest) = path.strip_prefix(p) {
+            return Some(Target::Storage(root, rest.to_string()));
+        }
+    }
+    path.strip_prefix("/emulator/v1/")
+        .map(|r| Target::Admin(r.to_string()))
+}
+
+fn decode(s: &str) -> String {
+    urlencoding::decode(s)
+        .map(|c| c.into_owned())
+        .unwrap_or_else(|_| s.to_string())
+}
+
+fn build_req(method: Method, rest: &str, cloud: bool, uri: &Uri, headers: &HeaderMap, body: Bytes) -> Req {
+    let mut raw: Vec<&str> = rest.split('/').collect();
+    if raw.last() == Some(&"") {
+        raw.pop();
+    }
+    let mut verb = None;
+    if cloud
+        && let Some(last) = raw.last_mut()
+        && let Some((name, v)) = last.split_once(':')
+    {
+        verb = Some(decode(v));
+        *last = name;
+    }
+    Req {
+        method,
+        segs: raw.iter().map(|s| decode(s)).collect(),
+        verb,
+        query: Query::parse(uri.query()),
+        body,
+        content_type: headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+    }
+}
+
+async fn dispatch(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().to_string();
+    let Some(t) = target(&path) else {
+        let e = no_route(&method, &path);
+        return respond(Err(e), false, Svc::Tpu);
+    };
+    let (svc, req, routed) = match t {
+        Target::Admin(rest) => return crate::admin::handle(&shared, method, &rest, &uri, body).await,
+        Target::Cloud(svc, rest) => {
+            let req = build_req(method, &rest, true, &uri, &headers, body);
+            let routed = match svc {
+                Svc::Tpu => crate::tpu::route(&req).map(|(r, m)| (Routed::Tpu(r), m)),
+                Svc::Dataproc => crate::dataproc::route(&req).map(|(r, m)| (Routed::Dataproc(r), m)),
+                _ => crate::vertex::route(&req).map(|(r, m)| (Routed::Vertex(r), m)),
+            };
+            (svc, req, routed)
+        }
+        Target::Storage(root, rest) => {
+            let req = build_req(method, &rest, false, &uri, &headers, body);
+            let routed = crate::storage::route(root, &req).map(|(r, m)| (Routed::Storage(r), m));
+            (Svc::Storage, req, routed)
+        }
+    };
+    let enum_int = req.query.enum_int();
+    let Some((routed, method_id)) = routed else {
+        let res = Err(no_route(&req.method, &path));
+        let status = record(&shared, svc, "unknown", &req, &path, &uri, &res);
+        return respond_status(res, enum_int, svc, status);
+    };
+    let (latency, failure) = {
+        let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
+        (
+            w.faults.take_latency(svc.name(), method_id),
+            w.faults.take_call_failure(svc.name(), method_id),
+        )
+    };
+    if latency > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
+    }
+    let res = match failure {
+        Some((code, msg)) => Err(ApiError::new(code, msg)),
+        None => {
+            let mut w = shared.world();
+            let res = match routed {
+                Routed::Tpu(r) => crate::tpu::handle(&mut w, &req, r, method_id),
+                Routed::Dataproc(r) => crate::dataproc::handle(&mut w, &req, r, method_id),
+                Routed::Vertex(r) => crate::vertex::handle(&mut w, &req, r, method_id),
+                Routed::Storage(r) => crate::storage::handle(&mut w, &req, r, method_id),
+            };
+            // Zero-length transitions scheduled by this call happen before the reply.
+            let now = shared.clock.now();
+            w.tick(now);
+            res
+        }
+    };
+    let res = match res {
+        Err(mut e) if svc == Svc::Storage && e.gcs_reason.is_none() => {
+            e.gcs_reason = Some(gcs_reason(e.code));
+            Err(e)
+        }
+        other => other,
+    };
+    let status = record(&shared, svc, method_id, &req, &path, &uri, &res);
+    respond_status(res, enum_int, svc, status)
+}
+
+enum Routed {
+    Tpu(crate::tpu::Route),
+    Dataproc(crate::dataproc::Route),
+    Vertex(crate::vertex::Route),
+    Storage(crate::storage::Route),
+}
+
+fn gcs_reason(code: Code) -> &'static str {
+    match code {
+        Code::NotFound => "notFound",
+        Code::PermissionDenied => "forbidden",
+        Code::AlreadyExists | Code::Aborted => "conflict",
+        Code::ResourceExhausted => "rateLimitExceeded",
+        Code::Unauthenticated => "required",
+        Code::Unavailable => "backendError",
+        Code::Internal | Code::Unknown | Code::DataLoss => "backendError",
+        _ => "invalid",
+    }
+}
+
+fn record(
+    shared: &Shared,
+    svc: Svc,
+    method: &str,
+    req: &Req,
+    path: &str,
+    uri: &Uri,
+    res: &Result<Reply, ApiError>,
+) -> u16 {
+    let status = match res {
+        Ok(r) => r.status,
+        Err(e) => e.http_status(),
+    };
+    let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
+    let time = w.now;
+    w.calls.record(CallRecord {
+        service: svc.name().to_string(),
+        method: method.to_string(),
+        http_method: req.method.to_string(),
+        path: path.to_string(),
+        query: uri.query().unwrap_or("").to_string(),
+        status,
+        time,
+    });
+    status
+}
+
+fn respond(res: Result<Reply, ApiError>, enum_int: bool, svc: Svc) -> Response {
+    let status = match &res {
+        Ok(r) => r.status,
+        Err(e) => e.http_status(),
+    };
+    respond_status(res, enum_int, svc, status)
+}
+
+fn json_response(status: u16, v: &Value, svc: Svc) -> Response {
+    let mut r = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        serde_json::to_string_pretty(v).unwrap_or_default(),
+    )
+        .into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=UTF-8"),
+    );
+    h.insert(
+        header::SERVER,
+        HeaderValue::from_static(if svc == Svc::Storage {
+            "UploadServer"
+        } else {
+            "ESF"
+        }),
+    );
+    r
+}
+
+fn respond_status(res: Result<Reply, ApiError>, enum_int: bool, svc: Svc, status: u16) -> Response {
+    match res {
+        Err(e) => json_response(status, &e.body(), svc),
+        Ok(Reply {
+            body: Body::NoContent,
+            ..
+        }) => {
+            let mut r = StatusCode::NO_CONTENT.into_response();
+            r.headers_mut()
+                .insert(header::SERVER, HeaderValue::from_static("UploadServer"));
+            r
+        }
+        Ok(Reply {
+            body: Body::Raw { content_type, data },
+            ..
+        }) => {
+            let mut r = (StatusCode::OK, data).into_response();
+            let ct = HeaderValue::from_str(&content_type)
+                .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+            r.headers_mut().insert(header::CONTENT_TYPE, ct);
+            r
+        }
+        Ok(Reply {
+            body: Body::Json(mut v),
+            shape,
+            status,
+        }) => {
+            if enum_int {
+                encode_ints(&mut v, shape);
+            }
+            json_response(status, &v, svc)
+        }
+    }
+}
+
+fn encode_ints(v: &mut Value, shape: Shape) {
+    match shape {
+        Shape::Plain => {}
+        Shape::Msg(svc, name) => schema::enums_to_int(svc, name, v),
+        Shape::List {
+            key,
+            svc,
+            schema: name,
+        } => {
+            if let Some(items) = v.get_mut(key).and_then(Value::as_array_mut) {
+                items
+                    .iter_mut()
+                    .for_each(|it| schema::enums_to_int(svc, name, it));
+            }
+        }
+        Shape::Op => schema::operation_enums_to_int(v),
+        Shape::Ops => {
+            if let Some(items) = v.get_mut("operations").and_then(Value::as_array_mut) {
+                items.iter_mut().for_each(schema::operation_enums_to_int);
+            }
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Cloud TPU API v2, served under `/tpu/v2/...`.
+
+pub mod catalog;
+pub mod nodes;
+pub mod queued;
+
+use crate::api::{Reply, Req, list_body, no_route};
+use crate::errors::{ApiError, ApiResult};
+use crate::lro;
+use crate::wire::schema::Svc;
+use crate::wire::time::ts;
+use crate::world::World;
+use axum::http::Method;
+use serde_json::{Value, json};
+
+pub const NODE_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.Node";
+pub const QR_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource";
+/// Real TPU operations carry this metadata type (not `google.cloud.tpu.v2.OperationMetadata`).
+pub const OP_META_TYPE: &str = "type.googleapis.com/google.cloud.common.OperationMetadata";
+
+/// `projects/p/locations/zone` -> (p, zone).
+pub fn split_parent(parent: &str) -> ApiResult<(String, String)> {
+    let parts: Vec<&str> = parent.split('/').collect();
+    match parts.as_slice() {
+        ["projects", p, "locations", z] if !p.is_empty() && !z.is_empty() => {
+            Ok((p.to_string(), z.to_string()))
+        }
+        _ => Err(ApiError::invalid_field(
+            "parent",
+            format!("Invalid parent \"{parent}\""),
+        )),
+    }
+}
+
+pub fn tpu_op_name(w: &mut World, parent: &str) -> String {
+    let millis = w.now.timestamp_millis();
+    let id = w.uuid().replace('-', "");
+    format!("{parent}/operations/operation-{millis}-{}", &id[..24])
+}
+
+pub fn op_metadata(w: &World, target: &str, verb: &str) -> Value {
+    json!({"@type": OP_META_TYPE, "apiVersion": "v2", "createTime": ts(w.now), "target": target, "verb": verb})
+}
+
+/// A parsed TPU request.
+#[derive(Debug)]
+pub enum Route {
+    LocationsList {
+        project: String,
+    },
+    LocationsGet {
+        project: String,
+        zone: String,
+    },
+    Collection {
+        project: String,
+        zone: String,
+        coll: String,
+    },
+    Item {
+        project: String,
+        zone: String,
+        coll: String,
+        id: String,
+    },
+}
+
+pub fn route(req: &Req) -> Option<(Route, &'static str)> {
+    let s: Vec<&str> = req.segs.iter().map(String::as_str).collect();
+    let verb = req.verb.as_deref();
+    let m = &req.method;
+    let r = match s.as_slice() {
+        ["projects", p, "locations"] if *m == Method::GET => (
+            Route::LocationsList {
+                project: p.to_string(),
+            },
+            "locations.list",
+        ),
+        ["projects", p, "locations", z] if verb == Some("generateServiceIdentity") && *m == Method::POST => (
+            Route::LocationsGet {
+                project: p.to_string(),
+                zone: z.to_string(),
+            },
+            "locations.generateServiceIdentity",
+        ),
+        ["projects", p, "locations", z] if *m == Method::GET && verb.is_none() => (
+            Route::LocationsGet {
+                project: p.to_string(),
+                zone: z.to_string(),
+            },
+            "locations.get",
+        ),
+        ["projects", p, "locations", z, coll] if verb.is_none() => {
+            let id = match (*coll, m.clone()) {
+                ("nodes", Method::GET) => "nodes.list",
+                ("nodes", Method::POST) => "nodes.create",
+                ("queuedResources", Method::GET) => "queuedResources.list",
+                ("queuedResources", Method::POST) => "queuedResources.create",
+                ("operations", Method::GET) => "operations.list",
+                ("acceleratorTypes", Method::GET) => "acceleratorTypes.list",
+                ("runtimeVersions", Method::GET) => "runtimeVersions.list",
+                _ => return None,
+            };
+            (
+                Route::Collection {
+                    project: p.to_string(),
+                    zone: z.to_string(),
+                    coll: coll.to_string(),
+                },
+                id,
+            )
+        }
+        ["projects", p, "locations", z, coll, id] => {
+            let mid = match (*coll, m.clone(), verb) {
+                ("nodes", Method::GET, None) => "nodes.get",
+                ("nodes", Method::DELETE, None) => "nodes.delete",
+                ("nodes", Method::PATCH, None) => "nodes.patch",
+                ("nodes", Method::POST, Some("stop")) => "nodes.stop",
+                ("nodes", Method::POST, Some("start")) => "nodes.start",
+                ("nodes", Method::POST, Some("getGuestAttributes")) => "nodes.getGuestAttributes",
+                ("queuedResources", Method::GET, None) => "queuedResources.get",
+                ("queuedResources", Method::DELETE, None) => "queuedResources.delete",
+                ("queuedResources", Method::POST, Some("reset")) => "queuedResources.reset",
+                ("operations", Method::GET, None) => "operations.get",
+                ("operations", Method::DELETE, None) => "operations.delete",
+                ("operations", Method::POST, Some("cancel")) => "operations.cancel",
+                ("acceleratorTypes", Method::GET, None) => "acceleratorTypes.get",
+                ("runtimeVersions", Method::GET, None) => "runtimeVersions.get",
+                _ => return None,
+            };
+            let r = Route::Item {
+                project: p.to_string(),
+                zone: z.to_string(),
+                coll: coll.to_string(),
+                id: id.to_string(),
+            };
+            (r, mid)
+        }
+        _ => return None,
+    };
+    Some(r)
+}
+
+pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult<Reply> {
+    match route {
+        Route::LocationsList { project } => {
+            let locs: Vec<Value> = catalog::ZONES
+                .iter()
+                .map(|z| json!({"name": format!("projects/{project}/locations/{z}"), "locationId": z}))
+                .collect();
+            Ok(Reply::json(list_body("locations", locs, None)))
+        }
+        Route::LocationsGet { project, zone } => {
+            if method == "locations.generateServiceIdentity" {
+                let n = w.project_number(&project);
+                return Ok(Reply::json(json!({"identity": {
+                    "email": format!("service-{n}@cloud-tpu.iam.gserviceaccount.com"),
+                    "uniqueId": (n * 1000 + 1).to_string()}})));
+            }
+            if !catalog::ZONES.contains(&zone.as_str()) {
+                return Err(ApiError::not_found(format!(
+                    "Location projects/{project}/locations/{zone} not found"
+                )));
+            }
+            Ok(Reply::json(
+                json!({"name": format!("projects/{project}/locations/{zone}"), "locationId": zone}),
+            ))
+        }
+        Route::Collection { project, zone, coll } => {
+            w.project_number(&project);
+            let parent = format!("projects/{project}/locations/{zone}");
+            match method {
+                "nodes.create" => nodes::create(w, &project, &zone, &req.query, &req.json()?),
+                "nodes.list" => nodes::list(w, &parent, &req.query),
+                "queuedResources.create" => queued::create(w, &project, &zone, &req.query, &req.json()?),
+                "queuedResources.list" => queued::list(w, &parent, &req.query),
+                "operations.list" => {
+                    let all = lro::list(w, Svc::Tpu, &parent, req.query.get("filter"))?;
+                    let size = req.query.page_size("pageSize", 1000, 1000)?;
+                    let (items, next) = crate::wire::query::paginate(&all, size, req.query.get("pageToken"))?;
+                    Ok(Reply::ops(list_body("operations", items, next)))
+                }
+                "acceleratorTypes.list" => {
+                    catalog_list(catalog::accelerator_types(&parent), "acceleratorTypes", req)
+                }
+                "runtimeVersions.list" => {
+                    catalog_list(catalog::runtime_versions(&parent), "runtimeVersions", req)
+                }
+                _ => Err(no_route(&req.method, &coll)),
+            }
+        }
+        Route::Item {
+            project,
+            zone,
+            coll,
+            id,
+        } => {
+            let name = format!("projects/{project}/locations/{zone}/{coll}/{id}");
+            match method {
+                "nodes.get" => nodes::get(w, &name),
+                "nodes.delete" => nodes::delete(w, &name),
+                "nodes.patch" => nodes::patch(w, &name, &req.query, &req.json()?),
+                "nodes.stop" => nodes::stop(w, &name),
+                "nodes.start" => nodes::start(w, &name),
+                "nodes.getGuestAttributes" => nodes::guest_attributes(w, &name, &req.json()?),
+                "queuedResources.get" => queued::get(w, &name),
+                "queuedResources.delete" => queued::delete(w, &name, &req.query),
+                "queuedResources.reset" => queued::reset(w, &name),
+                "operations.get" => Ok(Reply::op(lro::get(w, Svc::Tpu, &name)?.body.clone())),
+                "operations.delete" => lro::delete(w, Svc::Tpu, &name).map(Reply::json),
+                "operations.cancel" => {
+                    lro::get(w, Svc::Tpu, &name)?;
+                    // TPU operations are not cancellable in practice; the request is recorded.
+                    if let Some(op) = w.ops.get_mut(&name)
+                        && !op.done()
+                    {
+                        op.body["metadata"]["cancelRequested"] = json!(true);
+                    }
+                    Ok(Reply::json(json!({})))
+                }
+                "acceleratorTypes.get" => catalog_get(
+                    catalog::accelerator_types(&format!("projects/{project}/locations/{zone}")),
+                    &name,
+                ),
+                "runtimeVersions.get" => catalog_get(
+                    catalog::runtime_versions(&format!("projects/{project}/locations/{zone}")),
+                    &name,
+                ),
+                _ => Err(no_route(&req.method, &name)),
+            }
+        }
+    }
+}
+
+fn catalog_list(all: Vec<Value>, key: &'static str, req: &Req) -> ApiResult<Reply> {
+    // `filter` supports `type=v5p-8` / `version=...` style equality on the item's fields.
+    let filtered: Vec<Value> = match req.query.get("filter") {
+        None => all,
+        Some(f) => {
+            let (k, v) = f
+                .split_once('=')
+                .ok_or_else(|| ApiError::invalid_field("filter", format!("Unsupported filter \"{f}\"")))?;
+            let (k, v) = (k.trim(), v.trim().trim_matches('"'));
+            all.into_iter().filter(|it| it[k].as_str() == Some(v)).collect()
+        }
+    };
+    let size = req.query.page_size("pageSize", 1000, 1000)?;
+    let (items, next) = crate::wire::query::paginate(&filtered, size, req.query.get("pageToken"))?;
+    Ok(Reply::list(
+        key,
+        Svc::Tpu,
+        if key == "acceleratorTypes" {
+            "AcceleratorType"
+        } else {
+            "RuntimeVersion"
+        },
+        list_body(key, items, next),
+    ))
+}
+
+fn catalog_get(all: Vec<Value>, name: &str) -> ApiResult<Reply> {
+    all.into_iter()
+        .find(|v| v["name"].as_str() == Some(name))
+        .map(Reply::json)
+        .ok_or_else(|| ApiError::not_found(format!("Resource \"{name}\" not found")))
+}

@@ -1,0 +1,484 @@
+//! TPU queued resources: create (with `queuedResourceId` + idempotent `requestId`), get, list,
+//! delete (`force`), reset, and the state machine CREATING -> ACCEPTED -> WAITING_FOR_RESOURCES ->
+//! PROVISIONING -> ACTIVE, FAILED (validUntil passed), SUSPENDING -> SUSPENDED (preemption),
+//! DELETING -> gone.
+
+use super::{QR_TYPE, op_metadata, tpu_op_name};
+use crate::api::{Reply, list_body};
+use crate::errors::{ApiError, ApiResult, Code};
+use crate::lro;
+use crate::wire::Query;
+use crate::wire::schema::{self, Svc};
+use crate::wire::time::{parse_duration, parse_ts, ts};
+use crate::world::{TimerKind, World};
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+#[derive(Clone, Debug)]
+pub struct QrRec {
+    pub body: Value,
+    pub op: Option<String>,
+    pub timer: Option<u64>,
+    /// Names of the nodes this queued resource created.
+    pub nodes: Vec<String>,
+    pub valid_until: Option<DateTime<Utc>>,
+    pub valid_after: Option<DateTime<Utc>>,
+}
+
+impl QrRec {
+    pub fn state(&self) -> &str {
+        self.body["state"]["state"]
+            .as_str()
+            .unwrap_or("STATE_UNSPECIFIED")
+    }
+}
+
+fn set_state(body: &mut Value, state: &str, initiator: Option<&str>) {
+    let mut s = json!({"state": state});
+    if let Some(i) = initiator {
+        s["stateInitiator"] = json!(i);
+    }
+    body["state"] = s;
+}
+
+fn id_ok(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"_.~+%-".contains(&c))
+}
+
+fn request_id_ok(id: &str) -> bool {
+    id.len() <= 40
+        && id
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::not_found(format!("QueuedResource \"{name}\" not found"))
+}
+
+/// Node ids a spec creates (`nodeId`, or `{nodeIdPrefix}-0..N-1` for multislice).
+fn spec_node_ids(spec: &Value, i: usize) -> ApiResult<(Vec<String>, bool)> {
+    if let Some(id) = spec["nodeId"].as_str() {
+        return Ok((vec![id.to_string()], false));
+    }
+    let ms = &spec["multisliceParams"];
+    let count = ms["nodeCount"].as_i64().unwrap_or(0);
+    if count > 1 {
+        let prefix = ms["nodeIdPrefix"].as_str().unwrap_or("node");
+        return Ok(((0..count).map(|n| format!("{prefix}-{n}")).collect(), true));
+    }
+    Err(ApiError::invalid_field(
+        &format!("queued_resource.tpu.node_spec[{i}].node_id"),
+        format!(
+            "Invalid value at 'queued_resource.tpu.node_spec[{i}]': node_id or multislice_params.node_count > 1 is required"
+        ),
+    ))
+}
+
+pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value) -> ApiResult<Reply> {
+    let parent = format!("projects/{project}/locations/{zone}");
+    if let Some(rid) = q.get("requestId") {
+        if !request_id_ok(rid) {
+            return Err(ApiError::invalid_field(
+                "request_id",
+                format!("Invalid value at 'request_id': \"{rid}\""),
+            ));
+        }
+        if let Some(op) = w
+            .request_ids
+            .get(&format!("tpu|{parent}|{rid}"))
+            .and_then(|n| w.ops.get(n))
+        {
+            return Ok(Reply::op(op.body.clone()));
+        }
+    }
+    let id = q
+        .get("queuedResourceId")
+        .ok_or_else(|| ApiError::invalid_field("queued_resource_id", "queued_resource_id is required"))?;
+    if !id_ok(id) {
+        return Err(ApiError::invalid_field(
+            "queued_resource_id",
+            format!("Invalid value at 'queued_resource_id': \"{id}\" does not match ^[A-Za-z0-9_.~+%-]+$"),
+        ));
+    }
+    let mut qr = schema::validate(Svc::Tpu, "QueuedResource", body, "queued_resource")?;
+    let specs = qr["tpu"]["nodeSpec"].as_array().cloned().unwrap_or_default();
+    if specs.is_empty() {
+        return Err(ApiError::invalid_field(
+            "queued_resource.tpu.node_spec",
+            "queued_resource.tpu.node_spec must not be empty",
+        ));
+    }
+    if qr.get("spot").is_some() && qr.get("guaranteed").is_some() {
+        return Err(ApiError::invalid_field(
+            "queued_resource.spot",
+            "only one of spot or guaranteed may be set",
+        ));
+    }
+    for (i, spec) in specs.iter().enumerate() {
+        let sp = spec["parent"].as_str().unwrap_or("");
+        super::split_parent(sp).map_err(|_| {
+            ApiError::invalid_field(
+                &format!("queued_resource.tpu.node_spec[{i}].parent"),
+                format!("invalid parent \"{sp}\""),
+            )
+        })?;
+        super::nodes::resolve_accel(&spec["node"], &format!("queued_resource.tpu.node_spec[{i}].node"))?;
+        for nid in spec_node_ids(spec, i)?.0 {
+            if w.nodes.contains_key(&format!("{sp}/nodes/{nid}")) {
+                return Err(ApiError::already_exists(format!(
+                    "Resource '{sp}/nodes/{nid}' already exists"
+                )));
+            }
+        }
+    }
+    let name = format!("{parent}/queuedResources/{id}");
+    if w.qrs.contains_key(&name) {
+        return Err(ApiError::already_exists(format!(
+            "Resource '{name}' already exists"
+        )));
+    }
+    let policy = qr["queueingPolicy"].clone();
+    let now = w.now;
+    let valid_until = policy["validUntilTime"]
+        .as_str()
+        .and_then(parse_ts)
+        .or_else(|| {
+            policy["validUntilDuration"]
+                .as_str()
+                .and_then(parse_duration)
+                .map(|d| now + d)
+        })
+        .or_else(|| policy["validInterval"]["endTime"].as_str().and_then(parse_ts));
+    let valid_after = policy["validAfterTime"]
+        .as_str()
+        .and_then(parse_ts)
+        .or_else(|| {
+            policy["validAfterDuration"]
+                .as_str()
+                .and_then(parse_duration)
+                .map(|d| now + d)
+        })
+        .or_else(|| policy["validInterval"]["startTime"].as_str().and_then(parse_ts));
+    qr["name"] = json!(name);
+    qr["createTime"] = json!(ts(now));
+    set_state(&mut qr, "CREATING", None);
+    let op_name = tpu_op_name(w, &parent);
+    let op = lro::start(w, Svc::Tpu, op_name.clone(), op_metadata(w, &name, "create"));
+    if let Some(rid) = q.get("requestId") {
+        w.request_ids
+            .insert(format!("tpu|{parent}|{rid}"), op_name.clone());
+    }
+    let timer = w.schedule(
+        World::add(now, w.cfg.durations.qr_accept),
+        TimerKind::QueuedResource,
+        &name,
+    );
+    w.qrs.insert(
+        name,
+        QrRec {
+            body: qr,
+            op: Some(op_name),
+            timer: Some(timer),
+            nodes: vec![],
+            valid_until,
+            valid_after,
+        },
+    );
+    Ok(Reply::op(op))
+}
+
+pub fn get(w: &World, name: &str) -> ApiResult<Reply> {
+    let rec = w.qrs.get(name).ok_or_else(|| not_found(name))?;
+    Ok(Reply::msg(Svc::Tpu, "QueuedResource", rec.body.clone()))
+}
+
+pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
+    let prefix = format!("{parent}/queuedResources/");
+    let all: Vec<Value> = w
+        .qrs
+        .range(prefix.clone()..)
+        .take_while(|(k, _)| k.starts_with(&prefix))
+        .map(|(_, r)| r.body.clone())
+        .collect();
+    let size = q.page_size("pageSize", 1000, 1000)?;
+    let (items, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    Ok(Reply::list(
+        "queuedResources",
+        Svc::Tpu,
+        "QueuedResource",
+        list_body("queuedResources", items, next),
+    ))
+}
+
+fn live_nodes(w: &World, rec: &QrRec) -> Vec<String> {
+    rec.nodes
+        .iter()
+        .filter(|n| w.nodes.contains_key(*n))
+        .cloned()
+        .collect()
+}
+
+pub fn delete(w: &mut World, name: &str, q: &Query) -> ApiResult<Reply> {
+    let rid_key = q.get("requestId").map(|rid| format!("tpu-delete|{name}|{rid}"));
+    if let Some(op) = rid_key
+        .as_ref()
+        .and_then(|k| w.request_ids.get(k))
+        .and_then(|n| w.ops.get(n))
+    {
+        return Ok(Reply::op(op.body.clone()));
+    }
+    let force = q.bool("force")?;
+    let rec = w.qrs.get(name).ok_or_else(|| not_found(name))?;
+    let live = live_nodes(w, rec);
+    let state = rec.state().to_string();
+    if state == "DELETING" {
+        return Err(ApiError::precondition(format!(
+            "QueuedResource \"{name}\" is already being deleted"
+        )));
+    }
+    if !force && !live.is_empty() && !["ACCEPTED", "FAILED", "SUSPENDED"].contains(&state.as_str()) {
+        return Err(ApiError::precondition(format!(
+            "QueuedResource \"{name}\" in state {state} still has nodes ({}); delete them first or set force=true",
+            live.join(", ")
+        )));
+    }
+    let d = w.cfg.durations.qr_delete;
+    for n in &live {
+        super::nodes::delete_quietly(w, n, d);
+    }
+    let parent = name
+        .split("/queuedResources/")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let op_name = tpu_op_name(w, &parent);
+    let op = lro::start(w, Svc::Tpu, op_name.clone(), op_metadata(w, name, "delete"));
+    if let Some(k) = rid_key {
+        w.request_ids.insert(k, op_name.clone());
+    }
+    let timer = w.schedule(World::add(w.now, d), TimerKind::QueuedResource, name);
+    let rec = w.qrs.get_mut(name).expect("checked above");
+    let previous = rec.op.replace(op_name);
+    set_state(&mut rec.body, "DELETING", Some("USER"));
+    rec.timer = Some(timer);
+    if let Some(prev) = previous {
+        lro::finish_err(
+            w,
+            &prev,
+            &ApiError::new(Code::Aborted, format!("QueuedResource \"{name}\" was deleted")),
+        );
+    }
+    Ok(Reply::op(op))
+}
+
+pub fn reset(w: &mut World, name: &str) -> ApiResult<Reply> {
+    let rec = w.qrs.get(name).ok_or_else(|| not_found(name))?;
+    let state = rec.state().to_string();
+    if !["FAILED", "SUSPENDED"].contains(&state.as_str()) {
+        return Err(ApiError::precondition(format!(
+            "QueuedResource \"{name}\" in state {state} cannot be reset (only FAILED or SUSPENDED)"
+        )));
+    }
+    let parent = name
+        .split("/queuedResources/")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let op_name = tpu_op_name(w, &parent);
+    let op = lro::start(w, Svc::Tpu, op_name.clone(), op_metadata(w, name, "reset"));
+    let timer = w.schedule(
+        World::add(w.now, w.cfg.durations.qr_queue),
+        TimerKind::QueuedResource,
+        name,
+    );
+    let rec = w.qrs.get_mut(name).expect("checked above");
+    set_state(&mut rec.body, "ACCEPTED", Some("USER"));
+    rec.timer = Some(timer);
+    rec.nodes.clear();
+    let resp = lro::any(QR_TYPE, &rec.body);
+    lro::finish_ok(w, &op_name, resp);
+    let done = w.ops.get(&op_name).map(|o| o.body.clone()).unwrap_or(op);
+    Ok(Reply::op(done))
+}
+
+/// Fault: the capacity behind a queued resource is reclaimed now.
+pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
+    let rec = w.qrs.get(name).ok_or_else(|| not_found(name))?;
+    if !["ACTIVE", "PROVISIONING"].contains(&rec.state()) {
+        return Err(ApiError::precondition(format!(
+            "QueuedResource \"{name}\" in state {} has no capacity to preempt",
+            rec.state()
+        )));
+    }
+    let nodes = rec.nodes.clone();
+    for n in &nodes {
+        super::nodes::mark_preempted(w, n);
+    }
+    let timer = w.schedule(
+        World::add(w.now, w.cfg.durations.qr_suspend),
+        TimerKind::QueuedResource,
+        name,
+    );
+    let rec = w.qrs.get_mut(name).expect("checked above");
+    set_state(&mut rec.body, "SUSPENDING", Some("SERVICE"));
+    rec.timer = Some(timer);
+    Ok(())
+}
+
+/// Re-checks waiting queued resources now (after a stockout is lifted).
+pub fn recheck_waiting(w: &mut World) {
+    let waiting: Vec<String> = w
+        .qrs
+        .iter()
+        .filter(|(_, r)| r.state() == "WAITING_FOR_RESOURCES")
+        .map(|(k, _)| k.clone())
+        .collect();
+    for name in waiting {
+        let t = w.schedule(w.now, TimerKind::QueuedResource, &name);
+        if let Some(r) = w.qrs.get_mut(&name) {
+            r.timer = Some(t);
+        }
+    }
+}
+
+fn stocked_out(w: &World, rec: &QrRec) -> bool {
+    rec.body["tpu"]["nodeSpec"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|spec| {
+            let zone = spec["parent"]
+                .as_str()
+                .and_then(|p| p.rsplit('/').next())
+                .unwrap_or("");
+            let accel = super::nodes::resolve_accel(&spec["node"], "node")
+                .map(|a| a.accelerator_type)
+                .unwrap_or_default();
+            w.faults.stocked_out(zone, &accel)
+        })
+}
+
+fn reschedule(w: &mut World, name: &str, at: DateTime<Utc>) {
+    let t = w.schedule(at, TimerKind::QueuedResource, name);
+    if let Some(r) = w.qrs.get_mut(name) {
+        r.timer = Some(t);
+    }
+}
+
+/// State-machine step for a queued resource.
+pub fn fire(w: &mut World, seq: u64, name: &str) {
+    let Some(rec) = w.qrs.get_mut(name) else { return };
+    if rec.timer != Some(seq) {
+        return;
+    }
+    rec.timer = None;
+    let now = w.now;
+    let d = w.cfg.durations.clone();
+    match rec.state().to_string().as_str() {
+        "CREATING" => {
+            set_state(&mut rec.body, "ACCEPTED", None);
+            let resp = lro::any(QR_TYPE, &rec.body);
+            if let Some(op) = rec.op.take() {
+                lro::finish_ok(w, &op, resp);
+            }
+            reschedule(w, name, World::add(now, d.qr_queue));
+        }
+        "ACCEPTED" => {
+            set_state(&mut rec.body, "WAITING_FOR_RESOURCES", None);
+            let mut next = World::add(now, d.qr_wait);
+            if let Some(after) = rec.valid_after {
+                next = next.max(after);
+            }
+            if let Some(until) = rec.valid_until {
+                next = next.min(until);
+            }
+            reschedule(w, name, next);
+        }
+        "WAITING_FOR_RESOURCES" => {
+            if rec.valid_until.is_some_and(|u| now >= u) {
+                let err = ApiError::new(
+                    Code::ResourceExhausted,
+                    "QueuedResource could not be provisioned before its valid_until time: insufficient capacity",
+                );
+                set_state(&mut rec.body, "FAILED", Some("SERVICE"));
+                rec.body["state"]["failedData"] = json!({"error": err.rpc_status()});
+                return;
+            }
+            let waiting_for_window = rec.valid_after.is_some_and(|a| now < a);
+            let rec_snapshot = rec.clone();
+            if waiting_for_window || stocked_out(w, &rec_snapshot) {
+                let mut next = World::add(now, d.qr_wait);
+                if let Some(until) = rec_snapshot.valid_until {
+                    next = next.min(until).max(now);
+                }
+                reschedule(w, name, next);
+                return;
+            }
+            provision(w, name, &rec_snapshot);
+        }
+        "PROVISIONING" => {
+            set_state(&mut rec.body, "ACTIVE", None);
+        }
+        "SUSPENDING" => {
+            set_state(&mut rec.body, "SUSPENDED", Some("SERVICE"));
+            let nodes = std::mem::take(&mut rec.nodes);
+            for n in nodes {
+                w.nodes.remove(&n);
+            }
+        }
+        "DELETING" => {
+            let rec = w.qrs.remove(name).expect("present");
+            for n in &rec.nodes {
+                w.nodes.remove(n);
+            }
+            if let Some(op) = rec.op {
+                lro::finish_ok(w, &op, json!({"@type": lro::EMPTY}));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn provision(w: &mut World, name: &str, rec: &QrRec) {
+    let mut created = Vec::new();
+    let mut failure = None;
+    for (i, spec) in rec.body["tpu"]["nodeSpec"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let parent = spec["parent"].as_str().unwrap_or_default();
+        let (ids, multislice) = match spec_node_ids(spec, i) {
+            Ok(v) => v,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        for id in ids {
+            match super::nodes::insert_for_qr(w, parent, &id, &spec["node"], name, multislice) {
+                Ok(n) => created.push(n),
+                Err(e) => failure = Some(e),
+            }
+        }
+    }
+    let at = World::add(w.now, w.cfg.durations.qr_provision);
+    let t = w.schedule(at, TimerKind::QueuedResource, name);
+    let Some(r) = w.qrs.get_mut(name) else { return };
+    r.nodes = created;
+    match failure {
+        Some(e) => {
+            set_state(&mut r.body, "FAILED", Some("SERVICE"));
+            r.body["state"]["failedData"] = json!({"error": e.rpc_status()});
+        }
+        None => {
+            set_state(&mut r.body, "PROVISIONING", None);
+            r.timer = Some(t);
+        }
+    }
+}

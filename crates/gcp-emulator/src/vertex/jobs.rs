@@ -1,0 +1,382 @@
+//! Vertex AI custom jobs: create (synchronous; server-assigned numeric id; names carry the project
+//! number), get, list (filter, paging, readMask), cancel, delete (an LRO, terminal jobs only), and
+//! the state machine QUEUED -> PENDING -> RUNNING -> SUCCEEDED | FAILED, CANCELLING -> CANCELLED.
+
+use crate::api::{Reply, list_body};
+use crate::errors::{ApiError, ApiResult, Code};
+use crate::faults::name_matches;
+use crate::filter;
+use crate::lro;
+use crate::wire::Query;
+use crate::wire::schema::{self, Svc};
+use crate::wire::time::ts;
+use crate::world::{TimerKind, World};
+use serde_json::{Value, json};
+
+pub const JOB_SCHEMA: &str = "GoogleCloudAiplatformV1CustomJob";
+const DELETE_META_TYPE: &str = "type.googleapis.com/google.cloud.aiplatform.v1.DeleteOperationMetadata";
+const TERMINAL: [&str; 4] = [
+    "JOB_STATE_SUCCEEDED",
+    "JOB_STATE_FAILED",
+    "JOB_STATE_CANCELLED",
+    "JOB_STATE_EXPIRED",
+];
+
+#[derive(Clone, Debug)]
+pub struct JobRec {
+    pub body: Value,
+    pub timer: Option<u64>,
+    pub create_seq: u64,
+}
+
+impl JobRec {
+    pub fn state(&self) -> &str {
+        self.body["state"].as_str().unwrap_or("JOB_STATE_UNSPECIFIED")
+    }
+}
+
+/// Validates the job id (server-assigned numbers only) and builds the canonical name.
+pub fn job_name(project_number: &str, location: &str, id: &str) -> ApiResult<String> {
+    if id.is_empty() || !id.bytes().all(|c| c.is_ascii_digit()) {
+        // Verbatim from the real service (golden log).
+        return Err(ApiError::invalid_field(
+            "name",
+            "List of found errors:\t1.Field: name; Message: Invalid CustomJob resource name.\t",
+        ));
+    }
+    Ok(format!(
+        "projects/{project_number}/locations/{location}/customJobs/{id}"
+    ))
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::not_found(format!("The CustomJob does not exist. ({name})"))
+}
+
+fn check_job(j: &Value) -> ApiResult<()> {
+    let pools = j["jobSpec"]["workerPoolSpecs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if pools.is_empty() {
+        return Err(ApiError::invalid_field(
+            "custom_job.job_spec.worker_pool_specs",
+            "Invalid value at 'custom_job.job_spec.worker_pool_specs': at least one worker pool is required",
+        ));
+    }
+    for (i, p) in pools.iter().enumerate() {
+        let empty = p.as_object().is_none_or(|m| m.is_empty());
+        if empty && i > 0 {
+            continue;
+        }
+        let at = format!("custom_job.job_spec.worker_pool_specs[{i}]");
+        if p["machineSpec"]["machineType"].as_str().is_none() {
+            return Err(ApiError::invalid_field(
+                &format!("{at}.machine_spec.machine_type"),
+                format!("Invalid value at '{at}.machine_spec.machine_type': machine type is required"),
+            ));
+        }
+        if p.get("containerSpec").is_some() == p.get("pythonPackageSpec").is_some() {
+            return Err(ApiError::invalid_field(
+                &format!("{at}.container_spec"),
+                format!(
+                    "Invalid value at '{at}': exactly one of container_spec or python_package_spec is required"
+                ),
+            ));
+        }
+        let replicas: i64 = p["replicaCount"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        if replicas < 1 {
+            return Err(ApiError::invalid_field(
+                &format!("{at}.replica_count"),
+                format!("Invalid value at '{at}.replica_count': replica count must be positive"),
+            ));
+        }
+        if i == 0 && replicas != 1 {
+            return Err(ApiError::invalid_field(
+                &format!("{at}.replica_count"),
+                format!(
+                    "Invalid value at '{at}.replica_count': the first worker pool must have exactly 1 replica"
+                ),
+            ));
+        }
+    }
+    if let Some(labels) = j["labels"].as_object() {
+        for (k, v) in labels {
+            let v = v.as_str().unwrap_or("");
+            if !super::label_ok(k, false) || !super::label_ok(v, true) || k.starts_with("goog") {
+                return Err(ApiError::invalid_field(
+                    &format!("custom_job.labels[{k}]"),
+                    format!(
+                        "Invalid value at 'custom_job.labels': label \"{k}\"=\"{v}\" violates label rules (lowercase letters, digits, '_' and '-', at most 64 characters)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn create(w: &mut World, project_number: &str, location: &str, body: &Value) -> ApiResult<Reply> {
+    let mut j = schema::validate(Svc::Vertex, JOB_SCHEMA, body, "custom_job")?;
+    check_job(&j)?;
+    if let Some(pools) = j["jobSpec"]["workerPoolSpecs"].as_array_mut() {
+        for p in pools.iter_mut().filter(|p| p.get("machineSpec").is_some()) {
+            let disk = p.get("diskSpec").cloned().unwrap_or_else(|| json!({}));
+            p["diskSpec"] = json!({
+                "bootDiskType": disk["bootDiskType"].as_str().unwrap_or("pd-ssd"),
+                "bootDiskSizeGb": disk["bootDiskSizeGb"].as_i64().unwrap_or(100),
+            });
+        }
+    }
+    let seq = w.next_seq();
+    let id = 4_753_100_539_657_453_568u64.wrapping_add(seq.wrapping_mul(1_000_003))
+        % 9_000_000_000_000_000_000
+        + 1_000_000_000_000_000_000;
+    let name = format!("projects/{project_number}/locations/{location}/customJobs/{id}");
+    let now = ts(w.now);
+    j["name"] = json!(name);
+    j["state"] = json!("JOB_STATE_QUEUED");
+    j["createTime"] = json!(now);
+    j["updateTime"] = json!(now);
+    let timer = w.schedule(
+        World::add(w.now, w.cfg.durations.job_queued),
+        TimerKind::Job,
+        &name,
+    );
+    w.jobs.insert(
+        name.clone(),
+        JobRec {
+            body: j,
+            timer: Some(timer),
+            create_seq: seq,
+        },
+    );
+    // A zero queueing time means the job is PENDING by the time the call returns (as observed).
+    let now = w.now;
+    w.tick(now);
+    let rec = w.jobs.get(&name).expect("just inserted");
+    Ok(Reply::msg(Svc::Vertex, JOB_SCHEMA, rec.body.clone()))
+}
+
+pub fn get(w: &World, name: &str) -> ApiResult<Reply> {
+    let rec = w.jobs.get(name).ok_or_else(|| not_found(name))?;
+    Ok(Reply::msg(Svc::Vertex, JOB_SCHEMA, rec.body.clone()))
+}
+
+const FILTER_FIELDS: [&str; 6] = [
+    "display_name",
+    "state",
+    "create_time",
+    "update_time",
+    "end_time",
+    "labels",
+];
+
+fn field(j: &Value, f: &str) -> Option<String> {
+    let s = |v: &Value| v.as_str().map(str::to_string);
+    match f {
+        "display_name" => s(&j["displayName"]),
+        "state" => s(&j["state"]),
+        "create_time" => s(&j["createTime"]),
+        "update_time" => s(&j["updateTime"]),
+        "end_time" => s(&j["endTime"]),
+        _ => f.strip_prefix("labels.").and_then(|k| s(&j["labels"][k])),
+    }
+}
+
+pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
+    let expr = q
+        .get("filter")
+        .map(|f| filter::parse(f, &FILTER_FIELDS))
+        .transpose()?;
+    let prefix = format!("{parent}/customJobs/");
+    let mut all: Vec<&JobRec> = w
+        .jobs
+        .range(prefix.clone()..)
+        .take_while(|(k, _)| k.starts_with(&prefix))
+        .map(|(_, r)| r)
+        .filter(|r| {
+            expr.as_ref()
+                .is_none_or(|e| filter::eval(e, &|f| field(&r.body, f)))
+        })
+        .collect();
+    all.sort_by(|a, b| {
+        (b.body["createTime"].as_str(), b.create_seq).cmp(&(a.body["createTime"].as_str(), a.create_seq))
+    });
+    let mask: Option<Vec<String>> = q.get("readMask").map(|m| {
+        m.split(',')
+            .map(|p| camel(p.trim()))
+            .filter(|p| !p.is_empty())
+            .collect()
+    });
+    let bodies: Vec<Value> = all
+        .into_iter()
+        .map(|r| match &mask {
+            None => r.body.clone(),
+            Some(paths) => {
+                let mut out = serde_json::Map::new();
+                for p in paths {
+                    if let Some(v) = r.body.get(p.as_str()) {
+                        out.insert(p.clone(), v.clone());
+                    }
+                }
+                Value::Object(out)
+            }
+        })
+        .collect();
+    let size = q.page_size("pageSize", 100, 1000)?;
+    let (items, next) = crate::wire::query::paginate(&bodies, size, q.get("pageToken"))?;
+    Ok(Reply::list(
+        "customJobs",
+        Svc::Vertex,
+        JOB_SCHEMA,
+        list_body("customJobs", items, next),
+    ))
+}
+
+/// snake_case -> camelCase (read masks may use either).
+fn camel(s: &str) -> String {
+    let mut out = String::new();
+    let mut up = false;
+    for c in s.chars() {
+        if c == '_' {
+            up = true;
+        } else if up {
+            out.push(c.to_ascii_uppercase());
+            up = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+pub fn cancel(w: &mut World, name: &str) -> ApiResult<()> {
+    let rec = w.jobs.get(name).ok_or_else(|| not_found(name))?;
+    match rec.state() {
+        "JOB_STATE_CANCELLING" => return Ok(()),
+        s if TERMINAL.contains(&s) => {
+            return Err(ApiError::precondition(format!(
+                "Cannot cancel CustomJob \"{name}\" in state {s}"
+            )));
+        }
+        _ => {}
+    }
+    let t = w.schedule(
+        World::add(w.now, w.cfg.durations.job_cancel),
+        TimerKind::Job,
+        name,
+    );
+    let now = ts(w.now);
+    let rec = w.jobs.get_mut(name).expect("checked");
+    rec.body["state"] = json!("JOB_STATE_CANCELLING");
+    rec.body["updateTime"] = json!(now);
+    rec.timer = Some(t);
+    Ok(())
+}
+
+pub fn delete(w: &mut World, name: &str) -> ApiResult<Reply> {
+    let rec = w.jobs.get(name).ok_or_else(|| not_found(name))?;
+    if !TERMINAL.contains(&rec.state()) {
+        return Err(ApiError::precondition(format!(
+            "CustomJob \"{name}\" is in state {}; cancel it and wait for a terminal state before deleting",
+            rec.state()
+        )));
+    }
+    w.jobs.remove(name);
+    let parent = name.split("/customJobs/").next().unwrap_or_default().to_string();
+    let seq = w.next_seq();
+    let op_name = format!(
+        "{parent}/operations/{}",
+        6_000_000_000_000_000_000u64 + seq * 104_729
+    );
+    let now = ts(w.now);
+    let meta = json!({"@type": DELETE_META_TYPE, "genericMetadata": {"createTime": now, "updateTime": now}});
+    lro::start(w, Svc::Vertex, op_name.clone(), meta);
+    lro::finish_ok(w, &op_name, json!({"@type": lro::EMPTY}));
+    Ok(Reply::op(w.ops[&op_name].body.clone()))
+}
+
+/// Fault: fail the job now (if it exists and is not terminal) or at the end of its run.
+pub fn fail_now(w: &mut World, name: &str) {
+    let keys: Vec<String> = w
+        .jobs
+        .keys()
+        .filter(|k| k.as_str() == name || k.rsplit('/').next() == Some(name))
+        .cloned()
+        .collect();
+    for k in keys {
+        let t = w.schedule(w.now, TimerKind::Job, &k);
+        if let Some(j) = w.jobs.get_mut(&k)
+            && !TERMINAL.contains(&j.state())
+            && j.state() != "JOB_STATE_CANCELLING"
+        {
+            j.body["state"] = json!("JOB_STATE_RUNNING");
+            j.timer = Some(t);
+        }
+    }
+}
+
+pub fn fire(w: &mut World, seq: u64, name: &str) {
+    let now = w.now;
+    let d = w.cfg.durations.clone();
+    let failing = name_matches(&w.faults.failing, name);
+    let message = w
+        .faults
+        .messages
+        .get(name)
+        .or_else(|| name.rsplit('/').next().and_then(|id| w.faults.messages.get(id)))
+        .cloned();
+    let Some(j) = w.jobs.get_mut(name) else { return };
+    if j.timer != Some(seq) {
+        return;
+    }
+    j.timer = None;
+    let stamp = ts(now);
+    j.body["updateTime"] = json!(stamp);
+    let next = match j.state().to_string().as_str() {
+        "JOB_STATE_QUEUED" => {
+            j.body["state"] = json!("JOB_STATE_PENDING");
+            Some(d.job_pending)
+        }
+        "JOB_STATE_PENDING" => {
+            j.body["state"] = json!("JOB_STATE_RUNNING");
+            j.body["startTime"] = json!(stamp);
+            Some(d.job_run)
+        }
+        "JOB_STATE_RUNNING" => {
+            j.body["endTime"] = json!(stamp);
+            if j.body.get("startTime").is_none() {
+                j.body["startTime"] = json!(stamp);
+            }
+            if failing {
+                j.body["state"] = json!("JOB_STATE_FAILED");
+                let msg = message.unwrap_or_else(|| "The replica workerpool0-0 exited with a non-zero status of 1. (simulated by gcp-emulator)".into());
+                j.body["error"] = ApiError::new(Code::Internal, msg).rpc_status();
+            } else {
+                j.body["state"] = json!("JOB_STATE_SUCCEEDED");
+                let body = j.body.clone();
+                if w.cfg.simulate_outputs && !name_matches(&w.faults.suppressed_outputs, name) {
+                    crate::outputs::job_succeeded(w, &body);
+                }
+            }
+            None
+        }
+        "JOB_STATE_CANCELLING" => {
+            j.body["state"] = json!("JOB_STATE_CANCELLED");
+            j.body["endTime"] = json!(stamp);
+            j.body["error"] = json!({"code": 1, "message": "CANCELED"});
+            None
+        }
+        _ => None,
+    };
+    if let Some(after) = next {
+        let t = w.schedule(World::add(now, after), TimerKind::Job, name);
+        if let Some(j) = w.jobs.get_mut(name) {
+            j.timer = Some(t);
+        }
+    }
+}
