@@ -100,7 +100,7 @@ impl TpuGeneration {
             Self::V5e | Self::V6e => LITE_SIZES.contains(&chips),
             Self::V2 => [4, 16, 64, 128, 256].contains(&chips),
             Self::V3 => [4, 16, 32, 64, 128, 256, 512, 1024].contains(&chips),
-            Self::V4 | Self::V5p => chips >= 4 && chips % 4 == 0 && chips <= self.max_chips(),
+            Self::V4 | Self::V5p => chips >= 4 && chips.is_multiple_of(4) && chips <= self.max_chips(),
         }
     }
 
@@ -136,12 +136,20 @@ pub struct SliceShape {
 
 impl SliceShape {
     fn new(generation: TpuGeneration, chips: u32) -> Self {
-        Self { generation, chips, hosts: generation.hosts(chips) }
+        Self {
+            generation,
+            chips,
+            hosts: generation.hosts(chips),
+        }
     }
 
     /// The equivalent accelerator type string, e.g. `v6e-8` or `v4-16`.
     pub fn accelerator_type(&self) -> String {
-        let n = if self.generation.suffix_counts_cores() { self.chips * 2 } else { self.chips };
+        let n = if self.generation.suffix_counts_cores() {
+            self.chips * 2
+        } else {
+            self.chips
+        };
         format!("{}-{n}", self.generation.prefix())
     }
 }
@@ -153,7 +161,9 @@ pub enum AcceleratorError {
     #[error("accelerator type {0:?} is not of the form v2-8, v4-16, v5p-8, v5litepod-8 or v6e-8")]
     Malformed(String),
     /// Unknown generation prefix.
-    #[error("accelerator type {0:?} names an unknown TPU generation (known: v2, v3, v4, v5p, v5litepod, v6e)")]
+    #[error(
+        "accelerator type {0:?} names an unknown TPU generation (known: v2, v3, v4, v5p, v5litepod, v6e)"
+    )]
     UnknownGeneration(String),
     /// The generation is not sold in this size.
     #[error("{generation} is not available with {chips} chips (accelerator type {input:?})")]
@@ -182,13 +192,21 @@ pub enum AcceleratorError {
 
 /// Parses an accelerator type such as `v6e-8` into generation, chips and hosts.
 pub fn parse_accelerator_type(input: &str) -> Result<SliceShape, AcceleratorError> {
-    let (prefix, suffix) = input.rsplit_once('-').ok_or_else(|| AcceleratorError::Malformed(input.into()))?;
-    let n: u32 = suffix.parse().map_err(|_| AcceleratorError::Malformed(input.into()))?;
-    let generation =
-        TpuGeneration::from_prefix(prefix).ok_or_else(|| AcceleratorError::UnknownGeneration(input.into()))?;
-    let invalid = |chips| AcceleratorError::InvalidSize { input: input.into(), generation, chips };
+    let (prefix, suffix) = input
+        .rsplit_once('-')
+        .ok_or_else(|| AcceleratorError::Malformed(input.into()))?;
+    let n: u32 = suffix
+        .parse()
+        .map_err(|_| AcceleratorError::Malformed(input.into()))?;
+    let generation = TpuGeneration::from_prefix(prefix)
+        .ok_or_else(|| AcceleratorError::UnknownGeneration(input.into()))?;
+    let invalid = |chips| AcceleratorError::InvalidSize {
+        input: input.into(),
+        generation,
+        chips,
+    };
     let chips = if generation.suffix_counts_cores() {
-        if n % 2 != 0 {
+        if !n.is_multiple_of(2) {
             return Err(invalid(n / 2));
         }
         n / 2
@@ -203,8 +221,10 @@ pub fn parse_accelerator_type(input: &str) -> Result<SliceShape, AcceleratorErro
 
 /// Parses a topology (`2x4`, `2x2x1`) into its dimensions.
 pub fn topology_dims(topology: &str) -> Result<Vec<u32>, AcceleratorError> {
-    let dims: Option<Vec<u32>> =
-        topology.split('x').map(|d| d.parse::<u32>().ok().filter(|&d| d > 0)).collect();
+    let dims: Option<Vec<u32>> = topology
+        .split('x')
+        .map(|d| d.parse::<u32>().ok().filter(|&d| d > 0))
+        .collect();
     match dims {
         Some(d) if (2..=3).contains(&d.len()) => Ok(d),
         _ => Err(AcceleratorError::MalformedTopology(topology.into())),
@@ -226,20 +246,31 @@ pub fn shape_from_config(generation: TpuGeneration, topology: &str) -> Result<Sl
         reason,
     };
     if dims.len() != generation.topology_dims() {
-        return Err(mismatch(format!("{generation} topologies have {} dimensions", generation.topology_dims())));
+        return Err(mismatch(format!(
+            "{generation} topologies have {} dimensions",
+            generation.topology_dims()
+        )));
     }
     let chips: u32 = dims.iter().product();
     if matches!(generation, TpuGeneration::V5e | TpuGeneration::V6e) && !LITE_TOPOLOGIES.contains(&topology) {
-        return Err(mismatch(format!("{generation} topologies are {}", LITE_TOPOLOGIES.join(", "))));
+        return Err(mismatch(format!(
+            "{generation} topologies are {}",
+            LITE_TOPOLOGIES.join(", ")
+        )));
     }
     if !generation.is_valid_size(chips) {
-        return Err(mismatch(format!("{chips} chips is not a {generation} slice size")));
+        return Err(mismatch(format!(
+            "{chips} chips is not a {generation} slice size"
+        )));
     }
     Ok(SliceShape::new(generation, chips))
 }
 
 /// Checks that a topology has as many chips as an accelerator type (for specs that carry both).
-pub fn check_topology_matches(accelerator_type: &str, topology: &str) -> Result<SliceShape, AcceleratorError> {
+pub fn check_topology_matches(
+    accelerator_type: &str,
+    topology: &str,
+) -> Result<SliceShape, AcceleratorError> {
     let by_type = parse_accelerator_type(accelerator_type)?;
     let by_topology = shape_from_config(by_type.generation, topology)?;
     if by_topology.chips != by_type.chips {
@@ -350,7 +381,11 @@ impl VertexMachineType {
             Self::Ct6eStandard4t => (Some(V6e), 4, OneOf(MULTI_HOST_4T)),
             Self::Ct6eStandard8t => (Some(V6e), 8, OneOf(&["2x4"])),
         };
-        MachineTypeInfo { generation, chips_per_host, topologies }
+        MachineTypeInfo {
+            generation,
+            chips_per_host,
+            topologies,
+        }
     }
 
     /// Checks `tpuTopology` against this machine type and returns the slice shape.
@@ -359,17 +394,18 @@ impl VertexMachineType {
         let name = self.as_str();
         match (info.topologies, topology) {
             (AllowedTopologies::None, None) => Ok(None),
-            (AllowedTopologies::None, Some(t)) => {
-                Err(format!("machine type {name} takes no tpuTopology (got {t}); size it with acceleratorCount"))
-            }
+            (AllowedTopologies::None, Some(t)) => Err(format!(
+                "machine type {name} takes no tpuTopology (got {t}); size it with acceleratorCount"
+            )),
             (_, None) => Err(format!("machine type {name} requires tpuTopology")),
-            (AllowedTopologies::OneOf(list), Some(t)) if !list.contains(&t) => {
-                Err(format!("machine type {name} supports tpuTopology {} (got {t})", list.join(", ")))
-            }
+            (AllowedTopologies::OneOf(list), Some(t)) if !list.contains(&t) => Err(format!(
+                "machine type {name} supports tpuTopology {} (got {t})",
+                list.join(", ")
+            )),
             (AllowedTopologies::ThreeDimensional, Some(t)) => {
                 let dims = topology_dims(t).map_err(|e| e.to_string())?;
                 let chips: u32 = dims.iter().product();
-                if dims.len() != 3 || chips % 4 != 0 {
+                if dims.len() != 3 || !chips.is_multiple_of(4) {
                     return Err(format!(
                         "machine type {name} needs a 3-D tpuTopology with a multiple of 4 chips (got {t})"
                     ));
@@ -377,7 +413,9 @@ impl VertexMachineType {
                 Ok(Some(SliceShape::new(TpuGeneration::V5p, chips)))
             }
             (_, Some(t)) => {
-                let generation = info.generation.expect("every topology-sized machine type has a generation");
+                let generation = info
+                    .generation
+                    .expect("every topology-sized machine type has a generation");
                 let chips = topology_chips(t).map_err(|e| e.to_string())?;
                 Ok(Some(SliceShape::new(generation, chips)))
             }
@@ -422,20 +460,45 @@ mod tests {
             ("v6e-256", V6e, 256, 64),
         ] {
             let shape = parse_accelerator_type(input).unwrap();
-            assert_eq!((shape.generation, shape.chips, shape.hosts), (generation, chips, hosts), "{input}");
+            assert_eq!(
+                (shape.generation, shape.chips, shape.hosts),
+                (generation, chips, hosts),
+                "{input}"
+            );
             assert_eq!(shape.accelerator_type(), input, "round trip");
         }
     }
 
     #[test]
     fn rejects_malformed_and_unsold_accelerator_types() {
-        assert!(matches!(parse_accelerator_type("v6e"), Err(AcceleratorError::Malformed(_))));
-        assert!(matches!(parse_accelerator_type("v6e-x"), Err(AcceleratorError::Malformed(_))));
-        assert!(matches!(parse_accelerator_type("v7-8"), Err(AcceleratorError::UnknownGeneration(_))));
-        assert!(matches!(parse_accelerator_type("v6e-3"), Err(AcceleratorError::InvalidSize { chips: 3, .. })));
-        assert!(matches!(parse_accelerator_type("v4-12"), Err(AcceleratorError::InvalidSize { chips: 6, .. })));
-        assert!(matches!(parse_accelerator_type("v2-7"), Err(AcceleratorError::InvalidSize { .. })));
-        assert!(matches!(parse_accelerator_type("v5litepod-512"), Err(AcceleratorError::InvalidSize { .. })));
+        assert!(matches!(
+            parse_accelerator_type("v6e"),
+            Err(AcceleratorError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_accelerator_type("v6e-x"),
+            Err(AcceleratorError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_accelerator_type("v7-8"),
+            Err(AcceleratorError::UnknownGeneration(_))
+        ));
+        assert!(matches!(
+            parse_accelerator_type("v6e-3"),
+            Err(AcceleratorError::InvalidSize { chips: 3, .. })
+        ));
+        assert!(matches!(
+            parse_accelerator_type("v4-12"),
+            Err(AcceleratorError::InvalidSize { chips: 6, .. })
+        ));
+        assert!(matches!(
+            parse_accelerator_type("v2-7"),
+            Err(AcceleratorError::InvalidSize { .. })
+        ));
+        assert!(matches!(
+            parse_accelerator_type("v5litepod-512"),
+            Err(AcceleratorError::InvalidSize { .. })
+        ));
     }
 
     #[test]
@@ -452,7 +515,10 @@ mod tests {
     #[test]
     fn accelerator_config_topology_must_fit_the_generation() {
         assert_eq!(shape_from_config(V6e, "2x4").unwrap().accelerator_type(), "v6e-8");
-        assert_eq!(shape_from_config(V4, "2x2x2").unwrap().accelerator_type(), "v4-16");
+        assert_eq!(
+            shape_from_config(V4, "2x2x2").unwrap().accelerator_type(),
+            "v4-16"
+        );
         assert_eq!(shape_from_config(V5p, "2x2x1").unwrap().hosts, 1);
         assert!(shape_from_config(V6e, "2x2x1").is_err(), "v6e is 2-D");
         assert!(shape_from_config(V4, "2x2").is_err(), "v4 is 3-D");
@@ -464,7 +530,10 @@ mod tests {
     fn topology_versus_accelerator_type() {
         assert!(check_topology_matches("v6e-8", "2x4").is_ok());
         let err = check_topology_matches("v6e-8", "2x2").unwrap_err();
-        assert_eq!(err.to_string(), "topology \"2x2\" does not fit v6e: it has 4 chips but v6e-8 has 8");
+        assert_eq!(
+            err.to_string(),
+            "topology \"2x2\" does not fit v6e: it has 4 chips but v6e-8 has 8"
+        );
         assert!(check_topology_matches("v4-16", "2x2x2").is_ok());
         assert!(check_topology_matches("v4-16", "2x2x1").is_err());
     }
@@ -472,14 +541,27 @@ mod tests {
     #[test]
     fn vertex_machine_types_and_topologies() {
         use VertexMachineType::*;
-        assert_eq!(Ct6eStandard4t.check_topology(Some("2x2")).unwrap().unwrap().chips, 4);
-        assert_eq!(Ct6eStandard4t.check_topology(Some("4x4")).unwrap().unwrap().hosts, 4);
+        assert_eq!(
+            Ct6eStandard4t.check_topology(Some("2x2")).unwrap().unwrap().chips,
+            4
+        );
+        assert_eq!(
+            Ct6eStandard4t.check_topology(Some("4x4")).unwrap().unwrap().hosts,
+            4
+        );
         assert!(Ct6eStandard8t.check_topology(Some("2x2")).is_err());
         assert!(Ct6eStandard1t.check_topology(Some("2x2")).is_err());
         assert!(Ct5lpHightpu4t.check_topology(None).is_err());
         assert!(CloudTpu.check_topology(None).unwrap().is_none());
         assert!(CloudTpu.check_topology(Some("2x2")).is_err());
-        assert_eq!(Ct5pHightpu4t.check_topology(Some("2x2x2")).unwrap().unwrap().chips, 8);
+        assert_eq!(
+            Ct5pHightpu4t
+                .check_topology(Some("2x2x2"))
+                .unwrap()
+                .unwrap()
+                .chips,
+            8
+        );
         assert!(Ct5pHightpu4t.check_topology(Some("2x2")).is_err());
         assert!(Ct5pHightpu4t.check_topology(Some("1x1x1")).is_err());
         for m in VertexMachineType::ALL {

@@ -33,7 +33,13 @@ pub struct Rule {
 
 impl Rule {
     fn new(rule: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { rule: rule.into(), message: message.into(), message_expression: None, field_path: None, reason: None }
+        Self {
+            rule: rule.into(),
+            message: message.into(),
+            message_expression: None,
+            field_path: None,
+            reason: None,
+        }
     }
 
     fn at(mut self, field_path: &str) -> Self {
@@ -84,11 +90,21 @@ pub struct PlacedRule {
 }
 
 fn place(path: &str, rules: Vec<Rule>) -> Vec<PlacedRule> {
-    rules.into_iter().map(|rule| PlacedRule { path: path.to_string(), rule }).collect()
+    rules
+        .into_iter()
+        .map(|rule| PlacedRule {
+            path: path.to_string(),
+            rule,
+        })
+        .collect()
 }
 
 fn join(prefix: &str, rel: &str) -> String {
-    if rel.is_empty() { prefix.to_string() } else { format!("{prefix}.{rel}") }
+    if rel.is_empty() {
+        prefix.to_string()
+    } else {
+        format!("{prefix}.{rel}")
+    }
 }
 
 fn cel_list(items: &[&str]) -> String {
@@ -229,19 +245,23 @@ fn batch_shape_rules(prefix: &str) -> Vec<PlacedRule> {
     );
     out.extend(place(
         &join(prefix, "spark"),
-        vec![Rule::new(
-            "has(self.mainJarFileUri) != has(self.mainClass)",
-            "set exactly one of spark.mainJarFileUri and spark.mainClass",
-        )
-        .at(".mainClass")],
+        vec![
+            Rule::new(
+                "has(self.mainJarFileUri) != has(self.mainClass)",
+                "set exactly one of spark.mainJarFileUri and spark.mainClass",
+            )
+            .at(".mainClass"),
+        ],
     ));
     out.extend(place(
         &join(prefix, "execution"),
-        vec![Rule::new(
-            "!(has(self.subnetworkUri) && has(self.networkUri))",
-            "subnetworkUri and networkUri are mutually exclusive (Dataproc takes one): set one",
-        )
-        .at(".networkUri")],
+        vec![
+            Rule::new(
+                "!(has(self.subnetworkUri) && has(self.networkUri))",
+                "subnetworkUri and networkUri are mutually exclusive (Dataproc takes one): set one",
+            )
+            .at(".networkUri"),
+        ],
     ));
     out.extend(place(
         &join(prefix, "runtime"),
@@ -259,13 +279,23 @@ pub fn tpu_slice_rules() -> Vec<PlacedRule> {
     const KIND: &str = "TpuSlice";
     let mut out = slice_shape_rules("spec");
     out.extend(place("spec.zone", vec![immutable_here(KIND, "zone")]));
-    out.extend(place("spec.runtimeVersion", vec![immutable_here(KIND, "runtimeVersion")]));
+    out.extend(place(
+        "spec.runtimeVersion",
+        vec![immutable_here(KIND, "runtimeVersion")],
+    ));
     out.extend(place(
         "spec",
-        ["project", "acceleratorType", "acceleratorConfig", "capacity", "serviceAccount", "adoptNodeId"]
-            .iter()
-            .map(|f| immutable_optional(KIND, f))
-            .collect(),
+        [
+            "project",
+            "acceleratorType",
+            "acceleratorConfig",
+            "capacity",
+            "serviceAccount",
+            "adoptNodeId",
+        ]
+        .iter()
+        .map(|f| immutable_optional(KIND, f))
+        .collect(),
     ));
     out.extend(place(
         "spec",
@@ -295,8 +325,17 @@ pub fn preprocess_batch_rules() -> Vec<PlacedRule> {
     out.extend(place(
         "spec",
         [
-            "project", "pyspark", "spark", "sparkSql", "sparkR", "runtime", "execution", "labels", "inputs",
-            "outputUri", "maxRetries",
+            "project",
+            "pyspark",
+            "spark",
+            "sparkSql",
+            "sparkR",
+            "runtime",
+            "execution",
+            "labels",
+            "inputs",
+            "outputUri",
+            "maxRetries",
         ]
         .iter()
         .map(|f| immutable_optional(KIND, f))
@@ -405,11 +444,13 @@ pub fn training_pipeline_rules() -> Vec<PlacedRule> {
     ));
     out.extend(place(
         "spec.training.vertex.scheduling",
-        vec![Rule::new(
-            "!has(self.maxWaitDuration) || (has(self.strategy) && self.strategy == 'FlexStart')",
-            "maxWaitDuration applies to strategy FlexStart only: remove it or set strategy: FlexStart",
-        )
-        .at(".maxWaitDuration")],
+        vec![
+            Rule::new(
+                "!has(self.maxWaitDuration) || (has(self.strategy) && self.strategy == 'FlexStart')",
+                "maxWaitDuration applies to strategy FlexStart only: remove it or set strategy: FlexStart",
+            )
+            .at(".maxWaitDuration"),
+        ],
     ));
     out.extend(slice_shape_rules("spec.training.tpuVm.slice"));
     out.extend(place(
@@ -422,7 +463,10 @@ pub fn training_pipeline_rules() -> Vec<PlacedRule> {
     ));
     out.extend(place(
         "spec",
-        ["project", "preprocess"].iter().map(|f| immutable_optional(KIND, f)).collect(),
+        ["project", "preprocess"]
+            .iter()
+            .map(|f| immutable_optional(KIND, f))
+            .collect(),
     ));
     for f in ["region", "artifacts", "training"] {
         out.extend(place(&format!("spec.{f}"), vec![immutable_here(KIND, f)]));

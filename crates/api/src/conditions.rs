@@ -215,7 +215,11 @@ pub fn set_kstatus(
         Progress::Idle => (false, false, false),
     };
     let mut changed = false;
-    for (type_, value) in [(types::READY, ready), (types::RECONCILING, reconciling), (types::STALLED, stalled)] {
+    for (type_, value) in [
+        (types::READY, ready),
+        (types::RECONCILING, reconciling),
+        (types::STALLED, stalled),
+    ] {
         let c = condition(type_, value, reason, message, observed_generation, now.clone());
         changed |= set_condition(conditions, c);
     }
@@ -251,21 +255,33 @@ mod tests {
     #[test]
     fn set_condition_inserts_then_only_bumps_time_on_status_flip() {
         let mut conds = vec![];
-        assert!(set_condition(&mut conds, condition(types::READY, false, reasons::CREATING, "a", Some(1), t(10))));
+        assert!(set_condition(
+            &mut conds,
+            condition(types::READY, false, reasons::CREATING, "a", Some(1), t(10))
+        ));
         assert_eq!(conds.len(), 1);
 
         // Same status, new reason: updated, but the transition time stays.
-        assert!(set_condition(&mut conds, condition(types::READY, false, reasons::PROVISIONING, "b", Some(1), t(20))));
+        assert!(set_condition(
+            &mut conds,
+            condition(types::READY, false, reasons::PROVISIONING, "b", Some(1), t(20))
+        ));
         assert_eq!(conds[0].reason, reasons::PROVISIONING);
         assert_eq!(conds[0].message, "b");
         assert_eq!(conds[0].last_transition_time, t(10));
 
         // Identical: no change reported.
-        assert!(!set_condition(&mut conds, condition(types::READY, false, reasons::PROVISIONING, "b", Some(1), t(30))));
+        assert!(!set_condition(
+            &mut conds,
+            condition(types::READY, false, reasons::PROVISIONING, "b", Some(1), t(30))
+        ));
         assert_eq!(conds[0].last_transition_time, t(10));
 
         // Flip: time bumps.
-        assert!(set_condition(&mut conds, condition(types::READY, true, reasons::NODE_READY, "c", Some(2), t(40))));
+        assert!(set_condition(
+            &mut conds,
+            condition(types::READY, true, reasons::NODE_READY, "c", Some(2), t(40))
+        ));
         assert_eq!(conds[0].status, "True");
         assert_eq!(conds[0].last_transition_time, t(40));
         assert_eq!(conds[0].observed_generation, Some(2));
@@ -275,31 +291,81 @@ mod tests {
     #[test]
     fn kstatus_triple_is_consistent() {
         let mut conds = vec![];
-        set_kstatus(&mut conds, Progress::Reconciling, reasons::WAITING_FOR_CAPACITY, "queued", Some(1), t(1));
+        set_kstatus(
+            &mut conds,
+            Progress::Reconciling,
+            reasons::WAITING_FOR_CAPACITY,
+            "queued",
+            Some(1),
+            t(1),
+        );
         assert_eq!(progress_of(&conds), Some(Progress::Reconciling));
         assert!(!is_true(&conds, types::READY));
         assert!(!is_true(&conds, types::STALLED));
         assert_eq!(conds.len(), 3);
 
-        set_kstatus(&mut conds, Progress::Stalled, reasons::QUOTA_EXCEEDED, "no quota", Some(1), t(2));
+        set_kstatus(
+            &mut conds,
+            Progress::Stalled,
+            reasons::QUOTA_EXCEEDED,
+            "no quota",
+            Some(1),
+            t(2),
+        );
         assert_eq!(progress_of(&conds), Some(Progress::Stalled));
         assert!(!is_true(&conds, types::RECONCILING));
-        assert_eq!(find_condition(&conds, types::STALLED).unwrap().last_transition_time, t(2));
+        assert_eq!(
+            find_condition(&conds, types::STALLED)
+                .unwrap()
+                .last_transition_time,
+            t(2)
+        );
         // Ready stayed False throughout: its transition time is the first one.
-        assert_eq!(find_condition(&conds, types::READY).unwrap().last_transition_time, t(1));
+        assert_eq!(
+            find_condition(&conds, types::READY).unwrap().last_transition_time,
+            t(1)
+        );
 
-        set_kstatus(&mut conds, Progress::Ready, reasons::SUCCEEDED, "done", Some(2), t(3));
+        set_kstatus(
+            &mut conds,
+            Progress::Ready,
+            reasons::SUCCEEDED,
+            "done",
+            Some(2),
+            t(3),
+        );
         assert_eq!(progress_of(&conds), Some(Progress::Ready));
-        assert!(!set_kstatus(&mut conds, Progress::Ready, reasons::SUCCEEDED, "done", Some(2), t(4)));
+        assert!(!set_kstatus(
+            &mut conds,
+            Progress::Ready,
+            reasons::SUCCEEDED,
+            "done",
+            Some(2),
+            t(4)
+        ));
 
-        set_kstatus(&mut conds, Progress::Idle, reasons::SUSPENDED, "suspended", Some(3), t(5));
+        set_kstatus(
+            &mut conds,
+            Progress::Idle,
+            reasons::SUSPENDED,
+            "suspended",
+            Some(3),
+            t(5),
+        );
         assert_eq!(progress_of(&conds), Some(Progress::Idle));
         assert_eq!(progress_of(&[]), None);
     }
 
     #[test]
     fn remove_condition_reports_presence() {
-        let mut conds = vec![condition(types::SPEC_DRIFT, true, reasons::DRIFTED, "x", None, t(1))];
+        let mut conds = vec![condition(
+            types::SPEC_DRIFT,
+            true,
+            reasons::DRIFTED,
+            "x",
+            None,
+            t(1),
+        )];
         assert!(remove_condition(&mut conds, types::SPEC_DRIFT));
         assert!(!remove_condition(&mut conds, types::SPEC_DRIFT));
     }

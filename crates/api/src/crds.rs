@@ -37,7 +37,10 @@ pub fn by_kind(kind: &str) -> Option<CustomResourceDefinition> {
 /// Adds the CEL rules of the CRD's kind to its schema.
 pub fn finish(crd: CustomResourceDefinition) -> Result<CustomResourceDefinition, CrdError> {
     let name = crd.metadata.name.clone().unwrap_or_default();
-    let err = |message: String| CrdError { crd: name.clone(), message };
+    let err = |message: String| CrdError {
+        crd: name.clone(),
+        message,
+    };
     let rules = cel::rules_for_kind(&crd.spec.names.kind);
     let mut json = serde_json::to_value(&crd).map_err(|e| err(e.to_string()))?;
     let versions = json
@@ -50,7 +53,10 @@ pub fn finish(crd: CustomResourceDefinition) -> Result<CustomResourceDefinition,
             .ok_or_else(|| err("no openAPIV3Schema".into()))?;
         for placed in &rules {
             let node = schema_node(schema, &placed.path).ok_or_else(|| {
-                err(format!("rule {:?} is placed at {}, which the schema does not have", placed.rule.rule, placed.path))
+                err(format!(
+                    "rule {:?} is placed at {}, which the schema does not have",
+                    placed.rule.rule, placed.path
+                ))
             })?;
             if let Some(field_path) = &placed.rule.field_path
                 && schema_node(node, field_path.trim_start_matches('.')).is_none()
@@ -65,7 +71,9 @@ pub fn finish(crd: CustomResourceDefinition) -> Result<CustomResourceDefinition,
                 .expect("schema nodes are objects")
                 .entry("x-kubernetes-validations")
                 .or_insert_with(|| Value::Array(vec![]));
-            list.as_array_mut().expect("x-kubernetes-validations is a list").push(placed.rule.to_json());
+            list.as_array_mut()
+                .expect("x-kubernetes-validations is a list")
+                .push(placed.rule.to_json());
         }
     }
     serde_json::from_value(json).map_err(|e| err(e.to_string()))
@@ -118,7 +126,12 @@ mod tests {
             let json = serde_json::to_string(crd).unwrap();
             let expected = cel::rules_for_kind(&crd.spec.names.kind).len();
             assert!(expected > 0);
-            assert_eq!(json.matches("\"rule\":").count() - label_rules(&json), expected, "{}", file_name(crd));
+            assert_eq!(
+                json.matches("\"rule\":").count() - label_rules(&json),
+                expected,
+                "{}",
+                file_name(crd)
+            );
         }
     }
 
@@ -146,16 +159,33 @@ mod tests {
                 "trainingpipelines.tpu-operator.dev.yaml"
             ]
         );
-        let short: Vec<_> = crds.iter().map(|c| c.spec.names.short_names.clone().unwrap()).collect();
-        assert_eq!(short, [vec!["tpus", "slice"], vec!["ppb"], vec!["tpl", "pipeline"]]);
+        let short: Vec<_> = crds
+            .iter()
+            .map(|c| c.spec.names.short_names.clone().unwrap())
+            .collect();
+        assert_eq!(
+            short,
+            [vec!["tpus", "slice"], vec!["ppb"], vec!["tpl", "pipeline"]]
+        );
         for crd in &crds {
-            assert_eq!(crd.spec.names.categories.as_deref(), Some(&["tpu-operator".to_string()][..]));
+            assert_eq!(
+                crd.spec.names.categories.as_deref(),
+                Some(&["tpu-operator".to_string()][..])
+            );
             assert_eq!(crd.spec.scope, "Namespaced");
             let v = &crd.spec.versions[0];
             assert!(v.subresources.as_ref().unwrap().status.is_some());
-            let columns: Vec<_> =
-                v.additional_printer_columns.as_ref().unwrap().iter().map(|c| c.name.as_str()).collect();
-            assert!(columns.starts_with(&["Phase", "Ready"]) && columns.ends_with(&["Age"]), "{columns:?}");
+            let columns: Vec<_> = v
+                .additional_printer_columns
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            assert!(
+                columns.starts_with(&["Phase", "Ready"]) && columns.ends_with(&["Age"]),
+                "{columns:?}"
+            );
         }
     }
 }

@@ -17,7 +17,10 @@ pub struct DurationError {
 
 /// Parses `[<n>d][<n>h][<n>m][<n>s]` (units in that order, each at most once, at least one).
 pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
-    let err = |reason| DurationError { input: input.to_string(), reason };
+    let err = |reason| DurationError {
+        input: input.to_string(),
+        reason,
+    };
     if input.is_empty() {
         return Err(err("empty"));
     }
@@ -88,7 +91,9 @@ mod tests {
     #[test]
     fn pattern_and_parser_agree() {
         let re = regex::Regex::new(crate::schema::DURATION).unwrap();
-        for s in ["24h", "3600s", "1h30m", "7d", "1d2h3m4s", "30m1h", "10", "h", "5w", "1h1h"] {
+        for s in [
+            "24h", "3600s", "1h30m", "7d", "1d2h3m4s", "30m1h", "10", "h", "5w", "1h1h",
+        ] {
             assert_eq!(re.is_match(s), parse_duration(s).is_ok(), "input {s:?}");
         }
     }

@@ -46,7 +46,11 @@ pub struct ObjectIdentity {
 impl ObjectIdentity {
     /// Convenience constructor.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>, uid: impl Into<String>) -> Self {
-        Self { namespace: namespace.into(), name: name.into(), uid: uid.into() }
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
     }
 
     /// 8 hex characters identifying this object (FNV-1a over the UID). Stable across releases:
@@ -69,7 +73,11 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 fn to_dns_chars(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars().flat_map(char::to_lowercase) {
-        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() { c } else { '-' };
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            c
+        } else {
+            '-'
+        };
         if !(c == '-' && out.ends_with('-')) {
             out.push(c);
         }
@@ -91,7 +99,11 @@ fn compose(prefix: &str, readable: &str, suffix: &str, max: usize) -> String {
         (false, false) => format!("{prefix}{body}"),
     };
     let head = head.trim_start_matches(|c: char| !c.is_ascii_lowercase());
-    if head.is_empty() { format!("t-{suffix}") } else { format!("{head}-{suffix}") }
+    if head.is_empty() {
+        format!("t-{suffix}")
+    } else {
+        format!("{head}-{suffix}")
+    }
 }
 
 /// TPU node id (also used for the queued resource that creates it): lowercase RFC 1035, ≤ 63
@@ -130,7 +142,10 @@ pub fn request_id(id: &ObjectIdentity, purpose: &str, attempt: u32) -> String {
 
 /// Vertex AI custom-job display name (≤ 128 characters; not unique, the UID label is the key).
 pub fn vertex_display_name(id: &ObjectIdentity) -> String {
-    format!("{}-{}", id.namespace, id.name).chars().take(128).collect()
+    format!("{}-{}", id.namespace, id.name)
+        .chars()
+        .take(128)
+        .collect()
 }
 
 /// Kubernetes name of an owned child, e.g. `<pipeline>-preprocess` or `<pipeline>-train`,
@@ -140,7 +155,12 @@ pub fn child_name(parent: &ObjectIdentity, suffix: &str) -> String {
     if full.len() <= MAX_ID_LEN {
         return full;
     }
-    compose("", &parent.name, &format!("{}-{suffix}", parent.short_hash()), MAX_ID_LEN)
+    compose(
+        "",
+        &parent.name,
+        &format!("{}-{suffix}", parent.short_hash()),
+        MAX_ID_LEN,
+    )
 }
 
 /// Sanitizes any string into a valid GCP label value: lowercase letters, digits, `_` and `-`,
@@ -148,7 +168,13 @@ pub fn child_name(parent: &ObjectIdentity, suffix: &str) -> String {
 pub fn sanitize_label_value(s: &str) -> String {
     s.chars()
         .flat_map(char::to_lowercase)
-        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(MAX_LABEL_VALUE_LEN)
         .collect()
 }
@@ -156,7 +182,10 @@ pub fn sanitize_label_value(s: &str) -> String {
 /// The identity labels of the team contract, sanitized to GCP label rules.
 pub fn identity_labels(id: &ObjectIdentity, cluster_id: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (labels::MANAGED_BY.to_string(), labels::MANAGED_BY_VALUE.to_string()),
+        (
+            labels::MANAGED_BY.to_string(),
+            labels::MANAGED_BY_VALUE.to_string(),
+        ),
         (labels::NAMESPACE.to_string(), sanitize_label_value(&id.namespace)),
         (labels::NAME.to_string(), sanitize_label_value(&id.name)),
         (labels::UID.to_string(), sanitize_label_value(&id.uid)),
@@ -240,7 +269,7 @@ mod tests {
     fn identity_labels_are_valid_gcp_labels() {
         let key = regex::Regex::new(crate::schema::LABEL_KEY).unwrap();
         let value = regex::Regex::new(crate::schema::LABEL_VALUE).unwrap();
-        let id = ObjectIdentity::new("Team.A", &"N".repeat(100), "3F2A9C4E-1B2D");
+        let id = ObjectIdentity::new("Team.A", "N".repeat(100), "3F2A9C4E-1B2D");
         let l = identity_labels(&id, "gke_demo-project_us-central1_prod");
         assert_eq!(l.len(), 5);
         assert_eq!(l[labels::MANAGED_BY], "tpu-operator");

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::{
     common::{CostEstimate, DeletionPolicy},
     schema::{
-        BUCKET_NAME, DURATION, GCS_URI, IMAGE, MAX_ARG_LENGTH, MAX_LIST_ITEMS, NETWORK_TAG, PROJECT_ID, REGION,
-        SERVICE_ACCOUNT_EMAIL,
+        BUCKET_NAME, DURATION, GCS_URI, IMAGE, MAX_ARG_LENGTH, MAX_LIST_ITEMS, NETWORK_TAG, PROJECT_ID,
+        REGION, SERVICE_ACCOUNT_EMAIL,
     },
 };
 
@@ -30,7 +30,11 @@ use crate::{
     category = "tpu-operator",
     doc = "A Spark preprocessing batch on Dataproc Serverless (one batch per attempt).",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
     printcolumn(name = "Attempts", type_ = "integer", json_path = ".status.attempts"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
@@ -237,7 +241,10 @@ pub struct ExecutionConfig {
     /// Cloud KMS key for encryption,
     /// `projects/<p>/locations/<l>/keyRings/<r>/cryptoKeys/<k>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 512), regex(pattern = r"^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$"))]
+    #[schemars(
+        length(max = 512),
+        regex(pattern = r"^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$")
+    )]
     pub kms_key: Option<String>,
     /// Maximum run time before Dataproc terminates the batch, 10m to 14d (Dataproc default 4h).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -36,7 +36,12 @@ fn render_crd(out: &mut String, crd: &Value) {
     }
     let short: Vec<String> = names["shortNames"]
         .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).map(|s| format!("`{s}`")).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(|s| format!("`{s}`"))
+                .collect()
+        })
         .unwrap_or_default();
     let _ = writeln!(
         out,
@@ -45,7 +50,11 @@ fn render_crd(out: &mut String, crd: &Value) {
         short.join(", "),
         version["additionalPrinterColumns"]
             .as_array()
-            .map(|cols| cols.iter().filter_map(|c| c["name"].as_str()).collect::<Vec<_>>().join(", "))
+            .map(|cols| cols
+                .iter()
+                .filter_map(|c| c["name"].as_str())
+                .collect::<Vec<_>>()
+                .join(", "))
             .unwrap_or_default()
     );
     for section in ["spec", "status"] {
@@ -59,19 +68,33 @@ fn render_crd(out: &mut String, crd: &Value) {
 
 fn walk(out: &mut String, path: &str, node: &Value, required: bool) {
     row(out, path, node, required);
-    let required_children: Vec<&str> =
-        node["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required_children: Vec<&str> = node["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     if let Some(props) = node["properties"].as_object() {
         for (name, child) in props {
-            walk(out, &format!("{path}.{name}"), child, required_children.contains(&name.as_str()));
+            walk(
+                out,
+                &format!("{path}.{name}"),
+                child,
+                required_children.contains(&name.as_str()),
+            );
         }
     }
     if node["type"] == "array" && node["items"]["properties"].is_object() {
         let items = &node["items"];
-        let req: Vec<&str> =
-            items["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let req: Vec<&str> = items["required"]
+            .as_array()
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
         for (name, child) in items["properties"].as_object().into_iter().flatten() {
-            walk(out, &format!("{path}[].{name}"), child, req.contains(&name.as_str()));
+            walk(
+                out,
+                &format!("{path}[].{name}"),
+                child,
+                req.contains(&name.as_str()),
+            );
         }
     }
 }
@@ -94,7 +117,10 @@ fn row(out: &mut String, path: &str, node: &Value, required: bool) {
         checks.push("required".into());
     }
     if let Some(values) = node["enum"].as_array() {
-        let v: Vec<String> = values.iter().map(|v| format!("`{}`", v.as_str().unwrap_or_default())).collect();
+        let v: Vec<String> = values
+            .iter()
+            .map(|v| format!("`{}`", v.as_str().unwrap_or_default()))
+            .collect();
         checks.push(format!("one of {}", v.join(", ")));
     }
     if let Some(d) = node.get("default") {
@@ -119,11 +145,20 @@ fn row(out: &mut String, path: &str, node: &Value, required: bool) {
         checks.push(format!("values match `{p}`"));
     }
     if node["x-kubernetes-list-type"] == "map" {
-        checks.push(format!("list-map keyed by {}", node["x-kubernetes-list-map-keys"]));
+        checks.push(format!(
+            "list-map keyed by {}",
+            node["x-kubernetes-list-map-keys"]
+        ));
     }
     for rule in node["x-kubernetes-validations"].as_array().into_iter().flatten() {
-        let target = rule["fieldPath"].as_str().map(|f| format!(" ({path}{f})")).unwrap_or_default();
-        checks.push(format!("CEL{target}: {}", rule["message"].as_str().unwrap_or_default()));
+        let target = rule["fieldPath"]
+            .as_str()
+            .map(|f| format!(" ({path}{f})"))
+            .unwrap_or_default();
+        checks.push(format!(
+            "CEL{target}: {}",
+            rule["message"].as_str().unwrap_or_default()
+        ));
     }
     let cell = |s: &str| s.replace('|', "\\|");
     let _ = writeln!(

@@ -33,7 +33,8 @@ pub const RFC1035_ID: &str = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
 /// Service account e-mail.
 pub const SERVICE_ACCOUNT_EMAIL: &str = r"^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+$";
 /// Container image reference (registry/repo[:tag][@digest]); lowercase repository path.
-pub const IMAGE: &str = r"^[a-z0-9]([a-z0-9._/:-]*[a-z0-9])?(:[A-Za-z0-9_.-]{1,128})?(@sha256:[a-f0-9]{64})?$";
+pub const IMAGE: &str =
+    r"^[a-z0-9]([a-z0-9._/:-]*[a-z0-9])?(:[A-Za-z0-9_.-]{1,128})?(@sha256:[a-f0-9]{64})?$";
 /// Environment variable name.
 pub const ENV_NAME: &str = r"^[A-Za-z_][A-Za-z0-9_]*$";
 /// Network tag (Compute Engine firewall tag): RFC 1035.

@@ -12,8 +12,8 @@ use crate::{
     accelerator::TpuGeneration,
     common::{ContainerSpec, CostEstimate, DeletionPolicy},
     schema::{
-        ACCELERATOR_TYPE, DURATION, MAX_LIST_ITEMS, NETWORK_TAG, PROJECT_ID, RFC1035_ID, SERVICE_ACCOUNT_EMAIL,
-        TOPOLOGY, ZONE,
+        ACCELERATOR_TYPE, DURATION, MAX_LIST_ITEMS, NETWORK_TAG, PROJECT_ID, RFC1035_ID,
+        SERVICE_ACCOUNT_EMAIL, TOPOLOGY, ZONE,
     },
 };
 
@@ -32,7 +32,11 @@ use crate::{
     category = "tpu-operator",
     doc = "A Cloud TPU VM slice (one TPU node, optionally requested through a queued resource for spot, reserved or queued capacity).",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Accelerator", type_ = "string", json_path = ".status.acceleratorType"),
     printcolumn(name = "Zone", type_ = "string", json_path = ".spec.zone"),
     printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips"),
@@ -170,7 +174,10 @@ pub struct Capacity {
 pub struct ReservedCapacity {
     /// Reservation name, short (`my-reservation`) or full
     /// (`projects/<p>/locations/<zone>/reservations/<r>`).
-    #[schemars(length(min = 1, max = 256), regex(pattern = r"^(projects/[^/]+/locations/[^/]+/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^(projects/[^/]+/locations/[^/]+/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+    )]
     pub reservation_name: String,
 }
 
@@ -241,7 +248,13 @@ pub struct ServiceAccount {
     pub email: String,
     /// OAuth scopes (default: `https://www.googleapis.com/auth/cloud-platform`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32), inner(length(max = 256), regex(pattern = r"^https://www\.googleapis\.com/auth/[a-z0-9._-]+$")))]
+    #[schemars(
+        length(max = 32),
+        inner(
+            length(max = 256),
+            regex(pattern = r"^https://www\.googleapis\.com/auth/[a-z0-9._-]+$")
+        )
+    )]
     pub scopes: Vec<String>,
 }
 
@@ -262,7 +275,9 @@ fn default_max_recreations() -> i32 {
 
 impl Default for PreemptionPolicy {
     fn default() -> Self {
-        Self { max_recreations: default_max_recreations() }
+        Self {
+            max_recreations: default_max_recreations(),
+        }
     }
 }
 

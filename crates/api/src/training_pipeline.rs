@@ -30,7 +30,11 @@ use crate::{
     category = "tpu-operator",
     doc = "A Cloud TPU training pipeline: Dataproc Serverless preprocessing, then training on a TPU VM slice or as a Vertex AI custom job.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Stage", type_ = "string", json_path = ".status.currentStage"),
     printcolumn(name = "Accelerator", type_ = "string", json_path = ".status.acceleratorType"),
     printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips", priority = 1),
@@ -156,7 +160,10 @@ pub struct VertexTraining {
     /// Vertex TensorBoard instance to stream logs to,
     /// `projects/<p>/locations/<l>/tensorboards/<id>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 256), regex(pattern = r"^projects/[^/]+/locations/[^/]+/tensorboards/[^/]+$"))]
+    #[schemars(
+        length(max = 256),
+        regex(pattern = r"^projects/[^/]+/locations/[^/]+/tensorboards/[^/]+$")
+    )]
     pub tensorboard: Option<String>,
     /// Boot disk of each worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
