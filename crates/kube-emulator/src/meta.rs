@@ -1,0 +1,187 @@
+//! ObjectMeta helpers: field access on JSON objects, timestamps, names.
+
+use rand::Rng;
+use regex::Regex;
+use serde_json::{Map, Value, json};
+use std::sync::LazyLock;
+
+pub fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+pub fn meta(obj: &Value) -> &Value {
+    static EMPTY: LazyLock<Value> = LazyLock::new(|| json!({}));
+    obj.get("metadata").unwrap_or(&EMPTY)
+}
+
+/// `metadata` as a mutable map, created when missing or not an object.
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = json!({});
+    }
+    let map = obj.as_object_mut().expect("object");
+    let m = map.entry("metadata").or_insert_with(|| json!({}));
+    if !m.is_object() {
+        *m = json!({});
+    }
+    m.as_object_mut().expect("metadata object")
+}
+
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    meta(obj).get(field).and_then(Value::as_str)
+}
+
+pub fn name(obj: &Value) -> &str {
+    meta_str(obj, "name").unwrap_or_default()
+}
+
+pub fn namespace(obj: &Value) -> &str {
+    meta_str(obj, "namespace").unwrap_or_default()
+}
+
+pub fn uid(obj: &Value) -> &str {
+    meta_str(obj, "uid").unwrap_or_default()
+}
+
+pub fn resource_version(obj: &Value) -> &str {
+    meta_str(obj, "resourceVersion").unwrap_or_default()
+}
+
+pub fn is_deleting(obj: &Value) -> bool {
+    meta(obj).get("deletionTimestamp").is_some_and(|v| !v.is_null())
+}
+
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)
+        .get("finalizers")
+        .and_then(Value::as_array)
+        .map(|f| f.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+pub fn set_finalizers(obj: &mut Value, finalizers: &[String]) {
+    let m = meta_mut(obj);
+    if finalizers.is_empty() {
+        m.remove("finalizers");
+    } else {
+        m.insert("finalizers".into(), json!(finalizers));
+    }
+}
+
+pub fn labels(obj: &Value) -> Map<String, Value> {
+    meta(obj)
+        .get("labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `(uid, blockOwnerDeletion)` of each ownerReference.
+pub fn owner_uids(obj: &Value) -> Vec<(String, bool)> {
+    meta(obj)
+        .get("ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| {
+                    let uid = r.get("uid")?.as_str()?.to_string();
+                    let block = r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true);
+                    Some((uid, block))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The 5 random characters the apiserver appends to `generateName` (no vowels, no look-alikes).
+pub fn generate_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").expect("regex")
+});
+static DNS_LABEL: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").expect("regex"));
+
+/// Checks a name like `ValidateObjectMeta` does; returns the field error message.
+pub fn validate_name(name: &str, dns_label: bool) -> Option<String> {
+    if dns_label {
+        if name.len() > 63 {
+            return Some(format!(
+                "Invalid value: {name:?}: must be no more than 63 characters"
+            ));
+        }
+        if !DNS_LABEL.is_match(name) {
+            return Some(format!(
+                "Invalid value: {name:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+            ));
+        }
+    } else {
+        if name.len() > 253 {
+            return Some(format!(
+                "Invalid value: {name:?}: must be no more than 253 characters"
+            ));
+        }
+        if !DNS_SUBDOMAIN.is_match(name) {
+            return Some(format!(
+                "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            ));
+        }
+    }
+    None
+}
+
+/// Go's `duration.HumanDuration`, used for AGE cells.
+pub fn human_duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    if s < 60 * 2 {
+        return format!("{s}s");
+    }
+    let minutes = s / 60;
+    if minutes < 10 {
+        let rem = s % 60;
+        return if rem == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{rem}s")
+        };
+    }
+    if minutes < 60 * 3 {
+        return format!("{minutes}m");
+    }
+    let hours = minutes / 60;
+    if hours < 8 {
+        let rem = minutes % 60;
+        return if rem == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{rem}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let rem = hours % 24;
+        return if rem == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{rem}h", hours / 24)
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+/// Seconds since an RFC 3339 timestamp.
+pub fn age_seconds(timestamp: &str) -> Option<i64> {
+    let t = chrono::DateTime::parse_from_rfc3339(timestamp).ok()?;
+    Some((chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds())
+}
