@@ -90,7 +90,7 @@ fn check_config(b: &Value) -> ApiResult<()> {
         return Err(ApiError::invalid_field(
             "batch.batch_config",
             format!(
-                "Invalid value at 'batch': exactly one of pyspark_batch, spark_batch, spark_r_batch, spark_sql_batch, pyspark_notebook_batch must be set (got {})",
+                "Invalid value at 'batch.batch_config': exactly one of pyspark_batch, spark_batch, spark_r_batch, spark_sql_batch, pyspark_notebook_batch must be set (got {})",
                 set.len()
             ),
         ));
