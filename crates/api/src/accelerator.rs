@@ -41,6 +41,14 @@ pub enum TpuGeneration {
 pub const LITE_SIZES: [u32; 8] = [1, 4, 8, 16, 32, 64, 128, 256];
 /// The topology of each v5e / v6e size, index-aligned with [`LITE_SIZES`].
 pub const LITE_TOPOLOGIES: [&str; 8] = ["1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"];
+/// Chip counts of TPU v2 slices (v2-8 ... v2-512).
+pub const V2_SIZES: [u32; 5] = [4, 16, 64, 128, 256];
+/// Topologies of TPU v2 slices, index-aligned with [`V2_SIZES`].
+pub const V2_TOPOLOGIES: [&str; 5] = ["2x2", "4x4", "8x8", "8x16", "16x16"];
+/// Chip counts of TPU v3 slices (v3-8 ... v3-2048).
+pub const V3_SIZES: [u32; 8] = [4, 16, 32, 64, 128, 256, 512, 1024];
+/// Topologies of TPU v3 slices, index-aligned with [`V3_SIZES`].
+pub const V3_TOPOLOGIES: [&str; 8] = ["2x2", "4x4", "4x8", "8x8", "8x16", "16x16", "16x32", "32x32"];
 
 impl TpuGeneration {
     /// All generations, oldest first.
@@ -96,11 +104,20 @@ impl TpuGeneration {
 
     /// Whether `chips` is a size this generation is sold in.
     pub fn is_valid_size(self, chips: u32) -> bool {
+        match self.fixed_sizes() {
+            Some((sizes, _)) => sizes.contains(&chips),
+            None => chips >= 4 && chips.is_multiple_of(4) && chips <= self.max_chips(),
+        }
+    }
+
+    /// For generations sold in a fixed list of sizes (v2, v3, v5e, v6e): the chip counts and
+    /// their topologies, index-aligned. `None` for v4 and v5p (any multiple of 4 chips).
+    pub fn fixed_sizes(self) -> Option<(&'static [u32], &'static [&'static str])> {
         match self {
-            Self::V5e | Self::V6e => LITE_SIZES.contains(&chips),
-            Self::V2 => [4, 16, 64, 128, 256].contains(&chips),
-            Self::V3 => [4, 16, 32, 64, 128, 256, 512, 1024].contains(&chips),
-            Self::V4 | Self::V5p => chips >= 4 && chips.is_multiple_of(4) && chips <= self.max_chips(),
+            Self::V2 => Some((&V2_SIZES, &V2_TOPOLOGIES)),
+            Self::V3 => Some((&V3_SIZES, &V3_TOPOLOGIES)),
+            Self::V5e | Self::V6e => Some((&LITE_SIZES, &LITE_TOPOLOGIES)),
+            Self::V4 | Self::V5p => None,
         }
     }
 
@@ -252,10 +269,12 @@ pub fn shape_from_config(generation: TpuGeneration, topology: &str) -> Result<Sl
         )));
     }
     let chips: u32 = dims.iter().product();
-    if matches!(generation, TpuGeneration::V5e | TpuGeneration::V6e) && !LITE_TOPOLOGIES.contains(&topology) {
+    if let Some((_, topologies)) = generation.fixed_sizes()
+        && !topologies.contains(&topology)
+    {
         return Err(mismatch(format!(
             "{generation} topologies are {}",
-            LITE_TOPOLOGIES.join(", ")
+            topologies.join(", ")
         )));
     }
     if !generation.is_valid_size(chips) {
@@ -524,6 +543,11 @@ mod tests {
         assert!(shape_from_config(V4, "2x2").is_err(), "v4 is 3-D");
         assert!(shape_from_config(V6e, "4x2").is_err(), "v6e uses 2x4, not 4x2");
         assert!(shape_from_config(V4, "1x1x3").is_err(), "3 chips is no v4 size");
+        assert!(
+            shape_from_config(V2, "1x4").is_err(),
+            "v2 slices are square-ish: 2x2"
+        );
+        assert_eq!(shape_from_config(V3, "4x8").unwrap().accelerator_type(), "v3-64");
     }
 
     #[test]

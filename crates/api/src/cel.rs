@@ -14,7 +14,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::accelerator::LITE_TOPOLOGIES;
+use crate::accelerator::TpuGeneration;
 
 /// One `x-kubernetes-validations` entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,8 +134,6 @@ fn immutable_here(kind: &str, field: &str) -> Rule {
 /// Shape rules of a TpuSlice spec, placed at `prefix` (the spec node) — shared by `TpuSlice.spec`
 /// and `TrainingPipeline.spec.training.tpuVm.slice`.
 fn slice_shape_rules(prefix: &str) -> Vec<PlacedRule> {
-    let lite = cel_list(&LITE_TOPOLOGIES);
-    let lite_sizes = cel_list(&["1", "4", "8", "16", "32", "64", "128", "256"]);
     let mut out = place(
         prefix,
         vec![
@@ -161,50 +159,55 @@ fn slice_shape_rules(prefix: &str) -> Vec<PlacedRule> {
     );
     out.extend(place(
         &join(prefix, "acceleratorType"),
-        vec![
+        vec![accelerator_type_size_rule()],
+    ));
+    let mut config_rules = vec![
+        Rule::new(
+            "self.type in ['V4', 'V5P'] ? self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$') : self.topology.matches('^[0-9]+x[0-9]+$')",
+            "V4 and V5P take 3-D topologies (e.g. 2x2x1); V2, V3, V5LITE_POD and V6E take 2-D ones (e.g. 2x4)",
+        )
+        .message_expression(
+            "'topology ' + self.topology + ' does not fit type ' + self.type + ': V4 and V5P take 3-D topologies (e.g. 2x2x1), V2, V3, V5LITE_POD and V6E 2-D ones (e.g. 2x4)'",
+        )
+        .at(".topology"),
+    ];
+    for generation in TpuGeneration::ALL {
+        let Some((_, topologies)) = generation.fixed_sizes() else {
+            continue;
+        };
+        let name = generation.api_name();
+        config_rules.push(
             Rule::new(
                 format!(
-                    "(self.startsWith('v5litepod-') || self.startsWith('v6e-')) ? self.split('-')[1] in {lite_sizes} : (int(self.split('-')[1]) >= 8 && int(self.split('-')[1]) % 8 == 0)"
+                    "self.type != '{name}' || self.topology in {}",
+                    cel_list(topologies)
                 ),
-                "v5litepod-N and v6e-N count chips (N = 1, 4, 8, 16, 32, 64, 128 or 256); v2/v3/v4/v5p-N count TensorCores, a multiple of 8 (v4-8, v4-16, v5p-8, ...)",
-            )
-            .message_expression(
-                "'acceleratorType ' + self + ' is not a TPU size: v5litepod-N and v6e-N take N = 1, 4, 8, 16, 32, 64, 128 or 256 chips; v2/v3/v4/v5p-N count TensorCores, a multiple of 8 (v4-8, v4-16, v5p-8)'",
-            ),
-        ],
-    ));
-    out.extend(place(
-        &join(prefix, "acceleratorConfig"),
-        vec![
-            Rule::new(
-                "self.type in ['V4', 'V5P'] ? self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$') : self.topology.matches('^[0-9]+x[0-9]+$')",
-                "V4 and V5P take 3-D topologies (e.g. 2x2x1); V2, V3, V5LITE_POD and V6E take 2-D ones (e.g. 2x4)",
-            )
-            .message_expression(
-                "'topology ' + self.topology + ' does not fit type ' + self.type + ': V4 and V5P take 3-D topologies (e.g. 2x2x1), V2, V3, V5LITE_POD and V6E 2-D ones (e.g. 2x4)'",
-            )
-            .at(".topology"),
-            Rule::new(
-                format!("!(self.type in ['V5LITE_POD', 'V6E']) || self.topology in {lite}"),
-                format!("V5LITE_POD and V6E slices have the topologies {}", LITE_TOPOLOGIES.join(", ")),
+                format!("{name} slices have the topologies {}", topologies.join(", ")),
             )
             .message_expression(format!(
-                "'topology ' + self.topology + ' is not a ' + self.type + ' slice: use one of {}'",
-                LITE_TOPOLOGIES.join(", ")
+                "'topology ' + self.topology + ' is not a {name} slice: use one of {}'",
+                topologies.join(", ")
             ))
             .at(".topology"),
-            Rule::new(
-                "!(self.type in ['V2', 'V3']) || self.topology in ['2x2', '4x4', '4x8', '8x8', '8x16', '16x16', '16x32', '32x32']",
-                "V2 and V3 slices have the topologies 2x2 (v2-8 / v3-8), 4x4, 4x8, 8x8, 8x16, 16x16, 16x32, 32x32",
-            )
-            .at(".topology"),
-            Rule::new(
-                "!(self.type in ['V4', 'V5P']) || !self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$') || (int(self.topology.split('x')[0]) * int(self.topology.split('x')[1]) * int(self.topology.split('x')[2])) % 4 == 0",
-                "V4 and V5P hosts carry 4 chips: the topology's chip count (product of its dimensions) must be a multiple of 4, e.g. 2x2x1 or 2x2x2",
-            )
-            .at(".topology"),
-        ],
-    ));
+        );
+    }
+    let product = "int(self.topology.split('x')[0]) * int(self.topology.split('x')[1]) * int(self.topology.split('x')[2])";
+    config_rules.push(
+        Rule::new(
+            format!(
+                "!(self.type in ['V4', 'V5P']) || !self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$') || (({product}) % 4 == 0 && ({product}) <= (self.type == 'V4' ? {} : {}))",
+                TpuGeneration::V4.max_chips(),
+                TpuGeneration::V5p.max_chips()
+            ),
+            format!(
+                "V4 and V5P hosts carry 4 chips: the topology's chip count (product of its dimensions) must be a multiple of 4, e.g. 2x2x1 or 2x2x2, and at most {} (V4) / {} (V5P)",
+                TpuGeneration::V4.max_chips(),
+                TpuGeneration::V5p.max_chips()
+            ),
+        )
+        .at(".topology"),
+    );
+    out.extend(place(&join(prefix, "acceleratorConfig"), config_rules));
     out.extend(place(
         &join(prefix, "capacity"),
         vec![Rule::new(
@@ -228,6 +231,49 @@ fn slice_shape_rules(prefix: &str) -> Vec<PlacedRule> {
         ],
     ));
     out
+}
+
+/// `acceleratorType` sizes per generation, generated from [`TpuGeneration`] so CEL and
+/// [`crate::accelerator::parse_accelerator_type`] agree (the schema test checks they do).
+fn accelerator_type_size_rule() -> Rule {
+    let n = "self.split('-')[1]";
+    let mut expr = String::new();
+    let mut help = Vec::new();
+    for generation in TpuGeneration::ALL {
+        let prefix = generation.prefix();
+        let scale = if generation.suffix_counts_cores() { 2 } else { 1 };
+        if let Some((sizes, _)) = generation.fixed_sizes() {
+            let allowed: Vec<String> = sizes.iter().map(|c| (c * scale).to_string()).collect();
+            let refs: Vec<&str> = allowed.iter().map(String::as_str).collect();
+            expr.push_str(&format!(
+                "self.startsWith('{prefix}-') ? {n} in {} : ",
+                cel_list(&refs)
+            ));
+            help.push(format!("{prefix}-N: N = {}", allowed.join(", ")));
+        }
+    }
+    let cores = |g: TpuGeneration| {
+        format!(
+            "(int({n}) >= 8 && int({n}) % 8 == 0 && int({n}) <= {})",
+            g.max_chips() * 2
+        )
+    };
+    expr.push_str(&format!(
+        "self.startsWith('v4-') ? {} : {}",
+        cores(TpuGeneration::V4),
+        cores(TpuGeneration::V5p)
+    ));
+    for g in [TpuGeneration::V4, TpuGeneration::V5p] {
+        help.push(format!(
+            "{}-N: N = TensorCores, a multiple of 8 up to {}",
+            g.prefix(),
+            g.max_chips() * 2
+        ));
+    }
+    let help = help.join("; ");
+    Rule::new(expr, format!("not a TPU size ({help})")).message_expression(format!(
+        "'acceleratorType ' + self + ' is not a TPU size ({help})'"
+    ))
 }
 
 /// Shape rules of a Dataproc batch workload placed at `prefix` — shared by `PreprocessBatch.spec`

@@ -274,3 +274,104 @@ fn collect_rules(node: &Value, f: &mut dyn FnMut(&str)) {
         _ => {}
     }
 }
+
+/// A validator for one schema node of a kind, wrapped as property `x` of an object root, so
+/// thousands of small values can be checked quickly against exactly the rules on that node.
+fn node_validator(kind: &str, path: &str) -> CrdValidator {
+    let crd = serde_json::to_value(crds::by_kind(kind).unwrap()).unwrap();
+    let mut schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
+    let node = crds::schema_node(&mut schema, path).unwrap().clone();
+    let root = serde_json::json!({"type": "object", "properties": {"x": node}});
+    CrdValidator::from_schema(root).unwrap()
+}
+
+fn topology_grid() -> Vec<String> {
+    let two = [1, 2, 3, 4, 8, 16, 32];
+    let three = [1, 2, 4, 8, 16];
+    let mut out: Vec<String> = two
+        .iter()
+        .flat_map(|a| two.iter().map(move |b| format!("{a}x{b}")))
+        .collect();
+    for a in three {
+        for b in three {
+            for c in three {
+                out.push(format!("{a}x{b}x{c}"));
+            }
+        }
+    }
+    out
+}
+
+/// Admission (CEL + patterns) and the Rust helpers the controllers use agree on every
+/// accelerator type and topology, so nothing admitted fails at reconcile and nothing valid is
+/// refused.
+#[test]
+fn admission_agrees_with_accelerator_helpers() {
+    use tpu_operator_api::accelerator::{TpuGeneration, parse_accelerator_type, shape_from_config};
+    let types = node_validator("TpuSlice", "spec.acceleratorType");
+    let sizes = [
+        1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096, 8192, 17920, 20000,
+    ];
+    let mut disagreements = Vec::new();
+    for generation in TpuGeneration::ALL {
+        for n in sizes {
+            let t = format!("{}-{n}", generation.prefix());
+            let admitted = types.validate(&serde_json::json!({"x": t}), None).is_ok();
+            if admitted != parse_accelerator_type(&t).is_ok() {
+                disagreements.push(format!("acceleratorType {t}: admitted={admitted}"));
+            }
+        }
+    }
+    let configs = node_validator("TpuSlice", "spec.acceleratorConfig");
+    for generation in TpuGeneration::ALL {
+        for topology in topology_grid() {
+            let value = serde_json::json!({"x": {"type": generation.api_name(), "topology": topology}});
+            let admitted = configs.validate(&value, None).is_ok();
+            if admitted != shape_from_config(generation, &topology).is_ok() {
+                disagreements.push(format!(
+                    "acceleratorConfig {} {topology}: admitted={admitted}",
+                    generation.api_name()
+                ));
+            }
+        }
+    }
+    assert!(
+        disagreements.is_empty(),
+        "CEL and accelerator.rs disagree:\n{}",
+        disagreements.join("\n")
+    );
+}
+
+#[test]
+fn admission_agrees_with_vertex_machine_type_table() {
+    use tpu_operator_api::accelerator::VertexMachineType;
+    let vertex = node_validator("TrainingPipeline", "spec.training.vertex");
+    let mut disagreements = Vec::new();
+    for machine in VertexMachineType::ALL {
+        let mut topologies: Vec<Option<String>> = topology_grid().into_iter().map(Some).collect();
+        topologies.push(None);
+        for topology in topologies {
+            let mut job =
+                serde_json::json!({"machineType": machine.as_str(), "container": {"image": "trainer:1"}});
+            if machine == VertexMachineType::CloudTpu {
+                job["acceleratorType"] = "TPU_V2".into();
+                job["acceleratorCount"] = 8.into();
+            }
+            if let Some(t) = &topology {
+                job["tpuTopology"] = t.clone().into();
+            }
+            let admitted = vertex.validate(&serde_json::json!({"x": job}), None).is_ok();
+            if admitted != machine.check_topology(topology.as_deref()).is_ok() {
+                disagreements.push(format!(
+                    "{} tpuTopology {topology:?}: admitted={admitted}",
+                    machine.as_str()
+                ));
+            }
+        }
+    }
+    assert!(
+        disagreements.is_empty(),
+        "CEL and the machine-type table disagree:\n{}",
+        disagreements.join("\n")
+    );
+}
