@@ -1,6 +1,10 @@
 //! `tpu-operator crds`: print or write the generated CRDs and the CRD reference.
 
-use std::{fs, path::PathBuf};
+use std::{
+    fs,
+    io::{self, Write},
+    path::PathBuf,
+};
 
 use anyhow::Context;
 use clap::Args;
@@ -19,7 +23,7 @@ pub struct CrdsArgs {
 /// Runs the subcommand.
 pub fn run(args: &CrdsArgs) -> anyhow::Result<()> {
     match &args.out {
-        None if args.reference.is_none() => print!("{}", tpu_operator_api::crds::render_stream()),
+        None if args.reference.is_none() => print_stdout(&tpu_operator_api::crds::render_stream())?,
         None => {}
         Some(dir) => {
             fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -36,4 +40,12 @@ pub fn run(args: &CrdsArgs) -> anyhow::Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Writes to stdout; a closed pipe (`tpu-operator crds | head`) is not an error.
+fn print_stdout(text: &str) -> anyhow::Result<()> {
+    match io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing the CRDs to stdout"),
+    }
 }
