@@ -49,6 +49,8 @@ fn target(path: &str) -> Option<Target> {
         ("/tpu/v2/", Svc::Tpu),
         ("/dataproc/v1/", Svc::Dataproc),
         ("/vertex/v1/", Svc::Vertex),
+        // The Vertex Rust client sends operations calls to `/ui/{name}`: the same v1 surface.
+        ("/vertex/ui/", Svc::Vertex),
     ];
     for (p, svc) in cloud {
         if let Some(rest) = path.strip_prefix(p) {
