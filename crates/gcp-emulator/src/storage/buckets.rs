@@ -40,8 +40,14 @@ pub fn bucket_meta(w: &mut World, name: &str, project: &str, req: &Value) -> Val
         "locationType": if location == "US" || location == "EU" || location == "ASIA" { "multi-region" } else { "region" },
         "storageClass": req["storageClass"].as_str().unwrap_or("STANDARD"),
         "etag": "CAE=",
-        "rpo": "DEFAULT",
     });
+    if m["locationType"] == "multi-region" {
+        // Replication settings only exist for multi/dual-region buckets (golden logs).
+        m["rpo"] = json!("DEFAULT");
+    } else {
+        // Single-region buckets report zone isolation (golden logs).
+        m["satisfiesPZI"] = json!(true);
+    }
     if let Some(h) = req.get("hierarchicalNamespace") {
         m["hierarchicalNamespace"] = h.clone();
     }

@@ -447,7 +447,8 @@ pub fn fire_update_op(w: &mut World, op_name: &str) {
         .and_then(|o| o.body["metadata"]["target"].as_str().map(str::to_string));
     match target.and_then(|t| w.nodes.get(&t)) {
         Some(rec) => {
-            let resp = op_copy(rec);
+            // Unlike create's, the update operation's copy keeps `health` (golden log).
+            let resp = lro::any(NODE_TYPE, &view(rec));
             lro::finish_ok(w, op_name, resp);
         }
         None => lro::finish_err(

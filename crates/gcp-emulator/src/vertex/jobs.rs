@@ -39,8 +39,7 @@ impl JobRec {
 pub fn job_name(project_number: &str, location: &str, id: &str) -> ApiResult<String> {
     if id.is_empty() || !id.bytes().all(|c| c.is_ascii_digit()) {
         // Verbatim from the real service (golden log).
-        return Err(ApiError::invalid_field(
-            "name",
+        return Err(ApiError::invalid(
             "List of found errors:\t1.Field: name; Message: Invalid CustomJob resource name.\t",
         ));
     }
