@@ -334,9 +334,9 @@ pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
     all.sort_by(|a, b| {
         (b.body["createTime"].as_str(), b.create_seq).cmp(&(a.body["createTime"].as_str(), a.create_seq))
     });
-    let bodies: Vec<Value> = all.into_iter().map(|r| r.body.clone()).collect();
     let size = q.page_size("pageSize", 20, 1000)?;
-    let (items, next) = crate::wire::query::paginate(&bodies, size, q.get("pageToken"))?;
+    let (page, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    let items = page.into_iter().map(|r| r.body.clone()).collect();
     Ok(Reply::list(
         "batches",
         Svc::Dataproc,

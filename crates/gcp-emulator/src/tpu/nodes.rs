@@ -283,14 +283,15 @@ pub fn get(w: &World, name: &str) -> ApiResult<Reply> {
 
 pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
     let prefix = format!("{parent}/nodes/");
-    let all: Vec<Value> = w
+    let all: Vec<&NodeRec> = w
         .nodes
         .range(prefix.clone()..)
         .take_while(|(k, _)| k.starts_with(&prefix))
-        .map(|(_, r)| view(r))
+        .map(|(_, r)| r)
         .collect();
     let size = q.page_size("pageSize", 1000, 1000)?;
-    let (items, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    let (page, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    let items = page.into_iter().map(view).collect();
     Ok(Reply::list(
         "nodes",
         Svc::Tpu,

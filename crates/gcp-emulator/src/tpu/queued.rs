@@ -198,14 +198,15 @@ pub fn get(w: &World, name: &str) -> ApiResult<Reply> {
 
 pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
     let prefix = format!("{parent}/queuedResources/");
-    let all: Vec<Value> = w
+    let all: Vec<&QrRec> = w
         .qrs
         .range(prefix.clone()..)
         .take_while(|(k, _)| k.starts_with(&prefix))
-        .map(|(_, r)| r.body.clone())
+        .map(|(_, r)| r)
         .collect();
     let size = q.page_size("pageSize", 1000, 1000)?;
-    let (items, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    let (page, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    let items = page.into_iter().map(|r| r.body.clone()).collect();
     Ok(Reply::list(
         "queuedResources",
         Svc::Tpu,

@@ -211,7 +211,9 @@ pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
             .filter(|p| !p.is_empty())
             .collect()
     });
-    let bodies: Vec<Value> = all
+    let size = q.page_size("pageSize", 100, 1000)?;
+    let (page, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    let items: Vec<Value> = page
         .into_iter()
         .map(|r| match &mask {
             None => r.body.clone(),
@@ -226,8 +228,6 @@ pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
             }
         })
         .collect();
-    let size = q.page_size("pageSize", 100, 1000)?;
-    let (items, next) = crate::wire::query::paginate(&bodies, size, q.get("pageToken"))?;
     Ok(Reply::list(
         "customJobs",
         Svc::Vertex,
