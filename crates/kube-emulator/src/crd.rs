@@ -125,6 +125,7 @@ pub fn resource_types(crd: &Value) -> Result<Vec<ResourceType>, Invalid> {
             has_generation: true,
             custom: true,
             storage_key: format!("{group}/{plural}"),
+            storage_api_version: storage_api_version(crd),
             validator: Some(Arc::new(validator)),
             merge_schema: merge_schema(Some(schema)),
             schema: Some(schema.clone()),

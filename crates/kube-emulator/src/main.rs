@@ -1,2 +1,101 @@
+//! `kube-emulator`: serves the emulated Kubernetes API on a socket and writes a kubeconfig for it.
 #![forbid(unsafe_code)]
-fn main() {}
+
+use clap::Parser;
+use kube_emulator::{Config, KubeEmulator, kubeconfig};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kube-emulator",
+    version,
+    about = "A local, in-memory Kubernetes API server (plain HTTP, no authentication)"
+)]
+struct Args {
+    /// Address to listen on (plain HTTP; keep it on loopback: there is no authentication).
+    #[arg(long, default_value = "127.0.0.1:6443", env = "KUBE_EMULATOR_LISTEN")]
+    listen: String,
+    /// Write a kubeconfig for the listening address here.
+    #[arg(long)]
+    kubeconfig_out: Option<PathBuf>,
+    /// Install the CustomResourceDefinitions in the YAML files of this directory at start.
+    #[arg(long)]
+    crds: Vec<PathBuf>,
+    /// Load state from this file at start (if it exists) and save it there on changes and at exit.
+    #[arg(long)]
+    snapshot: Option<PathBuf>,
+    /// Watch events kept for resuming watches.
+    #[arg(long, default_value_t = 50_000)]
+    watch_history: usize,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let emulator = KubeEmulator::with_config(Config {
+        history_limit: args.watch_history,
+        ..Config::default()
+    });
+    if let Some(path) = &args.snapshot
+        && path.exists()
+    {
+        emulator
+            .load_snapshot(path)
+            .map_err(|e| format!("loading snapshot {}: {e}", path.display()))?;
+        tracing::info!(path = %path.display(), rv = emulator.resource_version(), "snapshot loaded");
+    }
+    for dir in &args.crds {
+        let names = if dir.is_dir() {
+            emulator.install_crds_from_dir(dir)?
+        } else {
+            emulator.install_crds_from_yaml(
+                &std::fs::read_to_string(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?,
+            )?
+        };
+        tracing::info!(source = %dir.display(), crds = ?names, "CRDs installed");
+    }
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| format!("binding {}: {e}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let url = format!("http://{addr}");
+    if let Some(path) = &args.kubeconfig_out {
+        std::fs::write(path, kubeconfig(&url)).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(path) = args.snapshot.clone() {
+        let emulator = emulator.clone();
+        tokio::spawn(async move {
+            let mut saved = emulator.resource_version();
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let rv = emulator.resource_version();
+                if rv != saved {
+                    match emulator.save_snapshot(&path) {
+                        Ok(()) => saved = rv,
+                        Err(e) => tracing::warn!("saving snapshot {}: {e}", path.display()),
+                    }
+                }
+            }
+        });
+    }
+    // The readiness line tests and scripts wait for.
+    println!("kube-emulator listening on {url}");
+    // Open watches would hold a graceful shutdown forever: stop serving at once on a signal.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        served = emulator.serve(listener) => served?,
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    if let Some(path) = &args.snapshot {
+        emulator.save_snapshot(path)?;
+    }
+    Ok(())
+}

@@ -49,6 +49,8 @@ pub struct ResourceType {
     pub custom: bool,
     /// Objects of all versions of a resource share one store: `group/plural`.
     pub storage_key: String,
+    /// The apiVersion objects are stored in (a CRD's storage version).
+    pub storage_api_version: String,
     pub validator: Option<Arc<CrdValidator>>,
     /// The structural schema (OpenAPI, `kubectl explain`).
     pub schema: Option<Value>,
@@ -120,6 +122,11 @@ fn builtin(
         has_generation: false,
         custom: false,
         storage_key: format!("{group}/{plural}"),
+        storage_api_version: if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        },
         validator: None,
         schema: None,
         merge_schema: merge_schema(None),
@@ -165,6 +172,7 @@ pub fn builtins() -> Vec<ResourceType> {
         BuiltinTable::Event,
     );
     events_v1.storage_key = "/events".into();
+    events_v1.storage_api_version = "v1".into();
     vec![
         namespace,
         builtin(

@@ -199,10 +199,16 @@ impl Store {
 
     /// Removes an object; the DELETED event carries its last state under a new resourceVersion.
     pub fn remove(&mut self, r: &ObjRef) -> Option<Arc<Value>> {
+        self.remove_with(r, None)
+    }
+
+    /// Removes an object whose final state is `last` (e.g. the update that dropped the last
+    /// finalizer); watchers see only the DELETED event, as with the apiserver.
+    pub fn remove_with(&mut self, r: &ObjRef, last: Option<Value>) -> Option<Arc<Value>> {
         let removed = self.objects.get_mut(&r.storage_key)?.remove(&r.key)?;
         self.unindex(r, &removed);
         let rv = self.next_rv();
-        let mut last = (*removed).clone();
+        let mut last = last.unwrap_or_else(|| (*removed).clone());
         meta::meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
         let last = Arc::new(last);
         self.record(StoredEvent {

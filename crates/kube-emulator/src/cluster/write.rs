@@ -1,0 +1,757 @@
+//! create, update (PUT) and patch (JSON, merge, strategic, server-side apply), all ending in the
+//! same pipeline the apiserver runs before it persists an object.
+
+use super::{State, Task, obj_ref, subject, to_served, to_stored};
+use crate::crd;
+use crate::errors::{ApiError, ApiResult};
+use crate::fieldset::SchemaRef;
+use crate::meta;
+use crate::patch;
+use crate::resources::ResourceType;
+use crate::ssa::{self, Scope};
+use crate::validation::path::FieldPath;
+use crate::validation::{FieldCause, FieldErrorType, Invalid};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// `fieldValidation`: what to do about unknown fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    /// `fieldManager`, or the manager derived from the User-Agent.
+    pub field_manager: String,
+    pub dry_run: bool,
+    pub field_validation: FieldValidation,
+    /// `force` for server-side apply.
+    pub force: bool,
+}
+
+impl WriteOptions {
+    /// The options of writes the emulator itself makes (built-in namespaces, CRDs from files).
+    pub fn internal() -> Self {
+        Self {
+            field_manager: "kube-emulator".into(),
+            ..Self::default()
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct WriteOutcome {
+    /// The object as the request's version serves it.
+    pub object: Value,
+    pub created: bool,
+    /// `Warning` headers (unknown fields under `fieldValidation=Warn`).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchType {
+    Json,
+    Merge,
+    Strategic,
+    Apply,
+}
+
+impl PatchType {
+    pub fn from_content_type(content_type: &str) -> Option<Self> {
+        let base = content_type.split(';').next().unwrap_or_default().trim();
+        match base {
+            "application/json-patch+json" => Some(Self::Json),
+            "application/merge-patch+json" => Some(Self::Merge),
+            "application/strategic-merge-patch+json" => Some(Self::Strategic),
+            "application/apply-patch+yaml"
+            | "application/apply-patch+json"
+            | "application/apply-patch+cbor" => Some(Self::Apply),
+            _ => None,
+        }
+    }
+}
+
+/// How managed fields were maintained for a write.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ownership {
+    /// Record the changed fields for the manager (create, update, non-apply patches).
+    Update,
+    /// Server-side apply already computed them.
+    Applied,
+}
+
+fn invalid(rt: &ResourceType, name: &str, field: &str, kind: FieldErrorType, message: String) -> ApiError {
+    let cause = FieldCause::new(kind, &FieldPath::parse(field), message);
+    ApiError::invalid(&rt.kind, &rt.group, name, &Invalid { causes: vec![cause] })
+}
+
+/// Everything but metadata (and status, when status is a subresource): what `generation` tracks.
+fn spec_part(rt: &ResourceType, obj: &Value) -> Value {
+    let mut out = obj.clone();
+    if let Some(m) = out.as_object_mut() {
+        m.remove("metadata");
+        m.remove("apiVersion");
+        m.remove("kind");
+        if rt.status_subresource {
+            m.remove("status");
+        }
+    }
+    out
+}
+
+/// Secrets: `stringData` is write-only convenience merged into base64 `data`.
+fn fold_string_data(obj: &mut Value) {
+    let Some(string_data) = obj.as_object_mut().and_then(|m| m.remove("stringData")) else {
+        return;
+    };
+    let Some(entries) = string_data.as_object() else {
+        return;
+    };
+    let data = obj
+        .as_object_mut()
+        .expect("object")
+        .entry("data")
+        .or_insert_with(|| json!({}));
+    for (k, v) in entries {
+        data[k] = json!(base64_encode(v.as_str().unwrap_or_default().as_bytes()));
+    }
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(TABLE[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+impl State {
+    /// POST: creates an object in namespace `ns` (ignored for cluster-scoped resources).
+    pub fn create(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<WriteOutcome> {
+        self.create_object(rt, ns, body, opts, Ownership::Update)
+    }
+
+    fn create_object(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        mut obj: Value,
+        opts: &WriteOptions,
+        ownership: Ownership,
+    ) -> ApiResult<WriteOutcome> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request must be a JSON object",
+            ));
+        }
+        check_type_meta(rt, &obj)?;
+        let body_ns = meta::namespace(&obj).to_string();
+        let ns = if rt.namespaced { ns } else { "" };
+        if rt.namespaced && !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        let mut name = meta::name(&obj).to_string();
+        if name.is_empty() {
+            let prefix = meta::meta_str(&obj, "generateName")
+                .unwrap_or_default()
+                .to_string();
+            if prefix.is_empty() {
+                return Err(invalid(
+                    rt,
+                    "",
+                    "metadata.name",
+                    FieldErrorType::Required,
+                    "Required value: name or generateName is required".into(),
+                ));
+            }
+            loop {
+                name = format!("{prefix}{}", meta::generate_suffix());
+                if self.store.get_ref(&obj_ref(rt, ns, &name)).is_none() {
+                    break;
+                }
+            }
+        }
+        if let Some(message) = meta::validate_name(&name, rt.is_namespace()) {
+            return Err(invalid(
+                rt,
+                &name,
+                "metadata.name",
+                FieldErrorType::Invalid,
+                message,
+            ));
+        }
+        if rt.namespaced {
+            self.check_namespace_open(ns, rt, &name)?;
+        }
+        let r = obj_ref(rt, ns, &name);
+        if self.store.get_ref(&r).is_some() {
+            return Err(ApiError::already_exists(&subject(rt, &name)));
+        }
+
+        {
+            let m = meta::meta_mut(&mut obj);
+            m.insert("name".into(), json!(name));
+            if rt.namespaced {
+                m.insert("namespace".into(), json!(ns));
+            } else {
+                m.remove("namespace");
+            }
+            m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+            m.insert("creationTimestamp".into(), json!(meta::now()));
+            for server_owned in [
+                "resourceVersion",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "selfLink",
+            ] {
+                m.remove(server_owned);
+            }
+            if ownership == Ownership::Update {
+                m.remove("managedFields");
+            }
+            if rt.has_generation {
+                m.insert("generation".into(), json!(1));
+            } else {
+                m.remove("generation");
+            }
+        }
+        if rt.status_subresource && (rt.custom || rt.is_crd()) {
+            obj.as_object_mut().expect("object").remove("status");
+        }
+        if rt.is_secret() {
+            fold_string_data(&mut obj);
+        }
+        if rt.is_namespace() {
+            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            obj["status"] = json!({"phase": "Active"});
+        }
+        let mut warnings = Vec::new();
+        let mut crd_types = None;
+        if rt.is_crd() {
+            let types =
+                crd::resource_types(&obj).map_err(|e| ApiError::invalid(&rt.kind, &rt.group, &name, &e))?;
+            obj["status"] = crd::accepted_status(&obj, None);
+            let mut finalizers = meta::finalizers(&obj);
+            if !finalizers.iter().any(|f| f == crd::CLEANUP_FINALIZER) {
+                finalizers.push(crd::CLEANUP_FINALIZER.into());
+            }
+            meta::set_finalizers(&mut obj, &finalizers);
+            crd_types = Some(types);
+        }
+        obj = self.validate(rt, &name, obj, None, opts, &mut warnings, ownership)?;
+        if ownership == Ownership::Update {
+            let scope = if rt.status_subresource {
+                Scope::Main
+            } else {
+                Scope::Whole
+            };
+            ssa::record_update(
+                None,
+                &mut obj,
+                &opts.field_manager,
+                scope,
+                &rt.merge_schema,
+                &rt.api_version(),
+            );
+        }
+        if opts.dry_run {
+            return Ok(WriteOutcome {
+                object: obj,
+                created: true,
+                warnings,
+            });
+        }
+        let stored = self.store.put(&r, to_stored(rt, &obj));
+        if let Some(types) = crd_types {
+            self.register_crd_types(&stored, types);
+        }
+        if !meta::owner_uids(&stored).is_empty() {
+            self.tasks.push_back(Task::Dangling(r));
+        }
+        Ok(WriteOutcome {
+            object: to_served(rt, &stored),
+            created: true,
+            warnings,
+        })
+    }
+
+    /// Installs the resource types of an accepted CRD (replacing the previous versions).
+    pub(super) fn register_crd_types(&mut self, crd: &Value, types: Vec<crate::resources::ResourceType>) {
+        let group = crd
+            .pointer("/spec/group")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let plural = crd
+            .pointer("/spec/names/plural")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        self.registry.remove_resource(&group, &plural);
+        for t in types {
+            self.registry.insert(t);
+        }
+    }
+
+    fn check_namespace_open(&self, ns: &str, rt: &ResourceType, name: &str) -> ApiResult<()> {
+        match self.store.get("/namespaces", "", ns) {
+            None => Err(ApiError::not_found(&crate::errors::Subject {
+                group: "",
+                resource: "namespaces",
+                name: ns,
+            })),
+            Some(n) if meta::is_deleting(&n) => Err(ApiError::forbidden(
+                &subject(rt, name),
+                &format!("unable to create new content in namespace {ns} because it is being terminated"),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Schema validation (CRs), pruning, defaulting and unknown-field handling.
+    #[allow(clippy::too_many_arguments)]
+    fn validate(
+        &self,
+        rt: &ResourceType,
+        name: &str,
+        obj: Value,
+        old: Option<&Value>,
+        opts: &WriteOptions,
+        warnings: &mut Vec<String>,
+        ownership: Ownership,
+    ) -> ApiResult<Value> {
+        let Some(validator) = &rt.validator else {
+            return Ok(obj);
+        };
+        let validated = validator
+            .validate_detailed(&obj, old)
+            .map_err(|e| ApiError::invalid(&rt.kind, &rt.group, name, &e))?;
+        if !validated.unknown_fields.is_empty() {
+            if ownership == Ownership::Applied {
+                // Server-side apply always rejects fields the schema does not declare.
+                let fields: Vec<String> = validated
+                    .unknown_fields
+                    .iter()
+                    .map(|f| format!(".{f}: field not declared in schema"))
+                    .collect();
+                return Err(ApiError::bad_request(format!(
+                    "failed to create typed patch object ({}, Kind={}): {}",
+                    rt.api_version(),
+                    rt.kind,
+                    fields.join(", ")
+                )));
+            }
+            match opts.field_validation {
+                FieldValidation::Strict => {
+                    let fields: Vec<String> = validated
+                        .unknown_fields
+                        .iter()
+                        .map(|f| format!("unknown field \"{f}\""))
+                        .collect();
+                    return Err(ApiError::bad_request(format!(
+                        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+                        rt.kind,
+                        rt.version,
+                        rt.kind,
+                        fields.join(", ")
+                    )));
+                }
+                FieldValidation::Warn => {
+                    warnings.extend(
+                        validated
+                            .unknown_fields
+                            .iter()
+                            .map(|f| format!("unknown field \"{f}\"")),
+                    );
+                }
+                FieldValidation::Ignore => {}
+            }
+        }
+        Ok(validated.object)
+    }
+
+    /// PUT on the object or its status.
+    pub fn update(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        mut body: Value,
+        scope: Scope,
+        opts: &WriteOptions,
+    ) -> ApiResult<WriteOutcome> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request must be a JSON object",
+            ));
+        }
+        check_type_meta(rt, &body)?;
+        let body_name = meta::name(&body);
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let r = obj_ref(rt, ns, name);
+        let old = self
+            .store
+            .get_ref(&r)
+            .ok_or_else(|| ApiError::not_found(&subject(rt, name)))?;
+        let rv = meta::resource_version(&body).to_string();
+        if rv.is_empty() {
+            if rt.custom || rt.is_crd() {
+                return Err(invalid(
+                    rt,
+                    name,
+                    "metadata.resourceVersion",
+                    FieldErrorType::Invalid,
+                    "Invalid value: 0: must be specified for an update".into(),
+                ));
+            }
+        } else if rv != meta::resource_version(&old) {
+            return Err(ApiError::stale(&subject(rt, name)));
+        }
+        if meta::meta(&body).get("managedFields").is_none() {
+            let live = meta::meta(&old).get("managedFields").cloned();
+            if let Some(mf) = live {
+                meta::meta_mut(&mut body).insert("managedFields".into(), mf);
+            }
+        }
+        self.finish_write(rt, &r, old, body, scope, opts, Ownership::Update)
+    }
+
+    /// PATCH on the object or its status. An apply patch creates a missing object.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        patch_type: PatchType,
+        body: Value,
+        scope: Scope,
+        opts: &WriteOptions,
+    ) -> ApiResult<WriteOutcome> {
+        let r = obj_ref(rt, ns, name);
+        let Some(old) = self.store.get_ref(&r) else {
+            if patch_type == PatchType::Apply && scope != Scope::Status {
+                return self.apply_create(rt, ns, name, body, opts);
+            }
+            return Err(ApiError::not_found(&subject(rt, name)));
+        };
+        let current = to_served(rt, &old);
+        let (patched, ownership) = match patch_type {
+            PatchType::Merge => (patch::merge_patch(&current, &body), Ownership::Update),
+            PatchType::Json => {
+                let out = patch::json_patch(&current, &body).map_err(|e| {
+                    let mut err = ApiError::bad_request(e);
+                    err.code = 422;
+                    err.reason = "Invalid";
+                    err
+                })?;
+                (out, Ownership::Update)
+            }
+            PatchType::Strategic => {
+                if rt.custom {
+                    return Err(ApiError::unsupported_media_type(
+                        "application/strategic-merge-patch+json",
+                    ));
+                }
+                (
+                    patch::strategic_merge(&current, &body, SchemaRef(Some(&rt.merge_schema))),
+                    Ownership::Update,
+                )
+            }
+            PatchType::Apply => {
+                check_type_meta(rt, &body)?;
+                check_apply_identity(rt, name, &body)?;
+                let applied = ssa::apply(
+                    Some(&current),
+                    &body,
+                    &opts.field_manager,
+                    opts.force,
+                    scope,
+                    &rt.merge_schema,
+                    &rt.api_version(),
+                )
+                .map_err(|conflicts| {
+                    ApiError::apply_conflicts(&subject(rt, name), &conflicts, &rt.api_version())
+                })?;
+                (applied, Ownership::Applied)
+            }
+        };
+        if !patched.is_object() {
+            return Err(ApiError::bad_request("the patched object is not a JSON object"));
+        }
+        // A resourceVersion in the patch is a precondition.
+        let rv = meta::resource_version(&patched);
+        let precondition = if patch_type == PatchType::Apply {
+            meta::resource_version(&body)
+        } else {
+            rv
+        };
+        if !precondition.is_empty() && precondition != meta::resource_version(&old) {
+            return Err(ApiError::stale(&subject(rt, name)));
+        }
+        self.finish_write(rt, &r, old, patched, scope, opts, ownership)
+    }
+
+    fn apply_create(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<WriteOutcome> {
+        check_type_meta(rt, &body)?;
+        check_apply_identity(rt, name, &body)?;
+        let scope = if rt.status_subresource {
+            Scope::Main
+        } else {
+            Scope::Whole
+        };
+        let mut obj = ssa::apply(
+            None,
+            &body,
+            &opts.field_manager,
+            opts.force,
+            scope,
+            &rt.merge_schema,
+            &rt.api_version(),
+        )
+        .map_err(|c| ApiError::apply_conflicts(&subject(rt, name), &c, &rt.api_version()))?;
+        obj["apiVersion"] = json!(rt.api_version());
+        obj["kind"] = json!(rt.kind);
+        meta::meta_mut(&mut obj).insert("name".into(), json!(name));
+        self.create_object(rt, ns, obj, opts, Ownership::Applied)
+    }
+
+    /// The shared tail of update and patch.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_write(
+        &mut self,
+        rt: &ResourceType,
+        r: &crate::store::ObjRef,
+        old_stored: Arc<Value>,
+        mut new: Value,
+        scope: Scope,
+        opts: &WriteOptions,
+        ownership: Ownership,
+    ) -> ApiResult<WriteOutcome> {
+        let old = to_served(rt, &old_stored);
+        let name = r.key.1.clone();
+
+        // The status subresource writes only status; the main resource never writes status.
+        match scope {
+            Scope::Status => {
+                let status = new.get("status").cloned();
+                let managed = meta::meta(&new).get("managedFields").cloned();
+                new = old.clone();
+                set_or_remove(&mut new, "status", status);
+                let m = meta::meta_mut(&mut new);
+                match managed {
+                    Some(mf) => m.insert("managedFields".into(), mf),
+                    None => m.remove("managedFields"),
+                };
+            }
+            Scope::Main => set_or_remove(&mut new, "status", old.get("status").cloned()),
+            Scope::Whole => {}
+        }
+        new["apiVersion"] = json!(rt.api_version());
+        new["kind"] = json!(rt.kind);
+        {
+            let old_meta = meta::meta(&old).clone();
+            let m = meta::meta_mut(&mut new);
+            for field in [
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "resourceVersion",
+            ] {
+                match old_meta.get(field) {
+                    Some(v) => m.insert(field.into(), v.clone()),
+                    None => m.remove(field),
+                };
+            }
+            m.remove("selfLink");
+        }
+        if meta::is_deleting(&old) {
+            let before = meta::finalizers(&old);
+            let added: Vec<String> = meta::finalizers(&new)
+                .into_iter()
+                .filter(|f| !before.contains(f))
+                .collect();
+            if !added.is_empty() {
+                return Err(invalid(
+                    rt,
+                    &name,
+                    "metadata.finalizers",
+                    FieldErrorType::Forbidden,
+                    format!(
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {}",
+                        json!(added)
+                    ),
+                ));
+            }
+        }
+        if rt.is_secret() {
+            fold_string_data(&mut new);
+        }
+        let mut crd_types = None;
+        if rt.is_crd() {
+            let types =
+                crd::resource_types(&new).map_err(|e| ApiError::invalid(&rt.kind, &rt.group, &name, &e))?;
+            if scope != Scope::Status {
+                new["status"] = crd::accepted_status(&new, Some(&old));
+            }
+            crd_types = Some(types);
+        }
+        if rt.is_namespace() && scope != Scope::Status {
+            set_or_remove(&mut new, "spec", old.get("spec").cloned());
+        }
+        let mut warnings = Vec::new();
+        new = self.validate(rt, &name, new, Some(&old), opts, &mut warnings, ownership)?;
+        if rt.has_generation && spec_part(rt, &new) != spec_part(rt, &old) {
+            let generation = meta::meta(&old)
+                .get("generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            meta::meta_mut(&mut new).insert("generation".into(), json!(generation + 1));
+        }
+        if ownership == Ownership::Update {
+            ssa::record_update(
+                Some(&old),
+                &mut new,
+                &opts.field_manager,
+                scope,
+                &rt.merge_schema,
+                &rt.api_version(),
+            );
+        }
+
+        // A write that changes nothing is not persisted: no new resourceVersion, no watch event.
+        if new == old {
+            return Ok(WriteOutcome {
+                object: old,
+                created: false,
+                warnings,
+            });
+        }
+        if opts.dry_run {
+            return Ok(WriteOutcome {
+                object: new,
+                created: false,
+                warnings,
+            });
+        }
+        if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !rt.is_namespace() {
+            // The last finalizer is gone: the object goes away with this write.
+            let removed = self
+                .store
+                .remove_with(r, Some(to_stored(rt, &new)))
+                .expect("object exists under the lock");
+            self.tasks
+                .push_back(Task::Removed(r.storage_key.clone(), removed.clone()));
+            return Ok(WriteOutcome {
+                object: to_served(rt, &removed),
+                created: false,
+                warnings,
+            });
+        }
+        let owners_changed = meta::owner_uids(&new) != meta::owner_uids(&old);
+        let stored = self.store.put(r, to_stored(rt, &new));
+        if let Some(types) = crd_types {
+            self.register_crd_types(&stored, types);
+        }
+        if owners_changed {
+            self.tasks.push_back(Task::Dangling(r.clone()));
+        }
+        Ok(WriteOutcome {
+            object: to_served(rt, &stored),
+            created: false,
+            warnings,
+        })
+    }
+}
+
+fn set_or_remove(obj: &mut Value, key: &str, value: Option<Value>) {
+    let Some(m) = obj.as_object_mut() else { return };
+    match value {
+        Some(v) => m.insert(key.into(), v),
+        None => m.remove(key),
+    };
+}
+
+/// The body's apiVersion and kind, when given, must be the URL's.
+fn check_type_meta(rt: &ResourceType, body: &Value) -> ApiResult<()> {
+    let api_version = body.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let kind = body.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let accepted = [rt.api_version(), rt.storage_api_version.clone()];
+    if !api_version.is_empty() && !accepted.iter().any(|a| a == api_version) {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            rt.api_version()
+        )));
+    }
+    if !kind.is_empty() && kind != rt.kind {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            rt.kind
+        )));
+    }
+    Ok(())
+}
+
+/// An applied configuration names its object (kube-rs and kubectl always send name, apiVersion, kind).
+fn check_apply_identity(rt: &ResourceType, name: &str, body: &Value) -> ApiResult<()> {
+    let body_name = meta::name(body);
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    if body.get("apiVersion").is_none() || body.get("kind").is_none() {
+        return Err(ApiError::bad_request(format!(
+            "invalid object type: apply patches must set apiVersion and kind ({}, Kind={})",
+            rt.api_version(),
+            rt.kind
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_matches_the_standard_alphabet() {
+        assert_eq!(super::base64_encode(b"hello"), "aGVsbG8=");
+        assert_eq!(super::base64_encode(b"ab"), "YWI=");
+        assert_eq!(super::base64_encode(b"abc"), "YWJj");
+    }
+}

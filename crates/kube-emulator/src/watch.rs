@@ -1,0 +1,214 @@
+//! Watches: newline-delimited JSON events from a resourceVersion, with synthetic ADDED events for
+//! the current state when none is given, BOOKMARKs, 410 Gone for a resourceVersion older than the
+//! kept history, selector-aware ADDED/DELETED transitions, and a timeout.
+
+use crate::cluster::{Cluster, to_served};
+use crate::meta;
+use crate::resources::ResourceType;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::{EventType, StoredEvent};
+use crate::table::{self, IncludeObject};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How objects are rendered in the events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Object,
+    Table(IncludeObject),
+    Metadata,
+}
+
+#[derive(Clone, Debug)]
+pub struct WatchRequest {
+    pub rt: Arc<ResourceType>,
+    pub namespace: Option<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub resource_version: Option<String>,
+    pub allow_bookmarks: bool,
+    pub send_initial_events: bool,
+    pub timeout: Duration,
+    pub output: Output,
+}
+
+impl WatchRequest {
+    fn selects(&self, stored: &Value) -> bool {
+        if let Some(ns) = &self.namespace
+            && meta::namespace(stored) != ns
+        {
+            return false;
+        }
+        let served = to_served(&self.rt, stored);
+        self.labels.matches(&served) && self.fields.matches(&served)
+    }
+
+    /// The event a watcher of this request sees for a stored change, if any.
+    fn translate(&self, e: &StoredEvent) -> Option<(EventType, Arc<Value>)> {
+        if e.storage_key != self.rt.storage_key {
+            return None;
+        }
+        let now = self.selects(&e.object);
+        let before = e.previous.as_ref().is_some_and(|p| self.selects(p));
+        match (e.event, before, now) {
+            (EventType::Added, _, true) => Some((EventType::Added, e.object.clone())),
+            (EventType::Deleted, true, _) => Some((EventType::Deleted, e.object.clone())),
+            (EventType::Modified, true, true) => Some((EventType::Modified, e.object.clone())),
+            (EventType::Modified, false, true) => Some((EventType::Added, e.object.clone())),
+            (EventType::Modified, true, false) => Some((EventType::Deleted, e.object.clone())),
+            _ => None,
+        }
+    }
+}
+
+fn gone(requested: u64, oldest: u64) -> Value {
+    json!({"type": "ERROR", "object": {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("too old resource version: {requested} ({oldest})"),
+        "reason": "Expired", "code": 410
+    }})
+}
+
+struct Renderer {
+    request: WatchRequest,
+    headers_sent: bool,
+}
+
+impl Renderer {
+    fn event(&mut self, kind: &str, stored: &Value) -> String {
+        let served = to_served(&self.request.rt, stored);
+        let object = match self.request.output {
+            Output::Object => served,
+            Output::Metadata => table::partial_metadata(&served),
+            Output::Table(include) => {
+                let rv = meta::resource_version(&served).to_string();
+                let t = table::table(&self.request.rt, &[served], &rv, include, !self.headers_sent);
+                self.headers_sent = true;
+                t
+            }
+        };
+        let mut line = json!({"type": kind, "object": object}).to_string();
+        line.push('\n');
+        line
+    }
+
+    fn bookmark(&self, rv: u64, initial_events_end: bool) -> String {
+        let mut metadata = json!({"resourceVersion": rv.to_string()});
+        if initial_events_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let rt = &self.request.rt;
+        let object = json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": metadata});
+        let mut line = json!({"type": "BOOKMARK", "object": object}).to_string();
+        line.push('\n');
+        line
+    }
+}
+
+/// Starts a watch; the receiver yields the response body's lines until the watch ends.
+pub fn start(cluster: Arc<Cluster>, request: WatchRequest) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel::<String>(1024);
+    tokio::spawn(run(cluster, request, tx));
+    rx
+}
+
+async fn run(cluster: Arc<Cluster>, request: WatchRequest, tx: mpsc::Sender<String>) {
+    let mut notify = cluster.subscribe();
+    let deadline = tokio::time::Instant::now() + request.timeout;
+    let bookmark_every = cluster.config.bookmark_interval;
+    let requested: Option<u64> = request
+        .resource_version
+        .as_deref()
+        .filter(|v| !v.is_empty() && *v != "0")
+        .and_then(|v| v.parse().ok());
+    let initial = requested.is_none() || request.send_initial_events;
+    let mut renderer = Renderer {
+        request: request.clone(),
+        headers_sent: false,
+    };
+
+    // Where the watch starts, and the synthetic events for the current state.
+    let (cursor, mut lines) = {
+        let state = cluster.lock();
+        let current = state.store.resource_version();
+        let mut lines = Vec::new();
+        if let Some(rv) = requested
+            && rv < state.store.oldest_watchable()
+            && !request.send_initial_events
+        {
+            (
+                None,
+                vec![format!("{}\n", gone(rv, state.store.oldest_watchable()))],
+            )
+        } else if initial {
+            let ns = if request.rt.namespaced {
+                request.namespace.as_deref()
+            } else {
+                None
+            };
+            for obj in state.store.list(&request.rt.storage_key, ns) {
+                if request.selects(&obj) {
+                    lines.push(renderer.event("ADDED", &obj));
+                }
+            }
+            if request.send_initial_events && request.allow_bookmarks {
+                lines.push(renderer.bookmark(current, true));
+            }
+            (Some(current), lines)
+        } else {
+            (Some(requested.unwrap_or(current)), lines)
+        }
+    };
+    for line in lines.drain(..) {
+        if tx.send(line).await.is_err() {
+            return;
+        }
+    }
+    let Some(mut cursor) = cursor else { return };
+
+    let mut bookmarks =
+        tokio::time::interval_at(tokio::time::Instant::now() + bookmark_every, bookmark_every);
+    loop {
+        // Changes first: collect what happened after the cursor.
+        let batch = {
+            let state = cluster.lock();
+            match state.store.events_since(cursor) {
+                None => Err(state.store.oldest_watchable()),
+                Some(events) => Ok(events),
+            }
+        };
+        match batch {
+            Err(oldest) => {
+                let _ = tx.send(format!("{}\n", gone(cursor, oldest))).await;
+                return;
+            }
+            Ok(events) => {
+                for e in events {
+                    cursor = e.rv;
+                    if let Some((kind, obj)) = request.translate(&e) {
+                        let line = renderer.event(kind.as_str(), &obj);
+                        if tx.send(line).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            changed = notify.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = bookmarks.tick(), if request.allow_bookmarks => {
+                if tx.send(renderer.bookmark(cursor, false)).await.is_err() {
+                    return;
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => return,
+            _ = tx.closed() => return,
+        }
+    }
+}
