@@ -37,6 +37,8 @@ pub struct ObjectInfo {
 pub trait StorageApi: Send + Sync {
     /// True when at least one object exists under `gs://bucket/prefix` (a missing bucket is a
     /// NOT_FOUND error, not `false`: it is usually a configuration mistake worth reporting).
+    /// The match is a plain name prefix: end a "directory" with `/` (`gs://b/out/`) so that
+    /// `gs://b/out-old/x` does not count.
     async fn prefix_exists(&self, gs_uri: &str) -> Result<bool>;
     /// Up to `max` objects whose names start with `prefix`, in name order.
     async fn list_objects(&self, bucket: &str, prefix: &str, max: u32) -> Result<Vec<ObjectInfo>>;

@@ -1,0 +1,601 @@
+//! The GCP client layer against the in-process `gcp-emulator`, through the real Google clients
+//! (HTTP on loopback, anonymous credentials, manual emulator clock).
+
+use std::{sync::Arc, time::Duration};
+
+use gcp_emulator::{Code, Emulator, Fault};
+use prometheus_client::registry::Registry;
+use tpu_operator_gcp::{
+    ErrorKind, Gcp, GcpConfig, GcpError, GcpMetrics, OperationState, Service,
+    aiplatform_v1::model::{
+        ContainerSpec, CustomJob, CustomJobSpec, GcsDestination, JobState, MachineSpec, WorkerPoolSpec,
+    },
+    dataproc_v1::model::{Batch, PySparkBatch, batch},
+    ignore_not_found, operation_result, operation_state,
+    tpu_v2::model::{Node, QueuedResource, node, queued_resource, queued_resource_state},
+};
+
+const ZONE_PARENT: &str = "projects/p/locations/us-central2-b";
+const REGION_PARENT: &str = "projects/p/locations/us-central1";
+const UID: &str = "0b6f3a52-2d7e-4c1e-9a57-0f1e2d3c4b5a";
+
+struct Env {
+    emu: Emulator,
+    gcp: Gcp,
+    metrics: GcpMetrics,
+}
+
+async fn env() -> Env {
+    env_with(|_| {}).await
+}
+
+async fn env_with(tune: impl FnOnce(&mut GcpConfig)) -> Env {
+    // Google's clients and reqwest build TLS configs even for http:// endpoints.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let start = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+        .unwrap()
+        .to_utc();
+    let emu = Emulator::builder()
+        .manual_clock(start)
+        .start()
+        .await
+        .expect("emulator starts");
+    let mut config = GcpConfig::emulator(emu.url().parse().unwrap());
+    tune(&mut config);
+    let metrics = GcpMetrics::register(&mut Registry::default());
+    let gcp = Gcp::connect(config, metrics.clone())
+        .await
+        .expect("clients build");
+    Env { emu, gcp, metrics }
+}
+
+impl Env {
+    fn advance(&self, secs: u64) {
+        self.emu.clock().advance(Duration::from_secs(secs));
+    }
+}
+
+fn node_spec(accelerator: &str) -> Node {
+    Node::new()
+        .set_accelerator_type(accelerator)
+        .set_runtime_version("tpu-ubuntu2204-base")
+        .set_labels([("managed-by", "tpu-operator"), ("tpu-operator-uid", UID)])
+}
+
+fn expect_err<T: std::fmt::Debug>(result: Result<T, GcpError>) -> GcpError {
+    result.expect_err("the call should fail")
+}
+
+#[tokio::test]
+async fn tpu_node_lifecycle_through_operations() {
+    let env = env().await;
+    let tpu = &env.gcp.tpu;
+    let name = format!("{ZONE_PARENT}/nodes/n1");
+
+    let op = tpu
+        .create_node(ZONE_PARENT, "n1", node_spec("v5litepod-8"))
+        .await
+        .unwrap();
+    assert!(!op.name.is_empty());
+    assert_eq!(operation_state(Service::Tpu, &op), OperationState::Pending);
+    // The create operation is never waited on: the node is visible at once, CREATING.
+    assert_eq!(tpu.get_node(&name).await.unwrap().state, node::State::Creating);
+    let dup = expect_err(tpu.create_node(ZONE_PARENT, "n1", node_spec("v5litepod-8")).await);
+    assert_eq!(dup.kind, ErrorKind::AlreadyExists, "{dup}");
+
+    env.advance(600);
+    let polled = tpu.get_operation(&op.name).await.unwrap();
+    let OperationState::Succeeded(created) = operation_result::<Node>(Service::Tpu, &polled).unwrap() else {
+        panic!("create should be done: {polled:?}");
+    };
+    assert_eq!(created.name, name);
+    assert_eq!(created.state, node::State::Ready);
+    let got = tpu.get_node(&name).await.unwrap();
+    assert_eq!(got.state, node::State::Ready);
+    assert_eq!(got.labels.get("tpu-operator-uid").map(String::as_str), Some(UID));
+
+    // Drift correction: patch labels and metadata under an update mask.
+    let patch = Node::new()
+        .set_labels([
+            ("managed-by", "tpu-operator"),
+            ("tpu-operator-uid", UID),
+            ("team", "ml"),
+        ])
+        .set_metadata([("tpu-operator-done-uri", "gs://bkt/models/run-1/")]);
+    let op = tpu
+        .update_node(&name, patch, &["labels", "metadata"])
+        .await
+        .unwrap();
+    env.advance(60);
+    let polled = tpu.get_operation(&op.name).await.unwrap();
+    assert!(matches!(
+        operation_result::<Node>(Service::Tpu, &polled),
+        Ok(OperationState::Succeeded(_))
+    ));
+    let got = tpu.get_node(&name).await.unwrap();
+    assert_eq!(got.labels.get("team").map(String::as_str), Some("ml"));
+    assert_eq!(
+        got.metadata.get("tpu-operator-done-uri").map(String::as_str),
+        Some("gs://bkt/models/run-1/")
+    );
+
+    let op = tpu.stop_node(&name).await.unwrap();
+    env.advance(600);
+    assert_eq!(
+        operation_state(Service::Tpu, &tpu.get_operation(&op.name).await.unwrap()),
+        OperationState::Succeeded(())
+    );
+    assert_eq!(tpu.get_node(&name).await.unwrap().state, node::State::Stopped);
+    tpu.start_node(&name).await.unwrap();
+    env.advance(600);
+    assert_eq!(tpu.get_node(&name).await.unwrap().state, node::State::Ready);
+
+    let listed = tpu.list_nodes(ZONE_PARENT).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+        [name.as_str()]
+    );
+
+    let op = tpu.delete_node(&name).await.unwrap();
+    env.advance(600);
+    let polled = tpu.get_operation(&op.name).await.unwrap();
+    assert_eq!(
+        operation_state(Service::Tpu, &polled),
+        OperationState::Succeeded(())
+    );
+    let gone = tpu.get_node(&name).await;
+    assert_eq!(expect_err(tpu.get_node(&name).await).kind, ErrorKind::NotFound);
+    assert_eq!(ignore_not_found(gone), Ok(None));
+    assert!(tpu.list_nodes(ZONE_PARENT).await.unwrap().is_empty());
+
+    // Metrics count exactly what the emulator answered (the clients never retry on their own).
+    assert_eq!(
+        env.metrics.calls(Service::Tpu, "nodes.get", "ok")
+            + env.metrics.calls(Service::Tpu, "nodes.get", "not_found"),
+        env.emu.call_count("tpu", "nodes.get")
+    );
+    assert_eq!(
+        env.metrics.calls(Service::Tpu, "nodes.create", "already_exists"),
+        1
+    );
+    assert_eq!(env.emu.call_count("tpu", "nodes.create"), 2);
+}
+
+fn queued_resource(node_id: &str) -> QueuedResource {
+    QueuedResource::new()
+        .set_tpu(
+            queued_resource::Tpu::new().set_node_spec([queued_resource::tpu::NodeSpec::new()
+                .set_parent(ZONE_PARENT)
+                .set_node_id(node_id)
+                .set_node(node_spec("v6e-8"))]),
+        )
+        .set_spot(queued_resource::Spot::new())
+}
+
+#[tokio::test]
+async fn queued_resource_create_is_idempotent_by_request_id_and_waits_for_capacity() {
+    let env = env().await;
+    let tpu = &env.gcp.tpu;
+    env.emu
+        .inject(Fault::Stockout {
+            zone: "us-central2-b".into(),
+            accelerator: "v6e".into(),
+        })
+        .unwrap();
+
+    // A stockout on a direct create is RESOURCE_EXHAUSTED, a capacity wait (not a quick retry).
+    let stockout = expect_err(tpu.create_node(ZONE_PARENT, "direct", node_spec("v6e-8")).await);
+    assert_eq!(
+        (stockout.kind, stockout.http_status),
+        (ErrorKind::ResourceExhausted, Some(429))
+    );
+    assert!(
+        !stockout.is_retryable() && !stockout.is_rate_limited(),
+        "{stockout}"
+    );
+
+    let name = format!("{ZONE_PARENT}/queuedResources/qr1");
+    let first = tpu
+        .create_queued_resource(ZONE_PARENT, "qr1", "req-qr1", queued_resource("qr1-node"))
+        .await
+        .unwrap();
+    // The operator died before recording the operation: the same request id replays it.
+    let replay = tpu
+        .create_queued_resource(ZONE_PARENT, "qr1", "req-qr1", queued_resource("qr1-node"))
+        .await
+        .unwrap();
+    assert_eq!(replay.name, first.name);
+    let dup = expect_err(
+        tpu.create_queued_resource(ZONE_PARENT, "qr1", "req-other", queued_resource("x"))
+            .await,
+    );
+    assert_eq!(dup.kind, ErrorKind::AlreadyExists);
+
+    env.advance(600);
+    let state = |qr: QueuedResource| qr.state.map(|s| s.state).unwrap_or_default();
+    let polled = tpu.get_operation(&first.name).await.unwrap();
+    assert!(matches!(
+        operation_result::<QueuedResource>(Service::Tpu, &polled),
+        Ok(OperationState::Succeeded(_))
+    ));
+    let waiting = tpu.get_queued_resource(&name).await.unwrap();
+    assert_eq!(state(waiting), queued_resource_state::State::WaitingForResources);
+
+    env.emu
+        .inject(Fault::LiftStockout {
+            zone: "us-central2-b".into(),
+            accelerator: "v6e".into(),
+        })
+        .unwrap();
+    env.advance(600);
+    assert_eq!(
+        state(tpu.get_queued_resource(&name).await.unwrap()),
+        queued_resource_state::State::Active
+    );
+    let listed = tpu.list_queued_resources(ZONE_PARENT).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        tpu.get_node(&format!("{ZONE_PARENT}/nodes/qr1-node"))
+            .await
+            .unwrap()
+            .state,
+        node::State::Ready
+    );
+
+    let op = tpu.delete_queued_resource(&name, true).await.unwrap();
+    env.advance(600);
+    assert_eq!(
+        operation_state(Service::Tpu, &tpu.get_operation(&op.name).await.unwrap()),
+        OperationState::Succeeded(())
+    );
+    assert!(expect_err(tpu.get_queued_resource(&name).await).is_not_found());
+    assert!(tpu.list_queued_resources(ZONE_PARENT).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn queued_resource_reset_after_service_preemption() {
+    let env = env().await;
+    let tpu = &env.gcp.tpu;
+    let name = format!("{ZONE_PARENT}/queuedResources/qr2");
+    tpu.create_queued_resource(ZONE_PARENT, "qr2", "req-qr2", queued_resource("qr2-node"))
+        .await
+        .unwrap();
+    env.advance(1200);
+    env.emu
+        .inject(Fault::PreemptQueuedResource { name: name.clone() })
+        .unwrap();
+    env.advance(600);
+    let suspended = tpu.get_queued_resource(&name).await.unwrap().state.unwrap();
+    assert_eq!(suspended.state, queued_resource_state::State::Suspended);
+    assert_eq!(
+        suspended.state_initiator,
+        queued_resource_state::StateInitiator::Service
+    );
+
+    let op = tpu.reset_queued_resource(&name).await.unwrap();
+    assert!(!op.name.is_empty());
+    env.advance(1200);
+    let state = tpu.get_queued_resource(&name).await.unwrap().state.unwrap().state;
+    assert_eq!(state, queued_resource_state::State::Active);
+}
+
+fn batch(output: &str) -> Batch {
+    Batch::new()
+        .set_pyspark_batch(
+            PySparkBatch::new()
+                .set_main_python_file_uri("gs://code/preprocess.py")
+                .set_args(["gs://raw/", output]),
+        )
+        .set_labels([("managed-by", "tpu-operator"), ("tpu-operator-uid", UID)])
+}
+
+#[tokio::test]
+async fn dataproc_batch_create_list_cancel_delete() {
+    let env = env().await;
+    let dataproc = &env.gcp.dataproc;
+    let name = format!("{REGION_PARENT}/batches/ppb-0001");
+
+    let op = dataproc
+        .create_batch(REGION_PARENT, "ppb-0001", "req-ppb-0001", batch("gs://out/a/"))
+        .await
+        .unwrap();
+    let replay = dataproc
+        .create_batch(REGION_PARENT, "ppb-0001", "req-ppb-0001", batch("gs://out/a/"))
+        .await
+        .unwrap();
+    assert_eq!(replay.name, op.name, "same requestId returns the first operation");
+    let dup = expect_err(
+        dataproc
+            .create_batch(REGION_PARENT, "ppb-0001", "req-2", batch("gs://out/a/"))
+            .await,
+    );
+    assert_eq!(dup.kind, ErrorKind::AlreadyExists);
+
+    let got = dataproc.get_batch(&name).await.unwrap();
+    assert_eq!(got.state, batch::State::Pending);
+    assert_eq!(got.operation, op.name);
+
+    let filter = format!(r#"labels.tpu-operator-uid = "{UID}""#);
+    let mine = dataproc.list_batches(REGION_PARENT, &filter).await.unwrap();
+    assert_eq!(
+        mine.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
+        [name.as_str()]
+    );
+    assert!(
+        dataproc
+            .list_batches(REGION_PARENT, r#"labels.tpu-operator-uid = "other""#)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(dataproc.list_batches(REGION_PARENT, "").await.unwrap().len(), 1);
+
+    env.advance(90);
+    assert_eq!(
+        dataproc.get_batch(&name).await.unwrap().state,
+        batch::State::Running
+    );
+    let refused = expect_err(dataproc.delete_batch(&name).await);
+    assert_eq!(refused.kind, ErrorKind::FailedPrecondition, "{refused}");
+
+    dataproc.cancel_operation(&got.operation).await.unwrap();
+    assert_eq!(
+        dataproc.get_batch(&name).await.unwrap().state,
+        batch::State::Cancelling
+    );
+    env.advance(60);
+    assert_eq!(
+        dataproc.get_batch(&name).await.unwrap().state,
+        batch::State::Cancelled
+    );
+    let polled = dataproc.get_operation(&op.name).await.unwrap();
+    match operation_result::<Batch>(Service::Dataproc, &polled).unwrap() {
+        OperationState::Succeeded(done) => assert_eq!(done.state, batch::State::Cancelled),
+        OperationState::Failed(err) => assert_eq!(err.kind, ErrorKind::Cancelled),
+        OperationState::Pending => panic!("the create operation ends with the batch"),
+    }
+
+    dataproc.delete_batch(&name).await.unwrap();
+    assert!(expect_err(dataproc.get_batch(&name).await).is_not_found());
+}
+
+fn custom_job(uid: &str) -> CustomJob {
+    CustomJob::new()
+        .set_display_name("train-1")
+        .set_labels([("managed-by", "tpu-operator"), ("tpu-operator-uid", uid)])
+        .set_job_spec(
+            CustomJobSpec::new()
+                .set_worker_pool_specs([WorkerPoolSpec::new()
+                    .set_machine_spec(
+                        MachineSpec::new()
+                            .set_machine_type("ct6e-standard-4t")
+                            .set_tpu_topology("2x2"),
+                    )
+                    .set_replica_count(1)
+                    .set_container_spec(
+                        ContainerSpec::new().set_image_uri("us-docker.pkg.dev/p/r/trainer:1"),
+                    )])
+                .set_base_output_directory(GcsDestination::new().set_output_uri_prefix("gs://models/run-1/")),
+        )
+}
+
+#[tokio::test]
+async fn vertex_custom_job_create_find_by_label_cancel_delete() {
+    let env = env().await;
+    let vertex = &env.gcp.vertex;
+
+    let job = vertex
+        .create_custom_job(REGION_PARENT, custom_job(UID))
+        .await
+        .unwrap();
+    // Server-assigned name, with the project number: found again by label, not by name.
+    assert!(
+        job.name.contains("/locations/us-central1/customJobs/"),
+        "{}",
+        job.name
+    );
+    vertex
+        .create_custom_job(REGION_PARENT, custom_job("someone-else"))
+        .await
+        .unwrap();
+
+    let filter = format!(r#"labels.tpu-operator-uid="{UID}""#);
+    let found = vertex.list_custom_jobs(REGION_PARENT, &filter).await.unwrap();
+    assert_eq!(
+        found.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(),
+        [job.name.as_str()]
+    );
+    assert_eq!(vertex.list_custom_jobs(REGION_PARENT, "").await.unwrap().len(), 2);
+
+    env.advance(120);
+    assert_eq!(
+        vertex.get_custom_job(&job.name).await.unwrap().state,
+        JobState::Running
+    );
+    let refused = expect_err(vertex.delete_custom_job(&job.name).await);
+    assert_eq!(refused.kind, ErrorKind::FailedPrecondition, "{refused}");
+
+    vertex.cancel_custom_job(&job.name).await.unwrap();
+    env.advance(60);
+    let cancelled = vertex.get_custom_job(&job.name).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Cancelled);
+    assert_eq!(cancelled.error.map(|status| status.code), Some(1));
+
+    let op = vertex.delete_custom_job(&job.name).await.unwrap();
+    env.advance(60);
+    let polled = vertex.get_operation(&op.name).await.unwrap();
+    assert_eq!(
+        operation_state(Service::Vertex, &polled),
+        OperationState::Succeeded(())
+    );
+    assert!(expect_err(vertex.get_custom_job(&job.name).await).is_not_found());
+
+    // A name without a region is refused before anything is sent.
+    let calls_before = env.emu.calls().len();
+    let bad = expect_err(vertex.get_custom_job("customJobs/1").await);
+    assert_eq!(bad.kind, ErrorKind::InvalidArgument);
+    assert_eq!(env.emu.calls().len(), calls_before);
+}
+
+#[tokio::test]
+async fn storage_prefix_listing_and_markers() {
+    let env = env().await;
+    let storage = &env.gcp.storage;
+    env.emu
+        .put_object("bkt", "models/run-1/_FAILED", "exit code 3\n", "text/plain");
+    env.emu.put_object(
+        "bkt",
+        "models/run-1/checkpoints/ckpt-1",
+        vec![0u8; 10],
+        "application/octet-stream",
+    );
+    env.emu
+        .put_object("bkt", "models/run-10/_SUCCESS", "", "text/plain");
+    env.emu.put_object("bkt", "dir with space/x", "y", "text/plain");
+
+    assert!(storage.prefix_exists("gs://bkt/models/run-1/").await.unwrap());
+    assert!(!storage.prefix_exists("gs://bkt/models/run-2/").await.unwrap());
+    assert!(storage.prefix_exists("gs://bkt/dir with space/").await.unwrap());
+    assert!(storage.prefix_exists("gs://bkt").await.unwrap());
+    let missing_bucket = expect_err(storage.prefix_exists("gs://no-such-bucket/x/").await);
+    assert_eq!(missing_bucket.kind, ErrorKind::NotFound, "{missing_bucket}");
+    let bad = expect_err(storage.prefix_exists("s3://bkt/x").await);
+    assert_eq!(bad.kind, ErrorKind::InvalidArgument);
+
+    let objects = storage.list_objects("bkt", "models/run-1", 10).await.unwrap();
+    let names: Vec<_> = objects.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "models/run-1/_FAILED",
+            "models/run-1/checkpoints/ckpt-1",
+            "models/run-10/_SUCCESS"
+        ]
+    );
+    assert_eq!(objects[1].size, 10);
+    assert_eq!(storage.list_objects("bkt", "models/", 2).await.unwrap().len(), 2);
+
+    assert_eq!(
+        storage
+            .read_object("gs://bkt/models/run-1/_FAILED")
+            .await
+            .unwrap(),
+        "exit code 3\n"
+    );
+    assert_eq!(
+        storage.read_object("gs://bkt/dir with space/x").await.unwrap(),
+        "y"
+    );
+    let missing = expect_err(storage.read_object("gs://bkt/models/run-2/_FAILED").await);
+    assert_eq!(
+        (missing.kind, missing.http_status),
+        (ErrorKind::NotFound, Some(404))
+    );
+    assert_eq!(env.metrics.calls(Service::Storage, "objects.get", "not_found"), 1);
+}
+
+#[tokio::test]
+async fn injected_faults_map_to_error_kinds_with_one_request_per_call() {
+    let env = env().await;
+    let name = format!("{ZONE_PARENT}/nodes/n1");
+    let cases = [
+        (Code::NotFound, ErrorKind::NotFound, 404, false),
+        (Code::AlreadyExists, ErrorKind::AlreadyExists, 409, false),
+        (Code::ResourceExhausted, ErrorKind::ResourceExhausted, 429, false),
+        (Code::PermissionDenied, ErrorKind::PermissionDenied, 403, false),
+        (Code::Unauthenticated, ErrorKind::Unauthenticated, 401, false),
+        (
+            Code::FailedPrecondition,
+            ErrorKind::FailedPrecondition,
+            400,
+            false,
+        ),
+        (Code::InvalidArgument, ErrorKind::InvalidArgument, 400, false),
+        (Code::Unavailable, ErrorKind::Transient, 503, true),
+        (Code::Internal, ErrorKind::Transient, 500, true),
+        (Code::DeadlineExceeded, ErrorKind::Transient, 504, true),
+    ];
+    for (code, kind, http, retryable) in cases {
+        let fault = |service: &str, method: &str| Fault::FailCalls {
+            service: service.into(),
+            method: method.into(),
+            count: 1,
+            code,
+            message: Some(format!("injected {code:?}")),
+        };
+        env.emu.inject(fault("tpu", "nodes.get")).unwrap();
+        let err = expect_err(env.gcp.tpu.get_node(&name).await);
+        assert_eq!(
+            (err.kind, err.http_status, err.is_retryable()),
+            (kind, Some(http), retryable),
+            "{err}"
+        );
+        assert_eq!(err.message, format!("injected {code:?}"));
+
+        env.emu.inject(fault("dataproc", "batches.list")).unwrap();
+        let err = expect_err(env.gcp.dataproc.list_batches(REGION_PARENT, "").await);
+        assert_eq!((err.kind, err.service), (kind, Service::Dataproc), "{err}");
+
+        env.emu.inject(fault("vertex", "customJobs.list")).unwrap();
+        let err = expect_err(env.gcp.vertex.list_custom_jobs(REGION_PARENT, "").await);
+        assert_eq!((err.kind, err.service), (kind, Service::Vertex), "{err}");
+
+        env.emu.inject(fault("storage", "objects.list")).unwrap();
+        let err = expect_err(env.gcp.storage.prefix_exists("gs://bkt/x/").await);
+        assert_eq!((err.kind, err.http_status), (kind, Some(http)), "{err}");
+    }
+    // No client-side retries: even the 503s were exactly one request each.
+    assert_eq!(env.emu.call_count("tpu", "nodes.get"), cases.len() as u64);
+    assert_eq!(env.emu.call_count("dataproc", "batches.list"), cases.len() as u64);
+    assert_eq!(env.metrics.calls(Service::Tpu, "nodes.get", "transient"), 3);
+    assert_eq!(
+        env.metrics
+            .calls(Service::Storage, "objects.list", "resource_exhausted"),
+        1
+    );
+}
+
+#[tokio::test]
+async fn slow_calls_end_at_the_call_timeout_as_transient() {
+    let env = env_with(|config| config.call_timeout = Duration::from_millis(300)).await;
+    let fault = |service: &str| Fault::Latency {
+        service: service.into(),
+        method: None,
+        millis: 3_000,
+        count: Some(1),
+    };
+
+    env.emu.inject(fault("tpu")).unwrap();
+    let started = std::time::Instant::now();
+    let err = expect_err(env.gcp.tpu.list_nodes(ZONE_PARENT).await);
+    assert_eq!(err.kind, ErrorKind::Transient, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_millis(2_500),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    env.emu.inject(fault("storage")).unwrap();
+    let err = expect_err(env.gcp.storage.prefix_exists("gs://bkt/x/").await);
+    assert_eq!(err.kind, ErrorKind::Transient, "{err}");
+}
+
+#[tokio::test]
+async fn the_bundle_is_shareable_across_tasks() {
+    let env = env().await;
+    let gcp = Arc::new(env.gcp.clone());
+    let tasks: Vec<_> = (0..4)
+        .map(|i| {
+            let gcp = gcp.clone();
+            tokio::spawn(async move {
+                let spec = node_spec("v5litepod-8");
+                gcp.tpu.create_node(ZONE_PARENT, &format!("par-{i}"), spec).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(env.gcp.tpu.list_nodes(ZONE_PARENT).await.unwrap().len(), 4);
+    assert_eq!(env.emu.nodes().len(), 4);
+}
