@@ -599,3 +599,30 @@ async fn the_bundle_is_shareable_across_tasks() {
     assert_eq!(env.gcp.tpu.list_nodes(ZONE_PARENT).await.unwrap().len(), 4);
     assert_eq!(env.emu.nodes().len(), 4);
 }
+
+#[tokio::test]
+async fn lists_follow_page_tokens() {
+    let env = env().await;
+    // Dataproc's default page is 20 batches: 25 need two pages.
+    for i in 0..25 {
+        let id = format!("page-{i:04}");
+        env.gcp
+            .dataproc
+            .create_batch(REGION_PARENT, &id, &id, batch("gs://out/p/"))
+            .await
+            .unwrap();
+    }
+    let filter = format!(r#"labels.tpu-operator-uid = "{UID}""#);
+    let all = env
+        .gcp
+        .dataproc
+        .list_batches(REGION_PARENT, &filter)
+        .await
+        .unwrap();
+    let mut names: Vec<_> = all.iter().map(|b| b.name.clone()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 25);
+    assert_eq!(env.emu.call_count("dataproc", "batches.list"), 2);
+    assert_eq!(env.metrics.calls(Service::Dataproc, "batches.list", "ok"), 2);
+}
