@@ -222,6 +222,11 @@ impl KubeEmulator {
         self.cluster.lock().store.compact();
     }
 
+    /// Ends every open watch (clients re-watch from their last resourceVersion).
+    pub fn end_watches(&self) {
+        self.cluster.end_watches();
+    }
+
     pub fn save_snapshot(&self, path: &Path) -> std::io::Result<()> {
         snapshot::save(&self.cluster, path)
     }

@@ -116,6 +116,7 @@ pub fn start(cluster: Arc<Cluster>, request: WatchRequest) -> mpsc::Receiver<Str
 
 async fn run(cluster: Arc<Cluster>, request: WatchRequest, tx: mpsc::Sender<String>) {
     let mut notify = cluster.subscribe();
+    let mut epoch = cluster.watch_epoch();
     let deadline = tokio::time::Instant::now() + request.timeout;
     let bookmark_every = cluster.config.bookmark_interval;
     let requested: Option<u64> = request
@@ -208,6 +209,7 @@ async fn run(cluster: Arc<Cluster>, request: WatchRequest, tx: mpsc::Sender<Stri
                 }
             }
             _ = tokio::time::sleep_until(deadline) => return,
+            _ = epoch.changed() => return,
             _ = tx.closed() => return,
         }
     }

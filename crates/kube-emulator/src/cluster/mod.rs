@@ -86,6 +86,8 @@ impl State {
 pub struct Cluster {
     state: Mutex<State>,
     notify: watch::Sender<u64>,
+    /// Bumped to end every open watch (an emulated apiserver restart).
+    epoch: watch::Sender<u64>,
     pub config: Config,
 }
 
@@ -102,9 +104,11 @@ impl Cluster {
                 .expect("built-in namespace");
         }
         let (notify, _) = watch::channel(state.store.resource_version());
+        let (epoch, _) = watch::channel(0);
         Self {
             state: Mutex::new(state),
             notify,
+            epoch,
             config,
         }
     }
@@ -133,6 +137,16 @@ impl Cluster {
 
     pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
         self.lock().resolve(group, version, plural)
+    }
+
+    /// Changes when [`Cluster::end_watches`] is called.
+    pub fn watch_epoch(&self) -> watch::Receiver<u64> {
+        self.epoch.subscribe()
+    }
+
+    /// Ends every open watch stream, as an apiserver restart does; clients re-watch.
+    pub fn end_watches(&self) {
+        self.epoch.send_modify(|e| *e += 1);
     }
 }
 

@@ -43,6 +43,14 @@ impl Context {
     }
 
     fn body(&self) -> ApiResult<Value> {
+        if self
+            .content_type()
+            .starts_with("application/vnd.kubernetes.protobuf")
+        {
+            return Err(ApiError::unsupported_media_type(
+                "application/vnd.kubernetes.protobuf (kube-emulator speaks JSON only; use kubectl apply/create -f)",
+            ));
+        }
         body_value(&self.body, self.content_type())
     }
 
