@@ -5,6 +5,7 @@
 //!   takes the field over;
 //! - removes fields the same manager applied before and omits now, unless another manager owns them;
 //! - merges maps per key, list-maps per item key and sets per value; other lists are replaced.
+//!
 //! Non-apply writes (create, update, patch) move ownership of the fields they change to their
 //! manager. Field sets are scoped like the apiserver's: the main resource of a kind with a status
 //! subresource does not own `status`, the status subresource owns only `status`.

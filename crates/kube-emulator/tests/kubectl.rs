@@ -1,0 +1,323 @@
+//! Real kubectl 1.37 against the `kube-emulator` binary: apply (client- and server-side) of the
+//! project's CRDs and examples, printer columns, `get -w`, `wait`, `patch`, `delete --wait`,
+//! `explain`, and rejected manifests naming the field.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn kubectl_binary() -> PathBuf {
+    if let Some(k) = std::env::var_os("KUBECTL") {
+        return PathBuf::from(k);
+    }
+    let dir = std::env::var_os("TPU_OPERATOR_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tpu-operator/tools/bin")
+        });
+    let k = dir.join("kubectl");
+    assert!(
+        k.is_file(),
+        "kubectl not found at {} (nor $KUBECTL): run scripts/install-tools.sh to install kubectl 1.37",
+        k.display()
+    );
+    k
+}
+
+/// A spawned `kube-emulator` plus a kubectl pointed at it.
+struct Cluster {
+    server: Child,
+    dir: tempfile::TempDir,
+    kubectl: PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let kubectl = kubectl_binary();
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut server = Command::new(env!("CARGO_BIN_EXE_kube-emulator"))
+            .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
+            .arg(&kubeconfig)
+            .arg("--crds")
+            .arg(fixture("widgets.yaml"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn kube-emulator");
+        let mut line = String::new();
+        BufReader::new(server.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            line.contains("listening on http://127.0.0.1:"),
+            "unexpected first line {line:?}"
+        );
+        Cluster { server, dir, kubectl }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.kubectl);
+        c.arg("--kubeconfig").arg(self.dir.path().join("kubeconfig"));
+        c.arg("--cache-dir").arg(self.dir.path().join("cache"));
+        c.args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut c = self.command(args);
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn kubectl");
+        if let Some(input) = stdin {
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        }
+        drop(child.stdin.take());
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs kubectl and returns stdout, failing with stderr if it did not succeed.
+    fn ok(&self, args: &[&str]) -> String {
+        self.ok_stdin(args, None)
+    }
+
+    fn ok_stdin(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.run(args, stdin);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    fn fails(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.run(args, stdin);
+        assert!(!out.status.success(), "kubectl {args:?} unexpectedly succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+fn path_arg(p: &Path) -> String {
+    p.display().to_string()
+}
+
+#[test]
+fn project_crds_and_examples_apply_client_side_and_server_side() {
+    let k = Cluster::start();
+    let crds = path_arg(&repo_root().join("crds"));
+    let examples = path_arg(&repo_root().join("examples"));
+    let out = k.ok(&["apply", "-f", &crds]);
+    assert!(out.contains("tpuslices.tpu-operator.dev created"), "{out}");
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "--all",
+        "--timeout=20s",
+    ]);
+    let out = k.ok(&["apply", "-f", &examples]);
+    assert!(out.contains(" created"), "{out}");
+    let again = k.ok(&["apply", "-f", &examples]);
+    assert!(
+        again.lines().all(|l| l.ends_with(" unchanged")),
+        "re-applying must change nothing:\n{again}"
+    );
+    let out = k.ok(&["apply", "--server-side", "-f", &examples]);
+    assert!(out.contains("serverside-applied"), "{out}");
+    let out = k.ok(&["apply", "--server-side", "-f", &crds]);
+    assert!(out.contains("serverside-applied"), "{out}");
+    let listed = k.ok(&[
+        "get",
+        "tpuslices,preprocessbatches,trainingpipelines",
+        "-o",
+        "name",
+    ]);
+    assert!(!listed.trim().is_empty());
+    let explained = k.ok(&["explain", "tpuslice.spec"]);
+    assert!(
+        explained.contains("KIND:       TpuSlice") && explained.contains("zone"),
+        "{explained}"
+    );
+    let out = k.ok(&["delete", "-f", &examples, "--wait=true"]);
+    assert!(out.contains("deleted"), "{out}");
+    assert!(
+        k.ok(&[
+            "get",
+            "tpuslices,preprocessbatches,trainingpipelines",
+            "-o",
+            "name"
+        ])
+        .trim()
+        .is_empty()
+    );
+}
+
+const WIDGET: &str = "apiVersion: example.dev/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  zone: us-central2-b\n  replicas: 2\n";
+
+#[test]
+fn printer_columns_watch_wait_patch_and_delete() {
+    let k = Cluster::start();
+    k.ok_stdin(&["apply", "-f", "-"], Some(WIDGET));
+    let table = k.ok(&["get", "widgets"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "ZONE", "REPLICAS", "READY", "AGE"]);
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(&row[..3], ["w1", "us-central2-b", "2"]);
+
+    // get -w: a change made after the watch starts shows up as a new row.
+    let mut watch = k
+        .command(&["get", "wd", "-w", "--output-watch-events"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(DEADLINE).expect("watch prints the header");
+    assert!(first.contains("EVENT") && first.contains("ZONE"), "{first}");
+    let initial = rx.recv_timeout(DEADLINE).expect("watch lists w1");
+    assert!(initial.contains("ADDED") && initial.contains("w1"), "{initial}");
+    k.ok(&[
+        "patch",
+        "wd",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":5}}"#,
+    ]);
+    let start = Instant::now();
+    loop {
+        let line = rx.recv_timeout(DEADLINE).expect("watch shows the patch");
+        if line.contains("MODIFIED") && line.contains(" 5 ") {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "no MODIFIED row with 5 replicas");
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    // wait --for=condition=Ready after a status patch.
+    k.ok(&[
+        "patch",
+        "wd",
+        "w1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
+    ]);
+    let waited = k.ok(&["wait", "--for=condition=Ready", "wd/w1", "--timeout=20s"]);
+    assert!(waited.contains("condition met"), "{waited}");
+    assert!(
+        k.ok(&["get", "wd", "w1"])
+            .lines()
+            .nth(1)
+            .unwrap()
+            .contains("True")
+    );
+
+    // delete --wait blocks on the finalizer; a JSON patch removing it lets the delete finish.
+    k.ok(&[
+        "patch",
+        "wd",
+        "w1",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/metadata/finalizers","value":["example.dev/hold"]}]"#,
+    ]);
+    k.ok(&["delete", "wd", "w1", "--wait=false"]);
+    let ts = k.ok(&["get", "wd", "w1", "-o", "jsonpath={.metadata.deletionTimestamp}"]);
+    assert!(
+        !ts.trim().is_empty(),
+        "a finalizer keeps the object with a deletionTimestamp"
+    );
+    k.ok(&[
+        "patch",
+        "wd",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    k.ok(&["delete", "wd", "w1", "--wait=true", "--ignore-not-found"]);
+    let err = k.fails(&["get", "wd", "w1"], None);
+    assert!(
+        err.contains("NotFound") && err.contains("\"w1\" not found"),
+        "{err}"
+    );
+
+    let explained = k.ok(&["explain", "widget.spec.zone"]);
+    assert!(explained.contains("The zone the widget runs in."), "{explained}");
+}
+
+#[test]
+fn invalid_manifests_are_rejected_with_the_field_named() {
+    let k = Cluster::start();
+    let bad_zone = WIDGET.replace("us-central2-b", "Mars");
+    let err = k.fails(&["apply", "-f", "-"], Some(&bad_zone));
+    assert!(
+        err.contains("spec.zone: Invalid value: \"Mars\": spec.zone in body should match"),
+        "{err}"
+    );
+    let err = k.fails(&["apply", "--server-side", "-f", "-"], Some(&bad_zone));
+    assert!(err.contains("spec.zone"), "{err}");
+
+    let unknown = format!("{WIDGET}  colour: blue\n");
+    let err = k.fails(&["apply", "-f", "-"], Some(&unknown));
+    assert!(err.contains("unknown field \"spec.colour\""), "{err}");
+
+    let not_tpu = format!("{WIDGET}  machineType: n2-standard-8\n");
+    let err = k.fails(&["create", "-f", "-"], Some(&not_tpu));
+    assert!(err.contains("spec.machineType: Invalid value: \"string\": machine type n2-standard-8 is not a TPU machine type"), "{err}");
+
+    k.ok_stdin(&["apply", "-f", "-"], Some(WIDGET));
+    let moved = WIDGET.replace("us-central2-b", "us-east1-c");
+    let err = k.fails(&["apply", "-f", "-"], Some(&moved));
+    assert!(
+        err.contains("spec.zone: Invalid value: \"string\": zone is immutable"),
+        "{err}"
+    );
+
+    // The project's own CRDs reject a bad TpuSlice zone the same way.
+    k.ok(&["apply", "-f", &path_arg(&repo_root().join("crds"))]);
+    let slice = std::fs::read_to_string(repo_root().join("examples/spot-queued-slice.yaml")).unwrap();
+    let bad_slice = slice.replace("zone: europe-west4-b", "zone: Europe_West4");
+    let err = k.fails(&["apply", "-f", "-"], Some(&bad_slice));
+    assert!(
+        err.contains("spec.zone: Invalid value: \"Europe_West4\""),
+        "{err}"
+    );
+}
