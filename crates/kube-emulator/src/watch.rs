@@ -41,8 +41,8 @@ impl WatchRequest {
         {
             return false;
         }
-        let served = to_served(&self.rt, stored);
-        self.labels.matches(&served) && self.fields.matches(&served)
+        // Selectors see the stored form: labels and metadata are the same in every version.
+        self.labels.matches(stored) && self.fields.matches(stored)
     }
 
     /// The event a watcher of this request sees for a stored change, if any.

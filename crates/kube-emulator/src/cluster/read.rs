@@ -63,18 +63,16 @@ impl State {
         let mut items = Vec::new();
         let mut last_key = None;
         let limit = opts.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+        // Selectors see the stored form: labels and metadata are the same in every version.
         for obj in matching.by_ref() {
-            let served = to_served(rt, &obj);
-            if !opts.labels.matches(&served) || !opts.fields.matches(&served) {
+            if !opts.labels.matches(&obj) || !opts.fields.matches(&obj) {
                 continue;
             }
+            let served = to_served(rt, &obj);
             if items.len() == limit {
                 // There is at least one more: hand out a continue token.
                 let remaining = 1 + matching
-                    .filter(|o| {
-                        let s = to_served(rt, o);
-                        opts.labels.matches(&s) && opts.fields.matches(&s)
-                    })
+                    .filter(|o| opts.labels.matches(o) && opts.fields.matches(o))
                     .count();
                 return Ok(ListResult {
                     items,
