@@ -214,3 +214,106 @@ async fn run(cluster: Arc<Cluster>, request: WatchRequest, tx: mpsc::Sender<Stri
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{Config, WriteOptions};
+    use crate::ssa::Scope;
+
+    fn opts() -> WriteOptions {
+        WriteOptions {
+            field_manager: "t".into(),
+            ..WriteOptions::default()
+        }
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<String>) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("event in time")
+            .expect("open");
+        serde_json::from_str(&line).expect("json line")
+    }
+
+    #[tokio::test]
+    async fn selector_transitions_bookmarks_and_gone() {
+        let cluster = Arc::new(Cluster::new(Config {
+            history_limit: 3,
+            bookmark_interval: Duration::from_millis(50),
+            ..Config::default()
+        }));
+        let rt = cluster.resolve("", "v1", "configmaps").unwrap();
+        let request = WatchRequest {
+            rt: rt.clone(),
+            namespace: Some("default".into()),
+            labels: LabelSelector::parse("app=a").unwrap(),
+            fields: FieldSelector::default(),
+            resource_version: Some(cluster.lock().store.resource_version().to_string()),
+            allow_bookmarks: true,
+            send_initial_events: false,
+            timeout: Duration::from_secs(30),
+            output: Output::Object,
+        };
+        let mut rx = start(cluster.clone(), request.clone());
+        let body = serde_json::json!({"metadata": {"name": "x", "labels": {"app": "b"}}});
+        cluster
+            .write(|s| s.create(&rt, "default", body, &opts()))
+            .unwrap();
+        let relabel = |app: &str| serde_json::json!({"metadata": {"labels": {"app": app}}});
+        cluster
+            .write(|s| {
+                s.patch(
+                    &rt,
+                    "default",
+                    "x",
+                    crate::cluster::PatchType::Merge,
+                    relabel("a"),
+                    Scope::Whole,
+                    &opts(),
+                )
+            })
+            .unwrap();
+        // Entering the selection is an ADDED, leaving it a DELETED; bookmarks may interleave.
+        let mut seen = Vec::new();
+        while seen.len() < 2 {
+            let e = next(&mut rx).await;
+            match e["type"].as_str().unwrap() {
+                "BOOKMARK" => assert!(e["object"]["metadata"]["resourceVersion"].is_string()),
+                t => {
+                    seen.push(t.to_string());
+                    if seen.len() == 1 {
+                        cluster
+                            .write(|s| {
+                                s.patch(
+                                    &rt,
+                                    "default",
+                                    "x",
+                                    crate::cluster::PatchType::Merge,
+                                    relabel("c"),
+                                    Scope::Whole,
+                                    &opts(),
+                                )
+                            })
+                            .unwrap();
+                    }
+                }
+            }
+        }
+        assert_eq!(seen, ["ADDED", "DELETED"]);
+
+        // History of 3 events: resuming from the start is too old.
+        let mut stale = start(
+            cluster.clone(),
+            WatchRequest {
+                resource_version: Some("1".into()),
+                ..request
+            },
+        );
+        let e = next(&mut stale).await;
+        assert_eq!(
+            (e["type"].as_str(), e["object"]["code"].as_i64()),
+            (Some("ERROR"), Some(410))
+        );
+    }
+}

@@ -201,3 +201,6 @@ pub fn obj_ref(rt: &ResourceType, ns: &str, name: &str) -> ObjRef {
         key: (if rt.namespaced { ns } else { "" }.to_string(), name.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests;
