@@ -244,3 +244,4 @@ pub fn kubeconfig(url: &str) -> String {
         "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-emulator\n  cluster:\n    server: {url}\ncontexts:\n- name: kube-emulator\n  context:\n    cluster: kube-emulator\n    user: kube-emulator\n    namespace: default\ncurrent-context: kube-emulator\nusers:\n- name: kube-emulator\n  user: {{}}\n"
     )
 }
+pub mod protobuf;

@@ -321,3 +321,70 @@ fn invalid_manifests_are_rejected_with_the_field_named() {
         "{err}"
     );
 }
+
+#[test]
+fn generator_commands_labels_and_namespace_lifecycle() {
+    let k = Cluster::start();
+    // kubectl's generators send protobuf bodies.
+    assert_eq!(
+        k.ok(&["create", "namespace", "team", "-o", "name"]).trim(),
+        "namespace/team"
+    );
+    k.ok(&[
+        "create",
+        "configmap",
+        "settings",
+        "-n",
+        "team",
+        "--from-literal=mode=fast",
+    ]);
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "token",
+        "-n",
+        "team",
+        "--from-literal=key=s3cr3t",
+    ]);
+    let secret = k.ok(&[
+        "get",
+        "secret",
+        "token",
+        "-n",
+        "team",
+        "-o",
+        "jsonpath={.type} {.data.key}",
+    ]);
+    assert_eq!(secret.trim(), "Opaque czNjcjN0");
+    k.ok(&["label", "configmap", "settings", "-n", "team", "tier=web"]);
+    k.ok(&["annotate", "configmap", "settings", "-n", "team", "note=kept"]);
+    let selected = k.ok(&[
+        "get",
+        "configmaps",
+        "-n",
+        "team",
+        "-l",
+        "tier in (web,db)",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(selected.trim(), "configmap/settings");
+    let listed = k.ok(&[
+        "get",
+        "configmaps",
+        "-A",
+        "--field-selector",
+        "metadata.namespace=team",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(listed.trim(), "configmap/settings");
+    let table = k.ok(&["get", "namespace", "team"]);
+    assert!(table.lines().nth(1).unwrap().contains("Active"), "{table}");
+    k.ok(&["delete", "namespace", "team", "--wait=true"]);
+    let err = k.fails(&["get", "configmap", "settings", "-n", "team"], None);
+    assert!(err.contains("not found"), "{err}");
+    let err = k.fails(&["get", "namespace", "team"], None);
+    assert!(err.contains("not found"), "{err}");
+}

@@ -241,6 +241,9 @@ impl State {
         }
         if rt.is_secret() {
             fold_string_data(&mut obj);
+            if obj.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
+                obj["type"] = json!("Opaque");
+            }
         }
         if rt.is_namespace() {
             obj["spec"] = json!({"finalizers": ["kubernetes"]});

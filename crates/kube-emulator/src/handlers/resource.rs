@@ -47,9 +47,13 @@ impl Context {
             .content_type()
             .starts_with("application/vnd.kubernetes.protobuf")
         {
-            return Err(ApiError::unsupported_media_type(
-                "application/vnd.kubernetes.protobuf (kube-emulator speaks JSON only; use kubectl apply/create -f)",
-            ));
+            return crate::protobuf::decode(&self.body).map_err(|e| {
+                let mut err =
+                    ApiError::bad_request(format!("decoding the protobuf request body failed: {e}"));
+                err.code = 415;
+                err.reason = "UnsupportedMediaType";
+                err
+            });
         }
         body_value(&self.body, self.content_type())
     }
