@@ -82,19 +82,76 @@ async fn main() {
         created
     );
 
+    // Single-client latency per request kind (100 calls each).
+    let kinds = [
+        ("tpu nodes.get", format!("{tpu}/nodes/n17")),
+        ("dataproc batches.get", format!("{dp}/batches/batch-00017")),
+        (
+            "vertex customJobs.get",
+            format!("{url}/vertex/v1/{}", job_names[17]),
+        ),
+        ("tpu nodes.list pageSize=10", format!("{tpu}/nodes?pageSize=10")),
+        (
+            "dataproc batches.list filter state",
+            format!("{dp}/batches?pageSize=10&filter=state+%3D+RUNNING"),
+        ),
+        (
+            "dataproc batches.list (no filter)",
+            format!("{dp}/batches?pageSize=10"),
+        ),
+        (
+            "dataproc batches.list filter label",
+            format!("{dp}/batches?pageSize=10&filter=labels.x%3Dy"),
+        ),
+        (
+            "vertex customJobs.list filter label",
+            format!(
+                "{url}/vertex/v1/projects/p/locations/us-central1/customJobs?pageSize=10&filter=labels.x%3Dy"
+            ),
+        ),
+    ];
+    for (label, u) in &kinds {
+        let t = Instant::now();
+        for _ in 0..100 {
+            let r = c.get(u).send().await.unwrap();
+            assert!(r.status().is_success(), "{label}");
+            let _ = r.bytes().await;
+        }
+        println!("latency {label}: {:.3} ms", t.elapsed().as_secs_f64() * 10.0);
+    }
     let job_names = Arc::new(job_names);
+    for (label, kinds) in [("mixed gets + filtered 10-item lists", 6), ("gets only", 3)] {
+        let (n, errors) = phase(&c, &url, &tpu, &dp, job_names.clone(), kinds).await;
+        println!(
+            "sustained ({label}): {n} calls in {:.1}s = {:.0} calls/s with {created} live resources ({WORKERS} keep-alive clients; errors: {errors})",
+            RUN.as_secs_f64(),
+            n as f64 / RUN.as_secs_f64(),
+        );
+    }
+    emu.shutdown().await;
+}
+
+/// Runs WORKERS clients for RUN over the first `kinds` request kinds; returns (ok calls, errors).
+async fn phase(
+    c: &reqwest::Client,
+    url: &str,
+    tpu: &str,
+    dp: &str,
+    jobs: Arc<Vec<String>>,
+    kinds: usize,
+) -> (u64, u64) {
     let count = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + RUN;
     let mut tasks = Vec::new();
     for w in 0..WORKERS {
-        let (c, tpu, dp, url) = (c.clone(), tpu.clone(), dp.clone(), url.clone());
-        let (count, errors, jobs) = (count.clone(), errors.clone(), job_names.clone());
+        let (c, tpu, dp, url) = (c.clone(), tpu.to_string(), dp.to_string(), url.to_string());
+        let (count, errors, jobs) = (count.clone(), errors.clone(), jobs.clone());
         tasks.push(tokio::spawn(async move {
             let mut i = w * 7919;
             while Instant::now() < deadline {
                 i += 1;
-                let u = match i % 6 {
+                let u = match i % kinds {
                     0 => format!("{tpu}/nodes/n{}", i % NODES),
                     1 => format!("{dp}/batches/batch-{:05}?%24alt=json%3Benum-encoding%3Dint", i % BATCHES),
                     2 => format!("{url}/vertex/v1/{}", jobs[i % JOBS]),
@@ -117,12 +174,5 @@ async fn main() {
     for t in tasks {
         t.await.unwrap();
     }
-    let n = count.load(Ordering::Relaxed);
-    println!(
-        "sustained: {n} calls in {:.1}s = {:.0} calls/s with {created} live resources ({WORKERS} keep-alive clients; errors: {})",
-        RUN.as_secs_f64(),
-        n as f64 / RUN.as_secs_f64(),
-        errors.load(Ordering::Relaxed)
-    );
-    emu.shutdown().await;
+    (count.load(Ordering::Relaxed), errors.load(Ordering::Relaxed))
 }

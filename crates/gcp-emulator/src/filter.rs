@@ -274,7 +274,15 @@ pub fn eval(e: &Expr, get: &dyn Fn(&str) -> Option<String>) -> bool {
                 };
             }
             let Some(a) = actual else { return *op == Op::Ne };
-            let ord = match (parse_ts(&a), parse_ts(value)) {
+            // Only values shaped like RFC 3339 are parsed (keeps big listings cheap).
+            let looks_ts =
+                |s: &str| s.len() >= 20 && s.as_bytes()[0].is_ascii_digit() && s.as_bytes()[10] == b'T';
+            let times = if looks_ts(value) && looks_ts(&a) {
+                (parse_ts(&a), parse_ts(value))
+            } else {
+                (None, None)
+            };
+            let ord = match times {
                 (Some(x), Some(y)) => x.cmp(&y),
                 _ => {
                     if matches!(op, Op::Eq | Op::Ne) && value.contains('*') {

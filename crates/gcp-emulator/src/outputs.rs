@@ -40,8 +40,7 @@ pub fn batch_output_uri(batch: &Value) -> Option<String> {
     .filter_map(|k| batch[*k]["args"].as_array())
     .flatten()
     .filter_map(Value::as_str)
-    .filter(|a| a.starts_with("gs://"))
-    .next_back()
+    .rfind(|a| a.starts_with("gs://"))
     .map(str::to_string)
 }
 

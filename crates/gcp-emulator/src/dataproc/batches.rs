@@ -43,6 +43,7 @@ pub struct BatchRec {
     pub op: String,
     pub timer: Option<u64>,
     pub create_seq: u64,
+    pub created: chrono::DateTime<chrono::Utc>,
 }
 
 impl BatchRec {
@@ -282,6 +283,7 @@ pub fn create(w: &mut World, project: &str, location: &str, q: &Query, body: &Va
             op,
             timer: Some(timer),
             create_seq,
+            created: w.now,
         },
     );
     Ok(Reply::op(op_body))
@@ -331,9 +333,8 @@ pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
         })
         .collect();
     // Newest first (the service's default and only supported order).
-    all.sort_by(|a, b| {
-        (b.body["createTime"].as_str(), b.create_seq).cmp(&(a.body["createTime"].as_str(), a.create_seq))
-    });
+    // Newest first; integer keys keep this cheap with thousands of resources.
+    all.sort_unstable_by_key(|r| std::cmp::Reverse((r.created, r.create_seq)));
     let size = q.page_size("pageSize", 20, 1000)?;
     let (page, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
     let items = page.into_iter().map(|r| r.body.clone()).collect();

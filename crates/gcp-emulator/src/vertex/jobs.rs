@@ -27,6 +27,7 @@ pub struct JobRec {
     pub body: Value,
     pub timer: Option<u64>,
     pub create_seq: u64,
+    pub created: chrono::DateTime<chrono::Utc>,
 }
 
 impl JobRec {
@@ -151,6 +152,7 @@ pub fn create(w: &mut World, project_number: &str, location: &str, body: &Value)
             body: j,
             timer: Some(timer),
             create_seq: seq,
+            created: w.now,
         },
     );
     // A zero queueing time means the job is PENDING by the time the call returns (as observed).
@@ -202,9 +204,8 @@ pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
                 .is_none_or(|e| filter::eval(e, &|f| field(&r.body, f)))
         })
         .collect();
-    all.sort_by(|a, b| {
-        (b.body["createTime"].as_str(), b.create_seq).cmp(&(a.body["createTime"].as_str(), a.create_seq))
-    });
+    // Newest first; integer keys keep this cheap with thousands of resources.
+    all.sort_unstable_by_key(|r| std::cmp::Reverse((r.created, r.create_seq)));
     let mask: Option<Vec<String>> = q.get("readMask").map(|m| {
         m.split(',')
             .map(|p| camel(p.trim()))
