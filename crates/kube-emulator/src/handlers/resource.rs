@@ -327,19 +327,15 @@ fn delete(ctx: Context, name: &str) -> ApiResult<Response> {
     Ok(match outcome {
         DeleteOutcome::Pending(obj) => render_object(&ctx, 200, &obj, &[]),
         DeleteOutcome::Deleted(obj) => {
-            if rt.custom {
-                // Custom resources return the deleted object.
-                render_object(&ctx, 200, &obj, &[])
-            } else {
-                let mut details = json!({"name": name, "kind": rt.plural, "uid": meta::uid(&obj)});
-                if !rt.group.is_empty() {
-                    details["group"] = json!(rt.group);
-                }
-                json_response(
-                    200,
-                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}),
-                )
+            // The generic registry answers an immediate deletion with a Success Status.
+            let mut details = json!({"name": name, "kind": rt.plural, "uid": meta::uid(&obj)});
+            if !rt.group.is_empty() {
+                details["group"] = json!(rt.group);
             }
+            json_response(
+                200,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}),
+            )
         }
     })
 }
