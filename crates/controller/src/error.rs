@@ -1,0 +1,84 @@
+//! The reconcile error type shared by all controllers, classified so that `error_policy` decides by
+//! kind (retry with backoff, or wait for a spec change) and metrics/events get a stable category.
+
+use tpu_operator_gcp::{ErrorKind, GcpError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("Kubernetes API call failed: {action}: {source}")]
+    Kube {
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Google Cloud call failed: {action}: {source}")]
+    Gcp {
+        action: &'static str,
+        #[source]
+        source: GcpError,
+    },
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<ReconcileError>>),
+    #[error("object has no {0}")]
+    MissingMetadata(&'static str),
+}
+
+/// Whether retrying the same reconcile can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// A blip (network, 5xx, conflict, rate limit): retry with exponential backoff.
+    Transient,
+    /// Needs a human or a spec change; still retried, but slowly, since permissions and quotas do
+    /// get fixed out of band.
+    Permanent,
+}
+
+impl ReconcileError {
+    pub fn kube(action: &'static str) -> impl FnOnce(kube::Error) -> Self {
+        move |source| Self::Kube { action, source }
+    }
+
+    pub fn gcp(action: &'static str) -> impl FnOnce(GcpError) -> Self {
+        move |source| Self::Gcp { action, source }
+    }
+
+    /// Low-cardinality label for metrics and the reason of Warning events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Kube { .. } => "KubeApiError",
+            Self::Gcp { source, .. } => match source.kind {
+                ErrorKind::NotFound => "GcpNotFound",
+                ErrorKind::AlreadyExists => "GcpAlreadyExists",
+                ErrorKind::ResourceExhausted => "GcpResourceExhausted",
+                ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => "GcpPermissionDenied",
+                ErrorKind::FailedPrecondition => "GcpFailedPrecondition",
+                ErrorKind::InvalidArgument => "GcpInvalidArgument",
+                ErrorKind::Transient => "GcpTransient",
+                ErrorKind::Cancelled => "GcpCancelled",
+                ErrorKind::Other => "GcpError",
+            },
+            Self::Finalizer(_) => "FinalizerError",
+            Self::MissingMetadata(_) => "MissingMetadata",
+        }
+    }
+
+    pub fn retry(&self) -> Retry {
+        match self {
+            Self::Kube { .. } | Self::Finalizer(_) => Retry::Transient,
+            Self::Gcp { source, .. } if source.is_retryable() => Retry::Transient,
+            Self::Gcp { .. } | Self::MissingMetadata(_) => Retry::Permanent,
+        }
+    }
+}
+
+impl From<kube::runtime::finalizer::Error<ReconcileError>> for ReconcileError {
+    fn from(e: kube::runtime::finalizer::Error<ReconcileError>) -> Self {
+        match e {
+            kube::runtime::finalizer::Error::ApplyFailed(inner)
+            | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner,
+            other => Self::Finalizer(Box::new(other)),
+        }
+    }
+}
+
+pub type Result<T, E = ReconcileError> = std::result::Result<T, E>;

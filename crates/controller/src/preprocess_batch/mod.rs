@@ -1,0 +1,1 @@
+//! The PreprocessBatch controller (in progress).

@@ -1,0 +1,1 @@
+//! The TpuSlice controller (in progress).

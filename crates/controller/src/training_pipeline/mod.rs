@@ -1,0 +1,1 @@
+//! The TrainingPipeline controller (in progress).
