@@ -458,3 +458,42 @@ async fn cel_and_schema_rejections_name_the_field() {
         "{msg}"
     );
 }
+
+#[tokio::test]
+async fn recorder_events_are_visible_in_both_event_apis() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let (_e, client) = emulator();
+    let widgets: Api<Widget> = Api::namespaced(client.clone(), "default");
+    let w = widgets
+        .create(&PostParams::default(), &widget("ev", "us-east1-c"))
+        .await
+        .unwrap();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "widget-controller".into(),
+            instance: None,
+        },
+    );
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Provisioned".into(),
+        note: Some("child created".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &w.object_ref(&())).await.unwrap();
+    recorder.publish(&event, &w.object_ref(&())).await.unwrap();
+    let core: Api<CoreEvent> = Api::namespaced(client, "default");
+    let listed = core.list(&Default::default()).await.unwrap();
+    assert_eq!(
+        listed.items.len(),
+        1,
+        "the repeat is a series update of the same Event"
+    );
+    let e = &listed.items[0];
+    assert_eq!(e.message.as_deref(), Some("child created"));
+    assert_eq!(e.involved_object.name.as_deref(), Some("ev"));
+    assert_eq!(e.series.as_ref().and_then(|s| s.count), Some(2));
+}
