@@ -70,23 +70,32 @@ impl Default for KubeEmulator {
     }
 }
 
-/// An emulator served on a socket by [`KubeEmulator::start`]; stops when dropped or on
-/// [`Server::shutdown`].
+/// An emulator served on a socket by [`KubeEmulator::start`]. [`Server::shutdown`] (or dropping
+/// it) stops accepting connections, ends the open watches and lets in-flight requests finish.
 pub struct Server {
     pub addr: SocketAddr,
     pub url: String,
-    task: tokio::task::JoinHandle<()>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    cluster: Arc<Cluster>,
 }
 
 impl Server {
-    pub fn shutdown(self) {
-        self.task.abort();
+    pub fn shutdown(mut self) {
+        self.stop_serving();
+    }
+
+    fn stop_serving(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+            // Watches would otherwise hold the graceful shutdown open until they time out.
+            self.cluster.end_watches();
+        }
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop_serving();
     }
 }
 
@@ -135,15 +144,20 @@ impl KubeEmulator {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let this = self.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = this.serve(listener).await {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(e) = this.serve_with_shutdown(listener, shutdown).await {
                 tracing::error!("kube-emulator server on {addr} failed: {e}");
             }
         });
         Ok(Server {
             addr,
             url: format!("http://{addr}"),
-            task,
+            stop: Some(stop),
+            cluster: self.cluster.clone(),
         })
     }
 

@@ -497,3 +497,35 @@ async fn recorder_events_are_visible_in_both_event_apis() {
     assert_eq!(e.involved_object.name.as_deref(), Some("ev"));
     assert_eq!(e.series.as_ref().and_then(|s| s.count), Some(2));
 }
+
+#[tokio::test]
+async fn served_on_a_socket_with_a_kubeconfig_and_stops_on_shutdown() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let emulator = KubeEmulator::new();
+    let server = emulator.start("127.0.0.1:0").await.unwrap();
+    let kubeconfig: kube::config::Kubeconfig =
+        serde_yaml::from_str(&kube_emulator::kubeconfig(&server.url)).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let client = Client::try_from(config).unwrap();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    let names: Vec<String> = namespaces
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    assert_eq!(
+        names,
+        ["default", "kube-node-lease", "kube-public", "kube-system"]
+    );
+    let addr = server.addr;
+    server.shutdown();
+    eventually("listener closed", || async {
+        tokio::net::TcpStream::connect(addr).await.is_err().then_some(())
+    })
+    .await;
+}
