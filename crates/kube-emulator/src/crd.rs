@@ -91,6 +91,15 @@ pub fn resource_types(crd: &Value) -> Result<Vec<ResourceType>, Invalid> {
             causes.push(required(&schema_path, "schemas are required"));
             continue;
         };
+        let structural = crate::validation::structural::violations(schema, &schema_path);
+        if !structural.is_empty() {
+            causes.extend(
+                structural
+                    .into_iter()
+                    .map(|(field, message)| FieldCause { field, message }),
+            );
+            continue;
+        }
         let validator = match CrdValidator::from_schema(schema.clone()) {
             Ok(v) => v,
             Err(e) => {
@@ -280,5 +289,24 @@ mod tests {
         assert_eq!(types[0].storage_key, "g.dev/ws");
         assert_eq!(types[0].printer_columns[0].name, "Age");
         assert_eq!(accepted_status(&ok, None)["storedVersions"], json!(["v1"]));
+    }
+
+    #[test]
+    fn non_structural_schemas_are_refused_with_the_schema_path() {
+        let crd = json!({
+            "metadata": {"name": "ws.g.dev"},
+            "spec": {"group": "g.dev", "scope": "Namespaced", "names": {"plural": "ws", "kind": "W"},
+                     "versions": [{"name": "v1", "served": true, "storage": true,
+                                   "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"properties": {}}}}}}]}
+        });
+        let err = resource_types(&crd).unwrap_err();
+        assert_eq!(
+            err.causes[0].field,
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].type"
+        );
+        assert_eq!(
+            err.causes[0].message,
+            "Required value: must not be empty for specified object fields"
+        );
     }
 }

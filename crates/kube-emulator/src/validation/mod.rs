@@ -11,6 +11,7 @@ mod cel;
 pub mod path;
 mod prune;
 mod schema;
+pub mod structural;
 
 use path::FieldPath;
 use serde_json::Value;
