@@ -185,3 +185,103 @@ pub fn age_seconds(timestamp: &str) -> Option<i64> {
     let t = chrono::DateTime::parse_from_rfc3339(timestamp).ok()?;
     Some((chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds())
 }
+
+static QUALIFIED_NAME_PART: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$").expect("regex"));
+static LABEL_VALUE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$").expect("regex"));
+
+/// `IsQualifiedName`: `[prefix/]name` as label keys, annotation keys and finalizers use.
+fn qualified_name_error(key: &str) -> Option<String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() {
+            return Some("prefix part must be non-empty".into());
+        }
+        if p.len() > 253 || !DNS_SUBDOMAIN.is_match(p) {
+            return Some("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into());
+        }
+    }
+    if name.is_empty() {
+        return Some("name part must be non-empty".into());
+    }
+    if name.len() > 63 {
+        return Some("name part must be no more than 63 characters".into());
+    }
+    if !QUALIFIED_NAME_PART.is_match(name) {
+        return Some("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".into());
+    }
+    None
+}
+
+/// ObjectMeta checks of `ValidateObjectMeta` beyond the name: label keys and values, annotation
+/// keys and total size, finalizer names. Returns `(field, message)` pairs.
+pub fn validate_object_meta(obj: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (key, value) in labels(obj) {
+        if let Some(e) = qualified_name_error(&key) {
+            out.push(("metadata.labels".into(), format!("Invalid value: {key:?}: {e}")));
+        }
+        let v = value.as_str().unwrap_or_default();
+        if v.len() > 63 {
+            out.push((
+                "metadata.labels".into(),
+                format!("Invalid value: {v:?}: must be no more than 63 characters"),
+            ));
+        } else if !LABEL_VALUE.is_match(v) {
+            out.push(("metadata.labels".into(), format!("Invalid value: {v:?}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")));
+        }
+    }
+    if let Some(annotations) = meta(obj).get("annotations").and_then(Value::as_object) {
+        let mut total = 0;
+        for (key, value) in annotations {
+            total += key.len() + value.as_str().map_or(0, str::len);
+            if let Some(e) = qualified_name_error(&key.to_lowercase()) {
+                out.push((
+                    "metadata.annotations".into(),
+                    format!("Invalid value: {key:?}: {e}"),
+                ));
+            }
+        }
+        if total > 256 * 1024 {
+            out.push((
+                "metadata.annotations".into(),
+                format!("Too long: may not be more than {} bytes", 256 * 1024),
+            ));
+        }
+    }
+    for (i, f) in finalizers(obj).iter().enumerate() {
+        if let Some(e) = qualified_name_error(f) {
+            out.push((
+                format!("metadata.finalizers[{i}]"),
+                format!("Invalid value: {f:?}: {e}"),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_meta_checks_label_annotation_and_finalizer_names() {
+        let ok = json!({"metadata": {"labels": {"app.kubernetes.io/name": "x", "empty": ""},
+                                     "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                                     "finalizers": ["example.dev/cleanup", "kubernetes"]}});
+        assert!(validate_object_meta(&ok).is_empty());
+        let bad = json!({"metadata": {"labels": {"bad key": "v", "k": "not ok!", "long": "x".repeat(64)},
+                                      "finalizers": ["Not/Valid Name"]}});
+        let errors = validate_object_meta(&bad);
+        assert_eq!(errors.len(), 4, "{errors:?}");
+        assert!(errors.iter().any(
+            |(f, m)| f == "metadata.finalizers[0]" && m.starts_with("Invalid value: \"Not/Valid Name\"")
+        ));
+        assert_eq!(human_duration(59), "59s");
+        assert_eq!(human_duration(3 * 3600 + 60), "3h1m");
+    }
+}
