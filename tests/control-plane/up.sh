@@ -178,6 +178,9 @@ wait_for kube-apiserver 180 curl_api "$server/readyz"
 t_api=$(date +%s.%N)
 
 # --- kube-controller-manager: only the controllers an API-only cluster (no nodes, no pods) needs.
+# As on kubeadm clusters each controller runs with its own ServiceAccount credentials, so RBAC's
+# bootstrap roles (system:controller:generic-garbage-collector, ...) apply; the controller-manager's
+# own identity may only mint those tokens.
 # garbage-collector: ownerReferences cascading deletion; namespace: namespace termination;
 # serviceaccount(-token) and root-ca-certificate-publisher: the `default` ServiceAccount and the
 # kube-root-ca.crt ConfigMap every real namespace gets, so lists look like a real cluster's.
@@ -187,6 +190,7 @@ spawn kube-controller-manager \
   --authorization-kubeconfig="$dir/controller-manager.kubeconfig" \
   --bind-address=127.0.0.1 --secure-port="$kcm_port" --cert-dir="$pki" \
   --leader-elect=false --root-ca-file="$pki/ca.crt" --service-account-private-key-file="$pki/sa.key" \
+  --use-service-account-credentials=true \
   --controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller
 wait_for kube-controller-manager 120 curl -skf "https://127.0.0.1:$kcm_port/healthz"
 # The namespace controller's first act proves it is running: `default` gets its ServiceAccount.
@@ -194,7 +198,7 @@ wait_for kube-controller-manager 120 curl_api "$server/api/v1/namespaces/default
 t_kcm=$(date +%s.%N)
 
 timing="$(awk -v a="$t0" -v b="$t_built" -v e="$t_etcd" -v s="$t_api" -v k="$t_kcm" 'BEGIN {
-  printf "build/cache lookup %.1fs, etcd healthy %.1fs, apiserver /readyz %.1fs, controller-manager %.1fs, total start-up %.1fs",
+  printf "build/cache lookup %.1fs, certificates + etcd healthy %.1fs, apiserver /readyz %.1fs, controller-manager %.1fs, total start-up %.1fs",
     b-a, e-b, s-e, k-s, k-b }')"
 echo "$timing" >"$dir/startup-time"
 log "up at $server ($timing)"
