@@ -1,1 +1,324 @@
-//! The TpuSlice controller (in progress).
+//! The TpuSlice controller: one TPU VM node per `TpuSlice`, created directly (`nodes.create`) or
+//! through a queued resource (`capacity.queued`).
+//!
+//! Reconcile shape: guards → deletion (delete the cloud objects, wait until gone) → finalizer →
+//! [`observe`] (by deterministic name) → [`plan`] (pure) → [`act`] (at most one mutating call) →
+//! [`status`] (server-side apply, Events on transitions).
+//!
+//! Crash safety: the node / queued resource id is derived from the object's identity and its
+//! recreation count (`naming::tpu_node_id`), and every reconcile first reads the cloud by that
+//! name. An operator killed between the create call and the status write therefore finds the
+//! object on its next pass instead of creating a second one; a create that races anyway gets
+//! ALREADY_EXISTS and adopts the object on the next pass.
+//!
+//! Preemption: a PREEMPTED / TERMINATED node, or a queued resource SUSPENDED by the service, is
+//! counted in `status.recreations` first (status only), which moves the slice to the next id; the
+//! preempted incarnation is then deleted, and once it is gone the next one is created.
+
+mod act;
+mod observe;
+mod plan;
+mod spec;
+mod status;
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use kube::{
+    Api, Resource, ResourceExt,
+    runtime::{
+        Controller,
+        controller::{Action, Config},
+        finalizer::{Event, finalizer},
+        watcher,
+    },
+};
+use tpu_operator_api::{
+    DeletionPolicy,
+    conditions::{Progress, reasons, set_kstatus},
+    naming::ObjectIdentity,
+    tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
+};
+use tpu_operator_gcp::ErrorKind;
+
+pub use spec::{DONE_URI_ANNOTATION, DONE_URI_METADATA, workload_script};
+pub use status::FIELD_MANAGER;
+
+use self::{
+    observe::{Names, Observed},
+    plan::{Action as Step, Assessment, CleanupStep, Plan, Requeue},
+    spec::Desired,
+};
+use crate::{
+    FINALIZER, Shutdown,
+    context::Context,
+    error::{ReconcileError, Result},
+    policy,
+};
+
+const KIND: &str = "TpuSlice";
+
+/// Runs the TpuSlice controller until `shutdown` fires.
+pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+    Controller::new(ctx.watched_api::<TpuSlice>(), watcher::Config::default())
+        .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn error_policy(obj: Arc<TpuSlice>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    policy::error_policy(KIND, obj.as_ref(), err, &ctx)
+}
+
+#[tracing::instrument(skip(obj, ctx), fields(namespace = obj.namespace(), name = obj.name_any()))]
+pub async fn reconcile(obj: Arc<TpuSlice>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.start(KIND);
+    let ns = obj
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    let api: Api<TpuSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    // Deletion waits for the cloud objects to be gone before the finalizer helper may drop the
+    // finalizer (its cleanup callback removes the finalizer on any `Ok`).
+    let ours = obj.finalizers().iter().any(|f| f == FINALIZER);
+    if obj.meta().deletion_timestamp.is_some()
+        && ours
+        && let Some(wait) = cleanup(&obj, &ctx).await?
+    {
+        policy::on_success(obj.as_ref(), &ctx);
+        return Ok(wait);
+    }
+    let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
+        match event {
+            Event::Apply(slice) => apply(&slice, &ctx).await,
+            Event::Cleanup(_) => Ok(Action::await_change()),
+        }
+    })
+    .await
+    .map_err(ReconcileError::from)?;
+    policy::on_success(obj.as_ref(), &ctx);
+    Ok(action)
+}
+
+/// What the slice is called in the cloud and what its node must carry.
+struct Target {
+    identity: ObjectIdentity,
+    names: Names,
+    desired: Desired,
+}
+
+impl Target {
+    /// `None` when no project is known (spec nor operator default).
+    fn new(slice: &TpuSlice, ctx: &Context) -> Result<Option<Self>> {
+        let identity = ObjectIdentity::new(
+            slice
+                .namespace()
+                .ok_or(ReconcileError::MissingMetadata("namespace"))?,
+            slice.name_any(),
+            slice.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
+        );
+        let Some(project) = ctx.project_for(slice.spec.project.as_deref()) else {
+            return Ok(None);
+        };
+        let done_uri = slice.annotations().get(DONE_URI_ANNOTATION).map(String::as_str);
+        let desired = spec::desired(&slice.spec, &identity, &ctx.config.cluster_id, done_uri);
+        let names = Names::new(slice, &identity, project);
+        Ok(Some(Self {
+            identity,
+            names,
+            desired,
+        }))
+    }
+}
+
+/// Creates, waits, recreates after preemption, corrects drift and reports.
+async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
+    let old = slice.status.clone().unwrap_or_default();
+    let Some(t) = Target::new(slice, ctx)? else {
+        let message = "no GCP project: set spec.project or the operator's default project";
+        return stall(ctx, slice, &old, reasons::INVALID_SPEC, message).await;
+    };
+    let observed = observe::observe(ctx, &t.names, old.pending_operation.as_deref()).await?;
+    let shape = spec::shape(&slice.spec);
+    let mut plan = plan::plan(&plan::Input {
+        spec: &slice.spec,
+        names: &t.names,
+        observed: &observed,
+        desired: &t.desired,
+        shape: &shape,
+        recreations: old.recreations,
+        now: ctx.clock.now(),
+    });
+    let request = act::Request {
+        spec: &slice.spec,
+        names: &t.names,
+        desired: &t.desired,
+        identity: &t.identity,
+        recreations: old.recreations.max(0) as u32,
+    };
+    let (started, failure) = match act::act(ctx, &plan.action, &request).await {
+        Ok(started) => (started, None),
+        Err(err) => match plan::on_action_error(&plan.action, &err) {
+            Some(assessment) => {
+                plan.assessment = assessment;
+                (None, Some(err))
+            }
+            None => return Err(ReconcileError::gcp(action_name(&plan.action))(err)),
+        },
+    };
+    report(
+        ctx,
+        slice,
+        &old,
+        &t.names,
+        &observed,
+        &plan,
+        started.as_ref(),
+        shape.as_ref().ok(),
+    )
+    .await?;
+    // A permanent refusal (permission, invalid request) is in the status now; returning the error
+    // as well gives the object the slow, backed-off retry of `error_policy`.
+    if let Some(err) = failure.filter(|_| plan.assessment.progress == Progress::Stalled) {
+        return Err(ReconcileError::gcp(action_name(&plan.action))(err));
+    }
+    Ok(requeue(ctx, plan.assessment.requeue))
+}
+
+/// Deletion: `Some(requeue)` while cloud objects remain, `None` once the finalizer may go.
+async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
+    if slice.spec.deletion_policy == DeletionPolicy::Orphan {
+        return Ok(None);
+    }
+    // Without a project nothing was ever created.
+    let Some(t) = Target::new(slice, ctx)? else {
+        return Ok(None);
+    };
+    let old = slice.status.clone().unwrap_or_default();
+    let observed = observe::observe(ctx, &t.names, None).await?;
+    let deleting = |message: String| {
+        Assessment::new(
+            Progress::Reconciling,
+            reasons::DELETING,
+            TpuSlicePhase::Deleting,
+            message,
+        )
+    };
+    let (action, assessment) = match plan::plan_cleanup(&observed) {
+        CleanupStep::Done => return Ok(None),
+        CleanupStep::Wait(message) => (Step::None, deleting(message)),
+        CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources".into())),
+    };
+    let mut plan = Plan { action, assessment };
+    let request = act::Request {
+        spec: &slice.spec,
+        names: &t.names,
+        desired: &t.desired,
+        identity: &t.identity,
+        recreations: old.recreations.max(0) as u32,
+    };
+    let (started, failure) = match act::act(ctx, &plan.action, &request).await {
+        Ok(started) => (started, None),
+        Err(err) if matches!(err.kind, ErrorKind::PermissionDenied | ErrorKind::Unauthenticated) => {
+            plan.assessment = Assessment::new(
+                Progress::Stalled,
+                reasons::PERMISSION_DENIED,
+                TpuSlicePhase::Deleting,
+                format!("cannot delete: {err}; retrying with backoff"),
+            );
+            (None, Some(err))
+        }
+        Err(err) => return Err(ReconcileError::gcp(action_name(&plan.action))(err)),
+    };
+    let shape = spec::shape(&slice.spec);
+    report(
+        ctx,
+        slice,
+        &old,
+        &t.names,
+        &observed,
+        &plan,
+        started.as_ref(),
+        shape.as_ref().ok(),
+    )
+    .await?;
+    if let Some(err) = failure {
+        return Err(ReconcileError::gcp(action_name(&plan.action))(err));
+    }
+    Ok(Some(requeue(ctx, Requeue::Active)))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn report(
+    ctx: &Context,
+    slice: &TpuSlice,
+    old: &TpuSliceStatus,
+    names: &Names,
+    observed: &Observed,
+    plan: &Plan,
+    started: Option<&act::Started>,
+    shape: Option<&tpu_operator_api::accelerator::SliceShape>,
+) -> Result<()> {
+    let new = status::build(&status::Report {
+        old,
+        generation: slice.meta().generation,
+        names,
+        observed,
+        assessment: &plan.assessment,
+        shape,
+        started,
+        preempted: plan.action == Step::RecordPreemption,
+        now: ctx.clock.now(),
+    });
+    status::write(ctx, slice, old, &new).await
+}
+
+/// Reports a refusal that needs a spec or configuration change.
+async fn stall(
+    ctx: &Context,
+    slice: &TpuSlice,
+    old: &TpuSliceStatus,
+    reason: &'static str,
+    message: &str,
+) -> Result<Action> {
+    let mut new = old.clone();
+    new.observed_generation = slice.meta().generation;
+    new.phase = TpuSlicePhase::Failed;
+    new.message = Some(message.to_string());
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(ctx.clock.now().timestamp())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    );
+    set_kstatus(
+        &mut new.conditions,
+        Progress::Stalled,
+        reason,
+        message,
+        new.observed_generation,
+        now,
+    );
+    status::write(ctx, slice, old, &new).await?;
+    Ok(Action::await_change())
+}
+
+fn requeue(ctx: &Context, requeue: Requeue) -> Action {
+    let every: Duration = match requeue {
+        Requeue::Active => ctx.config.poll_active,
+        Requeue::Capacity => ctx.config.poll_capacity,
+        Requeue::Stable => ctx.config.poll_stable,
+    };
+    Action::requeue(every)
+}
+
+fn action_name(action: &Step) -> &'static str {
+    match action {
+        Step::None | Step::RecordPreemption => "observe TPU slice",
+        Step::CreateNode => "create TPU node",
+        Step::CreateQueuedResource => "create queued resource",
+        Step::DeleteNode(_) => "delete TPU node",
+        Step::DeleteQueuedResource(_) => "delete queued resource",
+        Step::PatchNode(_) => "patch TPU node labels/metadata/tags",
+        Step::StartNode => "start TPU node",
+    }
+}

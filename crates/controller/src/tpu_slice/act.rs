@@ -1,0 +1,95 @@
+//! Executes the planned action: at most one mutating TPU call per reconcile. The caller writes the
+//! returned operation name to status right away.
+
+use tpu_operator_api::{naming::ObjectIdentity, tpu_slice::TpuSliceSpec};
+use tpu_operator_gcp::{GcpError, ignore_not_found, tpu_v2::model::Node};
+
+use super::{
+    observe::Names,
+    plan::Action,
+    spec::{self, Desired},
+};
+use crate::context::Context;
+
+/// The request-id purpose of queued-resource creates (one id per incarnation).
+const CREATE_QR: &str = "create-queued-resource";
+
+/// What the cloud call started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Started {
+    pub operation: String,
+    /// The verb, for events and logs (`create`, `delete`, ...).
+    pub verb: &'static str,
+}
+
+/// Everything act needs to build requests.
+pub struct Request<'a> {
+    pub spec: &'a TpuSliceSpec,
+    pub names: &'a Names,
+    pub desired: &'a Desired,
+    pub identity: &'a ObjectIdentity,
+    pub recreations: u32,
+}
+
+/// Performs `action`. `Ok(None)` for actions without a cloud call.
+pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Option<Started>, GcpError> {
+    let tpu = &ctx.gcp.tpu;
+    let names = req.names;
+    let (verb, op) = match action {
+        Action::None | Action::RecordPreemption => return Ok(None),
+        Action::CreateNode => {
+            let node = spec::node(req.spec, req.desired, req.identity);
+            let op = tpu.create_node(&names.parent, &names.current.id, node).await?;
+            ("create", op)
+        }
+        Action::CreateQueuedResource => {
+            let node = spec::node(req.spec, req.desired, req.identity);
+            let qr_id = names
+                .current
+                .queued
+                .as_deref()
+                .and_then(|n| n.rsplit('/').next())
+                .unwrap_or(&names.current.id);
+            let qr = spec::queued_resource(req.spec, node, &names.parent, &names.current.id, &names.project)
+                .map_err(|message| invalid_spec(&names.parent, message))?;
+            let request_id = tpu_operator_api::naming::request_id(req.identity, CREATE_QR, req.recreations);
+            let op = tpu
+                .create_queued_resource(&names.parent, qr_id, &request_id, qr)
+                .await?;
+            ("create", op)
+        }
+        // Already gone is what a delete wants.
+        Action::DeleteNode(name) => match ignore_not_found(tpu.delete_node(name).await)? {
+            Some(op) => ("delete", op),
+            None => return Ok(None),
+        },
+        Action::DeleteQueuedResource(name) => {
+            match ignore_not_found(tpu.delete_queued_resource(name, true).await)? {
+                Some(op) => ("delete", op),
+                None => return Ok(None),
+            }
+        }
+        Action::StartNode => ("start", tpu.start_node(&names.current.node).await?),
+        Action::PatchNode(mask) => {
+            let patch = Node::new()
+                .set_labels(req.desired.labels.clone())
+                .set_metadata(req.desired.metadata.clone())
+                .set_tags(req.desired.tags.clone());
+            ("update", tpu.update_node(&names.current.node, patch, mask).await?)
+        }
+    };
+    Ok(Some(Started {
+        operation: op.name,
+        verb,
+    }))
+}
+
+fn invalid_spec(target: &str, message: String) -> GcpError {
+    GcpError::new(
+        tpu_operator_gcp::ErrorKind::InvalidArgument,
+        tpu_operator_gcp::Service::Tpu,
+        "queuedResources.create",
+        target,
+        message,
+    )
+}

@@ -1,0 +1,171 @@
+//! Reads the slice's cloud objects by their deterministic names (never by what status remembers,
+//! so a create whose result was never written to status is still found) and the pending operation.
+
+use tpu_operator_api::{
+    naming::{self, ObjectIdentity},
+    tpu_slice::TpuSlice,
+};
+use tpu_operator_gcp::{
+    ErrorKind, GcpError, OperationState, Service, ignore_not_found,
+    longrunning::model::Operation,
+    operation_state,
+    tpu_v2::model::{Node, QueuedResource, queued_resource_state},
+};
+
+use super::spec::CapacityMode;
+use crate::{context::Context, error::ReconcileError};
+
+/// Full resource names of one incarnation (recreation) of the slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incarnation {
+    /// `projects/<p>/locations/<zone>/nodes/<id>`.
+    pub node: String,
+    /// The queued resource, for `capacity.queued`.
+    pub queued: Option<String>,
+    /// The node / queued resource id.
+    pub id: String,
+}
+
+/// Where the slice's cloud objects live and what they are called.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Names {
+    pub project: String,
+    /// `projects/<p>/locations/<zone>`.
+    pub parent: String,
+    /// The incarnation the slice should run now (`status.recreations`).
+    pub current: Incarnation,
+    /// The incarnation before the last preemption, which must be gone before `current` is created.
+    pub previous: Option<Incarnation>,
+    /// The node was adopted by `spec.adoptNodeId` (never created, never recreated).
+    pub adopted: bool,
+}
+
+impl Names {
+    pub fn new(slice: &TpuSlice, identity: &ObjectIdentity, project: String) -> Self {
+        let parent = format!("projects/{project}/locations/{}", slice.spec.zone);
+        let queued = CapacityMode::of(&slice.spec) == CapacityMode::Queued;
+        let recreations = slice.status.as_ref().map_or(0, |s| s.recreations.max(0) as u32);
+        let incarnation = |n: u32| {
+            let id = naming::tpu_node_id(identity, n);
+            Incarnation {
+                node: format!("{parent}/nodes/{id}"),
+                queued: queued.then(|| {
+                    format!(
+                        "{parent}/queuedResources/{}",
+                        naming::queued_resource_id(identity, n)
+                    )
+                }),
+                id,
+            }
+        };
+        let (current, previous, adopted) = match &slice.spec.adopt_node_id {
+            Some(id) => (
+                Incarnation {
+                    node: format!("{parent}/nodes/{id}"),
+                    queued: None,
+                    id: id.clone(),
+                },
+                None,
+                true,
+            ),
+            None => (
+                incarnation(recreations),
+                recreations.checked_sub(1).map(incarnation),
+                false,
+            ),
+        };
+        Self {
+            project,
+            parent,
+            current,
+            previous,
+            adopted,
+        }
+    }
+}
+
+/// What exists in the cloud right now.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    pub node: Option<Node>,
+    pub queued: Option<QueuedResource>,
+    /// The previous incarnation's node / queued resource, read only while the current one does
+    /// not exist yet (during a recreation, or while deleting).
+    pub previous_node: Option<Node>,
+    pub previous_queued: Option<QueuedResource>,
+    /// The operation named by `status.pendingOperation`, if any.
+    pub operation: Option<OperationView>,
+}
+
+/// A pending operation as plan needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OperationView {
+    Running,
+    Succeeded,
+    Failed(GcpError),
+    /// The operation no longer exists (operations are garbage-collected after a while).
+    Gone,
+}
+
+/// Reads the current incarnation (and the previous one when the current does not exist).
+/// Each read is a `get` by name: 1 call for a plain node, 2 for a queued slice.
+pub async fn observe(
+    ctx: &Context,
+    names: &Names,
+    pending_operation: Option<&str>,
+) -> Result<Observed, ReconcileError> {
+    let tpu = &ctx.gcp.tpu;
+    let mut observed = Observed::default();
+    if let Some(qr) = &names.current.queued {
+        observed.queued = read(tpu.get_queued_resource(qr).await, "get queued resource")?;
+    }
+    if names.current.queued.is_none() || observed.queued.as_ref().is_some_and(has_nodes) {
+        observed.node = read(tpu.get_node(&names.current.node).await, "get TPU node")?;
+    }
+    if observed.node.is_none() && observed.queued.is_none() {
+        if let Some(prev) = &names.previous {
+            if let Some(qr) = &prev.queued {
+                observed.previous_queued =
+                    read(tpu.get_queued_resource(qr).await, "get previous queued resource")?;
+            }
+            if observed.previous_queued.is_none() {
+                observed.previous_node = read(tpu.get_node(&prev.node).await, "get previous TPU node")?;
+            }
+        }
+    }
+    if let Some(op) = pending_operation {
+        observed.operation = Some(match read(tpu.get_operation(op).await, "get operation")? {
+            None => OperationView::Gone,
+            Some(op) => view(&op),
+        });
+    }
+    Ok(observed)
+}
+
+/// Whether a queued resource has (or may have) nodes worth reading.
+fn has_nodes(qr: &QueuedResource) -> bool {
+    use queued_resource_state::State;
+    matches!(
+        qr.state.as_ref().map(|s| &s.state),
+        Some(State::Provisioning | State::Active | State::Suspending | State::Deleting)
+    )
+}
+
+fn view(op: &Operation) -> OperationView {
+    match operation_state(Service::Tpu, op) {
+        OperationState::Pending => OperationView::Running,
+        OperationState::Succeeded(()) => OperationView::Succeeded,
+        OperationState::Failed(err) => OperationView::Failed(err),
+    }
+}
+
+/// `None` for NOT_FOUND; a RESOURCE_EXHAUSTED answer to a read is an API rate limit (reads take no
+/// capacity), so it is reported as transient and retried with backoff.
+fn read<T>(result: Result<T, GcpError>, action: &'static str) -> Result<Option<T>, ReconcileError> {
+    ignore_not_found(result).map_err(|mut source| {
+        if source.kind == ErrorKind::ResourceExhausted {
+            source.kind = ErrorKind::Transient;
+        }
+        ReconcileError::Gcp { action, source }
+    })
+}

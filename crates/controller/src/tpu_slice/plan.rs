@@ -1,0 +1,536 @@
+//! From (spec, observed cloud state, status, now) to one action and the slice's assessment.
+//!
+//! Does not touch Kubernetes or Google Cloud. Every TPU node state and queued-resource state is
+//! matched explicitly (the generated enums are `#[non_exhaustive]`, so a last arm covers values
+//! newer than the client library).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use tpu_operator_api::{
+    accelerator::SliceShape,
+    conditions::{Progress, reasons},
+    tpu_slice::{TpuSlicePhase, TpuSliceSpec},
+};
+use tpu_operator_gcp::{
+    ErrorKind, GcpError,
+    tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
+};
+
+use super::{
+    observe::{Names, Observed, OperationView},
+    spec::{CapacityMode, Desired},
+};
+
+mod queued;
+#[cfg(test)]
+mod tests;
+
+/// The one cloud call (or status-only step) of this reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    None,
+    CreateNode,
+    CreateQueuedResource,
+    /// Full node name.
+    DeleteNode(String),
+    /// Full queued resource name (always `force`: its nodes go with it).
+    DeleteQueuedResource(String),
+    /// `nodes.patch` of the current node with this update mask.
+    PatchNode(Vec<&'static str>),
+    /// `nodes.start` of a STOPPED current node.
+    StartNode,
+    /// Status only: count a preemption (`recreations + 1`), which moves `current` to a new id.
+    RecordPreemption,
+}
+
+/// How soon to look again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// The cloud object is changing state (`poll_active`).
+    Active,
+    /// Waiting for capacity or for a slow external change (`poll_capacity`).
+    Capacity,
+    /// Nothing is expected to change (`poll_stable`).
+    Stable,
+}
+
+/// What the slice's status should say.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assessment {
+    pub progress: Progress,
+    pub reason: &'static str,
+    pub message: String,
+    pub phase: TpuSlicePhase,
+    pub requeue: Requeue,
+    /// `CapacityAvailable` condition, when known.
+    pub capacity: Option<bool>,
+    /// An immutable field differs between the node and the spec (`SpecDrift`).
+    pub drift: Option<String>,
+}
+
+impl Assessment {
+    pub fn new(
+        progress: Progress,
+        reason: &'static str,
+        phase: TpuSlicePhase,
+        message: impl Into<String>,
+    ) -> Self {
+        let requeue = match progress {
+            Progress::Ready | Progress::Stalled | Progress::Idle => Requeue::Stable,
+            Progress::Reconciling => Requeue::Active,
+        };
+        Self {
+            progress,
+            reason,
+            message: message.into(),
+            phase,
+            requeue,
+            capacity: None,
+            drift: None,
+        }
+    }
+
+    fn requeue(mut self, requeue: Requeue) -> Self {
+        self.requeue = requeue;
+        self
+    }
+
+    fn capacity(mut self, available: bool) -> Self {
+        self.capacity = Some(available);
+        self
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub action: Action,
+    pub assessment: Assessment,
+}
+
+impl Plan {
+    fn new(action: Action, assessment: Assessment) -> Self {
+        Self { action, assessment }
+    }
+
+    fn report(assessment: Assessment) -> Self {
+        Self::new(Action::None, assessment)
+    }
+}
+
+/// Everything plan looks at.
+#[derive(Clone, Copy, Debug)]
+pub struct Input<'a> {
+    pub spec: &'a TpuSliceSpec,
+    pub names: &'a Names,
+    pub observed: &'a Observed,
+    pub desired: &'a Desired,
+    pub shape: &'a Result<SliceShape, String>,
+    pub recreations: i32,
+    pub now: DateTime<Utc>,
+}
+
+impl Input<'_> {
+    fn max_recreations(&self) -> i32 {
+        self.spec.preemption.clone().unwrap_or_default().max_recreations
+    }
+}
+
+/// The slice exists (not being deleted): create, wait, recreate, correct drift, or report.
+pub fn plan(input: &Input<'_>) -> Plan {
+    if let Err(message) = input.shape {
+        return Plan::report(Assessment::new(
+            Progress::Stalled,
+            reasons::INVALID_SPEC,
+            TpuSlicePhase::Failed,
+            message.clone(),
+        ));
+    }
+    if CapacityMode::of(input.spec) == CapacityMode::Queued {
+        return queued::plan(input);
+    }
+    match &input.observed.node {
+        Some(node) => plan_node(input, node),
+        None => plan_absent(input, Action::CreateNode),
+    }
+}
+
+/// Neither the current node nor its queued resource exists.
+fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
+    use TpuSlicePhase as P;
+    if input.names.adopted {
+        return Plan::report(Assessment::new(
+            Progress::Stalled,
+            reasons::NOT_FOUND,
+            P::Failed,
+            format!(
+                "node {} named by spec.adoptNodeId does not exist",
+                input.names.current.node
+            ),
+        ));
+    }
+    let observed = input.observed;
+    if let Some(prev) = &observed.previous_queued {
+        return previous_step(
+            is_qr_deleting(prev),
+            Action::DeleteQueuedResource(prev.name.clone()),
+        );
+    }
+    if let Some(prev) = &observed.previous_node {
+        return previous_step(
+            prev.state == node::State::Deleting,
+            Action::DeleteNode(prev.name.clone()),
+        );
+    }
+    match &observed.operation {
+        Some(OperationView::Running) => {
+            return Plan::report(Assessment::new(
+                Progress::Reconciling,
+                reasons::CREATING,
+                P::Provisioning,
+                "create operation in progress",
+            ));
+        }
+        Some(OperationView::Failed(err)) => {
+            if let Some(a) = on_create_error(err) {
+                let retry = a.progress == Progress::Reconciling;
+                return Plan::new(if retry { create } else { Action::None }, a);
+            }
+        }
+        Some(OperationView::Succeeded | OperationView::Gone) | None => {}
+    }
+    let (phase, message) = match create {
+        Action::CreateQueuedResource => (P::Queued, "requesting a queued resource"),
+        _ => (P::Provisioning, "creating the TPU node"),
+    };
+    let phase = if input.recreations > 0 {
+        P::Recreating
+    } else {
+        phase
+    };
+    Plan::new(
+        create,
+        Assessment::new(Progress::Reconciling, reasons::CREATING, phase, message),
+    )
+}
+
+/// A recreation waits for the previous incarnation to be deleted before creating the next one,
+/// so that one slice never holds two cloud objects.
+fn previous_step(deleting: bool, delete: Action) -> Plan {
+    let a = Assessment::new(
+        Progress::Reconciling,
+        reasons::RECREATING,
+        TpuSlicePhase::Recreating,
+        "deleting the preempted incarnation before recreating the slice",
+    );
+    Plan::new(if deleting { Action::None } else { delete }, a)
+}
+
+fn is_qr_deleting(qr: &QueuedResource) -> bool {
+    matches!(
+        qr.state.as_ref().map(|s| &s.state),
+        Some(queued_resource_state::State::Deleting)
+    )
+}
+
+/// How a failed cloud call is reported. `None`: transient, return the error (backoff).
+pub fn on_action_error(action: &Action, err: &GcpError) -> Option<Assessment> {
+    match action {
+        Action::CreateNode | Action::CreateQueuedResource => on_create_error(err),
+        _ => match err.kind {
+            ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => Some(Assessment::new(
+                Progress::Stalled,
+                reasons::PERMISSION_DENIED,
+                TpuSlicePhase::Degraded,
+                err.to_string(),
+            )),
+            _ => None,
+        },
+    }
+}
+
+/// How a failed create (call or operation) is reported. `None`: transient, retry with backoff.
+pub fn on_create_error(err: &GcpError) -> Option<Assessment> {
+    use TpuSlicePhase as P;
+    let stalled = |reason| {
+        Some(Assessment::new(
+            Progress::Stalled,
+            reason,
+            P::Failed,
+            err.to_string(),
+        ))
+    };
+    match err.kind {
+        ErrorKind::ResourceExhausted if !err.is_rate_limited() => Some(
+            Assessment::new(
+                Progress::Reconciling,
+                reasons::WAITING_FOR_CAPACITY,
+                P::Provisioning,
+                format!("no TPU capacity right now (stockout or quota); retrying: {err}"),
+            )
+            .requeue(Requeue::Capacity)
+            .capacity(false),
+        ),
+        ErrorKind::AlreadyExists => Some(Assessment::new(
+            Progress::Reconciling,
+            reasons::CREATING,
+            P::Provisioning,
+            "the object already exists (an earlier create): adopting it",
+        )),
+        ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => stalled(reasons::PERMISSION_DENIED),
+        ErrorKind::InvalidArgument | ErrorKind::FailedPrecondition => stalled(reasons::INVALID_SPEC),
+        ErrorKind::ResourceExhausted
+        | ErrorKind::Transient
+        | ErrorKind::NotFound
+        | ErrorKind::Cancelled
+        | ErrorKind::Other => None,
+    }
+}
+
+/// The current node exists.
+fn plan_node(input: &Input<'_>, n: &Node) -> Plan {
+    use TpuSlicePhase as P;
+    use node::State as S;
+    let state = state_name(n);
+    let busy = |reason, phase, what: &str| {
+        Plan::report(Assessment::new(
+            Progress::Reconciling,
+            reason,
+            phase,
+            format!("node is {state}: {what}"),
+        ))
+    };
+    let mut plan = match n.state {
+        S::Ready => plan_ready(input, n),
+        S::Creating => busy(reasons::CREATING, P::Provisioning, "being created"),
+        S::Starting => busy(reasons::PROVISIONING, P::Provisioning, "starting"),
+        S::Restarting | S::Reimaging | S::Repairing => busy(
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+            "waiting for it to come back",
+        ),
+        S::Stopping => busy(reasons::PROVISIONING, P::Degraded, "will be started once stopped"),
+        S::Hiding | S::Hidden | S::Unhiding => {
+            let mut p = busy(reasons::NODE_UNHEALTHY, P::Degraded, "held by the TPU service");
+            p.assessment.requeue = Requeue::Capacity;
+            p
+        }
+        S::Stopped => Plan::new(
+            Action::StartNode,
+            Assessment::new(
+                Progress::Reconciling,
+                reasons::PROVISIONING,
+                P::Degraded,
+                "node is STOPPED: starting it",
+            ),
+        ),
+        S::Deleting => busy(
+            reasons::RECREATING,
+            P::Recreating,
+            "deleted outside the operator; it is recreated once gone",
+        ),
+        S::Preempted | S::Terminated => plan_preempted(input, &state),
+        S::Unknown => Plan::report(Assessment::new(
+            Progress::Stalled,
+            reasons::NODE_UNHEALTHY,
+            P::Failed,
+            "node is UNKNOWN after a failed repair; delete the TpuSlice to replace it",
+        )),
+        S::Unspecified => {
+            let mut p = busy(reasons::PROVISIONING, P::Provisioning, "state not reported yet");
+            p.assessment.requeue = Requeue::Capacity;
+            p
+        }
+        _ => {
+            let mut p = busy(reasons::PROVISIONING, P::Degraded, "unrecognized state");
+            p.assessment.requeue = Requeue::Capacity;
+            p
+        }
+    };
+    if n.state != S::Creating {
+        plan.assessment.capacity = Some(!matches!(n.state, S::Preempted | S::Terminated));
+    }
+    plan.assessment.drift = immutable_drift(input, n);
+    plan
+}
+
+/// READY: Ready when also HEALTHY; keeps labels / metadata / tags in sync.
+fn plan_ready(input: &Input<'_>, n: &Node) -> Plan {
+    use TpuSlicePhase as P;
+    use node::Health as H;
+    let assessment = match n.health {
+        H::Healthy => Assessment::new(
+            Progress::Ready,
+            reasons::NODE_READY,
+            P::Ready,
+            "node is READY and HEALTHY",
+        ),
+        H::Unspecified => Assessment::new(
+            Progress::Reconciling,
+            reasons::PROVISIONING,
+            P::Provisioning,
+            "node is READY; waiting for its health to be reported",
+        ),
+        H::Timeout | H::UnhealthyTensorflow | H::UnhealthyMaintenance => Assessment::new(
+            Progress::Reconciling,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+            format!("node is READY but {}", health_name(n)),
+        )
+        .requeue(Requeue::Capacity),
+        _ => Assessment::new(
+            Progress::Reconciling,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+            format!("node is READY with unrecognized health {}", health_name(n)),
+        )
+        .requeue(Requeue::Capacity),
+    };
+    let operation_running = matches!(input.observed.operation, Some(OperationView::Running));
+    let mask = drift_mask(input.desired, n);
+    if operation_running || mask.is_empty() {
+        let mut a = assessment;
+        if operation_running && a.progress == Progress::Ready {
+            a.requeue = Requeue::Active;
+        }
+        return Plan::report(a);
+    }
+    Plan::new(Action::PatchNode(mask), assessment.requeue(Requeue::Active))
+}
+
+/// PREEMPTED / TERMINATED (or a queued resource suspended by the service): recreate within the
+/// limit, else stall.
+fn plan_preempted(input: &Input<'_>, what: &str) -> Plan {
+    use TpuSlicePhase as P;
+    if input.names.adopted {
+        return Plan::report(Assessment::new(
+            Progress::Stalled,
+            reasons::PREEMPTED,
+            P::Preempted,
+            format!("adopted node is {what}; adopted nodes are not recreated"),
+        ));
+    }
+    let max = input.max_recreations();
+    let what = if CapacityMode::preemptible(input.spec) {
+        what.to_string()
+    } else {
+        format!("{what} (maintenance or end of life of on-demand capacity)")
+    };
+    if input.recreations >= max {
+        return Plan::report(Assessment::new(
+            Progress::Stalled,
+            reasons::RECREATIONS_EXHAUSTED,
+            P::Failed,
+            format!(
+                "slice is {what} and was already recreated {} time(s) (spec.preemption.maxRecreations = {max})",
+                input.recreations
+            ),
+        ));
+    }
+    Plan::new(
+        Action::RecordPreemption,
+        Assessment::new(
+            Progress::Reconciling,
+            reasons::RECREATING,
+            P::Preempted,
+            format!(
+                "slice is {what}: recreating it ({} of at most {max})",
+                input.recreations + 1
+            ),
+        ),
+    )
+}
+
+/// The update mask of the fields that differ (empty when in sync). Labels the TPU service adds
+/// itself (`goog-*`) are not ours to remove.
+pub fn drift_mask(desired: &Desired, n: &Node) -> Vec<&'static str> {
+    let mut mask = Vec::new();
+    let labels: BTreeMap<_, _> = n
+        .labels
+        .iter()
+        .filter(|(k, _)| !k.starts_with("goog-"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if labels != desired.labels {
+        mask.push("labels");
+    }
+    let metadata: BTreeMap<_, _> = n.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    if metadata != desired.metadata {
+        mask.push("metadata");
+    }
+    if n.tags != desired.tags {
+        mask.push("tags");
+    }
+    mask
+}
+
+/// Immutable fields that differ between the node and the spec (the CRD refuses such edits; this
+/// catches the ones that slipped through, and adopted nodes that do not match).
+fn immutable_drift(input: &Input<'_>, n: &Node) -> Option<String> {
+    let mut out = Vec::new();
+    if let Ok(shape) = input.shape {
+        let want = shape.accelerator_type();
+        if !n.accelerator_type.is_empty() && n.accelerator_type != want {
+            out.push(format!(
+                "acceleratorType is {} on the node, {want} in the spec",
+                n.accelerator_type
+            ));
+        }
+    }
+    if !n.runtime_version.is_empty() && n.runtime_version != input.spec.runtime_version {
+        out.push(format!(
+            "runtimeVersion is {} on the node, {} in the spec",
+            n.runtime_version, input.spec.runtime_version
+        ));
+    }
+    (!out.is_empty()).then(|| {
+        format!(
+            "{} (not changed in place; recreate the TpuSlice to apply)",
+            out.join("; ")
+        )
+    })
+}
+
+/// What deletion does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CleanupStep {
+    /// Issue this delete.
+    Delete(Action),
+    /// A delete is in progress.
+    Wait(String),
+    /// Nothing is left in the cloud.
+    Done,
+}
+
+/// Deletion: the queued resource first (force: its nodes go with it), then a node; each must be
+/// gone before the finalizer is dropped.
+pub fn plan_cleanup(observed: &Observed) -> CleanupStep {
+    let qrs = [&observed.queued, &observed.previous_queued];
+    if let Some(qr) = qrs.into_iter().flatten().next() {
+        return if is_qr_deleting(qr) {
+            CleanupStep::Wait(format!("queued resource {} is being deleted", qr.name))
+        } else {
+            CleanupStep::Delete(Action::DeleteQueuedResource(qr.name.clone()))
+        };
+    }
+    match [&observed.node, &observed.previous_node]
+        .into_iter()
+        .flatten()
+        .next()
+    {
+        Some(n) if n.state == node::State::Deleting => {
+            CleanupStep::Wait(format!("node {} is being deleted", n.name))
+        }
+        Some(n) => CleanupStep::Delete(Action::DeleteNode(n.name.clone())),
+        None => CleanupStep::Done,
+    }
+}
+
+/// `READY`, `PREEMPTED`, ... as GCP spells it.
+pub fn state_name(n: &Node) -> String {
+    n.state.name().unwrap_or("UNRECOGNIZED").to_string()
+}
+
+pub fn health_name(n: &Node) -> String {
+    n.health.name().unwrap_or("UNRECOGNIZED").to_string()
+}

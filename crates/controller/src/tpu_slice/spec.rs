@@ -1,0 +1,382 @@
+//! `TpuSlice.spec` → TPU API request mapping (`Node`, `QueuedResource`) and the desired values of
+//! the fields the controller keeps in sync (labels, metadata, tags).
+//!
+//! Does not touch Kubernetes or Google Cloud.
+
+use std::collections::BTreeMap;
+
+use tpu_operator_api::{
+    ContainerSpec,
+    accelerator::{SliceShape, TpuGeneration, parse_accelerator_type, shape_from_config},
+    duration::parse_duration,
+    naming::{self, ObjectIdentity},
+    tpu_slice::{Capacity, QueuedCapacity, QueuedTier, TpuSliceSpec},
+};
+use tpu_operator_gcp::{
+    tpu_v2::model::{
+        AcceleratorConfig, NetworkConfig, Node, QueuedResource, SchedulingConfig, ServiceAccount,
+        accelerator_config, queued_resource,
+    },
+    wkt,
+};
+
+/// Annotation through which an owner (the TrainingPipeline controller) tells the slice where the
+/// workload reports completion. Copied to node metadata [`DONE_URI_METADATA`]; the generated
+/// startup script writes `<uri>_SUCCESS` or `<uri>_FAILED` there.
+pub const DONE_URI_ANNOTATION: &str = "tpu-operator.dev/done-uri";
+/// Node metadata key read by the generated startup script (and by gcp-emulator).
+pub const DONE_URI_METADATA: &str = "tpu-operator-done-uri";
+/// Node metadata key of the startup script.
+pub const STARTUP_SCRIPT_METADATA: &str = "startup-script";
+/// OAuth scope used when the spec names a service account without scopes.
+pub const DEFAULT_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
+
+/// The node fields the controller keeps equal to the spec with `nodes.patch`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Desired {
+    pub labels: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+    pub tags: Vec<String>,
+}
+
+/// How capacity is requested, decided once from `spec.capacity`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapacityMode {
+    OnDemand,
+    Spot,
+    Reserved,
+    Queued,
+}
+
+impl CapacityMode {
+    pub fn of(spec: &TpuSliceSpec) -> Self {
+        match spec.capacity.as_ref() {
+            Some(Capacity { queued: Some(_), .. }) => Self::Queued,
+            Some(Capacity { spot: Some(_), .. }) => Self::Spot,
+            Some(Capacity {
+                reserved: Some(_), ..
+            }) => Self::Reserved,
+            _ => Self::OnDemand,
+        }
+    }
+
+    /// Whether Google may reclaim the capacity (a preemption is then expected, not a failure).
+    pub fn preemptible(spec: &TpuSliceSpec) -> bool {
+        match Self::of(spec) {
+            Self::Spot => true,
+            Self::Queued => queued(spec).is_some_and(|q| q.tier == QueuedTier::Spot),
+            Self::OnDemand | Self::Reserved => false,
+        }
+    }
+}
+
+fn queued(spec: &TpuSliceSpec) -> Option<&QueuedCapacity> {
+    spec.capacity.as_ref().and_then(|c| c.queued.as_ref())
+}
+
+/// Generation, chips and hosts of the slice the spec asks for.
+pub fn shape(spec: &TpuSliceSpec) -> Result<SliceShape, String> {
+    match (&spec.accelerator_type, &spec.accelerator_config) {
+        (Some(t), None) => parse_accelerator_type(t).map_err(|e| format!("spec.acceleratorType: {e}")),
+        (None, Some(c)) => {
+            shape_from_config(c.type_, &c.topology).map_err(|e| format!("spec.acceleratorConfig: {e}"))
+        }
+        _ => Err("set exactly one of spec.acceleratorType and spec.acceleratorConfig".into()),
+    }
+}
+
+/// Labels, metadata and tags the node must carry.
+pub fn desired(
+    spec: &TpuSliceSpec,
+    identity: &ObjectIdentity,
+    cluster_id: &str,
+    done_uri: Option<&str>,
+) -> Desired {
+    let mut metadata = spec.metadata.clone();
+    let script = match (&spec.startup_script, &spec.workload) {
+        (Some(script), _) => Some(script.clone()),
+        (None, Some(workload)) => Some(workload_script(workload)),
+        (None, None) => None,
+    };
+    if let Some(script) = script {
+        metadata.insert(STARTUP_SCRIPT_METADATA.into(), script);
+    }
+    if let Some(uri) = done_uri {
+        metadata.insert(DONE_URI_METADATA.into(), uri.into());
+    }
+    Desired {
+        labels: naming::object_labels(&spec.labels, identity, cluster_id),
+        metadata,
+        tags: spec
+            .network_config
+            .as_ref()
+            .map(|n| n.tags.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// Renders the startup script that runs `workload` on every TPU VM host.
+///
+/// What it runs, exactly:
+/// 1. `gcloud auth configure-docker <registry>` when the image is in Artifact Registry or GCR
+///    (`*-docker.pkg.dev`, `*gcr.io`), so the VM's service account can pull it;
+/// 2. `docker pull <image>`, retried 5 times, 10 s apart (registries and the metadata server can be
+///    briefly unreachable right after boot);
+/// 3. `docker run --rm --name tpu-workload --privileged --net=host --ipc=host -v /dev:/dev
+///    -e K=V... [--entrypoint <command[0]>] <image> [command[1..]...] [args...]`: privileged with
+///    host networking and `/dev` so the container sees the TPU chips and the other hosts of the
+///    slice (JAX / PyTorch XLA multi-host discovery); every argument is single-quoted;
+/// 4. when the node metadata `tpu-operator-done-uri` is set, writes the exit status to Cloud
+///    Storage with `gcloud storage cp`: `<uri>_SUCCESS` (empty) from worker 0 when the container
+///    exited 0, `<uri>_FAILED` (containing the exit code) from any worker where it did not.
+pub fn workload_script(w: &ContainerSpec) -> String {
+    let mut run = vec![
+        "docker run --rm --name tpu-workload --privileged --net=host --ipc=host -v /dev:/dev".to_string(),
+    ];
+    for env in &w.env {
+        run.push(format!("-e {}", quote(&format!("{}={}", env.name, env.value))));
+    }
+    if let Some(entrypoint) = w.command.first() {
+        run.push(format!("--entrypoint {}", quote(entrypoint)));
+    }
+    run.push(quote(&w.image));
+    run.extend(w.command.iter().skip(1).map(|a| quote(a)));
+    run.extend(w.args.iter().map(|a| quote(a)));
+    let registry = w.image.split('/').next().unwrap_or_default();
+    let auth = if registry.ends_with("-docker.pkg.dev") || registry.ends_with("gcr.io") {
+        format!("gcloud auth configure-docker {} --quiet\n", quote(registry))
+    } else {
+        String::new()
+    };
+    format!(
+        r#"#!/bin/bash
+# Generated by tpu-operator: runs the TpuSlice workload container on this TPU VM host.
+set -u
+MD=http://metadata.google.internal/computeMetadata/v1/instance/attributes
+attr() {{ curl -sf -H 'Metadata-Flavor: Google' "$MD/$1" || true; }}
+{auth}for i in 1 2 3 4 5; do docker pull {image} && break; sleep 10; done
+{run}
+rc=$?
+DONE_URI=$(attr {done_key})
+WORKER=$(attr agent-worker-number)
+if [ -n "$DONE_URI" ]; then
+  if [ "$rc" -eq 0 ]; then
+    [ "${{WORKER:-0}}" = "0" ] && printf '' | gcloud storage cp - "${{DONE_URI}}_SUCCESS"
+  else
+    printf '%s' "$rc" | gcloud storage cp - "${{DONE_URI}}_FAILED"
+  fi
+fi
+exit "$rc"
+"#,
+        image = quote(&w.image),
+        run = run.join(" \\\n  "),
+        done_key = DONE_URI_METADATA,
+    )
+}
+
+/// Single-quotes a shell word.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The `Node` to create (directly, or inside a queued resource's node spec).
+pub fn node(spec: &TpuSliceSpec, desired: &Desired, identity: &ObjectIdentity) -> Node {
+    let mut node = Node::new()
+        .set_description(format!(
+            "Managed by tpu-operator for TpuSlice {}/{}",
+            identity.namespace, identity.name
+        ))
+        .set_runtime_version(spec.runtime_version.clone())
+        .set_labels(desired.labels.clone())
+        .set_metadata(desired.metadata.clone())
+        .set_tags(desired.tags.clone());
+    node = match (&spec.accelerator_type, &spec.accelerator_config) {
+        (Some(t), _) => node.set_accelerator_type(t.clone()),
+        (None, Some(c)) => node.set_accelerator_config(
+            AcceleratorConfig::new()
+                .set_type(generation_type(c.type_))
+                .set_topology(c.topology.clone()),
+        ),
+        (None, None) => node,
+    };
+    if let Some(n) = &spec.network_config {
+        node = node.set_network_config(
+            NetworkConfig::new()
+                .set_network(n.network.clone().unwrap_or_default())
+                .set_subnetwork(n.subnetwork.clone().unwrap_or_default())
+                .set_enable_external_ips(n.enable_external_ips),
+        );
+    }
+    if let Some(sa) = &spec.service_account {
+        let scopes = if sa.scopes.is_empty() {
+            vec![DEFAULT_SCOPE.to_string()]
+        } else {
+            sa.scopes.clone()
+        };
+        node = node.set_service_account(
+            ServiceAccount::new()
+                .set_email(sa.email.clone())
+                .set_scope(scopes),
+        );
+    }
+    match CapacityMode::of(spec) {
+        CapacityMode::Spot => node.set_scheduling_config(SchedulingConfig::new().set_spot(true)),
+        CapacityMode::Reserved => node.set_scheduling_config(SchedulingConfig::new().set_reserved(true)),
+        // Queued capacity: the tier lives on the queued resource, not on the node.
+        CapacityMode::OnDemand | CapacityMode::Queued => node,
+    }
+}
+
+fn generation_type(g: TpuGeneration) -> accelerator_config::Type {
+    match g {
+        TpuGeneration::V2 => accelerator_config::Type::V2,
+        TpuGeneration::V3 => accelerator_config::Type::V3,
+        TpuGeneration::V4 => accelerator_config::Type::V4,
+        TpuGeneration::V5e => accelerator_config::Type::V5LitePod,
+        TpuGeneration::V5p => accelerator_config::Type::V5P,
+        TpuGeneration::V6e => accelerator_config::Type::V6E,
+    }
+}
+
+/// The `QueuedResource` for `capacity.queued`: one node spec (`node_id` = the deterministic node
+/// id), the tier, the `validUntil*` constraint and an optional reservation.
+pub fn queued_resource(
+    spec: &TpuSliceSpec,
+    node: Node,
+    parent: &str,
+    node_id: &str,
+    project: &str,
+) -> Result<QueuedResource, String> {
+    let q = queued(spec).cloned().unwrap_or_default();
+    let node_spec = queued_resource::tpu::NodeSpec::new()
+        .set_parent(parent)
+        .set_node_id(node_id)
+        .set_node(node);
+    let mut qr = QueuedResource::new().set_tpu(queued_resource::Tpu::new().set_node_spec([node_spec]));
+    let mut policy = None;
+    if let Some(d) = &q.valid_until_duration {
+        let d = parse_duration(d).map_err(|e| format!("spec.capacity.queued.validUntilDuration: {e}"))?;
+        policy = Some(
+            queued_resource::QueueingPolicy::new()
+                .set_valid_until_duration(wkt::Duration::clamp(d.as_secs() as i64, 0)),
+        );
+    } else if let Some(t) = &q.valid_until_time {
+        let t = chrono::DateTime::parse_from_rfc3339(t)
+            .map_err(|e| format!("spec.capacity.queued.validUntilTime {t:?}: {e}"))?;
+        policy = Some(
+            queued_resource::QueueingPolicy::new()
+                .set_valid_until_time(wkt::Timestamp::clamp(t.timestamp(), 0)),
+        );
+    }
+    if let Some(p) = policy {
+        qr = qr.set_queueing_policy(p);
+    }
+    qr = match q.tier {
+        QueuedTier::Spot => qr.set_spot(queued_resource::Spot::new()),
+        QueuedTier::Guaranteed => {
+            let mut g = queued_resource::Guaranteed::new();
+            if let Some(d) = &q.min_duration {
+                let d = parse_duration(d).map_err(|e| format!("spec.capacity.queued.minDuration: {e}"))?;
+                g = g.set_min_duration(wkt::Duration::clamp(d.as_secs() as i64, 0));
+            }
+            qr.set_guaranteed(g)
+        }
+    };
+    if let Some(r) = &q.reservation_name {
+        qr = qr.set_reservation_name(reservation_name(r, project, &spec.zone));
+    }
+    Ok(qr)
+}
+
+/// Expands a short reservation name to `projects/<p>/locations/<zone>/reservations/<r>`.
+fn reservation_name(r: &str, project: &str, zone: &str) -> String {
+    if r.starts_with("projects/") {
+        r.to_string()
+    } else {
+        format!("projects/{project}/locations/{zone}/reservations/{r}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tpu_operator_api::{EnvVar, tpu_slice::Empty};
+
+    fn spec() -> TpuSliceSpec {
+        TpuSliceSpec {
+            zone: "us-east5-b".into(),
+            accelerator_type: Some("v6e-8".into()),
+            runtime_version: "v2-alpha-tpuv6e".into(),
+            labels: BTreeMap::from([("team".into(), "ml".into())]),
+            ..Default::default()
+        }
+    }
+
+    fn ident() -> ObjectIdentity {
+        ObjectIdentity::new("default", "s", "uid-1")
+    }
+
+    #[test]
+    fn node_carries_identity_labels_script_and_spot() {
+        let mut s = spec();
+        s.capacity = Some(Capacity {
+            spot: Some(Empty {}),
+            ..Default::default()
+        });
+        s.workload = Some(ContainerSpec {
+            image: "us-docker.pkg.dev/p/r/t:1".into(),
+            command: vec!["python".into(), "train.py".into()],
+            args: vec!["--msg=it's".into()],
+            env: vec![EnvVar {
+                name: "A".into(),
+                value: "b c".into(),
+            }],
+        });
+        let d = desired(&s, &ident(), "c1", Some("gs://b/m/"));
+        let n = node(&s, &d, &ident());
+        assert_eq!(n.labels["managed-by"], "tpu-operator");
+        assert_eq!(n.labels["team"], "ml");
+        assert_eq!(n.labels["tpu-operator-cluster"], "c1");
+        assert!(n.scheduling_config.as_ref().unwrap().spot);
+        assert_eq!(n.metadata[DONE_URI_METADATA], "gs://b/m/");
+        let script = &n.metadata[STARTUP_SCRIPT_METADATA];
+        assert!(
+            script.contains("--entrypoint 'python' 'us-docker.pkg.dev/p/r/t:1' 'train.py'"),
+            "{script}"
+        );
+        assert!(script.contains(r"'--msg=it'\''s'"), "{script}");
+        assert!(script.contains("-e 'A=b c'"), "{script}");
+        assert!(
+            script.contains("gcloud auth configure-docker 'us-docker.pkg.dev'"),
+            "{script}"
+        );
+        assert!(CapacityMode::preemptible(&s));
+    }
+
+    #[test]
+    fn queued_resource_maps_tier_validity_and_reservation() {
+        let mut s = spec();
+        s.capacity = Some(Capacity {
+            queued: Some(QueuedCapacity {
+                valid_until_duration: Some("6h".into()),
+                tier: QueuedTier::Spot,
+                reservation_name: Some("res1".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let d = desired(&s, &ident(), "c1", None);
+        let n = node(&s, &d, &ident());
+        let qr = queued_resource(&s, n, "projects/p/locations/us-east5-b", "id-1", "p").unwrap();
+        let v = serde_json::to_value(&qr).unwrap();
+        assert_eq!(v["queueingPolicy"]["validUntilDuration"], "21600s");
+        assert!(v["spot"].is_object(), "{v}");
+        assert_eq!(v["tpu"]["nodeSpec"][0]["nodeId"], "id-1");
+        assert_eq!(
+            v["reservationName"],
+            "projects/p/locations/us-east5-b/reservations/res1"
+        );
+        assert!(CapacityMode::preemptible(&s));
+        assert_eq!(shape(&s).unwrap().chips, 8);
+    }
+}

@@ -1,0 +1,303 @@
+//! TpuSlice controller end to end: the controller in-process against kube-emulator and
+//! gcp-emulator (over HTTP, through Google's clients) with the emulator's manual clock.
+mod support;
+
+use std::time::Duration;
+
+use gcp_emulator::{Code, Fault};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use support::TestEnv;
+use tpu_operator_api::{
+    conditions::{Progress, find_condition, progress_of, types},
+    tpu_slice::{TpuSlice, TpuSlicePhase},
+};
+use tpu_operator_controller::{never_shutdown, tpu_slice};
+
+const ZONE: &str = "us-east5-b";
+const STEP: Duration = Duration::from_secs(20);
+
+fn slice(name: &str, capacity: serde_json::Value) -> TpuSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name, "namespace": support::NS},
+        "spec": {
+            "zone": ZONE,
+            "acceleratorType": "v6e-8",
+            "runtimeVersion": "v2-alpha-tpuv6e",
+            "capacity": capacity,
+            "labels": {"team": "ml"},
+            "preemption": {"maxRecreations": 2},
+            "workload": {"image": "us-docker.pkg.dev/demo-project/r/trainer:1", "args": ["--steps=10"]}
+        }
+    }))
+    .expect("TpuSlice fixture")
+}
+
+fn progress(s: &TpuSlice) -> Option<Progress> {
+    s.status.as_ref().and_then(|st| progress_of(&st.conditions))
+}
+
+fn reconciling_reason(s: &TpuSlice) -> Option<String> {
+    let st = s.status.as_ref()?;
+    find_condition(&st.conditions, types::RECONCILING)
+        .filter(|c| c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
+fn stalled_reason(s: &TpuSlice) -> Option<String> {
+    let st = s.status.as_ref()?;
+    find_condition(&st.conditions, types::STALLED)
+        .filter(|c| c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
+fn is_ready(s: &TpuSlice) -> bool {
+    progress(s) == Some(Progress::Ready)
+}
+
+async fn start() -> TestEnv {
+    let mut env = TestEnv::start().await;
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    env
+}
+
+fn tpu_calls(env: &TestEnv) -> usize {
+    env.gcp.calls().iter().filter(|c| c.service == "tpu").count()
+}
+
+#[tokio::test]
+async fn create_becomes_ready_with_labels_endpoints_and_drift_correction() {
+    let env = start().await;
+    env.create(&slice("ready", json!({"spot": {}}))).await;
+    let s: TpuSlice = env.wait_for("ready", "Ready", STEP, is_ready).await;
+    let st = s.status.clone().unwrap();
+    assert_eq!(st.phase, TpuSlicePhase::Ready);
+    assert_eq!((st.chips, st.hosts), (Some(8), Some(1)));
+    assert_eq!(st.node_state.as_deref(), Some("READY"));
+    assert_eq!(st.health.as_deref(), Some("HEALTHY"));
+    assert_eq!(st.worker_ips.len(), 1, "{st:?}");
+    assert!(st.ready_time.is_some());
+    let nodes = env.gcp.nodes();
+    assert_eq!(nodes.len(), 1);
+    let node = &nodes[0];
+    assert_eq!(node["name"], st.node_name.clone().unwrap().as_str());
+    assert_eq!(node["labels"]["managed-by"], "tpu-operator");
+    assert_eq!(node["labels"]["tpu-operator-name"], "ready");
+    assert_eq!(node["labels"]["tpu-operator-cluster"], "test-cluster");
+    assert_eq!(node["schedulingConfig"]["spot"], true);
+    assert!(
+        node["metadata"]["startup-script"]
+            .as_str()
+            .unwrap()
+            .contains("docker run")
+    );
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
+
+    // Drift: a label edited in the spec reaches the node with one patch.
+    let patch = json!({"spec": {"labels": {"team": "research"}}});
+    env.api::<TpuSlice>()
+        .patch("ready", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    env.wait_for::<TpuSlice, _>("ready", "observed generation 2", STEP, |s| {
+        is_ready(s) && s.status.as_ref().unwrap().observed_generation == Some(2)
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while env.gcp.nodes()[0]["labels"]["team"] != "research" {
+        assert!(tokio::time::Instant::now() < deadline, "label never patched");
+        env.idle(Duration::from_millis(50), STEP).await;
+    }
+    env.idle(Duration::from_millis(500), STEP).await;
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.patch"),
+        1,
+        "{:?}",
+        env.gcp.call_counts()
+    );
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
+}
+
+#[tokio::test]
+async fn spot_preemption_recreates_the_node() {
+    let env = start().await;
+    env.create(&slice("spot", json!({"spot": {}}))).await;
+    let s: TpuSlice = env.wait_for("spot", "Ready", STEP, is_ready).await;
+    let first = s.status.unwrap().node_name.unwrap();
+    env.gcp
+        .inject(Fault::PreemptNode { name: first.clone() })
+        .unwrap();
+    let s: TpuSlice = env
+        .wait_for("spot", "Ready after a recreation", STEP, |s| {
+            is_ready(s) && s.status.as_ref().unwrap().recreations == 1
+        })
+        .await;
+    let st = s.status.unwrap();
+    let second = st.node_name.unwrap();
+    assert_ne!(first, second);
+    assert!(second.ends_with("-r1"), "{second}");
+    assert!(st.last_preemption_time.is_some());
+    let nodes = env.gcp.nodes();
+    assert_eq!(nodes.len(), 1, "the preempted node is deleted: {nodes:#?}");
+    assert_eq!(nodes[0]["name"], second.as_str());
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 2);
+    assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 1);
+}
+
+#[tokio::test]
+async fn stockout_waits_for_capacity_then_becomes_ready() {
+    let env = start().await;
+    let stockout = Fault::Stockout {
+        zone: ZONE.into(),
+        accelerator: "v6e".into(),
+    };
+    env.gcp.inject(stockout).unwrap();
+    env.create(&slice("stockout", json!({"onDemand": {}}))).await;
+    let s: TpuSlice = env
+        .wait_for("stockout", "WaitingForCapacity", STEP, |s| {
+            reconciling_reason(s).as_deref() == Some("WaitingForCapacity")
+        })
+        .await;
+    let capacity = find_condition(&s.status.unwrap().conditions, types::CAPACITY_AVAILABLE).cloned();
+    assert_eq!(
+        capacity.map(|c| (c.status, c.reason)),
+        Some(("False".into(), "Stockout".into()))
+    );
+    assert!(env.gcp.nodes().is_empty());
+    env.gcp
+        .inject(Fault::LiftStockout {
+            zone: ZONE.into(),
+            accelerator: "v6e".into(),
+        })
+        .unwrap();
+    env.wait_for::<TpuSlice, _>("stockout", "Ready", STEP, is_ready)
+        .await;
+    assert_eq!(env.gcp.nodes().len(), 1);
+}
+
+#[tokio::test]
+async fn queued_resource_expiry_stalls_with_queue_expired() {
+    let env = start().await;
+    env.gcp
+        .inject(Fault::Stockout {
+            zone: ZONE.into(),
+            accelerator: "v6e".into(),
+        })
+        .unwrap();
+    let queued = json!({"queued": {"tier": "Spot", "validUntilDuration": "10m"}});
+    env.create(&slice("queued", queued)).await;
+    env.wait_for::<TpuSlice, _>("queued", "WaitingForCapacity", Duration::from_secs(5), |s| {
+        reconciling_reason(s).as_deref() == Some("WaitingForCapacity")
+    })
+    .await;
+    let s: TpuSlice = env
+        .wait_for("queued", "Stalled QueueExpired", STEP, |s| {
+            stalled_reason(s).as_deref() == Some("QueueExpired")
+        })
+        .await;
+    let st = s.status.unwrap();
+    assert_eq!(st.phase, TpuSlicePhase::Failed);
+    assert!(st.queued_resource_name.unwrap().contains("/queuedResources/"));
+    assert_eq!(env.gcp.queued_resources().len(), 1);
+    assert!(env.gcp.nodes().is_empty());
+}
+
+#[tokio::test]
+async fn delete_removes_the_node_before_the_object() {
+    let env = start().await;
+    env.create(&slice("gone", json!({"onDemand": {}}))).await;
+    env.wait_for::<TpuSlice, _>("gone", "Ready", STEP, is_ready).await;
+    env.api::<TpuSlice>()
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_for::<TpuSlice, _>("gone", "Deleting", Duration::from_secs(1), |s| {
+        s.status.as_ref().unwrap().phase == TpuSlicePhase::Deleting
+    })
+    .await;
+    assert_eq!(env.gcp.nodes().len(), 1, "the CR waits for the node to be gone");
+    env.wait_gone::<TpuSlice>("gone", STEP).await;
+    assert!(env.gcp.nodes().is_empty());
+    assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 1);
+}
+
+/// The operator dies after `nodes.create` succeeded but before the status write that records the
+/// node: the API server rejects every status write carrying `nodeName` (a schema that allows none),
+/// so the first operator's only record of the node is in the cloud. A fresh operator must find
+/// the node by its deterministic name instead of creating a second one.
+#[tokio::test]
+async fn restart_between_create_and_status_write_keeps_one_node() {
+    let mut env = TestEnv::start().await;
+    let crd_path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crds/tpuslices.tpu-operator.dev.yaml");
+    let original = std::fs::read_to_string(&crd_path).unwrap();
+    let mut crd: serde_json::Value = serde_yaml::from_str(&original).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["nodeName"]
+        ["maxLength"] = json!(0);
+    env.kube
+        .install_crds_from_yaml(&serde_yaml::to_string(&crd).unwrap())
+        .unwrap();
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    env.create(&slice("crash", json!({"onDemand": {}}))).await;
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while env.gcp.call_count("tpu", "nodes.create") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no create call");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    env.idle(Duration::from_millis(200), Duration::ZERO).await;
+    env.stop_all();
+    let s = env.api::<TpuSlice>().get("crash").await.unwrap();
+    assert!(
+        s.status.as_ref().and_then(|st| st.node_name.clone()).is_none(),
+        "the status write must have failed: {s:?}"
+    );
+    assert_eq!(env.gcp.nodes().len(), 1);
+
+    env.kube.install_crds_from_yaml(&original).unwrap();
+    let fresh = std::sync::Arc::new(TestEnv::context(&env.client, &env.gcp).await);
+    env.spawn(tpu_slice::run(fresh, never_shutdown()));
+    env.wait_for::<TpuSlice, _>("crash", "Ready", STEP, is_ready)
+        .await;
+    assert_eq!(env.gcp.nodes().len(), 1, "{:#?}", env.gcp.nodes());
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
+}
+
+/// 503s on a third of all TPU calls plus a burst of 429s on reads: the slice still converges, and
+/// per-object backoff keeps the number of calls bounded.
+#[tokio::test]
+async fn error_storms_converge_with_bounded_calls() {
+    let env = start().await;
+    env.gcp
+        .inject(Fault::RandomFailures {
+            rate: 0.33,
+            seed: 11,
+            code: Code::Unavailable,
+            service: Some("tpu".into()),
+        })
+        .unwrap();
+    env.gcp
+        .inject(Fault::FailCalls {
+            service: "tpu".into(),
+            method: "nodes.get".into(),
+            count: 5,
+            code: Code::ResourceExhausted,
+            message: None,
+        })
+        .unwrap();
+    env.create(&slice("storm", json!({"spot": {}}))).await;
+    env.wait_for::<TpuSlice, _>("storm", "Ready", Duration::from_secs(10), is_ready)
+        .await;
+    env.gcp.clear_faults();
+    let calls = tpu_calls(&env);
+    // Creating takes 3 emulated minutes at 10 s per poll (~18 polls of 1-2 calls) plus retries.
+    assert!(calls <= 120, "{calls} TPU calls: {:?}", env.gcp.call_counts());
+    assert_eq!(env.gcp.nodes().len(), 1);
+    assert!(
+        env.gcp.call_count("tpu", "nodes.create") <= 3,
+        "{:?}",
+        env.gcp.call_counts()
+    );
+}
