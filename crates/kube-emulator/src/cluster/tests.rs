@@ -338,3 +338,20 @@ fn crd_deletion_removes_instances_and_stops_serving() {
     assert!(c.resolve("example.dev", "v1", "things").is_none());
     assert!(c.lock().get(&crd_rt, "", "things.example.dev").is_err());
 }
+
+#[test]
+fn create_refuses_a_resource_version_and_update_checks_the_uid() {
+    let c = cluster();
+    let created = create(&c, cm("a", &[]));
+    let t = rt(&c, "", "v1", "configmaps");
+    let mut again = created.clone();
+    again["metadata"]["name"] = json!("b");
+    let err = c.write(|s| s.create(&t, "default", again, &opts())).unwrap_err();
+    assert_eq!(err.code, 500);
+    let mut other = created.clone();
+    other["metadata"]["uid"] = json!("someone-else");
+    let err = c
+        .write(|s| s.update(&t, "default", "a", other, Scope::Whole, &opts()))
+        .unwrap_err();
+    assert_eq!((err.code, err.reason), (409, "Conflict"));
+}

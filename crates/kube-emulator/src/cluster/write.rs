@@ -208,6 +208,12 @@ impl State {
         if self.store.get_ref(&r).is_some() {
             return Err(ApiError::already_exists(&subject(rt, &name)));
         }
+        // The storage layer refuses this (as a 500), which catches clients re-creating a fetched object.
+        if ownership == Ownership::Update && !meta::resource_version(&obj).is_empty() {
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
 
         {
             let m = meta::meta_mut(&mut obj);
@@ -421,6 +427,16 @@ impl State {
             .store
             .get_ref(&r)
             .ok_or_else(|| ApiError::not_found(&subject(rt, name)))?;
+        let uid = meta::uid(&body);
+        if !uid.is_empty() && uid != meta::uid(&old) {
+            return Err(ApiError::conflict(
+                &subject(rt, name),
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta::uid(&old)
+                ),
+            ));
+        }
         let rv = meta::resource_version(&body).to_string();
         if rv.is_empty() {
             if rt.custom || rt.is_crd() {
