@@ -1,1 +1,213 @@
-//! The PreprocessBatch controller (in progress).
+//! The PreprocessBatch controller: one Dataproc Serverless batch per attempt.
+//!
+//! A reconcile is: deletion guard → finalizer → observe (the current attempt's batch by its
+//! deterministic name, its output once it succeeded) → plan (pure) → at most one Dataproc call →
+//! status by server-side apply, written right after the call. The batch's create operation stays
+//! open for the whole Spark run, so progress is read from the batch itself, never by waiting on
+//! the operation.
+//!
+//! Files: [`observe`], [`plan`], [`act`], [`status`], [`spec`] (spec → `Batch` request).
+
+pub mod act;
+pub mod observe;
+pub mod plan;
+pub mod spec;
+pub mod status;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::{
+    Api, ResourceExt,
+    runtime::{
+        Controller,
+        controller::{Action, Config},
+        finalizer::{Event as Finalizer, finalizer},
+        watcher,
+    },
+};
+use tpu_operator_api::{
+    common::DeletionPolicy,
+    conditions::reasons,
+    naming::ObjectIdentity,
+    preprocess_batch::{PreprocessBatch, PreprocessBatchPhase, PreprocessBatchStatus},
+};
+
+use self::{
+    observe::Target,
+    plan::{CleanupStep, Decision, Requeue},
+};
+use crate::{
+    FINALIZER, Shutdown,
+    context::Context,
+    error::{ReconcileError, Result},
+    policy, report,
+};
+
+/// Kind label for metrics and logs.
+pub const KIND: &str = "PreprocessBatch";
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+    let api = ctx.watched_api::<PreprocessBatch>();
+    Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile,
+            |obj, err, ctx| policy::error_policy(KIND, obj.as_ref(), err, &ctx),
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(kind = KIND, error = %err, "reconcile did not run");
+            }
+        })
+        .await;
+}
+
+#[tracing::instrument(skip(obj, ctx), fields(namespace = obj.namespace(), name = obj.name_any()))]
+async fn reconcile(obj: Arc<PreprocessBatch>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.start(KIND);
+    let ns = obj
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    // kube's finalizer helper drops the finalizer as soon as its cleanup returns Ok, but cleanup
+    // takes several passes (cancel, wait for CANCELLED, delete each attempt's batch), so those
+    // passes run here and the helper is only handed the object once nothing is left.
+    if obj.metadata.deletion_timestamp.is_some()
+        && obj.finalizers().iter().any(|f| f == FINALIZER)
+        && let Some(action) = cleanup_pass(&obj, &ctx).await?
+    {
+        policy::on_success(obj.as_ref(), &ctx);
+        return Ok(action);
+    }
+    let api: Api<PreprocessBatch> = Api::namespaced(ctx.client.clone(), &ns);
+    let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
+        match event {
+            Finalizer::Apply(obj) => apply(&obj, &ctx).await,
+            Finalizer::Cleanup(obj) => cleaned_up(&obj, &ctx).await,
+        }
+    })
+    .await?;
+    policy::on_success(obj.as_ref(), &ctx);
+    Ok(action)
+}
+
+/// The object's identity and Dataproc location; `None` when no project is known.
+fn target(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Target>> {
+    let identity = ObjectIdentity::new(
+        obj.namespace()
+            .ok_or(ReconcileError::MissingMetadata("namespace"))?,
+        obj.name_any(),
+        obj.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
+    );
+    Ok(ctx
+        .project_for(obj.spec.project.as_deref())
+        .map(|project| Target {
+            identity,
+            parent: format!("projects/{project}/locations/{}", obj.spec.region),
+        }))
+}
+
+async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
+    let now = ctx.clock.now();
+    let Some(target) = target(obj, ctx)? else {
+        write(ctx, obj, status::no_project(obj, now)).await?;
+        return Ok(requeue(ctx, Requeue::Stable));
+    };
+    let old = obj.status.clone().unwrap_or_default();
+    let observed = observe::observe(ctx, &target, &obj.spec, &old).await?;
+    let (new, next) = match plan::plan(&obj.spec.batch, &old, &observed, now) {
+        Decision::Keep(next) => (status::unchanged(obj), next),
+        Decision::Report(report) => (status::from_report(obj, &observed, &report, now), report.requeue),
+        Decision::Submit {
+            attempt,
+            after_failure,
+        } => {
+            let outcome = act::submit(ctx, &target, &obj.spec, attempt).await?;
+            let next = match &outcome {
+                act::SubmitOutcome::Refused { .. } => Requeue::Stable,
+                act::SubmitOutcome::Created { .. } | act::SubmitOutcome::Adopted { .. } => Requeue::Active,
+            };
+            (
+                status::after_submit(obj, &outcome, after_failure.as_deref(), now),
+                next,
+            )
+        }
+    };
+    write(ctx, obj, new).await?;
+    Ok(requeue(ctx, next))
+}
+
+/// One deletion pass. `None` once nothing is left to clean up (or the policy is Orphan).
+async fn cleanup_pass(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Action>> {
+    if obj.spec.deletion_policy == DeletionPolicy::Orphan {
+        return Ok(None);
+    }
+    let Some(target) = target(obj, ctx)? else {
+        // Without a project nothing was ever created.
+        return Ok(None);
+    };
+    let batches = observe::observe_cleanup(ctx, &target).await?;
+    let now = ctx.clock.now();
+    let (phase, reason, message) = match plan::plan_cleanup(obj.spec.deletion_policy, &batches) {
+        CleanupStep::Done | CleanupStep::Orphan => return Ok(None),
+        CleanupStep::Cancel { batch, operation } => {
+            act::cancel(ctx, &operation).await?;
+            (
+                PreprocessBatchPhase::Cancelling,
+                reasons::CANCELLING,
+                format!("cancelling batch {batch}"),
+            )
+        }
+        CleanupStep::Delete { batch } => {
+            act::delete(ctx, &batch).await?;
+            (
+                PreprocessBatchPhase::Deleting,
+                reasons::DELETING,
+                format!("deleted batch {batch}"),
+            )
+        }
+        CleanupStep::Wait { message } => (PreprocessBatchPhase::Cancelling, reasons::CANCELLING, message),
+    };
+    write(ctx, obj, status::cleaning_up(obj, phase, reason, &message, now)).await?;
+    Ok(Some(requeue(ctx, Requeue::Active)))
+}
+
+/// Called by the finalizer helper once every batch is gone (or orphaned).
+async fn cleaned_up(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
+    let note = match obj.spec.deletion_policy {
+        DeletionPolicy::Delete => "all Dataproc batches of this object are deleted".to_string(),
+        DeletionPolicy::Orphan => format!(
+            "deletionPolicy Orphan: Dataproc batches left in place ({})",
+            obj.status
+                .as_ref()
+                .and_then(|s| s.batch_name.clone())
+                .unwrap_or_else(|| "none created".into())
+        ),
+    };
+    report::publish_event(ctx, obj, false, "Deleted", note).await;
+    Ok(Action::await_change())
+}
+
+/// Writes `new` if it differs from the stored status, then publishes the Events of the change.
+async fn write(ctx: &Context, obj: &PreprocessBatch, new: PreprocessBatchStatus) -> Result<()> {
+    let old = obj.status.clone().unwrap_or_default();
+    if new == old {
+        return Ok(());
+    }
+    report::apply_status(ctx, obj, status::FIELD_MANAGER, &new).await?;
+    for t in status::transitions(&old, &new) {
+        report::publish_event(ctx, obj, t.warning, &t.reason, t.note).await;
+    }
+    Ok(())
+}
+
+fn requeue(ctx: &Context, next: Requeue) -> Action {
+    Action::requeue(match next {
+        Requeue::Active => ctx.config.poll_active,
+        Requeue::Stable => ctx.config.poll_stable,
+        Requeue::After(wait) => wait.min(ctx.config.poll_active),
+    })
+}

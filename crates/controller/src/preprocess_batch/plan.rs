@@ -1,0 +1,383 @@
+//! Deciding what to do from (spec, observed batch, status, now).
+//!
+//! Does not touch Kubernetes or Google Cloud. Every Dataproc batch state is matched explicitly, so a
+//! new state in the API is a compile error here rather than a silent default.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tpu_operator_api::{
+    common::DeletionPolicy,
+    conditions::{Progress, find_condition, reasons, types},
+    preprocess_batch::{BatchTemplate, PreprocessBatchPhase as Phase, PreprocessBatchStatus},
+};
+use tpu_operator_gcp::dataproc_v1::model::batch::State;
+
+use super::observe::{BatchLookup, Observed, ObservedBatch, OutputCheck};
+
+/// First wait between a failed attempt and the next one; doubles per failed attempt.
+pub const RETRY_BASE: Duration = Duration::from_secs(30);
+/// Longest wait between attempts.
+pub const RETRY_MAX: Duration = Duration::from_secs(600);
+
+/// How long to wait after the `failed_attempts`-th failed attempt before submitting the next.
+pub fn retry_delay(failed_attempts: u32) -> Duration {
+    let exp = failed_attempts.saturating_sub(1).min(16);
+    RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX)
+}
+
+/// When to look again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// Cloud state is changing: `poll_active`.
+    Active,
+    /// Nothing will change by itself, or only by a human (missing input): `poll_stable`.
+    Stable,
+    /// A retry is due after this long (capped by `poll_active`, since time may be emulated).
+    After(Duration),
+}
+
+/// What the status should say after this pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub phase: Phase,
+    pub progress: Progress,
+    pub reason: &'static str,
+    pub message: String,
+    pub requeue: Requeue,
+    /// The current attempt ended at this time (its batch is terminal, or it counts as failed).
+    pub ended: Option<DateTime<Utc>>,
+    /// `OutputVerified` condition: (verified, reason, message), when the output was checked.
+    pub output: Option<(bool, &'static str, String)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// Nothing new (finished earlier, or waiting out the retry delay): keep the status as it is,
+    /// make no cloud call.
+    Keep(Requeue),
+    /// Create the batch of this attempt (1-based); `after_failure` describes why the previous
+    /// attempt is being replaced.
+    Submit {
+        attempt: u32,
+        after_failure: Option<String>,
+    },
+    Report(Report),
+}
+
+/// The apply-path decision.
+pub fn plan(
+    template: &BatchTemplate,
+    status: &PreprocessBatchStatus,
+    observed: &Observed,
+    now: DateTime<Utc>,
+) -> Decision {
+    let attempt = u32::try_from(status.attempts).unwrap_or(0);
+    match status.phase {
+        Phase::Succeeded | Phase::Failed | Phase::Cancelled => return Decision::Keep(Requeue::Stable),
+        Phase::Retrying => {
+            let ended = status.completion_time.as_ref().map(from_time).unwrap_or(now);
+            let due = ended + chrono::Duration::from_std(retry_delay(attempt)).unwrap_or_default();
+            if now < due {
+                return Decision::Keep(Requeue::After((due - now).to_std().unwrap_or_default()));
+            }
+            let why = find_condition(&status.conditions, types::RECONCILING).map(|c| c.message.clone());
+            return Decision::Submit {
+                attempt: attempt + 1,
+                after_failure: why,
+            };
+        }
+        Phase::Pending | Phase::Submitted | Phase::Running | Phase::Cancelling | Phase::Deleting => {}
+    }
+    if attempt == 0 {
+        if !observed.missing_inputs.is_empty() {
+            return Decision::Report(Report {
+                phase: Phase::Pending,
+                progress: Progress::Stalled,
+                reason: reasons::NOT_FOUND,
+                message: format!(
+                    "declared input(s) do not exist: {}; upload them (checked again every few minutes)",
+                    observed.missing_inputs.join(", ")
+                ),
+                requeue: Requeue::Stable,
+                ended: None,
+                output: None,
+            });
+        }
+        return Decision::Submit {
+            attempt: 1,
+            after_failure: None,
+        };
+    }
+    match &observed.batch {
+        BatchLookup::NotRead => running(
+            Phase::Submitted,
+            reasons::CREATING,
+            "waiting to read the batch".into(),
+        ),
+        BatchLookup::Missing => attempt_failed(
+            template,
+            attempt,
+            Failure::new(
+                reasons::NOT_FOUND,
+                "the batch disappeared (deleted outside the operator)",
+            ),
+            now,
+            now,
+        ),
+        BatchLookup::Found(batch) => from_batch(template, attempt, batch, &observed.output, now),
+    }
+}
+
+fn from_batch(
+    template: &BatchTemplate,
+    attempt: u32,
+    batch: &ObservedBatch,
+    output: &OutputCheck,
+    now: DateTime<Utc>,
+) -> Decision {
+    let of = attempts_label(template, attempt);
+    let ended = batch.state_time.unwrap_or(now);
+    match &batch.state {
+        State::Pending => running(
+            Phase::Submitted,
+            reasons::CREATING,
+            format!("{of}: batch {} is PENDING", batch.name),
+        ),
+        State::Running => running(
+            Phase::Running,
+            reasons::RUNNING,
+            format!("{of}: batch {} is RUNNING", batch.name),
+        ),
+        State::Cancelling => running(
+            Phase::Cancelling,
+            reasons::CANCELLING,
+            format!("{of}: batch {} is being cancelled", batch.name),
+        ),
+        State::Cancelled => attempt_failed(
+            template,
+            attempt,
+            Failure::new(
+                reasons::CANCELLED,
+                non_empty(&batch.state_message, "the batch was cancelled"),
+            ),
+            ended,
+            now,
+        ),
+        State::Failed => attempt_failed(
+            template,
+            attempt,
+            Failure::new(
+                reasons::FAILED,
+                non_empty(&batch.state_message, "the batch failed"),
+            ),
+            ended,
+            now,
+        ),
+        State::Succeeded => match output {
+            OutputCheck::NotDeclared => succeeded(format!("{of}: batch {} SUCCEEDED", batch.name), None),
+            OutputCheck::Present => succeeded(
+                format!("{of}: batch {} SUCCEEDED and its output exists", batch.name),
+                Some((true, reasons::OUTPUT_FOUND, "the declared output exists".into())),
+            ),
+            OutputCheck::Missing(detail) => {
+                let message = format!("batch SUCCEEDED but wrote no output: {detail}");
+                let mut decision = attempt_failed(
+                    template,
+                    attempt,
+                    Failure::new(reasons::OUTPUT_MISSING, &message),
+                    ended,
+                    now,
+                );
+                if let Decision::Report(r) = &mut decision {
+                    r.output = Some((false, reasons::OUTPUT_MISSING, message));
+                }
+                decision
+            }
+            OutputCheck::NotChecked => running(
+                Phase::Running,
+                reasons::RUNNING,
+                format!("{of}: checking the output"),
+            ),
+        },
+        // UNSPECIFIED, or a state added to the API later (`State` is non-exhaustive).
+        _ => running(
+            Phase::Submitted,
+            reasons::CREATING,
+            format!(
+                "{of}: batch {} reports an unknown state {:?}",
+                batch.name, batch.state
+            ),
+        ),
+    }
+}
+
+/// Why an attempt failed: a condition reason and the API's (or our) message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failure {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Failure {
+    fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The current attempt failed: wait, retry, or give up.
+fn attempt_failed(
+    template: &BatchTemplate,
+    attempt: u32,
+    failure: Failure,
+    ended: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Decision {
+    let allowed = allowed_attempts(template);
+    let of = attempts_label(template, attempt);
+    if attempt < allowed {
+        let due = ended + chrono::Duration::from_std(retry_delay(attempt)).unwrap_or_default();
+        if now >= due {
+            return Decision::Submit {
+                attempt: attempt + 1,
+                after_failure: Some(format!("{of} failed ({}): {}", failure.reason, failure.message)),
+            };
+        }
+        let wait = (due - now).to_std().unwrap_or_default();
+        return Decision::Report(Report {
+            phase: Phase::Retrying,
+            progress: Progress::Reconciling,
+            reason: reasons::RETRYING,
+            message: format!(
+                "{of} failed ({}): {}; next attempt at {}",
+                failure.reason,
+                failure.message,
+                due.to_rfc3339()
+            ),
+            requeue: Requeue::After(wait),
+            ended: Some(ended),
+            output: None,
+        });
+    }
+    let (phase, reason) = match (failure.reason, template.max_retries > 0) {
+        (reasons::CANCELLED, _) => (
+            Phase::Cancelled,
+            if allowed > 1 {
+                reasons::RETRIES_EXHAUSTED
+            } else {
+                reasons::CANCELLED
+            },
+        ),
+        (_, true) => (Phase::Failed, reasons::RETRIES_EXHAUSTED),
+        (reason, false) => (Phase::Failed, reason),
+    };
+    Decision::Report(Report {
+        phase,
+        progress: Progress::Stalled,
+        reason,
+        message: format!("{of} failed ({}): {}", failure.reason, failure.message),
+        requeue: Requeue::Stable,
+        ended: Some(ended),
+        output: None,
+    })
+}
+
+fn running(phase: Phase, reason: &'static str, message: String) -> Decision {
+    Decision::Report(Report {
+        phase,
+        progress: Progress::Reconciling,
+        reason,
+        message,
+        requeue: Requeue::Active,
+        ended: None,
+        output: None,
+    })
+}
+
+fn succeeded(message: String, output: Option<(bool, &'static str, String)>) -> Decision {
+    Decision::Report(Report {
+        phase: Phase::Succeeded,
+        progress: Progress::Ready,
+        reason: reasons::SUCCEEDED,
+        message,
+        requeue: Requeue::Stable,
+        ended: None,
+        output,
+    })
+}
+
+/// First attempt plus `maxRetries` retries.
+pub fn allowed_attempts(template: &BatchTemplate) -> u32 {
+    u32::try_from(template.max_retries).unwrap_or(0) + 1
+}
+
+fn attempts_label(template: &BatchTemplate, attempt: u32) -> String {
+    format!("attempt {attempt}/{}", allowed_attempts(template))
+}
+
+fn non_empty(s: &str, fallback: &str) -> String {
+    if s.is_empty() { fallback.into() } else { s.into() }
+}
+
+fn from_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32).unwrap_or_default()
+}
+
+/// What deletion does next: one step per reconcile, cancel before delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CleanupStep {
+    /// Nothing (left) to clean up: drop the finalizer.
+    Done,
+    /// `deletionPolicy: Orphan`: leave the batches and drop the finalizer.
+    Orphan,
+    /// Cancel a PENDING / RUNNING batch through its operation.
+    Cancel { batch: String, operation: String },
+    /// Delete a terminal batch.
+    Delete { batch: String },
+    /// Batches are stopping; look again soon.
+    Wait { message: String },
+}
+
+/// The cleanup decision over every batch of the object (all attempts).
+pub fn plan_cleanup(policy: DeletionPolicy, batches: &[ObservedBatch]) -> CleanupStep {
+    if policy == DeletionPolicy::Orphan {
+        return CleanupStep::Orphan;
+    }
+    let mut waiting = Vec::new();
+    let mut deletable = None;
+    for b in batches {
+        match &b.state {
+            State::Cancelled | State::Succeeded | State::Failed => {
+                deletable.get_or_insert_with(|| b.name.clone());
+            }
+            State::Pending | State::Running if !b.operation.is_empty() => {
+                return CleanupStep::Cancel {
+                    batch: b.name.clone(),
+                    operation: b.operation.clone(),
+                };
+            }
+            // CANCELLING, UNSPECIFIED, a state added to the API later (`State` is non-exhaustive),
+            // or an active batch without an operation to cancel: wait for it to end.
+            _ => {
+                waiting.push(format!(
+                    "{} is {}",
+                    b.name,
+                    b.state.name().unwrap_or("in an unknown state")
+                ));
+            }
+        }
+    }
+    match deletable {
+        Some(batch) => CleanupStep::Delete { batch },
+        None if waiting.is_empty() => CleanupStep::Done,
+        None => CleanupStep::Wait {
+            message: format!("waiting for batches to stop: {}", waiting.join(", ")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;
