@@ -1,10 +1,19 @@
 //! The `tpu-operator` binary.
 //!
-//! Subcommands live in [`Command`]; each has its own module so `run` and `local` can be added
-//! next to `crds` without touching the others.
+//! Subcommands live in [`Command`]; each has its own module: `crds` prints the CRDs, `run` is the
+//! operator in a cluster, `local` runs everything (both emulators and the controllers) in one
+//! process.
 #![forbid(unsafe_code)]
 
+mod config;
 mod crds;
+mod leader;
+mod local;
+mod run;
+mod server;
+mod telemetry;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -20,11 +29,37 @@ struct Cli {
 enum Command {
     /// Print the CustomResourceDefinitions as YAML (or write them to a directory).
     Crds(crds::CrdsArgs),
+    /// Run the operator against a Kubernetes cluster (in-cluster config or a kubeconfig).
+    Run(Box<config::RunArgs>),
+    /// Run everything locally (Kubernetes and Google Cloud emulated), apply manifests, watch them
+    /// converge, clean up and print a summary.
+    Local(local::LocalArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    // kube (rustls/ring) and Google's clients (rustls/aws-lc-rs) are both linked: rustls cannot
+    // pick a process-wide provider by itself and would panic on the first TLS config.
+    rustls::crypto::aws_lc_rs::default_provider()
+        .install_default()
+        .expect("install the rustls crypto provider");
     let cli = Cli::parse();
-    match cli.command {
-        Command::Crds(args) => crds::run(&args),
+    let result = match cli.command {
+        Command::Crds(args) => crds::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => runtime().block_on(run::run(*args)).map(|()| ExitCode::SUCCESS),
+        Command::Local(args) => runtime().block_on(local::run(args)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("start the tokio runtime")
 }

@@ -1,0 +1,258 @@
+//! `tpu-operator local`: the whole operator with no cluster and no cloud account.
+//!
+//! One process runs kube-emulator (on a loopback socket, so `--keep` can hand out a kubeconfig),
+//! gcp-emulator with an accelerated clock, and the three controllers (whose clock reads the
+//! emulator's, so TTLs and timeouts run at the same pace as the cloud). It installs the CRDs,
+//! applies the manifests all-or-nothing, shows progress until every applied object is Ready or
+//! failed, then deletes them, waits until the cloud side is empty and prints a summary.
+
+mod apply;
+mod progress;
+mod summary;
+
+use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use clap::{ArgAction, Args};
+use kube::api::DeleteParams;
+use tpu_operator_controller::{
+    Context, ControllerConfig, backoff::BackoffPolicy, clock::FnClock, shutdown_on,
+};
+use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics};
+
+use self::progress::{Display, Key, Outcome, Tracker};
+use crate::{config::LogFormat, run::run_controllers, telemetry};
+
+/// Flags of `tpu-operator local`.
+#[derive(Debug, Args)]
+pub struct LocalArgs {
+    /// Manifests to apply (multi-document YAML).
+    #[arg(default_value = "examples/quickstart.yaml")]
+    pub manifests: Vec<PathBuf>,
+    /// How much faster emulated cloud time runs than real time (600: a 10-minute TPU job takes 1 s).
+    #[arg(long, default_value_t = 600.0)]
+    pub time_scale: f64,
+    /// Give up waiting for the objects after this much real time.
+    #[arg(long, default_value = "3m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Delete the objects at the end and check that the cloud side is empty (`--cleanup=false`
+    /// leaves them, and the emulators stop with the process anyway).
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub cleanup: bool,
+    /// Keep the emulators and controllers running after the objects finished, print a kubeconfig
+    /// path for kubectl, and wait for Ctrl-C.
+    #[arg(long, conflicts_with = "cleanup")]
+    pub keep: bool,
+    /// Where `--keep` writes the kubeconfig (default: a new temporary directory).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Address of the emulated Kubernetes API.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub kube_listen: String,
+    /// Log format of the (quiet by default, `RUST_LOG` to change) logs on stderr.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// Entry point of `tpu-operator local`.
+pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
+    telemetry::init(args.log_format, "warn");
+    let started = std::time::Instant::now();
+    let manifests = apply::load(&args.manifests)?;
+
+    // Kubernetes: CRDs from the binary itself, served on loopback; our own client skips the socket.
+    let kube = kube_emulator::KubeEmulator::new();
+    kube.install_crds_from_yaml(&tpu_operator_api::crds::render_stream())
+        .context("installing the CRDs into kube-emulator")?;
+    let kube_server = kube
+        .start(&args.kube_listen)
+        .await
+        .with_context(|| format!("kube-listen: cannot listen on {}", args.kube_listen))?;
+    let client = kube::Client::new(kube.router(), "default");
+
+    let gcp = gcp_emulator::Emulator::builder()
+        .time_scale(args.time_scale)
+        .start()
+        .await
+        .context("starting gcp-emulator")?;
+
+    let kubeconfig_dir;
+    if args.keep {
+        let path = match &args.kubeconfig_out {
+            Some(path) => path.clone(),
+            None => {
+                kubeconfig_dir = tempfile::Builder::new().prefix("tpu-operator-local-").tempdir()?;
+                kubeconfig_dir.path().join("kubeconfig")
+            }
+        };
+        std::fs::write(&path, kube_emulator::kubeconfig(&kube_server.url))
+            .with_context(|| format!("kubeconfig-out: writing {}", path.display()))?;
+        println!("kubeconfig: {}", path.display());
+        println!("  kubectl --kubeconfig {} get tpu-operator -w", path.display());
+        println!("gcp-emulator: {}", gcp.url());
+    }
+
+    let applied = apply::apply_all(&client, &manifests).await?;
+    let applied_keys: Vec<Key> = applied
+        .iter()
+        .filter(|a| a.namespace.is_some())
+        .map(|a| Key {
+            kind: a.kind.clone(),
+            namespace: a.namespace.clone().unwrap_or_default(),
+            name: a.name.clone(),
+        })
+        .collect();
+    println!(
+        "applied {} object(s); emulated cloud time runs {}x faster",
+        applied_keys.len(),
+        args.time_scale
+    );
+
+    let ctx = Arc::new(context(&client, &gcp).await?);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let controllers = tokio::spawn(run_controllers(
+        ctx,
+        shutdown_on(async move {
+            let _ = stop_rx.await;
+        }),
+    ));
+
+    let clock = gcp.clock();
+    let mut tracker = Tracker::default();
+    let mut display = Display::new();
+    let deadline = tokio::time::Instant::now() + args.timeout;
+    let finished_in_time = loop {
+        tracker.poll(&client, clock.now(), &applied_keys).await?;
+        display.show(tracker.lines(clock.now()));
+        if tracker.all_applied_done(&applied_keys) {
+            break true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let converged_after = started.elapsed();
+    let at_end = tracker.objects.clone();
+    if !finished_in_time {
+        println!(
+            "timeout: not every object finished within {}",
+            humantime::format_duration(args.timeout)
+        );
+    }
+
+    if args.keep {
+        print_summary(&at_end, &gcp, None, converged_after);
+        println!("everything keeps running; press Ctrl-C to stop");
+        crate::run::termination_signal()?.await;
+        let _ = stop_tx.send(());
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let mut left = None;
+    let mut cleanup_ok = true;
+    if args.cleanup {
+        println!("cleaning up");
+        for a in applied.iter().rev() {
+            if let Err(e) = a.api(&client).delete(&a.name, &DeleteParams::background()).await {
+                eprintln!("deleting {}/{}: {e}", a.kind, a.name);
+            }
+        }
+        let deadline = tokio::time::Instant::now() + args.timeout;
+        while !tracker.all_gone() {
+            if tokio::time::Instant::now() >= deadline {
+                cleanup_ok = false;
+                println!(
+                    "cleanup: objects still present after {}",
+                    humantime::format_duration(args.timeout)
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            tracker.poll(&client, clock.now(), &applied_keys).await?;
+            display.show(tracker.lines(clock.now()));
+        }
+        left = Some(wait_cloud_empty(&gcp).await);
+    }
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
+
+    print_summary(&at_end, &gcp, left.as_deref(), started.elapsed());
+    let failed = at_end
+        .iter()
+        .filter(|(key, _)| applied_keys.contains(key))
+        .any(|(_, seen)| seen.outcome() != Outcome::Ready);
+    let leaked = left.as_ref().is_some_and(|l| !l.is_empty());
+    Ok(if failed || leaked || !cleanup_ok {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The controllers' context: the emulator's clock, fast requeues (real time), short backoff.
+async fn context(client: &kube::Client, gcp: &gcp_emulator::Emulator) -> anyhow::Result<Context> {
+    let clients = Gcp::connect(
+        GcpConfig::emulator(gcp.url().parse().context("gcp-emulator URL")?),
+        GcpMetrics::new(),
+    )
+    .await
+    .context("building the GCP clients")?;
+    let config = ControllerConfig {
+        cluster_id: "local".into(),
+        namespace: None,
+        concurrency: 4,
+        default_project: Some("local-project".into()),
+        poll_active: Duration::from_millis(100),
+        poll_stable: Duration::from_secs(1),
+        poll_capacity: Duration::from_millis(200),
+    };
+    let clock = gcp.clock();
+    Ok(Context::new(client.clone(), clients, config)
+        .with_clock(Arc::new(FnClock(move || clock.now())))
+        .with_backoff(BackoffPolicy {
+            base: Duration::from_millis(50),
+            max: Duration::from_secs(1),
+        }))
+}
+
+/// Billable cloud resources still present, after giving in-flight deletions a moment (their
+/// emulated duration is a fraction of a second of real time at the usual scales).
+async fn wait_cloud_empty(gcp: &gcp_emulator::Emulator) -> Vec<gcp_emulator::ResourceSummary> {
+    let billable = || {
+        gcp.list_resources()
+            .into_iter()
+            .filter(|r| summary::BILLABLE_KINDS.contains(&r.kind.as_str()))
+            .collect::<Vec<_>>()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = billable();
+        if left.is_empty() || tokio::time::Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn print_summary(
+    objects: &std::collections::BTreeMap<Key, progress::Seen>,
+    gcp: &gcp_emulator::Emulator,
+    left: Option<&[gcp_emulator::ResourceSummary]>,
+    wall: Duration,
+) {
+    println!();
+    print!("{}", summary::table(&summary::rows(objects)));
+    println!("cloud API calls: {}", summary::calls_line(&gcp.call_counts()));
+    println!("wall time: {:.1}s", wall.as_secs_f64());
+    match left {
+        Some(left) => println!("{}", summary::left_line(left)),
+        None => println!(
+            "cloud resources now: {} (not cleaned up)",
+            gcp.list_resources()
+                .iter()
+                .filter(|r| summary::BILLABLE_KINDS.contains(&r.kind.as_str()))
+                .count()
+        ),
+    }
+}

@@ -1,0 +1,201 @@
+//! The table printed at the end of `tpu-operator local`: what ran, how it ended, how long each
+//! stage took (from the objects' status timestamps), cloud API calls, estimated cost, and what
+//! was left behind in the (emulated) cloud.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::progress::{Key, Outcome, Seen, format_duration};
+
+/// Cloud resources that would keep costing money (or quota) if left behind.
+pub const BILLABLE_KINDS: [&str; 4] = [
+    "tpu.node",
+    "tpu.queuedResource",
+    "dataproc.batch",
+    "vertex.customJob",
+];
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub object: String,
+    pub result: String,
+    pub stages: String,
+    pub cost: String,
+}
+
+/// The result word of an object: its phase, marked when it never finished.
+pub fn result(seen: &Seen) -> String {
+    match seen.outcome() {
+        Outcome::Running => format!("Timeout ({})", seen.phase()),
+        Outcome::Ready | Outcome::Failed => seen.phase().to_string(),
+    }
+}
+
+fn time(value: Option<&Value>) -> Option<DateTime<Utc>> {
+    let text = value?.as_str()?;
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+fn span(label: &str, start: Option<DateTime<Utc>>, end: Option<DateTime<Utc>>) -> Option<String> {
+    match (start, end) {
+        (Some(s), Some(e)) => Some(format!("{label} {}", format_duration(e - s))),
+        (Some(_), None) => Some(format!("{label} unfinished")),
+        _ => None,
+    }
+}
+
+/// "Preprocess 3m00s, Train 6m00s" for a pipeline, the run time of a batch, the provisioning
+/// time of a slice.
+pub fn stages(kind: &str, seen: &Seen) -> String {
+    let parts: Vec<String> = match kind {
+        "TrainingPipeline" => seen
+            .status("stages")
+            .and_then(Value::as_array)
+            .map(|stages| {
+                stages
+                    .iter()
+                    .filter_map(|s| {
+                        let name = s.get("name").and_then(Value::as_str).unwrap_or("?");
+                        span(name, time(s.get("startTime")), time(s.get("endTime")))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        "PreprocessBatch" => span(
+            "run",
+            time(seen.status("startTime")),
+            time(seen.status("completionTime")),
+        )
+        .into_iter()
+        .collect(),
+        "TpuSlice" => span(
+            "provision",
+            time(seen.status("createTime")),
+            time(seen.status("readyTime")),
+        )
+        .into_iter()
+        .collect(),
+        _ => Vec::new(),
+    };
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn cost(seen: &Seen) -> String {
+    seen.status("estimatedCost")
+        .and_then(|c| c.get("soFarUsd"))
+        .and_then(Value::as_f64)
+        .map_or_else(|| "-".into(), |usd| format!("${usd:.2}"))
+}
+
+pub fn rows(objects: &BTreeMap<Key, Seen>) -> Vec<Row> {
+    objects
+        .iter()
+        .map(|(key, seen)| Row {
+            object: key.to_string(),
+            result: result(seen),
+            stages: stages(&key.kind, seen),
+            cost: cost(seen),
+        })
+        .collect()
+}
+
+/// Renders the rows as an aligned table with a header.
+pub fn table(rows: &[Row]) -> String {
+    let header = Row {
+        object: "OBJECT".into(),
+        result: "RESULT".into(),
+        stages: "STAGES (emulated time)".into(),
+        cost: "EST. COST".into(),
+    };
+    let all: Vec<&Row> = std::iter::once(&header).chain(rows).collect();
+    let w = |f: fn(&Row) -> &str| all.iter().map(|r| f(r).chars().count()).max().unwrap_or(0);
+    let (wo, wr, ws) = (w(|r| &r.object), w(|r| &r.result), w(|r| &r.stages));
+    all.iter()
+        .map(|r| {
+            format!(
+                "{:wo$}  {:wr$}  {:ws$}  {}\n",
+                r.object, r.result, r.stages, r.cost
+            )
+        })
+        .collect()
+}
+
+/// "123 (tpu 40, dataproc 30, vertex 50, storage 3)" from the emulator's `service.method` counts.
+pub fn calls_line(counts: &BTreeMap<String, u64>) -> String {
+    let mut by_service: BTreeMap<&str, u64> = BTreeMap::new();
+    for (key, n) in counts {
+        let service = key.split('.').next().unwrap_or(key);
+        *by_service.entry(service).or_default() += n;
+    }
+    let total: u64 = by_service.values().sum();
+    let parts: Vec<String> = by_service.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    if parts.is_empty() {
+        "0".into()
+    } else {
+        format!("{total} ({})", parts.join(", "))
+    }
+}
+
+/// "cloud resources left: N" plus what they are.
+pub fn left_line(left: &[gcp_emulator::ResourceSummary]) -> String {
+    let mut line = format!("cloud resources left: {}", left.len());
+    for r in left {
+        line.push_str(&format!("\n  {} {} ({})", r.kind, r.name, r.state));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn seen(status: Value) -> Seen {
+        Seen {
+            first_seen: Utc::now(),
+            finished: None,
+            object: json!({ "status": status }),
+            gone: false,
+            applied: true,
+        }
+    }
+
+    #[test]
+    fn pipeline_row_shows_stage_durations_and_cost() {
+        let s = seen(json!({
+            "phase": "Succeeded",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "stages": [
+                {"name": "Preprocess", "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:03:00Z"},
+                {"name": "Train", "startTime": "2026-01-01T00:03:00Z", "endTime": "2026-01-01T00:09:30Z"},
+            ],
+            "estimatedCost": {"soFarUsd": 1.234, "perHourUsd": 0.0},
+        }));
+        assert_eq!(stages("TrainingPipeline", &s), "Preprocess 3m00s, Train 6m30s");
+        assert_eq!(result(&s), "Succeeded");
+        assert_eq!(cost(&s), "$1.23");
+        let unfinished = seen(json!({"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}));
+        assert_eq!(stages("PreprocessBatch", &unfinished), "run unfinished");
+        assert_eq!(result(&unfinished), "Timeout (Running)");
+    }
+
+    #[test]
+    fn calls_are_summed_per_service() {
+        let counts = BTreeMap::from([
+            ("tpu.nodes.get".to_string(), 3),
+            ("tpu.nodes.create".to_string(), 1),
+            ("vertex.customJobs.get".to_string(), 5),
+        ]);
+        assert_eq!(calls_line(&counts), "9 (tpu 4, vertex 5)");
+        assert_eq!(calls_line(&BTreeMap::new()), "0");
+    }
+}

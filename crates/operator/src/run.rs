@@ -1,0 +1,187 @@
+//! `tpu-operator run`: the operator in a cluster (or against any kubeconfig).
+//!
+//! Order of events: logs → Kubernetes client → metrics/health server (alive at once, not ready)
+//! → wait until the three CRDs are Established → GCP clients → leader election → ready. Only the
+//! lease holder runs the controllers; losing the lease stops them (in-flight reconciles finish)
+//! and the replica stands by again. SIGTERM/SIGINT stop the controllers gracefully, release the
+//! lease and exit 0.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use futures::FutureExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::runtime::wait::{await_condition, conditions::is_crd_established};
+use prometheus_client::{metrics::gauge::Gauge, registry::Registry};
+use tokio::signal::unix::{SignalKind, signal};
+use tpu_operator_controller::{Context, Shutdown, metrics::Metrics, shutdown_on};
+use tpu_operator_gcp::{Gcp, GcpMetrics};
+use tracing::{error, info, warn};
+
+use crate::{
+    config::{RunArgs, Settings},
+    leader::Election,
+    server::{self, Readiness},
+    telemetry,
+};
+
+/// Runs the three controllers until `shutdown` resolves. Shared with `tpu-operator local`.
+pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
+    use tpu_operator_controller::{preprocess_batch, tpu_slice, training_pipeline};
+    tokio::join!(
+        tpu_slice::run(ctx.clone(), shutdown.clone()),
+        preprocess_batch::run(ctx.clone(), shutdown.clone()),
+        training_pipeline::run(ctx, shutdown),
+    );
+}
+
+/// Resolves on SIGTERM or SIGINT. The handlers are installed before this returns, so a signal
+/// that arrives early is not lost.
+pub fn termination_signal() -> anyhow::Result<Shutdown> {
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(shutdown_on(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM received, shutting down"),
+            _ = int.recv() => info!("SIGINT received, shutting down"),
+        }
+    }))
+}
+
+/// A client from `--kubeconfig`, else the in-cluster service account or the default kubeconfig.
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    match kubeconfig {
+        Some(path) => {
+            let raw = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("kubeconfig: reading {}", path.display()))?;
+            let config =
+                kube::Config::from_custom_kubeconfig(raw, &kube::config::KubeConfigOptions::default())
+                    .await
+                    .with_context(|| format!("kubeconfig: loading {}", path.display()))?;
+            kube::Client::try_from(config).context("building the Kubernetes client")
+        }
+        None => kube::Client::try_default()
+            .await
+            .context("no kubeconfig given and neither in-cluster config nor ~/.kube/config works"),
+    }
+}
+
+/// Waits until every CRD of the project is Established, so the controllers' watches succeed.
+async fn wait_for_crds(client: &kube::Client) -> anyhow::Result<()> {
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    for crd in tpu_operator_api::crds::all() {
+        let name = crd.metadata.name.unwrap_or_default();
+        info!(crd = %name, "waiting for the CRD to be established");
+        await_condition(api.clone(), &name, is_crd_established())
+            .await
+            .with_context(|| format!("waiting for CRD {name}"))?;
+    }
+    info!("CRDs established");
+    Ok(())
+}
+
+/// Entry point of `tpu-operator run`.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let settings = args.resolve()?;
+    telemetry::init(settings.log_format, "info");
+    let stop = termination_signal()?;
+
+    let client = kube_client(settings.kubeconfig.as_deref()).await?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::default().register(&mut registry);
+    let gcp_metrics = GcpMetrics::register(&mut registry);
+    let leader_gauge: Gauge = Gauge::default();
+    registry.register(
+        "tpu_operator_leader",
+        "1 while this replica holds the leader lease and runs the controllers",
+        leader_gauge.clone(),
+    );
+    let readiness = Readiness::new("waiting for the CRDs to be established");
+    let (addr, server) =
+        server::start(settings.metrics_addr, registry, readiness.clone(), stop.clone()).await?;
+    info!(%addr, "serving /metrics, /healthz and /readyz");
+
+    tokio::select! {
+        ready = wait_for_crds(&client) => ready?,
+        _ = stop.clone() => return Ok(()),
+    }
+    let gcp = Gcp::connect(settings.gcp.clone(), gcp_metrics)
+        .await
+        .context("building the GCP clients")?;
+    let ctx = Arc::new(Context::new(client.clone(), gcp, settings.controller.clone()).with_metrics(metrics));
+
+    let result = match &settings.leader {
+        None => {
+            readiness.set_ready();
+            leader_gauge.set(1);
+            info!("leader election disabled; starting controllers");
+            let controllers = tokio::spawn(run_controllers(ctx, stop.clone()));
+            stop.clone().await;
+            finish(controllers, settings.shutdown_timeout).await;
+            Ok(())
+        }
+        Some(leader) => {
+            let mut election = Election::start(client, leader).await?;
+            readiness.set_ready();
+            info!(identity = election.identity(), lease = %leader.lease_name, "standing by for the leader lease");
+            let led = lead_while_holding(&mut election, &ctx, &stop, &leader_gauge, &settings).await;
+            readiness.set_not_ready("shutting down");
+            let released = election.release().await;
+            if released.is_ok() {
+                info!("lease released");
+            }
+            led.and(released)
+        }
+    };
+    // The server stops with `stop`; on an error path, stop it directly.
+    server.abort();
+    result
+}
+
+/// Runs the controllers whenever this replica holds the lease, until `stop`.
+async fn lead_while_holding(
+    election: &mut Election,
+    ctx: &Arc<Context>,
+    stop: &Shutdown,
+    leader_gauge: &Gauge,
+    settings: &Settings,
+) -> anyhow::Result<()> {
+    loop {
+        tokio::select! {
+            acquired = election.acquired() => acquired?,
+            _ = stop.clone() => return Ok(()),
+        }
+        info!(
+            identity = election.identity(),
+            "acquired the leader lease; starting controllers"
+        );
+        leader_gauge.set(1);
+        let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
+        let controller_stop = shutdown_on(futures::future::select(stop.clone(), lost_rx).map(|_| ()));
+        let mut controllers = tokio::spawn(run_controllers(ctx.clone(), controller_stop));
+        let outcome = tokio::select! {
+            lost = election.lost() => lost.map(|()| true),
+            _ = stop.clone() => Ok(false),
+            ended = &mut controllers => Err(anyhow::anyhow!("controllers stopped unexpectedly: {ended:?}")),
+        };
+        let _ = lost_tx.send(());
+        finish(controllers, settings.shutdown_timeout).await;
+        leader_gauge.set(0);
+        match outcome {
+            Ok(true) => warn!("lost the leader lease; controllers stopped, standing by"),
+            other => return other.map(|_| ()),
+        }
+    }
+}
+
+/// Waits for the controllers to finish their in-flight reconciles, at most `timeout`.
+async fn finish(controllers: tokio::task::JoinHandle<()>, timeout: Duration) {
+    if controllers.is_finished() {
+        return;
+    }
+    match tokio::time::timeout(timeout, controllers).await {
+        Ok(Ok(())) => info!("controllers stopped"),
+        Ok(Err(e)) => error!(error = %e, "controller task failed"),
+        Err(_) => warn!(?timeout, "controllers did not stop in time; exiting anyway"),
+    }
+}
