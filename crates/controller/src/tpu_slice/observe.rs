@@ -122,15 +122,14 @@ pub async fn observe(
     if names.current.queued.is_none() || observed.queued.as_ref().is_some_and(has_nodes) {
         observed.node = read(tpu.get_node(&names.current.node).await, "get TPU node")?;
     }
-    if observed.node.is_none() && observed.queued.is_none() {
-        if let Some(prev) = &names.previous {
-            if let Some(qr) = &prev.queued {
-                observed.previous_queued =
-                    read(tpu.get_queued_resource(qr).await, "get previous queued resource")?;
-            }
-            if observed.previous_queued.is_none() {
-                observed.previous_node = read(tpu.get_node(&prev.node).await, "get previous TPU node")?;
-            }
+    let current_absent = observed.node.is_none() && observed.queued.is_none();
+    if let Some(prev) = names.previous.as_ref().filter(|_| current_absent) {
+        if let Some(qr) = &prev.queued {
+            observed.previous_queued =
+                read(tpu.get_queued_resource(qr).await, "get previous queued resource")?;
+        }
+        if observed.previous_queued.is_none() {
+            observed.previous_node = read(tpu.get_node(&prev.node).await, "get previous TPU node")?;
         }
     }
     if let Some(op) = pending_operation {
