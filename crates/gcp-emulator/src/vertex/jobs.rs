@@ -28,11 +28,21 @@ pub struct JobRec {
     pub timer: Option<u64>,
     pub create_seq: u64,
     pub created: chrono::DateTime<chrono::Utc>,
+    /// Copies of the filterable fields kept next to the record (list filters over thousands of
+    /// jobs would otherwise walk every JSON body).
+    pub state: &'static str,
+    pub labels: Vec<(String, String)>,
 }
 
 impl JobRec {
     pub fn state(&self) -> &str {
-        self.body["state"].as_str().unwrap_or("JOB_STATE_UNSPECIFIED")
+        self.state
+    }
+
+    /// Changes the state in the served body and in the filter copy together.
+    pub fn set_state(&mut self, state: &'static str) {
+        self.body["state"] = json!(state);
+        self.state = state;
     }
 }
 
@@ -139,6 +149,14 @@ pub fn create(w: &mut World, project_number: &str, location: &str, body: &Value)
     let now = ts(w.now);
     j["name"] = json!(name);
     j["state"] = json!("JOB_STATE_QUEUED");
+    let labels: Vec<(String, String)> = j["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
     j["createTime"] = json!(now);
     j["updateTime"] = json!(now);
     let timer = w.schedule(
@@ -153,6 +171,8 @@ pub fn create(w: &mut World, project_number: &str, location: &str, body: &Value)
             timer: Some(timer),
             create_seq: seq,
             created: w.now,
+            state: "JOB_STATE_QUEUED",
+            labels,
         },
     );
     // A zero queueing time means the job is PENDING by the time the call returns (as observed).
@@ -176,15 +196,19 @@ const FILTER_FIELDS: [&str; 6] = [
     "labels",
 ];
 
-fn field(j: &Value, f: &str) -> Option<String> {
+fn field(r: &JobRec, f: &str) -> Option<String> {
+    let j = &r.body;
     let s = |v: &Value| v.as_str().map(str::to_string);
+    if let Some(k) = f.strip_prefix("labels.") {
+        return r.labels.iter().find(|(lk, _)| lk == k).map(|(_, v)| v.clone());
+    }
     match f {
         "display_name" => s(&j["displayName"]),
-        "state" => s(&j["state"]),
+        "state" => Some(r.state.to_string()),
         "create_time" => s(&j["createTime"]),
         "update_time" => s(&j["updateTime"]),
         "end_time" => s(&j["endTime"]),
-        _ => f.strip_prefix("labels.").and_then(|k| s(&j["labels"][k])),
+        _ => None,
     }
 }
 
@@ -199,10 +223,7 @@ pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
         .range(prefix.clone()..)
         .take_while(|(k, _)| k.starts_with(&prefix))
         .map(|(_, r)| r)
-        .filter(|r| {
-            expr.as_ref()
-                .is_none_or(|e| filter::eval(e, &|f| field(&r.body, f)))
-        })
+        .filter(|r| expr.as_ref().is_none_or(|e| filter::eval(e, &|f| field(r, f))))
         .collect();
     // Newest first; integer keys keep this cheap with thousands of resources.
     all.sort_unstable_by_key(|r| std::cmp::Reverse((r.created, r.create_seq)));
@@ -272,7 +293,7 @@ pub fn cancel(w: &mut World, name: &str) -> ApiResult<()> {
     );
     let now = ts(w.now);
     let rec = w.jobs.get_mut(name).expect("checked");
-    rec.body["state"] = json!("JOB_STATE_CANCELLING");
+    rec.set_state("JOB_STATE_CANCELLING");
     rec.body["updateTime"] = json!(now);
     rec.timer = Some(t);
     Ok(())
@@ -314,7 +335,7 @@ pub fn fail_now(w: &mut World, name: &str) {
             && !TERMINAL.contains(&j.state())
             && j.state() != "JOB_STATE_CANCELLING"
         {
-            j.body["state"] = json!("JOB_STATE_RUNNING");
+            j.set_state("JOB_STATE_RUNNING");
             j.timer = Some(t);
         }
     }
@@ -339,11 +360,11 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
     j.body["updateTime"] = json!(stamp);
     let next = match j.state().to_string().as_str() {
         "JOB_STATE_QUEUED" => {
-            j.body["state"] = json!("JOB_STATE_PENDING");
+            j.set_state("JOB_STATE_PENDING");
             Some(d.job_pending)
         }
         "JOB_STATE_PENDING" => {
-            j.body["state"] = json!("JOB_STATE_RUNNING");
+            j.set_state("JOB_STATE_RUNNING");
             j.body["startTime"] = json!(stamp);
             Some(d.job_run)
         }
@@ -353,11 +374,11 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
                 j.body["startTime"] = json!(stamp);
             }
             if failing {
-                j.body["state"] = json!("JOB_STATE_FAILED");
+                j.set_state("JOB_STATE_FAILED");
                 let msg = message.unwrap_or_else(|| "The replica workerpool0-0 exited with a non-zero status of 1. (simulated by gcp-emulator)".into());
                 j.body["error"] = ApiError::new(Code::Internal, msg).rpc_status();
             } else {
-                j.body["state"] = json!("JOB_STATE_SUCCEEDED");
+                j.set_state("JOB_STATE_SUCCEEDED");
                 let body = j.body.clone();
                 if w.cfg.simulate_outputs && !name_matches(&w.faults.suppressed_outputs, name) {
                     crate::outputs::job_succeeded(w, &body);
@@ -366,7 +387,7 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
             None
         }
         "JOB_STATE_CANCELLING" => {
-            j.body["state"] = json!("JOB_STATE_CANCELLED");
+            j.set_state("JOB_STATE_CANCELLED");
             j.body["endTime"] = json!(stamp);
             j.body["error"] = json!({"code": 1, "message": "CANCELED"});
             None
