@@ -845,3 +845,56 @@ async fn tpu_vm_workload_writes_success_or_failed_marker() {
     );
     assert_eq!(emu.object("models", "run-2/_FAILED").unwrap().as_ref(), b"1");
 }
+
+#[tokio::test]
+async fn multislice_queued_resource_honours_valid_after() {
+    use queued_resource::tpu::node_spec::MultisliceParams;
+    use queued_resource_state::State as S;
+    let emu = emulator().await;
+    let tpu = tpu(&emu).await;
+    let spec = queued_resource::tpu::NodeSpec::new()
+        .set_parent(PARENT)
+        .set_multislice_params(
+            MultisliceParams::new()
+                .set_node_count(2)
+                .set_node_id_prefix("slice"),
+        )
+        .set_node(node_spec("v6e-8"));
+    let q = QueuedResource::new()
+        .set_tpu(queued_resource::Tpu::new().set_node_spec([spec]))
+        .set_queueing_policy(
+            queued_resource::QueueingPolicy::new()
+                .set_valid_after_duration(google_cloud_wkt::Duration::clamp(1000, 0)),
+        );
+    tpu.create_queued_resource()
+        .set_parent(PARENT)
+        .set_queued_resource_id("ms")
+        .set_queued_resource(q)
+        .send()
+        .await
+        .unwrap();
+    let name = format!("{PARENT}/queuedResources/ms");
+    emu.clock().advance(secs(900));
+    assert_eq!(
+        qr_state(&tpu, &name).await,
+        S::WaitingForResources,
+        "not before validAfter"
+    );
+    emu.clock().advance(secs(100));
+    assert_eq!(qr_state(&tpu, &name).await, S::Provisioning);
+    emu.clock().advance(secs(180));
+    assert_eq!(qr_state(&tpu, &name).await, S::Active);
+    for i in 0..2 {
+        let n = tpu
+            .get_node()
+            .set_name(format!("{PARENT}/nodes/slice-{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert!(n.multislice_node);
+        assert_eq!(
+            (n.state, n.queued_resource.as_str()),
+            (node::State::Ready, name.as_str())
+        );
+    }
+}
