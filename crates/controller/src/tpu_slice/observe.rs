@@ -105,6 +105,8 @@ pub enum OperationView {
     Failed(GcpError),
     /// The operation no longer exists (operations are garbage-collected after a while).
     Gone,
+    /// Not read this pass (the node is CREATING / DELETING / STARTING / STOPPING); still pending.
+    Unread,
 }
 
 /// Reads the current incarnation (and the previous one when the current does not exist).
@@ -132,12 +134,23 @@ pub async fn observe(
             observed.previous_node = read(tpu.get_node(&prev.node).await, "get previous TPU node")?;
         }
     }
-    if let Some(op) = pending_operation {
-        observed.operation = Some(match read(tpu.get_operation(op).await, "get operation")? {
+    // While the node itself is changing state its state says more than the operation does, and
+    // skipping the read halves the calls per poll during a create.
+    let transitional = observed.node.as_ref().is_some_and(|n| {
+        use tpu_operator_gcp::tpu_v2::model::node::State;
+        matches!(
+            n.state,
+            State::Creating | State::Deleting | State::Starting | State::Stopping
+        )
+    });
+    observed.operation = match pending_operation {
+        None => None,
+        Some(_) if transitional => Some(OperationView::Unread),
+        Some(op) => Some(match read(tpu.get_operation(op).await, "get operation")? {
             None => OperationView::Gone,
             Some(op) => view(&op),
-        });
-    }
+        }),
+    };
     Ok(observed)
 }
 

@@ -199,7 +199,7 @@ fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
                 return Plan::new(if retry { create } else { Action::None }, a);
             }
         }
-        Some(OperationView::Succeeded | OperationView::Gone) | None => {}
+        Some(OperationView::Succeeded | OperationView::Gone | OperationView::Unread) | None => {}
     }
     let (phase, message) = match create {
         Action::CreateQueuedResource => (P::Queued, "requesting a queued resource"),

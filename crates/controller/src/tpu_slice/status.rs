@@ -45,7 +45,10 @@ pub fn build(r: &Report<'_>) -> TpuSliceStatus {
     let node = r.observed.node.as_ref();
     let qr = r.observed.queued.as_ref();
     let created = r.started.is_some_and(|s| s.verb == "create");
-    let op_running = matches!(r.observed.operation, Some(OperationView::Running));
+    let op_running = matches!(
+        r.observed.operation,
+        Some(OperationView::Running | OperationView::Unread)
+    );
     let keep = |field: &Option<String>| if op_running { field.clone() } else { None };
 
     let mut s = TpuSliceStatus {
