@@ -43,11 +43,12 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   version_ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   version_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-# Lean binaries: no DWARF/symbol tables, no local paths. CGO off: etcd's bbolt and the apiserver
-# are pure Go and static binaries do not depend on the build machine's libc.
+# Lean binaries: no DWARF/symbol tables, no local paths, no VCS stamp (the checkout may be a git
+# tree the build user does not own, which makes VCS stamping fail). CGO off: etcd's bbolt and the
+# apiserver are pure Go, and static binaries do not depend on the build machine's libc.
 (
   cd "$here"
-  CGO_ENABLED=0 nice -n 19 "$go_cmd" build -mod=readonly -trimpath -ldflags="-s -w $version_ldflags" -o "$tmp/bin/" \
+  CGO_ENABLED=0 nice -n 19 "$go_cmd" build -mod=readonly -buildvcs=false -trimpath -ldflags="-s -w $version_ldflags" -o "$tmp/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
     ./cmd/etcd

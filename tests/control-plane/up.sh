@@ -76,6 +76,7 @@ done
 dir="$(mktemp -d "${TMPDIR:-/tmp}/tpu-operator-control-plane.XXXXXX")"
 pki="$dir/pki"
 mkdir -p "$pki" "$dir/etcd" "$dir/logs"
+chmod 700 "$dir/etcd"
 : >"$dir/pids"
 if [ "$mode" != start ]; then
   trap 'stop_dir "$dir"' EXIT
@@ -155,20 +156,24 @@ wait_for() { # name seconds command...
 }
 
 # --- etcd: single member, loopback only, no fsync (test data is thrown away; envtest does the same)
-spawn etcd --name=default --data-dir="$dir/etcd" \
+spawn etcd --name=tpu-operator-test --data-dir="$dir/etcd" \
   --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
   --listen-peer-urls="http://127.0.0.1:$peer_port" --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
-  --initial-cluster="default=http://127.0.0.1:$peer_port" --listen-metrics-urls="" \
+  --initial-cluster="tpu-operator-test=http://127.0.0.1:$peer_port" --listen-metrics-urls="" \
   --unsafe-no-fsync --log-level=warn
 wait_for etcd 60 curl -sf "http://127.0.0.1:$etcd_port/health"
 t_etcd=$(date +%s.%N)
 
-# --- kube-apiserver
+# --- kube-apiserver (the requestheader flags only give the controller-manager's delegated
+# authentication a front-proxy CA to load; no front proxy certificate is ever issued)
 spawn kube-apiserver \
   --etcd-servers="http://127.0.0.1:$etcd_port" \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
   --cert-dir="$pki" --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
   --client-ca-file="$pki/ca.crt" --authorization-mode=RBAC \
+  --requestheader-client-ca-file="$pki/ca.crt" --requestheader-allowed-names=front-proxy-client \
+  --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+  --requestheader-extra-headers-prefix=X-Remote-Extra- \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
   --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=false --profiling=false \
@@ -213,7 +218,14 @@ case "$mode" in
     KUBECONFIG="$dir/kubeconfig" TPU_OPERATOR_KUBE=real TPU_OPERATOR_CONTROL_PLANE_DIR="$dir" "$@"
     status=$?
     set -e
-    [ "$status" = 0 ] || log "command failed ($status); logs were in $dir/logs (set TPU_OPERATOR_CONTROL_PLANE_KEEP=1 to keep them)"
+    if [ "$status" != 0 ]; then
+      # The state folder goes away on exit: show the servers' last words for CI logs.
+      for name in kube-apiserver kube-controller-manager etcd; do
+        log "last lines of $name's log:"
+        grep -v '^I' "$dir/logs/$name.log" | tail -n 15 >&2 || true
+      done
+      log "command failed ($status); set TPU_OPERATOR_CONTROL_PLANE_KEEP=1 to keep $dir"
+    fi
     exit "$status"
     ;;
   foreground)
