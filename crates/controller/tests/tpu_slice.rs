@@ -312,3 +312,27 @@ async fn error_storms_converge_with_bounded_calls() {
         env.gcp.call_counts()
     );
 }
+
+#[tokio::test]
+async fn queued_spot_suspended_by_the_service_is_recreated() {
+    let env = start().await;
+    let queued = json!({"queued": {"tier": "Spot", "validUntilDuration": "6h"}});
+    env.create(&slice("qspot", queued)).await;
+    let s: TpuSlice = env.wait_for("qspot", "Ready", STEP, is_ready).await;
+    let first = s.status.unwrap().queued_resource_name.unwrap();
+    env.gcp
+        .inject(Fault::PreemptQueuedResource { name: first.clone() })
+        .unwrap();
+    let s: TpuSlice = env
+        .wait_for("qspot", "Ready after a recreation", STEP, |s| {
+            is_ready(s) && s.status.as_ref().unwrap().recreations == 1
+        })
+        .await;
+    let second = s.status.unwrap().queued_resource_name.unwrap();
+    assert!(second.ends_with("-r1"), "{second}");
+    let qrs = env.gcp.queued_resources();
+    assert_eq!(qrs.len(), 1, "the suspended queued resource is deleted: {qrs:#?}");
+    assert_eq!(qrs[0]["name"], second.as_str());
+    assert_eq!(env.gcp.nodes().len(), 1);
+    assert_eq!(env.gcp.call_count("tpu", "queuedResources.delete"), 1);
+}
