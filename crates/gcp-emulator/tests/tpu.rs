@@ -298,6 +298,22 @@ async fn list_pages_and_catalogs() {
         .await
         .unwrap();
     assert_eq!(at.r#type, "v5p-8");
+    let locs = tpu.list_locations().set_name("projects/p").send().await.unwrap();
+    assert!(locs.locations.iter().any(|l| l.location_id == ZONE));
+    let loc = tpu.get_location().set_name(PARENT).send().await.unwrap();
+    assert_eq!(loc.name, PARENT);
+    let id = tpu
+        .generate_service_identity()
+        .set_parent(PARENT)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        id.identity
+            .unwrap()
+            .email
+            .ends_with("@cloud-tpu.iam.gserviceaccount.com")
+    );
     let rv = tpu
         .get_runtime_version()
         .set_name(format!("{PARENT}/runtimeVersions/tpu-vm-base"))

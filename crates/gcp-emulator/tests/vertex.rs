@@ -148,6 +148,13 @@ async fn cancel_failures_delete_rules_and_bad_names() {
     assert!(got.done);
     let ops = vx.list_operations().set_name(PARENT).send().await.unwrap();
     assert_eq!(ops.operations.len(), 1);
+    assert!(vx.wait_operation().set_name(&op.name).send().await.unwrap().done);
+    vx.cancel_operation().set_name(&op.name).send().await.unwrap();
+    vx.delete_operation().set_name(&op.name).send().await.unwrap();
+    assert_eq!(
+        code(&vx.get_operation().set_name(&op.name).send().await.unwrap_err()),
+        "NotFound"
+    );
     assert!(emu.objects("m").is_empty());
 
     let f = vx
