@@ -336,3 +336,98 @@ async fn queued_spot_suspended_by_the_service_is_recreated() {
     assert_eq!(env.gcp.nodes().len(), 1);
     assert_eq!(env.gcp.call_count("tpu", "queuedResources.delete"), 1);
 }
+
+/// `adoptNodeId`: an existing node is labeled and managed, never created; deleting the slice
+/// deletes it (deletionPolicy Delete).
+#[tokio::test]
+async fn adopts_an_existing_node_by_id() {
+    let env = start().await;
+    let parent = format!("projects/demo-project/locations/{ZONE}");
+    let node = tpu_operator_gcp::tpu_v2::model::Node::new()
+        .set_accelerator_type("v6e-8")
+        .set_runtime_version("v2-alpha-tpuv6e");
+    env.ctx
+        .gcp
+        .tpu
+        .create_node(&parent, "handmade", node)
+        .await
+        .unwrap();
+    let mut s = slice("adopter", json!({"onDemand": {}}));
+    s.spec.adopt_node_id = Some("handmade".into());
+    s.spec.workload = None;
+    env.create(&s).await;
+    let s: TpuSlice = env.wait_for("adopter", "Ready", STEP, is_ready).await;
+    assert_eq!(
+        s.status.unwrap().node_name,
+        Some(format!("{parent}/nodes/handmade"))
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while env.gcp.nodes()[0]["labels"]["managed-by"] != "tpu-operator" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "adopted node never labeled"
+        );
+        env.idle(Duration::from_millis(50), STEP).await;
+    }
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.create"),
+        1,
+        "only the test's own create"
+    );
+    env.api::<TpuSlice>()
+        .delete("adopter", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<TpuSlice>("adopter", STEP).await;
+    assert!(env.gcp.nodes().is_empty());
+}
+
+/// `deletionPolicy: Orphan` leaves the node; a permission error on delete is surfaced as a
+/// condition (and retried with the slow, backed-off policy) instead of sticking silently.
+#[tokio::test]
+async fn orphan_leaves_the_node_and_delete_permission_errors_are_reported() {
+    let env = start().await;
+    let mut orphan = slice("orphan", json!({"onDemand": {}}));
+    orphan.spec.deletion_policy = tpu_operator_api::DeletionPolicy::Orphan;
+    env.create(&orphan).await;
+    env.create(&slice("denied", json!({"onDemand": {}}))).await;
+    env.wait_for::<TpuSlice, _>("orphan", "Ready", STEP, is_ready)
+        .await;
+    env.wait_for::<TpuSlice, _>("denied", "Ready", STEP, is_ready)
+        .await;
+
+    env.api::<TpuSlice>()
+        .delete("orphan", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<TpuSlice>("orphan", STEP).await;
+    assert_eq!(env.gcp.nodes().len(), 2, "the orphaned node stays");
+
+    env.gcp
+        .inject(Fault::FailCalls {
+            service: "tpu".into(),
+            method: "nodes.delete".into(),
+            count: 1,
+            code: Code::PermissionDenied,
+            message: None,
+        })
+        .unwrap();
+    env.api::<TpuSlice>()
+        .delete("denied", &DeleteParams::default())
+        .await
+        .unwrap();
+    let s: TpuSlice = env
+        .wait_for("denied", "PermissionDenied while deleting", STEP, |s| {
+            stalled_reason(s).as_deref() == Some("PermissionDenied")
+        })
+        .await;
+    assert_eq!(s.status.unwrap().phase, TpuSlicePhase::Deleting);
+    assert_eq!(env.gcp.nodes().len(), 2, "nothing deleted yet");
+    assert!(
+        s.metadata
+            .finalizers
+            .unwrap()
+            .iter()
+            .any(|f| f == "tpu-operator.dev/cleanup")
+    );
+}
