@@ -57,6 +57,8 @@ pub struct LocalArgs {
 /// Entry point of `tpu-operator local`.
 pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     telemetry::init(args.log_format, "warn");
+    // Ctrl-C / SIGTERM: stop waiting, then clean up as usual (or, with --keep, just exit).
+    let stop = crate::run::termination_signal()?;
     let started = std::time::Instant::now();
     let manifests = apply::load(&args.manifests)?;
 
@@ -121,20 +123,26 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     let mut tracker = Tracker::default();
     let mut display = Display::new();
     let deadline = tokio::time::Instant::now() + args.timeout;
+    let mut interrupted = false;
     let finished_in_time = loop {
         tracker.poll(&client, clock.now(), &applied_keys).await?;
         display.show(tracker.lines(clock.now()));
         if tracker.all_applied_done(&applied_keys) {
             break true;
         }
-        if tokio::time::Instant::now() >= deadline {
+        if tokio::time::Instant::now() >= deadline || interrupted {
             break false;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = stop.clone() => interrupted = true,
+        }
     };
     let converged_after = started.elapsed();
     let at_end = tracker.objects.clone();
-    if !finished_in_time {
+    if interrupted {
+        println!("interrupted");
+    } else if !finished_in_time {
         println!(
             "timeout: not every object finished within {}",
             humantime::format_duration(args.timeout)
@@ -142,9 +150,11 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     }
 
     if args.keep {
-        print_summary(&at_end, &gcp, None, converged_after);
-        println!("everything keeps running; press Ctrl-C to stop");
-        crate::run::termination_signal()?.await;
+        if !interrupted {
+            print_summary(&at_end, &gcp, None, converged_after);
+            println!("everything keeps running; press Ctrl-C to stop");
+            stop.await;
+        }
         let _ = stop_tx.send(());
         return Ok(ExitCode::SUCCESS);
     }
