@@ -1,1 +1,144 @@
-//! The TrainingPipeline controller (in progress).
+//! The TrainingPipeline controller: optional preprocessing (an owned `PreprocessBatch`), then
+//! training as a Vertex AI custom job or on an owned `TpuSlice`, then the model in Cloud Storage.
+//!
+//! Reconcile: finalizer → observe ([`observe`]) → plan ([`plan`], pure) → act ([`act`], at most one
+//! mutating call) → status ([`status`]) and events. Cleanup cancels and deletes the pipeline's
+//! Vertex jobs (found by UID label); owned children go through ownerReference garbage collection
+//! and their own finalizers clean the cloud.
+
+mod act;
+mod cleanup;
+pub mod expand;
+mod observe;
+pub mod plan;
+pub mod spec;
+pub mod status;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::{
+    Api, ResourceExt,
+    runtime::{
+        Controller,
+        controller::{Action, Config},
+        finalizer::{Event as Finalizer, finalizer},
+        watcher,
+    },
+};
+use tpu_operator_api::{
+    naming::{self, ObjectIdentity},
+    preprocess_batch::PreprocessBatch,
+    tpu_slice::TpuSlice,
+    training_pipeline::TrainingPipeline,
+};
+
+use crate::{
+    FINALIZER, Shutdown,
+    context::Context,
+    error::{ReconcileError, Result},
+    policy, report,
+};
+
+const KIND: &str = "TrainingPipeline";
+
+/// Names derived from the pipeline's identity.
+pub struct Names {
+    pub id: ObjectIdentity,
+    /// `<name>-preprocess`.
+    pub preprocess: String,
+    /// `<name>-train`.
+    pub train: String,
+    pub project: Option<String>,
+    /// `projects/<p>/locations/<region>`, when a project is known.
+    pub vertex_parent: Option<String>,
+}
+
+impl Names {
+    fn of(tp: &TrainingPipeline, ctx: &Context) -> Result<Self> {
+        let id = ObjectIdentity::new(
+            tp.namespace()
+                .ok_or(ReconcileError::MissingMetadata("namespace"))?,
+            tp.name_any(),
+            tp.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
+        );
+        let project = ctx.project_for(tp.spec.project.as_deref());
+        Ok(Names {
+            preprocess: naming::child_name(&id, "preprocess"),
+            train: naming::child_name(&id, "train"),
+            vertex_parent: project
+                .as_ref()
+                .map(|p| format!("projects/{p}/locations/{}", tp.spec.region)),
+            project,
+            id,
+        })
+    }
+}
+
+/// Runs the controller until `shutdown`: watches pipelines and the children they own.
+pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+    let pipelines = ctx.watched_api::<TrainingPipeline>();
+    let batches = ctx.watched_api::<PreprocessBatch>();
+    let slices = ctx.watched_api::<TpuSlice>();
+    Controller::new(pipelines, watcher::Config::default())
+        .owns(batches, watcher::Config::default())
+        .owns(slices, watcher::Config::default())
+        .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn error_policy(tp: Arc<TrainingPipeline>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    policy::error_policy(KIND, tp.as_ref(), err, &ctx)
+}
+
+#[tracing::instrument(skip(tp, ctx), fields(ns = tp.namespace(), name = tp.name_any()))]
+async fn reconcile(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = tp
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    let api: Api<TrainingPipeline> = Api::namespaced(ctx.client.clone(), &ns);
+    let action = finalizer(&api, FINALIZER, tp, |event| async {
+        match event {
+            Finalizer::Apply(tp) => apply(tp, ctx.clone()).await,
+            Finalizer::Cleanup(tp) => cleanup::cleanup(tp, ctx.clone()).await,
+        }
+    })
+    .await?;
+    Ok(action)
+}
+
+async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
+    let names = Names::of(&tp, &ctx)?;
+    let observed = observe::observe(&ctx, &tp, &names).await?;
+    let old = tp.status.clone().unwrap_or_default();
+    let decision = plan::plan(&plan::Input {
+        spec: &tp.spec,
+        status: &old,
+        generation: tp.metadata.generation,
+        observed: &observed,
+        now: ctx.clock.now(),
+        preprocess_child: &names.preprocess,
+        train_child: &names.train,
+    });
+    let mut new = decision.status;
+    act::act(&ctx, &tp, &names, &decision.action, &mut new).await?;
+    status::write(&ctx, &tp, &new).await?;
+    for e in decision.events {
+        report::publish_event(&ctx, tp.as_ref(), e.warning, &e.reason, e.note).await;
+    }
+    policy::on_success(tp.as_ref(), &ctx);
+    Ok(requeue(&ctx, decision.requeue))
+}
+
+fn requeue(ctx: &Context, r: plan::Requeue) -> Action {
+    let c = &ctx.config;
+    Action::requeue(match r {
+        plan::Requeue::Active => c.poll_active,
+        plan::Requeue::Capacity => c.poll_capacity,
+        plan::Requeue::Stable => c.poll_stable,
+        plan::Requeue::After(d) => d.min(c.poll_stable).max(c.poll_active),
+    })
+}

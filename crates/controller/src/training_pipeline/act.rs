@@ -1,0 +1,161 @@
+//! Carrying out the plan's one action. Results (the job's server-assigned name, a delete
+//! operation) go into the status about to be written, so they are persisted right after the call.
+
+use kube::{
+    Api, Resource,
+    api::{DeleteParams, PostParams},
+};
+use tpu_operator_api::{
+    conditions::{Progress, reasons},
+    tpu_slice::TpuSlice,
+    training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase, TrainingPipelineStatus},
+};
+use tpu_operator_gcp::ErrorKind;
+
+use super::{
+    Names,
+    observe::list_jobs,
+    plan::Action,
+    spec,
+    status::{self, time},
+};
+use crate::{
+    context::Context,
+    error::{ReconcileError, Result},
+};
+
+pub async fn act(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Names,
+    action: &Action,
+    st: &mut TrainingPipelineStatus,
+) -> Result<()> {
+    match action {
+        Action::Nothing => Ok(()),
+        Action::CreatePreprocess => {
+            let owner = owner_ref(tp)?;
+            let child = spec::preprocess_batch(
+                &tp.spec,
+                &names.id,
+                &names.preprocess,
+                names.project.clone(),
+                owner,
+            );
+            match child {
+                Some(child) => create_child(ctx, &names.id.namespace, &child).await,
+                None => Ok(()),
+            }
+        }
+        Action::CreateSlice { .. } => {
+            let owner = owner_ref(tp)?;
+            match spec::train_slice(&tp.spec, &names.id, &names.train, names.project.clone(), owner) {
+                Some(child) => create_child(ctx, &names.id.namespace, &child).await,
+                None => Ok(()),
+            }
+        }
+        Action::DeleteSlice => delete_child::<TpuSlice>(ctx, &names.id.namespace, &names.train).await,
+        Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st).await,
+        Action::DeleteJob { name } => {
+            match ctx.gcp.vertex.delete_custom_job(name).await {
+                Ok(op) => st.pending_operation = Some(op.name),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(ReconcileError::gcp("delete finished Vertex custom job")(e)),
+            }
+            Ok(())
+        }
+    }
+}
+
+fn owner_ref(
+    tp: &TrainingPipeline,
+) -> Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    tp.controller_owner_ref(&())
+        .ok_or(ReconcileError::MissingMetadata("uid"))
+}
+
+/// Create-if-absent: the plan only asks when the child was absent; AlreadyExists (a watch that
+/// lagged) is fine, the next observe reads the existing object and checks its owner.
+async fn create_child<K>(ctx: &Context, ns: &str, child: &K) -> Result<()>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    match api.create(&PostParams::default(), child).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(ReconcileError::kube("create owned child")(e)),
+    }
+}
+
+/// Deletes an owned child (its own finalizer cleans the cloud). Absent is fine.
+pub async fn delete_child<K>(ctx: &Context, ns: &str, name: &str) -> Result<()>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(ReconcileError::kube("delete owned child")(e)),
+    }
+}
+
+/// Finds the attempt's job by its labels (a create that crashed before its status write) or
+/// creates it, and records its name.
+async fn create_job(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Names,
+    attempt: i32,
+    st: &mut TrainingPipelineStatus,
+) -> Result<()> {
+    let Some(parent) = &names.vertex_parent else {
+        invalid(
+            ctx,
+            st,
+            "no project: set spec.project or the operator's default project".into(),
+        );
+        return Ok(());
+    };
+    let existing = list_jobs(ctx, names, Some(attempt)).await?.into_iter().next();
+    let name = match existing {
+        Some(job) => job.name,
+        None => {
+            let job = match spec::custom_job(&tp.spec, &names.id, &ctx.config.cluster_id, attempt) {
+                Ok(job) => job,
+                Err(msg) => {
+                    invalid(ctx, st, msg);
+                    return Ok(());
+                }
+            };
+            match ctx.gcp.vertex.create_custom_job(parent, job).await {
+                Ok(job) => job.name,
+                Err(e) if matches!(e.kind, ErrorKind::InvalidArgument) => {
+                    invalid(ctx, st, format!("Vertex refused the custom job: {e}"));
+                    return Ok(());
+                }
+                Err(e) => return Err(ReconcileError::gcp("create Vertex custom job")(e)),
+            }
+        }
+    };
+    st.custom_job_name = Some(name.clone());
+    status::stage_mut(st, StageName::Train).gcp_name = Some(name);
+    Ok(())
+}
+
+/// A spec the cloud cannot take: the pipeline fails with `InvalidSpec` (no retry helps).
+fn invalid(ctx: &Context, st: &mut TrainingPipelineStatus, message: String) {
+    let now = time(ctx.clock.now());
+    st.phase = TrainingPipelinePhase::Failed;
+    st.completion_time = Some(now.clone());
+    st.message = Some(message.clone());
+    status::set_kstatus(st, Progress::Stalled, reasons::INVALID_SPEC, &message, now);
+}

@@ -1,0 +1,262 @@
+//! Reading what the pipeline owns: its children (by name, checking the controller
+//! ownerReference), the Vertex job of the current attempt (by name, or by the UID label when no
+//! name was recorded yet), the model output, and TPU VM completion markers under `modelDir`.
+//! Reads only; nothing here mutates.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{Api, Resource, ResourceExt};
+use tpu_operator_api::{
+    conditions::{Progress, find_condition, progress_of, types},
+    training_pipeline::{StageName, TrainingPipeline},
+};
+use tpu_operator_gcp::{
+    OperationState, Service, aiplatform_v1::model::CustomJob, ignore_not_found, operation_state, parse_gs_uri,
+};
+
+use super::{
+    Names,
+    plan::{Child, JobView, Marker, Mode, Observed, TrainingObserved, is_finished, join_uri},
+    spec,
+    status::{stage, to_chrono},
+};
+use crate::{
+    context::Context,
+    error::{ReconcileError, Result},
+};
+
+pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Result<Observed> {
+    let st = tp.status.clone().unwrap_or_default();
+    let finished = is_finished(st.phase);
+    let preprocess = if tp.spec.preprocess.is_some() {
+        child::<tpu_operator_api::preprocess_batch::PreprocessBatch, _>(ctx, tp, &names.preprocess, |b| {
+            b.status.as_ref().map(|s| s.conditions.clone())
+        })
+        .await?
+    } else {
+        Child::Absent
+    };
+    let training = match Mode::of(&tp.spec) {
+        Ok(Mode::TpuVm) => {
+            let slice = child::<tpu_operator_api::tpu_slice::TpuSlice, _>(ctx, tp, &names.train, |s| {
+                s.status.as_ref().map(|s| s.conditions.clone())
+            })
+            .await?;
+            let marker = if finished {
+                Marker::None
+            } else {
+                marker(ctx, tp).await?
+            };
+            TrainingObserved::TpuVm { slice, marker }
+        }
+        _ => {
+            let job = if finished {
+                None
+            } else {
+                current_job(ctx, tp, names).await?
+            };
+            TrainingObserved::Vertex { job }
+        }
+    };
+    let reaping = finished && st.reaped_time.is_none() && reap_due(ctx, tp);
+    let held_jobs = if reaping && Mode::of(&tp.spec) == Ok(Mode::Vertex) {
+        list_jobs(ctx, names, None).await?
+    } else {
+        Vec::new()
+    };
+    let pending_operation_done = match (&st.pending_operation, reaping) {
+        (Some(op), true) => {
+            let op = ctx.gcp.vertex.get_operation(op).await;
+            match ignore_not_found(op).map_err(ReconcileError::gcp("get Vertex operation"))? {
+                None => Some(true),
+                Some(op) => Some(!matches!(
+                    operation_state(Service::Vertex, &op),
+                    OperationState::Pending
+                )),
+            }
+        }
+        _ => None,
+    };
+    Ok(Observed {
+        preprocess,
+        training,
+        held_jobs,
+        pending_operation_done,
+    })
+}
+
+fn reap_due(ctx: &Context, tp: &TrainingPipeline) -> bool {
+    let (Some(ttl), Some(done)) = (
+        tp.spec.ttl_seconds_after_finished,
+        tp.status.as_ref().and_then(|s| s.completion_time.as_ref()),
+    ) else {
+        return false;
+    };
+    ctx.clock.now() >= to_chrono(done) + chrono::Duration::seconds(ttl)
+}
+
+/// An owned child's state from its metadata and kstatus conditions.
+async fn child<K, F>(ctx: &Context, tp: &TrainingPipeline, name: &str, conditions: F) -> Result<Child>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+    F: Fn(&K) -> Option<Vec<Condition>>,
+{
+    let ns = tp
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(obj) = api
+        .get_opt(name)
+        .await
+        .map_err(ReconcileError::kube("get owned child"))?
+    else {
+        return Ok(Child::Absent);
+    };
+    let owned = obj
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == tp.metadata.uid.as_ref());
+    if !owned {
+        return Ok(Child::NotOwned);
+    }
+    if obj.meta().deletion_timestamp.is_some() {
+        return Ok(Child::Deleting);
+    }
+    let conds = conditions(&obj).unwrap_or_default();
+    let text = |t: &str| {
+        find_condition(&conds, t)
+            .map(|c| (c.reason.clone(), c.message.clone()))
+            .unwrap_or_default()
+    };
+    Ok(match progress_of(&conds) {
+        Some(Progress::Ready) => Child::Ready {
+            message: text(types::READY).1,
+        },
+        Some(Progress::Stalled) => {
+            let (reason, message) = text(types::STALLED);
+            Child::Stalled { reason, message }
+        }
+        Some(Progress::Reconciling) => {
+            let (reason, message) = text(types::RECONCILING);
+            Child::Progressing { reason, message }
+        }
+        Some(Progress::Idle) => {
+            let (reason, message) = text(types::READY);
+            Child::Progressing { reason, message }
+        }
+        None => Child::Progressing {
+            reason: "Pending".into(),
+            message: "not reconciled yet".into(),
+        },
+    })
+}
+
+fn job_view(job: CustomJob) -> JobView {
+    JobView {
+        attempt: spec::attempt_of(&job),
+        message: job.error.as_ref().map(|e| e.message.clone()).unwrap_or_default(),
+        name: job.name,
+        state: job.state,
+        model_exists: None,
+    }
+}
+
+/// This pipeline's jobs (of one attempt, or all), newest attempt first.
+pub async fn list_jobs(ctx: &Context, names: &Names, attempt: Option<i32>) -> Result<Vec<JobView>> {
+    let Some(parent) = &names.vertex_parent else {
+        return Ok(Vec::new());
+    };
+    let filter = spec::job_filter(&names.id, attempt);
+    let jobs = ctx
+        .gcp
+        .vertex
+        .list_custom_jobs(parent, &filter)
+        .await
+        .map_err(ReconcileError::gcp("list Vertex custom jobs by UID label"))?;
+    let mut views: Vec<JobView> = jobs.into_iter().map(job_view).collect();
+    views.sort_by_key(|j| std::cmp::Reverse(j.attempt));
+    Ok(views)
+}
+
+/// The job of the current attempt: by its recorded name, else the newest one carrying this
+/// pipeline's UID label (a job created just before a crash, before its name reached the status).
+async fn current_job(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Result<Option<JobView>> {
+    let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.clone());
+    let job = match recorded {
+        Some(name) => {
+            let got = ctx.gcp.vertex.get_custom_job(&name).await;
+            ignore_not_found(got)
+                .map_err(ReconcileError::gcp("get Vertex custom job"))?
+                .map(job_view)
+        }
+        None => list_jobs(ctx, names, None).await?.into_iter().next(),
+    };
+    let Some(mut job) = job else {
+        return Ok(None);
+    };
+    if matches!(
+        job.state,
+        tpu_operator_gcp::aiplatform_v1::model::JobState::Succeeded
+            | tpu_operator_gcp::aiplatform_v1::model::JobState::PartiallySucceeded
+    ) {
+        let model = join_uri(&tp.spec.artifacts.model_dir, "model/");
+        let exists = ctx
+            .gcp
+            .storage
+            .prefix_exists(&model)
+            .await
+            .map_err(ReconcileError::gcp("check the model output"))?;
+        job.model_exists = Some(exists);
+    }
+    Ok(Some(job))
+}
+
+/// TPU VM mode: `_SUCCESS` / `_FAILED` under `modelDir`, written since the current attempt began.
+async fn marker(ctx: &Context, tp: &TrainingPipeline) -> Result<Marker> {
+    let Some(started) = tp
+        .status
+        .as_ref()
+        .and_then(|s| stage(s, StageName::Train).start_time.as_ref().map(to_chrono))
+    else {
+        return Ok(Marker::None);
+    };
+    let dir = &tp.spec.artifacts.model_dir;
+    let Some(uri) = parse_gs_uri(dir) else {
+        return Ok(Marker::None);
+    };
+    let prefix = format!("{}_", uri.path);
+    let objects = ctx.gcp.storage.list_objects(uri.bucket, &prefix, 10).await;
+    let objects = match objects {
+        // The bucket may not exist until the workload writes to it.
+        Err(e) if e.is_not_found() => return Ok(Marker::None),
+        other => other.map_err(ReconcileError::gcp("list completion markers"))?,
+    };
+    let fresh = |leaf: &str| {
+        objects.iter().any(|o| {
+            o.name == format!("{}{leaf}", uri.path)
+                && chrono::DateTime::parse_from_rfc3339(&o.updated)
+                    .is_ok_and(|t| t.with_timezone(&chrono::Utc) >= started)
+        })
+    };
+    if fresh("_SUCCESS") {
+        return Ok(Marker::Succeeded);
+    }
+    if fresh("_FAILED") {
+        let uri = format!("{dir}_FAILED");
+        let code = ctx
+            .gcp
+            .storage
+            .read_object(&uri)
+            .await
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        return Ok(Marker::Failed {
+            detail: format!("{uri} written (exit code {code})"),
+        });
+    }
+    Ok(Marker::None)
+}

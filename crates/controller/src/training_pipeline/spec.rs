@@ -1,0 +1,343 @@
+//! Mapping the pipeline spec to what it creates: the owned `PreprocessBatch` and `TpuSlice`
+//! children and the Vertex AI `CustomJob` request.
+//!
+//! Does not touch Kubernetes or Google Cloud.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::ObjectMeta;
+use tpu_operator_api::{
+    accelerator::{VertexAcceleratorType, VertexMachineType},
+    common::DeletionPolicy,
+    duration::parse_duration,
+    naming::{self, ObjectIdentity},
+    preprocess_batch::{PreprocessBatch, PreprocessBatchSpec},
+    tpu_slice::{TpuSlice, TpuSliceSpec},
+    training_pipeline::{SchedulingStrategy, TrainingPipelineSpec, VertexTraining},
+};
+use tpu_operator_gcp::{aiplatform_v1::model as vx, wkt};
+
+use super::expand::Vars;
+
+/// Label on every Vertex job: which training attempt of the pipeline it is (1-based). With the
+/// UID label it identifies the job of an attempt, so a create retried after a crash adopts it.
+pub const ATTEMPT_LABEL: &str = "tpu-operator-attempt";
+
+/// Annotation on the owned `TpuSlice` naming where the training container reports completion
+/// (`<uri>_SUCCESS` / `<uri>_FAILED`). The TpuSlice controller copies it into the node metadata
+/// key `tpu-operator-done-uri`, which users cannot set themselves (admission reserves
+/// `tpu-operator-*` metadata keys).
+pub const DONE_URI_ANNOTATION: &str = "tpu-operator.dev/done-uri";
+
+/// Label on owned children naming the pipeline (for `kubectl get -l`).
+pub const PIPELINE_LABEL: &str = "tpu-operator.dev/pipeline";
+
+fn child_meta(name: &str, ns: &str, pipeline: &str, owner: OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(ns.to_string()),
+        owner_references: Some(vec![owner]),
+        labels: Some(BTreeMap::from([(
+            PIPELINE_LABEL.to_string(),
+            pipeline.to_string(),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// Children inherit `deletionPolicy: Orphan` from the pipeline, so orphaning a pipeline orphans
+/// the cloud resources of its children too.
+fn child_policy(pipeline: DeletionPolicy, own: DeletionPolicy) -> DeletionPolicy {
+    match pipeline {
+        DeletionPolicy::Orphan => DeletionPolicy::Orphan,
+        DeletionPolicy::Delete => own,
+    }
+}
+
+/// The `<name>-preprocess` batch: the template with artifact variables expanded, project and
+/// region from the pipeline, declared output defaulting to `artifacts.processedData`.
+pub fn preprocess_batch(
+    spec: &TrainingPipelineSpec,
+    id: &ObjectIdentity,
+    name: &str,
+    project: Option<String>,
+    owner: OwnerReference,
+) -> Option<PreprocessBatch> {
+    let template = spec.preprocess.as_ref()?;
+    let mut batch = Vars::from_artifacts(&spec.artifacts).batch(template);
+    if batch.output_uri.is_none() {
+        batch.output_uri = spec.artifacts.processed_data.clone();
+    }
+    Some(PreprocessBatch {
+        metadata: child_meta(name, &id.namespace, &id.name, owner),
+        spec: PreprocessBatchSpec {
+            project,
+            region: spec.region.clone(),
+            batch,
+            deletion_policy: spec.deletion_policy,
+        },
+        status: None,
+    })
+}
+
+/// The `<name>-train` slice running the training container as its workload.
+pub fn train_slice(
+    spec: &TrainingPipelineSpec,
+    id: &ObjectIdentity,
+    name: &str,
+    project: Option<String>,
+    owner: OwnerReference,
+) -> Option<TpuSlice> {
+    let tpu_vm = spec.training.tpu_vm.as_ref()?;
+    let mut meta = child_meta(name, &id.namespace, &id.name, owner);
+    meta.annotations = Some(BTreeMap::from([(
+        DONE_URI_ANNOTATION.to_string(),
+        spec.artifacts.model_dir.clone(),
+    )]));
+    let slice: TpuSliceSpec = tpu_vm.slice.clone();
+    Some(TpuSlice {
+        metadata: meta,
+        spec: TpuSliceSpec {
+            project: slice.project.clone().or(project),
+            startup_script: None,
+            workload: Some(Vars::from_artifacts(&spec.artifacts).container(&tpu_vm.container)),
+            deletion_policy: child_policy(spec.deletion_policy, slice.deletion_policy),
+            ..slice
+        },
+        status: None,
+    })
+}
+
+fn proto_duration(field: &str, value: &str) -> Result<wkt::Duration, String> {
+    let d = parse_duration(value).map_err(|e| format!("{field}: {e:?}"))?;
+    wkt::Duration::try_from(d).map_err(|e| format!("{field}: {e}"))
+}
+
+fn accelerator(t: VertexAcceleratorType) -> vx::AcceleratorType {
+    match t {
+        VertexAcceleratorType::TPU_V2 => vx::AcceleratorType::TpuV2,
+        VertexAcceleratorType::TPU_V3 => vx::AcceleratorType::TpuV3,
+        VertexAcceleratorType::TPU_V4_POD => vx::AcceleratorType::TpuV4Pod,
+        VertexAcceleratorType::TPU_V5_LITEPOD => vx::AcceleratorType::TpuV5Litepod,
+    }
+}
+
+fn machine_spec(v: &VertexTraining) -> vx::MachineSpec {
+    let mut m = vx::MachineSpec::new().set_machine_type(v.machine_type.as_str());
+    if v.machine_type != VertexMachineType::CloudTpu
+        && let Some(t) = &v.tpu_topology
+    {
+        m = m.set_tpu_topology(t.clone());
+    }
+    if let Some(t) = v.accelerator_type {
+        m = m
+            .set_accelerator_type(accelerator(t))
+            .set_accelerator_count(v.accelerator_count.unwrap_or(8));
+    }
+    m
+}
+
+fn scheduling(v: &VertexTraining) -> Result<Option<vx::Scheduling>, String> {
+    let Some(s) = &v.scheduling else {
+        return Ok(None);
+    };
+    let strategy = match s.strategy {
+        SchedulingStrategy::Standard => vx::scheduling::Strategy::Standard,
+        SchedulingStrategy::Spot => vx::scheduling::Strategy::Spot,
+        SchedulingStrategy::FlexStart => vx::scheduling::Strategy::FlexStart,
+    };
+    let timeout = s
+        .timeout
+        .as_deref()
+        .map(|t| proto_duration("spec.training.vertex.scheduling.timeout", t))
+        .transpose()?;
+    let max_wait = s
+        .max_wait_duration
+        .as_deref()
+        .map(|t| proto_duration("spec.training.vertex.scheduling.maxWaitDuration", t))
+        .transpose()?;
+    Ok(Some(
+        vx::Scheduling::new()
+            .set_strategy(strategy)
+            .set_restart_job_on_worker_restart(s.restart_job_on_worker_restart)
+            .set_or_clear_timeout(timeout)
+            .set_or_clear_max_wait_duration(max_wait),
+    ))
+}
+
+/// The Vertex custom job of one training attempt. `Err` names the spec field that cannot be
+/// mapped (admission normally refuses it first).
+pub fn custom_job(
+    spec: &TrainingPipelineSpec,
+    id: &ObjectIdentity,
+    cluster_id: &str,
+    attempt: i32,
+) -> Result<vx::CustomJob, String> {
+    let v = spec
+        .training
+        .vertex
+        .as_ref()
+        .ok_or("spec.training.vertex is not set")?;
+    let c = Vars::from_artifacts(&spec.artifacts).container(&v.container);
+    let container = vx::ContainerSpec::new()
+        .set_image_uri(c.image)
+        .set_command(c.command)
+        .set_args(c.args)
+        .set_env(
+            c.env
+                .into_iter()
+                .map(|e| vx::EnvVar::new().set_name(e.name).set_value(e.value)),
+        );
+    let mut pool = vx::WorkerPoolSpec::new()
+        .set_machine_spec(machine_spec(v))
+        .set_replica_count(v.replica_count)
+        .set_container_spec(container);
+    if let Some(disk) = &v.boot_disk {
+        let mut d = vx::DiskSpec::new();
+        if let Some(t) = disk.disk_type {
+            let t = serde_json::to_value(t)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            d = d.set_boot_disk_type(t);
+        }
+        if let Some(gb) = disk.size_gb {
+            d = d.set_boot_disk_size_gb(gb);
+        }
+        pool = pool.set_disk_spec(d);
+    }
+    let job_spec = vx::CustomJobSpec::new()
+        .set_worker_pool_specs([pool])
+        .set_or_clear_scheduling(scheduling(v)?)
+        .set_service_account(v.service_account.clone().unwrap_or_default())
+        .set_network(v.network.clone().unwrap_or_default())
+        .set_tensorboard(v.tensorboard.clone().unwrap_or_default())
+        .set_base_output_directory(
+            vx::GcsDestination::new().set_output_uri_prefix(spec.artifacts.model_dir.clone()),
+        );
+    let mut labels = naming::object_labels(&BTreeMap::new(), id, cluster_id);
+    labels.insert(ATTEMPT_LABEL.to_string(), attempt.to_string());
+    Ok(vx::CustomJob::new()
+        .set_display_name(naming::vertex_display_name(id))
+        .set_labels(labels)
+        .set_job_spec(job_spec))
+}
+
+/// The Vertex list filter selecting this pipeline's jobs (optionally one attempt's).
+pub fn job_filter(id: &ObjectIdentity, attempt: Option<i32>) -> String {
+    let uid = naming::sanitize_label_value(&id.uid);
+    let mut filter = format!(r#"labels.{}="{uid}""#, naming::labels::UID);
+    if let Some(n) = attempt {
+        filter.push_str(&format!(r#" AND labels.{ATTEMPT_LABEL}="{n}""#));
+    }
+    filter
+}
+
+/// The attempt a listed job belongs to (0 when the label is missing or garbled).
+pub fn attempt_of(job: &vx::CustomJob) -> i32 {
+    job.labels
+        .get(ATTEMPT_LABEL)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tpu_operator_api::training_pipeline::TrainingPipeline;
+
+    fn quickstart() -> TrainingPipeline {
+        serde_yaml::from_str(include_str!("../../../../examples/quickstart.yaml")).unwrap()
+    }
+
+    fn id() -> ObjectIdentity {
+        ObjectIdentity::new("default", "quickstart", "0f1e2d3c-aaaa-bbbb-cccc-000000000001")
+    }
+
+    #[test]
+    fn custom_job_maps_machine_container_scheduling_output_and_labels() {
+        let tp = quickstart();
+        let job = custom_job(&tp.spec, &id(), "c1", 2).unwrap();
+        assert_eq!(job.display_name, "default-quickstart");
+        assert_eq!(
+            job.labels[naming::labels::UID],
+            "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
+        );
+        assert_eq!(job.labels[ATTEMPT_LABEL], "2");
+        assert_eq!(job.labels[naming::labels::CLUSTER], "c1");
+        let spec = job.job_spec.unwrap();
+        let pool = &spec.worker_pool_specs[0];
+        let m = pool.machine_spec.as_ref().unwrap();
+        assert_eq!(
+            (m.machine_type.as_str(), m.tpu_topology.as_str()),
+            ("ct6e-standard-4t", "2x2")
+        );
+        let Some(vx::worker_pool_spec::Task::ContainerSpec(c)) = &pool.task else {
+            panic!("container task expected");
+        };
+        assert_eq!(
+            c.args,
+            [
+                "--data=gs://demo-project-tpu-data/processed/",
+                "--model-dir=gs://demo-project-tpu-data/models/quickstart/",
+                "--steps=1000"
+            ]
+        );
+        let s = spec.scheduling.unwrap();
+        assert_eq!(s.strategy, vx::scheduling::Strategy::Spot);
+        assert_eq!(s.timeout.unwrap().seconds(), 86_400);
+        assert_eq!(
+            spec.base_output_directory.unwrap().output_uri_prefix,
+            "gs://demo-project-tpu-data/models/quickstart/"
+        );
+        assert_eq!(
+            spec.service_account,
+            "vertex-trainer@demo-project.iam.gserviceaccount.com"
+        );
+    }
+
+    #[test]
+    fn cloud_tpu_uses_the_accelerator_enum() {
+        let mut tp = quickstart();
+        let v = tp.spec.training.vertex.as_mut().unwrap();
+        v.machine_type = VertexMachineType::CloudTpu;
+        v.tpu_topology = None;
+        v.accelerator_type = Some(VertexAcceleratorType::TPU_V3);
+        v.accelerator_count = Some(8);
+        let job = custom_job(&tp.spec, &id(), "c1", 1).unwrap();
+        let m = job.job_spec.unwrap().worker_pool_specs[0]
+            .machine_spec
+            .clone()
+            .unwrap();
+        assert_eq!(m.accelerator_type, vx::AcceleratorType::TpuV3);
+        assert_eq!((m.accelerator_count, m.tpu_topology.as_str()), (8, ""));
+    }
+
+    #[test]
+    fn filter_selects_uid_and_attempt() {
+        assert_eq!(
+            job_filter(&id(), Some(3)),
+            r#"labels.tpu-operator-uid="0f1e2d3c-aaaa-bbbb-cccc-000000000001" AND labels.tpu-operator-attempt="3""#
+        );
+    }
+
+    #[test]
+    fn preprocess_child_expands_args_and_defaults_output() {
+        let tp = quickstart();
+        let owner = OwnerReference::default();
+        let b = preprocess_batch(&tp.spec, &id(), "quickstart-preprocess", None, owner).unwrap();
+        assert_eq!(
+            b.spec.batch.pyspark.unwrap().args,
+            [
+                "--input=gs://demo-project-tpu-data/raw/",
+                "--output=gs://demo-project-tpu-data/processed/"
+            ]
+        );
+        assert_eq!(
+            b.spec.batch.output_uri.as_deref(),
+            Some("gs://demo-project-tpu-data/processed/")
+        );
+        assert_eq!(b.spec.region, "us-east5");
+    }
+}

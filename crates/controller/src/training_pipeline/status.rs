@@ -1,0 +1,202 @@
+//! Building and writing the pipeline's status: stage entries, the kstatus triple plus
+//! `Preprocessed` / `Trained` / `OutputVerified` / `Suspended`, and the server-side apply.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use tpu_operator_api::{
+    accelerator::{VertexAcceleratorType, parse_accelerator_type, shape_from_config},
+    conditions::{self, Progress, condition, reasons, set_condition, types},
+    training_pipeline::{
+        StageKind, StageName, StageState, StageStatus, TrainingPipeline, TrainingPipelineSpec,
+        TrainingPipelineStatus,
+    },
+};
+
+use super::plan::Mode;
+use crate::{context::Context, error::Result, report};
+
+/// The one writer of `TrainingPipeline.status`.
+pub const FIELD_MANAGER: &str = "trainingpipeline.tpu-operator.dev/controller";
+
+pub fn time(t: DateTime<Utc>) -> Time {
+    Time(Timestamp::from_millisecond(t.timestamp_millis()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+pub fn to_chrono(t: &Time) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.0.as_millisecond()).unwrap_or_default()
+}
+
+/// Inserts the stage entry if missing (its kind follows the training mode).
+pub fn ensure_stage(st: &mut TrainingPipelineStatus, name: StageName, mode: Mode, initial: StageState) {
+    let kind = match (name, mode) {
+        (StageName::Preprocess, _) => StageKind::PreprocessBatch,
+        (StageName::Train, Mode::Vertex) => StageKind::VertexCustomJob,
+        (StageName::Train, Mode::TpuVm) => StageKind::TpuSlice,
+    };
+    if !st.stages.iter().any(|s| s.name == name) {
+        st.stages.push(StageStatus {
+            name,
+            kind,
+            resource_name: None,
+            gcp_name: None,
+            state: initial,
+            start_time: None,
+            end_time: None,
+            attempts: 0,
+            message: None,
+        });
+    }
+}
+
+const NO_STAGE: StageStatus = StageStatus {
+    name: StageName::Train,
+    kind: StageKind::VertexCustomJob,
+    resource_name: None,
+    gcp_name: None,
+    state: StageState::Pending,
+    start_time: None,
+    end_time: None,
+    attempts: 0,
+    message: None,
+};
+
+/// The stage entry (a pending placeholder when it was never created).
+pub fn stage(st: &TrainingPipelineStatus, name: StageName) -> &StageStatus {
+    st.stages.iter().find(|s| s.name == name).unwrap_or(&NO_STAGE)
+}
+
+/// The stage entry, created as Pending if missing.
+pub fn stage_mut(st: &mut TrainingPipelineStatus, name: StageName) -> &mut StageStatus {
+    let pos = match st.stages.iter().position(|s| s.name == name) {
+        Some(pos) => pos,
+        None => {
+            st.stages.push(StageStatus { name, ..NO_STAGE });
+            st.stages.len() - 1
+        }
+    };
+    &mut st.stages[pos]
+}
+
+/// Accelerator type and chip count of the training stage, for the printer columns.
+pub fn accelerator_of(spec: &TrainingPipelineSpec) -> Option<(String, i32)> {
+    let shape = if let Some(v) = &spec.training.vertex {
+        match v.machine_type.check_topology(v.tpu_topology.as_deref()).ok()? {
+            Some(shape) => shape,
+            // cloud-tpu: the accelerator enum and count (TensorCores) give the size.
+            None => {
+                let prefix = match v.accelerator_type? {
+                    VertexAcceleratorType::TPU_V2 => "v2",
+                    VertexAcceleratorType::TPU_V3 => "v3",
+                    _ => return None,
+                };
+                parse_accelerator_type(&format!("{prefix}-{}", v.accelerator_count.unwrap_or(8))).ok()?
+            }
+        }
+    } else {
+        let slice = &spec.training.tpu_vm.as_ref()?.slice;
+        match (&slice.accelerator_type, &slice.accelerator_config) {
+            (Some(t), _) => parse_accelerator_type(t).ok()?,
+            (None, Some(c)) => shape_from_config(c.type_, &c.topology).ok()?,
+            (None, None) => return None,
+        }
+    };
+    Some((shape.accelerator_type(), i32::try_from(shape.chips).ok()?))
+}
+
+pub fn set_kstatus(
+    st: &mut TrainingPipelineStatus,
+    progress: Progress,
+    reason: &str,
+    message: &str,
+    now: Time,
+) {
+    let generation = st.observed_generation;
+    conditions::set_kstatus(&mut st.conditions, progress, reason, message, generation, now);
+}
+
+/// `Preprocessed`, `Trained`, `OutputVerified` and `Suspended`, derived from the stage entries.
+pub fn set_stage_conditions(st: &mut TrainingPipelineStatus, suspended: bool, now: Time) {
+    let generation = st.observed_generation;
+    let pre = stage(st, StageName::Preprocess).state;
+    let train = stage(st, StageName::Train).state;
+    let (pre_ok, pre_reason) = match pre {
+        StageState::Succeeded => (true, reasons::SUCCEEDED),
+        StageState::Skipped => (true, reasons::SKIPPED),
+        StageState::Failed => (false, reasons::FAILED),
+        StageState::Running | StageState::Queued => (false, reasons::RUNNING),
+        StageState::Pending => (false, reasons::PENDING),
+        StageState::Cancelled => (false, reasons::CANCELLED),
+    };
+    let (train_ok, train_reason) = match train {
+        StageState::Succeeded => (true, reasons::SUCCEEDED),
+        StageState::Failed => (false, reasons::FAILED),
+        StageState::Running => (false, reasons::RUNNING),
+        StageState::Queued => (false, reasons::QUEUED),
+        StageState::Pending | StageState::Skipped => (false, reasons::PENDING),
+        StageState::Cancelled => (false, reasons::CANCELLED),
+    };
+    let model = st.outputs.as_ref().and_then(|o| o.model_uri.clone());
+    let (out_reason, out_msg) = match &model {
+        Some(uri) => (reasons::OUTPUT_FOUND, format!("model found at {uri}")),
+        None => (
+            reasons::PENDING,
+            "training has not produced a model yet".to_string(),
+        ),
+    };
+    let (susp_reason, susp_msg) = if suspended {
+        (reasons::SUSPENDED, "spec.suspend is true")
+    } else {
+        (reasons::PENDING, "spec.suspend is false")
+    };
+    for c in [
+        condition(
+            types::PREPROCESSED,
+            pre_ok,
+            pre_reason,
+            "",
+            generation,
+            now.clone(),
+        ),
+        condition(
+            types::TRAINED,
+            train_ok,
+            train_reason,
+            "",
+            generation,
+            now.clone(),
+        ),
+        condition(
+            types::OUTPUT_VERIFIED,
+            model.is_some(),
+            out_reason,
+            out_msg,
+            generation,
+            now.clone(),
+        ),
+        condition(
+            types::SUSPENDED,
+            suspended,
+            susp_reason,
+            susp_msg,
+            generation,
+            now.clone(),
+        ),
+    ] {
+        set_condition(&mut st.conditions, c);
+    }
+}
+
+/// Whether `new` differs from `old` in anything but condition timestamps (which only move when a
+/// condition's status flips, so comparing whole statuses is enough).
+pub fn changed(old: Option<&TrainingPipelineStatus>, new: &TrainingPipelineStatus) -> bool {
+    old != Some(new)
+}
+
+/// Writes the status when it changed. Returns whether it wrote.
+pub async fn write(ctx: &Context, tp: &TrainingPipeline, new: &TrainingPipelineStatus) -> Result<bool> {
+    if !changed(tp.status.as_ref(), new) {
+        return Ok(false);
+    }
+    report::apply_status(ctx, tp, FIELD_MANAGER, new).await?;
+    Ok(true)
+}
