@@ -94,13 +94,13 @@ async fn reconcile(obj: Arc<PreprocessBatch>, ctx: Arc<Context>) -> Result<Actio
     Ok(action)
 }
 
-/// The object's identity and Dataproc location; `None` when no project is known.
-fn target(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Target>> {
+/// The object's identity and Dataproc location; `None` when no project is known. The error names
+/// the missing metadata field.
+fn target(obj: &PreprocessBatch, ctx: &Context) -> std::result::Result<Option<Target>, &'static str> {
     let identity = ObjectIdentity::new(
-        obj.namespace()
-            .ok_or(ReconcileError::MissingMetadata("namespace"))?,
+        obj.namespace().ok_or("namespace")?,
         obj.name_any(),
-        obj.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
+        obj.uid().ok_or("uid")?,
     );
     Ok(ctx
         .project_for(obj.spec.project.as_deref())
@@ -112,7 +112,7 @@ fn target(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Target>> {
 
 async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
     let now = ctx.clock.now();
-    let Some(target) = target(obj, ctx)? else {
+    let Some(target) = target(obj, ctx).map_err(ReconcileError::MissingMetadata)? else {
         write(ctx, obj, status::no_project(obj, now)).await?;
         return Ok(requeue(ctx, Requeue::Stable));
     };
@@ -145,7 +145,7 @@ async fn cleanup_pass(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Act
     if obj.spec.deletion_policy == DeletionPolicy::Orphan {
         return Ok(None);
     }
-    let Some(target) = target(obj, ctx)? else {
+    let Some(target) = target(obj, ctx).map_err(ReconcileError::MissingMetadata)? else {
         // Without a project nothing was ever created.
         return Ok(None);
     };
