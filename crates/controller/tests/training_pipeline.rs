@@ -1,0 +1,257 @@
+//! TrainingPipeline end to end: the three controllers in-process against kube-emulator and
+//! gcp-emulator (Dataproc, Vertex AI, TPU and Cloud Storage over HTTP through Google's clients),
+//! with the emulator's manual clock.
+mod support;
+
+use std::{sync::Arc, time::Duration};
+
+use gcp_emulator::Fault;
+use kube::{ResourceExt, api::DeleteParams};
+use support::{NS, TestEnv};
+use tpu_operator_api::{
+    conditions::{find_condition, types},
+    naming::ObjectIdentity,
+    preprocess_batch::PreprocessBatch,
+    tpu_slice::TpuSlice,
+    training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase as Phase},
+};
+use tpu_operator_controller::{
+    Context, never_shutdown, preprocess_batch, tpu_slice, training_pipeline, training_pipeline::spec,
+};
+
+/// Emulated time per poll: Dataproc (3 min) + Vertex (6 min) finish in a few dozen polls.
+const STEP: Duration = Duration::from_secs(15);
+const BUCKET: &str = "demo-project-tpu-data";
+
+fn spawn_all(env: &mut TestEnv, ctx: &Arc<Context>) {
+    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
+    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
+    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
+}
+
+async fn started() -> TestEnv {
+    let mut env = TestEnv::start().await;
+    let ctx = env.ctx.clone();
+    spawn_all(&mut env, &ctx);
+    env
+}
+
+fn quickstart() -> TrainingPipeline {
+    support::from_yaml(include_str!("../../../examples/quickstart.yaml"))
+}
+
+/// The quickstart without its preprocessing stage (Vertex training only).
+fn vertex_only(name: &str) -> TrainingPipeline {
+    let mut tp = quickstart();
+    tp.metadata.name = Some(name.into());
+    tp.spec.preprocess = None;
+    tp
+}
+
+fn phase(tp: &TrainingPipeline) -> Phase {
+    tp.status.as_ref().map(|s| s.phase).unwrap_or_default()
+}
+
+fn message(tp: &TrainingPipeline) -> String {
+    tp.status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default()
+}
+
+fn train_attempts(tp: &TrainingPipeline) -> i32 {
+    let st = tp.status.as_ref().unwrap();
+    st.stages
+        .iter()
+        .find(|s| s.name == StageName::Train)
+        .map(|s| s.attempts)
+        .unwrap_or_default()
+}
+
+async fn wait_phase(env: &TestEnv, name: &str, want: Phase) -> TrainingPipeline {
+    env.wait_for::<TrainingPipeline, _>(name, &format!("phase {want:?}"), STEP, |tp| {
+        phase(tp) == want
+    })
+    .await
+}
+
+#[tokio::test]
+async fn quickstart_reaches_succeeded_with_the_model_in_storage() {
+    let env = started().await;
+    env.create(&quickstart()).await;
+    let tp = wait_phase(&env, "quickstart", Phase::Succeeded).await;
+    let st = tp.status.clone().unwrap();
+    let outputs = st.outputs.clone().unwrap();
+    assert_eq!(
+        outputs.model_uri.as_deref(),
+        Some("gs://demo-project-tpu-data/models/quickstart/model/")
+    );
+    assert_eq!(
+        outputs.processed_data.as_deref(),
+        Some("gs://demo-project-tpu-data/processed/")
+    );
+    assert!(
+        env.gcp
+            .object(BUCKET, "models/quickstart/model/saved_model.pb")
+            .is_some()
+    );
+    assert!(env.gcp.object(BUCKET, "processed/_SUCCESS").is_some());
+    let ready = find_condition(&st.conditions, types::READY).unwrap();
+    assert_eq!(ready.status, "True", "{ready:?}");
+    // The owned batch carries the pipeline as its controller and expanded arguments.
+    let batch = env
+        .api::<PreprocessBatch>()
+        .get("quickstart-preprocess")
+        .await
+        .unwrap();
+    let owner = &batch.owner_references()[0];
+    assert_eq!((owner.controller, owner.uid.as_str()), (Some(true), tp.uid().unwrap().as_str()));
+    assert_eq!(
+        batch.spec.batch.pyspark.unwrap().args,
+        [
+            "--input=gs://demo-project-tpu-data/raw/",
+            "--output=gs://demo-project-tpu-data/processed/"
+        ]
+    );
+    // One batch, one training job, created once each.
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 1);
+    assert_eq!(env.gcp.custom_jobs().len(), 1);
+    assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 1);
+    let job = &env.gcp.custom_jobs()[0];
+    assert_eq!(job["labels"]["tpu-operator-uid"], tp.uid().unwrap().as_str());
+    assert_eq!(
+        job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"][0],
+        "--data=gs://demo-project-tpu-data/processed/"
+    );
+}
+
+#[tokio::test]
+async fn preprocessing_failure_stops_the_pipeline_with_a_clear_reason() {
+    let env = started().await;
+    env.create(&quickstart()).await;
+    let name = loop {
+        if let Some(b) = env.gcp.batches().first() {
+            break b["name"].as_str().unwrap().to_string();
+        }
+        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
+    };
+    env.gcp
+        .inject(Fault::FailBatch {
+            name,
+            message: Some("input schema mismatch".into()),
+        })
+        .unwrap();
+    let tp = wait_phase(&env, "quickstart", Phase::Failed).await;
+    let st = tp.status.clone().unwrap();
+    let stalled = find_condition(&st.conditions, types::STALLED).unwrap();
+    assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "PreprocessFailed"));
+    assert!(stalled.message.contains("quickstart-preprocess"), "{}", stalled.message);
+    // Training never started.
+    env.idle(Duration::from_millis(200), STEP).await;
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 0);
+}
+
+#[tokio::test]
+async fn failed_vertex_job_is_retried_then_succeeds() {
+    let env = started().await;
+    env.create(&vertex_only("retry")).await;
+    let first = loop {
+        if let Some(j) = env.gcp.custom_jobs().first() {
+            break j["name"].as_str().unwrap().to_string();
+        }
+        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
+    };
+    env.gcp
+        .inject(Fault::FailJob {
+            name: first.clone(),
+            message: Some("XLA out of memory".into()),
+        })
+        .unwrap();
+    let tp = wait_phase(&env, "retry", Phase::Succeeded).await;
+    let st = tp.status.clone().unwrap();
+    assert_eq!(st.attempts, 2);
+    assert_eq!(train_attempts(&tp), 2);
+    assert_ne!(st.custom_job_name.as_deref(), Some(first.as_str()));
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 2);
+    assert_eq!(env.gcp.custom_jobs().len(), 2);
+}
+
+#[tokio::test]
+async fn delete_mid_training_cancels_and_deletes_everything() {
+    let env = started().await;
+    env.create(&quickstart()).await;
+    wait_phase(&env, "quickstart", Phase::Training).await;
+    env.api::<TrainingPipeline>()
+        .delete("quickstart", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<TrainingPipeline>("quickstart", STEP).await;
+    env.wait_gone::<PreprocessBatch>("quickstart-preprocess", STEP).await;
+    assert!(env.gcp.call_count("vertex", "customJobs.cancel") >= 1);
+    assert!(env.gcp.custom_jobs().is_empty(), "{:?}", env.gcp.custom_jobs());
+    // The batch's own finalizer deletes its record once it is gone from Kubernetes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !env.gcp.batches().is_empty() && tokio::time::Instant::now() < deadline {
+        env.idle(Duration::from_millis(50), STEP).await;
+    }
+    assert!(env.gcp.batches().is_empty(), "{:?}", env.gcp.batches());
+    assert!(env.gcp.nodes().is_empty());
+    assert!(env.gcp.queued_resources().is_empty());
+}
+
+#[tokio::test]
+async fn crash_between_vertex_create_and_status_write_runs_one_job() {
+    let env = TestEnv::start().await;
+    // The pipeline exists; a previous operator process created attempt 1's job and died before
+    // writing its name to the status.
+    let tp = env.create(&vertex_only("crash")).await;
+    let id = ObjectIdentity::new(NS, "crash", tp.uid().unwrap());
+    let job = spec::custom_job(&tp.spec, &id, "test-cluster", 1).unwrap();
+    env.ctx
+        .gcp
+        .vertex
+        .create_custom_job("projects/demo-project/locations/us-east5", job)
+        .await
+        .unwrap();
+
+    let mut env = env;
+    let ctx = Arc::new(TestEnv::context(&env.client, &env.gcp).await);
+    spawn_all(&mut env, &ctx);
+    let tp = wait_phase(&env, "crash", Phase::Succeeded).await;
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 1);
+    assert_eq!(env.gcp.custom_jobs().len(), 1);
+    assert_eq!(tp.status.unwrap().attempts, 1);
+}
+
+#[tokio::test]
+async fn tpu_vm_training_succeeds_releases_the_slice_and_ttl_keeps_the_cr() {
+    let env = started().await;
+    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    tp.metadata.namespace = Some(NS.into());
+    tp.spec.ttl_seconds_after_finished = Some(600);
+    env.create(&tp).await;
+    let done = wait_phase(&env, "tpu-vm-pipeline", Phase::Succeeded).await;
+    assert_eq!(
+        done.status.as_ref().unwrap().outputs.as_ref().unwrap().model_uri.as_deref(),
+        Some("gs://demo-project-tpu-data/models/tpu-vm-run-1/")
+    );
+    assert!(env.gcp.object(BUCKET, "models/tpu-vm-run-1/_SUCCESS").is_some());
+    let reaped = env
+        .wait_for::<TrainingPipeline, _>("tpu-vm-pipeline", "reaped", STEP, |tp| {
+            tp.status.as_ref().is_some_and(|s| s.reaped_time.is_some())
+        })
+        .await;
+    env.wait_gone::<TpuSlice>("tpu-vm-pipeline-train", STEP).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !(env.gcp.nodes().is_empty() && env.gcp.queued_resources().is_empty())
+        && tokio::time::Instant::now() < deadline
+    {
+        env.idle(Duration::from_millis(50), STEP).await;
+    }
+    assert!(env.gcp.nodes().is_empty(), "{:?}", env.gcp.nodes());
+    assert!(env.gcp.queued_resources().is_empty());
+    let st = reaped.status.clone().unwrap();
+    assert_eq!(st.phase, Phase::Succeeded, "{}", message(&reaped));
+    let ready = find_condition(&st.conditions, types::READY).unwrap();
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Reaped"));
+}
