@@ -6,7 +6,7 @@ mod support;
 use std::{sync::Arc, time::Duration};
 
 use futures::future::BoxFuture;
-use gcp_emulator::{Fault, OUTPUT_PROPERTY};
+use gcp_emulator::{Code, Fault, OUTPUT_PROPERTY};
 use kube::{ResourceExt, api::DeleteParams};
 use serde_json::json;
 use support::{NS, TestEnv};
@@ -104,6 +104,7 @@ async fn success_with_output_becomes_ready_with_links_history_and_bounded_calls(
         history.contains("PENDING") && history.contains("RUNNING") && history.contains("SUCCEEDED"),
         "{history}"
     );
+    assert!(history.contains("Spark History Server: https://"), "{history}");
     assert_eq!(st.observed_generation, b.metadata.generation);
 
     // Cloud side: one batch with the identity labels and the output property.
@@ -129,6 +130,10 @@ async fn success_with_output_becomes_ready_with_links_history_and_bounded_calls(
     let before = dataproc_calls(&env);
     env.idle(Duration::from_millis(300), STEP).await;
     assert_eq!(dataproc_calls(&env), before, "{:?}", env.gcp.call_counts());
+    eprintln!(
+        "dataproc/storage calls for one batch: {:?}",
+        env.gcp.call_counts()
+    );
     // One get per poll while PENDING/RUNNING (180 s of emulated run): bounded, not a storm.
     assert!(
         before <= 40,
@@ -456,4 +461,89 @@ async fn existing_batch_with_the_attempts_id_is_adopted_not_duplicated() {
         .collect();
     assert_eq!(statuses, vec![200, 409]);
     assert!(!op.name.is_empty());
+}
+
+#[tokio::test]
+async fn api_refusals_stall_with_the_api_message_and_permission_is_retried_slowly() {
+    let mut env = TestEnv::start().await;
+    start_operator(&mut env);
+
+    // PERMISSION_DENIED on the create: Stalled with Google's message, then (permission fixed
+    // out of band) the slow retry submits and the batch runs to Ready. A transient 503 on the
+    // first batch read is only backed off.
+    env.gcp
+        .inject(Fault::FailCalls {
+            service: "dataproc".into(),
+            method: "batches.create".into(),
+            count: 1,
+            code: Code::PermissionDenied,
+            message: None,
+        })
+        .unwrap();
+    env.gcp
+        .inject(Fault::FailCalls {
+            service: "dataproc".into(),
+            method: "batches.get".into(),
+            count: 1,
+            code: Code::Unavailable,
+            message: None,
+        })
+        .unwrap();
+    create(&env, &ppb("denied", 0)).await;
+    let b: PreprocessBatch = env
+        .wait_for("denied", "Stalled", Duration::ZERO, |b| {
+            stalled_reason(b).is_some()
+        })
+        .await;
+    assert_eq!(stalled_reason(&b).as_deref(), Some("PermissionDenied"));
+    let stalled = find_condition(&b.status.as_ref().unwrap().conditions, types::STALLED).unwrap();
+    assert!(stalled.message.contains("permission"), "{}", stalled.message);
+    assert_eq!(b.status.as_ref().unwrap().attempts, 0);
+    env.wait_for::<PreprocessBatch, _>("denied", "Ready", STEP, |b| progress(b) == Some(Progress::Ready))
+        .await;
+    assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 2);
+
+    // INVALID_ARGUMENT (Dataproc's TTL floor is 10 minutes; admission only checks the syntax):
+    // terminal, Stalled with the API's message, never resubmitted.
+    let mut invalid = ppb("invalid", 2);
+    invalid.spec.batch.execution.as_mut().unwrap().ttl = Some("5m".into());
+    create(&env, &invalid).await;
+    let b: PreprocessBatch = env
+        .wait_for("invalid", "Stalled", STEP, |b| stalled_reason(b).is_some())
+        .await;
+    let st = b.status.clone().unwrap();
+    assert_eq!(stalled_reason(&b).as_deref(), Some("InvalidSpec"));
+    assert_eq!(st.phase, PreprocessBatchPhase::Failed);
+    let stalled = find_condition(&st.conditions, types::STALLED).unwrap();
+    assert!(stalled.message.contains("ttl"), "{}", stalled.message);
+    env.idle(Duration::from_millis(700), STEP).await;
+    assert_eq!(
+        env.gcp.call_count("dataproc", "batches.create"),
+        3,
+        "the invalid batch is not retried"
+    );
+    assert_eq!(env.gcp.batches().len(), 1);
+}
+
+#[tokio::test]
+async fn orphan_policy_leaves_the_running_batch() {
+    let mut env = TestEnv::start().await;
+    start_operator(&mut env);
+    let mut obj = ppb("keep", 0);
+    obj.spec.deletion_policy = tpu_operator_api::common::DeletionPolicy::Orphan;
+    create(&env, &obj).await;
+    env.wait_for::<PreprocessBatch, _>("keep", "RUNNING", STEP, |b| {
+        phase(b) == PreprocessBatchPhase::Running
+    })
+    .await;
+    env.api::<PreprocessBatch>()
+        .delete("keep", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<PreprocessBatch>("keep", Duration::ZERO).await;
+    let batches = env.gcp.batches();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0]["state"], "RUNNING");
+    assert_eq!(env.gcp.call_count("dataproc", "operations.cancel"), 0);
+    assert_eq!(env.gcp.call_count("dataproc", "batches.delete"), 0);
 }

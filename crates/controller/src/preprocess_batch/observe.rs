@@ -2,6 +2,8 @@
 //! output once a batch succeeded, the declared inputs before the first submit, and, for cleanup,
 //! every batch carrying this object's UID label.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use tpu_operator_api::{
     naming::{self, ObjectIdentity},
@@ -63,6 +65,8 @@ pub struct ObservedBatch {
     pub operation: String,
     /// `runtimeInfo.outputUri` (driver output).
     pub driver_output_uri: Option<String>,
+    /// `runtimeInfo.endpoints`, e.g. `Spark History Server` → its URL.
+    pub endpoints: BTreeMap<String, String>,
     /// Previous states, oldest first, then the current one.
     pub history: Vec<StateEntry>,
 }
@@ -94,6 +98,11 @@ impl ObservedBatch {
                 .as_ref()
                 .map(|r| r.output_uri.clone())
                 .filter(|u| !u.is_empty()),
+            endpoints: b
+                .runtime_info
+                .as_ref()
+                .map(|r| r.endpoints.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default(),
             history,
         }
     }

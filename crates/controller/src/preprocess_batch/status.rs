@@ -205,7 +205,9 @@ fn record_batch(s: &mut PreprocessBatchStatus, b: &ObservedBatch) {
     s.message = Some(history(b));
 }
 
-/// `PENDING 09:00:00Z -> RUNNING 09:01:00Z -> SUCCEEDED 09:03:00Z`: the batch's state history.
+/// `batch <name>: PENDING 09:00:00Z -> RUNNING 09:01:00Z -> SUCCEEDED 09:03:00Z; Spark History
+/// Server: <url>`: the batch's state history and its `runtimeInfo` endpoints, in `status.message`
+/// (the status has no dedicated fields for them).
 pub fn history(b: &ObservedBatch) -> String {
     let mut out: Vec<String> = Vec::new();
     for entry in &b.history {
@@ -219,7 +221,11 @@ pub fn history(b: &ObservedBatch) -> String {
             out.push(item);
         }
     }
-    format!("batch {}: {}", b.name, out.join(" -> "))
+    let mut text = format!("batch {}: {}", b.name, out.join(" -> "));
+    for (name, url) in &b.endpoints {
+        text.push_str(&format!("; {name}: {url}"));
+    }
+    text
 }
 
 /// One Kubernetes Event to publish.
@@ -252,17 +258,15 @@ pub fn transitions(old: &PreprocessBatchStatus, new: &PreprocessBatchStatus) -> 
     if new.phase == old.phase && stalled_now == stalled_before {
         return out;
     }
+    let phase_changed = new.phase != old.phase;
     let (warning, type_) = match new.phase {
+        _ if stalled_now && !stalled_before => (true, types::STALLED),
+        _ if !phase_changed => return out,
         Phase::Succeeded => (false, types::READY),
         Phase::Retrying => (true, types::RECONCILING),
-        _ if stalled_now && !stalled_before => (true, types::STALLED),
-        Phase::Pending
-        | Phase::Submitted
-        | Phase::Running
-        | Phase::Failed
-        | Phase::Cancelling
-        | Phase::Cancelled
-        | Phase::Deleting => return out,
+        // Deletion started: cancelling running work, or deleting finished batches.
+        Phase::Cancelling | Phase::Deleting => (false, types::RECONCILING),
+        Phase::Pending | Phase::Submitted | Phase::Running | Phase::Failed | Phase::Cancelled => return out,
     };
     let (reason, note) = message(type_);
     out.push(Transition {
@@ -293,6 +297,7 @@ mod tests {
             create_time: Some(at(0)),
             operation: String::new(),
             driver_output_uri: None,
+            endpoints: [("Spark History Server".to_string(), "https://shs/".to_string())].into(),
             history: vec![
                 StateEntry {
                     state: State::Pending,
@@ -315,7 +320,8 @@ mod tests {
         assert_eq!(
             history(&b),
             "batch projects/p/locations/r/batches/b: PENDING 2026-03-02T09:00:00Z -> \
-             RUNNING 2026-03-02T09:01:00Z -> SUCCEEDED 2026-03-02T09:03:00Z"
+             RUNNING 2026-03-02T09:01:00Z -> SUCCEEDED 2026-03-02T09:03:00Z; \
+             Spark History Server: https://shs/"
         );
     }
 
@@ -358,5 +364,62 @@ mod tests {
             }]
         );
         assert!(transitions(&new, &new).is_empty());
+    }
+
+    #[test]
+    fn retrying_and_a_refusal_while_retrying_are_distinct_events() {
+        let running = PreprocessBatchStatus {
+            phase: Phase::Running,
+            attempts: 1,
+            ..Default::default()
+        };
+        let mut retrying = running.clone();
+        retrying.phase = Phase::Retrying;
+        set_kstatus(
+            &mut retrying.conditions,
+            Progress::Reconciling,
+            reasons::RETRYING,
+            "r",
+            None,
+            k8s_time(at(0)),
+        );
+        let t = transitions(&running, &retrying);
+        assert_eq!(
+            (t.len(), t[0].reason.as_str(), t[0].warning),
+            (1, "Retrying", true)
+        );
+
+        // The next submit is refused (permission): same phase, Stalled flips on.
+        let mut refused = retrying.clone();
+        set_kstatus(
+            &mut refused.conditions,
+            Progress::Stalled,
+            reasons::PERMISSION_DENIED,
+            "p",
+            None,
+            k8s_time(at(1)),
+        );
+        let t = transitions(&retrying, &refused);
+        assert_eq!(
+            (t.len(), t[0].reason.as_str(), t[0].note.as_str()),
+            (1, "PermissionDenied", "p")
+        );
+
+        let mut cancelling = running.clone();
+        cancelling.phase = Phase::Cancelling;
+        set_kstatus(
+            &mut cancelling.conditions,
+            Progress::Reconciling,
+            reasons::CANCELLING,
+            "c",
+            None,
+            k8s_time(at(2)),
+        );
+        let t = transitions(&running, &cancelling);
+        assert_eq!(
+            (t.len(), t[0].reason.as_str(), t[0].warning),
+            (1, "Cancelling", false)
+        );
+        assert!(transitions(&cancelling, &cancelling).is_empty());
     }
 }

@@ -45,6 +45,7 @@ fn batch(state: State, ended: i64) -> ObservedBatch {
         create_time: Some(at(0)),
         operation: "projects/p/regions/r/operations/op1".into(),
         driver_output_uri: None,
+        endpoints: Default::default(),
         history: vec![],
     }
 }
