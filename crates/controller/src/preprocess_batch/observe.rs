@@ -119,7 +119,7 @@ pub enum BatchLookup {
     NotRead,
     /// The status names a batch that does not exist (deleted behind the operator's back).
     Missing,
-    Found(ObservedBatch),
+    Found(Box<ObservedBatch>),
 }
 
 /// The declared output of a succeeded batch.
@@ -178,7 +178,7 @@ pub async fn observe(
     }
     let name = target.batch_name(attempt);
     observed.batch = match ctx.gcp.dataproc.get_batch(&name).await {
-        Ok(b) => BatchLookup::Found(ObservedBatch::from_batch(&b)),
+        Ok(b) => BatchLookup::Found(Box::new(ObservedBatch::from_batch(&b))),
         Err(err) if err.kind == ErrorKind::NotFound => BatchLookup::Missing,
         Err(err) => return Err(ReconcileError::gcp("get Dataproc batch")(err)),
     };

@@ -52,7 +52,7 @@ fn batch(state: State, ended: i64) -> ObservedBatch {
 
 fn seen(b: ObservedBatch, output: OutputCheck) -> Observed {
     Observed {
-        batch: BatchLookup::Found(b),
+        batch: BatchLookup::Found(Box::new(b)),
         output,
         missing_inputs: vec![],
     }
