@@ -69,10 +69,8 @@ fn train_attempts(tp: &TrainingPipeline) -> i32 {
 }
 
 async fn wait_phase(env: &TestEnv, name: &str, want: Phase) -> TrainingPipeline {
-    env.wait_for::<TrainingPipeline, _>(name, &format!("phase {want:?}"), STEP, |tp| {
-        phase(tp) == want
-    })
-    .await
+    env.wait_for::<TrainingPipeline, _>(name, &format!("phase {want:?}"), STEP, |tp| phase(tp) == want)
+        .await
 }
 
 #[tokio::test]
@@ -105,7 +103,10 @@ async fn quickstart_reaches_succeeded_with_the_model_in_storage() {
         .await
         .unwrap();
     let owner = &batch.owner_references()[0];
-    assert_eq!((owner.controller, owner.uid.as_str()), (Some(true), tp.uid().unwrap().as_str()));
+    assert_eq!(
+        (owner.controller, owner.uid.as_str()),
+        (Some(true), tp.uid().unwrap().as_str())
+    );
     assert_eq!(
         batch.spec.batch.pyspark.unwrap().args,
         [
@@ -144,8 +145,15 @@ async fn preprocessing_failure_stops_the_pipeline_with_a_clear_reason() {
     let tp = wait_phase(&env, "quickstart", Phase::Failed).await;
     let st = tp.status.clone().unwrap();
     let stalled = find_condition(&st.conditions, types::STALLED).unwrap();
-    assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "PreprocessFailed"));
-    assert!(stalled.message.contains("quickstart-preprocess"), "{}", stalled.message);
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", "PreprocessFailed")
+    );
+    assert!(
+        stalled.message.contains("quickstart-preprocess"),
+        "{}",
+        stalled.message
+    );
     // Training never started.
     env.idle(Duration::from_millis(200), STEP).await;
     assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 0);
@@ -186,7 +194,8 @@ async fn delete_mid_training_cancels_and_deletes_everything() {
         .await
         .unwrap();
     env.wait_gone::<TrainingPipeline>("quickstart", STEP).await;
-    env.wait_gone::<PreprocessBatch>("quickstart-preprocess", STEP).await;
+    env.wait_gone::<PreprocessBatch>("quickstart-preprocess", STEP)
+        .await;
     assert!(env.gcp.call_count("vertex", "customJobs.cancel") >= 1);
     assert!(env.gcp.custom_jobs().is_empty(), "{:?}", env.gcp.custom_jobs());
     // The batch's own finalizer deletes its record once it is gone from Kubernetes.
@@ -232,7 +241,14 @@ async fn tpu_vm_training_succeeds_releases_the_slice_and_ttl_keeps_the_cr() {
     env.create(&tp).await;
     let done = wait_phase(&env, "tpu-vm-pipeline", Phase::Succeeded).await;
     assert_eq!(
-        done.status.as_ref().unwrap().outputs.as_ref().unwrap().model_uri.as_deref(),
+        done.status
+            .as_ref()
+            .unwrap()
+            .outputs
+            .as_ref()
+            .unwrap()
+            .model_uri
+            .as_deref(),
         Some("gs://demo-project-tpu-data/models/tpu-vm-run-1/")
     );
     assert!(env.gcp.object(BUCKET, "models/tpu-vm-run-1/_SUCCESS").is_some());

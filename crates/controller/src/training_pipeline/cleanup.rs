@@ -4,8 +4,6 @@
 //! collection once the pipeline is gone, and their own finalizers cancel and delete their cloud
 //! resources (`deletionPolicy: Orphan` was copied to them at creation).
 
-use std::sync::Arc;
-
 use kube::runtime::controller::Action;
 use tpu_operator_api::{
     common::DeletionPolicy,
@@ -50,35 +48,35 @@ fn job_step(state: &JobState) -> JobStep {
     }
 }
 
-pub async fn cleanup(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
+/// One deletion pass: `Some(requeue)` while Vertex jobs remain, `None` once the finalizer may go.
+pub async fn cleanup_pass(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Action>> {
     if tp.spec.deletion_policy == DeletionPolicy::Orphan {
         report::publish_event(
-            &ctx,
-            tp.as_ref(),
+            ctx,
+            tp,
             false,
             "Orphaned",
             "deletionPolicy Orphan: Vertex jobs and child cloud resources are left running".into(),
         )
         .await;
-        return Ok(Action::await_change());
+        return Ok(None);
     }
-    let names = Names::of(&tp, &ctx)?;
-    let jobs = list_jobs(&ctx, &names, None).await?;
+    let names = Names::of(tp, ctx)?;
+    let jobs = list_jobs(ctx, &names, None).await?;
     let message = match jobs.first() {
-        None => return Ok(Action::await_change()),
+        None => return Ok(None),
         Some(_) => format!("deleting {} Vertex custom job(s) of this pipeline", jobs.len()),
     };
-    mark_deleting(&ctx, &tp, &message).await?;
+    mark_deleting(ctx, tp, &message).await?;
     // Cancel everything running first, then delete the terminal ones.
     let next = jobs
         .iter()
         .find(|j| job_step(&j.state) == JobStep::Cancel)
         .or_else(|| jobs.iter().find(|j| job_step(&j.state) == JobStep::Delete));
-    let Some(job) = next else {
-        return Ok(Action::requeue(ctx.config.poll_active));
-    };
-    step(&ctx, &tp, job).await?;
-    Ok(Action::requeue(ctx.config.poll_active))
+    if let Some(job) = next {
+        step(ctx, tp, job).await?;
+    }
+    Ok(Some(Action::requeue(ctx.config.poll_active)))
 }
 
 async fn step(ctx: &Context, tp: &TrainingPipeline, job: &JobView) -> Result<()> {

@@ -100,10 +100,18 @@ async fn reconcile(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Actio
         .namespace()
         .ok_or(ReconcileError::MissingMetadata("namespace"))?;
     let api: Api<TrainingPipeline> = Api::namespaced(ctx.client.clone(), &ns);
+    // kube's finalizer helper drops the finalizer as soon as cleanup returns, so the passes that
+    // still have cloud work to wait for (a job cancelling) run before it is called.
+    if tp.metadata.deletion_timestamp.is_some()
+        && tp.finalizers().iter().any(|f| f == FINALIZER)
+        && let Some(action) = cleanup::cleanup_pass(&tp, &ctx).await?
+    {
+        return Ok(action);
+    }
     let action = finalizer(&api, FINALIZER, tp, |event| async {
         match event {
             Finalizer::Apply(tp) => apply(tp, ctx.clone()).await,
-            Finalizer::Cleanup(tp) => cleanup::cleanup(tp, ctx.clone()).await,
+            Finalizer::Cleanup(_) => Ok(Action::await_change()),
         }
     })
     .await?;
