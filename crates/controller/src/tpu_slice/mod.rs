@@ -152,6 +152,10 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         desired: &t.desired,
         shape: &shape,
         recreations: old.recreations,
+        ready_since: old
+            .ready_time
+            .as_ref()
+            .and_then(|t| chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0)),
         now: ctx.clock.now(),
     });
     let request = act::Request {

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use tpu_operator_api::{
     accelerator::SliceShape,
     conditions::{Progress, reasons},
+    duration::parse_duration,
     tpu_slice::{TpuSlicePhase, TpuSliceSpec},
 };
 use tpu_operator_gcp::{
@@ -129,6 +130,8 @@ pub struct Input<'a> {
     pub desired: &'a Desired,
     pub shape: &'a Result<SliceShape, String>,
     pub recreations: i32,
+    /// When the current incarnation first became READY (`status.readyTime`).
+    pub ready_since: Option<DateTime<Utc>>,
     pub now: DateTime<Utc>,
 }
 
@@ -148,6 +151,9 @@ pub fn plan(input: &Input<'_>) -> Plan {
             message.clone(),
         ));
     }
+    if let Some(plan) = max_run_exceeded(input) {
+        return plan;
+    }
     if CapacityMode::of(input.spec) == CapacityMode::Queued {
         return queued::plan(input);
     }
@@ -155,6 +161,43 @@ pub fn plan(input: &Input<'_>) -> Plan {
         Some(node) => plan_node(input, node),
         None => plan_absent(input, Action::CreateNode),
     }
+}
+
+/// `spec.maxRunDuration` since the node became READY has passed: delete what runs, then stay
+/// Stalled (never recreate) until the spec changes.
+fn max_run_exceeded(input: &Input<'_>) -> Option<Plan> {
+    let limit = parse_duration(input.spec.max_run_duration.as_deref()?).ok()?;
+    let since = input.ready_since?;
+    if input.now < since + chrono::Duration::seconds(limit.as_secs() as i64) {
+        return None;
+    }
+    let reason = reasons::MAX_RUN_DURATION_EXCEEDED;
+    let limit = input.spec.max_run_duration.as_deref().unwrap_or_default();
+    Some(match plan_cleanup(input.observed) {
+        CleanupStep::Delete(action) => Plan::new(
+            action,
+            Assessment::new(
+                Progress::Reconciling,
+                reason,
+                TpuSlicePhase::Deleting,
+                format!("maxRunDuration {limit} exceeded: deleting the slice"),
+            ),
+        ),
+        CleanupStep::Wait(message) => Plan::report(Assessment::new(
+            Progress::Reconciling,
+            reason,
+            TpuSlicePhase::Deleting,
+            format!("maxRunDuration {limit} exceeded: {message}"),
+        )),
+        CleanupStep::Done => Plan::report(Assessment::new(
+            Progress::Stalled,
+            reason,
+            TpuSlicePhase::Failed,
+            format!(
+                "maxRunDuration {limit} exceeded: the slice was deleted; raise or remove spec.maxRunDuration to recreate it"
+            ),
+        )),
+    })
 }
 
 /// Neither the current node nor its queued resource exists.

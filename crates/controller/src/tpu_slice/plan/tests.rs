@@ -26,6 +26,7 @@ fn now() -> DateTime<Utc> {
 struct Case {
     slice: TpuSlice,
     observed: Observed,
+    ready_since: Option<DateTime<Utc>>,
 }
 
 impl Case {
@@ -48,6 +49,7 @@ impl Case {
         Self {
             slice,
             observed: Observed::default(),
+            ready_since: None,
         }
     }
 
@@ -107,6 +109,7 @@ impl Case {
             desired: &desired,
             shape: &shape,
             recreations: self.slice.status.as_ref().map_or(0, |s| s.recreations),
+            ready_since: self.ready_since,
             now: now(),
         })
     }
@@ -606,5 +609,31 @@ fn cleanup_deletes_queued_resource_then_node_then_is_done() {
     assert_eq!(
         plan_cleanup(&prev),
         CleanupStep::Delete(Action::DeleteNode("old".into()))
+    );
+}
+
+#[test]
+fn max_run_duration_deletes_then_stalls_without_recreating() {
+    let mut c = Case::spot().with_node(S::Ready, H::Healthy);
+    c.slice.spec.max_run_duration = Some("2h".into());
+    c.ready_since = Some(now() - chrono::Duration::hours(1));
+    assert_eq!(c.plan().action, Action::None, "within the limit");
+    c.ready_since = Some(now() - chrono::Duration::hours(3));
+    let node = c.names().current.node;
+    let p = c.plan();
+    assert_eq!(
+        (p.action, p.assessment.reason),
+        (Action::DeleteNode(node), reasons::MAX_RUN_DURATION_EXCEEDED)
+    );
+    c.observed.node = None;
+    let p = c.plan();
+    assert_eq!(
+        summary(&p),
+        (
+            Action::None,
+            Progress::Stalled,
+            reasons::MAX_RUN_DURATION_EXCEEDED,
+            P::Failed
+        )
     );
 }
