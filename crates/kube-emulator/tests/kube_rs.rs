@@ -381,6 +381,16 @@ async fn server_side_apply_removes_dropped_fields_and_merges_conditions_by_type(
         other => panic!("expected an apply conflict, got {other:?}"),
     }
 
+    // Applying an object read back from the server (managedFields included) is refused.
+    let fetched = widgets.get("s").await.unwrap();
+    match widgets.patch("s", &pp, &Patch::Apply(&fetched)).await {
+        Err(kube::Error::Api(e)) => assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "metadata.managedFields must be nil")
+        ),
+        other => panic!("expected 400 for managedFields in an apply, got {other:?}"),
+    }
+
     let status = |conditions: serde_json::Value| json!({"apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "s"}, "status": {"conditions": conditions}});
     widgets
         .patch_status(

@@ -749,6 +749,14 @@ fn check_type_meta(rt: &ResourceType, body: &Value) -> ApiResult<()> {
 
 /// An applied configuration names its object (kube-rs and kubectl always send name, apiVersion, kind).
 fn check_apply_identity(rt: &ResourceType, name: &str, body: &Value) -> ApiResult<()> {
+    // Applying an object read back from the server (with its managedFields) is a classic client
+    // bug; the apiserver refuses it.
+    if meta::meta(body)
+        .get("managedFields")
+        .is_some_and(|m| !m.is_null())
+    {
+        return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+    }
     let body_name = meta::name(body);
     if !body_name.is_empty() && body_name != name {
         return Err(ApiError::bad_request(format!(
