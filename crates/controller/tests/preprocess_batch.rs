@@ -105,6 +105,9 @@ async fn success_with_output_becomes_ready_with_links_history_and_bounded_calls(
         "{history}"
     );
     assert!(history.contains("Spark History Server: https://"), "{history}");
+    // 12 DCUs for the emulated 120 s run at list price (plus shuffle storage).
+    let cost = st.estimated_cost.clone().unwrap();
+    assert_eq!((cost.so_far_usd, cost.per_hour_usd), (0.0244, 0.0), "{cost:?}");
     assert_eq!(st.observed_generation, b.metadata.generation);
 
     // Cloud side: one batch with the identity labels and the output property.
@@ -202,6 +205,7 @@ async fn failed_batch_is_retried_after_a_backoff_and_succeeds_on_the_second_atte
     assert_eq!(st.previous_batches, vec![format!("{PARENT}/batches/{}", ids[0])]);
     assert!(st.message.as_deref().unwrap().contains(&ids[1]), "{st:?}");
     assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 2);
+    assert_eq!(st.estimated_cost.unwrap().so_far_usd, 0.0488, "both attempts are paid for");
 
     // The second attempt was submitted no sooner than the retry delay after the first ended.
     let batches = env.gcp.batches();

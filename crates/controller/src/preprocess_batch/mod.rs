@@ -9,6 +9,7 @@
 //! Files: [`observe`], [`plan`], [`act`], [`status`], [`spec`] (spec → `Batch` request).
 
 pub mod act;
+pub mod cost;
 pub mod observe;
 pub mod plan;
 pub mod spec;

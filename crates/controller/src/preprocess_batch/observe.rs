@@ -67,6 +67,8 @@ pub struct ObservedBatch {
     pub driver_output_uri: Option<String>,
     /// `runtimeInfo.endpoints`, e.g. `Spark History Server` → its URL.
     pub endpoints: BTreeMap<String, String>,
+    /// What the batch used, for the cost estimate.
+    pub usage: Usage,
     /// Previous states, oldest first, then the current one.
     pub history: Vec<StateEntry>,
 }
@@ -103,7 +105,35 @@ impl ObservedBatch {
                 .as_ref()
                 .map(|r| r.endpoints.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
                 .unwrap_or_default(),
+            usage: Usage::of(b),
             history,
+        }
+    }
+}
+
+/// Resource usage Dataproc reports: the total once the batch is terminal
+/// (`runtimeInfo.approximateUsage`), the current rate while it runs (`runtimeInfo.currentUsage`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Usage {
+    pub dcu_seconds: f64,
+    pub shuffle_gb_seconds: f64,
+    /// DCUs in use right now (0 when not reported or not running).
+    pub current_dcu: f64,
+}
+
+impl Usage {
+    fn of(b: &Batch) -> Self {
+        let Some(info) = &b.runtime_info else {
+            return Self::default();
+        };
+        let total = info.approximate_usage.as_ref();
+        Self {
+            dcu_seconds: total.map_or(0.0, |u| u.milli_dcu_seconds as f64 / 1000.0),
+            shuffle_gb_seconds: total.map_or(0.0, |u| u.shuffle_storage_gb_seconds as f64),
+            current_dcu: info
+                .current_usage
+                .as_ref()
+                .map_or(0.0, |u| (u.milli_dcu + u.milli_dcu_premium) as f64 / 1000.0),
         }
     }
 }

@@ -13,6 +13,7 @@ use tpu_operator_gcp::dataproc_v1::model::batch::State;
 
 use super::{
     act::SubmitOutcome,
+    cost,
     observe::{BatchLookup, Observed, ObservedBatch},
     plan::{Report, allowed_attempts},
 };
@@ -47,6 +48,12 @@ pub fn from_report(
     let (mut s, generation) = base(obj);
     if let BatchLookup::Found(batch) = &observed.batch {
         record_batch(&mut s, batch);
+        // A settled phase is the last time this attempt's batch is read: count its usage once.
+        let settled = matches!(
+            report.phase,
+            Phase::Succeeded | Phase::Failed | Phase::Cancelled | Phase::Retrying
+        );
+        s.estimated_cost = Some(cost::estimate(s.estimated_cost.as_ref(), &batch.usage, settled));
     }
     if let Some(ended) = report.ended {
         s.completion_time = Some(k8s_time(ended));
@@ -298,6 +305,7 @@ mod tests {
             operation: String::new(),
             driver_output_uri: None,
             endpoints: [("Spark History Server".to_string(), "https://shs/".to_string())].into(),
+            usage: Default::default(),
             history: vec![
                 StateEntry {
                     state: State::Pending,

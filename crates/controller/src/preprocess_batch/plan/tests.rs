@@ -46,6 +46,7 @@ fn batch(state: State, ended: i64) -> ObservedBatch {
         operation: "projects/p/regions/r/operations/op1".into(),
         driver_output_uri: None,
         endpoints: Default::default(),
+        usage: Default::default(),
         history: vec![],
     }
 }
