@@ -159,9 +159,11 @@ async fn lead_while_holding(
         let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
         let controller_stop = shutdown_on(futures::future::select(stop.clone(), lost_rx).map(|_| ()));
         let mut controllers = tokio::spawn(run_controllers(ctx.clone(), controller_stop));
+        // Biased: the controllers also end when `stop` fires; that is a shutdown, not a crash.
         let outcome = tokio::select! {
-            lost = election.lost() => lost.map(|()| true),
+            biased;
             _ = stop.clone() => Ok(false),
+            lost = election.lost() => lost.map(|()| true),
             ended = &mut controllers => Err(anyhow::anyhow!("controllers stopped unexpectedly: {ended:?}")),
         };
         let _ = lost_tx.send(());

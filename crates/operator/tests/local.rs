@@ -68,6 +68,7 @@ fn quickstart_succeeds_and_leaves_no_cloud_resources() {
     );
     let summary_row = stdout
         .lines()
+        .skip_while(|l| !l.starts_with("OBJECT "))
         .find(|l| l.starts_with("TrainingPipeline/quickstart") && l.contains("Succeeded"))
         .unwrap_or_else(|| panic!("no summary row with Succeeded:\n{stdout}"));
     assert!(
