@@ -151,6 +151,24 @@ async fn spot_preemption_recreates_the_node() {
     assert_eq!(nodes[0]["name"], second.as_str());
     assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 2);
     assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 1);
+
+    // Events on transitions only: one Preempted, no event storm from the polling in between.
+    let events = env
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let reasons: Vec<String> = events.items.iter().filter_map(|e| e.reason.clone()).collect();
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "Preempted").count(),
+        1,
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r == "Created") && reasons.iter().any(|r| r == "Ready"),
+        "{reasons:?}"
+    );
+    assert!(events.items.len() <= 8, "{reasons:?}");
 }
 
 #[tokio::test]

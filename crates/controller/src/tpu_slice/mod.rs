@@ -214,7 +214,13 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         )
     };
     let (action, assessment) = match plan::plan_cleanup(&observed) {
-        CleanupStep::Done => return Ok(None),
+        CleanupStep::Done => {
+            if let Some(what) = old.queued_resource_name.as_ref().or(old.node_name.as_ref()) {
+                let note = format!("{what} is gone; removing the finalizer");
+                crate::report::publish_event(ctx, slice, false, "Deleted", note).await;
+            }
+            return Ok(None);
+        }
         CleanupStep::Wait(message) => (Step::None, deleting(message)),
         CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources".into())),
     };
