@@ -205,7 +205,11 @@ async fn failed_batch_is_retried_after_a_backoff_and_succeeds_on_the_second_atte
     assert_eq!(st.previous_batches, vec![format!("{PARENT}/batches/{}", ids[0])]);
     assert!(st.message.as_deref().unwrap().contains(&ids[1]), "{st:?}");
     assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 2);
-    assert_eq!(st.estimated_cost.unwrap().so_far_usd, 0.0488, "both attempts are paid for");
+    assert_eq!(
+        st.estimated_cost.unwrap().so_far_usd,
+        0.0488,
+        "both attempts are paid for"
+    );
 
     // The second attempt was submitted no sooner than the retry delay after the first ended.
     let batches = env.gcp.batches();
@@ -550,4 +554,34 @@ async fn orphan_policy_leaves_the_running_batch() {
     assert_eq!(batches[0]["state"], "RUNNING");
     assert_eq!(env.gcp.call_count("dataproc", "operations.cancel"), 0);
     assert_eq!(env.gcp.call_count("dataproc", "batches.delete"), 0);
+}
+
+#[tokio::test]
+async fn missing_input_stalls_before_any_batch_until_it_is_uploaded() {
+    let mut env = TestEnv::start().await;
+    start_operator(&mut env);
+    let mut obj = ppb("needs-input", 0);
+    obj.spec.batch.inputs = vec!["gs://demo-data/raw/".into()];
+    create(&env, &obj).await;
+    let b: PreprocessBatch = env
+        .wait_for("needs-input", "Stalled", Duration::ZERO, |b| {
+            stalled_reason(b).is_some()
+        })
+        .await;
+    assert_eq!(stalled_reason(&b).as_deref(), Some("NotFound"));
+    let stalled = find_condition(&b.status.as_ref().unwrap().conditions, types::STALLED).unwrap();
+    assert!(
+        stalled.message.contains("gs://demo-data/raw/"),
+        "{}",
+        stalled.message
+    );
+    assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 0);
+
+    env.gcp
+        .put_object("demo-data", "raw/part-0.txt", "hello", "text/plain");
+    env.wait_for::<PreprocessBatch, _>("needs-input", "Ready", STEP, |b| {
+        progress(b) == Some(Progress::Ready)
+    })
+    .await;
+    assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 1);
 }

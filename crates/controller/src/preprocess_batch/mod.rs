@@ -6,10 +6,12 @@
 //! open for the whole Spark run, so progress is read from the batch itself, never by waiting on
 //! the operation.
 //!
-//! Files: [`observe`], [`plan`], [`act`], [`status`], [`spec`] (spec → `Batch` request).
+//! Files: [`observe`], [`plan`], [`act`], [`status`] (+ [`events`], [`cost`]), [`spec`] (spec →
+//! `Batch` request).
 
 pub mod act;
 pub mod cost;
+pub mod events;
 pub mod observe;
 pub mod plan;
 pub mod spec;
@@ -199,7 +201,7 @@ async fn write(ctx: &Context, obj: &PreprocessBatch, new: PreprocessBatchStatus)
         return Ok(());
     }
     report::apply_status(ctx, obj, status::FIELD_MANAGER, &new).await?;
-    for t in status::transitions(&old, &new) {
+    for t in events::transitions(&old, &new) {
         report::publish_event(ctx, obj, t.warning, &t.reason, t.note).await;
     }
     Ok(())
