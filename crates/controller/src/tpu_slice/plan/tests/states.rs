@@ -1,0 +1,302 @@
+//! Every TPU node state and every queued-resource state.
+
+use tpu_operator_gcp::tpu_v2::model::{node::Health as H, node::State as S};
+
+use super::*;
+
+#[test]
+fn every_node_state() {
+    use Progress::{Ready as Rdy, Reconciling as Rec, Stalled as Stl};
+    let table = [
+        (
+            S::Creating,
+            H::Unspecified,
+            Action::None,
+            Rec,
+            reasons::CREATING,
+            P::Provisioning,
+        ),
+        (
+            S::Ready,
+            H::Healthy,
+            Action::None,
+            Rdy,
+            reasons::NODE_READY,
+            P::Ready,
+        ),
+        (
+            S::Ready,
+            H::Unspecified,
+            Action::None,
+            Rec,
+            reasons::PROVISIONING,
+            P::Provisioning,
+        ),
+        (
+            S::Ready,
+            H::Timeout,
+            Action::None,
+            Rec,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+        ),
+        (
+            S::Ready,
+            H::UnhealthyTensorflow,
+            Action::None,
+            Rec,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+        ),
+        (
+            S::Ready,
+            H::UnhealthyMaintenance,
+            Action::None,
+            Rec,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+        ),
+        (
+            S::Restarting,
+            H::Healthy,
+            Action::None,
+            Rec,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+        ),
+        (
+            S::Reimaging,
+            H::Healthy,
+            Action::None,
+            Rec,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+        ),
+        (
+            S::Deleting,
+            H::Healthy,
+            Action::None,
+            Rec,
+            reasons::RECREATING,
+            P::Recreating,
+        ),
+        (
+            S::Repairing,
+            H::Timeout,
+            Action::None,
+            Rec,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+        ),
+        (
+            S::Stopped,
+            H::Unspecified,
+            Action::StartNode,
+            Rec,
+            reasons::PROVISIONING,
+            P::Degraded,
+        ),
+        (
+            S::Stopping,
+            H::Healthy,
+            Action::None,
+            Rec,
+            reasons::PROVISIONING,
+            P::Degraded,
+        ),
+        (
+            S::Starting,
+            H::Unspecified,
+            Action::None,
+            Rec,
+            reasons::PROVISIONING,
+            P::Provisioning,
+        ),
+        (
+            S::Preempted,
+            H::Unspecified,
+            Action::RecordPreemption,
+            Rec,
+            reasons::RECREATING,
+            P::Preempted,
+        ),
+        (
+            S::Terminated,
+            H::Unspecified,
+            Action::RecordPreemption,
+            Rec,
+            reasons::RECREATING,
+            P::Preempted,
+        ),
+        (
+            S::Hiding,
+            H::Healthy,
+            Action::None,
+            Rec,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+        ),
+        (
+            S::Hidden,
+            H::Healthy,
+            Action::None,
+            Rec,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+        ),
+        (
+            S::Unhiding,
+            H::Healthy,
+            Action::None,
+            Rec,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+        ),
+        (
+            S::Unknown,
+            H::Unspecified,
+            Action::None,
+            Stl,
+            reasons::NODE_UNHEALTHY,
+            P::Failed,
+        ),
+        (
+            S::Unspecified,
+            H::Unspecified,
+            Action::None,
+            Rec,
+            reasons::PROVISIONING,
+            P::Provisioning,
+        ),
+        (
+            S::from(99),
+            H::Healthy,
+            Action::None,
+            Rec,
+            reasons::PROVISIONING,
+            P::Degraded,
+        ),
+    ];
+    for (state, health, action, progress, reason, phase) in table {
+        let p = Case::spot().with_node(state.clone(), health.clone()).plan();
+        assert_eq!(
+            summary(&p),
+            (action, progress, reason, phase),
+            "node {state:?} / {health:?}: {p:?}"
+        );
+    }
+}
+
+#[test]
+fn polling_follows_the_state() {
+    let stable = Case::spot().with_node(S::Ready, H::Healthy).plan();
+    assert_eq!(stable.assessment.requeue, Requeue::Stable);
+    let creating = Case::spot().with_node(S::Creating, H::Unspecified).plan();
+    assert_eq!(creating.assessment.requeue, Requeue::Active);
+    let hidden = Case::spot().with_node(S::Hidden, H::Healthy).plan();
+    assert_eq!(hidden.assessment.requeue, Requeue::Capacity);
+}
+
+#[test]
+fn every_queued_resource_state() {
+    use Progress::{Ready as Rdy, Reconciling as Rec, Stalled as Stl};
+    let table = [
+        (
+            "STATE_UNSPECIFIED",
+            "USER",
+            Action::None,
+            Rec,
+            reasons::QUEUED,
+            P::Queued,
+        ),
+        (
+            "CREATING",
+            "USER",
+            Action::None,
+            Rec,
+            reasons::CREATING,
+            P::Queued,
+        ),
+        ("ACCEPTED", "USER", Action::None, Rec, reasons::QUEUED, P::Queued),
+        (
+            "WAITING_FOR_RESOURCES",
+            "USER",
+            Action::None,
+            Rec,
+            reasons::WAITING_FOR_CAPACITY,
+            P::Queued,
+        ),
+        (
+            "PROVISIONING",
+            "USER",
+            Action::None,
+            Rec,
+            reasons::PROVISIONING,
+            P::Provisioning,
+        ),
+        ("ACTIVE", "USER", Action::None, Rdy, reasons::NODE_READY, P::Ready),
+        (
+            "SUSPENDING",
+            "SERVICE",
+            Action::RecordPreemption,
+            Rec,
+            reasons::RECREATING,
+            P::Preempted,
+        ),
+        (
+            "SUSPENDED",
+            "SERVICE",
+            Action::RecordPreemption,
+            Rec,
+            reasons::RECREATING,
+            P::Preempted,
+        ),
+        ("SUSPENDED", "USER", Action::None, Stl, reasons::FAILED, P::Failed),
+        ("FAILED", "SERVICE", Action::None, Stl, reasons::FAILED, P::Failed),
+        (
+            "DELETING",
+            "USER",
+            Action::None,
+            Rec,
+            reasons::RECREATING,
+            P::Recreating,
+        ),
+    ];
+    for (state, initiator, action, progress, reason, phase) in table {
+        let mut c = Case::queued();
+        let names = c.names();
+        c.observed.queued = Some(qr(names.current.queued.as_deref().unwrap(), state, initiator));
+        if state == "ACTIVE" {
+            c = c.with_node(S::Ready, H::Healthy);
+        }
+        let p = c.plan();
+        assert_eq!(
+            summary(&p),
+            (action, progress, reason, phase),
+            "queued resource {state} by {initiator}: {p:?}"
+        );
+    }
+}
+
+#[test]
+fn queued_expiry_is_queue_expired() {
+    let mut c = Case::queued();
+    let name = c.names().current.queued.unwrap();
+    let mut failed = serde_json::to_value(qr(&name, "FAILED", "SERVICE")).unwrap();
+    failed["state"]["failedData"] = json!({"error": {"code": 8, "message": "insufficient capacity"}});
+    c.observed.queued = Some(serde_json::from_value(failed).unwrap());
+    let p = c.plan();
+    assert_eq!(p.assessment.reason, reasons::QUEUE_EXPIRED);
+    assert_eq!(p.assessment.progress, Progress::Stalled);
+
+    // Past validUntil (created 09:30 + 1h) while still waiting: the operator does not wait for
+    // the service to notice.
+    let mut late = Case::queued();
+    let mut waiting = qr(&name, "WAITING_FOR_RESOURCES", "USER");
+    waiting.create_time = Some(tpu_operator_gcp::wkt::Timestamp::clamp(
+        now().timestamp() - 3601,
+        0,
+    ));
+    late.observed.queued = Some(waiting);
+    assert_eq!(late.plan().assessment.reason, reasons::QUEUE_EXPIRED);
+}

@@ -1,0 +1,213 @@
+//! Recreation, failed creates, drift, adoption, limits and deletion.
+
+use tpu_operator_gcp::tpu_v2::model::{node::Health as H, node::State as S};
+
+use super::*;
+
+#[test]
+fn absent_objects_are_created_once_the_previous_incarnation_is_gone() {
+    let c = Case::spot();
+    assert_eq!(c.plan().action, Action::CreateNode);
+    assert_eq!(Case::queued().plan().action, Action::CreateQueuedResource);
+
+    // After a preemption (recreations = 1) the old node is deleted first, then waited for.
+    let mut r = Case::spot().recreations(1);
+    let prev = r.names().previous.unwrap();
+    assert!(r.names().current.node.ends_with("-r1"));
+    r.observed.previous_node = Some(Node::new().set_name(prev.node.clone()).set_state(S::Preempted));
+    assert_eq!(r.plan().action, Action::DeleteNode(prev.node.clone()));
+    r.observed.previous_node = Some(Node::new().set_name(prev.node.clone()).set_state(S::Deleting));
+    assert_eq!(summary(&r.plan()).0, Action::None);
+    assert_eq!(r.plan().assessment.phase, P::Recreating);
+    r.observed.previous_node = None;
+    assert_eq!(r.plan().action, Action::CreateNode);
+
+    let mut q = Case::queued().recreations(1);
+    let prev = q.names().previous.unwrap().queued.unwrap();
+    q.observed.previous_queued = Some(qr(&prev, "SUSPENDED", "SERVICE"));
+    assert_eq!(q.plan().action, Action::DeleteQueuedResource(prev));
+}
+
+#[test]
+fn recreations_stop_at_the_limit() {
+    let p = Case::spot()
+        .recreations(2)
+        .with_node(S::Preempted, H::Unspecified)
+        .plan();
+    assert_eq!(p.action, Action::None);
+    assert_eq!(p.assessment.reason, reasons::RECREATIONS_EXHAUSTED);
+    assert_eq!(p.assessment.progress, Progress::Stalled);
+}
+
+#[test]
+fn pending_create_operations() {
+    let mut c = Case::spot();
+    c.observed.operation = Some(OperationView::Running);
+    assert_eq!(summary(&c.plan()).0, Action::None);
+
+    let err = |kind| GcpError::new(kind, Service::Tpu, "operation", "op", "boom");
+    c.observed.operation = Some(OperationView::Failed(err(ErrorKind::ResourceExhausted)));
+    let p = c.plan();
+    assert_eq!(
+        (p.action, p.assessment.reason),
+        (Action::CreateNode, reasons::WAITING_FOR_CAPACITY)
+    );
+    c.observed.operation = Some(OperationView::Failed(err(ErrorKind::PermissionDenied)));
+    let p = c.plan();
+    assert_eq!(
+        (p.action, p.assessment.reason),
+        (Action::None, reasons::PERMISSION_DENIED)
+    );
+    c.observed.operation = Some(OperationView::Gone);
+    assert_eq!(c.plan().action, Action::CreateNode);
+}
+
+#[test]
+fn create_errors_are_classified() {
+    let err = |kind| GcpError::new(kind, Service::Tpu, "nodes.create", "p", "x");
+    let table = [
+        (
+            ErrorKind::ResourceExhausted,
+            Some((Progress::Reconciling, reasons::WAITING_FOR_CAPACITY)),
+        ),
+        (
+            ErrorKind::AlreadyExists,
+            Some((Progress::Reconciling, reasons::CREATING)),
+        ),
+        (
+            ErrorKind::PermissionDenied,
+            Some((Progress::Stalled, reasons::PERMISSION_DENIED)),
+        ),
+        (
+            ErrorKind::Unauthenticated,
+            Some((Progress::Stalled, reasons::PERMISSION_DENIED)),
+        ),
+        (
+            ErrorKind::InvalidArgument,
+            Some((Progress::Stalled, reasons::INVALID_SPEC)),
+        ),
+        (
+            ErrorKind::FailedPrecondition,
+            Some((Progress::Stalled, reasons::INVALID_SPEC)),
+        ),
+        (ErrorKind::Transient, None),
+        (ErrorKind::NotFound, None),
+        (ErrorKind::Cancelled, None),
+        (ErrorKind::Other, None),
+    ];
+    for (kind, want) in table {
+        let got = on_action_error(&Action::CreateNode, &err(kind)).map(|a| (a.progress, a.reason));
+        assert_eq!(got, want, "{kind:?}");
+    }
+    let mut rate_limited = err(ErrorKind::ResourceExhausted);
+    rate_limited.reason = Some("RATE_LIMIT_EXCEEDED".into());
+    assert_eq!(on_create_error(&rate_limited), None);
+    let delete = Action::DeleteNode("n".into());
+    let denied = on_action_error(&delete, &err(ErrorKind::PermissionDenied)).unwrap();
+    assert_eq!(denied.reason, reasons::PERMISSION_DENIED);
+    assert_eq!(on_action_error(&delete, &err(ErrorKind::Transient)), None);
+}
+
+#[test]
+fn drift_is_patched_with_one_masked_call_and_not_while_an_operation_runs() {
+    let mut c = Case::spot().with_node(S::Ready, H::Healthy);
+    let n = c.observed.node.as_mut().unwrap();
+    n.labels.insert("team".into(), "old".into());
+    n.tags = vec!["stray".into()];
+    n.labels.insert("goog-managed".into(), "x".into());
+    let p = c.plan();
+    assert_eq!(p.action, Action::PatchNode(vec!["labels", "tags"]));
+    assert_eq!(p.assessment.progress, Progress::Ready);
+    c.observed.operation = Some(OperationView::Running);
+    assert_eq!(c.plan().action, Action::None);
+
+    let mut m = Case::spot().with_node(S::Ready, H::Healthy);
+    m.observed.node.as_mut().unwrap().runtime_version = "other".into();
+    assert!(m.plan().assessment.drift.unwrap().contains("runtimeVersion"));
+}
+
+#[test]
+fn adopted_nodes_are_never_created_or_recreated() {
+    let mut c = Case::spot();
+    c.slice.spec.adopt_node_id = Some("existing".into());
+    let p = c.plan();
+    assert_eq!(
+        (p.action.clone(), p.assessment.reason),
+        (Action::None, reasons::NOT_FOUND)
+    );
+    let c = c.with_node(S::Preempted, H::Unspecified);
+    assert_eq!(c.plan().assessment.reason, reasons::PREEMPTED);
+    assert_eq!(c.plan().action, Action::None);
+}
+
+#[test]
+fn invalid_shape_stalls() {
+    let mut c = Case::spot();
+    c.slice.spec.accelerator_type = Some("v6e-3".into());
+    let p = c.plan();
+    assert_eq!(
+        (p.action, p.assessment.reason),
+        (Action::None, reasons::INVALID_SPEC)
+    );
+}
+
+#[test]
+fn cleanup_deletes_queued_resource_then_node_then_is_done() {
+    let c = Case::queued();
+    let qr_name = c.names().current.queued.unwrap();
+    let node_name = c.names().current.node;
+    let mut o = Observed {
+        queued: Some(qr("q", "ACTIVE", "USER")),
+        node: Some(Node::new().set_name(node_name.clone()).set_state(S::Ready)),
+        ..Default::default()
+    };
+    o.queued.as_mut().unwrap().name = qr_name.clone();
+    assert_eq!(
+        plan_cleanup(&o),
+        CleanupStep::Delete(Action::DeleteQueuedResource(qr_name))
+    );
+    o.queued = Some(qr("q", "DELETING", "USER"));
+    assert!(matches!(plan_cleanup(&o), CleanupStep::Wait(_)));
+    o.queued = None;
+    assert_eq!(
+        plan_cleanup(&o),
+        CleanupStep::Delete(Action::DeleteNode(node_name.clone()))
+    );
+    o.node = Some(Node::new().set_name(node_name).set_state(S::Deleting));
+    assert!(matches!(plan_cleanup(&o), CleanupStep::Wait(_)));
+    assert_eq!(plan_cleanup(&Observed::default()), CleanupStep::Done);
+    let prev = Observed {
+        previous_node: Some(Node::new().set_name("old").set_state(S::Preempted)),
+        ..Default::default()
+    };
+    assert_eq!(
+        plan_cleanup(&prev),
+        CleanupStep::Delete(Action::DeleteNode("old".into()))
+    );
+}
+
+#[test]
+fn max_run_duration_deletes_then_stalls_without_recreating() {
+    let mut c = Case::spot().with_node(S::Ready, H::Healthy);
+    c.slice.spec.max_run_duration = Some("2h".into());
+    c.ready_since = Some(now() - chrono::Duration::hours(1));
+    assert_eq!(c.plan().action, Action::None, "within the limit");
+    c.ready_since = Some(now() - chrono::Duration::hours(3));
+    let node = c.names().current.node;
+    let p = c.plan();
+    assert_eq!(
+        (p.action, p.assessment.reason),
+        (Action::DeleteNode(node), reasons::MAX_RUN_DURATION_EXCEEDED)
+    );
+    c.observed.node = None;
+    let p = c.plan();
+    assert_eq!(
+        summary(&p),
+        (
+            Action::None,
+            Progress::Stalled,
+            reasons::MAX_RUN_DURATION_EXCEEDED,
+            P::Failed
+        )
+    );
+}
