@@ -8,6 +8,7 @@
 
 mod apply;
 mod progress;
+mod seed;
 mod summary;
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
@@ -56,7 +57,8 @@ pub struct LocalArgs {
 
 /// Entry point of `tpu-operator local`.
 pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
-    telemetry::init(args.log_format, "warn");
+    // Quiet by default: the progress lines are the output; `RUST_LOG=info` shows the controllers.
+    telemetry::init(args.log_format, "error");
     // Ctrl-C / SIGTERM: stop waiting, then clean up as usual (or, with --keep, just exit).
     let stop = crate::run::termination_signal()?;
     let started = std::time::Instant::now();
@@ -94,6 +96,10 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         println!("gcp-emulator: {}", gcp.url());
     }
 
+    let seeded = seed::seed_inputs(&gcp, &manifests);
+    if seeded > 0 {
+        println!("seeded {seeded} declared input(s) in the emulated Cloud Storage");
+    }
     let applied = apply::apply_all(&client, &manifests).await?;
     let applied_keys: Vec<Key> = applied
         .iter()
@@ -253,6 +259,9 @@ fn print_summary(
 ) {
     println!();
     print!("{}", summary::table(&summary::rows(objects)));
+    for failure in summary::failures(objects) {
+        println!("  {failure}");
+    }
     println!("cloud API calls: {}", summary::calls_line(&gcp.call_counts()));
     println!("wall time: {:.1}s", wall.as_secs_f64());
     match left {

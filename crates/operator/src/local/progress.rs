@@ -70,13 +70,24 @@ impl Seen {
         self.status_str("phase").unwrap_or("Pending")
     }
 
-    fn condition(&self, kind: &str) -> Option<&str> {
+    fn condition_field(&self, kind: &str, field: &str) -> Option<&str> {
         self.status("conditions")?
             .as_array()?
             .iter()
             .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))?
-            .get("status")?
+            .get(field)?
             .as_str()
+    }
+
+    fn condition(&self, kind: &str) -> Option<&str> {
+        self.condition_field(kind, "status")
+    }
+
+    /// The Stalled condition's message, when it is True.
+    pub fn stalled_message(&self) -> Option<&str> {
+        (self.condition("Stalled") == Some("True"))
+            .then(|| self.condition_field("Stalled", "message"))
+            .flatten()
     }
 
     pub fn outcome(&self) -> Outcome {
@@ -121,8 +132,11 @@ impl Seen {
         }
     }
 
+    /// The status message, else the Ready condition's (some kinds only set conditions).
     pub fn message(&self) -> &str {
-        self.status_str("message").unwrap_or("")
+        self.status_str("message")
+            .or_else(|| self.condition_field("Ready", "message"))
+            .unwrap_or("")
     }
 
     /// Emulated time from first seen to finished (or `now`).

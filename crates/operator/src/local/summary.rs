@@ -29,9 +29,21 @@ pub struct Row {
 /// The result word of an object: its phase, marked when it never finished.
 pub fn result(seen: &Seen) -> String {
     match seen.outcome() {
-        Outcome::Running => format!("Timeout ({})", seen.phase()),
-        Outcome::Ready | Outcome::Failed => seen.phase().to_string(),
+        // Children follow their owner; only applied objects can time out.
+        Outcome::Running if seen.applied => format!("Timeout ({})", seen.phase()),
+        Outcome::Failed if seen.phase() != "Failed" => format!("Stalled ({})", seen.phase()),
+        _ => seen.phase().to_string(),
     }
+}
+
+/// Why each failed or stalled object stopped (the Stalled condition's message), for the lines
+/// under the table.
+pub fn failures(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
+    objects
+        .iter()
+        .filter(|(_, seen)| seen.outcome() == Outcome::Failed)
+        .map(|(key, seen)| format!("{key}: {}", seen.stalled_message().unwrap_or(seen.message())))
+        .collect()
 }
 
 fn time(value: Option<&Value>) -> Option<DateTime<Utc>> {
@@ -186,6 +198,21 @@ mod tests {
         let unfinished = seen(json!({"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}));
         assert_eq!(stages("PreprocessBatch", &unfinished), "run unfinished");
         assert_eq!(result(&unfinished), "Timeout (Running)");
+        let stalled = seen(json!({"phase": "Pending", "conditions": [
+            {"type": "Stalled", "status": "True", "message": "declared input(s) do not exist"}]}));
+        assert_eq!(result(&stalled), "Stalled (Pending)");
+        let objects = BTreeMap::from([(
+            Key {
+                kind: "PreprocessBatch".into(),
+                namespace: "default".into(),
+                name: "b".into(),
+            },
+            stalled,
+        )]);
+        assert_eq!(
+            failures(&objects),
+            ["PreprocessBatch/b: declared input(s) do not exist"]
+        );
     }
 
     #[test]
