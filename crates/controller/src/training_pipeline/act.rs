@@ -1,6 +1,7 @@
 //! Carrying out the plan's one action. Results (the job's server-assigned name, a delete
 //! operation) go into the status about to be written, so they are persisted right after the call.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, Resource,
     api::{DeleteParams, PostParams},
@@ -34,7 +35,7 @@ pub async fn act(
     match action {
         Action::Nothing => Ok(()),
         Action::CreatePreprocess => {
-            let owner = owner_ref(tp)?;
+            let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
             let child = spec::preprocess_batch(
                 &tp.spec,
                 &names.id,
@@ -48,7 +49,7 @@ pub async fn act(
             }
         }
         Action::CreateSlice { .. } => {
-            let owner = owner_ref(tp)?;
+            let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
             match spec::train_slice(&tp.spec, &names.id, &names.train, names.project.clone(), owner) {
                 Some(child) => create_child(ctx, &names.id.namespace, &child).await,
                 None => Ok(()),
@@ -67,11 +68,8 @@ pub async fn act(
     }
 }
 
-fn owner_ref(
-    tp: &TrainingPipeline,
-) -> Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+fn owner_ref(tp: &TrainingPipeline) -> Option<OwnerReference> {
     tp.controller_owner_ref(&())
-        .ok_or(ReconcileError::MissingMetadata("uid"))
 }
 
 /// Create-if-absent: the plan only asks when the child was absent; AlreadyExists (a watch that

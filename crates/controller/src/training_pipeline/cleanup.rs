@@ -61,7 +61,7 @@ pub async fn cleanup_pass(tp: &TrainingPipeline, ctx: &Context) -> Result<Option
         .await;
         return Ok(None);
     }
-    let names = Names::of(tp, ctx)?;
+    let names = Names::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
     let jobs = list_jobs(ctx, &names, None).await?;
     let message = match jobs.first() {
         None => return Ok(None),

@@ -55,12 +55,12 @@ pub struct Names {
 }
 
 impl Names {
-    fn of(tp: &TrainingPipeline, ctx: &Context) -> Result<Self> {
+    /// `Err` names the missing metadata field.
+    fn of(tp: &TrainingPipeline, ctx: &Context) -> Result<Self, &'static str> {
         let id = ObjectIdentity::new(
-            tp.namespace()
-                .ok_or(ReconcileError::MissingMetadata("namespace"))?,
+            tp.namespace().ok_or("namespace")?,
             tp.name_any(),
-            tp.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
+            tp.uid().ok_or("uid")?,
         );
         let project = ctx.project_for(tp.spec.project.as_deref());
         Ok(Names {
@@ -119,7 +119,7 @@ async fn reconcile(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Actio
 }
 
 async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
-    let names = Names::of(&tp, &ctx)?;
+    let names = Names::of(&tp, &ctx).map_err(ReconcileError::MissingMetadata)?;
     let observed = observe::observe(&ctx, &tp, &names).await?;
     let old = tp.status.clone().unwrap_or_default();
     let decision = plan::plan(&plan::Input {
