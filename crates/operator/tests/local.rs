@@ -81,6 +81,43 @@ fn quickstart_succeeds_and_leaves_no_cloud_resources() {
 }
 
 #[test]
+fn every_example_converges_together_and_cleans_up() {
+    let mut examples: Vec<String> = std::fs::read_dir(workspace().join("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| format!("examples/{}", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    examples.sort();
+    let mut args: Vec<&str> = examples.iter().map(String::as_str).collect();
+    args.extend(["--timeout", "90s"]);
+    let (out, took) = local(&args, Duration::from_secs(150));
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "local {examples:?} failed after {took:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("cloud resources left: 0"), "{stdout}");
+    // Every applied object (not indented in the progress lines) has a Succeeded/Ready summary row.
+    let summary: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("OBJECT ")).collect();
+    for kind_name in ["TrainingPipeline/quickstart", "TrainingPipeline/tpu-vm-pipeline"] {
+        assert!(
+            summary
+                .iter()
+                .any(|l| l.starts_with(kind_name) && l.contains(" Succeeded ")),
+            "{kind_name} did not succeed:\n{stdout}"
+        );
+    }
+    assert!(
+        summary
+            .iter()
+            .any(|l| l.starts_with("TpuSlice/spot-v5e") && l.contains(" Ready ")),
+        "the spot slice did not become Ready:\n{stdout}"
+    );
+}
+
+#[test]
 fn invalid_manifest_is_rejected_naming_the_field_and_nothing_is_applied() {
     let dir = tempfile::tempdir().unwrap();
     let good = std::fs::read_to_string(workspace().join("examples/preprocess-batch.yaml")).unwrap();
