@@ -193,12 +193,49 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
             _ => {}
         }
     }
+    if kind == "DeleteOptions" {
+        return delete_options(raw);
+    }
     if !matches!(kind.as_str(), "ConfigMap" | "Secret" | "Namespace") {
         return Err(format!(
             "protobuf bodies are accepted only for Namespace, ConfigMap and Secret, not {kind:?}"
         ));
     }
     Ok(Value::Object(obj))
+}
+
+/// `meta.k8s.io/v1 DeleteOptions`, which client-go sends as the body of a DELETE (helm does).
+fn delete_options(raw: &[u8]) -> Result<Value, String> {
+    let mut out = Map::new();
+    out.insert("kind".into(), json!("DeleteOptions"));
+    out.insert("apiVersion".into(), json!("meta.k8s.io/v1"));
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Varint(v)) => {
+                out.insert("gracePeriodSeconds".into(), json!(v));
+            }
+            (2, Field::Bytes(b)) => {
+                let mut pre = Map::new();
+                for (pn, pf) in fields(b)? {
+                    match (pn, pf) {
+                        (1, Field::Bytes(u)) => pre.insert("uid".into(), Value::String(text(u)?)),
+                        (2, Field::Bytes(r)) => pre.insert("resourceVersion".into(), Value::String(text(r)?)),
+                        _ => None,
+                    };
+                }
+                out.insert("preconditions".into(), Value::Object(pre));
+            }
+            (3, Field::Varint(v)) => {
+                out.insert("orphanDependents".into(), Value::Bool(v != 0));
+            }
+            (4, Field::Bytes(b)) => {
+                out.insert("propagationPolicy".into(), Value::String(text(b)?));
+            }
+            (5, Field::Bytes(b)) => push_string(&mut out, "dryRun", b)?,
+            _ => {}
+        }
+    }
+    Ok(Value::Object(out))
 }
 
 #[cfg(test)]
@@ -209,6 +246,16 @@ mod tests {
         let mut out = vec![((n << 3) | 2) as u8, bytes.len() as u8];
         out.extend_from_slice(bytes);
         out
+    }
+
+    #[test]
+    fn decodes_delete_options() {
+        let opts = [field(4, b"Foreground"), field(2, &field(1, b"u-1"))].concat();
+        let type_meta = [field(1, b"meta.k8s.io/v1"), field(2, b"DeleteOptions")].concat();
+        let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &opts)].concat();
+        let v = decode(&body).unwrap();
+        assert_eq!(v["propagationPolicy"], "Foreground");
+        assert_eq!(v["preconditions"]["uid"], "u-1");
     }
 
     #[test]
