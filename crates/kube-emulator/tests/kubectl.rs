@@ -294,6 +294,31 @@ fn printer_columns_watch_wait_patch_and_delete() {
         "{err}"
     );
 
+    // Server-side apply conflicts with the manager of a patched field, and --force-conflicts takes it.
+    k.ok_stdin(&["apply", "--server-side", "-f", "-"], Some(WIDGET));
+    k.ok(&[
+        "patch",
+        "wd",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":7}}"#,
+    ]);
+    let err = k.fails(&["apply", "--server-side", "-f", "-"], Some(WIDGET));
+    assert!(
+        err.contains("Apply failed with 1 conflict: conflict with \"kubectl-patch\" using example.dev/v1: .spec.replicas"),
+        "{err}"
+    );
+    k.ok_stdin(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(WIDGET),
+    );
+    assert_eq!(
+        k.ok(&["get", "wd", "w1", "-o", "jsonpath={.spec.replicas}"])
+            .trim(),
+        "2"
+    );
+
     let explained = k.ok(&["explain", "widget.spec.zone"]);
     assert!(explained.contains("The zone the widget runs in."), "{explained}");
 }
