@@ -324,6 +324,11 @@ async fn stale_update_conflicts_and_noop_writes_keep_the_resource_version() {
         .await
         .unwrap();
     assert_eq!(with_status.metadata.generation, Some(2));
+    // Metadata-only reads (metadata_watcher, get_metadata) use PartialObjectMetadata.
+    let partial = widgets.get_metadata("c").await.unwrap();
+    assert_eq!(partial.metadata.generation, Some(2));
+    let listed = widgets.list_metadata(&Default::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
     match widgets.get_opt("missing").await {
         Ok(None) => {}
         other => panic!("expected NotFound as None, got {other:?}"),
