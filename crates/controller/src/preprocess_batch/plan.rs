@@ -76,8 +76,15 @@ pub fn plan(
     match status.phase {
         Phase::Succeeded | Phase::Failed | Phase::Cancelled => return Decision::Keep(Requeue::Stable),
         Phase::Retrying => {
-            let ended = status.completion_time.as_ref().map(from_time).unwrap_or(now);
-            let due = ended + chrono::Duration::from_std(retry_delay(attempt)).unwrap_or_default();
+            // The end time is written together with phase Retrying; should it be missing (a
+            // hand-edited status), retry now rather than wait for a moment that never comes.
+            let due = status
+                .completion_time
+                .as_ref()
+                .map(|ended| {
+                    from_time(ended) + chrono::Duration::from_std(retry_delay(attempt)).unwrap_or_default()
+                })
+                .unwrap_or(now);
             if now < due {
                 return Decision::Keep(Requeue::After((due - now).to_std().unwrap_or_default()));
             }
