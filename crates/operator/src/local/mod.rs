@@ -145,7 +145,9 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let converged_after = started.elapsed();
-    let at_end = tracker.objects.clone();
+    let at_end = Tracker {
+        objects: tracker.objects.clone(),
+    };
     if interrupted {
         println!("interrupted");
     } else if !finished_in_time {
@@ -195,6 +197,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
 
     print_summary(&at_end, &gcp, left.as_deref(), started.elapsed());
     let failed = at_end
+        .objects
         .iter()
         .filter(|(key, _)| applied_keys.contains(key))
         .any(|(_, seen)| seen.outcome() != Outcome::Ready);
@@ -252,14 +255,14 @@ async fn wait_cloud_empty(gcp: &gcp_emulator::Emulator) -> Vec<gcp_emulator::Res
 }
 
 fn print_summary(
-    objects: &std::collections::BTreeMap<Key, progress::Seen>,
+    at_end: &Tracker,
     gcp: &gcp_emulator::Emulator,
     left: Option<&[gcp_emulator::ResourceSummary]>,
     wall: Duration,
 ) {
     println!();
-    print!("{}", summary::table(&summary::rows(objects)));
-    for failure in summary::failures(objects) {
+    print!("{}", summary::table(&summary::rows(at_end)));
+    for failure in summary::failures(&at_end.objects) {
         println!("  {failure}");
     }
     println!("cloud API calls: {}", summary::calls_line(&gcp.call_counts()));

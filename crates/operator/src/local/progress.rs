@@ -215,29 +215,67 @@ impl Tracker {
         self.objects.values().all(|seen| seen.gone)
     }
 
-    /// One display line per object.
-    pub fn lines(&self, now: DateTime<Utc>) -> Vec<Line> {
-        // Children (objects an owner created) are indented under the applied objects.
-        let label = |key: &Key, seen: &Seen| {
-            if seen.applied {
-                key.to_string()
-            } else {
-                format!("  {key}")
-            }
+    /// Objects in display order: each top-level object followed by the objects it owns
+    /// (by `ownerReferences` uid), with their depth.
+    pub fn ordered(&self) -> Vec<(&Key, &Seen, usize)> {
+        let uid = |seen: &Seen| {
+            seen.object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
         };
-        let width = self
+        let owners = |seen: &Seen| -> Vec<String> {
+            seen.object
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .map(|refs| {
+                    refs.iter()
+                        .filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let known: Vec<String> = self.objects.values().filter_map(uid).collect();
+        let mut out = Vec::new();
+        let mut stack: Vec<(&Key, &Seen, usize)> = self
             .objects
             .iter()
-            .map(|(k, s)| label(k, s).len())
+            .filter(|(_, seen)| !owners(seen).iter().any(|o| known.contains(o)))
+            .map(|(k, s)| (k, s, 0))
+            .collect();
+        stack.reverse();
+        while let Some((key, seen, depth)) = stack.pop() {
+            out.push((key, seen, depth));
+            if let Some(parent) = uid(seen) {
+                let mut children: Vec<_> = self
+                    .objects
+                    .iter()
+                    .filter(|(_, child)| owners(child).contains(&parent))
+                    .map(|(k, s)| (k, s, depth + 1))
+                    .collect();
+                children.reverse();
+                stack.extend(children);
+            }
+        }
+        out
+    }
+
+    /// One display line per object.
+    pub fn lines(&self, now: DateTime<Utc>) -> Vec<Line> {
+        let label = |key: &Key, depth: usize| format!("{}{key}", "  ".repeat(depth));
+        let ordered = self.ordered();
+        let width = ordered
+            .iter()
+            .map(|(k, _, d)| label(k, *d).len())
             .max()
             .unwrap_or(0);
-        self.objects
-            .iter()
-            .map(|(key, seen)| {
+        ordered
+            .into_iter()
+            .map(|(key, seen, depth)| {
                 let phase = if seen.gone { "Deleted" } else { seen.phase() };
                 let state = format!(
                     "{:width$}  {:<13} {:<22}",
-                    label(key, seen),
+                    label(key, depth),
                     phase,
                     seen.stage(&key.kind)
                 );
@@ -289,12 +327,16 @@ impl Display {
         let mut out = std::io::stdout().lock();
         if self.tty {
             // Move to the first line drawn last time and overwrite everything.
+            // Auto-wrap off while drawing (`ESC[?7l`): a line wider than the terminal is clipped
+            // instead of wrapping, which would break the cursor arithmetic.
+            let _ = write!(out, "\x1b[?7l");
             if !self.drawn.is_empty() {
                 let _ = write!(out, "\x1b[{}A", self.drawn.len());
             }
             for line in &lines {
                 let _ = writeln!(out, "\x1b[2K{line}");
             }
+            let _ = write!(out, "\x1b[?7h");
         } else {
             // Elapsed time alone changes every poll; print a line again only when the object's
             // phase, stage or message changed.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::progress::{Key, Outcome, Seen, format_duration};
+use super::progress::{Key, Outcome, Seen, Tracker, format_duration};
 
 /// Cloud resources that would keep costing money (or quota) if left behind.
 pub const BILLABLE_KINDS: [&str; 4] = [
@@ -108,11 +108,12 @@ fn cost(seen: &Seen) -> String {
         .map_or_else(|| "-".into(), |usd| format!("${usd:.2}"))
 }
 
-pub fn rows(objects: &BTreeMap<Key, Seen>) -> Vec<Row> {
-    objects
-        .iter()
-        .map(|(key, seen)| Row {
-            object: key.to_string(),
+pub fn rows(tracker: &Tracker) -> Vec<Row> {
+    tracker
+        .ordered()
+        .into_iter()
+        .map(|(key, seen, depth)| Row {
+            object: format!("{}{key}", "  ".repeat(depth)),
             result: result(seen),
             stages: stages(&key.kind, seen),
             cost: cost(seen),
