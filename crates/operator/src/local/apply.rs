@@ -151,35 +151,57 @@ async fn create_checked(
         .collect();
     needed.sort_unstable();
     needed.dedup();
+    // A Namespace document among the manifests is created as written (labels and all).
+    let is_namespace_doc =
+        |a: &Applied, ns: &str| a.kind == "Namespace" && a.namespace.is_none() && a.name == ns;
+    let mut early = Vec::new();
     for ns in needed {
-        if namespaces.get_opt(ns).await?.is_none() {
-            let object = Namespace {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(ns.to_string()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            namespaces
-                .create(&post_params(false), &object)
-                .await
-                .with_context(|| format!("creating namespace {ns}"))?;
-            created.push(Applied {
-                kind: "Namespace".into(),
-                namespace: None,
-                name: ns.to_string(),
-                resource: ApiResource::erase::<Namespace>(&()),
-            });
+        if namespaces.get_opt(ns).await?.is_some() {
+            continue;
         }
+        match resolved.iter().find(|(_, _, a)| is_namespace_doc(a, ns)) {
+            Some((source, object, applied)) => {
+                applied
+                    .api(client)
+                    .create(&post_params(false), object)
+                    .await
+                    .map_err(|e| rejection(source, e))?;
+                created.push(applied.clone());
+            }
+            None => {
+                let object = Namespace {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(ns.to_string()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                namespaces
+                    .create(&post_params(false), &object)
+                    .await
+                    .with_context(|| format!("creating namespace {ns}"))?;
+                created.push(Applied {
+                    kind: "Namespace".into(),
+                    namespace: None,
+                    name: ns.to_string(),
+                    resource: ApiResource::erase::<Namespace>(&()),
+                });
+            }
+        }
+        early.push(ns.to_string());
     }
-    for (source, object, applied) in resolved {
+    let rest: Vec<_> = resolved
+        .iter()
+        .filter(|(_, _, a)| !early.iter().any(|ns| is_namespace_doc(a, ns)))
+        .collect();
+    for (source, object, applied) in &rest {
         applied
             .api(client)
             .create(&post_params(true), object)
             .await
             .map_err(|e| rejection(source, e))?;
     }
-    for (source, object, applied) in resolved {
+    for (source, object, applied) in rest {
         applied
             .api(client)
             .create(&post_params(false), object)
