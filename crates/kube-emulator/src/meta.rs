@@ -264,6 +264,24 @@ pub fn validate_object_meta(obj: &Value) -> Vec<(String, String)> {
     out
 }
 
+/// Standard base64 with padding (Secret `data`, protobuf `bytes` fields).
+pub fn base64_encode(bytes: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(TABLE[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +300,9 @@ mod tests {
             |(f, m)| f == "metadata.finalizers[0]" && m.starts_with("Invalid value: \"Not/Valid Name\"")
         ));
         assert_eq!(human_duration(59), "59s");
+        assert_eq!(base64_encode(b"hello"), "aGVsbG8=");
+        assert_eq!(base64_encode(b"ab"), "YWI=");
+        assert_eq!(base64_encode(b"abc"), "YWJj");
         assert_eq!(human_duration(3 * 3600 + 60), "3h1m");
     }
 }

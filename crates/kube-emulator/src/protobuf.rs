@@ -62,23 +62,6 @@ fn text(bytes: &[u8]) -> Result<String, String> {
     String::from_utf8(bytes.to_vec()).map_err(|_| "invalid UTF-8 in a string field".to_string())
 }
 
-fn base64(bytes: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                TABLE[((n >> (18 - 6 * i)) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
-}
-
 /// A `map<string, string|bytes>` entry.
 fn map_entry(bytes: &[u8], binary: bool) -> Result<(String, Value), String> {
     let (mut key, mut value) = (String::new(), Value::String(String::new()));
@@ -86,7 +69,13 @@ fn map_entry(bytes: &[u8], binary: bool) -> Result<(String, Value), String> {
         if let Field::Bytes(b) = f {
             match n {
                 1 => key = text(b)?,
-                2 => value = Value::String(if binary { base64(b) } else { text(b)? }),
+                2 => {
+                    value = Value::String(if binary {
+                        crate::meta::base64_encode(b)
+                    } else {
+                        text(b)?
+                    })
+                }
                 _ => {}
             }
         }

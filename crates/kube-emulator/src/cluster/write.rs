@@ -117,25 +117,8 @@ fn fold_string_data(obj: &mut Value) {
         .entry("data")
         .or_insert_with(|| json!({}));
     for (k, v) in entries {
-        data[k] = json!(base64_encode(v.as_str().unwrap_or_default().as_bytes()));
+        data[k] = json!(meta::base64_encode(v.as_str().unwrap_or_default().as_bytes()));
     }
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(TABLE[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 impl State {
@@ -771,14 +754,4 @@ fn check_apply_identity(rt: &ResourceType, name: &str, body: &Value) -> ApiResul
         )));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn base64_matches_the_standard_alphabet() {
-        assert_eq!(super::base64_encode(b"hello"), "aGVsbG8=");
-        assert_eq!(super::base64_encode(b"ab"), "YWI=");
-        assert_eq!(super::base64_encode(b"abc"), "YWJj");
-    }
 }
