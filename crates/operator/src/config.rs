@@ -54,48 +54,50 @@ pub struct RunArgs {
     /// Cloud Storage JSON API endpoint.
     #[arg(long, env = "TPU_OPERATOR_STORAGE_ENDPOINT", value_name = "URL")]
     pub storage_endpoint: Option<String>,
-    /// Upper bound on one GCP HTTP call (e.g. `30s`).
-    #[arg(long, env = "TPU_OPERATOR_GCP_CALL_TIMEOUT", value_parser = parse_duration)]
+    /// Upper bound on one GCP HTTP call [default: 30s].
+    #[arg(long, env = "TPU_OPERATOR_GCP_CALL_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub gcp_call_timeout: Option<Duration>,
-    /// Reconciles run at once per controller.
+    /// Reconciles run at once per controller [default: 16].
     #[arg(long, env = "TPU_OPERATOR_CONCURRENCY")]
     pub concurrency: Option<u16>,
-    /// Requeue interval while cloud state changes (e.g. `2s`).
-    #[arg(long, env = "TPU_OPERATOR_POLL_ACTIVE", value_parser = parse_duration)]
+    /// Requeue interval while cloud state changes [default: 2s].
+    #[arg(long, env = "TPU_OPERATOR_POLL_ACTIVE", value_name = "DURATION", value_parser = parse_duration)]
     pub poll_active: Option<Duration>,
-    /// Requeue interval while nothing is expected to change (e.g. `5m`).
-    #[arg(long, env = "TPU_OPERATOR_POLL_STABLE", value_parser = parse_duration)]
+    /// Requeue interval while nothing is expected to change [default: 5m].
+    #[arg(long, env = "TPU_OPERATOR_POLL_STABLE", value_name = "DURATION", value_parser = parse_duration)]
     pub poll_stable: Option<Duration>,
-    /// Requeue interval while waiting for TPU capacity (e.g. `30s`).
-    #[arg(long, env = "TPU_OPERATOR_POLL_CAPACITY", value_parser = parse_duration)]
+    /// Requeue interval while waiting for TPU capacity [default: 30s].
+    #[arg(long, env = "TPU_OPERATOR_POLL_CAPACITY", value_name = "DURATION", value_parser = parse_duration)]
     pub poll_capacity: Option<Duration>,
-    /// Cluster id written to the `tpu-operator-cluster` label of every cloud object.
+    /// Cluster id written to the `tpu-operator-cluster` label of every cloud object, so clusters
+    /// sharing a project never touch each other's resources [default: default].
     #[arg(long, env = "TPU_OPERATOR_CLUSTER_ID")]
     pub cluster_id: Option<String>,
-    /// Address of the /metrics, /healthz and /readyz server.
+    /// Address of the /metrics, /healthz and /readyz server [default: 0.0.0.0:8080].
     #[arg(long, env = "TPU_OPERATOR_METRICS_ADDR", value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
-    /// Log format.
+    /// Log format [default: text].
     #[arg(long, env = "TPU_OPERATOR_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Elect a leader through a coordination.k8s.io Lease (`--leader-elect=false` for one replica).
+    /// Elect a leader through a coordination.k8s.io Lease (`--leader-elect=false` for one replica)
+    /// [default: true].
     #[arg(long, env = "TPU_OPERATOR_LEADER_ELECT", num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: Option<bool>,
-    /// Name of the Lease.
+    /// Name of the Lease [default: tpu-operator].
     #[arg(long, env = "TPU_OPERATOR_LEASE_NAME")]
     pub lease_name: Option<String>,
     /// Namespace of the Lease (default: `$POD_NAMESPACE`, else the watched namespace, else `default`).
     #[arg(long, env = "TPU_OPERATOR_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
     /// How long a lease is valid without renewal: a standby takes over this long after the leader
-    /// stops renewing (whole seconds, at least 2s).
-    #[arg(long, env = "TPU_OPERATOR_LEASE_DURATION", value_parser = parse_duration)]
+    /// stops renewing (whole seconds, at least 2s) [default: 15s].
+    #[arg(long, env = "TPU_OPERATOR_LEASE_DURATION", value_name = "DURATION", value_parser = parse_duration)]
     pub lease_duration: Option<Duration>,
     /// Identity of this replica in the Lease (default: `$POD_NAME`, else `$HOSTNAME-<pid>`).
     #[arg(long, env = "TPU_OPERATOR_IDENTITY")]
     pub identity: Option<String>,
-    /// How long graceful shutdown waits for in-flight reconciles.
-    #[arg(long, env = "TPU_OPERATOR_SHUTDOWN_TIMEOUT", value_parser = parse_duration)]
+    /// How long graceful shutdown waits for in-flight reconciles [default: 30s].
+    #[arg(long, env = "TPU_OPERATOR_SHUTDOWN_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub shutdown_timeout: Option<Duration>,
 }
 
