@@ -4,6 +4,7 @@
 //! controllers a real control plane runs (garbage collector, namespace and CRD cleanup).
 
 mod cleanup;
+mod create;
 mod delete;
 mod read;
 mod write;

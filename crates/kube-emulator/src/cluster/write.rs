@@ -1,4 +1,4 @@
-//! create, update (PUT) and patch (JSON, merge, strategic, server-side apply), all ending in the
+//! update (PUT) and patch (JSON, merge, strategic, server-side apply), ending in the
 //! same pipeline the apiserver runs before it persists an object.
 
 use super::{State, Task, obj_ref, subject, to_served, to_stored};
@@ -77,14 +77,20 @@ impl PatchType {
 
 /// How managed fields were maintained for a write.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Ownership {
+pub(super) enum Ownership {
     /// Record the changed fields for the manager (create, update, non-apply patches).
     Update,
     /// Server-side apply already computed them.
     Applied,
 }
 
-fn invalid(rt: &ResourceType, name: &str, field: &str, kind: FieldErrorType, message: String) -> ApiError {
+pub(super) fn invalid(
+    rt: &ResourceType,
+    name: &str,
+    field: &str,
+    kind: FieldErrorType,
+    message: String,
+) -> ApiError {
     let cause = FieldCause::new(kind, &FieldPath::parse(field), message);
     ApiError::invalid(&rt.kind, &rt.group, name, &Invalid { causes: vec![cause] })
 }
@@ -104,7 +110,7 @@ fn spec_part(rt: &ResourceType, obj: &Value) -> Value {
 }
 
 /// Secrets: `stringData` is write-only convenience merged into base64 `data`.
-fn fold_string_data(obj: &mut Value) {
+pub(super) fn fold_string_data(obj: &mut Value) {
     let Some(string_data) = obj.as_object_mut().and_then(|m| m.remove("stringData")) else {
         return;
     };
@@ -122,208 +128,9 @@ fn fold_string_data(obj: &mut Value) {
 }
 
 impl State {
-    /// POST: creates an object in namespace `ns` (ignored for cluster-scoped resources).
-    pub fn create(
-        &mut self,
-        rt: &ResourceType,
-        ns: &str,
-        body: Value,
-        opts: &WriteOptions,
-    ) -> ApiResult<WriteOutcome> {
-        self.create_object(rt, ns, body, opts, Ownership::Update)
-    }
-
-    fn create_object(
-        &mut self,
-        rt: &ResourceType,
-        ns: &str,
-        mut obj: Value,
-        opts: &WriteOptions,
-        ownership: Ownership,
-    ) -> ApiResult<WriteOutcome> {
-        if !obj.is_object() {
-            return Err(ApiError::bad_request(
-                "the body of the request must be a JSON object",
-            ));
-        }
-        check_type_meta(rt, &obj)?;
-        let body_ns = meta::namespace(&obj).to_string();
-        let ns = if rt.namespaced { ns } else { "" };
-        if rt.namespaced && !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
-        }
-        let mut name = meta::name(&obj).to_string();
-        if name.is_empty() {
-            let prefix = meta::meta_str(&obj, "generateName")
-                .unwrap_or_default()
-                .to_string();
-            if prefix.is_empty() {
-                return Err(invalid(
-                    rt,
-                    "",
-                    "metadata.name",
-                    FieldErrorType::Required,
-                    "Required value: name or generateName is required".into(),
-                ));
-            }
-            loop {
-                name = format!("{prefix}{}", meta::generate_suffix());
-                if self.store.get_ref(&obj_ref(rt, ns, &name)).is_none() {
-                    break;
-                }
-            }
-        }
-        if let Some(message) = meta::validate_name(&name, rt.is_namespace()) {
-            return Err(invalid(
-                rt,
-                &name,
-                "metadata.name",
-                FieldErrorType::Invalid,
-                message,
-            ));
-        }
-        if rt.namespaced {
-            self.check_namespace_open(ns, rt, &name)?;
-        }
-        let r = obj_ref(rt, ns, &name);
-        if self.store.get_ref(&r).is_some() {
-            return Err(ApiError::already_exists(&subject(rt, &name)));
-        }
-        // The storage layer refuses this (as a 500), which catches clients re-creating a fetched object.
-        if ownership == Ownership::Update && !meta::resource_version(&obj).is_empty() {
-            return Err(ApiError::internal(
-                "resourceVersion should not be set on objects to be created",
-            ));
-        }
-
-        {
-            let m = meta::meta_mut(&mut obj);
-            m.insert("name".into(), json!(name));
-            if rt.namespaced {
-                m.insert("namespace".into(), json!(ns));
-            } else {
-                m.remove("namespace");
-            }
-            m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
-            m.insert("creationTimestamp".into(), json!(meta::now()));
-            for server_owned in [
-                "resourceVersion",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "selfLink",
-            ] {
-                m.remove(server_owned);
-            }
-            if ownership == Ownership::Update {
-                m.remove("managedFields");
-            }
-            if rt.has_generation {
-                m.insert("generation".into(), json!(1));
-            } else {
-                m.remove("generation");
-            }
-        }
-        if rt.status_subresource && (rt.custom || rt.is_crd()) {
-            obj.as_object_mut().expect("object").remove("status");
-        }
-        if rt.is_secret() {
-            fold_string_data(&mut obj);
-            if obj.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
-                obj["type"] = json!("Opaque");
-            }
-        }
-        if rt.is_namespace() {
-            obj["spec"] = json!({"finalizers": ["kubernetes"]});
-            obj["status"] = json!({"phase": "Active"});
-        }
-        let mut warnings = Vec::new();
-        let mut crd_types = None;
-        if rt.is_crd() {
-            let types =
-                crd::resource_types(&obj).map_err(|e| ApiError::invalid(&rt.kind, &rt.group, &name, &e))?;
-            obj["status"] = crd::accepted_status(&obj, None);
-            let mut finalizers = meta::finalizers(&obj);
-            if !finalizers.iter().any(|f| f == crd::CLEANUP_FINALIZER) {
-                finalizers.push(crd::CLEANUP_FINALIZER.into());
-            }
-            meta::set_finalizers(&mut obj, &finalizers);
-            crd_types = Some(types);
-        }
-        obj = self.validate(rt, &name, obj, None, opts, &mut warnings, ownership)?;
-        if ownership == Ownership::Update {
-            let scope = if rt.status_subresource {
-                Scope::Main
-            } else {
-                Scope::Whole
-            };
-            ssa::record_update(
-                None,
-                &mut obj,
-                &opts.field_manager,
-                scope,
-                &rt.merge_schema,
-                &rt.api_version(),
-            );
-        }
-        if opts.dry_run {
-            return Ok(WriteOutcome {
-                object: obj,
-                created: true,
-                warnings,
-            });
-        }
-        let stored = self.store.put(&r, to_stored(rt, &obj));
-        if let Some(types) = crd_types {
-            self.register_crd_types(&stored, types);
-        }
-        if !meta::owner_uids(&stored).is_empty() {
-            self.tasks.push_back(Task::Dangling(r));
-        }
-        Ok(WriteOutcome {
-            object: to_served(rt, &stored),
-            created: true,
-            warnings,
-        })
-    }
-
-    /// Installs the resource types of an accepted CRD (replacing the previous versions).
-    pub(super) fn register_crd_types(&mut self, crd: &Value, types: Vec<crate::resources::ResourceType>) {
-        let group = crd
-            .pointer("/spec/group")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let plural = crd
-            .pointer("/spec/names/plural")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        self.registry.remove_resource(&group, &plural);
-        for t in types {
-            self.registry.insert(t);
-        }
-    }
-
-    fn check_namespace_open(&self, ns: &str, rt: &ResourceType, name: &str) -> ApiResult<()> {
-        match self.store.get("/namespaces", "", ns) {
-            None => Err(ApiError::not_found(&crate::errors::Subject {
-                group: "",
-                resource: "namespaces",
-                name: ns,
-            })),
-            Some(n) if meta::is_deleting(&n) => Err(ApiError::forbidden(
-                &subject(rt, name),
-                &format!("unable to create new content in namespace {ns} because it is being terminated"),
-            )),
-            Some(_) => Ok(()),
-        }
-    }
-
     /// Schema validation (CRs), pruning, defaulting and unknown-field handling.
     #[allow(clippy::too_many_arguments)]
-    fn validate(
+    pub(super) fn validate(
         &self,
         rt: &ResourceType,
         name: &str,
@@ -519,37 +326,6 @@ impl State {
         self.finish_write(rt, &r, old, patched, scope, opts, ownership)
     }
 
-    fn apply_create(
-        &mut self,
-        rt: &ResourceType,
-        ns: &str,
-        name: &str,
-        body: Value,
-        opts: &WriteOptions,
-    ) -> ApiResult<WriteOutcome> {
-        check_type_meta(rt, &body)?;
-        check_apply_identity(rt, name, &body)?;
-        let scope = if rt.status_subresource {
-            Scope::Main
-        } else {
-            Scope::Whole
-        };
-        let mut obj = ssa::apply(
-            None,
-            &body,
-            &opts.field_manager,
-            opts.force,
-            scope,
-            &rt.merge_schema,
-            &rt.api_version(),
-        )
-        .map_err(|c| ApiError::apply_conflicts(&subject(rt, name), &c, &rt.api_version()))?;
-        obj["apiVersion"] = json!(rt.api_version());
-        obj["kind"] = json!(rt.kind);
-        meta::meta_mut(&mut obj).insert("name".into(), json!(name));
-        self.create_object(rt, ns, obj, opts, Ownership::Applied)
-    }
-
     /// The shared tail of update and patch.
     #[allow(clippy::too_many_arguments)]
     fn finish_write(
@@ -711,7 +487,7 @@ fn set_or_remove(obj: &mut Value, key: &str, value: Option<Value>) {
 }
 
 /// The body's apiVersion and kind, when given, must be the URL's.
-fn check_type_meta(rt: &ResourceType, body: &Value) -> ApiResult<()> {
+pub(super) fn check_type_meta(rt: &ResourceType, body: &Value) -> ApiResult<()> {
     let api_version = body.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
     let kind = body.get("kind").and_then(Value::as_str).unwrap_or_default();
     let accepted = [rt.api_version(), rt.storage_api_version.clone()];
@@ -731,7 +507,7 @@ fn check_type_meta(rt: &ResourceType, body: &Value) -> ApiResult<()> {
 }
 
 /// An applied configuration names its object (kube-rs and kubectl always send name, apiVersion, kind).
-fn check_apply_identity(rt: &ResourceType, name: &str, body: &Value) -> ApiResult<()> {
+pub(super) fn check_apply_identity(rt: &ResourceType, name: &str, body: &Value) -> ApiResult<()> {
     // Applying an object read back from the server (with its managedFields) is a classic client
     // bug; the apiserver refuses it.
     if meta::meta(body)
