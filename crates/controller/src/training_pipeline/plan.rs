@@ -22,13 +22,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tpu_operator_api::{
-    conditions::{Progress, find_condition, reasons, types},
+    conditions::{Progress, reasons},
     training_pipeline::{
         PipelineOutputs, StageName, StageState, TrainingPipelinePhase as Phase, TrainingPipelineSpec,
         TrainingPipelineStatus,
     },
 };
-use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use super::status::{self, time};
 
@@ -36,75 +35,6 @@ use super::status::{self, time};
 pub const PREPROCESS_FAILED: &str = "PreprocessFailed";
 /// Reason of a pipeline whose owned child already exists but belongs to someone else.
 pub const CHILD_NOT_OWNED: &str = "ChildNotOwned";
-
-/// What the observe step saw of an owned child (`PreprocessBatch` or `TpuSlice`).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Child {
-    Absent,
-    /// An object of that name exists without this pipeline as its controller.
-    NotOwned,
-    /// Being deleted (finalizers cleaning the cloud).
-    Deleting,
-    /// Working on it (kstatus Reconciling, or not reconciled yet).
-    Progressing {
-        reason: String,
-        message: String,
-    },
-    Ready {
-        message: String,
-    },
-    Stalled {
-        reason: String,
-        message: String,
-    },
-}
-
-impl Child {
-    fn holds_cloud_resources(&self) -> bool {
-        matches!(
-            self,
-            Child::Progressing { .. } | Child::Ready { .. } | Child::Stalled { .. }
-        )
-    }
-}
-
-/// A Vertex custom job of this pipeline.
-#[derive(Clone, Debug, PartialEq)]
-pub struct JobView {
-    pub name: String,
-    /// The job's `tpu-operator-attempt` label.
-    pub attempt: i32,
-    pub state: JobState,
-    /// Vertex's error message, if any.
-    pub message: String,
-    /// Whether `<modelDir>model/` exists; only looked up once the job succeeded.
-    pub model_exists: Option<bool>,
-}
-
-/// TPU VM mode: the completion marker the training container wrote under `modelDir` during the
-/// current attempt (older markers are ignored).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Marker {
-    None,
-    Succeeded,
-    Failed { detail: String },
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum TrainingObserved {
-    Vertex { job: Option<JobView> },
-    TpuVm { slice: Child, marker: Marker },
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Observed {
-    pub preprocess: Child,
-    pub training: TrainingObserved,
-    /// Reaping only: the Vertex jobs still labelled with this pipeline's UID.
-    pub held_jobs: Vec<JobView>,
-    /// Reaping only: whether the delete operation in `status.pendingOperation` is done.
-    pub pending_operation_done: Option<bool>,
-}
 
 /// Training mode, from the spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -373,250 +303,6 @@ impl Planner<'_> {
         Some(step)
     }
 
-    fn vertex(&mut self, job: Option<&JobView>) -> Step {
-        let Some(job) = job else {
-            return self.start_attempt(self.st.attempts + 1, true, None);
-        };
-        let now = time(self.input.now);
-        self.st.attempts = self.st.attempts.max(job.attempt);
-        self.st.custom_job_name = Some(job.name.clone());
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
-        stage.gcp_name = Some(job.name.clone());
-        stage.attempts = stage.attempts.max(1);
-        stage.start_time.get_or_insert(now);
-        let attempt = job.attempt;
-        match job.state {
-            JobState::Queued | JobState::Pending => {
-                stage.state = StageState::Queued;
-                Step::working(
-                    Phase::Provisioning,
-                    reasons::QUEUED,
-                    format!(
-                        "custom job {} (attempt {attempt}) waits for TPU capacity",
-                        job.name
-                    ),
-                    Action::Nothing,
-                    Requeue::Active,
-                )
-            }
-            JobState::Running | JobState::Updating | JobState::Paused => {
-                stage.state = StageState::Running;
-                Step::working(
-                    Phase::Training,
-                    reasons::RUNNING,
-                    format!(
-                        "custom job {} (attempt {attempt}) is {}",
-                        job.name,
-                        job_state_name(&job.state)
-                    ),
-                    Action::Nothing,
-                    Requeue::Active,
-                )
-            }
-            JobState::Succeeded | JobState::PartiallySucceeded => match job.model_exists {
-                Some(true) => {
-                    let model = join_uri(&self.spec().artifacts.model_dir, "model/");
-                    self.finish_succeeded(model)
-                }
-                Some(false) => {
-                    stage.state = StageState::Failed;
-                    let model = join_uri(&self.spec().artifacts.model_dir, "model/");
-                    let msg = format!(
-                        "custom job {} succeeded but wrote no model under {model}",
-                        job.name
-                    );
-                    self.finish_failed(reasons::OUTPUT_MISSING, msg, Action::Nothing)
-                }
-                None => Step::working(
-                    Phase::Training,
-                    reasons::SUCCEEDED,
-                    "verifying the model output".into(),
-                    Action::Nothing,
-                    Requeue::Active,
-                ),
-            },
-            JobState::Failed => {
-                let detail = format!(
-                    "custom job {} (attempt {attempt}) failed: {}",
-                    job.name, job.message
-                );
-                self.attempt_failed(detail, Action::CreateJob { attempt: attempt + 1 })
-            }
-            JobState::Expired => {
-                let detail = format!(
-                    "custom job {} (attempt {attempt}) expired waiting for capacity; not counted as a failure",
-                    job.name
-                );
-                self.start_attempt(attempt + 1, false, Some(detail))
-            }
-            JobState::Cancelling | JobState::Cancelled => {
-                stage.state = StageState::Cancelled;
-                let msg = format!("custom job {} was cancelled outside the operator", job.name);
-                self.finish_failed(reasons::CANCELLED, msg, Action::Nothing)
-            }
-            // Unspecified and states newer than this client: keep polling.
-            _ => Step::working(
-                Phase::Training,
-                reasons::RUNNING,
-                format!(
-                    "custom job {} is in state {}",
-                    job.name,
-                    job_state_name(&job.state)
-                ),
-                Action::Nothing,
-                Requeue::Active,
-            ),
-        }
-    }
-
-    fn tpu_vm(&mut self, slice: &Child, marker: &Marker) -> Step {
-        let name = self.input.train_child.to_string();
-        let release = if slice.holds_cloud_resources() {
-            Action::DeleteSlice
-        } else {
-            Action::Nothing
-        };
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
-        stage.resource_name = Some(name.clone());
-        match marker {
-            Marker::Succeeded => {
-                let model = self.spec().artifacts.model_dir.clone();
-                let mut step = self.finish_succeeded(model);
-                step.action = release;
-                return step;
-            }
-            Marker::Failed { detail } => {
-                let detail = format!("training container failed on TpuSlice {name}: {detail}");
-                return self.attempt_failed(detail, release);
-            }
-            Marker::None => {}
-        }
-        match slice {
-            Child::Absent => self.start_attempt(self.st.attempts + 1, true, None),
-            Child::NotOwned => {
-                let msg = format!("TpuSlice {name} exists and is not owned by this pipeline");
-                self.finish_failed(CHILD_NOT_OWNED, msg, Action::Nothing)
-            }
-            Child::Deleting => Step::working(
-                Phase::Provisioning,
-                reasons::DELETING,
-                format!("waiting for TpuSlice {name} to finish deleting"),
-                Action::Nothing,
-                Requeue::Active,
-            ),
-            Child::Progressing { reason, message } => {
-                stage.state = StageState::Queued;
-                stage.message = Some(format!("{reason}: {message}"));
-                let requeue = if reason == reasons::WAITING_FOR_CAPACITY {
-                    Requeue::Capacity
-                } else {
-                    Requeue::Active
-                };
-                Step::working(
-                    Phase::Provisioning,
-                    reasons::PROVISIONING,
-                    format!("TpuSlice {name}: {message}"),
-                    Action::Nothing,
-                    requeue,
-                )
-            }
-            Child::Ready { .. } => {
-                stage.state = StageState::Running;
-                stage.message = Some("training container running".into());
-                Step::working(
-                    Phase::Training,
-                    reasons::RUNNING,
-                    format!("training on TpuSlice {name} (attempt {})", self.st.attempts),
-                    Action::Nothing,
-                    Requeue::Active,
-                )
-            }
-            Child::Stalled { reason, message } => {
-                let detail = format!("TpuSlice {name} stalled ({reason}): {message}");
-                self.attempt_failed(detail, Action::DeleteSlice)
-            }
-        }
-    }
-
-    /// A new training attempt: a Vertex job or a slice. `counted` attempts use up `maxRetries`.
-    fn start_attempt(&mut self, attempt: i32, counted: bool, why: Option<String>) -> Step {
-        let now = time(self.input.now);
-        let mode = Mode::of(self.spec()).unwrap_or(Mode::Vertex);
-        self.st.attempts = attempt;
-        self.st.custom_job_name = None;
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
-        stage.state = StageState::Queued;
-        // The start of the current attempt: TPU VM markers older than this belong to an earlier one.
-        stage.start_time = Some(now);
-        stage.end_time = None;
-        stage.gcp_name = None;
-        if counted {
-            stage.attempts += 1;
-        }
-        stage.message = why.clone();
-        let (action, what) = match mode {
-            Mode::Vertex => (Action::CreateJob { attempt }, "custom job"),
-            Mode::TpuVm => (Action::CreateSlice { attempt }, "TpuSlice"),
-        };
-        let reason = if attempt > 1 {
-            reasons::RETRYING
-        } else {
-            reasons::CREATING
-        };
-        let message = match why {
-            Some(why) => format!("{why}; creating {what} for attempt {attempt}"),
-            None => format!("creating {what} for attempt {attempt}"),
-        };
-        Step::working(Phase::Provisioning, reason, message, action, Requeue::Active)
-    }
-
-    /// A counted training attempt failed: retry (after `before_retry`, e.g. releasing the old
-    /// slice) while the budget lasts, else the pipeline fails.
-    fn attempt_failed(&mut self, detail: String, before_retry: Action) -> Step {
-        let max = self.spec().max_retries;
-        let attempts = status::stage(&self.st, StageName::Train).attempts;
-        if attempts > max {
-            let msg = format!("{detail}; no retries left ({attempts} attempts, maxRetries {max})");
-            status::stage_mut(&mut self.st, StageName::Train).state = StageState::Failed;
-            let release = match before_retry {
-                Action::DeleteSlice => Action::DeleteSlice,
-                _ => Action::Nothing,
-            };
-            return self.finish_failed(reasons::RETRIES_EXHAUSTED, msg, release);
-        }
-        match before_retry {
-            Action::CreateJob { attempt } => {
-                let note = format!("{detail}; retry {attempts} of {max}");
-                self.event(true, reasons::RETRYING, note);
-                self.start_attempt(attempt, true, Some(detail))
-            }
-            Action::DeleteSlice => Step::working(
-                Phase::Training,
-                reasons::RETRYING,
-                format!("{detail}; releasing the slice before retry {attempts} of {max}"),
-                Action::DeleteSlice,
-                Requeue::Active,
-            ),
-            // The slice is gone (or going): the next attempt starts once it is absent.
-            _ => match &self.input.observed.training {
-                TrainingObserved::TpuVm {
-                    slice: Child::Absent, ..
-                } => {
-                    let note = format!("{detail}; retry {attempts} of {max}");
-                    self.event(true, reasons::RETRYING, note);
-                    self.start_attempt(self.st.attempts + 1, true, Some(detail))
-                }
-                _ => Step::working(
-                    Phase::Training,
-                    reasons::RETRYING,
-                    format!("{detail}; waiting for the slice to be released before retrying"),
-                    Action::Nothing,
-                    Requeue::Active,
-                ),
-            },
-        }
-    }
-
     fn finish_succeeded(&mut self, model_uri: String) -> Step {
         let now = time(self.input.now);
         let stage = status::stage_mut(&mut self.st, StageName::Train);
@@ -662,94 +348,6 @@ impl Planner<'_> {
         }
     }
 
-    /// Succeeded or Failed: release what training still holds, then reap after the TTL.
-    fn finished(&mut self) -> Step {
-        let phase = self.st.phase;
-        let keep = |action, requeue| Step {
-            phase,
-            kstatus: None,
-            action,
-            requeue,
-        };
-        if let TrainingObserved::TpuVm { slice, .. } = &self.input.observed.training {
-            if slice.holds_cloud_resources() {
-                return keep(Action::DeleteSlice, Requeue::Active);
-            }
-            if *slice == Child::Deleting {
-                return keep(Action::Nothing, Requeue::Active);
-            }
-        }
-        let (Some(ttl), Some(done), None) = (
-            self.spec().ttl_seconds_after_finished,
-            self.st.completion_time.as_ref(),
-            self.st.reaped_time.as_ref(),
-        ) else {
-            return keep(Action::Nothing, Requeue::Stable);
-        };
-        let due = status::to_chrono(done) + chrono::Duration::seconds(ttl);
-        if self.input.now < due {
-            let wait = (due - self.input.now).to_std().unwrap_or_default();
-            return keep(Action::Nothing, Requeue::After(wait));
-        }
-        let observed = self.input.observed;
-        if self.st.pending_operation.is_some() {
-            match observed.pending_operation_done {
-                Some(true) => self.st.pending_operation = None,
-                _ => return keep(Action::Nothing, Requeue::Active),
-            }
-        }
-        if let Some(job) = observed.held_jobs.first() {
-            return keep(
-                Action::DeleteJob {
-                    name: job.name.clone(),
-                },
-                Requeue::Active,
-            );
-        }
-        self.st.reaped_time = Some(time(self.input.now));
-        let progress = if phase == Phase::Succeeded {
-            Progress::Ready
-        } else {
-            Progress::Stalled
-        };
-        let before = find_condition(&self.st.conditions, types::READY)
-            .or_else(|| find_condition(&self.st.conditions, types::STALLED))
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
-        let message = format!("{before}; cloud resources reaped after ttlSecondsAfterFinished={ttl}");
-        self.event(false, reasons::REAPED, message.clone());
-        Step {
-            phase,
-            kstatus: Some((progress, reasons::REAPED, message)),
-            action: Action::Nothing,
-            requeue: Requeue::Stable,
-        }
-    }
-
-    /// `spec.suspend`: nothing new is created; running work keeps running and is still tracked.
-    fn apply_suspend(&mut self, step: Step) -> Step {
-        if !self.spec().suspend || is_finished(step.phase) {
-            return step;
-        }
-        let action = if step.action.creates() {
-            Action::Nothing
-        } else {
-            step.action
-        };
-        Step {
-            phase: Phase::Suspended,
-            kstatus: Some((
-                Progress::Idle,
-                reasons::SUSPENDED,
-                "suspended: no new batch, job or slice is created; work already running keeps running \
-                 (delete the pipeline to cancel it)"
-                    .into(),
-            )),
-            action,
-            requeue: Requeue::Stable,
-        }
-    }
-
     fn finalize(mut self, step: Step) -> Plan {
         let old_phase = self.input.status.phase;
         let now = time(self.input.now);
@@ -773,9 +371,11 @@ impl Planner<'_> {
     }
 }
 
-fn job_state_name(state: &JobState) -> &str {
-    state.name().unwrap_or("JOB_STATE_UNKNOWN")
-}
+mod lifecycle;
+mod observed;
+mod training;
+
+pub use observed::{Child, JobView, Marker, Observed, TrainingObserved};
 
 #[cfg(test)]
 mod tests;

@@ -2,9 +2,11 @@
 
 use chrono::TimeZone;
 use tpu_operator_api::{
-    conditions::{Progress, progress_of},
+    conditions::{Progress, find_condition, progress_of, types},
     training_pipeline::TrainingPipeline,
 };
+
+use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use super::*;
 

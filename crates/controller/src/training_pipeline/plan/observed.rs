@@ -1,0 +1,72 @@
+//! What the plan reads: the observed children, Vertex job and TPU VM completion marker.
+
+use tpu_operator_gcp::aiplatform_v1::model::JobState;
+
+/// What the observe step saw of an owned child (`PreprocessBatch` or `TpuSlice`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Child {
+    Absent,
+    /// An object of that name exists without this pipeline as its controller.
+    NotOwned,
+    /// Being deleted (finalizers cleaning the cloud).
+    Deleting,
+    /// Working on it (kstatus Reconciling, or not reconciled yet).
+    Progressing {
+        reason: String,
+        message: String,
+    },
+    Ready {
+        message: String,
+    },
+    Stalled {
+        reason: String,
+        message: String,
+    },
+}
+
+impl Child {
+    pub(super) fn holds_cloud_resources(&self) -> bool {
+        matches!(
+            self,
+            Child::Progressing { .. } | Child::Ready { .. } | Child::Stalled { .. }
+        )
+    }
+}
+
+/// A Vertex custom job of this pipeline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobView {
+    pub name: String,
+    /// The job's `tpu-operator-attempt` label.
+    pub attempt: i32,
+    pub state: JobState,
+    /// Vertex's error message, if any.
+    pub message: String,
+    /// Whether `<modelDir>model/` exists; only looked up once the job succeeded.
+    pub model_exists: Option<bool>,
+}
+
+/// TPU VM mode: the completion marker the training container wrote under `modelDir` during the
+/// current attempt (older markers are ignored).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Marker {
+    None,
+    Succeeded,
+    Failed { detail: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TrainingObserved {
+    Vertex { job: Option<JobView> },
+    TpuVm { slice: Child, marker: Marker },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    pub preprocess: Child,
+    pub training: TrainingObserved,
+    /// Reaping only: the Vertex jobs still labelled with this pipeline's UID.
+    pub held_jobs: Vec<JobView>,
+    /// Reaping only: whether the delete operation in `status.pendingOperation` is done.
+    pub pending_operation_done: Option<bool>,
+}

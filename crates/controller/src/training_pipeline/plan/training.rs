@@ -1,0 +1,263 @@
+//! The training stage: a Vertex custom job or an owned TpuSlice, attempts and retries.
+
+use tpu_operator_api::{
+    conditions::reasons,
+    training_pipeline::{StageName, StageState, TrainingPipelinePhase as Phase},
+};
+use tpu_operator_gcp::aiplatform_v1::model::JobState;
+
+use super::{
+    Action, CHILD_NOT_OWNED, Child, JobView, Marker, Mode, Planner, Requeue, Step, TrainingObserved,
+    join_uri,
+    status::{self, time},
+};
+
+impl Planner<'_> {
+    pub(super) fn vertex(&mut self, job: Option<&JobView>) -> Step {
+        let Some(job) = job else {
+            return self.start_attempt(self.st.attempts + 1, true, None);
+        };
+        let now = time(self.input.now);
+        self.st.attempts = self.st.attempts.max(job.attempt);
+        self.st.custom_job_name = Some(job.name.clone());
+        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        stage.gcp_name = Some(job.name.clone());
+        stage.attempts = stage.attempts.max(1);
+        stage.start_time.get_or_insert(now);
+        let attempt = job.attempt;
+        match job.state {
+            JobState::Queued | JobState::Pending => {
+                stage.state = StageState::Queued;
+                Step::working(
+                    Phase::Provisioning,
+                    reasons::QUEUED,
+                    format!(
+                        "custom job {} (attempt {attempt}) waits for TPU capacity",
+                        job.name
+                    ),
+                    Action::Nothing,
+                    Requeue::Active,
+                )
+            }
+            JobState::Running | JobState::Updating | JobState::Paused => {
+                stage.state = StageState::Running;
+                Step::working(
+                    Phase::Training,
+                    reasons::RUNNING,
+                    format!(
+                        "custom job {} (attempt {attempt}) is {}",
+                        job.name,
+                        job_state_name(&job.state)
+                    ),
+                    Action::Nothing,
+                    Requeue::Active,
+                )
+            }
+            JobState::Succeeded | JobState::PartiallySucceeded => match job.model_exists {
+                Some(true) => {
+                    let model = join_uri(&self.spec().artifacts.model_dir, "model/");
+                    self.finish_succeeded(model)
+                }
+                Some(false) => {
+                    stage.state = StageState::Failed;
+                    let model = join_uri(&self.spec().artifacts.model_dir, "model/");
+                    let msg = format!(
+                        "custom job {} succeeded but wrote no model under {model}",
+                        job.name
+                    );
+                    self.finish_failed(reasons::OUTPUT_MISSING, msg, Action::Nothing)
+                }
+                None => Step::working(
+                    Phase::Training,
+                    reasons::SUCCEEDED,
+                    "verifying the model output".into(),
+                    Action::Nothing,
+                    Requeue::Active,
+                ),
+            },
+            JobState::Failed => {
+                let detail = format!(
+                    "custom job {} (attempt {attempt}) failed: {}",
+                    job.name, job.message
+                );
+                self.attempt_failed(detail, Action::CreateJob { attempt: attempt + 1 })
+            }
+            JobState::Expired => {
+                let detail = format!(
+                    "custom job {} (attempt {attempt}) expired waiting for capacity; not counted as a failure",
+                    job.name
+                );
+                self.start_attempt(attempt + 1, false, Some(detail))
+            }
+            JobState::Cancelling | JobState::Cancelled => {
+                stage.state = StageState::Cancelled;
+                let msg = format!("custom job {} was cancelled outside the operator", job.name);
+                self.finish_failed(reasons::CANCELLED, msg, Action::Nothing)
+            }
+            // Unspecified and states newer than this client: keep polling.
+            _ => Step::working(
+                Phase::Training,
+                reasons::RUNNING,
+                format!(
+                    "custom job {} is in state {}",
+                    job.name,
+                    job_state_name(&job.state)
+                ),
+                Action::Nothing,
+                Requeue::Active,
+            ),
+        }
+    }
+
+    pub(super) fn tpu_vm(&mut self, slice: &Child, marker: &Marker) -> Step {
+        let name = self.input.train_child.to_string();
+        let release = if slice.holds_cloud_resources() {
+            Action::DeleteSlice
+        } else {
+            Action::Nothing
+        };
+        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        stage.resource_name = Some(name.clone());
+        match marker {
+            Marker::Succeeded => {
+                let model = self.spec().artifacts.model_dir.clone();
+                let mut step = self.finish_succeeded(model);
+                step.action = release;
+                return step;
+            }
+            Marker::Failed { detail } => {
+                let detail = format!("training container failed on TpuSlice {name}: {detail}");
+                return self.attempt_failed(detail, release);
+            }
+            Marker::None => {}
+        }
+        match slice {
+            Child::Absent => self.start_attempt(self.st.attempts + 1, true, None),
+            Child::NotOwned => {
+                let msg = format!("TpuSlice {name} exists and is not owned by this pipeline");
+                self.finish_failed(CHILD_NOT_OWNED, msg, Action::Nothing)
+            }
+            Child::Deleting => Step::working(
+                Phase::Provisioning,
+                reasons::DELETING,
+                format!("waiting for TpuSlice {name} to finish deleting"),
+                Action::Nothing,
+                Requeue::Active,
+            ),
+            Child::Progressing { reason, message } => {
+                stage.state = StageState::Queued;
+                stage.message = Some(format!("{reason}: {message}"));
+                let requeue = if reason == reasons::WAITING_FOR_CAPACITY {
+                    Requeue::Capacity
+                } else {
+                    Requeue::Active
+                };
+                Step::working(
+                    Phase::Provisioning,
+                    reasons::PROVISIONING,
+                    format!("TpuSlice {name}: {message}"),
+                    Action::Nothing,
+                    requeue,
+                )
+            }
+            Child::Ready { .. } => {
+                stage.state = StageState::Running;
+                stage.message = Some("training container running".into());
+                Step::working(
+                    Phase::Training,
+                    reasons::RUNNING,
+                    format!("training on TpuSlice {name} (attempt {})", self.st.attempts),
+                    Action::Nothing,
+                    Requeue::Active,
+                )
+            }
+            Child::Stalled { reason, message } => {
+                let detail = format!("TpuSlice {name} stalled ({reason}): {message}");
+                self.attempt_failed(detail, Action::DeleteSlice)
+            }
+        }
+    }
+
+    /// A new training attempt: a Vertex job or a slice. `counted` attempts use up `maxRetries`.
+    pub(super) fn start_attempt(&mut self, attempt: i32, counted: bool, why: Option<String>) -> Step {
+        let now = time(self.input.now);
+        let mode = Mode::of(self.spec()).unwrap_or(Mode::Vertex);
+        self.st.attempts = attempt;
+        self.st.custom_job_name = None;
+        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        stage.state = StageState::Queued;
+        // The start of the current attempt: TPU VM markers older than this belong to an earlier one.
+        stage.start_time = Some(now);
+        stage.end_time = None;
+        stage.gcp_name = None;
+        if counted {
+            stage.attempts += 1;
+        }
+        stage.message = why.clone();
+        let (action, what) = match mode {
+            Mode::Vertex => (Action::CreateJob { attempt }, "custom job"),
+            Mode::TpuVm => (Action::CreateSlice { attempt }, "TpuSlice"),
+        };
+        let reason = if attempt > 1 {
+            reasons::RETRYING
+        } else {
+            reasons::CREATING
+        };
+        let message = match why {
+            Some(why) => format!("{why}; creating {what} for attempt {attempt}"),
+            None => format!("creating {what} for attempt {attempt}"),
+        };
+        Step::working(Phase::Provisioning, reason, message, action, Requeue::Active)
+    }
+
+    /// A counted training attempt failed: retry (after `before_retry`, e.g. releasing the old
+    /// slice) while the budget lasts, else the pipeline fails.
+    pub(super) fn attempt_failed(&mut self, detail: String, before_retry: Action) -> Step {
+        let max = self.spec().max_retries;
+        let attempts = status::stage(&self.st, StageName::Train).attempts;
+        if attempts > max {
+            let msg = format!("{detail}; no retries left ({attempts} attempts, maxRetries {max})");
+            status::stage_mut(&mut self.st, StageName::Train).state = StageState::Failed;
+            let release = match before_retry {
+                Action::DeleteSlice => Action::DeleteSlice,
+                _ => Action::Nothing,
+            };
+            return self.finish_failed(reasons::RETRIES_EXHAUSTED, msg, release);
+        }
+        match before_retry {
+            Action::CreateJob { attempt } => {
+                let note = format!("{detail}; retry {attempts} of {max}");
+                self.event(true, reasons::RETRYING, note);
+                self.start_attempt(attempt, true, Some(detail))
+            }
+            Action::DeleteSlice => Step::working(
+                Phase::Training,
+                reasons::RETRYING,
+                format!("{detail}; releasing the slice before retry {attempts} of {max}"),
+                Action::DeleteSlice,
+                Requeue::Active,
+            ),
+            // The slice is gone (or going): the next attempt starts once it is absent.
+            _ => match &self.input.observed.training {
+                TrainingObserved::TpuVm {
+                    slice: Child::Absent, ..
+                } => {
+                    let note = format!("{detail}; retry {attempts} of {max}");
+                    self.event(true, reasons::RETRYING, note);
+                    self.start_attempt(self.st.attempts + 1, true, Some(detail))
+                }
+                _ => Step::working(
+                    Phase::Training,
+                    reasons::RETRYING,
+                    format!("{detail}; waiting for the slice to be released before retrying"),
+                    Action::Nothing,
+                    Requeue::Active,
+                ),
+            },
+        }
+    }
+}
+
+fn job_state_name(state: &JobState) -> &str {
+    state.name().unwrap_or("JOB_STATE_UNKNOWN")
+}
