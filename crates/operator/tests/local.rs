@@ -149,6 +149,39 @@ fn invalid_manifest_is_rejected_naming_the_field_and_nothing_is_applied() {
     assert!(!stdout.contains("applied"), "nothing may be applied: {stdout}");
 }
 
+#[test]
+fn a_stalled_object_fails_the_run_with_its_reason() {
+    // Without seeded inputs the batch's declared input is missing: the controller stalls it.
+    let (out, _) = local(
+        &[
+            "examples/preprocess-batch.yaml",
+            "--seed-inputs=false",
+            "--timeout",
+            "60s",
+        ],
+        Duration::from_secs(120),
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "a stalled object must fail the run:\n{stdout}"
+    );
+    let summary: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("OBJECT ")).collect();
+    assert!(
+        summary
+            .iter()
+            .any(|l| l.starts_with("PreprocessBatch/tokenize-corpus") && l.contains("Stalled")),
+        "{stdout}"
+    );
+    assert!(
+        summary
+            .iter()
+            .any(|l| l.contains("gs://demo-project-tpu-data/raw/corpus/")),
+        "the reason (the missing input) must be shown:\n{stdout}"
+    );
+    assert!(stdout.contains("cloud resources left: 0"), "{stdout}");
+}
+
 fn kubectl_binary() -> PathBuf {
     if let Some(k) = std::env::var_os("KUBECTL") {
         return PathBuf::from(k);

@@ -40,6 +40,10 @@ pub struct LocalArgs {
     /// leaves them, and the emulators stop with the process anyway).
     #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub cleanup: bool,
+    /// Write a small sample object under every input the manifests declare, as if the raw data
+    /// were already uploaded (`--seed-inputs=false` shows what happens when it is not).
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub seed_inputs: bool,
     /// Keep the emulators and controllers running after the objects finished, print a kubeconfig
     /// path for kubectl, and wait for Ctrl-C.
     #[arg(long, conflicts_with = "cleanup")]
@@ -96,7 +100,11 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         println!("gcp-emulator: {}", gcp.url());
     }
 
-    let seeded = seed::seed_inputs(&gcp, &manifests);
+    let seeded = if args.seed_inputs {
+        seed::seed_inputs(&gcp, &manifests)
+    } else {
+        0
+    };
     if seeded > 0 {
         println!("seeded {seeded} declared input(s) in the emulated Cloud Storage");
     }
