@@ -271,3 +271,22 @@ async fn tpu_vm_training_succeeds_releases_the_slice_and_ttl_keeps_the_cr() {
     let ready = find_condition(&st.conditions, types::READY).unwrap();
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Reaped"));
 }
+
+#[tokio::test]
+async fn spot_preemption_during_tpu_vm_training_recreates_the_slice_without_a_retry() {
+    let env = started().await;
+    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    tp.metadata.namespace = Some(NS.into());
+    tp.spec.preprocess = None;
+    env.create(&tp).await;
+    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    env.gcp.inject(Fault::PreemptNode { name: node.clone() }).unwrap();
+    let done = wait_phase(&env, "tpu-vm-pipeline", Phase::Succeeded).await;
+    let slice_recreations =
+        env.gcp.call_count("tpu", "nodes.create") + env.gcp.call_count("tpu", "queuedResources.create");
+    assert!(slice_recreations >= 2, "{:?}", env.gcp.call_counts());
+    // The preemption used no retry: one counted attempt, one slice object.
+    assert_eq!(train_attempts(&done), 1, "{}", message(&done));
+    assert_eq!(done.status.as_ref().unwrap().attempts, 1);
+}
