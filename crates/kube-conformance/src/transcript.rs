@@ -62,6 +62,8 @@ pub enum SendError {
         request: String,
         source: kube::Error,
     },
+    #[error("scenario input: {message}")]
+    Scenario { message: String },
 }
 
 /// A client plus the transcript being recorded.

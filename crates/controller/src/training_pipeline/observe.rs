@@ -5,6 +5,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Api, Resource, ResourceExt};
+use tpu_operator_api::common::CostEstimate;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
     training_pipeline::{StageName, TrainingPipeline},
@@ -27,20 +28,34 @@ use crate::{
 pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Result<Observed> {
     let st = tp.status.clone().unwrap_or_default();
     let finished = is_finished(st.phase);
+    let mut costs = Vec::new();
     let preprocess = if tp.spec.preprocess.is_some() {
-        child::<tpu_operator_api::preprocess_batch::PreprocessBatch, _>(ctx, tp, &names.preprocess, |b| {
-            b.status.as_ref().map(|s| s.conditions.clone())
-        })
-        .await?
+        let (child, cost) = child::<tpu_operator_api::preprocess_batch::PreprocessBatch, _>(
+            ctx,
+            tp,
+            &names.preprocess,
+            |b| {
+                b.status
+                    .as_ref()
+                    .map(|s| (s.conditions.clone(), s.estimated_cost.clone()))
+            },
+        )
+        .await?;
+        costs.extend(cost);
+        child
     } else {
         Child::Absent
     };
     let training = match Mode::of(&tp.spec) {
         Ok(Mode::TpuVm) => {
-            let slice = child::<tpu_operator_api::tpu_slice::TpuSlice, _>(ctx, tp, &names.train, |s| {
-                s.status.as_ref().map(|s| s.conditions.clone())
-            })
-            .await?;
+            let (slice, cost) =
+                child::<tpu_operator_api::tpu_slice::TpuSlice, _>(ctx, tp, &names.train, |s| {
+                    s.status
+                        .as_ref()
+                        .map(|s| (s.conditions.clone(), s.estimated_cost.clone()))
+                })
+                .await?;
+            costs.extend(cost);
             let marker = if finished {
                 Marker::None
             } else {
@@ -81,6 +96,7 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Res
         training,
         held_jobs,
         pending_operation_done,
+        costs,
     })
 }
 
@@ -94,14 +110,19 @@ fn reap_due(ctx: &Context, tp: &TrainingPipeline) -> bool {
     ctx.clock.now() >= to_chrono(done) + chrono::Duration::seconds(ttl)
 }
 
-/// An owned child's state from its metadata and kstatus conditions.
-async fn child<K, F>(ctx: &Context, tp: &TrainingPipeline, name: &str, conditions: F) -> Result<Child>
+/// An owned child's state from its metadata and kstatus conditions, and its cost estimate.
+async fn child<K, F>(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    name: &str,
+    status_of: F,
+) -> Result<(Child, Option<CostEstimate>)>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned,
-    F: Fn(&K) -> Option<Vec<Condition>>,
+    F: Fn(&K) -> Option<(Vec<Condition>, Option<CostEstimate>)>,
 {
     let ns = tp
         .namespace()
@@ -112,7 +133,7 @@ where
         .await
         .map_err(ReconcileError::kube("get owned child"))?
     else {
-        return Ok(Child::Absent);
+        return Ok((Child::Absent, None));
     };
     let owned = obj
         .meta()
@@ -121,18 +142,18 @@ where
         .flatten()
         .any(|o| o.controller == Some(true) && Some(&o.uid) == tp.metadata.uid.as_ref());
     if !owned {
-        return Ok(Child::NotOwned);
+        return Ok((Child::NotOwned, None));
     }
+    let (conds, cost) = status_of(&obj).unwrap_or_default();
     if obj.meta().deletion_timestamp.is_some() {
-        return Ok(Child::Deleting);
+        return Ok((Child::Deleting, cost));
     }
-    let conds = conditions(&obj).unwrap_or_default();
     let text = |t: &str| {
         find_condition(&conds, t)
             .map(|c| (c.reason.clone(), c.message.clone()))
             .unwrap_or_default()
     };
-    Ok(match progress_of(&conds) {
+    let child = match progress_of(&conds) {
         Some(Progress::Ready) => Child::Ready {
             message: text(types::READY).1,
         },
@@ -152,7 +173,8 @@ where
             reason: "Pending".into(),
             message: "not reconciled yet".into(),
         },
-    })
+    };
+    Ok((child, cost))
 }
 
 fn job_view(job: CustomJob) -> JobView {

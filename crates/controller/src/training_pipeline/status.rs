@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use tpu_operator_api::{
     accelerator::{VertexAcceleratorType, parse_accelerator_type, shape_from_config},
+    common::CostEstimate,
     conditions::{self, Progress, condition, reasons, set_condition, types},
     training_pipeline::{
         StageKind, StageName, StageState, StageStatus, TrainingPipeline, TrainingPipelineSpec,
@@ -103,6 +104,20 @@ pub fn accelerator_of(spec: &TrainingPipelineSpec) -> Option<(String, i32)> {
     Some((shape.accelerator_type(), i32::try_from(shape.chips).ok()?))
 }
 
+/// The children's estimates summed (PreprocessBatch and TpuSlice publish one; there is no price
+/// table for Vertex jobs yet). The spend so far never goes down when a released slice disappears.
+pub fn aggregate_cost(old: Option<&CostEstimate>, children: &[CostEstimate]) -> Option<CostEstimate> {
+    if children.is_empty() && old.is_none() {
+        return None;
+    }
+    let sum: f64 = children.iter().map(|c| c.so_far_usd).sum();
+    Some(CostEstimate {
+        so_far_usd: old.map_or(0.0, |o| o.so_far_usd).max(sum),
+        per_hour_usd: children.iter().map(|c| c.per_hour_usd).sum(),
+        price_key: None,
+    })
+}
+
 pub fn set_kstatus(
     st: &mut TrainingPipelineStatus,
     progress: Progress,
@@ -199,4 +214,27 @@ pub async fn write(ctx: &Context, tp: &TrainingPipeline, new: &TrainingPipelineS
     }
     report::apply_status(ctx, tp, FIELD_MANAGER, new).await?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(so_far: f64, per_hour: f64) -> CostEstimate {
+        CostEstimate {
+            so_far_usd: so_far,
+            per_hour_usd: per_hour,
+            price_key: None,
+        }
+    }
+
+    #[test]
+    fn cost_sums_children_and_never_decreases() {
+        assert_eq!(aggregate_cost(None, &[]), None);
+        let both = aggregate_cost(None, &[cost(1.0, 0.0), cost(2.5, 10.0)]).unwrap();
+        assert_eq!((both.so_far_usd, both.per_hour_usd), (3.5, 10.0));
+        // The slice was released: its share stays in the total, the burn rate drops.
+        let after = aggregate_cost(Some(&both), &[cost(1.0, 0.0)]).unwrap();
+        assert_eq!((after.so_far_usd, after.per_hour_usd), (3.5, 0.0));
+    }
 }

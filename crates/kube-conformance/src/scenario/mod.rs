@@ -9,6 +9,7 @@
 mod builtin;
 mod custom;
 mod lifecycle;
+pub mod project;
 mod watch;
 
 use kube::core::{
@@ -27,14 +28,21 @@ const GROUP: &str = "conformance.tpu-operator.dev";
 
 /// Runs the whole scenario against `client` and returns what the server answered.
 pub async fn run(client: kube::Client) -> Result<Transcript, SendError> {
+    let input = |e: project::ProjectFileError| SendError::Scenario {
+        message: e.to_string(),
+    };
+    let files = project::load().map_err(input)?;
+    let project_crds = project::crd_names().map_err(input)?;
     let mut s = Session::new(client);
-    clear_leftovers(&s).await?;
+    clear_leftovers(&s, &project_crds).await?;
     setup(&mut s).await?;
     builtin::run(&mut s).await?;
     custom::run(&mut s).await?;
     lifecycle::run(&mut s).await?;
     watch::run(&mut s).await?;
+    project::run(&mut s, &files).await?;
     teardown(&mut s).await?;
+    project::teardown(&mut s, &project_crds).await?;
     Ok(s.into_transcript())
 }
 
@@ -71,20 +79,25 @@ pub(crate) fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
 
 /// A real cluster may still hold the previous run's namespace or CRD (a developer re-running the
 /// suite against one `up.sh start`); wait until they are gone so both transcripts start clean.
-async fn clear_leftovers(s: &Session) -> Result<(), SendError> {
+async fn clear_leftovers(s: &Session, project_crds: &[String]) -> Result<(), SendError> {
     let step = "<clear leftovers>";
-    let _ = s
-        .call(step, crds().delete(CRD_NAME, &DeleteParams::default()))
-        .await?;
-    let _ = s
-        .call(step, namespaces().delete(NAMESPACE, &DeleteParams::default()))
+    let mut crd_names = vec![CRD_NAME.to_owned()];
+    crd_names.extend(project_crds.iter().cloned());
+    for name in &crd_names {
+        s.call(step, crds().delete(name, &DeleteParams::default()))
+            .await?;
+    }
+    s.call(step, namespaces().delete(NAMESPACE, &DeleteParams::default()))
         .await?;
     let deadline = tokio::time::Instant::now() + crate::transcript::POLL_DEADLINE;
-    for req in [
-        || crds().get(CRD_NAME, &GetParams::default()),
-        || namespaces().get(NAMESPACE, &GetParams::default()),
-    ] {
-        while s.call(step, req()).await?.0 != 404 && tokio::time::Instant::now() < deadline {
+    let leftovers = crd_names
+        .iter()
+        .map(|name| (crds(), name.as_str()))
+        .chain([(namespaces(), NAMESPACE)]);
+    for (collection, name) in leftovers {
+        while s.call(step, collection.get(name, &GetParams::default())).await?.0 != 404
+            && tokio::time::Instant::now() < deadline
+        {
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         }
     }

@@ -1,5 +1,6 @@
 //! What the plan reads: the observed children, Vertex job and TPU VM completion marker.
 
+use tpu_operator_api::common::CostEstimate;
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 /// What the observe step saw of an owned child (`PreprocessBatch` or `TpuSlice`).
@@ -69,4 +70,6 @@ pub struct Observed {
     pub held_jobs: Vec<JobView>,
     /// Reaping only: whether the delete operation in `status.pendingOperation` is done.
     pub pending_operation_done: Option<bool>,
+    /// Cost estimates the children publish (the Vertex job has none: no price table for it yet).
+    pub costs: Vec<CostEstimate>,
 }

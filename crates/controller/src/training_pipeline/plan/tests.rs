@@ -53,6 +53,7 @@ fn vertex(preprocess: Child, job: Option<JobView>) -> Observed {
         training: TrainingObserved::Vertex { job },
         held_jobs: vec![],
         pending_operation_done: None,
+        costs: vec![],
     }
 }
 
@@ -62,6 +63,7 @@ fn vm(slice: Child, marker: Marker) -> Observed {
         training: TrainingObserved::TpuVm { slice, marker },
         held_jobs: vec![],
         pending_operation_done: None,
+        costs: vec![],
     }
 }
 
