@@ -1,0 +1,97 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "tpu-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: <release>-tpu-operator, or the release name when it already contains the chart name. */}}
+{{- define "tpu-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tpu-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object but the gcp-emulator's. */}}
+{{- define "tpu-operator.labels" -}}
+{{ include "tpu-operator.commonLabels" . }}
+{{ include "tpu-operator.selectorLabels" . }}
+{{- end }}
+
+{{/* Labels of the gcp-emulator's objects (another component, so the operator's selectors skip them). */}}
+{{- define "tpu-operator.emulatorLabels" -}}
+{{ include "tpu-operator.commonLabels" . }}
+{{ include "tpu-operator.emulatorSelectorLabels" . }}
+{{- end }}
+
+{{- define "tpu-operator.commonLabels" -}}
+helm.sh/chart: {{ include "tpu-operator.chart" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tpu-operator
+{{- end }}
+
+{{/* Selector labels of the operator pods. */}}
+{{- define "tpu-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tpu-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Selector labels of the gcp-emulator pod. */}}
+{{- define "tpu-operator.emulatorSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "tpu-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: gcp-emulator
+{{- end }}
+
+{{- define "tpu-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tpu-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The namespace the controllers watch in Namespace scope. */}}
+{{- define "tpu-operator.watchNamespace" -}}
+{{- default .Release.Namespace .Values.watchNamespace }}
+{{- end }}
+
+{{- define "tpu-operator.emulatorName" -}}
+{{- printf "%s-gcp-emulator" (include "tpu-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The operator's config file: the values under `config` without empty strings, plus the keys the
+chart owns (namespace, metricsAddr, gcpEmulator). Every key is one `tpu-operator run --config` knows.
+*/}}
+{{- define "tpu-operator.config" -}}
+{{- $config := dict }}
+{{- range $key, $value := .Values.config }}
+{{- if not (and (kindIs "string" $value) (eq $value "")) }}
+{{- $_ := set $config $key $value }}
+{{- end }}
+{{- end }}
+{{- $_ := set $config "metricsAddr" (printf "0.0.0.0:%d" (int .Values.metrics.port)) }}
+{{- if eq .Values.scope "Namespace" }}
+{{- $_ := set $config "namespace" (include "tpu-operator.watchNamespace" .) }}
+{{- end }}
+{{- if .Values.gcpEmulator.enabled }}
+{{- $_ := set $config "gcpEmulator" (printf "http://%s.%s.svc:%d" (include "tpu-operator.emulatorName" .) .Release.Namespace (int .Values.gcpEmulator.port)) }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{- define "tpu-operator.image" -}}
+{{- printf "%s:%s" .repository (.tag | default .appVersion) }}
+{{- end }}

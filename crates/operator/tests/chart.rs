@@ -1,0 +1,543 @@
+//! The Helm chart (charts/tpu-operator) with the real helm 4: `lint --strict`, rendering in
+//! cluster-wide and namespaced modes, the chart's CRDs equal to `crds/`, bad values rejected by
+//! values.schema.json, every rendered built-in object valid against the Kubernetes API types, the
+//! RBAC the controllers need (and nothing more), and the generated files (deploy/, the chart README,
+//! the argocd-cm snippet) current. `tests/chart_apply.rs` applies the rendering to kube-emulator.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+use support::{ALL_OPTIONS, Helm, chart_dir, documents, find, generate, kinds, repo_root};
+
+#[test]
+fn helm_lint_strict_passes_with_defaults_and_with_every_option() {
+    let helm = Helm::new();
+    let chart = chart_dir();
+    let chart = chart.to_str().unwrap();
+    helm.ok(&["lint", "--strict", chart]);
+    let mut args = vec!["lint", "--strict", chart];
+    args.extend_from_slice(ALL_OPTIONS);
+    helm.ok(&args);
+    helm.ok(&[
+        "lint",
+        "--strict",
+        chart,
+        "--set",
+        "scope=Namespace,watchNamespace=team-a",
+    ]);
+}
+
+#[test]
+fn chart_crds_are_the_generated_crds() {
+    let root = repo_root();
+    let names = |dir: &std::path::Path| -> BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    let chart_crds = chart_dir().join("crds");
+    assert_eq!(
+        names(&root.join("crds")),
+        names(&chart_crds),
+        "charts/tpu-operator/crds must hold exactly crds/*"
+    );
+    for name in names(&chart_crds) {
+        assert_eq!(
+            std::fs::read(root.join("crds").join(&name)).unwrap(),
+            std::fs::read(chart_crds.join(&name)).unwrap(),
+            "charts/tpu-operator/crds/{name} differs from crds/{name}: cp crds/*.yaml charts/tpu-operator/crds/"
+        );
+    }
+    // What helm actually renders (--include-crds) equals the generated CRDs, document by document.
+    let rendered = documents(&Helm::new().template(&["--include-crds"]));
+    let rendered: Vec<&Value> = rendered
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .collect();
+    let generated = documents(&tpu_operator_api::crds::render_stream());
+    assert_eq!(rendered.len(), 3);
+    for crd in generated {
+        assert!(
+            rendered.contains(&&crd),
+            "helm renders a different {}",
+            crd["metadata"]["name"]
+        );
+    }
+}
+
+#[test]
+fn cluster_scope_renders_the_operator_with_cluster_roles() {
+    let docs = documents(&Helm::new().template(&[
+        "--set",
+        "serviceAccount.gcpServiceAccount=op@my-proj.iam.gserviceaccount.com",
+    ]));
+    assert_eq!(
+        kinds(&docs),
+        [
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount"
+        ]
+    );
+    let sa = find(&docs, "ServiceAccount", Some("tpu-operator"));
+    assert_eq!(
+        sa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"],
+        "op@my-proj.iam.gserviceaccount.com"
+    );
+
+    let deploy = find(&docs, "Deployment", None);
+    assert_eq!(deploy["spec"]["replicas"], 2);
+    let pod = &deploy["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "tpu-operator");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    let c = &pod["containers"][0];
+    assert_eq!(
+        c["args"],
+        json!(["run", "--config", "/etc/tpu-operator/config.yaml"])
+    );
+    let sc = &c["securityContext"];
+    assert_eq!(
+        (
+            &sc["allowPrivilegeEscalation"],
+            &sc["readOnlyRootFilesystem"],
+            &sc["capabilities"]["drop"]
+        ),
+        (&json!(false), &json!(true), &json!(["ALL"]))
+    );
+    let env: Vec<&str> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "RUST_LOG"]);
+    assert_eq!(c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
+    assert_eq!(
+        c["env"][1]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["ports"][0]["containerPort"], 8080);
+    assert!(
+        c["resources"]["requests"]["memory"].is_string() && c["resources"]["limits"]["memory"].is_string()
+    );
+
+    let config = operator_config(&docs);
+    assert_eq!(config["metricsAddr"], "0.0.0.0:8080");
+    assert_eq!(config["leaderElect"], true);
+    assert!(
+        config.get("namespace").is_none(),
+        "cluster scope watches every namespace: {config}"
+    );
+    assert!(
+        config.get("project").is_none(),
+        "empty values are left out so the binary's defaults apply"
+    );
+
+    let role = find(&docs, "ClusterRole", Some("tpu-operator"));
+    assert_eq!(rules(role), controller_rules());
+    let binding = find(&docs, "ClusterRoleBinding", Some("tpu-operator"));
+    assert_eq!(
+        binding["subjects"][0],
+        json!({"kind": "ServiceAccount", "name": "tpu-operator", "namespace": "tpu-operator"})
+    );
+    assert_crd_reader_and_lease_role(&docs, "tpu-operator");
+}
+
+#[test]
+fn namespace_scope_renders_roles_in_the_watched_namespace_and_passes_it_to_the_binary() {
+    let docs = documents(&Helm::new().template(&["--set", "scope=Namespace,watchNamespace=team-a"]));
+    let role = find(&docs, "Role", Some("tpu-operator"));
+    assert_eq!(role["metadata"]["namespace"], "team-a");
+    assert_eq!(rules(role), controller_rules());
+    let binding = find(&docs, "RoleBinding", Some("tpu-operator"));
+    assert_eq!(binding["metadata"]["namespace"], "team-a");
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(
+        binding["subjects"][0]["namespace"], "tpu-operator",
+        "the operator runs in the release namespace"
+    );
+    assert_eq!(operator_config(&docs)["namespace"], "team-a");
+    // The only cluster-scoped grant left is reading the three CRDs by name.
+    let cluster_roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole").collect();
+    assert_eq!(cluster_roles.len(), 1);
+    assert_crd_reader_and_lease_role(&docs, "tpu-operator");
+
+    // Without watchNamespace, the release namespace is watched.
+    let docs = documents(&Helm::new().template(&["--set", "scope=Namespace"]));
+    assert_eq!(
+        find(&docs, "Role", Some("tpu-operator"))["metadata"]["namespace"],
+        "tpu-operator"
+    );
+    assert_eq!(operator_config(&docs)["namespace"], "tpu-operator");
+}
+
+#[test]
+fn optional_parts_render_when_enabled() {
+    let docs = documents(&Helm::new().template(ALL_OPTIONS));
+    for kind in ["ServiceMonitor", "PrometheusRule", "NetworkPolicy"] {
+        find(&docs, kind, None);
+    }
+    let emulator = find(&docs, "Deployment", Some("tpu-operator-gcp-emulator"));
+    let args = &emulator["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(args, &json!(["--listen", "0.0.0.0:8085", "--time-scale", "1"]));
+    find(&docs, "Service", Some("tpu-operator-gcp-emulator"));
+    assert_eq!(
+        operator_config(&docs)["gcpEmulator"],
+        "http://tpu-operator-gcp-emulator.tpu-operator.svc:8085"
+    );
+    // The metrics Service (and so the ServiceMonitor) selects operator pods only, not the emulator.
+    let svc = find(&docs, "Service", Some("tpu-operator"));
+    assert_eq!(svc["spec"]["selector"]["app.kubernetes.io/component"], "operator");
+    let dashboard = find(&docs, "ConfigMap", Some("tpu-operator-dashboard"));
+    let json: Value = serde_json::from_str(dashboard["data"]["tpu-operator.json"].as_str().unwrap()).unwrap();
+    assert_eq!(json["uid"], "tpu-operator");
+    let ksm = find(&docs, "ConfigMap", Some("tpu-operator-kube-state-metrics"));
+    let ksm: Value =
+        serde_yaml::from_str(ksm["data"]["custom-resource-state.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(ksm["spec"]["resources"].as_array().unwrap().len(), 3);
+    let rule = find(&docs, "PrometheusRule", None);
+    let alerts: Vec<&str> = rule["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        alerts,
+        [
+            "TpuOperatorNoLeader",
+            "TpuOperatorReconcileErrors",
+            "TpuOperatorGcpErrorRate",
+            "TpuOperatorGcpPermissionDenied",
+            "TpuOperatorObjectStalled",
+            "TpuOperatorObjectNotObserved",
+            "TpuSliceRunningLong",
+            "TpuSliceIdle"
+        ]
+    );
+    // One replica: no PodDisruptionBudget (it would block every drain).
+    let docs = documents(&Helm::new().template(&["--set", "replicaCount=1,config.leaderElect=false"]));
+    assert!(!kinds(&docs).contains(&"PodDisruptionBudget".to_string()));
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["metadata"]["name"] == "tpu-operator-leader-election")
+    );
+}
+
+#[test]
+fn bad_values_are_rejected_by_the_schema() {
+    let helm = Helm::new();
+    let chart = chart_dir();
+    for (set, expected) in [
+        ("replicaCount=two", "replicaCount"),
+        ("replicas=2", "replicas"),
+        ("config.concurency=3", "concurency"),
+        ("config.concurrency=0", "concurrency"),
+        ("config.logFormat=xml", "logFormat"),
+        ("config.pollActive=soon", "pollActive"),
+        ("scope=Everything", "scope"),
+        (
+            "serviceAccount.gcpServiceAccount=not-an-email",
+            "gcpServiceAccount",
+        ),
+        ("metrics.port=70000", "port"),
+        ("gcpEmulator.timeScale=0", "timeScale"),
+    ] {
+        let out = helm.run(&["template", "x", chart.to_str().unwrap(), "--set", set]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--set {set} was accepted");
+        assert!(
+            stderr.contains(expected),
+            "--set {set}: the error does not name {expected}:\n{stderr}"
+        );
+    }
+    // Strings for numbers are refused where a YAML values file would be too.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, "config:\n  concurrency: \"16\"\n").unwrap();
+    let out = helm.run(&[
+        "template",
+        "x",
+        chart.to_str().unwrap(),
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn config_keys_are_the_binary_config_keys() {
+    // Every key the chart can put in the ConfigMap must be one `tpu-operator run --config` knows
+    // (it denies unknown keys); tests/chart_apply.rs also starts the binary on the rendered file.
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap())
+            .unwrap();
+    let mut keys: BTreeSet<String> = schema["properties"]["config"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    keys.extend(["metricsAddr", "namespace", "gcpEmulator"].map(String::from));
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_tpu-operator"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    for key in keys {
+        let flag = format!("--{}", kebab(&key));
+        assert!(
+            help.contains(&flag),
+            "config key {key} has no flag {flag} in `tpu-operator run --help`"
+        );
+    }
+}
+
+#[test]
+fn rendered_built_in_objects_match_the_kubernetes_api_types() {
+    // kube-emulator serves only some built-in kinds, so the others are checked against the API
+    // types: deserialize into k8s-openapi's struct and serialize back; a misspelled or misplaced
+    // field disappears in the round trip.
+    use k8s_openapi::api::{apps, core, networking, policy, rbac};
+    for extra in [&[][..], ALL_OPTIONS, &["--set", "scope=Namespace"]] {
+        for doc in documents(&Helm::new().template(extra)) {
+            let kind = doc["kind"].as_str().unwrap().to_string();
+            let back = match kind.as_str() {
+                "Deployment" => round_trip::<apps::v1::Deployment>(&doc),
+                "Service" => round_trip::<core::v1::Service>(&doc),
+                "ServiceAccount" => round_trip::<core::v1::ServiceAccount>(&doc),
+                "ConfigMap" => round_trip::<core::v1::ConfigMap>(&doc),
+                "ClusterRole" => round_trip::<rbac::v1::ClusterRole>(&doc),
+                "ClusterRoleBinding" => round_trip::<rbac::v1::ClusterRoleBinding>(&doc),
+                "Role" => round_trip::<rbac::v1::Role>(&doc),
+                "RoleBinding" => round_trip::<rbac::v1::RoleBinding>(&doc),
+                "PodDisruptionBudget" => round_trip::<policy::v1::PodDisruptionBudget>(&doc),
+                "NetworkPolicy" => round_trip::<networking::v1::NetworkPolicy>(&doc),
+                "ServiceMonitor" | "PrometheusRule" => {
+                    assert_eq!(doc["apiVersion"], "monitoring.coreos.com/v1");
+                    continue;
+                }
+                other => panic!("unexpected kind {other}"),
+            };
+            assert_eq!(
+                normalize(doc.clone()),
+                normalize(back),
+                "{kind} {} does not survive the API types",
+                doc["metadata"]["name"]
+            );
+        }
+    }
+}
+
+#[test]
+fn generated_files_are_current() {
+    let helm = Helm::new();
+    let root = repo_root();
+    let bless = std::env::var_os("TPU_OPERATOR_BLESS").is_some();
+    let mut stale = Vec::new();
+    for (path, expected) in generate::expected_files(&helm) {
+        let full = root.join(&path);
+        if std::fs::read_to_string(&full).ok().as_deref() != Some(expected.as_str()) {
+            if bless {
+                std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+                std::fs::write(&full, expected).unwrap();
+            } else {
+                stale.push(path.display().to_string());
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "out of date: {stale:?}; run TPU_OPERATOR_BLESS=1 cargo test -p tpu-operator --test chart and commit the result"
+    );
+    // The kustomize bases build (kubectl's built-in kustomize).
+    for (dir, objects) in [("deploy", 15), ("deploy/staging", 17), ("deploy/monitoring", 4)] {
+        let out = std::process::Command::new(support::kubectl())
+            .args(["kustomize", root.join(dir).to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl kustomize {dir}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            documents(&String::from_utf8(out.stdout).unwrap()).len(),
+            objects,
+            "objects in {dir}"
+        );
+    }
+}
+
+#[test]
+fn every_value_is_documented_and_in_the_schema() {
+    let values: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap()).unwrap();
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap())
+            .unwrap();
+    let documented: Vec<Vec<String>> = generate::documented_values()
+        .into_iter()
+        .map(|d| d.path)
+        .collect();
+    // Every leaf of values.yaml is documented itself or through a documented parent.
+    fn leaves(v: &Value, path: Vec<String>, out: &mut Vec<Vec<String>>) {
+        match v.as_object() {
+            Some(m) if !m.is_empty() => m.iter().for_each(|(k, v)| {
+                let mut p = path.clone();
+                p.push(k.clone());
+                leaves(v, p, out)
+            }),
+            _ => out.push(path),
+        }
+    }
+    let mut all = Vec::new();
+    leaves(&values, vec![], &mut all);
+    for leaf in all {
+        assert!(
+            documented.iter().any(|d| leaf.starts_with(d)),
+            "values.yaml: {} has no `# --` description",
+            leaf.join(".")
+        );
+        let top = generate::schema_at(&schema, &leaf[..1]);
+        assert!(top.is_some(), "values.schema.json does not declare {}", leaf[0]);
+    }
+    for d in &documented {
+        assert!(
+            generate::schema_at(&schema, d).is_some(),
+            "values.schema.json does not declare {}",
+            d.join(".")
+        );
+        assert!(
+            generate::lookup(&values, d).is_some(),
+            "documented {} is not in values.yaml",
+            d.join(".")
+        );
+    }
+}
+
+fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) -> Value {
+    let typed: T = serde_json::from_value(doc.clone()).expect("deserializes into the API type");
+    serde_json::to_value(typed).unwrap()
+}
+
+/// Drops nulls and empty objects / arrays (absent and empty are the same to the API types).
+fn normalize(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, normalize(v)))
+                .filter(|(_, v)| !(v.is_null() || v == &json!({}) || v == &json!([])))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(normalize).collect()),
+        other => other,
+    }
+}
+
+fn kebab(camel: &str) -> String {
+    camel.chars().fold(String::new(), |mut s, c| {
+        if c.is_ascii_uppercase() {
+            s.push('-');
+            s.push(c.to_ascii_lowercase());
+        } else {
+            s.push(c);
+        }
+        s
+    })
+}
+
+fn operator_config(docs: &[Value]) -> Value {
+    let cm = find(docs, "ConfigMap", Some("tpu-operator"));
+    serde_yaml::from_str(cm["data"]["config.yaml"].as_str().unwrap()).unwrap()
+}
+
+/// (apiGroups, resources, resourceNames, verbs) per rule.
+fn rules(role: &Value) -> Vec<Value> {
+    role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            json!([
+                r["apiGroups"],
+                r["resources"],
+                r.get("resourceNames").cloned().unwrap_or(Value::Null),
+                r["verbs"]
+            ])
+        })
+        .collect()
+}
+
+/// What the controllers do (crates/controller): see the comments in templates/rbac.yaml.
+fn controller_rules() -> Vec<Value> {
+    let g = json!(["tpu-operator.dev"]);
+    vec![
+        json!([
+            g,
+            ["tpuslices", "preprocessbatches", "trainingpipelines"],
+            null,
+            ["get", "list", "watch", "patch"]
+        ]),
+        json!([g, ["tpuslices", "preprocessbatches"], null, ["create", "delete"]]),
+        json!([
+            g,
+            [
+                "tpuslices/status",
+                "preprocessbatches/status",
+                "trainingpipelines/status"
+            ],
+            null,
+            ["patch"]
+        ]),
+        json!([g, ["trainingpipelines/finalizers"], null, ["update"]]),
+        json!([["events.k8s.io"], ["events"], null, ["create", "patch"]]),
+    ]
+}
+
+fn assert_crd_reader_and_lease_role(docs: &[Value], release_ns: &str) {
+    let crds = find(docs, "ClusterRole", Some("tpu-operator-crds"));
+    assert_eq!(
+        rules(crds),
+        vec![json!([
+            ["apiextensions.k8s.io"],
+            ["customresourcedefinitions"],
+            [
+                "tpuslices.tpu-operator.dev",
+                "preprocessbatches.tpu-operator.dev",
+                "trainingpipelines.tpu-operator.dev"
+            ],
+            ["get", "list", "watch"]
+        ])]
+    );
+    let lease = find(docs, "Role", Some("tpu-operator-leader-election"));
+    assert_eq!(lease["metadata"]["namespace"], release_ns);
+    assert_eq!(
+        rules(lease),
+        vec![
+            json!([["coordination.k8s.io"], ["leases"], null, ["create"]]),
+            json!([
+                ["coordination.k8s.io"],
+                ["leases"],
+                ["tpu-operator"],
+                ["get", "patch"]
+            ]),
+        ]
+    );
+}

@@ -1,0 +1,139 @@
+//! Shared by the chart tests: the real helm and kubectl (from `TPU_OPERATOR_TOOLS`, installed by
+//! scripts/install-tools.sh; missing tools fail the tests, they never skip), chart rendering, and
+//! multi-document YAML parsing.
+#![allow(dead_code)]
+
+pub mod generate;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Release name and namespace used for every rendering (and for deploy/).
+pub const RELEASE: &str = "tpu-operator";
+pub const NAMESPACE: &str = "tpu-operator";
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+pub fn chart_dir() -> PathBuf {
+    repo_root().join("charts/tpu-operator")
+}
+
+fn tool(name: &str) -> PathBuf {
+    let dir = std::env::var_os("TPU_OPERATOR_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tpu-operator/tools/bin")
+        });
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{name} not found at {}: run scripts/install-tools.sh (CI does) or set TPU_OPERATOR_TOOLS",
+        path.display()
+    );
+    path
+}
+
+pub fn kubectl() -> PathBuf {
+    tool("kubectl")
+}
+
+/// helm with its cache/config/data homes in a temporary directory, so tests never touch ~/.
+pub struct Helm {
+    bin: PathBuf,
+    home: tempfile::TempDir,
+}
+
+impl Helm {
+    pub fn new() -> Self {
+        Self {
+            bin: tool("helm"),
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        Command::new(&self.bin)
+            .args(args)
+            .env("HELM_CACHE_HOME", self.home.path().join("cache"))
+            .env("HELM_CONFIG_HOME", self.home.path().join("config"))
+            .env("HELM_DATA_HOME", self.home.path().join("data"))
+            .output()
+            .expect("run helm")
+    }
+
+    /// Runs helm; panics with its output unless it succeeds; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "helm {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `helm template tpu-operator charts/tpu-operator -n tpu-operator <extra>`.
+    pub fn template(&self, extra: &[&str]) -> String {
+        let chart = chart_dir();
+        let mut args = vec![
+            "template",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "--namespace",
+            NAMESPACE,
+        ];
+        args.extend_from_slice(extra);
+        self.ok(&args)
+    }
+}
+
+/// Every non-empty document of a YAML stream, as JSON values.
+pub fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|doc| Value::deserialize(doc).expect("valid YAML document"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The one document of `kind` (and `name`, when given).
+pub fn find<'a>(docs: &'a [Value], kind: &str, name: Option<&str>) -> &'a Value {
+    let found: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == kind && name.is_none_or(|n| d["metadata"]["name"] == n))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one {kind} {name:?}, found {}",
+        found.len()
+    );
+    found[0]
+}
+
+pub fn kinds(docs: &[Value]) -> Vec<String> {
+    let mut k: Vec<String> = docs
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap().to_string())
+        .collect();
+    k.sort();
+    k
+}
+
+/// Every optional part of the chart switched on.
+pub const ALL_OPTIONS: &[&str] = &[
+    "--set",
+    "gcpEmulator.enabled=true,networkPolicy.enabled=true,metrics.serviceMonitor.enabled=true,\
+     metrics.prometheusRule.enabled=true,metrics.grafanaDashboard.enabled=true,\
+     metrics.kubeStateMetrics.enabled=true,serviceAccount.gcpServiceAccount=tpu-operator@my-proj.iam.gserviceaccount.com",
+];

@@ -1,0 +1,91 @@
+-- Argo CD health check for the tpu-operator.dev kinds (TpuSlice, PreprocessBatch,
+-- TrainingPipeline). They publish kstatus-style status: status.observedGeneration and the
+-- conditions Ready / Reconciling / Stalled (plus phase). Lua 5.1 subset (Argo CD uses gopher-lua).
+--
+--   no status yet, or observedGeneration behind generation  -> Progressing
+--   Stalled=True                                             -> Degraded  (terminal failure, policy refusal)
+--   phase Suspended / Suspended=True (spec.suspend)          -> Suspended
+--   Reconciling=True                                         -> Progressing (creating, queued, running, cancelling)
+--   Ready=True                                               -> Healthy
+--   anything else                                            -> Progressing
+local hs = {}
+
+local function condition(conditions, type)
+  if conditions == nil then
+    return nil
+  end
+  for _, c in ipairs(conditions) do
+    if c.type == type then
+      return c
+    end
+  end
+  return nil
+end
+
+local function describe(c)
+  if c.message ~= nil and c.message ~= "" then
+    return c.reason .. ": " .. c.message
+  end
+  return c.reason
+end
+
+if obj.status == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to report status"
+  return hs
+end
+
+local generation = obj.metadata.generation
+local observed = obj.status.observedGeneration
+if observed == nil or (generation ~= nil and observed < generation) then
+  hs.status = "Progressing"
+  if generation ~= nil then
+    hs.message = "Waiting for the operator to observe generation " .. tostring(generation)
+  else
+    hs.message = "Waiting for the operator to observe the latest spec"
+  end
+  return hs
+end
+
+local conditions = obj.status.conditions
+
+local stalled = condition(conditions, "Stalled")
+if stalled ~= nil and stalled.status == "True" then
+  hs.status = "Degraded"
+  hs.message = describe(stalled)
+  return hs
+end
+
+local suspended = condition(conditions, "Suspended")
+if obj.status.phase == "Suspended" or (suspended ~= nil and suspended.status == "True") then
+  hs.status = "Suspended"
+  local ready = condition(conditions, "Ready")
+  if ready ~= nil then
+    hs.message = describe(ready)
+  else
+    hs.message = "Suspended"
+  end
+  return hs
+end
+
+local reconciling = condition(conditions, "Reconciling")
+if reconciling ~= nil and reconciling.status == "True" then
+  hs.status = "Progressing"
+  hs.message = describe(reconciling)
+  return hs
+end
+
+local ready = condition(conditions, "Ready")
+if ready ~= nil and ready.status == "True" then
+  hs.status = "Healthy"
+  hs.message = describe(ready)
+  return hs
+end
+
+hs.status = "Progressing"
+if ready ~= nil then
+  hs.message = describe(ready)
+else
+  hs.message = "Waiting for the Ready condition"
+end
+return hs
