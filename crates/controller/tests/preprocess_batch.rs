@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use gcp_emulator::{Code, Fault, OUTPUT_PROPERTY};
 use kube::{ResourceExt, api::DeleteParams};
 use serde_json::json;
-use support::{NS, TestEnv};
+use support::TestEnv;
 use tokio::sync::mpsc;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
@@ -29,7 +29,7 @@ fn ppb(name: &str, max_retries: i32) -> PreprocessBatch {
     serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1",
         "kind": "PreprocessBatch",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name},
         "spec": {
             "region": REGION,
             "pyspark": {
@@ -49,7 +49,7 @@ fn ppb(name: &str, max_retries: i32) -> PreprocessBatch {
 /// Creates the object and returns the deterministic Dataproc batch ids of its attempts 1..=3.
 async fn create(env: &TestEnv, obj: &PreprocessBatch) -> Vec<String> {
     let created = env.create(obj).await;
-    let id = ObjectIdentity::new(NS, created.name_any(), created.uid().expect("uid"));
+    let id = ObjectIdentity::new(&env.ns, created.name_any(), created.uid().expect("uid"));
     (1..=3).map(|n| naming::dataproc_batch_id(&id, n)).collect()
 }
 
@@ -387,7 +387,7 @@ impl DataprocApi for StallAfterCreate {
 #[tokio::test]
 async fn operator_killed_between_submit_and_status_write_leaves_one_batch() {
     let mut env = TestEnv::start().await;
-    let mut ctx = TestEnv::context(&env.client, &env.gcp).await;
+    let mut ctx = env.context().await;
     let (tx, mut created) = mpsc::unbounded_channel();
     ctx.gcp.dataproc = Arc::new(StallAfterCreate {
         inner: ctx.gcp.dataproc.clone(),
@@ -439,7 +439,7 @@ async fn existing_batch_with_the_attempts_id_is_adopted_not_duplicated() {
     let mut env = TestEnv::start().await;
     let obj = ppb("adopt", 0);
     let created = env.create(&obj).await;
-    let identity = ObjectIdentity::new(NS, "adopt", created.uid().unwrap());
+    let identity = ObjectIdentity::new(&env.ns, "adopt", created.uid().unwrap());
     let batch_id = naming::dataproc_batch_id(&identity, 1);
     // A batch already exists under attempt 1's id but with a request id the controller does not
     // use (e.g. Dataproc forgot the request id after a long outage): the create is a 409.

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use gcp_emulator::Fault;
 use kube::{ResourceExt, api::DeleteParams};
-use support::{NS, TestEnv};
+use support::TestEnv;
 use tpu_operator_api::{
     conditions::{find_condition, types},
     naming::ObjectIdentity,
@@ -214,7 +214,7 @@ async fn crash_between_vertex_create_and_status_write_runs_one_job() {
     // The pipeline exists; a previous operator process created attempt 1's job and died before
     // writing its name to the status.
     let tp = env.create(&vertex_only("crash")).await;
-    let id = ObjectIdentity::new(NS, "crash", tp.uid().unwrap());
+    let id = ObjectIdentity::new(&env.ns, "crash", tp.uid().unwrap());
     let job = spec::custom_job(&tp.spec, &id, "test-cluster", 1).unwrap();
     env.ctx
         .gcp
@@ -224,7 +224,7 @@ async fn crash_between_vertex_create_and_status_write_runs_one_job() {
         .unwrap();
 
     let mut env = env;
-    let ctx = Arc::new(TestEnv::context(&env.client, &env.gcp).await);
+    let ctx = Arc::new(env.context().await);
     spawn_all(&mut env, &ctx);
     let tp = wait_phase(&env, "crash", Phase::Succeeded).await;
     assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 1);
@@ -236,7 +236,6 @@ async fn crash_between_vertex_create_and_status_write_runs_one_job() {
 async fn tpu_vm_training_succeeds_releases_the_slice_and_ttl_keeps_the_cr() {
     let env = started().await;
     let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
-    tp.metadata.namespace = Some(NS.into());
     tp.spec.ttl_seconds_after_finished = Some(600);
     env.create(&tp).await;
     let done = wait_phase(&env, "tpu-vm-pipeline", Phase::Succeeded).await;
@@ -276,7 +275,6 @@ async fn tpu_vm_training_succeeds_releases_the_slice_and_ttl_keeps_the_cr() {
 async fn spot_preemption_during_tpu_vm_training_recreates_the_slice_without_a_retry() {
     let env = started().await;
     let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
-    tp.metadata.namespace = Some(NS.into());
     tp.spec.preprocess = None;
     env.create(&tp).await;
     wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;

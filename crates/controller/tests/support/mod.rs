@@ -1,21 +1,33 @@
-//! End-to-end harness: the controllers run in-process against `kube-emulator` (in-process router)
-//! and `gcp-emulator` (over HTTP, through Google's real clients) with the emulator's manual clock.
+//! End-to-end harness: the controllers run in-process against a Kubernetes API server and
+//! `gcp-emulator` (over HTTP, through Google's real clients) with the emulator's manual clock.
+//! The API server is an in-process `kube-emulator` by default, or the real control plane with
+//! `TPU_OPERATOR_KUBE=real` (`kube_conformance::target`, see docs/testing.md). On the real server
+//! each test gets its own namespace and its controllers watch only that namespace, so tests that
+//! run in parallel (each with its own gcp-emulator) never reconcile each other's objects.
 //! Each test file includes it with `mod support;`.
 #![allow(dead_code)]
 
 use std::{fmt::Debug, future::Future, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
-use kube::{Api, Resource, api::PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Resource,
+    api::{Patch, PatchParams, PostParams},
+};
+use kube_conformance::TestCluster;
 use serde::{Serialize, de::DeserializeOwned};
 use tpu_operator_controller::{Context, ControllerConfig, backoff::BackoffPolicy, clock::FnClock};
 use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics};
 
-pub const NS: &str = "default";
+/// The namespace of every test against kube-emulator (each test has a server of its own).
+pub const EMULATOR_NS: &str = "default";
 
 pub struct TestEnv {
-    pub kube: kube_emulator::KubeEmulator,
+    cluster: TestCluster,
     pub client: kube::Client,
+    /// Where this test's objects live and the only namespace its controllers watch.
+    pub ns: String,
     pub gcp: gcp_emulator::Emulator,
     pub ctx: Arc<Context>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -30,28 +42,49 @@ pub fn start_time() -> DateTime<Utc> {
 impl TestEnv {
     pub async fn start() -> Self {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let kube = kube_emulator::KubeEmulator::new();
-        let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crds");
-        kube.install_crds_from_dir(&crds)
-            .expect("install the project's CRDs");
-        let client = kube::Client::new(kube.router(), NS);
+        let cluster = TestCluster::connect()
+            .await
+            .expect("connect to the Kubernetes target (TPU_OPERATOR_KUBE)");
+        let client = cluster.client.clone();
+        let ns = match cluster.emulator_handle() {
+            Some(kube) => {
+                kube.install_crds_from_dir(&crds_dir())
+                    .expect("install the project's CRDs");
+                EMULATOR_NS.to_owned()
+            }
+            None => {
+                install_crds_on_real_server(&client).await;
+                create_test_namespace(&client).await
+            }
+        };
         let gcp = gcp_emulator::Emulator::builder()
             .manual_clock(start_time())
             .start()
             .await
             .expect("gcp-emulator");
-        let ctx = Arc::new(Self::context(&client, &gcp).await);
+        let ctx = Arc::new(Self::context_for(&client, &gcp, &ns).await);
         Self {
-            kube,
+            cluster,
             client,
+            ns,
             gcp,
             ctx,
             tasks: Vec::new(),
         }
     }
 
+    /// The in-process kube-emulator, for tests that need its hooks (swapping a CRD); `None` on
+    /// the real control plane, where such a test skips with a printed reason.
+    pub fn kube(&self) -> Option<&kube_emulator::KubeEmulator> {
+        self.cluster.emulator_handle()
+    }
+
     /// A fresh controller context, as a restarted operator process would build it.
-    pub async fn context(client: &kube::Client, gcp: &gcp_emulator::Emulator) -> Context {
+    pub async fn context(&self) -> Context {
+        Self::context_for(&self.client, &self.gcp, &self.ns).await
+    }
+
+    async fn context_for(client: &kube::Client, gcp: &gcp_emulator::Emulator, ns: &str) -> Context {
         let clients = Gcp::connect(
             GcpConfig::emulator(gcp.url().parse().expect("emulator URL")),
             GcpMetrics::new(),
@@ -61,7 +94,7 @@ impl TestEnv {
         let config = ControllerConfig {
             cluster_id: "test-cluster".into(),
             default_project: Some("demo-project".into()),
-            namespace: None,
+            namespace: Some(ns.to_owned()),
             concurrency: 8,
             poll_active: Duration::from_millis(20),
             poll_stable: Duration::from_millis(500),
@@ -92,7 +125,7 @@ impl TestEnv {
     where
         K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
     {
-        Api::namespaced(self.client.clone(), NS)
+        Api::namespaced(self.client.clone(), &self.ns)
     }
 
     pub async fn create<K>(&self, obj: &K) -> K
@@ -103,8 +136,10 @@ impl TestEnv {
             + Serialize
             + DeserializeOwned,
     {
+        let mut obj = obj.clone();
+        obj.meta_mut().namespace = Some(self.ns.clone());
         self.api::<K>()
-            .create(&PostParams::default(), obj)
+            .create(&PostParams::default(), &obj)
             .await
             .expect("create object")
     }
@@ -173,6 +208,63 @@ impl Drop for TestEnv {
     fn drop(&mut self) {
         self.stop_all();
     }
+}
+
+fn crds_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crds")
+}
+
+/// Applies the committed CRDs (server-side apply, idempotent across parallel tests) and waits
+/// until each is Established.
+async fn install_crds_on_real_server(client: &kube::Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply("tpu-operator-e2e").force();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(crds_dir()).expect("read crds/") {
+        let path = entry.expect("crds/ entry").path();
+        let crd: CustomResourceDefinition =
+            serde_yaml::from_str(&std::fs::read_to_string(&path).expect("read CRD")).expect("CRD YAML");
+        let name = crd.metadata.name.clone().expect("CRD name");
+        api.patch(&name, &params, &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
+        names.push(name);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    for name in names {
+        loop {
+            let crd = api.get(&name).await.expect("get CRD");
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "CRD {name} not Established"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A namespace of this test's own on the shared real server (left for the throwaway cluster to
+/// take away: deleting it would wait on finalizers of controllers the test already stopped).
+async fn create_test_namespace(client: &kube::Client) -> String {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: Api<Namespace> = Api::all(client.clone());
+    let mut ns = Namespace::default();
+    ns.metadata.generate_name = Some("e2e-".into());
+    api.create(&PostParams::default(), &ns)
+        .await
+        .expect("create the test namespace")
+        .metadata
+        .name
+        .expect("generated namespace name")
 }
 
 /// Parses one YAML document into a typed object.
