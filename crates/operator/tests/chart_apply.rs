@@ -44,14 +44,21 @@ async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rendered_chart_is_accepted_and_the_binary_runs_from_it() {
+async fn cluster_scope_rendering_is_accepted_and_the_binary_runs_from_it() {
+    rendered_chart_runs("gcpEmulator.enabled=true,metrics.grafanaDashboard.enabled=true,metrics.kubeStateMetrics.enabled=true")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_scope_rendering_is_accepted_and_the_binary_runs_from_it() {
+    // Watches only `default`, where the example goes; the Lease stays in the pod's namespace.
+    rendered_chart_runs("gcpEmulator.enabled=true,scope=Namespace,watchNamespace=default").await;
+}
+
+async fn rendered_chart_runs(values: &str) {
     let started = Instant::now();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let rendered = Helm::new().template(&[
-        "--include-crds",
-        "--set",
-        "gcpEmulator.enabled=true,metrics.grafanaDashboard.enabled=true,metrics.kubeStateMetrics.enabled=true",
-    ]);
+    let rendered = Helm::new().template(&["--include-crds", "--set", values]);
     let docs = documents(&rendered);
 
     // An empty API server: the CRDs come from the chart.
@@ -278,7 +285,7 @@ async fn rendered_chart_is_accepted_and_the_binary_runs_from_it() {
     assert!(exit.success(), "exit status {exit}");
 
     assert_monitoring_queries_use_real_metrics(&exposition);
-    eprintln!("chart_apply took {:?}", started.elapsed());
+    eprintln!("{values}: took {:?}", started.elapsed());
 }
 
 /// Every metric the dashboard and the alert rules query is served by the operator (its
