@@ -10,6 +10,8 @@ use crate::{
     backoff::{BackoffPolicy, ObjectBackoff},
     clock::{Clock, SystemClock},
     metrics::Metrics,
+    pricing::PriceTable,
+    tenancy::{AdmissionLocks, TenancyPolicy},
 };
 
 /// Operator-wide settings the controllers read.
@@ -54,6 +56,12 @@ pub struct Context {
     pub backoff: ObjectBackoff,
     pub clock: Arc<dyn Clock>,
     pub reporter: Reporter,
+    /// Who may use what, per namespace (empty: everything allowed).
+    pub tenancy: Arc<TenancyPolicy>,
+    /// List prices for cost estimates, budgets and per-object spend limits.
+    pub prices: Arc<PriceTable>,
+    /// Serializes policy admissions per namespace (see [`AdmissionLocks`]).
+    pub admission: AdmissionLocks,
 }
 
 impl Context {
@@ -69,7 +77,20 @@ impl Context {
                 controller: "tpu-operator".into(),
                 instance: None,
             },
+            tenancy: Arc::default(),
+            prices: Arc::default(),
+            admission: AdmissionLocks::default(),
         }
+    }
+
+    pub fn with_tenancy(mut self, tenancy: TenancyPolicy) -> Self {
+        self.tenancy = Arc::new(tenancy);
+        self
+    }
+
+    pub fn with_prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Arc::new(prices);
+        self
     }
 
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -98,9 +119,11 @@ impl Context {
         }
     }
 
-    /// The project an object's cloud resources live in: its own, else the operator default.
-    pub fn project_for(&self, explicit: Option<&str>) -> Option<String> {
+    /// The project an object's cloud resources live in: its own, else its namespace's default
+    /// (tenancy policy), else the operator default.
+    pub fn project_for(&self, namespace: &str, explicit: Option<&str>) -> Option<String> {
         explicit
+            .or_else(|| self.tenancy.default_project(namespace))
             .map(str::to_owned)
             .or_else(|| self.config.default_project.clone())
     }

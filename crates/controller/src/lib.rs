@@ -12,7 +12,9 @@ pub mod error;
 pub mod metrics;
 pub mod policy;
 pub mod preprocess_batch;
+pub mod pricing;
 pub mod report;
+pub mod tenancy;
 pub mod tpu_slice;
 pub mod training_pipeline;
 

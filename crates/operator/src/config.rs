@@ -9,7 +9,11 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
-use tpu_operator_controller::ControllerConfig;
+use tpu_operator_controller::{
+    ControllerConfig,
+    pricing::{PriceOverrides, PriceTable},
+    tenancy::TenancyPolicy,
+};
 use tpu_operator_gcp::GcpConfig;
 
 /// Log output format.
@@ -133,6 +137,12 @@ struct FileConfig {
     identity: Option<String>,
     #[serde(default, with = "humantime_serde_opt")]
     shutdown_timeout: Option<Duration>,
+    /// Per-namespace tenancy policy (docs/policy.md). File only: too structured for a flag.
+    #[serde(default)]
+    tenancy: TenancyPolicy,
+    /// Price overrides (docs/cost-model.md). File only.
+    #[serde(default)]
+    prices: PriceOverrides,
 }
 
 /// Durations in the YAML file are humantime strings (`90s`, `5m`), like the flags.
@@ -172,6 +182,10 @@ pub struct Settings {
     /// `None`: leader election disabled, this replica always runs the controllers.
     pub leader: Option<LeaderSettings>,
     pub shutdown_timeout: Duration,
+    /// Tenancy policy from the config file (empty: everything allowed).
+    pub tenancy: TenancyPolicy,
+    /// Price table: built-in list prices with the config file's overrides.
+    pub prices: PriceTable,
 }
 
 macro_rules! merge {
@@ -183,6 +197,8 @@ macro_rules! merge {
 impl RunArgs {
     /// Applies the `--config` file (if any) under the flags, then the defaults.
     pub fn resolve(mut self) -> anyhow::Result<Settings> {
+        let mut tenancy = TenancyPolicy::default();
+        let mut prices = PriceOverrides::default();
         if let Some(path) = self.config.clone() {
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("reading the config file {}", path.display()))?;
@@ -214,8 +230,17 @@ impl RunArgs {
                 identity,
                 shutdown_timeout,
             );
+            tenancy = std::mem::take(&mut file.tenancy);
+            prices = std::mem::take(&mut file.prices);
         }
-        self.into_settings()
+        let mut settings = self.into_settings()?;
+        tenancy
+            .validate()
+            .map_err(|e| anyhow::anyhow!("config file: {e}"))?;
+        settings.prices =
+            PriceTable::with_overrides(&prices).map_err(|e| anyhow::anyhow!("config file: {e}"))?;
+        settings.tenancy = tenancy;
+        Ok(settings)
     }
 
     fn into_settings(self) -> anyhow::Result<Settings> {
@@ -282,6 +307,8 @@ impl RunArgs {
             log_format: self.log_format.unwrap_or_default(),
             leader,
             shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(30)),
+            tenancy: TenancyPolicy::default(),
+            prices: PriceTable::default(),
         })
     }
 }
@@ -344,6 +371,43 @@ mod tests {
             .resolve()
             .unwrap_err();
         assert!(format!("{err:#}").contains("concurency"), "{err:#}");
+    }
+
+    #[test]
+    fn tenancy_and_prices_come_from_the_file_and_are_validated() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("operator.yaml");
+        std::fs::write(
+            &file,
+            "tenancy:\n  namespaces:\n    team-a: {defaultProject: a-proj, allowedCapacity: [spot], maxChips: 8}\n  default: {allowedProjects: []}\nprices:\n  tpuChipHourUsd: {v6e: {onDemand: 3.0, spot: 1.0}}\n",
+        )
+        .unwrap();
+        let settings = parse(&["--config", file.to_str().unwrap()]).resolve().unwrap();
+        assert_eq!(settings.tenancy.default_project("team-a"), Some("a-proj"));
+        assert_eq!(settings.tenancy.namespaces["team-a"].max_chips, Some(8));
+        let shape = tpu_operator_api::accelerator::parse_accelerator_type("v6e-8").unwrap();
+        let (usd, _) = settings
+            .prices
+            .slice_per_hour(&shape, tpu_operator_controller::pricing::CapacityKind::Spot);
+        assert_eq!(usd, 8.0);
+
+        std::fs::write(
+            &file,
+            "tenancy:\n  namespaces:\n    team-a: {allowedAccelerators: [{family: v7x}]}\n",
+        )
+        .unwrap();
+        let err = parse(&["--config", file.to_str().unwrap()])
+            .resolve()
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("tenancy.namespaces.team-a.allowedAccelerators"),
+            "{err:#}"
+        );
+        std::fs::write(&file, "tenancy:\n  namespaces:\n    team-a: {maxChip: 8}\n").unwrap();
+        let err = parse(&["--config", file.to_str().unwrap()])
+            .resolve()
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("maxChip"), "{err:#}");
     }
 
     #[test]

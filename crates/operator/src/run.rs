@@ -108,7 +108,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let gcp = Gcp::connect(settings.gcp.clone(), gcp_metrics)
         .await
         .context("building the GCP clients")?;
-    let ctx = Arc::new(Context::new(client.clone(), gcp, settings.controller.clone()).with_metrics(metrics));
+    let ctx = Arc::new(
+        Context::new(client.clone(), gcp, settings.controller.clone())
+            .with_metrics(metrics)
+            .with_tenancy(settings.tenancy.clone())
+            .with_prices(settings.prices.clone()),
+    );
 
     let result = match &settings.leader {
         None => {

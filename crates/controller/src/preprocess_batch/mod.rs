@@ -44,7 +44,7 @@ use crate::{
     FINALIZER, Shutdown,
     context::Context,
     error::{ReconcileError, Result},
-    policy, report,
+    policy, report, tenancy,
 };
 
 /// Kind label for metrics and logs.
@@ -106,7 +106,7 @@ fn target(obj: &PreprocessBatch, ctx: &Context) -> std::result::Result<Option<Ta
         obj.uid().ok_or("uid")?,
     );
     Ok(ctx
-        .project_for(obj.spec.project.as_deref())
+        .project_for(&identity.namespace, obj.spec.project.as_deref())
         .map(|project| Target {
             identity,
             parent: format!("projects/{project}/locations/{}", obj.spec.region),
@@ -120,10 +120,21 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
         return Ok(requeue(ctx, Requeue::Stable));
     };
     let old = obj.status.clone().unwrap_or_default();
+    // Tenancy policy (project and region), before the first cloud read and before every submit.
+    let project = target.parent.split('/').nth(1).unwrap_or_default();
+    let request = tenancy::request::dataproc_batch(project, &obj.spec.region);
+    let denied = tenancy::precheck(ctx, &target.identity.namespace, std::slice::from_ref(&request)).err();
+    if let Some(denial) = denied.as_ref().filter(|_| old.attempts == 0) {
+        write(ctx, obj, status::policy_denied(obj, &denial.message, now)).await?;
+        return Ok(requeue(ctx, Requeue::Stable));
+    }
     let observed = observe::observe(ctx, &target, &obj.spec, &old).await?;
     let (new, next) = match plan::plan(&obj.spec.batch, &old, &observed, now) {
         Decision::Keep(next) => (status::unchanged(obj), next),
         Decision::Report(report) => (status::from_report(obj, &observed, &report, now), report.requeue),
+        Decision::Submit { .. } if let Some(denial) = &denied => {
+            (status::policy_denied(obj, &denial.message, now), Requeue::Stable)
+        }
         Decision::Submit {
             attempt,
             after_failure,

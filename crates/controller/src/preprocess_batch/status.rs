@@ -194,6 +194,21 @@ pub fn no_project(obj: &PreprocessBatch, now: DateTime<Utc>) -> PreprocessBatchS
     s
 }
 
+/// The status when the namespace's tenancy policy refuses the batch (no Dataproc call was made).
+pub fn policy_denied(obj: &PreprocessBatch, message: &str, now: DateTime<Utc>) -> PreprocessBatchStatus {
+    let (mut s, generation) = base(obj);
+    s.message = Some(message.to_owned());
+    set_kstatus(
+        &mut s.conditions,
+        Progress::Stalled,
+        reasons::POLICY_DENIED,
+        message,
+        generation,
+        k8s_time(now),
+    );
+    s
+}
+
 /// Copies what Dataproc reports about the current batch.
 fn record_batch(s: &mut PreprocessBatchStatus, b: &ObservedBatch) {
     let terminal = matches!(b.state, State::Succeeded | State::Failed | State::Cancelled);

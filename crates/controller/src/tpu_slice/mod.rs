@@ -57,7 +57,7 @@ use crate::{
     FINALIZER, Shutdown,
     context::Context,
     error::{ReconcileError, Result},
-    policy,
+    policy, tenancy,
 };
 
 const KIND: &str = "TpuSlice";
@@ -122,7 +122,7 @@ impl Target {
             slice.name_any(),
             slice.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
         );
-        let Some(project) = ctx.project_for(slice.spec.project.as_deref()) else {
+        let Some(project) = ctx.project_for(&identity.namespace, slice.spec.project.as_deref()) else {
             return Ok(None);
         };
         let done_uri = slice.annotations().get(DONE_URI_ANNOTATION).map(String::as_str);
@@ -143,6 +143,18 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         let message = "no GCP project: set spec.project or the operator's default project";
         return stall(ctx, slice, &old, reasons::INVALID_SPEC, message).await;
     };
+    let ns = t.identity.namespace.as_str();
+    let request = tenancy::request::tpu_slice(&slice.spec, &t.names.project, &ctx.prices);
+    // First look, before any cloud read: a slice that never created anything and breaks a rule
+    // of its spec alone makes no cloud call at all.
+    let never_created = old.node_name.is_none() && old.queued_resource_name.is_none();
+    if never_created
+        && !t.names.adopted
+        && let Some(req) = &request
+        && let Err(denial) = tenancy::precheck(ctx, ns, std::slice::from_ref(req))
+    {
+        return deny(ctx, slice, &old, denial).await;
+    }
     let observed = observe::observe(ctx, &t.names, old.pending_operation.as_deref()).await?;
     let shape = spec::shape(&slice.spec);
     let mut plan = plan::plan(&plan::Input {
@@ -158,6 +170,19 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
             .and_then(|t| chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0)),
         now: ctx.clock.now(),
     });
+    // Right before a create: every rule, with the namespace's chip quota and budget. The lock is
+    // held until the create is in status, so concurrent admissions see each other.
+    let _admission = match (&plan.action, &request) {
+        (Step::CreateNode | Step::CreateQueuedResource, Some(req)) => {
+            let guard = ctx.admission.lock(ns).await;
+            let uid = t.identity.uid.as_str();
+            if let Err(denial) = tenancy::admit(ctx, ns, std::slice::from_ref(req), &[uid]).await? {
+                return deny(ctx, slice, &old, denial).await;
+            }
+            Some(guard)
+        }
+        _ => None,
+    };
     let request = act::Request {
         spec: &slice.spec,
         names: &t.names,
@@ -288,6 +313,25 @@ async fn report(
     status::write(ctx, slice, old, &new).await
 }
 
+/// Reports a tenancy-policy refusal: `Stalled` reason `PolicyDenied`, no cloud call. A refusal
+/// that depends on the namespace's usage (chip quota, budget) is looked at again at the capacity
+/// interval and leaves the phase `Pending`; one that needs a spec or policy change is `Failed`.
+async fn deny(
+    ctx: &Context,
+    slice: &TpuSlice,
+    old: &TpuSliceStatus,
+    denial: tenancy::Denial,
+) -> Result<Action> {
+    let (phase, every) = if denial.retry {
+        (TpuSlicePhase::Pending, ctx.config.poll_capacity)
+    } else {
+        (TpuSlicePhase::Failed, ctx.config.poll_stable)
+    };
+    tracing::debug!(message = %denial.message, "tenancy policy refused the slice");
+    stall_as(ctx, slice, old, phase, reasons::POLICY_DENIED, &denial.message).await?;
+    Ok(Action::requeue(every))
+}
+
 /// Reports a refusal that needs a spec or configuration change.
 async fn stall(
     ctx: &Context,
@@ -296,9 +340,21 @@ async fn stall(
     reason: &'static str,
     message: &str,
 ) -> Result<Action> {
+    stall_as(ctx, slice, old, TpuSlicePhase::Failed, reason, message).await?;
+    Ok(Action::await_change())
+}
+
+async fn stall_as(
+    ctx: &Context,
+    slice: &TpuSlice,
+    old: &TpuSliceStatus,
+    phase: TpuSlicePhase,
+    reason: &'static str,
+    message: &str,
+) -> Result<()> {
     let mut new = old.clone();
     new.observed_generation = slice.meta().generation;
-    new.phase = TpuSlicePhase::Failed;
+    new.phase = phase;
     new.message = Some(message.to_string());
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         k8s_openapi::jiff::Timestamp::from_second(ctx.clock.now().timestamp())
@@ -312,8 +368,7 @@ async fn stall(
         new.observed_generation,
         now,
     );
-    status::write(ctx, slice, old, &new).await?;
-    Ok(Action::await_change())
+    status::write(ctx, slice, old, &new).await
 }
 
 fn requeue(ctx: &Context, requeue: Requeue) -> Action {

@@ -6,7 +6,8 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use tpu_operator_api::{
     accelerator::SliceShape,
     conditions::{
-        Progress, condition, is_true, reasons, remove_condition, set_condition, set_kstatus, types,
+        Progress, condition, find_condition, is_true, reasons, remove_condition, set_condition, set_kstatus,
+        types,
     },
     tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
@@ -196,7 +197,14 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<(bool, &'s
         out.push((false, "Ready", message.clone()));
     }
     if became(types::STALLED) {
-        out.push((true, reasons::FAILED, message.clone()));
+        let policy = find_condition(&new.conditions, types::STALLED)
+            .is_some_and(|c| c.reason == reasons::POLICY_DENIED);
+        let reason = if policy {
+            reasons::POLICY_DENIED
+        } else {
+            reasons::FAILED
+        };
+        out.push((true, reason, message.clone()));
     }
     if new.phase == TpuSlicePhase::Deleting && old.phase != TpuSlicePhase::Deleting {
         out.push((false, reasons::DELETING, message));

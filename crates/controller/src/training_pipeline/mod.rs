@@ -37,7 +37,7 @@ use crate::{
     FINALIZER, Shutdown,
     context::Context,
     error::{ReconcileError, Result},
-    policy, report,
+    policy, report, tenancy,
 };
 
 const KIND: &str = "TrainingPipeline";
@@ -62,7 +62,7 @@ impl Names {
             tp.name_any(),
             tp.uid().ok_or("uid")?,
         );
-        let project = ctx.project_for(tp.spec.project.as_deref());
+        let project = ctx.project_for(&id.namespace, tp.spec.project.as_deref());
         Ok(Names {
             preprocess: naming::child_name(&id, "preprocess"),
             train: naming::child_name(&id, "train"),
@@ -131,6 +131,17 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
         preprocess_child: &names.preprocess,
         train_child: &names.train,
     });
+    // Tenancy policy before anything billable is created; the lock is held until the create is
+    // in status, so concurrent admissions in the namespace see each other.
+    let _admission = if decision.action.creates() {
+        let guard = ctx.admission.lock(&names.id.namespace).await;
+        if let Some(denial) = admit(&ctx, &tp, &names, &decision.action).await? {
+            return deny(&ctx, &tp, &old, denial).await;
+        }
+        Some(guard)
+    } else {
+        None
+    };
     let mut new = decision.status;
     act::act(&ctx, &tp, &names, &decision.action, &mut new).await?;
     status::write(&ctx, &tp, &new).await?;
@@ -139,6 +150,81 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     }
     policy::on_success(tp.as_ref(), &ctx);
     Ok(requeue(&ctx, decision.requeue))
+}
+
+/// Checks what `action` would create against the namespace's tenancy policy: before
+/// preprocessing, everything the pipeline will create (so a pipeline whose training would be
+/// refused does not spend on preprocessing first); before training, the Vertex job or slice with
+/// the namespace's chip quota and budget (the pipeline's own children do not count).
+async fn admit(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Names,
+    action: &plan::Action,
+) -> Result<Option<tenancy::Denial>> {
+    use tenancy::request;
+    let Some(project) = names.project.as_deref() else {
+        return Ok(None);
+    };
+    let ns = names.id.namespace.as_str();
+    let all = request::pipeline(&tp.spec, project, &ctx.prices);
+    if let Err(denial) = tenancy::precheck(ctx, ns, &all) {
+        return Ok(Some(denial));
+    }
+    let training: Vec<_> = match action {
+        plan::Action::CreateJob { .. } => request::vertex_job(&tp.spec, project, &ctx.prices)
+            .into_iter()
+            .collect(),
+        plan::Action::CreateSlice { .. } => all.into_iter().filter(|r| r.tpu.is_some()).collect(),
+        _ => Vec::new(),
+    };
+    if training.is_empty() {
+        return Ok(None);
+    }
+    Ok(tenancy::admit(ctx, ns, &training, &[names.id.uid.as_str()])
+        .await?
+        .err())
+}
+
+/// Reports a tenancy refusal on the pipeline: `Stalled` reason `PolicyDenied`, nothing created,
+/// the rest of the status as it was. Quota and budget refusals are looked at again.
+async fn deny(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    old: &tpu_operator_api::training_pipeline::TrainingPipelineStatus,
+    denial: tenancy::Denial,
+) -> Result<Action> {
+    use tpu_operator_api::conditions::{Progress, reasons};
+    let mut new = old.clone();
+    new.observed_generation = tp.metadata.generation;
+    new.message = Some(denial.message.clone());
+    let was_denied = tpu_operator_api::conditions::find_condition(
+        &old.conditions,
+        tpu_operator_api::conditions::types::STALLED,
+    )
+    .is_some_and(|c| {
+        c.status == tpu_operator_api::conditions::status::TRUE && c.reason == reasons::POLICY_DENIED
+    });
+    let now = status::time(ctx.clock.now());
+    status::set_kstatus(
+        &mut new,
+        Progress::Stalled,
+        reasons::POLICY_DENIED,
+        &denial.message,
+        now,
+    );
+    status::write(ctx, tp, &new).await?;
+    if !was_denied {
+        report::publish_event(ctx, tp, true, reasons::POLICY_DENIED, denial.message.clone()).await;
+    }
+    Ok(requeue(
+        ctx,
+        if denial.retry {
+            plan::Requeue::Capacity
+        } else {
+            plan::Requeue::Stable
+        },
+    ))
 }
 
 fn requeue(ctx: &Context, r: plan::Requeue) -> Action {

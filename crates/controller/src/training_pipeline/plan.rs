@@ -76,7 +76,8 @@ pub enum Action {
 }
 
 impl Action {
-    fn creates(&self) -> bool {
+    /// Whether the action creates something billable (the tenancy policy is checked first).
+    pub fn creates(&self) -> bool {
         matches!(
             self,
             Action::CreatePreprocess | Action::CreateJob { .. } | Action::CreateSlice { .. }

@@ -1,0 +1,261 @@
+//! Tenancy policy: who may spend what, per namespace.
+//!
+//! The operator's config holds one [`TenancyPolicy`]; each namespace is governed by one
+//! [`NamespacePolicy`] (an exact entry, else the longest `prefix*` entry, else `default`, else
+//! none: unrestricted). Every controller asks [`evaluate`] (pure, [`rules`]) before any cloud create
+//! with a [`Request`] built from the spec ([`request`]) and, for chip quota and budgets, the
+//! namespace's current [`Usage`] ([`usage`], the only part that reads the cluster). A refusal is a
+//! [`Denial`] whose message names the rule and what it allows; the controllers report it as
+//! `Stalled=True` reason `PolicyDenied` with a Warning event and make no cloud call.
+//!
+//! See `docs/policy.md` for the reference.
+
+pub mod request;
+pub mod rules;
+pub mod usage;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+};
+
+use serde::{Deserialize, Serialize};
+
+pub use request::{Request, TpuUse};
+pub use rules::{Denial, evaluate};
+pub use usage::Usage;
+
+use crate::{
+    context::Context,
+    error::Result,
+    pricing::{CapacityKind, parse_family},
+};
+
+/// The first look, before any cloud read: the rules that depend only on the spec (project,
+/// location, accelerator, capacity, per-object spend).
+pub fn precheck(ctx: &Context, namespace: &str, requests: &[Request]) -> Result<(), Denial> {
+    let Some((name, policy)) = ctx.tenancy.rule_for(namespace) else {
+        return Ok(());
+    };
+    let rule = Rule { name: &name, policy };
+    requests.iter().try_for_each(|r| evaluate(Some(rule), r, None))
+}
+
+/// The check right before a create: every rule, with the namespace's usage (listed only when the
+/// policy has a chip quota or a budget). `exclude`: UIDs whose holdings do not count (the object
+/// itself, a pipeline's own children). Call it holding `ctx.admission.lock(namespace)` until the
+/// create is recorded in status. The outer `Err` is a failed Kubernetes read.
+pub async fn admit(
+    ctx: &Context,
+    namespace: &str,
+    requests: &[Request],
+    exclude: &[&str],
+) -> Result<Result<(), Denial>> {
+    let Some((name, policy)) = ctx.tenancy.rule_for(namespace) else {
+        return Ok(Ok(()));
+    };
+    let rule = Rule { name: &name, policy };
+    if let Err(d) = requests.iter().try_for_each(|r| evaluate(Some(rule), r, None)) {
+        return Ok(Err(d));
+    }
+    let counted = requests.iter().any(|r| r.tpu.is_some() || r.per_hour_usd > 0.0);
+    if !counted || (policy.max_chips.is_none() && policy.max_spend_per_hour_usd.is_none()) {
+        return Ok(Ok(()));
+    }
+    let usage = usage::namespace_usage(ctx, namespace, exclude).await?;
+    Ok(requests
+        .iter()
+        .try_for_each(|r| evaluate(Some(rule), r, Some(&usage))))
+}
+
+/// The `tenancy:` section of the operator config.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TenancyPolicy {
+    /// Policies by namespace name; a key ending in `*` matches every namespace with that prefix.
+    /// An exact name wins over a prefix, a longer prefix over a shorter one.
+    #[serde(default)]
+    pub namespaces: BTreeMap<String, NamespacePolicy>,
+    /// The policy of namespaces no key matches. Absent: those namespaces are unrestricted.
+    #[serde(default)]
+    pub default: Option<NamespacePolicy>,
+}
+
+/// What one namespace may use. An absent field does not restrict; an empty list allows nothing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamespacePolicy {
+    /// Project for objects that name none (before the operator-wide `project`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_project: Option<String>,
+    /// GCP projects objects may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_projects: Option<Vec<String>>,
+    /// Regions (Dataproc, Vertex, and the region of a TPU zone). `us-*` style prefixes allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_regions: Option<Vec<String>>,
+    /// TPU zones. `us-east5-*` style prefixes allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_zones: Option<Vec<String>>,
+    /// TPU families and the largest slice of each, in chips.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_accelerators: Option<Vec<AcceleratorRule>>,
+    /// Capacity kinds: `onDemand`, `spot`, `reserved`, `queued`. A Vertex job is `spot` with
+    /// `scheduling.strategy: Spot`, `queued` with `FlexStart`, else `onDemand`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_capacity: Option<Vec<CapacityKind>>,
+    /// TPU chips in use at once across the namespace (slices running or being created, Vertex TPU
+    /// jobs of running pipelines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_chips: Option<u32>,
+    /// Budget: estimated US dollars per hour of everything running in the namespace. New TPU
+    /// slices and Vertex jobs that would exceed it are refused; running ones keep running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_spend_per_hour_usd: Option<f64>,
+    /// Estimated US dollars per hour of any one object (TpuSlice, Vertex job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_object_spend_per_hour_usd: Option<f64>,
+}
+
+/// One allowed TPU family.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AcceleratorRule {
+    /// `v2`, `v3`, `v4`, `v5e` (or `v5litepod`), `v5p`, `v6e`.
+    pub family: String,
+    /// Largest slice in chips (absent: any size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_chips: Option<u32>,
+}
+
+/// The policy governing one namespace, with the config path that names it in messages.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rule<'a> {
+    /// E.g. `tenancy.namespaces.team-a`, `tenancy.namespaces.team-*`, `tenancy.default`.
+    pub name: &'a str,
+    pub policy: &'a NamespacePolicy,
+}
+
+impl TenancyPolicy {
+    /// The policy of `namespace`: exact key, else the longest matching `prefix*` key, else `default`.
+    pub fn rule_for(&self, namespace: &str) -> Option<(String, &NamespacePolicy)> {
+        if let Some(p) = self.namespaces.get(namespace) {
+            return Some((format!("tenancy.namespaces.{namespace}"), p));
+        }
+        let prefixed = self
+            .namespaces
+            .iter()
+            .filter_map(|(k, p)| Some((k.strip_suffix('*')?, k, p)))
+            .filter(|(prefix, _, _)| namespace.starts_with(prefix))
+            .max_by_key(|(prefix, _, _)| prefix.len());
+        if let Some((_, key, p)) = prefixed {
+            return Some((format!("tenancy.namespaces.{key}"), p));
+        }
+        self.default.as_ref().map(|p| ("tenancy.default".to_string(), p))
+    }
+
+    /// The namespace's default project, if its policy sets one.
+    pub fn default_project(&self, namespace: &str) -> Option<&str> {
+        self.rule_for(namespace)?.1.default_project.as_deref()
+    }
+
+    /// Checks what serde cannot: known TPU families, non-negative budgets. The error names the
+    /// offending key.
+    pub fn validate(&self) -> Result<(), String> {
+        let entries = self
+            .namespaces
+            .iter()
+            .map(|(k, p)| (format!("tenancy.namespaces.{k}"), p))
+            .chain(self.default.iter().map(|p| ("tenancy.default".to_string(), p)));
+        for (name, p) in entries {
+            for a in p.allowed_accelerators.iter().flatten() {
+                if parse_family(&a.family).is_none() {
+                    return Err(format!(
+                        "{name}.allowedAccelerators: unknown TPU family {:?} (known: v2, v3, v4, v5e, v5p, v6e)",
+                        a.family
+                    ));
+                }
+            }
+            for (field, v) in [
+                ("maxSpendPerHourUsd", p.max_spend_per_hour_usd),
+                ("maxObjectSpendPerHourUsd", p.max_object_spend_per_hour_usd),
+            ] {
+                if v.is_some_and(|v| !crate::pricing::non_negative(v)) {
+                    return Err(format!("{name}.{field}: must be a number >= 0"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serializes admissions per namespace: the usage read, the create call and the status write that
+/// records it happen under one lock, so two objects created at once cannot both fit under a quota
+/// that has room for one. Only the leader runs controllers, so an in-process lock is enough.
+#[derive(Debug, Default)]
+pub struct AdmissionLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl AdmissionLocks {
+    pub async fn lock(&self, namespace: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self
+            .0
+            .lock()
+            .expect("admission locks poisoned")
+            .entry(namespace.to_owned())
+            .or_default()
+            .clone();
+        lock.lock_owned().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(yaml: &str) -> TenancyPolicy {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn exact_beats_longest_prefix_beats_default() {
+        let p = policy(
+            "namespaces:\n  team-a: {defaultProject: a}\n  team-*: {defaultProject: t}\n  team-b-*: {defaultProject: tb}\ndefault: {defaultProject: d}\n",
+        );
+        for (ns, rule, project) in [
+            ("team-a", "tenancy.namespaces.team-a", "a"),
+            ("team-c", "tenancy.namespaces.team-*", "t"),
+            ("team-b-1", "tenancy.namespaces.team-b-*", "tb"),
+            ("other", "tenancy.default", "d"),
+        ] {
+            let (name, np) = p.rule_for(ns).unwrap();
+            assert_eq!(
+                (name.as_str(), np.default_project.as_deref()),
+                (rule, Some(project))
+            );
+        }
+        assert!(TenancyPolicy::default().rule_for("x").is_none());
+    }
+
+    #[test]
+    fn unknown_keys_and_families_are_refused_with_their_name() {
+        let err = serde_yaml::from_str::<TenancyPolicy>("namespaces: {a: {maxChip: 3}}").unwrap_err();
+        assert!(err.to_string().contains("maxChip"), "{err}");
+        let p = policy("namespaces: {a: {allowedAccelerators: [{family: v9}]}}");
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .contains("tenancy.namespaces.a.allowedAccelerators")
+        );
+        let p = policy("default: {maxSpendPerHourUsd: -1}");
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .contains("tenancy.default.maxSpendPerHourUsd")
+        );
+        assert!(
+            policy("namespaces: {a: {allowedAccelerators: [{family: v5litepod}]}}")
+                .validate()
+                .is_ok()
+        );
+    }
+}

@@ -1,0 +1,270 @@
+//! Guardrails end to end (issue 10): tenancy policy, chip quota, budgets, idle reaping and the
+//! orphan sweeper, through the real controllers against kube-emulator (or the real control plane)
+//! and gcp-emulator. Policies are keyed by the test's namespace (`env.ns`), which is `default`
+//! on kube-emulator and a generated one on the real server.
+mod support;
+
+use std::{sync::Arc, time::Duration};
+
+use kube::api::DeleteParams;
+use serde_json::json;
+use support::TestEnv;
+use tpu_operator_api::{
+    conditions::{find_condition, types},
+    preprocess_batch::PreprocessBatch,
+    tpu_slice::TpuSlice,
+    training_pipeline::TrainingPipeline,
+};
+use tpu_operator_controller::{
+    Context, never_shutdown, preprocess_batch, tenancy::TenancyPolicy, tpu_slice, training_pipeline,
+};
+
+const STEP: Duration = Duration::from_secs(20);
+
+fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
+    let mut spec = json!({
+        "zone": "us-east5-b",
+        "acceleratorType": "v6e-8",
+        "runtimeVersion": "v2-alpha-tpuv6e",
+        "capacity": {"spot": {}},
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .expect("TpuSlice fixture")
+}
+
+fn policy(env: &TestEnv, rules: serde_json::Value) -> TenancyPolicy {
+    let p: TenancyPolicy =
+        serde_json::from_value(json!({"namespaces": {env.ns.clone(): rules}})).expect("policy");
+    p.validate().expect("valid policy");
+    p
+}
+
+/// Starts the three controllers with `policy` (a fresh context, as the operator builds it).
+async fn start(env: &mut TestEnv, policy: TenancyPolicy) -> Arc<Context> {
+    let ctx = Arc::new(env.context().await.with_tenancy(policy));
+    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
+    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
+    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
+    ctx
+}
+
+fn stalled(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> Option<(String, String)> {
+    find_condition(conditions, types::STALLED)
+        .filter(|c| c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+fn slice_stalled(s: &TpuSlice) -> Option<(String, String)> {
+    stalled(&s.status.as_ref()?.conditions)
+}
+
+fn is_ready(s: &TpuSlice) -> bool {
+    s.status
+        .as_ref()
+        .and_then(|st| find_condition(&st.conditions, types::READY))
+        .is_some_and(|c| c.status == "True")
+}
+
+async fn warning_reasons(env: &TestEnv, name: &str) -> Vec<String> {
+    env.api::<k8s_openapi::api::events::v1::Event>()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
+#[tokio::test]
+async fn policy_refusals_make_no_cloud_call() {
+    let mut env = TestEnv::start().await;
+    let p = policy(
+        &env,
+        json!({
+            "defaultProject": "team-project",
+            "allowedProjects": ["team-project"],
+            "allowedRegions": ["us-east5"],
+            "allowedZones": ["us-east5-b"],
+            "allowedAccelerators": [{"family": "v6e", "maxChips": 8}],
+            "allowedCapacity": ["spot", "queued"],
+        }),
+    );
+    start(&mut env, p).await;
+    let cases = [
+        (
+            "project",
+            json!({"project": "someone-elses"}),
+            "allowedProjects",
+            "project \"someone-elses\"; allowed: team-project",
+        ),
+        (
+            "zone",
+            json!({"zone": "us-east5-a"}),
+            "allowedZones",
+            "zone \"us-east5-a\"; allowed: us-east5-b",
+        ),
+        (
+            "family",
+            json!({"acceleratorType": "v5p-8"}),
+            "allowedAccelerators",
+            "TPU v5p; allowed: v6e up to 8 chips",
+        ),
+        (
+            "size",
+            json!({"acceleratorType": "v6e-16"}),
+            "allowedAccelerators",
+            "16 chips of v6e",
+        ),
+        (
+            "capacity",
+            json!({"capacity": {"onDemand": {}}}),
+            "allowedCapacity",
+            "onDemand capacity; allowed: spot, queued",
+        ),
+    ];
+    for (name, spec, _, _) in &cases {
+        env.create(&slice(name, spec.clone())).await;
+    }
+    for (name, _, field, fragment) in &cases {
+        let s: TpuSlice = env
+            .wait_for(name, "PolicyDenied", STEP, |s| slice_stalled(s).is_some())
+            .await;
+        let (reason, message) = slice_stalled(&s).unwrap();
+        assert_eq!(reason, "PolicyDenied", "{name}: {message}");
+        assert!(
+            message.contains(&format!("tenancy.namespaces.{}.{field}:", env.ns))
+                && message.contains(fragment),
+            "{name}: {message}"
+        );
+        assert!(
+            warning_reasons(&env, name)
+                .await
+                .contains(&"PolicyDenied".to_string()),
+            "{name}"
+        );
+    }
+    // Refused before any cloud read: not one TPU call.
+    env.idle(Duration::from_millis(300), STEP).await;
+    let tpu_calls: Vec<_> = env
+        .gcp
+        .calls()
+        .into_iter()
+        .filter(|c| c.service == "tpu")
+        .collect();
+    assert!(tpu_calls.is_empty(), "{tpu_calls:#?}");
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 0);
+    assert_eq!(env.gcp.call_count("tpu", "queuedResources.create"), 0);
+
+    // A Dataproc batch in a region the namespace may not use.
+    let batch: PreprocessBatch = serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "metadata": {"name": "eu-batch"},
+        "spec": {"region": "europe-west4", "pyspark": {"mainPythonFileUri": "gs://b/s.py"}}
+    }))
+    .unwrap();
+    env.create(&batch).await;
+    let b: PreprocessBatch = env
+        .wait_for("eu-batch", "PolicyDenied", STEP, |b: &PreprocessBatch| {
+            b.status.as_ref().and_then(|s| stalled(&s.conditions)).is_some()
+        })
+        .await;
+    let (reason, message) = stalled(&b.status.unwrap().conditions).unwrap();
+    assert_eq!(reason, "PolicyDenied");
+    assert!(
+        message.contains("allowedRegions") && message.contains("europe-west4"),
+        "{message}"
+    );
+    assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 0);
+
+    // A Vertex pipeline on on-demand capacity (the namespace allows spot and queued only); the
+    // project comes from the namespace default.
+    let tp: TrainingPipeline = serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+        "metadata": {"name": "ondemand"},
+        "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-project-data/models/a/"},
+                 "training": {"vertex": {"machineType": "ct6e-standard-4t", "tpuTopology": "2x2",
+                                         "container": {"image": "us-docker.pkg.dev/p/r/t:1"}}}}
+    }))
+    .unwrap();
+    env.create(&tp).await;
+    let tp: TrainingPipeline = env
+        .wait_for("ondemand", "PolicyDenied", STEP, |t: &TrainingPipeline| {
+            t.status.as_ref().and_then(|s| stalled(&s.conditions)).is_some()
+        })
+        .await;
+    let (reason, message) = stalled(&tp.status.unwrap().conditions).unwrap();
+    assert_eq!(reason, "PolicyDenied");
+    assert!(
+        message.contains("allowedCapacity") && message.contains("Vertex custom job"),
+        "{message}"
+    );
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 0);
+    assert!(
+        warning_reasons(&env, "ondemand")
+            .await
+            .contains(&"PolicyDenied".to_string())
+    );
+
+    // Allowed: the same slice within the rules is created, in the namespace's default project.
+    env.create(&slice("allowed", json!({}))).await;
+    let s: TpuSlice = env.wait_for("allowed", "Ready", STEP, is_ready).await;
+    let node = s.status.unwrap().node_name.unwrap();
+    assert!(
+        node.starts_with("projects/team-project/locations/us-east5-b/nodes/"),
+        "{node}"
+    );
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
+}
+
+#[tokio::test]
+async fn chip_quota_counts_across_slices() {
+    let mut env = TestEnv::start().await;
+    let p = policy(&env, json!({"maxChips": 12}));
+    start(&mut env, p).await;
+    env.create(&slice("first", json!({}))).await;
+    env.wait_for::<TpuSlice, _>("first", "Ready", STEP, is_ready)
+        .await;
+
+    env.create(&slice("second", json!({}))).await;
+    let s: TpuSlice = env
+        .wait_for("second", "PolicyDenied", STEP, |s| slice_stalled(s).is_some())
+        .await;
+    let (reason, message) = slice_stalled(&s).unwrap();
+    assert_eq!(reason, "PolicyDenied");
+    assert!(
+        message.contains("maxChips")
+            && message.contains("already uses 8 (TpuSlice first (8 chips")
+            && message.contains("allowed at once: 12"),
+        "{message}"
+    );
+    // It stays refused (and uncreated) while the first one runs.
+    env.idle(Duration::from_millis(500), STEP).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
+
+    env.api::<TpuSlice>()
+        .delete("first", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<TpuSlice>("first", STEP).await;
+    let s: TpuSlice = env
+        .wait_for("second", "Ready once first is gone", STEP, is_ready)
+        .await;
+    assert!(slice_stalled(&s).is_none());
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 2);
+    assert_eq!(env.gcp.nodes().len(), 1);
+}
