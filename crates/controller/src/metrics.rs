@@ -36,6 +36,12 @@ pub struct SpendLabels {
     pub namespace: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OrphanLabels {
+    /// `tpu.node`, `tpu.queuedResource`, `dataproc.batch`, `vertex.customJob`.
+    pub kind: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Outcome {
     Ok,
@@ -51,6 +57,10 @@ pub struct Metrics {
     pub objects: Family<PhaseLabels, Gauge>,
     /// Estimated spend so far in US dollars, per namespace (float gauge).
     pub spend_usd: Family<SpendLabels, Gauge<f64, AtomicU64>>,
+    /// Orphaned cloud resources found by the last sweep, by kind.
+    pub orphans: Family<OrphanLabels, Gauge>,
+    /// Orphans the sweeper deleted, by kind.
+    pub orphans_deleted: Family<OrphanLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -61,6 +71,8 @@ impl Default for Metrics {
             duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
             objects: Family::default(),
             spend_usd: Family::default(),
+            orphans: Family::default(),
+            orphans_deleted: Family::default(),
         }
     }
 }
@@ -89,6 +101,16 @@ impl Metrics {
             "estimated_spend_usd",
             "Estimated spend so far at list prices, by namespace",
             self.spend_usd.clone(),
+        );
+        sub.register(
+            "orphans",
+            "Cloud resources labelled with this cluster's id whose owning object no longer exists (last sweep), by kind",
+            self.orphans.clone(),
+        );
+        sub.register(
+            "orphans_deleted",
+            "Orphaned cloud resources the sweeper deleted, by kind",
+            self.orphans_deleted.clone(),
         );
         self
     }

@@ -268,3 +268,118 @@ async fn chip_quota_counts_across_slices() {
     assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 2);
     assert_eq!(env.gcp.nodes().len(), 1);
 }
+
+/// Creates a TPU node directly through the TPU API, behind the operator's back.
+async fn node_behind_the_back(ctx: &Context, id: &str, labels: &[(&str, &str)]) -> String {
+    use tpu_operator_gcp::tpu_v2::model::Node;
+    let node = Node::new()
+        .set_accelerator_type("v6e-8")
+        .set_runtime_version("v2-alpha-tpuv6e")
+        .set_labels(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    ctx.gcp
+        .tpu
+        .create_node("projects/demo-project/locations/us-east5-b", id, node)
+        .await
+        .expect("create a node directly");
+    format!("projects/demo-project/locations/us-east5-b/nodes/{id}")
+}
+
+#[tokio::test]
+async fn orphan_sweeper_reports_then_deletes_only_our_orphans() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use tpu_operator_controller::sweeper::{Mode, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig};
+
+    let mut env = TestEnv::start().await;
+    let ctx = start(&mut env, TenancyPolicy::default()).await;
+    env.create(&slice("kept", json!({}))).await;
+    let kept = env.wait_for::<TpuSlice, _>("kept", "Ready", STEP, is_ready).await;
+    let kept_node = kept.status.unwrap().node_name.unwrap();
+
+    let ns = env.ns.clone();
+    let ours = |cluster: &'static str| {
+        vec![
+            ("managed-by", "tpu-operator"),
+            ("tpu-operator-cluster", cluster),
+            ("tpu-operator-namespace", ns.as_str()),
+            ("tpu-operator-name", "forgotten"),
+            ("tpu-operator-uid", "0badc0de-0000-4000-8000-000000000000"),
+        ]
+    };
+    let orphan = node_behind_the_back(&ctx, "orphan", &ours("test-cluster")).await;
+    let unlabelled = node_behind_the_back(&ctx, "unlabelled", &[("team", "ml")]).await;
+    let foreign = node_behind_the_back(&ctx, "other-cluster", &ours("another-cluster")).await;
+    env.idle(Duration::from_millis(50), STEP).await;
+
+    let config = SweeperConfig {
+        mode: Mode::Report,
+        projects: vec!["demo-project".into()],
+        zones: vec!["us-east5-b".into()],
+        regions: vec!["us-east5".into()],
+        report_namespace: env.ns.clone(),
+        ..SweeperConfig::default()
+    };
+    // Report mode: found, reported (metric, summary ConfigMap, Warning event), never deleted.
+    let report = Sweeper::new(config.clone()).sweep(&ctx).await.expect("sweep");
+    let names: Vec<_> = report.orphans.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, [orphan.as_str()], "{report:#?}");
+    assert!(
+        report.deleted.is_empty() && report.errors.is_empty(),
+        "{report:#?}"
+    );
+    let cm = env
+        .api::<ConfigMap>()
+        .get(SUMMARY_CONFIGMAP)
+        .await
+        .expect("summary ConfigMap");
+    let data = cm.data.unwrap();
+    assert_eq!(data["count"], "1");
+    assert!(
+        data["orphans"].contains(&orphan) && data["orphans"].contains("uid=0badc0de"),
+        "{data:?}"
+    );
+    let gauge = ctx
+        .metrics
+        .orphans
+        .get_or_create(&tpu_operator_controller::metrics::OrphanLabels { kind: "tpu.node" })
+        .get();
+    assert_eq!(gauge, 1);
+    assert!(
+        warning_reasons(&env, SUMMARY_CONFIGMAP)
+            .await
+            .contains(&"OrphanFound".to_string())
+    );
+
+    // Delete mode: only after the grace period.
+    let sweeper = Sweeper::new(SweeperConfig {
+        mode: Mode::Delete,
+        grace: Duration::from_secs(15 * 60),
+        ..config
+    });
+    let first = sweeper.sweep(&ctx).await.expect("sweep");
+    assert_eq!(first.orphans.len(), 1);
+    assert!(first.deleted.is_empty(), "grace period: {first:#?}");
+    assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 0);
+    env.gcp.clock().advance(Duration::from_secs(14 * 60));
+    assert!(sweeper.sweep(&ctx).await.unwrap().deleted.is_empty());
+    env.gcp.clock().advance(Duration::from_secs(2 * 60));
+    let due = sweeper.sweep(&ctx).await.expect("sweep");
+    assert_eq!(due.deleted, std::slice::from_ref(&orphan), "{due:#?}");
+    env.idle(Duration::from_millis(200), STEP).await;
+    let left: Vec<String> = env
+        .gcp
+        .nodes()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!left.contains(&orphan), "{left:?}");
+    for keep in [&unlabelled, &foreign, &kept_node] {
+        assert!(left.contains(keep), "{keep} must be left alone: {left:?}");
+    }
+    assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 1);
+    assert!(sweeper.sweep(&ctx).await.unwrap().orphans.is_empty());
+    assert!(
+        warning_reasons(&env, SUMMARY_CONFIGMAP)
+            .await
+            .contains(&"OrphanDeleted".to_string())
+    );
+}

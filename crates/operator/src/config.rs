@@ -12,8 +12,22 @@ use serde::Deserialize;
 use tpu_operator_controller::{
     ControllerConfig,
     pricing::{PriceOverrides, PriceTable},
+    sweeper::{Mode, SweeperConfig},
     tenancy::TenancyPolicy,
 };
+
+/// What the orphan sweeper does with cloud resources whose owning object is gone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OrphanMode {
+    /// Do not sweep.
+    Off,
+    /// Report them (metric, log, events and the tpu-operator-orphans ConfigMap).
+    #[default]
+    Report,
+    /// Report them and delete them after the grace period.
+    Delete,
+}
 use tpu_operator_gcp::GcpConfig;
 
 /// Log output format.
@@ -103,6 +117,18 @@ pub struct RunArgs {
     /// How long graceful shutdown waits for in-flight reconciles [default: 30s].
     #[arg(long, env = "TPU_OPERATOR_SHUTDOWN_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub shutdown_timeout: Option<Duration>,
+    /// Orphan sweeper: cloud resources labelled with this cluster's id whose owning object no
+    /// longer exists are reported, or also deleted after --orphan-grace-period [default: report].
+    /// Where it looks: `orphanProjects` / `orphanZones` / `orphanRegions` in the config file
+    /// (default: the default projects and the zones / regions named by the tenancy policy).
+    #[arg(long, env = "TPU_OPERATOR_ORPHANS", value_enum)]
+    pub orphans: Option<OrphanMode>,
+    /// How long a resource must have been orphaned before --orphans=delete deletes it [default: 15m].
+    #[arg(long, env = "TPU_OPERATOR_ORPHAN_GRACE_PERIOD", value_name = "DURATION", value_parser = parse_duration)]
+    pub orphan_grace_period: Option<Duration>,
+    /// Time between orphan sweeps [default: 10m].
+    #[arg(long, env = "TPU_OPERATOR_ORPHAN_SWEEP_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
+    pub orphan_sweep_interval: Option<Duration>,
 }
 
 /// The same settings as a YAML file (`--config`). Unknown keys are errors, so typos surface.
@@ -143,6 +169,18 @@ struct FileConfig {
     /// Price overrides (docs/cost-model.md). File only.
     #[serde(default)]
     prices: PriceOverrides,
+    orphans: Option<OrphanMode>,
+    #[serde(default, with = "humantime_serde_opt")]
+    orphan_grace_period: Option<Duration>,
+    #[serde(default, with = "humantime_serde_opt")]
+    orphan_sweep_interval: Option<Duration>,
+    /// Where the sweeper looks (file only).
+    #[serde(default)]
+    orphan_projects: Vec<String>,
+    #[serde(default)]
+    orphan_zones: Vec<String>,
+    #[serde(default)]
+    orphan_regions: Vec<String>,
 }
 
 /// Durations in the YAML file are humantime strings (`90s`, `5m`), like the flags.
@@ -186,6 +224,7 @@ pub struct Settings {
     pub tenancy: TenancyPolicy,
     /// Price table: built-in list prices with the config file's overrides.
     pub prices: PriceTable,
+    pub sweeper: SweeperConfig,
 }
 
 macro_rules! merge {
@@ -199,6 +238,7 @@ impl RunArgs {
     pub fn resolve(mut self) -> anyhow::Result<Settings> {
         let mut tenancy = TenancyPolicy::default();
         let mut prices = PriceOverrides::default();
+        let mut places: [Vec<String>; 3] = Default::default();
         if let Some(path) = self.config.clone() {
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("reading the config file {}", path.display()))?;
@@ -229,7 +269,15 @@ impl RunArgs {
                 lease_duration,
                 identity,
                 shutdown_timeout,
+                orphans,
+                orphan_grace_period,
+                orphan_sweep_interval,
             );
+            places = [
+                std::mem::take(&mut file.orphan_projects),
+                std::mem::take(&mut file.orphan_zones),
+                std::mem::take(&mut file.orphan_regions),
+            ];
             tenancy = std::mem::take(&mut file.tenancy);
             prices = std::mem::take(&mut file.prices);
         }
@@ -239,6 +287,15 @@ impl RunArgs {
             .map_err(|e| anyhow::anyhow!("config file: {e}"))?;
         settings.prices =
             PriceTable::with_overrides(&prices).map_err(|e| anyhow::anyhow!("config file: {e}"))?;
+        let [projects, zones, regions] = places;
+        settings.sweeper = sweep_places(
+            settings.sweeper,
+            &settings.controller,
+            &tenancy,
+            projects,
+            zones,
+            regions,
+        );
         settings.tenancy = tenancy;
         Ok(settings)
     }
@@ -279,6 +336,20 @@ impl RunArgs {
         if let Some(t) = self.gcp_call_timeout {
             gcp.call_timeout = t;
         }
+        let sweeper = SweeperConfig {
+            mode: match self.orphans.unwrap_or_default() {
+                OrphanMode::Off => Mode::Off,
+                OrphanMode::Report => Mode::Report,
+                OrphanMode::Delete => Mode::Delete,
+            },
+            grace: self.orphan_grace_period.unwrap_or(Duration::from_secs(15 * 60)),
+            interval: self.orphan_sweep_interval.unwrap_or(Duration::from_secs(10 * 60)),
+            report_namespace: std::env::var("POD_NAMESPACE")
+                .ok()
+                .or_else(|| self.namespace.clone())
+                .unwrap_or_else(|| "default".into()),
+            ..SweeperConfig::default()
+        };
         let leader = if self.leader_elect.unwrap_or(true) {
             let duration_secs = self.lease_duration.unwrap_or(Duration::from_secs(15)).as_secs();
             if duration_secs < 2 {
@@ -309,8 +380,76 @@ impl RunArgs {
             shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(30)),
             tenancy: TenancyPolicy::default(),
             prices: PriceTable::default(),
+            sweeper,
         })
     }
+}
+
+/// Where the sweeper looks: the configured lists, else what the operator knows of: the default
+/// projects and the exact (non-`*`) projects, zones and regions the tenancy policy names, plus the
+/// regions of those zones.
+fn sweep_places(
+    mut sweeper: SweeperConfig,
+    controller: &ControllerConfig,
+    tenancy: &TenancyPolicy,
+    projects: Vec<String>,
+    zones: Vec<String>,
+    regions: Vec<String>,
+) -> SweeperConfig {
+    use std::collections::BTreeSet;
+    let policies: Vec<_> = tenancy
+        .namespaces
+        .values()
+        .chain(tenancy.default.as_ref())
+        .collect();
+    let exact = |lists: Vec<&Vec<String>>| -> BTreeSet<String> {
+        lists
+            .into_iter()
+            .flatten()
+            .filter(|v| !v.ends_with('*'))
+            .cloned()
+            .collect()
+    };
+    let projects = if projects.is_empty() {
+        let mut p = exact(
+            policies
+                .iter()
+                .filter_map(|p| p.allowed_projects.as_ref())
+                .collect(),
+        );
+        p.extend(policies.iter().filter_map(|p| p.default_project.clone()));
+        p.extend(controller.default_project.clone());
+        p.into_iter().collect()
+    } else {
+        projects
+    };
+    let zones = if zones.is_empty() {
+        exact(policies.iter().filter_map(|p| p.allowed_zones.as_ref()).collect())
+            .into_iter()
+            .collect()
+    } else {
+        zones
+    };
+    let regions = if regions.is_empty() {
+        let mut r = exact(
+            policies
+                .iter()
+                .filter_map(|p| p.allowed_regions.as_ref())
+                .collect(),
+        );
+        r.extend(
+            zones
+                .iter()
+                .map(|z| tpu_operator_controller::tenancy::request::region_of_zone(z).to_owned()),
+        );
+        r.into_iter().collect()
+    } else {
+        regions
+    };
+    sweeper.projects = projects;
+    sweeper.zones = zones;
+    sweeper.regions = regions;
+    sweeper
 }
 
 /// `$POD_NAME` (set from the downward API in the chart), else `$HOSTNAME-<pid>` so two local
@@ -408,6 +547,49 @@ mod tests {
             .resolve()
             .unwrap_err();
         assert!(format!("{err:#}").contains("maxChip"), "{err:#}");
+    }
+
+    #[test]
+    fn orphan_sweeper_settings_and_where_it_looks() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("operator.yaml");
+        std::fs::write(
+            &file,
+            "project: p0\norphans: delete\norphanGracePeriod: 20m\ntenancy:\n  namespaces:\n    a: {defaultProject: p1, allowedZones: [us-east5-b, us-central2-*], allowedRegions: [europe-west4]}\n",
+        )
+        .unwrap();
+        let s = parse(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--orphan-sweep-interval",
+            "1m",
+        ])
+        .resolve()
+        .unwrap()
+        .sweeper;
+        assert_eq!(s.mode, Mode::Delete);
+        assert_eq!(
+            (s.grace, s.interval),
+            (Duration::from_secs(1200), Duration::from_secs(60))
+        );
+        assert_eq!(s.projects, ["p0", "p1"]);
+        assert_eq!(s.zones, ["us-east5-b"]);
+        assert_eq!(s.regions, ["europe-west4", "us-east5"]);
+        let d = parse(&[]).resolve().unwrap().sweeper;
+        assert_eq!((d.mode, d.grace), (Mode::Report, Duration::from_secs(900)));
+        std::fs::write(
+            &file,
+            "orphans: delete\norphanZones: [z-1]\norphanProjects: [q]\n",
+        )
+        .unwrap();
+        let s = parse(&["--config", file.to_str().unwrap(), "--orphans", "off"])
+            .resolve()
+            .unwrap()
+            .sweeper;
+        assert_eq!(
+            (s.mode, s.zones.as_slice(), s.projects.as_slice()),
+            (Mode::Off, &["z-1".to_string()][..], &["q".to_string()][..])
+        );
     }
 
     #[test]

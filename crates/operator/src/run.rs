@@ -14,7 +14,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::runtime::wait::{await_condition, conditions::is_crd_established};
 use prometheus_client::{metrics::gauge::Gauge, registry::Registry};
 use tokio::signal::unix::{SignalKind, signal};
-use tpu_operator_controller::{Context, Shutdown, metrics::Metrics, shutdown_on};
+use tpu_operator_controller::{
+    Context, Shutdown,
+    metrics::Metrics,
+    shutdown_on,
+    sweeper::{self, Sweeper},
+};
 use tpu_operator_gcp::{Gcp, GcpMetrics};
 use tracing::{error, info, warn};
 
@@ -32,6 +37,14 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
         tpu_slice::run(ctx.clone(), shutdown.clone()),
         preprocess_batch::run(ctx.clone(), shutdown.clone()),
         training_pipeline::run(ctx, shutdown),
+    );
+}
+
+/// The controllers plus the orphan sweeper (only the leader sweeps: it may delete).
+pub async fn run_operator(ctx: Arc<Context>, sweeper: Arc<Sweeper>, shutdown: Shutdown) {
+    tokio::join!(
+        run_controllers(ctx.clone(), shutdown.clone()),
+        sweeper::run(ctx, sweeper, shutdown),
     );
 }
 
@@ -120,7 +133,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             readiness.set_ready();
             leader_gauge.set(1);
             info!("leader election disabled; starting controllers");
-            let controllers = tokio::spawn(run_controllers(ctx, stop.clone()));
+            let sweeper = Arc::new(Sweeper::new(settings.sweeper.clone()));
+            let controllers = tokio::spawn(run_operator(ctx, sweeper, stop.clone()));
             stop.clone().await;
             finish(controllers, settings.shutdown_timeout).await;
             Ok(())
@@ -163,7 +177,8 @@ async fn lead_while_holding(
         leader_gauge.set(1);
         let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
         let controller_stop = shutdown_on(futures::future::select(stop.clone(), lost_rx).map(|_| ()));
-        let mut controllers = tokio::spawn(run_controllers(ctx.clone(), controller_stop));
+        let sweeper = Arc::new(Sweeper::new(settings.sweeper.clone()));
+        let mut controllers = tokio::spawn(run_operator(ctx.clone(), sweeper, controller_stop));
         // Biased: the controllers also end when `stop` fires; that is a shutdown, not a crash.
         let outcome = tokio::select! {
             biased;

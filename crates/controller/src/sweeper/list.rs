@@ -1,0 +1,167 @@
+//! Reading what exists: the operator's cloud resources in the configured projects and locations,
+//! and the UIDs of every custom resource that may own one.
+
+use std::collections::{BTreeMap, HashSet};
+
+use kube::{ResourceExt, api::ListParams};
+use tpu_operator_api::{
+    naming::{labels, sanitize_label_value},
+    preprocess_batch::PreprocessBatch,
+    tpu_slice::TpuSlice,
+    training_pipeline::TrainingPipeline,
+};
+use tpu_operator_gcp::{
+    GcpError,
+    aiplatform_v1::model::{CustomJob, JobState},
+    dataproc_v1::model::{Batch, batch},
+    tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
+};
+
+use super::{
+    SweeperConfig,
+    plan::{CloudResource, ResourceKind, Stage, uid_label},
+};
+use crate::context::Context;
+
+fn labels_of<'a>(l: impl IntoIterator<Item = (&'a String, &'a String)>) -> BTreeMap<String, String> {
+    l.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn from_node(n: Node) -> CloudResource {
+    CloudResource {
+        kind: ResourceKind::TpuNode,
+        stage: if n.state == node::State::Deleting {
+            Stage::Winding
+        } else {
+            Stage::Active {
+                cancel_operation: None,
+            }
+        },
+        in_queued_resource: !n.queued_resource.is_empty(),
+        labels: labels_of(&n.labels),
+        name: n.name,
+    }
+}
+
+fn from_queued(q: QueuedResource) -> CloudResource {
+    let labels = q
+        .tpu()
+        .and_then(|t| t.node_spec.first())
+        .and_then(|s| s.node.as_ref())
+        .map(|n| labels_of(&n.labels))
+        .unwrap_or_default();
+    let deleting = matches!(
+        q.state.as_ref().map(|s| &s.state),
+        Some(queued_resource_state::State::Deleting)
+    );
+    CloudResource {
+        kind: ResourceKind::QueuedResource,
+        stage: if deleting {
+            Stage::Winding
+        } else {
+            Stage::Active {
+                cancel_operation: None,
+            }
+        },
+        in_queued_resource: false,
+        labels,
+        name: q.name,
+    }
+}
+
+fn from_batch(b: Batch) -> CloudResource {
+    use batch::State as S;
+    let stage = match b.state {
+        S::Succeeded | S::Failed | S::Cancelled => Stage::Terminal,
+        S::Cancelling => Stage::Winding,
+        _ => Stage::Active {
+            cancel_operation: Some(b.operation.clone()).filter(|o| !o.is_empty()),
+        },
+    };
+    CloudResource {
+        kind: ResourceKind::DataprocBatch,
+        stage,
+        in_queued_resource: false,
+        labels: labels_of(&b.labels),
+        name: b.name,
+    }
+}
+
+fn from_job(j: CustomJob) -> CloudResource {
+    use JobState as S;
+    let stage = match j.state {
+        S::Succeeded | S::Failed | S::Cancelled | S::Expired | S::PartiallySucceeded => Stage::Terminal,
+        S::Cancelling => Stage::Winding,
+        _ => Stage::Active {
+            cancel_operation: None,
+        },
+    };
+    CloudResource {
+        kind: ResourceKind::VertexCustomJob,
+        stage,
+        in_queued_resource: false,
+        labels: labels_of(&j.labels),
+        name: j.name,
+    }
+}
+
+/// Every resource in the configured locations that may be ours (filtered by cluster label where
+/// the API can filter; plan re-checks every label). A location that fails to list is reported in
+/// the error list and skipped, so one bad zone does not hide orphans elsewhere.
+pub async fn cloud(ctx: &Context, config: &SweeperConfig) -> (Vec<CloudResource>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    let mut keep = |what: &str, r: Result<Vec<CloudResource>, GcpError>| match r {
+        Ok(list) => out.extend(list),
+        Err(e) if e.is_not_found() => {}
+        Err(e) => errors.push(format!("{what}: {e}")),
+    };
+    let filter = format!(
+        "labels.{} = \"{}\"",
+        labels::CLUSTER,
+        sanitize_label_value(&ctx.config.cluster_id)
+    );
+    for project in &config.projects {
+        for zone in &config.zones {
+            let parent = format!("projects/{project}/locations/{zone}");
+            let nodes = ctx.gcp.tpu.list_nodes(&parent).await;
+            keep(
+                &format!("list TPU nodes in {parent}"),
+                nodes.map(|v| v.into_iter().map(from_node).collect()),
+            );
+            let qrs = ctx.gcp.tpu.list_queued_resources(&parent).await;
+            keep(
+                &format!("list queued resources in {parent}"),
+                qrs.map(|v| v.into_iter().map(from_queued).collect()),
+            );
+        }
+        for region in &config.regions {
+            let parent = format!("projects/{project}/locations/{region}");
+            let batches = ctx.gcp.dataproc.list_batches(&parent, &filter).await;
+            keep(
+                &format!("list Dataproc batches in {parent}"),
+                batches.map(|v| v.into_iter().map(from_batch).collect()),
+            );
+            let jobs = ctx.gcp.vertex.list_custom_jobs(&parent, &filter).await;
+            keep(
+                &format!("list Vertex custom jobs in {parent}"),
+                jobs.map(|v| v.into_iter().map(from_job).collect()),
+            );
+        }
+    }
+    (out, errors)
+}
+
+/// UIDs (as label values) of every TpuSlice, PreprocessBatch and TrainingPipeline the operator
+/// watches, including objects being deleted (their finalizers are still cleaning up).
+pub async fn live_uids(ctx: &Context) -> Result<HashSet<String>, kube::Error> {
+    let lp = ListParams::default();
+    let mut uids = HashSet::new();
+    let slices = ctx.watched_api::<TpuSlice>().list_metadata(&lp).await?;
+    uids.extend(slices.items.iter().filter_map(|o| o.uid()));
+    let batches = ctx.watched_api::<PreprocessBatch>().list_metadata(&lp).await?;
+    uids.extend(batches.items.iter().filter_map(|o| o.uid()));
+    let pipelines = ctx.watched_api::<TrainingPipeline>().list_metadata(&lp).await?;
+    uids.extend(pipelines.items.iter().filter_map(|o| o.uid()));
+    Ok(uids.iter().map(|u| uid_label(u)).collect())
+}
