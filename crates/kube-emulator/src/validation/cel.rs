@@ -79,10 +79,12 @@ fn to_cause(error: &ValidationError, object: &Value) -> FieldCause {
                     &path,
                     format!("Duplicate value: \"{shown_type}\""),
                 ),
+                // kube-apiserver 1.36 omits the value of a failed rule (older releases printed
+                // the node's type, e.g. `Invalid value: "string": ...`).
                 _ => FieldCause::new(
                     FieldErrorType::Invalid,
                     &path,
-                    format!("Invalid value: \"{shown_type}\": {message}"),
+                    format!("Invalid value: {message}"),
                 ),
             }
         }

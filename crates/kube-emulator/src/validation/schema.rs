@@ -93,8 +93,12 @@ fn to_field_path(location: &jsonschema::paths::Location) -> FieldPath {
     )
 }
 
+/// A bound as the apiserver prints it: Go formats the float64 it stores, so `10.0` reads `10`.
 fn number_text(value: &Value) -> String {
-    value.to_string()
+    match value.as_f64() {
+        Some(f) if value.is_f64() && f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+        _ => value.to_string(),
+    }
 }
 
 /// Converts one `jsonschema` error into the apiserver's field error. Returns the cause and
