@@ -3,8 +3,9 @@
 # kube-controller-manager from Go modules (cached under ~/.cache/tpu-operator/control-plane, keyed by
 # go.sum), starts them on loopback, runs the suites with TPU_OPERATOR_KUBE=real, and tears down.
 #
-#   TPU_OPERATOR_REAL_SUITES  extra `cargo test` arguments to run against the real server too
-#                             (default: only the differential suite)
+#   TPU_OPERATOR_REAL_SUITES  `cargo test` arguments of the suites to run against the real server
+#                             after the differential suite (default: the controllers' end-to-end
+#                             suites and the target-agnostic API behaviour suite; "none" skips)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,9 +26,10 @@ echo "== control plane: differential suite against kube-apiserver"
 TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- \
   cargo test --locked -p kube-conformance --test differential -- --nocapture --test-threads=1
 
-if [ -n "${TPU_OPERATOR_REAL_SUITES:-}" ]; then
-  echo "== control plane: suites against kube-apiserver: cargo test $TPU_OPERATOR_REAL_SUITES"
+suites="${TPU_OPERATOR_REAL_SUITES:--p tpu-operator-controller --tests}"
+if [ "$suites" != none ]; then
+  echo "== control plane: suites against kube-apiserver: cargo test $suites"
   # shellcheck disable=SC2086 # deliberately split into cargo arguments
-  TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- cargo test --locked $TPU_OPERATOR_REAL_SUITES
+  TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- cargo test --locked $suites
 fi
 echo "== control plane: done in $(($(date +%s) - start))s (build/cache $((built - start))s)"
