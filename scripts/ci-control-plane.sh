@@ -3,9 +3,9 @@
 # kube-controller-manager from Go modules (cached under ~/.cache/tpu-operator/control-plane, keyed by
 # go.sum), starts them on loopback, runs the suites with TPU_OPERATOR_KUBE=real, and tears down.
 #
-#   TPU_OPERATOR_REAL_SUITES  `cargo test` arguments of the suites to run against the real server
-#                             after the differential suite (default: the controllers' end-to-end
-#                             suites and the target-agnostic API behaviour suite; "none" skips)
+#   TPU_OPERATOR_REAL_SUITES  `cargo test` argument lists, separated by `;`, of the suites to run
+#                             against the real server after the differential suite (default: the
+#                             controllers' end-to-end suites, then the kubectl checks; "none" skips)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,10 +26,14 @@ echo "== control plane: differential suite against kube-apiserver"
 TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- \
   cargo test --locked -p kube-conformance --test differential -- --nocapture --test-threads=1
 
-suites="${TPU_OPERATOR_REAL_SUITES:--p tpu-operator-controller --tests}"
+suites="${TPU_OPERATOR_REAL_SUITES:--p tpu-operator-controller --tests; -p kube-emulator --test kubectl}"
 if [ "$suites" != none ]; then
-  echo "== control plane: suites against kube-apiserver: cargo test $suites"
-  # shellcheck disable=SC2086 # deliberately split into cargo arguments
-  TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- cargo test --locked $suites
+  # One fresh control plane for all of them (each test uses namespaces of its own).
+  script="set -e"
+  IFS=';' read -ra lists <<<"$suites"
+  for args in "${lists[@]}"; do
+    script+="; echo '== control plane: cargo test ${args}'; cargo test --locked ${args}"
+  done
+  TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- bash -c "$script"
 fi
 echo "== control plane: done in $(($(date +%s) - start))s (build/cache $((built - start))s)"
