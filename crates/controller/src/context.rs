@@ -3,7 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use kube::runtime::events::Reporter;
+use kube::runtime::events::{Recorder, Reporter};
 use tpu_operator_gcp::Gcp;
 
 use crate::{
@@ -55,7 +55,9 @@ pub struct Context {
     pub metrics: Metrics,
     pub backoff: ObjectBackoff,
     pub clock: Arc<dyn Clock>,
-    pub reporter: Reporter,
+    /// One recorder for the process: its cache is what turns a repeated event into one Event with
+    /// a growing series count instead of a new object per occurrence.
+    pub recorder: Recorder,
     /// Who may use what, per namespace (empty: everything allowed).
     pub tenancy: Arc<TenancyPolicy>,
     /// List prices for cost estimates, budgets and per-object spend limits.
@@ -66,6 +68,13 @@ pub struct Context {
 
 impl Context {
     pub fn new(client: kube::Client, gcp: Gcp, config: ControllerConfig) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "tpu-operator".into(),
+                instance: None,
+            },
+        );
         Self {
             client,
             gcp,
@@ -73,10 +82,7 @@ impl Context {
             metrics: Metrics::default(),
             backoff: ObjectBackoff::new(BackoffPolicy::default()),
             clock: Arc::new(SystemClock),
-            reporter: Reporter {
-                controller: "tpu-operator".into(),
-                instance: None,
-            },
+            recorder,
             tenancy: Arc::default(),
             prices: Arc::default(),
             admission: AdmissionLocks::default(),

@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use kube::{
     Api, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::events::{Event, EventType, Recorder},
+    runtime::events::{Event, EventType},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -50,7 +50,6 @@ pub async fn publish_event<K>(ctx: &Context, obj: &K, warning: bool, reason: &st
 where
     K: Resource<DynamicType = ()>,
 {
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let event = Event {
         type_: if warning {
             EventType::Warning
@@ -62,7 +61,7 @@ where
         action: reason.to_owned(),
         secondary: None,
     };
-    if let Err(e) = recorder.publish(&event, &obj.object_ref(&())).await {
+    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
         tracing::warn!(error = %e, reason, "failed to publish event");
     }
 }
