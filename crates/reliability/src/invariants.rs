@@ -1,0 +1,443 @@
+//! The promises, as checks over the emulators' state and the gcp-emulator's call log.
+//!
+//! * At-most-once creates: the call log's successful creates, by the id the operator chose
+//!   (`nodeId`, `queuedResourceId`, `batchId`) or, for Vertex (server-chosen ids), by count,
+//!   never exceed what the objects of a run may own; and at no moment do two live resources carry
+//!   one object's `tpu-operator-uid` label (per attempt for batches and jobs).
+//! * No leaks: once every object is deleted, nothing of ours is left in the emulator.
+//! * No stuck finalizers: every deleted object goes away.
+//! * Status consistent with the cloud: a Ready/Succeeded status names a resource that exists in
+//!   that state, and every live resource is the one its object's status names.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::ResourceExt;
+use serde_json::Value;
+use tpu_operator_api::{
+    preprocess_batch::PreprocessBatchPhase, tpu_slice::TpuSlicePhase,
+    training_pipeline::TrainingPipelinePhase,
+};
+
+use crate::world::Snapshot;
+
+pub const UID_LABEL: &str = "tpu-operator-uid";
+pub const ATTEMPT_LABEL: &str = "tpu-operator-attempt";
+
+/// A list of broken promises (empty = all kept).
+#[derive(Clone, Debug, Default)]
+pub struct Violations(pub Vec<String>);
+
+impl Violations {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn extend(&mut self, other: Violations) {
+        self.0.extend(other.0);
+    }
+    pub fn push(&mut self, v: String) {
+        self.0.push(v);
+    }
+}
+
+impl std::fmt::Display for Violations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for v in &self.0 {
+            writeln!(f, "  - {v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The most cloud resources the objects of a run may create (no preemptions, no failed attempts).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Expected {
+    pub nodes: usize,
+    pub queued: usize,
+    pub batches: usize,
+    pub jobs: usize,
+}
+
+/// Successful creates in the call log, by the id the operator chose.
+#[derive(Clone, Debug, Default)]
+pub struct Created {
+    pub nodes: BTreeSet<String>,
+    pub queued: BTreeSet<String>,
+    pub batches: BTreeSet<String>,
+    /// Successful `customJobs.create` calls (Vertex picks the id; every success is a new job).
+    pub jobs: usize,
+}
+
+fn query_param(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| v.to_owned())
+    })
+}
+
+pub fn created(gcp: &gcp_emulator::Emulator) -> Created {
+    let mut c = Created::default();
+    for call in gcp.calls() {
+        if call.status >= 300 {
+            continue;
+        }
+        match (call.service.as_str(), call.method.as_str()) {
+            ("tpu", "nodes.create") => {
+                c.nodes
+                    .insert(query_param(&call.query, "nodeId").unwrap_or_default());
+            }
+            ("tpu", "queuedResources.create") => {
+                c.queued
+                    .insert(query_param(&call.query, "queuedResourceId").unwrap_or_default());
+            }
+            ("dataproc", "batches.create") => {
+                c.batches
+                    .insert(query_param(&call.query, "batchId").unwrap_or_default());
+            }
+            ("vertex", "customJobs.create") => c.jobs += 1,
+            _ => {}
+        }
+    }
+    c
+}
+
+/// Creates beyond what the run's objects may own, from the whole call log.
+pub fn duplicate_creates(gcp: &gcp_emulator::Emulator, expected: Expected) -> Violations {
+    let c = created(gcp);
+    let mut v = Violations::default();
+    let mut check = |what: &str, got: usize, max: usize, detail: String| {
+        if got > max {
+            v.push(format!("{got} {what} created for at most {max}: {detail}"));
+        }
+    };
+    check(
+        "TPU nodes",
+        c.nodes.len(),
+        expected.nodes,
+        format!("{:?}", c.nodes),
+    );
+    check(
+        "queued resources",
+        c.queued.len(),
+        expected.queued,
+        format!("{:?}", c.queued),
+    );
+    check(
+        "Dataproc batches",
+        c.batches.len(),
+        expected.batches,
+        format!("{:?}", c.batches),
+    );
+    check("Vertex custom jobs", c.jobs, expected.jobs, String::new());
+    v
+}
+
+fn label<'a>(r: &'a Value, key: &str) -> Option<&'a str> {
+    r["labels"][key].as_str()
+}
+
+fn state(r: &Value) -> &str {
+    r["state"].as_str().unwrap_or("")
+}
+
+const TERMINAL_BATCH: [&str; 3] = ["SUCCEEDED", "FAILED", "CANCELLED"];
+const TERMINAL_JOB: [&str; 4] = [
+    "JOB_STATE_SUCCEEDED",
+    "JOB_STATE_FAILED",
+    "JOB_STATE_CANCELLED",
+    "JOB_STATE_PARTIALLY_SUCCEEDED",
+];
+
+/// Two live resources for one object (TPU nodes by UID; batches and jobs by UID and attempt,
+/// counting only the ones still running).
+pub fn live_duplicates(gcp: &gcp_emulator::Emulator) -> Violations {
+    let mut v = Violations::default();
+    let mut nodes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for n in gcp.nodes() {
+        if let Some(uid) = label(&n, UID_LABEL) {
+            nodes
+                .entry(uid.to_owned())
+                .or_default()
+                .push(n["name"].as_str().unwrap_or("").to_owned());
+        }
+    }
+    let mut queued: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for q in gcp.queued_resources() {
+        let uid = q["tpu"]["nodeSpec"][0]["node"]["labels"][UID_LABEL]
+            .as_str()
+            .map(str::to_owned);
+        if let Some(uid) = uid {
+            queued
+                .entry(uid)
+                .or_default()
+                .push(q["name"].as_str().unwrap_or("").to_owned());
+        }
+    }
+    let mut batches: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for b in gcp.batches() {
+        if TERMINAL_BATCH.contains(&state(&b)) {
+            continue;
+        }
+        if let Some(uid) = label(&b, UID_LABEL) {
+            batches
+                .entry(uid.to_owned())
+                .or_default()
+                .push(b["name"].as_str().unwrap_or("").to_owned());
+        }
+    }
+    let mut jobs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for j in gcp.custom_jobs() {
+        if TERMINAL_JOB.contains(&state(&j)) {
+            continue;
+        }
+        if let Some(uid) = label(&j, UID_LABEL) {
+            let attempt = label(&j, ATTEMPT_LABEL).unwrap_or("0");
+            jobs.entry(format!("{uid} attempt {attempt}"))
+                .or_default()
+                .push(j["name"].as_str().unwrap_or("").to_owned());
+        }
+    }
+    for (what, map) in [
+        ("TPU nodes", nodes),
+        ("queued resources", queued),
+        ("running Dataproc batches", batches),
+        ("running Vertex jobs", jobs),
+    ] {
+        for (uid, names) in map {
+            if names.len() > 1 {
+                v.push(format!("{} {what} for uid {uid}: {names:?}", names.len()));
+            }
+        }
+    }
+    v
+}
+
+/// Everything of ours still in the emulator (call once every object is gone and the delete
+/// operations had time to finish).
+pub fn leftovers(gcp: &gcp_emulator::Emulator) -> Violations {
+    let mut v = Violations::default();
+    for (what, items) in [
+        ("TPU node", gcp.nodes()),
+        ("queued resource", gcp.queued_resources()),
+        ("Dataproc batch", gcp.batches()),
+        ("Vertex custom job", gcp.custom_jobs()),
+    ] {
+        for r in items {
+            v.push(format!(
+                "{what} left after deletion: {} ({})",
+                r["name"].as_str().unwrap_or("?"),
+                state(&r)
+            ));
+        }
+    }
+    v
+}
+
+/// Whether a leftover is billable (a node or queued resource in any state, a batch or job that
+/// still runs); a terminal batch or job record costs nothing.
+pub fn billable(gcp: &gcp_emulator::Emulator) -> usize {
+    gcp.nodes().len()
+        + gcp.queued_resources().len()
+        + gcp
+            .batches()
+            .iter()
+            .filter(|b| !TERMINAL_BATCH.contains(&state(b)))
+            .count()
+        + gcp
+            .custom_jobs()
+            .iter()
+            .filter(|j| !TERMINAL_JOB.contains(&state(j)))
+            .count()
+}
+
+/// Objects still present (with their finalizers) after they were all deleted.
+pub fn stuck(snapshot: &Snapshot) -> Violations {
+    let mut v = Violations::default();
+    let mut one = |kind: &str, name: String, finalizers: &[String], deleting: bool| {
+        v.push(format!(
+            "{kind} {name} still exists (deleting: {deleting}, finalizers {finalizers:?})"
+        ));
+    };
+    for o in &snapshot.slices {
+        one(
+            "TpuSlice",
+            o.name_any(),
+            o.finalizers(),
+            o.metadata.deletion_timestamp.is_some(),
+        );
+    }
+    for o in &snapshot.batches {
+        one(
+            "PreprocessBatch",
+            o.name_any(),
+            o.finalizers(),
+            o.metadata.deletion_timestamp.is_some(),
+        );
+    }
+    for o in &snapshot.pipelines {
+        one(
+            "TrainingPipeline",
+            o.name_any(),
+            o.finalizers(),
+            o.metadata.deletion_timestamp.is_some(),
+        );
+    }
+    v
+}
+
+/// Status against the cloud, for converged objects: what a Ready / Succeeded status names
+/// exists in that state, and every live resource carrying an object's UID is the one its status
+/// names (nothing the operator lost track of).
+pub fn status_consistent(snapshot: &Snapshot, gcp: &gcp_emulator::Emulator) -> Violations {
+    let mut v = Violations::default();
+    let nodes: BTreeMap<String, Value> = gcp
+        .nodes()
+        .into_iter()
+        .map(|n| (n["name"].as_str().unwrap_or("").to_owned(), n))
+        .collect();
+    let queued: BTreeMap<String, Value> = gcp
+        .queued_resources()
+        .into_iter()
+        .map(|n| (n["name"].as_str().unwrap_or("").to_owned(), n))
+        .collect();
+    let batches: BTreeMap<String, Value> = gcp
+        .batches()
+        .into_iter()
+        .map(|n| (n["name"].as_str().unwrap_or("").to_owned(), n))
+        .collect();
+    let jobs: BTreeMap<String, Value> = gcp
+        .custom_jobs()
+        .into_iter()
+        .map(|n| (n["name"].as_str().unwrap_or("").to_owned(), n))
+        .collect();
+
+    for s in &snapshot.slices {
+        let name = s.name_any();
+        let Some(st) = &s.status else { continue };
+        // Being deleted (e.g. a pipeline releasing its training slice): the status may still show
+        // the last converged state while the finalizer deletes the node.
+        // A pipeline's training slice is released once training is done (checked through the
+        // pipeline instead).
+        if s.metadata.deletion_timestamp.is_some() || !s.owner_references().is_empty() {
+            continue;
+        }
+        if st.phase == TpuSlicePhase::Ready {
+            match st.node_name.as_ref().and_then(|n| nodes.get(n)) {
+                Some(n) if state(n) == "READY" => {}
+                Some(n) => v.push(format!("TpuSlice {name} Ready but its node is {}", state(n))),
+                None => v.push(format!(
+                    "TpuSlice {name} Ready but its node {:?} does not exist",
+                    st.node_name
+                )),
+            }
+            if st.node_state.as_deref() != Some("READY") {
+                v.push(format!(
+                    "TpuSlice {name} Ready with nodeState {:?}",
+                    st.node_state
+                ));
+            }
+            if let Some(q) = &st.queued_resource_name {
+                // A queued resource's state is a message: `state: {state: ACTIVE, ...}`.
+                let qstate = |q: &Value| q["state"]["state"].as_str().unwrap_or("").to_owned();
+                match queued.get(q) {
+                    Some(q) if qstate(q) == "ACTIVE" => {}
+                    other => v.push(format!(
+                        "TpuSlice {name} Ready but its queued resource is {:?}",
+                        other.map(qstate)
+                    )),
+                }
+            }
+        }
+        let uid = s.uid().unwrap_or_default();
+        for (n, node) in &nodes {
+            if label(node, UID_LABEL) == Some(uid.as_str()) && st.node_name.as_deref() != Some(n) {
+                v.push(format!(
+                    "TpuSlice {name}: node {n} carries its UID but status names {:?}",
+                    st.node_name
+                ));
+            }
+        }
+    }
+    for b in &snapshot.batches {
+        let name = b.name_any();
+        let Some(st) = &b.status else { continue };
+        if st.phase == PreprocessBatchPhase::Succeeded {
+            match st.batch_name.as_ref().and_then(|n| batches.get(n)) {
+                Some(c) if state(c) == "SUCCEEDED" => {}
+                other => v.push(format!(
+                    "PreprocessBatch {name} Succeeded but its batch {:?} is {:?}",
+                    st.batch_name,
+                    other.map(state)
+                )),
+            }
+            if st.batch_state.as_deref() != Some("SUCCEEDED") {
+                v.push(format!(
+                    "PreprocessBatch {name} Succeeded with batchState {:?}",
+                    st.batch_state
+                ));
+            }
+        }
+        let uid = b.uid().unwrap_or_default();
+        for (n, batch) in &batches {
+            let known = st.batch_name.as_deref() == Some(n) || st.previous_batches.contains(n);
+            if label(batch, UID_LABEL) == Some(uid.as_str()) && !known {
+                v.push(format!(
+                    "PreprocessBatch {name}: batch {n} carries its UID but its status does not name it"
+                ));
+            }
+        }
+    }
+    for p in &snapshot.pipelines {
+        let name = p.name_any();
+        let Some(st) = &p.status else { continue };
+        if st.phase == TrainingPipelinePhase::Succeeded {
+            if st.outputs.as_ref().and_then(|o| o.model_uri.as_ref()).is_none() {
+                v.push(format!(
+                    "TrainingPipeline {name} Succeeded without outputs.modelUri"
+                ));
+            }
+            if let Some(job) = st.custom_job_name.as_ref().and_then(|n| jobs.get(n))
+                && state(job) != "JOB_STATE_SUCCEEDED"
+            {
+                v.push(format!(
+                    "TrainingPipeline {name} Succeeded but its job is {}",
+                    state(job)
+                ));
+            }
+        }
+        let uid = p.uid().unwrap_or_default();
+        for (n, job) in &jobs {
+            if label(job, UID_LABEL) == Some(uid.as_str()) && st.custom_job_name.as_deref() != Some(n) {
+                v.push(format!(
+                    "TrainingPipeline {name}: job {n} carries its UID but status names {:?}",
+                    st.custom_job_name
+                ));
+            }
+        }
+    }
+    v
+}
+
+/// Converged: every slice of its own Ready, every batch and pipeline Succeeded (a pipeline's
+/// training slice is the pipeline's business: it may be released once training is done).
+pub fn converged(snapshot: &Snapshot, want: usize) -> bool {
+    snapshot.len() >= want
+        && snapshot
+            .slices
+            .iter()
+            .filter(|s| s.owner_references().is_empty())
+            .all(|s| {
+                s.status
+                    .as_ref()
+                    .is_some_and(|st| st.phase == TpuSlicePhase::Ready)
+            })
+        && snapshot.batches.iter().all(|b| {
+            b.status
+                .as_ref()
+                .is_some_and(|st| st.phase == PreprocessBatchPhase::Succeeded)
+        })
+        && snapshot.pipelines.iter().all(|p| {
+            p.status
+                .as_ref()
+                .is_some_and(|st| st.phase == TrainingPipelinePhase::Succeeded)
+        })
+}

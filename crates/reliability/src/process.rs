@@ -1,0 +1,168 @@
+//! The real `tpu-operator` binary as a child process: spawn, SIGKILL, and read what the kernel
+//! and its /metrics endpoint say about it (peak RSS, CPU seconds, reconciles).
+//!
+//! The binary is found next to the running test or bench executable (`target/<profile>/`), and
+//! `operator_binary()` first runs `cargo build -p tpu-operator` for that profile so it is never
+//! stale (a no-op when it is fresh; `TPU_OPERATOR_RELIABILITY_NO_BUILD=1` skips it).
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+/// `target/<profile>` of the running executable.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current executable");
+    let mut dir = exe.parent().expect("executable directory").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// Path to an up-to-date `tpu-operator` binary of the running profile.
+pub fn operator_binary() -> PathBuf {
+    let dir = profile_dir();
+    let bin = dir.join("tpu-operator");
+    if std::env::var_os("TPU_OPERATOR_RELIABILITY_NO_BUILD").is_none() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "tpu-operator", "--bin", "tpu-operator"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        if let Some(target) = dir.parent() {
+            cmd.arg("--target-dir").arg(target);
+        }
+        cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")));
+        match cmd.status() {
+            Ok(s) if s.success() => {}
+            other => eprintln!(
+                "NOTICE: `cargo build -p tpu-operator` failed ({other:?}); using {} as it is",
+                bin.display()
+            ),
+        }
+    }
+    assert!(
+        bin.exists(),
+        "{} not found: run `cargo build -p tpu-operator` first",
+        bin.display()
+    );
+    bin
+}
+
+pub fn free_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr")
+}
+
+pub struct OperatorProcess {
+    child: Child,
+    pub metrics: SocketAddr,
+}
+
+impl OperatorProcess {
+    /// `tpu-operator run` against the kubeconfig and gcp-emulator URL, leader election off,
+    /// with extra flags (poll intervals, ...).
+    pub fn spawn(bin: &Path, kubeconfig: &Path, gcp_url: &str, extra: &[&str]) -> Self {
+        let metrics = free_port();
+        let child = Command::new(bin)
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--gcp-emulator", gcp_url])
+            .args(["--metrics-addr", &metrics.to_string()])
+            .args(["--leader-elect=false"])
+            .args(["--cluster-id", "reliability", "--project", "demo-project"])
+            .args(["--namespace", crate::world::NAMESPACE])
+            .args(extra)
+            .env(
+                "RUST_LOG",
+                std::env::var("TPU_OPERATOR_RELIABILITY_LOG").unwrap_or_else(|_| "error".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn tpu-operator run");
+        Self { child, metrics }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, then reap.
+    pub fn sigkill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn proc_status_kib(&self, key: &str) -> Option<u64> {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// Peak resident set size (VmHWM), KiB.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        self.proc_status_kib("VmHWM:")
+    }
+
+    /// Current resident set size (VmRSS), KiB.
+    pub fn rss_kib(&self) -> Option<u64> {
+        self.proc_status_kib("VmRSS:")
+    }
+
+    /// User + system CPU seconds so far (from /proc/PID/stat, 100 ticks per second).
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let text = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
+        let after = &text[text.rfind(')')? + 2..];
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let utime: f64 = fields.get(11)?.parse().ok()?;
+        let stime: f64 = fields.get(12)?.parse().ok()?;
+        Some((utime + stime) / 100.0)
+    }
+
+    pub async fn scrape(&self) -> Option<String> {
+        let resp = reqwest::get(format!("http://{}/metrics", self.metrics))
+            .await
+            .ok()?;
+        resp.text().await.ok()
+    }
+
+    /// Waits until /readyz answers 200.
+    pub async fn wait_ready(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(r) = reqwest::get(format!("http://{}/readyz", self.metrics)).await
+                && r.status().is_success()
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sum of a counter family in Prometheus text (e.g. `tpu_operator_reconciles_total`).
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

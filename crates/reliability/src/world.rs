@@ -1,0 +1,347 @@
+//! The two emulators and an operator that can be started, killed and restarted.
+//!
+//! The in-process operator is the three controllers as tokio tasks (as `tpu-operator run` runs
+//! them) on a fresh `Context` each start, the way a new process would build one: new GCP
+//! clients, new per-object backoff, empty caches. `kill_operator` aborts the tasks: no
+//! finalizer, no status write and no graceful shutdown runs, which is what SIGKILL does to the
+//! process (requests already on the wire still reach the servers). `process::OperatorProcess`
+//! does the same with the real binary.
+
+use std::{fmt::Debug, sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+use kube::{
+    Api, Resource,
+    api::{DeleteParams, ListParams, PostParams},
+};
+use serde::{Serialize, de::DeserializeOwned};
+use tpu_operator_api::{PreprocessBatch, TpuSlice, TrainingPipeline};
+use tpu_operator_controller::{
+    Context, ControllerConfig, backoff::BackoffPolicy, clock::FnClock, metrics::Metrics, never_shutdown,
+    preprocess_batch, tpu_slice, training_pipeline,
+};
+use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics};
+
+use crate::fixtures::{BUCKET, RAW_OBJECT};
+
+pub const NAMESPACE: &str = "default";
+
+pub fn start_time() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-03-02T09:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+/// How fast the in-process operator polls (the emulator's clock is manual, so these are real
+/// time and only bound how quickly a test converges).
+#[derive(Clone, Debug)]
+pub struct Polls {
+    pub active: Duration,
+    pub stable: Duration,
+    pub capacity: Duration,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Polls {
+    pub fn fast() -> Self {
+        Self {
+            active: Duration::from_millis(20),
+            stable: Duration::from_millis(500),
+            capacity: Duration::from_millis(50),
+            backoff_base: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(400),
+        }
+    }
+}
+
+struct InProcess {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    ctx: Arc<Context>,
+}
+
+struct ProcessMode {
+    bin: std::path::PathBuf,
+    kubeconfig: std::path::PathBuf,
+    extra: Vec<String>,
+}
+
+pub struct World {
+    pub kube: kube_emulator::KubeEmulator,
+    /// In-process client of `kube` (no socket).
+    pub client: kube::Client,
+    pub gcp: gcp_emulator::Emulator,
+    pub polls: Polls,
+    /// Errors injected in front of the in-process client's API server (the socket the binary
+    /// uses is not affected).
+    pub kube_faults: crate::kube_faults::KubeFaults,
+    server: Option<kube_emulator::Server>,
+    op: Option<InProcess>,
+    /// Set by `use_process`: operators are `tpu-operator run` processes, killed with SIGKILL.
+    process: Option<ProcessMode>,
+    proc: Option<crate::process::OperatorProcess>,
+    /// Operator starts so far (the first start counts).
+    pub starts: u32,
+}
+
+impl World {
+    /// Both emulators, the gcp-emulator on a manual clock, the CRDs installed, inputs uploaded.
+    pub async fn start() -> Self {
+        Self::start_with(
+            gcp_emulator::Emulator::builder()
+                .manual_clock(start_time())
+                .start()
+                .await
+                .expect("gcp-emulator"),
+        )
+        .await
+    }
+
+    /// As `start`, with a gcp-emulator built by the caller (e.g. a scaled wall clock).
+    pub async fn start_with(gcp: gcp_emulator::Emulator) -> Self {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        crate::init_logs();
+        let kube = kube_emulator::KubeEmulator::new();
+        kube.install_crds_from_yaml(&tpu_operator_api::crds::render_stream())
+            .expect("install the project's CRDs");
+        let kube_faults = crate::kube_faults::KubeFaults::default();
+        let client = kube::Client::new(kube_faults.wrap(kube.router()), NAMESPACE);
+        let world = Self {
+            kube,
+            client,
+            gcp,
+            polls: Polls::fast(),
+            kube_faults,
+            server: None,
+            op: None,
+            process: None,
+            proc: None,
+            starts: 0,
+        };
+        world.seed_inputs();
+        world
+    }
+
+    /// Serves the kube-emulator on a loopback socket (for an operator process) and writes a
+    /// kubeconfig for it into `dir`.
+    pub async fn serve_kube(&mut self, dir: &std::path::Path) -> std::path::PathBuf {
+        let server = self
+            .kube
+            .start("127.0.0.1:0")
+            .await
+            .expect("kube-emulator on a socket");
+        let path = dir.join("kubeconfig");
+        std::fs::write(&path, kube_emulator::kubeconfig(&server.url)).expect("write kubeconfig");
+        self.server = Some(server);
+        path
+    }
+
+    /// From now on `start_operator` spawns the real binary (against the kube-emulator served on
+    /// a socket) and `kill_operator` SIGKILLs it. `extra` are flags for `tpu-operator run`.
+    pub async fn use_process(&mut self, dir: &std::path::Path, extra: &[&str]) {
+        let kubeconfig = self.serve_kube(dir).await;
+        self.process = Some(ProcessMode {
+            bin: crate::process::operator_binary(),
+            kubeconfig,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        });
+    }
+
+    /// The running operator process, in process mode.
+    pub fn process(&self) -> Option<&crate::process::OperatorProcess> {
+        self.proc.as_ref()
+    }
+
+    pub fn seed_inputs(&self) {
+        self.gcp.put_object(BUCKET, RAW_OBJECT, "hello", "text/plain");
+        self.gcp
+            .put_object(BUCKET, "scripts/preprocess.py", "print(1)", "text/x-python");
+        self.gcp
+            .put_object(BUCKET, "scripts/tokenize.py", "print(1)", "text/x-python");
+    }
+
+    /// A fresh controller context, as a new operator process builds it.
+    pub async fn context(&self) -> Context {
+        let clients = Gcp::connect(
+            GcpConfig::emulator(self.gcp.url().parse().expect("emulator URL")),
+            GcpMetrics::new(),
+        )
+        .await
+        .expect("GCP clients");
+        let config = ControllerConfig {
+            cluster_id: "reliability".into(),
+            default_project: Some("demo-project".into()),
+            namespace: Some(NAMESPACE.into()),
+            concurrency: 8,
+            poll_active: self.polls.active,
+            poll_stable: self.polls.stable,
+            poll_capacity: self.polls.capacity,
+        };
+        let clock = self.gcp.clock();
+        Context::new(self.client.clone(), clients, config)
+            .with_clock(Arc::new(FnClock(move || clock.now())))
+            .with_metrics(Metrics::default())
+            .with_backoff(BackoffPolicy {
+                base: self.polls.backoff_base,
+                max: self.polls.backoff_max,
+            })
+    }
+
+    /// Starts the three controllers in-process on a fresh context.
+    pub async fn start_operator(&mut self) {
+        if let Some(mode) = &self.process {
+            assert!(self.proc.is_none(), "an operator is already running");
+            let extra: Vec<&str> = mode.extra.iter().map(String::as_str).collect();
+            let p =
+                crate::process::OperatorProcess::spawn(&mode.bin, &mode.kubeconfig, &self.gcp.url(), &extra);
+            assert!(
+                p.wait_ready(Duration::from_secs(60)).await,
+                "tpu-operator run never became ready"
+            );
+            self.proc = Some(p);
+            self.starts += 1;
+            return;
+        }
+        self.start_operator_with(self.context().await).await;
+    }
+
+    /// Starts the three controllers on a context the caller prepared (e.g. with a wrapped GCP
+    /// client).
+    pub async fn start_operator_with(&mut self, ctx: Context) {
+        assert!(self.op.is_none(), "an operator is already running");
+        let ctx = Arc::new(ctx);
+        let tasks = vec![
+            tokio::spawn(tpu_slice::run(ctx.clone(), never_shutdown())),
+            tokio::spawn(preprocess_batch::run(ctx.clone(), never_shutdown())),
+            tokio::spawn(training_pipeline::run(ctx.clone(), never_shutdown())),
+        ];
+        self.op = Some(InProcess { tasks, ctx });
+        self.starts += 1;
+    }
+
+    /// Controllers of the in-process operator whose task ended on its own (they should run
+    /// until killed): 0 = TpuSlice, 1 = PreprocessBatch, 2 = TrainingPipeline.
+    pub fn ended_controllers(&self) -> Vec<usize> {
+        self.op
+            .as_ref()
+            .map(|op| (0..3).filter(|&i| op.tasks[i].is_finished()).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn operator_running(&self) -> bool {
+        self.op.is_some() || self.proc.is_some()
+    }
+
+    /// The running operator's reconcile count (all kinds).
+    pub fn reconciles(&self) -> Option<u64> {
+        let op = self.op.as_ref()?;
+        // A family of counters keyed by kind; read the three we know.
+        let m = &op.ctx.metrics;
+        Some(
+            ["TpuSlice", "PreprocessBatch", "TrainingPipeline"]
+                .iter()
+                .map(|kind| {
+                    m.reconciles
+                        .get_or_create(&tpu_operator_controller::metrics::KindLabels { kind })
+                        .get()
+                })
+                .sum(),
+        )
+    }
+
+    /// Kills the operator the way SIGKILL does: the tasks stop at their next await point and
+    /// nothing of theirs runs afterwards.
+    pub async fn kill_operator(&mut self) {
+        if let Some(p) = self.proc.take() {
+            p.sigkill();
+        }
+        if let Some(op) = self.op.take() {
+            for t in &op.tasks {
+                t.abort();
+            }
+            for t in op.tasks {
+                let _ = t.await;
+            }
+        }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    pub async fn create<K>(&self, obj: &K) -> K
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + Serialize
+            + DeserializeOwned,
+    {
+        let mut obj = obj.clone();
+        obj.meta_mut().namespace = Some(NAMESPACE.into());
+        self.api::<K>()
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.meta().name))
+    }
+
+    /// Deletes an object (ignoring NotFound).
+    pub async fn delete<K>(&self, name: &str)
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + DeserializeOwned,
+    {
+        match self.api::<K>().delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => panic!("delete {name}: {e}"),
+        }
+    }
+
+    /// All objects of the three kinds.
+    pub async fn snapshot(&self) -> Snapshot {
+        let lp = ListParams::default();
+        Snapshot {
+            slices: self.api::<TpuSlice>().list(&lp).await.expect("list").items,
+            batches: self.api::<PreprocessBatch>().list(&lp).await.expect("list").items,
+            pipelines: self
+                .api::<TrainingPipeline>()
+                .list(&lp)
+                .await
+                .expect("list")
+                .items,
+        }
+    }
+
+    /// Sum of all GCP calls the emulator answered so far.
+    pub fn gcp_calls(&self) -> u64 {
+        self.gcp.call_counts().values().sum()
+    }
+
+    /// Advances the emulator clock.
+    pub fn advance(&self, d: Duration) {
+        self.gcp.clock().advance(d);
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub slices: Vec<TpuSlice>,
+    pub batches: Vec<PreprocessBatch>,
+    pub pipelines: Vec<TrainingPipeline>,
+}
+
+impl Snapshot {
+    pub fn is_empty(&self) -> bool {
+        self.slices.is_empty() && self.batches.is_empty() && self.pipelines.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.slices.len() + self.batches.len() + self.pipelines.len()
+    }
+}

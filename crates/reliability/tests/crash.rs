@@ -1,0 +1,76 @@
+//! Crash consistency inside `cargo test`: a handful of seeded runs with the controllers
+//! in-process (killed by aborting their tasks), and one against the real `tpu-operator` binary
+//! killed with SIGKILL. The long run (≥ 500 kill points) is `src/bin/crash-bench.rs`.
+
+use tpu_operator_reliability::{
+    World,
+    crash::{self, CrashConfig},
+};
+
+fn seeds(default: &[u64]) -> Vec<u64> {
+    match std::env::var("RELIABILITY_SEEDS") {
+        Ok(s) => s.split(',').map(|x| x.trim().parse().expect("seed")).collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_kills_never_duplicate_or_leak() {
+    let mut failures = Vec::new();
+    let mut kills = 0;
+    for seed in seeds(&[1, 2, 3, 4, 5, 6, 7, 8]) {
+        let r = crash::run(seed, CrashConfig::default()).await;
+        kills += r.kills;
+        eprintln!(
+            "seed {seed}: {:?} {:?} {:?}, {} kills, {} GCP calls, {:?}",
+            r.flow, r.capacity, r.training, r.kills, r.gcp_calls, r.elapsed
+        );
+        if !r.ok() {
+            failures.push(format!(
+                "seed {seed} ({:?} {:?} {:?}):\n{}",
+                r.flow, r.capacity, r.training, r.violations
+            ));
+        }
+    }
+    eprintln!("{kills} kill points");
+    assert!(
+        failures.is_empty(),
+        "broken promises (rerun with RELIABILITY_SEEDS=<seed>):\n{}",
+        failures.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_binary_never_duplicates_or_leaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for seed in seeds(&[101, 102]) {
+        let mut world = World::start().await;
+        world
+            .use_process(
+                dir.path(),
+                &[
+                    "--poll-active",
+                    "50ms",
+                    "--poll-stable",
+                    "1s",
+                    "--poll-capacity",
+                    "100ms",
+                ],
+            )
+            .await;
+        let cfg = CrashConfig {
+            kills_per_phase: (1, 1),
+            ..CrashConfig::default()
+        };
+        let r = crash::run_in(&mut world, seed, cfg).await;
+        eprintln!(
+            "binary seed {seed}: {:?} {:?} {:?}, {} SIGKILLs, {} GCP calls, {:?}",
+            r.flow, r.capacity, r.training, r.kills, r.gcp_calls, r.elapsed
+        );
+        if !r.ok() {
+            failures.push(format!("seed {seed}:\n{}", r.violations));
+        }
+    }
+    assert!(failures.is_empty(), "broken promises:\n{}", failures.join("\n"));
+}
