@@ -61,7 +61,11 @@ pub struct CostEstimate {
     pub so_far_usd: f64,
     /// Current burn rate in US dollars per hour (0 when nothing billable is running).
     pub per_hour_usd: f64,
-    /// Name of the price-table entry used, e.g. `v6e-spot-us-east5`.
+    /// Name of the price-table entry used, e.g. `tpu-v6e-spot`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_key: Option<String>,
+    /// When `soFarUsd` was last brought up to date (TpuSlice: it grows by `perHourUsd` for the
+    /// time since then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accrued_through: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }

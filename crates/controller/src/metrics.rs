@@ -10,7 +10,11 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-use std::sync::atomic::AtomicU64;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, atomic::AtomicU64},
+};
+use tpu_operator_api::common::CostEstimate;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -42,6 +46,9 @@ pub struct OrphanLabels {
     pub kind: &'static str,
 }
 
+/// Namespace → object key → (so far, per hour), in US dollars.
+type SpendBook = HashMap<String, HashMap<String, (f64, f64)>>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Outcome {
     Ok,
@@ -57,6 +64,10 @@ pub struct Metrics {
     pub objects: Family<PhaseLabels, Gauge>,
     /// Estimated spend so far in US dollars, per namespace (float gauge).
     pub spend_usd: Family<SpendLabels, Gauge<f64, AtomicU64>>,
+    /// Estimated current burn rate in US dollars per hour, per namespace.
+    pub spend_per_hour_usd: Family<SpendLabels, Gauge<f64, AtomicU64>>,
+    /// Per-object estimates behind the two spend gauges (namespace → uid → (so far, per hour)).
+    spend_book: Arc<Mutex<SpendBook>>,
     /// Orphaned cloud resources found by the last sweep, by kind.
     pub orphans: Family<OrphanLabels, Gauge>,
     /// Orphans the sweeper deleted, by kind.
@@ -71,6 +82,8 @@ impl Default for Metrics {
             duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
             objects: Family::default(),
             spend_usd: Family::default(),
+            spend_per_hour_usd: Family::default(),
+            spend_book: Arc::default(),
             orphans: Family::default(),
             orphans_deleted: Family::default(),
         }
@@ -99,8 +112,13 @@ impl Metrics {
         );
         sub.register(
             "estimated_spend_usd",
-            "Estimated spend so far at list prices, by namespace",
+            "Estimated spend so far at list prices, by namespace (TPU slices, Dataproc batches and Vertex jobs whose objects this operator process has seen)",
             self.spend_usd.clone(),
+        );
+        sub.register(
+            "estimated_spend_per_hour_usd",
+            "Estimated current burn rate at list prices in US dollars per hour, by namespace",
+            self.spend_per_hour_usd.clone(),
         );
         sub.register(
             "orphans",
@@ -123,6 +141,24 @@ impl Metrics {
             histogram: self.duration.get_or_create(&KindLabels { kind }).clone(),
             started: std::time::Instant::now(),
         }
+    }
+
+    /// Records one billable object's estimate (a TpuSlice, a PreprocessBatch, the Vertex job of a
+    /// pipeline: never an aggregate, so nothing is counted twice) and refreshes its namespace's
+    /// spend gauges.
+    pub fn record_spend(&self, namespace: &str, uid: &str, cost: Option<&CostEstimate>) {
+        let Some(cost) = cost else {
+            return;
+        };
+        let mut book = self.spend_book.lock().expect("spend book poisoned");
+        let ns = book.entry(namespace.to_owned()).or_default();
+        ns.insert(uid.to_owned(), (cost.so_far_usd, cost.per_hour_usd));
+        let (so_far, per_hour) = ns.values().fold((0.0, 0.0), |(a, b), (s, p)| (a + s, b + p));
+        let labels = SpendLabels {
+            namespace: namespace.to_owned(),
+        };
+        self.spend_usd.get_or_create(&labels).set(so_far);
+        self.spend_per_hour_usd.get_or_create(&labels).set(per_hour);
     }
 
     pub fn failure(&self, kind: &'static str, category: &'static str) {

@@ -7,8 +7,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use chrono::{DateTime, Utc};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use serde::{Deserialize, Serialize};
-use tpu_operator_api::accelerator::{SliceShape, TpuGeneration, VertexMachineType};
+use tpu_operator_api::{
+    accelerator::{SliceShape, TpuGeneration, VertexMachineType},
+    common::CostEstimate,
+};
 
 /// How capacity is paid for. Reserved and queued (guaranteed) capacity are priced as on-demand
 /// (a reservation's price depends on its commitment, which the operator cannot see); queued spot is
@@ -224,6 +229,50 @@ impl PriceTable {
     }
 }
 
+/// Accrual is written at most this often while the rate stays the same, so a running slice does
+/// not rewrite its status on every poll.
+pub const ACCRUAL_STEP_SECS: i64 = 60;
+
+/// Brings a running object's estimate up to `now`: `soFarUsd` grows by the rate in effect since
+/// the last accrual (the old `perHourUsd`), then the rate becomes `per_hour_now` (0 when nothing
+/// billable runs). `None` while nothing was ever billed. Returns `old` unchanged when less than
+/// [`ACCRUAL_STEP_SECS`] passed and the rate did not change.
+pub fn accrue(
+    old: Option<&CostEstimate>,
+    per_hour_now: f64,
+    price_key: Option<&str>,
+    now: DateTime<Utc>,
+) -> Option<CostEstimate> {
+    let Some(old) = old else {
+        return (per_hour_now > 0.0).then(|| CostEstimate {
+            so_far_usd: 0.0,
+            per_hour_usd: round_usd(per_hour_now),
+            price_key: price_key.map(str::to_owned),
+            accrued_through: Some(time(now)),
+        });
+    };
+    let since = old
+        .accrued_through
+        .as_ref()
+        .and_then(|t| DateTime::<Utc>::from_timestamp(t.0.as_second(), 0))
+        .unwrap_or(now);
+    let elapsed = (now - since).num_seconds().max(0);
+    let rate_now = round_usd(per_hour_now);
+    if elapsed < ACCRUAL_STEP_SECS && rate_now == old.per_hour_usd {
+        return Some(old.clone());
+    }
+    Some(CostEstimate {
+        so_far_usd: round_usd(old.so_far_usd + old.per_hour_usd * elapsed as f64 / 3600.0),
+        per_hour_usd: rate_now,
+        price_key: price_key.map(str::to_owned).or_else(|| old.price_key.clone()),
+        accrued_through: Some(time(now)),
+    })
+}
+
+fn time(t: DateTime<Utc>) -> Time {
+    Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
 /// `v >= 0` and not NaN.
 pub fn non_negative(v: f64) -> bool {
     v.is_finite() && v >= 0.0
@@ -276,6 +325,30 @@ mod tests {
             serde_json::from_value(serde_json::json!({"tpuChipHourUsd": {"v9": {"onDemand": 1, "spot": 1}}}))
                 .unwrap();
         assert!(PriceTable::with_overrides(&bad).unwrap_err().contains("v9"));
+    }
+
+    #[test]
+    fn accrual_follows_the_rate_in_effect_and_is_throttled() {
+        let t0 = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let at = |s: i64| t0 + chrono::Duration::seconds(s);
+        assert_eq!(accrue(None, 0.0, None, t0), None, "nothing billed yet");
+        let start = accrue(None, 21.6, Some("tpu-v6e-on-demand"), t0).unwrap();
+        assert_eq!((start.so_far_usd, start.per_hour_usd), (0.0, 21.6));
+        assert_eq!(
+            accrue(Some(&start), 21.6, None, at(30)),
+            Some(start.clone()),
+            "throttled"
+        );
+        let hour = accrue(Some(&start), 21.6, None, at(3600)).unwrap();
+        assert_eq!(
+            (hour.so_far_usd, hour.price_key.as_deref()),
+            (21.6, Some("tpu-v6e-on-demand"))
+        );
+        // The node went away: the half hour before is billed at the old rate, then nothing.
+        let stopped = accrue(Some(&hour), 0.0, None, at(5400)).unwrap();
+        assert_eq!((stopped.so_far_usd, stopped.per_hour_usd), (32.4, 0.0));
+        let later = accrue(Some(&stopped), 0.0, None, at(90_000)).unwrap();
+        assert_eq!(later.so_far_usd, 32.4);
     }
 
     #[test]

@@ -383,3 +383,64 @@ async fn orphan_sweeper_reports_then_deletes_only_our_orphans() {
             .contains(&"OrphanDeleted".to_string())
     );
 }
+
+#[tokio::test]
+async fn budget_refuses_new_slices_while_running_ones_keep_running_and_cost_accrues() {
+    let mut env = TestEnv::start().await;
+    // One v6e-8 spot slice is $10.80/h at the built-in list prices; two would be $21.60/h.
+    let p = policy(&env, json!({"maxSpendPerHourUsd": 15}));
+    let ctx = start(&mut env, p).await;
+    env.create(&slice("running", json!({}))).await;
+    let s = env
+        .wait_for::<TpuSlice, _>("running", "Ready", STEP, is_ready)
+        .await;
+    let cost = s.status.unwrap().estimated_cost.expect("estimatedCost");
+    assert_eq!(
+        (cost.per_hour_usd, cost.price_key.as_deref()),
+        (10.8, Some("tpu-v6e-spot"))
+    );
+
+    // An hour of READY time later the estimate has grown by about $10.80.
+    let before = cost.so_far_usd;
+    env.gcp.clock().advance(Duration::from_secs(3600));
+    let s = env
+        .wait_for::<TpuSlice, _>("running", "an hour accrued", STEP, |s| {
+            s.status
+                .as_ref()
+                .and_then(|st| st.estimated_cost.as_ref())
+                .is_some_and(|c| c.so_far_usd >= before + 10.8)
+        })
+        .await;
+    let so_far = s.status.unwrap().estimated_cost.unwrap().so_far_usd;
+    assert!(so_far < before + 10.8 + 1.0, "{so_far}");
+
+    env.create(&slice("second", json!({}))).await;
+    let s: TpuSlice = env
+        .wait_for("second", "PolicyDenied", STEP, |s| slice_stalled(s).is_some())
+        .await;
+    let (reason, message) = slice_stalled(&s).unwrap();
+    assert_eq!(reason, "PolicyDenied");
+    assert!(
+        message.contains(
+            "maxSpendPerHourUsd: budget: TpuSlice (v6e-8 in us-east5-b) would add $10.80/h to the $10.80/h"
+        ) && message.contains("budget: $15.00/h"),
+        "{message}"
+    );
+    env.idle(Duration::from_millis(300), STEP).await;
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.create"),
+        1,
+        "the refused slice made no create call"
+    );
+    let nodes = env.gcp.nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0]["state"], "READY", "the running slice keeps running");
+    let running: TpuSlice = env.api().get("running").await.unwrap();
+    assert!(is_ready(&running));
+
+    let labels = tpu_operator_controller::metrics::SpendLabels {
+        namespace: env.ns.clone(),
+    };
+    assert_eq!(ctx.metrics.spend_per_hour_usd.get_or_create(&labels).get(), 10.8);
+    assert!(ctx.metrics.spend_usd.get_or_create(&labels).get() >= 10.8);
+}

@@ -34,6 +34,7 @@ pub fn estimate(previous: Option<&CostEstimate>, usage: &Usage, settled: bool) -
         so_far_usd: round_cents(so_far_usd),
         per_hour_usd: round_cents(per_hour_usd),
         price_key: Some(PRICE_KEY.to_string()),
+        accrued_through: None,
     }
 }
 

@@ -208,6 +208,9 @@ async fn cleaned_up(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
 /// Writes `new` if it differs from the stored status, then publishes the Events of the change.
 async fn write(ctx: &Context, obj: &PreprocessBatch, new: PreprocessBatchStatus) -> Result<()> {
     let old = obj.status.clone().unwrap_or_default();
+    if let (Some(ns), Some(uid)) = (obj.namespace(), obj.uid()) {
+        ctx.metrics.record_spend(&ns, &uid, new.estimated_cost.as_ref());
+    }
     if new == old {
         return Ok(());
     }

@@ -308,8 +308,12 @@ async fn report(
         shape,
         started,
         preempted: plan.action == Step::RecordPreemption,
+        price: tenancy::request::slice_per_hour(&slice.spec, &ctx.prices),
         now: ctx.clock.now(),
     });
+    if let (Some(ns), Some(uid)) = (slice.namespace(), slice.uid()) {
+        ctx.metrics.record_spend(&ns, &uid, new.estimated_cost.as_ref());
+    }
     status::write(ctx, slice, old, &new).await
 }
 

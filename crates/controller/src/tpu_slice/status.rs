@@ -34,6 +34,8 @@ pub struct Report<'a> {
     pub started: Option<&'a Started>,
     /// This reconcile counted a preemption.
     pub preempted: bool,
+    /// Estimated US dollars per hour while the node runs, and the price key.
+    pub price: Option<(f64, String)>,
     pub now: DateTime<Utc>,
 }
 
@@ -100,7 +102,16 @@ pub fn build(r: &Report<'_>) -> TpuSliceStatus {
         },
         last_active_time: old.last_active_time.clone(),
         recreations: old.recreations + i32::from(r.preempted),
-        estimated_cost: old.estimated_cost.clone(),
+        estimated_cost: crate::pricing::accrue(
+            old.estimated_cost.as_ref(),
+            if node.is_some_and(billing) {
+                r.price.as_ref().map_or(0.0, |p| p.0)
+            } else {
+                0.0
+            },
+            r.price.as_ref().map(|p| p.1.as_str()),
+            r.now,
+        ),
         message: Some(a.message.clone()),
     };
     set_kstatus(
@@ -156,6 +167,15 @@ pub fn build(r: &Report<'_>) -> TpuSliceStatus {
         }
     }
     s
+}
+
+/// Whether the node is billed (estimated from the time it exists until it is stopped, preempted
+/// or being deleted: an upper bound, since Cloud TPU bills READY time).
+fn billing(n: &tpu_operator_gcp::tpu_v2::model::Node) -> bool {
+    !matches!(
+        n.state,
+        node::State::Stopped | node::State::Preempted | node::State::Terminated | node::State::Deleting
+    )
 }
 
 /// Writes `new` when it differs from `old`, then publishes the Events of the transition.

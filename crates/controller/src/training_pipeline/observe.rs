@@ -67,7 +67,12 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Res
             let job = if finished {
                 None
             } else {
-                current_job(ctx, tp, names).await?
+                let (job, cost) = current_job(ctx, tp, names).await?;
+                if let (Some(j), Some(c)) = (&job, &cost) {
+                    ctx.metrics.record_spend(&names.id.namespace, &j.name, Some(c));
+                }
+                costs.extend(cost);
+                job
             };
             TrainingObserved::Vertex { job }
         }
@@ -206,19 +211,27 @@ pub async fn list_jobs(ctx: &Context, names: &Names, attempt: Option<i32>) -> Re
 
 /// The job of the current attempt: by its recorded name, else the newest one carrying this
 /// pipeline's UID label (a job created just before a crash, before its name reached the status).
-async fn current_job(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Result<Option<JobView>> {
+/// The current attempt's job and, once it started, its cost estimate.
+async fn current_job(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Names,
+) -> Result<(Option<JobView>, Option<CostEstimate>)> {
     let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.clone());
+    let mut cost = None;
     let job = match recorded {
         Some(name) => {
             let got = ctx.gcp.vertex.get_custom_job(&name).await;
-            ignore_not_found(got)
-                .map_err(ReconcileError::gcp("get Vertex custom job"))?
-                .map(job_view)
+            let got = ignore_not_found(got).map_err(ReconcileError::gcp("get Vertex custom job"))?;
+            if let (Some(job), Some(v)) = (&got, &tp.spec.training.vertex) {
+                cost = super::status::vertex_cost(v, job, &ctx.prices, ctx.clock.now());
+            }
+            got.map(job_view)
         }
         None => list_jobs(ctx, names, None).await?.into_iter().next(),
     };
     let Some(mut job) = job else {
-        return Ok(None);
+        return Ok((None, cost));
     };
     if matches!(
         job.state,
@@ -234,7 +247,7 @@ async fn current_job(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Res
             .map_err(ReconcileError::gcp("check the model output"))?;
         job.model_exists = Some(exists);
     }
-    Ok(Some(job))
+    Ok((Some(job), cost))
 }
 
 /// TPU VM mode: `_SUCCESS` / `_FAILED` under `modelDir`, written since the current attempt began.

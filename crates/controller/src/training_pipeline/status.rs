@@ -104,8 +104,32 @@ pub fn accelerator_of(spec: &TrainingPipelineSpec) -> Option<(String, i32)> {
     Some((shape.accelerator_type(), i32::try_from(shape.chips).ok()?))
 }
 
-/// The children's estimates summed (PreprocessBatch and TpuSlice publish one; there is no price
-/// table for Vertex jobs yet). The spend so far never goes down when a released slice disappears.
+/// Estimated cost of a Vertex job from its run time (`startTime` to `endTime`, or now while it
+/// runs) at the machine type's price. `None` before it starts (queued / pending time is not billed).
+pub fn vertex_cost(
+    v: &tpu_operator_api::training_pipeline::VertexTraining,
+    job: &tpu_operator_gcp::aiplatform_v1::model::CustomJob,
+    prices: &crate::pricing::PriceTable,
+    now: DateTime<Utc>,
+) -> Option<CostEstimate> {
+    let start = job.start_time.as_ref()?.seconds();
+    let end = job.end_time.as_ref().map(|t| t.seconds());
+    let (rate, key) = crate::tenancy::request::vertex_per_hour(v, prices);
+    let hours = (end.unwrap_or(now.timestamp()) - start).max(0) as f64 / 3600.0;
+    Some(CostEstimate {
+        so_far_usd: crate::pricing::round_usd(rate * hours),
+        per_hour_usd: if end.is_none() {
+            crate::pricing::round_usd(rate)
+        } else {
+            0.0
+        },
+        price_key: Some(key),
+        accrued_through: None,
+    })
+}
+
+/// The children's estimates summed (PreprocessBatch, TpuSlice, and the current Vertex job). The
+/// spend so far never goes down when a released slice disappears.
 pub fn aggregate_cost(old: Option<&CostEstimate>, children: &[CostEstimate]) -> Option<CostEstimate> {
     if children.is_empty() && old.is_none() {
         return None;
@@ -115,6 +139,7 @@ pub fn aggregate_cost(old: Option<&CostEstimate>, children: &[CostEstimate]) -> 
         so_far_usd: old.map_or(0.0, |o| o.so_far_usd).max(sum),
         per_hour_usd: children.iter().map(|c| c.per_hour_usd).sum(),
         price_key: None,
+        accrued_through: None,
     })
 }
 
@@ -225,6 +250,7 @@ mod tests {
             so_far_usd: so_far,
             per_hour_usd: per_hour,
             price_key: None,
+            accrued_through: None,
         }
     }
 
