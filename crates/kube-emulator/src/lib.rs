@@ -30,6 +30,7 @@ pub mod snapshot;
 pub mod ssa;
 pub mod store;
 pub mod table;
+pub mod tls;
 pub mod validation;
 pub mod watch;
 
@@ -143,22 +144,42 @@ impl KubeEmulator {
     pub async fn start(&self, addr: &str) -> std::io::Result<Server> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let this = self.clone();
+        Ok(self.spawn_server(listener, addr, format!("http://{addr}")))
+    }
+
+    /// Like [`Self::start`], over TLS with `config` (see [`tls::server_config`]); the URL is
+    /// `https://`.
+    pub async fn start_tls(&self, addr: &str, config: Arc<rustls::ServerConfig>) -> std::io::Result<Server> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let listener = tls::TlsListener::new(listener, config);
+        Ok(self.spawn_server(listener, addr, format!("https://{addr}")))
+    }
+
+    fn spawn_server<L>(&self, listener: L, addr: SocketAddr, url: String) -> Server
+    where
+        L: axum::serve::Listener,
+        L::Addr: std::fmt::Debug,
+    {
+        let router = self.router();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let shutdown = async {
                 let _ = stopped.await;
             };
-            if let Err(e) = this.serve_with_shutdown(listener, shutdown).await {
+            if let Err(e) = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
                 tracing::error!("kube-emulator server on {addr} failed: {e}");
             }
         });
-        Ok(Server {
+        Server {
             addr,
-            url: format!("http://{addr}"),
+            url,
             stop: Some(stop),
             cluster: self.cluster.clone(),
-        })
+        }
     }
 
     /// Creates (or updates) every CustomResourceDefinition in a multi-document YAML string;
@@ -254,8 +275,23 @@ impl KubeEmulator {
 /// A kubeconfig (YAML) for a server at `url`, context `kube-emulator`, namespace `default`.
 /// The emulator does no authentication, so the user entry is empty.
 pub fn kubeconfig(url: &str) -> String {
+    kubeconfig_with_ca(url, None)
+}
+
+/// A kubeconfig for a TLS server whose certificate (or its issuer) is the PEM file `ca`.
+pub fn kubeconfig_with_ca(url: &str, ca: Option<&std::path::Path>) -> String {
+    let ca = ca.map_or(String::new(), |path| {
+        format!("    certificate-authority: {}\n", path.display())
+    });
+    // Over https kubectl prompts for a username when the user has no credentials at all; the
+    // emulator ignores the token, it only keeps kubectl non-interactive.
+    let user = if ca.is_empty() {
+        "{}"
+    } else {
+        "\n    token: kube-emulator"
+    };
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-emulator\n  cluster:\n    server: {url}\ncontexts:\n- name: kube-emulator\n  context:\n    cluster: kube-emulator\n    user: kube-emulator\n    namespace: default\ncurrent-context: kube-emulator\nusers:\n- name: kube-emulator\n  user: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-emulator\n  cluster:\n    server: {url}\n{ca}contexts:\n- name: kube-emulator\n  context:\n    cluster: kube-emulator\n    user: kube-emulator\n    namespace: default\ncurrent-context: kube-emulator\nusers:\n- name: kube-emulator\n  user: {user}\n"
     )
 }
 pub mod protobuf;

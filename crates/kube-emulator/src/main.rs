@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use clap::Parser;
-use kube_emulator::{Config, KubeEmulator, kubeconfig};
+use kube_emulator::{Config, KubeEmulator, kubeconfig_with_ca, tls};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,10 +10,10 @@ use std::time::Duration;
 #[command(
     name = "kube-emulator",
     version,
-    about = "A local, in-memory Kubernetes API server (plain HTTP, no authentication)"
+    about = "A local, in-memory Kubernetes API server (plain HTTP or TLS, no authentication)"
 )]
 struct Args {
-    /// Address to listen on (plain HTTP; keep it on loopback: there is no authentication).
+    /// Address to listen on (keep it on loopback: there is no authentication, TLS or not).
     #[arg(long, default_value = "127.0.0.1:6443", env = "KUBE_EMULATOR_LISTEN")]
     listen: String,
     /// Write a kubeconfig for the listening address here.
@@ -25,6 +25,15 @@ struct Args {
     /// Load state from this file at start (if it exists) and save it there on changes and at exit.
     #[arg(long)]
     snapshot: Option<PathBuf>,
+    /// Serve TLS with this PEM certificate (chain); needs --tls-key. The kubeconfig written by
+    /// --kubeconfig-out then trusts this file as its certificate authority (a self-signed
+    /// certificate, e.g. `openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost
+    /// -addext subjectAltName=IP:127.0.0.1 -keyout key.pem -out cert.pem`).
+    #[arg(long, requires = "tls_key", value_name = "PEM")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert", value_name = "PEM")]
+    tls_key: Option<PathBuf>,
     /// Watch events kept for resuming watches.
     #[arg(long, default_value_t = 50_000)]
     watch_history: usize,
@@ -61,13 +70,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         tracing::info!(source = %dir.display(), crds = ?names, "CRDs installed");
     }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some((tls::server_config(cert, key)?, std::path::absolute(cert)?)),
+        _ => None,
+    };
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| format!("binding {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
-    let url = format!("http://{addr}");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{addr}");
     if let Some(path) = &args.kubeconfig_out {
-        std::fs::write(path, kubeconfig(&url)).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        let ca = tls.as_ref().map(|(_, cert)| cert.as_path());
+        std::fs::write(path, kubeconfig_with_ca(&url, ca))
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     if let Some(path) = args.snapshot.clone() {
         let emulator = emulator.clone();
@@ -90,7 +106,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Open watches would hold a graceful shutdown forever: stop serving at once on a signal.
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        served = emulator.serve(listener) => served?,
+        served = async {
+            match tls {
+                Some((config, _)) => axum::serve(tls::TlsListener::new(listener, config), emulator.router()).await,
+                None => emulator.serve(listener).await,
+            }
+        } => served?,
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
     }

@@ -569,3 +569,65 @@ fn helm_installs_upgrades_and_uninstalls_a_release() {
     helm(&["uninstall", "rel"]);
     assert!(k.ok(&["get", "widgets,secrets", "-o", "name"]).trim().is_empty());
 }
+
+/// `--tls-cert`/`--tls-key`: kubectl verifies the server against the certificate the written
+/// kubeconfig names, and talks to it over HTTPS.
+#[test]
+fn serves_tls_with_a_kubeconfig_that_trusts_the_certificate() {
+    if real_kubeconfig().is_some() {
+        eprintln!("SKIPPED on the real control plane: this test starts a TLS kube-emulator");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl (Debian's openssl package) makes the test certificate");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_kube-emulator"))
+        .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
+        .arg(&kubeconfig)
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kube-emulator");
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let k = Cluster {
+        server: Some(server),
+        dir,
+        kubectl: kubectl_binary(),
+    };
+    assert!(line.contains("listening on https://127.0.0.1:"), "{line:?}");
+    let out = k.ok(&["get", "namespaces", "-o", "name"]);
+    assert!(out.contains("namespace/default"), "{out}");
+    k.ok(&["create", "configmap", "over-tls", "--from-literal=a=b"]);
+    assert_eq!(
+        k.ok(&["get", "configmap", "over-tls", "-o", "jsonpath={.data.a}"])
+            .trim(),
+        "b"
+    );
+    // A client that does not trust the certificate is refused by its own TLS check.
+    let untrusted = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("certificate-authority"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&kubeconfig, untrusted).unwrap();
+    let err = k.fails(&["get", "namespaces"], None);
+    assert!(err.contains("certificate"), "{err}");
+}
