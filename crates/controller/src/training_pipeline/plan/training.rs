@@ -116,8 +116,21 @@ impl Planner<'_> {
         } else {
             Action::Nothing
         };
+        let adopted = matches!(slice, Child::Progressing { .. } | Child::Ready { .. });
+        if adopted {
+            // The slice may come from an attempt whose status write was lost (operator killed
+            // between the create and the write): count the attempt it is.
+            self.st.attempts = self.st.attempts.max(1);
+        }
+        let now = time(self.input.now);
         let stage = status::stage_mut(&mut self.st, StageName::Train);
         stage.resource_name = Some(name.clone());
+        if adopted {
+            // Without a start time the completion markers are never looked at (the pipeline would
+            // stay Training forever). The attempt started no later than now.
+            stage.start_time.get_or_insert(now);
+            stage.attempts = stage.attempts.max(1);
+        }
         match marker {
             Marker::Succeeded => {
                 let model = self.spec().artifacts.model_dir.clone();
