@@ -296,11 +296,18 @@ impl World {
             + Debug
             + DeserializeOwned,
     {
-        match self.api::<K>().delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => panic!("delete {name}: {e}"),
+        // Retries conflicts and server errors (the fault suites inject them).
+        for _ in 0..50 {
+            match self.api::<K>().delete(name, &DeleteParams::default()).await {
+                Ok(_) => return,
+                Err(kube::Error::Api(e)) if e.code == 404 => return,
+                Err(kube::Error::Api(e)) if e.code == 409 || e.code >= 500 => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("delete {name}: {e}"),
+            }
         }
+        panic!("delete {name}: still refused after 50 tries");
     }
 
     /// All objects of the three kinds.
@@ -315,6 +322,36 @@ impl World {
                 .await
                 .expect("list")
                 .items,
+        }
+    }
+
+    /// Advances the cloud clock by `step` every few milliseconds until `done` holds for a
+    /// snapshot (`Ok`) or `limit` of real time passes (`Err` with the last snapshot).
+    pub async fn drive(
+        &self,
+        limit: Duration,
+        step: Duration,
+        mut done: impl FnMut(&Snapshot) -> bool,
+    ) -> Result<Snapshot, Snapshot> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let snap = self.snapshot().await;
+            if done(&snap) {
+                return Ok(snap);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(snap);
+            }
+            self.advance(step);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// `n` ticks of 15 s cloud time, 10 ms real time each.
+    pub async fn idle_ticks(&self, n: u32) {
+        for _ in 0..n {
+            self.advance(Duration::from_secs(15));
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 

@@ -1,0 +1,323 @@
+//! Fault suite: seeded random 429 / 500 / 503 and latency on every GCP service, stockouts,
+//! preemptions, permission errors on delete, and Kubernetes write conflicts plus watch expiry
+//! (410) and watch ends. Every object converges (or stops with an honest reason), nothing is
+//! duplicated or leaked, and GCP calls per object stay under a stated bound (no hot loops).
+
+use std::time::Duration;
+
+use gcp_emulator::{Code, Fault};
+use kube::ResourceExt;
+use tpu_operator_api::{
+    PreprocessBatch, TpuSlice, TrainingPipeline,
+    conditions::{find_condition, types},
+};
+use tpu_operator_reliability::{
+    World,
+    crash::{STEP, describe},
+    fixtures::{self, Capacity, Training},
+    invariants::{self, Expected},
+};
+
+/// The objects of every fault test: 5 top-level objects, 8 with the pipelines' children.
+async fn create_mix(world: &World) {
+    world.create(&fixtures::slice("spot", Capacity::SpotNode)).await;
+    world.create(&fixtures::slice("queued", Capacity::Queued)).await;
+    world.create(&fixtures::batch("batch")).await;
+    world
+        .create(&fixtures::pipeline("vertex", Training::Vertex))
+        .await;
+    world.create(&fixtures::pipeline("tpuvm", Training::TpuVm)).await;
+}
+
+const OBJECTS: u64 = 5;
+const EXPECTED: Expected = Expected {
+    nodes: 2,
+    queued: 1,
+    batches: 2,
+    jobs: 1,
+};
+
+async fn converge(world: &World, what: &str) {
+    if let Err(snap) = world
+        .drive(Duration::from_secs(90), STEP, |s| invariants::converged(s, 5))
+        .await
+    {
+        panic!("{what}: not converged in 90 s: {}", describe(&snap));
+    }
+}
+
+async fn delete_all_and_check(world: &World, what: &str) {
+    for n in ["vertex", "tpuvm"] {
+        world.delete::<TrainingPipeline>(n).await;
+    }
+    for n in ["spot", "queued"] {
+        world.delete::<TpuSlice>(n).await;
+    }
+    world.delete::<PreprocessBatch>("batch").await;
+    if let Err(snap) = world.drive(Duration::from_secs(90), STEP, |s| s.is_empty()).await {
+        panic!("{what}: objects stuck: {}", invariants::stuck(&snap));
+    }
+    world
+        .drive(Duration::from_secs(5), STEP, |_| {
+            invariants::billable(&world.gcp) == 0
+        })
+        .await
+        .ok();
+    let mut v = invariants::leftovers(&world.gcp);
+    v.extend(invariants::duplicate_creates(&world.gcp, EXPECTED));
+    assert!(v.is_empty(), "{what}:\n{v}");
+}
+
+fn calls_per_object(world: &World) -> f64 {
+    world.gcp_calls() as f64 / OBJECTS as f64
+}
+
+/// Fault-free, the whole mix (create → converge → delete) takes about 40 GCP calls per object in
+/// this harness (fast polls, 15 s of cloud time per tick). The bound leaves room for retries of
+/// ~20% failed calls but not for a hot loop.
+const CALL_BOUND_PER_OBJECT: f64 = 150.0;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_gcp_errors_and_latency_everywhere_converge_with_bounded_calls() {
+    let seed: u64 = std::env::var("RELIABILITY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
+    let mut world = World::start().await;
+    for (service, code) in [
+        ("tpu", Code::ResourceExhausted),
+        ("dataproc", Code::Internal),
+        ("vertex", Code::Unavailable),
+        ("storage", Code::Unavailable),
+    ] {
+        world
+            .gcp
+            .inject(Fault::RandomFailures {
+                rate: 0.2,
+                seed,
+                code,
+                service: Some(service.into()),
+            })
+            .unwrap();
+        world
+            .gcp
+            .inject(Fault::Latency {
+                service: service.into(),
+                method: None,
+                millis: 15,
+                count: Some(40),
+            })
+            .unwrap();
+    }
+    world.start_operator().await;
+    create_mix(&world).await;
+    converge(&world, &format!("seed {seed}")).await;
+    let failed = world.gcp.calls().iter().filter(|c| c.status >= 400).count();
+    assert!(failed > 10, "faults were injected ({failed} failed calls)");
+    let v = invariants::status_consistent(&world.snapshot().await, &world.gcp);
+    assert!(v.is_empty(), "seed {seed}:\n{v}");
+    delete_all_and_check(&world, &format!("seed {seed}")).await;
+    let per = calls_per_object(&world);
+    eprintln!(
+        "seed {seed}: {} GCP calls ({failed} failed before delete), {per:.1} per object",
+        world.gcp_calls()
+    );
+    assert!(
+        per <= CALL_BOUND_PER_OBJECT,
+        "seed {seed}: {per:.1} GCP calls per object > {CALL_BOUND_PER_OBJECT}: {:?}",
+        world.gcp.call_counts()
+    );
+    world.kill_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stockout_then_preemptions_converge_without_duplicates() {
+    let mut world = World::start().await;
+    world
+        .gcp
+        .inject(Fault::Stockout {
+            zone: fixtures::ZONE.into(),
+            accelerator: "v6e".into(),
+        })
+        .unwrap();
+    world.start_operator().await;
+    create_mix(&world).await;
+    // Slices wait for capacity honestly: Reconciling, reason WaitingForCapacity, nothing created.
+    let waiting = world
+        .drive(Duration::from_secs(30), STEP, |s| {
+            s.slices.iter().any(|o| {
+                o.name_any() == "spot"
+                    && o.status.as_ref().is_some_and(|st| {
+                        find_condition(&st.conditions, types::RECONCILING)
+                            .is_some_and(|c| c.status == "True" && c.reason == "WaitingForCapacity")
+                    })
+            })
+        })
+        .await;
+    assert!(waiting.is_ok(), "{}", describe(&waiting.unwrap_err()));
+    let creates_before = world.gcp.call_count("tpu", "nodes.create");
+    let started = std::time::Instant::now();
+    world.idle_ticks(100).await; // 25 min of cloud time, ~1 s real
+    let creates = world.gcp.call_count("tpu", "nodes.create") - creates_before;
+    // Two slices create nodes (spot, and the TPU VM pipeline's); each may try once per
+    // poll-capacity interval (50 ms here, 30 s by default), plus 30% slack.
+    let bound = 2.0 * (started.elapsed().as_secs_f64() / world.polls.capacity.as_secs_f64() + 1.0) * 1.3;
+    eprintln!(
+        "{creates} nodes.create during {:?} of stockout (bound {bound:.0})",
+        started.elapsed()
+    );
+    assert!(
+        creates as f64 <= bound,
+        "{creates} nodes.create calls during {:?} of stockout > {bound:.0}: a hot loop",
+        started.elapsed()
+    );
+    assert!(
+        world.gcp.nodes().is_empty(),
+        "nothing is created during a stockout"
+    );
+    world
+        .gcp
+        .inject(Fault::LiftStockout {
+            zone: fixtures::ZONE.into(),
+            accelerator: "v6e".into(),
+        })
+        .unwrap();
+    converge(&world, "after the stockout").await;
+
+    // Preempt the stand-alone spot node and the queued resource: both come back.
+    let snap = world.snapshot().await;
+    let spot = snap.slices.iter().find(|s| s.name_any() == "spot").unwrap();
+    let node = spot.status.as_ref().unwrap().node_name.clone().unwrap();
+    world.gcp.inject(Fault::PreemptNode { name: node }).unwrap();
+    let queued = snap.slices.iter().find(|s| s.name_any() == "queued").unwrap();
+    let qr = queued
+        .status
+        .as_ref()
+        .unwrap()
+        .queued_resource_name
+        .clone()
+        .unwrap();
+    world
+        .gcp
+        .inject(Fault::PreemptQueuedResource { name: qr })
+        .unwrap();
+    let recovered = world
+        .drive(Duration::from_secs(60), STEP, |s| {
+            invariants::converged(s, 5)
+                && s.slices
+                    .iter()
+                    .filter(|o| o.owner_references().is_empty())
+                    .all(|o| o.status.as_ref().is_some_and(|st| st.recreations >= 1))
+        })
+        .await;
+    assert!(recovered.is_ok(), "{}", describe(&recovered.unwrap_err()));
+    let dups = invariants::live_duplicates(&world.gcp);
+    assert!(dups.is_empty(), "{dups}");
+    // One recreation each: the spot node once more; the queued resource is reset or recreated.
+    let nodes_created = invariants::created(&world.gcp).nodes.len();
+    assert!(
+        nodes_created <= 3,
+        "{nodes_created} nodes created for 2 + 1 recreation"
+    );
+    let v = invariants::status_consistent(&world.snapshot().await, &world.gcp);
+    assert!(v.is_empty(), "{v}");
+    world.kill_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_denied_on_delete_keeps_the_finalizer_until_the_node_is_gone() {
+    let mut world = World::start().await;
+    world.start_operator().await;
+    world.create(&fixtures::slice("spot", Capacity::SpotNode)).await;
+    world
+        .drive(Duration::from_secs(30), STEP, |s| invariants::converged(s, 1))
+        .await
+        .expect("Ready");
+    world
+        .gcp
+        .inject(Fault::FailCalls {
+            service: "tpu".into(),
+            method: "nodes.delete".into(),
+            count: 1_000_000,
+            code: Code::PermissionDenied,
+            message: None,
+        })
+        .unwrap();
+    world.delete::<TpuSlice>("spot").await;
+    world.idle_ticks(200).await;
+    let snap = world.snapshot().await;
+    let slice = snap
+        .slices
+        .first()
+        .expect("the slice must not go away while its node cannot be deleted");
+    assert!(
+        slice
+            .finalizers()
+            .iter()
+            .any(|f| f == tpu_operator_controller::FINALIZER)
+    );
+    assert_eq!(world.gcp.nodes().len(), 1);
+    let st = slice.status.as_ref().expect("status");
+    let text = format!("{:?} {:?}", st.message, st.conditions);
+    assert!(
+        text.to_lowercase().contains("permission"),
+        "the status says why deletion is blocked: {text}"
+    );
+    let denied = world.gcp.call_count("tpu", "nodes.delete");
+    assert!(
+        denied <= 3,
+        "{denied} nodes.delete calls in ~2 s of permission errors: not backing off"
+    );
+    // Permission errors are retried every 5 minutes of real time (policy::PERMANENT_RETRY);
+    // a touch of the object (what a user does after fixing IAM) retries at once.
+    world.gcp.clear_faults();
+    let touch = serde_json::json!({"metadata": {"annotations": {"reliability/touch": "1"}}});
+    world
+        .api::<TpuSlice>()
+        .patch(
+            "spot",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&touch),
+        )
+        .await
+        .unwrap();
+    world
+        .drive(Duration::from_secs(30), STEP, |s| s.is_empty())
+        .await
+        .expect("deleted once permission is back");
+    world.idle_ticks(10).await;
+    let v = invariants::leftovers(&world.gcp);
+    assert!(v.is_empty(), "{v}");
+    world.kill_operator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_conflicts_watch_expiry_and_watch_ends_converge() {
+    let mut world = World::start().await;
+    world.kube_faults.random_writes(11, 0.15, 409);
+    world.start_operator().await;
+    create_mix(&world).await;
+    let kube = world.kube.clone();
+    let chaos = tokio::spawn(async move {
+        for i in 0u32.. {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            // History compaction makes resumed watches fail with 410 Gone (relist); ending the
+            // watches is an apiserver restart.
+            kube.compact_watch_history();
+            if i % 3 == 0 {
+                kube.end_watches();
+            }
+        }
+    });
+    converge(&world, "conflicts and watch expiry").await;
+    let v = invariants::status_consistent(&world.snapshot().await, &world.gcp);
+    assert!(v.is_empty(), "{v}");
+    delete_all_and_check(&world, "conflicts and watch expiry").await;
+    chaos.abort();
+    let injected = world.kube_faults.injected();
+    assert!(injected > 5, "conflicts were injected ({injected})");
+    let per = calls_per_object(&world);
+    eprintln!("{injected} injected conflicts; {per:.1} GCP calls per object");
+    assert!(per <= CALL_BOUND_PER_OBJECT, "{per:.1} GCP calls per object");
+    world.kill_operator().await;
+}
