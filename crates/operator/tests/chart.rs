@@ -85,6 +85,8 @@ fn cluster_scope_renders_the_operator_with_cluster_roles() {
             "Deployment",
             "PodDisruptionBudget",
             "Role",
+            "Role",
+            "RoleBinding",
             "RoleBinding",
             "Service",
             "ServiceAccount"
@@ -367,7 +369,7 @@ fn generated_files_are_current() {
         "out of date: {stale:?}; run TPU_OPERATOR_BLESS=1 cargo test -p tpu-operator --test chart and commit the result"
     );
     // The kustomize bases build (kubectl's built-in kustomize).
-    for (dir, objects) in [("deploy", 15), ("deploy/staging", 17), ("deploy/monitoring", 4)] {
+    for (dir, objects) in [("deploy", 17), ("deploy/staging", 19), ("deploy/monitoring", 4)] {
         let out = std::process::Command::new(support::kubectl())
             .args(["kustomize", root.join(dir).to_str().unwrap()])
             .output()
@@ -538,6 +540,16 @@ fn assert_crd_reader_and_lease_role(docs: &[Value], release_ns: &str) {
                 ["tpu-operator"],
                 ["get", "patch"]
             ]),
+        ]
+    );
+    // The orphan sweeper's summary ConfigMap (by name) and its events, in the release namespace.
+    let orphans = find(docs, "Role", Some("tpu-operator-orphan-report"));
+    assert_eq!(orphans["metadata"]["namespace"], release_ns);
+    assert_eq!(
+        rules(orphans),
+        vec![
+            json!([[""], ["configmaps"], ["tpu-operator-orphans"], ["get", "patch"]]),
+            json!([["events.k8s.io"], ["events"], null, ["create", "patch"]]),
         ]
     );
 }
