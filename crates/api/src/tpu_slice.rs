@@ -120,7 +120,9 @@ pub struct TpuSliceSpec {
     #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
     pub max_run_duration: Option<String>,
 
-    /// Delete the node when no workload has run on it for this long (e.g. `2h`).
+    /// Reserved, **not enforced yet**: meant to delete the node when no workload has run on it for
+    /// this long (e.g. `2h`). The operator cannot yet observe activity on a node, so setting it
+    /// changes nothing today; bound a slice's lifetime with `maxRunDuration` instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
     pub idle_timeout: Option<String>,
