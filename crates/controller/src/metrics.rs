@@ -29,13 +29,6 @@ pub struct FailureLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PhaseLabels {
-    pub kind: &'static str,
-    pub namespace: String,
-    pub phase: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SpendLabels {
     pub namespace: String,
 }
@@ -60,8 +53,6 @@ pub struct Metrics {
     pub reconciles: Family<KindLabels, Counter>,
     pub failures: Family<FailureLabels, Counter>,
     pub duration: Family<KindLabels, Histogram>,
-    /// Objects per phase, refreshed from each reconcile's result.
-    pub objects: Family<PhaseLabels, Gauge>,
     /// Estimated spend so far in US dollars, per namespace (float gauge).
     pub spend_usd: Family<SpendLabels, Gauge<f64, AtomicU64>>,
     /// Estimated current burn rate in US dollars per hour, per namespace.
@@ -80,7 +71,6 @@ impl Default for Metrics {
             reconciles: Family::default(),
             failures: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
-            objects: Family::default(),
             spend_usd: Family::default(),
             spend_per_hour_usd: Family::default(),
             spend_book: Arc::default(),
@@ -104,11 +94,6 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Time spent in one reconcile, by kind",
             self.duration.clone(),
-        );
-        sub.register(
-            "objects",
-            "Objects by kind, namespace and phase",
-            self.objects.clone(),
         );
         sub.register(
             "estimated_spend_usd",
