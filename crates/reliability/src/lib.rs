@@ -6,6 +6,7 @@
 //! and `docs/benchmarks.md`.
 #![forbid(unsafe_code)]
 
+pub mod corrupt;
 pub mod crash;
 pub mod fixtures;
 pub mod invariants;

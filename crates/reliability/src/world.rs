@@ -75,6 +75,8 @@ pub struct World {
     /// Errors injected in front of the in-process client's API server (the socket the binary
     /// uses is not affected).
     pub kube_faults: crate::kube_faults::KubeFaults,
+    /// Where in-process operators send GCP calls instead of the emulator (e.g. a proxy).
+    pub gcp_endpoint: Option<String>,
     server: Option<kube_emulator::Server>,
     op: Option<InProcess>,
     /// Set by `use_process`: operators are `tpu-operator run` processes, killed with SIGKILL.
@@ -112,6 +114,7 @@ impl World {
             gcp,
             polls: Polls::fast(),
             kube_faults,
+            gcp_endpoint: None,
             server: None,
             op: None,
             process: None,
@@ -163,7 +166,13 @@ impl World {
     /// A fresh controller context, as a new operator process builds it.
     pub async fn context(&self) -> Context {
         let clients = Gcp::connect(
-            GcpConfig::emulator(self.gcp.url().parse().expect("emulator URL")),
+            GcpConfig::emulator(
+                self.gcp_endpoint
+                    .clone()
+                    .unwrap_or_else(|| self.gcp.url())
+                    .parse()
+                    .expect("emulator URL"),
+            ),
             GcpMetrics::new(),
         )
         .await
