@@ -1,0 +1,91 @@
+//! The long crash-consistency run: seeded runs of `crash::run` (in-process controllers, killed by
+//! aborting their tasks) until at least `--points` kill points were exercised, plus `--binary N`
+//! runs against the real `tpu-operator` binary killed with SIGKILL. Prints one line per failing
+//! seed and a summary; exits 1 on any broken promise.
+//!
+//! cargo run --release -p tpu-operator-reliability --bin crash-bench -- --points 500 --binary 10
+
+use tpu_operator_reliability::{
+    World,
+    crash::{self, CrashConfig},
+};
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("number"))
+        .unwrap_or(default)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let points = arg("--points", 500);
+    let first_seed = arg("--seed", 1000);
+    let binary_runs = arg("--binary", 0);
+    let started = std::time::Instant::now();
+    let (mut kills, mut runs, mut dups, mut leaks, mut bad) = (0u64, 0u64, 0usize, 0usize, 0u64);
+    let mut seed = first_seed;
+    while kills < points {
+        let r = crash::run(seed, CrashConfig::default()).await;
+        kills += u64::from(r.kills);
+        runs += 1;
+        dups += r.duplicates;
+        leaks += r.leaks;
+        if !r.ok() {
+            bad += 1;
+            println!(
+                "FAIL seed {seed} ({:?} {:?} {:?}):\n{}",
+                r.flow, r.capacity, r.training, r.violations
+            );
+        }
+        seed += 1;
+    }
+    println!(
+        "in-process: seeds {first_seed}..{seed} ({runs} runs), {kills} kill points, {dups} duplicates, {leaks} leaks, {bad} runs with broken promises, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    let started = std::time::Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut bkills, mut bbad) = (0u64, 0u64);
+    for i in 0..binary_runs {
+        let seed = 50_000 + i;
+        let mut world = World::start().await;
+        world
+            .use_process(
+                dir.path(),
+                &[
+                    "--poll-active",
+                    "50ms",
+                    "--poll-stable",
+                    "1s",
+                    "--poll-capacity",
+                    "100ms",
+                ],
+            )
+            .await;
+        let r = crash::run_in(&mut world, seed, CrashConfig::default()).await;
+        bkills += u64::from(r.kills);
+        dups += r.duplicates;
+        leaks += r.leaks;
+        if !r.ok() {
+            bbad += 1;
+            println!("FAIL binary seed {seed}:\n{}", r.violations);
+        }
+    }
+    if binary_runs > 0 {
+        println!(
+            "binary (SIGKILL): seeds 50000..{} ({binary_runs} runs), {bkills} kill points, {bbad} runs with broken promises, {:.0} s",
+            50_000 + binary_runs,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    println!(
+        "TOTAL: {} kill points, {dups} duplicates, {leaks} leaks",
+        kills + bkills
+    );
+    if bad + bbad > 0 || dups + leaks > 0 {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,309 @@
+//! Scale benchmark: the real `tpu-operator run` process (default poll intervals: 2 s active,
+//! 5 min stable, 30 s capacity; concurrency 16) against kube-emulator (socket) and gcp-emulator
+//! (manual clock), both in this process, with N objects: 50% TpuSlices (spot nodes), 30%
+//! PreprocessBatches, 20% TrainingPipelines (preprocess batch + Vertex job).
+//!
+//! Phases: create everything (clock frozen) until every cloud resource is submitted; jump the
+//! cloud clock 4 min (nodes READY, batches SUCCEEDED) and measure, per object, the time from the
+//! jump to its status showing it (status lag, seen through watches); wait for the pipelines'
+//! Vertex jobs, jump 7 min, measure again; idle for `--idle` seconds counting GCP reads; delete
+//! everything and measure until it is gone and nothing is left in the cloud.
+//!
+//! cargo run -p tpu-operator-reliability --bin scale-bench -- --n 100 [--idle 60]
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use kube::{
+    Api, ResourceExt,
+    runtime::{WatchStreamExt, watcher},
+};
+use tpu_operator_api::{
+    PreprocessBatch, TpuSlice, TrainingPipeline, preprocess_batch::PreprocessBatchPhase,
+    tpu_slice::TpuSlicePhase, training_pipeline::TrainingPipelinePhase,
+};
+use tpu_operator_reliability::{
+    World,
+    fixtures::{self, Capacity, Training},
+    invariants,
+    process::metric_sum,
+    world::NAMESPACE,
+};
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("number"))
+        .unwrap_or(default)
+}
+
+/// First instant each object was seen done ("Ready"/"Succeeded"), by "kind/name".
+type Seen = Arc<Mutex<HashMap<String, Instant>>>;
+
+fn watch<K>(client: kube::Client, seen: Seen, kind: &'static str, done: fn(&K) -> bool)
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    tokio::spawn(async move {
+        let api: Api<K> = Api::namespaced(client, NAMESPACE);
+        let mut stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(ev) = stream.next().await {
+            if let Ok(o) = ev
+                && done(&o)
+            {
+                seen.lock()
+                    .unwrap()
+                    .entry(format!("{kind}/{}", o.name_any()))
+                    .or_insert_with(Instant::now);
+            }
+        }
+    });
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn lags(seen: &Seen, keys: &[String], t0: Instant) -> (usize, f64, f64, f64) {
+    let g = seen.lock().unwrap();
+    let mut v: Vec<f64> = keys
+        .iter()
+        .filter_map(|k| g.get(k))
+        .map(|t| t.saturating_duration_since(t0).as_secs_f64())
+        .collect();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (
+        v.len(),
+        percentile(&v, 0.5),
+        percentile(&v, 0.99),
+        v.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
+async fn wait(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let n = arg("--n", 100) as usize;
+    let idle = arg("--idle", 60);
+    let limit = Duration::from_secs(arg("--limit", 1800));
+    let (slices, batches) = (n / 2, n * 3 / 10);
+    let pipelines = n - slices - batches;
+    let dir = tempfile::tempdir().unwrap();
+    let mut world = World::start().await;
+    world.use_process(dir.path(), &[]).await;
+    world.start_operator().await;
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "N = {n}: {slices} TpuSlices, {batches} PreprocessBatches, {pipelines} TrainingPipelines; loadavg at start: {}",
+        load.trim()
+    );
+
+    let seen: Seen = Arc::default();
+    watch::<TpuSlice>(world.client.clone(), seen.clone(), "TpuSlice", |o| {
+        o.status.as_ref().is_some_and(|s| s.phase == TpuSlicePhase::Ready)
+    });
+    watch::<PreprocessBatch>(world.client.clone(), seen.clone(), "PreprocessBatch", |o| {
+        o.status
+            .as_ref()
+            .is_some_and(|s| s.phase == PreprocessBatchPhase::Succeeded)
+    });
+    watch::<TrainingPipeline>(world.client.clone(), seen.clone(), "TrainingPipeline", |o| {
+        o.status
+            .as_ref()
+            .is_some_and(|s| s.phase == TrainingPipelinePhase::Succeeded)
+    });
+
+    let started = Instant::now();
+    let mut slice_keys = Vec::new();
+    let mut batch_keys = Vec::new();
+    let mut child_keys = Vec::new();
+    let mut pipeline_keys = Vec::new();
+    for i in 0..slices {
+        let name = format!("s-{i}");
+        world.create(&fixtures::slice(&name, Capacity::SpotNode)).await;
+        slice_keys.push(format!("TpuSlice/{name}"));
+    }
+    for i in 0..batches {
+        let name = format!("b-{i}");
+        world.create(&fixtures::batch(&name)).await;
+        batch_keys.push(format!("PreprocessBatch/{name}"));
+    }
+    for i in 0..pipelines {
+        let name = format!("p-{i}");
+        world.create(&fixtures::pipeline(&name, Training::Vertex)).await;
+        pipeline_keys.push(format!("TrainingPipeline/{name}"));
+        child_keys.push(format!("PreprocessBatch/{name}-preprocess"));
+    }
+    let created = started.elapsed();
+    let gcp = &world.gcp;
+    let submitted = wait(limit, || {
+        gcp.nodes().len() >= slices && gcp.batches().len() >= batches + pipelines
+    })
+    .await;
+    let t_submitted = started.elapsed();
+    println!(
+        "objects created in {:.1} s; all {} nodes and {} batches submitted at {:.1} s{}",
+        created.as_secs_f64(),
+        slices,
+        batches + pipelines,
+        t_submitted.as_secs_f64(),
+        if submitted { "" } else { " (TIMED OUT)" }
+    );
+
+    // Jump 1: nodes READY, batches SUCCEEDED.
+    let t0 = Instant::now();
+    world.advance(Duration::from_secs(240));
+    let mut all_first: Vec<String> = slice_keys.clone();
+    all_first.extend(batch_keys.iter().cloned());
+    all_first.extend(child_keys.iter().cloned());
+    let ok = wait(limit, || {
+        let g = seen.lock().unwrap();
+        all_first.iter().all(|k| g.contains_key(k))
+    })
+    .await;
+    let (cnt, p50, p99, max) = lags(&seen, &all_first, t0);
+    println!(
+        "status lag after jump 1 (node READY / batch SUCCEEDED; {cnt} of {} objects{}): p50 {p50:.2} s, p99 {p99:.2} s, max {max:.2} s",
+        all_first.len(),
+        if ok { "" } else { ", TIMED OUT" }
+    );
+
+    // The pipelines create their Vertex jobs; then jump 2 finishes them.
+    let jobs_ok = wait(limit, || gcp.custom_jobs().len() >= pipelines).await;
+    let t1 = Instant::now();
+    world.advance(Duration::from_secs(420));
+    let ok2 = wait(limit, || {
+        let g = seen.lock().unwrap();
+        pipeline_keys.iter().all(|k| g.contains_key(k))
+    })
+    .await;
+    let (cnt2, p50b, p99b, maxb) = lags(&seen, &pipeline_keys, t1);
+    let converged = started.elapsed();
+    println!(
+        "status lag after jump 2 (Vertex job SUCCEEDED → pipeline Succeeded; {cnt2} of {}{}{}): p50 {p50b:.2} s, p99 {p99b:.2} s, max {maxb:.2} s",
+        pipeline_keys.len(),
+        if jobs_ok { "" } else { ", jobs TIMED OUT" },
+        if ok2 { "" } else { ", TIMED OUT" }
+    );
+    println!(
+        "time to converge (first create → last object done): {:.1} s",
+        converged.as_secs_f64()
+    );
+    let counts_converge = world.gcp.call_counts();
+    let calls_converge: u64 = counts_converge.values().sum();
+    // Minimum to converge: slice = create + 1 read (READY); batch = create + 1 read (SUCCEEDED)
+    // + 1 output check; pipeline = its batch (3) + job create + 1 read (SUCCEEDED) + 1 model check.
+    let min_converge = (slices * 2 + batches * 3 + pipelines * 6) as u64;
+    println!(
+        "GCP calls to converge: {calls_converge} ({:.2} per object; minimum {min_converge}, ratio {:.2}): {counts_converge:?}",
+        calls_converge as f64 / n as f64,
+        calls_converge as f64 / min_converge as f64
+    );
+
+    // Idle.
+    world.gcp.clear_calls();
+    tokio::time::sleep(Duration::from_secs(idle)).await;
+    let idle_counts = world.gcp.call_counts();
+    let writes: u64 = idle_counts
+        .iter()
+        .filter(|(k, _)| {
+            k.ends_with(".create")
+                || k.ends_with(".delete")
+                || k.ends_with(".patch")
+                || k.ends_with(".cancel")
+        })
+        .map(|(_, v)| v)
+        .sum();
+    let reads: u64 = idle_counts.values().sum::<u64>() - writes;
+    println!(
+        "idle {idle} s: {reads} reads, {writes} writes → {:.1} reads per object per hour: {idle_counts:?}",
+        reads as f64 / n as f64 * 3600.0 / idle as f64
+    );
+
+    let proc = world.process().expect("operator process");
+    let metrics = proc.scrape().await.unwrap_or_default();
+    let reconciles = metric_sum(&metrics, "tpu_operator_reconciles_total");
+    let rss_peak = proc.peak_rss_kib().unwrap_or(0);
+    let rss_now = proc.rss_kib().unwrap_or(0);
+    let cpu = proc.cpu_seconds().unwrap_or(f64::NAN);
+    println!(
+        "operator: peak RSS {:.1} MiB (now {:.1} MiB), CPU {cpu:.1} s, reconciles {reconciles:.0} ({:.1} per object)",
+        rss_peak as f64 / 1024.0,
+        rss_now as f64 / 1024.0,
+        reconciles / n as f64
+    );
+
+    // Delete everything.
+    world.gcp.clear_calls();
+    let t_del = Instant::now();
+    for i in 0..pipelines {
+        world.delete::<TrainingPipeline>(&format!("p-{i}")).await;
+    }
+    for i in 0..slices {
+        world.delete::<TpuSlice>(&format!("s-{i}")).await;
+    }
+    for i in 0..batches {
+        world.delete::<PreprocessBatch>(&format!("b-{i}")).await;
+    }
+    let deadline = Instant::now() + limit;
+    let mut gone = false;
+    while Instant::now() < deadline {
+        world.advance(Duration::from_secs(30));
+        let snap = world.snapshot().await;
+        if snap.is_empty() && invariants::billable(&world.gcp) == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let del_counts = world.gcp.call_counts();
+    let del_calls: u64 = del_counts.values().sum();
+    // Minimum to delete: slice = delete + 1 read (gone); batch = delete; pipeline = its batch's
+    // delete + the job's delete.
+    let min_delete = (slices * 2 + batches + pipelines * 2) as u64;
+    println!(
+        "delete: all gone in {:.1} s{}; GCP calls {del_calls} (minimum {min_delete}, ratio {:.2}); leftovers: {}",
+        t_del.elapsed().as_secs_f64(),
+        if gone { "" } else { " (TIMED OUT)" },
+        del_calls as f64 / min_delete as f64,
+        invariants::leftovers(&world.gcp).0.len()
+    );
+    let proc = world.process().expect("operator process");
+    println!(
+        "operator at the end: peak RSS {:.1} MiB, CPU {:.1} s; loadavg {}",
+        proc.peak_rss_kib().unwrap_or(0) as f64 / 1024.0,
+        proc.cpu_seconds().unwrap_or(f64::NAN),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    world.kill_operator().await;
+}
