@@ -120,9 +120,13 @@ pub struct TpuSliceSpec {
     #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
     pub max_run_duration: Option<String>,
 
-    /// Reserved, **not enforced yet**: meant to delete the node when no workload has run on it for
-    /// this long (e.g. `2h`). The operator cannot yet observe activity on a node, so setting it
-    /// changes nothing today; bound a slice's lifetime with `maxRunDuration` instead.
+    /// Delete the node this long (e.g. `30m`) after its workload ended, so a finished slice stops
+    /// billing; the resource then reports `Stalled` with reason `IdleTimeout` and is not recreated
+    /// until the spec changes. The end is the workload's completion marker (`<uri>_SUCCESS` or
+    /// `<uri>_FAILED`, written by the operator's startup script when the `workload` container
+    /// exits) under the URI of the annotation `tpu-operator.dev/done-uri` (TrainingPipelines set
+    /// it on their slices). Without that annotation the operator cannot see activity on the node
+    /// and this field has no effect: bound such slices with `maxRunDuration`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
     pub idle_timeout: Option<String>,
@@ -360,7 +364,7 @@ pub struct TpuSliceStatus {
     /// When the last preemption was observed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_preemption_time: Option<Time>,
-    /// When a workload last ran (for `idleTimeout`).
+    /// When the workload last ended (its completion marker's time; `idleTimeout` counts from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_active_time: Option<Time>,
     /// How many times the slice was recreated after a preemption.

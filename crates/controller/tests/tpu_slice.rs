@@ -456,3 +456,59 @@ async fn orphan_leaves_the_node_and_delete_permission_errors_are_reported() {
             .any(|f| f == "tpu-operator.dev/cleanup")
     );
 }
+
+/// `idleTimeout`: the workload reports its end through the completion URI (annotation
+/// `tpu-operator.dev/done-uri`); idleTimeout after its `_SUCCESS` marker the node is deleted, the
+/// TpuSlice stays with `Stalled` reason `IdleTimeout`, and nothing is recreated.
+#[tokio::test]
+async fn idle_timeout_deletes_the_node_once_the_workload_has_ended_and_keeps_the_cr() {
+    let env = start().await;
+    let mut s = slice("idle", json!({"onDemand": {}}));
+    s.metadata.annotations = Some(
+        [(
+            tpu_slice::DONE_URI_ANNOTATION.to_string(),
+            "gs://idle-test-bucket/runs/one/".to_string(),
+        )]
+        .into(),
+    );
+    s.spec.workload = Some(
+        serde_json::from_value(json!({"image": "us-docker.pkg.dev/p/r/job:1", "args": ["--steps=100"]}))
+            .unwrap(),
+    );
+    s.spec.idle_timeout = Some("30m".into());
+    env.create(&s).await;
+    let ready: TpuSlice = env.wait_for("idle", "Ready", STEP, is_ready).await;
+    assert!(
+        ready.status.unwrap().last_active_time.is_none(),
+        "the workload is still running"
+    );
+
+    let reaped: TpuSlice = env
+        .wait_for("idle", "IdleTimeout", STEP, |s| {
+            stalled_reason(s).as_deref() == Some("IdleTimeout")
+        })
+        .await;
+    assert!(
+        env.gcp.object("idle-test-bucket", "runs/one/_SUCCESS").is_some(),
+        "the emulated workload wrote its marker"
+    );
+    let st = reaped.status.unwrap();
+    assert_eq!(st.phase, TpuSlicePhase::Failed);
+    assert!(st.last_active_time.is_some());
+    assert!(
+        st.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("idleTimeout 30m exceeded"),
+        "{st:?}"
+    );
+    assert!(env.gcp.nodes().is_empty(), "{:?}", env.gcp.nodes());
+    // Stays deleted: no recreation while the spec is unchanged.
+    env.idle(Duration::from_millis(300), STEP).await;
+    assert!(env.gcp.nodes().is_empty());
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
+    assert!(
+        env.api::<TpuSlice>().get_opt("idle").await.unwrap().is_some(),
+        "the CR stays"
+    );
+}

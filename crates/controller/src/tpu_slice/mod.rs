@@ -155,8 +155,15 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     {
         return deny(ctx, slice, &old, denial).await;
     }
-    let observed = observe::observe(ctx, &t.names, old.pending_operation.as_deref()).await?;
+    let mut observed = observe::observe(ctx, &t.names, old.pending_operation.as_deref()).await?;
+    observed.workload_done =
+        observe::workload_done(ctx, &slice.spec, &t.desired, observed.node.as_ref()).await?;
     let shape = spec::shape(&slice.spec);
+    let last_active = old
+        .last_active_time
+        .as_ref()
+        .and_then(|t| chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0))
+        .max(observed.workload_done);
     let mut plan = plan::plan(&plan::Input {
         spec: &slice.spec,
         names: &t.names,
@@ -168,6 +175,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
             .ready_time
             .as_ref()
             .and_then(|t| chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0)),
+        last_active,
         now: ctx.clock.now(),
     });
     // Right before a create: every rule, with the namespace's chip quota and budget. The lock is

@@ -1,18 +1,19 @@
 //! Reads the slice's cloud objects by their deterministic names (never by what status remembers,
 //! so a create whose result was never written to status is still found) and the pending operation.
 
+use chrono::{DateTime, Utc};
 use tpu_operator_api::{
     naming::{self, ObjectIdentity},
-    tpu_slice::TpuSlice,
+    tpu_slice::{TpuSlice, TpuSliceSpec},
 };
 use tpu_operator_gcp::{
     ErrorKind, GcpError, OperationState, Service, ignore_not_found,
     longrunning::model::Operation,
-    operation_state,
-    tpu_v2::model::{Node, QueuedResource, queued_resource_state},
+    operation_state, parse_gs_uri,
+    tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
 };
 
-use super::spec::CapacityMode;
+use super::spec::{CapacityMode, DONE_URI_METADATA, Desired};
 use crate::{context::Context, error::ReconcileError};
 
 /// Full resource names of one incarnation (recreation) of the slice.
@@ -95,6 +96,8 @@ pub struct Observed {
     pub previous_queued: Option<QueuedResource>,
     /// The operation named by `status.pendingOperation`, if any.
     pub operation: Option<OperationView>,
+    /// When the workload last finished, from its completion marker ([`workload_done`]).
+    pub workload_done: Option<DateTime<Utc>>,
 }
 
 /// A pending operation as plan needs it.
@@ -180,4 +183,44 @@ fn read<T>(result: Result<T, GcpError>, action: &'static str) -> Result<Option<T
         }
         ReconcileError::Gcp { action, source }
     })
+}
+
+/// When the slice's workload finished: the newest of `<done-uri>_SUCCESS` / `<done-uri>_FAILED`,
+/// which the rendered startup script writes when the container exits (see
+/// [`super::spec::workload_script`]). Read only where `spec.idleTimeout` can use it: the field
+/// is set, the slice has a completion URI (node metadata `tpu-operator-done-uri`, from the
+/// `tpu-operator.dev/done-uri` annotation) and the node is READY. One Cloud Storage listing.
+pub async fn workload_done(
+    ctx: &Context,
+    spec: &TpuSliceSpec,
+    desired: &Desired,
+    node: Option<&Node>,
+) -> Result<Option<DateTime<Utc>>, ReconcileError> {
+    if spec.idle_timeout.is_none() || !node.is_some_and(|n| n.state == node::State::Ready) {
+        return Ok(None);
+    }
+    let Some(uri) = desired
+        .metadata
+        .get(DONE_URI_METADATA)
+        .and_then(|u| parse_gs_uri(u))
+    else {
+        return Ok(None);
+    };
+    let markers = [format!("{}_SUCCESS", uri.path), format!("{}_FAILED", uri.path)];
+    let objects = match ctx
+        .gcp
+        .storage
+        .list_objects(uri.bucket, &format!("{}_", uri.path), 10)
+        .await
+    {
+        // The bucket may not exist until the workload writes to it.
+        Err(e) if e.is_not_found() => return Ok(None),
+        other => other.map_err(ReconcileError::gcp("list workload completion markers"))?,
+    };
+    Ok(objects
+        .iter()
+        .filter(|o| markers.contains(&o.name))
+        .filter_map(|o| DateTime::parse_from_rfc3339(&o.updated).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .max())
 }

@@ -132,6 +132,9 @@ pub struct Input<'a> {
     pub recreations: i32,
     /// When the current incarnation first became READY (`status.readyTime`).
     pub ready_since: Option<DateTime<Utc>>,
+    /// When the slice's workload last finished (`status.lastActiveTime`, or a completion marker
+    /// seen this pass): where `spec.idleTimeout` counts from.
+    pub last_active: Option<DateTime<Utc>>,
     pub now: DateTime<Utc>,
 }
 
@@ -151,7 +154,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
             message.clone(),
         ));
     }
-    if let Some(plan) = max_run_exceeded(input) {
+    if let Some(plan) = max_run_exceeded(input).or_else(|| idle_timeout_exceeded(input)) {
         return plan;
     }
     if CapacityMode::of(input.spec) == CapacityMode::Queued {
@@ -166,13 +169,42 @@ pub fn plan(input: &Input<'_>) -> Plan {
 /// `spec.maxRunDuration` since the node became READY has passed: delete what runs, then stay
 /// Stalled (never recreate) until the spec changes.
 fn max_run_exceeded(input: &Input<'_>) -> Option<Plan> {
-    let limit = parse_duration(input.spec.max_run_duration.as_deref()?).ok()?;
+    let limit = input.spec.max_run_duration.as_deref()?;
     let since = input.ready_since?;
-    if input.now < since + chrono::Duration::seconds(limit.as_secs() as i64) {
+    reap_after(
+        input,
+        since,
+        limit,
+        reasons::MAX_RUN_DURATION_EXCEEDED,
+        "maxRunDuration",
+    )
+}
+
+/// The workload finished (its completion marker appeared) `spec.idleTimeout` ago and the slice
+/// is still billing with nothing to run: delete it like [`max_run_exceeded`]. A marker older
+/// than the current incarnation's READY time belongs to an earlier node and does not count.
+fn idle_timeout_exceeded(input: &Input<'_>) -> Option<Plan> {
+    let limit = input.spec.idle_timeout.as_deref()?;
+    let since = input.last_active?;
+    if input.ready_since.is_some_and(|ready| since < ready) {
         return None;
     }
-    let reason = reasons::MAX_RUN_DURATION_EXCEEDED;
-    let limit = input.spec.max_run_duration.as_deref().unwrap_or_default();
+    reap_after(input, since, limit, reasons::IDLE_TIMEOUT, "idleTimeout")
+}
+
+/// Once `limit` (a duration string of field `field`) has passed since `since`: delete the
+/// slice's cloud objects, then report Stalled with `reason` until the spec changes.
+fn reap_after(
+    input: &Input<'_>,
+    since: DateTime<Utc>,
+    limit: &str,
+    reason: &'static str,
+    field: &str,
+) -> Option<Plan> {
+    let duration = parse_duration(limit).ok()?;
+    if input.now < since + chrono::Duration::seconds(duration.as_secs() as i64) {
+        return None;
+    }
     Some(match plan_cleanup(input.observed) {
         CleanupStep::Delete(action) => Plan::new(
             action,
@@ -180,21 +212,21 @@ fn max_run_exceeded(input: &Input<'_>) -> Option<Plan> {
                 Progress::Reconciling,
                 reason,
                 TpuSlicePhase::Deleting,
-                format!("maxRunDuration {limit} exceeded: deleting the slice"),
+                format!("{field} {limit} exceeded: deleting the slice"),
             ),
         ),
         CleanupStep::Wait(message) => Plan::report(Assessment::new(
             Progress::Reconciling,
             reason,
             TpuSlicePhase::Deleting,
-            format!("maxRunDuration {limit} exceeded: {message}"),
+            format!("{field} {limit} exceeded: {message}"),
         )),
         CleanupStep::Done => Plan::report(Assessment::new(
             Progress::Stalled,
             reason,
             TpuSlicePhase::Failed,
             format!(
-                "maxRunDuration {limit} exceeded: the slice was deleted; raise or remove spec.maxRunDuration to recreate it"
+                "{field} {limit} exceeded: the slice was deleted; raise or remove spec.{field} to recreate it"
             ),
         )),
     })

@@ -100,7 +100,11 @@ pub fn build(r: &Report<'_>) -> TpuSliceStatus {
         } else {
             old.last_preemption_time.clone()
         },
-        last_active_time: old.last_active_time.clone(),
+        last_active_time: match (&old.last_active_time, r.observed.workload_done) {
+            (Some(old_t), Some(done)) if old_t.0.as_second() >= done.timestamp() => Some(old_t.clone()),
+            (_, Some(done)) => Some(time(done)),
+            (old_t, None) => old_t.clone(),
+        },
         recreations: old.recreations + i32::from(r.preempted),
         estimated_cost: crate::pricing::accrue(
             old.estimated_cost.as_ref(),

@@ -31,6 +31,7 @@ struct Case {
     slice: TpuSlice,
     observed: Observed,
     ready_since: Option<DateTime<Utc>>,
+    last_active: Option<DateTime<Utc>>,
 }
 
 impl Case {
@@ -54,6 +55,7 @@ impl Case {
             slice,
             observed: Observed::default(),
             ready_since: None,
+            last_active: None,
         }
     }
 
@@ -114,6 +116,7 @@ impl Case {
             shape: &shape,
             recreations: self.slice.status.as_ref().map_or(0, |s| s.recreations),
             ready_since: self.ready_since,
+            last_active: self.last_active,
             now: now(),
         })
     }

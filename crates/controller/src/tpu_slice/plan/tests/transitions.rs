@@ -211,3 +211,34 @@ fn max_run_duration_deletes_then_stalls_without_recreating() {
         )
     );
 }
+
+#[test]
+fn idle_timeout_counts_from_the_workloads_end_then_deletes_and_stalls() {
+    let mut c = Case::spot().with_node(S::Ready, H::Healthy);
+    c.slice.spec.idle_timeout = Some("30m".into());
+    c.ready_since = Some(now() - chrono::Duration::hours(2));
+    assert_eq!(c.plan().action, Action::None, "the workload has not finished");
+    c.last_active = Some(now() - chrono::Duration::minutes(10));
+    assert_eq!(c.plan().action, Action::None, "idle for 10 of 30 minutes");
+    // A marker from before this node became READY belongs to an earlier incarnation.
+    c.last_active = Some(now() - chrono::Duration::hours(3));
+    assert_eq!(c.plan().action, Action::None, "stale marker");
+    c.last_active = Some(now() - chrono::Duration::minutes(31));
+    let node = c.names().current.node;
+    let p = c.plan();
+    assert_eq!(
+        (p.action, p.assessment.reason, p.assessment.phase),
+        (Action::DeleteNode(node), reasons::IDLE_TIMEOUT, P::Deleting)
+    );
+    c.observed.node = None;
+    let p = c.plan();
+    assert_eq!(
+        summary(&p),
+        (Action::None, Progress::Stalled, reasons::IDLE_TIMEOUT, P::Failed)
+    );
+    assert!(
+        p.assessment.message.contains("spec.idleTimeout"),
+        "{}",
+        p.assessment.message
+    );
+}
