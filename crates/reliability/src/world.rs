@@ -99,6 +99,20 @@ impl World {
         .await
     }
 
+    /// For an operator process (`use_process`): the binary's controllers use the wall clock,
+    /// so the emulator's manual clock starts at the wall clock's now and only runs ahead of it
+    /// (completion markers are then never older than the attempt that wrote them).
+    pub async fn start_for_process() -> Self {
+        Self::start_with(
+            gcp_emulator::Emulator::builder()
+                .manual_clock(Utc::now())
+                .start()
+                .await
+                .expect("gcp-emulator"),
+        )
+        .await
+    }
+
     /// As `start`, with a gcp-emulator built by the caller (e.g. a scaled wall clock).
     pub async fn start_with(gcp: gcp_emulator::Emulator) -> Self {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();

@@ -45,7 +45,7 @@ async fn sigkilled_binary_never_duplicates_or_leaks() {
     let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     for seed in seeds(&[101, 102]) {
-        let mut world = World::start().await;
+        let mut world = World::start_for_process().await;
         world
             .use_process(
                 dir.path(),

@@ -51,7 +51,7 @@ async fn main() {
     let (mut bkills, mut bbad) = (0u64, 0u64);
     for i in 0..binary_runs {
         let seed = 50_000 + i;
-        let mut world = World::start().await;
+        let mut world = World::start_for_process().await;
         world
             .use_process(
                 dir.path(),

@@ -117,7 +117,7 @@ async fn main() {
     let (slices, batches) = (n / 2, n * 3 / 10);
     let pipelines = n - slices - batches;
     let dir = tempfile::tempdir().unwrap();
-    let mut world = World::start().await;
+    let mut world = World::start_for_process().await;
     world.use_process(dir.path(), &[]).await;
     world.start_operator().await;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
