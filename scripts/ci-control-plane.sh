@@ -26,7 +26,7 @@ echo "== control plane: differential suite against kube-apiserver"
 TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- \
   cargo test --locked -p kube-conformance --test differential -- --nocapture --test-threads=1
 
-suites="${TPU_OPERATOR_REAL_SUITES:--p tpu-operator-controller --tests; -p kube-emulator --test kubectl}"
+suites="${TPU_OPERATOR_REAL_SUITES:--p tpu-operator-controller --tests -- --test-threads=2; -p kube-emulator --test kubectl}"
 if [ "$suites" != none ]; then
   # One fresh control plane for all of them (each test uses namespaces of its own).
   script="set -e"
