@@ -403,8 +403,10 @@ async fn budget_refuses_new_slices_while_running_ones_keep_running_and_cost_accr
     // An hour of READY time later the estimate has grown by about $10.80.
     let before = cost.so_far_usd;
     env.gcp.clock().advance(Duration::from_secs(3600));
+    // The clock stands still while waiting (step zero): advancing it per poll would add however
+    // many steps a loaded machine needs before the next status refresh.
     let s = env
-        .wait_for::<TpuSlice, _>("running", "an hour accrued", STEP, |s| {
+        .wait_for::<TpuSlice, _>("running", "an hour accrued", Duration::ZERO, |s| {
             s.status
                 .as_ref()
                 .and_then(|st| st.estimated_cost.as_ref())

@@ -99,12 +99,19 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
                     format!("rate {rate} must be within [0, 1]"),
                 ));
             }
-            f_.random = Some(RandomState {
+            f_.random.retain(|r| r.service != service);
+            let stream = RandomState {
                 rate,
                 state: seed,
                 code,
                 service,
-            });
+            };
+            // A service-specific stream must win over an any-service one, so those go first.
+            if stream.service.is_some() {
+                f_.random.insert(0, stream);
+            } else {
+                f_.random.push(stream);
+            }
         }
     }
     Ok(())

@@ -47,7 +47,9 @@ pub enum Fault {
         count: Option<u32>,
     },
     /// Each call (of `service`, default any) fails with `code` with probability `rate`, drawn from
-    /// a PRNG seeded with `seed` (deterministic for a given call sequence).
+    /// a PRNG seeded with `seed` (deterministic for a given call sequence). One stream per
+    /// `service`: injecting again for the same service replaces it, other services keep theirs,
+    /// so every service can fail with its own code at once.
     RandomFailures {
         rate: f64,
         seed: u64,
@@ -94,7 +96,8 @@ pub struct Faults {
     pub failing_workloads: BTreeSet<String>,
     pub suppressed_outputs: BTreeSet<String>,
     pub latency: Vec<LatencyState>,
-    pub random: Option<RandomState>,
+    /// At most one per `service` (None = any service); the first matching stream draws.
+    pub random: Vec<RandomState>,
     /// Failure messages for `failing` entries that named one.
     #[serde(skip)]
     pub messages: std::collections::BTreeMap<String, String>,
@@ -128,8 +131,10 @@ impl Faults {
             self.fail_calls.retain(|f| f.remaining > 0);
             return Some(out);
         }
-        if let Some(r) = &mut self.random
-            && r.service.as_deref().is_none_or(|s| s == service)
+        if let Some(r) = self
+            .random
+            .iter_mut()
+            .find(|r| r.service.as_deref().is_none_or(|s| s == service))
         {
             // splitmix64: tiny, seedable, and stable across dependency versions.
             r.state = r.state.wrapping_add(0x9E3779B97F4A7C15);
@@ -172,5 +177,34 @@ impl Faults {
                         .strip_prefix(a.as_str())
                         .is_some_and(|rest| rest.starts_with('-')))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(service: Option<&str>, code: Code) -> RandomState {
+        RandomState {
+            rate: 1.0,
+            state: 1,
+            code,
+            service: service.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn each_service_draws_from_its_own_random_stream() {
+        let mut f = Faults {
+            random: vec![
+                stream(Some("tpu"), Code::ResourceExhausted),
+                stream(Some("vertex"), Code::Unavailable),
+            ],
+            ..Faults::default()
+        };
+        let code = |f: &mut Faults, s| f.take_call_failure(s, "x").map(|(c, _)| c);
+        assert_eq!(code(&mut f, "tpu"), Some(Code::ResourceExhausted));
+        assert_eq!(code(&mut f, "vertex"), Some(Code::Unavailable));
+        assert_eq!(code(&mut f, "dataproc"), None);
     }
 }

@@ -8,7 +8,8 @@
 //! limit is `RESOURCE_EXHAUSTED` too, with `ErrorInfo.reason = RATE_LIMIT_EXCEEDED` (GCS legacy
 //! errors: `rateLimitExceeded` / `userRateLimitExceeded`), and it is worth a short backoff.
 //! So the kind stays [`ErrorKind::ResourceExhausted`] for both; [`GcpError::is_rate_limited`] tells
-//! the rate-limit case apart by its structured reason, and [`GcpError::is_retryable`] is true for it
+//! the rate-limit case apart by its structured reason, or by the method (a read, list, delete or
+//! cancel asks for no capacity, so its 429 can only be a rate limit), and [`GcpError::is_retryable`] is true for it
 //! but false for a plain quota / stockout. Controllers map the latter by surface (TPU create →
 //! `WaitingForCapacity`, slow poll; elsewhere → a condition naming the quota).
 
@@ -292,13 +293,18 @@ impl GcpError {
         self.kind == ErrorKind::AlreadyExists
     }
 
-    /// RESOURCE_EXHAUSTED caused by an API rate limit (not by quota or capacity).
+    /// RESOURCE_EXHAUSTED caused by an API rate limit (not by quota or capacity): it says so in
+    /// its structured reason, or the call could not have asked for capacity at all. Reads,
+    /// lists, deletes and cancels consume no chips, DCUs or resource quota, so a 429 on them can
+    /// only be a request-rate limit, whatever the reason field says (or omits); treating it as a
+    /// capacity wait would leave a delete unretried for minutes while the slice keeps billing.
     pub fn is_rate_limited(&self) -> bool {
         self.kind == ErrorKind::ResourceExhausted
-            && self
+            && (self
                 .reason
                 .as_deref()
                 .is_some_and(|reason| RATE_LIMIT_REASONS.contains(&reason))
+                || !asks_for_capacity(self.method))
     }
 
     /// Retrying the same call after a short backoff may succeed: transient failures and API rate
@@ -307,6 +313,15 @@ impl GcpError {
     pub fn is_retryable(&self) -> bool {
         self.kind == ErrorKind::Transient || self.is_rate_limited()
     }
+}
+
+/// Methods whose RESOURCE_EXHAUSTED can mean "no capacity / quota": creates, the create's
+/// long-running operation, starting a stopped node and resetting a queued resource.
+fn asks_for_capacity(method: &str) -> bool {
+    method == "operation"
+        || method.ends_with(".create")
+        || method.ends_with(".start")
+        || method.ends_with(".reset")
 }
 
 /// `Ok(None)` for NOT_FOUND, the value or the other error otherwise.
@@ -352,7 +367,8 @@ mod tests {
             (404, "NOT_FOUND", ErrorKind::NotFound, false),
             (409, "ALREADY_EXISTS", ErrorKind::AlreadyExists, false),
             (409, "ABORTED", ErrorKind::Transient, true),
-            (429, "RESOURCE_EXHAUSTED", ErrorKind::ResourceExhausted, false),
+            // A 429 on a read is a request-rate limit: retried with backoff.
+            (429, "RESOURCE_EXHAUSTED", ErrorKind::ResourceExhausted, true),
             (403, "PERMISSION_DENIED", ErrorKind::PermissionDenied, false),
             (401, "UNAUTHENTICATED", ErrorKind::Unauthenticated, false),
             (400, "FAILED_PRECONDITION", ErrorKind::FailedPrecondition, false),
@@ -429,6 +445,24 @@ mod tests {
         assert_eq!(err.kind, ErrorKind::ResourceExhausted);
         assert!(!err.is_rate_limited());
         assert!(!err.is_retryable());
+
+        // Without a reason, what the call asked for decides: only capacity-taking calls wait.
+        let bare = esf(429, "RESOURCE_EXHAUSTED", "Quota exceeded");
+        for (method, rate_limited) in [
+            ("nodes.create", false),
+            ("queuedResources.create", false),
+            ("operation", false),
+            ("nodes.start", false),
+            ("batches.create", false),
+            ("nodes.delete", true),
+            ("nodes.get", true),
+            ("customJobs.list", true),
+            ("customJobs.cancel", true),
+        ] {
+            let err = GcpError::from_gax(Service::Tpu, method, "n", &from_http_body(429, &bare));
+            assert_eq!(err.is_rate_limited(), rate_limited, "{method}");
+            assert_eq!(err.is_retryable(), rate_limited, "{method}");
+        }
     }
 
     #[test]

@@ -249,36 +249,57 @@ pub fn billable(gcp: &gcp_emulator::Emulator) -> usize {
             .count()
 }
 
-/// Objects still present (with their finalizers) after they were all deleted.
+/// Objects still present (with their finalizers) after they were all deleted, with what their
+/// status says, so a failure names the reason the finalizer is still held.
 pub fn stuck(snapshot: &Snapshot) -> Violations {
     let mut v = Violations::default();
-    let mut one = |kind: &str, name: String, finalizers: &[String], deleting: bool| {
+    let mut one = |kind: &str, meta: &kube::api::ObjectMeta, status: Option<Value>| {
+        let conditions: Vec<String> = status
+            .as_ref()
+            .and_then(|s| s["conditions"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={} {}: {}",
+                    c["type"].as_str().unwrap_or("?"),
+                    c["status"].as_str().unwrap_or("?"),
+                    c["reason"].as_str().unwrap_or(""),
+                    c["message"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
         v.push(format!(
-            "{kind} {name} still exists (deleting: {deleting}, finalizers {finalizers:?})"
+            "{kind} {} still exists (deleting: {}, finalizers {:?}, phase {}, conditions {conditions:?})",
+            meta.name.as_deref().unwrap_or("?"),
+            meta.deletion_timestamp.is_some(),
+            meta.finalizers.clone().unwrap_or_default(),
+            status
+                .as_ref()
+                .and_then(|s| s["phase"].as_str().map(str::to_owned))
+                .unwrap_or_default(),
         ));
     };
+    let json = |s: Option<Value>| s.filter(|v| !v.is_null());
     for o in &snapshot.slices {
         one(
             "TpuSlice",
-            o.name_any(),
-            o.finalizers(),
-            o.metadata.deletion_timestamp.is_some(),
+            &o.metadata,
+            json(serde_json::to_value(&o.status).ok()),
         );
     }
     for o in &snapshot.batches {
         one(
             "PreprocessBatch",
-            o.name_any(),
-            o.finalizers(),
-            o.metadata.deletion_timestamp.is_some(),
+            &o.metadata,
+            json(serde_json::to_value(&o.status).ok()),
         );
     }
     for o in &snapshot.pipelines {
         one(
             "TrainingPipeline",
-            o.name_any(),
-            o.finalizers(),
-            o.metadata.deletion_timestamp.is_some(),
+            &o.metadata,
+            json(serde_json::to_value(&o.status).ok()),
         );
     }
     v

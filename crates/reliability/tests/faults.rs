@@ -79,10 +79,21 @@ const CALL_BOUND_PER_OBJECT: f64 = 150.0;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_gcp_errors_and_latency_everywhere_converge_with_bounded_calls() {
-    let seed: u64 = std::env::var("RELIABILITY_SEED")
+    // Seeds 1 and 4 once left a slice's delete waiting 5 minutes on a 429 (fixed: a 429 on a
+    // call that asks for no capacity is a rate limit). RELIABILITY_SEED runs one seed.
+    let seeds: Vec<u64> = match std::env::var("RELIABILITY_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(7);
+    {
+        Some(seed) => vec![seed],
+        None => vec![1, 4, 7],
+    };
+    for seed in seeds {
+        random_faults_with_seed(seed).await;
+    }
+}
+
+async fn random_faults_with_seed(seed: u64) {
     let mut world = World::start().await;
     for (service, code) in [
         ("tpu", Code::ResourceExhausted),
@@ -112,8 +123,19 @@ async fn random_gcp_errors_and_latency_everywhere_converge_with_bounded_calls() 
     world.start_operator().await;
     create_mix(&world).await;
     converge(&world, &format!("seed {seed}")).await;
-    let failed = world.gcp.calls().iter().filter(|c| c.status >= 400).count();
-    assert!(failed > 10, "faults were injected ({failed} failed calls)");
+    let calls = world.gcp.calls();
+    let failed = calls.iter().filter(|c| c.status >= 400).count();
+    let failing_services: std::collections::BTreeSet<&str> = calls
+        .iter()
+        .filter(|c| c.status >= 400)
+        .map(|c| c.service.as_str())
+        .collect();
+    // Dataproc and Storage see only a handful of calls each, so one of them may draw no failure
+    // for some seeds; several services failing at once is what this test needs.
+    assert!(
+        failed >= 5 && failing_services.len() >= 3,
+        "faults were injected on several services ({failed} failed calls on {failing_services:?})"
+    );
     let v = invariants::status_consistent(&world.snapshot().await, &world.gcp);
     assert!(v.is_empty(), "seed {seed}:\n{v}");
     delete_all_and_check(&world, &format!("seed {seed}")).await;

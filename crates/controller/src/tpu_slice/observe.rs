@@ -7,7 +7,7 @@ use tpu_operator_api::{
     tpu_slice::{TpuSlice, TpuSliceSpec},
 };
 use tpu_operator_gcp::{
-    ErrorKind, GcpError, OperationState, Service, ignore_not_found,
+    GcpError, OperationState, Service, ignore_not_found,
     longrunning::model::Operation,
     operation_state, parse_gs_uri,
     tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
@@ -174,15 +174,10 @@ fn view(op: &Operation) -> OperationView {
     }
 }
 
-/// `None` for NOT_FOUND; a RESOURCE_EXHAUSTED answer to a read is an API rate limit (reads take no
-/// capacity), so it is reported as transient and retried with backoff.
+/// `None` for NOT_FOUND. A RESOURCE_EXHAUSTED answer to a read counts as a rate limit
+/// ([`GcpError::is_rate_limited`]: reads take no capacity) and is retried with backoff.
 fn read<T>(result: Result<T, GcpError>, action: &'static str) -> Result<Option<T>, ReconcileError> {
-    ignore_not_found(result).map_err(|mut source| {
-        if source.kind == ErrorKind::ResourceExhausted {
-            source.kind = ErrorKind::Transient;
-        }
-        ReconcileError::Gcp { action, source }
-    })
+    ignore_not_found(result).map_err(|source| ReconcileError::Gcp { action, source })
 }
 
 /// When the slice's workload finished: the newest of `<done-uri>_SUCCESS` / `<done-uri>_FAILED`,
