@@ -11,6 +11,7 @@ use crate::{
     clock::{Clock, SystemClock},
     metrics::Metrics,
     pricing::PriceTable,
+    settled::Settled,
     tenancy::{AdmissionLocks, TenancyPolicy},
 };
 
@@ -64,6 +65,8 @@ pub struct Context {
     pub prices: Arc<PriceTable>,
     /// Serializes policy admissions per namespace (see [`AdmissionLocks`]).
     pub admission: AdmissionLocks,
+    /// Objects as their last successful reconcile left them (see [`Settled`]).
+    pub settled: Settled,
 }
 
 impl Context {
@@ -86,6 +89,7 @@ impl Context {
             tenancy: Arc::default(),
             prices: Arc::default(),
             admission: AdmissionLocks::default(),
+            settled: Settled::default(),
         }
     }
 

@@ -42,6 +42,14 @@ impl ReconcileError {
         move |source| Self::Gcp { action, source }
     }
 
+    /// The `[EID: …]` Google attached to the failed call's message, if any.
+    pub fn gcp_error_id(&self) -> Option<&str> {
+        match self {
+            Self::Gcp { source, .. } => source.error_id(),
+            _ => None,
+        }
+    }
+
     /// Low-cardinality label for metrics and the reason of Warning events.
     pub fn category(&self) -> &'static str {
         match self {
@@ -55,6 +63,7 @@ impl ReconcileError {
                 ErrorKind::InvalidArgument => "GcpInvalidArgument",
                 ErrorKind::Transient => "GcpTransient",
                 ErrorKind::Cancelled => "GcpCancelled",
+                ErrorKind::Unreadable => "GcpUnreadableReply",
                 ErrorKind::Other => "GcpError",
             },
             Self::Finalizer(_) => "FinalizerError",

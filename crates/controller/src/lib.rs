@@ -14,6 +14,7 @@ pub mod policy;
 pub mod preprocess_batch;
 pub mod pricing;
 pub mod report;
+pub mod settled;
 pub mod sweeper;
 pub mod tenancy;
 pub mod tpu_slice;

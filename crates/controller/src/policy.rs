@@ -16,6 +16,7 @@ pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
 
 pub fn error_policy<K: Resource>(kind: &'static str, obj: &K, err: &ReconcileError, ctx: &Context) -> Action {
     ctx.metrics.failure(kind, err.category());
+    ctx.settled.forget(obj);
     let uid = obj.uid().unwrap_or_default();
     let delay = match err.retry() {
         Retry::Transient => ctx.backoff.on_failure(&uid),
@@ -28,6 +29,8 @@ pub fn error_policy<K: Resource>(kind: &'static str, obj: &K, err: &ReconcileErr
         category = err.category(),
         retry_in_s = delay.as_secs_f32(),
         error = %err,
+        // Google's per-request id (kept out of the message and status), for support cases.
+        error_id = err.gcp_error_id().unwrap_or(""),
         "reconcile failed"
     );
     Action::requeue(delay)

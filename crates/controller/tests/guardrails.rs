@@ -410,7 +410,7 @@ async fn budget_refuses_new_slices_while_running_ones_keep_running_and_cost_accr
             s.status
                 .as_ref()
                 .and_then(|st| st.estimated_cost.as_ref())
-                .is_some_and(|c| c.so_far_usd >= before + 10.8)
+                .is_some_and(|c| c.so_far_usd >= before + 10.8 - 0.005) // rounded to cents
         })
         .await;
     let so_far = s.status.unwrap().estimated_cost.unwrap().so_far_usd;

@@ -69,7 +69,12 @@ pub enum ErrorKind {
     Transient,
     /// CANCELLED (an operation cancelled on request ends with this code).
     Cancelled,
-    /// Anything else: UNIMPLEMENTED, DATA_LOSS, an unparsable response.
+    /// A reply arrived but could not be decoded: a body cut short, a proxy's HTML page, a field of
+    /// an unexpected type. Retried with backoff like a transient error (a truncated body is gone
+    /// on the next try; a lasting mismatch ends up at the backoff cap), but counted apart so a
+    /// client/API mismatch shows in metrics.
+    Unreadable,
+    /// Anything else: UNIMPLEMENTED, DATA_LOSS.
     Other,
 }
 
@@ -86,6 +91,7 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => "invalid_argument",
             ErrorKind::Transient => "transient",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Unreadable => "unreadable",
             ErrorKind::Other => "other",
         }
     }
@@ -142,7 +148,7 @@ const RATE_LIMIT_REASONS: &[&str] = &[
 
 /// A failed GCP call (or a failed long-running operation), classified.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{service} {method} {target}: {kind}{}: {message}", self.code_suffix())]
+#[error("{service} {method} {target}: {kind}{}: {}", self.code_suffix(), self.stable_message())]
 pub struct GcpError {
     pub kind: ErrorKind,
     pub service: Service,
@@ -151,7 +157,8 @@ pub struct GcpError {
     pub method: &'static str,
     /// The resource name or parent the call addressed (empty when not applicable).
     pub target: String,
-    /// The server's message, or a description of the client-side failure.
+    /// The server's message, or a description of the client-side failure, as received.
+    /// `Display` shows [`GcpError::stable_message`] instead.
     pub message: String,
     /// The HTTP status, when a response was received.
     pub http_status: Option<u16>,
@@ -182,6 +189,19 @@ impl GcpError {
         }
     }
 
+    /// The message without the per-request error id some Google messages end with
+    /// (`[EID: 0x1a2b]`), so the same failure reads the same on every try. Copied into a status
+    /// condition, a changing id would rewrite the status on every retry, and each status write
+    /// wakes the controller again (a hot loop during a stockout).
+    pub fn stable_message(&self) -> &str {
+        split_error_id(&self.message).0
+    }
+
+    /// The per-request error id (`0x1a2b` of `[EID: 0x1a2b]`), for logs and support cases.
+    pub fn error_id(&self) -> Option<&str> {
+        split_error_id(&self.message).1
+    }
+
     /// Classifies an error returned by one of Google's clients.
     pub fn from_gax(service: Service, method: &'static str, target: &str, err: &GaxError) -> Self {
         let http_status = err.http_status_code();
@@ -206,8 +226,10 @@ impl GcpError {
             ErrorKind::Transient
         } else if err.is_binding() || err.is_serialization() {
             ErrorKind::InvalidArgument
+        } else if err.is_deserialization() {
+            ErrorKind::Unreadable
         } else {
-            // Deserialization failures and anything new in the client library.
+            // Anything new in the client library.
             ErrorKind::Other
         };
         error
@@ -311,8 +333,26 @@ impl GcpError {
     /// limits. Quota exhaustion and stockouts are not "retryable" in this sense: they are a
     /// capacity wait, decided by the controller (see the module docs).
     pub fn is_retryable(&self) -> bool {
-        self.kind == ErrorKind::Transient || self.is_rate_limited()
+        matches!(self.kind, ErrorKind::Transient | ErrorKind::Unreadable) || self.is_rate_limited()
     }
+}
+
+/// Splits a trailing `[EID: 0x…]` (Google's per-request error id) off a message.
+fn split_error_id(message: &str) -> (&str, Option<&str>) {
+    let Some(start) = message.rfind("[EID: ") else {
+        return (message, None);
+    };
+    let tail = &message[start..];
+    let Some(end) = tail.find(']') else {
+        return (message, None);
+    };
+    if !tail[end + 1..].trim().is_empty() {
+        return (message, None);
+    }
+    (
+        message[..start].trim_end(),
+        Some(tail["[EID: ".len()..end].trim()),
+    )
 }
 
 /// Methods whose RESOURCE_EXHAUSTED can mean "no capacity / quota": creates, the create's
@@ -466,6 +506,28 @@ mod tests {
     }
 
     #[test]
+    fn per_request_error_ids_stay_out_of_the_message() {
+        let body = esf(
+            429,
+            "RESOURCE_EXHAUSTED",
+            "There is no more capacity in the zone [EID: 0x1f]",
+        );
+        let err = GcpError::from_gax(Service::Tpu, "nodes.create", "p", &from_http_body(429, &body));
+        assert_eq!(err.stable_message(), "There is no more capacity in the zone");
+        assert_eq!(err.error_id(), Some("0x1f"));
+        assert!(!err.to_string().contains("EID"), "{err}");
+        let plain = GcpError::new(
+            ErrorKind::Other,
+            Service::Tpu,
+            "m",
+            "t",
+            "an [EID: x] in the middle",
+        );
+        assert_eq!(plain.stable_message(), "an [EID: x] in the middle");
+        assert_eq!(plain.error_id(), None);
+    }
+
+    #[test]
     fn client_side_failures_are_classified() {
         let timeout = GaxError::timeout("attempt took longer than 30s");
         assert_eq!(
@@ -488,10 +550,9 @@ mod tests {
             ErrorKind::InvalidArgument
         );
         let deser = GaxError::deser("expected a string");
-        assert_eq!(
-            GcpError::from_gax(Service::Tpu, "m", "t", &deser).kind,
-            ErrorKind::Other
-        );
+        let err = GcpError::from_gax(Service::Tpu, "m", "t", &deser);
+        assert_eq!(err.kind, ErrorKind::Unreadable);
+        assert!(err.is_retryable());
         let auth = GaxError::authentication(CredentialsError::from_msg(false, "no ADC found"));
         assert_eq!(
             GcpError::from_gax(Service::Tpu, "m", "t", &auth).kind,

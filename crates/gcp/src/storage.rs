@@ -173,7 +173,7 @@ impl StorageClient {
                 .await?;
             response.json::<ObjectsPage>().await.map_err(|err| {
                 GcpError::new(
-                    ErrorKind::Other,
+                    ErrorKind::Unreadable,
                     Service::Storage,
                     "objects.list",
                     &target,

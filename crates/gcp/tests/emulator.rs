@@ -501,7 +501,8 @@ async fn injected_faults_map_to_error_kinds_with_one_request_per_call() {
     let cases = [
         (Code::NotFound, ErrorKind::NotFound, 404, false),
         (Code::AlreadyExists, ErrorKind::AlreadyExists, 409, false),
-        (Code::ResourceExhausted, ErrorKind::ResourceExhausted, 429, false),
+        // A 429 on a read can only be a request-rate limit (reads take no capacity).
+        (Code::ResourceExhausted, ErrorKind::ResourceExhausted, 429, true),
         (Code::PermissionDenied, ErrorKind::PermissionDenied, 403, false),
         (Code::Unauthenticated, ErrorKind::Unauthenticated, 401, false),
         (

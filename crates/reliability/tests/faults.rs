@@ -338,8 +338,11 @@ async fn kube_conflicts_watch_expiry_and_watch_ends_converge() {
     chaos.abort();
     let injected = world.kube_faults.injected();
     assert!(injected > 5, "conflicts were injected ({injected})");
+    // A refused write fails its reconcile, and the retry reads the cloud again (one reconcile's
+    // reads, at most 5), so the bound grows with the injected conflicts; a hot loop would not.
     let per = calls_per_object(&world);
-    eprintln!("{injected} injected conflicts; {per:.1} GCP calls per object");
-    assert!(per <= CALL_BOUND_PER_OBJECT, "{per:.1} GCP calls per object");
+    let bound = 40.0 + 5.0 * injected as f64 / OBJECTS as f64;
+    eprintln!("{injected} injected conflicts; {per:.1} GCP calls per object (bound {bound:.0})");
+    assert!(per <= bound, "{per:.1} GCP calls per object > {bound:.0}");
     world.kill_operator().await;
 }

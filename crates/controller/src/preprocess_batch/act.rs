@@ -104,12 +104,13 @@ fn refusal(err: GcpError) -> std::result::Result<SubmitOutcome, GcpError> {
         | ErrorKind::FailedPrecondition
         | ErrorKind::Transient
         | ErrorKind::Cancelled
+        | ErrorKind::Unreadable
         | ErrorKind::Other => return Err(err),
     };
     Ok(SubmitOutcome::Refused {
         phase,
         reason,
-        message: format!("Dataproc refused batches.create: {}", err.message),
+        message: format!("Dataproc refused batches.create: {}", err.stable_message()),
     })
 }
 

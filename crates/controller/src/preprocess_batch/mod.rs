@@ -71,6 +71,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
 
 #[tracing::instrument(skip(obj, ctx), fields(namespace = obj.namespace(), name = obj.name_any()))]
 async fn reconcile(obj: Arc<PreprocessBatch>, ctx: Arc<Context>) -> Result<Action> {
+    if let Some(wait) = ctx.settled.skip(obj.as_ref()) {
+        return Ok(wait);
+    }
     let _timer = ctx.metrics.start(KIND);
     let ns = obj
         .namespace()
@@ -151,7 +154,7 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
         }
     };
     write(ctx, obj, new).await?;
-    Ok(requeue(ctx, next))
+    Ok(ctx.settled.settle(obj, poll_after(ctx, next)))
 }
 
 /// One deletion pass. `None` once nothing is left to clean up (or the policy is Orphan).
@@ -214,7 +217,8 @@ async fn write(ctx: &Context, obj: &PreprocessBatch, new: PreprocessBatchStatus)
     if new == old {
         return Ok(());
     }
-    report::apply_status(ctx, obj, status::FIELD_MANAGER, &new).await?;
+    let written = report::apply_status(ctx, obj, status::FIELD_MANAGER, &new).await?;
+    ctx.settled.wrote(obj, written.resource_version());
     for t in events::transitions(&old, &new) {
         report::publish_event(ctx, obj, t.warning, &t.reason, t.note).await;
     }
@@ -222,9 +226,13 @@ async fn write(ctx: &Context, obj: &PreprocessBatch, new: PreprocessBatchStatus)
 }
 
 fn requeue(ctx: &Context, next: Requeue) -> Action {
-    Action::requeue(match next {
+    Action::requeue(poll_after(ctx, next))
+}
+
+fn poll_after(ctx: &Context, next: Requeue) -> std::time::Duration {
+    match next {
         Requeue::Active => ctx.config.poll_active,
         Requeue::Stable => ctx.config.poll_stable,
         Requeue::After(wait) => wait.min(ctx.config.poll_active),
-    })
+    }
 }

@@ -78,6 +78,9 @@ fn error_policy(obj: Arc<TpuSlice>, err: &ReconcileError, ctx: Arc<Context>) -> 
 
 #[tracing::instrument(skip(obj, ctx), fields(namespace = obj.namespace(), name = obj.name_any()))]
 pub async fn reconcile(obj: Arc<TpuSlice>, ctx: Arc<Context>) -> Result<Action> {
+    if let Some(wait) = ctx.settled.skip(obj.as_ref()) {
+        return Ok(wait);
+    }
     let _timer = ctx.metrics.start(KIND);
     let ns = obj
         .namespace()
@@ -224,7 +227,9 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     if let Some(err) = failure.filter(|_| plan.assessment.progress == Progress::Stalled) {
         return Err(ReconcileError::gcp(action_name(&plan.action))(err));
     }
-    Ok(requeue(ctx, plan.assessment.requeue))
+    Ok(ctx
+        .settled
+        .settle(slice, poll_after(ctx, plan.assessment.requeue)))
 }
 
 /// Deletion: `Some(requeue)` while cloud objects remain, `None` once the finalizer may go.
@@ -293,7 +298,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
     if let Some(err) = failure {
         return Err(ReconcileError::gcp(action_name(&plan.action))(err));
     }
-    Ok(Some(requeue(ctx, Requeue::Active)))
+    Ok(Some(Action::requeue(poll_after(ctx, Requeue::Active))))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -383,13 +388,12 @@ async fn stall_as(
     status::write(ctx, slice, old, &new).await
 }
 
-fn requeue(ctx: &Context, requeue: Requeue) -> Action {
-    let every: Duration = match requeue {
+fn poll_after(ctx: &Context, requeue: Requeue) -> Duration {
+    match requeue {
         Requeue::Active => ctx.config.poll_active,
         Requeue::Capacity => ctx.config.poll_capacity,
         Requeue::Stable => ctx.config.poll_stable,
-    };
-    Action::requeue(every)
+    }
 }
 
 fn action_name(action: &Step) -> &'static str {

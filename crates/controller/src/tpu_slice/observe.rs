@@ -122,10 +122,12 @@ pub async fn observe(
     let tpu = &ctx.gcp.tpu;
     let mut observed = Observed::default();
     if let Some(qr) = &names.current.queued {
-        observed.queued = read(tpu.get_queued_resource(qr).await, "get queued resource")?;
+        observed.queued =
+            read(tpu.get_queued_resource(qr).await, "get queued resource")?.map(|q| named_queued(q, qr));
     }
     if names.current.queued.is_none() || observed.queued.as_ref().is_some_and(has_nodes) {
-        observed.node = read(tpu.get_node(&names.current.node).await, "get TPU node")?;
+        observed.node = read(tpu.get_node(&names.current.node).await, "get TPU node")?
+            .map(|n| named_node(n, &names.current.node));
     }
     let current_absent = observed.node.is_none() && observed.queued.is_none();
     if let Some(prev) = names.previous.as_ref().filter(|_| current_absent) {
@@ -157,12 +159,33 @@ pub async fn observe(
     Ok(observed)
 }
 
-/// Whether a queued resource has (or may have) nodes worth reading.
+/// A get by name answers for that name even when the body leaves `name` out (a damaged or
+/// unexpected reply must not make status forget which node it tracks).
+fn named_node(mut n: Node, asked: &str) -> Node {
+    if n.name.is_empty() {
+        n.name = asked.to_owned();
+    }
+    n
+}
+
+fn named_queued(mut q: QueuedResource, asked: &str) -> QueuedResource {
+    if q.name.is_empty() {
+        q.name = asked.to_owned();
+    }
+    q
+}
+
+/// Whether a queued resource has (or may have) nodes worth reading: every state except those
+/// known to come before provisioning or after the nodes are gone. A state this client cannot
+/// read (missing, unknown) may hide a running node, so it is read: one more call beats a status
+/// that forgets a billing node.
 fn has_nodes(qr: &QueuedResource) -> bool {
     use queued_resource_state::State;
-    matches!(
+    !matches!(
         qr.state.as_ref().map(|s| &s.state),
-        Some(State::Provisioning | State::Active | State::Suspending | State::Deleting)
+        Some(
+            State::Creating | State::Accepted | State::WaitingForResources | State::Failed | State::Suspended
+        )
     )
 }
 

@@ -360,6 +360,7 @@ pub fn on_create_error(err: &GcpError) -> Option<Assessment> {
         | ErrorKind::Transient
         | ErrorKind::NotFound
         | ErrorKind::Cancelled
+        | ErrorKind::Unreadable
         | ErrorKind::Other => None,
     }
 }

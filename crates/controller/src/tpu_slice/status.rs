@@ -19,6 +19,7 @@ use super::{
     plan::{Assessment, health_name, state_name},
 };
 use crate::{context::Context, error::Result, report};
+use kube::ResourceExt;
 
 /// The only writer of `TpuSlice.status`.
 pub const FIELD_MANAGER: &str = "tpuslice.tpu-operator.dev/controller";
@@ -192,7 +193,8 @@ pub async fn write(
     if old == new {
         return Ok(());
     }
-    report::apply_status(ctx, slice, FIELD_MANAGER, new).await?;
+    let written = report::apply_status(ctx, slice, FIELD_MANAGER, new).await?;
+    ctx.settled.wrote(slice, written.resource_version());
     for (warning, reason, note) in transitions(old, new) {
         report::publish_event(ctx, slice, warning, reason, note).await;
     }

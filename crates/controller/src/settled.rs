@@ -1,0 +1,150 @@
+//! Skips reconciles that cannot learn anything new.
+//!
+//! Every status write comes back as a watch event, and every relist (a watch that ended or
+//! expired) replays every object; kube-rs turns each into a reconcile, and each reconcile reads
+//! the cloud again. Those reads are pure waste when the object is exactly as the last successful
+//! reconcile left it and its next poll is not due: nothing in Kubernetes changed (same
+//! `resourceVersion`, which our own status write produced) and the cloud is polled on its own
+//! schedule anyway. This cache remembers, per object UID, the `resourceVersion` a successful
+//! reconcile left behind and when its next poll is due; a reconcile that finds both unchanged
+//! returns the remaining wait without any call.
+//!
+//! Only for kinds whose reconcile depends on nothing but the object and the cloud (TpuSlice,
+//! PreprocessBatch): a TrainingPipeline is also woken by its children, which leave its own
+//! `resourceVersion` unchanged. Any failure forgets the entry, so retries always do a full pass.
+
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use kube::{Resource, ResourceExt, runtime::controller::Action};
+
+#[derive(Default)]
+pub struct Settled {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+#[derive(Default)]
+struct Entry {
+    /// The `resourceVersion` the object had when the last successful reconcile ended.
+    settled_rv: Option<String>,
+    /// When that reconcile asked to be run again.
+    due: Option<Instant>,
+    /// The `resourceVersion` of a status this reconcile wrote (the object's new version).
+    written_rv: Option<String>,
+}
+
+impl Settled {
+    /// `Some(wait)` when `obj` is exactly as the last successful reconcile left it, is not being
+    /// deleted, and its poll is not due yet. Otherwise drops the entry (a full pass follows).
+    pub fn skip<K: Resource>(&self, obj: &K) -> Option<Action> {
+        self.skip_at(obj, Instant::now())
+    }
+
+    fn skip_at<K: Resource>(&self, obj: &K, now: Instant) -> Option<Action> {
+        let (uid, rv) = (obj.uid()?, obj.resource_version()?);
+        let mut entries = self.entries.lock().expect("settled cache poisoned");
+        if obj.meta().deletion_timestamp.is_none()
+            && let Some(Entry {
+                settled_rv: Some(settled),
+                due: Some(due),
+                ..
+            }) = entries.get(&uid)
+            && *settled == rv
+            && *due > now
+        {
+            return Some(Action::requeue(*due - now));
+        }
+        entries.remove(&uid);
+        None
+    }
+
+    /// A status write of this reconcile produced `rv`.
+    pub fn wrote<K: Resource>(&self, obj: &K, rv: Option<String>) {
+        if let Some(uid) = obj.uid() {
+            let mut entries = self.entries.lock().expect("settled cache poisoned");
+            entries.entry(uid).or_default().written_rv = rv;
+        }
+    }
+
+    /// The reconcile of `obj` succeeded and wants to run again `after` from now: records the
+    /// object's version (the one it wrote, if it wrote status) and returns the requeue.
+    pub fn settle<K: Resource>(&self, obj: &K, after: Duration) -> Action {
+        self.settle_at(obj, after, Instant::now())
+    }
+
+    fn settle_at<K: Resource>(&self, obj: &K, after: Duration, now: Instant) -> Action {
+        if let Some(uid) = obj.uid() {
+            let mut entries = self.entries.lock().expect("settled cache poisoned");
+            let entry = entries.entry(uid).or_default();
+            entry.settled_rv = entry.written_rv.take().or_else(|| obj.resource_version());
+            entry.due = Some(now + after);
+        }
+        Action::requeue(after)
+    }
+
+    /// The next reconcile of `obj` must be a full one (it failed, or it is being deleted).
+    pub fn forget<K: Resource>(&self, obj: &K) {
+        if let Some(uid) = obj.uid() {
+            self.entries.lock().expect("settled cache poisoned").remove(&uid);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().expect("settled cache poisoned").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn obj(rv: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.uid = Some("u1".into());
+        cm.metadata.resource_version = Some(rv.into());
+        cm
+    }
+
+    #[test]
+    fn skips_only_the_unchanged_object_before_its_poll() {
+        let s = Settled::default();
+        let t0 = Instant::now();
+        let at = |secs| t0 + Duration::from_secs(secs);
+        let wait = |secs| Some(Action::requeue(Duration::from_secs(secs)));
+        assert!(s.skip_at(&obj("1"), t0).is_none(), "nothing recorded yet");
+        s.wrote(&obj("1"), Some("2".into()));
+        s.settle_at(&obj("1"), Duration::from_secs(10), t0);
+        // The echo of our own write is skipped, with the remaining wait.
+        assert_eq!(s.skip_at(&obj("2"), t0), wait(10));
+        assert_eq!(s.skip_at(&obj("2"), at(4)), wait(6));
+        // Someone else changed the object: full reconcile.
+        assert!(s.skip_at(&obj("3"), at(4)).is_none());
+        assert!(
+            s.skip_at(&obj("2"), at(4)).is_none(),
+            "a full pass drops the entry"
+        );
+        // Settled without a write: the object's own version counts; the poll falls due.
+        s.settle_at(&obj("3"), Duration::from_secs(5), at(4));
+        assert_eq!(s.skip_at(&obj("3"), at(5)), wait(4));
+        assert!(s.skip_at(&obj("3"), at(9)).is_none(), "poll due");
+        s.settle_at(&obj("3"), Duration::from_secs(5), at(9));
+        s.forget(&obj("3"));
+        assert!(s.skip_at(&obj("3"), at(9)).is_none(), "forgotten after a failure");
+        assert!(s.is_empty());
+        // An object being deleted is never skipped.
+        s.settle_at(&obj("4"), Duration::from_secs(5), t0);
+        let mut deleting = obj("4");
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert!(s.skip_at(&deleting, t0).is_none());
+    }
+}
