@@ -143,14 +143,18 @@ impl Cluster {
     }
 
     fn start_emulator() -> Self {
-        let kubectl = kubectl_binary();
         let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
+        let crds = [std::ffi::OsString::from("--crds"), fixture("widgets.yaml").into()];
+        Self::spawn_emulator(dir, &crds, "http")
+    }
+
+    /// Starts the kube-emulator binary with `extra` arguments, writing its kubeconfig into `dir`,
+    /// and checks that it announces a `scheme` listener.
+    fn spawn_emulator(dir: tempfile::TempDir, extra: &[std::ffi::OsString], scheme: &str) -> Self {
         let mut server = Command::new(env!("CARGO_BIN_EXE_kube-emulator"))
             .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
-            .arg(&kubeconfig)
-            .arg("--crds")
-            .arg(fixture("widgets.yaml"))
+            .arg(dir.path().join("kubeconfig"))
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -160,13 +164,13 @@ impl Cluster {
             .read_line(&mut line)
             .unwrap();
         assert!(
-            line.contains("listening on http://127.0.0.1:"),
+            line.contains(&format!("listening on {scheme}://127.0.0.1:")),
             "unexpected first line {line:?}"
         );
         Cluster {
             server: Some(server),
             dir,
-            kubectl,
+            kubectl: kubectl_binary(),
         }
     }
 
@@ -591,27 +595,8 @@ fn serves_tls_with_a_kubeconfig_that_trusts_the_certificate() {
         .expect("openssl (Debian's openssl package) makes the test certificate");
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     let kubeconfig = dir.path().join("kubeconfig");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_kube-emulator"))
-        .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
-        .arg(&kubeconfig)
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn kube-emulator");
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let k = Cluster {
-        server: Some(server),
-        dir,
-        kubectl: kubectl_binary(),
-    };
-    assert!(line.contains("listening on https://127.0.0.1:"), "{line:?}");
+    let tls = ["--tls-cert".into(), cert.into(), "--tls-key".into(), key.into()];
+    let k = Cluster::spawn_emulator(dir, &tls, "https");
     let out = k.ok(&["get", "namespaces", "-o", "name"]);
     assert!(out.contains("namespace/default"), "{out}");
     k.ok(&["create", "configmap", "over-tls", "--from-literal=a=b"]);
