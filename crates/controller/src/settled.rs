@@ -28,10 +28,9 @@ pub struct Settled {
 
 #[derive(Default)]
 struct Entry {
-    /// The `resourceVersion` the object had when the last successful reconcile ended.
-    settled_rv: Option<String>,
-    /// When that reconcile asked to be run again.
-    due: Option<Instant>,
+    /// The `resourceVersion` the object had when the last successful reconcile ended, and when
+    /// that reconcile asked to be run again.
+    settled: Option<(String, Instant)>,
     /// The `resourceVersion` of a status this reconcile wrote (the object's new version).
     written_rv: Option<String>,
 }
@@ -47,12 +46,8 @@ impl Settled {
         let (uid, rv) = (obj.uid()?, obj.resource_version()?);
         let mut entries = self.entries.lock().expect("settled cache poisoned");
         if obj.meta().deletion_timestamp.is_none()
-            && let Some(Entry {
-                settled_rv: Some(settled),
-                due: Some(due),
-                ..
-            }) = entries.get(&uid)
-            && *settled == rv
+            && let Some((settled_rv, due)) = entries.get(&uid).and_then(|e| e.settled.as_ref())
+            && *settled_rv == rv
             && *due > now
         {
             return Some(Action::requeue(*due - now));
@@ -79,8 +74,11 @@ impl Settled {
         if let Some(uid) = obj.uid() {
             let mut entries = self.entries.lock().expect("settled cache poisoned");
             let entry = entries.entry(uid).or_default();
-            entry.settled_rv = entry.written_rv.take().or_else(|| obj.resource_version());
-            entry.due = Some(now + after);
+            entry.settled = entry
+                .written_rv
+                .take()
+                .or_else(|| obj.resource_version())
+                .map(|rv| (rv, now + after));
         }
         Action::requeue(after)
     }
@@ -92,12 +90,9 @@ impl Settled {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.entries.lock().expect("settled cache poisoned").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.entries.lock().expect("settled cache poisoned").is_empty()
     }
 }
 

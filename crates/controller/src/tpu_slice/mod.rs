@@ -298,7 +298,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
     if let Some(err) = failure {
         return Err(ReconcileError::gcp(action_name(&plan.action))(err));
     }
-    Ok(Some(Action::requeue(poll_after(ctx, Requeue::Active))))
+    Ok(Some(Action::requeue(ctx.config.poll_active)))
 }
 
 #[allow(clippy::too_many_arguments)]
