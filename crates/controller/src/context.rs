@@ -9,6 +9,7 @@ use tpu_operator_gcp::Gcp;
 use crate::{
     backoff::{BackoffPolicy, ObjectBackoff},
     clock::{Clock, SystemClock},
+    cloud_watch::CloudWatch,
     metrics::Metrics,
     pricing::PriceTable,
     settled::Settled,
@@ -33,6 +34,11 @@ pub struct ControllerConfig {
     pub poll_stable: Duration,
     /// Requeue interval while waiting for capacity (stockout, queued resource waiting).
     pub poll_capacity: Duration,
+    /// Watch cloud state changes with one paged list per collection and location instead of a
+    /// read per object every `poll_active` (see [`crate::cloud_watch`]).
+    pub watch_lists: bool,
+    /// Backstop read interval of an object whose cloud resource is watched by listing.
+    pub poll_watched: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -45,6 +51,8 @@ impl Default for ControllerConfig {
             poll_active: Duration::from_secs(2),
             poll_stable: Duration::from_secs(300),
             poll_capacity: Duration::from_secs(30),
+            watch_lists: true,
+            poll_watched: Duration::from_secs(60),
         }
     }
 }
@@ -67,6 +75,8 @@ pub struct Context {
     pub admission: AdmissionLocks,
     /// Objects as their last successful reconcile left them (see [`Settled`]).
     pub settled: Settled,
+    /// Cloud state changes seen by listing (see [`CloudWatch`]).
+    pub cloud_watch: CloudWatch,
 }
 
 impl Context {
@@ -90,6 +100,7 @@ impl Context {
             prices: Arc::default(),
             admission: AdmissionLocks::default(),
             settled: Settled::default(),
+            cloud_watch: CloudWatch::default(),
         }
     }
 

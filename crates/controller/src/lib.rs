@@ -7,6 +7,7 @@
 
 pub mod backoff;
 pub mod clock;
+pub mod cloud_watch;
 pub mod context;
 pub mod error;
 pub mod metrics;

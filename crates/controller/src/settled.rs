@@ -90,6 +90,11 @@ impl Settled {
         }
     }
 
+    /// Same as [`Settled::forget`], by UID (the object changed in the cloud).
+    pub fn forget_uid(&self, uid: &str) {
+        self.entries.lock().expect("settled cache poisoned").remove(uid);
+    }
+
     #[cfg(test)]
     fn is_empty(&self) -> bool {
         self.entries.lock().expect("settled cache poisoned").is_empty()

@@ -9,7 +9,7 @@ use google_cloud_longrunning::model::Operation;
 use crate::{
     error::{GcpError, Result, Service},
     metrics::GcpMetrics,
-    tpu::{MAX_PAGES, too_many_pages},
+    tpu::{LIST_PAGE_SIZE, MAX_PAGES, too_many_pages},
 };
 
 /// The Dataproc calls the controllers make. Batch names are
@@ -98,6 +98,7 @@ impl DataprocApi for DataprocClient {
                 .list_batches()
                 .set_parent(parent)
                 .set_filter(filter)
+                .set_page_size(LIST_PAGE_SIZE)
                 .set_page_token(token);
             let page = self.call("batches.list", parent, request.send()).await?;
             batches.extend(page.batches);

@@ -19,6 +19,10 @@ use crate::{
 /// a reconcile).
 pub(crate) const MAX_PAGES: usize = 100;
 
+/// Items asked for per list page: the largest page Dataproc documents (its default is 20), so a
+/// location with thousands of objects lists in a few calls.
+pub(crate) const LIST_PAGE_SIZE: i32 = 1000;
+
 /// The TPU calls the controllers make. Names are full resource names
 /// (`projects/{p}/locations/{zone}/nodes/{id}`), parents are `projects/{p}/locations/{zone}`.
 /// Mutations return the started operation; poll it with [`TpuApi::get_operation`].
@@ -135,7 +139,12 @@ impl TpuApi for TpuClient {
         let mut nodes = Vec::new();
         let mut token = String::new();
         for _ in 0..MAX_PAGES {
-            let request = self.client.list_nodes().set_parent(parent).set_page_token(token);
+            let request = self
+                .client
+                .list_nodes()
+                .set_parent(parent)
+                .set_page_size(LIST_PAGE_SIZE)
+                .set_page_token(token);
             let page = self.call("nodes.list", parent, request.send()).await?;
             nodes.extend(page.nodes);
             if page.next_page_token.is_empty() {
@@ -190,6 +199,7 @@ impl TpuApi for TpuClient {
                 .client
                 .list_queued_resources()
                 .set_parent(parent)
+                .set_page_size(LIST_PAGE_SIZE)
                 .set_page_token(token);
             let page = self.call("queuedResources.list", parent, request.send()).await?;
             resources.extend(page.queued_resources);

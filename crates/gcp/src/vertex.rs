@@ -16,7 +16,7 @@ use crate::{
     config::{self, ResolvedEndpoints},
     error::{ErrorKind, GcpError, Result, Service},
     metrics::GcpMetrics,
-    tpu::{MAX_PAGES, too_many_pages},
+    tpu::{LIST_PAGE_SIZE, MAX_PAGES, too_many_pages},
 };
 
 /// The Vertex AI calls the controllers make. Parents are `projects/{p}/locations/{region}`;
@@ -156,7 +156,11 @@ impl VertexApi for VertexClient {
             let page_token = std::mem::take(&mut token);
             let page = self
                 .call("customJobs.list", parent, |client| async move {
-                    let request = client.list_custom_jobs().set_parent(parent).set_filter(filter);
+                    let request = client
+                        .list_custom_jobs()
+                        .set_parent(parent)
+                        .set_filter(filter)
+                        .set_page_size(LIST_PAGE_SIZE);
                     request.set_page_token(page_token).send().await
                 })
                 .await?;

@@ -87,6 +87,15 @@ pub struct RunArgs {
     /// Requeue interval while waiting for TPU capacity [default: 30s].
     #[arg(long, env = "TPU_OPERATOR_POLL_CAPACITY", value_name = "DURATION", value_parser = parse_duration)]
     pub poll_capacity: Option<Duration>,
+    /// Watch cloud state changes with one paged `list` per collection and location instead of a
+    /// read per waiting object every --poll-active (`--watch-lists=false` needs no `list`
+    /// permission) [default: true].
+    #[arg(long, env = "TPU_OPERATOR_WATCH_LISTS", num_args = 0..=1, default_missing_value = "true")]
+    pub watch_lists: Option<bool>,
+    /// Backstop read interval of an object whose cloud resource the list watch covers
+    /// [default: 60s].
+    #[arg(long, env = "TPU_OPERATOR_POLL_WATCHED", value_name = "DURATION", value_parser = parse_duration)]
+    pub poll_watched: Option<Duration>,
     /// Cluster id written to the `tpu-operator-cluster` label of every cloud object, so clusters
     /// sharing a project never touch each other's resources [default: default].
     #[arg(long, env = "TPU_OPERATOR_CLUSTER_ID")]
@@ -152,6 +161,9 @@ struct FileConfig {
     poll_stable: Option<Duration>,
     #[serde(default, with = "humantime_serde_opt")]
     poll_capacity: Option<Duration>,
+    watch_lists: Option<bool>,
+    #[serde(default, with = "humantime_serde_opt")]
+    poll_watched: Option<Duration>,
     cluster_id: Option<String>,
     metrics_addr: Option<SocketAddr>,
     log_format: Option<LogFormat>,
@@ -260,6 +272,8 @@ impl RunArgs {
                 poll_active,
                 poll_stable,
                 poll_capacity,
+                watch_lists,
+                poll_watched,
                 cluster_id,
                 metrics_addr,
                 log_format,
@@ -310,6 +324,8 @@ impl RunArgs {
             poll_active: self.poll_active.unwrap_or(defaults.poll_active),
             poll_stable: self.poll_stable.unwrap_or(defaults.poll_stable),
             poll_capacity: self.poll_capacity.unwrap_or(defaults.poll_capacity),
+            watch_lists: self.watch_lists.unwrap_or(defaults.watch_lists),
+            poll_watched: self.poll_watched.unwrap_or(defaults.poll_watched),
         };
         if controller.concurrency == 0 {
             bail!("concurrency: must be at least 1");

@@ -39,6 +39,8 @@ pub struct Polls {
     pub active: Duration,
     pub stable: Duration,
     pub capacity: Duration,
+    /// Backstop poll of an object the cloud watch covers.
+    pub watched: Duration,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
 }
@@ -49,6 +51,7 @@ impl Polls {
             active: Duration::from_millis(20),
             stable: Duration::from_millis(500),
             capacity: Duration::from_millis(50),
+            watched: Duration::from_millis(500),
             backoff_base: Duration::from_millis(20),
             backoff_max: Duration::from_millis(400),
         }
@@ -199,6 +202,8 @@ impl World {
             poll_active: self.polls.active,
             poll_stable: self.polls.stable,
             poll_capacity: self.polls.capacity,
+            watch_lists: true,
+            poll_watched: self.polls.watched,
         };
         let clock = self.gcp.clock();
         Context::new(self.client.clone(), clients, config)

@@ -36,12 +36,15 @@ use tpu_operator_api::{
     preprocess_batch::{PreprocessBatch, PreprocessBatchPhase, PreprocessBatchStatus},
 };
 
+use tpu_operator_gcp::dataproc_v1::model::batch::State as BatchState;
+
 use self::{
     observe::Target,
     plan::{CleanupStep, Decision, Requeue},
 };
 use crate::{
     FINALIZER, Shutdown,
+    cloud_watch::{CloudWatch, Collection, Owner, state_of},
     context::Context,
     error::{ReconcileError, Result},
     policy, report, tenancy,
@@ -53,8 +56,10 @@ pub const KIND: &str = "PreprocessBatch";
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let api = ctx.watched_api::<PreprocessBatch>();
+    CloudWatch::start(&ctx, shutdown.clone());
     Controller::new(api, watcher::Config::default())
         .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .reconcile_on(ctx.cloud_watch.batch_triggers())
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile,
@@ -132,6 +137,11 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
         return Ok(requeue(ctx, Requeue::Stable));
     }
     let observed = observe::observe(ctx, &target, &obj.spec, &old).await?;
+    // The batch this pass saw (or just submitted), for the cloud watch.
+    let mut seen = match &observed.batch {
+        observe::BatchLookup::Found(b) => Some((b.name.clone(), b.state.clone())),
+        _ => None,
+    };
     let (new, next) = match plan::plan(&obj.spec.batch, &old, &observed, now) {
         Decision::Keep(next) => (status::unchanged(obj), next),
         Decision::Report(report) => (status::from_report(obj, &observed, &report, now), report.requeue),
@@ -143,6 +153,7 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
             after_failure,
         } => {
             let outcome = act::submit(ctx, &target, &obj.spec, attempt).await?;
+            seen = Some((target.batch_name(attempt), BatchState::Pending));
             let next = match &outcome {
                 act::SubmitOutcome::Refused { .. } => Requeue::Stable,
                 act::SubmitOutcome::Created { .. } | act::SubmitOutcome::Adopted { .. } => Requeue::Active,
@@ -154,7 +165,28 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
         }
     };
     write(ctx, obj, new).await?;
-    Ok(ctx.settled.settle(obj, poll_after(ctx, next)))
+    let wait = match (next, seen) {
+        (Requeue::Active, Some((name, state))) if active(&state) => {
+            let seen = Some(state_of(&state));
+            ctx.cloud_watch
+                .watch(ctx, Collection::DataprocBatches, &name, seen, Owner::batch(obj))
+        }
+        (next, seen) => {
+            if let Some((name, _)) = seen {
+                ctx.cloud_watch.unwatch(Collection::DataprocBatches, &name);
+            }
+            poll_after(ctx, next)
+        }
+    };
+    Ok(ctx.settled.settle(obj, wait))
+}
+
+/// Batch states the service leaves on its own (what the cloud watch lists).
+fn active(state: &BatchState) -> bool {
+    matches!(
+        state,
+        BatchState::Pending | BatchState::Running | BatchState::Cancelling
+    )
 }
 
 /// One deletion pass. `None` once nothing is left to clean up (or the policy is Orphan).

@@ -207,7 +207,12 @@ pub async fn observe(
         return Ok(observed);
     }
     let name = target.batch_name(attempt);
-    observed.batch = match ctx.gcp.dataproc.get_batch(&name).await {
+    // A batch the cloud watch just listed in a new state needs no second read.
+    let got = match ctx.cloud_watch.take_batch(&name) {
+        Some(listed) => Ok(listed),
+        None => ctx.gcp.dataproc.get_batch(&name).await,
+    };
+    observed.batch = match got {
         Ok(b) => BatchLookup::Found(Box::new(ObservedBatch::from_batch(&b))),
         Err(err) if err.kind == ErrorKind::NotFound => BatchLookup::Missing,
         Err(err) => return Err(ReconcileError::gcp("get Dataproc batch")(err)),

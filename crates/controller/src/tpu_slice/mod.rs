@@ -55,6 +55,7 @@ use self::{
 };
 use crate::{
     FINALIZER, Shutdown,
+    cloud_watch::{CloudWatch, Collection, Owner, state_of},
     context::Context,
     error::{ReconcileError, Result},
     policy, tenancy,
@@ -64,8 +65,10 @@ const KIND: &str = "TpuSlice";
 
 /// Runs the TpuSlice controller until `shutdown` fires.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+    CloudWatch::start(&ctx, shutdown.clone());
     Controller::new(ctx.watched_api::<TpuSlice>(), watcher::Config::default())
         .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .reconcile_on(ctx.cloud_watch.slice_triggers())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
@@ -227,9 +230,66 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     if let Some(err) = failure.filter(|_| plan.assessment.progress == Progress::Stalled) {
         return Err(ReconcileError::gcp(action_name(&plan.action))(err));
     }
-    Ok(ctx
-        .settled
-        .settle(slice, poll_after(ctx, plan.assessment.requeue)))
+    let wait = match plan.assessment.requeue {
+        Requeue::Active => watch_node(ctx, slice, &t.names, &observed, &plan.action, started.as_ref()),
+        other => {
+            ctx.cloud_watch
+                .unwatch(Collection::TpuNodes, &t.names.current.node);
+            poll_after(ctx, other)
+        }
+    };
+    Ok(ctx.settled.settle(slice, wait))
+}
+
+/// When to look again at a slice whose node is changing state: the cloud watch wakes it when
+/// the node's state changes, so it only polls at the backstop interval. Only a plain node in a
+/// transitional state (or just created) is watched; anything else (a queued resource, a patch
+/// or start operation, the previous incarnation's deletion) is polled at `poll_active`.
+fn watch_node(
+    ctx: &Context,
+    slice: &TpuSlice,
+    names: &Names,
+    observed: &Observed,
+    action: &Step,
+    started: Option<&act::Started>,
+) -> Duration {
+    use tpu_operator_gcp::tpu_v2::model::node::State;
+    let seen = match (action, started, &observed.node) {
+        _ if names.current.queued.is_some() => None,
+        (Step::CreateNode, Some(_), _) => Some(State::Creating),
+        (Step::None, _, Some(node)) if transitional(&node.state) => Some(node.state.clone()),
+        _ => None,
+    };
+    match seen {
+        Some(state) => ctx.cloud_watch.watch(
+            ctx,
+            Collection::TpuNodes,
+            &names.current.node,
+            Some(state_of(&state)),
+            Owner::slice(slice),
+        ),
+        None => {
+            ctx.cloud_watch.unwatch(Collection::TpuNodes, &names.current.node);
+            ctx.config.poll_active
+        }
+    }
+}
+
+/// Node states that end on their own (the service moves the node on without being asked).
+fn transitional(state: &tpu_operator_gcp::tpu_v2::model::node::State) -> bool {
+    use tpu_operator_gcp::tpu_v2::model::node::State;
+    matches!(
+        state,
+        State::Creating
+            | State::Deleting
+            | State::Starting
+            | State::Stopping
+            | State::Restarting
+            | State::Repairing
+            | State::Reimaging
+            | State::Hiding
+            | State::Unhiding
+    )
 }
 
 /// Deletion: `Some(requeue)` while cloud objects remain, `None` once the finalizer may go.

@@ -126,8 +126,13 @@ pub async fn observe(
             read(tpu.get_queued_resource(qr).await, "get queued resource")?.map(|q| named_queued(q, qr));
     }
     if names.current.queued.is_none() || observed.queued.as_ref().is_some_and(has_nodes) {
-        observed.node = read(tpu.get_node(&names.current.node).await, "get TPU node")?
-            .map(|n| named_node(n, &names.current.node));
+        // A node the cloud watch just listed in a new state needs no second read; absence is
+        // only ever taken from a get.
+        observed.node = match ctx.cloud_watch.take_node(&names.current.node) {
+            Some(node) => Some(node),
+            None => read(tpu.get_node(&names.current.node).await, "get TPU node")?,
+        }
+        .map(|n| named_node(n, &names.current.node));
     }
     let current_absent = observed.node.is_none() && observed.queued.is_none();
     if let Some(prev) = names.previous.as_ref().filter(|_| current_absent) {

@@ -33,8 +33,11 @@ use tpu_operator_api::{
     training_pipeline::TrainingPipeline,
 };
 
+use tpu_operator_gcp::aiplatform_v1::model::JobState;
+
 use crate::{
     FINALIZER, Shutdown,
+    cloud_watch::{CloudWatch, Collection, Owner, state_of},
     context::Context,
     error::{ReconcileError, Result},
     policy, report, tenancy,
@@ -80,10 +83,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let pipelines = ctx.watched_api::<TrainingPipeline>();
     let batches = ctx.watched_api::<PreprocessBatch>();
     let slices = ctx.watched_api::<TpuSlice>();
+    CloudWatch::start(&ctx, shutdown.clone());
     Controller::new(pipelines, watcher::Config::default())
         .owns(batches, watcher::Config::default())
         .owns(slices, watcher::Config::default())
         .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .reconcile_on(ctx.cloud_watch.pipeline_triggers())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
@@ -149,7 +154,47 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
         report::publish_event(&ctx, tp.as_ref(), e.warning, &e.reason, e.note).await;
     }
     policy::on_success(tp.as_ref(), &ctx);
+    if decision.requeue == plan::Requeue::Active
+        && let Some((name, state)) = job_in_flight(&observed, &decision.action, &new)
+    {
+        let seen = Some(state_of(&state));
+        let wait = ctx
+            .cloud_watch
+            .watch(&ctx, Collection::VertexJobs, &name, seen, Owner::pipeline(&tp));
+        return Ok(Action::requeue(wait));
+    }
+    if let Some(name) = &new.custom_job_name {
+        ctx.cloud_watch.unwatch(Collection::VertexJobs, name);
+    }
     Ok(requeue(&ctx, decision.requeue))
+}
+
+/// The Vertex job this pass created or saw in a state the service leaves on its own: the cloud
+/// watch wakes the pipeline when it moves on.
+fn job_in_flight(
+    observed: &plan::Observed,
+    action: &plan::Action,
+    new: &tpu_operator_api::training_pipeline::TrainingPipelineStatus,
+) -> Option<(String, JobState)> {
+    let name = new.custom_job_name.clone()?;
+    match (action, &observed.training) {
+        (plan::Action::CreateJob { .. }, _) => Some((name, JobState::Queued)),
+        (plan::Action::Nothing, plan::TrainingObserved::Vertex { job: Some(job) })
+            if job.name == name
+                && matches!(
+                    job.state,
+                    JobState::Queued
+                        | JobState::Pending
+                        | JobState::Running
+                        | JobState::Cancelling
+                        | JobState::Updating
+                        | JobState::Paused
+                ) =>
+        {
+            Some((name, job.state.clone()))
+        }
+        _ => None,
+    }
 }
 
 /// Checks what `action` would create against the namespace's tenancy policy: before

@@ -8,7 +8,7 @@ use kube::{Api, Resource, ResourceExt};
 use tpu_operator_api::common::CostEstimate;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
-    training_pipeline::{StageName, TrainingPipeline},
+    training_pipeline::{StageName, StageState, TrainingPipeline},
 };
 use tpu_operator_gcp::{
     OperationState, Service, aiplatform_v1::model::CustomJob, ignore_not_found, operation_state, parse_gs_uri,
@@ -64,7 +64,12 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Res
             TrainingObserved::TpuVm { slice, marker }
         }
         _ => {
-            let job = if finished {
+            // Training starts only once preprocessing succeeded (plan never looks at the job
+            // before), so the job lookup, a label-filtered list while no name is recorded, waits.
+            let preprocessing = tp.spec.preprocess.is_some()
+                && !matches!(preprocess, Child::Ready { .. })
+                && stage(&st, StageName::Preprocess).state != StageState::Succeeded;
+            let job = if finished || preprocessing {
                 None
             } else {
                 let (job, cost) = current_job(ctx, tp, names).await?;
@@ -221,7 +226,11 @@ async fn current_job(
     let mut cost = None;
     let job = match recorded {
         Some(name) => {
-            let got = ctx.gcp.vertex.get_custom_job(&name).await;
+            // A job the cloud watch just listed in a new state needs no second read.
+            let got = match ctx.cloud_watch.take_job(&name) {
+                Some(listed) => Ok(listed),
+                None => ctx.gcp.vertex.get_custom_job(&name).await,
+            };
             let got = ignore_not_found(got).map_err(ReconcileError::gcp("get Vertex custom job"))?;
             if let (Some(job), Some(v)) = (&got, &tp.spec.training.vertex) {
                 cost = super::status::vertex_cost(v, job, &ctx.prices, ctx.clock.now());

@@ -116,6 +116,8 @@ impl TestEnv {
             poll_active: Duration::from_millis(20),
             poll_stable: Duration::from_millis(500),
             poll_capacity: Duration::from_millis(50),
+            watch_lists: true,
+            poll_watched: Duration::from_millis(500),
         };
         let clock = gcp.clock();
         Context::new(client.clone(), clients, config)

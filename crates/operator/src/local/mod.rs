@@ -233,6 +233,8 @@ async fn context(client: &kube::Client, gcp: &gcp_emulator::Emulator) -> anyhow:
         poll_active: Duration::from_millis(100),
         poll_stable: Duration::from_secs(1),
         poll_capacity: Duration::from_millis(200),
+        watch_lists: true,
+        poll_watched: Duration::from_secs(5),
     };
     let clock = gcp.clock();
     Ok(Context::new(client.clone(), clients, config)

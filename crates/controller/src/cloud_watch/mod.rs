@@ -1,0 +1,386 @@
+//! A watch on the cloud side: one paged `list` per collection and location replaces a `get` per
+//! object per poll while objects wait for a cloud state change.
+//!
+//! Polling each object every `poll_active` costs a read per object per interval whether or not
+//! anything changed; with a thousand objects waiting that is hundreds of reads a second and, on a
+//! 2-core operator, seconds of status lag. Instead a reconcile that waits on a cloud resource
+//! registers what it last saw ([`CloudWatch::watch`]) and requeues only at `poll_watched` (a
+//! backstop). A background task lists each collection that has waiters every `poll_active`, wakes
+//! exactly the owners whose resource changed (`Controller::reconcile_on`), and keeps the listed
+//! object, which the woken reconcile uses instead of a `get` ([`CloudWatch::take_node`] ...).
+//!
+//! Safety rules:
+//! - Absence is never taken from a listing: a resource a listing does not show wakes its owner
+//!   without a listed object, so the owner reads it by name. Creates still follow only an
+//!   authoritative `get` (the at-most-once rule of every controller).
+//! - A listing that started before a registration cannot wake it (it may predate what the
+//!   reconcile saw).
+//! - Dataproc and Vertex listings keep only non-terminal states (finished objects stay listed in
+//!   those APIs for days); a resource that finished drops out of the listing and its owner reads
+//!   it. TPU nodes cannot be filtered and are listed whole.
+//! - When a collection cannot be listed (no `list` permission, an outage) every owner waiting on
+//!   it is woken and polls on its own at `poll_active` until listing works again.
+
+mod registry;
+
+use std::{
+    sync::{
+        Arc, Mutex, Weak,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures::{
+    StreamExt,
+    channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded},
+    stream::BoxStream,
+};
+use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
+use tpu_operator_api::{
+    naming::{labels, sanitize_label_value},
+    preprocess_batch::PreprocessBatch,
+    tpu_slice::TpuSlice,
+    training_pipeline::TrainingPipeline,
+};
+use tpu_operator_gcp::{
+    GcpError, aiplatform_v1::model::CustomJob, dataproc_v1::model::Batch, tpu_v2::model::Node,
+};
+
+pub use self::registry::Seen;
+use self::registry::{Key, Registry, Wake};
+use crate::{Shutdown, context::Context};
+
+/// A kind of cloud resource the watch can list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Collection {
+    TpuNodes,
+    DataprocBatches,
+    VertexJobs,
+}
+
+/// One listed resource.
+#[derive(Clone, Debug)]
+pub enum Listed {
+    Node(Box<Node>),
+    Batch(Box<Batch>),
+    Job(Box<CustomJob>),
+}
+
+impl Listed {
+    fn name(&self) -> &str {
+        match self {
+            Listed::Node(n) => &n.name,
+            Listed::Batch(b) => &b.name,
+            Listed::Job(j) => &j.name,
+        }
+    }
+
+    fn state(&self) -> String {
+        match self {
+            Listed::Node(n) => state_of(&n.state),
+            Listed::Batch(b) => state_of(&b.state),
+            Listed::Job(j) => state_of(&j.state),
+        }
+    }
+}
+
+/// How a state is compared between a reconcile's read and a listing.
+pub fn state_of(state: &impl std::fmt::Debug) -> String {
+    format!("{state:?}")
+}
+
+/// The object that waits on a cloud resource.
+#[derive(Clone, Debug)]
+pub enum Owner {
+    Slice {
+        uid: String,
+        object: ObjectRef<TpuSlice>,
+    },
+    Batch {
+        uid: String,
+        object: ObjectRef<PreprocessBatch>,
+    },
+    Pipeline {
+        uid: String,
+        object: ObjectRef<TrainingPipeline>,
+    },
+}
+
+impl Owner {
+    pub fn slice(obj: &TpuSlice) -> Option<Self> {
+        Some(Owner::Slice {
+            uid: obj.uid()?,
+            object: ObjectRef::from_obj(obj),
+        })
+    }
+
+    pub fn batch(obj: &PreprocessBatch) -> Option<Self> {
+        Some(Owner::Batch {
+            uid: obj.uid()?,
+            object: ObjectRef::from_obj(obj),
+        })
+    }
+
+    pub fn pipeline(obj: &TrainingPipeline) -> Option<Self> {
+        Some(Owner::Pipeline {
+            uid: obj.uid()?,
+            object: ObjectRef::from_obj(obj),
+        })
+    }
+
+    fn uid(&self) -> &str {
+        match self {
+            Owner::Slice { uid, .. } | Owner::Batch { uid, .. } | Owner::Pipeline { uid, .. } => uid,
+        }
+    }
+}
+
+/// Wake-ups of one kind, as the stream its controller reconciles on.
+struct Trigger<K: Resource> {
+    tx: UnboundedSender<ObjectRef<K>>,
+    rx: Mutex<Option<UnboundedReceiver<ObjectRef<K>>>>,
+}
+
+impl<K: Resource + 'static> Trigger<K> {
+    fn new() -> Self {
+        let (tx, rx) = unbounded();
+        Self {
+            tx,
+            rx: Mutex::new(Some(rx)),
+        }
+    }
+
+    /// The wake-ups, for the first controller of this kind that asks (later ones get none).
+    fn stream(&self) -> BoxStream<'static, ObjectRef<K>>
+    where
+        K::DynamicType: Send,
+    {
+        match self.rx.lock().expect("cloud watch trigger poisoned").take() {
+            Some(rx) => rx.boxed(),
+            None => futures::stream::empty().boxed(),
+        }
+    }
+}
+
+pub struct CloudWatch {
+    registry: Mutex<Registry>,
+    slices: Trigger<TpuSlice>,
+    batches: Trigger<PreprocessBatch>,
+    pipelines: Trigger<TrainingPipeline>,
+    started: AtomicBool,
+}
+
+impl Default for CloudWatch {
+    fn default() -> Self {
+        Self {
+            registry: Mutex::default(),
+            slices: Trigger::new(),
+            batches: Trigger::new(),
+            pipelines: Trigger::new(),
+            started: AtomicBool::new(false),
+        }
+    }
+}
+
+/// `projects/<p>/locations/<l>` of a full resource name.
+fn parent_of(name: &str) -> Option<String> {
+    let mut parts = name.splitn(5, '/');
+    let parent: Vec<&str> = parts.by_ref().take(4).collect();
+    (parent.len() == 4 && parent[0] == "projects" && parent[2] == "locations" && parts.next().is_some())
+        .then(|| parent.join("/"))
+}
+
+impl CloudWatch {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().expect("cloud watch registry poisoned")
+    }
+
+    /// `owner` waits for `name` to leave the state `seen`. Returns when to poll it anyway:
+    /// `poll_watched` while its collection lists, `poll_active` when it cannot be listed (or
+    /// the watch is off, or the name is not a full resource name).
+    pub fn watch(
+        &self,
+        ctx: &Context,
+        collection: Collection,
+        name: &str,
+        seen: Seen,
+        owner: Option<Owner>,
+    ) -> Duration {
+        let (Some(parent), Some(owner)) = (parent_of(name), owner) else {
+            return ctx.config.poll_active;
+        };
+        if !ctx.config.watch_lists {
+            return ctx.config.poll_active;
+        }
+        let listing =
+            self.registry()
+                .watch((collection, parent), name.to_owned(), seen, owner, Instant::now());
+        if listing {
+            ctx.config.poll_watched.max(ctx.config.poll_active)
+        } else {
+            ctx.config.poll_active
+        }
+    }
+
+    /// `name` no longer needs watching.
+    pub fn unwatch(&self, collection: Collection, name: &str) {
+        if let Some(parent) = parent_of(name) {
+            self.registry().unwatch(&(collection, parent), name);
+        }
+    }
+
+    fn take(&self, collection: Collection, name: &str) -> Option<Listed> {
+        self.registry().take(&(collection, parent_of(name)?), name)
+    }
+
+    /// The node as the listing that woke its owner showed it.
+    pub fn take_node(&self, name: &str) -> Option<Node> {
+        match self.take(Collection::TpuNodes, name)? {
+            Listed::Node(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The batch as the listing that woke its owner showed it.
+    pub fn take_batch(&self, name: &str) -> Option<Batch> {
+        match self.take(Collection::DataprocBatches, name)? {
+            Listed::Batch(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// The custom job as the listing that woke its owner showed it.
+    pub fn take_job(&self, name: &str) -> Option<CustomJob> {
+        match self.take(Collection::VertexJobs, name)? {
+            Listed::Job(j) => Some(*j),
+            _ => None,
+        }
+    }
+
+    pub fn slice_triggers(&self) -> BoxStream<'static, ObjectRef<TpuSlice>> {
+        self.slices.stream()
+    }
+
+    pub fn batch_triggers(&self) -> BoxStream<'static, ObjectRef<PreprocessBatch>> {
+        self.batches.stream()
+    }
+
+    pub fn pipeline_triggers(&self) -> BoxStream<'static, ObjectRef<TrainingPipeline>> {
+        self.pipelines.stream()
+    }
+
+    /// Resources being watched now (for tests and metrics).
+    pub fn watched(&self) -> usize {
+        self.registry().interests()
+    }
+
+    /// Starts the lister of `ctx` once (every controller calls this; the first one starts it).
+    /// It stops with `shutdown` or when the context is dropped.
+    pub fn start(ctx: &Arc<Context>, shutdown: Shutdown) {
+        if !ctx.config.watch_lists || ctx.cloud_watch.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        tokio::spawn(lister(Arc::downgrade(ctx), shutdown));
+    }
+
+    fn wake(&self, ctx: &Context, wake: Wake) {
+        for (uid, owner) in wake {
+            // The woken reconcile must read: its object did not change in Kubernetes.
+            ctx.settled.forget_uid(&uid);
+            // A send fails only when the controller stopped; nothing to wake then.
+            let _ = match owner {
+                Owner::Slice { object, .. } => self.slices.tx.unbounded_send(object).is_ok(),
+                Owner::Batch { object, .. } => self.batches.tx.unbounded_send(object).is_ok(),
+                Owner::Pipeline { object, .. } => self.pipelines.tx.unbounded_send(object).is_ok(),
+            };
+        }
+    }
+
+    /// One round: lists every collection that is due and wakes the owners of what changed.
+    async fn tick(&self, ctx: &Context) {
+        let every = ctx.config.poll_active;
+        let now = Instant::now();
+        let due = {
+            let mut registry = self.registry();
+            registry.expire(now, 2 * ctx.config.poll_watched.max(every));
+            registry.due(now, every.mul_f32(0.75), ctx.config.poll_capacity)
+        };
+        for key in due {
+            let started = Instant::now();
+            let result = list(ctx, &key).await;
+            let wake = match result {
+                Ok(items) => self.registry().listed(&key, started, items),
+                Err(err) => {
+                    tracing::warn!(
+                        parent = %key.1, collection = ?key.0, error = %err,
+                        "cannot list; objects waiting there poll one by one until listing works"
+                    );
+                    self.registry().failed(&key, Instant::now())
+                }
+            };
+            self.wake(ctx, wake);
+        }
+    }
+}
+
+async fn lister(ctx: Weak<Context>, shutdown: Shutdown) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let Some(every) = ctx.upgrade().map(|c| c.config.poll_active) else {
+            return;
+        };
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let Some(ctx) = ctx.upgrade() else {
+            return;
+        };
+        ctx.cloud_watch.tick(&ctx).await;
+    }
+}
+
+/// Every resource of `key` this cluster may be waiting on. Dataproc and Vertex are filtered to
+/// this cluster's label and to the states that can still change.
+async fn list(ctx: &Context, (collection, parent): &Key) -> Result<Vec<Listed>, GcpError> {
+    let cluster = format!(
+        "labels.{} = \"{}\"",
+        labels::CLUSTER,
+        sanitize_label_value(&ctx.config.cluster_id)
+    );
+    Ok(match collection {
+        Collection::TpuNodes => {
+            let nodes = ctx.gcp.tpu.list_nodes(parent).await?;
+            nodes.into_iter().map(|n| Listed::Node(Box::new(n))).collect()
+        }
+        Collection::DataprocBatches => {
+            let filter = format!("{cluster} AND (state = PENDING OR state = RUNNING OR state = CANCELLING)");
+            let batches = ctx.gcp.dataproc.list_batches(parent, &filter).await?;
+            batches.into_iter().map(|b| Listed::Batch(Box::new(b))).collect()
+        }
+        Collection::VertexJobs => {
+            let active = ["QUEUED", "PENDING", "RUNNING", "CANCELLING", "UPDATING", "PAUSED"]
+                .map(|s| format!("state = \"JOB_STATE_{s}\""))
+                .join(" OR ");
+            let filter = format!("{cluster} AND ({active})");
+            let jobs = ctx.gcp.vertex.list_custom_jobs(parent, &filter).await?;
+            jobs.into_iter().map(|j| Listed::Job(Box::new(j))).collect()
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parent_of;
+
+    #[test]
+    fn parent_is_project_and_location() {
+        assert_eq!(
+            parent_of("projects/p/locations/us-central1-a/nodes/n1").as_deref(),
+            Some("projects/p/locations/us-central1-a")
+        );
+        assert_eq!(parent_of("projects/p/locations/z"), None);
+        assert_eq!(parent_of("nodes/n1"), None);
+    }
+}

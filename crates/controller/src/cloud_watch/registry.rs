@@ -1,0 +1,280 @@
+//! The bookkeeping of the cloud watch, free of I/O: which owners wait on which cloud resource in
+//! which state, what a listing changed, and the listed objects a reconcile may use instead of a
+//! `get`.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::{Duration, Instant},
+};
+
+use super::{Collection, Listed, Owner};
+
+/// A collection in one location: `(collection, "projects/<p>/locations/<l>")`.
+pub type Key = (Collection, String);
+
+/// What a reconcile last saw of the resource it waits on: its state, or `None` when it does not
+/// exist (yet).
+pub type Seen = Option<String>;
+
+#[derive(Default)]
+pub struct Registry {
+    parents: BTreeMap<Key, Parent>,
+}
+
+#[derive(Default)]
+struct Parent {
+    /// By full resource name.
+    interests: HashMap<String, Interest>,
+    /// Listed objects whose change woke their owner, by full resource name, with when they
+    /// were listed: the owner's next observe uses them instead of a `get`.
+    fresh: HashMap<String, (Listed, Instant)>,
+    /// Set while listing this collection fails: owners poll on their own meanwhile.
+    failing_since: Option<Instant>,
+    last_listed: Option<Instant>,
+}
+
+struct Interest {
+    owner: Owner,
+    seen: Seen,
+    /// When the reconcile registered: a listing that started earlier may predate what it saw.
+    since: Instant,
+}
+
+/// Owners to wake, with their UIDs.
+pub type Wake = Vec<(String, Owner)>;
+
+impl Registry {
+    /// Records that `owner` waits on `name` (in `key`), last seen as `seen`. Returns `false`
+    /// while this collection cannot be listed (the owner must poll on its own).
+    pub fn watch(&mut self, key: Key, name: String, seen: Seen, owner: Owner, now: Instant) -> bool {
+        let parent = self.parents.entry(key).or_default();
+        parent.fresh.remove(&name);
+        parent.interests.insert(
+            name,
+            Interest {
+                owner,
+                seen,
+                since: now,
+            },
+        );
+        parent.failing_since.is_none()
+    }
+
+    /// Drops `name`'s interest (its owner stopped waiting on it).
+    pub fn unwatch(&mut self, key: &Key, name: &str) {
+        if let Some(parent) = self.parents.get_mut(key) {
+            parent.interests.remove(name);
+            parent.fresh.remove(name);
+        }
+    }
+
+    /// The collections to list now: those with interests, listed at most every `every`, and
+    /// every `retry` while listing them fails.
+    pub fn due(&self, now: Instant, every: Duration, retry: Duration) -> Vec<Key> {
+        self.parents
+            .iter()
+            .filter(|(_, p)| !p.interests.is_empty())
+            .filter(|(_, p)| {
+                let wait = if p.failing_since.is_some() { retry } else { every };
+                p.last_listed.is_none_or(|at| now.duration_since(at) >= wait)
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// A listing of `key` that started at `started` returned `items` (every object of the
+    /// collection the listing's filter keeps). Wakes the owners whose resource changed from what
+    /// they saw (a resource the listing does not show counts as changed unless it was not seen
+    /// either), keeping the listed object for them.
+    pub fn listed(&mut self, key: &Key, started: Instant, items: Vec<Listed>) -> Wake {
+        let Some(parent) = self.parents.get_mut(key) else {
+            return Vec::new();
+        };
+        parent.failing_since = None;
+        parent.last_listed = Some(started);
+        let mut by_name: HashMap<String, Listed> = items
+            .into_iter()
+            .filter(|l| parent.interests.contains_key(l.name()))
+            .map(|l| (l.name().to_owned(), l))
+            .collect();
+        let changed: Vec<String> = parent
+            .interests
+            .iter()
+            .filter(|(_, i)| i.since <= started)
+            .filter(|(name, i)| by_name.get(*name).map(Listed::state) != i.seen)
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut wake = Vec::with_capacity(changed.len());
+        for name in changed {
+            let interest = parent.interests.remove(&name).expect("listed above");
+            if let Some(listed) = by_name.remove(&name) {
+                parent.fresh.insert(name, (listed, started));
+            }
+            wake.push((interest.owner.uid().to_owned(), interest.owner));
+        }
+        wake
+    }
+
+    /// Listing `key` failed: every owner waiting there is woken to poll on its own.
+    pub fn failed(&mut self, key: &Key, now: Instant) -> Wake {
+        let Some(parent) = self.parents.get_mut(key) else {
+            return Vec::new();
+        };
+        parent.failing_since.get_or_insert(now);
+        parent.last_listed = Some(now);
+        parent
+            .interests
+            .drain()
+            .map(|(_, i)| (i.owner.uid().to_owned(), i.owner))
+            .collect()
+    }
+
+    /// The listed object that woke `name`'s owner, if it is still unused.
+    pub fn take(&mut self, key: &Key, name: &str) -> Option<Listed> {
+        self.parents
+            .get_mut(key)?
+            .fresh
+            .remove(name)
+            .map(|(listed, _)| listed)
+    }
+
+    /// Forgets interests and listed objects older than `ttl` (owners that were deleted or stopped
+    /// waiting without saying so re-register on their next poll), and empty collections.
+    pub fn expire(&mut self, now: Instant, ttl: Duration) {
+        for parent in self.parents.values_mut() {
+            parent.interests.retain(|_, i| now.duration_since(i.since) < ttl);
+            parent.fresh.retain(|_, (_, at)| now.duration_since(*at) < ttl);
+        }
+        self.parents
+            .retain(|_, p| !p.interests.is_empty() || !p.fresh.is_empty() || p.failing_since.is_some());
+    }
+
+    pub fn interests(&self) -> usize {
+        self.parents.values().map(|p| p.interests.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::ObjectRef;
+    use tpu_operator_gcp::tpu_v2::model::{Node, node};
+
+    const PARENT: &str = "projects/p/locations/z";
+
+    fn key() -> Key {
+        (Collection::TpuNodes, PARENT.into())
+    }
+
+    fn name(id: &str) -> String {
+        format!("{PARENT}/nodes/{id}")
+    }
+
+    fn owner(uid: &str) -> Owner {
+        Owner::Slice {
+            uid: uid.into(),
+            object: ObjectRef::new(uid).within("ns"),
+        }
+    }
+
+    fn node(id: &str, state: node::State) -> Listed {
+        Listed::Node(Box::new(Node::new().set_name(name(id)).set_state(state)))
+    }
+
+    fn creating() -> Seen {
+        Some(format!("{:?}", node::State::Creating))
+    }
+
+    fn uids(wake: &Wake) -> Vec<&str> {
+        let mut v: Vec<&str> = wake.iter().map(|(u, _)| u.as_str()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn wakes_only_owners_whose_resource_changed_and_keeps_the_listed_object() {
+        let mut r = Registry::default();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(1);
+        assert!(r.watch(key(), name("a"), creating(), owner("a"), t0));
+        assert!(r.watch(key(), name("b"), creating(), owner("b"), t0));
+        assert!(r.watch(key(), name("c"), None, owner("c"), t0));
+        assert!(r.watch(key(), name("d"), creating(), owner("d"), t0));
+        let listing = vec![
+            node("a", node::State::Creating),
+            node("b", node::State::Ready),
+            // c was absent and still is; d vanished; e is nobody's.
+            node("e", node::State::Ready),
+        ];
+        let wake = r.listed(&key(), later, listing);
+        assert_eq!(uids(&wake), ["b", "d"]);
+        assert!(matches!(r.take(&key(), &name("b")), Some(Listed::Node(n)) if n.state == node::State::Ready));
+        assert!(r.take(&key(), &name("b")).is_none(), "used once");
+        assert!(
+            r.take(&key(), &name("d")).is_none(),
+            "gone: the owner must read it"
+        );
+        assert!(r.take(&key(), &name("e")).is_none());
+        assert_eq!(r.interests(), 2, "a and c still wait");
+        // The next listing shows c created.
+        let wake = r.listed(
+            &key(),
+            later,
+            vec![node("a", node::State::Creating), node("c", node::State::Creating)],
+        );
+        assert_eq!(uids(&wake), ["c"]);
+    }
+
+    #[test]
+    fn a_listing_older_than_the_registration_wakes_nobody() {
+        let mut r = Registry::default();
+        let t0 = Instant::now();
+        r.watch(
+            key(),
+            name("a"),
+            Some(format!("{:?}", node::State::Ready)),
+            owner("a"),
+            t0 + Duration::from_secs(2),
+        );
+        let wake = r.listed(&key(), t0, vec![node("a", node::State::Creating)]);
+        assert!(wake.is_empty());
+        assert_eq!(r.interests(), 1);
+    }
+
+    #[test]
+    fn a_failing_listing_wakes_everyone_and_reports_unhealthy_until_it_lists_again() {
+        let mut r = Registry::default();
+        let t0 = Instant::now();
+        let every = Duration::from_secs(2);
+        let retry = Duration::from_secs(30);
+        r.watch(key(), name("a"), creating(), owner("a"), t0);
+        assert_eq!(r.due(t0, every, retry), [key()]);
+        assert_eq!(uids(&r.failed(&key(), t0)), ["a"]);
+        assert!(
+            !r.watch(key(), name("a"), creating(), owner("a"), t0),
+            "owners poll meanwhile"
+        );
+        assert!(
+            r.due(t0 + every, every, retry).is_empty(),
+            "failing: retried slowly"
+        );
+        assert_eq!(r.due(t0 + retry, every, retry), [key()]);
+        r.listed(&key(), t0 + retry, vec![node("a", node::State::Creating)]);
+        assert!(r.watch(key(), name("a"), creating(), owner("a"), t0 + retry));
+    }
+
+    #[test]
+    fn nothing_to_list_without_interests_and_old_ones_expire() {
+        let mut r = Registry::default();
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(120);
+        assert!(r.due(t0, Duration::ZERO, Duration::ZERO).is_empty());
+        r.watch(key(), name("a"), creating(), owner("a"), t0);
+        r.expire(t0 + ttl, ttl);
+        assert_eq!(r.interests(), 0);
+        assert!(r.due(t0 + ttl, Duration::ZERO, Duration::ZERO).is_empty());
+        r.watch(key(), name("b"), creating(), owner("b"), t0);
+        r.unwatch(&key(), &name("b"));
+        assert_eq!(r.interests(), 0);
+    }
+}

@@ -1,0 +1,131 @@
+//! The cloud watch end to end: objects waiting on a cloud state change are woken by one paged list
+//! per collection and location, not by a read of each object every poll; when listing is refused
+//! they fall back to polling one by one.
+mod support;
+
+use std::{sync::Arc, time::Duration};
+
+use gcp_emulator::{Code, Fault};
+use serde_json::json;
+use support::TestEnv;
+use tpu_operator_api::{
+    conditions::{Progress, progress_of},
+    preprocess_batch::PreprocessBatch,
+    tpu_slice::TpuSlice,
+};
+use tpu_operator_controller::{Context, never_shutdown, preprocess_batch, tpu_slice};
+
+const STEP: Duration = Duration::from_secs(20);
+const OUTPUT: &str = "gs://demo-data/processed/";
+
+fn slice(name: &str) -> TpuSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "zone": "us-east5-b",
+            "acceleratorType": "v6e-8",
+            "runtimeVersion": "v2-alpha-tpuv6e",
+            "capacity": {"spot": {}}
+        }
+    }))
+    .expect("TpuSlice fixture")
+}
+
+fn batch(name: &str) -> PreprocessBatch {
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "PreprocessBatch",
+        "metadata": {"name": name},
+        "spec": {
+            "region": "us-central1",
+            "pyspark": {"mainPythonFileUri": "gs://demo-data/scripts/tokenize.py", "args": [OUTPUT]},
+            "outputUri": OUTPUT
+        }
+    }))
+    .expect("PreprocessBatch fixture")
+}
+
+/// Controllers whose per-object backstop poll is far beyond the test's length: only the watch
+/// can tell them that the cloud moved on.
+async fn start(env: &mut TestEnv, tweak: impl FnOnce(&mut Context)) {
+    let mut ctx = env.context().await;
+    ctx.config.poll_active = Duration::from_millis(50);
+    ctx.config.poll_watched = Duration::from_secs(3600);
+    tweak(&mut ctx);
+    let ctx = Arc::new(ctx);
+    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
+    env.spawn(preprocess_batch::run(ctx, never_shutdown()));
+}
+
+fn slice_ready(s: &TpuSlice) -> bool {
+    s.status.as_ref().and_then(|st| progress_of(&st.conditions)) == Some(Progress::Ready)
+}
+
+fn batch_ready(b: &PreprocessBatch) -> bool {
+    b.status.as_ref().and_then(|st| progress_of(&st.conditions)) == Some(Progress::Ready)
+}
+
+#[tokio::test]
+async fn state_changes_arrive_by_listing_without_a_read_per_object() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, |_| {}).await;
+    let names = ["w1", "w2", "w3"];
+    for n in names {
+        env.create(&slice(n)).await;
+    }
+    env.create(&batch("wb")).await;
+    for n in names {
+        env.wait_for(n, "slice Ready", STEP, slice_ready).await;
+    }
+    env.wait_for("wb", "batch Ready", STEP, batch_ready).await;
+    let counts = env.gcp.call_counts();
+    eprintln!("{counts:?}");
+    let count = |m: &str| counts.get(m).copied().unwrap_or(0);
+    assert_eq!(count("tpu.nodes.create"), 3);
+    assert!(count("tpu.nodes.list") >= 1, "the watch lists nodes: {counts:?}");
+    // One read per slice before its create (it must not exist); READY came from a listing.
+    assert!(
+        count("tpu.nodes.get") <= 3,
+        "READY must come from the listing, not a read per slice: {counts:?}"
+    );
+    assert!(count("dataproc.batches.list") >= 1, "{counts:?}");
+    // SUCCEEDED leaves the (active-only) listing, so the batch reads its final state once.
+    assert!(count("dataproc.batches.get") <= 2, "{counts:?}");
+}
+
+#[tokio::test]
+async fn objects_poll_one_by_one_while_listing_is_refused() {
+    let mut env = TestEnv::start().await;
+    env.gcp
+        .inject(Fault::FailCalls {
+            service: "tpu".into(),
+            method: "nodes.list".into(),
+            count: 1_000_000,
+            code: Code::PermissionDenied,
+            message: Some("Permission 'tpu.nodes.list' denied".into()),
+        })
+        .unwrap();
+    start(&mut env, |ctx| {
+        ctx.config.poll_capacity = Duration::from_secs(3600)
+    })
+    .await;
+    env.create(&slice("polled")).await;
+    env.wait_for("polled", "slice Ready", STEP, slice_ready).await;
+    let counts = env.gcp.call_counts();
+    let count = |m: &str| counts.get(m).copied().unwrap_or(0);
+    // One refused listing (retried only every poll_capacity), then the slice polls by itself.
+    assert_eq!(count("tpu.nodes.list"), 1, "{counts:?}");
+    assert!(count("tpu.nodes.get") >= 2, "{counts:?}");
+}
+
+#[tokio::test]
+async fn the_watch_can_be_turned_off() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, |ctx| ctx.config.watch_lists = false).await;
+    env.create(&slice("unwatched")).await;
+    env.wait_for("unwatched", "slice Ready", STEP, slice_ready).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.list"), 0);
+    assert!(env.gcp.call_count("tpu", "nodes.get") >= 2);
+}
