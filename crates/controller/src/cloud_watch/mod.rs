@@ -207,19 +207,51 @@ impl CloudWatch {
         seen: Seen,
         owner: Option<Owner>,
     ) -> Duration {
-        let (Some(parent), Some(owner)) = (parent_of(name), owner) else {
+        self.register(ctx, collection, name, seen, None, owner)
+    }
+
+    /// [`CloudWatch::watch`] for a Vertex job, keeping `job` as read: until a listing shows it
+    /// change, the owner's next passes within half the backstop interval reuse it
+    /// ([`CloudWatch::unchanged_job`]) instead of reading it again. For owners that are woken
+    /// by other things than their own changes (a pipeline by its children and its own status
+    /// writes).
+    pub fn watch_job(&self, ctx: &Context, job: &CustomJob, owner: Option<Owner>) -> Duration {
+        let listed = Listed::Job(Box::new(job.clone()));
+        let seen = Some(listed.state());
+        self.register(ctx, Collection::VertexJobs, &job.name, seen, Some(listed), owner)
+    }
+
+    fn register(
+        &self,
+        ctx: &Context,
+        collection: Collection,
+        name: &str,
+        seen: Seen,
+        last: Option<Listed>,
+        owner: Option<Owner>,
+    ) -> Duration {
+        let (Some(parent), Some(owner), true) = (parent_of(name), owner, ctx.config.watch_lists) else {
             return ctx.config.poll_active;
         };
-        if !ctx.config.watch_lists {
-            return ctx.config.poll_active;
-        }
-        let listing =
-            self.registry()
-                .watch((collection, parent), name.to_owned(), seen, owner, Instant::now());
+        let key = (collection, parent);
+        let listing = self
+            .registry()
+            .watch(key, name.to_owned(), seen, last, owner, Instant::now());
         if listing {
             ctx.config.poll_watched.max(ctx.config.poll_active)
         } else {
             ctx.config.poll_active
+        }
+    }
+
+    /// The job as its owner last read it, while no listing has shown it change (see
+    /// [`CloudWatch::watch_job`]).
+    pub fn unchanged_job(&self, ctx: &Context, name: &str) -> Option<CustomJob> {
+        let key = (Collection::VertexJobs, parent_of(name)?);
+        let max_age = ctx.config.poll_watched / 2;
+        match self.registry().unchanged(&key, name, Instant::now(), max_age)? {
+            Listed::Job(j) => Some(*j),
+            _ => None,
         }
     }
 

@@ -36,6 +36,8 @@ struct Parent {
 struct Interest {
     owner: Owner,
     seen: Seen,
+    /// The object as the reconcile read it, when it asked to reuse it until it changes.
+    last: Option<Listed>,
     /// When the reconcile registered: a listing that started earlier may predate what it saw.
     since: Instant,
 }
@@ -44,9 +46,18 @@ struct Interest {
 pub type Wake = Vec<(String, Owner)>;
 
 impl Registry {
-    /// Records that `owner` waits on `name` (in `key`), last seen as `seen`. Returns `false`
-    /// while this collection cannot be listed (the owner must poll on its own).
-    pub fn watch(&mut self, key: Key, name: String, seen: Seen, owner: Owner, now: Instant) -> bool {
+    /// Records that `owner` waits on `name` (in `key`), last seen as `seen`, keeping `last` (the
+    /// object as read) for [`Registry::unchanged`]. Returns `false` while this collection cannot
+    /// be listed (the owner must poll on its own).
+    pub fn watch(
+        &mut self,
+        key: Key,
+        name: String,
+        seen: Seen,
+        last: Option<Listed>,
+        owner: Owner,
+        now: Instant,
+    ) -> bool {
         let parent = self.parents.entry(key).or_default();
         parent.fresh.remove(&name);
         parent.interests.insert(
@@ -54,10 +65,20 @@ impl Registry {
             Interest {
                 owner,
                 seen,
+                last,
                 since: now,
             },
         );
         parent.failing_since.is_none()
+    }
+
+    /// The object as its owner last read it, while no listing has shown it change and the read
+    /// is younger than `max_age` (older ones are read again: the watch's backstop).
+    pub fn unchanged(&self, key: &Key, name: &str, now: Instant, max_age: Duration) -> Option<Listed> {
+        let interest = self.parents.get(key)?.interests.get(name)?;
+        (now.duration_since(interest.since) < max_age)
+            .then(|| interest.last.clone())
+            .flatten()
     }
 
     /// Drops `name`'s interest (its owner stopped waiting on it).
@@ -196,10 +217,10 @@ mod tests {
         let mut r = Registry::default();
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(1);
-        assert!(r.watch(key(), name("a"), creating(), owner("a"), t0));
-        assert!(r.watch(key(), name("b"), creating(), owner("b"), t0));
-        assert!(r.watch(key(), name("c"), None, owner("c"), t0));
-        assert!(r.watch(key(), name("d"), creating(), owner("d"), t0));
+        assert!(r.watch(key(), name("a"), creating(), None, owner("a"), t0));
+        assert!(r.watch(key(), name("b"), creating(), None, owner("b"), t0));
+        assert!(r.watch(key(), name("c"), None, None, owner("c"), t0));
+        assert!(r.watch(key(), name("d"), creating(), None, owner("d"), t0));
         let listing = vec![
             node("a", node::State::Creating),
             node("b", node::State::Ready),
@@ -233,6 +254,7 @@ mod tests {
             key(),
             name("a"),
             Some(format!("{:?}", node::State::Ready)),
+            None,
             owner("a"),
             t0 + Duration::from_secs(2),
         );
@@ -247,11 +269,11 @@ mod tests {
         let t0 = Instant::now();
         let every = Duration::from_secs(2);
         let retry = Duration::from_secs(30);
-        r.watch(key(), name("a"), creating(), owner("a"), t0);
+        r.watch(key(), name("a"), creating(), None, owner("a"), t0);
         assert_eq!(r.due(t0, every, retry), [key()]);
         assert_eq!(uids(&r.failed(&key(), t0)), ["a"]);
         assert!(
-            !r.watch(key(), name("a"), creating(), owner("a"), t0),
+            !r.watch(key(), name("a"), creating(), None, owner("a"), t0),
             "owners poll meanwhile"
         );
         assert!(
@@ -260,7 +282,7 @@ mod tests {
         );
         assert_eq!(r.due(t0 + retry, every, retry), [key()]);
         r.listed(&key(), t0 + retry, vec![node("a", node::State::Creating)]);
-        assert!(r.watch(key(), name("a"), creating(), owner("a"), t0 + retry));
+        assert!(r.watch(key(), name("a"), creating(), None, owner("a"), t0 + retry));
     }
 
     #[test]
@@ -269,12 +291,32 @@ mod tests {
         let t0 = Instant::now();
         let ttl = Duration::from_secs(120);
         assert!(r.due(t0, Duration::ZERO, Duration::ZERO).is_empty());
-        r.watch(key(), name("a"), creating(), owner("a"), t0);
+        r.watch(key(), name("a"), creating(), None, owner("a"), t0);
         r.expire(t0 + ttl, ttl);
         assert_eq!(r.interests(), 0);
         assert!(r.due(t0 + ttl, Duration::ZERO, Duration::ZERO).is_empty());
-        r.watch(key(), name("b"), creating(), owner("b"), t0);
+        r.watch(key(), name("b"), creating(), None, owner("b"), t0);
         r.unwatch(&key(), &name("b"));
         assert_eq!(r.interests(), 0);
+    }
+
+    #[test]
+    fn the_last_read_is_reused_only_while_unchanged_and_young() {
+        let mut r = Registry::default();
+        let t0 = Instant::now();
+        let max_age = Duration::from_secs(30);
+        let last = node("a", node::State::Creating);
+        r.watch(key(), name("a"), creating(), Some(last), owner("a"), t0);
+        let at = |s| t0 + Duration::from_secs(s);
+        assert!(r.unchanged(&key(), &name("a"), at(29), max_age).is_some());
+        assert!(
+            r.unchanged(&key(), &name("a"), at(30), max_age).is_none(),
+            "backstop: read again"
+        );
+        r.listed(&key(), at(1), vec![node("a", node::State::Ready)]);
+        assert!(
+            r.unchanged(&key(), &name("a"), at(2), max_age).is_none(),
+            "it changed"
+        );
     }
 }

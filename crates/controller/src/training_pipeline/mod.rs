@@ -125,7 +125,7 @@ async fn reconcile(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Actio
 
 async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     let names = Names::of(&tp, &ctx).map_err(ReconcileError::MissingMetadata)?;
-    let observed = observe::observe(&ctx, &tp, &names).await?;
+    let (observed, job_read) = observe::observe(&ctx, &tp, &names).await?;
     let old = tp.status.clone().unwrap_or_default();
     let decision = plan::plan(&plan::Input {
         spec: &tp.spec,
@@ -154,14 +154,25 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
         report::publish_event(&ctx, tp.as_ref(), e.warning, &e.reason, e.note).await;
     }
     policy::on_success(tp.as_ref(), &ctx);
-    if decision.requeue == plan::Requeue::Active
-        && let Some((name, state)) = job_in_flight(&observed, &decision.action, &new)
-    {
-        let seen = Some(state_of(&state));
-        let wait = ctx
-            .cloud_watch
-            .watch(&ctx, Collection::VertexJobs, &name, seen, Owner::pipeline(&tp));
-        return Ok(Action::requeue(wait));
+    if decision.requeue == plan::Requeue::Active {
+        let owner = Owner::pipeline(&tp);
+        let wait = match (&decision.action, job_read) {
+            // Just created: it starts QUEUED.
+            (plan::Action::CreateJob { .. }, _) => new.custom_job_name.as_deref().map(|name| {
+                let seen = Some(state_of(&JobState::Queued));
+                ctx.cloud_watch
+                    .watch(&ctx, Collection::VertexJobs, name, seen, owner)
+            }),
+            (plan::Action::Nothing, Some(job))
+                if Some(&job.name) == new.custom_job_name.as_ref() && in_flight(&job.state) =>
+            {
+                Some(ctx.cloud_watch.watch_job(&ctx, &job, owner))
+            }
+            _ => None,
+        };
+        if let Some(wait) = wait {
+            return Ok(Action::requeue(wait));
+        }
     }
     if let Some(name) = &new.custom_job_name {
         ctx.cloud_watch.unwatch(Collection::VertexJobs, name);
@@ -169,32 +180,17 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     Ok(requeue(&ctx, decision.requeue))
 }
 
-/// The Vertex job this pass created or saw in a state the service leaves on its own: the cloud
-/// watch wakes the pipeline when it moves on.
-fn job_in_flight(
-    observed: &plan::Observed,
-    action: &plan::Action,
-    new: &tpu_operator_api::training_pipeline::TrainingPipelineStatus,
-) -> Option<(String, JobState)> {
-    let name = new.custom_job_name.clone()?;
-    match (action, &observed.training) {
-        (plan::Action::CreateJob { .. }, _) => Some((name, JobState::Queued)),
-        (plan::Action::Nothing, plan::TrainingObserved::Vertex { job: Some(job) })
-            if job.name == name
-                && matches!(
-                    job.state,
-                    JobState::Queued
-                        | JobState::Pending
-                        | JobState::Running
-                        | JobState::Cancelling
-                        | JobState::Updating
-                        | JobState::Paused
-                ) =>
-        {
-            Some((name, job.state.clone()))
-        }
-        _ => None,
-    }
+/// Vertex job states the service leaves on its own (what the cloud watch lists).
+fn in_flight(state: &JobState) -> bool {
+    matches!(
+        state,
+        JobState::Queued
+            | JobState::Pending
+            | JobState::Running
+            | JobState::Cancelling
+            | JobState::Updating
+            | JobState::Paused
+    )
 }
 
 /// Checks what `action` would create against the namespace's tenancy policy: before

@@ -25,7 +25,13 @@ use crate::{
     error::{ReconcileError, Result},
 };
 
-pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Result<Observed> {
+/// What the pipeline owns, and its current Vertex job as read (for the cloud watch).
+pub async fn observe(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Names,
+) -> Result<(Observed, Option<CustomJob>)> {
+    let mut job_read = None;
     let st = tp.status.clone().unwrap_or_default();
     let finished = is_finished(st.phase);
     let mut costs = Vec::new();
@@ -72,7 +78,8 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Res
             let job = if finished || preprocessing {
                 None
             } else {
-                let (job, cost) = current_job(ctx, tp, names).await?;
+                let (job, cost, read) = current_job(ctx, tp, names).await?;
+                job_read = read;
                 if let (Some(j), Some(c)) = (&job, &cost) {
                     ctx.metrics.record_spend(&names.id.namespace, &j.name, Some(c));
                 }
@@ -101,13 +108,14 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Res
         }
         _ => None,
     };
-    Ok(Observed {
+    let observed = Observed {
         preprocess,
         training,
         held_jobs,
         pending_operation_done,
         costs,
-    })
+    };
+    Ok((observed, job_read))
 }
 
 fn reap_due(ctx: &Context, tp: &TrainingPipeline) -> bool {
@@ -221,26 +229,34 @@ async fn current_job(
     ctx: &Context,
     tp: &TrainingPipeline,
     names: &Names,
-) -> Result<(Option<JobView>, Option<CostEstimate>)> {
+) -> Result<(Option<JobView>, Option<CostEstimate>, Option<CustomJob>)> {
     let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.clone());
     let mut cost = None;
+    let mut read = None;
     let job = match recorded {
         Some(name) => {
-            // A job the cloud watch just listed in a new state needs no second read.
-            let got = match ctx.cloud_watch.take_job(&name) {
-                Some(listed) => Ok(listed),
+            // The cloud watch saves reads: a job it just listed in a new state, or one that has
+            // not changed since this pipeline last read it (a pipeline is woken by its children
+            // and its own status writes far more often than its job changes).
+            let watched = ctx
+                .cloud_watch
+                .take_job(&name)
+                .or_else(|| ctx.cloud_watch.unchanged_job(ctx, &name));
+            let got = match watched {
+                Some(job) => Ok(job),
                 None => ctx.gcp.vertex.get_custom_job(&name).await,
             };
             let got = ignore_not_found(got).map_err(ReconcileError::gcp("get Vertex custom job"))?;
             if let (Some(job), Some(v)) = (&got, &tp.spec.training.vertex) {
                 cost = super::status::vertex_cost(v, job, &ctx.prices, ctx.clock.now());
             }
+            read.clone_from(&got);
             got.map(job_view)
         }
         None => list_jobs(ctx, names, None).await?.into_iter().next(),
     };
     let Some(mut job) = job else {
-        return Ok((None, cost));
+        return Ok((None, cost, read));
     };
     if matches!(
         job.state,
@@ -256,7 +272,7 @@ async fn current_job(
             .map_err(ReconcileError::gcp("check the model output"))?;
         job.model_exists = Some(exists);
     }
-    Ok((Some(job), cost))
+    Ok((Some(job), cost, read))
 }
 
 /// TPU VM mode: `_SUCCESS` / `_FAILED` under `modelDir`, written since the current attempt began.
