@@ -116,6 +116,12 @@ impl OperatorProcess {
         self.proc_status_kib("VmRSS:")
     }
 
+    /// Current anonymous (heap, stacks) and file-backed (the binary's code and data) resident
+    /// memory, KiB.
+    pub fn rss_split_kib(&self) -> (Option<u64>, Option<u64>) {
+        (self.proc_status_kib("RssAnon:"), self.proc_status_kib("RssFile:"))
+    }
+
     /// User + system CPU seconds so far (from /proc/PID/stat, 100 ticks per second).
     pub fn cpu_seconds(&self) -> Option<f64> {
         let text = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;

@@ -161,7 +161,8 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     {
         return deny(ctx, slice, &old, denial).await;
     }
-    let mut observed = observe::observe(ctx, &t.names, old.pending_operation.as_deref()).await?;
+    let pending = old.pending_operation.as_deref();
+    let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
     observed.workload_done =
         observe::workload_done(ctx, &slice.spec, &t.desired, observed.node.as_ref()).await?;
     let shape = spec::shape(&slice.spec);
@@ -302,7 +303,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         return Ok(None);
     };
     let old = slice.status.clone().unwrap_or_default();
-    let observed = observe::observe(ctx, &t.names, None).await?;
+    let observed = observe::observe(ctx, &t.names, None, None).await?;
     let deleting = |message: String| {
         Assessment::new(
             Progress::Reconciling,

@@ -114,10 +114,13 @@ pub enum OperationView {
 
 /// Reads the current incarnation (and the previous one when the current does not exist).
 /// Each read is a `get` by name: 1 call for a plain node, 2 for a queued slice.
+/// `desired` (the apply path) lets a READY node that already is as desired stand for its pending
+/// operation: whatever that was (create, start, patch), it has done its work, so it is not read.
 pub async fn observe(
     ctx: &Context,
     names: &Names,
     pending_operation: Option<&str>,
+    desired: Option<&Desired>,
 ) -> Result<Observed, ReconcileError> {
     let tpu = &ctx.gcp.tpu;
     let mut observed = Observed::default();
@@ -153,9 +156,13 @@ pub async fn observe(
             State::Creating | State::Deleting | State::Starting | State::Stopping
         )
     });
+    let done = observed.node.as_ref().is_some_and(|n| {
+        n.state == node::State::Ready && desired.is_some_and(|d| super::plan::drift_mask(d, n).is_empty())
+    });
     observed.operation = match pending_operation {
         None => None,
         Some(_) if transitional => Some(OperationView::Unread),
+        Some(_) if done => Some(OperationView::Succeeded),
         Some(op) => Some(match read(tpu.get_operation(op).await, "get operation")? {
             None => OperationView::Gone,
             Some(op) => view(&op),

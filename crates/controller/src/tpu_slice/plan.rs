@@ -24,7 +24,7 @@ use super::{
 mod on_node;
 mod queued;
 
-pub use on_node::{health_name, state_name};
+pub use on_node::{drift_mask, health_name, state_name};
 use on_node::{plan_node, plan_preempted};
 #[cfg(test)]
 mod tests;

@@ -31,6 +31,7 @@ pub async fn act(
     names: &Names,
     action: &Action,
     st: &mut TrainingPipelineStatus,
+    jobs_listed: bool,
 ) -> Result<()> {
     match action {
         Action::Nothing => Ok(()),
@@ -56,7 +57,7 @@ pub async fn act(
             }
         }
         Action::DeleteSlice => delete_child::<TpuSlice>(ctx, &names.id.namespace, &names.train).await,
-        Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st).await,
+        Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, jobs_listed).await,
         Action::DeleteJob { name } => {
             match ctx.gcp.vertex.delete_custom_job(name).await {
                 Ok(op) => st.pending_operation = Some(op.name),
@@ -114,6 +115,7 @@ async fn create_job(
     names: &Names,
     attempt: i32,
     st: &mut TrainingPipelineStatus,
+    jobs_listed: bool,
 ) -> Result<()> {
     let Some(parent) = &names.vertex_parent else {
         invalid(
@@ -123,7 +125,13 @@ async fn create_job(
         );
         return Ok(());
     };
-    let existing = list_jobs(ctx, names, Some(attempt)).await?.into_iter().next();
+    // Find before create (a job created just before a crash carries this attempt's labels),
+    // unless this pass's observe already listed every job of the pipeline.
+    let existing = if jobs_listed {
+        None
+    } else {
+        list_jobs(ctx, names, Some(attempt)).await?.into_iter().next()
+    };
     let name = match existing {
         Some(job) => job.name,
         None => {

@@ -125,7 +125,7 @@ async fn reconcile(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Actio
 
 async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     let names = Names::of(&tp, &ctx).map_err(ReconcileError::MissingMetadata)?;
-    let (observed, job_read) = observe::observe(&ctx, &tp, &names).await?;
+    let (observed, reads) = observe::observe(&ctx, &tp, &names).await?;
     let old = tp.status.clone().unwrap_or_default();
     let decision = plan::plan(&plan::Input {
         spec: &tp.spec,
@@ -148,7 +148,7 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
         None
     };
     let mut new = decision.status;
-    act::act(&ctx, &tp, &names, &decision.action, &mut new).await?;
+    act::act(&ctx, &tp, &names, &decision.action, &mut new, reads.jobs_listed).await?;
     status::write(&ctx, &tp, &new).await?;
     for e in decision.events {
         report::publish_event(&ctx, tp.as_ref(), e.warning, &e.reason, e.note).await;
@@ -156,7 +156,7 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     policy::on_success(tp.as_ref(), &ctx);
     if decision.requeue == plan::Requeue::Active {
         let owner = Owner::pipeline(&tp);
-        let wait = match (&decision.action, job_read) {
+        let wait = match (&decision.action, reads.job) {
             // Just created: it starts QUEUED.
             (plan::Action::CreateJob { .. }, _) => new.custom_job_name.as_deref().map(|name| {
                 let seen = Some(state_of(&JobState::Queued));

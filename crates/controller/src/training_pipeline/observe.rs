@@ -25,13 +25,19 @@ use crate::{
     error::{ReconcileError, Result},
 };
 
-/// What the pipeline owns, and its current Vertex job as read (for the cloud watch).
-pub async fn observe(
-    ctx: &Context,
-    tp: &TrainingPipeline,
-    names: &Names,
-) -> Result<(Observed, Option<CustomJob>)> {
-    let mut job_read = None;
+/// What a pass read besides plan's input.
+#[derive(Debug, Default)]
+pub struct Reads {
+    /// The current Vertex job as read by its recorded name (for the cloud watch).
+    pub job: Option<CustomJob>,
+    /// No job name was recorded, so every job carrying this pipeline's UID label was listed in
+    /// this pass: a job of a newer attempt than the one observed does not exist.
+    pub jobs_listed: bool,
+}
+
+/// What the pipeline owns, and what else the pass read.
+pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Result<(Observed, Reads)> {
+    let mut reads = Reads::default();
     let st = tp.status.clone().unwrap_or_default();
     let finished = is_finished(st.phase);
     let mut costs = Vec::new();
@@ -78,8 +84,7 @@ pub async fn observe(
             let job = if finished || preprocessing {
                 None
             } else {
-                let (job, cost, read) = current_job(ctx, tp, names).await?;
-                job_read = read;
+                let (job, cost) = current_job(ctx, tp, names, &mut reads).await?;
                 if let (Some(j), Some(c)) = (&job, &cost) {
                     ctx.metrics.record_spend(&names.id.namespace, &j.name, Some(c));
                 }
@@ -115,7 +120,7 @@ pub async fn observe(
         pending_operation_done,
         costs,
     };
-    Ok((observed, job_read))
+    Ok((observed, reads))
 }
 
 fn reap_due(ctx: &Context, tp: &TrainingPipeline) -> bool {
@@ -229,10 +234,10 @@ async fn current_job(
     ctx: &Context,
     tp: &TrainingPipeline,
     names: &Names,
-) -> Result<(Option<JobView>, Option<CostEstimate>, Option<CustomJob>)> {
+    reads: &mut Reads,
+) -> Result<(Option<JobView>, Option<CostEstimate>)> {
     let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.clone());
     let mut cost = None;
-    let mut read = None;
     let job = match recorded {
         Some(name) => {
             // The cloud watch saves reads: a job it just listed in a new state, or one that has
@@ -250,13 +255,16 @@ async fn current_job(
             if let (Some(job), Some(v)) = (&got, &tp.spec.training.vertex) {
                 cost = super::status::vertex_cost(v, job, &ctx.prices, ctx.clock.now());
             }
-            read.clone_from(&got);
+            reads.job.clone_from(&got);
             got.map(job_view)
         }
-        None => list_jobs(ctx, names, None).await?.into_iter().next(),
+        None => {
+            reads.jobs_listed = true;
+            list_jobs(ctx, names, None).await?.into_iter().next()
+        }
     };
     let Some(mut job) = job else {
-        return Ok((None, cost, read));
+        return Ok((None, cost));
     };
     if matches!(
         job.state,
@@ -272,7 +280,7 @@ async fn current_job(
             .map_err(ReconcileError::gcp("check the model output"))?;
         job.model_exists = Some(exists);
     }
-    Ok((Some(job), cost, read))
+    Ok((Some(job), cost))
 }
 
 /// TPU VM mode: `_SUCCESS` / `_FAILED` under `modelDir`, written since the current attempt began.

@@ -253,11 +253,14 @@ async fn main() {
     let reconciles = metric_sum(&metrics, "tpu_operator_reconciles_total");
     let rss_peak = proc.peak_rss_kib().unwrap_or(0);
     let rss_now = proc.rss_kib().unwrap_or(0);
+    let (anon, file) = proc.rss_split_kib();
     let cpu = proc.cpu_seconds().unwrap_or(f64::NAN);
     println!(
-        "operator: peak RSS {:.1} MiB (now {:.1} MiB), CPU {cpu:.1} s, reconciles {reconciles:.0} ({:.1} per object)",
+        "operator: peak RSS {:.1} MiB (now {:.1} MiB: {:.1} MiB anonymous, {:.1} MiB file-backed), CPU {cpu:.1} s, reconciles {reconciles:.0} ({:.1} per object)",
         rss_peak as f64 / 1024.0,
         rss_now as f64 / 1024.0,
+        anon.unwrap_or(0) as f64 / 1024.0,
+        file.unwrap_or(0) as f64 / 1024.0,
         reconciles / n as f64
     );
 
@@ -290,7 +293,7 @@ async fn main() {
     // delete + the job's delete.
     let min_delete = (slices * 2 + batches + pipelines * 2) as u64;
     println!(
-        "delete: all gone in {:.1} s{}; GCP calls {del_calls} (minimum {min_delete}, ratio {:.2}); leftovers: {}",
+        "delete: all gone in {:.1} s{}; GCP calls {del_calls} (minimum {min_delete}, ratio {:.2}); leftovers: {}: {del_counts:?}",
         t_del.elapsed().as_secs_f64(),
         if gone { "" } else { " (TIMED OUT)" },
         del_calls as f64 / min_delete as f64,
