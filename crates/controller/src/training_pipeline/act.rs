@@ -15,7 +15,7 @@ use tpu_operator_gcp::ErrorKind;
 
 use super::{
     Names,
-    observe::list_jobs,
+    observe::{Reads, list_jobs},
     plan::Action,
     spec,
     status::{self, time},
@@ -31,7 +31,7 @@ pub async fn act(
     names: &Names,
     action: &Action,
     st: &mut TrainingPipelineStatus,
-    jobs_listed: bool,
+    reads: &mut Reads,
 ) -> Result<()> {
     match action {
         Action::Nothing => Ok(()),
@@ -57,7 +57,7 @@ pub async fn act(
             }
         }
         Action::DeleteSlice => delete_child::<TpuSlice>(ctx, &names.id.namespace, &names.train).await,
-        Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, jobs_listed).await,
+        Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, reads).await,
         Action::DeleteJob { name } => {
             match ctx.gcp.vertex.delete_custom_job(name).await {
                 Ok(op) => st.pending_operation = Some(op.name),
@@ -115,7 +115,7 @@ async fn create_job(
     names: &Names,
     attempt: i32,
     st: &mut TrainingPipelineStatus,
-    jobs_listed: bool,
+    reads: &mut Reads,
 ) -> Result<()> {
     let Some(parent) = &names.vertex_parent else {
         invalid(
@@ -127,7 +127,7 @@ async fn create_job(
     };
     // Find before create (a job created just before a crash carries this attempt's labels),
     // unless this pass's observe already listed every job of the pipeline.
-    let existing = if jobs_listed {
+    let existing = if reads.jobs_listed {
         None
     } else {
         list_jobs(ctx, names, Some(attempt)).await?.into_iter().next()
@@ -143,7 +143,11 @@ async fn create_job(
                 }
             };
             match ctx.gcp.vertex.create_custom_job(parent, job).await {
-                Ok(job) => job.name,
+                Ok(job) => {
+                    let name = job.name.clone();
+                    reads.job = Some(job);
+                    name
+                }
                 Err(e) if matches!(e.kind, ErrorKind::InvalidArgument) => {
                     invalid(ctx, st, format!("Vertex refused the custom job: {e}"));
                     return Ok(());

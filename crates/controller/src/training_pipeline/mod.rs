@@ -125,7 +125,7 @@ async fn reconcile(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Actio
 
 async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     let names = Names::of(&tp, &ctx).map_err(ReconcileError::MissingMetadata)?;
-    let (observed, reads) = observe::observe(&ctx, &tp, &names).await?;
+    let (observed, mut reads) = observe::observe(&ctx, &tp, &names).await?;
     let old = tp.status.clone().unwrap_or_default();
     let decision = plan::plan(&plan::Input {
         spec: &tp.spec,
@@ -148,7 +148,7 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
         None
     };
     let mut new = decision.status;
-    act::act(&ctx, &tp, &names, &decision.action, &mut new, reads.jobs_listed).await?;
+    act::act(&ctx, &tp, &names, &decision.action, &mut new, &mut reads).await?;
     status::write(&ctx, &tp, &new).await?;
     for e in decision.events {
         report::publish_event(&ctx, tp.as_ref(), e.warning, &e.reason, e.note).await;
@@ -156,18 +156,20 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     policy::on_success(tp.as_ref(), &ctx);
     if decision.requeue == plan::Requeue::Active {
         let owner = Owner::pipeline(&tp);
+        let current = |name: &String| Some(name) == new.custom_job_name.as_ref();
         let wait = match (&decision.action, reads.job) {
-            // Just created: it starts QUEUED.
+            // The job as read or as just created: reused until a listing shows it change.
+            (plan::Action::Nothing | plan::Action::CreateJob { .. }, Some(job))
+                if current(&job.name) && in_flight(&job.state) =>
+            {
+                Some(ctx.cloud_watch.watch_job(&ctx, &job, owner))
+            }
+            // Found by label after a crash: it is at least QUEUED.
             (plan::Action::CreateJob { .. }, _) => new.custom_job_name.as_deref().map(|name| {
                 let seen = Some(state_of(&JobState::Queued));
                 ctx.cloud_watch
                     .watch(&ctx, Collection::VertexJobs, name, seen, owner)
             }),
-            (plan::Action::Nothing, Some(job))
-                if Some(&job.name) == new.custom_job_name.as_ref() && in_flight(&job.state) =>
-            {
-                Some(ctx.cloud_watch.watch_job(&ctx, &job, owner))
-            }
             _ => None,
         };
         if let Some(wait) = wait {
