@@ -20,6 +20,7 @@ pub mod sweeper;
 pub mod tenancy;
 pub mod tpu_slice;
 pub mod training_pipeline;
+pub mod watched;
 
 pub use context::{Context, ControllerConfig};
 pub use error::{ReconcileError, Result};

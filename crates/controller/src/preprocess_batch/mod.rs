@@ -23,10 +23,8 @@ use futures::StreamExt;
 use kube::{
     Api, ResourceExt,
     runtime::{
-        Controller,
         controller::{Action, Config},
         finalizer::{Event as Finalizer, finalizer},
-        watcher,
     },
 };
 use tpu_operator_api::{
@@ -57,7 +55,7 @@ pub const KIND: &str = "PreprocessBatch";
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let api = ctx.watched_api::<PreprocessBatch>();
     CloudWatch::start(&ctx, shutdown.clone());
-    Controller::new(api, watcher::Config::default())
+    crate::watched::controller(api)
         .with_config(Config::default().concurrency(ctx.config.concurrency))
         .reconcile_on(ctx.cloud_watch.batch_triggers())
         .graceful_shutdown_on(shutdown)

@@ -31,10 +31,8 @@ use futures::StreamExt;
 use kube::{
     Api, Resource, ResourceExt,
     runtime::{
-        Controller,
         controller::{Action, Config},
         finalizer::{Event, finalizer},
-        watcher,
     },
 };
 use tpu_operator_api::{
@@ -66,7 +64,7 @@ const KIND: &str = "TpuSlice";
 /// Runs the TpuSlice controller until `shutdown` fires.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     CloudWatch::start(&ctx, shutdown.clone());
-    Controller::new(ctx.watched_api::<TpuSlice>(), watcher::Config::default())
+    crate::watched::controller(ctx.watched_api::<TpuSlice>())
         .with_config(Config::default().concurrency(ctx.config.concurrency))
         .reconcile_on(ctx.cloud_watch.slice_triggers())
         .graceful_shutdown_on(shutdown)

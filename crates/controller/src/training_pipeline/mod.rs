@@ -20,7 +20,6 @@ use futures::StreamExt;
 use kube::{
     Api, ResourceExt,
     runtime::{
-        Controller,
         controller::{Action, Config},
         finalizer::{Event as Finalizer, finalizer},
         watcher,
@@ -84,7 +83,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let batches = ctx.watched_api::<PreprocessBatch>();
     let slices = ctx.watched_api::<TpuSlice>();
     CloudWatch::start(&ctx, shutdown.clone());
-    Controller::new(pipelines, watcher::Config::default())
+    crate::watched::controller(pipelines)
         .owns(batches, watcher::Config::default())
         .owns(slices, watcher::Config::default())
         .with_config(Config::default().concurrency(ctx.config.concurrency))
