@@ -518,6 +518,34 @@ mod tests {
     }
 
     #[test]
+    fn the_cloud_watch_is_on_by_default_and_configurable() {
+        let defaults = parse(&[]).resolve().unwrap().controller;
+        assert!(defaults.watch_lists);
+        assert_eq!(defaults.poll_watched, Duration::from_secs(60));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("operator.yaml");
+        std::fs::write(&file, "watchLists: false\npollWatched: 2m\n").unwrap();
+        let from_file = parse(&["--config", file.to_str().unwrap()])
+            .resolve()
+            .unwrap()
+            .controller;
+        assert!(!from_file.watch_lists);
+        assert_eq!(from_file.poll_watched, Duration::from_secs(120));
+        let flags = parse(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--watch-lists",
+            "--poll-watched",
+            "90s",
+        ])
+        .resolve()
+        .unwrap()
+        .controller;
+        assert!(flags.watch_lists);
+        assert_eq!(flags.poll_watched, Duration::from_secs(90));
+    }
+
+    #[test]
     fn unknown_file_keys_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("operator.yaml");
