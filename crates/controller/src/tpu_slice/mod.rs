@@ -187,12 +187,12 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     // held until the create is in status, so concurrent admissions see each other.
     let _admission = match (&plan.action, &request) {
         (Step::CreateNode | Step::CreateQueuedResource, Some(req)) => {
-            let guard = ctx.admission.lock(ns).await;
+            let guard = ctx.admission.lock_if_counted(&ctx.tenancy, ns).await;
             let uid = t.identity.uid.as_str();
             if let Err(denial) = tenancy::admit(ctx, ns, std::slice::from_ref(req), &[uid]).await? {
                 return deny(ctx, slice, &old, denial).await;
             }
-            Some(guard)
+            guard
         }
         _ => None,
     };

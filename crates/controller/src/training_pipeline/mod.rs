@@ -138,11 +138,14 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     // Tenancy policy before anything billable is created; the lock is held until the create is
     // in status, so concurrent admissions in the namespace see each other.
     let _admission = if decision.action.creates() {
-        let guard = ctx.admission.lock(&names.id.namespace).await;
+        let guard = ctx
+            .admission
+            .lock_if_counted(&ctx.tenancy, &names.id.namespace)
+            .await;
         if let Some(denial) = admit(&ctx, &tp, &names, &decision.action).await? {
             return deny(&ctx, &tp, &old, denial).await;
         }
-        Some(guard)
+        guard
     } else {
         None
     };
