@@ -604,8 +604,9 @@ async fn the_bundle_is_shareable_across_tasks() {
 #[tokio::test]
 async fn lists_follow_page_tokens() {
     let env = env().await;
-    // Dataproc's default page is 20 batches: 25 need two pages.
-    for i in 0..25 {
+    // The client asks for Dataproc's largest page (1,000; the default is 20): 1,005 batches
+    // take two pages, 25 would take one.
+    for i in 0..1005 {
         let id = format!("page-{i:04}");
         env.gcp
             .dataproc
@@ -623,7 +624,7 @@ async fn lists_follow_page_tokens() {
     let mut names: Vec<_> = all.iter().map(|b| b.name.clone()).collect();
     names.sort();
     names.dedup();
-    assert_eq!(names.len(), 25);
+    assert_eq!(names.len(), 1005);
     assert_eq!(env.emu.call_count("dataproc", "batches.list"), 2);
     assert_eq!(env.metrics.calls(Service::Dataproc, "batches.list", "ok"), 2);
 }
