@@ -13,7 +13,7 @@ use tpu_operator_api::{
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
 };
-use tpu_operator_controller::{Context, never_shutdown, preprocess_batch, tpu_slice};
+use tpu_operator_controller::{Context, never_shutdown, preprocess_batch, shutdown_on, tpu_slice};
 
 const STEP: Duration = Duration::from_secs(20);
 const OUTPUT: &str = "gs://demo-data/processed/";
@@ -128,4 +128,36 @@ async fn the_watch_can_be_turned_off() {
     env.wait_for("unwatched", "slice Ready", STEP, slice_ready).await;
     assert_eq!(env.gcp.call_count("tpu", "nodes.list"), 0);
     assert!(env.gcp.call_count("tpu", "nodes.get") >= 2);
+}
+
+#[tokio::test]
+async fn a_second_run_on_the_same_context_is_woken_too() {
+    // A leader that loses its lease stops its controllers and, on winning it again, runs new
+    // ones on the same context: they must get the wake-ups (and a lister) of their own.
+    let mut env = TestEnv::start().await;
+    let mut ctx = env.context().await;
+    ctx.config.poll_active = Duration::from_millis(50);
+    ctx.config.poll_watched = Duration::from_secs(3600);
+    let ctx = Arc::new(ctx);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let first = tokio::spawn(tpu_slice::run(
+        ctx.clone(),
+        shutdown_on(async move {
+            let _ = stop_rx.await;
+        }),
+    ));
+    env.create(&slice("term1")).await;
+    env.wait_for("term1", "slice Ready", STEP, slice_ready).await;
+    stop_tx.send(()).unwrap();
+    first.await.unwrap();
+    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
+    env.create(&slice("term2")).await;
+    env.wait_for("term2", "slice Ready in the second run", STEP, slice_ready)
+        .await;
+    let gets = env.gcp.call_count("tpu", "nodes.get");
+    assert!(
+        gets <= 4,
+        "READY came from listings in both runs: {:?}",
+        env.gcp.call_counts()
+    );
 }

@@ -24,16 +24,13 @@
 mod registry;
 
 use std::{
-    sync::{
-        Arc, Mutex, Weak,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex, Weak},
     time::{Duration, Instant},
 };
 
 use futures::{
     StreamExt,
-    channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded},
+    channel::mpsc::{UnboundedSender, unbounded},
     stream::BoxStream,
 };
 use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
@@ -138,28 +135,33 @@ impl Owner {
 
 /// Wake-ups of one kind, as the stream its controller reconciles on.
 struct Trigger<K: Resource> {
-    tx: UnboundedSender<ObjectRef<K>>,
-    rx: Mutex<Option<UnboundedReceiver<ObjectRef<K>>>>,
+    tx: Mutex<UnboundedSender<ObjectRef<K>>>,
 }
 
 impl<K: Resource + 'static> Trigger<K> {
     fn new() -> Self {
-        let (tx, rx) = unbounded();
-        Self {
-            tx,
-            rx: Mutex::new(Some(rx)),
-        }
+        let (tx, _) = unbounded();
+        Self { tx: Mutex::new(tx) }
     }
 
-    /// The wake-ups, for the first controller of this kind that asks (later ones get none).
+    /// The wake-ups from now on, for the controller of this kind that asks last (a leader that
+    /// lost its lease and won it again runs new controllers on the same context).
     fn stream(&self) -> BoxStream<'static, ObjectRef<K>>
     where
         K::DynamicType: Send,
     {
-        match self.rx.lock().expect("cloud watch trigger poisoned").take() {
-            Some(rx) => rx.boxed(),
-            None => futures::stream::empty().boxed(),
-        }
+        let (tx, rx) = unbounded();
+        *self.tx.lock().expect("cloud watch trigger poisoned") = tx;
+        rx.boxed()
+    }
+
+    fn send(&self, object: ObjectRef<K>) {
+        // Fails only when no controller of this kind runs; nothing to wake then.
+        let _ = self
+            .tx
+            .lock()
+            .expect("cloud watch trigger poisoned")
+            .unbounded_send(object);
     }
 }
 
@@ -168,7 +170,8 @@ pub struct CloudWatch {
     slices: Trigger<TpuSlice>,
     batches: Trigger<PreprocessBatch>,
     pipelines: Trigger<TrainingPipeline>,
-    started: AtomicBool,
+    /// The running lister and the shutdown it stops with.
+    lister: Mutex<Option<(tokio::task::JoinHandle<()>, Shutdown)>>,
 }
 
 impl Default for CloudWatch {
@@ -178,7 +181,7 @@ impl Default for CloudWatch {
             slices: Trigger::new(),
             batches: Trigger::new(),
             pipelines: Trigger::new(),
-            started: AtomicBool::new(false),
+            lister: Mutex::new(None),
         }
     }
 }
@@ -307,25 +310,36 @@ impl CloudWatch {
         self.registry().interests()
     }
 
-    /// Starts the lister of `ctx` once (every controller calls this; the first one starts it).
-    /// It stops with `shutdown` or when the context is dropped.
+    /// Starts the lister of `ctx` for the controllers stopping with `shutdown` (every controller
+    /// calls this; the first one of a run starts it). It stops with `shutdown` or when the context
+    /// is dropped. A new run (a leader that won its lease again) gets a new lister and forgets
+    /// what the old run waited on.
     pub fn start(ctx: &Arc<Context>, shutdown: Shutdown) {
-        if !ctx.config.watch_lists || ctx.cloud_watch.started.swap(true, Ordering::SeqCst) {
+        if !ctx.config.watch_lists {
             return;
         }
-        tokio::spawn(lister(Arc::downgrade(ctx), shutdown));
+        let watch = &ctx.cloud_watch;
+        let mut lister = watch.lister.lock().expect("cloud watch lister poisoned");
+        if let Some((task, running_for)) = lister.as_ref() {
+            if running_for.ptr_eq(&shutdown) && !task.is_finished() {
+                return;
+            }
+            task.abort();
+        }
+        *watch.registry() = Registry::default();
+        let task = tokio::spawn(run_lister(Arc::downgrade(ctx), shutdown.clone()));
+        *lister = Some((task, shutdown));
     }
 
     fn wake(&self, ctx: &Context, wake: Wake) {
         for (uid, owner) in wake {
             // The woken reconcile must read: its object did not change in Kubernetes.
             ctx.settled.forget_uid(&uid);
-            // A send fails only when the controller stopped; nothing to wake then.
-            let _ = match owner {
-                Owner::Slice { object, .. } => self.slices.tx.unbounded_send(object).is_ok(),
-                Owner::Batch { object, .. } => self.batches.tx.unbounded_send(object).is_ok(),
-                Owner::Pipeline { object, .. } => self.pipelines.tx.unbounded_send(object).is_ok(),
-            };
+            match owner {
+                Owner::Slice { object, .. } => self.slices.send(object),
+                Owner::Batch { object, .. } => self.batches.send(object),
+                Owner::Pipeline { object, .. } => self.pipelines.send(object),
+            }
         }
     }
 
@@ -356,7 +370,7 @@ impl CloudWatch {
     }
 }
 
-async fn lister(ctx: Weak<Context>, shutdown: Shutdown) {
+async fn run_lister(ctx: Weak<Context>, shutdown: Shutdown) {
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let Some(every) = ctx.upgrade().map(|c| c.config.poll_active) else {
