@@ -3,13 +3,13 @@
 
 use std::{sync::Arc, time::Duration};
 
-use kube::runtime::events::{Recorder, Reporter};
 use tpu_operator_gcp::Gcp;
 
 use crate::{
     backoff::{BackoffPolicy, ObjectBackoff},
     clock::{Clock, SystemClock},
     cloud_watch::CloudWatch,
+    events::EventRecorder,
     metrics::Metrics,
     pricing::PriceTable,
     settled::Settled,
@@ -37,7 +37,10 @@ pub struct ControllerConfig {
     /// Watch cloud state changes with one paged list per collection and location instead of a
     /// read per object every `poll_active` (see [`crate::cloud_watch`]).
     pub watch_lists: bool,
-    /// Backstop read interval of an object whose cloud resource is watched by listing.
+    /// Backstop read interval of an object whose cloud resource is watched by listing. Only a
+    /// listing that misses a change needs it (a change, or an absence, in a listing wakes the
+    /// owner at once), so it is as long as `poll_stable`: while thousands of objects wait for
+    /// capacity or for a batch to run, each backstop read is a call beyond the minimum.
     pub poll_watched: Duration,
 }
 
@@ -52,7 +55,7 @@ impl Default for ControllerConfig {
             poll_stable: Duration::from_secs(300),
             poll_capacity: Duration::from_secs(30),
             watch_lists: true,
-            poll_watched: Duration::from_secs(60),
+            poll_watched: Duration::from_secs(300),
         }
     }
 }
@@ -66,7 +69,7 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// One recorder for the process: its cache is what turns a repeated event into one Event with
     /// a growing series count instead of a new object per occurrence.
-    pub recorder: Recorder,
+    pub recorder: EventRecorder,
     /// Who may use what, per namespace (empty: everything allowed).
     pub tenancy: Arc<TenancyPolicy>,
     /// List prices for cost estimates, budgets and per-object spend limits.
@@ -81,13 +84,7 @@ pub struct Context {
 
 impl Context {
     pub fn new(client: kube::Client, gcp: Gcp, config: ControllerConfig) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "tpu-operator".into(),
-                instance: None,
-            },
-        );
+        let recorder = EventRecorder::new(client.clone(), "tpu-operator", None);
         Self {
             client,
             gcp,

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod cloud_watch;
 pub mod context;
 pub mod error;
+pub mod events;
 pub mod metrics;
 pub mod policy;
 pub mod preprocess_batch;

@@ -5,13 +5,13 @@ use std::fmt::Debug;
 use kube::{
     Api, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::events::{Event, EventType},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
     context::Context,
     error::{ReconcileError, Result},
+    events::EventType,
 };
 
 /// Applies `status` to `obj` as the whole status owned by `field_manager`.
@@ -50,18 +50,17 @@ pub async fn publish_event<K>(ctx: &Context, obj: &K, warning: bool, reason: &st
 where
     K: Resource<DynamicType = ()>,
 {
-    let event = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.to_owned(),
-        note: Some(truncate(note, 1024)),
-        action: reason.to_owned(),
-        secondary: None,
+    let type_ = if warning {
+        EventType::Warning
+    } else {
+        EventType::Normal
     };
-    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+    let note = truncate(note, 1024);
+    if let Err(e) = ctx
+        .recorder
+        .publish(&obj.object_ref(&()), type_, reason, &note)
+        .await
+    {
         tracing::warn!(error = %e, reason, "failed to publish event");
     }
 }

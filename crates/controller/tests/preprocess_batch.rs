@@ -358,6 +358,21 @@ impl DataprocApi for StallAfterCreate {
     {
         self.inner.list_batches(parent, filter)
     }
+    fn list_batches_by_page<'a, 'b, 'c, 'd, 'f>(
+        &'a self,
+        parent: &'b str,
+        filter: &'c str,
+        sift: &'d mut (dyn FnMut(Vec<Batch>) + Send),
+    ) -> Call<'f, ()>
+    where
+        'a: 'f,
+        'b: 'f,
+        'c: 'f,
+        'd: 'f,
+        Self: 'f,
+    {
+        self.inner.list_batches_by_page(parent, filter, sift)
+    }
     fn delete_batch<'a, 'b, 'f>(&'a self, name: &'b str) -> Call<'f, ()>
     where
         'a: 'f,

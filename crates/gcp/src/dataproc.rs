@@ -30,7 +30,19 @@ pub trait DataprocApi: Send + Sync {
     async fn get_batch(&self, name: &str) -> Result<Batch>;
     /// All batches of a location matching an AIP-160 `filter`, e.g.
     /// `labels.tpu-operator-uid = "<uid>"` (empty: all).
-    async fn list_batches(&self, parent: &str, filter: &str) -> Result<Vec<Batch>>;
+    async fn list_batches(&self, parent: &str, filter: &str) -> Result<Vec<Batch>> {
+        let mut batches = Vec::new();
+        self.list_batches_by_page(parent, filter, &mut |page| batches.extend(page))
+            .await?;
+        Ok(batches)
+    }
+    /// [`DataprocApi::list_batches`], handed to `sift` a page at a time as pages arrive.
+    async fn list_batches_by_page(
+        &self,
+        parent: &str,
+        filter: &str,
+        sift: &mut (dyn FnMut(Vec<Batch>) + Send),
+    ) -> Result<()>;
     /// Only allowed once the batch is terminal (else FAILED_PRECONDITION).
     async fn delete_batch(&self, name: &str) -> Result<()>;
     async fn get_operation(&self, name: &str) -> Result<Operation>;
@@ -89,8 +101,12 @@ impl DataprocApi for DataprocClient {
             .await
     }
 
-    async fn list_batches(&self, parent: &str, filter: &str) -> Result<Vec<Batch>> {
-        let mut batches = Vec::new();
+    async fn list_batches_by_page(
+        &self,
+        parent: &str,
+        filter: &str,
+        sift: &mut (dyn FnMut(Vec<Batch>) + Send),
+    ) -> Result<()> {
         let mut token = String::new();
         for _ in 0..MAX_PAGES {
             let request = self
@@ -101,9 +117,9 @@ impl DataprocApi for DataprocClient {
                 .set_page_size(LIST_PAGE_SIZE)
                 .set_page_token(token);
             let page = self.call("batches.list", parent, request.send()).await?;
-            batches.extend(page.batches);
+            sift(page.batches);
             if page.next_page_token.is_empty() {
-                return Ok(batches);
+                return Ok(());
             }
             token = page.next_page_token;
         }

@@ -38,7 +38,16 @@ pub trait TpuApi: Send + Sync {
     async fn start_node(&self, name: &str) -> Result<Operation>;
     async fn stop_node(&self, name: &str) -> Result<Operation>;
     /// Every node in a zone (all pages), for orphan sweeping. TPU v2 has no server-side filter.
-    async fn list_nodes(&self, parent: &str) -> Result<Vec<Node>>;
+    async fn list_nodes(&self, parent: &str) -> Result<Vec<Node>> {
+        let mut nodes = Vec::new();
+        self.list_nodes_by_page(parent, &mut |page| nodes.extend(page))
+            .await?;
+        Ok(nodes)
+    }
+    /// Every node in a zone, handed to `sift` a page at a time as pages arrive, so a caller that
+    /// keeps only a few never holds the whole zone (nodes carry their startup scripts: a
+    /// thousand are megabytes).
+    async fn list_nodes_by_page(&self, parent: &str, sift: &mut (dyn FnMut(Vec<Node>) + Send)) -> Result<()>;
 
     async fn get_queued_resource(&self, name: &str) -> Result<QueuedResource>;
     /// `queuedResources.create` with a deterministic id and an idempotency `request_id`.
@@ -135,8 +144,7 @@ impl TpuApi for TpuClient {
             .await
     }
 
-    async fn list_nodes(&self, parent: &str) -> Result<Vec<Node>> {
-        let mut nodes = Vec::new();
+    async fn list_nodes_by_page(&self, parent: &str, sift: &mut (dyn FnMut(Vec<Node>) + Send)) -> Result<()> {
         let mut token = String::new();
         for _ in 0..MAX_PAGES {
             let request = self
@@ -146,9 +154,9 @@ impl TpuApi for TpuClient {
                 .set_page_size(LIST_PAGE_SIZE)
                 .set_page_token(token);
             let page = self.call("nodes.list", parent, request.send()).await?;
-            nodes.extend(page.nodes);
+            sift(page.nodes);
             if page.next_page_token.is_empty() {
-                return Ok(nodes);
+                return Ok(());
             }
             token = page.next_page_token;
         }

@@ -28,7 +28,19 @@ pub trait VertexApi: Send + Sync {
     async fn create_custom_job(&self, parent: &str, job: CustomJob) -> Result<CustomJob>;
     async fn get_custom_job(&self, name: &str) -> Result<CustomJob>;
     /// All jobs of a location matching `filter` (all pages).
-    async fn list_custom_jobs(&self, parent: &str, filter: &str) -> Result<Vec<CustomJob>>;
+    async fn list_custom_jobs(&self, parent: &str, filter: &str) -> Result<Vec<CustomJob>> {
+        let mut jobs = Vec::new();
+        self.list_custom_jobs_by_page(parent, filter, &mut |page| jobs.extend(page))
+            .await?;
+        Ok(jobs)
+    }
+    /// [`VertexApi::list_custom_jobs`], handed to `sift` a page at a time as pages arrive.
+    async fn list_custom_jobs_by_page(
+        &self,
+        parent: &str,
+        filter: &str,
+        sift: &mut (dyn FnMut(Vec<CustomJob>) + Send),
+    ) -> Result<()>;
     /// Best effort: the job goes CANCELLING → CANCELLED (and is not deleted).
     async fn cancel_custom_job(&self, name: &str) -> Result<()>;
     /// Returns the delete operation; only for terminal jobs.
@@ -149,8 +161,12 @@ impl VertexApi for VertexClient {
         .await
     }
 
-    async fn list_custom_jobs(&self, parent: &str, filter: &str) -> Result<Vec<CustomJob>> {
-        let mut jobs = Vec::new();
+    async fn list_custom_jobs_by_page(
+        &self,
+        parent: &str,
+        filter: &str,
+        sift: &mut (dyn FnMut(Vec<CustomJob>) + Send),
+    ) -> Result<()> {
         let mut token = String::new();
         for _ in 0..MAX_PAGES {
             let page_token = std::mem::take(&mut token);
@@ -164,9 +180,9 @@ impl VertexApi for VertexClient {
                     request.set_page_token(page_token).send().await
                 })
                 .await?;
-            jobs.extend(page.custom_jobs);
+            sift(page.custom_jobs);
             if page.next_page_token.is_empty() {
-                return Ok(jobs);
+                return Ok(());
             }
             token = page.next_page_token;
         }

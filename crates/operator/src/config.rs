@@ -93,7 +93,7 @@ pub struct RunArgs {
     #[arg(long, env = "TPU_OPERATOR_WATCH_LISTS", num_args = 0..=1, default_missing_value = "true")]
     pub watch_lists: Option<bool>,
     /// Backstop read interval of an object whose cloud resource the list watch covers
-    /// [default: 60s].
+    /// [default: 5m].
     #[arg(long, env = "TPU_OPERATOR_POLL_WATCHED", value_name = "DURATION", value_parser = parse_duration)]
     pub poll_watched: Option<Duration>,
     /// Cluster id written to the `tpu-operator-cluster` label of every cloud object, so clusters
@@ -521,7 +521,7 @@ mod tests {
     fn the_cloud_watch_is_on_by_default_and_configurable() {
         let defaults = parse(&[]).resolve().unwrap().controller;
         assert!(defaults.watch_lists);
-        assert_eq!(defaults.poll_watched, Duration::from_secs(60));
+        assert_eq!(defaults.poll_watched, Duration::from_secs(300));
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("operator.yaml");
         std::fs::write(&file, "watchLists: false\npollWatched: 2m\n").unwrap();

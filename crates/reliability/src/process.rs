@@ -53,6 +53,22 @@ pub fn operator_binary() -> PathBuf {
     bin
 }
 
+/// `bin`, or `bin` under the profiler or tracer named by `TPU_OPERATOR_RELIABILITY_WRAP`
+/// (whitespace-separated, e.g. `heaptrack -o /tmp/operator`: the bench then measures the
+/// wrapper's process, so its RSS and CPU figures are the wrapper's, not the operator's).
+fn wrapped(bin: &Path) -> Command {
+    let wrap = std::env::var("TPU_OPERATOR_RELIABILITY_WRAP").unwrap_or_default();
+    let mut words = wrap.split_whitespace();
+    match words.next() {
+        None => Command::new(bin),
+        Some(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(bin);
+            cmd
+        }
+    }
+}
+
 pub fn free_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local addr")
@@ -68,7 +84,7 @@ impl OperatorProcess {
     /// with extra flags (poll intervals, ...).
     pub fn spawn(bin: &Path, kubeconfig: &Path, gcp_url: &str, extra: &[&str]) -> Self {
         let metrics = free_port();
-        let child = Command::new(bin)
+        let child = wrapped(bin)
             .arg("run")
             .arg("--kubeconfig")
             .arg(kubeconfig)

@@ -45,7 +45,7 @@ use tpu_operator_gcp::{
 };
 
 pub use self::registry::Seen;
-use self::registry::{Key, Registry, Wake};
+use self::registry::{Key, Registry, Sifted, Wake};
 use crate::{Shutdown, context::Context};
 
 /// A kind of cloud resource the watch can list.
@@ -233,7 +233,7 @@ impl CloudWatch {
         last: Option<Listed>,
         owner: Option<Owner>,
     ) -> Duration {
-        let (Some(parent), Some(owner), true) = (parent_of(name), owner, ctx.config.watch_lists) else {
+        let (Some(parent), Some(owner), true) = (parent_of(name), owner, self.listing()) else {
             return ctx.config.poll_active;
         };
         let key = (collection, parent);
@@ -245,6 +245,13 @@ impl CloudWatch {
         } else {
             ctx.config.poll_active
         }
+    }
+
+    /// Whether a lister runs (reconciles called without [`CloudWatch::start`], or with the
+    /// watch turned off, poll on their own).
+    fn listing(&self) -> bool {
+        let lister = self.lister.lock().expect("cloud watch lister poisoned");
+        lister.as_ref().is_some_and(|(task, _)| !task.is_finished())
     }
 
     /// The job as its owner last read it, while no listing has shown it change (see
@@ -354,9 +361,13 @@ impl CloudWatch {
         };
         for key in due {
             let started = Instant::now();
-            let result = list(ctx, &key).await;
+            let mut sifted = Sifted::default();
+            let result = list(ctx, &key, &mut |page| {
+                self.registry().sift(&key, page, &mut sifted)
+            })
+            .await;
             let wake = match result {
-                Ok(items) => self.registry().listed(&key, started, items),
+                Ok(()) => self.registry().finish(&key, started, sifted),
                 Err(err) => {
                     tracing::warn!(
                         parent = %key.1, collection = ?key.0, error = %err,
@@ -387,33 +398,45 @@ async fn run_lister(ctx: Weak<Context>, shutdown: Shutdown) {
     }
 }
 
-/// Every resource of `key` this cluster may be waiting on. Dataproc and Vertex are filtered to
-/// this cluster's label and to the states that can still change.
-async fn list(ctx: &Context, (collection, parent): &Key) -> Result<Vec<Listed>, GcpError> {
+/// Every resource of `key` this cluster may be waiting on, a page at a time to `sift`. Dataproc
+/// and Vertex are filtered to this cluster's label and to the states that can still change.
+async fn list(
+    ctx: &Context,
+    (collection, parent): &Key,
+    sift: &mut (dyn FnMut(&mut dyn Iterator<Item = Listed>) + Send),
+) -> Result<(), GcpError> {
     let cluster = format!(
         "labels.{} = \"{}\"",
         labels::CLUSTER,
         sanitize_label_value(&ctx.config.cluster_id)
     );
-    Ok(match collection {
+    match collection {
         Collection::TpuNodes => {
-            let nodes = ctx.gcp.tpu.list_nodes(parent).await?;
-            nodes.into_iter().map(|n| Listed::Node(Box::new(n))).collect()
+            let mut page = |nodes: Vec<Node>| sift(&mut nodes.into_iter().map(|n| Listed::Node(Box::new(n))));
+            ctx.gcp.tpu.list_nodes_by_page(parent, &mut page).await
         }
         Collection::DataprocBatches => {
             let filter = format!("{cluster} AND (state = PENDING OR state = RUNNING OR state = CANCELLING)");
-            let batches = ctx.gcp.dataproc.list_batches(parent, &filter).await?;
-            batches.into_iter().map(|b| Listed::Batch(Box::new(b))).collect()
+            let mut page =
+                |batches: Vec<Batch>| sift(&mut batches.into_iter().map(|b| Listed::Batch(Box::new(b))));
+            ctx.gcp
+                .dataproc
+                .list_batches_by_page(parent, &filter, &mut page)
+                .await
         }
         Collection::VertexJobs => {
             let active = ["QUEUED", "PENDING", "RUNNING", "CANCELLING", "UPDATING", "PAUSED"]
                 .map(|s| format!("state = \"JOB_STATE_{s}\""))
                 .join(" OR ");
             let filter = format!("{cluster} AND ({active})");
-            let jobs = ctx.gcp.vertex.list_custom_jobs(parent, &filter).await?;
-            jobs.into_iter().map(|j| Listed::Job(Box::new(j))).collect()
+            let mut page =
+                |jobs: Vec<CustomJob>| sift(&mut jobs.into_iter().map(|j| Listed::Job(Box::new(j))));
+            ctx.gcp
+                .vertex
+                .list_custom_jobs_by_page(parent, &filter, &mut page)
+                .await
         }
-    })
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! `get`.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     time::{Duration, Instant},
 };
 
@@ -44,6 +44,17 @@ struct Interest {
 
 /// Owners to wake, with their UIDs.
 pub type Wake = Vec<(String, Owner)>;
+
+/// What a listing in progress keeps of the pages seen so far: only the resources somebody waits
+/// on, and of those only the listed object when it changed. A zone's nodes (startup scripts
+/// included) are megabytes a thousand; held whole they were the operator's largest transient.
+#[derive(Default)]
+pub struct Sifted {
+    /// Listed objects whose state differs from what their owner saw, by full resource name.
+    changed: HashMap<String, Listed>,
+    /// Resources listed in the state their owner saw.
+    same: HashSet<String>,
+}
 
 impl Registry {
     /// Records that `owner` waits on `name` (in `key`), last seen as `seen`, keeping `last` (the
@@ -103,32 +114,47 @@ impl Registry {
             .collect()
     }
 
-    /// A listing of `key` that started at `started` returned `items` (every object of the
-    /// collection the listing's filter keeps). Wakes the owners whose resource changed from what
-    /// they saw (a resource the listing does not show counts as changed unless it was not seen
-    /// either), keeping the listed object for them.
-    pub fn listed(&mut self, key: &Key, started: Instant, items: Vec<Listed>) -> Wake {
+    /// Keeps of one page of a listing of `key` what [`Registry::finish`] needs and drops the
+    /// rest. Compared with the interests of the moment: one registered later is newer than the
+    /// listing and not judged by it (see `finish`).
+    pub fn sift(&self, key: &Key, page: impl IntoIterator<Item = Listed>, sifted: &mut Sifted) {
+        let Some(parent) = self.parents.get(key) else {
+            return;
+        };
+        for item in page {
+            let Some(interest) = parent.interests.get(item.name()) else {
+                continue;
+            };
+            if Some(item.state()) == interest.seen {
+                sifted.same.insert(item.name().to_owned());
+            } else {
+                sifted.changed.insert(item.name().to_owned(), item);
+            }
+        }
+    }
+
+    /// The listing of `key` that started at `started` is complete. Wakes the owners whose
+    /// resource changed from what they saw (a resource the listing does not show counts as
+    /// changed unless it was not seen either), keeping the listed object for them.
+    pub fn finish(&mut self, key: &Key, started: Instant, mut sifted: Sifted) -> Wake {
         let Some(parent) = self.parents.get_mut(key) else {
             return Vec::new();
         };
         parent.failing_since = None;
         parent.last_listed = Some(started);
-        let mut by_name: HashMap<String, Listed> = items
-            .into_iter()
-            .filter(|l| parent.interests.contains_key(l.name()))
-            .map(|l| (l.name().to_owned(), l))
-            .collect();
         let changed: Vec<String> = parent
             .interests
             .iter()
             .filter(|(_, i)| i.since <= started)
-            .filter(|(name, i)| by_name.get(*name).map(Listed::state) != i.seen)
+            .filter(|(name, i)| {
+                sifted.changed.contains_key(*name) || (!sifted.same.contains(*name) && i.seen.is_some())
+            })
             .map(|(name, _)| name.clone())
             .collect();
         let mut wake = Vec::with_capacity(changed.len());
         for name in changed {
             let interest = parent.interests.remove(&name).expect("listed above");
-            if let Some(listed) = by_name.remove(&name) {
+            if let Some(listed) = sifted.changed.remove(&name) {
                 parent.fresh.insert(name, (listed, started));
             }
             wake.push((interest.owner.uid().to_owned(), interest.owner));
@@ -206,6 +232,15 @@ mod tests {
         Some(format!("{:?}", node::State::Creating))
     }
 
+    impl Registry {
+        /// A whole listing at once: [`Registry::sift`] then [`Registry::finish`].
+        fn listed(&mut self, key: &Key, started: Instant, items: Vec<Listed>) -> Wake {
+            let mut sifted = Sifted::default();
+            self.sift(key, items, &mut sifted);
+            self.finish(key, started, sifted)
+        }
+    }
+
     fn uids(wake: &Wake) -> Vec<&str> {
         let mut v: Vec<&str> = wake.iter().map(|(u, _)| u.as_str()).collect();
         v.sort();
@@ -244,6 +279,38 @@ mod tests {
             vec![node("a", node::State::Creating), node("c", node::State::Creating)],
         );
         assert_eq!(uids(&wake), ["c"]);
+    }
+
+    #[test]
+    fn a_listing_sifted_page_by_page_keeps_only_changed_objects_of_waiters() {
+        let mut r = Registry::default();
+        let t0 = Instant::now();
+        r.watch(key(), name("a"), creating(), None, owner("a"), t0);
+        r.watch(key(), name("b"), creating(), None, owner("b"), t0);
+        r.watch(key(), name("c"), creating(), None, owner("c"), t0);
+        let started = t0 + Duration::from_secs(1);
+        let mut sifted = Sifted::default();
+        r.sift(
+            &key(),
+            [node("a", node::State::Creating), node("x", node::State::Ready)],
+            &mut sifted,
+        );
+        r.sift(&key(), [node("b", node::State::Ready)], &mut sifted);
+        assert_eq!(sifted.changed.len(), 1, "only b's object is kept");
+        assert_eq!(sifted.same.len(), 1, "a is remembered by name");
+        // Registered while the listing ran: not judged by it.
+        r.watch(
+            key(),
+            name("d"),
+            creating(),
+            None,
+            owner("d"),
+            started + Duration::from_millis(1),
+        );
+        let wake = r.finish(&key(), started, sifted);
+        assert_eq!(uids(&wake), ["b", "c"], "b changed, c vanished");
+        assert!(r.take(&key(), &name("b")).is_some());
+        assert_eq!(r.interests(), 2, "a and d still wait");
     }
 
     #[test]
