@@ -41,7 +41,10 @@ use tpu_operator_api::{
     training_pipeline::TrainingPipeline,
 };
 use tpu_operator_gcp::{
-    GcpError, aiplatform_v1::model::CustomJob, dataproc_v1::model::Batch, tpu_v2::model::Node,
+    GcpError,
+    aiplatform_v1::model::{CustomJob, JobState},
+    dataproc_v1::model::{Batch, batch::State as BatchState},
+    tpu_v2::model::Node,
 };
 
 pub use self::registry::Seen;
@@ -80,6 +83,42 @@ impl Listed {
             Listed::Job(j) => state_of(&j.state),
         }
     }
+}
+
+/// Dataproc batch states the service leaves on its own: the watch lists only these, so only a
+/// batch in one of them may be waited on (any other is absent from the listing, which would wake
+/// its owner on every round).
+const BATCH_STATES_LISTED: [BatchState; 3] =
+    [BatchState::Pending, BatchState::Running, BatchState::Cancelling];
+
+/// Vertex job states the service leaves on its own (the same rule as [`BATCH_STATES_LISTED`]).
+const JOB_STATES_LISTED: [JobState; 6] = [
+    JobState::Queued,
+    JobState::Pending,
+    JobState::Running,
+    JobState::Cancelling,
+    JobState::Updating,
+    JobState::Paused,
+];
+
+/// Whether a batch in `state` can be waited on through the watch.
+pub fn lists_batch(state: &BatchState) -> bool {
+    BATCH_STATES_LISTED.contains(state)
+}
+
+/// Whether a Vertex job in `state` can be waited on through the watch.
+pub fn lists_job(state: &JobState) -> bool {
+    JOB_STATES_LISTED.contains(state)
+}
+
+/// `state = A OR state = B ...` for `states`, each name written by `quote`.
+fn state_filter<S>(states: &[S], name: fn(&S) -> Option<&str>, quote: fn(&str) -> String) -> String {
+    states
+        .iter()
+        .filter_map(name)
+        .map(|n| format!("state = {}", quote(n)))
+        .collect::<Vec<_>>()
+        .join(" OR ")
 }
 
 /// How a state is compared between a reconcile's read and a listing.
@@ -412,25 +451,23 @@ async fn list(
     );
     match collection {
         Collection::TpuNodes => {
-            let mut page = |nodes: Vec<Node>| sift(&mut nodes.into_iter().map(|n| Listed::Node(Box::new(n))));
+            let mut page = pages_to(sift, Listed::Node);
             ctx.gcp.tpu.list_nodes_by_page(parent, &mut page).await
         }
         Collection::DataprocBatches => {
-            let filter = format!("{cluster} AND (state = PENDING OR state = RUNNING OR state = CANCELLING)");
-            let mut page =
-                |batches: Vec<Batch>| sift(&mut batches.into_iter().map(|b| Listed::Batch(Box::new(b))));
+            // Dataproc's filter takes enum names bare, Vertex's quoted.
+            let states = state_filter(&BATCH_STATES_LISTED, BatchState::name, str::to_owned);
+            let filter = format!("{cluster} AND ({states})");
+            let mut page = pages_to(sift, Listed::Batch);
             ctx.gcp
                 .dataproc
                 .list_batches_by_page(parent, &filter, &mut page)
                 .await
         }
         Collection::VertexJobs => {
-            let active = ["QUEUED", "PENDING", "RUNNING", "CANCELLING", "UPDATING", "PAUSED"]
-                .map(|s| format!("state = \"JOB_STATE_{s}\""))
-                .join(" OR ");
-            let filter = format!("{cluster} AND ({active})");
-            let mut page =
-                |jobs: Vec<CustomJob>| sift(&mut jobs.into_iter().map(|j| Listed::Job(Box::new(j))));
+            let states = state_filter(&JOB_STATES_LISTED, JobState::name, |n| format!("\"{n}\""));
+            let filter = format!("{cluster} AND ({states})");
+            let mut page = pages_to(sift, Listed::Job);
             ctx.gcp
                 .vertex
                 .list_custom_jobs_by_page(parent, &filter, &mut page)
@@ -439,9 +476,33 @@ async fn list(
     }
 }
 
+/// A page handler for `*_by_page` that hands each item, wrapped by `wrap`, to `sift`.
+fn pages_to<'a, T: Send + 'a>(
+    sift: &'a mut (dyn FnMut(&mut dyn Iterator<Item = Listed>) + Send),
+    wrap: fn(Box<T>) -> Listed,
+) -> impl FnMut(Vec<T>) + Send + 'a {
+    move |page: Vec<T>| sift(&mut page.into_iter().map(|item| wrap(Box::new(item))))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parent_of;
+    use super::*;
+
+    #[test]
+    fn listing_filters_name_the_states_owners_wait_in() {
+        assert_eq!(
+            state_filter(&BATCH_STATES_LISTED, BatchState::name, str::to_owned),
+            "state = PENDING OR state = RUNNING OR state = CANCELLING"
+        );
+        assert_eq!(
+            state_filter(&JOB_STATES_LISTED, JobState::name, |n| format!("\"{n}\"")),
+            ["QUEUED", "PENDING", "RUNNING", "CANCELLING", "UPDATING", "PAUSED"]
+                .map(|s| format!("state = \"JOB_STATE_{s}\""))
+                .join(" OR ")
+        );
+        assert!(lists_batch(&BatchState::Running) && !lists_batch(&BatchState::Succeeded));
+        assert!(lists_job(&JobState::Queued) && !lists_job(&JobState::Succeeded));
+    }
 
     #[test]
     fn parent_is_project_and_location() {

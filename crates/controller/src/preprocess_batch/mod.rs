@@ -42,7 +42,7 @@ use self::{
 };
 use crate::{
     FINALIZER, Shutdown,
-    cloud_watch::{CloudWatch, Collection, Owner, state_of},
+    cloud_watch::{self, CloudWatch, Collection, Owner, state_of},
     context::Context,
     error::{ReconcileError, Result},
     policy, report, tenancy,
@@ -164,7 +164,7 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
     };
     write(ctx, obj, new).await?;
     let wait = match (next, seen) {
-        (Requeue::Active, Some((name, state))) if active(&state) => {
+        (Requeue::Active, Some((name, state))) if cloud_watch::lists_batch(&state) => {
             let seen = Some(state_of(&state));
             ctx.cloud_watch
                 .watch(ctx, Collection::DataprocBatches, &name, seen, Owner::batch(obj))
@@ -177,14 +177,6 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
         }
     };
     Ok(ctx.settled.settle(obj, wait))
-}
-
-/// Batch states the service leaves on its own (what the cloud watch lists).
-fn active(state: &BatchState) -> bool {
-    matches!(
-        state,
-        BatchState::Pending | BatchState::Running | BatchState::Cancelling
-    )
 }
 
 /// One deletion pass. `None` once nothing is left to clean up (or the policy is Orphan).

@@ -156,13 +156,15 @@ pub async fn observe(
             State::Creating | State::Deleting | State::Starting | State::Stopping
         )
     });
-    let done = observed.node.as_ref().is_some_and(|n| {
-        n.state == node::State::Ready && desired.is_some_and(|d| super::plan::drift_mask(d, n).is_empty())
-    });
+    let done = |found: Option<&Node>| {
+        found.is_some_and(|n| {
+            n.state == node::State::Ready && desired.is_some_and(|d| super::plan::drift_mask(d, n).is_empty())
+        })
+    };
     observed.operation = match pending_operation {
         None => None,
         Some(_) if transitional => Some(OperationView::Unread),
-        Some(_) if done => Some(OperationView::Succeeded),
+        Some(_) if done(observed.node.as_ref()) => Some(OperationView::Succeeded),
         Some(op) => Some(match read(tpu.get_operation(op).await, "get operation")? {
             None => OperationView::Gone,
             Some(op) => view(&op),

@@ -36,7 +36,7 @@ use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use crate::{
     FINALIZER, Shutdown,
-    cloud_watch::{CloudWatch, Collection, Owner, state_of},
+    cloud_watch::{self, CloudWatch, Collection, Owner, state_of},
     context::Context,
     error::{ReconcileError, Result},
     policy, report, tenancy,
@@ -162,7 +162,7 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
         let wait = match (&decision.action, reads.job) {
             // The job as read or as just created: reused until a listing shows it change.
             (plan::Action::Nothing | plan::Action::CreateJob { .. }, Some(job))
-                if current(&job.name) && in_flight(&job.state) =>
+                if current(&job.name) && cloud_watch::lists_job(&job.state) =>
             {
                 Some(ctx.cloud_watch.watch_job(&ctx, &job, owner))
             }
@@ -182,19 +182,6 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
         ctx.cloud_watch.unwatch(Collection::VertexJobs, name);
     }
     Ok(requeue(&ctx, decision.requeue))
-}
-
-/// Vertex job states the service leaves on its own (what the cloud watch lists).
-fn in_flight(state: &JobState) -> bool {
-    matches!(
-        state,
-        JobState::Queued
-            | JobState::Pending
-            | JobState::Running
-            | JobState::Cancelling
-            | JobState::Updating
-            | JobState::Paused
-    )
 }
 
 /// Checks what `action` would create against the namespace's tenancy policy: before
