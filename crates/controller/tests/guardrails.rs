@@ -75,19 +75,13 @@ fn is_ready(s: &TpuSlice) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-async fn warning_reasons(env: &TestEnv, name: &str) -> Vec<String> {
-    env.api::<k8s_openapi::api::events::v1::Event>()
-        .list(&Default::default())
+/// Whether a Warning event with `reason` about `name` shows up (Events follow the status write,
+/// so this waits for one). `step` advances the cloud clock between polls.
+async fn has_warning(env: &TestEnv, name: &str, reason: &str, step: Duration) -> bool {
+    env.wait_for_event(name, reason, step)
         .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.type_.as_deref() == Some("Warning")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-        })
-        .filter_map(|e| e.reason)
-        .collect()
+        .iter()
+        .any(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason))
 }
 
 #[tokio::test]
@@ -151,12 +145,7 @@ async fn policy_refusals_make_no_cloud_call() {
                 && message.contains(fragment),
             "{name}: {message}"
         );
-        assert!(
-            warning_reasons(&env, name)
-                .await
-                .contains(&"PolicyDenied".to_string()),
-            "{name}"
-        );
+        assert!(has_warning(&env, name, "PolicyDenied", STEP).await, "{name}");
     }
     // Refused before any cloud read: not one TPU call.
     env.idle(Duration::from_millis(300), STEP).await;
@@ -214,11 +203,7 @@ async fn policy_refusals_make_no_cloud_call() {
         "{message}"
     );
     assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 0);
-    assert!(
-        warning_reasons(&env, "ondemand")
-            .await
-            .contains(&"PolicyDenied".to_string())
-    );
+    assert!(has_warning(&env, "ondemand", "PolicyDenied", STEP).await);
 
     // Allowed: the same slice within the rules is created, in the namespace's default project.
     env.create(&slice("allowed", json!({}))).await;
@@ -343,11 +328,7 @@ async fn orphan_sweeper_reports_then_deletes_only_our_orphans() {
         .get_or_create(&tpu_operator_controller::metrics::OrphanLabels { kind: "tpu.node" })
         .get();
     assert_eq!(gauge, 1);
-    assert!(
-        warning_reasons(&env, SUMMARY_CONFIGMAP)
-            .await
-            .contains(&"OrphanFound".to_string())
-    );
+    assert!(has_warning(&env, SUMMARY_CONFIGMAP, "OrphanFound", Duration::ZERO).await);
 
     // Delete mode: only after the grace period.
     let sweeper = Sweeper::new(SweeperConfig {
@@ -377,11 +358,7 @@ async fn orphan_sweeper_reports_then_deletes_only_our_orphans() {
     }
     assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 1);
     assert!(sweeper.sweep(&ctx).await.unwrap().orphans.is_empty());
-    assert!(
-        warning_reasons(&env, SUMMARY_CONFIGMAP)
-            .await
-            .contains(&"OrphanDeleted".to_string())
-    );
+    assert!(has_warning(&env, SUMMARY_CONFIGMAP, "OrphanDeleted", Duration::ZERO).await);
 }
 
 #[tokio::test]

@@ -192,6 +192,39 @@ impl TestEnv {
         }
     }
 
+    /// Polls the Events about `regarding` until one has `reason`, and returns all of them then.
+    /// Controllers publish a transition's Events after its status write, so a test that saw the
+    /// status must wait for the Event rather than list once. Advances the clock like `wait_for`.
+    pub async fn wait_for_event(
+        &self,
+        regarding: &str,
+        reason: &str,
+        step: Duration,
+    ) -> Vec<k8s_openapi::api::events::v1::Event> {
+        let api = self.api::<k8s_openapi::api::events::v1::Event>();
+        let deadline = tokio::time::Instant::now() + self.wait_limit;
+        loop {
+            let events: Vec<_> = api
+                .list(&Default::default())
+                .await
+                .expect("list events")
+                .items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
+                .collect();
+            if events.iter().any(|e| e.reason.as_deref() == Some(reason)) {
+                return events;
+            }
+            let seen: Vec<_> = events.iter().filter_map(|e| e.reason.clone()).collect();
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for a {reason} event about {regarding}; seen: {seen:?}"
+            );
+            self.gcp.clock().advance(step);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Polls until the object is gone (finalizers done), advancing the clock like `wait_for`.
     pub async fn wait_gone<K>(&self, name: &str, step: Duration)
     where
