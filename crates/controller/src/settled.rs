@@ -36,8 +36,10 @@ struct Entry {
 }
 
 impl Settled {
-    /// `Some(wait)` when `obj` is exactly as the last successful reconcile left it, is not being
-    /// deleted, and its poll is not due yet. Otherwise drops the entry (a full pass follows).
+    /// `Some(wait)` when `obj` is exactly as the last successful reconcile left it and its poll
+    /// is not due yet. Otherwise drops the entry (a full pass follows). An object being deleted
+    /// is skipped only after a deletion pass settled it: setting `deletionTimestamp` gives the
+    /// object a new `resourceVersion`, so what the apply path settled never matches.
     pub fn skip<K: Resource>(&self, obj: &K) -> Option<Action> {
         self.skip_at(obj, Instant::now())
     }
@@ -45,8 +47,7 @@ impl Settled {
     fn skip_at<K: Resource>(&self, obj: &K, now: Instant) -> Option<Action> {
         let (uid, rv) = (obj.uid()?, obj.resource_version()?);
         let mut entries = self.entries.lock().expect("settled cache poisoned");
-        if obj.meta().deletion_timestamp.is_none()
-            && let Some((settled_rv, due)) = entries.get(&uid).and_then(|e| e.settled.as_ref())
+        if let Some((settled_rv, due)) = entries.get(&uid).and_then(|e| e.settled.as_ref())
             && *settled_rv == rv
             && *due > now
         {
@@ -139,12 +140,19 @@ mod tests {
         s.forget(&obj("3"));
         assert!(s.skip_at(&obj("3"), at(9)).is_none(), "forgotten after a failure");
         assert!(s.is_empty());
-        // An object being deleted is never skipped.
+        // Deletion gives the object a new version: what the apply path settled does not hold,
+        // while what a deletion pass settled (with its own status write) does.
         s.settle_at(&obj("4"), Duration::from_secs(5), t0);
-        let mut deleting = obj("4");
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-        ));
-        assert!(s.skip_at(&deleting, t0).is_none());
+        let deleting = |rv: &str| {
+            let mut o = obj(rv);
+            o.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+            o
+        };
+        assert!(s.skip_at(&deleting("5"), t0).is_none());
+        s.wrote(&deleting("5"), Some("6".into()));
+        s.settle_at(&deleting("5"), Duration::from_secs(5), t0);
+        assert_eq!(s.skip_at(&deleting("6"), at(1)), wait(4));
     }
 }

@@ -161,3 +161,41 @@ async fn a_second_run_on_the_same_context_is_woken_too() {
         env.gcp.call_counts()
     );
 }
+
+#[tokio::test]
+async fn a_deletion_waits_on_the_listing_and_reads_the_node_once_at_the_end() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, |_| {}).await;
+    let names = ["d1", "d2", "d3"];
+    for n in names {
+        env.create(&slice(n)).await;
+    }
+    for n in names {
+        env.wait_for(n, "slice Ready", STEP, slice_ready).await;
+    }
+    env.gcp.clear_calls();
+    for n in names {
+        env.api::<TpuSlice>()
+            .delete(n, &Default::default())
+            .await
+            .expect("delete slice");
+    }
+    // The emulator's node takes 60 cloud seconds to go; at 0.5 s a tick that is over a second
+    // of real time, in which a slice polling at `poll_active` (50 ms) would read its node ~24
+    // times.
+    for n in names {
+        env.wait_gone::<TpuSlice>(n, Duration::from_millis(500)).await;
+    }
+    assert!(env.gcp.nodes().is_empty(), "{:#?}", env.gcp.nodes());
+    let counts = env.gcp.call_counts();
+    eprintln!("{counts:?}");
+    let count = |m: &str| counts.get(m).copied().unwrap_or(0);
+    assert_eq!(count("tpu.nodes.delete"), 3, "{counts:?}");
+    assert!(count("tpu.nodes.list") >= 1, "the watch lists nodes: {counts:?}");
+    // Per slice: the read before its delete and the one that confirms the absence the listing
+    // showed (absence is never taken from a listing); one more for a pass that raced the delete.
+    assert!(
+        count("tpu.nodes.get") <= 3 * 3,
+        "a deleting slice must wait on the listing, not read its node every poll: {counts:?}"
+    );
+}
