@@ -307,6 +307,30 @@ async fn delete_while_running_cancels_then_deletes_every_attempt_and_leaves_noth
     );
 }
 
+#[tokio::test]
+async fn deleting_a_finished_batch_takes_one_listing_and_one_delete() {
+    let mut env = TestEnv::start().await;
+    start_operator(&mut env);
+    create(&env, &ppb("finished", 0)).await;
+    env.wait_for::<PreprocessBatch, _>("finished", "Succeeded", STEP, |b| {
+        phase(b) == PreprocessBatchPhase::Succeeded
+    })
+    .await;
+    env.gcp.clear_calls();
+    env.api::<PreprocessBatch>()
+        .delete("finished", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<PreprocessBatch>("finished", Duration::ZERO).await;
+    assert!(env.gcp.batches().is_empty(), "{:#?}", env.gcp.batches());
+    // The listing by UID label finds the one batch; Dataproc deletes it synchronously, so the
+    // finalizer goes in the same pass, without a second listing.
+    let counts = env.gcp.call_counts();
+    assert_eq!(counts.get("dataproc.batches.list"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("dataproc.batches.delete"), Some(&1), "{counts:?}");
+    assert_eq!(dataproc_calls(&env), 2, "{counts:?}");
+}
+
 /// A Dataproc client that performs the create and then never returns, as if the operator
 /// process died right after Dataproc accepted the batch and before the status write.
 struct StallAfterCreate {

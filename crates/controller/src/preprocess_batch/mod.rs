@@ -202,6 +202,13 @@ async fn cleanup_pass(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Act
         }
         CleanupStep::Delete { batch } => {
             act::delete(ctx, &batch).await?;
+            // Dataproc deletes a batch synchronously, and the listing found every batch of this
+            // object (by its UID label; nothing creates more once it is being deleted): when
+            // that was the last one the finalizer can go now, without a second listing to see
+            // an empty result.
+            if batches.len() == 1 {
+                return Ok(None);
+            }
             (
                 PreprocessBatchPhase::Deleting,
                 reasons::DELETING,
