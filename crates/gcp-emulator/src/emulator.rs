@@ -177,6 +177,15 @@ impl Emulator {
     pub fn custom_jobs(&self) -> Vec<Value> {
         self.with_world(|w| w.jobs.values().map(|r| r.body.clone()).collect())
     }
+    /// How many TPU nodes, Dataproc batches and Vertex custom jobs exist, without copying them
+    /// (benchmarks poll this while thousands exist).
+    pub fn resource_counts(&self) -> ResourceCounts {
+        self.with_world(|w| ResourceCounts {
+            nodes: w.nodes.len(),
+            batches: w.batches.len(),
+            custom_jobs: w.jobs.len(),
+        })
+    }
     pub fn operations(&self) -> Vec<Value> {
         self.with_world(|w| w.ops.values().map(|o| o.body.clone()).collect())
     }
@@ -264,4 +273,12 @@ impl Drop for Emulator {
             t.abort();
         }
     }
+}
+
+/// See [`Emulator::resource_counts`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResourceCounts {
+    pub nodes: usize,
+    pub batches: usize,
+    pub custom_jobs: usize,
 }

@@ -27,7 +27,7 @@ pub use admin::ResourceSummary;
 pub use calls::CallRecord;
 pub use clock::Clock;
 pub use config::{Config, Durations};
-pub use emulator::{Emulator, EmulatorBuilder, StoredObject};
+pub use emulator::{Emulator, EmulatorBuilder, ResourceCounts, StoredObject};
 pub use errors::{ApiError, Code};
 pub use faults::Fault;
 pub use outputs::OUTPUT_PROPERTY;

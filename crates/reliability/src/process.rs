@@ -140,12 +140,7 @@ impl OperatorProcess {
 
     /// User + system CPU seconds so far (from /proc/PID/stat, 100 ticks per second).
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let text = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
-        let after = &text[text.rfind(')')? + 2..];
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let utime: f64 = fields.get(11)?.parse().ok()?;
-        let stime: f64 = fields.get(12)?.parse().ok()?;
-        Some((utime + stime) / 100.0)
+        cpu_seconds_of(&self.pid().to_string())
     }
 
     pub async fn scrape(&self) -> Option<String> {
@@ -187,4 +182,14 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// User + system CPU seconds of the process `pid` (`"self"` for this one), from `/proc`.
+pub fn cpu_seconds_of(pid: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }

@@ -9,7 +9,13 @@
 //! Vertex jobs, jump 7 min, measure again; idle for `--idle` seconds counting GCP reads; delete
 //! everything and measure until it is gone and nothing is left in the cloud.
 //!
-//! cargo run -p tpu-operator-reliability --bin scale-bench -- --n 100 [--idle 60]
+//! The single jump makes all N objects change at one instant: the worst case. With `--waves W`
+//! the objects are created in W waves, each submitted one emulated second after the previous
+//! one, and the first phase passes the waves' deadlines one by one over `--spread` seconds of
+//! real time: N / spread changes per second, each object's lag measured from its own wave's
+//! change, as when thousands of TPU nodes and batches finish over a minute.
+//!
+//! cargo run -p tpu-operator-reliability --bin scale-bench -- --n 100 [--idle 60] [--waves 100 --spread 50]
 
 use std::{
     collections::HashMap,
@@ -42,6 +48,16 @@ fn arg(name: &str, default: u64) -> u64 {
         .map(|v| v.parse().expect("number"))
         .unwrap_or(default)
 }
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Slice,
+    Batch,
+    Pipeline,
+}
+
+/// Emulated time between the submissions of two waves (`--waves`).
+const WAVE_GAP: Duration = Duration::from_secs(1);
 
 /// First instant each object was seen done ("Ready"/"Succeeded"), by "kind/name".
 type Seen = Arc<Mutex<HashMap<String, Instant>>>;
@@ -83,11 +99,20 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn lags(seen: &Seen, keys: &[String], t0: Instant) -> (usize, f64, f64, f64) {
+    wave_lags(seen, &[keys.to_vec()], &[t0])
+}
+
+/// Lags of `waves[w]`'s objects from `at[w]`, the instant their cloud resources changed.
+fn wave_lags(seen: &Seen, waves: &[Vec<String>], at: &[Instant]) -> (usize, f64, f64, f64) {
     let g = seen.lock().unwrap();
-    let mut v: Vec<f64> = keys
+    let mut v: Vec<f64> = waves
         .iter()
-        .filter_map(|k| g.get(k))
-        .map(|t| t.saturating_duration_since(t0).as_secs_f64())
+        .zip(at)
+        .flat_map(|(keys, t0)| {
+            keys.iter()
+                .filter_map(|k| g.get(k))
+                .map(|t| t.saturating_duration_since(*t0).as_secs_f64())
+        })
         .collect();
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     (
@@ -96,6 +121,13 @@ fn lags(seen: &Seen, keys: &[String], t0: Instant) -> (usize, f64, f64, f64) {
         percentile(&v, 0.99),
         v.last().copied().unwrap_or(f64::NAN),
     )
+}
+
+/// CPU seconds so far of the operator process and of this one.
+fn burst_cpu(world: &World) -> (f64, f64) {
+    let operator = world.process().and_then(|p| p.cpu_seconds());
+    let bench = tpu_operator_reliability::process::cpu_seconds_of("self");
+    (operator.unwrap_or(f64::NAN), bench.unwrap_or(f64::NAN))
 }
 
 async fn wait(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
@@ -113,6 +145,12 @@ async fn wait(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 async fn main() {
     let n = arg("--n", 100) as usize;
     let idle = arg("--idle", 60);
+    let waves = arg("--waves", 1).max(1) as usize;
+    let spread = arg("--spread", 50);
+    assert!(
+        waves < 180,
+        "--waves must stay under 180: every wave must be submitted before the first one changes"
+    );
     let limit = Duration::from_secs(arg("--limit", 1800));
     let (slices, batches) = (n / 2, n * 3 / 10);
     let pipelines = n - slices - batches;
@@ -141,63 +179,148 @@ async fn main() {
             .is_some_and(|s| s.phase == TrainingPipelinePhase::Succeeded)
     });
 
+    // The objects in creation order, kinds interleaved so that every wave holds the same mix.
+    let mut order: Vec<(Kind, usize)> = Vec::with_capacity(n);
+    let (mut next_slice, mut next_batch, mut next_pipeline) = (0, 0, 0);
+    for i in 0..n {
+        // Per 10 objects: 5 slices, 3 batches, 2 pipelines, spread evenly.
+        let kind = match i % 10 {
+            0 | 2 | 4 | 6 | 8 if next_slice < slices => Kind::Slice,
+            1 | 5 | 9 if next_batch < batches => Kind::Batch,
+            _ if next_pipeline < pipelines => Kind::Pipeline,
+            _ if next_slice < slices => Kind::Slice,
+            _ => Kind::Batch,
+        };
+        let idx = match kind {
+            Kind::Slice => &mut next_slice,
+            Kind::Batch => &mut next_batch,
+            Kind::Pipeline => &mut next_pipeline,
+        };
+        order.push((kind, *idx));
+        *idx += 1;
+    }
+
     let started = Instant::now();
-    let mut slice_keys = Vec::new();
-    let mut batch_keys = Vec::new();
-    let mut child_keys = Vec::new();
     let mut pipeline_keys = Vec::new();
-    for i in 0..slices {
-        let name = format!("s-{i}");
-        world.create(&fixtures::slice(&name, Capacity::SpotNode)).await;
-        slice_keys.push(format!("TpuSlice/{name}"));
-    }
-    for i in 0..batches {
-        let name = format!("b-{i}");
-        world.create(&fixtures::batch(&name)).await;
-        batch_keys.push(format!("PreprocessBatch/{name}"));
-    }
-    for i in 0..pipelines {
-        let name = format!("p-{i}");
-        world.create(&fixtures::pipeline(&name, Training::Vertex)).await;
-        pipeline_keys.push(format!("TrainingPipeline/{name}"));
-        child_keys.push(format!("PreprocessBatch/{name}-preprocess"));
+    // Keys of the objects whose status shows the first change (node READY, batch SUCCEEDED),
+    // per wave.
+    let mut first_keys: Vec<Vec<String>> = vec![Vec::new(); waves];
+    let gcp = &world.gcp;
+    let (mut want_nodes, mut want_batches) = (0, 0);
+    let mut submitted = true;
+    for (w, chunk) in order.chunks(n.div_ceil(waves)).enumerate() {
+        for &(kind, i) in chunk {
+            match kind {
+                Kind::Slice => {
+                    let name = format!("s-{i}");
+                    world.create(&fixtures::slice(&name, Capacity::SpotNode)).await;
+                    first_keys[w].push(format!("TpuSlice/{name}"));
+                    want_nodes += 1;
+                }
+                Kind::Batch => {
+                    let name = format!("b-{i}");
+                    world.create(&fixtures::batch(&name)).await;
+                    first_keys[w].push(format!("PreprocessBatch/{name}"));
+                    want_batches += 1;
+                }
+                Kind::Pipeline => {
+                    let name = format!("p-{i}");
+                    world.create(&fixtures::pipeline(&name, Training::Vertex)).await;
+                    pipeline_keys.push(format!("TrainingPipeline/{name}"));
+                    first_keys[w].push(format!("PreprocessBatch/{name}-preprocess"));
+                    want_batches += 1;
+                }
+            }
+        }
+        if waves > 1 {
+            // Each wave's cloud resources are submitted one emulated second after the previous
+            // wave's, so they change state one second apart.
+            submitted &= wait(limit, || {
+                let c = gcp.resource_counts();
+                c.nodes >= want_nodes && c.batches >= want_batches
+            })
+            .await;
+            world.advance(WAVE_GAP);
+        }
     }
     let created = started.elapsed();
-    let gcp = &world.gcp;
-    let submitted = wait(limit, || {
-        gcp.nodes().len() >= slices && gcp.batches().len() >= batches + pipelines
+    submitted &= wait(limit, || {
+        let c = gcp.resource_counts();
+        c.nodes >= slices && c.batches >= batches + pipelines
     })
     .await;
     let t_submitted = started.elapsed();
     println!(
-        "objects created in {:.1} s; all {} nodes and {} batches submitted at {:.1} s{}",
+        "objects created in {:.1} s{}; all {} nodes and {} batches submitted at {:.1} s{}",
         created.as_secs_f64(),
+        if waves > 1 {
+            format!(" in {waves} waves, each submitted before the next")
+        } else {
+            String::new()
+        },
         slices,
         batches + pipelines,
         t_submitted.as_secs_f64(),
         if submitted { "" } else { " (TIMED OUT)" }
     );
 
-    // Jump 1: nodes READY, batches SUCCEEDED.
+    // Phase 1: nodes READY, batches SUCCEEDED. One jump (the burst), or the waves' deadlines
+    // passed one by one, `--spread` seconds apart in all.
+    let cpu_before = burst_cpu(&world);
     let t0 = Instant::now();
-    world.advance(Duration::from_secs(240));
-    let mut all_first: Vec<String> = slice_keys.clone();
-    all_first.extend(batch_keys.iter().cloned());
-    all_first.extend(child_keys.iter().cloned());
+    let mut wave_at = Vec::with_capacity(waves);
+    if waves == 1 {
+        world.advance(Duration::from_secs(240));
+        wave_at.push(t0);
+    } else {
+        // Every transition of the fixtures takes 3 min of emulated time (TPU create; Dataproc
+        // pending + run), so wave w changes at 3 min + w seconds after the first submission.
+        let step = Duration::from_secs_f64(spread as f64 / waves as f64);
+        let mut cloud = WAVE_GAP * waves as u32;
+        for w in 0..waves {
+            let target = Duration::from_secs(180) + WAVE_GAP * w as u32 + Duration::from_millis(500);
+            world.advance(target - cloud);
+            cloud = target;
+            wave_at.push(Instant::now());
+            if w + 1 < waves {
+                tokio::time::sleep(step).await;
+            }
+        }
+    }
+    let all_first: Vec<String> = first_keys.iter().flatten().cloned().collect();
     let ok = wait(limit, || {
         let g = seen.lock().unwrap();
         all_first.iter().all(|k| g.contains_key(k))
     })
     .await;
-    let (cnt, p50, p99, max) = lags(&seen, &all_first, t0);
+    let burst = t0.elapsed();
+    let cpu_after = burst_cpu(&world);
+    let (cnt, p50, p99, max) = wave_lags(&seen, &first_keys, &wave_at);
     println!(
-        "status lag after jump 1 (node READY / batch SUCCEEDED; {cnt} of {} objects{}): p50 {p50:.2} s, p99 {p99:.2} s, max {max:.2} s",
+        "status lag, node READY / batch SUCCEEDED ({}; {cnt} of {} objects{}): p50 {p50:.2} s, p99 {p99:.2} s, max {max:.2} s",
+        if waves == 1 {
+            "all at one instant".to_string()
+        } else {
+            format!(
+                "{waves} waves over {spread} s: {:.0} changes/s",
+                all_first.len() as f64 / spread as f64
+            )
+        },
         all_first.len(),
         if ok { "" } else { ", TIMED OUT" }
     );
+    // Where the burst's CPU went: the operator, and this process (both emulators and the
+    // bench's own watches); the machine has 2 cores.
+    println!(
+        "CPU during phase 1 ({:.1} s wall, {:.1} CPU-s available on 2 cores): operator {:.1} s, emulators + bench {:.1} s",
+        burst.as_secs_f64(),
+        burst.as_secs_f64() * 2.0,
+        cpu_after.0 - cpu_before.0,
+        cpu_after.1 - cpu_before.1
+    );
 
     // The pipelines create their Vertex jobs; then jump 2 finishes them.
-    let jobs_ok = wait(limit, || gcp.custom_jobs().len() >= pipelines).await;
+    let jobs_ok = wait(limit, || gcp.resource_counts().custom_jobs >= pipelines).await;
     let t1 = Instant::now();
     world.advance(Duration::from_secs(420));
     let ok2 = wait(limit, || {
