@@ -98,20 +98,18 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-fn lags(seen: &Seen, keys: &[String], t0: Instant) -> (usize, f64, f64, f64) {
-    wave_lags(seen, &[keys.to_vec()], &[t0])
-}
-
-/// Lags of `waves[w]`'s objects from `at[w]`, the instant their cloud resources changed.
-fn wave_lags(seen: &Seen, waves: &[Vec<String>], at: &[Instant]) -> (usize, f64, f64, f64) {
+/// Lags of each group's objects from the group's instant (when their cloud resources changed).
+fn lags<'a>(
+    seen: &Seen,
+    groups: impl IntoIterator<Item = (&'a [String], Instant)>,
+) -> (usize, f64, f64, f64) {
     let g = seen.lock().unwrap();
-    let mut v: Vec<f64> = waves
-        .iter()
-        .zip(at)
+    let mut v: Vec<f64> = groups
+        .into_iter()
         .flat_map(|(keys, t0)| {
             keys.iter()
                 .filter_map(|k| g.get(k))
-                .map(|t| t.saturating_duration_since(*t0).as_secs_f64())
+                .map(move |t| t.saturating_duration_since(t0).as_secs_f64())
         })
         .collect();
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -124,7 +122,7 @@ fn wave_lags(seen: &Seen, waves: &[Vec<String>], at: &[Instant]) -> (usize, f64,
 }
 
 /// CPU seconds so far of the operator process and of this one.
-fn burst_cpu(world: &World) -> (f64, f64) {
+fn cpu_split(world: &World) -> (f64, f64) {
     let operator = world.process().and_then(|p| p.cpu_seconds());
     let bench = tpu_operator_reliability::process::cpu_seconds_of("self");
     (operator.unwrap_or(f64::NAN), bench.unwrap_or(f64::NAN))
@@ -266,7 +264,7 @@ async fn main() {
 
     // Phase 1: nodes READY, batches SUCCEEDED. One jump (the burst), or the waves' deadlines
     // passed one by one, `--spread` seconds apart in all.
-    let cpu_before = burst_cpu(&world);
+    let cpu_before = cpu_split(&world);
     let t0 = Instant::now();
     let mut wave_at = Vec::with_capacity(waves);
     if waves == 1 {
@@ -294,8 +292,11 @@ async fn main() {
     })
     .await;
     let burst = t0.elapsed();
-    let cpu_after = burst_cpu(&world);
-    let (cnt, p50, p99, max) = wave_lags(&seen, &first_keys, &wave_at);
+    let cpu_after = cpu_split(&world);
+    let (cnt, p50, p99, max) = lags(
+        &seen,
+        first_keys.iter().map(Vec::as_slice).zip(wave_at.iter().copied()),
+    );
     println!(
         "status lag, node READY / batch SUCCEEDED ({}; {cnt} of {} objects{}): p50 {p50:.2} s, p99 {p99:.2} s, max {max:.2} s",
         if waves == 1 {
@@ -328,7 +329,7 @@ async fn main() {
         pipeline_keys.iter().all(|k| g.contains_key(k))
     })
     .await;
-    let (cnt2, p50b, p99b, maxb) = lags(&seen, &pipeline_keys, t1);
+    let (cnt2, p50b, p99b, maxb) = lags(&seen, [(pipeline_keys.as_slice(), t1)]);
     let converged = started.elapsed();
     println!(
         "status lag after jump 2 (Vertex job SUCCEEDED → pipeline Succeeded; {cnt2} of {}{}{}): p50 {p50b:.2} s, p99 {p99b:.2} s, max {maxb:.2} s",
