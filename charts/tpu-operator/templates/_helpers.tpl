@@ -95,3 +95,18 @@ chart owns (namespace, metricsAddr, gcpEmulator). Every key is one `tpu-operator
 {{- define "tpu-operator.image" -}}
 {{- printf "%s:%s" .repository (.tag | default .appVersion) }}
 {{- end }}
+
+{{/*
+Refuses combinations that would break the operator's one promise (nothing billable duplicated or
+leaked). Included at the top of deployment.yaml, so `helm install`, `helm upgrade` and
+`helm template` all stop with this message before anything is applied.
+- Several replicas without leader election would all run the controllers at once. TPU nodes and
+  Dataproc batches have deterministic ids, but Vertex AI custom jobs get server-assigned names, so
+  two active replicas can each create (and pay for) one; they also fight over status, finalizers
+  and the orphan sweep. Only the Lease makes extra replicas safe standbys.
+*/}}
+{{- define "tpu-operator.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (eq (toString .Values.config.leaderElect) "false") }}
+{{- fail (printf "replicaCount=%d with config.leaderElect=false would run %d copies of the controllers at once, racing on every object (two active replicas can each create a billable Vertex AI custom job for one pipeline). Keep config.leaderElect=true (the default) with replicaCount > 1, or set replicaCount=1 to run without leader election." (int .Values.replicaCount) (int .Values.replicaCount)) }}
+{{- end }}
+{{- end }}

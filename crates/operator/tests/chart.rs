@@ -284,6 +284,42 @@ fn bad_values_are_rejected_by_the_schema() {
 }
 
 #[test]
+fn several_replicas_without_leader_election_are_refused() {
+    // Every replica would run the controllers: the template fails (templates/_helpers.tpl,
+    // `tpu-operator.validate`) with a message naming both values and the fix.
+    let helm = Helm::new();
+    let chart = chart_dir();
+    let out = helm.run(&[
+        "template",
+        "x",
+        chart.to_str().unwrap(),
+        "--set",
+        "replicaCount=2",
+        "--set",
+        "config.leaderElect=false",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "replicaCount=2 without leader election rendered");
+    for expected in [
+        "replicaCount=2",
+        "config.leaderElect=false",
+        "Keep config.leaderElect=true",
+        "set replicaCount=1",
+    ] {
+        assert!(stderr.contains(expected), "the error does not say {expected:?}:\n{stderr}");
+    }
+    // The safe combinations render: one replica without election, several with it.
+    helm.ok(&[
+        "template",
+        "x",
+        chart.to_str().unwrap(),
+        "--set",
+        "replicaCount=1,config.leaderElect=false",
+    ]);
+    helm.ok(&["template", "x", chart.to_str().unwrap(), "--set", "replicaCount=3"]);
+}
+
+#[test]
 fn config_keys_are_the_binary_config_keys() {
     // Every key the chart can put in the ConfigMap must be one `tpu-operator run --config` knows
     // (it denies unknown keys); tests/chart_apply.rs also starts the binary on the rendered file.
