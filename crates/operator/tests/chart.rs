@@ -79,6 +79,10 @@ fn cluster_scope_renders_the_operator_with_cluster_roles() {
         [
             "ClusterRole",
             "ClusterRole",
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ClusterRoleBinding",
             "ClusterRoleBinding",
             "ConfigMap",
@@ -173,9 +177,31 @@ fn namespace_scope_renders_roles_in_the_watched_namespace_and_passes_it_to_the_b
         "the operator runs in the release namespace"
     );
     assert_eq!(operator_config(&docs)["namespace"], "team-a");
-    // The only cluster-scoped grant left is reading the three CRDs by name.
-    let cluster_roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole").collect();
-    assert_eq!(cluster_roles.len(), 1);
+    // The only cluster-scoped grants left to the operator are reading the three CRDs and the
+    // kube-system Namespace by name (the other ClusterRoles are the aggregated ones, for people).
+    let bound: BTreeSet<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding")
+        .map(|d| d["roleRef"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        bound,
+        BTreeSet::from(["tpu-operator-crds", "tpu-operator-cluster-id"])
+    );
+    let cluster_roles: BTreeSet<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .map(|d| d["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        cluster_roles,
+        BTreeSet::from([
+            "tpu-operator-crds",
+            "tpu-operator-cluster-id",
+            "tpu-operator-edit",
+            "tpu-operator-view"
+        ])
+    );
     assert_crd_reader_and_lease_role(&docs, "tpu-operator");
 
     // Without watchNamespace, the release namespace is watched.
@@ -185,6 +211,62 @@ fn namespace_scope_renders_roles_in_the_watched_namespace_and_passes_it_to_the_b
         "tpu-operator"
     );
     assert_eq!(operator_config(&docs)["namespace"], "tpu-operator");
+}
+
+#[test]
+fn tenants_get_the_kinds_through_the_default_roles() {
+    // Aggregated ClusterRoles: admin and edit get every verb on the three kinds and read-only
+    // status; view gets read-only access. Nothing binds them: the controller-manager aggregates.
+    let docs = documents(&Helm::new().template(&[]));
+    let label = |role: &Value, name: &str| role["metadata"]["labels"][name].clone();
+    let kinds3 = json!(["tpuslices", "preprocessbatches", "trainingpipelines"]);
+    let status3 = json!([
+        "tpuslices/status",
+        "preprocessbatches/status",
+        "trainingpipelines/status"
+    ]);
+    let g = json!(["tpu-operator.dev"]);
+    let read = json!(["get", "list", "watch"]);
+
+    let edit = find(&docs, "ClusterRole", Some("tpu-operator-edit"));
+    assert_eq!(label(edit, "rbac.authorization.k8s.io/aggregate-to-edit"), "true");
+    assert_eq!(label(edit, "rbac.authorization.k8s.io/aggregate-to-admin"), "true");
+    assert_eq!(label(edit, "rbac.authorization.k8s.io/aggregate-to-view"), Value::Null);
+    assert_eq!(
+        rules(edit),
+        vec![
+            json!([
+                g,
+                kinds3,
+                null,
+                ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+            ]),
+            json!([g, status3, null, read]),
+        ]
+    );
+    let view = find(&docs, "ClusterRole", Some("tpu-operator-view"));
+    assert_eq!(label(view, "rbac.authorization.k8s.io/aggregate-to-view"), "true");
+    assert_eq!(label(view, "rbac.authorization.k8s.io/aggregate-to-edit"), Value::Null);
+    let mut view_resources: Vec<Value> = kinds3.as_array().unwrap().clone();
+    view_resources.extend(status3.as_array().unwrap().iter().cloned());
+    assert_eq!(rules(view), vec![json!([g, view_resources, null, read])]);
+    for role in ["tpu-operator-edit", "tpu-operator-view"] {
+        assert!(
+            !docs
+                .iter()
+                .any(|d| d["kind"].as_str().unwrap().ends_with("Binding") && d["roleRef"]["name"] == role),
+            "{role} is aggregated, not bound"
+        );
+    }
+
+    // Off: no aggregated roles, everything else unchanged.
+    let off = documents(&Helm::new().template(&["--set", "rbac.aggregateToDefaultRoles=false"]));
+    assert_eq!(off.len() + 2, docs.len());
+    assert!(!off.iter().any(|d| {
+        d["metadata"]["labels"]
+            .as_object()
+            .is_some_and(|l| l.keys().any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to")))
+    }));
 }
 
 #[test]
@@ -405,7 +487,7 @@ fn generated_files_are_current() {
         "out of date: {stale:?}; run TPU_OPERATOR_BLESS=1 cargo test -p tpu-operator --test chart and commit the result"
     );
     // The kustomize bases build (kubectl's built-in kustomize).
-    for (dir, objects) in [("deploy", 17), ("deploy/staging", 19), ("deploy/monitoring", 4)] {
+    for (dir, objects) in [("deploy", 21), ("deploy/staging", 23), ("deploy/monitoring", 4)] {
         let out = std::process::Command::new(support::kubectl())
             .args(["kustomize", root.join(dir).to_str().unwrap()])
             .output()
@@ -578,14 +660,28 @@ fn assert_crd_reader_and_lease_role(docs: &[Value], release_ns: &str) {
             ]),
         ]
     );
-    // The orphan sweeper's summary ConfigMap (by name) and its events, in the release namespace.
+    // The orphan sweeper's summary ConfigMap and its events, in the release namespace: server-side
+    // apply creates the ConfigMap (`create` cannot name it), then reads and patches it by name.
     let orphans = find(docs, "Role", Some("tpu-operator-orphan-report"));
     assert_eq!(orphans["metadata"]["namespace"], release_ns);
     assert_eq!(
         rules(orphans),
         vec![
+            json!([[""], ["configmaps"], null, ["create"]]),
             json!([[""], ["configmaps"], ["tpu-operator-orphans"], ["get", "patch"]]),
             json!([["events.k8s.io"], ["events"], null, ["create", "patch"]]),
         ]
+    );
+    // The cluster id's source when config.clusterId is empty: the kube-system Namespace's UID.
+    let cluster_id = find(docs, "ClusterRole", Some("tpu-operator-cluster-id"));
+    assert_eq!(
+        rules(cluster_id),
+        vec![json!([[""], ["namespaces"], ["kube-system"], ["get"]])]
+    );
+    let binding = find(docs, "ClusterRoleBinding", Some("tpu-operator-cluster-id"));
+    assert_eq!(binding["roleRef"]["name"], "tpu-operator-cluster-id");
+    assert_eq!(
+        binding["subjects"][0],
+        json!({"kind": "ServiceAccount", "name": "tpu-operator", "namespace": release_ns})
     );
 }
