@@ -18,7 +18,9 @@ use tpu_operator_api::{
 /// How capacity is paid for. Reserved and queued (guaranteed) capacity are priced as on-demand
 /// (a reservation's price depends on its commitment, which the operator cannot see); queued spot is
 /// priced as spot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum CapacityKind {
     OnDemand,
@@ -42,7 +44,7 @@ impl CapacityKind {
 }
 
 /// On-demand and spot price of one TPU chip for one hour, in US dollars.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ChipPrice {
     pub on_demand: f64,
@@ -58,7 +60,7 @@ pub struct ChipPrice {
 ///   vertexMachineHourUsd:
 ///     ct6e-standard-4t: 12.5
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PriceOverrides {
     /// By TPU family: `v2`, `v3`, `v4`, `v5e` (or `v5litepod`), `v5p`, `v6e`.

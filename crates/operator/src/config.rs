@@ -8,6 +8,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use tpu_operator_controller::{
     ControllerConfig,
@@ -17,7 +18,7 @@ use tpu_operator_controller::{
 };
 
 /// What the orphan sweeper does with cloud resources whose owning object is gone.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OrphanMode {
     /// Do not sweep.
@@ -31,7 +32,7 @@ pub enum OrphanMode {
 use tpu_operator_gcp::GcpConfig;
 
 /// Log output format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -41,51 +42,74 @@ pub enum LogFormat {
     Json,
 }
 
-/// Flags of `tpu-operator run`.
-#[derive(Debug, Clone, Default, Args)]
+/// Settings of `tpu-operator run`. Each scalar setting is a flag (with a `TPU_OPERATOR_*`
+/// environment fallback) and a camelCase key of the `--config` YAML file; the structured ones
+/// (tenancy, prices, where the sweeper looks) are file keys only. The same type is the file's
+/// schema: unknown keys are errors, and the `config` part of the Helm chart's `values.schema.json`
+/// is generated from it ([`values_schema_config`]), so chart and binary cannot drift apart.
+#[derive(Debug, Clone, Default, Args, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "tpu-operator run --config")]
 pub struct RunArgs {
     /// YAML file with any of the settings below (camelCase keys, e.g. `metricsAddr`); flags and
     /// environment variables override it.
     #[arg(long, env = "TPU_OPERATOR_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Kubeconfig to use (default: in-cluster service account, else `$KUBECONFIG` / ~/.kube/config).
     #[arg(long, env = "TPU_OPERATOR_KUBECONFIG", value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// Google Cloud project for objects that do not name one.
     #[arg(long, env = "TPU_OPERATOR_PROJECT")]
+    #[schemars(pattern(r"^(|([a-z][-.a-z0-9]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9])$"))]
     pub project: Option<String>,
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "TPU_OPERATOR_NAMESPACE")]
     pub namespace: Option<String>,
     /// Point every GCP service at a gcp-emulator base URL (anonymous credentials).
     #[arg(long, env = "TPU_OPERATOR_GCP_EMULATOR", value_name = "URL")]
+    #[schemars(pattern(r"^(|https?://.+)$"))]
     pub gcp_emulator: Option<String>,
-    /// Cloud TPU API endpoint.
+    /// Cloud TPU API endpoint (e.g. a Private Service Connect endpoint; default: the public one).
     #[arg(long, env = "TPU_OPERATOR_TPU_ENDPOINT", value_name = "URL")]
+    #[schemars(pattern(r"^(|https?://.+)$"))]
     pub tpu_endpoint: Option<String>,
-    /// Dataproc API endpoint.
+    /// Dataproc API endpoint (default: the public one).
     #[arg(long, env = "TPU_OPERATOR_DATAPROC_ENDPOINT", value_name = "URL")]
+    #[schemars(pattern(r"^(|https?://.+)$"))]
     pub dataproc_endpoint: Option<String>,
-    /// Vertex AI endpoint; `{region}` is replaced by the resource's region.
+    /// Vertex AI endpoint; `{region}` is replaced by the resource's region (default: the public
+    /// regional endpoint).
     #[arg(long, env = "TPU_OPERATOR_VERTEX_ENDPOINT", value_name = "URL")]
+    #[schemars(pattern(r"^(|https?://.+)$"))]
     pub vertex_endpoint: Option<String>,
-    /// Cloud Storage JSON API endpoint.
+    /// Cloud Storage JSON API endpoint (default: the public one).
     #[arg(long, env = "TPU_OPERATOR_STORAGE_ENDPOINT", value_name = "URL")]
+    #[schemars(pattern(r"^(|https?://.+)$"))]
     pub storage_endpoint: Option<String>,
     /// Upper bound on one GCP HTTP call [default: 30s].
     #[arg(long, env = "TPU_OPERATOR_GCP_CALL_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(schema_with = "duration::schema")]
     pub gcp_call_timeout: Option<Duration>,
     /// Reconciles run at once per controller [default: 16].
     #[arg(long, env = "TPU_OPERATOR_CONCURRENCY")]
+    #[schemars(range(min = 1))]
     pub concurrency: Option<u16>,
     /// Requeue interval while cloud state changes [default: 2s].
     #[arg(long, env = "TPU_OPERATOR_POLL_ACTIVE", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(schema_with = "duration::schema")]
     pub poll_active: Option<Duration>,
     /// Requeue interval while nothing is expected to change [default: 5m].
     #[arg(long, env = "TPU_OPERATOR_POLL_STABLE", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(schema_with = "duration::schema")]
     pub poll_stable: Option<Duration>,
     /// Requeue interval while waiting for TPU capacity [default: 30s].
     #[arg(long, env = "TPU_OPERATOR_POLL_CAPACITY", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(schema_with = "duration::schema")]
     pub poll_capacity: Option<Duration>,
     /// Watch cloud state changes with one paged `list` per collection and location instead of a
     /// read per waiting object every --poll-active (`--watch-lists=false` needs no `list`
@@ -95,10 +119,15 @@ pub struct RunArgs {
     /// Backstop read interval of an object whose cloud resource the list watch covers
     /// [default: 5m].
     #[arg(long, env = "TPU_OPERATOR_POLL_WATCHED", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(schema_with = "duration::schema")]
     pub poll_watched: Option<Duration>,
     /// Cluster id written to the `tpu-operator-cluster` label of every cloud object, so clusters
-    /// sharing a project never touch each other's resources [default: default].
+    /// sharing a project never touch each other's resources. Unset or empty: the UID of this
+    /// cluster's `kube-system` Namespace, read once at start-up (unique per cluster). An explicit
+    /// value must be unique among the clusters that share a project.
     #[arg(long, env = "TPU_OPERATOR_CLUSTER_ID")]
+    #[schemars(pattern(r"^[-_a-z0-9]{0,63}$"))]
     pub cluster_id: Option<String>,
     /// Address of the /metrics, /healthz and /readyz server [default: 0.0.0.0:8080].
     #[arg(long, env = "TPU_OPERATOR_METRICS_ADDR", value_name = "ADDR")]
@@ -112,6 +141,7 @@ pub struct RunArgs {
     pub leader_elect: Option<bool>,
     /// Name of the Lease [default: tpu-operator].
     #[arg(long, env = "TPU_OPERATOR_LEASE_NAME")]
+    #[schemars(pattern(r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"), length(max = 253))]
     pub lease_name: Option<String>,
     /// Namespace of the Lease (default: `$POD_NAMESPACE`, else the watched namespace, else `default`).
     #[arg(long, env = "TPU_OPERATOR_LEASE_NAMESPACE")]
@@ -119,84 +149,62 @@ pub struct RunArgs {
     /// How long a lease is valid without renewal: a standby takes over this long after the leader
     /// stops renewing (whole seconds, at least 2s) [default: 15s].
     #[arg(long, env = "TPU_OPERATOR_LEASE_DURATION", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(schema_with = "duration::schema")]
     pub lease_duration: Option<Duration>,
     /// Identity of this replica in the Lease (default: `$POD_NAME`, else `$HOSTNAME-<pid>`).
     #[arg(long, env = "TPU_OPERATOR_IDENTITY")]
     pub identity: Option<String>,
     /// How long graceful shutdown waits for in-flight reconciles [default: 30s].
     #[arg(long, env = "TPU_OPERATOR_SHUTDOWN_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(schema_with = "duration::schema")]
     pub shutdown_timeout: Option<Duration>,
     /// Orphan sweeper: cloud resources labelled with this cluster's id whose owning object no
     /// longer exists are reported, or also deleted after --orphan-grace-period [default: report].
-    /// Where it looks: `orphanProjects` / `orphanZones` / `orphanRegions` in the config file
-    /// (default: the default projects and the zones / regions named by the tenancy policy).
+    /// `delete` needs a cluster id unique to this cluster (not `default`). Where it looks:
+    /// `orphanProjects` / `orphanZones` / `orphanRegions` in the config file (default: the default
+    /// projects and the zones / regions named by the tenancy policy).
     #[arg(long, env = "TPU_OPERATOR_ORPHANS", value_enum)]
     pub orphans: Option<OrphanMode>,
     /// How long a resource must have been orphaned before --orphans=delete deletes it [default: 15m].
     #[arg(long, env = "TPU_OPERATOR_ORPHAN_GRACE_PERIOD", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(schema_with = "duration::schema")]
     pub orphan_grace_period: Option<Duration>,
     /// Time between orphan sweeps [default: 10m].
     #[arg(long, env = "TPU_OPERATOR_ORPHAN_SWEEP_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(schema_with = "duration::schema")]
     pub orphan_sweep_interval: Option<Duration>,
-}
-
-/// The same settings as a YAML file (`--config`). Unknown keys are errors, so typos surface.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct FileConfig {
-    kubeconfig: Option<PathBuf>,
-    project: Option<String>,
-    namespace: Option<String>,
-    gcp_emulator: Option<String>,
-    tpu_endpoint: Option<String>,
-    dataproc_endpoint: Option<String>,
-    vertex_endpoint: Option<String>,
-    storage_endpoint: Option<String>,
-    #[serde(default, with = "humantime_serde_opt")]
-    gcp_call_timeout: Option<Duration>,
-    concurrency: Option<u16>,
-    #[serde(default, with = "humantime_serde_opt")]
-    poll_active: Option<Duration>,
-    #[serde(default, with = "humantime_serde_opt")]
-    poll_stable: Option<Duration>,
-    #[serde(default, with = "humantime_serde_opt")]
-    poll_capacity: Option<Duration>,
-    watch_lists: Option<bool>,
-    #[serde(default, with = "humantime_serde_opt")]
-    poll_watched: Option<Duration>,
-    cluster_id: Option<String>,
-    metrics_addr: Option<SocketAddr>,
-    log_format: Option<LogFormat>,
-    leader_elect: Option<bool>,
-    lease_name: Option<String>,
-    lease_namespace: Option<String>,
-    #[serde(default, with = "humantime_serde_opt")]
-    lease_duration: Option<Duration>,
-    identity: Option<String>,
-    #[serde(default, with = "humantime_serde_opt")]
-    shutdown_timeout: Option<Duration>,
-    /// Per-namespace tenancy policy (docs/policy.md). File only: too structured for a flag.
+    /// Projects the orphan sweeper looks in (config file only; default: the operator's `project`
+    /// and the projects the tenancy policy names).
+    #[arg(skip)]
     #[serde(default)]
-    tenancy: TenancyPolicy,
-    /// Price overrides (docs/cost-model.md). File only.
+    pub orphan_projects: Vec<String>,
+    /// TPU zones the orphan sweeper looks in (config file only; default: the exact zones the
+    /// tenancy policy allows).
+    #[arg(skip)]
     #[serde(default)]
-    prices: PriceOverrides,
-    orphans: Option<OrphanMode>,
-    #[serde(default, with = "humantime_serde_opt")]
-    orphan_grace_period: Option<Duration>,
-    #[serde(default, with = "humantime_serde_opt")]
-    orphan_sweep_interval: Option<Duration>,
-    /// Where the sweeper looks (file only).
+    pub orphan_zones: Vec<String>,
+    /// Dataproc / Vertex regions the orphan sweeper looks in (config file only; default: the
+    /// exact regions the tenancy policy allows and the regions of `orphanZones`).
+    #[arg(skip)]
     #[serde(default)]
-    orphan_projects: Vec<String>,
+    pub orphan_regions: Vec<String>,
+    /// Per-namespace tenancy policy (docs/policy.md; config file only: too structured for a flag).
+    #[arg(skip)]
     #[serde(default)]
-    orphan_zones: Vec<String>,
+    pub tenancy: TenancyPolicy,
+    /// Price overrides (docs/cost-model.md; config file only).
+    #[arg(skip)]
     #[serde(default)]
-    orphan_regions: Vec<String>,
+    pub prices: PriceOverrides,
 }
 
 /// Durations in the YAML file are humantime strings (`90s`, `5m`), like the flags.
-mod humantime_serde_opt {
+mod duration {
+    use schemars::{Schema, SchemaGenerator, json_schema};
     use serde::{Deserialize, Deserializer, de::Error};
     use std::time::Duration;
 
@@ -205,10 +213,85 @@ mod humantime_serde_opt {
             .map(|s| humantime::parse_duration(&s).map_err(|e| D::Error::custom(format!("{s:?}: {e}"))))
             .transpose()
     }
+
+    /// The subset of humantime's syntax the chart accepts: what `helm install` refuses here
+    /// would be refused by the binary at start-up anyway, later and in a crash-looping pod.
+    pub fn schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "pattern": "^([0-9]+(ns|us|ms|s|m|h|d))+$",
+        })
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 2s or 5m: {e}"))
+}
+
+/// Keys of the config file the chart sets itself, or that must differ per replica, so
+/// `values.schema.json` does not offer them: `namespace` (from `scope`/`watchNamespace`, which
+/// also decide the RBAC), `metricsAddr` (from `metrics.port`), `gcpEmulator` (from
+/// `gcpEmulator.enabled`), `kubeconfig` (pods use their ServiceAccount), `identity` (each pod
+/// is `$POD_NAME`; a shared identity would let two replicas both lead) and `leaseNamespace` (the
+/// chart's Role for the Lease is in the release namespace).
+#[cfg(test)]
+const CHART_OWNED_KEYS: [&str; 6] = [
+    "namespace",
+    "metricsAddr",
+    "gcpEmulator",
+    "kubeconfig",
+    "identity",
+    "leaseNamespace",
+];
+
+/// The JSON schema of the config file (`tpu-operator config-schema` prints it, e.g. for an
+/// editor's YAML language server), every subschema inlined: Helm validates values.schema.json as
+/// one draft-07 document, without the `$ref`s to shared definitions schemars would write.
+pub fn config_file_schema() -> serde_json::Value {
+    schemars::generate::SchemaSettings::draft07()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator()
+        .into_root_schema_for::<RunArgs>()
+        .to_value()
+}
+
+/// The JSON schema of the chart's `config` value: the config file's schema without
+/// [`CHART_OWNED_KEYS`]. `charts/tpu-operator/values.schema.json` carries exactly this (a test
+/// compares them; `TPU_OPERATOR_BLESS=1` rewrites it).
+#[cfg(test)]
+fn values_schema_config() -> serde_json::Value {
+    let mut schema = config_file_schema();
+    let object = schema.as_object_mut().expect("an object schema");
+    object.remove("$schema");
+    object.remove("title");
+    object.insert(
+        "description".into(),
+        "Settings of `tpu-operator run --config` (generated from the binary's config types by \
+         crates/operator/src/config.rs; the chart sets namespace, metricsAddr, gcpEmulator, \
+         kubeconfig, identity and leaseNamespace itself)."
+            .into(),
+    );
+    let properties = object
+        .get_mut("properties")
+        .and_then(|p| p.as_object_mut())
+        .expect("properties");
+    for key in CHART_OWNED_KEYS {
+        properties.remove(key);
+    }
+    schema
+}
+
+/// Cluster ids several clusters are likely to share (an old default, the `local` mode's id):
+/// `orphans: delete` with one of them would delete other clusters' live TPUs as orphans.
+const SHARED_CLUSTER_IDS: [&str; 2] = ["default", "local"];
+
+/// Where this process's cluster id comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterIdSource {
+    /// `clusterId` was set.
+    Given(String),
+    /// Not set: the `kube-system` Namespace's UID, read at start-up (see `run`).
+    KubeSystemUid,
 }
 
 /// Leader-election settings.
@@ -225,7 +308,9 @@ pub struct LeaderSettings {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub kubeconfig: Option<PathBuf>,
+    /// `controller.cluster_id` is empty until `run` resolves [`Settings::cluster_id`].
     pub controller: ControllerConfig,
+    pub cluster_id: ClusterIdSource,
     pub gcp: GcpConfig,
     pub metrics_addr: SocketAddr,
     pub log_format: LogFormat,
@@ -248,76 +333,67 @@ macro_rules! merge {
 impl RunArgs {
     /// Applies the `--config` file (if any) under the flags, then the defaults.
     pub fn resolve(mut self) -> anyhow::Result<Settings> {
-        let mut tenancy = TenancyPolicy::default();
-        let mut prices = PriceOverrides::default();
-        let mut places: [Vec<String>; 3] = Default::default();
         if let Some(path) = self.config.clone() {
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("reading the config file {}", path.display()))?;
-            let mut file: FileConfig = serde_yaml::from_str(&text)
+            let file: RunArgs = serde_yaml::from_str(&text)
                 .with_context(|| format!("parsing the config file {}", path.display()))?;
-            merge!(
-                self,
-                file,
-                kubeconfig,
-                project,
-                namespace,
-                gcp_emulator,
-                tpu_endpoint,
-                dataproc_endpoint,
-                vertex_endpoint,
-                storage_endpoint,
-                gcp_call_timeout,
-                concurrency,
-                poll_active,
-                poll_stable,
-                poll_capacity,
-                watch_lists,
-                poll_watched,
-                cluster_id,
-                metrics_addr,
-                log_format,
-                leader_elect,
-                lease_name,
-                lease_namespace,
-                lease_duration,
-                identity,
-                shutdown_timeout,
-                orphans,
-                orphan_grace_period,
-                orphan_sweep_interval,
-            );
-            places = [
-                std::mem::take(&mut file.orphan_projects),
-                std::mem::take(&mut file.orphan_zones),
-                std::mem::take(&mut file.orphan_regions),
-            ];
-            tenancy = std::mem::take(&mut file.tenancy);
-            prices = std::mem::take(&mut file.prices);
+            self.fill_from(file);
         }
-        let mut settings = self.into_settings()?;
-        tenancy
-            .validate()
-            .map_err(|e| anyhow::anyhow!("config file: {e}"))?;
-        settings.prices =
-            PriceTable::with_overrides(&prices).map_err(|e| anyhow::anyhow!("config file: {e}"))?;
-        let [projects, zones, regions] = places;
-        settings.sweeper = sweep_places(
-            settings.sweeper,
-            &settings.controller,
-            &tenancy,
-            projects,
-            zones,
-            regions,
+        self.into_settings()
+    }
+
+    /// What the flags left unset comes from the file; the file-only settings always do.
+    fn fill_from(&mut self, mut file: RunArgs) {
+        merge!(
+            self,
+            file,
+            kubeconfig,
+            project,
+            namespace,
+            gcp_emulator,
+            tpu_endpoint,
+            dataproc_endpoint,
+            vertex_endpoint,
+            storage_endpoint,
+            gcp_call_timeout,
+            concurrency,
+            poll_active,
+            poll_stable,
+            poll_capacity,
+            watch_lists,
+            poll_watched,
+            cluster_id,
+            metrics_addr,
+            log_format,
+            leader_elect,
+            lease_name,
+            lease_namespace,
+            lease_duration,
+            identity,
+            shutdown_timeout,
+            orphans,
+            orphan_grace_period,
+            orphan_sweep_interval,
         );
-        settings.tenancy = tenancy;
-        Ok(settings)
+        self.orphan_projects = file.orphan_projects;
+        self.orphan_zones = file.orphan_zones;
+        self.orphan_regions = file.orphan_regions;
+        self.tenancy = file.tenancy;
+        self.prices = file.prices;
     }
 
     fn into_settings(self) -> anyhow::Result<Settings> {
         let defaults = ControllerConfig::default();
+        let cluster_id = match self.cluster_id.filter(|id| !id.is_empty()) {
+            Some(id) => ClusterIdSource::Given(id),
+            None => ClusterIdSource::KubeSystemUid,
+        };
         let controller = ControllerConfig {
-            cluster_id: self.cluster_id.unwrap_or(defaults.cluster_id),
+            cluster_id: match &cluster_id {
+                ClusterIdSource::Given(id) => id.clone(),
+                ClusterIdSource::KubeSystemUid => String::new(),
+            },
             namespace: self.namespace.clone(),
             concurrency: self.concurrency.unwrap_or(defaults.concurrency),
             default_project: self.project,
@@ -352,20 +428,44 @@ impl RunArgs {
         if let Some(t) = self.gcp_call_timeout {
             gcp.call_timeout = t;
         }
-        let sweeper = SweeperConfig {
-            mode: match self.orphans.unwrap_or_default() {
-                OrphanMode::Off => Mode::Off,
-                OrphanMode::Report => Mode::Report,
-                OrphanMode::Delete => Mode::Delete,
-            },
-            grace: self.orphan_grace_period.unwrap_or(Duration::from_secs(15 * 60)),
-            interval: self.orphan_sweep_interval.unwrap_or(Duration::from_secs(10 * 60)),
-            report_namespace: std::env::var("POD_NAMESPACE")
-                .ok()
-                .or_else(|| self.namespace.clone())
-                .unwrap_or_else(|| "default".into()),
-            ..SweeperConfig::default()
+        let mode = match self.orphans.unwrap_or_default() {
+            OrphanMode::Off => Mode::Off,
+            OrphanMode::Report => Mode::Report,
+            OrphanMode::Delete => Mode::Delete,
         };
+        if let (Mode::Delete, ClusterIdSource::Given(id)) = (mode, &cluster_id)
+            && SHARED_CLUSTER_IDS.contains(&id.as_str())
+        {
+            bail!(
+                "orphans: `delete` needs a cluster id unique to this cluster, and clusterId is {id:?}, \
+                 a value other clusters may share: each would delete the others' live TPUs as orphans. \
+                 Set clusterId (flag --cluster-id, config key clusterId, Helm value config.clusterId) \
+                 to a value unique among the clusters using these projects, or leave it unset to use \
+                 this cluster's kube-system Namespace UID"
+            );
+        }
+        self.tenancy
+            .validate()
+            .map_err(|e| anyhow::anyhow!("config file: {e}"))?;
+        let prices =
+            PriceTable::with_overrides(&self.prices).map_err(|e| anyhow::anyhow!("config file: {e}"))?;
+        let sweeper = sweep_places(
+            SweeperConfig {
+                mode,
+                grace: self.orphan_grace_period.unwrap_or(Duration::from_secs(15 * 60)),
+                interval: self.orphan_sweep_interval.unwrap_or(Duration::from_secs(10 * 60)),
+                report_namespace: std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .or_else(|| self.namespace.clone())
+                    .unwrap_or_else(|| "default".into()),
+                ..SweeperConfig::default()
+            },
+            &controller,
+            &self.tenancy,
+            self.orphan_projects,
+            self.orphan_zones,
+            self.orphan_regions,
+        );
         let leader = if self.leader_elect.unwrap_or(true) {
             let duration_secs = self.lease_duration.unwrap_or(Duration::from_secs(15)).as_secs();
             if duration_secs < 2 {
@@ -387,6 +487,7 @@ impl RunArgs {
         Ok(Settings {
             kubeconfig: self.kubeconfig,
             controller,
+            cluster_id,
             gcp,
             metrics_addr: self
                 .metrics_addr
@@ -394,8 +495,8 @@ impl RunArgs {
             log_format: self.log_format.unwrap_or_default(),
             leader,
             shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(30)),
-            tenancy: TenancyPolicy::default(),
-            prices: PriceTable::default(),
+            tenancy: self.tenancy,
+            prices,
             sweeper,
         })
     }
@@ -634,6 +735,72 @@ mod tests {
             (s.mode, s.zones.as_slice(), s.projects.as_slice()),
             (Mode::Off, &["z-1".to_string()][..], &["q".to_string()][..])
         );
+    }
+
+    #[test]
+    fn the_chart_schema_config_is_generated_from_these_types() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../charts/tpu-operator/values.schema.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let generated = values_schema_config();
+        if std::env::var_os("TPU_OPERATOR_BLESS").is_some() {
+            schema["properties"]["config"] = generated;
+            std::fs::write(&path, serde_json::to_string_pretty(&schema).unwrap() + "\n").unwrap();
+            return;
+        }
+        assert_eq!(
+            schema["properties"]["config"], generated,
+            "charts/tpu-operator/values.schema.json's `config` differs from the config types; \
+             regenerate it with `TPU_OPERATOR_BLESS=1 cargo test -p tpu-operator --bin tpu-operator config`"
+        );
+        // Nested settings are described, closed, and the chart-owned keys are not offered.
+        let properties = &generated["properties"];
+        for key in [
+            "tenancy",
+            "prices",
+            "orphanZones",
+            "orphanProjects",
+            "orphanRegions",
+        ] {
+            assert!(
+                properties.get(key).is_some(),
+                "{key} missing from the chart schema"
+            );
+        }
+        for key in CHART_OWNED_KEYS {
+            assert!(
+                properties.get(key).is_none(),
+                "{key} must be set by the chart only"
+            );
+        }
+        let namespace_policy = &properties["tenancy"]["properties"]["default"];
+        assert!(
+            namespace_policy.to_string().contains("maxChips"),
+            "tenancy.default is described in full: {namespace_policy}"
+        );
+        assert_eq!(generated["additionalProperties"], false);
+    }
+
+    #[test]
+    fn orphan_deletion_is_refused_with_a_shared_cluster_id() {
+        let err = parse(&["--orphans", "delete", "--cluster-id", "default"])
+            .resolve()
+            .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("clusterId") && msg.contains("config.clusterId"),
+            "{msg}"
+        );
+        // Unset: the kube-system UID is unique, so delete is allowed; an explicit unique id too.
+        let unset = parse(&["--orphans", "delete"]).resolve().unwrap();
+        assert_eq!(unset.cluster_id, ClusterIdSource::KubeSystemUid);
+        let empty = parse(&["--cluster-id", ""]).resolve().unwrap();
+        assert_eq!(empty.cluster_id, ClusterIdSource::KubeSystemUid);
+        let given = parse(&["--orphans", "delete", "--cluster-id", "prod-eu-1"])
+            .resolve()
+            .unwrap();
+        assert_eq!(given.controller.cluster_id, "prod-eu-1");
     }
 
     #[test]

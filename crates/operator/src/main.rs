@@ -29,6 +29,8 @@ struct Cli {
 enum Command {
     /// Print the CustomResourceDefinitions as YAML (or write them to a directory).
     Crds(crds::CrdsArgs),
+    /// Print the JSON schema of `run --config` files (every key, with its description).
+    ConfigSchema,
     /// Run the operator against a Kubernetes cluster (in-cluster config or a kubeconfig).
     Run(Box<config::RunArgs>),
     /// Run everything locally (Kubernetes and Google Cloud emulated), apply manifests, watch them
@@ -45,6 +47,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crds(args) => crds::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::ConfigSchema => {
+            println!("{:#}", config::config_file_schema());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Run(args) => runtime().block_on(run::run(*args)).map(|()| ExitCode::SUCCESS),
         Command::Local(args) => runtime().block_on(local::run(args)),
     };

@@ -10,7 +10,9 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use futures::FutureExt;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::{
+    api::core::v1::Namespace, apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
 use kube::runtime::wait::{await_condition, conditions::is_crd_established};
 use prometheus_client::{metrics::gauge::Gauge, registry::Registry};
 use tokio::signal::unix::{SignalKind, signal};
@@ -24,7 +26,7 @@ use tpu_operator_gcp::{Gcp, GcpMetrics};
 use tracing::{error, info, warn};
 
 use crate::{
-    config::{RunArgs, Settings},
+    config::{ClusterIdSource, RunArgs, Settings},
     leader::Election,
     server::{self, Readiness},
     telemetry,
@@ -79,6 +81,29 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kub
     }
 }
 
+/// The configured cluster id, else the UID of the `kube-system` Namespace: every cluster has one,
+/// it never changes while the cluster lives, and no two clusters share it (the same choice as
+/// OpenTelemetry's `k8s.cluster.uid` convention), so an install that sets nothing can neither
+/// adopt nor sweep another cluster's resources in a shared project.
+async fn cluster_id(client: &kube::Client, source: &ClusterIdSource) -> anyhow::Result<String> {
+    match source {
+        ClusterIdSource::Given(id) => Ok(id.clone()),
+        ClusterIdSource::KubeSystemUid => {
+            let api: kube::Api<Namespace> = kube::Api::all(client.clone());
+            let namespace = api.get("kube-system").await.context(
+                "clusterId is not set, so it is the kube-system Namespace's UID, and reading that \
+                 Namespace failed (the operator needs `get` on namespaces/kube-system, which the \
+                 chart grants); set clusterId to a value unique to this cluster instead",
+            )?;
+            namespace
+                .metadata
+                .uid
+                .filter(|uid| !uid.is_empty())
+                .context("the kube-system Namespace has no UID; set clusterId")
+        }
+    }
+}
+
 /// Waits until every CRD of the project is Established, so the controllers' watches succeed.
 async fn wait_for_crds(client: &kube::Client) -> anyhow::Result<()> {
     let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
@@ -95,11 +120,13 @@ async fn wait_for_crds(client: &kube::Client) -> anyhow::Result<()> {
 
 /// Entry point of `tpu-operator run`.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let settings = args.resolve()?;
+    let mut settings = args.resolve()?;
     telemetry::init(settings.log_format, "info");
     let stop = termination_signal()?;
 
     let client = kube_client(settings.kubeconfig.as_deref()).await?;
+    settings.controller.cluster_id = cluster_id(&client, &settings.cluster_id).await?;
+    info!(cluster_id = %settings.controller.cluster_id, source = ?settings.cluster_id, "cluster id");
     let mut registry = Registry::default();
     let metrics = Metrics::default().register(&mut registry);
     let gcp_metrics = GcpMetrics::register(&mut registry);

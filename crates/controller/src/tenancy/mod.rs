@@ -69,7 +69,7 @@ pub async fn admit(
 }
 
 /// The `tenancy:` section of the operator config.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TenancyPolicy {
     /// Policies by namespace name; a key ending in `*` matches every namespace with that prefix.
@@ -82,7 +82,7 @@ pub struct TenancyPolicy {
 }
 
 /// What one namespace may use. An absent field does not restrict; an empty list allows nothing.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NamespacePolicy {
     /// Project for objects that name none (before the operator-wide `project`).
@@ -118,7 +118,7 @@ pub struct NamespacePolicy {
 }
 
 /// One allowed TPU family.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AcceleratorRule {
     /// `v2`, `v3`, `v4`, `v5e` (or `v5litepod`), `v5p`, `v6e`.
