@@ -21,11 +21,51 @@ pub struct CrdError {
     pub message: String,
 }
 
-/// All three CRDs with their validation rules, in a stable order.
+/// Annotations on every CRD, for the tools that would otherwise delete or fail to apply them.
+///
+/// Deleting a CRD deletes every object of its kind. Each TpuSlice, PreprocessBatch and
+/// TrainingPipeline carries the `tpu-operator.dev/cleanup` finalizer, so a deleted CRD means the
+/// operator deletes every TPU node, queued resource, Dataproc batch and Vertex job it manages (or,
+/// with the operator gone, objects stuck terminating and cloud resources billing with nobody
+/// watching). A GitOps prune does exactly that when the CRDs drop out of the rendered manifests
+/// (a path change, a chart refactor, an uninstall of the Application or Kustomization), so
+/// pruning is switched off per object for every tool that prunes:
+/// - `helm.sh/resource-policy: keep`: Helm never deletes the object on uninstall or upgrade
+///   (<https://helm.sh/docs/howto/charts_tips_and_tricks/#tell-helm-not-to-uninstall-a-resource>);
+///   Helm already skips `crds/`, this covers charts or tools that template them.
+/// - `argocd.argoproj.io/sync-options: Prune=false,ServerSideApply=true`: Argo CD never prunes
+///   them, and applies them server-side
+///   (<https://argo-cd.readthedocs.io/en/stable/user-guide/sync-options/>; several options are
+///   comma-separated in one annotation). Client-side apply copies the whole object into the
+///   `kubectl.kubernetes.io/last-applied-configuration` annotation, which the API server caps at
+///   256 KiB: the TrainingPipeline CRD is 46 KB of JSON today and grows with every field and CEL
+///   rule (it carries both the preprocessing and the training settings), CRDs of this shape
+///   routinely pass the cap, and server-side apply keeps no such copy. It is also how every documented path applies them
+///   (`kubectl apply --server-side`, Flux), so no tool leaves a stale last-applied copy behind.
+/// - `kustomize.toolkit.fluxcd.io/prune: disabled`: Flux's kustomize-controller skips them in
+///   garbage collection
+///   (<https://fluxcd.io/flux/components/kustomize/kustomizations/#prune>).
+///
+/// Removing the CRDs stays possible, deliberately: `kubectl delete crd ...` after the objects are
+/// gone (docs/install.md, "Uninstall").
+pub const CRD_ANNOTATIONS: [(&str, &str); 3] = [
+    ("helm.sh/resource-policy", "keep"),
+    ("argocd.argoproj.io/sync-options", "Prune=false,ServerSideApply=true"),
+    ("kustomize.toolkit.fluxcd.io/prune", "disabled"),
+];
+
+/// All three CRDs with their validation rules and [`CRD_ANNOTATIONS`], in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
     [TpuSlice::crd(), PreprocessBatch::crd(), TrainingPipeline::crd()]
         .into_iter()
-        .map(|crd| finish(crd).unwrap_or_else(|e| panic!("{e}")))
+        .map(|crd| {
+            let mut crd = finish(crd).unwrap_or_else(|e| panic!("{e}"));
+            let annotations = crd.metadata.annotations.get_or_insert_with(Default::default);
+            for (key, value) in CRD_ANNOTATIONS {
+                annotations.insert(key.to_string(), value.to_string());
+            }
+            crd
+        })
         .collect()
 }
 

@@ -1,4 +1,11 @@
 //! `tpu-operator crds`: print or write the generated CRDs and the CRD reference.
+//!
+//! The CRDs carry prune protection for Helm, Argo CD and Flux
+//! (`tpu_operator_api::crds::CRD_ANNOTATIONS`): a GitOps prune of a CRD deletes every object of
+//! its kind, and through their cleanup finalizers every TPU node, batch and job they own. The
+//! annotations are added in crates/api (not here) so that everything that installs the CRDs (this
+//! command, `local`, the tests and the committed `crds/`, chart and `deploy/crds` copies) carries
+//! the same bytes.
 
 use std::{
     fs,
