@@ -402,6 +402,63 @@ fn several_replicas_without_leader_election_are_refused() {
 }
 
 #[test]
+fn notes_crd_upgrade_commands_run_as_written() {
+    // NOTES.txt (what `helm install` / `helm upgrade` print) tells how to upgrade the CRDs, which
+    // Helm never does. Every URL it gives must name a file of the repository (kubectl cannot apply
+    // a directory URL), every kubectl apply must be server-side with --force-conflicts (Helm's
+    // field manager created the CRDs), and the chart variant is `helm show crds`
+    // (tests/chart_apply.rs runs that pipeline against kube-emulator).
+    let notes = rendered_notes(&[]);
+    let urls: Vec<&str> = notes
+        .split_whitespace()
+        .filter(|w| w.starts_with("https://raw.githubusercontent.com/"))
+        .collect();
+    assert_eq!(urls.len(), 3, "{notes}");
+    let tag = format!("/v{}/", chart_app_version());
+    for url in &urls {
+        let (_, path) = url
+            .split_once(&tag)
+            .unwrap_or_else(|| panic!("{url} does not point at the release tag {tag}"));
+        assert!(
+            path.ends_with(".yaml") && repo_root().join(path).is_file(),
+            "{url} is not a file of the repository"
+        );
+    }
+    let applies: Vec<&str> = notes.lines().filter(|l| l.contains("kubectl apply")).collect();
+    assert_eq!(applies.len(), 2, "{notes}");
+    for line in applies {
+        assert!(line.contains("--server-side --force-conflicts"), "{line}");
+    }
+    assert!(
+        notes.contains("helm show crds <chart> | kubectl apply --server-side --force-conflicts -f -"),
+        "{notes}"
+    );
+}
+
+/// NOTES.txt as `helm install` prints it (a client-side dry run: no cluster needed).
+fn rendered_notes(extra: &[&str]) -> String {
+    let chart = chart_dir();
+    let mut args = vec![
+        "install",
+        "tpu-operator",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "tpu-operator",
+        "--dry-run=client",
+    ];
+    args.extend_from_slice(extra);
+    let out = Helm::new().ok(&args);
+    let (_, notes) = out.split_once("\nNOTES:\n").expect("helm install prints NOTES");
+    notes.to_string()
+}
+
+fn chart_app_version() -> String {
+    let chart: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap()).unwrap();
+    chart["appVersion"].as_str().unwrap().to_string()
+}
+
+#[test]
 fn config_keys_are_the_binary_config_keys() {
     // Every key the chart can put in the ConfigMap must be one `tpu-operator run --config` knows
     // (it denies unknown keys); tests/chart_apply.rs also starts the binary on the rendered file.

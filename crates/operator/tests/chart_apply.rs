@@ -43,6 +43,33 @@ async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// kubectl with `input` on its stdin (the right-hand side of a shell pipe).
+async fn kubectl_stdin(kubeconfig: &std::path::Path, args: &[&str], input: &str) -> String {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(support::kubectl())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(kubeconfig.with_file_name("kube-cache"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubectl");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} < input failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_scope_rendering_is_accepted_and_the_binary_runs_from_it() {
     rendered_chart_runs("gcpEmulator.enabled=true,metrics.grafanaDashboard.enabled=true,metrics.kubeStateMetrics.enabled=true")
@@ -99,6 +126,31 @@ async fn rendered_chart_runs(values: &str) {
         ],
     )
     .await;
+    // The CRD upgrade NOTES.txt prints, over CRDs that exist already (as on an upgrade):
+    // `helm show crds <chart> | kubectl apply --server-side --force-conflicts -f -`, with the
+    // kubectl arguments taken from the rendered NOTES.
+    let install = Helm::new().ok(&[
+        "install",
+        "tpu-operator",
+        chart_dir().to_str().unwrap(),
+        "--namespace",
+        "tpu-operator",
+        "--dry-run=client",
+    ]);
+    let pipeline = install
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("helm show crds <chart> | kubectl "))
+        .unwrap_or_else(|| panic!("NOTES.txt has no `helm show crds` upgrade command:\n{install}"));
+    let kubectl_args: Vec<&str> = pipeline
+        .split_once(" | kubectl ")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let crds = Helm::new().ok(&["show", "crds", chart_dir().to_str().unwrap()]);
+    let out = kubectl_stdin(&kubeconfig, &kubectl_args, &crds).await;
+    assert_eq!(out.lines().count(), 3, "{out}");
     let not_served: BTreeSet<&str> = docs
         .iter()
         .map(|d| d["kind"].as_str().unwrap())
