@@ -16,36 +16,11 @@ use std::time::{Duration, Instant};
 const DEADLINE: Duration = Duration::from_secs(30);
 
 fn helm_binary() -> PathBuf {
-    let dir = std::env::var_os("TPU_OPERATOR_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tpu-operator/tools/bin")
-        });
-    let h = dir.join("helm");
-    assert!(
-        h.is_file(),
-        "helm not found at {}: run scripts/install-tools.sh to install helm 4.3",
-        h.display()
-    );
-    h
+    test_tools::helm()
 }
 
 fn kubectl_binary() -> PathBuf {
-    if let Some(k) = std::env::var_os("KUBECTL") {
-        return PathBuf::from(k);
-    }
-    let dir = std::env::var_os("TPU_OPERATOR_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tpu-operator/tools/bin")
-        });
-    let k = dir.join("kubectl");
-    assert!(
-        k.is_file(),
-        "kubectl not found at {} (nor $KUBECTL): run scripts/install-tools.sh to install kubectl 1.37",
-        k.display()
-    );
-    k
+    test_tools::kubectl()
 }
 
 /// A spawned `kube-emulator` (or the real control plane) plus a kubectl pointed at it.

@@ -183,21 +183,7 @@ fn a_stalled_object_fails_the_run_with_its_reason() {
 }
 
 fn kubectl_binary() -> PathBuf {
-    if let Some(k) = std::env::var_os("KUBECTL") {
-        return PathBuf::from(k);
-    }
-    let dir = std::env::var_os("TPU_OPERATOR_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tpu-operator/tools/bin")
-        });
-    let k = dir.join("kubectl");
-    assert!(
-        k.is_file(),
-        "kubectl not found at {} (nor $KUBECTL): run scripts/install-tools.sh to install kubectl 1.37",
-        k.display()
-    );
-    k
+    test_tools::kubectl()
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Shared by the chart tests: the real helm and kubectl (from `TPU_OPERATOR_TOOLS`, installed by
-//! scripts/install-tools.sh; missing tools fail the tests, they never skip), chart rendering, and
+//! Shared by the chart tests: the real helm and kubectl (crates/test-tools installs them on first
+//! use; a failed install fails the tests, they never skip), chart rendering, and
 //! multi-document YAML parsing.
 #![allow(dead_code)]
 
@@ -29,18 +29,11 @@ pub fn chart_dir() -> PathBuf {
 }
 
 fn tool(name: &str) -> PathBuf {
-    let dir = std::env::var_os("TPU_OPERATOR_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tpu-operator/tools/bin")
-        });
-    let path = dir.join(name);
-    assert!(
-        path.is_file(),
-        "{name} not found at {}: run scripts/install-tools.sh (CI does) or set TPU_OPERATOR_TOOLS",
-        path.display()
-    );
-    path
+    match name {
+        "helm" => test_tools::helm(),
+        "kubectl" => test_tools::kubectl(),
+        other => panic!("no such test tool: {other}"),
+    }
 }
 
 pub fn kubectl() -> PathBuf {
