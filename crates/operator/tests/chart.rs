@@ -305,7 +305,9 @@ fn optional_parts_render_when_enabled() {
         alerts,
         [
             "TpuOperatorNoLeader",
+            "TpuOperatorMultipleLeaders",
             "TpuOperatorReconcileErrors",
+            "TpuOperatorOrphansFound",
             "TpuOperatorGcpErrorRate",
             "TpuOperatorGcpPermissionDenied",
             "TpuOperatorObjectStalled",
