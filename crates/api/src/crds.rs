@@ -33,8 +33,9 @@ pub struct CrdError {
 /// - `helm.sh/resource-policy: keep`: Helm never deletes the object on uninstall or upgrade
 ///   (<https://helm.sh/docs/howto/charts_tips_and_tricks/#tell-helm-not-to-uninstall-a-resource>);
 ///   Helm already skips `crds/`, this covers charts or tools that template them.
-/// - `argocd.argoproj.io/sync-options: Prune=false,ServerSideApply=true`: Argo CD never prunes
-///   them, and applies them server-side
+/// - `argocd.argoproj.io/sync-options: Prune=false,Delete=false,ServerSideApply=true`: Argo CD
+///   never prunes them in a sync (`Prune=false`), leaves them in place when the Application is
+///   deleted (`Delete=false`), and applies them server-side
 ///   (<https://argo-cd.readthedocs.io/en/stable/user-guide/sync-options/>; several options are
 ///   comma-separated in one annotation). Client-side apply copies the whole object into the
 ///   `kubectl.kubernetes.io/last-applied-configuration` annotation, which the API server caps at
@@ -50,7 +51,7 @@ pub struct CrdError {
 /// gone (docs/install.md, "Uninstall").
 pub const CRD_ANNOTATIONS: [(&str, &str); 3] = [
     ("helm.sh/resource-policy", "keep"),
-    ("argocd.argoproj.io/sync-options", "Prune=false,ServerSideApply=true"),
+    ("argocd.argoproj.io/sync-options", "Prune=false,Delete=false,ServerSideApply=true"),
     ("kustomize.toolkit.fluxcd.io/prune", "disabled"),
 ];
 
