@@ -1,6 +1,13 @@
 -- Argo CD health check for the tpu-operator.dev kinds (TpuSlice, PreprocessBatch,
 -- TrainingPipeline). They publish kstatus-style status: status.observedGeneration and the
--- conditions Ready / Reconciling / Stalled (plus phase). Lua 5.1 subset (Argo CD uses gopher-lua).
+-- conditions Ready / Reconciling / Stalled (plus phase).
+--
+-- Argo CD runs it in gopher-lua (Lua 5.1) with only the base, table and package libraries and a
+-- safe os (time, date): no string, math or io unless resource.customizations.useOpenLibs is set
+-- for the kind (argoproj/argo-cd util/lua/lua.go), so this script uses none of them. A deleting
+-- object is Progressing "Pending deletion" before any script runs (gitops-engine health.go).
+-- crates/controller/tests/gitops_health.rs runs this text that way on statuses the controllers
+-- really wrote (tests/gitops-judge).
 --
 --   no status yet, or observedGeneration behind generation  -> Progressing
 --   Stalled=True                                             -> Degraded  (terminal failure, policy refusal)
