@@ -51,7 +51,10 @@ pub struct CrdError {
 /// gone (docs/install.md, "Uninstall").
 pub const CRD_ANNOTATIONS: [(&str, &str); 3] = [
     ("helm.sh/resource-policy", "keep"),
-    ("argocd.argoproj.io/sync-options", "Prune=false,Delete=false,ServerSideApply=true"),
+    (
+        "argocd.argoproj.io/sync-options",
+        "Prune=false,Delete=false,ServerSideApply=true",
+    ),
     ("kustomize.toolkit.fluxcd.io/prune", "disabled"),
 ];
 

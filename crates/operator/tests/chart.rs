@@ -230,8 +230,14 @@ fn tenants_get_the_kinds_through_the_default_roles() {
 
     let edit = find(&docs, "ClusterRole", Some("tpu-operator-edit"));
     assert_eq!(label(edit, "rbac.authorization.k8s.io/aggregate-to-edit"), "true");
-    assert_eq!(label(edit, "rbac.authorization.k8s.io/aggregate-to-admin"), "true");
-    assert_eq!(label(edit, "rbac.authorization.k8s.io/aggregate-to-view"), Value::Null);
+    assert_eq!(
+        label(edit, "rbac.authorization.k8s.io/aggregate-to-admin"),
+        "true"
+    );
+    assert_eq!(
+        label(edit, "rbac.authorization.k8s.io/aggregate-to-view"),
+        Value::Null
+    );
     assert_eq!(
         rules(edit),
         vec![
@@ -239,14 +245,26 @@ fn tenants_get_the_kinds_through_the_default_roles() {
                 g,
                 kinds3,
                 null,
-                ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+                [
+                    "get",
+                    "list",
+                    "watch",
+                    "create",
+                    "update",
+                    "patch",
+                    "delete",
+                    "deletecollection"
+                ]
             ]),
             json!([g, status3, null, read]),
         ]
     );
     let view = find(&docs, "ClusterRole", Some("tpu-operator-view"));
     assert_eq!(label(view, "rbac.authorization.k8s.io/aggregate-to-view"), "true");
-    assert_eq!(label(view, "rbac.authorization.k8s.io/aggregate-to-edit"), Value::Null);
+    assert_eq!(
+        label(view, "rbac.authorization.k8s.io/aggregate-to-edit"),
+        Value::Null
+    );
     let mut view_resources: Vec<Value> = kinds3.as_array().unwrap().clone();
     view_resources.extend(status3.as_array().unwrap().iter().cloned());
     assert_eq!(rules(view), vec![json!([g, view_resources, null, read])]);
@@ -263,9 +281,10 @@ fn tenants_get_the_kinds_through_the_default_roles() {
     let off = documents(&Helm::new().template(&["--set", "rbac.aggregateToDefaultRoles=false"]));
     assert_eq!(off.len() + 2, docs.len());
     assert!(!off.iter().any(|d| {
-        d["metadata"]["labels"]
-            .as_object()
-            .is_some_and(|l| l.keys().any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to")))
+        d["metadata"]["labels"].as_object().is_some_and(|l| {
+            l.keys()
+                .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to"))
+        })
     }));
 }
 
@@ -383,14 +402,20 @@ fn several_replicas_without_leader_election_are_refused() {
         "config.leaderElect=false",
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "replicaCount=2 without leader election rendered");
+    assert!(
+        !out.status.success(),
+        "replicaCount=2 without leader election rendered"
+    );
     for expected in [
         "replicaCount=2",
         "config.leaderElect=false",
         "Keep config.leaderElect=true",
         "set replicaCount=1",
     ] {
-        assert!(stderr.contains(expected), "the error does not say {expected:?}:\n{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "the error does not say {expected:?}:\n{stderr}"
+        );
     }
     // The safe combinations render: one replica without election, several with it.
     helm.ok(&[
@@ -400,7 +425,13 @@ fn several_replicas_without_leader_election_are_refused() {
         "--set",
         "replicaCount=1,config.leaderElect=false",
     ]);
-    helm.ok(&["template", "x", chart.to_str().unwrap(), "--set", "replicaCount=3"]);
+    helm.ok(&[
+        "template",
+        "x",
+        chart.to_str().unwrap(),
+        "--set",
+        "replicaCount=3",
+    ]);
 }
 
 #[test]

@@ -72,15 +72,27 @@ async fn kubectl_stdin(kubeconfig: &std::path::Path, args: &[&str], input: &str)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_scope_rendering_is_accepted_and_the_binary_runs_from_it() {
-    rendered_chart_runs("gcpEmulator.enabled=true,metrics.grafanaDashboard.enabled=true,metrics.kubeStateMetrics.enabled=true")
-        .await;
+    rendered_chart_runs(&format!(
+        "gcpEmulator.enabled=true,metrics.grafanaDashboard.enabled=true,metrics.kubeStateMetrics.enabled=true,{SWEEP}"
+    ))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_scope_rendering_is_accepted_and_the_binary_runs_from_it() {
     // Watches only `default`, where the example goes; the Lease stays in the pod's namespace.
-    rendered_chart_runs("gcpEmulator.enabled=true,scope=Namespace,watchNamespace=default").await;
+    rendered_chart_runs(&format!(
+        "gcpEmulator.enabled=true,scope=Namespace,watchNamespace=default,{SWEEP}"
+    ))
+    .await;
 }
+
+/// An orphan sweeper that looks where the test's orphan is and deletes it within seconds, so the
+/// orphan metrics the alerts and the dashboard query have samples (prometheus-client leaves out
+/// families without any).
+const SWEEP: &str = "config.clusterId=chart-apply,config.orphans=delete,config.orphanGracePeriod=5s,\
+                     config.orphanSweepInterval=2s,config.orphanProjects={demo-project},\
+                     config.orphanZones={europe-west4-b}";
 
 async fn rendered_chart_runs(values: &str) {
     let started = Instant::now();
@@ -200,7 +212,10 @@ async fn rendered_chart_runs(values: &str) {
             }
         })
         .collect();
+    // 600x emulated time: the example's spot slice gets its node (and so a cost estimate for the
+    // spend gauges) within about a second.
     let gcp = gcp_emulator::Emulator::builder()
+        .time_scale(600.0)
         .start()
         .await
         .expect("gcp-emulator");
@@ -273,6 +288,29 @@ async fn rendered_chart_runs(values: &str) {
         assert!(Instant::now() < deadline, "the Lease was not taken by {POD_NAME}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // An orphan, made while the operator leads and the metrics are about to be watched: a node
+    // with this cluster's labels whose owner UID no object has. The next sweep (every 2 s) reports
+    // it; one at least orphanGracePeriod (5 s) later deletes it.
+    let created = reqwest::Client::new()
+        .post(format!(
+            "{}/tpu/v2/projects/demo-project/locations/europe-west4-b/nodes?nodeId=orphaned-node",
+            gcp.url()
+        ))
+        .json(&serde_json::json!({
+            "acceleratorType": "v5litepod-8",
+            "runtimeVersion": "v2-alpha-tpuv5-lite",
+            "labels": {
+                "managed-by": "tpu-operator",
+                "tpu-operator-cluster": "chart-apply",
+                "tpu-operator-namespace": "default",
+                "tpu-operator-name": "gone",
+                "tpu-operator-uid": "6f1c2a7e-0000-4000-8000-000000000000"
+            }
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert!(created.status().is_success(), "{}", created.text().await.unwrap());
     // Reconcile one example (through one injected transient TPU error) so that every metric
     // family has samples: prometheus-client does not describe families that have none.
     gcp.inject(gcp_emulator::Fault::FailCalls {
@@ -295,9 +333,16 @@ async fn rendered_chart_runs(values: &str) {
         "tpu_operator_reconcile_duration_seconds",
         "gcp_calls",
         "gcp_call_duration_seconds",
+        "tpu_operator_estimated_spend_usd",
+        "tpu_operator_estimated_spend_per_hour_usd",
+        "tpu_operator_orphans",
+        "tpu_operator_orphans_deleted",
     ];
     let deadline = Instant::now() + Duration::from_secs(30);
-    let exposition = loop {
+    // The family descriptions seen over all scrapes: the orphan gauge has samples only while the
+    // orphan exists (one sweep reports it, the next deletes it), the others from some point on.
+    let mut exposition = String::new();
+    loop {
         let text = http
             .get(format!("{base}/metrics"))
             .send()
@@ -306,15 +351,24 @@ async fn rendered_chart_runs(values: &str) {
             .text()
             .await
             .unwrap();
-        if families.iter().all(|f| text.contains(&format!("# TYPE {f} "))) {
-            break text;
+        for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+            if !exposition.lines().any(|seen| seen == line) {
+                exposition.push_str(line);
+                exposition.push('\n');
+            }
+        }
+        if families
+            .iter()
+            .all(|f| exposition.contains(&format!("# TYPE {f} ")))
+        {
+            break;
         }
         assert!(
             Instant::now() < deadline,
-            "metric families missing after 30s:\n{text}"
+            "metric families missing after 30s; seen:\n{exposition}\nlast scrape:\n{text}"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let rss_kib = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
