@@ -5,7 +5,9 @@
 #
 #   TPU_OPERATOR_REAL_SUITES  `cargo test` argument lists, separated by `;`, of the suites to run
 #                             against the real server after the differential suite (default: the
-#                             controllers' end-to-end suites, then the kubectl checks; "none" skips)
+#                             chart's RBAC suite first, while the cluster holds no other test's
+#                             objects, then the controllers' end-to-end suites and the kubectl
+#                             checks; "none" skips)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +28,7 @@ echo "== control plane: differential suite against kube-apiserver"
 TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- \
   cargo test --locked -p kube-conformance --test differential -- --nocapture --test-threads=1
 
-suites="${TPU_OPERATOR_REAL_SUITES:--p tpu-operator-controller --tests -- --test-threads=2; -p kube-emulator --test kubectl}"
+suites="${TPU_OPERATOR_REAL_SUITES:--p tpu-operator --test rbac -- --nocapture; -p tpu-operator-controller --tests -- --test-threads=2; -p kube-emulator --test kubectl}"
 if [ "$suites" != none ]; then
   # One fresh control plane for all of them (each test uses namespaces of its own).
   script="set -e"

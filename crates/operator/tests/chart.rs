@@ -747,13 +747,14 @@ fn assert_crd_reader_and_lease_role(docs: &[Value], release_ns: &str) {
         ]
     );
     // The orphan sweeper's summary ConfigMap and its events, in the release namespace: server-side
-    // apply creates the ConfigMap (`create` cannot name it), then reads and patches it by name.
+    // apply creates the ConfigMap (a PATCH by name, so `create` is authorized by name too), then
+    // reads and patches it by name.
     let orphans = find(docs, "Role", Some("tpu-operator-orphan-report"));
     assert_eq!(orphans["metadata"]["namespace"], release_ns);
     assert_eq!(
         rules(orphans),
         vec![
-            json!([[""], ["configmaps"], null, ["create"]]),
+            json!([[""], ["configmaps"], ["tpu-operator-orphans"], ["create"]]),
             json!([[""], ["configmaps"], ["tpu-operator-orphans"], ["get", "patch"]]),
             json!([["events.k8s.io"], ["events"], null, ["create", "patch"]]),
         ]
