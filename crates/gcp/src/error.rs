@@ -12,6 +12,25 @@
 //! cancel asks for no capacity, so its 429 can only be a rate limit), and [`GcpError::is_retryable`] is true for it
 //! but false for a plain quota / stockout. Controllers map the latter by surface (TPU create →
 //! `WaitingForCapacity`, slow poll; elsewhere → a condition naming the quota).
+//!
+//! # Quota or stockout? ([`GcpError::exhaustion`])
+//!
+//! A stockout clears by itself (capacity comes back); an exhausted project quota does not: it
+//! needs a person to request an increase. Google says which in the error's details, when it sends
+//! any (`google.rpc.Status.details`, exposed by google-cloud-gax as
+//! [`StatusDetails`]; the same details arrive inside a failed operation's `error`):
+//! * `google.rpc.QuotaFailure` (`violations[].quotaMetric`, `subject`, `description`) and
+//!   `ErrorInfo.reason = RESOURCE_QUOTA_EXCEEDED` (with `metadata.quota_metric` /
+//!   `quota_limit`) mean quota: googleapis `google/rpc/error_details.proto` and
+//!   `google/api/error_reason.proto` (the `google-cloud-rpc` / `google-cloud-api` crates carry
+//!   both texts; <https://cloud.google.com/apis/design/errors#error_info>).
+//! * `ErrorInfo.reason = STOCKOUT` is the stockout example of `error_details.proto`
+//!   ("an error that is returned when attempting to create a Spanner instance in a region that is
+//!   out of stock"); Compute Engine's `ZONE_RESOURCE_POOL_EXHAUSTED*` reasons mean the same.
+//! * Without details, the message decides only for the quota texts Google's front end is seen
+//!   to send (`Quota limit '…' has been exceeded` from `gcloud compute tpus create`, `The
+//!   following quota metrics exceed quota limits` from Vertex); anything else stays
+//!   [`Exhaustion::Unknown`], which controllers treat as a capacity wait (the old behaviour).
 
 use std::fmt;
 
@@ -166,7 +185,42 @@ pub struct GcpError {
     pub status: Option<&'static str>,
     /// `ErrorInfo.reason` (or the GCS legacy `errors[0].reason`) when present.
     pub reason: Option<String>,
+    /// The exhausted quota, when the details name one: `QuotaFailure.violations[].quotaMetric`
+    /// (else its `subject`), or `ErrorInfo.metadata.quota_metric` / `quota_limit`.
+    pub quota_metric: Option<String>,
+    /// The details carry a `google.rpc.QuotaFailure`.
+    pub quota_failure: bool,
 }
+
+/// Why a RESOURCE_EXHAUSTED happened, as far as the error says (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Exhaustion {
+    /// A per-minute API request limit: retry after a short backoff.
+    RateLimit,
+    /// A project / region quota: nothing changes until somebody raises it.
+    Quota,
+    /// No capacity in the zone right now: it comes back by itself.
+    Stockout,
+    /// RESOURCE_EXHAUSTED without a telling detail or message.
+    Unknown,
+}
+
+/// `ErrorInfo.reason`s that mean "resource quota exhausted" (`google/api/error_reason.proto`
+/// `RESOURCE_QUOTA_EXCEEDED`; `QUOTA_EXCEEDED` is Compute Engine's and GCS's legacy
+/// `quotaExceeded`).
+const QUOTA_REASONS: &[&str] = &["RESOURCE_QUOTA_EXCEEDED", "QUOTA_EXCEEDED", "quotaExceeded"];
+
+/// `ErrorInfo.reason`s that mean "no capacity right now" (`google/rpc/error_details.proto`
+/// example `STOCKOUT`; Compute Engine's `ZONE_RESOURCE_POOL_EXHAUSTED` family).
+const STOCKOUT_REASONS: &[&str] = &[
+    "STOCKOUT",
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+    "RESOURCE_POOL_EXHAUSTED",
+];
+
+/// Message texts Google's front end sends for an exhausted quota when it sends no details.
+const QUOTA_TEXTS: &[&str] = &["quota limit '", "exceed quota limits", "insufficient quota"];
 
 impl GcpError {
     /// An error built by this crate (client side), e.g. a malformed `gs://` URI.
@@ -186,6 +240,8 @@ impl GcpError {
             http_status: None,
             status: None,
             reason: None,
+            quota_metric: None,
+            quota_failure: false,
         }
     }
 
@@ -286,6 +342,54 @@ impl GcpError {
             StatusDetails::ErrorInfo(info) if !info.reason.is_empty() => Some(info.reason.clone()),
             _ => None,
         });
+        let non_empty = |s: &String| (!s.is_empty()).then(|| s.clone());
+        let mut quota_metric = None;
+        for detail in &status.details {
+            match detail {
+                StatusDetails::QuotaFailure(failure) => {
+                    self.quota_failure = true;
+                    quota_metric = quota_metric.or_else(|| {
+                        failure
+                            .violations
+                            .iter()
+                            .find_map(|v| non_empty(&v.quota_metric).or_else(|| non_empty(&v.subject)))
+                    });
+                }
+                StatusDetails::ErrorInfo(info) => {
+                    quota_metric = quota_metric.or_else(|| {
+                        ["quota_metric", "quota_limit"]
+                            .iter()
+                            .find_map(|k| info.metadata.get(*k).and_then(non_empty))
+                    });
+                }
+                _ => {}
+            }
+        }
+        self.quota_metric = quota_metric;
+    }
+
+    /// What a RESOURCE_EXHAUSTED means (`None` for any other kind): a rate limit, an exhausted
+    /// quota (a person must act), a stockout (wait), or unknown. Structured details decide
+    /// first, then the method ([`GcpError::is_rate_limited`]), then the known quota texts.
+    pub fn exhaustion(&self) -> Option<Exhaustion> {
+        if self.kind != ErrorKind::ResourceExhausted {
+            return None;
+        }
+        let reason = self.reason.as_deref().unwrap_or_default();
+        Some(if self.is_rate_limited() {
+            Exhaustion::RateLimit
+        } else if QUOTA_REASONS.contains(&reason) || self.quota_failure {
+            Exhaustion::Quota
+        } else if STOCKOUT_REASONS.contains(&reason) {
+            Exhaustion::Stockout
+        } else if self.reason.is_none() && {
+            let message = self.message.to_ascii_lowercase();
+            QUOTA_TEXTS.iter().any(|t| message.contains(t))
+        } {
+            Exhaustion::Quota
+        } else {
+            Exhaustion::Unknown
+        })
     }
 
     fn code_suffix(&self) -> String {
@@ -503,6 +607,68 @@ mod tests {
             assert_eq!(err.is_rate_limited(), rate_limited, "{method}");
             assert_eq!(err.is_retryable(), rate_limited, "{method}");
         }
+    }
+
+    /// Issue 21 item 4: quota and stockout arrive with the same code; the details (or the known
+    /// quota texts) tell them apart, in a call's body and in a failed operation alike.
+    #[test]
+    fn quota_and_stockout_are_told_apart_by_their_details() {
+        let quota = r#"{"error":{"code":429,"message":"Quota limit 'TPUV6EPodPerProjectPerZoneForTPUAPI' has been exceeded. Limit: 0 in zone us-central2-b.","status":"RESOURCE_EXHAUSTED",
+            "details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RESOURCE_QUOTA_EXCEEDED","domain":"googleapis.com",
+                        "metadata":{"service":"tpu.googleapis.com","quota_metric":"tpu.googleapis.com/v6e_chips","quota_limit":"TPUV6EPodPerProjectPerZoneForTPUAPI"}},
+                       {"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"subject":"project:p","description":"Quota limit exceeded",
+                        "apiService":"tpu.googleapis.com","quotaMetric":"tpu.googleapis.com/v6e_chips","quotaId":"TPUV6EPodPerProjectPerZoneForTPUAPI"}]}]}}"#;
+        let err = GcpError::from_gax(Service::Tpu, "nodes.create", "p", &from_http_body(429, quota));
+        assert_eq!(err.exhaustion(), Some(Exhaustion::Quota));
+        assert!(err.quota_failure);
+        assert_eq!(err.quota_metric.as_deref(), Some("tpu.googleapis.com/v6e_chips"));
+        assert!(!err.is_retryable());
+
+        // QuotaFailure alone (no ErrorInfo), with only a subject.
+        let bare_failure = r#"{"error":{"code":429,"message":"exhausted","status":"RESOURCE_EXHAUSTED",
+            "details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"subject":"project:p","description":"d"}]}]}}"#;
+        let err = GcpError::from_gax(
+            Service::Tpu,
+            "nodes.create",
+            "p",
+            &from_http_body(429, bare_failure),
+        );
+        assert_eq!(err.exhaustion(), Some(Exhaustion::Quota));
+        assert_eq!(err.quota_metric.as_deref(), Some("project:p"));
+
+        let stockout = r#"{"error":{"code":429,"message":"There is no more capacity in the zone","status":"RESOURCE_EXHAUSTED",
+            "details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"STOCKOUT","domain":"tpu.googleapis.com","metadata":{}}]}}"#;
+        let err = GcpError::from_gax(Service::Tpu, "nodes.create", "p", &from_http_body(429, stockout));
+        assert_eq!(err.exhaustion(), Some(Exhaustion::Stockout));
+        assert_eq!(err.quota_metric, None);
+
+        // No details: the gcloud-seen quota text is quota, anything else is unknown.
+        let text = esf(
+            429,
+            "RESOURCE_EXHAUSTED",
+            "Quota limit 'TPUV2sPodPerProjectPerZoneForTPUAPI' has been exceeded. Limit: 0 in zone us-central1-a.",
+        );
+        let err = GcpError::from_gax(Service::Tpu, "nodes.create", "p", &from_http_body(429, &text));
+        assert_eq!(err.exhaustion(), Some(Exhaustion::Quota));
+        let plain = esf(429, "RESOURCE_EXHAUSTED", "There is no more capacity in the zone");
+        let err = GcpError::from_gax(Service::Tpu, "nodes.create", "p", &from_http_body(429, &plain));
+        assert_eq!(err.exhaustion(), Some(Exhaustion::Unknown));
+        let read = GcpError::from_gax(Service::Tpu, "nodes.get", "n", &from_http_body(429, quota));
+        assert_eq!(read.exhaustion(), Some(Exhaustion::RateLimit));
+        let other = GcpError::new(ErrorKind::NotFound, Service::Tpu, "nodes.get", "n", "gone");
+        assert_eq!(other.exhaustion(), None);
+
+        // The same details inside a failed create operation (LRO `error`, code 8).
+        let op: google_cloud_longrunning::model::Operation = serde_json::from_str(
+            r#"{"name":"projects/p/locations/z/operations/o","done":true,"error":{"code":8,"message":"Quota limit exceeded",
+                "details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"subject":"project:p","quotaMetric":"tpu.googleapis.com/v6e_chips"}]}]}}"#,
+        )
+        .unwrap();
+        let crate::lro::OperationState::Failed(err) = crate::lro::operation_state(Service::Tpu, &op) else {
+            panic!("a failed operation");
+        };
+        assert_eq!(err.exhaustion(), Some(Exhaustion::Quota));
+        assert_eq!(err.quota_metric.as_deref(), Some("tpu.googleapis.com/v6e_chips"));
     }
 
     #[test]
