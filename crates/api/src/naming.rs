@@ -131,13 +131,28 @@ pub fn dataproc_batch_id(id: &ObjectIdentity, attempt: u32) -> String {
     name
 }
 
-/// `requestId` for an idempotent create: ≤ 40 characters of `[A-Za-z0-9_-]`, unique per object,
-/// purpose and attempt, identical across retries of the same call.
+/// Namespace of the name-based (v5) UUIDs of [`request_id`]: the v5 UUID of the URL
+/// `https://tpu-operator.dev/request-id`. Never change it: ids made before and after would differ,
+/// and a create retried across an upgrade would no longer be recognised as a replay.
+fn request_id_namespace() -> uuid::Uuid {
+    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, b"https://tpu-operator.dev/request-id")
+}
+
+/// `requestId` for an idempotent create: a name-based UUID (RFC 9562 version 5, SHA-1) of the
+/// object's UID, the purpose and the attempt, so it is unique per object, purpose and attempt and
+/// identical across retries of the same call, also after an operator restart.
+///
+/// A UUID because Cloud TPU documents `queuedResources.create?requestId` as "Idempotent request
+/// UUID" (discovery doc `tpu.v2.json`, rev 20261001;
+/// <https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/create>),
+/// and Dataproc's `batches.create?requestId` recommends one ("Recommendation: Set this value to a
+/// UUID ... letters, numbers, underscores and hyphens ... maximum length is 40 characters",
+/// `dataproc.v1.json`); the 36-character hyphenated form satisfies both.
 pub fn request_id(id: &ObjectIdentity, purpose: &str, attempt: u32) -> String {
-    let h = fnv1a(format!("{}/{purpose}/{attempt}", id.uid).as_bytes());
-    let purpose: String = to_dns_chars(purpose).chars().take(16).collect();
-    let out = format!("tpuop-{purpose}-{h:016x}");
-    out.chars().take(MAX_REQUEST_ID_LEN).collect()
+    let name = format!("{}/{purpose}/{attempt}", id.uid);
+    uuid::Uuid::new_v5(&request_id_namespace(), name.as_bytes())
+        .hyphenated()
+        .to_string()
 }
 
 /// Vertex AI custom-job display name (≤ 128 characters; not unique, the UID label is the key).
@@ -261,9 +276,28 @@ mod tests {
         assert!(re.is_match(&r), "{r}");
         assert_eq!(r, request_id(&id, "create-queued-resource", 1));
         assert_ne!(r, request_id(&id, "create-queued-resource", 2));
+        assert_ne!(r, request_id(&id, "batch", 1));
         let other = ObjectIdentity::new("default", "quickstart", "another-uid");
         assert_ne!(r, request_id(&other, "create-queued-resource", 1));
     }
+
+    /// Cloud TPU documents `requestId` as an "Idempotent request UUID": the id must parse as a
+    /// UUID (version 5, name-based), and must not change between releases.
+    #[test]
+    fn request_ids_are_name_based_uuids() {
+        let id = ident("default", "quickstart");
+        let r = request_id(&id, "create-queued-resource", 0);
+        let parsed = uuid::Uuid::parse_str(&r).expect("a UUID");
+        assert_eq!(parsed.get_version_num(), 5, "{r}");
+        assert_eq!(r.len(), 36);
+        assert_eq!(r, r.to_lowercase());
+        // Only the UID counts (a namespace or name is not identity), and the value is pinned: a
+        // change would make retries after an upgrade look like new requests.
+        assert_eq!(r, request_id(&ident("x", "y"), "create-queued-resource", 0));
+        assert_eq!(r, PINNED_QR_REQUEST_ID);
+    }
+
+    const PINNED_QR_REQUEST_ID: &str = "7f708884-7323-5702-85dc-92d48b9f1a4e";
 
     #[test]
     fn identity_labels_are_valid_gcp_labels() {

@@ -461,6 +461,47 @@ async fn qr_state(tpu: &google_cloud_tpu_v2::client::Tpu, name: &str) -> queued_
         .state
 }
 
+/// A request id as Cloud TPU documents it ("Idempotent request UUID").
+const REQ_1: &str = "0f3c7c1e-5a55-5b39-9a0e-6d2f1a4b8c01";
+
+/// `queuedResources.create?requestId` is an "Idempotent request UUID" (tpu.v2.json): anything
+/// else is 400 INVALID_ARGUMENT naming `request_id`, before anything is created; delete too.
+#[tokio::test]
+async fn queued_resource_request_id_must_be_a_uuid() {
+    let emu = emulator().await;
+    let tpu = tpu(&emu).await;
+    for bad in ["req-1", "tpuop-create-queued-resour-0123456789abcdef", "0f3c7c1e-5a55"] {
+        let err = tpu
+            .create_queued_resource()
+            .set_parent(PARENT)
+            .set_queued_resource_id("qr-uuid")
+            .set_request_id(bad)
+            .set_queued_resource(qr("qn-uuid", "v5litepod-8"))
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(code(&err), "InvalidArgument", "{bad}: {err}");
+        assert!(err.to_string().contains("request_id"), "{err}");
+    }
+    assert!(emu.queued_resources().is_empty());
+    tpu.create_queued_resource()
+        .set_parent(PARENT)
+        .set_queued_resource_id("qr-uuid")
+        .set_request_id(REQ_1)
+        .set_queued_resource(qr("qn-uuid", "v5litepod-8"))
+        .send()
+        .await
+        .unwrap();
+    let err = tpu
+        .delete_queued_resource()
+        .set_name(format!("{PARENT}/queuedResources/qr-uuid"))
+        .set_request_id("not-a-uuid")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "InvalidArgument", "{err}");
+}
+
 #[tokio::test]
 async fn queued_resource_walks_every_state_and_replays_request_ids() {
     use queued_resource_state::State as S;
@@ -471,7 +512,7 @@ async fn queued_resource_walks_every_state_and_replays_request_ids() {
         .create_queued_resource()
         .set_parent(PARENT)
         .set_queued_resource_id("qr1")
-        .set_request_id("req-1")
+        .set_request_id(REQ_1)
         .set_queued_resource(qr("qn1", "v5litepod-8"))
         .send()
         .await
@@ -480,7 +521,7 @@ async fn queued_resource_walks_every_state_and_replays_request_ids() {
         .create_queued_resource()
         .set_parent(PARENT)
         .set_queued_resource_id("qr1")
-        .set_request_id("req-1")
+        .set_request_id(REQ_1)
         .set_queued_resource(qr("qn1", "v5litepod-8"))
         .send()
         .await
