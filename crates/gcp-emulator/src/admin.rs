@@ -48,7 +48,26 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
         Fault::Stockout { zone, accelerator } => {
             f_.stockouts.insert((zone, accelerator));
         }
+        Fault::CapacityError {
+            zone,
+            accelerator,
+            cause,
+            shape,
+            quota_metric,
+        } => {
+            f_.capacity_errors
+                .retain(|c| (&c.zone, &c.accelerator) != (&zone, &accelerator));
+            f_.capacity_errors.push(crate::faults::CapacityErrorState {
+                zone,
+                accelerator,
+                cause,
+                shape,
+                quota_metric,
+            });
+        }
         Fault::LiftStockout { zone, accelerator } => {
+            f_.capacity_errors
+                .retain(|c| (&c.zone, &c.accelerator) != (&zone, &accelerator));
             f_.stockouts.remove(&(zone, accelerator));
             crate::tpu::queued::recheck_waiting(w);
         }

@@ -2,7 +2,7 @@
 //! before they reach a service; the others change what the simulated cloud does (stockouts,
 //! preemptions, failing workloads, suppressed outputs).
 
-use crate::errors::Code;
+use crate::errors::{ApiError, Code};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -23,8 +23,25 @@ pub enum Fault {
     /// and queued resources stay in WAITING_FOR_RESOURCES until [`Fault::LiftStockout`].
     /// `accelerator` is an accelerator type (`v5p-8`) or a family (`v5p`, matches `v5p-*`).
     Stockout { zone: String, accelerator: String },
-    /// Ends a stockout injected earlier.
+    /// Ends a stockout injected earlier (and a [`Fault::CapacityError`] for the same pair).
     LiftStockout { zone: String, accelerator: String },
+    /// `nodes.create` for `accelerator` in `zone` runs out of capacity or quota, in one of the
+    /// two shapes real capacity errors take: the call refused with 429 (`shape: call`), or the
+    /// call accepted and its create operation ending with `error.code` 8 RESOURCE_EXHAUSTED
+    /// when the node would have been READY (`shape: operation`; the node is gone then). Both
+    /// carry `google.rpc` details: `cause: quota` an `ErrorInfo` `RESOURCE_QUOTA_EXCEEDED` and a
+    /// `QuotaFailure` naming `quotaMetric`; `cause: stockout` an `ErrorInfo` `STOCKOUT`
+    /// (see README "Capacity errors" for the sources). Lasts until `LiftStockout`.
+    CapacityError {
+        zone: String,
+        accelerator: String,
+        cause: CapacityCause,
+        #[serde(default)]
+        shape: ErrorShape,
+        /// Quota metric for `cause: quota` (default `tpu.googleapis.com/<family>_pod_chips`).
+        #[serde(default)]
+        quota_metric: Option<String>,
+    },
     /// Preempts a spot / preemptible node now (state PREEMPTED). Name: full resource name.
     PreemptNode { name: String },
     /// Preempts a queued resource's capacity now: SUSPENDING -> SUSPENDED (stateInitiator SERVICE).
@@ -56,6 +73,107 @@ pub enum Fault {
         code: Code,
         service: Option<String>,
     },
+}
+
+/// What ran out, for [`Fault::CapacityError`].
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum CapacityCause {
+    /// The zone has no capacity right now (clears by itself).
+    Stockout,
+    /// The project's quota is exhausted (needs a quota increase).
+    Quota,
+}
+
+/// Where a capacity error shows, for [`Fault::CapacityError`].
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum ErrorShape {
+    /// The create call is refused: HTTP 429 RESOURCE_EXHAUSTED.
+    #[default]
+    Call,
+    /// The create call is accepted; its long-running operation fails with code 8.
+    Operation,
+}
+
+/// An active [`Fault::CapacityError`].
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityErrorState {
+    pub zone: String,
+    pub accelerator: String,
+    pub cause: CapacityCause,
+    pub shape: ErrorShape,
+    pub quota_metric: Option<String>,
+}
+
+impl CapacityErrorState {
+    /// The error Google sends, with its `google.rpc` details.
+    ///
+    /// Quota: message as `gcloud compute tpus create` prints it for an exhausted TPU quota
+    /// (`Quota limit '<limit>' has been exceeded. Limit: 0 in zone <zone>.`), `ErrorInfo` as
+    /// googleapis `google/api/error_reason.proto` shows `RESOURCE_QUOTA_EXCEEDED` (domain
+    /// `googleapis.com`, metadata `service`, `quota_metric`, `quota_limit`, `consumer`), and
+    /// `QuotaFailure.violations[]` as `google/rpc/error_details.proto` defines it (`subject`,
+    /// `description`, `apiService`, `quotaMetric`, `quotaId`). Stockout: the message of the plain
+    /// stockout and `ErrorInfo.reason = STOCKOUT` (the out-of-stock example of
+    /// `error_details.proto`). Which details the TPU API really attaches is not verified
+    /// (docs/reliability.md, "Not verified against real GCP").
+    pub fn error(&self, project: &str, accelerator_type: &str) -> ApiError {
+        let family = accelerator_type.split('-').next().unwrap_or(accelerator_type);
+        match self.cause {
+            CapacityCause::Stockout => {
+                let mut e = ApiError::new(
+                    Code::ResourceExhausted,
+                    format!(
+                        "There is no more capacity in the zone \"{}\"; you can try in another zone where Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions)",
+                        self.zone
+                    ),
+                );
+                e.details.push(serde_json::json!({
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "STOCKOUT",
+                    "domain": "tpu.googleapis.com",
+                    "metadata": {"zone": self.zone, "acceleratorType": accelerator_type},
+                }));
+                e
+            }
+            CapacityCause::Quota => {
+                let limit = format!("TPU{}PodPerProjectPerZoneForTPUAPI", family.to_ascii_uppercase());
+                let metric = self
+                    .quota_metric
+                    .clone()
+                    .unwrap_or_else(|| format!("tpu.googleapis.com/{family}_pod_chips"));
+                let message = format!(
+                    "Quota limit '{limit}' has been exceeded. Limit: 0 in zone {}.",
+                    self.zone
+                );
+                let mut e = ApiError::new(Code::ResourceExhausted, message.clone());
+                e.details.push(serde_json::json!({
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "RESOURCE_QUOTA_EXCEEDED",
+                    "domain": "googleapis.com",
+                    "metadata": {
+                        "consumer": format!("projects/{project}"),
+                        "service": "tpu.googleapis.com",
+                        "quota_metric": metric,
+                        "quota_limit": limit,
+                    },
+                }));
+                e.details.push(serde_json::json!({
+                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [{
+                        "subject": format!("project:{project}"),
+                        "description": message,
+                        "apiService": "tpu.googleapis.com",
+                        "quotaMetric": metric,
+                        "quotaId": limit,
+                    }],
+                }));
+                e
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -92,6 +210,10 @@ pub struct RandomState {
 pub struct Faults {
     pub fail_calls: Vec<FailCallsState>,
     pub stockouts: BTreeSet<(String, String)>,
+    pub capacity_errors: Vec<CapacityErrorState>,
+    /// Nodes whose create operation is to fail (shape `operation`), with the error.
+    #[serde(skip)]
+    pub doomed_creates: std::collections::BTreeMap<String, ApiError>,
     pub failing: BTreeSet<String>,
     pub failing_workloads: BTreeSet<String>,
     pub suppressed_outputs: BTreeSet<String>,
@@ -101,6 +223,14 @@ pub struct Faults {
     /// Failure messages for `failing` entries that named one.
     #[serde(skip)]
     pub messages: std::collections::BTreeMap<String, String>,
+}
+
+/// `pattern` is an accelerator type (`v5p-8`) or a family (`v5p`, matches `v5p-*`).
+fn accel_matches(pattern: &str, accelerator_type: &str) -> bool {
+    pattern == accelerator_type
+        || accelerator_type
+            .strip_prefix(pattern)
+            .is_some_and(|rest| rest.starts_with('-'))
 }
 
 fn matches(pattern: &str, value: &str) -> bool {
@@ -170,13 +300,16 @@ impl Faults {
 
     /// True when `zone` has no capacity for `accelerator_type` (e.g. `v5p-8`).
     pub fn stocked_out(&self, zone: &str, accelerator_type: &str) -> bool {
-        self.stockouts.iter().any(|(z, a)| {
-            z == zone
-                && (a == accelerator_type
-                    || accelerator_type
-                        .strip_prefix(a.as_str())
-                        .is_some_and(|rest| rest.starts_with('-')))
-        })
+        self.stockouts
+            .iter()
+            .any(|(z, a)| z == zone && accel_matches(a, accelerator_type))
+    }
+
+    /// The active [`Fault::CapacityError`] for a create of `accelerator_type` in `zone`.
+    pub fn capacity_error(&self, zone: &str, accelerator_type: &str) -> Option<&CapacityErrorState> {
+        self.capacity_errors
+            .iter()
+            .find(|c| c.zone == zone && accel_matches(&c.accelerator, accelerator_type))
     }
 }
 

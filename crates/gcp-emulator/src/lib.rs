@@ -29,6 +29,6 @@ pub use clock::Clock;
 pub use config::{Config, Durations};
 pub use emulator::{Emulator, EmulatorBuilder, ResourceCounts, StoredObject};
 pub use errors::{ApiError, Code};
-pub use faults::Fault;
+pub use faults::{CapacityCause, ErrorShape, Fault};
 pub use outputs::OUTPUT_PROPERTY;
 pub use tpu::nodes::DONE_URI_KEY;

@@ -197,6 +197,17 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
             ),
         ));
     }
+    // Issue 21 item 4: capacity errors in both shapes (faults.rs `CapacityError`).
+    w.faults.doomed_creates.remove(&name);
+    if let Some(c) = w.faults.capacity_error(zone, &accel.accelerator_type) {
+        let err = c.error(project, &accel.accelerator_type);
+        match c.shape {
+            crate::faults::ErrorShape::Call => return Err(err),
+            crate::faults::ErrorShape::Operation => {
+                w.faults.doomed_creates.insert(name.clone(), err);
+            }
+        }
+    }
     fill_defaults(w, project, zone, &name, &mut node, &accel);
     node["state"] = json!("CREATING");
     let op_name = tpu_op_name(w, &parent);
@@ -396,6 +407,9 @@ pub fn patch(w: &mut World, name: &str, q: &Query, body: &Value) -> ApiResult<Re
     }
     let now_ready = {
         let rec = w.nodes.get_mut(name).expect("checked above");
+        // A masked field is replaced whole, maps included (AIP-134, "Update":
+        // <https://google.aip.dev/134>): `metadata` in the mask replaces the node's metadata map,
+        // so a client that adds one key (gcloud `tpu-vm ssh` adding `ssh-keys`) sends the rest.
         for p in &paths {
             set_path(&mut rec.body, &patch, p);
         }
@@ -489,6 +503,17 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
     }
     rec.timer = None;
     let op = rec.op.take();
+    // A create accepted under a `CapacityError { shape: operation }`: the operation fails with
+    // RESOURCE_EXHAUSTED (code 8) and its details, and the node does not stay.
+    if rec.state() == "CREATING"
+        && let Some(err) = w.faults.doomed_creates.remove(name)
+    {
+        w.nodes.remove(name);
+        if let Some(op) = op {
+            lro::finish_err(w, &op, &err);
+        }
+        return;
+    }
     match rec.state().to_string().as_str() {
         "CREATING" | "STARTING" => {
             rec.body["state"] = json!("READY");
