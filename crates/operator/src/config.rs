@@ -162,9 +162,10 @@ pub struct RunArgs {
     pub shutdown_timeout: Option<Duration>,
     /// Orphan sweeper: cloud resources labelled with this cluster's id whose owning object no
     /// longer exists are reported, or also deleted after --orphan-grace-period [default: report].
-    /// `delete` needs a cluster id unique to this cluster (not `default`). Where it looks:
-    /// `orphanProjects` / `orphanZones` / `orphanRegions` in the config file (default: the default
-    /// projects and the zones / regions named by the tenancy policy).
+    /// `delete` needs a cluster id unique to this cluster (not `default`). Where it looks: every
+    /// place the custom resources use or have used, and `orphanProjects` × `orphanZones` /
+    /// `orphanRegions` from the config file (default: the default projects and the zones / regions
+    /// named by the tenancy policy).
     #[arg(long, env = "TPU_OPERATOR_ORPHANS", value_enum)]
     pub orphans: Option<OrphanMode>,
     /// How long a resource must have been orphaned before --orphans=delete deletes it [default: 15m].

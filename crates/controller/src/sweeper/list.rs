@@ -18,7 +18,7 @@ use tpu_operator_gcp::{
 };
 
 use super::{
-    SweeperConfig,
+    Places,
     plan::{CloudResource, ResourceKind, Stage, uid_label},
 };
 use crate::context::Context;
@@ -105,10 +105,10 @@ fn from_job(j: CustomJob) -> CloudResource {
     }
 }
 
-/// Every resource in the configured locations that may be ours (filtered by cluster label where
+/// Every resource in `places` that may be ours (filtered by cluster label where
 /// the API can filter; plan re-checks every label). A location that fails to list is reported in
 /// the error list and skipped, so one bad zone does not hide orphans elsewhere.
-pub async fn cloud(ctx: &Context, config: &SweeperConfig) -> (Vec<CloudResource>, Vec<String>) {
+pub async fn cloud(ctx: &Context, places: &Places) -> (Vec<CloudResource>, Vec<String>) {
     let mut out = Vec::new();
     let mut errors = Vec::new();
     let mut keep = |what: &str, r: Result<Vec<CloudResource>, GcpError>| match r {
@@ -121,47 +121,106 @@ pub async fn cloud(ctx: &Context, config: &SweeperConfig) -> (Vec<CloudResource>
         labels::CLUSTER,
         sanitize_label_value(&ctx.config.cluster_id)
     );
-    for project in &config.projects {
-        for zone in &config.zones {
-            let parent = format!("projects/{project}/locations/{zone}");
-            let nodes = ctx.gcp.tpu.list_nodes(&parent).await;
-            keep(
-                &format!("list TPU nodes in {parent}"),
-                nodes.map(|v| v.into_iter().map(from_node).collect()),
-            );
-            let qrs = ctx.gcp.tpu.list_queued_resources(&parent).await;
-            keep(
-                &format!("list queued resources in {parent}"),
-                qrs.map(|v| v.into_iter().map(from_queued).collect()),
-            );
-        }
-        for region in &config.regions {
-            let parent = format!("projects/{project}/locations/{region}");
-            let batches = ctx.gcp.dataproc.list_batches(&parent, &filter).await;
-            keep(
-                &format!("list Dataproc batches in {parent}"),
-                batches.map(|v| v.into_iter().map(from_batch).collect()),
-            );
-            let jobs = ctx.gcp.vertex.list_custom_jobs(&parent, &filter).await;
-            keep(
-                &format!("list Vertex custom jobs in {parent}"),
-                jobs.map(|v| v.into_iter().map(from_job).collect()),
-            );
-        }
+    for (project, zone) in &places.zones {
+        let parent = format!("projects/{project}/locations/{zone}");
+        let nodes = ctx.gcp.tpu.list_nodes(&parent).await;
+        keep(
+            &format!("list TPU nodes in {parent}"),
+            nodes.map(|v| v.into_iter().map(from_node).collect()),
+        );
+        let qrs = ctx.gcp.tpu.list_queued_resources(&parent).await;
+        keep(
+            &format!("list queued resources in {parent}"),
+            qrs.map(|v| v.into_iter().map(from_queued).collect()),
+        );
+    }
+    for (project, region) in &places.regions {
+        let parent = format!("projects/{project}/locations/{region}");
+        let batches = ctx.gcp.dataproc.list_batches(&parent, &filter).await;
+        keep(
+            &format!("list Dataproc batches in {parent}"),
+            batches.map(|v| v.into_iter().map(from_batch).collect()),
+        );
+        let jobs = ctx.gcp.vertex.list_custom_jobs(&parent, &filter).await;
+        keep(
+            &format!("list Vertex custom jobs in {parent}"),
+            jobs.map(|v| v.into_iter().map(from_job).collect()),
+        );
     }
     (out, errors)
 }
 
-/// UIDs (as label values) of every TpuSlice, PreprocessBatch and TrainingPipeline the operator
-/// watches, including objects being deleted (their finalizers are still cleaning up).
-pub async fn live_uids(ctx: &Context) -> Result<HashSet<String>, kube::Error> {
-    let lp = ListParams::default();
-    let mut uids = HashSet::new();
-    let slices = ctx.watched_api::<TpuSlice>().list_metadata(&lp).await?;
-    uids.extend(slices.items.iter().filter_map(|o| o.uid()));
-    let batches = ctx.watched_api::<PreprocessBatch>().list_metadata(&lp).await?;
-    uids.extend(batches.items.iter().filter_map(|o| o.uid()));
-    let pipelines = ctx.watched_api::<TrainingPipeline>().list_metadata(&lp).await?;
-    uids.extend(pipelines.items.iter().filter_map(|o| o.uid()));
-    Ok(uids.iter().map(|u| uid_label(u)).collect())
+/// What the sweep learns from the custom resources: who is alive, and where they put things.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// UIDs (as label values) of every TpuSlice, PreprocessBatch and TrainingPipeline the operator
+    /// watches, including objects being deleted (their finalizers are still cleaning up).
+    pub uids: HashSet<String>,
+    /// The zones and regions (with their projects) those objects use: from the spec (with the
+    /// project defaulted as the controllers default it) and from the cloud resource names in
+    /// their status.
+    pub places: Places,
+}
+
+/// Lists the three kinds a page at a time (memory stays flat at any object count) and keeps only
+/// UIDs and places.
+pub async fn live(ctx: &Context) -> Result<Live, kube::Error> {
+    let mut live = Live::default();
+    each::<TpuSlice>(ctx, |o| {
+        let ns = o.namespace().unwrap_or_default();
+        if let Some(project) = ctx.project_for(&ns, o.spec.project.as_deref()) {
+            live.places.zones.insert((project, o.spec.zone.clone()));
+        }
+        let status = o.status.as_ref();
+        for name in status
+            .iter()
+            .flat_map(|s| [&s.node_name, &s.queued_resource_name])
+        {
+            live.places.add_zone_of(name.as_deref());
+        }
+        live.uids.extend(o.uid().map(|u| uid_label(&u)));
+    })
+    .await?;
+    each::<PreprocessBatch>(ctx, |o| {
+        let ns = o.namespace().unwrap_or_default();
+        if let Some(project) = ctx.project_for(&ns, o.spec.project.as_deref()) {
+            live.places.regions.insert((project, o.spec.region.clone()));
+        }
+        live.places
+            .add_region_of(o.status.as_ref().and_then(|s| s.batch_name.as_deref()));
+        live.uids.extend(o.uid().map(|u| uid_label(&u)));
+    })
+    .await?;
+    each::<TrainingPipeline>(ctx, |o| {
+        let ns = o.namespace().unwrap_or_default();
+        if let Some(project) = ctx.project_for(&ns, o.spec.project.as_deref()) {
+            live.places.regions.insert((project, o.spec.region.clone()));
+        }
+        live.places
+            .add_region_of(o.status.as_ref().and_then(|s| s.custom_job_name.as_deref()));
+        live.uids.extend(o.uid().map(|u| uid_label(&u)));
+    })
+    .await?;
+    Ok(live)
+}
+
+/// Calls `f` on every object of `K` the operator watches, listing 500 a page.
+async fn each<K>(ctx: &Context, mut f: impl FnMut(K)) -> Result<(), kube::Error>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api = ctx.watched_api::<K>();
+    let mut lp = ListParams::default().limit(500);
+    loop {
+        let page = api.list(&lp).await?;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        page.items.into_iter().for_each(&mut f);
+        match next {
+            Some(token) => lp = lp.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
 }

@@ -17,7 +17,7 @@ pub mod list;
 pub mod plan;
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -68,6 +68,89 @@ impl Default for SweeperConfig {
     }
 }
 
+/// Where a sweep lists: TPU zones (nodes, queued resources) and Dataproc / Vertex regions, each
+/// with its project.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Places {
+    /// `(project, zone)`.
+    pub zones: BTreeSet<(String, String)>,
+    /// `(project, region)`.
+    pub regions: BTreeSet<(String, String)>,
+}
+
+impl Places {
+    /// Every configured project with every configured zone and region.
+    pub fn configured(config: &SweeperConfig) -> Self {
+        let pairs = |locations: &[String]| {
+            config
+                .projects
+                .iter()
+                .flat_map(|p| locations.iter().map(move |l| (p.clone(), l.clone())))
+                .collect()
+        };
+        Self {
+            zones: pairs(&config.zones),
+            regions: pairs(&config.regions),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.zones.is_empty() && self.regions.is_empty()
+    }
+
+    pub fn extend(&mut self, other: &Places) {
+        self.zones.extend(other.zones.iter().cloned());
+        self.regions.extend(other.regions.iter().cloned());
+    }
+
+    /// Adds the project and zone of a resource name `projects/<p>/locations/<zone>/...`.
+    pub fn add_zone_of(&mut self, name: Option<&str>) {
+        self.zones.extend(name.and_then(project_and_location));
+    }
+
+    /// Adds the project and region of a resource name `projects/<p>/locations/<region>/...`.
+    pub fn add_region_of(&mut self, name: Option<&str>) {
+        self.regions.extend(name.and_then(project_and_location));
+    }
+
+    /// One line per place (`zone projects/<p>/locations/<z>`), as the summary ConfigMap keeps them.
+    fn to_lines(&self) -> String {
+        let zones = self
+            .zones
+            .iter()
+            .map(|(p, l)| format!("zone projects/{p}/locations/{l}"));
+        let regions = self
+            .regions
+            .iter()
+            .map(|(p, l)| format!("region projects/{p}/locations/{l}"));
+        zones.chain(regions).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Reads [`Places::to_lines`]' format back; lines it does not understand are skipped.
+    fn from_lines(text: &str) -> Self {
+        let mut places = Self::default();
+        for line in text.lines() {
+            match line.split_once(' ') {
+                Some(("zone", name)) => places.add_zone_of(Some(name)),
+                Some(("region", name)) => places.add_region_of(Some(name)),
+                _ => {}
+            }
+        }
+        places
+    }
+}
+
+/// `projects/<p>/locations/<l>/...` → `(p, l)`.
+fn project_and_location(name: &str) -> Option<(String, String)> {
+    let mut parts = name.split('/');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("projects"), Some(p), Some("locations"), Some(l)) if !p.is_empty() && !l.is_empty() => {
+            Some((p.to_owned(), l.to_owned()))
+        }
+        _ => None,
+    }
+}
+
 /// What one sweep found and did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SweepReport {
@@ -86,6 +169,10 @@ pub struct Sweeper {
     pub config: SweeperConfig,
     first_seen: Mutex<HashMap<String, DateTime<Utc>>>,
     announced: Mutex<HashSet<String>>,
+    /// Places the custom resources have used, kept in the summary ConfigMap so they outlive
+    /// the objects (an orphan is exactly a resource whose object is gone) and this process.
+    /// `None` until the first sweep has read them back from the ConfigMap.
+    learned: Mutex<Option<Places>>,
 }
 
 impl Sweeper {
@@ -94,6 +181,7 @@ impl Sweeper {
             config,
             first_seen: Mutex::default(),
             announced: Mutex::default(),
+            learned: Mutex::default(),
         }
     }
 
@@ -102,10 +190,16 @@ impl Sweeper {
         if self.config.mode == Mode::Off {
             return Ok(SweepReport::default());
         }
-        let (resources, mut errors) = list::cloud(ctx, &self.config).await;
-        let live = list::live_uids(ctx)
+        // Cloud first, then the custom resources: an object created in between can never make
+        // its resource look orphaned. Places learned from this sweep's objects are listed from
+        // the next sweep on.
+        let places = self.places(ctx).await;
+        let (resources, mut errors) = list::cloud(ctx, &places).await;
+        let live = list::live(ctx)
             .await
             .map_err(|e| format!("listing the custom resources that own cloud resources: {e}"))?;
+        self.learn(&live.places);
+        let live = live.uids;
         let now = ctx.clock.now();
         let (orphans, seen) = {
             let first_seen = self.first_seen.lock().expect("sweeper state poisoned");
@@ -139,6 +233,40 @@ impl Sweeper {
         out.errors = errors;
         self.report(ctx, &out).await;
         Ok(out)
+    }
+
+    /// The configured places and every place the custom resources have used.
+    async fn places(&self, ctx: &Context) -> Places {
+        let mut places = Places::configured(&self.config);
+        let known = self.learned.lock().expect("sweeper state poisoned").clone();
+        let learned = match known {
+            Some(learned) => learned,
+            None => {
+                let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &self.config.report_namespace);
+                let kept = match api.get_opt(SUMMARY_CONFIGMAP).await {
+                    Ok(cm) => cm
+                        .and_then(|cm| cm.data?.remove("places"))
+                        .map(|text| Places::from_lines(&text))
+                        .unwrap_or_default(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read the places earlier sweeps learned");
+                        Places::default()
+                    }
+                };
+                self.learn(&kept);
+                kept
+            }
+        };
+        places.extend(&learned);
+        places
+    }
+
+    fn learn(&self, places: &Places) {
+        self.learned
+            .lock()
+            .expect("sweeper state poisoned")
+            .get_or_insert_with(Places::default)
+            .extend(places);
     }
 
     /// Metrics, events for new orphans and for deletions, and the summary ConfigMap.
@@ -232,6 +360,10 @@ impl Sweeper {
         if !r.errors.is_empty() {
             data.insert("errors".to_string(), r.errors.join("\n"));
         }
+        let learned = self.learned.lock().expect("sweeper state poisoned").clone();
+        let mut places = Places::configured(&self.config);
+        places.extend(&learned.unwrap_or_default());
+        data.insert("places".to_string(), places.to_lines());
         let cm = serde_json::json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -281,14 +413,13 @@ pub async fn run(ctx: Arc<Context>, sweeper: Arc<Sweeper>, shutdown: Shutdown) {
     if sweeper.config.mode == Mode::Off {
         return;
     }
-    if sweeper.config.projects.is_empty()
-        || (sweeper.config.zones.is_empty() && sweeper.config.regions.is_empty())
-    {
-        tracing::warn!(
-            "orphan sweeper has no projects or locations to look in (set orphanProjects / orphanZones / orphanRegions); not sweeping"
-        );
-        return;
-    }
+    // With nothing configured the sweeper still runs: it sweeps every place the custom resources
+    // use or have used (kept in the summary ConfigMap), so a default install has its backstop.
+    tracing::info!(
+        configured = Places::configured(&sweeper.config).zones.len()
+            + Places::configured(&sweeper.config).regions.len(),
+        "orphan sweeper: sweeping the configured places and every place the custom resources use"
+    );
     let sweeps = async {
         loop {
             match sweeper.sweep(&ctx).await {
@@ -307,5 +438,34 @@ pub async fn run(ctx: Arc<Context>, sweeper: Arc<Sweeper>, shutdown: Shutdown) {
     tokio::select! {
         () = sweeps => {}
         () = shutdown => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_round_trip_through_the_summary_lines_and_ignore_what_they_cannot_read() {
+        let mut places = Places::configured(&SweeperConfig {
+            projects: vec!["p1".into(), "p2".into()],
+            zones: vec!["us-east5-b".into()],
+            regions: vec!["us-east5".into()],
+            ..SweeperConfig::default()
+        });
+        assert_eq!(places.zones.len(), 2, "every project with every zone");
+        places.add_zone_of(Some("projects/p3/locations/europe-west4-a/nodes/n"));
+        places.add_region_of(Some("projects/p3/locations/europe-west4/batches/b"));
+        places.add_zone_of(Some("not/a/resource/name"));
+        places.add_region_of(None);
+        let text = places.to_lines();
+        assert_eq!(Places::from_lines(&text), places);
+        assert!(
+            text.contains("zone projects/p3/locations/europe-west4-a"),
+            "{text}"
+        );
+        let partial = Places::from_lines("zone projects/p/locations/z\ngarbage\nregion x\n");
+        assert_eq!(partial.zones.len(), 1);
+        assert!(partial.regions.is_empty());
     }
 }

@@ -202,6 +202,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         desired: &t.desired,
         identity: &t.identity,
         recreations: old.recreations.max(0) as u32,
+        node: observed.node.as_ref(),
     };
     let (started, failure) = match act::act(ctx, &plan.action, &request).await {
         Ok(started) => (started, None),
@@ -330,6 +331,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         desired: &t.desired,
         identity: &t.identity,
         recreations: old.recreations.max(0) as u32,
+        node: None,
     };
     let (started, failure) = match act::act(ctx, &plan.action, &request).await {
         Ok(started) => (started, None),
