@@ -171,6 +171,70 @@ async fn spot_preemption_recreates_the_node() {
     assert!(events.items.len() <= 8, "{reasons:?}");
 }
 
+/// `gcloud compute tpus tpu-vm ssh` / `scp` add an `ssh-keys` entry to the node's metadata. The
+/// operator must not count it as drift, and a drift correction of a key it manages must keep it
+/// (the patch replaces the node's whole metadata map).
+#[tokio::test]
+async fn metadata_drift_correction_keeps_keys_others_added() {
+    use tpu_operator_gcp::tpu_v2::model::Node;
+    let env = start().await;
+    let mut s = slice("ssh", json!({"onDemand": {}}));
+    s.spec.metadata = [("env", "a"), ("old", "x")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.create(&s).await;
+    env.wait_for::<TpuSlice, _>("ssh", "Ready", STEP, is_ready).await;
+    env.idle(Duration::from_millis(300), STEP).await;
+    let node = env.gcp.nodes()[0].clone();
+    let name = node["name"].as_str().unwrap().to_string();
+    assert_eq!(
+        node["metadata"]["tpu-operator-managed-metadata"],
+        "env,old,startup-script"
+    );
+
+    // What gcloud's ssh does: read the node, add its key, patch the whole metadata map back.
+    let mut metadata: std::collections::HashMap<String, String> =
+        serde_json::from_value(node["metadata"].clone()).unwrap();
+    metadata.insert("ssh-keys".into(), "alice:ssh-ed25519 AAAAC3Nz alice".into());
+    env.ctx
+        .gcp
+        .tpu
+        .update_node(&name, Node::new().set_metadata(metadata), &["metadata"])
+        .await
+        .unwrap();
+    env.idle(Duration::from_millis(500), STEP).await;
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.patch"),
+        1,
+        "a key others added is no drift: {:?}",
+        env.gcp.call_counts()
+    );
+
+    // A managed key changes and another leaves the spec: one patch, ssh-keys survives.
+    let patch = json!({"spec": {"metadata": {"env": "b", "old": null}}});
+    env.api::<TpuSlice>()
+        .patch("ssh", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while env.gcp.nodes()[0]["metadata"]["env"] != "b" {
+        assert!(tokio::time::Instant::now() < deadline, "metadata never patched");
+        env.idle(Duration::from_millis(50), STEP).await;
+    }
+    env.idle(Duration::from_millis(500), STEP).await;
+    let md = env.gcp.nodes()[0]["metadata"].clone();
+    assert_eq!(md["ssh-keys"], "alice:ssh-ed25519 AAAAC3Nz alice", "{md}");
+    assert!(md.get("old").is_none(), "{md}");
+    assert_eq!(md["tpu-operator-managed-metadata"], "env,startup-script");
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.patch"),
+        2,
+        "{:?}",
+        env.gcp.call_counts()
+    );
+}
+
 #[tokio::test]
 async fn stockout_waits_for_capacity_then_becomes_ready() {
     let env = start().await;

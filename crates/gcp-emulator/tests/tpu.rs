@@ -87,6 +87,25 @@ async fn node_lifecycle_with_poller_get_list_patch_stop_start_delete() {
     assert_eq!(patched.labels.get("team").map(String::as_str), Some("ml"));
     assert_eq!(patched.description, "", "description was not in the mask");
 
+    // `updateMask=metadata` replaces the whole map (AIP-134): a key left out is removed, which is
+    // why writers (gcloud ssh, the operator) send the node's current metadata with their change.
+    let patched = tpu
+        .update_node()
+        .set_node(
+            got.clone()
+                .set_metadata([("ssh-keys", "alice:ssh-ed25519 AAAA alice")]),
+        )
+        .set_update_mask(google_cloud_wkt::FieldMask::default().set_paths(["metadata"]))
+        .poller()
+        .until_done()
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.metadata.keys().collect::<Vec<_>>(),
+        ["ssh-keys"],
+        "startup-script was not sent, so it is gone"
+    );
+
     let stopped = tpu
         .stop_node()
         .set_name(&created.name)
@@ -470,7 +489,11 @@ const REQ_1: &str = "0f3c7c1e-5a55-5b39-9a0e-6d2f1a4b8c01";
 async fn queued_resource_request_id_must_be_a_uuid() {
     let emu = emulator().await;
     let tpu = tpu(&emu).await;
-    for bad in ["req-1", "tpuop-create-queued-resour-0123456789abcdef", "0f3c7c1e-5a55"] {
+    for bad in [
+        "req-1",
+        "tpuop-create-queued-resour-0123456789abcdef",
+        "0f3c7c1e-5a55",
+    ] {
         let err = tpu
             .create_queued_resource()
             .set_parent(PARENT)

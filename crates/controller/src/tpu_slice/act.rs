@@ -29,6 +29,8 @@ pub struct Request<'a> {
     pub desired: &'a Desired,
     pub identity: &'a ObjectIdentity,
     pub recreations: u32,
+    /// The node as observed this pass (its metadata is the base of a metadata patch).
+    pub node: Option<&'a Node>,
 }
 
 /// Performs `action`. `Ok(None)` for actions without a cloud call.
@@ -71,9 +73,15 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
         }
         Action::StartNode => ("start", tpu.start_node(&names.current.node).await?),
         Action::PatchNode(mask) => {
+            // `updateMask=metadata` replaces the node's whole map: send what it has now with
+            // only the managed keys changed, so keys others added (`ssh-keys`) survive.
+            let metadata = match req.node {
+                Some(n) => spec::patched_metadata(req.desired, &n.metadata),
+                None => req.desired.metadata.clone(),
+            };
             let patch = Node::new()
                 .set_labels(req.desired.labels.clone())
-                .set_metadata(req.desired.metadata.clone())
+                .set_metadata(metadata)
                 .set_tags(req.desired.tags.clone());
             ("update", tpu.update_node(&names.current.node, patch, mask).await?)
         }

@@ -28,6 +28,12 @@ pub const DONE_URI_ANNOTATION: &str = "tpu-operator.dev/done-uri";
 pub const DONE_URI_METADATA: &str = "tpu-operator-done-uri";
 /// Node metadata key of the startup script.
 pub const STARTUP_SCRIPT_METADATA: &str = "startup-script";
+/// Node metadata key listing (comma-separated, sorted) the other metadata keys the operator set.
+/// Only those keys are compared and corrected: anything else on the node belongs to someone else,
+/// e.g. the `ssh-keys` entry `gcloud compute tpus tpu-vm ssh` / `scp` add to the node's metadata
+/// (<https://cloud.google.com/tpu/docs/configure-networking-access>, "Enable SSH access"). Kept on
+/// the node rather than in status so that it survives a lost status and travels with the node.
+pub const MANAGED_METADATA_KEY: &str = "tpu-operator-managed-metadata";
 /// OAuth scope used when the spec names a service account without scopes.
 pub const DEFAULT_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
@@ -104,6 +110,9 @@ pub fn desired(
     if let Some(uri) = done_uri {
         metadata.insert(DONE_URI_METADATA.into(), uri.into());
     }
+    metadata.remove(MANAGED_METADATA_KEY);
+    let managed = metadata.keys().cloned().collect::<Vec<_>>().join(",");
+    metadata.insert(MANAGED_METADATA_KEY.into(), managed);
     Desired {
         labels: naming::object_labels(&spec.labels, identity, cluster_id),
         metadata,
@@ -113,6 +122,47 @@ pub fn desired(
             .map(|n| n.tags.clone())
             .unwrap_or_default(),
     }
+}
+
+/// The metadata keys the operator manages on a node: those listed under
+/// [`MANAGED_METADATA_KEY`] in `current` (what an earlier pass set) and the list key itself.
+fn managed_keys<'a>(current: &'a std::collections::HashMap<String, String>) -> Vec<&'a str> {
+    let mut keys: Vec<&str> = current
+        .get(MANAGED_METADATA_KEY)
+        .map(|v| v.split(',').filter(|k| !k.is_empty()).collect())
+        .unwrap_or_default();
+    keys.push(MANAGED_METADATA_KEY);
+    keys
+}
+
+/// Whether the node's metadata differs from the desired metadata in a key the operator manages
+/// (a desired key, or one an earlier pass set and the spec no longer has). Keys others added are
+/// not looked at.
+pub fn metadata_drift(desired: &Desired, current: &std::collections::HashMap<String, String>) -> bool {
+    desired
+        .metadata
+        .keys()
+        .map(String::as_str)
+        .chain(managed_keys(current))
+        .any(|k| current.get(k) != desired.metadata.get(k))
+}
+
+/// The whole metadata map to send with `nodes.patch?updateMask=metadata` (a map in an update mask
+/// is replaced whole): the node's current metadata with only the managed keys changed — desired
+/// keys set, keys an earlier pass set and the spec dropped removed, everything else kept.
+///
+/// Someone writing between our read and this patch can still lose their write: Cloud TPU v2 nodes
+/// have no fingerprint or etag to make the patch conditional.
+pub fn patched_metadata(
+    desired: &Desired,
+    current: &std::collections::HashMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = current.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    for k in managed_keys(current) {
+        out.remove(k);
+    }
+    out.extend(desired.metadata.clone());
+    out
 }
 
 /// Renders the startup script that runs `workload` on every TPU VM host.
@@ -352,6 +402,44 @@ mod tests {
             "{script}"
         );
         assert!(CapacityMode::preemptible(&s));
+    }
+
+    /// `gcloud compute tpus tpu-vm ssh` adds `ssh-keys` to the node's metadata: a drift
+    /// correction must keep it, change only the managed keys, and drop a managed key the spec no
+    /// longer has.
+    #[test]
+    fn metadata_drift_touches_only_managed_keys() {
+        let mut s = spec();
+        s.metadata = BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())]);
+        let before = desired(&s, &ident(), "c1", None);
+        assert_eq!(before.metadata[MANAGED_METADATA_KEY], "a,b");
+        let mut node: std::collections::HashMap<String, String> =
+            before.metadata.clone().into_iter().collect();
+        assert!(!metadata_drift(&before, &node));
+        node.insert("ssh-keys".into(), "alice:ssh-ed25519 AAAA alice".into());
+        assert!(!metadata_drift(&before, &node), "a key others added is no drift");
+
+        s.metadata = BTreeMap::from([("a".into(), "changed".into())]);
+        let after = desired(&s, &ident(), "c1", None);
+        assert!(metadata_drift(&after, &node));
+        let patched = patched_metadata(&after, &node);
+        assert_eq!(patched["a"], "changed");
+        assert!(
+            !patched.contains_key("b"),
+            "a managed key the spec dropped is removed"
+        );
+        assert_eq!(patched["ssh-keys"], "alice:ssh-ed25519 AAAA alice");
+        assert_eq!(patched[MANAGED_METADATA_KEY], "a");
+        let patched: std::collections::HashMap<_, _> = patched.into_iter().collect();
+        assert!(!metadata_drift(&after, &patched));
+
+        // A node from before the managed list: only desired keys are compared and set.
+        let legacy = std::collections::HashMap::from([
+            ("a".to_string(), "changed".to_string()),
+            ("ssh-keys".to_string(), "k".to_string()),
+        ]);
+        assert!(metadata_drift(&after, &legacy), "the list key itself is missing");
+        assert_eq!(patched_metadata(&after, &legacy)["ssh-keys"], "k");
     }
 
     #[test]

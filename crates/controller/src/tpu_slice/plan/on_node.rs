@@ -181,8 +181,8 @@ pub fn drift_mask(desired: &Desired, n: &Node) -> Vec<&'static str> {
     if labels != desired.labels {
         mask.push("labels");
     }
-    let metadata: BTreeMap<_, _> = n.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    if metadata != desired.metadata {
+    // Only the keys the operator set: `ssh-keys` and anything else added by others stay.
+    if crate::tpu_slice::spec::metadata_drift(desired, &n.metadata) {
         mask.push("metadata");
     }
     if n.tags != desired.tags {
