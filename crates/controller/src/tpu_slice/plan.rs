@@ -12,7 +12,7 @@ use tpu_operator_api::{
     tpu_slice::{TpuSlicePhase, TpuSliceSpec},
 };
 use tpu_operator_gcp::{
-    ErrorKind, GcpError,
+    ErrorKind, Exhaustion, GcpError,
     tpu_v2::model::{QueuedResource, node, queued_resource_state},
 };
 
@@ -157,7 +157,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
     if let Some(plan) = max_run_exceeded(input).or_else(|| idle_timeout_exceeded(input)) {
         return plan;
     }
-    if CapacityMode::of(input.spec) == CapacityMode::Queued {
+    if CapacityMode::of(input.spec).uses_queued_resource() {
         return queued::plan(input);
     }
     match &input.observed.node {
@@ -270,7 +270,9 @@ fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
         }
         Some(OperationView::Failed(err)) => {
             if let Some(a) = on_create_error(err) {
-                let retry = a.progress == Progress::Reconciling;
+                // A quota failure is Stalled but still retried (slowly): a raised quota needs
+                // no change to the object.
+                let retry = a.progress == Progress::Reconciling || a.reason == reasons::QUOTA_EXCEEDED;
                 return Plan::new(if retry { create } else { Action::None }, a);
             }
         }
@@ -338,12 +340,33 @@ pub fn on_create_error(err: &GcpError) -> Option<Assessment> {
         ))
     };
     match err.kind {
+        // An exhausted project quota does not clear by itself: say so (Stalled, a Warning event)
+        // and retry only slowly (`poll_stable`, and the permanent-error backoff for a refused
+        // call), so the slice starts on its own once somebody raises the quota.
+        ErrorKind::ResourceExhausted if err.exhaustion() == Some(Exhaustion::Quota) => Some(
+            Assessment::new(
+                Progress::Stalled,
+                reasons::QUOTA_EXCEEDED,
+                P::Provisioning,
+                format!(
+                    "the project's TPU quota{} is exhausted: request a quota increase (or free quota); the create is retried every few minutes: {err}",
+                    err.quota_metric
+                        .as_deref()
+                        .map(|m| format!(" ({m})"))
+                        .unwrap_or_default()
+                ),
+            )
+            .capacity(false),
+        ),
         ErrorKind::ResourceExhausted if !err.is_rate_limited() => Some(
             Assessment::new(
                 Progress::Reconciling,
                 reasons::WAITING_FOR_CAPACITY,
                 P::Provisioning,
-                format!("no TPU capacity right now (stockout or quota); retrying: {err}"),
+                match err.exhaustion() {
+                    Some(Exhaustion::Stockout) => format!("no TPU capacity in the zone right now (stockout); retrying: {err}"),
+                    _ => format!("no TPU capacity right now (stockout, or a quota the error does not name); retrying: {err}"),
+                },
             )
             .requeue(Requeue::Capacity)
             .capacity(false),

@@ -223,12 +223,11 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<(bool, &'s
         out.push((false, "Ready", message.clone()));
     }
     if became(types::STALLED) {
-        let policy = find_condition(&new.conditions, types::STALLED)
-            .is_some_and(|c| c.reason == reasons::POLICY_DENIED);
-        let reason = if policy {
-            reasons::POLICY_DENIED
-        } else {
-            reasons::FAILED
+        // Reasons that ask a person for something specific keep their name in the Event.
+        let reason = match find_condition(&new.conditions, types::STALLED).map(|c| c.reason.as_str()) {
+            Some(reasons::POLICY_DENIED) => reasons::POLICY_DENIED,
+            Some(reasons::QUOTA_EXCEEDED) => reasons::QUOTA_EXCEEDED,
+            _ => reasons::FAILED,
         };
         out.push((true, reason, message.clone()));
     }

@@ -242,3 +242,56 @@ fn idle_timeout_counts_from_the_workloads_end_then_deletes_and_stalls() {
         p.assessment.message
     );
 }
+
+/// Issue 21 item 4: an exhausted quota is not a capacity wait. It is Stalled/QuotaExceeded
+/// (naming the quota) and still retried, slowly; a stockout (or an error that says neither)
+/// stays Reconciling/WaitingForCapacity. Both shapes: a refused create and a failed operation.
+#[test]
+fn quota_failures_stall_and_stockouts_wait() {
+    let mut quota = GcpError::new(
+        ErrorKind::ResourceExhausted,
+        Service::Tpu,
+        "nodes.create",
+        "p",
+        "Quota limit 'TPUV6EPodPerProjectPerZoneForTPUAPI' has been exceeded.",
+    );
+    let a = on_create_error(&quota).unwrap();
+    assert_eq!(
+        (a.progress, a.reason),
+        (Progress::Stalled, reasons::QUOTA_EXCEEDED)
+    );
+    assert_eq!((a.requeue, a.capacity), (Requeue::Stable, Some(false)));
+    quota.reason = Some("RESOURCE_QUOTA_EXCEEDED".into());
+    quota.quota_metric = Some("tpu.googleapis.com/v6e_chips".into());
+    quota.message = "exhausted".into();
+    let a = on_create_error(&quota).unwrap();
+    assert_eq!(a.reason, reasons::QUOTA_EXCEEDED);
+    assert!(
+        a.message.contains("tpu.googleapis.com/v6e_chips"),
+        "{}",
+        a.message
+    );
+    assert!(a.message.contains("quota increase"), "{}", a.message);
+
+    let mut stockout = quota.clone();
+    stockout.reason = Some("STOCKOUT".into());
+    stockout.quota_metric = None;
+    let a = on_create_error(&stockout).unwrap();
+    assert_eq!(
+        (a.progress, a.reason),
+        (Progress::Reconciling, reasons::WAITING_FOR_CAPACITY)
+    );
+    assert_eq!(a.requeue, Requeue::Capacity);
+
+    // The create operation failed with code 8 and quota details: still retried, but Stalled.
+    let mut c = Case::spot();
+    let mut op_quota = quota.clone();
+    op_quota.method = "operation";
+    c.observed.operation = Some(OperationView::Failed(op_quota));
+    let p = c.plan();
+    assert_eq!(
+        (p.action, p.assessment.reason),
+        (Action::CreateNode, reasons::QUOTA_EXCEEDED)
+    );
+    assert_eq!(p.assessment.progress, Progress::Stalled);
+}

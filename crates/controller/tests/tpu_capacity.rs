@@ -1,0 +1,164 @@
+//! Issue 21 item 4: an exhausted TPU quota is not a stockout. Against gcp-emulator's
+//! `CapacityError` fault in both shapes (a refused `nodes.create`, a create operation failed with
+//! code 8), a slice over quota says `Stalled/QuotaExceeded` with a Warning event and retries
+//! slowly; a stockout still waits as `Reconciling/WaitingForCapacity`.
+mod support;
+
+use std::time::Duration;
+
+use gcp_emulator::{CapacityCause, ErrorShape, Fault};
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use support::TestEnv;
+use tpu_operator_api::{
+    conditions::{Progress, find_condition, progress_of, types},
+    tpu_slice::TpuSlice,
+};
+use tpu_operator_controller::{never_shutdown, tpu_slice};
+
+const ZONE: &str = "us-east5-b";
+const STEP: Duration = Duration::from_secs(20);
+
+fn slice(name: &str) -> TpuSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "zone": ZONE,
+            "acceleratorType": "v6e-8",
+            "runtimeVersion": "v2-alpha-tpuv6e",
+            "capacity": {"onDemand": {}},
+        }
+    }))
+    .expect("TpuSlice fixture")
+}
+
+fn reason(s: &TpuSlice, type_: &str) -> Option<String> {
+    let st = s.status.as_ref()?;
+    find_condition(&st.conditions, type_)
+        .filter(|c| c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
+fn is_ready(s: &TpuSlice) -> bool {
+    s.status.as_ref().and_then(|st| progress_of(&st.conditions)) == Some(Progress::Ready)
+}
+
+async fn start() -> TestEnv {
+    let mut env = TestEnv::start().await;
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    env
+}
+
+fn fault(cause: CapacityCause, shape: ErrorShape) -> Fault {
+    Fault::CapacityError {
+        zone: ZONE.into(),
+        accelerator: "v6e".into(),
+        cause,
+        shape,
+        quota_metric: Some("tpu.googleapis.com/v6e_pod_chips".into()),
+    }
+}
+
+fn lift() -> Fault {
+    Fault::LiftStockout {
+        zone: ZONE.into(),
+        accelerator: "v6e".into(),
+    }
+}
+
+#[tokio::test]
+async fn quota_refused_on_create_stalls_with_a_warning_and_retries_slowly() {
+    let env = start().await;
+    env.gcp
+        .inject(fault(CapacityCause::Quota, ErrorShape::Call))
+        .unwrap();
+    env.create(&slice("quota")).await;
+    let s: TpuSlice = env
+        .wait_for("quota", "Stalled/QuotaExceeded", STEP, |s| {
+            reason(s, types::STALLED).as_deref() == Some("QuotaExceeded")
+        })
+        .await;
+    let st = s.status.clone().unwrap();
+    assert!(
+        st.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("tpu.googleapis.com/v6e_pod_chips"),
+        "{st:?}"
+    );
+    let capacity = find_condition(&st.conditions, types::CAPACITY_AVAILABLE).cloned();
+    assert_eq!(
+        capacity.map(|c| (c.status, c.reason)),
+        Some(("False".into(), "QuotaExceeded".into()))
+    );
+    let events = env.wait_for_event("quota", "QuotaExceeded", STEP).await;
+    let warning = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("QuotaExceeded"))
+        .unwrap();
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    // A stockout polls every poll-capacity (50 ms here); a quota refusal waits the permanent
+    // retry (5 min): the first create and at most the one the status write's echo triggers,
+    // not dozens.
+    env.idle(Duration::from_millis(1500), STEP).await;
+    let creates = env.gcp.call_count("tpu", "nodes.create");
+    assert!(creates <= 2, "{creates}: {:?}", env.gcp.call_counts());
+    assert!(env.gcp.nodes().is_empty());
+
+    // Somebody raised the quota (and touched the object): it starts without a spec change.
+    env.gcp.inject(lift()).unwrap();
+    let touch = json!({"metadata": {"annotations": {"quota": "raised"}}});
+    env.api::<TpuSlice>()
+        .patch("quota", &PatchParams::default(), &Patch::Merge(&touch))
+        .await
+        .unwrap();
+    env.wait_for::<TpuSlice, _>("quota", "Ready", STEP, is_ready)
+        .await;
+}
+
+#[tokio::test]
+async fn quota_failing_the_create_operation_stalls_then_recovers_once_lifted() {
+    let env = start().await;
+    env.gcp
+        .inject(fault(CapacityCause::Quota, ErrorShape::Operation))
+        .unwrap();
+    env.create(&slice("quota-op")).await;
+    env.wait_for::<TpuSlice, _>("quota-op", "Stalled/QuotaExceeded", STEP, |s| {
+        reason(s, types::STALLED).as_deref() == Some("QuotaExceeded")
+    })
+    .await;
+    env.wait_for_event("quota-op", "QuotaExceeded", STEP).await;
+    // Retried, but at poll-stable (500 ms here), not poll-capacity (50 ms).
+    env.gcp.clear_calls();
+    env.idle(Duration::from_millis(1500), Duration::from_secs(1))
+        .await;
+    let creates = env.gcp.call_count("tpu", "nodes.create");
+    assert!(
+        creates <= 5,
+        "{creates} creates in 1.5 s: {:?}",
+        env.gcp.call_counts()
+    );
+    env.gcp.inject(lift()).unwrap();
+    env.wait_for::<TpuSlice, _>("quota-op", "Ready", STEP, is_ready)
+        .await;
+    assert_eq!(env.gcp.nodes().len(), 1);
+}
+
+#[tokio::test]
+async fn stockout_failing_the_create_operation_waits_for_capacity() {
+    let env = start().await;
+    env.gcp
+        .inject(fault(CapacityCause::Stockout, ErrorShape::Operation))
+        .unwrap();
+    env.create(&slice("stockout-op")).await;
+    env.wait_for::<TpuSlice, _>("stockout-op", "WaitingForCapacity", STEP, |s| {
+        reason(s, types::RECONCILING).as_deref() == Some("WaitingForCapacity")
+    })
+    .await;
+    env.gcp.inject(lift()).unwrap();
+    env.wait_for::<TpuSlice, _>("stockout-op", "Ready", STEP, is_ready)
+        .await;
+    assert_eq!(env.gcp.nodes().len(), 1);
+}
