@@ -104,9 +104,15 @@ leaked). Included at the top of deployment.yaml, so `helm install`, `helm upgrad
   Dataproc batches have deterministic ids, but Vertex AI custom jobs get server-assigned names, so
   two active replicas can each create (and pay for) one; they also fight over status, finalizers
   and the orphan sweep. Only the Lease makes extra replicas safe standbys.
+- `orphans: delete` with `clusterId: default` (the old shared default): every cluster in the project
+  with that id would delete the others' live TPUs as orphans. The binary refuses it too; failing
+  here stops it before a crash-looping rollout.
 */}}
 {{- define "tpu-operator.validate" -}}
 {{- if and (gt (int .Values.replicaCount) 1) (eq (toString .Values.config.leaderElect) "false") }}
 {{- fail (printf "replicaCount=%d with config.leaderElect=false would run %d copies of the controllers at once, racing on every object (two active replicas can each create a billable Vertex AI custom job for one pipeline). Keep config.leaderElect=true (the default) with replicaCount > 1, or set replicaCount=1 to run without leader election." (int .Values.replicaCount) (int .Values.replicaCount)) }}
+{{- end }}
+{{- if and (eq (toString .Values.config.orphans) "delete") (has (toString .Values.config.clusterId) (list "default" "local")) }}
+{{- fail (printf "config.orphans=delete with config.clusterId=%s: other clusters using the same projects may share that id, and each would delete the others' live TPUs as orphans. Leave config.clusterId empty (the cluster's kube-system Namespace UID is used) or set a value unique to this cluster." (toString .Values.config.clusterId)) }}
 {{- end }}
 {{- end }}

@@ -435,6 +435,35 @@ fn several_replicas_without_leader_election_are_refused() {
 }
 
 #[test]
+fn orphan_deletion_with_a_shared_cluster_id_is_refused() {
+    // The binary refuses it at start-up (config.rs); the chart already at render time.
+    let helm = Helm::new();
+    let chart = chart_dir();
+    let out = helm.run(&[
+        "template",
+        "x",
+        chart.to_str().unwrap(),
+        "--set",
+        "config.orphans=delete,config.clusterId=default",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "orphans=delete with clusterId=default rendered"
+    );
+    assert!(
+        stderr.contains("config.clusterId=default") && stderr.contains("Leave config.clusterId empty"),
+        "{stderr}"
+    );
+    for ok in [
+        "config.orphans=delete",
+        "config.orphans=delete,config.clusterId=prod-eu-1",
+    ] {
+        helm.ok(&["template", "x", chart.to_str().unwrap(), "--set", ok]);
+    }
+}
+
+#[test]
 fn notes_crd_upgrade_commands_run_as_written() {
     // NOTES.txt (what `helm install` / `helm upgrade` print) tells how to upgrade the CRDs, which
     // Helm never does. Every URL it gives must name a file of the repository (kubectl cannot apply
