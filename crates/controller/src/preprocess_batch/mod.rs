@@ -126,9 +126,10 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
         return Ok(requeue(ctx, Requeue::Stable));
     };
     let old = obj.status.clone().unwrap_or_default();
-    // Tenancy policy (project and region), before the first cloud read and before every submit.
+    // Tenancy policy (project, region, service account, network), before the first cloud read
+    // and before every submit.
     let project = target.parent.split('/').nth(1).unwrap_or_default();
-    let request = tenancy::request::dataproc_batch(project, &obj.spec.region);
+    let request = tenancy::request::batch(project, &obj.spec.region, &obj.spec.batch);
     let denied = tenancy::precheck(ctx, &target.identity.namespace, std::slice::from_ref(&request)).err();
     if let Some(denial) = denied.as_ref().filter(|_| old.attempts == 0) {
         write(ctx, obj, status::policy_denied(obj, &denial.message, now)).await?;

@@ -10,6 +10,7 @@
 //!
 //! See `docs/policy.md` for the reference.
 
+pub mod adoption;
 pub mod request;
 pub mod rules;
 pub mod usage;
@@ -21,7 +22,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-pub use request::{Request, TpuUse};
+pub use request::{NetworkUse, Request, TpuUse};
 pub use rules::{Denial, evaluate};
 pub use usage::Usage;
 
@@ -115,6 +116,31 @@ pub struct NamespacePolicy {
     /// Estimated US dollars per hour of any one object (TpuSlice, Vertex job).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_object_spend_per_hour_usd: Option<f64>,
+    /// Whether a `TpuSlice` may take over an existing TPU node (`spec.adoptNodeId`). Default
+    /// `false`: a namespace with a policy adopts nothing unless allowed. An allowed adoption is
+    /// checked like a create, against the node as it is in the cloud (project, zone, family and
+    /// size, capacity, service account, network, chips and budgets); a node carrying another
+    /// owner's `tpu-operator-*` labels is never adopted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_adoption: bool,
+    /// Google service accounts workloads may run as: TPU VMs (`serviceAccount.email`), Dataproc
+    /// batches (`execution.serviceAccount`) and Vertex jobs (`serviceAccount`). Entries are
+    /// e-mails, `*@<project>.iam.gserviceaccount.com` style suffix patterns (a leading `*`), or
+    /// `default`: an object that names no service account and runs as the service's default
+    /// identity (which must be listed to be allowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_service_accounts: Option<Vec<String>>,
+    /// VPC networks: names (in the object's own project) or full paths
+    /// (`projects/<p>/global/networks/<n>`), `*` at the end for a prefix. A TPU slice or Dataproc
+    /// batch that names none uses its project's `default` network, which must be allowed; a Vertex
+    /// job without `network` is peered with none and is not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_networks: Option<Vec<String>>,
+    /// Subnetworks: names (in the object's project and region) or full paths
+    /// (`projects/<p>/regions/<r>/subnetworks/<s>`), `*` at the end for a prefix. Checked when an
+    /// object names a subnetwork.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_subnetworks: Option<Vec<String>>,
 }
 
 /// One allowed TPU family.
@@ -173,6 +199,25 @@ impl TenancyPolicy {
                     return Err(format!(
                         "{name}.allowedAccelerators: unknown TPU family {:?} (known: v2, v3, v4, v5e, v5p, v6e)",
                         a.family
+                    ));
+                }
+            }
+            for a in p.allowed_service_accounts.iter().flatten() {
+                if let Err(why) = rules::check_account_pattern(a) {
+                    return Err(format!("{name}.allowedServiceAccounts: {a:?}: {why}"));
+                }
+            }
+            for (field, list) in [
+                ("allowedNetworks", &p.allowed_networks),
+                ("allowedSubnetworks", &p.allowed_subnetworks),
+            ] {
+                if let Some(bad) = list
+                    .iter()
+                    .flatten()
+                    .find(|e| e.is_empty() || e.trim_end_matches('*').contains('*'))
+                {
+                    return Err(format!(
+                        "{name}.{field}: {bad:?}: `*` is allowed only at the end (a prefix)"
                     ));
                 }
             }

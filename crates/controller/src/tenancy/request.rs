@@ -1,8 +1,10 @@
 //! What an object asks of the cloud, as the policy sees it: project, location, TPU shape and
-//! capacity kind, and the estimated burn rate. Pure: built from specs and the price table.
+//! capacity kind, the Google identity and network it runs with, and the estimated burn rate.
+//! Pure: built from specs and the price table.
 
 use tpu_operator_api::{
     accelerator::{SliceShape, VertexAcceleratorType, parse_accelerator_type, shape_from_config},
+    preprocess_batch::BatchTemplate,
     tpu_slice::{Capacity, QueuedTier, TpuSliceSpec},
     training_pipeline::{SchedulingStrategy, TrainingPipelineSpec, VertexTraining},
 };
@@ -16,8 +18,23 @@ pub struct TpuUse {
     pub capacity: CapacityKind,
 }
 
-/// One prospective cloud create.
-#[derive(Clone, Debug, PartialEq)]
+/// The VPC network a workload is attached to, as the policy sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NetworkUse {
+    /// None of the customer's networks (a Vertex job without `network` peers with none).
+    #[default]
+    Unused,
+    /// Nothing named: the project's `default` network (TPU VMs, Dataproc).
+    Default,
+    /// This network, short name or full path, as written (or as the node reports it).
+    Named(String),
+    /// Only a subnetwork is named (Dataproc `subnetworkUri`): the network is the subnetwork's,
+    /// which the operator cannot see without a Compute Engine read.
+    OfSubnetwork,
+}
+
+/// One prospective cloud create (or adoption).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Request {
     /// For messages: `TpuSlice`, `Vertex custom job`, `Dataproc batch`.
     pub what: String,
@@ -27,6 +44,17 @@ pub struct Request {
     pub tpu: Option<TpuUse>,
     /// Estimated US dollars per hour while it runs (0 when unknown in advance, e.g. Dataproc).
     pub per_hour_usd: f64,
+    /// The Google service account the workload runs as; `None`: the service's default identity.
+    pub service_account: Option<String>,
+    pub network: NetworkUse,
+    /// Subnetwork, short name or full path, when one is named.
+    pub subnetwork: Option<String>,
+    /// `Some(node)`: not a create but the adoption of this existing TPU node
+    /// (`spec.adoptNodeId`); the other fields describe the node as the cloud reports it.
+    pub adopt: Option<String>,
+    /// The first look at an adoption, before the node is read: the service account and networks
+    /// are the node's, not yet known, and are not checked (the spec's are never applied to it).
+    pub identity_pending: bool,
 }
 
 /// `us-east5-b` → `us-east5`.
@@ -83,7 +111,29 @@ pub fn tpu_slice(spec: &TpuSliceSpec, project: &str, prices: &PriceTable) -> Opt
             capacity: slice_capacity(spec),
         }),
         per_hour_usd,
+        service_account: spec.service_account.as_ref().map(|sa| sa.email.clone()),
+        network: match spec.network_config.as_ref().and_then(|n| n.network.clone()) {
+            Some(n) => NetworkUse::Named(n),
+            None => NetworkUse::Default,
+        },
+        subnetwork: spec.network_config.as_ref().and_then(|n| n.subnetwork.clone()),
+        ..Request::default()
     })
+}
+
+/// The adoption of an existing node by a slice (`spec.adoptNodeId`): the slice's request from
+/// its spec, marked as an adoption, for the first look before the node is read.
+pub fn adopting_slice(
+    spec: &TpuSliceSpec,
+    project: &str,
+    node: &str,
+    prices: &PriceTable,
+) -> Option<Request> {
+    let mut req = tpu_slice(spec, project, prices)?;
+    req.what = format!("TpuSlice adopting node {node}");
+    req.adopt = Some(node.to_owned());
+    req.identity_pending = true;
+    Some(req)
 }
 
 /// A Dataproc batch create: project and region only.
@@ -92,10 +142,26 @@ pub fn dataproc_batch(project: &str, region: &str) -> Request {
         what: "Dataproc batch".into(),
         project: project.to_owned(),
         region: region.to_owned(),
-        zone: None,
-        tpu: None,
-        per_hour_usd: 0.0,
+        network: NetworkUse::Default,
+        ..Request::default()
     }
+}
+
+/// A Dataproc batch create with its execution settings: project, region, service account and
+/// network (`networkUri` or `subnetworkUri`; the subnetwork wins if both slipped through, as in
+/// the request the operator sends).
+pub fn batch(project: &str, region: &str, template: &BatchTemplate) -> Request {
+    let mut req = dataproc_batch(project, region);
+    let Some(e) = &template.execution else {
+        return req;
+    };
+    req.service_account = e.service_account.clone();
+    (req.network, req.subnetwork) = match (&e.subnetwork_uri, &e.network_uri) {
+        (Some(subnet), _) => (NetworkUse::OfSubnetwork, Some(subnet.clone())),
+        (None, Some(net)) => (NetworkUse::Named(net.clone()), None),
+        (None, None) => (NetworkUse::Default, None),
+    };
+    req
 }
 
 /// The TPU shape of a Vertex job (per replica).
@@ -155,6 +221,9 @@ pub fn vertex_job(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTabl
         zone: None,
         tpu,
         per_hour_usd: vertex_per_hour(v, prices).0,
+        service_account: v.service_account.clone(),
+        network: v.network.clone().map_or(NetworkUse::Unused, NetworkUse::Named),
+        ..Request::default()
     })
 }
 
@@ -162,18 +231,22 @@ pub fn vertex_job(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTabl
 /// batch (when it preprocesses), then its Vertex job or training slice.
 pub fn pipeline(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTable) -> Vec<Request> {
     let mut out = Vec::new();
-    if spec.preprocess.is_some() {
-        out.push(dataproc_batch(project, &spec.region));
+    if let Some(template) = &spec.preprocess {
+        out.push(batch(project, &spec.region, template));
     }
     if let Some(job) = vertex_job(spec, project, prices) {
         out.push(job);
     }
-    if let Some(slice) = spec
-        .training
-        .tpu_vm
-        .as_ref()
-        .and_then(|t| tpu_slice(&t.slice, slice_project(&t.slice, project), prices))
-    {
+    if let Some(slice) = spec.training.tpu_vm.as_ref().and_then(|t| {
+        let project = slice_project(&t.slice, project);
+        match &t.slice.adopt_node_id {
+            Some(id) => {
+                let node = format!("projects/{project}/locations/{}/nodes/{id}", t.slice.zone);
+                adopting_slice(&t.slice, project, &node, prices)
+            }
+            None => tpu_slice(&t.slice, project, prices),
+        }
+    }) {
         out.push(slice);
     }
     out

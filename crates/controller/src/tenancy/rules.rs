@@ -1,7 +1,10 @@
 //! The policy decision: a pure function of (namespace policy, request, namespace usage).
 
-use super::{NamespacePolicy, Request, Rule, Usage};
+use super::{NamespacePolicy, NetworkUse, Request, Rule, Usage};
 use crate::pricing::family_name;
+
+/// The `allowedServiceAccounts` entry that stands for an object naming no service account.
+pub const DEFAULT_ACCOUNT: &str = "default";
 
 /// Why a request is refused. `retry`: the refusal depends on what else runs (chip quota, budget)
 /// and may lift by itself; otherwise only a spec or policy change helps.
@@ -35,6 +38,68 @@ fn matches(allowed: &[String], value: &str) -> bool {
     })
 }
 
+/// Whether service account `email` (`None`: the service's default) is in `allowed`: exact
+/// e-mails (case-insensitive), `*suffix` patterns, and `default` for no service account.
+fn account_allowed(allowed: &[String], email: Option<&str>) -> bool {
+    let Some(email) = email.filter(|e| !e.is_empty()) else {
+        return allowed.iter().any(|a| a == DEFAULT_ACCOUNT);
+    };
+    let email = email.to_ascii_lowercase();
+    allowed.iter().any(|a| {
+        let a = a.to_ascii_lowercase();
+        match a.strip_prefix('*') {
+            Some(suffix) => email.len() > suffix.len() && email.ends_with(suffix),
+            None => a == email,
+        }
+    })
+}
+
+/// An `allowedServiceAccounts` entry is `default`, an e-mail, or `*` followed by the end of an
+/// e-mail including its `@domain` (a prefix pattern could match any project's accounts).
+pub fn check_account_pattern(entry: &str) -> Result<(), &'static str> {
+    if entry == DEFAULT_ACCOUNT {
+        return Ok(());
+    }
+    let rest = entry.strip_prefix('*').unwrap_or(entry);
+    if rest.contains('*') {
+        return Err("`*` is allowed only at the start (a suffix such as `*@team-a.iam.gserviceaccount.com`)");
+    }
+    match rest.split_once('@') {
+        Some((_, domain)) if domain.contains('.') => Ok(()),
+        _ => Err("expected an e-mail, `*@<domain>` suffix pattern or `default`"),
+    }
+}
+
+/// A network or subnetwork as a path without scheme and host (`projects/...`): full URLs lose
+/// their `https://.../compute/v1/` prefix, paths relative to a project (`global/networks/n`)
+/// and bare names get the object's project (and, for a subnetwork, its region).
+fn network_path(value: &str, project: &str, region: Option<&str>) -> String {
+    let v = match value.find("projects/") {
+        Some(i) if value.starts_with("https://") => &value[i..],
+        _ => value,
+    };
+    if v.starts_with("projects/") {
+        v.to_string()
+    } else if v.contains('/') {
+        format!("projects/{project}/{v}")
+    } else {
+        match region {
+            Some(region) => format!("projects/{project}/regions/{region}/subnetworks/{v}"),
+            None => format!("projects/{project}/global/networks/{v}"),
+        }
+    }
+}
+
+/// Whether network (`region: None`) or subnetwork `value` is in `allowed`, both read as paths in
+/// the object's project and region ([`network_path`]); entries ending in `*` match by prefix.
+fn network_allowed(allowed: &[String], value: &str, project: &str, region: Option<&str>) -> bool {
+    let value = network_path(value, project, region);
+    allowed.iter().any(|a| match a.strip_suffix('*') {
+        Some(prefix) => value.starts_with(&network_path(prefix, project, region)),
+        None => network_path(a, project, region) == value,
+    })
+}
+
 fn list(allowed: &[String]) -> String {
     if allowed.is_empty() {
         "none".to_string()
@@ -51,6 +116,12 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
     };
     let p: &NamespacePolicy = rule.policy;
     let what = &req.what;
+    if let Some(node) = &req.adopt
+        && !p.allow_adoption
+    {
+        let msg = format!("{what}: this namespace may not adopt existing TPU nodes ({node}); allowed: false");
+        return Err(Denial::fixed(&rule, "allowAdoption", msg));
+    }
     if let Some(allowed) = &p.allowed_projects
         && !matches(allowed, &req.project)
     {
@@ -72,6 +143,57 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
     {
         let msg = format!("{what} uses zone {zone:?}; allowed: {}", list(allowed));
         return Err(Denial::fixed(&rule, "allowedZones", msg));
+    }
+    if let Some(allowed) = &p.allowed_service_accounts
+        && !req.identity_pending
+        && !account_allowed(allowed, req.service_account.as_deref())
+    {
+        let runs_as = match req.service_account.as_deref().filter(|e| !e.is_empty()) {
+            Some(email) => format!("service account {email:?}"),
+            None => format!(
+                "the service's default service account (none named; the entry {DEFAULT_ACCOUNT:?} allows that)"
+            ),
+        };
+        let msg = format!("{what} runs as {runs_as}; allowed: {}", list(allowed));
+        return Err(Denial::fixed(&rule, "allowedServiceAccounts", msg));
+    }
+    if let Some(allowed) = p.allowed_networks.as_ref().filter(|_| !req.identity_pending) {
+        let network = match &req.network {
+            NetworkUse::Unused => None,
+            NetworkUse::Default => Some("default"),
+            NetworkUse::Named(n) => Some(n.as_str()),
+            NetworkUse::OfSubnetwork if p.allowed_subnetworks.is_some() => None,
+            NetworkUse::OfSubnetwork => {
+                let msg = format!(
+                    "{what} names only subnetwork {:?}, whose network the operator cannot check; \
+                     allowed networks: {} (list the subnetwork in allowedSubnetworks)",
+                    req.subnetwork.as_deref().unwrap_or_default(),
+                    list(allowed)
+                );
+                return Err(Denial::fixed(&rule, "allowedNetworks", msg));
+            }
+        };
+        if let Some(network) = network
+            && !network_allowed(allowed, network, &req.project, None)
+        {
+            let msg = format!(
+                "{what} uses network {:?}; allowed: {}",
+                network_path(network, &req.project, None),
+                list(allowed)
+            );
+            return Err(Denial::fixed(&rule, "allowedNetworks", msg));
+        }
+    }
+    if let (Some(allowed), Some(subnet)) = (&p.allowed_subnetworks, &req.subnetwork)
+        && !req.identity_pending
+        && !network_allowed(allowed, subnet, &req.project, Some(&req.region))
+    {
+        let msg = format!(
+            "{what} uses subnetwork {:?}; allowed: {}",
+            network_path(subnet, &req.project, Some(&req.region)),
+            list(allowed)
+        );
+        return Err(Denial::fixed(&rule, "allowedSubnetworks", msg));
     }
     let Some(tpu) = &req.tpu else {
         return Ok(());
@@ -186,6 +308,7 @@ mod tests {
             max_chips: Some(16),
             max_spend_per_hour_usd: Some(40.0),
             max_object_spend_per_hour_usd: Some(30.0),
+            ..Default::default()
         }
     }
 
@@ -201,6 +324,7 @@ mod tests {
             zone: Some(zone.into()),
             tpu: Some(TpuUse { shape, capacity }),
             per_hour_usd: per_hour,
+            ..Default::default()
         }
     }
 
@@ -344,6 +468,153 @@ mod tests {
     }
 
     #[test]
+    fn service_accounts_networks_and_adoption() {
+        let policy = NamespacePolicy {
+            allowed_service_accounts: Some(vec![
+                "*@team-a.iam.gserviceaccount.com".into(),
+                "shared@platform.iam.gserviceaccount.com".into(),
+            ]),
+            allowed_networks: Some(vec![
+                "team-net".into(),
+                "projects/host/global/networks/shared-*".into(),
+            ]),
+            allowed_subnetworks: Some(vec!["team-*".into()]),
+            ..Default::default()
+        };
+        let rule = Rule {
+            name: "tenancy.namespaces.team-a",
+            policy: &policy,
+        };
+        let ok = Request {
+            what: "Dataproc batch".into(),
+            project: "team-a".into(),
+            region: "us-east5".into(),
+            service_account: Some("etl@team-a.iam.gserviceaccount.com".into()),
+            network: NetworkUse::Named("team-net".into()),
+            ..Default::default()
+        };
+        let check = |req: Request| evaluate(Some(rule), &req, None).map_err(|d| d.message);
+        assert_eq!(check(ok.clone()), Ok(()));
+        for (req, fragment) in [
+            (
+                Request {
+                    service_account: Some("owner@other.iam.gserviceaccount.com".into()),
+                    ..ok.clone()
+                },
+                "allowedServiceAccounts: Dataproc batch runs as service account \"owner@other.iam.gserviceaccount.com\"",
+            ),
+            (
+                Request {
+                    service_account: Some("x@evil-team-a.iam.gserviceaccount.com".into()),
+                    ..ok.clone()
+                },
+                "allowedServiceAccounts",
+            ),
+            (
+                Request {
+                    service_account: None,
+                    ..ok.clone()
+                },
+                "allowedServiceAccounts: Dataproc batch runs as the service's default service account",
+            ),
+            (
+                Request {
+                    network: NetworkUse::Default,
+                    ..ok.clone()
+                },
+                "allowedNetworks: Dataproc batch uses network \"projects/team-a/global/networks/default\"",
+            ),
+            (
+                Request {
+                    network: NetworkUse::Named("projects/other/global/networks/team-net".into()),
+                    ..ok.clone()
+                },
+                "allowedNetworks",
+            ),
+            (
+                Request {
+                    subnetwork: Some("projects/team-a/regions/us-east5/subnetworks/prod".into()),
+                    ..ok.clone()
+                },
+                "allowedSubnetworks: Dataproc batch uses subnetwork \"projects/team-a/regions/us-east5/subnetworks/prod\"",
+            ),
+            (
+                Request {
+                    adopt: Some("projects/team-a/locations/us-east5-b/nodes/n".into()),
+                    ..ok.clone()
+                },
+                "allowAdoption: Dataproc batch: this namespace may not adopt existing TPU nodes",
+            ),
+        ] {
+            let got = check(req).unwrap_err();
+            assert!(
+                got.contains(&format!("tenancy.namespaces.team-a.{fragment}")) || got.contains(fragment),
+                "{got}"
+            );
+            assert!(got.starts_with("denied by tenancy.namespaces.team-a."), "{got}");
+        }
+        for req in [
+            Request {
+                network: NetworkUse::Named(
+                    "https://www.googleapis.com/compute/v1/projects/host/global/networks/shared-1".into(),
+                ),
+                subnetwork: Some("team-east".into()),
+                ..ok.clone()
+            },
+            Request {
+                network: NetworkUse::OfSubnetwork,
+                subnetwork: Some("projects/team-a/regions/us-east5/subnetworks/team-1".into()),
+                ..ok.clone()
+            },
+            Request {
+                network: NetworkUse::Unused,
+                service_account: Some("Shared@Platform.iam.gserviceaccount.com".into()),
+                ..ok.clone()
+            },
+        ] {
+            assert_eq!(check(req.clone()), Ok(()), "{req:?}");
+        }
+        // A subnetwork alone cannot be checked against a network list.
+        let networks_only = NamespacePolicy {
+            allowed_networks: Some(vec!["team-net".into()]),
+            allow_adoption: true,
+            ..Default::default()
+        };
+        let rule = Rule {
+            name: "r",
+            policy: &networks_only,
+        };
+        let subnet_only = Request {
+            network: NetworkUse::OfSubnetwork,
+            subnetwork: Some("s".into()),
+            adopt: Some("n".into()),
+            ..ok
+        };
+        let d = evaluate(Some(rule), &subnet_only, None).unwrap_err();
+        assert!(
+            d.message
+                .contains("r.allowedNetworks: Dataproc batch names only subnetwork \"s\""),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn account_patterns_must_name_a_domain() {
+        for ok in [
+            "default",
+            "a@p.iam.gserviceaccount.com",
+            "*@p.iam.gserviceaccount.com",
+            "*-compute@developer.gserviceaccount.com",
+        ] {
+            assert_eq!(check_account_pattern(ok), Ok(()), "{ok}");
+        }
+        for bad in ["*", "admin*", "*@*", "a@b", "a*@p.iam.gserviceaccount.com"] {
+            assert!(check_account_pattern(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn non_tpu_requests_only_check_project_and_location() {
         let policy = team_a();
         let rule = Rule {
@@ -357,6 +628,7 @@ mod tests {
             zone: None,
             tpu: None,
             per_hour_usd: 0.0,
+            ..Default::default()
         };
         assert!(evaluate(Some(rule), &batch, Some(&usage(16, 40.0))).is_ok());
         let elsewhere = Request {

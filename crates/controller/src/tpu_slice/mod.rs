@@ -149,18 +149,48 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     };
     let ns = t.identity.namespace.as_str();
     let request = tenancy::request::tpu_slice(&slice.spec, &t.names.project, &ctx.prices);
-    // First look, before any cloud read: a slice that never created anything and breaks a rule
-    // of its spec alone makes no cloud call at all.
+    // First look, before any cloud read: a slice that never created (or adopted) anything and
+    // breaks a rule of its spec alone makes no cloud call at all. An adoption is judged here by
+    // its spec (`allowAdoption`, project, zone, ...), and by the node itself once it is read.
     let never_created = old.node_name.is_none() && old.queued_resource_name.is_none();
+    let first_look = if t.names.adopted {
+        let node = &t.names.current.node;
+        tenancy::request::adopting_slice(&slice.spec, &t.names.project, node, &ctx.prices)
+    } else {
+        request.clone()
+    };
     if never_created
-        && !t.names.adopted
-        && let Some(req) = &request
+        && let Some(req) = &first_look
         && let Err(denial) = tenancy::precheck(ctx, ns, std::slice::from_ref(req))
     {
         return deny(ctx, slice, &old, denial).await;
     }
     let pending = old.pending_operation.as_deref();
     let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
+    // Adoption: a node that is not yet this slice's (no identity labels of its own) is taken over
+    // only after the same checks as a create, against the node as it is, and never from another
+    // owner. Nothing is changed on a refused node, and deleting the slice leaves it alone.
+    let _adoption = match observed.node.as_ref().filter(|_| t.names.adopted) {
+        Some(node) => {
+            let cluster = ctx.config.cluster_id.as_str();
+            match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
+                Err(denial) => return deny(ctx, slice, &old, denial).await,
+                Ok(tenancy::adoption::Ownership::Ours) => None,
+                Ok(tenancy::adoption::Ownership::Unclaimed) => {
+                    let guard = ctx.admission.lock_if_counted(&ctx.tenancy, ns).await;
+                    let uid = t.identity.uid.as_str();
+                    let project = t.names.project.as_str();
+                    let admitted =
+                        tenancy::adoption::admit(ctx, ns, node, &slice.spec, project, &[uid]).await?;
+                    if let Err(denial) = admitted {
+                        return deny(ctx, slice, &old, denial).await;
+                    }
+                    guard
+                }
+            }
+        }
+        None => None,
+    };
     observed.workload_done =
         observe::workload_done(ctx, &slice.spec, &t.desired, observed.node.as_ref()).await?;
     let shape = spec::shape(&slice.spec);
@@ -302,7 +332,18 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         return Ok(None);
     };
     let old = slice.status.clone().unwrap_or_default();
-    let observed = observe::observe(ctx, &t.names, None, None).await?;
+    let mut observed = observe::observe(ctx, &t.names, None, None).await?;
+    // A node named by `spec.adoptNodeId` that this slice never took over (adoption refused, or
+    // another owner's) is not the slice's to delete.
+    if t.names.adopted
+        && let Some(node) = &observed.node
+        && tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, &ctx.config.cluster_id)
+            != Ok(tenancy::adoption::Ownership::Ours)
+    {
+        let note = format!("node {} was never adopted by this TpuSlice: left in place", node.name);
+        crate::report::publish_event(ctx, slice, false, "Deleted", note).await;
+        observed.node = None;
+    }
     let deleting = |message: String| {
         Assessment::new(
             Progress::Reconciling,
