@@ -256,17 +256,382 @@ async fn chip_quota_counts_across_slices() {
 
 /// Creates a TPU node directly through the TPU API, behind the operator's back.
 async fn node_behind_the_back(ctx: &Context, id: &str, labels: &[(&str, &str)]) -> String {
-    use tpu_operator_gcp::tpu_v2::model::Node;
+    node_in(ctx, "us-east5-b", id, labels).await
+}
+
+/// A spot v6e-8 node created directly in `zone` of `demo-project`.
+async fn node_in(ctx: &Context, zone: &str, id: &str, labels: &[(&str, &str)]) -> String {
+    use tpu_operator_gcp::tpu_v2::model::{Node, SchedulingConfig};
     let node = Node::new()
         .set_accelerator_type("v6e-8")
         .set_runtime_version("v2-alpha-tpuv6e")
+        .set_scheduling_config(SchedulingConfig::new().set_spot(true))
         .set_labels(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let parent = format!("projects/demo-project/locations/{zone}");
     ctx.gcp
         .tpu
-        .create_node("projects/demo-project/locations/us-east5-b", id, node)
+        .create_node(&parent, id, node)
         .await
         .expect("create a node directly");
-    format!("projects/demo-project/locations/us-east5-b/nodes/{id}")
+    format!("{parent}/nodes/{id}")
+}
+
+/// The node `name` as gcp-emulator holds it, if it exists.
+fn cloud_node(env: &TestEnv, name: &str) -> Option<serde_json::Value> {
+    env.gcp.nodes().into_iter().find(|n| n["name"] == name)
+}
+
+/// Issue 20: `spec.adoptNodeId` names any node the operator can reach. A node carrying another
+/// owner's operator labels is never adopted (even without a tenancy policy): not relabelled, not
+/// rewritten, and not deleted with the slice.
+#[tokio::test]
+async fn adoption_of_another_owners_node_is_refused_and_the_node_left_alone() {
+    let mut env = TestEnv::start().await;
+    let p = policy(&env, json!({"allowAdoption": true}));
+    let ctx = start(&mut env, p).await;
+    let theirs = [
+        ("managed-by", "tpu-operator"),
+        ("tpu-operator-cluster", "test-cluster"),
+        ("tpu-operator-namespace", "team-b"),
+        ("tpu-operator-name", "their-slice"),
+        ("tpu-operator-uid", "0badc0de-0000-4000-8000-000000000000"),
+    ];
+    let node = node_in(&ctx, "us-east5-b", "team-b-node", &theirs).await;
+    env.create(&slice("grab", json!({"adoptNodeId": "team-b-node"})))
+        .await;
+    let s: TpuSlice = env
+        .wait_for("grab", "PolicyDenied", STEP, |s| slice_stalled(s).is_some())
+        .await;
+    let (reason, message) = slice_stalled(&s).unwrap();
+    assert_eq!(reason, "PolicyDenied", "{message}");
+    assert!(
+        message.starts_with("adoption refused: node ")
+            && message.contains("tpu-operator-uid=0badc0de-0000-4000-8000-000000000000")
+            && message.contains("owner: team-b/their-slice"),
+        "{message}"
+    );
+    assert!(has_warning(&env, "grab", "PolicyDenied", STEP).await);
+    env.idle(Duration::from_millis(300), STEP).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.patch"), 0, "never relabelled");
+    assert_eq!(
+        cloud_node(&env, &node).unwrap()["labels"]["tpu-operator-name"],
+        "their-slice"
+    );
+
+    // Deleting the refused slice leaves the other owner's node in place.
+    env.api::<TpuSlice>()
+        .delete("grab", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<TpuSlice>("grab", STEP).await;
+    env.idle(Duration::from_millis(200), STEP).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 0);
+    assert!(
+        cloud_node(&env, &node).is_some(),
+        "the other owner's node is kept"
+    );
+}
+
+/// Issue 20: adoption goes through the namespace's policy: refused where `allowAdoption` is not
+/// set, refused outside the allowed zones (before any cloud call), refused when the node itself
+/// breaks a rule (its real service account), and allowed for an unlabelled node within the
+/// rules, which is then the slice's (labelled, and deleted with it).
+#[tokio::test]
+async fn adoption_follows_the_namespace_policy() {
+    let mut env = TestEnv::start().await;
+    let ns = env.ns.clone();
+    let rules = json!({
+        "allowAdoption": true,
+        "allowedZones": ["us-east5-b"],
+        "allowedAccelerators": [{"family": "v6e", "maxChips": 8}],
+        "allowedServiceAccounts": ["*-compute@developer.gserviceaccount.com"],
+    });
+    let p: TenancyPolicy = serde_json::from_value(json!({
+        "namespaces": {ns.clone(): rules},
+        "default": {"allowedZones": ["us-east5-b"]},
+    }))
+    .unwrap();
+    p.validate().unwrap();
+    let ctx = start(&mut env, p).await;
+    let elsewhere = node_in(&ctx, "us-east5-a", "zone-a-node", &[]).await;
+    let free = node_in(&ctx, "us-east5-b", "free-node", &[("team", "ml")]).await;
+    env.idle(Duration::from_millis(100), STEP).await;
+    let calls_before = env.gcp.call_count("tpu", "nodes.get");
+
+    env.create(&slice(
+        "wrong-zone",
+        json!({"zone": "us-east5-a", "adoptNodeId": "zone-a-node"}),
+    ))
+    .await;
+    let s: TpuSlice = env
+        .wait_for("wrong-zone", "PolicyDenied", STEP, |s| slice_stalled(s).is_some())
+        .await;
+    let (reason, message) = slice_stalled(&s).unwrap();
+    assert_eq!(reason, "PolicyDenied");
+    assert!(
+        message.contains(&format!("tenancy.namespaces.{ns}.allowedZones:"))
+            && message.contains("zone \"us-east5-a\""),
+        "{message}"
+    );
+    env.idle(Duration::from_millis(200), STEP).await;
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.get"),
+        calls_before,
+        "refused before the node is read"
+    );
+
+    env.create(&slice("ours", json!({"adoptNodeId": "free-node"})))
+        .await;
+    let s: TpuSlice = env.wait_for("ours", "Ready", STEP, is_ready).await;
+    assert_eq!(s.status.unwrap().node_name.as_deref(), Some(free.as_str()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while cloud_node(&env, &free).unwrap()["labels"]["managed-by"] != "tpu-operator" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "adopted node never labelled"
+        );
+        env.idle(Duration::from_millis(50), STEP).await;
+    }
+    let uid = env
+        .api::<TpuSlice>()
+        .get("ours")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    assert_eq!(
+        cloud_node(&env, &free).unwrap()["labels"]["tpu-operator-uid"],
+        uid.as_str()
+    );
+    env.api::<TpuSlice>()
+        .delete("ours", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<TpuSlice>("ours", STEP).await;
+    assert!(
+        cloud_node(&env, &free).is_none(),
+        "an adopted node is deleted with its slice"
+    );
+    assert!(cloud_node(&env, &elsewhere).is_some());
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.create"),
+        2,
+        "only the test's own"
+    );
+}
+
+/// Issue 20: a namespace whose policy does not say `allowAdoption: true` adopts nothing (refused
+/// before the node is read) and deleting the slice leaves the node alone.
+#[tokio::test]
+async fn adoption_needs_allow_adoption() {
+    let mut env = TestEnv::start().await;
+    let ns = env.ns.clone();
+    let p = policy(&env, json!({"allowedZones": ["us-east5-b"]}));
+    let ctx = start(&mut env, p).await;
+    let node = node_in(&ctx, "us-east5-b", "someone-elses", &[]).await;
+    env.create(&slice("not-allowed", json!({"adoptNodeId": "someone-elses"})))
+        .await;
+    let s: TpuSlice = env
+        .wait_for("not-allowed", "PolicyDenied", STEP, |s| {
+            slice_stalled(s).is_some()
+        })
+        .await;
+    let (_, message) = slice_stalled(&s).unwrap();
+    assert!(
+        message.contains(&format!("tenancy.namespaces.{ns}.allowAdoption:")),
+        "{message}"
+    );
+    env.idle(Duration::from_millis(200), STEP).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.patch"), 0);
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.get"),
+        0,
+        "refused before any read"
+    );
+    env.api::<TpuSlice>()
+        .delete("not-allowed", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<TpuSlice>("not-allowed", STEP).await;
+    assert!(cloud_node(&env, &node).is_some());
+    assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 0);
+}
+
+/// Issue 20: where adoption is allowed, the node is judged as the cloud reports it: one that runs
+/// as the project's default compute account, which the namespace may not use, is refused.
+#[tokio::test]
+async fn adoption_judges_the_nodes_own_service_account() {
+    let mut env = TestEnv::start().await;
+    let p = policy(
+        &env,
+        json!({"allowAdoption": true, "allowedServiceAccounts": ["*@team.iam.gserviceaccount.com"]}),
+    );
+    let ctx = start(&mut env, p).await;
+    let node = node_in(&ctx, "us-east5-b", "default-sa", &[]).await;
+    env.create(&slice(
+        "sa",
+        json!({"adoptNodeId": "default-sa",
+               "serviceAccount": {"email": "trainer@team.iam.gserviceaccount.com"}}),
+    ))
+    .await;
+    let s: TpuSlice = env
+        .wait_for("sa", "PolicyDenied", STEP, |s| slice_stalled(s).is_some())
+        .await;
+    let (_, message) = slice_stalled(&s).unwrap();
+    assert!(
+        message.contains("allowedServiceAccounts:")
+            && message.contains("-compute@developer.gserviceaccount.com"),
+        "{message}"
+    );
+    env.idle(Duration::from_millis(200), STEP).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.patch"), 0);
+    assert!(
+        cloud_node(&env, &node).unwrap()["labels"]
+            .get("managed-by")
+            .is_none()
+    );
+}
+
+/// Issue 20: service accounts and networks, for all three kinds, refused before any create.
+#[tokio::test]
+async fn service_accounts_and_networks_are_checked_for_all_three_kinds() {
+    let mut env = TestEnv::start().await;
+    let ns = env.ns.clone();
+    let p = policy(
+        &env,
+        json!({
+            "allowedServiceAccounts": ["*@team.iam.gserviceaccount.com"],
+            "allowedNetworks": ["default", "team-*"],
+            "allowedSubnetworks": ["team-*"],
+        }),
+    );
+    start(&mut env, p).await;
+    let field = |f: &str| format!("tenancy.namespaces.{ns}.{f}:");
+    let cases = [
+        (
+            "owner-sa",
+            json!({"serviceAccount": {"email": "owner@demo-project.iam.gserviceaccount.com"}}),
+            field("allowedServiceAccounts"),
+            "runs as service account \"owner@demo-project.iam.gserviceaccount.com\"",
+        ),
+        (
+            "default-sa",
+            json!({}),
+            field("allowedServiceAccounts"),
+            "the service's default service account",
+        ),
+        (
+            "other-vpc",
+            json!({"serviceAccount": {"email": "t@team.iam.gserviceaccount.com"},
+                   "networkConfig": {"network": "projects/prod-host/global/networks/prod"}}),
+            field("allowedNetworks"),
+            "network \"projects/prod-host/global/networks/prod\"",
+        ),
+        (
+            "other-subnet",
+            json!({"serviceAccount": {"email": "t@team.iam.gserviceaccount.com"},
+                   "networkConfig": {"network": "team-net", "subnetwork": "prod-subnet"}}),
+            field("allowedSubnetworks"),
+            "subnetwork \"projects/demo-project/regions/us-east5/subnetworks/prod-subnet\"",
+        ),
+    ];
+    for (name, spec, _, _) in &cases {
+        env.create(&slice(name, spec.clone())).await;
+    }
+    for (name, _, field, fragment) in &cases {
+        let s: TpuSlice = env
+            .wait_for(name, "PolicyDenied", STEP, |s| slice_stalled(s).is_some())
+            .await;
+        let (reason, message) = slice_stalled(&s).unwrap();
+        assert_eq!(reason, "PolicyDenied", "{name}: {message}");
+        assert!(
+            message.contains(field.as_str()) && message.contains(fragment),
+            "{name}: {message}"
+        );
+    }
+
+    let batch: PreprocessBatch = serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "metadata": {"name": "sa-batch"},
+        "spec": {"region": "us-east5", "pyspark": {"mainPythonFileUri": "gs://b/s.py"},
+                 "execution": {"serviceAccount": "owner@demo-project.iam.gserviceaccount.com",
+                               "subnetworkUri": "team-subnet"}}
+    }))
+    .unwrap();
+    env.create(&batch).await;
+    let b: PreprocessBatch = env
+        .wait_for("sa-batch", "PolicyDenied", STEP, |b: &PreprocessBatch| {
+            b.status.as_ref().and_then(|s| stalled(&s.conditions)).is_some()
+        })
+        .await;
+    let (reason, message) = stalled(&b.status.unwrap().conditions).unwrap();
+    assert_eq!(reason, "PolicyDenied");
+    assert!(
+        message.contains(&field("allowedServiceAccounts"))
+            && message.contains("owner@demo-project.iam.gserviceaccount.com"),
+        "{message}"
+    );
+
+    let pipeline = |name: &str, vertex_extra: serde_json::Value| -> TrainingPipeline {
+        let mut vertex = json!({"machineType": "ct6e-standard-4t", "tpuTopology": "2x2",
+                                "container": {"image": "us-docker.pkg.dev/p/r/t:1"}});
+        for (k, v) in vertex_extra.as_object().unwrap() {
+            vertex[k] = v.clone();
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+            "metadata": {"name": name},
+            "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-data/models/a/"},
+                     "training": {"vertex": vertex}}
+        }))
+        .unwrap()
+    };
+    let vertex_cases = [
+        (
+            "vertex-sa",
+            json!({"serviceAccount": "owner@demo-project.iam.gserviceaccount.com"}),
+            field("allowedServiceAccounts"),
+            "Vertex custom job",
+        ),
+        (
+            "vertex-vpc",
+            json!({"serviceAccount": "t@team.iam.gserviceaccount.com",
+                   "network": "projects/123456/global/networks/prod"}),
+            field("allowedNetworks"),
+            "network \"projects/123456/global/networks/prod\"",
+        ),
+    ];
+    for (name, extra, _, _) in &vertex_cases {
+        env.create(&pipeline(name, extra.clone())).await;
+    }
+    for (name, _, field, fragment) in &vertex_cases {
+        let tp: TrainingPipeline = env
+            .wait_for(name, "PolicyDenied", STEP, |t: &TrainingPipeline| {
+                t.status.as_ref().and_then(|s| stalled(&s.conditions)).is_some()
+            })
+            .await;
+        let (reason, message) = stalled(&tp.status.unwrap().conditions).unwrap();
+        assert_eq!(reason, "PolicyDenied", "{name}: {message}");
+        assert!(
+            message.contains(field.as_str()) && message.contains(fragment),
+            "{name}: {message}"
+        );
+    }
+    env.idle(Duration::from_millis(300), STEP).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 0);
+    assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 0);
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 0);
+
+    // Within the rules: an allowed account on the project's default network is created.
+    env.create(&slice(
+        "allowed",
+        json!({"serviceAccount": {"email": "trainer@team.iam.gserviceaccount.com"}}),
+    ))
+    .await;
+    env.wait_for::<TpuSlice, _>("allowed", "Ready", STEP, is_ready)
+        .await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
 }
 
 #[tokio::test]
