@@ -169,6 +169,34 @@ pub fn schema_at<'a>(mut schema: &'a Value, path: &[String]) -> Option<&'a Value
     Some(schema)
 }
 
+/// The types a schema allows and its allowed string values, from `type` / `enum` and, as schemars
+/// writes documented enums and optional values, from `anyOf` / `oneOf` alternatives with `const`.
+fn types_and_values(schema: &Value) -> (Vec<String>, Vec<String>) {
+    let mut types = Vec::new();
+    let mut values = Vec::new();
+    match schema.get("type") {
+        Some(Value::String(t)) => types.push(t.clone()),
+        Some(Value::Array(ts)) => types.extend(ts.iter().filter_map(|t| t.as_str().map(String::from))),
+        _ => {}
+    }
+    for v in schema.get("enum").and_then(Value::as_array).into_iter().flatten() {
+        values.extend(v.as_str().map(String::from));
+    }
+    values.extend(schema.get("const").and_then(Value::as_str).map(String::from));
+    for key in ["anyOf", "oneOf"] {
+        for alternative in schema.get(key).and_then(Value::as_array).into_iter().flatten() {
+            let (t, v) = types_and_values(alternative);
+            for t in t {
+                if !types.contains(&t) {
+                    types.push(t);
+                }
+            }
+            values.extend(v);
+        }
+    }
+    (types, values)
+}
+
 fn values_table() -> String {
     let values: Value =
         serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap()).unwrap();
@@ -180,33 +208,22 @@ fn values_table() -> String {
         let default = lookup(&values, &d.path)
             .map(|v| serde_json::to_string(v).unwrap())
             .unwrap_or_default();
-        let ty = schema_at(&schema, &d.path)
-            .and_then(|s| s.get("type"))
-            .map(|t| match t {
-                Value::String(s) => s.clone(),
-                other => other
-                    .as_array()
-                    .unwrap()
+        let (types, values) = schema_at(&schema, &d.path)
+            .map(types_and_values)
+            .unwrap_or_default();
+        let ty = types.join(" \\| ");
+        let enumeration = if values.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " One of {}.",
+                values
                     .iter()
-                    .map(|x| x.as_str().unwrap())
+                    .map(|v| format!("`{v}`"))
                     .collect::<Vec<_>>()
-                    .join(" \\| "),
-            })
-            .unwrap_or_default();
-        let enumeration = schema_at(&schema, &d.path)
-            .and_then(|s| s.get("enum"))
-            .map(|e| {
-                format!(
-                    " One of {}.",
-                    e.as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|v| format!("`{}`", v.as_str().unwrap()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            })
-            .unwrap_or_default();
+                    .join(", ")
+            )
+        };
         out.push_str(&format!(
             "| `{}` | {ty} | `{}` | {}{enumeration} |\n",
             d.path.join("."),
