@@ -185,9 +185,17 @@ pub struct GcpError {
     pub status: Option<&'static str>,
     /// `ErrorInfo.reason` (or the GCS legacy `errors[0].reason`) when present.
     pub reason: Option<String>,
-    /// The exhausted quota, when the details name one: `QuotaFailure.violations[].quotaMetric`
-    /// (else its `subject`), or `ErrorInfo.metadata.quota_metric` / `quota_limit`.
-    pub quota_metric: Option<String>,
+    /// What the details say about a quota, when they say anything (boxed: rare, and a
+    /// `GcpError` travels in every `Result` of this crate).
+    pub quota: Option<Box<QuotaDetails>>,
+}
+
+/// Quota facts from an error's details.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuotaDetails {
+    /// The exhausted quota: `QuotaFailure.violations[].quotaMetric` (else its `subject`), or
+    /// `ErrorInfo.metadata.quota_metric` / `quota_limit`.
+    pub metric: Option<String>,
     /// The details carry a `google.rpc.QuotaFailure`.
     pub quota_failure: bool,
 }
@@ -240,8 +248,7 @@ impl GcpError {
             http_status: None,
             status: None,
             reason: None,
-            quota_metric: None,
-            quota_failure: false,
+            quota: None,
         }
     }
 
@@ -344,10 +351,11 @@ impl GcpError {
         });
         let non_empty = |s: &String| (!s.is_empty()).then(|| s.clone());
         let mut quota_metric = None;
+        let mut quota_failure = false;
         for detail in &status.details {
             match detail {
                 StatusDetails::QuotaFailure(failure) => {
-                    self.quota_failure = true;
+                    quota_failure = true;
                     quota_metric = quota_metric.or_else(|| {
                         failure
                             .violations
@@ -365,7 +373,17 @@ impl GcpError {
                 _ => {}
             }
         }
-        self.quota_metric = quota_metric;
+        self.quota = (quota_failure || quota_metric.is_some()).then(|| {
+            Box::new(QuotaDetails {
+                metric: quota_metric,
+                quota_failure,
+            })
+        });
+    }
+
+    /// The exhausted quota's metric (or limit), when the details name one.
+    pub fn quota_metric(&self) -> Option<&str> {
+        self.quota.as_ref().and_then(|q| q.metric.as_deref())
     }
 
     /// What a RESOURCE_EXHAUSTED means (`None` for any other kind): a rate limit, an exhausted
@@ -378,7 +396,7 @@ impl GcpError {
         let reason = self.reason.as_deref().unwrap_or_default();
         Some(if self.is_rate_limited() {
             Exhaustion::RateLimit
-        } else if QUOTA_REASONS.contains(&reason) || self.quota_failure {
+        } else if QUOTA_REASONS.contains(&reason) || self.quota.as_ref().is_some_and(|q| q.quota_failure) {
             Exhaustion::Quota
         } else if STOCKOUT_REASONS.contains(&reason) {
             Exhaustion::Stockout
@@ -620,8 +638,8 @@ mod tests {
                         "apiService":"tpu.googleapis.com","quotaMetric":"tpu.googleapis.com/v6e_chips","quotaId":"TPUV6EPodPerProjectPerZoneForTPUAPI"}]}]}}"#;
         let err = GcpError::from_gax(Service::Tpu, "nodes.create", "p", &from_http_body(429, quota));
         assert_eq!(err.exhaustion(), Some(Exhaustion::Quota));
-        assert!(err.quota_failure);
-        assert_eq!(err.quota_metric.as_deref(), Some("tpu.googleapis.com/v6e_chips"));
+        assert!(err.quota.as_ref().unwrap().quota_failure);
+        assert_eq!(err.quota_metric(), Some("tpu.googleapis.com/v6e_chips"));
         assert!(!err.is_retryable());
 
         // QuotaFailure alone (no ErrorInfo), with only a subject.
@@ -634,13 +652,13 @@ mod tests {
             &from_http_body(429, bare_failure),
         );
         assert_eq!(err.exhaustion(), Some(Exhaustion::Quota));
-        assert_eq!(err.quota_metric.as_deref(), Some("project:p"));
+        assert_eq!(err.quota_metric(), Some("project:p"));
 
         let stockout = r#"{"error":{"code":429,"message":"There is no more capacity in the zone","status":"RESOURCE_EXHAUSTED",
             "details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"STOCKOUT","domain":"tpu.googleapis.com","metadata":{}}]}}"#;
         let err = GcpError::from_gax(Service::Tpu, "nodes.create", "p", &from_http_body(429, stockout));
         assert_eq!(err.exhaustion(), Some(Exhaustion::Stockout));
-        assert_eq!(err.quota_metric, None);
+        assert_eq!(err.quota_metric(), None);
 
         // No details: the gcloud-seen quota text is quota, anything else is unknown.
         let text = esf(
@@ -668,7 +686,7 @@ mod tests {
             panic!("a failed operation");
         };
         assert_eq!(err.exhaustion(), Some(Exhaustion::Quota));
-        assert_eq!(err.quota_metric.as_deref(), Some("tpu.googleapis.com/v6e_chips"));
+        assert_eq!(err.quota_metric(), Some("tpu.googleapis.com/v6e_chips"));
     }
 
     #[test]

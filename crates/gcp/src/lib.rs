@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 pub use config::{CredentialsMode, GcpConfig};
 pub use dataproc::{DataprocApi, DataprocClient};
-pub use error::{ErrorKind, Exhaustion, GcpError, Service, ignore_not_found, is_not_found};
+pub use error::{ErrorKind, Exhaustion, GcpError, QuotaDetails, Service, ignore_not_found, is_not_found};
 pub use lro::{OperationState, operation_result, operation_state};
 pub use metrics::GcpMetrics;
 pub use storage::{ObjectInfo, StorageApi, StorageClient, parse_gs_uri};

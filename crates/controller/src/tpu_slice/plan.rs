@@ -350,8 +350,7 @@ pub fn on_create_error(err: &GcpError) -> Option<Assessment> {
                 P::Provisioning,
                 format!(
                     "the project's TPU quota{} is exhausted: request a quota increase (or free quota); the create is retried every few minutes: {err}",
-                    err.quota_metric
-                        .as_deref()
+                    err.quota_metric()
                         .map(|m| format!(" ({m})"))
                         .unwrap_or_default()
                 ),

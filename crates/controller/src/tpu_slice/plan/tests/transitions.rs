@@ -262,7 +262,10 @@ fn quota_failures_stall_and_stockouts_wait() {
     );
     assert_eq!((a.requeue, a.capacity), (Requeue::Stable, Some(false)));
     quota.reason = Some("RESOURCE_QUOTA_EXCEEDED".into());
-    quota.quota_metric = Some("tpu.googleapis.com/v6e_chips".into());
+    quota.quota = Some(Box::new(tpu_operator_gcp::QuotaDetails {
+        metric: Some("tpu.googleapis.com/v6e_chips".into()),
+        quota_failure: true,
+    }));
     quota.message = "exhausted".into();
     let a = on_create_error(&quota).unwrap();
     assert_eq!(a.reason, reasons::QUOTA_EXCEEDED);
@@ -275,7 +278,7 @@ fn quota_failures_stall_and_stockouts_wait() {
 
     let mut stockout = quota.clone();
     stockout.reason = Some("STOCKOUT".into());
-    stockout.quota_metric = None;
+    stockout.quota = None;
     let a = on_create_error(&stockout).unwrap();
     assert_eq!(
         (a.progress, a.reason),
