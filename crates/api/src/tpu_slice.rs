@@ -1,5 +1,5 @@
 //! `TpuSlice`: one Cloud TPU VM slice, created directly (`nodes.create`) or through a queued
-//! resource (`queuedResources.create`) for spot, reserved or queued capacity.
+//! resource (`queuedResources.create`) for reserved or queued capacity.
 
 use std::collections::BTreeMap;
 
@@ -30,7 +30,7 @@ use crate::{
     shortname = "tpus",
     shortname = "slice",
     category = "tpu-operator",
-    doc = "A Cloud TPU VM slice (one TPU node, optionally requested through a queued resource for spot, reserved or queued capacity).",
+    doc = "A Cloud TPU VM slice: one TPU node, created directly or, for reserved and queued capacity, through a queued resource.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Ready",
@@ -163,10 +163,14 @@ pub struct Capacity {
     /// Regular on-demand capacity through `nodes.create` (fails fast on a stockout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_demand: Option<Empty>,
-    /// Spot capacity (`schedulingConfig.spot`): cheaper, may be preempted at any time.
+    /// Spot capacity (`nodes.create` with `schedulingConfig.spot`): cheaper, may be preempted at
+    /// any time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spot: Option<Empty>,
-    /// Capacity from a Compute Engine reservation.
+    /// Capacity from a named TPU reservation, requested through a queued resource whose
+    /// `reservationName` names it (the only TPU v2 field that carries a reservation); the node is
+    /// marked `schedulingConfig.reserved`. The slice waits while the reservation's capacity is in
+    /// use and fails if the reservation does not exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved: Option<ReservedCapacity>,
     /// Wait in a queue for capacity (a queued resource) instead of failing on a stockout.
@@ -178,8 +182,9 @@ pub struct Capacity {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReservedCapacity {
-    /// Reservation name, short (`my-reservation`) or full
-    /// (`projects/<p>/locations/<zone>/reservations/<r>`).
+    /// Reservation name, short (`my-reservation`, meaning
+    /// `projects/<operator project>/locations/<spec.zone>/reservations/my-reservation`) or full
+    /// (`projects/<p>/locations/<zone>/reservations/<r>`, the format the TPU API documents).
     #[schemars(
         length(min = 1, max = 256),
         regex(pattern = r"^(projects/[^/]+/locations/[^/]+/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -208,7 +213,8 @@ pub struct QueuedCapacity {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
     pub min_duration: Option<String>,
-    /// Queue against a reservation (optional).
+    /// Queue against a reservation (optional), short (`my-reservation`) or full
+    /// (`projects/<p>/locations/<zone>/reservations/<r>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub reservation_name: Option<String>,
@@ -328,7 +334,7 @@ pub struct TpuSliceStatus {
     /// Full name of the TPU node, `projects/<p>/locations/<zone>/nodes/<id>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
-    /// Full name of the queued resource, if capacity is queued / spot / reserved through one.
+    /// Full name of the queued resource, when capacity is queued or reserved (both go through one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_resource_name: Option<String>,
     /// Long-running operation in flight (create / delete), polled on every reconcile.

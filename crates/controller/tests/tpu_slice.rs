@@ -235,6 +235,53 @@ async fn metadata_drift_correction_keeps_keys_others_added() {
     );
 }
 
+/// `capacity.reserved.reservationName` reaches Google: the slice is requested through a queued
+/// resource naming the reservation (TPU v2 has no other field for it), comes up from the
+/// reservation's chips even during a stockout, and a slice naming a reservation that does not
+/// exist stops with the service's message instead of waiting forever.
+#[tokio::test]
+async fn reserved_capacity_uses_the_named_reservation() {
+    let env = start().await;
+    let reservation = format!("projects/demo-project/locations/{ZONE}/reservations/res-a");
+    env.gcp.create_reservation(&reservation, 8).unwrap();
+    env.gcp
+        .inject(Fault::Stockout {
+            zone: ZONE.into(),
+            accelerator: "v6e".into(),
+        })
+        .unwrap();
+    env.create(&slice(
+        "reserved",
+        json!({"reserved": {"reservationName": "res-a"}}),
+    ))
+    .await;
+    let s: TpuSlice = env.wait_for("reserved", "Ready", STEP, is_ready).await;
+    let st = s.status.unwrap();
+    assert!(st.queued_resource_name.unwrap().contains("/queuedResources/"));
+    let qrs = env.gcp.queued_resources();
+    assert_eq!(qrs.len(), 1);
+    assert_eq!(qrs[0]["reservationName"], reservation.as_str());
+    assert!(qrs[0].get("spot").is_none() && qrs[0].get("guaranteed").is_none());
+    let nodes = env.gcp.nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0]["schedulingConfig"]["reserved"], true);
+    assert_eq!(nodes[0]["queuedResource"], qrs[0]["name"]);
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 0);
+
+    env.create(&slice(
+        "unreserved",
+        json!({"reserved": {"reservationName": "nope"}}),
+    ))
+    .await;
+    let s: TpuSlice = env
+        .wait_for("unreserved", "Stalled", STEP, |s| stalled_reason(s).is_some())
+        .await;
+    let st = s.status.unwrap();
+    assert_eq!(st.phase, TpuSlicePhase::Failed);
+    let stalled = find_condition(&st.conditions, types::STALLED).unwrap();
+    assert!(stalled.message.contains("reservations/nope"), "{stalled:?}");
+}
+
 #[tokio::test]
 async fn stockout_waits_for_capacity_then_becomes_ready() {
     let env = start().await;

@@ -26,6 +26,20 @@ pub struct ResourceSummary {
     pub state: String,
 }
 
+/// Declares a TPU reservation (shared by the admin API and
+/// [`crate::Emulator::create_reservation`]); waiting queued resources re-check right away.
+pub fn create_reservation(w: &mut World, name: &str, chips: u64) -> ApiResult<()> {
+    if !crate::tpu::reservations::name_ok(name) {
+        return Err(ApiError::invalid_field(
+            "name",
+            format!("\"{name}\" is not projects/{{project}}/locations/{{zone}}/reservations/{{reservation}}"),
+        ));
+    }
+    w.reservations.insert(name.to_string(), chips);
+    crate::tpu::queued::recheck_waiting(w);
+    Ok(())
+}
+
 /// Applies a fault to the world (shared by the admin API and [`crate::Emulator::inject`]).
 pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
     let f_ = &mut w.faults;
@@ -303,6 +317,17 @@ fn handle_inner(
         }
         (Method::GET, "operations") => {
             ok(json!({"items": shared.world().ops.values().map(|o| o.body.clone()).collect::<Vec<_>>()}))
+        }
+        (Method::GET, "reservations") => ok(json!({"reservations": shared.world().reservations})),
+        (Method::POST, "reservations") => {
+            #[derive(Deserialize)]
+            struct Body {
+                name: String,
+                chips: u64,
+            }
+            let b: Body = parse_body(body)?;
+            create_reservation(&mut shared.world(), &b.name, b.chips)?;
+            ok(json!({}))
         }
         (Method::POST, "buckets") => {
             let b: BucketBody = parse_body(body)?;

@@ -139,6 +139,18 @@ impl Emulator {
         self.with_world(|w| admin::inject(w, fault))
     }
 
+    /// Declares (or resizes) a TPU reservation of `chips` chips, full name
+    /// `projects/{p}/locations/{zone}/reservations/{r}`, which queued resources can name in
+    /// `reservationName` (`tpu/reservations.rs`). Waiting queued resources re-check at once.
+    pub fn create_reservation(&self, name: &str, chips: u64) -> Result<(), ApiError> {
+        self.with_world(|w| admin::create_reservation(w, name, chips))
+    }
+
+    /// The declared reservations: name -> chips.
+    pub fn reservations(&self) -> BTreeMap<String, u64> {
+        self.with_world(|w| w.reservations.clone())
+    }
+
     pub fn clear_faults(&self) {
         self.with_world(|w| w.faults = Default::default())
     }

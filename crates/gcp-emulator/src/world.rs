@@ -34,6 +34,8 @@ pub struct World {
     timers: BTreeSet<(DateTime<Utc>, u64, TimerKind, String)>,
     pub nodes: BTreeMap<String, NodeRec>,
     pub qrs: BTreeMap<String, QrRec>,
+    /// TPU reservations: full name -> chips (`tpu/reservations.rs`).
+    pub reservations: BTreeMap<String, u64>,
     pub batches: BTreeMap<String, BatchRec>,
     pub jobs: BTreeMap<String, JobRec>,
     pub ops: BTreeMap<String, OpRec>,
@@ -55,6 +57,7 @@ impl World {
             timers: BTreeSet::new(),
             nodes: BTreeMap::new(),
             qrs: BTreeMap::new(),
+            reservations: BTreeMap::new(),
             batches: BTreeMap::new(),
             jobs: BTreeMap::new(),
             ops: BTreeMap::new(),

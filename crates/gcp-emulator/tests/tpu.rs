@@ -978,3 +978,87 @@ async fn multislice_queued_resource_honours_valid_after() {
         );
     }
 }
+
+fn reserved_qr(node_id: &str, reservation: &str) -> QueuedResource {
+    QueuedResource::new()
+        .set_tpu(
+            queued_resource::Tpu::new().set_node_spec([queued_resource::tpu::NodeSpec::new()
+                .set_parent(PARENT)
+                .set_node_id(node_id)
+                .set_node(node_spec("v5litepod-8"))]),
+        )
+        .set_reservation_name(reservation)
+}
+
+/// `reservationName` (tpu.v2.json: "Format: projects/{project}/locations/{zone}/reservations/
+/// {reservation}"): a malformed name is refused; a missing reservation FAILs the queued resource
+/// (NOT_FOUND in failedData); a reservation's chips are handed out first come, the next request
+/// WAITs until they are free again, and stockouts do not hold reserved capacity back.
+#[tokio::test]
+async fn queued_resources_consume_named_reservations() {
+    use queued_resource_state::State as S;
+    let emu = emulator().await;
+    let tpu = tpu(&emu).await;
+    let res = format!("{PARENT}/reservations/res-a");
+    let create = |id: &'static str, node: &'static str, r: String| {
+        let tpu = tpu.clone();
+        async move {
+            tpu.create_queued_resource()
+                .set_parent(PARENT)
+                .set_queued_resource_id(id)
+                .set_queued_resource(reserved_qr(node, &r))
+                .send()
+                .await
+        }
+    };
+    let err = create("bad", "bad-n", "res-a".into()).await.unwrap_err();
+    assert_eq!(code(&err), "InvalidArgument", "{err}");
+    assert!(err.to_string().contains("reservation_name"), "{err}");
+
+    // No such reservation: accepted, then FAILED (NOT_FOUND) instead of provisioning.
+    create("missing", "missing-n", format!("{PARENT}/reservations/nope"))
+        .await
+        .unwrap();
+    emu.clock().advance(secs(10 + 20 + 60));
+    let q = tpu
+        .get_queued_resource()
+        .set_name(format!("{PARENT}/queuedResources/missing"))
+        .send()
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert_eq!(q.state, S::Failed);
+    let e = q.failed_data().unwrap().error.clone().unwrap();
+    assert_eq!(e.code, 5, "{e:?}");
+    assert!(e.message.contains("reservations/nope"), "{e:?}");
+
+    // 8 chips reserved: the first v5litepod-8 gets them despite a stockout, the second waits.
+    emu.create_reservation(&res, 8).unwrap();
+    emu.inject(Fault::Stockout {
+        zone: ZONE.into(),
+        accelerator: "v5litepod".into(),
+    })
+    .unwrap();
+    create("first", "first-n", res.clone()).await.unwrap();
+    create("second", "second-n", res.clone()).await.unwrap();
+    let first = format!("{PARENT}/queuedResources/first");
+    let second = format!("{PARENT}/queuedResources/second");
+    emu.clock().advance(secs(10 + 20 + 60));
+    assert_eq!(qr_state(&tpu, &first).await, S::Provisioning);
+    assert_eq!(qr_state(&tpu, &second).await, S::WaitingForResources);
+    emu.clock().advance(secs(180));
+    assert_eq!(qr_state(&tpu, &first).await, S::Active);
+    assert_eq!(qr_state(&tpu, &second).await, S::WaitingForResources);
+
+    // The first gives its chips back; the second gets them at its next check.
+    tpu.delete_queued_resource()
+        .set_name(&first)
+        .set_force(true)
+        .send()
+        .await
+        .unwrap();
+    emu.clock().advance(secs(60));
+    emu.clock().advance(secs(60));
+    assert_eq!(qr_state(&tpu, &second).await, S::Provisioning);
+}

@@ -21,7 +21,7 @@ use crate::{context::Context, error::ReconcileError};
 pub struct Incarnation {
     /// `projects/<p>/locations/<zone>/nodes/<id>`.
     pub node: String,
-    /// The queued resource, for `capacity.queued`.
+    /// The queued resource, for `capacity.queued` and `capacity.reserved`.
     pub queued: Option<String>,
     /// The node / queued resource id.
     pub id: String,
@@ -44,7 +44,7 @@ pub struct Names {
 impl Names {
     pub fn new(slice: &TpuSlice, identity: &ObjectIdentity, project: String) -> Self {
         let parent = format!("projects/{project}/locations/{}", slice.spec.zone);
-        let queued = CapacityMode::of(&slice.spec) == CapacityMode::Queued;
+        let queued = CapacityMode::of(&slice.spec).uses_queued_resource();
         let recreations = slice.status.as_ref().map_or(0, |s| s.recreations.max(0) as u32);
         let incarnation = |n: u32| {
             let id = naming::tpu_node_id(identity, n);

@@ -66,6 +66,19 @@ impl CapacityMode {
         }
     }
 
+    /// Whether the slice is requested through a queued resource (`queuedResources.create`) rather
+    /// than `nodes.create`: queued capacity, and reserved capacity, because only the queued
+    /// resource carries the reservation's name in TPU v2 (`QueuedResource.reservationName`,
+    /// "Name of the reservation in which the resource should be provisioned. Format:
+    /// projects/{project}/locations/{zone}/reservations/{reservation}", `tpu.v2.json`
+    /// rev 20261001; v2 `Node.schedulingConfig` has only the `reserved` flag). Google's guide to
+    /// a specific reservation does the same: `gcloud alpha compute tpus queued-resources create
+    /// --reservation=...` (<https://cloud.google.com/tpu/docs/consume-reservation>). Spot stays a
+    /// plain `nodes.create` with `schedulingConfig.spot`.
+    pub fn uses_queued_resource(self) -> bool {
+        matches!(self, Self::Queued | Self::Reserved)
+    }
+
     /// Whether Google may reclaim the capacity (a preemption is then expected, not a failure).
     pub fn preemptible(spec: &TpuSliceSpec) -> bool {
         match Self::of(spec) {
@@ -126,7 +139,7 @@ pub fn desired(
 
 /// The metadata keys the operator manages on a node: those listed under
 /// [`MANAGED_METADATA_KEY`] in `current` (what an earlier pass set) and the list key itself.
-fn managed_keys<'a>(current: &'a std::collections::HashMap<String, String>) -> Vec<&'a str> {
+fn managed_keys(current: &std::collections::HashMap<String, String>) -> Vec<&str> {
     let mut keys: Vec<&str> = current
         .get(MANAGED_METADATA_KEY)
         .map(|v| v.split(',').filter(|k| !k.is_empty()).collect())
@@ -288,7 +301,7 @@ fn generation_type(g: TpuGeneration) -> accelerator_config::Type {
     }
 }
 
-/// The `QueuedResource` for `capacity.queued`: one node spec (`node_id` = the deterministic node
+/// The `QueuedResource` for `capacity.queued` or `capacity.reserved`: one node spec (`node_id` = the deterministic node
 /// id), the tier, the `validUntil*` constraint and an optional reservation.
 pub fn queued_resource(
     spec: &TpuSliceSpec,
@@ -297,6 +310,17 @@ pub fn queued_resource(
     node_id: &str,
     project: &str,
 ) -> Result<QueuedResource, String> {
+    // Reserved capacity: no tier (neither `spot` nor `guaranteed`, as gcloud sends for
+    // `--reservation`), the reservation by name, and the node's `schedulingConfig.reserved`.
+    if let Some(r) = spec.capacity.as_ref().and_then(|c| c.reserved.as_ref()) {
+        let node_spec = queued_resource::tpu::NodeSpec::new()
+            .set_parent(parent)
+            .set_node_id(node_id)
+            .set_node(node);
+        return Ok(QueuedResource::new()
+            .set_tpu(queued_resource::Tpu::new().set_node_spec([node_spec]))
+            .set_reservation_name(reservation_name(&r.reservation_name, project, &spec.zone)));
+    }
     let q = queued(spec).cloned().unwrap_or_default();
     let node_spec = queued_resource::tpu::NodeSpec::new()
         .set_parent(parent)
@@ -338,7 +362,8 @@ pub fn queued_resource(
     Ok(qr)
 }
 
-/// Expands a short reservation name to `projects/<p>/locations/<zone>/reservations/<r>`.
+/// Expands a short reservation name to `projects/<p>/locations/<zone>/reservations/<r>`, the
+/// format `QueuedResource.reservationName` documents (`tpu.v2.json`).
 fn reservation_name(r: &str, project: &str, zone: &str) -> String {
     if r.starts_with("projects/") {
         r.to_string()
@@ -440,6 +465,42 @@ mod tests {
         ]);
         assert!(metadata_drift(&after, &legacy), "the list key itself is missing");
         assert_eq!(patched_metadata(&after, &legacy)["ssh-keys"], "k");
+    }
+
+    /// `capacity.reserved.reservationName` reaches Google: a queued resource naming the
+    /// reservation (the only v2 field that can), with the node marked reserved.
+    #[test]
+    fn reserved_capacity_goes_through_a_queued_resource_with_the_reservation() {
+        let mut s = spec();
+        s.capacity = Some(Capacity {
+            reserved: Some(tpu_operator_api::tpu_slice::ReservedCapacity {
+                reservation_name: "res-a".into(),
+            }),
+            ..Default::default()
+        });
+        assert!(CapacityMode::of(&s).uses_queued_resource());
+        assert!(!CapacityMode::preemptible(&s));
+        let d = desired(&s, &ident(), "c1", None);
+        let n = node(&s, &d, &ident());
+        let qr = queued_resource(&s, n, "projects/p/locations/us-east5-b", "id-1", "p").unwrap();
+        let v = serde_json::to_value(&qr).unwrap();
+        assert_eq!(
+            v["reservationName"],
+            "projects/p/locations/us-east5-b/reservations/res-a"
+        );
+        assert!(v.get("spot").is_none() && v.get("guaranteed").is_none(), "{v}");
+        assert_eq!(v["tpu"]["nodeSpec"][0]["nodeId"], "id-1");
+        assert_eq!(
+            v["tpu"]["nodeSpec"][0]["node"]["schedulingConfig"]["reserved"],
+            true
+        );
+
+        let mut spot = spec();
+        spot.capacity = Some(Capacity {
+            spot: Some(Empty {}),
+            ..Default::default()
+        });
+        assert!(!CapacityMode::of(&spot).uses_queued_resource());
     }
 
     #[test]

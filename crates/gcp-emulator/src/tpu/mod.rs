@@ -3,6 +3,7 @@
 pub mod catalog;
 pub mod nodes;
 pub mod queued;
+pub mod reservations;
 
 use crate::api::{Reply, Req, list_body, no_route};
 use crate::errors::{ApiError, ApiResult};

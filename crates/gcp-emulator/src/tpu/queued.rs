@@ -120,6 +120,7 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
             "queued_resource.tpu.node_spec must not be empty",
         ));
     }
+    super::reservations::validate(&qr)?;
     if qr.get("spot").is_some() && qr.get("guaranteed").is_some() {
         return Err(ApiError::invalid_field(
             "queued_resource.spot",
@@ -422,7 +423,22 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
             }
             let waiting_for_window = rec.valid_after.is_some_and(|a| now < a);
             let rec_snapshot = rec.clone();
-            if waiting_for_window || stocked_out(w, &rec_snapshot) {
+            // A named reservation decides alone: missing -> FAILED, full -> wait (stockouts
+            // do not touch reserved capacity). See tpu/reservations.rs for the sources.
+            let held = match super::reservations::named(&rec_snapshot) {
+                None => stocked_out(w, &rec_snapshot),
+                Some(r) => match super::reservations::verdict(w, name, &rec_snapshot, r) {
+                    super::reservations::Verdict::Provision => false,
+                    super::reservations::Verdict::Wait => true,
+                    super::reservations::Verdict::Fail(err) => {
+                        let rec = w.qrs.get_mut(name).expect("present");
+                        set_state(&mut rec.body, "FAILED", Some("SERVICE"));
+                        rec.body["state"]["failedData"] = json!({"error": err.rpc_status()});
+                        return;
+                    }
+                },
+            };
+            if waiting_for_window || held {
                 let mut next = World::add(now, d.qr_wait);
                 if let Some(until) = rec_snapshot.valid_until {
                     next = next.min(until).max(now);

@@ -1,4 +1,4 @@
-//! Planning for `capacity.queued`: the queued resource's state decides, and once it is ACTIVE the
+//! Planning for `capacity.queued` and `capacity.reserved`: the queued resource's state decides, and once it is ACTIVE the
 //! node's state does (as for a directly created node).
 //!
 //! Does not touch Kubernetes or Google Cloud.
