@@ -312,6 +312,28 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_is_a_valid_policy() {
+        let doc = include_str!("../../../../docs/policy.md");
+        let yaml = doc
+            .split("```yaml\n# operator.yaml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("docs/policy.md has the operator.yaml example");
+        let config: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+        let p: TenancyPolicy = serde_yaml::from_value(config["tenancy"].clone()).unwrap();
+        p.validate().unwrap();
+        let (_, team_a) = p.rule_for("team-a").unwrap();
+        assert!(team_a.allow_adoption);
+        assert!(
+            team_a
+                .allowed_service_accounts
+                .as_ref()
+                .unwrap()
+                .contains(&"default".to_string())
+        );
+    }
+
+    #[test]
     fn unknown_keys_and_families_are_refused_with_their_name() {
         let err = serde_yaml::from_str::<TenancyPolicy>("namespaces: {a: {maxChip: 3}}").unwrap_err();
         assert!(err.to_string().contains("maxChip"), "{err}");
@@ -331,6 +353,18 @@ mod tests {
             policy("namespaces: {a: {allowedAccelerators: [{family: v5litepod}]}}")
                 .validate()
                 .is_ok()
+        );
+        let p = policy("namespaces: {a: {allowedServiceAccounts: [\"admin*\"]}}");
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .contains("tenancy.namespaces.a.allowedServiceAccounts: \"admin*\"")
+        );
+        let p = policy("namespaces: {a: {allowedNetworks: [\"*-prod\"]}}");
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .contains("tenancy.namespaces.a.allowedNetworks")
         );
     }
 }
