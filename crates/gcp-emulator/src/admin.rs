@@ -94,6 +94,7 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
             f_.failing.insert(name.clone());
             crate::dataproc::batches::fail_now(w, &name);
         }
+        Fault::PreemptJob { name } => crate::vertex::jobs::preempt(w, &name)?,
         Fault::FailJob { name, message } => {
             if let Some(m) = message {
                 f_.messages.insert(name.clone(), m);

@@ -49,6 +49,11 @@ pub enum Fault {
     /// The Dataproc batch (full name or batch id) ends FAILED: now if it exists and is not
     /// terminal, else when its run ends.
     FailBatch { name: String, message: Option<String> },
+    /// The Spot VMs of a Vertex custom job (full name or numeric id; `scheduling.strategy` SPOT,
+    /// PENDING or RUNNING) are reclaimed now: with `restartJobOnWorkerRestart` the job starts
+    /// over (PENDING, then a full run), else it ends JOB_STATE_FAILED with a STOCKOUT error
+    /// (code 8). See `vertex::jobs::preempt` for the sources.
+    PreemptJob { name: String },
     /// The Vertex custom job (full name or numeric id) ends JOB_STATE_FAILED, like `FailBatch`.
     FailJob { name: String, message: Option<String> },
     /// The TPU VM workload on this node (full name or node id) writes `_FAILED` instead of `_SUCCESS`.

@@ -341,6 +341,76 @@ pub fn fail_now(w: &mut World, name: &str) {
     }
 }
 
+/// Issue 21 item 7: the Spot VMs of a running (or provisioning) Spot custom job are reclaimed.
+///
+/// What Google documents, and so what this imitates:
+/// * `Scheduling.restartJobOnWorkerRestart` (aiplatform v1 discovery document): "Restarts the
+///   entire CustomJob if a worker gets restarted." With it set, the service starts the whole job
+///   over: back to JOB_STATE_PENDING (capacity again), then RUNNING for a full `jobRun`; the job
+///   never reaches a failed state and nothing is left for the caller to do.
+/// * Without it the job ends JOB_STATE_FAILED with a STOCKOUT error: "When Spot VMs are
+///   preempted, the ... job fails with a STOCKOUT error" (https://cloud.google.com/vertex-ai/docs/predictions/use-spot-vms,
+///   "Preemption handling"; the training page, https://cloud.google.com/vertex-ai/docs/training/use-spot-vms,
+///   describes the same preemption handling). The `google.rpc` code for it is not documented:
+///   RESOURCE_EXHAUSTED (8), the code of every other capacity error, with `STOCKOUT` in the
+///   message (docs/reliability.md, "Not verified against real GCP").
+///
+/// Jobs that are not Spot (`scheduling.strategy` SPOT) cannot be preempted: FAILED_PRECONDITION.
+pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
+    let key = w
+        .jobs
+        .keys()
+        .find(|k| k.as_str() == name || k.rsplit('/').next() == Some(name))
+        .cloned()
+        .ok_or_else(|| not_found(name))?;
+    let now = w.now;
+    let d = w.cfg.durations.clone();
+    let j = w.jobs.get(&key).ok_or_else(|| not_found(name))?;
+    let scheduling = &j.body["jobSpec"]["scheduling"];
+    let spot = scheduling["strategy"] == json!("SPOT") || scheduling["strategy"] == json!(4);
+    if !spot {
+        return Err(ApiError::precondition(format!(
+            "custom job {key} does not run on Spot VMs (scheduling.strategy is not SPOT)"
+        )));
+    }
+    if !matches!(j.state(), "JOB_STATE_PENDING" | "JOB_STATE_RUNNING") {
+        return Err(ApiError::precondition(format!(
+            "custom job {key} is {}: only a provisioning or running job can be preempted",
+            j.state()
+        )));
+    }
+    let restart = scheduling["restartJobOnWorkerRestart"].as_bool().unwrap_or(false);
+    let t = w.schedule(
+        World::add(
+            now,
+            if restart {
+                d.job_pending
+            } else {
+                std::time::Duration::ZERO
+            },
+        ),
+        TimerKind::Job,
+        &key,
+    );
+    let j = w.jobs.get_mut(&key).ok_or_else(|| not_found(name))?;
+    j.body["updateTime"] = json!(ts(now));
+    if restart {
+        // The whole job starts over: provisioning again, then a full run.
+        j.set_state("JOB_STATE_PENDING");
+        j.timer = Some(t);
+    } else {
+        j.timer = None;
+        j.set_state("JOB_STATE_FAILED");
+        j.body["endTime"] = json!(ts(now));
+        j.body["error"] = ApiError::new(
+            Code::ResourceExhausted,
+            "STOCKOUT: the job's Spot VMs were preempted (reclaimed by Compute Engine). (simulated by gcp-emulator)",
+        )
+        .rpc_status();
+    }
+    Ok(())
+}
+
 pub fn fire(w: &mut World, seq: u64, name: &str) {
     let now = w.now;
     let d = w.cfg.durations.clone();
