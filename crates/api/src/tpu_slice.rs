@@ -90,7 +90,9 @@ pub struct TpuSliceSpec {
     pub labels: BTreeMap<String, String>,
 
     /// Custom node metadata (key/value). `startup-script` and `tpu-operator-*` keys are reserved:
-    /// use `startupScript` or `workload`.
+    /// use `startupScript` or `workload`. Only the keys set here (and by the operator) are kept in
+    /// sync; keys others add to the node, such as the `ssh-keys` of `gcloud compute tpus tpu-vm
+    /// ssh`, are left alone.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "crate::schema::node_metadata")]
     pub metadata: BTreeMap<String, String>,
