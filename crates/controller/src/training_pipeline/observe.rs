@@ -202,12 +202,38 @@ where
 
 fn job_view(job: CustomJob) -> JobView {
     JobView {
+        preempted: spot_preempted(&job),
         attempt: spec::attempt_of(&job),
         message: job.error.as_ref().map(|e| e.message.clone()).unwrap_or_default(),
         name: job.name,
         state: job.state,
         model_exists: None,
     }
+}
+
+/// A Spot custom job that failed because its VMs were reclaimed. Vertex documents that a
+/// preempted Spot job "fails with a STOCKOUT error"
+/// (https://cloud.google.com/vertex-ai/docs/training/use-spot-vms,
+/// https://cloud.google.com/vertex-ai/docs/predictions/use-spot-vms#preemption-handling) but not
+/// the `google.rpc` code, so either sign counts: code 8 RESOURCE_EXHAUSTED (what capacity errors
+/// use) or `STOCKOUT` / `preempt` in the message. Only for `scheduling.strategy: SPOT`: an
+/// on-demand job is never preempted, so its failures always count.
+pub(crate) fn spot_preempted(job: &CustomJob) -> bool {
+    use tpu_operator_gcp::aiplatform_v1::model::{JobState, scheduling::Strategy};
+    let spot = job
+        .job_spec
+        .as_ref()
+        .and_then(|s| s.scheduling.as_ref())
+        .is_some_and(|s| s.strategy == Strategy::Spot);
+    let Some(error) = job
+        .error
+        .as_ref()
+        .filter(|_| spot && job.state == JobState::Failed)
+    else {
+        return false;
+    };
+    let message = error.message.to_ascii_lowercase();
+    error.code == 8 || message.contains("stockout") || message.contains("preempt")
 }
 
 /// This pipeline's jobs (of one attempt, or all), newest attempt first.

@@ -45,6 +45,9 @@ pub struct JobView {
     pub message: String,
     /// Whether `<modelDir>model/` exists; only looked up once the job succeeded.
     pub model_exists: Option<bool>,
+    /// A Spot job that ended FAILED because its Spot VMs were reclaimed (see
+    /// `observe::spot_preempted`): not the workload's fault, so not a counted attempt.
+    pub preempted: bool,
 }
 
 /// TPU VM mode: the completion marker the training container wrote under `modelDir` during the

@@ -44,6 +44,7 @@ fn job(attempt: i32, state: JobState) -> JobView {
         state,
         message: "boom".into(),
         model_exists: None,
+        preempted: false,
     }
 }
 
@@ -449,4 +450,57 @@ fn unchanged_observations_give_an_unchanged_status() {
         "no status write storm while nothing changes"
     );
     assert!(later.events.is_empty());
+}
+
+/// Issue 21 item 7: a Spot job that lost its VMs is a new job, not a spent retry (like a
+/// preempted TpuSlice), with a Warning `Preempted` event; after `MAX_UNCOUNTED_PREEMPTIONS`
+/// uncounted attempts a preemption counts again, so a pipeline cannot create jobs forever.
+#[test]
+fn spot_preemptions_do_not_use_up_max_retries() {
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    spec.max_retries = 0;
+    let mut st = TrainingPipelineStatus::default();
+    let p = step(&spec, &mut st, &vertex(Child::Absent, None));
+    assert_eq!(p.action, Action::CreateJob { attempt: 1 });
+    let preempted = |attempt| JobView {
+        preempted: true,
+        message: "STOCKOUT: preempted".into(),
+        ..job(attempt, JobState::Failed)
+    };
+    let p = step(&spec, &mut st, &vertex(Child::Absent, Some(preempted(1))));
+    assert_eq!(
+        (&p.action, p.status.phase),
+        (&Action::CreateJob { attempt: 2 }, Phase::Provisioning)
+    );
+    assert_eq!(train(&st).attempts, 1, "the preempted attempt is not counted");
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.warning && e.reason == reasons::PREEMPTED),
+        "{:?}",
+        p.events
+    );
+    // A real failure still counts: with maxRetries 0 the pipeline fails.
+    let p = step(
+        &spec,
+        &mut st,
+        &vertex(Child::Absent, Some(job(2, JobState::Failed))),
+    );
+    assert_eq!(p.status.phase, Phase::Failed);
+
+    // The bound: after MAX_UNCOUNTED_PREEMPTIONS uncounted attempts, a preemption counts.
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vertex(Child::Absent, None));
+    for attempt in 1..=training::MAX_UNCOUNTED_PREEMPTIONS {
+        let p = step(&spec, &mut st, &vertex(Child::Absent, Some(preempted(attempt))));
+        assert_eq!(
+            p.action,
+            Action::CreateJob { attempt: attempt + 1 },
+            "attempt {attempt}"
+        );
+    }
+    let last = training::MAX_UNCOUNTED_PREEMPTIONS + 1;
+    let p = step(&spec, &mut st, &vertex(Child::Absent, Some(preempted(last))));
+    assert_eq!(p.status.phase, Phase::Failed);
 }

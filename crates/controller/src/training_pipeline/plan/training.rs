@@ -12,7 +12,17 @@ use super::{
     status::{self, time},
 };
 
+/// Attempts that did not count against `maxRetries` (Spot preemptions, expired capacity waits)
+/// after which a further preemption counts after all: a zone that reclaims every Spot job must
+/// end the pipeline some day rather than create jobs forever.
+pub const MAX_UNCOUNTED_PREEMPTIONS: i32 = 10;
+
 impl Planner<'_> {
+    /// Training attempts so far that did not count against `maxRetries`.
+    fn uncounted_attempts(&self) -> i32 {
+        (self.st.attempts - status::stage(&self.st, StageName::Train).attempts).max(0)
+    }
+
     pub(super) fn vertex(&mut self, job: Option<&JobView>) -> Step {
         let Some(job) = job else {
             return self.start_attempt(self.st.attempts + 1, true, None);
@@ -20,6 +30,7 @@ impl Planner<'_> {
         let now = time(self.input.now);
         self.st.attempts = self.st.attempts.max(job.attempt);
         self.st.custom_job_name = Some(job.name.clone());
+        let uncounted = self.uncounted_attempts();
         let stage = status::stage_mut(&mut self.st, StageName::Train);
         stage.gcp_name = Some(job.name.clone());
         stage.attempts = stage.attempts.max(1);
@@ -75,6 +86,15 @@ impl Planner<'_> {
                     Requeue::Active,
                 ),
             },
+            JobState::Failed if job.preempted && uncounted < MAX_UNCOUNTED_PREEMPTIONS => {
+                // Like a preempted TpuSlice: a new job, not a spent retry.
+                let detail = format!(
+                    "custom job {} (attempt {attempt}) lost its Spot VMs (preempted): {}; not counted against maxRetries",
+                    job.name, job.message
+                );
+                self.event(true, reasons::PREEMPTED, detail.clone());
+                self.start_attempt(attempt + 1, false, Some(detail))
+            }
             JobState::Failed => {
                 let detail = format!(
                     "custom job {} (attempt {attempt}) failed: {}",

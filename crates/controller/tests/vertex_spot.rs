@@ -1,0 +1,62 @@
+//! Issue 21 item 7: a Vertex Spot job whose VMs are reclaimed is not a failed attempt. With
+//! `maxRetries: 0` the quickstart (Vertex Spot) still finishes after gcp-emulator preempts its
+//! first job: a second job, a Warning `Preempted` event, the Train stage's counted attempts 1.
+mod support;
+
+use std::time::Duration;
+
+use gcp_emulator::Fault;
+use support::TestEnv;
+use tpu_operator_api::training_pipeline::{
+    SchedulingStrategy, StageName, TrainingPipeline, TrainingPipelinePhase as Phase,
+};
+use tpu_operator_controller::{never_shutdown, training_pipeline};
+
+const STEP: Duration = Duration::from_secs(15);
+
+fn phase(tp: &TrainingPipeline) -> Phase {
+    tp.status.as_ref().map(|s| s.phase).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn preempted_spot_job_is_recreated_without_spending_a_retry() {
+    let mut env = TestEnv::start().await;
+    env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
+    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    tp.metadata.name = Some("spot".into());
+    tp.spec.preprocess = None;
+    tp.spec.max_retries = 0;
+    let scheduling = tp
+        .spec
+        .training
+        .vertex
+        .as_ref()
+        .and_then(|v| v.scheduling.as_ref());
+    assert_eq!(scheduling.map(|s| s.strategy), Some(SchedulingStrategy::Spot));
+    env.create(&tp).await;
+    let first = loop {
+        if let Some(j) = env.gcp.custom_jobs().first() {
+            break j["name"].as_str().unwrap().to_string();
+        }
+        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
+    };
+    env.gcp.inject(Fault::PreemptJob { name: first.clone() }).unwrap();
+    let events = env.wait_for_event("spot", "Preempted", STEP).await;
+    let preempted = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("Preempted"))
+        .unwrap();
+    assert_eq!(preempted.type_.as_deref(), Some("Warning"));
+    let tp = env
+        .wait_for::<TrainingPipeline, _>("spot", "Succeeded", STEP, |tp| {
+            phase(tp) == Phase::Succeeded || phase(tp) == Phase::Failed
+        })
+        .await;
+    let st = tp.status.clone().unwrap();
+    assert_eq!(st.phase, Phase::Succeeded, "{:?}", st.message);
+    assert_eq!(st.attempts, 2);
+    let train = st.stages.iter().find(|s| s.name == StageName::Train).unwrap();
+    assert_eq!(train.attempts, 1, "the preemption is not a counted attempt");
+    assert_ne!(st.custom_job_name.as_deref(), Some(first.as_str()));
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 2);
+}
