@@ -170,7 +170,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     // Adoption: a node that is not yet this slice's (no identity labels of its own) is taken over
     // only after the same checks as a create, against the node as it is, and never from another
     // owner. Nothing is changed on a refused node, and deleting the slice leaves it alone.
-    let _adoption = match observed.node.as_ref().filter(|_| t.names.adopted) {
+    let adoption_lock = match observed.node.as_ref().filter(|_| t.names.adopted) {
         Some(node) => {
             let cluster = ctx.config.cluster_id.as_str();
             match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
@@ -217,7 +217,11 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     // held until the create is in status, so concurrent admissions see each other.
     let _admission = match (&plan.action, &request) {
         (Step::CreateNode | Step::CreateQueuedResource, Some(req)) => {
-            let guard = ctx.admission.lock_if_counted(&ctx.tenancy, ns).await;
+            // The lock is not reentrant: an adoption pass already holds it.
+            let guard = match &adoption_lock {
+                Some(_) => None,
+                None => ctx.admission.lock_if_counted(&ctx.tenancy, ns).await,
+            };
             let uid = t.identity.uid.as_str();
             if let Err(denial) = tenancy::admit(ctx, ns, std::slice::from_ref(req), &[uid]).await? {
                 return deny(ctx, slice, &old, denial).await;
@@ -340,7 +344,10 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         && tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, &ctx.config.cluster_id)
             != Ok(tenancy::adoption::Ownership::Ours)
     {
-        let note = format!("node {} was never adopted by this TpuSlice: left in place", node.name);
+        let note = format!(
+            "node {} was never adopted by this TpuSlice: left in place",
+            node.name
+        );
         crate::report::publish_event(ctx, slice, false, "Deleted", note).await;
         observed.node = None;
     }
