@@ -255,3 +255,73 @@ pub fn pipeline(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTable)
 fn slice_project<'a>(slice: &'a TpuSliceSpec, pipeline_project: &'a str) -> &'a str {
     slice.project.as_deref().unwrap_or(pipeline_project)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pipeline_spec(training: serde_json::Value) -> TrainingPipelineSpec {
+        serde_json::from_value(json!({
+            "region": "us-east5",
+            "artifacts": {"modelDir": "gs://b/m/", "processedData": "gs://b/p/"},
+            "preprocess": {"pyspark": {"mainPythonFileUri": "gs://b/s.py"},
+                           "execution": {"serviceAccount": "etl@p.iam.gserviceaccount.com",
+                                         "subnetworkUri": "team-sub"}},
+            "training": training,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn pipelines_carry_the_identity_and_network_of_everything_they_create() {
+        let prices = PriceTable::default();
+        let spec = pipeline_spec(json!({"tpuVm": {
+            "slice": {"zone": "us-east5-b", "acceleratorType": "v6e-8", "runtimeVersion": "v",
+                      "adoptNodeId": "theirs"},
+            "container": {"image": "i"}}}));
+        let reqs = pipeline(&spec, "p", &prices);
+        assert_eq!(reqs.len(), 2, "{reqs:#?}");
+        let batch = &reqs[0];
+        assert_eq!(
+            batch.service_account.as_deref(),
+            Some("etl@p.iam.gserviceaccount.com")
+        );
+        assert_eq!(
+            (&batch.network, batch.subnetwork.as_deref()),
+            (&NetworkUse::OfSubnetwork, Some("team-sub"))
+        );
+        let slice = &reqs[1];
+        assert_eq!(
+            slice.adopt.as_deref(),
+            Some("projects/p/locations/us-east5-b/nodes/theirs")
+        );
+        assert!(
+            slice.identity_pending,
+            "the node's identity is judged once it is read"
+        );
+
+        let spec = pipeline_spec(json!({"vertex": {
+            "machineType": "ct6e-standard-4t", "tpuTopology": "2x2", "container": {"image": "i"},
+            "serviceAccount": "t@p.iam.gserviceaccount.com"}}));
+        let job = vertex_job(&spec, "p", &prices).unwrap();
+        assert_eq!(
+            job.service_account.as_deref(),
+            Some("t@p.iam.gserviceaccount.com")
+        );
+        assert_eq!(job.network, NetworkUse::Unused, "no peering: no network of ours");
+        assert_eq!(
+            tpu_slice(
+                &serde_json::from_value(
+                    json!({"zone": "us-east5-b", "acceleratorType": "v6e-8", "runtimeVersion": "v"})
+                )
+                .unwrap(),
+                "p",
+                &prices
+            )
+            .unwrap()
+            .network,
+            NetworkUse::Default
+        );
+    }
+}
