@@ -178,7 +178,10 @@ fn one() -> i64 {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VertexScheduling {
-    /// Maximum run time (Vertex default 7 days), e.g. `24h`.
+    /// Maximum run time, e.g. `72h`. When unset (or without `scheduling`) the operator sends
+    /// `24h`, not Vertex's own 7-day default, so a hung job stops billing within a day; set it
+    /// for longer runs. Vertex ends a job that runs past it, and the pipeline reports Vertex's
+    /// message as a failed attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
     pub timeout: Option<String>,

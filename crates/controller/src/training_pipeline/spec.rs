@@ -138,20 +138,25 @@ fn machine_spec(v: &VertexTraining) -> vx::MachineSpec {
     m
 }
 
+/// `scheduling.timeout` when the spec sets none: Vertex's own default is 7 days ("The maximum
+/// job running time. The default is 7 days.", aiplatform v1 `Scheduling.timeout`), so a hung
+/// job would bill for a week; a day covers the recipe's runs and users set more when needed.
+pub const DEFAULT_VERTEX_TIMEOUT: &str = "24h";
+
 fn scheduling(v: &VertexTraining) -> Result<Option<vx::Scheduling>, String> {
     let Some(s) = &v.scheduling else {
-        return Ok(None);
+        let timeout = proto_duration("spec.training.vertex.scheduling.timeout", DEFAULT_VERTEX_TIMEOUT)?;
+        return Ok(Some(vx::Scheduling::new().set_timeout(timeout)));
     };
     let strategy = match s.strategy {
         SchedulingStrategy::Standard => vx::scheduling::Strategy::Standard,
         SchedulingStrategy::Spot => vx::scheduling::Strategy::Spot,
         SchedulingStrategy::FlexStart => vx::scheduling::Strategy::FlexStart,
     };
-    let timeout = s
-        .timeout
-        .as_deref()
-        .map(|t| proto_duration("spec.training.vertex.scheduling.timeout", t))
-        .transpose()?;
+    let timeout = proto_duration(
+        "spec.training.vertex.scheduling.timeout",
+        s.timeout.as_deref().unwrap_or(DEFAULT_VERTEX_TIMEOUT),
+    )?;
     let max_wait = s
         .max_wait_duration
         .as_deref()
@@ -161,7 +166,7 @@ fn scheduling(v: &VertexTraining) -> Result<Option<vx::Scheduling>, String> {
         vx::Scheduling::new()
             .set_strategy(strategy)
             .set_restart_job_on_worker_restart(s.restart_job_on_worker_restart)
-            .set_or_clear_timeout(timeout)
+            .set_timeout(timeout)
             .set_or_clear_max_wait_duration(max_wait),
     ))
 }
@@ -295,6 +300,28 @@ mod tests {
             spec.service_account,
             "vertex-trainer@demo-project.iam.gserviceaccount.com"
         );
+    }
+
+    /// Issue 21 item 6: without a timeout in the spec the job gets a day, not Vertex's 7 days.
+    #[test]
+    fn vertex_jobs_get_a_one_day_timeout_unless_the_spec_sets_one() {
+        let timeout = |tp: &TrainingPipeline| {
+            custom_job(&tp.spec, &id(), "c1", 1)
+                .unwrap()
+                .job_spec
+                .and_then(|s| s.scheduling)
+                .and_then(|s| s.timeout)
+                .map(|t| t.seconds())
+        };
+        let mut tp = quickstart();
+        let v = tp.spec.training.vertex.as_mut().unwrap();
+        v.scheduling.as_mut().unwrap().timeout = Some("72h".into());
+        assert_eq!(timeout(&tp), Some(72 * 3600));
+        let v = tp.spec.training.vertex.as_mut().unwrap();
+        v.scheduling.as_mut().unwrap().timeout = None;
+        assert_eq!(timeout(&tp), Some(86_400));
+        tp.spec.training.vertex.as_mut().unwrap().scheduling = None;
+        assert_eq!(timeout(&tp), Some(86_400));
     }
 
     #[test]
