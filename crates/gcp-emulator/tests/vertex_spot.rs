@@ -94,3 +94,31 @@ async fn standard_jobs_cannot_be_preempted() {
     let (_vx, j) = running(&emu, Strategy::Standard, false).await;
     assert!(emu.inject(Fault::PreemptJob { name: j.name.clone() }).is_err());
 }
+
+/// Issue 21 item 6: a run longer than `scheduling.timeout` ends FAILED at the timeout with
+/// DEADLINE_EXCEEDED (code 4); a run within it succeeds as before.
+#[tokio::test]
+async fn a_job_running_past_its_timeout_fails_at_the_timeout() {
+    let emu = emulator().await;
+    let vx = vertex(&emu).await;
+    let mut spec = job(Strategy::Standard, false);
+    if let Some(s) = spec.job_spec.as_mut().and_then(|s| s.scheduling.as_mut()) {
+        s.timeout = Some(google_cloud_wkt::Duration::clamp(120, 0));
+    }
+    let j = vx
+        .create_custom_job()
+        .set_parent(PARENT)
+        .set_custom_job(spec)
+        .send()
+        .await
+        .unwrap();
+    emu.clock().advance(secs(60 + 119));
+    let got = vx.get_custom_job().set_name(&j.name).send().await.unwrap();
+    assert_eq!(got.state, JobState::Running);
+    emu.clock().advance(secs(2));
+    let got = vx.get_custom_job().set_name(&j.name).send().await.unwrap();
+    assert_eq!(got.state, JobState::Failed);
+    let error = got.error.unwrap();
+    assert_eq!(error.code, 4, "DEADLINE_EXCEEDED");
+    assert!(error.message.contains("120s"), "{}", error.message);
+}
