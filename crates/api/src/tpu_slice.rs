@@ -135,7 +135,10 @@ pub struct TpuSliceSpec {
 
     /// Adopt an existing TPU node with this id (in `zone`) instead of creating one. The node must
     /// match the spec; the operator labels it and from then on manages (and, with
-    /// `deletionPolicy: Delete`, deletes) it. Immutable.
+    /// `deletionPolicy: Delete`, deletes) it. A node carrying another object's or cluster's
+    /// `tpu-operator-*` labels is refused, and where the namespace has a tenancy policy adoption
+    /// needs its `allowAdoption` and is checked like a create (docs/policy.md). A node the slice
+    /// never took over is left in place when the slice is deleted. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63), regex(pattern = RFC1035_ID))]
     pub adopt_node_id: Option<String>,
