@@ -462,6 +462,15 @@ pub fn fail_now(w: &mut World, name: &str) {
     }
 }
 
+/// The batch's `environmentConfig.executionConfig.ttl` (the server fills in 4 h when absent).
+fn ttl(batch: &Value) -> std::time::Duration {
+    batch["environmentConfig"]["executionConfig"]["ttl"]
+        .as_str()
+        .and_then(crate::wire::time::parse_duration)
+        .and_then(|d| d.to_std().ok())
+        .unwrap_or(std::time::Duration::from_secs(4 * 3600))
+}
+
 pub fn fire(w: &mut World, seq: u64, name: &str) {
     let now = w.now;
     let d = w.cfg.durations.clone();
@@ -484,7 +493,9 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
             b.body["runtimeInfo"]["endpoints"] = json!({
                 "Spark History Server": format!("https://emulator-{id}-dot-{region}.dataproc.googleusercontent.com/sparkhistory/"),
             });
-            let t = w.schedule(World::add(now, d.batch_run), TimerKind::Batch, name);
+            // A run longer than the batch's ttl is ended at the ttl (below).
+            let run = d.batch_run.min(ttl(&b.body));
+            let t = w.schedule(World::add(now, run), TimerKind::Batch, name);
             if let Some(b) = w.batches.get_mut(name) {
                 b.timer = Some(t);
             }
@@ -501,6 +512,22 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
                 "milliDcuSeconds": (secs * 12 * 1000).to_string(),
                 "shuffleStorageGbSeconds": (secs * 200).to_string(),
             });
+            let limit = ttl(&b.body);
+            if !failing && limit < d.batch_run {
+                // Issue 21 item 6: "When the workload exceeds this duration, it will be
+                // unconditionally terminated without waiting for ongoing work to finish ... If
+                // ttl is not specified for a batch that uses 2.1+ runtime version, it defaults to
+                // 4 hours." (dataproc v1 discovery doc, `ExecutionConfig.ttl`). The terminal
+                // state and message are not documented: FAILED with a stateMessage naming the ttl
+                // is the reading chosen (docs/reliability.md, "Not verified against real GCP").
+                let msg = format!(
+                    "Batch terminated: it exceeded its ttl of {}s (environmentConfig.executionConfig.ttl). (simulated by gcp-emulator)",
+                    limit.as_secs()
+                );
+                move_to(b, "FAILED", Some(&msg), now);
+                finish(w, name, false);
+                return;
+            }
             if failing {
                 let msg = message.unwrap_or_else(|| {
                     "Job failed with message [Simulated failure injected by gcp-emulator]".into()
