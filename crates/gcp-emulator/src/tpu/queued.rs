@@ -413,6 +413,11 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
         }
         "WAITING_FOR_RESOURCES" => {
             if rec.valid_until.is_some_and(|u| now >= u) {
+                // FAILED is documented ("unavailability of resources within the constraints of
+                // the request (e.g., the 'valid until' start timing constraint expired)", tpu v2
+                // `QueuedResourceState.state`); the `failedData.error` code and message are not:
+                // RESOURCE_EXHAUSTED is this emulator's choice, and the operator does not key on
+                // it (docs/reliability.md, "Not verified against real GCP").
                 let err = ApiError::new(
                     Code::ResourceExhausted,
                     "QueuedResource could not be provisioned before its valid_until time: insufficient capacity",

@@ -13,9 +13,6 @@ use tpu_operator_gcp::tpu_v2::model::{QueuedResource, queued_resource_state};
 
 use super::{Action, Assessment, Input, Plan, Requeue, plan_absent, plan_node, plan_preempted};
 
-/// `google.rpc.Code.RESOURCE_EXHAUSTED`: how the service reports an expired `validUntil`.
-const RESOURCE_EXHAUSTED: i32 = 8;
-
 pub(super) fn plan(input: &Input<'_>) -> Plan {
     match &input.observed.queued {
         None => plan_absent(input, Action::CreateQueuedResource),
@@ -129,22 +126,24 @@ fn deadline(input: &Input<'_>, qr: &QueuedResource) -> Option<DateTime<Utc>> {
     Some(created + chrono::Duration::seconds(d.as_secs() as i64))
 }
 
-/// FAILED: an expired `validUntil` (reported as RESOURCE_EXHAUSTED) is `QueueExpired`; anything
-/// else is a plain failure carrying the service's message.
+/// FAILED once the slice's own `validUntil` has passed is `QueueExpired`; anything else is a
+/// plain failure. Either way the status carries the service's message.
+///
+/// The TPU API documents FAILED for an expired window ("due to unavailability of resources
+/// within the constraints of the request (e.g., the 'valid until' start timing constraint
+/// expired)", tpu v2 `QueuedResourceState.state`) but not the `failedData.error` code, so the
+/// decision rests on the documented constraint (the deadline from the spec and the queued
+/// resource's `createTime`), never on a code (docs/reliability.md, "Not verified against real
+/// GCP").
 fn failed(input: &Input<'_>, qr: &QueuedResource) -> Assessment {
     let error = qr
         .state
         .as_ref()
         .and_then(|s| s.failed_data())
         .and_then(|f| f.error.as_ref());
-    let (code, message) = error.map_or((0, String::new()), |e| (e.code, e.message.clone()));
-    let has_deadline = input
-        .spec
-        .capacity
-        .as_ref()
-        .and_then(|c| c.queued.as_ref())
-        .is_some_and(|q| q.valid_until_duration.is_some() || q.valid_until_time.is_some());
-    let mut a = if code == RESOURCE_EXHAUSTED && has_deadline {
+    let message = error.map(|e| e.message.clone()).unwrap_or_default();
+    let expired = deadline(input, qr).is_some_and(|d| input.now >= d);
+    let mut a = if expired {
         Assessment::new(
             Progress::Stalled,
             reasons::QUEUE_EXPIRED,

@@ -278,16 +278,39 @@ fn every_queued_resource_state() {
     }
 }
 
+/// Issue 21 item 6: an expired `validUntil` is told by the deadline the spec set (the TPU API
+/// documents FAILED for it, not the error code), and the service's message is kept either way.
 #[test]
 fn queued_expiry_is_queue_expired() {
     let mut c = Case::queued();
     let name = c.names().current.queued.unwrap();
-    let mut failed = serde_json::to_value(qr(&name, "FAILED", "SERVICE")).unwrap();
-    failed["state"]["failedData"] = json!({"error": {"code": 8, "message": "insufficient capacity"}});
-    c.observed.queued = Some(serde_json::from_value(failed).unwrap());
+    let failed_with = |code: i32, created: &str| {
+        let mut failed = serde_json::to_value(qr(&name, "FAILED", "SERVICE")).unwrap();
+        failed["createTime"] = json!(created);
+        failed["state"]["failedData"] = json!({"error": {"code": code, "message": "constraints unmet"}});
+        serde_json::from_value(failed).unwrap()
+    };
+    // Created 09:00 with validUntilDuration 1h; now is 10:00: expired, whatever the code.
+    for code in [8, 9, 13] {
+        c.observed.queued = Some(failed_with(code, "2026-03-02T09:00:00Z"));
+        let p = c.plan();
+        assert_eq!(p.assessment.reason, reasons::QUEUE_EXPIRED, "code {code}");
+        assert_eq!(p.assessment.progress, Progress::Stalled);
+        assert!(
+            p.assessment.message.contains("constraints unmet"),
+            "{}",
+            p.assessment.message
+        );
+    }
+    // Created 09:30: the window is still open, so a FAILED with code 8 is a plain failure.
+    c.observed.queued = Some(failed_with(8, "2026-03-02T09:30:00Z"));
     let p = c.plan();
-    assert_eq!(p.assessment.reason, reasons::QUEUE_EXPIRED);
-    assert_eq!(p.assessment.progress, Progress::Stalled);
+    assert_eq!(p.assessment.reason, reasons::FAILED);
+    assert!(
+        p.assessment.message.contains("constraints unmet"),
+        "{}",
+        p.assessment.message
+    );
 
     // Past validUntil (created 09:30 + 1h) while still waiting: the operator does not wait for
     // the service to notice.
