@@ -73,7 +73,10 @@ pub mod reasons {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// GCP returned PERMISSION_DENIED.
     pub const PERMISSION_DENIED: &str = "PermissionDenied";
-    /// GCP returned RESOURCE_EXHAUSTED for quota.
+    /// GCP returned RESOURCE_EXHAUSTED for an exhausted project quota (its details name a quota,
+    /// see `tpu_operator_gcp::GcpError::exhaustion`): Stalled, since only a quota increase
+    /// helps; TpuSlice still retries the create every few minutes. A stockout is
+    /// `WaitingForCapacity` instead.
     pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
     /// GCP has no capacity right now (stockout) for a non-queued request.
     pub const STOCKOUT: &str = "Stockout";
