@@ -95,6 +95,12 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
             crate::dataproc::batches::fail_now(w, &name);
         }
         Fault::PreemptJob { name } => crate::vertex::jobs::preempt(w, &name)?,
+        Fault::VertexStockout { location } => {
+            f_.vertex_stockouts.insert(location);
+        }
+        Fault::LiftVertexStockout { location } => {
+            f_.vertex_stockouts.remove(&location);
+        }
         Fault::FailJob { name, message } => {
             if let Some(m) = message {
                 f_.messages.insert(name.clone(), m);

@@ -54,6 +54,13 @@ pub enum Fault {
     /// over (PENDING, then a full run), else it ends JOB_STATE_FAILED with a STOCKOUT error
     /// (code 8). See `vertex::jobs::preempt` for the sources.
     PreemptJob { name: String },
+    /// No Vertex training capacity in `location` (e.g. `us-east5`): custom jobs stay
+    /// JOB_STATE_PENDING (re-checked every `jobPending`); a FLEX_START job still waiting when its
+    /// `scheduling.maxWaitDuration` (default 24 h, `0s` = forever) has passed since its creation
+    /// ends JOB_STATE_EXPIRED. Ended by `LiftVertexStockout`.
+    VertexStockout { location: String },
+    /// Ends a [`Fault::VertexStockout`].
+    LiftVertexStockout { location: String },
     /// The Vertex custom job (full name or numeric id) ends JOB_STATE_FAILED, like `FailBatch`.
     FailJob { name: String, message: Option<String> },
     /// The TPU VM workload on this node (full name or node id) writes `_FAILED` instead of `_SUCCESS`.
@@ -216,6 +223,8 @@ pub struct Faults {
     pub fail_calls: Vec<FailCallsState>,
     pub stockouts: BTreeSet<(String, String)>,
     pub capacity_errors: Vec<CapacityErrorState>,
+    /// Vertex locations without training capacity ([`Fault::VertexStockout`]).
+    pub vertex_stockouts: BTreeSet<String>,
     /// Nodes whose create operation is to fail (shape `operation`), with the error.
     #[serde(skip)]
     pub doomed_creates: std::collections::BTreeMap<String, ApiError>,

@@ -430,6 +430,11 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
         .get(name)
         .or_else(|| name.rsplit('/').next().and_then(|id| w.faults.messages.get(id)))
         .cloned();
+    // `projects/{n}/locations/{location}/customJobs/{id}`
+    let no_capacity = name
+        .split('/')
+        .nth(3)
+        .is_some_and(|l| w.faults.vertex_stockouts.contains(l));
     let Some(j) = w.jobs.get_mut(name) else { return };
     if j.timer != Some(seq) {
         return;
@@ -441,6 +446,36 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
         "JOB_STATE_QUEUED" => {
             j.set_state("JOB_STATE_PENDING");
             Some(d.job_pending)
+        }
+        "JOB_STATE_PENDING" if no_capacity => {
+            // Issue 21 item 6: FLEX_START waits for capacity at most `maxWaitDuration` ("the
+            // maximum duration that a job will wait for the requested resources to be
+            // provisioned if the scheduling strategy is set to [Strategy.DWS_FLEX_START]. If set
+            // to 0, the job will wait indefinitely. The default is 24 hours.", aiplatform v1
+            // `Scheduling.maxWaitDuration`), then it is JOB_STATE_EXPIRED ("The job has
+            // expired."). That EXPIRED is the state reached, without an `error`, is the reading
+            // chosen (docs/reliability.md, "Not verified against real GCP").
+            let scheduling = &j.body["jobSpec"]["scheduling"];
+            let flex = scheduling["strategy"] == json!("FLEX_START") || scheduling["strategy"] == json!(6);
+            let max_wait = scheduling["maxWaitDuration"]
+                .as_str()
+                .and_then(crate::wire::time::parse_duration)
+                .and_then(|d| d.to_std().ok())
+                .unwrap_or(std::time::Duration::from_secs(24 * 3600));
+            let created = j.body["createTime"]
+                .as_str()
+                .and_then(crate::wire::time::parse_ts)
+                .unwrap_or(now);
+            let expires = World::add(created, max_wait);
+            if flex && !max_wait.is_zero() && now >= expires {
+                j.set_state("JOB_STATE_EXPIRED");
+                j.body["endTime"] = json!(stamp);
+                None
+            } else if flex && !max_wait.is_zero() {
+                Some(d.job_pending.min((expires - now).to_std().unwrap_or_default()))
+            } else {
+                Some(d.job_pending)
+            }
         }
         "JOB_STATE_PENDING" => {
             j.set_state("JOB_STATE_RUNNING");
