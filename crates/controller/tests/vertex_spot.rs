@@ -60,3 +60,63 @@ async fn preempted_spot_job_is_recreated_without_spending_a_retry() {
     assert_ne!(st.custom_job_name.as_deref(), Some(first.as_str()));
     assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 2);
 }
+
+/// Issue 21 item 6: a FLEX_START job that waited out its `maxWaitDuration` (gcp-emulator:
+/// JOB_STATE_EXPIRED) is replaced by a new job without spending a retry.
+#[tokio::test]
+async fn expired_flex_start_job_is_replaced_without_spending_a_retry() {
+    let mut env = TestEnv::start().await;
+    env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
+    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    tp.metadata.name = Some("flex".into());
+    tp.spec.preprocess = None;
+    tp.spec.max_retries = 0;
+    let s = tp
+        .spec
+        .training
+        .vertex
+        .as_mut()
+        .unwrap()
+        .scheduling
+        .as_mut()
+        .unwrap();
+    s.strategy = SchedulingStrategy::FlexStart;
+    s.max_wait_duration = Some("1h".into());
+    env.gcp
+        .inject(Fault::VertexStockout {
+            location: "us-east5".into(),
+        })
+        .unwrap();
+    env.create(&tp).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while env.gcp.custom_jobs().len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no second job: {:?}",
+            env.gcp.custom_jobs()
+        );
+        env.idle(Duration::from_millis(20), Duration::from_secs(120))
+            .await;
+    }
+    assert!(
+        env.gcp
+            .custom_jobs()
+            .iter()
+            .any(|j| j["state"] == "JOB_STATE_EXPIRED")
+    );
+    env.gcp
+        .inject(Fault::LiftVertexStockout {
+            location: "us-east5".into(),
+        })
+        .unwrap();
+    let tp = env
+        .wait_for::<TrainingPipeline, _>("flex", "Succeeded", STEP, |tp| {
+            phase(tp) == Phase::Succeeded || phase(tp) == Phase::Failed
+        })
+        .await;
+    let st = tp.status.clone().unwrap();
+    assert_eq!(st.phase, Phase::Succeeded, "{:?}", st.message);
+    let train = st.stages.iter().find(|s| s.name == StageName::Train).unwrap();
+    assert_eq!(train.attempts, 1, "the expired wait is not a counted attempt");
+    assert!(st.attempts >= 2);
+}
