@@ -15,6 +15,11 @@ use tpu_operator_gcp::{
     tpu_v2::model::{Node, QueuedResource, node, queued_resource, queued_resource_state},
 };
 
+/// Queued-resource request ids are UUIDs: the API documents `requestId` as "Idempotent request
+/// UUID", and gcp-emulator refuses anything else.
+const QR1_REQUEST: &str = "6f1c1c2e-0b7a-4f4e-9a51-3c1f2b9d0a01";
+const OTHER_REQUEST: &str = "6f1c1c2e-0b7a-4f4e-9a51-3c1f2b9d0a02";
+const QR2_REQUEST: &str = "6f1c1c2e-0b7a-4f4e-9a51-3c1f2b9d0a03";
 const ZONE_PARENT: &str = "projects/p/locations/us-central2-b";
 const REGION_PARENT: &str = "projects/p/locations/us-central1";
 const UID: &str = "0b6f3a52-2d7e-4c1e-9a57-0f1e2d3c4b5a";
@@ -196,17 +201,17 @@ async fn queued_resource_create_is_idempotent_by_request_id_and_waits_for_capaci
 
     let name = format!("{ZONE_PARENT}/queuedResources/qr1");
     let first = tpu
-        .create_queued_resource(ZONE_PARENT, "qr1", "req-qr1", queued_resource("qr1-node"))
+        .create_queued_resource(ZONE_PARENT, "qr1", QR1_REQUEST, queued_resource("qr1-node"))
         .await
         .unwrap();
     // The operator died before recording the operation: the same request id replays it.
     let replay = tpu
-        .create_queued_resource(ZONE_PARENT, "qr1", "req-qr1", queued_resource("qr1-node"))
+        .create_queued_resource(ZONE_PARENT, "qr1", QR1_REQUEST, queued_resource("qr1-node"))
         .await
         .unwrap();
     assert_eq!(replay.name, first.name);
     let dup = expect_err(
-        tpu.create_queued_resource(ZONE_PARENT, "qr1", "req-other", queued_resource("x"))
+        tpu.create_queued_resource(ZONE_PARENT, "qr1", OTHER_REQUEST, queued_resource("x"))
             .await,
     );
     assert_eq!(dup.kind, ErrorKind::AlreadyExists);
@@ -257,7 +262,7 @@ async fn queued_resource_reset_after_service_preemption() {
     let env = env().await;
     let tpu = &env.gcp.tpu;
     let name = format!("{ZONE_PARENT}/queuedResources/qr2");
-    tpu.create_queued_resource(ZONE_PARENT, "qr2", "req-qr2", queued_resource("qr2-node"))
+    tpu.create_queued_resource(ZONE_PARENT, "qr2", QR2_REQUEST, queued_resource("qr2-node"))
         .await
         .unwrap();
     env.advance(1200);
