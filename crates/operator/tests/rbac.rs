@@ -105,16 +105,7 @@ impl Install {
         let namespace = format!("tpuop-rbac-{lower}-{suffix}");
         let tenant = format!("tpuop-tenant-{lower}-{suffix}");
         let dir = tempfile::tempdir().unwrap();
-        let helm = |args: &[&str]| {
-            let mut cmd = Command::new(test_tools::helm());
-            cmd.args(args)
-                .arg("--kubeconfig")
-                .arg(admin_kubeconfig)
-                .env("HELM_CACHE_HOME", dir.path().join("helm/cache"))
-                .env("HELM_CONFIG_HOME", dir.path().join("helm/config"))
-                .env("HELM_DATA_HOME", dir.path().join("helm/data"));
-            run(&mut cmd)
-        };
+        let helm = |args: &[&str]| run(helm_command(dir.path(), admin_kubeconfig).args(args));
         create_namespace(admin, &tenant).await;
         let values = serde_json::json!({
             "scope": scope,
@@ -381,13 +372,8 @@ impl Install {
 /// cluster-scoped operator of a later run would otherwise reconcile what this one left.
 impl Drop for Install {
     fn drop(&mut self) {
-        let _ = Command::new(test_tools::helm())
+        let _ = helm_command(self.dir.path(), &self.admin_kubeconfig)
             .args(["uninstall", &self.release, "--namespace", &self.namespace])
-            .arg("--kubeconfig")
-            .arg(&self.admin_kubeconfig)
-            .env("HELM_CACHE_HOME", self.dir.path().join("helm/cache"))
-            .env("HELM_CONFIG_HOME", self.dir.path().join("helm/config"))
-            .env("HELM_DATA_HOME", self.dir.path().join("helm/data"))
             .output();
         let _ = Command::new(test_tools::kubectl())
             .arg("--kubeconfig")
@@ -616,6 +602,17 @@ fn token_kubeconfig(admin_kubeconfig: &Path, token: &str) -> String {
         "current-context": "sa",
     })
     .to_string()
+}
+
+/// helm against the admin kubeconfig, with its cache/config/data homes under `dir` (never `~`).
+fn helm_command(dir: &Path, admin_kubeconfig: &Path) -> Command {
+    let mut cmd = Command::new(test_tools::helm());
+    cmd.arg("--kubeconfig")
+        .arg(admin_kubeconfig)
+        .env("HELM_CACHE_HOME", dir.join("helm/cache"))
+        .env("HELM_CONFIG_HOME", dir.join("helm/config"))
+        .env("HELM_DATA_HOME", dir.join("helm/data"));
+    cmd
 }
 
 /// Runs a command that must succeed; returns its stdout.

@@ -415,9 +415,9 @@ pub async fn run(ctx: Arc<Context>, sweeper: Arc<Sweeper>, shutdown: Shutdown) {
     }
     // With nothing configured the sweeper still runs: it sweeps every place the custom resources
     // use or have used (kept in the summary ConfigMap), so a default install has its backstop.
+    let configured = Places::configured(&sweeper.config);
     tracing::info!(
-        configured = Places::configured(&sweeper.config).zones.len()
-            + Places::configured(&sweeper.config).regions.len(),
+        configured = configured.zones.len() + configured.regions.len(),
         "orphan sweeper: sweeping the configured places and every place the custom resources use"
     );
     let sweeps = async {
