@@ -59,6 +59,24 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
                 message,
             });
         }
+        Fault::LoseReply {
+            service,
+            method,
+            count,
+            code,
+        } => {
+            f_.lost_replies.push(FailCallsState {
+                service,
+                method,
+                remaining: count,
+                code: code.unwrap_or(Code::Unavailable),
+                message: None,
+            });
+        }
+        Fault::VertexListLag { lists, seconds } => {
+            f_.vertex_list_lag = Some(crate::faults::ListLag { lists, seconds });
+        }
+        Fault::LiftVertexListLag => f_.vertex_list_lag = None,
         Fault::Stockout { zone, accelerator } => {
             f_.stockouts.insert((zone, accelerator));
         }

@@ -61,6 +61,30 @@ pub enum Fault {
     VertexStockout { location: String },
     /// Ends a [`Fault::VertexStockout`].
     LiftVertexStockout { location: String },
+    /// The next `count` calls of `service` + `method` (`*` for any) are carried out, but their
+    /// reply is lost: the client gets `code` (default UNAVAILABLE, HTTP 503) although the call
+    /// took effect, as when a connection drops after the server acted. A call that fails on its
+    /// own answers its own error (nothing was done, so nothing is lost). Issue 21 item 5: a lost
+    /// `customJobs.create` reply leaves a job the caller never learned the name of.
+    LoseReply {
+        service: String,
+        method: String,
+        count: u32,
+        code: Option<Code>,
+    },
+    /// `customJobs.list` lags behind creates: a custom job created while this is active is left
+    /// out of the lists of its location for its first `lists` list calls and for `seconds` of
+    /// emulated time after its creation (both hold when both are given). `customJobs.get` sees it
+    /// at once. Ended (for jobs created afterwards) by `LiftVertexListLag`. See
+    /// `vertex::jobs::list` for why lists may lag.
+    VertexListLag {
+        #[serde(default)]
+        lists: u32,
+        #[serde(default)]
+        seconds: u64,
+    },
+    /// Ends a [`Fault::VertexListLag`]; jobs already hidden stay hidden for their lag.
+    LiftVertexListLag,
     /// The Vertex custom job (full name or numeric id) ends JOB_STATE_FAILED, like `FailBatch`.
     FailJob { name: String, message: Option<String> },
     /// The TPU VM workload on this node (full name or node id) writes `_FAILED` instead of `_SUCCESS`.
@@ -216,11 +240,23 @@ pub struct RandomState {
     pub service: Option<String>,
 }
 
+/// An active [`Fault::VertexListLag`].
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListLag {
+    pub lists: u32,
+    pub seconds: u64,
+}
+
 /// Active faults (serializable for `GET /emulator/v1/faults`).
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Faults {
     pub fail_calls: Vec<FailCallsState>,
+    /// [`Fault::LoseReply`]: calls carried out whose reply is replaced by an error.
+    pub lost_replies: Vec<FailCallsState>,
+    /// [`Fault::VertexListLag`] for custom jobs created from now on.
+    pub vertex_list_lag: Option<ListLag>,
     pub stockouts: BTreeSet<(String, String)>,
     pub capacity_errors: Vec<CapacityErrorState>,
     /// Vertex locations without training capacity ([`Fault::VertexStockout`]).
@@ -292,6 +328,23 @@ impl Faults {
             }
         }
         None
+    }
+
+    /// Consumes a matching [`Fault::LoseReply`]: the error to answer once the call was carried out.
+    pub fn take_lost_reply(&mut self, service: &str, method: &str) -> Option<(Code, String)> {
+        let f = self
+            .lost_replies
+            .iter_mut()
+            .find(|f| f.remaining > 0 && matches(&f.service, service) && matches(&f.method, method))?;
+        f.remaining -= 1;
+        let out = (
+            f.code,
+            f.message
+                .clone()
+                .unwrap_or_else(|| f.code.default_message().to_string()),
+        );
+        self.lost_replies.retain(|f| f.remaining > 0);
+        Some(out)
     }
 
     /// Real milliseconds to wait before answering this call.

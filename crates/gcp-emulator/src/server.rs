@@ -138,12 +138,15 @@ async fn dispatch(
         let status = record(&shared, svc, "unknown", &req, &path, &uri, &res);
         return respond_status(res, enum_int, svc, status);
     };
-    let (latency, failure) = {
+    let (latency, failure, lost) = {
         let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
-        (
-            w.faults.take_latency(svc.name(), method_id),
-            w.faults.take_call_failure(svc.name(), method_id),
-        )
+        let failure = w.faults.take_call_failure(svc.name(), method_id);
+        // Only a call that is carried out can lose its reply.
+        let lost = failure
+            .is_none()
+            .then(|| w.faults.take_lost_reply(svc.name(), method_id))
+            .flatten();
+        (w.faults.take_latency(svc.name(), method_id), failure, lost)
     };
     if latency > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
@@ -161,7 +164,10 @@ async fn dispatch(
             // Zero-length transitions scheduled by this call happen before the reply.
             let now = shared.clock.now();
             w.tick(now);
-            res
+            match (res, lost) {
+                (Ok(_), Some((code, msg))) => Err(ApiError::new(code, msg)),
+                (res, _) => res,
+            }
         }
     };
     let res = match res {

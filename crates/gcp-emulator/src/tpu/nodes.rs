@@ -405,6 +405,19 @@ pub fn patch(w: &mut World, name: &str, q: &Query, body: &Value) -> ApiResult<Re
         };
         paths.push(*json_path);
     }
+    if let Some(op) = operation_in_flight(w, name) {
+        // Issue 21 item 8: a node takes one operation at a time; a valid patch while another runs
+        // (the create, a start/stop, an earlier patch, `gcloud ... tpu-vm ssh` adding its key)
+        // is refused with 409, which gcloud retries. The code (ABORTED rather than
+        // FAILED_PRECONDITION) and text are not documented (docs/reliability.md, "Not verified
+        // against real GCP"); ABORTED, the canonical code for a concurrency conflict, is chosen.
+        return Err(ApiError::new(
+            Code::Aborted,
+            format!(
+                "The node {name} has an operation in progress ({op}); retry once it is done. (simulated by gcp-emulator)"
+            ),
+        ));
+    }
     let now_ready = {
         let rec = w.nodes.get_mut(name).expect("checked above");
         // A masked field is replaced whole, maps included (AIP-134, "Update":
@@ -427,6 +440,14 @@ pub fn patch(w: &mut World, name: &str, q: &Query, body: &Value) -> ApiResult<Re
         &op_name,
     );
     Ok(Reply::op(op))
+}
+
+/// A pending TPU operation whose `metadata.target` is the node.
+fn operation_in_flight(w: &World, node: &str) -> Option<String> {
+    w.ops
+        .iter()
+        .find(|(_, o)| o.svc == Svc::Tpu && !o.done() && o.body["metadata"]["target"] == json!(node))
+        .map(|(n, _)| n.clone())
 }
 
 fn set_path(target: &mut Value, src: &Value, path: &str) {
