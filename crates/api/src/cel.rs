@@ -523,11 +523,23 @@ pub fn training_pipeline_rules() -> Vec<PlacedRule> {
 }
 
 /// The rules of a kind by its name.
+/// A policy that selects nothing is a mistake, not a harmless no-op.
+pub fn tpu_policy_rules() -> Vec<PlacedRule> {
+    place(
+        "spec",
+        vec![Rule::new(
+            "has(self.namespaces) || has(self.namespaceSelector)",
+            "select namespaces: set spec.namespaces (names, `team-*` prefixes, `*`) or spec.namespaceSelector ({} selects every namespace)",
+        )],
+    )
+}
+
 pub fn rules_for_kind(kind: &str) -> Vec<PlacedRule> {
     match kind {
         "TpuSlice" => tpu_slice_rules(),
         "PreprocessBatch" => preprocess_batch_rules(),
         "TrainingPipeline" => training_pipeline_rules(),
+        "TpuPolicy" => tpu_policy_rules(),
         _ => Vec::new(),
     }
 }

@@ -69,6 +69,8 @@ pub mod reasons {
     pub const RETRIES_EXHAUSTED: &str = "RetriesExhausted";
     /// The namespace's tenancy policy refuses the spec.
     pub const POLICY_DENIED: &str = "PolicyDenied";
+    /// A `TpuPolicy` is being enforced.
+    pub const ENFORCED: &str = "Enforced";
     /// The spec is invalid in a way admission could not see.
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// GCP returned PERMISSION_DENIED.

@@ -5,7 +5,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::{PreprocessBatch, TpuSlice, TrainingPipeline, cel};
+use crate::{PreprocessBatch, TpuPolicy, TpuSlice, TrainingPipeline, cel};
 
 /// Header of every generated YAML file.
 pub const GENERATED_HEADER: &str =
@@ -58,9 +58,14 @@ pub const CRD_ANNOTATIONS: [(&str, &str); 3] = [
     ("kustomize.toolkit.fluxcd.io/prune", "disabled"),
 ];
 
-/// All three CRDs with their validation rules and [`CRD_ANNOTATIONS`], in a stable order.
+/// All four CRDs with their validation rules and [`CRD_ANNOTATIONS`], in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    [TpuSlice::crd(), PreprocessBatch::crd(), TrainingPipeline::crd()]
+    [
+        TpuSlice::crd(),
+        PreprocessBatch::crd(),
+        TrainingPipeline::crd(),
+        TpuPolicy::crd(),
+    ]
         .into_iter()
         .map(|crd| {
             let mut crd = finish(crd).unwrap_or_else(|e| panic!("{e}"));

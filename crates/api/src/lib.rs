@@ -11,6 +11,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod accelerator;
+pub mod admission;
 pub mod cel;
 pub mod common;
 pub mod conditions;
@@ -20,11 +21,13 @@ pub mod naming;
 pub mod preprocess_batch;
 pub mod reference;
 pub mod schema;
+pub mod tpu_policy;
 pub mod tpu_slice;
 pub mod training_pipeline;
 
 pub use common::{ContainerSpec, CostEstimate, DeletionPolicy, EnvVar};
 pub use preprocess_batch::{BatchTemplate, PreprocessBatch, PreprocessBatchSpec, PreprocessBatchStatus};
+pub use tpu_policy::{TpuPolicy, TpuPolicySpec, TpuPolicyStatus};
 pub use tpu_slice::{TpuSlice, TpuSliceSpec, TpuSliceStatus};
 pub use training_pipeline::{TrainingPipeline, TrainingPipelineSpec, TrainingPipelineStatus};
 

@@ -13,7 +13,7 @@ use crate::{
     metrics::Metrics,
     pricing::PriceTable,
     settled::Settled,
-    tenancy::{AdmissionLocks, TenancyPolicy},
+    tenancy::{AdmissionLocks, Policies},
 };
 
 /// Operator-wide settings the controllers read.
@@ -70,8 +70,9 @@ pub struct Context {
     /// One recorder for the process: its cache is what turns a repeated event into one Event with
     /// a growing series count instead of a new object per occurrence.
     pub recorder: EventRecorder,
-    /// Who may use what, per namespace (empty: everything allowed).
-    pub tenancy: Arc<TenancyPolicy>,
+    /// Who may use what, per namespace: the cluster's `TpuPolicy` objects (none watched:
+    /// everything allowed).
+    pub policies: Policies,
     /// List prices for cost estimates, budgets and per-object spend limits.
     pub prices: Arc<PriceTable>,
     /// Serializes policy admissions per namespace (see [`AdmissionLocks`]).
@@ -93,7 +94,7 @@ impl Context {
             backoff: ObjectBackoff::new(BackoffPolicy::default()),
             clock: Arc::new(SystemClock),
             recorder,
-            tenancy: Arc::default(),
+            policies: Policies::default(),
             prices: Arc::default(),
             admission: AdmissionLocks::default(),
             settled: Settled::default(),
@@ -101,8 +102,9 @@ impl Context {
         }
     }
 
-    pub fn with_tenancy(mut self, tenancy: TenancyPolicy) -> Self {
-        self.tenancy = Arc::new(tenancy);
+    /// Enforces the cluster's `TpuPolicy` objects (see [`Policies::watch`]).
+    pub fn with_policies(mut self, policies: Policies) -> Self {
+        self.policies = policies;
         self
     }
 
@@ -141,8 +143,8 @@ impl Context {
     /// (tenancy policy), else the operator default.
     pub fn project_for(&self, namespace: &str, explicit: Option<&str>) -> Option<String> {
         explicit
-            .or_else(|| self.tenancy.default_project(namespace))
             .map(str::to_owned)
+            .or_else(|| self.policies.governing(namespace).default_project().map(str::to_owned))
             .or_else(|| self.config.default_project.clone())
     }
 }

@@ -15,33 +15,8 @@ use tpu_operator_api::{
     common::CostEstimate,
 };
 
-/// How capacity is paid for. Reserved and queued (guaranteed) capacity are priced as on-demand
-/// (a reservation's price depends on its commitment, which the operator cannot see); queued spot is
-/// priced as spot.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub enum CapacityKind {
-    OnDemand,
-    Spot,
-    Reserved,
-    Queued,
-}
-
-impl CapacityKind {
-    pub const ALL: [CapacityKind; 4] = [Self::OnDemand, Self::Spot, Self::Reserved, Self::Queued];
-
-    /// The camelCase name used in the config and in messages (`onDemand`, `spot`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::OnDemand => "onDemand",
-            Self::Spot => "spot",
-            Self::Reserved => "reserved",
-            Self::Queued => "queued",
-        }
-    }
-}
+/// How capacity is paid for (defined with the policy kind, which lists allowed kinds).
+pub use tpu_operator_api::tpu_policy::CapacityKind;
 
 /// On-demand and spot price of one TPU chip for one hour, in US dollars.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -14,7 +14,7 @@ use tpu_operator_controller::{
     ControllerConfig,
     pricing::{PriceOverrides, PriceTable},
     sweeper::{Mode, SweeperConfig},
-    tenancy::TenancyPolicy,
+    tenancy::WithoutPolicy,
 };
 
 /// What the orphan sweeper does with cloud resources whose owning object is gone.
@@ -44,7 +44,7 @@ pub enum LogFormat {
 
 /// Settings of `tpu-operator run`. Each scalar setting is a flag (with a `TPU_OPERATOR_*`
 /// environment fallback) and a camelCase key of the `--config` YAML file; the structured ones
-/// (tenancy, prices, where the sweeper looks) are file keys only. The same type is the file's
+/// (prices, where the sweeper looks) are file keys only. The same type is the file's
 /// schema: unknown keys are errors, and the `config` part of the Helm chart's `values.schema.json`
 /// is generated from it ([`values_schema_config`]), so chart and binary cannot drift apart.
 #[derive(Debug, Clone, Default, Args, Deserialize, JsonSchema)]
@@ -164,8 +164,7 @@ pub struct RunArgs {
     /// longer exists are reported, or also deleted after --orphan-grace-period [default: report].
     /// `delete` needs a cluster id unique to this cluster (not `default`). Where it looks: every
     /// place the custom resources use or have used, and `orphanProjects` × `orphanZones` /
-    /// `orphanRegions` from the config file (default: the default projects and the zones / regions
-    /// named by the tenancy policy).
+    /// `orphanRegions` from the config file (default: the default project).
     #[arg(long, env = "TPU_OPERATOR_ORPHANS", value_enum)]
     pub orphans: Option<OrphanMode>,
     /// How long a resource must have been orphaned before --orphans=delete deletes it [default: 15m].
@@ -178,25 +177,31 @@ pub struct RunArgs {
     #[serde(default, deserialize_with = "duration::deserialize")]
     #[schemars(schema_with = "duration::schema")]
     pub orphan_sweep_interval: Option<Duration>,
-    /// Projects the orphan sweeper looks in (config file only; default: the operator's `project`
-    /// and the projects the tenancy policy names).
+    /// Projects the orphan sweeper looks in besides the ones custom resources use (config file
+    /// only; default: the operator's `project`).
     #[arg(skip)]
     #[serde(default)]
     pub orphan_projects: Vec<String>,
-    /// TPU zones the orphan sweeper looks in (config file only; default: the exact zones the
-    /// tenancy policy allows).
+    /// TPU zones the orphan sweeper looks in besides the ones custom resources use (config file
+    /// only).
     #[arg(skip)]
     #[serde(default)]
     pub orphan_zones: Vec<String>,
-    /// Dataproc / Vertex regions the orphan sweeper looks in (config file only; default: the
-    /// exact regions the tenancy policy allows and the regions of `orphanZones`).
+    /// Dataproc / Vertex regions the orphan sweeper looks in besides the ones custom resources use
+    /// (config file only; the regions of `orphanZones` are added).
     #[arg(skip)]
     #[serde(default)]
     pub orphan_regions: Vec<String>,
-    /// Per-namespace tenancy policy (docs/policy.md; config file only: too structured for a flag).
-    #[arg(skip)]
+    /// What a namespace no TpuPolicy selects may do: `Allow` (anything, the default) or `Deny`
+    /// (nothing until a policy selects it). See docs/policy.md.
+    #[arg(long, env = "TPU_OPERATOR_NAMESPACES_WITHOUT_POLICY", value_parser = parse_without_policy)]
     #[serde(default)]
-    pub tenancy: TenancyPolicy,
+    pub namespaces_without_policy: Option<WithoutPolicy>,
+    /// Replaced by TpuPolicy objects; present only to refuse it with directions.
+    #[arg(skip)]
+    #[serde(default, skip_serializing)]
+    #[schemars(skip)]
+    pub tenancy: Option<serde_json::Value>,
     /// Price overrides (docs/cost-model.md; config file only).
     #[arg(skip)]
     #[serde(default)]
@@ -318,8 +323,8 @@ pub struct Settings {
     /// `None`: leader election disabled, this replica always runs the controllers.
     pub leader: Option<LeaderSettings>,
     pub shutdown_timeout: Duration,
-    /// Tenancy policy from the config file (empty: everything allowed).
-    pub tenancy: TenancyPolicy,
+    /// What namespaces no TpuPolicy selects may do.
+    pub namespaces_without_policy: WithoutPolicy,
     /// Price table: built-in list prices with the config file's overrides.
     pub prices: PriceTable,
     pub sweeper: SweeperConfig,
@@ -376,6 +381,7 @@ impl RunArgs {
             orphans,
             orphan_grace_period,
             orphan_sweep_interval,
+            namespaces_without_policy,
         );
         self.orphan_projects = file.orphan_projects;
         self.orphan_zones = file.orphan_zones;
@@ -445,9 +451,14 @@ impl RunArgs {
                  this cluster's kube-system Namespace UID"
             );
         }
-        self.tenancy
-            .validate()
-            .map_err(|e| anyhow::anyhow!("config file: {e}"))?;
+        if self.tenancy.is_some() {
+            bail!(
+                "config file: the `tenancy:` section is replaced by TpuPolicy objects (cluster-scoped, \
+                 one source of truth that tenants can read). `tpu-operator convert-tenancy --config <file>` \
+                 prints the equivalent TpuPolicy manifests; `kubectl apply` them, then remove `tenancy:` \
+                 (docs/policy.md, \"Migrating from the config file\")"
+            );
+        }
         let prices =
             PriceTable::with_overrides(&self.prices).map_err(|e| anyhow::anyhow!("config file: {e}"))?;
         let sweeper = sweep_places(
@@ -462,7 +473,6 @@ impl RunArgs {
                 ..SweeperConfig::default()
             },
             &controller,
-            &self.tenancy,
             self.orphan_projects,
             self.orphan_zones,
             self.orphan_regions,
@@ -496,78 +506,46 @@ impl RunArgs {
             log_format: self.log_format.unwrap_or_default(),
             leader,
             shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(30)),
-            tenancy: self.tenancy,
+            namespaces_without_policy: self.namespaces_without_policy.unwrap_or_default(),
             prices,
             sweeper,
         })
     }
 }
 
-/// Where the sweeper looks: the configured lists, else what the operator knows of: the default
-/// projects and the exact (non-`*`) projects, zones and regions the tenancy policy names, plus the
-/// regions of those zones.
+/// Where the sweeper looks besides the places the custom resources use or have used (which it
+/// learns itself): the configured lists, else the default project; regions also cover the
+/// configured zones.
 fn sweep_places(
     mut sweeper: SweeperConfig,
     controller: &ControllerConfig,
-    tenancy: &TenancyPolicy,
     projects: Vec<String>,
     zones: Vec<String>,
-    regions: Vec<String>,
+    mut regions: Vec<String>,
 ) -> SweeperConfig {
-    use std::collections::BTreeSet;
-    let policies: Vec<_> = tenancy
-        .namespaces
-        .values()
-        .chain(tenancy.default.as_ref())
-        .collect();
-    let exact = |lists: Vec<&Vec<String>>| -> BTreeSet<String> {
-        lists
-            .into_iter()
-            .flatten()
-            .filter(|v| !v.ends_with('*'))
-            .cloned()
-            .collect()
-    };
     let projects = if projects.is_empty() {
-        let mut p = exact(
-            policies
-                .iter()
-                .filter_map(|p| p.allowed_projects.as_ref())
-                .collect(),
-        );
-        p.extend(policies.iter().filter_map(|p| p.default_project.clone()));
-        p.extend(controller.default_project.clone());
-        p.into_iter().collect()
+        controller.default_project.iter().cloned().collect()
     } else {
         projects
     };
-    let zones = if zones.is_empty() {
-        exact(policies.iter().filter_map(|p| p.allowed_zones.as_ref()).collect())
-            .into_iter()
-            .collect()
-    } else {
-        zones
-    };
-    let regions = if regions.is_empty() {
-        let mut r = exact(
-            policies
-                .iter()
-                .filter_map(|p| p.allowed_regions.as_ref())
-                .collect(),
-        );
-        r.extend(
-            zones
-                .iter()
-                .map(|z| tpu_operator_controller::tenancy::request::region_of_zone(z).to_owned()),
-        );
-        r.into_iter().collect()
-    } else {
-        regions
-    };
+    for zone in &zones {
+        let region = tpu_operator_controller::tenancy::request::region_of_zone(zone).to_owned();
+        if !regions.contains(&region) {
+            regions.push(region);
+        }
+    }
     sweeper.projects = projects;
     sweeper.zones = zones;
     sweeper.regions = regions;
     sweeper
+}
+
+fn parse_without_policy(s: &str) -> Result<WithoutPolicy, String> {
+    match s {
+        "Allow" | "allow" => Ok(WithoutPolicy::Allow),
+        "Deny" | "deny" => Ok(WithoutPolicy::Deny),
+        _ => Err(format!("{s:?}: expected Allow or Deny")),
+    }
 }
 
 /// `$POD_NAME` (set from the downward API in the chart), else `$HOSTNAME-<pid>` so two local
@@ -659,40 +637,30 @@ mod tests {
     }
 
     #[test]
-    fn tenancy_and_prices_come_from_the_file_and_are_validated() {
+    fn prices_and_the_policy_default_come_from_the_file_and_tenancy_is_refused_with_directions() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("operator.yaml");
         std::fs::write(
             &file,
-            "tenancy:\n  namespaces:\n    team-a: {defaultProject: a-proj, allowedCapacity: [spot], maxChips: 8}\n  default: {allowedProjects: []}\nprices:\n  tpuChipHourUsd: {v6e: {onDemand: 3.0, spot: 1.0}}\n",
+            "namespacesWithoutPolicy: Deny\nprices:\n  tpuChipHourUsd: {v6e: {onDemand: 3.0, spot: 1.0}}\n",
         )
         .unwrap();
         let settings = parse(&["--config", file.to_str().unwrap()]).resolve().unwrap();
-        assert_eq!(settings.tenancy.default_project("team-a"), Some("a-proj"));
-        assert_eq!(settings.tenancy.namespaces["team-a"].max_chips, Some(8));
+        assert_eq!(settings.namespaces_without_policy, WithoutPolicy::Deny);
         let shape = tpu_operator_api::accelerator::parse_accelerator_type("v6e-8").unwrap();
         let (usd, _) = settings
             .prices
             .slice_per_hour(&shape, tpu_operator_controller::pricing::CapacityKind::Spot);
         assert_eq!(usd, 8.0);
+        let flag = parse(&["--config", file.to_str().unwrap(), "--namespaces-without-policy", "Allow"]);
+        assert_eq!(flag.resolve().unwrap().namespaces_without_policy, WithoutPolicy::Allow);
 
-        std::fs::write(
-            &file,
-            "tenancy:\n  namespaces:\n    team-a: {allowedAccelerators: [{family: v7x}]}\n",
-        )
-        .unwrap();
+        std::fs::write(&file, "tenancy:\n  namespaces:\n    team-a: {maxChips: 8}\n").unwrap();
         let err = parse(&["--config", file.to_str().unwrap()])
             .resolve()
             .unwrap_err();
-        assert!(
-            format!("{err:#}").contains("tenancy.namespaces.team-a.allowedAccelerators"),
-            "{err:#}"
-        );
-        std::fs::write(&file, "tenancy:\n  namespaces:\n    team-a: {maxChip: 8}\n").unwrap();
-        let err = parse(&["--config", file.to_str().unwrap()])
-            .resolve()
-            .unwrap_err();
-        assert!(format!("{err:#}").contains("maxChip"), "{err:#}");
+        let text = format!("{err:#}");
+        assert!(text.contains("TpuPolicy") && text.contains("convert-tenancy"), "{text}");
     }
 
     #[test]
@@ -701,7 +669,7 @@ mod tests {
         let file = dir.path().join("operator.yaml");
         std::fs::write(
             &file,
-            "project: p0\norphans: delete\norphanGracePeriod: 20m\ntenancy:\n  namespaces:\n    a: {defaultProject: p1, allowedZones: [us-east5-b, us-central2-*], allowedRegions: [europe-west4]}\n",
+            "project: p0\norphans: delete\norphanGracePeriod: 20m\norphanZones: [us-east5-b]\norphanRegions: [europe-west4]\n",
         )
         .unwrap();
         let s = parse(&[
@@ -718,7 +686,7 @@ mod tests {
             (s.grace, s.interval),
             (Duration::from_secs(1200), Duration::from_secs(60))
         );
-        assert_eq!(s.projects, ["p0", "p1"]);
+        assert_eq!(s.projects, ["p0"]);
         assert_eq!(s.zones, ["us-east5-b"]);
         assert_eq!(s.regions, ["europe-west4", "us-east5"]);
         let d = parse(&[]).resolve().unwrap().sweeper;
@@ -758,7 +726,7 @@ mod tests {
         // Nested settings are described, closed, and the chart-owned keys are not offered.
         let properties = &generated["properties"];
         for key in [
-            "tenancy",
+            "namespacesWithoutPolicy",
             "prices",
             "orphanZones",
             "orphanProjects",
@@ -775,11 +743,7 @@ mod tests {
                 "{key} must be set by the chart only"
             );
         }
-        let namespace_policy = &properties["tenancy"]["properties"]["default"];
-        assert!(
-            namespace_policy.to_string().contains("maxChips"),
-            "tenancy.default is described in full: {namespace_policy}"
-        );
+        assert!(properties.get("tenancy").is_none(), "tenancy: is refused, not offered");
         assert_eq!(generated["additionalProperties"], false);
     }
 

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod convert_tenancy;
 mod crds;
 mod leader;
 mod local;
@@ -31,6 +32,8 @@ enum Command {
     Crds(crds::CrdsArgs),
     /// Print the JSON schema of `run --config` files (every key, with its description).
     ConfigSchema,
+    /// Print the TpuPolicy manifests equivalent to an old config file's `tenancy:` section.
+    ConvertTenancy(convert_tenancy::ConvertArgs),
     /// Run the operator against a Kubernetes cluster (in-cluster config or a kubeconfig).
     Run(Box<config::RunArgs>),
     /// Run everything locally (Kubernetes and Google Cloud emulated), apply manifests, watch them
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
             println!("{:#}", config::config_file_schema());
             Ok(ExitCode::SUCCESS)
         }
+        Command::ConvertTenancy(args) => convert_tenancy::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => runtime().block_on(run::run(*args)).map(|()| ExitCode::SUCCESS),
         Command::Local(args) => runtime().block_on(local::run(args)),
     };

@@ -21,6 +21,7 @@ use tpu_operator_controller::{
     metrics::Metrics,
     shutdown_on,
     sweeper::{self, Sweeper},
+    tenancy::Policies,
 };
 use tpu_operator_gcp::{Gcp, GcpMetrics};
 use tracing::{error, info, warn};
@@ -32,13 +33,14 @@ use crate::{
     telemetry,
 };
 
-/// Runs the three controllers until `shutdown` resolves. Shared with `tpu-operator local`.
+/// Runs the three controllers and the TpuPolicy usage report until `shutdown` resolves. Shared with `tpu-operator local`.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
-    use tpu_operator_controller::{preprocess_batch, tpu_slice, training_pipeline};
+    use tpu_operator_controller::{preprocess_batch, tenancy, tpu_slice, training_pipeline};
     tokio::join!(
         tpu_slice::run(ctx.clone(), shutdown.clone()),
         preprocess_batch::run(ctx.clone(), shutdown.clone()),
-        training_pipeline::run(ctx, shutdown),
+        training_pipeline::run(ctx.clone(), shutdown.clone()),
+        tenancy::report::run(ctx, shutdown),
     );
 }
 
@@ -151,7 +153,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let ctx = Arc::new(
         Context::new(client.clone(), gcp, settings.controller.clone())
             .with_metrics(metrics)
-            .with_tenancy(settings.tenancy.clone())
+            .with_policies(Policies::watch(
+                client.clone(),
+                settings.controller.namespace.as_deref(),
+                settings.namespaces_without_policy,
+            ))
             .with_prices(settings.prices.clone()),
     );
 

@@ -54,10 +54,13 @@ pub const KIND: &str = "PreprocessBatch";
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let api = ctx.watched_api::<PreprocessBatch>();
+    // Judge nothing before the policies are known (an unlisted policy reads as none).
+    ctx.policies.ready().await;
     CloudWatch::start(&ctx, shutdown.clone());
     crate::watched::controller(api)
         .with_config(Config::default().concurrency(ctx.config.concurrency))
         .reconcile_on(ctx.cloud_watch.batch_triggers())
+        .reconcile_all_on(ctx.policies.changes())
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile,

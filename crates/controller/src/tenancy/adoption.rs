@@ -200,7 +200,7 @@ pub fn requests(
 }
 
 /// The check before a node is taken over: every rule of the namespace's policy, with its usage,
-/// against the node as the cloud reports it. No policy: allowed (a single-tenant operator).
+/// against the node as the cloud reports it. No policy: as `namespacesWithoutPolicy` says.
 /// Call it holding `ctx.admission.lock_if_counted(..)` until the adoption is in status.
 pub async fn admit(
     ctx: &Context,
@@ -210,13 +210,14 @@ pub async fn admit(
     project: &str,
     exclude: &[&str],
 ) -> Result<Result<(), Denial>> {
-    let Some((rule, _)) = ctx.tenancy.rule_for(namespace) else {
-        return Ok(Ok(()));
+    let governing = ctx.policies.governing(namespace);
+    let Some(rule) = governing.rules().next() else {
+        return Ok(governing.refusal().map_or(Ok(()), Err));
     };
     match requests(node, spec, project, &spec.zone, &ctx.prices) {
         Ok(requests) => super::admit(ctx, namespace, &requests, exclude).await,
         Err(message) => Ok(Err(Denial {
-            message: format!("denied by {rule}.allowAdoption: {message}"),
+            message: format!("denied by TpuPolicy {}, spec.allowAdoption: {message}", rule.name),
             retry: false,
         })),
     }

@@ -1,6 +1,6 @@
-//! The policy decision: a pure function of (namespace policy, request, namespace usage).
+//! The policy decision: a pure function of (one `TpuPolicy`'s spec, request, namespace usage).
 
-use super::{NamespacePolicy, NetworkUse, Request, Rule, Usage};
+use super::{NetworkUse, Request, Rule, TpuPolicySpec, Usage};
 use crate::pricing::family_name;
 
 /// The `allowedServiceAccounts` entry that stands for an object naming no service account.
@@ -17,14 +17,14 @@ pub struct Denial {
 impl Denial {
     fn fixed(rule: &Rule<'_>, field: &str, message: String) -> Self {
         Self {
-            message: format!("denied by {}.{field}: {message}", rule.name),
+            message: format!("denied by TpuPolicy {}, spec.{field}: {message}", rule.name),
             retry: false,
         }
     }
 
     fn usage(rule: &Rule<'_>, field: &str, message: String) -> Self {
         Self {
-            message: format!("denied by {}.{field}: {message}", rule.name),
+            message: format!("denied by TpuPolicy {}, spec.{field}: {message}", rule.name),
             retry: true,
         }
     }
@@ -52,22 +52,6 @@ fn account_allowed(allowed: &[String], email: Option<&str>) -> bool {
             None => a == email,
         }
     })
-}
-
-/// An `allowedServiceAccounts` entry is `default`, an e-mail, or `*` followed by the end of an
-/// e-mail including its `@domain` (a prefix pattern could match any project's accounts).
-pub fn check_account_pattern(entry: &str) -> Result<(), &'static str> {
-    if entry == DEFAULT_ACCOUNT {
-        return Ok(());
-    }
-    let rest = entry.strip_prefix('*').unwrap_or(entry);
-    if rest.contains('*') {
-        return Err("`*` is allowed only at the start (a suffix such as `*@team-a.iam.gserviceaccount.com`)");
-    }
-    match rest.split_once('@') {
-        Some((_, domain)) if domain.contains('.') => Ok(()),
-        _ => Err("expected an e-mail, `*@<domain>` suffix pattern or `default`"),
-    }
 }
 
 /// A network or subnetwork as a path without scheme and host (`projects/...`): full URLs lose
@@ -114,7 +98,7 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
     let Some(rule) = rule else {
         return Ok(());
     };
-    let p: &NamespacePolicy = rule.policy;
+    let p: &TpuPolicySpec = rule.policy;
     let what = &req.what;
     if let Some(node) = &req.adopt
         && !p.allow_adoption
@@ -288,8 +272,8 @@ mod tests {
     };
     use tpu_operator_api::accelerator::parse_accelerator_type;
 
-    fn team_a() -> NamespacePolicy {
-        NamespacePolicy {
+    fn team_a() -> TpuPolicySpec {
+        TpuPolicySpec {
             default_project: Some("team-a".into()),
             allowed_projects: Some(vec!["team-a".into(), "shared-*".into()]),
             allowed_regions: Some(vec!["us-east5".into(), "us-central2".into()]),
@@ -341,7 +325,7 @@ mod tests {
         use CapacityKind::*;
         let policy = team_a();
         let rule = Rule {
-            name: "tenancy.namespaces.team-a",
+            name: "team-a",
             policy: &policy,
         };
         let none = usage(0, 0.0);
@@ -432,7 +416,7 @@ mod tests {
                 (None, Ok(())) => {}
                 (Some((field, retry, fragment)), Err(d)) => {
                     assert!(
-                        d.message.contains(&format!("tenancy.namespaces.team-a.{field}:")),
+                        d.message.contains(&format!("TpuPolicy team-a, spec.{field}:")),
                         "{req:?}: {d:?}"
                     );
                     assert!(d.message.contains(fragment), "{req:?}: {}", d.message);
@@ -455,12 +439,12 @@ mod tests {
         let ok = slice("team-a", "us-east5-b", "v6e-8", CapacityKind::Spot);
         assert!(evaluate(Some(rule), &ok, None).is_ok(), "quota needs usage");
         // Empty lists allow nothing.
-        let closed = NamespacePolicy {
+        let closed = TpuPolicySpec {
             allowed_projects: Some(vec![]),
             ..Default::default()
         };
         let rule = Rule {
-            name: "tenancy.default",
+            name: "closed",
             policy: &closed,
         };
         let d = evaluate(Some(rule), &ok, None).unwrap_err();
@@ -469,7 +453,7 @@ mod tests {
 
     #[test]
     fn service_accounts_networks_and_adoption() {
-        let policy = NamespacePolicy {
+        let policy = TpuPolicySpec {
             allowed_service_accounts: Some(vec![
                 "*@team-a.iam.gserviceaccount.com".into(),
                 "shared@platform.iam.gserviceaccount.com".into(),
@@ -482,7 +466,7 @@ mod tests {
             ..Default::default()
         };
         let rule = Rule {
-            name: "tenancy.namespaces.team-a",
+            name: "team-a",
             policy: &policy,
         };
         let ok = Request {
@@ -548,10 +532,10 @@ mod tests {
         ] {
             let got = check(req).unwrap_err();
             assert!(
-                got.contains(&format!("tenancy.namespaces.team-a.{fragment}")) || got.contains(fragment),
+                got.contains(&format!("TpuPolicy team-a, spec.{fragment}")) || got.contains(fragment),
                 "{got}"
             );
-            assert!(got.starts_with("denied by tenancy.namespaces.team-a."), "{got}");
+            assert!(got.starts_with("denied by TpuPolicy team-a, spec."), "{got}");
         }
         for req in [
             Request {
@@ -575,7 +559,7 @@ mod tests {
             assert_eq!(check(req.clone()), Ok(()), "{req:?}");
         }
         // A subnetwork alone cannot be checked against a network list.
-        let networks_only = NamespacePolicy {
+        let networks_only = TpuPolicySpec {
             allowed_networks: Some(vec!["team-net".into()]),
             allow_adoption: true,
             ..Default::default()
@@ -597,21 +581,6 @@ mod tests {
             "{}",
             d.message
         );
-    }
-
-    #[test]
-    fn account_patterns_must_name_a_domain() {
-        for ok in [
-            "default",
-            "a@p.iam.gserviceaccount.com",
-            "*@p.iam.gserviceaccount.com",
-            "*-compute@developer.gserviceaccount.com",
-        ] {
-            assert_eq!(check_account_pattern(ok), Ok(()), "{ok}");
-        }
-        for bad in ["*", "admin*", "*@*", "a@b", "a*@p.iam.gserviceaccount.com"] {
-            assert!(check_account_pattern(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

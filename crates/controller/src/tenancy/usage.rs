@@ -133,36 +133,46 @@ pub fn tally(
     usage
 }
 
-/// Lists the namespace's slices, pipelines and batches and tallies them.
-pub async fn namespace_usage(ctx: &Context, namespace: &str, exclude: &[&str]) -> Result<Usage> {
-    let lp = ListParams::default();
-    let slices = Api::<TpuSlice>::namespaced(ctx.client.clone(), namespace)
-        .list(&lp)
-        .await
-        .map_err(ReconcileError::kube(
-            "list TpuSlices for the namespace's chip quota",
-        ))?;
-    let pipelines = Api::<TrainingPipeline>::namespaced(ctx.client.clone(), namespace)
-        .list(&lp)
-        .await
-        .map_err(ReconcileError::kube(
-            "list TrainingPipelines for the namespace's chip quota",
-        ))?;
-    let batches = Api::<PreprocessBatch>::namespaced(ctx.client.clone(), namespace)
-        .list(&lp)
-        .await
-        .map_err(ReconcileError::kube(
-            "list PreprocessBatches for the namespace's budget",
-        ))?;
-    Ok(tally(
-        &slices.items,
-        &pipelines.items,
-        &batches.items,
-        exclude,
-        &ctx.prices,
-    ))
+/// The namespace's slices, pipelines and batches, as one read.
+pub struct Listed {
+    pub slices: Vec<TpuSlice>,
+    pub pipelines: Vec<TrainingPipeline>,
+    pub batches: Vec<PreprocessBatch>,
 }
 
+impl Listed {
+    /// Lists the three kinds in `namespace`.
+    pub async fn read(ctx: &Context, namespace: &str) -> Result<Self> {
+        let lp = ListParams::default();
+        let slices = Api::<TpuSlice>::namespaced(ctx.client.clone(), namespace)
+            .list(&lp)
+            .await
+            .map_err(ReconcileError::kube("list TpuSlices for the namespace's usage"))?;
+        let pipelines = Api::<TrainingPipeline>::namespaced(ctx.client.clone(), namespace)
+            .list(&lp)
+            .await
+            .map_err(ReconcileError::kube("list TrainingPipelines for the namespace's usage"))?;
+        let batches = Api::<PreprocessBatch>::namespaced(ctx.client.clone(), namespace)
+            .list(&lp)
+            .await
+            .map_err(ReconcileError::kube("list PreprocessBatches for the namespace's usage"))?;
+        Ok(Self {
+            slices: slices.items,
+            pipelines: pipelines.items,
+            batches: batches.items,
+        })
+    }
+
+    /// What the listed objects hold, but `exclude`'s (see [`tally`]).
+    pub fn usage(&self, exclude: &[&str], prices: &PriceTable) -> Usage {
+        tally(&self.slices, &self.pipelines, &self.batches, exclude, prices)
+    }
+}
+
+/// Lists the namespace's slices, pipelines and batches and tallies them.
+pub async fn namespace_usage(ctx: &Context, namespace: &str, exclude: &[&str]) -> Result<Usage> {
+    Ok(Listed::read(ctx, namespace).await?.usage(exclude, &ctx.prices))
+}
 #[cfg(test)]
 mod tests {
     use super::*;

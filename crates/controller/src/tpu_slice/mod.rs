@@ -63,10 +63,13 @@ const KIND: &str = "TpuSlice";
 
 /// Runs the TpuSlice controller until `shutdown` fires.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+    // Judge nothing before the policies are known (an unlisted policy reads as none).
+    ctx.policies.ready().await;
     CloudWatch::start(&ctx, shutdown.clone());
     crate::watched::controller(ctx.watched_api::<TpuSlice>())
         .with_config(Config::default().concurrency(ctx.config.concurrency))
         .reconcile_on(ctx.cloud_watch.slice_triggers())
+        .reconcile_all_on(ctx.policies.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
@@ -177,7 +180,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
                 Err(denial) => return deny(ctx, slice, &old, denial).await,
                 Ok(tenancy::adoption::Ownership::Ours) => None,
                 Ok(tenancy::adoption::Ownership::Unclaimed) => {
-                    let guard = ctx.admission.lock_if_counted(&ctx.tenancy, ns).await;
+                    let guard = ctx.admission.lock_if_counted(&ctx.policies, ns).await;
                     let uid = t.identity.uid.as_str();
                     let project = t.names.project.as_str();
                     let admitted =
@@ -220,7 +223,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
             // The lock is not reentrant: an adoption pass already holds it.
             let guard = match &adoption_lock {
                 Some(_) => None,
-                None => ctx.admission.lock_if_counted(&ctx.tenancy, ns).await,
+                None => ctx.admission.lock_if_counted(&ctx.policies, ns).await,
             };
             let uid = t.identity.uid.as_str();
             if let Err(denial) = tenancy::admit(ctx, ns, std::slice::from_ref(req), &[uid]).await? {

@@ -82,12 +82,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let pipelines = ctx.watched_api::<TrainingPipeline>();
     let batches = ctx.watched_api::<PreprocessBatch>();
     let slices = ctx.watched_api::<TpuSlice>();
+    // Judge nothing before the policies are known (an unlisted policy reads as none).
+    ctx.policies.ready().await;
     CloudWatch::start(&ctx, shutdown.clone());
     crate::watched::controller(pipelines)
         .owns(batches, watcher::Config::default())
         .owns(slices, watcher::Config::default())
         .with_config(Config::default().concurrency(ctx.config.concurrency))
         .reconcile_on(ctx.cloud_watch.pipeline_triggers())
+        .reconcile_all_on(ctx.policies.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
@@ -100,6 +103,7 @@ fn error_policy(tp: Arc<TrainingPipeline>, err: &ReconcileError, ctx: Arc<Contex
 
 #[tracing::instrument(skip(tp, ctx), fields(ns = tp.namespace(), name = tp.name_any()))]
 async fn reconcile(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.start(KIND);
     let ns = tp
         .namespace()
         .ok_or(ReconcileError::MissingMetadata("namespace"))?;
@@ -140,7 +144,7 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     let _admission = if decision.action.creates() {
         let guard = ctx
             .admission
-            .lock_if_counted(&ctx.tenancy, &names.id.namespace)
+            .lock_if_counted(&ctx.policies, &names.id.namespace)
             .await;
         if let Some(denial) = admit(&ctx, &tp, &names, &decision.action).await? {
             return deny(&ctx, &tp, &old, denial).await;

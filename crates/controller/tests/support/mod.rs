@@ -17,7 +17,12 @@ use kube::{
 };
 use kube_conformance::TestCluster;
 use serde::{Serialize, de::DeserializeOwned};
-use tpu_operator_controller::{Context, ControllerConfig, backoff::BackoffPolicy, clock::FnClock};
+use tpu_operator_controller::{
+    Context, ControllerConfig,
+    backoff::BackoffPolicy,
+    clock::FnClock,
+    tenancy::{Policies, WithoutPolicy},
+};
 use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics};
 
 /// The namespace of every test against kube-emulator (each test has a server of its own).
@@ -120,7 +125,9 @@ impl TestEnv {
             poll_watched: Duration::from_millis(500),
         };
         let clock = gcp.clock();
+        let policies = Policies::watch(client.clone(), Some(ns), WithoutPolicy::Allow);
         Context::new(client.clone(), clients, config)
+            .with_policies(policies)
             .with_clock(Arc::new(FnClock(move || clock.now())))
             .with_backoff(BackoffPolicy {
                 base: Duration::from_millis(20),

@@ -17,7 +17,11 @@ use anyhow::Context as _;
 use clap::{ArgAction, Args};
 use kube::api::DeleteParams;
 use tpu_operator_controller::{
-    Context, ControllerConfig, backoff::BackoffPolicy, clock::FnClock, shutdown_on,
+    Context, ControllerConfig,
+    backoff::BackoffPolicy,
+    clock::FnClock,
+    shutdown_on,
+    tenancy::{Policies, WithoutPolicy},
 };
 use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics};
 
@@ -237,7 +241,10 @@ async fn context(client: &kube::Client, gcp: &gcp_emulator::Emulator) -> anyhow:
         poll_watched: Duration::from_secs(5),
     };
     let clock = gcp.clock();
+    // TpuPolicy objects applied to the local cluster are enforced as in a real one.
+    let policies = Policies::watch(client.clone(), None, WithoutPolicy::Allow);
     Ok(Context::new(client.clone(), clients, config)
+        .with_policies(policies)
         .with_clock(Arc::new(FnClock(move || clock.now())))
         .with_backoff(BackoffPolicy {
             base: Duration::from_millis(50),

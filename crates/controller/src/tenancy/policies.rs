@@ -1,0 +1,256 @@
+//! Where the policies come from: the cluster's `TpuPolicy` objects and the labels of its
+//! namespaces, each kept by a watch, plus what a namespace no policy selects gets.
+//!
+//! Lookups are synchronous reads of the two caches; the controllers start only after both have
+//! listed once ([`Policies::ready`]), so no object is judged against an empty cache (an
+//! unlisted policy would otherwise read as "no policy" and let a create through). A change that
+//! can widen what a namespace may do (a policy edited or deleted, namespace labels changed)
+//! bumps [`Policies::changes`], on which every controller looks at its objects again: refusals
+//! are not settled, so only they do a full pass.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, ResourceExt,
+    core::PartialObjectMeta,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tpu_operator_api::tpu_policy::{TpuPolicy, TpuPolicySpec};
+
+use super::{Denial, Rule};
+
+/// What a namespace that no `TpuPolicy` selects may do.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub enum WithoutPolicy {
+    /// Anything the operator's identity can do (a single-team cluster; the default).
+    #[default]
+    Allow,
+    /// Nothing: every object there is refused (`PolicyDenied`) until a policy selects it.
+    Deny,
+}
+
+/// The policies governing one namespace.
+#[derive(Clone, Debug)]
+pub enum Governing {
+    /// No policy selects it and namespaces without one are allowed everything.
+    Unrestricted,
+    /// No policy selects it and namespaces without one are refused.
+    Refused(String),
+    /// These policies, sorted by name; every one applies.
+    By(Vec<Arc<TpuPolicy>>),
+}
+
+impl Governing {
+    /// The rules to check, in order (empty when unrestricted).
+    pub fn rules(&self) -> impl Iterator<Item = Rule<'_>> {
+        let policies = match self {
+            Self::By(p) => p.as_slice(),
+            _ => &[],
+        };
+        policies.iter().map(|p| Rule {
+            name: p.metadata.name.as_deref().unwrap_or_default(),
+            policy: &p.spec,
+        })
+    }
+
+    /// The refusal of a namespace without a policy under `Deny`.
+    pub fn refusal(&self) -> Option<Denial> {
+        match self {
+            Self::Refused(namespace) => Some(Denial {
+                message: format!(
+                    "namespace {namespace:?} is selected by no TpuPolicy and the operator runs with \
+                     namespacesWithoutPolicy: Deny; ask a cluster administrator for a TpuPolicy \
+                     selecting it (spec.namespaces or spec.namespaceSelector)"
+                ),
+                retry: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether any governing policy counts usage (a chip quota or a budget).
+    pub fn counts_usage(&self) -> bool {
+        self.rules()
+            .any(|r| r.policy.max_chips.is_some() || r.policy.max_spend_per_hour_usd.is_some())
+    }
+
+    /// The default project: from the first policy by name that sets one.
+    pub fn default_project(&self) -> Option<&str> {
+        self.rules().find_map(|r| r.policy.default_project.as_deref())
+    }
+}
+
+struct Caches {
+    policies: Store<TpuPolicy>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    changes: watch::Receiver<u64>,
+    _tasks: AbortOnDrop,
+}
+
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.iter().for_each(tokio::task::AbortHandle::abort);
+    }
+}
+
+/// The cluster's policies, as the controllers consult them.
+pub struct Policies {
+    caches: Option<Caches>,
+    without_policy: WithoutPolicy,
+}
+
+impl Default for Policies {
+    /// No policy kind watched: every namespace is unrestricted (a `Context` before
+    /// [`Policies::watch`], used by tests that are not about tenancy).
+    fn default() -> Self {
+        Self {
+            caches: None,
+            without_policy: WithoutPolicy::Allow,
+        }
+    }
+}
+
+impl Policies {
+    /// Starts watching `TpuPolicy` objects and namespace labels (only `namespace`'s when the
+    /// operator watches one namespace). The watches stop when the `Policies` is dropped.
+    pub fn watch(client: kube::Client, namespace: Option<&str>, without_policy: WithoutPolicy) -> Self {
+        let (changed, changes) = watch::channel(0u64);
+        let changed = Arc::new(changed);
+        let bump = {
+            let changed = changed.clone();
+            move || changed.send_modify(|n| *n += 1)
+        };
+
+        let (policies, writer) = reflector::store();
+        let policy_events = watcher(Api::<TpuPolicy>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer);
+        let bump_policy = bump.clone();
+        let policy_task = tokio::spawn(policy_events.for_each(move |event| {
+            // Every change after the first listing may relax a rule; the first listing is what
+            // `ready` waits for.
+            if let Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) = event {
+                bump_policy();
+            }
+            futures::future::ready(())
+        }));
+
+        let (namespaces, writer) = reflector::store();
+        let config = match namespace {
+            Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+            None => watcher::Config::default(),
+        };
+        let mut labels_seen: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        let namespace_events = watcher(Api::<PartialObjectMeta<Namespace>>::all(client), config)
+            .default_backoff()
+            .reflect(writer);
+        let namespace_task = tokio::spawn(namespace_events.for_each(move |event| {
+            let applied = match &event {
+                Ok(watcher::Event::Apply(ns) | watcher::Event::InitApply(ns)) => Some((ns, true)),
+                _ => None,
+            };
+            // Only a label change can change which policies select a namespace.
+            if let Some((ns, _)) = applied {
+                let previous = labels_seen.insert(ns.name_any(), ns.labels().clone());
+                if matches!(event, Ok(watcher::Event::Apply(_))) && previous.as_ref() != Some(ns.labels()) {
+                    bump();
+                }
+            }
+            futures::future::ready(())
+        }));
+
+        Self {
+            caches: Some(Caches {
+                policies,
+                namespaces,
+                changes,
+                _tasks: AbortOnDrop(vec![policy_task.abort_handle(), namespace_task.abort_handle()]),
+            }),
+            without_policy,
+        }
+    }
+
+    /// Waits until both caches have listed once.
+    pub async fn ready(&self) {
+        if let Some(c) = &self.caches {
+            // Errors only when the writer is dropped, i.e. the watch task ended: nothing to wait for.
+            let _ = c.policies.wait_until_ready().await;
+            let _ = c.namespaces.wait_until_ready().await;
+        }
+    }
+
+    /// Ticks whenever what a namespace may do might have widened.
+    pub fn changes(&self) -> impl Stream<Item = ()> + Send + 'static {
+        let receiver = self.caches.as_ref().map(|c| c.changes.clone());
+        futures::stream::unfold(receiver, |receiver| async move {
+            let mut r = receiver?;
+            r.changed().await.ok()?;
+            Some(((), Some(r)))
+        })
+    }
+
+    /// The policies governing `namespace`.
+    pub fn governing(&self, namespace: &str) -> Governing {
+        let Some(c) = &self.caches else {
+            return Governing::Unrestricted;
+        };
+        let labels = c
+            .namespaces
+            .state()
+            .into_iter()
+            .find(|ns| ns.name_any() == namespace)
+            .map(|ns| ns.labels().clone())
+            .unwrap_or_default();
+        let mut selecting: Vec<Arc<TpuPolicy>> = c
+            .policies
+            .state()
+            .into_iter()
+            .filter(|p| p.spec.selects(namespace, &labels))
+            .collect();
+        selecting.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        match (selecting.is_empty(), self.without_policy) {
+            (false, _) => Governing::By(selecting),
+            (true, WithoutPolicy::Allow) => Governing::Unrestricted,
+            (true, WithoutPolicy::Deny) => Governing::Refused(namespace.to_owned()),
+        }
+    }
+
+    /// Every policy, and the namespaces each selects now (for the usage report).
+    pub fn selections(&self) -> Vec<(Arc<TpuPolicy>, Vec<String>)> {
+        let Some(c) = &self.caches else {
+            return Vec::new();
+        };
+        let namespaces = c.namespaces.state();
+        c.policies
+            .state()
+            .into_iter()
+            .map(|p| {
+                let selected = namespaces
+                    .iter()
+                    .filter(|ns| p.spec.selects(&ns.name_any(), ns.labels()))
+                    .map(|ns| ns.name_any())
+                    .collect();
+                (p, selected)
+            })
+            .collect()
+    }
+}
+
+/// The spec a rule reads, for tests that build policies without a cluster.
+pub fn policy(name: &str, spec: TpuPolicySpec) -> TpuPolicy {
+    let mut p = TpuPolicy::new(name, spec);
+    p.metadata.name = Some(name.to_owned());
+    p
+}
