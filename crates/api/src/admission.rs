@@ -203,7 +203,7 @@ fn network_check(kind: &'static str, field: &'static str, at: &'static str, valu
     }
 }
 
-/// Dataproc execution settings at `batch` (`object.spec.batch`, `object.spec.preprocess`).
+/// Dataproc execution settings at `batch` (a PreprocessBatch's `object.spec`, a pipeline's `object.spec.preprocess`).
 fn batch_checks(kind: &'static str, batch: &str) -> Vec<Check> {
     let exec = format!("{batch}.execution");
     let account = format!("(has({exec}) && has({exec}.serviceAccount) ? {exec}.serviceAccount : 'default')");
@@ -239,7 +239,7 @@ pub fn validations() -> Vec<Validation> {
         list_check("PreprocessBatch", "allowedProjects", "project", "object.spec.project"),
         list_check("PreprocessBatch", "allowedRegions", "region", "object.spec.region"),
     ];
-    checks.extend(batch_checks("PreprocessBatch", "object.spec.batch"));
+    checks.extend(batch_checks("PreprocessBatch", "object.spec"));
     checks.extend(slice_checks("TpuSlice", "object.spec"));
     let pipeline = "TrainingPipeline";
     checks.push(list_check(pipeline, "allowedProjects", "project", "object.spec.project"));

@@ -9,15 +9,14 @@ use std::{sync::Arc, time::Duration};
 use kube::api::DeleteParams;
 use serde_json::json;
 use support::TestEnv;
+use tpu_operator_api::tpu_policy::TpuPolicy;
 use tpu_operator_api::{
     conditions::{find_condition, types},
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
     training_pipeline::TrainingPipeline,
 };
-use tpu_operator_controller::{
-    Context, never_shutdown, preprocess_batch, tenancy::TenancyPolicy, tpu_slice, training_pipeline,
-};
+use tpu_operator_controller::{Context, never_shutdown, preprocess_batch, tpu_slice, training_pipeline};
 
 const STEP: Duration = Duration::from_secs(20);
 
@@ -40,16 +39,41 @@ fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
     .expect("TpuSlice fixture")
 }
 
-fn policy(env: &TestEnv, rules: serde_json::Value) -> TenancyPolicy {
-    let p: TenancyPolicy =
-        serde_json::from_value(json!({"namespaces": {env.ns.clone(): rules}})).expect("policy");
-    p.validate().expect("valid policy");
-    p
+/// A TpuPolicy selecting only the test's namespace (policies are cluster-scoped: the name is
+/// the namespace's, so tests sharing a real API server never see each other's).
+fn policy(env: &TestEnv, rules: serde_json::Value) -> Option<TpuPolicy> {
+    let mut spec = rules;
+    spec["namespaces"] = json!([env.ns.clone()]);
+    Some(
+        serde_json::from_value(json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "kind": "TpuPolicy",
+            "metadata": {"name": policy_name(env)},
+            "spec": spec,
+        }))
+        .expect("policy"),
+    )
 }
 
-/// Starts the three controllers with `policy` (a fresh context, as the operator builds it).
-async fn start(env: &mut TestEnv, policy: TenancyPolicy) -> Arc<Context> {
-    let ctx = Arc::new(env.context().await.with_tenancy(policy));
+fn policy_name(env: &TestEnv) -> String {
+    format!("pol-{}", env.ns)
+}
+
+/// Where messages name the policy's field `f`.
+fn denied_by(env: &TestEnv, f: &str) -> String {
+    format!("TpuPolicy {}, spec.{f}:", policy_name(env))
+}
+
+/// Creates `policy` through the API, then starts the three controllers (a fresh context, as
+/// the operator builds it, watching the policies).
+async fn start(env: &mut TestEnv, policy: Option<TpuPolicy>) -> Arc<Context> {
+    if let Some(p) = policy {
+        kube::Api::<TpuPolicy>::all(env.client.clone())
+            .create(&Default::default(), &p)
+            .await
+            .expect("create the TpuPolicy");
+    }
+    let ctx = Arc::new(env.context().await);
     env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
     env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
     env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
@@ -141,8 +165,7 @@ async fn policy_refusals_make_no_cloud_call() {
         let (reason, message) = slice_stalled(&s).unwrap();
         assert_eq!(reason, "PolicyDenied", "{name}: {message}");
         assert!(
-            message.contains(&format!("tenancy.namespaces.{}.{field}:", env.ns))
-                && message.contains(fragment),
+            message.contains(&denied_by(&env, field)) && message.contains(fragment),
             "{name}: {message}"
         );
         assert!(has_warning(&env, name, "PolicyDenied", STEP).await, "{name}");
@@ -339,19 +362,14 @@ async fn adoption_of_another_owners_node_is_refused_and_the_node_left_alone() {
 #[tokio::test]
 async fn adoption_follows_the_namespace_policy() {
     let mut env = TestEnv::start().await;
-    let ns = env.ns.clone();
+
     let rules = json!({
         "allowAdoption": true,
         "allowedZones": ["us-east5-b"],
         "allowedAccelerators": [{"family": "v6e", "maxChips": 8}],
         "allowedServiceAccounts": ["*-compute@developer.gserviceaccount.com"],
     });
-    let p: TenancyPolicy = serde_json::from_value(json!({
-        "namespaces": {ns.clone(): rules},
-        "default": {"allowedZones": ["us-east5-b"]},
-    }))
-    .unwrap();
-    p.validate().unwrap();
+    let p = policy(&env, rules);
     let ctx = start(&mut env, p).await;
     let elsewhere = node_in(&ctx, "us-east5-a", "zone-a-node", &[]).await;
     let free = node_in(&ctx, "us-east5-b", "free-node", &[("team", "ml")]).await;
@@ -369,8 +387,7 @@ async fn adoption_follows_the_namespace_policy() {
     let (reason, message) = slice_stalled(&s).unwrap();
     assert_eq!(reason, "PolicyDenied");
     assert!(
-        message.contains(&format!("tenancy.namespaces.{ns}.allowedZones:"))
-            && message.contains("zone \"us-east5-a\""),
+        message.contains(&denied_by(&env, "allowedZones")) && message.contains("zone \"us-east5-a\""),
         "{message}"
     );
     env.idle(Duration::from_millis(200), STEP).await;
@@ -426,7 +443,7 @@ async fn adoption_follows_the_namespace_policy() {
 #[tokio::test]
 async fn adoption_needs_allow_adoption() {
     let mut env = TestEnv::start().await;
-    let ns = env.ns.clone();
+
     let p = policy(&env, json!({"allowedZones": ["us-east5-b"]}));
     let ctx = start(&mut env, p).await;
     let node = node_in(&ctx, "us-east5-b", "someone-elses", &[]).await;
@@ -438,10 +455,7 @@ async fn adoption_needs_allow_adoption() {
         })
         .await;
     let (_, message) = slice_stalled(&s).unwrap();
-    assert!(
-        message.contains(&format!("tenancy.namespaces.{ns}.allowAdoption:")),
-        "{message}"
-    );
+    assert!(message.contains(&denied_by(&env, "allowAdoption")), "{message}");
     env.idle(Duration::from_millis(200), STEP).await;
     assert_eq!(env.gcp.call_count("tpu", "nodes.patch"), 0);
     assert_eq!(
@@ -497,7 +511,7 @@ async fn adoption_judges_the_nodes_own_service_account() {
 #[tokio::test]
 async fn service_accounts_and_networks_are_checked_for_all_three_kinds() {
     let mut env = TestEnv::start().await;
-    let ns = env.ns.clone();
+
     let p = policy(
         &env,
         json!({
@@ -507,7 +521,7 @@ async fn service_accounts_and_networks_are_checked_for_all_three_kinds() {
         }),
     );
     start(&mut env, p).await;
-    let field = |f: &str| format!("tenancy.namespaces.{ns}.{f}:");
+    let field = |f: &str| denied_by(&env, f);
     let cases = [
         (
             "owner-sa",
@@ -640,7 +654,7 @@ async fn orphan_sweeper_reports_then_deletes_only_our_orphans() {
     use tpu_operator_controller::sweeper::{Mode, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig};
 
     let mut env = TestEnv::start().await;
-    let ctx = start(&mut env, TenancyPolicy::default()).await;
+    let ctx = start(&mut env, None).await;
     env.create(&slice("kept", json!({}))).await;
     let kept = env.wait_for::<TpuSlice, _>("kept", "Ready", STEP, is_ready).await;
     let kept_node = kept.status.unwrap().node_name.unwrap();

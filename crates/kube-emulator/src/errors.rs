@@ -153,6 +153,16 @@ impl ApiError {
         }
     }
 
+    /// A ValidatingAdmissionPolicy refusal with reason `Forbidden` (HTTP 403).
+    pub fn admission_forbidden(message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message)
+    }
+
+    /// A ValidatingAdmissionPolicy refusal with reason `Invalid` (HTTP 422).
+    pub fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(422, "Invalid", message)
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }

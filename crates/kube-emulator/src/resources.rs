@@ -197,6 +197,24 @@ pub fn builtins() -> Vec<ResourceType> {
             BuiltinTable::Lease,
         ),
         crd,
+        builtin(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+            &[],
+            false,
+            BuiltinTable::None,
+        ),
+        builtin(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+            &[],
+            false,
+            BuiltinTable::None,
+        ),
     ]
 }
 

@@ -94,6 +94,9 @@ struct Caches {
     policies: Store<TpuPolicy>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
     changes: watch::Receiver<u64>,
+    /// Flags set when each cache has listed once. (Not `Store::wait_until_ready`: with several
+    /// controllers awaiting it at once, only some waiters were woken.)
+    listed: [watch::Receiver<bool>; 2],
     _tasks: AbortOnDrop,
 }
 
@@ -138,7 +141,11 @@ impl Policies {
             .default_backoff()
             .reflect(writer);
         let bump_policy = bump.clone();
+        let (policies_listed, policies_listed_rx) = watch::channel(false);
         let policy_task = tokio::spawn(policy_events.for_each(move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                policies_listed.send_replace(true);
+            }
             // Every change after the first listing may relax a rule; the first listing is what
             // `ready` waits for.
             if let Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) = event {
@@ -156,7 +163,11 @@ impl Policies {
         let namespace_events = watcher(Api::<PartialObjectMeta<Namespace>>::all(client), config)
             .default_backoff()
             .reflect(writer);
+        let (namespaces_listed, namespaces_listed_rx) = watch::channel(false);
         let namespace_task = tokio::spawn(namespace_events.for_each(move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                namespaces_listed.send_replace(true);
+            }
             let applied = match &event {
                 Ok(watcher::Event::Apply(ns) | watcher::Event::InitApply(ns)) => Some((ns, true)),
                 _ => None,
@@ -176,6 +187,7 @@ impl Policies {
                 policies,
                 namespaces,
                 changes,
+                listed: [policies_listed_rx, namespaces_listed_rx],
                 _tasks: AbortOnDrop(vec![policy_task.abort_handle(), namespace_task.abort_handle()]),
             }),
             without_policy,
@@ -185,9 +197,10 @@ impl Policies {
     /// Waits until both caches have listed once.
     pub async fn ready(&self) {
         if let Some(c) = &self.caches {
-            // Errors only when the writer is dropped, i.e. the watch task ended: nothing to wait for.
-            let _ = c.policies.wait_until_ready().await;
-            let _ = c.namespaces.wait_until_ready().await;
+            for listed in &c.listed {
+                // Errors only when the watch task ended (the `Policies` is being dropped).
+                let _ = listed.clone().wait_for(|done| *done).await;
+            }
         }
     }
 

@@ -1,7 +1,7 @@
 //! Each `TpuPolicy`'s status: the live usage of the namespaces it selects (chips, estimated
 //! spend, refused objects), so a tenant can `kubectl get tpupolicies` to see what is left.
 //!
-//! Refreshed every [`REFRESH`] and whenever a policy or namespace label changes, by the leader
+//! Refreshed every `poll_capacity` (30 s by default, at least 1 s) and whenever a policy or namespace label changes, by the leader
 //! only (it runs with the controllers). Each namespace is listed once per refresh however many
 //! policies select it, and a status is written only when it changed, so an idle cluster makes
 //! no writes. A cluster without policies makes no calls at all.
@@ -22,8 +22,8 @@ use tpu_operator_api::{
 use super::usage::Listed;
 use crate::{Shutdown, context::Context};
 
-/// How often usage is read again while nothing changes.
-pub const REFRESH: Duration = Duration::from_secs(30);
+/// The least time between two refreshes (the interval is the capacity poll, default 30 s).
+const MIN_REFRESH: Duration = Duration::from_secs(1);
 /// The field manager of the status writes.
 const MANAGER: &str = "tpu-operator";
 /// Per-namespace rows kept in one status (the totals count every namespace).
@@ -38,7 +38,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
             tracing::warn!(error = %e, "refreshing TpuPolicy usage");
         }
         tokio::select! {
-            _ = tokio::time::sleep(REFRESH) => {}
+            _ = tokio::time::sleep(ctx.config.poll_capacity.max(MIN_REFRESH)) => {}
             _ = changes.next() => {}
             _ = shutdown.clone() => return,
         }

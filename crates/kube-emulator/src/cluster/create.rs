@@ -129,6 +129,14 @@ impl State {
         if rt.is_namespace() {
             obj["spec"] = json!({"finalizers": ["kubernetes"]});
             obj["status"] = json!({"phase": "Active"});
+            // "The Kubernetes control plane sets an immutable label kubernetes.io/metadata.name on
+            // all namespaces" (https://kubernetes.io/docs/concepts/overview/working-with-objects/namespaces/).
+            let labels = meta::meta_mut(&mut obj)
+                .entry("labels")
+                .or_insert_with(|| json!({}));
+            if let Some(labels) = labels.as_object_mut() {
+                labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+            }
         }
         let mut warnings = Vec::new();
         let mut crd_types = None;
@@ -144,6 +152,13 @@ impl State {
             crd_types = Some(types);
         }
         obj = self.validate(rt, &name, obj, None, opts, &mut warnings, ownership)?;
+        self.admit(&super::admission::Request {
+            rt,
+            namespace: ns,
+            name: &name,
+            object: &obj,
+            old: None,
+        })?;
         if ownership == Ownership::Update {
             let scope = if rt.status_subresource {
                 Scope::Main

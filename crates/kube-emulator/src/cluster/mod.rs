@@ -3,6 +3,7 @@
 //! server-owned metadata, validation, generation, managed fields, no-op detection) and then the
 //! controllers a real control plane runs (garbage collector, namespace and CRD cleanup).
 
+mod admission;
 mod cleanup;
 mod create;
 mod delete;

@@ -415,6 +415,17 @@ impl State {
         }
         let mut warnings = Vec::new();
         new = self.validate(rt, &name, new, Some(&old), opts, &mut warnings, ownership)?;
+        // Admission sees writes to the object, not to its status subresource (as resource rules
+        // name `tpuslices`, not `tpuslices/status`).
+        if scope != Scope::Status {
+            self.admit(&super::admission::Request {
+                rt,
+                namespace: &r.key.0,
+                name: &name,
+                object: &new,
+                old: Some(&old),
+            })?;
+        }
         if rt.has_generation && spec_part(rt, &new) != spec_part(rt, &old) {
             let generation = meta::meta(&old)
                 .get("generation")
