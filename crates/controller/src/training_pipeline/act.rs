@@ -69,6 +69,19 @@ pub async fn act(
     }
 }
 
+/// Cancels duplicate jobs of the current attempt (see `duplicates`). One that finished or went in
+/// the meantime needs nothing more; cleanup deletes their records with the pipeline's others.
+pub async fn cancel_jobs(ctx: &Context, names: &[String]) -> Result<()> {
+    for name in names {
+        match ctx.gcp.vertex.cancel_custom_job(name).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() || e.kind == ErrorKind::FailedPrecondition => {}
+            Err(e) => return Err(ReconcileError::gcp("cancel duplicate Vertex custom job")(e)),
+        }
+    }
+    Ok(())
+}
+
 fn owner_ref(tp: &TrainingPipeline) -> Option<OwnerReference> {
     tp.controller_owner_ref(&())
 }

@@ -1,20 +1,22 @@
-//! Deleting a pipeline. Its Vertex jobs (found by the UID label, every attempt) are cancelled,
+//! Deleting a pipeline. Its Vertex jobs (found by the UID label, every attempt and any duplicate,
+//! plus the one its status records) are cancelled,
 //! waited for until terminal, then deleted, one call per reconcile; only then is the finalizer
 //! dropped. Owned `PreprocessBatch` / `TpuSlice` children are deleted by ownerReference garbage
 //! collection once the pipeline is gone, and their own finalizers cancel and delete their cloud
 //! resources (`deletionPolicy: Orphan` was copied to them at creation).
 
+use chrono::{DateTime, Utc};
 use kube::runtime::controller::Action;
 use tpu_operator_api::{
     common::DeletionPolicy,
     conditions::{Progress, reasons},
     training_pipeline::{TrainingPipeline, TrainingPipelinePhase},
 };
-use tpu_operator_gcp::{ErrorKind, aiplatform_v1::model::JobState};
+use tpu_operator_gcp::{ErrorKind, aiplatform_v1::model::JobState, ignore_not_found};
 
 use super::{
     Names,
-    observe::list_jobs,
+    observe::{job_view, list_custom_jobs},
     plan::JobView,
     status::{self, time},
 };
@@ -62,21 +64,69 @@ pub async fn cleanup_pass(tp: &TrainingPipeline, ctx: &Context) -> Result<Option
         return Ok(None);
     }
     let names = Names::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
-    let jobs = list_jobs(ctx, &names, None).await?;
+    let (jobs, deletable_after) = every_job(ctx, tp, &names).await?;
     let message = match jobs.first() {
         None => return Ok(None),
         Some(_) => format!("deleting {} Vertex custom job(s) of this pipeline", jobs.len()),
     };
     mark_deleting(ctx, tp, &message).await?;
-    // Cancel everything running first, then delete the terminal ones.
+    // Cancel everything running first, then delete the terminal ones (the recorded job last, and
+    // not before lists had time to show a job whose create reply was lost).
+    let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.as_deref());
+    let settled = deletable_after.is_none_or(|t| ctx.clock.now() >= t);
+    let deletable = |j: &&JobView| {
+        job_step(&j.state) == JobStep::Delete && (settled || Some(j.name.as_str()) != recorded)
+    };
     let next = jobs
         .iter()
         .find(|j| job_step(&j.state) == JobStep::Cancel)
-        .or_else(|| jobs.iter().find(|j| job_step(&j.state) == JobStep::Delete));
+        .or_else(|| {
+            jobs.iter()
+                .filter(|j| Some(j.name.as_str()) != recorded)
+                .find(deletable)
+        })
+        .or_else(|| jobs.iter().find(deletable));
     if let Some(job) = next {
         step(ctx, tp, job).await?;
     }
     Ok(Some(Action::requeue(ctx.config.poll_active)))
+}
+
+/// How long a Vertex list may lag behind a create, as assumed here: Google does not document
+/// whether `customJobs.list` is strongly consistent (docs/reliability.md, "Not verified against
+/// real GCP"), and gcp-emulator's `VertexListLag` makes it lag.
+pub const LIST_SETTLE: chrono::Duration = chrono::Duration::minutes(5);
+
+/// Every job of the pipeline: all that carry its UID label (every attempt, duplicates included)
+/// and the one its status records, read by name, since a list may not show a new job yet. Also
+/// when the recorded job may be deleted: a create whose reply was lost made its job before the
+/// recorded one, and a list shows that job at the latest [`LIST_SETTLE`] after the recorded one
+/// was created; until then the recorded job is cancelled but its record kept, which holds the
+/// finalizer (nothing bills meanwhile).
+async fn every_job(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Names,
+) -> Result<(Vec<JobView>, Option<DateTime<Utc>>)> {
+    let mut jobs = list_custom_jobs(ctx, names, None).await?;
+    let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.as_deref());
+    if let Some(name) = recorded.filter(|n| !jobs.iter().any(|j| j.name == *n)) {
+        let got = match ctx.gcp.vertex.get_custom_job(name).await {
+            // Malformed (400) or gone: nothing to clean.
+            Err(e) if e.kind == ErrorKind::InvalidArgument => None,
+            other => ignore_not_found(other).map_err(ReconcileError::gcp("get Vertex custom job"))?,
+        };
+        jobs.extend(got);
+    }
+    let deletable_after = jobs
+        .iter()
+        .find(|j| Some(j.name.as_str()) == recorded)
+        .and_then(|j| j.create_time.as_ref())
+        .and_then(|t| DateTime::from_timestamp(t.seconds(), 0))
+        .map(|created| created + LIST_SETTLE);
+    let mut views: Vec<JobView> = jobs.into_iter().map(job_view).collect();
+    views.sort_by_key(|j| std::cmp::Reverse(j.attempt));
+    Ok((views, deletable_after))
 }
 
 async fn step(ctx: &Context, tp: &TrainingPipeline, job: &JobView) -> Result<()> {

@@ -8,6 +8,7 @@
 
 mod act;
 mod cleanup;
+mod duplicates;
 pub mod expand;
 mod observe;
 pub mod plan;
@@ -154,6 +155,7 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
         None
     };
     let mut new = decision.status;
+    act::cancel_jobs(&ctx, &decision.cancel_jobs).await?;
     act::act(&ctx, &tp, &names, &decision.action, &mut new, &mut reads).await?;
     status::write(&ctx, &tp, &new).await?;
     for e in decision.events {

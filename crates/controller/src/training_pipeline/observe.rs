@@ -11,11 +11,12 @@ use tpu_operator_api::{
     training_pipeline::{StageName, StageState, TrainingPipeline},
 };
 use tpu_operator_gcp::{
-    OperationState, Service, aiplatform_v1::model::CustomJob, ignore_not_found, operation_state, parse_gs_uri,
+    ErrorKind, OperationState, Service, aiplatform_v1::model::CustomJob, ignore_not_found, operation_state,
+    parse_gs_uri,
 };
 
 use super::{
-    Names,
+    Names, duplicates,
     plan::{Child, JobView, Marker, Mode, Observed, TrainingObserved, is_finished, join_uri},
     spec,
     status::{stage, to_chrono},
@@ -58,6 +59,7 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Res
     } else {
         Child::Absent
     };
+    let mut duplicate_jobs = Vec::new();
     let training = match Mode::of(&tp.spec) {
         Ok(Mode::TpuVm) => {
             let (slice, cost) =
@@ -84,7 +86,8 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Res
             let job = if finished || preprocessing {
                 None
             } else {
-                let (job, cost) = current_job(ctx, tp, names, &mut reads).await?;
+                let (job, cost, extra) = current_job(ctx, tp, names, &mut reads).await?;
+                duplicate_jobs = extra;
                 if let (Some(j), Some(c)) = (&job, &cost) {
                     ctx.metrics.record_spend(&names.id.namespace, &j.name, Some(c));
                 }
@@ -117,6 +120,7 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Res
         preprocess,
         training,
         held_jobs,
+        duplicate_jobs,
         pending_operation_done,
         costs,
     };
@@ -200,7 +204,7 @@ where
     Ok((child, cost))
 }
 
-fn job_view(job: CustomJob) -> JobView {
+pub fn job_view(job: CustomJob) -> JobView {
     JobView {
         preempted: spot_preempted(&job),
         attempt: spec::attempt_of(&job),
@@ -238,33 +242,55 @@ pub(crate) fn spot_preempted(job: &CustomJob) -> bool {
 
 /// This pipeline's jobs (of one attempt, or all), newest attempt first.
 pub async fn list_jobs(ctx: &Context, names: &Names, attempt: Option<i32>) -> Result<Vec<JobView>> {
-    let Some(parent) = &names.vertex_parent else {
-        return Ok(Vec::new());
-    };
-    let filter = spec::job_filter(&names.id, attempt);
-    let jobs = ctx
-        .gcp
-        .vertex
-        .list_custom_jobs(parent, &filter)
-        .await
-        .map_err(ReconcileError::gcp("list Vertex custom jobs by UID label"))?;
+    let jobs = list_custom_jobs(ctx, names, attempt).await?;
     let mut views: Vec<JobView> = jobs.into_iter().map(job_view).collect();
     views.sort_by_key(|j| std::cmp::Reverse(j.attempt));
     Ok(views)
 }
 
-/// The job of the current attempt: by its recorded name, else the newest one carrying this
-/// pipeline's UID label (a job created just before a crash, before its name reached the status).
-/// The current attempt's job and, once it started, its cost estimate.
+/// This pipeline's jobs (of one attempt, or all) as Vertex lists them.
+pub async fn list_custom_jobs(ctx: &Context, names: &Names, attempt: Option<i32>) -> Result<Vec<CustomJob>> {
+    let Some(parent) = &names.vertex_parent else {
+        return Ok(Vec::new());
+    };
+    let filter = spec::job_filter(&names.id, attempt);
+    ctx.gcp
+        .vertex
+        .list_custom_jobs(parent, &filter)
+        .await
+        .map_err(ReconcileError::gcp("list Vertex custom jobs by UID label"))
+}
+
+/// The recorded job as read (if it still exists) and the jobs Vertex lists for its attempt: a
+/// create whose reply was lost may have made another one, which a list shows only later.
+async fn attempt_jobs(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Names,
+    recorded: Option<CustomJob>,
+) -> Result<Vec<CustomJob>> {
+    let attempt = match &recorded {
+        Some(job) => spec::attempt_of(job),
+        None => tp.status.as_ref().map_or(0, |s| s.attempts),
+    };
+    let listed = list_custom_jobs(ctx, names, Some(attempt)).await?;
+    // The read by name first: it is authoritative, and a lagging list may not show it at all.
+    Ok(recorded.into_iter().chain(listed).collect())
+}
+
+/// The job of the current attempt and, once it started, its cost estimate, plus the other jobs of
+/// that attempt that still run (duplicates to cancel, see [`duplicates`]). The job is the one
+/// recorded in status, else the newest attempt's carrying this pipeline's UID label (a job created
+/// just before a crash, before its name reached the status); when an attempt has several jobs,
+/// the oldest.
 async fn current_job(
     ctx: &Context,
     tp: &TrainingPipeline,
     names: &Names,
     reads: &mut Reads,
-) -> Result<(Option<JobView>, Option<CostEstimate>)> {
+) -> Result<(Option<JobView>, Option<CostEstimate>, Vec<JobView>)> {
     let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.clone());
-    let mut cost = None;
-    let job = match recorded {
+    let jobs = match recorded {
         Some(name) => {
             // The cloud watch saves reads: a job it just listed in a new state, or one that has
             // not changed since this pipeline last read it (a pipeline is woken by its children
@@ -277,20 +303,31 @@ async fn current_job(
                 Some(job) => Ok(job),
                 None => ctx.gcp.vertex.get_custom_job(&name).await,
             };
-            let got = ignore_not_found(got).map_err(ReconcileError::gcp("get Vertex custom job"))?;
-            if let (Some(job), Some(v)) = (&got, &tp.spec.training.vertex) {
-                cost = super::status::vertex_cost(v, job, &ctx.prices, ctx.clock.now());
-            }
-            reads.job.clone_from(&got);
-            got.map(job_view)
+            let got = match got {
+                // A name Vertex calls malformed (400, as for a non-numeric id) names no job:
+                // retrying the same get cannot succeed, so it counts as gone.
+                Err(e) if e.kind == ErrorKind::InvalidArgument => None,
+                other => ignore_not_found(other).map_err(ReconcileError::gcp("get Vertex custom job"))?,
+            };
+            attempt_jobs(ctx, tp, names, got).await?
         }
         None => {
             reads.jobs_listed = true;
-            list_jobs(ctx, names, None).await?.into_iter().next()
+            let mut all = list_custom_jobs(ctx, names, None).await?;
+            let newest = all.iter().map(spec::attempt_of).max();
+            all.retain(|j| Some(spec::attempt_of(j)) == newest);
+            all
         }
     };
-    let Some(mut job) = job else {
-        return Ok((None, cost));
+    let split = duplicates::split(jobs);
+    let extra = split.to_cancel.into_iter().map(job_view).collect();
+    let mut cost = None;
+    if let (Some(job), Some(v)) = (&split.kept, &tp.spec.training.vertex) {
+        cost = super::status::vertex_cost(v, job, &ctx.prices, ctx.clock.now());
+    }
+    reads.job.clone_from(&split.kept);
+    let Some(mut job) = split.kept.map(job_view) else {
+        return Ok((None, cost, extra));
     };
     if matches!(
         job.state,
@@ -306,7 +343,7 @@ async fn current_job(
             .map_err(ReconcileError::gcp("check the model output"))?;
         job.model_exists = Some(exists);
     }
-    Ok((Some(job), cost))
+    Ok((Some(job), cost, extra))
 }
 
 /// TPU VM mode: `_SUCCESS` / `_FAILED` under `modelDir`, written since the current attempt began.

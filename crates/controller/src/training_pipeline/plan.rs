@@ -33,6 +33,8 @@ use super::status::{self, time};
 
 /// Reason of a pipeline stopped by a failed preprocessing stage.
 pub const PREPROCESS_FAILED: &str = "PreprocessFailed";
+/// Event reason of a duplicate Vertex job of one attempt being cancelled.
+pub const DUPLICATE_JOB_CANCELLED: &str = "DuplicateJobCancelled";
 /// Reason of a pipeline whose owned child already exists but belongs to someone else.
 pub const CHILD_NOT_OWNED: &str = "ChildNotOwned";
 
@@ -108,6 +110,8 @@ pub struct Event {
 pub struct Plan {
     pub status: TrainingPipelineStatus,
     pub action: Action,
+    /// Vertex jobs to cancel besides the action: duplicates of the current attempt.
+    pub cancel_jobs: Vec<String>,
     pub requeue: Requeue,
     pub events: Vec<Event>,
 }
@@ -365,12 +369,39 @@ impl Planner<'_> {
         }
         self.st.phase = step.phase;
         status::set_stage_conditions(&mut self.st, self.input.spec.suspend, now);
+        let cancel_jobs = self.cancel_duplicates();
+        let requeue = if cancel_jobs.is_empty() {
+            step.requeue
+        } else {
+            Requeue::Active
+        };
         Plan {
             status: self.st,
             action: step.action,
-            requeue: step.requeue,
+            cancel_jobs,
+            requeue,
             events: self.events,
         }
+    }
+
+    /// The current attempt's other running jobs are cancelled, whatever else this pass does
+    /// (cancelling creates nothing, so suspend does not hold it back), each with a Warning.
+    fn cancel_duplicates(&mut self) -> Vec<String> {
+        let kept = self.st.custom_job_name.clone().unwrap_or_default();
+        let mut names = Vec::new();
+        for job in &self.input.observed.duplicate_jobs {
+            let note = format!(
+                "custom job {} is a second job for attempt {} (a create whose reply was lost, listed late); cancelling it and keeping the oldest, {kept}",
+                job.name, job.attempt
+            );
+            self.events.push(Event {
+                warning: true,
+                reason: DUPLICATE_JOB_CANCELLED.to_string(),
+                note,
+            });
+            names.push(job.name.clone());
+        }
+        names
     }
 }
 

@@ -71,6 +71,9 @@ pub struct Observed {
     pub training: TrainingObserved,
     /// Reaping only: the Vertex jobs still labelled with this pipeline's UID.
     pub held_jobs: Vec<JobView>,
+    /// Other jobs of the current attempt that still run: a create whose reply was lost made them
+    /// (see `duplicates`). Cancelled, the current job being the attempt's oldest.
+    pub duplicate_jobs: Vec<JobView>,
     /// Reaping only: whether the delete operation in `status.pendingOperation` is done.
     pub pending_operation_done: Option<bool>,
     /// Cost estimates the children publish (the Vertex job has none: no price table for it yet).

@@ -53,6 +53,7 @@ fn vertex(preprocess: Child, job: Option<JobView>) -> Observed {
         preprocess,
         training: TrainingObserved::Vertex { job },
         held_jobs: vec![],
+        duplicate_jobs: vec![],
         pending_operation_done: None,
         costs: vec![],
     }
@@ -63,6 +64,7 @@ fn vm(slice: Child, marker: Marker) -> Observed {
         preprocess: ready(),
         training: TrainingObserved::TpuVm { slice, marker },
         held_jobs: vec![],
+        duplicate_jobs: vec![],
         pending_operation_done: None,
         costs: vec![],
     }
