@@ -235,6 +235,77 @@ async fn metadata_drift_correction_keeps_keys_others_added() {
     );
 }
 
+/// Issue 21 item 8: `nodes.patch` answers 409 while another operation runs on the node (gcloud
+/// retries it). The drift correction is retried at `poll_active`, not stalled: once against
+/// gcp-emulator's own 409 ABORTED (a patch of someone else still running), once against
+/// FAILED_PRECONDITION, the other code the service may use, which the error policy would
+/// otherwise retry only every 5 minutes.
+#[tokio::test]
+async fn a_patch_refused_while_the_node_is_busy_is_retried_soon() {
+    use tpu_operator_gcp::tpu_v2::model::Node;
+    let env = start().await;
+    env.create(&slice("busy", json!({"onDemand": {}}))).await;
+    env.wait_for::<TpuSlice, _>("busy", "Ready", STEP, is_ready).await;
+    env.idle(Duration::from_millis(300), STEP).await;
+    let name = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    // Someone else's patch is running (no time passes): the operator's patch gets 409 ABORTED.
+    env.ctx
+        .gcp
+        .tpu
+        .update_node(&name, Node::new().set_description("by hand"), &["description"])
+        .await
+        .unwrap();
+    relabel(&env, "a").await;
+    wait_label(&env, "a").await;
+    let refused = env
+        .gcp
+        .calls()
+        .iter()
+        .filter(|c| c.method == "nodes.patch" && c.status == 409)
+        .count();
+    assert!(refused >= 1, "the emulator refused a patch while busy");
+
+    env.idle(Duration::from_millis(300), STEP).await;
+    env.gcp
+        .inject(Fault::FailCalls {
+            service: "tpu".into(),
+            method: "nodes.patch".into(),
+            count: 2,
+            code: Code::FailedPrecondition,
+            message: Some("The node has an operation in progress.".into()),
+        })
+        .unwrap();
+    relabel(&env, "b").await;
+    wait_label(&env, "b").await;
+}
+
+async fn relabel(env: &TestEnv, team: &str) {
+    let patch = json!({"spec": {"labels": {"team": team}}});
+    env.api::<TpuSlice>()
+        .patch("busy", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Waits (1 s of emulated time per 50 ms) for the label on the node; the slice never stalls.
+async fn wait_label(env: &TestEnv, team: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while env.gcp.nodes()[0]["labels"]["team"] != team {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "label {team} never patched: {:?}",
+            env.gcp
+                .calls()
+                .iter()
+                .filter(|c| c.method == "nodes.patch")
+                .collect::<Vec<_>>()
+        );
+        env.idle(Duration::from_millis(50), Duration::from_secs(1)).await;
+    }
+    let s = env.api::<TpuSlice>().get("busy").await.unwrap();
+    assert_ne!(progress(&s), Some(Progress::Stalled), "{:?}", s.status);
+}
+
 /// `capacity.reserved.reservationName` reaches Google: the slice is requested through a queued
 /// resource naming the reservation (TPU v2 has no other field for it), comes up from the
 /// reservation's chips even during a stockout, and a slice naming a reservation that does not

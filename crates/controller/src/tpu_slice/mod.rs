@@ -243,6 +243,11 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     };
     let (started, failure) = match act::act(ctx, &plan.action, &request).await {
         Ok(started) => (started, None),
+        // Another operation runs on the node: the plan (and its short requeue) stands.
+        Err(err) if plan::node_busy(&plan.action, &err) => {
+            tracing::debug!(error = %err, "TPU node busy with another operation; retrying");
+            (None, None)
+        }
         Err(err) => match plan::on_action_error(&plan.action, &err) {
             Some(assessment) => {
                 plan.assessment = assessment;

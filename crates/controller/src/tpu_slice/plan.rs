@@ -312,6 +312,17 @@ fn is_qr_deleting(qr: &QueuedResource) -> bool {
     )
 }
 
+/// A patch or start refused because another operation runs on the node (issue 21 item 8): the
+/// TPU API answers 409 (ABORTED; FAILED_PRECONDITION is taken the same way, since which one is
+/// not documented) and gcloud retries. Not a failure: the plan stands and is tried again at
+/// `poll_active`, without the error backoff (a permission or spec problem would not clear so).
+pub fn node_busy(action: &Action, err: &GcpError) -> bool {
+    matches!(action, Action::PatchNode(_) | Action::StartNode)
+        && (err.status == Some("ABORTED")
+            || err.kind == ErrorKind::FailedPrecondition
+            || (err.http_status == Some(409) && err.kind != ErrorKind::AlreadyExists))
+}
+
 /// How a failed cloud call is reported. `None`: transient, return the error (backoff).
 pub fn on_action_error(action: &Action, err: &GcpError) -> Option<Assessment> {
     match action {

@@ -298,3 +298,27 @@ fn quota_failures_stall_and_stockouts_wait() {
     );
     assert_eq!(p.assessment.progress, Progress::Stalled);
 }
+
+/// Issue 21 item 8: a patch or start refused while another operation runs on the node is retried
+/// soon, whichever of ABORTED (409) or FAILED_PRECONDITION the service uses; a create conflict is
+/// not "busy".
+#[test]
+fn a_busy_node_is_retried_not_failed() {
+    let mut aborted = GcpError::new(ErrorKind::Transient, Service::Tpu, "nodes.patch", "n", "busy");
+    aborted.status = Some("ABORTED");
+    aborted.http_status = Some(409);
+    let precondition = GcpError::new(
+        ErrorKind::FailedPrecondition,
+        Service::Tpu,
+        "nodes.patch",
+        "n",
+        "busy",
+    );
+    let patch = Action::PatchNode(vec!["labels"]);
+    assert!(node_busy(&patch, &aborted));
+    assert!(node_busy(&patch, &precondition));
+    assert!(node_busy(&Action::StartNode, &aborted));
+    assert!(!node_busy(&Action::CreateNode, &aborted));
+    let unavailable = GcpError::new(ErrorKind::Transient, Service::Tpu, "nodes.patch", "n", "503");
+    assert!(!node_busy(&patch, &unavailable));
+}
