@@ -162,7 +162,7 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
         report::publish_event(&ctx, tp.as_ref(), e.warning, &e.reason, e.note).await;
     }
     policy::on_success(tp.as_ref(), &ctx);
-    if decision.requeue == plan::Requeue::Active {
+    if decision.requeue == plan::Requeue::Active && !reads.list_lags {
         let owner = Owner::pipeline(&tp);
         let current = |name: &String| Some(name) == new.custom_job_name.as_ref();
         let wait = match (&decision.action, reads.job) {

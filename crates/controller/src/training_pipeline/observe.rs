@@ -34,6 +34,10 @@ pub struct Reads {
     /// No job name was recorded, so every job carrying this pipeline's UID label was listed in
     /// this pass: a job of a newer attempt than the one observed does not exist.
     pub jobs_listed: bool,
+    /// The recorded job exists but the list of its attempt does not show it yet: lists lag, and
+    /// a job whose create reply was lost (older, so listed no later) may still turn up. The
+    /// pipeline polls instead of waiting on the cloud watch until the list has caught up.
+    pub list_lags: bool,
 }
 
 /// What the pipeline owns, and what else the pass read.
@@ -268,12 +272,16 @@ async fn attempt_jobs(
     tp: &TrainingPipeline,
     names: &Names,
     recorded: Option<CustomJob>,
+    reads: &mut Reads,
 ) -> Result<Vec<CustomJob>> {
     let attempt = match &recorded {
         Some(job) => spec::attempt_of(job),
         None => tp.status.as_ref().map_or(0, |s| s.attempts),
     };
     let listed = list_custom_jobs(ctx, names, Some(attempt)).await?;
+    reads.list_lags = recorded
+        .as_ref()
+        .is_some_and(|r| !listed.iter().any(|j| j.name == r.name));
     // The read by name first: it is authoritative, and a lagging list may not show it at all.
     Ok(recorded.into_iter().chain(listed).collect())
 }
@@ -309,7 +317,7 @@ async fn current_job(
                 Err(e) if e.kind == ErrorKind::InvalidArgument => None,
                 other => ignore_not_found(other).map_err(ReconcileError::gcp("get Vertex custom job"))?,
             };
-            attempt_jobs(ctx, tp, names, got).await?
+            attempt_jobs(ctx, tp, names, got, reads).await?
         }
         None => {
             reads.jobs_listed = true;
