@@ -123,7 +123,28 @@ fn accelerator(t: VertexAcceleratorType) -> vx::AcceleratorType {
     }
 }
 
-fn machine_spec(v: &VertexTraining) -> vx::MachineSpec {
+/// `acceleratorCount` to send with an `acceleratorType`. `cloud-tpu` is sized by it (8 cores).
+/// A `ct5lp-hightpu-<N>t` machine has N chips whatever the topology (which spans several such
+/// machines), so the count is N (Vertex "Configure compute resources for training",
+/// https://cloud.google.com/vertex-ai/docs/training/configure-compute, TPU v5e machine types;
+/// issue 21 item 8): the spec may leave it out or repeat it, anything else is refused here
+/// rather than by Vertex.
+fn accelerator_count(v: &VertexTraining) -> Result<i32, String> {
+    if v.machine_type == VertexMachineType::CloudTpu {
+        return Ok(v.accelerator_count.unwrap_or(8));
+    }
+    let chips = v.machine_type.info().chips_per_host as i32;
+    match v.accelerator_count {
+        None => Ok(chips),
+        Some(n) if n == chips => Ok(chips),
+        Some(n) => Err(format!(
+            "spec.training.vertex.acceleratorCount: machine type {} has {chips} TPU chip(s) whatever the topology; leave acceleratorCount unset or set it to {chips} (got {n})",
+            v.machine_type.as_str()
+        )),
+    }
+}
+
+fn machine_spec(v: &VertexTraining) -> Result<vx::MachineSpec, String> {
     let mut m = vx::MachineSpec::new().set_machine_type(v.machine_type.as_str());
     if v.machine_type != VertexMachineType::CloudTpu
         && let Some(t) = &v.tpu_topology
@@ -133,9 +154,9 @@ fn machine_spec(v: &VertexTraining) -> vx::MachineSpec {
     if let Some(t) = v.accelerator_type {
         m = m
             .set_accelerator_type(accelerator(t))
-            .set_accelerator_count(v.accelerator_count.unwrap_or(8));
+            .set_accelerator_count(accelerator_count(v)?);
     }
-    m
+    Ok(m)
 }
 
 /// `scheduling.timeout` when the spec sets none: Vertex's own default is 7 days ("The maximum
@@ -195,7 +216,7 @@ pub fn custom_job(
                 .map(|e| vx::EnvVar::new().set_name(e.name).set_value(e.value)),
         );
     let mut pool = vx::WorkerPoolSpec::new()
-        .set_machine_spec(machine_spec(v))
+        .set_machine_spec(machine_spec(v)?)
         .set_replica_count(v.replica_count)
         .set_container_spec(container);
     if let Some(disk) = &v.boot_disk {
@@ -339,6 +360,41 @@ mod tests {
             .unwrap();
         assert_eq!(m.accelerator_type, vx::AcceleratorType::TpuV3);
         assert_eq!((m.accelerator_count, m.tpu_topology.as_str()), (8, ""));
+    }
+
+    /// Issue 21 item 8: a `ct5lp-hightpu-<N>t` machine is sent with N chips whatever the
+    /// topology (it used to get 8 for every machine type).
+    #[test]
+    fn ct5lp_machines_send_their_own_chip_count() {
+        let mut tp = quickstart();
+        let v = tp.spec.training.vertex.as_mut().unwrap();
+        v.accelerator_type = Some(VertexAcceleratorType::TPU_V5_LITEPOD);
+        for (machine, topology, chips) in [
+            (VertexMachineType::Ct5lpHightpu1t, "1x1", 1),
+            (VertexMachineType::Ct5lpHightpu4t, "2x2", 4),
+            (VertexMachineType::Ct5lpHightpu4t, "4x4", 4),
+            (VertexMachineType::Ct5lpHightpu8t, "2x4", 8),
+        ] {
+            let v = tp.spec.training.vertex.as_mut().unwrap();
+            v.machine_type = machine;
+            v.tpu_topology = Some(topology.into());
+            v.accelerator_count = None;
+            let job = custom_job(&tp.spec, &id(), "c1", 1).unwrap();
+            let m = job.job_spec.unwrap().worker_pool_specs[0]
+                .machine_spec
+                .clone()
+                .unwrap();
+            assert_eq!(m.accelerator_type, vx::AcceleratorType::TpuV5Litepod);
+            assert_eq!(m.accelerator_count, chips, "{machine:?} {topology}");
+        }
+        let v = tp.spec.training.vertex.as_mut().unwrap();
+        v.accelerator_count = Some(8);
+        v.machine_type = VertexMachineType::Ct5lpHightpu4t;
+        let err = custom_job(&tp.spec, &id(), "c1", 1).unwrap_err();
+        assert!(
+            err.contains("acceleratorCount") && err.contains("ct5lp-hightpu-4t"),
+            "{err}"
+        );
     }
 
     #[test]
