@@ -154,3 +154,61 @@ async fn cleanup_cancels_every_job_of_the_attempt() {
     env.wait_gone::<TrainingPipeline>("dup-delete", STEP).await;
     assert!(env.gcp.custom_jobs().is_empty(), "{:?}", env.gcp.custom_jobs());
 }
+
+/// Issue 21 item 8: Vertex answers `customJobs.get` of a non-numeric id with 400
+/// INVALID_ARGUMENT, not 404 (Config Connector's recording, see gcp-emulator's
+/// `tests/golden/SOURCE.md`). A recorded name Vertex calls malformed names no job: it counts as
+/// gone, the attempt's job is found again by its labels, and the pipeline is not stuck retrying
+/// the same get.
+#[tokio::test]
+async fn a_malformed_recorded_job_name_counts_as_gone() {
+    use kube::api::{Patch, PatchParams};
+    let mut env = TestEnv::start().await;
+    env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
+    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    tp.metadata.name = Some("garbled".into());
+    tp.spec.preprocess = None;
+    env.create(&tp).await;
+    let recorded = env
+        .wait_for::<TrainingPipeline, _>("garbled", "a job recorded", Duration::ZERO, |tp| {
+            tp.status.as_ref().is_some_and(|s| s.custom_job_name.is_some())
+        })
+        .await;
+    let real = recorded.status.unwrap().custom_job_name.unwrap();
+    let garbled = format!(
+        "{}/customJobs/not-a-number",
+        real.split("/customJobs/").next().unwrap()
+    );
+    let refused = |env: &TestEnv| {
+        env.gcp
+            .calls()
+            .iter()
+            .any(|c| c.method == "customJobs.get" && c.status == 400)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !refused(&env) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the garbled name was never read"
+        );
+        let patch = serde_json::json!({"status": {"customJobName": garbled}});
+        env.api::<TrainingPipeline>()
+            .patch_status("garbled", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        env.idle(Duration::from_millis(50), Duration::ZERO).await;
+    }
+    let tp = env
+        .wait_for::<TrainingPipeline, _>("garbled", "Succeeded", STEP, |tp| {
+            phase(tp) == Phase::Succeeded || phase(tp) == Phase::Failed
+        })
+        .await;
+    let st = tp.status.unwrap();
+    assert_eq!(st.phase, Phase::Succeeded, "{:?}", st.message);
+    assert_eq!(
+        st.custom_job_name.as_deref(),
+        Some(real.as_str()),
+        "found again by label"
+    );
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 1);
+}
