@@ -426,8 +426,23 @@ pub fn status_consistent(snapshot: &Snapshot, gcp: &gcp_emulator::Emulator) -> V
             }
         }
         let uid = p.uid().unwrap_or_default();
+        let named_attempt = st
+            .custom_job_name
+            .as_ref()
+            .and_then(|n| jobs.get(n))
+            .and_then(|j| label(j, ATTEMPT_LABEL));
+        // A duplicate of the named job's attempt (a create whose reply was lost) that the
+        // operator cancelled stays stored, not billing, until the pipeline is deleted.
+        let cancelled_duplicate = |job: &Value| {
+            matches!(state(job), "JOB_STATE_CANCELLED" | "JOB_STATE_CANCELLING")
+                && named_attempt.is_some()
+                && label(job, ATTEMPT_LABEL) == named_attempt
+        };
         for (n, job) in &jobs {
-            if label(job, UID_LABEL) == Some(uid.as_str()) && st.custom_job_name.as_deref() != Some(n) {
+            if label(job, UID_LABEL) == Some(uid.as_str())
+                && st.custom_job_name.as_deref() != Some(n)
+                && !cancelled_duplicate(job)
+            {
                 v.push(format!(
                     "TrainingPipeline {name}: job {n} carries its UID but status names {:?}",
                     st.custom_job_name

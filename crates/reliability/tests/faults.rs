@@ -349,3 +349,97 @@ async fn kube_conflicts_watch_expiry_and_watch_ends_converge() {
     assert!(per <= bound, "{per:.1} GCP calls per object > {bound:.0}");
     world.kill_operator().await;
 }
+
+/// Issue 21 item 5: `customJobs.create` has no request id. Every pipeline's first create is
+/// carried out but answered 503 (`LoseReply`), and jobs stay out of lists for 2 minutes of cloud
+/// time (`VertexListLag`): each retry creates a second job for the same attempt. The operator must
+/// notice once lists catch up, cancel all but the oldest (a `DuplicateJobCancelled` Warning each),
+/// converge, and leave nothing running or stored after deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_lost_create_replies_and_lagging_lists_leave_no_duplicate_running() {
+    const PIPELINES: usize = 3;
+    let mut world = World::start().await;
+    world
+        .gcp
+        .inject(Fault::LoseReply {
+            service: "vertex".into(),
+            method: "customJobs.create".into(),
+            count: PIPELINES as u32,
+            code: None,
+        })
+        .unwrap();
+    world
+        .gcp
+        .inject(Fault::VertexListLag {
+            lists: 0,
+            seconds: 120,
+        })
+        .unwrap();
+    world.start_operator().await;
+    let names: Vec<String> = (0..PIPELINES).map(|i| format!("lost-{i}")).collect();
+    for n in &names {
+        world.create(&fixtures::pipeline(n, Training::Vertex)).await;
+    }
+    // Each pipeline has its PreprocessBatch child: 2 objects per pipeline.
+    if let Err(snap) = world
+        .drive(Duration::from_secs(90), STEP, |s| {
+            invariants::converged(s, 2 * PIPELINES)
+        })
+        .await
+    {
+        panic!("not converged in 90 s: {}", describe(&snap));
+    }
+    let lost = world
+        .gcp
+        .calls()
+        .iter()
+        .filter(|c| c.method == "customJobs.create" && c.status == 503)
+        .count();
+    let made = world.gcp.call_count("vertex", "customJobs.create");
+    let jobs = world.gcp.custom_jobs();
+    let cancelled = jobs
+        .iter()
+        .filter(|j| j["state"] == "JOB_STATE_CANCELLED" || j["state"] == "JOB_STATE_CANCELLING")
+        .count();
+    let events = world
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("DuplicateJobCancelled"))
+        .count();
+    let running_dups = invariants::live_duplicates(&world.gcp);
+    eprintln!(
+        "{PIPELINES} pipelines: {made} customJobs.create calls ({lost} replies lost), {} jobs, {cancelled} duplicates cancelled, {events} DuplicateJobCancelled events, {} duplicates left running",
+        jobs.len(),
+        running_dups.0.len()
+    );
+    assert_eq!(lost, PIPELINES, "every pipeline lost one create reply");
+    assert!(jobs.len() > PIPELINES, "the lagging list let duplicates be made");
+    assert_eq!(
+        cancelled,
+        jobs.len() - PIPELINES,
+        "all but one job per attempt cancelled"
+    );
+    assert!(
+        events >= jobs.len() - PIPELINES,
+        "a Warning per cancelled duplicate"
+    );
+    assert!(running_dups.is_empty(), "{running_dups}");
+    let v = invariants::status_consistent(&world.snapshot().await, &world.gcp);
+    assert!(v.is_empty(), "{v}");
+
+    for n in &names {
+        world.delete::<TrainingPipeline>(n).await;
+    }
+    if let Err(snap) = world.drive(Duration::from_secs(90), STEP, |s| s.is_empty()).await {
+        panic!("objects stuck: {}", invariants::stuck(&snap));
+    }
+    world.idle_ticks(40).await;
+    let leaks = invariants::leftovers(&world.gcp);
+    eprintln!("after deletion: {} leaks", leaks.0.len());
+    assert!(leaks.is_empty(), "{leaks}");
+    world.kill_operator().await;
+}
