@@ -33,7 +33,10 @@ fn selects() -> String {
     let labels = "namespaceObject.metadata.labels";
     let has_key = |key: &str| format!("(has({labels}) && {key} in {labels})");
     let in_values = |key: &str| {
-        format!("({} && has(e.values) && {labels}[{key}] in e.values)", has_key(key))
+        format!(
+            "({} && has(e.values) && {labels}[{key}] in e.values)",
+            has_key(key)
+        )
     };
     let by_name = "(has(params.spec.namespaces) && params.spec.namespaces.exists(n, n == request.namespace \
                    || (n.endsWith('*') && request.namespace.startsWith(n.split('*')[0]))))";
@@ -118,9 +121,8 @@ fn list_check(kind: &'static str, field: &'static str, at: &'static str, path: &
 /// A TPU slice spec at `slice` (`object.spec` or a pipeline's `object.spec.training.tpuVm.slice`).
 fn slice_checks(kind: &'static str, slice: &str) -> Vec<Check> {
     let family = format!("{slice}.acceleratorType.split('-')[0]");
-    let chips = format!(
-        "(int({slice}.acceleratorType.split('-')[1]) / ({family} in ['v5litepod', 'v6e'] ? 1 : 2))"
-    );
+    let chips =
+        format!("(int({slice}.acceleratorType.split('-')[1]) / ({family} in ['v5litepod', 'v6e'] ? 1 : 2))");
     let same_family = format!(
         "(a.family == {family} || (a.family == 'v5e' && {family} == 'v5litepod') || (a.family == 'v5litepod' && {family} == 'v5e'))"
     );
@@ -189,7 +191,13 @@ fn accounts(account: &str) -> String {
 /// Networks: admission decides only plain names against plain-name entries; a path on either
 /// side (`projects/p/global/networks/n`, relative to the object's project or not) is the
 /// controller's, which normalises both.
-fn network_check(kind: &'static str, field: &'static str, at: &'static str, value: &str, present: &str) -> Check {
+fn network_check(
+    kind: &'static str,
+    field: &'static str,
+    at: &'static str,
+    value: &str,
+    present: &str,
+) -> Check {
     Check {
         kind,
         field,
@@ -236,14 +244,34 @@ fn batch_checks(kind: &'static str, batch: &str) -> Vec<Check> {
 /// Every validation, in a stable order.
 pub fn validations() -> Vec<Validation> {
     let mut checks = vec![
-        list_check("PreprocessBatch", "allowedProjects", "project", "object.spec.project"),
-        list_check("PreprocessBatch", "allowedRegions", "region", "object.spec.region"),
+        list_check(
+            "PreprocessBatch",
+            "allowedProjects",
+            "project",
+            "object.spec.project",
+        ),
+        list_check(
+            "PreprocessBatch",
+            "allowedRegions",
+            "region",
+            "object.spec.region",
+        ),
     ];
     checks.extend(batch_checks("PreprocessBatch", "object.spec"));
     checks.extend(slice_checks("TpuSlice", "object.spec"));
     let pipeline = "TrainingPipeline";
-    checks.push(list_check(pipeline, "allowedProjects", "project", "object.spec.project"));
-    checks.push(list_check(pipeline, "allowedRegions", "region", "object.spec.region"));
+    checks.push(list_check(
+        pipeline,
+        "allowedProjects",
+        "project",
+        "object.spec.project",
+    ));
+    checks.push(list_check(
+        pipeline,
+        "allowedRegions",
+        "region",
+        "object.spec.region",
+    ));
     checks.extend(batch_checks(pipeline, "object.spec.preprocess"));
     let vertex = "object.spec.training.vertex";
     let strategy = format!(

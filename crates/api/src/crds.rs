@@ -66,16 +66,16 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         TrainingPipeline::crd(),
         TpuPolicy::crd(),
     ]
-        .into_iter()
-        .map(|crd| {
-            let mut crd = finish(crd).unwrap_or_else(|e| panic!("{e}"));
-            let annotations = crd.metadata.annotations.get_or_insert_with(Default::default);
-            for (key, value) in CRD_ANNOTATIONS {
-                annotations.insert(key.to_string(), value.to_string());
-            }
-            crd
-        })
-        .collect()
+    .into_iter()
+    .map(|crd| {
+        let mut crd = finish(crd).unwrap_or_else(|e| panic!("{e}"));
+        let annotations = crd.metadata.annotations.get_or_insert_with(Default::default);
+        for (key, value) in CRD_ANNOTATIONS {
+            annotations.insert(key.to_string(), value.to_string());
+        }
+        crd
+    })
+    .collect()
 }
 
 /// The CRD for one kind (`TpuSlice`, `PreprocessBatch`, `TrainingPipeline`).

@@ -17,9 +17,7 @@ use crate::schema::{MAX_LIST_ITEMS, PROJECT_ID};
 /// How capacity is paid for, as policies and prices name it. Reserved and queued (guaranteed)
 /// capacity are priced as on-demand (a reservation's price depends on its commitment, which the
 /// operator cannot see); queued spot is priced as spot.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum CapacityKind {
     OnDemand,
@@ -59,7 +57,11 @@ pub const NAMESPACE_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\*?$|^\
     shortname = "tpupol",
     category = "tpu-operator",
     doc = "What the namespaces a policy selects may make tpu-operator do in Google Cloud: projects, locations, TPU families and sizes, capacity kinds, identities, networks, adoption, chip quota and spend budgets. Every policy selecting a namespace applies (the most restrictive wins). Status shows each selected namespace's live usage.",
-    printcolumn(name = "Namespaces", type_ = "integer", json_path = ".status.selectedNamespaces"),
+    printcolumn(
+        name = "Namespaces",
+        type_ = "integer",
+        json_path = ".status.selectedNamespaces"
+    ),
     printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips"),
     printcolumn(name = "Max Chips", type_ = "integer", json_path = ".spec.maxChips"),
     printcolumn(name = "USD/h", type_ = "number", json_path = ".status.spendPerHourUsd"),
@@ -210,11 +212,19 @@ pub struct NamespaceUsage {
 impl TpuPolicySpec {
     /// Whether this policy selects the namespace `name` with `labels`.
     pub fn selects(&self, name: &str, labels: &std::collections::BTreeMap<String, String>) -> bool {
-        let named = self.namespaces.iter().flatten().any(|n| match n.strip_suffix('*') {
-            Some(prefix) => name.starts_with(prefix),
-            None => n == name,
-        });
-        named || self.namespace_selector.as_ref().is_some_and(|s| selector_matches(s, labels))
+        let named = self
+            .namespaces
+            .iter()
+            .flatten()
+            .any(|n| match n.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => n == name,
+            });
+        named
+            || self
+                .namespace_selector
+                .as_ref()
+                .is_some_and(|s| selector_matches(s, labels))
     }
 }
 
@@ -252,7 +262,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]

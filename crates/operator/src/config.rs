@@ -652,15 +652,26 @@ mod tests {
             .prices
             .slice_per_hour(&shape, tpu_operator_controller::pricing::CapacityKind::Spot);
         assert_eq!(usd, 8.0);
-        let flag = parse(&["--config", file.to_str().unwrap(), "--namespaces-without-policy", "Allow"]);
-        assert_eq!(flag.resolve().unwrap().namespaces_without_policy, WithoutPolicy::Allow);
+        let flag = parse(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--namespaces-without-policy",
+            "Allow",
+        ]);
+        assert_eq!(
+            flag.resolve().unwrap().namespaces_without_policy,
+            WithoutPolicy::Allow
+        );
 
         std::fs::write(&file, "tenancy:\n  namespaces:\n    team-a: {maxChips: 8}\n").unwrap();
         let err = parse(&["--config", file.to_str().unwrap()])
             .resolve()
             .unwrap_err();
         let text = format!("{err:#}");
-        assert!(text.contains("TpuPolicy") && text.contains("convert-tenancy"), "{text}");
+        assert!(
+            text.contains("TpuPolicy") && text.contains("convert-tenancy"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -743,7 +754,10 @@ mod tests {
                 "{key} must be set by the chart only"
             );
         }
-        assert!(properties.get("tenancy").is_none(), "tenancy: is refused, not offered");
+        assert!(
+            properties.get("tenancy").is_none(),
+            "tenancy: is refused, not offered"
+        );
         assert_eq!(generated["additionalProperties"], false);
     }
 

@@ -53,7 +53,11 @@ pub fn convert(config: &str) -> anyhow::Result<String> {
         "# TpuPolicy objects converted from the config file's `tenancy:` section.\n\
          # Apply with `kubectl apply --server-side -f`, then remove `tenancy:` from the config.\n",
     );
-    let prefixes: Vec<&str> = old.namespaces.keys().filter_map(|k| k.strip_suffix('*')).collect();
+    let prefixes: Vec<&str> = old
+        .namespaces
+        .keys()
+        .filter_map(|k| k.strip_suffix('*'))
+        .collect();
     for (key, rules) in &old.namespaces {
         let mut spec = rules.clone();
         spec.namespaces = Some(vec![key.clone()]);
@@ -117,7 +121,10 @@ mod tests {
             .collect();
         let names: Vec<_> = docs.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
         assert_eq!(names, ["team-prefix", "team-a"]);
-        assert_eq!(docs[1].spec.namespaces.as_deref(), Some(&["team-a".to_string()][..]));
+        assert_eq!(
+            docs[1].spec.namespaces.as_deref(),
+            Some(&["team-a".to_string()][..])
+        );
         assert_eq!(docs[1].spec.max_chips, Some(8));
         assert!(out.contains("namespacesWithoutPolicy: Deny"), "{out}");
         assert!(out.contains("both policies now apply"), "{out}");

@@ -120,15 +120,6 @@ impl Install {
                 "pollCapacity": "500ms",
                 "leaseDuration": "3s",
                 "logFormat": "json",
-                "tenancy": {
-                    "namespaces": {
-                        tenant.as_str(): {
-                            "allowedZones": [SWEEP_ZONE, "europe-west4-b"],
-                            "allowedRegions": ["us-east5", "europe-west4"],
-                            "maxChips": 64,
-                        }
-                    }
-                }
             }
         });
         let values_file = dir.path().join("values.json");
@@ -144,6 +135,23 @@ impl Install {
             values_file.to_str().unwrap(),
         ]);
         println!("rbac[{scope}]: helm install {release} -n {namespace} (watching {tenant})");
+        // The tenant's policy, as a cluster administrator writes it (europe-west1-b is an allowed
+        // zone in a region that is not: only the controller sees that).
+        let policy: tpu_operator_api::TpuPolicy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy",
+            "metadata": {"name": release},
+            "spec": {
+                "namespaces": [tenant],
+                "allowedZones": [SWEEP_ZONE, "europe-west4-b", "europe-west1-b"],
+                "allowedRegions": ["us-east5", "europe-west4"],
+                "maxChips": 64,
+            }
+        }))
+        .unwrap();
+        Api::<tpu_operator_api::TpuPolicy>::all(admin.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .expect("create the tenant's TpuPolicy");
 
         // The config file exactly as the Deployment mounts it.
         let fullname = format!("{release}-tpu-operator");
@@ -235,22 +243,62 @@ impl Install {
         wait_cloud_empty(gcp, &replicas).await;
         println!("rbac[{scope}]: TrainingPipeline/{pipeline} deleted; cloud resources left: 0");
 
-        // 2. A tenancy refusal: the zone is not in the namespace's allowedZones.
+        // 2. Tenancy. At apply: the chart's ValidatingAdmissionPolicy refuses a zone the policy does
+        // not list (the API server loads a new policy within moments; anything it admitted before
+        // is deleted and tried again).
+        let slices: Api<TpuSlice> = Api::namespaced(admin.clone(), &self.tenant);
+        let message = wait(
+            "the chart's admission policy refusing a forbidden zone",
+            async || {
+                let mut obj = example("spot-queued-slice.yaml");
+                obj.metadata.name = Some("forbidden-zone".into());
+                obj.data["spec"]["zone"] = "asia-east1-a".into();
+                match self.try_create(admin, obj).await {
+                    Err(kube::Error::Api(e)) if e.code == 403 => Some(e.message),
+                    Err(e) => panic!("unexpected error creating the forbidden slice: {e}"),
+                    Ok(name) => {
+                        slices.delete(&name, &DeleteParams::default()).await.unwrap();
+                        None
+                    }
+                }
+            },
+        )
+        .await;
+        assert!(
+            message.contains("ValidatingAdmissionPolicy")
+                && message.contains(&format!(
+                    "denied by TpuPolicy {}, spec.allowedZones:",
+                    self.release
+                )),
+            "{message}"
+        );
+        println!("rbac[{scope}]: refused at apply by the chart's ValidatingAdmissionPolicy: {message}");
+        // By the controller: the zone is allowed, its region is not (PolicyDenied, Event).
         let refused = self
             .create_slice(admin, "refused", "europe-west1-b", "spot-queued-slice.yaml")
             .await;
-        let slices: Api<TpuSlice> = Api::namespaced(admin.clone(), &self.tenant);
         wait("PolicyDenied on the refused slice", async || {
             let s = slices.get(&refused).await.ok()?;
             s.status?
                 .conditions
                 .iter()
-                .any(|c| c.reason == "PolicyDenied")
+                .any(|c| c.reason == "PolicyDenied" && c.message.contains("allowedRegions"))
                 .then_some(())
         })
         .await;
         wait_event(admin, &self.tenant, &refused, "PolicyDenied").await;
         println!("rbac[{scope}]: TpuSlice/{refused} refused: PolicyDenied condition and Event");
+        // The operator's ServiceAccount writes the policy's live usage.
+        let policies: Api<tpu_operator_api::TpuPolicy> = Api::all(admin.clone());
+        let status = wait("the TpuPolicy's status from the operator", async || {
+            let st = policies.get(&self.release).await.ok()?.status?;
+            (st.selected_namespaces == 1 && st.refused == 1).then_some(st)
+        })
+        .await;
+        println!(
+            "rbac[{scope}]: TpuPolicy/{} status: {} namespace, {} chips, {} refused",
+            self.release, status.selected_namespaces, status.chips, status.refused
+        );
         slices.delete(&refused, &DeleteParams::default()).await.unwrap();
 
         // 3. The orphan sweeper: a node of this cluster whose owner is gone, in the zone the
@@ -349,7 +397,14 @@ impl Install {
         self.create(admin, obj).await
     }
 
-    async fn create(&self, admin: &kube::Client, mut obj: DynamicObject) -> String {
+    async fn create(&self, admin: &kube::Client, obj: DynamicObject) -> String {
+        let kind = obj.types.clone().unwrap().kind;
+        self.try_create(admin, obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {kind}: {e}"))
+    }
+
+    async fn try_create(&self, admin: &kube::Client, mut obj: DynamicObject) -> Result<String, kube::Error> {
         obj.metadata.namespace = Some(self.tenant.clone());
         let types = obj.types.clone().unwrap();
         let (group, version) = types.api_version.split_once('/').unwrap();
@@ -361,10 +416,8 @@ impl Install {
             plural: format!("{}s", types.kind.to_lowercase()),
         };
         let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &self.tenant, &resource);
-        api.create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("create {}: {e}", types.kind));
-        obj.metadata.name.unwrap()
+        api.create(&PostParams::default(), &obj).await?;
+        Ok(obj.metadata.name.unwrap())
     }
 }
 
@@ -385,6 +438,11 @@ impl Drop for Install {
                 &self.tenant,
                 "--wait=false",
             ])
+            .output();
+        let _ = Command::new(test_tools::kubectl())
+            .arg("--kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .args(["delete", "tpupolicy", &self.release, "--wait=false"])
             .output();
     }
 }

@@ -111,4 +111,3 @@ impl AdmissionLocks {
         lock.lock_owned().await
     }
 }
-

@@ -28,9 +28,7 @@ use tpu_operator_api::tpu_policy::{TpuPolicy, TpuPolicySpec};
 use super::{Denial, Rule};
 
 /// What a namespace that no `TpuPolicy` selects may do.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum WithoutPolicy {
     /// Anything the operator's identity can do (a single-team cluster; the default).
     #[default]
@@ -226,18 +224,7 @@ impl Policies {
             .find(|ns| ns.name_any() == namespace)
             .map(|ns| ns.labels().clone())
             .unwrap_or_default();
-        let mut selecting: Vec<Arc<TpuPolicy>> = c
-            .policies
-            .state()
-            .into_iter()
-            .filter(|p| p.spec.selects(namespace, &labels))
-            .collect();
-        selecting.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        match (selecting.is_empty(), self.without_policy) {
-            (false, _) => Governing::By(selecting),
-            (true, WithoutPolicy::Allow) => Governing::Unrestricted,
-            (true, WithoutPolicy::Deny) => Governing::Refused(namespace.to_owned()),
-        }
+        choose(c.policies.state(), namespace, &labels, self.without_policy)
     }
 
     /// Every policy, and the namespaces each selects now (for the usage report).
@@ -261,9 +248,97 @@ impl Policies {
     }
 }
 
+/// The policies among `all` that govern `namespace` (with `labels`). Pure.
+pub fn choose(
+    all: Vec<Arc<TpuPolicy>>,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    without_policy: WithoutPolicy,
+) -> Governing {
+    let mut selecting: Vec<Arc<TpuPolicy>> = all
+        .into_iter()
+        .filter(|p| p.spec.selects(namespace, labels))
+        .collect();
+    selecting.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    match (selecting.is_empty(), without_policy) {
+        (false, _) => Governing::By(selecting),
+        (true, WithoutPolicy::Allow) => Governing::Unrestricted,
+        (true, WithoutPolicy::Deny) => Governing::Refused(namespace.to_owned()),
+    }
+}
+
 /// The spec a rule reads, for tests that build policies without a cluster.
 pub fn policy(name: &str, spec: TpuPolicySpec) -> TpuPolicy {
     let mut p = TpuPolicy::new(name, spec);
     p.metadata.name = Some(name.to_owned());
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The two policies of docs/policy.md's example.
+    fn documented() -> Vec<Arc<TpuPolicy>> {
+        let doc = include_str!("../../../../docs/policy.md");
+        let yaml = doc
+            .split("## Example: two teams\n\n```yaml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("docs/policy.md has the two-team example");
+        yaml.split("---\n")
+            .map(|d| Arc::new(serde_yaml::from_str::<TpuPolicy>(d).expect("a valid TpuPolicy")))
+            .collect()
+    }
+
+    #[test]
+    fn every_selecting_policy_applies_and_others_get_the_default() {
+        let all = documented();
+        let research = labels(&[("tier", "research")]);
+        let g = choose(all.clone(), "team-a", &labels(&[]), WithoutPolicy::Deny);
+        let names: Vec<_> = g.rules().map(|r| r.name.to_string()).collect();
+        assert_eq!(names, ["team-a"]);
+        assert_eq!(g.default_project(), Some("team-a-train"));
+        assert!(g.counts_usage() && g.refusal().is_none());
+        let g = choose(all.clone(), "team-a", &research, WithoutPolicy::Deny);
+        let names: Vec<_> = g.rules().map(|r| r.name.to_string()).collect();
+        assert_eq!(names, ["research", "team-a"], "both apply, sorted by name");
+        assert_eq!(
+            g.default_project(),
+            Some("research-sandbox"),
+            "the first by name that sets one"
+        );
+
+        let open = choose(all.clone(), "elsewhere", &labels(&[]), WithoutPolicy::Allow);
+        assert!(open.rules().next().is_none() && open.refusal().is_none() && !open.counts_usage());
+        let closed = choose(all, "elsewhere", &labels(&[]), WithoutPolicy::Deny);
+        let denial = closed.refusal().expect("refused");
+        assert!(
+            denial.message.contains("namespacesWithoutPolicy: Deny") && !denial.retry,
+            "{}",
+            denial.message
+        );
+    }
+
+    #[test]
+    fn a_namespace_without_policy_under_deny_is_refused_before_any_rule() {
+        let g = choose(vec![], "x", &labels(&[]), WithoutPolicy::Deny);
+        let req = super::super::Request {
+            what: "TpuSlice".into(),
+            ..Default::default()
+        };
+        let err = super::super::check(&g, &[req], None).unwrap_err();
+        assert!(
+            err.message.contains("selected by no TpuPolicy"),
+            "{}",
+            err.message
+        );
+    }
 }

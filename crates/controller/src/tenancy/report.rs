@@ -60,7 +60,8 @@ pub async fn refresh(ctx: &Context) -> crate::error::Result<()> {
     }
     for (policy, namespaces) in selections {
         let selected: Vec<&NamespaceUsage> = namespaces.iter().filter_map(|n| rows.get(n)).collect();
-        let now = Time(k8s_openapi::jiff::Timestamp::from_second(ctx.clock.now().timestamp()).unwrap_or_default());
+        let now =
+            Time(k8s_openapi::jiff::Timestamp::from_second(ctx.clock.now().timestamp()).unwrap_or_default());
         let status = status_of(&policy, &selected, now);
         if policy.status.as_ref() == Some(&status) {
             continue;
@@ -86,9 +87,24 @@ fn row(namespace: &str, listed: &Listed, ctx: &Context) -> NamespaceUsage {
         conditions::find_condition(c, types::STALLED)
             .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == reasons::POLICY_DENIED)
     };
-    let refused = listed.slices.iter().filter_map(|o| o.status.as_ref()).filter(|s| denied(&s.conditions)).count()
-        + listed.pipelines.iter().filter_map(|o| o.status.as_ref()).filter(|s| denied(&s.conditions)).count()
-        + listed.batches.iter().filter_map(|o| o.status.as_ref()).filter(|s| denied(&s.conditions)).count();
+    let refused = listed
+        .slices
+        .iter()
+        .filter_map(|o| o.status.as_ref())
+        .filter(|s| denied(&s.conditions))
+        .count()
+        + listed
+            .pipelines
+            .iter()
+            .filter_map(|o| o.status.as_ref())
+            .filter(|s| denied(&s.conditions))
+            .count()
+        + listed
+            .batches
+            .iter()
+            .filter_map(|o| o.status.as_ref())
+            .filter(|s| denied(&s.conditions))
+            .count();
     NamespaceUsage {
         name: namespace.to_owned(),
         chips: usage.chips,
@@ -111,7 +127,11 @@ pub fn status_of(policy: &TpuPolicy, selected: &[&NamespaceUsage], now: Time) ->
     let spend = (rows.iter().map(|r| r.spend_per_hour_usd).sum::<f64>() * 100.0).round() / 100.0;
     let refused = rows.iter().map(|r| r.refused).sum();
     let generation = policy.metadata.generation;
-    let mut conditions = policy.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let mut conditions = policy
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
     let message = format!("enforced in {} namespaces", rows.len());
     conditions::set_condition(
         &mut conditions,
@@ -149,13 +169,24 @@ mod tests {
         let mut p = policy("teams", Default::default());
         p.metadata.generation = Some(3);
         let (a, b) = (row("team-a", 8, 21.6, 0), row("team-b", 16, 43.2, 2));
-        let first = status_of(&p, &[&a, &b], Time(k8s_openapi::jiff::Timestamp::from_second(100).unwrap()));
-        assert_eq!((first.chips, first.refused, first.selected_namespaces), (24, 2, 2));
+        let first = status_of(
+            &p,
+            &[&a, &b],
+            Time(k8s_openapi::jiff::Timestamp::from_second(100).unwrap()),
+        );
+        assert_eq!(
+            (first.chips, first.refused, first.selected_namespaces),
+            (24, 2, 2)
+        );
         assert_eq!(first.spend_per_hour_usd, 64.8);
         assert_eq!(first.namespaces[0].name, "team-b");
         assert_eq!(first.observed_generation, Some(3));
         p.status = Some(first.clone());
-        let again = status_of(&p, &[&a, &b], Time(k8s_openapi::jiff::Timestamp::from_second(200).unwrap()));
+        let again = status_of(
+            &p,
+            &[&a, &b],
+            Time(k8s_openapi::jiff::Timestamp::from_second(200).unwrap()),
+        );
         assert_eq!(again, first, "nothing changed: nothing to write");
     }
 }

@@ -577,7 +577,7 @@ mod tests {
         let d = evaluate(Some(rule), &subnet_only, None).unwrap_err();
         assert!(
             d.message
-                .contains("r.allowedNetworks: Dataproc batch names only subnetwork \"s\""),
+                .contains("spec.allowedNetworks: Dataproc batch names only subnetwork \"s\""),
             "{}",
             d.message
         );

@@ -151,11 +151,15 @@ impl Listed {
         let pipelines = Api::<TrainingPipeline>::namespaced(ctx.client.clone(), namespace)
             .list(&lp)
             .await
-            .map_err(ReconcileError::kube("list TrainingPipelines for the namespace's usage"))?;
+            .map_err(ReconcileError::kube(
+                "list TrainingPipelines for the namespace's usage",
+            ))?;
         let batches = Api::<PreprocessBatch>::namespaced(ctx.client.clone(), namespace)
             .list(&lp)
             .await
-            .map_err(ReconcileError::kube("list PreprocessBatches for the namespace's usage"))?;
+            .map_err(ReconcileError::kube(
+                "list PreprocessBatches for the namespace's usage",
+            ))?;
         Ok(Self {
             slices: slices.items,
             pipelines: pipelines.items,

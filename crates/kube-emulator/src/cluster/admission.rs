@@ -47,7 +47,10 @@ fn listed(list: &Value, value: &str) -> bool {
 }
 
 fn labels_match(selector: Option<&Value>, labels: &Value) -> bool {
-    let Some(wanted) = selector.and_then(|s| s.get("matchLabels")).and_then(Value::as_object) else {
+    let Some(wanted) = selector
+        .and_then(|s| s.get("matchLabels"))
+        .and_then(Value::as_object)
+    else {
         return true;
     };
     wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
@@ -100,7 +103,10 @@ impl State {
             .as_ref()
             .map(|ns| ns["metadata"]["labels"].clone())
             .unwrap_or(Value::Null);
-        if !labels_match(binding["spec"]["matchResources"].get("namespaceSelector"), &ns_labels) {
+        if !labels_match(
+            binding["spec"]["matchResources"].get("namespaceSelector"),
+            &ns_labels,
+        ) {
             return Ok(());
         }
         let request = AdmissionRequest {
@@ -163,7 +169,10 @@ impl State {
                 if !result.passed {
                     let errored = result.message.as_deref().is_some_and(|m| m.contains("error"));
                     if errored && fail_closed {
-                        return Err(denied(format!("matchCondition failed: {}", result.expression), "Forbidden"));
+                        return Err(denied(
+                            format!("matchCondition failed: {}", result.expression),
+                            "Forbidden",
+                        ));
                     }
                     return Ok(());
                 }
@@ -175,11 +184,15 @@ impl State {
             Some(kind) => {
                 let found = self.params(kind, &binding["spec"]["paramRef"]);
                 if found.is_empty() {
-                    let allow = binding["spec"]["paramRef"]["parameterNotFoundAction"].as_str() == Some("Allow");
+                    let allow =
+                        binding["spec"]["paramRef"]["parameterNotFoundAction"].as_str() == Some("Allow");
                     if allow {
                         return Ok(());
                     }
-                    return Err(denied("no params found for policy binding with `Deny` parameterNotFoundAction".into(), "Forbidden"));
+                    return Err(denied(
+                        "no params found for policy binding with `Deny` parameterNotFoundAction".into(),
+                        "Forbidden",
+                    ));
                 }
                 found.into_iter().map(Some).collect()
             }
