@@ -4,6 +4,10 @@
 //! seed and a summary; exits 1 on any broken promise.
 //!
 //! cargo run --release -p tpu-operator-reliability --bin crash-bench -- --points 500 --binary 10
+//!
+//! `--vertex-faults`: every run trains on Vertex with a lost `customJobs.create` reply and lists
+//! lagging 2 min behind creates (`CrashConfig::vertex_faults`, issue 21 item 5); "duplicates" are
+//! then the ones left running, and the summary counts the Vertex jobs made.
 
 use tpu_operator_reliability::{
     World,
@@ -24,11 +28,18 @@ async fn main() {
     let points = arg("--points", 500);
     let first_seed = arg("--seed", 1000);
     let binary_runs = arg("--binary", 0);
+    let vertex_faults = std::env::args().any(|a| a == "--vertex-faults");
+    let cfg = CrashConfig {
+        vertex_faults,
+        ..CrashConfig::default()
+    };
     let started = std::time::Instant::now();
     let (mut kills, mut runs, mut dups, mut leaks, mut bad) = (0u64, 0u64, 0usize, 0usize, 0u64);
+    let mut jobs_made = 0;
     let mut seed = first_seed;
     while kills < points {
-        let r = crash::run(seed, CrashConfig::default()).await;
+        let r = crash::run(seed, cfg.clone()).await;
+        jobs_made += r.jobs_made;
         kills += u64::from(r.kills);
         runs += 1;
         dups += r.duplicates;
@@ -43,7 +54,8 @@ async fn main() {
         seed += 1;
     }
     println!(
-        "in-process: seeds {first_seed}..{seed} ({runs} runs), {kills} kill points, {dups} duplicates, {leaks} leaks, {bad} runs with broken promises, {:.0} s",
+        "in-process{}: seeds {first_seed}..{seed} ({runs} runs), {kills} kill points, {dups} duplicates, {leaks} leaks, {bad} runs with broken promises, {jobs_made} Vertex jobs made, {:.0} s",
+        if vertex_faults { " (vertex faults)" } else { "" },
         started.elapsed().as_secs_f64()
     );
     let started = std::time::Instant::now();
