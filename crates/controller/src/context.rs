@@ -144,7 +144,12 @@ impl Context {
     pub fn project_for(&self, namespace: &str, explicit: Option<&str>) -> Option<String> {
         explicit
             .map(str::to_owned)
-            .or_else(|| self.policies.governing(namespace).default_project().map(str::to_owned))
+            .or_else(|| {
+                self.policies
+                    .governing(namespace)
+                    .default_project()
+                    .map(str::to_owned)
+            })
             .or_else(|| self.config.default_project.clone())
     }
 }
