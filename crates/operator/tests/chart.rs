@@ -58,7 +58,7 @@ fn chart_crds_are_the_generated_crds() {
         .filter(|d| d["kind"] == "CustomResourceDefinition")
         .collect();
     let generated = documents(&tpu_operator_api::crds::render_stream());
-    assert_eq!(rendered.len(), 3);
+    assert_eq!(rendered.len(), 4);
     for crd in generated {
         assert!(
             rendered.contains(&&crd),
@@ -82,6 +82,10 @@ fn cluster_scope_renders_the_operator_with_cluster_roles() {
             "ClusterRole",
             "ClusterRole",
             "ClusterRole",
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ClusterRoleBinding",
             "ClusterRoleBinding",
             "ClusterRoleBinding",
             "ClusterRoleBinding",
@@ -93,7 +97,9 @@ fn cluster_scope_renders_the_operator_with_cluster_roles() {
             "RoleBinding",
             "RoleBinding",
             "Service",
-            "ServiceAccount"
+            "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
         ]
     );
     let sa = find(&docs, "ServiceAccount", Some("tpu-operator"));
@@ -177,8 +183,9 @@ fn namespace_scope_renders_roles_in_the_watched_namespace_and_passes_it_to_the_b
         "the operator runs in the release namespace"
     );
     assert_eq!(operator_config(&docs)["namespace"], "team-a");
-    // The only cluster-scoped grants left to the operator are reading the three CRDs and the
-    // kube-system Namespace by name (the other ClusterRoles are the aggregated ones, for people).
+    // The only cluster-scoped grants left to the operator are reading the four CRDs and the
+    // kube-system Namespace by name, and the cluster-scoped TpuPolicy objects with the watched
+    // namespace's labels (by name); the other ClusterRoles are for people (aggregated, readers).
     let bound: BTreeSet<&str> = docs
         .iter()
         .filter(|d| d["kind"] == "ClusterRoleBinding")
@@ -186,7 +193,18 @@ fn namespace_scope_renders_roles_in_the_watched_namespace_and_passes_it_to_the_b
         .collect();
     assert_eq!(
         bound,
-        BTreeSet::from(["tpu-operator-crds", "tpu-operator-cluster-id"])
+        BTreeSet::from([
+            "tpu-operator-crds",
+            "tpu-operator-cluster-id",
+            "tpu-operator-policies",
+            "tpu-operator-policy-reader"
+        ])
+    );
+    let policies = find(&docs, "ClusterRole", Some("tpu-operator-policies"));
+    assert_eq!(
+        policies["rules"][2]["resourceNames"],
+        serde_json::json!(["team-a"]),
+        "namespace scope reads only the watched namespace's labels"
     );
     let cluster_roles: BTreeSet<&str> = docs
         .iter()
@@ -198,6 +216,8 @@ fn namespace_scope_renders_roles_in_the_watched_namespace_and_passes_it_to_the_b
         BTreeSet::from([
             "tpu-operator-crds",
             "tpu-operator-cluster-id",
+            "tpu-operator-policies",
+            "tpu-operator-policy-reader",
             "tpu-operator-edit",
             "tpu-operator-view"
         ])
@@ -294,6 +314,9 @@ fn optional_parts_render_when_enabled() {
     for kind in ["ServiceMonitor", "PrometheusRule", "NetworkPolicy"] {
         find(&docs, kind, None);
     }
+    let example = find(&docs, "TpuPolicy", Some("example-team"));
+    assert_eq!(example["spec"]["namespaces"], json!(["team-a"]));
+    assert_eq!(example["spec"]["maxChips"], 16);
     let emulator = find(&docs, "Deployment", Some("tpu-operator-gcp-emulator"));
     let args = &emulator["spec"]["template"]["spec"]["containers"][0]["args"];
     assert_eq!(args, &json!(["--listen", "0.0.0.0:8085", "--time-scale", "1"]));
@@ -561,7 +584,7 @@ fn rendered_built_in_objects_match_the_kubernetes_api_types() {
     // kube-emulator serves only some built-in kinds, so the others are checked against the API
     // types: deserialize into k8s-openapi's struct and serialize back; a misspelled or misplaced
     // field disappears in the round trip.
-    use k8s_openapi::api::{apps, core, networking, policy, rbac};
+    use k8s_openapi::api::{admissionregistration, apps, core, networking, policy, rbac};
     for extra in [&[][..], ALL_OPTIONS, &["--set", "scope=Namespace"]] {
         for doc in documents(&Helm::new().template(extra)) {
             let kind = doc["kind"].as_str().unwrap().to_string();
@@ -576,6 +599,13 @@ fn rendered_built_in_objects_match_the_kubernetes_api_types() {
                 "RoleBinding" => round_trip::<rbac::v1::RoleBinding>(&doc),
                 "PodDisruptionBudget" => round_trip::<policy::v1::PodDisruptionBudget>(&doc),
                 "NetworkPolicy" => round_trip::<networking::v1::NetworkPolicy>(&doc),
+                "TpuPolicy" => round_trip::<tpu_operator_api::TpuPolicy>(&doc),
+                "ValidatingAdmissionPolicy" => {
+                    round_trip::<admissionregistration::v1::ValidatingAdmissionPolicy>(&doc)
+                }
+                "ValidatingAdmissionPolicyBinding" => {
+                    round_trip::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(&doc)
+                }
                 "ServiceMonitor" | "PrometheusRule" => {
                     assert_eq!(doc["apiVersion"], "monitoring.coreos.com/v1");
                     continue;
@@ -614,7 +644,7 @@ fn generated_files_are_current() {
         "out of date: {stale:?}; run TPU_OPERATOR_BLESS=1 cargo test -p tpu-operator --test chart and commit the result"
     );
     // The kustomize bases build (kubectl's built-in kustomize).
-    for (dir, objects) in [("deploy", 21), ("deploy/staging", 23), ("deploy/monitoring", 4)] {
+    for (dir, objects) in [("deploy", 27), ("deploy/staging", 29), ("deploy/monitoring", 4)] {
         let out = std::process::Command::new(support::kubectl())
             .args(["kustomize", root.join(dir).to_str().unwrap()])
             .output()
@@ -756,7 +786,8 @@ fn assert_crd_reader_and_lease_role(docs: &[Value], release_ns: &str) {
             [
                 "tpuslices.tpu-operator.dev",
                 "preprocessbatches.tpu-operator.dev",
-                "trainingpipelines.tpu-operator.dev"
+                "trainingpipelines.tpu-operator.dev",
+                "tpupolicies.tpu-operator.dev"
             ],
             ["get", "list", "watch"]
         ])]

@@ -128,5 +128,5 @@ pub const ALL_OPTIONS: &[&str] = &[
     "--set",
     "gcpEmulator.enabled=true,networkPolicy.enabled=true,metrics.serviceMonitor.enabled=true,\
      metrics.prometheusRule.enabled=true,metrics.grafanaDashboard.enabled=true,\
-     metrics.kubeStateMetrics.enabled=true,serviceAccount.gcpServiceAccount=tpu-operator@my-proj.iam.gserviceaccount.com",
+     metrics.kubeStateMetrics.enabled=true,examplePolicy.enabled=true,serviceAccount.gcpServiceAccount=tpu-operator@my-proj.iam.gserviceaccount.com",
 ];
