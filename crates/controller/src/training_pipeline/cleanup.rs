@@ -10,13 +10,13 @@ use kube::runtime::controller::Action;
 use tpu_operator_api::{
     common::DeletionPolicy,
     conditions::{Progress, reasons},
-    training_pipeline::{TrainingPipeline, TrainingPipelinePhase},
+    training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase},
 };
 use tpu_operator_gcp::{ErrorKind, aiplatform_v1::model::JobState, ignore_not_found};
 
 use super::{
     Names,
-    observe::{job_view, list_custom_jobs},
+    observe::{job_view, list_jobs},
     plan::JobView,
     status::{self, time},
 };
@@ -64,28 +64,22 @@ pub async fn cleanup_pass(tp: &TrainingPipeline, ctx: &Context) -> Result<Option
         return Ok(None);
     }
     let names = Names::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
-    let (jobs, deletable_after) = every_job(ctx, tp, &names).await?;
-    let message = match jobs.first() {
-        None => return Ok(None),
-        Some(_) => format!("deleting {} Vertex custom job(s) of this pipeline", jobs.len()),
+    let jobs = every_job(ctx, tp, &names).await?;
+    let now = ctx.clock.now();
+    let message = match (jobs.first(), settled_after(tp, now)) {
+        (Some(_), _) => format!("deleting {} Vertex custom job(s) of this pipeline", jobs.len()),
+        (None, Some(t)) if now < t => format!(
+            "no Vertex custom job listed; listing again until {} in case a new one is not listed yet",
+            t.to_rfc3339()
+        ),
+        (None, _) => return Ok(None),
     };
     mark_deleting(ctx, tp, &message).await?;
-    // Cancel everything running first, then delete the terminal ones (the recorded job last, and
-    // not before lists had time to show a job whose create reply was lost).
-    let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.as_deref());
-    let settled = deletable_after.is_none_or(|t| ctx.clock.now() >= t);
-    let deletable = |j: &&JobView| {
-        job_step(&j.state) == JobStep::Delete && (settled || Some(j.name.as_str()) != recorded)
-    };
+    // Cancel everything running first, then delete the terminal ones.
     let next = jobs
         .iter()
         .find(|j| job_step(&j.state) == JobStep::Cancel)
-        .or_else(|| {
-            jobs.iter()
-                .filter(|j| Some(j.name.as_str()) != recorded)
-                .find(deletable)
-        })
-        .or_else(|| jobs.iter().find(deletable));
+        .or_else(|| jobs.iter().find(|j| job_step(&j.state) == JobStep::Delete));
     if let Some(job) = next {
         step(ctx, tp, job).await?;
     }
@@ -97,18 +91,28 @@ pub async fn cleanup_pass(tp: &TrainingPipeline, ctx: &Context) -> Result<Option
 /// real GCP"), and gcp-emulator's `VertexListLag` makes it lag.
 pub const LIST_SETTLE: chrono::Duration = chrono::Duration::minutes(5);
 
+/// Until when a Vertex pipeline keeps listing its jobs after the list came back empty: a job
+/// whose create reply was lost (or whose create the operator did not live to record) is in no
+/// status and shows only in lists, which may lag. Every create happened before the Train stage
+/// ended; a deletion ends it (see [`mark_deleting`]), so lists show every job by that end plus
+/// [`LIST_SETTLE`]. A pipeline that finished longer ago than that has nothing to wait for.
+fn settled_after(tp: &TrainingPipeline, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    tp.spec.training.vertex.as_ref()?;
+    // No Train stage in status: no plan ever ran, so no job was created.
+    let train = tp
+        .status
+        .as_ref()?
+        .stages
+        .iter()
+        .find(|s| s.name == StageName::Train)?;
+    let ended = train.end_time.as_ref().map_or(now, status::to_chrono);
+    Some(ended + LIST_SETTLE)
+}
+
 /// Every job of the pipeline: all that carry its UID label (every attempt, duplicates included)
-/// and the one its status records, read by name, since a list may not show a new job yet. Also
-/// when the recorded job may be deleted: a create whose reply was lost made its job before the
-/// recorded one, and a list shows that job at the latest [`LIST_SETTLE`] after the recorded one
-/// was created; until then the recorded job is cancelled but its record kept, which holds the
-/// finalizer (nothing bills meanwhile).
-async fn every_job(
-    ctx: &Context,
-    tp: &TrainingPipeline,
-    names: &Names,
-) -> Result<(Vec<JobView>, Option<DateTime<Utc>>)> {
-    let mut jobs = list_custom_jobs(ctx, names, None).await?;
+/// and the one its status records, read by name, since a list may not show a new job yet.
+async fn every_job(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Result<Vec<JobView>> {
+    let mut jobs = list_jobs(ctx, names, None).await?;
     let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.as_deref());
     if let Some(name) = recorded.filter(|n| !jobs.iter().any(|j| j.name == *n)) {
         let got = match ctx.gcp.vertex.get_custom_job(name).await {
@@ -116,17 +120,9 @@ async fn every_job(
             Err(e) if e.kind == ErrorKind::InvalidArgument => None,
             other => ignore_not_found(other).map_err(ReconcileError::gcp("get Vertex custom job"))?,
         };
-        jobs.extend(got);
+        jobs.extend(got.map(job_view));
     }
-    let deletable_after = jobs
-        .iter()
-        .find(|j| Some(j.name.as_str()) == recorded)
-        .and_then(|j| j.create_time.as_ref())
-        .and_then(|t| DateTime::from_timestamp(t.seconds(), 0))
-        .map(|created| created + LIST_SETTLE);
-    let mut views: Vec<JobView> = jobs.into_iter().map(job_view).collect();
-    views.sort_by_key(|j| std::cmp::Reverse(j.attempt));
-    Ok((views, deletable_after))
+    Ok(jobs)
 }
 
 async fn step(ctx: &Context, tp: &TrainingPipeline, job: &JobView) -> Result<()> {
@@ -154,11 +150,15 @@ async fn step(ctx: &Context, tp: &TrainingPipeline, job: &JobView) -> Result<()>
     Ok(())
 }
 
+/// Phase `Deleting`; a Train stage still open ends now (no job is created after this).
 async fn mark_deleting(ctx: &Context, tp: &TrainingPipeline, message: &str) -> Result<()> {
     let mut st = tp.status.clone().unwrap_or_default();
     st.phase = TrainingPipelinePhase::Deleting;
     st.message = Some(message.to_string());
     let now = time(ctx.clock.now());
+    if let Some(train) = st.stages.iter_mut().find(|s| s.name == StageName::Train) {
+        train.end_time.get_or_insert(now.clone());
+    }
     status::set_kstatus(&mut st, Progress::Reconciling, reasons::DELETING, message, now);
     status::write(ctx, tp, &st).await?;
     Ok(())
