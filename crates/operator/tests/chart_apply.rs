@@ -21,7 +21,12 @@ use serde_json::Value;
 use support::{Helm, chart_dir, documents, find, repo_root};
 
 /// Kinds kube-emulator serves (besides Namespace, which comes from deploy/namespace.yaml).
-const SERVED: &[&str] = &["CustomResourceDefinition", "ConfigMap"];
+const SERVED: &[&str] = &[
+    "CustomResourceDefinition",
+    "ConfigMap",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+];
 const POD_NAME: &str = "tpu-operator-5d8f7c9b6-x2x7q";
 
 async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> String {
@@ -162,7 +167,7 @@ async fn rendered_chart_runs(values: &str) {
         .collect();
     let crds = Helm::new().ok(&["show", "crds", chart_dir().to_str().unwrap()]);
     let out = kubectl_stdin(&kubeconfig, &kubectl_args, &crds).await;
-    assert_eq!(out.lines().count(), 3, "{out}");
+    assert_eq!(out.lines().count(), 4, "{out}");
     let not_served: BTreeSet<&str> = docs
         .iter()
         .map(|d| d["kind"].as_str().unwrap())
