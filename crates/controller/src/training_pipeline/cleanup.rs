@@ -95,9 +95,15 @@ pub const LIST_SETTLE: chrono::Duration = chrono::Duration::minutes(5);
 /// whose create reply was lost (or whose create the operator did not live to record) is in no
 /// status and shows only in lists, which may lag. Every create happened before the Train stage
 /// ended; a deletion ends it (see [`mark_deleting`]), so lists show every job by that end plus
-/// [`LIST_SETTLE`]. A pipeline that finished longer ago than that has nothing to wait for.
+/// [`LIST_SETTLE`]. A finished pipeline does not wait: its last job was recorded, and while it
+/// ran every pass listed its attempt for duplicates (polling while the list lagged). A duplicate
+/// whose list lag outlasted the whole run is left to the orphan sweeper (its owner is gone);
+/// waiting here would hold every deletion of a finished pipeline for nothing.
 fn settled_after(tp: &TrainingPipeline, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     tp.spec.training.vertex.as_ref()?;
+    if tp.status.as_ref()?.completion_time.is_some() {
+        return None;
+    }
     // No Train stage in status: no plan ever ran, so no job was created.
     let train = tp
         .status
