@@ -170,7 +170,7 @@ mod tests {
     fn every_rule_lands_on_an_existing_node() {
         // `all()` panics with the offending rule when a path is wrong.
         let crds = all();
-        assert_eq!(crds.len(), 3);
+        assert_eq!(crds.len(), 4);
         for crd in &crds {
             let json = serde_json::to_string(crd).unwrap();
             let expected = cel::rules_for_kind(&crd.spec.names.kind).len();
@@ -205,7 +205,8 @@ mod tests {
             [
                 "tpuslices.tpu-operator.dev.yaml",
                 "preprocessbatches.tpu-operator.dev.yaml",
-                "trainingpipelines.tpu-operator.dev.yaml"
+                "trainingpipelines.tpu-operator.dev.yaml",
+                "tpupolicies.tpu-operator.dev.yaml"
             ]
         );
         let short: Vec<_> = crds
@@ -214,9 +215,19 @@ mod tests {
             .collect();
         assert_eq!(
             short,
-            [vec!["tpus", "slice"], vec!["ppb"], vec!["tpl", "pipeline"]]
+            [
+                vec!["tpus", "slice"],
+                vec!["ppb"],
+                vec!["tpl", "pipeline"],
+                vec!["tpupol"]
+            ]
         );
-        for crd in &crds {
+        // The policy kind is cluster-scoped and not in the `tpu-operator` category (which lists
+        // a namespace's workloads); its columns are usage, not phase.
+        let (workloads, policy) = crds.split_at(3);
+        assert_eq!(policy[0].spec.scope, "Cluster");
+        assert!(policy[0].spec.names.categories.is_none());
+        for crd in workloads {
             assert_eq!(
                 crd.spec.names.categories.as_deref(),
                 Some(&["tpu-operator".to_string()][..])

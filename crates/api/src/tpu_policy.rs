@@ -55,7 +55,6 @@ pub const NAMESPACE_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\*?$|^\
     derive = "PartialEq",
     derive = "Default",
     shortname = "tpupol",
-    category = "tpu-operator",
     doc = "What the namespaces a policy selects may make tpu-operator do in Google Cloud: projects, locations, TPU families and sizes, capacity kinds, identities, networks, adoption, chip quota and spend budgets. Every policy selecting a namespace applies (the most restrictive wins). Status shows each selected namespace's live usage.",
     printcolumn(
         name = "Namespaces",

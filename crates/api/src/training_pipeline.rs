@@ -377,6 +377,12 @@ pub struct TrainingPipelineStatus {
     /// (`projects/<number>/locations/<l>/customJobs/<id>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_job_name: Option<String>,
+    /// When a Vertex `customJobs.create` started whose job no list has shown yet (written before
+    /// the call). Until a list of the attempt's jobs shows the recorded job, a job whose create
+    /// reply was lost may exist that lists do not show yet, so deleting the pipeline keeps
+    /// listing until 5 minutes after this time; otherwise deletion does not wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unconfirmed_create_time: Option<Time>,
     /// Long-running operation in flight (e.g. a Vertex job delete).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_operation: Option<String>,

@@ -146,7 +146,11 @@ async fn create_job(
         list_jobs(ctx, names, Some(attempt)).await?.into_iter().next()
     };
     let name = match existing {
-        Some(job) => job.name,
+        Some(job) => {
+            // Listed: so is any older job of the attempt a lost reply left.
+            st.unconfirmed_create_time = None;
+            job.name
+        }
         None => {
             let job = match spec::custom_job(&tp.spec, &names.id, &ctx.config.cluster_id, attempt) {
                 Ok(job) => job,
@@ -155,6 +159,15 @@ async fn create_job(
                     return Ok(());
                 }
             };
+            // Write-ahead: a reply lost, or a crash before the status write, leaves a job no
+            // status names and lists may show late; deletion waits for lists only then.
+            if st.unconfirmed_create_time.is_none() {
+                let started = status::time(ctx.clock.now());
+                let mut marked = tp.status.clone().unwrap_or_default();
+                marked.unconfirmed_create_time = Some(started.clone());
+                status::write(ctx, tp, &marked).await?;
+                st.unconfirmed_create_time = Some(started);
+            }
             match ctx.gcp.vertex.create_custom_job(parent, job).await {
                 Ok(job) => {
                     let name = job.name.clone();

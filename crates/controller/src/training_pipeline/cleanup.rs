@@ -66,7 +66,7 @@ pub async fn cleanup_pass(tp: &TrainingPipeline, ctx: &Context) -> Result<Option
     let names = Names::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
     let jobs = every_job(ctx, tp, &names).await?;
     let now = ctx.clock.now();
-    let message = match (jobs.first(), settled_after(tp, now)) {
+    let message = match (jobs.first(), settled_after(tp)) {
         (Some(_), _) => format!("deleting {} Vertex custom job(s) of this pipeline", jobs.len()),
         (None, Some(t)) if now < t => format!(
             "no Vertex custom job listed; listing again until {} in case a new one is not listed yet",
@@ -91,28 +91,17 @@ pub async fn cleanup_pass(tp: &TrainingPipeline, ctx: &Context) -> Result<Option
 /// real GCP"), and gcp-emulator's `VertexListLag` makes it lag.
 pub const LIST_SETTLE: chrono::Duration = chrono::Duration::minutes(5);
 
-/// Until when a Vertex pipeline keeps listing its jobs after the list came back empty: a job
-/// whose create reply was lost (or whose create the operator did not live to record) is in no
-/// status and shows only in lists, which may lag. Every create happened before the Train stage
-/// ended; a deletion ends it (see [`mark_deleting`]), so lists show every job by that end plus
-/// [`LIST_SETTLE`]. A finished pipeline does not wait: its last job was recorded, and while it
-/// ran every pass listed its attempt for duplicates (polling while the list lagged). A duplicate
-/// whose list lag outlasted the whole run is left to the orphan sweeper (its owner is gone);
-/// waiting here would hold every deletion of a finished pipeline for nothing.
-fn settled_after(tp: &TrainingPipeline, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+/// Until when a Vertex pipeline keeps listing its jobs after the list came back empty: only
+/// while a create is unconfirmed (`status.unconfirmedCreateTime`, written before each
+/// `customJobs.create` and cleared once a list shows the recorded job). Such a job (a lost
+/// reply, or a crash before the status write) is in no status and shows only in lists, which may
+/// lag; lists show it by the create's start plus [`LIST_SETTLE`]. Otherwise every job is in
+/// status or listed, and deletion does not wait. A duplicate whose list lag outlasted that is
+/// left to the orphan sweeper (its owner is gone).
+fn settled_after(tp: &TrainingPipeline) -> Option<DateTime<Utc>> {
     tp.spec.training.vertex.as_ref()?;
-    if tp.status.as_ref()?.completion_time.is_some() {
-        return None;
-    }
-    // No Train stage in status: no plan ever ran, so no job was created.
-    let train = tp
-        .status
-        .as_ref()?
-        .stages
-        .iter()
-        .find(|s| s.name == StageName::Train)?;
-    let ended = train.end_time.as_ref().map_or(now, status::to_chrono);
-    Some(ended + LIST_SETTLE)
+    let started = tp.status.as_ref()?.unconfirmed_create_time.as_ref()?;
+    Some(status::to_chrono(started) + LIST_SETTLE)
 }
 
 /// Every job of the pipeline: all that carry its UID label (every attempt, duplicates included)

@@ -157,6 +157,9 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     let mut new = decision.status;
     act::cancel_jobs(&ctx, &decision.cancel_jobs).await?;
     act::act(&ctx, &tp, &names, &decision.action, &mut new, &mut reads).await?;
+    if reads.list_caught_up {
+        new.unconfirmed_create_time = None;
+    }
     status::write(&ctx, &tp, &new).await?;
     for e in decision.events {
         report::publish_event(&ctx, tp.as_ref(), e.warning, &e.reason, e.note).await;

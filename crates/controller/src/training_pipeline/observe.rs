@@ -38,6 +38,9 @@ pub struct Reads {
     /// a job whose create reply was lost (older, so listed no later) may still turn up. The
     /// pipeline polls instead of waiting on the cloud watch until the list has caught up.
     pub list_lags: bool,
+    /// The list of the attempt's jobs shows the recorded job: every job created before it
+    /// (a lost reply) is listed too, so no create is unconfirmed any more.
+    pub list_caught_up: bool,
 }
 
 /// What the pipeline owns, and what else the pass read.
@@ -279,9 +282,9 @@ async fn attempt_jobs(
         None => tp.status.as_ref().map_or(0, |s| s.attempts),
     };
     let listed = list_custom_jobs(ctx, names, Some(attempt)).await?;
-    reads.list_lags = recorded
-        .as_ref()
-        .is_some_and(|r| !listed.iter().any(|j| j.name == r.name));
+    let shown = |r: &CustomJob| listed.iter().any(|j| j.name == r.name);
+    reads.list_lags = recorded.as_ref().is_some_and(|r| !shown(r));
+    reads.list_caught_up = recorded.as_ref().is_some_and(shown);
     // The read by name first: it is authoritative, and a lagging list may not show it at all.
     Ok(recorded.into_iter().chain(listed).collect())
 }
