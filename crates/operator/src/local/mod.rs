@@ -81,6 +81,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("kube-listen: cannot listen on {}", args.kube_listen))?;
     let client = kube::Client::new(kube.router(), "default");
+    install_admission_policy(&client).await?;
 
     let gcp = gcp_emulator::Emulator::builder()
         .time_scale(args.time_scale)
@@ -219,6 +220,33 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The chart's ValidatingAdmissionPolicy and its binding (every namespace), so TpuPolicy objects
+/// applied here are enforced at apply as in a cluster installed with the chart.
+async fn install_admission_policy(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use kube::api::{Api, PostParams};
+    const NAME: &str = "tpu-operator-tpupolicy";
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": NAME},
+        "spec": tpu_operator_api::admission::policy_spec(),
+    }))?;
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": NAME},
+        "spec": tpu_operator_api::admission::binding_spec(NAME),
+    }))?;
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .context("installing the ValidatingAdmissionPolicy into kube-emulator")?;
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .context("installing the ValidatingAdmissionPolicyBinding into kube-emulator")?;
+    Ok(())
 }
 
 /// The controllers' context: the emulator's clock, fast requeues (real time), short backoff.
