@@ -320,7 +320,18 @@ async fn current_job(
                 Err(e) if e.kind == ErrorKind::InvalidArgument => None,
                 other => ignore_not_found(other).map_err(ReconcileError::gcp("get Vertex custom job"))?,
             };
-            attempt_jobs(ctx, tp, names, got, reads).await?
+            // Duplicates can only come from a create whose outcome was unknown; once a list
+            // showed the recorded job (and so every older one), the marker is cleared and a
+            // pass costs no list. A recorded name that reads as gone is looked for by label.
+            let unconfirmed = tp
+                .status
+                .as_ref()
+                .is_some_and(|s| s.unconfirmed_create_time.is_some());
+            if unconfirmed || got.is_none() {
+                attempt_jobs(ctx, tp, names, got, reads).await?
+            } else {
+                got.into_iter().collect()
+            }
         }
         None => {
             reads.jobs_listed = true;
