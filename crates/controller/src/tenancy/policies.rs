@@ -219,9 +219,7 @@ impl Policies {
         };
         let labels = c
             .namespaces
-            .state()
-            .into_iter()
-            .find(|ns| ns.name_any() == namespace)
+            .get(&reflector::ObjectRef::new(namespace))
             .map(|ns| ns.labels().clone())
             .unwrap_or_default();
         choose(c.policies.state(), namespace, &labels, self.without_policy)
