@@ -17,6 +17,11 @@ use crate::{
     },
 };
 
+/// Annotation on a `TpuSlice` naming where its workload reports completion (`<uri>_SUCCESS` /
+/// `<uri>_FAILED`): the operator passes it to the node (metadata `tpu-operator-done-uri`), and
+/// `idleTimeout` counts from the marker. A TrainingPipeline sets it on its training slice.
+pub const DONE_URI_ANNOTATION: &str = "tpu-operator.dev/done-uri";
+
 /// A Cloud TPU VM slice. `Ready` while the node is READY and healthy.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(

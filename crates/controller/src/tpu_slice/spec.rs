@@ -20,10 +20,10 @@ use tpu_operator_gcp::{
     wkt,
 };
 
-/// Annotation through which an owner (the TrainingPipeline controller) tells the slice where the
-/// workload reports completion. Copied to node metadata [`DONE_URI_METADATA`]; the generated
-/// startup script writes `<uri>_SUCCESS` or `<uri>_FAILED` there.
-pub const DONE_URI_ANNOTATION: &str = "tpu-operator.dev/done-uri";
+/// Where the workload reports completion (one declaration, in the API crate). Copied to node
+/// metadata [`DONE_URI_METADATA`]; the generated startup script writes `<uri>_SUCCESS` or
+/// `<uri>_FAILED` there.
+pub use tpu_operator_api::tpu_slice::DONE_URI_ANNOTATION;
 /// Node metadata key read by the generated startup script (and by gcp-emulator).
 pub const DONE_URI_METADATA: &str = "tpu-operator-done-uri";
 /// Node metadata key of the startup script.

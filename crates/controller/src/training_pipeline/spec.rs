@@ -24,11 +24,10 @@ use super::expand::Vars;
 /// UID label it identifies the job of an attempt, so a create retried after a crash adopts it.
 pub const ATTEMPT_LABEL: &str = "tpu-operator-attempt";
 
-/// Annotation on the owned `TpuSlice` naming where the training container reports completion
-/// (`<uri>_SUCCESS` / `<uri>_FAILED`). The TpuSlice controller copies it into the node metadata
-/// key `tpu-operator-done-uri`, which users cannot set themselves (admission reserves
+/// The training slice's completion annotation (the TpuSlice controller copies it into the node
+/// metadata key `tpu-operator-done-uri`, which users cannot set themselves: admission reserves
 /// `tpu-operator-*` metadata keys).
-pub const DONE_URI_ANNOTATION: &str = "tpu-operator.dev/done-uri";
+pub use tpu_operator_api::tpu_slice::DONE_URI_ANNOTATION;
 
 /// Label on owned children naming the pipeline (for `kubectl get -l`).
 pub const PIPELINE_LABEL: &str = "tpu-operator.dev/pipeline";
