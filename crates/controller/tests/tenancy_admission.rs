@@ -6,7 +6,8 @@
 //! Every forbidden field the object alone decides is refused at create time, naming the policy
 //! and the field; what needs usage (the chip quota) is refused by the controller with 0 cloud
 //! calls; allowed objects converge; the policy's status shows chips coming and going. A second
-//! policy selecting another namespace never applies here.
+//! team's namespace, selected by label by a policy of its own, gets that policy and not the
+//! first team's.
 mod support;
 
 use std::{sync::Arc, time::Duration};
@@ -30,6 +31,28 @@ use tpu_operator_controller::{
 };
 
 const STEP: Duration = Duration::from_secs(20);
+/// Marks this test's namespaces; the admission binding selects only them.
+const TEST_LABEL: &str = "tpu-operator.dev/admission-test";
+
+/// Creates (or labels) a namespace with `labels` plus this test's marker.
+async fn label_namespace(env: &TestEnv, name: &str, labels: serde_json::Value) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api = Api::<Namespace>::all(env.client.clone());
+    let mut all = labels;
+    all[TEST_LABEL] = json!(env.ns);
+    if api.get_opt(name).await.unwrap().is_none() {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        api.create(&PostParams::default(), &ns).await.unwrap();
+    }
+    let patch = json!({"metadata": {"labels": all}});
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+}
 
 /// The chart's policy spec, bound to the test's namespace only (a real API server is shared by
 /// the tests running in parallel; the chart binds every namespace, or the watched one).
@@ -46,8 +69,7 @@ async fn install_admission(env: &TestEnv) -> String {
     }))
     .unwrap();
     let mut binding_spec = tpu_operator_api::admission::binding_spec(&name);
-    binding_spec["matchResources"] =
-        json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.ns}}});
+    binding_spec["matchResources"] = json!({"namespaceSelector": {"matchLabels": {TEST_LABEL: env.ns}}});
     let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": name}, "spec": binding_spec,
@@ -159,13 +181,19 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
         )
         .await
         .unwrap();
-    // Another team's policy: selects another namespace by label, allows no zone at all.
+    // Another team, in its own namespace selected by label, with a policy of its own that allows
+    // what team A's forbids (another zone, on-demand) and forbids what team A's allows.
+    let team_b = format!("b-{ns}");
+    let team_b = &team_b[..team_b.len().min(63)];
+    label_namespace(&env, &ns, json!({})).await;
+    label_namespace(&env, team_b, json!({"team": team_b})).await;
     policies
         .create(
             &PostParams::default(),
             &policy(
                 format!("other-{ns}"),
-                json!({"namespaceSelector": {"matchLabels": {"team": "b"}}, "allowedZones": []}),
+                json!({"namespaceSelector": {"matchLabels": {"team": team_b}},
+                       "allowedZones": ["us-central2-b"], "allowedCapacity": ["onDemand"]}),
             ),
         )
         .await
@@ -281,6 +309,37 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
             .status
             .is_none_or(|s| s.namespaces.iter().all(|n| n.name != ns))
     );
+
+    // Team B's namespace: its policy applies there, team A's does not.
+    let in_b = |name: &str, extra: serde_json::Value| {
+        let mut s = slice(name, extra);
+        s.metadata.namespace = Some(team_b.to_string());
+        s
+    };
+    let b_api: Api<TpuSlice> = Api::namespaced(env.client.clone(), team_b);
+    let message = match b_api
+        .create(&PostParams::default(), &in_b("b-east", json!({})))
+        .await
+    {
+        Err(kube::Error::Api(e)) => e.message,
+        other => panic!("team B's slice in us-east5-b was not refused: {other:?}"),
+    };
+    assert!(
+        message.contains(&format!("denied by TpuPolicy other-{ns}, spec.allowedZones:")),
+        "{message}"
+    );
+    let allowed_for_b = in_b(
+        "b-central",
+        json!({"zone": "us-central2-b", "capacity": {"onDemand": {}}}),
+    );
+    b_api
+        .create(&PostParams::default(), &allowed_for_b)
+        .await
+        .expect("team A's policy does not apply in team B's namespace");
+    b_api.delete("b-central", &DeleteParams::default()).await.unwrap();
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
+        .delete(team_b, &DeleteParams::default())
+        .await;
     remove_admission(&env, &admission).await;
 }
 
