@@ -614,7 +614,9 @@ async fn orphan_leaves_the_node_and_delete_permission_errors_are_reported() {
         .inject(Fault::FailCalls {
             service: "tpu".into(),
             method: "nodes.delete".into(),
-            count: 1,
+            // Refused every time: with one refusal, the reconcile woken by the Stalled status
+            // write could delete the node before the test saw the condition (a flake).
+            count: u32::MAX,
             code: Code::PermissionDenied,
             message: None,
         })
@@ -637,6 +639,7 @@ async fn orphan_leaves_the_node_and_delete_permission_errors_are_reported() {
             .iter()
             .any(|f| f == "tpu-operator.dev/cleanup")
     );
+    env.gcp.clear_faults();
 }
 
 /// `idleTimeout`: the workload reports its end through the completion URI (annotation
