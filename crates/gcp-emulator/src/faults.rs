@@ -293,22 +293,27 @@ pub fn name_matches(set: &BTreeSet<String>, full: &str) -> bool {
     set.contains(full) || set.contains(id)
 }
 
+/// Consumes one use of the first counted fault matching `service` + `method` (dropping it when
+/// used up): the code and message to answer with.
+fn take_counted(list: &mut Vec<FailCallsState>, service: &str, method: &str) -> Option<(Code, String)> {
+    let f = list
+        .iter_mut()
+        .find(|f| f.remaining > 0 && matches(&f.service, service) && matches(&f.method, method))?;
+    f.remaining -= 1;
+    let out = (
+        f.code,
+        f.message
+            .clone()
+            .unwrap_or_else(|| f.code.default_message().to_string()),
+    );
+    list.retain(|f| f.remaining > 0);
+    Some(out)
+}
+
 impl Faults {
     /// Consumes a matching `FailCalls` or draws a random failure. Returns the code and message.
     pub fn take_call_failure(&mut self, service: &str, method: &str) -> Option<(Code, String)> {
-        if let Some(f) = self
-            .fail_calls
-            .iter_mut()
-            .find(|f| f.remaining > 0 && matches(&f.service, service) && matches(&f.method, method))
-        {
-            f.remaining -= 1;
-            let out = (
-                f.code,
-                f.message
-                    .clone()
-                    .unwrap_or_else(|| f.code.default_message().to_string()),
-            );
-            self.fail_calls.retain(|f| f.remaining > 0);
+        if let Some(out) = take_counted(&mut self.fail_calls, service, method) {
             return Some(out);
         }
         if let Some(r) = self
@@ -332,19 +337,7 @@ impl Faults {
 
     /// Consumes a matching [`Fault::LoseReply`]: the error to answer once the call was carried out.
     pub fn take_lost_reply(&mut self, service: &str, method: &str) -> Option<(Code, String)> {
-        let f = self
-            .lost_replies
-            .iter_mut()
-            .find(|f| f.remaining > 0 && matches(&f.service, service) && matches(&f.method, method))?;
-        f.remaining -= 1;
-        let out = (
-            f.code,
-            f.message
-                .clone()
-                .unwrap_or_else(|| f.code.default_message().to_string()),
-        );
-        self.lost_replies.retain(|f| f.remaining > 0);
-        Some(out)
+        take_counted(&mut self.lost_replies, service, method)
     }
 
     /// Real milliseconds to wait before answering this call.

@@ -99,9 +99,10 @@ fn policy_name(key: &str) -> String {
 }
 
 fn manifest(name: &str, spec: TpuPolicySpec) -> anyhow::Result<String> {
-    let mut policy = TpuPolicy::new(name, spec);
-    policy.status = None;
-    Ok(format!("---\n{}", serde_yaml::to_string(&policy)?))
+    Ok(format!(
+        "---\n{}",
+        serde_yaml::to_string(&TpuPolicy::new(name, spec))?
+    ))
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use kube::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
-use tpu_operator_api::tpu_policy::{TpuPolicy, TpuPolicySpec};
+use tpu_operator_api::tpu_policy::TpuPolicy;
 
 use super::{Denial, Rule};
 
@@ -166,12 +166,8 @@ impl Policies {
             if let Ok(watcher::Event::InitDone) = event {
                 namespaces_listed.send_replace(true);
             }
-            let applied = match &event {
-                Ok(watcher::Event::Apply(ns) | watcher::Event::InitApply(ns)) => Some((ns, true)),
-                _ => None,
-            };
             // Only a label change can change which policies select a namespace.
-            if let Some((ns, _)) = applied {
+            if let Ok(watcher::Event::Apply(ns) | watcher::Event::InitApply(ns)) = &event {
                 let previous = labels_seen.insert(ns.name_any(), ns.labels().clone());
                 if matches!(event, Ok(watcher::Event::Apply(_))) && previous.as_ref() != Some(ns.labels()) {
                     bump();
@@ -263,13 +259,6 @@ pub fn choose(
         (true, WithoutPolicy::Allow) => Governing::Unrestricted,
         (true, WithoutPolicy::Deny) => Governing::Refused(namespace.to_owned()),
     }
-}
-
-/// The spec a rule reads, for tests that build policies without a cluster.
-pub fn policy(name: &str, spec: TpuPolicySpec) -> TpuPolicy {
-    let mut p = TpuPolicy::new(name, spec);
-    p.metadata.name = Some(name.to_owned());
-    p
 }
 
 #[cfg(test)]

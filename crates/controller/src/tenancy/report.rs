@@ -58,11 +58,11 @@ pub async fn refresh(ctx: &Context) -> crate::error::Result<()> {
             rows.insert(ns.clone(), row(ns, &listed, ctx));
         }
     }
+    let now =
+        Time(k8s_openapi::jiff::Timestamp::from_second(ctx.clock.now().timestamp()).unwrap_or_default());
     for (policy, namespaces) in selections {
         let selected: Vec<&NamespaceUsage> = namespaces.iter().filter_map(|n| rows.get(n)).collect();
-        let now =
-            Time(k8s_openapi::jiff::Timestamp::from_second(ctx.clock.now().timestamp()).unwrap_or_default());
-        let status = status_of(&policy, &selected, now);
+        let status = status_of(&policy, &selected, now.clone());
         if policy.status.as_ref() == Some(&status) {
             continue;
         }
@@ -83,28 +83,28 @@ pub async fn refresh(ctx: &Context) -> crate::error::Result<()> {
 /// What one namespace holds and how many of its objects a policy refuses.
 fn row(namespace: &str, listed: &Listed, ctx: &Context) -> NamespaceUsage {
     let usage = listed.usage(&[], &ctx.prices);
-    let denied = |c: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
-        conditions::find_condition(c, types::STALLED)
-            .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == reasons::POLICY_DENIED)
-    };
-    let refused = listed
+    let stalls = listed
         .slices
         .iter()
-        .filter_map(|o| o.status.as_ref())
-        .filter(|s| denied(&s.conditions))
-        .count()
-        + listed
-            .pipelines
-            .iter()
-            .filter_map(|o| o.status.as_ref())
-            .filter(|s| denied(&s.conditions))
-            .count()
-        + listed
-            .batches
-            .iter()
-            .filter_map(|o| o.status.as_ref())
-            .filter(|s| denied(&s.conditions))
-            .count();
+        .filter_map(|o| o.status.as_ref().map(|s| &s.conditions))
+        .chain(
+            listed
+                .pipelines
+                .iter()
+                .filter_map(|o| o.status.as_ref().map(|s| &s.conditions)),
+        )
+        .chain(
+            listed
+                .batches
+                .iter()
+                .filter_map(|o| o.status.as_ref().map(|s| &s.conditions)),
+        );
+    let refused = stalls
+        .filter(|c| {
+            conditions::find_condition(c, types::STALLED)
+                .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == reasons::POLICY_DENIED)
+        })
+        .count();
     NamespaceUsage {
         name: namespace.to_owned(),
         chips: usage.chips,
@@ -153,7 +153,7 @@ pub fn status_of(policy: &TpuPolicy, selected: &[&NamespaceUsage], now: Time) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tenancy::policies::policy;
+    use tpu_operator_api::tpu_policy::TpuPolicy;
 
     fn row(name: &str, chips: u32, usd: f64, refused: u32) -> NamespaceUsage {
         NamespaceUsage {
@@ -166,7 +166,7 @@ mod tests {
 
     #[test]
     fn totals_busiest_first_and_a_stable_ready_condition() {
-        let mut p = policy("teams", Default::default());
+        let mut p = TpuPolicy::new("teams", Default::default());
         p.metadata.generation = Some(3);
         let (a, b) = (row("team-a", 8, 21.6, 0), row("team-b", 16, 43.2, 2));
         let first = status_of(

@@ -73,13 +73,20 @@ pub async fn act(
 /// the meantime needs nothing more; cleanup deletes their records with the pipeline's others.
 pub async fn cancel_jobs(ctx: &Context, names: &[String]) -> Result<()> {
     for name in names {
-        match ctx.gcp.vertex.cancel_custom_job(name).await {
-            Ok(()) => {}
-            Err(e) if e.is_not_found() || e.kind == ErrorKind::FailedPrecondition => {}
-            Err(e) => return Err(ReconcileError::gcp("cancel duplicate Vertex custom job")(e)),
-        }
+        cancel_job(ctx, name, "cancel duplicate Vertex custom job").await?;
     }
     Ok(())
+}
+
+/// Cancels one Vertex job; one already finished (FAILED_PRECONDITION) or gone needs nothing more.
+/// `what` names the call in the error.
+pub async fn cancel_job(ctx: &Context, name: &str, what: &'static str) -> Result<()> {
+    match ctx.gcp.vertex.cancel_custom_job(name).await {
+        Err(e) if !e.is_not_found() && e.kind != ErrorKind::FailedPrecondition => {
+            Err(ReconcileError::gcp(what)(e))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn owner_ref(tp: &TrainingPipeline) -> Option<OwnerReference> {

@@ -12,11 +12,11 @@ use tpu_operator_api::{
     conditions::{Progress, reasons},
     training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase},
 };
-use tpu_operator_gcp::{ErrorKind, aiplatform_v1::model::JobState, ignore_not_found};
+use tpu_operator_gcp::{ErrorKind, aiplatform_v1::model::JobState};
 
 use super::{
     Names,
-    observe::{job_view, list_jobs},
+    observe::{job_view, list_jobs, read_job},
     plan::JobView,
     status::{self, time},
 };
@@ -110,12 +110,8 @@ async fn every_job(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Resul
     let mut jobs = list_jobs(ctx, names, None).await?;
     let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.as_deref());
     if let Some(name) = recorded.filter(|n| !jobs.iter().any(|j| j.name == *n)) {
-        let got = match ctx.gcp.vertex.get_custom_job(name).await {
-            // Malformed (400) or gone: nothing to clean.
-            Err(e) if e.kind == ErrorKind::InvalidArgument => None,
-            other => ignore_not_found(other).map_err(ReconcileError::gcp("get Vertex custom job"))?,
-        };
-        jobs.extend(got.map(job_view));
+        // Malformed (400) or gone: nothing to clean.
+        jobs.extend(read_job(ctx, name).await?.map(job_view));
     }
     Ok(jobs)
 }
@@ -123,12 +119,8 @@ async fn every_job(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Resul
 async fn step(ctx: &Context, tp: &TrainingPipeline, job: &JobView) -> Result<()> {
     match job_step(&job.state) {
         JobStep::Cancel => {
-            match ctx.gcp.vertex.cancel_custom_job(&job.name).await {
-                Ok(()) => {}
-                // Finished or gone between the list and the cancel: the next pass sees it.
-                Err(e) if e.is_not_found() || e.kind == ErrorKind::FailedPrecondition => {}
-                Err(e) => return Err(ReconcileError::gcp("cancel Vertex custom job")(e)),
-            }
+            // Finished or gone between the list and the cancel: the next pass sees it.
+            super::act::cancel_job(ctx, &job.name, "cancel Vertex custom job").await?;
             let note = format!("cancelling custom job {}", job.name);
             report::publish_event(ctx, tp, false, reasons::CANCELLING, note).await;
         }

@@ -289,6 +289,16 @@ async fn attempt_jobs(
     Ok(recorded.into_iter().chain(listed).collect())
 }
 
+/// A recorded Vertex job read by name; `None` when it is gone, or when Vertex calls the name
+/// malformed (400, as for a non-numeric id): retrying the same get cannot succeed, so it counts
+/// as gone.
+pub async fn read_job(ctx: &Context, name: &str) -> Result<Option<CustomJob>> {
+    match ctx.gcp.vertex.get_custom_job(name).await {
+        Err(e) if e.kind == ErrorKind::InvalidArgument => Ok(None),
+        other => ignore_not_found(other).map_err(ReconcileError::gcp("get Vertex custom job")),
+    }
+}
+
 /// The job of the current attempt and, once it started, its cost estimate, plus the other jobs of
 /// that attempt that still run (duplicates to cancel, see [`duplicates`]). The job is the one
 /// recorded in status, else the newest attempt's carrying this pipeline's UID label (a job created
@@ -311,14 +321,8 @@ async fn current_job(
                 .take_job(&name)
                 .or_else(|| ctx.cloud_watch.unchanged_job(ctx, &name));
             let got = match watched {
-                Some(job) => Ok(job),
-                None => ctx.gcp.vertex.get_custom_job(&name).await,
-            };
-            let got = match got {
-                // A name Vertex calls malformed (400, as for a non-numeric id) names no job:
-                // retrying the same get cannot succeed, so it counts as gone.
-                Err(e) if e.kind == ErrorKind::InvalidArgument => None,
-                other => ignore_not_found(other).map_err(ReconcileError::gcp("get Vertex custom job"))?,
+                Some(job) => Some(job),
+                None => read_job(ctx, &name).await?,
             };
             // Duplicates can only come from a create whose outcome was unknown; once a list
             // showed the recorded job (and so every older one), the marker is cleared and a

@@ -213,8 +213,10 @@ impl State {
             })
             .collect();
         let expressions: Vec<VapExpression> = validations.iter().map(|(_, e)| e.clone()).collect();
+        // Compiled once per request, evaluated once per parameter object.
+        let compiled = evaluator(None).compile_expressions(&expressions);
         for p in &params {
-            let results = evaluator(p.as_ref()).evaluate(&expressions);
+            let results = evaluator(p.as_ref()).evaluate_compiled(&compiled);
             for ((v, _), result) in validations.iter().zip(results) {
                 if result.passed {
                     continue;
