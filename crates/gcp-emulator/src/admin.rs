@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 #[serde(rename_all = "camelCase")]
 pub struct ResourceSummary {
     /// `tpu.node`, `tpu.queuedResource`, `dataproc.batch`, `vertex.customJob`, `storage.bucket`,
-    /// `storage.object`, or `operation`.
+    /// `storage.object`, `operation`, or (Compute Engine) `compute.instance`,
+    /// `compute.instanceTemplate`, `compute.resourcePolicy`, `compute.instanceGroupManager`,
+    /// `compute.resizeRequest`, `compute.operation`.
     pub kind: String,
     pub name: String,
     /// The resource's state (operations: `done` / `pending`; storage: `-`).
@@ -102,8 +104,29 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
                 .retain(|c| (&c.zone, &c.accelerator) != (&zone, &accelerator));
             f_.stockouts.remove(&(zone, accelerator));
             crate::tpu::queued::recheck_waiting(w);
+            crate::compute::recheck(w);
         }
         Fault::PreemptNode { name } => crate::tpu::nodes::preempt(w, &name)?,
+        Fault::PreemptInstance { name } => crate::compute::instances::preempt(w, &name)?,
+        Fault::FailResizeRequest { name, message } => crate::compute::resize::fail(
+            w,
+            &name,
+            message
+                .as_deref()
+                .unwrap_or("The resize request could not be fulfilled: not enough resources in the zone."),
+        )?,
+        Fault::ComputeCapacity {
+            zone,
+            machine_type,
+            hosts,
+        } => {
+            let key = format!("{zone}/{machine_type}");
+            match hosts {
+                Some(h) => f_.compute_capacity.insert(key, h),
+                None => f_.compute_capacity.remove(&key),
+            };
+            crate::compute::recheck(w);
+        }
         Fault::PreemptQueuedResource { name } => crate::tpu::queued::preempt(w, &name)?,
         Fault::FailBatch { name, message } => {
             if let Some(m) = message {
@@ -198,6 +221,9 @@ pub fn list_resources(w: &World) -> Vec<ResourceSummary> {
     }
     for (n, o) in &w.ops {
         push("operation", n, if o.done() { "done" } else { "pending" });
+    }
+    for (kind, name, state) in crate::compute::summaries(w) {
+        push(kind, &name, &state);
     }
     for (b, bucket) in &w.buckets {
         push("storage.bucket", b, "-");
@@ -342,6 +368,14 @@ fn handle_inner(
         }
         (Method::GET, "operations") => {
             ok(json!({"items": shared.world().ops.values().map(|o| o.body.clone()).collect::<Vec<_>>()}))
+        }
+        (Method::GET, r) if crate::compute::ADMIN_LISTS.iter().any(|(p, _)| *p == r) => {
+            let kind = crate::compute::ADMIN_LISTS
+                .iter()
+                .find(|(p, _)| *p == r)
+                .map(|(_, k)| *k)
+                .unwrap_or_default();
+            ok(json!({"items": crate::compute::bodies(&shared.world(), kind)}))
         }
         (Method::GET, "reservations") => ok(json!({"reservations": shared.world().reservations})),
         (Method::POST, "reservations") => {

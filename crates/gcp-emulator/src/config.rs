@@ -68,6 +68,22 @@ pub struct Durations {
     /// Vertex job CANCELLING -> CANCELLED.
     #[serde(with = "humantime_serde_compat")]
     pub job_cancel: Duration,
+    /// Compute instance PROVISIONING -> STAGING (a stocked-out insert fails at this point).
+    #[serde(with = "humantime_serde_compat")]
+    pub instance_provision: Duration,
+    /// Compute instance STAGING -> RUNNING (the insert operation is DONE at RUNNING).
+    #[serde(with = "humantime_serde_compat")]
+    pub instance_stage: Duration,
+    /// Compute instance STOPPING -> gone (delete) or TERMINATED (preempted with action STOP).
+    #[serde(with = "humantime_serde_compat")]
+    pub instance_stop: Duration,
+    /// Compute operations that only change configuration (templates, resource policies, MIG
+    /// insert, resize request cancel / delete): RUNNING -> DONE.
+    #[serde(with = "humantime_serde_compat")]
+    pub compute_op: Duration,
+    /// MIG resize request CREATING -> ACCEPTED (its insert operation is DONE here).
+    #[serde(with = "humantime_serde_compat")]
+    pub resize_accept: Duration,
 }
 
 impl Default for Durations {
@@ -93,6 +109,11 @@ impl Default for Durations {
             job_pending: s(60),
             job_run: s(300),
             job_cancel: s(30),
+            instance_provision: s(60),
+            instance_stage: s(30),
+            instance_stop: s(30),
+            compute_op: s(2),
+            resize_accept: s(5),
         }
     }
 }

@@ -189,14 +189,61 @@ impl Emulator {
     pub fn custom_jobs(&self) -> Vec<Value> {
         self.with_world(|w| w.jobs.values().map(|r| r.body.clone()).collect())
     }
-    /// How many TPU nodes, Dataproc batches and Vertex custom jobs exist, without copying them
-    /// (benchmarks poll this while thousands exist).
+    /// How many TPU nodes, Dataproc batches, Vertex custom jobs and Compute Engine resources
+    /// exist, without copying them (benchmarks poll this while thousands exist).
     pub fn resource_counts(&self) -> ResourceCounts {
         self.with_world(|w| ResourceCounts {
             nodes: w.nodes.len(),
             batches: w.batches.len(),
             custom_jobs: w.jobs.len(),
+            instances: w.compute.instances.len(),
+            instance_templates: w.compute.templates.len(),
+            resource_policies: w.compute.policies.len(),
+            instance_group_managers: w.compute.igms.len(),
+            resize_requests: w.compute.resize.len(),
         })
+    }
+
+    /// Compute Engine instances as `instances.get` returns them.
+    pub fn instances(&self) -> Vec<Value> {
+        self.with_world(|w| crate::compute::bodies(w, "instance"))
+    }
+    /// Regional instance templates as `regionInstanceTemplates.get` returns them.
+    pub fn instance_templates(&self) -> Vec<Value> {
+        self.with_world(|w| crate::compute::bodies(w, "template"))
+    }
+    /// Resource policies as `resourcePolicies.get` returns them.
+    pub fn resource_policies(&self) -> Vec<Value> {
+        self.with_world(|w| crate::compute::bodies(w, "policy"))
+    }
+    /// MIGs as `instanceGroupManagers.get` returns them (`targetSize`, `status`, `currentActions`).
+    pub fn instance_group_managers(&self) -> Vec<Value> {
+        self.with_world(|w| crate::compute::bodies(w, "igm"))
+    }
+    /// MIG resize requests as `instanceGroupManagerResizeRequests.get` returns them.
+    pub fn resize_requests(&self) -> Vec<Value> {
+        self.with_world(|w| crate::compute::bodies(w, "resize"))
+    }
+    /// Compute Engine operations (zonal and regional) as `zoneOperations.get` returns them.
+    pub fn compute_operations(&self) -> Vec<Value> {
+        self.with_world(|w| crate::compute::bodies(w, "op"))
+    }
+    /// Preempts a Spot instance (`projects/p/zones/z/instances/i` or a unique bare name); same
+    /// as `inject(Fault::PreemptInstance { name })`.
+    pub fn preempt_instance(&self, name: &str) -> Result<(), ApiError> {
+        self.inject(Fault::PreemptInstance {
+            name: name.to_string(),
+        })
+    }
+    /// At most `hosts` VMs of `machine_type` in `zone` (`None`: unlimited); same as
+    /// `inject(Fault::ComputeCapacity { .. })`. Waiting MIGs and resize requests re-check at once.
+    pub fn set_compute_capacity(&self, zone: &str, machine_type: &str, hosts: Option<u64>) {
+        let f = Fault::ComputeCapacity {
+            zone: zone.to_string(),
+            machine_type: machine_type.to_string(),
+            hosts,
+        };
+        self.inject(f).expect("capacity faults always apply");
     }
     pub fn operations(&self) -> Vec<Value> {
         self.with_world(|w| w.ops.values().map(|o| o.body.clone()).collect())
@@ -293,4 +340,10 @@ pub struct ResourceCounts {
     pub nodes: usize,
     pub batches: usize,
     pub custom_jobs: usize,
+    /// Compute Engine instances (any status, including TERMINATED).
+    pub instances: usize,
+    pub instance_templates: usize,
+    pub resource_policies: usize,
+    pub instance_group_managers: usize,
+    pub resize_requests: usize,
 }

@@ -143,6 +143,9 @@ pub struct ApiError {
     pub details: Vec<Value>,
     /// Cloud Storage answers with its legacy shape (`errors[]`, reason) instead.
     pub gcs_reason: Option<&'static str>,
+    /// Compute Engine answers with its own legacy shape (`errors[]` with `domain: global` and
+    /// this `reason`, no `status`); see `compute::errors`.
+    pub compute_reason: Option<&'static str>,
 }
 
 impl ApiError {
@@ -152,6 +155,7 @@ impl ApiError {
             message: message.into(),
             details: Vec::new(),
             gcs_reason: None,
+            compute_reason: None,
         }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -195,6 +199,13 @@ impl ApiError {
     /// The JSON body Google sends.
     pub fn body(&self) -> Value {
         let status = self.http_status();
+        if let Some(reason) = self.compute_reason {
+            return json!({"error": {
+                "code": status,
+                "message": self.message,
+                "errors": [{"message": self.message, "domain": "global", "reason": reason}],
+            }});
+        }
         match self.gcs_reason {
             Some(reason) => {
                 let mut err = json!({

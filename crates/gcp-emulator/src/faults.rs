@@ -44,6 +44,25 @@ pub enum Fault {
     },
     /// Preempts a spot / preemptible node now (state PREEMPTED). Name: full resource name.
     PreemptNode { name: String },
+    /// Preempts a Compute Engine Spot instance now (`name`: `projects/p/zones/z/instances/i`, or
+    /// the bare instance name when unique): STOPPING, then TERMINATED
+    /// (`scheduling.instanceTerminationAction` STOP, the default) or deleted (DELETE). A MIG
+    /// recreates a deleted member when capacity allows. Non-Spot instances -> error.
+    PreemptInstance { name: String },
+    /// Limits Compute Engine capacity: at most `hosts` instances of `machineType` (e.g.
+    /// `ct6e-standard-4t`) in `zone` at once (`None` = unlimited, the default). Instances in
+    /// TERMINATED do not count. Waiting MIGs and resize requests re-check at once. The TPU
+    /// `Stockout { zone, accelerator }` fault also stops Compute: `accelerator` may name a
+    /// machine type or its TPU family (`v6e` covers `ct6e-*`, `v5p` `ct5p-*`, `tpu7x` `tpu7x-*`).
+    /// A MIG resize request (`projects/p/zones/z/instanceGroupManagers/m/resizeRequests/r`)
+    /// that is CREATING or ACCEPTED ends FAILED now with `status.error` (code
+    /// `ZONE_RESOURCE_POOL_EXHAUSTED`, `message`); VMs it created are removed from the MIG.
+    FailResizeRequest { name: String, message: Option<String> },
+    ComputeCapacity {
+        zone: String,
+        machine_type: String,
+        hosts: Option<u64>,
+    },
     /// Preempts a queued resource's capacity now: SUSPENDING -> SUSPENDED (stateInitiator SERVICE).
     PreemptQueuedResource { name: String },
     /// The Dataproc batch (full name or batch id) ends FAILED: now if it exists and is not
@@ -258,6 +277,8 @@ pub struct Faults {
     /// [`Fault::VertexListLag`] for custom jobs created from now on.
     pub vertex_list_lag: Option<ListLag>,
     pub stockouts: BTreeSet<(String, String)>,
+    /// [`Fault::ComputeCapacity`]: `zone/machineType` -> hosts.
+    pub compute_capacity: std::collections::BTreeMap<String, u64>,
     pub capacity_errors: Vec<CapacityErrorState>,
     /// Vertex locations without training capacity ([`Fault::VertexStockout`]).
     pub vertex_stockouts: BTreeSet<String>,
@@ -276,7 +297,7 @@ pub struct Faults {
 }
 
 /// `pattern` is an accelerator type (`v5p-8`) or a family (`v5p`, matches `v5p-*`).
-fn accel_matches(pattern: &str, accelerator_type: &str) -> bool {
+pub fn accel_matches(pattern: &str, accelerator_type: &str) -> bool {
     pattern == accelerator_type
         || accelerator_type
             .strip_prefix(pattern)

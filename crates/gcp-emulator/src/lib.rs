@@ -1,5 +1,6 @@
 //! `gcp-emulator`: a local, stateful emulator of the Cloud TPU v2, Dataproc v1 (Serverless
-//! batches), Vertex AI v1 (custom jobs) and Cloud Storage JSON REST APIs, faithful to the wire
+//! batches), Vertex AI v1 (custom jobs), Compute Engine v1 (TPU VMs, MIGs, resize requests) and
+//! Cloud Storage JSON REST APIs, faithful to the wire
 //! format Google's own clients expect. See the crate README for the HTTP surface, the admin API,
 //! default durations, conventions and known fidelity gaps.
 #![forbid(unsafe_code)]
@@ -8,6 +9,7 @@ pub mod admin;
 pub mod api;
 pub mod calls;
 pub mod clock;
+pub mod compute;
 pub mod config;
 pub mod dataproc;
 pub mod emulator;

@@ -40,6 +40,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
 
 enum Target {
     Cloud(Svc, String),
+    /// Compute Engine: custom verbs are path segments (`.../resizeRequests/r/cancel`), not `:verb`.
+    Compute(String),
     Storage(Root, String),
     Admin(String),
 }
@@ -56,6 +58,9 @@ fn target(path: &str) -> Option<Target> {
         if let Some(rest) = path.strip_prefix(p) {
             return Some(Target::Cloud(svc, rest.to_string()));
         }
+    }
+    if let Some(rest) = path.strip_prefix("/compute/v1/") {
+        return Some(Target::Compute(rest.to_string()));
     }
     let storage = [
         ("/storage/v1/", Root::Json),
@@ -126,6 +131,11 @@ async fn dispatch(
             };
             (svc, req, routed)
         }
+        Target::Compute(rest) => {
+            let req = build_req(method, &rest, false, &uri, &headers, body);
+            let routed = crate::compute::route(&req).map(|(r, m)| (Routed::Compute(r), m));
+            (Svc::Compute, req, routed)
+        }
         Target::Storage(root, rest) => {
             let req = build_req(method, &rest, false, &uri, &headers, body);
             let routed = crate::storage::route(root, &req).map(|(r, m)| (Routed::Storage(r), m));
@@ -160,6 +170,7 @@ async fn dispatch(
                 Routed::Dataproc(r) => crate::dataproc::handle(&mut w, &req, r, method_id),
                 Routed::Vertex(r) => crate::vertex::handle(&mut w, &req, r, method_id),
                 Routed::Storage(r) => crate::storage::handle(&mut w, &req, r, method_id),
+                Routed::Compute(r) => crate::compute::handle(&mut w, &req, r, method_id),
             };
             // Zero-length transitions scheduled by this call happen before the reply.
             let now = shared.clock.now();
@@ -175,6 +186,7 @@ async fn dispatch(
             e.gcs_reason = Some(gcs_reason(e.code));
             Err(e)
         }
+        Err(e) if svc == Svc::Compute => Err(crate::compute::errors::compute_shape(e)),
         other => other,
     };
     let status = record(&shared, svc, method_id, &req, &path, &uri, &res);
@@ -186,6 +198,7 @@ enum Routed {
     Dataproc(crate::dataproc::Route),
     Vertex(crate::vertex::Route),
     Storage(crate::storage::Route),
+    Compute(crate::compute::Route),
 }
 
 fn gcs_reason(code: Code) -> &'static str {

@@ -24,6 +24,8 @@ pub enum TimerKind {
     QueuedResource,
     Batch,
     Job,
+    /// Compute Engine; the key says which resource and step (`compute::fire`).
+    Compute,
 }
 
 pub struct World {
@@ -38,6 +40,8 @@ pub struct World {
     pub reservations: BTreeMap<String, u64>,
     pub batches: BTreeMap<String, BatchRec>,
     pub jobs: BTreeMap<String, JobRec>,
+    /// Compute Engine instances, templates, policies, MIGs, resize requests and operations.
+    pub compute: crate::compute::ComputeState,
     pub ops: BTreeMap<String, OpRec>,
     /// `service|parent|requestId` -> operation name, for idempotent replays.
     pub request_ids: HashMap<String, String>,
@@ -60,6 +64,7 @@ impl World {
             reservations: BTreeMap::new(),
             batches: BTreeMap::new(),
             jobs: BTreeMap::new(),
+            compute: Default::default(),
             ops: BTreeMap::new(),
             request_ids: HashMap::new(),
             buckets: BTreeMap::new(),
@@ -110,6 +115,7 @@ impl World {
                 TimerKind::QueuedResource => crate::tpu::queued::fire(self, seq, &key),
                 TimerKind::Batch => crate::dataproc::batches::fire(self, seq, &key),
                 TimerKind::Job => crate::vertex::jobs::fire(self, seq, &key),
+                TimerKind::Compute => crate::compute::fire(self, seq, &key),
             }
         }
         if now > self.now {

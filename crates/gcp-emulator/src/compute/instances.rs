@@ -1,0 +1,441 @@
+//! Zonal `instances`: insert / get / delete / list, the PROVISIONING -> STAGING -> RUNNING and
+//! STOPPING -> gone | TERMINATED lifecycle, capacity, Spot preemption, and `maxRunDuration`.
+//!
+//! Sources: instance states PROVISIONING, STAGING, RUNNING, STOPPING, TERMINATED
+//! (https://cloud.google.com/compute/docs/instances/instance-life-cycle); the `Scheduling`
+//! schema of the discovery document (`provisioningModel`, `instanceTerminationAction`,
+//! `maxRunDuration`, `onHostMaintenance`); Spot preemption stops or deletes the VM per
+//! `instanceTerminationAction` (https://cloud.google.com/compute/docs/instances/spot);
+//! flex-start VMs need `instanceTerminationAction: DELETE` and a `maxRunDuration`
+//! (https://cloud.google.com/compute/docs/instances/provisioning-models and
+//! https://cloud.google.com/compute/docs/instances/create-flex-start-vms); a stocked-out zone
+//! fails the insert operation with `ZONE_RESOURCE_POOL_EXHAUSTED` ("The zone '...' does not have
+//! enough resources available to fulfill the request. Try a different zone, or try again
+//! later.", https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability).
+
+use super::machines::{self, Machine};
+use super::{BASE, Loc, errors, operations};
+use crate::api::Req;
+use crate::errors::{ApiError, ApiResult};
+use crate::wire::time::ts;
+use crate::world::{TimerKind, World};
+use serde_json::{Value, json};
+
+pub const STOCKOUT_CODE: &str = "ZONE_RESOURCE_POOL_EXHAUSTED";
+/// The HTTP status fields of a stocked-out insert operation (assumed).
+pub const STOCKOUT_HTTP: (u16, &str) = (503, "SERVICE UNAVAILABLE");
+
+pub fn stockout_message(project: &str, zone: &str) -> String {
+    format!(
+        "The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the request.  Try a different zone, or try again later."
+    )
+}
+
+#[derive(Debug)]
+pub struct InstanceRec {
+    pub body: Value,
+    /// The pending lifecycle timer (superseded timers are ignored).
+    pub seq: u64,
+    /// The pending `maxRunDuration` timer.
+    pub end_seq: u64,
+    /// The insert operation, until RUNNING (or failure).
+    pub insert_op: Option<String>,
+    /// Delete operations, done when the instance is gone.
+    pub delete_ops: Vec<String>,
+    /// The MIG that manages it, and the resize request that created it.
+    pub igm: Option<String>,
+    pub resize: Option<String>,
+    pub machine: &'static Machine,
+    pub project: String,
+    pub zone: String,
+    /// No capacity: the insert fails when PROVISIONING would end.
+    pub doomed: bool,
+    /// STOPPING ends in TERMINATED (Spot STOP) instead of deletion.
+    pub to_terminated: bool,
+}
+
+impl InstanceRec {
+    pub fn status(&self) -> &str {
+        self.body["status"].as_str().unwrap_or("")
+    }
+    /// Holds capacity (TERMINATED and doomed instances do not).
+    pub fn holds_capacity(&self) -> bool {
+        !self.doomed && self.status() != "TERMINATED"
+    }
+}
+
+/// Capacity for `hosts` more VMs of `m` in `zone`: no stockout fault (TPU `Stockout` /
+/// `CapacityError` naming the machine type or its family) and within `ComputeCapacity`.
+pub fn has_capacity(w: &World, zone: &str, m: &Machine, hosts: u64) -> bool {
+    let f = &w.faults;
+    let blocked = f
+        .stockouts
+        .iter()
+        .any(|(z, a)| z == zone && machines::matches(a, m))
+        || f.capacity_errors
+            .iter()
+            .any(|c| c.zone == zone && machines::matches(&c.accelerator, m));
+    if blocked {
+        return false;
+    }
+    match f.compute_capacity.get(&format!("{zone}/{}", m.name)) {
+        None => true,
+        Some(limit) => {
+            let used = w
+                .compute
+                .instances
+                .values()
+                .filter(|r| r.zone == zone && r.machine.name == m.name && r.holds_capacity())
+                .count() as u64;
+            used + hosts <= *limit
+        }
+    }
+}
+
+/// Checks the scheduling block shared by instances and templates.
+pub fn check_scheduling(v: &Value, m: &Machine, prefix: &str, need_run_duration: bool) -> ApiResult<()> {
+    let s = &v["scheduling"];
+    if s["onHostMaintenance"] == "MIGRATE" {
+        // TPU VMs cannot live-migrate (assumed from "TPU machine types": TPU VMs are terminated
+        // for host maintenance).
+        return Err(errors::invalid_field(
+            &format!("{prefix}scheduling.onHostMaintenance"),
+            "MIGRATE",
+            &format!(
+                "Machine type {} does not support live migration; use TERMINATE.",
+                m.name
+            ),
+        ));
+    }
+    if s["provisioningModel"] == "FLEX_START" {
+        if s["instanceTerminationAction"] != "DELETE" {
+            return Err(errors::invalid_field(
+                &format!("{prefix}scheduling.instanceTerminationAction"),
+                s["instanceTerminationAction"].as_str().unwrap_or(""),
+                "Flex-start VMs require instanceTerminationAction DELETE.",
+            ));
+        }
+        if need_run_duration && s["maxRunDuration"].is_null() {
+            return Err(errors::required(&format!("{prefix}scheduling.maxRunDuration")));
+        }
+    }
+    Ok(())
+}
+
+/// What to create (from `instances.insert` or a MIG's template).
+pub struct NewInstance {
+    pub project: String,
+    pub zone: String,
+    pub name: String,
+    /// The validated input body (`machineType` as given).
+    pub body: Value,
+    pub machine: &'static Machine,
+    pub igm: Option<String>,
+    pub resize: Option<String>,
+    pub insert_op: Option<String>,
+}
+
+/// Creates the instance (PROVISIONING) and schedules its lifecycle; returns its key.
+pub fn create(w: &mut World, n: NewInstance) -> String {
+    let key = format!("projects/{}/zones/{}/instances/{}", n.project, n.zone, n.name);
+    let doomed = !has_capacity(w, &n.zone, n.machine, 1);
+    let mut body = n.body;
+    body["kind"] = json!("compute#instance");
+    body["id"] = json!(super::numeric_id(w));
+    body["name"] = json!(n.name);
+    body["creationTimestamp"] = json!(ts(w.now));
+    body["selfLink"] = json!(format!("{BASE}{key}"));
+    body["zone"] = json!(format!("{BASE}projects/{}/zones/{}", n.project, n.zone));
+    body["machineType"] = json!(format!(
+        "{BASE}projects/{}/zones/{}/machineTypes/{}",
+        n.project, n.zone, n.machine.name
+    ));
+    body["status"] = json!("PROVISIONING");
+    let mut nics = body["networkInterfaces"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| vec![json!({})]);
+    for (i, nic) in nics.iter_mut().enumerate() {
+        w.compute.next_ip += 1;
+        let ip = w.compute.next_ip;
+        nic["kind"] = json!("compute#networkInterface");
+        nic["name"] = json!(format!("nic{i}"));
+        nic["networkIP"] = json!(format!("10.128.{}.{}", (ip >> 8) & 255, ip & 255));
+        if nic["network"].is_null() {
+            nic["network"] = json!(format!("{BASE}projects/{}/global/networks/default", n.project));
+        }
+    }
+    body["networkInterfaces"] = Value::Array(nics);
+    let at = World::add(w.now, w.cfg.durations.instance_provision);
+    let seq = w.schedule(at, TimerKind::Compute, &format!("i|{key}"));
+    w.compute.instances.insert(
+        key.clone(),
+        InstanceRec {
+            body,
+            seq,
+            end_seq: 0,
+            insert_op: n.insert_op,
+            delete_ops: Vec::new(),
+            igm: n.igm,
+            resize: n.resize,
+            machine: n.machine,
+            project: n.project,
+            zone: n.zone,
+            doomed,
+            to_terminated: false,
+        },
+    );
+    key
+}
+
+pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, scope, req) {
+        return Ok(op);
+    }
+    let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
+    let v = super::validate("Instance", req)?;
+    let name = super::check_name(v["name"].as_str(), "resource.name")?;
+    let key = format!("{scope}/instances/{name}");
+    if w.compute.instances.contains_key(&key) {
+        return Err(errors::already_exists(&key));
+    }
+    let mt = v["machineType"]
+        .as_str()
+        .ok_or_else(|| errors::required("resource.machineType"))?;
+    let machine = match machines::parse_url(mt) {
+        Some((z, t)) if z == zone => machines::find(&t).ok_or_else(|| {
+            errors::invalid_field(
+                "resource.machineType",
+                mt,
+                &format!("Machine type with name '{t}' does not exist in zone '{zone}'."),
+            )
+        })?,
+        _ => {
+            return Err(errors::invalid_field(
+                "resource.machineType",
+                mt,
+                &format!("Expected a machine type URL of zone '{zone}' (zones/{zone}/machineTypes/TYPE)."),
+            ));
+        }
+    };
+    check_scheduling(&v, machine, "resource.", true)?;
+    let op = operations::start(w, project, &Loc::Zone(zone.clone()), "insert", &key);
+    create(
+        w,
+        NewInstance {
+            project: project.to_string(),
+            zone,
+            name,
+            body: v,
+            machine,
+            igm: None,
+            resize: None,
+            insert_op: Some(op.clone()),
+        },
+    );
+    Ok(operations::remember(w, scope, req, &op))
+}
+
+pub fn get(w: &World, key: &str) -> ApiResult<Value> {
+    w.compute
+        .instances
+        .get(key)
+        .map(|r| r.body.clone())
+        .ok_or_else(|| errors::not_found(key))
+}
+
+pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
+    let items: Vec<Value> = super::under(&w.compute.instances, &format!("{scope}/instances/"))
+        .map(|(_, r)| r.body.clone())
+        .collect();
+    let items = super::filtered(
+        items,
+        req,
+        &["name", "status", "labels", "machineType", "zone", "id"],
+    )?;
+    super::list_page("compute#instanceList", &format!("{scope}/instances"), items, req)
+}
+
+/// Starts deleting (STOPPING -> gone after `instanceStop`); `op` completes when it is gone.
+pub fn begin_delete(w: &mut World, key: &str, op: Option<String>) {
+    let at = World::add(w.now, w.cfg.durations.instance_stop);
+    let already = w
+        .compute
+        .instances
+        .get(key)
+        .is_some_and(|r| r.status() == "STOPPING" && !r.to_terminated);
+    let seq = (!already).then(|| w.schedule(at, TimerKind::Compute, &format!("i|{key}")));
+    if let Some(r) = w.compute.instances.get_mut(key) {
+        if let Some(seq) = seq {
+            r.seq = seq;
+            r.body["status"] = json!("STOPPING");
+            r.to_terminated = false;
+        }
+        r.delete_ops.extend(op);
+    }
+}
+
+pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, scope, req) {
+        return Ok(op);
+    }
+    if !w.compute.instances.contains_key(key) {
+        return Err(errors::not_found(key));
+    }
+    let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
+    let op = operations::start(w, project, &Loc::Zone(zone), "delete", key);
+    begin_delete(w, key, Some(op.clone()));
+    Ok(operations::remember(w, scope, req, &op))
+}
+
+/// Finds an instance by key or (unique) bare name.
+fn find_key(w: &World, name: &str) -> Option<String> {
+    if w.compute.instances.contains_key(name) {
+        return Some(name.to_string());
+    }
+    let mut hits = w
+        .compute
+        .instances
+        .keys()
+        .filter(|k| k.rsplit('/').next() == Some(name));
+    let first = hits.next()?.clone();
+    hits.next().is_none().then_some(first)
+}
+
+/// Preempts a Spot VM now: STOPPING, then TERMINATED (action STOP, default) or gone (DELETE).
+pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
+    let key = find_key(w, name).ok_or_else(|| errors::not_found(name))?;
+    let r = &w.compute.instances[&key];
+    let s = &r.body["scheduling"];
+    if s["provisioningModel"] != "SPOT" && s["preemptible"] != true {
+        return Err(ApiError::precondition(format!(
+            "instance {key} is not a Spot VM (scheduling.provisioningModel {})",
+            s["provisioningModel"].as_str().unwrap_or("STANDARD")
+        )));
+    }
+    if !matches!(r.status(), "PROVISIONING" | "STAGING" | "RUNNING") {
+        return Err(ApiError::precondition(format!(
+            "instance {key} is {}, not running",
+            r.status()
+        )));
+    }
+    let to_terminated = s["instanceTerminationAction"] != "DELETE";
+    let at = World::add(w.now, w.cfg.durations.instance_stop);
+    let seq = w.schedule(at, TimerKind::Compute, &format!("i|{key}"));
+    let r = w.compute.instances.get_mut(&key).expect("found above");
+    r.seq = seq;
+    r.to_terminated = to_terminated;
+    r.body["status"] = json!("STOPPING");
+    Ok(())
+}
+
+/// Lifecycle step.
+pub fn fire(w: &mut World, seq: u64, key: &str) {
+    let Some(r) = w.compute.instances.get(key) else {
+        return;
+    };
+    if r.seq != seq {
+        return;
+    }
+    let d = w.cfg.durations.clone();
+    match r.status().to_string().as_str() {
+        "PROVISIONING" if r.doomed => {
+            let r = w.compute.instances.remove(key).expect("present");
+            if let Some(op) = &r.insert_op {
+                let msg = stockout_message(&r.project, &r.zone);
+                operations::fail(w, op, STOCKOUT_CODE, &msg, STOCKOUT_HTTP);
+            }
+            gone(w, r);
+        }
+        "PROVISIONING" => {
+            let at = World::add(w.now, d.instance_stage);
+            let seq = w.schedule(at, TimerKind::Compute, &format!("i|{key}"));
+            let r = w.compute.instances.get_mut(key).expect("present");
+            r.seq = seq;
+            r.body["status"] = json!("STAGING");
+        }
+        "STAGING" => {
+            let now = ts(w.now);
+            let run = r.body["scheduling"]["maxRunDuration"]["seconds"]
+                .as_str()
+                .and_then(|s| s.parse::<u64>().ok())
+                .filter(|_| r.igm.is_none());
+            let end_seq = run.map(|s| {
+                let at = World::add(w.now, std::time::Duration::from_secs(s));
+                w.schedule(at, TimerKind::Compute, &format!("ie|{key}"))
+            });
+            let r = w.compute.instances.get_mut(key).expect("present");
+            r.body["status"] = json!("RUNNING");
+            r.body["lastStartTimestamp"] = json!(now);
+            if let Some(s) = end_seq {
+                r.end_seq = s;
+            }
+            let op = r.insert_op.take();
+            let rr = r.resize.clone();
+            if let Some(op) = op {
+                operations::done(w, &op);
+            }
+            if let Some(rr) = rr {
+                super::resize::instance_running(w, &rr);
+            }
+        }
+        "STOPPING" if r.to_terminated => {
+            let now = ts(w.now);
+            let r = w.compute.instances.get_mut(key).expect("present");
+            r.body["status"] = json!("TERMINATED");
+            r.body["lastStopTimestamp"] = json!(now);
+            super::recheck(w);
+        }
+        "STOPPING" => {
+            let r = w.compute.instances.remove(key).expect("present");
+            gone(w, r);
+        }
+        _ => {}
+    }
+}
+
+/// Ends the VM's run `secs` from now (a resize request's `requestedRunDuration`).
+pub fn schedule_end(w: &mut World, key: &str, secs: u64) {
+    let at = World::add(w.now, std::time::Duration::from_secs(secs));
+    let seq = w.schedule(at, TimerKind::Compute, &format!("ie|{key}"));
+    if let Some(r) = w.compute.instances.get_mut(key) {
+        r.end_seq = seq;
+    }
+}
+
+/// The run duration is over (`maxRunDuration` since RUNNING, or a resize request's
+/// `requestedRunDuration` since provisioning): the termination action (DELETE or STOP). A MIG
+/// member is deleted and its MIG's target size shrinks by one (assumed: otherwise the MIG would
+/// recreate it).
+pub fn fire_run_end(w: &mut World, seq: u64, key: &str) {
+    let Some(r) = w.compute.instances.get(key) else {
+        return;
+    };
+    if r.end_seq != seq || matches!(r.status(), "STOPPING" | "TERMINATED") {
+        return;
+    }
+    let stop = r.body["scheduling"]["instanceTerminationAction"] == "STOP" && r.igm.is_none();
+    if let Some(g) = r.igm.clone()
+        && let Some(g) = w.compute.igms.get_mut(&g)
+    {
+        g.target_size = (g.target_size - 1).max(0);
+    }
+    begin_delete(w, key, None);
+    if stop && let Some(r) = w.compute.instances.get_mut(key) {
+        r.to_terminated = true;
+    }
+}
+
+/// Bookkeeping once an instance no longer exists.
+fn gone(w: &mut World, r: InstanceRec) {
+    if let Some(op) = &r.insert_op {
+        operations::done(w, op);
+    }
+    for op in &r.delete_ops {
+        operations::done(w, op);
+    }
+    if let Some(g) = &r.igm {
+        super::igm::member_gone(w, g);
+    }
+    super::recheck(w);
+}

@@ -1,0 +1,372 @@
+//! Compute Engine API v1, served under `/compute/v1/...`: the surfaces a TPU-slice backend on
+//! Compute Engine uses — zonal `instances`, `regionInstanceTemplates`, regional
+//! `resourcePolicies` (workload policies), zonal `instanceGroupManagers` with
+//! `listManagedInstances`, `instanceGroupManagerResizeRequests`, and `zoneOperations` /
+//! `regionOperations` get. Paths, verbs and query parameters as Google's Rust client
+//! `google-cloud-compute-v1` sends them (its `src/transport.rs`); bodies validated against the
+//! discovery document (`schemas/compute.json`, trimmed from `shared/gcp-api/compute.v1.json`).
+
+pub mod errors;
+pub mod igm;
+pub mod instances;
+pub mod machines;
+pub mod operations;
+pub mod policies;
+pub mod resize;
+pub mod templates;
+
+use crate::api::{Reply, Req, no_route};
+use crate::errors::ApiResult;
+use crate::filter;
+use crate::wire::schema::{self, Svc};
+use crate::world::World;
+use axum::http::Method;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// Prefix of every `selfLink` / URL field, as Compute Engine serves them.
+pub const BASE: &str = "https://www.googleapis.com/compute/v1/";
+
+/// Everything Compute Engine holds, keyed by relative resource path
+/// (`projects/p/zones/z/instances/i`).
+#[derive(Debug, Default)]
+pub struct ComputeState {
+    pub instances: BTreeMap<String, instances::InstanceRec>,
+    pub templates: BTreeMap<String, Value>,
+    pub policies: BTreeMap<String, Value>,
+    pub igms: BTreeMap<String, igm::IgmRec>,
+    pub resize: BTreeMap<String, resize::ResizeRec>,
+    pub ops: BTreeMap<String, Value>,
+    /// Counter for internal IPs.
+    pub next_ip: u64,
+}
+
+/// A zone or a region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Loc {
+    Zone(String),
+    Region(String),
+}
+
+impl Loc {
+    /// `projects/p/zones/z` or `projects/p/regions/r`.
+    pub fn scope(&self, project: &str) -> String {
+        match self {
+            Loc::Zone(z) => format!("projects/{project}/zones/{z}"),
+            Loc::Region(r) => format!("projects/{project}/regions/{r}"),
+        }
+    }
+}
+
+/// The region of a zone (`us-central2-b` -> `us-central2`).
+pub fn region_of(zone: &str) -> &str {
+    zone.rsplit_once('-').map(|(r, _)| r).unwrap_or(zone)
+}
+
+/// A URL (full, `/compute/v1/...` or partial) as a path relative to `compute/v1/`.
+pub fn rel(url: &str) -> &str {
+    for p in [BASE, "https://compute.googleapis.com/compute/v1/", "/compute/v1/"] {
+        if let Some(r) = url.strip_prefix(p) {
+            return r;
+        }
+    }
+    url
+}
+
+/// A deterministic 19-digit numeric id (Compute ids are uint64 decimal strings).
+pub fn numeric_id(w: &mut World) -> String {
+    let s = w.next_seq();
+    let n = s.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 9_000_000_000_000_000_000 + 1_000_000_000_000_000_000;
+    n.to_string()
+}
+
+/// Four lowercase alphanumerics, as MIGs append to `baseInstanceName`.
+pub fn suffix(w: &mut World) -> String {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut n = w.next_seq().wrapping_mul(0xD1B5_4A32_D192_ED03).rotate_left(23);
+    (0..4)
+        .map(|_| {
+            let c = CHARS[(n % 36) as usize] as char;
+            n /= 36;
+            c
+        })
+        .collect()
+}
+
+/// RFC 1035 names, as Compute requires (`[a-z]([-a-z0-9]{0,61}[a-z0-9])?`).
+pub fn check_name(name: Option<&str>, field: &str) -> ApiResult<String> {
+    let n = name.ok_or_else(|| errors::required(field))?;
+    let b = n.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[b.len() - 1] != b'-';
+    if ok {
+        Ok(n.to_string())
+    } else {
+        Err(errors::invalid_field(
+            field,
+            n,
+            "Must be a match of regex '[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'",
+        ))
+    }
+}
+
+/// Validates a request body against the discovery schema (unknown fields -> 400 naming them).
+pub fn validate(schema_name: &str, req: &Req) -> ApiResult<Value> {
+    schema::validate(Svc::Compute, schema_name, &req.json()?, "resource")
+}
+
+/// A parsed Compute request: project, zone or region, and the path after it.
+#[derive(Debug)]
+pub struct Route {
+    pub project: String,
+    pub loc: Loc,
+    pub rest: Vec<String>,
+}
+
+pub fn route(req: &Req) -> Option<(Route, &'static str)> {
+    let s: Vec<&str> = req.segs.iter().map(String::as_str).collect();
+    let (project, loc, rest) = match s.as_slice() {
+        ["projects", p, "zones", z, rest @ ..] => (p, Loc::Zone(z.to_string()), rest),
+        ["projects", p, "regions", r, rest @ ..] => (p, Loc::Region(r.to_string()), rest),
+        _ => return None,
+    };
+    let m = &req.method;
+    let zonal = matches!(loc, Loc::Zone(_));
+    let id = match (zonal, rest, m.clone()) {
+        (true, ["instances"], Method::GET) => "instances.list",
+        (true, ["instances"], Method::POST) => "instances.insert",
+        (true, ["instances", _], Method::GET) => "instances.get",
+        (true, ["instances", _], Method::DELETE) => "instances.delete",
+        (true, ["instanceGroupManagers"], Method::GET) => "instanceGroupManagers.list",
+        (true, ["instanceGroupManagers"], Method::POST) => "instanceGroupManagers.insert",
+        (true, ["instanceGroupManagers", _], Method::GET) => "instanceGroupManagers.get",
+        (true, ["instanceGroupManagers", _], Method::DELETE) => "instanceGroupManagers.delete",
+        (true, ["instanceGroupManagers", _, "listManagedInstances"], Method::POST) => {
+            "instanceGroupManagers.listManagedInstances"
+        }
+        (true, ["instanceGroupManagers", _, "resizeRequests"], Method::GET) => {
+            "instanceGroupManagerResizeRequests.list"
+        }
+        (true, ["instanceGroupManagers", _, "resizeRequests"], Method::POST) => {
+            "instanceGroupManagerResizeRequests.insert"
+        }
+        (true, ["instanceGroupManagers", _, "resizeRequests", _], Method::GET) => {
+            "instanceGroupManagerResizeRequests.get"
+        }
+        (true, ["instanceGroupManagers", _, "resizeRequests", _], Method::DELETE) => {
+            "instanceGroupManagerResizeRequests.delete"
+        }
+        (true, ["instanceGroupManagers", _, "resizeRequests", _, "cancel"], Method::POST) => {
+            "instanceGroupManagerResizeRequests.cancel"
+        }
+        (true, ["operations", _], Method::GET) => "zoneOperations.get",
+        (false, ["instanceTemplates"], Method::GET) => "regionInstanceTemplates.list",
+        (false, ["instanceTemplates"], Method::POST) => "regionInstanceTemplates.insert",
+        (false, ["instanceTemplates", _], Method::GET) => "regionInstanceTemplates.get",
+        (false, ["instanceTemplates", _], Method::DELETE) => "regionInstanceTemplates.delete",
+        (false, ["resourcePolicies"], Method::GET) => "resourcePolicies.list",
+        (false, ["resourcePolicies"], Method::POST) => "resourcePolicies.insert",
+        (false, ["resourcePolicies", _], Method::GET) => "resourcePolicies.get",
+        (false, ["resourcePolicies", _], Method::DELETE) => "resourcePolicies.delete",
+        (false, ["operations", _], Method::GET) => "regionOperations.get",
+        _ => return None,
+    };
+    let r = Route {
+        project: project.to_string(),
+        loc,
+        rest: rest.iter().map(|x| x.to_string()).collect(),
+    };
+    Some((r, id))
+}
+
+pub fn handle(w: &mut World, req: &Req, r: Route, method: &str) -> ApiResult<Reply> {
+    w.project_number(&r.project);
+    let scope = r.loc.scope(&r.project);
+    let key = match r.rest.as_slice() {
+        [coll, id, ..] => format!("{scope}/{coll}/{id}"),
+        _ => String::new(),
+    };
+    let json = Reply::json;
+    match method {
+        "instances.insert" => instances::insert(w, &r.project, &scope, req).map(json),
+        "instances.get" => instances::get(w, &key).map(json),
+        "instances.delete" => instances::delete(w, &r.project, &scope, &key, req).map(json),
+        "instances.list" => instances::list(w, &scope, req).map(json),
+        "regionInstanceTemplates.insert" => templates::insert(w, &r.project, &scope, req).map(json),
+        "regionInstanceTemplates.get" => templates::get(w, &key).map(json),
+        "regionInstanceTemplates.delete" => templates::delete(w, &r.project, &scope, &key, req).map(json),
+        "regionInstanceTemplates.list" => templates::list(w, &scope, req).map(json),
+        "resourcePolicies.insert" => policies::insert(w, &r.project, &scope, req).map(json),
+        "resourcePolicies.get" => policies::get(w, &key).map(json),
+        "resourcePolicies.delete" => policies::delete(w, &r.project, &scope, &key, req).map(json),
+        "resourcePolicies.list" => policies::list(w, &scope, req).map(json),
+        "instanceGroupManagers.insert" => igm::insert(w, &r.project, &scope, req).map(json),
+        "instanceGroupManagers.get" => igm::get(w, &key).map(json),
+        "instanceGroupManagers.delete" => igm::delete(w, &r.project, &scope, &key, req).map(json),
+        "instanceGroupManagers.list" => igm::list(w, &scope, req).map(json),
+        "instanceGroupManagers.listManagedInstances" => igm::list_managed(w, &key).map(json),
+        "instanceGroupManagerResizeRequests.insert" => {
+            resize::insert(w, &r.project, &scope, &key, req).map(json)
+        }
+        "instanceGroupManagerResizeRequests.list" => resize::list(w, &key, req).map(json),
+        m if m.starts_with("instanceGroupManagerResizeRequests.") => {
+            let rr = format!(
+                "{key}/resizeRequests/{}",
+                r.rest.get(3).map(String::as_str).unwrap_or("")
+            );
+            match m {
+                "instanceGroupManagerResizeRequests.get" => resize::get(w, &rr).map(json),
+                "instanceGroupManagerResizeRequests.cancel" => {
+                    resize::cancel(w, &r.project, &scope, &rr, req).map(json)
+                }
+                _ => resize::delete(w, &r.project, &scope, &rr, req).map(json),
+            }
+        }
+        "zoneOperations.get" | "regionOperations.get" => operations::get(w, &key).map(json),
+        _ => Err(no_route(&req.method, &key)),
+    }
+}
+
+/// Fires a Compute timer; the key says what (`i|`, `ie|`, `op|`, `rr|` + resource key).
+pub fn fire(w: &mut World, seq: u64, key: &str) {
+    let Some((what, k)) = key.split_once('|') else {
+        return;
+    };
+    match what {
+        "i" => instances::fire(w, seq, k),
+        "ie" => instances::fire_run_end(w, seq, k),
+        "op" => operations::done(w, k),
+        "rr" => resize::fire_accept(w, seq, k),
+        _ => {}
+    }
+}
+
+/// Capacity may have changed (a fault lifted, an instance gone): waiting MIGs and resize
+/// requests try again, in creation order.
+pub fn recheck(w: &mut World) {
+    let igms: Vec<String> = w.compute.igms.keys().cloned().collect();
+    for k in igms {
+        igm::reconcile(w, &k);
+    }
+    let mut rrs: Vec<(String, String)> = w
+        .compute
+        .resize
+        .iter()
+        .map(|(k, r)| {
+            (
+                r.body["creationTimestamp"].as_str().unwrap_or("").to_string(),
+                k.clone(),
+            )
+        })
+        .collect();
+    rrs.sort();
+    for (_, k) in rrs {
+        resize::try_grant(w, &k);
+    }
+}
+
+/// Keeps the items of `filter` (AIP-160 subset, `crate::filter`): `labels.KEY = "VALUE"`,
+/// `labels.KEY:*`, `name = "x"`, `status = RUNNING`, joined by AND / whitespace (and OR, NOT,
+/// parentheses, which Compute's own filter syntax also has).
+pub fn filtered(items: Vec<Value>, req: &Req, fields: &[&str]) -> ApiResult<Vec<Value>> {
+    let Some(f) = req.query.get("filter") else {
+        return Ok(items);
+    };
+    let expr = filter::parse(f, fields)?;
+    Ok(items
+        .into_iter()
+        .filter(|it| {
+            filter::eval(&expr, &|field| {
+                let v = match field.strip_prefix("labels.") {
+                    Some(k) => &it["labels"][k],
+                    None => &it[field],
+                };
+                match v {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Null => None,
+                    other => Some(other.to_string()),
+                }
+            })
+        })
+        .collect())
+}
+
+/// A Compute list: `{kind, id, items, selfLink, nextPageToken}` (`maxResults` default and max 500).
+pub fn list_page(kind: &str, scope_key: &str, items: Vec<Value>, req: &Req) -> ApiResult<Value> {
+    let size = req.query.page_size("maxResults", 500, 500)?;
+    let (page, next) = crate::wire::query::paginate(&items, size, req.query.get("pageToken"))?;
+    let mut out = json!({"kind": kind, "id": scope_key, "selfLink": format!("{BASE}{scope_key}")});
+    if !page.is_empty() {
+        out["items"] = Value::Array(page);
+    }
+    if let Some(t) = next {
+        out["nextPageToken"] = json!(t);
+    }
+    Ok(out)
+}
+
+/// Items of `map` whose key starts with `prefix`.
+pub fn under<'a, T>(map: &'a BTreeMap<String, T>, prefix: &str) -> impl Iterator<Item = (&'a String, &'a T)> {
+    let prefix = prefix.to_string();
+    map.range(prefix.clone()..)
+        .take_while(move |(k, _)| k.starts_with(&prefix))
+}
+
+/// Admin lists: `/emulator/v1/{path}` -> what.
+pub const ADMIN_LISTS: &[(&str, &str)] = &[
+    ("instances", "instance"),
+    ("instanceTemplates", "template"),
+    ("resourcePolicies", "policy"),
+    ("instanceGroupManagers", "igm"),
+    ("resizeRequests", "resize"),
+    ("computeOperations", "op"),
+];
+
+/// Full bodies of one kind (see [`ADMIN_LISTS`]), as `get` serves them.
+pub fn bodies(w: &World, kind: &str) -> Vec<Value> {
+    let c = &w.compute;
+    match kind {
+        "instance" => c.instances.values().map(|r| r.body.clone()).collect(),
+        "template" => c.templates.values().cloned().collect(),
+        "policy" => c.policies.values().cloned().collect(),
+        "igm" => c.igms.keys().filter_map(|k| igm::view(w, k)).collect(),
+        "resize" => c.resize.values().map(|r| r.body.clone()).collect(),
+        "op" => c.ops.values().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `(kind, name, state)` for `list_resources`.
+pub fn summaries(w: &World) -> Vec<(&'static str, String, String)> {
+    let c = &w.compute;
+    let s = |v: &Value, f: &str| v[f].as_str().unwrap_or("-").to_string();
+    let mut out = Vec::new();
+    for (k, r) in &c.instances {
+        out.push(("compute.instance", k.clone(), r.status().to_string()));
+    }
+    for (k, t) in &c.templates {
+        out.push(("compute.instanceTemplate", k.clone(), s(t, "status")));
+    }
+    for (k, p) in &c.policies {
+        out.push(("compute.resourcePolicy", k.clone(), s(p, "status")));
+    }
+    for (k, g) in &c.igms {
+        let state = if g.deleting.is_some() {
+            "DELETING"
+        } else {
+            "ACTIVE"
+        };
+        out.push(("compute.instanceGroupManager", k.clone(), state.to_string()));
+    }
+    for (k, r) in &c.resize {
+        out.push(("compute.resizeRequest", k.clone(), s(&r.body, "state")));
+    }
+    for (k, o) in &c.ops {
+        out.push(("compute.operation", k.clone(), s(o, "status")));
+    }
+    out
+}
