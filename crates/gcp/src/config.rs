@@ -21,6 +21,8 @@ pub const DATAPROC_ENDPOINT: &str = "https://dataproc.googleapis.com";
 pub const VERTEX_ENDPOINT_TEMPLATE: &str = "https://{region}-aiplatform.googleapis.com";
 /// Production endpoint of the Cloud Storage JSON API (paths start with `/storage/v1/`).
 pub const STORAGE_ENDPOINT: &str = "https://storage.googleapis.com";
+/// Compute Engine's public endpoint (the client appends `/compute/v1/...`).
+pub const COMPUTE_ENDPOINT: &str = "https://compute.googleapis.com";
 /// Default bound on one HTTP attempt; see [`GcpConfig::call_timeout`].
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -48,10 +50,12 @@ pub struct GcpConfig {
     pub vertex_endpoint: String,
     /// Base URL of the Cloud Storage JSON API (requests go to `{storage_endpoint}/storage/v1/...`).
     pub storage_endpoint: String,
+    /// Base URL of Compute Engine (requests go to `{compute_endpoint}/compute/v1/...`).
+    pub compute_endpoint: String,
     /// Credentials of every client (including the plain-HTTP storage calls).
     pub credentials: CredentialsMode,
     /// When set, overrides every endpoint with `{url}/tpu`, `{url}/dataproc`, `{url}/vertex`,
-    /// `{url}` (storage) and forces anonymous credentials.
+    /// `{url}` (storage, Compute Engine) and forces anonymous credentials.
     pub emulator: Option<Url>,
     /// Upper bound on one HTTP attempt. The clients never retry by themselves (see the crate
     /// docs), so this is also the longest a reconcile can wait on one GCP call.
@@ -71,6 +75,7 @@ pub struct ResolvedEndpoints {
     pub dataproc: String,
     pub vertex_template: String,
     pub storage: String,
+    pub compute: String,
     pub credentials: CredentialsMode,
 }
 
@@ -89,6 +94,7 @@ impl GcpConfig {
             dataproc_endpoint: DATAPROC_ENDPOINT.to_string(),
             vertex_endpoint: VERTEX_ENDPOINT_TEMPLATE.to_string(),
             storage_endpoint: STORAGE_ENDPOINT.to_string(),
+            compute_endpoint: COMPUTE_ENDPOINT.to_string(),
             credentials: CredentialsMode::Adc,
             emulator: None,
             call_timeout: DEFAULT_CALL_TIMEOUT,
@@ -114,6 +120,7 @@ impl GcpConfig {
                     dataproc: format!("{base}/dataproc"),
                     vertex_template: format!("{base}/vertex"),
                     storage: base.to_string(),
+                    compute: base.to_string(),
                     credentials: CredentialsMode::Anonymous,
                 }
             }
@@ -122,6 +129,7 @@ impl GcpConfig {
                 dataproc: trim(&self.dataproc_endpoint),
                 vertex_template: trim(&self.vertex_endpoint),
                 storage: trim(&self.storage_endpoint),
+                compute: trim(&self.compute_endpoint),
                 credentials: self.credentials.clone(),
             },
         }

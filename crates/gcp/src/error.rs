@@ -46,6 +46,7 @@ pub enum Service {
     Dataproc,
     Vertex,
     Storage,
+    Compute,
 }
 
 impl Service {
@@ -55,6 +56,7 @@ impl Service {
             Service::Dataproc => "dataproc",
             Service::Vertex => "vertex",
             Service::Storage => "storage",
+            Service::Compute => "compute",
         }
     }
 }

@@ -19,6 +19,7 @@
 //! * **Every call is measured** ([`GcpMetrics`]: `gcp_calls_total{service,method,outcome}`).
 #![forbid(unsafe_code)]
 
+pub mod compute;
 pub mod config;
 pub mod dataproc;
 pub mod error;
@@ -30,6 +31,7 @@ pub mod vertex;
 
 use std::sync::Arc;
 
+pub use compute::{ComputeApi, ComputeClient, Place, slices::ComputeSlices};
 pub use config::{CredentialsMode, GcpConfig};
 pub use dataproc::{DataprocApi, DataprocClient};
 pub use error::{ErrorKind, Exhaustion, GcpError, QuotaDetails, Service, ignore_not_found, is_not_found};
@@ -41,6 +43,7 @@ pub use vertex::{VertexApi, VertexClient};
 
 /// The official clients' crates, so callers build requests with exactly the versions used here.
 pub use google_cloud_aiplatform_v1 as aiplatform_v1;
+pub use google_cloud_compute_v1 as compute_v1;
 pub use google_cloud_dataproc_v1 as dataproc_v1;
 pub use google_cloud_longrunning as longrunning;
 pub use google_cloud_tpu_v2 as tpu_v2;
@@ -53,6 +56,10 @@ pub struct Gcp {
     pub dataproc: Arc<dyn DataprocApi>,
     pub vertex: Arc<dyn VertexApi>,
     pub storage: Arc<dyn StorageApi>,
+    /// Compute Engine, for slices with `provisioner: ComputeEngine`: [`Gcp::compute_slices`]
+    /// builds and reads them through `compute`.
+    pub compute: Arc<dyn ComputeApi>,
+    pub compute_slices: Arc<ComputeSlices>,
 }
 
 impl std::fmt::Debug for Gcp {
@@ -92,13 +99,47 @@ impl Gcp {
             CredentialsMode::Anonymous => None,
         };
         let storage = StorageClient::new(&endpoints.storage, storage_credentials, timeout, metrics.clone())?;
+        let compute = compute_client(&endpoints.compute, &credentials, timeout, metrics.clone()).await?;
         let vertex = VertexClient::new(endpoints.clone(), credentials, timeout, metrics.clone());
 
+        let compute: Arc<dyn ComputeApi> = Arc::new(compute);
         Ok(Gcp {
             tpu: Arc::new(TpuClient::new(tpu, metrics.clone())),
             dataproc: Arc::new(DataprocClient::new(dataproc, metrics)),
             vertex: Arc::new(vertex),
             storage: Arc::new(storage),
+            compute_slices: Arc::new(ComputeSlices::new(compute.clone())),
+            compute,
         })
     }
+}
+
+/// Compute Engine's clients, one per service the TPU backend uses, sharing endpoint and
+/// credentials.
+async fn compute_client(
+    endpoint: &str,
+    credentials: &google_cloud_auth::credentials::Credentials,
+    timeout: std::time::Duration,
+    metrics: GcpMetrics,
+) -> Result<ComputeClient, GcpError> {
+    use google_cloud_compute_v1::client as c;
+    let fail = |err| config::build_error(Service::Compute, endpoint, err);
+    macro_rules! build {
+        ($client:ty) => {
+            config::configure(<$client>::builder(), endpoint.to_string(), credentials, timeout)
+                .build()
+                .await
+                .map_err(fail)?
+        };
+    }
+    Ok(ComputeClient {
+        instances: build!(c::Instances),
+        templates: build!(c::RegionInstanceTemplates),
+        policies: build!(c::ResourcePolicies),
+        managers: build!(c::InstanceGroupManagers),
+        resize_requests: build!(c::InstanceGroupManagerResizeRequests),
+        zone_operations: build!(c::ZoneOperations),
+        region_operations: build!(c::RegionOperations),
+        metrics,
+    })
 }
