@@ -849,3 +849,243 @@ async fn unknown_fields_and_machine_types_are_refused_naming_the_field() {
     );
     let _ = emu.compute_operations();
 }
+
+#[tokio::test]
+async fn stocked_out_mig_keeps_trying_and_spot_members_are_recreated() {
+    let emu = emulator().await;
+    let c = clients(&emu).await;
+    c.templates
+        .insert()
+        .set_project(P)
+        .set_region(REGION)
+        .set_body(
+            InstanceTemplate::new().set_name("spot").set_properties(
+                InstanceProperties::new()
+                    .set_machine_type("ct6e-standard-4t")
+                    .set_scheduling(
+                        Scheduling::new()
+                            .set_provisioning_model(scheduling::ProvisioningModel::Spot)
+                            .set_instance_termination_action(scheduling::InstanceTerminationAction::Delete)
+                            .set_on_host_maintenance(scheduling::OnHostMaintenance::Terminate),
+                    ),
+            ),
+        )
+        .send()
+        .await
+        .unwrap();
+    policy(&c, "wp", "2x4").await;
+    emu.inject(Fault::Stockout {
+        zone: ZONE.into(),
+        accelerator: "v6e".into(),
+    })
+    .unwrap();
+    c.igms
+        .insert()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_body(mig("s", "spot", Some("wp"), 2))
+        .send()
+        .await
+        .unwrap();
+    emu.clock().advance(secs(600));
+    let g = c
+        .igms
+        .get()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_instance_group_manager("s")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(g.current_actions.as_ref().unwrap().creating, Some(2));
+    assert_eq!(g.status.as_ref().unwrap().is_stable, Some(false));
+    let waiting = managed(&c, "s").await;
+    assert_eq!(waiting.len(), 2);
+    assert_eq!(
+        waiting[0].current_action,
+        Some(managed_instance::CurrentAction::Creating)
+    );
+    let errs = &waiting[0]
+        .last_attempt
+        .as_ref()
+        .unwrap()
+        .errors
+        .as_ref()
+        .unwrap()
+        .errors;
+    assert_eq!(errs[0].code.as_deref(), Some("ZONE_RESOURCE_POOL_EXHAUSTED"));
+    assert!(emu.instances().is_empty());
+
+    emu.inject(Fault::LiftStockout {
+        zone: ZONE.into(),
+        accelerator: "v6e".into(),
+    })
+    .unwrap();
+    assert_eq!(
+        emu.instances().len(),
+        2,
+        "both hosts at once when capacity returns"
+    );
+    emu.clock().advance(secs(90));
+    let first = emu.instances()[0]["name"].as_str().unwrap().to_string();
+    emu.preempt_instance(&first).unwrap();
+    emu.clock().advance(secs(30));
+    let names: Vec<String> = emu
+        .instances()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "the MIG recreates the preempted member: {names:?}"
+    );
+    assert!(!names.contains(&first));
+}
+
+#[tokio::test]
+async fn poller_lost_replies_and_failed_calls() {
+    use google_cloud_lro::Poller as _;
+    let emu = emulator().await;
+    let c = clients(&emu).await;
+    let _t = ticker(emu.clock(), secs(10));
+    let op = c
+        .instances
+        .insert()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_body(vm("polled", "tpu7x-standard-4t"))
+        .poller()
+        .until_done()
+        .await
+        .expect("the poller follows zoneOperations.get to DONE");
+    assert_eq!(op.status, Some(operation::Status::Done));
+    drop(_t);
+
+    emu.inject(Fault::LoseReply {
+        service: "compute".into(),
+        method: "instances.insert".into(),
+        count: 1,
+        code: None,
+    })
+    .unwrap();
+    let err = c
+        .instances
+        .insert()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_body(vm("lost", "ct6e-standard-4t"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.http_status_code(), Some(503));
+    assert!(get_vm(&c, "lost").await.is_ok(), "the insert happened");
+
+    emu.inject(Fault::FailCalls {
+        service: "compute".into(),
+        method: "instanceGroupManagers.get".into(),
+        count: 1,
+        code: gcp_emulator::Code::PermissionDenied,
+        message: None,
+    })
+    .unwrap();
+    let err = c
+        .igms
+        .get()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_instance_group_manager("x")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.http_status_code(), Some(403));
+
+    // The admin HTTP API lists Compute resources too.
+    let body: serde_json::Value = reqwest::get(format!("{}/emulator/v1/instances", emu.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["items"].as_array().unwrap().len(), 2);
+    let r: serde_json::Value = reqwest::get(format!(
+        "{}/emulator/v1/resources?kind=compute.instance",
+        emu.url()
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(r["resources"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn region_operations_and_paging() {
+    let emu = emulator().await;
+    let c = clients(&emu).await;
+    let region_ops = client!(google_cloud_compute_v1::client::RegionOperations, emu);
+    let op = c
+        .policies
+        .insert()
+        .set_project(P)
+        .set_region(REGION)
+        .set_body(
+            ResourcePolicy::new().set_name("wp").set_workload_policy(
+                ResourcePolicyWorkloadPolicy::new()
+                    .set_type(resource_policy_workload_policy::Type::HighAvailability),
+            ),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(op.region.as_deref().unwrap().ends_with("/regions/us-east5"));
+    emu.clock().advance(secs(2));
+    let done = region_ops
+        .get()
+        .set_project(P)
+        .set_region(REGION)
+        .set_operation(op.name.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status, Some(operation::Status::Done));
+    assert!(done.end_time.is_some() && done.insert_time.is_some());
+
+    for i in 0..3 {
+        c.instances
+            .insert()
+            .set_project(P)
+            .set_zone(ZONE)
+            .set_body(
+                Instance::new()
+                    .set_name(format!("vm-{i}"))
+                    .set_machine_type(machine("ct6e-standard-1t")),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    let page = c
+        .instances
+        .list()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_max_results(2u32)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 2);
+    let rest = c
+        .instances
+        .list()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_max_results(2u32)
+        .set_page_token(page.next_page_token.unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rest.items.len(), 1);
+    assert!(rest.next_page_token.is_none());
+}

@@ -32,7 +32,6 @@ pub fn start(w: &mut World, project: &str, loc: &Loc, op_type: &str, target_key:
         "name": name,
         "operationType": op_type,
         "targetLink": format!("{BASE}{target_key}"),
-        "targetId": numeric_id(w),
         "status": "RUNNING",
         "user": w.cfg.creator,
         "progress": 0,
