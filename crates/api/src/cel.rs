@@ -427,6 +427,14 @@ pub fn training_pipeline_rules() -> Vec<PlacedRule> {
         "spec.training.vertex",
         vec![
             Rule::new(
+                "has(self.container) != has(self.pythonPackageSpec)",
+                "set exactly one of training.vertex.container (a training image) and training.vertex.pythonPackageSpec (a Python package on a prebuilt Vertex image)",
+            )
+            .message_expression(
+                "has(self.container) ? 'training.vertex.container and training.vertex.pythonPackageSpec are mutually exclusive: remove one' : 'set training.vertex.container (a training image) or training.vertex.pythonPackageSpec (a Python package on a prebuilt Vertex image)'",
+            )
+            .at(".container"),
+            Rule::new(
                 "self.machineType != 'cloud-tpu' || (has(self.acceleratorType) && self.acceleratorType in ['TPU_V2', 'TPU_V3'])",
                 "machineType cloud-tpu takes acceleratorType TPU_V2 or TPU_V3; for newer TPUs use ct5lp-hightpu-* (v5e), ct5p-hightpu-4t (v5p) or ct6e-standard-* (v6e) with tpuTopology",
             )

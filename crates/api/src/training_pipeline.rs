@@ -5,12 +5,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 use crate::{
     accelerator::{VertexAcceleratorType, VertexMachineType},
-    common::{ContainerSpec, CostEstimate, DeletionPolicy},
+    common::{ContainerSpec, CostEstimate, DeletionPolicy, EnvVar},
     preprocess_batch::BatchTemplate,
-    schema::{DURATION, GCS_URI, PROJECT_ID, REGION, SERVICE_ACCOUNT_EMAIL, TOPOLOGY},
+    schema::{
+        DURATION, GCS_URI, IMAGE, MAX_ARG_LENGTH, MAX_LIST_ITEMS, PROJECT_ID, REGION, SERVICE_ACCOUNT_EMAIL,
+        TOPOLOGY,
+    },
     tpu_slice::TpuSliceSpec,
 };
 
@@ -38,6 +42,17 @@ use crate::{
     printcolumn(name = "Stage", type_ = "string", json_path = ".status.currentStage"),
     printcolumn(name = "Accelerator", type_ = "string", json_path = ".status.acceleratorType"),
     printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips", priority = 1),
+    printcolumn(
+        name = "Last Ckpt",
+        type_ = "date",
+        json_path = ".status.checkpoint.latestTime"
+    ),
+    printcolumn(
+        name = "Ckpt Step",
+        type_ = "integer",
+        json_path = ".status.checkpoint.latestStep",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -86,8 +101,8 @@ pub struct TrainingPipelineSpec {
     pub suspend: bool,
 }
 
-/// Cloud Storage locations. `$(RAW_DATA)`, `$(PROCESSED_DATA)` and `$(MODEL_DIR)` in args,
-/// commands and env values are replaced with these.
+/// Cloud Storage locations. `$(RAW_DATA)`, `$(PROCESSED_DATA)`, `$(MODEL_DIR)` and
+/// `$(CHECKPOINT_DIR)` in args, commands and env values are replaced with these.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Artifacts {
@@ -104,6 +119,31 @@ pub struct Artifacts {
     /// `<modelDir>/model/`), e.g. `gs://demo-bucket/models/run-1/`.
     #[schemars(length(max = 1024), regex(pattern = GCS_URI))]
     pub model_dir: String,
+    /// Where training writes and finds its checkpoints, e.g. `gs://demo-bucket/ckpt/run-1/`.
+    /// Default `<modelDir>/checkpoints/` (Vertex's own `AIP_CHECKPOINT_DIR`). The training
+    /// container gets it as the environment variable `CHECKPOINT_DIR` and as `$(CHECKPOINT_DIR)`;
+    /// it is the same for every incarnation of an attempt (a preempted slice or job recreated)
+    /// and, with `checkpointsOnRetry: Resume`, for every retry. The newest checkpoint under it is
+    /// shown in `status.checkpoint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000), regex(pattern = GCS_URI))]
+    pub checkpoint_dir: Option<String>,
+    /// What a retry (a counted attempt after a failure) sees as `CHECKPOINT_DIR`: `Resume`
+    /// (default) the same directory, so it continues from the newest checkpoint; `StartClean` a
+    /// directory of its own, `<checkpointDir>/attempt-<n>/` (n = the counted attempt, from 1),
+    /// so it starts from scratch and earlier attempts' checkpoints stay as they were.
+    #[serde(default)]
+    pub checkpoints_on_retry: CheckpointsOnRetry,
+}
+
+/// What a retried training attempt does with the checkpoints of the failed one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum CheckpointsOnRetry {
+    /// The retry gets the same `CHECKPOINT_DIR` and resumes from the newest checkpoint.
+    #[default]
+    Resume,
+    /// Every counted attempt gets `<checkpointDir>/attempt-<n>/` and starts from scratch.
+    StartClean,
 }
 
 /// Training stage: exactly one of `vertex` and `tpuVm`.
@@ -116,6 +156,13 @@ pub struct Training {
     /// Train on a TPU VM slice the pipeline owns (`<name>-train` TpuSlice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpu_vm: Option<TpuVmTraining>,
+    /// Report a run whose newest checkpoint under `checkpointDir` (or, before the first one, the
+    /// start of the run) is older than this, e.g. `45m`: condition `ProgressStalled`, a Warning
+    /// Event and the `tpu_operator_training_stalled` metric. Nothing is cancelled. Unset: not
+    /// watched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub progress_deadline: Option<String>,
 }
 
 /// A Vertex AI custom job with one TPU worker pool.
@@ -144,8 +191,24 @@ pub struct VertexTraining {
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 1))]
     pub replica_count: i64,
-    /// The training container (`containerSpec`).
-    pub container: ContainerSpec,
+    /// The training container (`containerSpec`). Exactly one of `container` and
+    /// `pythonPackageSpec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerSpec>,
+    /// A Python training application run on a prebuilt Vertex container (`pythonPackageSpec`).
+    /// Exactly one of `container` and `pythonPackageSpec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_package_spec: Option<PythonPackageSpec>,
+    /// Labels added to the custom job, e.g. `team: ml-platform` for cost attribution (Vertex
+    /// label rules: lowercase keys and values, at most 63 characters, at most 16 here). Keys
+    /// `managed-by` and `tpu-operator-*` are the operator's identity labels and are refused at
+    /// admission, so a user label can never hide or fake the job's owner.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::schema::gcp_labels")]
+    pub labels: BTreeMap<String, String>,
+    /// Interactive shell access to the workers while the job runs (`enableWebAccess`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable_web_access: bool,
     /// Scheduling: timeout, Spot / Flex-start, restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling: Option<VertexScheduling>,
@@ -174,6 +237,33 @@ fn one() -> i64 {
     1
 }
 
+/// Vertex `pythonPackageSpec`: a Python source distribution run on a prebuilt training image.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PythonPackageSpec {
+    /// A Vertex prebuilt training container, e.g.
+    /// `us-docker.pkg.dev/vertex-ai/training/tf-tpu.2-17.cp310:latest`.
+    #[schemars(length(min = 1, max = 512), regex(pattern = IMAGE))]
+    pub executor_image_uri: String,
+    /// The package(s) in Cloud Storage, e.g. `gs://bucket/trainer-0.1.tar.gz` (at most 100).
+    #[schemars(length(min = 1, max = 100), inner(length(max = 1024), regex(pattern = GCS_URI)))]
+    pub package_uris: Vec<String>,
+    /// The module to run, e.g. `trainer.task`.
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+    )]
+    pub python_module: String,
+    /// Arguments (artifact placeholders such as `$(CHECKPOINT_DIR)` are replaced).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = MAX_ARG_LENGTH)))]
+    pub args: Vec<String>,
+    /// Environment variables (values expanded like `args`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_LIST_ITEMS))]
+    pub env: Vec<EnvVar>,
+}
+
 /// Vertex `scheduling`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -188,7 +278,8 @@ pub struct VertexScheduling {
     /// Standard (default), Spot (preemptible) or FlexStart (queued until capacity frees up).
     #[serde(default)]
     pub strategy: SchedulingStrategy,
-    /// Restart the whole job when a worker restarts.
+    /// Restart the whole job when a worker restarts (Vertex `restartJobOnWorkerRestart`); with
+    /// checkpoints in `CHECKPOINT_DIR` the restarted job resumes from the newest one.
     #[serde(default)]
     pub restart_job_on_worker_restart: bool,
     /// FlexStart only: how long to wait for capacity (Vertex default 24h).
@@ -413,6 +504,32 @@ pub struct TrainingPipelineStatus {
     /// Human-readable summary of the last transition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Training progress as seen in Cloud Storage: the newest checkpoint of the current attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointStatus>,
+}
+
+/// The newest checkpoint under the current attempt's `CHECKPOINT_DIR`, from a listing made at
+/// most every `--poll-checkpoints` while training runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointStatus {
+    /// The `CHECKPOINT_DIR` the current attempt was started with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+    /// The newest checkpoint: the step directory (`<dir>/<step>/`, `<dir>/step_<n>/`) or, for
+    /// names without a step, the newest object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_uri: Option<String>,
+    /// When the newest checkpoint was written (its newest object's update time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_time: Option<Time>,
+    /// Training step of the newest checkpoint, when its name carries one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_step: Option<i64>,
+    /// When Cloud Storage was last listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_time: Option<Time>,
 }
 
 fn stages_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {

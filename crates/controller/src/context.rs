@@ -42,6 +42,9 @@ pub struct ControllerConfig {
     /// owner at once), so it is as long as `poll_stable`: while thousands of objects wait for
     /// capacity or for a batch to run, each backstop read is a call beyond the minimum.
     pub poll_watched: Duration,
+    /// Least time between two listings of a training pipeline's checkpoint directory (progress
+    /// in `status.checkpoint`, `progressDeadline`), in cloud-clock time.
+    pub poll_checkpoints: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -56,6 +59,7 @@ impl Default for ControllerConfig {
             poll_capacity: Duration::from_secs(30),
             watch_lists: true,
             poll_watched: Duration::from_secs(300),
+            poll_checkpoints: Duration::from_secs(180),
         }
     }
 }

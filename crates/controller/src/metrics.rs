@@ -39,6 +39,12 @@ pub struct OrphanLabels {
     pub kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PipelineLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
 /// Namespace → object key → (so far, per hour), in US dollars.
 type SpendBook = HashMap<String, HashMap<String, (f64, f64)>>;
 
@@ -63,6 +69,10 @@ pub struct Metrics {
     pub orphans: Family<OrphanLabels, Gauge>,
     /// Orphans the sweeper deleted, by kind.
     pub orphans_deleted: Family<OrphanLabels, Counter>,
+    /// 1 while a training pipeline's newest checkpoint is older than its `progressDeadline`.
+    pub training_stalled: Family<PipelineLabels, Gauge>,
+    /// Stalls reported (each a `ProgressStalled` Warning Event), by namespace.
+    pub training_stalls: Family<SpendLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -76,6 +86,8 @@ impl Default for Metrics {
             spend_book: Arc::default(),
             orphans: Family::default(),
             orphans_deleted: Family::default(),
+            training_stalled: Family::default(),
+            training_stalls: Family::default(),
         }
     }
 }
@@ -115,7 +127,45 @@ impl Metrics {
             "Orphaned cloud resources the sweeper deleted, by kind",
             self.orphans_deleted.clone(),
         );
+        sub.register(
+            "training_stalled",
+            "1 while a TrainingPipeline's newest checkpoint is older than its spec.training.progressDeadline (condition ProgressStalled), by namespace and name",
+            self.training_stalled.clone(),
+        );
+        sub.register(
+            "training_stalls",
+            "Training stalls reported (ProgressStalled Warning Events), by namespace",
+            self.training_stalls.clone(),
+        );
         self
+    }
+
+    /// Sets a pipeline's `training_stalled` gauge.
+    pub fn set_training_stalled(&self, namespace: &str, name: &str, stalled: bool) {
+        let labels = PipelineLabels {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        self.training_stalled
+            .get_or_create(&labels)
+            .set(i64::from(stalled));
+    }
+
+    /// Counts one reported stall.
+    pub fn count_training_stall(&self, namespace: &str) {
+        self.training_stalls
+            .get_or_create(&SpendLabels {
+                namespace: namespace.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Drops a deleted pipeline's series.
+    pub fn forget_training(&self, namespace: &str, name: &str) {
+        self.training_stalled.remove(&PipelineLabels {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        });
     }
 
     /// Starts timing one reconcile of `kind`; the measurement is recorded when the guard drops, so

@@ -215,7 +215,8 @@ async fn crash_between_vertex_create_and_status_write_runs_one_job() {
     // writing its name to the status.
     let tp = env.create(&vertex_only("crash")).await;
     let id = ObjectIdentity::new(&env.ns, "crash", tp.uid().unwrap());
-    let job = spec::custom_job(&tp.spec, &id, "test-cluster", 1).unwrap();
+    let ckpt = tpu_operator_controller::training_pipeline::checkpoints::base_dir(&tp.spec.artifacts);
+    let job = spec::custom_job(&tp.spec, &id, "test-cluster", 1, &ckpt).unwrap();
     env.ctx
         .gcp
         .vertex

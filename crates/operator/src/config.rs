@@ -122,6 +122,12 @@ pub struct RunArgs {
     #[serde(default, deserialize_with = "duration::deserialize")]
     #[schemars(schema_with = "duration::schema")]
     pub poll_watched: Option<Duration>,
+    /// Least time between two listings of a running training pipeline's checkpoint directory
+    /// (`status.checkpoint`, `spec.training.progressDeadline`) [default: 3m].
+    #[arg(long, env = "TPU_OPERATOR_POLL_CHECKPOINTS", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(schema_with = "duration::schema")]
+    pub poll_checkpoints: Option<Duration>,
     /// Cluster id written to the `tpu-operator-cluster` label of every cloud object, so clusters
     /// sharing a project never touch each other's resources. Unset or empty: the UID of this
     /// cluster's `kube-system` Namespace, read once at start-up (unique per cluster). An explicit
@@ -369,6 +375,7 @@ impl RunArgs {
             poll_capacity,
             watch_lists,
             poll_watched,
+            poll_checkpoints,
             cluster_id,
             metrics_addr,
             log_format,
@@ -409,6 +416,7 @@ impl RunArgs {
             poll_capacity: self.poll_capacity.unwrap_or(defaults.poll_capacity),
             watch_lists: self.watch_lists.unwrap_or(defaults.watch_lists),
             poll_watched: self.poll_watched.unwrap_or(defaults.poll_watched),
+            poll_checkpoints: self.poll_checkpoints.unwrap_or(defaults.poll_checkpoints),
         };
         if controller.concurrency == 0 {
             bail!("concurrency: must be at least 1");

@@ -355,7 +355,8 @@ fn optional_parts_render_when_enabled() {
             "TpuOperatorObjectStalled",
             "TpuOperatorObjectNotObserved",
             "TpuSliceRunningLong",
-            "TpuSliceIdle"
+            "TpuSliceIdle",
+            "TrainingPipelineNoProgress"
         ]
     );
     // One replica: no PodDisruptionBudget (it would block every drain).

@@ -204,6 +204,7 @@ impl World {
             poll_capacity: self.polls.capacity,
             watch_lists: true,
             poll_watched: self.polls.watched,
+            poll_checkpoints: ControllerConfig::default().poll_checkpoints,
         };
         let clock = self.gcp.clock();
         Context::new(self.client.clone(), clients, config)

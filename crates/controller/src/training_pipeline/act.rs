@@ -14,7 +14,7 @@ use tpu_operator_api::{
 use tpu_operator_gcp::ErrorKind;
 
 use super::{
-    Names,
+    Names, checkpoints,
     observe::{Reads, list_jobs},
     plan::Action,
     spec,
@@ -51,7 +51,16 @@ pub async fn act(
         }
         Action::CreateSlice { .. } => {
             let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
-            match spec::train_slice(&tp.spec, &names.id, &names.train, names.project.clone(), owner) {
+            let ckpt = checkpoints::current_dir(&tp.spec, st);
+            let child = spec::train_slice(
+                &tp.spec,
+                &names.id,
+                &names.train,
+                names.project.clone(),
+                owner,
+                &ckpt,
+            );
+            match child {
                 Some(child) => create_child(ctx, &names.id.namespace, &child).await,
                 None => Ok(()),
             }
@@ -159,7 +168,9 @@ async fn create_job(
             job.name
         }
         None => {
-            let job = match spec::custom_job(&tp.spec, &names.id, &ctx.config.cluster_id, attempt) {
+            let ckpt = checkpoints::current_dir(&tp.spec, st);
+            let job = spec::custom_job(&tp.spec, &names.id, &ctx.config.cluster_id, attempt, &ckpt);
+            let job = match job {
                 Ok(job) => job,
                 Err(msg) => {
                     invalid(ctx, st, msg);

@@ -1,4 +1,5 @@
-//! `$(RAW_DATA)`, `$(PROCESSED_DATA)` and `$(MODEL_DIR)` in the preprocess template and the
+//! `$(RAW_DATA)`, `$(PROCESSED_DATA)`, `$(MODEL_DIR)` and `$(CHECKPOINT_DIR)` in the preprocess
+//! template and the
 //! training container, with Kubernetes' own `$(VAR)` rules (as for a Pod's `command`, `args` and
 //! `env`), so users need to learn nothing new:
 //! - `$(NAME)` becomes the value of `NAME` when it is defined;
@@ -9,15 +10,20 @@
 //! Does not touch Kubernetes or Google Cloud.
 
 use tpu_operator_api::{
-    common::ContainerSpec, preprocess_batch::BatchTemplate, training_pipeline::Artifacts,
+    common::{ContainerSpec, EnvVar},
+    preprocess_batch::BatchTemplate,
+    training_pipeline::Artifacts,
 };
+
+use super::checkpoints;
 
 /// The variables of a pipeline, by name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Vars(Vec<(&'static str, String)>);
 
 impl Vars {
-    /// `RAW_DATA`, `PROCESSED_DATA` (when set) and `MODEL_DIR` from the pipeline's artifacts.
+    /// `RAW_DATA`, `PROCESSED_DATA` (when set), `MODEL_DIR` and `CHECKPOINT_DIR` (the base
+    /// checkpoint directory; see [`Vars::with_checkpoint_dir`]) from the pipeline's artifacts.
     pub fn from_artifacts(artifacts: &Artifacts) -> Self {
         let mut vars = Vec::new();
         if let Some(raw) = &artifacts.raw_data {
@@ -27,7 +33,42 @@ impl Vars {
             vars.push(("PROCESSED_DATA", processed.clone()));
         }
         vars.push(("MODEL_DIR", artifacts.model_dir.clone()));
+        vars.push((checkpoints::ENV, checkpoints::base_dir(artifacts)));
         Self(vars)
+    }
+
+    /// The training attempt's own `CHECKPOINT_DIR` (see [`checkpoints::attempt_dir`]).
+    pub fn with_checkpoint_dir(mut self, dir: &str) -> Self {
+        for (name, value) in &mut self.0 {
+            if *name == checkpoints::ENV {
+                *value = dir.to_string();
+            }
+        }
+        self
+    }
+
+    /// The value of `CHECKPOINT_DIR`.
+    pub fn checkpoint_dir(&self) -> &str {
+        self.get(checkpoints::ENV).unwrap_or_default()
+    }
+
+    /// Environment variables with their values expanded, and `CHECKPOINT_DIR` set to the
+    /// attempt's directory (replacing one the spec sets itself: the directory the operator lists
+    /// for progress is the one the workload must use).
+    pub fn env(&self, env: &[EnvVar]) -> Vec<EnvVar> {
+        let mut out: Vec<EnvVar> = env
+            .iter()
+            .filter(|e| e.name != checkpoints::ENV)
+            .map(|e| EnvVar {
+                name: e.name.clone(),
+                value: self.expand(&e.value),
+            })
+            .collect();
+        out.push(EnvVar {
+            name: checkpoints::ENV.to_string(),
+            value: self.checkpoint_dir().to_string(),
+        });
+        out
     }
 
     fn get(&self, name: &str) -> Option<&str> {
@@ -83,15 +124,19 @@ impl Vars {
         }
     }
 
-    /// The container with its command, args and env values expanded.
+    /// The container with its command, args and env values expanded, and `CHECKPOINT_DIR` in
+    /// its environment.
     pub fn container(&self, container: &ContainerSpec) -> ContainerSpec {
         let mut c = container.clone();
         self.expand_all(&mut c.command);
         self.expand_all(&mut c.args);
-        for env in &mut c.env {
-            env.value = self.expand(&env.value);
-        }
+        c.env = self.env(&container.env);
         c
+    }
+
+    /// The args, expanded.
+    pub fn args(&self, args: &[String]) -> Vec<String> {
+        args.iter().map(|a| self.expand(a)).collect()
     }
 
     /// The batch template with its arguments, SQL variables, declared inputs and output expanded.
@@ -122,13 +167,14 @@ impl Vars {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tpu_operator_api::{common::EnvVar, preprocess_batch::PySparkBatch};
+    use tpu_operator_api::preprocess_batch::PySparkBatch;
 
     fn vars() -> Vars {
         Vars::from_artifacts(&Artifacts {
             raw_data: Some("gs://b/raw/".into()),
             processed_data: Some("gs://b/processed/".into()),
             model_dir: "gs://b/models/run-1/".into(),
+            ..Default::default()
         })
     }
 
@@ -179,6 +225,37 @@ mod tests {
         assert_eq!(got.command[1], "-mgs://b/raw/");
         assert_eq!(got.args, ["--out=gs://b/models/run-1/"]);
         assert_eq!(got.env[0].value, "gs://b/processed/");
+        assert_eq!(
+            (got.env[1].name.as_str(), got.env[1].value.as_str()),
+            ("CHECKPOINT_DIR", "gs://b/models/run-1/checkpoints/")
+        );
+    }
+
+    #[test]
+    fn checkpoint_dir_is_a_variable_and_the_env_the_attempt_gets() {
+        let v = vars().with_checkpoint_dir("gs://b/ck/attempt-2/");
+        assert_eq!(
+            v.expand("--ckpt=$(CHECKPOINT_DIR)"),
+            "--ckpt=gs://b/ck/attempt-2/"
+        );
+        let env = v.env(&[
+            EnvVar {
+                name: "CHECKPOINT_DIR".into(),
+                value: "gs://elsewhere/".into(),
+            },
+            EnvVar {
+                name: "RESUME_FROM".into(),
+                value: "$(CHECKPOINT_DIR)".into(),
+            },
+        ]);
+        let pairs: Vec<_> = env.iter().map(|e| (e.name.as_str(), e.value.as_str())).collect();
+        assert_eq!(
+            pairs,
+            [
+                ("RESUME_FROM", "gs://b/ck/attempt-2/"),
+                ("CHECKPOINT_DIR", "gs://b/ck/attempt-2/")
+            ]
+        );
     }
 
     #[test]

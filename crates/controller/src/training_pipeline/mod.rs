@@ -7,15 +7,17 @@
 //! and their own finalizers clean the cloud.
 
 mod act;
+pub mod checkpoints;
 mod cleanup;
 mod duplicates;
 pub mod expand;
 mod observe;
 pub mod plan;
+mod progress;
 pub mod spec;
 pub mod status;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kube::{
@@ -111,6 +113,9 @@ async fn reconcile(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Actio
     let api: Api<TrainingPipeline> = Api::namespaced(ctx.client.clone(), &ns);
     // kube's finalizer helper drops the finalizer as soon as cleanup returns, so the passes that
     // still have cloud work to wait for (a job cancelling) run before it is called.
+    if tp.metadata.deletion_timestamp.is_some() {
+        progress::forget(&ctx, &tp);
+    }
     if tp.metadata.deletion_timestamp.is_some()
         && tp.finalizers().iter().any(|f| f == FINALIZER)
         && let Some(action) = cleanup::cleanup_pass(&tp, &ctx).await?
@@ -160,11 +165,14 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     if reads.list_caught_up {
         new.unconfirmed_create_time = None;
     }
+    let progress = progress::update(&ctx, &tp, &mut new).await;
     status::write(&ctx, &tp, &new).await?;
-    for e in decision.events {
+    for e in decision.events.into_iter().chain(progress.events) {
         report::publish_event(&ctx, tp.as_ref(), e.warning, &e.reason, e.note).await;
     }
     policy::on_success(tp.as_ref(), &ctx);
+    // While training runs, wake for the next checkpoint listing at the latest.
+    let cap = |wait: Duration| progress.next_check.map_or(wait, |next| wait.min(next));
     if decision.requeue == plan::Requeue::Active && !reads.list_lags {
         let owner = Owner::pipeline(&tp);
         let current = |name: &String| Some(name) == new.custom_job_name.as_ref();
@@ -184,13 +192,13 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
             _ => None,
         };
         if let Some(wait) = wait {
-            return Ok(Action::requeue(wait));
+            return Ok(Action::requeue(cap(wait)));
         }
     }
     if let Some(name) = &new.custom_job_name {
         ctx.cloud_watch.unwatch(Collection::VertexJobs, name);
     }
-    Ok(requeue(&ctx, decision.requeue))
+    Ok(Action::requeue(cap(requeue_after(&ctx, decision.requeue))))
 }
 
 /// Checks what `action` would create against the namespace's tenancy policy: before
@@ -269,11 +277,15 @@ async fn deny(
 }
 
 fn requeue(ctx: &Context, r: plan::Requeue) -> Action {
+    Action::requeue(requeue_after(ctx, r))
+}
+
+fn requeue_after(ctx: &Context, r: plan::Requeue) -> Duration {
     let c = &ctx.config;
-    Action::requeue(match r {
+    match r {
         plan::Requeue::Active => c.poll_active,
         plan::Requeue::Capacity => c.poll_capacity,
         plan::Requeue::Stable => c.poll_stable,
         plan::Requeue::After(d) => d.min(c.poll_stable).max(c.poll_active),
-    })
+    }
 }

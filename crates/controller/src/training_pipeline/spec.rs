@@ -80,13 +80,16 @@ pub fn preprocess_batch(
     })
 }
 
-/// The `<name>-train` slice running the training container as its workload.
+/// The `<name>-train` slice running the training container as its workload, with
+/// `CHECKPOINT_DIR` set to `checkpoint_dir` (the attempt's; the slice keeps it across the
+/// recreations after a preemption, which are the TpuSlice's own).
 pub fn train_slice(
     spec: &TrainingPipelineSpec,
     id: &ObjectIdentity,
     name: &str,
     project: Option<String>,
     owner: OwnerReference,
+    checkpoint_dir: &str,
 ) -> Option<TpuSlice> {
     let tpu_vm = spec.training.tpu_vm.as_ref()?;
     let mut meta = child_meta(name, &id.namespace, &id.name, owner);
@@ -100,7 +103,11 @@ pub fn train_slice(
         spec: TpuSliceSpec {
             project: slice.project.clone().or(project),
             startup_script: None,
-            workload: Some(Vars::from_artifacts(&spec.artifacts).container(&tpu_vm.container)),
+            workload: Some(
+                Vars::from_artifacts(&spec.artifacts)
+                    .with_checkpoint_dir(checkpoint_dir)
+                    .container(&tpu_vm.container),
+            ),
             deletion_policy: child_policy(spec.deletion_policy, slice.deletion_policy),
             ..slice
         },
@@ -191,33 +198,55 @@ fn scheduling(v: &VertexTraining) -> Result<Option<vx::Scheduling>, String> {
     ))
 }
 
-/// The Vertex custom job of one training attempt. `Err` names the spec field that cannot be
-/// mapped (admission normally refuses it first).
+/// The Vertex custom job of one training attempt, with `CHECKPOINT_DIR` set to
+/// `checkpoint_dir` in its environment. `Err` names the spec field that cannot be mapped
+/// (admission normally refuses it first).
 pub fn custom_job(
     spec: &TrainingPipelineSpec,
     id: &ObjectIdentity,
     cluster_id: &str,
     attempt: i32,
+    checkpoint_dir: &str,
 ) -> Result<vx::CustomJob, String> {
     let v = spec
         .training
         .vertex
         .as_ref()
         .ok_or("spec.training.vertex is not set")?;
-    let c = Vars::from_artifacts(&spec.artifacts).container(&v.container);
-    let container = vx::ContainerSpec::new()
-        .set_image_uri(c.image)
-        .set_command(c.command)
-        .set_args(c.args)
-        .set_env(
-            c.env
-                .into_iter()
-                .map(|e| vx::EnvVar::new().set_name(e.name).set_value(e.value)),
-        );
-    let mut pool = vx::WorkerPoolSpec::new()
+    let vars = Vars::from_artifacts(&spec.artifacts).with_checkpoint_dir(checkpoint_dir);
+    let env = |env: &[tpu_operator_api::common::EnvVar]| {
+        vars.env(env)
+            .into_iter()
+            .map(|e| vx::EnvVar::new().set_name(e.name).set_value(e.value))
+            .collect::<Vec<_>>()
+    };
+    let mut pool = vx::WorkerPoolSpec::new();
+    pool = match (&v.container, &v.python_package_spec) {
+        (Some(container), None) => {
+            let c = vars.container(container);
+            pool.set_container_spec(
+                vx::ContainerSpec::new()
+                    .set_image_uri(c.image)
+                    .set_command(c.command)
+                    .set_args(c.args)
+                    .set_env(env(&container.env)),
+            )
+        }
+        (None, Some(p)) => pool.set_python_package_spec(
+            vx::PythonPackageSpec::new()
+                .set_executor_image_uri(p.executor_image_uri.clone())
+                .set_package_uris(p.package_uris.clone())
+                .set_python_module(p.python_module.clone())
+                .set_args(vars.args(&p.args))
+                .set_env(env(&p.env)),
+        ),
+        _ => {
+            return Err("spec.training.vertex: set exactly one of container and pythonPackageSpec".into());
+        }
+    };
+    pool = pool
         .set_machine_spec(machine_spec(v)?)
-        .set_replica_count(v.replica_count)
-        .set_container_spec(container);
+        .set_replica_count(v.replica_count);
     if let Some(disk) = &v.boot_disk {
         let mut d = vx::DiskSpec::new();
         if let Some(t) = disk.disk_type {
@@ -238,15 +267,26 @@ pub fn custom_job(
         .set_service_account(v.service_account.clone().unwrap_or_default())
         .set_network(v.network.clone().unwrap_or_default())
         .set_tensorboard(v.tensorboard.clone().unwrap_or_default())
+        .set_enable_web_access(v.enable_web_access)
         .set_base_output_directory(
             vx::GcsDestination::new().set_output_uri_prefix(spec.artifacts.model_dir.clone()),
         );
-    let mut labels = naming::object_labels(&BTreeMap::new(), id, cluster_id);
+    if let Some(key) = v.labels.keys().find(|k| reserved_label(k)) {
+        return Err(format!(
+            "spec.training.vertex.labels: {key} is one of the operator's identity labels (managed-by, tpu-operator-*): rename it"
+        ));
+    }
+    // User labels first, the identity labels over them (admission refuses a collision already).
+    let mut labels = naming::object_labels(&v.labels, id, cluster_id);
     labels.insert(ATTEMPT_LABEL.to_string(), attempt.to_string());
     Ok(vx::CustomJob::new()
         .set_display_name(naming::vertex_display_name(id))
         .set_labels(labels)
         .set_job_spec(job_spec))
+}
+
+fn reserved_label(key: &str) -> bool {
+    key == naming::labels::MANAGED_BY || key.starts_with("tpu-operator-")
 }
 
 /// The Vertex list filter selecting this pipeline's jobs (optionally one attempt's).
@@ -276,6 +316,8 @@ mod tests {
         serde_yaml::from_str(include_str!("../../../../examples/quickstart.yaml")).unwrap()
     }
 
+    const CKPT: &str = "gs://demo-project-tpu-data/models/quickstart/checkpoints/";
+
     fn id() -> ObjectIdentity {
         ObjectIdentity::new("default", "quickstart", "0f1e2d3c-aaaa-bbbb-cccc-000000000001")
     }
@@ -283,7 +325,7 @@ mod tests {
     #[test]
     fn custom_job_maps_machine_container_scheduling_output_and_labels() {
         let tp = quickstart();
-        let job = custom_job(&tp.spec, &id(), "c1", 2).unwrap();
+        let job = custom_job(&tp.spec, &id(), "c1", 2, CKPT).unwrap();
         assert_eq!(job.display_name, "default-quickstart");
         assert_eq!(
             job.labels[naming::labels::UID],
@@ -301,6 +343,12 @@ mod tests {
         let Some(vx::worker_pool_spec::Task::ContainerSpec(c)) = &pool.task else {
             panic!("container task expected");
         };
+        let env: Vec<_> = c
+            .env
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_str()))
+            .collect();
+        assert!(env.contains(&("CHECKPOINT_DIR", CKPT)), "{env:?}");
         assert_eq!(
             c.args,
             [
@@ -326,7 +374,7 @@ mod tests {
     #[test]
     fn vertex_jobs_get_a_one_day_timeout_unless_the_spec_sets_one() {
         let timeout = |tp: &TrainingPipeline| {
-            custom_job(&tp.spec, &id(), "c1", 1)
+            custom_job(&tp.spec, &id(), "c1", 1, CKPT)
                 .unwrap()
                 .job_spec
                 .and_then(|s| s.scheduling)
@@ -352,7 +400,7 @@ mod tests {
         v.tpu_topology = None;
         v.accelerator_type = Some(VertexAcceleratorType::TPU_V3);
         v.accelerator_count = Some(8);
-        let job = custom_job(&tp.spec, &id(), "c1", 1).unwrap();
+        let job = custom_job(&tp.spec, &id(), "c1", 1, CKPT).unwrap();
         let m = job.job_spec.unwrap().worker_pool_specs[0]
             .machine_spec
             .clone()
@@ -378,7 +426,7 @@ mod tests {
             v.machine_type = machine;
             v.tpu_topology = Some(topology.into());
             v.accelerator_count = None;
-            let job = custom_job(&tp.spec, &id(), "c1", 1).unwrap();
+            let job = custom_job(&tp.spec, &id(), "c1", 1, CKPT).unwrap();
             let m = job.job_spec.unwrap().worker_pool_specs[0]
                 .machine_spec
                 .clone()
@@ -389,10 +437,85 @@ mod tests {
         let v = tp.spec.training.vertex.as_mut().unwrap();
         v.accelerator_count = Some(8);
         v.machine_type = VertexMachineType::Ct5lpHightpu4t;
-        let err = custom_job(&tp.spec, &id(), "c1", 1).unwrap_err();
+        let err = custom_job(&tp.spec, &id(), "c1", 1, CKPT).unwrap_err();
         assert!(
             err.contains("acceleratorCount") && err.contains("ct5lp-hightpu-4t"),
             "{err}"
+        );
+    }
+
+    /// Issue 24: the Vertex guide's shape, a Python package on a prebuilt image, with user
+    /// labels next to the identity labels, web access and the attempt's CHECKPOINT_DIR.
+    #[test]
+    fn python_package_labels_and_web_access_map_to_the_job() {
+        use tpu_operator_api::{common::EnvVar, training_pipeline::PythonPackageSpec};
+        let mut tp = quickstart();
+        let v = tp.spec.training.vertex.as_mut().unwrap();
+        v.container = None;
+        v.python_package_spec = Some(PythonPackageSpec {
+            executor_image_uri: "us-docker.pkg.dev/vertex-ai/training/tf-tpu.2-17.cp310:latest".into(),
+            package_uris: vec!["gs://b/trainer-0.1.tar.gz".into()],
+            python_module: "trainer.task".into(),
+            args: vec!["--ckpt=$(CHECKPOINT_DIR)".into()],
+            env: vec![EnvVar {
+                name: "DATA".into(),
+                value: "$(PROCESSED_DATA)".into(),
+            }],
+        });
+        v.labels = BTreeMap::from([("team".to_string(), "ml-platform".to_string())]);
+        v.enable_web_access = true;
+        let job = custom_job(&tp.spec, &id(), "c1", 3, "gs://b/ck/attempt-2/").unwrap();
+        assert_eq!(job.labels["team"], "ml-platform");
+        assert_eq!(job.labels[naming::labels::MANAGED_BY], "tpu-operator");
+        assert_eq!(job.labels[ATTEMPT_LABEL], "3");
+        let spec = job.job_spec.unwrap();
+        assert!(spec.enable_web_access);
+        let Some(vx::worker_pool_spec::Task::PythonPackageSpec(p)) = &spec.worker_pool_specs[0].task else {
+            panic!("python package task expected");
+        };
+        assert_eq!(p.python_module, "trainer.task");
+        assert_eq!(p.package_uris, ["gs://b/trainer-0.1.tar.gz"]);
+        assert_eq!(p.args, ["--ckpt=gs://b/ck/attempt-2/"]);
+        let env: Vec<_> = p
+            .env
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_str()))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("DATA", "gs://demo-project-tpu-data/processed/"),
+                ("CHECKPOINT_DIR", "gs://b/ck/attempt-2/")
+            ]
+        );
+        // An identity label key is refused, never overwritten either way.
+        let v = tp.spec.training.vertex.as_mut().unwrap();
+        v.labels.insert("tpu-operator-uid".into(), "forged".into());
+        let err = custom_job(&tp.spec, &id(), "c1", 1, CKPT).unwrap_err();
+        assert!(
+            err.contains("spec.training.vertex.labels") && err.contains("tpu-operator-uid"),
+            "{err}"
+        );
+        // Neither container nor package: the field is named.
+        let v = tp.spec.training.vertex.as_mut().unwrap();
+        v.labels.clear();
+        v.python_package_spec = None;
+        let err = custom_job(&tp.spec, &id(), "c1", 1, CKPT).unwrap_err();
+        assert!(err.contains("pythonPackageSpec"), "{err}");
+    }
+
+    #[test]
+    fn the_slice_workload_gets_the_attempts_checkpoint_dir() {
+        let tp: TrainingPipeline =
+            serde_yaml::from_str(include_str!("../../../../examples/tpu-vm-pipeline.yaml")).unwrap();
+        let owner = OwnerReference::default();
+        let slice = train_slice(&tp.spec, &id(), "x-train", None, owner, "gs://b/ck/").unwrap();
+        let env = slice.spec.workload.unwrap().env;
+        assert_eq!(
+            env.iter()
+                .find(|e| e.name == "CHECKPOINT_DIR")
+                .map(|e| e.value.as_str()),
+            Some("gs://b/ck/")
         );
     }
 

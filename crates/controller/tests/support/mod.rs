@@ -123,6 +123,7 @@ impl TestEnv {
             poll_capacity: Duration::from_millis(50),
             watch_lists: true,
             poll_watched: Duration::from_millis(500),
+            poll_checkpoints: ControllerConfig::default().poll_checkpoints,
         };
         let clock = gcp.clock();
         let policies = Policies::watch(client.clone(), Some(ns), WithoutPolicy::Allow);

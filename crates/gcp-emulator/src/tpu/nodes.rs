@@ -1,6 +1,7 @@
 //! TPU VM nodes: create / get / list / delete / stop / start / patch / getGuestAttributes, and
 //! their state machine CREATING -> READY, STOPPING -> STOPPED, STARTING -> READY, DELETING -> gone,
-//! PREEMPTED (spot / preemptible, by fault), plus the simulated workload's `_SUCCESS` marker.
+//! PREEMPTED (spot / preemptible, by fault), plus the simulated workload: checkpoints under its
+//! `CHECKPOINT_DIR` every `tpuCheckpoint` while it runs, then its `_SUCCESS` marker.
 
 use super::catalog::{self, Accel};
 use super::{NODE_TYPE, op_metadata, tpu_op_name};
@@ -36,6 +37,8 @@ pub struct NodeRec {
     pub timer: Option<u64>,
     pub workload_timer: Option<u64>,
     pub workload_done: bool,
+    /// When the simulated workload exits (set when it starts).
+    pub workload_end: Option<chrono::DateTime<chrono::Utc>>,
     pub hosts: u32,
 }
 
@@ -225,6 +228,7 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
             timer: Some(timer),
             workload_timer: None,
             workload_done: false,
+            workload_end: None,
             hosts: accel.hosts,
         },
     );
@@ -263,6 +267,7 @@ pub fn insert_for_qr(
             timer: Some(timer),
             workload_timer: None,
             workload_done: false,
+            workload_end: None,
             hosts: accel.hosts,
         },
     );
@@ -570,20 +575,110 @@ fn maybe_schedule_workload(w: &mut World, name: &str) {
     {
         return;
     }
-    let at = World::add(w.now, w.cfg.durations.tpu_workload);
+    let end = World::add(w.now, w.cfg.durations.tpu_workload);
+    if let Some(rec) = w.nodes.get_mut(name) {
+        rec.workload_end = Some(end);
+    }
+    schedule_workload_step(w, name);
+}
+
+/// The workload's next event: its next checkpoint, or its exit when that comes first (or when
+/// it writes no checkpoints).
+fn schedule_workload_step(w: &mut World, name: &str) {
+    let Some(end) = w.nodes.get(name).and_then(|r| r.workload_end) else {
+        return;
+    };
+    let every = w.cfg.durations.tpu_checkpoint;
+    let at = if every.is_zero() || checkpoint_dir(w, name).is_none() {
+        end
+    } else {
+        World::add(w.now, every).min(end)
+    };
     let t = w.schedule(at, TimerKind::NodeWorkload, name);
     if let Some(rec) = w.nodes.get_mut(name) {
         rec.workload_timer = Some(t);
     }
 }
 
-/// The simulated training container exits: `_SUCCESS` (or `_FAILED` with exit code 1).
+/// The `CHECKPOINT_DIR` the node's startup script passes to its container (`-e
+/// 'CHECKPOINT_DIR=gs://…'`, the operator's `docker run` line), ending in `/`.
+fn checkpoint_dir(w: &World, name: &str) -> Option<String> {
+    let script = w.nodes.get(name)?.body["metadata"]["startup-script"].as_str()?;
+    let start = script.find("-e 'CHECKPOINT_DIR=")? + "-e 'CHECKPOINT_DIR=".len();
+    let value = &script[start..];
+    let value = &value[..value.find('\'')?];
+    let mut dir = value.to_string();
+    if !dir.starts_with("gs://") {
+        return None;
+    }
+    if !dir.ends_with('/') {
+        dir.push('/');
+    }
+    Some(dir)
+}
+
+/// Steps the simulated training runs between two checkpoints.
+pub const STEPS_PER_CHECKPOINT: u64 = 100;
+
+/// The newest step already under `dir` (orbax layout `<dir>/<step>/…`): where a restarted
+/// workload resumes.
+fn newest_step(w: &World, bucket: &str, prefix: &str) -> u64 {
+    let Some(b) = w.buckets.get(bucket) else { return 0 };
+    b.objects
+        .range(prefix.to_string()..)
+        .take_while(|(k, _)| k.starts_with(prefix))
+        .filter_map(|(k, _)| k[prefix.len()..].split('/').next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The workload writes one checkpoint the way orbax does on Cloud Storage: the step's
+/// directory `<CHECKPOINT_DIR>/<step>/` with its state and, last, the `_CHECKPOINT_METADATA`
+/// file that marks it complete. The step continues from the newest checkpoint already there, as
+/// a training loop restored from it would (so a workload recreated after a preemption resumes).
+fn write_checkpoint(w: &mut World, name: &str) {
+    let Some(dir) = checkpoint_dir(w, name) else {
+        return;
+    };
+    let Some((bucket, prefix)) = crate::storage::parse_gs(&dir) else {
+        return;
+    };
+    let step = newest_step(w, &bucket, &prefix) + STEPS_PER_CHECKPOINT;
+    for (leaf, data) in [
+        (
+            "state/checkpoint",
+            format!("simulated train state at step {step} (gcp-emulator)"),
+        ),
+        ("_CHECKPOINT_METADATA", format!("{{\"step\": {step}}}")),
+    ] {
+        let object = format!("{prefix}{step}/{leaf}");
+        crate::storage::put_object(
+            w,
+            &bucket,
+            &object,
+            bytes::Bytes::from(data),
+            "application/octet-stream",
+            None,
+        );
+    }
+}
+
+/// The simulated training container: a checkpoint while it runs, then its exit, `_SUCCESS` (or
+/// `_FAILED` with exit code 1).
 pub fn fire_workload(w: &mut World, seq: u64, name: &str) {
     let Some(rec) = w.nodes.get_mut(name) else { return };
     if rec.workload_timer != Some(seq) || rec.state() != "READY" {
         return;
     }
     rec.workload_timer = None;
+    let ended = rec.workload_end.is_none_or(|end| w.now >= end);
+    if !ended {
+        if w.cfg.simulate_outputs && !name_matches(&w.faults.suppressed_outputs, name) {
+            write_checkpoint(w, name);
+        }
+        schedule_workload_step(w, name);
+        return;
+    }
     rec.workload_done = true;
     let uri = rec.body["metadata"][DONE_URI_KEY]
         .as_str()

@@ -267,6 +267,7 @@ async fn context(client: &kube::Client, gcp: &gcp_emulator::Emulator) -> anyhow:
         poll_capacity: Duration::from_millis(200),
         watch_lists: true,
         poll_watched: Duration::from_secs(5),
+        poll_checkpoints: ControllerConfig::default().poll_checkpoints,
     };
     let clock = gcp.clock();
     // TpuPolicy objects applied to the local cluster are enforced as in a real one.

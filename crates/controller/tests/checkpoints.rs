@@ -1,0 +1,328 @@
+//! Issue 24: the checkpoint contract and training progress, end to end through the user's path
+//! (TrainingPipeline → controllers → gcp-emulator → status). The emulator's simulated TPU VM
+//! workload writes orbax-style checkpoints (`<CHECKPOINT_DIR>/<step>/…`) every `tpuCheckpoint`
+//! of cloud time, continuing from the newest one when it restarts.
+mod support;
+
+use std::{sync::Arc, time::Duration};
+
+use gcp_emulator::Fault;
+use support::TestEnv;
+use tpu_operator_api::{
+    conditions::{find_condition, types},
+    tpu_slice::TpuSlice,
+    training_pipeline::{
+        CheckpointStatus, PythonPackageSpec, StageName, TrainingPipeline, TrainingPipelinePhase as Phase,
+    },
+};
+use tpu_operator_controller::{
+    Context, metrics::PipelineLabels, never_shutdown, preprocess_batch, tpu_slice, training_pipeline,
+    training_pipeline::status::to_chrono,
+};
+
+const STEP: Duration = Duration::from_secs(15);
+
+async fn started() -> TestEnv {
+    let mut env = TestEnv::start().await;
+    let ctx: Arc<Context> = env.ctx.clone();
+    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
+    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
+    env.spawn(tpu_slice::run(ctx, never_shutdown()));
+    env
+}
+
+fn tpu_vm(name: &str) -> TrainingPipeline {
+    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    tp.metadata.name = Some(name.into());
+    tp.spec.preprocess = None;
+    tp
+}
+
+fn checkpoint(tp: &TrainingPipeline) -> CheckpointStatus {
+    tp.status
+        .as_ref()
+        .and_then(|s| s.checkpoint.clone())
+        .unwrap_or_default()
+}
+
+fn phase(tp: &TrainingPipeline) -> Phase {
+    tp.status.as_ref().map(|s| s.phase).unwrap_or_default()
+}
+
+fn train_attempts(tp: &TrainingPipeline) -> i32 {
+    tp.status
+        .as_ref()
+        .and_then(|s| s.stages.iter().find(|s| s.name == StageName::Train))
+        .map(|s| s.attempts)
+        .unwrap_or_default()
+}
+
+/// The `CHECKPOINT_DIR` the running node's startup script hands its container.
+fn node_checkpoint_dir(env: &TestEnv) -> Option<String> {
+    let nodes = env.gcp.nodes();
+    let script = nodes.first()?["metadata"]["startup-script"].as_str()?.to_string();
+    let start = script.find("CHECKPOINT_DIR=")? + "CHECKPOINT_DIR=".len();
+    let rest = &script[start..];
+    Some(rest[..rest.find('\'')?].to_string())
+}
+
+/// The steps of the complete checkpoints in the bucket, ascending.
+fn steps(env: &TestEnv) -> Vec<u64> {
+    let set: std::collections::BTreeSet<u64> = env
+        .gcp
+        .objects("demo-project-tpu-data")
+        .iter()
+        .filter_map(|o| o.name.strip_prefix("models/tpu-vm-run-1/checkpoints/"))
+        .filter(|rest| rest.ends_with("/_CHECKPOINT_METADATA"))
+        .filter_map(|rest| rest.split('/').next()?.parse().ok())
+        .collect();
+    set.into_iter().collect()
+}
+
+/// A spot TPU VM pipeline preempted mid-run: the recreated slice's workload gets the same
+/// CHECKPOINT_DIR, status shows the newest checkpoint advancing before and after, and neither
+/// the retry counter nor the attempt number moves.
+#[tokio::test]
+async fn preempted_tpu_vm_run_resumes_in_the_same_checkpoint_dir_and_progress_advances() {
+    let env = started().await;
+    env.create(&tpu_vm("ckpt-preempt")).await;
+    let dir = "gs://demo-project-tpu-data/models/tpu-vm-run-1/checkpoints/";
+    let before = env
+        .wait_for::<TrainingPipeline, _>("ckpt-preempt", "a first checkpoint in status", STEP, |tp| {
+            checkpoint(tp).latest_step.is_some()
+        })
+        .await;
+    let first = checkpoint(&before);
+    assert_eq!(first.dir.as_deref(), Some(dir));
+    assert_eq!(phase(&before), Phase::Training);
+    let step_before = first.latest_step.unwrap();
+    assert!(first.latest_uri.as_deref().unwrap().starts_with(dir), "{first:?}");
+    // The slice's workload and the node's startup script carry the directory.
+    let slice: TpuSlice = env.api::<TpuSlice>().get("ckpt-preempt-train").await.unwrap();
+    let workload_env = slice.spec.workload.unwrap().env;
+    assert!(
+        workload_env
+            .iter()
+            .any(|e| e.name == "CHECKPOINT_DIR" && e.value == dir),
+        "{workload_env:?}"
+    );
+    assert_eq!(node_checkpoint_dir(&env).as_deref(), Some(dir));
+
+    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    env.gcp.inject(Fault::PreemptNode { name: node }).unwrap();
+    // Everything the first incarnation wrote (status may show an older one yet).
+    let written_before = steps(&env).last().copied().unwrap();
+    assert!(written_before >= step_before as u64);
+    // The second incarnation: a node created again, READY, with the same directory.
+    let creates =
+        || env.gcp.call_count("tpu", "nodes.create") + env.gcp.call_count("tpu", "queuedResources.create");
+    env.wait_for::<TpuSlice, _>("ckpt-preempt-train", "the slice recreated", STEP, |_| {
+        creates() >= 2 && env.gcp.nodes().first().is_some_and(|n| n["state"] == "READY")
+    })
+    .await;
+    assert_eq!(node_checkpoint_dir(&env).as_deref(), Some(dir));
+    // Progress after the recreation: a newer step than any before the preemption.
+    let after = env
+        .wait_for::<TrainingPipeline, _>(
+            "ckpt-preempt",
+            "a checkpoint of the second incarnation",
+            STEP,
+            |tp| {
+                checkpoint(tp)
+                    .latest_step
+                    .is_some_and(|s| s as u64 > written_before)
+            },
+        )
+        .await;
+    let second = checkpoint(&after);
+    assert_eq!(
+        second.dir.as_deref(),
+        Some(dir),
+        "same CHECKPOINT_DIR across the preemption"
+    );
+    assert!(second.latest_time > first.latest_time, "{first:?} → {second:?}");
+    let done = env
+        .wait_for::<TrainingPipeline, _>("ckpt-preempt", "Succeeded", STEP, |tp| {
+            phase(tp) == Phase::Succeeded
+        })
+        .await;
+    assert_eq!(train_attempts(&done), 1, "the preemption used no retry");
+    assert_eq!(done.status.as_ref().unwrap().attempts, 1);
+    assert_eq!(checkpoint(&done).dir.as_deref(), Some(dir));
+    // The resumed workload continued the step count: every step directory is a multiple of 100
+    // and none was written twice.
+    let steps = steps(&env);
+    assert!(steps.len() >= 3, "{steps:?}");
+    assert_eq!(
+        steps,
+        (1..=steps.len() as u64).map(|k| k * 100).collect::<Vec<_>>()
+    );
+}
+
+/// A run that stops writing checkpoints is reported once its progressDeadline passes:
+/// ProgressStalled=True, one Warning Event, the gauge and the counter; the run itself, its
+/// attempts, its slice and its kstatus conditions are left as they were.
+#[tokio::test]
+async fn a_run_without_new_checkpoints_is_reported_after_its_progress_deadline_and_left_running() {
+    let env = started().await;
+    let mut config = env.gcp.config();
+    config.durations.tpu_workload = Duration::from_secs(6 * 3600);
+    env.gcp.set_config(config);
+    let mut tp = tpu_vm("ckpt-stall");
+    tp.spec.training.progress_deadline = Some("20m".into());
+    env.create(&tp).await;
+    let healthy = env
+        .wait_for::<TrainingPipeline, _>("ckpt-stall", "checkpoints in status", STEP, |tp| {
+            checkpoint(tp).latest_step.is_some_and(|s| s >= 200)
+        })
+        .await;
+    let stalled_cond = |tp: &TrainingPipeline| {
+        find_condition(&tp.status.as_ref().unwrap().conditions, "ProgressStalled").cloned()
+    };
+    let c = stalled_cond(&healthy).expect("ProgressStalled is reported while a deadline is set");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "CheckpointRecent")
+    );
+    let labels = PipelineLabels {
+        namespace: env.ns.clone(),
+        name: "ckpt-stall".into(),
+    };
+    assert_eq!(env.ctx.metrics.training_stalled.get_or_create(&labels).get(), 0);
+
+    // The workload hangs: it writes no more checkpoints.
+    let mut config = env.gcp.config();
+    config.durations.tpu_checkpoint = Duration::ZERO;
+    env.gcp.set_config(config);
+    let creates = env.gcp.call_count("tpu", "nodes.create");
+    let stalled = env
+        .wait_for::<TrainingPipeline, _>("ckpt-stall", "ProgressStalled=True", STEP, |tp| {
+            stalled_cond(tp).is_some_and(|c| c.status == "True")
+        })
+        .await;
+    let c = stalled_cond(&stalled).unwrap();
+    assert_eq!(c.reason, "NoRecentCheckpoint");
+    assert!(c.message.contains("progressDeadline 20m"), "{}", c.message);
+    let last = checkpoint(&stalled);
+    let since = stalled
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ProgressStalled");
+    // Reported no earlier than the deadline after the newest checkpoint.
+    let newest = to_chrono(last.latest_time.as_ref().unwrap());
+    let reported = to_chrono(&since.unwrap().last_transition_time);
+    assert!(
+        reported - newest > chrono::Duration::minutes(20),
+        "{newest} → {reported}"
+    );
+    let events = env.wait_for_event("ckpt-stall", "ProgressStalled", STEP).await;
+    let warning = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("ProgressStalled"))
+        .unwrap();
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert_eq!(env.ctx.metrics.training_stalled.get_or_create(&labels).get(), 1);
+    let stall_count = env
+        .ctx
+        .metrics
+        .training_stalls
+        .get_or_create(&tpu_operator_controller::metrics::SpendLabels {
+            namespace: env.ns.clone(),
+        })
+        .get();
+    assert_eq!(stall_count, 1);
+
+    // Nothing else changes, now or while it stays stalled.
+    env.idle(Duration::from_millis(800), STEP).await;
+    let later: TrainingPipeline = env.api().get("ckpt-stall").await.unwrap();
+    let st = later.status.as_ref().unwrap();
+    assert_eq!(phase(&later), Phase::Training);
+    assert_eq!((train_attempts(&later), st.attempts), (1, 1));
+    assert!(stalled_cond(&later).is_some_and(|c| c.status == "True"));
+    let kstatus = |t: &str| find_condition(&st.conditions, t).map(|c| c.status.clone());
+    assert_eq!(kstatus(types::STALLED).as_deref(), Some("False"));
+    assert_eq!(kstatus(types::RECONCILING).as_deref(), Some("True"));
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), creates);
+    assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 0);
+    assert_eq!(env.gcp.nodes()[0]["state"], "READY");
+    let events = env.wait_for_event("ckpt-stall", "ProgressStalled", STEP).await;
+    let stall_events: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("ProgressStalled"))
+        .collect();
+    assert_eq!(stall_events.len(), 1, "one Event per stall");
+    assert!(
+        stall_events[0].series.is_none(),
+        "published once, not repeated: {:?}",
+        stall_events[0].series
+    );
+    assert_eq!(
+        env.ctx
+            .metrics
+            .training_stalls
+            .get_or_create(&tpu_operator_controller::metrics::SpendLabels {
+                namespace: env.ns.clone(),
+            })
+            .get(),
+        1
+    );
+}
+
+/// The Vertex guide's shape: a Python package on a prebuilt image, with user labels next to the
+/// operator's identity labels, web access and restarts, reaches Succeeded; the job carries the
+/// attempt's CHECKPOINT_DIR.
+#[tokio::test]
+async fn vertex_python_package_with_user_labels_reaches_succeeded() {
+    let env = started().await;
+    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    tp.metadata.name = Some("pkg".into());
+    tp.spec.preprocess = None;
+    let v = tp.spec.training.vertex.as_mut().unwrap();
+    v.container = None;
+    v.python_package_spec = Some(PythonPackageSpec {
+        executor_image_uri: "us-docker.pkg.dev/vertex-ai/training/tf-tpu.2-17.cp310:latest".into(),
+        package_uris: vec!["gs://demo-project-tpu-data/trainer-0.1.tar.gz".into()],
+        python_module: "trainer.task".into(),
+        args: vec!["--checkpoint-dir=$(CHECKPOINT_DIR)".into()],
+        env: Vec::new(),
+    });
+    v.labels = [("team", "ml-platform"), ("cost-center", "research")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    v.enable_web_access = true;
+    v.scheduling.as_mut().unwrap().restart_job_on_worker_restart = true;
+    env.create(&tp).await;
+    let done = env
+        .wait_for::<TrainingPipeline, _>("pkg", "Succeeded", STEP, |tp| {
+            matches!(phase(tp), Phase::Succeeded | Phase::Failed)
+        })
+        .await;
+    assert_eq!(phase(&done), Phase::Succeeded, "{:?}", done.status);
+    let jobs = env.gcp.custom_jobs();
+    assert_eq!(jobs.len(), 1);
+    let job = &jobs[0];
+    assert_eq!(job["labels"]["team"], "ml-platform");
+    assert_eq!(job["labels"]["cost-center"], "research");
+    assert_eq!(job["labels"]["managed-by"], "tpu-operator");
+    assert_eq!(job["labels"]["tpu-operator-name"], "pkg");
+    let spec = &job["jobSpec"];
+    assert_eq!(spec["enableWebAccess"], true);
+    assert_eq!(spec["scheduling"]["restartJobOnWorkerRestart"], true);
+    let pkg = &spec["workerPoolSpecs"][0]["pythonPackageSpec"];
+    assert_eq!(pkg["pythonModule"], "trainer.task");
+    let ckpt = "gs://demo-project-tpu-data/models/quickstart/checkpoints/";
+    assert_eq!(pkg["args"][0], format!("--checkpoint-dir={ckpt}"));
+    assert!(
+        pkg["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "CHECKPOINT_DIR" && e["value"] == ckpt),
+        "{pkg}"
+    );
+    assert!(spec["workerPoolSpecs"][0].get("containerSpec").is_none());
+}
