@@ -80,7 +80,11 @@ fn vm(name: &str, t: &str) -> Instance {
                 .set_key("startup-script")
                 .set_value("echo hi")]),
         )
-        .set_scheduling(Scheduling::new().set_on_host_maintenance(scheduling::OnHostMaintenance::Terminate))
+        .set_scheduling(
+            Scheduling::new()
+                .set_on_host_maintenance(scheduling::OnHostMaintenance::Terminate)
+                .set_automatic_restart(false),
+        )
 }
 
 async fn get_vm(c: &Clients, name: &str) -> Result<Instance, google_cloud_compute_v1::Error> {
@@ -141,6 +145,11 @@ async fn instance_lifecycle_labels_list_filter_and_delete() {
             .starts_with("10.128.")
     );
     assert!(v.id.is_some() && v.self_link.is_some() && v.creation_timestamp.is_some());
+    assert_eq!(
+        v.scheduling.as_ref().unwrap().automatic_restart,
+        Some(false),
+        "values at their default are kept as sent"
+    );
     let done = zone_op(&c, &op).await;
     assert_eq!(done.status, Some(operation::Status::Done));
     assert!(done.error.is_none());

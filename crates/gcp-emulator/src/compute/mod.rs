@@ -114,9 +114,10 @@ pub fn check_name(name: Option<&str>, field: &str) -> ApiResult<String> {
     }
 }
 
-/// Validates a request body against the discovery schema (unknown fields -> 400 naming them).
+/// Validates a request body against the discovery schema (unknown fields -> 400 naming them);
+/// values at their default (`automaticRestart: false`) are kept as sent.
 pub fn validate(schema_name: &str, req: &Req) -> ApiResult<Value> {
-    schema::validate(Svc::Compute, schema_name, &req.json()?, "resource")
+    schema::validate_keeping_defaults(Svc::Compute, schema_name, &req.json()?, "resource")
 }
 
 /// A parsed Compute request: project, zone or region, and the path after it.

@@ -125,6 +125,42 @@ fn bad_value(path: &str, p: &Prop, v: &Value) -> ApiError {
     ApiError::invalid_field(path, format!("Invalid value at '{path}' ({}), {v}", type_name(p)))
 }
 
+/// Like [`validate`], but values at their default (`false`, `0`, `""`) are kept as sent. For
+/// Compute Engine, whose fields are optional rather than proto3 scalars: `automaticRestart:
+/// false` or `targetSize: 0` differ from an absent field there.
+pub fn validate_keeping_defaults(svc: Svc, schema_name: &str, v: &Value, root: &str) -> ApiResult<Value> {
+    let mut out = validate(svc, schema_name, v, root)?;
+    restore_defaults(svc, schema_name, v, &mut out);
+    Ok(out)
+}
+
+fn restore_defaults(svc: Svc, schema_name: &str, raw: &Value, out: &mut Value) {
+    let (Value::Object(raw), Value::Object(norm)) = (raw, out) else {
+        return;
+    };
+    let props = schema(svc, schema_name);
+    for (k, rv) in raw {
+        let Some(p) = props.get(k) else { continue };
+        if p.ro || rv.is_null() {
+            continue;
+        }
+        match (norm.get_mut(k), p.reference.as_deref(), p.items.as_deref()) {
+            (None, _, _) => {
+                norm.insert(k.clone(), rv.clone());
+            }
+            (Some(nv), Some(r), _) => restore_defaults(svc, r, rv, nv),
+            (Some(Value::Array(items)), None, Some(ip)) => {
+                if let (Some(r), Value::Array(raws)) = (ip.reference.as_deref(), rv) {
+                    for (it, rit) in items.iter_mut().zip(raws) {
+                        restore_defaults(svc, r, rit, it);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Like [`validate`] but without required-field checks (PATCH bodies carry only masked fields).
 pub fn validate_partial(svc: Svc, schema_name: &str, v: &Value, root: &str) -> ApiResult<Value> {
     match v {
