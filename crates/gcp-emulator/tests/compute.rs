@@ -1098,3 +1098,114 @@ async fn region_operations_and_paging() {
     assert_eq!(rest.items.len(), 1);
     assert!(rest.next_page_token.is_none());
 }
+
+#[tokio::test]
+async fn lists_of_templates_policies_migs_and_resize_requests_and_admin_faults_over_http() {
+    let emu = emulator().await;
+    let c = clients(&emu).await;
+    template(&c, "t1", "ct5p-hightpu-4t", false).await;
+    template(&c, "t2", "ct6e-standard-1t", true).await;
+    policy(&c, "wp", "2x2x2").await;
+    let t = c
+        .templates
+        .list()
+        .set_project(P)
+        .set_region(REGION)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(t.items.len(), 2);
+    let p = c
+        .policies
+        .list()
+        .set_project(P)
+        .set_region(REGION)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        p.items[0]
+            .workload_policy
+            .as_ref()
+            .unwrap()
+            .accelerator_topology
+            .as_deref(),
+        Some("2x2x2")
+    );
+    // 2 x ct5p-hightpu-4t = 8 chips = 2x2x2.
+    c.igms
+        .insert()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_body(mig("v5p", "t1", Some("wp"), 2))
+        .send()
+        .await
+        .unwrap();
+    c.igms
+        .insert()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_body(mig("flex", "t2", None, 0))
+        .send()
+        .await
+        .unwrap();
+    let g = c.igms.list().set_project(P).set_zone(ZONE).send().await.unwrap();
+    assert_eq!(g.items.len(), 2);
+    // Capacity over the admin API: no ct6e-standard-1t at all, then some.
+    let http = reqwest::Client::new();
+    let fault = |body: serde_json::Value| {
+        http.post(format!("{}/emulator/v1/faults", emu.url()))
+            .json(&body)
+            .send()
+    };
+    let r = fault(
+        json!({"kind": "computeCapacity", "zone": ZONE, "machineType": "ct6e-standard-1t", "hosts": 0}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    resize_request(&c, "flex", "a", 1, 600).await.unwrap();
+    resize_request(&c, "flex", "b", 1, 600).await.unwrap();
+    emu.clock().advance(secs(10));
+    let l = c
+        .resize
+        .list()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_instance_group_manager("flex")
+        .send()
+        .await
+        .unwrap();
+    let states: Vec<_> = l.items.iter().map(|r| r.state.clone()).collect();
+    assert_eq!(
+        states,
+        vec![Some(instance_group_manager_resize_request::State::Accepted); 2]
+    );
+    fault(json!({"kind": "computeCapacity", "zone": ZONE, "machineType": "ct6e-standard-1t", "hosts": 1}))
+        .await
+        .unwrap();
+    let l = c
+        .resize
+        .list()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_instance_group_manager("flex")
+        .send()
+        .await
+        .unwrap();
+    let granted = emu
+        .instances()
+        .iter()
+        .filter(|v| v["machineType"].as_str().unwrap().ends_with("ct6e-standard-1t"))
+        .count();
+    assert_eq!(
+        granted,
+        1,
+        "the older request first; the other waits: {:?}",
+        l.items.iter().map(|r| r.state.clone()).collect::<Vec<_>>()
+    );
+    let r = fault(json!({"kind": "preemptInstance", "name": "nope"}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}

@@ -250,6 +250,9 @@ pub fn reconcile(w: &mut World, key: &str) {
         return;
     }
     let mut names = std::mem::take(&mut w.compute.igms.get_mut(key).expect("present").pending);
+    // A reserved name someone took meanwhile (instances.insert) is replaced.
+    let prefix = format!("projects/{}/zones/{zone}/instances/", w.compute.igms[key].project);
+    names.retain(|n| !w.compute.instances.contains_key(&format!("{prefix}{n}")));
     names.truncate(missing as usize);
     while names.len() < missing as usize {
         names.push(new_name(w, key));
