@@ -234,6 +234,10 @@ async fn duplicate_is_409_already_exists_and_request_id_replays_the_operation() 
     let b = insert("5ef2bd8e-6c1e-4d3b-9a53-8f4f6a1c2d3e").await.unwrap();
     assert_eq!(a.name, b.name, "the same requestId returns the same operation");
     assert_eq!(emu.call_count("compute", "instances.insert"), 2);
+    assert_eq!(
+        insert("not-a-uuid").await.unwrap_err().http_status_code(),
+        Some(400)
+    );
     let err = insert("0b7c7a86-0f6a-4b9c-8f35-3f0d2f7e9a11").await.unwrap_err();
     assert_eq!(err.http_status_code(), Some(409));
     let status = err.status().unwrap();

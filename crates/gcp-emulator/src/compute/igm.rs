@@ -65,7 +65,7 @@ pub fn check_topology(w: &World, policy: Option<&str>, m: &Machine, hosts: i64) 
 }
 
 pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     let mut v = super::validate("InstanceGroupManager", req)?;
@@ -366,7 +366,7 @@ pub fn list_managed(w: &World, key: &str) -> ApiResult<Value> {
 }
 
 pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     if !w.compute.igms.contains_key(key) {

@@ -189,7 +189,7 @@ pub fn create(w: &mut World, n: NewInstance) -> String {
 }
 
 pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
@@ -276,7 +276,7 @@ pub fn begin_delete(w: &mut World, key: &str, op: Option<String>) {
 }
 
 pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     if !w.compute.instances.contains_key(key) {

@@ -87,12 +87,26 @@ fn rid_key(scope: &str, req: &Req) -> Option<String> {
 }
 
 /// The operation a previous call with the same `requestId` returned (its current state).
-pub fn replay(w: &World, scope: &str, req: &Req) -> Option<Value> {
-    let k = rid_key(scope, req)?;
-    w.request_ids
+/// `requestId` "must be a valid UUID with the exception that zero UUID is not supported"
+/// (https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert); anything else
+/// -> 400 `invalid` (the refusal itself is assumed).
+pub fn replay(w: &World, scope: &str, req: &Req) -> ApiResult<Option<Value>> {
+    if let Some(rid) = req.query.get("requestId")
+        && uuid::Uuid::try_parse(rid).map_or(true, |u| u.is_nil())
+    {
+        return Err(errors::invalid_field(
+            "requestId",
+            rid,
+            "The request ID must be a valid UUID with the exception that zero UUID is not supported.",
+        ));
+    }
+    let Some(k) = rid_key(scope, req) else {
+        return Ok(None);
+    };
+    Ok(w.request_ids
         .get(&k)
         .and_then(|op| w.compute.ops.get(op))
-        .cloned()
+        .cloned())
 }
 
 /// Remembers `op` for `requestId` replays and returns its body.

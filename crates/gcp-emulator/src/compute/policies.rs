@@ -16,7 +16,7 @@ use crate::world::World;
 use serde_json::{Value, json};
 
 pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     let mut v = super::validate("ResourcePolicy", req)?;
@@ -81,7 +81,7 @@ pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
 }
 
 pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     if !w.compute.policies.contains_key(key) {

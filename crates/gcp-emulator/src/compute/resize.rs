@@ -46,7 +46,7 @@ const MIN_RUN: i64 = 600;
 const MAX_RUN: i64 = 7 * 24 * 3600;
 
 pub fn insert(w: &mut World, project: &str, scope: &str, igm_key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     let mut v = super::validate("InstanceGroupManagerResizeRequest", req)?;
@@ -278,7 +278,7 @@ pub fn list(w: &World, igm_key: &str, req: &Req) -> ApiResult<Value> {
 
 /// Cancel: only while ACCEPTED and not provisioned yet; else 400 (`resourceNotReady`, assumed).
 pub fn cancel(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     let r = w.compute.resize.get(key).ok_or_else(|| errors::not_found(key))?;
@@ -303,7 +303,7 @@ pub fn cancel(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -
 
 /// Delete: only inactive requests (SUCCEEDED, FAILED, CANCELLED); the VMs stay.
 pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     let r = w.compute.resize.get(key).ok_or_else(|| errors::not_found(key))?;

@@ -24,7 +24,7 @@ pub fn is_flex_start(t: &Value) -> bool {
 }
 
 pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     let mut v = super::validate("InstanceTemplate", req)?;
@@ -85,7 +85,7 @@ pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
 }
 
 pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req) {
+    if let Some(op) = operations::replay(w, scope, req)? {
         return Ok(op);
     }
     if !w.compute.templates.contains_key(key) {
