@@ -35,6 +35,12 @@ pub enum TpuGeneration {
     /// TPU v6e, Trillium (`v6e-N`, N = chips).
     #[serde(rename = "V6E")]
     V6e,
+    /// TPU7x, Ironwood (`tpu7x-N`, N = TensorCores, 2 per chip as on v5p; 4 chips per host).
+    /// Provisioned only through Compute Engine or GKE ("To use TPU7x, you can use Google
+    /// Kubernetes Engine (GKE) or Compute Engine", docs.cloud.google.com/tpu/docs/tpu7x), so a
+    /// TpuSlice needs `provisioner: ComputeEngine` for it.
+    #[serde(rename = "TPU7X")]
+    Tpu7x,
 }
 
 /// Chip counts v5e and v6e slices come in.
@@ -52,7 +58,18 @@ pub const V3_TOPOLOGIES: [&str; 8] = ["2x2", "4x4", "4x8", "8x8", "8x16", "16x16
 
 impl TpuGeneration {
     /// All generations, oldest first.
-    pub const ALL: [TpuGeneration; 6] = [Self::V2, Self::V3, Self::V4, Self::V5e, Self::V5p, Self::V6e];
+    pub const ALL: [TpuGeneration; 7] = [
+        Self::V2,
+        Self::V3,
+        Self::V4,
+        Self::V5e,
+        Self::V5p,
+        Self::V6e,
+        Self::Tpu7x,
+    ];
+    /// The generations Compute Engine sells as TPU machine types
+    /// (docs.cloud.google.com/compute/docs/tpus/tpu-machines: TPU7x, v6e, v5p).
+    pub const COMPUTE_ENGINE: [TpuGeneration; 3] = [Self::V5p, Self::V6e, Self::Tpu7x];
 
     /// Prefix of the accelerator type string (`v5litepod` for v5e).
     pub fn prefix(self) -> &'static str {
@@ -63,6 +80,7 @@ impl TpuGeneration {
             Self::V5e => "v5litepod",
             Self::V5p => "v5p",
             Self::V6e => "v6e",
+            Self::Tpu7x => "tpu7x",
         }
     }
 
@@ -75,18 +93,19 @@ impl TpuGeneration {
             Self::V5e => "V5LITE_POD",
             Self::V5p => "V5P",
             Self::V6e => "V6E",
+            Self::Tpu7x => "TPU7X",
         }
     }
 
     /// Whether the accelerator-type suffix counts TensorCores (2 per chip) rather than chips.
     pub fn suffix_counts_cores(self) -> bool {
-        matches!(self, Self::V2 | Self::V3 | Self::V4 | Self::V5p)
+        matches!(self, Self::V2 | Self::V3 | Self::V4 | Self::V5p | Self::Tpu7x)
     }
 
     /// Number of topology dimensions.
     pub fn topology_dims(self) -> usize {
         match self {
-            Self::V4 | Self::V5p => 3,
+            Self::V4 | Self::V5p | Self::Tpu7x => 3,
             _ => 2,
         }
     }
@@ -98,6 +117,7 @@ impl TpuGeneration {
             Self::V3 => 1024,
             Self::V4 => 4096,
             Self::V5p => 8960,
+            Self::Tpu7x => 9216,
             Self::V5e | Self::V6e => 256,
         }
     }
@@ -111,13 +131,13 @@ impl TpuGeneration {
     }
 
     /// For generations sold in a fixed list of sizes (v2, v3, v5e, v6e): the chip counts and
-    /// their topologies, index-aligned. `None` for v4 and v5p (any multiple of 4 chips).
+    /// their topologies, index-aligned. `None` for v4, v5p and TPU7x (any multiple of 4 chips).
     pub fn fixed_sizes(self) -> Option<(&'static [u32], &'static [&'static str])> {
         match self {
             Self::V2 => Some((&V2_SIZES, &V2_TOPOLOGIES)),
             Self::V3 => Some((&V3_SIZES, &V3_TOPOLOGIES)),
             Self::V5e | Self::V6e => Some((&LITE_SIZES, &LITE_TOPOLOGIES)),
-            Self::V4 | Self::V5p => None,
+            Self::V4 | Self::V5p | Self::Tpu7x => None,
         }
     }
 
@@ -168,6 +188,75 @@ impl SliceShape {
             self.chips
         };
         format!("{}-{n}", self.generation.prefix())
+    }
+}
+
+/// How Compute Engine provisions a slice: one TPU machine type per host
+/// (docs.cloud.google.com/compute/docs/tpus/tpu-machines), the number of hosts, and the
+/// accelerator topology a multi-host slice's workload policy asks for
+/// (`ResourcePolicy.workloadPolicy.acceleratorTopology`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ComputeMachine {
+    /// Machine type of every host, e.g. `ct6e-standard-4t`.
+    pub machine_type: &'static str,
+    /// TPU VM hosts (1: a single instance; more: a managed instance group).
+    pub hosts: u32,
+    /// Chip topology of the whole slice, e.g. `4x4` or `2x2x2`.
+    pub topology: String,
+}
+
+impl SliceShape {
+    /// The Compute Engine machines of this shape. `topology` is the spec's
+    /// `acceleratorConfig.topology` when it gave one; otherwise the generation's usual topology
+    /// for the chip count is used (v6e's fixed table; for v5p and TPU7x the cube-like shape the
+    /// TPU docs list for power-of-two sizes, e.g. 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4).
+    pub fn compute_engine(&self, topology: Option<&str>) -> Result<ComputeMachine, String> {
+        use TpuGeneration as G;
+        let machine_type = match (self.generation, self.chips) {
+            (G::V6e, 1) => "ct6e-standard-1t",
+            (G::V6e, 8) => "ct6e-standard-8t",
+            (G::V6e, _) => "ct6e-standard-4t",
+            (G::V5p, _) => "ct5p-hightpu-4t",
+            (G::Tpu7x, _) => "tpu7x-standard-4t",
+            (other, _) => {
+                return Err(format!(
+                    "{other} is not sold on Compute Engine (TPU machine types exist for v5p, v6e and TPU7x): use provisioner TpuApi"
+                ));
+            }
+        };
+        let topology = match topology {
+            Some(t) => t.to_string(),
+            None => self.default_topology().ok_or_else(|| {
+                format!(
+                    "{} chips of {} have no usual topology: give acceleratorConfig {{type, topology}} instead of acceleratorType",
+                    self.chips, self.generation
+                )
+            })?,
+        };
+        Ok(ComputeMachine {
+            machine_type,
+            hosts: self.hosts,
+            topology,
+        })
+    }
+
+    fn default_topology(&self) -> Option<String> {
+        if let Some((sizes, topologies)) = self.generation.fixed_sizes() {
+            let i = sizes.iter().position(|&c| c == self.chips)?;
+            return Some(topologies[i].to_string());
+        }
+        if self.chips == 4 {
+            return Some("2x2x1".into());
+        }
+        if !self.chips.is_power_of_two() || self.chips < 4 {
+            return None;
+        }
+        let mut dims = [1u32, 2, 2];
+        while dims.iter().product::<u32>() < self.chips {
+            dims[0] *= 2;
+            dims.sort_unstable();
+        }
+        Some(format!("{}x{}x{}", dims[0], dims[1], dims[2]))
     }
 }
 
@@ -461,6 +550,43 @@ pub enum VertexAcceleratorType {
 mod tests {
     use super::*;
     use TpuGeneration::*;
+
+    #[test]
+    fn compute_engine_machines_per_shape() {
+        let machine = |accelerator: &str, topology: Option<&str>| {
+            parse_accelerator_type(accelerator)
+                .unwrap()
+                .compute_engine(topology)
+        };
+        let m = machine("v6e-8", None).unwrap();
+        assert_eq!(
+            (m.machine_type, m.hosts, m.topology.as_str()),
+            ("ct6e-standard-8t", 1, "2x4")
+        );
+        let m = machine("v6e-16", None).unwrap();
+        assert_eq!(
+            (m.machine_type, m.hosts, m.topology.as_str()),
+            ("ct6e-standard-4t", 4, "4x4")
+        );
+        let m = machine("v6e-1", None).unwrap();
+        assert_eq!(m.machine_type, "ct6e-standard-1t");
+        let m = machine("v5p-16", None).unwrap();
+        assert_eq!(
+            (m.machine_type, m.hosts, m.topology.as_str()),
+            ("ct5p-hightpu-4t", 2, "2x2x2")
+        );
+        let m = machine("tpu7x-8", None).unwrap();
+        assert_eq!(
+            (m.machine_type, m.hosts, m.topology.as_str()),
+            ("tpu7x-standard-4t", 1, "2x2x1")
+        );
+        let m = machine("tpu7x-64", None).unwrap();
+        assert_eq!((m.hosts, m.topology.as_str()), (8, "2x4x4"));
+        let m = machine("v5p-24", Some("2x2x3")).unwrap();
+        assert_eq!((m.hosts, m.topology.as_str()), (3, "2x2x3"));
+        assert!(machine("v5p-24", None).unwrap_err().contains("acceleratorConfig"));
+        assert!(machine("v4-8", None).unwrap_err().contains("provisioner TpuApi"));
+    }
 
     #[test]
     fn parses_accelerator_types_into_chips_and_hosts() {

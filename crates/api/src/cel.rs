@@ -163,11 +163,11 @@ fn slice_shape_rules(prefix: &str) -> Vec<PlacedRule> {
     ));
     let mut config_rules = vec![
         Rule::new(
-            "self.type in ['V4', 'V5P'] ? self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$') : self.topology.matches('^[0-9]+x[0-9]+$')",
-            "V4 and V5P take 3-D topologies (e.g. 2x2x1); V2, V3, V5LITE_POD and V6E take 2-D ones (e.g. 2x4)",
+            "self.type in ['V4', 'V5P', 'TPU7X'] ? self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$') : self.topology.matches('^[0-9]+x[0-9]+$')",
+            "V4, V5P and TPU7X take 3-D topologies (e.g. 2x2x1); V2, V3, V5LITE_POD and V6E take 2-D ones (e.g. 2x4)",
         )
         .message_expression(
-            "'topology ' + self.topology + ' does not fit type ' + self.type + ': V4 and V5P take 3-D topologies (e.g. 2x2x1), V2, V3, V5LITE_POD and V6E 2-D ones (e.g. 2x4)'",
+            "'topology ' + self.topology + ' does not fit type ' + self.type + ': V4, V5P and TPU7X take 3-D topologies (e.g. 2x2x1), V2, V3, V5LITE_POD and V6E 2-D ones (e.g. 2x4)'",
         )
         .at(".topology"),
     ];
@@ -195,14 +195,16 @@ fn slice_shape_rules(prefix: &str) -> Vec<PlacedRule> {
     config_rules.push(
         Rule::new(
             format!(
-                "!(self.type in ['V4', 'V5P']) || !self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$') || (({product}) % 4 == 0 && ({product}) <= (self.type == 'V4' ? {} : {}))",
+                "!(self.type in ['V4', 'V5P', 'TPU7X']) || !self.topology.matches('^[0-9]+x[0-9]+x[0-9]+$') || (({product}) % 4 == 0 && ({product}) <= (self.type == 'V4' ? {} : self.type == 'V5P' ? {} : {}))",
                 TpuGeneration::V4.max_chips(),
-                TpuGeneration::V5p.max_chips()
+                TpuGeneration::V5p.max_chips(),
+                TpuGeneration::Tpu7x.max_chips()
             ),
             format!(
-                "V4 and V5P hosts carry 4 chips: the topology's chip count (product of its dimensions) must be a multiple of 4, e.g. 2x2x1 or 2x2x2, and at most {} (V4) / {} (V5P)",
+                "V4, V5P and TPU7X hosts carry 4 chips: the topology's chip count (product of its dimensions) must be a multiple of 4, e.g. 2x2x1 or 2x2x2, and at most {} (V4) / {} (V5P) / {} (TPU7X)",
                 TpuGeneration::V4.max_chips(),
-                TpuGeneration::V5p.max_chips()
+                TpuGeneration::V5p.max_chips(),
+                TpuGeneration::Tpu7x.max_chips()
             ),
         )
         .at(".topology"),
@@ -211,10 +213,11 @@ fn slice_shape_rules(prefix: &str) -> Vec<PlacedRule> {
     out.extend(place(
         &join(prefix, "capacity"),
         vec![Rule::new(
-            "(has(self.onDemand) ? 1 : 0) + (has(self.spot) ? 1 : 0) + (has(self.reserved) ? 1 : 0) + (has(self.queued) ? 1 : 0) == 1",
-            "set exactly one of capacity.onDemand, capacity.spot, capacity.reserved, capacity.queued",
+            "(has(self.onDemand) ? 1 : 0) + (has(self.spot) ? 1 : 0) + (has(self.reserved) ? 1 : 0) + (has(self.queued) ? 1 : 0) + (has(self.flexStart) ? 1 : 0) == 1",
+            "set exactly one of capacity.onDemand, capacity.spot, capacity.reserved, capacity.queued, capacity.flexStart",
         )],
     ));
+    out.extend(place(prefix, provisioner_rules()));
     out.extend(place(
         &join(prefix, "capacity.queued"),
         vec![
@@ -231,6 +234,62 @@ fn slice_shape_rules(prefix: &str) -> Vec<PlacedRule> {
         ],
     ));
     out
+}
+
+/// What only one provisioner supports, refused naming the field (docs/compute-engine.md).
+fn provisioner_rules() -> Vec<Rule> {
+    const CE: &str = "(has(self.provisioner) && self.provisioner == 'ComputeEngine')";
+    let families: Vec<&str> = TpuGeneration::COMPUTE_ENGINE.iter().map(|g| g.prefix()).collect();
+    let types: Vec<&str> = TpuGeneration::COMPUTE_ENGINE
+        .iter()
+        .map(|g| g.api_name())
+        .collect();
+    vec![
+        Rule::new(
+            format!("{CE} == has(self.computeEngine)"),
+            "computeEngine (the VM image) is required with provisioner: ComputeEngine and not allowed with provisioner: TpuApi",
+        )
+        .at(".computeEngine"),
+        Rule::new(
+            format!("{CE} ? !has(self.runtimeVersion) : has(self.runtimeVersion)"),
+            "runtimeVersion is the TPU API's VM image: required with provisioner: TpuApi; with provisioner: ComputeEngine remove it and set computeEngine.image",
+        )
+        .at(".runtimeVersion"),
+        Rule::new(
+            format!(
+                "!{CE} || (has(self.acceleratorType) ? self.acceleratorType.split('-')[0] in {} : has(self.acceleratorConfig) && self.acceleratorConfig.type in {})",
+                cel_list(&families),
+                cel_list(&types)
+            ),
+            format!(
+                "Compute Engine has TPU machine types for {} only: use provisioner: TpuApi for other generations",
+                families.join(", ")
+            ),
+        )
+        .at(".provisioner"),
+        Rule::new(
+            format!(
+                "{CE} || (has(self.acceleratorType) ? !self.acceleratorType.startsWith('tpu7x-') : !has(self.acceleratorConfig) || self.acceleratorConfig.type != 'TPU7X')"
+            ),
+            "TPU7x is provisioned only through Compute Engine: set provisioner: ComputeEngine and computeEngine.image",
+        )
+        .at(".provisioner"),
+        Rule::new(
+            format!("!{CE} || !has(self.capacity) || !has(self.capacity.queued)"),
+            "capacity.queued is a TPU API queued resource: with provisioner: ComputeEngine wait for capacity with capacity.flexStart",
+        )
+        .at(".capacity"),
+        Rule::new(
+            format!("{CE} || !has(self.capacity) || !has(self.capacity.flexStart)"),
+            "capacity.flexStart needs provisioner: ComputeEngine (the TPU API offers flex-start only in v2alpha1)",
+        )
+        .at(".capacity"),
+        Rule::new(
+            format!("!{CE} || !has(self.adoptNodeId)"),
+            "adoptNodeId adopts Cloud TPU API nodes: it is not supported with provisioner: ComputeEngine",
+        )
+        .at(".adoptNodeId"),
+    ]
 }
 
 /// `acceleratorType` sizes per generation, generated from [`TpuGeneration`] so CEL and
@@ -328,10 +387,6 @@ pub fn tpu_slice_rules() -> Vec<PlacedRule> {
     let mut out = slice_shape_rules("spec");
     out.extend(place("spec.zone", vec![immutable_here(KIND, "zone")]));
     out.extend(place(
-        "spec.runtimeVersion",
-        vec![immutable_here(KIND, "runtimeVersion")],
-    ));
-    out.extend(place(
         "spec",
         [
             "project",
@@ -340,10 +395,29 @@ pub fn tpu_slice_rules() -> Vec<PlacedRule> {
             "capacity",
             "serviceAccount",
             "adoptNodeId",
+            "runtimeVersion",
+            "provisioner",
+            "computeEngine",
         ]
         .iter()
         .map(|f| immutable_optional(KIND, f))
         .collect(),
+    ));
+    // A managed instance group's VMs come from an instance template, which Compute Engine never
+    // changes in place: on that backend what the template carries is fixed at creation.
+    out.extend(place(
+        "spec",
+        ["labels", "metadata", "startupScript", "workload"]
+            .iter()
+            .map(|f| {
+                Rule::new(
+                    format!("!(has(self.provisioner) && self.provisioner == 'ComputeEngine') || (has(self.{f}) == has(oldSelf.{f}) && (!has(self.{f}) || self.{f} == oldSelf.{f}))"),
+                    format!("{f} is immutable with provisioner: ComputeEngine (the VMs come from an instance template): delete and recreate the TpuSlice to change it"),
+                )
+                .at(&format!(".{f}"))
+                .forbidden()
+            })
+            .collect(),
     ));
     out.extend(place(
         "spec",

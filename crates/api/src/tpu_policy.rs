@@ -41,7 +41,7 @@ impl CapacityKind {
 }
 
 /// TPU family names a policy may list (`v5litepod` is `v5e`'s name in accelerator types).
-pub const FAMILY: &str = "^(v2|v3|v4|v5e|v5litepod|v5p|v6e)$";
+pub const FAMILY: &str = "^(v2|v3|v4|v5e|v5litepod|v5p|v6e|tpu7x)$";
 /// A namespace name, or a prefix ending in `*`.
 pub const NAMESPACE_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\*?$|^\*$";
 

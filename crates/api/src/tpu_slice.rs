@@ -72,9 +72,24 @@ pub struct TpuSliceSpec {
     pub accelerator_config: Option<AcceleratorConfig>,
 
     /// TPU software version (VM image), e.g. `v2-alpha-tpuv6e`, `tpu-ubuntu2204-base`,
-    /// `v2-alpha-tpuv5-lite`. Required by the TPU API. Immutable.
+    /// `v2-alpha-tpuv5-lite`. Required with `provisioner: TpuApi`; with `ComputeEngine` the VM
+    /// image is `computeEngine.image` instead. Immutable.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(min = 1, max = 128), regex(pattern = r"^[a-z0-9][a-z0-9.-]*$"))]
     pub runtime_version: String,
+
+    /// Which Google Cloud API provisions the slice: `TpuApi` (default: a Cloud TPU node, or a
+    /// queued resource) or `ComputeEngine` (a single-host slice as one Compute Engine instance
+    /// of a TPU machine type, a multi-host slice as a managed instance group with a
+    /// HIGH_THROUGHPUT workload policy). Compute Engine is the only way to TPU7x and to
+    /// flex-start capacity; docs/compute-engine.md says when to choose which. Immutable.
+    #[serde(default)]
+    pub provisioner: Provisioner,
+
+    /// Settings only Compute Engine has (`provisioner: ComputeEngine` only; required there).
+    /// Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_engine: Option<ComputeEngineOptions>,
 
     /// How capacity is obtained. Defaults to on-demand. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,6 +164,37 @@ pub struct TpuSliceSpec {
     pub adopt_node_id: Option<String>,
 }
 
+/// The API that provisions a slice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Provisioner {
+    /// The Cloud TPU API (`tpu.googleapis.com/v2`): nodes and queued resources.
+    #[default]
+    TpuApi,
+    /// Compute Engine (`compute.googleapis.com/compute/v1`): instances, instance templates,
+    /// workload policies, managed instance groups and resize requests.
+    ComputeEngine,
+}
+
+/// Compute Engine settings of a slice.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComputeEngineOptions {
+    /// Boot disk image of every TPU VM: an image or image family URL, e.g.
+    /// `projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts` (the TPU API's
+    /// `runtimeVersion` has no meaning on Compute Engine).
+    #[schemars(
+        length(min = 1, max = 512),
+        regex(
+            pattern = r"^(https://www\.googleapis\.com/compute/v1/)?(projects/[a-z][-a-z0-9.:]*/)?global/images/([a-z]([-a-z0-9]*[a-z0-9])?|family/[a-z]([-a-z0-9]*[a-z0-9])?)$"
+        )
+    )]
+    pub image: String,
+    /// Boot disk size in GB (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 65536))]
+    pub boot_disk_size_gb: Option<i64>,
+}
+
 /// TPU generation plus topology, as in the TPU API's `AcceleratorConfig`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -183,9 +229,26 @@ pub struct Capacity {
     /// use and fails if the reservation does not exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved: Option<ReservedCapacity>,
+    /// Flex-start capacity (`provisioner: ComputeEngine` only): a managed instance group resize
+    /// request that Dynamic Workload Scheduler fulfils all at once when capacity frees up, for a
+    /// fixed run duration; the slice waits (`Reconciling`, reason `WaitingForCapacity`) until
+    /// then, and when the run duration ends the VMs are deleted and the slice reports `Stalled`
+    /// with reason `MaxRunDurationExceeded` (the resource stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flex_start: Option<FlexStartCapacity>,
     /// Wait in a queue for capacity (a queued resource) instead of failing on a stockout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<QueuedCapacity>,
+}
+
+/// Flex-start capacity.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlexStartCapacity {
+    /// How long the VMs run once provisioned, 10 minutes to 7 days (e.g. `4h`, `2d`): the resize
+    /// request's `requestedRunDuration`.
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub run_duration: String,
 }
 
 /// Capacity from a reservation.

@@ -38,7 +38,7 @@ pub struct ChipPrice {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PriceOverrides {
-    /// By TPU family: `v2`, `v3`, `v4`, `v5e` (or `v5litepod`), `v5p`, `v6e`.
+    /// By TPU family: `v2`, `v3`, `v4`, `v5e` (or `v5litepod`), `v5p`, `v6e`, `tpu7x`.
     #[serde(default)]
     pub tpu_chip_hour_usd: BTreeMap<String, ChipPrice>,
     /// By Vertex machine type (`ct6e-standard-4t`, ...): US dollars per machine (host) hour.
@@ -54,7 +54,7 @@ pub struct PriceTable {
 }
 
 /// Built-in list prices per chip-hour (USD), see `docs/cost-model.md` for sources.
-pub const DEFAULT_CHIP_PRICES: [(TpuGeneration, ChipPrice); 6] = [
+pub const DEFAULT_CHIP_PRICES: [(TpuGeneration, ChipPrice); 7] = [
     (
         TpuGeneration::V2,
         ChipPrice {
@@ -95,6 +95,15 @@ pub const DEFAULT_CHIP_PRICES: [(TpuGeneration, ChipPrice); 6] = [
         ChipPrice {
             on_demand: 2.70,
             spot: 1.35,
+        },
+    ),
+    // No public list price for TPU7x was found: a deliberately high placeholder, so budgets err
+    // towards refusing; set `tpuChipHourUsd.tpu7x` to the contracted price (docs/cost-model.md).
+    (
+        TpuGeneration::Tpu7x,
+        ChipPrice {
+            on_demand: 12.0,
+            spot: 6.0,
         },
     ),
 ];

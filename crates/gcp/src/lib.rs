@@ -126,10 +126,15 @@ async fn compute_client(
     let fail = |err| config::build_error(Service::Compute, endpoint, err);
     macro_rules! build {
         ($client:ty) => {
-            config::configure(<$client>::builder(), endpoint.to_string(), credentials, timeout)
-                .build()
-                .await
-                .map_err(fail)?
+            config::configure(
+                <$client>::builder(),
+                endpoint.to_string(),
+                credentials,
+                timeout,
+            )
+            .build()
+            .await
+            .map_err(fail)?
         };
     }
     Ok(ComputeClient {

@@ -74,7 +74,13 @@ pub fn slice_shape(spec: &TpuSliceSpec) -> Option<SliceShape> {
 /// The capacity kind of a slice, as the policy names it.
 pub fn slice_capacity(spec: &TpuSliceSpec) -> CapacityKind {
     match &spec.capacity {
-        Some(Capacity { queued: Some(_), .. }) => CapacityKind::Queued,
+        // Flex-start waits for capacity like a queued resource (and like Vertex's FLEX_START).
+        Some(
+            Capacity { queued: Some(_), .. }
+            | Capacity {
+                flex_start: Some(_), ..
+            },
+        ) => CapacityKind::Queued,
         Some(Capacity { spot: Some(_), .. }) => CapacityKind::Spot,
         Some(Capacity {
             reserved: Some(_), ..

@@ -1,10 +1,14 @@
 //! Executes the planned action: at most one mutating TPU call per reconcile. The caller writes the
 //! returned operation name to status right away.
 
-use tpu_operator_api::{naming::ObjectIdentity, tpu_slice::TpuSliceSpec};
+use tpu_operator_api::{
+    naming::ObjectIdentity,
+    tpu_slice::{Provisioner, TpuSliceSpec},
+};
 use tpu_operator_gcp::{GcpError, ignore_not_found, tpu_v2::model::Node};
 
 use super::{
+    compute,
     observe::Names,
     plan::Action,
     spec::{self, Desired},
@@ -13,6 +17,9 @@ use crate::context::Context;
 
 /// The request-id purpose of queued-resource creates (one id per incarnation).
 const CREATE_QR: &str = "create-queued-resource";
+/// The request-id purpose of Compute Engine creates (one id per incarnation; each piece of a
+/// group-backed slice derives its own from it).
+const CREATE_COMPUTE: &str = "create-compute-engine-slice";
 
 /// What the cloud call started.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,10 +42,35 @@ pub struct Request<'a> {
 
 /// Performs `action`. `Ok(None)` for actions without a cloud call.
 pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Option<Started>, GcpError> {
-    let tpu = &ctx.gcp.tpu;
+    let tpu = req.names.cloud(ctx);
     let names = req.names;
     let (verb, op) = match action {
         Action::None | Action::RecordPreemption => return Ok(None),
+        Action::CreateNode | Action::CreateQueuedResource
+            if names.provisioner == Provisioner::ComputeEngine =>
+        {
+            let slice = spec::shape(req.spec)
+                .and_then(|shape| {
+                    compute::request(
+                        req.spec,
+                        &shape,
+                        req.desired,
+                        req.identity,
+                        &names.project,
+                        &names.current.id,
+                    )
+                })
+                .map_err(|message| invalid_spec(&names.parent, message))?;
+            let request_id =
+                tpu_operator_api::naming::request_id(req.identity, CREATE_COMPUTE, req.recreations);
+            let shared = compute::shared_id(req.identity);
+            let op = ctx
+                .gcp
+                .compute_slices
+                .create(&slice, &shared, &request_id)
+                .await?;
+            ("create", op)
+        }
         Action::CreateNode => {
             let node = spec::node(req.spec, req.desired, req.identity);
             let op = tpu.create_node(&names.parent, &names.current.id, node).await?;
@@ -96,7 +128,7 @@ fn invalid_spec(target: &str, message: String) -> GcpError {
     GcpError::new(
         tpu_operator_gcp::ErrorKind::InvalidArgument,
         tpu_operator_gcp::Service::Tpu,
-        "queuedResources.create",
+        "create",
         target,
         message,
     )

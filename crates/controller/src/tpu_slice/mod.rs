@@ -20,6 +20,7 @@
 #![allow(clippy::result_large_err)]
 
 mod act;
+mod compute;
 mod observe;
 mod plan;
 mod spec;
@@ -37,9 +38,9 @@ use kube::{
 };
 use tpu_operator_api::{
     DeletionPolicy,
-    conditions::{Progress, reasons, set_kstatus},
+    conditions::{Progress, find_condition, reasons, set_kstatus, types},
     naming::ObjectIdentity,
-    tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
+    tpu_slice::{Provisioner, TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
 use tpu_operator_gcp::ErrorKind;
 
@@ -214,6 +215,13 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
             .as_ref()
             .and_then(|t| chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0)),
         last_active,
+        // Once a flex-start run is over (reaping or reaped) nothing is created again for this
+        // generation, even after the resize request that said so is deleted.
+        run_over: old.observed_generation == slice.meta().generation
+            && [types::STALLED, types::RECONCILING].iter().any(|t| {
+                find_condition(&old.conditions, t)
+                    .is_some_and(|c| c.status == "True" && c.reason == reasons::MAX_RUN_DURATION_EXCEEDED)
+            }),
         now: ctx.clock.now(),
     });
     // Right before a create: every rule, with the namespace's chip quota and budget. The lock is
@@ -297,7 +305,9 @@ fn watch_node(
 ) -> Duration {
     use tpu_operator_gcp::tpu_v2::model::node::State;
     let seen = match (action, started, &observed.node) {
-        _ if names.current.queued.is_some() => None,
+        // Compute Engine slices are read by name at `poll_active` (the cloud watch lists TPU
+        // nodes only).
+        _ if names.current.queued.is_some() || names.provisioner == Provisioner::ComputeEngine => None,
         (Step::CreateNode, Some(_), _) => Some(State::Creating),
         (Step::None, _, Some(node)) if transitional(&node.state) => Some(node.state.clone()),
         _ => None,
@@ -367,7 +377,24 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
             message,
         )
     };
-    let (action, assessment) = match plan::plan_cleanup(&observed) {
+    let mut step = plan::plan_cleanup(&observed);
+    if step == CleanupStep::Done && compute::uses_group(&slice.spec) {
+        // The template and workload policy every incarnation's group was made from go last,
+        // once no group uses them.
+        let shared = compute::shared_id(&t.identity);
+        let released = ctx
+            .gcp
+            .compute_slices
+            .release(&t.names.project, &slice.spec.zone, &shared)
+            .await
+            .map_err(ReconcileError::gcp(
+                "delete instance template and workload policy",
+            ))?;
+        if !released {
+            step = CleanupStep::Wait(format!("deleting instance template and workload policy {shared}"));
+        }
+    }
+    let (action, assessment) = match step {
         CleanupStep::Done => {
             ctx.cloud_watch
                 .unwatch(Collection::TpuNodes, &t.names.current.node);
@@ -437,7 +464,8 @@ fn watch_deletion(ctx: &Context, slice: &TpuSlice, observed: &Observed, action: 
             .map(|n| n.name.as_str()),
         _ => None,
     };
-    match node.filter(|_| !queued) {
+    let compute_engine = slice.spec.provisioner == Provisioner::ComputeEngine;
+    match node.filter(|_| !queued && !compute_engine) {
         Some(name) => ctx.cloud_watch.watch(
             ctx,
             Collection::TpuNodes,

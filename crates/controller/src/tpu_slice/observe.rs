@@ -4,10 +4,10 @@
 use chrono::{DateTime, Utc};
 use tpu_operator_api::{
     naming::{self, ObjectIdentity},
-    tpu_slice::{TpuSlice, TpuSliceSpec},
+    tpu_slice::{Provisioner, TpuSlice, TpuSliceSpec},
 };
 use tpu_operator_gcp::{
-    GcpError, OperationState, Service, ignore_not_found,
+    GcpError, OperationState, Service, TpuApi, ignore_not_found,
     longrunning::model::Operation,
     operation_state, parse_gs_uri,
     tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
@@ -39,12 +39,14 @@ pub struct Names {
     pub previous: Option<Incarnation>,
     /// The node was adopted by `spec.adoptNodeId` (never created, never recreated).
     pub adopted: bool,
+    /// Which API holds the slice's cloud objects.
+    pub provisioner: Provisioner,
 }
 
 impl Names {
     pub fn new(slice: &TpuSlice, identity: &ObjectIdentity, project: String) -> Self {
         let parent = format!("projects/{project}/locations/{}", slice.spec.zone);
-        let queued = CapacityMode::of(&slice.spec).uses_queued_resource();
+        let queued = CapacityMode::uses_queued_resource(&slice.spec);
         let recreations = slice.status.as_ref().map_or(0, |s| s.recreations.max(0) as u32);
         let incarnation = |n: u32| {
             let id = naming::tpu_node_id(identity, n);
@@ -81,6 +83,16 @@ impl Names {
             current,
             previous,
             adopted,
+            provisioner: slice.spec.provisioner,
+        }
+    }
+
+    /// The API the slice's objects are read, deleted and polled through: the TPU API, or
+    /// Compute Engine presented in the TPU API's model (`tpu_operator_gcp::ComputeSlices`).
+    pub fn cloud<'a>(&self, ctx: &'a Context) -> &'a dyn TpuApi {
+        match self.provisioner {
+            Provisioner::TpuApi => ctx.gcp.tpu.as_ref(),
+            Provisioner::ComputeEngine => ctx.gcp.compute_slices.as_ref(),
         }
     }
 }
@@ -122,7 +134,7 @@ pub async fn observe(
     pending_operation: Option<&str>,
     desired: Option<&Desired>,
 ) -> Result<Observed, ReconcileError> {
-    let tpu = &ctx.gcp.tpu;
+    let tpu = names.cloud(ctx);
     let mut observed = Observed::default();
     if let Some(qr) = &names.current.queued {
         observed.queued =

@@ -135,6 +135,9 @@ pub struct Input<'a> {
     /// When the slice's workload last finished (`status.lastActiveTime`, or a completion marker
     /// seen this pass): where `spec.idleTimeout` counts from.
     pub last_active: Option<DateTime<Utc>>,
+    /// This generation already ran out its flex-start run (status is Stalled with reason
+    /// `MaxRunDurationExceeded`): nothing is created again.
+    pub run_over: bool,
     pub now: DateTime<Utc>,
 }
 
@@ -154,10 +157,13 @@ pub fn plan(input: &Input<'_>) -> Plan {
             message.clone(),
         ));
     }
-    if let Some(plan) = max_run_exceeded(input).or_else(|| idle_timeout_exceeded(input)) {
+    if let Some(plan) = max_run_exceeded(input)
+        .or_else(|| idle_timeout_exceeded(input))
+        .or_else(|| flex_run_over(input))
+    {
         return plan;
     }
-    if CapacityMode::of(input.spec).uses_queued_resource() {
+    if CapacityMode::uses_queued_resource(input.spec) {
         return queued::plan(input);
     }
     match &input.observed.node {
@@ -205,31 +211,68 @@ fn reap_after(
     if input.now < since + chrono::Duration::seconds(duration.as_secs() as i64) {
         return None;
     }
-    Some(match plan_cleanup(input.observed) {
+    Some(reap(
+        input,
+        reason,
+        &format!("{field} {limit} exceeded"),
+        &format!("raise or remove spec.{field} to recreate it"),
+    ))
+}
+
+/// A flex-start slice whose run duration is over (Compute Engine deleted its VMs; the resize
+/// request says so, or this generation's status already does): delete what is left and stay
+/// Stalled like `maxRunDuration`, never recreating.
+fn flex_run_over(input: &Input<'_>) -> Option<Plan> {
+    let flex = input.spec.capacity.as_ref()?.flex_start.as_ref()?;
+    let signalled = input
+        .observed
+        .queued
+        .as_ref()
+        .and_then(|q| q.state.as_ref())
+        .filter(|s| s.state == queued_resource_state::State::Failed)
+        .and_then(|s| s.failed_data())
+        .and_then(|f| f.error.as_ref())
+        .is_some_and(|e| e.code == RUN_OVER_CODE);
+    if !(signalled || input.run_over) {
+        return None;
+    }
+    Some(reap(
+        input,
+        reasons::MAX_RUN_DURATION_EXCEEDED,
+        &format!("capacity.flexStart.runDuration {} is over", flex.run_duration),
+        "change the spec (or recreate the TpuSlice) to run again",
+    ))
+}
+
+/// The code a finished flex-start run is reported with (DEADLINE_EXCEEDED, see
+/// `tpu_operator_gcp::compute::convert`).
+const RUN_OVER_CODE: i32 = 4;
+
+/// Deletes the slice's cloud objects, then reports Stalled with `reason`.
+fn reap(input: &Input<'_>, reason: &'static str, what: &str, fix: &str) -> Plan {
+    match plan_cleanup(input.observed) {
         CleanupStep::Delete(action) => Plan::new(
             action,
             Assessment::new(
                 Progress::Reconciling,
                 reason,
                 TpuSlicePhase::Deleting,
-                format!("{field} {limit} exceeded: deleting the slice"),
+                format!("{what}: deleting the slice"),
             ),
         ),
         CleanupStep::Wait(message) => Plan::report(Assessment::new(
             Progress::Reconciling,
             reason,
             TpuSlicePhase::Deleting,
-            format!("{field} {limit} exceeded: {message}"),
+            format!("{what}: {message}"),
         )),
         CleanupStep::Done => Plan::report(Assessment::new(
             Progress::Stalled,
             reason,
             TpuSlicePhase::Failed,
-            format!(
-                "{field} {limit} exceeded: the slice was deleted; raise or remove spec.{field} to recreate it"
-            ),
+            format!("{what}: the slice was deleted; {fix}"),
         )),
-    })
+    }
 }
 
 /// Neither the current node nor its queued resource exists.

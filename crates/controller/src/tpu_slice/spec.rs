@@ -10,7 +10,7 @@ use tpu_operator_api::{
     accelerator::{SliceShape, TpuGeneration, parse_accelerator_type, shape_from_config},
     duration::parse_duration,
     naming::{self, ObjectIdentity},
-    tpu_slice::{Capacity, QueuedCapacity, QueuedTier, TpuSliceSpec},
+    tpu_slice::{Capacity, Provisioner, QueuedCapacity, QueuedTier, TpuSliceSpec},
 };
 use tpu_operator_gcp::{
     tpu_v2::model::{
@@ -35,7 +35,7 @@ pub const STARTUP_SCRIPT_METADATA: &str = "startup-script";
 /// the node rather than in status so that it survives a lost status and travels with the node.
 pub const MANAGED_METADATA_KEY: &str = "tpu-operator-managed-metadata";
 /// OAuth scope used when the spec names a service account without scopes.
-pub const DEFAULT_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
+pub(super) const DEFAULT_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
 /// The node fields the controller keeps equal to the spec with `nodes.patch`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -52,12 +52,16 @@ pub enum CapacityMode {
     Spot,
     Reserved,
     Queued,
+    FlexStart,
 }
 
 impl CapacityMode {
     pub fn of(spec: &TpuSliceSpec) -> Self {
         match spec.capacity.as_ref() {
             Some(Capacity { queued: Some(_), .. }) => Self::Queued,
+            Some(Capacity {
+                flex_start: Some(_), ..
+            }) => Self::FlexStart,
             Some(Capacity { spot: Some(_), .. }) => Self::Spot,
             Some(Capacity {
                 reserved: Some(_), ..
@@ -75,8 +79,13 @@ impl CapacityMode {
     /// a specific reservation does the same: `gcloud alpha compute tpus queued-resources create
     /// --reservation=...` (<https://cloud.google.com/tpu/docs/consume-reservation>). Spot stays a
     /// plain `nodes.create` with `schedulingConfig.spot`.
-    pub fn uses_queued_resource(self) -> bool {
-        matches!(self, Self::Queued | Self::Reserved)
+    /// On Compute Engine only flex-start waits for capacity (a resize request, read as a queued
+    /// resource); a reservation is named on the instance itself (`reservationAffinity`).
+    pub fn uses_queued_resource(spec: &TpuSliceSpec) -> bool {
+        match spec.provisioner {
+            Provisioner::TpuApi => matches!(Self::of(spec), Self::Queued | Self::Reserved),
+            Provisioner::ComputeEngine => Self::of(spec) == Self::FlexStart,
+        }
     }
 
     /// Whether Google may reclaim the capacity (a preemption is then expected, not a failure).
@@ -84,7 +93,8 @@ impl CapacityMode {
         match Self::of(spec) {
             Self::Spot => true,
             Self::Queued => queued(spec).is_some_and(|q| q.tier == QueuedTier::Spot),
-            Self::OnDemand | Self::Reserved => false,
+            // Flex-start VMs end with their run duration; they are not preempted.
+            Self::OnDemand | Self::Reserved | Self::FlexStart => false,
         }
     }
 }
@@ -95,13 +105,27 @@ fn queued(spec: &TpuSliceSpec) -> Option<&QueuedCapacity> {
 
 /// Generation, chips and hosts of the slice the spec asks for.
 pub fn shape(spec: &TpuSliceSpec) -> Result<SliceShape, String> {
-    match (&spec.accelerator_type, &spec.accelerator_config) {
+    let shape = match (&spec.accelerator_type, &spec.accelerator_config) {
         (Some(t), None) => parse_accelerator_type(t).map_err(|e| format!("spec.acceleratorType: {e}")),
         (None, Some(c)) => {
             shape_from_config(c.type_, &c.topology).map_err(|e| format!("spec.acceleratorConfig: {e}"))
         }
         _ => Err("set exactly one of spec.acceleratorType and spec.acceleratorConfig".into()),
+    }?;
+    // What admission checks, checked again for objects admitted before the rules existed, so a
+    // request is never sent that Google would refuse for a spec reason.
+    match spec.provisioner {
+        Provisioner::ComputeEngine => {
+            super::compute::check(spec, &shape)?;
+        }
+        Provisioner::TpuApi if shape.generation == TpuGeneration::Tpu7x => {
+            return Err(
+                "spec.provisioner: TPU7x is provisioned only through Compute Engine: set provisioner: ComputeEngine and computeEngine.image".into(),
+            );
+        }
+        Provisioner::TpuApi => {}
     }
+    Ok(shape)
 }
 
 /// Labels, metadata and tags the node must carry.
@@ -285,8 +309,9 @@ pub fn node(spec: &TpuSliceSpec, desired: &Desired, identity: &ObjectIdentity) -
     match CapacityMode::of(spec) {
         CapacityMode::Spot => node.set_scheduling_config(SchedulingConfig::new().set_spot(true)),
         CapacityMode::Reserved => node.set_scheduling_config(SchedulingConfig::new().set_reserved(true)),
-        // Queued capacity: the tier lives on the queued resource, not on the node.
-        CapacityMode::OnDemand | CapacityMode::Queued => node,
+        // Queued capacity: the tier lives on the queued resource, not on the node. Flex-start is
+        // refused at admission on the TPU API.
+        CapacityMode::OnDemand | CapacityMode::Queued | CapacityMode::FlexStart => node,
     }
 }
 
@@ -298,6 +323,8 @@ fn generation_type(g: TpuGeneration) -> accelerator_config::Type {
         TpuGeneration::V5e => accelerator_config::Type::V5LitePod,
         TpuGeneration::V5p => accelerator_config::Type::V5P,
         TpuGeneration::V6e => accelerator_config::Type::V6E,
+        // Refused at admission and by `shape`: TPU7x is provisioned through Compute Engine only.
+        TpuGeneration::Tpu7x => accelerator_config::Type::Unspecified,
     }
 }
 

@@ -16,8 +16,9 @@
 //! | group: every member RUNNING, none missing    | node READY                     |
 //! | group: a member preempted                    | node PREEMPTED                 |
 //! | group: members being deleted, none created   | node DELETING                  |
-//! | resize request ACCEPTED                      | queued resource WAITING_FOR_RESOURCES |
-//! | resize request CREATING                      | PROVISIONING                   |
+//! | group: no members, none wanted               | node STOPPED (delete it)       |
+//! | resize request CREATING (being created)      | queued resource CREATING       |
+//! | resize request ACCEPTED (waiting for capacity) | WAITING_FOR_RESOURCES        |
 //! | resize request SUCCEEDED, members present    | ACTIVE                         |
 //! | resize request SUCCEEDED, no members left    | FAILED, DEADLINE_EXCEEDED (run duration over) |
 //! | resize request FAILED                        | FAILED with the request's error |
@@ -26,10 +27,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use google_cloud_compute_v1::model::{
-    self as compute, AccessConfig, AttachedDisk, AttachedDiskInitializeParams, Instance, InstanceGroupManager,
-    InstanceGroupManagerResizeRequest, InstanceGroupManagerResourcePolicies, InstanceProperties, InstanceTemplate,
-    ManagedInstance, Metadata, NetworkInterface, ReservationAffinity, ResourcePolicy, ResourcePolicyWorkloadPolicy,
-    Scheduling, Tags, instance, managed_instance, metadata, resource_policy_workload_policy, scheduling,
+    self as compute, AccessConfig, AttachedDisk, AttachedDiskInitializeParams, Instance,
+    InstanceGroupManager, InstanceGroupManagerResizeRequest, InstanceGroupManagerResourcePolicies,
+    InstanceProperties, InstanceTemplate, ManagedInstance, Metadata, NetworkInterface, ReservationAffinity,
+    ResourcePolicy, ResourcePolicyWorkloadPolicy, Scheduling, Tags, instance, managed_instance, metadata,
+    resource_policy_workload_policy, scheduling,
 };
 use google_cloud_longrunning::model::{Operation as Lro, operation};
 use google_cloud_rpc::model::{ErrorInfo, Status};
@@ -50,7 +52,9 @@ pub enum Provisioning {
     /// A specific reservation, by name or full URL.
     Reservation(String),
     /// Flex-start through a resize request running this many seconds.
-    FlexStart { run_seconds: i64 },
+    FlexStart {
+        run_seconds: i64,
+    },
 }
 
 /// Everything needed to create a slice on Compute Engine.
@@ -327,10 +331,9 @@ fn endpoint(instance: &Instance) -> Option<NetworkEndpoint> {
 }
 
 fn is_spot(instance: &Instance) -> bool {
-    instance
-        .scheduling
-        .as_ref()
-        .is_some_and(|s| s.provisioning_model == Some(scheduling::ProvisioningModel::Spot) || s.preemptible == Some(true))
+    instance.scheduling.as_ref().is_some_and(|s| {
+        s.provisioning_model == Some(scheduling::ProvisioningModel::Spot) || s.preemptible == Some(true)
+    })
 }
 
 fn instance_state(instance: &Instance) -> node::State {
@@ -374,8 +377,9 @@ pub fn instance_node(name: &str, accelerator_type: &str, instance: &Instance) ->
 }
 
 /// A group's hosts as one TPU node named `name`, from the group, its template's properties
-/// (labels and metadata live there) and its members read one by one. `None` when the group has
-/// no members and wants none (a flex-start group before its request, or after its run).
+/// (labels and metadata live there) and its members read one by one. A group with no members
+/// that wants none (a flex-start group before its request, or after its run) is a STOPPED node:
+/// it bills nothing but still has to be deleted.
 pub fn group_node(
     name: &str,
     accelerator_type: &str,
@@ -383,11 +387,8 @@ pub fn group_node(
     template: Option<&InstanceProperties>,
     members: &[ManagedInstance],
     instances: &[Instance],
-) -> Option<Node> {
+) -> Node {
     let target = manager.target_size.unwrap_or(0).max(0) as usize;
-    if members.is_empty() && target == 0 {
-        return None;
-    }
     use managed_instance::CurrentAction as A;
     let deleting = members
         .iter()
@@ -399,11 +400,16 @@ pub fn group_node(
         )
     });
     let states: Vec<node::State> = instances.iter().map(instance_state).collect();
-    let state = if states.contains(&node::State::Preempted) {
+    let state = if members.is_empty() && target == 0 {
+        node::State::Stopped
+    } else if states.contains(&node::State::Preempted) {
         node::State::Preempted
     } else if deleting && !creating {
         node::State::Deleting
-    } else if instances.len() >= target && !states.is_empty() && states.iter().all(|s| *s == node::State::Ready) {
+    } else if instances.len() >= target
+        && !states.is_empty()
+        && states.iter().all(|s| *s == node::State::Ready)
+    {
         node::State::Ready
     } else if states.contains(&node::State::Terminated) {
         node::State::Terminated
@@ -417,7 +423,7 @@ pub fn group_node(
         .collect();
     // Worker order is stable across reads: by instance name.
     endpoints.sort_by(|a, b| a.0.cmp(&b.0));
-    Some(
+    {
         Node::new()
             .set_name(name)
             .set_accelerator_type(accelerator_type)
@@ -437,23 +443,32 @@ pub fn group_node(
                     .unwrap_or_default(),
             )
             .set_network_endpoints(endpoints.into_iter().map(|(_, e)| e))
-            .set_scheduling_config(SchedulingConfig::new().set_spot(
-                properties.scheduling.as_ref().is_some_and(|s| {
-                    s.provisioning_model == Some(scheduling::ProvisioningModel::Spot)
-                }),
-            ))
-            .set_or_clear_create_time(timestamp(manager.creation_timestamp.as_deref())),
-    )
+            .set_scheduling_config(
+                SchedulingConfig::new().set_spot(
+                    properties
+                        .scheduling
+                        .as_ref()
+                        .is_some_and(|s| s.provisioning_model == Some(scheduling::ProvisioningModel::Spot)),
+                ),
+            )
+            .set_or_clear_create_time(timestamp(manager.creation_timestamp.as_deref()))
+    }
 }
 
 /// A flex-start resize request as a queued resource named `name`; `members` is how many VMs
 /// the group has now.
-pub fn resize_queued(name: &str, request: &InstanceGroupManagerResizeRequest, members: usize) -> QueuedResource {
+pub fn resize_queued(
+    name: &str,
+    request: &InstanceGroupManagerResizeRequest,
+    members: usize,
+) -> QueuedResource {
     use compute::instance_group_manager_resize_request::State as R;
     use queued_resource_state::{State as Q, StateInitiator};
     let (state, initiator, error) = match request.state.as_ref() {
         Some(R::Accepted) => (Q::WaitingForResources, StateInitiator::Service, None),
-        Some(R::Creating) => (Q::Provisioning, StateInitiator::Service, None),
+        // CREATING is the request itself "being created"; ACCEPTED waits for capacity
+        // (`compute.v1.json`, `InstanceGroupManagerResizeRequest.state`).
+        Some(R::Creating) => (Q::Creating, StateInitiator::Service, None),
         Some(R::Succeeded) if members > 0 => (Q::Active, StateInitiator::Service, None),
         Some(R::Succeeded) => (
             Q::Failed,
@@ -478,7 +493,9 @@ pub fn resize_queued(name: &str, request: &InstanceGroupManagerResizeRequest, me
         Some(R::Cancelled) => (Q::Suspended, StateInitiator::User, None),
         _ => (Q::Creating, StateInitiator::Service, None),
     };
-    let mut s = QueuedResourceState::new().set_state(state).set_state_initiator(initiator);
+    let mut s = QueuedResourceState::new()
+        .set_state(state)
+        .set_state_initiator(initiator);
     if let Some(error) = error {
         s = s.set_failed_data(queued_resource_state::FailedData::new().set_error(error));
     }
@@ -515,7 +532,11 @@ pub fn code_number(code: &str, http: Option<i32>) -> i32 {
 fn rpc_status(code: i32, message: &str, reason: Option<&str>) -> Status {
     let mut status = Status::new().set_code(code).set_message(message);
     if let Some(reason) = reason.filter(|r| !r.is_empty())
-        && let Ok(detail) = Any::from_msg(&ErrorInfo::new().set_reason(reason).set_domain("compute.googleapis.com"))
+        && let Ok(detail) = Any::from_msg(
+            &ErrorInfo::new()
+                .set_reason(reason)
+                .set_domain("compute.googleapis.com"),
+        )
     {
         status = status.set_details([detail]);
     }
@@ -538,7 +559,11 @@ pub fn operation(name: &str, op: &compute::Operation) -> Lro {
             .clone()
             .or_else(|| op.http_error_message.clone())
             .unwrap_or_default();
-        let status = rpc_status(code_number(&code, op.http_error_status_code), &message, Some(&code));
+        let status = rpc_status(
+            code_number(&code, op.http_error_status_code),
+            &message,
+            Some(&code),
+        );
         lro = lro.set_result(operation::Result::Error(Box::new(status)));
     } else {
         lro = lro.set_response(Any::from_msg(&google_cloud_wkt::Empty::default()).unwrap_or_default());
@@ -580,7 +605,10 @@ mod tests {
             parse_tpu_name("projects/p/locations/us-east5-b/nodes/n1", "nodes"),
             Some(("p", "us-east5-b", "n1"))
         );
-        assert_eq!(parse_tpu_name("projects/p/locations/z/queuedResources/q", "nodes"), None);
+        assert_eq!(
+            parse_tpu_name("projects/p/locations/z/queuedResources/q", "nodes"),
+            None
+        );
         assert_eq!(base_instance_name(&"a-".repeat(40)).len(), 57);
     }
 
@@ -626,9 +654,13 @@ mod tests {
         let mut i = Instance::new()
             .set_name(name)
             .set_status(status)
-            .set_network_interfaces([NetworkInterface::new().set_network_ip(format!("10.0.0.{}", name.len()))]);
+            .set_network_interfaces([
+                NetworkInterface::new().set_network_ip(format!("10.0.0.{}", name.len()))
+            ]);
         if spot {
-            i = i.set_scheduling(Scheduling::new().set_provisioning_model(scheduling::ProvisioningModel::Spot));
+            i = i.set_scheduling(
+                Scheduling::new().set_provisioning_model(scheduling::ProvisioningModel::Spot),
+            );
         }
         i
     }
@@ -657,18 +689,43 @@ mod tests {
             vm("g-bbbb", instance::Status::Running, false),
         ];
         let none = managed_instance::CurrentAction::None;
-        let node = group_node("n", "v6e-16", &manager, None, &[member(none.clone()), member(none.clone())], &up).unwrap();
+        let node = group_node(
+            "n",
+            "v6e-16",
+            &manager,
+            None,
+            &[member(none.clone()), member(none.clone())],
+            &up,
+        );
         assert_eq!(node.state, node::State::Ready);
         assert_eq!(node.network_endpoints.len(), 2);
-        let half = group_node("n", "v6e-16", &manager, None, &[member(none.clone())], &up[..1]).unwrap();
+        let half = group_node("n", "v6e-16", &manager, None, &[member(none.clone())], &up[..1]);
         assert_eq!(half.state, node::State::Creating);
-        let preempted = [vm("g-aaaa", instance::Status::Running, true), vm("g-bbbb", instance::Status::Terminated, true)];
-        let node = group_node("n", "v6e-16", &manager, None, &[member(none.clone()), member(none)], &preempted).unwrap();
+        let preempted = [
+            vm("g-aaaa", instance::Status::Running, true),
+            vm("g-bbbb", instance::Status::Terminated, true),
+        ];
+        let node = group_node(
+            "n",
+            "v6e-16",
+            &manager,
+            None,
+            &[member(none.clone()), member(none)],
+            &preempted,
+        );
         assert_eq!(node.state, node::State::Preempted);
         let deleting = member(managed_instance::CurrentAction::Deleting);
-        let node = group_node("n", "v6e-16", &manager, None, &[deleting], &up[..1]).unwrap();
+        let node = group_node("n", "v6e-16", &manager, None, &[deleting], &up[..1]);
         assert_eq!(node.state, node::State::Deleting);
-        assert!(group_node("n", "v6e-16", &InstanceGroupManager::new().set_target_size(0), None, &[], &[]).is_none());
+        let empty = group_node(
+            "n",
+            "v6e-16",
+            &InstanceGroupManager::new().set_target_size(0),
+            None,
+            &[],
+            &[],
+        );
+        assert_eq!(empty.state, node::State::Stopped);
     }
 
     #[test]
@@ -676,12 +733,16 @@ mod tests {
         use compute::instance_group_manager_resize_request::State as R;
         use queued_resource_state::State as Q;
         let state = |r: R, members| {
-            resize_queued("q", &InstanceGroupManagerResizeRequest::new().set_state(r), members)
-                .state
-                .unwrap()
+            resize_queued(
+                "q",
+                &InstanceGroupManagerResizeRequest::new().set_state(r),
+                members,
+            )
+            .state
+            .unwrap()
         };
         assert_eq!(state(R::Accepted, 0).state, Q::WaitingForResources);
-        assert_eq!(state(R::Creating, 0).state, Q::Provisioning);
+        assert_eq!(state(R::Creating, 0).state, Q::Creating);
         assert_eq!(state(R::Succeeded, 2).state, Q::Active);
         let over = state(R::Succeeded, 0);
         assert_eq!(over.state, Q::Failed);
@@ -693,9 +754,11 @@ mod tests {
     fn failed_operations_carry_the_compute_code() {
         let op = compute::Operation::new()
             .set_status(compute::operation::Status::Done)
-            .set_error(compute::operation::Error::new().set_errors([compute::operation::error::Errors::new()
-                .set_code("ZONE_RESOURCE_POOL_EXHAUSTED")
-                .set_message("no capacity")]));
+            .set_error(
+                compute::operation::Error::new().set_errors([compute::operation::error::Errors::new()
+                    .set_code("ZONE_RESOURCE_POOL_EXHAUSTED")
+                    .set_message("no capacity")]),
+            );
         let lro = operation("projects/p/zones/z/operations/o", &op);
         assert!(lro.done);
         let err = crate::operation_state(crate::Service::Compute, &lro);

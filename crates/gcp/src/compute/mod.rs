@@ -75,8 +75,12 @@ pub trait ComputeApi: Send + Sync {
     async fn delete_instance_template(&self, region: &Place, name: &str) -> Result<Operation>;
 
     async fn get_resource_policy(&self, region: &Place, name: &str) -> Result<ResourcePolicy>;
-    async fn insert_resource_policy(&self, region: &Place, request_id: &str, policy: ResourcePolicy)
-    -> Result<Operation>;
+    async fn insert_resource_policy(
+        &self,
+        region: &Place,
+        request_id: &str,
+        policy: ResourcePolicy,
+    ) -> Result<Operation>;
     async fn delete_resource_policy(&self, region: &Place, name: &str) -> Result<Operation>;
 
     async fn get_instance_group_manager(&self, zone: &Place, name: &str) -> Result<InstanceGroupManager>;
@@ -171,8 +175,12 @@ impl ComputeApi for ComputeClient {
             .set_project(&zone.project)
             .set_zone(&zone.location)
             .set_instance(name);
-        self.call("instances.delete", &zone.target("instances", name), request.send())
-            .await
+        self.call(
+            "instances.delete",
+            &zone.target("instances", name),
+            request.send(),
+        )
+        .await
     }
 
     async fn list_instances(&self, zone: &Place, filter: &str) -> Result<Vec<Instance>> {
@@ -359,7 +367,11 @@ impl ComputeApi for ComputeClient {
                 .set_max_results(LIST_PAGE_SIZE as u32)
                 .set_page_token(token);
             let page = self
-                .call("instanceGroupManagers.listManagedInstances", &target, request.send())
+                .call(
+                    "instanceGroupManagers.listManagedInstances",
+                    &target,
+                    request.send(),
+                )
                 .await?;
             out.extend(page.managed_instances);
             match page.next_page_token {
@@ -387,7 +399,10 @@ impl ComputeApi for ComputeClient {
             .set_zone(&zone.location)
             .set_instance_group_manager(manager)
             .set_resize_request(name);
-        let target = zone.target("instanceGroupManagers", &format!("{manager}/resizeRequests/{name}"));
+        let target = zone.target(
+            "instanceGroupManagers",
+            &format!("{manager}/resizeRequests/{name}"),
+        );
         self.call("instanceGroupManagerResizeRequests.get", &target, request.send())
             .await
     }
@@ -408,8 +423,12 @@ impl ComputeApi for ComputeClient {
             .set_instance_group_manager(manager)
             .set_request_id(request_id)
             .set_body(body);
-        self.call("instanceGroupManagerResizeRequests.insert", &target, request.send())
-            .await
+        self.call(
+            "instanceGroupManagerResizeRequests.insert",
+            &target,
+            request.send(),
+        )
+        .await
     }
 
     async fn cancel_resize_request(&self, zone: &Place, manager: &str, name: &str) -> Result<Operation> {
@@ -420,9 +439,16 @@ impl ComputeApi for ComputeClient {
             .set_zone(&zone.location)
             .set_instance_group_manager(manager)
             .set_resize_request(name);
-        let target = zone.target("instanceGroupManagers", &format!("{manager}/resizeRequests/{name}"));
-        self.call("instanceGroupManagerResizeRequests.cancel", &target, request.send())
-            .await
+        let target = zone.target(
+            "instanceGroupManagers",
+            &format!("{manager}/resizeRequests/{name}"),
+        );
+        self.call(
+            "instanceGroupManagerResizeRequests.cancel",
+            &target,
+            request.send(),
+        )
+        .await
     }
 
     async fn delete_resize_request(&self, zone: &Place, manager: &str, name: &str) -> Result<Operation> {
@@ -433,9 +459,16 @@ impl ComputeApi for ComputeClient {
             .set_zone(&zone.location)
             .set_instance_group_manager(manager)
             .set_resize_request(name);
-        let target = zone.target("instanceGroupManagers", &format!("{manager}/resizeRequests/{name}"));
-        self.call("instanceGroupManagerResizeRequests.delete", &target, request.send())
-            .await
+        let target = zone.target(
+            "instanceGroupManagers",
+            &format!("{manager}/resizeRequests/{name}"),
+        );
+        self.call(
+            "instanceGroupManagerResizeRequests.delete",
+            &target,
+            request.send(),
+        )
+        .await
     }
 
     async fn get_zone_operation(&self, zone: &Place, name: &str) -> Result<Operation> {
@@ -445,8 +478,12 @@ impl ComputeApi for ComputeClient {
             .set_project(&zone.project)
             .set_zone(&zone.location)
             .set_operation(name);
-        self.call("zoneOperations.get", &zone.target("operations", name), request.send())
-            .await
+        self.call(
+            "zoneOperations.get",
+            &zone.target("operations", name),
+            request.send(),
+        )
+        .await
     }
 
     async fn get_region_operation(&self, region: &Place, name: &str) -> Result<Operation> {

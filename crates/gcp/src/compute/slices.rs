@@ -61,6 +61,9 @@ impl Piece {
     }
 }
 
+/// The `errors[].reason` of a delete refused because another resource still uses the target.
+const IN_USE: &str = "resourceInUseByAnotherResource";
+
 /// TPU slices on Compute Engine.
 pub struct ComputeSlices {
     api: Arc<dyn ComputeApi>,
@@ -85,7 +88,13 @@ fn not_found(method: &'static str, target: &str) -> GcpError {
 }
 
 fn unsupported(method: &'static str, target: &str, why: &str) -> GcpError {
-    GcpError::new(ErrorKind::FailedPrecondition, Service::Compute, method, target, why)
+    GcpError::new(
+        ErrorKind::FailedPrecondition,
+        Service::Compute,
+        method,
+        target,
+        why,
+    )
 }
 
 fn invalid(method: &'static str, target: &str, why: String) -> GcpError {
@@ -141,7 +150,11 @@ impl ComputeSlices {
     }
 
     fn accelerator(&self, id: &str) -> Option<String> {
-        self.accelerators.lock().expect("accelerators lock").get(id).cloned()
+        self.accelerators
+            .lock()
+            .expect("accelerators lock")
+            .get(id)
+            .cloned()
     }
 
     /// Makes the next missing piece of the slice and returns its operation; ALREADY_EXISTS once
@@ -174,7 +187,15 @@ impl ComputeSlices {
             pieces.push(Piece::ResizeRequest);
         }
         for piece in pieces {
-            let made = (if piece == Piece::Group || piece == Piece::ResizeRequest { &req.id } else { &shared.id }.clone(), piece);
+            let made = (
+                if piece == Piece::Group || piece == Piece::ResizeRequest {
+                    &req.id
+                } else {
+                    &shared.id
+                }
+                .clone(),
+                piece,
+            );
             if self.made.lock().expect("made lock").contains(&made) {
                 continue;
             }
@@ -256,12 +277,9 @@ impl ComputeSlices {
             match result {
                 Ok(_) => gone = false,
                 Err(e) if e.is_not_found() => {}
-                // A group still being deleted holds them: not an error, wait.
-                Err(e) if matches!(e.kind, ErrorKind::InvalidArgument | ErrorKind::FailedPrecondition)
-                    && e.message.contains("in use") =>
-                {
-                    gone = false
-                }
+                // A group still being deleted holds them: not an error, wait. Compute Engine
+                // answers 400 with reason `resourceInUseByAnotherResource`.
+                Err(e) if e.reason.as_deref() == Some(IN_USE) => gone = false,
                 Err(e) => return Err(e),
             }
         }
@@ -272,7 +290,10 @@ impl ComputeSlices {
         let instance = self.api.get_instance(zone, id).await?;
         self.remember(id, Layout::Instance);
         let accelerator = self.accelerator(id).unwrap_or_else(|| {
-            accelerator_of(convert::short_name(instance.machine_type.as_deref().unwrap_or("")), 1)
+            accelerator_of(
+                convert::short_name(instance.machine_type.as_deref().unwrap_or("")),
+                1,
+            )
         });
         Ok(convert::instance_node(name, &accelerator, &instance))
     }
@@ -296,7 +317,8 @@ impl ComputeSlices {
         // every member runs.
         let running = !members.is_empty()
             && members.iter().all(|m| {
-                m.instance_status == Some(google_cloud_compute_v1::model::managed_instance::InstanceStatus::Running)
+                m.instance_status
+                    == Some(google_cloud_compute_v1::model::managed_instance::InstanceStatus::Running)
             });
         let mut instances = Vec::new();
         for member in &members {
@@ -322,8 +344,14 @@ impl ComputeSlices {
             let hosts = manager.target_size.unwrap_or(0).max(members.len() as i32) as usize;
             accelerator_of(convert::short_name(&machine), hosts)
         });
-        convert::group_node(name, &accelerator, &manager, template.as_ref(), &members, &instances)
-            .ok_or_else(|| not_found("instanceGroupManagers.get", name))
+        Ok(convert::group_node(
+            name,
+            &accelerator,
+            &manager,
+            template.as_ref(),
+            &members,
+            &instances,
+        ))
     }
 }
 
@@ -402,7 +430,11 @@ impl TpuApi for ComputeSlices {
 
     async fn delete_node(&self, name: &str) -> Result<Operation> {
         let Some((project, zone, id)) = convert::parse_tpu_name(name, "nodes") else {
-            return Err(invalid("delete slice", name, format!("{name} is not a node name")));
+            return Err(invalid(
+                "delete slice",
+                name,
+                format!("{name} is not a node name"),
+            ));
         };
         let zone = Place::new(project, zone);
         let layout = match self.layout(id) {
@@ -437,10 +469,18 @@ impl TpuApi for ComputeSlices {
     }
 
     async fn stop_node(&self, name: &str) -> Result<Operation> {
-        Err(unsupported("nodes.stop", name, "the operator never stops a slice"))
+        Err(unsupported(
+            "nodes.stop",
+            name,
+            "the operator never stops a slice",
+        ))
     }
 
-    async fn list_nodes_by_page(&self, parent: &str, _sift: &mut (dyn FnMut(Vec<Node>) + Send)) -> Result<()> {
+    async fn list_nodes_by_page(
+        &self,
+        parent: &str,
+        _sift: &mut (dyn FnMut(Vec<Node>) + Send),
+    ) -> Result<()> {
         Err(unsupported(
             "nodes.list",
             parent,
@@ -450,12 +490,18 @@ impl TpuApi for ComputeSlices {
 
     async fn get_queued_resource(&self, name: &str) -> Result<QueuedResource> {
         let Some((project, zone, id)) = convert::parse_tpu_name(name, "queuedResources") else {
-            return Err(invalid("get resize request", name, format!("{name} is not a queued resource name")));
+            return Err(invalid(
+                "get resize request",
+                name,
+                format!("{name} is not a queued resource name"),
+            ));
         };
         let zone = Place::new(project, zone);
         let request = match self.api.get_resize_request(&zone, id, id).await {
             // The group does not exist yet: neither does its request.
-            Err(e) if e.is_not_found() => return Err(not_found("instanceGroupManagerResizeRequests.get", name)),
+            Err(e) if e.is_not_found() => {
+                return Err(not_found("instanceGroupManagerResizeRequests.get", name));
+            }
             other => other?,
         };
         use google_cloud_compute_v1::model::instance_group_manager_resize_request::State;
@@ -480,19 +526,34 @@ impl TpuApi for ComputeSlices {
         ))
     }
 
-    /// Deletes the resize request: cancelled first while it still waits (Compute Engine deletes
-    /// only a request that is no longer ACCEPTED; a cancelled request's VMs are never made).
-    /// The group goes with the node.
+    /// Deletes the flex-start request with its group, as `force` does for a queued resource and
+    /// its nodes: a request still waiting for capacity (ACCEPTED) is cancelled first ("only
+    /// possible for requests that are accepted in the queue", `compute.v1.json`), then the
+    /// group goes, VMs and requests with it. A request still being created cannot be cancelled
+    /// yet: UNAVAILABLE, retried.
     async fn delete_queued_resource(&self, name: &str, _force: bool) -> Result<Operation> {
         let Some((project, zone, id)) = convert::parse_tpu_name(name, "queuedResources") else {
-            return Err(invalid("delete resize request", name, format!("{name} is not a queued resource name")));
+            return Err(invalid(
+                "delete resize request",
+                name,
+                format!("{name} is not a queued resource name"),
+            ));
         };
         let zone = Place::new(project, zone);
         use google_cloud_compute_v1::model::instance_group_manager_resize_request::State;
         let request = self.api.get_resize_request(&zone, id, id).await?;
         let op = match request.state {
             Some(State::Accepted) => self.api.cancel_resize_request(&zone, id, id).await?,
-            _ => self.api.delete_resize_request(&zone, id, id).await?,
+            Some(State::Creating) => {
+                return Err(GcpError::new(
+                    ErrorKind::Transient,
+                    Service::Compute,
+                    "instanceGroupManagerResizeRequests.cancel",
+                    name,
+                    "the resize request is still being created; it is cancelled once accepted",
+                ));
+            }
+            _ => self.api.delete_instance_group_manager(&zone, id).await?,
         };
         Ok(zonal(&zone, &op))
     }
@@ -518,14 +579,22 @@ impl TpuApi for ComputeSlices {
         let parts: Vec<&str> = rest.split('/').collect();
         let op = match parts.as_slice() {
             [project, "zones", zone, "operations", op] => {
-                self.api.get_zone_operation(&Place::new(*project, *zone), op).await?
+                self.api
+                    .get_zone_operation(&Place::new(*project, *zone), op)
+                    .await?
             }
             [project, "regions", region, "operations", op] => {
                 self.api
                     .get_region_operation(&Place::new(*project, *region), op)
                     .await?
             }
-            _ => return Err(invalid("get operation", name, format!("{name} is not a Compute Engine operation"))),
+            _ => {
+                return Err(invalid(
+                    "get operation",
+                    name,
+                    format!("{name} is not a Compute Engine operation"),
+                ));
+            }
         };
         Ok(convert::operation(name, &op))
     }
@@ -546,7 +615,13 @@ mod tests {
     #[test]
     fn piece_keys_are_distinct_and_stable() {
         let id = "6f1c2d8e-9a4b-5c3d-8e7f-0a1b2c3d4e5f";
-        assert_eq!(piece_request_id(id, "instance-group"), piece_request_id(id, "instance-group"));
-        assert_ne!(piece_request_id(id, "instance-group"), piece_request_id(id, "instance-template"));
+        assert_eq!(
+            piece_request_id(id, "instance-group"),
+            piece_request_id(id, "instance-group")
+        );
+        assert_ne!(
+            piece_request_id(id, "instance-group"),
+            piece_request_id(id, "instance-template")
+        );
     }
 }

@@ -117,6 +117,7 @@ impl Case {
             recreations: self.slice.status.as_ref().map_or(0, |s| s.recreations),
             ready_since: self.ready_since,
             last_active: self.last_active,
+            run_over: false,
             now: now(),
         })
     }

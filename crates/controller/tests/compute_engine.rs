@@ -1,0 +1,242 @@
+//! TpuSlices provisioned through Compute Engine (`provisioner: ComputeEngine`, issue 23): the
+//! controller in-process against the Kubernetes target (kube-emulator, or the real control
+//! plane in CI) and gcp-emulator's Compute Engine surfaces, reached through Google's
+//! `google-cloud-compute-v1` client.
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::TestEnv;
+use tpu_operator_api::{
+    conditions::{Progress, find_condition, progress_of, types},
+    tpu_slice::{TpuSlice, TpuSlicePhase},
+};
+use tpu_operator_controller::{never_shutdown, tpu_slice};
+
+const ZONE: &str = "us-east5-b";
+const STEP: Duration = Duration::from_secs(20);
+const IMAGE: &str = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts";
+
+fn slice(name: &str, accelerator: &str, capacity: Value) -> TpuSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "zone": ZONE,
+            "acceleratorType": accelerator,
+            "provisioner": "ComputeEngine",
+            "computeEngine": {"image": IMAGE},
+            "capacity": capacity,
+            "labels": {"team": "ml"},
+            "preemption": {"maxRecreations": 2},
+            "workload": {"image": "us-docker.pkg.dev/demo-project/r/trainer:1", "args": ["--steps=10"]}
+        }
+    }))
+    .expect("TpuSlice fixture")
+}
+
+fn is_ready(s: &TpuSlice) -> bool {
+    s.status.as_ref().and_then(|st| progress_of(&st.conditions)) == Some(Progress::Ready)
+}
+
+fn reason(s: &TpuSlice, type_: &str) -> Option<String> {
+    let st = s.status.as_ref()?;
+    find_condition(&st.conditions, type_)
+        .filter(|c| c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
+async fn start() -> TestEnv {
+    let mut env = TestEnv::start().await;
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    env
+}
+
+/// Every Compute Engine object of the test, by kind (instances in any status count).
+fn compute_objects(env: &TestEnv) -> [usize; 5] {
+    let c = env.gcp.resource_counts();
+    [
+        c.instances,
+        c.instance_templates,
+        c.resource_policies,
+        c.instance_group_managers,
+        c.resize_requests,
+    ]
+}
+
+async fn delete_and_wait_gone(env: &TestEnv, name: &str) {
+    env.api::<TpuSlice>()
+        .delete(name, &Default::default())
+        .await
+        .expect("delete");
+    env.wait_gone::<TpuSlice>(name, STEP).await;
+    assert_eq!(
+        compute_objects(env),
+        [0; 5],
+        "left behind: {:?}",
+        env.gcp.list_resources()
+    );
+}
+
+#[tokio::test]
+async fn single_host_slice_is_one_instance_of_the_tpu_machine_type() {
+    let env = start().await;
+    env.create(&slice("single", "v6e-8", json!({"spot": {}}))).await;
+    let s: TpuSlice = env.wait_for("single", "Ready", STEP, is_ready).await;
+    let st = s.status.clone().unwrap();
+    assert_eq!(st.phase, TpuSlicePhase::Ready);
+    assert_eq!((st.chips, st.hosts), (Some(8), Some(1)));
+    assert_eq!(st.accelerator_type.as_deref(), Some("v6e-8"));
+    assert_eq!(st.worker_ips.len(), 1, "{st:?}");
+
+    let instances = env.gcp.instances();
+    assert_eq!(instances.len(), 1, "{instances:?}");
+    let vm = &instances[0];
+    assert!(
+        vm["machineType"]
+            .as_str()
+            .unwrap()
+            .ends_with("/machineTypes/ct6e-standard-8t"),
+        "{vm}"
+    );
+    assert_eq!(vm["labels"]["tpu-operator-name"], "single");
+    assert_eq!(vm["labels"]["team"], "ml");
+    assert_eq!(vm["scheduling"]["provisioningModel"], "SPOT");
+    assert_eq!(vm["status"], "RUNNING");
+    let script = vm["metadata"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["key"] == "startup-script")
+        .expect("startup script");
+    assert!(script["value"].as_str().unwrap().contains("docker run"));
+    assert_eq!(env.gcp.call_count("compute", "instances.insert"), 1);
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.create"),
+        0,
+        "nothing through the TPU API"
+    );
+    assert_eq!(compute_objects(&env)[1..], [0; 4], "a single host needs no group");
+
+    delete_and_wait_gone(&env, "single").await;
+}
+
+#[tokio::test]
+async fn multi_host_slice_is_a_group_with_a_workload_policy_and_nothing_is_left_after_delete() {
+    let env = start().await;
+    env.create(&slice("multi", "v5p-16", json!({"onDemand": {}})))
+        .await;
+    let s: TpuSlice = env.wait_for("multi", "Ready", STEP, is_ready).await;
+    let st = s.status.clone().unwrap();
+    assert_eq!((st.chips, st.hosts), (Some(8), Some(2)));
+    assert_eq!(st.worker_ips.len(), 2, "{st:?}");
+
+    let policies = env.gcp.resource_policies();
+    assert_eq!(policies.len(), 1);
+    assert_eq!(policies[0]["workloadPolicy"]["type"], "HIGH_THROUGHPUT");
+    assert_eq!(policies[0]["workloadPolicy"]["acceleratorTopology"], "2x2x2");
+    let templates = env.gcp.instance_templates();
+    assert_eq!(templates.len(), 1);
+    assert_eq!(templates[0]["properties"]["machineType"], "ct5p-hightpu-4t");
+    assert_eq!(templates[0]["properties"]["labels"]["tpu-operator-name"], "multi");
+    let groups = env.gcp.instance_group_managers();
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0]["targetSize"], 2);
+    assert!(
+        groups[0]["resourcePolicies"]["workloadPolicy"]
+            .as_str()
+            .unwrap()
+            .ends_with(policies[0]["name"].as_str().unwrap())
+    );
+    let instances = env.gcp.instances();
+    assert_eq!(instances.len(), 2);
+    for vm in &instances {
+        assert_eq!(vm["status"], "RUNNING");
+        assert_eq!(vm["labels"]["tpu-operator-name"], "multi");
+    }
+
+    delete_and_wait_gone(&env, "multi").await;
+}
+
+#[tokio::test]
+async fn flex_start_waits_for_capacity_runs_out_its_duration_and_keeps_the_resource() {
+    let env = start().await;
+    env.gcp.set_compute_capacity(ZONE, "ct6e-standard-8t", Some(0));
+    env.create(&slice(
+        "flex",
+        "v6e-8",
+        json!({"flexStart": {"runDuration": "30m"}}),
+    ))
+    .await;
+    let s: TpuSlice = env
+        .wait_for("flex", "waiting for capacity", STEP, |s| {
+            reason(s, types::RECONCILING).as_deref() == Some("WaitingForCapacity")
+        })
+        .await;
+    assert_eq!(s.status.unwrap().phase, TpuSlicePhase::Queued);
+    let requests = env.gcp.resize_requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0]["state"], "ACCEPTED");
+    assert_eq!(requests[0]["resizeBy"], 1);
+    assert_eq!(requests[0]["requestedRunDuration"]["seconds"], "1800");
+    assert_eq!(env.gcp.instances().len(), 0);
+
+    // Dynamic Workload Scheduler finds capacity: the VM is made and the slice is Ready.
+    env.gcp.set_compute_capacity(ZONE, "ct6e-standard-8t", None);
+    env.wait_for::<TpuSlice, _>("flex", "Ready", STEP, is_ready).await;
+    let vm = &env.gcp.instances()[0];
+    assert_eq!(vm["scheduling"]["provisioningModel"], "FLEX_START");
+
+    // The run duration ends: Compute Engine deletes the VM; the slice reports it, deletes what
+    // is left and stays, without recreating anything.
+    env.idle(Duration::from_millis(50), Duration::from_secs(31 * 60))
+        .await;
+    let s: TpuSlice = env
+        .wait_for("flex", "run duration over", STEP, |s| {
+            reason(s, types::STALLED).as_deref() == Some("MaxRunDurationExceeded")
+        })
+        .await;
+    assert!(
+        s.status
+            .as_ref()
+            .unwrap()
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("runDuration 30m is over"),
+        "{:?}",
+        s.status
+    );
+    assert_eq!(env.gcp.instances().len(), 0);
+    env.idle(Duration::from_millis(300), STEP).await;
+    assert_eq!(env.gcp.instances().len(), 0, "never recreated");
+    assert_eq!(
+        env.gcp
+            .call_count("compute", "instanceGroupManagerResizeRequests.insert"),
+        1
+    );
+
+    delete_and_wait_gone(&env, "flex").await;
+}
+
+#[tokio::test]
+async fn preempted_spot_instance_is_counted_and_recreated() {
+    let env = start().await;
+    env.create(&slice("spot", "v6e-8", json!({"spot": {}}))).await;
+    env.wait_for::<TpuSlice, _>("spot", "Ready", STEP, is_ready).await;
+    let first = env.gcp.instances()[0]["name"].as_str().unwrap().to_string();
+    env.gcp.preempt_instance(&first).expect("preempt");
+    let s: TpuSlice = env
+        .wait_for("spot", "recreated and Ready", STEP, |s| {
+            is_ready(s) && s.status.as_ref().unwrap().recreations == 1
+        })
+        .await;
+    assert!(s.status.unwrap().last_preemption_time.is_some());
+    let instances = env.gcp.instances();
+    assert_eq!(instances.len(), 1, "the preempted VM was deleted: {instances:?}");
+    assert_ne!(instances[0]["name"], first.as_str());
+
+    delete_and_wait_gone(&env, "spot").await;
+}
