@@ -318,11 +318,12 @@ fn accelerator_type_size_rule() -> Rule {
         )
     };
     expr.push_str(&format!(
-        "self.startsWith('v4-') ? {} : {}",
+        "self.startsWith('v4-') ? {} : self.startsWith('tpu7x-') ? {} : {}",
         cores(TpuGeneration::V4),
+        cores(TpuGeneration::Tpu7x),
         cores(TpuGeneration::V5p)
     ));
-    for g in [TpuGeneration::V4, TpuGeneration::V5p] {
+    for g in [TpuGeneration::V4, TpuGeneration::V5p, TpuGeneration::Tpu7x] {
         help.push(format!(
             "{}-N: N = TensorCores, a multiple of 8 up to {}",
             g.prefix(),

@@ -15,7 +15,7 @@ pub const ZONE: &str = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$";
 /// Compute region, e.g. `us-central1`, `europe-west4`.
 pub const REGION: &str = r"^[a-z]+-[a-z]+[0-9]+$";
 /// TPU accelerator type as the TPU API spells it: `v2-8`, `v4-16`, `v5p-8`, `v5litepod-8`, `v6e-8`.
-pub const ACCELERATOR_TYPE: &str = r"^v(2|3|4|5p|5litepod|6e)-[0-9]{1,5}$";
+pub const ACCELERATOR_TYPE: &str = r"^(v(2|3|4|5p|5litepod|6e)|tpu7x)-[0-9]{1,5}$";
 /// Slice topology: two dimensions (`2x4`, v2/v3/v5e/v6e) or three (`2x2x1`, v4/v5p).
 pub const TOPOLOGY: &str = r"^[1-9][0-9]?x[1-9][0-9]?(x[1-9][0-9]?)?$";
 /// A Cloud Storage URI: `gs://<bucket>/<optional path>`.
