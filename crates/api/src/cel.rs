@@ -509,6 +509,13 @@ pub fn training_pipeline_rules() -> Vec<PlacedRule> {
                 "has(self.container) ? 'training.vertex.container and training.vertex.pythonPackageSpec are mutually exclusive: remove one' : 'set training.vertex.container (a training image) or training.vertex.pythonPackageSpec (a Python package on a prebuilt Vertex image)'",
             )
             .at(".container"),
+            // Vertex AI TensorBoard with custom training requires a service account attached to
+            // the job (https://cloud.google.com/vertex-ai/docs/experiments/tensorboard-setup).
+            Rule::new(
+                "!has(self.tensorboard) || has(self.serviceAccount)",
+                "training.vertex.tensorboard needs training.vertex.serviceAccount: Vertex AI TensorBoard with custom training requires a service account attached to the job (one that can write to the TensorBoard and its bucket)",
+            )
+            .at(".tensorboard"),
             Rule::new(
                 "self.machineType != 'cloud-tpu' || (has(self.acceleratorType) && self.acceleratorType in ['TPU_V2', 'TPU_V3'])",
                 "machineType cloud-tpu takes acceleratorType TPU_V2 or TPU_V3; for newer TPUs use ct5lp-hightpu-* (v5e), ct5p-hightpu-4t (v5p) or ct6e-standard-* (v6e) with tpuTopology",

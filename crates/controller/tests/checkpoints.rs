@@ -1,6 +1,6 @@
 //! Issue 24: the checkpoint contract and training progress, end to end through the user's path
 //! (TrainingPipeline → controllers → gcp-emulator → status). The emulator's simulated TPU VM
-//! workload writes orbax-style checkpoints (`<CHECKPOINT_DIR>/<step>/…`) every `tpuCheckpoint`
+//! workload writes orbax-style checkpoints (`<CHECKPOINT_DIR>/<step>/…`) every `workloadCheckpoint`
 //! of cloud time, continuing from the newest one when it restarts.
 mod support;
 
@@ -192,7 +192,7 @@ async fn a_run_without_new_checkpoints_is_reported_after_its_progress_deadline_a
 
     // The workload hangs: it writes no more checkpoints.
     let mut config = env.gcp.config();
-    config.durations.tpu_checkpoint = Duration::ZERO;
+    config.durations.workload_checkpoint = Duration::ZERO;
     env.gcp.set_config(config);
     let creates = env.gcp.call_count("tpu", "nodes.create");
     let stalled = env
@@ -273,10 +273,15 @@ async fn a_run_without_new_checkpoints_is_reported_after_its_progress_deadline_a
 
 /// The Vertex guide's shape: a Python package on a prebuilt image, with user labels next to the
 /// operator's identity labels, web access and restarts, reaches Succeeded; the job carries the
-/// attempt's CHECKPOINT_DIR.
+/// attempt's CHECKPOINT_DIR and its progress shows in status.
 #[tokio::test]
 async fn vertex_python_package_with_user_labels_reaches_succeeded() {
     let env = started().await;
+    // A 30-minute run: several checkpoint listings (every 3 min of cloud time) happen while it
+    // runs, however fast the test clock moves against the controllers' real-time requeues.
+    let mut config = env.gcp.config();
+    config.durations.job_run = Duration::from_secs(1800);
+    env.gcp.set_config(config);
     let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("pkg".into());
     tp.spec.preprocess = None;
@@ -296,6 +301,20 @@ async fn vertex_python_package_with_user_labels_reaches_succeeded() {
     v.enable_web_access = true;
     v.scheduling.as_mut().unwrap().restart_job_on_worker_restart = true;
     env.create(&tp).await;
+    // The running job's simulated training checkpoints into the CHECKPOINT_DIR it was given,
+    // and status shows it while the job runs.
+    let running = env
+        .wait_for::<TrainingPipeline, _>("pkg", "a checkpoint while the job runs", STEP, |tp| {
+            checkpoint(tp).latest_step.is_some()
+        })
+        .await;
+    assert_eq!(phase(&running), Phase::Training);
+    assert!(
+        checkpoint(&running)
+            .latest_uri
+            .unwrap()
+            .starts_with("gs://demo-project-tpu-data/models/quickstart/checkpoints/")
+    );
     let done = env
         .wait_for::<TrainingPipeline, _>("pkg", "Succeeded", STEP, |tp| {
             matches!(phase(tp), Phase::Succeeded | Phase::Failed)

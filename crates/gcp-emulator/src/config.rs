@@ -29,11 +29,11 @@ pub struct Durations {
     /// Simulated TPU VM workload: READY node with `tpu-operator-done-uri` metadata -> `_SUCCESS`.
     #[serde(with = "humantime_serde_compat")]
     pub tpu_workload: Duration,
-    /// Simulated TPU VM workload: interval between two checkpoints it writes under the
-    /// `CHECKPOINT_DIR` of its startup script while it runs (`0s`: it writes none, as a hung
-    /// run would). See `tpu::nodes` (workload simulation).
+    /// Simulated training workloads (TPU VM workloads and running Vertex jobs): interval between
+    /// two checkpoints written under their `CHECKPOINT_DIR` while they run (`0s`: none, as a hung
+    /// run would). See `tpu::nodes::write_checkpoint_to`.
     #[serde(with = "humantime_serde_compat")]
-    pub tpu_checkpoint: Duration,
+    pub workload_checkpoint: Duration,
     /// Queued resource CREATING -> ACCEPTED (the create operation completes here).
     #[serde(with = "humantime_serde_compat")]
     pub qr_accept: Duration,
@@ -101,7 +101,7 @@ impl Default for Durations {
             tpu_start: s(90),
             tpu_update: s(5),
             tpu_workload: s(600),
-            tpu_checkpoint: s(120),
+            workload_checkpoint: s(120),
             qr_accept: s(10),
             qr_queue: s(20),
             qr_wait: s(60),

@@ -94,12 +94,20 @@ async fn job_runs_through_every_state_and_writes_the_model() {
     let done = get(&vx, &j.name).await;
     assert_eq!(done.state, JobState::Succeeded);
     assert!(done.end_time.is_some());
+    // While it ran (300 s) the simulated training checkpointed every 120 s under Vertex's
+    // AIP_CHECKPOINT_DIR (<baseOutputDirectory>/checkpoints/), then wrote the model.
     assert_eq!(
         emu.objects("models")
             .into_iter()
             .map(|o| o.name)
             .collect::<Vec<_>>(),
-        vec!["run-1/model/saved_model.pb"]
+        vec![
+            "run-1/checkpoints/100/_CHECKPOINT_METADATA",
+            "run-1/checkpoints/100/state/checkpoint",
+            "run-1/checkpoints/200/_CHECKPOINT_METADATA",
+            "run-1/checkpoints/200/state/checkpoint",
+            "run-1/model/saved_model.pb"
+        ]
     );
 
     let _t = ticker(emu.clock(), secs(1));
@@ -111,6 +119,78 @@ async fn job_runs_through_every_state_and_writes_the_model() {
         .expect("delete LRO");
     let err = vx.get_custom_job().set_name(&j.name).send().await.unwrap_err();
     assert_eq!(code(&err), "NotFound");
+}
+
+/// Issue 24: the shapes the Vertex guides use (a Python package, web access, a TensorBoard with
+/// its service account, restarts) are accepted; the job's training checkpoints under the
+/// CHECKPOINT_DIR of its environment while it runs; a TensorBoard without a service account is
+/// refused.
+#[tokio::test]
+async fn python_package_tensorboard_web_access_and_checkpoints() {
+    use google_cloud_aiplatform_v1::model::{EnvVar, PythonPackageSpec, Scheduling};
+    let emu = emulator().await;
+    let vx = vertex(&emu).await;
+    let package = |tensorboard: &str, service_account: &str| {
+        let mut j = job("pkg", "gs://models/run-2/");
+        let spec = j.job_spec.take().unwrap();
+        let mut pool = spec.worker_pool_specs[0].clone();
+        pool = pool.set_python_package_spec(
+            PythonPackageSpec::new()
+                .set_executor_image_uri("us-docker.pkg.dev/vertex-ai/training/tf-tpu.2-17.cp310:latest")
+                .set_package_uris(["gs://models/trainer-0.1.tar.gz"])
+                .set_python_module("trainer.task")
+                .set_env([EnvVar::new()
+                    .set_name("CHECKPOINT_DIR")
+                    .set_value("gs://models/ckpt/")]),
+        );
+        j.set_job_spec(
+            spec.set_worker_pool_specs([pool])
+                .set_enable_web_access(true)
+                .set_tensorboard(tensorboard)
+                .set_service_account(service_account)
+                .set_scheduling(Scheduling::new().set_restart_job_on_worker_restart(true)),
+        )
+    };
+    let tb = "projects/p/locations/us-central1/tensorboards/123";
+    let err = vx
+        .create_custom_job()
+        .set_parent(PARENT)
+        .set_custom_job(package(tb, ""))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), "InvalidArgument", "{err}");
+    assert!(err.to_string().contains("service_account"), "{err}");
+    let j = vx
+        .create_custom_job()
+        .set_parent(PARENT)
+        .set_custom_job(package(tb, "trainer@p.iam.gserviceaccount.com"))
+        .send()
+        .await
+        .unwrap();
+    let spec = j.job_spec.as_ref().unwrap();
+    assert!(spec.enable_web_access);
+    assert_eq!(spec.tensorboard, tb);
+    assert!(spec.scheduling.as_ref().unwrap().restart_job_on_worker_restart);
+    emu.clock().advance(secs(60));
+    assert_eq!(get(&vx, &j.name).await.state, JobState::Running);
+    emu.clock().advance(secs(250));
+    let ckpts = |emu: &gcp_emulator::Emulator| {
+        emu.objects("models")
+            .into_iter()
+            .filter(|o| o.name.starts_with("ckpt/") && o.name.ends_with("_CHECKPOINT_METADATA"))
+            .count()
+    };
+    assert_eq!(ckpts(&emu), 2, "checkpoints at 120 s and 240 s of the run");
+    emu.clock().advance(secs(100));
+    assert_eq!(get(&vx, &j.name).await.state, JobState::Succeeded);
+    assert_eq!(ckpts(&emu), 2, "none after the run ended at 360 s");
+    // The environment's CHECKPOINT_DIR, not AIP_CHECKPOINT_DIR, is where it checkpointed.
+    assert!(
+        emu.objects("models")
+            .iter()
+            .all(|o| !o.name.starts_with("run-2/checkpoints/"))
+    );
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! TPU VM nodes: create / get / list / delete / stop / start / patch / getGuestAttributes, and
 //! their state machine CREATING -> READY, STOPPING -> STOPPED, STARTING -> READY, DELETING -> gone,
 //! PREEMPTED (spot / preemptible, by fault), plus the simulated workload: checkpoints under its
-//! `CHECKPOINT_DIR` every `tpuCheckpoint` while it runs, then its `_SUCCESS` marker.
+//! `CHECKPOINT_DIR` every `workloadCheckpoint` while it runs, then its `_SUCCESS` marker.
 
 use super::catalog::{self, Accel};
 use super::{NODE_TYPE, op_metadata, tpu_op_name};
@@ -588,7 +588,7 @@ fn schedule_workload_step(w: &mut World, name: &str) {
     let Some(end) = w.nodes.get(name).and_then(|r| r.workload_end) else {
         return;
     };
-    let every = w.cfg.durations.tpu_checkpoint;
+    let every = w.cfg.durations.workload_checkpoint;
     let at = if every.is_zero() || checkpoint_dir(w, name).is_none() {
         end
     } else {
@@ -632,15 +632,19 @@ fn newest_step(w: &World, bucket: &str, prefix: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// The workload writes one checkpoint the way orbax does on Cloud Storage: the step's
-/// directory `<CHECKPOINT_DIR>/<step>/` with its state and, last, the `_CHECKPOINT_METADATA`
-/// file that marks it complete. The step continues from the newest checkpoint already there, as
-/// a training loop restored from it would (so a workload recreated after a preemption resumes).
 fn write_checkpoint(w: &mut World, name: &str) {
-    let Some(dir) = checkpoint_dir(w, name) else {
-        return;
-    };
-    let Some((bucket, prefix)) = crate::storage::parse_gs(&dir) else {
+    if let Some(dir) = checkpoint_dir(w, name) {
+        write_checkpoint_to(w, &dir);
+    }
+}
+
+/// A simulated training workload writes one checkpoint the way orbax does on Cloud Storage: the
+/// step's directory `<dir>/<step>/` with its state and, last, the `_CHECKPOINT_METADATA` file
+/// that marks it complete. The step continues from the newest checkpoint already in `dir` (a
+/// `gs://` prefix ending in `/`), as a training loop restored from it would, so a workload
+/// recreated after a preemption resumes. Used by TPU VM workloads and Vertex jobs.
+pub fn write_checkpoint_to(w: &mut World, dir: &str) {
+    let Some((bucket, prefix)) = crate::storage::parse_gs(dir) else {
         return;
     };
     let step = newest_step(w, &bucket, &prefix) + STEPS_PER_CHECKPOINT;
