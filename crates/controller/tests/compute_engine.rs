@@ -11,8 +11,9 @@ use support::TestEnv;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
     tpu_slice::{TpuSlice, TpuSlicePhase},
+    training_pipeline::{TrainingPipeline, TrainingPipelinePhase},
 };
-use tpu_operator_controller::{never_shutdown, tpu_slice};
+use tpu_operator_controller::{never_shutdown, preprocess_batch, tpu_slice, training_pipeline};
 
 const ZONE: &str = "us-east5-b";
 const STEP: Duration = Duration::from_secs(20);
@@ -239,4 +240,49 @@ async fn preempted_spot_instance_is_counted_and_recreated() {
     assert_ne!(instances[0]["name"], first.as_str());
 
     delete_and_wait_gone(&env, "spot").await;
+}
+
+#[tokio::test]
+async fn tpu_vm_pipeline_trains_on_a_compute_engine_slice() {
+    let mut env = TestEnv::start().await;
+    let ctx = env.ctx.clone();
+    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
+    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
+    env.spawn(tpu_slice::run(ctx, never_shutdown()));
+    let tp: TrainingPipeline =
+        support::from_yaml(include_str!("../../../examples/compute-engine-pipeline.yaml"));
+    env.create(&tp).await;
+
+    // While training: two ct5p-hightpu-4t hosts in one group, placed by a 2x2x2 workload policy.
+    env.wait_for::<TpuSlice, _>("compute-engine-pipeline-train", "Ready", STEP, is_ready)
+        .await;
+    let instances = env.gcp.instances();
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    for vm in &instances {
+        assert!(vm["machineType"].as_str().unwrap().ends_with("/ct5p-hightpu-4t"));
+        assert_eq!(vm["scheduling"]["provisioningModel"], "SPOT");
+    }
+    assert_eq!(
+        env.gcp.resource_policies()[0]["workloadPolicy"]["acceleratorTopology"],
+        "2x2x2"
+    );
+
+    let done = env
+        .wait_for::<TrainingPipeline, _>("compute-engine-pipeline", "Succeeded", STEP, |tp| {
+            tp.status
+                .as_ref()
+                .is_some_and(|s| s.phase == TrainingPipelinePhase::Succeeded)
+        })
+        .await;
+    let model = done.status.unwrap().outputs.unwrap().model_uri.unwrap();
+    assert_eq!(model, "gs://demo-project-tpu-data/models/compute-engine-run-1/");
+    assert!(
+        env.gcp
+            .object("demo-project-tpu-data", "models/compute-engine-run-1/_SUCCESS")
+            .is_some()
+    );
+    // The finished pipeline releases its slice: nothing of it is left in Compute Engine.
+    env.wait_gone::<TpuSlice>("compute-engine-pipeline-train", STEP)
+        .await;
+    assert_eq!(compute_objects(&env), [0; 5], "{:?}", env.gcp.list_resources());
 }

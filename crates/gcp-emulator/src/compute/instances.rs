@@ -52,6 +52,9 @@ pub struct InstanceRec {
     pub doomed: bool,
     /// STOPPING ends in TERMINATED (Spot STOP) instead of deletion.
     pub to_terminated: bool,
+    /// The simulated workload's pending timer and end (`compute::workload`).
+    pub workload_seq: u64,
+    pub workload_end: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl InstanceRec {
@@ -183,6 +186,8 @@ pub fn create(w: &mut World, n: NewInstance) -> String {
             zone: n.zone,
             doomed,
             to_terminated: false,
+            workload_seq: 0,
+            workload_end: None,
         },
     );
     key
@@ -378,6 +383,7 @@ pub fn fire(w: &mut World, seq: u64, key: &str) {
             if let Some(rr) = rr {
                 super::resize::instance_running(w, &rr);
             }
+            super::workload::start(w, key);
         }
         "STOPPING" if r.to_terminated => {
             let now = ts(w.now);

@@ -14,6 +14,7 @@ pub mod operations;
 pub mod policies;
 pub mod resize;
 pub mod templates;
+pub mod workload;
 
 use crate::api::{Reply, Req, no_route};
 use crate::errors::ApiResult;
@@ -242,6 +243,7 @@ pub fn fire(w: &mut World, seq: u64, key: &str) {
         "ie" => instances::fire_run_end(w, seq, k),
         "op" => operations::done(w, k),
         "rr" => resize::fire_accept(w, seq, k),
+        "iw" => workload::fire(w, seq, k),
         _ => {}
     }
 }

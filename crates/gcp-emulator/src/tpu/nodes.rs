@@ -603,7 +603,12 @@ fn schedule_workload_step(w: &mut World, name: &str) {
 /// The `CHECKPOINT_DIR` the node's startup script passes to its container (`-e
 /// 'CHECKPOINT_DIR=gs://…'`, the operator's `docker run` line), ending in `/`.
 fn checkpoint_dir(w: &World, name: &str) -> Option<String> {
-    let script = w.nodes.get(name)?.body["metadata"]["startup-script"].as_str()?;
+    checkpoint_dir_in(w.nodes.get(name)?.body["metadata"]["startup-script"].as_str()?)
+}
+
+/// The `CHECKPOINT_DIR` a startup script passes to its container (TPU nodes and Compute Engine
+/// instances run the same script).
+pub(crate) fn checkpoint_dir_in(script: &str) -> Option<String> {
     let start = script.find("-e 'CHECKPOINT_DIR=")? + "-e 'CHECKPOINT_DIR=".len();
     let value = &script[start..];
     let value = &value[..value.find('\'')?];
