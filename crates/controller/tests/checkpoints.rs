@@ -345,3 +345,62 @@ async fn vertex_python_package_with_user_labels_reaches_succeeded() {
     );
     assert!(spec["workerPoolSpecs"][0].get("containerSpec").is_none());
 }
+
+/// `checkpointsOnRetry: StartClean`: the retry after a failed attempt gets a directory of its
+/// own (`attempt-2/`), status follows it, and the failed attempt's checkpoints stay where they
+/// were; with the default (Resume) the retry would get the first directory again.
+#[tokio::test]
+async fn a_start_clean_retry_gets_its_own_checkpoint_dir() {
+    use tpu_operator_api::training_pipeline::CheckpointsOnRetry;
+    let env = started().await;
+    let mut tp = tpu_vm("ckpt-clean");
+    tp.spec.artifacts.checkpoints_on_retry = CheckpointsOnRetry::StartClean;
+    env.create(&tp).await;
+    let base = "gs://demo-project-tpu-data/models/tpu-vm-run-1/checkpoints/";
+    let first = env
+        .wait_for::<TrainingPipeline, _>("ckpt-clean", "a checkpoint of attempt 1", STEP, |tp| {
+            checkpoint(tp).latest_step.is_some()
+        })
+        .await;
+    assert_eq!(checkpoint(&first).dir, Some(format!("{base}attempt-1/")));
+    assert_eq!(node_checkpoint_dir(&env), Some(format!("{base}attempt-1/")));
+    // The first attempt's container fails when it exits.
+    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    env.gcp.inject(Fault::FailTpuWorkload { node }).unwrap();
+    let retried = env
+        .wait_for::<TrainingPipeline, _>("ckpt-clean", "the retry's directory in status", STEP, |tp| {
+            checkpoint(tp).dir.as_deref() == Some(&format!("{base}attempt-2/"))
+        })
+        .await;
+    env.gcp.clear_faults();
+    assert_eq!(train_attempts(&retried), 2);
+    let second = env
+        .wait_for::<TrainingPipeline, _>("ckpt-clean", "a checkpoint of attempt 2", STEP, |tp| {
+            checkpoint(tp).latest_step.is_some() && phase(tp) == Phase::Training
+        })
+        .await;
+    let ckpt = checkpoint(&second);
+    assert!(
+        ckpt.latest_uri
+            .as_deref()
+            .unwrap()
+            .starts_with(&format!("{base}attempt-2/")),
+        "{ckpt:?}"
+    );
+    // Attempt 2 started from scratch: its first checkpoint is step 100 again.
+    let objects = env.gcp.objects("demo-project-tpu-data");
+    assert!(
+        objects
+            .iter()
+            .any(|o| o.name == "models/tpu-vm-run-1/checkpoints/attempt-2/100/_CHECKPOINT_METADATA"),
+        "{:?}",
+        objects.iter().map(|o| &o.name).collect::<Vec<_>>()
+    );
+    assert_eq!(node_checkpoint_dir(&env), Some(format!("{base}attempt-2/")));
+    assert!(
+        objects
+            .iter()
+            .any(|o| o.name.starts_with("models/tpu-vm-run-1/checkpoints/attempt-1/")),
+        "attempt 1's checkpoints are left in place"
+    );
+}

@@ -133,6 +133,19 @@ impl Seen {
     }
 
     /// The status message, else the Ready condition's (some kinds only set conditions).
+    /// A TrainingPipeline's newest checkpoint as `ckpt <step> (<age> ago)`, from
+    /// `status.checkpoint` (the `LAST CKPT` column of `kubectl get tpl`).
+    pub fn checkpoint(&self, now: DateTime<Utc>) -> Option<String> {
+        let ckpt = self.status("checkpoint")?;
+        let time = ckpt.get("latestTime")?.as_str()?;
+        let time = DateTime::parse_from_rfc3339(time).ok()?.with_timezone(&Utc);
+        let age = format_duration((now - time).max(chrono::Duration::zero()));
+        Some(match ckpt.get("latestStep").and_then(Value::as_i64) {
+            Some(step) => format!("ckpt {step} ({age} ago)"),
+            None => format!("ckpt ({age} ago)"),
+        })
+    }
+
     pub fn message(&self) -> &str {
         self.status_str("message")
             .or_else(|| self.condition_field("Ready", "message"))
@@ -285,6 +298,10 @@ impl Tracker {
                 } else {
                     format!("  {}", truncate(message, 60))
                 };
+                let message = match seen.checkpoint(now).filter(|_| !seen.gone) {
+                    Some(ckpt) => format!("  {ckpt}{message}"),
+                    None => message,
+                };
                 Line {
                     state,
                     elapsed: format_duration(seen.elapsed(now)),
@@ -411,6 +428,22 @@ mod tests {
         );
         assert_eq!(ready.outcome(), Outcome::Ready);
         assert_eq!(ready.stage("TpuSlice"), "READY");
+    }
+
+    #[test]
+    fn a_pipeline_line_shows_its_newest_checkpoint() {
+        let now = DateTime::parse_from_rfc3339("2026-03-02T10:05:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let training = seen(json!({
+            "phase": "Training",
+            "checkpoint": {"latestTime": "2026-03-02T10:02:30Z", "latestStep": 1200},
+        }));
+        assert_eq!(training.checkpoint(now).as_deref(), Some("ckpt 1200 (2m30s ago)"));
+        let stepless = seen(json!({"checkpoint": {"latestTime": "2026-03-02T10:04:50Z"}}));
+        assert_eq!(stepless.checkpoint(now).as_deref(), Some("ckpt (10s ago)"));
+        let none = seen(json!({"checkpoint": {"dir": "gs://b/ck/"}}));
+        assert_eq!(none.checkpoint(now), None);
     }
 
     #[test]
