@@ -404,3 +404,90 @@ async fn a_start_clean_retry_gets_its_own_checkpoint_dir() {
         "attempt 1's checkpoints are left in place"
     );
 }
+
+/// Machine type / topology combinations Vertex refuses, and the new Vertex shapes' rules, are
+/// refused by the API server at create (the CRD's CEL rules), naming the field; nothing reaches
+/// Vertex.
+#[tokio::test]
+async fn vertex_shapes_vertex_would_refuse_are_refused_at_admission_naming_the_field() {
+    use kube::api::PostParams;
+    use tpu_operator_api::{accelerator::VertexMachineType, common::ContainerSpec};
+    let env = started().await;
+    let base = || {
+        let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+        tp.metadata.name = Some("refused".into());
+        tp.spec.preprocess = None;
+        tp
+    };
+    type Edit = fn(&mut tpu_operator_api::training_pipeline::VertexTraining);
+    let cases: [(&str, Edit, &str); 6] = [
+        (
+            "8-chip machine, 4-chip topology",
+            |v| {
+                v.machine_type = VertexMachineType::Ct6eStandard8t;
+                v.tpu_topology = Some("2x2".into());
+            },
+            "spec.training.vertex.tpuTopology",
+        ),
+        (
+            "v5p machine, 2-D topology",
+            |v| {
+                v.machine_type = VertexMachineType::Ct5pHightpu4t;
+                v.tpu_topology = Some("2x2".into());
+            },
+            "spec.training.vertex.tpuTopology",
+        ),
+        (
+            "cloud-tpu with a topology",
+            |v| v.machine_type = VertexMachineType::CloudTpu,
+            "spec.training.vertex.tpuTopology",
+        ),
+        (
+            "container and python package",
+            |v| {
+                v.python_package_spec = Some(PythonPackageSpec {
+                    executor_image_uri: "us-docker.pkg.dev/vertex-ai/training/tf-tpu.2-17.cp310:latest"
+                        .into(),
+                    package_uris: vec!["gs://b/trainer.tar.gz".into()],
+                    python_module: "trainer.task".into(),
+                    ..Default::default()
+                });
+                v.container = Some(ContainerSpec {
+                    image: "us-docker.pkg.dev/p/r/t:1".into(),
+                    ..Default::default()
+                });
+            },
+            "spec.training.vertex.container",
+        ),
+        (
+            "an identity label",
+            |v| {
+                v.labels.insert("tpu-operator-uid".into(), "forged".into());
+            },
+            "spec.training.vertex.labels",
+        ),
+        (
+            "a tensorboard without a service account",
+            |v| {
+                v.tensorboard = Some("projects/p/locations/us-east5/tensorboards/1".into());
+                v.service_account = None;
+            },
+            "spec.training.vertex.tensorboard",
+        ),
+    ];
+    for (what, edit, field) in cases {
+        let mut tp = base();
+        edit(tp.spec.training.vertex.as_mut().unwrap());
+        let err = env
+            .api::<TrainingPipeline>()
+            .create(&PostParams::default(), &tp)
+            .await
+            .expect_err(what);
+        let kube::Error::Api(status) = err else {
+            panic!("{what}: not an API refusal: {err}");
+        };
+        assert_eq!(status.code, 422, "{what}: {status:?}");
+        assert!(status.message.contains(field), "{what}: {}", status.message);
+    }
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 0);
+}
