@@ -2,13 +2,14 @@
 //! orphanZones / orphanRegions): it sweeps every place the custom resources use, remembers those
 //! places in its summary ConfigMap, and so still finds an orphan after its owner is gone and after
 //! a restart. Through the real controllers against kube-emulator (or the real control plane) and
-//! gcp-emulator.
+//! gcp-emulator. Also: Compute Engine slices (`provisioner: ComputeEngine`) whose TpuSlice was
+//! force-removed are found through their instances and deleted, group, template and policy too.
 mod support;
 
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use support::TestEnv;
 use tpu_operator_api::{
@@ -17,7 +18,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_controller::{
     Context, never_shutdown,
-    sweeper::{Mode, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig},
+    sweeper::{Mode, ResourceKind, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig},
     tpu_slice,
 };
 use tpu_operator_gcp::tpu_v2::model::Node;
@@ -107,4 +108,179 @@ async fn with_nothing_configured_the_sweeper_sweeps_where_objects_are_and_rememb
     let after = restarted.sweep(&ctx).await.expect("sweep");
     let names: Vec<_> = after.orphans.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(names, [orphan.as_str()], "{after:#?}");
+}
+
+const CE_ZONE: &str = "us-east5-b";
+
+fn compute_engine_slice(name: &str, accelerator: &str) -> TpuSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "zone": CE_ZONE,
+            "acceleratorType": accelerator,
+            "provisioner": "ComputeEngine",
+            "computeEngine": {"image": "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"},
+            "capacity": {"onDemand": {}},
+        },
+    }))
+    .expect("TpuSlice fixture")
+}
+
+/// Instances, instance templates, resource policies, groups and resize requests.
+fn compute_objects(env: &TestEnv) -> [usize; 5] {
+    let c = env.gcp.resource_counts();
+    [
+        c.instances,
+        c.instance_templates,
+        c.resource_policies,
+        c.instance_group_managers,
+        c.resize_requests,
+    ]
+}
+
+/// Deletes the TpuSlice with no controller running and strips its finalizer: the object is gone,
+/// its cloud resources stay.
+async fn force_remove(env: &TestEnv, name: &str) {
+    let api = env.api::<TpuSlice>();
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    env.wait_gone::<TpuSlice>(name, STEP).await;
+}
+
+/// A single-host Compute Engine slice (one instance) and a 2-host one (a group of two members
+/// from a regional template, placed by a workload policy) lose their TpuSlices behind the
+/// operator's back: report mode reports one instance and one group (never the members) and
+/// touches nothing; delete mode, after the grace period, deletes the instance and the group, then
+/// releases the group's template and policy, until nothing is left.
+#[tokio::test]
+async fn compute_engine_orphans_are_reported_then_deleted_with_the_groups_template_and_policy() {
+    let mut env = TestEnv::start().await;
+    let ctx = env.ctx.clone();
+    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
+    env.create(&compute_engine_slice("single", "v6e-8")).await;
+    env.create(&compute_engine_slice("multi", "v5p-16")).await;
+    for name in ["single", "multi"] {
+        env.wait_for::<TpuSlice, _>(name, "Ready", STEP, is_ready).await;
+    }
+    // Another live Compute Engine slice in the same zone is never an orphan.
+    env.create(&compute_engine_slice("alive", "v6e-8")).await;
+    env.wait_for::<TpuSlice, _>("alive", "Ready", STEP, is_ready)
+        .await;
+    env.stop_all();
+    force_remove(&env, "single").await;
+    force_remove(&env, "multi").await;
+    let before = compute_objects(&env);
+    assert_eq!(before, [4, 1, 1, 1, 0], "{:?}", env.gcp.list_resources());
+
+    let config = SweeperConfig {
+        mode: Mode::Report,
+        projects: vec!["demo-project".into()],
+        zones: vec![CE_ZONE.into()],
+        report_namespace: env.ns.clone(),
+        ..SweeperConfig::default()
+    };
+    let report = Sweeper::new(config.clone()).sweep(&ctx).await.expect("sweep");
+    assert!(report.errors.is_empty(), "{report:#?}");
+    let found: Vec<_> = report
+        .orphans
+        .iter()
+        .map(|o| (o.kind, o.owner_name.as_str()))
+        .collect();
+    assert_eq!(found.len(), 2, "{report:#?}");
+    assert!(
+        found.contains(&(ResourceKind::ComputeInstance, "single")),
+        "{report:#?}"
+    );
+    assert!(
+        found.contains(&(ResourceKind::ComputeInstanceGroup, "multi")),
+        "{report:#?}"
+    );
+    let group = report
+        .orphans
+        .iter()
+        .find(|o| o.kind == ResourceKind::ComputeInstanceGroup)
+        .unwrap()
+        .name
+        .clone();
+    assert!(
+        group.starts_with(&format!(
+            "projects/demo-project/zones/{CE_ZONE}/instanceGroupManagers/"
+        )),
+        "{group}"
+    );
+    assert!(report.deleted.is_empty());
+    assert_eq!(compute_objects(&env), before, "report mode touches nothing");
+    let cm = env.api::<ConfigMap>().get(SUMMARY_CONFIGMAP).await.unwrap();
+    let data = cm.data.unwrap();
+    assert!(
+        data["orphans"].contains("compute.instance ")
+            && data["orphans"].contains(&format!("compute.instanceGroupManager {group}")),
+        "{data:#?}"
+    );
+
+    // Delete mode: the first sweep starts the grace period, the next ones (an hour later)
+    // delete; the sweeps go on, the cloud clock advancing, until the template and policy the
+    // group held are released.
+    let sweeper = Sweeper::new(SweeperConfig {
+        mode: Mode::Delete,
+        ..config
+    });
+    let first = sweeper.sweep(&ctx).await.expect("sweep");
+    assert_eq!(first.orphans.len(), 2);
+    assert!(first.deleted.is_empty(), "grace period: {first:#?}");
+    env.gcp.clock().advance(Duration::from_secs(3600));
+    let due = sweeper.sweep(&ctx).await.expect("sweep");
+    assert_eq!(due.deleted.len(), 2, "{due:#?}");
+    assert!(due.deleted.contains(&group), "{due:#?}");
+    assert_eq!(
+        due.releasing.len(),
+        1,
+        "the group's template and policy wait: {due:#?}"
+    );
+    // The group finishes deleting with no sweep running, and the operator restarts: the pending
+    // release is read back from the summary ConfigMap (no member is left to name the group).
+    for _ in 0..30 {
+        if env.gcp.resource_counts().instance_group_managers == 0 {
+            break;
+        }
+        env.idle(Duration::from_millis(20), STEP).await;
+    }
+    assert_eq!(
+        compute_objects(&env),
+        [1, 1, 1, 0, 0],
+        "{:?}",
+        env.gcp.list_resources()
+    );
+    let cm = env.api::<ConfigMap>().get(SUMMARY_CONFIGMAP).await.unwrap();
+    assert_eq!(cm.data.unwrap()["releases"], due.releasing[0]);
+    let sweeper = Sweeper::new(sweeper.config.clone());
+    let mut released = Vec::new();
+    for _ in 0..30 {
+        env.idle(Duration::from_millis(50), STEP).await;
+        let r = sweeper.sweep(&ctx).await.expect("sweep");
+        assert!(r.errors.is_empty(), "{r:#?}");
+        released.extend(r.released);
+        if compute_objects(&env) == [1, 0, 0, 0, 0] && r.releasing.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(
+        compute_objects(&env),
+        [1, 0, 0, 0, 0],
+        "only the live slice's instance is left: {:?}",
+        env.gcp.list_resources()
+    );
+    assert_eq!(released.len(), 1, "{released:?}");
+    let last = sweeper.sweep(&ctx).await.expect("sweep");
+    assert!(last.orphans.is_empty() && last.releasing.is_empty(), "{last:#?}");
+    let cm = env.api::<ConfigMap>().get(SUMMARY_CONFIGMAP).await.unwrap();
+    assert!(!cm.data.unwrap().contains_key("releases"));
 }

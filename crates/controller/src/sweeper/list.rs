@@ -11,15 +11,16 @@ use tpu_operator_api::{
     training_pipeline::TrainingPipeline,
 };
 use tpu_operator_gcp::{
-    GcpError,
+    GcpError, Place,
     aiplatform_v1::model::{CustomJob, JobState},
+    compute_v1::model::{Instance, instance},
     dataproc_v1::model::{Batch, batch},
     tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
 };
 
 use super::{
     Places,
-    plan::{CloudResource, ResourceKind, Stage, uid_label},
+    plan::{CloudResource, ListedInstance, ResourceKind, Stage, compute_resources, uid_label},
 };
 use crate::context::Context;
 
@@ -105,6 +106,27 @@ fn from_job(j: CustomJob) -> CloudResource {
     }
 }
 
+fn from_instance(place: &Place, i: Instance) -> ListedInstance {
+    use instance::Status as S;
+    let created_by = i.metadata.as_ref().and_then(|m| {
+        m.items
+            .iter()
+            .find(|item| item.key.as_deref() == Some("created-by"))
+            .and_then(|item| item.value.clone())
+    });
+    ListedInstance {
+        project: place.project.clone(),
+        zone: place.location.clone(),
+        name: i.name.unwrap_or_default(),
+        labels: labels_of(&i.labels),
+        created_by,
+        stopping: matches!(
+            i.status,
+            Some(S::Stopping | S::Suspending | S::PendingStop | S::Deprovisioning)
+        ),
+    }
+}
+
 /// Every resource in `places` that may be ours (filtered by cluster label where
 /// the API can filter; plan re-checks every label). A location that fails to list is reported in
 /// the error list and skipped, so one bad zone does not hide orphans elsewhere.
@@ -132,6 +154,14 @@ pub async fn cloud(ctx: &Context, places: &Places) -> (Vec<CloudResource>, Vec<S
         keep(
             &format!("list queued resources in {parent}"),
             qrs.map(|v| v.into_iter().map(from_queued).collect()),
+        );
+        // Compute Engine slices: instances carry the labels (a group's members from its
+        // template); plan::compute_resources turns members into their group.
+        let place = Place::new(project, zone);
+        let instances = ctx.gcp.compute.list_instances(&place, &filter).await;
+        keep(
+            &format!("list Compute Engine instances in projects/{project}/zones/{zone}"),
+            instances.map(|v| compute_resources(v.into_iter().map(|i| from_instance(&place, i)).collect())),
         );
     }
     for (project, region) in &places.regions {

@@ -12,6 +12,14 @@
 //! time without a new CRD. The sweep never touches resources without our labels, with another
 //! cluster id, or without an owner UID, and aborts (deleting nothing) when the custom resources
 //! cannot be listed.
+//!
+//! Compute Engine slices are swept through their instances ([`plan::compute_resources`]): an
+//! orphaned instance is deleted; an orphaned group member stands for its managed instance group,
+//! which is deleted (members and resize requests go with it). The group's instance template and
+//! workload policy carry no labels, so before deleting the group the sweep reads its template
+//! from it ([`plan::release_of`]) and keeps it as a pending release, in memory and in the summary
+//! ConfigMap (`releases`), until `ComputeSlices::release` — the TpuSlice finalizer's own call —
+//! reports the template and policy gone (it waits while the group still uses them).
 
 pub mod list;
 pub mod plan;
@@ -29,7 +37,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 
-pub use plan::{CloudResource, Mode, Orphan, ResourceKind, Step};
+pub use plan::{CloudResource, Mode, Orphan, Release, ResourceKind, Step};
 
 use crate::{Shutdown, context::Context, metrics::OrphanLabels, report};
 
@@ -46,7 +54,7 @@ pub struct SweeperConfig {
     /// Time between sweeps.
     pub interval: Duration,
     pub projects: Vec<String>,
-    /// TPU zones (nodes, queued resources).
+    /// TPU zones (nodes, queued resources, Compute Engine instances and groups).
     pub zones: Vec<String>,
     /// Dataproc and Vertex regions.
     pub regions: Vec<String>,
@@ -158,6 +166,11 @@ pub struct SweepReport {
     /// Resources a delete (or cancel) was issued for this sweep.
     pub deleted: Vec<String>,
     pub cancelled: Vec<String>,
+    /// Orphaned groups' instance templates and workload policies found gone this sweep
+    /// (`projects/<p>/zones/<z>/<shared id>`, see [`Release::to_line`]).
+    pub released: Vec<String>,
+    /// Releases still pending: the group is still being deleted, or their deletes are under way.
+    pub releasing: Vec<String>,
     /// Locations that could not be listed and actions that failed.
     pub errors: Vec<String>,
 }
@@ -173,6 +186,9 @@ pub struct Sweeper {
     /// the objects (an orphan is exactly a resource whose object is gone) and this process.
     /// `None` until the first sweep has read them back from the ConfigMap.
     learned: Mutex<Option<Places>>,
+    /// Templates and policies of orphaned groups this sweeper deleted, until they are gone; kept
+    /// in the summary ConfigMap too (read back with the places).
+    releases: Mutex<BTreeSet<Release>>,
 }
 
 impl Sweeper {
@@ -182,6 +198,7 @@ impl Sweeper {
             first_seen: Mutex::default(),
             announced: Mutex::default(),
             learned: Mutex::default(),
+            releases: Mutex::default(),
         }
     }
 
@@ -216,23 +233,68 @@ impl Sweeper {
         };
         *self.first_seen.lock().expect("sweeper state poisoned") = seen;
         let mut out = SweepReport::default();
+        let mut releases = Vec::new();
         for o in &orphans {
             tracing::warn!(
                 kind = o.kind.as_str(), name = %o.name, namespace = %o.namespace, owner = %o.owner_name,
                 owner_uid = %o.owner_uid, since = %o.since, step = ?o.step,
                 "orphaned cloud resource: its owning object no longer exists"
             );
-            match act(ctx, o).await {
+            match act(ctx, o, &mut releases).await {
                 Ok(Some(Step::Delete)) => out.deleted.push(o.name.clone()),
                 Ok(Some(_)) => out.cancelled.push(o.name.clone()),
                 Ok(None) => {}
                 Err(e) => errors.push(format!("{} {}: {e}", o.kind.as_str(), o.name)),
             }
         }
+        if self.config.mode == Mode::Delete {
+            self.release(ctx, releases, &mut out, &mut errors).await;
+        }
+        out.releasing = self
+            .releases
+            .lock()
+            .expect("sweeper state poisoned")
+            .iter()
+            .map(Release::to_line)
+            .collect();
         out.orphans = orphans;
         out.errors = errors;
         self.report(ctx, &out).await;
         Ok(out)
+    }
+
+    /// Adds `new` to the pending releases and tries each: gone ones are dropped.
+    async fn release(
+        &self,
+        ctx: &Context,
+        new: Vec<Release>,
+        out: &mut SweepReport,
+        errors: &mut Vec<String>,
+    ) {
+        let pending: Vec<Release> = {
+            let mut releases = self.releases.lock().expect("sweeper state poisoned");
+            releases.extend(new);
+            releases.iter().cloned().collect()
+        };
+        for r in pending {
+            match ctx
+                .gcp
+                .compute_slices
+                .release(&r.project, &r.zone, &r.shared_id)
+                .await
+            {
+                Ok(true) => {
+                    tracing::info!(release = %r.to_line(), "orphaned group's instance template and workload policy are gone");
+                    self.releases.lock().expect("sweeper state poisoned").remove(&r);
+                    out.released.push(r.to_line());
+                }
+                Ok(false) => {}
+                Err(e) => errors.push(format!(
+                    "instance template and workload policy {}: {e}",
+                    r.to_line()
+                )),
+            }
+        }
     }
 
     /// The configured places and every place the custom resources have used.
@@ -244,10 +306,17 @@ impl Sweeper {
             None => {
                 let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &self.config.report_namespace);
                 let kept = match api.get_opt(SUMMARY_CONFIGMAP).await {
-                    Ok(cm) => cm
-                        .and_then(|cm| cm.data?.remove("places"))
-                        .map(|text| Places::from_lines(&text))
-                        .unwrap_or_default(),
+                    Ok(cm) => {
+                        let mut data = cm.and_then(|cm| cm.data).unwrap_or_default();
+                        let releases = data.remove("releases").unwrap_or_default();
+                        self.releases
+                            .lock()
+                            .expect("sweeper state poisoned")
+                            .extend(releases.lines().filter_map(Release::from_line));
+                        data.remove("places")
+                            .map(|text| Places::from_lines(&text))
+                            .unwrap_or_default()
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "could not read the places earlier sweeps learned");
                         Places::default()
@@ -329,6 +398,10 @@ impl Sweeper {
             };
             report::publish_event(ctx, &cm, true, "OrphanDeleted", format!("{verb} orphan {name}")).await;
         }
+        for line in &r.released {
+            let note = format!("instance template and workload policy of an orphaned group are gone: {line}");
+            report::publish_event(ctx, &cm, true, "OrphanDeleted", note).await;
+        }
     }
 
     async fn write_summary(&self, ctx: &Context, r: &SweepReport) -> Result<ConfigMap, kube::Error> {
@@ -364,6 +437,9 @@ impl Sweeper {
         let mut places = Places::configured(&self.config);
         places.extend(&learned.unwrap_or_default());
         data.insert("places".to_string(), places.to_lines());
+        if !r.releasing.is_empty() {
+            data.insert("releases".to_string(), r.releasing.join("\n"));
+        }
         let cm = serde_json::json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -379,9 +455,14 @@ impl Sweeper {
     }
 }
 
-/// Carries out an orphan's step. `Ok(Some(step))` when a call was made.
-async fn act(ctx: &Context, o: &Orphan) -> Result<Option<Step>, tpu_operator_gcp::GcpError> {
-    use tpu_operator_gcp::ignore_not_found;
+/// Carries out an orphan's step. `Ok(Some(step))` when a call was made. Deleting a group adds
+/// its template and policy to `releases`.
+async fn act(
+    ctx: &Context,
+    o: &Orphan,
+    releases: &mut Vec<Release>,
+) -> Result<Option<Step>, tpu_operator_gcp::GcpError> {
+    use tpu_operator_gcp::{Place, ignore_not_found};
     let gcp = &ctx.gcp;
     match (&o.step, o.kind) {
         (Step::Report, _) => return Ok(None),
@@ -396,6 +477,38 @@ async fn act(ctx: &Context, o: &Orphan) -> Result<Option<Step>, tpu_operator_gcp
         }
         (Step::Delete, ResourceKind::VertexCustomJob) => {
             ignore_not_found(gcp.vertex.delete_custom_job(&o.name).await)?;
+        }
+        (Step::Delete, ResourceKind::ComputeInstance) => {
+            let Some((project, zone, name)) = plan::parse_zonal(&o.name, "instances") else {
+                return Ok(None);
+            };
+            let place = Place::new(project, zone);
+            ignore_not_found(gcp.compute.delete_instance(&place, name).await)?;
+        }
+        (Step::Delete, ResourceKind::ComputeInstanceGroup) => {
+            let Some((project, zone, name)) = plan::parse_zonal(&o.name, "instanceGroupManagers") else {
+                return Ok(None);
+            };
+            let place = Place::new(project, zone);
+            // The template (and policy) are named only by the group: read it before the group
+            // goes. Already gone: an earlier sweep (or the finalizer) read it.
+            match gcp.compute.get_instance_group_manager(&place, name).await {
+                Ok(group) => match plan::release_of(
+                    &o.name,
+                    group.description.as_deref(),
+                    group.instance_template.as_deref(),
+                    &o.owner_uid,
+                ) {
+                    Some(release) => releases.push(release),
+                    None => tracing::warn!(
+                        group = %o.name, template = ?group.instance_template, description = ?group.description,
+                        "orphaned group's template is not provably its owner's: deleting the group, leaving the template and policy"
+                    ),
+                },
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+            ignore_not_found(gcp.compute.delete_instance_group_manager(&place, name).await)?;
         }
         (Step::Cancel(Some(op)), ResourceKind::DataprocBatch) => {
             ignore_not_found(gcp.dataproc.cancel_operation(op).await)?;
