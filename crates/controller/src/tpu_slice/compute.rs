@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn maps_shape_and_capacity() {
-        let identity = ObjectIdentity::new("team-a".into(), "train".into(), "u1".into());
+        let identity = ObjectIdentity::new("team-a", "train", "u1");
         let s = spec("v6e-16", flex("4h"));
         let shape = super::super::spec::shape(&s).unwrap();
         let desired = super::super::spec::desired(&s, &identity, "c1", None);

@@ -505,7 +505,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        assert!(CapacityMode::of(&s).uses_queued_resource());
+        assert!(CapacityMode::uses_queued_resource(&s));
         assert!(!CapacityMode::preemptible(&s));
         let d = desired(&s, &ident(), "c1", None);
         let n = node(&s, &d, &ident());
@@ -527,7 +527,7 @@ mod tests {
             spot: Some(Empty {}),
             ..Default::default()
         });
-        assert!(!CapacityMode::of(&spot).uses_queued_resource());
+        assert!(!CapacityMode::uses_queued_resource(&spot));
     }
 
     #[test]
