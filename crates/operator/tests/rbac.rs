@@ -515,11 +515,14 @@ async fn wait_event(admin: &kube::Client, namespace: &str, name: &str, reason: &
 
 /// Billable kinds (what `cloud resources left` counts in `tpu-operator local`); storage objects
 /// the workloads wrote and finished operations stay, as they would in Google Cloud.
-const BILLABLE: [&str; 4] = [
+const BILLABLE: [&str; 7] = [
     "tpu.node",
     "tpu.queuedResource",
     "dataproc.batch",
     "vertex.customJob",
+    "compute.instance",
+    "compute.instanceGroupManager",
+    "compute.resizeRequest",
 ];
 
 fn billable(gcp: &gcp_emulator::Emulator) -> Vec<gcp_emulator::ResourceSummary> {

@@ -19,7 +19,7 @@ use serde_json::json;
 use tpu_operator_api::{PreprocessBatch, TpuSlice, TrainingPipeline};
 
 use crate::{
-    fixtures::{self, Capacity, Training},
+    fixtures::{self, Backend, Capacity, Training},
     invariants::{self, Expected, Violations},
     world::{Snapshot, World},
 };
@@ -42,6 +42,9 @@ pub struct CrashConfig {
     /// points or in the create log, only if one is still running once the pipeline converged, or
     /// stored after deletion.
     pub vertex_faults: bool,
+    /// The API the run's slices (the TpuSlice and a TPU VM pipeline's training slice) are
+    /// provisioned through; `None`: by the seed's parity (even: TPU API, odd: Compute Engine).
+    pub backend: Option<Backend>,
 }
 
 impl Default for CrashConfig {
@@ -51,6 +54,7 @@ impl Default for CrashConfig {
             max_gap: 12,
             phase_limit: Duration::from_secs(60),
             vertex_faults: false,
+            backend: None,
         }
     }
 }
@@ -67,6 +71,7 @@ pub enum Flow {
 pub struct CrashReport {
     pub seed: u64,
     pub flow: Flow,
+    pub backend: Backend,
     pub capacity: Capacity,
     pub training: Training,
     /// Kills actually performed.
@@ -189,8 +194,15 @@ pub fn dump(world: &World) -> String {
         .iter()
         .map(|c| format!("{} {} {} {}", c.status, c.method, c.path, c.query))
         .collect();
+    let compute: Vec<String> = world
+        .gcp
+        .list_resources()
+        .into_iter()
+        .filter(|r| r.kind.starts_with("compute.") && r.kind != "compute.operation")
+        .map(|r| format!("{} {} {}", r.kind, r.name, r.state))
+        .collect();
     format!(
-        "nodes: {:#}\nqueued: {:#}\nobjects: {objects:?}\ncalls:\n{}",
+        "nodes: {:#}\nqueued: {:#}\ncompute: {compute:#?}\nobjects: {objects:?}\ncalls:\n{}",
         serde_json::Value::from(world.gcp.nodes()),
         serde_json::Value::from(world.gcp.queued_resources()),
         calls.join("\n")
@@ -246,24 +258,45 @@ pub async fn run(seed: u64, cfg: CrashConfig) -> CrashReport {
 pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashReport {
     let started = Instant::now();
     let mut rng = crate::rng(seed);
-    let capacity = if rng.random_bool(0.5) {
-        Capacity::SpotNode
+    let backend = cfg.backend.unwrap_or(if seed.is_multiple_of(2) {
+        Backend::TpuApi
     } else {
-        Capacity::Queued
+        Backend::ComputeEngine
+    });
+    let capacity = match backend {
+        Backend::TpuApi => Capacity::TPU_API[rng.random_range(0..Capacity::TPU_API.len())],
+        Backend::ComputeEngine => {
+            Capacity::COMPUTE_ENGINE[rng.random_range(0..Capacity::COMPUTE_ENGINE.len())]
+        }
+    };
+    // A TPU VM pipeline's training slice: a spot node, or a single-host or multi-host spot
+    // slice on Compute Engine.
+    let training_slice = match backend {
+        Backend::TpuApi => Capacity::SpotNode,
+        Backend::ComputeEngine if rng.random_bool(0.5) => Capacity::ComputeSpot,
+        Backend::ComputeEngine => Capacity::ComputeMultiHost,
     };
     let training = if rng.random_bool(0.5) || cfg.vertex_faults {
         Training::Vertex
     } else {
-        Training::TpuVm
+        Training::TpuVm(training_slice)
     };
     let flow = if rng.random_bool(0.75) {
         Flow::Lifecycle
     } else {
         Flow::EarlyDelete
     };
+    let owned = capacity.owns();
+    let trains_on = match training {
+        Training::TpuVm(c) => c.owns(),
+        Training::Vertex => fixtures::Owned::default(),
+    };
     let expected = Expected {
-        nodes: usize::from(capacity == Capacity::SpotNode) + usize::from(training == Training::TpuVm),
-        queued: usize::from(capacity == Capacity::Queued),
+        nodes: owned.nodes + trains_on.nodes,
+        queued: owned.queued + trains_on.queued,
+        instances: owned.instances + trains_on.instances,
+        groups: owned.groups + trains_on.groups,
+        resize_requests: owned.resize_requests + trains_on.resize_requests,
         batches: 1 + usize::from(training == Training::Vertex),
         // Under Vertex faults duplicates are made by design; what counts is none left running.
         jobs: if cfg.vertex_faults {
@@ -304,7 +337,7 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
                 for v in settled_inconsistencies(run.world).await.0 {
                     run.violations.push(format!("after create: {v}"));
                 }
-                update(&mut run, lo, hi).await;
+                update(&mut run, capacity.backend(), lo, hi).await;
             }
         }
         Flow::EarlyDelete => {
@@ -355,6 +388,7 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
     CrashReport {
         seed,
         flow,
+        backend,
         capacity,
         training,
         kills: run.kills,
@@ -386,10 +420,15 @@ fn inject_vertex_faults(gcp: &gcp_emulator::Emulator) {
     }
 }
 
-/// The update flow: new labels on the slice (a `nodes.patch`, or nothing for a queued slice),
-/// and a 1 s TTL on the finished pipeline (its cloud resources are reaped).
-async fn update(run: &mut Run<'_>, lo: u32, hi: u32) {
-    let labels = json!({"spec": {"labels": {"team": "research"}}});
+/// The update flow: new labels on the slice (a `nodes.patch`, or nothing for a queued slice;
+/// on Compute Engine, where admission refuses label changes, a `maxRunDuration` the slice
+/// stays within: a new generation and no cloud call), and a 1 s TTL on the finished pipeline
+/// (its cloud resources are reaped).
+async fn update(run: &mut Run<'_>, backend: Backend, lo: u32, hi: u32) {
+    let labels = match backend {
+        Backend::TpuApi => json!({"spec": {"labels": {"team": "research"}}}),
+        Backend::ComputeEngine => json!({"spec": {"maxRunDuration": "24h"}}),
+    };
     run.world
         .api::<TpuSlice>()
         .patch("s", &PatchParams::default(), &Patch::Merge(&labels))

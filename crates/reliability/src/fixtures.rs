@@ -11,13 +11,105 @@ pub const ZONE: &str = "us-east5-b";
 /// The object every batch and pipeline reads; `World::seed_inputs` uploads it.
 pub const RAW_OBJECT: &str = "raw/part-00000";
 
-/// How a TpuSlice gets its capacity.
+/// The VM image of Compute Engine slices.
+pub const COMPUTE_IMAGE: &str = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts";
+
+/// How a TpuSlice gets its capacity (and through which API).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Capacity {
-    /// `nodes.create` with `spot: {}`.
+    /// TPU API: `nodes.create` with `spot: {}`.
     SpotNode,
-    /// `queuedResources.create` (spot tier).
+    /// TPU API: `queuedResources.create` (spot tier).
     Queued,
+    /// Compute Engine: one spot instance (`v6e-8`, single host).
+    ComputeSpot,
+    /// Compute Engine: one on-demand instance (`tpu7x-8`, single host).
+    ComputeOnDemand,
+    /// Compute Engine: a workload policy, a regional template and a MIG of 4 spot hosts
+    /// (`v6e-16`).
+    ComputeMultiHost,
+    /// Compute Engine: a template, an empty MIG and a flex-start resize request (`v6e-8`).
+    ComputeFlexStart,
+}
+
+/// The API a run's slices are provisioned through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    TpuApi,
+    ComputeEngine,
+}
+
+impl Capacity {
+    pub const TPU_API: [Capacity; 2] = [Capacity::SpotNode, Capacity::Queued];
+    pub const COMPUTE_ENGINE: [Capacity; 4] = [
+        Capacity::ComputeSpot,
+        Capacity::ComputeOnDemand,
+        Capacity::ComputeMultiHost,
+        Capacity::ComputeFlexStart,
+    ];
+
+    pub fn backend(self) -> Backend {
+        match self {
+            Capacity::SpotNode | Capacity::Queued => Backend::TpuApi,
+            _ => Backend::ComputeEngine,
+        }
+    }
+
+    /// What the slice owns in the cloud at most (one incarnation, no preemption).
+    pub fn owns(self) -> Owned {
+        let mut o = Owned::default();
+        match self {
+            Capacity::SpotNode => o.nodes = 1,
+            Capacity::Queued => o.queued = 1,
+            Capacity::ComputeSpot | Capacity::ComputeOnDemand => o.instances = 1,
+            Capacity::ComputeMultiHost => o.groups = 1,
+            Capacity::ComputeFlexStart => {
+                o.groups = 1;
+                o.resize_requests = 1;
+            }
+        }
+        o
+    }
+
+    /// `spec.acceleratorType`, `spec.capacity` and the provisioner fields of a slice spec.
+    fn spec(self) -> Value {
+        let tpu_api = |capacity: Value| {
+            json!({
+                "acceleratorType": "v6e-8",
+                "runtimeVersion": "v2-alpha-tpuv6e",
+                "capacity": capacity
+            })
+        };
+        let compute = |accelerator: &str, capacity: Value| {
+            json!({
+                "acceleratorType": accelerator,
+                "provisioner": "ComputeEngine",
+                "computeEngine": {"image": COMPUTE_IMAGE},
+                "capacity": capacity
+            })
+        };
+        match self {
+            Capacity::SpotNode => tpu_api(json!({"spot": {}})),
+            Capacity::Queued => tpu_api(json!({"queued": {"tier": "Spot", "validUntilDuration": "6h"}})),
+            Capacity::ComputeSpot => compute("v6e-8", json!({"spot": {}})),
+            Capacity::ComputeOnDemand => compute("tpu7x-8", json!({"onDemand": {}})),
+            Capacity::ComputeMultiHost => compute("v6e-16", json!({"spot": {}})),
+            // Longer than any run, so the run duration never ends inside one.
+            Capacity::ComputeFlexStart => compute("v6e-8", json!({"flexStart": {"runDuration": "7d"}})),
+        }
+    }
+}
+
+/// Cloud resources an object may own (see [`Capacity::owns`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owned {
+    pub nodes: usize,
+    pub queued: usize,
+    /// Compute Engine instances made directly (single-host slices; not MIG members).
+    pub instances: usize,
+    /// Managed instance groups (multi-host and flex-start slices).
+    pub groups: usize,
+    pub resize_requests: usize,
 }
 
 /// How a TrainingPipeline trains.
@@ -25,29 +117,38 @@ pub enum Capacity {
 pub enum Training {
     /// Preprocess batch, then a Vertex AI custom job.
     Vertex,
-    /// No preprocessing; an owned TpuSlice runs the container (TPU VM mode).
-    TpuVm,
+    /// No preprocessing; an owned TpuSlice runs the container (TPU VM mode), on a spot TPU API
+    /// node or on one of the Compute Engine capacities.
+    TpuVm(Capacity),
 }
 
 pub fn slice(name: &str, capacity: Capacity) -> TpuSlice {
-    let capacity = match capacity {
-        Capacity::SpotNode => json!({"spot": {}}),
-        Capacity::Queued => json!({"queued": {"tier": "Spot", "validUntilDuration": "6h"}}),
-    };
+    let mut spec = json!({
+        "project": PROJECT,
+        "zone": ZONE,
+        "labels": {"team": "ml"},
+        "deletionPolicy": "Delete"
+    });
+    merge(&mut spec, capacity.spec());
     from(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
-        "spec": {
-            "project": PROJECT,
-            "zone": ZONE,
-            "acceleratorType": "v6e-8",
-            "runtimeVersion": "v2-alpha-tpuv6e",
-            "capacity": capacity,
-            "labels": {"team": "ml"},
-            "deletionPolicy": "Delete"
-        }
+        "spec": spec
     }))
+}
+
+/// The `training.tpuVm.slice` of a TPU VM pipeline.
+fn tpu_vm_slice(capacity: Capacity) -> Value {
+    let mut slice = json!({"zone": ZONE});
+    merge(&mut slice, capacity.spec());
+    slice
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
+        a.extend(b);
+    }
 }
 
 pub fn batch(name: &str) -> PreprocessBatch {
@@ -103,17 +204,12 @@ pub fn pipeline(name: &str, training: Training) -> TrainingPipeline {
             "maxRetries": 1,
             "deletionPolicy": "Delete"
         }),
-        Training::TpuVm => json!({
+        Training::TpuVm(capacity) => json!({
             "project": PROJECT,
             "region": "us-east5",
             "artifacts": artifacts,
             "training": {"tpuVm": {
-                "slice": {
-                    "zone": ZONE,
-                    "acceleratorType": "v6e-8",
-                    "runtimeVersion": "v2-alpha-tpuv6e",
-                    "capacity": {"spot": {}}
-                },
+                "slice": tpu_vm_slice(capacity),
                 "container": {
                     "image": "us-docker.pkg.dev/demo-project/trainers/jax-trainer:1.0",
                     "args": ["--data=$(PROCESSED_DATA)", "--model-dir=$(MODEL_DIR)"]

@@ -1,10 +1,15 @@
 //! The promises, as checks over the emulators' state and the gcp-emulator's call log.
 //!
 //! * At-most-once creates: the call log's successful creates, by the id the operator chose
-//!   (`nodeId`, `queuedResourceId`, `batchId`) or, for Vertex (server-chosen ids), by count,
-//!   never exceed what the objects of a run may own; and at no moment do two live resources carry
-//!   one object's `tpu-operator-uid` label (per attempt for batches and jobs).
-//! * No leaks: once every object is deleted, nothing of ours is left in the emulator.
+//!   (`nodeId`, `queuedResourceId`, `batchId`; for Compute Engine inserts, whose names travel in
+//!   the body, the `requestId`, one per slice incarnation) or, for Vertex (server-chosen ids), by
+//!   count, never exceed what the objects of a run may own; and at no moment do two live
+//!   resources carry one object's `tpu-operator-uid` label (per attempt for batches and jobs; on
+//!   Compute Engine, instances made directly plus MIGs, a MIG counted by its template's label,
+//!   and more than one resize request per MIG).
+//! * No leaks: once every object is deleted, nothing of ours is left in the emulator (TPU API,
+//!   Dataproc, Vertex, and Compute Engine instances, instance templates, resource policies, MIGs
+//!   and resize requests).
 //! * No stuck finalizers: every deleted object goes away.
 //! * Status consistent with the cloud: a Ready/Succeeded status names a resource that exists in
 //!   that state, and every live resource is the one its object's status names.
@@ -14,7 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::ResourceExt;
 use serde_json::Value;
 use tpu_operator_api::{
-    preprocess_batch::PreprocessBatchPhase, tpu_slice::TpuSlicePhase,
+    preprocess_batch::PreprocessBatchPhase,
+    tpu_slice::{Provisioner, TpuSlice, TpuSlicePhase},
     training_pipeline::TrainingPipelinePhase,
 };
 
@@ -55,6 +61,12 @@ pub struct Expected {
     pub queued: usize,
     pub batches: usize,
     pub jobs: usize,
+    /// Compute Engine instances inserted directly (single-host slices).
+    pub instances: usize,
+    /// Compute Engine managed instance groups (multi-host and flex-start slices).
+    pub groups: usize,
+    /// Compute Engine MIG resize requests (flex-start slices).
+    pub resize_requests: usize,
 }
 
 /// Successful creates in the call log, by the id the operator chose.
@@ -65,6 +77,12 @@ pub struct Created {
     pub batches: BTreeSet<String>,
     /// Successful `customJobs.create` calls (Vertex picks the id; every success is a new job).
     pub jobs: usize,
+    /// `requestId`s of successful `instances.insert` calls (a replay of one id is one instance).
+    pub instances: BTreeSet<String>,
+    /// `requestId`s of successful `instanceGroupManagers.insert` calls.
+    pub groups: BTreeSet<String>,
+    /// `requestId`s of successful `instanceGroupManagerResizeRequests.insert` calls.
+    pub resize_requests: BTreeSet<String>,
 }
 
 fn query_param(query: &str, key: &str) -> Option<String> {
@@ -94,6 +112,18 @@ pub fn created(gcp: &gcp_emulator::Emulator) -> Created {
                     .insert(query_param(&call.query, "batchId").unwrap_or_default());
             }
             ("vertex", "customJobs.create") => c.jobs += 1,
+            ("compute", "instances.insert") => {
+                c.instances
+                    .insert(query_param(&call.query, "requestId").unwrap_or_default());
+            }
+            ("compute", "instanceGroupManagers.insert") => {
+                c.groups
+                    .insert(query_param(&call.query, "requestId").unwrap_or_default());
+            }
+            ("compute", "instanceGroupManagerResizeRequests.insert") => {
+                c.resize_requests
+                    .insert(query_param(&call.query, "requestId").unwrap_or_default());
+            }
             _ => {}
         }
     }
@@ -128,7 +158,89 @@ pub fn duplicate_creates(gcp: &gcp_emulator::Emulator, expected: Expected) -> Vi
         format!("{:?}", c.batches),
     );
     check("Vertex custom jobs", c.jobs, expected.jobs, String::new());
+    check(
+        "Compute Engine instances (by requestId)",
+        c.instances.len(),
+        expected.instances,
+        format!("{:?}", c.instances),
+    );
+    check(
+        "Compute Engine MIGs (by requestId)",
+        c.groups.len(),
+        expected.groups,
+        format!("{:?}", c.groups),
+    );
+    check(
+        "Compute Engine resize requests (by requestId)",
+        c.resize_requests.len(),
+        expected.resize_requests,
+        format!("{:?}", c.resize_requests),
+    );
     v
+}
+
+/// The MIG an instance was made by (its `created-by` metadata), `None` for one inserted
+/// directly.
+fn created_by(instance: &Value) -> Option<&str> {
+    instance["metadata"]["items"]
+        .as_array()?
+        .iter()
+        .find(|i| i["key"] == "created-by")
+        .and_then(|i| i["value"].as_str())
+}
+
+fn short(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
+/// Compute Engine resources per slice incarnation owner: by `tpu-operator-uid`, the instances
+/// inserted directly and the MIGs (a MIG carries no labels: its instance template's); the MIG
+/// members are the MIG's business, counted with it.
+fn compute_by_uid(gcp: &gcp_emulator::Emulator) -> BTreeMap<String, Vec<String>> {
+    let templates: BTreeMap<String, Value> = gcp
+        .instance_templates()
+        .into_iter()
+        .map(|t| (short(t["name"].as_str().unwrap_or("")).to_owned(), t))
+        .collect();
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in gcp.instances() {
+        if created_by(&i).is_some() {
+            continue;
+        }
+        if let Some(uid) = label(&i, UID_LABEL) {
+            let name = format!("instance {}", i["name"].as_str().unwrap_or(""));
+            out.entry(uid.to_owned()).or_default().push(name);
+        }
+    }
+    for g in gcp.instance_group_managers() {
+        let template = short(g["instanceTemplate"].as_str().unwrap_or(""));
+        let uid = templates
+            .get(template)
+            .and_then(|t| t["properties"]["labels"][UID_LABEL].as_str());
+        let name = format!("MIG {}", g["name"].as_str().unwrap_or(""));
+        // A MIG whose template is gone (or unlabelled) is still one resource: keyed by itself.
+        let key = uid.map_or_else(|| format!("template {template}"), str::to_owned);
+        out.entry(key).or_default().push(name);
+    }
+    out
+}
+
+/// Resize requests per MIG (`instanceGroupManagerResizeRequests` live under their MIG).
+fn resize_requests_by_group(gcp: &gcp_emulator::Emulator) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in gcp.resize_requests() {
+        let name = r["name"].as_str().unwrap_or("").to_owned();
+        // `selfLink` is `.../instanceGroupManagers/<mig>/resizeRequests/<name>`.
+        let link = r["selfLink"].as_str().unwrap_or("");
+        let group = link
+            .split("/instanceGroupManagers/")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or("?")
+            .to_owned();
+        out.entry(group).or_default().push(name);
+    }
+    out
 }
 
 fn label<'a>(r: &'a Value, key: &str) -> Option<&'a str> {
@@ -207,6 +319,11 @@ pub fn live_duplicates_of(gcp: &gcp_emulator::Emulator, with_jobs: bool) -> Viol
         ("queued resources", queued),
         ("running Dataproc batches", batches),
         ("running Vertex jobs", jobs),
+        (
+            "Compute Engine slices (instances inserted directly + MIGs)",
+            compute_by_uid(gcp),
+        ),
+        ("Compute Engine resize requests", resize_requests_by_group(gcp)),
     ] {
         for (uid, names) in map {
             if names.len() > 1 {
@@ -226,23 +343,37 @@ pub fn leftovers(gcp: &gcp_emulator::Emulator) -> Violations {
         ("queued resource", gcp.queued_resources()),
         ("Dataproc batch", gcp.batches()),
         ("Vertex custom job", gcp.custom_jobs()),
+        ("Compute Engine instance", gcp.instances()),
+        ("Compute Engine instance template", gcp.instance_templates()),
+        ("Compute Engine resource policy", gcp.resource_policies()),
+        ("Compute Engine MIG", gcp.instance_group_managers()),
+        ("Compute Engine resize request", gcp.resize_requests()),
     ] {
         for r in items {
+            let st = match r["status"].as_str() {
+                Some(status) if state(&r).is_empty() => status,
+                _ => state(&r),
+            };
             v.push(format!(
-                "{what} left after deletion: {} ({})",
+                "{what} left after deletion: {} ({st})",
                 r["name"].as_str().unwrap_or("?"),
-                state(&r)
             ));
         }
     }
     v
 }
 
-/// Whether a leftover is billable (a node or queued resource in any state, a batch or job that
-/// still runs); a terminal batch or job record costs nothing.
+/// Whether a leftover is billable (a node, queued resource, Compute Engine instance, MIG or
+/// resize request in any state, a batch or job that still runs); a terminal batch or job
+/// record costs nothing, nor do instance templates and resource policies (still leaks, see
+/// [`leftovers`]).
 pub fn billable(gcp: &gcp_emulator::Emulator) -> usize {
+    let c = gcp.resource_counts();
     gcp.nodes().len()
         + gcp.queued_resources().len()
+        + c.instances
+        + c.instance_group_managers
+        + c.resize_requests
         + gcp
             .batches()
             .iter()
@@ -345,6 +476,10 @@ pub fn status_consistent(snapshot: &Snapshot, gcp: &gcp_emulator::Emulator) -> V
         // A pipeline's training slice is released once training is done (checked through the
         // pipeline instead).
         if s.metadata.deletion_timestamp.is_some() || !s.owner_references().is_empty() {
+            continue;
+        }
+        if s.spec.provisioner == Provisioner::ComputeEngine {
+            v.extend(compute_slice_consistent(s, gcp));
             continue;
         }
         if st.phase == TpuSlicePhase::Ready {
@@ -454,6 +589,85 @@ pub fn status_consistent(snapshot: &Snapshot, gcp: &gcp_emulator::Emulator) -> V
                     st.custom_job_name
                 ));
             }
+        }
+    }
+    v
+}
+
+/// [`status_consistent`] for a Compute Engine slice: Ready names (as a TPU node name whose id
+/// is the instance or MIG name) an instance that is RUNNING, or a MIG at its target size with
+/// every member RUNNING (and a SUCCEEDED resize request for flex-start); every instance inserted
+/// directly or MIG carrying the slice's UID is the one its status names.
+fn compute_slice_consistent(s: &TpuSlice, gcp: &gcp_emulator::Emulator) -> Violations {
+    let mut v = Violations::default();
+    let name = s.name_any();
+    let Some(st) = &s.status else { return v };
+    let id = st.node_name.as_deref().map(short);
+    let instances = gcp.instances();
+    if st.phase == TpuSlicePhase::Ready {
+        let id = id.unwrap_or("");
+        let direct = instances
+            .iter()
+            .find(|i| created_by(i).is_none() && i["name"].as_str() == Some(id));
+        let group = gcp
+            .instance_group_managers()
+            .into_iter()
+            .find(|g| g["name"].as_str() == Some(id));
+        match (direct, group) {
+            (Some(i), None) if i["status"] == "RUNNING" => {}
+            (Some(i), None) => v.push(format!(
+                "TpuSlice {name} Ready but its instance {id} is {}",
+                i["status"]
+            )),
+            (None, Some(g)) => {
+                let members: Vec<&Value> = instances
+                    .iter()
+                    .filter(|i| created_by(i).map(short) == Some(id))
+                    .collect();
+                let target = g["targetSize"].as_u64().unwrap_or(0) as usize;
+                let running = members.iter().filter(|i| i["status"] == "RUNNING").count();
+                if target == 0 || members.len() != target || running != target {
+                    v.push(format!(
+                        "TpuSlice {name} Ready but its MIG {id} has {running} of {} members RUNNING (target {target})",
+                        members.len()
+                    ));
+                }
+            }
+            (None, None) => v.push(format!(
+                "TpuSlice {name} Ready but no instance or MIG {id:?} exists"
+            )),
+            (Some(_), Some(_)) => v.push(format!(
+                "TpuSlice {name}: both an instance and a MIG are named {id}"
+            )),
+        }
+        if st.node_state.as_deref() != Some("READY") {
+            v.push(format!(
+                "TpuSlice {name} Ready with nodeState {:?}",
+                st.node_state
+            ));
+        }
+        if let Some(q) = &st.queued_resource_name {
+            let request = gcp
+                .resize_requests()
+                .into_iter()
+                .find(|r| r["name"].as_str() == Some(short(q)));
+            match request {
+                Some(r) if r["state"] == "SUCCEEDED" => {}
+                other => v.push(format!(
+                    "TpuSlice {name} Ready but its resize request is {:?}",
+                    other.map(|r| r["state"].clone())
+                )),
+            }
+        }
+    }
+    let uid = s.uid().unwrap_or_default();
+    for found in compute_by_uid(gcp).get(&uid).into_iter().flatten() {
+        // `found` is "instance <name>" or "MIG <name>".
+        if found.rsplit(' ').next() != id {
+            v.push(format!(
+                "TpuSlice {name}: {found} carries its UID but status names {:?}",
+                st.node_name
+            ));
         }
     }
     v

@@ -242,6 +242,9 @@ async fn corruption_runs(modes: Vec<Corruption>) -> Vec<(Corruption, String)> {
             queued: 1,
             batches: 2,
             jobs: 1,
+            instances: 0,
+            groups: 0,
+            resize_requests: 0,
         };
         let dup = invariants::duplicate_creates(&world.gcp, expected);
         assert!(dup.is_empty(), "{mode:?}:\n{dup}");

@@ -26,7 +26,9 @@ async fn create_mix(world: &World) {
     world
         .create(&fixtures::pipeline("vertex", Training::Vertex))
         .await;
-    world.create(&fixtures::pipeline("tpuvm", Training::TpuVm)).await;
+    world
+        .create(&fixtures::pipeline("tpuvm", Training::TpuVm(Capacity::SpotNode)))
+        .await;
 }
 
 const OBJECTS: u64 = 5;
@@ -35,6 +37,9 @@ const EXPECTED: Expected = Expected {
     queued: 1,
     batches: 2,
     jobs: 1,
+    instances: 0,
+    groups: 0,
+    resize_requests: 0,
 };
 
 async fn converge(world: &World, what: &str) {

@@ -13,7 +13,7 @@ use tpu_operator_api::training_pipeline::TrainingPipelinePhase;
 use tpu_operator_reliability::{
     World,
     crash::STEP,
-    fixtures::{self, Training},
+    fixtures::{self, Capacity, Training},
     kube_faults::Rule,
 };
 
@@ -27,7 +27,9 @@ async fn tpu_vm_pipeline_finishes_after_losing_the_status_write_that_followed_th
         status: 500,
     });
     world.start_operator().await;
-    world.create(&fixtures::pipeline("p", Training::TpuVm)).await;
+    world
+        .create(&fixtures::pipeline("p", Training::TpuVm(Capacity::SpotNode)))
+        .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut phase = TrainingPipelinePhase::Pending;
     while tokio::time::Instant::now() < deadline {

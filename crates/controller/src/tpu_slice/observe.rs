@@ -140,7 +140,19 @@ pub async fn observe(
         observed.queued =
             read(tpu.get_queued_resource(qr).await, "get queued resource")?.map(|q| named_queued(q, qr));
     }
-    if names.current.queued.is_none() || observed.queued.as_ref().is_some_and(has_nodes) {
+    // A Compute Engine flex-start slice is its group plus a resize request, and the group is
+    // inserted first: an operator killed between the two inserts (or a slice deleted then)
+    // leaves a group with no request, which only a read of the group shows. Deletion (no
+    // `desired`) must see it, or it takes the slice for gone and waits forever to release the
+    // instance template the group still uses; the apply path creates the request either way.
+    let group_without_request = desired.is_none()
+        && names.provisioner == Provisioner::ComputeEngine
+        && names.current.queued.is_some()
+        && observed.queued.is_none();
+    if names.current.queued.is_none()
+        || observed.queued.as_ref().is_some_and(has_nodes)
+        || group_without_request
+    {
         // A node the cloud watch just listed in a new state needs no second read; absence is
         // only ever taken from a get.
         observed.node = match ctx.cloud_watch.take_node(&names.current.node) {

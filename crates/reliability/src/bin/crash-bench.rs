@@ -5,13 +5,21 @@
 //!
 //! cargo run --release -p tpu-operator-reliability --bin crash-bench -- --points 500 --binary 10
 //!
+//! Runs alternate between the two backends by seed parity (even: TPU API nodes and queued
+//! resources, odd: Compute Engine instances, MIGs and resize requests); `--backend tpu-api` or
+//! `--backend compute-engine` keeps to one. The summary has a line per backend (runs, kill
+//! points, slices by capacity, duplicates, leaks).
+//!
 //! `--vertex-faults`: every run trains on Vertex with a lost `customJobs.create` reply and lists
 //! lagging 2 min behind creates (`CrashConfig::vertex_faults`, issue 21 item 5); "duplicates" are
 //! then the ones left running, and the summary counts the Vertex jobs made.
 
+use std::collections::BTreeMap;
+
 use tpu_operator_reliability::{
     World,
-    crash::{self, CrashConfig},
+    crash::{self, CrashConfig, CrashReport},
+    fixtures::{Backend, Training},
 };
 
 fn arg(name: &str, default: u64) -> u64 {
@@ -23,22 +31,61 @@ fn arg(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Figures of one backend's runs.
+#[derive(Default)]
+struct Tally {
+    runs: u64,
+    kills: u64,
+    duplicates: usize,
+    leaks: usize,
+    bad: u64,
+    /// TpuSlices by capacity (the run's slice and a TPU VM pipeline's training slice).
+    slices: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn add(&mut self, r: &CrashReport) {
+        self.runs += 1;
+        self.kills += u64::from(r.kills);
+        self.duplicates += r.duplicates;
+        self.leaks += r.leaks;
+        self.bad += u64::from(!r.ok());
+        *self.slices.entry(format!("{:?}", r.capacity)).or_default() += 1;
+        if let Training::TpuVm(c) = r.training {
+            *self.slices.entry(format!("{c:?} (training)")).or_default() += 1;
+        }
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let points = arg("--points", 500);
     let first_seed = arg("--seed", 1000);
     let binary_runs = arg("--binary", 0);
     let vertex_faults = std::env::args().any(|a| a == "--vertex-faults");
+    let args: Vec<String> = std::env::args().collect();
+    let backend = args
+        .iter()
+        .position(|a| a == "--backend")
+        .and_then(|i| args.get(i + 1))
+        .map(|b| match b.as_str() {
+            "tpu-api" => Backend::TpuApi,
+            "compute-engine" => Backend::ComputeEngine,
+            other => panic!("--backend {other}: tpu-api or compute-engine"),
+        });
     let cfg = CrashConfig {
         vertex_faults,
+        backend,
         ..CrashConfig::default()
     };
+    let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     let started = std::time::Instant::now();
     let (mut kills, mut runs, mut dups, mut leaks, mut bad) = (0u64, 0u64, 0usize, 0usize, 0u64);
     let mut jobs_made = 0;
     let mut seed = first_seed;
     while kills < points {
         let r = crash::run(seed, cfg.clone()).await;
+        tallies.entry(format!("{:?}", r.backend)).or_default().add(&r);
         jobs_made += r.jobs_made;
         kills += u64::from(r.kills);
         runs += 1;
@@ -47,8 +94,8 @@ async fn main() {
         if !r.ok() {
             bad += 1;
             println!(
-                "FAIL seed {seed} ({:?} {:?} {:?}):\n{}",
-                r.flow, r.capacity, r.training, r.violations
+                "FAIL seed {seed} ({:?} {:?} {:?} {:?}):\n{}",
+                r.flow, r.backend, r.capacity, r.training, r.violations
             );
         }
         seed += 1;
@@ -58,6 +105,12 @@ async fn main() {
         if vertex_faults { " (vertex faults)" } else { "" },
         started.elapsed().as_secs_f64()
     );
+    for (backend, t) in &tallies {
+        println!(
+            "  {backend}: {} runs, {} kill points, {} duplicates, {} leaks, {} runs with broken promises; slices {:?}",
+            t.runs, t.kills, t.duplicates, t.leaks, t.bad, t.slices
+        );
+    }
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let (mut bkills, mut bbad) = (0u64, 0u64);
