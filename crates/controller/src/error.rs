@@ -73,6 +73,12 @@ impl ReconcileError {
 
     pub fn retry(&self) -> Retry {
         match self {
+            // The operator's RBAC refused (403) or the API server found the write invalid (422):
+            // an install or schema problem no backoff clears (issue 22).
+            Self::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } if matches!(status.code, 403 | 422) => Retry::Permanent,
             Self::Kube { .. } | Self::Finalizer(_) => Retry::Transient,
             Self::Gcp { source, .. } if source.is_retryable() => Retry::Transient,
             Self::Gcp { .. } | Self::MissingMetadata(_) => Retry::Permanent,
@@ -91,3 +97,21 @@ impl From<kube::runtime::finalizer::Error<ReconcileError>> for ReconcileError {
 }
 
 pub type Result<T, E = ReconcileError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kube(code: u16) -> ReconcileError {
+        let status = kube::core::Status::failure("refused", "Refused").with_code(code);
+        ReconcileError::kube("write status")(kube::Error::Api(status.boxed()))
+    }
+
+    #[test]
+    fn rbac_and_invalid_writes_are_permanent_conflicts_and_outages_transient() {
+        assert_eq!(kube(403).retry(), Retry::Permanent);
+        assert_eq!(kube(422).retry(), Retry::Permanent);
+        assert_eq!(kube(409).retry(), Retry::Transient);
+        assert_eq!(kube(503).retry(), Retry::Transient);
+    }
+}

@@ -308,7 +308,7 @@ async fn delete_while_running_cancels_then_deletes_every_attempt_and_leaves_noth
 }
 
 #[tokio::test]
-async fn deleting_a_finished_batch_takes_one_listing_and_one_delete() {
+async fn deleting_a_finished_batch_takes_one_delete_and_no_listing() {
     let mut env = TestEnv::start().await;
     start_operator(&mut env);
     create(&env, &ppb("finished", 0)).await;
@@ -323,12 +323,13 @@ async fn deleting_a_finished_batch_takes_one_listing_and_one_delete() {
         .unwrap();
     env.wait_gone::<PreprocessBatch>("finished", Duration::ZERO).await;
     assert!(env.gcp.batches().is_empty(), "{:#?}", env.gcp.batches());
-    // The listing by UID label finds the one batch; Dataproc deletes it synchronously, so the
-    // finalizer goes in the same pass, without a second listing.
+    // Status saw the one attempt's batch finish, so no other batch of this object can exist:
+    // it is deleted by name (Dataproc deletes synchronously) and the finalizer goes in the same
+    // pass, without a listing by UID label.
     let counts = env.gcp.call_counts();
-    assert_eq!(counts.get("dataproc.batches.list"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("dataproc.batches.list"), None, "{counts:?}");
     assert_eq!(counts.get("dataproc.batches.delete"), Some(&1), "{counts:?}");
-    assert_eq!(dataproc_calls(&env), 2, "{counts:?}");
+    assert_eq!(dataproc_calls(&env), 1, "{counts:?}");
 }
 
 /// A Dataproc client that performs the create and then never returns, as if the operator

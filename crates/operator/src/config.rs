@@ -87,6 +87,11 @@ pub struct RunArgs {
     #[arg(long, env = "TPU_OPERATOR_STORAGE_ENDPOINT", value_name = "URL")]
     #[schemars(pattern(r"^(|https?://.+)$"))]
     pub storage_endpoint: Option<String>,
+    /// Compute Engine API base URL, for TpuSlices with `provisioner: ComputeEngine` (requests go
+    /// to `{url}/compute/v1/...`; default: the public one).
+    #[arg(long, env = "TPU_OPERATOR_COMPUTE_ENDPOINT", value_name = "URL")]
+    #[schemars(pattern(r"^(|https?://.+)$"))]
+    pub compute_endpoint: Option<String>,
     /// Upper bound on one GCP HTTP call [default: 30s].
     #[arg(long, env = "TPU_OPERATOR_GCP_CALL_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     #[serde(default, deserialize_with = "duration::deserialize")]
@@ -368,6 +373,7 @@ impl RunArgs {
             dataproc_endpoint,
             vertex_endpoint,
             storage_endpoint,
+            compute_endpoint,
             gcp_call_timeout,
             concurrency,
             poll_active,
@@ -439,6 +445,9 @@ impl RunArgs {
         }
         if let Some(e) = self.storage_endpoint {
             gcp.storage_endpoint = e;
+        }
+        if let Some(e) = self.compute_endpoint {
+            gcp.compute_endpoint = e;
         }
         if let Some(t) = self.gcp_call_timeout {
             gcp.call_timeout = t;

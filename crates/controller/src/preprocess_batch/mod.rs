@@ -192,6 +192,12 @@ async fn cleanup_pass(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Act
         // Without a project nothing was ever created.
         return Ok(None);
     };
+    if let Some(batch) = only_batch(obj) {
+        // Its one batch finished and status named it after seeing it finish, so no other batch
+        // of this object can exist: delete it by name, without listing by label first (issue 25).
+        act::delete(ctx, &batch).await?;
+        return Ok(None);
+    }
     let batches = observe::observe_cleanup(ctx, &target).await?;
     let now = ctx.clock.now();
     let (phase, reason, message) = match plan::plan_cleanup(obj.spec.deletion_policy, &batches) {
@@ -223,6 +229,20 @@ async fn cleanup_pass(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Act
     };
     write(ctx, obj, status::cleaning_up(obj, phase, reason, &message, now)).await?;
     Ok(Some(requeue(ctx, Requeue::Active)))
+}
+
+/// The batch a finished single-attempt object ran, when that is provably its only batch: a
+/// terminal phase is written only after the batch was seen finished, and a second attempt is
+/// created only from `Retrying`.
+fn only_batch(obj: &PreprocessBatch) -> Option<String> {
+    let status = obj.status.as_ref()?;
+    let finished = matches!(
+        status.phase,
+        PreprocessBatchPhase::Succeeded | PreprocessBatchPhase::Failed | PreprocessBatchPhase::Cancelled
+    );
+    (finished && status.attempts == 1 && status.pending_operation.is_none())
+        .then(|| status.batch_name.clone())
+        .flatten()
 }
 
 /// Called by the finalizer helper once every batch is gone (or orphaned).

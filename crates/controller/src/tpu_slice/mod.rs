@@ -354,6 +354,9 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         return Ok(None);
     };
     let old = slice.status.clone().unwrap_or_default();
+    if let Some(wait) = delete_known_node(slice, ctx, &t, &old).await? {
+        return Ok(Some(wait));
+    }
     let mut observed = observe::observe(ctx, &t.names, None, None).await?;
     // A node named by `spec.adoptNodeId` that this slice never took over (adoption refused, or
     // another owner's) is not the slice's to delete.
@@ -445,6 +448,68 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         return Err(ReconcileError::gcp(action_name(&plan.action))(err));
     }
     let wait = watch_deletion(ctx, slice, &observed, &plan.action);
+    Ok(Some(ctx.settled.settle(slice, wait)))
+}
+
+/// The first deletion pass of a slice whose status shows one READY node and nothing else (no
+/// queued resource, no earlier incarnation, no operation in flight, not adopted): the node is
+/// deleted by name without reading it first, since the read would only repeat what status says.
+/// Its end is then seen through the cloud watch and one read, so a deletion costs the two calls
+/// it must (issue 25). Anything else, a NOT_FOUND, or a refused delete takes the full path
+/// (read, plan, act), which reports errors. `None`: take the full path.
+async fn delete_known_node(
+    slice: &TpuSlice,
+    ctx: &Context,
+    t: &Target,
+    old: &TpuSliceStatus,
+) -> Result<Option<Action>> {
+    let names = &t.names;
+    let plain = !names.adopted
+        && names.provisioner == Provisioner::TpuApi
+        && names.current.queued.is_none()
+        && names.previous.is_none()
+        && old.pending_operation.is_none()
+        && old.phase != TpuSlicePhase::Deleting
+        && old.node_state.as_deref() == Some("READY")
+        && old.node_name.as_deref() == Some(names.current.node.as_str());
+    if !plain {
+        return Ok(None);
+    }
+    let action = Step::DeleteNode(names.current.node.clone());
+    let request = act::Request {
+        spec: &slice.spec,
+        names,
+        desired: &t.desired,
+        identity: &t.identity,
+        recreations: old.recreations.max(0) as u32,
+        node: None,
+    };
+    let Ok(Some(started)) = act::act(ctx, &action, &request).await else {
+        return Ok(None);
+    };
+    let plan = Plan {
+        action: action.clone(),
+        assessment: Assessment::new(
+            Progress::Reconciling,
+            reasons::DELETING,
+            TpuSlicePhase::Deleting,
+            "deleting the cloud resources",
+        ),
+    };
+    let observed = Observed::default();
+    let shape = spec::shape(&slice.spec);
+    report(
+        ctx,
+        slice,
+        old,
+        names,
+        &observed,
+        &plan,
+        Some(&started),
+        shape.as_ref().ok(),
+    )
+    .await?;
+    let wait = watch_deletion(ctx, slice, &observed, &action);
     Ok(Some(ctx.settled.settle(slice, wait)))
 }
 

@@ -1,7 +1,6 @@
 //! Deleting a pipeline. Its Vertex jobs (found by the UID label, every attempt and any duplicate,
-//! plus the one its status records) are cancelled,
-//! waited for until terminal, then deleted, one call per reconcile; only then is the finalizer
-//! dropped. Owned `PreprocessBatch` / `TpuSlice` children are deleted by ownerReference garbage
+//! plus the one its status records) are cancelled, one call per reconcile, and waited for until
+//! terminal; once all are terminal they are deleted in one pass and the finalizer is dropped. Owned `PreprocessBatch` / `TpuSlice` children are deleted by ownerReference garbage
 //! collection once the pipeline is gone, and their own finalizers cancel and delete their cloud
 //! resources (`deletionPolicy: Orphan` was copied to them at creation).
 
@@ -66,7 +65,19 @@ pub async fn cleanup_pass(tp: &TrainingPipeline, ctx: &Context) -> Result<Option
     let names = Names::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
     let jobs = every_job(ctx, tp, &names).await?;
     let now = ctx.clock.now();
-    let message = match (jobs.first(), settled_after(tp)) {
+    let settle = settled_after(tp);
+    if !jobs.is_empty() && settle.is_none() && jobs.iter().all(|j| job_step(&j.state) == JobStep::Delete) {
+        // Every job has finished (bills nothing) and no create is unconfirmed (a job a list may
+        // not show yet): delete them all now and let the finalizer go, without a status write
+        // that would only wake another pass, nor a list to watch them disappear (issue 25:
+        // deletion at the minimum of calls). A delete Vertex accepts and then fails leaves a
+        // finished job, which the orphan sweeper reports (its owner is gone).
+        for job in &jobs {
+            step(ctx, tp, job).await?;
+        }
+        return Ok(None);
+    }
+    let message = match (jobs.first(), settle) {
         (Some(_), _) => format!("deleting {} Vertex custom job(s) of this pipeline", jobs.len()),
         (None, Some(t)) if now < t => format!(
             "no Vertex custom job listed; listing again until {} in case a new one is not listed yet",
