@@ -285,6 +285,26 @@ fn provisioner_rules() -> Vec<Rule> {
         )
         .at(".capacity"),
         Rule::new(
+            format!("!has(self.multislice) || !{CE}"),
+            "multislice is one Cloud TPU API queued resource with multisliceParams: set provisioner: TpuApi (or remove multislice)",
+        )
+        .at(".multislice"),
+        Rule::new(
+            "!has(self.multislice) || (has(self.capacity) && (has(self.capacity.queued) || has(self.capacity.reserved)))",
+            "multislice is provisioned as one queued resource: set capacity.queued (or capacity.reserved) with it",
+        )
+        .at(".multislice"),
+        Rule::new(
+            "!has(self.multislice) || self.multislice.nodeCount >= 2",
+            "multislice.nodeCount must be at least 2: for one slice remove multislice",
+        )
+        .at(".multislice.nodeCount"),
+        Rule::new(
+            "!has(self.multislice) || !has(self.adoptNodeId)",
+            "adoptNodeId adopts one existing node: it cannot be combined with multislice",
+        )
+        .at(".adoptNodeId"),
+        Rule::new(
             format!("!{CE} || !has(self.adoptNodeId)"),
             "adoptNodeId adopts Cloud TPU API nodes: it is not supported with provisioner: ComputeEngine",
         )
@@ -399,6 +419,7 @@ pub fn tpu_slice_rules() -> Vec<PlacedRule> {
             "runtimeVersion",
             "provisioner",
             "computeEngine",
+            "multislice",
         ]
         .iter()
         .map(|f| immutable_optional(KIND, f))

@@ -95,6 +95,15 @@ pub struct TpuSliceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Capacity>,
 
+    /// Multislice: `nodeCount` slices of this accelerator type, provisioned all or nothing as one
+    /// queued resource (`multisliceParams`), for one training run across slices over the data
+    /// center network (JAX multislice). Needs `provisioner: TpuApi` and `capacity.queued` or
+    /// `capacity.reserved`. The slice is Ready only when every node is READY; a preemption of
+    /// any node recreates the whole queued resource. The `workload` container gets the
+    /// `MEGASCALE_*` environment (docs/training.md, "Multislice"). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multislice: Option<Multislice>,
+
     /// VPC settings of the TPU VMs. Immutable except `enableExternalIps` and `tags`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_config: Option<NetworkConfig>,
@@ -193,6 +202,17 @@ pub struct ComputeEngineOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 10, max = 65536))]
     pub boot_disk_size_gb: Option<i64>,
+}
+
+/// Several slices of one accelerator type as one queued resource.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Multislice {
+    /// How many slices (TPU nodes), at least 2: the queued resource's
+    /// `multisliceParams.nodeCount`. The nodes are `<id>-0` .. `<id>-<nodeCount-1>`, and node
+    /// `k` is slice `k` (`MEGASCALE_SLICE_ID`).
+    #[schemars(range(max = 256))]
+    pub node_count: i32,
 }
 
 /// TPU generation plus topology, as in the TPU API's `AcceleratorConfig`.
@@ -425,15 +445,19 @@ pub struct TpuSliceStatus {
     /// Accelerator type in effect (normalized from `acceleratorType` or `acceleratorConfig`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accelerator_type: Option<String>,
-    /// TPU chips in the slice.
+    /// TPU chips in the slice (all slices of a multislice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chips: Option<i32>,
     /// TPU VM hosts (workers) in the slice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<i32>,
-    /// Internal IP address of each worker.
+    /// Internal IP address of each worker (of slice 0 for a multislice).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub worker_ips: Vec<String>,
+    /// Multislice only: the state of each slice's node, by slice id (`[READY, CREATING]`; `-`
+    /// for a node not there). `chips` and `hosts` count all slices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_states: Vec<String>,
     /// When the current node was requested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_time: Option<Time>,

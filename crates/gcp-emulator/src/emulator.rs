@@ -180,6 +180,12 @@ impl Emulator {
     pub fn nodes(&self) -> Vec<Value> {
         self.with_world(|w| w.nodes.values().map(|r| r.body.clone()).collect())
     }
+    /// The environment the workload container of TPU node `name` (full name) started with on
+    /// its hosts, as the node's startup script set it (see `tpu::nodes::container_env`);
+    /// `None` while it has not started.
+    pub fn workload_env(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.with_world(|w| w.nodes.get(name).and_then(|r| r.workload_env.clone()))
+    }
     pub fn queued_resources(&self) -> Vec<Value> {
         self.with_world(|w| w.qrs.values().map(|r| r.body.clone()).collect())
     }

@@ -63,12 +63,23 @@ pub fn region_of_zone(zone: &str) -> &str {
 }
 
 /// The slice's shape; `None` when the spec is invalid (the controller reports that itself).
+fn multislice_count(spec: &TpuSliceSpec) -> Option<u32> {
+    spec.multislice.as_ref().map(|m| m.node_count.max(1) as u32)
+}
+
+/// A multislice (`spec.multislice`) counts all its slices' chips and hosts, like the replicas
+/// of a Vertex job.
 pub fn slice_shape(spec: &TpuSliceSpec) -> Option<SliceShape> {
-    match (&spec.accelerator_type, &spec.accelerator_config) {
+    let mut shape = match (&spec.accelerator_type, &spec.accelerator_config) {
         (Some(t), None) => parse_accelerator_type(t).ok(),
         (None, Some(c)) => shape_from_config(c.type_, &c.topology).ok(),
         _ => None,
+    }?;
+    if let Some(n) = multislice_count(spec) {
+        shape.chips *= n;
+        shape.hosts *= n;
     }
+    Some(shape)
 }
 
 /// The capacity kind of a slice, as the policy names it.
@@ -108,7 +119,10 @@ pub fn tpu_slice(spec: &TpuSliceSpec, project: &str, prices: &PriceTable) -> Opt
     let shape = slice_shape(spec)?;
     let (per_hour_usd, _) = prices.slice_per_hour(&shape, slice_price_kind(spec));
     Some(Request {
-        what: format!("TpuSlice ({} in {})", shape.accelerator_type(), spec.zone),
+        what: match (multislice_count(spec), spec.accelerator_type.as_deref()) {
+            (Some(n), Some(t)) => format!("TpuSlice ({n} x {t} multislice in {})", spec.zone),
+            _ => format!("TpuSlice ({} in {})", shape.accelerator_type(), spec.zone),
+        },
         project: project.to_owned(),
         region: region_of_zone(&spec.zone).to_owned(),
         zone: Some(spec.zone.clone()),

@@ -103,6 +103,13 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
                 None => return Ok(None),
             }
         }
+        Action::PatchSliceNode { node, mask, patch } => {
+            let body = Node::new()
+                .set_labels(patch.labels.clone())
+                .set_metadata(patch.metadata.clone())
+                .set_tags(patch.tags.clone());
+            ("update", tpu.update_node(node, body, mask).await?)
+        }
         Action::StartNode => ("start", tpu.start_node(&names.current.node).await?),
         Action::PatchNode(mask) => {
             // `updateMask=metadata` replaces the node's whole map: send what it has now with

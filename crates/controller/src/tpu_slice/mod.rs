@@ -646,5 +646,6 @@ fn action_name(action: &Step) -> &'static str {
         Step::DeleteQueuedResource(_) => "delete queued resource",
         Step::PatchNode(_) => "patch TPU node labels/metadata/tags",
         Step::StartNode => "start TPU node",
+        Step::PatchSliceNode { .. } => "patch multislice TPU node labels/metadata/tags",
     }
 }

@@ -23,8 +23,10 @@ pub struct Incarnation {
     pub node: String,
     /// The queued resource, for `capacity.queued` and `capacity.reserved`.
     pub queued: Option<String>,
-    /// The node / queued resource id.
+    /// The node / queued resource id (for a multislice, the node id prefix).
     pub id: String,
+    /// Multislice: the nodes of slices 1..N-1 (`node` is slice 0's, `<id>-0`); empty otherwise.
+    pub other_slices: Vec<String>,
 }
 
 /// Where the slice's cloud objects live and what they are called.
@@ -48,10 +50,20 @@ impl Names {
         let parent = format!("projects/{project}/locations/{}", slice.spec.zone);
         let queued = CapacityMode::uses_queued_resource(&slice.spec);
         let recreations = slice.status.as_ref().map_or(0, |s| s.recreations.max(0) as u32);
+        let slices = super::spec::node_count(&slice.spec);
         let incarnation = |n: u32| {
             let id = naming::tpu_node_id(identity, n);
+            // A multislice queued resource names its nodes `<prefix>-<k>` (see
+            // `spec::queued_resource`); the prefix is the id a plain slice's node would have.
+            let node = match slices {
+                Some(_) => format!("{parent}/nodes/{id}-0"),
+                None => format!("{parent}/nodes/{id}"),
+            };
             Incarnation {
-                node: format!("{parent}/nodes/{id}"),
+                other_slices: (1..slices.unwrap_or(1))
+                    .map(|k| format!("{parent}/nodes/{id}-{k}"))
+                    .collect(),
+                node,
                 queued: queued.then(|| {
                     format!(
                         "{parent}/queuedResources/{}",
@@ -67,6 +79,7 @@ impl Names {
                     node: format!("{parent}/nodes/{id}"),
                     queued: None,
                     id: id.clone(),
+                    other_slices: Vec::new(),
                 },
                 None,
                 true,
@@ -106,6 +119,9 @@ pub struct Observed {
     /// not exist yet (during a recreation, or while deleting).
     pub previous_node: Option<Node>,
     pub previous_queued: Option<QueuedResource>,
+    /// Multislice: the nodes of slices 1..N-1 (as [`Incarnation::other_slices`]), read whenever
+    /// slice 0's node is; `None` where a node does not exist.
+    pub other_slices: Vec<Option<Node>>,
     /// The operation named by `status.pendingOperation`, if any.
     pub operation: Option<OperationView>,
     /// When the workload last finished, from its completion marker ([`workload_done`]).
@@ -160,6 +176,11 @@ pub async fn observe(
             None => read(tpu.get_node(&names.current.node).await, "get TPU node")?,
         }
         .map(|n| named_node(n, &names.current.node));
+        // Multislice: every slice's node, one get each (all or nothing: each decides).
+        for name in &names.current.other_slices {
+            let found = read(tpu.get_node(name).await, "get TPU node")?;
+            observed.other_slices.push(found.map(|n| named_node(n, name)));
+        }
     }
     let current_absent = observed.node.is_none() && observed.queued.is_none();
     if let Some(prev) = names.previous.as_ref().filter(|_| current_absent) {

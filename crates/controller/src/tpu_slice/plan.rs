@@ -24,6 +24,7 @@ use super::{
 mod on_node;
 mod queued;
 
+use on_node::plan_multislice;
 pub use on_node::{drift_mask, health_name, state_name};
 use on_node::{plan_node, plan_preempted};
 #[cfg(test)]
@@ -43,6 +44,13 @@ pub enum Action {
     PatchNode(Vec<&'static str>),
     /// `nodes.start` of a STOPPED current node.
     StartNode,
+    /// Multislice: `nodes.patch` of one slice's node (`node`, full name) with this update mask
+    /// and these values (the metadata already merged with what the node has).
+    PatchSliceNode {
+        node: String,
+        mask: Vec<&'static str>,
+        patch: Desired,
+    },
     /// Status only: count a preemption (`recreations + 1`), which moves `current` to a new id.
     RecordPreemption,
 }
@@ -360,10 +368,12 @@ fn is_qr_deleting(qr: &QueuedResource) -> bool {
 /// not documented) and gcloud retries. Not a failure: the plan stands and is tried again at
 /// `poll_active`, without the error backoff (a permission or spec problem would not clear so).
 pub fn node_busy(action: &Action, err: &GcpError) -> bool {
-    matches!(action, Action::PatchNode(_) | Action::StartNode)
-        && (err.status == Some("ABORTED")
-            || err.kind == ErrorKind::FailedPrecondition
-            || (err.http_status == Some(409) && err.kind != ErrorKind::AlreadyExists))
+    matches!(
+        action,
+        Action::PatchNode(_) | Action::StartNode | Action::PatchSliceNode { .. }
+    ) && (err.status == Some("ABORTED")
+        || err.kind == ErrorKind::FailedPrecondition
+        || (err.http_status == Some(409) && err.kind != ErrorKind::AlreadyExists))
 }
 
 /// How a failed cloud call is reported. `None`: transient, return the error (backoff).

@@ -34,6 +34,19 @@ pub const STARTUP_SCRIPT_METADATA: &str = "startup-script";
 /// (<https://cloud.google.com/tpu/docs/configure-networking-access>, "Enable SSH access"). Kept on
 /// the node rather than in status so that it survives a lost status and travels with the node.
 pub const MANAGED_METADATA_KEY: &str = "tpu-operator-managed-metadata";
+/// Multislice: node metadata key telling node `k` that it is slice `k` (`MEGASCALE_SLICE_ID`).
+/// The nodes of one queued resource share one node template, so per-node values cannot be in the
+/// create request: the operator patches them onto each node once all nodes are READY, and the
+/// startup script waits for them.
+pub const MEGASCALE_SLICE_ID_METADATA: &str = "tpu-operator-megascale-slice-id";
+/// Multislice: node metadata key with `MEGASCALE_COORDINATOR_ADDRESS` (`<ip>:<port>` of slice 0
+/// host 0), patched on like [`MEGASCALE_SLICE_ID_METADATA`].
+pub const MEGASCALE_COORDINATOR_METADATA: &str = "tpu-operator-megascale-coordinator";
+/// `MEGASCALE_PORT`: the port the Megascale (multislice DCN) runtime listens on, 8080 as in
+/// Google's multislice JobSet examples, which expose `containerPort: 8080` for it and point
+/// `MEGASCALE_COORDINATOR_ADDRESS` at slice 0's first worker
+/// (<https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice>).
+pub const MEGASCALE_PORT: u16 = 8080;
 /// OAuth scope used when the spec names a service account without scopes.
 pub(super) const DEFAULT_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
@@ -103,6 +116,25 @@ fn queued(spec: &TpuSliceSpec) -> Option<&QueuedCapacity> {
     spec.capacity.as_ref().and_then(|c| c.queued.as_ref())
 }
 
+/// Multislice: how many slices (nodes) the queued resource holds; `None` for one plain slice.
+pub fn node_count(spec: &TpuSliceSpec) -> Option<u32> {
+    spec.multislice.as_ref().map(|m| m.node_count.max(1) as u32)
+}
+
+/// The desired labels / metadata / tags of multislice node `slice`: the common ones plus its
+/// slice id and the coordinator's address, which its startup script waits for.
+pub fn slice_desired(desired: &Desired, slice: usize, coordinator: &str) -> Desired {
+    let mut d = desired.clone();
+    d.metadata
+        .insert(MEGASCALE_SLICE_ID_METADATA.into(), slice.to_string());
+    d.metadata
+        .insert(MEGASCALE_COORDINATOR_METADATA.into(), coordinator.into());
+    d.metadata.remove(MANAGED_METADATA_KEY);
+    let managed = d.metadata.keys().cloned().collect::<Vec<_>>().join(",");
+    d.metadata.insert(MANAGED_METADATA_KEY.into(), managed);
+    d
+}
+
 /// Generation, chips and hosts of the slice the spec asks for.
 pub fn shape(spec: &TpuSliceSpec) -> Result<SliceShape, String> {
     let shape = match (&spec.accelerator_type, &spec.accelerator_config) {
@@ -138,7 +170,7 @@ pub fn desired(
     let mut metadata = spec.metadata.clone();
     let script = match (&spec.startup_script, &spec.workload) {
         (Some(script), _) => Some(script.clone()),
-        (None, Some(workload)) => Some(workload_script(workload)),
+        (None, Some(workload)) => Some(workload_script_for(workload, node_count(spec))),
         (None, None) => None,
     };
     if let Some(script) = script {
@@ -217,11 +249,42 @@ pub fn patched_metadata(
 ///    Storage with `gcloud storage cp`: `<uri>_SUCCESS` (empty) from worker 0 when the container
 ///    exited 0, `<uri>_FAILED` (containing the exit code) from any worker where it did not.
 pub fn workload_script(w: &ContainerSpec) -> String {
+    workload_script_for(w, None)
+}
+
+/// [`workload_script`] for a multislice of `slices` nodes: before `docker pull` the script
+/// waits until the node's metadata carries its slice id and the coordinator's address (the
+/// operator patches them on once every node is READY), exports them, and passes the standard
+/// JAX multislice environment to the container: `MEGASCALE_COORDINATOR_ADDRESS`,
+/// `MEGASCALE_NUM_SLICES`, `MEGASCALE_SLICE_ID` and `MEGASCALE_PORT` (the variables
+/// `jax/_src/clusters/cloud_tpu_cluster.py` reads from the environment first, and only then
+/// from the `tpu-env` metadata the TPU service writes on multislice nodes:
+/// <https://github.com/jax-ml/jax/blob/main/jax/_src/clusters/cloud_tpu_cluster.py>). They
+/// come after the spec's own `env`, so docker lets them win over a user value of the same name.
+pub fn workload_script_for(w: &ContainerSpec, slices: Option<u32>) -> String {
     let mut run = vec![
         "docker run --rm --name tpu-workload --privileged --net=host --ipc=host -v /dev:/dev".to_string(),
     ];
     for env in &w.env {
         run.push(format!("-e {}", quote(&format!("{}={}", env.name, env.value))));
+    }
+    let mut wait = String::new();
+    if let Some(n) = slices {
+        wait = format!(
+            "# Multislice: wait for this node's slice id and the coordinator (set by tpu-operator).\n\
+             until [ -n \"$(attr {id})\" ] && [ -n \"$(attr {coord})\" ]; do sleep 5; done\n\
+             export MEGASCALE_SLICE_ID=$(attr {id})\n\
+             export MEGASCALE_COORDINATOR_ADDRESS=$(attr {coord})\n",
+            id = MEGASCALE_SLICE_ID_METADATA,
+            coord = MEGASCALE_COORDINATOR_METADATA,
+        );
+        run.push("-e MEGASCALE_COORDINATOR_ADDRESS".into());
+        run.push(format!("-e {}", quote(&format!("MEGASCALE_NUM_SLICES={n}"))));
+        run.push("-e MEGASCALE_SLICE_ID".into());
+        run.push(format!(
+            "-e {}",
+            quote(&format!("MEGASCALE_PORT={MEGASCALE_PORT}"))
+        ));
     }
     if let Some(entrypoint) = w.command.first() {
         run.push(format!("--entrypoint {}", quote(entrypoint)));
@@ -241,7 +304,7 @@ pub fn workload_script(w: &ContainerSpec) -> String {
 set -u
 MD=http://metadata.google.internal/computeMetadata/v1/instance/attributes
 attr() {{ curl -sf -H 'Metadata-Flavor: Google' "$MD/$1" || true; }}
-{auth}for i in 1 2 3 4 5; do docker pull {image} && break; sleep 10; done
+{wait}{auth}for i in 1 2 3 4 5; do docker pull {image} && break; sleep 10; done
 {run}
 rc=$?
 DONE_URI=$(attr {done_key})
@@ -339,20 +402,31 @@ pub fn queued_resource(
 ) -> Result<QueuedResource, String> {
     // Reserved capacity: no tier (neither `spot` nor `guaranteed`, as gcloud sends for
     // `--reservation`), the reservation by name, and the node's `schedulingConfig.reserved`.
+    // Multislice: `multisliceParams` instead of `nodeId`; the TPU API names the nodes
+    // `<nodeIdPrefix>-0` .. `-<nodeCount-1>` (tpu v2 `MultisliceParams`, `tpu.v2.json`
+    // rev 20261001: "nodeIdPrefix: Optional. Prefix of node_ids in case of multislice request.
+    // Should follow the `^[A-Za-z0-9_.~+%-]+$` regex format. If node_count = 3 and
+    // node_id_prefix = \"np\", node ids of nodes created will be \"np-0\", \"np-1\", \"np-2\"").
+    let node_spec = || {
+        let s = queued_resource::tpu::NodeSpec::new().set_parent(parent);
+        let s = match node_count(spec) {
+            Some(n) => s.set_multislice_params(
+                queued_resource::tpu::node_spec::MultisliceParams::new()
+                    .set_node_count(n as i32)
+                    .set_node_id_prefix(node_id),
+            ),
+            None => s.set_node_id(node_id),
+        };
+        s.set_node(node.clone())
+    };
     if let Some(r) = spec.capacity.as_ref().and_then(|c| c.reserved.as_ref()) {
-        let node_spec = queued_resource::tpu::NodeSpec::new()
-            .set_parent(parent)
-            .set_node_id(node_id)
-            .set_node(node);
+        let node_spec = node_spec();
         return Ok(QueuedResource::new()
             .set_tpu(queued_resource::Tpu::new().set_node_spec([node_spec]))
             .set_reservation_name(reservation_name(&r.reservation_name, project, &spec.zone)));
     }
     let q = queued(spec).cloned().unwrap_or_default();
-    let node_spec = queued_resource::tpu::NodeSpec::new()
-        .set_parent(parent)
-        .set_node_id(node_id)
-        .set_node(node);
+    let node_spec = node_spec();
     let mut qr = QueuedResource::new().set_tpu(queued_resource::Tpu::new().set_node_spec([node_spec]));
     let mut policy = None;
     if let Some(d) = &q.valid_until_duration {

@@ -40,6 +40,18 @@ pub struct Report<'a> {
     pub now: DateTime<Utc>,
 }
 
+/// Multislice: each slice's node state by slice id (`-` for a node not there), once any node
+/// was read; empty for a plain slice.
+fn node_states(r: &Report<'_>) -> Vec<String> {
+    if r.names.current.other_slices.is_empty() || r.observed.node.is_none() {
+        return Vec::new();
+    }
+    std::iter::once(r.observed.node.as_ref())
+        .chain(r.observed.other_slices.iter().map(Option::as_ref))
+        .map(|n| n.map_or_else(|| "-".to_string(), state_name))
+        .collect()
+}
+
 /// The new status. Pure: same inputs, same status (timestamps come from `now` and the cloud).
 pub fn build(r: &Report<'_>) -> TpuSliceStatus {
     let old = r.old;
@@ -54,6 +66,7 @@ pub fn build(r: &Report<'_>) -> TpuSliceStatus {
         Some(OperationView::Running | OperationView::Unread)
     );
     let keep = |field: &Option<String>| if op_running { field.clone() } else { None };
+    let slices = r.names.current.other_slices.len() as u32 + 1;
 
     let mut s = TpuSliceStatus {
         observed_generation: generation,
@@ -80,8 +93,9 @@ pub fn build(r: &Report<'_>) -> TpuSliceStatus {
             .and_then(|st| st.state.name())
             .map(str::to_owned),
         accelerator_type: r.shape.map(SliceShape::accelerator_type),
-        chips: r.shape.map(|sh| sh.chips as i32),
-        hosts: r.shape.map(|sh| sh.hosts as i32),
+        chips: r.shape.map(|sh| (sh.chips * slices) as i32),
+        hosts: r.shape.map(|sh| (sh.hosts * slices) as i32),
+        node_states: node_states(r),
         worker_ips: node
             .map(|n| n.network_endpoints.iter().map(|e| e.ip_address.clone()).collect())
             .unwrap_or_default(),

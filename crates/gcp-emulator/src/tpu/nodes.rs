@@ -40,6 +40,9 @@ pub struct NodeRec {
     /// When the simulated workload exits (set when it starts).
     pub workload_end: Option<chrono::DateTime<chrono::Utc>>,
     pub hosts: u32,
+    /// The environment the startup script gave the workload container when it started (every
+    /// host of the node runs the same script), see [`container_env`]; `None` until it started.
+    pub workload_env: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl NodeRec {
@@ -229,6 +232,7 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
             workload_timer: None,
             workload_done: false,
             workload_end: None,
+            workload_env: None,
             hosts: accel.hosts,
         },
     );
@@ -268,6 +272,7 @@ pub fn insert_for_qr(
             workload_timer: None,
             workload_done: false,
             workload_end: None,
+            workload_env: None,
             hosts: accel.hosts,
         },
     );
@@ -575,9 +580,18 @@ fn maybe_schedule_workload(w: &mut World, name: &str) {
     {
         return;
     }
+    let script = rec.body["metadata"]["startup-script"]
+        .as_str()
+        .unwrap_or_default();
+    let Some(env) = container_env(script, &rec.body["metadata"]) else {
+        // The script still waits for a metadata attribute (a multislice node before the
+        // operator told it its slice id): the container has not started.
+        return;
+    };
     let end = World::add(w.now, w.cfg.durations.tpu_workload);
     if let Some(rec) = w.nodes.get_mut(name) {
         rec.workload_end = Some(end);
+        rec.workload_env = Some(env);
     }
     schedule_workload_step(w, name);
 }
@@ -598,6 +612,93 @@ fn schedule_workload_step(w: &mut World, name: &str) {
     if let Some(rec) = w.nodes.get_mut(name) {
         rec.workload_timer = Some(t);
     }
+}
+
+/// The environment a startup script in the operator's format (`docker run ... -e 'K=V' ...`)
+/// gives its container, read the way the shell would run it on the VM: `-e 'K=V'` words
+/// (single-quoted, `'\''` for a quote), and `-e K` words passing through a variable the script
+/// exported from instance metadata (`export K=$(attr KEY)`, the metadata server's
+/// `instance/attributes/KEY`). `None` while an exported attribute is missing: the script waits
+/// for it (`until [ -n "$(attr KEY)" ] ...`) before it starts the container. A script
+/// without `docker run` gives an empty environment.
+pub(crate) fn container_env(
+    script: &str,
+    metadata: &Value,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let mut exported = std::collections::BTreeMap::new();
+    for line in script.lines() {
+        let Some(rest) = line.trim().strip_prefix("export ") else {
+            continue;
+        };
+        let Some((var, value)) = rest.split_once('=') else {
+            continue;
+        };
+        let Some(key) = value.strip_prefix("$(attr ").and_then(|v| v.strip_suffix(')')) else {
+            continue;
+        };
+        exported.insert(var.to_string(), metadata[key].as_str()?.to_string());
+    }
+    let mut env = std::collections::BTreeMap::new();
+    let Some(run) = script.find("docker run ") else {
+        return Some(env);
+    };
+    let words = shell_words(&script[run..]);
+    let mut it = words.iter();
+    while let Some(word) = it.next() {
+        if word != "-e" {
+            continue;
+        }
+        let Some(arg) = it.next() else { break };
+        match arg.split_once('=') {
+            Some((k, v)) => env.insert(k.to_string(), v.to_string()),
+            None => env.insert(arg.clone(), exported.get(arg).cloned().unwrap_or_default()),
+        };
+    }
+    Some(env)
+}
+
+/// The words of a shell command line up to its end (`\` line continuations joined), with
+/// single quotes removed as the shell does.
+fn shell_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    word.push(q);
+                }
+            }
+            '\\' => match chars.next() {
+                Some('\n') | None => {}
+                Some(escaped) => {
+                    in_word = true;
+                    word.push(escaped);
+                }
+            },
+            '\n' => break,
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
 }
 
 /// The `CHECKPOINT_DIR` the node's startup script passes to its container (`-e
@@ -746,5 +847,23 @@ pub fn delete_quietly(w: &mut World, name: &str, d: std::time::Duration) {
         }
         rec.timer = Some(t);
         rec.workload_timer = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// The operator's multislice script: static `-e 'K=V'` words, `-e K` from exported metadata
+    /// attributes, and no container while an attribute is missing.
+    #[test]
+    fn container_env_reads_static_and_exported_variables() {
+        let script = "#!/bin/bash\nattr() { curl; }\nuntil [ -n \"$(attr a-id)\" ]; do sleep 5; done\nexport SLICE=$(attr a-id)\ndocker run --rm -v /dev:/dev \\\n  -e 'MSG=it'\\''s' \\\n  -e SLICE \\\n  -e 'N=2' \\\n  'image:1' 'train.py'\nrc=$?\n";
+        assert_eq!(super::container_env(script, &json!({})), None);
+        let env = super::container_env(script, &json!({"a-id": "1"})).unwrap();
+        assert_eq!(env["MSG"], "it's");
+        assert_eq!(env["SLICE"], "1");
+        assert_eq!(env["N"], "2");
+        assert_eq!(env.len(), 3);
     }
 }

@@ -81,6 +81,140 @@ pub(super) fn plan_node(input: &Input<'_>, n: &Node) -> Plan {
     plan
 }
 
+/// Multislice, its queued resource ACTIVE: all or nothing. Every node must exist and be READY
+/// and HEALTHY for the slice to be Ready; a PREEMPTED / TERMINATED node is a preemption of the
+/// whole run (the queued resource is recreated, [`plan_preempted`]); otherwise the first node
+/// that is not there yet decides what is reported. Once all are READY each node gets its slice
+/// id and the coordinator's address (slice 0 host 0, `<ip>:MEGASCALE_PORT`) in its metadata,
+/// one `nodes.patch` per pass, and drift of any node is corrected the same way.
+pub(super) fn plan_multislice(input: &Input<'_>, first: &Node) -> Plan {
+    let nodes: Vec<Option<&Node>> = std::iter::once(Some(first))
+        .chain(input.observed.other_slices.iter().map(Option::as_ref))
+        .collect();
+    let total = nodes.len();
+    let mut plan = plan_all_slices(input, &nodes);
+    if plan.assessment.progress == Progress::Ready {
+        plan.assessment.capacity = Some(true);
+    }
+    plan.assessment.drift = immutable_drift(input, first);
+    if plan.assessment.progress != Progress::Ready {
+        plan.assessment.message = format!("multislice of {total}: {}", plan.assessment.message);
+    }
+    plan
+}
+
+fn plan_all_slices(input: &Input<'_>, nodes: &[Option<&Node>]) -> Plan {
+    use TpuSlicePhase as P;
+    use node::{Health as H, State as S};
+    let total = nodes.len();
+    if let Some(k) = nodes.iter().position(Option::is_none) {
+        return Plan::report(Assessment::new(
+            Progress::Reconciling,
+            reasons::PROVISIONING,
+            P::Provisioning,
+            format!("queued resource is ACTIVE; the node of slice {k} is not visible yet"),
+        ));
+    }
+    let nodes: Vec<&Node> = nodes.iter().flatten().copied().collect();
+    if let Some((k, n)) = nodes
+        .iter()
+        .enumerate()
+        .find(|(_, n)| matches!(n.state, S::Preempted | S::Terminated))
+    {
+        let mut p = plan_preempted(
+            input,
+            &format!(
+                "{} (the node of slice {k}; a multislice runs all or nothing)",
+                state_name(n)
+            ),
+        );
+        p.assessment.capacity = Some(false);
+        return p;
+    }
+    if let Some((k, n)) = nodes
+        .iter()
+        .enumerate()
+        .find(|(_, n)| n.state != S::Ready || n.health != H::Healthy)
+    {
+        let mut p = plan_node(input, n);
+        // Only slice 0's node is the one `StartNode` acts on; a READY but unhealthy node waits
+        // (its metadata is compared below, once all are healthy).
+        if !(k == 0 && p.action == Action::StartNode) {
+            p.action = Action::None;
+        }
+        p.assessment.message = format!("slice {k}: {}", p.assessment.message);
+        return p;
+    }
+    let Some(ip) = nodes[0]
+        .network_endpoints
+        .first()
+        .map(|e| e.ip_address.as_str())
+        .filter(|ip| !ip.is_empty())
+    else {
+        return Plan::report(Assessment::new(
+            Progress::Reconciling,
+            reasons::PROVISIONING,
+            P::Provisioning,
+            "slice 0 reports no worker address yet",
+        ));
+    };
+    let coordinator = format!("{ip}:{}", crate::tpu_slice::spec::MEGASCALE_PORT);
+    let operation_running = matches!(input.observed.operation, Some(OperationView::Running));
+    for (k, n) in nodes.iter().enumerate() {
+        let d = crate::tpu_slice::spec::slice_desired(input.desired, k, &coordinator);
+        let mask = drift_mask(&d, n);
+        if mask.is_empty() {
+            continue;
+        }
+        let told = n
+            .metadata
+            .get(crate::tpu_slice::spec::MEGASCALE_COORDINATOR_METADATA)
+            .is_some_and(|c| c == &coordinator)
+            && n.metadata
+                .get(crate::tpu_slice::spec::MEGASCALE_SLICE_ID_METADATA)
+                .is_some_and(|id| id == &k.to_string());
+        let assessment = if told {
+            ready(total).requeue(Requeue::Active)
+        } else {
+            Assessment::new(
+                Progress::Reconciling,
+                reasons::PROVISIONING,
+                P::Provisioning,
+                format!(
+                    "all {total} nodes are READY: telling slice {k} its slice id and the coordinator {coordinator}"
+                ),
+            )
+        };
+        if operation_running {
+            return Plan::report(assessment.requeue(Requeue::Active));
+        }
+        let metadata = crate::tpu_slice::spec::patched_metadata(&d, &n.metadata);
+        let patch = Desired { metadata, ..d };
+        return Plan::new(
+            Action::PatchSliceNode {
+                node: n.name.clone(),
+                mask,
+                patch,
+            },
+            assessment,
+        );
+    }
+    let a = ready(total);
+    if operation_running {
+        return Plan::report(a.requeue(Requeue::Active));
+    }
+    Plan::report(a)
+}
+
+fn ready(total: usize) -> Assessment {
+    Assessment::new(
+        Progress::Ready,
+        reasons::NODE_READY,
+        TpuSlicePhase::Ready,
+        format!("all {total} slices of the multislice are READY and HEALTHY"),
+    )
+}
+
 /// READY: Ready when also HEALTHY; keeps labels / metadata / tags in sync.
 fn plan_ready(input: &Input<'_>, n: &Node) -> Plan {
     use TpuSlicePhase as P;

@@ -11,7 +11,9 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::tpu_v2::model::{QueuedResource, queued_resource_state};
 
-use super::{Action, Assessment, Input, Plan, Requeue, plan_absent, plan_node, plan_preempted};
+use super::{
+    Action, Assessment, Input, Plan, Requeue, plan_absent, plan_multislice, plan_node, plan_preempted,
+};
 
 pub(super) fn plan(input: &Input<'_>) -> Plan {
     match &input.observed.queued {
@@ -74,6 +76,7 @@ fn plan_queued(input: &Input<'_>, qr: &QueuedResource) -> Plan {
             p
         }
         S::Active => match &input.observed.node {
+            Some(n) if !input.names.current.other_slices.is_empty() => plan_multislice(input, n),
             Some(n) => plan_node(input, n),
             None => waiting(
                 reasons::PROVISIONING,
