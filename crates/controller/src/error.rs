@@ -21,6 +21,9 @@ pub enum ReconcileError {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<ReconcileError>>),
     #[error("object has no {0}")]
     MissingMetadata(&'static str),
+    /// The watch cache's copy did not decode back into its type (a bug: it was encoded from one).
+    #[error("cached object could not be decoded: {0}")]
+    Decode(#[source] serde_json::Error),
 }
 
 /// Whether retrying the same reconcile can help.
@@ -68,6 +71,7 @@ impl ReconcileError {
             },
             Self::Finalizer(_) => "FinalizerError",
             Self::MissingMetadata(_) => "MissingMetadata",
+            Self::Decode(_) => "CacheDecodeError",
         }
     }
 
@@ -81,7 +85,7 @@ impl ReconcileError {
             } if matches!(status.code, 403 | 422) => Retry::Permanent,
             Self::Kube { .. } | Self::Finalizer(_) => Retry::Transient,
             Self::Gcp { source, .. } if source.is_retryable() => Retry::Transient,
-            Self::Gcp { .. } | Self::MissingMetadata(_) => Retry::Permanent,
+            Self::Gcp { .. } | Self::MissingMetadata(_) | Self::Decode(_) => Retry::Permanent,
         }
     }
 }

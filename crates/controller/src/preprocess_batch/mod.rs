@@ -46,6 +46,7 @@ use crate::{
     context::Context,
     error::{ReconcileError, Result},
     policy, report, tenancy,
+    watched::{Cached, cached_ref},
 };
 
 /// Kind label for metrics and logs.
@@ -53,13 +54,12 @@ pub const KIND: &str = "PreprocessBatch";
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
-    let api = ctx.watched_api::<PreprocessBatch>();
     // Judge nothing before the policies are known (an unlisted policy reads as none).
     ctx.policies.ready().await;
     CloudWatch::start(&ctx, shutdown.clone());
-    crate::watched::controller(api)
+    crate::watched::controller::<PreprocessBatch>(&ctx)
         .with_config(Config::default().concurrency(ctx.config.concurrency))
-        .reconcile_on(ctx.cloud_watch.batch_triggers())
+        .reconcile_on(ctx.cloud_watch.batch_triggers().map(cached_ref))
         .reconcile_all_on(ctx.policies.changes())
         .graceful_shutdown_on(shutdown)
         .run(
@@ -75,11 +75,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
         .await;
 }
 
-#[tracing::instrument(skip(obj, ctx), fields(namespace = obj.namespace(), name = obj.name_any()))]
-async fn reconcile(obj: Arc<PreprocessBatch>, ctx: Arc<Context>) -> Result<Action> {
-    if let Some(wait) = ctx.settled.skip(obj.as_ref()) {
+#[tracing::instrument(skip(cached, ctx), fields(namespace = cached.namespace(), name = cached.name_any()))]
+async fn reconcile(cached: Arc<Cached<PreprocessBatch>>, ctx: Arc<Context>) -> Result<Action> {
+    if let Some(wait) = ctx.settled.skip(cached.as_ref()) {
         return Ok(wait);
     }
+    let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
     let _timer = ctx.metrics.start(KIND);
     let ns = obj
         .namespace()

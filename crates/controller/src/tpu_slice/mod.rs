@@ -42,7 +42,11 @@ use tpu_operator_api::{
     naming::ObjectIdentity,
     tpu_slice::{Provisioner, TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
-use tpu_operator_gcp::ErrorKind;
+use tpu_operator_gcp::{
+    ErrorKind,
+    tpu_v2::model::{NetworkEndpoint, Node, node},
+    wkt,
+};
 
 pub use spec::{DONE_URI_ANNOTATION, DONE_URI_METADATA, workload_script};
 pub use status::FIELD_MANAGER;
@@ -58,6 +62,7 @@ use crate::{
     context::Context,
     error::{ReconcileError, Result},
     policy, tenancy,
+    watched::{Cached, cached_ref},
 };
 
 const KIND: &str = "TpuSlice";
@@ -67,9 +72,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     // Judge nothing before the policies are known (an unlisted policy reads as none).
     ctx.policies.ready().await;
     CloudWatch::start(&ctx, shutdown.clone());
-    crate::watched::controller(ctx.watched_api::<TpuSlice>())
+    crate::watched::controller::<TpuSlice>(&ctx)
         .with_config(Config::default().concurrency(ctx.config.concurrency))
-        .reconcile_on(ctx.cloud_watch.slice_triggers())
+        .reconcile_on(ctx.cloud_watch.slice_triggers().map(cached_ref))
         .reconcile_all_on(ctx.policies.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -77,16 +82,17 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
         .await;
 }
 
-fn error_policy(obj: Arc<TpuSlice>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+fn error_policy(obj: Arc<Cached<TpuSlice>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
     policy::error_policy(KIND, obj.as_ref(), err, &ctx)
 }
 
-#[tracing::instrument(skip(obj, ctx), fields(namespace = obj.namespace(), name = obj.name_any()))]
-pub async fn reconcile(obj: Arc<TpuSlice>, ctx: Arc<Context>) -> Result<Action> {
-    if let Some(wait) = ctx.settled.skip(obj.as_ref()) {
+#[tracing::instrument(skip(cached, ctx), fields(namespace = cached.namespace(), name = cached.name_any()))]
+pub async fn reconcile(cached: Arc<Cached<TpuSlice>>, ctx: Arc<Context>) -> Result<Action> {
+    if let Some(wait) = ctx.settled.skip(cached.as_ref()) {
         return Ok(wait);
     }
     let _timer = ctx.metrics.start(KIND);
+    let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
     let ns = obj
         .namespace()
         .ok_or(ReconcileError::MissingMetadata("namespace"))?;
@@ -496,7 +502,12 @@ async fn delete_known_node(
             "deleting the cloud resources",
         ),
     };
-    let observed = Observed::default();
+    // What the status last showed of the node (it was READY, and billing, until this delete):
+    // the same status the full path writes from the read it would have made.
+    let observed = Observed {
+        node: Some(last_seen_node(old)),
+        ..Observed::default()
+    };
     let shape = spec::shape(&slice.spec);
     report(
         ctx,
@@ -511,6 +522,27 @@ async fn delete_known_node(
     .await?;
     let wait = watch_deletion(ctx, slice, &observed, &action);
     Ok(Some(ctx.settled.settle(slice, wait)))
+}
+
+/// The node as `status` last described it (name, state, health, addresses, creation time).
+fn last_seen_node(status: &TpuSliceStatus) -> Node {
+    let endpoints = status
+        .worker_ips
+        .iter()
+        .map(|ip| NetworkEndpoint::new().set_ip_address(ip.clone()));
+    let mut n = Node::new()
+        .set_name(status.node_name.clone().unwrap_or_default())
+        .set_state(node::State::from(
+            status.node_state.as_deref().unwrap_or_default(),
+        ))
+        .set_network_endpoints(endpoints);
+    if let Some(health) = &status.health {
+        n = n.set_health(node::Health::from(health.as_str()));
+    }
+    if let Some(created) = &status.create_time {
+        n = n.set_create_time(wkt::Timestamp::clamp(created.0.as_second(), 0));
+    }
+    n
 }
 
 /// When to look again at a slice whose node is being deleted: the cloud watch wakes it when the

@@ -25,7 +25,6 @@ use kube::{
     runtime::{
         controller::{Action, Config},
         finalizer::{Event as Finalizer, finalizer},
-        watcher,
     },
 };
 use tpu_operator_api::{
@@ -43,6 +42,7 @@ use crate::{
     context::Context,
     error::{ReconcileError, Result},
     policy, report, tenancy,
+    watched::{self, Cached, cached_ref},
 };
 
 const KIND: &str = "TrainingPipeline";
@@ -82,17 +82,14 @@ impl Names {
 
 /// Runs the controller until `shutdown`: watches pipelines and the children they own.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
-    let pipelines = ctx.watched_api::<TrainingPipeline>();
-    let batches = ctx.watched_api::<PreprocessBatch>();
-    let slices = ctx.watched_api::<TpuSlice>();
     // Judge nothing before the policies are known (an unlisted policy reads as none).
     ctx.policies.ready().await;
     CloudWatch::start(&ctx, shutdown.clone());
-    crate::watched::controller(pipelines)
-        .owns(batches, watcher::Config::default())
-        .owns(slices, watcher::Config::default())
+    crate::watched::controller::<TrainingPipeline>(&ctx)
+        .owns_stream(watched::metadata::<PreprocessBatch>(&ctx))
+        .owns_stream(watched::metadata::<TpuSlice>(&ctx))
         .with_config(Config::default().concurrency(ctx.config.concurrency))
-        .reconcile_on(ctx.cloud_watch.pipeline_triggers())
+        .reconcile_on(ctx.cloud_watch.pipeline_triggers().map(cached_ref))
         .reconcile_all_on(ctx.policies.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -100,13 +97,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
         .await;
 }
 
-fn error_policy(tp: Arc<TrainingPipeline>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+fn error_policy(tp: Arc<Cached<TrainingPipeline>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
     policy::error_policy(KIND, tp.as_ref(), err, &ctx)
 }
 
-#[tracing::instrument(skip(tp, ctx), fields(ns = tp.namespace(), name = tp.name_any()))]
-async fn reconcile(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
+#[tracing::instrument(skip(cached, ctx), fields(ns = cached.namespace(), name = cached.name_any()))]
+async fn reconcile(cached: Arc<Cached<TrainingPipeline>>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.start(KIND);
+    let tp = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
     let ns = tp
         .namespace()
         .ok_or(ReconcileError::MissingMetadata("namespace"))?;
