@@ -1,30 +1,23 @@
-//! Reconcilers for the tpu-operator custom resources.
+//! Reconcilers for the tpu-operator custom resources, in three folders:
 //!
-//! Every kind follows the same shape: guards → finalizer → observe → plan (pure) → act (at most one
-//! mutating cloud call) → report (status by server-side apply). Shared machinery lives at the top
-//! level of this crate; each kind has its own module.
+//! - [`runtime`]: the machinery every reconcile runs on (the `Context`, the compact watch cache
+//!   and settled-object skip, the cloud watch, backoff and the error-retry policy, status and
+//!   Event reporting, metrics, the clock, the error type).
+//! - [`governance`]: what is allowed and what it costs (tenancy policy, pricing, the orphan
+//!   sweeper).
+//! - [`kinds`]: one module per custom resource, each in the same shape: guards → finalizer →
+//!   observe → plan (pure) → act (at most one mutating cloud call) → report (status by
+//!   server-side apply).
 #![forbid(unsafe_code)]
 
-pub mod backoff;
-pub mod clock;
-pub mod cloud_watch;
-pub mod context;
-pub mod error;
-pub mod events;
-pub mod metrics;
-pub mod policy;
-pub mod preprocess_batch;
-pub mod pricing;
-pub mod report;
-pub mod settled;
-pub mod sweeper;
-pub mod tenancy;
-pub mod tpu_slice;
-pub mod training_pipeline;
-pub mod watched;
+pub mod governance;
+pub mod kinds;
+pub mod runtime;
 
-pub use context::{Context, ControllerConfig};
-pub use error::{ReconcileError, Result};
+pub use runtime::{
+    context::{Context, ControllerConfig},
+    error::{ReconcileError, Result},
+};
 
 /// The finalizer every kind uses to clean up its cloud resources before the object goes away.
 pub const FINALIZER: &str = "tpu-operator.dev/cleanup";

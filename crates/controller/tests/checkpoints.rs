@@ -16,8 +16,10 @@ use tpu_operator_api::{
     },
 };
 use tpu_operator_controller::{
-    Context, metrics::PipelineLabels, never_shutdown, preprocess_batch, tpu_slice, training_pipeline,
-    training_pipeline::status::to_chrono,
+    Context,
+    kinds::{preprocess_batch, tpu_slice, training_pipeline, training_pipeline::status::to_chrono},
+    never_shutdown,
+    runtime::metrics::PipelineLabels,
 };
 
 const STEP: Duration = Duration::from_secs(15);
@@ -229,7 +231,7 @@ async fn a_run_without_new_checkpoints_is_reported_after_its_progress_deadline_a
         .ctx
         .metrics
         .training_stalls
-        .get_or_create(&tpu_operator_controller::metrics::SpendLabels {
+        .get_or_create(&tpu_operator_controller::runtime::metrics::SpendLabels {
             namespace: env.ns.clone(),
         })
         .get();
@@ -263,7 +265,7 @@ async fn a_run_without_new_checkpoints_is_reported_after_its_progress_deadline_a
         env.ctx
             .metrics
             .training_stalls
-            .get_or_create(&tpu_operator_controller::metrics::SpendLabels {
+            .get_or_create(&tpu_operator_controller::runtime::metrics::SpendLabels {
                 namespace: env.ns.clone(),
             })
             .get(),

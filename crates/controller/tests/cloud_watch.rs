@@ -13,7 +13,11 @@ use tpu_operator_api::{
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
 };
-use tpu_operator_controller::{Context, never_shutdown, preprocess_batch, shutdown_on, tpu_slice};
+use tpu_operator_controller::{
+    Context,
+    kinds::{preprocess_batch, tpu_slice},
+    never_shutdown, shutdown_on,
+};
 
 const STEP: Duration = Duration::from_secs(20);
 const OUTPUT: &str = "gs://demo-data/processed/";

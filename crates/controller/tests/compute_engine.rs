@@ -13,7 +13,10 @@ use tpu_operator_api::{
     tpu_slice::{TpuSlice, TpuSlicePhase},
     training_pipeline::{TrainingPipeline, TrainingPipelinePhase},
 };
-use tpu_operator_controller::{never_shutdown, preprocess_batch, tpu_slice, training_pipeline};
+use tpu_operator_controller::{
+    kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    never_shutdown,
+};
 
 const ZONE: &str = "us-east5-b";
 const STEP: Duration = Duration::from_secs(20);

@@ -7,7 +7,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::{Resource, api::DeleteParams};
 use support::TestEnv;
 use tpu_operator_api::tpu_slice::TpuSlice;
-use tpu_operator_controller::events::EventType;
+use tpu_operator_controller::runtime::events::EventType;
 
 async fn events_about(env: &TestEnv, name: &str) -> Vec<Event> {
     let mut events: Vec<Event> = env

@@ -33,7 +33,9 @@ use tpu_operator_api::{
     training_pipeline::{TrainingPipeline, TrainingPipelinePhase},
 };
 use tpu_operator_controller::{
-    Context, FINALIZER, never_shutdown, preprocess_batch, tpu_slice, training_pipeline,
+    Context, FINALIZER,
+    kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    never_shutdown,
 };
 
 const STEP: Duration = Duration::from_secs(15);

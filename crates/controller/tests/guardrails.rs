@@ -16,7 +16,11 @@ use tpu_operator_api::{
     tpu_slice::TpuSlice,
     training_pipeline::TrainingPipeline,
 };
-use tpu_operator_controller::{Context, never_shutdown, preprocess_batch, tpu_slice, training_pipeline};
+use tpu_operator_controller::{
+    Context,
+    kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    never_shutdown,
+};
 
 const STEP: Duration = Duration::from_secs(20);
 
@@ -651,7 +655,7 @@ async fn service_accounts_and_networks_are_checked_for_all_three_kinds() {
 #[tokio::test]
 async fn orphan_sweeper_reports_then_deletes_only_our_orphans() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use tpu_operator_controller::sweeper::{Mode, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig};
+    use tpu_operator_controller::governance::sweeper::{Mode, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig};
 
     let mut env = TestEnv::start().await;
     let ctx = start(&mut env, None).await;
@@ -704,7 +708,7 @@ async fn orphan_sweeper_reports_then_deletes_only_our_orphans() {
     let gauge = ctx
         .metrics
         .orphans
-        .get_or_create(&tpu_operator_controller::metrics::OrphanLabels { kind: "tpu.node" })
+        .get_or_create(&tpu_operator_controller::runtime::metrics::OrphanLabels { kind: "tpu.node" })
         .get();
     assert_eq!(gauge, 1);
     assert!(has_warning(&env, SUMMARY_CONFIGMAP, "OrphanFound", Duration::ZERO).await);
@@ -796,7 +800,7 @@ async fn budget_refuses_new_slices_while_running_ones_keep_running_and_cost_accr
     let running: TpuSlice = env.api().get("running").await.unwrap();
     assert!(is_ready(&running));
 
-    let labels = tpu_operator_controller::metrics::SpendLabels {
+    let labels = tpu_operator_controller::runtime::metrics::SpendLabels {
         namespace: env.ns.clone(),
     };
     assert_eq!(ctx.metrics.spend_per_hour_usd.get_or_create(&labels).get(), 10.8);

@@ -13,7 +13,11 @@ use tpu_operator_api::{
     tpu_slice::TpuSlice,
     training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase as Phase},
 };
-use tpu_operator_controller::{Context, never_shutdown, preprocess_batch, tpu_slice, training_pipeline};
+use tpu_operator_controller::{
+    Context,
+    kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    never_shutdown,
+};
 
 const STEP: Duration = Duration::from_secs(15);
 

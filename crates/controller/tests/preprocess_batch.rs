@@ -16,7 +16,7 @@ use tpu_operator_api::{
     naming::{self, ObjectIdentity},
     preprocess_batch::{PreprocessBatch, PreprocessBatchPhase},
 };
-use tpu_operator_controller::{never_shutdown, preprocess_batch};
+use tpu_operator_controller::{kinds::preprocess_batch, never_shutdown};
 use tpu_operator_gcp::{DataprocApi, GcpError, dataproc_v1::model::Batch, longrunning::model::Operation};
 
 const REGION: &str = "us-central1";

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use support::TestEnv;
 use tpu_operator_api::preprocess_batch::{PreprocessBatch, PreprocessBatchPhase};
-use tpu_operator_controller::{never_shutdown, preprocess_batch};
+use tpu_operator_controller::{kinds::preprocess_batch, never_shutdown};
 
 const STEP: Duration = Duration::from_secs(30);
 

@@ -17,9 +17,10 @@ use tpu_operator_api::{
     tpu_slice::TpuSlice,
 };
 use tpu_operator_controller::{
-    Context, never_shutdown,
-    sweeper::{Mode, ResourceKind, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig},
-    tpu_slice,
+    Context,
+    governance::sweeper::{Mode, ResourceKind, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig},
+    kinds::tpu_slice,
+    never_shutdown,
 };
 use tpu_operator_gcp::tpu_v2::model::Node;
 

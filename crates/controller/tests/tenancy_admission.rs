@@ -27,7 +27,10 @@ use tpu_operator_api::{
     tpu_policy::TpuPolicy,
 };
 use tpu_operator_controller::{
-    Shutdown, never_shutdown, preprocess_batch, tenancy, tpu_slice, training_pipeline,
+    Shutdown,
+    governance::tenancy,
+    kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    never_shutdown,
 };
 
 const STEP: Duration = Duration::from_secs(20);

@@ -14,7 +14,7 @@ use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
     tpu_slice::TpuSlice,
 };
-use tpu_operator_controller::{never_shutdown, tpu_slice};
+use tpu_operator_controller::{kinds::tpu_slice, never_shutdown};
 
 const ZONE: &str = "us-east5-b";
 const STEP: Duration = Duration::from_secs(20);

@@ -16,7 +16,9 @@ use tpu_operator_api::{
     training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase as Phase},
 };
 use tpu_operator_controller::{
-    Context, never_shutdown, preprocess_batch, tpu_slice, training_pipeline, training_pipeline::spec,
+    Context,
+    kinds::{preprocess_batch, tpu_slice, training_pipeline, training_pipeline::spec},
+    never_shutdown,
 };
 
 /// Emulated time per poll: Dataproc (3 min) + Vertex (6 min) finish in a few dozen polls.
@@ -215,7 +217,7 @@ async fn crash_between_vertex_create_and_status_write_runs_one_job() {
     // writing its name to the status.
     let tp = env.create(&vertex_only("crash")).await;
     let id = ObjectIdentity::new(&env.ns, "crash", tp.uid().unwrap());
-    let ckpt = tpu_operator_controller::training_pipeline::checkpoints::base_dir(&tp.spec.artifacts);
+    let ckpt = tpu_operator_controller::kinds::training_pipeline::checkpoints::base_dir(&tp.spec.artifacts);
     let job = spec::custom_job(&tp.spec, &id, "test-cluster", 1, &ckpt).unwrap();
     env.ctx
         .gcp
@@ -289,3 +291,4 @@ async fn spot_preemption_during_tpu_vm_training_recreates_the_slice_without_a_re
     assert_eq!(train_attempts(&done), 1, "{}", message(&done));
     assert_eq!(done.status.as_ref().unwrap().attempts, 1);
 }
+

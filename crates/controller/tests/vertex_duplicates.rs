@@ -9,7 +9,7 @@ use std::time::Duration;
 use gcp_emulator::Fault;
 use support::TestEnv;
 use tpu_operator_api::training_pipeline::{TrainingPipeline, TrainingPipelinePhase as Phase};
-use tpu_operator_controller::{never_shutdown, training_pipeline};
+use tpu_operator_controller::{kinds::training_pipeline, never_shutdown};
 
 const STEP: Duration = Duration::from_secs(15);
 

@@ -10,7 +10,7 @@ use support::TestEnv;
 use tpu_operator_api::training_pipeline::{
     SchedulingStrategy, StageName, TrainingPipeline, TrainingPipelinePhase as Phase,
 };
-use tpu_operator_controller::{never_shutdown, training_pipeline};
+use tpu_operator_controller::{kinds::training_pipeline, never_shutdown};
 
 const STEP: Duration = Duration::from_secs(15);
 

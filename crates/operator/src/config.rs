@@ -12,9 +12,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tpu_operator_controller::{
     ControllerConfig,
-    pricing::{PriceOverrides, PriceTable},
-    sweeper::{Mode, SweeperConfig},
-    tenancy::WithoutPolicy,
+    governance::{
+        pricing::{PriceOverrides, PriceTable},
+        sweeper::{Mode, SweeperConfig},
+        tenancy::WithoutPolicy,
+    },
 };
 
 /// What the orphan sweeper does with cloud resources whose owning object is gone.
@@ -546,7 +548,7 @@ fn sweep_places(
         projects
     };
     for zone in &zones {
-        let region = tpu_operator_controller::tenancy::request::region_of_zone(zone).to_owned();
+        let region = tpu_operator_controller::governance::tenancy::request::region_of_zone(zone).to_owned();
         if !regions.contains(&region) {
             regions.push(region);
         }
@@ -665,9 +667,10 @@ mod tests {
         let settings = parse(&["--config", file.to_str().unwrap()]).resolve().unwrap();
         assert_eq!(settings.namespaces_without_policy, WithoutPolicy::Deny);
         let shape = tpu_operator_api::accelerator::parse_accelerator_type("v6e-8").unwrap();
-        let (usd, _) = settings
-            .prices
-            .slice_per_hour(&shape, tpu_operator_controller::pricing::CapacityKind::Spot);
+        let (usd, _) = settings.prices.slice_per_hour(
+            &shape,
+            tpu_operator_controller::governance::pricing::CapacityKind::Spot,
+        );
         assert_eq!(usd, 8.0);
         let flag = parse(&[
             "--config",

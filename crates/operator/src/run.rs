@@ -18,10 +18,12 @@ use prometheus_client::{metrics::gauge::Gauge, registry::Registry};
 use tokio::signal::unix::{SignalKind, signal};
 use tpu_operator_controller::{
     Context, Shutdown,
-    metrics::Metrics,
+    governance::{
+        sweeper::{self, Sweeper},
+        tenancy::Policies,
+    },
+    runtime::metrics::Metrics,
     shutdown_on,
-    sweeper::{self, Sweeper},
-    tenancy::Policies,
 };
 use tpu_operator_gcp::{Gcp, GcpMetrics};
 use tracing::{error, info, warn};
@@ -35,7 +37,10 @@ use crate::{
 
 /// Runs the three controllers and the TpuPolicy usage report until `shutdown` resolves. Shared with `tpu-operator local`.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
-    use tpu_operator_controller::{preprocess_batch, tenancy, tpu_slice, training_pipeline};
+    use tpu_operator_controller::{
+        governance::tenancy,
+        kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    };
     tokio::join!(
         tpu_slice::run(ctx.clone(), shutdown.clone()),
         preprocess_batch::run(ctx.clone(), shutdown.clone()),

@@ -17,8 +17,10 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use tpu_operator_api::{PreprocessBatch, TpuSlice, TrainingPipeline};
 use tpu_operator_controller::{
-    Context, ControllerConfig, backoff::BackoffPolicy, clock::FnClock, metrics::Metrics, never_shutdown,
-    preprocess_batch, tpu_slice, training_pipeline,
+    Context, ControllerConfig,
+    kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    never_shutdown,
+    runtime::{backoff::BackoffPolicy, clock::FnClock, metrics::Metrics},
 };
 use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics};
 
@@ -257,10 +259,6 @@ impl World {
             .unwrap_or_default()
     }
 
-    pub fn operator_running(&self) -> bool {
-        self.op.is_some() || self.proc.is_some()
-    }
-
     /// The running operator's reconcile count (all kinds).
     pub fn reconciles(&self) -> Option<u64> {
         let op = self.op.as_ref()?;
@@ -271,7 +269,7 @@ impl World {
                 .iter()
                 .map(|kind| {
                     m.reconciles
-                        .get_or_create(&tpu_operator_controller::metrics::KindLabels { kind })
+                        .get_or_create(&tpu_operator_controller::runtime::metrics::KindLabels { kind })
                         .get()
                 })
                 .sum(),

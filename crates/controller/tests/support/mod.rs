@@ -19,9 +19,8 @@ use kube_conformance::TestCluster;
 use serde::{Serialize, de::DeserializeOwned};
 use tpu_operator_controller::{
     Context, ControllerConfig,
-    backoff::BackoffPolicy,
-    clock::FnClock,
-    tenancy::{Policies, WithoutPolicy},
+    governance::tenancy::{Policies, WithoutPolicy},
+    runtime::{backoff::BackoffPolicy, clock::FnClock},
 };
 use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics};
 

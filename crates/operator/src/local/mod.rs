@@ -18,10 +18,9 @@ use clap::{ArgAction, Args};
 use kube::api::DeleteParams;
 use tpu_operator_controller::{
     Context, ControllerConfig,
-    backoff::BackoffPolicy,
-    clock::FnClock,
+    governance::tenancy::{Policies, WithoutPolicy},
+    runtime::{backoff::BackoffPolicy, clock::FnClock},
     shutdown_on,
-    tenancy::{Policies, WithoutPolicy},
 };
 use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics};
 

@@ -1,0 +1,347 @@
+//! What an object asks of the cloud, as the policy sees it: project, location, TPU shape and
+//! capacity kind, the Google identity and network it runs with, and the estimated burn rate.
+//! Pure: built from specs and the price table.
+
+use tpu_operator_api::{
+    accelerator::{SliceShape, VertexAcceleratorType, parse_accelerator_type, shape_from_config},
+    preprocess_batch::BatchTemplate,
+    tpu_slice::{Capacity, QueuedTier, TpuSliceSpec},
+    training_pipeline::{SchedulingStrategy, TrainingPipelineSpec, VertexTraining},
+};
+
+use crate::governance::pricing::{CapacityKind, PriceTable};
+
+/// TPU chips an object asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TpuUse {
+    pub shape: SliceShape,
+    pub capacity: CapacityKind,
+}
+
+/// The VPC network a workload is attached to, as the policy sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NetworkUse {
+    /// None of the customer's networks (a Vertex job without `network` peers with none).
+    #[default]
+    Unused,
+    /// Nothing named: the project's `default` network (TPU VMs, Dataproc).
+    Default,
+    /// This network, short name or full path, as written (or as the node reports it).
+    Named(String),
+    /// Only a subnetwork is named (Dataproc `subnetworkUri`): the network is the subnetwork's,
+    /// which the operator cannot see without a Compute Engine read.
+    OfSubnetwork,
+}
+
+/// One prospective cloud create (or adoption).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Request {
+    /// For messages: `TpuSlice`, `Vertex custom job`, `Dataproc batch`.
+    pub what: String,
+    pub project: String,
+    pub region: String,
+    pub zone: Option<String>,
+    pub tpu: Option<TpuUse>,
+    /// Estimated US dollars per hour while it runs (0 when unknown in advance, e.g. Dataproc).
+    pub per_hour_usd: f64,
+    /// The Google service account the workload runs as; `None`: the service's default identity.
+    pub service_account: Option<String>,
+    pub network: NetworkUse,
+    /// Subnetwork, short name or full path, when one is named.
+    pub subnetwork: Option<String>,
+    /// `Some(node)`: not a create but the adoption of this existing TPU node
+    /// (`spec.adoptNodeId`); the other fields describe the node as the cloud reports it.
+    pub adopt: Option<String>,
+    /// The first look at an adoption, before the node is read: the service account and networks
+    /// are the node's, not yet known, and are not checked (the spec's are never applied to it).
+    pub identity_pending: bool,
+}
+
+/// `us-east5-b` → `us-east5`.
+pub fn region_of_zone(zone: &str) -> &str {
+    zone.rsplit_once('-').map_or(zone, |(region, _)| region)
+}
+
+/// The slice's shape; `None` when the spec is invalid (the controller reports that itself).
+fn multislice_count(spec: &TpuSliceSpec) -> Option<u32> {
+    spec.multislice.as_ref().map(|m| m.node_count.max(1) as u32)
+}
+
+/// A multislice (`spec.multislice`) counts all its slices' chips and hosts, like the replicas
+/// of a Vertex job.
+pub fn slice_shape(spec: &TpuSliceSpec) -> Option<SliceShape> {
+    let mut shape = match (&spec.accelerator_type, &spec.accelerator_config) {
+        (Some(t), None) => parse_accelerator_type(t).ok(),
+        (None, Some(c)) => shape_from_config(c.type_, &c.topology).ok(),
+        _ => None,
+    }?;
+    if let Some(n) = multislice_count(spec) {
+        shape.chips *= n;
+        shape.hosts *= n;
+    }
+    Some(shape)
+}
+
+/// The capacity kind of a slice, as the policy names it.
+pub fn slice_capacity(spec: &TpuSliceSpec) -> CapacityKind {
+    match &spec.capacity {
+        // Flex-start waits for capacity like a queued resource (and like Vertex's FLEX_START).
+        Some(
+            Capacity { queued: Some(_), .. }
+            | Capacity {
+                flex_start: Some(_), ..
+            },
+        ) => CapacityKind::Queued,
+        Some(Capacity { spot: Some(_), .. }) => CapacityKind::Spot,
+        Some(Capacity {
+            reserved: Some(_), ..
+        }) => CapacityKind::Reserved,
+        _ => CapacityKind::OnDemand,
+    }
+}
+
+/// The capacity kind a slice is priced at (queued spot tier is spot).
+pub fn slice_price_kind(spec: &TpuSliceSpec) -> CapacityKind {
+    match &spec.capacity {
+        Some(Capacity { queued: Some(q), .. }) if q.tier == QueuedTier::Spot => CapacityKind::Spot,
+        _ => slice_capacity(spec),
+    }
+}
+
+/// Estimated US dollars per hour of a running slice, with its price key.
+pub fn slice_per_hour(spec: &TpuSliceSpec, prices: &PriceTable) -> Option<(f64, String)> {
+    let shape = slice_shape(spec)?;
+    Some(prices.slice_per_hour(&shape, slice_price_kind(spec)))
+}
+
+/// A TpuSlice create. `None` when the spec has no valid shape.
+pub fn tpu_slice(spec: &TpuSliceSpec, project: &str, prices: &PriceTable) -> Option<Request> {
+    let shape = slice_shape(spec)?;
+    let (per_hour_usd, _) = prices.slice_per_hour(&shape, slice_price_kind(spec));
+    Some(Request {
+        what: match (multislice_count(spec), spec.accelerator_type.as_deref()) {
+            (Some(n), Some(t)) => format!("TpuSlice ({n} x {t} multislice in {})", spec.zone),
+            _ => format!("TpuSlice ({} in {})", shape.accelerator_type(), spec.zone),
+        },
+        project: project.to_owned(),
+        region: region_of_zone(&spec.zone).to_owned(),
+        zone: Some(spec.zone.clone()),
+        tpu: Some(TpuUse {
+            shape,
+            capacity: slice_capacity(spec),
+        }),
+        per_hour_usd,
+        service_account: spec.service_account.as_ref().map(|sa| sa.email.clone()),
+        network: match spec.network_config.as_ref().and_then(|n| n.network.clone()) {
+            Some(n) => NetworkUse::Named(n),
+            None => NetworkUse::Default,
+        },
+        subnetwork: spec.network_config.as_ref().and_then(|n| n.subnetwork.clone()),
+        ..Request::default()
+    })
+}
+
+/// The adoption of an existing node by a slice (`spec.adoptNodeId`): the slice's request from
+/// its spec, marked as an adoption, for the first look before the node is read.
+pub fn adopting_slice(
+    spec: &TpuSliceSpec,
+    project: &str,
+    node: &str,
+    prices: &PriceTable,
+) -> Option<Request> {
+    let mut req = tpu_slice(spec, project, prices)?;
+    req.what = format!("TpuSlice adopting node {node}");
+    req.adopt = Some(node.to_owned());
+    req.identity_pending = true;
+    Some(req)
+}
+
+/// A Dataproc batch create: project and region only.
+pub fn dataproc_batch(project: &str, region: &str) -> Request {
+    Request {
+        what: "Dataproc batch".into(),
+        project: project.to_owned(),
+        region: region.to_owned(),
+        network: NetworkUse::Default,
+        ..Request::default()
+    }
+}
+
+/// A Dataproc batch create with its execution settings: project, region, service account and
+/// network (`networkUri` or `subnetworkUri`; the subnetwork wins if both slipped through, as in
+/// the request the operator sends).
+pub fn batch(project: &str, region: &str, template: &BatchTemplate) -> Request {
+    let mut req = dataproc_batch(project, region);
+    let Some(e) = &template.execution else {
+        return req;
+    };
+    req.service_account = e.service_account.clone();
+    (req.network, req.subnetwork) = match (&e.subnetwork_uri, &e.network_uri) {
+        (Some(subnet), _) => (NetworkUse::OfSubnetwork, Some(subnet.clone())),
+        (None, Some(net)) => (NetworkUse::Named(net.clone()), None),
+        (None, None) => (NetworkUse::Default, None),
+    };
+    req
+}
+
+/// The TPU shape of a Vertex job (per replica).
+pub fn vertex_shape(v: &VertexTraining) -> Option<SliceShape> {
+    match v.machine_type.check_topology(v.tpu_topology.as_deref()).ok()? {
+        Some(shape) => Some(shape),
+        None => {
+            let prefix = match v.accelerator_type? {
+                VertexAcceleratorType::TPU_V2 => "v2",
+                VertexAcceleratorType::TPU_V3 => "v3",
+                _ => return None,
+            };
+            parse_accelerator_type(&format!("{prefix}-{}", v.accelerator_count.unwrap_or(8))).ok()
+        }
+    }
+}
+
+fn vertex_capacity(v: &VertexTraining) -> CapacityKind {
+    match v.scheduling.as_ref().map(|s| s.strategy) {
+        Some(SchedulingStrategy::Spot) => CapacityKind::Spot,
+        Some(SchedulingStrategy::FlexStart) => CapacityKind::Queued,
+        Some(SchedulingStrategy::Standard) | None => CapacityKind::OnDemand,
+    }
+}
+
+/// Estimated US dollars per hour of the pipeline's Vertex job, with its price key.
+pub fn vertex_per_hour(v: &VertexTraining, prices: &PriceTable) -> (f64, String) {
+    let shape = vertex_shape(v);
+    let replicas = u32::try_from(v.replica_count.max(1)).unwrap_or(1);
+    prices.vertex_per_hour(
+        v.machine_type,
+        shape.as_ref(),
+        replicas,
+        vertex_capacity(v) == CapacityKind::Spot,
+    )
+}
+
+/// The Vertex job of a pipeline in Vertex mode (chips = all replicas).
+pub fn vertex_job(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTable) -> Option<Request> {
+    let v = spec.training.vertex.as_ref()?;
+    let tpu = vertex_shape(v).map(|mut shape| {
+        let replicas = u32::try_from(v.replica_count.max(1)).unwrap_or(1);
+        shape.chips *= replicas;
+        TpuUse {
+            shape,
+            capacity: vertex_capacity(v),
+        }
+    });
+    Some(Request {
+        what: format!(
+            "Vertex custom job ({} in {})",
+            v.machine_type.as_str(),
+            spec.region
+        ),
+        project: project.to_owned(),
+        region: spec.region.clone(),
+        zone: None,
+        tpu,
+        per_hour_usd: vertex_per_hour(v, prices).0,
+        service_account: v.service_account.clone(),
+        network: v.network.clone().map_or(NetworkUse::Unused, NetworkUse::Named),
+        ..Request::default()
+    })
+}
+
+/// Everything a pipeline will create, for the check before it creates anything: its Dataproc
+/// batch (when it preprocesses), then its Vertex job or training slice.
+pub fn pipeline(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTable) -> Vec<Request> {
+    let mut out = Vec::new();
+    if let Some(template) = &spec.preprocess {
+        out.push(batch(project, &spec.region, template));
+    }
+    if let Some(job) = vertex_job(spec, project, prices) {
+        out.push(job);
+    }
+    if let Some(slice) = spec.training.tpu_vm.as_ref().and_then(|t| {
+        let project = slice_project(&t.slice, project);
+        match &t.slice.adopt_node_id {
+            Some(id) => {
+                let node = format!("projects/{project}/locations/{}/nodes/{id}", t.slice.zone);
+                adopting_slice(&t.slice, project, &node, prices)
+            }
+            None => tpu_slice(&t.slice, project, prices),
+        }
+    }) {
+        out.push(slice);
+    }
+    out
+}
+
+fn slice_project<'a>(slice: &'a TpuSliceSpec, pipeline_project: &'a str) -> &'a str {
+    slice.project.as_deref().unwrap_or(pipeline_project)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pipeline_spec(training: serde_json::Value) -> TrainingPipelineSpec {
+        serde_json::from_value(json!({
+            "region": "us-east5",
+            "artifacts": {"modelDir": "gs://b/m/", "processedData": "gs://b/p/"},
+            "preprocess": {"pyspark": {"mainPythonFileUri": "gs://b/s.py"},
+                           "execution": {"serviceAccount": "etl@p.iam.gserviceaccount.com",
+                                         "subnetworkUri": "team-sub"}},
+            "training": training,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn pipelines_carry_the_identity_and_network_of_everything_they_create() {
+        let prices = PriceTable::default();
+        let spec = pipeline_spec(json!({"tpuVm": {
+            "slice": {"zone": "us-east5-b", "acceleratorType": "v6e-8", "runtimeVersion": "v",
+                      "adoptNodeId": "theirs"},
+            "container": {"image": "i"}}}));
+        let reqs = pipeline(&spec, "p", &prices);
+        assert_eq!(reqs.len(), 2, "{reqs:#?}");
+        let batch = &reqs[0];
+        assert_eq!(
+            batch.service_account.as_deref(),
+            Some("etl@p.iam.gserviceaccount.com")
+        );
+        assert_eq!(
+            (&batch.network, batch.subnetwork.as_deref()),
+            (&NetworkUse::OfSubnetwork, Some("team-sub"))
+        );
+        let slice = &reqs[1];
+        assert_eq!(
+            slice.adopt.as_deref(),
+            Some("projects/p/locations/us-east5-b/nodes/theirs")
+        );
+        assert!(
+            slice.identity_pending,
+            "the node's identity is judged once it is read"
+        );
+
+        let spec = pipeline_spec(json!({"vertex": {
+            "machineType": "ct6e-standard-4t", "tpuTopology": "2x2", "container": {"image": "i"},
+            "serviceAccount": "t@p.iam.gserviceaccount.com"}}));
+        let job = vertex_job(&spec, "p", &prices).unwrap();
+        assert_eq!(
+            job.service_account.as_deref(),
+            Some("t@p.iam.gserviceaccount.com")
+        );
+        assert_eq!(job.network, NetworkUse::Unused, "no peering: no network of ours");
+        assert_eq!(
+            tpu_slice(
+                &serde_json::from_value(
+                    json!({"zone": "us-east5-b", "acceleratorType": "v6e-8", "runtimeVersion": "v"})
+                )
+                .unwrap(),
+                "p",
+                &prices
+            )
+            .unwrap()
+            .network,
+            NetworkUse::Default
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! What a namespace holds right now: TPU chips and estimated burn rate of the slices that are
+//! running or being created, the Vertex TPU jobs of running pipelines, and running Dataproc
+//! batches. [`tally`] is pure; [`namespace_usage`] lists the three kinds.
+
+use kube::{Api, ResourceExt, api::ListParams};
+use tpu_operator_api::{
+    preprocess_batch::PreprocessBatch,
+    tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
+    training_pipeline::{StageName, StageState, TrainingPipeline, TrainingPipelinePhase},
+};
+
+use super::request;
+use crate::{
+    governance::pricing::PriceTable,
+    runtime::{
+        context::Context,
+        error::{ReconcileError, Result},
+    },
+};
+
+/// Chips and spend the rest of a namespace holds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Usage {
+    pub chips: u32,
+    pub per_hour_usd: f64,
+    /// `TpuSlice a (8 chips, $21.60/h)`, ... for messages.
+    pub holders: Vec<String>,
+}
+
+impl Usage {
+    pub fn describe(&self) -> String {
+        if self.holders.is_empty() {
+            "nothing running".to_string()
+        } else {
+            self.holders.join(", ")
+        }
+    }
+
+    fn add(&mut self, what: String, chips: u32, per_hour_usd: f64) {
+        self.chips += chips;
+        self.per_hour_usd += per_hour_usd;
+        self.holders
+            .push(format!("{what} ({chips} chips, ${per_hour_usd:.2}/h)"));
+    }
+}
+
+/// Whether a slice holds (or is being given) TPU capacity: anything between the create call and
+/// the node being gone. A slice refused by policy, never reconciled, or failed with nothing left
+/// in the cloud holds none.
+pub fn holds_capacity(st: &TpuSliceStatus) -> bool {
+    use TpuSlicePhase as P;
+    match st.phase {
+        P::Queued | P::Provisioning | P::Ready | P::Degraded | P::Preempted | P::Recreating | P::Deleting => {
+            true
+        }
+        P::Pending | P::Failed => st.node_state.is_some() || st.queued_resource_state.is_some(),
+    }
+}
+
+fn excluded(uid: Option<String>, owners: &[String], exclude: &[&str]) -> bool {
+    uid.is_some_and(|u| exclude.contains(&u.as_str())) || owners.iter().any(|o| exclude.contains(&o.as_str()))
+}
+
+fn owner_uids<K: kube::Resource>(obj: &K) -> Vec<String> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|o| o.uid.clone())
+        .collect()
+}
+
+/// Sums what the listed objects hold, skipping the ones whose UID (or owner's UID) is in `exclude`
+/// (the object being admitted, and a pipeline's own children).
+pub fn tally(
+    slices: &[TpuSlice],
+    pipelines: &[TrainingPipeline],
+    batches: &[PreprocessBatch],
+    exclude: &[&str],
+    prices: &PriceTable,
+) -> Usage {
+    let mut usage = Usage::default();
+    for s in slices {
+        if excluded(s.uid(), &owner_uids(s), exclude) {
+            continue;
+        }
+        if !s.status.as_ref().is_some_and(holds_capacity) {
+            continue;
+        }
+        let Some(shape) = request::slice_shape(&s.spec) else {
+            continue;
+        };
+        let (per_hour, _) = prices.slice_per_hour(&shape, request::slice_price_kind(&s.spec));
+        usage.add(format!("TpuSlice {}", s.name_any()), shape.chips, per_hour);
+    }
+    for tp in pipelines {
+        if excluded(tp.uid(), &owner_uids(tp), exclude) {
+            continue;
+        }
+        let (Some(v), Some(st)) = (&tp.spec.training.vertex, &tp.status) else {
+            continue;
+        };
+        let finished = matches!(
+            st.phase,
+            TrainingPipelinePhase::Succeeded | TrainingPipelinePhase::Failed
+        );
+        let training = st.stages.iter().any(|s| {
+            s.name == StageName::Train && matches!(s.state, StageState::Running | StageState::Queued)
+        });
+        if finished || !training {
+            continue;
+        }
+        let replicas = u32::try_from(v.replica_count.max(1)).unwrap_or(1);
+        let chips = request::vertex_shape(v).map_or(0, |s| s.chips * replicas);
+        let (per_hour, _) = request::vertex_per_hour(v, prices);
+        usage.add(
+            format!("Vertex job of TrainingPipeline {}", tp.name_any()),
+            chips,
+            per_hour,
+        );
+    }
+    for b in batches {
+        if excluded(b.uid(), &owner_uids(b), exclude) {
+            continue;
+        }
+        let per_hour = b
+            .status
+            .as_ref()
+            .and_then(|s| s.estimated_cost.as_ref())
+            .map_or(0.0, |c| c.per_hour_usd);
+        if per_hour > 0.0 {
+            usage.add(format!("PreprocessBatch {}", b.name_any()), 0, per_hour);
+        }
+    }
+    usage
+}
+
+/// The namespace's slices, pipelines and batches, as one read.
+pub struct Listed {
+    pub slices: Vec<TpuSlice>,
+    pub pipelines: Vec<TrainingPipeline>,
+    pub batches: Vec<PreprocessBatch>,
+}
+
+impl Listed {
+    /// Lists the three kinds in `namespace`.
+    pub async fn read(ctx: &Context, namespace: &str) -> Result<Self> {
+        let lp = ListParams::default();
+        let slices = Api::<TpuSlice>::namespaced(ctx.client.clone(), namespace)
+            .list(&lp)
+            .await
+            .map_err(ReconcileError::kube("list TpuSlices for the namespace's usage"))?;
+        let pipelines = Api::<TrainingPipeline>::namespaced(ctx.client.clone(), namespace)
+            .list(&lp)
+            .await
+            .map_err(ReconcileError::kube(
+                "list TrainingPipelines for the namespace's usage",
+            ))?;
+        let batches = Api::<PreprocessBatch>::namespaced(ctx.client.clone(), namespace)
+            .list(&lp)
+            .await
+            .map_err(ReconcileError::kube(
+                "list PreprocessBatches for the namespace's usage",
+            ))?;
+        Ok(Self {
+            slices: slices.items,
+            pipelines: pipelines.items,
+            batches: batches.items,
+        })
+    }
+
+    /// What the listed objects hold, but `exclude`'s (see [`tally`]).
+    pub fn usage(&self, exclude: &[&str], prices: &PriceTable) -> Usage {
+        tally(&self.slices, &self.pipelines, &self.batches, exclude, prices)
+    }
+}
+
+/// Lists the namespace's slices, pipelines and batches and tallies them.
+pub async fn namespace_usage(ctx: &Context, namespace: &str, exclude: &[&str]) -> Result<Usage> {
+    Ok(Listed::read(ctx, namespace).await?.usage(exclude, &ctx.prices))
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn slice(name: &str, uid: &str, phase: &str, accel: &str, capacity: serde_json::Value) -> TpuSlice {
+        serde_json::from_value(json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+            "metadata": {"name": name, "uid": uid},
+            "spec": {"zone": "us-east5-b", "acceleratorType": accel, "runtimeVersion": "v", "capacity": capacity},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn counts_slices_holding_capacity_and_skips_the_excluded() {
+        let slices = vec![
+            slice("a", "u-a", "Ready", "v6e-8", json!({"spot": {}})),
+            slice("b", "u-b", "Provisioning", "v6e-4", json!({"onDemand": {}})),
+            slice("denied", "u-c", "Failed", "v6e-8", json!({})),
+            slice("new", "u-d", "Pending", "v6e-8", json!({})),
+            slice("me", "u-me", "Ready", "v6e-8", json!({})),
+        ];
+        let u = tally(&slices, &[], &[], &["u-me"], &PriceTable::default());
+        assert_eq!(u.chips, 12);
+        assert!((u.per_hour_usd - (10.8 + 10.8)).abs() < 1e-9, "{u:?}");
+        assert_eq!(u.holders.len(), 2, "{u:?}");
+        assert!(
+            u.describe().contains("TpuSlice a (8 chips, $10.80/h)"),
+            "{}",
+            u.describe()
+        );
+    }
+
+    #[test]
+    fn running_vertex_pipelines_count_their_chips() {
+        let tp: TrainingPipeline = serde_json::from_value(json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+            "metadata": {"name": "p", "uid": "u-p"},
+            "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://b/m/"},
+                     "training": {"vertex": {"machineType": "ct6e-standard-4t", "tpuTopology": "2x4",
+                                             "container": {"image": "i"}}}},
+            "status": {"phase": "Training", "stages": [{"name": "Train", "kind": "VertexCustomJob", "state": "Running"}]}
+        }))
+        .unwrap();
+        let u = tally(&[], std::slice::from_ref(&tp), &[], &[], &PriceTable::default());
+        assert_eq!(u.chips, 8, "{u:?}");
+        assert!((u.per_hour_usd - 21.6).abs() < 1e-9, "{u:?}");
+        assert_eq!(tally(&[], &[tp], &[], &["u-p"], &PriceTable::default()).chips, 0);
+    }
+}

@@ -1,0 +1,133 @@
+//! The mutating Dataproc calls, one per reconcile: create a batch, cancel one, delete one.
+//!
+//! The caller writes each result to status right after it returns, before anything else.
+
+use tpu_operator_api::{
+    conditions::reasons,
+    preprocess_batch::{PreprocessBatchPhase, PreprocessBatchSpec},
+};
+use tpu_operator_gcp::{ErrorKind, GcpError};
+
+use super::{
+    observe::{ObservedBatch, Target},
+    spec::batch_request,
+};
+use crate::runtime::{
+    context::Context,
+    error::{ReconcileError, Result},
+};
+
+/// How a submit went.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SubmitOutcome {
+    /// The create was accepted (or a replay of the same `requestId` returned the first operation).
+    Created {
+        attempt: u32,
+        batch_name: String,
+        operation: String,
+    },
+    /// A batch with this attempt's id already existed (created by a run that crashed before it
+    /// could record it, after the `requestId` was forgotten): adopted, never duplicated.
+    Adopted { attempt: u32, batch: ObservedBatch },
+    /// Dataproc or the spec refuses the batch; retrying the same call cannot help until a human
+    /// acts. `phase` is `Failed` when nothing can change it (the spec is immutable), else `None`
+    /// (keep the phase; the submit is tried again on the slow requeue).
+    Refused {
+        phase: Option<PreprocessBatchPhase>,
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// Creates the batch of `attempt` with its deterministic id and `requestId`.
+pub async fn submit(
+    ctx: &Context,
+    target: &Target,
+    spec: &PreprocessBatchSpec,
+    attempt: u32,
+) -> Result<SubmitOutcome> {
+    let batch = match batch_request(&spec.batch, &target.identity, &ctx.config.cluster_id) {
+        Ok(batch) => batch,
+        Err(err) => {
+            return Ok(SubmitOutcome::Refused {
+                phase: Some(PreprocessBatchPhase::Failed),
+                reason: reasons::INVALID_SPEC,
+                message: err.to_string(),
+            });
+        }
+    };
+    let batch_name = target.batch_name(attempt);
+    let created = ctx
+        .gcp
+        .dataproc
+        .create_batch(
+            &target.parent,
+            &target.batch_id(attempt),
+            &target.request_id(attempt),
+            batch,
+        )
+        .await;
+    match created {
+        Ok(operation) => Ok(SubmitOutcome::Created {
+            attempt,
+            batch_name,
+            operation: operation.name,
+        }),
+        Err(err) if err.kind == ErrorKind::AlreadyExists => {
+            let existing = ctx
+                .gcp
+                .dataproc
+                .get_batch(&batch_name)
+                .await
+                .map_err(ReconcileError::gcp(
+                    "read the existing Dataproc batch to adopt it",
+                ))?;
+            Ok(SubmitOutcome::Adopted {
+                attempt,
+                batch: ObservedBatch::from_batch(&existing),
+            })
+        }
+        Err(err) => refusal(err).map_err(ReconcileError::gcp("create Dataproc batch")),
+    }
+}
+
+/// Errors that need a human become a `Stalled` status with the API's message; the rest go to
+/// `error_policy` for backoff.
+fn refusal(err: GcpError) -> std::result::Result<SubmitOutcome, GcpError> {
+    let (phase, reason) = match err.kind {
+        ErrorKind::InvalidArgument => (Some(PreprocessBatchPhase::Failed), reasons::INVALID_SPEC),
+        ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => (None, reasons::PERMISSION_DENIED),
+        ErrorKind::ResourceExhausted if !err.is_rate_limited() => (None, reasons::QUOTA_EXCEEDED),
+        ErrorKind::NotFound
+        | ErrorKind::AlreadyExists
+        | ErrorKind::ResourceExhausted
+        | ErrorKind::FailedPrecondition
+        | ErrorKind::Transient
+        | ErrorKind::Cancelled
+        | ErrorKind::Unreadable
+        | ErrorKind::Other => return Err(err),
+    };
+    Ok(SubmitOutcome::Refused {
+        phase,
+        reason,
+        message: format!("Dataproc refused batches.create: {}", err.stable_message()),
+    })
+}
+
+/// Cancels a running batch through its operation. Already finished or gone is fine.
+pub async fn cancel(ctx: &Context, operation: &str) -> Result<()> {
+    match ctx.gcp.dataproc.cancel_operation(operation).await {
+        Ok(()) => Ok(()),
+        Err(err) if matches!(err.kind, ErrorKind::NotFound | ErrorKind::FailedPrecondition) => Ok(()),
+        Err(err) => Err(ReconcileError::gcp("cancel Dataproc batch operation")(err)),
+    }
+}
+
+/// Deletes a terminal batch. Already gone is fine.
+pub async fn delete(ctx: &Context, batch: &str) -> Result<()> {
+    match ctx.gcp.dataproc.delete_batch(batch).await {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind == ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(ReconcileError::gcp("delete Dataproc batch")(err)),
+    }
+}

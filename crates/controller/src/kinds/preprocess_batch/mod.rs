@@ -1,0 +1,295 @@
+//! The PreprocessBatch controller: one Dataproc Serverless batch per attempt.
+//!
+//! A reconcile is: deletion guard → finalizer → observe (the current attempt's batch by its
+//! deterministic name, its output once it succeeded) → plan (pure) → at most one Dataproc call →
+//! status by server-side apply, written right after the call. The batch's create operation stays
+//! open for the whole Spark run, so progress is read from the batch itself, never by waiting on
+//! the operation.
+//!
+//! Files: [`observe`], [`plan`], [`act`], [`status`] (+ [`events`], [`cost`]), [`spec`] (spec →
+//! `Batch` request).
+
+pub mod act;
+pub mod cost;
+pub mod events;
+pub mod observe;
+pub mod plan;
+pub mod spec;
+pub mod status;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::{
+    Api, ResourceExt,
+    runtime::{
+        controller::{Action, Config},
+        finalizer::{Event as Finalizer, finalizer},
+    },
+};
+use tpu_operator_api::{
+    common::DeletionPolicy,
+    conditions::reasons,
+    naming::ObjectIdentity,
+    preprocess_batch::{PreprocessBatch, PreprocessBatchPhase, PreprocessBatchStatus},
+};
+
+use tpu_operator_gcp::dataproc_v1::model::batch::State as BatchState;
+
+use self::{
+    observe::Target,
+    plan::{CleanupStep, Decision, Requeue},
+};
+use crate::{
+    FINALIZER, Shutdown,
+    governance::tenancy,
+    runtime::{
+        cloud_watch::{self, CloudWatch, Collection, Owner, state_of},
+        context::Context,
+        error::{ReconcileError, Result},
+        report, retry,
+        watched::{Cached, cached_ref},
+    },
+};
+
+/// Kind label for metrics and logs.
+pub const KIND: &str = "PreprocessBatch";
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+    // Judge nothing before the policies are known (an unlisted policy reads as none).
+    ctx.policies.ready().await;
+    CloudWatch::start(&ctx, shutdown.clone());
+    crate::runtime::watched::controller::<PreprocessBatch>(&ctx)
+        .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .reconcile_on(ctx.cloud_watch.batch_triggers().map(cached_ref))
+        .reconcile_all_on(ctx.policies.changes())
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile,
+            |obj, err, ctx| retry::error_policy(KIND, obj.as_ref(), err, &ctx),
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(kind = KIND, error = %err, "reconcile did not run");
+            }
+        })
+        .await;
+}
+
+#[tracing::instrument(skip(cached, ctx), fields(namespace = cached.namespace(), name = cached.name_any()))]
+async fn reconcile(cached: Arc<Cached<PreprocessBatch>>, ctx: Arc<Context>) -> Result<Action> {
+    if let Some(wait) = ctx.settled.skip(cached.as_ref()) {
+        return Ok(wait);
+    }
+    let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
+    let _timer = ctx.metrics.start(KIND);
+    let ns = obj
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    // kube's finalizer helper drops the finalizer as soon as its cleanup returns Ok, but cleanup
+    // takes several passes (cancel, wait for CANCELLED, delete each attempt's batch), so those
+    // passes run here and the helper is only handed the object once nothing is left.
+    if obj.metadata.deletion_timestamp.is_some()
+        && obj.finalizers().iter().any(|f| f == FINALIZER)
+        && let Some(action) = cleanup_pass(&obj, &ctx).await?
+    {
+        retry::on_success(obj.as_ref(), &ctx);
+        return Ok(action);
+    }
+    let api: Api<PreprocessBatch> = Api::namespaced(ctx.client.clone(), &ns);
+    let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
+        match event {
+            Finalizer::Apply(obj) => apply(&obj, &ctx).await,
+            Finalizer::Cleanup(obj) => cleaned_up(&obj, &ctx).await,
+        }
+    })
+    .await?;
+    retry::on_success(obj.as_ref(), &ctx);
+    Ok(action)
+}
+
+/// The object's identity and Dataproc location; `None` when no project is known. The error names
+/// the missing metadata field.
+fn target(obj: &PreprocessBatch, ctx: &Context) -> std::result::Result<Option<Target>, &'static str> {
+    let identity = ObjectIdentity::new(
+        obj.namespace().ok_or("namespace")?,
+        obj.name_any(),
+        obj.uid().ok_or("uid")?,
+    );
+    Ok(ctx
+        .project_for(&identity.namespace, obj.spec.project.as_deref())
+        .map(|project| Target {
+            identity,
+            parent: format!("projects/{project}/locations/{}", obj.spec.region),
+        }))
+}
+
+async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
+    let now = ctx.clock.now();
+    let Some(target) = target(obj, ctx).map_err(ReconcileError::MissingMetadata)? else {
+        write(ctx, obj, status::no_project(obj, now)).await?;
+        return Ok(requeue(ctx, Requeue::Stable));
+    };
+    let old = obj.status.clone().unwrap_or_default();
+    // Tenancy policy (project, region, service account, network), before the first cloud read
+    // and before every submit.
+    let project = target.parent.split('/').nth(1).unwrap_or_default();
+    let request = tenancy::request::batch(project, &obj.spec.region, &obj.spec.batch);
+    let denied = tenancy::precheck(ctx, &target.identity.namespace, std::slice::from_ref(&request)).err();
+    if let Some(denial) = denied.as_ref().filter(|_| old.attempts == 0) {
+        write(ctx, obj, status::policy_denied(obj, &denial.message, now)).await?;
+        return Ok(requeue(ctx, Requeue::Stable));
+    }
+    let observed = observe::observe(ctx, &target, &obj.spec, &old).await?;
+    // The batch this pass saw (or just submitted), for the cloud watch.
+    let mut seen = match &observed.batch {
+        observe::BatchLookup::Found(b) => Some((b.name.clone(), b.state.clone())),
+        _ => None,
+    };
+    let (new, next) = match plan::plan(&obj.spec.batch, &old, &observed, now) {
+        Decision::Keep(next) => (status::unchanged(obj), next),
+        Decision::Report(report) => (status::from_report(obj, &observed, &report, now), report.requeue),
+        Decision::Submit { .. } if let Some(denial) = &denied => {
+            (status::policy_denied(obj, &denial.message, now), Requeue::Stable)
+        }
+        Decision::Submit {
+            attempt,
+            after_failure,
+        } => {
+            let outcome = act::submit(ctx, &target, &obj.spec, attempt).await?;
+            seen = Some((target.batch_name(attempt), BatchState::Pending));
+            let next = match &outcome {
+                act::SubmitOutcome::Refused { .. } => Requeue::Stable,
+                act::SubmitOutcome::Created { .. } | act::SubmitOutcome::Adopted { .. } => Requeue::Active,
+            };
+            (
+                status::after_submit(obj, &outcome, after_failure.as_deref(), now),
+                next,
+            )
+        }
+    };
+    write(ctx, obj, new).await?;
+    let wait = match (next, seen) {
+        (Requeue::Active, Some((name, state))) if cloud_watch::lists_batch(&state) => {
+            let seen = Some(state_of(&state));
+            ctx.cloud_watch
+                .watch(ctx, Collection::DataprocBatches, &name, seen, Owner::batch(obj))
+        }
+        (next, seen) => {
+            if let Some((name, _)) = seen {
+                ctx.cloud_watch.unwatch(Collection::DataprocBatches, &name);
+            }
+            poll_after(ctx, next)
+        }
+    };
+    Ok(ctx.settled.settle(obj, wait))
+}
+
+/// One deletion pass. `None` once nothing is left to clean up (or the policy is Orphan).
+async fn cleanup_pass(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Action>> {
+    if obj.spec.deletion_policy == DeletionPolicy::Orphan {
+        return Ok(None);
+    }
+    let Some(target) = target(obj, ctx).map_err(ReconcileError::MissingMetadata)? else {
+        // Without a project nothing was ever created.
+        return Ok(None);
+    };
+    if let Some(batch) = only_batch(obj) {
+        // Its one batch finished and status named it after seeing it finish, so no other batch
+        // of this object can exist: delete it by name, without listing by label first (issue 25).
+        act::delete(ctx, &batch).await?;
+        return Ok(None);
+    }
+    let batches = observe::observe_cleanup(ctx, &target).await?;
+    let now = ctx.clock.now();
+    let (phase, reason, message) = match plan::plan_cleanup(obj.spec.deletion_policy, &batches) {
+        CleanupStep::Done | CleanupStep::Orphan => return Ok(None),
+        CleanupStep::Cancel { batch, operation } => {
+            act::cancel(ctx, &operation).await?;
+            (
+                PreprocessBatchPhase::Cancelling,
+                reasons::CANCELLING,
+                format!("cancelling batch {batch}"),
+            )
+        }
+        CleanupStep::Delete { batch } => {
+            act::delete(ctx, &batch).await?;
+            // Dataproc deletes a batch synchronously, and the listing found every batch of this
+            // object (by its UID label; nothing creates more once it is being deleted): when
+            // that was the last one the finalizer can go now, without a second listing to see
+            // an empty result.
+            if batches.len() == 1 {
+                return Ok(None);
+            }
+            (
+                PreprocessBatchPhase::Deleting,
+                reasons::DELETING,
+                format!("deleted batch {batch}"),
+            )
+        }
+        CleanupStep::Wait { message } => (PreprocessBatchPhase::Cancelling, reasons::CANCELLING, message),
+    };
+    write(ctx, obj, status::cleaning_up(obj, phase, reason, &message, now)).await?;
+    Ok(Some(requeue(ctx, Requeue::Active)))
+}
+
+/// The batch a finished single-attempt object ran, when that is provably its only batch: a
+/// terminal phase is written only after the batch was seen finished, and a second attempt is
+/// created only from `Retrying`.
+fn only_batch(obj: &PreprocessBatch) -> Option<String> {
+    let status = obj.status.as_ref()?;
+    let finished = matches!(
+        status.phase,
+        PreprocessBatchPhase::Succeeded | PreprocessBatchPhase::Failed | PreprocessBatchPhase::Cancelled
+    );
+    (finished && status.attempts == 1 && status.pending_operation.is_none())
+        .then(|| status.batch_name.clone())
+        .flatten()
+}
+
+/// Called by the finalizer helper once every batch is gone (or orphaned).
+async fn cleaned_up(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
+    let note = match obj.spec.deletion_policy {
+        DeletionPolicy::Delete => "all Dataproc batches of this object are deleted".to_string(),
+        DeletionPolicy::Orphan => format!(
+            "deletionPolicy Orphan: Dataproc batches left in place ({})",
+            obj.status
+                .as_ref()
+                .and_then(|s| s.batch_name.clone())
+                .unwrap_or_else(|| "none created".into())
+        ),
+    };
+    report::publish_event(ctx, obj, false, "Deleted", note).await;
+    Ok(Action::await_change())
+}
+
+/// Writes `new` if it differs from the stored status, then publishes the Events of the change.
+async fn write(ctx: &Context, obj: &PreprocessBatch, new: PreprocessBatchStatus) -> Result<()> {
+    let old = obj.status.clone().unwrap_or_default();
+    if let (Some(ns), Some(uid)) = (obj.namespace(), obj.uid()) {
+        ctx.metrics.record_spend(&ns, &uid, new.estimated_cost.as_ref());
+    }
+    if new == old {
+        return Ok(());
+    }
+    let written = report::apply_status(ctx, obj, status::FIELD_MANAGER, &new).await?;
+    ctx.settled.wrote(obj, written.resource_version());
+    for t in events::transitions(&old, &new) {
+        report::publish_event(ctx, obj, t.warning, &t.reason, t.note).await;
+    }
+    Ok(())
+}
+
+fn requeue(ctx: &Context, next: Requeue) -> Action {
+    Action::requeue(poll_after(ctx, next))
+}
+
+fn poll_after(ctx: &Context, next: Requeue) -> std::time::Duration {
+    match next {
+        Requeue::Active => ctx.config.poll_active,
+        Requeue::Stable => ctx.config.poll_stable,
+        Requeue::After(wait) => wait.min(ctx.config.poll_active),
+    }
+}

@@ -1,0 +1,301 @@
+//! Building the status (phase, kstatus conditions, batch facts, estimated cost).
+//!
+//! Every builder starts from the status the object had, so `lastTransitionTime` moves only on a
+//! real flip and an unchanged status compares equal (no write).
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use tpu_operator_api::{
+    conditions::{self, Progress, reasons, set_condition, set_kstatus, types},
+    preprocess_batch::{PreprocessBatch, PreprocessBatchPhase as Phase, PreprocessBatchStatus},
+};
+use tpu_operator_gcp::dataproc_v1::model::batch::State;
+
+use super::{
+    act::SubmitOutcome,
+    cost,
+    observe::{BatchLookup, Observed, ObservedBatch},
+    plan::{Report, allowed_attempts},
+};
+
+/// The only writer of `PreprocessBatch.status`.
+pub const FIELD_MANAGER: &str = "preprocessbatch.tpu-operator.dev/controller";
+
+/// Kubernetes time at second precision (what the API server stores), so a rebuilt status
+/// compares equal to the stored one.
+pub fn k8s_time(t: DateTime<Utc>) -> Time {
+    Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+fn base(obj: &PreprocessBatch) -> (PreprocessBatchStatus, Option<i64>) {
+    let mut s = obj.status.clone().unwrap_or_default();
+    s.observed_generation = obj.metadata.generation;
+    (s, obj.metadata.generation)
+}
+
+/// The old status with only `observedGeneration` refreshed.
+pub fn unchanged(obj: &PreprocessBatch) -> PreprocessBatchStatus {
+    base(obj).0
+}
+
+/// The status after a pass that only observed.
+pub fn from_report(
+    obj: &PreprocessBatch,
+    observed: &Observed,
+    report: &Report,
+    now: DateTime<Utc>,
+) -> PreprocessBatchStatus {
+    let (mut s, generation) = base(obj);
+    if let BatchLookup::Found(batch) = &observed.batch {
+        record_batch(&mut s, batch);
+        // A settled phase is the last time this attempt's batch is read: count its usage once.
+        let settled = matches!(
+            report.phase,
+            Phase::Succeeded | Phase::Failed | Phase::Cancelled | Phase::Retrying
+        );
+        s.estimated_cost = Some(cost::estimate(s.estimated_cost.as_ref(), &batch.usage, settled));
+    }
+    if let Some(ended) = report.ended {
+        s.completion_time = Some(k8s_time(ended));
+    }
+    if report.phase == Phase::Succeeded && report.output.as_ref().is_some_and(|(ok, ..)| *ok) {
+        s.output_uri = obj.spec.batch.output_uri.clone();
+    }
+    s.phase = report.phase;
+    set_kstatus(
+        &mut s.conditions,
+        report.progress,
+        report.reason,
+        &report.message,
+        generation,
+        k8s_time(now),
+    );
+    if let Some((verified, reason, message)) = &report.output {
+        let c = conditions::condition(
+            types::OUTPUT_VERIFIED,
+            *verified,
+            reason,
+            message.clone(),
+            generation,
+            k8s_time(now),
+        );
+        set_condition(&mut s.conditions, c);
+    }
+    s
+}
+
+/// The status right after a submit: the new batch's name and operation first of all.
+pub fn after_submit(
+    obj: &PreprocessBatch,
+    outcome: &SubmitOutcome,
+    after_failure: Option<&str>,
+    now: DateTime<Utc>,
+) -> PreprocessBatchStatus {
+    let (mut s, generation) = base(obj);
+    let allowed = allowed_attempts(&obj.spec.batch);
+    let (attempt, batch_name) = match outcome {
+        SubmitOutcome::Refused {
+            phase,
+            reason,
+            message,
+        } => {
+            if let Some(phase) = phase {
+                s.phase = *phase;
+            }
+            set_kstatus(
+                &mut s.conditions,
+                Progress::Stalled,
+                reason,
+                message,
+                generation,
+                k8s_time(now),
+            );
+            return s;
+        }
+        SubmitOutcome::Created {
+            attempt,
+            batch_name,
+            operation,
+        } => {
+            s.pending_operation = Some(operation.clone());
+            (*attempt, batch_name.clone())
+        }
+        SubmitOutcome::Adopted { attempt, batch } => (*attempt, batch.name.clone()),
+    };
+    if let Some(previous) = s.batch_name.take()
+        && previous != batch_name
+        && !s.previous_batches.contains(&previous)
+    {
+        s.previous_batches.push(previous);
+    }
+    s.attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
+    s.batch_name = Some(batch_name.clone());
+    for field in [
+        &mut s.batch_uuid,
+        &mut s.batch_state,
+        &mut s.state_message,
+        &mut s.driver_output_uri,
+    ] {
+        *field = None;
+    }
+    s.completion_time = None;
+    s.output_uri = None;
+    s.start_time.get_or_insert_with(|| k8s_time(now));
+    s.phase = Phase::Submitted;
+    s.message = after_failure.map(|why| format!("previous attempt: {why}"));
+    conditions::remove_condition(&mut s.conditions, types::OUTPUT_VERIFIED);
+    let message = format!("attempt {attempt}/{allowed}: submitted batch {batch_name}");
+    set_kstatus(
+        &mut s.conditions,
+        Progress::Reconciling,
+        reasons::CREATING,
+        &message,
+        generation,
+        k8s_time(now),
+    );
+    if let SubmitOutcome::Adopted { batch, .. } = outcome {
+        record_batch(&mut s, batch);
+    }
+    s
+}
+
+/// The status while deletion cancels or deletes batches.
+pub fn cleaning_up(
+    obj: &PreprocessBatch,
+    phase: Phase,
+    reason: &'static str,
+    message: &str,
+    now: DateTime<Utc>,
+) -> PreprocessBatchStatus {
+    let (mut s, generation) = base(obj);
+    s.phase = phase;
+    set_kstatus(
+        &mut s.conditions,
+        Progress::Reconciling,
+        reason,
+        message,
+        generation,
+        k8s_time(now),
+    );
+    s
+}
+
+/// The status when the object names no project and the operator has no default.
+pub fn no_project(obj: &PreprocessBatch, now: DateTime<Utc>) -> PreprocessBatchStatus {
+    let (mut s, generation) = base(obj);
+    set_kstatus(
+        &mut s.conditions,
+        Progress::Stalled,
+        reasons::INVALID_SPEC,
+        "spec.project is not set and the operator has no default project",
+        generation,
+        k8s_time(now),
+    );
+    s
+}
+
+/// The status when the namespace's tenancy policy refuses the batch (no Dataproc call was made).
+pub fn policy_denied(obj: &PreprocessBatch, message: &str, now: DateTime<Utc>) -> PreprocessBatchStatus {
+    let (mut s, generation) = base(obj);
+    s.message = Some(message.to_owned());
+    set_kstatus(
+        &mut s.conditions,
+        Progress::Stalled,
+        reasons::POLICY_DENIED,
+        message,
+        generation,
+        k8s_time(now),
+    );
+    s
+}
+
+/// Copies what Dataproc reports about the current batch.
+fn record_batch(s: &mut PreprocessBatchStatus, b: &ObservedBatch) {
+    let terminal = matches!(b.state, State::Succeeded | State::Failed | State::Cancelled);
+    s.batch_name = Some(b.name.clone());
+    s.batch_uuid = Some(b.uuid.clone()).filter(|u| !u.is_empty());
+    s.batch_state = b.state.name().map(str::to_owned);
+    s.state_message = Some(b.state_message.clone()).filter(|m| !m.is_empty());
+    s.driver_output_uri = b.driver_output_uri.clone();
+    s.pending_operation = Some(b.operation.clone()).filter(|op| !op.is_empty() && !terminal);
+    if terminal {
+        s.completion_time = b.state_time.map(k8s_time);
+    }
+    if s.start_time.is_none() {
+        s.start_time = b.create_time.map(k8s_time);
+    }
+    s.message = Some(history(b));
+}
+
+/// `batch <name>: PENDING 09:00:00Z -> RUNNING 09:01:00Z -> SUCCEEDED 09:03:00Z; Spark History
+/// Server: <url>`: the batch's state history and its `runtimeInfo` endpoints, in `status.message`
+/// (the status has no dedicated fields for them).
+pub fn history(b: &ObservedBatch) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for entry in &b.history {
+        let name = entry.state.name().unwrap_or("UNKNOWN");
+        let item = match entry.since {
+            Some(t) => format!("{name} {}", t.format("%Y-%m-%dT%H:%M:%SZ")),
+            None => name.to_string(),
+        };
+        // The current state repeats the last history entry on some responses.
+        if out.last() != Some(&item) {
+            out.push(item);
+        }
+    }
+    let mut text = format!("batch {}: {}", b.name, out.join(" -> "));
+    for (name, url) in &b.endpoints {
+        text.push_str(&format!("; {name}: {url}"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::preprocess_batch::observe::StateEntry;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_772_442_000 + secs, 0).unwrap()
+    }
+
+    #[test]
+    fn history_lists_each_state_once() {
+        let b = ObservedBatch {
+            name: "projects/p/locations/r/batches/b".into(),
+            uuid: String::new(),
+            state: State::Succeeded,
+            state_message: String::new(),
+            state_time: Some(at(180)),
+            create_time: Some(at(0)),
+            operation: String::new(),
+            driver_output_uri: None,
+            endpoints: [("Spark History Server".to_string(), "https://shs/".to_string())].into(),
+            usage: Default::default(),
+            history: vec![
+                StateEntry {
+                    state: State::Pending,
+                    since: Some(at(0)),
+                },
+                StateEntry {
+                    state: State::Running,
+                    since: Some(at(60)),
+                },
+                StateEntry {
+                    state: State::Succeeded,
+                    since: Some(at(180)),
+                },
+                StateEntry {
+                    state: State::Succeeded,
+                    since: Some(at(180)),
+                },
+            ],
+        };
+        assert_eq!(
+            history(&b),
+            "batch projects/p/locations/r/batches/b: PENDING 2026-03-02T09:00:00Z -> \
+             RUNNING 2026-03-02T09:01:00Z -> SUCCEEDED 2026-03-02T09:03:00Z; \
+             Spark History Server: https://shs/"
+        );
+    }
+}

@@ -1,0 +1,686 @@
+//! The TpuSlice controller: one TPU VM node per `TpuSlice`, created directly (`nodes.create`) or
+//! through a queued resource (`capacity.queued`).
+//!
+//! Reconcile shape: guards → deletion (delete the cloud objects, wait until gone) → finalizer →
+//! [`observe`] (by deterministic name) → [`plan`] (pure) → [`act`] (at most one mutating call) →
+//! [`status`] (server-side apply, Events on transitions).
+//!
+//! Crash safety: the node / queued resource id is derived from the object's identity and its
+//! recreation count (`naming::tpu_node_id`), and every reconcile first reads the cloud by that
+//! name. An operator killed between the create call and the status write therefore finds the
+//! object on its next pass instead of creating a second one; a create that races anyway gets
+//! ALREADY_EXISTS and adopts the object on the next pass.
+//!
+//! Preemption: a PREEMPTED / TERMINATED node, or a queued resource SUSPENDED by the service, is
+//! counted in `status.recreations` first (status only), which moves the slice to the next id; the
+//! preempted incarnation is then deleted, and once it is gone the next one is created.
+
+// `ReconcileError` (shared, crate::runtime::error) carries a `GcpError` inline; boxing it is a crate-wide
+// decision, not one for this module.
+#![allow(clippy::result_large_err)]
+
+mod act;
+mod compute;
+mod observe;
+mod plan;
+mod spec;
+mod status;
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use kube::{
+    Api, Resource, ResourceExt,
+    runtime::{
+        controller::{Action, Config},
+        finalizer::{Event, finalizer},
+    },
+};
+use tpu_operator_api::{
+    DeletionPolicy,
+    conditions::{Progress, find_condition, reasons, set_kstatus, types},
+    naming::ObjectIdentity,
+    tpu_slice::{Provisioner, TpuSlice, TpuSlicePhase, TpuSliceStatus},
+};
+use tpu_operator_gcp::{
+    ErrorKind,
+    tpu_v2::model::{NetworkEndpoint, Node, node},
+    wkt,
+};
+
+pub use spec::{DONE_URI_ANNOTATION, DONE_URI_METADATA, workload_script};
+pub use status::FIELD_MANAGER;
+
+use self::{
+    observe::{Names, Observed},
+    plan::{Action as Step, Assessment, CleanupStep, Plan, Requeue},
+    spec::Desired,
+};
+use crate::{
+    FINALIZER, Shutdown,
+    governance::tenancy,
+    runtime::{
+        cloud_watch::{CloudWatch, Collection, Owner, state_of},
+        context::Context,
+        error::{ReconcileError, Result},
+        retry,
+        watched::{Cached, cached_ref},
+    },
+};
+
+const KIND: &str = "TpuSlice";
+
+/// Runs the TpuSlice controller until `shutdown` fires.
+pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+    // Judge nothing before the policies are known (an unlisted policy reads as none).
+    ctx.policies.ready().await;
+    CloudWatch::start(&ctx, shutdown.clone());
+    crate::runtime::watched::controller::<TpuSlice>(&ctx)
+        .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .reconcile_on(ctx.cloud_watch.slice_triggers().map(cached_ref))
+        .reconcile_all_on(ctx.policies.changes())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn error_policy(obj: Arc<Cached<TpuSlice>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    retry::error_policy(KIND, obj.as_ref(), err, &ctx)
+}
+
+#[tracing::instrument(skip(cached, ctx), fields(namespace = cached.namespace(), name = cached.name_any()))]
+pub async fn reconcile(cached: Arc<Cached<TpuSlice>>, ctx: Arc<Context>) -> Result<Action> {
+    if let Some(wait) = ctx.settled.skip(cached.as_ref()) {
+        return Ok(wait);
+    }
+    let _timer = ctx.metrics.start(KIND);
+    let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
+    let ns = obj
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    let api: Api<TpuSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    // Deletion waits for the cloud objects to be gone before the finalizer helper may drop the
+    // finalizer (its cleanup callback removes the finalizer on any `Ok`).
+    let ours = obj.finalizers().iter().any(|f| f == FINALIZER);
+    if obj.meta().deletion_timestamp.is_some()
+        && ours
+        && let Some(wait) = cleanup(&obj, &ctx).await?
+    {
+        retry::on_success(obj.as_ref(), &ctx);
+        return Ok(wait);
+    }
+    let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
+        match event {
+            Event::Apply(slice) => apply(&slice, &ctx).await,
+            Event::Cleanup(_) => Ok(Action::await_change()),
+        }
+    })
+    .await
+    .map_err(ReconcileError::from)?;
+    retry::on_success(obj.as_ref(), &ctx);
+    Ok(action)
+}
+
+/// What the slice is called in the cloud and what its node must carry.
+struct Target {
+    identity: ObjectIdentity,
+    names: Names,
+    desired: Desired,
+}
+
+impl Target {
+    /// `None` when no project is known (spec nor operator default).
+    fn new(slice: &TpuSlice, ctx: &Context) -> Result<Option<Self>> {
+        let identity = ObjectIdentity::new(
+            slice
+                .namespace()
+                .ok_or(ReconcileError::MissingMetadata("namespace"))?,
+            slice.name_any(),
+            slice.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
+        );
+        let Some(project) = ctx.project_for(&identity.namespace, slice.spec.project.as_deref()) else {
+            return Ok(None);
+        };
+        let done_uri = slice.annotations().get(DONE_URI_ANNOTATION).map(String::as_str);
+        let desired = spec::desired(&slice.spec, &identity, &ctx.config.cluster_id, done_uri);
+        let names = Names::new(slice, &identity, project);
+        Ok(Some(Self {
+            identity,
+            names,
+            desired,
+        }))
+    }
+}
+
+/// Creates, waits, recreates after preemption, corrects drift and reports.
+async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
+    let old = slice.status.clone().unwrap_or_default();
+    let Some(t) = Target::new(slice, ctx)? else {
+        let message = "no GCP project: set spec.project or the operator's default project";
+        return stall(ctx, slice, &old, reasons::INVALID_SPEC, message).await;
+    };
+    let ns = t.identity.namespace.as_str();
+    let request = tenancy::request::tpu_slice(&slice.spec, &t.names.project, &ctx.prices);
+    // First look, before any cloud read: a slice that never created (or adopted) anything and
+    // breaks a rule of its spec alone makes no cloud call at all. An adoption is judged here by
+    // its spec (`allowAdoption`, project, zone, ...), and by the node itself once it is read.
+    let never_created = old.node_name.is_none() && old.queued_resource_name.is_none();
+    let first_look = if t.names.adopted {
+        let node = &t.names.current.node;
+        tenancy::request::adopting_slice(&slice.spec, &t.names.project, node, &ctx.prices)
+    } else {
+        request.clone()
+    };
+    if never_created
+        && let Some(req) = &first_look
+        && let Err(denial) = tenancy::precheck(ctx, ns, std::slice::from_ref(req))
+    {
+        return deny(ctx, slice, &old, denial).await;
+    }
+    let pending = old.pending_operation.as_deref();
+    let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
+    // Adoption: a node that is not yet this slice's (no identity labels of its own) is taken over
+    // only after the same checks as a create, against the node as it is, and never from another
+    // owner. Nothing is changed on a refused node, and deleting the slice leaves it alone.
+    let adoption_lock = match observed.node.as_ref().filter(|_| t.names.adopted) {
+        Some(node) => {
+            let cluster = ctx.config.cluster_id.as_str();
+            match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
+                Err(denial) => return deny(ctx, slice, &old, denial).await,
+                Ok(tenancy::adoption::Ownership::Ours) => None,
+                Ok(tenancy::adoption::Ownership::Unclaimed) => {
+                    let guard = ctx.admission.lock_if_counted(&ctx.policies, ns).await;
+                    let uid = t.identity.uid.as_str();
+                    let project = t.names.project.as_str();
+                    let admitted =
+                        tenancy::adoption::admit(ctx, ns, node, &slice.spec, project, &[uid]).await?;
+                    if let Err(denial) = admitted {
+                        return deny(ctx, slice, &old, denial).await;
+                    }
+                    guard
+                }
+            }
+        }
+        None => None,
+    };
+    observed.workload_done =
+        observe::workload_done(ctx, &slice.spec, &t.desired, observed.node.as_ref()).await?;
+    let shape = spec::shape(&slice.spec);
+    let last_active = old
+        .last_active_time
+        .as_ref()
+        .and_then(|t| chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0))
+        .max(observed.workload_done);
+    let mut plan = plan::plan(&plan::Input {
+        spec: &slice.spec,
+        names: &t.names,
+        observed: &observed,
+        desired: &t.desired,
+        shape: &shape,
+        recreations: old.recreations,
+        ready_since: old
+            .ready_time
+            .as_ref()
+            .and_then(|t| chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0)),
+        last_active,
+        // Once a flex-start run is over (reaping or reaped) nothing is created again for this
+        // generation, even after the resize request that said so is deleted.
+        run_over: old.observed_generation == slice.meta().generation
+            && [types::STALLED, types::RECONCILING].iter().any(|t| {
+                find_condition(&old.conditions, t)
+                    .is_some_and(|c| c.status == "True" && c.reason == reasons::MAX_RUN_DURATION_EXCEEDED)
+            }),
+        now: ctx.clock.now(),
+    });
+    // Right before a create: every rule, with the namespace's chip quota and budget. The lock is
+    // held until the create is in status, so concurrent admissions see each other.
+    let _admission = match (&plan.action, &request) {
+        (Step::CreateNode | Step::CreateQueuedResource, Some(req)) => {
+            // The lock is not reentrant: an adoption pass already holds it.
+            let guard = match &adoption_lock {
+                Some(_) => None,
+                None => ctx.admission.lock_if_counted(&ctx.policies, ns).await,
+            };
+            let uid = t.identity.uid.as_str();
+            if let Err(denial) = tenancy::admit(ctx, ns, std::slice::from_ref(req), &[uid]).await? {
+                return deny(ctx, slice, &old, denial).await;
+            }
+            guard
+        }
+        _ => None,
+    };
+    let request = act::Request {
+        spec: &slice.spec,
+        names: &t.names,
+        desired: &t.desired,
+        identity: &t.identity,
+        recreations: old.recreations.max(0) as u32,
+        node: observed.node.as_ref(),
+    };
+    let (started, failure) = match act::act(ctx, &plan.action, &request).await {
+        Ok(started) => (started, None),
+        // Another operation runs on the node: the plan (and its short requeue) stands.
+        Err(err) if plan::node_busy(&plan.action, &err) => {
+            tracing::debug!(error = %err, "TPU node busy with another operation; retrying");
+            (None, None)
+        }
+        Err(err) => match plan::on_action_error(&plan.action, &err) {
+            Some(assessment) => {
+                plan.assessment = assessment;
+                (None, Some(err))
+            }
+            None => return Err(ReconcileError::gcp(action_name(&plan.action))(err)),
+        },
+    };
+    report(
+        ctx,
+        slice,
+        &old,
+        &t.names,
+        &observed,
+        &plan,
+        started.as_ref(),
+        shape.as_ref().ok(),
+    )
+    .await?;
+    // A permanent refusal (permission, invalid request) is in the status now; returning the error
+    // as well gives the object the slow, backed-off retry of `error_policy`.
+    if let Some(err) = failure.filter(|_| plan.assessment.progress == Progress::Stalled) {
+        return Err(ReconcileError::gcp(action_name(&plan.action))(err));
+    }
+    let wait = match plan.assessment.requeue {
+        Requeue::Active => watch_node(ctx, slice, &t.names, &observed, &plan.action, started.as_ref()),
+        other => {
+            ctx.cloud_watch
+                .unwatch(Collection::TpuNodes, &t.names.current.node);
+            poll_after(ctx, other)
+        }
+    };
+    Ok(ctx.settled.settle(slice, wait))
+}
+
+/// When to look again at a slice whose node is changing state: the cloud watch wakes it when
+/// the node's state changes, so it only polls at the backstop interval. Only a plain node in a
+/// transitional state (or just created) is watched; anything else (a queued resource, a patch
+/// or start operation, the previous incarnation's deletion) is polled at `poll_active`.
+fn watch_node(
+    ctx: &Context,
+    slice: &TpuSlice,
+    names: &Names,
+    observed: &Observed,
+    action: &Step,
+    started: Option<&act::Started>,
+) -> Duration {
+    use tpu_operator_gcp::tpu_v2::model::node::State;
+    let seen = match (action, started, &observed.node) {
+        // Compute Engine slices are read by name at `poll_active` (the cloud watch lists TPU
+        // nodes only).
+        _ if names.current.queued.is_some() || names.provisioner == Provisioner::ComputeEngine => None,
+        (Step::CreateNode, Some(_), _) => Some(State::Creating),
+        (Step::None, _, Some(node)) if transitional(&node.state) => Some(node.state.clone()),
+        _ => None,
+    };
+    match seen {
+        Some(state) => ctx.cloud_watch.watch(
+            ctx,
+            Collection::TpuNodes,
+            &names.current.node,
+            Some(state_of(&state)),
+            Owner::slice(slice),
+        ),
+        None => {
+            ctx.cloud_watch.unwatch(Collection::TpuNodes, &names.current.node);
+            ctx.config.poll_active
+        }
+    }
+}
+
+/// Node states that end on their own (the service moves the node on without being asked).
+fn transitional(state: &tpu_operator_gcp::tpu_v2::model::node::State) -> bool {
+    use tpu_operator_gcp::tpu_v2::model::node::State;
+    matches!(
+        state,
+        State::Creating
+            | State::Deleting
+            | State::Starting
+            | State::Stopping
+            | State::Restarting
+            | State::Repairing
+            | State::Reimaging
+            | State::Hiding
+            | State::Unhiding
+    )
+}
+
+/// Deletion: `Some(requeue)` while cloud objects remain, `None` once the finalizer may go.
+async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
+    if slice.spec.deletion_policy == DeletionPolicy::Orphan {
+        return Ok(None);
+    }
+    // Without a project nothing was ever created.
+    let Some(t) = Target::new(slice, ctx)? else {
+        return Ok(None);
+    };
+    let old = slice.status.clone().unwrap_or_default();
+    if let Some(wait) = delete_known_node(slice, ctx, &t, &old).await? {
+        return Ok(Some(wait));
+    }
+    let mut observed = observe::observe(ctx, &t.names, None, None).await?;
+    // A node named by `spec.adoptNodeId` that this slice never took over (adoption refused, or
+    // another owner's) is not the slice's to delete.
+    if t.names.adopted
+        && let Some(node) = &observed.node
+        && tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, &ctx.config.cluster_id)
+            != Ok(tenancy::adoption::Ownership::Ours)
+    {
+        let note = format!(
+            "node {} was never adopted by this TpuSlice: left in place",
+            node.name
+        );
+        crate::runtime::report::publish_event(ctx, slice, false, "Deleted", note).await;
+        observed.node = None;
+    }
+    let deleting = |message: String| {
+        Assessment::new(
+            Progress::Reconciling,
+            reasons::DELETING,
+            TpuSlicePhase::Deleting,
+            message,
+        )
+    };
+    let mut step = plan::plan_cleanup(&observed);
+    if step == CleanupStep::Done && compute::uses_group(&slice.spec) {
+        // The template and workload policy every incarnation's group was made from go last,
+        // once no group uses them.
+        let shared = compute::shared_id(&t.identity);
+        let released = ctx
+            .gcp
+            .compute_slices
+            .release(&t.names.project, &slice.spec.zone, &shared)
+            .await
+            .map_err(ReconcileError::gcp(
+                "delete instance template and workload policy",
+            ))?;
+        if !released {
+            step = CleanupStep::Wait(format!("deleting instance template and workload policy {shared}"));
+        }
+    }
+    let (action, assessment) = match step {
+        CleanupStep::Done => {
+            ctx.cloud_watch
+                .unwatch(Collection::TpuNodes, &t.names.current.node);
+            if let Some(what) = old.queued_resource_name.as_ref().or(old.node_name.as_ref()) {
+                let note = format!("{what} is gone; removing the finalizer");
+                crate::runtime::report::publish_event(ctx, slice, false, "Deleted", note).await;
+            }
+            return Ok(None);
+        }
+        CleanupStep::Wait(message) => (Step::None, deleting(message)),
+        CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources".into())),
+    };
+    let mut plan = Plan { action, assessment };
+    let request = act::Request {
+        spec: &slice.spec,
+        names: &t.names,
+        desired: &t.desired,
+        identity: &t.identity,
+        recreations: old.recreations.max(0) as u32,
+        node: None,
+    };
+    let (started, failure) = match act::act(ctx, &plan.action, &request).await {
+        Ok(started) => (started, None),
+        Err(err) if matches!(err.kind, ErrorKind::PermissionDenied | ErrorKind::Unauthenticated) => {
+            plan.assessment = Assessment::new(
+                Progress::Stalled,
+                reasons::PERMISSION_DENIED,
+                TpuSlicePhase::Deleting,
+                format!("cannot delete: {err}; retrying with backoff"),
+            );
+            (None, Some(err))
+        }
+        Err(err) => return Err(ReconcileError::gcp(action_name(&plan.action))(err)),
+    };
+    let shape = spec::shape(&slice.spec);
+    report(
+        ctx,
+        slice,
+        &old,
+        &t.names,
+        &observed,
+        &plan,
+        started.as_ref(),
+        shape.as_ref().ok(),
+    )
+    .await?;
+    if let Some(err) = failure {
+        return Err(ReconcileError::gcp(action_name(&plan.action))(err));
+    }
+    let wait = watch_deletion(ctx, slice, &observed, &plan.action);
+    Ok(Some(ctx.settled.settle(slice, wait)))
+}
+
+/// The first deletion pass of a slice whose status shows one READY node and nothing else (no
+/// queued resource, no earlier incarnation, no operation in flight, not adopted): the node is
+/// deleted by name without reading it first, since the read would only repeat what status says.
+/// Its end is then seen through the cloud watch and one read, so a deletion costs the two calls
+/// it must (issue 25). Anything else, a NOT_FOUND, or a refused delete takes the full path
+/// (read, plan, act), which reports errors. `None`: take the full path.
+async fn delete_known_node(
+    slice: &TpuSlice,
+    ctx: &Context,
+    t: &Target,
+    old: &TpuSliceStatus,
+) -> Result<Option<Action>> {
+    let names = &t.names;
+    let plain = !names.adopted
+        && names.provisioner == Provisioner::TpuApi
+        && names.current.queued.is_none()
+        && names.previous.is_none()
+        && old.pending_operation.is_none()
+        && old.phase != TpuSlicePhase::Deleting
+        && old.node_state.as_deref() == Some("READY")
+        && old.node_name.as_deref() == Some(names.current.node.as_str());
+    if !plain {
+        return Ok(None);
+    }
+    let action = Step::DeleteNode(names.current.node.clone());
+    let request = act::Request {
+        spec: &slice.spec,
+        names,
+        desired: &t.desired,
+        identity: &t.identity,
+        recreations: old.recreations.max(0) as u32,
+        node: None,
+    };
+    let Ok(Some(started)) = act::act(ctx, &action, &request).await else {
+        return Ok(None);
+    };
+    let plan = Plan {
+        action: action.clone(),
+        assessment: Assessment::new(
+            Progress::Reconciling,
+            reasons::DELETING,
+            TpuSlicePhase::Deleting,
+            "deleting the cloud resources",
+        ),
+    };
+    // What the status last showed of the node (it was READY, and billing, until this delete):
+    // the same status the full path writes from the read it would have made.
+    let observed = Observed {
+        node: Some(last_seen_node(old)),
+        ..Observed::default()
+    };
+    let shape = spec::shape(&slice.spec);
+    report(
+        ctx,
+        slice,
+        old,
+        names,
+        &observed,
+        &plan,
+        Some(&started),
+        shape.as_ref().ok(),
+    )
+    .await?;
+    let wait = watch_deletion(ctx, slice, &observed, &action);
+    Ok(Some(ctx.settled.settle(slice, wait)))
+}
+
+/// The node as `status` last described it (name, state, health, addresses, creation time).
+fn last_seen_node(status: &TpuSliceStatus) -> Node {
+    let endpoints = status
+        .worker_ips
+        .iter()
+        .map(|ip| NetworkEndpoint::new().set_ip_address(ip.clone()));
+    let mut n = Node::new()
+        .set_name(status.node_name.clone().unwrap_or_default())
+        .set_state(node::State::from(
+            status.node_state.as_deref().unwrap_or_default(),
+        ))
+        .set_network_endpoints(endpoints);
+    if let Some(health) = &status.health {
+        n = n.set_health(node::Health::from(health.as_str()));
+    }
+    if let Some(created) = &status.create_time {
+        n = n.set_create_time(wkt::Timestamp::clamp(created.0.as_second(), 0));
+    }
+    n
+}
+
+/// When to look again at a slice whose node is being deleted: the cloud watch wakes it when the
+/// node leaves DELETING or drops out of the listing (the woken pass confirms the absence with a
+/// get), so instead of a read every `poll_active` a deletion costs one read at the end. Queued
+/// resources are not listed by the watch and are polled at `poll_active`.
+fn watch_deletion(ctx: &Context, slice: &TpuSlice, observed: &Observed, action: &Step) -> Duration {
+    use tpu_operator_gcp::tpu_v2::model::node::State;
+    let queued = observed.queued.is_some() || observed.previous_queued.is_some();
+    let node = match action {
+        Step::DeleteNode(name) => Some(name.as_str()),
+        Step::None => [&observed.node, &observed.previous_node]
+            .into_iter()
+            .flatten()
+            .find(|n| n.state == State::Deleting)
+            .map(|n| n.name.as_str()),
+        _ => None,
+    };
+    let compute_engine = slice.spec.provisioner == Provisioner::ComputeEngine;
+    match node.filter(|_| !queued && !compute_engine) {
+        Some(name) => ctx.cloud_watch.watch(
+            ctx,
+            Collection::TpuNodes,
+            name,
+            Some(state_of(&State::Deleting)),
+            Owner::slice(slice),
+        ),
+        None => ctx.config.poll_active,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn report(
+    ctx: &Context,
+    slice: &TpuSlice,
+    old: &TpuSliceStatus,
+    names: &Names,
+    observed: &Observed,
+    plan: &Plan,
+    started: Option<&act::Started>,
+    shape: Option<&tpu_operator_api::accelerator::SliceShape>,
+) -> Result<()> {
+    let new = status::build(&status::Report {
+        old,
+        generation: slice.meta().generation,
+        names,
+        observed,
+        assessment: &plan.assessment,
+        shape,
+        started,
+        preempted: plan.action == Step::RecordPreemption,
+        price: tenancy::request::slice_per_hour(&slice.spec, &ctx.prices),
+        now: ctx.clock.now(),
+    });
+    if let (Some(ns), Some(uid)) = (slice.namespace(), slice.uid()) {
+        ctx.metrics.record_spend(&ns, &uid, new.estimated_cost.as_ref());
+    }
+    status::write(ctx, slice, old, &new).await
+}
+
+/// Reports a tenancy-policy refusal: `Stalled` reason `PolicyDenied`, no cloud call. A refusal
+/// that depends on the namespace's usage (chip quota, budget) is looked at again at the capacity
+/// interval and leaves the phase `Pending`; one that needs a spec or policy change is `Failed`.
+async fn deny(
+    ctx: &Context,
+    slice: &TpuSlice,
+    old: &TpuSliceStatus,
+    denial: tenancy::Denial,
+) -> Result<Action> {
+    let (phase, every) = if denial.retry {
+        (TpuSlicePhase::Pending, ctx.config.poll_capacity)
+    } else {
+        (TpuSlicePhase::Failed, ctx.config.poll_stable)
+    };
+    tracing::debug!(message = %denial.message, "tenancy policy refused the slice");
+    stall_as(ctx, slice, old, phase, reasons::POLICY_DENIED, &denial.message).await?;
+    Ok(Action::requeue(every))
+}
+
+/// Reports a refusal that needs a spec or configuration change.
+async fn stall(
+    ctx: &Context,
+    slice: &TpuSlice,
+    old: &TpuSliceStatus,
+    reason: &'static str,
+    message: &str,
+) -> Result<Action> {
+    stall_as(ctx, slice, old, TpuSlicePhase::Failed, reason, message).await?;
+    Ok(Action::await_change())
+}
+
+async fn stall_as(
+    ctx: &Context,
+    slice: &TpuSlice,
+    old: &TpuSliceStatus,
+    phase: TpuSlicePhase,
+    reason: &'static str,
+    message: &str,
+) -> Result<()> {
+    let mut new = old.clone();
+    new.observed_generation = slice.meta().generation;
+    new.phase = phase;
+    new.message = Some(message.to_string());
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(ctx.clock.now().timestamp())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    );
+    set_kstatus(
+        &mut new.conditions,
+        Progress::Stalled,
+        reason,
+        message,
+        new.observed_generation,
+        now,
+    );
+    status::write(ctx, slice, old, &new).await
+}
+
+fn poll_after(ctx: &Context, requeue: Requeue) -> Duration {
+    match requeue {
+        Requeue::Active => ctx.config.poll_active,
+        Requeue::Capacity => ctx.config.poll_capacity,
+        Requeue::Stable => ctx.config.poll_stable,
+    }
+}
+
+fn action_name(action: &Step) -> &'static str {
+    match action {
+        Step::None | Step::RecordPreemption => "observe TPU slice",
+        Step::CreateNode => "create TPU node",
+        Step::CreateQueuedResource => "create queued resource",
+        Step::DeleteNode(_) => "delete TPU node",
+        Step::DeleteQueuedResource(_) => "delete queued resource",
+        Step::PatchNode(_) => "patch TPU node labels/metadata/tags",
+        Step::StartNode => "start TPU node",
+        Step::PatchSliceNode { .. } => "patch multislice TPU node labels/metadata/tags",
+    }
+}

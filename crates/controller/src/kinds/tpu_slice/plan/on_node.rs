@@ -1,0 +1,362 @@
+//! Planning once the current node exists: its state and health decide; READY nodes get their
+//! labels / metadata / tags corrected; PREEMPTED ones are recreated within the limit.
+//!
+//! Does not touch Kubernetes or Google Cloud.
+
+use std::collections::BTreeMap;
+
+use tpu_operator_api::{
+    conditions::{Progress, reasons},
+    tpu_slice::TpuSlicePhase,
+};
+use tpu_operator_gcp::tpu_v2::model::{Node, node};
+
+use super::{Action, Assessment, Input, OperationView, Plan, Requeue};
+use crate::kinds::tpu_slice::spec::{CapacityMode, Desired};
+
+/// The current node exists.
+pub(super) fn plan_node(input: &Input<'_>, n: &Node) -> Plan {
+    use TpuSlicePhase as P;
+    use node::State as S;
+    let state = state_name(n);
+    let busy = |reason, phase, what: &str| {
+        Plan::report(Assessment::new(
+            Progress::Reconciling,
+            reason,
+            phase,
+            format!("node is {state}: {what}"),
+        ))
+    };
+    let mut plan = match n.state {
+        S::Ready => plan_ready(input, n),
+        S::Creating => busy(reasons::CREATING, P::Provisioning, "being created"),
+        S::Starting => busy(reasons::PROVISIONING, P::Provisioning, "starting"),
+        S::Restarting | S::Reimaging | S::Repairing => busy(
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+            "waiting for it to come back",
+        ),
+        S::Stopping => busy(reasons::PROVISIONING, P::Degraded, "will be started once stopped"),
+        S::Hiding | S::Hidden | S::Unhiding => {
+            let mut p = busy(reasons::NODE_UNHEALTHY, P::Degraded, "held by the TPU service");
+            p.assessment.requeue = Requeue::Capacity;
+            p
+        }
+        S::Stopped => Plan::new(
+            Action::StartNode,
+            Assessment::new(
+                Progress::Reconciling,
+                reasons::PROVISIONING,
+                P::Degraded,
+                "node is STOPPED: starting it",
+            ),
+        ),
+        S::Deleting => busy(
+            reasons::RECREATING,
+            P::Recreating,
+            "deleted outside the operator; it is recreated once gone",
+        ),
+        S::Preempted | S::Terminated => plan_preempted(input, &state),
+        S::Unknown => Plan::report(Assessment::new(
+            Progress::Stalled,
+            reasons::NODE_UNHEALTHY,
+            P::Failed,
+            "node is UNKNOWN after a failed repair; delete the TpuSlice to replace it",
+        )),
+        S::Unspecified => {
+            let mut p = busy(reasons::PROVISIONING, P::Provisioning, "state not reported yet");
+            p.assessment.requeue = Requeue::Capacity;
+            p
+        }
+        _ => {
+            let mut p = busy(reasons::PROVISIONING, P::Degraded, "unrecognized state");
+            p.assessment.requeue = Requeue::Capacity;
+            p
+        }
+    };
+    if n.state != S::Creating {
+        plan.assessment.capacity = Some(!matches!(n.state, S::Preempted | S::Terminated));
+    }
+    plan.assessment.drift = immutable_drift(input, n);
+    plan
+}
+
+/// Multislice, its queued resource ACTIVE: all or nothing. Every node must exist and be READY
+/// and HEALTHY for the slice to be Ready; a PREEMPTED / TERMINATED node is a preemption of the
+/// whole run (the queued resource is recreated, [`plan_preempted`]); otherwise the first node
+/// that is not there yet decides what is reported. Once all are READY each node gets its slice
+/// id and the coordinator's address (slice 0 host 0, `<ip>:MEGASCALE_PORT`) in its metadata,
+/// one `nodes.patch` per pass, and drift of any node is corrected the same way.
+pub(super) fn plan_multislice(input: &Input<'_>, first: &Node) -> Plan {
+    let nodes: Vec<Option<&Node>> = std::iter::once(Some(first))
+        .chain(input.observed.other_slices.iter().map(Option::as_ref))
+        .collect();
+    let total = nodes.len();
+    let mut plan = plan_all_slices(input, &nodes);
+    if plan.assessment.progress == Progress::Ready {
+        plan.assessment.capacity = Some(true);
+    }
+    plan.assessment.drift = immutable_drift(input, first);
+    if plan.assessment.progress != Progress::Ready {
+        plan.assessment.message = format!("multislice of {total}: {}", plan.assessment.message);
+    }
+    plan
+}
+
+fn plan_all_slices(input: &Input<'_>, nodes: &[Option<&Node>]) -> Plan {
+    use TpuSlicePhase as P;
+    use node::{Health as H, State as S};
+    let total = nodes.len();
+    if let Some(k) = nodes.iter().position(Option::is_none) {
+        return Plan::report(Assessment::new(
+            Progress::Reconciling,
+            reasons::PROVISIONING,
+            P::Provisioning,
+            format!("queued resource is ACTIVE; the node of slice {k} is not visible yet"),
+        ));
+    }
+    let nodes: Vec<&Node> = nodes.iter().flatten().copied().collect();
+    if let Some((k, n)) = nodes
+        .iter()
+        .enumerate()
+        .find(|(_, n)| matches!(n.state, S::Preempted | S::Terminated))
+    {
+        let mut p = plan_preempted(
+            input,
+            &format!(
+                "{} (the node of slice {k}; a multislice runs all or nothing)",
+                state_name(n)
+            ),
+        );
+        p.assessment.capacity = Some(false);
+        return p;
+    }
+    if let Some((k, n)) = nodes
+        .iter()
+        .enumerate()
+        .find(|(_, n)| n.state != S::Ready || n.health != H::Healthy)
+    {
+        let mut p = plan_node(input, n);
+        // Only slice 0's node is the one `StartNode` acts on; a READY but unhealthy node waits
+        // (its metadata is compared below, once all are healthy).
+        if !(k == 0 && p.action == Action::StartNode) {
+            p.action = Action::None;
+        }
+        p.assessment.message = format!("slice {k}: {}", p.assessment.message);
+        return p;
+    }
+    let Some(ip) = nodes[0]
+        .network_endpoints
+        .first()
+        .map(|e| e.ip_address.as_str())
+        .filter(|ip| !ip.is_empty())
+    else {
+        return Plan::report(Assessment::new(
+            Progress::Reconciling,
+            reasons::PROVISIONING,
+            P::Provisioning,
+            "slice 0 reports no worker address yet",
+        ));
+    };
+    let coordinator = format!("{ip}:{}", crate::kinds::tpu_slice::spec::MEGASCALE_PORT);
+    let operation_running = matches!(input.observed.operation, Some(OperationView::Running));
+    for (k, n) in nodes.iter().enumerate() {
+        let d = crate::kinds::tpu_slice::spec::slice_desired(input.desired, k, &coordinator);
+        let mask = drift_mask(&d, n);
+        if mask.is_empty() {
+            continue;
+        }
+        let told = n
+            .metadata
+            .get(crate::kinds::tpu_slice::spec::MEGASCALE_COORDINATOR_METADATA)
+            .is_some_and(|c| c == &coordinator)
+            && n.metadata
+                .get(crate::kinds::tpu_slice::spec::MEGASCALE_SLICE_ID_METADATA)
+                .is_some_and(|id| id == &k.to_string());
+        let assessment = if told {
+            ready(total).requeue(Requeue::Active)
+        } else {
+            Assessment::new(
+                Progress::Reconciling,
+                reasons::PROVISIONING,
+                P::Provisioning,
+                format!(
+                    "all {total} nodes are READY: telling slice {k} its slice id and the coordinator {coordinator}"
+                ),
+            )
+        };
+        if operation_running {
+            return Plan::report(assessment.requeue(Requeue::Active));
+        }
+        let metadata = crate::kinds::tpu_slice::spec::patched_metadata(&d, &n.metadata);
+        let patch = Desired { metadata, ..d };
+        return Plan::new(
+            Action::PatchSliceNode {
+                node: n.name.clone(),
+                mask,
+                patch,
+            },
+            assessment,
+        );
+    }
+    let a = ready(total);
+    if operation_running {
+        return Plan::report(a.requeue(Requeue::Active));
+    }
+    Plan::report(a)
+}
+
+fn ready(total: usize) -> Assessment {
+    Assessment::new(
+        Progress::Ready,
+        reasons::NODE_READY,
+        TpuSlicePhase::Ready,
+        format!("all {total} slices of the multislice are READY and HEALTHY"),
+    )
+}
+
+/// READY: Ready when also HEALTHY; keeps labels / metadata / tags in sync.
+fn plan_ready(input: &Input<'_>, n: &Node) -> Plan {
+    use TpuSlicePhase as P;
+    use node::Health as H;
+    let assessment = match n.health {
+        H::Healthy => Assessment::new(
+            Progress::Ready,
+            reasons::NODE_READY,
+            P::Ready,
+            "node is READY and HEALTHY",
+        ),
+        H::Unspecified => Assessment::new(
+            Progress::Reconciling,
+            reasons::PROVISIONING,
+            P::Provisioning,
+            "node is READY; waiting for its health to be reported",
+        ),
+        H::Timeout | H::UnhealthyTensorflow | H::UnhealthyMaintenance => Assessment::new(
+            Progress::Reconciling,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+            format!("node is READY but {}", health_name(n)),
+        )
+        .requeue(Requeue::Capacity),
+        _ => Assessment::new(
+            Progress::Reconciling,
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+            format!("node is READY with unrecognized health {}", health_name(n)),
+        )
+        .requeue(Requeue::Capacity),
+    };
+    let operation_running = matches!(input.observed.operation, Some(OperationView::Running));
+    let mask = drift_mask(input.desired, n);
+    if operation_running || mask.is_empty() {
+        let mut a = assessment;
+        if operation_running && a.progress == Progress::Ready {
+            a.requeue = Requeue::Active;
+        }
+        return Plan::report(a);
+    }
+    Plan::new(Action::PatchNode(mask), assessment.requeue(Requeue::Active))
+}
+
+/// PREEMPTED / TERMINATED (or a queued resource suspended by the service): recreate within the
+/// limit, else stall.
+pub(super) fn plan_preempted(input: &Input<'_>, what: &str) -> Plan {
+    use TpuSlicePhase as P;
+    if input.names.adopted {
+        return Plan::report(Assessment::new(
+            Progress::Stalled,
+            reasons::PREEMPTED,
+            P::Preempted,
+            format!("adopted node is {what}; adopted nodes are not recreated"),
+        ));
+    }
+    let max = input.max_recreations();
+    let what = if CapacityMode::preemptible(input.spec) {
+        what.to_string()
+    } else {
+        format!("{what} (maintenance or end of life of on-demand capacity)")
+    };
+    if input.recreations >= max {
+        return Plan::report(Assessment::new(
+            Progress::Stalled,
+            reasons::RECREATIONS_EXHAUSTED,
+            P::Failed,
+            format!(
+                "slice is {what} and was already recreated {} time(s) (spec.preemption.maxRecreations = {max})",
+                input.recreations
+            ),
+        ));
+    }
+    Plan::new(
+        Action::RecordPreemption,
+        Assessment::new(
+            Progress::Reconciling,
+            reasons::RECREATING,
+            P::Preempted,
+            format!(
+                "slice is {what}: recreating it ({} of at most {max})",
+                input.recreations + 1
+            ),
+        ),
+    )
+}
+
+/// The update mask of the fields that differ (empty when in sync). Labels the TPU service adds
+/// itself (`goog-*`) are not ours to remove.
+pub fn drift_mask(desired: &Desired, n: &Node) -> Vec<&'static str> {
+    let mut mask = Vec::new();
+    let labels: BTreeMap<_, _> = n
+        .labels
+        .iter()
+        .filter(|(k, _)| !k.starts_with("goog-"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if labels != desired.labels {
+        mask.push("labels");
+    }
+    // Only the keys the operator set: `ssh-keys` and anything else added by others stay.
+    if crate::kinds::tpu_slice::spec::metadata_drift(desired, &n.metadata) {
+        mask.push("metadata");
+    }
+    if n.tags != desired.tags {
+        mask.push("tags");
+    }
+    mask
+}
+
+/// Immutable fields that differ between the node and the spec (the CRD refuses such edits; this
+/// catches the ones that slipped through, and adopted nodes that do not match).
+fn immutable_drift(input: &Input<'_>, n: &Node) -> Option<String> {
+    let mut out = Vec::new();
+    if let Ok(shape) = input.shape {
+        let want = shape.accelerator_type();
+        if !n.accelerator_type.is_empty() && n.accelerator_type != want {
+            out.push(format!(
+                "acceleratorType is {} on the node, {want} in the spec",
+                n.accelerator_type
+            ));
+        }
+    }
+    if !n.runtime_version.is_empty() && n.runtime_version != input.spec.runtime_version {
+        out.push(format!(
+            "runtimeVersion is {} on the node, {} in the spec",
+            n.runtime_version, input.spec.runtime_version
+        ));
+    }
+    (!out.is_empty()).then(|| {
+        format!(
+            "{} (not changed in place; recreate the TpuSlice to apply)",
+            out.join("; ")
+        )
+    })
+}
+
+/// `READY`, `PREEMPTED`, ... as GCP spells it.
+pub fn state_name(n: &Node) -> String {
+    n.state.name().unwrap_or("UNRECOGNIZED").to_string()
+}
+
+pub fn health_name(n: &Node) -> String {
+    n.health.name().unwrap_or("UNRECOGNIZED").to_string()
+}

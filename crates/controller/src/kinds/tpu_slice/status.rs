@@ -1,0 +1,256 @@
+//! Builds the slice's status from what was observed, planned and started, writes it by server-side
+//! apply when it changed, and publishes Events on real transitions only.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use tpu_operator_api::{
+    accelerator::SliceShape,
+    conditions::{
+        Progress, condition, find_condition, is_true, reasons, remove_condition, set_condition, set_kstatus,
+        types,
+    },
+    tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
+};
+use tpu_operator_gcp::tpu_v2::model::node;
+
+use super::{
+    act::Started,
+    observe::{Names, Observed, OperationView},
+    plan::{Assessment, health_name, state_name},
+};
+use crate::runtime::{context::Context, error::Result, report};
+use kube::ResourceExt;
+
+/// The only writer of `TpuSlice.status`.
+pub const FIELD_MANAGER: &str = "tpuslice.tpu-operator.dev/controller";
+
+/// Inputs of one status computation.
+pub struct Report<'a> {
+    pub old: &'a TpuSliceStatus,
+    pub generation: Option<i64>,
+    pub names: &'a Names,
+    pub observed: &'a Observed,
+    pub assessment: &'a Assessment,
+    pub shape: Option<&'a SliceShape>,
+    pub started: Option<&'a Started>,
+    /// This reconcile counted a preemption.
+    pub preempted: bool,
+    /// Estimated US dollars per hour while the node runs, and the price key.
+    pub price: Option<(f64, String)>,
+    pub now: DateTime<Utc>,
+}
+
+/// Multislice: each slice's node state by slice id (`-` for a node not there), once any node
+/// was read; empty for a plain slice.
+fn node_states(r: &Report<'_>) -> Vec<String> {
+    if r.names.current.other_slices.is_empty() || r.observed.node.is_none() {
+        return Vec::new();
+    }
+    std::iter::once(r.observed.node.as_ref())
+        .chain(r.observed.other_slices.iter().map(Option::as_ref))
+        .map(|n| n.map_or_else(|| "-".to_string(), state_name))
+        .collect()
+}
+
+/// The new status. Pure: same inputs, same status (timestamps come from `now` and the cloud).
+pub fn build(r: &Report<'_>) -> TpuSliceStatus {
+    let old = r.old;
+    let a = r.assessment;
+    let now = time(r.now);
+    let generation = r.generation;
+    let node = r.observed.node.as_ref();
+    let qr = r.observed.queued.as_ref();
+    let created = r.started.is_some_and(|s| s.verb == "create");
+    let op_running = matches!(
+        r.observed.operation,
+        Some(OperationView::Running | OperationView::Unread)
+    );
+    let keep = |field: &Option<String>| if op_running { field.clone() } else { None };
+    let slices = r.names.current.other_slices.len() as u32 + 1;
+
+    let mut s = TpuSliceStatus {
+        observed_generation: generation,
+        phase: a.phase,
+        conditions: old.conditions.clone(),
+        node_name: node
+            .map(|n| n.name.clone())
+            .or_else(|| (created && r.names.current.queued.is_none()).then(|| r.names.current.node.clone()))
+            .or_else(|| keep(&old.node_name)),
+        queued_resource_name: qr
+            .map(|q| q.name.clone())
+            .or_else(|| created.then(|| r.names.current.queued.clone()).flatten())
+            .or_else(|| keep(&old.queued_resource_name)),
+        pending_operation: match r.started {
+            Some(started) => Some(started.operation.clone()),
+            None => keep(&old.pending_operation),
+        },
+        node_state: node.map(state_name),
+        health: node
+            .filter(|n| n.health != node::Health::Unspecified)
+            .map(health_name),
+        queued_resource_state: qr
+            .and_then(|q| q.state.as_ref())
+            .and_then(|st| st.state.name())
+            .map(str::to_owned),
+        accelerator_type: r.shape.map(SliceShape::accelerator_type),
+        chips: r.shape.map(|sh| (sh.chips * slices) as i32),
+        hosts: r.shape.map(|sh| (sh.hosts * slices) as i32),
+        node_states: node_states(r),
+        worker_ips: node
+            .map(|n| n.network_endpoints.iter().map(|e| e.ip_address.clone()).collect())
+            .unwrap_or_default(),
+        create_time: node
+            .and_then(|n| n.create_time.as_ref())
+            .and_then(|t| Timestamp::from_second(t.seconds()).ok())
+            .map(Time),
+        ready_time: if r.preempted {
+            None
+        } else if a.progress == Progress::Ready {
+            old.ready_time.clone().or_else(|| Some(now.clone()))
+        } else {
+            old.ready_time.clone()
+        },
+        last_preemption_time: if r.preempted {
+            Some(now.clone())
+        } else {
+            old.last_preemption_time.clone()
+        },
+        last_active_time: match (&old.last_active_time, r.observed.workload_done) {
+            (Some(old_t), Some(done)) if old_t.0.as_second() >= done.timestamp() => Some(old_t.clone()),
+            (_, Some(done)) => Some(time(done)),
+            (old_t, None) => old_t.clone(),
+        },
+        recreations: old.recreations + i32::from(r.preempted),
+        estimated_cost: crate::governance::pricing::accrue(
+            old.estimated_cost.as_ref(),
+            if node.is_some_and(billing) {
+                r.price.as_ref().map_or(0.0, |p| p.0)
+            } else {
+                0.0
+            },
+            r.price.as_ref().map(|p| p.1.as_str()),
+            r.now,
+        ),
+        message: Some(a.message.clone()),
+    };
+    set_kstatus(
+        &mut s.conditions,
+        a.progress,
+        a.reason,
+        &a.message,
+        generation,
+        now.clone(),
+    );
+    if let Some(available) = a.capacity {
+        let reason = if available {
+            reasons::PROVISIONING
+        } else if a.reason == reasons::WAITING_FOR_CAPACITY {
+            reasons::STOCKOUT
+        } else {
+            a.reason
+        };
+        let c = condition(
+            types::CAPACITY_AVAILABLE,
+            available,
+            reason,
+            &a.message,
+            generation,
+            now.clone(),
+        );
+        set_condition(&mut s.conditions, c);
+    }
+    if let Some(n) = node {
+        let healthy = n.state == node::State::Ready && n.health == node::Health::Healthy;
+        let (reason, msg) = if healthy {
+            (reasons::NODE_READY, "node is READY and HEALTHY".to_string())
+        } else {
+            (
+                reasons::NODE_UNHEALTHY,
+                format!("node is {} (health {})", state_name(n), health_name(n)),
+            )
+        };
+        set_condition(
+            &mut s.conditions,
+            condition(types::NODE_HEALTHY, healthy, reason, msg, generation, now.clone()),
+        );
+    }
+    match &a.drift {
+        Some(msg) => {
+            set_condition(
+                &mut s.conditions,
+                condition(types::SPEC_DRIFT, true, reasons::DRIFTED, msg, generation, now),
+            );
+        }
+        None => {
+            remove_condition(&mut s.conditions, types::SPEC_DRIFT);
+        }
+    }
+    s
+}
+
+/// Whether the node is billed (estimated from the time it exists until it is stopped, preempted
+/// or being deleted: an upper bound, since Cloud TPU bills READY time).
+fn billing(n: &tpu_operator_gcp::tpu_v2::model::Node) -> bool {
+    !matches!(
+        n.state,
+        node::State::Stopped | node::State::Preempted | node::State::Terminated | node::State::Deleting
+    )
+}
+
+/// Writes `new` when it differs from `old`, then publishes the Events of the transition.
+pub async fn write(
+    ctx: &Context,
+    slice: &TpuSlice,
+    old: &TpuSliceStatus,
+    new: &TpuSliceStatus,
+) -> Result<()> {
+    if old == new {
+        return Ok(());
+    }
+    let written = report::apply_status(ctx, slice, FIELD_MANAGER, new).await?;
+    ctx.settled.wrote(slice, written.resource_version());
+    for (warning, reason, note) in transitions(old, new) {
+        report::publish_event(ctx, slice, warning, reason, note).await;
+    }
+    Ok(())
+}
+
+/// Events for what changed between two statuses (never for a pass that changed nothing).
+pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<(bool, &'static str, String)> {
+    let mut out = Vec::new();
+    let message = new.message.clone().unwrap_or_default();
+    if new.pending_operation.is_some() && new.pending_operation != old.pending_operation {
+        let what = new.queued_resource_name.as_ref().or(new.node_name.as_ref());
+        if new.phase != TpuSlicePhase::Deleting && old.node_name.is_none() && what.is_some() {
+            out.push((
+                false,
+                "Created",
+                format!("requested {}", what.cloned().unwrap_or_default()),
+            ));
+        }
+    }
+    if new.recreations > old.recreations {
+        out.push((true, reasons::PREEMPTED, message.clone()));
+    }
+    let became = |t: &str| is_true(&new.conditions, t) && !is_true(&old.conditions, t);
+    if became(types::READY) {
+        out.push((false, "Ready", message.clone()));
+    }
+    if became(types::STALLED) {
+        // Reasons that ask a person for something specific keep their name in the Event.
+        let reason = match find_condition(&new.conditions, types::STALLED).map(|c| c.reason.as_str()) {
+            Some(reasons::POLICY_DENIED) => reasons::POLICY_DENIED,
+            Some(reasons::QUOTA_EXCEEDED) => reasons::QUOTA_EXCEEDED,
+            _ => reasons::FAILED,
+        };
+        out.push((true, reason, message.clone()));
+    }
+    if new.phase == TpuSlicePhase::Deleting && old.phase != TpuSlicePhase::Deleting {
+        out.push((false, reasons::DELETING, message));
+    }
+    out
+}
+
+fn time(t: DateTime<Utc>) -> Time {
+    Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
+}

@@ -1,0 +1,215 @@
+//! Carrying out the plan's one action. Results (the job's server-assigned name, a delete
+//! operation) go into the status about to be written, so they are persisted right after the call.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{
+    Api, Resource,
+    api::{DeleteParams, PostParams},
+};
+use tpu_operator_api::{
+    conditions::{Progress, reasons},
+    tpu_slice::TpuSlice,
+    training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase, TrainingPipelineStatus},
+};
+use tpu_operator_gcp::ErrorKind;
+
+use super::{
+    Names, checkpoints,
+    observe::{Reads, list_jobs},
+    plan::Action,
+    spec,
+    status::{self, time},
+};
+use crate::runtime::{
+    context::Context,
+    error::{ReconcileError, Result},
+};
+
+pub async fn act(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Names,
+    action: &Action,
+    st: &mut TrainingPipelineStatus,
+    reads: &mut Reads,
+) -> Result<()> {
+    match action {
+        Action::Nothing => Ok(()),
+        Action::CreatePreprocess => {
+            let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
+            let child = spec::preprocess_batch(
+                &tp.spec,
+                &names.id,
+                &names.preprocess,
+                names.project.clone(),
+                owner,
+            );
+            match child {
+                Some(child) => create_child(ctx, &names.id.namespace, &child).await,
+                None => Ok(()),
+            }
+        }
+        Action::CreateSlice { .. } => {
+            let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
+            let ckpt = checkpoints::current_dir(&tp.spec, st);
+            let child = spec::train_slice(
+                &tp.spec,
+                &names.id,
+                &names.train,
+                names.project.clone(),
+                owner,
+                &ckpt,
+            );
+            match child {
+                Some(child) => create_child(ctx, &names.id.namespace, &child).await,
+                None => Ok(()),
+            }
+        }
+        Action::DeleteSlice => delete_child::<TpuSlice>(ctx, &names.id.namespace, &names.train).await,
+        Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, reads).await,
+        Action::DeleteJob { name } => {
+            match ctx.gcp.vertex.delete_custom_job(name).await {
+                Ok(op) => st.pending_operation = Some(op.name),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(ReconcileError::gcp("delete finished Vertex custom job")(e)),
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Cancels duplicate jobs of the current attempt (see `duplicates`). One that finished or went in
+/// the meantime needs nothing more; cleanup deletes their records with the pipeline's others.
+pub async fn cancel_jobs(ctx: &Context, names: &[String]) -> Result<()> {
+    for name in names {
+        cancel_job(ctx, name, "cancel duplicate Vertex custom job").await?;
+    }
+    Ok(())
+}
+
+/// Cancels one Vertex job; one already finished (FAILED_PRECONDITION) or gone needs nothing more.
+/// `what` names the call in the error.
+pub async fn cancel_job(ctx: &Context, name: &str, what: &'static str) -> Result<()> {
+    match ctx.gcp.vertex.cancel_custom_job(name).await {
+        Err(e) if !e.is_not_found() && e.kind != ErrorKind::FailedPrecondition => {
+            Err(ReconcileError::gcp(what)(e))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn owner_ref(tp: &TrainingPipeline) -> Option<OwnerReference> {
+    tp.controller_owner_ref(&())
+}
+
+/// Create-if-absent: the plan only asks when the child was absent; AlreadyExists (a watch that
+/// lagged) is fine, the next observe reads the existing object and checks its owner.
+async fn create_child<K>(ctx: &Context, ns: &str, child: &K) -> Result<()>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    match api.create(&PostParams::default(), child).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(ReconcileError::kube("create owned child")(e)),
+    }
+}
+
+/// Deletes an owned child (its own finalizer cleans the cloud). Absent is fine.
+pub async fn delete_child<K>(ctx: &Context, ns: &str, name: &str) -> Result<()>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(ReconcileError::kube("delete owned child")(e)),
+    }
+}
+
+/// Finds the attempt's job by its labels (a create that crashed before its status write) or
+/// creates it, and records its name.
+async fn create_job(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Names,
+    attempt: i32,
+    st: &mut TrainingPipelineStatus,
+    reads: &mut Reads,
+) -> Result<()> {
+    let Some(parent) = &names.vertex_parent else {
+        invalid(
+            ctx,
+            st,
+            "no project: set spec.project or the operator's default project".into(),
+        );
+        return Ok(());
+    };
+    // Find before create (a job created just before a crash carries this attempt's labels),
+    // unless this pass's observe already listed every job of the pipeline.
+    let existing = if reads.jobs_listed {
+        None
+    } else {
+        list_jobs(ctx, names, Some(attempt)).await?.into_iter().next()
+    };
+    let name = match existing {
+        Some(job) => {
+            // Listed: so is any older job of the attempt a lost reply left.
+            st.unconfirmed_create_time = None;
+            job.name
+        }
+        None => {
+            let ckpt = checkpoints::current_dir(&tp.spec, st);
+            let job = spec::custom_job(&tp.spec, &names.id, &ctx.config.cluster_id, attempt, &ckpt);
+            let job = match job {
+                Ok(job) => job,
+                Err(msg) => {
+                    invalid(ctx, st, msg);
+                    return Ok(());
+                }
+            };
+            // Write-ahead: a reply lost, or a crash before the status write, leaves a job no
+            // status names and lists may show late; deletion waits for lists only then.
+            if st.unconfirmed_create_time.is_none() {
+                let started = status::time(ctx.clock.now());
+                let mut marked = tp.status.clone().unwrap_or_default();
+                marked.unconfirmed_create_time = Some(started.clone());
+                status::write(ctx, tp, &marked).await?;
+                st.unconfirmed_create_time = Some(started);
+            }
+            match ctx.gcp.vertex.create_custom_job(parent, job).await {
+                Ok(job) => {
+                    let name = job.name.clone();
+                    reads.job = Some(job);
+                    name
+                }
+                Err(e) if matches!(e.kind, ErrorKind::InvalidArgument) => {
+                    invalid(ctx, st, format!("Vertex refused the custom job: {e}"));
+                    return Ok(());
+                }
+                Err(e) => return Err(ReconcileError::gcp("create Vertex custom job")(e)),
+            }
+        }
+    };
+    st.custom_job_name = Some(name.clone());
+    status::stage_mut(st, StageName::Train).gcp_name = Some(name);
+    Ok(())
+}
+
+/// A spec the cloud cannot take: the pipeline fails with `InvalidSpec` (no retry helps).
+fn invalid(ctx: &Context, st: &mut TrainingPipelineStatus, message: String) {
+    let now = time(ctx.clock.now());
+    st.phase = TrainingPipelinePhase::Failed;
+    st.completion_time = Some(now.clone());
+    st.message = Some(message.clone());
+    status::set_kstatus(st, Progress::Stalled, reasons::INVALID_SPEC, &message, now);
+}

@@ -1,0 +1,178 @@
+//! Deleting a pipeline. Its Vertex jobs (found by the UID label, every attempt and any duplicate,
+//! plus the one its status records) are cancelled, one call per reconcile, and waited for until
+//! terminal; once all are terminal they are deleted in one pass and the finalizer is dropped. Owned `PreprocessBatch` / `TpuSlice` children are deleted by ownerReference garbage
+//! collection once the pipeline is gone, and their own finalizers cancel and delete their cloud
+//! resources (`deletionPolicy: Orphan` was copied to them at creation).
+
+use chrono::{DateTime, Utc};
+use kube::runtime::controller::Action;
+use tpu_operator_api::{
+    common::DeletionPolicy,
+    conditions::{Progress, reasons},
+    training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase},
+};
+use tpu_operator_gcp::{ErrorKind, aiplatform_v1::model::JobState};
+
+use super::{
+    Names,
+    observe::{job_view, list_jobs, read_job},
+    plan::JobView,
+    status::{self, time},
+};
+use crate::runtime::{
+    context::Context,
+    error::{ReconcileError, Result},
+    report,
+};
+
+/// What to do with one job while deleting.
+#[derive(Debug, PartialEq, Eq)]
+enum JobStep {
+    Cancel,
+    Wait,
+    Delete,
+}
+
+fn job_step(state: &JobState) -> JobStep {
+    match state {
+        JobState::Succeeded
+        | JobState::PartiallySucceeded
+        | JobState::Failed
+        | JobState::Cancelled
+        | JobState::Expired => JobStep::Delete,
+        JobState::Cancelling => JobStep::Wait,
+        JobState::Queued | JobState::Pending | JobState::Running | JobState::Paused | JobState::Updating => {
+            JobStep::Cancel
+        }
+        // Unknown states: cancelling is harmless and stops billing if it runs.
+        _ => JobStep::Cancel,
+    }
+}
+
+/// One deletion pass: `Some(requeue)` while Vertex jobs remain, `None` once the finalizer may go.
+pub async fn cleanup_pass(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Action>> {
+    if tp.spec.deletion_policy == DeletionPolicy::Orphan {
+        report::publish_event(
+            ctx,
+            tp,
+            false,
+            "Orphaned",
+            "deletionPolicy Orphan: Vertex jobs and child cloud resources are left running".into(),
+        )
+        .await;
+        return Ok(None);
+    }
+    let names = Names::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
+    let jobs = every_job(ctx, tp, &names).await?;
+    let now = ctx.clock.now();
+    let settle = settled_after(tp);
+    if !jobs.is_empty() && settle.is_none() && jobs.iter().all(|j| job_step(&j.state) == JobStep::Delete) {
+        // Every job has finished (bills nothing) and no create is unconfirmed (a job a list may
+        // not show yet): delete them all now and let the finalizer go, without a status write
+        // that would only wake another pass, nor a list to watch them disappear (issue 25:
+        // deletion at the minimum of calls). A delete Vertex accepts and then fails leaves a
+        // finished job, which the orphan sweeper reports (its owner is gone).
+        for job in &jobs {
+            step(ctx, tp, job).await?;
+        }
+        return Ok(None);
+    }
+    let message = match (jobs.first(), settle) {
+        (Some(_), _) => format!("deleting {} Vertex custom job(s) of this pipeline", jobs.len()),
+        (None, Some(t)) if now < t => format!(
+            "no Vertex custom job listed; listing again until {} in case a new one is not listed yet",
+            t.to_rfc3339()
+        ),
+        (None, _) => return Ok(None),
+    };
+    mark_deleting(ctx, tp, &message).await?;
+    // Cancel everything running first, then delete the terminal ones.
+    let next = jobs
+        .iter()
+        .find(|j| job_step(&j.state) == JobStep::Cancel)
+        .or_else(|| jobs.iter().find(|j| job_step(&j.state) == JobStep::Delete));
+    if let Some(job) = next {
+        step(ctx, tp, job).await?;
+    }
+    Ok(Some(Action::requeue(ctx.config.poll_active)))
+}
+
+/// How long a Vertex list may lag behind a create, as assumed here: Google does not document
+/// whether `customJobs.list` is strongly consistent (docs/reliability.md, "Not verified against
+/// real GCP"), and gcp-emulator's `VertexListLag` makes it lag.
+pub const LIST_SETTLE: chrono::Duration = chrono::Duration::minutes(5);
+
+/// Until when a Vertex pipeline keeps listing its jobs after the list came back empty: only
+/// while a create is unconfirmed (`status.unconfirmedCreateTime`, written before each
+/// `customJobs.create` and cleared once a list shows the recorded job). Such a job (a lost
+/// reply, or a crash before the status write) is in no status and shows only in lists, which may
+/// lag; lists show it by the create's start plus [`LIST_SETTLE`]. Otherwise every job is in
+/// status or listed, and deletion does not wait. A duplicate whose list lag outlasted that is
+/// left to the orphan sweeper (its owner is gone).
+fn settled_after(tp: &TrainingPipeline) -> Option<DateTime<Utc>> {
+    tp.spec.training.vertex.as_ref()?;
+    let started = tp.status.as_ref()?.unconfirmed_create_time.as_ref()?;
+    Some(status::to_chrono(started) + LIST_SETTLE)
+}
+
+/// Every job of the pipeline: all that carry its UID label (every attempt, duplicates included)
+/// and the one its status records, read by name, since a list may not show a new job yet.
+async fn every_job(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Result<Vec<JobView>> {
+    let mut jobs = list_jobs(ctx, names, None).await?;
+    let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.as_deref());
+    if let Some(name) = recorded.filter(|n| !jobs.iter().any(|j| j.name == *n)) {
+        // Malformed (400) or gone: nothing to clean.
+        jobs.extend(read_job(ctx, name).await?.map(job_view));
+    }
+    Ok(jobs)
+}
+
+async fn step(ctx: &Context, tp: &TrainingPipeline, job: &JobView) -> Result<()> {
+    match job_step(&job.state) {
+        JobStep::Cancel => {
+            // Finished or gone between the list and the cancel: the next pass sees it.
+            super::act::cancel_job(ctx, &job.name, "cancel Vertex custom job").await?;
+            let note = format!("cancelling custom job {}", job.name);
+            report::publish_event(ctx, tp, false, reasons::CANCELLING, note).await;
+        }
+        JobStep::Delete => match ctx.gcp.vertex.delete_custom_job(&job.name).await {
+            Ok(_) => {
+                let note = format!("deleted custom job {}", job.name);
+                report::publish_event(ctx, tp, false, "Deleted", note).await;
+            }
+            Err(e) if e.is_not_found() || e.kind == ErrorKind::FailedPrecondition => {}
+            Err(e) => return Err(ReconcileError::gcp("delete Vertex custom job")(e)),
+        },
+        JobStep::Wait => {}
+    }
+    Ok(())
+}
+
+/// Phase `Deleting`; a Train stage still open ends now (no job is created after this).
+async fn mark_deleting(ctx: &Context, tp: &TrainingPipeline, message: &str) -> Result<()> {
+    let mut st = tp.status.clone().unwrap_or_default();
+    st.phase = TrainingPipelinePhase::Deleting;
+    st.message = Some(message.to_string());
+    let now = time(ctx.clock.now());
+    if let Some(train) = st.stages.iter_mut().find(|s| s.name == StageName::Train) {
+        train.end_time.get_or_insert(now.clone());
+    }
+    status::set_kstatus(&mut st, Progress::Reconciling, reasons::DELETING, message, now);
+    status::write(ctx, tp, &st).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_jobs_are_cancelled_before_terminal_ones_are_deleted() {
+        assert_eq!(job_step(&JobState::Running), JobStep::Cancel);
+        assert_eq!(job_step(&JobState::Pending), JobStep::Cancel);
+        assert_eq!(job_step(&JobState::Cancelling), JobStep::Wait);
+        assert_eq!(job_step(&JobState::Cancelled), JobStep::Delete);
+        assert_eq!(job_step(&JobState::Failed), JobStep::Delete);
+        assert_eq!(job_step(&JobState::Succeeded), JobStep::Delete);
+    }
+}

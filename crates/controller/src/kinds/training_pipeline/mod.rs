@@ -1,0 +1,292 @@
+//! The TrainingPipeline controller: optional preprocessing (an owned `PreprocessBatch`), then
+//! training as a Vertex AI custom job or on an owned `TpuSlice`, then the model in Cloud Storage.
+//!
+//! Reconcile: finalizer → observe ([`observe`]) → plan ([`plan`], pure) → act ([`act`], at most one
+//! mutating call) → status ([`status`]) and events. Cleanup cancels and deletes the pipeline's
+//! Vertex jobs (found by UID label); owned children go through ownerReference garbage collection
+//! and their own finalizers clean the cloud.
+
+mod act;
+pub mod checkpoints;
+mod cleanup;
+mod duplicates;
+pub mod expand;
+mod observe;
+pub mod plan;
+mod progress;
+pub mod spec;
+pub mod status;
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use kube::{
+    Api, ResourceExt,
+    runtime::{
+        controller::{Action, Config},
+        finalizer::{Event as Finalizer, finalizer},
+    },
+};
+use tpu_operator_api::{
+    naming::{self, ObjectIdentity},
+    preprocess_batch::PreprocessBatch,
+    tpu_slice::TpuSlice,
+    training_pipeline::TrainingPipeline,
+};
+
+use tpu_operator_gcp::aiplatform_v1::model::JobState;
+
+use crate::{
+    FINALIZER, Shutdown,
+    governance::tenancy,
+    runtime::{
+        cloud_watch::{self, CloudWatch, Collection, Owner, state_of},
+        context::Context,
+        error::{ReconcileError, Result},
+        report, retry,
+        watched::{self, Cached, cached_ref},
+    },
+};
+
+const KIND: &str = "TrainingPipeline";
+
+/// Names derived from the pipeline's identity.
+pub struct Names {
+    pub id: ObjectIdentity,
+    /// `<name>-preprocess`.
+    pub preprocess: String,
+    /// `<name>-train`.
+    pub train: String,
+    pub project: Option<String>,
+    /// `projects/<p>/locations/<region>`, when a project is known.
+    pub vertex_parent: Option<String>,
+}
+
+impl Names {
+    /// `Err` names the missing metadata field.
+    fn of(tp: &TrainingPipeline, ctx: &Context) -> Result<Self, &'static str> {
+        let id = ObjectIdentity::new(
+            tp.namespace().ok_or("namespace")?,
+            tp.name_any(),
+            tp.uid().ok_or("uid")?,
+        );
+        let project = ctx.project_for(&id.namespace, tp.spec.project.as_deref());
+        Ok(Names {
+            preprocess: naming::child_name(&id, "preprocess"),
+            train: naming::child_name(&id, "train"),
+            vertex_parent: project
+                .as_ref()
+                .map(|p| format!("projects/{p}/locations/{}", tp.spec.region)),
+            project,
+            id,
+        })
+    }
+}
+
+/// Runs the controller until `shutdown`: watches pipelines and the children they own.
+pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+    // Judge nothing before the policies are known (an unlisted policy reads as none).
+    ctx.policies.ready().await;
+    CloudWatch::start(&ctx, shutdown.clone());
+    crate::runtime::watched::controller::<TrainingPipeline>(&ctx)
+        .owns_stream(watched::metadata::<PreprocessBatch>(&ctx))
+        .owns_stream(watched::metadata::<TpuSlice>(&ctx))
+        .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .reconcile_on(ctx.cloud_watch.pipeline_triggers().map(cached_ref))
+        .reconcile_all_on(ctx.policies.changes())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn error_policy(tp: Arc<Cached<TrainingPipeline>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    retry::error_policy(KIND, tp.as_ref(), err, &ctx)
+}
+
+#[tracing::instrument(skip(cached, ctx), fields(ns = cached.namespace(), name = cached.name_any()))]
+async fn reconcile(cached: Arc<Cached<TrainingPipeline>>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.start(KIND);
+    let tp = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
+    let ns = tp
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    let api: Api<TrainingPipeline> = Api::namespaced(ctx.client.clone(), &ns);
+    // kube's finalizer helper drops the finalizer as soon as cleanup returns, so the passes that
+    // still have cloud work to wait for (a job cancelling) run before it is called.
+    if tp.metadata.deletion_timestamp.is_some() {
+        progress::forget(&ctx, &tp);
+    }
+    if tp.metadata.deletion_timestamp.is_some()
+        && tp.finalizers().iter().any(|f| f == FINALIZER)
+        && let Some(action) = cleanup::cleanup_pass(&tp, &ctx).await?
+    {
+        return Ok(action);
+    }
+    let action = finalizer(&api, FINALIZER, tp, |event| async {
+        match event {
+            Finalizer::Apply(tp) => apply(tp, ctx.clone()).await,
+            Finalizer::Cleanup(_) => Ok(Action::await_change()),
+        }
+    })
+    .await?;
+    Ok(action)
+}
+
+async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
+    let names = Names::of(&tp, &ctx).map_err(ReconcileError::MissingMetadata)?;
+    let (observed, mut reads) = observe::observe(&ctx, &tp, &names).await?;
+    let old = tp.status.clone().unwrap_or_default();
+    let decision = plan::plan(&plan::Input {
+        spec: &tp.spec,
+        status: &old,
+        generation: tp.metadata.generation,
+        observed: &observed,
+        now: ctx.clock.now(),
+        preprocess_child: &names.preprocess,
+        train_child: &names.train,
+    });
+    // Tenancy policy before anything billable is created; the lock is held until the create is
+    // in status, so concurrent admissions in the namespace see each other.
+    let _admission = if decision.action.creates() {
+        let guard = ctx
+            .admission
+            .lock_if_counted(&ctx.policies, &names.id.namespace)
+            .await;
+        if let Some(denial) = admit(&ctx, &tp, &names, &decision.action).await? {
+            return deny(&ctx, &tp, &old, denial).await;
+        }
+        guard
+    } else {
+        None
+    };
+    let mut new = decision.status;
+    act::cancel_jobs(&ctx, &decision.cancel_jobs).await?;
+    act::act(&ctx, &tp, &names, &decision.action, &mut new, &mut reads).await?;
+    if reads.list_caught_up {
+        new.unconfirmed_create_time = None;
+    }
+    let progress = progress::update(&ctx, &tp, &mut new).await;
+    status::write(&ctx, &tp, &new).await?;
+    for e in decision.events.into_iter().chain(progress.events) {
+        report::publish_event(&ctx, tp.as_ref(), e.warning, &e.reason, e.note).await;
+    }
+    retry::on_success(tp.as_ref(), &ctx);
+    // While training runs, wake for the next checkpoint listing at the latest.
+    let cap = |wait: Duration| progress.next_check.map_or(wait, |next| wait.min(next));
+    if decision.requeue == plan::Requeue::Active && !reads.list_lags {
+        let owner = Owner::pipeline(&tp);
+        let current = |name: &String| Some(name) == new.custom_job_name.as_ref();
+        let wait = match (&decision.action, reads.job) {
+            // The job as read or as just created: reused until a listing shows it change.
+            (plan::Action::Nothing | plan::Action::CreateJob { .. }, Some(job))
+                if current(&job.name) && cloud_watch::lists_job(&job.state) =>
+            {
+                Some(ctx.cloud_watch.watch_job(&ctx, &job, owner))
+            }
+            // Found by label after a crash: it is at least QUEUED.
+            (plan::Action::CreateJob { .. }, _) => new.custom_job_name.as_deref().map(|name| {
+                let seen = Some(state_of(&JobState::Queued));
+                ctx.cloud_watch
+                    .watch(&ctx, Collection::VertexJobs, name, seen, owner)
+            }),
+            _ => None,
+        };
+        if let Some(wait) = wait {
+            return Ok(Action::requeue(cap(wait)));
+        }
+    }
+    if let Some(name) = &new.custom_job_name {
+        ctx.cloud_watch.unwatch(Collection::VertexJobs, name);
+    }
+    Ok(Action::requeue(cap(requeue_after(&ctx, decision.requeue))))
+}
+
+/// Checks what `action` would create against the namespace's tenancy policy: before
+/// preprocessing, everything the pipeline will create (so a pipeline whose training would be
+/// refused does not spend on preprocessing first); before training, the Vertex job or slice with
+/// the namespace's chip quota and budget (the pipeline's own children do not count).
+async fn admit(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Names,
+    action: &plan::Action,
+) -> Result<Option<tenancy::Denial>> {
+    use tenancy::request;
+    let Some(project) = names.project.as_deref() else {
+        return Ok(None);
+    };
+    let ns = names.id.namespace.as_str();
+    let all = request::pipeline(&tp.spec, project, &ctx.prices);
+    if let Err(denial) = tenancy::precheck(ctx, ns, &all) {
+        return Ok(Some(denial));
+    }
+    let training: Vec<_> = match action {
+        plan::Action::CreateJob { .. } => request::vertex_job(&tp.spec, project, &ctx.prices)
+            .into_iter()
+            .collect(),
+        plan::Action::CreateSlice { .. } => all.into_iter().filter(|r| r.tpu.is_some()).collect(),
+        _ => Vec::new(),
+    };
+    if training.is_empty() {
+        return Ok(None);
+    }
+    Ok(tenancy::admit(ctx, ns, &training, &[names.id.uid.as_str()])
+        .await?
+        .err())
+}
+
+/// Reports a tenancy refusal on the pipeline: `Stalled` reason `PolicyDenied`, nothing created,
+/// the rest of the status as it was. Quota and budget refusals are looked at again.
+async fn deny(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    old: &tpu_operator_api::training_pipeline::TrainingPipelineStatus,
+    denial: tenancy::Denial,
+) -> Result<Action> {
+    use tpu_operator_api::conditions::{Progress, reasons};
+    let mut new = old.clone();
+    new.observed_generation = tp.metadata.generation;
+    new.message = Some(denial.message.clone());
+    let was_denied = tpu_operator_api::conditions::find_condition(
+        &old.conditions,
+        tpu_operator_api::conditions::types::STALLED,
+    )
+    .is_some_and(|c| {
+        c.status == tpu_operator_api::conditions::status::TRUE && c.reason == reasons::POLICY_DENIED
+    });
+    let now = status::time(ctx.clock.now());
+    status::set_kstatus(
+        &mut new,
+        Progress::Stalled,
+        reasons::POLICY_DENIED,
+        &denial.message,
+        now,
+    );
+    status::write(ctx, tp, &new).await?;
+    if !was_denied {
+        report::publish_event(ctx, tp, true, reasons::POLICY_DENIED, denial.message.clone()).await;
+    }
+    Ok(requeue(
+        ctx,
+        if denial.retry {
+            plan::Requeue::Capacity
+        } else {
+            plan::Requeue::Stable
+        },
+    ))
+}
+
+fn requeue(ctx: &Context, r: plan::Requeue) -> Action {
+    Action::requeue(requeue_after(ctx, r))
+}
+
+fn requeue_after(ctx: &Context, r: plan::Requeue) -> Duration {
+    let c = &ctx.config;
+    match r {
+        plan::Requeue::Active => c.poll_active,
+        plan::Requeue::Capacity => c.poll_capacity,
+        plan::Requeue::Stable => c.poll_stable,
+        plan::Requeue::After(d) => d.min(c.poll_stable).max(c.poll_active),
+    }
+}

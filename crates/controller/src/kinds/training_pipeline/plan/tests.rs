@@ -1,0 +1,508 @@
+//! Table tests of the pipeline plan: stage transitions, retries, suspend and TTL.
+
+use chrono::TimeZone;
+use tpu_operator_api::{
+    conditions::{Progress, find_condition, progress_of, types},
+    training_pipeline::TrainingPipeline,
+};
+
+use tpu_operator_gcp::aiplatform_v1::model::JobState;
+
+use super::*;
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap()
+}
+
+fn quickstart() -> TrainingPipelineSpec {
+    let tp: TrainingPipeline =
+        serde_yaml::from_str(include_str!("../../../../../../examples/quickstart.yaml")).unwrap();
+    tp.spec
+}
+
+fn tpu_vm() -> TrainingPipelineSpec {
+    let tp: TrainingPipeline =
+        serde_yaml::from_str(include_str!("../../../../../../examples/tpu-vm-pipeline.yaml")).unwrap();
+    tp.spec
+}
+
+fn ready() -> Child {
+    Child::Ready { message: "ok".into() }
+}
+
+fn running() -> Child {
+    Child::Progressing {
+        reason: "Running".into(),
+        message: "batch RUNNING".into(),
+    }
+}
+
+fn job(attempt: i32, state: JobState) -> JobView {
+    JobView {
+        name: format!("projects/1/locations/us-east5/customJobs/{attempt}"),
+        attempt,
+        state,
+        message: "boom".into(),
+        model_exists: None,
+        preempted: false,
+    }
+}
+
+fn vertex(preprocess: Child, job: Option<JobView>) -> Observed {
+    Observed {
+        preprocess,
+        training: TrainingObserved::Vertex { job },
+        held_jobs: vec![],
+        duplicate_jobs: vec![],
+        pending_operation_done: None,
+        costs: vec![],
+    }
+}
+
+fn vm(slice: Child, marker: Marker) -> Observed {
+    Observed {
+        preprocess: ready(),
+        training: TrainingObserved::TpuVm { slice, marker },
+        held_jobs: vec![],
+        duplicate_jobs: vec![],
+        pending_operation_done: None,
+        costs: vec![],
+    }
+}
+
+fn run(spec: &TrainingPipelineSpec, status: &TrainingPipelineStatus, observed: &Observed) -> Plan {
+    run_at(spec, status, observed, now())
+}
+
+fn run_at(
+    spec: &TrainingPipelineSpec,
+    status: &TrainingPipelineStatus,
+    observed: &Observed,
+    now: DateTime<Utc>,
+) -> Plan {
+    plan(&Input {
+        spec,
+        status,
+        generation: Some(1),
+        observed,
+        now,
+        preprocess_child: "p-preprocess",
+        train_child: "p-train",
+    })
+}
+
+/// Runs the plan and feeds the status back, as successive reconciles do.
+fn step(spec: &TrainingPipelineSpec, status: &mut TrainingPipelineStatus, observed: &Observed) -> Plan {
+    let p = run(spec, status, observed);
+    *status = p.status.clone();
+    p
+}
+
+fn train(st: &TrainingPipelineStatus) -> &tpu_operator_api::training_pipeline::StageStatus {
+    status::stage(st, StageName::Train)
+}
+
+#[test]
+fn stages_run_in_order_preprocess_train_done() {
+    let spec = quickstart();
+    let mut st = TrainingPipelineStatus::default();
+    let cases: Vec<(Observed, Action, Phase)> = vec![
+        (
+            vertex(Child::Absent, None),
+            Action::CreatePreprocess,
+            Phase::Preprocessing,
+        ),
+        (vertex(running(), None), Action::Nothing, Phase::Preprocessing),
+        (
+            vertex(ready(), None),
+            Action::CreateJob { attempt: 1 },
+            Phase::Provisioning,
+        ),
+        (
+            vertex(ready(), Some(job(1, JobState::Pending))),
+            Action::Nothing,
+            Phase::Provisioning,
+        ),
+        (
+            vertex(ready(), Some(job(1, JobState::Running))),
+            Action::Nothing,
+            Phase::Training,
+        ),
+        (
+            vertex(
+                ready(),
+                Some(JobView {
+                    model_exists: Some(true),
+                    ..job(1, JobState::Succeeded)
+                }),
+            ),
+            Action::Nothing,
+            Phase::Succeeded,
+        ),
+    ];
+    for (i, (observed, action, phase)) in cases.into_iter().enumerate() {
+        let p = step(&spec, &mut st, &observed);
+        assert_eq!((&p.action, p.status.phase), (&action, phase), "step {i}");
+    }
+    assert_eq!(progress_of(&st.conditions), Some(Progress::Ready));
+    assert_eq!(
+        st.outputs.as_ref().unwrap().model_uri.as_deref(),
+        Some("gs://demo-project-tpu-data/models/quickstart/model/")
+    );
+    assert!(st.completion_time.is_some());
+    assert_eq!(
+        status::stage(&st, StageName::Preprocess).state,
+        StageState::Succeeded
+    );
+}
+
+#[test]
+fn no_preprocess_stage_trains_at_once_and_marks_the_stage_skipped() {
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    let p = run(
+        &spec,
+        &TrainingPipelineStatus::default(),
+        &vertex(Child::Absent, None),
+    );
+    assert_eq!(p.action, Action::CreateJob { attempt: 1 });
+    assert_eq!(
+        status::stage(&p.status, StageName::Preprocess).state,
+        StageState::Skipped
+    );
+    assert_eq!(p.status.accelerator_type.as_deref(), Some("v6e-4"));
+}
+
+#[test]
+fn preprocessing_failure_stops_the_pipeline() {
+    let spec = quickstart();
+    let stalled = Child::Stalled {
+        reason: "RetriesExhausted".into(),
+        message: "batch FAILED: schema".into(),
+    };
+    let p = run(&spec, &TrainingPipelineStatus::default(), &vertex(stalled, None));
+    assert_eq!((p.status.phase, &p.action), (Phase::Failed, &Action::Nothing));
+    let c = find_condition(&p.status.conditions, types::STALLED).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", PREPROCESS_FAILED)
+    );
+    assert!(
+        c.message.contains("p-preprocess") && c.message.contains("schema"),
+        "{}",
+        c.message
+    );
+    assert!(p.events.iter().any(|e| e.warning && e.reason == "Failed"));
+}
+
+#[test]
+fn failed_jobs_retry_up_to_max_retries_and_expiry_does_not_count() {
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    spec.max_retries = 1;
+    let mut st = TrainingPipelineStatus::default();
+    let cases: Vec<(Option<JobView>, Action, Phase, i32)> = vec![
+        (None, Action::CreateJob { attempt: 1 }, Phase::Provisioning, 1),
+        (
+            Some(job(1, JobState::Failed)),
+            Action::CreateJob { attempt: 2 },
+            Phase::Provisioning,
+            2,
+        ),
+        // FlexStart capacity wait expired: a new job, not counted.
+        (
+            Some(job(2, JobState::Expired)),
+            Action::CreateJob { attempt: 3 },
+            Phase::Provisioning,
+            2,
+        ),
+        (
+            Some(job(3, JobState::Running)),
+            Action::Nothing,
+            Phase::Training,
+            2,
+        ),
+        (Some(job(3, JobState::Failed)), Action::Nothing, Phase::Failed, 2),
+    ];
+    for (i, (j, action, phase, counted)) in cases.into_iter().enumerate() {
+        let p = step(&spec, &mut st, &vertex(Child::Absent, j));
+        assert_eq!((&p.action, p.status.phase), (&action, phase), "step {i}");
+        assert_eq!(train(&st).attempts, counted, "step {i}");
+    }
+    let c = find_condition(&st.conditions, types::STALLED).unwrap();
+    assert_eq!(c.reason, reasons::RETRIES_EXHAUSTED);
+    assert_eq!(st.attempts, 3);
+}
+
+#[test]
+fn vertex_terminal_states_without_retry() {
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    spec.max_retries = 3;
+    for (j, reason) in [
+        (job(1, JobState::Cancelled), reasons::CANCELLED),
+        (
+            JobView {
+                model_exists: Some(false),
+                ..job(1, JobState::Succeeded)
+            },
+            reasons::OUTPUT_MISSING,
+        ),
+    ] {
+        let p = run(
+            &spec,
+            &TrainingPipelineStatus::default(),
+            &vertex(Child::Absent, Some(j)),
+        );
+        assert_eq!(p.status.phase, Phase::Failed);
+        let c = find_condition(&p.status.conditions, types::STALLED).unwrap();
+        assert_eq!(c.reason, reason);
+    }
+}
+
+#[test]
+fn tpu_vm_attempt_fails_releases_the_slice_then_retries() {
+    let spec = tpu_vm(); // maxRetries: 1
+    let mut st = TrainingPipelineStatus::default();
+    let failed = || Marker::Failed {
+        detail: "exit 1".into(),
+    };
+    let slice_ready = ready();
+    let cases: Vec<(Observed, Action, Phase)> = vec![
+        (
+            vm(Child::Absent, Marker::None),
+            Action::CreateSlice { attempt: 1 },
+            Phase::Provisioning,
+        ),
+        (
+            vm(
+                Child::Progressing {
+                    reason: reasons::WAITING_FOR_CAPACITY.into(),
+                    message: "queued".into(),
+                },
+                Marker::None,
+            ),
+            Action::Nothing,
+            Phase::Provisioning,
+        ),
+        (
+            vm(slice_ready.clone(), Marker::None),
+            Action::Nothing,
+            Phase::Training,
+        ),
+        (
+            vm(slice_ready.clone(), failed()),
+            Action::DeleteSlice,
+            Phase::Training,
+        ),
+        (vm(Child::Deleting, failed()), Action::Nothing, Phase::Training),
+        (
+            vm(Child::Absent, failed()),
+            Action::CreateSlice { attempt: 2 },
+            Phase::Provisioning,
+        ),
+        (
+            vm(slice_ready.clone(), Marker::Succeeded),
+            Action::DeleteSlice,
+            Phase::Succeeded,
+        ),
+        // Finished: the slice is still being released, then nothing.
+        (
+            vm(Child::Deleting, Marker::None),
+            Action::Nothing,
+            Phase::Succeeded,
+        ),
+        (vm(Child::Absent, Marker::None), Action::Nothing, Phase::Succeeded),
+    ];
+    for (i, (observed, action, phase)) in cases.into_iter().enumerate() {
+        let p = step(&spec, &mut st, &observed);
+        assert_eq!((&p.action, p.status.phase), (&action, phase), "step {i}");
+    }
+    assert_eq!(train(&st).attempts, 2);
+    assert_eq!(
+        st.outputs.unwrap().model_uri.as_deref(),
+        Some(spec.artifacts.model_dir.as_str())
+    );
+}
+
+#[test]
+fn suspend_creates_nothing_but_keeps_tracking_running_work() {
+    let mut spec = quickstart();
+    spec.suspend = true;
+    let p = run(
+        &spec,
+        &TrainingPipelineStatus::default(),
+        &vertex(Child::Absent, None),
+    );
+    assert_eq!((p.status.phase, &p.action), (Phase::Suspended, &Action::Nothing));
+    assert_eq!(progress_of(&p.status.conditions), Some(Progress::Idle));
+    assert!(tpu_operator_api::conditions::is_true(
+        &p.status.conditions,
+        types::SUSPENDED
+    ));
+
+    // A running job keeps being observed and finishing is still recorded.
+    spec.preprocess = None;
+    let p = run(
+        &spec,
+        &TrainingPipelineStatus::default(),
+        &vertex(Child::Absent, Some(job(1, JobState::Running))),
+    );
+    assert_eq!(p.status.phase, Phase::Suspended);
+    assert_eq!(train(&p.status).state, StageState::Running);
+    let done = JobView {
+        model_exists: Some(true),
+        ..job(1, JobState::Succeeded)
+    };
+    let p = run(&spec, &p.status, &vertex(Child::Absent, Some(done)));
+    assert_eq!(p.status.phase, Phase::Succeeded);
+}
+
+#[test]
+fn ttl_reaps_job_records_after_the_deadline_and_keeps_the_status() {
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    spec.ttl_seconds_after_finished = Some(600);
+    let done = JobView {
+        model_exists: Some(true),
+        ..job(1, JobState::Succeeded)
+    };
+    let finished = run(
+        &spec,
+        &TrainingPipelineStatus::default(),
+        &vertex(Child::Absent, Some(done)),
+    );
+    let st = finished.status;
+    assert_eq!(st.phase, Phase::Succeeded);
+
+    let mut held = vertex(Child::Absent, None);
+    held.held_jobs = vec![job(1, JobState::Succeeded)];
+    let before = run_at(&spec, &st, &held, now() + chrono::Duration::seconds(599));
+    assert_eq!(before.action, Action::Nothing);
+    assert_eq!(before.requeue, Requeue::After(Duration::from_secs(1)));
+    assert!(before.status.reaped_time.is_none());
+
+    let due = now() + chrono::Duration::seconds(600);
+    let reap = run_at(&spec, &st, &held, due);
+    assert_eq!(
+        reap.action,
+        Action::DeleteJob {
+            name: job(1, JobState::Succeeded).name
+        }
+    );
+    let mut pending = reap.status.clone();
+    pending.pending_operation = Some("op".into());
+    let waiting = run_at(&spec, &pending, &vertex(Child::Absent, None), due);
+    assert_eq!(waiting.action, Action::Nothing);
+    assert!(waiting.status.reaped_time.is_none());
+
+    let mut gone = vertex(Child::Absent, None);
+    gone.pending_operation_done = Some(true);
+    let reaped = run_at(&spec, &pending, &gone, due);
+    assert!(reaped.status.reaped_time.is_some());
+    assert!(reaped.status.pending_operation.is_none());
+    assert_eq!(reaped.status.phase, Phase::Succeeded);
+    let c = find_condition(&reaped.status.conditions, types::READY).unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", reasons::REAPED));
+    // Reaped is final: nothing more happens.
+    let again = run_at(&spec, &reaped.status, &vertex(Child::Absent, None), due);
+    assert_eq!((again.action, again.status), (Action::Nothing, reaped.status));
+}
+
+#[test]
+fn invalid_training_mode_stalls() {
+    let mut spec = quickstart();
+    spec.training.tpu_vm = tpu_vm().training.tpu_vm;
+    let p = run(
+        &spec,
+        &TrainingPipelineStatus::default(),
+        &vertex(Child::Absent, None),
+    );
+    assert_eq!(p.status.phase, Phase::Failed);
+    let c = find_condition(&p.status.conditions, types::STALLED).unwrap();
+    assert_eq!(c.reason, reasons::INVALID_SPEC);
+}
+
+#[test]
+fn child_owned_by_someone_else_stalls() {
+    let spec = quickstart();
+    let p = run(
+        &spec,
+        &TrainingPipelineStatus::default(),
+        &vertex(Child::NotOwned, None),
+    );
+    let c = find_condition(&p.status.conditions, types::STALLED).unwrap();
+    assert_eq!(c.reason, CHILD_NOT_OWNED);
+}
+
+#[test]
+fn unchanged_observations_give_an_unchanged_status() {
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    let observed = vertex(Child::Absent, Some(job(1, JobState::Running)));
+    let first = run(&spec, &TrainingPipelineStatus::default(), &observed);
+    let later = run_at(
+        &spec,
+        &first.status,
+        &observed,
+        now() + chrono::Duration::seconds(30),
+    );
+    assert_eq!(
+        later.status, first.status,
+        "no status write storm while nothing changes"
+    );
+    assert!(later.events.is_empty());
+}
+
+/// Issue 21 item 7: a Spot job that lost its VMs is a new job, not a spent retry (like a
+/// preempted TpuSlice), with a Warning `Preempted` event; after `MAX_UNCOUNTED_PREEMPTIONS`
+/// uncounted attempts a preemption counts again, so a pipeline cannot create jobs forever.
+#[test]
+fn spot_preemptions_do_not_use_up_max_retries() {
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    spec.max_retries = 0;
+    let mut st = TrainingPipelineStatus::default();
+    let p = step(&spec, &mut st, &vertex(Child::Absent, None));
+    assert_eq!(p.action, Action::CreateJob { attempt: 1 });
+    let preempted = |attempt| JobView {
+        preempted: true,
+        message: "STOCKOUT: preempted".into(),
+        ..job(attempt, JobState::Failed)
+    };
+    let p = step(&spec, &mut st, &vertex(Child::Absent, Some(preempted(1))));
+    assert_eq!(
+        (&p.action, p.status.phase),
+        (&Action::CreateJob { attempt: 2 }, Phase::Provisioning)
+    );
+    assert_eq!(train(&st).attempts, 1, "the preempted attempt is not counted");
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.warning && e.reason == reasons::PREEMPTED),
+        "{:?}",
+        p.events
+    );
+    // A real failure still counts: with maxRetries 0 the pipeline fails.
+    let p = step(
+        &spec,
+        &mut st,
+        &vertex(Child::Absent, Some(job(2, JobState::Failed))),
+    );
+    assert_eq!(p.status.phase, Phase::Failed);
+
+    // The bound: after MAX_UNCOUNTED_PREEMPTIONS uncounted attempts, a preemption counts.
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vertex(Child::Absent, None));
+    for attempt in 1..=training::MAX_UNCOUNTED_PREEMPTIONS {
+        let p = step(&spec, &mut st, &vertex(Child::Absent, Some(preempted(attempt))));
+        assert_eq!(
+            p.action,
+            Action::CreateJob { attempt: attempt + 1 },
+            "attempt {attempt}"
+        );
+    }
+    let last = training::MAX_UNCOUNTED_PREEMPTIONS + 1;
+    let p = step(&spec, &mut st, &vertex(Child::Absent, Some(preempted(last))));
+    assert_eq!(p.status.phase, Phase::Failed);
+}

@@ -1,0 +1,249 @@
+//! Training progress read from Cloud Storage: `status.checkpoint` and the `ProgressStalled`
+//! condition (see [`super::checkpoints`] for the contract).
+//!
+//! While the pipeline is `Training`, its checkpoint directory is listed at most every
+//! `--poll-checkpoints` (the time of the last listing is `status.checkpoint.checkedTime`, so a
+//! restarted operator does not list again at once). Right after each listing, a run with
+//! `spec.training.progressDeadline` whose newest checkpoint (or, without one, the start of the
+//! Train stage) is older than the deadline gets `ProgressStalled=True`, one Warning Event per stall,
+//! and `tpu_operator_training_stalled{namespace,name} 1`. Nothing else changes: the phase, the
+//! kstatus conditions, the attempts and the cloud resources are left as they are.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use kube::ResourceExt;
+use tpu_operator_api::{
+    conditions::{self, find_condition},
+    duration::parse_duration,
+    training_pipeline::{
+        CheckpointStatus, StageName, TrainingPipeline, TrainingPipelinePhase as Phase, TrainingPipelineStatus,
+    },
+};
+use tpu_operator_gcp::storage::parse_gs_uri;
+
+use super::{
+    checkpoints,
+    plan::Event,
+    status::{time, to_chrono},
+};
+use crate::runtime::context::Context;
+
+/// Condition type: the run wrote no checkpoint within `spec.training.progressDeadline`.
+pub const PROGRESS_STALLED: &str = "ProgressStalled";
+/// Reason (and Warning Event reason) of a stalled run.
+pub const NO_RECENT_CHECKPOINT: &str = "NoRecentCheckpoint";
+/// Reason of a run whose newest checkpoint is within the deadline.
+pub const CHECKPOINT_RECENT: &str = "CheckpointRecent";
+/// Reason once training is no longer running.
+pub const NOT_TRAINING: &str = "NotTraining";
+/// Event reason of a stalled run writing checkpoints again.
+pub const PROGRESS_RESUMED: &str = "ProgressResumed";
+
+/// What the pass decided besides the status.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub events: Vec<Event>,
+    /// When the next listing is due (while training).
+    pub next_check: Option<Duration>,
+}
+
+/// Updates `st.checkpoint` (listing when due) and the `ProgressStalled` condition.
+pub async fn update(ctx: &Context, tp: &TrainingPipeline, st: &mut TrainingPipelineStatus) -> Outcome {
+    let now = ctx.clock.now();
+    let mut out = Outcome::default();
+    let training = st.phase == Phase::Training;
+    let has_train_attempt = st
+        .stages
+        .iter()
+        .any(|s| s.name == StageName::Train && s.attempts > 0);
+    if !has_train_attempt {
+        return out;
+    }
+    let dir = checkpoints::current_dir(&tp.spec, st);
+    let ckpt = st.checkpoint.get_or_insert_with(CheckpointStatus::default);
+    if ckpt.dir.as_deref() != Some(dir.as_str()) {
+        // A new attempt with a directory of its own (StartClean): nothing of it is known yet.
+        *ckpt = CheckpointStatus {
+            dir: Some(dir.clone()),
+            ..Default::default()
+        };
+    }
+    if !training {
+        end_stall(ctx, tp, st, now);
+        return out;
+    }
+    let interval = ctx.config.poll_checkpoints;
+    let since_check = ckpt
+        .checked_time
+        .as_ref()
+        .map(|t| (now - to_chrono(t)).to_std().unwrap_or_default());
+    if let Some(elapsed) = since_check
+        && elapsed < interval
+    {
+        out.next_check = Some(interval - elapsed);
+        return out;
+    }
+    list(ctx, tp, &dir, ckpt, now).await;
+    out.next_check = Some(interval);
+    judge(ctx, tp, st, now, &mut out);
+    out
+}
+
+async fn list(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    dir: &str,
+    ckpt: &mut CheckpointStatus,
+    now: DateTime<Utc>,
+) {
+    ckpt.checked_time = Some(time(now));
+    let Some(uri) = parse_gs_uri(dir) else {
+        return;
+    };
+    match ctx
+        .gcp
+        .storage
+        .list_objects(uri.bucket, uri.path, checkpoints::MAX_LISTED)
+        .await
+    {
+        Ok(objects) => {
+            if let Some(latest) = checkpoints::newest(uri.bucket, uri.path, &objects) {
+                ckpt.latest_uri = Some(latest.uri);
+                ckpt.latest_time = Some(time(latest.time));
+                ckpt.latest_step = latest.step;
+            }
+        }
+        // Progress is a report: a listing that fails is tried again at the next interval and
+        // leaves the last known checkpoint in place.
+        Err(e) => tracing::warn!(
+            pipeline = tp.name_any(),
+            dir,
+            error = %e,
+            "listing the checkpoint directory failed"
+        ),
+    }
+}
+
+/// After a listing: the `ProgressStalled` condition, its Event and the metric.
+fn judge(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    st: &mut TrainingPipelineStatus,
+    now: DateTime<Utc>,
+    out: &mut Outcome,
+) {
+    let Some(deadline) = tp
+        .spec
+        .training
+        .progress_deadline
+        .as_deref()
+        .and_then(|d| parse_duration(d).ok())
+    else {
+        if conditions::remove_condition(&mut st.conditions, PROGRESS_STALLED) {
+            set_metric(ctx, tp, false);
+        }
+        return;
+    };
+    let started = st
+        .stages
+        .iter()
+        .find(|s| s.name == StageName::Train)
+        .and_then(|s| s.start_time.as_ref())
+        .or(st.start_time.as_ref())
+        .map_or(now, to_chrono);
+    let ckpt = st.checkpoint.clone().unwrap_or_default();
+    let latest = ckpt.latest_time.as_ref().map(to_chrono);
+    let stalled = checkpoints::stalled(latest, started, deadline, now);
+    let was_stalled = is_stalled(st);
+    let deadline_text = tp.spec.training.progress_deadline.clone().unwrap_or_default();
+    let dir = ckpt.dir.unwrap_or_default();
+    let (reason, message) = if stalled {
+        let since = match (&ckpt.latest_uri, latest) {
+            (Some(uri), Some(t)) if t >= started => {
+                format!("the newest checkpoint, {uri}, was written at {}", t.to_rfc3339())
+            }
+            _ => format!("none since training started at {}", started.to_rfc3339()),
+        };
+        (
+            NO_RECENT_CHECKPOINT,
+            format!(
+                "no checkpoint under {dir} within progressDeadline {deadline_text}: {since}; training is left running"
+            ),
+        )
+    } else {
+        let what = match (&ckpt.latest_uri, latest) {
+            (Some(uri), Some(t)) => format!("newest checkpoint {uri} at {}", t.to_rfc3339()),
+            _ => format!("no checkpoint under {dir} yet"),
+        };
+        (
+            CHECKPOINT_RECENT,
+            format!("{what}, within progressDeadline {deadline_text}"),
+        )
+    };
+    let generation = st.observed_generation;
+    conditions::set_condition(
+        &mut st.conditions,
+        conditions::condition(
+            PROGRESS_STALLED,
+            stalled,
+            reason,
+            message.clone(),
+            generation,
+            time(now),
+        ),
+    );
+    set_metric(ctx, tp, stalled);
+    if stalled && !was_stalled {
+        ctx.metrics.count_training_stall(&namespace(tp));
+        out.events.push(Event {
+            warning: true,
+            reason: PROGRESS_STALLED.to_string(),
+            note: message,
+        });
+    } else if !stalled && was_stalled {
+        out.events.push(Event {
+            warning: false,
+            reason: PROGRESS_RESUMED.to_string(),
+            note: message,
+        });
+    }
+}
+
+fn is_stalled(st: &TrainingPipelineStatus) -> bool {
+    find_condition(&st.conditions, PROGRESS_STALLED).is_some_and(|c| c.status == conditions::status::TRUE)
+}
+
+/// Training stopped (finished, failed, or between incarnations): a stall no longer applies.
+fn end_stall(ctx: &Context, tp: &TrainingPipeline, st: &mut TrainingPipelineStatus, now: DateTime<Utc>) {
+    if !is_stalled(st) {
+        return;
+    }
+    let generation = st.observed_generation;
+    conditions::set_condition(
+        &mut st.conditions,
+        conditions::condition(
+            PROGRESS_STALLED,
+            false,
+            NOT_TRAINING,
+            format!("training is {:?}", st.phase),
+            generation,
+            time(now),
+        ),
+    );
+    set_metric(ctx, tp, false);
+}
+
+fn namespace(tp: &TrainingPipeline) -> String {
+    tp.namespace().unwrap_or_default()
+}
+
+fn set_metric(ctx: &Context, tp: &TrainingPipeline, stalled: bool) {
+    ctx.metrics
+        .set_training_stalled(&namespace(tp), &tp.name_any(), stalled);
+}
+
+/// The pipeline is going away: its series leaves the stalled gauge.
+pub fn forget(ctx: &Context, tp: &TrainingPipeline) {
+    ctx.metrics.forget_training(&namespace(tp), &tp.name_any());
+}

@@ -1,0 +1,266 @@
+//! Building and writing the pipeline's status: stage entries, the kstatus triple plus
+//! `Preprocessed` / `Trained` / `OutputVerified` / `Suspended`, and the server-side apply.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use tpu_operator_api::{
+    accelerator::{VertexAcceleratorType, parse_accelerator_type, shape_from_config},
+    common::CostEstimate,
+    conditions::{self, Progress, condition, reasons, set_condition, types},
+    training_pipeline::{
+        StageKind, StageName, StageState, StageStatus, TrainingPipeline, TrainingPipelineSpec,
+        TrainingPipelineStatus,
+    },
+};
+
+use super::plan::Mode;
+use crate::runtime::{context::Context, error::Result, report};
+
+/// The one writer of `TrainingPipeline.status`.
+pub const FIELD_MANAGER: &str = "trainingpipeline.tpu-operator.dev/controller";
+
+pub fn time(t: DateTime<Utc>) -> Time {
+    Time(Timestamp::from_millisecond(t.timestamp_millis()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+pub fn to_chrono(t: &Time) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.0.as_millisecond()).unwrap_or_default()
+}
+
+/// Inserts the stage entry if missing (its kind follows the training mode).
+pub fn ensure_stage(st: &mut TrainingPipelineStatus, name: StageName, mode: Mode, initial: StageState) {
+    let kind = match (name, mode) {
+        (StageName::Preprocess, _) => StageKind::PreprocessBatch,
+        (StageName::Train, Mode::Vertex) => StageKind::VertexCustomJob,
+        (StageName::Train, Mode::TpuVm) => StageKind::TpuSlice,
+    };
+    if !st.stages.iter().any(|s| s.name == name) {
+        st.stages.push(StageStatus {
+            name,
+            kind,
+            resource_name: None,
+            gcp_name: None,
+            state: initial,
+            start_time: None,
+            end_time: None,
+            attempts: 0,
+            message: None,
+        });
+    }
+}
+
+const NO_STAGE: StageStatus = StageStatus {
+    name: StageName::Train,
+    kind: StageKind::VertexCustomJob,
+    resource_name: None,
+    gcp_name: None,
+    state: StageState::Pending,
+    start_time: None,
+    end_time: None,
+    attempts: 0,
+    message: None,
+};
+
+/// The stage entry (a pending placeholder when it was never created).
+pub fn stage(st: &TrainingPipelineStatus, name: StageName) -> &StageStatus {
+    st.stages.iter().find(|s| s.name == name).unwrap_or(&NO_STAGE)
+}
+
+/// The stage entry, created as Pending if missing.
+pub fn stage_mut(st: &mut TrainingPipelineStatus, name: StageName) -> &mut StageStatus {
+    let pos = match st.stages.iter().position(|s| s.name == name) {
+        Some(pos) => pos,
+        None => {
+            st.stages.push(StageStatus { name, ..NO_STAGE });
+            st.stages.len() - 1
+        }
+    };
+    &mut st.stages[pos]
+}
+
+/// Accelerator type and chip count of the training stage, for the printer columns.
+pub fn accelerator_of(spec: &TrainingPipelineSpec) -> Option<(String, i32)> {
+    let shape = if let Some(v) = &spec.training.vertex {
+        match v.machine_type.check_topology(v.tpu_topology.as_deref()).ok()? {
+            Some(shape) => shape,
+            // cloud-tpu: the accelerator enum and count (TensorCores) give the size.
+            None => {
+                let prefix = match v.accelerator_type? {
+                    VertexAcceleratorType::TPU_V2 => "v2",
+                    VertexAcceleratorType::TPU_V3 => "v3",
+                    _ => return None,
+                };
+                parse_accelerator_type(&format!("{prefix}-{}", v.accelerator_count.unwrap_or(8))).ok()?
+            }
+        }
+    } else {
+        let slice = &spec.training.tpu_vm.as_ref()?.slice;
+        match (&slice.accelerator_type, &slice.accelerator_config) {
+            (Some(t), _) => parse_accelerator_type(t).ok()?,
+            (None, Some(c)) => shape_from_config(c.type_, &c.topology).ok()?,
+            (None, None) => return None,
+        }
+    };
+    Some((shape.accelerator_type(), i32::try_from(shape.chips).ok()?))
+}
+
+/// Estimated cost of a Vertex job from its run time (`startTime` to `endTime`, or now while it
+/// runs) at the machine type's price. `None` before it starts (queued / pending time is not billed).
+pub fn vertex_cost(
+    v: &tpu_operator_api::training_pipeline::VertexTraining,
+    job: &tpu_operator_gcp::aiplatform_v1::model::CustomJob,
+    prices: &crate::governance::pricing::PriceTable,
+    now: DateTime<Utc>,
+) -> Option<CostEstimate> {
+    let start = job.start_time.as_ref()?.seconds();
+    let end = job.end_time.as_ref().map(|t| t.seconds());
+    let (rate, key) = crate::governance::tenancy::request::vertex_per_hour(v, prices);
+    let hours = (end.unwrap_or(now.timestamp()) - start).max(0) as f64 / 3600.0;
+    Some(CostEstimate {
+        so_far_usd: crate::governance::pricing::round_usd(rate * hours),
+        per_hour_usd: if end.is_none() {
+            crate::governance::pricing::round_usd(rate)
+        } else {
+            0.0
+        },
+        price_key: Some(key),
+        accrued_through: None,
+    })
+}
+
+/// The children's estimates summed (PreprocessBatch, TpuSlice, and the current Vertex job). The
+/// spend so far never goes down when a released slice disappears.
+pub fn aggregate_cost(old: Option<&CostEstimate>, children: &[CostEstimate]) -> Option<CostEstimate> {
+    if children.is_empty() && old.is_none() {
+        return None;
+    }
+    let sum: f64 = children.iter().map(|c| c.so_far_usd).sum();
+    Some(CostEstimate {
+        so_far_usd: old.map_or(0.0, |o| o.so_far_usd).max(sum),
+        per_hour_usd: children.iter().map(|c| c.per_hour_usd).sum(),
+        price_key: None,
+        accrued_through: None,
+    })
+}
+
+pub fn set_kstatus(
+    st: &mut TrainingPipelineStatus,
+    progress: Progress,
+    reason: &str,
+    message: &str,
+    now: Time,
+) {
+    let generation = st.observed_generation;
+    conditions::set_kstatus(&mut st.conditions, progress, reason, message, generation, now);
+}
+
+/// `Preprocessed`, `Trained`, `OutputVerified` and `Suspended`, derived from the stage entries.
+pub fn set_stage_conditions(st: &mut TrainingPipelineStatus, suspended: bool, now: Time) {
+    let generation = st.observed_generation;
+    let pre = stage(st, StageName::Preprocess).state;
+    let train = stage(st, StageName::Train).state;
+    let (pre_ok, pre_reason) = match pre {
+        StageState::Succeeded => (true, reasons::SUCCEEDED),
+        StageState::Skipped => (true, reasons::SKIPPED),
+        StageState::Failed => (false, reasons::FAILED),
+        StageState::Running | StageState::Queued => (false, reasons::RUNNING),
+        StageState::Pending => (false, reasons::PENDING),
+        StageState::Cancelled => (false, reasons::CANCELLED),
+    };
+    let (train_ok, train_reason) = match train {
+        StageState::Succeeded => (true, reasons::SUCCEEDED),
+        StageState::Failed => (false, reasons::FAILED),
+        StageState::Running => (false, reasons::RUNNING),
+        StageState::Queued => (false, reasons::QUEUED),
+        StageState::Pending | StageState::Skipped => (false, reasons::PENDING),
+        StageState::Cancelled => (false, reasons::CANCELLED),
+    };
+    let model = st.outputs.as_ref().and_then(|o| o.model_uri.clone());
+    let (out_reason, out_msg) = match &model {
+        Some(uri) => (reasons::OUTPUT_FOUND, format!("model found at {uri}")),
+        None => (
+            reasons::PENDING,
+            "training has not produced a model yet".to_string(),
+        ),
+    };
+    let (susp_reason, susp_msg) = if suspended {
+        (reasons::SUSPENDED, "spec.suspend is true")
+    } else {
+        (reasons::PENDING, "spec.suspend is false")
+    };
+    for c in [
+        condition(
+            types::PREPROCESSED,
+            pre_ok,
+            pre_reason,
+            "",
+            generation,
+            now.clone(),
+        ),
+        condition(
+            types::TRAINED,
+            train_ok,
+            train_reason,
+            "",
+            generation,
+            now.clone(),
+        ),
+        condition(
+            types::OUTPUT_VERIFIED,
+            model.is_some(),
+            out_reason,
+            out_msg,
+            generation,
+            now.clone(),
+        ),
+        condition(
+            types::SUSPENDED,
+            suspended,
+            susp_reason,
+            susp_msg,
+            generation,
+            now.clone(),
+        ),
+    ] {
+        set_condition(&mut st.conditions, c);
+    }
+}
+
+/// Whether `new` differs from `old` in anything but condition timestamps (which only move when a
+/// condition's status flips, so comparing whole statuses is enough).
+pub fn changed(old: Option<&TrainingPipelineStatus>, new: &TrainingPipelineStatus) -> bool {
+    old != Some(new)
+}
+
+/// Writes the status when it changed. Returns whether it wrote.
+pub async fn write(ctx: &Context, tp: &TrainingPipeline, new: &TrainingPipelineStatus) -> Result<bool> {
+    if !changed(tp.status.as_ref(), new) {
+        return Ok(false);
+    }
+    report::apply_status(ctx, tp, FIELD_MANAGER, new).await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(so_far: f64, per_hour: f64) -> CostEstimate {
+        CostEstimate {
+            so_far_usd: so_far,
+            per_hour_usd: per_hour,
+            price_key: None,
+            accrued_through: None,
+        }
+    }
+
+    #[test]
+    fn cost_sums_children_and_never_decreases() {
+        assert_eq!(aggregate_cost(None, &[]), None);
+        let both = aggregate_cost(None, &[cost(1.0, 0.0), cost(2.5, 10.0)]).unwrap();
+        assert_eq!((both.so_far_usd, both.per_hour_usd), (3.5, 10.0));
+        // The slice was released: its share stays in the total, the burn rate drops.
+        let after = aggregate_cost(Some(&both), &[cost(1.0, 0.0)]).unwrap();
+        assert_eq!((after.so_far_usd, after.per_hour_usd), (3.5, 0.0));
+    }
+}

@@ -1,0 +1,516 @@
+//! A watch on the cloud side: one paged `list` per collection and location replaces a `get` per
+//! object per poll while objects wait for a cloud state change.
+//!
+//! Polling each object every `poll_active` costs a read per object per interval whether or not
+//! anything changed; with a thousand objects waiting that is hundreds of reads a second and, on a
+//! 2-core operator, seconds of status lag. Instead a reconcile that waits on a cloud resource
+//! registers what it last saw ([`CloudWatch::watch`]) and requeues only at `poll_watched` (a
+//! backstop). A background task lists each collection that has waiters every `poll_active`, wakes
+//! exactly the owners whose resource changed (`Controller::reconcile_on`), and keeps the listed
+//! object, which the woken reconcile uses instead of a `get` ([`CloudWatch::take_node`] ...).
+//!
+//! Safety rules:
+//! - Absence is never taken from a listing: a resource a listing does not show wakes its owner
+//!   without a listed object, so the owner reads it by name. Creates still follow only an
+//!   authoritative `get` (the at-most-once rule of every controller).
+//! - A listing that started before a registration cannot wake it (it may predate what the
+//!   reconcile saw).
+//! - Dataproc and Vertex listings keep only non-terminal states (finished objects stay listed in
+//!   those APIs for days); a resource that finished drops out of the listing and its owner reads
+//!   it. TPU nodes cannot be filtered and are listed whole.
+//! - When a collection cannot be listed (no `list` permission, an outage) every owner waiting on
+//!   it is woken and polls on its own at `poll_active` until listing works again.
+
+mod registry;
+
+use std::{
+    sync::{Arc, Mutex, Weak},
+    time::{Duration, Instant},
+};
+
+use futures::{
+    StreamExt,
+    channel::mpsc::{UnboundedSender, unbounded},
+    stream::BoxStream,
+};
+use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
+use tpu_operator_api::{
+    naming::{labels, sanitize_label_value},
+    preprocess_batch::PreprocessBatch,
+    tpu_slice::TpuSlice,
+    training_pipeline::TrainingPipeline,
+};
+use tpu_operator_gcp::{
+    GcpError,
+    aiplatform_v1::model::{CustomJob, JobState},
+    dataproc_v1::model::{Batch, batch::State as BatchState},
+    tpu_v2::model::Node,
+};
+
+pub use self::registry::Seen;
+use self::registry::{Key, Registry, Sifted, Wake};
+use crate::{Shutdown, runtime::context::Context};
+
+/// A kind of cloud resource the watch can list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Collection {
+    TpuNodes,
+    DataprocBatches,
+    VertexJobs,
+}
+
+/// One listed resource.
+#[derive(Clone, Debug)]
+pub enum Listed {
+    Node(Box<Node>),
+    Batch(Box<Batch>),
+    Job(Box<CustomJob>),
+}
+
+impl Listed {
+    fn name(&self) -> &str {
+        match self {
+            Listed::Node(n) => &n.name,
+            Listed::Batch(b) => &b.name,
+            Listed::Job(j) => &j.name,
+        }
+    }
+
+    fn state(&self) -> String {
+        match self {
+            Listed::Node(n) => state_of(&n.state),
+            Listed::Batch(b) => state_of(&b.state),
+            Listed::Job(j) => state_of(&j.state),
+        }
+    }
+}
+
+/// Dataproc batch states the service leaves on its own: the watch lists only these, so only a
+/// batch in one of them may be waited on (any other is absent from the listing, which would wake
+/// its owner on every round).
+const BATCH_STATES_LISTED: [BatchState; 3] =
+    [BatchState::Pending, BatchState::Running, BatchState::Cancelling];
+
+/// Vertex job states the service leaves on its own (the same rule as [`BATCH_STATES_LISTED`]).
+const JOB_STATES_LISTED: [JobState; 6] = [
+    JobState::Queued,
+    JobState::Pending,
+    JobState::Running,
+    JobState::Cancelling,
+    JobState::Updating,
+    JobState::Paused,
+];
+
+/// Whether a batch in `state` can be waited on through the watch.
+pub fn lists_batch(state: &BatchState) -> bool {
+    BATCH_STATES_LISTED.contains(state)
+}
+
+/// Whether a Vertex job in `state` can be waited on through the watch.
+pub fn lists_job(state: &JobState) -> bool {
+    JOB_STATES_LISTED.contains(state)
+}
+
+/// `state = A OR state = B ...` for `states`, each name written by `quote`.
+fn state_filter<S>(states: &[S], name: fn(&S) -> Option<&str>, quote: fn(&str) -> String) -> String {
+    states
+        .iter()
+        .filter_map(name)
+        .map(|n| format!("state = {}", quote(n)))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
+/// How a state is compared between a reconcile's read and a listing.
+pub fn state_of(state: &impl std::fmt::Debug) -> String {
+    format!("{state:?}")
+}
+
+/// The object that waits on a cloud resource.
+#[derive(Clone, Debug)]
+pub enum Owner {
+    Slice {
+        uid: String,
+        object: ObjectRef<TpuSlice>,
+    },
+    Batch {
+        uid: String,
+        object: ObjectRef<PreprocessBatch>,
+    },
+    Pipeline {
+        uid: String,
+        object: ObjectRef<TrainingPipeline>,
+    },
+}
+
+impl Owner {
+    pub fn slice(obj: &TpuSlice) -> Option<Self> {
+        Some(Owner::Slice {
+            uid: obj.uid()?,
+            object: ObjectRef::from_obj(obj),
+        })
+    }
+
+    pub fn batch(obj: &PreprocessBatch) -> Option<Self> {
+        Some(Owner::Batch {
+            uid: obj.uid()?,
+            object: ObjectRef::from_obj(obj),
+        })
+    }
+
+    pub fn pipeline(obj: &TrainingPipeline) -> Option<Self> {
+        Some(Owner::Pipeline {
+            uid: obj.uid()?,
+            object: ObjectRef::from_obj(obj),
+        })
+    }
+
+    fn uid(&self) -> &str {
+        match self {
+            Owner::Slice { uid, .. } | Owner::Batch { uid, .. } | Owner::Pipeline { uid, .. } => uid,
+        }
+    }
+}
+
+/// Wake-ups of one kind, as the stream its controller reconciles on.
+struct Trigger<K: Resource> {
+    tx: Mutex<UnboundedSender<ObjectRef<K>>>,
+}
+
+impl<K: Resource + 'static> Trigger<K> {
+    fn new() -> Self {
+        let (tx, _) = unbounded();
+        Self { tx: Mutex::new(tx) }
+    }
+
+    /// The wake-ups from now on, for the controller of this kind that asks last (a leader that
+    /// lost its lease and won it again runs new controllers on the same context).
+    fn stream(&self) -> BoxStream<'static, ObjectRef<K>>
+    where
+        K::DynamicType: Send,
+    {
+        let (tx, rx) = unbounded();
+        *self.tx.lock().expect("cloud watch trigger poisoned") = tx;
+        rx.boxed()
+    }
+
+    fn send(&self, object: ObjectRef<K>) {
+        // Fails only when no controller of this kind runs; nothing to wake then.
+        let _ = self
+            .tx
+            .lock()
+            .expect("cloud watch trigger poisoned")
+            .unbounded_send(object);
+    }
+}
+
+pub struct CloudWatch {
+    registry: Mutex<Registry>,
+    slices: Trigger<TpuSlice>,
+    batches: Trigger<PreprocessBatch>,
+    pipelines: Trigger<TrainingPipeline>,
+    /// The running lister and the shutdown it stops with.
+    lister: Mutex<Option<(tokio::task::JoinHandle<()>, Shutdown)>>,
+}
+
+impl Default for CloudWatch {
+    fn default() -> Self {
+        Self {
+            registry: Mutex::default(),
+            slices: Trigger::new(),
+            batches: Trigger::new(),
+            pipelines: Trigger::new(),
+            lister: Mutex::new(None),
+        }
+    }
+}
+
+/// `projects/<p>/locations/<l>` of a full resource name.
+fn parent_of(name: &str) -> Option<String> {
+    let mut parts = name.splitn(5, '/');
+    let parent: Vec<&str> = parts.by_ref().take(4).collect();
+    (parent.len() == 4 && parent[0] == "projects" && parent[2] == "locations" && parts.next().is_some())
+        .then(|| parent.join("/"))
+}
+
+impl CloudWatch {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().expect("cloud watch registry poisoned")
+    }
+
+    /// `owner` waits for `name` to leave the state `seen`. Returns when to poll it anyway:
+    /// `poll_watched` while its collection lists, `poll_active` when it cannot be listed (or
+    /// the watch is off, or the name is not a full resource name).
+    pub fn watch(
+        &self,
+        ctx: &Context,
+        collection: Collection,
+        name: &str,
+        seen: Seen,
+        owner: Option<Owner>,
+    ) -> Duration {
+        self.register(ctx, collection, name, seen, None, owner)
+    }
+
+    /// [`CloudWatch::watch`] for a Vertex job, keeping `job` as read: until a listing shows it
+    /// change, the owner's next passes within half the backstop interval reuse it
+    /// ([`CloudWatch::unchanged_job`]) instead of reading it again. For owners that are woken
+    /// by other things than their own changes (a pipeline by its children and its own status
+    /// writes).
+    pub fn watch_job(&self, ctx: &Context, job: &CustomJob, owner: Option<Owner>) -> Duration {
+        let listed = Listed::Job(Box::new(job.clone()));
+        let seen = Some(listed.state());
+        self.register(ctx, Collection::VertexJobs, &job.name, seen, Some(listed), owner)
+    }
+
+    fn register(
+        &self,
+        ctx: &Context,
+        collection: Collection,
+        name: &str,
+        seen: Seen,
+        last: Option<Listed>,
+        owner: Option<Owner>,
+    ) -> Duration {
+        let (Some(parent), Some(owner), true) = (parent_of(name), owner, self.listing()) else {
+            return ctx.config.poll_active;
+        };
+        let key = (collection, parent);
+        let listing = self
+            .registry()
+            .watch(key, name.to_owned(), seen, last, owner, Instant::now());
+        if listing {
+            ctx.config.poll_watched.max(ctx.config.poll_active)
+        } else {
+            ctx.config.poll_active
+        }
+    }
+
+    /// Whether a lister runs (reconciles called without [`CloudWatch::start`], or with the
+    /// watch turned off, poll on their own).
+    fn listing(&self) -> bool {
+        let lister = self.lister.lock().expect("cloud watch lister poisoned");
+        lister.as_ref().is_some_and(|(task, _)| !task.is_finished())
+    }
+
+    /// The job as its owner last read it, while no listing has shown it change (see
+    /// [`CloudWatch::watch_job`]).
+    pub fn unchanged_job(&self, ctx: &Context, name: &str) -> Option<CustomJob> {
+        let key = (Collection::VertexJobs, parent_of(name)?);
+        let max_age = ctx.config.poll_watched / 2;
+        match self.registry().unchanged(&key, name, Instant::now(), max_age)? {
+            Listed::Job(j) => Some(*j),
+            _ => None,
+        }
+    }
+
+    /// `name` no longer needs watching.
+    pub fn unwatch(&self, collection: Collection, name: &str) {
+        if let Some(parent) = parent_of(name) {
+            self.registry().unwatch(&(collection, parent), name);
+        }
+    }
+
+    fn take(&self, collection: Collection, name: &str) -> Option<Listed> {
+        self.registry().take(&(collection, parent_of(name)?), name)
+    }
+
+    /// The node as the listing that woke its owner showed it.
+    pub fn take_node(&self, name: &str) -> Option<Node> {
+        match self.take(Collection::TpuNodes, name)? {
+            Listed::Node(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The batch as the listing that woke its owner showed it.
+    pub fn take_batch(&self, name: &str) -> Option<Batch> {
+        match self.take(Collection::DataprocBatches, name)? {
+            Listed::Batch(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// The custom job as the listing that woke its owner showed it.
+    pub fn take_job(&self, name: &str) -> Option<CustomJob> {
+        match self.take(Collection::VertexJobs, name)? {
+            Listed::Job(j) => Some(*j),
+            _ => None,
+        }
+    }
+
+    pub fn slice_triggers(&self) -> BoxStream<'static, ObjectRef<TpuSlice>> {
+        self.slices.stream()
+    }
+
+    pub fn batch_triggers(&self) -> BoxStream<'static, ObjectRef<PreprocessBatch>> {
+        self.batches.stream()
+    }
+
+    pub fn pipeline_triggers(&self) -> BoxStream<'static, ObjectRef<TrainingPipeline>> {
+        self.pipelines.stream()
+    }
+
+    /// Resources being watched now (for tests and metrics).
+    pub fn watched(&self) -> usize {
+        self.registry().interests()
+    }
+
+    /// Starts the lister of `ctx` for the controllers stopping with `shutdown` (every controller
+    /// calls this; the first one of a run starts it). It stops with `shutdown` or when the context
+    /// is dropped. A new run (a leader that won its lease again) gets a new lister and forgets
+    /// what the old run waited on.
+    pub fn start(ctx: &Arc<Context>, shutdown: Shutdown) {
+        if !ctx.config.watch_lists {
+            return;
+        }
+        let watch = &ctx.cloud_watch;
+        let mut lister = watch.lister.lock().expect("cloud watch lister poisoned");
+        if let Some((task, running_for)) = lister.as_ref() {
+            if running_for.ptr_eq(&shutdown) && !task.is_finished() {
+                return;
+            }
+            task.abort();
+        }
+        *watch.registry() = Registry::default();
+        let task = tokio::spawn(run_lister(Arc::downgrade(ctx), shutdown.clone()));
+        *lister = Some((task, shutdown));
+    }
+
+    fn wake(&self, ctx: &Context, wake: Wake) {
+        for (uid, owner) in wake {
+            // The woken reconcile must read: its object did not change in Kubernetes.
+            ctx.settled.forget_uid(&uid);
+            match owner {
+                Owner::Slice { object, .. } => self.slices.send(object),
+                Owner::Batch { object, .. } => self.batches.send(object),
+                Owner::Pipeline { object, .. } => self.pipelines.send(object),
+            }
+        }
+    }
+
+    /// One round: lists every collection that is due and wakes the owners of what changed.
+    async fn tick(&self, ctx: &Context) {
+        let every = ctx.config.poll_active;
+        let now = Instant::now();
+        let due = {
+            let mut registry = self.registry();
+            registry.expire(now, 2 * ctx.config.poll_watched.max(every));
+            registry.due(now, every.mul_f32(0.75), ctx.config.poll_capacity)
+        };
+        for key in due {
+            let started = Instant::now();
+            let mut sifted = Sifted::default();
+            let result = list(ctx, &key, &mut |page| {
+                self.registry().sift(&key, page, &mut sifted)
+            })
+            .await;
+            let wake = match result {
+                Ok(()) => self.registry().finish(&key, started, sifted),
+                Err(err) => {
+                    tracing::warn!(
+                        parent = %key.1, collection = ?key.0, error = %err,
+                        "cannot list; objects waiting there poll one by one until listing works"
+                    );
+                    self.registry().failed(&key, Instant::now())
+                }
+            };
+            self.wake(ctx, wake);
+        }
+    }
+}
+
+async fn run_lister(ctx: Weak<Context>, shutdown: Shutdown) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let Some(every) = ctx.upgrade().map(|c| c.config.poll_active) else {
+            return;
+        };
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let Some(ctx) = ctx.upgrade() else {
+            return;
+        };
+        ctx.cloud_watch.tick(&ctx).await;
+    }
+}
+
+/// Every resource of `key` this cluster may be waiting on, a page at a time to `sift`. Dataproc
+/// and Vertex are filtered to this cluster's label and to the states that can still change.
+async fn list(
+    ctx: &Context,
+    (collection, parent): &Key,
+    sift: &mut (dyn FnMut(&mut dyn Iterator<Item = Listed>) + Send),
+) -> Result<(), GcpError> {
+    let cluster = format!(
+        "labels.{} = \"{}\"",
+        labels::CLUSTER,
+        sanitize_label_value(&ctx.config.cluster_id)
+    );
+    match collection {
+        Collection::TpuNodes => {
+            let mut page = pages_to(sift, Listed::Node);
+            ctx.gcp.tpu.list_nodes_by_page(parent, &mut page).await
+        }
+        Collection::DataprocBatches => {
+            // Dataproc's filter takes enum names bare, Vertex's quoted.
+            let states = state_filter(&BATCH_STATES_LISTED, BatchState::name, str::to_owned);
+            let filter = format!("{cluster} AND ({states})");
+            let mut page = pages_to(sift, Listed::Batch);
+            ctx.gcp
+                .dataproc
+                .list_batches_by_page(parent, &filter, &mut page)
+                .await
+        }
+        Collection::VertexJobs => {
+            let states = state_filter(&JOB_STATES_LISTED, JobState::name, |n| format!("\"{n}\""));
+            let filter = format!("{cluster} AND ({states})");
+            let mut page = pages_to(sift, Listed::Job);
+            ctx.gcp
+                .vertex
+                .list_custom_jobs_by_page(parent, &filter, &mut page)
+                .await
+        }
+    }
+}
+
+/// A page handler for `*_by_page` that hands each item, wrapped by `wrap`, to `sift`.
+fn pages_to<'a, T: Send + 'a>(
+    sift: &'a mut (dyn FnMut(&mut dyn Iterator<Item = Listed>) + Send),
+    wrap: fn(Box<T>) -> Listed,
+) -> impl FnMut(Vec<T>) + Send + 'a {
+    move |page: Vec<T>| sift(&mut page.into_iter().map(|item| wrap(Box::new(item))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listing_filters_name_the_states_owners_wait_in() {
+        assert_eq!(
+            state_filter(&BATCH_STATES_LISTED, BatchState::name, str::to_owned),
+            "state = PENDING OR state = RUNNING OR state = CANCELLING"
+        );
+        assert_eq!(
+            state_filter(&JOB_STATES_LISTED, JobState::name, |n| format!("\"{n}\"")),
+            ["QUEUED", "PENDING", "RUNNING", "CANCELLING", "UPDATING", "PAUSED"]
+                .map(|s| format!("state = \"JOB_STATE_{s}\""))
+                .join(" OR ")
+        );
+        assert!(lists_batch(&BatchState::Running) && !lists_batch(&BatchState::Succeeded));
+        assert!(lists_job(&JobState::Queued) && !lists_job(&JobState::Succeeded));
+    }
+
+    #[test]
+    fn parent_is_project_and_location() {
+        assert_eq!(
+            parent_of("projects/p/locations/us-central1-a/nodes/n1").as_deref(),
+            Some("projects/p/locations/us-central1-a")
+        );
+        assert_eq!(parent_of("projects/p/locations/z"), None);
+        assert_eq!(parent_of("nodes/n1"), None);
+    }
+}

@@ -1,0 +1,15 @@
+//! The machinery every kind's reconcile runs on: the shared [`Context`](context::Context), the
+//! compact watch cache and the settled-object skip, the cloud watch, per-object backoff and the
+//! error-retry policy, status and Event reporting, metrics, the clock and the error type.
+
+pub mod backoff;
+pub mod clock;
+pub mod cloud_watch;
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod metrics;
+pub mod report;
+pub mod retry;
+pub mod settled;
+pub mod watched;

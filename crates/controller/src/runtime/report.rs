@@ -1,0 +1,86 @@
+//! Writing results back to Kubernetes: status by server-side apply and Events on transitions.
+
+use std::fmt::Debug;
+
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::runtime::{
+    context::Context,
+    error::{ReconcileError, Result},
+    events::EventType,
+};
+
+/// Applies `status` to `obj` as the whole status owned by `field_manager`.
+///
+/// One field manager per controller and `force`: the controller is the only writer of status, and
+/// fields it stops sending (a cleared pending operation, say) are removed by the server rather than
+/// left stale, which a merge patch would not do.
+pub async fn apply_status<K, S>(ctx: &Context, obj: &K, field_manager: &str, status: &S) -> Result<K>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+    S: Serialize,
+{
+    let ns = obj
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(field_manager).force(),
+        &Patch::Apply(patch),
+    )
+    .await
+    .map_err(ReconcileError::kube("apply status"))
+}
+
+/// Publishes a Kubernetes Event about `obj`. Failing to publish an event never fails a reconcile.
+pub async fn publish_event<K>(ctx: &Context, obj: &K, warning: bool, reason: &str, note: String)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let type_ = if warning {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    let note = truncate(note, 1024);
+    if let Err(e) = ctx
+        .recorder
+        .publish(&obj.object_ref(&()), type_, reason, &note)
+        .await
+    {
+        tracing::warn!(error = %e, reason, "failed to publish event");
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(super::truncate("aé".repeat(3), 2), "a");
+        assert_eq!(super::truncate("abc".into(), 10), "abc");
+    }
+}
