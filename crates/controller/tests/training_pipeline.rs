@@ -292,3 +292,46 @@ async fn spot_preemption_during_tpu_vm_training_recreates_the_slice_without_a_re
     assert_eq!(done.status.as_ref().unwrap().attempts, 1);
 }
 
+/// A pipeline's reconciles are counted and timed under its own kind, like the other kinds'
+/// (`tpu_operator_reconciles_total`, `tpu_operator_reconcile_duration_seconds`): issue 22 found
+/// them missing.
+#[tokio::test]
+async fn reconciles_are_counted_in_the_metrics() {
+    use prometheus_client::{encoding::text::encode, registry::Registry};
+    use tpu_operator_controller::runtime::metrics::Metrics;
+
+    let mut env = TestEnv::start().await;
+    let mut registry = Registry::default();
+    let metrics = Metrics::default().register(&mut registry);
+    let ctx = Arc::new(env.context().await.with_metrics(metrics));
+    // Only the pipeline's controller runs, so every count under its kind is its own.
+    env.spawn(training_pipeline::run(ctx, never_shutdown()));
+    env.create(&vertex_only("counted")).await;
+    env.wait_for::<TrainingPipeline, _>("counted", "a status", STEP, |tp| tp.status.is_some())
+        .await;
+
+    let sample = |text: &str, series: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        let counted = sample(&text, "tpu_operator_reconciles_total{kind=\"TrainingPipeline\"}");
+        let timed = sample(
+            &text,
+            "tpu_operator_reconcile_duration_seconds_count{kind=\"TrainingPipeline\"}",
+        );
+        if counted >= 1 && timed >= 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "TrainingPipeline reconciles not counted ({counted}) or timed ({timed}):\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
