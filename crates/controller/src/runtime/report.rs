@@ -45,6 +45,41 @@ where
     .map_err(ReconcileError::kube("apply status"))
 }
 
+/// One Kubernetes Event a reconcile publishes about its object: every kind's transitions are
+/// these, published with [`publish`] after the status write that made them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    pub warning: bool,
+    pub reason: String,
+    pub note: String,
+}
+
+impl Transition {
+    pub fn normal(reason: impl Into<String>, note: impl Into<String>) -> Self {
+        Self {
+            warning: false,
+            reason: reason.into(),
+            note: note.into(),
+        }
+    }
+
+    pub fn warning(reason: impl Into<String>, note: impl Into<String>) -> Self {
+        Self {
+            warning: true,
+            reason: reason.into(),
+            note: note.into(),
+        }
+    }
+}
+
+/// Publishes one transition's Event about `obj`.
+pub async fn publish<K>(ctx: &Context, obj: &K, t: Transition)
+where
+    K: Resource<DynamicType = ()>,
+{
+    publish_event(ctx, obj, t.warning, &t.reason, t.note).await;
+}
+
 /// Publishes a Kubernetes Event about `obj`. Failing to publish an event never fails a reconcile.
 pub async fn publish_event<K>(ctx: &Context, obj: &K, warning: bool, reason: &str, note: String)
 where

@@ -6,13 +6,7 @@ use tpu_operator_api::{
     preprocess_batch::{PreprocessBatchPhase as Phase, PreprocessBatchStatus},
 };
 
-/// One Kubernetes Event to publish.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Transition {
-    pub warning: bool,
-    pub reason: String,
-    pub note: String,
-}
+pub use crate::runtime::report::Transition;
 
 /// The Events of going from `old` to `new`: only real transitions (new attempt, finished,
 /// retrying, stalled), never a repeat of the same state.

@@ -277,7 +277,7 @@ async fn write(ctx: &Context, obj: &PreprocessBatch, new: PreprocessBatchStatus)
     let written = report::apply_status(ctx, obj, status::FIELD_MANAGER, &new).await?;
     ctx.settled.wrote(obj, written.resource_version());
     for t in events::transitions(&old, &new) {
-        report::publish_event(ctx, obj, t.warning, &t.reason, t.note).await;
+        report::publish(ctx, obj, t).await;
     }
     Ok(())
 }

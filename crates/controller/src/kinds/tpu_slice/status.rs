@@ -18,7 +18,11 @@ use super::{
     observe::{Names, Observed, OperationView},
     plan::{Assessment, health_name, state_name},
 };
-use crate::runtime::{context::Context, error::Result, report};
+use crate::runtime::{
+    context::Context,
+    error::Result,
+    report::{self, Transition},
+};
 use kube::ResourceExt;
 
 /// The only writer of `TpuSlice.status`.
@@ -209,32 +213,31 @@ pub async fn write(
     }
     let written = report::apply_status(ctx, slice, FIELD_MANAGER, new).await?;
     ctx.settled.wrote(slice, written.resource_version());
-    for (warning, reason, note) in transitions(old, new) {
-        report::publish_event(ctx, slice, warning, reason, note).await;
+    for t in transitions(old, new) {
+        report::publish(ctx, slice, t).await;
     }
     Ok(())
 }
 
 /// Events for what changed between two statuses (never for a pass that changed nothing).
-pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<(bool, &'static str, String)> {
+pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
     let mut out = Vec::new();
     let message = new.message.clone().unwrap_or_default();
     if new.pending_operation.is_some() && new.pending_operation != old.pending_operation {
         let what = new.queued_resource_name.as_ref().or(new.node_name.as_ref());
         if new.phase != TpuSlicePhase::Deleting && old.node_name.is_none() && what.is_some() {
-            out.push((
-                false,
+            out.push(Transition::normal(
                 "Created",
                 format!("requested {}", what.cloned().unwrap_or_default()),
             ));
         }
     }
     if new.recreations > old.recreations {
-        out.push((true, reasons::PREEMPTED, message.clone()));
+        out.push(Transition::warning(reasons::PREEMPTED, message.clone()));
     }
     let became = |t: &str| is_true(&new.conditions, t) && !is_true(&old.conditions, t);
     if became(types::READY) {
-        out.push((false, "Ready", message.clone()));
+        out.push(Transition::normal("Ready", message.clone()));
     }
     if became(types::STALLED) {
         // Reasons that ask a person for something specific keep their name in the Event.
@@ -243,10 +246,10 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<(bool, &'s
             Some(reasons::QUOTA_EXCEEDED) => reasons::QUOTA_EXCEEDED,
             _ => reasons::FAILED,
         };
-        out.push((true, reason, message.clone()));
+        out.push(Transition::warning(reason, message.clone()));
     }
     if new.phase == TpuSlicePhase::Deleting && old.phase != TpuSlicePhase::Deleting {
-        out.push((false, reasons::DELETING, message));
+        out.push(Transition::normal(reasons::DELETING, message));
     }
     out
 }

@@ -169,7 +169,7 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     let progress = progress::update(&ctx, &tp, &mut new).await;
     status::write(&ctx, &tp, &new).await?;
     for e in decision.events.into_iter().chain(progress.events) {
-        report::publish_event(&ctx, tp.as_ref(), e.warning, &e.reason, e.note).await;
+        report::publish(&ctx, tp.as_ref(), e).await;
     }
     retry::on_success(tp.as_ref(), &ctx);
     // While training runs, wake for the next checkpoint listing at the latest.

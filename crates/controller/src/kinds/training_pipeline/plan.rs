@@ -99,12 +99,7 @@ pub enum Requeue {
     After(Duration),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
-    pub warning: bool,
-    pub reason: String,
-    pub note: String,
-}
+pub use crate::runtime::report::Transition;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -113,7 +108,7 @@ pub struct Plan {
     /// Vertex jobs to cancel besides the action: duplicates of the current attempt.
     pub cancel_jobs: Vec<String>,
     pub requeue: Requeue,
-    pub events: Vec<Event>,
+    pub events: Vec<Transition>,
 }
 
 /// One branch's outcome. `kstatus: None` leaves the conditions as they are (finished pipelines).
@@ -186,7 +181,7 @@ pub fn join_uri(dir: &str, leaf: &str) -> String {
 struct Planner<'a> {
     input: &'a Input<'a>,
     st: TrainingPipelineStatus,
-    events: Vec<Event>,
+    events: Vec<Transition>,
 }
 
 impl Planner<'_> {
@@ -211,7 +206,7 @@ impl Planner<'_> {
     }
 
     fn event(&mut self, warning: bool, reason: &str, note: String) {
-        self.events.push(Event {
+        self.events.push(Transition {
             warning,
             reason: reason.to_string(),
             note,
@@ -394,7 +389,7 @@ impl Planner<'_> {
                 "custom job {} is a second job for attempt {} (a create whose reply was lost, listed late); cancelling it and keeping the oldest, {kept}",
                 job.name, job.attempt
             );
-            self.events.push(Event {
+            self.events.push(Transition {
                 warning: true,
                 reason: DUPLICATE_JOB_CANCELLED.to_string(),
                 note,

@@ -24,7 +24,7 @@ use tpu_operator_gcp::storage::parse_gs_uri;
 
 use super::{
     checkpoints,
-    plan::Event,
+    plan::Transition,
     status::{time, to_chrono},
 };
 use crate::runtime::context::Context;
@@ -43,7 +43,7 @@ pub const PROGRESS_RESUMED: &str = "ProgressResumed";
 /// What the pass decided besides the status.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    pub events: Vec<Event>,
+    pub events: Vec<Transition>,
     /// When the next listing is due (while training).
     pub next_check: Option<Duration>,
 }
@@ -196,13 +196,13 @@ fn judge(
     set_metric(ctx, tp, stalled);
     if stalled && !was_stalled {
         ctx.metrics.count_training_stall(&namespace(tp));
-        out.events.push(Event {
+        out.events.push(Transition {
             warning: true,
             reason: PROGRESS_STALLED.to_string(),
             note: message,
         });
     } else if !stalled && was_stalled {
-        out.events.push(Event {
+        out.events.push(Transition {
             warning: false,
             reason: PROGRESS_RESUMED.to_string(),
             note: message,
