@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 pub mod metrics;
 pub mod report;
+pub mod requeue;
 pub mod retry;
 pub mod settled;
 pub mod watched;

@@ -130,7 +130,7 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
     let now = ctx.clock.now();
     let Some(target) = target(obj, ctx).map_err(ReconcileError::MissingMetadata)? else {
         write(ctx, obj, status::no_project(obj, now)).await?;
-        return Ok(requeue(ctx, Requeue::Stable));
+        return Ok(Requeue::Stable.action(&ctx.config));
     };
     let old = obj.status.clone().unwrap_or_default();
     // Tenancy policy (project, region, service account, network), before the first cloud read
@@ -140,7 +140,7 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
     let denied = tenancy::precheck(ctx, &target.identity.namespace, std::slice::from_ref(&request)).err();
     if let Some(denial) = denied.as_ref().filter(|_| old.attempts == 0) {
         write(ctx, obj, status::policy_denied(obj, &denial.message, now)).await?;
-        return Ok(requeue(ctx, Requeue::Stable));
+        return Ok(Requeue::Stable.action(&ctx.config));
     }
     let observed = observe::observe(ctx, &target, &obj.spec, &old).await?;
     // The batch this pass saw (or just submitted), for the cloud watch.
@@ -181,7 +181,7 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
             if let Some((name, _)) = seen {
                 ctx.cloud_watch.unwatch(Collection::DataprocBatches, &name);
             }
-            poll_after(ctx, next)
+            next.after(&ctx.config)
         }
     };
     Ok(ctx.settled.settle(obj, wait))
@@ -232,7 +232,7 @@ async fn cleanup_pass(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Act
         CleanupStep::Wait { message } => (PreprocessBatchPhase::Cancelling, reasons::CANCELLING, message),
     };
     write(ctx, obj, status::cleaning_up(obj, phase, reason, &message, now)).await?;
-    Ok(Some(requeue(ctx, Requeue::Active)))
+    Ok(Some(Requeue::Active.action(&ctx.config)))
 }
 
 /// The batch a finished single-attempt object ran, when that is provably its only batch: a
@@ -280,16 +280,4 @@ async fn write(ctx: &Context, obj: &PreprocessBatch, new: PreprocessBatchStatus)
         report::publish(ctx, obj, t).await;
     }
     Ok(())
-}
-
-fn requeue(ctx: &Context, next: Requeue) -> Action {
-    Action::requeue(poll_after(ctx, next))
-}
-
-fn poll_after(ctx: &Context, next: Requeue) -> std::time::Duration {
-    match next {
-        Requeue::Active => ctx.config.poll_active,
-        Requeue::Stable => ctx.config.poll_stable,
-        Requeue::After(wait) => wait.min(ctx.config.poll_active),
-    }
 }

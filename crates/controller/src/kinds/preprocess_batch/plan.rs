@@ -26,16 +26,7 @@ pub fn retry_delay(failed_attempts: u32) -> Duration {
     RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX)
 }
 
-/// When to look again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Requeue {
-    /// Cloud state is changing: `poll_active`.
-    Active,
-    /// Nothing will change by itself, or only by a human (missing input): `poll_stable`.
-    Stable,
-    /// A retry is due after this long (capped by `poll_active`, since time may be emulated).
-    After(Duration),
-}
+pub use crate::runtime::requeue::Requeue;
 
 /// What the status should say after this pass.
 #[derive(Clone, Debug, PartialEq)]

@@ -294,7 +294,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         other => {
             ctx.cloud_watch
                 .unwatch(Collection::TpuNodes, &t.names.current.node);
-            poll_after(ctx, other)
+            other.after(&ctx.config)
         }
     };
     Ok(ctx.settled.settle(slice, wait))
@@ -662,14 +662,6 @@ async fn stall_as(
         now,
     );
     status::write(ctx, slice, old, &new).await
-}
-
-fn poll_after(ctx: &Context, requeue: Requeue) -> Duration {
-    match requeue {
-        Requeue::Active => ctx.config.poll_active,
-        Requeue::Capacity => ctx.config.poll_capacity,
-        Requeue::Stable => ctx.config.poll_stable,
-    }
 }
 
 fn action_name(action: &Step) -> &'static str {

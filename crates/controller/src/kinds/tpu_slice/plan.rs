@@ -55,16 +55,7 @@ pub enum Action {
     RecordPreemption,
 }
 
-/// How soon to look again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Requeue {
-    /// The cloud object is changing state (`poll_active`).
-    Active,
-    /// Waiting for capacity or for a slow external change (`poll_capacity`).
-    Capacity,
-    /// Nothing is expected to change (`poll_stable`).
-    Stable,
-}
+pub use crate::runtime::requeue::Requeue;
 
 /// What the slice's status should say.
 #[derive(Clone, Debug, PartialEq)]

@@ -199,7 +199,7 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
     if let Some(name) = &new.custom_job_name {
         ctx.cloud_watch.unwatch(Collection::VertexJobs, name);
     }
-    Ok(Action::requeue(cap(requeue_after(&ctx, decision.requeue))))
+    Ok(Action::requeue(cap(decision.requeue.after(&ctx.config))))
 }
 
 /// Checks what `action` would create against the namespace's tenancy policy: before
@@ -267,26 +267,10 @@ async fn deny(
     if !was_denied {
         report::publish_event(ctx, tp, true, reasons::POLICY_DENIED, denial.message.clone()).await;
     }
-    Ok(requeue(
-        ctx,
-        if denial.retry {
-            plan::Requeue::Capacity
-        } else {
-            plan::Requeue::Stable
-        },
-    ))
-}
-
-fn requeue(ctx: &Context, r: plan::Requeue) -> Action {
-    Action::requeue(requeue_after(ctx, r))
-}
-
-fn requeue_after(ctx: &Context, r: plan::Requeue) -> Duration {
-    let c = &ctx.config;
-    match r {
-        plan::Requeue::Active => c.poll_active,
-        plan::Requeue::Capacity => c.poll_capacity,
-        plan::Requeue::Stable => c.poll_stable,
-        plan::Requeue::After(d) => d.min(c.poll_stable).max(c.poll_active),
+    Ok(if denial.retry {
+        plan::Requeue::Capacity
+    } else {
+        plan::Requeue::Stable
     }
+    .action(&ctx.config))
 }

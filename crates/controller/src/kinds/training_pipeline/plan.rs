@@ -18,8 +18,6 @@
 //!
 //! Does not touch Kubernetes or Google Cloud.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use tpu_operator_api::{
     conditions::{Progress, reasons},
@@ -87,17 +85,7 @@ impl Action {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Requeue {
-    /// Cloud state is changing: poll soon.
-    Active,
-    /// Waiting for capacity.
-    Capacity,
-    /// Nothing expected soon (children's changes trigger a reconcile through the watch).
-    Stable,
-    /// A deadline of our own (the TTL), capped at the stable interval by the caller.
-    After(Duration),
-}
+pub use crate::runtime::requeue::Requeue;
 
 pub use crate::runtime::report::Transition;
 

@@ -1,5 +1,7 @@
 //! Table tests of the pipeline plan: stage transitions, retries, suspend and TTL.
 
+use std::time::Duration;
+
 use chrono::TimeZone;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
