@@ -5,7 +5,6 @@
 //!
 //! This crate deliberately has no Kubernetes client and no GCP dependency: everything here is data
 //! and pure functions, so it can be unit-tested without any server.
-#![forbid(unsafe_code)]
 // kube's `#[kube(printcolumn(..., type_ = "string", ...))]` repeats the same key/value in several
 // printer columns, which clippy mistakes for a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]

@@ -3,7 +3,6 @@
 //! Cloud Storage JSON REST APIs, faithful to the wire
 //! format Google's own clients expect. See the crate README for the HTTP surface, the admin API,
 //! default durations, conventions and known fidelity gaps.
-#![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod api;

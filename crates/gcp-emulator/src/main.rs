@@ -1,5 +1,4 @@
 //! `gcp-emulator` binary: serves the emulated Google Cloud APIs on one port until Ctrl-C.
-#![forbid(unsafe_code)]
 
 use clap::Parser;
 use gcp_emulator::{Config, Emulator};

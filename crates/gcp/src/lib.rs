@@ -17,7 +17,6 @@
 //! * **One error type.** [`GcpError`] classifies every failure into an [`ErrorKind`]; see
 //!   [`error`] for how RESOURCE_EXHAUSTED (stockout vs rate limit) is treated.
 //! * **Every call is measured** ([`GcpMetrics`]: `gcp_calls_total{service,method,outcome}`).
-#![forbid(unsafe_code)]
 
 pub mod compute;
 pub mod config;

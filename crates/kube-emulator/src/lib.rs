@@ -10,7 +10,6 @@
 //! ```
 //! On a socket: [`KubeEmulator::serve`] or [`KubeEmulator::start`], plus [`kubeconfig`] for
 //! kubectl. The validation module is usable on its own ([`validation::CrdValidator`]).
-#![forbid(unsafe_code)]
 #![recursion_limit = "256"]
 
 pub mod cluster;

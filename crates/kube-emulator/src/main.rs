@@ -1,5 +1,4 @@
 //! `kube-emulator`: serves the emulated Kubernetes API on a socket and writes a kubeconfig for it.
-#![forbid(unsafe_code)]
 
 use clap::Parser;
 use kube_emulator::{Config, KubeEmulator, kubeconfig_with_ca, tls};

@@ -3,7 +3,6 @@
 //! Subcommands live in [`Command`]; each has its own module: `crds` prints the CRDs, `run` is the
 //! operator in a cluster, `local` runs everything (both emulators and the controllers) in one
 //! process.
-#![forbid(unsafe_code)]
 
 mod config;
 mod convert_tenancy;

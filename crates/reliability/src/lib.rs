@@ -4,7 +4,6 @@
 //!
 //! The suites (`tests/`) and the long runs (`src/bin/`) are described in `docs/reliability.md`
 //! and `docs/benchmarks.md`.
-#![forbid(unsafe_code)]
 
 pub mod corrupt;
 pub mod crash;
