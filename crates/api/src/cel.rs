@@ -57,11 +57,6 @@ impl Rule {
         self
     }
 
-    /// Whether the rule compares with the previous object (a transition rule).
-    pub fn is_transition(&self) -> bool {
-        self.rule.contains("oldSelf")
-    }
-
     /// The JSON form that goes into the schema.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();

@@ -56,11 +56,6 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_secs(total))
 }
 
-/// Formats as protobuf-JSON `Duration` (`"3600s"`), the form every GCP API takes.
-pub fn to_proto_duration(d: Duration) -> String {
-    format!("{}s", d.as_secs())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

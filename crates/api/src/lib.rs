@@ -32,7 +32,3 @@ pub use training_pipeline::{TrainingPipeline, TrainingPipelineSpec, TrainingPipe
 
 /// API group of every tpu-operator custom resource.
 pub const GROUP: &str = "tpu-operator.dev";
-/// The one served and stored version.
-pub const VERSION: &str = "v1alpha1";
-/// `kubectl get tpu-operator` lists all three kinds.
-pub const CATEGORY: &str = "tpu-operator";

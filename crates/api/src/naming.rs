@@ -27,8 +27,6 @@ pub mod labels {
 pub const MAX_ID_LEN: usize = 63;
 /// Minimum length of a Dataproc batch id.
 pub const MIN_BATCH_ID_LEN: usize = 4;
-/// Maximum length of a GCP `requestId`.
-pub const MAX_REQUEST_ID_LEN: usize = 40;
 /// Maximum length of a GCP label value.
 pub const MAX_LABEL_VALUE_LEN: usize = 63;
 

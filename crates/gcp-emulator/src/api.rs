@@ -29,10 +29,6 @@ impl Req {
         serde_json::from_slice(&self.body)
             .map_err(|e| ApiError::invalid(format!("Invalid JSON payload received. {e}")))
     }
-
-    pub fn seg(&self, i: usize) -> &str {
-        self.segs.get(i).map(String::as_str).unwrap_or("")
-    }
 }
 
 /// How to re-encode enums in a reply when the client asked for integers.

@@ -169,17 +169,6 @@ impl Config {
         }
         100_000_000_000 + h % 900_000_000_000
     }
-
-    /// The project id for a number, when it is one of ours (reverse of [`Config::project_number`]
-    /// for configured projects; unknown numbers map to themselves).
-    pub fn project_id_for_number<'a>(&self, number: &'a str, known: impl Iterator<Item = &'a str>) -> String {
-        for p in known {
-            if self.project_number(p).to_string() == number {
-                return p.to_string();
-            }
-        }
-        number.to_string()
-    }
 }
 
 /// serde adapter: `Duration` <-> humantime string (`"3m"`), also accepting a number of seconds.

@@ -94,10 +94,6 @@ impl World {
         seq
     }
 
-    pub fn pending_timers(&self) -> usize {
-        self.timers.len()
-    }
-
     /// Fires every timer due at or before `now`, in time order.
     pub fn tick(&mut self, now: DateTime<Utc>) {
         while let Some((at, _, _, _)) = self.timers.first() {

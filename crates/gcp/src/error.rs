@@ -435,10 +435,6 @@ impl GcpError {
         self.kind == ErrorKind::NotFound
     }
 
-    pub fn is_already_exists(&self) -> bool {
-        self.kind == ErrorKind::AlreadyExists
-    }
-
     /// RESOURCE_EXHAUSTED caused by an API rate limit (not by quota or capacity): it says so in
     /// its structured reason, or the call could not have asked for capacity at all. Reads,
     /// lists, deletes and cancels consume no chips, DCUs or resource quota, so a 429 on them can

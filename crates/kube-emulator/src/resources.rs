@@ -251,14 +251,6 @@ impl Registry {
             .cloned()
     }
 
-    /// The first served version of a storage key (used to render objects for GC and snapshots).
-    pub fn by_storage_key(&self, storage_key: &str) -> Option<Arc<ResourceType>> {
-        self.types
-            .values()
-            .find(|t| t.storage_key == storage_key)
-            .cloned()
-    }
-
     pub fn all(&self) -> impl Iterator<Item = &Arc<ResourceType>> {
         self.types.values()
     }

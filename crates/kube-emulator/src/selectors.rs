@@ -165,14 +165,6 @@ impl FieldSelector {
         Ok(Self(terms))
     }
 
-    /// The single name this selector pins (`metadata.name=x`), which watches use to narrow down.
-    pub fn pinned_name(&self) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(f, eq, _)| f == "metadata.name" && *eq)
-            .map(|(_, _, v)| v.as_str())
-    }
-
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {
             let mut current = obj;
