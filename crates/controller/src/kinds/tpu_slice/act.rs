@@ -45,7 +45,7 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
     let tpu = req.names.cloud(ctx);
     let names = req.names;
     let (verb, op) = match action {
-        Action::None | Action::RecordPreemption => return Ok(None),
+        Action::Nothing | Action::RecordPreemption => return Ok(None),
         Action::CreateNode | Action::CreateQueuedResource
             if names.provisioner == Provisioner::ComputeEngine =>
         {

@@ -318,7 +318,7 @@ fn watch_node(
         // nodes only).
         _ if names.current.queued.is_some() || names.provisioner == Provisioner::ComputeEngine => None,
         (Step::CreateNode, Some(_), _) => Some(State::Creating),
-        (Step::None, _, Some(node)) if transitional(&node.state) => Some(node.state.clone()),
+        (Step::Nothing, _, Some(node)) if transitional(&node.state) => Some(node.state.clone()),
         _ => None,
     };
     match seen {
@@ -416,7 +416,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
             }
             return Ok(None);
         }
-        CleanupStep::Wait(message) => (Step::None, deleting(message)),
+        CleanupStep::Wait(message) => (Step::Nothing, deleting(message)),
         CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources".into())),
     };
     let mut plan = Plan { action, assessment };
@@ -557,7 +557,7 @@ fn watch_deletion(ctx: &Context, slice: &TpuSlice, observed: &Observed, action: 
     let queued = observed.queued.is_some() || observed.previous_queued.is_some();
     let node = match action {
         Step::DeleteNode(name) => Some(name.as_str()),
-        Step::None => [&observed.node, &observed.previous_node]
+        Step::Nothing => [&observed.node, &observed.previous_node]
             .into_iter()
             .flatten()
             .find(|n| n.state == State::Deleting)
@@ -666,7 +666,7 @@ async fn stall_as(
 
 fn action_name(action: &Step) -> &'static str {
     match action {
-        Step::None | Step::RecordPreemption => "observe TPU slice",
+        Step::Nothing | Step::RecordPreemption => "observe TPU slice",
         Step::CreateNode => "create TPU node",
         Step::CreateQueuedResource => "create queued resource",
         Step::DeleteNode(_) => "delete TPU node",

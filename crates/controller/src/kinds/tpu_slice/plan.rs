@@ -33,7 +33,7 @@ mod tests;
 /// The one cloud call (or status-only step) of this reconcile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    None,
+    Nothing,
     CreateNode,
     CreateQueuedResource,
     /// Full node name.
@@ -116,7 +116,7 @@ impl Plan {
     }
 
     fn report(assessment: Assessment) -> Self {
-        Self::new(Action::None, assessment)
+        Self::new(Action::Nothing, assessment)
     }
 }
 
@@ -315,7 +315,7 @@ fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
                 // A quota failure is Stalled but still retried (slowly): a raised quota needs
                 // no change to the object.
                 let retry = a.progress == Progress::Reconciling || a.reason == reasons::QUOTA_EXCEEDED;
-                return Plan::new(if retry { create } else { Action::None }, a);
+                return Plan::new(if retry { create } else { Action::Nothing }, a);
             }
         }
         Some(OperationView::Succeeded | OperationView::Gone | OperationView::Unread) | None => {}
@@ -344,7 +344,7 @@ fn previous_step(deleting: bool, delete: Action) -> Plan {
         TpuSlicePhase::Recreating,
         "deleting the preempted incarnation before recreating the slice",
     );
-    Plan::new(if deleting { Action::None } else { delete }, a)
+    Plan::new(if deleting { Action::Nothing } else { delete }, a)
 }
 
 fn is_qr_deleting(qr: &QueuedResource) -> bool {

@@ -140,7 +140,7 @@ fn plan_all_slices(input: &Input<'_>, nodes: &[Option<&Node>]) -> Plan {
         // Only slice 0's node is the one `StartNode` acts on; a READY but unhealthy node waits
         // (its metadata is compared below, once all are healthy).
         if !(k == 0 && p.action == Action::StartNode) {
-            p.action = Action::None;
+            p.action = Action::Nothing;
         }
         p.assessment.message = format!("slice {k}: {}", p.assessment.message);
         return p;

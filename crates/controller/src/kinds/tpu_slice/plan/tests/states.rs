@@ -11,7 +11,7 @@ fn every_node_state() {
         (
             S::Creating,
             H::Unspecified,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::CREATING,
             P::Provisioning,
@@ -19,7 +19,7 @@ fn every_node_state() {
         (
             S::Ready,
             H::Healthy,
-            Action::None,
+            Action::Nothing,
             Rdy,
             reasons::NODE_READY,
             P::Ready,
@@ -27,7 +27,7 @@ fn every_node_state() {
         (
             S::Ready,
             H::Unspecified,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::PROVISIONING,
             P::Provisioning,
@@ -35,7 +35,7 @@ fn every_node_state() {
         (
             S::Ready,
             H::Timeout,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::NODE_UNHEALTHY,
             P::Degraded,
@@ -43,7 +43,7 @@ fn every_node_state() {
         (
             S::Ready,
             H::UnhealthyTensorflow,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::NODE_UNHEALTHY,
             P::Degraded,
@@ -51,7 +51,7 @@ fn every_node_state() {
         (
             S::Ready,
             H::UnhealthyMaintenance,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::NODE_UNHEALTHY,
             P::Degraded,
@@ -59,7 +59,7 @@ fn every_node_state() {
         (
             S::Restarting,
             H::Healthy,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::NODE_UNHEALTHY,
             P::Degraded,
@@ -67,7 +67,7 @@ fn every_node_state() {
         (
             S::Reimaging,
             H::Healthy,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::NODE_UNHEALTHY,
             P::Degraded,
@@ -75,7 +75,7 @@ fn every_node_state() {
         (
             S::Deleting,
             H::Healthy,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::RECREATING,
             P::Recreating,
@@ -83,7 +83,7 @@ fn every_node_state() {
         (
             S::Repairing,
             H::Timeout,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::NODE_UNHEALTHY,
             P::Degraded,
@@ -99,7 +99,7 @@ fn every_node_state() {
         (
             S::Stopping,
             H::Healthy,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::PROVISIONING,
             P::Degraded,
@@ -107,7 +107,7 @@ fn every_node_state() {
         (
             S::Starting,
             H::Unspecified,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::PROVISIONING,
             P::Provisioning,
@@ -131,7 +131,7 @@ fn every_node_state() {
         (
             S::Hiding,
             H::Healthy,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::NODE_UNHEALTHY,
             P::Degraded,
@@ -139,7 +139,7 @@ fn every_node_state() {
         (
             S::Hidden,
             H::Healthy,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::NODE_UNHEALTHY,
             P::Degraded,
@@ -147,7 +147,7 @@ fn every_node_state() {
         (
             S::Unhiding,
             H::Healthy,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::NODE_UNHEALTHY,
             P::Degraded,
@@ -155,7 +155,7 @@ fn every_node_state() {
         (
             S::Unknown,
             H::Unspecified,
-            Action::None,
+            Action::Nothing,
             Stl,
             reasons::NODE_UNHEALTHY,
             P::Failed,
@@ -163,7 +163,7 @@ fn every_node_state() {
         (
             S::Unspecified,
             H::Unspecified,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::PROVISIONING,
             P::Provisioning,
@@ -171,7 +171,7 @@ fn every_node_state() {
         (
             S::from(99),
             H::Healthy,
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::PROVISIONING,
             P::Degraded,
@@ -204,7 +204,7 @@ fn every_queued_resource_state() {
         (
             "STATE_UNSPECIFIED",
             "USER",
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::QUEUED,
             P::Queued,
@@ -212,16 +212,23 @@ fn every_queued_resource_state() {
         (
             "CREATING",
             "USER",
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::CREATING,
             P::Queued,
         ),
-        ("ACCEPTED", "USER", Action::None, Rec, reasons::QUEUED, P::Queued),
+        (
+            "ACCEPTED",
+            "USER",
+            Action::Nothing,
+            Rec,
+            reasons::QUEUED,
+            P::Queued,
+        ),
         (
             "WAITING_FOR_RESOURCES",
             "USER",
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::WAITING_FOR_CAPACITY,
             P::Queued,
@@ -229,12 +236,19 @@ fn every_queued_resource_state() {
         (
             "PROVISIONING",
             "USER",
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::PROVISIONING,
             P::Provisioning,
         ),
-        ("ACTIVE", "USER", Action::None, Rdy, reasons::NODE_READY, P::Ready),
+        (
+            "ACTIVE",
+            "USER",
+            Action::Nothing,
+            Rdy,
+            reasons::NODE_READY,
+            P::Ready,
+        ),
         (
             "SUSPENDING",
             "SERVICE",
@@ -251,12 +265,26 @@ fn every_queued_resource_state() {
             reasons::RECREATING,
             P::Preempted,
         ),
-        ("SUSPENDED", "USER", Action::None, Stl, reasons::FAILED, P::Failed),
-        ("FAILED", "SERVICE", Action::None, Stl, reasons::FAILED, P::Failed),
+        (
+            "SUSPENDED",
+            "USER",
+            Action::Nothing,
+            Stl,
+            reasons::FAILED,
+            P::Failed,
+        ),
+        (
+            "FAILED",
+            "SERVICE",
+            Action::Nothing,
+            Stl,
+            reasons::FAILED,
+            P::Failed,
+        ),
         (
             "DELETING",
             "USER",
-            Action::None,
+            Action::Nothing,
             Rec,
             reasons::RECREATING,
             P::Recreating,

@@ -17,7 +17,7 @@ fn absent_objects_are_created_once_the_previous_incarnation_is_gone() {
     r.observed.previous_node = Some(Node::new().set_name(prev.node.clone()).set_state(S::Preempted));
     assert_eq!(r.plan().action, Action::DeleteNode(prev.node.clone()));
     r.observed.previous_node = Some(Node::new().set_name(prev.node.clone()).set_state(S::Deleting));
-    assert_eq!(summary(&r.plan()).0, Action::None);
+    assert_eq!(summary(&r.plan()).0, Action::Nothing);
     assert_eq!(r.plan().assessment.phase, P::Recreating);
     r.observed.previous_node = None;
     assert_eq!(r.plan().action, Action::CreateNode);
@@ -34,7 +34,7 @@ fn recreations_stop_at_the_limit() {
         .recreations(2)
         .with_node(S::Preempted, H::Unspecified)
         .plan();
-    assert_eq!(p.action, Action::None);
+    assert_eq!(p.action, Action::Nothing);
     assert_eq!(p.assessment.reason, reasons::RECREATIONS_EXHAUSTED);
     assert_eq!(p.assessment.progress, Progress::Stalled);
 }
@@ -43,7 +43,7 @@ fn recreations_stop_at_the_limit() {
 fn pending_create_operations() {
     let mut c = Case::spot();
     c.observed.operation = Some(OperationView::Running);
-    assert_eq!(summary(&c.plan()).0, Action::None);
+    assert_eq!(summary(&c.plan()).0, Action::Nothing);
 
     let err = |kind| GcpError::new(kind, Service::Tpu, "operation", "op", "boom");
     c.observed.operation = Some(OperationView::Failed(err(ErrorKind::ResourceExhausted)));
@@ -56,7 +56,7 @@ fn pending_create_operations() {
     let p = c.plan();
     assert_eq!(
         (p.action, p.assessment.reason),
-        (Action::None, reasons::PERMISSION_DENIED)
+        (Action::Nothing, reasons::PERMISSION_DENIED)
     );
     c.observed.operation = Some(OperationView::Gone);
     assert_eq!(c.plan().action, Action::CreateNode);
@@ -119,7 +119,7 @@ fn drift_is_patched_with_one_masked_call_and_not_while_an_operation_runs() {
     assert_eq!(p.action, Action::PatchNode(vec!["labels", "tags"]));
     assert_eq!(p.assessment.progress, Progress::Ready);
     c.observed.operation = Some(OperationView::Running);
-    assert_eq!(c.plan().action, Action::None);
+    assert_eq!(c.plan().action, Action::Nothing);
 
     let mut m = Case::spot().with_node(S::Ready, H::Healthy);
     m.observed.node.as_mut().unwrap().runtime_version = "other".into();
@@ -133,11 +133,11 @@ fn adopted_nodes_are_never_created_or_recreated() {
     let p = c.plan();
     assert_eq!(
         (p.action.clone(), p.assessment.reason),
-        (Action::None, reasons::NOT_FOUND)
+        (Action::Nothing, reasons::NOT_FOUND)
     );
     let c = c.with_node(S::Preempted, H::Unspecified);
     assert_eq!(c.plan().assessment.reason, reasons::PREEMPTED);
-    assert_eq!(c.plan().action, Action::None);
+    assert_eq!(c.plan().action, Action::Nothing);
 }
 
 #[test]
@@ -147,7 +147,7 @@ fn invalid_shape_stalls() {
     let p = c.plan();
     assert_eq!(
         (p.action, p.assessment.reason),
-        (Action::None, reasons::INVALID_SPEC)
+        (Action::Nothing, reasons::INVALID_SPEC)
     );
 }
 
@@ -191,7 +191,7 @@ fn max_run_duration_deletes_then_stalls_without_recreating() {
     let mut c = Case::spot().with_node(S::Ready, H::Healthy);
     c.slice.spec.max_run_duration = Some("2h".into());
     c.ready_since = Some(now() - chrono::Duration::hours(1));
-    assert_eq!(c.plan().action, Action::None, "within the limit");
+    assert_eq!(c.plan().action, Action::Nothing, "within the limit");
     c.ready_since = Some(now() - chrono::Duration::hours(3));
     let node = c.names().current.node;
     let p = c.plan();
@@ -204,7 +204,7 @@ fn max_run_duration_deletes_then_stalls_without_recreating() {
     assert_eq!(
         summary(&p),
         (
-            Action::None,
+            Action::Nothing,
             Progress::Stalled,
             reasons::MAX_RUN_DURATION_EXCEEDED,
             P::Failed
@@ -217,12 +217,12 @@ fn idle_timeout_counts_from_the_workloads_end_then_deletes_and_stalls() {
     let mut c = Case::spot().with_node(S::Ready, H::Healthy);
     c.slice.spec.idle_timeout = Some("30m".into());
     c.ready_since = Some(now() - chrono::Duration::hours(2));
-    assert_eq!(c.plan().action, Action::None, "the workload has not finished");
+    assert_eq!(c.plan().action, Action::Nothing, "the workload has not finished");
     c.last_active = Some(now() - chrono::Duration::minutes(10));
-    assert_eq!(c.plan().action, Action::None, "idle for 10 of 30 minutes");
+    assert_eq!(c.plan().action, Action::Nothing, "idle for 10 of 30 minutes");
     // A marker from before this node became READY belongs to an earlier incarnation.
     c.last_active = Some(now() - chrono::Duration::hours(3));
-    assert_eq!(c.plan().action, Action::None, "stale marker");
+    assert_eq!(c.plan().action, Action::Nothing, "stale marker");
     c.last_active = Some(now() - chrono::Duration::minutes(31));
     let node = c.names().current.node;
     let p = c.plan();
@@ -234,7 +234,12 @@ fn idle_timeout_counts_from_the_workloads_end_then_deletes_and_stalls() {
     let p = c.plan();
     assert_eq!(
         summary(&p),
-        (Action::None, Progress::Stalled, reasons::IDLE_TIMEOUT, P::Failed)
+        (
+            Action::Nothing,
+            Progress::Stalled,
+            reasons::IDLE_TIMEOUT,
+            P::Failed
+        )
     );
     assert!(
         p.assessment.message.contains("spec.idleTimeout"),
