@@ -1,12 +1,14 @@
 # syntax=docker/dockerfile:1
 # tpu-operator image: the release build CI makes (`cargo build --release --locked`), as a static
-# binary on distroless/static, non-root.
+# binary on distroless/static, non-root. The operator is built with `--no-default-features`: the
+# `local` subcommand and the emulators it embeds (kube-emulator, gcp-emulator) are left out of the
+# image (`tpu-operator local` there says it was built without them).
 #
 #   docker build -t tpu-operator .                               # the operator (default target)
 #   docker build --target gcp-emulator -t gcp-emulator .         # the emulator, for staging clusters
 #
 # Expected size: ~30-40 MB (distroless/static is ~2 MB; the stripped static release binary links
-# kube, Google's TPU/Dataproc/Vertex clients and the embedded emulators for `local`, ~30 MB).
+# kube and Google's TPU/Dataproc/Vertex/Compute Engine clients).
 # The binary is static (musl), so no libc is needed; TLS trust comes from the system store
 # (distroless/static ships /etc/ssl/certs) and rustls' compiled-in webpki roots.
 
@@ -22,7 +24,8 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --target x86_64-unknown-linux-musl \
-        -p tpu-operator -p gcp-emulator \
+        -p tpu-operator --no-default-features \
+    && cargo build --release --locked --target x86_64-unknown-linux-musl -p gcp-emulator \
     && mkdir -p /out \
     && cp target/x86_64-unknown-linux-musl/release/tpu-operator /out/ \
     && cp target/x86_64-unknown-linux-musl/release/gcp-emulator /out/ \

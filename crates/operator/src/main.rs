@@ -2,12 +2,14 @@
 //!
 //! Subcommands live in [`Command`]; each has its own module: `crds` prints the CRDs, `run` is the
 //! operator in a cluster, `local` runs everything (both emulators and the controllers) in one
-//! process.
+//! process. `local` and the emulators it embeds are the default-on `local` cargo feature; a
+//! production image is built with `--no-default-features` and leaves them out.
 
 mod config;
 mod convert_tenancy;
 mod crds;
 mod leader;
+#[cfg(feature = "local")]
 mod local;
 mod run;
 mod server;
@@ -37,7 +39,16 @@ enum Command {
     Run(Box<config::RunArgs>),
     /// Run everything locally (Kubernetes and Google Cloud emulated), apply manifests, watch them
     /// converge, clean up and print a summary.
+    #[cfg(feature = "local")]
     Local(local::LocalArgs),
+    /// Not in this build (built without the `local` feature); says so instead of clap's
+    /// "unrecognized subcommand".
+    #[cfg(not(feature = "local"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Local {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        _args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -55,7 +66,13 @@ fn main() -> ExitCode {
         }
         Command::ConvertTenancy(args) => convert_tenancy::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => runtime().block_on(run::run(*args)).map(|()| ExitCode::SUCCESS),
+        #[cfg(feature = "local")]
         Command::Local(args) => runtime().block_on(local::run(args)),
+        #[cfg(not(feature = "local"))]
+        Command::Local { .. } => Err(anyhow::anyhow!(
+            "this tpu-operator was built without the `local` feature (no embedded emulators); \
+             build it with default features for `local`: cargo run -p tpu-operator -- local ..."
+        )),
     };
     match result {
         Ok(code) => code,
