@@ -8,7 +8,6 @@
 //! - [`kinds`]: one module per custom resource, each in the same shape: guards → finalizer →
 //!   observe → plan (pure) → act (at most one mutating cloud call) → report (status by
 //!   server-side apply).
-#![forbid(unsafe_code)]
 
 pub mod governance;
 pub mod kinds;
