@@ -168,44 +168,6 @@ pub const KNOWN: &[Known] = &[
         reason: "FIX (minor): real's cause reason is FieldValueTypeInvalid",
     },
     Known {
-        step: "widget: create without required field",
-        path: "*",
-        reason: "FIX: the emulator evaluates CEL on a schema-invalid object (`No such key: size`); real \
-                 skips CEL and adds the cause `some validation rules were not checked because the object \
-                 was invalid`",
-    },
-    Known {
-        step: "widget: create outside enum",
-        path: "*",
-        reason: "FIX: real adds the `some validation rules were not checked` cause when schema errors \
-                 stop CEL",
-    },
-    Known {
-        step: "apply: invalid value rejected",
-        path: "*",
-        reason: "FIX: real adds the `some validation rules were not checked` cause when schema errors \
-                 stop CEL",
-    },
-    Known {
-        step: "widget: create with schema and CEL errors",
-        path: "*",
-        reason: "FIX: with a schema error real does not run CEL (`some validation rules were not \
-                 checked`), the emulator reports the CEL failure too",
-    },
-    Known {
-        step: "fixture invalid/slice-missing-runtime-version: create",
-        path: "*",
-        reason: "FIX: real adds the `some validation rules were not checked` cause when schema errors \
-                 stop CEL",
-    },
-    Known {
-        step: "fixture invalid/vertex-*: create",
-        path: "*",
-        reason: "FIX: with a schema error (enum) real skips CEL and adds `some validation rules were not \
-                 checked`; the emulator reports the CEL failure too (users see one more, accurate, \
-                 message)",
-    },
-    Known {
         step: "fixture invalid/slice-v6e-3-chips: create",
         path: "*message",
         reason: "FIX (minor): for a rule declared on a scalar field real prints the value \

@@ -217,7 +217,21 @@ impl CrdValidator {
             causes.push(cause);
         }
         schema::structural_checks(&self.structural, &object, &FieldPath::root(), &mut causes);
-        if type_errors {
+        // kube-apiserver skips the CEL rules when the schema found a type, required, enum,
+        // maxLength or maxItems/maxProperties error, and says so in one more cause
+        // (`hasBlockingErr` in k8s.io/apiextensions-apiserver
+        // pkg/registry/customresource/strategy.go, v0.36.3).
+        let blocking = type_errors
+            || causes.iter().any(|c| {
+                matches!(
+                    FieldErrorType::from_message(&c.message),
+                    FieldErrorType::Required
+                        | FieldErrorType::NotSupported
+                        | FieldErrorType::TooLong
+                        | FieldErrorType::TooMany
+                )
+            });
+        if blocking {
             causes.push(FieldCause::new(
                 FieldErrorType::Invalid,
                 &FieldPath::root(),

@@ -156,6 +156,10 @@ async fn main() {
     let mut world = World::start_for_process().await;
     world.use_process(dir.path(), &[]).await;
     world.start_operator().await;
+    // The empty process's anonymous memory (watches open, nothing listed): what convergence
+    // adds above it, divided by N, is the memory per object, comparable across N and machines.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let empty_anon = world.process().and_then(|p| p.rss_split_kib().0).unwrap_or(0);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "N = {n}: {slices} TpuSlices, {batches} PreprocessBatches, {pipelines} TrainingPipelines; loadavg at start: {}",
@@ -387,6 +391,14 @@ async fn main() {
         file.unwrap_or(0) as f64 / 1024.0,
         reconciles / n as f64
     );
+    if let Some(anon) = anon {
+        println!(
+            "memory per object: {:.2} KiB (anonymous RSS at convergence {:.1} MiB minus the empty process's {:.1} MiB, over N)",
+            anon.saturating_sub(empty_anon) as f64 / n as f64,
+            anon as f64 / 1024.0,
+            empty_anon as f64 / 1024.0
+        );
+    }
 
     // Delete everything.
     world.gcp.clear_calls();
