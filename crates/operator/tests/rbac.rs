@@ -368,10 +368,7 @@ impl Install {
             lines.push(log.lines().count());
             let forbidden: Vec<&str> = log
                 .lines()
-                .filter(|l| {
-                    let l = l.to_lowercase();
-                    l.contains("forbidden") || l.contains("403")
-                })
+                .filter(|l| l.to_lowercase().contains("forbidden") || mentions_403(l))
                 .collect();
             assert!(
                 forbidden.is_empty(),
@@ -698,4 +695,18 @@ fn rand_suffix() -> u32 {
         .unwrap()
         .subsec_nanos()
         ^ std::process::id()
+}
+
+/// Whether `line` has `403` as a number of its own: a timestamp such as `16:16:53.224036Z` or a
+/// UID holds those digits without being a refusal.
+fn mentions_403(line: &str) -> bool {
+    line.split(|c: char| !c.is_ascii_digit()).any(|n| n == "403")
+}
+
+#[test]
+fn a_403_is_told_from_digits_inside_a_timestamp() {
+    assert!(mentions_403(r#"{"code":403,"reason":"Forbidden"}"#));
+    assert!(mentions_403("HTTP 403 Forbidden"));
+    assert!(!mentions_403("2026-11-24T16:16:53.224036Z"));
+    assert!(!mentions_403("uid 0badc0de-4030-4000"));
 }
