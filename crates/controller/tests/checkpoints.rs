@@ -418,6 +418,9 @@ async fn vertex_shapes_vertex_would_refuse_are_refused_at_admission_naming_the_f
     let base = || {
         let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
         tp.metadata.name = Some("refused".into());
+        // The example says `namespace: default`; the real API server refuses a body whose
+        // namespace differs from the request's (400), before any validation.
+        tp.metadata.namespace = Some(env.ns.clone());
         tp.spec.preprocess = None;
         tp
     };
