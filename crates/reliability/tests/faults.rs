@@ -3,6 +3,8 @@
 //! (410) and watch ends. Every object converges (or stops with an honest reason), nothing is
 //! duplicated or leaked, and GCP calls per object stay under a stated bound (no hot loops).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use gcp_emulator::{Code, Fault};
@@ -328,6 +330,8 @@ async fn kube_conflicts_watch_expiry_and_watch_ends_converge() {
     world.start_operator().await;
     create_mix(&world).await;
     let kube = world.kube.clone();
+    let ends = Arc::new(AtomicU32::new(0));
+    let ended = ends.clone();
     let chaos = tokio::spawn(async move {
         for i in 0u32.. {
             tokio::time::sleep(Duration::from_millis(150)).await;
@@ -336,6 +340,7 @@ async fn kube_conflicts_watch_expiry_and_watch_ends_converge() {
             kube.compact_watch_history();
             if i % 3 == 0 {
                 kube.end_watches();
+                ended.fetch_add(1, Ordering::Relaxed);
             }
         }
     });
@@ -347,10 +352,17 @@ async fn kube_conflicts_watch_expiry_and_watch_ends_converge() {
     let injected = world.kube_faults.injected();
     assert!(injected > 5, "conflicts were injected ({injected})");
     // A refused write fails its reconcile, and the retry reads the cloud again (one reconcile's
-    // reads, at most 5), so the bound grows with the injected conflicts; a hot loop would not.
+    // reads, at most 5), so the bound grows with the injected conflicts. Each ended watch
+    // replays every object, and a pipeline (never settle-skipped: its children wake it) reads
+    // again: at most one call per object per restart. The restarts come on a real-time clock,
+    // so a loaded machine sees more of them per object converged (CI: 170 calls per object
+    // against a bound that ignored them). A hot loop grows with neither.
     let per = calls_per_object(&world);
-    let bound = 40.0 + 5.0 * injected as f64 / OBJECTS as f64;
-    eprintln!("{injected} injected conflicts; {per:.1} GCP calls per object (bound {bound:.0})");
+    let restarts = ends.load(Ordering::Relaxed);
+    let bound = 40.0 + 5.0 * injected as f64 / OBJECTS as f64 + f64::from(restarts);
+    eprintln!(
+        "{injected} injected conflicts, {restarts} watch restarts; {per:.1} GCP calls per object (bound {bound:.0})"
+    );
     assert!(per <= bound, "{per:.1} GCP calls per object > {bound:.0}");
     world.kill_operator().await;
 }
