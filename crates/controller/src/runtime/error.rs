@@ -23,7 +23,7 @@ pub enum ReconcileError {
     MissingMetadata(&'static str),
     /// The watch cache's copy did not decode back into its type (a bug: it was encoded from one).
     #[error("cached object could not be decoded: {0}")]
-    Decode(#[source] serde_json::Error),
+    Decode(#[source] crate::runtime::watched::CacheError),
 }
 
 /// Whether retrying the same reconcile can help.

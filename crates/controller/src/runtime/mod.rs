@@ -5,6 +5,7 @@
 pub mod backoff;
 pub mod clock;
 pub mod cloud_watch;
+pub mod compressed;
 pub mod context;
 pub mod error;
 pub mod events;

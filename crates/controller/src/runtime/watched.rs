@@ -7,8 +7,9 @@
 //! is its own allocation with its own padding, for fields no reconcile reads between two passes.
 //! [`Cached`] keeps instead the few metadata fields the runtime and the settled-object skip read
 //! (name, namespace, uid, resourceVersion, generation, deletionTimestamp) and the rest as the
-//! object's JSON bytes; [`Cached::decode`] rebuilds the typed object at the start of a reconcile
-//! that does work. A reconcile the settled cache skips never decodes.
+//! object's JSON, compressed against a dictionary of its kind ([`compressed`]: a converged object's
+//! 2–3 KiB of JSON keep a few hundred bytes); [`Cached::decode`] rebuilds the typed object at the
+//! start of a reconcile that does work. A reconcile the settled cache skips never decodes.
 //!
 //! Two things are dropped before the bytes are kept. Server-side apply records, for every field
 //! manager (the creator, our status writes, the finalizer patches, kubectl, Argo CD ...), a tree
@@ -20,7 +21,7 @@
 //! Owned children (a pipeline's batches and slices) are watched as metadata only: the owner is
 //! woken through their ownerReferences, which is all kube-runtime reads of them.
 
-use std::{borrow::Cow, fmt, marker::PhantomData};
+use std::{borrow::Cow, fmt, marker::PhantomData, sync::Arc};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
@@ -34,26 +35,41 @@ use kube::{
 };
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned, de::Error as _};
 
-use crate::runtime::context::Context;
+use crate::runtime::{
+    compressed::{self, Codec, Compressed},
+    context::Context,
+};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// One cached object of kind `K`: identity metadata plus the object as JSON.
+/// One cached object of kind `K`: identity metadata plus the object as compressed JSON.
 pub struct Cached<K> {
     meta: ObjectMeta,
-    json: Box<[u8]>,
+    json: Compressed,
+    codec: Arc<Codec>,
     kind: PhantomData<fn() -> K>,
+}
+
+/// Why a watched object could not be cached or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("encoding the object as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("compressing or restoring the cached JSON: {0}")]
+    Compression(#[from] compressed::Error),
 }
 
 impl<K> Cached<K>
 where
-    K: Resource + Serialize + DeserializeOwned,
+    K: Resource + Serialize + DeserializeOwned + 'static,
 {
-    /// Strips what no reconcile reads and keeps the rest as JSON.
-    pub fn new(mut obj: K) -> Result<Self, serde_json::Error> {
+    /// Strips what no reconcile reads and keeps the rest as compressed JSON.
+    pub fn new(mut obj: K) -> Result<Self, CacheError> {
         obj.managed_fields_mut().clear();
         obj.annotations_mut().remove(LAST_APPLIED);
-        let json = serde_json::to_vec(&obj)?.into_boxed_slice();
+        let plain = serde_json::to_vec(&obj)?;
+        let codec = Codec::of::<K>(&plain)?;
+        let json = codec.compress(&plain)?;
         let m = obj.meta();
         let meta = ObjectMeta {
             name: m.name.clone(),
@@ -67,18 +83,15 @@ where
         Ok(Self {
             meta,
             json,
+            codec,
             kind: PhantomData,
         })
     }
 
     /// The typed object, as the watch delivered it (minus what [`Cached::new`] dropped).
-    pub fn decode(&self) -> Result<K, serde_json::Error> {
-        serde_json::from_slice(&self.json)
-    }
-
-    /// Bytes this entry keeps besides its fixed-size parts (for the benchmarks' accounting).
-    pub fn encoded_len(&self) -> usize {
-        self.json.len()
+    pub fn decode(&self) -> Result<K, CacheError> {
+        let plain = self.codec.decompress(&self.json)?;
+        Ok(serde_json::from_slice(&plain)?)
     }
 }
 
@@ -87,6 +100,7 @@ impl<K> Clone for Cached<K> {
         Self {
             meta: self.meta.clone(),
             json: self.json.clone(),
+            codec: self.codec.clone(),
             kind: PhantomData,
         }
     }
@@ -99,7 +113,8 @@ impl<K: Resource<DynamicType = ()>> fmt::Debug for Cached<K> {
             .field("namespace", &self.meta.namespace)
             .field("name", &self.meta.name)
             .field("resourceVersion", &self.meta.resource_version)
-            .field("bytes", &self.json.len())
+            .field("json_bytes", &self.json.json_len())
+            .field("stored_bytes", &self.json.stored_len())
             .finish()
     }
 }
@@ -134,7 +149,7 @@ impl<K: Resource<DynamicType = ()>> Resource for Cached<K> {
 /// one fails here, as it would for `K`) lives only until it is re-encoded.
 impl<'de, K> Deserialize<'de> for Cached<K>
 where
-    K: Resource + Serialize + DeserializeOwned,
+    K: Resource + Serialize + DeserializeOwned + 'static,
 {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let obj = K::deserialize(deserializer)?;
