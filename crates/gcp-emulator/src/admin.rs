@@ -4,9 +4,9 @@
 use crate::config::Config;
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::faults::{FailCallsState, Fault, LatencyState, RandomState};
-use crate::server::Shared;
 use crate::wire::Query;
 use crate::wire::time::{parse_ts, ts};
+use crate::world::Shared;
 use crate::world::World;
 use axum::body::Bytes;
 use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
@@ -37,14 +37,14 @@ pub fn create_reservation(w: &mut World, name: &str, chips: u64) -> ApiResult<()
             format!("\"{name}\" is not projects/{{project}}/locations/{{zone}}/reservations/{{reservation}}"),
         ));
     }
-    w.reservations.insert(name.to_string(), chips);
-    crate::tpu::queued::recheck_waiting(w);
+    w.tpu.reservations.insert(name.to_string(), chips);
+    crate::tpu::queued::recheck_waiting(&mut w.cloud, &mut w.tpu);
     Ok(())
 }
 
 /// Applies a fault to the world (shared by the admin API and [`crate::Emulator::inject`]).
 pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
-    let f_ = &mut w.faults;
+    let f_ = &mut w.cloud.faults;
     match f {
         Fault::FailCalls {
             service,
@@ -103,13 +103,16 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
             f_.capacity_errors
                 .retain(|c| (&c.zone, &c.accelerator) != (&zone, &accelerator));
             f_.stockouts.remove(&(zone, accelerator));
-            crate::tpu::queued::recheck_waiting(w);
-            crate::compute::recheck(w);
+            crate::tpu::queued::recheck_waiting(&mut w.cloud, &mut w.tpu);
+            crate::compute::recheck(&mut w.cloud, &mut w.compute);
         }
-        Fault::PreemptNode { name } => crate::tpu::nodes::preempt(w, &name)?,
-        Fault::PreemptInstance { name } => crate::compute::instances::preempt(w, &name)?,
+        Fault::PreemptNode { name } => crate::tpu::nodes::preempt(&mut w.cloud, &mut w.tpu, &name)?,
+        Fault::PreemptInstance { name } => {
+            crate::compute::instances::preempt(&mut w.cloud, &mut w.compute, &name)?
+        }
         Fault::FailResizeRequest { name, message } => crate::compute::resize::fail(
-            w,
+            &mut w.cloud,
+            &mut w.compute,
             &name,
             message
                 .as_deref()
@@ -125,17 +128,19 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
                 Some(h) => f_.compute_capacity.insert(key, h),
                 None => f_.compute_capacity.remove(&key),
             };
-            crate::compute::recheck(w);
+            crate::compute::recheck(&mut w.cloud, &mut w.compute);
         }
-        Fault::PreemptQueuedResource { name } => crate::tpu::queued::preempt(w, &name)?,
+        Fault::PreemptQueuedResource { name } => {
+            crate::tpu::queued::preempt(&mut w.cloud, &mut w.tpu, &name)?
+        }
         Fault::FailBatch { name, message } => {
             if let Some(m) = message {
                 f_.messages.insert(name.clone(), m);
             }
             f_.failing.insert(name.clone());
-            crate::dataproc::batches::fail_now(w, &name);
+            crate::dataproc::batches::fail_now(&mut w.cloud, &mut w.dataproc, &name);
         }
-        Fault::PreemptJob { name } => crate::vertex::jobs::preempt(w, &name)?,
+        Fault::PreemptJob { name } => crate::vertex::jobs::preempt(&mut w.cloud, &mut w.vertex, &name)?,
         Fault::VertexStockout { location } => {
             f_.vertex_stockouts.insert(location);
         }
@@ -147,7 +152,7 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
                 f_.messages.insert(name.clone(), m);
             }
             f_.failing.insert(name.clone());
-            crate::vertex::jobs::fail_now(w, &name);
+            crate::vertex::jobs::fail_now(&mut w.cloud, &mut w.vertex, &name);
         }
         Fault::FailTpuWorkload { node } => {
             f_.failing_workloads.insert(node);
@@ -207,25 +212,25 @@ pub fn list_resources(w: &World) -> Vec<ResourceSummary> {
             state: state.into(),
         })
     };
-    for (n, r) in &w.nodes {
+    for (n, r) in &w.tpu.nodes {
         push("tpu.node", n, r.state());
     }
-    for (n, r) in &w.qrs {
+    for (n, r) in &w.tpu.qrs {
         push("tpu.queuedResource", n, r.state());
     }
-    for (n, r) in &w.batches {
+    for (n, r) in &w.dataproc.batches {
         push("dataproc.batch", n, r.state());
     }
-    for (n, r) in &w.jobs {
+    for (n, r) in &w.vertex.jobs {
         push("vertex.customJob", n, r.state());
     }
-    for (n, o) in &w.ops {
+    for (n, o) in &w.cloud.ops {
         push("operation", n, if o.done() { "done" } else { "pending" });
     }
-    for (kind, name, state) in crate::compute::summaries(w) {
+    for (kind, name, state) in crate::compute::summaries(&w.compute) {
         push(kind, &name, &state);
     }
-    for (b, bucket) in &w.buckets {
+    for (b, bucket) in &w.cloud.buckets {
         push("storage.bucket", b, "-");
         for o in bucket.objects.keys() {
             push("storage.object", &format!("gs://{b}/{o}"), "-");
@@ -319,19 +324,20 @@ fn handle_inner(
             drop(shared.world());
             ok(clock_view(shared))
         }
-        (Method::GET, "faults") => ok(serde_json::to_value(&shared.world().faults).unwrap_or_default()),
+        (Method::GET, "faults") => ok(serde_json::to_value(&shared.world().cloud.faults).unwrap_or_default()),
         (Method::POST, "faults") => {
             let f: Fault = parse_body(body)?;
             inject(&mut shared.world(), f)?;
             ok(json!({}))
         }
         (Method::DELETE, "faults") => {
-            shared.world().faults = Default::default();
+            shared.world().cloud.faults = Default::default();
             ok(json!({}))
         }
         (Method::GET, "calls") => {
             let w = shared.world();
             let calls: Vec<_> = w
+                .cloud
                 .calls
                 .records()
                 .into_iter()
@@ -340,9 +346,9 @@ fn handle_inner(
                 .collect();
             ok(json!({"calls": calls}))
         }
-        (Method::GET, "calls:counts") => ok(json!({"counts": shared.world().calls.counts()})),
+        (Method::GET, "calls:counts") => ok(json!({"counts": shared.world().cloud.calls.counts()})),
         (Method::DELETE, "calls") => {
-            shared.world().calls.clear();
+            shared.world().cloud.calls.clear();
             ok(json!({}))
         }
         (Method::GET, "resources") => {
@@ -354,30 +360,31 @@ fn handle_inner(
                 .collect();
             ok(json!({"resources": items}))
         }
-        (Method::GET, "nodes") => {
-            ok(json!({"items": shared.world().nodes.values().map(|r| r.body.clone()).collect::<Vec<_>>()}))
-        }
+        (Method::GET, "nodes") => ok(
+            json!({"items": shared.world().tpu.nodes.values().map(|r| r.body.clone()).collect::<Vec<_>>()}),
+        ),
         (Method::GET, "queuedResources") => {
-            ok(json!({"items": shared.world().qrs.values().map(|r| r.body.clone()).collect::<Vec<_>>()}))
+            ok(json!({"items": shared.world().tpu.qrs.values().map(|r| r.body.clone()).collect::<Vec<_>>()}))
         }
-        (Method::GET, "batches") => {
-            ok(json!({"items": shared.world().batches.values().map(|r| r.body.clone()).collect::<Vec<_>>()}))
-        }
-        (Method::GET, "customJobs") => {
-            ok(json!({"items": shared.world().jobs.values().map(|r| r.body.clone()).collect::<Vec<_>>()}))
-        }
-        (Method::GET, "operations") => {
-            ok(json!({"items": shared.world().ops.values().map(|o| o.body.clone()).collect::<Vec<_>>()}))
-        }
+        (Method::GET, "batches") => ok(
+            json!({"items": shared.world().dataproc.batches.values().map(|r| r.body.clone()).collect::<Vec<_>>()}),
+        ),
+        (Method::GET, "customJobs") => ok(
+            json!({"items": shared.world().vertex.jobs.values().map(|r| r.body.clone()).collect::<Vec<_>>()}),
+        ),
+        (Method::GET, "operations") => ok(
+            json!({"items": shared.world().cloud.ops.values().map(|o| o.body.clone()).collect::<Vec<_>>()}),
+        ),
         (Method::GET, r) if crate::compute::ADMIN_LISTS.iter().any(|(p, _)| *p == r) => {
             let kind = crate::compute::ADMIN_LISTS
                 .iter()
                 .find(|(p, _)| *p == r)
                 .map(|(_, k)| *k)
                 .unwrap_or_default();
-            ok(json!({"items": crate::compute::bodies(&shared.world(), kind)}))
+            let w = shared.world();
+            ok(json!({"items": crate::compute::bodies(&w.compute, kind)}))
         }
-        (Method::GET, "reservations") => ok(json!({"reservations": shared.world().reservations})),
+        (Method::GET, "reservations") => ok(json!({"reservations": shared.world().tpu.reservations})),
         (Method::POST, "reservations") => {
             #[derive(Deserialize)]
             struct Body {
@@ -392,28 +399,29 @@ fn handle_inner(
             let b: BucketBody = parse_body(body)?;
             let mut w = shared.world();
             crate::storage::buckets::create(
-                &mut w,
+                &mut w.cloud,
                 &b.name,
                 b.project.as_deref().unwrap_or("emulator"),
                 &json!({}),
             )?;
-            ok(w.buckets[&b.name].meta.clone())
+            ok(w.cloud.buckets[&b.name].meta.clone())
         }
         (Method::POST, "reset") => {
             shared.world().reset();
             ok(json!({}))
         }
-        (Method::GET, "config") => ok(serde_json::to_value(&shared.world().cfg).unwrap_or_default()),
+        (Method::GET, "config") => ok(serde_json::to_value(&shared.world().cloud.cfg).unwrap_or_default()),
         (Method::PUT, "config") => {
             let c: Config = parse_body(body)?;
-            shared.world().cfg = c;
-            ok(serde_json::to_value(&shared.world().cfg).unwrap_or_default())
+            shared.world().cloud.cfg = c;
+            ok(serde_json::to_value(&shared.world().cloud.cfg).unwrap_or_default())
         }
         (Method::GET, r) if r.starts_with("buckets/") => {
             // buckets/{b}/objects  or  buckets/{b}/objects/{name...} (raw content)
             let parts: Vec<&str> = r.splitn(4, '/').collect();
             let w = shared.world();
             let bucket = w
+                .cloud
                 .buckets
                 .get(parts.get(1).copied().unwrap_or(""))
                 .ok_or_else(crate::storage::no_bucket)?;

@@ -19,7 +19,8 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::errors::ApiError;
 use crate::faults::Fault;
-use crate::server::{Shared, router};
+use crate::server::router;
+use crate::world::Shared;
 use crate::world::World;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -148,21 +149,21 @@ impl Emulator {
 
     /// The declared reservations: name -> chips.
     pub fn reservations(&self) -> BTreeMap<String, u64> {
-        self.with_world(|w| w.reservations.clone())
+        self.with_world(|w| w.tpu.reservations.clone())
     }
 
     pub fn clear_faults(&self) {
-        self.with_world(|w| w.faults = Default::default())
+        self.with_world(|w| w.cloud.faults = Default::default())
     }
 
     /// Every call answered so far (oldest first; at most the last 100,000).
     pub fn calls(&self) -> Vec<CallRecord> {
-        self.with_world(|w| w.calls.records())
+        self.with_world(|w| w.cloud.calls.records())
     }
 
     /// Call counts keyed `service.method`, e.g. `tpu.nodes.create`.
     pub fn call_counts(&self) -> BTreeMap<String, u64> {
-        self.with_world(|w| w.calls.counts())
+        self.with_world(|w| w.cloud.calls.counts())
     }
 
     pub fn call_count(&self, service: &str, method: &str) -> u64 {
@@ -173,35 +174,35 @@ impl Emulator {
     }
 
     pub fn clear_calls(&self) {
-        self.with_world(|w| w.calls.clear())
+        self.with_world(|w| w.cloud.calls.clear())
     }
 
     /// TPU nodes as `nodes.get` returns them (enum names).
     pub fn nodes(&self) -> Vec<Value> {
-        self.with_world(|w| w.nodes.values().map(|r| r.body.clone()).collect())
+        self.with_world(|w| w.tpu.nodes.values().map(|r| r.body.clone()).collect())
     }
     /// The environment the workload container of TPU node `name` (full name) started with on
     /// its hosts, as the node's startup script set it (see `tpu::nodes::container_env`);
     /// `None` while it has not started.
     pub fn workload_env(&self, name: &str) -> Option<BTreeMap<String, String>> {
-        self.with_world(|w| w.nodes.get(name).and_then(|r| r.workload_env.clone()))
+        self.with_world(|w| w.tpu.nodes.get(name).and_then(|r| r.workload_env.clone()))
     }
     pub fn queued_resources(&self) -> Vec<Value> {
-        self.with_world(|w| w.qrs.values().map(|r| r.body.clone()).collect())
+        self.with_world(|w| w.tpu.qrs.values().map(|r| r.body.clone()).collect())
     }
     pub fn batches(&self) -> Vec<Value> {
-        self.with_world(|w| w.batches.values().map(|r| r.body.clone()).collect())
+        self.with_world(|w| w.dataproc.batches.values().map(|r| r.body.clone()).collect())
     }
     pub fn custom_jobs(&self) -> Vec<Value> {
-        self.with_world(|w| w.jobs.values().map(|r| r.body.clone()).collect())
+        self.with_world(|w| w.vertex.jobs.values().map(|r| r.body.clone()).collect())
     }
     /// How many TPU nodes, Dataproc batches, Vertex custom jobs and Compute Engine resources
     /// exist, without copying them (benchmarks poll this while thousands exist).
     pub fn resource_counts(&self) -> ResourceCounts {
         self.with_world(|w| ResourceCounts {
-            nodes: w.nodes.len(),
-            batches: w.batches.len(),
-            custom_jobs: w.jobs.len(),
+            nodes: w.tpu.nodes.len(),
+            batches: w.dataproc.batches.len(),
+            custom_jobs: w.vertex.jobs.len(),
             instances: w.compute.instances.len(),
             instance_templates: w.compute.templates.len(),
             resource_policies: w.compute.policies.len(),
@@ -212,27 +213,27 @@ impl Emulator {
 
     /// Compute Engine instances as `instances.get` returns them.
     pub fn instances(&self) -> Vec<Value> {
-        self.with_world(|w| crate::compute::bodies(w, "instance"))
+        self.with_world(|w| crate::compute::bodies(&w.compute, "instance"))
     }
     /// Regional instance templates as `regionInstanceTemplates.get` returns them.
     pub fn instance_templates(&self) -> Vec<Value> {
-        self.with_world(|w| crate::compute::bodies(w, "template"))
+        self.with_world(|w| crate::compute::bodies(&w.compute, "template"))
     }
     /// Resource policies as `resourcePolicies.get` returns them.
     pub fn resource_policies(&self) -> Vec<Value> {
-        self.with_world(|w| crate::compute::bodies(w, "policy"))
+        self.with_world(|w| crate::compute::bodies(&w.compute, "policy"))
     }
     /// MIGs as `instanceGroupManagers.get` returns them (`targetSize`, `status`, `currentActions`).
     pub fn instance_group_managers(&self) -> Vec<Value> {
-        self.with_world(|w| crate::compute::bodies(w, "igm"))
+        self.with_world(|w| crate::compute::bodies(&w.compute, "igm"))
     }
     /// MIG resize requests as `instanceGroupManagerResizeRequests.get` returns them.
     pub fn resize_requests(&self) -> Vec<Value> {
-        self.with_world(|w| crate::compute::bodies(w, "resize"))
+        self.with_world(|w| crate::compute::bodies(&w.compute, "resize"))
     }
     /// Compute Engine operations (zonal and regional) as `zoneOperations.get` returns them.
     pub fn compute_operations(&self) -> Vec<Value> {
-        self.with_world(|w| crate::compute::bodies(w, "op"))
+        self.with_world(|w| crate::compute::bodies(&w.compute, "op"))
     }
     /// Preempts a Spot instance (`projects/p/zones/z/instances/i` or a unique bare name); same
     /// as `inject(Fault::PreemptInstance { name })`.
@@ -252,13 +253,14 @@ impl Emulator {
         self.inject(f).expect("capacity faults always apply");
     }
     pub fn operations(&self) -> Vec<Value> {
-        self.with_world(|w| w.ops.values().map(|o| o.body.clone()).collect())
+        self.with_world(|w| w.cloud.ops.values().map(|o| o.body.clone()).collect())
     }
 
     /// Objects of `bucket` (empty when the bucket does not exist).
     pub fn objects(&self, bucket: &str) -> Vec<StoredObject> {
         self.with_world(|w| {
-            w.buckets
+            w.cloud
+                .buckets
                 .get(bucket)
                 .map(|b| {
                     b.objects
@@ -278,7 +280,8 @@ impl Emulator {
     /// The content of `gs://bucket/name`, if present.
     pub fn object(&self, bucket: &str, name: &str) -> Option<Bytes> {
         self.with_world(|w| {
-            w.buckets
+            w.cloud
+                .buckets
                 .get(bucket)
                 .and_then(|b| b.objects.get(name))
                 .map(|o| o.data.clone())
@@ -287,7 +290,8 @@ impl Emulator {
 
     pub fn create_bucket(&self, name: &str) -> Result<(), ApiError> {
         self.with_world(|w| {
-            crate::storage::buckets::create(w, name, "emulator", &serde_json::json!({})).map(|_| ())
+            crate::storage::buckets::create(&mut w.cloud, name, "emulator", &serde_json::json!({}))
+                .map(|_| ())
         })
     }
 
@@ -295,7 +299,7 @@ impl Emulator {
     pub fn put_object(&self, bucket: &str, name: &str, data: impl Into<Bytes>, content_type: &str) {
         let data = data.into();
         self.with_world(|w| {
-            crate::storage::put_object(w, bucket, name, data, content_type, None);
+            crate::blobs::put_object(&mut w.cloud, bucket, name, data, content_type, None);
         })
     }
 
@@ -305,12 +309,12 @@ impl Emulator {
     }
 
     pub fn config(&self) -> Config {
-        self.with_world(|w| w.cfg.clone())
+        self.with_world(|w| w.cloud.cfg.clone())
     }
 
     /// Replaces the configuration (durations apply to transitions scheduled from now on).
     pub fn set_config(&self, config: Config) {
-        self.with_world(|w| w.cfg = config)
+        self.with_world(|w| w.cloud.cfg = config)
     }
 
     /// Forgets all resources, operations, objects, faults and calls (keeps config and clock).

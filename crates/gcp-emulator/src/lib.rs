@@ -6,8 +6,10 @@
 
 pub mod admin;
 pub mod api;
+pub mod blobs;
 pub mod calls;
 pub mod clock;
+pub mod cloud;
 pub mod compute;
 pub mod config;
 pub mod dataproc;
@@ -19,6 +21,7 @@ pub mod lro;
 pub mod outputs;
 pub mod server;
 pub mod storage;
+pub mod store;
 pub mod tpu;
 pub mod vertex;
 pub mod wire;
@@ -31,5 +34,4 @@ pub use config::{Config, Durations};
 pub use emulator::{Emulator, EmulatorBuilder, ResourceCounts, StoredObject};
 pub use errors::{ApiError, Code};
 pub use faults::{CapacityCause, ErrorShape, Fault};
-pub use outputs::OUTPUT_PROPERTY;
-pub use tpu::nodes::DONE_URI_KEY;
+pub use outputs::{DONE_URI_KEY, OUTPUT_PROPERTY};

@@ -1,10 +1,13 @@
-//! `google.longrunning.Operation` records shared by the three cloud services, and the
-//! per-service operations sub-API (get, list, cancel, delete, wait).
+//! `google.longrunning.Operation` records shared by the TPU, Dataproc and Vertex services, and the
+//! per-service operations sub-API (get, list, cancel, delete, wait). The operations live in one
+//! [`Store`] (`Cloud::ops`); every function here takes that store, so a service can start or end
+//! an operation while it holds its own resources.
 
 use crate::errors::{ApiError, ApiResult};
+use crate::store::Store;
 use crate::wire::schema::Svc;
 use crate::wire::time::ts;
-use crate::world::World;
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 pub const EMPTY: &str = "type.googleapis.com/google.protobuf.Empty";
@@ -23,9 +26,9 @@ impl OpRec {
 }
 
 /// Stores a new pending operation and returns its body.
-pub fn start(w: &mut World, svc: Svc, name: String, metadata: Value) -> Value {
+pub fn start(ops: &mut Store<OpRec>, svc: Svc, name: String, metadata: Value) -> Value {
     let body = json!({"name": name, "metadata": metadata});
-    w.ops.insert(
+    ops.insert(
         name,
         OpRec {
             svc,
@@ -47,9 +50,9 @@ fn mark_end(op: &mut Value, svc: Svc, at: &str) {
 }
 
 /// Completes an operation successfully with `response` (which carries its `@type`).
-pub fn finish_ok(w: &mut World, name: &str, response: Value) {
-    let at = ts(w.now);
-    if let Some(op) = w.ops.get_mut(name) {
+pub fn finish_ok(ops: &mut Store<OpRec>, now: DateTime<Utc>, name: &str, response: Value) {
+    let at = ts(now);
+    if let Some(op) = ops.get_mut(name) {
         mark_end(&mut op.body, op.svc, &at);
         op.body["done"] = json!(true);
         op.body["response"] = response;
@@ -57,9 +60,9 @@ pub fn finish_ok(w: &mut World, name: &str, response: Value) {
 }
 
 /// Completes an operation with an error (`google.rpc.Status`).
-pub fn finish_err(w: &mut World, name: &str, err: &ApiError) {
-    let at = ts(w.now);
-    if let Some(op) = w.ops.get_mut(name) {
+pub fn finish_err(ops: &mut Store<OpRec>, now: DateTime<Utc>, name: &str, err: &ApiError) {
+    let at = ts(now);
+    if let Some(op) = ops.get_mut(name) {
         mark_end(&mut op.body, op.svc, &at);
         op.body["done"] = json!(true);
         op.body["error"] = err.rpc_status();
@@ -79,15 +82,18 @@ pub fn any(type_url: &str, msg: &Value) -> Value {
 }
 
 /// Looks up an operation of `svc` by name (`alias` handles Dataproc's locations/regions).
-pub fn get<'a>(w: &'a World, svc: Svc, name: &str) -> ApiResult<&'a OpRec> {
-    w.ops
-        .get(name)
+pub fn get<'a>(ops: &'a Store<OpRec>, svc: Svc, name: &str) -> ApiResult<&'a OpRec> {
+    ops.get(name)
         .filter(|o| o.svc == svc)
-        .ok_or_else(|| ApiError::not_found(format!("Operation not found: {name}")))
+        .ok_or_else(|| not_found(name))
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::not_found(format!("Operation not found: {name}"))
 }
 
 /// Operations under `parent` (`projects/p/locations/l`), filtered by `done=true|false` if asked.
-pub fn list(w: &World, svc: Svc, parent: &str, filter: Option<&str>) -> ApiResult<Vec<Value>> {
+pub fn list(ops: &Store<OpRec>, svc: Svc, parent: &str, filter: Option<&str>) -> ApiResult<Vec<Value>> {
     let prefix = format!("{parent}/operations/");
     let want_done = match filter.map(|f| f.replace(' ', "")) {
         None => None,
@@ -100,16 +106,15 @@ pub fn list(w: &World, svc: Svc, parent: &str, filter: Option<&str>) -> ApiResul
             ));
         }
     };
-    Ok(w.ops
-        .range(prefix.clone()..)
-        .take_while(|(k, _)| k.starts_with(&prefix))
+    Ok(ops
+        .under(&prefix)
         .filter(|(_, o)| o.svc == svc && want_done.is_none_or(|d| o.done() == d))
         .map(|(_, o)| o.body.clone())
         .collect())
 }
 
-pub fn delete(w: &mut World, svc: Svc, name: &str) -> ApiResult<Value> {
-    get(w, svc, name)?;
-    w.ops.remove(name);
+pub fn delete(ops: &mut Store<OpRec>, svc: Svc, name: &str) -> ApiResult<Value> {
+    get(ops, svc, name)?;
+    ops.remove(name);
     Ok(json!({}))
 }

@@ -5,13 +5,20 @@
 //!   `jobSpec.baseOutputDirectory.outputUriPrefix` (Vertex's AIP_MODEL_DIR = `<prefix>/model/`).
 //! * TPU VM workload: `<tpu-operator-done-uri>_SUCCESS`, or `<done-uri>_FAILED` holding the exit
 //!   code, written by plain concatenation like the operator's startup script does.
+//! * Checkpoints a running training workload writes (TPU VM nodes, Compute Engine TPU VMs, Vertex
+//!   jobs), orbax style, under the `CHECKPOINT_DIR` its startup script passes to the container.
+//!
+//! These are facts several services share, so they live here, below the services.
 
-use crate::storage::{parse_gs, put_object};
-use crate::world::World;
+use crate::blobs::{parse_gs, put_object};
+use crate::cloud::Cloud;
 use bytes::Bytes;
 use serde_json::Value;
 
 pub const OUTPUT_PROPERTY: &str = "spark.tpuoperator.outputUri";
+
+/// Metadata key the operator sets: where the VM's workload writes `_SUCCESS` / `_FAILED`.
+pub const DONE_URI_KEY: &str = "tpu-operator-done-uri";
 
 fn join(prefix: &str, leaf: &str) -> String {
     if prefix.is_empty() || prefix.ends_with('/') {
@@ -44,13 +51,13 @@ pub fn batch_output_uri(batch: &Value) -> Option<String> {
     .map(str::to_string)
 }
 
-fn write(w: &mut World, uri: &str, data: &'static [u8], content_type: &str) {
+fn write(w: &mut Cloud, uri: &str, data: &'static [u8], content_type: &str) {
     if let Some((bucket, name)) = parse_gs(uri) {
         put_object(w, &bucket, &name, Bytes::from_static(data), content_type, None);
     }
 }
 
-pub fn batch_succeeded(w: &mut World, batch: &Value) {
+pub fn batch_succeeded(w: &mut Cloud, batch: &Value) {
     if let Some(prefix) = batch_output_uri(batch) {
         write(w, &join(&prefix, "_SUCCESS"), b"", "application/octet-stream");
         write(
@@ -62,7 +69,7 @@ pub fn batch_succeeded(w: &mut World, batch: &Value) {
     }
 }
 
-pub fn job_succeeded(w: &mut World, job: &Value) {
+pub fn job_succeeded(w: &mut Cloud, job: &Value) {
     if let Some(prefix) = job["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"].as_str() {
         let prefix = prefix.to_string();
         write(
@@ -74,11 +81,71 @@ pub fn job_succeeded(w: &mut World, job: &Value) {
     }
 }
 
-pub fn tpu_workload_done(w: &mut World, done_uri: &str, failed: bool) {
+pub fn tpu_workload_done(w: &mut Cloud, done_uri: &str, failed: bool) {
     if failed {
         write(w, &format!("{done_uri}_FAILED"), b"1", "text/plain");
     } else {
         write(w, &format!("{done_uri}_SUCCESS"), b"", "application/octet-stream");
+    }
+}
+
+/// The `CHECKPOINT_DIR` a startup script passes to its container (TPU nodes and Compute Engine
+/// instances run the same script).
+pub fn checkpoint_dir_in(script: &str) -> Option<String> {
+    let start = script.find("-e 'CHECKPOINT_DIR=")? + "-e 'CHECKPOINT_DIR=".len();
+    let value = &script[start..];
+    let value = &value[..value.find('\'')?];
+    let mut dir = value.to_string();
+    if !dir.starts_with("gs://") {
+        return None;
+    }
+    if !dir.ends_with('/') {
+        dir.push('/');
+    }
+    Some(dir)
+}
+
+/// Steps the simulated training runs between two checkpoints.
+pub const STEPS_PER_CHECKPOINT: u64 = 100;
+
+/// The newest step already under `dir` (orbax layout `<dir>/<step>/…`): where a restarted
+/// workload resumes.
+fn newest_step(w: &Cloud, bucket: &str, prefix: &str) -> u64 {
+    let Some(b) = w.buckets.get(bucket) else { return 0 };
+    b.objects
+        .range(prefix.to_string()..)
+        .take_while(|(k, _)| k.starts_with(prefix))
+        .filter_map(|(k, _)| k[prefix.len()..].split('/').next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// A simulated training workload writes one checkpoint the way orbax does on Cloud Storage: the
+/// step's directory `<dir>/<step>/` with its state and, last, the `_CHECKPOINT_METADATA` file
+/// that marks it complete. The step continues from the newest checkpoint already in `dir` (a
+/// `gs://` prefix ending in `/`), as a training loop restored from it would, so a workload
+/// recreated after a preemption resumes. Used by TPU VM workloads and Vertex jobs.
+pub fn write_checkpoint_to(w: &mut Cloud, dir: &str) {
+    let Some((bucket, prefix)) = parse_gs(dir) else {
+        return;
+    };
+    let step = newest_step(w, &bucket, &prefix) + STEPS_PER_CHECKPOINT;
+    for (leaf, data) in [
+        (
+            "state/checkpoint",
+            format!("simulated train state at step {step} (gcp-emulator)"),
+        ),
+        ("_CHECKPOINT_METADATA", format!("{{\"step\": {step}}}")),
+    ] {
+        let object = format!("{prefix}{step}/{leaf}");
+        put_object(
+            w,
+            &bucket,
+            &object,
+            Bytes::from(data),
+            "application/octet-stream",
+            None,
+        );
     }
 }
 

@@ -4,35 +4,18 @@
 
 use crate::api::{Body, Reply, Req, Shape, no_route};
 use crate::calls::CallRecord;
-use crate::clock::Clock;
 use crate::errors::{ApiError, Code};
 use crate::storage::Root;
 use crate::wire::Query;
 use crate::wire::schema::{self, Svc};
-use crate::world::World;
+use crate::world::Shared;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
-use std::sync::{Arc, Mutex, MutexGuard};
-
-/// State shared by the HTTP server and the in-process [`crate::Emulator`] handle.
-pub struct Shared {
-    pub world: Mutex<World>,
-    pub clock: Clock,
-}
-
-impl Shared {
-    /// Locks the world and brings it up to the clock's now.
-    pub fn world(&self) -> MutexGuard<'_, World> {
-        let mut w = self.world.lock().unwrap_or_else(|p| p.into_inner());
-        let now = self.clock.now();
-        w.tick(now);
-        w
-    }
-}
+use std::sync::Arc;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(dispatch).with_state(shared)
@@ -150,13 +133,13 @@ async fn dispatch(
     };
     let (latency, failure, lost) = {
         let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
-        let failure = w.faults.take_call_failure(svc.name(), method_id);
+        let failure = w.cloud.faults.take_call_failure(svc.name(), method_id);
         // Only a call that is carried out can lose its reply.
         let lost = failure
             .is_none()
-            .then(|| w.faults.take_lost_reply(svc.name(), method_id))
+            .then(|| w.cloud.faults.take_lost_reply(svc.name(), method_id))
             .flatten();
-        (w.faults.take_latency(svc.name(), method_id), failure, lost)
+        (w.cloud.faults.take_latency(svc.name(), method_id), failure, lost)
     };
     if latency > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
@@ -164,13 +147,18 @@ async fn dispatch(
     let res = match failure {
         Some((code, msg)) => Err(ApiError::new(code, msg)),
         None => {
-            let mut w = shared.world();
+            let mut guard = shared.world();
+            let w = &mut *guard;
             let res = match routed {
-                Routed::Tpu(r) => crate::tpu::handle(&mut w, &req, r, method_id),
-                Routed::Dataproc(r) => crate::dataproc::handle(&mut w, &req, r, method_id),
-                Routed::Vertex(r) => crate::vertex::handle(&mut w, &req, r, method_id),
-                Routed::Storage(r) => crate::storage::handle(&mut w, &req, r, method_id),
-                Routed::Compute(r) => crate::compute::handle(&mut w, &req, r, method_id),
+                Routed::Tpu(r) => crate::tpu::handle(&mut w.cloud, &mut w.tpu, &req, r, method_id),
+                Routed::Dataproc(r) => {
+                    crate::dataproc::handle(&mut w.cloud, &mut w.dataproc, &req, r, method_id)
+                }
+                Routed::Vertex(r) => crate::vertex::handle(&mut w.cloud, &mut w.vertex, &req, r, method_id),
+                Routed::Storage(r) => crate::storage::handle(&mut w.cloud, &req, r, method_id),
+                Routed::Compute(r) => {
+                    crate::compute::handle(&mut w.cloud, &mut w.compute, &req, r, method_id)
+                }
             };
             // Zero-length transitions scheduled by this call happen before the reply.
             let now = shared.clock.now();
@@ -228,8 +216,8 @@ fn record(
         Err(e) => e.http_status(),
     };
     let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
-    let time = w.now;
-    w.calls.record(CallRecord {
+    let time = w.cloud.now;
+    w.cloud.calls.record(CallRecord {
         service: svc.name().to_string(),
         method: method.to_string(),
         http_method: req.method.to_string(),

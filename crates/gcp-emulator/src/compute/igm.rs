@@ -14,13 +14,14 @@
 //! (https://docs.cloud.google.com/tpu/docs/tpus-and-migs); a MIG recreates a preempted Spot VM
 //! when capacity allows (https://cloud.google.com/compute/docs/instances/spot).
 
+use super::ComputeState;
 use super::instances::{self, NewInstance};
 use super::machines::Machine;
 use super::{BASE, Loc, errors, operations, templates};
 use crate::api::Req;
+use crate::cloud::Cloud;
 use crate::errors::ApiResult;
 use crate::wire::time::ts;
-use crate::world::World;
 use serde_json::{Value, json};
 
 #[derive(Debug)]
@@ -41,9 +42,9 @@ pub struct IgmRec {
 }
 
 /// Refuses a TPU slice whose workload policy topology does not hold `hosts` VMs of `m`.
-pub fn check_topology(w: &World, policy: Option<&str>, m: &Machine, hosts: i64) -> ApiResult<()> {
+pub fn check_topology(ce: &ComputeState, policy: Option<&str>, m: &Machine, hosts: i64) -> ApiResult<()> {
     let topo = policy
-        .and_then(|p| w.compute.policies.get(p))
+        .and_then(|p| ce.policies.get(p))
         .and_then(|p| p["workloadPolicy"]["acceleratorTopology"].as_str());
     let Some(topo) = topo else {
         return Ok(());
@@ -64,14 +65,20 @@ pub fn check_topology(w: &World, policy: Option<&str>, m: &Machine, hosts: i64) 
     Ok(())
 }
 
-pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn insert(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
     let mut v = super::validate("InstanceGroupManager", req)?;
     let name = super::check_name(v["name"].as_str(), "resource.name")?;
     let key = format!("{scope}/instanceGroupManagers/{name}");
-    if w.compute.igms.contains_key(&key) {
+    if ce.igms.contains_key(&key) {
         return Err(errors::already_exists(&key));
     }
     let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
@@ -84,8 +91,7 @@ pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult
         .as_str()
         .ok_or_else(|| errors::required("resource.instanceTemplate"))?;
     let template = super::rel(t_url).to_string();
-    let tpl = w
-        .compute
+    let tpl = ce
         .templates
         .get(&template)
         .ok_or_else(|| errors::not_found(&template))?;
@@ -102,7 +108,7 @@ pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult
         None => None,
         Some(p) => {
             let k = super::rel(p).to_string();
-            if !w.compute.policies.contains_key(&k) {
+            if !ce.policies.contains_key(&k) {
                 return Err(errors::not_found(&k));
             }
             Some(k)
@@ -125,7 +131,7 @@ pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult
             "A MIG whose template uses the FLEX_START provisioning model must be created with targetSize 0; add VMs with resize requests.",
         ));
     }
-    check_topology(w, policy.as_deref(), machine, target)?;
+    check_topology(ce, policy.as_deref(), machine, target)?;
     v["kind"] = json!("compute#instanceGroupManager");
     v["id"] = json!(super::numeric_id(w));
     v["creationTimestamp"] = json!(ts(w.now));
@@ -138,7 +144,7 @@ pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult
     }
     v["baseInstanceName"] = json!(base);
     v["fingerprint"] = json!("AAAAAAAAAAA=");
-    w.compute.igms.insert(
+    ce.igms.insert(
         key.clone(),
         IgmRec {
             body: v,
@@ -154,20 +160,20 @@ pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult
     );
     let op = operations::start(
         w,
+        ce,
         project,
         &Loc::Zone(zone),
         "compute.instanceGroupManagers.insert",
         &key,
     );
     operations::finish_later(w, &op);
-    reconcile(w, &key);
-    Ok(operations::remember(w, scope, req, &op))
+    reconcile(w, ce, &key);
+    Ok(operations::remember(w, ce, scope, req, &op))
 }
 
 /// Member instance keys (including those being deleted).
-pub fn members(w: &World, key: &str) -> Vec<String> {
-    w.compute
-        .instances
+pub fn members(ce: &ComputeState, key: &str) -> Vec<String> {
+    ce.instances
         .iter()
         .filter(|(_, r)| r.igm.as_deref() == Some(key))
         .map(|(k, _)| k.clone())
@@ -175,11 +181,11 @@ pub fn members(w: &World, key: &str) -> Vec<String> {
 }
 
 /// Creates VMs `names` from the MIG's template (tagged with resize request `rr`).
-pub fn create_members(w: &mut World, key: &str, names: Vec<String>, rr: Option<&str>) {
-    let Some(g) = w.compute.igms.get(key) else {
+pub fn create_members(w: &mut Cloud, ce: &mut ComputeState, key: &str, names: Vec<String>, rr: Option<&str>) {
+    let Some(g) = ce.igms.get(key) else {
         return;
     };
-    let Some(tpl) = w.compute.templates.get(&g.template) else {
+    let Some(tpl) = ce.templates.get(&g.template) else {
         return;
     };
     let (project, zone, machine) = (g.project.clone(), g.zone.clone(), g.machine);
@@ -197,6 +203,7 @@ pub fn create_members(w: &mut World, key: &str, names: Vec<String>, rr: Option<&
         body["name"] = json!(name);
         instances::create(
             w,
+            ce,
             NewInstance {
                 project: project.clone(),
                 zone: zone.clone(),
@@ -212,9 +219,9 @@ pub fn create_members(w: &mut World, key: &str, names: Vec<String>, rr: Option<&
 }
 
 /// A fresh VM name `{baseInstanceName}-{4 chars}`, unique in the zone.
-pub fn new_name(w: &mut World, key: &str) -> String {
+pub fn new_name(w: &mut Cloud, ce: &mut ComputeState, key: &str) -> String {
     let (base, zone_prefix) = {
-        let g = &w.compute.igms[key];
+        let g = &ce.igms[key];
         (
             g.body["baseInstanceName"].as_str().unwrap_or("vm").to_string(),
             format!("projects/{}/zones/{}/instances/", g.project, g.zone),
@@ -222,7 +229,7 @@ pub fn new_name(w: &mut World, key: &str) -> String {
     };
     loop {
         let n = format!("{base}-{}", super::suffix(w));
-        if !w.compute.instances.contains_key(&format!("{zone_prefix}{n}")) {
+        if !ce.instances.contains_key(&format!("{zone_prefix}{n}")) {
             return n;
         }
     }
@@ -230,15 +237,14 @@ pub fn new_name(w: &mut World, key: &str) -> String {
 
 /// Brings the MIG toward `targetSize`: creates all missing VMs at once when capacity allows,
 /// else keeps their names pending (reported as `currentActions.creating`).
-pub fn reconcile(w: &mut World, key: &str) {
-    let Some(g) = w.compute.igms.get(key) else {
+pub fn reconcile(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
+    let Some(g) = ce.igms.get(key) else {
         return;
     };
     if g.deleting.is_some() {
         return;
     }
-    let live = w
-        .compute
+    let live = ce
         .instances
         .values()
         .filter(|r| r.igm.as_deref() == Some(key) && r.status() != "STOPPING")
@@ -246,52 +252,47 @@ pub fn reconcile(w: &mut World, key: &str) {
     let missing = g.target_size - live;
     let (zone, machine) = (g.zone.clone(), g.machine);
     if missing <= 0 {
-        w.compute.igms.get_mut(key).expect("present").pending.clear();
+        ce.igms.get_mut(key).expect("present").pending.clear();
         return;
     }
-    let mut names = std::mem::take(&mut w.compute.igms.get_mut(key).expect("present").pending);
+    let mut names = std::mem::take(&mut ce.igms.get_mut(key).expect("present").pending);
     // A reserved name someone took meanwhile (instances.insert) is replaced.
-    let prefix = format!("projects/{}/zones/{zone}/instances/", w.compute.igms[key].project);
-    names.retain(|n| !w.compute.instances.contains_key(&format!("{prefix}{n}")));
+    let prefix = format!("projects/{}/zones/{zone}/instances/", ce.igms[key].project);
+    names.retain(|n| !ce.instances.contains_key(&format!("{prefix}{n}")));
     names.truncate(missing as usize);
     while names.len() < missing as usize {
-        names.push(new_name(w, key));
+        names.push(new_name(w, ce, key));
     }
-    if instances::has_capacity(w, &zone, machine, missing as u64) {
-        create_members(w, key, names, None);
+    if instances::has_capacity(w, ce, &zone, machine, missing as u64) {
+        create_members(w, ce, key, names, None);
     } else {
-        w.compute.igms.get_mut(key).expect("present").pending = names;
+        ce.igms.get_mut(key).expect("present").pending = names;
     }
 }
 
 /// A member is gone: finish a deletion, or replace it.
-pub fn member_gone(w: &mut World, key: &str) {
-    let Some(g) = w.compute.igms.get(key) else {
+pub fn member_gone(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
+    let Some(g) = ce.igms.get(key) else {
         return;
     };
     match g.deleting.clone() {
-        Some(op) if members(w, key).is_empty() => {
-            w.compute.igms.remove(key);
+        Some(op) if members(ce, key).is_empty() => {
+            ce.igms.remove(key);
             let prefix = format!("{key}/resizeRequests/");
-            w.compute.resize.retain(|k, _| !k.starts_with(&prefix));
-            operations::done(w, &op);
+            ce.resize.retain(|k, _| !k.starts_with(&prefix));
+            operations::done(w, ce, &op);
         }
         Some(_) => {}
-        None => reconcile(w, key),
+        None => reconcile(w, ce, key),
     }
 }
 
 /// The MIG as `get` serves it, with `targetSize`, `status` and `currentActions` computed now.
-pub fn view(w: &World, key: &str) -> Option<Value> {
-    let g = w.compute.igms.get(key)?;
+pub fn view(ce: &ComputeState, key: &str) -> Option<Value> {
+    let g = ce.igms.get(key)?;
     let mut creating = g.pending.len() as i64;
     let (mut deleting, mut none) = (0i64, 0i64);
-    for r in w
-        .compute
-        .instances
-        .values()
-        .filter(|r| r.igm.as_deref() == Some(key))
-    {
+    for r in ce.instances.values().filter(|r| r.igm.as_deref() == Some(key)) {
         match r.status() {
             "PROVISIONING" | "STAGING" => creating += 1,
             "STOPPING" => deleting += 1,
@@ -309,13 +310,13 @@ pub fn view(w: &World, key: &str) -> Option<Value> {
     Some(v)
 }
 
-pub fn get(w: &World, key: &str) -> ApiResult<Value> {
-    view(w, key).ok_or_else(|| errors::not_found(key))
+pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
+    view(ce, key).ok_or_else(|| errors::not_found(key))
 }
 
-pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = super::under(&w.compute.igms, &format!("{scope}/instanceGroupManagers/"))
-        .filter_map(|(k, _)| view(w, k))
+pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
+    let items: Vec<Value> = super::under(&ce.igms, &format!("{scope}/instanceGroupManagers/"))
+        .filter_map(|(k, _)| view(ce, k))
         .collect();
     let items = super::filtered(items, req, &["name", "id"])?;
     super::list_page(
@@ -328,16 +329,11 @@ pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
 
 /// `listManagedInstances`: members with `instanceStatus` / `currentAction`, and VMs still
 /// waiting for capacity (`currentAction` CREATING, `lastAttempt.errors` naming the stockout).
-pub fn list_managed(w: &World, key: &str) -> ApiResult<Value> {
-    let g = w.compute.igms.get(key).ok_or_else(|| errors::not_found(key))?;
+pub fn list_managed(ce: &ComputeState, key: &str) -> ApiResult<Value> {
+    let g = ce.igms.get(key).ok_or_else(|| errors::not_found(key))?;
     let version = json!({"instanceTemplate": format!("{BASE}{}", g.template)});
     let mut out = Vec::new();
-    for (k, r) in w
-        .compute
-        .instances
-        .iter()
-        .filter(|(_, r)| r.igm.as_deref() == Some(key))
-    {
+    for (k, r) in ce.instances.iter().filter(|(_, r)| r.igm.as_deref() == Some(key)) {
         let action = match r.status() {
             "PROVISIONING" | "STAGING" => "CREATING",
             "STOPPING" => "DELETING",
@@ -365,34 +361,42 @@ pub fn list_managed(w: &World, key: &str) -> ApiResult<Value> {
     Ok(json!({"managedInstances": out}))
 }
 
-pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn delete(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    key: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
-    if !w.compute.igms.contains_key(key) {
+    if !ce.igms.contains_key(key) {
         return Err(errors::not_found(key));
     }
     let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
     let op = operations::start(
         w,
+        ce,
         project,
         &Loc::Zone(zone),
         "compute.instanceGroupManagers.delete",
         key,
     );
-    if w.compute.igms[key].deleting.is_some() {
+    if ce.igms[key].deleting.is_some() {
         // Already being deleted: this operation ends with the first one.
         operations::finish_later(w, &op);
-        return Ok(operations::remember(w, scope, req, &op));
+        return Ok(operations::remember(w, ce, scope, req, &op));
     }
     {
-        let g = w.compute.igms.get_mut(key).expect("present");
+        let g = ce.igms.get_mut(key).expect("present");
         g.deleting = Some(op.clone());
         g.pending.clear();
     }
-    for m in members(w, key) {
-        instances::begin_delete(w, &m, None);
+    for m in members(ce, key) {
+        instances::begin_delete(w, ce, &m, None);
     }
-    member_gone(w, key);
-    Ok(operations::remember(w, scope, req, &op))
+    member_gone(w, ce, key);
+    Ok(operations::remember(w, ce, scope, req, &op))
 }

@@ -13,12 +13,13 @@
 //! enough resources available to fulfill the request. Try a different zone, or try again
 //! later.", https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability).
 
+use super::ComputeState;
 use super::machines::{self, Machine};
 use super::{BASE, Loc, errors, operations};
 use crate::api::Req;
+use crate::cloud::{Cloud, TimerKind};
 use crate::errors::{ApiError, ApiResult};
 use crate::wire::time::ts;
-use crate::world::{TimerKind, World};
 use serde_json::{Value, json};
 
 pub const STOCKOUT_CODE: &str = "ZONE_RESOURCE_POOL_EXHAUSTED";
@@ -69,7 +70,7 @@ impl InstanceRec {
 
 /// Capacity for `hosts` more VMs of `m` in `zone`: no stockout fault (TPU `Stockout` /
 /// `CapacityError` naming the machine type or its family) and within `ComputeCapacity`.
-pub fn has_capacity(w: &World, zone: &str, m: &Machine, hosts: u64) -> bool {
+pub fn has_capacity(w: &Cloud, ce: &ComputeState, zone: &str, m: &Machine, hosts: u64) -> bool {
     let f = &w.faults;
     let blocked = f
         .stockouts
@@ -84,8 +85,7 @@ pub fn has_capacity(w: &World, zone: &str, m: &Machine, hosts: u64) -> bool {
     match f.compute_capacity.get(&format!("{zone}/{}", m.name)) {
         None => true,
         Some(limit) => {
-            let used = w
-                .compute
+            let used = ce
                 .instances
                 .values()
                 .filter(|r| r.zone == zone && r.machine.name == m.name && r.holds_capacity())
@@ -139,9 +139,9 @@ pub struct NewInstance {
 }
 
 /// Creates the instance (PROVISIONING) and schedules its lifecycle; returns its key.
-pub fn create(w: &mut World, n: NewInstance) -> String {
+pub fn create(w: &mut Cloud, ce: &mut ComputeState, n: NewInstance) -> String {
     let key = format!("projects/{}/zones/{}/instances/{}", n.project, n.zone, n.name);
-    let doomed = !has_capacity(w, &n.zone, n.machine, 1);
+    let doomed = !has_capacity(w, ce, &n.zone, n.machine, 1);
     let mut body = n.body;
     body["kind"] = json!("compute#instance");
     body["id"] = json!(super::numeric_id(w));
@@ -159,8 +159,8 @@ pub fn create(w: &mut World, n: NewInstance) -> String {
         .cloned()
         .unwrap_or_else(|| vec![json!({})]);
     for (i, nic) in nics.iter_mut().enumerate() {
-        w.compute.next_ip += 1;
-        let ip = w.compute.next_ip;
+        ce.next_ip += 1;
+        let ip = ce.next_ip;
         nic["kind"] = json!("compute#networkInterface");
         nic["name"] = json!(format!("nic{i}"));
         nic["networkIP"] = json!(format!("10.128.{}.{}", (ip >> 8) & 255, ip & 255));
@@ -169,9 +169,9 @@ pub fn create(w: &mut World, n: NewInstance) -> String {
         }
     }
     body["networkInterfaces"] = Value::Array(nics);
-    let at = World::add(w.now, w.cfg.durations.instance_provision);
+    let at = Cloud::add(w.now, w.cfg.durations.instance_provision);
     let seq = w.schedule(at, TimerKind::Compute, &format!("i|{key}"));
-    w.compute.instances.insert(
+    ce.instances.insert(
         key.clone(),
         InstanceRec {
             body,
@@ -193,15 +193,21 @@ pub fn create(w: &mut World, n: NewInstance) -> String {
     key
 }
 
-pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn insert(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
     let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
     let v = super::validate("Instance", req)?;
     let name = super::check_name(v["name"].as_str(), "resource.name")?;
     let key = format!("{scope}/instances/{name}");
-    if w.compute.instances.contains_key(&key) {
+    if ce.instances.contains_key(&key) {
         return Err(errors::already_exists(&key));
     }
     let mt = v["machineType"]
@@ -224,9 +230,10 @@ pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult
         }
     };
     check_scheduling(&v, machine, "resource.", true)?;
-    let op = operations::start(w, project, &Loc::Zone(zone.clone()), "insert", &key);
+    let op = operations::start(w, ce, project, &Loc::Zone(zone.clone()), "insert", &key);
     create(
         w,
+        ce,
         NewInstance {
             project: project.to_string(),
             zone,
@@ -238,19 +245,18 @@ pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult
             insert_op: Some(op.clone()),
         },
     );
-    Ok(operations::remember(w, scope, req, &op))
+    Ok(operations::remember(w, ce, scope, req, &op))
 }
 
-pub fn get(w: &World, key: &str) -> ApiResult<Value> {
-    w.compute
-        .instances
+pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
+    ce.instances
         .get(key)
         .map(|r| r.body.clone())
         .ok_or_else(|| errors::not_found(key))
 }
 
-pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = super::under(&w.compute.instances, &format!("{scope}/instances/"))
+pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
+    let items: Vec<Value> = super::under(&ce.instances, &format!("{scope}/instances/"))
         .map(|(_, r)| r.body.clone())
         .collect();
     let items = super::filtered(
@@ -262,15 +268,14 @@ pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
 }
 
 /// Starts deleting (STOPPING -> gone after `instanceStop`); `op` completes when it is gone.
-pub fn begin_delete(w: &mut World, key: &str, op: Option<String>) {
-    let at = World::add(w.now, w.cfg.durations.instance_stop);
-    let already = w
-        .compute
+pub fn begin_delete(w: &mut Cloud, ce: &mut ComputeState, key: &str, op: Option<String>) {
+    let at = Cloud::add(w.now, w.cfg.durations.instance_stop);
+    let already = ce
         .instances
         .get(key)
         .is_some_and(|r| r.status() == "STOPPING" && !r.to_terminated);
     let seq = (!already).then(|| w.schedule(at, TimerKind::Compute, &format!("i|{key}")));
-    if let Some(r) = w.compute.instances.get_mut(key) {
+    if let Some(r) = ce.instances.get_mut(key) {
         if let Some(seq) = seq {
             r.seq = seq;
             r.body["status"] = json!("STOPPING");
@@ -280,37 +285,40 @@ pub fn begin_delete(w: &mut World, key: &str, op: Option<String>) {
     }
 }
 
-pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn delete(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    key: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
-    if !w.compute.instances.contains_key(key) {
+    if !ce.instances.contains_key(key) {
         return Err(errors::not_found(key));
     }
     let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
-    let op = operations::start(w, project, &Loc::Zone(zone), "delete", key);
-    begin_delete(w, key, Some(op.clone()));
-    Ok(operations::remember(w, scope, req, &op))
+    let op = operations::start(w, ce, project, &Loc::Zone(zone), "delete", key);
+    begin_delete(w, ce, key, Some(op.clone()));
+    Ok(operations::remember(w, ce, scope, req, &op))
 }
 
 /// Finds an instance by key or (unique) bare name.
-fn find_key(w: &World, name: &str) -> Option<String> {
-    if w.compute.instances.contains_key(name) {
+fn find_key(ce: &ComputeState, name: &str) -> Option<String> {
+    if ce.instances.contains_key(name) {
         return Some(name.to_string());
     }
-    let mut hits = w
-        .compute
-        .instances
-        .keys()
-        .filter(|k| k.rsplit('/').next() == Some(name));
+    let mut hits = ce.instances.keys().filter(|k| k.rsplit('/').next() == Some(name));
     let first = hits.next()?.clone();
     hits.next().is_none().then_some(first)
 }
 
 /// Preempts a Spot VM now: STOPPING, then TERMINATED (action STOP, default) or gone (DELETE).
-pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
-    let key = find_key(w, name).ok_or_else(|| errors::not_found(name))?;
-    let r = &w.compute.instances[&key];
+pub fn preempt(w: &mut Cloud, ce: &mut ComputeState, name: &str) -> ApiResult<()> {
+    let key = find_key(ce, name).ok_or_else(|| errors::not_found(name))?;
+    let r = &ce.instances[&key];
     let s = &r.body["scheduling"];
     if s["provisioningModel"] != "SPOT" && s["preemptible"] != true {
         return Err(ApiError::precondition(format!(
@@ -325,9 +333,9 @@ pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
         )));
     }
     let to_terminated = s["instanceTerminationAction"] != "DELETE";
-    let at = World::add(w.now, w.cfg.durations.instance_stop);
+    let at = Cloud::add(w.now, w.cfg.durations.instance_stop);
     let seq = w.schedule(at, TimerKind::Compute, &format!("i|{key}"));
-    let r = w.compute.instances.get_mut(&key).expect("found above");
+    let r = ce.instances.get_mut(&key).expect("found above");
     r.seq = seq;
     r.to_terminated = to_terminated;
     r.body["status"] = json!("STOPPING");
@@ -335,8 +343,8 @@ pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
 }
 
 /// Lifecycle step.
-pub fn fire(w: &mut World, seq: u64, key: &str) {
-    let Some(r) = w.compute.instances.get(key) else {
+pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
+    let Some(r) = ce.instances.get(key) else {
         return;
     };
     if r.seq != seq {
@@ -345,17 +353,17 @@ pub fn fire(w: &mut World, seq: u64, key: &str) {
     let d = w.cfg.durations.clone();
     match r.status().to_string().as_str() {
         "PROVISIONING" if r.doomed => {
-            let r = w.compute.instances.remove(key).expect("present");
+            let r = ce.instances.remove(key).expect("present");
             if let Some(op) = &r.insert_op {
                 let msg = stockout_message(&r.project, &r.zone);
-                operations::fail(w, op, STOCKOUT_CODE, &msg, STOCKOUT_HTTP);
+                operations::fail(w, ce, op, STOCKOUT_CODE, &msg, STOCKOUT_HTTP);
             }
-            gone(w, r);
+            gone(w, ce, r);
         }
         "PROVISIONING" => {
-            let at = World::add(w.now, d.instance_stage);
+            let at = Cloud::add(w.now, d.instance_stage);
             let seq = w.schedule(at, TimerKind::Compute, &format!("i|{key}"));
-            let r = w.compute.instances.get_mut(key).expect("present");
+            let r = ce.instances.get_mut(key).expect("present");
             r.seq = seq;
             r.body["status"] = json!("STAGING");
         }
@@ -366,10 +374,10 @@ pub fn fire(w: &mut World, seq: u64, key: &str) {
                 .and_then(|s| s.parse::<u64>().ok())
                 .filter(|_| r.igm.is_none());
             let end_seq = run.map(|s| {
-                let at = World::add(w.now, std::time::Duration::from_secs(s));
+                let at = Cloud::add(w.now, std::time::Duration::from_secs(s));
                 w.schedule(at, TimerKind::Compute, &format!("ie|{key}"))
             });
-            let r = w.compute.instances.get_mut(key).expect("present");
+            let r = ce.instances.get_mut(key).expect("present");
             r.body["status"] = json!("RUNNING");
             r.body["lastStartTimestamp"] = json!(now);
             if let Some(s) = end_seq {
@@ -378,33 +386,33 @@ pub fn fire(w: &mut World, seq: u64, key: &str) {
             let op = r.insert_op.take();
             let rr = r.resize.clone();
             if let Some(op) = op {
-                operations::done(w, &op);
+                operations::done(w, ce, &op);
             }
             if let Some(rr) = rr {
-                super::resize::instance_running(w, &rr);
+                super::resize::instance_running(ce, &rr);
             }
-            super::workload::start(w, key);
+            super::workload::start(w, ce, key);
         }
         "STOPPING" if r.to_terminated => {
             let now = ts(w.now);
-            let r = w.compute.instances.get_mut(key).expect("present");
+            let r = ce.instances.get_mut(key).expect("present");
             r.body["status"] = json!("TERMINATED");
             r.body["lastStopTimestamp"] = json!(now);
-            super::recheck(w);
+            super::recheck(w, ce);
         }
         "STOPPING" => {
-            let r = w.compute.instances.remove(key).expect("present");
-            gone(w, r);
+            let r = ce.instances.remove(key).expect("present");
+            gone(w, ce, r);
         }
         _ => {}
     }
 }
 
 /// Ends the VM's run `secs` from now (a resize request's `requestedRunDuration`).
-pub fn schedule_end(w: &mut World, key: &str, secs: u64) {
-    let at = World::add(w.now, std::time::Duration::from_secs(secs));
+pub fn schedule_end(w: &mut Cloud, ce: &mut ComputeState, key: &str, secs: u64) {
+    let at = Cloud::add(w.now, std::time::Duration::from_secs(secs));
     let seq = w.schedule(at, TimerKind::Compute, &format!("ie|{key}"));
-    if let Some(r) = w.compute.instances.get_mut(key) {
+    if let Some(r) = ce.instances.get_mut(key) {
         r.end_seq = seq;
     }
 }
@@ -413,8 +421,8 @@ pub fn schedule_end(w: &mut World, key: &str, secs: u64) {
 /// `requestedRunDuration` since provisioning): the termination action (DELETE or STOP). A MIG
 /// member is deleted and its MIG's target size shrinks by one (assumed: otherwise the MIG would
 /// recreate it).
-pub fn fire_run_end(w: &mut World, seq: u64, key: &str) {
-    let Some(r) = w.compute.instances.get(key) else {
+pub fn fire_run_end(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
+    let Some(r) = ce.instances.get(key) else {
         return;
     };
     if r.end_seq != seq || matches!(r.status(), "STOPPING" | "TERMINATED") {
@@ -422,26 +430,26 @@ pub fn fire_run_end(w: &mut World, seq: u64, key: &str) {
     }
     let stop = r.body["scheduling"]["instanceTerminationAction"] == "STOP" && r.igm.is_none();
     if let Some(g) = r.igm.clone()
-        && let Some(g) = w.compute.igms.get_mut(&g)
+        && let Some(g) = ce.igms.get_mut(&g)
     {
         g.target_size = (g.target_size - 1).max(0);
     }
-    begin_delete(w, key, None);
-    if stop && let Some(r) = w.compute.instances.get_mut(key) {
+    begin_delete(w, ce, key, None);
+    if stop && let Some(r) = ce.instances.get_mut(key) {
         r.to_terminated = true;
     }
 }
 
 /// Bookkeeping once an instance no longer exists.
-fn gone(w: &mut World, r: InstanceRec) {
+fn gone(w: &mut Cloud, ce: &mut ComputeState, r: InstanceRec) {
     if let Some(op) = &r.insert_op {
-        operations::done(w, op);
+        operations::done(w, ce, op);
     }
     for op in &r.delete_ops {
-        operations::done(w, op);
+        operations::done(w, ce, op);
     }
     if let Some(g) = &r.igm {
-        super::igm::member_gone(w, g);
+        super::igm::member_gone(w, ce, g);
     }
-    super::recheck(w);
+    super::recheck(w, ce);
 }

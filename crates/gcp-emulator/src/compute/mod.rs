@@ -17,10 +17,10 @@ pub mod templates;
 pub mod workload;
 
 use crate::api::{Reply, Req, no_route};
+use crate::cloud::Cloud;
 use crate::errors::ApiResult;
 use crate::filter;
 use crate::wire::schema::{self, Svc};
-use crate::world::World;
 use axum::http::Method;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -75,14 +75,14 @@ pub fn rel(url: &str) -> &str {
 }
 
 /// A deterministic 19-digit numeric id (Compute ids are uint64 decimal strings).
-pub fn numeric_id(w: &mut World) -> String {
+pub fn numeric_id(w: &mut Cloud) -> String {
     let s = w.next_seq();
     let n = s.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 9_000_000_000_000_000_000 + 1_000_000_000_000_000_000;
     n.to_string()
 }
 
 /// Four lowercase alphanumerics, as MIGs append to `baseInstanceName`.
-pub fn suffix(w: &mut World) -> String {
+pub fn suffix(w: &mut Cloud) -> String {
     const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut n = w.next_seq().wrapping_mul(0xD1B5_4A32_D192_ED03).rotate_left(23);
     (0..4)
@@ -185,7 +185,7 @@ pub fn route(req: &Req) -> Option<(Route, &'static str)> {
     Some((r, id))
 }
 
-pub fn handle(w: &mut World, req: &Req, r: Route, method: &str) -> ApiResult<Reply> {
+pub fn handle(w: &mut Cloud, ce: &mut ComputeState, req: &Req, r: Route, method: &str) -> ApiResult<Reply> {
     w.project_number(&r.project);
     let scope = r.loc.scope(&r.project);
     let key = match r.rest.as_slice() {
@@ -194,69 +194,68 @@ pub fn handle(w: &mut World, req: &Req, r: Route, method: &str) -> ApiResult<Rep
     };
     let json = Reply::json;
     match method {
-        "instances.insert" => instances::insert(w, &r.project, &scope, req).map(json),
-        "instances.get" => instances::get(w, &key).map(json),
-        "instances.delete" => instances::delete(w, &r.project, &scope, &key, req).map(json),
-        "instances.list" => instances::list(w, &scope, req).map(json),
-        "regionInstanceTemplates.insert" => templates::insert(w, &r.project, &scope, req).map(json),
-        "regionInstanceTemplates.get" => templates::get(w, &key).map(json),
-        "regionInstanceTemplates.delete" => templates::delete(w, &r.project, &scope, &key, req).map(json),
-        "regionInstanceTemplates.list" => templates::list(w, &scope, req).map(json),
-        "resourcePolicies.insert" => policies::insert(w, &r.project, &scope, req).map(json),
-        "resourcePolicies.get" => policies::get(w, &key).map(json),
-        "resourcePolicies.delete" => policies::delete(w, &r.project, &scope, &key, req).map(json),
-        "resourcePolicies.list" => policies::list(w, &scope, req).map(json),
-        "instanceGroupManagers.insert" => igm::insert(w, &r.project, &scope, req).map(json),
-        "instanceGroupManagers.get" => igm::get(w, &key).map(json),
-        "instanceGroupManagers.delete" => igm::delete(w, &r.project, &scope, &key, req).map(json),
-        "instanceGroupManagers.list" => igm::list(w, &scope, req).map(json),
-        "instanceGroupManagers.listManagedInstances" => igm::list_managed(w, &key).map(json),
+        "instances.insert" => instances::insert(w, ce, &r.project, &scope, req).map(json),
+        "instances.get" => instances::get(ce, &key).map(json),
+        "instances.delete" => instances::delete(w, ce, &r.project, &scope, &key, req).map(json),
+        "instances.list" => instances::list(ce, &scope, req).map(json),
+        "regionInstanceTemplates.insert" => templates::insert(w, ce, &r.project, &scope, req).map(json),
+        "regionInstanceTemplates.get" => templates::get(ce, &key).map(json),
+        "regionInstanceTemplates.delete" => templates::delete(w, ce, &r.project, &scope, &key, req).map(json),
+        "regionInstanceTemplates.list" => templates::list(ce, &scope, req).map(json),
+        "resourcePolicies.insert" => policies::insert(w, ce, &r.project, &scope, req).map(json),
+        "resourcePolicies.get" => policies::get(ce, &key).map(json),
+        "resourcePolicies.delete" => policies::delete(w, ce, &r.project, &scope, &key, req).map(json),
+        "resourcePolicies.list" => policies::list(ce, &scope, req).map(json),
+        "instanceGroupManagers.insert" => igm::insert(w, ce, &r.project, &scope, req).map(json),
+        "instanceGroupManagers.get" => igm::get(ce, &key).map(json),
+        "instanceGroupManagers.delete" => igm::delete(w, ce, &r.project, &scope, &key, req).map(json),
+        "instanceGroupManagers.list" => igm::list(ce, &scope, req).map(json),
+        "instanceGroupManagers.listManagedInstances" => igm::list_managed(ce, &key).map(json),
         "instanceGroupManagerResizeRequests.insert" => {
-            resize::insert(w, &r.project, &scope, &key, req).map(json)
+            resize::insert(w, ce, &r.project, &scope, &key, req).map(json)
         }
-        "instanceGroupManagerResizeRequests.list" => resize::list(w, &key, req).map(json),
+        "instanceGroupManagerResizeRequests.list" => resize::list(ce, &key, req).map(json),
         m if m.starts_with("instanceGroupManagerResizeRequests.") => {
             let rr = format!(
                 "{key}/resizeRequests/{}",
                 r.rest.get(3).map(String::as_str).unwrap_or("")
             );
             match m {
-                "instanceGroupManagerResizeRequests.get" => resize::get(w, &rr).map(json),
+                "instanceGroupManagerResizeRequests.get" => resize::get(ce, &rr).map(json),
                 "instanceGroupManagerResizeRequests.cancel" => {
-                    resize::cancel(w, &r.project, &scope, &rr, req).map(json)
+                    resize::cancel(w, ce, &r.project, &scope, &rr, req).map(json)
                 }
-                _ => resize::delete(w, &r.project, &scope, &rr, req).map(json),
+                _ => resize::delete(w, ce, &r.project, &scope, &rr, req).map(json),
             }
         }
-        "zoneOperations.get" | "regionOperations.get" => operations::get(w, &key).map(json),
+        "zoneOperations.get" | "regionOperations.get" => operations::get(ce, &key).map(json),
         _ => Err(no_route(&req.method, &key)),
     }
 }
 
 /// Fires a Compute timer; the key says what (`i|`, `ie|`, `op|`, `rr|` + resource key).
-pub fn fire(w: &mut World, seq: u64, key: &str) {
+pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
     let Some((what, k)) = key.split_once('|') else {
         return;
     };
     match what {
-        "i" => instances::fire(w, seq, k),
-        "ie" => instances::fire_run_end(w, seq, k),
-        "op" => operations::done(w, k),
-        "rr" => resize::fire_accept(w, seq, k),
-        "iw" => workload::fire(w, seq, k),
+        "i" => instances::fire(w, ce, seq, k),
+        "ie" => instances::fire_run_end(w, ce, seq, k),
+        "op" => operations::done(w, ce, k),
+        "rr" => resize::fire_accept(w, ce, seq, k),
+        "iw" => workload::fire(w, ce, seq, k),
         _ => {}
     }
 }
 
 /// Capacity may have changed (a fault lifted, an instance gone): waiting MIGs and resize
 /// requests try again, in creation order.
-pub fn recheck(w: &mut World) {
-    let igms: Vec<String> = w.compute.igms.keys().cloned().collect();
+pub fn recheck(w: &mut Cloud, ce: &mut ComputeState) {
+    let igms: Vec<String> = ce.igms.keys().cloned().collect();
     for k in igms {
-        igm::reconcile(w, &k);
+        igm::reconcile(w, ce, &k);
     }
-    let mut rrs: Vec<(String, String)> = w
-        .compute
+    let mut rrs: Vec<(String, String)> = ce
         .resize
         .iter()
         .map(|(k, r)| {
@@ -268,7 +267,7 @@ pub fn recheck(w: &mut World) {
         .collect();
     rrs.sort();
     for (_, k) in rrs {
-        resize::try_grant(w, &k);
+        resize::try_grant(w, ce, &k);
     }
 }
 
@@ -330,34 +329,32 @@ pub const ADMIN_LISTS: &[(&str, &str)] = &[
 ];
 
 /// Full bodies of one kind (see [`ADMIN_LISTS`]), as `get` serves them.
-pub fn bodies(w: &World, kind: &str) -> Vec<Value> {
-    let c = &w.compute;
+pub fn bodies(ce: &ComputeState, kind: &str) -> Vec<Value> {
     match kind {
-        "instance" => c.instances.values().map(|r| r.body.clone()).collect(),
-        "template" => c.templates.values().cloned().collect(),
-        "policy" => c.policies.values().cloned().collect(),
-        "igm" => c.igms.keys().filter_map(|k| igm::view(w, k)).collect(),
-        "resize" => c.resize.values().map(|r| r.body.clone()).collect(),
-        "op" => c.ops.values().cloned().collect(),
+        "instance" => ce.instances.values().map(|r| r.body.clone()).collect(),
+        "template" => ce.templates.values().cloned().collect(),
+        "policy" => ce.policies.values().cloned().collect(),
+        "igm" => ce.igms.keys().filter_map(|k| igm::view(ce, k)).collect(),
+        "resize" => ce.resize.values().map(|r| r.body.clone()).collect(),
+        "op" => ce.ops.values().cloned().collect(),
         _ => Vec::new(),
     }
 }
 
 /// `(kind, name, state)` for `list_resources`.
-pub fn summaries(w: &World) -> Vec<(&'static str, String, String)> {
-    let c = &w.compute;
+pub fn summaries(ce: &ComputeState) -> Vec<(&'static str, String, String)> {
     let s = |v: &Value, f: &str| v[f].as_str().unwrap_or("-").to_string();
     let mut out = Vec::new();
-    for (k, r) in &c.instances {
+    for (k, r) in &ce.instances {
         out.push(("compute.instance", k.clone(), r.status().to_string()));
     }
-    for (k, t) in &c.templates {
+    for (k, t) in &ce.templates {
         out.push(("compute.instanceTemplate", k.clone(), s(t, "status")));
     }
-    for (k, p) in &c.policies {
+    for (k, p) in &ce.policies {
         out.push(("compute.resourcePolicy", k.clone(), s(p, "status")));
     }
-    for (k, g) in &c.igms {
+    for (k, g) in &ce.igms {
         let state = if g.deleting.is_some() {
             "DELETING"
         } else {
@@ -365,10 +362,10 @@ pub fn summaries(w: &World) -> Vec<(&'static str, String, String)> {
         };
         out.push(("compute.instanceGroupManager", k.clone(), state.to_string()));
     }
-    for (k, r) in &c.resize {
+    for (k, r) in &ce.resize {
         out.push(("compute.resizeRequest", k.clone(), s(&r.body, "state")));
     }
-    for (k, o) in &c.ops {
+    for (k, o) in &ce.ops {
         out.push(("compute.operation", k.clone(), s(o, "status")));
     }
     out

@@ -6,16 +6,24 @@
 //! `httpErrorStatusCode` / `httpErrorMessage` on failure, `insertTime` / `startTime` / `endTime`,
 //! `zone` or `region`, `targetLink`, `selfLink`.
 
+use super::ComputeState;
 use super::{BASE, Loc, errors, numeric_id};
 use crate::api::Req;
+use crate::cloud::{Cloud, TimerKind};
 use crate::errors::ApiResult;
 use crate::wire::time::ts;
-use crate::world::{TimerKind, World};
 use serde_json::{Value, json};
 
 /// Starts a RUNNING operation on `target_key` and returns its key
 /// (`projects/p/zones/z/operations/operation-...`).
-pub fn start(w: &mut World, project: &str, loc: &Loc, op_type: &str, target_key: &str) -> String {
+pub fn start(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    loc: &Loc,
+    op_type: &str,
+    target_key: &str,
+) -> String {
     let millis = w.now.timestamp_millis();
     let hex = w.uuid().replace('-', "");
     let name = format!(
@@ -43,19 +51,19 @@ pub fn start(w: &mut World, project: &str, loc: &Loc, op_type: &str, target_key:
         Loc::Zone(_) => body["zone"] = json!(format!("{BASE}{scope}")),
         Loc::Region(_) => body["region"] = json!(format!("{BASE}{scope}")),
     }
-    w.compute.ops.insert(key.clone(), body);
+    ce.ops.insert(key.clone(), body);
     key
 }
 
 /// Completes the operation after `durations.computeOp` (configuration-only changes).
-pub fn finish_later(w: &mut World, key: &str) {
-    let at = World::add(w.now, w.cfg.durations.compute_op);
+pub fn finish_later(w: &mut Cloud, key: &str) {
+    let at = Cloud::add(w.now, w.cfg.durations.compute_op);
     w.schedule(at, TimerKind::Compute, &format!("op|{key}"));
 }
 
-pub fn done(w: &mut World, key: &str) {
+pub fn done(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
     let now = ts(w.now);
-    if let Some(op) = w.compute.ops.get_mut(key)
+    if let Some(op) = ce.ops.get_mut(key)
         && op["status"] != "DONE"
     {
         op["status"] = json!("DONE");
@@ -65,21 +73,17 @@ pub fn done(w: &mut World, key: &str) {
 }
 
 /// Ends the operation DONE with `error.errors[{code, message}]` and the HTTP status fields.
-pub fn fail(w: &mut World, key: &str, code: &str, message: &str, http: (u16, &str)) {
-    done(w, key);
-    if let Some(op) = w.compute.ops.get_mut(key) {
+pub fn fail(w: &mut Cloud, ce: &mut ComputeState, key: &str, code: &str, message: &str, http: (u16, &str)) {
+    done(w, ce, key);
+    if let Some(op) = ce.ops.get_mut(key) {
         op["error"] = json!({"errors": [{"code": code, "message": message}]});
         op["httpErrorStatusCode"] = json!(http.0);
         op["httpErrorMessage"] = json!(http.1);
     }
 }
 
-pub fn get(w: &World, key: &str) -> ApiResult<Value> {
-    w.compute
-        .ops
-        .get(key)
-        .cloned()
-        .ok_or_else(|| errors::not_found(key))
+pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
+    ce.ops.get(key).cloned().ok_or_else(|| errors::not_found(key))
 }
 
 fn rid_key(scope: &str, req: &Req) -> Option<String> {
@@ -90,7 +94,7 @@ fn rid_key(scope: &str, req: &Req) -> Option<String> {
 /// `requestId` "must be a valid UUID with the exception that zero UUID is not supported"
 /// (https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert); anything else
 /// -> 400 `invalid` (the refusal itself is assumed).
-pub fn replay(w: &World, scope: &str, req: &Req) -> ApiResult<Option<Value>> {
+pub fn replay(w: &Cloud, ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Option<Value>> {
     if let Some(rid) = req.query.get("requestId")
         && uuid::Uuid::try_parse(rid).map_or(true, |u| u.is_nil())
     {
@@ -103,16 +107,13 @@ pub fn replay(w: &World, scope: &str, req: &Req) -> ApiResult<Option<Value>> {
     let Some(k) = rid_key(scope, req) else {
         return Ok(None);
     };
-    Ok(w.request_ids
-        .get(&k)
-        .and_then(|op| w.compute.ops.get(op))
-        .cloned())
+    Ok(w.request_ids.replay(&k, &ce.ops).cloned())
 }
 
 /// Remembers `op` for `requestId` replays and returns its body.
-pub fn remember(w: &mut World, scope: &str, req: &Req, op: &str) -> Value {
+pub fn remember(w: &mut Cloud, ce: &mut ComputeState, scope: &str, req: &Req, op: &str) -> Value {
     if let Some(k) = rid_key(scope, req) {
-        w.request_ids.insert(k, op.to_string());
+        w.request_ids.remember(k, op);
     }
-    w.compute.ops.get(op).cloned().unwrap_or_default()
+    ce.ops.get(op).cloned().unwrap_or_default()
 }

@@ -8,21 +8,28 @@
 //! (https://docs.cloud.google.com/compute/docs/tpus/create-tpu-mig-multi-host-slice): the
 //! `--accelerator-topology` of the slice, e.g. `2x4` for two `ct6e-standard-4t` hosts.
 
+use super::ComputeState;
 use super::{BASE, Loc, errors, machines, operations};
 use crate::api::Req;
+use crate::cloud::Cloud;
 use crate::errors::ApiResult;
 use crate::wire::time::ts;
-use crate::world::World;
 use serde_json::{Value, json};
 
-pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn insert(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
     let mut v = super::validate("ResourcePolicy", req)?;
     let name = super::check_name(v["name"].as_str(), "resource.name")?;
     let key = format!("{scope}/resourcePolicies/{name}");
-    if w.compute.policies.contains_key(&key) {
+    if ce.policies.contains_key(&key) {
         return Err(errors::already_exists(&key));
     }
     let wp = &v["workloadPolicy"];
@@ -47,28 +54,28 @@ pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult
     v["selfLink"] = json!(format!("{BASE}{key}"));
     v["region"] = json!(format!("{BASE}{scope}"));
     v["status"] = json!("READY");
-    w.compute.policies.insert(key.clone(), v);
+    ce.policies.insert(key.clone(), v);
     let op = operations::start(
         w,
+        ce,
         project,
         &Loc::Region(region),
         "compute.resourcePolicies.insert",
         &key,
     );
     operations::finish_later(w, &op);
-    Ok(operations::remember(w, scope, req, &op))
+    Ok(operations::remember(w, ce, scope, req, &op))
 }
 
-pub fn get(w: &World, key: &str) -> ApiResult<Value> {
-    w.compute
-        .policies
+pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
+    ce.policies
         .get(key)
         .cloned()
         .ok_or_else(|| errors::not_found(key))
 }
 
-pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = super::under(&w.compute.policies, &format!("{scope}/resourcePolicies/"))
+pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
+    let items: Vec<Value> = super::under(&ce.policies, &format!("{scope}/resourcePolicies/"))
         .map(|(_, p)| p.clone())
         .collect();
     let items = super::filtered(items, req, &["name", "id", "status"])?;
@@ -80,30 +87,33 @@ pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
     )
 }
 
-pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn delete(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    key: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
-    if !w.compute.policies.contains_key(key) {
+    if !ce.policies.contains_key(key) {
         return Err(errors::not_found(key));
     }
-    if let Some((user, _)) = w
-        .compute
-        .igms
-        .iter()
-        .find(|(_, g)| g.policy.as_deref() == Some(key))
-    {
+    if let Some((user, _)) = ce.igms.iter().find(|(_, g)| g.policy.as_deref() == Some(key)) {
         return Err(errors::in_use("resource_policy", key, user));
     }
-    w.compute.policies.remove(key);
+    ce.policies.remove(key);
     let region = scope.rsplit('/').next().unwrap_or_default().to_string();
     let op = operations::start(
         w,
+        ce,
         project,
         &Loc::Region(region),
         "compute.resourcePolicies.delete",
         key,
     );
     operations::finish_later(w, &op);
-    Ok(operations::remember(w, scope, req, &op))
+    Ok(operations::remember(w, ce, scope, req, &op))
 }

@@ -14,11 +14,12 @@
 //! the MIG deletes the VMs) and "Create resize requests in a MIG"
 //! (https://docs.cloud.google.com/compute/docs/instance-groups/create-resize-requests-mig).
 
+use super::ComputeState;
 use super::{BASE, Loc, errors, igm, instances, operations, templates};
 use crate::api::Req;
+use crate::cloud::{Cloud, TimerKind};
 use crate::errors::ApiResult;
 use crate::wire::time::ts;
-use crate::world::{TimerKind, World};
 use serde_json::{Value, json};
 
 #[derive(Debug)]
@@ -45,16 +46,19 @@ impl ResizeRec {
 const MIN_RUN: i64 = 600;
 const MAX_RUN: i64 = 7 * 24 * 3600;
 
-pub fn insert(w: &mut World, project: &str, scope: &str, igm_key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn insert(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    igm_key: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
     let mut v = super::validate("InstanceGroupManagerResizeRequest", req)?;
-    let g = w
-        .compute
-        .igms
-        .get(igm_key)
-        .ok_or_else(|| errors::not_found(igm_key))?;
+    let g = ce.igms.get(igm_key).ok_or_else(|| errors::not_found(igm_key))?;
     if g.deleting.is_some() {
         return Err(errors::not_ready(format!(
             "The instance group manager '{igm_key}' is being deleted"
@@ -62,7 +66,7 @@ pub fn insert(w: &mut World, project: &str, scope: &str, igm_key: &str, req: &Re
     }
     let name = super::check_name(v["name"].as_str(), "resource.name")?;
     let key = format!("{igm_key}/resizeRequests/{name}");
-    if w.compute.resize.contains_key(&key) {
+    if ce.resize.contains_key(&key) {
         return Err(errors::already_exists(&key));
     }
     if !v["instances"].is_null() {
@@ -80,8 +84,7 @@ pub fn insert(w: &mut World, project: &str, scope: &str, igm_key: &str, req: &Re
             "Must be > 0.",
         ));
     }
-    let flex = w
-        .compute
+    let flex = ce
         .templates
         .get(&g.template)
         .is_some_and(templates::is_flex_start);
@@ -100,14 +103,13 @@ pub fn insert(w: &mut World, project: &str, scope: &str, igm_key: &str, req: &Re
         _ => {}
     }
     // Everything already asked for must still fit the workload policy's topology.
-    let queued: i64 = w
-        .compute
+    let queued: i64 = ce
         .resize
         .values()
         .filter(|r| r.igm == igm_key && !r.granted && matches!(r.state(), "CREATING" | "ACCEPTED"))
         .map(ResizeRec::resize_by)
         .sum();
-    igm::check_topology(w, g.policy.as_deref(), g.machine, g.target_size + queued + by)?;
+    igm::check_topology(ce, g.policy.as_deref(), g.machine, g.target_size + queued + by)?;
     let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
     v["kind"] = json!("compute#instanceGroupManagerResizeRequest");
     v["id"] = json!(super::numeric_id(w));
@@ -118,14 +120,15 @@ pub fn insert(w: &mut World, project: &str, scope: &str, igm_key: &str, req: &Re
     v["status"] = json!({});
     let op = operations::start(
         w,
+        ce,
         project,
         &Loc::Zone(zone),
         "compute.instanceGroupManagerResizeRequests.insert",
         &key,
     );
-    let at = World::add(w.now, w.cfg.durations.resize_accept);
+    let at = Cloud::add(w.now, w.cfg.durations.resize_accept);
     let seq = w.schedule(at, TimerKind::Compute, &format!("rr|{key}"));
-    w.compute.resize.insert(
+    ce.resize.insert(
         key,
         ResizeRec {
             body: v,
@@ -136,12 +139,12 @@ pub fn insert(w: &mut World, project: &str, scope: &str, igm_key: &str, req: &Re
             granted: false,
         },
     );
-    Ok(operations::remember(w, scope, req, &op))
+    Ok(operations::remember(w, ce, scope, req, &op))
 }
 
 /// CREATING -> ACCEPTED (the insert operation is DONE), then provision if capacity exists.
-pub fn fire_accept(w: &mut World, seq: u64, key: &str) {
-    let Some(r) = w.compute.resize.get_mut(key) else {
+pub fn fire_accept(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
+    let Some(r) = ce.resize.get_mut(key) else {
         return;
     };
     if r.seq != seq || r.state() != "CREATING" {
@@ -149,122 +152,116 @@ pub fn fire_accept(w: &mut World, seq: u64, key: &str) {
     }
     r.body["state"] = json!("ACCEPTED");
     if let Some(op) = r.insert_op.take() {
-        operations::done(w, &op);
+        operations::done(w, ce, &op);
     }
-    try_grant(w, key);
+    try_grant(w, ce, key);
 }
 
 /// An ACCEPTED request gets all its VMs at once when capacity for all of them exists: the MIG's
 /// `targetSize` grows by `resizeBy`; the run duration starts now.
-pub fn try_grant(w: &mut World, key: &str) {
-    let Some(r) = w.compute.resize.get(key) else {
+pub fn try_grant(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
+    let Some(r) = ce.resize.get(key) else {
         return;
     };
     if r.granted || r.state() != "ACCEPTED" {
         return;
     }
-    let Some(g) = w.compute.igms.get(&r.igm) else {
+    let Some(g) = ce.igms.get(&r.igm) else {
         return;
     };
     if g.deleting.is_some() {
         return;
     }
     let (by, igm_key) = (r.resize_by(), r.igm.clone());
-    if !instances::has_capacity(w, &g.zone.clone(), g.machine, by as u64) {
+    if !instances::has_capacity(w, ce, &g.zone.clone(), g.machine, by as u64) {
         return;
     }
     let run = r.body["requestedRunDuration"]["seconds"]
         .as_str()
         .and_then(|s| s.parse::<u64>().ok());
-    let names: Vec<String> = (0..by).map(|_| igm::new_name(w, &igm_key)).collect();
+    let names: Vec<String> = (0..by).map(|_| igm::new_name(w, ce, &igm_key)).collect();
     let (project, zone) = {
-        let g = &w.compute.igms[&igm_key];
+        let g = &ce.igms[&igm_key];
         (g.project.clone(), g.zone.clone())
     };
     let keys: Vec<String> = names
         .iter()
         .map(|n| format!("projects/{project}/zones/{zone}/instances/{n}"))
         .collect();
-    w.compute.igms.get_mut(&igm_key).expect("present").target_size += by;
-    igm::create_members(w, &igm_key, names, Some(key));
+    ce.igms.get_mut(&igm_key).expect("present").target_size += by;
+    igm::create_members(w, ce, &igm_key, names, Some(key));
     if let Some(s) = run {
         // Per VM, so that deleting the (then inactive) request does not extend their run.
         for k in &keys {
-            instances::schedule_end(w, k, s);
+            instances::schedule_end(w, ce, k, s);
         }
     }
-    let r = w.compute.resize.get_mut(key).expect("present");
+    let r = ce.resize.get_mut(key).expect("present");
     r.granted = true;
     r.instances = keys;
 }
 
 /// One of its VMs is RUNNING: SUCCEEDED once all are.
-pub fn instance_running(w: &mut World, key: &str) {
-    let Some(r) = w.compute.resize.get(key) else {
+pub fn instance_running(ce: &mut ComputeState, key: &str) {
+    let Some(r) = ce.resize.get(key) else {
         return;
     };
-    let all = r.instances.iter().all(|k| {
-        w.compute
-            .instances
-            .get(k)
-            .is_some_and(|i| i.status() == "RUNNING")
-    });
+    let all = r
+        .instances
+        .iter()
+        .all(|k| ce.instances.get(k).is_some_and(|i| i.status() == "RUNNING"));
     if all && r.state() == "ACCEPTED" {
-        w.compute.resize.get_mut(key).expect("present").body["state"] = json!("SUCCEEDED");
+        ce.resize.get_mut(key).expect("present").body["state"] = json!("SUCCEEDED");
     }
 }
 
 /// Removes the request's VMs from the MIG (deleting them; the target size shrinks by as many).
-fn roll_back(w: &mut World, key: &str) {
-    let Some(r) = w.compute.resize.get(key) else {
+fn roll_back(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
+    let Some(r) = ce.resize.get(key) else {
         return;
     };
     let (igm_key, vms) = (r.igm.clone(), r.instances.clone());
-    let live: Vec<String> = vms
-        .into_iter()
-        .filter(|k| w.compute.instances.contains_key(k))
-        .collect();
-    if let Some(g) = w.compute.igms.get_mut(&igm_key) {
+    let live: Vec<String> = vms.into_iter().filter(|k| ce.instances.contains_key(k)).collect();
+    if let Some(g) = ce.igms.get_mut(&igm_key) {
         g.target_size = (g.target_size - live.len() as i64).max(0);
     }
     for k in &live {
-        instances::begin_delete(w, k, None);
+        instances::begin_delete(w, ce, k, None);
     }
 }
 
 /// Admin: the request fails now with `message` (`status.error`); VMs it created are rolled
 /// back and removed from the MIG (discovery doc, state FAILED).
-pub fn fail(w: &mut World, key: &str, message: &str) -> ApiResult<()> {
-    let r = w.compute.resize.get(key).ok_or_else(|| errors::not_found(key))?;
+pub fn fail(w: &mut Cloud, ce: &mut ComputeState, key: &str, message: &str) -> ApiResult<()> {
+    let r = ce.resize.get(key).ok_or_else(|| errors::not_found(key))?;
     if !matches!(r.state(), "CREATING" | "ACCEPTED") {
         return Err(errors::not_ready(format!(
             "Resize request '{key}' is {}, not active",
             r.state()
         )));
     }
-    roll_back(w, key);
-    let r = w.compute.resize.get_mut(key).expect("present");
+    roll_back(w, ce, key);
+    let r = ce.resize.get_mut(key).expect("present");
     r.body["state"] = json!("FAILED");
     r.body["status"]["error"] = json!({"errors": [{"code": instances::STOCKOUT_CODE, "message": message}]});
     if let Some(op) = r.insert_op.take() {
-        operations::done(w, &op);
+        operations::done(w, ce, &op);
     }
     Ok(())
 }
 
-pub fn get(w: &World, key: &str) -> ApiResult<Value> {
-    w.compute
-        .resize
+pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
+    ce.resize
         .get(key)
         .map(|r| r.body.clone())
         .ok_or_else(|| errors::not_found(key))
 }
 
-pub fn list(w: &World, igm_key: &str, req: &Req) -> ApiResult<Value> {
-    if !w.compute.igms.contains_key(igm_key) {
+pub fn list(ce: &ComputeState, igm_key: &str, req: &Req) -> ApiResult<Value> {
+    if !ce.igms.contains_key(igm_key) {
         return Err(errors::not_found(igm_key));
     }
-    let items: Vec<Value> = super::under(&w.compute.resize, &format!("{igm_key}/resizeRequests/"))
+    let items: Vec<Value> = super::under(&ce.resize, &format!("{igm_key}/resizeRequests/"))
         .map(|(_, r)| r.body.clone())
         .collect();
     let items = super::filtered(items, req, &["name", "state", "id"])?;
@@ -277,57 +274,73 @@ pub fn list(w: &World, igm_key: &str, req: &Req) -> ApiResult<Value> {
 }
 
 /// Cancel: only while ACCEPTED and not provisioned yet; else 400 (`resourceNotReady`, assumed).
-pub fn cancel(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn cancel(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    key: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
-    let r = w.compute.resize.get(key).ok_or_else(|| errors::not_found(key))?;
+    let r = ce.resize.get(key).ok_or_else(|| errors::not_found(key))?;
     if r.state() != "ACCEPTED" || r.granted {
         return Err(errors::not_ready(format!(
             "Resize request '{key}' cannot be cancelled in state {}: only requests that are ACCEPTED in the queue can be cancelled",
             r.state()
         )));
     }
-    w.compute.resize.get_mut(key).expect("present").body["state"] = json!("CANCELLED");
+    ce.resize.get_mut(key).expect("present").body["state"] = json!("CANCELLED");
     let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
     let op = operations::start(
         w,
+        ce,
         project,
         &Loc::Zone(zone),
         "compute.instanceGroupManagerResizeRequests.cancel",
         key,
     );
     operations::finish_later(w, &op);
-    Ok(operations::remember(w, scope, req, &op))
+    Ok(operations::remember(w, ce, scope, req, &op))
 }
 
 /// Delete: only inactive requests (SUCCEEDED, FAILED, CANCELLED); the VMs stay.
-pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn delete(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    key: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
-    let r = w.compute.resize.get(key).ok_or_else(|| errors::not_found(key))?;
+    let r = ce.resize.get(key).ok_or_else(|| errors::not_found(key))?;
     if matches!(r.state(), "CREATING" | "ACCEPTED") {
         return Err(errors::not_ready(format!(
             "Resize request '{key}' is {}: an active request cannot be deleted; cancel it first",
             r.state()
         )));
     }
-    let rr = w.compute.resize.remove(key).expect("present");
+    let rr = ce.resize.remove(key).expect("present");
     // Its VMs stay in the MIG; they no longer belong to a request.
     for k in &rr.instances {
-        if let Some(i) = w.compute.instances.get_mut(k) {
+        if let Some(i) = ce.instances.get_mut(k) {
             i.resize = None;
         }
     }
     let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
     let op = operations::start(
         w,
+        ce,
         project,
         &Loc::Zone(zone),
         "compute.instanceGroupManagerResizeRequests.delete",
         key,
     );
     operations::finish_later(w, &op);
-    Ok(operations::remember(w, scope, req, &op))
+    Ok(operations::remember(w, ce, scope, req, &op))
 }

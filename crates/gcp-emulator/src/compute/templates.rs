@@ -7,11 +7,12 @@
 //! (https://cloud.google.com/compute/docs/instance-templates/delete-instance-templates: "you can't
 //! delete an instance template that is referenced by a MIG").
 
+use super::ComputeState;
 use super::{BASE, Loc, errors, machines, operations};
 use crate::api::Req;
+use crate::cloud::Cloud;
 use crate::errors::ApiResult;
 use crate::wire::time::ts;
-use crate::world::World;
 use serde_json::{Value, json};
 
 /// The machine type of a template (validated at insert).
@@ -23,14 +24,20 @@ pub fn is_flex_start(t: &Value) -> bool {
     t["properties"]["scheduling"]["provisioningModel"] == "FLEX_START"
 }
 
-pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn insert(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
     let mut v = super::validate("InstanceTemplate", req)?;
     let name = super::check_name(v["name"].as_str(), "resource.name")?;
     let key = format!("{scope}/instanceTemplates/{name}");
-    if w.compute.templates.contains_key(&key) {
+    if ce.templates.contains_key(&key) {
         return Err(errors::already_exists(&key));
     }
     let field = "resource.properties.machineType";
@@ -51,28 +58,28 @@ pub fn insert(w: &mut World, project: &str, scope: &str, req: &Req) -> ApiResult
     v["creationTimestamp"] = json!(ts(w.now));
     v["selfLink"] = json!(format!("{BASE}{key}"));
     v["region"] = json!(format!("{BASE}{scope}"));
-    w.compute.templates.insert(key.clone(), v);
+    ce.templates.insert(key.clone(), v);
     let op = operations::start(
         w,
+        ce,
         project,
         &Loc::Region(region),
         "compute.regionInstanceTemplates.insert",
         &key,
     );
     operations::finish_later(w, &op);
-    Ok(operations::remember(w, scope, req, &op))
+    Ok(operations::remember(w, ce, scope, req, &op))
 }
 
-pub fn get(w: &World, key: &str) -> ApiResult<Value> {
-    w.compute
-        .templates
+pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
+    ce.templates
         .get(key)
         .cloned()
         .ok_or_else(|| errors::not_found(key))
 }
 
-pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = super::under(&w.compute.templates, &format!("{scope}/instanceTemplates/"))
+pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
+    let items: Vec<Value> = super::under(&ce.templates, &format!("{scope}/instanceTemplates/"))
         .map(|(_, t)| t.clone())
         .collect();
     let items = super::filtered(items, req, &["name", "id"])?;
@@ -84,25 +91,33 @@ pub fn list(w: &World, scope: &str, req: &Req) -> ApiResult<Value> {
     )
 }
 
-pub fn delete(w: &mut World, project: &str, scope: &str, key: &str, req: &Req) -> ApiResult<Value> {
-    if let Some(op) = operations::replay(w, scope, req)? {
+pub fn delete(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    project: &str,
+    scope: &str,
+    key: &str,
+    req: &Req,
+) -> ApiResult<Value> {
+    if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
-    if !w.compute.templates.contains_key(key) {
+    if !ce.templates.contains_key(key) {
         return Err(errors::not_found(key));
     }
-    if let Some((user, _)) = w.compute.igms.iter().find(|(_, g)| g.template == key) {
+    if let Some((user, _)) = ce.igms.iter().find(|(_, g)| g.template == key) {
         return Err(errors::in_use("instance_template", key, user));
     }
-    w.compute.templates.remove(key);
+    ce.templates.remove(key);
     let region = scope.rsplit('/').next().unwrap_or_default().to_string();
     let op = operations::start(
         w,
+        ce,
         project,
         &Loc::Region(region),
         "compute.regionInstanceTemplates.delete",
         key,
     );
     operations::finish_later(w, &op);
-    Ok(operations::remember(w, scope, req, &op))
+    Ok(operations::remember(w, ce, scope, req, &op))
 }

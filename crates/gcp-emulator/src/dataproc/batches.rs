@@ -4,16 +4,18 @@
 //! CANCELLING -> CANCELLED. The create operation completes only at the terminal state, with the
 //! final Batch as its response.
 
+use super::Dataproc;
 use super::{BATCH_TYPE, META_TYPE, op_name};
 use crate::api::{Reply, list_body};
+use crate::cloud::{Cloud, TimerKind};
 use crate::errors::{ApiError, ApiResult};
 use crate::faults::name_matches;
 use crate::filter;
 use crate::lro;
 use crate::wire::Query;
+use crate::wire::labels::label_ok;
 use crate::wire::schema::{self, Svc};
 use crate::wire::time::{parse_duration, ts};
-use crate::world::{TimerKind, World};
 use serde_json::{Value, json};
 
 const CONFIGS: [&str; 5] = [
@@ -141,7 +143,7 @@ fn check_config(b: &Value) -> ApiResult<()> {
         }
         for (k, v) in labels {
             let v = v.as_str().unwrap_or("");
-            if !crate::vertex::label_ok(k, false) || !crate::vertex::label_ok(v, true) {
+            if !label_ok(k, false) || !label_ok(v, true) {
                 return Err(ApiError::invalid_field(
                     &format!("batch.labels[{k}]"),
                     format!("Invalid value at 'batch.labels': label \"{k}\"=\"{v}\" violates label rules"),
@@ -152,7 +154,14 @@ fn check_config(b: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-pub fn create(w: &mut World, project: &str, location: &str, q: &Query, body: &Value) -> ApiResult<Reply> {
+pub fn create(
+    w: &mut Cloud,
+    dp: &mut Dataproc,
+    project: &str,
+    location: &str,
+    q: &Query,
+    body: &Value,
+) -> ApiResult<Reply> {
     let parent = format!("projects/{project}/locations/{location}");
     let rid = q.get("requestId");
     if let Some(rid) = rid {
@@ -164,11 +173,7 @@ pub fn create(w: &mut World, project: &str, location: &str, q: &Query, body: &Va
                 ),
             ));
         }
-        if let Some(op) = w
-            .request_ids
-            .get(&format!("dataproc|{parent}|{rid}"))
-            .and_then(|n| w.ops.get(n))
-        {
+        if let Some(op) = w.request_ids.replay(&format!("dataproc|{parent}|{rid}"), &w.ops) {
             return Ok(Reply::op(op.body.clone()));
         }
     }
@@ -188,7 +193,7 @@ pub fn create(w: &mut World, project: &str, location: &str, q: &Query, body: &Va
         None => uuid.replace('-', ""),
     };
     let name = format!("{parent}/batches/{batch_id}");
-    if w.batches.contains_key(&name) {
+    if dp.batches.contains_key(&name) {
         return Err(ApiError::already_exists(format!(
             "Already exists: Failed to create batch: Batch {name}"
         )));
@@ -269,18 +274,17 @@ pub fn create(w: &mut World, project: &str, location: &str, q: &Query, body: &Va
     if !warnings.is_empty() {
         meta["warnings"] = json!(warnings);
     }
-    let op_body = lro::start(w, Svc::Dataproc, op.clone(), meta);
+    let op_body = lro::start(&mut w.ops, Svc::Dataproc, op.clone(), meta);
     if let Some(rid) = rid {
-        w.request_ids
-            .insert(format!("dataproc|{parent}|{rid}"), op.clone());
+        w.request_ids.remember(format!("dataproc|{parent}|{rid}"), &op);
     }
     let timer = w.schedule(
-        World::add(w.now, w.cfg.durations.batch_pending),
+        Cloud::add(w.now, w.cfg.durations.batch_pending),
         TimerKind::Batch,
         &name,
     );
     let create_seq = w.next_seq();
-    w.batches.insert(
+    dp.batches.insert(
         name,
         BatchRec {
             body: b,
@@ -298,8 +302,8 @@ pub fn create(w: &mut World, project: &str, location: &str, q: &Query, body: &Va
     Ok(Reply::op(op_body))
 }
 
-pub fn get(w: &World, name: &str) -> ApiResult<Reply> {
-    let rec = w.batches.get(name).ok_or_else(|| not_found(name))?;
+pub fn get(dp: &Dataproc, name: &str) -> ApiResult<Reply> {
+    let rec = dp.batches.get(name).ok_or_else(|| not_found(name))?;
     Ok(Reply::msg(Svc::Dataproc, "Batch", rec.body.clone()))
 }
 
@@ -312,7 +316,7 @@ const FILTER_FIELDS: [&str; 6] = [
     "runtime_info.cohort_info.cohort",
 ];
 
-pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
+pub fn list(dp: &Dataproc, parent: &str, q: &Query) -> ApiResult<Reply> {
     let expr = q
         .get("filter")
         .map(|f| filter::parse(f, &FILTER_FIELDS))
@@ -331,7 +335,7 @@ pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
         }
     }
     let prefix = format!("{parent}/batches/");
-    let mut all: Vec<&BatchRec> = w
+    let mut all: Vec<&BatchRec> = dp
         .batches
         .range(prefix.clone()..)
         .take_while(|(k, _)| k.starts_with(&prefix))
@@ -371,26 +375,26 @@ fn field(r: &BatchRec, f: &str) -> Option<String> {
     }
 }
 
-pub fn delete(w: &mut World, name: &str) -> ApiResult<Reply> {
-    let rec = w.batches.get(name).ok_or_else(|| not_found(name))?;
+pub fn delete(dp: &mut Dataproc, name: &str) -> ApiResult<Reply> {
+    let rec = dp.batches.get(name).ok_or_else(|| not_found(name))?;
     if !TERMINAL.contains(&rec.state()) {
         return Err(ApiError::precondition(format!(
             "Cannot delete batch \"{name}\" in state {}: the batch must be in CANCELLED, SUCCEEDED or FAILED state",
             rec.state()
         )));
     }
-    w.batches.remove(name);
+    dp.batches.remove(name);
     Ok(Reply::json(json!({})))
 }
 
 /// `operations.cancel` on a batch's operation cancels the batch.
-pub fn cancel_op(w: &mut World, op: &str) -> ApiResult<()> {
-    let rec = lro::get(w, Svc::Dataproc, op)?;
+pub fn cancel_op(w: &mut Cloud, dp: &mut Dataproc, op: &str) -> ApiResult<()> {
+    let rec = lro::get(&w.ops, Svc::Dataproc, op)?;
     let batch = rec.body["metadata"]["batch"]
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let Some(b) = w.batches.get(&batch) else {
+    let Some(b) = dp.batches.get(&batch) else {
         return Err(ApiError::precondition(format!(
             "Operation {op} has no batch to cancel"
         )));
@@ -405,12 +409,12 @@ pub fn cancel_op(w: &mut World, op: &str) -> ApiResult<()> {
         _ => {}
     }
     let t = w.schedule(
-        World::add(w.now, w.cfg.durations.batch_cancel),
+        Cloud::add(w.now, w.cfg.durations.batch_cancel),
         TimerKind::Batch,
         &batch,
     );
     let now = w.now;
-    let b = w.batches.get_mut(&batch).expect("checked above");
+    let b = dp.batches.get_mut(&batch).expect("checked above");
     move_to(b, "CANCELLING", None, now);
     b.timer = Some(t);
     Ok(())
@@ -439,8 +443,8 @@ fn move_to(b: &mut BatchRec, state: &'static str, message: Option<&str>, at: chr
 }
 
 /// Fault: make a batch fail now (if running) or at the end of its run.
-pub fn fail_now(w: &mut World, name: &str) {
-    let keys: Vec<String> = w
+pub fn fail_now(w: &mut Cloud, dp: &mut Dataproc, name: &str) {
+    let keys: Vec<String> = dp
         .batches
         .keys()
         .filter(|k| k.as_str() == name || k.rsplit('/').next() == Some(name))
@@ -449,7 +453,7 @@ pub fn fail_now(w: &mut World, name: &str) {
     for k in keys {
         let now = w.now;
         let t = w.schedule(now, TimerKind::Batch, &k);
-        if let Some(b) = w.batches.get_mut(&k)
+        if let Some(b) = dp.batches.get_mut(&k)
             && !TERMINAL.contains(&b.state())
             && b.state() != "CANCELLING"
         {
@@ -471,7 +475,7 @@ fn ttl(batch: &Value) -> std::time::Duration {
         .unwrap_or(std::time::Duration::from_secs(4 * 3600))
 }
 
-pub fn fire(w: &mut World, seq: u64, name: &str) {
+pub fn fire(w: &mut Cloud, dp: &mut Dataproc, seq: u64, name: &str) {
     let now = w.now;
     let d = w.cfg.durations.clone();
     let failing = name_matches(&w.faults.failing, name);
@@ -480,7 +484,7 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
             .next()
             .and_then(|id| w.faults.messages.get(id).cloned())
     });
-    let Some(b) = w.batches.get_mut(name) else { return };
+    let Some(b) = dp.batches.get_mut(name) else { return };
     if b.timer != Some(seq) {
         return;
     }
@@ -495,8 +499,8 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
             });
             // A run longer than the batch's ttl is ended at the ttl (below).
             let run = d.batch_run.min(ttl(&b.body));
-            let t = w.schedule(World::add(now, run), TimerKind::Batch, name);
-            if let Some(b) = w.batches.get_mut(name) {
+            let t = w.schedule(Cloud::add(now, run), TimerKind::Batch, name);
+            if let Some(b) = dp.batches.get_mut(name) {
                 b.timer = Some(t);
             }
         }
@@ -525,7 +529,7 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
                     limit.as_secs()
                 );
                 move_to(b, "FAILED", Some(&msg), now);
-                finish(w, name, false);
+                finish(w, dp, name, false);
                 return;
             }
             if failing {
@@ -536,21 +540,21 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
             } else {
                 move_to(b, "SUCCEEDED", None, now);
             }
-            finish(w, name, !failing);
+            finish(w, dp, name, !failing);
         }
         "CANCELLING" => {
             move_to(b, "CANCELLED", Some("Batch was cancelled"), now);
-            finish(w, name, false);
+            finish(w, dp, name, false);
         }
         _ => {}
     }
 }
 
-fn finish(w: &mut World, name: &str, succeeded: bool) {
-    let Some(b) = w.batches.get(name) else { return };
+fn finish(w: &mut Cloud, dp: &mut Dataproc, name: &str, succeeded: bool) {
+    let Some(b) = dp.batches.get(name) else { return };
     let (op, resp) = (b.op.clone(), lro::any(BATCH_TYPE, &b.body));
     let body = b.body.clone();
-    lro::finish_ok(w, &op, resp);
+    lro::finish_ok(&mut w.ops, w.now, &op, resp);
     if succeeded && w.cfg.simulate_outputs && !name_matches(&w.faults.suppressed_outputs, name) {
         crate::outputs::batch_succeeded(w, &body);
     }

@@ -3,12 +3,19 @@
 pub mod batches;
 
 use crate::api::{Reply, Req, list_body, no_route};
+use crate::cloud::Cloud;
 use crate::errors::{ApiError, ApiResult};
 use crate::lro;
+use crate::store::Store;
 use crate::wire::schema::Svc;
-use crate::world::World;
 use axum::http::Method;
 use serde_json::json;
+
+/// The Dataproc service's resources (its operations are in [`Cloud::ops`]).
+#[derive(Default)]
+pub struct Dataproc {
+    pub batches: Store<batches::BatchRec>,
+}
 
 pub const BATCH_TYPE: &str = "type.googleapis.com/google.cloud.dataproc.v1.Batch";
 pub const META_TYPE: &str = "type.googleapis.com/google.cloud.dataproc.v1.BatchOperationMetadata";
@@ -101,13 +108,17 @@ pub fn op_name(project: &str, region: &str, id: &str) -> String {
     format!("projects/{project}/regions/{region}/operations/{id}")
 }
 
-pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult<Reply> {
+pub fn handle(w: &mut Cloud, dp: &mut Dataproc, req: &Req, route: Route, method: &str) -> ApiResult<Reply> {
     match route {
         Route::Batches { project, location } => {
             w.project_number(&project);
             match method {
-                "batches.create" => batches::create(w, &project, &location, &req.query, &req.json()?),
-                _ => batches::list(w, &format!("projects/{project}/locations/{location}"), &req.query),
+                "batches.create" => batches::create(w, dp, &project, &location, &req.query, &req.json()?),
+                _ => batches::list(
+                    dp,
+                    &format!("projects/{project}/locations/{location}"),
+                    &req.query,
+                ),
             }
         }
         Route::Batch {
@@ -117,8 +128,8 @@ pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult
         } => {
             let name = format!("projects/{project}/locations/{location}/batches/{id}");
             match method {
-                "batches.get" => batches::get(w, &name),
-                "batches.delete" => batches::delete(w, &name),
+                "batches.get" => batches::get(dp, &name),
+                "batches.delete" => batches::delete(dp, &name),
                 _ => Err(ApiError::new(
                     crate::errors::Code::Unimplemented,
                     "batches.analyze is not implemented by the emulator",
@@ -127,7 +138,7 @@ pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult
         }
         Route::Operations { project, region } => {
             let parent = format!("projects/{project}/regions/{region}");
-            let all = lro::list(w, Svc::Dataproc, &parent, req.query.get("filter"))?;
+            let all = lro::list(&w.ops, Svc::Dataproc, &parent, req.query.get("filter"))?;
             let size = req.query.page_size("pageSize", 100, 1000)?;
             let (items, next) = crate::wire::query::paginate(&all, size, req.query.get("pageToken"))?;
             Ok(Reply::ops(list_body("operations", items, next)))
@@ -135,9 +146,9 @@ pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult
         Route::Operation { project, region, id } => {
             let name = op_name(&project, &region, &id);
             match method {
-                "operations.get" => Ok(Reply::op(lro::get(w, Svc::Dataproc, &name)?.body.clone())),
-                "operations.delete" => lro::delete(w, Svc::Dataproc, &name).map(Reply::json),
-                "operations.cancel" => batches::cancel_op(w, &name).map(|_| Reply::json(json!({}))),
+                "operations.get" => Ok(Reply::op(lro::get(&w.ops, Svc::Dataproc, &name)?.body.clone())),
+                "operations.delete" => lro::delete(&mut w.ops, Svc::Dataproc, &name).map(Reply::json),
+                "operations.cancel" => batches::cancel_op(w, dp, &name).map(|_| Reply::json(json!({}))),
                 _ => Err(no_route(&req.method, &name)),
             }
         }

@@ -1,61 +1,12 @@
 //! GCS buckets: insert, get, list, delete (empty only), plus the metadata real GCS returns.
 
-use super::{Bucket, no_bucket};
+use super::no_bucket;
 use crate::api::{Reply, Req};
+use crate::blobs::{Bucket, bucket_meta};
+use crate::cloud::Cloud;
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::wire::time::ts;
-use crate::world::World;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-
-pub fn bucket_meta(w: &mut World, name: &str, project: &str, req: &Value) -> Value {
-    let now = ts(w.now);
-    let number = w.project_number(project);
-    let generation = (w.now.timestamp_micros().max(0) as u64 / 100 + w.next_seq() % 100).to_string();
-    let ubla = req["iamConfiguration"]["uniformBucketLevelAccess"]["enabled"]
-        .as_bool()
-        .unwrap_or(false);
-    let mut iam = json!({"publicAccessPrevention": "inherited"});
-    if ubla {
-        iam["uniformBucketLevelAccess"] = json!({"enabled": true, "lockedTime": now});
-        iam["bucketPolicyOnly"] = json!({"enabled": true, "lockedTime": now});
-    } else {
-        iam["uniformBucketLevelAccess"] = json!({"enabled": false});
-        iam["bucketPolicyOnly"] = json!({"enabled": false});
-    }
-    let location = req["location"].as_str().unwrap_or("US").to_uppercase();
-    let mut m = json!({
-        "kind": "storage#bucket",
-        "id": name,
-        "selfLink": format!("https://www.googleapis.com/storage/v1/b/{name}"),
-        "projectNumber": number.to_string(),
-        "name": name,
-        "timeCreated": now,
-        "updated": now,
-        "metageneration": "1",
-        "generation": generation,
-        "iamConfiguration": iam,
-        "softDeletePolicy": {"retentionDurationSeconds": "604800", "effectiveTime": now},
-        "location": location,
-        "locationType": if location == "US" || location == "EU" || location == "ASIA" { "multi-region" } else { "region" },
-        "storageClass": req["storageClass"].as_str().unwrap_or("STANDARD"),
-        "etag": "CAE=",
-    });
-    if m["locationType"] == "multi-region" {
-        // Replication settings only exist for multi/dual-region buckets (golden logs).
-        m["rpo"] = json!("DEFAULT");
-    } else {
-        // Single-region buckets report zone isolation (golden logs).
-        m["satisfiesPZI"] = json!(true);
-    }
-    if let Some(h) = req.get("hierarchicalNamespace") {
-        m["hierarchicalNamespace"] = h.clone();
-    }
-    if let Some(l) = req.get("labels") {
-        m["labels"] = l.clone();
-    }
-    m
-}
 
 fn name_ok(n: &str) -> bool {
     (3..=63).contains(&n.len())
@@ -66,7 +17,7 @@ fn name_ok(n: &str) -> bool {
 }
 
 /// Creates a bucket (admin API and `buckets.insert`); `Ok(false)` when it already existed.
-pub fn create(w: &mut World, name: &str, project: &str, req: &Value) -> ApiResult<bool> {
+pub fn create(w: &mut Cloud, name: &str, project: &str, req: &Value) -> ApiResult<bool> {
     if !name_ok(name) {
         return Err(ApiError::gcs(
             Code::InvalidArgument,
@@ -88,7 +39,7 @@ pub fn create(w: &mut World, name: &str, project: &str, req: &Value) -> ApiResul
     Ok(true)
 }
 
-pub fn insert(w: &mut World, req: &Req) -> ApiResult<Reply> {
+pub fn insert(w: &mut Cloud, req: &Req) -> ApiResult<Reply> {
     let body = req.json()?;
     let project = req
         .query
@@ -108,12 +59,12 @@ pub fn insert(w: &mut World, req: &Req) -> ApiResult<Reply> {
     Ok(Reply::json(w.buckets[&name].meta.clone()))
 }
 
-pub fn get(w: &World, name: &str) -> ApiResult<Reply> {
+pub fn get(w: &Cloud, name: &str) -> ApiResult<Reply> {
     let b = w.buckets.get(name).ok_or_else(no_bucket)?;
     Ok(Reply::json(b.meta.clone()))
 }
 
-pub fn list(w: &World, req: &Req) -> ApiResult<Reply> {
+pub fn list(w: &Cloud, req: &Req) -> ApiResult<Reply> {
     let project = req
         .query
         .get("project")
@@ -132,7 +83,7 @@ pub fn list(w: &World, req: &Req) -> ApiResult<Reply> {
     Ok(Reply::json(out))
 }
 
-pub fn delete(w: &mut World, name: &str) -> ApiResult<Reply> {
+pub fn delete(w: &mut Cloud, name: &str) -> ApiResult<Reply> {
     let b = w.buckets.get(name).ok_or_else(no_bucket)?;
     if !b.objects.is_empty() {
         return Err(ApiError::gcs(

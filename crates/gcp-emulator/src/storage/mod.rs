@@ -4,28 +4,12 @@
 //! admin API); reading from a missing bucket is a 404 like on GCS.
 
 pub mod buckets;
-pub mod hash;
 pub mod objects;
 
 use crate::api::{Reply, Req};
+use crate::cloud::Cloud;
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::world::World;
 use axum::http::Method;
-use bytes::Bytes;
-use serde_json::Value;
-use std::collections::BTreeMap;
-
-#[derive(Clone, Debug)]
-pub struct Object {
-    pub meta: Value,
-    pub data: Bytes,
-}
-
-#[derive(Clone, Debug)]
-pub struct Bucket {
-    pub meta: Value,
-    pub objects: BTreeMap<String, Object>,
-}
 
 /// Which API root a storage request came in on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +62,7 @@ pub fn route(root: Root, req: &Req) -> Option<(Route, &'static str)> {
     })
 }
 
-pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult<Reply> {
+pub fn handle(w: &mut Cloud, req: &Req, route: Route, method: &str) -> ApiResult<Reply> {
     match (route, method) {
         (Route::Buckets, "buckets.insert") => buckets::insert(w, req),
         (Route::Buckets, _) => buckets::list(w, req),
@@ -101,42 +85,4 @@ pub fn no_object(bucket: &str, name: &str) -> ApiError {
         "notFound",
         format!("No such object: {bucket}/{name}"),
     )
-}
-
-/// Splits `gs://bucket/path` into (bucket, path).
-pub fn parse_gs(uri: &str) -> Option<(String, String)> {
-    let rest = uri.strip_prefix("gs://")?;
-    let (b, p) = rest.split_once('/').unwrap_or((rest, ""));
-    (!b.is_empty()).then(|| (b.to_string(), p.to_string()))
-}
-
-/// Writes an object (creating the bucket if needed); used by uploads and simulated workloads.
-pub fn put_object(
-    w: &mut World,
-    bucket: &str,
-    name: &str,
-    data: Bytes,
-    content_type: &str,
-    metadata: Option<Value>,
-) -> Value {
-    if !w.buckets.contains_key(bucket) {
-        let meta = buckets::bucket_meta(w, bucket, "emulator", &serde_json::json!({}));
-        w.buckets.insert(
-            bucket.to_string(),
-            Bucket {
-                meta,
-                objects: BTreeMap::new(),
-            },
-        );
-    }
-    let meta = objects::object_meta(w, bucket, name, &data, content_type, metadata);
-    let b = w.buckets.get_mut(bucket).expect("created above");
-    b.objects.insert(
-        name.to_string(),
-        Object {
-            meta: meta.clone(),
-            data,
-        },
-    );
-    meta
 }

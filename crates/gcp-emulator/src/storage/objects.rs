@@ -1,58 +1,22 @@
 //! GCS objects: list (prefix, delimiter, paging, offsets), get (metadata / `alt=media`), insert
 //! (`uploadType=media` and `multipart`, `ifGenerationMatch`), delete.
 
-use super::hash::{base64, crc32c, md5};
-use super::{no_bucket, no_object, put_object};
+use super::{no_bucket, no_object};
 use crate::api::{Body, Reply, Req};
+use crate::blobs::hash::base64;
+use crate::blobs::put_object;
+use crate::cloud::Cloud;
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::wire::Query;
-use crate::wire::time::ts;
-use crate::world::World;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
-
-pub fn object_meta(
-    w: &mut World,
-    bucket: &str,
-    name: &str,
-    data: &[u8],
-    content_type: &str,
-    metadata: Option<Value>,
-) -> Value {
-    let generation = (w.now.timestamp_micros().max(0) as u64 * 1000 + w.next_seq() % 1000).to_string();
-    let enc = urlencoding::encode(name);
-    let now = ts(w.now);
-    let mut m = json!({
-        "kind": "storage#object",
-        "id": format!("{bucket}/{name}/{generation}"),
-        "selfLink": format!("https://www.googleapis.com/storage/v1/b/{bucket}/o/{enc}"),
-        "mediaLink": format!("https://storage.googleapis.com/download/storage/v1/b/{bucket}/o/{enc}?generation={generation}&alt=media"),
-        "name": name,
-        "bucket": bucket,
-        "generation": generation,
-        "metageneration": "1",
-        "contentType": content_type,
-        "storageClass": "STANDARD",
-        "size": data.len().to_string(),
-        "md5Hash": base64(&md5(data)),
-        "crc32c": base64(&crc32c(data)),
-        "etag": base64(&md5(generation.as_bytes())[..8]),
-        "timeCreated": now,
-        "updated": now,
-        "timeStorageClassUpdated": now,
-    });
-    if let Some(md) = metadata.filter(|v| v.as_object().is_some_and(|o| !o.is_empty())) {
-        m["metadata"] = md;
-    }
-    m
-}
 
 enum Entry {
     Object(Value),
     Prefix(String),
 }
 
-pub fn list(w: &World, bucket: &str, q: &Query) -> ApiResult<Reply> {
+pub fn list(w: &Cloud, bucket: &str, q: &Query) -> ApiResult<Reply> {
     let b = w.buckets.get(bucket).ok_or_else(no_bucket)?;
     let prefix = q.get("prefix").unwrap_or("");
     let delimiter = q.get("delimiter");
@@ -153,7 +117,7 @@ fn decode_token(t: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-pub fn get(w: &World, bucket: &str, name: &str, q: &Query) -> ApiResult<Reply> {
+pub fn get(w: &Cloud, bucket: &str, name: &str, q: &Query) -> ApiResult<Reply> {
     let b = w.buckets.get(bucket).ok_or_else(no_bucket)?;
     let o = b.objects.get(name).ok_or_else(|| no_object(bucket, name))?;
     if let Some(g) = q.get("generation")
@@ -178,13 +142,13 @@ pub fn get(w: &World, bucket: &str, name: &str, q: &Query) -> ApiResult<Reply> {
     Ok(Reply::json(o.meta.clone()))
 }
 
-pub fn delete(w: &mut World, bucket: &str, name: &str) -> ApiResult<Reply> {
+pub fn delete(w: &mut Cloud, bucket: &str, name: &str) -> ApiResult<Reply> {
     let b = w.buckets.get_mut(bucket).ok_or_else(no_bucket)?;
     b.objects.remove(name).ok_or_else(|| no_object(bucket, name))?;
     Ok(Reply::no_content())
 }
 
-fn precondition(w: &World, bucket: &str, name: &str, q: &Query) -> ApiResult<()> {
+fn precondition(w: &Cloud, bucket: &str, name: &str, q: &Query) -> ApiResult<()> {
     let Some(want) = q
         .pairs()
         .iter()
@@ -270,7 +234,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-pub fn insert(w: &mut World, bucket: &str, req: &Req) -> ApiResult<Reply> {
+pub fn insert(w: &mut Cloud, bucket: &str, req: &Req) -> ApiResult<Reply> {
     let q = &req.query;
     let header_ct = req
         .content_type

@@ -6,13 +6,25 @@ pub mod queued;
 pub mod reservations;
 
 use crate::api::{Reply, Req, list_body, no_route};
+use crate::cloud::Cloud;
 use crate::errors::{ApiError, ApiResult};
 use crate::lro;
+use crate::store::Store;
 use crate::wire::schema::Svc;
 use crate::wire::time::ts;
-use crate::world::World;
 use axum::http::Method;
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// The TPU service's resources (its operations are in [`Cloud::ops`]).
+#[derive(Default)]
+pub struct Tpu {
+    pub nodes: Store<nodes::NodeRec>,
+    pub qrs: Store<queued::QrRec>,
+    /// TPU reservations: full name -> chips (`reservations.rs`).
+    pub reservations: BTreeMap<String, u64>,
+}
 
 pub const NODE_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.Node";
 pub const QR_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource";
@@ -33,14 +45,14 @@ pub fn split_parent(parent: &str) -> ApiResult<(String, String)> {
     }
 }
 
-pub fn tpu_op_name(w: &mut World, parent: &str) -> String {
+pub fn tpu_op_name(w: &mut Cloud, parent: &str) -> String {
     let millis = w.now.timestamp_millis();
     let id = w.uuid().replace('-', "");
     format!("{parent}/operations/operation-{millis}-{}", &id[..24])
 }
 
-pub fn op_metadata(w: &World, target: &str, verb: &str) -> Value {
-    json!({"@type": OP_META_TYPE, "apiVersion": "v2", "createTime": ts(w.now), "target": target, "verb": verb})
+pub fn op_metadata(now: DateTime<Utc>, target: &str, verb: &str) -> Value {
+    json!({"@type": OP_META_TYPE, "apiVersion": "v2", "createTime": ts(now), "target": target, "verb": verb})
 }
 
 /// A parsed TPU request.
@@ -142,7 +154,7 @@ pub fn route(req: &Req) -> Option<(Route, &'static str)> {
     Some(r)
 }
 
-pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult<Reply> {
+pub fn handle(w: &mut Cloud, tpu: &mut Tpu, req: &Req, route: Route, method: &str) -> ApiResult<Reply> {
     match route {
         Route::LocationsList { project } => {
             let locs: Vec<Value> = catalog::ZONES
@@ -171,12 +183,12 @@ pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult
             w.project_number(&project);
             let parent = format!("projects/{project}/locations/{zone}");
             match method {
-                "nodes.create" => nodes::create(w, &project, &zone, &req.query, &req.json()?),
-                "nodes.list" => nodes::list(w, &parent, &req.query),
-                "queuedResources.create" => queued::create(w, &project, &zone, &req.query, &req.json()?),
-                "queuedResources.list" => queued::list(w, &parent, &req.query),
+                "nodes.create" => nodes::create(w, tpu, &project, &zone, &req.query, &req.json()?),
+                "nodes.list" => nodes::list(tpu, &parent, &req.query),
+                "queuedResources.create" => queued::create(w, tpu, &project, &zone, &req.query, &req.json()?),
+                "queuedResources.list" => queued::list(tpu, &parent, &req.query),
                 "operations.list" => {
-                    let all = lro::list(w, Svc::Tpu, &parent, req.query.get("filter"))?;
+                    let all = lro::list(&w.ops, Svc::Tpu, &parent, req.query.get("filter"))?;
                     let size = req.query.page_size("pageSize", 1000, 1000)?;
                     let (items, next) = crate::wire::query::paginate(&all, size, req.query.get("pageToken"))?;
                     Ok(Reply::ops(list_body("operations", items, next)))
@@ -198,19 +210,19 @@ pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult
         } => {
             let name = format!("projects/{project}/locations/{zone}/{coll}/{id}");
             match method {
-                "nodes.get" => nodes::get(w, &name),
-                "nodes.delete" => nodes::delete(w, &name),
-                "nodes.patch" => nodes::patch(w, &name, &req.query, &req.json()?),
-                "nodes.stop" => nodes::stop(w, &name),
-                "nodes.start" => nodes::start(w, &name),
-                "nodes.getGuestAttributes" => nodes::guest_attributes(w, &name, &req.json()?),
-                "queuedResources.get" => queued::get(w, &name),
-                "queuedResources.delete" => queued::delete(w, &name, &req.query),
-                "queuedResources.reset" => queued::reset(w, &name),
-                "operations.get" => Ok(Reply::op(lro::get(w, Svc::Tpu, &name)?.body.clone())),
-                "operations.delete" => lro::delete(w, Svc::Tpu, &name).map(Reply::json),
+                "nodes.get" => nodes::get(tpu, &name),
+                "nodes.delete" => nodes::delete(w, tpu, &name),
+                "nodes.patch" => nodes::patch(w, tpu, &name, &req.query, &req.json()?),
+                "nodes.stop" => nodes::stop(w, tpu, &name),
+                "nodes.start" => nodes::start(w, tpu, &name),
+                "nodes.getGuestAttributes" => nodes::guest_attributes(tpu, &name, &req.json()?),
+                "queuedResources.get" => queued::get(tpu, &name),
+                "queuedResources.delete" => queued::delete(w, tpu, &name, &req.query),
+                "queuedResources.reset" => queued::reset(w, tpu, &name),
+                "operations.get" => Ok(Reply::op(lro::get(&w.ops, Svc::Tpu, &name)?.body.clone())),
+                "operations.delete" => lro::delete(&mut w.ops, Svc::Tpu, &name).map(Reply::json),
                 "operations.cancel" => {
-                    lro::get(w, Svc::Tpu, &name)?;
+                    lro::get(&w.ops, Svc::Tpu, &name)?;
                     // TPU operations are not cancellable in practice; the request is recorded.
                     if let Some(op) = w.ops.get_mut(&name)
                         && !op.done()

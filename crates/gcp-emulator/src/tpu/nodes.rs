@@ -3,20 +3,19 @@
 //! PREEMPTED (spot / preemptible, by fault), plus the simulated workload: checkpoints under its
 //! `CHECKPOINT_DIR` every `workloadCheckpoint` while it runs, then its `_SUCCESS` marker.
 
+use super::Tpu;
 use super::catalog::{self, Accel};
 use super::{NODE_TYPE, op_metadata, tpu_op_name};
 use crate::api::{Reply, list_body};
+use crate::cloud::{Cloud, TimerKind};
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::faults::name_matches;
 use crate::lro;
+use crate::outputs::{DONE_URI_KEY, checkpoint_dir_in, write_checkpoint_to};
 use crate::wire::Query;
 use crate::wire::schema::{self, Svc};
 use crate::wire::time::ts;
-use crate::world::{TimerKind, World};
 use serde_json::{Value, json};
-
-/// Metadata key the operator sets: where the VM's workload writes `_SUCCESS` / `_FAILED`.
-pub const DONE_URI_KEY: &str = "tpu-operator-done-uri";
 
 const DEFAULT_SCOPES: [&str; 6] = [
     "https://www.googleapis.com/auth/devstorage.read_write",
@@ -96,7 +95,7 @@ pub fn resolve_accel(node: &Value, field: &str) -> ApiResult<Accel> {
 }
 
 /// Fills the server defaults of a Node the way Cloud TPU does.
-pub fn fill_defaults(w: &mut World, project: &str, zone: &str, name: &str, node: &mut Value, accel: &Accel) {
+pub fn fill_defaults(w: &mut Cloud, project: &str, zone: &str, name: &str, node: &mut Value, accel: &Accel) {
     let number = w.project_number(project);
     let region = zone.rsplit_once('-').map(|(r, _)| r).unwrap_or(zone).to_string();
     node["name"] = json!(name);
@@ -167,7 +166,14 @@ pub fn fill_defaults(w: &mut World, project: &str, zone: &str, name: &str, node:
     node["networkEndpoints"] = Value::Array(endpoints);
 }
 
-pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value) -> ApiResult<Reply> {
+pub fn create(
+    w: &mut Cloud,
+    tpu: &mut Tpu,
+    project: &str,
+    zone: &str,
+    q: &Query,
+    body: &Value,
+) -> ApiResult<Reply> {
     let parent = format!("projects/{project}/locations/{zone}");
     let node_id = q
         .get("nodeId")
@@ -189,7 +195,7 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
     }
     let accel = resolve_accel(&node, "node")?;
     let name = format!("{parent}/nodes/{node_id}");
-    if w.nodes.contains_key(&name) {
+    if tpu.nodes.contains_key(&name) {
         return Err(ApiError::already_exists(format!(
             "Resource '{name}' already exists"
         )));
@@ -217,13 +223,18 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
     fill_defaults(w, project, zone, &name, &mut node, &accel);
     node["state"] = json!("CREATING");
     let op_name = tpu_op_name(w, &parent);
-    let op = lro::start(w, Svc::Tpu, op_name.clone(), op_metadata(w, &name, "create"));
+    let op = lro::start(
+        &mut w.ops,
+        Svc::Tpu,
+        op_name.clone(),
+        op_metadata(w.now, &name, "create"),
+    );
     let timer = w.schedule(
-        World::add(w.now, w.cfg.durations.tpu_create),
+        Cloud::add(w.now, w.cfg.durations.tpu_create),
         TimerKind::Node,
         &name,
     );
-    w.nodes.insert(
+    tpu.nodes.insert(
         name,
         NodeRec {
             body: node,
@@ -241,7 +252,8 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
 
 /// Inserts a node created by a queued resource (no operation of its own).
 pub fn insert_for_qr(
-    w: &mut World,
+    w: &mut Cloud,
+    tpu: &mut Tpu,
     spec_parent: &str,
     node_id: &str,
     node: &Value,
@@ -259,11 +271,11 @@ pub fn insert_for_qr(
         body["multisliceNode"] = json!(true);
     }
     let timer = w.schedule(
-        World::add(w.now, w.cfg.durations.qr_provision),
+        Cloud::add(w.now, w.cfg.durations.qr_provision),
         TimerKind::Node,
         &name,
     );
-    w.nodes.insert(
+    tpu.nodes.insert(
         name.clone(),
         NodeRec {
             body,
@@ -297,14 +309,14 @@ fn op_copy(rec: &NodeRec) -> Value {
     lro::any(NODE_TYPE, &b)
 }
 
-pub fn get(w: &World, name: &str) -> ApiResult<Reply> {
-    let rec = w.nodes.get(name).ok_or_else(|| not_found(name))?;
+pub fn get(tpu: &Tpu, name: &str) -> ApiResult<Reply> {
+    let rec = tpu.nodes.get(name).ok_or_else(|| not_found(name))?;
     Ok(Reply::msg(Svc::Tpu, "Node", view(rec)))
 }
 
-pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
+pub fn list(tpu: &Tpu, parent: &str, q: &Query) -> ApiResult<Reply> {
     let prefix = format!("{parent}/nodes/");
-    let all: Vec<&NodeRec> = w
+    let all: Vec<&NodeRec> = tpu
         .nodes
         .range(prefix.clone()..)
         .take_while(|(k, _)| k.starts_with(&prefix))
@@ -321,12 +333,24 @@ pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
     ))
 }
 
-fn transition(w: &mut World, name: &str, verb: &str, to: &str, d: std::time::Duration) -> ApiResult<Reply> {
+fn transition(
+    w: &mut Cloud,
+    tpu: &mut Tpu,
+    name: &str,
+    verb: &str,
+    to: &str,
+    d: std::time::Duration,
+) -> ApiResult<Reply> {
     let parent = name.split("/nodes/").next().unwrap_or_default().to_string();
     let op_name = tpu_op_name(w, &parent);
-    let op = lro::start(w, Svc::Tpu, op_name.clone(), op_metadata(w, name, verb));
-    let timer = w.schedule(World::add(w.now, d), TimerKind::Node, name);
-    let rec = w.nodes.get_mut(name).ok_or_else(|| not_found(name))?;
+    let op = lro::start(
+        &mut w.ops,
+        Svc::Tpu,
+        op_name.clone(),
+        op_metadata(w.now, name, verb),
+    );
+    let timer = w.schedule(Cloud::add(w.now, d), TimerKind::Node, name);
+    let rec = tpu.nodes.get_mut(name).ok_or_else(|| not_found(name))?;
     // An operation still waiting on the previous transition is superseded: it fails ABORTED.
     let previous = rec.op.replace(op_name);
     rec.body["state"] = json!(to);
@@ -337,24 +361,24 @@ fn transition(w: &mut World, name: &str, verb: &str, to: &str, d: std::time::Dur
     rec.workload_timer = None;
     if let Some(prev) = previous {
         let err = ApiError::new(Code::Aborted, format!("Operation superseded by {verb} of {name}"));
-        lro::finish_err(w, &prev, &err);
+        lro::finish_err(&mut w.ops, w.now, &prev, &err);
     }
     Ok(Reply::op(op))
 }
 
-pub fn delete(w: &mut World, name: &str) -> ApiResult<Reply> {
-    let rec = w.nodes.get(name).ok_or_else(|| not_found(name))?;
+pub fn delete(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
+    let rec = tpu.nodes.get(name).ok_or_else(|| not_found(name))?;
     if rec.state() == "DELETING" {
         return Err(ApiError::precondition(format!(
             "TPU node \"{name}\" is already being deleted"
         )));
     }
     let d = w.cfg.durations.tpu_delete;
-    transition(w, name, "delete", "DELETING", d)
+    transition(w, tpu, name, "delete", "DELETING", d)
 }
 
-pub fn stop(w: &mut World, name: &str) -> ApiResult<Reply> {
-    let rec = w.nodes.get(name).ok_or_else(|| not_found(name))?;
+pub fn stop(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
+    let rec = tpu.nodes.get(name).ok_or_else(|| not_found(name))?;
     if rec.hosts > 1 {
         return Err(ApiError::precondition(format!(
             "Stop is only available with single TPU nodes; \"{name}\" has {} hosts",
@@ -368,11 +392,11 @@ pub fn stop(w: &mut World, name: &str) -> ApiResult<Reply> {
         )));
     }
     let d = w.cfg.durations.tpu_stop;
-    transition(w, name, "stop", "STOPPING", d)
+    transition(w, tpu, name, "stop", "STOPPING", d)
 }
 
-pub fn start(w: &mut World, name: &str) -> ApiResult<Reply> {
-    let rec = w.nodes.get(name).ok_or_else(|| not_found(name))?;
+pub fn start(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
+    let rec = tpu.nodes.get(name).ok_or_else(|| not_found(name))?;
     if rec.state() != "STOPPED" {
         return Err(ApiError::precondition(format!(
             "Cannot start TPU node \"{name}\" in state {}",
@@ -380,7 +404,7 @@ pub fn start(w: &mut World, name: &str) -> ApiResult<Reply> {
         )));
     }
     let d = w.cfg.durations.tpu_start;
-    transition(w, name, "start", "STARTING", d)
+    transition(w, tpu, name, "start", "STARTING", d)
 }
 
 const PATCHABLE: [(&str, &str); 5] = [
@@ -394,8 +418,8 @@ const PATCHABLE: [(&str, &str); 5] = [
     ),
 ];
 
-pub fn patch(w: &mut World, name: &str, q: &Query, body: &Value) -> ApiResult<Reply> {
-    if !w.nodes.contains_key(name) {
+pub fn patch(w: &mut Cloud, tpu: &mut Tpu, name: &str, q: &Query, body: &Value) -> ApiResult<Reply> {
+    if !tpu.nodes.contains_key(name) {
         return Err(not_found(name));
     }
     let mask = q
@@ -429,7 +453,7 @@ pub fn patch(w: &mut World, name: &str, q: &Query, body: &Value) -> ApiResult<Re
         ));
     }
     let now_ready = {
-        let rec = w.nodes.get_mut(name).expect("checked above");
+        let rec = tpu.nodes.get_mut(name).expect("checked above");
         // A masked field is replaced whole, maps included (AIP-134, "Update":
         // <https://google.aip.dev/134>): `metadata` in the mask replaces the node's metadata map,
         // so a client that adds one key (gcloud `tpu-vm ssh` adding `ssh-keys`) sends the rest.
@@ -439,13 +463,18 @@ pub fn patch(w: &mut World, name: &str, q: &Query, body: &Value) -> ApiResult<Re
         rec.state() == "READY"
     };
     if now_ready {
-        maybe_schedule_workload(w, name);
+        maybe_schedule_workload(w, tpu, name);
     }
     let parent = name.split("/nodes/").next().unwrap_or_default().to_string();
     let op_name = tpu_op_name(w, &parent);
-    let op = lro::start(w, Svc::Tpu, op_name.clone(), op_metadata(w, name, "update"));
+    let op = lro::start(
+        &mut w.ops,
+        Svc::Tpu,
+        op_name.clone(),
+        op_metadata(w.now, name, "update"),
+    );
     w.schedule(
-        World::add(w.now, w.cfg.durations.tpu_update),
+        Cloud::add(w.now, w.cfg.durations.tpu_update),
         TimerKind::NodeUpdateOp,
         &op_name,
     );
@@ -453,7 +482,7 @@ pub fn patch(w: &mut World, name: &str, q: &Query, body: &Value) -> ApiResult<Re
 }
 
 /// A pending TPU operation whose `metadata.target` is the node.
-fn operation_in_flight(w: &World, node: &str) -> Option<String> {
+fn operation_in_flight(w: &Cloud, node: &str) -> Option<String> {
     w.ops
         .iter()
         .find(|(_, o)| o.svc == Svc::Tpu && !o.done() && o.body["metadata"]["target"] == json!(node))
@@ -486,27 +515,28 @@ fn set_path(target: &mut Value, src: &Value, path: &str) {
 }
 
 /// `response` of a finished update: the node as it is when the operation ends.
-pub fn fire_update_op(w: &mut World, op_name: &str) {
+pub fn fire_update_op(w: &mut Cloud, tpu: &mut Tpu, op_name: &str) {
     let target = w
         .ops
         .get(op_name)
         .and_then(|o| o.body["metadata"]["target"].as_str().map(str::to_string));
-    match target.and_then(|t| w.nodes.get(&t)) {
+    match target.and_then(|t| tpu.nodes.get(&t)) {
         Some(rec) => {
             // Unlike create's, the update operation's copy keeps `health` (golden log).
             let resp = lro::any(NODE_TYPE, &view(rec));
-            lro::finish_ok(w, op_name, resp);
+            lro::finish_ok(&mut w.ops, w.now, op_name, resp);
         }
         None => lro::finish_err(
-            w,
+            &mut w.ops,
+            w.now,
             op_name,
             &ApiError::not_found("TPU node was deleted during the update"),
         ),
     }
 }
 
-pub fn guest_attributes(w: &World, name: &str, body: &Value) -> ApiResult<Reply> {
-    let rec = w.nodes.get(name).ok_or_else(|| not_found(name))?;
+pub fn guest_attributes(tpu: &Tpu, name: &str, body: &Value) -> ApiResult<Reply> {
+    let rec = tpu.nodes.get(name).ok_or_else(|| not_found(name))?;
     let req = schema::validate(Svc::Tpu, "GetGuestAttributesRequest", body, "")?;
     let query_path = req["queryPath"].as_str().unwrap_or("").to_string();
     let workers: Vec<String> = match req["workerIds"].as_array() {
@@ -527,8 +557,10 @@ pub fn guest_attributes(w: &World, name: &str, body: &Value) -> ApiResult<Reply>
 }
 
 /// State-machine step for a node.
-pub fn fire(w: &mut World, seq: u64, name: &str) {
-    let Some(rec) = w.nodes.get_mut(name) else { return };
+pub fn fire(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
+    let Some(rec) = tpu.nodes.get_mut(name) else {
+        return;
+    };
     if rec.timer != Some(seq) {
         return;
     }
@@ -539,9 +571,9 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
     if rec.state() == "CREATING"
         && let Some(err) = w.faults.doomed_creates.remove(name)
     {
-        w.nodes.remove(name);
+        tpu.nodes.remove(name);
         if let Some(op) = op {
-            lro::finish_err(w, &op, &err);
+            lro::finish_err(&mut w.ops, w.now, &op, &err);
         }
         return;
     }
@@ -551,29 +583,29 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
             rec.body["health"] = json!("HEALTHY");
             let resp = op_copy(rec);
             if let Some(op) = op {
-                lro::finish_ok(w, &op, resp);
+                lro::finish_ok(&mut w.ops, w.now, &op, resp);
             }
-            maybe_schedule_workload(w, name);
+            maybe_schedule_workload(w, tpu, name);
         }
         "STOPPING" => {
             rec.body["state"] = json!("STOPPED");
             let resp = op_copy(rec);
             if let Some(op) = op {
-                lro::finish_ok(w, &op, resp);
+                lro::finish_ok(&mut w.ops, w.now, &op, resp);
             }
         }
         "DELETING" => {
-            w.nodes.remove(name);
+            tpu.nodes.remove(name);
             if let Some(op) = op {
-                lro::finish_ok(w, &op, json!({"@type": lro::EMPTY}));
+                lro::finish_ok(&mut w.ops, w.now, &op, json!({"@type": lro::EMPTY}));
             }
         }
         _ => {}
     }
 }
 
-fn maybe_schedule_workload(w: &mut World, name: &str) {
-    let Some(rec) = w.nodes.get(name) else { return };
+fn maybe_schedule_workload(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+    let Some(rec) = tpu.nodes.get(name) else { return };
     if rec.workload_done
         || rec.workload_timer.is_some()
         || rec.body["metadata"][DONE_URI_KEY].as_str().is_none()
@@ -588,28 +620,28 @@ fn maybe_schedule_workload(w: &mut World, name: &str) {
         // operator told it its slice id): the container has not started.
         return;
     };
-    let end = World::add(w.now, w.cfg.durations.tpu_workload);
-    if let Some(rec) = w.nodes.get_mut(name) {
+    let end = Cloud::add(w.now, w.cfg.durations.tpu_workload);
+    if let Some(rec) = tpu.nodes.get_mut(name) {
         rec.workload_end = Some(end);
         rec.workload_env = Some(env);
     }
-    schedule_workload_step(w, name);
+    schedule_workload_step(w, tpu, name);
 }
 
 /// The workload's next event: its next checkpoint, or its exit when that comes first (or when
 /// it writes no checkpoints).
-fn schedule_workload_step(w: &mut World, name: &str) {
-    let Some(end) = w.nodes.get(name).and_then(|r| r.workload_end) else {
+fn schedule_workload_step(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+    let Some(end) = tpu.nodes.get(name).and_then(|r| r.workload_end) else {
         return;
     };
     let every = w.cfg.durations.workload_checkpoint;
-    let at = if every.is_zero() || checkpoint_dir(w, name).is_none() {
+    let at = if every.is_zero() || checkpoint_dir(tpu, name).is_none() {
         end
     } else {
-        World::add(w.now, every).min(end)
+        Cloud::add(w.now, every).min(end)
     };
     let t = w.schedule(at, TimerKind::NodeWorkload, name);
-    if let Some(rec) = w.nodes.get_mut(name) {
+    if let Some(rec) = tpu.nodes.get_mut(name) {
         rec.workload_timer = Some(t);
     }
 }
@@ -703,80 +735,22 @@ fn shell_words(text: &str) -> Vec<String> {
 
 /// The `CHECKPOINT_DIR` the node's startup script passes to its container (`-e
 /// 'CHECKPOINT_DIR=gs://…'`, the operator's `docker run` line), ending in `/`.
-fn checkpoint_dir(w: &World, name: &str) -> Option<String> {
-    checkpoint_dir_in(w.nodes.get(name)?.body["metadata"]["startup-script"].as_str()?)
+fn checkpoint_dir(tpu: &Tpu, name: &str) -> Option<String> {
+    checkpoint_dir_in(tpu.nodes.get(name)?.body["metadata"]["startup-script"].as_str()?)
 }
 
-/// The `CHECKPOINT_DIR` a startup script passes to its container (TPU nodes and Compute Engine
-/// instances run the same script).
-pub(crate) fn checkpoint_dir_in(script: &str) -> Option<String> {
-    let start = script.find("-e 'CHECKPOINT_DIR=")? + "-e 'CHECKPOINT_DIR=".len();
-    let value = &script[start..];
-    let value = &value[..value.find('\'')?];
-    let mut dir = value.to_string();
-    if !dir.starts_with("gs://") {
-        return None;
-    }
-    if !dir.ends_with('/') {
-        dir.push('/');
-    }
-    Some(dir)
-}
-
-/// Steps the simulated training runs between two checkpoints.
-pub const STEPS_PER_CHECKPOINT: u64 = 100;
-
-/// The newest step already under `dir` (orbax layout `<dir>/<step>/…`): where a restarted
-/// workload resumes.
-fn newest_step(w: &World, bucket: &str, prefix: &str) -> u64 {
-    let Some(b) = w.buckets.get(bucket) else { return 0 };
-    b.objects
-        .range(prefix.to_string()..)
-        .take_while(|(k, _)| k.starts_with(prefix))
-        .filter_map(|(k, _)| k[prefix.len()..].split('/').next()?.parse::<u64>().ok())
-        .max()
-        .unwrap_or(0)
-}
-
-fn write_checkpoint(w: &mut World, name: &str) {
-    if let Some(dir) = checkpoint_dir(w, name) {
+fn write_checkpoint(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+    if let Some(dir) = checkpoint_dir(tpu, name) {
         write_checkpoint_to(w, &dir);
-    }
-}
-
-/// A simulated training workload writes one checkpoint the way orbax does on Cloud Storage: the
-/// step's directory `<dir>/<step>/` with its state and, last, the `_CHECKPOINT_METADATA` file
-/// that marks it complete. The step continues from the newest checkpoint already in `dir` (a
-/// `gs://` prefix ending in `/`), as a training loop restored from it would, so a workload
-/// recreated after a preemption resumes. Used by TPU VM workloads and Vertex jobs.
-pub fn write_checkpoint_to(w: &mut World, dir: &str) {
-    let Some((bucket, prefix)) = crate::storage::parse_gs(dir) else {
-        return;
-    };
-    let step = newest_step(w, &bucket, &prefix) + STEPS_PER_CHECKPOINT;
-    for (leaf, data) in [
-        (
-            "state/checkpoint",
-            format!("simulated train state at step {step} (gcp-emulator)"),
-        ),
-        ("_CHECKPOINT_METADATA", format!("{{\"step\": {step}}}")),
-    ] {
-        let object = format!("{prefix}{step}/{leaf}");
-        crate::storage::put_object(
-            w,
-            &bucket,
-            &object,
-            bytes::Bytes::from(data),
-            "application/octet-stream",
-            None,
-        );
     }
 }
 
 /// The simulated training container: a checkpoint while it runs, then its exit, `_SUCCESS` (or
 /// `_FAILED` with exit code 1).
-pub fn fire_workload(w: &mut World, seq: u64, name: &str) {
-    let Some(rec) = w.nodes.get_mut(name) else { return };
+pub fn fire_workload(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
+    let Some(rec) = tpu.nodes.get_mut(name) else {
+        return;
+    };
     if rec.workload_timer != Some(seq) || rec.state() != "READY" {
         return;
     }
@@ -784,9 +758,9 @@ pub fn fire_workload(w: &mut World, seq: u64, name: &str) {
     let ended = rec.workload_end.is_none_or(|end| w.now >= end);
     if !ended {
         if w.cfg.simulate_outputs && !name_matches(&w.faults.suppressed_outputs, name) {
-            write_checkpoint(w, name);
+            write_checkpoint(w, tpu, name);
         }
-        schedule_workload_step(w, name);
+        schedule_workload_step(w, tpu, name);
         return;
     }
     rec.workload_done = true;
@@ -802,23 +776,25 @@ pub fn fire_workload(w: &mut World, seq: u64, name: &str) {
 }
 
 /// Fault: preempt a spot / preemptible node now.
-pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
-    let rec = w.nodes.get_mut(name).ok_or_else(|| not_found(name))?;
+pub fn preempt(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<()> {
+    let rec = tpu.nodes.get_mut(name).ok_or_else(|| not_found(name))?;
     let qr = rec.body["queuedResource"].as_str().map(str::to_string);
     if let Some(qr) = qr {
-        return super::queued::preempt(w, &qr);
+        return super::queued::preempt(w, tpu, &qr);
     }
     if !rec.is_spot() {
         return Err(ApiError::precondition(format!(
             "TPU node \"{name}\" is neither spot nor preemptible"
         )));
     }
-    mark_preempted(w, name);
+    mark_preempted(w, tpu, name);
     Ok(())
 }
 
-pub fn mark_preempted(w: &mut World, name: &str) {
-    let Some(rec) = w.nodes.get_mut(name) else { return };
+pub fn mark_preempted(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+    let Some(rec) = tpu.nodes.get_mut(name) else {
+        return;
+    };
     rec.body["state"] = json!("PREEMPTED");
     if let Some(m) = rec.body.as_object_mut() {
         m.remove("health");
@@ -827,7 +803,8 @@ pub fn mark_preempted(w: &mut World, name: &str) {
     rec.workload_timer = None;
     if let Some(op) = rec.op.take() {
         lro::finish_err(
-            w,
+            &mut w.ops,
+            w.now,
             &op,
             &ApiError::new(Code::Aborted, format!("TPU node \"{name}\" was preempted")),
         );
@@ -835,12 +812,12 @@ pub fn mark_preempted(w: &mut World, name: &str) {
 }
 
 /// Starts deleting a node without an operation (queued resource teardown).
-pub fn delete_quietly(w: &mut World, name: &str, d: std::time::Duration) {
-    if !w.nodes.contains_key(name) {
+pub fn delete_quietly(w: &mut Cloud, tpu: &mut Tpu, name: &str, d: std::time::Duration) {
+    if !tpu.nodes.contains_key(name) {
         return;
     }
-    let t = w.schedule(World::add(w.now, d), TimerKind::Node, name);
-    if let Some(rec) = w.nodes.get_mut(name) {
+    let t = w.schedule(Cloud::add(w.now, d), TimerKind::Node, name);
+    if let Some(rec) = tpu.nodes.get_mut(name) {
         rec.body["state"] = json!("DELETING");
         if let Some(m) = rec.body.as_object_mut() {
             m.remove("health");

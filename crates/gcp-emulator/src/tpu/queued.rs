@@ -3,14 +3,15 @@
 //! PROVISIONING -> ACTIVE, FAILED (validUntil passed), SUSPENDING -> SUSPENDED (preemption),
 //! DELETING -> gone.
 
+use super::Tpu;
 use super::{QR_TYPE, op_metadata, tpu_op_name};
 use crate::api::{Reply, list_body};
+use crate::cloud::{Cloud, TimerKind};
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::lro;
 use crate::wire::Query;
 use crate::wire::schema::{self, Svc};
 use crate::wire::time::{parse_duration, parse_ts, ts};
-use crate::world::{TimerKind, World};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
@@ -89,17 +90,20 @@ fn spec_node_ids(spec: &Value, i: usize) -> ApiResult<(Vec<String>, bool)> {
     ))
 }
 
-pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value) -> ApiResult<Reply> {
+pub fn create(
+    w: &mut Cloud,
+    tpu: &mut Tpu,
+    project: &str,
+    zone: &str,
+    q: &Query,
+    body: &Value,
+) -> ApiResult<Reply> {
     let parent = format!("projects/{project}/locations/{zone}");
     if let Some(rid) = q.get("requestId") {
         if !request_id_ok(rid) {
             return Err(bad_request_id(rid));
         }
-        if let Some(op) = w
-            .request_ids
-            .get(&format!("tpu|{parent}|{rid}"))
-            .and_then(|n| w.ops.get(n))
-        {
+        if let Some(op) = w.request_ids.replay(&format!("tpu|{parent}|{rid}"), &w.ops) {
             return Ok(Reply::op(op.body.clone()));
         }
     }
@@ -137,7 +141,7 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
         })?;
         super::nodes::resolve_accel(&spec["node"], &format!("queued_resource.tpu.node_spec[{i}].node"))?;
         for nid in spec_node_ids(spec, i)?.0 {
-            if w.nodes.contains_key(&format!("{sp}/nodes/{nid}")) {
+            if tpu.nodes.contains_key(&format!("{sp}/nodes/{nid}")) {
                 return Err(ApiError::already_exists(format!(
                     "Resource '{sp}/nodes/{nid}' already exists"
                 )));
@@ -145,7 +149,7 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
         }
     }
     let name = format!("{parent}/queuedResources/{id}");
-    if w.qrs.contains_key(&name) {
+    if tpu.qrs.contains_key(&name) {
         return Err(ApiError::already_exists(format!(
             "Resource '{name}' already exists"
         )));
@@ -176,17 +180,21 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
     qr["createTime"] = json!(ts(now));
     set_state(&mut qr, "CREATING", None);
     let op_name = tpu_op_name(w, &parent);
-    let op = lro::start(w, Svc::Tpu, op_name.clone(), op_metadata(w, &name, "create"));
+    let op = lro::start(
+        &mut w.ops,
+        Svc::Tpu,
+        op_name.clone(),
+        op_metadata(w.now, &name, "create"),
+    );
     if let Some(rid) = q.get("requestId") {
-        w.request_ids
-            .insert(format!("tpu|{parent}|{rid}"), op_name.clone());
+        w.request_ids.remember(format!("tpu|{parent}|{rid}"), &op_name);
     }
     let timer = w.schedule(
-        World::add(now, w.cfg.durations.qr_accept),
+        Cloud::add(now, w.cfg.durations.qr_accept),
         TimerKind::QueuedResource,
         &name,
     );
-    w.qrs.insert(
+    tpu.qrs.insert(
         name,
         QrRec {
             body: qr,
@@ -200,14 +208,14 @@ pub fn create(w: &mut World, project: &str, zone: &str, q: &Query, body: &Value)
     Ok(Reply::op(op))
 }
 
-pub fn get(w: &World, name: &str) -> ApiResult<Reply> {
-    let rec = w.qrs.get(name).ok_or_else(|| not_found(name))?;
+pub fn get(tpu: &Tpu, name: &str) -> ApiResult<Reply> {
+    let rec = tpu.qrs.get(name).ok_or_else(|| not_found(name))?;
     Ok(Reply::msg(Svc::Tpu, "QueuedResource", rec.body.clone()))
 }
 
-pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
+pub fn list(tpu: &Tpu, parent: &str, q: &Query) -> ApiResult<Reply> {
     let prefix = format!("{parent}/queuedResources/");
-    let all: Vec<&QrRec> = w
+    let all: Vec<&QrRec> = tpu
         .qrs
         .range(prefix.clone()..)
         .take_while(|(k, _)| k.starts_with(&prefix))
@@ -224,29 +232,25 @@ pub fn list(w: &World, parent: &str, q: &Query) -> ApiResult<Reply> {
     ))
 }
 
-fn live_nodes(w: &World, rec: &QrRec) -> Vec<String> {
+fn live_nodes(tpu: &Tpu, rec: &QrRec) -> Vec<String> {
     rec.nodes
         .iter()
-        .filter(|n| w.nodes.contains_key(*n))
+        .filter(|n| tpu.nodes.contains_key(*n))
         .cloned()
         .collect()
 }
 
-pub fn delete(w: &mut World, name: &str, q: &Query) -> ApiResult<Reply> {
+pub fn delete(w: &mut Cloud, tpu: &mut Tpu, name: &str, q: &Query) -> ApiResult<Reply> {
     if let Some(rid) = q.get("requestId").filter(|rid| !request_id_ok(rid)) {
         return Err(bad_request_id(rid));
     }
     let rid_key = q.get("requestId").map(|rid| format!("tpu-delete|{name}|{rid}"));
-    if let Some(op) = rid_key
-        .as_ref()
-        .and_then(|k| w.request_ids.get(k))
-        .and_then(|n| w.ops.get(n))
-    {
+    if let Some(op) = rid_key.as_ref().and_then(|k| w.request_ids.replay(k, &w.ops)) {
         return Ok(Reply::op(op.body.clone()));
     }
     let force = q.bool("force")?;
-    let rec = w.qrs.get(name).ok_or_else(|| not_found(name))?;
-    let live = live_nodes(w, rec);
+    let rec = tpu.qrs.get(name).ok_or_else(|| not_found(name))?;
+    let live = live_nodes(tpu, rec);
     let state = rec.state().to_string();
     if state == "DELETING" {
         return Err(ApiError::precondition(format!(
@@ -261,7 +265,7 @@ pub fn delete(w: &mut World, name: &str, q: &Query) -> ApiResult<Reply> {
     }
     let d = w.cfg.durations.qr_delete;
     for n in &live {
-        super::nodes::delete_quietly(w, n, d);
+        super::nodes::delete_quietly(w, tpu, n, d);
     }
     let parent = name
         .split("/queuedResources/")
@@ -269,18 +273,24 @@ pub fn delete(w: &mut World, name: &str, q: &Query) -> ApiResult<Reply> {
         .unwrap_or_default()
         .to_string();
     let op_name = tpu_op_name(w, &parent);
-    let op = lro::start(w, Svc::Tpu, op_name.clone(), op_metadata(w, name, "delete"));
+    let op = lro::start(
+        &mut w.ops,
+        Svc::Tpu,
+        op_name.clone(),
+        op_metadata(w.now, name, "delete"),
+    );
     if let Some(k) = rid_key {
-        w.request_ids.insert(k, op_name.clone());
+        w.request_ids.remember(k, &op_name);
     }
-    let timer = w.schedule(World::add(w.now, d), TimerKind::QueuedResource, name);
-    let rec = w.qrs.get_mut(name).expect("checked above");
+    let timer = w.schedule(Cloud::add(w.now, d), TimerKind::QueuedResource, name);
+    let rec = tpu.qrs.get_mut(name).expect("checked above");
     let previous = rec.op.replace(op_name);
     set_state(&mut rec.body, "DELETING", Some("USER"));
     rec.timer = Some(timer);
     if let Some(prev) = previous {
         lro::finish_err(
-            w,
+            &mut w.ops,
+            w.now,
             &prev,
             &ApiError::new(Code::Aborted, format!("QueuedResource \"{name}\" was deleted")),
         );
@@ -288,8 +298,8 @@ pub fn delete(w: &mut World, name: &str, q: &Query) -> ApiResult<Reply> {
     Ok(Reply::op(op))
 }
 
-pub fn reset(w: &mut World, name: &str) -> ApiResult<Reply> {
-    let rec = w.qrs.get(name).ok_or_else(|| not_found(name))?;
+pub fn reset(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
+    let rec = tpu.qrs.get(name).ok_or_else(|| not_found(name))?;
     let state = rec.state().to_string();
     if !["FAILED", "SUSPENDED"].contains(&state.as_str()) {
         return Err(ApiError::precondition(format!(
@@ -302,25 +312,30 @@ pub fn reset(w: &mut World, name: &str) -> ApiResult<Reply> {
         .unwrap_or_default()
         .to_string();
     let op_name = tpu_op_name(w, &parent);
-    let op = lro::start(w, Svc::Tpu, op_name.clone(), op_metadata(w, name, "reset"));
+    let op = lro::start(
+        &mut w.ops,
+        Svc::Tpu,
+        op_name.clone(),
+        op_metadata(w.now, name, "reset"),
+    );
     let timer = w.schedule(
-        World::add(w.now, w.cfg.durations.qr_queue),
+        Cloud::add(w.now, w.cfg.durations.qr_queue),
         TimerKind::QueuedResource,
         name,
     );
-    let rec = w.qrs.get_mut(name).expect("checked above");
+    let rec = tpu.qrs.get_mut(name).expect("checked above");
     set_state(&mut rec.body, "ACCEPTED", Some("USER"));
     rec.timer = Some(timer);
     rec.nodes.clear();
     let resp = lro::any(QR_TYPE, &rec.body);
-    lro::finish_ok(w, &op_name, resp);
+    lro::finish_ok(&mut w.ops, w.now, &op_name, resp);
     let done = w.ops.get(&op_name).map(|o| o.body.clone()).unwrap_or(op);
     Ok(Reply::op(done))
 }
 
 /// Fault: the capacity behind a queued resource is reclaimed now.
-pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
-    let rec = w.qrs.get(name).ok_or_else(|| not_found(name))?;
+pub fn preempt(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<()> {
+    let rec = tpu.qrs.get(name).ok_or_else(|| not_found(name))?;
     if !["ACTIVE", "PROVISIONING"].contains(&rec.state()) {
         return Err(ApiError::precondition(format!(
             "QueuedResource \"{name}\" in state {} has no capacity to preempt",
@@ -329,22 +344,22 @@ pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
     }
     let nodes = rec.nodes.clone();
     for n in &nodes {
-        super::nodes::mark_preempted(w, n);
+        super::nodes::mark_preempted(w, tpu, n);
     }
     let timer = w.schedule(
-        World::add(w.now, w.cfg.durations.qr_suspend),
+        Cloud::add(w.now, w.cfg.durations.qr_suspend),
         TimerKind::QueuedResource,
         name,
     );
-    let rec = w.qrs.get_mut(name).expect("checked above");
+    let rec = tpu.qrs.get_mut(name).expect("checked above");
     set_state(&mut rec.body, "SUSPENDING", Some("SERVICE"));
     rec.timer = Some(timer);
     Ok(())
 }
 
 /// Re-checks waiting queued resources now (after a stockout is lifted).
-pub fn recheck_waiting(w: &mut World) {
-    let waiting: Vec<String> = w
+pub fn recheck_waiting(w: &mut Cloud, tpu: &mut Tpu) {
+    let waiting: Vec<String> = tpu
         .qrs
         .iter()
         .filter(|(_, r)| r.state() == "WAITING_FOR_RESOURCES")
@@ -352,13 +367,13 @@ pub fn recheck_waiting(w: &mut World) {
         .collect();
     for name in waiting {
         let t = w.schedule(w.now, TimerKind::QueuedResource, &name);
-        if let Some(r) = w.qrs.get_mut(&name) {
+        if let Some(r) = tpu.qrs.get_mut(&name) {
             r.timer = Some(t);
         }
     }
 }
 
-fn stocked_out(w: &World, rec: &QrRec) -> bool {
+fn stocked_out(w: &Cloud, rec: &QrRec) -> bool {
     rec.body["tpu"]["nodeSpec"]
         .as_array()
         .into_iter()
@@ -375,16 +390,16 @@ fn stocked_out(w: &World, rec: &QrRec) -> bool {
         })
 }
 
-fn reschedule(w: &mut World, name: &str, at: DateTime<Utc>) {
+fn reschedule(w: &mut Cloud, tpu: &mut Tpu, name: &str, at: DateTime<Utc>) {
     let t = w.schedule(at, TimerKind::QueuedResource, name);
-    if let Some(r) = w.qrs.get_mut(name) {
+    if let Some(r) = tpu.qrs.get_mut(name) {
         r.timer = Some(t);
     }
 }
 
 /// State-machine step for a queued resource.
-pub fn fire(w: &mut World, seq: u64, name: &str) {
-    let Some(rec) = w.qrs.get_mut(name) else { return };
+pub fn fire(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
+    let Some(rec) = tpu.qrs.get_mut(name) else { return };
     if rec.timer != Some(seq) {
         return;
     }
@@ -396,20 +411,20 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
             set_state(&mut rec.body, "ACCEPTED", None);
             let resp = lro::any(QR_TYPE, &rec.body);
             if let Some(op) = rec.op.take() {
-                lro::finish_ok(w, &op, resp);
+                lro::finish_ok(&mut w.ops, w.now, &op, resp);
             }
-            reschedule(w, name, World::add(now, d.qr_queue));
+            reschedule(w, tpu, name, Cloud::add(now, d.qr_queue));
         }
         "ACCEPTED" => {
             set_state(&mut rec.body, "WAITING_FOR_RESOURCES", None);
-            let mut next = World::add(now, d.qr_wait);
+            let mut next = Cloud::add(now, d.qr_wait);
             if let Some(after) = rec.valid_after {
                 next = next.max(after);
             }
             if let Some(until) = rec.valid_until {
                 next = next.min(until);
             }
-            reschedule(w, name, next);
+            reschedule(w, tpu, name, next);
         }
         "WAITING_FOR_RESOURCES" => {
             if rec.valid_until.is_some_and(|u| now >= u) {
@@ -432,11 +447,11 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
             // do not touch reserved capacity). See tpu/reservations.rs for the sources.
             let held = match super::reservations::named(&rec_snapshot) {
                 None => stocked_out(w, &rec_snapshot),
-                Some(r) => match super::reservations::verdict(w, name, &rec_snapshot, r) {
+                Some(r) => match super::reservations::verdict(tpu, name, &rec_snapshot, r) {
                     super::reservations::Verdict::Provision => false,
                     super::reservations::Verdict::Wait => true,
                     super::reservations::Verdict::Fail(err) => {
-                        let rec = w.qrs.get_mut(name).expect("present");
+                        let rec = tpu.qrs.get_mut(name).expect("present");
                         set_state(&mut rec.body, "FAILED", Some("SERVICE"));
                         rec.body["state"]["failedData"] = json!({"error": err.rpc_status()});
                         return;
@@ -444,14 +459,14 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
                 },
             };
             if waiting_for_window || held {
-                let mut next = World::add(now, d.qr_wait);
+                let mut next = Cloud::add(now, d.qr_wait);
                 if let Some(until) = rec_snapshot.valid_until {
                     next = next.min(until).max(now);
                 }
-                reschedule(w, name, next);
+                reschedule(w, tpu, name, next);
                 return;
             }
-            provision(w, name, &rec_snapshot);
+            provision(w, tpu, name, &rec_snapshot);
         }
         "PROVISIONING" => {
             set_state(&mut rec.body, "ACTIVE", None);
@@ -460,23 +475,23 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
             set_state(&mut rec.body, "SUSPENDED", Some("SERVICE"));
             let nodes = std::mem::take(&mut rec.nodes);
             for n in nodes {
-                w.nodes.remove(&n);
+                tpu.nodes.remove(&n);
             }
         }
         "DELETING" => {
-            let rec = w.qrs.remove(name).expect("present");
+            let rec = tpu.qrs.remove(name).expect("present");
             for n in &rec.nodes {
-                w.nodes.remove(n);
+                tpu.nodes.remove(n);
             }
             if let Some(op) = rec.op {
-                lro::finish_ok(w, &op, json!({"@type": lro::EMPTY}));
+                lro::finish_ok(&mut w.ops, w.now, &op, json!({"@type": lro::EMPTY}));
             }
         }
         _ => {}
     }
 }
 
-fn provision(w: &mut World, name: &str, rec: &QrRec) {
+fn provision(w: &mut Cloud, tpu: &mut Tpu, name: &str, rec: &QrRec) {
     let mut created = Vec::new();
     let mut failure = None;
     for (i, spec) in rec.body["tpu"]["nodeSpec"]
@@ -494,15 +509,15 @@ fn provision(w: &mut World, name: &str, rec: &QrRec) {
             }
         };
         for id in ids {
-            match super::nodes::insert_for_qr(w, parent, &id, &spec["node"], name, multislice) {
+            match super::nodes::insert_for_qr(w, tpu, parent, &id, &spec["node"], name, multislice) {
                 Ok(n) => created.push(n),
                 Err(e) => failure = Some(e),
             }
         }
     }
-    let at = World::add(w.now, w.cfg.durations.qr_provision);
+    let at = Cloud::add(w.now, w.cfg.durations.qr_provision);
     let t = w.schedule(at, TimerKind::QueuedResource, name);
-    let Some(r) = w.qrs.get_mut(name) else { return };
+    let Some(r) = tpu.qrs.get_mut(name) else { return };
     r.nodes = created;
     match failure {
         Some(e) => {

@@ -22,9 +22,9 @@
 //! accelerator type and count; the emulator does not model that, nor reservation sharing
 //! between projects.
 
+use super::Tpu;
 use super::queued::QrRec;
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::world::World;
 use serde_json::Value;
 
 /// `projects/{project}/locations/{zone}/reservations/{reservation}`, each segment non-empty.
@@ -81,14 +81,14 @@ pub enum Verdict {
 }
 
 /// Decides whether the queued resource `name` (waiting, naming `reservation`) can be provisioned.
-pub fn verdict(w: &World, name: &str, rec: &QrRec, reservation: &str) -> Verdict {
-    let Some(&capacity) = w.reservations.get(reservation) else {
+pub fn verdict(tpu: &Tpu, name: &str, rec: &QrRec, reservation: &str) -> Verdict {
+    let Some(&capacity) = tpu.reservations.get(reservation) else {
         return Verdict::Fail(ApiError::new(
             Code::NotFound,
             format!("Reservation \"{reservation}\" not found"),
         ));
     };
-    let used: u64 = w
+    let used: u64 = tpu
         .qrs
         .iter()
         .filter(|(n, r)| {

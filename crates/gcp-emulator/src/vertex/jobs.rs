@@ -2,15 +2,17 @@
 //! number), get, list (filter, paging, readMask), cancel, delete (an LRO, terminal jobs only), and
 //! the state machine QUEUED -> PENDING -> RUNNING -> SUCCEEDED | FAILED, CANCELLING -> CANCELLED.
 
+use super::Vertex;
 use crate::api::{Reply, list_body};
+use crate::cloud::{Cloud, TimerKind};
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::faults::name_matches;
 use crate::filter;
 use crate::lro;
 use crate::wire::Query;
+use crate::wire::labels::label_ok;
 use crate::wire::schema::{self, Svc};
 use crate::wire::time::ts;
-use crate::world::{TimerKind, World};
 use serde_json::{Value, json};
 
 pub const JOB_SCHEMA: &str = "GoogleCloudAiplatformV1CustomJob";
@@ -128,7 +130,7 @@ fn check_job(j: &Value) -> ApiResult<()> {
     if let Some(labels) = j["labels"].as_object() {
         for (k, v) in labels {
             let v = v.as_str().unwrap_or("");
-            if !super::label_ok(k, false) || !super::label_ok(v, true) || k.starts_with("goog") {
+            if !label_ok(k, false) || !label_ok(v, true) || k.starts_with("goog") {
                 return Err(ApiError::invalid_field(
                     &format!("custom_job.labels[{k}]"),
                     format!(
@@ -193,7 +195,13 @@ fn check_tpu_count(machine: &Value, at: &str) -> ApiResult<()> {
     ))
 }
 
-pub fn create(w: &mut World, project_number: &str, location: &str, body: &Value) -> ApiResult<Reply> {
+pub fn create(
+    w: &mut Cloud,
+    vx: &mut Vertex,
+    project_number: &str,
+    location: &str,
+    body: &Value,
+) -> ApiResult<Reply> {
     let mut j = schema::validate(Svc::Vertex, JOB_SCHEMA, body, "custom_job")?;
     check_job(&j)?;
     if let Some(pools) = j["jobSpec"]["workerPoolSpecs"].as_array_mut() {
@@ -224,11 +232,11 @@ pub fn create(w: &mut World, project_number: &str, location: &str, body: &Value)
     j["createTime"] = json!(now);
     j["updateTime"] = json!(now);
     let timer = w.schedule(
-        World::add(w.now, w.cfg.durations.job_queued),
+        Cloud::add(w.now, w.cfg.durations.job_queued),
         TimerKind::Job,
         &name,
     );
-    w.jobs.insert(
+    vx.jobs.insert(
         name.clone(),
         JobRec {
             body: j,
@@ -239,19 +247,21 @@ pub fn create(w: &mut World, project_number: &str, location: &str, body: &Value)
             labels,
             hidden: w.faults.vertex_list_lag.map(|lag| Hidden {
                 lists: lag.lists,
-                until: World::add(w.now, std::time::Duration::from_secs(lag.seconds)),
+                until: Cloud::add(w.now, std::time::Duration::from_secs(lag.seconds)),
             }),
         },
     );
     // A zero queueing time means the job is PENDING by the time the call returns (as observed).
     let now = w.now;
-    w.tick(now);
-    let rec = w.jobs.get(&name).expect("just inserted");
+    while let Some((seq, _, key)) = w.next_due(now, Some(TimerKind::Job)) {
+        fire(w, vx, seq, &key);
+    }
+    let rec = vx.jobs.get(&name).expect("just inserted");
     Ok(Reply::msg(Svc::Vertex, JOB_SCHEMA, rec.body.clone()))
 }
 
-pub fn get(w: &World, name: &str) -> ApiResult<Reply> {
-    let rec = w.jobs.get(name).ok_or_else(|| not_found(name))?;
+pub fn get(vx: &Vertex, name: &str) -> ApiResult<Reply> {
+    let rec = vx.jobs.get(name).ok_or_else(|| not_found(name))?;
     Ok(Reply::msg(Svc::Vertex, JOB_SCHEMA, rec.body.clone()))
 }
 
@@ -285,14 +295,14 @@ fn field(r: &JobRec, f: &str) -> Option<String> {
 /// strongly consistent with `customJobs.create` is not documented (the REST reference of
 /// `customJobs.list` says nothing either way; docs/reliability.md, "Not verified against real
 /// GCP"): the emulator can therefore answer both ways, and the operator must not rely on it.
-pub fn list(w: &mut World, parent: &str, q: &Query) -> ApiResult<Reply> {
+pub fn list(w: &mut Cloud, vx: &mut Vertex, parent: &str, q: &Query) -> ApiResult<Reply> {
     let expr = q
         .get("filter")
         .map(|f| filter::parse(f, &FILTER_FIELDS))
         .transpose()?;
     let prefix = format!("{parent}/customJobs/");
     let now = w.now;
-    for (_, r) in w
+    for (_, r) in vx
         .jobs
         .range_mut(prefix.clone()..)
         .take_while(|(k, _)| k.starts_with(&prefix))
@@ -305,7 +315,7 @@ pub fn list(w: &mut World, parent: &str, q: &Query) -> ApiResult<Reply> {
             }
         }
     }
-    let mut all: Vec<&JobRec> = w
+    let mut all: Vec<&JobRec> = vx
         .jobs
         .range(prefix.clone()..)
         .take_while(|(k, _)| k.starts_with(&prefix))
@@ -363,8 +373,8 @@ fn camel(s: &str) -> String {
     out
 }
 
-pub fn cancel(w: &mut World, name: &str) -> ApiResult<()> {
-    let rec = w.jobs.get(name).ok_or_else(|| not_found(name))?;
+pub fn cancel(w: &mut Cloud, vx: &mut Vertex, name: &str) -> ApiResult<()> {
+    let rec = vx.jobs.get(name).ok_or_else(|| not_found(name))?;
     match rec.state() {
         "JOB_STATE_CANCELLING" => return Ok(()),
         s if TERMINAL.contains(&s) => {
@@ -375,27 +385,27 @@ pub fn cancel(w: &mut World, name: &str) -> ApiResult<()> {
         _ => {}
     }
     let t = w.schedule(
-        World::add(w.now, w.cfg.durations.job_cancel),
+        Cloud::add(w.now, w.cfg.durations.job_cancel),
         TimerKind::Job,
         name,
     );
     let now = ts(w.now);
-    let rec = w.jobs.get_mut(name).expect("checked");
+    let rec = vx.jobs.get_mut(name).expect("checked");
     rec.set_state("JOB_STATE_CANCELLING");
     rec.body["updateTime"] = json!(now);
     rec.timer = Some(t);
     Ok(())
 }
 
-pub fn delete(w: &mut World, name: &str) -> ApiResult<Reply> {
-    let rec = w.jobs.get(name).ok_or_else(|| not_found(name))?;
+pub fn delete(w: &mut Cloud, vx: &mut Vertex, name: &str) -> ApiResult<Reply> {
+    let rec = vx.jobs.get(name).ok_or_else(|| not_found(name))?;
     if !TERMINAL.contains(&rec.state()) {
         return Err(ApiError::precondition(format!(
             "CustomJob \"{name}\" is in state {}; cancel it and wait for a terminal state before deleting",
             rec.state()
         )));
     }
-    w.jobs.remove(name);
+    vx.jobs.remove(name);
     let parent = name.split("/customJobs/").next().unwrap_or_default().to_string();
     let seq = w.next_seq();
     let op_name = format!(
@@ -404,14 +414,14 @@ pub fn delete(w: &mut World, name: &str) -> ApiResult<Reply> {
     );
     let now = ts(w.now);
     let meta = json!({"@type": DELETE_META_TYPE, "genericMetadata": {"createTime": now, "updateTime": now}});
-    lro::start(w, Svc::Vertex, op_name.clone(), meta);
-    lro::finish_ok(w, &op_name, json!({"@type": lro::EMPTY}));
+    lro::start(&mut w.ops, Svc::Vertex, op_name.clone(), meta);
+    lro::finish_ok(&mut w.ops, w.now, &op_name, json!({"@type": lro::EMPTY}));
     Ok(Reply::op(w.ops[&op_name].body.clone()))
 }
 
 /// Fault: fail the job now (if it exists and is not terminal) or at the end of its run.
-pub fn fail_now(w: &mut World, name: &str) {
-    let keys: Vec<String> = w
+pub fn fail_now(w: &mut Cloud, vx: &mut Vertex, name: &str) {
+    let keys: Vec<String> = vx
         .jobs
         .keys()
         .filter(|k| k.as_str() == name || k.rsplit('/').next() == Some(name))
@@ -419,7 +429,7 @@ pub fn fail_now(w: &mut World, name: &str) {
         .collect();
     for k in keys {
         let t = w.schedule(w.now, TimerKind::Job, &k);
-        if let Some(j) = w.jobs.get_mut(&k)
+        if let Some(j) = vx.jobs.get_mut(&k)
             && !TERMINAL.contains(&j.state())
             && j.state() != "JOB_STATE_CANCELLING"
         {
@@ -453,8 +463,8 @@ fn timeout(job: &Value) -> std::time::Duration {
 ///   message (docs/reliability.md, "Not verified against real GCP").
 ///
 /// Jobs that are not Spot (`scheduling.strategy` SPOT) cannot be preempted: FAILED_PRECONDITION.
-pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
-    let key = w
+pub fn preempt(w: &mut Cloud, vx: &mut Vertex, name: &str) -> ApiResult<()> {
+    let key = vx
         .jobs
         .keys()
         .find(|k| k.as_str() == name || k.rsplit('/').next() == Some(name))
@@ -462,7 +472,7 @@ pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
         .ok_or_else(|| not_found(name))?;
     let now = w.now;
     let d = w.cfg.durations.clone();
-    let j = w.jobs.get(&key).ok_or_else(|| not_found(name))?;
+    let j = vx.jobs.get(&key).ok_or_else(|| not_found(name))?;
     let scheduling = &j.body["jobSpec"]["scheduling"];
     let spot = scheduling["strategy"] == json!("SPOT") || scheduling["strategy"] == json!(4);
     if !spot {
@@ -478,7 +488,7 @@ pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
     }
     let restart = scheduling["restartJobOnWorkerRestart"].as_bool().unwrap_or(false);
     let t = w.schedule(
-        World::add(
+        Cloud::add(
             now,
             if restart {
                 d.job_pending
@@ -489,7 +499,7 @@ pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
         TimerKind::Job,
         &key,
     );
-    let j = w.jobs.get_mut(&key).ok_or_else(|| not_found(name))?;
+    let j = vx.jobs.get_mut(&key).ok_or_else(|| not_found(name))?;
     j.body["updateTime"] = json!(ts(now));
     if restart {
         // The whole job starts over: provisioning again, then a full run.
@@ -512,7 +522,7 @@ pub fn preempt(w: &mut World, name: &str) -> ApiResult<()> {
 /// `scheduling.timeout`.
 fn run_end(job: &Value, job_run: std::time::Duration) -> Option<chrono::DateTime<chrono::Utc>> {
     let start = job["startTime"].as_str().and_then(crate::wire::time::parse_ts)?;
-    Some(World::add(start, job_run.min(timeout(job))))
+    Some(Cloud::add(start, job_run.min(timeout(job))))
 }
 
 fn run_ends_after(job: &Value, job_run: std::time::Duration, now: chrono::DateTime<chrono::Utc>) -> bool {
@@ -550,7 +560,7 @@ fn job_checkpoint_dir(job: &Value) -> Option<String> {
     })
 }
 
-pub fn fire(w: &mut World, seq: u64, name: &str) {
+pub fn fire(w: &mut Cloud, vx: &mut Vertex, seq: u64, name: &str) {
     let now = w.now;
     let d = w.cfg.durations.clone();
     let failing = name_matches(&w.faults.failing, name);
@@ -565,7 +575,7 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
         .split('/')
         .nth(3)
         .is_some_and(|l| w.faults.vertex_stockouts.contains(l));
-    let Some(j) = w.jobs.get_mut(name) else { return };
+    let Some(j) = vx.jobs.get_mut(name) else { return };
     if j.timer != Some(seq) {
         return;
     }
@@ -597,7 +607,7 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
                 .as_str()
                 .and_then(crate::wire::time::parse_ts)
                 .unwrap_or(now);
-            let expires = World::add(created, max_wait);
+            let expires = Cloud::add(created, max_wait);
             if flex && !max_wait.is_zero() && now >= expires {
                 j.set_state("JOB_STATE_EXPIRED");
                 j.body["endTime"] = json!(stamp);
@@ -678,11 +688,11 @@ pub fn fire(w: &mut World, seq: u64, name: &str) {
         && w.cfg.simulate_outputs
         && !name_matches(&w.faults.suppressed_outputs, name)
     {
-        crate::tpu::nodes::write_checkpoint_to(w, &dir);
+        crate::outputs::write_checkpoint_to(w, &dir);
     }
     if let Some(after) = next {
-        let t = w.schedule(World::add(now, after), TimerKind::Job, name);
-        if let Some(j) = w.jobs.get_mut(name) {
+        let t = w.schedule(Cloud::add(now, after), TimerKind::Job, name);
+        if let Some(j) = vx.jobs.get_mut(name) {
             j.timer = Some(t);
         }
     }

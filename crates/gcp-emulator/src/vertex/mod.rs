@@ -3,28 +3,18 @@
 pub mod jobs;
 
 use crate::api::{Reply, Req, list_body, no_route};
+use crate::cloud::Cloud;
 use crate::errors::ApiResult;
 use crate::lro;
+use crate::store::Store;
 use crate::wire::schema::Svc;
-use crate::world::World;
 use axum::http::Method;
 use serde_json::json;
 
-/// GCP label rules (Vertex, Dataproc): keys 1-63 chars starting with a lowercase letter, values
-/// 0-63 chars; lowercase letters, digits, `_` and `-` (international letters are accepted too).
-pub fn label_ok(s: &str, is_value: bool) -> bool {
-    let n = s.chars().count();
-    let len_ok = if is_value { n <= 63 } else { (1..=63).contains(&n) };
-    let first_ok = is_value || s.chars().next().is_some_and(|c| c.is_lowercase());
-    len_ok
-        && first_ok
-        && s.chars().all(|c| {
-            c.is_lowercase()
-                || c.is_ascii_digit()
-                || c == '_'
-                || c == '-'
-                || (!c.is_ascii() && c.is_alphanumeric())
-        })
+/// The Vertex AI service's resources (its operations are in [`Cloud::ops`]).
+#[derive(Default)]
+pub struct Vertex {
+    pub jobs: Store<jobs::JobRec>,
 }
 
 #[derive(Debug)]
@@ -108,17 +98,17 @@ pub fn route(req: &Req) -> Option<(Route, &'static str)> {
 }
 
 /// Vertex names carry the project NUMBER; requests may use the id or the number.
-pub fn canonical_project(w: &mut World, project: &str) -> String {
+pub fn canonical_project(w: &mut Cloud, project: &str) -> String {
     w.project_number(project).to_string()
 }
 
-pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult<Reply> {
+pub fn handle(w: &mut Cloud, vx: &mut Vertex, req: &Req, route: Route, method: &str) -> ApiResult<Reply> {
     match route {
         Route::Jobs { project, location } => {
             let num = canonical_project(w, &project);
             match method {
-                "customJobs.create" => jobs::create(w, &num, &location, &req.json()?),
-                _ => jobs::list(w, &format!("projects/{num}/locations/{location}"), &req.query),
+                "customJobs.create" => jobs::create(w, vx, &num, &location, &req.json()?),
+                _ => jobs::list(w, vx, &format!("projects/{num}/locations/{location}"), &req.query),
             }
         }
         Route::Job {
@@ -129,18 +119,18 @@ pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult
             let num = canonical_project(w, &project);
             let name = jobs::job_name(&num, &location, &id)?;
             match method {
-                "customJobs.get" => jobs::get(w, &name),
-                "customJobs.delete" => jobs::delete(w, &name),
+                "customJobs.get" => jobs::get(vx, &name),
+                "customJobs.delete" => jobs::delete(w, vx, &name),
                 _ => {
                     req.json()?;
-                    jobs::cancel(w, &name).map(|_| Reply::json(json!({})))
+                    jobs::cancel(w, vx, &name).map(|_| Reply::json(json!({})))
                 }
             }
         }
         Route::Operations { project, location } => {
             let num = canonical_project(w, &project);
             let all = lro::list(
-                w,
+                &w.ops,
                 Svc::Vertex,
                 &format!("projects/{num}/locations/{location}"),
                 req.query.get("filter"),
@@ -154,11 +144,11 @@ pub fn handle(w: &mut World, req: &Req, route: Route, method: &str) -> ApiResult
             let name = name_parts.join("/");
             match method {
                 "operations.get" | "operations.wait" => {
-                    Ok(Reply::op(lro::get(w, Svc::Vertex, &name)?.body.clone()))
+                    Ok(Reply::op(lro::get(&w.ops, Svc::Vertex, &name)?.body.clone()))
                 }
-                "operations.delete" => lro::delete(w, Svc::Vertex, &name).map(Reply::json),
+                "operations.delete" => lro::delete(&mut w.ops, Svc::Vertex, &name).map(Reply::json),
                 "operations.cancel" => {
-                    lro::get(w, Svc::Vertex, &name)?;
+                    lro::get(&w.ops, Svc::Vertex, &name)?;
                     Ok(Reply::json(json!({})))
                 }
                 _ => Err(no_route(&req.method, &name)),
