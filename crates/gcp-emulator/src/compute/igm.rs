@@ -91,10 +91,7 @@ pub fn insert(
         .as_str()
         .ok_or_else(|| errors::required("resource.instanceTemplate"))?;
     let template = super::rel(t_url).to_string();
-    let tpl = ce
-        .templates
-        .get(&template)
-        .ok_or_else(|| errors::not_found(&template))?;
+    let tpl = ce.templates.find(&template, errors::not_found)?;
     if !template.starts_with(&format!("projects/{project}/regions/{region}/")) {
         return Err(errors::invalid_field(
             "resource.instanceTemplate",
@@ -315,7 +312,9 @@ pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
 }
 
 pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = super::under(&ce.igms, &format!("{scope}/instanceGroupManagers/"))
+    let items: Vec<Value> = ce
+        .igms
+        .under(&format!("{scope}/instanceGroupManagers/"))
         .filter_map(|(k, _)| view(ce, k))
         .collect();
     let items = super::filtered(items, req, &["name", "id"])?;
@@ -330,7 +329,7 @@ pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
 /// `listManagedInstances`: members with `instanceStatus` / `currentAction`, and VMs still
 /// waiting for capacity (`currentAction` CREATING, `lastAttempt.errors` naming the stockout).
 pub fn list_managed(ce: &ComputeState, key: &str) -> ApiResult<Value> {
-    let g = ce.igms.get(key).ok_or_else(|| errors::not_found(key))?;
+    let g = ce.igms.find(key, errors::not_found)?;
     let version = json!({"instanceTemplate": format!("{BASE}{}", g.template)});
     let mut out = Vec::new();
     for (k, r) in ce.instances.iter().filter(|(_, r)| r.igm.as_deref() == Some(key)) {

@@ -249,14 +249,13 @@ pub fn insert(
 }
 
 pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
-    ce.instances
-        .get(key)
-        .map(|r| r.body.clone())
-        .ok_or_else(|| errors::not_found(key))
+    ce.instances.find(key, errors::not_found).map(|r| r.body.clone())
 }
 
 pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = super::under(&ce.instances, &format!("{scope}/instances/"))
+    let items: Vec<Value> = ce
+        .instances
+        .under(&format!("{scope}/instances/"))
         .map(|(_, r)| r.body.clone())
         .collect();
     let items = super::filtered(

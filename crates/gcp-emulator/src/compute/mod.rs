@@ -20,6 +20,7 @@ use crate::api::{Reply, Req, no_route};
 use crate::cloud::Cloud;
 use crate::errors::ApiResult;
 use crate::filter;
+use crate::store::{Paging, Store};
 use crate::wire::schema::{self, Svc};
 use axum::http::Method;
 use serde_json::{Value, json};
@@ -32,12 +33,12 @@ pub const BASE: &str = "https://www.googleapis.com/compute/v1/";
 /// (`projects/p/zones/z/instances/i`).
 #[derive(Debug, Default)]
 pub struct ComputeState {
-    pub instances: BTreeMap<String, instances::InstanceRec>,
-    pub templates: BTreeMap<String, Value>,
-    pub policies: BTreeMap<String, Value>,
-    pub igms: BTreeMap<String, igm::IgmRec>,
-    pub resize: BTreeMap<String, resize::ResizeRec>,
-    pub ops: BTreeMap<String, Value>,
+    pub instances: Store<instances::InstanceRec>,
+    pub templates: Store<Value>,
+    pub policies: Store<Value>,
+    pub igms: Store<igm::IgmRec>,
+    pub resize: Store<resize::ResizeRec>,
+    pub ops: Store<Value>,
     /// Counter for internal IPs.
     pub next_ip: u64,
 }
@@ -297,10 +298,16 @@ pub fn filtered(items: Vec<Value>, req: &Req, fields: &[&str]) -> ApiResult<Vec<
         .collect())
 }
 
-/// A Compute list: `{kind, id, items, selfLink, nextPageToken}` (`maxResults` default and max 500).
+/// Compute lists page by `maxResults` (default and max 500).
+const PAGING: Paging = Paging {
+    size_param: "maxResults",
+    default: 500,
+    max: 500,
+};
+
+/// A Compute list: `{kind, id, items, selfLink, nextPageToken}`.
 pub fn list_page(kind: &str, scope_key: &str, items: Vec<Value>, req: &Req) -> ApiResult<Value> {
-    let size = req.query.page_size("maxResults", 500, 500)?;
-    let (page, next) = crate::wire::query::paginate(&items, size, req.query.get("pageToken"))?;
+    let (page, next) = PAGING.page(&items, &req.query)?;
     let mut out = json!({"kind": kind, "id": scope_key, "selfLink": format!("{BASE}{scope_key}")});
     if !page.is_empty() {
         out["items"] = Value::Array(page);
@@ -309,13 +316,6 @@ pub fn list_page(kind: &str, scope_key: &str, items: Vec<Value>, req: &Req) -> A
         out["nextPageToken"] = json!(t);
     }
     Ok(out)
-}
-
-/// Items of `map` whose key starts with `prefix`.
-pub fn under<'a, T>(map: &'a BTreeMap<String, T>, prefix: &str) -> impl Iterator<Item = (&'a String, &'a T)> {
-    let prefix = prefix.to_string();
-    map.range(prefix.clone()..)
-        .take_while(move |(k, _)| k.starts_with(&prefix))
 }
 
 /// Admin lists: `/emulator/v1/{path}` -> what.

@@ -83,7 +83,7 @@ pub fn fail(w: &mut Cloud, ce: &mut ComputeState, key: &str, code: &str, message
 }
 
 pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
-    ce.ops.get(key).cloned().ok_or_else(|| errors::not_found(key))
+    ce.ops.find(key, errors::not_found).cloned()
 }
 
 fn rid_key(scope: &str, req: &Req) -> Option<String> {

@@ -68,14 +68,13 @@ pub fn insert(
 }
 
 pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
-    ce.policies
-        .get(key)
-        .cloned()
-        .ok_or_else(|| errors::not_found(key))
+    ce.policies.find(key, errors::not_found).cloned()
 }
 
 pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = super::under(&ce.policies, &format!("{scope}/resourcePolicies/"))
+    let items: Vec<Value> = ce
+        .policies
+        .under(&format!("{scope}/resourcePolicies/"))
         .map(|(_, p)| p.clone())
         .collect();
     let items = super::filtered(items, req, &["name", "id", "status"])?;

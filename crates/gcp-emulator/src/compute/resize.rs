@@ -58,7 +58,7 @@ pub fn insert(
         return Ok(op);
     }
     let mut v = super::validate("InstanceGroupManagerResizeRequest", req)?;
-    let g = ce.igms.get(igm_key).ok_or_else(|| errors::not_found(igm_key))?;
+    let g = ce.igms.find(igm_key, errors::not_found)?;
     if g.deleting.is_some() {
         return Err(errors::not_ready(format!(
             "The instance group manager '{igm_key}' is being deleted"
@@ -233,7 +233,7 @@ fn roll_back(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
 /// Admin: the request fails now with `message` (`status.error`); VMs it created are rolled
 /// back and removed from the MIG (discovery doc, state FAILED).
 pub fn fail(w: &mut Cloud, ce: &mut ComputeState, key: &str, message: &str) -> ApiResult<()> {
-    let r = ce.resize.get(key).ok_or_else(|| errors::not_found(key))?;
+    let r = ce.resize.find(key, errors::not_found)?;
     if !matches!(r.state(), "CREATING" | "ACCEPTED") {
         return Err(errors::not_ready(format!(
             "Resize request '{key}' is {}, not active",
@@ -251,17 +251,16 @@ pub fn fail(w: &mut Cloud, ce: &mut ComputeState, key: &str, message: &str) -> A
 }
 
 pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
-    ce.resize
-        .get(key)
-        .map(|r| r.body.clone())
-        .ok_or_else(|| errors::not_found(key))
+    ce.resize.find(key, errors::not_found).map(|r| r.body.clone())
 }
 
 pub fn list(ce: &ComputeState, igm_key: &str, req: &Req) -> ApiResult<Value> {
     if !ce.igms.contains_key(igm_key) {
         return Err(errors::not_found(igm_key));
     }
-    let items: Vec<Value> = super::under(&ce.resize, &format!("{igm_key}/resizeRequests/"))
+    let items: Vec<Value> = ce
+        .resize
+        .under(&format!("{igm_key}/resizeRequests/"))
         .map(|(_, r)| r.body.clone())
         .collect();
     let items = super::filtered(items, req, &["name", "state", "id"])?;
@@ -285,7 +284,7 @@ pub fn cancel(
     if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
-    let r = ce.resize.get(key).ok_or_else(|| errors::not_found(key))?;
+    let r = ce.resize.find(key, errors::not_found)?;
     if r.state() != "ACCEPTED" || r.granted {
         return Err(errors::not_ready(format!(
             "Resize request '{key}' cannot be cancelled in state {}: only requests that are ACCEPTED in the queue can be cancelled",
@@ -318,7 +317,7 @@ pub fn delete(
     if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
-    let r = ce.resize.get(key).ok_or_else(|| errors::not_found(key))?;
+    let r = ce.resize.find(key, errors::not_found)?;
     if matches!(r.state(), "CREATING" | "ACCEPTED") {
         return Err(errors::not_ready(format!(
             "Resize request '{key}' is {}: an active request cannot be deleted; cancel it first",

@@ -72,14 +72,13 @@ pub fn insert(
 }
 
 pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
-    ce.templates
-        .get(key)
-        .cloned()
-        .ok_or_else(|| errors::not_found(key))
+    ce.templates.find(key, errors::not_found).cloned()
 }
 
 pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = super::under(&ce.templates, &format!("{scope}/instanceTemplates/"))
+    let items: Vec<Value> = ce
+        .templates
+        .under(&format!("{scope}/instanceTemplates/"))
         .map(|(_, t)| t.clone())
         .collect();
     let items = super::filtered(items, req, &["name", "id"])?;

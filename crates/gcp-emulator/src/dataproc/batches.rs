@@ -303,7 +303,7 @@ pub fn create(
 }
 
 pub fn get(dp: &Dataproc, name: &str) -> ApiResult<Reply> {
-    let rec = dp.batches.get(name).ok_or_else(|| not_found(name))?;
+    let rec = dp.batches.find(name, not_found)?;
     Ok(Reply::msg(Svc::Dataproc, "Batch", rec.body.clone()))
 }
 
@@ -337,16 +337,14 @@ pub fn list(dp: &Dataproc, parent: &str, q: &Query) -> ApiResult<Reply> {
     let prefix = format!("{parent}/batches/");
     let mut all: Vec<&BatchRec> = dp
         .batches
-        .range(prefix.clone()..)
-        .take_while(|(k, _)| k.starts_with(&prefix))
+        .under(&prefix)
         .map(|(_, r)| r)
         .filter(|r| expr.as_ref().is_none_or(|e| filter::eval(e, &|f| field(r, f))))
         .collect();
     // Newest first (the service's default and only supported order).
     // Newest first; integer keys keep this cheap with thousands of resources.
     all.sort_unstable_by_key(|r| std::cmp::Reverse((r.created, r.create_seq)));
-    let size = q.page_size("pageSize", 20, 1000)?;
-    let (page, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    let (page, next) = super::BATCH_PAGING.page(&all, q)?;
     let items = page.into_iter().map(|r| r.body.clone()).collect();
     Ok(Reply::list(
         "batches",
@@ -376,7 +374,7 @@ fn field(r: &BatchRec, f: &str) -> Option<String> {
 }
 
 pub fn delete(dp: &mut Dataproc, name: &str) -> ApiResult<Reply> {
-    let rec = dp.batches.get(name).ok_or_else(|| not_found(name))?;
+    let rec = dp.batches.find(name, not_found)?;
     if !TERMINAL.contains(&rec.state()) {
         return Err(ApiError::precondition(format!(
             "Cannot delete batch \"{name}\" in state {}: the batch must be in CANCELLED, SUCCEEDED or FAILED state",

@@ -6,10 +6,14 @@ use crate::api::{Reply, Req, list_body, no_route};
 use crate::cloud::Cloud;
 use crate::errors::{ApiError, ApiResult};
 use crate::lro;
-use crate::store::Store;
+use crate::store::{Paging, Store};
 use crate::wire::schema::Svc;
 use axum::http::Method;
 use serde_json::json;
+
+/// Dataproc pages batches by `pageSize` default 20 and operations default 100 (max 1000 both).
+pub const BATCH_PAGING: Paging = Paging::page_size(20, 1000);
+pub const OP_PAGING: Paging = Paging::page_size(100, 1000);
 
 /// The Dataproc service's resources (its operations are in [`Cloud::ops`]).
 #[derive(Default)]
@@ -139,8 +143,7 @@ pub fn handle(w: &mut Cloud, dp: &mut Dataproc, req: &Req, route: Route, method:
         Route::Operations { project, region } => {
             let parent = format!("projects/{project}/regions/{region}");
             let all = lro::list(&w.ops, Svc::Dataproc, &parent, req.query.get("filter"))?;
-            let size = req.query.page_size("pageSize", 100, 1000)?;
-            let (items, next) = crate::wire::query::paginate(&all, size, req.query.get("pageToken"))?;
+            let (items, next) = OP_PAGING.page(&all, &req.query)?;
             Ok(Reply::ops(list_body("operations", items, next)))
         }
         Route::Operation { project, region, id } => {

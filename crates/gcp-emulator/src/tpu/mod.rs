@@ -9,7 +9,7 @@ use crate::api::{Reply, Req, list_body, no_route};
 use crate::cloud::Cloud;
 use crate::errors::{ApiError, ApiResult};
 use crate::lro;
-use crate::store::Store;
+use crate::store::{Paging, Store};
 use crate::wire::schema::Svc;
 use crate::wire::time::ts;
 use axum::http::Method;
@@ -25,6 +25,9 @@ pub struct Tpu {
     /// TPU reservations: full name -> chips (`reservations.rs`).
     pub reservations: BTreeMap<String, u64>,
 }
+
+/// Every TPU list pages by `pageSize`, default and max 1000.
+pub const PAGING: Paging = Paging::page_size(1000, 1000);
 
 pub const NODE_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.Node";
 pub const QR_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource";
@@ -189,8 +192,7 @@ pub fn handle(w: &mut Cloud, tpu: &mut Tpu, req: &Req, route: Route, method: &st
                 "queuedResources.list" => queued::list(tpu, &parent, &req.query),
                 "operations.list" => {
                     let all = lro::list(&w.ops, Svc::Tpu, &parent, req.query.get("filter"))?;
-                    let size = req.query.page_size("pageSize", 1000, 1000)?;
-                    let (items, next) = crate::wire::query::paginate(&all, size, req.query.get("pageToken"))?;
+                    let (items, next) = PAGING.page(&all, &req.query)?;
                     Ok(Reply::ops(list_body("operations", items, next)))
                 }
                 "acceleratorTypes.list" => {
@@ -257,8 +259,7 @@ fn catalog_list(all: Vec<Value>, key: &'static str, req: &Req) -> ApiResult<Repl
             all.into_iter().filter(|it| it[k].as_str() == Some(v)).collect()
         }
     };
-    let size = req.query.page_size("pageSize", 1000, 1000)?;
-    let (items, next) = crate::wire::query::paginate(&filtered, size, req.query.get("pageToken"))?;
+    let (items, next) = PAGING.page(&filtered, &req.query)?;
     Ok(Reply::list(
         key,
         Svc::Tpu,

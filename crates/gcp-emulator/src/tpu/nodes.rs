@@ -310,20 +310,14 @@ fn op_copy(rec: &NodeRec) -> Value {
 }
 
 pub fn get(tpu: &Tpu, name: &str) -> ApiResult<Reply> {
-    let rec = tpu.nodes.get(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.nodes.find(name, not_found)?;
     Ok(Reply::msg(Svc::Tpu, "Node", view(rec)))
 }
 
 pub fn list(tpu: &Tpu, parent: &str, q: &Query) -> ApiResult<Reply> {
     let prefix = format!("{parent}/nodes/");
-    let all: Vec<&NodeRec> = tpu
-        .nodes
-        .range(prefix.clone()..)
-        .take_while(|(k, _)| k.starts_with(&prefix))
-        .map(|(_, r)| r)
-        .collect();
-    let size = q.page_size("pageSize", 1000, 1000)?;
-    let (page, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    let all: Vec<&NodeRec> = tpu.nodes.under(&prefix).map(|(_, r)| r).collect();
+    let (page, next) = super::PAGING.page(&all, q)?;
     let items = page.into_iter().map(view).collect();
     Ok(Reply::list(
         "nodes",
@@ -350,7 +344,7 @@ fn transition(
         op_metadata(w.now, name, verb),
     );
     let timer = w.schedule(Cloud::add(w.now, d), TimerKind::Node, name);
-    let rec = tpu.nodes.get_mut(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.nodes.find_mut(name, not_found)?;
     // An operation still waiting on the previous transition is superseded: it fails ABORTED.
     let previous = rec.op.replace(op_name);
     rec.body["state"] = json!(to);
@@ -367,7 +361,7 @@ fn transition(
 }
 
 pub fn delete(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
-    let rec = tpu.nodes.get(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.nodes.find(name, not_found)?;
     if rec.state() == "DELETING" {
         return Err(ApiError::precondition(format!(
             "TPU node \"{name}\" is already being deleted"
@@ -378,7 +372,7 @@ pub fn delete(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
 }
 
 pub fn stop(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
-    let rec = tpu.nodes.get(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.nodes.find(name, not_found)?;
     if rec.hosts > 1 {
         return Err(ApiError::precondition(format!(
             "Stop is only available with single TPU nodes; \"{name}\" has {} hosts",
@@ -396,7 +390,7 @@ pub fn stop(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
 }
 
 pub fn start(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
-    let rec = tpu.nodes.get(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.nodes.find(name, not_found)?;
     if rec.state() != "STOPPED" {
         return Err(ApiError::precondition(format!(
             "Cannot start TPU node \"{name}\" in state {}",
@@ -536,7 +530,7 @@ pub fn fire_update_op(w: &mut Cloud, tpu: &mut Tpu, op_name: &str) {
 }
 
 pub fn guest_attributes(tpu: &Tpu, name: &str, body: &Value) -> ApiResult<Reply> {
-    let rec = tpu.nodes.get(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.nodes.find(name, not_found)?;
     let req = schema::validate(Svc::Tpu, "GetGuestAttributesRequest", body, "")?;
     let query_path = req["queryPath"].as_str().unwrap_or("").to_string();
     let workers: Vec<String> = match req["workerIds"].as_array() {
@@ -777,7 +771,7 @@ pub fn fire_workload(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
 
 /// Fault: preempt a spot / preemptible node now.
 pub fn preempt(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<()> {
-    let rec = tpu.nodes.get_mut(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.nodes.find_mut(name, not_found)?;
     let qr = rec.body["queuedResource"].as_str().map(str::to_string);
     if let Some(qr) = qr {
         return super::queued::preempt(w, tpu, &qr);

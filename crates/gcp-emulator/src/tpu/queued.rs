@@ -209,20 +209,14 @@ pub fn create(
 }
 
 pub fn get(tpu: &Tpu, name: &str) -> ApiResult<Reply> {
-    let rec = tpu.qrs.get(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.qrs.find(name, not_found)?;
     Ok(Reply::msg(Svc::Tpu, "QueuedResource", rec.body.clone()))
 }
 
 pub fn list(tpu: &Tpu, parent: &str, q: &Query) -> ApiResult<Reply> {
     let prefix = format!("{parent}/queuedResources/");
-    let all: Vec<&QrRec> = tpu
-        .qrs
-        .range(prefix.clone()..)
-        .take_while(|(k, _)| k.starts_with(&prefix))
-        .map(|(_, r)| r)
-        .collect();
-    let size = q.page_size("pageSize", 1000, 1000)?;
-    let (page, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    let all: Vec<&QrRec> = tpu.qrs.under(&prefix).map(|(_, r)| r).collect();
+    let (page, next) = super::PAGING.page(&all, q)?;
     let items = page.into_iter().map(|r| r.body.clone()).collect();
     Ok(Reply::list(
         "queuedResources",
@@ -249,7 +243,7 @@ pub fn delete(w: &mut Cloud, tpu: &mut Tpu, name: &str, q: &Query) -> ApiResult<
         return Ok(Reply::op(op.body.clone()));
     }
     let force = q.bool("force")?;
-    let rec = tpu.qrs.get(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.qrs.find(name, not_found)?;
     let live = live_nodes(tpu, rec);
     let state = rec.state().to_string();
     if state == "DELETING" {
@@ -299,7 +293,7 @@ pub fn delete(w: &mut Cloud, tpu: &mut Tpu, name: &str, q: &Query) -> ApiResult<
 }
 
 pub fn reset(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
-    let rec = tpu.qrs.get(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.qrs.find(name, not_found)?;
     let state = rec.state().to_string();
     if !["FAILED", "SUSPENDED"].contains(&state.as_str()) {
         return Err(ApiError::precondition(format!(
@@ -335,7 +329,7 @@ pub fn reset(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
 
 /// Fault: the capacity behind a queued resource is reclaimed now.
 pub fn preempt(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<()> {
-    let rec = tpu.qrs.get(name).ok_or_else(|| not_found(name))?;
+    let rec = tpu.qrs.find(name, not_found)?;
     if !["ACTIVE", "PROVISIONING"].contains(&rec.state()) {
         return Err(ApiError::precondition(format!(
             "QueuedResource \"{name}\" in state {} has no capacity to preempt",

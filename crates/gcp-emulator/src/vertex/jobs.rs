@@ -261,7 +261,7 @@ pub fn create(
 }
 
 pub fn get(vx: &Vertex, name: &str) -> ApiResult<Reply> {
-    let rec = vx.jobs.get(name).ok_or_else(|| not_found(name))?;
+    let rec = vx.jobs.find(name, not_found)?;
     Ok(Reply::msg(Svc::Vertex, JOB_SCHEMA, rec.body.clone()))
 }
 
@@ -317,8 +317,7 @@ pub fn list(w: &mut Cloud, vx: &mut Vertex, parent: &str, q: &Query) -> ApiResul
     }
     let mut all: Vec<&JobRec> = vx
         .jobs
-        .range(prefix.clone()..)
-        .take_while(|(k, _)| k.starts_with(&prefix))
+        .under(&prefix)
         .map(|(_, r)| r)
         .filter(|r| r.hidden.is_none())
         .filter(|r| expr.as_ref().is_none_or(|e| filter::eval(e, &|f| field(r, f))))
@@ -331,8 +330,7 @@ pub fn list(w: &mut Cloud, vx: &mut Vertex, parent: &str, q: &Query) -> ApiResul
             .filter(|p| !p.is_empty())
             .collect()
     });
-    let size = q.page_size("pageSize", 100, 1000)?;
-    let (page, next) = crate::wire::query::paginate(&all, size, q.get("pageToken"))?;
+    let (page, next) = super::PAGING.page(&all, q)?;
     let items: Vec<Value> = page
         .into_iter()
         .map(|r| match &mask {
@@ -374,7 +372,7 @@ fn camel(s: &str) -> String {
 }
 
 pub fn cancel(w: &mut Cloud, vx: &mut Vertex, name: &str) -> ApiResult<()> {
-    let rec = vx.jobs.get(name).ok_or_else(|| not_found(name))?;
+    let rec = vx.jobs.find(name, not_found)?;
     match rec.state() {
         "JOB_STATE_CANCELLING" => return Ok(()),
         s if TERMINAL.contains(&s) => {
@@ -398,7 +396,7 @@ pub fn cancel(w: &mut Cloud, vx: &mut Vertex, name: &str) -> ApiResult<()> {
 }
 
 pub fn delete(w: &mut Cloud, vx: &mut Vertex, name: &str) -> ApiResult<Reply> {
-    let rec = vx.jobs.get(name).ok_or_else(|| not_found(name))?;
+    let rec = vx.jobs.find(name, not_found)?;
     if !TERMINAL.contains(&rec.state()) {
         return Err(ApiError::precondition(format!(
             "CustomJob \"{name}\" is in state {}; cancel it and wait for a terminal state before deleting",

@@ -6,10 +6,13 @@ use crate::api::{Reply, Req, list_body, no_route};
 use crate::cloud::Cloud;
 use crate::errors::ApiResult;
 use crate::lro;
-use crate::store::Store;
+use crate::store::{Paging, Store};
 use crate::wire::schema::Svc;
 use axum::http::Method;
 use serde_json::json;
+
+/// Vertex lists (custom jobs, operations) page by `pageSize`, default 100, max 1000.
+pub const PAGING: Paging = Paging::page_size(100, 1000);
 
 /// The Vertex AI service's resources (its operations are in [`Cloud::ops`]).
 #[derive(Default)]
@@ -135,8 +138,7 @@ pub fn handle(w: &mut Cloud, vx: &mut Vertex, req: &Req, route: Route, method: &
                 &format!("projects/{num}/locations/{location}"),
                 req.query.get("filter"),
             )?;
-            let size = req.query.page_size("pageSize", 100, 1000)?;
-            let (items, next) = crate::wire::query::paginate(&all, size, req.query.get("pageToken"))?;
+            let (items, next) = PAGING.page(&all, &req.query)?;
             Ok(Reply::ops(list_body("operations", items, next)))
         }
         Route::Operation { mut name_parts } => {
