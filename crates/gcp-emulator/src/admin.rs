@@ -3,7 +3,7 @@
 
 use crate::config::Config;
 use crate::errors::{ApiError, ApiResult, Code};
-use crate::faults::{FailCallsState, Fault, LatencyState, RandomState};
+use crate::faults::{Fault, FollowUp};
 use crate::wire::Query;
 use crate::wire::time::{parse_ts, ts};
 use crate::world::Shared;
@@ -42,73 +42,15 @@ pub fn create_reservation(w: &mut World, name: &str, chips: u64) -> ApiResult<()
     Ok(())
 }
 
-/// Applies a fault to the world (shared by the admin API and [`crate::Emulator::inject`]).
+/// Applies a fault to the world (shared by the admin API and [`crate::Emulator::inject`]): faults
+/// that act on one resource go to the service owning it; the rest are recorded in
+/// [`crate::faults::Faults`], followed by what the services must re-check at once.
 pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
-    let f_ = &mut w.cloud.faults;
     match f {
-        Fault::FailCalls {
-            service,
-            method,
-            count,
-            code,
-            message,
-        } => {
-            f_.fail_calls.push(FailCallsState {
-                service,
-                method,
-                remaining: count,
-                code,
-                message,
-            });
-        }
-        Fault::LoseReply {
-            service,
-            method,
-            count,
-            code,
-        } => {
-            f_.lost_replies.push(FailCallsState {
-                service,
-                method,
-                remaining: count,
-                code: code.unwrap_or(Code::Unavailable),
-                message: None,
-            });
-        }
-        Fault::VertexListLag { lists, seconds } => {
-            f_.vertex_list_lag = Some(crate::faults::ListLag { lists, seconds });
-        }
-        Fault::LiftVertexListLag => f_.vertex_list_lag = None,
-        Fault::Stockout { zone, accelerator } => {
-            f_.stockouts.insert((zone, accelerator));
-        }
-        Fault::CapacityError {
-            zone,
-            accelerator,
-            cause,
-            shape,
-            quota_metric,
-        } => {
-            f_.capacity_errors
-                .retain(|c| (&c.zone, &c.accelerator) != (&zone, &accelerator));
-            f_.capacity_errors.push(crate::faults::CapacityErrorState {
-                zone,
-                accelerator,
-                cause,
-                shape,
-                quota_metric,
-            });
-        }
-        Fault::LiftStockout { zone, accelerator } => {
-            f_.capacity_errors
-                .retain(|c| (&c.zone, &c.accelerator) != (&zone, &accelerator));
-            f_.stockouts.remove(&(zone, accelerator));
-            crate::tpu::queued::recheck_waiting(&mut w.cloud, &mut w.tpu);
-            crate::compute::recheck(&mut w.cloud, &mut w.compute);
-        }
-        Fault::PreemptNode { name } => crate::tpu::nodes::preempt(&mut w.cloud, &mut w.tpu, &name)?,
+        Fault::PreemptNode { name } => crate::tpu::nodes::preempt(&mut w.cloud, &mut w.tpu, &name),
+        Fault::PreemptQueuedResource { name } => crate::tpu::queued::preempt(&mut w.cloud, &mut w.tpu, &name),
         Fault::PreemptInstance { name } => {
-            crate::compute::instances::preempt(&mut w.cloud, &mut w.compute, &name)?
+            crate::compute::instances::preempt(&mut w.cloud, &mut w.compute, &name)
         }
         Fault::FailResizeRequest { name, message } => crate::compute::resize::fail(
             &mut w.cloud,
@@ -117,90 +59,24 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
             message
                 .as_deref()
                 .unwrap_or("The resize request could not be fulfilled: not enough resources in the zone."),
-        )?,
-        Fault::ComputeCapacity {
-            zone,
-            machine_type,
-            hosts,
-        } => {
-            let key = format!("{zone}/{machine_type}");
-            match hosts {
-                Some(h) => f_.compute_capacity.insert(key, h),
-                None => f_.compute_capacity.remove(&key),
-            };
-            crate::compute::recheck(&mut w.cloud, &mut w.compute);
-        }
-        Fault::PreemptQueuedResource { name } => {
-            crate::tpu::queued::preempt(&mut w.cloud, &mut w.tpu, &name)?
-        }
-        Fault::FailBatch { name, message } => {
-            if let Some(m) = message {
-                f_.messages.insert(name.clone(), m);
+        ),
+        Fault::PreemptJob { name } => crate::vertex::jobs::preempt(&mut w.cloud, &mut w.vertex, &name),
+        recorded => {
+            match w.cloud.faults.record(recorded)? {
+                FollowUp::Nothing => {}
+                FollowUp::RecheckTpuAndCompute => {
+                    crate::tpu::queued::recheck_waiting(&mut w.cloud, &mut w.tpu);
+                    crate::compute::recheck(&mut w.cloud, &mut w.compute);
+                }
+                FollowUp::RecheckCompute => crate::compute::recheck(&mut w.cloud, &mut w.compute),
+                FollowUp::FailBatch(name) => {
+                    crate::dataproc::batches::fail_now(&mut w.cloud, &mut w.dataproc, &name)
+                }
+                FollowUp::FailJob(name) => crate::vertex::jobs::fail_now(&mut w.cloud, &mut w.vertex, &name),
             }
-            f_.failing.insert(name.clone());
-            crate::dataproc::batches::fail_now(&mut w.cloud, &mut w.dataproc, &name);
-        }
-        Fault::PreemptJob { name } => crate::vertex::jobs::preempt(&mut w.cloud, &mut w.vertex, &name)?,
-        Fault::VertexStockout { location } => {
-            f_.vertex_stockouts.insert(location);
-        }
-        Fault::LiftVertexStockout { location } => {
-            f_.vertex_stockouts.remove(&location);
-        }
-        Fault::FailJob { name, message } => {
-            if let Some(m) = message {
-                f_.messages.insert(name.clone(), m);
-            }
-            f_.failing.insert(name.clone());
-            crate::vertex::jobs::fail_now(&mut w.cloud, &mut w.vertex, &name);
-        }
-        Fault::FailTpuWorkload { node } => {
-            f_.failing_workloads.insert(node);
-        }
-        Fault::SuppressOutput { name } => {
-            f_.suppressed_outputs.insert(name);
-        }
-        Fault::Latency {
-            service,
-            method,
-            millis,
-            count,
-        } => {
-            f_.latency.push(LatencyState {
-                service,
-                method,
-                millis,
-                remaining: count,
-            });
-        }
-        Fault::RandomFailures {
-            rate,
-            seed,
-            code,
-            service,
-        } => {
-            if !(0.0..=1.0).contains(&rate) {
-                return Err(ApiError::invalid_field(
-                    "rate",
-                    format!("rate {rate} must be within [0, 1]"),
-                ));
-            }
-            f_.random.retain(|r| r.service != service);
-            let stream = RandomState {
-                rate,
-                state: seed,
-                code,
-                service,
-            };
-            // A service-specific stream must win over an any-service one, so those go first.
-            if stream.service.is_some() {
-                f_.random.insert(0, stream);
-            } else {
-                f_.random.push(stream);
-            }
+            Ok(())
         }
     }
-    Ok(())
 }
 
 pub fn list_resources(w: &World) -> Vec<ResourceSummary> {
@@ -299,31 +175,8 @@ fn handle_inner(
     match (method.clone(), rest) {
         (Method::GET, "healthz") => ok(json!({"status": "ok"})),
         (Method::GET, "clock") => ok(clock_view(shared)),
-        (Method::POST, "clock:advance") => {
-            let b: AdvanceBody = parse_body(body)?;
-            let d = match (b.duration, b.seconds) {
-                (Some(d), _) => humantime::parse_duration(&d)
-                    .map_err(|e| ApiError::invalid_field("duration", e.to_string()))?,
-                (None, Some(s)) if s >= 0.0 && s.is_finite() => std::time::Duration::from_secs_f64(s),
-                _ => {
-                    return Err(ApiError::invalid_field(
-                        "duration",
-                        "give \"duration\" (e.g. \"90s\") or \"seconds\" >= 0",
-                    ));
-                }
-            };
-            shared.clock.advance(d);
-            drop(shared.world());
-            ok(clock_view(shared))
-        }
-        (Method::POST, "clock:set") => {
-            let b: SetBody = parse_body(body)?;
-            let t = parse_ts(&b.time)
-                .ok_or_else(|| ApiError::invalid_field("time", format!("not RFC 3339: {}", b.time)))?;
-            shared.clock.set(t);
-            drop(shared.world());
-            ok(clock_view(shared))
-        }
+        (Method::POST, "clock:advance") => ok(advance_clock(shared, body)?),
+        (Method::POST, "clock:set") => ok(set_clock(shared, body)?),
         (Method::GET, "faults") => ok(serde_json::to_value(&shared.world().cloud.faults).unwrap_or_default()),
         (Method::POST, "faults") => {
             let f: Fault = parse_body(body)?;
@@ -334,57 +187,26 @@ fn handle_inner(
             shared.world().cloud.faults = Default::default();
             ok(json!({}))
         }
-        (Method::GET, "calls") => {
-            let w = shared.world();
-            let calls: Vec<_> = w
-                .cloud
-                .calls
-                .records()
-                .into_iter()
-                .filter(|c| q.get("service").is_none_or(|s| s == c.service))
-                .filter(|c| q.get("method").is_none_or(|m| m == c.method))
-                .collect();
-            ok(json!({"calls": calls}))
-        }
+        (Method::GET, "calls") => ok(calls(&shared.world(), &q)),
         (Method::GET, "calls:counts") => ok(json!({"counts": shared.world().cloud.calls.counts()})),
         (Method::DELETE, "calls") => {
             shared.world().cloud.calls.clear();
             ok(json!({}))
         }
-        (Method::GET, "resources") => {
-            let all = list_resources(&shared.world());
-            let kind = q.get("kind");
-            let items: Vec<_> = all
-                .into_iter()
-                .filter(|r| kind.is_none_or(|k| r.kind == k))
-                .collect();
-            ok(json!({"resources": items}))
+        (Method::GET, "resources") => ok(resources(&shared.world(), &q)),
+        (Method::GET, r) => {
+            // Bound first: a guard in the match scrutinee would stay locked through the arms.
+            let bodies = resource_bodies(&shared.world(), r);
+            match bodies {
+                Some(items) => ok(json!({"items": items})),
+                None if r == "reservations" => ok(json!({"reservations": shared.world().tpu.reservations})),
+                None if r == "config" => {
+                    ok(serde_json::to_value(&shared.world().cloud.cfg).unwrap_or_default())
+                }
+                None if r.starts_with("buckets/") => bucket_contents(&shared.world(), r),
+                None => Err(unknown_endpoint(method, rest)),
+            }
         }
-        (Method::GET, "nodes") => ok(
-            json!({"items": shared.world().tpu.nodes.values().map(|r| r.body.clone()).collect::<Vec<_>>()}),
-        ),
-        (Method::GET, "queuedResources") => {
-            ok(json!({"items": shared.world().tpu.qrs.values().map(|r| r.body.clone()).collect::<Vec<_>>()}))
-        }
-        (Method::GET, "batches") => ok(
-            json!({"items": shared.world().dataproc.batches.values().map(|r| r.body.clone()).collect::<Vec<_>>()}),
-        ),
-        (Method::GET, "customJobs") => ok(
-            json!({"items": shared.world().vertex.jobs.values().map(|r| r.body.clone()).collect::<Vec<_>>()}),
-        ),
-        (Method::GET, "operations") => ok(
-            json!({"items": shared.world().cloud.ops.values().map(|o| o.body.clone()).collect::<Vec<_>>()}),
-        ),
-        (Method::GET, r) if crate::compute::ADMIN_LISTS.iter().any(|(p, _)| *p == r) => {
-            let kind = crate::compute::ADMIN_LISTS
-                .iter()
-                .find(|(p, _)| *p == r)
-                .map(|(_, k)| *k)
-                .unwrap_or_default();
-            let w = shared.world();
-            ok(json!({"items": crate::compute::bodies(&w.compute, kind)}))
-        }
-        (Method::GET, "reservations") => ok(json!({"reservations": shared.world().tpu.reservations})),
         (Method::POST, "reservations") => {
             #[derive(Deserialize)]
             struct Body {
@@ -410,43 +232,116 @@ fn handle_inner(
             shared.world().reset();
             ok(json!({}))
         }
-        (Method::GET, "config") => ok(serde_json::to_value(&shared.world().cloud.cfg).unwrap_or_default()),
         (Method::PUT, "config") => {
             let c: Config = parse_body(body)?;
             shared.world().cloud.cfg = c;
             ok(serde_json::to_value(&shared.world().cloud.cfg).unwrap_or_default())
         }
-        (Method::GET, r) if r.starts_with("buckets/") => {
-            // buckets/{b}/objects  or  buckets/{b}/objects/{name...} (raw content)
-            let parts: Vec<&str> = r.splitn(4, '/').collect();
-            let w = shared.world();
-            let bucket = w
-                .cloud
-                .buckets
-                .get(parts.get(1).copied().unwrap_or(""))
-                .ok_or_else(crate::storage::no_bucket)?;
-            match parts.as_slice() {
-                [_, _, "objects"] => {
-                    ok(json!({"items": bucket.objects.values().map(|o| o.meta.clone()).collect::<Vec<_>>()}))
-                }
-                [_, b, "objects", name] => {
-                    let name = urlencoding::decode(name)
-                        .map(|c| c.into_owned())
-                        .unwrap_or_default();
-                    let o = bucket
-                        .objects
-                        .get(&name)
-                        .ok_or_else(|| crate::storage::no_object(b, &name))?;
-                    Ok((StatusCode::OK, o.data.clone()).into_response())
-                }
-                _ => Err(ApiError::not_found(format!(
-                    "unknown admin path /emulator/v1/{r}"
-                ))),
-            }
+        _ => Err(unknown_endpoint(method, rest)),
+    }
+}
+
+fn unknown_endpoint(method: &Method, rest: &str) -> ApiError {
+    ApiError::new(
+        Code::NotFound,
+        format!("unknown admin endpoint {method} /emulator/v1/{rest}"),
+    )
+}
+
+/// `clock:advance` by `duration` (humantime, e.g. `90s`) or `seconds`.
+fn advance_clock(shared: &Shared, body: &Bytes) -> ApiResult<Value> {
+    let b: AdvanceBody = parse_body(body)?;
+    let d = match (b.duration, b.seconds) {
+        (Some(d), _) => {
+            humantime::parse_duration(&d).map_err(|e| ApiError::invalid_field("duration", e.to_string()))?
         }
-        _ => Err(ApiError::new(
-            Code::NotFound,
-            format!("unknown admin endpoint {method} /emulator/v1/{rest}"),
+        (None, Some(s)) if s >= 0.0 && s.is_finite() => std::time::Duration::from_secs_f64(s),
+        _ => {
+            return Err(ApiError::invalid_field(
+                "duration",
+                "give \"duration\" (e.g. \"90s\") or \"seconds\" >= 0",
+            ));
+        }
+    };
+    shared.clock.advance(d);
+    drop(shared.world());
+    Ok(clock_view(shared))
+}
+
+/// `clock:set` to an RFC 3339 `time`.
+fn set_clock(shared: &Shared, body: &Bytes) -> ApiResult<Value> {
+    let b: SetBody = parse_body(body)?;
+    let t = parse_ts(&b.time)
+        .ok_or_else(|| ApiError::invalid_field("time", format!("not RFC 3339: {}", b.time)))?;
+    shared.clock.set(t);
+    drop(shared.world());
+    Ok(clock_view(shared))
+}
+
+/// The call log, filtered by `service` / `method` if asked.
+fn calls(w: &World, q: &Query) -> Value {
+    let calls: Vec<_> = w
+        .cloud
+        .calls
+        .records()
+        .into_iter()
+        .filter(|c| q.get("service").is_none_or(|s| s == c.service))
+        .filter(|c| q.get("method").is_none_or(|m| m == c.method))
+        .collect();
+    json!({"calls": calls})
+}
+
+/// Every resource's summary, filtered by `kind` if asked.
+fn resources(w: &World, q: &Query) -> Value {
+    let kind = q.get("kind");
+    let items: Vec<_> = list_resources(w)
+        .into_iter()
+        .filter(|r| kind.is_none_or(|k| r.kind == k))
+        .collect();
+    json!({"resources": items})
+}
+
+/// `GET /emulator/v1/{nodes,queuedResources,batches,customJobs,operations,<compute lists>}`: the
+/// bodies as the services serve them; `None` for other paths.
+fn resource_bodies(w: &World, path: &str) -> Option<Vec<Value>> {
+    Some(match path {
+        "nodes" => w.tpu.nodes.values().map(|r| r.body.clone()).collect(),
+        "queuedResources" => w.tpu.qrs.values().map(|r| r.body.clone()).collect(),
+        "batches" => w.dataproc.batches.values().map(|r| r.body.clone()).collect(),
+        "customJobs" => w.vertex.jobs.values().map(|r| r.body.clone()).collect(),
+        "operations" => w.cloud.ops.values().map(|o| o.body.clone()).collect(),
+        _ => {
+            let (_, kind) = crate::compute::ADMIN_LISTS.iter().find(|(p, _)| *p == path)?;
+            crate::compute::bodies(&w.compute, kind)
+        }
+    })
+}
+
+/// `buckets/{b}/objects` (metadata) or `buckets/{b}/objects/{name...}` (raw content).
+fn bucket_contents(w: &World, path: &str) -> ApiResult<Response> {
+    let parts: Vec<&str> = path.splitn(4, '/').collect();
+    let bucket = w
+        .cloud
+        .buckets
+        .get(parts.get(1).copied().unwrap_or(""))
+        .ok_or_else(crate::storage::no_bucket)?;
+    match parts.as_slice() {
+        [_, _, "objects"] => Ok(reply(
+            StatusCode::OK,
+            json!({"items": bucket.objects.values().map(|o| o.meta.clone()).collect::<Vec<_>>()}),
         )),
+        [_, b, "objects", name] => {
+            let name = urlencoding::decode(name)
+                .map(|c| c.into_owned())
+                .unwrap_or_default();
+            let o = bucket
+                .objects
+                .get(&name)
+                .ok_or_else(|| crate::storage::no_object(b, &name))?;
+            Ok((StatusCode::OK, o.data.clone()).into_response())
+        }
+        _ => Err(ApiError::not_found(format!(
+            "unknown admin path /emulator/v1/{path}"
+        ))),
     }
 }

@@ -296,6 +296,191 @@ pub struct Faults {
     pub messages: std::collections::BTreeMap<String, String>,
 }
 
+/// What the services must do right after a fault was recorded.
+#[derive(Debug, PartialEq)]
+pub enum FollowUp {
+    Nothing,
+    /// Capacity came back: waiting queued resources, MIGs and resize requests re-check now.
+    RecheckTpuAndCompute,
+    /// Compute capacity changed: waiting MIGs and resize requests re-check now.
+    RecheckCompute,
+    /// The batch fails now if it is running or pending (else at the end of its run).
+    FailBatch(String),
+    /// The custom job fails now if it is running or pending (else at the end of its run).
+    FailJob(String),
+}
+
+impl Faults {
+    /// Records a fault that changes what the cloud does from now on (every [`Fault`] except the
+    /// preemptions and `FailResizeRequest`, which act on one resource at once).
+    pub fn record(&mut self, f: Fault) -> Result<FollowUp, ApiError> {
+        let follow_up = match f {
+            Fault::FailCalls {
+                service,
+                method,
+                count,
+                code,
+                message,
+            } => {
+                self.fail_calls.push(FailCallsState {
+                    service,
+                    method,
+                    remaining: count,
+                    code,
+                    message,
+                });
+                FollowUp::Nothing
+            }
+            Fault::LoseReply {
+                service,
+                method,
+                count,
+                code,
+            } => {
+                self.lost_replies.push(FailCallsState {
+                    service,
+                    method,
+                    remaining: count,
+                    code: code.unwrap_or(Code::Unavailable),
+                    message: None,
+                });
+                FollowUp::Nothing
+            }
+            Fault::Latency {
+                service,
+                method,
+                millis,
+                count,
+            } => {
+                self.latency.push(LatencyState {
+                    service,
+                    method,
+                    millis,
+                    remaining: count,
+                });
+                FollowUp::Nothing
+            }
+            Fault::RandomFailures {
+                rate,
+                seed,
+                code,
+                service,
+            } => {
+                self.add_random(RandomState {
+                    rate,
+                    state: seed,
+                    code,
+                    service,
+                })?;
+                FollowUp::Nothing
+            }
+            Fault::VertexListLag { lists, seconds } => {
+                self.vertex_list_lag = Some(ListLag { lists, seconds });
+                FollowUp::Nothing
+            }
+            Fault::LiftVertexListLag => {
+                self.vertex_list_lag = None;
+                FollowUp::Nothing
+            }
+            Fault::Stockout { zone, accelerator } => {
+                self.stockouts.insert((zone, accelerator));
+                FollowUp::Nothing
+            }
+            Fault::CapacityError {
+                zone,
+                accelerator,
+                cause,
+                shape,
+                quota_metric,
+            } => {
+                self.capacity_errors
+                    .retain(|c| (&c.zone, &c.accelerator) != (&zone, &accelerator));
+                self.capacity_errors.push(CapacityErrorState {
+                    zone,
+                    accelerator,
+                    cause,
+                    shape,
+                    quota_metric,
+                });
+                FollowUp::Nothing
+            }
+            Fault::LiftStockout { zone, accelerator } => {
+                self.capacity_errors
+                    .retain(|c| (&c.zone, &c.accelerator) != (&zone, &accelerator));
+                self.stockouts.remove(&(zone, accelerator));
+                FollowUp::RecheckTpuAndCompute
+            }
+            Fault::ComputeCapacity {
+                zone,
+                machine_type,
+                hosts,
+            } => {
+                let key = format!("{zone}/{machine_type}");
+                match hosts {
+                    Some(h) => self.compute_capacity.insert(key, h),
+                    None => self.compute_capacity.remove(&key),
+                };
+                FollowUp::RecheckCompute
+            }
+            Fault::VertexStockout { location } => {
+                self.vertex_stockouts.insert(location);
+                FollowUp::Nothing
+            }
+            Fault::LiftVertexStockout { location } => {
+                self.vertex_stockouts.remove(&location);
+                FollowUp::Nothing
+            }
+            Fault::FailBatch { name, message } => FollowUp::FailBatch(self.doom(name, message)),
+            Fault::FailJob { name, message } => FollowUp::FailJob(self.doom(name, message)),
+            Fault::FailTpuWorkload { node } => {
+                self.failing_workloads.insert(node);
+                FollowUp::Nothing
+            }
+            Fault::SuppressOutput { name } => {
+                self.suppressed_outputs.insert(name);
+                FollowUp::Nothing
+            }
+            Fault::PreemptNode { .. }
+            | Fault::PreemptQueuedResource { .. }
+            | Fault::PreemptInstance { .. }
+            | Fault::FailResizeRequest { .. }
+            | Fault::PreemptJob { .. } => {
+                return Err(ApiError::invalid(
+                    "this fault acts on one resource; the service owning it applies it",
+                ));
+            }
+        };
+        Ok(follow_up)
+    }
+
+    /// Marks a batch / job (full name or id) to fail, with its message if one was given.
+    fn doom(&mut self, name: String, message: Option<String>) -> String {
+        if let Some(m) = message {
+            self.messages.insert(name.clone(), m);
+        }
+        self.failing.insert(name.clone());
+        name
+    }
+
+    fn add_random(&mut self, stream: RandomState) -> Result<(), ApiError> {
+        let rate = stream.rate;
+        if !(0.0..=1.0).contains(&rate) {
+            return Err(ApiError::invalid_field(
+                "rate",
+                format!("rate {rate} must be within [0, 1]"),
+            ));
+        }
+        self.random.retain(|r| r.service != stream.service);
+        // A service-specific stream must win over an any-service one, so those go first.
+        if stream.service.is_some() {
+            self.random.insert(0, stream);
+        } else {
+            self.random.push(stream);
+        }
+        Ok(())
+    }
+}
+
 /// `pattern` is an accelerator type (`v5p-8`) or a family (`v5p`, matches `v5p-*`).
 pub fn accel_matches(pattern: &str, accelerator_type: &str) -> bool {
     pattern == accelerator_type

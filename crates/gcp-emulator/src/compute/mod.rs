@@ -24,7 +24,6 @@ use crate::store::{Paging, Store};
 use crate::wire::schema::{self, Svc};
 use axum::http::Method;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 
 /// Prefix of every `selfLink` / URL field, as Compute Engine serves them.
 pub const BASE: &str = "https://www.googleapis.com/compute/v1/";
