@@ -2,12 +2,11 @@
 //! (TrainingPipeline → controllers → gcp-emulator → status). The emulator's simulated TPU VM
 //! workload writes orbax-style checkpoints (`<CHECKPOINT_DIR>/<step>/…`) every `workloadCheckpoint`
 //! of cloud time, continuing from the newest one when it restarts.
-mod support;
 
 use std::{sync::Arc, time::Duration};
 
 use gcp_emulator::Fault;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{find_condition, types},
     tpu_slice::TpuSlice,
@@ -34,7 +33,8 @@ async fn started() -> TestEnv {
 }
 
 fn tpu_vm(name: &str) -> TrainingPipeline {
-    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
     tp.metadata.name = Some(name.into());
     tp.spec.preprocess = None;
     tp
@@ -284,7 +284,7 @@ async fn vertex_python_package_with_user_labels_reaches_succeeded() {
     let mut config = env.gcp.config();
     config.durations.job_run = Duration::from_secs(1800);
     env.gcp.set_config(config);
-    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("pkg".into());
     tp.spec.preprocess = None;
     let v = tp.spec.training.vertex.as_mut().unwrap();
@@ -416,7 +416,7 @@ async fn vertex_shapes_vertex_would_refuse_are_refused_at_admission_naming_the_f
     use tpu_operator_api::{accelerator::VertexMachineType, common::ContainerSpec};
     let env = started().await;
     let base = || {
-        let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+        let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
         tp.metadata.name = Some("refused".into());
         // The example says `namespace: default`; the real API server refuses a body whose
         // namespace differs from the request's (400), before any validation.

@@ -1,13 +1,12 @@
 //! The cloud watch end to end: objects waiting on a cloud state change are woken by one paged list
 //! per collection and location, not by a read of each object every poll; when listing is refused
 //! they fall back to polling one by one.
-mod support;
 
 use std::{sync::Arc, time::Duration};
 
 use gcp_emulator::{Code, Fault};
 use serde_json::json;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{Progress, progress_of},
     preprocess_batch::PreprocessBatch,

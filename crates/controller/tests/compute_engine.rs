@@ -2,12 +2,11 @@
 //! controller in-process against the Kubernetes target (kube-emulator, or the real control
 //! plane in CI) and gcp-emulator's Compute Engine surfaces, reached through Google's
 //! `google-cloud-compute-v1` client.
-mod support;
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
     tpu_slice::{TpuSlice, TpuSlicePhase},
@@ -253,7 +252,7 @@ async fn tpu_vm_pipeline_trains_on_a_compute_engine_slice() {
     env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
     env.spawn(tpu_slice::run(ctx, never_shutdown()));
     let tp: TrainingPipeline =
-        support::from_yaml(include_str!("../../../examples/compute-engine-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../examples/compute-engine-pipeline.yaml"));
     env.create(&tp).await;
 
     // While training: two ct5p-hightpu-4t hosts in one group, placed by a 2x2x2 workload policy.

@@ -1,11 +1,10 @@
 //! The operator's Event recorder against the API server (kube-emulator, or the real control plane
 //! in CI): a repeated event grows a series on one Event, a different one is a new Event, and an
 //! Event deleted meanwhile is published anew.
-mod support;
 
 use k8s_openapi::api::events::v1::Event;
 use kube::{Resource, api::DeleteParams};
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::tpu_slice::TpuSlice;
 use tpu_operator_controller::runtime::events::EventType;
 
@@ -30,7 +29,7 @@ fn count(e: &Event) -> i32 {
 #[tokio::test]
 async fn repeats_grow_a_series_and_a_deleted_event_is_published_anew() {
     let env = TestEnv::start().await;
-    let slice: TpuSlice = support::from_yaml(include_str!("../../../examples/spot-queued-slice.yaml"));
+    let slice: TpuSlice = test_kit::from_yaml(include_str!("../../../examples/spot-queued-slice.yaml"));
     let slice = env.create(&slice).await;
     let name = slice.meta().name.clone().unwrap();
     let reference = slice.object_ref(&());

@@ -8,7 +8,6 @@
 //! The judge is built by `tests/gitops-judge/build.sh` (cached outside the checkout). Without Go
 //! this suite fails: it is the only check of the health rules users get, so it must not pass
 //! silently where it did not run.
-mod support;
 
 use std::{
     io::Write,
@@ -24,7 +23,7 @@ use kube::{
     api::{DeleteParams, GetParams, Patch, PatchParams},
 };
 use serde_json::{Value, json};
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{find_condition, types},
     naming::{self, ObjectIdentity},
@@ -193,7 +192,7 @@ fn batch(name: &str) -> PreprocessBatch {
 
 /// The quickstart without preprocessing: Vertex AI training only.
 fn pipeline(name: &str, suspend: bool) -> TrainingPipeline {
-    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
     tp.metadata.name = Some(name.into());
     tp.spec.preprocess = None;
     tp.spec.suspend = suspend;

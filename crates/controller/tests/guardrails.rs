@@ -2,13 +2,12 @@
 //! orphan sweeper, through the real controllers against kube-emulator (or the real control plane)
 //! and gcp-emulator. Policies are keyed by the test's namespace (`env.ns`), which is `default`
 //! on kube-emulator and a generated one on the real server.
-mod support;
 
 use std::{sync::Arc, time::Duration};
 
 use kube::api::DeleteParams;
 use serde_json::json;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::tpu_policy::TpuPolicy;
 use tpu_operator_api::{
     conditions::{find_condition, types},

@@ -1,16 +1,15 @@
 //! Checks the end-to-end harness itself: both emulators up, CRDs installed, the GCP clients reach
 //! the cloud emulator, and the manual clock is shared with the controllers' context.
-mod support;
 
 use std::time::Duration;
 
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::tpu_slice::TpuSlice;
 
 #[tokio::test]
 async fn harness_wires_both_emulators_and_the_clock() {
     let env = TestEnv::start().await;
-    let slice: TpuSlice = support::from_yaml(include_str!("../../../examples/spot-queued-slice.yaml"));
+    let slice: TpuSlice = test_kit::from_yaml(include_str!("../../../examples/spot-queued-slice.yaml"));
     let created = env.create(&slice).await;
     assert!(created.metadata.uid.is_some());
 

@@ -2,12 +2,11 @@
 //! resource with `multisliceParams` in gcp-emulator): all nodes READY before Ready, every host's
 //! container gets the JAX multislice environment, a preempted slice recreates the whole run
 //! without a counted attempt, and deletion leaves nothing behind.
-mod support;
 
 use std::{sync::Arc, time::Duration};
 
 use gcp_emulator::Fault;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{Progress, progress_of},
     tpu_slice::TpuSlice,
@@ -32,7 +31,7 @@ async fn started() -> TestEnv {
 
 fn pipeline(name: &str) -> TrainingPipeline {
     let mut tp: TrainingPipeline =
-        support::from_yaml(include_str!("../../../examples/tpu-vm-multislice-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-multislice-pipeline.yaml"));
     tp.metadata.name = Some(name.into());
     tp
 }

@@ -1,7 +1,6 @@
 //! PreprocessBatch controller end to end: the controller in-process against kube-emulator and
 //! gcp-emulator (Dataproc and Cloud Storage over HTTP, through Google's clients) with the
 //! emulator's manual clock.
-mod support;
 
 use std::{sync::Arc, time::Duration};
 
@@ -9,7 +8,7 @@ use futures::future::BoxFuture;
 use gcp_emulator::{Code, Fault, OUTPUT_PROPERTY};
 use kube::{ResourceExt, api::DeleteParams};
 use serde_json::json;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tokio::sync::mpsc;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},

@@ -1,12 +1,11 @@
 //! Issue 21 item 6: a Dataproc batch that outlives its `execution.ttl` is terminated by the
 //! service (gcp-emulator models the discovery doc's "unconditionally terminated"), and the
 //! PreprocessBatch status carries Dataproc's own reason rather than a generic failure.
-mod support;
 
 use std::time::Duration;
 
 use serde_json::json;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::preprocess_batch::{PreprocessBatch, PreprocessBatchPhase};
 use tpu_operator_controller::{kinds::preprocess_batch, never_shutdown};
 

@@ -4,14 +4,13 @@
 //! a restart. Through the real controllers against kube-emulator (or the real control plane) and
 //! gcp-emulator. Also: Compute Engine slices (`provisioner: ComputeEngine`) whose TpuSlice was
 //! force-removed are found through their instances and deleted, group, template and policy too.
-mod support;
 
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{find_condition, types},
     tpu_slice::TpuSlice,

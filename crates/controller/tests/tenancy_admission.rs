@@ -8,7 +8,6 @@
 //! calls; allowed objects converge; the policy's status shows chips coming and going. A second
 //! team's namespace, selected by label by a policy of its own, gets that policy and not the
 //! first team's.
-mod support;
 
 use std::{sync::Arc, time::Duration};
 
@@ -20,7 +19,7 @@ use kube::{
     api::{DeleteParams, PostParams},
 };
 use serde_json::json;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::{
     PreprocessBatch, TpuSlice, TrainingPipeline,
     conditions::{find_condition, types},

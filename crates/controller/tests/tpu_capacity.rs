@@ -2,14 +2,13 @@
 //! `CapacityError` fault in both shapes (a refused `nodes.create`, a create operation failed with
 //! code 8), a slice over quota says `Stalled/QuotaExceeded` with a Warning event and retries
 //! slowly; a stockout still waits as `Reconciling/WaitingForCapacity`.
-mod support;
 
 use std::time::Duration;
 
 use gcp_emulator::{CapacityCause, ErrorShape, Fault};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
     tpu_slice::TpuSlice,

@@ -1,13 +1,12 @@
 //! TpuSlice controller end to end: the controller in-process against kube-emulator and
 //! gcp-emulator (over HTTP, through Google's clients) with the emulator's manual clock.
-mod support;
 
 use std::time::Duration;
 
 use gcp_emulator::{Code, Fault};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
     tpu_slice::{TpuSlice, TpuSlicePhase},

@@ -1,13 +1,12 @@
 //! TrainingPipeline end to end: the three controllers in-process against kube-emulator and
 //! gcp-emulator (Dataproc, Vertex AI, TPU and Cloud Storage over HTTP through Google's clients),
 //! with the emulator's manual clock.
-mod support;
 
 use std::{sync::Arc, time::Duration};
 
 use gcp_emulator::Fault;
 use kube::{ResourceExt, api::DeleteParams};
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{find_condition, types},
     naming::ObjectIdentity,
@@ -39,7 +38,7 @@ async fn started() -> TestEnv {
 }
 
 fn quickstart() -> TrainingPipeline {
-    support::from_yaml(include_str!("../../../examples/quickstart.yaml"))
+    test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"))
 }
 
 /// The quickstart without its preprocessing stage (Vertex training only).
@@ -238,7 +237,8 @@ async fn crash_between_vertex_create_and_status_write_runs_one_job() {
 #[tokio::test]
 async fn tpu_vm_training_succeeds_releases_the_slice_and_ttl_keeps_the_cr() {
     let env = started().await;
-    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
     tp.spec.ttl_seconds_after_finished = Some(600);
     env.create(&tp).await;
     let done = wait_phase(&env, "tpu-vm-pipeline", Phase::Succeeded).await;
@@ -277,7 +277,8 @@ async fn tpu_vm_training_succeeds_releases_the_slice_and_ttl_keeps_the_cr() {
 #[tokio::test]
 async fn spot_preemption_during_tpu_vm_training_recreates_the_slice_without_a_retry() {
     let env = started().await;
-    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
     tp.spec.preprocess = None;
     env.create(&tp).await;
     wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;

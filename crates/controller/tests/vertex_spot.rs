@@ -1,12 +1,11 @@
 //! Issue 21 item 7: a Vertex Spot job whose VMs are reclaimed is not a failed attempt. With
 //! `maxRetries: 0` the quickstart (Vertex Spot) still finishes after gcp-emulator preempts its
 //! first job: a second job, a Warning `Preempted` event, the Train stage's counted attempts 1.
-mod support;
 
 use std::time::Duration;
 
 use gcp_emulator::Fault;
-use support::TestEnv;
+use test_kit::TestEnv;
 use tpu_operator_api::training_pipeline::{
     SchedulingStrategy, StageName, TrainingPipeline, TrainingPipelinePhase as Phase,
 };
@@ -22,7 +21,7 @@ fn phase(tp: &TrainingPipeline) -> Phase {
 async fn preempted_spot_job_is_recreated_without_spending_a_retry() {
     let mut env = TestEnv::start().await;
     env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
-    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("spot".into());
     tp.spec.preprocess = None;
     tp.spec.max_retries = 0;
@@ -67,7 +66,7 @@ async fn preempted_spot_job_is_recreated_without_spending_a_retry() {
 async fn expired_flex_start_job_is_replaced_without_spending_a_retry() {
     let mut env = TestEnv::start().await;
     env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
-    let mut tp: TrainingPipeline = support::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("flex".into());
     tp.spec.preprocess = None;
     tp.spec.max_retries = 0;

@@ -7,10 +7,11 @@
 //! `scripts/ci-control-plane.sh`, which starts the real control plane and sets the switch.
 
 use kube_conformance::{
-    Target, Transcript, compare,
+    Transcript, compare,
     report::{markdown, unexpected, verdict},
-    scenario, target,
+    scenario,
 };
+use test_kit::{Target, target};
 
 /// Both tests use the same namespace and CRD on the real server, so they take turns.
 static REAL_SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -25,7 +26,7 @@ async fn emulator_transcript() -> Transcript {
 }
 
 async fn real_transcript(kubeconfig: &std::path::Path) -> Transcript {
-    let client = kube_conformance::real_client(kubeconfig)
+    let client = test_kit::real_client(kubeconfig)
         .await
         .expect("client for the real control plane");
     scenario::run(client)

@@ -52,9 +52,9 @@ const WAIT: Duration = Duration::from_secs(180);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_rbac_suffices_for_every_flow_as_the_service_account() {
-    let kubeconfig = match kube_conformance::target().expect("TPU_OPERATOR_KUBE / KUBECONFIG") {
-        kube_conformance::Target::Real { kubeconfig } => kubeconfig,
-        kube_conformance::Target::Emulator => {
+    let kubeconfig = match test_kit::target().expect("TPU_OPERATOR_KUBE / KUBECONFIG") {
+        test_kit::Target::Real { kubeconfig } => kubeconfig,
+        test_kit::Target::Emulator => {
             eprintln!(
                 "NOTICE: chart RBAC suite needs a real kube-apiserver with RBAC (kube-emulator has none); \
                  scripts/ci-control-plane.sh runs it with TPU_OPERATOR_KUBE=real"
@@ -63,9 +63,7 @@ async fn chart_rbac_suffices_for_every_flow_as_the_service_account() {
         }
     };
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let admin = kube_conformance::real_client(&kubeconfig)
-        .await
-        .expect("admin client");
+    let admin = test_kit::real_client(&kubeconfig).await.expect("admin client");
     let helm_version = run(Command::new(test_tools::helm()).args(["version", "--short"]));
     println!("rbac: helm {}", helm_version.trim());
     let gcp = gcp_emulator::Emulator::builder()

@@ -34,19 +34,13 @@ struct Env {
 impl Env {
     async fn start() -> Self {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let kube = kube_emulator::KubeEmulator::new();
-        kube.install_crds_from_yaml(&tpu_operator_api::crds::render_stream())
-            .expect("install CRDs");
+        let kube = test_kit::emulators::kube_with_crds().expect("install CRDs");
         let server = kube
             .start("127.0.0.1:0")
             .await
             .expect("kube-emulator on a socket");
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("kubeconfig"),
-            kube_emulator::kubeconfig(&server.url),
-        )
-        .unwrap();
+        test_kit::emulators::write_kubeconfig(&server, &dir.path().join("kubeconfig")).unwrap();
         let gcp = gcp_emulator::Emulator::builder()
             .time_scale(600.0)
             .start()

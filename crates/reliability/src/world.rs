@@ -9,56 +9,24 @@
 
 use std::{fmt::Debug, sync::Arc, time::Duration};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use kube::{
     Api, Resource,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{DeleteParams, ListParams},
 };
 use serde::{Serialize, de::DeserializeOwned};
+use test_kit::{ContextSpec, emulators};
+pub use test_kit::{Polls, start_time};
 use tpu_operator_api::{PreprocessBatch, TpuSlice, TrainingPipeline};
 use tpu_operator_controller::{
-    Context, ControllerConfig,
+    Context,
     kinds::{preprocess_batch, tpu_slice, training_pipeline},
     never_shutdown,
-    runtime::{backoff::BackoffPolicy, clock::FnClock, metrics::Metrics},
 };
-use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics};
 
 use crate::fixtures::{BUCKET, RAW_OBJECT};
 
 pub const NAMESPACE: &str = "default";
-
-pub fn start_time() -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339("2026-03-02T09:00:00Z")
-        .unwrap()
-        .with_timezone(&Utc)
-}
-
-/// How fast the in-process operator polls (the emulator's clock is manual, so these are real
-/// time and only bound how quickly a test converges).
-#[derive(Clone, Debug)]
-pub struct Polls {
-    pub active: Duration,
-    pub stable: Duration,
-    pub capacity: Duration,
-    /// Backstop poll of an object the cloud watch covers.
-    pub watched: Duration,
-    pub backoff_base: Duration,
-    pub backoff_max: Duration,
-}
-
-impl Polls {
-    pub fn fast() -> Self {
-        Self {
-            active: Duration::from_millis(20),
-            stable: Duration::from_millis(500),
-            capacity: Duration::from_millis(50),
-            watched: Duration::from_millis(500),
-            backoff_base: Duration::from_millis(20),
-            backoff_max: Duration::from_millis(400),
-        }
-    }
-}
 
 struct InProcess {
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -76,6 +44,8 @@ pub struct World {
     /// In-process client of `kube` (no socket).
     pub client: kube::Client,
     pub gcp: gcp_emulator::Emulator,
+    /// How fast the in-process operator polls (the emulator's clock is manual, so these are
+    /// real time and only bound how quickly a test converges).
     pub polls: Polls,
     /// Errors injected in front of the in-process client's API server (the socket the binary
     /// uses is not affected).
@@ -94,37 +64,21 @@ pub struct World {
 impl World {
     /// Both emulators, the gcp-emulator on a manual clock, the CRDs installed, inputs uploaded.
     pub async fn start() -> Self {
-        Self::start_with(
-            gcp_emulator::Emulator::builder()
-                .manual_clock(start_time())
-                .start()
-                .await
-                .expect("gcp-emulator"),
-        )
-        .await
+        Self::start_with(emulators::gcp_manual(start_time()).await).await
     }
 
     /// For an operator process (`use_process`): the binary's controllers use the wall clock,
     /// so the emulator's manual clock starts at the wall clock's now and only runs ahead of it
     /// (completion markers are then never older than the attempt that wrote them).
     pub async fn start_for_process() -> Self {
-        Self::start_with(
-            gcp_emulator::Emulator::builder()
-                .manual_clock(Utc::now())
-                .start()
-                .await
-                .expect("gcp-emulator"),
-        )
-        .await
+        Self::start_with(emulators::gcp_manual(Utc::now()).await).await
     }
 
     /// As `start`, with a gcp-emulator built by the caller (e.g. a scaled wall clock).
     pub async fn start_with(gcp: gcp_emulator::Emulator) -> Self {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         crate::init_logs();
-        let kube = kube_emulator::KubeEmulator::new();
-        kube.install_crds_from_yaml(&tpu_operator_api::crds::render_stream())
-            .expect("install the project's CRDs");
+        let kube = emulators::kube_with_crds().expect("install the project's CRDs");
         let kube_faults = crate::kube_faults::KubeFaults::default();
         let client = kube::Client::new(kube_faults.wrap(kube.router()), NAMESPACE);
         let world = Self {
@@ -153,7 +107,7 @@ impl World {
             .await
             .expect("kube-emulator on a socket");
         let path = dir.join("kubeconfig");
-        std::fs::write(&path, kube_emulator::kubeconfig(&server.url)).expect("write kubeconfig");
+        emulators::write_kubeconfig(&server, &path).expect("write kubeconfig");
         self.server = Some(server);
         path
     }
@@ -184,38 +138,18 @@ impl World {
 
     /// A fresh controller context, as a new operator process builds it.
     pub async fn context(&self) -> Context {
-        let clients = Gcp::connect(
-            GcpConfig::emulator(
-                self.gcp_endpoint
-                    .clone()
-                    .unwrap_or_else(|| self.gcp.url())
-                    .parse()
-                    .expect("emulator URL"),
-            ),
-            GcpMetrics::new(),
-        )
-        .await
-        .expect("GCP clients");
-        let config = ControllerConfig {
+        let spec = ContextSpec {
             cluster_id: "reliability".into(),
-            default_project: Some("demo-project".into()),
+            default_project: "demo-project".into(),
             namespace: Some(NAMESPACE.into()),
             concurrency: 8,
-            poll_active: self.polls.active,
-            poll_stable: self.polls.stable,
-            poll_capacity: self.polls.capacity,
-            watch_lists: true,
-            poll_watched: self.polls.watched,
-            poll_checkpoints: ControllerConfig::default().poll_checkpoints,
+            polls: self.polls.clone(),
+            tenancy: None,
         };
-        let clock = self.gcp.clock();
-        Context::new(self.client.clone(), clients, config)
-            .with_clock(Arc::new(FnClock(move || clock.now())))
-            .with_metrics(Metrics::default())
-            .with_backoff(BackoffPolicy {
-                base: self.polls.backoff_base,
-                max: self.polls.backoff_max,
-            })
+        let url = self.gcp_endpoint.clone().unwrap_or_else(|| self.gcp.url());
+        spec.build_via(&self.client, &self.gcp, &url)
+            .await
+            .expect("controller context")
     }
 
     /// Starts the three controllers in-process on a fresh context.
@@ -307,12 +241,7 @@ impl World {
             + Serialize
             + DeserializeOwned,
     {
-        let mut obj = obj.clone();
-        obj.meta_mut().namespace = Some(NAMESPACE.into());
-        self.api::<K>()
-            .create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.meta().name))
+        test_kit::create_in(&self.client, NAMESPACE, obj).await
     }
 
     /// Deletes an object (ignoring NotFound).

@@ -37,9 +37,7 @@ fn plural(kind: &str) -> &'static str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_fixtures_are_refused_over_http_naming_the_field() {
-    let kube = kube_emulator::KubeEmulator::new();
-    kube.install_crds_from_yaml(&tpu_operator_api::crds::render_stream())
-        .unwrap();
+    let kube = test_kit::emulators::kube_with_crds().unwrap();
     let server = kube.start("127.0.0.1:0").await.unwrap();
     let http = reqwest::Client::new();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../api/tests/fixtures/invalid");

@@ -16,13 +16,8 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 use anyhow::Context as _;
 use clap::{ArgAction, Args};
 use kube::api::DeleteParams;
-use tpu_operator_controller::{
-    Context, ControllerConfig,
-    governance::tenancy::{Policies, WithoutPolicy},
-    runtime::{backoff::BackoffPolicy, clock::FnClock},
-    shutdown_on,
-};
-use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics};
+use test_kit::{ContextSpec, Polls};
+use tpu_operator_controller::{Context, governance::tenancy::WithoutPolicy, shutdown_on};
 
 use self::progress::{Display, Key, Outcome, Tracker};
 use crate::{config::LogFormat, run::run_controllers, telemetry};
@@ -72,9 +67,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     let manifests = apply::load(&args.manifests)?;
 
     // Kubernetes: CRDs from the binary itself, served on loopback; our own client skips the socket.
-    let kube = kube_emulator::KubeEmulator::new();
-    kube.install_crds_from_yaml(&tpu_operator_api::crds::render_stream())
-        .context("installing the CRDs into kube-emulator")?;
+    let kube = test_kit::emulators::kube_with_crds().context("installing the CRDs into kube-emulator")?;
     let kube_server = kube
         .start(&args.kube_listen)
         .await
@@ -97,7 +90,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
                 kubeconfig_dir.path().join("kubeconfig")
             }
         };
-        std::fs::write(&path, kube_emulator::kubeconfig(&kube_server.url))
+        test_kit::emulators::write_kubeconfig(&kube_server, &path)
             .with_context(|| format!("kubeconfig-out: writing {}", path.display()))?;
         println!("kubeconfig: {}", path.display());
         println!("  kubectl --kubeconfig {} get tpu-operator -w", path.display());
@@ -248,36 +241,25 @@ async fn install_admission_policy(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The controllers' context: the emulator's clock, fast requeues (real time), short backoff.
+/// The controllers' context: the emulator's clock, fast requeues (real time), short backoff, and
+/// TpuPolicy objects applied to the local cluster enforced as in a real one.
 async fn context(client: &kube::Client, gcp: &gcp_emulator::Emulator) -> anyhow::Result<Context> {
-    let clients = Gcp::connect(
-        GcpConfig::emulator(gcp.url().parse().context("gcp-emulator URL")?),
-        GcpMetrics::new(),
-    )
-    .await
-    .context("building the GCP clients")?;
-    let config = ControllerConfig {
+    let spec = ContextSpec {
         cluster_id: "local".into(),
+        default_project: "local-project".into(),
         namespace: None,
         concurrency: 4,
-        default_project: Some("local-project".into()),
-        poll_active: Duration::from_millis(100),
-        poll_stable: Duration::from_secs(1),
-        poll_capacity: Duration::from_millis(200),
-        watch_lists: true,
-        poll_watched: Duration::from_secs(5),
-        poll_checkpoints: ControllerConfig::default().poll_checkpoints,
+        polls: Polls {
+            active: Duration::from_millis(100),
+            stable: Duration::from_secs(1),
+            capacity: Duration::from_millis(200),
+            watched: Duration::from_secs(5),
+            backoff_base: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(1),
+        },
+        tenancy: Some(WithoutPolicy::Allow),
     };
-    let clock = gcp.clock();
-    // TpuPolicy objects applied to the local cluster are enforced as in a real one.
-    let policies = Policies::watch(client.clone(), None, WithoutPolicy::Allow);
-    Ok(Context::new(client.clone(), clients, config)
-        .with_policies(policies)
-        .with_clock(Arc::new(FnClock(move || clock.now())))
-        .with_backoff(BackoffPolicy {
-            base: Duration::from_millis(50),
-            max: Duration::from_secs(1),
-        }))
+    Ok(spec.build(client, gcp).await?)
 }
 
 /// Billable cloud resources still present, after giving in-flight deletions a moment (their

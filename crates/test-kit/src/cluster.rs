@@ -64,7 +64,7 @@ impl TestCluster {
             source,
         })?;
         let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, kube_emulator::kubeconfig(&server.url)).map_err(|source| {
+        crate::emulators::write_kubeconfig(&server, &kubeconfig).map_err(|source| {
             ConnectError::WriteKubeconfig {
                 path: kubeconfig.clone(),
                 source,

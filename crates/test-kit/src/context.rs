@@ -1,0 +1,122 @@
+//! A controller [`Context`] against gcp-emulator, as an operator process builds one at start-up:
+//! new GCP clients, the emulator's clock (TTLs and timeouts run at the cloud's pace, manual or
+//! scaled), and poll intervals in real time that only bound how quickly a run converges.
+
+use std::{sync::Arc, time::Duration};
+
+use tpu_operator_controller::{
+    Context, ControllerConfig,
+    governance::tenancy::{Policies, WithoutPolicy},
+    runtime::{backoff::BackoffPolicy, clock::FnClock},
+};
+use tpu_operator_gcp::{Gcp, GcpConfig, GcpError, GcpMetrics};
+
+/// How fast the in-process controllers poll and back off (real time).
+#[derive(Clone, Debug)]
+pub struct Polls {
+    pub active: Duration,
+    pub stable: Duration,
+    pub capacity: Duration,
+    /// Backstop poll of an object the cloud watch covers.
+    pub watched: Duration,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Polls {
+    /// What the e2e and reliability suites use: a test converges in milliseconds of real time.
+    pub fn fast() -> Self {
+        Self {
+            active: Duration::from_millis(20),
+            stable: Duration::from_millis(500),
+            capacity: Duration::from_millis(50),
+            watched: Duration::from_millis(500),
+            backoff_base: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(400),
+        }
+    }
+}
+
+/// What differs between the harnesses' contexts; everything else is [`ControllerConfig`]'s.
+#[derive(Clone, Debug)]
+pub struct ContextSpec {
+    pub cluster_id: String,
+    pub default_project: String,
+    /// The only namespace the controllers (and the policy watch) see; `None` = all.
+    pub namespace: Option<String>,
+    pub concurrency: u16,
+    pub polls: Polls,
+    /// Watch TpuPolicy objects (in `namespace`) and enforce them; `None` leaves tenancy off, as
+    /// a `Context` without [`Context::with_policies`].
+    pub tenancy: Option<WithoutPolicy>,
+}
+
+/// Failure to build the GCP clients of a context.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    #[error("gcp-emulator URL {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("building the GCP clients: {0}")]
+    Gcp(#[from] GcpError),
+}
+
+impl ContextSpec {
+    /// The context, with its GCP clients pointed at `gcp`.
+    pub async fn build(
+        &self,
+        client: &kube::Client,
+        gcp: &gcp_emulator::Emulator,
+    ) -> Result<Context, ContextError> {
+        self.build_via(client, gcp, &gcp.url()).await
+    }
+
+    /// As [`Self::build`], with the GCP calls sent to `gcp_url` (e.g. a fault-injecting proxy in
+    /// front of `gcp`) while the clock still reads `gcp`'s.
+    pub async fn build_via(
+        &self,
+        client: &kube::Client,
+        gcp: &gcp_emulator::Emulator,
+        gcp_url: &str,
+    ) -> Result<Context, ContextError> {
+        let clients = Gcp::connect(GcpConfig::emulator(parse_url(gcp_url)?), GcpMetrics::new()).await?;
+        let config = ControllerConfig {
+            cluster_id: self.cluster_id.clone(),
+            default_project: Some(self.default_project.clone()),
+            namespace: self.namespace.clone(),
+            concurrency: self.concurrency,
+            poll_active: self.polls.active,
+            poll_stable: self.polls.stable,
+            poll_capacity: self.polls.capacity,
+            watch_lists: true,
+            poll_watched: self.polls.watched,
+            poll_checkpoints: ControllerConfig::default().poll_checkpoints,
+        };
+        let clock = gcp.clock();
+        let mut ctx = Context::new(client.clone(), clients, config)
+            .with_clock(Arc::new(FnClock(move || clock.now())))
+            .with_backoff(BackoffPolicy {
+                base: self.polls.backoff_base,
+                max: self.polls.backoff_max,
+            });
+        if let Some(without_policy) = self.tenancy {
+            ctx = ctx.with_policies(Policies::watch(
+                client.clone(),
+                self.namespace.as_deref(),
+                without_policy,
+            ));
+        }
+        Ok(ctx)
+    }
+}
+
+/// The emulator URL in whatever type [`GcpConfig::emulator`] takes (the GCP crate's HTTP client's).
+fn parse_url<U>(url: &str) -> Result<U, ContextError>
+where
+    U: std::str::FromStr,
+    U::Err: std::fmt::Display,
+{
+    url.parse().map_err(|e: U::Err| ContextError::Url {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    })
+}
