@@ -25,32 +25,30 @@ const LEASE_SECONDS: u64 = 3;
 
 /// Both emulators and a kubeconfig for the Kubernetes one.
 struct Env {
-    _kube_server: kube_emulator::Server,
+    /// Always the emulator (these checks need no real control plane): served on a socket with a
+    /// kubeconfig for the processes, reached in-process by `client`.
+    cluster: test_kit::TestCluster,
     client: kube::Client,
     gcp: gcp_emulator::Emulator,
-    dir: tempfile::TempDir,
 }
 
 impl Env {
     async fn start() -> Self {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let kube = test_kit::emulators::kube_with_crds().expect("install CRDs");
-        let server = kube
-            .start("127.0.0.1:0")
+        let cluster = test_kit::TestCluster::emulator()
             .await
             .expect("kube-emulator on a socket");
-        let dir = tempfile::tempdir().unwrap();
-        test_kit::emulators::write_kubeconfig(&server, &dir.path().join("kubeconfig")).unwrap();
+        let kube = cluster.emulator_handle().expect("an emulated cluster");
+        test_kit::emulators::install_crds(kube).expect("install CRDs");
         let gcp = gcp_emulator::Emulator::builder()
             .time_scale(600.0)
             .start()
             .await
             .expect("gcp-emulator");
         Self {
-            client: kube::Client::new(kube.router(), "default"),
-            _kube_server: server,
+            client: cluster.client.clone(),
+            cluster,
             gcp,
-            dir,
         }
     }
 
@@ -60,7 +58,7 @@ impl Env {
         let child = Command::new(BIN)
             .arg("run")
             .arg("--kubeconfig")
-            .arg(self.dir.path().join("kubeconfig"))
+            .arg(self.cluster.kubeconfig())
             .args(["--gcp-emulator", &self.gcp.url()])
             .args(["--metrics-addr", &metrics.to_string()])
             .args(["--identity", identity])

@@ -254,7 +254,24 @@ pub async fn run(seed: u64, cfg: CrashConfig) -> CrashReport {
     run_in(&mut world, seed, cfg).await
 }
 
-/// One seeded run in a world the caller prepared (e.g. `World::use_process`).
+/// A world whose operator is the real binary, polling fast enough for a crash run to converge in
+/// seconds (its kubeconfig goes into `dir`); the crash suite and crash-bench's binary runs.
+pub async fn binary_world(dir: &std::path::Path) -> World {
+    World::start_process(
+        dir,
+        &[
+            "--poll-active",
+            "50ms",
+            "--poll-stable",
+            "1s",
+            "--poll-capacity",
+            "100ms",
+        ],
+    )
+    .await
+}
+
+/// One seeded run in a world the caller prepared (e.g. [`binary_world`]).
 pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashReport {
     let started = Instant::now();
     let mut rng = crate::rng(seed);

@@ -23,6 +23,16 @@ pub fn rng(seed: u64) -> rand::rngs::StdRng {
     rand::rngs::StdRng::seed_from_u64(seed)
 }
 
+/// The number after flag `name` on a bench's command line (`--n 1000`), or `default`.
+pub fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("number"))
+        .unwrap_or(default)
+}
+
 /// Logs of the in-process controllers to stderr when `RELIABILITY_LOG` is set (an `EnvFilter`
 /// such as `tpu_operator_controller=debug`).
 pub fn init_logs() {

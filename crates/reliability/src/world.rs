@@ -7,15 +7,14 @@
 //! process (requests already on the wire still reach the servers). `process::OperatorProcess`
 //! does the same with the real binary.
 
-use std::{fmt::Debug, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
 use kube::{
     Api, Resource,
     api::{DeleteParams, ListParams},
 };
-use serde::{Serialize, de::DeserializeOwned};
-use test_kit::{ContextSpec, emulators};
+use test_kit::{ContextSpec, NamespacedObject, emulators};
 pub use test_kit::{Polls, start_time};
 use tpu_operator_api::{PreprocessBatch, TpuSlice, TrainingPipeline};
 use tpu_operator_controller::{
@@ -72,6 +71,14 @@ impl World {
     /// (completion markers are then never older than the attempt that wrote them).
     pub async fn start_for_process() -> Self {
         Self::start_with(emulators::gcp_manual(Utc::now()).await).await
+    }
+
+    /// [`Self::start_for_process`] then [`Self::use_process`]: a world whose operator is the real
+    /// binary (its kubeconfig in `dir`, `extra` flags for `tpu-operator run`).
+    pub async fn start_process(dir: &std::path::Path, extra: &[&str]) -> Self {
+        let mut world = Self::start_for_process().await;
+        world.use_process(dir, extra).await;
+        world
     }
 
     /// As `start`, with a gcp-emulator built by the caller (e.g. a scaled wall clock).
@@ -233,25 +240,12 @@ impl World {
         Api::namespaced(self.client.clone(), NAMESPACE)
     }
 
-    pub async fn create<K>(&self, obj: &K) -> K
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Debug
-            + Serialize
-            + DeserializeOwned,
-    {
+    pub async fn create<K: NamespacedObject>(&self, obj: &K) -> K {
         test_kit::create_in(&self.client, NAMESPACE, obj).await
     }
 
     /// Deletes an object (ignoring NotFound).
-    pub async fn delete<K>(&self, name: &str)
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Debug
-            + DeserializeOwned,
-    {
+    pub async fn delete<K: NamespacedObject>(&self, name: &str) {
         // Retries conflicts and server errors (the fault suites inject them).
         for _ in 0..50 {
             match self.api::<K>().delete(name, &DeleteParams::default()).await {

@@ -120,3 +120,45 @@ where
         reason: e.to_string(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{emulators, start_time};
+
+    fn spec(namespace: Option<&str>) -> ContextSpec {
+        ContextSpec {
+            cluster_id: "kit".into(),
+            default_project: "kit-project".into(),
+            namespace: namespace.map(str::to_owned),
+            concurrency: 2,
+            polls: Polls::fast(),
+            tenancy: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_context_reads_the_emulators_clock_and_scopes_to_the_namespace() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let kube = emulators::kube_with_crds().unwrap();
+        let client = kube::Client::new(kube.router(), "default");
+        let gcp = emulators::gcp_manual(start_time()).await;
+        let ctx = spec(Some("team-a")).build(&client, &gcp).await.unwrap();
+        assert_eq!(ctx.clock.now(), start_time());
+        gcp.clock().advance(Duration::from_secs(90));
+        assert_eq!(ctx.clock.now(), start_time() + chrono::Duration::seconds(90));
+        assert_eq!(ctx.config.namespace.as_deref(), Some("team-a"));
+        assert_eq!(ctx.config.poll_active, Polls::fast().active);
+    }
+
+    #[tokio::test]
+    async fn a_bad_endpoint_is_an_error_naming_it() {
+        let kube = emulators::kube_with_crds().unwrap();
+        let client = kube::Client::new(kube.router(), "default");
+        let gcp = emulators::gcp_manual(start_time()).await;
+        let Err(err) = spec(None).build_via(&client, &gcp, "not a url").await else {
+            panic!("a context from an unparsable endpoint");
+        };
+        assert!(err.to_string().contains("\"not a url\""), "{err}");
+    }
+}

@@ -6,14 +6,13 @@
 //! only that namespace, so tests that run in parallel (each with its own gcp-emulator) never
 //! reconcile each other's objects.
 
-use std::{fmt::Debug, future::Future, sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use kube::{Api, Resource};
-use serde::{Serialize, de::DeserializeOwned};
 use tpu_operator_controller::{Context, governance::tenancy::WithoutPolicy};
 
 use crate::{
-    ContextSpec, Polls, TestCluster, emulators, objects,
+    ContextSpec, NamespacedObject, Polls, TestCluster, emulators, objects,
     real_server::{create_test_namespace, install_crds_on_real_server},
     wait::wait_limit,
 };
@@ -108,14 +107,7 @@ impl TestEnv {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    pub async fn create<K>(&self, obj: &K) -> K
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Debug
-            + Serialize
-            + DeserializeOwned,
-    {
+    pub async fn create<K: NamespacedObject>(&self, obj: &K) -> K {
         objects::create_in(&self.client, &self.ns, obj).await
     }
 }

@@ -26,7 +26,7 @@ pub use cluster::{ConnectError, TestCluster};
 pub use context::{ContextError, ContextSpec, Polls};
 pub use emulators::start_time;
 pub use env::{EMULATOR_NS, TestEnv};
-pub use objects::{create_in, from_yaml};
+pub use objects::{NamespacedObject, create_in, from_yaml};
 pub use target::{
     ClientError, KUBECONFIG_ENV, TARGET_ENV, Target, TargetError, real_client, target, target_from,
 };

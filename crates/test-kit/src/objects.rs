@@ -3,19 +3,28 @@
 
 use std::fmt::Debug;
 
-use kube::{Api, Resource, api::PostParams};
+use kube::{Api, Resource, api::PostParams, core::NamespaceResourceScope};
 use serde::{Serialize, de::DeserializeOwned};
 
-/// Creates `obj` in `ns` (whatever namespace its metadata names) and returns what the server
-/// stored; panics with the object's name and the server's answer on failure.
-pub async fn create_in<K>(client: &kube::Client, ns: &str, obj: &K) -> K
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+/// A namespaced kind a harness creates, reads, waits on and prints when a wait fails: the three
+/// CRDs, Events, ConfigMaps and so on.
+pub trait NamespacedObject:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned
+{
+}
+
+impl<K> NamespacedObject for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
         + Debug
         + Serialize
-        + DeserializeOwned,
+        + DeserializeOwned
 {
+}
+
+/// Creates `obj` in `ns` (whatever namespace its metadata names) and returns what the server
+/// stored; panics with the object's name and the server's answer on failure.
+pub async fn create_in<K: NamespacedObject>(client: &kube::Client, ns: &str, obj: &K) -> K {
     let mut obj = obj.clone();
     obj.meta_mut().namespace = Some(ns.to_owned());
     Api::<K>::namespaced(client.clone(), ns)

@@ -2,12 +2,9 @@
 //! clock so the emulated resources' state machines move on. A limit in real time turns a hang
 //! into a failure that shows the last object seen.
 
-use std::{fmt::Debug, time::Duration};
+use std::time::Duration;
 
-use kube::Resource;
-use serde::de::DeserializeOwned;
-
-use crate::TestEnv;
+use crate::{NamespacedObject, TestEnv};
 
 /// How long a wait may take in real time. Only a failing test ever waits this long, so the limit
 /// is generous where the machine is slow for reasons outside the test: the real control plane
@@ -25,12 +22,8 @@ pub(crate) fn wait_limit(real_server: bool) -> Duration {
 impl TestEnv {
     /// Polls `name` until `pred` holds, advancing the emulator clock by `step` between polls, so
     /// cloud state machines progress. Panics with the last seen object after [`wait_limit`].
-    pub async fn wait_for<K, F>(&self, name: &str, what: &str, step: Duration, pred: F) -> K
+    pub async fn wait_for<K: NamespacedObject, F>(&self, name: &str, what: &str, step: Duration, pred: F) -> K
     where
-        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Debug
-            + DeserializeOwned,
         F: Fn(&K) -> bool,
     {
         let api = self.api::<K>();
@@ -86,13 +79,7 @@ impl TestEnv {
     }
 
     /// Polls until the object is gone (finalizers done), advancing the clock like `wait_for`.
-    pub async fn wait_gone<K>(&self, name: &str, step: Duration)
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Debug
-            + DeserializeOwned,
-    {
+    pub async fn wait_gone<K: NamespacedObject>(&self, name: &str, step: Duration) {
         let api = self.api::<K>();
         let deadline = tokio::time::Instant::now() + self.wait_limit;
         while let Some(obj) = api.get_opt(name).await.expect("get object") {

@@ -17,19 +17,10 @@
 use std::collections::BTreeMap;
 
 use tpu_operator_reliability::{
-    World,
+    arg,
     crash::{self, CrashConfig, CrashReport},
     fixtures::{Backend, Training},
 };
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("number"))
-        .unwrap_or(default)
-}
 
 /// Figures of one backend's runs.
 #[derive(Default)]
@@ -116,20 +107,7 @@ async fn main() {
     let (mut bkills, mut bbad) = (0u64, 0u64);
     for i in 0..binary_runs {
         let seed = 50_000 + i;
-        let mut world = World::start_for_process().await;
-        world
-            .use_process(
-                dir.path(),
-                &[
-                    "--poll-active",
-                    "50ms",
-                    "--poll-stable",
-                    "1s",
-                    "--poll-capacity",
-                    "100ms",
-                ],
-            )
-            .await;
+        let mut world = crash::binary_world(dir.path()).await;
         let r = crash::run_in(&mut world, seed, CrashConfig::default()).await;
         bkills += u64::from(r.kills);
         dups += r.duplicates;

@@ -33,21 +33,12 @@ use tpu_operator_api::{
     tpu_slice::TpuSlicePhase, training_pipeline::TrainingPipelinePhase,
 };
 use tpu_operator_reliability::{
-    World,
+    World, arg,
     fixtures::{self, Capacity, Training},
     invariants,
     process::metric_sum,
     world::NAMESPACE,
 };
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("number"))
-        .unwrap_or(default)
-}
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -153,8 +144,7 @@ async fn main() {
     let (slices, batches) = (n / 2, n * 3 / 10);
     let pipelines = n - slices - batches;
     let dir = tempfile::tempdir().unwrap();
-    let mut world = World::start_for_process().await;
-    world.use_process(dir.path(), &[]).await;
+    let mut world = World::start_process(dir.path(), &[]).await;
     world.start_operator().await;
     // The empty process's anonymous memory (watches open, nothing listed): what convergence
     // adds above it, divided by N, is the memory per object, comparable across N and machines.
