@@ -32,3 +32,6 @@ pub use training_pipeline::{TrainingPipeline, TrainingPipelineSpec, TrainingPipe
 
 /// API group of every tpu-operator custom resource.
 pub const GROUP: &str = "tpu-operator.dev";
+
+/// The finalizer every kind carries until its cloud resources are cleaned up (or orphaned).
+pub const FINALIZER: &str = "tpu-operator.dev/cleanup";

@@ -18,8 +18,9 @@ pub use runtime::{
     error::{ReconcileError, Result},
 };
 
-/// The finalizer every kind uses to clean up its cloud resources before the object goes away.
-pub const FINALIZER: &str = "tpu-operator.dev/cleanup";
+/// The finalizer every kind uses to clean up its cloud resources before the object goes away
+/// (declared with the API contract).
+pub use tpu_operator_api::FINALIZER;
 
 /// Resolves when the operator should stop: controllers stop taking new work and let in-flight
 /// reconciles finish (`Controller::graceful_shutdown_on`). Cloneable so every controller shares it.

@@ -1,12 +1,14 @@
-//! The machinery every kind's reconcile runs on: the shared [`Context`](context::Context), the
-//! compact watch cache and the settled-object skip, the cloud watch, per-object backoff and the
-//! error-retry policy, status and Event reporting, metrics, the clock and the error type.
+//! The machinery every kind's reconcile runs on: the reconcile [`driver`] (the shape every kind
+//! shares), the [`Context`](context::Context), the compact watch cache and the settled-object
+//! skip, the cloud watch, per-object backoff and the error-retry policy, status and Event
+//! reporting, metrics, the clock and the error type.
 
 pub mod backoff;
 pub mod clock;
 pub mod cloud_watch;
 pub mod compressed;
 pub mod context;
+pub mod driver;
 pub mod error;
 pub mod events;
 pub mod metrics;

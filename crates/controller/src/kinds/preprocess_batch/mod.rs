@@ -19,13 +19,10 @@ pub mod status;
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::{
-    Api, ResourceExt,
-    runtime::{
-        controller::{Action, Config},
-        finalizer::{Event as Finalizer, finalizer},
-    },
+    ResourceExt,
+    runtime::{controller::Action, reflector::ObjectRef},
 };
 use tpu_operator_api::{
     common::DeletionPolicy,
@@ -41,73 +38,62 @@ use self::{
     plan::{CleanupStep, Decision, Requeue},
 };
 use crate::{
-    FINALIZER, Shutdown,
+    Shutdown,
     governance::tenancy,
     runtime::{
-        cloud_watch::{self, CloudWatch, Collection, Owner, state_of},
+        cloud_watch::{self, Collection, Owner, state_of},
         context::Context,
+        driver::{self, Reconciler},
         error::{ReconcileError, Result},
-        report, retry,
-        watched::{Cached, cached_ref},
+        report::{self, Transition},
     },
 };
 
-/// Kind label for metrics and logs.
-pub const KIND: &str = "PreprocessBatch";
-
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
-    // Judge nothing before the policies are known (an unlisted policy reads as none).
-    ctx.policies.ready().await;
-    CloudWatch::start(&ctx, shutdown.clone());
-    crate::runtime::watched::controller::<PreprocessBatch>(&ctx)
-        .with_config(Config::default().concurrency(ctx.config.concurrency))
-        .reconcile_on(ctx.cloud_watch.batch_triggers().map(cached_ref))
-        .reconcile_all_on(ctx.policies.changes())
-        .graceful_shutdown_on(shutdown)
-        .run(
-            reconcile,
-            |obj, err, ctx| retry::error_policy(KIND, obj.as_ref(), err, &ctx),
-            ctx,
-        )
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::debug!(kind = KIND, error = %err, "reconcile did not run");
-            }
-        })
-        .await;
+    driver::run::<PreprocessBatch>(ctx, shutdown).await;
 }
 
-#[tracing::instrument(skip(cached, ctx), fields(namespace = cached.namespace(), name = cached.name_any()))]
-async fn reconcile(cached: Arc<Cached<PreprocessBatch>>, ctx: Arc<Context>) -> Result<Action> {
-    if let Some(wait) = ctx.settled.skip(cached.as_ref()) {
-        return Ok(wait);
+impl Reconciler for PreprocessBatch {
+    const KIND: &'static str = "PreprocessBatch";
+    const FIELD_MANAGER: &'static str = status::FIELD_MANAGER;
+    const SETTLES: bool = true;
+    type Status = PreprocessBatchStatus;
+
+    fn status(&self) -> Option<&PreprocessBatchStatus> {
+        self.status.as_ref()
     }
-    let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
-    let _timer = ctx.metrics.start(KIND);
-    let ns = obj
-        .namespace()
-        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
-    // kube's finalizer helper drops the finalizer as soon as its cleanup returns Ok, but cleanup
-    // takes several passes (cancel, wait for CANCELLED, delete each attempt's batch), so those
-    // passes run here and the helper is only handed the object once nothing is left.
-    if obj.metadata.deletion_timestamp.is_some()
-        && obj.finalizers().iter().any(|f| f == FINALIZER)
-        && let Some(action) = cleanup_pass(&obj, &ctx).await?
-    {
-        retry::on_success(obj.as_ref(), &ctx);
-        return Ok(action);
+
+    fn cloud_triggers(ctx: &Context) -> BoxStream<'static, ObjectRef<Self>> {
+        ctx.cloud_watch.batch_triggers()
     }
-    let api: Api<PreprocessBatch> = Api::namespaced(ctx.client.clone(), &ns);
-    let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
-        match event {
-            Finalizer::Apply(obj) => apply(&obj, &ctx).await,
-            Finalizer::Cleanup(obj) => cleaned_up(&obj, &ctx).await,
-        }
-    })
-    .await?;
-    retry::on_success(obj.as_ref(), &ctx);
-    Ok(action)
+
+    async fn apply(&self, ctx: &Context) -> Result<Action> {
+        apply(self, ctx).await
+    }
+
+    async fn cleanup(&self, ctx: &Context) -> Result<Option<Action>> {
+        cleanup(self, ctx).await
+    }
+
+    async fn cleaned_up(&self, ctx: &Context) -> Result<Action> {
+        cleaned_up(self, ctx).await
+    }
+
+    fn transitions(old: &PreprocessBatchStatus, new: &PreprocessBatchStatus) -> Vec<Transition> {
+        events::transitions(old, new)
+    }
+
+    fn stalled(
+        &self,
+        old: &PreprocessBatchStatus,
+        reason: &'static str,
+        message: &str,
+        _retry: bool,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> PreprocessBatchStatus {
+        status::stalled(old, self.metadata.generation, reason, message, now)
+    }
 }
 
 /// The object's identity and Dataproc location; `None` when no project is known. The error names
@@ -139,7 +125,8 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
     let request = tenancy::request::batch(project, &obj.spec.region, &obj.spec.batch);
     let denied = tenancy::precheck(ctx, &target.identity.namespace, std::slice::from_ref(&request)).err();
     if let Some(denial) = denied.as_ref().filter(|_| old.attempts == 0) {
-        write(ctx, obj, status::policy_denied(obj, &denial.message, now)).await?;
+        record_spend(ctx, obj, &old);
+        driver::stall(ctx, obj, reasons::POLICY_DENIED, &denial.message, denial.retry).await?;
         return Ok(Requeue::Stable.action(&ctx.config));
     }
     let observed = observe::observe(ctx, &target, &obj.spec, &old).await?;
@@ -152,7 +139,8 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
         Decision::Keep(next) => (status::unchanged(obj), next),
         Decision::Report(report) => (status::from_report(obj, &observed, &report, now), report.requeue),
         Decision::Submit { .. } if let Some(denial) = &denied => {
-            (status::policy_denied(obj, &denial.message, now), Requeue::Stable)
+            let stalled = obj.stalled(&old, reasons::POLICY_DENIED, &denial.message, denial.retry, now);
+            (stalled, Requeue::Stable)
         }
         Decision::Submit {
             attempt,
@@ -188,7 +176,7 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
 }
 
 /// One deletion pass. `None` once nothing is left to clean up (or the policy is Orphan).
-async fn cleanup_pass(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Action>> {
+async fn cleanup(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Action>> {
     if obj.spec.deletion_policy == DeletionPolicy::Orphan {
         return Ok(None);
     }
@@ -267,17 +255,16 @@ async fn cleaned_up(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
 
 /// Writes `new` if it differs from the stored status, then publishes the Events of the change.
 async fn write(ctx: &Context, obj: &PreprocessBatch, new: PreprocessBatchStatus) -> Result<()> {
-    let old = obj.status.clone().unwrap_or_default();
-    if let (Some(ns), Some(uid)) = (obj.namespace(), obj.uid()) {
-        ctx.metrics.record_spend(&ns, &uid, new.estimated_cost.as_ref());
-    }
-    if new == old {
-        return Ok(());
-    }
-    let written = report::apply_status(ctx, obj, status::FIELD_MANAGER, &new).await?;
-    ctx.settled.wrote(obj, written.resource_version());
-    for t in events::transitions(&old, &new) {
-        report::publish(ctx, obj, t).await;
-    }
+    record_spend(ctx, obj, &new);
+    driver::write_status(ctx, obj, Some(&obj.status.clone().unwrap_or_default()), &new).await?;
     Ok(())
+}
+
+/// The object's estimated spend, for the per-namespace spend metric (recorded on every pass, the
+/// status written or not).
+fn record_spend(ctx: &Context, obj: &PreprocessBatch, status: &PreprocessBatchStatus) {
+    if let (Some(ns), Some(uid)) = (obj.namespace(), obj.uid()) {
+        ctx.metrics
+            .record_spend(&ns, &uid, status.estimated_cost.as_ref());
+    }
 }

@@ -194,14 +194,21 @@ pub fn no_project(obj: &PreprocessBatch, now: DateTime<Utc>) -> PreprocessBatchS
     s
 }
 
-/// The status when the namespace's tenancy policy refuses the batch (no Dataproc call was made).
-pub fn policy_denied(obj: &PreprocessBatch, message: &str, now: DateTime<Utc>) -> PreprocessBatchStatus {
-    let (mut s, generation) = base(obj);
+/// `old` stalled for `reason` (no Dataproc call was made): the phase as it was.
+pub fn stalled(
+    old: &PreprocessBatchStatus,
+    generation: Option<i64>,
+    reason: &'static str,
+    message: &str,
+    now: DateTime<Utc>,
+) -> PreprocessBatchStatus {
+    let mut s = old.clone();
+    s.observed_generation = generation;
     s.message = Some(message.to_owned());
     set_kstatus(
         &mut s.conditions,
         Progress::Stalled,
-        reasons::POLICY_DENIED,
+        reason,
         message,
         generation,
         k8s_time(now),

@@ -28,17 +28,14 @@ mod status;
 
 use std::{sync::Arc, time::Duration};
 
-use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::{
-    Api, Resource, ResourceExt,
-    runtime::{
-        controller::{Action, Config},
-        finalizer::{Event, finalizer},
-    },
+    Resource, ResourceExt,
+    runtime::{controller::Action, reflector::ObjectRef},
 };
 use tpu_operator_api::{
     DeletionPolicy,
-    conditions::{Progress, find_condition, reasons, set_kstatus, types},
+    conditions::{Progress, find_condition, reasons, types},
     naming::ObjectIdentity,
     tpu_slice::{Provisioner, TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
@@ -57,69 +54,60 @@ use self::{
     spec::Desired,
 };
 use crate::{
-    FINALIZER, Shutdown,
+    Shutdown,
     governance::tenancy,
     runtime::{
-        cloud_watch::{CloudWatch, Collection, Owner, state_of},
+        cloud_watch::{Collection, Owner, state_of},
         context::Context,
+        driver::{self, Reconciler},
         error::{ReconcileError, Result},
-        retry,
-        watched::{Cached, cached_ref},
+        report::Transition,
     },
 };
 
-const KIND: &str = "TpuSlice";
-
 /// Runs the TpuSlice controller until `shutdown` fires.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
-    // Judge nothing before the policies are known (an unlisted policy reads as none).
-    ctx.policies.ready().await;
-    CloudWatch::start(&ctx, shutdown.clone());
-    crate::runtime::watched::controller::<TpuSlice>(&ctx)
-        .with_config(Config::default().concurrency(ctx.config.concurrency))
-        .reconcile_on(ctx.cloud_watch.slice_triggers().map(cached_ref))
-        .reconcile_all_on(ctx.policies.changes())
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    driver::run::<TpuSlice>(ctx, shutdown).await;
 }
 
-fn error_policy(obj: Arc<Cached<TpuSlice>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
-    retry::error_policy(KIND, obj.as_ref(), err, &ctx)
-}
+impl Reconciler for TpuSlice {
+    const KIND: &'static str = "TpuSlice";
+    const FIELD_MANAGER: &'static str = FIELD_MANAGER;
+    const SETTLES: bool = true;
+    type Status = TpuSliceStatus;
 
-#[tracing::instrument(skip(cached, ctx), fields(namespace = cached.namespace(), name = cached.name_any()))]
-pub async fn reconcile(cached: Arc<Cached<TpuSlice>>, ctx: Arc<Context>) -> Result<Action> {
-    if let Some(wait) = ctx.settled.skip(cached.as_ref()) {
-        return Ok(wait);
+    fn status(&self) -> Option<&TpuSliceStatus> {
+        self.status.as_ref()
     }
-    let _timer = ctx.metrics.start(KIND);
-    let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
-    let ns = obj
-        .namespace()
-        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
-    let api: Api<TpuSlice> = Api::namespaced(ctx.client.clone(), &ns);
-    // Deletion waits for the cloud objects to be gone before the finalizer helper may drop the
-    // finalizer (its cleanup callback removes the finalizer on any `Ok`).
-    let ours = obj.finalizers().iter().any(|f| f == FINALIZER);
-    if obj.meta().deletion_timestamp.is_some()
-        && ours
-        && let Some(wait) = cleanup(&obj, &ctx).await?
-    {
-        retry::on_success(obj.as_ref(), &ctx);
-        return Ok(wait);
+
+    fn cloud_triggers(ctx: &Context) -> BoxStream<'static, ObjectRef<Self>> {
+        ctx.cloud_watch.slice_triggers()
     }
-    let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
-        match event {
-            Event::Apply(slice) => apply(&slice, &ctx).await,
-            Event::Cleanup(_) => Ok(Action::await_change()),
-        }
-    })
-    .await
-    .map_err(ReconcileError::from)?;
-    retry::on_success(obj.as_ref(), &ctx);
-    Ok(action)
+
+    async fn apply(&self, ctx: &Context) -> Result<Action> {
+        apply(self, ctx).await
+    }
+
+    async fn cleanup(&self, ctx: &Context) -> Result<Option<Action>> {
+        cleanup(self, ctx).await
+    }
+
+    fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
+        status::transitions(old, new)
+    }
+
+    /// A refusal looked at again (quota, budget) leaves the slice `Pending`; one that needs a
+    /// spec or policy change is `Failed`.
+    fn stalled(
+        &self,
+        old: &TpuSliceStatus,
+        reason: &'static str,
+        message: &str,
+        retry: bool,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> TpuSliceStatus {
+        status::stalled(old, self.meta().generation, reason, message, retry, now)
+    }
 }
 
 /// What the slice is called in the cloud and what its node must carry.
@@ -158,7 +146,8 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     let old = slice.status.clone().unwrap_or_default();
     let Some(t) = Target::new(slice, ctx)? else {
         let message = "no GCP project: set spec.project or the operator's default project";
-        return stall(ctx, slice, &old, reasons::INVALID_SPEC, message).await;
+        driver::stall(ctx, slice, reasons::INVALID_SPEC, message, false).await?;
+        return Ok(Action::await_change());
     };
     let ns = t.identity.namespace.as_str();
     let request = tenancy::request::tpu_slice(&slice.spec, &t.names.project, &ctx.prices);
@@ -176,7 +165,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         && let Some(req) = &first_look
         && let Err(denial) = tenancy::precheck(ctx, ns, std::slice::from_ref(req))
     {
-        return deny(ctx, slice, &old, denial).await;
+        return deny(ctx, slice, denial).await;
     }
     let pending = old.pending_operation.as_deref();
     let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
@@ -187,7 +176,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         Some(node) => {
             let cluster = ctx.config.cluster_id.as_str();
             match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
-                Err(denial) => return deny(ctx, slice, &old, denial).await,
+                Err(denial) => return deny(ctx, slice, denial).await,
                 Ok(tenancy::adoption::Ownership::Ours) => None,
                 Ok(tenancy::adoption::Ownership::Unclaimed) => {
                     let guard = ctx.admission.lock_if_counted(&ctx.policies, ns).await;
@@ -196,7 +185,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
                     let admitted =
                         tenancy::adoption::admit(ctx, ns, node, &slice.spec, project, &[uid]).await?;
                     if let Err(denial) = admitted {
-                        return deny(ctx, slice, &old, denial).await;
+                        return deny(ctx, slice, denial).await;
                     }
                     guard
                 }
@@ -244,7 +233,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
             };
             let uid = t.identity.uid.as_str();
             if let Err(denial) = tenancy::admit(ctx, ns, std::slice::from_ref(req), &[uid]).await? {
-                return deny(ctx, slice, &old, denial).await;
+                return deny(ctx, slice, denial).await;
             }
             guard
         }
@@ -603,65 +592,22 @@ async fn report(
     if let (Some(ns), Some(uid)) = (slice.namespace(), slice.uid()) {
         ctx.metrics.record_spend(&ns, &uid, new.estimated_cost.as_ref());
     }
-    status::write(ctx, slice, old, &new).await
+    driver::write_status(ctx, slice, Some(old), &new).await?;
+    Ok(())
 }
 
 /// Reports a tenancy-policy refusal: `Stalled` reason `PolicyDenied`, no cloud call. A refusal
 /// that depends on the namespace's usage (chip quota, budget) is looked at again at the capacity
-/// interval and leaves the phase `Pending`; one that needs a spec or policy change is `Failed`.
-async fn deny(
-    ctx: &Context,
-    slice: &TpuSlice,
-    old: &TpuSliceStatus,
-    denial: tenancy::Denial,
-) -> Result<Action> {
-    let (phase, every) = if denial.retry {
-        (TpuSlicePhase::Pending, ctx.config.poll_capacity)
+/// interval; one that needs a spec or policy change at the stable interval.
+async fn deny(ctx: &Context, slice: &TpuSlice, denial: tenancy::Denial) -> Result<Action> {
+    let every = if denial.retry {
+        ctx.config.poll_capacity
     } else {
-        (TpuSlicePhase::Failed, ctx.config.poll_stable)
+        ctx.config.poll_stable
     };
     tracing::debug!(message = %denial.message, "tenancy policy refused the slice");
-    stall_as(ctx, slice, old, phase, reasons::POLICY_DENIED, &denial.message).await?;
+    driver::stall(ctx, slice, reasons::POLICY_DENIED, &denial.message, denial.retry).await?;
     Ok(Action::requeue(every))
-}
-
-/// Reports a refusal that needs a spec or configuration change.
-async fn stall(
-    ctx: &Context,
-    slice: &TpuSlice,
-    old: &TpuSliceStatus,
-    reason: &'static str,
-    message: &str,
-) -> Result<Action> {
-    stall_as(ctx, slice, old, TpuSlicePhase::Failed, reason, message).await?;
-    Ok(Action::await_change())
-}
-
-async fn stall_as(
-    ctx: &Context,
-    slice: &TpuSlice,
-    old: &TpuSliceStatus,
-    phase: TpuSlicePhase,
-    reason: &'static str,
-    message: &str,
-) -> Result<()> {
-    let mut new = old.clone();
-    new.observed_generation = slice.meta().generation;
-    new.phase = phase;
-    new.message = Some(message.to_string());
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        k8s_openapi::jiff::Timestamp::from_second(ctx.clock.now().timestamp())
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    );
-    set_kstatus(
-        &mut new.conditions,
-        Progress::Stalled,
-        reason,
-        message,
-        new.observed_generation,
-        now,
-    );
-    status::write(ctx, slice, old, &new).await
 }
 
 fn action_name(action: &Step) -> &'static str {

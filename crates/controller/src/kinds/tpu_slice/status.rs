@@ -9,7 +9,7 @@ use tpu_operator_api::{
         Progress, condition, find_condition, is_true, reasons, remove_condition, set_condition, set_kstatus,
         types,
     },
-    tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
+    tpu_slice::{TpuSlicePhase, TpuSliceStatus},
 };
 use tpu_operator_gcp::tpu_v2::model::node;
 
@@ -18,12 +18,7 @@ use super::{
     observe::{Names, Observed, OperationView},
     plan::{Assessment, health_name, state_name},
 };
-use crate::runtime::{
-    context::Context,
-    error::Result,
-    report::{self, Transition},
-};
-use kube::ResourceExt;
+use crate::runtime::report::Transition;
 
 /// The only writer of `TpuSlice.status`.
 pub const FIELD_MANAGER: &str = "tpuslice.tpu-operator.dev/controller";
@@ -201,22 +196,33 @@ fn billing(n: &tpu_operator_gcp::tpu_v2::model::Node) -> bool {
     )
 }
 
-/// Writes `new` when it differs from `old`, then publishes the Events of the transition.
-pub async fn write(
-    ctx: &Context,
-    slice: &TpuSlice,
+/// `old` stalled for `reason`: `Pending` while the refusal is looked at again (`retry`),
+/// `Failed` when it needs a spec or policy change; the rest as it was.
+pub fn stalled(
     old: &TpuSliceStatus,
-    new: &TpuSliceStatus,
-) -> Result<()> {
-    if old == new {
-        return Ok(());
-    }
-    let written = report::apply_status(ctx, slice, FIELD_MANAGER, new).await?;
-    ctx.settled.wrote(slice, written.resource_version());
-    for t in transitions(old, new) {
-        report::publish(ctx, slice, t).await;
-    }
-    Ok(())
+    generation: Option<i64>,
+    reason: &'static str,
+    message: &str,
+    retry: bool,
+    now: DateTime<Utc>,
+) -> TpuSliceStatus {
+    let mut new = old.clone();
+    new.observed_generation = generation;
+    new.phase = if retry {
+        TpuSlicePhase::Pending
+    } else {
+        TpuSlicePhase::Failed
+    };
+    new.message = Some(message.to_string());
+    set_kstatus(
+        &mut new.conditions,
+        Progress::Stalled,
+        reason,
+        message,
+        generation,
+        time(now),
+    );
+    new
 }
 
 /// Events for what changed between two statuses (never for a pass that changed nothing).

@@ -50,7 +50,7 @@ fn job_step(state: &JobState) -> JobStep {
 }
 
 /// One deletion pass: `Some(requeue)` while Vertex jobs remain, `None` once the finalizer may go.
-pub async fn cleanup_pass(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Action>> {
+pub async fn cleanup(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Action>> {
     if tp.spec.deletion_policy == DeletionPolicy::Orphan {
         report::publish_event(
             ctx,

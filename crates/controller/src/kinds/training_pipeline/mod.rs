@@ -19,36 +19,32 @@ pub mod status;
 
 use std::{sync::Arc, time::Duration};
 
-use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::{
-    Api, ResourceExt,
-    runtime::{
-        controller::{Action, Config},
-        finalizer::{Event as Finalizer, finalizer},
-    },
+    ResourceExt,
+    runtime::{Controller, controller::Action, reflector::ObjectRef},
 };
 use tpu_operator_api::{
     naming::{self, ObjectIdentity},
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
-    training_pipeline::TrainingPipeline,
+    training_pipeline::{TrainingPipeline, TrainingPipelineStatus},
 };
 
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use crate::{
-    FINALIZER, Shutdown,
+    Shutdown,
     governance::tenancy,
     runtime::{
-        cloud_watch::{self, CloudWatch, Collection, Owner, state_of},
+        cloud_watch::{self, Collection, Owner, state_of},
         context::Context,
+        driver::{self, Reconciler},
         error::{ReconcileError, Result},
-        report, retry,
-        watched::{self, Cached, cached_ref},
+        report::{self, Transition},
+        watched::{self, Cached},
     },
 };
-
-const KIND: &str = "TrainingPipeline";
 
 /// Names derived from the pipeline's identity.
 pub struct Names {
@@ -85,57 +81,61 @@ impl Names {
 
 /// Runs the controller until `shutdown`: watches pipelines and the children they own.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
-    // Judge nothing before the policies are known (an unlisted policy reads as none).
-    ctx.policies.ready().await;
-    CloudWatch::start(&ctx, shutdown.clone());
-    crate::runtime::watched::controller::<TrainingPipeline>(&ctx)
-        .owns_stream(watched::metadata::<PreprocessBatch>(&ctx))
-        .owns_stream(watched::metadata::<TpuSlice>(&ctx))
-        .with_config(Config::default().concurrency(ctx.config.concurrency))
-        .reconcile_on(ctx.cloud_watch.pipeline_triggers().map(cached_ref))
-        .reconcile_all_on(ctx.policies.changes())
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    driver::run::<TrainingPipeline>(ctx, shutdown).await;
 }
 
-fn error_policy(tp: Arc<Cached<TrainingPipeline>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
-    retry::error_policy(KIND, tp.as_ref(), err, &ctx)
-}
+impl Reconciler for TrainingPipeline {
+    const KIND: &'static str = "TrainingPipeline";
+    const FIELD_MANAGER: &'static str = status::FIELD_MANAGER;
+    /// A pipeline is also woken by its children, which leave its own `resourceVersion` as it was.
+    const SETTLES: bool = false;
+    type Status = TrainingPipelineStatus;
 
-#[tracing::instrument(skip(cached, ctx), fields(ns = cached.namespace(), name = cached.name_any()))]
-async fn reconcile(cached: Arc<Cached<TrainingPipeline>>, ctx: Arc<Context>) -> Result<Action> {
-    let _timer = ctx.metrics.start(KIND);
-    let tp = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
-    let ns = tp
-        .namespace()
-        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
-    let api: Api<TrainingPipeline> = Api::namespaced(ctx.client.clone(), &ns);
-    // kube's finalizer helper drops the finalizer as soon as cleanup returns, so the passes that
-    // still have cloud work to wait for (a job cancelling) run before it is called.
-    if tp.metadata.deletion_timestamp.is_some() {
-        progress::forget(&ctx, &tp);
+    fn status(&self) -> Option<&TrainingPipelineStatus> {
+        self.status.as_ref()
     }
-    if tp.metadata.deletion_timestamp.is_some()
-        && tp.finalizers().iter().any(|f| f == FINALIZER)
-        && let Some(action) = cleanup::cleanup_pass(&tp, &ctx).await?
-    {
-        return Ok(action);
+
+    fn cloud_triggers(ctx: &Context) -> BoxStream<'static, ObjectRef<Self>> {
+        ctx.cloud_watch.pipeline_triggers()
     }
-    let action = finalizer(&api, FINALIZER, tp, |event| async {
-        match event {
-            Finalizer::Apply(tp) => apply(tp, ctx.clone()).await,
-            Finalizer::Cleanup(_) => Ok(Action::await_change()),
-        }
-    })
-    .await?;
-    Ok(action)
+
+    fn watches(controller: Controller<Cached<Self>>, ctx: &Context) -> Controller<Cached<Self>> {
+        controller
+            .owns_stream(watched::metadata::<PreprocessBatch>(ctx))
+            .owns_stream(watched::metadata::<TpuSlice>(ctx))
+    }
+
+    async fn apply(&self, ctx: &Context) -> Result<Action> {
+        apply(self, ctx).await
+    }
+
+    async fn cleanup(&self, ctx: &Context) -> Result<Option<Action>> {
+        cleanup::cleanup(self, ctx).await
+    }
+
+    fn forget(&self, ctx: &Context) {
+        progress::forget(ctx, self);
+    }
+
+    fn transitions(old: &TrainingPipelineStatus, new: &TrainingPipelineStatus) -> Vec<Transition> {
+        status::transitions(old, new)
+    }
+
+    fn stalled(
+        &self,
+        old: &TrainingPipelineStatus,
+        reason: &'static str,
+        message: &str,
+        _retry: bool,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> TrainingPipelineStatus {
+        status::stalled(old, self.metadata.generation, reason, message, now)
+    }
 }
 
-async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
-    let names = Names::of(&tp, &ctx).map_err(ReconcileError::MissingMetadata)?;
-    let (observed, mut reads) = observe::observe(&ctx, &tp, &names).await?;
+async fn apply(tp: &TrainingPipeline, ctx: &Context) -> Result<Action> {
+    let names = Names::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
+    let (observed, mut reads) = observe::observe(ctx, tp, &names).await?;
     let old = tp.status.clone().unwrap_or_default();
     let decision = plan::plan(&plan::Input {
         spec: &tp.spec,
@@ -153,42 +153,41 @@ async fn apply(tp: Arc<TrainingPipeline>, ctx: Arc<Context>) -> Result<Action> {
             .admission
             .lock_if_counted(&ctx.policies, &names.id.namespace)
             .await;
-        if let Some(denial) = admit(&ctx, &tp, &names, &decision.action).await? {
-            return deny(&ctx, &tp, &old, denial).await;
+        if let Some(denial) = admit(ctx, tp, &names, &decision.action).await? {
+            return deny(ctx, tp, denial).await;
         }
         guard
     } else {
         None
     };
     let mut new = decision.status;
-    act::cancel_jobs(&ctx, &decision.cancel_jobs).await?;
-    act::act(&ctx, &tp, &names, &decision.action, &mut new, &mut reads).await?;
+    act::cancel_jobs(ctx, &decision.cancel_jobs).await?;
+    act::act(ctx, tp, &names, &decision.action, &mut new, &mut reads).await?;
     if reads.list_caught_up {
         new.unconfirmed_create_time = None;
     }
-    let progress = progress::update(&ctx, &tp, &mut new).await;
-    status::write(&ctx, &tp, &new).await?;
+    let progress = progress::update(ctx, tp, &mut new).await;
+    status::write(ctx, tp, &new).await?;
     for e in decision.events.into_iter().chain(progress.events) {
-        report::publish(&ctx, tp.as_ref(), e).await;
+        report::publish(ctx, tp, e).await;
     }
-    retry::on_success(tp.as_ref(), &ctx);
     // While training runs, wake for the next checkpoint listing at the latest.
     let cap = |wait: Duration| progress.next_check.map_or(wait, |next| wait.min(next));
     if decision.requeue == plan::Requeue::Active && !reads.list_lags {
-        let owner = Owner::pipeline(&tp);
+        let owner = Owner::pipeline(tp);
         let current = |name: &String| Some(name) == new.custom_job_name.as_ref();
         let wait = match (&decision.action, reads.job) {
             // The job as read or as just created: reused until a listing shows it change.
             (plan::Action::Nothing | plan::Action::CreateJob { .. }, Some(job))
                 if current(&job.name) && cloud_watch::lists_job(&job.state) =>
             {
-                Some(ctx.cloud_watch.watch_job(&ctx, &job, owner))
+                Some(ctx.cloud_watch.watch_job(ctx, &job, owner))
             }
             // Found by label after a crash: it is at least QUEUED.
             (plan::Action::CreateJob { .. }, _) => new.custom_job_name.as_deref().map(|name| {
                 let seen = Some(state_of(&JobState::Queued));
                 ctx.cloud_watch
-                    .watch(&ctx, Collection::VertexJobs, name, seen, owner)
+                    .watch(ctx, Collection::VertexJobs, name, seen, owner)
             }),
             _ => None,
         };
@@ -238,35 +237,9 @@ async fn admit(
 
 /// Reports a tenancy refusal on the pipeline: `Stalled` reason `PolicyDenied`, nothing created,
 /// the rest of the status as it was. Quota and budget refusals are looked at again.
-async fn deny(
-    ctx: &Context,
-    tp: &TrainingPipeline,
-    old: &tpu_operator_api::training_pipeline::TrainingPipelineStatus,
-    denial: tenancy::Denial,
-) -> Result<Action> {
-    use tpu_operator_api::conditions::{Progress, reasons};
-    let mut new = old.clone();
-    new.observed_generation = tp.metadata.generation;
-    new.message = Some(denial.message.clone());
-    let was_denied = tpu_operator_api::conditions::find_condition(
-        &old.conditions,
-        tpu_operator_api::conditions::types::STALLED,
-    )
-    .is_some_and(|c| {
-        c.status == tpu_operator_api::conditions::status::TRUE && c.reason == reasons::POLICY_DENIED
-    });
-    let now = status::time(ctx.clock.now());
-    status::set_kstatus(
-        &mut new,
-        Progress::Stalled,
-        reasons::POLICY_DENIED,
-        &denial.message,
-        now,
-    );
-    status::write(ctx, tp, &new).await?;
-    if !was_denied {
-        report::publish_event(ctx, tp, true, reasons::POLICY_DENIED, denial.message.clone()).await;
-    }
+async fn deny(ctx: &Context, tp: &TrainingPipeline, denial: tenancy::Denial) -> Result<Action> {
+    use tpu_operator_api::conditions::reasons;
+    driver::stall(ctx, tp, reasons::POLICY_DENIED, &denial.message, denial.retry).await?;
     Ok(if denial.retry {
         plan::Requeue::Capacity
     } else {

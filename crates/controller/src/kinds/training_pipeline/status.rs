@@ -14,7 +14,7 @@ use tpu_operator_api::{
 };
 
 use super::plan::Mode;
-use crate::runtime::{context::Context, error::Result, report};
+use crate::runtime::{context::Context, driver, error::Result, report::Transition};
 
 /// The one writer of `TrainingPipeline.status`.
 pub const FIELD_MANAGER: &str = "trainingpipeline.tpu-operator.dev/controller";
@@ -226,19 +226,38 @@ pub fn set_stage_conditions(st: &mut TrainingPipelineStatus, suspended: bool, no
     }
 }
 
-/// Whether `new` differs from `old` in anything but condition timestamps (which only move when a
-/// condition's status flips, so comparing whole statuses is enough).
-pub fn changed(old: Option<&TrainingPipelineStatus>, new: &TrainingPipelineStatus) -> bool {
-    old != Some(new)
-}
-
 /// Writes the status when it changed. Returns whether it wrote.
 pub async fn write(ctx: &Context, tp: &TrainingPipeline, new: &TrainingPipelineStatus) -> Result<bool> {
-    if !changed(tp.status.as_ref(), new) {
-        return Ok(false);
+    driver::write_status(ctx, tp, tp.status.as_ref(), new).await
+}
+
+/// `old` stalled for `reason` (the phase and stages as they were).
+pub fn stalled(
+    old: &TrainingPipelineStatus,
+    generation: Option<i64>,
+    reason: &'static str,
+    message: &str,
+    now: DateTime<Utc>,
+) -> TrainingPipelineStatus {
+    let mut new = old.clone();
+    new.observed_generation = generation;
+    new.message = Some(message.to_string());
+    set_kstatus(&mut new, Progress::Stalled, reason, message, time(now));
+    new
+}
+
+/// The Events of a status change: the pipeline's other Events come from its plan and progress
+/// (published by the pass that decided them); only a new policy refusal is seen here.
+pub fn transitions(old: &TrainingPipelineStatus, new: &TrainingPipelineStatus) -> Vec<Transition> {
+    let denied = |s: &TrainingPipelineStatus| {
+        conditions::find_condition(&s.conditions, types::STALLED)
+            .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == reasons::POLICY_DENIED)
+    };
+    if denied(new) && !denied(old) {
+        let message = new.message.clone().unwrap_or_default();
+        return vec![Transition::warning(reasons::POLICY_DENIED, message)];
     }
-    report::apply_status(ctx, tp, FIELD_MANAGER, new).await?;
-    Ok(true)
+    Vec::new()
 }
 
 #[cfg(test)]

@@ -1,0 +1,212 @@
+//! The reconcile shape every kind runs in, owned once.
+//!
+//! A kind implements [`Reconciler`] for its custom resource: what it does on an apply pass (its
+//! own observe → plan → act → status), what one deletion pass does, what its status looks like
+//! stalled, and which cloud-watch wake-ups reach it. This module owns what they all repeat:
+//!
+//! 1. the settled-object skip (only for kinds that [`Reconciler::SETTLES`]),
+//! 2. the reconcile metrics (count, duration; failures are counted by [`error_policy`]),
+//! 3. the guards (the cached object decodes, it has a namespace),
+//! 4. the deletion pass before the finalizer: kube's `finalizer` helper drops the finalizer as
+//!    soon as its cleanup returns, but a kind's cleanup takes several passes (cancel, wait, delete),
+//!    so those passes run here and the helper sees the object only once nothing is left,
+//! 5. the finalizer itself (added on the first pass, removed after the last cleanup),
+//! 6. clearing the object's backoff after a successful pass, and [`error_policy`] after a failed one,
+//! 7. the one status write ([`write_status`]: server-side apply when it changed, then the Events of
+//!    the transition) and the one stall writer ([`stall`]),
+//! 8. the controller itself ([`run`]): the compact watch cache, the cloud-watch wake-ups, the
+//!    tenancy-policy re-evaluation, graceful shutdown.
+//!
+//! The shape follows kube-rs's controller-rs (finalizer → apply / cleanup); it is no more general
+//! than the three kinds need.
+
+use std::{fmt::Debug, future::Future, sync::Arc};
+
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, stream::BoxStream};
+use kube::{
+    Api, Resource, ResourceExt,
+    core::NamespaceResourceScope,
+    runtime::{
+        Controller,
+        controller::{Action, Config},
+        finalizer::{Event, finalizer},
+        reflector::ObjectRef,
+    },
+};
+use serde::{Serialize, de::DeserializeOwned};
+use tpu_operator_api::FINALIZER;
+
+use crate::{
+    Shutdown,
+    runtime::{
+        cloud_watch::CloudWatch,
+        context::Context,
+        error::{ReconcileError, Result},
+        report::{self, Transition},
+        retry,
+        watched::{self, Cached, cached_ref},
+    },
+};
+
+/// One custom resource's reconcile: the parts that differ between kinds.
+pub trait Reconciler:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// The kind's name in metrics and logs.
+    const KIND: &'static str;
+    /// The only writer of the kind's status.
+    const FIELD_MANAGER: &'static str;
+    /// Whether a pass that finds the object exactly as the last one left it may be skipped (see
+    /// [`crate::runtime::settled`]): only for kinds whose reconcile depends on nothing but the
+    /// object and the cloud.
+    const SETTLES: bool;
+
+    type Status: Clone + Default + PartialEq + Serialize + Send + Sync;
+
+    fn status(&self) -> Option<&Self::Status>;
+
+    /// The cloud watch's wake-ups for objects of this kind.
+    fn cloud_triggers(ctx: &Context) -> BoxStream<'static, ObjectRef<Self>>;
+
+    /// Further watches that wake an object (its owned children); none by default.
+    fn watches(controller: Controller<Cached<Self>>, _ctx: &Context) -> Controller<Cached<Self>> {
+        controller
+    }
+
+    /// One pass over an object that is not being deleted: observe → plan → act → status.
+    fn apply(&self, ctx: &Context) -> impl Future<Output = Result<Action>> + Send;
+
+    /// One deletion pass: `Some(requeue)` while cloud objects remain, `None` once the finalizer
+    /// may go.
+    fn cleanup(&self, ctx: &Context) -> impl Future<Output = Result<Option<Action>>> + Send;
+
+    /// Called once the finalizer is being removed (every cloud object is gone or orphaned).
+    fn cleaned_up(&self, _ctx: &Context) -> impl Future<Output = Result<Action>> + Send {
+        async { Ok(Action::await_change()) }
+    }
+
+    /// The object is being deleted (with or without our finalizer): drops what the process
+    /// remembers about it besides the settled cache and backoff.
+    fn forget(&self, _ctx: &Context) {}
+
+    /// The Events a status change publishes, after its write.
+    fn transitions(old: &Self::Status, new: &Self::Status) -> Vec<Transition>;
+
+    /// `old` as a stall says it: `Stalled` for `reason` with `message` at `now`, nothing else
+    /// changed but what the kind's phase must show (`retry`: the refusal is looked at again, e.g.
+    /// a quota that may free up).
+    fn stalled(
+        &self,
+        old: &Self::Status,
+        reason: &'static str,
+        message: &str,
+        retry: bool,
+        now: DateTime<Utc>,
+    ) -> Self::Status;
+}
+
+/// Runs the controller of `K` until `shutdown` fires.
+pub async fn run<K: Reconciler>(ctx: Arc<Context>, shutdown: Shutdown) {
+    // Judge nothing before the policies are known (an unlisted policy reads as none).
+    ctx.policies.ready().await;
+    CloudWatch::start(&ctx, shutdown.clone());
+    K::watches(watched::controller::<K>(&ctx), &ctx)
+        .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .reconcile_on(K::cloud_triggers(&ctx).map(cached_ref))
+        .reconcile_all_on(ctx.policies.changes())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(kind = K::KIND, error = %err, "reconcile did not run");
+            }
+        })
+        .await;
+}
+
+/// One reconcile of `K`: the shape described in the module docs.
+#[tracing::instrument(skip(cached, ctx), fields(kind = K::KIND, namespace = cached.namespace(), name = cached.name_any()))]
+pub async fn reconcile<K: Reconciler>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Result<Action> {
+    if K::SETTLES
+        && let Some(wait) = ctx.settled.skip(cached.as_ref())
+    {
+        return Ok(wait);
+    }
+    let _timer = ctx.metrics.start(K::KIND);
+    let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
+    let ns = obj
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    if deleting {
+        obj.forget(&ctx);
+    }
+    if deleting
+        && obj.finalizers().iter().any(|f| f == FINALIZER)
+        && let Some(wait) = obj.cleanup(&ctx).await?
+    {
+        retry::on_success(obj.as_ref(), &ctx);
+        return Ok(wait);
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
+        match event {
+            Event::Apply(obj) => obj.apply(&ctx).await,
+            Event::Cleanup(obj) => obj.cleaned_up(&ctx).await,
+        }
+    })
+    .await
+    .map_err(ReconcileError::from)?;
+    retry::on_success(obj.as_ref(), &ctx);
+    Ok(action)
+}
+
+/// After a failed reconcile: per-object backoff, by the error's classification.
+pub fn error_policy<K: Reconciler>(obj: Arc<Cached<K>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    retry::error_policy(K::KIND, obj.as_ref(), err, &ctx)
+}
+
+/// The one status write: `new` by server-side apply when it differs from `old`, then the Events
+/// of the transition. Returns whether it wrote.
+pub async fn write_status<K: Reconciler>(
+    ctx: &Context,
+    obj: &K,
+    old: Option<&K::Status>,
+    new: &K::Status,
+) -> Result<bool> {
+    if old == Some(new) {
+        return Ok(false);
+    }
+    let written = report::apply_status(ctx, obj, K::FIELD_MANAGER, new).await?;
+    if K::SETTLES {
+        ctx.settled.wrote(obj, written.resource_version());
+    }
+    let unset = K::Status::default();
+    for t in K::transitions(old.unwrap_or(&unset), new) {
+        report::publish(ctx, obj, t).await;
+    }
+    Ok(true)
+}
+
+/// Stalls `obj` with a reason, no cloud call made: a tenancy-policy refusal, or a spec the
+/// operator cannot act on. The caller decides when to look again.
+pub async fn stall<K: Reconciler>(
+    ctx: &Context,
+    obj: &K,
+    reason: &'static str,
+    message: &str,
+    retry: bool,
+) -> Result<()> {
+    let old = obj.status().cloned().unwrap_or_default();
+    let new = obj.stalled(&old, reason, message, retry, ctx.clock.now());
+    write_status(ctx, obj, Some(&old), &new).await?;
+    Ok(())
+}
