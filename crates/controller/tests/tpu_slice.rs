@@ -650,7 +650,7 @@ async fn idle_timeout_deletes_the_node_once_the_workload_has_ended_and_keeps_the
     let mut s = slice("idle", json!({"onDemand": {}}));
     s.metadata.annotations = Some(
         [(
-            tpu_slice::DONE_URI_ANNOTATION.to_string(),
+            tpu_operator_api::tpu_slice::DONE_URI_ANNOTATION.to_string(),
             "gs://idle-test-bucket/runs/one/".to_string(),
         )]
         .into(),

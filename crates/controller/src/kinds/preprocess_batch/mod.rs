@@ -35,7 +35,7 @@ use tpu_operator_gcp::dataproc_v1::model::batch::State as BatchState;
 
 use self::{
     observe::Target,
-    plan::{CleanupStep, Decision, Requeue},
+    plan::{CleanupStep, Plan, Requeue},
 };
 use crate::{
     Shutdown,
@@ -136,13 +136,13 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
         _ => None,
     };
     let (new, next) = match plan::plan(&obj.spec.batch, &old, &observed, now) {
-        Decision::Keep(next) => (status::unchanged(obj), next),
-        Decision::Report(report) => (status::from_report(obj, &observed, &report, now), report.requeue),
-        Decision::Submit { .. } if let Some(denial) = &denied => {
+        Plan::Keep(next) => (status::unchanged(obj), next),
+        Plan::Report(report) => (status::from_report(obj, &observed, &report, now), report.requeue),
+        Plan::Submit { .. } if let Some(denial) = &denied => {
             let stalled = obj.stalled(&old, reasons::POLICY_DENIED, &denial.message, denial.retry, now);
             (stalled, Requeue::Stable)
         }
-        Decision::Submit {
+        Plan::Submit {
             attempt,
             after_failure,
         } => {

@@ -43,7 +43,7 @@ pub struct Report {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Decision {
+pub enum Plan {
     /// Nothing new (finished earlier, or waiting out the retry delay): keep the status as it is,
     /// make no cloud call.
     Keep(Requeue),
@@ -56,16 +56,16 @@ pub enum Decision {
     Report(Report),
 }
 
-/// The apply-path decision.
+/// The apply-path plan.
 pub fn plan(
     template: &BatchTemplate,
     status: &PreprocessBatchStatus,
     observed: &Observed,
     now: DateTime<Utc>,
-) -> Decision {
+) -> Plan {
     let attempt = u32::try_from(status.attempts).unwrap_or(0);
     match status.phase {
-        Phase::Succeeded | Phase::Failed | Phase::Cancelled => return Decision::Keep(Requeue::Stable),
+        Phase::Succeeded | Phase::Failed | Phase::Cancelled => return Plan::Keep(Requeue::Stable),
         Phase::Retrying => {
             // The end time is written together with phase Retrying; should it be missing (a
             // hand-edited status), retry now rather than wait for a moment that never comes.
@@ -77,10 +77,10 @@ pub fn plan(
                 })
                 .unwrap_or(now);
             if now < due {
-                return Decision::Keep(Requeue::After((due - now).to_std().unwrap_or_default()));
+                return Plan::Keep(Requeue::After((due - now).to_std().unwrap_or_default()));
             }
             let why = find_condition(&status.conditions, types::RECONCILING).map(|c| c.message.clone());
-            return Decision::Submit {
+            return Plan::Submit {
                 attempt: attempt + 1,
                 after_failure: why,
             };
@@ -89,7 +89,7 @@ pub fn plan(
     }
     if attempt == 0 {
         if !observed.missing_inputs.is_empty() {
-            return Decision::Report(Report {
+            return Plan::Report(Report {
                 phase: Phase::Pending,
                 progress: Progress::Stalled,
                 reason: reasons::NOT_FOUND,
@@ -102,7 +102,7 @@ pub fn plan(
                 output: None,
             });
         }
-        return Decision::Submit {
+        return Plan::Submit {
             attempt: 1,
             after_failure: None,
         };
@@ -133,7 +133,7 @@ fn from_batch(
     batch: &ObservedBatch,
     output: &OutputCheck,
     now: DateTime<Utc>,
-) -> Decision {
+) -> Plan {
     let of = attempts_label(template, attempt);
     let ended = batch.state_time.unwrap_or(now);
     match &batch.state {
@@ -187,7 +187,7 @@ fn from_batch(
                     ended,
                     now,
                 );
-                if let Decision::Report(r) = &mut decision {
+                if let Plan::Report(r) = &mut decision {
                     r.output = Some((false, reasons::OUTPUT_MISSING, message));
                 }
                 decision
@@ -233,19 +233,19 @@ fn attempt_failed(
     failure: Failure,
     ended: DateTime<Utc>,
     now: DateTime<Utc>,
-) -> Decision {
+) -> Plan {
     let allowed = allowed_attempts(template);
     let of = attempts_label(template, attempt);
     if attempt < allowed {
         let due = ended + chrono::Duration::from_std(retry_delay(attempt)).unwrap_or_default();
         if now >= due {
-            return Decision::Submit {
+            return Plan::Submit {
                 attempt: attempt + 1,
                 after_failure: Some(format!("{of} failed ({}): {}", failure.reason, failure.message)),
             };
         }
         let wait = (due - now).to_std().unwrap_or_default();
-        return Decision::Report(Report {
+        return Plan::Report(Report {
             phase: Phase::Retrying,
             progress: Progress::Reconciling,
             reason: reasons::RETRYING,
@@ -272,7 +272,7 @@ fn attempt_failed(
         (_, true) => (Phase::Failed, reasons::RETRIES_EXHAUSTED),
         (reason, false) => (Phase::Failed, reason),
     };
-    Decision::Report(Report {
+    Plan::Report(Report {
         phase,
         progress: Progress::Stalled,
         reason,
@@ -283,8 +283,8 @@ fn attempt_failed(
     })
 }
 
-fn running(phase: Phase, reason: &'static str, message: String) -> Decision {
-    Decision::Report(Report {
+fn running(phase: Phase, reason: &'static str, message: String) -> Plan {
+    Plan::Report(Report {
         phase,
         progress: Progress::Reconciling,
         reason,
@@ -295,8 +295,8 @@ fn running(phase: Phase, reason: &'static str, message: String) -> Decision {
     })
 }
 
-fn succeeded(message: String, output: Option<(bool, &'static str, String)>) -> Decision {
-    Decision::Report(Report {
+fn succeeded(message: String, output: Option<(bool, &'static str, String)>) -> Plan {
+    Plan::Report(Report {
         phase: Phase::Succeeded,
         progress: Progress::Ready,
         reason: reasons::SUCCEEDED,

@@ -14,7 +14,7 @@ use tpu_operator_api::{
 use tpu_operator_gcp::ErrorKind;
 
 use super::{
-    Names, checkpoints,
+    Target, checkpoints,
     observe::{Reads, list_jobs},
     plan::Action,
     spec,
@@ -28,7 +28,7 @@ use crate::runtime::{
 pub async fn act(
     ctx: &Context,
     tp: &TrainingPipeline,
-    names: &Names,
+    names: &Target,
     action: &Action,
     st: &mut TrainingPipelineStatus,
     reads: &mut Reads,
@@ -141,7 +141,7 @@ where
 async fn create_job(
     ctx: &Context,
     tp: &TrainingPipeline,
-    names: &Names,
+    names: &Target,
     attempt: i32,
     st: &mut TrainingPipelineStatus,
     reads: &mut Reads,

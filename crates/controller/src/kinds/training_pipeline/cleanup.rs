@@ -14,7 +14,7 @@ use tpu_operator_api::{
 use tpu_operator_gcp::{ErrorKind, aiplatform_v1::model::JobState};
 
 use super::{
-    Names,
+    Target,
     observe::{job_view, list_jobs, read_job},
     plan::JobView,
     status::{self, time},
@@ -62,7 +62,7 @@ pub async fn cleanup(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Acti
         .await;
         return Ok(None);
     }
-    let names = Names::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
+    let names = Target::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
     let jobs = every_job(ctx, tp, &names).await?;
     let now = ctx.clock.now();
     let settle = settled_after(tp);
@@ -117,7 +117,7 @@ fn settled_after(tp: &TrainingPipeline) -> Option<DateTime<Utc>> {
 
 /// Every job of the pipeline: all that carry its UID label (every attempt, duplicates included)
 /// and the one its status records, read by name, since a list may not show a new job yet.
-async fn every_job(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Result<Vec<JobView>> {
+async fn every_job(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Result<Vec<JobView>> {
     let mut jobs = list_jobs(ctx, names, None).await?;
     let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.as_deref());
     if let Some(name) = recorded.filter(|n| !jobs.iter().any(|j| j.name == *n)) {

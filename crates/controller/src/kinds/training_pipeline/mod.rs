@@ -46,8 +46,8 @@ use crate::{
     },
 };
 
-/// Names derived from the pipeline's identity.
-pub struct Names {
+/// Target derived from the pipeline's identity.
+pub struct Target {
     pub id: ObjectIdentity,
     /// `<name>-preprocess`.
     pub preprocess: String,
@@ -58,7 +58,7 @@ pub struct Names {
     pub vertex_parent: Option<String>,
 }
 
-impl Names {
+impl Target {
     /// `Err` names the missing metadata field.
     fn of(tp: &TrainingPipeline, ctx: &Context) -> Result<Self, &'static str> {
         let id = ObjectIdentity::new(
@@ -67,7 +67,7 @@ impl Names {
             tp.uid().ok_or("uid")?,
         );
         let project = ctx.project_for(&id.namespace, tp.spec.project.as_deref());
-        Ok(Names {
+        Ok(Target {
             preprocess: naming::child_name(&id, "preprocess"),
             train: naming::child_name(&id, "train"),
             vertex_parent: project
@@ -134,7 +134,7 @@ impl Reconciler for TrainingPipeline {
 }
 
 async fn apply(tp: &TrainingPipeline, ctx: &Context) -> Result<Action> {
-    let names = Names::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
+    let names = Target::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
     let (observed, mut reads) = observe::observe(ctx, tp, &names).await?;
     let old = tp.status.clone().unwrap_or_default();
     let decision = plan::plan(&plan::Input {
@@ -208,7 +208,7 @@ async fn apply(tp: &TrainingPipeline, ctx: &Context) -> Result<Action> {
 async fn admit(
     ctx: &Context,
     tp: &TrainingPipeline,
-    names: &Names,
+    names: &Target,
     action: &plan::Action,
 ) -> Result<Option<tenancy::Denial>> {
     use tenancy::request;

@@ -16,7 +16,7 @@ use tpu_operator_gcp::{
 };
 
 use super::{
-    Names, duplicates,
+    Target, duplicates,
     plan::{Child, JobView, Marker, Mode, Observed, TrainingObserved, is_finished, join_uri},
     spec,
     status::{stage, to_chrono},
@@ -44,7 +44,7 @@ pub struct Reads {
 }
 
 /// What the pipeline owns, and what else the pass read.
-pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Names) -> Result<(Observed, Reads)> {
+pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Result<(Observed, Reads)> {
     let mut reads = Reads::default();
     let st = tp.status.clone().unwrap_or_default();
     let finished = is_finished(st.phase);
@@ -248,7 +248,7 @@ pub(crate) fn spot_preempted(job: &CustomJob) -> bool {
 }
 
 /// This pipeline's jobs (of one attempt, or all), newest attempt first.
-pub async fn list_jobs(ctx: &Context, names: &Names, attempt: Option<i32>) -> Result<Vec<JobView>> {
+pub async fn list_jobs(ctx: &Context, names: &Target, attempt: Option<i32>) -> Result<Vec<JobView>> {
     let jobs = list_custom_jobs(ctx, names, attempt).await?;
     let mut views: Vec<JobView> = jobs.into_iter().map(job_view).collect();
     views.sort_by_key(|j| std::cmp::Reverse(j.attempt));
@@ -256,7 +256,7 @@ pub async fn list_jobs(ctx: &Context, names: &Names, attempt: Option<i32>) -> Re
 }
 
 /// This pipeline's jobs (of one attempt, or all) as Vertex lists them.
-pub async fn list_custom_jobs(ctx: &Context, names: &Names, attempt: Option<i32>) -> Result<Vec<CustomJob>> {
+pub async fn list_custom_jobs(ctx: &Context, names: &Target, attempt: Option<i32>) -> Result<Vec<CustomJob>> {
     let Some(parent) = &names.vertex_parent else {
         return Ok(Vec::new());
     };
@@ -273,7 +273,7 @@ pub async fn list_custom_jobs(ctx: &Context, names: &Names, attempt: Option<i32>
 async fn attempt_jobs(
     ctx: &Context,
     tp: &TrainingPipeline,
-    names: &Names,
+    names: &Target,
     recorded: Option<CustomJob>,
     reads: &mut Reads,
 ) -> Result<Vec<CustomJob>> {
@@ -307,7 +307,7 @@ pub async fn read_job(ctx: &Context, name: &str) -> Result<Option<CustomJob>> {
 async fn current_job(
     ctx: &Context,
     tp: &TrainingPipeline,
-    names: &Names,
+    names: &Target,
     reads: &mut Reads,
 ) -> Result<(Option<JobView>, Option<CostEstimate>, Vec<JobView>)> {
     let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.clone());

@@ -27,7 +27,7 @@ pub const ATTEMPT_LABEL: &str = "tpu-operator-attempt";
 /// The training slice's completion annotation (the TpuSlice controller copies it into the node
 /// metadata key `tpu-operator-done-uri`, which users cannot set themselves: admission reserves
 /// `tpu-operator-*` metadata keys).
-pub use tpu_operator_api::tpu_slice::DONE_URI_ANNOTATION;
+use tpu_operator_api::tpu_slice::DONE_URI_ANNOTATION;
 
 /// Label on owned children naming the pipeline (for `kubectl get -l`).
 pub const PIPELINE_LABEL: &str = "tpu-operator.dev/pipeline";

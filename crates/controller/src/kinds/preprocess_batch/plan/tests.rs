@@ -75,11 +75,11 @@ enum Got {
     Keep(Requeue),
 }
 
-fn got(d: &Decision) -> Got {
+fn got(d: &Plan) -> Got {
     match d {
-        Decision::Report(r) => Got::Report(r.phase, r.progress, r.reason),
-        Decision::Submit { attempt, .. } => Got::Submit(*attempt),
-        Decision::Keep(q) => Got::Keep(*q),
+        Plan::Report(r) => Got::Report(r.phase, r.progress, r.reason),
+        Plan::Submit { attempt, .. } => Got::Submit(*attempt),
+        Plan::Keep(q) => Got::Keep(*q),
     }
 }
 
@@ -301,7 +301,7 @@ fn retrying_waits_out_the_delay_recorded_in_status_then_submits_the_next_attempt
     assert_eq!(retry_delay(2), Duration::from_secs(60));
     assert_eq!(
         plan(&t, &s, &nothing(), at(130)),
-        Decision::Keep(Requeue::After(Duration::from_secs(30)))
+        Plan::Keep(Requeue::After(Duration::from_secs(30)))
     );
     assert_eq!(got(&plan(&t, &s, &nothing(), at(160))), Got::Submit(3));
     // Without a recorded end time (a hand-edited status) the retry is not postponed forever.
@@ -313,7 +313,7 @@ fn retrying_waits_out_the_delay_recorded_in_status_then_submits_the_next_attempt
 fn first_failure_reports_when_the_retry_is_due() {
     let mut b = batch(State::Failed, 180);
     b.state_message = "Job failed with exit code 1".into();
-    let Decision::Report(r) = plan(
+    let Plan::Report(r) = plan(
         &template(1, true),
         &status(Phase::Running, 1),
         &seen(b, OutputCheck::NotChecked),
@@ -336,7 +336,7 @@ fn first_failure_reports_when_the_retry_is_due() {
 fn exhausted_retries_keep_the_api_message_and_output_missing_is_reported() {
     let mut b = batch(State::Failed, 180);
     b.state_message = "Insufficient 'CPUS' quota".into();
-    let Decision::Report(r) = plan(
+    let Plan::Report(r) = plan(
         &template(1, true),
         &status(Phase::Running, 2),
         &seen(b, OutputCheck::NotChecked),
@@ -352,7 +352,7 @@ fn exhausted_retries_keep_the_api_message_and_output_missing_is_reported() {
         r.message
     );
 
-    let Decision::Report(r) = plan(
+    let Plan::Report(r) = plan(
         &template(0, true),
         &status(Phase::Running, 1),
         &seen(
@@ -391,7 +391,7 @@ fn missing_inputs_stall_before_submitting() {
         got(&d),
         Got::Report(Phase::Pending, Progress::Stalled, reasons::NOT_FOUND)
     );
-    let Decision::Report(r) = d else { unreachable!() };
+    let Plan::Report(r) = d else { unreachable!() };
     assert!(r.message.contains("gs://b/raw/"));
 }
 
