@@ -2,6 +2,7 @@
 //! returned operation name to status right away.
 
 use tpu_operator_api::{
+    accelerator::SliceShape,
     naming::ObjectIdentity,
     tpu_slice::{Provisioner, TpuSliceSpec},
 };
@@ -35,6 +36,8 @@ pub struct Request<'a> {
     pub names: &'a Names,
     pub desired: &'a Desired,
     pub identity: &'a ObjectIdentity,
+    /// One slice's shape (`None`: the spec names no valid shape, and the plan creates nothing).
+    pub shape: Option<&'a SliceShape>,
     pub recreations: u32,
     /// The node as observed this pass (its metadata is the base of a metadata patch).
     pub node: Option<&'a Node>,
@@ -49,11 +52,13 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
         Action::CreateNode | Action::CreateQueuedResource
             if names.provisioner == Provisioner::ComputeEngine =>
         {
-            let slice = spec::shape(req.spec)
+            let slice = req
+                .shape
+                .ok_or_else(|| "spec names no valid TPU shape".to_string())
                 .and_then(|shape| {
                     compute::request(
                         req.spec,
-                        &shape,
+                        shape,
                         req.desired,
                         req.identity,
                         &names.project,

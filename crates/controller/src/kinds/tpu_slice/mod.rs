@@ -35,9 +35,10 @@ use kube::{
 };
 use tpu_operator_api::{
     DeletionPolicy,
+    accelerator::SliceShape,
     conditions::{Progress, find_condition, reasons, types},
     naming::ObjectIdentity,
-    tpu_slice::{Provisioner, TpuSlice, TpuSlicePhase, TpuSliceStatus},
+    tpu_slice::{DONE_URI_ANNOTATION, Provisioner, TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
 use tpu_operator_gcp::{
     ErrorKind,
@@ -45,7 +46,7 @@ use tpu_operator_gcp::{
     wkt,
 };
 
-pub use spec::{DONE_URI_ANNOTATION, DONE_URI_METADATA, workload_script};
+pub use spec::{DONE_URI_METADATA, workload_script};
 pub use status::FIELD_MANAGER;
 
 use self::{
@@ -115,6 +116,8 @@ struct Target {
     identity: ObjectIdentity,
     names: Names,
     desired: Desired,
+    /// One slice's shape, derived once per pass (`Err`: the spec names no valid shape).
+    shape: Result<SliceShape, String>,
 }
 
 impl Target {
@@ -137,9 +140,32 @@ impl Target {
             identity,
             names,
             desired,
+            shape: spec::shape(&slice.spec),
         }))
     }
+
+    /// What `act` needs for one call on this slice; `node` as observed this pass, if read.
+    fn request<'a>(
+        &'a self,
+        slice: &'a TpuSlice,
+        old: &TpuSliceStatus,
+        node: Option<&'a Node>,
+    ) -> act::Request<'a> {
+        act::Request {
+            spec: &slice.spec,
+            names: &self.names,
+            desired: &self.desired,
+            identity: &self.identity,
+            shape: self.shape.as_ref().ok(),
+            recreations: old.recreations.max(0) as u32,
+            node,
+        }
+    }
 }
+
+/// The namespace's admission lock, held until a create is in status (see
+/// [`tenancy::AdmissionLocks`]).
+type AdmissionGuard = Option<tokio::sync::OwnedMutexGuard<()>>;
 
 /// Creates, waits, recreates after preemption, corrects drift and reports.
 async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
@@ -149,119 +175,32 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         driver::stall(ctx, slice, reasons::INVALID_SPEC, message, false).await?;
         return Ok(Action::await_change());
     };
-    let ns = t.identity.namespace.as_str();
     let request = tenancy::request::tpu_slice(&slice.spec, &t.names.project, &ctx.prices);
-    // First look, before any cloud read: a slice that never created (or adopted) anything and
-    // breaks a rule of its spec alone makes no cloud call at all. An adoption is judged here by
-    // its spec (`allowAdoption`, project, zone, ...), and by the node itself once it is read.
-    let never_created = old.node_name.is_none() && old.queued_resource_name.is_none();
-    let first_look = if t.names.adopted {
-        let node = &t.names.current.node;
-        tenancy::request::adopting_slice(&slice.spec, &t.names.project, node, &ctx.prices)
-    } else {
-        request.clone()
-    };
-    if never_created
-        && let Some(req) = &first_look
-        && let Err(denial) = tenancy::precheck(ctx, ns, std::slice::from_ref(req))
-    {
+    if let Some(denial) = first_look(ctx, slice, &t, &old, request.as_ref()) {
         return deny(ctx, slice, denial).await;
     }
     let pending = old.pending_operation.as_deref();
     let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
-    // Adoption: a node that is not yet this slice's (no identity labels of its own) is taken over
-    // only after the same checks as a create, against the node as it is, and never from another
-    // owner. Nothing is changed on a refused node, and deleting the slice leaves it alone.
-    let adoption_lock = match observed.node.as_ref().filter(|_| t.names.adopted) {
-        Some(node) => {
-            let cluster = ctx.config.cluster_id.as_str();
-            match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
-                Err(denial) => return deny(ctx, slice, denial).await,
-                Ok(tenancy::adoption::Ownership::Ours) => None,
-                Ok(tenancy::adoption::Ownership::Unclaimed) => {
-                    let guard = ctx.admission.lock_if_counted(&ctx.policies, ns).await;
-                    let uid = t.identity.uid.as_str();
-                    let project = t.names.project.as_str();
-                    let admitted =
-                        tenancy::adoption::admit(ctx, ns, node, &slice.spec, project, &[uid]).await?;
-                    if let Err(denial) = admitted {
-                        return deny(ctx, slice, denial).await;
-                    }
-                    guard
-                }
-            }
-        }
-        None => None,
+    let adoption_lock = match adopt(ctx, slice, &t, &observed).await? {
+        Ok(guard) => guard,
+        Err(denial) => return deny(ctx, slice, denial).await,
     };
     observed.workload_done =
         observe::workload_done(ctx, &slice.spec, &t.desired, observed.node.as_ref()).await?;
-    let shape = spec::shape(&slice.spec);
-    let last_active = old
-        .last_active_time
-        .as_ref()
-        .and_then(|t| chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0))
-        .max(observed.workload_done);
-    let mut plan = plan::plan(&plan::Input {
-        spec: &slice.spec,
-        names: &t.names,
-        observed: &observed,
-        desired: &t.desired,
-        shape: &shape,
-        recreations: old.recreations,
-        ready_since: old
-            .ready_time
-            .as_ref()
-            .and_then(|t| chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0)),
-        last_active,
-        // Once a flex-start run is over (reaping or reaped) nothing is created again for this
-        // generation, even after the resize request that said so is deleted.
-        run_over: old.observed_generation == slice.meta().generation
-            && [types::STALLED, types::RECONCILING].iter().any(|t| {
-                find_condition(&old.conditions, t)
-                    .is_some_and(|c| c.status == "True" && c.reason == reasons::MAX_RUN_DURATION_EXCEEDED)
-            }),
-        now: ctx.clock.now(),
-    });
+    let mut plan = plan::plan(&plan_input(slice, &t, &old, &observed, ctx.clock.now()));
     // Right before a create: every rule, with the namespace's chip quota and budget. The lock is
     // held until the create is in status, so concurrent admissions see each other.
     let _admission = match (&plan.action, &request) {
         (Step::CreateNode | Step::CreateQueuedResource, Some(req)) => {
-            // The lock is not reentrant: an adoption pass already holds it.
-            let guard = match &adoption_lock {
-                Some(_) => None,
-                None => ctx.admission.lock_if_counted(&ctx.policies, ns).await,
-            };
-            let uid = t.identity.uid.as_str();
-            if let Err(denial) = tenancy::admit(ctx, ns, std::slice::from_ref(req), &[uid]).await? {
-                return deny(ctx, slice, denial).await;
+            match admit_create(ctx, &t, req, adoption_lock.is_some()).await? {
+                Ok(guard) => guard,
+                Err(denial) => return deny(ctx, slice, denial).await,
             }
-            guard
         }
         _ => None,
     };
-    let request = act::Request {
-        spec: &slice.spec,
-        names: &t.names,
-        desired: &t.desired,
-        identity: &t.identity,
-        recreations: old.recreations.max(0) as u32,
-        node: observed.node.as_ref(),
-    };
-    let (started, failure) = match act::act(ctx, &plan.action, &request).await {
-        Ok(started) => (started, None),
-        // Another operation runs on the node: the plan (and its short requeue) stands.
-        Err(err) if plan::node_busy(&plan.action, &err) => {
-            tracing::debug!(error = %err, "TPU node busy with another operation; retrying");
-            (None, None)
-        }
-        Err(err) => match plan::on_action_error(&plan.action, &err) {
-            Some(assessment) => {
-                plan.assessment = assessment;
-                (None, Some(err))
-            }
-            None => return Err(ReconcileError::gcp(action_name(&plan.action))(err)),
-        },
-    };
+    let request = t.request(slice, &old, observed.node.as_ref());
+    let (started, failure) = act_on_plan(ctx, &mut plan, &request).await?;
     report(
         ctx,
         slice,
@@ -270,7 +209,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         &observed,
         &plan,
         started.as_ref(),
-        shape.as_ref().ok(),
+        t.shape.as_ref().ok(),
     )
     .await?;
     // A permanent refusal (permission, invalid request) is in the status now; returning the error
@@ -287,6 +226,137 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         }
     };
     Ok(ctx.settled.settle(slice, wait))
+}
+
+/// First look, before any cloud read: a slice that never created (or adopted) anything and
+/// breaks a rule of its spec alone makes no cloud call at all. An adoption is judged here by its
+/// spec (`allowAdoption`, project, zone, ...), and by the node itself once it is read.
+fn first_look(
+    ctx: &Context,
+    slice: &TpuSlice,
+    t: &Target,
+    old: &TpuSliceStatus,
+    request: Option<&tenancy::Request>,
+) -> Option<tenancy::Denial> {
+    let never_created = old.node_name.is_none() && old.queued_resource_name.is_none();
+    if !never_created {
+        return None;
+    }
+    let first_look = if t.names.adopted {
+        let node = &t.names.current.node;
+        tenancy::request::adopting_slice(&slice.spec, &t.names.project, node, &ctx.prices)
+    } else {
+        request.cloned()
+    };
+    let req = first_look?;
+    tenancy::precheck(ctx, &t.identity.namespace, std::slice::from_ref(&req)).err()
+}
+
+/// Adoption: a node that is not yet this slice's (no identity labels of its own) is taken over
+/// only after the same checks as a create, against the node as it is, and never from another
+/// owner. Nothing is changed on a refused node, and deleting the slice leaves it alone. `Ok` holds
+/// the admission lock when an unclaimed node was admitted this pass.
+async fn adopt(
+    ctx: &Context,
+    slice: &TpuSlice,
+    t: &Target,
+    observed: &Observed,
+) -> Result<Result<AdmissionGuard, tenancy::Denial>> {
+    let Some(node) = observed.node.as_ref().filter(|_| t.names.adopted) else {
+        return Ok(Ok(None));
+    };
+    let ns = t.identity.namespace.as_str();
+    let cluster = ctx.config.cluster_id.as_str();
+    match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
+        Err(denial) => Ok(Err(denial)),
+        Ok(tenancy::adoption::Ownership::Ours) => Ok(Ok(None)),
+        Ok(tenancy::adoption::Ownership::Unclaimed) => {
+            let guard = ctx.admission.lock_if_counted(&ctx.policies, ns).await;
+            let uid = t.identity.uid.as_str();
+            let project = t.names.project.as_str();
+            let admitted = tenancy::adoption::admit(ctx, ns, node, &slice.spec, project, &[uid]).await?;
+            Ok(admitted.map(|()| guard))
+        }
+    }
+}
+
+/// The pure plan's input for this pass.
+fn plan_input<'a>(
+    slice: &'a TpuSlice,
+    t: &'a Target,
+    old: &TpuSliceStatus,
+    observed: &'a Observed,
+    now: chrono::DateTime<chrono::Utc>,
+) -> plan::Input<'a> {
+    let seconds = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| {
+        chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0)
+    };
+    plan::Input {
+        spec: &slice.spec,
+        names: &t.names,
+        observed,
+        desired: &t.desired,
+        shape: &t.shape,
+        recreations: old.recreations,
+        ready_since: old.ready_time.as_ref().and_then(seconds),
+        last_active: old
+            .last_active_time
+            .as_ref()
+            .and_then(seconds)
+            .max(observed.workload_done),
+        // Once a flex-start run is over (reaping or reaped) nothing is created again for this
+        // generation, even after the resize request that said so is deleted.
+        run_over: old.observed_generation == slice.meta().generation
+            && [types::STALLED, types::RECONCILING].iter().any(|t| {
+                find_condition(&old.conditions, t)
+                    .is_some_and(|c| c.status == "True" && c.reason == reasons::MAX_RUN_DURATION_EXCEEDED)
+            }),
+        now,
+    }
+}
+
+/// Every rule before a create, with the namespace's chip quota and budget. `Ok` holds the
+/// namespace's admission lock (none when the adoption pass already holds it: it is not
+/// reentrant).
+async fn admit_create(
+    ctx: &Context,
+    t: &Target,
+    req: &tenancy::Request,
+    adoption_locked: bool,
+) -> Result<Result<AdmissionGuard, tenancy::Denial>> {
+    let ns = t.identity.namespace.as_str();
+    let guard = if adoption_locked {
+        None
+    } else {
+        ctx.admission.lock_if_counted(&ctx.policies, ns).await
+    };
+    let uid = t.identity.uid.as_str();
+    let admitted = tenancy::admit(ctx, ns, std::slice::from_ref(req), &[uid]).await?;
+    Ok(admitted.map(|()| guard))
+}
+
+/// Runs the plan's action. A refusal the plan knows how to report replaces its assessment and
+/// comes back as the failure; another operation running on the node leaves the plan as it is.
+async fn act_on_plan(
+    ctx: &Context,
+    plan: &mut Plan,
+    request: &act::Request<'_>,
+) -> Result<(Option<act::Started>, Option<tpu_operator_gcp::GcpError>)> {
+    match act::act(ctx, &plan.action, request).await {
+        Ok(started) => Ok((started, None)),
+        // Another operation runs on the node: the plan (and its short requeue) stands.
+        Err(err) if plan::node_busy(&plan.action, &err) => {
+            tracing::debug!(error = %err, "TPU node busy with another operation; retrying");
+            Ok((None, None))
+        }
+        Err(err) => match plan::on_action_error(&plan.action, &err) {
+            Some(assessment) => {
+                plan.assessment = assessment;
+                Ok((None, Some(err)))
+            }
+            None => Err(ReconcileError::gcp(action_name(&plan.action))(err)),
+        },
+    }
 }
 
 /// When to look again at a slice whose node is changing state: the cloud watch wakes it when
@@ -409,14 +479,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources".into())),
     };
     let mut plan = Plan { action, assessment };
-    let request = act::Request {
-        spec: &slice.spec,
-        names: &t.names,
-        desired: &t.desired,
-        identity: &t.identity,
-        recreations: old.recreations.max(0) as u32,
-        node: None,
-    };
+    let request = t.request(slice, &old, None);
     let (started, failure) = match act::act(ctx, &plan.action, &request).await {
         Ok(started) => (started, None),
         Err(err) if matches!(err.kind, ErrorKind::PermissionDenied | ErrorKind::Unauthenticated) => {
@@ -430,7 +493,6 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         }
         Err(err) => return Err(ReconcileError::gcp(action_name(&plan.action))(err)),
     };
-    let shape = spec::shape(&slice.spec);
     report(
         ctx,
         slice,
@@ -439,7 +501,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         &observed,
         &plan,
         started.as_ref(),
-        shape.as_ref().ok(),
+        t.shape.as_ref().ok(),
     )
     .await?;
     if let Some(err) = failure {
@@ -474,14 +536,7 @@ async fn delete_known_node(
         return Ok(None);
     }
     let action = Step::DeleteNode(names.current.node.clone());
-    let request = act::Request {
-        spec: &slice.spec,
-        names,
-        desired: &t.desired,
-        identity: &t.identity,
-        recreations: old.recreations.max(0) as u32,
-        node: None,
-    };
+    let request = t.request(slice, old, None);
     let Ok(Some(started)) = act::act(ctx, &action, &request).await else {
         return Ok(None);
     };
@@ -500,7 +555,6 @@ async fn delete_known_node(
         node: Some(last_seen_node(old)),
         ..Observed::default()
     };
-    let shape = spec::shape(&slice.spec);
     report(
         ctx,
         slice,
@@ -509,7 +563,7 @@ async fn delete_known_node(
         &observed,
         &plan,
         Some(&started),
-        shape.as_ref().ok(),
+        t.shape.as_ref().ok(),
     )
     .await?;
     let wait = watch_deletion(ctx, slice, &observed, &action);

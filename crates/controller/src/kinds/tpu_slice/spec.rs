@@ -23,7 +23,6 @@ use tpu_operator_gcp::{
 /// Where the workload reports completion (one declaration, in the API crate). Copied to node
 /// metadata [`DONE_URI_METADATA`]; the generated startup script writes `<uri>_SUCCESS` or
 /// `<uri>_FAILED` there.
-pub use tpu_operator_api::tpu_slice::DONE_URI_ANNOTATION;
 /// Node metadata key read by the generated startup script (and by gcp-emulator).
 pub const DONE_URI_METADATA: &str = "tpu-operator-done-uri";
 /// Node metadata key of the startup script.
