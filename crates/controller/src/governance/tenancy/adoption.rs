@@ -145,10 +145,10 @@ pub fn requests(
     })?;
     let (capacity, price_kind) = node_capacity(node);
     let (per_hour_usd, key) = prices.slice_per_hour(&shape, price_kind);
-    let spec_shape = request::slice_shape(spec);
+    let spec_shape = spec.total_shape();
     let spec_key = spec_shape
         .as_ref()
-        .map(|s| prices.slice_per_hour(s, request::slice_price_kind(spec)).1);
+        .map(|s| prices.slice_per_hour(s, spec.price_kind()).1);
     if spec_shape.as_ref() != Some(&shape) || spec_key.as_deref() != Some(key.as_str()) {
         return Err(format!(
             "node {name} is {} priced as {key}, the spec asks for {} priced as {}: an adopted node \

@@ -3,9 +3,9 @@
 //! Pure: built from specs and the price table.
 
 use tpu_operator_api::{
-    accelerator::{SliceShape, VertexAcceleratorType, parse_accelerator_type, shape_from_config},
+    accelerator::{SliceShape, VertexAcceleratorType, parse_accelerator_type},
     preprocess_batch::BatchTemplate,
-    tpu_slice::{Capacity, QueuedTier, TpuSliceSpec},
+    tpu_slice::TpuSliceSpec,
     training_pipeline::{SchedulingStrategy, TrainingPipelineSpec, VertexTraining},
 };
 
@@ -62,64 +62,18 @@ pub fn region_of_zone(zone: &str) -> &str {
     zone.rsplit_once('-').map_or(zone, |(region, _)| region)
 }
 
-/// The slice's shape; `None` when the spec is invalid (the controller reports that itself).
-fn multislice_count(spec: &TpuSliceSpec) -> Option<u32> {
-    spec.multislice.as_ref().map(|m| m.node_count.max(1) as u32)
-}
-
-/// A multislice (`spec.multislice`) counts all its slices' chips and hosts, like the replicas
-/// of a Vertex job.
-pub fn slice_shape(spec: &TpuSliceSpec) -> Option<SliceShape> {
-    let mut shape = match (&spec.accelerator_type, &spec.accelerator_config) {
-        (Some(t), None) => parse_accelerator_type(t).ok(),
-        (None, Some(c)) => shape_from_config(c.type_, &c.topology).ok(),
-        _ => None,
-    }?;
-    if let Some(n) = multislice_count(spec) {
-        shape.chips *= n;
-        shape.hosts *= n;
-    }
-    Some(shape)
-}
-
-/// The capacity kind of a slice, as the policy names it.
-pub fn slice_capacity(spec: &TpuSliceSpec) -> CapacityKind {
-    match &spec.capacity {
-        // Flex-start waits for capacity like a queued resource (and like Vertex's FLEX_START).
-        Some(
-            Capacity { queued: Some(_), .. }
-            | Capacity {
-                flex_start: Some(_), ..
-            },
-        ) => CapacityKind::Queued,
-        Some(Capacity { spot: Some(_), .. }) => CapacityKind::Spot,
-        Some(Capacity {
-            reserved: Some(_), ..
-        }) => CapacityKind::Reserved,
-        _ => CapacityKind::OnDemand,
-    }
-}
-
-/// The capacity kind a slice is priced at (queued spot tier is spot).
-pub fn slice_price_kind(spec: &TpuSliceSpec) -> CapacityKind {
-    match &spec.capacity {
-        Some(Capacity { queued: Some(q), .. }) if q.tier == QueuedTier::Spot => CapacityKind::Spot,
-        _ => slice_capacity(spec),
-    }
-}
-
 /// Estimated US dollars per hour of a running slice, with its price key.
 pub fn slice_per_hour(spec: &TpuSliceSpec, prices: &PriceTable) -> Option<(f64, String)> {
-    let shape = slice_shape(spec)?;
-    Some(prices.slice_per_hour(&shape, slice_price_kind(spec)))
+    let shape = spec.total_shape()?;
+    Some(prices.slice_per_hour(&shape, spec.price_kind()))
 }
 
 /// A TpuSlice create. `None` when the spec has no valid shape.
 pub fn tpu_slice(spec: &TpuSliceSpec, project: &str, prices: &PriceTable) -> Option<Request> {
-    let shape = slice_shape(spec)?;
-    let (per_hour_usd, _) = prices.slice_per_hour(&shape, slice_price_kind(spec));
+    let shape = spec.total_shape()?;
+    let (per_hour_usd, _) = prices.slice_per_hour(&shape, spec.price_kind());
     Some(Request {
-        what: match (multislice_count(spec), spec.accelerator_type.as_deref()) {
+        what: match (spec.slice_count(), spec.accelerator_type.as_deref()) {
             (Some(n), Some(t)) => format!("TpuSlice ({n} x {t} multislice in {})", spec.zone),
             _ => format!("TpuSlice ({} in {})", shape.accelerator_type(), spec.zone),
         },
@@ -128,7 +82,7 @@ pub fn tpu_slice(spec: &TpuSliceSpec, project: &str, prices: &PriceTable) -> Opt
         zone: Some(spec.zone.clone()),
         tpu: Some(TpuUse {
             shape,
-            capacity: slice_capacity(spec),
+            capacity: spec.capacity_mode().kind(),
         }),
         per_hour_usd,
         service_account: spec.service_account.as_ref().map(|sa| sa.email.clone()),

@@ -87,10 +87,10 @@ pub fn tally(
         if !s.status.as_ref().is_some_and(holds_capacity) {
             continue;
         }
-        let Some(shape) = request::slice_shape(&s.spec) else {
+        let Some(shape) = s.spec.total_shape() else {
             continue;
         };
-        let (per_hour, _) = prices.slice_per_hour(&shape, request::slice_price_kind(&s.spec));
+        let (per_hour, _) = prices.slice_per_hour(&shape, s.spec.price_kind());
         usage.add(format!("TpuSlice {}", s.name_any()), shape.chips, per_hour);
     }
     for tp in pipelines {

@@ -1,18 +1,14 @@
 //! Executes the planned action: at most one mutating TPU call per reconcile. The caller writes the
 //! returned operation name to status right away.
 
-use tpu_operator_api::{
-    accelerator::SliceShape,
-    naming::ObjectIdentity,
-    tpu_slice::{Provisioner, TpuSliceSpec},
-};
-use tpu_operator_gcp::{GcpError, ignore_not_found, tpu_v2::model::Node};
+use tpu_operator_api::naming::ObjectIdentity;
+use tpu_operator_gcp::{GcpError, ignore_not_found, longrunning::model::Operation, tpu_v2::model::Node};
 
 use super::{
     compute,
     observe::Names,
     plan::Action,
-    spec::{self, Desired},
+    spec::{self, Create, Desired},
 };
 use crate::runtime::context::Context;
 
@@ -30,14 +26,15 @@ pub struct Started {
     pub verb: &'static str,
 }
 
-/// Everything act needs to build requests.
+/// Everything act needs for its call. Requests are mapped from the spec before plan, so every
+/// error act returns is the cloud's.
 pub struct Request<'a> {
-    pub spec: &'a TpuSliceSpec,
     pub names: &'a Names,
     pub desired: &'a Desired,
     pub identity: &'a ObjectIdentity,
-    /// One slice's shape (`None`: the spec names no valid shape, and the plan creates nothing).
-    pub shape: Option<&'a SliceShape>,
+    /// The current incarnation's create request (`None`: the spec is invalid, and plan reports
+    /// that instead of planning a create).
+    pub create: Option<&'a Create>,
     pub recreations: u32,
     /// The node as observed this pass (its metadata is the base of a metadata patch).
     pub node: Option<&'a Node>,
@@ -49,54 +46,10 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
     let names = req.names;
     let (verb, op) = match action {
         Action::Nothing | Action::RecordPreemption => return Ok(None),
-        Action::CreateNode | Action::CreateQueuedResource
-            if names.provisioner == Provisioner::ComputeEngine =>
-        {
-            let slice = req
-                .shape
-                .ok_or_else(|| "spec names no valid TPU shape".to_string())
-                .and_then(|shape| {
-                    compute::request(
-                        req.spec,
-                        shape,
-                        req.desired,
-                        req.identity,
-                        &names.project,
-                        &names.current.id,
-                    )
-                })
-                .map_err(|message| invalid_spec(&names.parent, message))?;
-            let request_id =
-                tpu_operator_api::naming::request_id(req.identity, CREATE_COMPUTE, req.recreations);
-            let shared = compute::shared_id(req.identity);
-            let op = ctx
-                .gcp
-                .compute_slices
-                .create(&slice, &shared, &request_id)
-                .await?;
-            ("create", op)
-        }
-        Action::CreateNode => {
-            let node = spec::node(req.spec, req.desired, req.identity);
-            let op = tpu.create_node(&names.parent, &names.current.id, node).await?;
-            ("create", op)
-        }
-        Action::CreateQueuedResource => {
-            let node = spec::node(req.spec, req.desired, req.identity);
-            let qr_id = names
-                .current
-                .queued
-                .as_deref()
-                .and_then(|n| n.rsplit('/').next())
-                .unwrap_or(&names.current.id);
-            let qr = spec::queued_resource(req.spec, node, &names.parent, &names.current.id, &names.project)
-                .map_err(|message| invalid_spec(&names.parent, message))?;
-            let request_id = tpu_operator_api::naming::request_id(req.identity, CREATE_QR, req.recreations);
-            let op = tpu
-                .create_queued_resource(&names.parent, qr_id, &request_id, qr)
-                .await?;
-            ("create", op)
-        }
+        Action::CreateNode | Action::CreateQueuedResource => match req.create {
+            Some(create) => ("create", self::create(ctx, create, req).await?),
+            None => return Ok(None),
+        },
         // Already gone is what a delete wants.
         Action::DeleteNode(name) => match ignore_not_found(tpu.delete_node(name).await)? {
             Some(op) => ("delete", op),
@@ -136,12 +89,22 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
     }))
 }
 
-fn invalid_spec(target: &str, message: String) -> GcpError {
-    GcpError::new(
-        tpu_operator_gcp::ErrorKind::InvalidArgument,
-        tpu_operator_gcp::Service::Tpu,
-        "create",
-        target,
-        message,
-    )
+/// Sends the create request of the current incarnation, with the incarnation's request id so
+/// that a retried create is the same create.
+async fn create(ctx: &Context, create: &Create, req: &Request<'_>) -> Result<Operation, GcpError> {
+    let request_id = |purpose| tpu_operator_api::naming::request_id(req.identity, purpose, req.recreations);
+    let tpu = req.names.cloud(ctx);
+    match create {
+        Create::ComputeEngine(slice) => {
+            let shared = compute::shared_id(req.identity);
+            let id = request_id(CREATE_COMPUTE);
+            ctx.gcp.compute_slices.create(slice, &shared, &id).await
+        }
+        Create::Node { id, node } => tpu.create_node(&req.names.parent, id, (**node).clone()).await,
+        Create::QueuedResource { id, body } => {
+            let request_id = request_id(CREATE_QR);
+            tpu.create_queued_resource(&req.names.parent, id, &request_id, body.clone())
+                .await
+        }
+    }
 }

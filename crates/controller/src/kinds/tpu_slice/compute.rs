@@ -8,11 +8,11 @@ use tpu_operator_api::{
     accelerator::{ComputeMachine, SliceShape},
     duration::parse_duration,
     naming::{self, ObjectIdentity},
-    tpu_slice::TpuSliceSpec,
+    tpu_slice::{CapacityMode, TpuSliceSpec},
 };
 use tpu_operator_gcp::compute::convert::{Provisioning, SliceRequest};
 
-use super::spec::{CapacityMode, DEFAULT_SCOPE, Desired};
+use super::spec::{DEFAULT_SCOPE, Desired};
 
 /// Flex-start run durations Compute Engine accepts: 10 minutes to 7 days
 /// (docs.cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig).
@@ -30,7 +30,7 @@ pub fn check(spec: &TpuSliceSpec, shape: &SliceShape) -> Result<ComputeMachine, 
             "spec.computeEngine: required with provisioner: ComputeEngine (it names the VM image)".into(),
         );
     }
-    if CapacityMode::of(spec) == CapacityMode::Queued {
+    if spec.capacity_mode() == CapacityMode::Queued {
         return Err(
             "spec.capacity.queued: not available with provisioner: ComputeEngine; use capacity.flexStart"
                 .into(),
@@ -64,7 +64,7 @@ pub fn flex_run_seconds(spec: &TpuSliceSpec) -> Result<Option<i64>, String> {
 /// instance; only groups have a template and policy to release.
 pub fn uses_group(spec: &TpuSliceSpec) -> bool {
     spec.provisioner == tpu_operator_api::tpu_slice::Provisioner::ComputeEngine
-        && (CapacityMode::of(spec) == CapacityMode::FlexStart
+        && (spec.capacity_mode() == CapacityMode::FlexStart
             || super::spec::shape(spec).is_ok_and(|s| s.hosts > 1))
 }
 
@@ -84,7 +84,7 @@ pub fn request(
 ) -> Result<SliceRequest, String> {
     let machine = check(spec, shape)?;
     let options = spec.compute_engine.clone().unwrap_or_default();
-    let provisioning = match CapacityMode::of(spec) {
+    let provisioning = match spec.capacity_mode() {
         CapacityMode::Spot => Provisioning::Spot,
         CapacityMode::Reserved => Provisioning::Reservation(
             spec.capacity

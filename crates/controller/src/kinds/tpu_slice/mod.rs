@@ -116,8 +116,9 @@ struct Target {
     identity: ObjectIdentity,
     names: Names,
     desired: Desired,
-    /// One slice's shape, derived once per pass (`Err`: the spec names no valid shape).
-    shape: Result<SliceShape, String>,
+    /// The spec checked and mapped once per pass: one slice's shape and the current
+    /// incarnation's create request (`Err`: what in the spec cannot be provisioned, by field).
+    checked: Result<spec::Checked, String>,
 }
 
 impl Target {
@@ -136,27 +137,27 @@ impl Target {
         let done_uri = slice.annotations().get(DONE_URI_ANNOTATION).map(String::as_str);
         let desired = spec::desired(&slice.spec, &identity, &ctx.config.cluster_id, done_uri);
         let names = Names::new(slice, &identity, project);
+        let checked = spec::check(&slice.spec, &desired, &identity, &names.create_at());
         Ok(Some(Self {
             identity,
             names,
             desired,
-            shape: spec::shape(&slice.spec),
+            checked,
         }))
     }
 
+    /// One slice's shape; `None` when the spec is invalid.
+    fn shape(&self) -> Option<&SliceShape> {
+        self.checked.as_ref().ok().map(|c| &c.shape)
+    }
+
     /// What `act` needs for one call on this slice; `node` as observed this pass, if read.
-    fn request<'a>(
-        &'a self,
-        slice: &'a TpuSlice,
-        old: &TpuSliceStatus,
-        node: Option<&'a Node>,
-    ) -> act::Request<'a> {
+    fn request<'a>(&'a self, old: &TpuSliceStatus, node: Option<&'a Node>) -> act::Request<'a> {
         act::Request {
-            spec: &slice.spec,
             names: &self.names,
             desired: &self.desired,
             identity: &self.identity,
-            shape: self.shape.as_ref().ok(),
+            create: self.checked.as_ref().ok().map(|c| &c.create),
             recreations: old.recreations.max(0) as u32,
             node,
         }
@@ -199,7 +200,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         }
         _ => None,
     };
-    let request = t.request(slice, &old, observed.node.as_ref());
+    let request = t.request(&old, observed.node.as_ref());
     let (started, failure) = act_on_plan(ctx, &mut plan, &request).await?;
     report(
         ctx,
@@ -209,7 +210,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
         &observed,
         &plan,
         started.as_ref(),
-        t.shape.as_ref().ok(),
+        t.shape(),
     )
     .await?;
     // A permanent refusal (permission, invalid request) is in the status now; returning the error
@@ -296,7 +297,7 @@ fn plan_input<'a>(
         names: &t.names,
         observed,
         desired: &t.desired,
-        shape: &t.shape,
+        shape: t.checked.as_ref().map(|c| &c.shape).map_err(String::as_str),
         recreations: old.recreations,
         ready_since: old.ready_time.as_ref().and_then(seconds),
         last_active: old
@@ -479,7 +480,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources".into())),
     };
     let mut plan = Plan { action, assessment };
-    let request = t.request(slice, &old, None);
+    let request = t.request(&old, None);
     let (started, failure) = match act::act(ctx, &plan.action, &request).await {
         Ok(started) => (started, None),
         Err(err) if matches!(err.kind, ErrorKind::PermissionDenied | ErrorKind::Unauthenticated) => {
@@ -501,7 +502,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         &observed,
         &plan,
         started.as_ref(),
-        t.shape.as_ref().ok(),
+        t.shape(),
     )
     .await?;
     if let Some(err) = failure {
@@ -536,7 +537,7 @@ async fn delete_known_node(
         return Ok(None);
     }
     let action = Step::DeleteNode(names.current.node.clone());
-    let request = t.request(slice, old, None);
+    let request = t.request(old, None);
     let Ok(Some(started)) = act::act(ctx, &action, &request).await else {
         return Ok(None);
     };
@@ -563,7 +564,7 @@ async fn delete_known_node(
         &observed,
         &plan,
         Some(&started),
-        t.shape.as_ref().ok(),
+        t.shape(),
     )
     .await?;
     let wait = watch_deletion(ctx, slice, &observed, &action);

@@ -13,7 +13,7 @@ use tpu_operator_gcp::{
     tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
 };
 
-use super::spec::{CapacityMode, DONE_URI_METADATA, Desired};
+use super::spec::{DONE_URI_METADATA, Desired};
 use crate::runtime::{context::Context, error::ReconcileError};
 
 /// Full resource names of one incarnation (recreation) of the slice.
@@ -46,11 +46,21 @@ pub struct Names {
 }
 
 impl Names {
+    /// Where the current incarnation is created.
+    pub fn create_at(&self) -> super::spec::CreateAt<'_> {
+        super::spec::CreateAt {
+            project: &self.project,
+            parent: &self.parent,
+            id: &self.current.id,
+            queued_id: self.current.queued.as_deref().and_then(|n| n.rsplit('/').next()),
+        }
+    }
+
     pub fn new(slice: &TpuSlice, identity: &ObjectIdentity, project: String) -> Self {
         let parent = format!("projects/{project}/locations/{}", slice.spec.zone);
-        let queued = CapacityMode::uses_queued_resource(&slice.spec);
+        let queued = slice.spec.uses_queued_resource();
         let recreations = slice.status.as_ref().map_or(0, |s| s.recreations.max(0) as u32);
-        let slices = super::spec::node_count(&slice.spec);
+        let slices = slice.spec.slice_count();
         let incarnation = |n: u32| {
             let id = naming::tpu_node_id(identity, n);
             // A multislice queued resource names its nodes `<prefix>-<k>` (see

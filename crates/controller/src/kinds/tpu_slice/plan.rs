@@ -18,7 +18,7 @@ use tpu_operator_gcp::{
 
 use super::{
     observe::{Names, Observed, OperationView},
-    spec::{CapacityMode, Desired},
+    spec::Desired,
 };
 
 mod on_node;
@@ -127,7 +127,8 @@ pub struct Input<'a> {
     pub names: &'a Names,
     pub observed: &'a Observed,
     pub desired: &'a Desired,
-    pub shape: &'a Result<SliceShape, String>,
+    /// One slice's shape, or what in the spec cannot be provisioned (by field).
+    pub shape: Result<&'a SliceShape, &'a str>,
     pub recreations: i32,
     /// When the current incarnation first became READY (`status.readyTime`).
     pub ready_since: Option<DateTime<Utc>>,
@@ -153,7 +154,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
             Progress::Stalled,
             reasons::INVALID_SPEC,
             TpuSlicePhase::Failed,
-            message.clone(),
+            message.to_string(),
         ));
     }
     if let Some(plan) = max_run_exceeded(input)
@@ -162,7 +163,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
     {
         return plan;
     }
-    if CapacityMode::uses_queued_resource(input.spec) {
+    if input.spec.uses_queued_resource() {
         return queued::plan(input);
     }
     match &input.observed.node {

@@ -7,12 +7,13 @@ use std::collections::BTreeMap;
 
 use tpu_operator_api::{
     ContainerSpec,
-    accelerator::{SliceShape, TpuGeneration, parse_accelerator_type, shape_from_config},
+    accelerator::{SliceShape, TpuGeneration},
     duration::parse_duration,
     naming::{self, ObjectIdentity},
-    tpu_slice::{Capacity, Provisioner, QueuedCapacity, QueuedTier, TpuSliceSpec},
+    tpu_slice::{CapacityMode, Provisioner, QueuedTier, TpuSliceSpec},
 };
 use tpu_operator_gcp::{
+    compute::convert::SliceRequest,
     tpu_v2::model::{
         AcceleratorConfig, NetworkConfig, Node, QueuedResource, SchedulingConfig, ServiceAccount,
         accelerator_config, queued_resource,
@@ -57,69 +58,6 @@ pub struct Desired {
     pub tags: Vec<String>,
 }
 
-/// How capacity is requested, decided once from `spec.capacity`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CapacityMode {
-    OnDemand,
-    Spot,
-    Reserved,
-    Queued,
-    FlexStart,
-}
-
-impl CapacityMode {
-    pub fn of(spec: &TpuSliceSpec) -> Self {
-        match spec.capacity.as_ref() {
-            Some(Capacity { queued: Some(_), .. }) => Self::Queued,
-            Some(Capacity {
-                flex_start: Some(_), ..
-            }) => Self::FlexStart,
-            Some(Capacity { spot: Some(_), .. }) => Self::Spot,
-            Some(Capacity {
-                reserved: Some(_), ..
-            }) => Self::Reserved,
-            _ => Self::OnDemand,
-        }
-    }
-
-    /// Whether the slice is requested through a queued resource (`queuedResources.create`) rather
-    /// than `nodes.create`: queued capacity, and reserved capacity, because only the queued
-    /// resource carries the reservation's name in TPU v2 (`QueuedResource.reservationName`,
-    /// "Name of the reservation in which the resource should be provisioned. Format:
-    /// projects/{project}/locations/{zone}/reservations/{reservation}", `tpu.v2.json`
-    /// rev 20261001; v2 `Node.schedulingConfig` has only the `reserved` flag). Google's guide to
-    /// a specific reservation does the same: `gcloud alpha compute tpus queued-resources create
-    /// --reservation=...` (<https://cloud.google.com/tpu/docs/consume-reservation>). Spot stays a
-    /// plain `nodes.create` with `schedulingConfig.spot`.
-    /// On Compute Engine only flex-start waits for capacity (a resize request, read as a queued
-    /// resource); a reservation is named on the instance itself (`reservationAffinity`).
-    pub fn uses_queued_resource(spec: &TpuSliceSpec) -> bool {
-        match spec.provisioner {
-            Provisioner::TpuApi => matches!(Self::of(spec), Self::Queued | Self::Reserved),
-            Provisioner::ComputeEngine => Self::of(spec) == Self::FlexStart,
-        }
-    }
-
-    /// Whether Google may reclaim the capacity (a preemption is then expected, not a failure).
-    pub fn preemptible(spec: &TpuSliceSpec) -> bool {
-        match Self::of(spec) {
-            Self::Spot => true,
-            Self::Queued => queued(spec).is_some_and(|q| q.tier == QueuedTier::Spot),
-            // Flex-start VMs end with their run duration; they are not preempted.
-            Self::OnDemand | Self::Reserved | Self::FlexStart => false,
-        }
-    }
-}
-
-fn queued(spec: &TpuSliceSpec) -> Option<&QueuedCapacity> {
-    spec.capacity.as_ref().and_then(|c| c.queued.as_ref())
-}
-
-/// Multislice: how many slices (nodes) the queued resource holds; `None` for one plain slice.
-pub fn node_count(spec: &TpuSliceSpec) -> Option<u32> {
-    spec.multislice.as_ref().map(|m| m.node_count.max(1) as u32)
-}
-
 /// The desired labels / metadata / tags of multislice node `slice`: the common ones plus its
 /// slice id and the coordinator's address, which its startup script waits for.
 pub fn slice_desired(desired: &Desired, slice: usize, coordinator: &str) -> Desired {
@@ -136,13 +74,7 @@ pub fn slice_desired(desired: &Desired, slice: usize, coordinator: &str) -> Desi
 
 /// Generation, chips and hosts of the slice the spec asks for.
 pub fn shape(spec: &TpuSliceSpec) -> Result<SliceShape, String> {
-    let shape = match (&spec.accelerator_type, &spec.accelerator_config) {
-        (Some(t), None) => parse_accelerator_type(t).map_err(|e| format!("spec.acceleratorType: {e}")),
-        (None, Some(c)) => {
-            shape_from_config(c.type_, &c.topology).map_err(|e| format!("spec.acceleratorConfig: {e}"))
-        }
-        _ => Err("set exactly one of spec.acceleratorType and spec.acceleratorConfig".into()),
-    }?;
+    let shape = spec.slice_shape()?;
     // What admission checks, checked again for objects admitted before the rules existed, so a
     // request is never sent that Google would refuse for a spec reason.
     match spec.provisioner {
@@ -159,6 +91,62 @@ pub fn shape(spec: &TpuSliceSpec) -> Result<SliceShape, String> {
     Ok(shape)
 }
 
+/// The create request of the slice's current incarnation, mapped from the spec before plan: a
+/// spec the request cannot carry is an invalid spec there, so `act` fails only for cloud reasons.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Create {
+    /// `nodes.create` of the node with this id.
+    Node { id: String, node: Box<Node> },
+    /// `queuedResources.create` of the queued resource with this id.
+    QueuedResource { id: String, body: QueuedResource },
+    /// The Compute Engine instance, or group with its template, policy and resize request.
+    ComputeEngine(SliceRequest),
+}
+
+/// The spec checked and mapped, once per pass: one slice's shape and the current incarnation's
+/// create request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    pub shape: SliceShape,
+    pub create: Create,
+}
+
+/// Where the current incarnation is created: `project`, `parent` (`projects/<p>/locations/<zone>`),
+/// its node (or group) id and, for a queued resource, that resource's id.
+pub struct CreateAt<'a> {
+    pub project: &'a str,
+    pub parent: &'a str,
+    pub id: &'a str,
+    pub queued_id: Option<&'a str>,
+}
+
+/// Checks the spec and maps it to the create request at `at`; `Err` names the field.
+pub fn check(
+    spec: &TpuSliceSpec,
+    desired: &Desired,
+    identity: &ObjectIdentity,
+    at: &CreateAt<'_>,
+) -> Result<Checked, String> {
+    let shape = shape(spec)?;
+    let create = match spec.provisioner {
+        Provisioner::ComputeEngine => Create::ComputeEngine(super::compute::request(
+            spec, &shape, desired, identity, at.project, at.id,
+        )?),
+        Provisioner::TpuApi if spec.uses_queued_resource() => {
+            let node = node(spec, desired, identity);
+            Create::QueuedResource {
+                id: at.queued_id.unwrap_or(at.id).to_string(),
+                body: queued_resource(spec, node, at.parent, at.id, at.project)?,
+            }
+        }
+        Provisioner::TpuApi => Create::Node {
+            id: at.id.to_string(),
+            node: Box::new(node(spec, desired, identity)),
+        },
+    };
+    Ok(Checked { shape, create })
+}
+
 /// Labels, metadata and tags the node must carry.
 pub fn desired(
     spec: &TpuSliceSpec,
@@ -169,7 +157,7 @@ pub fn desired(
     let mut metadata = spec.metadata.clone();
     let script = match (&spec.startup_script, &spec.workload) {
         (Some(script), _) => Some(script.clone()),
-        (None, Some(workload)) => Some(workload_script_for(workload, node_count(spec))),
+        (None, Some(workload)) => Some(workload_script_for(workload, spec.slice_count())),
         (None, None) => None,
     };
     if let Some(script) = script {
@@ -368,7 +356,7 @@ pub fn node(spec: &TpuSliceSpec, desired: &Desired, identity: &ObjectIdentity) -
                 .set_scope(scopes),
         );
     }
-    match CapacityMode::of(spec) {
+    match spec.capacity_mode() {
         CapacityMode::Spot => node.set_scheduling_config(SchedulingConfig::new().set_spot(true)),
         CapacityMode::Reserved => node.set_scheduling_config(SchedulingConfig::new().set_reserved(true)),
         // Queued capacity: the tier lives on the queued resource, not on the node. Flex-start is
@@ -408,7 +396,7 @@ pub fn queued_resource(
     // node_id_prefix = \"np\", node ids of nodes created will be \"np-0\", \"np-1\", \"np-2\"").
     let node_spec = || {
         let s = queued_resource::tpu::NodeSpec::new().set_parent(parent);
-        let s = match node_count(spec) {
+        let s = match spec.slice_count() {
             Some(n) => s.set_multislice_params(
                 queued_resource::tpu::node_spec::MultisliceParams::new()
                     .set_node_count(n as i32)
@@ -424,7 +412,7 @@ pub fn queued_resource(
             .set_tpu(queued_resource::Tpu::new().set_node_spec([node_spec]))
             .set_reservation_name(reservation_name(&r.reservation_name, project, &spec.zone)));
     }
-    let q = queued(spec).cloned().unwrap_or_default();
+    let q = spec.queued().cloned().unwrap_or_default();
     let node_spec = node_spec();
     let mut qr = QueuedResource::new().set_tpu(queued_resource::Tpu::new().set_node_spec([node_spec]));
     let mut policy = None;
@@ -475,7 +463,10 @@ fn reservation_name(r: &str, project: &str, zone: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tpu_operator_api::{EnvVar, tpu_slice::Empty};
+    use tpu_operator_api::{
+        EnvVar,
+        tpu_slice::{Capacity, Empty, QueuedCapacity},
+    };
 
     fn spec() -> TpuSliceSpec {
         TpuSliceSpec {
@@ -526,7 +517,7 @@ mod tests {
             script.contains("gcloud auth configure-docker 'us-docker.pkg.dev'"),
             "{script}"
         );
-        assert!(CapacityMode::preemptible(&s));
+        assert!(s.preemptible());
     }
 
     /// `gcloud compute tpus tpu-vm ssh` adds `ssh-keys` to the node's metadata: a drift
@@ -578,8 +569,8 @@ mod tests {
             }),
             ..Default::default()
         });
-        assert!(CapacityMode::uses_queued_resource(&s));
-        assert!(!CapacityMode::preemptible(&s));
+        assert!(s.uses_queued_resource());
+        assert!(!s.preemptible());
         let d = desired(&s, &ident(), "c1", None);
         let n = node(&s, &d, &ident());
         let qr = queued_resource(&s, n, "projects/p/locations/us-east5-b", "id-1", "p").unwrap();
@@ -600,7 +591,7 @@ mod tests {
             spot: Some(Empty {}),
             ..Default::default()
         });
-        assert!(!CapacityMode::uses_queued_resource(&spot));
+        assert!(!spot.uses_queued_resource());
     }
 
     #[test]
@@ -626,7 +617,7 @@ mod tests {
             v["reservationName"],
             "projects/p/locations/us-east5-b/reservations/res1"
         );
-        assert!(CapacityMode::preemptible(&s));
+        assert!(s.preemptible());
         assert_eq!(shape(&s).unwrap().chips, 8);
     }
 }

@@ -12,7 +12,7 @@ use tpu_operator_api::{
 use tpu_operator_gcp::tpu_v2::model::{Node, node};
 
 use super::{Action, Assessment, Input, OperationView, Plan, Requeue};
-use crate::kinds::tpu_slice::spec::{CapacityMode, Desired};
+use crate::kinds::tpu_slice::spec::Desired;
 
 /// The current node exists.
 pub(super) fn plan_node(input: &Input<'_>, n: &Node) -> Plan {
@@ -272,7 +272,7 @@ pub(super) fn plan_preempted(input: &Input<'_>, what: &str) -> Plan {
         ));
     }
     let max = input.max_recreations();
-    let what = if CapacityMode::preemptible(input.spec) {
+    let what = if input.spec.preemptible() {
         what.to_string()
     } else {
         format!("{what} (maintenance or end of life of on-demand capacity)")

@@ -107,13 +107,13 @@ impl Case {
     fn plan(&self) -> Plan {
         let names = self.names();
         let desired = self.desired();
-        let shape = spec::shape(&self.slice.spec);
+        let checked = spec::check(&self.slice.spec, &desired, &Self::identity(), &names.create_at());
         plan(&Input {
             spec: &self.slice.spec,
             names: &names,
             observed: &self.observed,
             desired: &desired,
-            shape: &shape,
+            shape: checked.as_ref().map(|c| &c.shape).map_err(String::as_str),
             recreations: self.slice.status.as_ref().map_or(0, |s| s.recreations),
             ready_since: self.ready_since,
             last_active: self.last_active,

@@ -151,6 +151,31 @@ fn invalid_shape_stalls() {
     );
 }
 
+/// A spec the create request cannot carry (here a queued duration `parse_duration` refuses,
+/// which an object admitted before the schema's pattern existed can hold) stalls before any
+/// create is planned, naming the field: act only ever fails for cloud reasons.
+#[test]
+fn unmappable_request_stalls_before_a_create_naming_the_field() {
+    let mut c = Case::queued();
+    let queued = c.slice.spec.capacity.as_mut().unwrap().queued.as_mut().unwrap();
+    queued.valid_until_duration = Some("99999999999999999999h".into());
+    let p = c.plan();
+    assert_eq!(
+        (&p.action, p.assessment.reason),
+        (&Action::Nothing, reasons::INVALID_SPEC)
+    );
+    assert!(
+        p.assessment
+            .message
+            .starts_with("spec.capacity.queued.validUntilDuration"),
+        "{}",
+        p.assessment.message
+    );
+    // The same slice with a duration the request can carry plans its create.
+    let ok = Case::queued();
+    assert_eq!(ok.plan().action, Action::CreateQueuedResource);
+}
+
 #[test]
 fn cleanup_deletes_queued_resource_then_node_then_is_done() {
     let c = Case::queued();
