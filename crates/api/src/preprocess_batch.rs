@@ -15,6 +15,10 @@ use crate::{
     },
 };
 
+/// Runtime property carrying the declared output URI to the Spark job (gcp-emulator, playing
+/// the job, reads it too).
+pub const OUTPUT_PROPERTY: &str = "spark.tpuoperator.outputUri";
+
 /// A Spark batch on Dataproc Serverless. Finished when the batch SUCCEEDED (and its declared
 /// output exists), or FAILED / CANCELLED after `maxRetries` retries.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

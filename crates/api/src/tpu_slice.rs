@@ -23,6 +23,27 @@ use crate::{
 /// `idleTimeout` counts from the marker. A TrainingPipeline sets it on its training slice.
 pub const DONE_URI_ANNOTATION: &str = "tpu-operator.dev/done-uri";
 
+/// Node metadata key carrying [`DONE_URI_ANNOTATION`] to the node: the generated startup script
+/// reads it and writes `<uri>_SUCCESS` or `<uri>_FAILED` there (gcp-emulator, playing the
+/// workload, reads it too). Admission reserves `tpu-operator-*` metadata keys for the operator.
+pub const DONE_URI_METADATA: &str = "tpu-operator-done-uri";
+/// Node metadata key of the startup script.
+pub const STARTUP_SCRIPT_METADATA: &str = "startup-script";
+/// Node metadata key listing (comma-separated, sorted) the other metadata keys the operator set.
+/// Only those keys are compared and corrected: anything else on the node belongs to someone else,
+/// e.g. the `ssh-keys` entry `gcloud compute tpus tpu-vm ssh` / `scp` add to the node's metadata
+/// (<https://cloud.google.com/tpu/docs/configure-networking-access>, "Enable SSH access"). Kept on
+/// the node rather than in status so that it survives a lost status and travels with the node.
+pub const MANAGED_METADATA_KEY: &str = "tpu-operator-managed-metadata";
+/// Multislice: node metadata key telling node `k` that it is slice `k` (`MEGASCALE_SLICE_ID`).
+/// The nodes of one queued resource share one node template, so per-node values cannot be in the
+/// create request: the operator patches them onto each node once all nodes are READY, and the
+/// startup script waits for them.
+pub const MEGASCALE_SLICE_ID_METADATA: &str = "tpu-operator-megascale-slice-id";
+/// Multislice: node metadata key with `MEGASCALE_COORDINATOR_ADDRESS` (`<ip>:<port>` of slice 0
+/// host 0), patched on like [`MEGASCALE_SLICE_ID_METADATA`].
+pub const MEGASCALE_COORDINATOR_METADATA: &str = "tpu-operator-megascale-coordinator";
+
 /// A Cloud TPU VM slice. `Ready` while the node is READY and healthy.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(

@@ -18,6 +18,15 @@ use crate::{
     tpu_slice::TpuSliceSpec,
 };
 
+/// Label on every Vertex job: which training attempt of the pipeline it is (1-based). With the
+/// UID label it identifies the job of an attempt, so a create retried after a crash adopts it.
+pub const ATTEMPT_LABEL: &str = "tpu-operator-attempt";
+/// Label on owned children naming the pipeline (for `kubectl get -l`).
+pub const PIPELINE_LABEL: &str = "tpu-operator.dev/pipeline";
+/// The environment variable (and `$(…)` variable) naming the attempt's checkpoint directory in
+/// the training workload (`artifacts.checkpointDir`).
+pub const CHECKPOINT_DIR_ENV: &str = "CHECKPOINT_DIR";
+
 /// Preprocess on Dataproc Serverless (optional), then train on Cloud TPU; the model lands in
 /// `artifacts.modelDir`. Finished when training SUCCEEDED, or FAILED after `maxRetries`.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -26,8 +26,7 @@ use tpu_operator_api::{
 
 use crate::world::Snapshot;
 
-pub const UID_LABEL: &str = "tpu-operator-uid";
-pub const ATTEMPT_LABEL: &str = "tpu-operator-attempt";
+pub use tpu_operator_api::{naming::labels::UID as UID_LABEL, training_pipeline::ATTEMPT_LABEL};
 
 /// A list of broken promises (empty = all kept).
 #[derive(Clone, Debug, Default)]

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use tpu_operator_api::{
     duration::parse_duration,
     naming::{ObjectIdentity, object_labels},
-    preprocess_batch::{BatchTemplate, ExecutionConfig, RuntimeConfig},
+    preprocess_batch::{BatchTemplate, ExecutionConfig, OUTPUT_PROPERTY, RuntimeConfig},
 };
 use tpu_operator_gcp::{
     dataproc_v1::model::{
@@ -17,9 +17,6 @@ use tpu_operator_gcp::{
     },
     wkt,
 };
-
-/// Runtime property carrying the declared output URI to the Spark job.
-pub const OUTPUT_PROPERTY: &str = "spark.tpuoperator.outputUri";
 
 /// Why a spec cannot become a batch request. Admission rules make these rare (they catch what the
 /// CRD schema cannot express, such as "exactly one workload" in a flattened struct).

@@ -46,7 +46,7 @@ use tpu_operator_gcp::{
     wkt,
 };
 
-pub use spec::{DONE_URI_METADATA, workload_script};
+pub use spec::workload_script;
 pub use status::FIELD_MANAGER;
 
 use self::{

@@ -13,8 +13,9 @@ use tpu_operator_gcp::{
     tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
 };
 
-use super::spec::{DONE_URI_METADATA, Desired};
+use super::spec::Desired;
 use crate::runtime::{context::Context, error::ReconcileError};
+use tpu_operator_api::tpu_slice::DONE_URI_METADATA;
 
 /// Full resource names of one incarnation (recreation) of the slice.
 #[derive(Clone, Debug, PartialEq, Eq)]

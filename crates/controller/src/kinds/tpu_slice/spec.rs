@@ -10,7 +10,10 @@ use tpu_operator_api::{
     accelerator::{SliceShape, TpuGeneration},
     duration::parse_duration,
     naming::{self, ObjectIdentity},
-    tpu_slice::{CapacityMode, Provisioner, QueuedTier, TpuSliceSpec},
+    tpu_slice::{
+        CapacityMode, DONE_URI_METADATA, MANAGED_METADATA_KEY, MEGASCALE_COORDINATOR_METADATA,
+        MEGASCALE_SLICE_ID_METADATA, Provisioner, QueuedTier, STARTUP_SCRIPT_METADATA, TpuSliceSpec,
+    },
 };
 use tpu_operator_gcp::{
     compute::convert::SliceRequest,
@@ -21,27 +24,6 @@ use tpu_operator_gcp::{
     wkt,
 };
 
-/// Where the workload reports completion (one declaration, in the API crate). Copied to node
-/// metadata [`DONE_URI_METADATA`]; the generated startup script writes `<uri>_SUCCESS` or
-/// `<uri>_FAILED` there.
-/// Node metadata key read by the generated startup script (and by gcp-emulator).
-pub const DONE_URI_METADATA: &str = "tpu-operator-done-uri";
-/// Node metadata key of the startup script.
-pub const STARTUP_SCRIPT_METADATA: &str = "startup-script";
-/// Node metadata key listing (comma-separated, sorted) the other metadata keys the operator set.
-/// Only those keys are compared and corrected: anything else on the node belongs to someone else,
-/// e.g. the `ssh-keys` entry `gcloud compute tpus tpu-vm ssh` / `scp` add to the node's metadata
-/// (<https://cloud.google.com/tpu/docs/configure-networking-access>, "Enable SSH access"). Kept on
-/// the node rather than in status so that it survives a lost status and travels with the node.
-pub const MANAGED_METADATA_KEY: &str = "tpu-operator-managed-metadata";
-/// Multislice: node metadata key telling node `k` that it is slice `k` (`MEGASCALE_SLICE_ID`).
-/// The nodes of one queued resource share one node template, so per-node values cannot be in the
-/// create request: the operator patches them onto each node once all nodes are READY, and the
-/// startup script waits for them.
-pub const MEGASCALE_SLICE_ID_METADATA: &str = "tpu-operator-megascale-slice-id";
-/// Multislice: node metadata key with `MEGASCALE_COORDINATOR_ADDRESS` (`<ip>:<port>` of slice 0
-/// host 0), patched on like [`MEGASCALE_SLICE_ID_METADATA`].
-pub const MEGASCALE_COORDINATOR_METADATA: &str = "tpu-operator-megascale-coordinator";
 /// `MEGASCALE_PORT`: the port the Megascale (multislice DCN) runtime listens on, 8080 as in
 /// Google's multislice JobSet examples, which expose `containerPort: 8080` for it and point
 /// `MEGASCALE_COORDINATOR_ADDRESS` at slice 0's first worker

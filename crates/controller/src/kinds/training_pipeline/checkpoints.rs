@@ -24,9 +24,6 @@ use tpu_operator_gcp::storage::ObjectInfo;
 
 use super::plan::join_uri;
 
-/// The environment variable (and `$(…)` variable) naming the attempt's checkpoint directory.
-pub const ENV: &str = "CHECKPOINT_DIR";
-
 /// Most objects one progress listing reads (10 pages of 1,000): a checkpoint directory keeps a
 /// few steps of a few hundred objects each; past this the newest step may be missed, never a
 /// wrong one reported as newer.

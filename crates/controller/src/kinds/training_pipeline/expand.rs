@@ -12,7 +12,7 @@
 use tpu_operator_api::{
     common::{ContainerSpec, EnvVar},
     preprocess_batch::BatchTemplate,
-    training_pipeline::Artifacts,
+    training_pipeline::{Artifacts, CHECKPOINT_DIR_ENV},
 };
 
 use super::checkpoints;
@@ -33,14 +33,14 @@ impl Vars {
             vars.push(("PROCESSED_DATA", processed.clone()));
         }
         vars.push(("MODEL_DIR", artifacts.model_dir.clone()));
-        vars.push((checkpoints::ENV, checkpoints::base_dir(artifacts)));
+        vars.push((CHECKPOINT_DIR_ENV, checkpoints::base_dir(artifacts)));
         Self(vars)
     }
 
     /// The training attempt's own `CHECKPOINT_DIR` (see [`checkpoints::attempt_dir`]).
     pub fn with_checkpoint_dir(mut self, dir: &str) -> Self {
         for (name, value) in &mut self.0 {
-            if *name == checkpoints::ENV {
+            if *name == CHECKPOINT_DIR_ENV {
                 *value = dir.to_string();
             }
         }
@@ -49,7 +49,7 @@ impl Vars {
 
     /// The value of `CHECKPOINT_DIR`.
     pub fn checkpoint_dir(&self) -> &str {
-        self.get(checkpoints::ENV).unwrap_or_default()
+        self.get(CHECKPOINT_DIR_ENV).unwrap_or_default()
     }
 
     /// Environment variables with their values expanded, and `CHECKPOINT_DIR` set to the
@@ -58,14 +58,14 @@ impl Vars {
     pub fn env(&self, env: &[EnvVar]) -> Vec<EnvVar> {
         let mut out: Vec<EnvVar> = env
             .iter()
-            .filter(|e| e.name != checkpoints::ENV)
+            .filter(|e| e.name != CHECKPOINT_DIR_ENV)
             .map(|e| EnvVar {
                 name: e.name.clone(),
                 value: self.expand(&e.value),
             })
             .collect();
         out.push(EnvVar {
-            name: checkpoints::ENV.to_string(),
+            name: CHECKPOINT_DIR_ENV.to_string(),
             value: self.checkpoint_dir().to_string(),
         });
         out

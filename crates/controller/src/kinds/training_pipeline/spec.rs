@@ -20,17 +20,13 @@ use tpu_operator_gcp::{aiplatform_v1::model as vx, wkt};
 
 use super::expand::Vars;
 
-/// Label on every Vertex job: which training attempt of the pipeline it is (1-based). With the
-/// UID label it identifies the job of an attempt, so a create retried after a crash adopts it.
-pub const ATTEMPT_LABEL: &str = "tpu-operator-attempt";
-
 /// The training slice's completion annotation (the TpuSlice controller copies it into the node
 /// metadata key `tpu-operator-done-uri`, which users cannot set themselves: admission reserves
 /// `tpu-operator-*` metadata keys).
-use tpu_operator_api::tpu_slice::DONE_URI_ANNOTATION;
-
-/// Label on owned children naming the pipeline (for `kubectl get -l`).
-pub const PIPELINE_LABEL: &str = "tpu-operator.dev/pipeline";
+use tpu_operator_api::{
+    tpu_slice::DONE_URI_ANNOTATION,
+    training_pipeline::{ATTEMPT_LABEL, PIPELINE_LABEL},
+};
 
 fn child_meta(name: &str, ns: &str, pipeline: &str, owner: OwnerReference) -> ObjectMeta {
     ObjectMeta {

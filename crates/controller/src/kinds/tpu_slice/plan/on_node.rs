@@ -168,10 +168,10 @@ fn plan_all_slices(input: &Input<'_>, nodes: &[Option<&Node>]) -> Plan {
         }
         let told = n
             .metadata
-            .get(crate::kinds::tpu_slice::spec::MEGASCALE_COORDINATOR_METADATA)
+            .get(tpu_operator_api::tpu_slice::MEGASCALE_COORDINATOR_METADATA)
             .is_some_and(|c| c == &coordinator)
             && n.metadata
-                .get(crate::kinds::tpu_slice::spec::MEGASCALE_SLICE_ID_METADATA)
+                .get(tpu_operator_api::tpu_slice::MEGASCALE_SLICE_ID_METADATA)
                 .is_some_and(|id| id == &k.to_string());
         let assessment = if told {
             ready(total).requeue(Requeue::Active)
