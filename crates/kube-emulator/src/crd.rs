@@ -30,6 +30,69 @@ fn str_at<'a>(crd: &'a Value, pointer: &str) -> &'a str {
 
 /// Checks a CRD and builds the resource types of its served versions.
 pub fn resource_types(crd: &Value) -> Result<Vec<ResourceType>, Invalid> {
+    let mut causes = identity_causes(crd);
+    let versions = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if versions.is_empty() {
+        causes.push(required(
+            "spec.versions",
+            "must have exactly one version marked as storage version",
+        ));
+    }
+    let storage_count = versions
+        .iter()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .count();
+    if !versions.is_empty() && storage_count != 1 {
+        causes.push(invalid(
+            "spec.versions",
+            format!(
+                "Invalid value: {}: must have exactly one version marked as storage version",
+                json!(versions.iter().map(|v| v.get("name")).collect::<Vec<_>>())
+            ),
+        ));
+    }
+
+    let mut types = Vec::new();
+    for (i, version) in versions.iter().enumerate() {
+        let schema_path = format!("spec.versions[{i}].schema.openAPIV3Schema");
+        let Some(schema) = version.pointer("/schema/openAPIV3Schema") else {
+            causes.push(required(&schema_path, "schemas are required"));
+            continue;
+        };
+        let structural = crate::validation::structural::violations(schema, &schema_path);
+        if !structural.is_empty() {
+            causes.extend(
+                structural
+                    .into_iter()
+                    .map(|(field, message)| FieldCause { field, message }),
+            );
+            continue;
+        }
+        let validator = match CrdValidator::from_schema(schema.clone()) {
+            Ok(v) => v,
+            Err(e) => {
+                causes.push(invalid(&schema_path, format!("Invalid value: \"object\": {e}")));
+                continue;
+            }
+        };
+        if version.get("served").and_then(Value::as_bool) != Some(true) {
+            continue;
+        }
+        types.push(served_type(crd, version, schema, validator));
+    }
+    if causes.is_empty() {
+        Ok(types)
+    } else {
+        Err(Invalid { causes })
+    }
+}
+
+/// The checks of the CRD's names and scope.
+fn identity_causes(crd: &Value) -> Vec<FieldCause> {
     let mut causes = Vec::new();
     let group = str_at(crd, "/spec/group");
     let plural = str_at(crd, "/spec/names/plural");
@@ -58,95 +121,45 @@ pub fn resource_types(crd: &Value) -> Result<Vec<ResourceType>, Invalid> {
             format!("Unsupported value: {scope:?}: supported values: \"Cluster\", \"Namespaced\""),
         ));
     }
-    let versions = crd
-        .pointer("/spec/versions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if versions.is_empty() {
-        causes.push(required(
-            "spec.versions",
-            "must have exactly one version marked as storage version",
-        ));
-    }
-    let storage_count = versions
-        .iter()
-        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
-        .count();
-    if !versions.is_empty() && storage_count != 1 {
-        causes.push(invalid(
-            "spec.versions",
-            format!(
-                "Invalid value: {}: must have exactly one version marked as storage version",
-                json!(versions.iter().map(|v| v.get("name")).collect::<Vec<_>>())
-            ),
-        ));
-    }
+    causes
+}
 
-    let mut types = Vec::new();
-    for (i, version) in versions.iter().enumerate() {
-        let vname = version.get("name").and_then(Value::as_str).unwrap_or_default();
-        let schema_path = format!("spec.versions[{i}].schema.openAPIV3Schema");
-        let Some(schema) = version.pointer("/schema/openAPIV3Schema") else {
-            causes.push(required(&schema_path, "schemas are required"));
-            continue;
-        };
-        let structural = crate::validation::structural::violations(schema, &schema_path);
-        if !structural.is_empty() {
-            causes.extend(
-                structural
-                    .into_iter()
-                    .map(|(field, message)| FieldCause { field, message }),
-            );
-            continue;
-        }
-        let validator = match CrdValidator::from_schema(schema.clone()) {
-            Ok(v) => v,
-            Err(e) => {
-                causes.push(invalid(&schema_path, format!("Invalid value: \"object\": {e}")));
-                continue;
-            }
-        };
-        if version.get("served").and_then(Value::as_bool) != Some(true) {
-            continue;
-        }
-        let printer_columns = printer_columns(version);
-        types.push(ResourceType {
-            group: group.to_string(),
-            version: vname.to_string(),
-            kind: kind.to_string(),
-            list_kind: crd
-                .pointer("/spec/names/listKind")
-                .and_then(Value::as_str)
-                .map(String::from)
-                .unwrap_or_else(|| format!("{kind}List")),
-            plural: plural.to_string(),
-            singular: crd
-                .pointer("/spec/names/singular")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .unwrap_or_else(|| kind.to_lowercase()),
-            short_names: strings(crd.pointer("/spec/names/shortNames")),
-            categories: strings(crd.pointer("/spec/names/categories")),
-            namespaced: scope == "Namespaced",
-            status_subresource: version.pointer("/subresources/status").is_some(),
-            has_generation: true,
-            custom: true,
-            storage_key: format!("{group}/{plural}"),
-            storage_api_version: storage_api_version(crd),
-            validator: Some(Arc::new(validator)),
-            merge_schema: merge_schema(Some(schema)),
-            schema: Some(schema.clone()),
-            printer_columns,
-            builtin_table: BuiltinTable::None,
-            extra_subresources: Vec::new(),
-        });
-    }
-    if causes.is_empty() {
-        Ok(types)
-    } else {
-        Err(Invalid { causes })
+/// The resource type of one served version, whose schema has been checked.
+fn served_type(crd: &Value, version: &Value, schema: &Value, validator: CrdValidator) -> ResourceType {
+    let group = str_at(crd, "/spec/group");
+    let plural = str_at(crd, "/spec/names/plural");
+    let kind = str_at(crd, "/spec/names/kind");
+    let vname = version.get("name").and_then(Value::as_str).unwrap_or_default();
+    ResourceType {
+        group: group.to_string(),
+        version: vname.to_string(),
+        kind: kind.to_string(),
+        list_kind: crd
+            .pointer("/spec/names/listKind")
+            .and_then(Value::as_str)
+            .map(String::from)
+            .unwrap_or_else(|| format!("{kind}List")),
+        plural: plural.to_string(),
+        singular: crd
+            .pointer("/spec/names/singular")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .unwrap_or_else(|| kind.to_lowercase()),
+        short_names: strings(crd.pointer("/spec/names/shortNames")),
+        categories: strings(crd.pointer("/spec/names/categories")),
+        namespaced: str_at(crd, "/spec/scope") == "Namespaced",
+        status_subresource: version.pointer("/subresources/status").is_some(),
+        has_generation: true,
+        custom: true,
+        storage_key: format!("{group}/{plural}"),
+        storage_api_version: storage_api_version(crd),
+        validator: Some(Arc::new(validator)),
+        merge_schema: merge_schema(Some(schema)),
+        schema: Some(schema.clone()),
+        printer_columns: printer_columns(version),
+        builtin_table: BuiltinTable::None,
+        extra_subresources: Vec::new(),
     }
 }
 

@@ -56,6 +56,95 @@ fn labels_match(selector: Option<&Value>, labels: &Value) -> bool {
     wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
+/// Whether the policy's `matchConstraints.resourceRules` cover the request.
+fn matches_resource_rules(spec: &Value, req: &Request<'_>) -> bool {
+    spec["matchConstraints"]["resourceRules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| {
+            listed(&r["apiGroups"], &req.rt.group)
+                && listed(&r["apiVersions"], &req.rt.version)
+                && listed(&r["operations"], req.operation())
+                && listed(&r["resources"], &req.rt.plural)
+        })
+}
+
+/// The `request` variable the policy's expressions see.
+fn admission_request(req: &Request<'_>) -> AdmissionRequest {
+    AdmissionRequest {
+        operation: req.operation().into(),
+        name: req.name.into(),
+        namespace: req.namespace.into(),
+        kind: GroupVersionKind {
+            group: req.rt.group.clone(),
+            version: req.rt.version.clone(),
+            kind: req.rt.kind.clone(),
+        },
+        resource: GroupVersionResource {
+            group: req.rt.group.clone(),
+            version: req.rt.version.clone(),
+            resource: req.rt.plural.clone(),
+        },
+        ..Default::default()
+    }
+}
+
+/// An evaluator with the request's variables bound (`params` for one parameter object).
+fn build_evaluator(
+    req: &Request<'_>,
+    request: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+    params: Option<&Value>,
+) -> VapEvaluator {
+    let mut b = VapEvaluator::builder()
+        .object(req.object.clone())
+        .request(request.clone());
+    if let Some(old) = req.old {
+        b = b.old_object(old.clone());
+    }
+    if let Some(p) = params {
+        b = b.params(p.clone());
+    }
+    if let Some(ns) = namespace_object {
+        b = b.namespace_object(ns.clone());
+    }
+    b.build()
+}
+
+/// The policy's `matchConditions` as expressions (their messages are never shown).
+fn match_conditions(spec: &Value) -> Vec<VapExpression> {
+    spec["matchConditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| VapExpression {
+            expression: c["expression"].as_str().unwrap_or("true").into(),
+            message: None,
+            message_expression: None,
+        })
+        .collect()
+}
+
+/// The policy's `validations`, each with its expression (the entry also gives the `reason`).
+fn validation_expressions(spec: &Value) -> Vec<(&Value, VapExpression)> {
+    spec["validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| {
+            (
+                v,
+                VapExpression {
+                    expression: v["expression"].as_str().unwrap_or("true").into(),
+                    message: v["message"].as_str().map(str::to_owned),
+                    message_expression: v["messageExpression"].as_str().map(str::to_owned),
+                },
+            )
+        })
+        .collect()
+}
+
 impl State {
     /// Runs every bound ValidatingAdmissionPolicy that matches the request.
     pub(super) fn admit(&self, req: &Request<'_>) -> Result<(), ApiError> {
@@ -81,18 +170,7 @@ impl State {
 
     fn admit_one(&self, req: &Request<'_>, policy: &Value, binding: &Value) -> Result<(), ApiError> {
         let spec = &policy["spec"];
-        let operation = req.operation();
-        let matches = spec["matchConstraints"]["resourceRules"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|r| {
-                listed(&r["apiGroups"], &req.rt.group)
-                    && listed(&r["apiVersions"], &req.rt.version)
-                    && listed(&r["operations"], operation)
-                    && listed(&r["resources"], &req.rt.plural)
-            });
-        if !matches {
+        if !matches_resource_rules(spec, req) {
             return Ok(());
         }
         let namespace_object = (!req.namespace.is_empty())
@@ -109,37 +187,9 @@ impl State {
         ) {
             return Ok(());
         }
-        let request = AdmissionRequest {
-            operation: operation.into(),
-            name: req.name.into(),
-            namespace: req.namespace.into(),
-            kind: GroupVersionKind {
-                group: req.rt.group.clone(),
-                version: req.rt.version.clone(),
-                kind: req.rt.kind.clone(),
-            },
-            resource: GroupVersionResource {
-                group: req.rt.group.clone(),
-                version: req.rt.version.clone(),
-                resource: req.rt.plural.clone(),
-            },
-            ..Default::default()
-        };
-        let evaluator = |params: Option<&Value>| {
-            let mut b = VapEvaluator::builder()
-                .object(req.object.clone())
-                .request(request.clone());
-            if let Some(old) = req.old {
-                b = b.old_object(old.clone());
-            }
-            if let Some(p) = params {
-                b = b.params(p.clone());
-            }
-            if let Some(ns) = &namespace_object {
-                b = b.namespace_object(ns.clone());
-            }
-            b.build()
-        };
+        let request = admission_request(req);
+        let evaluator =
+            |params: Option<&Value>| build_evaluator(req, &request, namespace_object.as_ref(), params);
         let fail_closed = spec["failurePolicy"].as_str() != Some("Ignore");
         let policy_name = policy["metadata"]["name"].as_str().unwrap_or_default();
         let binding_name = binding["metadata"]["name"].as_str().unwrap_or_default();
@@ -154,16 +204,7 @@ impl State {
         };
 
         // matchConditions: all must hold for the policy to apply (an error counts per failurePolicy).
-        let conditions: Vec<VapExpression> = spec["matchConditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| VapExpression {
-                expression: c["expression"].as_str().unwrap_or("true").into(),
-                message: None,
-                message_expression: None,
-            })
-            .collect();
+        let conditions = match_conditions(spec);
         if !conditions.is_empty() {
             for result in evaluator(None).evaluate(&conditions) {
                 if !result.passed {
@@ -197,21 +238,7 @@ impl State {
                 found.into_iter().map(Some).collect()
             }
         };
-        let validations: Vec<(&Value, VapExpression)> = spec["validations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|v| {
-                (
-                    v,
-                    VapExpression {
-                        expression: v["expression"].as_str().unwrap_or("true").into(),
-                        message: v["message"].as_str().map(str::to_owned),
-                        message_expression: v["messageExpression"].as_str().map(str::to_owned),
-                    },
-                )
-            })
-            .collect();
+        let validations = validation_expressions(spec);
         let expressions: Vec<VapExpression> = validations.iter().map(|(_, e)| e.clone()).collect();
         // Compiled once per request, evaluated once per parameter object.
         let compiled = evaluator(None).compile_expressions(&expressions);

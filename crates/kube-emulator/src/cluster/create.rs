@@ -46,27 +46,7 @@ impl State {
                 "the namespace of the provided object does not match the namespace sent on the request",
             ));
         }
-        let mut name = meta::name(&obj).to_string();
-        if name.is_empty() {
-            let prefix = meta::meta_str(&obj, "generateName")
-                .unwrap_or_default()
-                .to_string();
-            if prefix.is_empty() {
-                return Err(invalid(
-                    rt,
-                    "",
-                    "metadata.name",
-                    FieldErrorType::Required,
-                    "Required value: name or generateName is required".into(),
-                ));
-            }
-            loop {
-                name = format!("{prefix}{}", meta::generate_suffix());
-                if self.store.get_ref(&obj_ref(rt, ns, &name)).is_none() {
-                    break;
-                }
-            }
-        }
+        let name = self.name_to_create(rt, ns, &obj)?;
         if let Some(message) = meta::validate_name(&name, rt.is_namespace()) {
             return Err(invalid(
                 rt,
@@ -90,67 +70,14 @@ impl State {
             ));
         }
 
-        {
-            let m = meta::meta_mut(&mut obj);
-            m.insert("name".into(), json!(name));
-            if rt.namespaced {
-                m.insert("namespace".into(), json!(ns));
-            } else {
-                m.remove("namespace");
-            }
-            m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
-            m.insert("creationTimestamp".into(), json!(meta::now()));
-            for server_owned in [
-                "resourceVersion",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "selfLink",
-            ] {
-                m.remove(server_owned);
-            }
-            if ownership == Ownership::Update {
-                m.remove("managedFields");
-            }
-            if rt.has_generation {
-                m.insert("generation".into(), json!(1));
-            } else {
-                m.remove("generation");
-            }
-        }
-        if rt.status_subresource && (rt.custom || rt.is_crd()) {
-            obj.as_object_mut().expect("object").remove("status");
-        }
-        if rt.is_secret() {
-            fold_string_data(&mut obj);
-            if obj.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
-                obj["type"] = json!("Opaque");
-            }
-        }
-        if rt.is_namespace() {
-            obj["spec"] = json!({"finalizers": ["kubernetes"]});
-            obj["status"] = json!({"phase": "Active"});
-            // "The Kubernetes control plane sets an immutable label kubernetes.io/metadata.name on
-            // all namespaces" (https://kubernetes.io/docs/concepts/overview/working-with-objects/namespaces/).
-            let labels = meta::meta_mut(&mut obj)
-                .entry("labels")
-                .or_insert_with(|| json!({}));
-            if let Some(labels) = labels.as_object_mut() {
-                labels.insert("kubernetes.io/metadata.name".into(), json!(name));
-            }
-        }
+        set_server_metadata(rt, ns, &name, &mut obj, ownership);
+        apply_kind_defaults(rt, &name, &mut obj);
         let mut warnings = Vec::new();
-        let mut crd_types = None;
-        if rt.is_crd() {
-            let types =
-                crd::resource_types(&obj).map_err(|e| ApiError::invalid(&rt.kind, &rt.group, &name, &e))?;
-            obj["status"] = crd::accepted_status(&obj, None);
-            let mut finalizers = meta::finalizers(&obj);
-            if !finalizers.iter().any(|f| f == crd::CLEANUP_FINALIZER) {
-                finalizers.push(crd::CLEANUP_FINALIZER.into());
-            }
-            meta::set_finalizers(&mut obj, &finalizers);
-            crd_types = Some(types);
-        }
+        let crd_types = if rt.is_crd() {
+            Some(accept_crd(rt, &name, &mut obj)?)
+        } else {
+            None
+        };
         obj = self.validate(rt, &name, obj, None, opts, &mut warnings, ownership)?;
         self.admit(&super::admission::Request {
             rt,
@@ -193,6 +120,30 @@ impl State {
             created: true,
             warnings,
         })
+    }
+
+    /// The name given, or one generated from `generateName` that no object has yet.
+    fn name_to_create(&self, rt: &ResourceType, ns: &str, obj: &Value) -> ApiResult<String> {
+        let name = meta::name(obj);
+        if !name.is_empty() {
+            return Ok(name.to_string());
+        }
+        let prefix = meta::meta_str(obj, "generateName").unwrap_or_default();
+        if prefix.is_empty() {
+            return Err(invalid(
+                rt,
+                "",
+                "metadata.name",
+                FieldErrorType::Required,
+                "Required value: name or generateName is required".into(),
+            ));
+        }
+        loop {
+            let name = format!("{prefix}{}", meta::generate_suffix());
+            if self.store.get_ref(&obj_ref(rt, ns, &name)).is_none() {
+                return Ok(name);
+            }
+        }
     }
 
     /// Installs the resource types of an accepted CRD (replacing the previous versions).
@@ -258,4 +209,71 @@ impl State {
         meta::meta_mut(&mut obj).insert("name".into(), json!(name));
         self.create_object(rt, ns, obj, opts, Ownership::Applied)
     }
+}
+
+/// Sets the metadata the server owns on a new object (name, namespace, uid, timestamps,
+/// generation) and drops what a client may not set.
+fn set_server_metadata(rt: &ResourceType, ns: &str, name: &str, obj: &mut Value, ownership: Ownership) {
+    let m = meta::meta_mut(obj);
+    m.insert("name".into(), json!(name));
+    if rt.namespaced {
+        m.insert("namespace".into(), json!(ns));
+    } else {
+        m.remove("namespace");
+    }
+    m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    m.insert("creationTimestamp".into(), json!(meta::now()));
+    for server_owned in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
+        m.remove(server_owned);
+    }
+    if ownership == Ownership::Update {
+        m.remove("managedFields");
+    }
+    if rt.has_generation {
+        m.insert("generation".into(), json!(1));
+    } else {
+        m.remove("generation");
+    }
+}
+
+/// Kind-specific defaults of a new object: no status through the main resource of a custom
+/// resource or CRD, the Secret's `type`, the Namespace's finalizer, phase and name label.
+fn apply_kind_defaults(rt: &ResourceType, name: &str, obj: &mut Value) {
+    if rt.status_subresource && (rt.custom || rt.is_crd()) {
+        obj.as_object_mut().expect("object").remove("status");
+    }
+    if rt.is_secret() {
+        fold_string_data(obj);
+        if obj.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
+            obj["type"] = json!("Opaque");
+        }
+    }
+    if rt.is_namespace() {
+        obj["spec"] = json!({"finalizers": ["kubernetes"]});
+        obj["status"] = json!({"phase": "Active"});
+        // "The Kubernetes control plane sets an immutable label kubernetes.io/metadata.name on
+        // all namespaces" (https://kubernetes.io/docs/concepts/overview/working-with-objects/namespaces/).
+        let labels = meta::meta_mut(obj).entry("labels").or_insert_with(|| json!({}));
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+        }
+    }
+}
+
+/// Checks a new CRD, publishes its accepted status and adds the cleanup finalizer; returns the
+/// resource types to install once it is stored.
+fn accept_crd(rt: &ResourceType, name: &str, obj: &mut Value) -> ApiResult<Vec<ResourceType>> {
+    let types = crd::resource_types(obj).map_err(|e| ApiError::invalid(&rt.kind, &rt.group, name, &e))?;
+    obj["status"] = crd::accepted_status(obj, None);
+    let mut finalizers = meta::finalizers(obj);
+    if !finalizers.iter().any(|f| f == crd::CLEANUP_FINALIZER) {
+        finalizers.push(crd::CLEANUP_FINALIZER.into());
+    }
+    meta::set_finalizers(obj, &finalizers);
+    Ok(types)
 }

@@ -341,63 +341,11 @@ impl State {
         let old = to_served(rt, &old_stored);
         let name = r.key.1.clone();
 
-        // The status subresource writes only status; the main resource never writes status.
-        match scope {
-            Scope::Status => {
-                let status = new.get("status").cloned();
-                let managed = meta::meta(&new).get("managedFields").cloned();
-                new = old.clone();
-                set_or_remove(&mut new, "status", status);
-                let m = meta::meta_mut(&mut new);
-                match managed {
-                    Some(mf) => m.insert("managedFields".into(), mf),
-                    None => m.remove("managedFields"),
-                };
-            }
-            Scope::Main => set_or_remove(&mut new, "status", old.get("status").cloned()),
-            Scope::Whole => {}
-        }
+        new = restrict_to_scope(scope, &old, new);
         new["apiVersion"] = json!(rt.api_version());
         new["kind"] = json!(rt.kind);
-        {
-            let old_meta = meta::meta(&old).clone();
-            let m = meta::meta_mut(&mut new);
-            for field in [
-                "name",
-                "namespace",
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-                "resourceVersion",
-            ] {
-                match old_meta.get(field) {
-                    Some(v) => m.insert(field.into(), v.clone()),
-                    None => m.remove(field),
-                };
-            }
-            m.remove("selfLink");
-        }
-        if meta::is_deleting(&old) {
-            let before = meta::finalizers(&old);
-            let added: Vec<String> = meta::finalizers(&new)
-                .into_iter()
-                .filter(|f| !before.contains(f))
-                .collect();
-            if !added.is_empty() {
-                return Err(invalid(
-                    rt,
-                    &name,
-                    "metadata.finalizers",
-                    FieldErrorType::Forbidden,
-                    format!(
-                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {}",
-                        json!(added)
-                    ),
-                ));
-            }
-        }
+        keep_server_metadata(&old, &mut new);
+        check_no_new_finalizers(rt, &name, &old, &new)?;
         if rt.is_secret() {
             fold_string_data(&mut new);
         }
@@ -427,11 +375,7 @@ impl State {
             })?;
         }
         if rt.has_generation && spec_part(rt, &new) != spec_part(rt, &old) {
-            let generation = meta::meta(&old)
-                .get("generation")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            meta::meta_mut(&mut new).insert("generation".into(), json!(generation + 1));
+            bump_generation(&old, &mut new);
         }
         if ownership == Ownership::Update {
             ssa::record_update(
@@ -487,6 +431,83 @@ impl State {
             warnings,
         })
     }
+}
+
+/// The status subresource writes only status; the main resource never writes status.
+fn restrict_to_scope(scope: Scope, old: &Value, mut new: Value) -> Value {
+    match scope {
+        Scope::Status => {
+            let status = new.get("status").cloned();
+            let managed = meta::meta(&new).get("managedFields").cloned();
+            new = old.clone();
+            set_or_remove(&mut new, "status", status);
+            let m = meta::meta_mut(&mut new);
+            match managed {
+                Some(mf) => m.insert("managedFields".into(), mf),
+                None => m.remove("managedFields"),
+            };
+        }
+        Scope::Main => set_or_remove(&mut new, "status", old.get("status").cloned()),
+        Scope::Whole => {}
+    }
+    new
+}
+
+/// Writes cannot change identity, timestamps, generation or resourceVersion: they keep the
+/// stored object's.
+fn keep_server_metadata(old: &Value, new: &mut Value) {
+    let old_meta = meta::meta(old).clone();
+    let m = meta::meta_mut(new);
+    for field in [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "resourceVersion",
+    ] {
+        match old_meta.get(field) {
+            Some(v) => m.insert(field.into(), v.clone()),
+            None => m.remove(field),
+        };
+    }
+    m.remove("selfLink");
+}
+
+/// An object being deleted may lose finalizers but not gain any.
+fn check_no_new_finalizers(rt: &ResourceType, name: &str, old: &Value, new: &Value) -> ApiResult<()> {
+    if !meta::is_deleting(old) {
+        return Ok(());
+    }
+    let before = meta::finalizers(old);
+    let added: Vec<String> = meta::finalizers(new)
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    Err(invalid(
+        rt,
+        name,
+        "metadata.finalizers",
+        FieldErrorType::Forbidden,
+        format!(
+            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {}",
+            json!(added)
+        ),
+    ))
+}
+
+/// A change of the spec part increments `generation`.
+fn bump_generation(old: &Value, new: &mut Value) {
+    let generation = meta::meta(old)
+        .get("generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    meta::meta_mut(new).insert("generation".into(), json!(generation + 1));
 }
 
 fn set_or_remove(obj: &mut Value, key: &str, value: Option<Value>) {

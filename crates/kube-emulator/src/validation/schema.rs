@@ -123,34 +123,8 @@ pub fn to_cause(error: &jsonschema::ValidationError<'_>) -> (FieldCause, bool) {
                 "Required value".to_string(),
             )
         }
-        ValidationErrorKind::Type { kind } => {
-            let expected = match kind {
-                TypeKind::Single(t) => t.to_string(),
-                TypeKind::Multiple(set) => set.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","),
-            };
-            let actual = type_name(instance);
-            let message = format!(
-                "Invalid value: \"{actual}\": {path} in body must be of type {expected}: \"{actual}\""
-            );
-            return (FieldCause::new(FieldErrorType::TypeInvalid, &path, message), true);
-        }
-        ValidationErrorKind::Enum { options } => {
-            let supported = options
-                .as_array()
-                .map(|o| {
-                    o.iter()
-                        .filter(|v| !v.is_null())
-                        .map(render_value)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .unwrap_or_default();
-            FieldCause::new(
-                FieldErrorType::NotSupported,
-                &path,
-                format!("Unsupported value: {shown}: supported values: {supported}"),
-            )
-        }
+        ValidationErrorKind::Type { kind } => return (type_invalid(&path, instance, kind), true),
+        ValidationErrorKind::Enum { options } => unsupported_value(&path, &shown, options),
         ValidationErrorKind::Pattern { pattern } => invalid(format!("should match '{pattern}'")),
         ValidationErrorKind::MaxLength { limit } => FieldCause::new(
             FieldErrorType::TooLong,
@@ -175,21 +149,11 @@ pub fn to_cause(error: &jsonschema::ValidationError<'_>) -> (FieldCause, bool) {
             invalid(format!("should be a multiple of {multiple_of}"))
         }
         ValidationErrorKind::MaxItems { limit } => {
-            let count = instance.as_array().map_or(0, Vec::len);
-            FieldCause::new(
-                FieldErrorType::TooMany,
-                &path,
-                format!("Too many: {count}: must have at most {limit} items"),
-            )
+            too_many(&path, instance.as_array().map_or(0, Vec::len), *limit)
         }
         ValidationErrorKind::MinItems { limit } => invalid(format!("should have at least {limit} items")),
         ValidationErrorKind::MaxProperties { limit } => {
-            let count = instance.as_object().map_or(0, Map::len);
-            FieldCause::new(
-                FieldErrorType::TooMany,
-                &path,
-                format!("Too many: {count}: must have at most {limit} items"),
-            )
+            too_many(&path, instance.as_object().map_or(0, Map::len), *limit)
         }
         ValidationErrorKind::MinProperties { limit } => {
             invalid(format!("should have at least {limit} properties"))
@@ -215,6 +179,46 @@ pub fn to_cause(error: &jsonschema::ValidationError<'_>) -> (FieldCause, bool) {
         other => invalid(format!("failed {} validation", other.keyword())),
     };
     (cause, false)
+}
+
+/// A type error: `instance` is not of the schema's type(s).
+fn type_invalid(path: &FieldPath, instance: &Value, kind: &TypeKind) -> FieldCause {
+    let expected = match kind {
+        TypeKind::Single(t) => t.to_string(),
+        TypeKind::Multiple(set) => set.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","),
+    };
+    let actual = type_name(instance);
+    let message =
+        format!("Invalid value: \"{actual}\": {path} in body must be of type {expected}: \"{actual}\"");
+    FieldCause::new(FieldErrorType::TypeInvalid, path, message)
+}
+
+/// A value outside the schema's `enum` (`null`, added for `nullable`, is not listed as supported).
+fn unsupported_value(path: &FieldPath, shown: &str, options: &Value) -> FieldCause {
+    let supported = options
+        .as_array()
+        .map(|o| {
+            o.iter()
+                .filter(|v| !v.is_null())
+                .map(render_value)
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    FieldCause::new(
+        FieldErrorType::NotSupported,
+        path,
+        format!("Unsupported value: {shown}: supported values: {supported}"),
+    )
+}
+
+/// `maxItems` and `maxProperties` share the apiserver's `field.TooMany` wording ("items").
+fn too_many(path: &FieldPath, count: usize, limit: u64) -> FieldCause {
+    FieldCause::new(
+        FieldErrorType::TooMany,
+        path,
+        format!("Too many: {count}: must have at most {limit} items"),
+    )
 }
 
 /// Checks the `x-kubernetes-list-type` invariants (`map` keys and `set` items are unique) and that

@@ -88,29 +88,7 @@ fn node(s: &Value, path: &str, root: bool, out: &mut Vec<(String, String)>) {
         ));
     }
     if s.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map") {
-        let items = s.get("items");
-        let required: Vec<&str> = items
-            .and_then(|i| i.get("required"))
-            .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        for key in s
-            .get("x-kubernetes-list-map-keys")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
-            let defaulted = items
-                .and_then(|i| i.pointer(&format!("/properties/{key}/default")))
-                .is_some();
-            if !required.contains(&key) && !defaulted {
-                out.push((
-                    format!("{path}.items.properties[{key}]"),
-                    "Required value: all map keys must be required or have a default value".into(),
-                ));
-            }
-        }
+        list_map_key_violations(s, path, out);
     }
     for (name, child) in map
         .get("properties")
@@ -144,6 +122,33 @@ fn node(s: &Value, path: &str, root: bool, out: &mut Vec<(String, String)>) {
     }
     if let Some(not) = map.get("not") {
         value_validation(not, &format!("{path}.not"), false, out);
+    }
+}
+
+/// A list-map's keys must be required or defaulted in its items' schema.
+fn list_map_key_violations(s: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    let items = s.get("items");
+    let required: Vec<&str> = items
+        .and_then(|i| i.get("required"))
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for key in s
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        let defaulted = items
+            .and_then(|i| i.pointer(&format!("/properties/{key}/default")))
+            .is_some();
+        if !required.contains(&key) && !defaulted {
+            out.push((
+                format!("{path}.items.properties[{key}]"),
+                "Required value: all map keys must be required or have a default value".into(),
+            ));
+        }
     }
 }
 
