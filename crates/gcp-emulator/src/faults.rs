@@ -315,63 +315,11 @@ impl Faults {
     /// preemptions and `FailResizeRequest`, which act on one resource at once).
     pub fn record(&mut self, f: Fault) -> Result<FollowUp, ApiError> {
         let follow_up = match f {
-            Fault::FailCalls {
-                service,
-                method,
-                count,
-                code,
-                message,
-            } => {
-                self.fail_calls.push(FailCallsState {
-                    service,
-                    method,
-                    remaining: count,
-                    code,
-                    message,
-                });
-                FollowUp::Nothing
-            }
-            Fault::LoseReply {
-                service,
-                method,
-                count,
-                code,
-            } => {
-                self.lost_replies.push(FailCallsState {
-                    service,
-                    method,
-                    remaining: count,
-                    code: code.unwrap_or(Code::Unavailable),
-                    message: None,
-                });
-                FollowUp::Nothing
-            }
-            Fault::Latency {
-                service,
-                method,
-                millis,
-                count,
-            } => {
-                self.latency.push(LatencyState {
-                    service,
-                    method,
-                    millis,
-                    remaining: count,
-                });
-                FollowUp::Nothing
-            }
-            Fault::RandomFailures {
-                rate,
-                seed,
-                code,
-                service,
-            } => {
-                self.add_random(RandomState {
-                    rate,
-                    state: seed,
-                    code,
-                    service,
-                })?;
+            Fault::FailCalls { .. }
+            | Fault::LoseReply { .. }
+            | Fault::Latency { .. }
+            | Fault::RandomFailures { .. } => {
+                self.record_call_fault(f)?;
                 FollowUp::Nothing
             }
             Fault::VertexListLag { lists, seconds } => {
@@ -451,6 +399,70 @@ impl Faults {
             }
         };
         Ok(follow_up)
+    }
+
+    /// Records a fault that acts on incoming calls (`FailCalls`, `LoseReply`, `Latency`,
+    /// `RandomFailures`); [`Faults::record`] sends only those here.
+    fn record_call_fault(&mut self, f: Fault) -> Result<(), ApiError> {
+        match f {
+            Fault::FailCalls {
+                service,
+                method,
+                count,
+                code,
+                message,
+            } => {
+                self.fail_calls.push(FailCallsState {
+                    service,
+                    method,
+                    remaining: count,
+                    code,
+                    message,
+                });
+            }
+            Fault::LoseReply {
+                service,
+                method,
+                count,
+                code,
+            } => {
+                self.lost_replies.push(FailCallsState {
+                    service,
+                    method,
+                    remaining: count,
+                    code: code.unwrap_or(Code::Unavailable),
+                    message: None,
+                });
+            }
+            Fault::Latency {
+                service,
+                method,
+                millis,
+                count,
+            } => {
+                self.latency.push(LatencyState {
+                    service,
+                    method,
+                    millis,
+                    remaining: count,
+                });
+            }
+            Fault::RandomFailures {
+                rate,
+                seed,
+                code,
+                service,
+            } => {
+                self.add_random(RandomState {
+                    rate,
+                    state: seed,
+                    code,
+                    service,
+                })?;
+            }
+            _ => unreachable!("record sends only call faults here"),
+        }
+        Ok(())
     }
 
     /// Marks a batch / job (full name or id) to fail, with its message if one was given.

@@ -16,7 +16,7 @@ use crate::wire::Query;
 use crate::wire::labels::label_ok;
 use crate::wire::schema::{self, Svc};
 use crate::wire::time::{parse_duration, ts};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 const CONFIGS: [&str; 5] = [
     "pysparkBatch",
@@ -154,55 +154,38 @@ fn check_config(b: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-pub fn create(
-    w: &mut Cloud,
-    dp: &mut Dataproc,
-    project: &str,
-    location: &str,
-    q: &Query,
-    body: &Value,
-) -> ApiResult<Reply> {
-    let parent = format!("projects/{project}/locations/{location}");
-    let rid = q.get("requestId");
-    if let Some(rid) = rid {
-        if !request_id_ok(rid) {
-            return Err(ApiError::invalid_field(
-                "request_id",
-                format!(
-                    "Invalid value at 'request_id': \"{rid}\" must be at most 40 characters of letters, digits, '_' and '-'"
-                ),
-            ));
-        }
-        if let Some(op) = w.request_ids.replay(&format!("dataproc|{parent}|{rid}"), &w.ops) {
-            return Ok(Reply::op(op.body.clone()));
-        }
+/// Checks a create's `requestId`; a repeated one answers with the operation of the create that
+/// first used it.
+fn replay_request(w: &Cloud, parent: &str, rid: &str) -> ApiResult<Option<Reply>> {
+    if !request_id_ok(rid) {
+        return Err(ApiError::invalid_field(
+            "request_id",
+            format!(
+                "Invalid value at 'request_id': \"{rid}\" must be at most 40 characters of letters, digits, '_' and '-'"
+            ),
+        ));
     }
-    let mut b = schema::validate(Svc::Dataproc, "Batch", body, "batch")?;
-    check_config(&b)?;
-    let uuid = w.uuid();
-    let batch_id = match q.get("batchId") {
-        Some(id) if batch_id_ok(id) => id.to_string(),
-        Some(id) => {
-            return Err(ApiError::invalid_field(
-                "batch_id",
-                format!(
-                    "Invalid value at 'batch_id': \"{id}\" must be 4-63 characters of lowercase letters, digits and hyphens"
-                ),
-            ));
-        }
-        None => uuid.replace('-', ""),
-    };
-    let name = format!("{parent}/batches/{batch_id}");
-    if dp.batches.contains_key(&name) {
-        return Err(ApiError::already_exists(format!(
-            "Already exists: Failed to create batch: Batch {name}"
-        )));
-    }
-    let now = ts(w.now);
-    let number = w.project_number(project);
-    let op_id = w.uuid();
-    let op = op_name(project, location, &op_id);
+    Ok(w.request_ids
+        .replay(&format!("dataproc|{parent}|{rid}"), &w.ops)
+        .map(|op| Reply::op(op.body.clone())))
+}
 
+/// The `batchId` asked for, else the batch's uuid without hyphens.
+fn resolve_batch_id(q: &Query, uuid: &str) -> ApiResult<String> {
+    match q.get("batchId") {
+        Some(id) if batch_id_ok(id) => Ok(id.to_string()),
+        Some(id) => Err(ApiError::invalid_field(
+            "batch_id",
+            format!(
+                "Invalid value at 'batch_id': \"{id}\" must be 4-63 characters of lowercase letters, digits and hyphens"
+            ),
+        )),
+        None => Ok(uuid.replace('-', "")),
+    }
+}
+
+/// Adds the `goog-dataproc-*` labels the service puts on every batch; returns all its labels.
+fn add_service_labels(b: &mut Value, batch_id: &str, uuid: &str, location: &str) -> Map<String, Value> {
     let mut labels = b["labels"].as_object().cloned().unwrap_or_default();
     labels.insert("goog-dataproc-batch-id".into(), json!(batch_id));
     labels.insert("goog-dataproc-batch-uuid".into(), json!(uuid));
@@ -212,14 +195,19 @@ pub fn create(
         json!(format!("batch-{uuid}")),
     );
     b["labels"] = Value::Object(labels.clone());
+    labels
+}
 
+/// Resolves the runtime version (`default_runtime` when none is given) and fills in the Spark
+/// properties the service sets; returns the create operation's warnings.
+fn fill_runtime_config(b: &mut Value, name: &str, default_runtime: &str) -> Vec<&'static str> {
     let given = b["runtimeConfig"]["version"].as_str().map(str::to_string);
     let warnings: Vec<&str> = if given.is_none() {
         vec![NO_VERSION_WARNING]
     } else {
         vec![]
     };
-    let version = runtime_version(&given.unwrap_or_else(|| w.cfg.dataproc_default_runtime.clone()));
+    let version = runtime_version(&given.unwrap_or_else(|| default_runtime.to_string()));
     if b.get("runtimeConfig").is_none() {
         b["runtimeConfig"] = json!({});
     }
@@ -235,7 +223,11 @@ pub fn create(
         }
     }
     b["runtimeConfig"]["properties"] = Value::Object(props);
+    warnings
+}
 
+/// Fills in the `environmentConfig` the service returns when the batch leaves it out.
+fn fill_environment_config(b: &mut Value) {
     if b.get("environmentConfig").is_none() {
         b["environmentConfig"] = json!({});
     }
@@ -255,6 +247,41 @@ pub fn create(
     if env["peripheralsConfig"].get("sparkHistoryServerConfig").is_none() {
         env["peripheralsConfig"]["sparkHistoryServerConfig"] = json!({});
     }
+}
+
+pub fn create(
+    w: &mut Cloud,
+    dp: &mut Dataproc,
+    project: &str,
+    location: &str,
+    q: &Query,
+    body: &Value,
+) -> ApiResult<Reply> {
+    let parent = format!("projects/{project}/locations/{location}");
+    let rid = q.get("requestId");
+    if let Some(rid) = rid
+        && let Some(replayed) = replay_request(w, &parent, rid)?
+    {
+        return Ok(replayed);
+    }
+    let mut b = schema::validate(Svc::Dataproc, "Batch", body, "batch")?;
+    check_config(&b)?;
+    let uuid = w.uuid();
+    let batch_id = resolve_batch_id(q, &uuid)?;
+    let name = format!("{parent}/batches/{batch_id}");
+    if dp.batches.contains_key(&name) {
+        return Err(ApiError::already_exists(format!(
+            "Already exists: Failed to create batch: Batch {name}"
+        )));
+    }
+    let now = ts(w.now);
+    let number = w.project_number(project);
+    let op_id = w.uuid();
+    let op = op_name(project, location, &op_id);
+
+    let labels = add_service_labels(&mut b, &batch_id, &uuid, location);
+    let warnings = fill_runtime_config(&mut b, &name, &w.cfg.dataproc_default_runtime);
+    fill_environment_config(&mut b);
 
     b["name"] = json!(name);
     b["uuid"] = json!(uuid);

@@ -90,6 +90,64 @@ fn spec_node_ids(spec: &Value, i: usize) -> ApiResult<(Vec<String>, bool)> {
     ))
 }
 
+/// Checks the node specs (and the reservation, spot / guaranteed choice) of a queued resource
+/// to create; none of the nodes it would create may exist yet.
+fn check_node_specs(tpu: &Tpu, qr: &Value) -> ApiResult<()> {
+    let specs = qr["tpu"]["nodeSpec"].as_array().cloned().unwrap_or_default();
+    if specs.is_empty() {
+        return Err(ApiError::invalid_field(
+            "queued_resource.tpu.node_spec",
+            "queued_resource.tpu.node_spec must not be empty",
+        ));
+    }
+    super::reservations::validate(qr)?;
+    if qr.get("spot").is_some() && qr.get("guaranteed").is_some() {
+        return Err(ApiError::invalid_field(
+            "queued_resource.spot",
+            "only one of spot or guaranteed may be set",
+        ));
+    }
+    for (i, spec) in specs.iter().enumerate() {
+        let sp = spec["parent"].as_str().unwrap_or("");
+        super::split_parent(sp).map_err(|_| {
+            ApiError::invalid_field(
+                &format!("queued_resource.tpu.node_spec[{i}].parent"),
+                format!("invalid parent \"{sp}\""),
+            )
+        })?;
+        super::nodes::resolve_accel(&spec["node"], &format!("queued_resource.tpu.node_spec[{i}].node"))?;
+        for nid in spec_node_ids(spec, i)?.0 {
+            if tpu.nodes.contains_key(&format!("{sp}/nodes/{nid}")) {
+                return Err(ApiError::already_exists(format!(
+                    "Resource '{sp}/nodes/{nid}' already exists"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A queueing policy's window, `(validAfter, validUntil)` (`None`: unbounded). Each bound is the
+/// first one set of its absolute time, its duration from `now` and its end of `validInterval`.
+fn queueing_window(policy: &Value, now: DateTime<Utc>) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+    let bound = |time: &str, duration: &str, interval_end: &str| {
+        policy[time]
+            .as_str()
+            .and_then(parse_ts)
+            .or_else(|| {
+                policy[duration]
+                    .as_str()
+                    .and_then(parse_duration)
+                    .map(|d| now + d)
+            })
+            .or_else(|| policy["validInterval"][interval_end].as_str().and_then(parse_ts))
+    };
+    (
+        bound("validAfterTime", "validAfterDuration", "startTime"),
+        bound("validUntilTime", "validUntilDuration", "endTime"),
+    )
+}
+
 pub fn create(
     w: &mut Cloud,
     tpu: &mut Tpu,
@@ -117,65 +175,15 @@ pub fn create(
         ));
     }
     let mut qr = schema::validate(Svc::Tpu, "QueuedResource", body, "queued_resource")?;
-    let specs = qr["tpu"]["nodeSpec"].as_array().cloned().unwrap_or_default();
-    if specs.is_empty() {
-        return Err(ApiError::invalid_field(
-            "queued_resource.tpu.node_spec",
-            "queued_resource.tpu.node_spec must not be empty",
-        ));
-    }
-    super::reservations::validate(&qr)?;
-    if qr.get("spot").is_some() && qr.get("guaranteed").is_some() {
-        return Err(ApiError::invalid_field(
-            "queued_resource.spot",
-            "only one of spot or guaranteed may be set",
-        ));
-    }
-    for (i, spec) in specs.iter().enumerate() {
-        let sp = spec["parent"].as_str().unwrap_or("");
-        super::split_parent(sp).map_err(|_| {
-            ApiError::invalid_field(
-                &format!("queued_resource.tpu.node_spec[{i}].parent"),
-                format!("invalid parent \"{sp}\""),
-            )
-        })?;
-        super::nodes::resolve_accel(&spec["node"], &format!("queued_resource.tpu.node_spec[{i}].node"))?;
-        for nid in spec_node_ids(spec, i)?.0 {
-            if tpu.nodes.contains_key(&format!("{sp}/nodes/{nid}")) {
-                return Err(ApiError::already_exists(format!(
-                    "Resource '{sp}/nodes/{nid}' already exists"
-                )));
-            }
-        }
-    }
+    check_node_specs(tpu, &qr)?;
     let name = format!("{parent}/queuedResources/{id}");
     if tpu.qrs.contains_key(&name) {
         return Err(ApiError::already_exists(format!(
             "Resource '{name}' already exists"
         )));
     }
-    let policy = qr["queueingPolicy"].clone();
     let now = w.now;
-    let valid_until = policy["validUntilTime"]
-        .as_str()
-        .and_then(parse_ts)
-        .or_else(|| {
-            policy["validUntilDuration"]
-                .as_str()
-                .and_then(parse_duration)
-                .map(|d| now + d)
-        })
-        .or_else(|| policy["validInterval"]["endTime"].as_str().and_then(parse_ts));
-    let valid_after = policy["validAfterTime"]
-        .as_str()
-        .and_then(parse_ts)
-        .or_else(|| {
-            policy["validAfterDuration"]
-                .as_str()
-                .and_then(parse_duration)
-                .map(|d| now + d)
-        })
-        .or_else(|| policy["validInterval"]["startTime"].as_str().and_then(parse_ts));
+    let (valid_after, valid_until) = queueing_window(&qr["queueingPolicy"], now);
     qr["name"] = json!(name);
     qr["createTime"] = json!(ts(now));
     set_state(&mut qr, "CREATING", None);

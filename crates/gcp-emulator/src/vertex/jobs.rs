@@ -558,16 +558,100 @@ fn job_checkpoint_dir(job: &Value) -> Option<String> {
     })
 }
 
-pub fn fire(w: &mut Cloud, vx: &mut Vertex, seq: u64, name: &str) {
-    let now = w.now;
-    let d = w.cfg.durations.clone();
-    let failing = name_matches(&w.faults.failing, name);
-    let message = w
-        .faults
+/// The message a [`crate::faults::Fault::FailJob`] gave for this job (named by its full name or id).
+fn failure_message(w: &Cloud, name: &str) -> Option<String> {
+    w.faults
         .messages
         .get(name)
         .or_else(|| name.rsplit('/').next().and_then(|id| w.faults.messages.get(id)))
-        .cloned();
+        .cloned()
+}
+
+/// A PENDING job whose location has no training capacity waits on; returns when to look again
+/// (`None`: it expired).
+fn wait_for_capacity(
+    j: &mut JobRec,
+    job_pending: std::time::Duration,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<std::time::Duration> {
+    // Issue 21 item 6: FLEX_START waits for capacity at most `maxWaitDuration` ("the
+    // maximum duration that a job will wait for the requested resources to be
+    // provisioned if the scheduling strategy is set to [Strategy.DWS_FLEX_START]. If set
+    // to 0, the job will wait indefinitely. The default is 24 hours.", aiplatform v1
+    // `Scheduling.maxWaitDuration`), then it is JOB_STATE_EXPIRED ("The job has
+    // expired."). That EXPIRED is the state reached, without an `error`, is the reading
+    // chosen (docs/reliability.md, "Not verified against real GCP").
+    let scheduling = &j.body["jobSpec"]["scheduling"];
+    let flex = scheduling["strategy"] == json!("FLEX_START") || scheduling["strategy"] == json!(6);
+    let max_wait = scheduling["maxWaitDuration"]
+        .as_str()
+        .and_then(crate::wire::time::parse_duration)
+        .and_then(|d| d.to_std().ok())
+        .unwrap_or(std::time::Duration::from_secs(24 * 3600));
+    let created = j.body["createTime"]
+        .as_str()
+        .and_then(crate::wire::time::parse_ts)
+        .unwrap_or(now);
+    let expires = Cloud::add(created, max_wait);
+    if flex && !max_wait.is_zero() && now >= expires {
+        j.set_state("JOB_STATE_EXPIRED");
+        j.body["endTime"] = json!(ts(now));
+        None
+    } else if flex && !max_wait.is_zero() {
+        Some(job_pending.min((expires - now).to_std().unwrap_or_default()))
+    } else {
+        Some(job_pending)
+    }
+}
+
+/// Ends a RUNNING job's run: FAILED past its `scheduling.timeout` or under a
+/// [`crate::faults::Fault::FailJob`], else SUCCEEDED (with its simulated outputs).
+fn end_run(
+    w: &mut Cloud,
+    j: &mut JobRec,
+    name: &str,
+    job_run: std::time::Duration,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let failing = name_matches(&w.faults.failing, name);
+    let stamp = ts(now);
+    j.body["endTime"] = json!(stamp);
+    if j.body.get("startTime").is_none() {
+        j.body["startTime"] = json!(stamp);
+    }
+    let limit = timeout(&j.body);
+    if !failing && limit < job_run {
+        // Issue 21 item 6: "The maximum job running time. The default is 7 days."
+        // (aiplatform v1 `Scheduling.timeout`). What the job looks like afterwards is not
+        // documented: FAILED with DEADLINE_EXCEEDED (code 4) and a message naming the
+        // limit is the reading chosen (docs/reliability.md, "Not verified against real GCP").
+        j.set_state("JOB_STATE_FAILED");
+        j.body["error"] = ApiError::new(
+            Code::DeadlineExceeded,
+            format!(
+                "The job exceeded its maximum running time (scheduling.timeout {}s) and was stopped. (simulated by gcp-emulator)",
+                limit.as_secs()
+            ),
+        )
+        .rpc_status();
+    } else if failing {
+        j.set_state("JOB_STATE_FAILED");
+        let msg = failure_message(w, name).unwrap_or_else(|| {
+            "The replica workerpool0-0 exited with a non-zero status of 1. (simulated by gcp-emulator)".into()
+        });
+        j.body["error"] = ApiError::new(Code::Internal, msg).rpc_status();
+    } else {
+        j.set_state("JOB_STATE_SUCCEEDED");
+        let body = j.body.clone();
+        if w.cfg.simulate_outputs && !name_matches(&w.faults.suppressed_outputs, name) {
+            crate::outputs::job_succeeded(w, &body);
+        }
+    }
+}
+
+pub fn fire(w: &mut Cloud, vx: &mut Vertex, seq: u64, name: &str) {
+    let now = w.now;
+    let d = w.cfg.durations.clone();
     // `projects/{n}/locations/{location}/customJobs/{id}`
     let no_capacity = name
         .split('/')
@@ -586,36 +670,7 @@ pub fn fire(w: &mut Cloud, vx: &mut Vertex, seq: u64, name: &str) {
             j.set_state("JOB_STATE_PENDING");
             Some(d.job_pending)
         }
-        "JOB_STATE_PENDING" if no_capacity => {
-            // Issue 21 item 6: FLEX_START waits for capacity at most `maxWaitDuration` ("the
-            // maximum duration that a job will wait for the requested resources to be
-            // provisioned if the scheduling strategy is set to [Strategy.DWS_FLEX_START]. If set
-            // to 0, the job will wait indefinitely. The default is 24 hours.", aiplatform v1
-            // `Scheduling.maxWaitDuration`), then it is JOB_STATE_EXPIRED ("The job has
-            // expired."). That EXPIRED is the state reached, without an `error`, is the reading
-            // chosen (docs/reliability.md, "Not verified against real GCP").
-            let scheduling = &j.body["jobSpec"]["scheduling"];
-            let flex = scheduling["strategy"] == json!("FLEX_START") || scheduling["strategy"] == json!(6);
-            let max_wait = scheduling["maxWaitDuration"]
-                .as_str()
-                .and_then(crate::wire::time::parse_duration)
-                .and_then(|d| d.to_std().ok())
-                .unwrap_or(std::time::Duration::from_secs(24 * 3600));
-            let created = j.body["createTime"]
-                .as_str()
-                .and_then(crate::wire::time::parse_ts)
-                .unwrap_or(now);
-            let expires = Cloud::add(created, max_wait);
-            if flex && !max_wait.is_zero() && now >= expires {
-                j.set_state("JOB_STATE_EXPIRED");
-                j.body["endTime"] = json!(stamp);
-                None
-            } else if flex && !max_wait.is_zero() {
-                Some(d.job_pending.min((expires - now).to_std().unwrap_or_default()))
-            } else {
-                Some(d.job_pending)
-            }
-        }
+        "JOB_STATE_PENDING" if no_capacity => wait_for_capacity(j, d.job_pending, now),
         "JOB_STATE_PENDING" => {
             j.set_state("JOB_STATE_RUNNING");
             j.body["startTime"] = json!(stamp);
@@ -642,36 +697,7 @@ pub fn fire(w: &mut Cloud, vx: &mut Vertex, seq: u64, name: &str) {
             })
         }
         "JOB_STATE_RUNNING" => {
-            j.body["endTime"] = json!(stamp);
-            if j.body.get("startTime").is_none() {
-                j.body["startTime"] = json!(stamp);
-            }
-            let limit = timeout(&j.body);
-            if !failing && limit < d.job_run {
-                // Issue 21 item 6: "The maximum job running time. The default is 7 days."
-                // (aiplatform v1 `Scheduling.timeout`). What the job looks like afterwards is not
-                // documented: FAILED with DEADLINE_EXCEEDED (code 4) and a message naming the
-                // limit is the reading chosen (docs/reliability.md, "Not verified against real GCP").
-                j.set_state("JOB_STATE_FAILED");
-                j.body["error"] = ApiError::new(
-                    Code::DeadlineExceeded,
-                    format!(
-                        "The job exceeded its maximum running time (scheduling.timeout {}s) and was stopped. (simulated by gcp-emulator)",
-                        limit.as_secs()
-                    ),
-                )
-                .rpc_status();
-            } else if failing {
-                j.set_state("JOB_STATE_FAILED");
-                let msg = message.unwrap_or_else(|| "The replica workerpool0-0 exited with a non-zero status of 1. (simulated by gcp-emulator)".into());
-                j.body["error"] = ApiError::new(Code::Internal, msg).rpc_status();
-            } else {
-                j.set_state("JOB_STATE_SUCCEEDED");
-                let body = j.body.clone();
-                if w.cfg.simulate_outputs && !name_matches(&w.faults.suppressed_outputs, name) {
-                    crate::outputs::job_succeeded(w, &body);
-                }
-            }
+            end_run(w, j, name, d.job_run, now);
             None
         }
         "JOB_STATE_CANCELLING" => {
