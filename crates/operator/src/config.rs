@@ -407,7 +407,7 @@ impl RunArgs {
 
     fn into_settings(self) -> anyhow::Result<Settings> {
         let defaults = ControllerConfig::default();
-        let cluster_id = match self.cluster_id.filter(|id| !id.is_empty()) {
+        let cluster_id = match self.cluster_id.clone().filter(|id| !id.is_empty()) {
             Some(id) => ClusterIdSource::Given(id),
             None => ClusterIdSource::KubeSystemUid,
         };
@@ -418,7 +418,7 @@ impl RunArgs {
             },
             namespace: self.namespace.clone(),
             concurrency: self.concurrency.unwrap_or(defaults.concurrency),
-            default_project: self.project,
+            default_project: self.project.clone(),
             poll_active: self.poll_active.unwrap_or(defaults.poll_active),
             poll_stable: self.poll_stable.unwrap_or(defaults.poll_stable),
             poll_capacity: self.poll_capacity.unwrap_or(defaults.poll_capacity),
@@ -429,47 +429,8 @@ impl RunArgs {
         if controller.concurrency == 0 {
             bail!("concurrency: must be at least 1");
         }
-        let mut gcp = match &self.gcp_emulator {
-            Some(url) => GcpConfig::emulator(
-                url.parse()
-                    .with_context(|| format!("gcp-emulator: {url:?} is not a URL"))?,
-            ),
-            None => GcpConfig::production(),
-        };
-        if let Some(e) = self.tpu_endpoint {
-            gcp.tpu_endpoint = e;
-        }
-        if let Some(e) = self.dataproc_endpoint {
-            gcp.dataproc_endpoint = e;
-        }
-        if let Some(e) = self.vertex_endpoint {
-            gcp.vertex_endpoint = e;
-        }
-        if let Some(e) = self.storage_endpoint {
-            gcp.storage_endpoint = e;
-        }
-        if let Some(e) = self.compute_endpoint {
-            gcp.compute_endpoint = e;
-        }
-        if let Some(t) = self.gcp_call_timeout {
-            gcp.call_timeout = t;
-        }
-        let mode = match self.orphans.unwrap_or_default() {
-            OrphanMode::Off => Mode::Off,
-            OrphanMode::Report => Mode::Report,
-            OrphanMode::Delete => Mode::Delete,
-        };
-        if let (Mode::Delete, ClusterIdSource::Given(id)) = (mode, &cluster_id)
-            && SHARED_CLUSTER_IDS.contains(&id.as_str())
-        {
-            bail!(
-                "orphans: `delete` needs a cluster id unique to this cluster, and clusterId is {id:?}, \
-                 a value other clusters may share: each would delete the others' live TPUs as orphans. \
-                 Set clusterId (flag --cluster-id, config key clusterId, Helm value config.clusterId) \
-                 to a value unique among the clusters using these projects, or leave it unset to use \
-                 this cluster's kube-system Namespace UID"
-            );
-        }
+        let gcp = self.gcp()?;
+        let mode = self.orphan_mode(&cluster_id)?;
         if self.tenancy.is_some() {
             bail!(
                 "config file: the `tenancy:` section is replaced by TpuPolicy objects (cluster-scoped, \
@@ -480,6 +441,7 @@ impl RunArgs {
         }
         let prices =
             PriceTable::with_overrides(&self.prices).map_err(|e| anyhow::anyhow!("config file: {e}"))?;
+        let leader = self.leader()?;
         let sweeper = sweep_places(
             SweeperConfig {
                 mode,
@@ -496,24 +458,6 @@ impl RunArgs {
             self.orphan_zones,
             self.orphan_regions,
         );
-        let leader = if self.leader_elect.unwrap_or(true) {
-            let duration_secs = self.lease_duration.unwrap_or(Duration::from_secs(15)).as_secs();
-            if duration_secs < 2 {
-                bail!("lease-duration: must be at least 2s (the lease is renewed 1s before it expires)");
-            }
-            Some(LeaderSettings {
-                lease_name: self.lease_name.unwrap_or_else(|| "tpu-operator".into()),
-                lease_namespace: self
-                    .lease_namespace
-                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                    .or(self.namespace)
-                    .unwrap_or_else(|| "default".into()),
-                identity: self.identity.unwrap_or_else(default_identity),
-                duration_secs,
-            })
-        } else {
-            None
-        };
         Ok(Settings {
             kubeconfig: self.kubeconfig,
             controller,
@@ -528,6 +472,76 @@ impl RunArgs {
             namespaces_without_policy: self.namespaces_without_policy.unwrap_or_default(),
             prices,
             sweeper,
+        })
+    }
+
+    /// The Google Cloud endpoints (production, or the emulator, each overridable) and call timeout.
+    fn gcp(&self) -> anyhow::Result<GcpConfig> {
+        let mut gcp = match &self.gcp_emulator {
+            Some(url) => GcpConfig::emulator(
+                url.parse()
+                    .with_context(|| format!("gcp-emulator: {url:?} is not a URL"))?,
+            ),
+            None => GcpConfig::production(),
+        };
+        for (value, endpoint) in [
+            (&self.tpu_endpoint, &mut gcp.tpu_endpoint),
+            (&self.dataproc_endpoint, &mut gcp.dataproc_endpoint),
+            (&self.vertex_endpoint, &mut gcp.vertex_endpoint),
+            (&self.storage_endpoint, &mut gcp.storage_endpoint),
+            (&self.compute_endpoint, &mut gcp.compute_endpoint),
+        ] {
+            if let Some(e) = value {
+                endpoint.clone_from(e);
+            }
+        }
+        if let Some(t) = self.gcp_call_timeout {
+            gcp.call_timeout = t;
+        }
+        Ok(gcp)
+    }
+
+    /// The orphan sweeper's mode; `delete` is refused with a cluster id other clusters may share.
+    fn orphan_mode(&self, cluster_id: &ClusterIdSource) -> anyhow::Result<Mode> {
+        let mode = match self.orphans.unwrap_or_default() {
+            OrphanMode::Off => Mode::Off,
+            OrphanMode::Report => Mode::Report,
+            OrphanMode::Delete => Mode::Delete,
+        };
+        if let (Mode::Delete, ClusterIdSource::Given(id)) = (mode, cluster_id)
+            && SHARED_CLUSTER_IDS.contains(&id.as_str())
+        {
+            bail!(
+                "orphans: `delete` needs a cluster id unique to this cluster, and clusterId is {id:?}, \
+                 a value other clusters may share: each would delete the others' live TPUs as orphans. \
+                 Set clusterId (flag --cluster-id, config key clusterId, Helm value config.clusterId) \
+                 to a value unique among the clusters using these projects, or leave it unset to use \
+                 this cluster's kube-system Namespace UID"
+            );
+        }
+        Ok(mode)
+    }
+
+    /// Leader election (on unless `--leader-elect=false`): the lease and who this replica is.
+    fn leader(&self) -> anyhow::Result<Option<LeaderSettings>> {
+        Ok(if self.leader_elect.unwrap_or(true) {
+            let duration_secs = self.lease_duration.unwrap_or(Duration::from_secs(15)).as_secs();
+            if duration_secs < 2 {
+                bail!("lease-duration: must be at least 2s (the lease is renewed 1s before it expires)");
+            }
+            Some(LeaderSettings {
+                lease_name: self.lease_name.clone().unwrap_or_else(|| "tpu-operator".into()),
+                lease_namespace: self
+                    .lease_namespace
+                    .clone()
+                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                    .or_else(|| self.namespace.clone())
+                    .unwrap_or_else(|| "default".into()),
+                identity: self.identity.clone().unwrap_or_else(default_identity),
+                duration_secs,
+            })
+        } else {
+            None
         })
     }
 }

@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use clap::{ArgAction, Args};
 use kube::api::DeleteParams;
 use test_kit::{ContextSpec, Polls};
-use tpu_operator_controller::{Context, governance::tenancy::WithoutPolicy, shutdown_on};
+use tpu_operator_controller::{Context, Shutdown, governance::tenancy::WithoutPolicy, shutdown_on};
 
 use self::progress::{Display, Key, Outcome, Tracker};
 use crate::{config::LogFormat, run::run_controllers, telemetry};
@@ -81,21 +81,12 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("starting gcp-emulator")?;
 
-    let kubeconfig_dir;
-    if args.keep {
-        let path = match &args.kubeconfig_out {
-            Some(path) => path.clone(),
-            None => {
-                kubeconfig_dir = tempfile::Builder::new().prefix("tpu-operator-local-").tempdir()?;
-                kubeconfig_dir.path().join("kubeconfig")
-            }
-        };
-        test_kit::emulators::write_kubeconfig(&kube_server, &path)
-            .with_context(|| format!("kubeconfig-out: writing {}", path.display()))?;
-        println!("kubeconfig: {}", path.display());
-        println!("  kubectl --kubeconfig {} get tpu-operator -w", path.display());
-        println!("gcp-emulator: {}", gcp.url());
-    }
+    // Held to the end: the kubeconfig lives in it.
+    let _kubeconfig_dir = if args.keep {
+        announce_endpoints(&args, &kube_server, &gcp)?
+    } else {
+        None
+    };
 
     let seeded = if args.seed_inputs {
         seed::seed_inputs(&gcp, &manifests)
@@ -106,15 +97,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         println!("seeded {seeded} declared input(s) in the emulated Cloud Storage");
     }
     let applied = apply::apply_all(&client, &manifests).await?;
-    let applied_keys: Vec<Key> = applied
-        .iter()
-        .filter(|a| a.namespace.is_some())
-        .map(|a| Key {
-            kind: a.kind.clone(),
-            namespace: a.namespace.clone().unwrap_or_default(),
-            name: a.name.clone(),
-        })
-        .collect();
+    let applied_keys = keys(&applied);
     println!(
         "applied {} object(s); emulated cloud time runs {}x faster",
         applied_keys.len(),
@@ -130,28 +113,17 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         }),
     ));
 
-    let clock = gcp.clock();
-    let mut tracker = Tracker::default();
-    let mut display = Display::new();
-    let deadline = tokio::time::Instant::now() + args.timeout;
-    let mut interrupted = false;
-    let finished_in_time = loop {
-        tracker.poll(&client, clock.now(), &applied_keys).await?;
-        display.show(tracker.lines(clock.now()));
-        if tracker.all_applied_done(&applied_keys) {
-            break true;
-        }
-        if tokio::time::Instant::now() >= deadline || interrupted {
-            break false;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-            _ = stop.clone() => interrupted = true,
-        }
+    let mut watch = Watch {
+        client: &client,
+        clock: gcp.clock(),
+        keys: &applied_keys,
+        tracker: Tracker::default(),
+        display: Display::new(),
     };
+    let (finished_in_time, interrupted) = watch.until_done(args.timeout, &stop).await?;
     let converged_after = started.elapsed();
     let at_end = Tracker {
-        objects: tracker.objects.clone(),
+        objects: watch.tracker.objects.clone(),
     };
     if interrupted {
         println!("interrupted");
@@ -172,31 +144,12 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let mut left = None;
-    let mut cleanup_ok = true;
-    if args.cleanup {
-        println!("cleaning up");
-        for a in applied.iter().rev() {
-            if let Err(e) = a.api(&client).delete(&a.name, &DeleteParams::background()).await {
-                eprintln!("deleting {}/{}: {e}", a.kind, a.name);
-            }
-        }
-        let deadline = tokio::time::Instant::now() + args.timeout;
-        while !tracker.all_gone() {
-            if tokio::time::Instant::now() >= deadline {
-                cleanup_ok = false;
-                println!(
-                    "cleanup: objects still present after {}",
-                    humantime::format_duration(args.timeout)
-                );
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            tracker.poll(&client, clock.now(), &applied_keys).await?;
-            display.show(tracker.lines(clock.now()));
-        }
-        left = Some(wait_cloud_empty(&gcp).await);
-    }
+    let (cleanup_ok, left) = if args.cleanup {
+        let (gone, left) = clean_up(&mut watch, &applied, &gcp, args.timeout).await?;
+        (gone, Some(left))
+    } else {
+        (true, None)
+    };
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
 
@@ -212,6 +165,120 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Deletes the applied objects (newest first), waits until Kubernetes has none of them, then
+/// until the emulated cloud is empty: (all gone from Kubernetes in time, what the cloud still
+/// holds).
+async fn clean_up(
+    watch: &mut Watch<'_>,
+    applied: &[apply::Applied],
+    gcp: &gcp_emulator::Emulator,
+    timeout: Duration,
+) -> anyhow::Result<(bool, Vec<gcp_emulator::ResourceSummary>)> {
+    println!("cleaning up");
+    for a in applied.iter().rev() {
+        if let Err(e) = a
+            .api(watch.client)
+            .delete(&a.name, &DeleteParams::background())
+            .await
+        {
+            eprintln!("deleting {}/{}: {e}", a.kind, a.name);
+        }
+    }
+    let gone = watch.until_gone(timeout).await?;
+    Ok((gone, wait_cloud_empty(gcp).await))
+}
+
+/// `--keep`: writes the kubeconfig (into a temporary directory unless `--kubeconfig-out` names
+/// one, returned so it lives as long as the run) and prints how to reach both emulators.
+fn announce_endpoints(
+    args: &LocalArgs,
+    kube_server: &kube_emulator::Server,
+    gcp: &gcp_emulator::Emulator,
+) -> anyhow::Result<Option<tempfile::TempDir>> {
+    let (path, dir) = match &args.kubeconfig_out {
+        Some(path) => (path.clone(), None),
+        None => {
+            let dir = tempfile::Builder::new().prefix("tpu-operator-local-").tempdir()?;
+            (dir.path().join("kubeconfig"), Some(dir))
+        }
+    };
+    test_kit::emulators::write_kubeconfig(kube_server, &path)
+        .with_context(|| format!("kubeconfig-out: writing {}", path.display()))?;
+    println!("kubeconfig: {}", path.display());
+    println!("  kubectl --kubeconfig {} get tpu-operator -w", path.display());
+    println!("gcp-emulator: {}", gcp.url());
+    Ok(dir)
+}
+
+/// The namespaced objects applied, as the tracker names them.
+fn keys(applied: &[apply::Applied]) -> Vec<Key> {
+    applied
+        .iter()
+        .filter(|a| a.namespace.is_some())
+        .map(|a| Key {
+            kind: a.kind.clone(),
+            namespace: a.namespace.clone().unwrap_or_default(),
+            name: a.name.clone(),
+        })
+        .collect()
+}
+
+/// Follows the applied objects, printing their progress every 100 ms.
+struct Watch<'a> {
+    client: &'a kube::Client,
+    clock: gcp_emulator::Clock,
+    keys: &'a [Key],
+    tracker: Tracker,
+    display: Display,
+}
+
+impl Watch<'_> {
+    async fn poll(&mut self) -> anyhow::Result<()> {
+        self.tracker
+            .poll(self.client, self.clock.now(), self.keys)
+            .await?;
+        self.display.show(self.tracker.lines(self.clock.now()));
+        Ok(())
+    }
+
+    /// Until every applied object is done, `timeout` passes or `stop` fires: (done in time,
+    /// interrupted).
+    async fn until_done(&mut self, timeout: Duration, stop: &Shutdown) -> anyhow::Result<(bool, bool)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut interrupted = false;
+        loop {
+            self.poll().await?;
+            if self.tracker.all_applied_done(self.keys) {
+                return Ok((true, interrupted));
+            }
+            if tokio::time::Instant::now() >= deadline || interrupted {
+                return Ok((false, interrupted));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = stop.clone() => interrupted = true,
+            }
+        }
+    }
+
+    /// Until every object is gone from Kubernetes; `false` when `timeout` passed first.
+    async fn until_gone(&mut self, timeout: Duration) -> anyhow::Result<bool> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !self.tracker.all_gone() {
+            if tokio::time::Instant::now() >= deadline {
+                println!(
+                    "cleanup: objects still present after {}",
+                    humantime::format_duration(timeout)
+                );
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            self.poll().await?;
+        }
+        Ok(true)
+    }
 }
 
 /// The chart's ValidatingAdmissionPolicy and its binding (every namespace), so TpuPolicy objects

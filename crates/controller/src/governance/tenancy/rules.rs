@@ -1,6 +1,6 @@
 //! The policy decision: a pure function of (one `TpuPolicy`'s spec, request, namespace usage).
 
-use super::{NetworkUse, Request, Rule, TpuPolicySpec, Usage};
+use super::{NetworkUse, Request, Rule, TpuPolicySpec, TpuUse, Usage};
 use crate::governance::pricing::family_name;
 
 /// The `allowedServiceAccounts` entry that stands for an object naming no service account.
@@ -98,13 +98,27 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
     let Some(rule) = rule else {
         return Ok(());
     };
+    placement(&rule, req)?;
+    identity(&rule, req)?;
+    let Some(tpu) = &req.tpu else {
+        return Ok(());
+    };
+    chips(&rule, req, tpu)?;
+    match usage {
+        Some(usage) => namespace_totals(&rule, req, tpu, usage),
+        None => Ok(()),
+    }
+}
+
+/// Adoption, project, region and zone.
+fn placement(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
     let p: &TpuPolicySpec = rule.policy;
     let what = &req.what;
     if let Some(node) = &req.adopt
         && !p.allow_adoption
     {
         let msg = format!("{what}: this namespace may not adopt existing TPU nodes ({node}); allowed: false");
-        return Err(Denial::fixed(&rule, "allowAdoption", msg));
+        return Err(Denial::fixed(rule, "allowAdoption", msg));
     }
     if let Some(allowed) = &p.allowed_projects
         && !matches(allowed, &req.project)
@@ -114,20 +128,28 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
             req.project,
             list(allowed)
         );
-        return Err(Denial::fixed(&rule, "allowedProjects", msg));
+        return Err(Denial::fixed(rule, "allowedProjects", msg));
     }
     if let Some(allowed) = &p.allowed_regions
         && !matches(allowed, &req.region)
     {
         let msg = format!("{what} uses region {:?}; allowed: {}", req.region, list(allowed));
-        return Err(Denial::fixed(&rule, "allowedRegions", msg));
+        return Err(Denial::fixed(rule, "allowedRegions", msg));
     }
     if let (Some(allowed), Some(zone)) = (&p.allowed_zones, &req.zone)
         && !matches(allowed, zone)
     {
         let msg = format!("{what} uses zone {zone:?}; allowed: {}", list(allowed));
-        return Err(Denial::fixed(&rule, "allowedZones", msg));
+        return Err(Denial::fixed(rule, "allowedZones", msg));
     }
+    Ok(())
+}
+
+/// The Google identity and the networks the workload runs with (not checked on the first look at
+/// an adoption, before the node is read).
+fn identity(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
+    let p: &TpuPolicySpec = rule.policy;
+    let what = &req.what;
     if let Some(allowed) = &p.allowed_service_accounts
         && !req.identity_pending
         && !account_allowed(allowed, req.service_account.as_deref())
@@ -139,7 +161,7 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
             ),
         };
         let msg = format!("{what} runs as {runs_as}; allowed: {}", list(allowed));
-        return Err(Denial::fixed(&rule, "allowedServiceAccounts", msg));
+        return Err(Denial::fixed(rule, "allowedServiceAccounts", msg));
     }
     if let Some(allowed) = p.allowed_networks.as_ref().filter(|_| !req.identity_pending) {
         let network = match &req.network {
@@ -154,7 +176,7 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
                     req.subnetwork.as_deref().unwrap_or_default(),
                     list(allowed)
                 );
-                return Err(Denial::fixed(&rule, "allowedNetworks", msg));
+                return Err(Denial::fixed(rule, "allowedNetworks", msg));
             }
         };
         if let Some(network) = network
@@ -165,7 +187,7 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
                 network_path(network, &req.project, None),
                 list(allowed)
             );
-            return Err(Denial::fixed(&rule, "allowedNetworks", msg));
+            return Err(Denial::fixed(rule, "allowedNetworks", msg));
         }
     }
     if let (Some(allowed), Some(subnet)) = (&p.allowed_subnetworks, &req.subnetwork)
@@ -177,11 +199,15 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
             network_path(subnet, &req.project, Some(&req.region)),
             list(allowed)
         );
-        return Err(Denial::fixed(&rule, "allowedSubnetworks", msg));
+        return Err(Denial::fixed(rule, "allowedSubnetworks", msg));
     }
-    let Some(tpu) = &req.tpu else {
-        return Ok(());
-    };
+    Ok(())
+}
+
+/// The TPU itself: family and size, capacity kind, and the object's own burn rate.
+fn chips(rule: &Rule<'_>, req: &Request, tpu: &TpuUse) -> Result<(), Denial> {
+    let p: &TpuPolicySpec = rule.policy;
+    let what = &req.what;
     let family = family_name(tpu.shape.generation);
     if let Some(allowed) = &p.allowed_accelerators {
         let describe = || {
@@ -200,7 +226,7 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
             .collect();
         if same_family.is_empty() {
             let msg = format!("{what} uses TPU {family}; allowed: {}", describe());
-            return Err(Denial::fixed(&rule, "allowedAccelerators", msg));
+            return Err(Denial::fixed(rule, "allowedAccelerators", msg));
         }
         if !same_family
             .iter()
@@ -211,7 +237,7 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
                 tpu.shape.chips,
                 describe()
             );
-            return Err(Denial::fixed(&rule, "allowedAccelerators", msg));
+            return Err(Denial::fixed(rule, "allowedAccelerators", msg));
         }
     }
     if let Some(allowed) = &p.allowed_capacity
@@ -223,7 +249,7 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
             tpu.capacity.as_str(),
             list(&names)
         );
-        return Err(Denial::fixed(&rule, "allowedCapacity", msg));
+        return Err(Denial::fixed(rule, "allowedCapacity", msg));
     }
     if let Some(max) = p.max_object_spend_per_hour_usd
         && req.per_hour_usd > max
@@ -232,11 +258,15 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
             "{what} is estimated at ${:.2}/h; allowed per object: ${max:.2}/h",
             req.per_hour_usd
         );
-        return Err(Denial::fixed(&rule, "maxObjectSpendPerHourUsd", msg));
+        return Err(Denial::fixed(rule, "maxObjectSpendPerHourUsd", msg));
     }
-    let Some(usage) = usage else {
-        return Ok(());
-    };
+    Ok(())
+}
+
+/// What the namespace would hold with this object: the chip quota and the hourly budget.
+fn namespace_totals(rule: &Rule<'_>, req: &Request, tpu: &TpuUse, usage: &Usage) -> Result<(), Denial> {
+    let p: &TpuPolicySpec = rule.policy;
+    let what = &req.what;
     if let Some(max) = p.max_chips
         && usage.chips + tpu.shape.chips > max
     {
@@ -246,7 +276,7 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
             usage.chips,
             usage.describe()
         );
-        return Err(Denial::usage(&rule, "maxChips", msg));
+        return Err(Denial::usage(rule, "maxChips", msg));
     }
     if let Some(max) = p.max_spend_per_hour_usd
         && usage.per_hour_usd + req.per_hour_usd > max
@@ -258,7 +288,7 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
             usage.per_hour_usd,
             usage.describe()
         );
-        return Err(Denial::usage(&rule, "maxSpendPerHourUsd", msg));
+        return Err(Denial::usage(rule, "maxSpendPerHourUsd", msg));
     }
     Ok(())
 }

@@ -2,7 +2,10 @@
 //! apply when it changed, and publishes Events on real transitions only.
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use k8s_openapi::{
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
 use tpu_operator_api::{
     accelerator::SliceShape,
     conditions::{
@@ -53,36 +56,25 @@ fn node_states(r: &Report<'_>) -> Vec<String> {
 
 /// The new status. Pure: same inputs, same status (timestamps come from `now` and the cloud).
 pub fn build(r: &Report<'_>) -> TpuSliceStatus {
+    let mut s = fields(r);
+    set_conditions(&mut s.conditions, r);
+    s
+}
+
+/// Every field but the conditions (carried over from `old`, for [`set_conditions`]).
+fn fields(r: &Report<'_>) -> TpuSliceStatus {
     let old = r.old;
-    let a = r.assessment;
-    let now = time(r.now);
-    let generation = r.generation;
     let node = r.observed.node.as_ref();
     let qr = r.observed.queued.as_ref();
-    let created = r.started.is_some_and(|s| s.verb == "create");
-    let op_running = matches!(
-        r.observed.operation,
-        Some(OperationView::Running | OperationView::Unread)
-    );
-    let keep = |field: &Option<String>| if op_running { field.clone() } else { None };
     let slices = r.names.current.other_slices.len() as u32 + 1;
-
-    let mut s = TpuSliceStatus {
-        observed_generation: generation,
-        phase: a.phase,
+    let (node_name, queued_resource_name, pending_operation) = cloud_names(r);
+    TpuSliceStatus {
+        observed_generation: r.generation,
+        phase: r.assessment.phase,
         conditions: old.conditions.clone(),
-        node_name: node
-            .map(|n| n.name.clone())
-            .or_else(|| (created && r.names.current.queued.is_none()).then(|| r.names.current.node.clone()))
-            .or_else(|| keep(&old.node_name)),
-        queued_resource_name: qr
-            .map(|q| q.name.clone())
-            .or_else(|| created.then(|| r.names.current.queued.clone()).flatten())
-            .or_else(|| keep(&old.queued_resource_name)),
-        pending_operation: match r.started {
-            Some(started) => Some(started.operation.clone()),
-            None => keep(&old.pending_operation),
-        },
+        node_name,
+        queued_resource_name,
+        pending_operation,
         node_state: node.map(state_name),
         health: node
             .filter(|n| n.health != node::Health::Unspecified)
@@ -104,13 +96,13 @@ pub fn build(r: &Report<'_>) -> TpuSliceStatus {
             .map(Time),
         ready_time: if r.preempted {
             None
-        } else if a.progress == Progress::Ready {
-            old.ready_time.clone().or_else(|| Some(now.clone()))
+        } else if r.assessment.progress == Progress::Ready {
+            old.ready_time.clone().or_else(|| Some(time(r.now)))
         } else {
             old.ready_time.clone()
         },
         last_preemption_time: if r.preempted {
-            Some(now.clone())
+            Some(time(r.now))
         } else {
             old.last_preemption_time.clone()
         },
@@ -130,10 +122,49 @@ pub fn build(r: &Report<'_>) -> TpuSliceStatus {
             r.price.as_ref().map(|p| p.1.as_str()),
             r.now,
         ),
-        message: Some(a.message.clone()),
+        message: Some(r.assessment.message.clone()),
+    }
+}
+
+/// The node, queued resource and pending operation names: as observed, as just created, or
+/// (while an operation still runs) as status had them.
+fn cloud_names(r: &Report<'_>) -> (Option<String>, Option<String>, Option<String>) {
+    let old = r.old;
+    let current = &r.names.current;
+    let created = r.started.is_some_and(|s| s.verb == "create");
+    let op_running = matches!(
+        r.observed.operation,
+        Some(OperationView::Running | OperationView::Unread)
+    );
+    let keep = |field: &Option<String>| if op_running { field.clone() } else { None };
+    let node_name = r
+        .observed
+        .node
+        .as_ref()
+        .map(|n| n.name.clone())
+        .or_else(|| (created && current.queued.is_none()).then(|| current.node.clone()))
+        .or_else(|| keep(&old.node_name));
+    let queued_resource_name = r
+        .observed
+        .queued
+        .as_ref()
+        .map(|q| q.name.clone())
+        .or_else(|| created.then(|| current.queued.clone()).flatten())
+        .or_else(|| keep(&old.queued_resource_name));
+    let pending_operation = match r.started {
+        Some(started) => Some(started.operation.clone()),
+        None => keep(&old.pending_operation),
     };
+    (node_name, queued_resource_name, pending_operation)
+}
+
+/// The kstatus conditions, `CapacityAvailable`, `NodeHealthy` and `SpecDrift`.
+fn set_conditions(conditions: &mut Vec<Condition>, r: &Report<'_>) {
+    let a = r.assessment;
+    let generation = r.generation;
+    let now = time(r.now);
     set_kstatus(
-        &mut s.conditions,
+        conditions,
         a.progress,
         a.reason,
         &a.message,
@@ -156,9 +187,9 @@ pub fn build(r: &Report<'_>) -> TpuSliceStatus {
             generation,
             now.clone(),
         );
-        set_condition(&mut s.conditions, c);
+        set_condition(conditions, c);
     }
-    if let Some(n) = node {
+    if let Some(n) = r.observed.node.as_ref() {
         let healthy = n.state == node::State::Ready && n.health == node::Health::Healthy;
         let (reason, msg) = if healthy {
             (reasons::NODE_READY, "node is READY and HEALTHY".to_string())
@@ -169,22 +200,19 @@ pub fn build(r: &Report<'_>) -> TpuSliceStatus {
             )
         };
         set_condition(
-            &mut s.conditions,
+            conditions,
             condition(types::NODE_HEALTHY, healthy, reason, msg, generation, now.clone()),
         );
     }
     match &a.drift {
         Some(msg) => {
-            set_condition(
-                &mut s.conditions,
-                condition(types::SPEC_DRIFT, true, reasons::DRIFTED, msg, generation, now),
-            );
+            let c = condition(types::SPEC_DRIFT, true, reasons::DRIFTED, msg, generation, now);
+            set_condition(conditions, c);
         }
         None => {
-            remove_condition(&mut s.conditions, types::SPEC_DRIFT);
+            remove_condition(conditions, types::SPEC_DRIFT);
         }
     }
-    s
 }
 
 /// Whether the node is billed (estimated from the time it exists until it is stopped, preempted

@@ -27,18 +27,11 @@ impl Planner<'_> {
         let Some(job) = job else {
             return self.start_attempt(self.st.attempts + 1, true, None);
         };
-        let now = time(self.input.now);
-        self.st.attempts = self.st.attempts.max(job.attempt);
-        self.st.custom_job_name = Some(job.name.clone());
-        let uncounted = self.uncounted_attempts();
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
-        stage.gcp_name = Some(job.name.clone());
-        stage.attempts = stage.attempts.max(1);
-        stage.start_time.get_or_insert(now);
+        self.record_job(job);
         let attempt = job.attempt;
         match job.state {
             JobState::Queued | JobState::Pending => {
-                stage.state = StageState::Queued;
+                self.train_stage_state(StageState::Queued);
                 Step::working(
                     Phase::Provisioning,
                     reasons::QUEUED,
@@ -51,7 +44,7 @@ impl Planner<'_> {
                 )
             }
             JobState::Running | JobState::Updating | JobState::Paused => {
-                stage.state = StageState::Running;
+                self.train_stage_state(StageState::Running);
                 Step::working(
                     Phase::Training,
                     reasons::RUNNING,
@@ -64,29 +57,70 @@ impl Planner<'_> {
                     Requeue::Active,
                 )
             }
-            JobState::Succeeded | JobState::PartiallySucceeded => match job.model_exists {
-                Some(true) => {
-                    let model = join_uri(&self.spec().artifacts.model_dir, "model/");
-                    self.finish_succeeded(model)
-                }
-                Some(false) => {
-                    stage.state = StageState::Failed;
-                    let model = join_uri(&self.spec().artifacts.model_dir, "model/");
-                    let msg = format!(
-                        "custom job {} succeeded but wrote no model under {model}",
-                        job.name
-                    );
-                    self.finish_failed(reasons::OUTPUT_MISSING, msg, Action::Nothing)
-                }
-                None => Step::working(
-                    Phase::Training,
-                    reasons::SUCCEEDED,
-                    "verifying the model output".into(),
-                    Action::Nothing,
-                    Requeue::Active,
+            JobState::Succeeded | JobState::PartiallySucceeded => self.job_succeeded(job),
+            JobState::Failed | JobState::Expired | JobState::Cancelling | JobState::Cancelled => {
+                self.job_ended(job)
+            }
+            // Unspecified and states newer than this client: keep polling.
+            _ => Step::working(
+                Phase::Training,
+                reasons::RUNNING,
+                format!(
+                    "custom job {} is in state {}",
+                    job.name,
+                    job_state_name(&job.state)
                 ),
-            },
-            JobState::Failed if job.preempted && uncounted < MAX_UNCOUNTED_PREEMPTIONS => {
+                Action::Nothing,
+                Requeue::Active,
+            ),
+        }
+    }
+
+    /// The observed job is this attempt's: its name and attempt number go to status, and the
+    /// train stage has started.
+    fn record_job(&mut self, job: &JobView) {
+        let now = time(self.input.now);
+        self.st.attempts = self.st.attempts.max(job.attempt);
+        self.st.custom_job_name = Some(job.name.clone());
+        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        stage.gcp_name = Some(job.name.clone());
+        stage.attempts = stage.attempts.max(1);
+        stage.start_time.get_or_insert(now);
+    }
+
+    fn train_stage_state(&mut self, state: StageState) {
+        status::stage_mut(&mut self.st, StageName::Train).state = state;
+    }
+
+    /// A succeeded job is done once its model is seen under `artifacts.modelDir`.
+    fn job_succeeded(&mut self, job: &JobView) -> Step {
+        let model = join_uri(&self.spec().artifacts.model_dir, "model/");
+        match job.model_exists {
+            Some(true) => self.finish_succeeded(model),
+            Some(false) => {
+                self.train_stage_state(StageState::Failed);
+                let msg = format!(
+                    "custom job {} succeeded but wrote no model under {model}",
+                    job.name
+                );
+                self.finish_failed(reasons::OUTPUT_MISSING, msg, Action::Nothing)
+            }
+            None => Step::working(
+                Phase::Training,
+                reasons::SUCCEEDED,
+                "verifying the model output".into(),
+                Action::Nothing,
+                Requeue::Active,
+            ),
+        }
+    }
+
+    /// A job that ended without success: preempted or expired (a new attempt that does not count),
+    /// failed (a retry, if any are left) or cancelled by someone else (the pipeline fails).
+    fn job_ended(&mut self, job: &JobView) -> Step {
+        let attempt = job.attempt;
+        match job.state {
+            JobState::Failed if job.preempted && self.uncounted_attempts() < MAX_UNCOUNTED_PREEMPTIONS => {
                 // Like a preempted TpuSlice: a new job, not a spent retry.
                 let detail = format!(
                     "custom job {} (attempt {attempt}) lost its Spot VMs (preempted): {}; not counted against maxRetries",
@@ -109,23 +143,11 @@ impl Planner<'_> {
                 );
                 self.start_attempt(attempt + 1, false, Some(detail))
             }
-            JobState::Cancelling | JobState::Cancelled => {
-                stage.state = StageState::Cancelled;
+            _ => {
+                self.train_stage_state(StageState::Cancelled);
                 let msg = format!("custom job {} was cancelled outside the operator", job.name);
                 self.finish_failed(reasons::CANCELLED, msg, Action::Nothing)
             }
-            // Unspecified and states newer than this client: keep polling.
-            _ => Step::working(
-                Phase::Training,
-                reasons::RUNNING,
-                format!(
-                    "custom job {} is in state {}",
-                    job.name,
-                    job_state_name(&job.state)
-                ),
-                Action::Nothing,
-                Requeue::Active,
-            ),
         }
     }
 
