@@ -31,11 +31,21 @@ where
         .namespace()
         .ok_or(ReconcileError::MissingMetadata("namespace"))?;
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
-    let patch = serde_json::json!({
+    // The status was computed from `obj` as this reconcile read it, from the watch cache. The
+    // cache can lag behind the API server (our own last write not yet seen, say, when a child or
+    // the cloud watch wakes the object first); written unconditionally, a status from that older
+    // object would undo the newer one (a pipeline's attempt 2 back to attempt 1, seen against
+    // kube-apiserver). With the object's resourceVersion in the apply, the write is conditional:
+    // a stale one fails with 409 Conflict (a transient error: the object is retried once the
+    // cache has caught up), as a read-modify-write must per the API conventions.
+    let mut patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
         "status": status,
     });
+    if let Some(rv) = obj.resource_version() {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
     api.patch_status(
         &obj.name_any(),
         &PatchParams::apply(field_manager).force(),
