@@ -312,17 +312,13 @@ pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
 }
 
 pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = ce
-        .igms
-        .under(&format!("{scope}/instanceGroupManagers/"))
-        .filter_map(|(k, _)| view(ce, k))
-        .collect();
-    let items = super::filtered(items, req, &["name", "id"])?;
-    super::list_page(
-        "compute#instanceGroupManagerList",
+    super::list_collection(
+        &ce.igms,
         &format!("{scope}/instanceGroupManagers"),
-        items,
+        "compute#instanceGroupManagerList",
+        &["name", "id"],
         req,
+        |k, _| view(ce, k),
     )
 }
 

@@ -253,17 +253,14 @@ pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
 }
 
 pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = ce
-        .instances
-        .under(&format!("{scope}/instances/"))
-        .map(|(_, r)| r.body.clone())
-        .collect();
-    let items = super::filtered(
-        items,
-        req,
+    super::list_collection(
+        &ce.instances,
+        &format!("{scope}/instances"),
+        "compute#instanceList",
         &["name", "status", "labels", "machineType", "zone", "id"],
-    )?;
-    super::list_page("compute#instanceList", &format!("{scope}/instances"), items, req)
+        req,
+        |_, r| Some(r.body.clone()),
+    )
 }
 
 /// Starts deleting (STOPPING -> gone after `instanceStop`); `op` completes when it is gone.

@@ -274,7 +274,7 @@ pub fn recheck(w: &mut Cloud, ce: &mut ComputeState) {
 /// Keeps the items of `filter` (AIP-160 subset, `crate::filter`): `labels.KEY = "VALUE"`,
 /// `labels.KEY:*`, `name = "x"`, `status = RUNNING`, joined by AND / whitespace (and OR, NOT,
 /// parentheses, which Compute's own filter syntax also has).
-pub fn filtered(items: Vec<Value>, req: &Req, fields: &[&str]) -> ApiResult<Vec<Value>> {
+fn filtered(items: Vec<Value>, req: &Req, fields: &[&str]) -> ApiResult<Vec<Value>> {
     let Some(f) = req.query.get("filter") else {
         return Ok(items);
     };
@@ -304,10 +304,24 @@ const PAGING: Paging = Paging {
     max: 500,
 };
 
-/// A Compute list: `{kind, id, items, selfLink, nextPageToken}`.
-pub fn list_page(kind: &str, scope_key: &str, items: Vec<Value>, req: &Req) -> ApiResult<Value> {
+/// A Compute `list` of the collection at `path` (`{scope}/instances`, ...): the items stored
+/// under it as `view` shows them, kept by `filter` on `fields`, one page of
+/// `{kind, id, items, selfLink, nextPageToken}`.
+pub fn list_collection<T>(
+    store: &Store<T>,
+    path: &str,
+    kind: &str,
+    fields: &[&str],
+    req: &Req,
+    view: impl Fn(&String, &T) -> Option<Value>,
+) -> ApiResult<Value> {
+    let items = store
+        .under(&format!("{path}/"))
+        .filter_map(|(k, v)| view(k, v))
+        .collect();
+    let items = filtered(items, req, fields)?;
     let (page, next) = PAGING.page(&items, &req.query)?;
-    let mut out = json!({"kind": kind, "id": scope_key, "selfLink": format!("{BASE}{scope_key}")});
+    let mut out = json!({"kind": kind, "id": path, "selfLink": format!("{BASE}{path}")});
     if !page.is_empty() {
         out["items"] = Value::Array(page);
     }

@@ -72,17 +72,13 @@ pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
 }
 
 pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = ce
-        .policies
-        .under(&format!("{scope}/resourcePolicies/"))
-        .map(|(_, p)| p.clone())
-        .collect();
-    let items = super::filtered(items, req, &["name", "id", "status"])?;
-    super::list_page(
-        "compute#resourcePolicyList",
+    super::list_collection(
+        &ce.policies,
         &format!("{scope}/resourcePolicies"),
-        items,
+        "compute#resourcePolicyList",
+        &["name", "id", "status"],
         req,
+        |_, p| Some(p.clone()),
     )
 }
 

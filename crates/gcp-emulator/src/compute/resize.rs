@@ -258,17 +258,13 @@ pub fn list(ce: &ComputeState, igm_key: &str, req: &Req) -> ApiResult<Value> {
     if !ce.igms.contains_key(igm_key) {
         return Err(errors::not_found(igm_key));
     }
-    let items: Vec<Value> = ce
-        .resize
-        .under(&format!("{igm_key}/resizeRequests/"))
-        .map(|(_, r)| r.body.clone())
-        .collect();
-    let items = super::filtered(items, req, &["name", "state", "id"])?;
-    super::list_page(
-        "compute#instanceGroupManagerResizeRequestList",
+    super::list_collection(
+        &ce.resize,
         &format!("{igm_key}/resizeRequests"),
-        items,
+        "compute#instanceGroupManagerResizeRequestList",
+        &["name", "state", "id"],
         req,
+        |_, r| Some(r.body.clone()),
     )
 }
 

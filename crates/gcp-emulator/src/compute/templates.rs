@@ -76,17 +76,13 @@ pub fn get(ce: &ComputeState, key: &str) -> ApiResult<Value> {
 }
 
 pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
-    let items: Vec<Value> = ce
-        .templates
-        .under(&format!("{scope}/instanceTemplates/"))
-        .map(|(_, t)| t.clone())
-        .collect();
-    let items = super::filtered(items, req, &["name", "id"])?;
-    super::list_page(
-        "compute#instanceTemplateList",
+    super::list_collection(
+        &ce.templates,
         &format!("{scope}/instanceTemplates"),
-        items,
+        "compute#instanceTemplateList",
+        &["name", "id"],
         req,
+        |_, t| Some(t.clone()),
     )
 }
 
