@@ -8,8 +8,35 @@
 #                             chart's RBAC suite first, while the cluster holds no other test's
 #                             objects, then the controllers' end-to-end suites and the kubectl
 #                             checks; "none" skips)
+#
+# Every suite is selected as `--workspace --test NAME`, never `-p PACKAGE`: cargo resolves features
+# for the packages selected, so `-p` would rebuild most dependencies and every test binary a second
+# time with other feature sets (about 150 artifacts, several GiB: the CI run of 2026-11-24 ran out
+# of disk doing that). With `--workspace` this stage reuses what `cargo test --workspace` built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# `--test NAME` for every integration test of the package $1. Test target names are unique in the
+# workspace (checked here), so `--workspace --test NAME` runs that package's test and nothing else.
+tests_of() {
+  cargo metadata --no-deps --format-version 1 --locked | python3 -c '
+import collections, json, sys
+package = sys.argv[1]
+meta = json.load(sys.stdin)
+owners = collections.defaultdict(list)
+for p in meta["packages"]:
+    for t in p["targets"]:
+        if "test" in t["kind"]:
+            owners[t["name"]].append(p["name"])
+clashes = {n: o for n, o in owners.items() if len(o) > 1}
+if clashes:
+    sys.exit(f"ci-control-plane: test target names must be unique in the workspace: {clashes}")
+names = sorted(n for n, o in owners.items() if o == [package])
+if not names:
+    sys.exit(f"ci-control-plane: package {package} has no integration tests")
+print(" ".join(f"--test {n}" for n in names))
+' "$1"
+}
 
 command -v go >/dev/null || {
   echo "ci-control-plane: Go is not installed; the real control plane is built from Go modules (Go >= 1.26)" >&2
@@ -26,9 +53,10 @@ echo "== control plane: differential suite against kube-apiserver"
 # `run` sets KUBECONFIG and TPU_OPERATOR_KUBE=real for the command and stops everything afterwards,
 # also when the command fails.
 TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- \
-  cargo test --locked -p kube-conformance --test differential -- --nocapture --test-threads=1
+  cargo test --locked --workspace --test differential -- --nocapture --test-threads=1
 
-suites="${TPU_OPERATOR_REAL_SUITES:--p tpu-operator --test rbac -- --nocapture; -p tpu-operator-controller --tests -- --test-threads=2; -p kube-emulator --test kubectl}"
+controller_tests="$(tests_of tpu-operator-controller)"
+suites="${TPU_OPERATOR_REAL_SUITES:---workspace --test rbac -- --nocapture; --workspace ${controller_tests} -- --test-threads=2; --workspace --test kubectl}"
 if [ "$suites" != none ]; then
   # One fresh control plane for all of them (each test uses namespaces of its own).
   script="set -e"
