@@ -23,7 +23,7 @@
 use std::{fmt::Debug, future::Future, sync::Arc};
 
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, stream::BoxStream};
+use futures::StreamExt;
 use kube::{
     Api, Resource, ResourceExt,
     core::NamespaceResourceScope,
@@ -31,7 +31,6 @@ use kube::{
         Controller,
         controller::{Action, Config},
         finalizer::{Event, finalizer},
-        reflector::ObjectRef,
     },
 };
 use serde::{Serialize, de::DeserializeOwned};
@@ -72,9 +71,6 @@ pub trait Reconciler:
     type Status: Clone + Default + PartialEq + Serialize + Send + Sync;
 
     fn status(&self) -> Option<&Self::Status>;
-
-    /// The cloud watch's wake-ups for objects of this kind.
-    fn cloud_triggers(ctx: &Context) -> BoxStream<'static, ObjectRef<Self>>;
 
     /// Further watches that wake an object (its owned children); none by default.
     fn watches(controller: Controller<Cached<Self>>, _ctx: &Context) -> Controller<Cached<Self>> {
@@ -120,7 +116,7 @@ pub async fn run<K: Reconciler>(ctx: Arc<Context>, shutdown: Shutdown) {
     CloudWatch::start(&ctx, shutdown.clone());
     K::watches(watched::controller::<K>(&ctx), &ctx)
         .with_config(Config::default().concurrency(ctx.config.concurrency))
-        .reconcile_on(K::cloud_triggers(&ctx).map(cached_ref))
+        .reconcile_on(ctx.cloud_watch.triggers::<K>().map(cached_ref))
         .reconcile_all_on(ctx.policies.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile::<K>, error_policy::<K>, ctx)

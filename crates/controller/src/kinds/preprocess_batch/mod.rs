@@ -19,11 +19,7 @@ pub mod status;
 
 use std::sync::Arc;
 
-use futures::stream::BoxStream;
-use kube::{
-    ResourceExt,
-    runtime::{controller::Action, reflector::ObjectRef},
-};
+use kube::{ResourceExt, runtime::controller::Action};
 use tpu_operator_api::{
     common::DeletionPolicy,
     conditions::reasons,
@@ -31,7 +27,7 @@ use tpu_operator_api::{
     preprocess_batch::{PreprocessBatch, PreprocessBatchPhase, PreprocessBatchStatus},
 };
 
-use tpu_operator_gcp::dataproc_v1::model::batch::State as BatchState;
+use tpu_operator_gcp::dataproc_v1::model::{Batch, batch::State as BatchState};
 
 use self::{
     observe::Target,
@@ -41,7 +37,7 @@ use crate::{
     Shutdown,
     governance::tenancy,
     runtime::{
-        cloud_watch::{self, Collection, Owner, state_of},
+        cloud_watch::{Listable, Owner},
         context::Context,
         driver::{self, Reconciler},
         error::{ReconcileError, Result},
@@ -62,10 +58,6 @@ impl Reconciler for PreprocessBatch {
 
     fn status(&self) -> Option<&PreprocessBatchStatus> {
         self.status.as_ref()
-    }
-
-    fn cloud_triggers(ctx: &Context) -> BoxStream<'static, ObjectRef<Self>> {
-        ctx.cloud_watch.batch_triggers()
     }
 
     async fn apply(&self, ctx: &Context) -> Result<Action> {
@@ -160,14 +152,12 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
     };
     write(ctx, obj, new).await?;
     let wait = match (next, seen) {
-        (Requeue::Active, Some((name, state))) if cloud_watch::lists_batch(&state) => {
-            let seen = Some(state_of(&state));
-            ctx.cloud_watch
-                .watch(ctx, Collection::DataprocBatches, &name, seen, Owner::batch(obj))
+        (Requeue::Active, Some((name, state))) if Batch::lists(&state) => {
+            ctx.cloud_watch.watch::<Batch>(ctx, &name, &state, Owner::of(obj))
         }
         (next, seen) => {
             if let Some((name, _)) = seen {
-                ctx.cloud_watch.unwatch(Collection::DataprocBatches, &name);
+                ctx.cloud_watch.unwatch::<Batch>(&name);
             }
             next.after(&ctx.config)
         }

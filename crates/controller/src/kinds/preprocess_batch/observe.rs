@@ -208,7 +208,7 @@ pub async fn observe(
     }
     let name = target.batch_name(attempt);
     // A batch the cloud watch just listed in a new state needs no second read.
-    let got = match ctx.cloud_watch.take_batch(&name) {
+    let got = match ctx.cloud_watch.take::<Batch>(&name) {
         Some(listed) => Ok(listed),
         None => ctx.gcp.dataproc.get_batch(&name).await,
     };

@@ -28,11 +28,7 @@ mod status;
 
 use std::{sync::Arc, time::Duration};
 
-use futures::stream::BoxStream;
-use kube::{
-    Resource, ResourceExt,
-    runtime::{controller::Action, reflector::ObjectRef},
-};
+use kube::{Resource, ResourceExt, runtime::controller::Action};
 use tpu_operator_api::{
     DeletionPolicy,
     accelerator::SliceShape,
@@ -58,7 +54,7 @@ use crate::{
     Shutdown,
     governance::tenancy,
     runtime::{
-        cloud_watch::{Collection, Owner, state_of},
+        cloud_watch::Owner,
         context::Context,
         driver::{self, Reconciler},
         error::{ReconcileError, Result},
@@ -79,10 +75,6 @@ impl Reconciler for TpuSlice {
 
     fn status(&self) -> Option<&TpuSliceStatus> {
         self.status.as_ref()
-    }
-
-    fn cloud_triggers(ctx: &Context) -> BoxStream<'static, ObjectRef<Self>> {
-        ctx.cloud_watch.slice_triggers()
     }
 
     async fn apply(&self, ctx: &Context) -> Result<Action> {
@@ -221,8 +213,7 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     let wait = match plan.assessment.requeue {
         Requeue::Active => watch_node(ctx, slice, &t.names, &observed, &plan.action, started.as_ref()),
         other => {
-            ctx.cloud_watch
-                .unwatch(Collection::TpuNodes, &t.names.current.node);
+            ctx.cloud_watch.unwatch::<Node>(&t.names.current.node);
             other.after(&ctx.config)
         }
     };
@@ -382,15 +373,11 @@ fn watch_node(
         _ => None,
     };
     match seen {
-        Some(state) => ctx.cloud_watch.watch(
-            ctx,
-            Collection::TpuNodes,
-            &names.current.node,
-            Some(state_of(&state)),
-            Owner::slice(slice),
-        ),
+        Some(state) => ctx
+            .cloud_watch
+            .watch::<Node>(ctx, &names.current.node, &state, Owner::of(slice)),
         None => {
-            ctx.cloud_watch.unwatch(Collection::TpuNodes, &names.current.node);
+            ctx.cloud_watch.unwatch::<Node>(&names.current.node);
             ctx.config.poll_active
         }
     }
@@ -468,8 +455,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
     }
     let (action, assessment) = match step {
         CleanupStep::Done => {
-            ctx.cloud_watch
-                .unwatch(Collection::TpuNodes, &t.names.current.node);
+            ctx.cloud_watch.unwatch::<Node>(&t.names.current.node);
             if let Some(what) = old.queued_resource_name.as_ref().or(old.node_name.as_ref()) {
                 let note = format!("{what} is gone; removing the finalizer");
                 crate::runtime::report::publish_event(ctx, slice, false, "Deleted", note).await;
@@ -610,13 +596,9 @@ fn watch_deletion(ctx: &Context, slice: &TpuSlice, observed: &Observed, action: 
     };
     let compute_engine = slice.spec.provisioner == Provisioner::ComputeEngine;
     match node.filter(|_| !queued && !compute_engine) {
-        Some(name) => ctx.cloud_watch.watch(
-            ctx,
-            Collection::TpuNodes,
-            name,
-            Some(state_of(&State::Deleting)),
-            Owner::slice(slice),
-        ),
+        Some(name) => ctx
+            .cloud_watch
+            .watch::<Node>(ctx, name, &State::Deleting, Owner::of(slice)),
         None => ctx.config.poll_active,
     }
 }

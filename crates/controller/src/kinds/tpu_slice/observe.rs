@@ -182,7 +182,7 @@ pub async fn observe(
     {
         // A node the cloud watch just listed in a new state needs no second read; absence is
         // only ever taken from a get.
-        observed.node = match ctx.cloud_watch.take_node(&names.current.node) {
+        observed.node = match ctx.cloud_watch.take::<Node>(&names.current.node) {
             Some(node) => Some(node),
             None => read(tpu.get_node(&names.current.node).await, "get TPU node")?,
         }

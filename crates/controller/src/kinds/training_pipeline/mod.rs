@@ -19,10 +19,9 @@ pub mod status;
 
 use std::{sync::Arc, time::Duration};
 
-use futures::stream::BoxStream;
 use kube::{
     ResourceExt,
-    runtime::{Controller, controller::Action, reflector::ObjectRef},
+    runtime::{Controller, controller::Action},
 };
 use tpu_operator_api::{
     naming::{self, ObjectIdentity},
@@ -31,13 +30,13 @@ use tpu_operator_api::{
     training_pipeline::{TrainingPipeline, TrainingPipelineStatus},
 };
 
-use tpu_operator_gcp::aiplatform_v1::model::JobState;
+use tpu_operator_gcp::aiplatform_v1::model::{CustomJob, JobState};
 
 use crate::{
     Shutdown,
     governance::tenancy,
     runtime::{
-        cloud_watch::{self, Collection, Owner, state_of},
+        cloud_watch::{Listable, Owner},
         context::Context,
         driver::{self, Reconciler},
         error::{ReconcileError, Result},
@@ -93,10 +92,6 @@ impl Reconciler for TrainingPipeline {
 
     fn status(&self) -> Option<&TrainingPipelineStatus> {
         self.status.as_ref()
-    }
-
-    fn cloud_triggers(ctx: &Context) -> BoxStream<'static, ObjectRef<Self>> {
-        ctx.cloud_watch.pipeline_triggers()
     }
 
     fn watches(controller: Controller<Cached<Self>>, ctx: &Context) -> Controller<Cached<Self>> {
@@ -174,20 +169,19 @@ async fn apply(tp: &TrainingPipeline, ctx: &Context) -> Result<Action> {
     // While training runs, wake for the next checkpoint listing at the latest.
     let cap = |wait: Duration| progress.next_check.map_or(wait, |next| wait.min(next));
     if decision.requeue == plan::Requeue::Active && !reads.list_lags {
-        let owner = Owner::pipeline(tp);
+        let owner = Owner::of(tp);
         let current = |name: &String| Some(name) == new.custom_job_name.as_ref();
         let wait = match (&decision.action, reads.job) {
             // The job as read or as just created: reused until a listing shows it change.
             (plan::Action::Nothing | plan::Action::CreateJob { .. }, Some(job))
-                if current(&job.name) && cloud_watch::lists_job(&job.state) =>
+                if current(&job.name) && CustomJob::lists(&job.state) =>
             {
-                Some(ctx.cloud_watch.watch_job(ctx, &job, owner))
+                Some(ctx.cloud_watch.watch_read(ctx, &job, owner))
             }
             // Found by label after a crash: it is at least QUEUED.
             (plan::Action::CreateJob { .. }, _) => new.custom_job_name.as_deref().map(|name| {
-                let seen = Some(state_of(&JobState::Queued));
                 ctx.cloud_watch
-                    .watch(ctx, Collection::VertexJobs, name, seen, owner)
+                    .watch::<CustomJob>(ctx, name, &JobState::Queued, owner)
             }),
             _ => None,
         };
@@ -196,7 +190,7 @@ async fn apply(tp: &TrainingPipeline, ctx: &Context) -> Result<Action> {
         }
     }
     if let Some(name) = &new.custom_job_name {
-        ctx.cloud_watch.unwatch(Collection::VertexJobs, name);
+        ctx.cloud_watch.unwatch::<CustomJob>(name);
     }
     Ok(Action::requeue(cap(decision.requeue.after(&ctx.config))))
 }

@@ -318,8 +318,8 @@ async fn current_job(
             // and its own status writes far more often than its job changes).
             let watched = ctx
                 .cloud_watch
-                .take_job(&name)
-                .or_else(|| ctx.cloud_watch.unchanged_job(ctx, &name));
+                .take::<CustomJob>(&name)
+                .or_else(|| ctx.cloud_watch.unchanged(ctx, &name));
             let got = match watched {
                 Some(job) => Some(job),
                 None => read_job(ctx, &name).await?,

@@ -6,8 +6,12 @@
 //! 2-core operator, seconds of status lag. Instead a reconcile that waits on a cloud resource
 //! registers what it last saw ([`CloudWatch::watch`]) and requeues only at `poll_watched` (a
 //! backstop). A background task lists each collection that has waiters every `poll_active`, wakes
-//! exactly the owners whose resource changed (`Controller::reconcile_on`), and keeps the listed
-//! object, which the woken reconcile uses instead of a `get` ([`CloudWatch::take_node`] ...).
+//! exactly the owners whose resource changed (`Controller::reconcile_on`, fed by
+//! [`CloudWatch::triggers`]), and keeps the listed object, which the woken reconcile uses instead
+//! of a `get` ([`CloudWatch::take`]).
+//!
+//! Nothing here names the Kubernetes kinds: an [`Owner`] is any reconciled object, and each
+//! controller asks for its own kind's wake-ups. The cloud resource types are [`Listable`].
 //!
 //! Safety rules:
 //! - Absence is never taken from a listing: a resource a listing does not show wakes its owner
@@ -24,27 +28,20 @@
 mod registry;
 
 use std::{
+    any::TypeId,
+    collections::HashMap,
     sync::{Arc, Mutex, Weak},
     time::{Duration, Instant},
 };
 
-use futures::{
-    StreamExt,
-    channel::mpsc::{UnboundedSender, unbounded},
-    stream::BoxStream,
-};
+use futures::{StreamExt, channel::mpsc::unbounded, stream::BoxStream};
 use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
-use tpu_operator_api::{
-    naming::{labels, sanitize_label_value},
-    preprocess_batch::PreprocessBatch,
-    tpu_slice::TpuSlice,
-    training_pipeline::TrainingPipeline,
-};
+use tpu_operator_api::naming::{labels, sanitize_label_value};
 use tpu_operator_gcp::{
     GcpError,
     aiplatform_v1::model::{CustomJob, JobState},
     dataproc_v1::model::{Batch, batch::State as BatchState},
-    tpu_v2::model::Node,
+    tpu_v2::model::{Node, node::State as NodeState},
 };
 
 pub use self::registry::Seen;
@@ -85,6 +82,80 @@ impl Listed {
     }
 }
 
+/// A cloud resource type the watch lists: which collection holds it, and how it travels as
+/// [`Listed`].
+pub trait Listable: Sized {
+    /// Its state as the API returns it.
+    type State: std::fmt::Debug;
+    const COLLECTION: Collection;
+    fn into_listed(self: Box<Self>) -> Listed;
+    fn from_listed(listed: Listed) -> Option<Box<Self>>;
+    /// Whether a resource in `state` shows in the watch's listing, so that it can be waited on
+    /// (one absent from the listing would wake its owner on every round).
+    fn lists(state: &Self::State) -> bool;
+}
+
+impl Listable for Node {
+    type State = NodeState;
+    const COLLECTION: Collection = Collection::TpuNodes;
+
+    fn into_listed(self: Box<Self>) -> Listed {
+        Listed::Node(self)
+    }
+
+    fn from_listed(listed: Listed) -> Option<Box<Self>> {
+        match listed {
+            Listed::Node(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// TPU nodes cannot be filtered: every node is listed.
+    fn lists(_: &NodeState) -> bool {
+        true
+    }
+}
+
+impl Listable for Batch {
+    type State = BatchState;
+    const COLLECTION: Collection = Collection::DataprocBatches;
+
+    fn into_listed(self: Box<Self>) -> Listed {
+        Listed::Batch(self)
+    }
+
+    fn from_listed(listed: Listed) -> Option<Box<Self>> {
+        match listed {
+            Listed::Batch(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    fn lists(state: &BatchState) -> bool {
+        BATCH_STATES_LISTED.contains(state)
+    }
+}
+
+impl Listable for CustomJob {
+    type State = JobState;
+    const COLLECTION: Collection = Collection::VertexJobs;
+
+    fn into_listed(self: Box<Self>) -> Listed {
+        Listed::Job(self)
+    }
+
+    fn from_listed(listed: Listed) -> Option<Box<Self>> {
+        match listed {
+            Listed::Job(j) => Some(j),
+            _ => None,
+        }
+    }
+
+    fn lists(state: &JobState) -> bool {
+        JOB_STATES_LISTED.contains(state)
+    }
+}
+
 /// Dataproc batch states the service leaves on its own: the watch lists only these, so only a
 /// batch in one of them may be waited on (any other is absent from the listing, which would wake
 /// its owner on every round).
@@ -101,16 +172,6 @@ const JOB_STATES_LISTED: [JobState; 6] = [
     JobState::Paused,
 ];
 
-/// Whether a batch in `state` can be waited on through the watch.
-pub fn lists_batch(state: &BatchState) -> bool {
-    BATCH_STATES_LISTED.contains(state)
-}
-
-/// Whether a Vertex job in `state` can be waited on through the watch.
-pub fn lists_job(state: &JobState) -> bool {
-    JOB_STATES_LISTED.contains(state)
-}
-
 /// `state = A OR state = B ...` for `states`, each name written by `quote`.
 fn state_filter<S>(states: &[S], name: fn(&S) -> Option<&str>, quote: fn(&str) -> String) -> String {
     states
@@ -126,89 +187,39 @@ pub fn state_of(state: &impl std::fmt::Debug) -> String {
     format!("{state:?}")
 }
 
-/// The object that waits on a cloud resource.
+/// The object that waits on a cloud resource: any reconciled kind, woken through the stream its
+/// controller took from [`CloudWatch::triggers`].
 #[derive(Clone, Debug)]
-pub enum Owner {
-    Slice {
-        uid: String,
-        object: ObjectRef<TpuSlice>,
-    },
-    Batch {
-        uid: String,
-        object: ObjectRef<PreprocessBatch>,
-    },
-    Pipeline {
-        uid: String,
-        object: ObjectRef<TrainingPipeline>,
-    },
+pub struct Owner {
+    uid: String,
+    kind: TypeId,
+    namespace: Option<String>,
+    name: String,
 }
 
 impl Owner {
-    pub fn slice(obj: &TpuSlice) -> Option<Self> {
-        Some(Owner::Slice {
+    /// `None` for an object without a UID (not yet stored): it cannot be told from a successor.
+    pub fn of<K: Resource + 'static>(obj: &K) -> Option<Self> {
+        Some(Self {
             uid: obj.uid()?,
-            object: ObjectRef::from_obj(obj),
+            kind: TypeId::of::<K>(),
+            namespace: obj.namespace(),
+            name: obj.name_any(),
         })
     }
 
-    pub fn batch(obj: &PreprocessBatch) -> Option<Self> {
-        Some(Owner::Batch {
-            uid: obj.uid()?,
-            object: ObjectRef::from_obj(obj),
-        })
-    }
-
-    pub fn pipeline(obj: &TrainingPipeline) -> Option<Self> {
-        Some(Owner::Pipeline {
-            uid: obj.uid()?,
-            object: ObjectRef::from_obj(obj),
-        })
-    }
-
-    fn uid(&self) -> &str {
-        match self {
-            Owner::Slice { uid, .. } | Owner::Batch { uid, .. } | Owner::Pipeline { uid, .. } => uid,
-        }
+    pub(super) fn uid(&self) -> &str {
+        &self.uid
     }
 }
 
-/// Wake-ups of one kind, as the stream its controller reconciles on.
-struct Trigger<K: Resource> {
-    tx: Mutex<UnboundedSender<ObjectRef<K>>>,
-}
-
-impl<K: Resource + 'static> Trigger<K> {
-    fn new() -> Self {
-        let (tx, _) = unbounded();
-        Self { tx: Mutex::new(tx) }
-    }
-
-    /// The wake-ups from now on, for the controller of this kind that asks last (a leader that
-    /// lost its lease and won it again runs new controllers on the same context).
-    fn stream(&self) -> BoxStream<'static, ObjectRef<K>>
-    where
-        K::DynamicType: Send,
-    {
-        let (tx, rx) = unbounded();
-        *self.tx.lock().expect("cloud watch trigger poisoned") = tx;
-        rx.boxed()
-    }
-
-    fn send(&self, object: ObjectRef<K>) {
-        // Fails only when no controller of this kind runs; nothing to wake then.
-        let _ = self
-            .tx
-            .lock()
-            .expect("cloud watch trigger poisoned")
-            .unbounded_send(object);
-    }
-}
+/// Sends an owner's wake-up into its kind's controller stream.
+type Trigger = Box<dyn Fn(&Owner) + Send + Sync>;
 
 pub struct CloudWatch {
     registry: Mutex<Registry>,
-    slices: Trigger<TpuSlice>,
-    batches: Trigger<PreprocessBatch>,
-    pipelines: Trigger<TrainingPipeline>,
+    /// By the owner kind's `TypeId`: the stream of the controller of that kind that asked last.
+    triggers: Mutex<HashMap<TypeId, Trigger>>,
     /// The running lister and the shutdown it stops with.
     lister: Mutex<Option<(tokio::task::JoinHandle<()>, Shutdown)>>,
 }
@@ -217,9 +228,7 @@ impl Default for CloudWatch {
     fn default() -> Self {
         Self {
             registry: Mutex::default(),
-            slices: Trigger::new(),
-            batches: Trigger::new(),
-            pipelines: Trigger::new(),
+            triggers: Mutex::default(),
             lister: Mutex::new(None),
         }
     }
@@ -238,29 +247,33 @@ impl CloudWatch {
         self.registry.lock().expect("cloud watch registry poisoned")
     }
 
-    /// `owner` waits for `name` to leave the state `seen`. Returns when to poll it anyway:
+    /// `owner` waits for the resource `name` to leave `state`. Returns when to poll it anyway:
     /// `poll_watched` while its collection lists, `poll_active` when it cannot be listed (or
     /// the watch is off, or the name is not a full resource name).
-    pub fn watch(
+    pub fn watch<T: Listable>(
         &self,
         ctx: &Context,
-        collection: Collection,
         name: &str,
-        seen: Seen,
+        state: &T::State,
         owner: Option<Owner>,
     ) -> Duration {
-        self.register(ctx, collection, name, seen, None, owner)
+        self.register(ctx, T::COLLECTION, name, Some(state_of(state)), None, owner)
     }
 
-    /// [`CloudWatch::watch`] for a Vertex job, keeping `job` as read: until a listing shows it
-    /// change, the owner's next passes within half the backstop interval reuse it
-    /// ([`CloudWatch::unchanged_job`]) instead of reading it again. For owners that are woken
-    /// by other things than their own changes (a pipeline by its children and its own status
+    /// [`CloudWatch::watch`] keeping `resource` as read: until a listing shows it change, the
+    /// owner's next passes within half the backstop interval reuse it
+    /// ([`CloudWatch::unchanged`]) instead of reading it again. For owners that are woken by
+    /// other things than their own changes (a pipeline by its children and its own status
     /// writes).
-    pub fn watch_job(&self, ctx: &Context, job: &CustomJob, owner: Option<Owner>) -> Duration {
-        let listed = Listed::Job(Box::new(job.clone()));
-        let seen = Some(listed.state());
-        self.register(ctx, Collection::VertexJobs, &job.name, seen, Some(listed), owner)
+    pub fn watch_read<T: Listable + Clone>(
+        &self,
+        ctx: &Context,
+        resource: &T,
+        owner: Option<Owner>,
+    ) -> Duration {
+        let listed = Box::new(resource.clone()).into_listed();
+        let (name, seen) = (listed.name().to_owned(), Some(listed.state()));
+        self.register(ctx, T::COLLECTION, &name, seen, Some(listed), owner)
     }
 
     fn register(
@@ -293,62 +306,49 @@ impl CloudWatch {
         lister.as_ref().is_some_and(|(task, _)| !task.is_finished())
     }
 
-    /// The job as its owner last read it, while no listing has shown it change (see
-    /// [`CloudWatch::watch_job`]).
-    pub fn unchanged_job(&self, ctx: &Context, name: &str) -> Option<CustomJob> {
-        let key = (Collection::VertexJobs, parent_of(name)?);
+    /// The resource as its owner last read it, while no listing has shown it change (see
+    /// [`CloudWatch::watch_read`]).
+    pub fn unchanged<T: Listable>(&self, ctx: &Context, name: &str) -> Option<T> {
+        let key = (T::COLLECTION, parent_of(name)?);
         let max_age = ctx.config.poll_watched / 2;
-        match self.registry().unchanged(&key, name, Instant::now(), max_age)? {
-            Listed::Job(j) => Some(*j),
-            _ => None,
-        }
+        let listed = self.registry().unchanged(&key, name, Instant::now(), max_age)?;
+        T::from_listed(listed).map(|r| *r)
     }
 
     /// `name` no longer needs watching.
-    pub fn unwatch(&self, collection: Collection, name: &str) {
+    pub fn unwatch<T: Listable>(&self, name: &str) {
         if let Some(parent) = parent_of(name) {
-            self.registry().unwatch(&(collection, parent), name);
+            self.registry().unwatch(&(T::COLLECTION, parent), name);
         }
     }
 
-    fn take(&self, collection: Collection, name: &str) -> Option<Listed> {
-        self.registry().take(&(collection, parent_of(name)?), name)
+    /// The resource as the listing that woke its owner showed it.
+    pub fn take<T: Listable>(&self, name: &str) -> Option<T> {
+        let listed = self.registry().take(&(T::COLLECTION, parent_of(name)?), name)?;
+        T::from_listed(listed).map(|r| *r)
     }
 
-    /// The node as the listing that woke its owner showed it.
-    pub fn take_node(&self, name: &str) -> Option<Node> {
-        match self.take(Collection::TpuNodes, name)? {
-            Listed::Node(n) => Some(*n),
-            _ => None,
-        }
-    }
-
-    /// The batch as the listing that woke its owner showed it.
-    pub fn take_batch(&self, name: &str) -> Option<Batch> {
-        match self.take(Collection::DataprocBatches, name)? {
-            Listed::Batch(b) => Some(*b),
-            _ => None,
-        }
-    }
-
-    /// The custom job as the listing that woke its owner showed it.
-    pub fn take_job(&self, name: &str) -> Option<CustomJob> {
-        match self.take(Collection::VertexJobs, name)? {
-            Listed::Job(j) => Some(*j),
-            _ => None,
-        }
-    }
-
-    pub fn slice_triggers(&self) -> BoxStream<'static, ObjectRef<TpuSlice>> {
-        self.slices.stream()
-    }
-
-    pub fn batch_triggers(&self) -> BoxStream<'static, ObjectRef<PreprocessBatch>> {
-        self.batches.stream()
-    }
-
-    pub fn pipeline_triggers(&self) -> BoxStream<'static, ObjectRef<TrainingPipeline>> {
-        self.pipelines.stream()
+    /// The wake-ups of owners of kind `K` from now on, for the controller of `K` that asks last
+    /// (a leader that lost its lease and won it again runs new controllers on the same context).
+    pub fn triggers<K>(&self) -> BoxStream<'static, ObjectRef<K>>
+    where
+        K: Resource<DynamicType = ()> + 'static,
+    {
+        let (tx, rx) = unbounded::<ObjectRef<K>>();
+        let trigger: Trigger = Box::new(move |owner: &Owner| {
+            let object = ObjectRef::new(&owner.name);
+            let object = match &owner.namespace {
+                Some(ns) => object.within(ns),
+                None => object,
+            };
+            // Fails only when no controller of this kind runs; nothing to wake then.
+            let _ = tx.unbounded_send(object);
+        });
+        self.triggers
+            .lock()
+            .expect("cloud watch triggers poisoned")
+            .insert(TypeId::of::<K>(), trigger);
+        rx.boxed()
     }
 
     /// Resources being watched now (for tests and metrics).
@@ -378,13 +378,12 @@ impl CloudWatch {
     }
 
     fn wake(&self, ctx: &Context, wake: Wake) {
-        for (uid, owner) in wake {
+        let triggers = self.triggers.lock().expect("cloud watch triggers poisoned");
+        for owner in wake {
             // The woken reconcile must read: its object did not change in Kubernetes.
-            ctx.settled.forget_uid(&uid);
-            match owner {
-                Owner::Slice { object, .. } => self.slices.send(object),
-                Owner::Batch { object, .. } => self.batches.send(object),
-                Owner::Pipeline { object, .. } => self.pipelines.send(object),
+            ctx.settled.forget_uid(owner.uid());
+            if let Some(trigger) = triggers.get(&owner.kind) {
+                trigger(&owner);
             }
         }
     }
@@ -500,8 +499,8 @@ mod tests {
                 .map(|s| format!("state = \"JOB_STATE_{s}\""))
                 .join(" OR ")
         );
-        assert!(lists_batch(&BatchState::Running) && !lists_batch(&BatchState::Succeeded));
-        assert!(lists_job(&JobState::Queued) && !lists_job(&JobState::Succeeded));
+        assert!(Batch::lists(&BatchState::Running) && !Batch::lists(&BatchState::Succeeded));
+        assert!(CustomJob::lists(&JobState::Queued) && !CustomJob::lists(&JobState::Succeeded));
     }
 
     #[test]

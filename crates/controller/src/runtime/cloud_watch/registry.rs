@@ -42,8 +42,8 @@ struct Interest {
     since: Instant,
 }
 
-/// Owners to wake, with their UIDs.
-pub type Wake = Vec<(String, Owner)>;
+/// Owners to wake.
+pub type Wake = Vec<Owner>;
 
 /// What a listing in progress keeps of the pages seen so far: only the resources somebody waits
 /// on, and of those only the listed object when it changed. A zone's nodes (startup scripts
@@ -157,7 +157,7 @@ impl Registry {
             if let Some(listed) = sifted.changed.remove(&name) {
                 parent.fresh.insert(name, (listed, started));
             }
-            wake.push((interest.owner.uid().to_owned(), interest.owner));
+            wake.push(interest.owner);
         }
         wake
     }
@@ -169,11 +169,7 @@ impl Registry {
         };
         parent.failing_since.get_or_insert(now);
         parent.last_listed = Some(now);
-        parent
-            .interests
-            .drain()
-            .map(|(_, i)| (i.owner.uid().to_owned(), i.owner))
-            .collect()
+        parent.interests.drain().map(|(_, i)| i.owner).collect()
     }
 
     /// The listed object that woke `name`'s owner, if it is still unused.
@@ -204,7 +200,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::reflector::ObjectRef;
+    use tpu_operator_api::TpuSlice;
     use tpu_operator_gcp::tpu_v2::model::{Node, node};
 
     const PARENT: &str = "projects/p/locations/z";
@@ -218,10 +214,10 @@ mod tests {
     }
 
     fn owner(uid: &str) -> Owner {
-        Owner::Slice {
-            uid: uid.into(),
-            object: ObjectRef::new(uid).within("ns"),
-        }
+        let mut slice = TpuSlice::new(uid, Default::default());
+        slice.metadata.namespace = Some("ns".into());
+        slice.metadata.uid = Some(uid.into());
+        Owner::of(&slice).expect("has a UID")
     }
 
     fn node(id: &str, state: node::State) -> Listed {
@@ -242,7 +238,7 @@ mod tests {
     }
 
     fn uids(wake: &Wake) -> Vec<&str> {
-        let mut v: Vec<&str> = wake.iter().map(|(u, _)| u.as_str()).collect();
+        let mut v: Vec<&str> = wake.iter().map(Owner::uid).collect();
         v.sort();
         v
     }
