@@ -174,6 +174,35 @@ pub struct Training {
     pub progress_deadline: Option<String>,
 }
 
+/// Where a pipeline trains: which of `spec.training.vertex` and `spec.training.tpuVm` is set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrainingMode {
+    Vertex,
+    TpuVm,
+}
+
+impl TrainingMode {
+    /// The kind of resource the training stage runs as.
+    pub fn stage_kind(self) -> StageKind {
+        match self {
+            TrainingMode::Vertex => StageKind::VertexCustomJob,
+            TrainingMode::TpuVm => StageKind::TpuSlice,
+        }
+    }
+}
+
+impl Training {
+    /// The training mode; `Err` names the fields when neither or both are set (admission refuses
+    /// that, but an object stored before the rule existed can still carry it).
+    pub fn mode(&self) -> Result<TrainingMode, &'static str> {
+        match (&self.vertex, &self.tpu_vm) {
+            (Some(_), None) => Ok(TrainingMode::Vertex),
+            (None, Some(_)) => Ok(TrainingMode::TpuVm),
+            _ => Err("spec.training: set exactly one of vertex and tpuVm"),
+        }
+    }
+}
+
 /// A Vertex AI custom job with one TPU worker pool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -547,4 +576,31 @@ fn stages_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema 
     schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["name"]));
     schema.insert("maxItems".into(), serde_json::json!(2));
     schema
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_training_mode_is_the_one_target_set_and_names_the_fields_otherwise() {
+        let vertex: VertexTraining =
+            serde_json::from_value(serde_json::json!({"machineType": "ct5lp-hightpu-4t"})).unwrap();
+        let tpu_vm = TpuVmTraining::default();
+        let training = |vertex: Option<VertexTraining>, tpu_vm: Option<TpuVmTraining>| Training {
+            vertex,
+            tpu_vm,
+            ..Training::default()
+        };
+        let mode = training(Some(vertex.clone()), None).mode();
+        assert_eq!(mode, Ok(TrainingMode::Vertex));
+        assert_eq!(mode.unwrap().stage_kind(), StageKind::VertexCustomJob);
+        let mode = training(None, Some(tpu_vm.clone())).mode();
+        assert_eq!(mode, Ok(TrainingMode::TpuVm));
+        assert_eq!(mode.unwrap().stage_kind(), StageKind::TpuSlice);
+        for neither_or_both in [training(None, None), training(Some(vertex), Some(tpu_vm))] {
+            let err = neither_or_both.mode().unwrap_err();
+            assert!(err.contains("spec.training") && err.contains("vertex") && err.contains("tpuVm"));
+        }
+    }
 }

@@ -8,7 +8,7 @@ use kube::{Api, Resource, ResourceExt};
 use tpu_operator_api::common::CostEstimate;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
-    training_pipeline::{StageName, StageState, TrainingPipeline},
+    training_pipeline::{StageName, StageState, TrainingMode, TrainingPipeline},
 };
 use tpu_operator_gcp::{
     ErrorKind, OperationState, Service, aiplatform_v1::model::CustomJob, ignore_not_found, operation_state,
@@ -17,7 +17,7 @@ use tpu_operator_gcp::{
 
 use super::{
     Target, duplicates,
-    plan::{Child, JobView, Marker, Mode, Observed, TrainingObserved, is_finished, join_uri},
+    plan::{Child, JobView, Marker, Observed, TrainingObserved, is_finished, join_uri},
     spec,
     status::{stage, to_chrono},
 };
@@ -67,8 +67,8 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Re
         Child::Absent
     };
     let mut duplicate_jobs = Vec::new();
-    let training = match Mode::of(&tp.spec) {
-        Ok(Mode::TpuVm) => {
+    let training = match tp.spec.training.mode() {
+        Ok(TrainingMode::TpuVm) => {
             let (slice, cost) =
                 child::<tpu_operator_api::tpu_slice::TpuSlice, _>(ctx, tp, &names.train, |s| {
                     s.status
@@ -105,7 +105,7 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Re
         }
     };
     let reaping = finished && st.reaped_time.is_none() && reap_due(ctx, tp);
-    let held_jobs = if reaping && Mode::of(&tp.spec) == Ok(Mode::Vertex) {
+    let held_jobs = if reaping && tp.spec.training.mode() == Ok(TrainingMode::Vertex) {
         list_jobs(ctx, names, None).await?
     } else {
         Vec::new()

@@ -22,8 +22,8 @@ use chrono::{DateTime, Utc};
 use tpu_operator_api::{
     conditions::{Progress, reasons},
     training_pipeline::{
-        PipelineOutputs, StageName, StageState, TrainingPipelinePhase as Phase, TrainingPipelineSpec,
-        TrainingPipelineStatus,
+        PipelineOutputs, StageName, StageState, TrainingMode, TrainingPipelinePhase as Phase,
+        TrainingPipelineSpec, TrainingPipelineStatus,
     },
 };
 
@@ -35,23 +35,6 @@ pub const PREPROCESS_FAILED: &str = "PreprocessFailed";
 pub const DUPLICATE_JOB_CANCELLED: &str = "DuplicateJobCancelled";
 /// Reason of a pipeline whose owned child already exists but belongs to someone else.
 pub const CHILD_NOT_OWNED: &str = "ChildNotOwned";
-
-/// Training mode, from the spec.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Vertex,
-    TpuVm,
-}
-
-impl Mode {
-    pub fn of(spec: &TrainingPipelineSpec) -> Result<Mode, String> {
-        match (&spec.training.vertex, &spec.training.tpu_vm) {
-            (Some(_), None) => Ok(Mode::Vertex),
-            (None, Some(_)) => Ok(Mode::TpuVm),
-            _ => Err("spec.training: set exactly one of vertex and tpuVm".into()),
-        }
-    }
-}
 
 /// The one action of this reconcile.
 #[derive(Clone, Debug, PartialEq)]
@@ -142,8 +125,8 @@ pub fn plan(input: &Input) -> Plan {
         events: Vec::new(),
     };
     p.st.observed_generation = input.generation;
-    let step = match Mode::of(input.spec) {
-        Err(message) => p.finish_failed(reasons::INVALID_SPEC, message, Action::Nothing),
+    let step = match input.spec.training.mode() {
+        Err(message) => p.finish_failed(reasons::INVALID_SPEC, message.into(), Action::Nothing),
         Ok(mode) => {
             p.init(mode);
             if is_finished(p.st.phase) {
@@ -177,7 +160,7 @@ impl Planner<'_> {
         self.input.spec
     }
 
-    fn init(&mut self, mode: Mode) {
+    fn init(&mut self, mode: TrainingMode) {
         let now = self.input.now;
         self.st.start_time.get_or_insert_with(|| time(now));
         let pre = if self.spec().preprocess.is_some() {
@@ -201,7 +184,7 @@ impl Planner<'_> {
         });
     }
 
-    fn run(&mut self, mode: Mode) -> Step {
+    fn run(&mut self, mode: TrainingMode) -> Step {
         if self.spec().preprocess.is_some()
             && status::stage(&self.st, StageName::Preprocess).state != StageState::Succeeded
             && let Some(step) = self.preprocess()
@@ -210,8 +193,8 @@ impl Planner<'_> {
         }
         self.st.current_stage = Some(StageName::Train);
         match (mode, &self.input.observed.training) {
-            (Mode::Vertex, TrainingObserved::Vertex { job }) => self.vertex(job.as_ref()),
-            (Mode::TpuVm, TrainingObserved::TpuVm { slice, marker }) => self.tpu_vm(slice, marker),
+            (TrainingMode::Vertex, TrainingObserved::Vertex { job }) => self.vertex(job.as_ref()),
+            (TrainingMode::TpuVm, TrainingObserved::TpuVm { slice, marker }) => self.tpu_vm(slice, marker),
             _ => Step::working(
                 Phase::Provisioning,
                 reasons::PENDING,

@@ -8,12 +8,11 @@ use tpu_operator_api::{
     common::CostEstimate,
     conditions::{self, Progress, condition, reasons, set_condition, types},
     training_pipeline::{
-        StageKind, StageName, StageState, StageStatus, TrainingPipeline, TrainingPipelineSpec,
+        StageKind, StageName, StageState, StageStatus, TrainingMode, TrainingPipeline, TrainingPipelineSpec,
         TrainingPipelineStatus,
     },
 };
 
-use super::plan::Mode;
 use crate::runtime::{context::Context, driver, error::Result, report::Transition};
 
 /// The one writer of `TrainingPipeline.status`.
@@ -28,11 +27,15 @@ pub fn to_chrono(t: &Time) -> DateTime<Utc> {
 }
 
 /// Inserts the stage entry if missing (its kind follows the training mode).
-pub fn ensure_stage(st: &mut TrainingPipelineStatus, name: StageName, mode: Mode, initial: StageState) {
-    let kind = match (name, mode) {
-        (StageName::Preprocess, _) => StageKind::PreprocessBatch,
-        (StageName::Train, Mode::Vertex) => StageKind::VertexCustomJob,
-        (StageName::Train, Mode::TpuVm) => StageKind::TpuSlice,
+pub fn ensure_stage(
+    st: &mut TrainingPipelineStatus,
+    name: StageName,
+    mode: TrainingMode,
+    initial: StageState,
+) {
+    let kind = match name {
+        StageName::Preprocess => StageKind::PreprocessBatch,
+        StageName::Train => mode.stage_kind(),
     };
     if !st.stages.iter().any(|s| s.name == name) {
         st.stages.push(StageStatus {

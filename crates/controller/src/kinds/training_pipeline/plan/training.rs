@@ -2,13 +2,12 @@
 
 use tpu_operator_api::{
     conditions::reasons,
-    training_pipeline::{StageName, StageState, TrainingPipelinePhase as Phase},
+    training_pipeline::{StageName, StageState, TrainingMode, TrainingPipelinePhase as Phase},
 };
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use super::{
-    Action, CHILD_NOT_OWNED, Child, JobView, Marker, Mode, Planner, Requeue, Step, TrainingObserved,
-    join_uri,
+    Action, CHILD_NOT_OWNED, Child, JobView, Marker, Planner, Requeue, Step, TrainingObserved, join_uri,
     status::{self, time},
 };
 
@@ -236,7 +235,7 @@ impl Planner<'_> {
     /// A new training attempt: a Vertex job or a slice. `counted` attempts use up `maxRetries`.
     pub(super) fn start_attempt(&mut self, attempt: i32, counted: bool, why: Option<String>) -> Step {
         let now = time(self.input.now);
-        let mode = Mode::of(self.spec()).unwrap_or(Mode::Vertex);
+        let mode = self.spec().training.mode().unwrap_or(TrainingMode::Vertex);
         self.st.attempts = attempt;
         self.st.custom_job_name = None;
         let stage = status::stage_mut(&mut self.st, StageName::Train);
@@ -250,8 +249,8 @@ impl Planner<'_> {
         }
         stage.message = why.clone();
         let (action, what) = match mode {
-            Mode::Vertex => (Action::CreateJob { attempt }, "custom job"),
-            Mode::TpuVm => (Action::CreateSlice { attempt }, "TpuSlice"),
+            TrainingMode::Vertex => (Action::CreateJob { attempt }, "custom job"),
+            TrainingMode::TpuVm => (Action::CreateSlice { attempt }, "TpuSlice"),
         };
         let reason = if attempt > 1 {
             reasons::RETRYING
