@@ -483,10 +483,94 @@ pub fn preprocess_batch_rules() -> Vec<PlacedRule> {
     out
 }
 
+/// Rules of a pipeline's `spec.training.vertex`: one program (container or Python package), and
+/// a machine type, accelerator and topology Vertex AI accepts together.
+fn vertex_training_rules() -> Vec<Rule> {
+    let multi = cel_list(&["2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"]);
+    vec![
+    Rule::new(
+        "has(self.container) != has(self.pythonPackageSpec)",
+        "set exactly one of training.vertex.container (a training image) and training.vertex.pythonPackageSpec (a Python package on a prebuilt Vertex image)",
+    )
+    .message_expression(
+        "has(self.container) ? 'training.vertex.container and training.vertex.pythonPackageSpec are mutually exclusive: remove one' : 'set training.vertex.container (a training image) or training.vertex.pythonPackageSpec (a Python package on a prebuilt Vertex image)'",
+    )
+    .at(".container"),
+    // Vertex AI TensorBoard with custom training requires a service account attached to
+    // the job (https://cloud.google.com/vertex-ai/docs/experiments/tensorboard-setup).
+    Rule::new(
+        "!has(self.tensorboard) || has(self.serviceAccount)",
+        "training.vertex.tensorboard needs training.vertex.serviceAccount: Vertex AI TensorBoard with custom training requires a service account attached to the job (one that can write to the TensorBoard and its bucket)",
+    )
+    .at(".tensorboard"),
+    Rule::new(
+        "self.machineType != 'cloud-tpu' || (has(self.acceleratorType) && self.acceleratorType in ['TPU_V2', 'TPU_V3'])",
+        "machineType cloud-tpu takes acceleratorType TPU_V2 or TPU_V3; for newer TPUs use ct5lp-hightpu-* (v5e), ct5p-hightpu-4t (v5p) or ct6e-standard-* (v6e) with tpuTopology",
+    )
+    .at(".acceleratorType"),
+    Rule::new(
+        "self.machineType != 'cloud-tpu' || (has(self.acceleratorCount) && self.acceleratorCount == 8)",
+        "machineType cloud-tpu takes acceleratorCount: 8 (one v2-8 / v3-8 board)",
+    )
+    .at(".acceleratorCount"),
+    Rule::new(
+        "self.machineType == 'cloud-tpu' || !has(self.acceleratorCount)",
+        "acceleratorCount is only for machineType cloud-tpu: TPU machine types are sized by tpuTopology",
+    )
+    .at(".acceleratorCount"),
+    Rule::new(
+        "self.machineType == 'cloud-tpu' || !has(self.acceleratorType) || (self.machineType.startsWith('ct5lp-') && self.acceleratorType == 'TPU_V5_LITEPOD')",
+        "acceleratorType does not match machineType: only ct5lp-hightpu-* takes TPU_V5_LITEPOD, and ct5p/ct6e machine types take none",
+    )
+    .message_expression(
+        "'machineType ' + self.machineType + ' does not take acceleratorType ' + self.acceleratorType + ': only ct5lp-hightpu-* takes TPU_V5_LITEPOD, ct5p/ct6e machine types take none'",
+    )
+    .at(".acceleratorType"),
+    Rule::new(
+        "self.machineType == 'cloud-tpu' ? !has(self.tpuTopology) : has(self.tpuTopology)",
+        "tpuTopology is required for TPU machine types and not allowed with cloud-tpu",
+    )
+    .message_expression(
+        "self.machineType == 'cloud-tpu' ? 'machineType cloud-tpu takes no tpuTopology: size it with acceleratorCount' : 'machineType ' + self.machineType + ' requires tpuTopology (e.g. 2x2 for a 4t machine type)'",
+    )
+    .at(".tpuTopology"),
+    Rule::new(
+        "!has(self.tpuTopology) || !self.machineType.endsWith('-1t') || self.tpuTopology == '1x1'",
+        "1-chip machine types (*-1t) take tpuTopology 1x1",
+    )
+    .message_expression(
+        "'machineType ' + self.machineType + ' has 1 chip: tpuTopology must be 1x1 (got ' + self.tpuTopology + ')'",
+    )
+    .at(".tpuTopology"),
+    Rule::new(
+        "!has(self.tpuTopology) || !self.machineType.endsWith('-8t') || self.tpuTopology == '2x4'",
+        "8-chip machine types (*-8t) take tpuTopology 2x4",
+    )
+    .message_expression(
+        "'machineType ' + self.machineType + ' has 8 chips on one host: tpuTopology must be 2x4 (got ' + self.tpuTopology + ')'",
+    )
+    .at(".tpuTopology"),
+    Rule::new(
+        format!(
+            "!has(self.tpuTopology) || !(self.machineType in ['ct5lp-hightpu-4t', 'ct6e-standard-4t']) || self.tpuTopology in {multi}"
+        ),
+        "4-chip machine types take tpuTopology 2x2 (one host) or 2x4, 4x4, 4x8, 8x8, 8x16, 16x16 (several hosts)",
+    )
+    .message_expression(
+        "'machineType ' + self.machineType + ' has 4 chips per host: tpuTopology must be 2x2 (one host) or 2x4, 4x4, 4x8, 8x8, 8x16, 16x16 (got ' + self.tpuTopology + ')'",
+    )
+    .at(".tpuTopology"),
+    Rule::new(
+        "!has(self.tpuTopology) || self.machineType != 'ct5p-hightpu-4t' || (self.tpuTopology.matches('^[0-9]+x[0-9]+x[0-9]+$') && (int(self.tpuTopology.split('x')[0]) * int(self.tpuTopology.split('x')[1]) * int(self.tpuTopology.split('x')[2])) % 4 == 0)",
+        "ct5p-hightpu-4t takes a 3-D tpuTopology whose chip count is a multiple of 4 (e.g. 2x2x1, 2x2x2)",
+    )
+    .at(".tpuTopology"),
+    ]
+}
+
 /// Rules of `TrainingPipeline`.
 pub fn training_pipeline_rules() -> Vec<PlacedRule> {
     const KIND: &str = "TrainingPipeline";
-    let multi = cel_list(&["2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"]);
     let mut out = place(
         "spec",
         vec![
@@ -514,88 +598,7 @@ pub fn training_pipeline_rules() -> Vec<PlacedRule> {
         .at(".vertex")],
     ));
     out.extend(batch_shape_rules("spec.preprocess"));
-    out.extend(place(
-        "spec.training.vertex",
-        vec![
-            Rule::new(
-                "has(self.container) != has(self.pythonPackageSpec)",
-                "set exactly one of training.vertex.container (a training image) and training.vertex.pythonPackageSpec (a Python package on a prebuilt Vertex image)",
-            )
-            .message_expression(
-                "has(self.container) ? 'training.vertex.container and training.vertex.pythonPackageSpec are mutually exclusive: remove one' : 'set training.vertex.container (a training image) or training.vertex.pythonPackageSpec (a Python package on a prebuilt Vertex image)'",
-            )
-            .at(".container"),
-            // Vertex AI TensorBoard with custom training requires a service account attached to
-            // the job (https://cloud.google.com/vertex-ai/docs/experiments/tensorboard-setup).
-            Rule::new(
-                "!has(self.tensorboard) || has(self.serviceAccount)",
-                "training.vertex.tensorboard needs training.vertex.serviceAccount: Vertex AI TensorBoard with custom training requires a service account attached to the job (one that can write to the TensorBoard and its bucket)",
-            )
-            .at(".tensorboard"),
-            Rule::new(
-                "self.machineType != 'cloud-tpu' || (has(self.acceleratorType) && self.acceleratorType in ['TPU_V2', 'TPU_V3'])",
-                "machineType cloud-tpu takes acceleratorType TPU_V2 or TPU_V3; for newer TPUs use ct5lp-hightpu-* (v5e), ct5p-hightpu-4t (v5p) or ct6e-standard-* (v6e) with tpuTopology",
-            )
-            .at(".acceleratorType"),
-            Rule::new(
-                "self.machineType != 'cloud-tpu' || (has(self.acceleratorCount) && self.acceleratorCount == 8)",
-                "machineType cloud-tpu takes acceleratorCount: 8 (one v2-8 / v3-8 board)",
-            )
-            .at(".acceleratorCount"),
-            Rule::new(
-                "self.machineType == 'cloud-tpu' || !has(self.acceleratorCount)",
-                "acceleratorCount is only for machineType cloud-tpu: TPU machine types are sized by tpuTopology",
-            )
-            .at(".acceleratorCount"),
-            Rule::new(
-                "self.machineType == 'cloud-tpu' || !has(self.acceleratorType) || (self.machineType.startsWith('ct5lp-') && self.acceleratorType == 'TPU_V5_LITEPOD')",
-                "acceleratorType does not match machineType: only ct5lp-hightpu-* takes TPU_V5_LITEPOD, and ct5p/ct6e machine types take none",
-            )
-            .message_expression(
-                "'machineType ' + self.machineType + ' does not take acceleratorType ' + self.acceleratorType + ': only ct5lp-hightpu-* takes TPU_V5_LITEPOD, ct5p/ct6e machine types take none'",
-            )
-            .at(".acceleratorType"),
-            Rule::new(
-                "self.machineType == 'cloud-tpu' ? !has(self.tpuTopology) : has(self.tpuTopology)",
-                "tpuTopology is required for TPU machine types and not allowed with cloud-tpu",
-            )
-            .message_expression(
-                "self.machineType == 'cloud-tpu' ? 'machineType cloud-tpu takes no tpuTopology: size it with acceleratorCount' : 'machineType ' + self.machineType + ' requires tpuTopology (e.g. 2x2 for a 4t machine type)'",
-            )
-            .at(".tpuTopology"),
-            Rule::new(
-                "!has(self.tpuTopology) || !self.machineType.endsWith('-1t') || self.tpuTopology == '1x1'",
-                "1-chip machine types (*-1t) take tpuTopology 1x1",
-            )
-            .message_expression(
-                "'machineType ' + self.machineType + ' has 1 chip: tpuTopology must be 1x1 (got ' + self.tpuTopology + ')'",
-            )
-            .at(".tpuTopology"),
-            Rule::new(
-                "!has(self.tpuTopology) || !self.machineType.endsWith('-8t') || self.tpuTopology == '2x4'",
-                "8-chip machine types (*-8t) take tpuTopology 2x4",
-            )
-            .message_expression(
-                "'machineType ' + self.machineType + ' has 8 chips on one host: tpuTopology must be 2x4 (got ' + self.tpuTopology + ')'",
-            )
-            .at(".tpuTopology"),
-            Rule::new(
-                format!(
-                    "!has(self.tpuTopology) || !(self.machineType in ['ct5lp-hightpu-4t', 'ct6e-standard-4t']) || self.tpuTopology in {multi}"
-                ),
-                "4-chip machine types take tpuTopology 2x2 (one host) or 2x4, 4x4, 4x8, 8x8, 8x16, 16x16 (several hosts)",
-            )
-            .message_expression(
-                "'machineType ' + self.machineType + ' has 4 chips per host: tpuTopology must be 2x2 (one host) or 2x4, 4x4, 4x8, 8x8, 8x16, 16x16 (got ' + self.tpuTopology + ')'",
-            )
-            .at(".tpuTopology"),
-            Rule::new(
-                "!has(self.tpuTopology) || self.machineType != 'ct5p-hightpu-4t' || (self.tpuTopology.matches('^[0-9]+x[0-9]+x[0-9]+$') && (int(self.tpuTopology.split('x')[0]) * int(self.tpuTopology.split('x')[1]) * int(self.tpuTopology.split('x')[2])) % 4 == 0)",
-                "ct5p-hightpu-4t takes a 3-D tpuTopology whose chip count is a multiple of 4 (e.g. 2x2x1, 2x2x2)",
-            )
-            .at(".tpuTopology"),
-        ],
-    ));
+    out.extend(place("spec.training.vertex", vertex_training_rules()));
     out.extend(place(
         "spec.training.vertex.scheduling",
         vec![

@@ -25,9 +25,20 @@ fn json_patch(ops: Value) -> Patch<()> {
 }
 
 async fn configmaps(s: &mut Session) -> Result<(), SendError> {
-    let cm = || core("configmaps");
+    let (uid, first_rv) = configmap_create_and_get(s).await?;
+    configmap_updates(s, first_rv).await?;
+    configmap_patches(s).await?;
+    configmap_generate_name_and_lists(s).await?;
+    configmap_deletes(s, uid).await
+}
+
+fn cm() -> Request {
+    core("configmaps")
+}
+
+/// Create (and its conflicts and invalid names) and get; returns the UID and first resourceVersion.
+async fn configmap_create_and_get(s: &mut Session) -> Result<(String, String), SendError> {
     let pp = PostParams::default();
-    let merge = PatchParams::default();
     let created = s
         .send(
             "configmap: create",
@@ -58,7 +69,12 @@ async fn configmaps(s: &mut Session) -> Result<(), SendError> {
         422,
     )
     .await?;
+    Ok((uid, first_rv))
+}
 
+/// Replace with a current, a stale, an unchanged and no resourceVersion.
+async fn configmap_updates(s: &mut Session, first_rv: String) -> Result<(), SendError> {
+    let pp = PostParams::default();
     let mut update = configmap("alpha", json!({"a": "2"}));
     update["metadata"]["resourceVersion"] = json!(first_rv);
     let updated = s
@@ -89,7 +105,13 @@ async fn configmaps(s: &mut Session) -> Result<(), SendError> {
         200,
     )
     .await?;
+    Ok(())
+}
 
+/// The four patch types, null removal, JSON-patch tests (kube-runtime's finalizer form) and
+/// type errors.
+async fn configmap_patches(s: &mut Session) -> Result<(), SendError> {
+    let merge = PatchParams::default();
     let add_b = Patch::Merge(json!({"data": {"b": "x"}}));
     s.send("configmap: merge patch", cm().patch("alpha", &merge, &add_b), 200)
         .await?;
@@ -159,7 +181,12 @@ async fn configmaps(s: &mut Session) -> Result<(), SendError> {
         404,
     )
     .await?;
+    Ok(())
+}
 
+/// generateName, then lists by label, set-based and field selectors.
+async fn configmap_generate_name_and_lists(s: &mut Session) -> Result<(), SendError> {
+    let pp = PostParams::default();
     let mut generated = configmap("", json!({"g": "1"}));
     generated["metadata"] = json!({"generateName": "gen-", "labels": {"suite": "differential"}});
     let made = s
@@ -198,7 +225,11 @@ async fn configmaps(s: &mut Session) -> Result<(), SendError> {
         400,
     )
     .await?;
+    Ok(())
+}
 
+/// Deletes with UID preconditions, of a missing object, and by collection.
+async fn configmap_deletes(s: &mut Session, uid: String) -> Result<(), SendError> {
     let wrong_uid = Preconditions {
         uid: Some("00000000-0000-0000-0000-000000000000".into()),
         resource_version: None,

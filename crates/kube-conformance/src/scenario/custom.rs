@@ -242,7 +242,12 @@ async fn server_side_apply(s: &mut Session) -> Result<(), SendError> {
         422,
     )
     .await?;
+    server_side_apply_status(s).await
+}
 
+/// Server-side apply on the status subresource: two controllers own different conditions of one
+/// list-map, conflict on a shared one, and drop what they stop applying.
+async fn server_side_apply_status(s: &mut Session) -> Result<(), SendError> {
     let cond = |t: &str, st: &str| json!({"type": t, "status": st});
     let status_apply = |conditions: Value| {
         Patch::Apply(
