@@ -258,6 +258,17 @@ const WIDGET: &str = "apiVersion: example.dev/v1\nkind: Widget\nmetadata:\n  nam
 #[test]
 fn printer_columns_watch_wait_patch_and_delete() {
     let k = Cluster::start();
+    printer_columns(&k);
+    get_watch_shows_a_patch(&k);
+    wait_for_a_condition(&k);
+    delete_waits_for_the_finalizer(&k);
+    server_side_apply_conflicts_and_force(&k);
+    let explained = k.ok(&["explain", "widget.spec.zone"]);
+    assert!(explained.contains("The zone the widget runs in."), "{explained}");
+}
+
+/// `apply` creates w1 and `get` prints it with the CRD's printer columns.
+fn printer_columns(k: &Cluster) {
     k.ok_stdin(&["apply", "-f", "-"], Some(WIDGET));
     let table = k.ok(&["get", "widgets"]);
     let mut lines = table.lines();
@@ -265,8 +276,10 @@ fn printer_columns_watch_wait_patch_and_delete() {
     assert_eq!(header, ["NAME", "ZONE", "REPLICAS", "READY", "AGE"]);
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(&row[..3], ["w1", "us-central2-b", "2"]);
+}
 
-    // get -w: a change made after the watch starts shows up as a new row.
+/// `get -w`: a change made after the watch starts shows up as a new row.
+fn get_watch_shows_a_patch(k: &Cluster) {
     let mut watch = k
         .command(&["get", "wd", "-w", "--output-watch-events"])
         .stdout(Stdio::piped())
@@ -304,8 +317,10 @@ fn printer_columns_watch_wait_patch_and_delete() {
     }
     let _ = watch.kill();
     let _ = watch.wait();
+}
 
-    // wait --for=condition=Ready after a status patch.
+/// `wait --for=condition=Ready` after a status patch.
+fn wait_for_a_condition(k: &Cluster) {
     k.ok(&[
         "patch",
         "wd",
@@ -324,8 +339,10 @@ fn printer_columns_watch_wait_patch_and_delete() {
             .unwrap()
             .contains("True")
     );
+}
 
-    // delete --wait blocks on the finalizer; a JSON patch removing it lets the delete finish.
+/// `delete --wait` blocks on the finalizer; a JSON patch removing it lets the delete finish.
+fn delete_waits_for_the_finalizer(k: &Cluster) {
     k.ok(&[
         "patch",
         "wd",
@@ -354,8 +371,10 @@ fn printer_columns_watch_wait_patch_and_delete() {
         err.contains("NotFound") && err.contains("\"w1\" not found"),
         "{err}"
     );
+}
 
-    // Server-side apply conflicts with the manager of a patched field, and --force-conflicts takes it.
+/// Server-side apply conflicts with the manager of a patched field, and `--force-conflicts` takes it.
+fn server_side_apply_conflicts_and_force(k: &Cluster) {
     k.ok_stdin(&["apply", "--server-side", "-f", "-"], Some(WIDGET));
     k.ok(&[
         "patch",
@@ -379,9 +398,6 @@ fn printer_columns_watch_wait_patch_and_delete() {
             .trim(),
         "2"
     );
-
-    let explained = k.ok(&["explain", "widget.spec.zone"]);
-    assert!(explained.contains("The zone the widget runs in."), "{explained}");
 }
 
 #[test]

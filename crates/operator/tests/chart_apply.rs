@@ -13,7 +13,8 @@ mod support;
 
 use std::{
     collections::BTreeSet,
-    net::TcpListener,
+    net::{SocketAddr, TcpListener},
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -115,6 +116,53 @@ async fn rendered_chart_runs(values: &str) {
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, kube_emulator::kubeconfig(&server.url)).unwrap();
 
+    let served = apply_served(&kubeconfig, dir.path(), &docs).await;
+    apply_crds_as_notes_say(&kubeconfig).await;
+    let not_served: BTreeSet<&str> = docs
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .filter(|k| !SERVED.contains(k))
+        .collect();
+    eprintln!(
+        "applied {} objects to kube-emulator; not served there (checked by tests/chart.rs): {not_served:?}",
+        served + 1
+    );
+    let deploy = find(&docs, "Deployment", Some("tpu-operator"));
+    let container = &deploy["spec"]["template"]["spec"]["containers"][0];
+    let (mount, config_dir) = config_as_mounted(&kubeconfig, dir.path(), container).await;
+    let args = deployment_args(container, &mount, &config_dir);
+    // 600x emulated time: the example's spot slice gets its node (and so a cost estimate for the
+    // spend gauges) within about a second.
+    let gcp = gcp_emulator::Emulator::builder()
+        .time_scale(600.0)
+        .start()
+        .await
+        .expect("gcp-emulator");
+    let metrics = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut cmd = operator_command(&args, &kubeconfig, &metrics, &gcp.url(), dir.path(), container);
+    let mut child = cmd.spawn().expect("spawn tpu-operator");
+    let pid = child.id().unwrap();
+
+    let http = reqwest::Client::new();
+    let base = format!("http://{metrics}");
+    wait_ready(&http, &base, &mut child, dir.path()).await;
+    wait_for_the_lease(&kubeconfig).await;
+    make_orphan(&gcp).await;
+    reconcile_the_example(&gcp, &kubeconfig).await;
+    let exposition = scrape_until_every_family(&http, &base).await;
+    eprintln!(
+        "tpu-operator (debug build) ready and leading; RSS {:?} KiB",
+        rss_kib(pid)
+    );
+    terminate_gracefully(&mut child, pid).await;
+
+    assert_monitoring_queries_use_real_metrics(&exposition);
+    eprintln!("{values}: took {:?}", started.elapsed());
+}
+
+/// Applies the rendered objects kube-emulator serves (after the namespace) server-side and waits
+/// for the CRDs to be established; returns how many were applied.
+async fn apply_served(kubeconfig: &Path, dir: &Path, docs: &[Value]) -> usize {
     let mut stream = std::fs::read_to_string(repo_root().join("deploy/namespace.yaml")).unwrap();
     let served: Vec<&Value> = docs
         .iter()
@@ -124,16 +172,16 @@ async fn rendered_chart_runs(values: &str) {
         stream.push_str("---\n");
         stream.push_str(&serde_yaml::to_string(doc).unwrap());
     }
-    let applied = dir.path().join("applied.yaml");
+    let applied = dir.join("applied.yaml");
     std::fs::write(&applied, stream).unwrap();
     let out = kubectl(
-        &kubeconfig,
+        kubeconfig,
         &["apply", "--server-side", "-f", applied.to_str().unwrap()],
     )
     .await;
     assert_eq!(out.lines().count(), served.len() + 1, "{out}");
     kubectl(
-        &kubeconfig,
+        kubeconfig,
         &[
             "wait",
             "--for=condition=Established",
@@ -143,9 +191,13 @@ async fn rendered_chart_runs(values: &str) {
         ],
     )
     .await;
-    // The CRD upgrade NOTES.txt prints, over CRDs that exist already (as on an upgrade):
-    // `helm show crds <chart> | kubectl apply --server-side --force-conflicts -f -`, with the
-    // kubectl arguments taken from the rendered NOTES.
+    served.len()
+}
+
+/// The CRD upgrade NOTES.txt prints, over CRDs that exist already (as on an upgrade):
+/// `helm show crds <chart> | kubectl apply --server-side --force-conflicts -f -`, with the
+/// kubectl arguments taken from the rendered NOTES.
+async fn apply_crds_as_notes_say(kubeconfig: &Path) {
     let install = Helm::new().ok(&[
         "install",
         "tpu-operator",
@@ -166,25 +218,18 @@ async fn rendered_chart_runs(values: &str) {
         .split_whitespace()
         .collect();
     let crds = Helm::new().ok(&["show", "crds", chart_dir().to_str().unwrap()]);
-    let out = kubectl_stdin(&kubeconfig, &kubectl_args, &crds).await;
+    let out = kubectl_stdin(kubeconfig, &kubectl_args, &crds).await;
     assert_eq!(out.lines().count(), 4, "{out}");
-    let not_served: BTreeSet<&str> = docs
-        .iter()
-        .map(|d| d["kind"].as_str().unwrap())
-        .filter(|k| !SERVED.contains(k))
-        .collect();
-    eprintln!(
-        "applied {} objects to kube-emulator; not served there (checked by tests/chart.rs): {not_served:?}",
-        served.len() + 1
-    );
-    // The config file as the pod sees it: read back from the API server.
-    let deploy = find(&docs, "Deployment", Some("tpu-operator"));
-    let container = &deploy["spec"]["template"]["spec"]["containers"][0];
+}
+
+/// The config file as the pod sees it, read back from the API server and written under `dir` at
+/// the Deployment's mount path; returns the mount path and that directory.
+async fn config_as_mounted(kubeconfig: &Path, dir: &Path, container: &Value) -> (String, PathBuf) {
     let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
-    let config_dir = dir.path().join(mount.trim_start_matches('/'));
+    let config_dir = dir.join(mount.trim_start_matches('/'));
     std::fs::create_dir_all(&config_dir).unwrap();
     let config = kubectl(
-        &kubeconfig,
+        kubeconfig,
         &[
             "-n",
             "tpu-operator",
@@ -202,10 +247,12 @@ async fn rendered_chart_runs(values: &str) {
     );
     std::fs::write(config_dir.join("config.yaml"), &config).unwrap();
 
-    // The Deployment's args with the mount path mapped into the temp dir, plus what only a test
-    // must change: the kubeconfig, a free metrics port, and the gcp-emulator's local URL (the
-    // rendered one is the in-cluster Service name).
-    let args: Vec<String> = container["args"]
+    (mount.to_string(), config_dir)
+}
+
+/// The Deployment's args with the mount path mapped into the temp dir.
+fn deployment_args(container: &Value, mount: &str, config_dir: &Path) -> Vec<String> {
+    container["args"]
         .as_array()
         .unwrap()
         .iter()
@@ -216,28 +263,28 @@ async fn rendered_chart_runs(values: &str) {
                 None => a.to_string(),
             }
         })
-        .collect();
-    // 600x emulated time: the example's spot slice gets its node (and so a cost estimate for the
-    // spend gauges) within about a second.
-    let gcp = gcp_emulator::Emulator::builder()
-        .time_scale(600.0)
-        .start()
-        .await
-        .expect("gcp-emulator");
-    let metrics = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        .collect()
+}
+
+/// The binary as the Deployment runs it, plus what only a test must change: the kubeconfig, a
+/// free metrics port, and the gcp-emulator's local URL (the rendered one is the in-cluster
+/// Service name).
+fn operator_command(
+    args: &[String],
+    kubeconfig: &Path,
+    metrics: &SocketAddr,
+    gcp_url: &str,
+    dir: &Path,
+    container: &Value,
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tpu-operator"));
-    cmd.args(&args)
+    cmd.args(args)
         .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args([
-            "--metrics-addr",
-            &metrics.to_string(),
-            "--gcp-emulator",
-            &gcp.url(),
-        ])
+        .arg(kubeconfig)
+        .args(["--metrics-addr", &metrics.to_string(), "--gcp-emulator", gcp_url])
         .env_remove("TPU_OPERATOR_CONFIG")
         .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("operator.log")).unwrap())
+        .stderr(std::fs::File::create(dir.join("operator.log")).unwrap())
         .kill_on_drop(true);
     for env in container["env"].as_array().unwrap() {
         let value = match env["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
@@ -248,11 +295,11 @@ async fn rendered_chart_runs(values: &str) {
         };
         cmd.env(env["name"].as_str().unwrap(), value);
     }
-    let mut child = cmd.spawn().expect("spawn tpu-operator");
-    let pid = child.id().unwrap();
+    cmd
+}
 
-    let http = reqwest::Client::new();
-    let base = format!("http://{metrics}");
+/// Waits for `/readyz`, failing with the operator's log if it exits first.
+async fn wait_ready(http: &reqwest::Client, base: &str, child: &mut tokio::process::Child, dir: &Path) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(r) = http.get(format!("{base}/readyz")).send().await
@@ -261,7 +308,7 @@ async fn rendered_chart_runs(values: &str) {
             break;
         }
         if let Some(status) = child.try_wait().unwrap() {
-            let log = std::fs::read_to_string(dir.path().join("operator.log")).unwrap_or_default();
+            let log = std::fs::read_to_string(dir.join("operator.log")).unwrap_or_default();
             panic!(
                 "tpu-operator exited with {status} before becoming ready (the rendered config or args are wrong):\n{log}"
             );
@@ -269,12 +316,15 @@ async fn rendered_chart_runs(values: &str) {
         assert!(Instant::now() < deadline, "not ready within 30s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // The Lease lives in the pod's namespace, held under the pod's name.
+}
+
+/// The Lease lives in the pod's namespace, held under the pod's name.
+async fn wait_for_the_lease(kubeconfig: &Path) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let out = tokio::process::Command::new(support::kubectl())
             .arg("--kubeconfig")
-            .arg(&kubeconfig)
+            .arg(kubeconfig)
             .args([
                 "-n",
                 "tpu-operator",
@@ -293,9 +343,12 @@ async fn rendered_chart_runs(values: &str) {
         assert!(Instant::now() < deadline, "the Lease was not taken by {POD_NAME}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // An orphan, made while the operator leads and the metrics are about to be watched: a node
-    // with this cluster's labels whose owner UID no object has. The next sweep (every 2 s) reports
-    // it; one at least orphanGracePeriod (5 s) later deletes it.
+}
+
+/// An orphan, made while the operator leads and the metrics are about to be watched: a node
+/// with this cluster's labels whose owner UID no object has. The next sweep (every 2 s) reports
+/// it; one at least orphanGracePeriod (5 s) later deletes it.
+async fn make_orphan(gcp: &gcp_emulator::Emulator) {
     let created = reqwest::Client::new()
         .post(format!(
             "{}/tpu/v2/projects/demo-project/locations/europe-west4-b/nodes?nodeId=orphaned-node",
@@ -316,8 +369,11 @@ async fn rendered_chart_runs(values: &str) {
         .await
         .unwrap();
     assert!(created.status().is_success(), "{}", created.text().await.unwrap());
-    // Reconcile one example (through one injected transient TPU error) so that every metric
-    // family has samples: prometheus-client does not describe families that have none.
+}
+
+/// Reconciles one example (through one injected transient TPU error) so that every metric
+/// family has samples: prometheus-client does not describe families that have none.
+async fn reconcile_the_example(gcp: &gcp_emulator::Emulator, kubeconfig: &Path) {
     gcp.inject(gcp_emulator::Fault::FailCalls {
         service: "tpu".into(),
         method: "*".into(),
@@ -328,10 +384,15 @@ async fn rendered_chart_runs(values: &str) {
     .unwrap();
     let example = repo_root().join("examples/spot-queued-slice.yaml");
     kubectl(
-        &kubeconfig,
+        kubeconfig,
         &["apply", "-n", "default", "-f", example.to_str().unwrap()],
     )
     .await;
+}
+
+/// Scrapes `/metrics` until every family the monitoring queries need was described; returns the
+/// `# TYPE` lines seen over all scrapes.
+async fn scrape_until_every_family(http: &reqwest::Client, base: &str) -> String {
     let families = [
         "tpu_operator_reconciles",
         "tpu_operator_reconcile_failures",
@@ -374,16 +435,22 @@ async fn rendered_chart_runs(values: &str) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let rss_kib = std::fs::read_to_string(format!("/proc/{pid}/status"))
+    exposition
+}
+
+/// The process's resident set, in KiB, as `/proc` reports it.
+fn rss_kib(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("VmRSS:"))
                 .map(|l| l.split_whitespace().nth(1).unwrap().to_string())
-        });
-    eprintln!("tpu-operator (debug build) ready and leading; RSS {rss_kib:?} KiB");
+        })
+}
 
-    // SIGTERM: graceful exit 0, like a pod deletion.
+/// SIGTERM: graceful exit 0, like a pod deletion.
+async fn terminate_gracefully(child: &mut tokio::process::Child, pid: u32) {
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
@@ -394,9 +461,6 @@ async fn rendered_chart_runs(values: &str) {
         .expect("exits after SIGTERM")
         .unwrap();
     assert!(exit.success(), "exit status {exit}");
-
-    assert_monitoring_queries_use_real_metrics(&exposition);
-    eprintln!("{values}: took {:?}", started.elapsed());
 }
 
 /// Every metric the dashboard and the alert rules query is served by the operator (its
