@@ -219,8 +219,25 @@ impl Install {
         ];
         let leader = wait_leader(admin, &self.namespace, &replicas).await;
         println!("rbac[{scope}]: two replicas, {leader} holds the Lease");
+        self.quickstart_succeeds_and_leaves_nothing(admin, gcp, &replicas)
+            .await;
+        let slices: Api<TpuSlice> = Api::namespaced(admin.clone(), &self.tenant);
+        self.tenancy_refuses_at_apply_and_in_the_controller(admin, &slices)
+            .await;
+        self.orphan_sweeper_reports(admin, gcp).await;
+        self.standby_takes_over(admin, gcp, &mut replicas, &leader, &slices)
+            .await;
+        no_forbidden_requests(scope, &mut replicas);
+    }
 
-        // 1. The quickstart to Succeeded, then its deletion leaves nothing in the cloud.
+    /// The quickstart to Succeeded, then its deletion leaves nothing in the cloud.
+    async fn quickstart_succeeds_and_leaves_nothing(
+        &self,
+        admin: &kube::Client,
+        gcp: &gcp_emulator::Emulator,
+        replicas: &[Replica],
+    ) {
+        let scope = self.scope;
         let pipeline = self.create_example(admin, "quickstart.yaml", "quickstart").await;
         let tpl: Api<TrainingPipeline> = Api::namespaced(admin.clone(), &self.tenant);
         let done = wait(&format!("{pipeline} Succeeded"), async || {
@@ -238,13 +255,19 @@ impl Install {
             tpl.get_opt(&pipeline).await.unwrap().is_none().then_some(())
         })
         .await;
-        wait_cloud_empty(gcp, &replicas).await;
+        wait_cloud_empty(gcp, replicas).await;
         println!("rbac[{scope}]: TrainingPipeline/{pipeline} deleted; cloud resources left: 0");
+    }
 
-        // 2. Tenancy. At apply: the chart's ValidatingAdmissionPolicy refuses a zone the policy does
-        // not list (the API server loads a new policy within moments; anything it admitted before
-        // is deleted and tried again).
-        let slices: Api<TpuSlice> = Api::namespaced(admin.clone(), &self.tenant);
+    /// Tenancy. At apply: the chart's ValidatingAdmissionPolicy refuses a zone the policy does
+    /// not list (the API server loads a new policy within moments; anything it admitted before
+    /// is deleted and tried again).
+    async fn tenancy_refuses_at_apply_and_in_the_controller(
+        &self,
+        admin: &kube::Client,
+        slices: &Api<TpuSlice>,
+    ) {
+        let scope = self.scope;
         let message = wait(
             "the chart's admission policy refusing a forbidden zone",
             async || {
@@ -298,9 +321,12 @@ impl Install {
             self.release, status.selected_namespaces, status.chips, status.refused
         );
         slices.delete(&refused, &DeleteParams::default()).await.unwrap();
+    }
 
-        // 3. The orphan sweeper: a node of this cluster whose owner is gone, in the zone the
-        // chart's orphanZones names, under the cluster id read from kube-system.
+    /// The orphan sweeper: a node of this cluster whose owner is gone, in the zone the
+    /// chart's orphanZones names, under the cluster id read from kube-system.
+    async fn orphan_sweeper_reports(&self, admin: &kube::Client, gcp: &gcp_emulator::Emulator) {
+        let scope = self.scope;
         let cluster_id = kube_system_uid(admin).await;
         let orphan = format!("orphan-{}", self.release);
         create_orphan_node(gcp, &orphan, &self.tenant, &cluster_id).await;
@@ -317,8 +343,18 @@ impl Install {
             data.len()
         );
         delete_node(gcp, &orphan).await;
+    }
 
-        // 4. Leader election: kill the leader; the standby takes over and reconciles.
+    /// Leader election: kill the leader; the standby takes over and reconciles.
+    async fn standby_takes_over(
+        &self,
+        admin: &kube::Client,
+        gcp: &gcp_emulator::Emulator,
+        replicas: &mut [Replica; 2],
+        leader: &str,
+        slices: &Api<TpuSlice>,
+    ) {
+        let scope = self.scope;
         let leader_index = replicas.iter().position(|r| r.name == leader).unwrap();
         replicas[leader_index].kill();
         let next = wait_leader(admin, &self.namespace, &replicas[1 - leader_index..][..1]).await;
@@ -353,29 +389,10 @@ impl Install {
             slices.get_opt(&after).await.unwrap().is_none().then_some(())
         })
         .await;
-        wait_cloud_empty(gcp, &replicas).await;
+        wait_cloud_empty(gcp, replicas.as_slice()).await;
         println!(
             "rbac[{scope}]: killed {leader}; {next} took the Lease and reconciled TpuSlice/{after} to Ready and deletion"
         );
-
-        // Nothing the operators asked for was forbidden.
-        let mut lines = Vec::new();
-        for r in &mut replicas {
-            r.kill();
-            let log = std::fs::read_to_string(&r.log).unwrap();
-            lines.push(log.lines().count());
-            let forbidden: Vec<&str> = log
-                .lines()
-                .filter(|l| l.to_lowercase().contains("forbidden") || mentions_403(l))
-                .collect();
-            assert!(
-                forbidden.is_empty(),
-                "{} was refused by RBAC ({scope} scope):\n{}",
-                r.name,
-                forbidden.join("\n")
-            );
-        }
-        println!("rbac[{scope}]: 0 forbidden requests in the replicas' logs ({lines:?} lines)");
     }
 
     /// Creates an example manifest's first object in the tenant namespace under `name`.
@@ -707,4 +724,25 @@ fn a_403_is_told_from_digits_inside_a_timestamp() {
     assert!(mentions_403("HTTP 403 Forbidden"));
     assert!(!mentions_403("2026-11-24T16:16:53.224036Z"));
     assert!(!mentions_403("uid 0badc0de-4030-4000"));
+}
+
+/// Nothing the operators asked for was forbidden.
+fn no_forbidden_requests(scope: &str, replicas: &mut [Replica]) {
+    let mut lines = Vec::new();
+    for r in replicas.iter_mut() {
+        r.kill();
+        let log = std::fs::read_to_string(&r.log).unwrap();
+        lines.push(log.lines().count());
+        let forbidden: Vec<&str> = log
+            .lines()
+            .filter(|l| l.to_lowercase().contains("forbidden") || mentions_403(l))
+            .collect();
+        assert!(
+            forbidden.is_empty(),
+            "{} was refused by RBAC ({scope} scope):\n{}",
+            r.name,
+            forbidden.join("\n")
+        );
+    }
+    println!("rbac[{scope}]: 0 forbidden requests in the replicas' logs ({lines:?} lines)");
 }
