@@ -410,9 +410,11 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         return Ok(None);
     };
     let old = slice.status.clone().unwrap_or_default();
-    if let Some(wait) = delete_known_node(slice, ctx, &t, &old).await? {
-        return Ok(Some(wait));
-    }
+    let refused = match delete_known_node(slice, ctx, &t, &old).await? {
+        KnownDelete::Started(wait) => return Ok(Some(wait)),
+        KnownDelete::NotTried => None,
+        KnownDelete::Refused(err) => Some(err),
+    };
     let mut observed = observe::observe(ctx, &t.names, None, None).await?;
     // A node named by `spec.adoptNodeId` that this slice never took over (adoption refused, or
     // another owner's) is not the slice's to delete.
@@ -467,7 +469,13 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
     };
     let mut plan = Plan { action, assessment };
     let request = t.request(&old, None);
-    let (started, failure) = match act::act(ctx, &plan.action, &request).await {
+    // The delete this pass already sent by name was refused: its answer stands for the same
+    // delete, instead of asking again at once (a refused delete is retried with backoff).
+    let result = match refused {
+        Some(err) if plan.action == Step::DeleteNode(t.names.current.node.clone()) => Err(err),
+        _ => act::act(ctx, &plan.action, &request).await,
+    };
+    let (started, failure) = match result {
         Ok(started) => (started, None),
         Err(err) if matches!(err.kind, ErrorKind::PermissionDenied | ErrorKind::Unauthenticated) => {
             plan.assessment = Assessment::new(
@@ -503,13 +511,13 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
 /// deleted by name without reading it first, since the read would only repeat what status says.
 /// Its end is then seen through the cloud watch and one read, so a deletion costs the two calls
 /// it must (issue 25). Anything else, a NOT_FOUND, or a refused delete takes the full path
-/// (read, plan, act), which reports errors. `None`: take the full path.
+/// (read, plan, act), which reports errors.
 async fn delete_known_node(
     slice: &TpuSlice,
     ctx: &Context,
     t: &Target,
     old: &TpuSliceStatus,
-) -> Result<Option<Action>> {
+) -> Result<KnownDelete> {
     let names = &t.names;
     let plain = !names.adopted
         && names.provisioner == Provisioner::TpuApi
@@ -520,12 +528,15 @@ async fn delete_known_node(
         && old.node_state.as_deref() == Some("READY")
         && old.node_name.as_deref() == Some(names.current.node.as_str());
     if !plain {
-        return Ok(None);
+        return Ok(KnownDelete::NotTried);
     }
     let action = Step::DeleteNode(names.current.node.clone());
     let request = t.request(old, None);
-    let Ok(Some(started)) = act::act(ctx, &action, &request).await else {
-        return Ok(None);
+    let started = match act::act(ctx, &action, &request).await {
+        Ok(Some(started)) => started,
+        Ok(None) => return Ok(KnownDelete::NotTried),
+        Err(err) if err.kind == ErrorKind::NotFound => return Ok(KnownDelete::NotTried),
+        Err(err) => return Ok(KnownDelete::Refused(err)),
     };
     let plan = Plan {
         action: action.clone(),
@@ -554,7 +565,17 @@ async fn delete_known_node(
     )
     .await?;
     let wait = watch_deletion(ctx, slice, &observed, &action);
-    Ok(Some(ctx.settled.settle(slice, wait)))
+    Ok(KnownDelete::Started(ctx.settled.settle(slice, wait)))
+}
+
+/// What [`delete_known_node`] did.
+enum KnownDelete {
+    /// The delete started; look again after this.
+    Started(Action),
+    /// Not a plain READY node, or it is gone already: the full path decides.
+    NotTried,
+    /// The delete was refused: the full path reads the node and reports this answer.
+    Refused(tpu_operator_gcp::GcpError),
 }
 
 /// The node as `status` last described it (name, state, health, addresses, creation time).
