@@ -30,6 +30,40 @@ async fn main() {
     let vx = format!("{url}/vertex/v1/projects/p/locations/us-central1");
 
     let t0 = Instant::now();
+    let job_names = create_resources(&c, &tpu, &dp, &vx).await;
+    let setup = t0.elapsed();
+    let created = NODES + BATCHES + JOBS;
+    println!(
+        "setup: {created} creates in {:.2}s = {:.0} creates/s (sequential, one connection)",
+        setup.as_secs_f64(),
+        created as f64 / setup.as_secs_f64()
+    );
+    // Let everything reach a steady state (nodes READY, batches RUNNING/finished...).
+    emu.clock().advance(Duration::from_secs(120));
+    assert_eq!(
+        emu.list_resources()
+            .iter()
+            .filter(|r| r.kind != "operation")
+            .count(),
+        created
+    );
+
+    single_client_latencies(&c, &url, &tpu, &dp, &job_names).await;
+    let job_names = Arc::new(job_names);
+    for (label, kinds) in [("mixed gets + filtered 10-item lists", 6), ("gets only", 3)] {
+        let (n, errors) = phase(&c, &url, &tpu, &dp, job_names.clone(), kinds).await;
+        println!(
+            "sustained ({label}): {n} calls in {:.1}s = {:.0} calls/s with {created} live resources ({WORKERS} keep-alive clients; errors: {errors})",
+            RUN.as_secs_f64(),
+            n as f64 / RUN.as_secs_f64(),
+        );
+    }
+    emu.shutdown().await;
+}
+
+/// Creates NODES TPU nodes, BATCHES Dataproc batches and JOBS Vertex custom jobs one after the
+/// other over one connection; returns the custom jobs' names.
+async fn create_resources(c: &reqwest::Client, tpu: &str, dp: &str, vx: &str) -> Vec<String> {
     let mut job_names = Vec::with_capacity(JOBS);
     for i in 0..NODES {
         let body = json!({"runtimeVersion": "tpu-ubuntu2204-base", "acceleratorType": "v5litepod-8", "labels": {"i": i.to_string()}});
@@ -65,24 +99,11 @@ async fn main() {
             .unwrap();
         job_names.push(r["name"].as_str().unwrap().to_string());
     }
-    let setup = t0.elapsed();
-    let created = NODES + BATCHES + JOBS;
-    println!(
-        "setup: {created} creates in {:.2}s = {:.0} creates/s (sequential, one connection)",
-        setup.as_secs_f64(),
-        created as f64 / setup.as_secs_f64()
-    );
-    // Let everything reach a steady state (nodes READY, batches RUNNING/finished...).
-    emu.clock().advance(Duration::from_secs(120));
-    assert_eq!(
-        emu.list_resources()
-            .iter()
-            .filter(|r| r.kind != "operation")
-            .count(),
-        created
-    );
+    job_names
+}
 
-    // Single-client latency per request kind (100 calls each).
+/// Prints the single-client latency per request kind (100 calls each).
+async fn single_client_latencies(c: &reqwest::Client, url: &str, tpu: &str, dp: &str, job_names: &[String]) {
     let kinds = [
         ("tpu nodes.get", format!("{tpu}/nodes/n17")),
         ("dataproc batches.get", format!("{dp}/batches/batch-00017")),
@@ -119,16 +140,6 @@ async fn main() {
         }
         println!("latency {label}: {:.3} ms", t.elapsed().as_secs_f64() * 10.0);
     }
-    let job_names = Arc::new(job_names);
-    for (label, kinds) in [("mixed gets + filtered 10-item lists", 6), ("gets only", 3)] {
-        let (n, errors) = phase(&c, &url, &tpu, &dp, job_names.clone(), kinds).await;
-        println!(
-            "sustained ({label}): {n} calls in {:.1}s = {:.0} calls/s with {created} live resources ({WORKERS} keep-alive clients; errors: {errors})",
-            RUN.as_secs_f64(),
-            n as f64 / RUN.as_secs_f64(),
-        );
-    }
-    emu.shutdown().await;
 }
 
 /// Runs WORKERS clients for RUN over the first `kinds` request kinds; returns (ok calls, errors).

@@ -97,10 +97,8 @@ async fn get_vm(c: &Clients, name: &str) -> Result<Instance, google_cloud_comput
         .await
 }
 
-#[tokio::test]
-async fn instance_lifecycle_labels_list_filter_and_delete() {
-    let emu = emulator().await;
-    let c = clients(&emu).await;
+/// Inserts `vm-1` and checks the returned operation: RUNNING, an `insert`, targeting the VM.
+async fn insert_vm_1(c: &Clients) -> Operation {
     let op = c
         .instances
         .insert()
@@ -118,16 +116,27 @@ async fn instance_lifecycle_labels_list_filter_and_delete() {
             .unwrap()
             .ends_with("/zones/us-east5-b/instances/vm-1")
     );
-    let v = get_vm(&c, "vm-1").await.unwrap();
+    op
+}
+
+/// Walks `vm-1` through PROVISIONING (60s) and STAGING (30s) to RUNNING; returns the running VM.
+async fn provision_vm_1(emu: &Emulator, c: &Clients) -> Instance {
+    let v = get_vm(c, "vm-1").await.unwrap();
     assert_eq!(v.status, Some(instance::Status::Provisioning));
     emu.clock().advance(secs(60));
     assert_eq!(
-        get_vm(&c, "vm-1").await.unwrap().status,
+        get_vm(c, "vm-1").await.unwrap().status,
         Some(instance::Status::Staging)
     );
     emu.clock().advance(secs(30));
-    let v = get_vm(&c, "vm-1").await.unwrap();
+    let v = get_vm(c, "vm-1").await.unwrap();
     assert_eq!(v.status, Some(instance::Status::Running));
+    v
+}
+
+/// The running `vm-1` carries what was sent (machine type, labels, metadata, scheduling) and
+/// what the service fills in (an internal IP, id, self link, creation time).
+fn assert_vm_1_fields(v: &Instance) {
     assert!(
         v.machine_type
             .as_deref()
@@ -150,11 +159,11 @@ async fn instance_lifecycle_labels_list_filter_and_delete() {
         Some(false),
         "values at their default are kept as sent"
     );
-    let done = zone_op(&c, &op).await;
-    assert_eq!(done.status, Some(operation::Status::Done));
-    assert!(done.error.is_none());
+}
 
-    // A second VM without the label; filters.
+/// With a second VM (`other`, unlabelled) inserted, `instances.list` filters on labels (equality,
+/// presence, conjunction) and name, and a filter matching nothing gives an empty list.
+async fn assert_list_filters(c: &Clients) {
     c.instances
         .insert()
         .set_project(P)
@@ -193,8 +202,10 @@ async fn instance_lifecycle_labels_list_filter_and_delete() {
         names(list("labels.owner = \"nobody\"").await.unwrap()),
         Vec::<String>::new()
     );
+}
 
-    // Delete: STOPPING, then gone (404 notFound).
+/// Deletes `vm-1`: STOPPING, then after 30s gone (404 "was not found") with its operation DONE.
+async fn delete_vm_1_until_gone(emu: &Emulator, c: &Clients) {
     let del = c
         .instances
         .delete()
@@ -205,15 +216,33 @@ async fn instance_lifecycle_labels_list_filter_and_delete() {
         .await
         .unwrap();
     assert_eq!(
-        get_vm(&c, "vm-1").await.unwrap().status,
+        get_vm(c, "vm-1").await.unwrap().status,
         Some(instance::Status::Stopping)
     );
     emu.clock().advance(secs(30));
-    let err = get_vm(&c, "vm-1").await.unwrap_err();
+    let err = get_vm(c, "vm-1").await.unwrap_err();
     assert_eq!(err.http_status_code(), Some(404));
     let status = err.status().expect("a service error");
     assert!(status.message.contains("was not found"), "{}", status.message);
-    assert_eq!(zone_op(&c, &del).await.status, Some(operation::Status::Done));
+    assert_eq!(zone_op(c, &del).await.status, Some(operation::Status::Done));
+}
+
+#[tokio::test]
+async fn instance_lifecycle_labels_list_filter_and_delete() {
+    let emu = emulator().await;
+    let c = clients(&emu).await;
+    let op = insert_vm_1(&c).await;
+    let v = provision_vm_1(&emu, &c).await;
+    assert_vm_1_fields(&v);
+    let done = zone_op(&c, &op).await;
+    assert_eq!(done.status, Some(operation::Status::Done));
+    assert!(done.error.is_none());
+
+    // A second VM without the label; filters.
+    assert_list_filters(&c).await;
+
+    // Delete: STOPPING, then gone (404 notFound).
+    delete_vm_1_until_gone(&emu, &c).await;
     assert_eq!(emu.resource_counts().instances, 1);
 }
 
@@ -435,62 +464,69 @@ async fn managed(c: &Clients, name: &str) -> Vec<google_cloud_compute_v1::model:
         .managed_instances
 }
 
-#[tokio::test]
-async fn multi_host_mig_with_workload_policy_then_cleanup_in_order() {
-    let emu = emulator().await;
-    let c = clients(&emu).await;
-    template(&c, "tpl", "ct6e-standard-4t", false).await;
-    policy(&c, "wp", "2x4").await;
-    policy(&c, "wp-wrong", "4x4").await;
-
-    // 2 hosts x 4 chips must match the topology's 8 chips.
-    let err = c
-        .igms
+async fn insert_mig(
+    c: &Clients,
+    m: InstanceGroupManager,
+) -> Result<Operation, google_cloud_compute_v1::Error> {
+    c.igms
         .insert()
         .set_project(P)
         .set_zone(ZONE)
-        .set_body(mig("bad", "tpl", Some("wp-wrong"), 2))
+        .set_body(m)
         .send()
         .await
-        .unwrap_err();
-    assert_eq!(err.http_status_code(), Some(400));
-    assert!(err.status().unwrap().message.contains("4x4"));
+}
 
-    let op = c
-        .igms
-        .insert()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_body(mig("slice", "tpl", Some("wp"), 2))
-        .send()
-        .await
-        .unwrap();
-    let g = c
-        .igms
+async fn get_mig(c: &Clients, name: &str) -> InstanceGroupManager {
+    c.igms
         .get()
         .set_project(P)
         .set_zone(ZONE)
-        .set_instance_group_manager("slice")
+        .set_instance_group_manager(name)
         .send()
         .await
-        .unwrap();
+        .expect("instanceGroupManagers.get")
+}
+
+async fn delete_template(c: &Clients, name: &str) -> Result<Operation, google_cloud_compute_v1::Error> {
+    c.templates
+        .delete()
+        .set_project(P)
+        .set_region(REGION)
+        .set_instance_template(name)
+        .send()
+        .await
+}
+
+async fn delete_policy(c: &Clients, name: &str) -> Result<Operation, google_cloud_compute_v1::Error> {
+    c.policies
+        .delete()
+        .set_project(P)
+        .set_region(REGION)
+        .set_resource_policy(name)
+        .send()
+        .await
+}
+
+/// Inserts the 2-host MIG `slice` on `tpl` + `wp`: creating both hosts, then (after 90s) stable
+/// with its insert operation DONE.
+async fn create_slice_until_stable(emu: &Emulator, c: &Clients) {
+    let op = insert_mig(c, mig("slice", "tpl", Some("wp"), 2)).await.unwrap();
+    let g = get_mig(c, "slice").await;
     assert_eq!(g.target_size, Some(2));
     assert_eq!(g.status.as_ref().unwrap().is_stable, Some(false));
     assert_eq!(g.current_actions.as_ref().unwrap().creating, Some(2));
     emu.clock().advance(secs(90));
-    assert_eq!(zone_op(&c, &op).await.status, Some(operation::Status::Done));
-    let g = c
-        .igms
-        .get()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_instance_group_manager("slice")
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(zone_op(c, &op).await.status, Some(operation::Status::Done));
+    let g = get_mig(c, "slice").await;
     assert_eq!(g.status.as_ref().unwrap().is_stable, Some(true));
     assert_eq!(g.current_actions.as_ref().unwrap().none, Some(2));
-    let members = managed(&c, "slice").await;
+}
+
+/// Both members of `slice` run, are named `slice-XXXX`, and carry the template's metadata and
+/// labels plus a `created-by` pointing at the MIG.
+async fn assert_slice_members_from_template(c: &Clients) {
+    let members = managed(c, "slice").await;
     assert_eq!(members.len(), 2);
     for m in &members {
         assert_eq!(m.instance_status, Some(managed_instance::InstanceStatus::Running));
@@ -507,7 +543,7 @@ async fn multi_host_mig_with_workload_policy_then_cleanup_in_order() {
             name.starts_with("slice-") && name.len() == "slice-".len() + 4,
             "{name}"
         );
-        let v = get_vm(&c, &name).await.unwrap();
+        let v = get_vm(c, &name).await.unwrap();
         let items = &v.metadata.as_ref().unwrap().items;
         let created_by = items
             .iter()
@@ -523,30 +559,11 @@ async fn multi_host_mig_with_workload_policy_then_cleanup_in_order() {
         assert!(items.iter().any(|i| i.key.as_deref() == Some("startup-script")));
         assert_eq!(v.labels.get("owner").map(String::as_str), Some("op"));
     }
+}
 
-    // Template and policy are in use while the MIG exists.
-    let err = c
-        .templates
-        .delete()
-        .set_project(P)
-        .set_region(REGION)
-        .set_instance_template("tpl")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(err.http_status_code(), Some(400));
-    assert!(err.status().unwrap().message.contains("already being used by"));
-    let err = c
-        .policies
-        .delete()
-        .set_project(P)
-        .set_region(REGION)
-        .set_resource_policy("wp")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(err.http_status_code(), Some(400));
-
+/// Deleting `slice`: its operation RUNNING with the members DELETING, then (after 30s) DONE with
+/// no instances and no MIG left.
+async fn delete_slice_until_gone(emu: &Emulator, c: &Clients) {
     let del = c
         .igms
         .delete()
@@ -556,31 +573,45 @@ async fn multi_host_mig_with_workload_policy_then_cleanup_in_order() {
         .send()
         .await
         .unwrap();
-    assert_eq!(zone_op(&c, &del).await.status, Some(operation::Status::Running));
+    assert_eq!(zone_op(c, &del).await.status, Some(operation::Status::Running));
     assert_eq!(
-        managed(&c, "slice").await[0].current_action,
+        managed(c, "slice").await[0].current_action,
         Some(managed_instance::CurrentAction::Deleting)
     );
     emu.clock().advance(secs(30));
-    assert_eq!(zone_op(&c, &del).await.status, Some(operation::Status::Done));
+    assert_eq!(zone_op(c, &del).await.status, Some(operation::Status::Done));
     assert!(emu.instances().is_empty());
     assert!(emu.instance_group_managers().is_empty());
-    c.templates
-        .delete()
-        .set_project(P)
-        .set_region(REGION)
-        .set_instance_template("tpl")
-        .send()
+}
+
+#[tokio::test]
+async fn multi_host_mig_with_workload_policy_then_cleanup_in_order() {
+    let emu = emulator().await;
+    let c = clients(&emu).await;
+    template(&c, "tpl", "ct6e-standard-4t", false).await;
+    policy(&c, "wp", "2x4").await;
+    policy(&c, "wp-wrong", "4x4").await;
+
+    // 2 hosts x 4 chips must match the topology's 8 chips.
+    let err = insert_mig(&c, mig("bad", "tpl", Some("wp-wrong"), 2))
         .await
-        .unwrap();
-    c.policies
-        .delete()
-        .set_project(P)
-        .set_region(REGION)
-        .set_resource_policy("wp")
-        .send()
-        .await
-        .unwrap();
+        .unwrap_err();
+    assert_eq!(err.http_status_code(), Some(400));
+    assert!(err.status().unwrap().message.contains("4x4"));
+
+    create_slice_until_stable(&emu, &c).await;
+    assert_slice_members_from_template(&c).await;
+
+    // Template and policy are in use while the MIG exists.
+    let err = delete_template(&c, "tpl").await.unwrap_err();
+    assert_eq!(err.http_status_code(), Some(400));
+    assert!(err.status().unwrap().message.contains("already being used by"));
+    let err = delete_policy(&c, "wp").await.unwrap_err();
+    assert_eq!(err.http_status_code(), Some(400));
+
+    delete_slice_until_gone(&emu, &c).await;
+    delete_template(&c, "tpl").await.unwrap();
+    delete_policy(&c, "wp").await.unwrap();
     let counts = emu.resource_counts();
     assert_eq!((counts.instance_templates, counts.resource_policies), (0, 1));
 }
@@ -619,6 +650,86 @@ async fn rr(c: &Clients, mig: &str, name: &str) -> InstanceGroupManagerResizeReq
         .expect("resize request get")
 }
 
+async fn cancel_rr(c: &Clients, mig: &str, name: &str) -> Result<Operation, google_cloud_compute_v1::Error> {
+    c.resize
+        .cancel()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_instance_group_manager(mig)
+        .set_resize_request(name)
+        .send()
+        .await
+}
+
+async fn delete_rr(c: &Clients, mig: &str, name: &str) -> Result<Operation, google_cloud_compute_v1::Error> {
+    c.resize
+        .delete()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_instance_group_manager(mig)
+        .set_resize_request(name)
+        .send()
+        .await
+}
+
+/// A flex-start MIG must start empty: size 2 is refused, size 0 (`f` on `flex` + `wp`) is created.
+async fn create_empty_flex_mig(c: &Clients) {
+    let err = insert_mig(c, mig("f", "flex", Some("wp"), 2)).await.unwrap_err();
+    assert_eq!(err.http_status_code(), Some(400));
+    insert_mig(c, mig("f", "flex", Some("wp"), 0)).await.unwrap();
+}
+
+/// Resize requests for a size that does not fit the topology, or for under 10 minutes, are 400.
+async fn assert_bad_resize_requests_refused(c: &Clients) {
+    assert_eq!(
+        resize_request(c, "f", "r0", 3, 3600)
+            .await
+            .unwrap_err()
+            .http_status_code(),
+        Some(400)
+    );
+    assert_eq!(
+        resize_request(c, "f", "r0", 2, 60)
+            .await
+            .unwrap_err()
+            .http_status_code(),
+        Some(400)
+    );
+}
+
+/// With no capacity, request `r1` goes CREATING, then ACCEPTED (its operation DONE) and waits
+/// with no VMs.
+async fn request_r1_without_capacity(emu: &Emulator, c: &Clients) {
+    use instance_group_manager_resize_request::State;
+    emu.set_compute_capacity(ZONE, "ct6e-standard-4t", Some(0));
+    let op = resize_request(c, "f", "r1", 2, 3600).await.unwrap();
+    assert_eq!(rr(c, "f", "r1").await.state, Some(State::Creating));
+    emu.clock().advance(secs(600));
+    assert_eq!(zone_op(c, &op).await.status, Some(operation::Status::Done));
+    assert_eq!(
+        rr(c, "f", "r1").await.state,
+        Some(State::Accepted),
+        "waits for capacity"
+    );
+    assert!(emu.instances().is_empty());
+}
+
+/// When capacity returns, the MIG grows by `resizeBy` with all VMs at once; 90s later `r1` has
+/// SUCCEEDED with every VM RUNNING as FLEX_START.
+async fn capacity_returns_and_r1_succeeds(emu: &Emulator, c: &Clients) {
+    use instance_group_manager_resize_request::State;
+    emu.set_compute_capacity(ZONE, "ct6e-standard-4t", None);
+    let g = get_mig(c, "f").await;
+    assert_eq!(g.target_size, Some(2), "target size grows by resizeBy");
+    assert_eq!(emu.instances().len(), 2, "all VMs at once");
+    emu.clock().advance(secs(90));
+    assert_eq!(rr(c, "f", "r1").await.state, Some(State::Succeeded));
+    for v in emu.instances() {
+        assert_eq!(v["status"], "RUNNING");
+        assert_eq!(v["scheduling"]["provisioningModel"], "FLEX_START");
+    }
+}
+
 #[tokio::test]
 async fn flex_start_resize_request_waits_for_capacity_runs_and_ends() {
     use instance_group_manager_resize_request::State;
@@ -627,108 +738,25 @@ async fn flex_start_resize_request_waits_for_capacity_runs_and_ends() {
     template(&c, "flex", "ct6e-standard-4t", true).await;
     policy(&c, "wp", "2x4").await;
     // A flex-start MIG starts empty.
-    let err = c
-        .igms
-        .insert()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_body(mig("f", "flex", Some("wp"), 2))
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(err.http_status_code(), Some(400));
-    c.igms
-        .insert()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_body(mig("f", "flex", Some("wp"), 0))
-        .send()
-        .await
-        .unwrap();
+    create_empty_flex_mig(&c).await;
 
     // Wrong size for the topology, and a run duration under 10 minutes, are refused.
-    assert_eq!(
-        resize_request(&c, "f", "r0", 3, 3600)
-            .await
-            .unwrap_err()
-            .http_status_code(),
-        Some(400)
-    );
-    assert_eq!(
-        resize_request(&c, "f", "r0", 2, 60)
-            .await
-            .unwrap_err()
-            .http_status_code(),
-        Some(400)
-    );
+    assert_bad_resize_requests_refused(&c).await;
 
-    emu.set_compute_capacity(ZONE, "ct6e-standard-4t", Some(0));
-    let op = resize_request(&c, "f", "r1", 2, 3600).await.unwrap();
-    assert_eq!(rr(&c, "f", "r1").await.state, Some(State::Creating));
-    emu.clock().advance(secs(600));
-    assert_eq!(zone_op(&c, &op).await.status, Some(operation::Status::Done));
-    assert_eq!(
-        rr(&c, "f", "r1").await.state,
-        Some(State::Accepted),
-        "waits for capacity"
-    );
-    assert!(emu.instances().is_empty());
-
-    emu.set_compute_capacity(ZONE, "ct6e-standard-4t", None);
-    let g = c
-        .igms
-        .get()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_instance_group_manager("f")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(g.target_size, Some(2), "target size grows by resizeBy");
-    assert_eq!(emu.instances().len(), 2, "all VMs at once");
-    emu.clock().advance(secs(90));
-    assert_eq!(rr(&c, "f", "r1").await.state, Some(State::Succeeded));
-    for v in emu.instances() {
-        assert_eq!(v["status"], "RUNNING");
-        assert_eq!(v["scheduling"]["provisioningModel"], "FLEX_START");
-    }
+    request_r1_without_capacity(&emu, &c).await;
+    capacity_returns_and_r1_succeeds(&emu, &c).await;
     // A SUCCEEDED request cannot be cancelled.
-    let err = c
-        .resize
-        .cancel()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_instance_group_manager("f")
-        .set_resize_request("r1")
-        .send()
-        .await
-        .unwrap_err();
+    let err = cancel_rr(&c, "f", "r1").await.unwrap_err();
     assert_eq!(err.http_status_code(), Some(400));
 
     // The run ends requestedRunDuration after provisioning: VMs deleted, target size back to 0.
     emu.clock().advance(secs(3600 - 90));
     emu.clock().advance(secs(30));
     assert!(emu.instances().is_empty());
-    let g = c
-        .igms
-        .get()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_instance_group_manager("f")
-        .send()
-        .await
-        .unwrap();
+    let g = get_mig(&c, "f").await;
     assert_eq!(g.target_size, Some(0));
     assert_eq!(rr(&c, "f", "r1").await.state, Some(State::Succeeded));
-    c.resize
-        .delete()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_instance_group_manager("f")
-        .set_resize_request("r1")
-        .send()
-        .await
-        .unwrap();
+    delete_rr(&c, "f", "r1").await.unwrap();
     assert!(emu.resize_requests().is_empty());
 }
 
@@ -1103,13 +1131,9 @@ async fn region_operations_and_paging() {
     assert!(rest.next_page_token.is_none());
 }
 
-#[tokio::test]
-async fn lists_of_templates_policies_migs_and_resize_requests_and_admin_faults_over_http() {
-    let emu = emulator().await;
-    let c = clients(&emu).await;
-    template(&c, "t1", "ct5p-hightpu-4t", false).await;
-    template(&c, "t2", "ct6e-standard-1t", true).await;
-    policy(&c, "wp", "2x2x2").await;
+/// `regionInstanceTemplates.list` returns both templates and `resourcePolicies.list` the policy
+/// with its 2x2x2 topology.
+async fn assert_templates_and_policy_listed(c: &Clients) {
     let t = c
         .templates
         .list()
@@ -1136,67 +1160,68 @@ async fn lists_of_templates_policies_migs_and_resize_requests_and_admin_faults_o
             .as_deref(),
         Some("2x2x2")
     );
+}
+
+/// Posts a fault to the admin HTTP API (`/emulator/v1/faults`).
+async fn post_fault(emu: &Emulator, body: serde_json::Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{}/emulator/v1/faults", emu.url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn list_rr(c: &Clients, mig: &str) -> Vec<InstanceGroupManagerResizeRequest> {
+    c.resize
+        .list()
+        .set_project(P)
+        .set_zone(ZONE)
+        .set_instance_group_manager(mig)
+        .send()
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test]
+async fn lists_of_templates_policies_migs_and_resize_requests_and_admin_faults_over_http() {
+    let emu = emulator().await;
+    let c = clients(&emu).await;
+    template(&c, "t1", "ct5p-hightpu-4t", false).await;
+    template(&c, "t2", "ct6e-standard-1t", true).await;
+    policy(&c, "wp", "2x2x2").await;
+    assert_templates_and_policy_listed(&c).await;
     // 2 x ct5p-hightpu-4t = 8 chips = 2x2x2.
-    c.igms
-        .insert()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_body(mig("v5p", "t1", Some("wp"), 2))
-        .send()
-        .await
-        .unwrap();
-    c.igms
-        .insert()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_body(mig("flex", "t2", None, 0))
-        .send()
-        .await
-        .unwrap();
+    insert_mig(&c, mig("v5p", "t1", Some("wp"), 2)).await.unwrap();
+    insert_mig(&c, mig("flex", "t2", None, 0)).await.unwrap();
     let g = c.igms.list().set_project(P).set_zone(ZONE).send().await.unwrap();
     assert_eq!(g.items.len(), 2);
     // Capacity over the admin API: no ct6e-standard-1t at all, then some.
-    let http = reqwest::Client::new();
-    let fault = |body: serde_json::Value| {
-        http.post(format!("{}/emulator/v1/faults", emu.url()))
-            .json(&body)
-            .send()
-    };
-    let r = fault(
+    let r = post_fault(
+        &emu,
         json!({"kind": "computeCapacity", "zone": ZONE, "machineType": "ct6e-standard-1t", "hosts": 0}),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(r.status(), 200);
     resize_request(&c, "flex", "a", 1, 600).await.unwrap();
     resize_request(&c, "flex", "b", 1, 600).await.unwrap();
     emu.clock().advance(secs(10));
-    let l = c
-        .resize
-        .list()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_instance_group_manager("flex")
-        .send()
+    let states: Vec<_> = list_rr(&c, "flex")
         .await
-        .unwrap();
-    let states: Vec<_> = l.items.iter().map(|r| r.state.clone()).collect();
+        .iter()
+        .map(|r| r.state.clone())
+        .collect();
     assert_eq!(
         states,
         vec![Some(instance_group_manager_resize_request::State::Accepted); 2]
     );
-    fault(json!({"kind": "computeCapacity", "zone": ZONE, "machineType": "ct6e-standard-1t", "hosts": 1}))
-        .await
-        .unwrap();
-    let l = c
-        .resize
-        .list()
-        .set_project(P)
-        .set_zone(ZONE)
-        .set_instance_group_manager("flex")
-        .send()
-        .await
-        .unwrap();
+    post_fault(
+        &emu,
+        json!({"kind": "computeCapacity", "zone": ZONE, "machineType": "ct6e-standard-1t", "hosts": 1}),
+    )
+    .await;
+    let l = list_rr(&c, "flex").await;
     let granted = emu
         .instances()
         .iter()
@@ -1206,10 +1231,8 @@ async fn lists_of_templates_policies_migs_and_resize_requests_and_admin_faults_o
         granted,
         1,
         "the older request first; the other waits: {:?}",
-        l.items.iter().map(|r| r.state.clone()).collect::<Vec<_>>()
+        l.iter().map(|r| r.state.clone()).collect::<Vec<_>>()
     );
-    let r = fault(json!({"kind": "preemptInstance", "name": "nope"}))
-        .await
-        .unwrap();
+    let r = post_fault(&emu, json!({"kind": "preemptInstance", "name": "nope"})).await;
     assert_eq!(r.status(), 404);
 }

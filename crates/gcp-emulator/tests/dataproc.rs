@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use gcp_emulator::{Code, Fault};
+use gcp_emulator::{Code, Emulator, Fault};
 use google_cloud_dataproc_v1::model::{Batch, PySparkBatch, RuntimeConfig, batch};
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 use google_cloud_gax::paginator::ItemPaginator as _;
@@ -186,28 +186,39 @@ async fn state_machine_request_id_replay_duplicates_and_delete_rules() {
     dp.delete_operation().set_name(&op.name).send().await.unwrap();
 }
 
-#[tokio::test]
-async fn cancel_through_the_operation_and_failures() {
-    let emu = emulator().await;
-    let dp = dataproc(&emu).await;
-    let op = dp
-        .create_batch()
+async fn create(
+    dp: &google_cloud_dataproc_v1::client::BatchController,
+    id: &str,
+    args: &[&str],
+) -> google_cloud_dataproc_v1::Result<google_cloud_longrunning::model::Operation> {
+    dp.create_batch()
         .set_parent(PARENT)
-        .set_batch_id("c-0001")
-        .set_batch(pyspark(&["gs://o/x/"]))
+        .set_batch_id(id)
+        .set_batch(pyspark(args))
         .send()
         .await
-        .unwrap();
+}
+
+async fn get(dp: &google_cloud_dataproc_v1::client::BatchController, id: &str) -> Batch {
+    dp.get_batch()
+        .set_name(format!("{PARENT}/batches/{id}"))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Cancelling a running batch's operation: CANCELLING, then CANCELLED with the operation done;
+/// cancelling again is FAILED_PRECONDITION, and nothing was written.
+async fn cancel_running_batch_through_its_operation(
+    emu: &Emulator,
+    dp: &google_cloud_dataproc_v1::client::BatchController,
+) {
+    let op = create(dp, "c-0001", &["gs://o/x/"]).await.unwrap();
     emu.clock().advance(secs(60));
     dp.cancel_operation().set_name(&op.name).send().await.unwrap();
-    assert_eq!(state(&dp, "c-0001").await, batch::State::Cancelling);
+    assert_eq!(state(dp, "c-0001").await, batch::State::Cancelling);
     emu.clock().advance(secs(30));
-    let b = dp
-        .get_batch()
-        .set_name(format!("{PARENT}/batches/c-0001"))
-        .send()
-        .await
-        .unwrap();
+    let b = get(dp, "c-0001").await;
     assert_eq!(b.state, batch::State::Cancelled);
     let done = dp.get_operation().set_name(&op.name).send().await.unwrap();
     assert!(done.done);
@@ -219,27 +230,22 @@ async fn cancel_through_the_operation_and_failures() {
         .unwrap_err();
     assert_eq!(code(&err), "FailedPrecondition");
     assert!(emu.objects("o").is_empty(), "cancelled batches write nothing");
+}
 
-    // Fail a running batch now; fail a future batch at the end of its run; suppress outputs.
-    dp.create_batch()
-        .set_parent(PARENT)
-        .set_batch_id("f-0001")
-        .set_batch(pyspark(&["gs://o/f/"]))
-        .send()
-        .await
-        .unwrap();
+/// `FailBatch` fails a running batch at once (with its message) and a future one at the end of
+/// its run; `SuppressOutput` lets a batch succeed without writing; neither writes outputs.
+async fn fail_running_and_future_batches_and_suppress_outputs(
+    emu: &Emulator,
+    dp: &google_cloud_dataproc_v1::client::BatchController,
+) {
+    create(dp, "f-0001", &["gs://o/f/"]).await.unwrap();
     emu.clock().advance(secs(61));
     emu.inject(Fault::FailBatch {
         name: "f-0001".into(),
         message: Some("boom".into()),
     })
     .unwrap();
-    let b = dp
-        .get_batch()
-        .set_name(format!("{PARENT}/batches/f-0001"))
-        .send()
-        .await
-        .unwrap();
+    let b = get(dp, "f-0001").await;
     assert_eq!(
         (b.state, b.state_message.as_str()),
         (batch::State::Failed, "boom")
@@ -254,21 +260,25 @@ async fn cancel_through_the_operation_and_failures() {
     })
     .unwrap();
     for id in ["f-0002", "s-0001"] {
-        dp.create_batch()
-            .set_parent(PARENT)
-            .set_batch_id(id)
-            .set_batch(pyspark(&["gs://o/f/"]))
-            .send()
-            .await
-            .unwrap();
+        create(dp, id, &["gs://o/f/"]).await.unwrap();
     }
     emu.clock().advance(secs(180));
-    assert_eq!(state(&dp, "f-0002").await, batch::State::Failed);
-    assert_eq!(state(&dp, "s-0001").await, batch::State::Succeeded);
+    assert_eq!(state(dp, "f-0002").await, batch::State::Failed);
+    assert_eq!(state(dp, "s-0001").await, batch::State::Succeeded);
     assert!(
         emu.objects("o").is_empty(),
         "failed and suppressed batches write nothing"
     );
+}
+
+#[tokio::test]
+async fn cancel_through_the_operation_and_failures() {
+    let emu = emulator().await;
+    let dp = dataproc(&emu).await;
+    cancel_running_batch_through_its_operation(&emu, &dp).await;
+
+    // Fail a running batch now; fail a future batch at the end of its run; suppress outputs.
+    fail_running_and_future_batches_and_suppress_outputs(&emu, &dp).await;
 
     emu.inject(Fault::FailCalls {
         service: "dataproc".into(),
@@ -279,23 +289,10 @@ async fn cancel_through_the_operation_and_failures() {
     })
     .unwrap();
     for _ in 0..2 {
-        let e = dp
-            .create_batch()
-            .set_parent(PARENT)
-            .set_batch_id("q-0001")
-            .set_batch(pyspark(&[]))
-            .send()
-            .await
-            .unwrap_err();
+        let e = create(&dp, "q-0001", &[]).await.unwrap_err();
         assert_eq!((code(&e).as_str(), http_status(&e)), ("ResourceExhausted", 429));
     }
-    dp.create_batch()
-        .set_parent(PARENT)
-        .set_batch_id("q-0001")
-        .set_batch(pyspark(&[]))
-        .send()
-        .await
-        .unwrap();
+    create(&dp, "q-0001", &[]).await.unwrap();
 }
 
 #[tokio::test]

@@ -4,15 +4,12 @@
 mod common;
 
 use common::*;
+use gcp_emulator::Emulator;
 use reqwest::Method;
 use serde_json::json;
 
-#[tokio::test]
-async fn objects_insert_get_list_delete() {
-    let emu = emulator().await;
-    let url = emu.url();
-    let c = reqwest::Client::new();
-    // media upload auto-creates the bucket
+/// A media upload of `in/data.csv` auto-creates the bucket and returns the object's metadata.
+async fn upload_media(c: &reqwest::Client, url: &str) {
     let r = c
         .post(format!(
             "{url}/upload/storage/v1/b/bkt/o?uploadType=media&name=in/data.csv"
@@ -29,8 +26,10 @@ async fn objects_insert_get_list_delete() {
         (Some("storage#object"), Some("8"), Some("text/csv"))
     );
     assert!(m["generation"].is_string() && m["md5Hash"].is_string() && m["crc32c"].is_string());
+}
 
-    // multipart upload with metadata
+/// A multipart upload of `in/sub/blob.bin` keeps the name and custom metadata from its JSON part.
+async fn upload_multipart(c: &reqwest::Client, url: &str) {
     let boundary = "xyzzy";
     let body = format!(
         "--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{}\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\nBINARY\r\n--{boundary}--\r\n",
@@ -53,8 +52,10 @@ async fn objects_insert_get_list_delete() {
         ),
         (Some("in/sub/blob.bin"), Some("6"), Some("v"))
     );
+}
 
-    // get metadata and media (name percent-encoded as one segment)
+/// Both objects read back: metadata, media with its content type, and the download endpoint.
+async fn assert_metadata_and_media(c: &reqwest::Client, url: &str) {
     let (s, meta) = raw(
         Method::GET,
         &format!("{url}/storage/v1/b/bkt/o/in%2Fdata.csv"),
@@ -77,8 +78,11 @@ async fn objects_insert_get_list_delete() {
         .await
         .unwrap();
     assert_eq!(dl.text().await.unwrap(), "BINARY");
+}
 
-    // list with prefix + delimiter, paging, empty listing
+/// `objects.list` groups by prefix + delimiter, pages with `maxResults`/`pageToken`, and an empty
+/// listing is just the kind.
+async fn assert_list_prefixes_and_pages(url: &str) {
     let (_, l) = raw(
         Method::GET,
         &format!("{url}/storage/v1/b/bkt/o?prefix=in/&delimiter=/"),
@@ -113,8 +117,11 @@ async fn objects_insert_get_list_delete() {
     )
     .await;
     assert_eq!(none, json!({"kind": "storage#objects"}));
+}
 
-    // preconditions, delete, errors in the legacy shape
+/// `ifGenerationMatch=0` on an existing object is 412; delete is 204; then a missing object and a
+/// missing bucket are 404 in the legacy error shape (no `status` for the bucket).
+async fn assert_precondition_delete_and_errors(c: &reqwest::Client, url: &str) {
     let r = c
         .post(format!(
             "{url}/upload/storage/v1/b/bkt/o?uploadType=media&name=in/data.csv&ifGenerationMatch=0"
@@ -149,6 +156,23 @@ async fn objects_insert_get_list_delete() {
         "The specified bucket does not exist."
     );
     assert!(e["error"].get("status").is_none());
+}
+
+#[tokio::test]
+async fn objects_insert_get_list_delete() {
+    let emu = emulator().await;
+    let url = emu.url();
+    let c = reqwest::Client::new();
+    // media upload auto-creates the bucket
+    upload_media(&c, &url).await;
+    // multipart upload with metadata
+    upload_multipart(&c, &url).await;
+    // get metadata and media (name percent-encoded as one segment)
+    assert_metadata_and_media(&c, &url).await;
+    // list with prefix + delimiter, paging, empty listing
+    assert_list_prefixes_and_pages(&url).await;
+    // preconditions, delete, errors in the legacy shape
+    assert_precondition_delete_and_errors(&c, &url).await;
     assert_eq!(emu.call_count("storage", "objects.insert"), 3);
 }
 
@@ -222,16 +246,14 @@ async fn buckets_insert_get_delete() {
     );
 }
 
-#[tokio::test]
-async fn admin_api_drives_clock_faults_calls_state_and_reset() {
-    let emu = emulator().await;
-    let a = format!("{}/emulator/v1", emu.url());
+/// The admin clock: manual at the start time; `clock:advance` moves a TPU node from CREATING to
+/// READY; `clock:set` jumps to a given time.
+async fn drive_the_clock(emu: &Emulator, a: &str, tpu: &str) {
     let (_, clock) = raw(Method::GET, &format!("{a}/clock"), None).await;
     assert_eq!(
         (clock["now"].as_str(), clock["manual"].as_bool()),
         (Some("2026-01-01T00:00:00.000000Z"), Some(true))
     );
-    let tpu = format!("{}/tpu/v2/projects/p/locations/us-central1-a/nodes", emu.url());
     raw(
         Method::POST,
         &format!("{tpu}?nodeId=n1"),
@@ -256,7 +278,11 @@ async fn admin_api_drives_clock_faults_calls_state_and_reset() {
     )
     .await;
     assert_eq!(emu.clock().now().to_rfc3339(), "2026-01-02T00:00:00+00:00");
+}
 
+/// Admin faults: `failCalls` fails the next `nodes.get`, a stockout is listed and refuses a
+/// create, preempting an on-demand node is refused, and `DELETE /faults` clears them.
+async fn inject_and_clear_faults(a: &str, tpu: &str) {
     let fault = json!({"kind": "failCalls", "service": "tpu", "method": "nodes.get", "count": 1, "code": "UNAVAILABLE"});
     assert_eq!(
         raw(Method::POST, &format!("{a}/faults"), Some(fault)).await.0,
@@ -289,7 +315,10 @@ async fn admin_api_drives_clock_faults_calls_state_and_reset() {
         (400, Some("FAILED_PRECONDITION"))
     );
     assert_eq!(raw(Method::DELETE, &format!("{a}/faults"), None).await.0, 200);
+}
 
+/// The admin call log lists the failed `nodes.get`, and `calls:counts` counts both creates.
+async fn assert_call_log(a: &str) {
     let (_, calls) = raw(
         Method::GET,
         &format!("{a}/calls?service=tpu&method=nodes.get"),
@@ -300,7 +329,10 @@ async fn admin_api_drives_clock_faults_calls_state_and_reset() {
     assert_eq!(calls["calls"][0]["status"], 503);
     let (_, counts) = raw(Method::GET, &format!("{a}/calls:counts"), None).await;
     assert_eq!(counts["counts"]["tpu.nodes.create"], 2);
+}
 
+/// The admin state API: a bucket made through it, an object's listing and content, and the node.
+async fn inspect_state(emu: &Emulator, a: &str) {
     let (s, b) = raw(
         Method::POST,
         &format!("{a}/buckets"),
@@ -320,7 +352,10 @@ async fn admin_api_drives_clock_faults_calls_state_and_reset() {
     assert_eq!(content, json!("hello"));
     let (_, nodes) = raw(Method::GET, &format!("{a}/nodes"), None).await;
     assert_eq!(nodes["items"].as_array().unwrap().len(), 1);
+}
 
+/// `GET /config` shows the durations and `PUT /config` changes them in the running emulator.
+async fn replace_config(emu: &Emulator, a: &str) {
     let (_, cfg) = raw(Method::GET, &format!("{a}/config"), None).await;
     assert_eq!(cfg["durations"]["tpuCreate"], "3m");
     let mut new_cfg = cfg.clone();
@@ -330,6 +365,18 @@ async fn admin_api_drives_clock_faults_calls_state_and_reset() {
         200
     );
     assert_eq!(emu.config().durations.tpu_create, secs(10));
+}
+
+#[tokio::test]
+async fn admin_api_drives_clock_faults_calls_state_and_reset() {
+    let emu = emulator().await;
+    let a = format!("{}/emulator/v1", emu.url());
+    let tpu = format!("{}/tpu/v2/projects/p/locations/us-central1-a/nodes", emu.url());
+    drive_the_clock(&emu, &a, &tpu).await;
+    inject_and_clear_faults(&a, &tpu).await;
+    assert_call_log(&a).await;
+    inspect_state(&emu, &a).await;
+    replace_config(&emu, &a).await;
 
     assert_eq!(raw(Method::POST, &format!("{a}/reset"), None).await.0, 200);
     assert!(emu.list_resources().is_empty());

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use gcp_emulator::{Code, Fault};
+use gcp_emulator::{Code, Emulator, Fault};
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 use google_cloud_gax::paginator::ItemPaginator as _;
 use google_cloud_lro::Poller;
@@ -23,12 +23,11 @@ fn node_spec(accel: &str) -> Node {
         .set_runtime_version("tpu-ubuntu2204-base")
 }
 
-#[tokio::test]
-async fn node_lifecycle_with_poller_get_list_patch_stop_start_delete() {
-    let emu = emulator().await;
-    let tpu = tpu(&emu).await;
-    let _t = ticker(emu.clock(), secs(10));
+type TpuClient = google_cloud_tpu_v2::client::Tpu;
 
+/// Creates `n1` (v5p 2x2x1) through the LRO poller and checks the returned node: READY, named
+/// type `v5p-8`, one endpoint, and the default service account and network.
+async fn create_n1_with_poller(tpu: &TpuClient) -> Node {
     let created = tpu
         .create_node()
         .set_parent(PARENT)
@@ -68,10 +67,12 @@ async fn node_lifecycle_with_poller_get_list_patch_stop_start_delete() {
         net.subnetwork,
         "projects/p/regions/us-central2/subnetworks/default"
     );
+    created
+}
 
-    let got = tpu.get_node().set_name(&created.name).send().await.unwrap();
-    assert_eq!(got.health, node::Health::Healthy);
-
+/// `updateMask=labels` changes only the labels (a new description is ignored), and
+/// `updateMask=metadata` replaces the whole metadata map.
+async fn patch_labels_then_metadata(tpu: &TpuClient, got: &Node) {
     let patched = tpu
         .update_node()
         .set_node(
@@ -105,10 +106,13 @@ async fn node_lifecycle_with_poller_get_list_patch_stop_start_delete() {
         ["ssh-keys"],
         "startup-script was not sent, so it is gone"
     );
+}
 
+/// Stopping through the poller ends STOPPED, starting again ends READY.
+async fn stop_then_start(tpu: &TpuClient, name: &str) {
     let stopped = tpu
         .stop_node()
-        .set_name(&created.name)
+        .set_name(name)
         .poller()
         .until_done()
         .await
@@ -116,12 +120,28 @@ async fn node_lifecycle_with_poller_get_list_patch_stop_start_delete() {
     assert_eq!(stopped.state, node::State::Stopped);
     let started = tpu
         .start_node()
-        .set_name(&created.name)
+        .set_name(name)
         .poller()
         .until_done()
         .await
         .unwrap();
     assert_eq!(started.state, node::State::Ready);
+}
+
+#[tokio::test]
+async fn node_lifecycle_with_poller_get_list_patch_stop_start_delete() {
+    let emu = emulator().await;
+    let tpu = tpu(&emu).await;
+    let _t = ticker(emu.clock(), secs(10));
+
+    let created = create_n1_with_poller(&tpu).await;
+
+    let got = tpu.get_node().set_name(&created.name).send().await.unwrap();
+    assert_eq!(got.health, node::Health::Healthy);
+
+    patch_labels_then_metadata(&tpu, &got).await;
+
+    stop_then_start(&tpu, &created.name).await;
 
     let attrs = tpu
         .get_guest_attributes()
@@ -525,12 +545,16 @@ async fn queued_resource_request_id_must_be_a_uuid() {
     assert_eq!(code(&err), "InvalidArgument", "{err}");
 }
 
-#[tokio::test]
-async fn queued_resource_walks_every_state_and_replays_request_ids() {
-    use queued_resource_state::State as S;
-    let emu = emulator().await;
-    let tpu = tpu(&emu).await;
-    let name = format!("{PARENT}/queuedResources/qr1");
+async fn node_qn1(tpu: &TpuClient) -> google_cloud_tpu_v2::Result<Node> {
+    tpu.get_node()
+        .set_name(format!("{PARENT}/nodes/qn1"))
+        .send()
+        .await
+}
+
+/// Creates `qr1` with request id REQ_1: a replay with the same id returns the first operation, a
+/// create of the same id without a request id is ALREADY_EXISTS. Returns the operation.
+async fn create_qr1_replay_and_duplicate(tpu: &TpuClient) -> google_cloud_longrunning::model::Operation {
     let op = tpu
         .create_queued_resource()
         .set_parent(PARENT)
@@ -562,42 +586,47 @@ async fn queued_resource_walks_every_state_and_replays_request_ids() {
         .await
         .unwrap_err();
     assert_eq!(code(&dup), "AlreadyExists");
-    assert_eq!(qr_state(&tpu, &name).await, S::Creating);
+    op
+}
+
+/// `name` walks CREATING, ACCEPTED (operation done), WAITING_FOR_RESOURCES, PROVISIONING (its
+/// node `qn1` CREATING and pointing back) to ACTIVE with `qn1` READY.
+async fn walk_qr1_to_active(
+    emu: &Emulator,
+    tpu: &TpuClient,
+    name: &str,
+    op: &google_cloud_longrunning::model::Operation,
+) {
+    use queued_resource_state::State as S;
+    assert_eq!(qr_state(tpu, name).await, S::Creating);
     emu.clock().advance(secs(10));
-    assert_eq!(qr_state(&tpu, &name).await, S::Accepted);
+    assert_eq!(qr_state(tpu, name).await, S::Accepted);
     assert!(tpu.get_operation().set_name(&op.name).send().await.unwrap().done);
     emu.clock().advance(secs(20));
-    assert_eq!(qr_state(&tpu, &name).await, S::WaitingForResources);
+    assert_eq!(qr_state(tpu, name).await, S::WaitingForResources);
     emu.clock().advance(secs(60));
-    assert_eq!(qr_state(&tpu, &name).await, S::Provisioning);
-    let n = tpu
-        .get_node()
-        .set_name(format!("{PARENT}/nodes/qn1"))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(qr_state(tpu, name).await, S::Provisioning);
+    let n = node_qn1(tpu).await.unwrap();
     assert_eq!(
         (n.state, n.queued_resource.as_str()),
-        (node::State::Creating, name.as_str())
+        (node::State::Creating, name)
     );
     emu.clock().advance(secs(180));
-    assert_eq!(qr_state(&tpu, &name).await, S::Active);
-    assert_eq!(
-        tpu.get_node()
-            .set_name(format!("{PARENT}/nodes/qn1"))
-            .send()
-            .await
-            .unwrap()
-            .state,
-        node::State::Ready
-    );
+    assert_eq!(qr_state(tpu, name).await, S::Active);
+    assert_eq!(node_qn1(tpu).await.unwrap().state, node::State::Ready);
+}
 
-    // Preemption: SUSPENDING (SERVICE) -> SUSPENDED, nodes gone; reset goes back to the queue.
-    emu.inject(Fault::PreemptQueuedResource { name: name.clone() })
-        .unwrap();
+/// Preempting `name`: SUSPENDING (by SERVICE) with `qn1` PREEMPTED, then SUSPENDED with `qn1`
+/// gone; a reset (through the poller) puts it back to ACCEPTED.
+async fn preempt_suspend_and_reset(emu: &Emulator, tpu: &TpuClient, name: &str) {
+    use queued_resource_state::State as S;
+    emu.inject(Fault::PreemptQueuedResource {
+        name: name.to_string(),
+    })
+    .unwrap();
     let q = tpu
         .get_queued_resource()
-        .set_name(&name)
+        .set_name(name)
         .send()
         .await
         .unwrap()
@@ -607,44 +636,31 @@ async fn queued_resource_walks_every_state_and_replays_request_ids() {
         (q.state, q.state_initiator),
         (S::Suspending, queued_resource_state::StateInitiator::Service)
     );
-    assert_eq!(
-        tpu.get_node()
-            .set_name(format!("{PARENT}/nodes/qn1"))
-            .send()
-            .await
-            .unwrap()
-            .state,
-        node::State::Preempted
-    );
+    assert_eq!(node_qn1(tpu).await.unwrap().state, node::State::Preempted);
     emu.clock().advance(secs(30));
-    assert_eq!(qr_state(&tpu, &name).await, S::Suspended);
-    assert_eq!(
-        code(
-            &tpu.get_node()
-                .set_name(format!("{PARENT}/nodes/qn1"))
-                .send()
-                .await
-                .unwrap_err()
-        ),
-        "NotFound"
-    );
+    assert_eq!(qr_state(tpu, name).await, S::Suspended);
+    assert_eq!(code(&node_qn1(tpu).await.unwrap_err()), "NotFound");
     let _t = ticker(emu.clock(), secs(5));
     let reset = tpu
         .reset_queued_resource()
-        .set_name(&name)
+        .set_name(name)
         .poller()
         .until_done()
         .await
         .unwrap();
     assert_eq!(reset.state.unwrap().state, S::Accepted);
     drop(_t);
+}
 
-    // delete: refused without force while nodes are live, allowed with force.
+/// Once ACTIVE again, deleting `name` is FAILED_PRECONDITION without force; with force it goes,
+/// taking its nodes, and the list is empty.
+async fn delete_needs_force_while_nodes_live(emu: &Emulator, tpu: &TpuClient, name: &str) {
+    use queued_resource_state::State as S;
     emu.clock().advance(secs(400));
-    assert_eq!(qr_state(&tpu, &name).await, S::Active);
+    assert_eq!(qr_state(tpu, name).await, S::Active);
     let err = tpu
         .delete_queued_resource()
-        .set_name(&name)
+        .set_name(name)
         .send()
         .await
         .unwrap_err();
@@ -654,20 +670,14 @@ async fn queued_resource_walks_every_state_and_replays_request_ids() {
     );
     let _t = ticker(emu.clock(), secs(10));
     tpu.delete_queued_resource()
-        .set_name(&name)
+        .set_name(name)
         .set_force(true)
         .poller()
         .until_done()
         .await
         .unwrap();
     assert_eq!(
-        code(
-            &tpu.get_queued_resource()
-                .set_name(&name)
-                .send()
-                .await
-                .unwrap_err()
-        ),
+        code(&tpu.get_queued_resource().set_name(name).send().await.unwrap_err()),
         "NotFound"
     );
     assert!(emu.nodes().is_empty());
@@ -678,6 +688,21 @@ async fn queued_resource_walks_every_state_and_replays_request_ids() {
         .await
         .unwrap();
     assert!(list.queued_resources.is_empty());
+}
+
+#[tokio::test]
+async fn queued_resource_walks_every_state_and_replays_request_ids() {
+    let emu = emulator().await;
+    let tpu = tpu(&emu).await;
+    let name = format!("{PARENT}/queuedResources/qr1");
+    let op = create_qr1_replay_and_duplicate(&tpu).await;
+    walk_qr1_to_active(&emu, &tpu, &name, &op).await;
+
+    // Preemption: SUSPENDING (SERVICE) -> SUSPENDED, nodes gone; reset goes back to the queue.
+    preempt_suspend_and_reset(&emu, &tpu, &name).await;
+
+    // delete: refused without force while nodes are live, allowed with force.
+    delete_needs_force_while_nodes_live(&emu, &tpu, &name).await;
 }
 
 #[tokio::test]
@@ -757,10 +782,9 @@ async fn stockout_fails_creates_and_holds_queued_resources_until_valid_until() {
     );
 }
 
-#[tokio::test]
-async fn preemption_call_faults_latency_and_random_failures() {
-    let emu = emulator().await;
-    let tpu = tpu(&emu).await;
+/// With a spot and an on-demand node READY, `PreemptNode` preempts the spot one and refuses the
+/// on-demand one.
+async fn preempt_spot_but_not_on_demand(emu: &Emulator, tpu: &TpuClient) {
     let spot = node_spec("v5p-8").set_scheduling_config(SchedulingConfig::new().set_spot(true));
     tpu.create_node()
         .set_parent(PARENT)
@@ -797,7 +821,11 @@ async fn preemption_call_faults_latency_and_random_failures() {
         .is_err(),
         "on-demand nodes are not preemptible"
     );
+}
 
+/// `FailCalls` with each code fails only the next `nodes.list`, with that code and HTTP status;
+/// on method `*` it fails any call, with the code's default message.
+async fn fail_calls_with_each_code(emu: &Emulator, tpu: &TpuClient) {
     for (c, expected, http) in [
         (Code::PermissionDenied, "PermissionDenied", 403),
         (Code::Unavailable, "Unavailable", 503),
@@ -843,22 +871,11 @@ async fn preemption_call_faults_latency_and_random_failures() {
     .unwrap();
     let e = err.send().await.unwrap_err();
     assert_eq!(e.status().unwrap().message, "The caller does not have permission");
+}
 
-    emu.inject(Fault::Latency {
-        service: "tpu".into(),
-        method: Some("nodes.get".into()),
-        millis: 150,
-        count: Some(1),
-    })
-    .unwrap();
-    let t0 = std::time::Instant::now();
-    tpu.get_node()
-        .set_name(format!("{PARENT}/nodes/od"))
-        .send()
-        .await
-        .unwrap();
-    assert!(t0.elapsed() >= std::time::Duration::from_millis(150));
-
+/// `RandomFailures` at rate 0.5 fails about half of 40 calls with INTERNAL, and the failures are
+/// in the call log after the faults are cleared.
+async fn random_failures_fail_about_half(emu: &Emulator, tpu: &TpuClient) {
     emu.inject(Fault::RandomFailures {
         rate: 0.5,
         seed: 7,
@@ -890,6 +907,32 @@ async fn preemption_call_faults_latency_and_random_failures() {
             .iter()
             .any(|c| c.status == 500 && c.method == "nodes.list")
     );
+}
+
+#[tokio::test]
+async fn preemption_call_faults_latency_and_random_failures() {
+    let emu = emulator().await;
+    let tpu = tpu(&emu).await;
+    preempt_spot_but_not_on_demand(&emu, &tpu).await;
+
+    fail_calls_with_each_code(&emu, &tpu).await;
+
+    emu.inject(Fault::Latency {
+        service: "tpu".into(),
+        method: Some("nodes.get".into()),
+        millis: 150,
+        count: Some(1),
+    })
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    tpu.get_node()
+        .set_name(format!("{PARENT}/nodes/od"))
+        .send()
+        .await
+        .unwrap();
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(150));
+
+    random_failures_fail_about_half(&emu, &tpu).await;
 }
 
 #[tokio::test]
