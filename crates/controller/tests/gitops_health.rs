@@ -305,9 +305,55 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
     let judge_bin = judge_binary();
     let mut env = TestEnv::start().await;
 
-    // Created before any controller runs: what a GitOps tool sees right after applying.
+    let just_applied = apply_before_any_controller_runs(&env).await;
+    let ctx = env.ctx.clone();
+    spawn_controllers(&mut env, &ctx);
+    let ready = ready_slice(&env).await;
+    let running = running_pipeline(&env).await;
+    let stalled = stalled_batch(&env).await;
+    let suspended = suspended_pipeline(&env).await;
+    let succeeded = succeeded_pipeline(&env).await;
+    let stale = spec_changed_while_the_operator_is_stopped(&mut env).await;
+    restart_and_catch_up(&mut env).await;
+    let deleting = deleting_slice(&env).await;
+    env.wait_gone::<TpuSlice>("health-slice", STEP).await;
+    let gone = read_raw::<TpuSlice>(&env, "health-slice").await;
+    assert!(gone.is_null());
+    let stuck = deletion_stuck_on_a_refused_cloud_delete(&env).await;
+    env.stop_all();
+    env.gcp.clear_faults();
+
+    let objects = [
+        just_applied,
+        ready,
+        running,
+        succeeded,
+        suspended,
+        stalled,
+        stale,
+        deleting,
+        gone,
+        stuck,
+    ];
+    let judge_started = Instant::now();
+    let verdicts = judge(&judge_bin, &objects);
+    let judge_time = judge_started.elapsed();
+    print_measured_table(&verdicts);
+    verdicts_match_the_published_table(&verdicts, &objects);
+    argocd_and_kstatus_messages_say_why(&verdicts, &objects);
+
+    eprintln!(
+        "gitops health: judged {} objects in {:.2}s; whole test {:.1}s",
+        objects.len(),
+        judge_time.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Creates every object before any controller runs; returns the slice as a GitOps tool sees it.
+async fn apply_before_any_controller_runs(env: &TestEnv) -> Value {
     env.create(&slice("health-slice")).await;
-    let just_applied = read_raw::<TpuSlice>(&env, "health-slice").await;
+    let just_applied = read_raw::<TpuSlice>(env, "health-slice").await;
     assert!(just_applied["status"].is_null(), "{just_applied:#}");
 
     env.create(&slice("health-stuck")).await;
@@ -321,10 +367,11 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
         .unwrap();
     env.create(&pipeline("health-train", false)).await;
     env.create(&pipeline("health-suspended", true)).await;
+    just_applied
+}
 
-    let ctx = env.ctx.clone();
-    spawn_controllers(&mut env, &ctx);
-
+/// The slice once Ready (node READY and healthy).
+async fn ready_slice(env: &TestEnv) -> Value {
     let s = env
         .wait_for::<TpuSlice, _>("health-slice", "Ready", STEP, |s| {
             s.status
@@ -333,43 +380,57 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
         })
         .await;
     assert_eq!(s.status.unwrap().phase, TpuSlicePhase::Ready);
-    let ready = read_raw::<TpuSlice>(&env, "health-slice").await;
+    read_raw::<TpuSlice>(env, "health-slice").await
+}
 
+/// The pipeline while it trains (Reconciling=True).
+async fn running_pipeline(env: &TestEnv) -> Value {
     env.wait_for::<TrainingPipeline, _>("health-train", "training", STEP, |tp| {
         tp.status.as_ref().is_some_and(|st| {
             st.phase == TrainingPipelinePhase::Training && condition_true(&st.conditions, types::RECONCILING)
         })
     })
     .await;
-    let running = read_raw::<TrainingPipeline>(&env, "health-train").await;
+    read_raw::<TrainingPipeline>(env, "health-train").await
+}
 
+/// The batch once Stalled (its Dataproc batch FAILED, no retries left).
+async fn stalled_batch(env: &TestEnv) -> Value {
     env.wait_for::<PreprocessBatch, _>("health-stalled", "Stalled", STEP, |b| {
         b.status
             .as_ref()
             .is_some_and(|st| condition_true(&st.conditions, types::STALLED))
     })
     .await;
-    let stalled = read_raw::<PreprocessBatch>(&env, "health-stalled").await;
+    read_raw::<PreprocessBatch>(env, "health-stalled").await
+}
 
+/// The pipeline created with `spec.suspend`, once Suspended.
+async fn suspended_pipeline(env: &TestEnv) -> Value {
     env.wait_for::<TrainingPipeline, _>("health-suspended", "Suspended", STEP, |tp| {
         tp.status
             .as_ref()
             .is_some_and(|st| st.phase == TrainingPipelinePhase::Suspended)
     })
     .await;
-    let suspended = read_raw::<TrainingPipeline>(&env, "health-suspended").await;
+    read_raw::<TrainingPipeline>(env, "health-suspended").await
+}
 
+/// The training pipeline once Succeeded (Ready=True).
+async fn succeeded_pipeline(env: &TestEnv) -> Value {
     env.wait_for::<TrainingPipeline, _>("health-train", "Succeeded", STEP, |tp| {
         tp.status.as_ref().is_some_and(|st| {
             st.phase == TrainingPipelinePhase::Succeeded && condition_true(&st.conditions, types::READY)
         })
     })
     .await;
-    let succeeded = read_raw::<TrainingPipeline>(&env, "health-train").await;
+    read_raw::<TrainingPipeline>(env, "health-train").await
+}
 
-    // A spec change the controllers cannot have seen: they are stopped (as in a rollout of the
-    // operator) when it is applied, so the object is read with generation 2 and
-    // observedGeneration 1, deterministically.
+/// The slice after a spec change the stopped controllers cannot have seen (generation 2, observed 1).
+async fn spec_changed_while_the_operator_is_stopped(env: &mut TestEnv) -> Value {
+    // The controllers are stopped (as in a rollout of the operator) when the change is applied,
+    // so the object is read with generation 2 and observedGeneration 1, deterministically.
     env.stop_all();
     tokio::time::sleep(Duration::from_millis(200)).await;
     env.api::<TpuSlice>()
@@ -380,21 +441,29 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
         )
         .await
         .unwrap();
-    let stale = read_raw::<TpuSlice>(&env, "health-slice").await;
+    let stale = read_raw::<TpuSlice>(env, "health-slice").await;
     assert_eq!(stale["metadata"]["generation"], 2, "{stale:#}");
     assert_eq!(stale["status"]["observedGeneration"], 1, "{stale:#}");
+    stale
+}
 
-    // The operator is back and catches up; then the slice is deleted. The clock stands still
-    // (step zero) while we wait for the controller's Deleting status, so the node's 60 s cloud
-    // delete cannot finish and the finalizer must still be there when it is read.
+/// The operator is back (a fresh context) and catches up with generation 2.
+async fn restart_and_catch_up(env: &mut TestEnv) {
     let ctx = Arc::new(env.context().await);
-    spawn_controllers(&mut env, &ctx);
+    spawn_controllers(env, &ctx);
     env.wait_for::<TpuSlice, _>("health-slice", "observed generation 2", STEP, |s| {
         s.status.as_ref().is_some_and(|st| {
             st.observed_generation == Some(2) && condition_true(&st.conditions, types::READY)
         })
     })
     .await;
+}
+
+/// The slice while it is deleted: deletionTimestamp, finalizer, the node's cloud delete running.
+async fn deleting_slice(env: &TestEnv) -> Value {
+    // The clock stands still (step zero) while we wait for the controller's Deleting status, so
+    // the node's 60 s cloud delete cannot finish and the finalizer must still be there when it is
+    // read.
     env.api::<TpuSlice>()
         .delete("health-slice", &DeleteParams::default())
         .await
@@ -405,7 +474,7 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
             .is_some_and(|st| st.phase == TpuSlicePhase::Deleting)
     })
     .await;
-    let deleting = read_raw::<TpuSlice>(&env, "health-slice").await;
+    let deleting = read_raw::<TpuSlice>(env, "health-slice").await;
     assert!(
         deleting["metadata"]["deletionTimestamp"].is_string(),
         "{deleting:#}"
@@ -422,13 +491,12 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
         "the cloud delete is still running: {node} in {:#?}",
         env.gcp.nodes()
     );
+    deleting
+}
 
-    env.wait_gone::<TpuSlice>("health-slice", STEP).await;
-    let gone = read_raw::<TpuSlice>(&env, "health-slice").await;
-    assert!(gone.is_null());
-
-    // A deletion that cannot finish: the cloud refuses the node delete, and the controller
-    // reports Stalled (PermissionDenied) while the finalizer holds the object.
+/// A deletion that cannot finish: the cloud refuses the node delete, Stalled, the finalizer held.
+async fn deletion_stuck_on_a_refused_cloud_delete(env: &TestEnv) -> Value {
+    // The controller reports Stalled (PermissionDenied) while the finalizer holds the object.
     env.wait_for::<TpuSlice, _>("health-stuck", "Ready", STEP, |s| {
         s.status
             .as_ref()
@@ -454,30 +522,14 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
         })
     })
     .await;
-    let stuck = read_raw::<TpuSlice>(&env, "health-stuck").await;
-    env.stop_all();
-    env.gcp.clear_faults();
+    read_raw::<TpuSlice>(env, "health-stuck").await
+}
 
-    let objects = [
-        just_applied,
-        ready,
-        running,
-        succeeded,
-        suspended,
-        stalled,
-        stale,
-        deleting,
-        gone,
-        stuck,
-    ];
-    let judge_started = Instant::now();
-    let verdicts = judge(&judge_bin, &objects);
-    let judge_time = judge_started.elapsed();
-
-    // The measured table, for docs/gitops.md.
+/// Prints the measured table, for docs/gitops.md.
+fn print_measured_table(verdicts: &[Judgement]) {
     eprintln!("| state | kind | kstatus | Argo CD | Argo CD message | health.lua alone |");
     eprintln!("|---|---|---|---|---|---|");
-    for (e, v) in expected_health().iter().zip(&verdicts) {
+    for (e, v) in expected_health().iter().zip(verdicts) {
         eprintln!(
             "| {} | {} | {} | {} | {} | {} |",
             e.state,
@@ -488,8 +540,12 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
             v.lua.as_ref().map_or("-", |l| l.status.as_str())
         );
     }
+}
+
+/// Every object is of the table's kind, and both tools' statuses are the table's.
+fn verdicts_match_the_published_table(verdicts: &[Judgement], objects: &[Value]) {
     let mut wrong = Vec::new();
-    for ((e, v), obj) in expected_health().iter().zip(&verdicts).zip(&objects) {
+    for ((e, v), obj) in expected_health().iter().zip(verdicts).zip(objects) {
         if !obj.is_null() {
             assert_eq!(obj["kind"], e.kind, "{}", e.state);
         }
@@ -505,7 +561,10 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
         "verdicts differ from the table:\n{}",
         wrong.join("\n")
     );
+}
 
+/// The messages the tools show say why, in the conditions' own words.
+fn argocd_and_kstatus_messages_say_why(verdicts: &[Judgement], objects: &[Value; 10]) {
     let [
         just_applied,
         ready,
@@ -517,7 +576,7 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
         deleting,
         _gone,
         stuck,
-    ] = &verdicts[..]
+    ] = verdicts
     else {
         unreachable!()
     };
@@ -532,7 +591,7 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
         deleting_obj,
         _,
         stuck_obj,
-    ] = &objects;
+    ] = objects;
     // Argo CD shows the message: it must say why, in the condition's own words.
     assert_eq!(
         just_applied.argocd.message,
@@ -584,12 +643,5 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
     assert!(
         reason_and_message(stuck_obj, "Stalled").starts_with("PermissionDenied: "),
         "{stuck_obj:#}"
-    );
-
-    eprintln!(
-        "gitops health: judged {} objects in {:.2}s; whole test {:.1}s",
-        objects.len(),
-        judge_time.as_secs_f64(),
-        started.elapsed().as_secs_f64()
     );
 }

@@ -126,6 +126,14 @@ async fn policy_refusals_make_no_cloud_call() {
         }),
     );
     start(&mut env, p).await;
+    slices_breaking_a_rule_are_refused_before_any_tpu_call(&env).await;
+    batch_in_a_forbidden_region_is_refused(&env).await;
+    on_demand_vertex_pipeline_is_refused(&env).await;
+    slice_within_the_rules_is_created_in_the_default_project(&env).await;
+}
+
+/// One slice per broken rule is Stalled PolicyDenied with a Warning event, and no TPU call is made.
+async fn slices_breaking_a_rule_are_refused_before_any_tpu_call(env: &TestEnv) {
     let cases = [
         (
             "project",
@@ -168,10 +176,10 @@ async fn policy_refusals_make_no_cloud_call() {
         let (reason, message) = slice_stalled(&s).unwrap();
         assert_eq!(reason, "PolicyDenied", "{name}: {message}");
         assert!(
-            message.contains(&denied_by(&env, field)) && message.contains(fragment),
+            message.contains(&denied_by(env, field)) && message.contains(fragment),
             "{name}: {message}"
         );
-        assert!(has_warning(&env, name, "PolicyDenied", STEP).await, "{name}");
+        assert!(has_warning(env, name, "PolicyDenied", STEP).await, "{name}");
     }
     // Refused before any cloud read: not one TPU call.
     env.idle(Duration::from_millis(300), STEP).await;
@@ -184,8 +192,10 @@ async fn policy_refusals_make_no_cloud_call() {
     assert!(tpu_calls.is_empty(), "{tpu_calls:#?}");
     assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 0);
     assert_eq!(env.gcp.call_count("tpu", "queuedResources.create"), 0);
+}
 
-    // A Dataproc batch in a region the namespace may not use.
+/// A Dataproc batch in a region the namespace may not use is refused without a create.
+async fn batch_in_a_forbidden_region_is_refused(env: &TestEnv) {
     let batch: PreprocessBatch = serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
         "metadata": {"name": "eu-batch"},
@@ -205,9 +215,11 @@ async fn policy_refusals_make_no_cloud_call() {
         "{message}"
     );
     assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 0);
+}
 
-    // A Vertex pipeline on on-demand capacity (the namespace allows spot and queued only); the
-    // project comes from the namespace default.
+/// A Vertex pipeline on on-demand capacity (only spot and queued are allowed) is refused.
+async fn on_demand_vertex_pipeline_is_refused(env: &TestEnv) {
+    // The project comes from the namespace default.
     let tp: TrainingPipeline = serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
         "metadata": {"name": "ondemand"},
@@ -229,9 +241,11 @@ async fn policy_refusals_make_no_cloud_call() {
         "{message}"
     );
     assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 0);
-    assert!(has_warning(&env, "ondemand", "PolicyDenied", STEP).await);
+    assert!(has_warning(env, "ondemand", "PolicyDenied", STEP).await);
+}
 
-    // Allowed: the same slice within the rules is created, in the namespace's default project.
+/// The same slice within the rules is created, in the namespace's default project.
+async fn slice_within_the_rules_is_created_in_the_default_project(env: &TestEnv) {
     env.create(&slice("allowed", json!({}))).await;
     let s: TpuSlice = env.wait_for("allowed", "Ready", STEP, is_ready).await;
     let node = s.status.unwrap().node_name.unwrap();
@@ -524,7 +538,19 @@ async fn service_accounts_and_networks_are_checked_for_all_three_kinds() {
         }),
     );
     start(&mut env, p).await;
-    let field = |f: &str| denied_by(&env, f);
+    slices_with_a_forbidden_account_or_network_are_refused(&env).await;
+    batch_with_a_forbidden_account_is_refused(&env).await;
+    vertex_pipelines_with_a_forbidden_account_or_network_are_refused(&env).await;
+    env.idle(Duration::from_millis(300), STEP).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 0);
+    assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 0);
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 0);
+    slice_with_an_allowed_account_on_the_default_network_is_created(&env).await;
+}
+
+/// Slices running as a forbidden account, or on a forbidden network or subnetwork, are refused.
+async fn slices_with_a_forbidden_account_or_network_are_refused(env: &TestEnv) {
+    let field = |f: &str| denied_by(env, f);
     let cases = [
         (
             "owner-sa",
@@ -567,7 +593,10 @@ async fn service_accounts_and_networks_are_checked_for_all_three_kinds() {
             "{name}: {message}"
         );
     }
+}
 
+/// A Dataproc batch running as a forbidden service account is refused.
+async fn batch_with_a_forbidden_account_is_refused(env: &TestEnv) {
     let batch: PreprocessBatch = serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
         "metadata": {"name": "sa-batch"},
@@ -585,25 +614,31 @@ async fn service_accounts_and_networks_are_checked_for_all_three_kinds() {
     let (reason, message) = stalled(&b.status.unwrap().conditions).unwrap();
     assert_eq!(reason, "PolicyDenied");
     assert!(
-        message.contains(&field("allowedServiceAccounts"))
+        message.contains(&denied_by(env, "allowedServiceAccounts"))
             && message.contains("owner@demo-project.iam.gserviceaccount.com"),
         "{message}"
     );
+}
 
-    let pipeline = |name: &str, vertex_extra: serde_json::Value| -> TrainingPipeline {
-        let mut vertex = json!({"machineType": "ct6e-standard-4t", "tpuTopology": "2x2",
-                                "container": {"image": "us-docker.pkg.dev/p/r/t:1"}});
-        for (k, v) in vertex_extra.as_object().unwrap() {
-            vertex[k] = v.clone();
-        }
-        serde_json::from_value(json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
-            "metadata": {"name": name},
-            "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-data/models/a/"},
-                     "training": {"vertex": vertex}}
-        }))
-        .unwrap()
-    };
+/// A Vertex TPU pipeline named `name`, with `vertex_extra` merged into its `training.vertex`.
+fn vertex_pipeline(name: &str, vertex_extra: serde_json::Value) -> TrainingPipeline {
+    let mut vertex = json!({"machineType": "ct6e-standard-4t", "tpuTopology": "2x2",
+                            "container": {"image": "us-docker.pkg.dev/p/r/t:1"}});
+    for (k, v) in vertex_extra.as_object().unwrap() {
+        vertex[k] = v.clone();
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+        "metadata": {"name": name},
+        "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-data/models/a/"},
+                 "training": {"vertex": vertex}}
+    }))
+    .unwrap()
+}
+
+/// Vertex pipelines running as a forbidden account, or on a forbidden network, are refused.
+async fn vertex_pipelines_with_a_forbidden_account_or_network_are_refused(env: &TestEnv) {
+    let field = |f: &str| denied_by(env, f);
     let vertex_cases = [
         (
             "vertex-sa",
@@ -620,7 +655,7 @@ async fn service_accounts_and_networks_are_checked_for_all_three_kinds() {
         ),
     ];
     for (name, extra, _, _) in &vertex_cases {
-        env.create(&pipeline(name, extra.clone())).await;
+        env.create(&vertex_pipeline(name, extra.clone())).await;
     }
     for (name, _, field, fragment) in &vertex_cases {
         let tp: TrainingPipeline = env
@@ -635,12 +670,10 @@ async fn service_accounts_and_networks_are_checked_for_all_three_kinds() {
             "{name}: {message}"
         );
     }
-    env.idle(Duration::from_millis(300), STEP).await;
-    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 0);
-    assert_eq!(env.gcp.call_count("dataproc", "batches.create"), 0);
-    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 0);
+}
 
-    // Within the rules: an allowed account on the project's default network is created.
+/// Within the rules: an allowed account on the project's default network is created.
+async fn slice_with_an_allowed_account_on_the_default_network_is_created(env: &TestEnv) {
     env.create(&slice(
         "allowed",
         json!({"serviceAccount": {"email": "trainer@team.iam.gserviceaccount.com"}}),

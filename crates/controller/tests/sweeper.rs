@@ -163,8 +163,28 @@ async fn force_remove(env: &TestEnv, name: &str) {
 #[tokio::test]
 async fn compute_engine_orphans_are_reported_then_deleted_with_the_groups_template_and_policy() {
     let mut env = TestEnv::start().await;
+    let before = orphan_a_single_host_and_a_multi_host_slice(&mut env).await;
+    let config = SweeperConfig {
+        mode: Mode::Report,
+        projects: vec!["demo-project".into()],
+        zones: vec![CE_ZONE.into()],
+        report_namespace: env.ns.clone(),
+        ..SweeperConfig::default()
+    };
+    let group = report_mode_reports_the_instance_and_the_group(&env, &config, before).await;
+    let delete = SweeperConfig {
+        mode: Mode::Delete,
+        ..config
+    };
+    let releasing = delete_mode_deletes_the_instance_and_the_group(&env, &delete, &group).await;
+    pending_release_is_kept_in_the_summary(&env, &releasing).await;
+    restarted_sweeper_releases_the_template_and_policy(&env, delete).await;
+}
+
+/// Three slices converge, then two lose their TpuSlices behind the operator's back; what is left.
+async fn orphan_a_single_host_and_a_multi_host_slice(env: &mut TestEnv) -> [usize; 5] {
     let ctx = env.ctx.clone();
-    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
+    env.spawn(tpu_slice::run(ctx, never_shutdown()));
     env.create(&compute_engine_slice("single", "v6e-8")).await;
     env.create(&compute_engine_slice("multi", "v5p-16")).await;
     for name in ["single", "multi"] {
@@ -175,19 +195,20 @@ async fn compute_engine_orphans_are_reported_then_deleted_with_the_groups_templa
     env.wait_for::<TpuSlice, _>("alive", "Ready", STEP, is_ready)
         .await;
     env.stop_all();
-    force_remove(&env, "single").await;
-    force_remove(&env, "multi").await;
-    let before = compute_objects(&env);
+    force_remove(env, "single").await;
+    force_remove(env, "multi").await;
+    let before = compute_objects(env);
     assert_eq!(before, [4, 1, 1, 1, 0], "{:?}", env.gcp.list_resources());
+    before
+}
 
-    let config = SweeperConfig {
-        mode: Mode::Report,
-        projects: vec!["demo-project".into()],
-        zones: vec![CE_ZONE.into()],
-        report_namespace: env.ns.clone(),
-        ..SweeperConfig::default()
-    };
-    let report = Sweeper::new(config.clone()).sweep(&ctx).await.expect("sweep");
+/// Report mode reports one instance and one group (never the members) and touches nothing; the group.
+async fn report_mode_reports_the_instance_and_the_group(
+    env: &TestEnv,
+    config: &SweeperConfig,
+    before: [usize; 5],
+) -> String {
+    let report = Sweeper::new(config.clone()).sweep(&env.ctx).await.expect("sweep");
     assert!(report.errors.is_empty(), "{report:#?}");
     let found: Vec<_> = report
         .orphans
@@ -217,7 +238,7 @@ async fn compute_engine_orphans_are_reported_then_deleted_with_the_groups_templa
         "{group}"
     );
     assert!(report.deleted.is_empty());
-    assert_eq!(compute_objects(&env), before, "report mode touches nothing");
+    assert_eq!(compute_objects(env), before, "report mode touches nothing");
     let cm = env.api::<ConfigMap>().get(SUMMARY_CONFIGMAP).await.unwrap();
     let data = cm.data.unwrap();
     assert!(
@@ -225,28 +246,35 @@ async fn compute_engine_orphans_are_reported_then_deleted_with_the_groups_templa
             && data["orphans"].contains(&format!("compute.instanceGroupManager {group}")),
         "{data:#?}"
     );
+    group
+}
 
-    // Delete mode: the first sweep starts the grace period, the next ones (an hour later)
-    // delete; the sweeps go on, the cloud clock advancing, until the template and policy the
-    // group held are released.
-    let sweeper = Sweeper::new(SweeperConfig {
-        mode: Mode::Delete,
-        ..config
-    });
-    let first = sweeper.sweep(&ctx).await.expect("sweep");
+/// Delete mode deletes the instance and the group after the grace period; the pending releases.
+async fn delete_mode_deletes_the_instance_and_the_group(
+    env: &TestEnv,
+    config: &SweeperConfig,
+    group: &str,
+) -> Vec<String> {
+    // The first sweep starts the grace period, the next one (an hour later) deletes; the
+    // template and policy the group held wait for it to be gone.
+    let sweeper = Sweeper::new(config.clone());
+    let first = sweeper.sweep(&env.ctx).await.expect("sweep");
     assert_eq!(first.orphans.len(), 2);
     assert!(first.deleted.is_empty(), "grace period: {first:#?}");
     env.gcp.clock().advance(Duration::from_secs(3600));
-    let due = sweeper.sweep(&ctx).await.expect("sweep");
+    let due = sweeper.sweep(&env.ctx).await.expect("sweep");
     assert_eq!(due.deleted.len(), 2, "{due:#?}");
-    assert!(due.deleted.contains(&group), "{due:#?}");
+    assert!(due.deleted.iter().any(|d| d == group), "{due:#?}");
     assert_eq!(
         due.releasing.len(),
         1,
         "the group's template and policy wait: {due:#?}"
     );
-    // The group finishes deleting with no sweep running, and the operator restarts: the pending
-    // release is read back from the summary ConfigMap (no member is left to name the group).
+    due.releasing
+}
+
+/// The group finishes deleting with no sweep running; the pending release stays in the summary.
+async fn pending_release_is_kept_in_the_summary(env: &TestEnv, releasing: &[String]) {
     for _ in 0..30 {
         if env.gcp.resource_counts().instance_group_managers == 0 {
             break;
@@ -254,32 +282,37 @@ async fn compute_engine_orphans_are_reported_then_deleted_with_the_groups_templa
         env.idle(Duration::from_millis(20), STEP).await;
     }
     assert_eq!(
-        compute_objects(&env),
+        compute_objects(env),
         [1, 1, 1, 0, 0],
         "{:?}",
         env.gcp.list_resources()
     );
     let cm = env.api::<ConfigMap>().get(SUMMARY_CONFIGMAP).await.unwrap();
-    assert_eq!(cm.data.unwrap()["releases"], due.releasing[0]);
-    let sweeper = Sweeper::new(sweeper.config.clone());
+    assert_eq!(cm.data.unwrap()["releases"], releasing[0]);
+}
+
+/// After a restart the release is read back (no member is left to name the group) and finished.
+async fn restarted_sweeper_releases_the_template_and_policy(env: &TestEnv, config: SweeperConfig) {
+    // The sweeps go on, the cloud clock advancing, until the template and policy are released.
+    let sweeper = Sweeper::new(config);
     let mut released = Vec::new();
     for _ in 0..30 {
         env.idle(Duration::from_millis(50), STEP).await;
-        let r = sweeper.sweep(&ctx).await.expect("sweep");
+        let r = sweeper.sweep(&env.ctx).await.expect("sweep");
         assert!(r.errors.is_empty(), "{r:#?}");
         released.extend(r.released);
-        if compute_objects(&env) == [1, 0, 0, 0, 0] && r.releasing.is_empty() {
+        if compute_objects(env) == [1, 0, 0, 0, 0] && r.releasing.is_empty() {
             break;
         }
     }
     assert_eq!(
-        compute_objects(&env),
+        compute_objects(env),
         [1, 0, 0, 0, 0],
         "only the live slice's instance is left: {:?}",
         env.gcp.list_resources()
     );
     assert_eq!(released.len(), 1, "{released:?}");
-    let last = sweeper.sweep(&ctx).await.expect("sweep");
+    let last = sweeper.sweep(&env.ctx).await.expect("sweep");
     assert!(last.orphans.is_empty() && last.releasing.is_empty(), "{last:#?}");
     let cm = env.api::<ConfigMap>().get(SUMMARY_CONFIGMAP).await.unwrap();
     assert!(!cm.data.unwrap().contains_key("releases"));

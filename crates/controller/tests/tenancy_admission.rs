@@ -161,12 +161,37 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
     let mut env = TestEnv::start().await;
     let ns = env.ns.clone();
     let tenant = format!("tenant-{ns}");
+    let team_b = create_both_teams_policies(&env, &tenant).await;
+    let admission = install_admission(&env).await;
+    let ctx = Arc::new(env.context().await);
+    spawn_operator(&mut env, &ctx, never_shutdown());
+
+    slices_with_forbidden_fields_are_refused_at_admission(&env, &tenant).await;
+    batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(&env, &tenant).await;
+    allowed_slice_converges_and_its_chips_show_in_the_policy(&env, &tenant).await;
+    over_the_chip_quota_the_controller_refuses_with_no_cloud_call(&env, &tenant).await;
+    chips_go_back_and_the_other_teams_policy_never_selects_this_namespace(&env, &tenant).await;
+    team_b_gets_its_own_policy_and_not_team_as(&env, &team_b).await;
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
+        .delete(&team_b, &DeleteParams::default())
+        .await;
+    remove_admission(&env, &admission).await;
+}
+
+/// How a refusal by the policy `tenant` names `field`.
+fn denied_by(tenant: &str, field: &str) -> String {
+    format!("denied by TpuPolicy {tenant}, spec.{field}:")
+}
+
+/// Creates team A's policy `tenant` (the test's namespace) and team B's (a labelled namespace).
+async fn create_both_teams_policies(env: &TestEnv, tenant: &str) -> String {
+    let ns = env.ns.clone();
     let policies = Api::<TpuPolicy>::all(env.client.clone());
     policies
         .create(
             &PostParams::default(),
             &policy(
-                tenant.clone(),
+                tenant.to_owned(),
                 json!({
                     "namespaces": [ns],
                     "defaultProject": "team-a-proj",
@@ -187,8 +212,8 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
     // what team A's forbids (another zone, on-demand) and forbids what team A's allows.
     let team_b = format!("b-{ns}");
     let team_b = &team_b[..team_b.len().min(63)];
-    label_namespace(&env, &ns, json!({})).await;
-    label_namespace(&env, team_b, json!({"team": team_b})).await;
+    label_namespace(env, &ns, json!({})).await;
+    label_namespace(env, team_b, json!({"team": team_b})).await;
     policies
         .create(
             &PostParams::default(),
@@ -200,11 +225,11 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
         )
         .await
         .unwrap();
-    let admission = install_admission(&env).await;
-    let ctx = Arc::new(env.context().await);
-    spawn_operator(&mut env, &ctx, never_shutdown());
+    team_b.to_owned()
+}
 
-    let by = |field: &str| format!("denied by TpuPolicy {tenant}, spec.{field}:");
+/// Every slice field the object alone decides is refused at create time, naming policy and field.
+async fn slices_with_forbidden_fields_are_refused_at_admission(env: &TestEnv, tenant: &str) {
     let cases = [
         ("proj", json!({"project": "other-proj"}), "allowedProjects"),
         ("zone", json!({"zone": "us-central2-b"}), "allowedZones"),
@@ -240,10 +265,14 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
         ),
     ];
     for (name, extra, field) in cases {
-        let message = refused(&env, &slice(name, extra)).await;
-        assert!(message.contains(&by(field)), "{name}: {message}");
+        let message = refused(env, &slice(name, extra)).await;
+        assert!(message.contains(&denied_by(tenant, field)), "{name}: {message}");
         assert!(message.contains("ValidatingAdmissionPolicy"), "{name}: {message}");
     }
+}
+
+/// A batch's service account and a pipeline's capacity are refused too; nothing reached the cloud.
+async fn batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(env: &TestEnv, tenant: &str) {
     let batch: PreprocessBatch = serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
         "metadata": {"name": "batch-sa"},
@@ -251,8 +280,11 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
                  "execution": {"serviceAccount": "etl@prod-proj.iam.gserviceaccount.com"}}
     }))
     .unwrap();
-    let message = refused(&env, &batch).await;
-    assert!(message.contains(&by("allowedServiceAccounts")), "{message}");
+    let message = refused(env, &batch).await;
+    assert!(
+        message.contains(&denied_by(tenant, "allowedServiceAccounts")),
+        "{message}"
+    );
     let pipeline: TrainingPipeline = serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
         "metadata": {"name": "vertex-on-demand"},
@@ -261,15 +293,20 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
                                           "container": {"image": "us-docker.pkg.dev/p/r/t:1"}}}}
     }))
     .unwrap();
-    let message = refused(&env, &pipeline).await;
-    assert!(message.contains(&by("allowedCapacity")), "{message}");
+    let message = refused(env, &pipeline).await;
+    assert!(
+        message.contains(&denied_by(tenant, "allowedCapacity")),
+        "{message}"
+    );
     assert_eq!(
         env.gcp.call_count("tpu", "nodes.create"),
         0,
         "nothing refused reached the cloud"
     );
+}
 
-    // Allowed: converges in the default project, and the policy shows its chips.
+/// Allowed: a slice converges in the default project, and the policy shows its chips.
+async fn allowed_slice_converges_and_its_chips_show_in_the_policy(env: &TestEnv, tenant: &str) {
     env.create(&slice("ok", json!({}))).await;
     env.wait_for::<TpuSlice, _>("ok", "Ready", STEP, |s| {
         s.status.as_ref().is_some_and(|st| {
@@ -277,12 +314,14 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
         })
     })
     .await;
-    let p = wait_policy(&env, &tenant, |s| s.chips == 8).await;
+    let p = wait_policy(env, tenant, |s| s.chips == 8).await;
     let status = p.status.unwrap();
     assert_eq!((status.selected_namespaces, status.refused), (1, 0), "{status:?}");
-    assert_eq!(status.namespaces[0].name, ns);
+    assert_eq!(status.namespaces[0].name, env.ns);
+}
 
-    // Over the chip quota: admission cannot know usage, the controller refuses with no cloud call.
+/// Over the chip quota: admission cannot know usage, the controller refuses with no cloud call.
+async fn over_the_chip_quota_the_controller_refuses_with_no_cloud_call(env: &TestEnv, tenant: &str) {
     env.create(&slice("over", json!({}))).await;
     let over: TpuSlice = env
         .wait_for("over", "PolicyDenied", STEP, |s: &TpuSlice| {
@@ -295,24 +334,32 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
     let message = &find_condition(&over_status.conditions, types::STALLED)
         .unwrap()
         .message;
-    assert!(message.contains(&by("maxChips")), "{message}");
+    assert!(message.contains(&denied_by(tenant, "maxChips")), "{message}");
     assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
-    wait_policy(&env, &tenant, |s| s.refused == 1).await;
+    wait_policy(env, tenant, |s| s.refused == 1).await;
+}
 
-    // Chips go back when the slice goes; the other team's policy never selected this namespace.
+/// Chips go back when the slice goes; the other team's policy never selected this namespace.
+async fn chips_go_back_and_the_other_teams_policy_never_selects_this_namespace(env: &TestEnv, tenant: &str) {
     env.api::<TpuSlice>()
         .delete("ok", &DeleteParams::default())
         .await
         .unwrap();
-    wait_policy(&env, &tenant, |s| s.chips == 0 || s.chips == 8 && s.refused == 0).await;
-    let other = policies.get(&format!("other-{ns}")).await.unwrap();
+    wait_policy(env, tenant, |s| s.chips == 0 || s.chips == 8 && s.refused == 0).await;
+    let ns = &env.ns;
+    let other = Api::<TpuPolicy>::all(env.client.clone())
+        .get(&format!("other-{ns}"))
+        .await
+        .unwrap();
     assert!(
         other
             .status
-            .is_none_or(|s| s.namespaces.iter().all(|n| n.name != ns))
+            .is_none_or(|s| s.namespaces.iter().all(|n| n.name != *ns))
     );
+}
 
-    // Team B's namespace: its policy applies there, team A's does not.
+/// Team B's namespace: its policy applies there, team A's does not.
+async fn team_b_gets_its_own_policy_and_not_team_as(env: &TestEnv, team_b: &str) {
     let in_b = |name: &str, extra: serde_json::Value| {
         let mut s = slice(name, extra);
         s.metadata.namespace = Some(team_b.to_string());
@@ -326,6 +373,7 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
         Err(kube::Error::Api(e)) => e.message,
         other => panic!("team B's slice in us-east5-b was not refused: {other:?}"),
     };
+    let ns = &env.ns;
     assert!(
         message.contains(&format!("denied by TpuPolicy other-{ns}, spec.allowedZones:")),
         "{message}"
@@ -339,10 +387,6 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
         .await
         .expect("team A's policy does not apply in team B's namespace");
     b_api.delete("b-central", &DeleteParams::default()).await.unwrap();
-    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
-        .delete(team_b, &DeleteParams::default())
-        .await;
-    remove_admission(&env, &admission).await;
 }
 
 async fn wait_policy(

@@ -275,6 +275,64 @@ pub async fn binary_world(dir: &std::path::Path) -> World {
 pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashReport {
     let started = Instant::now();
     let mut rng = crate::rng(seed);
+    let Choice {
+        backend,
+        capacity,
+        training,
+        flow,
+    } = choose(seed, &cfg, &mut rng);
+    let expected = expected_for(capacity, training, cfg.vertex_faults);
+    if cfg.vertex_faults {
+        inject_vertex_faults(&world.gcp);
+    }
+    let (lo, hi) = cfg.kills_per_phase;
+    let mut run = Run {
+        world,
+        rng,
+        cfg,
+        expected,
+        kills: 0,
+        violations: Violations::default(),
+        duplicates: 0,
+    };
+
+    run.create_objects(capacity, training).await;
+    let kills = run.rng.random_range(lo..=hi);
+    match flow {
+        Flow::Lifecycle => run.converge_then_update(kills, capacity.backend(), lo, hi).await,
+        Flow::EarlyDelete => run.early_create().await,
+    }
+    run.delete_everything(lo, hi).await;
+    let leaks = run.leaks_and_duplicate_creates().await;
+    run.world.kill_operator().await;
+
+    let jobs_made = vertex_jobs_made(&run.world.gcp);
+    CrashReport {
+        seed,
+        flow,
+        backend,
+        capacity,
+        training,
+        kills: run.kills,
+        duplicates: run.duplicates,
+        leaks,
+        violations: run.violations,
+        gcp_calls: run.world.gcp_calls(),
+        jobs_made,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// What a seed picks for its run.
+struct Choice {
+    backend: Backend,
+    capacity: Capacity,
+    training: Training,
+    flow: Flow,
+}
+
+/// The seed's choices, drawn from `rng` always in the same order (a seed replays its run).
+fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
     let backend = cfg.backend.unwrap_or(if seed.is_multiple_of(2) {
         Backend::TpuApi
     } else {
@@ -303,12 +361,22 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
     } else {
         Flow::EarlyDelete
     };
+    Choice {
+        backend,
+        capacity,
+        training,
+        flow,
+    }
+}
+
+/// The most cloud resources the run's slice, batch and pipeline may create.
+fn expected_for(capacity: Capacity, training: Training, vertex_faults: bool) -> Expected {
     let owned = capacity.owns();
     let trains_on = match training {
         Training::TpuVm(c) => c.owns(),
         Training::Vertex => fixtures::Owned::default(),
     };
-    let expected = Expected {
+    Expected {
         nodes: owned.nodes + trains_on.nodes,
         queued: owned.queued + trains_on.queued,
         instances: owned.instances + trains_on.instances,
@@ -316,105 +384,89 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
         resize_requests: owned.resize_requests + trains_on.resize_requests,
         batches: 1 + usize::from(training == Training::Vertex),
         // Under Vertex faults duplicates are made by design; what counts is none left running.
-        jobs: if cfg.vertex_faults {
+        jobs: if vertex_faults {
             usize::MAX
         } else {
             usize::from(training == Training::Vertex)
         },
-    };
-    if cfg.vertex_faults {
-        inject_vertex_faults(&world.gcp);
     }
-    let (lo, hi) = cfg.kills_per_phase;
-    let mut run = Run {
-        world,
-        rng,
-        cfg,
-        expected,
-        kills: 0,
-        violations: Violations::default(),
-        duplicates: 0,
-    };
+}
 
-    run.world.start_operator().await;
-    run.world.create(&fixtures::slice("s", capacity)).await;
-    run.world.create(&fixtures::batch("b")).await;
-    run.world.create(&fixtures::pipeline("p", training)).await;
-
-    let kills = run.rng.random_range(lo..=hi);
-    match flow {
-        Flow::Lifecycle => {
-            let created = run.phase("create", kills, |s| invariants::converged(s, 3)).await;
-            if created.is_some() {
-                let dup = invariants::live_duplicates(&run.world.gcp);
-                run.duplicates += dup.0.len();
-                for v in dup.0 {
-                    run.violations.push(format!("after create: {v}"));
-                }
-                for v in settled_inconsistencies(run.world).await.0 {
-                    run.violations.push(format!("after create: {v}"));
-                }
-                update(&mut run, capacity.backend(), lo, hi).await;
-            }
-        }
-        Flow::EarlyDelete => {
-            // Let the creates get under way (and crash in them) for a random number of ticks.
-            let ticks = run.rng.random_range(0..40u32);
-            let kill_after = run.rng.random_range(0..=1);
-            let mut n = 0;
-            run.phase("early create", kill_after, |_| {
-                n += 1;
-                n > ticks
-            })
-            .await;
-        }
-    }
-
-    // Delete everything (the pipeline first: its children go by garbage collection).
-    run.world.delete::<TrainingPipeline>("p").await;
-    run.world.delete::<TpuSlice>("s").await;
-    run.world.delete::<PreprocessBatch>("b").await;
-    let kills = run.rng.random_range(lo..=hi);
-    let gone = run.phase("delete", kills, Snapshot::is_empty).await;
-    if gone.is_none() {
-        let snap = run.world.snapshot().await;
-        for v in invariants::stuck(&snap).0 {
-            run.violations.push(format!("after delete: {v}"));
-        }
-    }
-    // Let delete operations finish in the cloud (DELETING → gone), then look for leaks.
-    for _ in 0..40 {
-        run.world.advance(STEP);
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let leaks = invariants::leftovers(&run.world.gcp);
-    let leak_count = leaks.0.len();
-    run.violations.extend(leaks);
-    let dup = invariants::duplicate_creates(&run.world.gcp, expected);
-    run.duplicates += dup.0.len();
-    run.violations.extend(dup);
-    run.world.kill_operator().await;
-
-    let jobs_made = run
-        .world
-        .gcp
-        .calls()
+/// Vertex jobs made: successful creates plus creates whose reply was lost.
+fn vertex_jobs_made(gcp: &gcp_emulator::Emulator) -> usize {
+    gcp.calls()
         .iter()
         .filter(|c| c.method == "customJobs.create" && (c.status < 300 || c.status == 503))
-        .count();
-    CrashReport {
-        seed,
-        flow,
-        backend,
-        capacity,
-        training,
-        kills: run.kills,
-        duplicates: run.duplicates,
-        leaks: leak_count,
-        violations: run.violations,
-        gcp_calls: run.world.gcp_calls(),
-        jobs_made,
-        elapsed: started.elapsed(),
+        .count()
+}
+
+impl Run<'_> {
+    /// Starts the operator and creates the slice, the batch and the pipeline.
+    async fn create_objects(&mut self, capacity: Capacity, training: Training) {
+        self.world.start_operator().await;
+        self.world.create(&fixtures::slice("s", capacity)).await;
+        self.world.create(&fixtures::batch("b")).await;
+        self.world.create(&fixtures::pipeline("p", training)).await;
+    }
+
+    /// [`Flow::Lifecycle`]: converges under `kills` kills, checks, then runs [`update`].
+    async fn converge_then_update(&mut self, kills: u32, backend: Backend, lo: u32, hi: u32) {
+        let created = self.phase("create", kills, |s| invariants::converged(s, 3)).await;
+        if created.is_some() {
+            let dup = invariants::live_duplicates(&self.world.gcp);
+            self.duplicates += dup.0.len();
+            for v in dup.0 {
+                self.violations.push(format!("after create: {v}"));
+            }
+            for v in settled_inconsistencies(self.world).await.0 {
+                self.violations.push(format!("after create: {v}"));
+            }
+            update(self, backend, lo, hi).await;
+        }
+    }
+
+    /// [`Flow::EarlyDelete`]: lets the creates get under way (and crash in them) for random ticks.
+    async fn early_create(&mut self) {
+        let ticks = self.rng.random_range(0..40u32);
+        let kill_after = self.rng.random_range(0..=1);
+        let mut n = 0;
+        self.phase("early create", kill_after, |_| {
+            n += 1;
+            n > ticks
+        })
+        .await;
+    }
+
+    /// Deletes everything under kills; what is still there when the phase runs out is stuck.
+    async fn delete_everything(&mut self, lo: u32, hi: u32) {
+        // The pipeline first: its children go by garbage collection.
+        self.world.delete::<TrainingPipeline>("p").await;
+        self.world.delete::<TpuSlice>("s").await;
+        self.world.delete::<PreprocessBatch>("b").await;
+        let kills = self.rng.random_range(lo..=hi);
+        let gone = self.phase("delete", kills, Snapshot::is_empty).await;
+        if gone.is_none() {
+            let snap = self.world.snapshot().await;
+            for v in invariants::stuck(&snap).0 {
+                self.violations.push(format!("after delete: {v}"));
+            }
+        }
+    }
+
+    /// Records leaks and duplicate creates once the cloud's deletes finished; the number of leaks.
+    async fn leaks_and_duplicate_creates(&mut self) -> usize {
+        // Let delete operations finish in the cloud (DELETING → gone), then look for leaks.
+        for _ in 0..40 {
+            self.world.advance(STEP);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let leaks = invariants::leftovers(&self.world.gcp);
+        let leak_count = leaks.0.len();
+        self.violations.extend(leaks);
+        let dup = invariants::duplicate_creates(&self.world.gcp, self.expected);
+        self.duplicates += dup.0.len();
+        self.violations.extend(dup);
+        leak_count
     }
 }
 

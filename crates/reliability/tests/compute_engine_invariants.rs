@@ -11,11 +11,24 @@ use tpu_operator_reliability::{
     crash::{STEP, describe},
     fixtures::{self, Capacity, PROJECT, ZONE},
     invariants::{self, UID_LABEL},
+    world::Snapshot,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compute_engine_slices_are_seen_by_the_duplicate_leak_and_status_checks() {
     let mut world = World::start().await;
+    let snap = three_compute_engine_slices_converge(&mut world).await;
+    converged_slices_pass_the_status_and_duplicate_checks(&world, &snap);
+    duplicate_creates_count_instances_groups_and_resize_requests(&world.gcp);
+    leftovers_name_every_kind_and_billable_counts_them(&world.gcp);
+    world.kill_operator().await;
+    let uid = insert_a_copy_of_the_single_host_instance(&world).await;
+    the_copy_is_a_live_duplicate_and_a_status_inconsistency(&world, &uid).await;
+    without_the_copy_deleting_the_slices_leaves_nothing(&mut world).await;
+}
+
+/// A single-host, a multi-host and a flex-start slice converge; the converged snapshot.
+async fn three_compute_engine_slices_converge(world: &mut World) -> Snapshot {
     world.start_operator().await;
     for (name, capacity) in [
         ("one", Capacity::ComputeSpot),
@@ -24,16 +37,23 @@ async fn compute_engine_slices_are_seen_by_the_duplicate_leak_and_status_checks(
     ] {
         world.create(&fixtures::slice(name, capacity)).await;
     }
-    let snap = world
+    world
         .drive(Duration::from_secs(60), STEP, |s| invariants::converged(s, 3))
         .await
-        .unwrap_or_else(|s| panic!("not converged: {}", describe(&s)));
+        .unwrap_or_else(|s| panic!("not converged: {}", describe(&s)))
+}
+
+/// The status and live-duplicate checks pass on the converged slices.
+fn converged_slices_pass_the_status_and_duplicate_checks(world: &World, snap: &Snapshot) {
     let gcp = &world.gcp;
-    let v = invariants::status_consistent(&snap, gcp);
+    let v = invariants::status_consistent(snap, gcp);
     assert!(v.is_empty(), "{v}");
     let v = invariants::live_duplicates(gcp);
     assert!(v.is_empty(), "{v}");
+}
 
+/// The creates fit what the three may own; a smaller allowance is exceeded in all three counts.
+fn duplicate_creates_count_instances_groups_and_resize_requests(gcp: &gcp_emulator::Emulator) {
     // What the three may own: one instance inserted directly, two MIGs, one resize request.
     let owned = Expected {
         instances: 1,
@@ -52,9 +72,12 @@ async fn compute_engine_slices_are_seen_by_the_duplicate_leak_and_status_checks(
         3,
         "instances, MIGs and resize requests are each counted"
     );
+}
 
-    // Nothing is deleted yet: the leak check names every kind there is, and the billable count
-    // is 1 + 4 (v6e-16) + 1 (flex v6e-8) instances, 2 MIGs and 1 resize request.
+/// Before any deletion the leak check names every Compute Engine kind, and billable counts 9.
+fn leftovers_name_every_kind_and_billable_counts_them(gcp: &gcp_emulator::Emulator) {
+    // The billable count is 1 + 4 (v6e-16) + 1 (flex v6e-8) instances, 2 MIGs and 1 resize
+    // request.
     let left = invariants::leftovers(gcp);
     for kind in [
         "instance left",
@@ -67,10 +90,19 @@ async fn compute_engine_slices_are_seen_by_the_duplicate_leak_and_status_checks(
         assert!(left.0.iter().any(|l| l.contains(&what)), "{what}:\n{left}");
     }
     assert_eq!(invariants::billable(gcp), 9, "{:?}", gcp.list_resources());
+}
 
-    // A second instance with the single-host slice's UID (as a lost insert reply followed by a
-    // create under another name would make): a duplicate, and not the one the status names.
-    world.kill_operator().await;
+/// The emulator's Compute Engine instances collection in the test zone.
+fn instances_url(gcp: &gcp_emulator::Emulator) -> String {
+    format!(
+        "{}/compute/v1/projects/{PROJECT}/zones/{ZONE}/instances",
+        gcp.url().trim_end_matches('/')
+    )
+}
+
+/// Inserts "one-copy", an instance with the single-host slice's UID; returns that UID.
+async fn insert_a_copy_of_the_single_host_instance(world: &World) -> String {
+    // As a lost insert reply followed by a create under another name would make.
     let gcp = &world.gcp;
     let original = gcp
         .instances()
@@ -78,10 +110,6 @@ async fn compute_engine_slices_are_seen_by_the_duplicate_leak_and_status_checks(
         .find(|i| i["labels"]["tpu-operator-name"] == "one")
         .expect("the single-host slice's instance");
     let uid = original["labels"][UID_LABEL].as_str().unwrap().to_owned();
-    let instances = format!(
-        "{}/compute/v1/projects/{PROJECT}/zones/{ZONE}/instances",
-        gcp.url().trim_end_matches('/')
-    );
     let mut copy = json!({"name": "one-copy"});
     for field in [
         "machineType",
@@ -94,9 +122,8 @@ async fn compute_engine_slices_are_seen_by_the_duplicate_leak_and_status_checks(
         copy[field] = original[field].clone();
     }
     copy["networkInterfaces"] = json!([{"network": original["networkInterfaces"][0]["network"]}]);
-    let http = reqwest::Client::new();
-    let answer = http
-        .post(&instances)
+    let answer = reqwest::Client::new()
+        .post(instances_url(gcp))
         .json(&copy)
         .send()
         .await
@@ -107,20 +134,28 @@ async fn compute_engine_slices_are_seen_by_the_duplicate_leak_and_status_checks(
         "{status}: {:?}",
         answer.json::<Value>().await
     );
+    uid
+}
+
+/// The copy is a live duplicate of `uid`, and not the instance the slice's status names.
+async fn the_copy_is_a_live_duplicate_and_a_status_inconsistency(world: &World, uid: &str) {
     world.idle_ticks(4).await;
+    let gcp = &world.gcp;
     let dup = invariants::live_duplicates(gcp);
     assert_eq!(dup.0.len(), 1, "{dup}");
-    assert!(dup.0[0].contains(&uid) && dup.0[0].contains("one-copy"), "{dup}");
+    assert!(dup.0[0].contains(uid) && dup.0[0].contains("one-copy"), "{dup}");
     let v = invariants::status_consistent(&world.snapshot().await, gcp);
     assert!(
         v.0.iter()
             .any(|l| l.contains("instance one-copy carries its UID")),
         "{v}"
     );
+}
 
-    // Without it, deleting the slices leaves nothing of any kind.
-    let answer = http
-        .delete(format!("{instances}/one-copy"))
+/// Without the copy, deleting the slices leaves nothing of any kind.
+async fn without_the_copy_deleting_the_slices_leaves_nothing(world: &mut World) {
+    let answer = reqwest::Client::new()
+        .delete(format!("{}/one-copy", instances_url(&world.gcp)))
         .send()
         .await
         .expect("instances.delete");

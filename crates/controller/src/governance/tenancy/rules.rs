@@ -350,19 +350,39 @@ mod tests {
         }
     }
 
-    #[test]
-    fn table() {
-        use CapacityKind::*;
+    /// A table case: (request, usage, expected: None = allowed, Some((field, retry, fragment))).
+    type Case<'a> = (Request, &'a Usage, Option<(&'a str, bool, &'a str)>);
+
+    /// Evaluates every case against [`team_a`] (named `team-a`): allowed, or denied by `field`
+    /// with `retry` and a message containing `fragment`.
+    fn check_team_a(cases: Vec<Case<'_>>) {
         let policy = team_a();
         let rule = Rule {
             name: "team-a",
             policy: &policy,
         };
+        for (req, usage, want) in cases {
+            let got = evaluate(Some(rule), &req, Some(usage));
+            match (want, got) {
+                (None, Ok(())) => {}
+                (Some((field, retry, fragment)), Err(d)) => {
+                    assert!(
+                        d.message.contains(&format!("TpuPolicy team-a, spec.{field}:")),
+                        "{req:?}: {d:?}"
+                    );
+                    assert!(d.message.contains(fragment), "{req:?}: {}", d.message);
+                    assert_eq!(d.retry, retry, "{}", d.message);
+                }
+                (want, got) => panic!("{req:?}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn table_projects_regions_and_zones() {
+        use CapacityKind::*;
         let none = usage(0, 0.0);
-        let (twelve, eight, spending) = (usage(12, 0.0), usage(8, 0.0), usage(0, 30.0));
-        // (request, usage, expected: None = allowed, Some((field, retry, fragment)))
-        type Expect<'a> = Option<(&'a str, bool, &'a str)>;
-        let cases: Vec<(Request, &Usage, Expect)> = vec![
+        check_team_a(vec![
             (slice("team-a", "us-east5-b", "v6e-8", Spot), &none, None),
             (slice("shared-x", "us-central2-b", "v4-8", Queued), &none, None),
             (
@@ -388,6 +408,14 @@ mod tests {
                     "zone \"us-east5-a\"; allowed: us-east5-b, us-central2-*",
                 )),
             ),
+        ]);
+    }
+
+    #[test]
+    fn table_accelerators_capacity_and_object_spend() {
+        use CapacityKind::*;
+        let none = usage(0, 0.0);
+        check_team_a(vec![
             (
                 slice("team-a", "us-east5-b", "v5p-8", Spot),
                 &none,
@@ -420,6 +448,14 @@ mod tests {
                     "$51.52/h; allowed per object: $30.00/h",
                 )),
             ),
+        ]);
+    }
+
+    #[test]
+    fn table_namespace_chips_and_budget() {
+        use CapacityKind::*;
+        let (twelve, eight, spending) = (usage(12, 0.0), usage(8, 0.0), usage(0, 30.0));
+        check_team_a(vec![
             (
                 slice("team-a", "us-east5-b", "v6e-8", Spot),
                 &twelve,
@@ -439,22 +475,7 @@ mod tests {
                     "budget: TpuSlice would add $10.80/h to the $30.00/h",
                 )),
             ),
-        ];
-        for (req, usage, want) in cases {
-            let got = evaluate(Some(rule), &req, Some(usage));
-            match (want, got) {
-                (None, Ok(())) => {}
-                (Some((field, retry, fragment)), Err(d)) => {
-                    assert!(
-                        d.message.contains(&format!("TpuPolicy team-a, spec.{field}:")),
-                        "{req:?}: {d:?}"
-                    );
-                    assert!(d.message.contains(fragment), "{req:?}: {}", d.message);
-                    assert_eq!(d.retry, retry, "{}", d.message);
-                }
-                (want, got) => panic!("{req:?}: want {want:?}, got {got:?}"),
-            }
-        }
+        ]);
     }
 
     #[test]
@@ -481,9 +502,9 @@ mod tests {
         assert!(d.message.contains("allowed: none"), "{}", d.message);
     }
 
-    #[test]
-    fn service_accounts_networks_and_adoption() {
-        let policy = TpuPolicySpec {
+    /// A policy on service accounts, networks and subnetworks only (no adoption).
+    fn accounts_and_networks() -> TpuPolicySpec {
+        TpuPolicySpec {
             allowed_service_accounts: Some(vec![
                 "*@team-a.iam.gserviceaccount.com".into(),
                 "shared@platform.iam.gserviceaccount.com".into(),
@@ -494,21 +515,35 @@ mod tests {
             ]),
             allowed_subnetworks: Some(vec!["team-*".into()]),
             ..Default::default()
-        };
-        let rule = Rule {
-            name: "team-a",
-            policy: &policy,
-        };
-        let ok = Request {
+        }
+    }
+
+    /// A Dataproc batch that [`accounts_and_networks`] allows.
+    fn allowed_batch() -> Request {
+        Request {
             what: "Dataproc batch".into(),
             project: "team-a".into(),
             region: "us-east5".into(),
             service_account: Some("etl@team-a.iam.gserviceaccount.com".into()),
             network: NetworkUse::Named("team-net".into()),
             ..Default::default()
+        }
+    }
+
+    /// `req` against [`accounts_and_networks`] (named `team-a`), the denial as its message.
+    fn check_accounts_and_networks(req: &Request) -> Result<(), String> {
+        let policy = accounts_and_networks();
+        let rule = Rule {
+            name: "team-a",
+            policy: &policy,
         };
-        let check = |req: Request| evaluate(Some(rule), &req, None).map_err(|d| d.message);
-        assert_eq!(check(ok.clone()), Ok(()));
+        evaluate(Some(rule), req, None).map_err(|d| d.message)
+    }
+
+    #[test]
+    fn service_accounts_networks_and_adoption_denied() {
+        let ok = allowed_batch();
+        assert_eq!(check_accounts_and_networks(&ok), Ok(()));
         for (req, fragment) in [
             (
                 Request {
@@ -560,13 +595,18 @@ mod tests {
                 "allowAdoption: Dataproc batch: this namespace may not adopt existing TPU nodes",
             ),
         ] {
-            let got = check(req).unwrap_err();
+            let got = check_accounts_and_networks(&req).unwrap_err();
             assert!(
                 got.contains(&format!("TpuPolicy team-a, spec.{fragment}")) || got.contains(fragment),
                 "{got}"
             );
             assert!(got.starts_with("denied by TpuPolicy team-a, spec."), "{got}");
         }
+    }
+
+    #[test]
+    fn service_accounts_and_networks_allowed_in_every_form() {
+        let ok = allowed_batch();
         for req in [
             Request {
                 network: NetworkUse::Named(
@@ -586,9 +626,13 @@ mod tests {
                 ..ok.clone()
             },
         ] {
-            assert_eq!(check(req.clone()), Ok(()), "{req:?}");
+            assert_eq!(check_accounts_and_networks(&req), Ok(()), "{req:?}");
         }
-        // A subnetwork alone cannot be checked against a network list.
+    }
+
+    /// A subnetwork alone cannot be checked against a network list.
+    #[test]
+    fn subnetwork_alone_is_denied_by_a_network_list() {
         let networks_only = TpuPolicySpec {
             allowed_networks: Some(vec!["team-net".into()]),
             allow_adoption: true,
@@ -602,7 +646,7 @@ mod tests {
             network: NetworkUse::OfSubnetwork,
             subnetwork: Some("s".into()),
             adopt: Some("n".into()),
-            ..ok
+            ..allowed_batch()
         };
         let d = evaluate(Some(rule), &subnet_only, None).unwrap_err();
         assert!(

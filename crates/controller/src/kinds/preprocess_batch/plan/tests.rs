@@ -83,15 +83,43 @@ fn got(d: &Plan) -> Got {
     }
 }
 
+/// An apply case: (case, template, status, observed, now, expected).
+type ApplyCase = (
+    &'static str,
+    BatchTemplate,
+    PreprocessBatchStatus,
+    Observed,
+    i64,
+    Got,
+);
+
+/// Plans every case at its `now` and checks the decision.
+fn check_apply(cases: Vec<ApplyCase>) {
+    for (case, template, status, observed, now, expected) in cases {
+        assert_eq!(
+            got(&plan(&template, &status, &observed, at(now))),
+            expected,
+            "case: {case}"
+        );
+    }
+}
+
+/// A report of an attempt still under way.
+fn running(phase: Phase, reason: &'static str) -> Got {
+    Got::Report(phase, Progress::Reconciling, reason)
+}
+
+/// The report of an attempt that ended and will be retried (once the delay is over).
+fn retrying() -> Got {
+    Got::Report(Phase::Retrying, Progress::Reconciling, reasons::RETRYING)
+}
+
+/// A new object submits its first attempt; a batch in flight is followed.
 #[test]
-fn apply_decisions_over_every_batch_state_and_attempt() {
+fn apply_submits_then_follows_a_batch_in_flight() {
     use Got::*;
     use OutputCheck as O;
-    let running = |phase, reason| Report(phase, Progress::Reconciling, reason);
-    let retrying = Report(Phase::Retrying, Progress::Reconciling, reasons::RETRYING);
-    let exhausted = Report(Phase::Failed, Progress::Stalled, reasons::RETRIES_EXHAUSTED);
-    // (case, template, status, observed, now, expected)
-    let cases: Vec<(&str, BatchTemplate, PreprocessBatchStatus, Observed, i64, Got)> = vec![
+    check_apply(vec![
         (
             "new object submits attempt 1",
             template(0, true),
@@ -132,6 +160,15 @@ fn apply_decisions_over_every_batch_state_and_attempt() {
             5,
             running(Phase::Submitted, reasons::CREATING),
         ),
+    ]);
+}
+
+/// A SUCCEEDED batch succeeds only with its output (or none declared).
+#[test]
+fn apply_on_a_succeeded_batch_checks_the_output() {
+    use Got::*;
+    use OutputCheck as O;
+    check_apply(vec![
         (
             "SUCCEEDED with output",
             template(0, true),
@@ -162,7 +199,7 @@ fn apply_decisions_over_every_batch_state_and_attempt() {
             status(Phase::Running, 1),
             seen(batch(State::Succeeded, 180), O::Missing("none".into())),
             181,
-            retrying.clone(),
+            retrying(),
         ),
         (
             "SUCCEEDED, output not yet checked",
@@ -172,6 +209,15 @@ fn apply_decisions_over_every_batch_state_and_attempt() {
             181,
             running(Phase::Running, reasons::RUNNING),
         ),
+    ]);
+}
+
+/// A FAILED batch is retried when due, until the attempts run out.
+#[test]
+fn apply_on_a_failed_batch_retries_until_the_attempts_run_out() {
+    use Got::*;
+    use OutputCheck as O;
+    check_apply(vec![
         (
             "FAILED, no retries",
             template(0, true),
@@ -186,7 +232,7 @@ fn apply_decisions_over_every_batch_state_and_attempt() {
             status(Phase::Running, 1),
             seen(batch(State::Failed, 180), O::NotChecked),
             181,
-            retrying.clone(),
+            retrying(),
         ),
         (
             "FAILED long ago (status lost): retry at once",
@@ -202,8 +248,17 @@ fn apply_decisions_over_every_batch_state_and_attempt() {
             status(Phase::Running, 3),
             seen(batch(State::Failed, 180), O::NotChecked),
             181,
-            exhausted.clone(),
+            Report(Phase::Failed, Progress::Stalled, reasons::RETRIES_EXHAUSTED),
         ),
+    ]);
+}
+
+/// A CANCELLED batch, or one deleted behind the operator's back, is retried or reported.
+#[test]
+fn apply_on_a_cancelled_or_deleted_batch_retries_or_reports() {
+    use Got::*;
+    use OutputCheck as O;
+    check_apply(vec![
         (
             "CANCELLED, no retries",
             template(0, true),
@@ -218,7 +273,7 @@ fn apply_decisions_over_every_batch_state_and_attempt() {
             status(Phase::Running, 1),
             seen(batch(State::Cancelled, 100), O::NotChecked),
             101,
-            retrying.clone(),
+            retrying(),
         ),
         (
             "CANCELLED, retries exhausted",
@@ -237,7 +292,7 @@ fn apply_decisions_over_every_batch_state_and_attempt() {
                 ..nothing()
             },
             50,
-            retrying.clone(),
+            retrying(),
         ),
         (
             "batch deleted behind our back, no retries",
@@ -250,6 +305,14 @@ fn apply_decisions_over_every_batch_state_and_attempt() {
             50,
             Report(Phase::Failed, Progress::Stalled, reasons::NOT_FOUND),
         ),
+    ]);
+}
+
+/// An object already finished (or refused before any attempt) is left as it is.
+#[test]
+fn apply_on_a_finished_object_does_nothing() {
+    use Got::*;
+    check_apply(vec![
         (
             "already succeeded: nothing to do",
             template(0, true),
@@ -282,14 +345,7 @@ fn apply_decisions_over_every_batch_state_and_attempt() {
             0,
             Keep(Requeue::Stable),
         ),
-    ];
-    for (case, template, status, observed, now, expected) in cases {
-        assert_eq!(
-            got(&plan(&template, &status, &observed, at(now))),
-            expected,
-            "case: {case}"
-        );
-    }
+    ]);
 }
 
 #[test]

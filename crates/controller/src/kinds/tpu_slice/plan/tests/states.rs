@@ -4,10 +4,26 @@ use tpu_operator_gcp::tpu_v2::model::{node::Health as H, node::State as S};
 
 use super::*;
 
+/// A node state row: (state, health, action, progress, reason, phase).
+type NodeRow = (S, H, Action, Progress, &'static str, P);
+
+/// Plans a spot slice whose node is in each row's state and health, and checks the outcome.
+fn check_node_states(table: impl IntoIterator<Item = NodeRow>) {
+    for (state, health, action, progress, reason, phase) in table {
+        let p = Case::spot().with_node(state.clone(), health.clone()).plan();
+        assert_eq!(
+            summary(&p),
+            (action, progress, reason, phase),
+            "node {state:?} / {health:?}: {p:?}"
+        );
+    }
+}
+
+/// A node on its way up, or up and healthy.
 #[test]
-fn every_node_state() {
-    use Progress::{Ready as Rdy, Reconciling as Rec, Stalled as Stl};
-    let table = [
+fn node_states_coming_up_and_ready() {
+    use Progress::{Ready as Rdy, Reconciling as Rec};
+    check_node_states([
         (
             S::Creating,
             H::Unspecified,
@@ -32,6 +48,30 @@ fn every_node_state() {
             reasons::PROVISIONING,
             P::Provisioning,
         ),
+        (
+            S::Starting,
+            H::Unspecified,
+            Action::Nothing,
+            Rec,
+            reasons::PROVISIONING,
+            P::Provisioning,
+        ),
+        (
+            S::Unspecified,
+            H::Unspecified,
+            Action::Nothing,
+            Rec,
+            reasons::PROVISIONING,
+            P::Provisioning,
+        ),
+    ]);
+}
+
+/// A node that exists but is not serving: unhealthy, restarting, reimaging, repairing or hidden.
+#[test]
+fn node_states_unhealthy() {
+    use Progress::Reconciling as Rec;
+    check_node_states([
         (
             S::Ready,
             H::Timeout,
@@ -73,60 +113,12 @@ fn every_node_state() {
             P::Degraded,
         ),
         (
-            S::Deleting,
-            H::Healthy,
-            Action::Nothing,
-            Rec,
-            reasons::RECREATING,
-            P::Recreating,
-        ),
-        (
             S::Repairing,
             H::Timeout,
             Action::Nothing,
             Rec,
             reasons::NODE_UNHEALTHY,
             P::Degraded,
-        ),
-        (
-            S::Stopped,
-            H::Unspecified,
-            Action::StartNode,
-            Rec,
-            reasons::PROVISIONING,
-            P::Degraded,
-        ),
-        (
-            S::Stopping,
-            H::Healthy,
-            Action::Nothing,
-            Rec,
-            reasons::PROVISIONING,
-            P::Degraded,
-        ),
-        (
-            S::Starting,
-            H::Unspecified,
-            Action::Nothing,
-            Rec,
-            reasons::PROVISIONING,
-            P::Provisioning,
-        ),
-        (
-            S::Preempted,
-            H::Unspecified,
-            Action::RecordPreemption,
-            Rec,
-            reasons::RECREATING,
-            P::Preempted,
-        ),
-        (
-            S::Terminated,
-            H::Unspecified,
-            Action::RecordPreemption,
-            Rec,
-            reasons::RECREATING,
-            P::Preempted,
         ),
         (
             S::Hiding,
@@ -152,6 +144,54 @@ fn every_node_state() {
             reasons::NODE_UNHEALTHY,
             P::Degraded,
         ),
+    ]);
+}
+
+/// A node stopped, preempted, being deleted, or in a state the operator does not know.
+#[test]
+fn node_states_stopped_preempted_deleting_or_unknown() {
+    use Progress::{Reconciling as Rec, Stalled as Stl};
+    check_node_states([
+        (
+            S::Deleting,
+            H::Healthy,
+            Action::Nothing,
+            Rec,
+            reasons::RECREATING,
+            P::Recreating,
+        ),
+        (
+            S::Stopped,
+            H::Unspecified,
+            Action::StartNode,
+            Rec,
+            reasons::PROVISIONING,
+            P::Degraded,
+        ),
+        (
+            S::Stopping,
+            H::Healthy,
+            Action::Nothing,
+            Rec,
+            reasons::PROVISIONING,
+            P::Degraded,
+        ),
+        (
+            S::Preempted,
+            H::Unspecified,
+            Action::RecordPreemption,
+            Rec,
+            reasons::RECREATING,
+            P::Preempted,
+        ),
+        (
+            S::Terminated,
+            H::Unspecified,
+            Action::RecordPreemption,
+            Rec,
+            reasons::RECREATING,
+            P::Preempted,
+        ),
         (
             S::Unknown,
             H::Unspecified,
@@ -161,14 +201,6 @@ fn every_node_state() {
             P::Failed,
         ),
         (
-            S::Unspecified,
-            H::Unspecified,
-            Action::Nothing,
-            Rec,
-            reasons::PROVISIONING,
-            P::Provisioning,
-        ),
-        (
             S::from(99),
             H::Healthy,
             Action::Nothing,
@@ -176,15 +208,7 @@ fn every_node_state() {
             reasons::PROVISIONING,
             P::Degraded,
         ),
-    ];
-    for (state, health, action, progress, reason, phase) in table {
-        let p = Case::spot().with_node(state.clone(), health.clone()).plan();
-        assert_eq!(
-            summary(&p),
-            (action, progress, reason, phase),
-            "node {state:?} / {health:?}: {p:?}"
-        );
-    }
+    ]);
 }
 
 #[test]
@@ -197,10 +221,33 @@ fn polling_follows_the_state() {
     assert_eq!(hidden.assessment.requeue, Requeue::Capacity);
 }
 
+/// A queued-resource state row: (state, initiator, action, progress, reason, phase).
+type QueuedRow = (&'static str, &'static str, Action, Progress, &'static str, P);
+
+/// Plans a queued slice whose queued resource is in each row's state (with a ready node when
+/// ACTIVE), and checks the outcome.
+fn check_queued_states(table: impl IntoIterator<Item = QueuedRow>) {
+    for (state, initiator, action, progress, reason, phase) in table {
+        let mut c = Case::queued();
+        let names = c.names();
+        c.observed.queued = Some(qr(names.current.queued.as_deref().unwrap(), state, initiator));
+        if state == "ACTIVE" {
+            c = c.with_node(S::Ready, H::Healthy);
+        }
+        let p = c.plan();
+        assert_eq!(
+            summary(&p),
+            (action, progress, reason, phase),
+            "queued resource {state} by {initiator}: {p:?}"
+        );
+    }
+}
+
+/// A queued resource waiting for capacity, provisioning, or active.
 #[test]
-fn every_queued_resource_state() {
-    use Progress::{Ready as Rdy, Reconciling as Rec, Stalled as Stl};
-    let table = [
+fn queued_resource_states_waiting_and_active() {
+    use Progress::{Ready as Rdy, Reconciling as Rec};
+    check_queued_states([
         (
             "STATE_UNSPECIFIED",
             "USER",
@@ -249,6 +296,14 @@ fn every_queued_resource_state() {
             reasons::NODE_READY,
             P::Ready,
         ),
+    ]);
+}
+
+/// A queued resource suspended (by the service or the user), failed, or being deleted.
+#[test]
+fn queued_resource_states_suspended_failed_or_deleting() {
+    use Progress::{Reconciling as Rec, Stalled as Stl};
+    check_queued_states([
         (
             "SUSPENDING",
             "SERVICE",
@@ -289,21 +344,7 @@ fn every_queued_resource_state() {
             reasons::RECREATING,
             P::Recreating,
         ),
-    ];
-    for (state, initiator, action, progress, reason, phase) in table {
-        let mut c = Case::queued();
-        let names = c.names();
-        c.observed.queued = Some(qr(names.current.queued.as_deref().unwrap(), state, initiator));
-        if state == "ACTIVE" {
-            c = c.with_node(S::Ready, H::Healthy);
-        }
-        let p = c.plan();
-        assert_eq!(
-            summary(&p),
-            (action, progress, reason, phase),
-            "queued resource {state} by {initiator}: {p:?}"
-        );
-    }
+    ]);
 }
 
 /// Issue 21 item 6: an expired `validUntil` is told by the deadline the spec set (the TPU API
