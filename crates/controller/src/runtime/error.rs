@@ -56,6 +56,12 @@ impl ReconcileError {
     /// Low-cardinality label for metrics and the reason of Warning events.
     pub fn category(&self) -> &'static str {
         match self {
+            // A conditional status write that found the object newer than the cached copy the
+            // reconcile read: retried once the cache catches up, not an API failure.
+            Self::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } if status.code == 409 => "KubeConflict",
             Self::Kube { .. } => "KubeApiError",
             Self::Gcp { source, .. } => match source.kind {
                 ErrorKind::NotFound => "GcpNotFound",
@@ -116,6 +122,8 @@ mod tests {
         assert_eq!(kube(403).retry(), Retry::Permanent);
         assert_eq!(kube(422).retry(), Retry::Permanent);
         assert_eq!(kube(409).retry(), Retry::Transient);
+        assert_eq!(kube(409).category(), "KubeConflict");
+        assert_eq!(kube(500).category(), "KubeApiError");
         assert_eq!(kube(503).retry(), Retry::Transient);
     }
 }

@@ -119,6 +119,29 @@ fn cpu_split(world: &World) -> (f64, f64) {
     (operator.unwrap_or(f64::NAN), bench.unwrap_or(f64::NAN))
 }
 
+/// `tpu_operator_reconcile_failures_total` summed over kinds, by `category` (a stale status
+/// write's 409 shows as `KubeConflict`).
+fn failures_by_category(metrics: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut by = std::collections::BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("tpu_operator_reconcile_failures_total{") else {
+            continue;
+        };
+        let category = rest
+            .split("category=\"")
+            .nth(1)
+            .and_then(|c| c.split('"').next())
+            .unwrap_or("?");
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *by.entry(category.to_owned()).or_default() += value;
+    }
+    by
+}
+
 async fn wait(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
@@ -462,6 +485,10 @@ impl Bench {
             anon.unwrap_or(0) as f64 / 1024.0,
             file.unwrap_or(0) as f64 / 1024.0,
             reconciles / n as f64
+        );
+        println!(
+            "reconcile failures by category: {:?}",
+            failures_by_category(&metrics)
         );
         if let Some(anon) = anon {
             println!(
