@@ -131,6 +131,9 @@ pub async fn run<K: Reconciler>(ctx: Arc<Context>, shutdown: Shutdown) {
 /// One reconcile of `K`: the shape described in the module docs.
 #[tracing::instrument(skip(cached, ctx), fields(kind = K::KIND, namespace = cached.namespace(), name = cached.name_any()))]
 pub async fn reconcile<K: Reconciler>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Result<Action> {
+    if let Some(wait) = ctx.settled.predates_own_write(cached.as_ref()) {
+        return Ok(wait);
+    }
     if K::SETTLES
         && let Some(wait) = ctx.settled.skip(cached.as_ref())
     {
@@ -156,7 +159,10 @@ pub async fn reconcile<K: Reconciler>(cached: Arc<Cached<K>>, ctx: Arc<Context>)
     let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
         match event {
             Event::Apply(obj) => obj.apply(&ctx).await,
-            Event::Cleanup(obj) => obj.cleaned_up(&ctx).await,
+            Event::Cleanup(obj) => {
+                ctx.settled.gone(obj.as_ref());
+                obj.cleaned_up(&ctx).await
+            }
         }
     })
     .await
@@ -182,6 +188,7 @@ pub async fn write_status<K: Reconciler>(
         return Ok(false);
     }
     let written = report::apply_status(ctx, obj, K::FIELD_MANAGER, new).await?;
+    ctx.settled.replaced(obj, written.resource_version().as_deref());
     if K::SETTLES {
         ctx.settled.wrote(obj, written.resource_version());
     }

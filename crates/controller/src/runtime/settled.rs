@@ -12,6 +12,12 @@
 //! Only for kinds whose reconcile depends on nothing but the object and the cloud (TpuSlice,
 //! PreprocessBatch): a TrainingPipeline is also woken by its children, which leave its own
 //! `resourceVersion` unchanged. Any failure forgets the entry, so retries always do a full pass.
+//!
+//! For every kind, a reconcile is also skipped when the cache still shows the version our own
+//! last status write replaced ([`Settled::predates_own_write`]): a child or the cloud watch can
+//! wake an object between that write and its watch event. Such a pass would compute status from
+//! the older object (refused with 409 by the conditional write) after repeating its cloud reads,
+//! a pipeline's job lookup by label among them; the write's watch event runs the pass instead.
 
 use std::{
     collections::HashMap,
@@ -24,7 +30,14 @@ use kube::{Resource, ResourceExt, runtime::controller::Action};
 #[derive(Default)]
 pub struct Settled {
     entries: Mutex<HashMap<String, Entry>>,
+    /// By object UID: the `resourceVersion` our last status write replaced, until the cache shows
+    /// a later one.
+    superseded: Mutex<HashMap<String, String>>,
 }
+
+/// How soon a pass skipped for a stale cache looks again, should the watch event of our write
+/// not wake it first (it normally does within milliseconds).
+const STALE_RECHECK: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Entry {
@@ -55,6 +68,36 @@ impl Settled {
         }
         entries.remove(&uid);
         None
+    }
+
+    /// `Some(wait)` when the cache still shows `obj` as it was before our own last status write:
+    /// the pass would work from an object older than the server's. The write's watch event wakes
+    /// it; `wait` is a backstop.
+    pub fn predates_own_write<K: Resource>(&self, obj: &K) -> Option<Action> {
+        let (uid, rv) = (obj.uid()?, obj.resource_version()?);
+        let mut superseded = self.superseded.lock().expect("settled cache poisoned");
+        match superseded.get(&uid) {
+            Some(replaced) if *replaced == rv => Some(Action::requeue(STALE_RECHECK)),
+            Some(_) => {
+                superseded.remove(&uid);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Our status write replaced `obj` (as the reconcile read it) with version `written`.
+    pub fn replaced<K: Resource>(&self, obj: &K, written: Option<&str>) {
+        let (Some(uid), Some(rv)) = (obj.uid(), obj.resource_version()) else {
+            return;
+        };
+        let mut superseded = self.superseded.lock().expect("settled cache poisoned");
+        // A write that changed nothing keeps the version: that version is not stale.
+        if written.is_some_and(|w| w != rv) {
+            superseded.insert(uid, rv);
+        } else {
+            superseded.remove(&uid);
+        }
     }
 
     /// A status write of this reconcile produced `rv`.
@@ -91,6 +134,17 @@ impl Settled {
         }
     }
 
+    /// The object is gone: nothing of it is kept.
+    pub fn gone<K: Resource>(&self, obj: &K) {
+        self.forget(obj);
+        if let Some(uid) = obj.uid() {
+            self.superseded
+                .lock()
+                .expect("settled cache poisoned")
+                .remove(&uid);
+        }
+    }
+
     /// Same as [`Settled::forget`], by UID (the object changed in the cloud).
     pub fn forget_uid(&self, uid: &str) {
         self.entries.lock().expect("settled cache poisoned").remove(uid);
@@ -112,6 +166,30 @@ mod tests {
         cm.metadata.uid = Some("u1".into());
         cm.metadata.resource_version = Some(rv.into());
         cm
+    }
+
+    #[test]
+    fn skips_a_cached_object_older_than_our_own_write_until_the_cache_moves_on() {
+        let s = Settled::default();
+        let recheck = Some(Action::requeue(STALE_RECHECK));
+        assert!(s.predates_own_write(&obj("1")).is_none(), "no write yet");
+        s.replaced(&obj("1"), Some("2"));
+        assert_eq!(s.predates_own_write(&obj("1")), recheck, "cache still at 1");
+        assert_eq!(s.predates_own_write(&obj("1")), recheck);
+        assert!(s.predates_own_write(&obj("2")).is_none(), "our write arrived");
+        assert!(
+            s.predates_own_write(&obj("1")).is_none(),
+            "forgotten once moved on"
+        );
+        // A write that changed nothing leaves the version current.
+        s.replaced(&obj("3"), Some("3"));
+        assert!(s.predates_own_write(&obj("3")).is_none());
+        s.replaced(&obj("3"), Some("4"));
+        s.gone(&obj("3"));
+        assert!(
+            s.predates_own_write(&obj("3")).is_none(),
+            "a deleted object keeps nothing"
+        );
     }
 
     #[test]
