@@ -26,20 +26,38 @@ async fn a_status_computed_from_a_stale_object_is_refused_not_written() {
     // The object as two reconciles read it from the cache.
     let read = env.create(&slice).await;
     let name = read.name_any();
-    let written = apply_status(&env.ctx, &read, FIELD_MANAGER, &status(2, "newer"))
-        .await
-        .expect("the first write, from the current object");
+    let written = apply_status(
+        &env.ctx,
+        &read,
+        read.resource_version().as_deref(),
+        FIELD_MANAGER,
+        &status(2, "newer"),
+    )
+    .await
+    .expect("the first write, from the current object");
     // The second still holds `read`, older than what the first wrote.
-    let err = apply_status(&env.ctx, &read, FIELD_MANAGER, &status(1, "older"))
-        .await
-        .expect_err("a status computed from a stale object must not be written");
+    let err = apply_status(
+        &env.ctx,
+        &read,
+        read.resource_version().as_deref(),
+        FIELD_MANAGER,
+        &status(1, "older"),
+    )
+    .await
+    .expect_err("a status computed from a stale object must not be written");
     assert_eq!(err.retry(), Retry::Transient, "{err}");
     let now = env.api::<TpuSlice>().get(&name).await.unwrap();
     assert_eq!(now.status, Some(status(2, "newer")));
     // Read again (as the retry will be), the same write goes through.
-    apply_status(&env.ctx, &written, FIELD_MANAGER, &status(3, "current"))
-        .await
-        .expect("a write from the current object");
+    apply_status(
+        &env.ctx,
+        &written,
+        written.resource_version().as_deref(),
+        FIELD_MANAGER,
+        &status(3, "current"),
+    )
+    .await
+    .expect("a write from the current object");
     let now = env.api::<TpuSlice>().get(&name).await.unwrap();
     assert_eq!(now.status, Some(status(3, "current")));
 }

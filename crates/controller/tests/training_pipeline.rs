@@ -336,3 +336,39 @@ async fn reconciles_are_counted_in_the_metrics() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A Vertex job's create writes two statuses in one pass: the write-ahead marker, then the job's
+/// name. The second is conditional on the marker's version, not on the version the pass read
+/// (which the marker replaced): no 409, no failed reconcile, and the job is looked up by label
+/// once, before its create.
+#[tokio::test]
+async fn a_job_create_writes_its_marker_and_its_name_without_a_conflict() {
+    use prometheus_client::{encoding::text::encode, registry::Registry};
+    use tpu_operator_controller::runtime::metrics::Metrics;
+
+    let mut env = TestEnv::start().await;
+    let mut registry = Registry::default();
+    let metrics = Metrics::default().register(&mut registry);
+    let ctx = Arc::new(env.context().await.with_metrics(metrics));
+    env.spawn(training_pipeline::run(ctx, never_shutdown()));
+    env.create(&vertex_only("marked")).await;
+    let tp = env
+        .wait_for::<TrainingPipeline, _>("marked", "the job's name in status", STEP, |tp| {
+            tp.status.as_ref().is_some_and(|s| s.custom_job_name.is_some())
+        })
+        .await;
+    let mut text = String::new();
+    encode(&mut text, &registry).unwrap();
+    let failures: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("tpu_operator_reconcile_failures_total{"))
+        .collect();
+    assert!(failures.is_empty(), "failed reconciles: {failures:?}");
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 1);
+    assert_eq!(
+        env.gcp.call_count("vertex", "customJobs.list"),
+        1,
+        "one lookup by label before the create; status: {:?}",
+        tp.status
+    );
+}

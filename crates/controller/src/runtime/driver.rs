@@ -176,27 +176,42 @@ pub fn error_policy<K: Reconciler>(obj: Arc<Cached<K>>, err: &ReconcileError, ct
     retry::error_policy(K::KIND, obj.as_ref(), err, &ctx)
 }
 
-/// The one status write: `new` by server-side apply when it differs from `old`, then the Events
-/// of the transition. Returns whether it wrote.
+/// The one status write: `new` by server-side apply when it differs from `old`, conditional on
+/// the version of `obj` the reconcile read, then the Events of the transition. Returns the
+/// version written, `None` when nothing changed.
 pub async fn write_status<K: Reconciler>(
     ctx: &Context,
     obj: &K,
     old: Option<&K::Status>,
     new: &K::Status,
-) -> Result<bool> {
+) -> Result<Option<String>> {
+    write_status_on(ctx, obj, obj.resource_version().as_deref(), old, new).await
+}
+
+/// [`write_status`] conditional on `base`: for a second write in one pass (a write-ahead marker,
+/// then the outcome), the version the first one returned. Conditional on the version read, it
+/// would be refused with 409 by the pass's own first write.
+pub async fn write_status_on<K: Reconciler>(
+    ctx: &Context,
+    obj: &K,
+    base: Option<&str>,
+    old: Option<&K::Status>,
+    new: &K::Status,
+) -> Result<Option<String>> {
     if old == Some(new) {
-        return Ok(false);
+        return Ok(None);
     }
-    let written = report::apply_status(ctx, obj, K::FIELD_MANAGER, new).await?;
-    ctx.settled.replaced(obj, written.resource_version().as_deref());
+    let written = report::apply_status(ctx, obj, base, K::FIELD_MANAGER, new).await?;
+    let version = written.resource_version();
+    ctx.settled.replaced(obj, base, version.as_deref());
     if K::SETTLES {
-        ctx.settled.wrote(obj, written.resource_version());
+        ctx.settled.wrote(obj, version.clone());
     }
     let unset = K::Status::default();
     for t in K::transitions(old.unwrap_or(&unset), new) {
         report::publish(ctx, obj, t).await;
     }
-    Ok(true)
+    Ok(version)
 }
 
 /// Stalls `obj` with a reason, no cloud call made: a tenancy-policy refusal, or a spec the

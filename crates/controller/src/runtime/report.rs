@@ -14,12 +14,19 @@ use crate::runtime::{
     events::EventType,
 };
 
-/// Applies `status` to `obj` as the whole status owned by `field_manager`.
+/// Applies `status` to `obj` as the whole status owned by `field_manager`, conditional on `obj`
+/// still being at version `base` (see below).
 ///
 /// One field manager per controller and `force`: the controller is the only writer of status, and
 /// fields it stops sending (a cleared pending operation, say) are removed by the server rather than
 /// left stale, which a merge patch would not do.
-pub async fn apply_status<K, S>(ctx: &Context, obj: &K, field_manager: &str, status: &S) -> Result<K>
+pub async fn apply_status<K, S>(
+    ctx: &Context,
+    obj: &K,
+    base: Option<&str>,
+    field_manager: &str,
+    status: &S,
+) -> Result<K>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
@@ -43,7 +50,7 @@ where
         "kind": K::kind(&()),
         "status": status,
     });
-    if let Some(rv) = obj.resource_version() {
+    if let Some(rv) = base {
         patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
     }
     api.patch_status(

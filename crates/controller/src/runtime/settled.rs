@@ -30,9 +30,9 @@ use kube::{Resource, ResourceExt, runtime::controller::Action};
 #[derive(Default)]
 pub struct Settled {
     entries: Mutex<HashMap<String, Entry>>,
-    /// By object UID: the `resourceVersion` our last status write replaced, until the cache shows
-    /// a later one.
-    superseded: Mutex<HashMap<String, String>>,
+    /// By object UID: the `resourceVersion`s our last pass's status writes replaced (two for a
+    /// write-ahead marker and the outcome), until the cache shows another.
+    superseded: Mutex<HashMap<String, Vec<String>>>,
 }
 
 /// How soon a pass skipped for a stale cache looks again, should the watch event of our write
@@ -77,7 +77,7 @@ impl Settled {
         let (uid, rv) = (obj.uid()?, obj.resource_version()?);
         let mut superseded = self.superseded.lock().expect("settled cache poisoned");
         match superseded.get(&uid) {
-            Some(replaced) if *replaced == rv => Some(Action::requeue(STALE_RECHECK)),
+            Some(replaced) if replaced.contains(&rv) => Some(Action::requeue(STALE_RECHECK)),
             Some(_) => {
                 superseded.remove(&uid);
                 None
@@ -86,17 +86,20 @@ impl Settled {
         }
     }
 
-    /// Our status write replaced `obj` (as the reconcile read it) with version `written`.
-    pub fn replaced<K: Resource>(&self, obj: &K, written: Option<&str>) {
-        let (Some(uid), Some(rv)) = (obj.uid(), obj.resource_version()) else {
+    /// Our status write replaced version `base` of `obj` with version `written`.
+    pub fn replaced<K: Resource>(&self, obj: &K, base: Option<&str>, written: Option<&str>) {
+        let (Some(uid), Some(base)) = (obj.uid(), base) else {
             return;
         };
         let mut superseded = self.superseded.lock().expect("settled cache poisoned");
+        let replaced = superseded.entry(uid).or_default();
+        // A pass's first write starts the list; its second (on the first's version) adds to it.
+        if obj.resource_version().as_deref() == Some(base) {
+            replaced.clear();
+        }
         // A write that changed nothing keeps the version: that version is not stale.
-        if written.is_some_and(|w| w != rv) {
-            superseded.insert(uid, rv);
-        } else {
-            superseded.remove(&uid);
+        if written.is_some_and(|w| w != base) && !replaced.iter().any(|r| r == base) {
+            replaced.push(base.to_owned());
         }
     }
 
@@ -173,7 +176,7 @@ mod tests {
         let s = Settled::default();
         let recheck = Some(Action::requeue(STALE_RECHECK));
         assert!(s.predates_own_write(&obj("1")).is_none(), "no write yet");
-        s.replaced(&obj("1"), Some("2"));
+        s.replaced(&obj("1"), Some("1"), Some("2"));
         assert_eq!(s.predates_own_write(&obj("1")), recheck, "cache still at 1");
         assert_eq!(s.predates_own_write(&obj("1")), recheck);
         assert!(s.predates_own_write(&obj("2")).is_none(), "our write arrived");
@@ -181,10 +184,16 @@ mod tests {
             s.predates_own_write(&obj("1")).is_none(),
             "forgotten once moved on"
         );
+        // A marker then the outcome in one pass: 5 -> 6 -> 7; 5 and 6 are both stale.
+        s.replaced(&obj("5"), Some("5"), Some("6"));
+        s.replaced(&obj("5"), Some("6"), Some("7"));
+        assert_eq!(s.predates_own_write(&obj("6")), recheck, "the marker's version");
+        assert_eq!(s.predates_own_write(&obj("5")), recheck, "the version read");
+        assert!(s.predates_own_write(&obj("7")).is_none());
         // A write that changed nothing leaves the version current.
-        s.replaced(&obj("3"), Some("3"));
+        s.replaced(&obj("3"), Some("3"), Some("3"));
         assert!(s.predates_own_write(&obj("3")).is_none());
-        s.replaced(&obj("3"), Some("4"));
+        s.replaced(&obj("3"), Some("3"), Some("4"));
         s.gone(&obj("3"));
         assert!(
             s.predates_own_write(&obj("3")).is_none(),

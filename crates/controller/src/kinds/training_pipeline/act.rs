@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
-    Api, Resource,
+    Api, Resource, ResourceExt,
     api::{DeleteParams, PostParams},
 };
 use tpu_operator_api::{
@@ -183,7 +183,8 @@ async fn create_job(
                 let started = status::time(ctx.clock.now());
                 let mut marked = tp.status.clone().unwrap_or_default();
                 marked.unconfirmed_create_time = Some(started.clone());
-                status::write(ctx, tp, &marked).await?;
+                let base = tp.resource_version();
+                reads.marker_version = status::write(ctx, tp, base.as_deref(), &marked).await?;
                 st.unconfirmed_create_time = Some(started);
             }
             match ctx.gcp.vertex.create_custom_job(parent, job).await {

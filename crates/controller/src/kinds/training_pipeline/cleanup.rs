@@ -5,7 +5,7 @@
 //! resources (`deletionPolicy: Orphan` was copied to them at creation).
 
 use chrono::{DateTime, Utc};
-use kube::runtime::controller::Action;
+use kube::{ResourceExt, runtime::controller::Action};
 use tpu_operator_api::{
     common::DeletionPolicy,
     conditions::{Progress, reasons},
@@ -158,7 +158,7 @@ async fn mark_deleting(ctx: &Context, tp: &TrainingPipeline, message: &str) -> R
         train.end_time.get_or_insert(now.clone());
     }
     status::set_kstatus(&mut st, Progress::Reconciling, reasons::DELETING, message, now);
-    status::write(ctx, tp, &st).await?;
+    status::write(ctx, tp, tp.resource_version().as_deref(), &st).await?;
     Ok(())
 }
 

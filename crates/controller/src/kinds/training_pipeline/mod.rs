@@ -162,7 +162,8 @@ async fn apply(tp: &TrainingPipeline, ctx: &Context) -> Result<Action> {
         new.unconfirmed_create_time = None;
     }
     let progress = progress::update(ctx, tp, &mut new).await;
-    status::write(ctx, tp, &new).await?;
+    let base = reads.marker_version.clone().or_else(|| tp.resource_version());
+    status::write(ctx, tp, base.as_deref(), &new).await?;
     for e in decision.events.into_iter().chain(progress.events) {
         report::publish(ctx, tp, e).await;
     }

@@ -41,6 +41,9 @@ pub struct Reads {
     /// The list of the attempt's jobs shows the recorded job: every job created before it
     /// (a lost reply) is listed too, so no create is unconfirmed any more.
     pub list_caught_up: bool,
+    /// The version of the pipeline's status write-ahead marker, when this pass wrote one: the
+    /// pass's final status write is conditional on it, not on the version read.
+    pub marker_version: Option<String>,
 }
 
 /// What the pipeline owns, and what else the pass read.

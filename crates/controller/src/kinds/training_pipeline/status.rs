@@ -229,9 +229,15 @@ pub fn set_stage_conditions(st: &mut TrainingPipelineStatus, suspended: bool, no
     }
 }
 
-/// Writes the status when it changed. Returns whether it wrote.
-pub async fn write(ctx: &Context, tp: &TrainingPipeline, new: &TrainingPipelineStatus) -> Result<bool> {
-    driver::write_status(ctx, tp, tp.status.as_ref(), new).await
+/// Writes the status when it changed, conditional on `base` (the version of `tp` this pass last
+/// wrote, or read). Returns the version written, `None` when nothing changed.
+pub async fn write(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    base: Option<&str>,
+    new: &TrainingPipelineStatus,
+) -> Result<Option<String>> {
+    driver::write_status_on(ctx, tp, base, tp.status.as_ref(), new).await
 }
 
 /// `old` stalled for `reason` (the phase and stages as they were).
