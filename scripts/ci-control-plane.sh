@@ -10,9 +10,11 @@
 #                             checks; "none" skips)
 #
 # Every suite is selected as `--workspace --test NAME`, never `-p PACKAGE`: cargo resolves features
-# for the packages selected, so `-p` would rebuild most dependencies and every test binary a second
-# time with other feature sets (about 150 artifacts, several GiB: the CI run of 2026-11-24 ran out
-# of disk doing that). With `--workspace` this stage reuses what `cargo test --workspace` built.
+# for the packages selected, so `-p` rebuilt most dependencies and the test binaries again with
+# other feature sets (the CI run of 2026-11-24 ran out of disk in this stage). `--workspace` keeps
+# most of what `cargo test --workspace` built; a selection still activates only the dev-dependency
+# features its own tests need, so the differential suite rebuilds about 30 crates (ring, rustls,
+# the Google clients, kube) and the controller suites the controller's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
