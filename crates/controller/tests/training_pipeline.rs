@@ -6,6 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use gcp_emulator::Fault;
 use kube::{ResourceExt, api::DeleteParams};
+use prometheus_client::{encoding::text::encode, registry::Registry};
 use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{find_condition, types},
@@ -18,6 +19,7 @@ use tpu_operator_controller::{
     Context,
     kinds::{preprocess_batch, tpu_slice, training_pipeline, training_pipeline::spec},
     never_shutdown,
+    runtime::metrics::Metrics,
 };
 
 /// Emulated time per poll: Dataproc (3 min) + Vertex (6 min) finish in a few dozen polls.
@@ -293,20 +295,23 @@ async fn spot_preemption_during_tpu_vm_training_recreates_the_slice_without_a_re
     assert_eq!(done.status.as_ref().unwrap().attempts, 1);
 }
 
+/// Only the pipeline's controller, with its metrics in the returned registry: every count under
+/// its kind is its own.
+async fn metered_pipeline_controller() -> (TestEnv, Registry) {
+    let mut env = TestEnv::start().await;
+    let mut registry = Registry::default();
+    let metrics = Metrics::default().register(&mut registry);
+    let ctx = Arc::new(env.context().await.with_metrics(metrics));
+    env.spawn(training_pipeline::run(ctx, never_shutdown()));
+    (env, registry)
+}
+
 /// A pipeline's reconciles are counted and timed under its own kind, like the other kinds'
 /// (`tpu_operator_reconciles_total`, `tpu_operator_reconcile_duration_seconds`): issue 22 found
 /// them missing.
 #[tokio::test]
 async fn reconciles_are_counted_in_the_metrics() {
-    use prometheus_client::{encoding::text::encode, registry::Registry};
-    use tpu_operator_controller::runtime::metrics::Metrics;
-
-    let mut env = TestEnv::start().await;
-    let mut registry = Registry::default();
-    let metrics = Metrics::default().register(&mut registry);
-    let ctx = Arc::new(env.context().await.with_metrics(metrics));
-    // Only the pipeline's controller runs, so every count under its kind is its own.
-    env.spawn(training_pipeline::run(ctx, never_shutdown()));
+    let (env, registry) = metered_pipeline_controller().await;
     env.create(&vertex_only("counted")).await;
     env.wait_for::<TrainingPipeline, _>("counted", "a status", STEP, |tp| tp.status.is_some())
         .await;
@@ -342,14 +347,7 @@ async fn reconciles_are_counted_in_the_metrics() {
 /// (which the marker replaced): no 409, no failed reconcile, one create.
 #[tokio::test]
 async fn a_job_create_writes_its_marker_and_its_name_without_a_conflict() {
-    use prometheus_client::{encoding::text::encode, registry::Registry};
-    use tpu_operator_controller::runtime::metrics::Metrics;
-
-    let mut env = TestEnv::start().await;
-    let mut registry = Registry::default();
-    let metrics = Metrics::default().register(&mut registry);
-    let ctx = Arc::new(env.context().await.with_metrics(metrics));
-    env.spawn(training_pipeline::run(ctx, never_shutdown()));
+    let (env, registry) = metered_pipeline_controller().await;
     env.create(&vertex_only("marked")).await;
     let tp = env
         .wait_for::<TrainingPipeline, _>("marked", "the job's name in status", STEP, |tp| {
