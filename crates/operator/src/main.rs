@@ -5,6 +5,7 @@
 //! process. `local` and the emulators it embeds are the default-on `local` cargo feature; a
 //! production image is built with `--no-default-features` and leaves them out.
 
+mod allocator;
 mod config;
 mod convert_tenancy;
 mod crds;
@@ -52,6 +53,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    allocator::tune();
     // kube (rustls/ring) and Google's clients (rustls/aws-lc-rs) are both linked: rustls cannot
     // pick a process-wide provider by itself and would panic on the first TLS config.
     rustls::crypto::aws_lc_rs::default_provider()
