@@ -41,7 +41,7 @@ use crate::{
     runtime::{
         cloud_watch::CloudWatch,
         context::Context,
-        error::{ReconcileError, Result},
+        error::{self, ReconcileError, Result},
         report::{self, Transition},
         retry,
         watched::{self, Cached, cached_ref},
@@ -165,8 +165,8 @@ pub async fn reconcile<K: Reconciler>(cached: Arc<Cached<K>>, ctx: Arc<Context>)
             }
         }
     })
-    .await
-    .map_err(ReconcileError::from)?;
+    .await;
+    let action = error::finalizer_outcome(action)?;
     retry::on_success(obj.as_ref(), &ctx);
     Ok(action)
 }

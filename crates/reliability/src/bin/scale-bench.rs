@@ -539,6 +539,12 @@ impl Bench {
             invariants::leftovers(&world.gcp).0.len()
         );
         let proc = world.process().expect("operator process");
+        // Cumulative: what the deletion added is the difference from the figure at convergence.
+        let metrics = proc.scrape().await.unwrap_or_default();
+        println!(
+            "reconcile failures by category, convergence and deletion: {:?}",
+            failures_by_category(&metrics)
+        );
         println!(
             "operator at the end: peak RSS {:.1} MiB, CPU {:.1} s; loadavg {}",
             proc.peak_rss_kib().unwrap_or(0) as f64 / 1024.0,
