@@ -166,7 +166,10 @@ pub async fn reconcile<K: Reconciler>(cached: Arc<Cached<K>>, ctx: Arc<Context>)
         }
     })
     .await;
-    let action = error::finalizer_outcome(action)?;
+    let action = match action {
+        Err(err) if error::already_gone(&err) => Action::await_change(),
+        other => other.map_err(ReconcileError::from)?,
+    };
     retry::on_success(obj.as_ref(), &ctx);
     Ok(action)
 }

@@ -108,24 +108,15 @@ impl From<kube::runtime::finalizer::Error<ReconcileError>> for ReconcileError {
 
 pub type Result<T, E = ReconcileError> = std::result::Result<T, E>;
 
-/// The outcome of kube-runtime's finalizer helper. Removing our finalizer answered 404 only when
-/// the object is already gone: an earlier pass cleaned up and removed the finalizer, and this one
-/// ran on a cached copy from before that. Nothing is left to do, so it is not a failure (it was
-/// counted and logged as one, and retried with backoff, for every such pass of a deletion).
-pub fn finalizer_outcome(
-    result: std::result::Result<
-        kube::runtime::controller::Action,
-        kube::runtime::finalizer::Error<ReconcileError>,
-    >,
-) -> Result<kube::runtime::controller::Action> {
-    match result {
-        Err(kube::runtime::finalizer::Error::RemoveFinalizer(kube::Error::Api(status)))
-            if status.code == 404 =>
-        {
-            Ok(kube::runtime::controller::Action::await_change())
-        }
-        other => other.map_err(ReconcileError::from),
-    }
+/// Whether kube-runtime's finalizer helper failed only because the object is already gone:
+/// removing our finalizer answered 404. An earlier pass cleaned up and removed the finalizer, and
+/// this one ran on a cached copy from before that. Nothing is left to do, so it is not a failure
+/// (it was counted and logged as one, and retried with backoff, for every such pass of a deletion).
+pub fn already_gone(err: &kube::runtime::finalizer::Error<ReconcileError>) -> bool {
+    matches!(
+        err,
+        kube::runtime::finalizer::Error::RemoveFinalizer(kube::Error::Api(status)) if status.code == 404
+    )
 }
 
 #[cfg(test)]
@@ -147,20 +138,17 @@ mod tests {
         assert_eq!(kube(503).retry(), Retry::Transient);
     }
 
-    fn removing_the_finalizer_answered(code: u16) -> Result<kube::runtime::controller::Action> {
+    fn removing_the_finalizer_answered(code: u16) -> kube::runtime::finalizer::Error<ReconcileError> {
         let status = kube::core::Status::failure("answer", "Answer").with_code(code);
-        finalizer_outcome(Err(kube::runtime::finalizer::Error::RemoveFinalizer(
-            kube::Error::Api(status.boxed()),
-        )))
+        kube::runtime::finalizer::Error::RemoveFinalizer(kube::Error::Api(status.boxed()))
     }
 
     #[test]
-    fn a_finalizer_removal_that_finds_the_object_gone_is_done_and_other_refusals_fail() {
-        assert_eq!(
-            removing_the_finalizer_answered(404).expect("gone is done"),
-            kube::runtime::controller::Action::await_change()
-        );
-        let conflict = removing_the_finalizer_answered(409).expect_err("a refused removal fails");
+    fn a_finalizer_removal_answered_404_means_gone_and_other_refusals_fail() {
+        assert!(already_gone(&removing_the_finalizer_answered(404)));
+        let conflict = removing_the_finalizer_answered(409);
+        assert!(!already_gone(&conflict));
+        let conflict = ReconcileError::from(conflict);
         assert_eq!(conflict.category(), "FinalizerError");
         assert_eq!(conflict.retry(), Retry::Transient);
     }
