@@ -18,6 +18,8 @@
 
 use serde_json::{Value, json};
 
+use crate::{tpu_slice::CapacityMode, training_pipeline::SchedulingStrategy};
+
 /// One validation of the policy.
 #[derive(Clone, Debug)]
 pub struct Validation {
@@ -76,14 +78,17 @@ struct Check {
 impl Check {
     fn validation(self) -> Validation {
         let field = self.field;
-        // `allowAdoption` is the one closed-by-default field: absent means false.
-        let unset = match field {
-            "allowAdoption" => "false".to_string(),
-            _ => format!("!has(params.spec.{field})"),
+        // `allowAdoption` and `allowOrphan` are closed by default: absent means false.
+        let closed = matches!(field, "allowAdoption" | "allowOrphan");
+        let unset = if closed {
+            "false".to_string()
+        } else {
+            format!("!has(params.spec.{field})")
         };
-        let allowed = match field {
-            "allowAdoption" => format!("(has(params.spec.{field}) && {})", self.allowed),
-            _ => self.allowed,
+        let allowed = if closed {
+            format!("(has(params.spec.{field}) && {})", self.allowed)
+        } else {
+            self.allowed
         };
         let expression = format!(
             "request.kind.kind != '{kind}' || !{selects} || {unset} || !({present}) || ({allowed})",
@@ -126,9 +131,7 @@ fn slice_checks(kind: &'static str, slice: &str) -> Vec<Check> {
     let same_family = format!(
         "(a.family == {family} || (a.family == 'v5e' && {family} == 'v5litepod') || (a.family == 'v5litepod' && {family} == 'v5e'))"
     );
-    let capacity = format!(
-        "(!has({slice}.capacity) ? 'onDemand' : has({slice}.capacity.queued) ? 'queued' : has({slice}.capacity.spot) ? 'spot' : has({slice}.capacity.reserved) ? 'reserved' : 'onDemand')"
-    );
+    let capacity = slice_capacity(slice);
     let account = format!("(has({slice}.serviceAccount) ? {slice}.serviceAccount.email : 'default')");
     let network = format!(
         "(has({slice}.networkConfig) && has({slice}.networkConfig.network) ? {slice}.networkConfig.network : 'default')"
@@ -178,7 +181,55 @@ fn slice_checks(kind: &'static str, slice: &str) -> Vec<Check> {
             asks: format!("'adopting node ' + {slice}.adoptNodeId"),
             at: "spec.adoptNodeId",
         },
+        orphan_check(kind, slice),
     ]
+}
+
+/// `deletionPolicy: Orphan` on the spec at `spec` (closed by default, `allowOrphan`).
+fn orphan_check(kind: &'static str, spec: &str) -> Check {
+    Check {
+        kind,
+        field: "allowOrphan",
+        present: format!("has({spec}.deletionPolicy) && {spec}.deletionPolicy == 'Orphan'"),
+        allowed: "params.spec.allowOrphan".into(),
+        asks: "'Orphan (its cloud resources would keep running after deletion)'".into(),
+        at: "deletionPolicy",
+    }
+}
+
+/// The capacity kind of the slice at `slice`, as a CEL string: generated from
+/// [`CapacityMode::BY_FIELD`] and [`CapacityMode::kind`], the definition the controller uses.
+fn slice_capacity(slice: &str) -> String {
+    let mut cel = format!(
+        "(!has({slice}.capacity) ? '{}' : ",
+        CapacityMode::OnDemand.kind().as_str()
+    );
+    // `onDemand: {}` is what no member means too: the fallback covers it.
+    for (field, mode) in CapacityMode::BY_FIELD
+        .into_iter()
+        .filter(|(_, m)| *m != CapacityMode::OnDemand)
+    {
+        cel.push_str(&format!(
+            "has({slice}.capacity.{field}) ? '{}' : ",
+            mode.kind().as_str()
+        ));
+    }
+    cel.push_str(&format!("'{}')", CapacityMode::OnDemand.kind().as_str()));
+    cel
+}
+
+/// The capacity kind of the Vertex job at `vertex`, as a CEL string: generated from
+/// [`SchedulingStrategy::kind`], the definition the controller uses.
+fn vertex_capacity(vertex: &str) -> String {
+    let mut cel = String::from("(");
+    for (name, strategy) in SchedulingStrategy::ALL {
+        cel.push_str(&format!(
+            "has({vertex}.scheduling) && {vertex}.scheduling.strategy == '{name}' ? '{}' : ",
+            strategy.kind().as_str()
+        ));
+    }
+    cel.push_str(&format!("'{}')", SchedulingStrategy::default().kind().as_str()));
+    cel
 }
 
 /// Exact e-mails, `*@domain` suffixes, `default` for none.
@@ -258,6 +309,7 @@ pub fn validations() -> Vec<Validation> {
         ),
     ];
     checks.extend(batch_checks("PreprocessBatch", "object.spec"));
+    checks.push(orphan_check("PreprocessBatch", "object.spec"));
     checks.extend(slice_checks("TpuSlice", "object.spec"));
     let pipeline = "TrainingPipeline";
     checks.push(list_check(
@@ -273,10 +325,9 @@ pub fn validations() -> Vec<Validation> {
         "object.spec.region",
     ));
     checks.extend(batch_checks(pipeline, "object.spec.preprocess"));
+    checks.push(orphan_check(pipeline, "object.spec"));
     let vertex = "object.spec.training.vertex";
-    let strategy = format!(
-        "(has({vertex}.scheduling) && {vertex}.scheduling.strategy == 'Spot' ? 'spot' : has({vertex}.scheduling) && {vertex}.scheduling.strategy == 'FlexStart' ? 'queued' : 'onDemand')"
-    );
+    let strategy = vertex_capacity(vertex);
     let vertex_account = format!("(has({vertex}.serviceAccount) ? {vertex}.serviceAccount : 'default')");
     checks.push(Check {
         kind: pipeline,
@@ -362,6 +413,40 @@ pub fn binding_spec(policy: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Flex-start is `queued` at admission as in the controller (it was `onDemand` here).
+    #[test]
+    fn capacity_kinds_come_from_the_api_definition() {
+        let cel = slice_capacity("s");
+        assert!(cel.contains("has(s.capacity.flexStart) ? 'queued'"), "{cel}");
+        for (field, mode) in CapacityMode::BY_FIELD
+            .into_iter()
+            .filter(|(_, m)| *m != CapacityMode::OnDemand)
+        {
+            let want = format!("has(s.capacity.{field}) ? '{}'", mode.kind().as_str());
+            assert!(cel.contains(&want), "{cel}");
+        }
+        let cel = vertex_capacity("v");
+        assert!(
+            cel.contains("v.scheduling.strategy == 'FlexStart' ? 'queued'"),
+            "{cel}"
+        );
+        assert!(cel.ends_with("'onDemand')"), "{cel}");
+        // The order the controller reads `spec.capacity` in is the order CEL tests it.
+        let spec = |capacity: Value| -> crate::tpu_slice::TpuSliceSpec {
+            serde_json::from_value(json!({"zone": "us-east5-b", "capacity": capacity})).unwrap()
+        };
+        for (field, mode) in CapacityMode::BY_FIELD {
+            let body = if field == "flexStart" {
+                json!({"runDuration": "1h"})
+            } else if field == "reserved" {
+                json!({"reservationName": "r"})
+            } else {
+                json!({})
+            };
+            assert_eq!(spec(json!({field: body})).capacity_mode(), mode, "{field}");
+        }
+    }
 
     #[test]
     fn the_chart_file_is_generated_from_this_module() {

@@ -104,8 +104,9 @@ pub struct TpuPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
     pub allowed_accelerators: Option<Vec<AcceleratorRule>>,
-    /// Capacity kinds: `onDemand`, `spot`, `reserved`, `queued`. A Vertex job is `spot` with
-    /// `scheduling.strategy: Spot`, `queued` with `FlexStart`, else `onDemand`.
+    /// Capacity kinds: `onDemand`, `spot`, `reserved`, `queued`. A TpuSlice's
+    /// `capacity.flexStart` is `queued`; a Vertex job is `spot` with `scheduling.strategy: Spot`,
+    /// `queued` with `FlexStart`, else `onDemand` (at apply and in the controller alike).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4))]
     pub allowed_capacity: Option<Vec<CapacityKind>>,
@@ -128,6 +129,13 @@ pub struct TpuPolicySpec {
     /// reports it; a node carrying another owner's `tpu-operator-*` labels is never adopted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_adoption: bool,
+    /// Whether objects may set `deletionPolicy: Orphan`, leaving their TPU node, Dataproc batch or
+    /// Vertex job running (and billing) after the object is deleted. Default `false`: a namespace
+    /// a policy governs cannot free its quota and budget by deleting an object whose cloud
+    /// resources keep running. Checked when the object is created and again when it is deleted:
+    /// an `Orphan` set after admission, or allowed once and no longer, is deleted like `Delete`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_orphan: bool,
     /// Google service accounts workloads may run as: TPU VMs (`serviceAccount.email`), Dataproc
     /// batches (`execution.serviceAccount`) and Vertex jobs (`serviceAccount`). E-mails,
     /// `*@<project>.iam.gserviceaccount.com` suffix patterns (a leading `*`), or `default`: an
@@ -148,12 +156,40 @@ pub struct TpuPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = NETWORK_PATTERN)))]
     pub allowed_subnetworks: Option<Vec<String>>,
+    /// TPU reservations objects may consume (`capacity.reserved.reservationName`,
+    /// `capacity.queued.reservationName`): names (in the object's own project and zone) or full
+    /// paths (`projects/<p>/locations/<zone>/reservations/<r>`), `*` at the end for a prefix.
+    /// Absent: a reservation is allowed when its project is one of `allowedProjects` (a short name
+    /// is in the object's project); set, it alone decides, so a platform team can share
+    /// reservations from a project the tenants may not otherwise use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = NETWORK_PATTERN)))]
+    pub allowed_reservations: Option<Vec<String>>,
+    /// Projects whose boot images a Compute Engine slice may use (`computeEngine.image`), `*` at
+    /// the end for a prefix. Absent: the object's own project and Google's public
+    /// `ubuntu-os-cloud`; set, exactly these. The operator's identity creates the instances, so
+    /// an image it can read in any project would otherwise boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = PROJECT_PATTERN)))]
+    pub allowed_image_projects: Option<Vec<String>>,
+    /// Cloud Storage buckets objects may name (every `gs://` URI in a spec: inputs, outputs,
+    /// scripts, packages, `modelDir`, `checkpointDir`, args and env values; a Dataproc staging
+    /// bucket), `*` at the end for a prefix. The operator reads some of them with its own
+    /// identity (an input's existence, `_SUCCESS` / `_FAILED` markers, checkpoints), so a
+    /// namespace naming another team's bucket would learn about its objects. Absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = BUCKET_PATTERN)))]
+    pub allowed_buckets: Option<Vec<String>>,
 }
 
 /// `default`, an e-mail, or `*@domain`.
 pub const SERVICE_ACCOUNT_PATTERN: &str = r"^(default|\*?[a-zA-Z0-9._%+-]*@[a-zA-Z0-9-]+\.[a-zA-Z0-9.-]+)$";
 /// A name or path with `*` only at the end.
 pub const NETWORK_PATTERN: &str = r"^[^*]+\*?$";
+/// A project id (or domain-scoped id) with an optional `*` at the end.
+pub const PROJECT_PATTERN: &str = r"^[a-z0-9][-a-z0-9.:]*\*?$";
+/// A bucket name with an optional `*` at the end.
+pub const BUCKET_PATTERN: &str = r"^[a-z0-9][-a-z0-9_.]*\*?$";
 
 /// One allowed TPU family.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

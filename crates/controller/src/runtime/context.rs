@@ -8,13 +8,14 @@ use tpu_operator_gcp::Gcp;
 use crate::{
     governance::{
         pricing::PriceTable,
-        tenancy::{AdmissionLocks, Policies},
+        tenancy::{Admissions, Policies},
     },
     runtime::{
         backoff::{BackoffPolicy, ObjectBackoff},
         clock::{Clock, SystemClock},
         cloud_watch::CloudWatch,
         events::EventRecorder,
+        fair_share::FairShare,
         metrics::Metrics,
         settled::Settled,
     },
@@ -83,17 +84,20 @@ pub struct Context {
     pub policies: Policies,
     /// List prices for cost estimates, budgets and per-object spend limits.
     pub prices: Arc<PriceTable>,
-    /// Serializes policy admissions per namespace (see [`AdmissionLocks`]).
-    pub admission: AdmissionLocks,
+    /// Policy admissions per namespace: their lock and usage (see [`Admissions`]).
+    pub admission: Admissions,
     /// Objects as their last successful reconcile left them (see [`Settled`]).
     pub settled: Settled,
     /// Cloud state changes seen by listing (see [`CloudWatch`]).
     pub cloud_watch: CloudWatch,
+    /// Each controller's workers, shared fairly between namespaces (see [`FairShare`]).
+    pub fair_share: FairShare,
 }
 
 impl Context {
     pub fn new(client: kube::Client, gcp: Gcp, config: ControllerConfig) -> Self {
         let recorder = EventRecorder::new(client.clone(), "tpu-operator", None);
+        let fair_share = FairShare::new(config.concurrency);
         Self {
             client,
             gcp,
@@ -104,9 +108,10 @@ impl Context {
             recorder,
             policies: Policies::default(),
             prices: Arc::default(),
-            admission: AdmissionLocks::default(),
+            admission: Admissions::default(),
             settled: Settled::default(),
             cloud_watch: CloudWatch::default(),
+            fair_share,
         }
     }
 

@@ -4,7 +4,8 @@
 //! own observe → plan → act → status), what one deletion pass does, what its status looks like
 //! stalled, and which cloud-watch wake-ups reach it. This module owns what they all repeat:
 //!
-//! 1. the settled-object skip (only for kinds that [`Reconciler::SETTLES`]),
+//! 1. the settled-object skip (only for kinds that [`Reconciler::SETTLES`]), then each
+//!    namespace's fair share of the workers ([`crate::runtime::fair_share`]),
 //! 2. the reconcile metrics (count, duration; failures are counted by [`error_policy`]),
 //! 3. the guards (the cached object decodes, it has a namespace),
 //! 4. the deletion pass before the finalizer: kube's `finalizer` helper drops the finalizer as
@@ -42,6 +43,7 @@ use crate::{
         cloud_watch::CloudWatch,
         context::Context,
         error::{self, ReconcileError, Result},
+        fair_share::FairShare,
         report::{self, Transition},
         retry,
         watched::{self, Cached, cached_ref},
@@ -139,6 +141,14 @@ pub async fn reconcile<K: Reconciler>(cached: Arc<Cached<K>>, ctx: Arc<Context>)
     {
         return Ok(wait);
     }
+    // Not before the skips above: they cost nothing and free their worker at once.
+    let namespace = cached.namespace();
+    let Some(_slot) = ctx
+        .fair_share
+        .enter(K::KIND, namespace.as_deref().unwrap_or_default())
+    else {
+        return Ok(Action::requeue(FairShare::wait()));
+    };
     let _timer = ctx.metrics.start(K::KIND);
     let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
     let ns = obj

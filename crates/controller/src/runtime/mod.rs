@@ -11,6 +11,7 @@ pub mod context;
 pub mod driver;
 pub mod error;
 pub mod events;
+pub mod fair_share;
 pub mod metrics;
 pub mod report;
 pub mod requeue;

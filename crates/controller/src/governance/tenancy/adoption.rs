@@ -183,6 +183,8 @@ pub fn requests(
         subnetwork: primary.and_then(|n| subnetwork(&n.subnetwork)),
         adopt: Some(name.clone()),
         identity_pending: false,
+        orphan: request::orphans(spec.deletion_policy),
+        ..Request::default()
     };
     let more: Vec<Request> = node
         .network_configs
@@ -200,21 +202,21 @@ pub fn requests(
 
 /// The check before a node is taken over: every rule of the namespace's policy, with its usage,
 /// against the node as the cloud reports it. No policy: as `namespacesWithoutPolicy` says.
-/// Call it holding `ctx.admission.lock_if_counted(..)` until the adoption is in status.
+/// Call it holding the guard of `ctx.admission.try_enter(..)` until the adoption is in status.
 pub async fn admit(
     ctx: &Context,
     namespace: &str,
     node: &Node,
     spec: &TpuSliceSpec,
     project: &str,
-    exclude: &[&str],
+    holder: &super::Holder<'_>,
 ) -> Result<Result<(), Denial>> {
     let governing = ctx.policies.governing(namespace);
     let Some(rule) = governing.rules().next() else {
         return Ok(governing.refusal().map_or(Ok(()), Err));
     };
     match requests(node, spec, project, &spec.zone, &ctx.prices) {
-        Ok(requests) => super::admit(ctx, namespace, &requests, exclude).await,
+        Ok(requests) => super::admit(ctx, namespace, &requests, holder).await,
         Err(message) => Ok(Err(Denial {
             message: format!("denied by TpuPolicy {}, spec.allowAdoption: {message}", rule.name),
             retry: false,

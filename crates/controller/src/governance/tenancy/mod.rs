@@ -13,7 +13,9 @@
 //! See `docs/policy.md` for the reference.
 
 pub mod adoption;
+pub mod book;
 pub mod policies;
+pub mod references;
 pub mod report;
 pub mod request;
 pub mod rules;
@@ -27,10 +29,18 @@ use std::{
 pub use policies::{Governing, Policies, WithoutPolicy};
 pub use request::{NetworkUse, Request, TpuUse};
 pub use rules::{Denial, evaluate};
+use tpu_operator_api::DeletionPolicy;
 pub use tpu_operator_api::tpu_policy::{AcceleratorRule, TpuPolicySpec};
 pub use usage::Usage;
 
-use crate::runtime::{context::Context, error::Result};
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use tpu_operator_api::conditions::{find_condition, reasons, types};
+
+use crate::runtime::{
+    context::{Context, ControllerConfig},
+    error::Result,
+};
 
 /// The first look, before any cloud read: the rules that depend only on the spec (project,
 /// location, accelerator, capacity, per-object spend), against every governing policy.
@@ -48,16 +58,16 @@ fn check(governing: &Governing, requests: &[Request], usage: Option<&Usage>) -> 
         .try_for_each(|rule| requests.iter().try_for_each(|r| evaluate(Some(rule), r, usage)))
 }
 
-/// The check right before a create: every rule, with the namespace's usage (listed only when a
-/// governing policy has a chip quota or a budget). `exclude`: UIDs whose holdings do not count
-/// (the object itself, a pipeline's own children). Call it holding
-/// `ctx.admission.lock_if_counted(..)` until the create is recorded in status. The outer `Err` is
-/// a failed Kubernetes read.
+/// The check right before a create: every rule, with the namespace's usage (read only when a
+/// governing policy has a chip quota or a budget; see [`book`]). `holder`: the object making the
+/// requests (its own holdings do not count), as usage names it (`TpuSlice a`). An admitted
+/// request is in the namespace's usage from now on. Call it holding the guard of [`Admissions::try_enter`] until the create is recorded in
+/// status. The outer `Err` is a failed Kubernetes read.
 pub async fn admit(
     ctx: &Context,
     namespace: &str,
     requests: &[Request],
-    exclude: &[&str],
+    holder: &Holder<'_>,
 ) -> Result<Result<(), Denial>> {
     let governing = ctx.policies.governing(namespace);
     if let Err(d) = check(&governing, requests, None) {
@@ -67,8 +77,83 @@ pub async fn admit(
     if !counted || !governing.counts_usage() {
         return Ok(Ok(()));
     }
-    let usage = usage::namespace_usage(ctx, namespace, exclude).await?;
-    Ok(check(&governing, requests, Some(&usage)))
+    let usage = ctx.admission.book.usage(ctx, namespace, holder.uid).await?;
+    if let Err(d) = check(&governing, requests, Some(&usage)) {
+        return Ok(Err(d));
+    }
+    if holder.holds {
+        ctx.admission.book.admitted(namespace, holding(holder, requests));
+    }
+    Ok(Ok(()))
+}
+
+/// The object an admission is for.
+#[derive(Clone, Copy, Debug)]
+pub struct Holder<'a> {
+    pub uid: &'a str,
+    /// As usage lists it: `TpuSlice a`, `Vertex job of TrainingPipeline p`.
+    pub what: &'a str,
+    /// Whether the object itself holds what it is admitted for. A pipeline's training slice is
+    /// held by its child TpuSlice, which is admitted (and counted) on its own: counted for the
+    /// pipeline as well, it would be counted twice against the child's own admission.
+    pub holds: bool,
+}
+
+/// What admitted `requests` will hold, as usage counts it.
+fn holding(holder: &Holder<'_>, requests: &[Request]) -> usage::Holding {
+    usage::Holding {
+        uid: holder.uid.to_owned(),
+        what: holder.what.to_owned(),
+        chips: requests
+            .iter()
+            .filter_map(|r| r.tpu.as_ref())
+            .map(|t| t.shape.chips)
+            .sum(),
+        per_hour_usd: requests.iter().map(|r| r.per_hour_usd).sum(),
+    }
+}
+
+/// The deletion policy a deletion pass follows: the object's, except that `Orphan` counts only
+/// while every policy governing the namespace sets `allowOrphan` (an unrestricted namespace may).
+/// Admission refuses an `Orphan` create the policy forbids; this closes what admission cannot
+/// see: a spec edited to `Orphan` after its create, and a policy tightened since.
+pub fn deletion_policy(ctx: &Context, namespace: &str, spec: DeletionPolicy) -> DeletionPolicy {
+    if spec == DeletionPolicy::Delete {
+        return spec;
+    }
+    let governing = ctx.policies.governing(namespace);
+    if governing.refusal().is_none() && governing.rules().all(|r| r.policy.allow_orphan) {
+        return spec;
+    }
+    tracing::info!(
+        namespace,
+        "deletionPolicy Orphan is not allowed by the namespace's TpuPolicy (allowOrphan); deleting the cloud resources"
+    );
+    DeletionPolicy::Delete
+}
+
+/// When an object the policy refused is looked at again. A refusal that may lift by itself
+/// (chip quota, budget) is looked at after `poll_capacity` at first and less often the longer it
+/// lasts, up to four times that, spread by a tenth either way, so a thousand refused objects
+/// neither come back together nor every 30 s forever; other refusals need a spec or policy change
+/// (a policy change wakes every object at once) and wait `poll_stable`. `refused`: the
+/// `lastTransitionTime` of the object's `Stalled=True` condition, when it is a refusal already.
+pub fn refusal_wait(
+    config: &ControllerConfig,
+    denial: &Denial,
+    refused: &[Condition],
+    now: DateTime<Utc>,
+) -> std::time::Duration {
+    if !denial.retry {
+        return config.poll_stable;
+    }
+    let since = find_condition(refused, types::STALLED)
+        .filter(|c| c.status == "True" && c.reason == reasons::POLICY_DENIED)
+        .and_then(|c| DateTime::<Utc>::from_timestamp(c.last_transition_time.0.as_second(), 0));
+    let lasted = since.and_then(|s| (now - s).to_std().ok()).unwrap_or_default();
+    let base = config.poll_capacity;
+    let wait = (base + lasted / 4).min(base * 4);
+    wait.mul_f64(rand::random_range(0.9..=1.1))
 }
 
 /// The policy a rule comes from, as messages name it.
@@ -79,35 +164,100 @@ pub struct Rule<'a> {
     pub policy: &'a TpuPolicySpec,
 }
 
-/// Serializes admissions per namespace: the usage read, the create call and the status write that
-/// records it happen under one lock, so two objects created at once cannot both fit under a quota
-/// that has room for one. Only the leader runs controllers, so an in-process lock is enough.
+/// Admissions per namespace: a lock under which the usage read, the create call and the status
+/// write that records it happen, so two objects created at once cannot both fit under a quota
+/// that has room for one, and the [`book`] of what the namespace holds. Only the leader runs
+/// controllers, so in-process state is enough.
 #[derive(Debug, Default)]
-pub struct AdmissionLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+pub struct Admissions {
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub book: book::UsageBook,
+}
 
-impl AdmissionLocks {
-    /// The namespace's lock when its policy counts usage (a chip quota or a budget); `None`
-    /// otherwise: without a limit to share there is nothing to serialize, and serializing every
-    /// create of a namespace made submitting 10,000 objects take minutes.
-    pub async fn lock_if_counted(
-        &self,
-        policies: &Policies,
-        namespace: &str,
-    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        if !policies.governing(namespace).counts_usage() {
-            return None;
-        }
-        Some(self.lock(namespace).await)
+/// The namespace's admission lock, held until a create is in status (`None`: the namespace counts
+/// no usage, so nothing is serialized).
+pub type AdmissionGuard = Option<tokio::sync::OwnedMutexGuard<()>>;
+
+/// Another object of the namespace is being admitted: look again in [`Busy::wait`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Busy;
+
+impl Busy {
+    /// Soon, spread so that the objects that found the lock taken do not come back together.
+    pub fn wait() -> std::time::Duration {
+        std::time::Duration::from_millis(rand::random_range(250..=1_000))
     }
+}
 
-    pub async fn lock(&self, namespace: &str) -> tokio::sync::OwnedMutexGuard<()> {
+impl Admissions {
+    /// The namespace's lock when its policy counts usage (a chip quota or a budget); `Ok(None)`
+    /// otherwise: without a limit to share there is nothing to serialize, and serializing every
+    /// create of a namespace made submitting 10,000 objects take minutes. Never waits: while
+    /// another object of the namespace holds it, `Err(Busy)`, and the caller requeues. A worker
+    /// waiting here was a worker no other namespace could use (issue 32).
+    pub fn try_enter(&self, policies: &Policies, namespace: &str) -> Result<AdmissionGuard, Busy> {
+        if !policies.governing(namespace).counts_usage() {
+            return Ok(None);
+        }
         let lock = self
-            .0
+            .locks
             .lock()
             .expect("admission locks poisoned")
             .entry(namespace.to_owned())
             .or_default()
             .clone();
-        lock.lock_owned().await
+        lock.try_lock_owned().map(Some).map_err(|_| Busy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn refused_at(at: DateTime<Utc>) -> Vec<Condition> {
+        vec![Condition {
+            type_: types::STALLED.into(),
+            status: "True".into(),
+            reason: reasons::POLICY_DENIED.into(),
+            message: "quota".into(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(at.timestamp()).unwrap(),
+            ),
+            observed_generation: None,
+        }]
+    }
+
+    #[test]
+    fn refused_objects_back_off_and_spread_out() {
+        let config = ControllerConfig::default();
+        let quota = Denial {
+            message: "quota".into(),
+            retry: true,
+        };
+        let now = Utc::now();
+        let first = refusal_wait(&config, &quota, &[], now);
+        assert!(
+            first >= Duration::from_secs(27) && first <= Duration::from_secs(33),
+            "{first:?}"
+        );
+        let hour = refusal_wait(
+            &config,
+            &quota,
+            &refused_at(now - chrono::Duration::hours(1)),
+            now,
+        );
+        assert!(
+            hour >= Duration::from_secs(108) && hour <= Duration::from_secs(132),
+            "{hour:?}"
+        );
+        let waits: std::collections::BTreeSet<_> =
+            (0..20).map(|_| refusal_wait(&config, &quota, &[], now)).collect();
+        assert!(waits.len() > 1, "jittered");
+        let fixed = Denial {
+            retry: false,
+            ..quota
+        };
+        assert_eq!(refusal_wait(&config, &fixed, &[], now), config.poll_stable);
     }
 }

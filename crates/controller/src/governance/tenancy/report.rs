@@ -84,7 +84,7 @@ pub async fn refresh(ctx: &Context) -> crate::runtime::error::Result<()> {
 
 /// What one namespace holds and how many of its objects a policy refuses.
 fn row(namespace: &str, listed: &Listed, ctx: &Context) -> NamespaceUsage {
-    let usage = listed.usage(&[], &ctx.prices);
+    let usage = super::usage::sum(&listed.holdings(&ctx.prices), "");
     let stalls = listed
         .slices
         .iter()

@@ -3,9 +3,10 @@
 //! Pure: built from specs and the price table.
 
 use tpu_operator_api::{
+    DeletionPolicy,
     accelerator::{SliceShape, VertexAcceleratorType, parse_accelerator_type},
     preprocess_batch::BatchTemplate,
-    tpu_slice::TpuSliceSpec,
+    tpu_slice::{Provisioner, TpuSliceSpec},
     training_pipeline::{SchedulingStrategy, TrainingPipelineSpec, VertexTraining},
 };
 
@@ -55,6 +56,90 @@ pub struct Request {
     /// The first look at an adoption, before the node is read: the service account and networks
     /// are the node's, not yet known, and are not checked (the spec's are never applied to it).
     pub identity_pending: bool,
+    /// The object says `deletionPolicy: Orphan`: what it creates outlives it (and keeps billing).
+    pub orphan: bool,
+    /// Where the spec names the network and subnetwork (empty: not the spec's, e.g. a node's).
+    pub fields: Fields,
+    /// The TPU reservation the capacity comes from, when one is named.
+    pub reservation: Option<Named>,
+    /// The boot image of a Compute Engine slice.
+    pub image: Option<Named>,
+    /// Every Cloud Storage location the spec names (`gs://` URIs, bucket names).
+    pub storage: Vec<Named>,
+}
+
+/// The spec fields a request's network references come from, for messages.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fields {
+    pub network: String,
+    pub subnetwork: String,
+}
+
+/// A reference to another cloud resource as the spec writes it, and where.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Named {
+    /// The spec field, e.g. `spec.capacity.reserved.reservationName`.
+    pub field: String,
+    pub value: String,
+}
+
+impl Named {
+    fn new(field: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            value: value.into(),
+        }
+    }
+}
+
+/// Every string in `value` that names Cloud Storage (`gs://...`), with its path below `at`
+/// (`spec.artifacts.modelDir`, `spec.inputs[0]`, ...): walked from the serialized spec so that
+/// no field, present or added later, is missed.
+pub fn storage_in(value: &serde_json::Value, at: &str, out: &mut Vec<Named>) {
+    match value {
+        serde_json::Value::String(s) if s.starts_with("gs://") => out.push(Named::new(at, s.clone())),
+        serde_json::Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                storage_in(v, &format!("{at}[{i}]"), out);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                storage_in(v, &format!("{at}.{k}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The Cloud Storage locations of a serializable spec part at `at`.
+fn storage_of(spec: &impl serde::Serialize, at: &str) -> Vec<Named> {
+    let mut out = Vec::new();
+    if let Ok(v) = serde_json::to_value(spec) {
+        storage_in(&v, at, &mut out);
+    }
+    out
+}
+
+/// The reservation a slice's capacity names (`capacity.reserved` or `capacity.queued`).
+fn slice_reservation(spec: &TpuSliceSpec, at: &str) -> Option<Named> {
+    let c = spec.capacity.as_ref()?;
+    if let Some(r) = &c.reserved {
+        return Some(Named::new(
+            format!("{at}.capacity.reserved.reservationName"),
+            r.reservation_name.clone(),
+        ));
+    }
+    let r = c.queued.as_ref()?.reservation_name.as_ref()?;
+    Some(Named::new(
+        format!("{at}.capacity.queued.reservationName"),
+        r.clone(),
+    ))
+}
+
+/// Whether `policy` leaves the cloud resources behind when the object is deleted.
+pub fn orphans(policy: DeletionPolicy) -> bool {
+    policy == DeletionPolicy::Orphan
 }
 
 /// `us-east5-b` → `us-east5`.
@@ -70,6 +155,11 @@ pub fn slice_per_hour(spec: &TpuSliceSpec, prices: &PriceTable) -> Option<(f64, 
 
 /// A TpuSlice create. `None` when the spec has no valid shape.
 pub fn tpu_slice(spec: &TpuSliceSpec, project: &str, prices: &PriceTable) -> Option<Request> {
+    slice_at(spec, project, prices, "spec")
+}
+
+/// A slice whose spec is at `at` (`spec`, or a pipeline's `spec.training.tpuVm.slice`).
+fn slice_at(spec: &TpuSliceSpec, project: &str, prices: &PriceTable, at: &str) -> Option<Request> {
     let shape = spec.total_shape()?;
     let (per_hour_usd, _) = prices.slice_per_hour(&shape, spec.price_kind());
     Some(Request {
@@ -91,6 +181,17 @@ pub fn tpu_slice(spec: &TpuSliceSpec, project: &str, prices: &PriceTable) -> Opt
             None => NetworkUse::Default,
         },
         subnetwork: spec.network_config.as_ref().and_then(|n| n.subnetwork.clone()),
+        orphan: orphans(spec.deletion_policy),
+        fields: Fields {
+            network: format!("{at}.networkConfig.network"),
+            subnetwork: format!("{at}.networkConfig.subnetwork"),
+        },
+        reservation: slice_reservation(spec, at),
+        image: (spec.provisioner == Provisioner::ComputeEngine)
+            .then_some(spec.compute_engine.as_ref())
+            .flatten()
+            .map(|c| Named::new(format!("{at}.computeEngine.image"), c.image.clone())),
+        storage: storage_of(spec, at),
         ..Request::default()
     })
 }
@@ -125,10 +226,24 @@ pub fn dataproc_batch(project: &str, region: &str) -> Request {
 /// network (`networkUri` or `subnetworkUri`; the subnetwork wins if both slipped through, as in
 /// the request the operator sends).
 pub fn batch(project: &str, region: &str, template: &BatchTemplate) -> Request {
+    batch_at(project, region, template, "spec")
+}
+
+/// A batch whose template is at `at` (`spec`, or a pipeline's `spec.preprocess`).
+fn batch_at(project: &str, region: &str, template: &BatchTemplate, at: &str) -> Request {
     let mut req = dataproc_batch(project, region);
+    req.storage = storage_of(template, at);
+    req.fields = Fields {
+        network: format!("{at}.execution.networkUri"),
+        subnetwork: format!("{at}.execution.subnetworkUri"),
+    };
     let Some(e) = &template.execution else {
         return req;
     };
+    if let Some(b) = &e.staging_bucket {
+        req.storage
+            .push(Named::new(format!("{at}.execution.stagingBucket"), b.clone()));
+    }
     req.service_account = e.service_account.clone();
     (req.network, req.subnetwork) = match (&e.subnetwork_uri, &e.network_uri) {
         (Some(subnet), _) => (NetworkUse::OfSubnetwork, Some(subnet.clone())),
@@ -153,12 +268,12 @@ pub fn vertex_shape(v: &VertexTraining) -> Option<SliceShape> {
     }
 }
 
+/// The job's capacity kind: [`SchedulingStrategy::kind`], the definition admission uses too.
 fn vertex_capacity(v: &VertexTraining) -> CapacityKind {
-    match v.scheduling.as_ref().map(|s| s.strategy) {
-        Some(SchedulingStrategy::Spot) => CapacityKind::Spot,
-        Some(SchedulingStrategy::FlexStart) => CapacityKind::Queued,
-        Some(SchedulingStrategy::Standard) | None => CapacityKind::OnDemand,
-    }
+    v.scheduling
+        .as_ref()
+        .map_or(SchedulingStrategy::default(), |s| s.strategy)
+        .kind()
 }
 
 /// Estimated US dollars per hour of the pipeline's Vertex job, with its price key.
@@ -197,6 +312,11 @@ pub fn vertex_job(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTabl
         per_hour_usd: vertex_per_hour(v, prices).0,
         service_account: v.service_account.clone(),
         network: v.network.clone().map_or(NetworkUse::Unused, NetworkUse::Named),
+        orphan: orphans(spec.deletion_policy),
+        fields: Fields {
+            network: "spec.training.vertex.network".into(),
+            subnetwork: String::new(),
+        },
         ..Request::default()
     })
 }
@@ -206,7 +326,7 @@ pub fn vertex_job(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTabl
 pub fn pipeline(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTable) -> Vec<Request> {
     let mut out = Vec::new();
     if let Some(template) = &spec.preprocess {
-        out.push(batch(project, &spec.region, template));
+        out.push(batch_at(project, &spec.region, template, "spec.preprocess"));
     }
     if let Some(job) = vertex_job(spec, project, prices) {
         out.push(job);
@@ -218,12 +338,38 @@ pub fn pipeline(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTable)
                 let node = format!("projects/{project}/locations/{}/nodes/{id}", t.slice.zone);
                 adopting_slice(&t.slice, project, &node, prices)
             }
-            None => tpu_slice(&t.slice, project, prices),
+            None => slice_at(&t.slice, project, prices, "spec.training.tpuVm.slice"),
         }
     }) {
         out.push(slice);
     }
+    // The pipeline's policy is its children's (an `Orphan` slice spec orphans the slice alone).
+    for r in &mut out {
+        r.orphan |= orphans(spec.deletion_policy);
+    }
+    pipeline_storage(spec, &mut out);
     out
+}
+
+/// Every Cloud Storage location of a pipeline (artifacts, packages, the batch's and the
+/// slice's), checked once: on its first request.
+fn pipeline_storage(spec: &TrainingPipelineSpec, out: &mut [Request]) {
+    for r in out.iter_mut() {
+        r.storage.clear();
+    }
+    let Some(first) = out.first_mut() else {
+        return;
+    };
+    first.storage = storage_of(spec, "spec");
+    if let Some(b) = spec
+        .preprocess
+        .as_ref()
+        .and_then(|p| p.execution.as_ref()?.staging_bucket.clone())
+    {
+        first
+            .storage
+            .push(Named::new("spec.preprocess.execution.stagingBucket", b));
+    }
 }
 
 fn slice_project<'a>(slice: &'a TpuSliceSpec, pipeline_project: &'a str) -> &'a str {

@@ -1,10 +1,18 @@
 //! The policy decision: a pure function of (one `TpuPolicy`'s spec, request, namespace usage).
 
-use super::{NetworkUse, Request, Rule, TpuPolicySpec, TpuUse, Usage};
+use super::{
+    NetworkUse, Request, Rule, TpuPolicySpec, TpuUse, Usage,
+    references::{self, Kind, Reference},
+};
 use crate::governance::pricing::family_name;
 
 /// The `allowedServiceAccounts` entry that stands for an object naming no service account.
 pub const DEFAULT_ACCOUNT: &str = "default";
+
+/// Google's public image projects a Compute Engine slice may boot from when the policy has no
+/// `allowedImageProjects`: Ubuntu, the OS of Google's guides to TPU VMs on Compute Engine
+/// (`--image-project=ubuntu-os-cloud`) and of docs/compute-engine.md.
+pub const PUBLIC_IMAGE_PROJECTS: &[&str] = &["ubuntu-os-cloud"];
 
 /// Why a request is refused. `retry`: the refusal depends on what else runs (chip quota, budget)
 /// and may lift by itself; otherwise only a spec or policy change helps.
@@ -54,34 +62,56 @@ fn account_allowed(allowed: &[String], email: Option<&str>) -> bool {
     })
 }
 
-/// A network or subnetwork as a path without scheme and host (`projects/...`): full URLs lose
-/// their `https://.../compute/v1/` prefix, paths relative to a project (`global/networks/n`)
-/// and bare names get the object's project (and, for a subnetwork, its region).
-fn network_path(value: &str, project: &str, region: Option<&str>) -> String {
-    let v = match value.find("projects/") {
-        Some(i) if value.starts_with("https://") => &value[i..],
-        _ => value,
+/// A policy entry (written by the cluster's administrators, so read leniently) as a canonical
+/// path: full URLs lose their `https://.../compute/v1/` prefix, paths relative to a project
+/// (`global/networks/n`) get the object's project, and bare names become a `kind` in the
+/// object's project and `location` (region of a subnetwork, zone of a reservation).
+fn entry_path(entry: &str, kind: Kind, project: &str, location: &str) -> String {
+    let v = match entry.find("projects/") {
+        Some(i) if entry.starts_with("https://") => &entry[i..],
+        _ => entry,
     };
     if v.starts_with("projects/") {
         v.to_string()
     } else if v.contains('/') {
         format!("projects/{project}/{v}")
     } else {
-        match region {
-            Some(region) => format!("projects/{project}/regions/{region}/subnetworks/{v}"),
-            None => format!("projects/{project}/global/networks/{v}"),
+        Reference {
+            kind,
+            project: project.to_owned(),
+            location: Some(location.to_owned()),
+            name: v.to_owned(),
         }
+        .path()
     }
 }
 
-/// Whether network (`region: None`) or subnetwork `value` is in `allowed`, both read as paths in
-/// the object's project and region ([`network_path`]); entries ending in `*` match by prefix.
-fn network_allowed(allowed: &[String], value: &str, project: &str, region: Option<&str>) -> bool {
-    let value = network_path(value, project, region);
+/// Whether the parsed reference `value` is in `allowed`, entries read by [`entry_path`] in the
+/// object's project and `location`; entries ending in `*` match the canonical path by prefix.
+/// Only a strictly parsed value (no `..`, no other host, no extra segment) ever gets here, so a
+/// prefix cannot be escaped.
+fn reference_allowed(allowed: &[String], value: &Reference, project: &str, location: &str) -> bool {
+    let path = value.path();
     allowed.iter().any(|a| match a.strip_suffix('*') {
-        Some(prefix) => value.starts_with(&network_path(prefix, project, region)),
-        None => network_path(a, project, region) == value,
+        Some(prefix) => path.starts_with(&entry_path(prefix, value.kind, project, location)),
+        None => entry_path(a, value.kind, project, location) == path,
     })
+}
+
+/// `what` names `value` at `field`, which does not parse: refused by the policy field `policy_field`.
+fn malformed(
+    rule: &Rule<'_>,
+    policy_field: &str,
+    what: &str,
+    field: &str,
+    err: references::Malformed,
+) -> Denial {
+    let at = if field.is_empty() {
+        String::new()
+    } else {
+        format!(" {field}")
+    };
+    Denial::fixed(rule, policy_field, format!("{what}{at}: {err}"))
 }
 
 fn list(allowed: &[String]) -> String {
@@ -100,6 +130,9 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
     };
     placement(&rule, req)?;
     identity(&rule, req)?;
+    reservation(&rule, req)?;
+    image(&rule, req)?;
+    buckets(&rule, req)?;
     let Some(tpu) = &req.tpu else {
         return Ok(());
     };
@@ -119,6 +152,13 @@ fn placement(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
     {
         let msg = format!("{what}: this namespace may not adopt existing TPU nodes ({node}); allowed: false");
         return Err(Denial::fixed(rule, "allowAdoption", msg));
+    }
+    if req.orphan && !p.allow_orphan {
+        let msg = format!(
+            "{what}: deletionPolicy Orphan would leave it running (and billing) after the object is \
+             deleted; allowed: false (use deletionPolicy: Delete)"
+        );
+        return Err(Denial::fixed(rule, "allowOrphan", msg));
     }
     if let Some(allowed) = &p.allowed_projects
         && !matches(allowed, &req.project)
@@ -179,27 +219,137 @@ fn identity(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
                 return Err(Denial::fixed(rule, "allowedNetworks", msg));
             }
         };
-        if let Some(network) = network
-            && !network_allowed(allowed, network, &req.project, None)
-        {
-            let msg = format!(
-                "{what} uses network {:?}; allowed: {}",
-                network_path(network, &req.project, None),
-                list(allowed)
-            );
-            return Err(Denial::fixed(rule, "allowedNetworks", msg));
+        if let Some(network) = network {
+            let parsed = references::network(network, &req.project)
+                .map_err(|e| malformed(rule, "allowedNetworks", what, &req.fields.network, e))?;
+            if !reference_allowed(allowed, &parsed, &req.project, "") {
+                let msg = format!(
+                    "{what} uses network {:?}; allowed: {}",
+                    parsed.path(),
+                    list(allowed)
+                );
+                return Err(Denial::fixed(rule, "allowedNetworks", msg));
+            }
         }
     }
     if let (Some(allowed), Some(subnet)) = (&p.allowed_subnetworks, &req.subnetwork)
         && !req.identity_pending
-        && !network_allowed(allowed, subnet, &req.project, Some(&req.region))
+    {
+        let parsed = references::subnetwork(subnet, &req.project, &req.region)
+            .map_err(|e| malformed(rule, "allowedSubnetworks", what, &req.fields.subnetwork, e))?;
+        if !reference_allowed(allowed, &parsed, &req.project, &req.region) {
+            let msg = format!(
+                "{what} uses subnetwork {:?}; allowed: {}",
+                parsed.path(),
+                list(allowed)
+            );
+            return Err(Denial::fixed(rule, "allowedSubnetworks", msg));
+        }
+    }
+    Ok(())
+}
+
+/// The TPU reservation the capacity comes from: listed in `allowedReservations` when the policy
+/// has that list, else in one of `allowedProjects` (a short name is in the object's project and
+/// zone, as the controller expands it).
+fn reservation(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
+    let p: &TpuPolicySpec = rule.policy;
+    let Some(named) = &req.reservation else {
+        return Ok(());
+    };
+    let field = match (&p.allowed_reservations, &p.allowed_projects) {
+        (Some(_), _) => "allowedReservations",
+        (None, Some(_)) => "allowedProjects",
+        (None, None) => return Ok(()),
+    };
+    let what = &req.what;
+    let zone = req.zone.as_deref().unwrap_or_default();
+    let parsed = references::reservation(&named.value, &req.project, zone)
+        .map_err(|e| malformed(rule, field, what, &named.field, e))?;
+    if let Some(allowed) = &p.allowed_reservations {
+        if !reference_allowed(allowed, &parsed, &req.project, zone) {
+            let msg = format!(
+                "{what} consumes reservation {:?} ({}); allowed: {}",
+                parsed.path(),
+                named.field,
+                list(allowed)
+            );
+            return Err(Denial::fixed(rule, field, msg));
+        }
+    } else if let Some(allowed) = &p.allowed_projects
+        && !matches(allowed, &parsed.project)
     {
         let msg = format!(
-            "{what} uses subnetwork {:?}; allowed: {}",
-            network_path(subnet, &req.project, Some(&req.region)),
+            "{what} consumes reservation {:?} ({}) of project {:?}; allowed: {} \
+             (a reservation of another project must be listed in allowedReservations)",
+            parsed.path(),
+            named.field,
+            parsed.project,
             list(allowed)
         );
-        return Err(Denial::fixed(rule, "allowedSubnetworks", msg));
+        return Err(Denial::fixed(rule, field, msg));
+    }
+    Ok(())
+}
+
+/// The boot image of a Compute Engine slice: from one of `allowedImageProjects`, or, without
+/// that list, from the object's own project or [`PUBLIC_IMAGE_PROJECTS`].
+fn image(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
+    let Some(named) = &req.image else {
+        return Ok(());
+    };
+    let field = "allowedImageProjects";
+    let what = &req.what;
+    let parsed = references::image(&named.value, &req.project)
+        .map_err(|e| malformed(rule, field, what, &named.field, e))?;
+    let (ok, allowed) = match &rule.policy.allowed_image_projects {
+        Some(allowed) => (matches(allowed, &parsed.project), list(allowed)),
+        None => {
+            let defaults: Vec<String> = std::iter::once(req.project.clone())
+                .chain(PUBLIC_IMAGE_PROJECTS.iter().map(|p| p.to_string()))
+                .collect();
+            (
+                defaults.contains(&parsed.project),
+                format!(
+                    "{} (the default: the object's project and Google's public images)",
+                    list(&defaults)
+                ),
+            )
+        }
+    };
+    if !ok {
+        let msg = format!(
+            "{what} boots image {:?} ({}) of project {:?}; allowed: {allowed}",
+            parsed.path(),
+            named.field,
+            parsed.project
+        );
+        return Err(Denial::fixed(rule, field, msg));
+    }
+    Ok(())
+}
+
+/// Every Cloud Storage location the spec names is in a bucket of `allowedBuckets`.
+fn buckets(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
+    let Some(allowed) = &rule.policy.allowed_buckets else {
+        return Ok(());
+    };
+    let what = &req.what;
+    for named in &req.storage {
+        let msg = match references::bucket(&named.value) {
+            Some(bucket) if matches(allowed, bucket) => continue,
+            Some(bucket) => format!(
+                "{what} names bucket {bucket:?} ({} = {:?}); allowed: {}",
+                named.field,
+                named.value,
+                list(allowed)
+            ),
+            None => format!(
+                "{what} {}: {:?} names no bucket (accepted: gs://BUCKET/PATH, BUCKET a Cloud Storage bucket name)",
+                named.field, named.value
+            ),
+        };
+        return Err(Denial::fixed(rule, "allowedBuckets", msg));
     }
     Ok(())
 }
@@ -679,5 +829,179 @@ mod tests {
             ..batch
         };
         assert!(evaluate(Some(rule), &elsewhere, None).is_err());
+    }
+
+    /// Issue 32: references to other resources, judged by what they point at, not their text.
+    fn hostile(policy: TpuPolicySpec, req: &Request) -> Result<(), String> {
+        let rule = Rule {
+            name: "team-a",
+            policy: &policy,
+        };
+        evaluate(Some(rule), req, None).map_err(|d| d.message)
+    }
+
+    fn named(field: &str, value: &str) -> Option<crate::governance::tenancy::request::Named> {
+        Some(crate::governance::tenancy::request::Named {
+            field: field.into(),
+            value: value.into(),
+        })
+    }
+
+    /// Item 11: `..` segments and foreign hosts no longer pass a name pattern.
+    #[test]
+    fn network_traversal_and_foreign_hosts_are_refused() {
+        let policy = || TpuPolicySpec {
+            allowed_networks: Some(vec!["team-a-*".into()]),
+            allowed_subnetworks: Some(vec!["team-a-*".into()]),
+            ..Default::default()
+        };
+        let mut ok = allowed_batch();
+        ok.network = NetworkUse::Named("team-a-x".into());
+        ok.fields.network = "spec.execution.networkUri".into();
+        assert_eq!(hostile(policy(), &ok), Ok(()));
+        for (network, fragment) in [
+            (
+                "global/networks/team-a-x/../../../../team-b-train/global/networks/prod",
+                "spec.allowedNetworks: Dataproc batch spec.execution.networkUri: \"global/networks/team-a-x/../",
+            ),
+            (
+                "https://evil.example.com/compute/v1/projects/team-a/global/networks/team-a-x",
+                "is not a network reference the operator accepts (accepted: NAME, global/networks/NAME",
+            ),
+            (
+                "projects/team-b/global/networks/team-a-x",
+                "uses network \"projects/team-b/global/networks/team-a-x\"",
+            ),
+        ] {
+            let req = Request {
+                network: NetworkUse::Named(network.into()),
+                ..ok.clone()
+            };
+            let got = hostile(policy(), &req).unwrap_err();
+            assert!(got.contains(fragment), "{network}: {got}");
+        }
+        let req = Request {
+            network: NetworkUse::OfSubnetwork,
+            subnetwork: Some("regions/us-east5/subnetworks/team-a-1/../../../x".into()),
+            ..ok.clone()
+        };
+        let got = hostile(policy(), &req).unwrap_err();
+        assert!(
+            got.contains("spec.allowedSubnetworks:") && got.contains("accepted: NAME, regions/REGION"),
+            "{got}"
+        );
+    }
+
+    /// Item 5: a reservation in another project is refused by `allowedProjects`, a short name is
+    /// the object's project, and `allowedReservations` alone decides when set.
+    #[test]
+    fn reservations_are_checked_with_their_project() {
+        let mut req = slice("team-a", "us-east5-b", "v6e-8", CapacityKind::Reserved);
+        req.reservation = named("spec.capacity.reserved.reservationName", "mine");
+        let projects = || TpuPolicySpec {
+            allowed_projects: Some(vec!["team-a".into()]),
+            ..Default::default()
+        };
+        assert_eq!(hostile(projects(), &req), Ok(()));
+        req.reservation = named(
+            "spec.capacity.reserved.reservationName",
+            "projects/team-b/locations/us-east5-b/reservations/theirs",
+        );
+        let got = hostile(projects(), &req).unwrap_err();
+        assert!(
+            got.contains("spec.allowedProjects: TpuSlice consumes reservation \"projects/team-b/locations/us-east5-b/reservations/theirs\"")
+                && got.contains("of project \"team-b\"; allowed: team-a"),
+            "{got}"
+        );
+        let shared = TpuPolicySpec {
+            allowed_reservations: Some(vec![
+                "projects/platform/locations/us-east5-b/reservations/shared-*".into(),
+                "mine".into(),
+            ]),
+            ..projects()
+        };
+        assert!(
+            hostile(shared.clone(), &req)
+                .unwrap_err()
+                .contains("spec.allowedReservations:")
+        );
+        req.reservation = named(
+            "x",
+            "projects/platform/locations/us-east5-b/reservations/shared-1",
+        );
+        assert_eq!(hostile(shared.clone(), &req), Ok(()));
+        req.reservation = named("x", "mine");
+        assert_eq!(hostile(shared.clone(), &req), Ok(()));
+        req.reservation = named(
+            "x",
+            "projects/platform/locations/us-east5-b/reservations/shared-1/../../x",
+        );
+        assert!(
+            hostile(shared, &req)
+                .unwrap_err()
+                .contains("is not a reservation reference")
+        );
+        // No policy on projects or reservations: nothing to check.
+        assert_eq!(hostile(TpuPolicySpec::default(), &req), Ok(()));
+    }
+
+    /// Item 6: a Compute Engine image of another project is refused; the default allows the
+    /// object's project and Google's public Ubuntu images.
+    #[test]
+    fn images_of_other_projects_are_refused() {
+        let mut req = slice("team-a", "us-east5-b", "v6e-8", CapacityKind::Spot);
+        let at = "spec.computeEngine.image";
+        for ok in [
+            "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts",
+            "global/images/mine",
+            "https://www.googleapis.com/compute/v1/projects/team-a/global/images/family/f",
+        ] {
+            req.image = named(at, ok);
+            assert_eq!(hostile(TpuPolicySpec::default(), &req), Ok(()), "{ok}");
+        }
+        req.image = named(at, "projects/team-b/global/images/backdoored");
+        let got = hostile(TpuPolicySpec::default(), &req).unwrap_err();
+        assert!(
+            got.contains(
+                "spec.allowedImageProjects: TpuSlice boots image \"projects/team-b/global/images/backdoored\""
+            ) && got.contains("allowed: team-a, ubuntu-os-cloud"),
+            "{got}"
+        );
+        let listed = TpuPolicySpec {
+            allowed_image_projects: Some(vec!["golden-*".into()]),
+            ..Default::default()
+        };
+        req.image = named(at, "projects/golden-images/global/images/i");
+        assert_eq!(hostile(listed.clone(), &req), Ok(()));
+        req.image = named(
+            at,
+            "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts",
+        );
+        assert!(hostile(listed, &req).unwrap_err().contains("allowed: golden-*"));
+    }
+
+    /// Item 10: every Cloud Storage location is in an allowed bucket.
+    #[test]
+    fn buckets_outside_the_list_are_refused() {
+        let policy = || TpuPolicySpec {
+            allowed_buckets: Some(vec!["team-a-*".into()]),
+            ..Default::default()
+        };
+        let mut req = allowed_batch();
+        req.storage = vec![crate::governance::tenancy::request::Named {
+            field: "spec.inputs[0]".into(),
+            value: "gs://team-a-raw/x".into(),
+        }];
+        assert_eq!(hostile(policy(), &req), Ok(()));
+        req.storage.push(crate::governance::tenancy::request::Named {
+            field: "spec.artifacts.checkpointDir".into(),
+            value: "gs://team-b-ckpt/run/".into(),
+        });
+        let got = hostile(policy(), &req).unwrap_err();
+        assert!(
+            got.contains("spec.allowedBuckets: Dataproc batch names bucket \"team-b-ckpt\" (spec.artifacts.checkpointDir"),
+            "{got}"
+        );
+        assert_eq!(hostile(TpuPolicySpec::default(), &req), Ok(()), "absent: any");
     }
 }

@@ -1,6 +1,7 @@
 //! What a namespace holds right now: TPU chips and estimated burn rate of the slices that are
 //! running or being created, the Vertex TPU jobs of running pipelines, and running Dataproc
-//! batches. [`tally`] is pure; [`namespace_usage`] lists the three kinds.
+//! batches. [`holdings`] and [`sum`] are pure; [`Listed::read`] lists the three kinds, and
+//! [`super::book`] keeps what admissions read between listings.
 
 use kube::{Api, ResourceExt, api::ListParams};
 use tpu_operator_api::{
@@ -57,33 +58,34 @@ pub fn holds_capacity(st: &TpuSliceStatus) -> bool {
     }
 }
 
-fn excluded(uid: Option<String>, owners: &[String], exclude: &[&str]) -> bool {
-    uid.is_some_and(|u| exclude.contains(&u.as_str())) || owners.iter().any(|o| exclude.contains(&o.as_str()))
+/// What one object holds now: chips and estimated spend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Holding {
+    /// The holder's UID: the one thing about it a tenant cannot write.
+    pub uid: String,
+    /// `TpuSlice a`, for messages.
+    pub what: String,
+    pub chips: u32,
+    pub per_hour_usd: f64,
 }
 
-fn owner_uids<K: kube::Resource>(obj: &K) -> Vec<String> {
-    obj.meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .map(|o| o.uid.clone())
-        .collect()
-}
-
-/// Sums what the listed objects hold, skipping the ones whose UID (or owner's UID) is in `exclude`
-/// (the object being admitted, and a pipeline's own children).
-pub fn tally(
+/// What each listed object holds (objects holding nothing are left out).
+pub fn holdings(
     slices: &[TpuSlice],
     pipelines: &[TrainingPipeline],
     batches: &[PreprocessBatch],
-    exclude: &[&str],
     prices: &PriceTable,
-) -> Usage {
-    let mut usage = Usage::default();
+) -> Vec<Holding> {
+    let mut out = Vec::new();
+    let mut hold = |uid: Option<String>, what: String, chips: u32, per_hour_usd: f64| {
+        out.push(Holding {
+            uid: uid.unwrap_or_default(),
+            what,
+            chips,
+            per_hour_usd,
+        });
+    };
     for s in slices {
-        if excluded(s.uid(), &owner_uids(s), exclude) {
-            continue;
-        }
         if !s.status.as_ref().is_some_and(holds_capacity) {
             continue;
         }
@@ -91,12 +93,14 @@ pub fn tally(
             continue;
         };
         let (per_hour, _) = prices.slice_per_hour(&shape, s.spec.price_kind());
-        usage.add(format!("TpuSlice {}", s.name_any()), shape.chips, per_hour);
+        hold(
+            s.uid(),
+            format!("TpuSlice {}", s.name_any()),
+            shape.chips,
+            per_hour,
+        );
     }
     for tp in pipelines {
-        if excluded(tp.uid(), &owner_uids(tp), exclude) {
-            continue;
-        }
         let (Some(v), Some(st)) = (&tp.spec.training.vertex, &tp.status) else {
             continue;
         };
@@ -113,26 +117,43 @@ pub fn tally(
         let replicas = u32::try_from(v.replica_count.max(1)).unwrap_or(1);
         let chips = request::vertex_shape(v).map_or(0, |s| s.chips * replicas);
         let (per_hour, _) = request::vertex_per_hour(v, prices);
-        usage.add(
-            format!("Vertex job of TrainingPipeline {}", tp.name_any()),
-            chips,
-            per_hour,
-        );
+        let what = format!("Vertex job of TrainingPipeline {}", tp.name_any());
+        hold(tp.uid(), what, chips, per_hour);
     }
     for b in batches {
-        if excluded(b.uid(), &owner_uids(b), exclude) {
-            continue;
-        }
         let per_hour = b
             .status
             .as_ref()
             .and_then(|s| s.estimated_cost.as_ref())
             .map_or(0.0, |c| c.per_hour_usd);
         if per_hour > 0.0 {
-            usage.add(format!("PreprocessBatch {}", b.name_any()), 0, per_hour);
+            hold(b.uid(), format!("PreprocessBatch {}", b.name_any()), 0, per_hour);
         }
     }
+    out
+}
+
+/// Sums `holdings` but the one of the object being admitted (`exclude`, its UID). Only the
+/// object's own UID is left out: ownerReferences, labels and names are the tenant's to write, so
+/// nothing else it could point at one object may take another out of the count (a pipeline's
+/// children count like any other object while they hold something).
+pub fn sum<'a>(holdings: impl IntoIterator<Item = &'a Holding>, exclude: &str) -> Usage {
+    let mut usage = Usage::default();
+    for h in holdings.into_iter().filter(|h| h.uid != exclude) {
+        usage.add(h.what.clone(), h.chips, h.per_hour_usd);
+    }
     usage
+}
+
+/// What the listed objects hold, but `exclude`'s (the UID of the object being admitted).
+pub fn tally(
+    slices: &[TpuSlice],
+    pipelines: &[TrainingPipeline],
+    batches: &[PreprocessBatch],
+    exclude: &str,
+    prices: &PriceTable,
+) -> Usage {
+    sum(&holdings(slices, pipelines, batches, prices), exclude)
 }
 
 /// The namespace's slices, pipelines and batches, as one read.
@@ -169,15 +190,10 @@ impl Listed {
         })
     }
 
-    /// What the listed objects hold, but `exclude`'s (see [`tally`]).
-    pub fn usage(&self, exclude: &[&str], prices: &PriceTable) -> Usage {
-        tally(&self.slices, &self.pipelines, &self.batches, exclude, prices)
+    /// What each listed object holds (see [`holdings`]).
+    pub fn holdings(&self, prices: &PriceTable) -> Vec<Holding> {
+        holdings(&self.slices, &self.pipelines, &self.batches, prices)
     }
-}
-
-/// Lists the namespace's slices, pipelines and batches and tallies them.
-pub async fn namespace_usage(ctx: &Context, namespace: &str, exclude: &[&str]) -> Result<Usage> {
-    Ok(Listed::read(ctx, namespace).await?.usage(exclude, &ctx.prices))
 }
 #[cfg(test)]
 mod tests {
@@ -203,7 +219,7 @@ mod tests {
             slice("new", "u-d", "Pending", "v6e-8", json!({})),
             slice("me", "u-me", "Ready", "v6e-8", json!({})),
         ];
-        let u = tally(&slices, &[], &[], &["u-me"], &PriceTable::default());
+        let u = tally(&slices, &[], &[], "u-me", &PriceTable::default());
         assert_eq!(u.chips, 12);
         assert!((u.per_hour_usd - (10.8 + 10.8)).abs() < 1e-9, "{u:?}");
         assert_eq!(u.holders.len(), 2, "{u:?}");
@@ -212,6 +228,25 @@ mod tests {
             "{}",
             u.describe()
         );
+    }
+
+    /// ownerReferences are the tenant's to write: one naming the object being admitted does not
+    /// take a running slice out of the count (issue 32, quota bypass).
+    #[test]
+    fn an_owner_reference_to_the_admitted_object_does_not_exclude_a_holder() {
+        let mut running = slice("running", "u-run", "Ready", "v6e-8", json!({}));
+        running.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "tpu-operator.dev/v1alpha1".into(),
+                kind: "TpuSlice".into(),
+                name: "refused".into(),
+                uid: "u-refused".into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        let u = tally(&[running], &[], &[], "u-refused", &PriceTable::default());
+        assert_eq!(u.chips, 8, "{u:?}");
     }
 
     #[test]
@@ -225,9 +260,9 @@ mod tests {
             "status": {"phase": "Training", "stages": [{"name": "Train", "kind": "VertexCustomJob", "state": "Running"}]}
         }))
         .unwrap();
-        let u = tally(&[], std::slice::from_ref(&tp), &[], &[], &PriceTable::default());
+        let u = tally(&[], std::slice::from_ref(&tp), &[], "", &PriceTable::default());
         assert_eq!(u.chips, 8, "{u:?}");
         assert!((u.per_hour_usd - 21.6).abs() < 1e-9, "{u:?}");
-        assert_eq!(tally(&[], &[tp], &[], &["u-p"], &PriceTable::default()).chips, 0);
+        assert_eq!(tally(&[], &[tp], &[], "u-p", &PriceTable::default()).chips, 0);
     }
 }

@@ -114,7 +114,10 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
     // Tenancy policy (project, region, service account, network), before the first cloud read
     // and before every submit.
     let project = target.parent.split('/').nth(1).unwrap_or_default();
-    let request = tenancy::request::batch(project, &obj.spec.region, &obj.spec.batch);
+    let request = tenancy::Request {
+        orphan: tenancy::request::orphans(obj.spec.deletion_policy),
+        ..tenancy::request::batch(project, &obj.spec.region, &obj.spec.batch)
+    };
     let denied = tenancy::precheck(ctx, &target.identity.namespace, std::slice::from_ref(&request)).err();
     if let Some(denial) = denied.as_ref().filter(|_| old.attempts == 0) {
         record_spend(ctx, obj, &old);
@@ -167,13 +170,14 @@ async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
 
 /// One deletion pass. `None` once nothing is left to clean up (or the policy is Orphan).
 async fn cleanup(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Action>> {
-    if obj.spec.deletion_policy == DeletionPolicy::Orphan {
-        return Ok(None);
-    }
     let Some(target) = target(obj, ctx).map_err(ReconcileError::MissingMetadata)? else {
         // Without a project nothing was ever created.
         return Ok(None);
     };
+    let policy = tenancy::deletion_policy(ctx, &target.identity.namespace, obj.spec.deletion_policy);
+    if policy == DeletionPolicy::Orphan {
+        return Ok(None);
+    }
     if let Some(batch) = only_batch(obj) {
         // Its one batch finished and status named it after seeing it finish, so no other batch
         // of this object can exist: delete it by name, without listing by label first (issue 25).
@@ -182,7 +186,7 @@ async fn cleanup(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Action>>
     }
     let batches = observe::observe_cleanup(ctx, &target).await?;
     let now = ctx.clock.now();
-    let (phase, reason, message) = match plan::plan_cleanup(obj.spec.deletion_policy, &batches) {
+    let (phase, reason, message) = match plan::plan_cleanup(policy, &batches) {
         CleanupStep::Done | CleanupStep::Orphan => return Ok(None),
         CleanupStep::Cancel { batch, operation } => {
             act::cancel(ctx, &operation).await?;
@@ -229,7 +233,8 @@ fn only_batch(obj: &PreprocessBatch) -> Option<String> {
 
 /// Called by the finalizer helper once every batch is gone (or orphaned).
 async fn cleaned_up(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
-    let note = match obj.spec.deletion_policy {
+    let namespace = obj.metadata.namespace.as_deref().unwrap_or_default();
+    let note = match tenancy::deletion_policy(ctx, namespace, obj.spec.deletion_policy) {
         DeletionPolicy::Delete => "all Dataproc batches of this object are deleted".to_string(),
         DeletionPolicy::Orphan => format!(
             "deletionPolicy Orphan: Dataproc batches left in place ({})",

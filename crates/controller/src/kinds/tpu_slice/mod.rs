@@ -111,6 +111,8 @@ struct Target {
     /// The spec checked and mapped once per pass: one slice's shape and the current
     /// incarnation's create request (`Err`: what in the spec cannot be provisioned, by field).
     checked: Result<spec::Checked, String>,
+    /// `TpuSlice <name>`, as usage lists it.
+    holder: String,
 }
 
 impl Target {
@@ -131,11 +133,21 @@ impl Target {
         let names = Names::new(slice, &identity, project);
         let checked = spec::check(&slice.spec, &desired, &identity, &names.create_at());
         Ok(Some(Self {
+            holder: format!("TpuSlice {}", identity.name),
             identity,
             names,
             desired,
             checked,
         }))
+    }
+
+    /// The slice as the namespace's usage names it.
+    fn holder(&self) -> tenancy::Holder<'_> {
+        tenancy::Holder {
+            uid: &self.identity.uid,
+            what: &self.holder,
+            holds: true,
+        }
     }
 
     /// One slice's shape; `None` when the spec is invalid.
@@ -156,9 +168,24 @@ impl Target {
     }
 }
 
-/// The namespace's admission lock, held until a create is in status (see
-/// [`tenancy::AdmissionLocks`]).
-type AdmissionGuard = Option<tokio::sync::OwnedMutexGuard<()>>;
+use tenancy::AdmissionGuard;
+
+/// What an admission came to: the namespace's lock to hold until the create is in status, a
+/// refusal, or the lock held by another object of the namespace.
+enum Admitted {
+    Yes(AdmissionGuard),
+    Denied(tenancy::Denial),
+    Busy,
+}
+
+impl Admitted {
+    fn of(guard: AdmissionGuard, verdict: Result<(), tenancy::Denial>) -> Self {
+        match verdict {
+            Ok(()) => Self::Yes(guard),
+            Err(denial) => Self::Denied(denial),
+        }
+    }
+}
 
 /// Creates, waits, recreates after preemption, corrects drift and reports.
 async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
@@ -175,8 +202,9 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     let pending = old.pending_operation.as_deref();
     let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
     let adoption_lock = match adopt(ctx, slice, &t, &observed).await? {
-        Ok(guard) => guard,
-        Err(denial) => return deny(ctx, slice, denial).await,
+        Admitted::Yes(guard) => guard,
+        Admitted::Denied(denial) => return deny(ctx, slice, denial).await,
+        Admitted::Busy => return Ok(Action::requeue(tenancy::Busy::wait())),
     };
     observed.workload_done =
         observe::workload_done(ctx, &slice.spec, &t.desired, observed.node.as_ref()).await?;
@@ -186,8 +214,9 @@ async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
     let _admission = match (&plan.action, &request) {
         (Step::CreateNode | Step::CreateQueuedResource, Some(req)) => {
             match admit_create(ctx, &t, req, adoption_lock.is_some()).await? {
-                Ok(guard) => guard,
-                Err(denial) => return deny(ctx, slice, denial).await,
+                Admitted::Yes(guard) => guard,
+                Admitted::Denied(denial) => return deny(ctx, slice, denial).await,
+                Admitted::Busy => return Ok(Action::requeue(tenancy::Busy::wait())),
             }
         }
         _ => None,
@@ -248,26 +277,22 @@ fn first_look(
 /// only after the same checks as a create, against the node as it is, and never from another
 /// owner. Nothing is changed on a refused node, and deleting the slice leaves it alone. `Ok` holds
 /// the admission lock when an unclaimed node was admitted this pass.
-async fn adopt(
-    ctx: &Context,
-    slice: &TpuSlice,
-    t: &Target,
-    observed: &Observed,
-) -> Result<Result<AdmissionGuard, tenancy::Denial>> {
+async fn adopt(ctx: &Context, slice: &TpuSlice, t: &Target, observed: &Observed) -> Result<Admitted> {
     let Some(node) = observed.node.as_ref().filter(|_| t.names.adopted) else {
-        return Ok(Ok(None));
+        return Ok(Admitted::Yes(None));
     };
     let ns = t.identity.namespace.as_str();
     let cluster = ctx.config.cluster_id.as_str();
     match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
-        Err(denial) => Ok(Err(denial)),
-        Ok(tenancy::adoption::Ownership::Ours) => Ok(Ok(None)),
+        Err(denial) => Ok(Admitted::Denied(denial)),
+        Ok(tenancy::adoption::Ownership::Ours) => Ok(Admitted::Yes(None)),
         Ok(tenancy::adoption::Ownership::Unclaimed) => {
-            let guard = ctx.admission.lock_if_counted(&ctx.policies, ns).await;
-            let uid = t.identity.uid.as_str();
+            let Ok(guard) = ctx.admission.try_enter(&ctx.policies, ns) else {
+                return Ok(Admitted::Busy);
+            };
             let project = t.names.project.as_str();
-            let admitted = tenancy::adoption::admit(ctx, ns, node, &slice.spec, project, &[uid]).await?;
-            Ok(admitted.map(|()| guard))
+            let verdict = tenancy::adoption::admit(ctx, ns, node, &slice.spec, project, &t.holder()).await?;
+            Ok(Admitted::of(guard, verdict))
         }
     }
 }
@@ -315,16 +340,18 @@ async fn admit_create(
     t: &Target,
     req: &tenancy::Request,
     adoption_locked: bool,
-) -> Result<Result<AdmissionGuard, tenancy::Denial>> {
+) -> Result<Admitted> {
     let ns = t.identity.namespace.as_str();
     let guard = if adoption_locked {
         None
     } else {
-        ctx.admission.lock_if_counted(&ctx.policies, ns).await
+        match ctx.admission.try_enter(&ctx.policies, ns) {
+            Ok(guard) => guard,
+            Err(tenancy::Busy) => return Ok(Admitted::Busy),
+        }
     };
-    let uid = t.identity.uid.as_str();
-    let admitted = tenancy::admit(ctx, ns, std::slice::from_ref(req), &[uid]).await?;
-    Ok(admitted.map(|()| guard))
+    let verdict = tenancy::admit(ctx, ns, std::slice::from_ref(req), &t.holder()).await?;
+    Ok(Admitted::of(guard, verdict))
 }
 
 /// Runs the plan's action. A refusal the plan knows how to report replaces its assessment and
@@ -402,13 +429,15 @@ fn transitional(state: &tpu_operator_gcp::tpu_v2::model::node::State) -> bool {
 
 /// Deletion: `Some(requeue)` while cloud objects remain, `None` once the finalizer may go.
 async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
-    if slice.spec.deletion_policy == DeletionPolicy::Orphan {
-        return Ok(None);
-    }
     // Without a project nothing was ever created.
     let Some(t) = Target::new(slice, ctx)? else {
         return Ok(None);
     };
+    if tenancy::deletion_policy(ctx, &t.identity.namespace, slice.spec.deletion_policy)
+        == DeletionPolicy::Orphan
+    {
+        return Ok(None);
+    }
     let old = slice.status.clone().unwrap_or_default();
     let refused = match delete_known_node(slice, ctx, &t, &old).await? {
         KnownDelete::Started(wait) => return Ok(Some(wait)),
@@ -658,14 +687,11 @@ async fn report(
 /// that depends on the namespace's usage (chip quota, budget) is looked at again at the capacity
 /// interval; one that needs a spec or policy change at the stable interval.
 async fn deny(ctx: &Context, slice: &TpuSlice, denial: tenancy::Denial) -> Result<Action> {
-    let every = if denial.retry {
-        ctx.config.poll_capacity
-    } else {
-        ctx.config.poll_stable
-    };
+    let conditions = slice.status.as_ref().map_or(&[][..], |s| &s.conditions);
+    let wait = tenancy::refusal_wait(&ctx.config, &denial, conditions, ctx.clock.now());
     tracing::debug!(message = %denial.message, "tenancy policy refused the slice");
     driver::stall(ctx, slice, reasons::POLICY_DENIED, &denial.message, denial.retry).await?;
-    Ok(Action::requeue(every))
+    Ok(Action::requeue(wait))
 }
 
 fn action_name(action: &Step) -> &'static str {

@@ -19,10 +19,13 @@ use super::{
     plan::JobView,
     status::{self, time},
 };
-use crate::runtime::{
-    context::Context,
-    error::{ReconcileError, Result},
-    report,
+use crate::{
+    governance::tenancy,
+    runtime::{
+        context::Context,
+        error::{ReconcileError, Result},
+        report,
+    },
 };
 
 /// What to do with one job while deleting.
@@ -51,7 +54,8 @@ fn job_step(state: &JobState) -> JobStep {
 
 /// One deletion pass: `Some(requeue)` while Vertex jobs remain, `None` once the finalizer may go.
 pub async fn cleanup(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Action>> {
-    if tp.spec.deletion_policy == DeletionPolicy::Orphan {
+    let namespace = tp.metadata.namespace.as_deref().unwrap_or_default();
+    if tenancy::deletion_policy(ctx, namespace, tp.spec.deletion_policy) == DeletionPolicy::Orphan {
         report::publish_event(
             ctx,
             tp,

@@ -144,10 +144,9 @@ async fn apply(tp: &TrainingPipeline, ctx: &Context) -> Result<Action> {
     // Tenancy policy before anything billable is created; the lock is held until the create is
     // in status, so concurrent admissions in the namespace see each other.
     let _admission = if decision.action.creates() {
-        let guard = ctx
-            .admission
-            .lock_if_counted(&ctx.policies, &names.id.namespace)
-            .await;
+        let Ok(guard) = ctx.admission.try_enter(&ctx.policies, &names.id.namespace) else {
+            return Ok(Action::requeue(tenancy::Busy::wait()));
+        };
         if let Some(denial) = admit(ctx, tp, &names, &decision.action).await? {
             return deny(ctx, tp, denial).await;
         }
@@ -199,7 +198,7 @@ async fn apply(tp: &TrainingPipeline, ctx: &Context) -> Result<Action> {
 /// Checks what `action` would create against the namespace's tenancy policy: before
 /// preprocessing, everything the pipeline will create (so a pipeline whose training would be
 /// refused does not spend on preprocessing first); before training, the Vertex job or slice with
-/// the namespace's chip quota and budget (the pipeline's own children do not count).
+/// the namespace's chip quota and budget.
 async fn admit(
     ctx: &Context,
     tp: &TrainingPipeline,
@@ -225,9 +224,14 @@ async fn admit(
     if training.is_empty() {
         return Ok(None);
     }
-    Ok(tenancy::admit(ctx, ns, &training, &[names.id.uid.as_str()])
-        .await?
-        .err())
+    // What usage lists for a pipeline: its Vertex job (a TPU VM slice is a TpuSlice of its own).
+    let what = format!("Vertex job of TrainingPipeline {}", names.id.name);
+    let holder = tenancy::Holder {
+        uid: &names.id.uid,
+        what: &what,
+        holds: matches!(action, plan::Action::CreateJob { .. }),
+    };
+    Ok(tenancy::admit(ctx, ns, &training, &holder).await?.err())
 }
 
 /// Reports a tenancy refusal on the pipeline: `Stalled` reason `PolicyDenied`, nothing created,
@@ -235,10 +239,7 @@ async fn admit(
 async fn deny(ctx: &Context, tp: &TrainingPipeline, denial: tenancy::Denial) -> Result<Action> {
     use tpu_operator_api::conditions::reasons;
     driver::stall(ctx, tp, reasons::POLICY_DENIED, &denial.message, denial.retry).await?;
-    Ok(if denial.retry {
-        plan::Requeue::Capacity
-    } else {
-        plan::Requeue::Stable
-    }
-    .action(&ctx.config))
+    let conditions = tp.status.as_ref().map_or(&[][..], |s| &s.conditions);
+    let wait = tenancy::refusal_wait(&ctx.config, &denial, conditions, ctx.clock.now());
+    Ok(Action::requeue(wait))
 }

@@ -1,0 +1,110 @@
+//! Workers shared fairly between namespaces.
+//!
+//! kube-runtime's controller runs up to `concurrency` reconciles at once, taken from one queue in
+//! due order, whatever their namespace. One namespace with a thousand objects due (a burst of
+//! creates, a thousand refused objects looking again) could occupy every worker while another
+//! namespace's object waited its turn behind them (issue 32). A reconcile first takes a slot of its
+//! namespace: a namespace holds at most [`FairShare::limit`] of a controller's workers, so some are
+//! always free for the others; a reconcile finding its namespace at the limit does nothing and is
+//! requeued a moment later ([`FairShare::wait`]), leaving its worker to the next object in the
+//! queue.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+/// Reconciles in flight per (kind, namespace).
+#[derive(Debug)]
+pub struct FairShare {
+    limit: usize,
+    in_flight: Arc<Mutex<HashMap<(&'static str, String), usize>>>,
+}
+
+/// One reconcile's slot; given back when dropped.
+#[derive(Debug)]
+pub struct Slot {
+    key: (&'static str, String),
+    in_flight: Arc<Mutex<HashMap<(&'static str, String), usize>>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut in_flight = self.in_flight.lock().expect("fair share poisoned");
+        if let Some(n) = in_flight.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                in_flight.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl FairShare {
+    /// For controllers of `concurrency` workers each: a namespace may hold three quarters of them
+    /// (at least one), so a quarter stays free for every other namespace.
+    pub fn new(concurrency: u16) -> Self {
+        Self {
+            limit: (usize::from(concurrency) * 3 / 4).max(1),
+            in_flight: Arc::default(),
+        }
+    }
+
+    /// Reconciles of one kind that one namespace may run at once.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// A slot for a reconcile of `kind` in `namespace`, `None` while the namespace holds its
+    /// limit.
+    pub fn enter(&self, kind: &'static str, namespace: &str) -> Option<Slot> {
+        let key = (kind, namespace.to_owned());
+        let mut in_flight = self.in_flight.lock().expect("fair share poisoned");
+        let n = in_flight.entry(key.clone()).or_default();
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            key,
+            in_flight: self.in_flight.clone(),
+        })
+    }
+
+    /// When to look again at an object whose namespace was at its limit: soon, spread out.
+    pub fn wait() -> Duration {
+        Duration::from_millis(rand::random_range(200..=800))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_holds_at_most_its_share_and_others_still_enter() {
+        let share = FairShare::new(16);
+        assert_eq!(share.limit(), 12);
+        let held: Vec<Slot> = (0..12)
+            .map(|_| share.enter("TpuSlice", "team-a").unwrap())
+            .collect();
+        assert!(
+            share.enter("TpuSlice", "team-a").is_none(),
+            "team-a is at its share"
+        );
+        let b = share.enter("TpuSlice", "team-b");
+        assert!(b.is_some(), "another namespace still gets a worker");
+        assert!(
+            share.enter("TrainingPipeline", "team-a").is_some(),
+            "each controller has its own workers"
+        );
+        drop(held);
+        assert!(share.enter("TpuSlice", "team-a").is_some(), "slots come back");
+        assert_eq!(
+            FairShare::new(1).limit(),
+            1,
+            "one worker: the namespace may use it"
+        );
+    }
+}

@@ -1,0 +1,340 @@
+//! The red-team suite (issue 32): a tenant of one namespace, with what the chart's aggregated
+//! `edit` role lets it write (its own objects' specs, metadata, ownerReferences, labels and
+//! finalizers; never their status), tries to make the operator spend past its namespace's
+//! `TpuPolicy` or to hurt another namespace. Each test plays one attack through the real path
+//! (CR → controller → gcp-emulator → status) and asserts that nothing outside the policy reached
+//! the cloud. Runs on kube-emulator and, in CI, on the real kube-apiserver
+//! (scripts/ci-control-plane.sh); the tests that count API requests need kube-emulator's
+//! in-process router and say so on the real server. References to other projects' networks,
+//! reservations, images and buckets are played in `hostile_references.rs`; the sweeper's in
+//! `sweeper.rs`.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams},
+};
+use serde_json::json;
+use test_kit::{ContextSpec, Polls, TestEnv};
+use tpu_operator_api::{
+    conditions::{find_condition, types},
+    tpu_policy::TpuPolicy,
+    tpu_slice::TpuSlice,
+};
+use tpu_operator_controller::{
+    Context,
+    governance::tenancy::WithoutPolicy,
+    kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    never_shutdown,
+};
+
+const STEP: Duration = Duration::from_secs(20);
+
+fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
+    let mut spec = json!({
+        "zone": "us-east5-b",
+        "acceleratorType": "v6e-8",
+        "runtimeVersion": "v2-alpha-tpuv6e",
+        "capacity": {"spot": {}},
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .expect("TpuSlice fixture")
+}
+
+/// A TpuPolicy named after and selecting only `namespaces[0]`.
+fn policy(namespaces: &[&str], rules: serde_json::Value) -> TpuPolicy {
+    let mut spec = rules;
+    spec["namespaces"] = json!(namespaces);
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuPolicy",
+        "metadata": {"name": format!("pol-{}", namespaces[0])},
+        "spec": spec,
+    }))
+    .expect("policy")
+}
+
+async fn create_policy(client: &kube::Client, p: &TpuPolicy) {
+    Api::<TpuPolicy>::all(client.clone())
+        .create(&Default::default(), p)
+        .await
+        .expect("create the TpuPolicy");
+}
+
+/// Creates the policy, then starts the three controllers with a fresh context.
+async fn start(env: &mut TestEnv, rules: serde_json::Value) -> Arc<Context> {
+    create_policy(&env.client, &policy(&[&env.ns], rules)).await;
+    let ctx = Arc::new(env.context().await);
+    spawn_controllers(env, &ctx);
+    ctx
+}
+
+fn spawn_controllers(env: &mut TestEnv, ctx: &Arc<Context>) {
+    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
+    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
+    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
+}
+
+fn stalled(s: &TpuSlice) -> Option<(String, String)> {
+    find_condition(&s.status.as_ref()?.conditions, types::STALLED)
+        .filter(|c| c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+fn is_ready(s: &TpuSlice) -> bool {
+    s.status
+        .as_ref()
+        .and_then(|st| find_condition(&st.conditions, types::READY))
+        .is_some_and(|c| c.status == "True")
+}
+
+async fn merge_patch(env: &TestEnv, name: &str, patch: serde_json::Value) {
+    env.api::<TpuSlice>()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch as the tenant");
+}
+
+/// Attack 1: with `maxChips: 8` and a running 8-chip slice, the tenant points the running slice's
+/// ownerReferences at a refused slice, hoping usage skips "the refused slice's children". Usage
+/// leaves out only the admitted object's own UID: the refused slice stays refused and uncreated.
+#[tokio::test]
+async fn an_owner_reference_to_a_refused_slice_does_not_lift_the_quota() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, json!({"maxChips": 8})).await;
+    env.create(&slice("running", json!({}))).await;
+    env.wait_for::<TpuSlice, _>("running", "Ready", STEP, is_ready)
+        .await;
+    env.create(&slice("refused", json!({}))).await;
+    let refused: TpuSlice = env
+        .wait_for("refused", "PolicyDenied", STEP, |s| stalled(s).is_some())
+        .await;
+    assert!(stalled(&refused).unwrap().1.contains("maxChips"));
+
+    let owner = json!({"metadata": {"ownerReferences": [{
+        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+        "name": "refused", "uid": refused.uid().unwrap(), "controller": true,
+    }]}});
+    merge_patch(&env, "running", owner).await;
+    // Touch the refused slice too, so it is looked at again at once.
+    merge_patch(&env, "refused", json!({"metadata": {"labels": {"retry": "now"}}})).await;
+    env.idle(Duration::from_secs(2), STEP).await;
+
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.create"),
+        1,
+        "16 chips must never run under maxChips 8"
+    );
+    let refused: TpuSlice = env.api().get("refused").await.unwrap();
+    let (reason, message) = stalled(&refused).expect("still refused");
+    assert_eq!(reason, "PolicyDenied");
+    assert!(message.contains("TpuSlice running (8 chips"), "{message}");
+}
+
+/// Attack 2a: `deletionPolicy: Orphan` in a namespace whose policy does not set `allowOrphan` is
+/// refused before anything is created: deleting such an object would free its quota and budget
+/// while the node keeps billing.
+#[tokio::test]
+async fn orphan_deletion_policy_needs_allow_orphan() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, json!({"maxChips": 8})).await;
+    env.create(&slice("launder", json!({"deletionPolicy": "Orphan"})))
+        .await;
+    let s: TpuSlice = env
+        .wait_for("launder", "PolicyDenied", STEP, |s| stalled(s).is_some())
+        .await;
+    let (reason, message) = stalled(&s).unwrap();
+    assert_eq!(reason, "PolicyDenied");
+    assert!(
+        message.contains("spec.allowOrphan") && message.contains("deletionPolicy: Delete"),
+        "the message names the field and the fix: {message}"
+    );
+    env.idle(Duration::from_millis(300), STEP).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 0);
+}
+
+/// Attack 2b: admitted with `Delete`, then edited to `Orphan` and deleted. The deletion follows
+/// the policy as it is at deletion: the node is deleted, nothing keeps billing outside the quota.
+#[tokio::test]
+async fn orphan_set_after_admission_still_deletes_the_node() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, json!({"maxChips": 8})).await;
+    env.create(&slice("edited", json!({}))).await;
+    env.wait_for::<TpuSlice, _>("edited", "Ready", STEP, is_ready)
+        .await;
+    merge_patch(&env, "edited", json!({"spec": {"deletionPolicy": "Orphan"}})).await;
+    env.api::<TpuSlice>()
+        .delete("edited", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<TpuSlice>("edited", STEP).await;
+    assert!(
+        env.gcp.nodes().is_empty(),
+        "the node must not outlive its slice: {:?}",
+        env.gcp.nodes()
+    );
+}
+
+/// The same deletion where the policy allows orphans: the node is left, as the user asked.
+#[tokio::test]
+async fn allowed_orphan_leaves_the_node() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, json!({"allowOrphan": true})).await;
+    env.create(&slice("kept", json!({"deletionPolicy": "Orphan"})))
+        .await;
+    env.wait_for::<TpuSlice, _>("kept", "Ready", STEP, is_ready).await;
+    env.api::<TpuSlice>()
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone::<TpuSlice>("kept", STEP).await;
+    assert_eq!(env.gcp.nodes().len(), 1, "orphaned by an allowed policy");
+    assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 0);
+}
+
+/// Attack 3: a flood of refused objects in `team-a` must not slow `team-b` down nor cost a
+/// namespace listing per refusal. Against main this listed team-a's three kinds on every refusal
+/// of every object (thousands of lists here) while every worker waited on team-a's lock. Counts
+/// requests, so it needs kube-emulator's in-process router (the real server: see the benchmark,
+/// docs/benchmarks.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_flood_in_one_namespace_does_not_hold_another() {
+    const FLOOD: usize = 150;
+    if test_kit::target().expect("target").is_real() {
+        eprintln!("NOTICE: counts requests through kube-emulator's router; skipped on the real server");
+        return;
+    }
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let kube = test_kit::emulators::kube_with_crds().expect("kube-emulator");
+    let lists = Arc::new(AtomicUsize::new(0));
+    let client = counting_client(&kube, lists.clone());
+    for ns in ["team-a", "team-b"] {
+        create_namespace(&client, ns).await;
+    }
+    let gcp = test_kit::emulators::gcp_manual(test_kit::start_time()).await;
+    create_policy(&client, &policy(&["team-a"], json!({"maxChips": 8}))).await;
+    let ctx = Arc::new(
+        ContextSpec {
+            cluster_id: "test-cluster".into(),
+            default_project: "demo-project".into(),
+            namespace: None,
+            concurrency: 8,
+            polls: Polls::fast(),
+            tenancy: Some(WithoutPolicy::Allow),
+        }
+        .build(&client, &gcp)
+        .await
+        .expect("context"),
+    );
+    let controller = tokio::spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
+    let team_a = Api::<TpuSlice>::namespaced(client.clone(), "team-a");
+    team_a
+        .create(&Default::default(), &slice("holder", json!({})))
+        .await
+        .unwrap();
+    wait_slice(&team_a, &gcp, "holder", is_ready).await;
+    for i in 0..FLOOD {
+        team_a
+            .create(&Default::default(), &slice(&format!("flood-{i}"), json!({})))
+            .await
+            .unwrap();
+    }
+    let last = format!("flood-{}", FLOOD - 1);
+    wait_slice(&team_a, &gcp, &last, |s| stalled(s).is_some()).await;
+
+    let before = lists.load(Ordering::Relaxed);
+    let team_b = Api::<TpuSlice>::namespaced(client.clone(), "team-b");
+    let started = Instant::now();
+    team_b
+        .create(&Default::default(), &slice("innocent", json!({})))
+        .await
+        .unwrap();
+    wait_slice(&team_b, &gcp, "innocent", is_ready).await;
+    let took = started.elapsed();
+    // Let the flood retry for a while longer: its refusals must read the usage book, not list.
+    idle(&gcp, Duration::from_secs(2)).await;
+    let listed = lists.load(Ordering::Relaxed) - before;
+    eprintln!(
+        "team-b Ready in {took:?} beside {FLOOD} refused slices; team-a TpuSlice lists meanwhile: {listed}"
+    );
+    assert!(
+        listed <= 20,
+        "{listed} listings of team-a's TpuSlices in {:?}: a refusal must not list its namespace",
+        started.elapsed()
+    );
+    assert_eq!(
+        gcp.call_count("tpu", "nodes.create"),
+        2,
+        "holder and innocent only"
+    );
+    controller.abort();
+}
+
+/// A client of `kube` that counts LIST requests of team-a's TpuSlices (watches excluded).
+fn counting_client(kube: &kube_emulator::KubeEmulator, lists: Arc<AtomicUsize>) -> kube::Client {
+    let service = tower::ServiceBuilder::new()
+        .map_request(move |req: http::Request<kube::client::Body>| {
+            let path = req.uri().path();
+            let query = req.uri().query().unwrap_or_default();
+            if req.method() == http::Method::GET
+                && path.ends_with("/namespaces/team-a/tpuslices")
+                && !query.contains("watch=")
+            {
+                lists.fetch_add(1, Ordering::Relaxed);
+            }
+            req
+        })
+        .service(kube.router());
+    kube::Client::new(service, "default")
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) {
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&Default::default(), &ns)
+        .await
+        .expect("create namespace");
+}
+
+async fn wait_slice(
+    api: &Api<TpuSlice>,
+    gcp: &gcp_emulator::Emulator,
+    name: &str,
+    pred: fn(&TpuSlice) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(s) = api.get_opt(name).await.unwrap()
+            && pred(&s)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {name}");
+        gcp.clock().advance(STEP);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn idle(gcp: &gcp_emulator::Emulator, real: Duration) {
+    let end = Instant::now() + real;
+    while Instant::now() < end {
+        gcp.clock().advance(STEP);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
