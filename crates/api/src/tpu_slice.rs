@@ -298,8 +298,11 @@ pub struct FlexStartCapacity {
 #[serde(rename_all = "camelCase")]
 pub struct ReservedCapacity {
     /// Reservation name, short (`my-reservation`, meaning
-    /// `projects/<operator project>/locations/<spec.zone>/reservations/my-reservation`) or full
-    /// (`projects/<p>/locations/<zone>/reservations/<r>`, the format the TPU API documents).
+    /// `projects/<the object's project>/locations/<spec.zone>/reservations/my-reservation`, the
+    /// object's project being `spec.project` or else its namespace's default) or full
+    /// (`projects/<p>/locations/<zone>/reservations/<r>`, the format the TPU API documents). Where
+    /// a TpuPolicy governs the namespace, the reservation must be in one of its `allowedProjects`
+    /// or listed in its `allowedReservations`.
     #[schemars(
         length(min = 1, max = 256),
         regex(pattern = r"^(projects/[^/]+/locations/[^/]+/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -328,8 +331,9 @@ pub struct QueuedCapacity {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
     pub min_duration: Option<String>,
-    /// Queue against a reservation (optional), short (`my-reservation`) or full
-    /// (`projects/<p>/locations/<zone>/reservations/<r>`).
+    /// Queue against a reservation (optional), short (`my-reservation`, in the object's project
+    /// and `spec.zone`) or full (`projects/<p>/locations/<zone>/reservations/<r>`); checked
+    /// against a TpuPolicy as `capacity.reserved.reservationName` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub reservation_name: Option<String>,
@@ -357,8 +361,20 @@ pub enum CapacityMode {
 }
 
 impl CapacityMode {
+    /// Every mode with its `spec.capacity` member, in the order [`TpuSliceSpec::capacity_mode`]
+    /// reads them (the first set wins) and the admission policy's CEL tests them: the one
+    /// definition both use.
+    pub const BY_FIELD: [(&'static str, CapacityMode); 5] = [
+        ("queued", Self::Queued),
+        ("flexStart", Self::FlexStart),
+        ("spot", Self::Spot),
+        ("reserved", Self::Reserved),
+        ("onDemand", Self::OnDemand),
+    ];
+
     /// The capacity kind policies allow and prices name: flex-start waits for capacity as a
-    /// queued resource does (and as Vertex's `FLEX_START` does).
+    /// queued resource does (and as Vertex's `FLEX_START` does). The controller's tenancy check
+    /// and the admission policy (`crate::admission`) both take it from here.
     pub fn kind(self) -> CapacityKind {
         match self {
             Self::OnDemand => CapacityKind::OnDemand,

@@ -338,6 +338,27 @@ pub enum SchedulingStrategy {
     FlexStart,
 }
 
+impl SchedulingStrategy {
+    /// Every strategy with its name in `scheduling.strategy`.
+    pub const ALL: [(&'static str, SchedulingStrategy); 3] = [
+        ("Standard", Self::Standard),
+        ("Spot", Self::Spot),
+        ("FlexStart", Self::FlexStart),
+    ];
+
+    /// The capacity kind policies allow: flex-start is `queued`, as a TpuSlice's
+    /// `capacity.flexStart` is. The controller's tenancy check and the admission policy
+    /// (`crate::admission`) both take it from here.
+    pub fn kind(self) -> crate::tpu_policy::CapacityKind {
+        use crate::tpu_policy::CapacityKind;
+        match self {
+            Self::Standard => CapacityKind::OnDemand,
+            Self::Spot => CapacityKind::Spot,
+            Self::FlexStart => CapacityKind::Queued,
+        }
+    }
+}
+
 /// Worker boot disk.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

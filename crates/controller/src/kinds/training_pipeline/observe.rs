@@ -375,6 +375,22 @@ async fn current_job(
     Ok((Some(job), cost, extra))
 }
 
+/// What the status says of a `_FAILED` marker's content. The operator's startup script writes
+/// the workload's exit code there and nothing else; anything other than a number (someone else's
+/// object under a `modelDir` the tenant named) is not copied into status.
+pub fn exit_code(content: &str) -> String {
+    match content.trim() {
+        "" => "exit code unknown".to_string(),
+        c => match c.parse::<i64>() {
+            Ok(code) => format!("exit code {code}"),
+            Err(_) => format!(
+                "its {} bytes are not an exit code and are not shown",
+                content.len()
+            ),
+        },
+    }
+}
+
 /// TPU VM mode: `_SUCCESS` / `_FAILED` under `modelDir`, written since the current attempt began.
 async fn marker(ctx: &Context, tp: &TrainingPipeline) -> Result<Marker> {
     let Some(started) = tp
@@ -407,16 +423,24 @@ async fn marker(ctx: &Context, tp: &TrainingPipeline) -> Result<Marker> {
     }
     if fresh("_FAILED") {
         let uri = format!("{dir}_FAILED");
-        let code = ctx
-            .gcp
-            .storage
-            .read_object(&uri)
-            .await
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default();
+        let content = ctx.gcp.storage.read_object(&uri).await.unwrap_or_default();
         return Ok(Marker::Failed {
-            detail: format!("{uri} written (exit code {code})"),
+            detail: format!("{uri} written ({})", exit_code(&content)),
         });
     }
     Ok(Marker::None)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Only an exit code reaches status: another team's object under the named `modelDir` is not
+    /// copied (issue 32).
+    #[test]
+    fn only_an_exit_code_is_copied_into_status() {
+        assert_eq!(super::exit_code("3\n"), "exit code 3");
+        assert_eq!(super::exit_code(""), "exit code unknown");
+        let secret = "team-b: loss=0.12 step=9000 api_key=...";
+        let shown = super::exit_code(secret);
+        assert!(!shown.contains("team-b") && !shown.contains("loss"), "{shown}");
+    }
 }
