@@ -1,26 +1,32 @@
 //! Reading what exists: the operator's cloud resources in the configured projects and locations,
 //! and the UIDs of every custom resource that may own one.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{ResourceExt, api::ListParams};
 use tpu_operator_api::{
+    conditions::{find_condition, reasons, status, types},
     naming::{labels, sanitize_label_value},
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
     training_pipeline::TrainingPipeline,
 };
 use tpu_operator_gcp::{
-    GcpError, Place,
+    ErrorKind, GcpError, Place as GcpPlace,
     aiplatform_v1::model::{CustomJob, JobState},
+    compute::convert::short_name,
     compute_v1::model::{Instance, instance},
     dataproc_v1::model::{Batch, batch},
     tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
 };
 
 use super::{
-    Places,
-    plan::{CloudResource, ListedInstance, ResourceKind, Stage, compute_resources, uid_label},
+    places::{Place, Scope, Used},
+    plan::{
+        self, CloudResource, GroupClaim, GroupFacts, ListedInstance, ResourceKind, Stage, compute_resources,
+        parse_zonal, uid_label,
+    },
 };
 use crate::runtime::context::Context;
 
@@ -106,11 +112,13 @@ fn from_job(j: CustomJob) -> CloudResource {
     }
 }
 
-fn from_instance(place: &Place, i: Instance) -> ListedInstance {
+fn from_instance(place: &GcpPlace, i: Instance) -> ListedInstance {
     use instance::Status as S;
+    // The last `created-by`: Compute Engine adds the group's to what the template says.
     let created_by = i.metadata.as_ref().and_then(|m| {
         m.items
             .iter()
+            .rev()
             .find(|item| item.key.as_deref() == Some("created-by"))
             .and_then(|item| item.value.clone())
     });
@@ -127,57 +135,177 @@ fn from_instance(place: &Place, i: Instance) -> ListedInstance {
     }
 }
 
-/// Every resource in `places` that may be ours (filtered by cluster label where
-/// the API can filter; plan re-checks every label). A location that fails to list is reported in
-/// the error list and skipped, so one bad zone does not hide orphans elsewhere.
-pub async fn cloud(ctx: &Context, places: &Places) -> (Vec<CloudResource>, Vec<String>) {
-    let mut out = Vec::new();
-    let mut errors = Vec::new();
-    let mut keep = |what: &str, r: Result<Vec<CloudResource>, GcpError>| match r {
-        Ok(list) => out.extend(list),
-        Err(e) if e.is_not_found() => {}
-        Err(e) => errors.push(format!("{what}: {e}")),
-    };
+/// What listing the cloud found.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Every resource that may be ours (plan re-checks every label).
+    pub resources: Vec<CloudResource>,
+    /// Managed instance groups instances claim to be members of ([`plan::resolve_claims`]).
+    pub claims: Vec<GroupClaim>,
+    /// Locations that could not be listed.
+    pub errors: Vec<String>,
+    /// Places where every list answered and none had a resource of ours: learned places there
+    /// may be forgotten ([`super::places::next`]).
+    pub quiet: BTreeSet<Place>,
+}
+
+/// One place's lists: what they found, and whether each answered.
+#[derive(Default)]
+struct PlaceListing {
+    resources: Vec<CloudResource>,
+    claims: Vec<GroupClaim>,
+    errors: Vec<String>,
+    /// A list failed in a way that says nothing of what is there.
+    unsure: bool,
+}
+
+impl PlaceListing {
+    fn keep<T>(&mut self, what: String, r: Result<T, GcpError>, f: impl FnOnce(&mut Self, T)) {
+        match r {
+            Ok(v) => f(self, v),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                // INVALID_ARGUMENT: the place itself is not one (a bogus zone): nothing of ours
+                // can be there. Reported all the same.
+                self.unsure |= e.kind != ErrorKind::InvalidArgument;
+                self.errors.push(format!("{what}: {e}"));
+            }
+        }
+    }
+
+    fn quiet(&self, cluster_id: &str) -> bool {
+        let ours = |l: &BTreeMap<String, String>| plan::owner_uid(l, cluster_id).is_some();
+        !self.unsure
+            && !self.resources.iter().any(|r| ours(&r.labels))
+            && !self
+                .claims
+                .iter()
+                .flat_map(|c| &c.members)
+                .any(|m| ours(&m.labels))
+    }
+}
+
+/// Every resource in `places` that may be ours (filtered by cluster label where the API can
+/// filter; plan re-checks every label). A location that fails to list is reported in the error
+/// list and skipped, so one bad zone does not hide orphans elsewhere.
+pub async fn cloud(ctx: &Context, places: &BTreeSet<Place>) -> Listing {
     let filter = format!(
         "labels.{} = \"{}\"",
         labels::CLUSTER,
         sanitize_label_value(&ctx.config.cluster_id)
     );
-    for (project, zone) in &places.zones {
-        let parent = format!("projects/{project}/locations/{zone}");
-        let nodes = ctx.gcp.tpu.list_nodes(&parent).await;
-        keep(
-            &format!("list TPU nodes in {parent}"),
-            nodes.map(|v| v.into_iter().map(from_node).collect()),
-        );
-        let qrs = ctx.gcp.tpu.list_queued_resources(&parent).await;
-        keep(
-            &format!("list queued resources in {parent}"),
-            qrs.map(|v| v.into_iter().map(from_queued).collect()),
-        );
-        // Compute Engine slices: instances carry the labels (a group's members from its
-        // template); plan::compute_resources turns members into their group.
-        let place = Place::new(project, zone);
-        let instances = ctx.gcp.compute.list_instances(&place, &filter).await;
-        keep(
-            &format!("list Compute Engine instances in projects/{project}/zones/{zone}"),
-            instances.map(|v| compute_resources(v.into_iter().map(|i| from_instance(&place, i)).collect())),
-        );
+    let mut out = Listing::default();
+    for place in places {
+        let found = match place.scope {
+            Scope::Zone => zone(ctx, place, &filter).await,
+            Scope::Region => region(ctx, place, &filter).await,
+        };
+        if found.quiet(&ctx.config.cluster_id) {
+            out.quiet.insert(place.clone());
+        }
+        out.resources.extend(found.resources);
+        out.claims.extend(found.claims);
+        out.errors.extend(found.errors);
     }
-    for (project, region) in &places.regions {
-        let parent = format!("projects/{project}/locations/{region}");
-        let batches = ctx.gcp.dataproc.list_batches(&parent, &filter).await;
-        keep(
-            &format!("list Dataproc batches in {parent}"),
-            batches.map(|v| v.into_iter().map(from_batch).collect()),
-        );
-        let jobs = ctx.gcp.vertex.list_custom_jobs(&parent, &filter).await;
-        keep(
-            &format!("list Vertex custom jobs in {parent}"),
-            jobs.map(|v| v.into_iter().map(from_job).collect()),
-        );
+    out
+}
+
+/// TPU nodes, queued resources and Compute Engine instances in a zone.
+async fn zone(ctx: &Context, place: &Place, filter: &str) -> PlaceListing {
+    let mut found = PlaceListing::default();
+    let (project, zone) = (&place.project, &place.location);
+    let parent = format!("projects/{project}/locations/{zone}");
+    let nodes = ctx.gcp.tpu.list_nodes(&parent).await;
+    found.keep(format!("list TPU nodes in {parent}"), nodes, |f, v| {
+        f.resources.extend(v.into_iter().map(from_node))
+    });
+    let qrs = ctx.gcp.tpu.list_queued_resources(&parent).await;
+    found.keep(format!("list queued resources in {parent}"), qrs, |f, v| {
+        f.resources.extend(v.into_iter().map(from_queued))
+    });
+    // Compute Engine slices: instances carry the labels (a group's members from its template);
+    // plan::compute_resources sorts out which claim a group.
+    let zone_place = GcpPlace::new(project, zone);
+    let instances = ctx.gcp.compute.list_instances(&zone_place, filter).await;
+    let what = format!("list Compute Engine instances in projects/{project}/zones/{zone}");
+    found.keep(what, instances, |f, v| {
+        let listed = v.into_iter().map(|i| from_instance(&zone_place, i)).collect();
+        let (resources, claims) = compute_resources(listed);
+        f.resources.extend(resources);
+        f.claims.extend(claims);
+    });
+    found
+}
+
+/// Dataproc batches and Vertex custom jobs in a region.
+async fn region(ctx: &Context, place: &Place, filter: &str) -> PlaceListing {
+    let mut found = PlaceListing::default();
+    let parent = format!("projects/{}/locations/{}", place.project, place.location);
+    let batches = ctx.gcp.dataproc.list_batches(&parent, filter).await;
+    found.keep(format!("list Dataproc batches in {parent}"), batches, |f, v| {
+        f.resources.extend(v.into_iter().map(from_batch))
+    });
+    let jobs = ctx.gcp.vertex.list_custom_jobs(&parent, filter).await;
+    found.keep(format!("list Vertex custom jobs in {parent}"), jobs, |f, v| {
+        f.resources.extend(v.into_iter().map(from_job))
+    });
+    found
+}
+
+/// Reads each claimed group (`projects/{p}/zones/{z}/instanceGroupManagers/{m}`): whether it
+/// exists, its template's labels and its members, for [`plan::resolve_claims`].
+pub async fn groups(ctx: &Context, names: &[String]) -> HashMap<String, GroupFacts> {
+    let mut out = HashMap::new();
+    for name in names {
+        let facts = match group(ctx, name).await {
+            Ok(facts) => facts,
+            Err(e) => {
+                tracing::warn!(group = %name, error = %e, "could not read a group its members name; reporting them only");
+                GroupFacts::Unreadable
+            }
+        };
+        out.insert(name.clone(), facts);
     }
-    (out, errors)
+    out
+}
+
+async fn group(ctx: &Context, name: &str) -> Result<GroupFacts, GcpError> {
+    let Some((project, zone, manager)) = parse_zonal(name, "instanceGroupManagers") else {
+        return Ok(GroupFacts::Unreadable);
+    };
+    let place = GcpPlace::new(project, zone);
+    let group = match ctx.gcp.compute.get_instance_group_manager(&place, manager).await {
+        Ok(g) => g,
+        Err(e) if e.is_not_found() => return Ok(GroupFacts::Gone),
+        Err(e) => return Err(e),
+    };
+    let template_labels = match plan::template_of(name, group.instance_template.as_deref()) {
+        Some((p, region, template)) => {
+            match ctx
+                .gcp
+                .compute
+                .get_instance_template(&GcpPlace::new(p, region), template)
+                .await
+            {
+                Ok(t) => Some(labels_of(t.properties.iter().flat_map(|p| p.labels.iter()))),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(e),
+            }
+        }
+        None => None,
+    };
+    let members = ctx
+        .gcp
+        .compute
+        .list_managed_instances(&place, manager)
+        .await?
+        .into_iter()
+        .filter_map(|m| m.instance.map(|url| short_name(&url).to_owned()))
+        .collect();
+    Ok(GroupFacts::Read {
+        template_labels,
+        members,
+    })
 }
 
 /// What the sweep learns from the custom resources: who is alive, and where they put things.
@@ -186,10 +314,52 @@ pub struct Live {
     /// UIDs (as label values) of every TpuSlice, PreprocessBatch and TrainingPipeline the operator
     /// watches, including objects being deleted (their finalizers are still cleaning up).
     pub uids: HashSet<String>,
-    /// The zones and regions (with their projects) those objects use: from the spec (with the
-    /// project defaulted as the controllers default it) and from the cloud resource names in
-    /// their status.
-    pub places: Places,
+    /// The places those objects use, by namespace: the cloud resource names the operator wrote
+    /// in their status, and the place in the spec (with the project defaulted as the controllers
+    /// default it) of an object the operator has not refused.
+    pub used: Used,
+}
+
+/// Refused: the tenancy policy denied it, its spec is invalid, or GCP refused the operator
+/// there. Nothing was made from its spec, so its spec teaches no place (a tenant could otherwise
+/// make the sweeper list any project and zone it names).
+fn refused(conditions: &[Condition]) -> bool {
+    find_condition(conditions, types::STALLED).is_some_and(|c| {
+        c.status == status::TRUE
+            && [
+                reasons::POLICY_DENIED,
+                reasons::INVALID_SPEC,
+                reasons::PERMISSION_DENIED,
+            ]
+            .contains(&c.reason.as_str())
+    })
+}
+
+impl Live {
+    fn add(&mut self, ns: &str, place: Option<Place>) {
+        if let Some(place) = place {
+            self.used.entry(ns.to_owned()).or_default().insert(place);
+        }
+    }
+
+    /// The spec's place, unless the object was refused.
+    fn add_spec(
+        &mut self,
+        ctx: &Context,
+        ns: &str,
+        conditions: Option<&[Condition]>,
+        spec: (Scope, Option<&str>, &str),
+    ) {
+        if conditions.is_some_and(refused) {
+            return;
+        }
+        let (scope, project, location) = spec;
+        let place = ctx
+            .project_for(ns, project)
+            .filter(|_| !location.is_empty())
+            .map(|p| Place::new(scope, p, location));
+        self.add(ns, place);
+    }
 }
 
 /// Lists the three kinds a page at a time (memory stays flat at any object count) and keeps only
@@ -198,36 +368,35 @@ pub async fn live(ctx: &Context) -> Result<Live, kube::Error> {
     let mut live = Live::default();
     each::<TpuSlice>(ctx, |o| {
         let ns = o.namespace().unwrap_or_default();
-        if let Some(project) = ctx.project_for(&ns, o.spec.project.as_deref()) {
-            live.places.zones.insert((project, o.spec.zone.clone()));
-        }
         let status = o.status.as_ref();
+        let spec = (Scope::Zone, o.spec.project.as_deref(), o.spec.zone.as_str());
+        live.add_spec(ctx, &ns, status.map(|s| s.conditions.as_slice()), spec);
         for name in status
             .iter()
             .flat_map(|s| [&s.node_name, &s.queued_resource_name])
         {
-            live.places.add_zone_of(name.as_deref());
+            live.add(&ns, name.as_deref().and_then(|n| Place::of(Scope::Zone, n)));
         }
         live.uids.extend(o.uid().map(|u| uid_label(&u)));
     })
     .await?;
     each::<PreprocessBatch>(ctx, |o| {
         let ns = o.namespace().unwrap_or_default();
-        if let Some(project) = ctx.project_for(&ns, o.spec.project.as_deref()) {
-            live.places.regions.insert((project, o.spec.region.clone()));
-        }
-        live.places
-            .add_region_of(o.status.as_ref().and_then(|s| s.batch_name.as_deref()));
+        let status = o.status.as_ref();
+        let spec = (Scope::Region, o.spec.project.as_deref(), o.spec.region.as_str());
+        live.add_spec(ctx, &ns, status.map(|s| s.conditions.as_slice()), spec);
+        let batch = status.and_then(|s| s.batch_name.as_deref());
+        live.add(&ns, batch.and_then(|n| Place::of(Scope::Region, n)));
         live.uids.extend(o.uid().map(|u| uid_label(&u)));
     })
     .await?;
     each::<TrainingPipeline>(ctx, |o| {
         let ns = o.namespace().unwrap_or_default();
-        if let Some(project) = ctx.project_for(&ns, o.spec.project.as_deref()) {
-            live.places.regions.insert((project, o.spec.region.clone()));
-        }
-        live.places
-            .add_region_of(o.status.as_ref().and_then(|s| s.custom_job_name.as_deref()));
+        let status = o.status.as_ref();
+        let spec = (Scope::Region, o.spec.project.as_deref(), o.spec.region.as_str());
+        live.add_spec(ctx, &ns, status.map(|s| s.conditions.as_slice()), spec);
+        let job = status.and_then(|s| s.custom_job_name.as_deref());
+        live.add(&ns, job.and_then(|n| Place::of(Scope::Region, n)));
         live.uids.extend(o.uid().map(|u| uid_label(&u)));
     })
     .await?;

@@ -14,14 +14,22 @@
 //! cannot be listed.
 //!
 //! Compute Engine slices are swept through their instances ([`plan::compute_resources`]): an
-//! orphaned instance is deleted; an orphaned group member stands for its managed instance group,
-//! which is deleted (members and resize requests go with it). The group's instance template and
-//! workload policy carry no labels, so before deleting the group the sweep reads its template
-//! from it ([`plan::release_of`]) and keeps it as a pending release, in memory and in the summary
-//! ConfigMap (`releases`), until `ComputeSlices::release` — the TpuSlice finalizer's own call —
-//! reports the template and policy gone (it waits while the group still uses them).
+//! orphaned instance is deleted. An instance whose metadata `created-by` names a managed instance
+//! group only claims to be its member (tenants write instance metadata): the group is read
+//! ([`list::groups`], only for claims by an instance whose owner is gone) and stands for its
+//! members only when its instance template carries our labels ([`plan::resolve_claims`]); it is
+//! then deleted (members and resize requests go with it). The group's instance template and
+//! workload policy carry no labels of their own, so before deleting the group the sweep reads its
+//! template from it ([`plan::release_of`]) and keeps it as a pending release, in memory and in the
+//! summary ConfigMap (`releases`), until `ComputeSlices::release` — the TpuSlice finalizer's own
+//! call — reports the template and policy gone (it waits while the group still uses them).
+//!
+//! Where it lists: the configured places and the places learned from the objects, which refused
+//! objects do not teach, are forgotten once unused and empty, and are bounded per namespace
+//! ([`places`]).
 
 pub mod list;
+pub mod places;
 pub mod plan;
 
 use std::{
@@ -37,6 +45,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 
+pub use places::{Learned, MAX_PLACES_PER_NAMESPACE, Place, Scope};
 pub use plan::{CloudResource, Mode, Orphan, Release, ResourceKind, Step};
 
 use crate::{
@@ -79,87 +88,18 @@ impl Default for SweeperConfig {
     }
 }
 
-/// Where a sweep lists: TPU zones (nodes, queued resources) and Dataproc / Vertex regions, each
-/// with its project.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Places {
-    /// `(project, zone)`.
-    pub zones: BTreeSet<(String, String)>,
-    /// `(project, region)`.
-    pub regions: BTreeSet<(String, String)>,
-}
-
-impl Places {
-    /// Every configured project with every configured zone and region.
-    pub fn configured(config: &SweeperConfig) -> Self {
-        let pairs = |locations: &[String]| {
-            config
-                .projects
-                .iter()
-                .flat_map(|p| locations.iter().map(move |l| (p.clone(), l.clone())))
-                .collect()
-        };
-        Self {
-            zones: pairs(&config.zones),
-            regions: pairs(&config.regions),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.zones.is_empty() && self.regions.is_empty()
-    }
-
-    pub fn extend(&mut self, other: &Places) {
-        self.zones.extend(other.zones.iter().cloned());
-        self.regions.extend(other.regions.iter().cloned());
-    }
-
-    /// Adds the project and zone of a resource name `projects/<p>/locations/<zone>/...`.
-    pub fn add_zone_of(&mut self, name: Option<&str>) {
-        self.zones.extend(name.and_then(project_and_location));
-    }
-
-    /// Adds the project and region of a resource name `projects/<p>/locations/<region>/...`.
-    pub fn add_region_of(&mut self, name: Option<&str>) {
-        self.regions.extend(name.and_then(project_and_location));
-    }
-
-    /// One line per place (`zone projects/<p>/locations/<z>`), as the summary ConfigMap keeps them.
-    fn to_lines(&self) -> String {
-        let zones = self
-            .zones
+/// Every configured project with every configured zone and region: listed on every sweep.
+pub fn configured(config: &SweeperConfig) -> BTreeSet<Place> {
+    let pairs = |scope: Scope, locations: &[String]| -> Vec<Place> {
+        config
+            .projects
             .iter()
-            .map(|(p, l)| format!("zone projects/{p}/locations/{l}"));
-        let regions = self
-            .regions
-            .iter()
-            .map(|(p, l)| format!("region projects/{p}/locations/{l}"));
-        zones.chain(regions).collect::<Vec<_>>().join("\n")
-    }
-
-    /// Reads [`Places::to_lines`]' format back; lines it does not understand are skipped.
-    fn from_lines(text: &str) -> Self {
-        let mut places = Self::default();
-        for line in text.lines() {
-            match line.split_once(' ') {
-                Some(("zone", name)) => places.add_zone_of(Some(name)),
-                Some(("region", name)) => places.add_region_of(Some(name)),
-                _ => {}
-            }
-        }
-        places
-    }
-}
-
-/// `projects/<p>/locations/<l>/...` → `(p, l)`.
-fn project_and_location(name: &str) -> Option<(String, String)> {
-    let mut parts = name.split('/');
-    match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some("projects"), Some(p), Some("locations"), Some(l)) if !p.is_empty() && !l.is_empty() => {
-            Some((p.to_owned(), l.to_owned()))
-        }
-        _ => None,
-    }
+            .flat_map(|p| locations.iter().map(move |l| Place::new(scope, p, l)))
+            .collect()
+    };
+    let mut out: BTreeSet<Place> = pairs(Scope::Zone, &config.zones).into_iter().collect();
+    out.extend(pairs(Scope::Region, &config.regions));
+    out
 }
 
 /// What one sweep found and did.
@@ -176,6 +116,11 @@ pub struct SweepReport {
     pub releasing: Vec<String>,
     /// Locations that could not be listed and actions that failed.
     pub errors: Vec<String>,
+    /// Learned places forgotten this sweep: no object uses them and nothing of ours is there.
+    pub pruned: Vec<String>,
+    /// Places objects named beyond their namespace's bound ([`MAX_PLACES_PER_NAMESPACE`]), not
+    /// learned: `<namespace>: <place>`.
+    pub over_bound: Vec<String>,
 }
 
 /// Keeps, between sweeps, when each orphan was first seen (the grace period) and which were
@@ -186,9 +131,10 @@ pub struct Sweeper {
     first_seen: Mutex<HashMap<String, DateTime<Utc>>>,
     announced: Mutex<HashSet<String>>,
     /// Places the custom resources have used, kept in the summary ConfigMap so they outlive
-    /// the objects (an orphan is exactly a resource whose object is gone) and this process.
-    /// `None` until the first sweep has read them back from the ConfigMap.
-    learned: Mutex<Option<Places>>,
+    /// the objects (an orphan is exactly a resource whose object is gone) and this process,
+    /// until pruned ([`places::next`]). `None` until the first sweep has read them back from
+    /// the ConfigMap.
+    learned: Mutex<Option<Learned>>,
     /// Templates and policies of orphaned groups this sweeper deleted, until they are gone; kept
     /// in the summary ConfigMap too (read back with the places).
     releases: Mutex<BTreeSet<Release>>,
@@ -210,32 +156,8 @@ impl Sweeper {
         if self.config.mode == Mode::Off {
             return Ok(SweepReport::default());
         }
-        // Cloud first, then the custom resources: an object created in between can never make
-        // its resource look orphaned. Places learned from this sweep's objects are listed from
-        // the next sweep on.
-        let places = self.places(ctx).await;
-        let (resources, mut errors) = list::cloud(ctx, &places).await;
-        let live = list::live(ctx)
-            .await
-            .map_err(|e| format!("listing the custom resources that own cloud resources: {e}"))?;
-        self.learn(&live.places);
-        let live = live.uids;
-        let now = ctx.clock.now();
-        let (orphans, seen) = {
-            let first_seen = self.first_seen.lock().expect("sweeper state poisoned");
-            plan::plan(&plan::Input {
-                resources: &resources,
-                live_uids: &live,
-                cluster_id: &ctx.config.cluster_id,
-                namespace: ctx.config.namespace.as_deref(),
-                first_seen: &first_seen,
-                now,
-                grace: chrono::Duration::from_std(self.config.grace).unwrap_or(chrono::Duration::MAX),
-                mode: self.config.mode,
-            })
-        };
-        *self.first_seen.lock().expect("sweeper state poisoned") = seen;
-        let mut out = SweepReport::default();
+        let (orphans, mut out) = self.find(ctx).await?;
+        let mut errors = std::mem::take(&mut out.errors);
         let mut releases = Vec::new();
         for o in &orphans {
             tracing::warn!(
@@ -264,6 +186,52 @@ impl Sweeper {
         out.errors = errors;
         self.report(ctx, &out).await;
         Ok(out)
+    }
+
+    /// Lists (cloud first, then objects), learns places, reads the groups lost instances claim,
+    /// and plans: the orphans, and the report so far (places pruned or over the bound, listing
+    /// errors). `Err` when the custom resources cannot be listed.
+    async fn find(&self, ctx: &Context) -> Result<(Vec<Orphan>, SweepReport), String> {
+        // Cloud first, then the custom resources: an object created in between can never make
+        // its resource look orphaned. Places learned from this sweep's objects are listed from
+        // the next sweep on.
+        let (known, places) = self.places(ctx).await;
+        let listing = list::cloud(ctx, &places).await;
+        let live = list::live(ctx)
+            .await
+            .map_err(|e| format!("listing the custom resources that own cloud resources: {e}"))?;
+        let mut out = self.learn(&known, &live.used, &listing.quiet);
+        out.errors = listing.errors;
+        let none = HashMap::new();
+        let base = plan::Input {
+            resources: &[],
+            live_uids: &live.uids,
+            cluster_id: &ctx.config.cluster_id,
+            namespace: ctx.config.namespace.as_deref(),
+            first_seen: &none,
+            now: ctx.clock.now(),
+            grace: chrono::Duration::from_std(self.config.grace).unwrap_or(chrono::Duration::MAX),
+            mode: self.config.mode,
+        };
+        // Groups are read only once the objects are known, and only those a lost member names.
+        let mut resources = listing.resources;
+        let verify = plan::claims_to_verify(&listing.claims, &base);
+        let facts = list::groups(ctx, &verify).await;
+        resources.extend(plan::resolve_claims(
+            listing.claims,
+            &facts,
+            &ctx.config.cluster_id,
+        ));
+        let (orphans, seen) = {
+            let first_seen = self.first_seen.lock().expect("sweeper state poisoned");
+            plan::plan(&plan::Input {
+                resources: &resources,
+                first_seen: &first_seen,
+                ..base
+            })
+        };
+        *self.first_seen.lock().expect("sweeper state poisoned") = seen;
+        Ok((orphans, out))
     }
 
     /// Adds `new` to the pending releases and tries each: gone ones are dropped.
@@ -300,45 +268,64 @@ impl Sweeper {
         }
     }
 
-    /// The configured places and every place the custom resources have used.
-    async fn places(&self, ctx: &Context) -> Places {
-        let mut places = Places::configured(&self.config);
+    /// The learned places (read back from the summary ConfigMap by the first sweep), and every
+    /// place to list: those and the configured ones.
+    async fn places(&self, ctx: &Context) -> (Learned, BTreeSet<Place>) {
         let known = self.learned.lock().expect("sweeper state poisoned").clone();
         let learned = match known {
             Some(learned) => learned,
-            None => {
-                let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &self.config.report_namespace);
-                let kept = match api.get_opt(SUMMARY_CONFIGMAP).await {
-                    Ok(cm) => {
-                        let mut data = cm.and_then(|cm| cm.data).unwrap_or_default();
-                        let releases = data.remove("releases").unwrap_or_default();
-                        self.releases
-                            .lock()
-                            .expect("sweeper state poisoned")
-                            .extend(releases.lines().filter_map(Release::from_line));
-                        data.remove("places")
-                            .map(|text| Places::from_lines(&text))
-                            .unwrap_or_default()
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not read the places earlier sweeps learned");
-                        Places::default()
-                    }
-                };
-                self.learn(&kept);
-                kept
-            }
+            None => self.read_back(ctx).await,
         };
-        places.extend(&learned);
-        places
+        let mut places = configured(&self.config);
+        places.extend(learned.keys().cloned());
+        (learned, places)
     }
 
-    fn learn(&self, places: &Places) {
-        self.learned
-            .lock()
-            .expect("sweeper state poisoned")
-            .get_or_insert_with(Places::default)
-            .extend(places);
+    /// The places and pending releases an earlier sweep (maybe another process) kept in the
+    /// summary ConfigMap.
+    async fn read_back(&self, ctx: &Context) -> Learned {
+        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &self.config.report_namespace);
+        match api.get_opt(SUMMARY_CONFIGMAP).await {
+            Ok(cm) => {
+                let mut data = cm.and_then(|cm| cm.data).unwrap_or_default();
+                let releases = data.remove("releases").unwrap_or_default();
+                self.releases
+                    .lock()
+                    .expect("sweeper state poisoned")
+                    .extend(releases.lines().filter_map(Release::from_line));
+                data.remove("places")
+                    .map(|text| places::from_lines(&text))
+                    .unwrap_or_default()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the places earlier sweeps learned");
+                Learned::default()
+            }
+        }
+    }
+
+    /// Learns this sweep's places, forgets the pruned ones, and says what changed.
+    fn learn(&self, known: &Learned, used: &places::Used, quiet: &BTreeSet<Place>) -> SweepReport {
+        let outcome = places::next(known, used, quiet, MAX_PLACES_PER_NAMESPACE);
+        for place in &outcome.pruned {
+            tracing::info!(place = %place.to_line(), "orphan sweeper: no object uses this place and nothing of ours is there; no longer listing it");
+        }
+        for (ns, place) in &outcome.over_bound {
+            tracing::warn!(
+                namespace = %ns, place = %place.to_line(), bound = MAX_PLACES_PER_NAMESPACE,
+                "orphan sweeper: the namespace's objects name more places than it may make the sweeper list; not listing this one"
+            );
+        }
+        *self.learned.lock().expect("sweeper state poisoned") = Some(outcome.learned);
+        SweepReport {
+            pruned: outcome.pruned.iter().map(Place::to_line).collect(),
+            over_bound: outcome
+                .over_bound
+                .iter()
+                .map(|(ns, p)| format!("{ns}: {}", p.to_line()))
+                .collect(),
+            ..SweepReport::default()
+        }
     }
 
     /// Metrics, events for new orphans and for deletions, and the summary ConfigMap.
@@ -437,9 +424,11 @@ impl Sweeper {
             data.insert("errors".to_string(), r.errors.join("\n"));
         }
         let learned = self.learned.lock().expect("sweeper state poisoned").clone();
-        let mut places = Places::configured(&self.config);
-        places.extend(&learned.unwrap_or_default());
-        data.insert("places".to_string(), places.to_lines());
+        let places = places::to_lines(&configured(&self.config), &learned.unwrap_or_default());
+        data.insert("places".to_string(), places);
+        if !r.over_bound.is_empty() {
+            data.insert("placesOverBound".to_string(), r.over_bound.join("\n"));
+        }
         if !r.releasing.is_empty() {
             data.insert("releases".to_string(), r.releasing.join("\n"));
         }
@@ -531,9 +520,8 @@ pub async fn run(ctx: Arc<Context>, sweeper: Arc<Sweeper>, shutdown: Shutdown) {
     }
     // With nothing configured the sweeper still runs: it sweeps every place the custom resources
     // use or have used (kept in the summary ConfigMap), so a default install has its backstop.
-    let configured = Places::configured(&sweeper.config);
     tracing::info!(
-        configured = configured.zones.len() + configured.regions.len(),
+        configured = configured(&sweeper.config).len(),
         "orphan sweeper: sweeping the configured places and every place the custom resources use"
     );
     let sweeps = async {
@@ -554,34 +542,5 @@ pub async fn run(ctx: Arc<Context>, sweeper: Arc<Sweeper>, shutdown: Shutdown) {
     tokio::select! {
         () = sweeps => {}
         () = shutdown => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn places_round_trip_through_the_summary_lines_and_ignore_what_they_cannot_read() {
-        let mut places = Places::configured(&SweeperConfig {
-            projects: vec!["p1".into(), "p2".into()],
-            zones: vec!["us-east5-b".into()],
-            regions: vec!["us-east5".into()],
-            ..SweeperConfig::default()
-        });
-        assert_eq!(places.zones.len(), 2, "every project with every zone");
-        places.add_zone_of(Some("projects/p3/locations/europe-west4-a/nodes/n"));
-        places.add_region_of(Some("projects/p3/locations/europe-west4/batches/b"));
-        places.add_zone_of(Some("not/a/resource/name"));
-        places.add_region_of(None);
-        let text = places.to_lines();
-        assert_eq!(Places::from_lines(&text), places);
-        assert!(
-            text.contains("zone projects/p3/locations/europe-west4-a"),
-            "{text}"
-        );
-        let partial = Places::from_lines("zone projects/p/locations/z\ngarbage\nregion x\n");
-        assert_eq!(partial.zones.len(), 1);
-        assert!(partial.regions.is_empty());
     }
 }

@@ -9,14 +9,18 @@
 //! terminal).
 //!
 //! Compute Engine slices (`provisioner: ComputeEngine`) are found through their instances, the
-//! only Compute Engine objects that carry our labels ([`compute_resources`]): a plain instance is
-//! its own resource; a member of a managed instance group (metadata `created-by` naming the
-//! group) stands for the group, which is what is deleted (the group would recreate a member
-//! deleted alone). A deleted group's instance template and workload policy carry no labels;
-//! [`release_of`] names them from the group itself, and the sweeper releases them once the
-//! group is gone.
+//! only Compute Engine objects listed with our labels ([`compute_resources`]). An instance is its
+//! own resource, whatever its metadata says, unless it is a member of a managed instance group
+//! that is provably ours. Metadata `created-by` is only a claim (a tenant writes an instance's
+//! metadata through its spec): a claimed group ([`GroupClaim`]) is read, and stands for its
+//! members only when its instance template carries our labels for this cluster with the member's
+//! owner UID ([`resolve_claims`]); the group is then what is deleted (it would recreate a member
+//! deleted alone). A member of a group that is not ours is reported and left alone; an instance
+//! whose claim is false (the group does not exist or does not list it) is deleted as itself. A
+//! deleted group's instance template and workload policy are named by the group itself
+//! ([`release_of`]), and the sweeper releases them once the group is gone.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -60,6 +64,10 @@ pub enum Stage {
     Winding,
     /// Finished (Dataproc / Vertex): can be deleted.
     Terminal,
+    /// Reported, never acted on: a member of a managed instance group that is not provably ours
+    /// (deleting it alone would only have the group recreate it), or one whose group could not
+    /// be read this sweep.
+    ReportOnly,
 }
 
 /// One listed cloud resource.
@@ -125,35 +133,22 @@ pub struct Input<'a> {
 /// The orphans, each with its step, and the `first_seen` map to keep for the next sweep (orphans
 /// no longer listed are forgotten).
 pub fn plan(input: &Input<'_>) -> (Vec<Orphan>, HashMap<String, DateTime<Utc>>) {
-    let cluster = sanitize_label_value(input.cluster_id);
     let mut orphans = Vec::new();
     let mut seen = HashMap::new();
     for r in input.resources {
         let label = |k: &str| r.labels.get(k).map(String::as_str);
-        if label(labels::MANAGED_BY) != Some(labels::MANAGED_BY_VALUE)
-            || label(labels::CLUSTER) != Some(cluster.as_str())
-            || r.in_queued_resource
-        {
+        if r.in_queued_resource {
             continue;
         }
-        let namespace = label(labels::NAMESPACE).unwrap_or_default();
-        if input
-            .namespace
-            .is_some_and(|ns| sanitize_label_value(ns) != namespace)
-        {
-            continue;
-        }
-        let Some(uid) = label(labels::UID).filter(|u| !u.is_empty()) else {
+        let Some(uid) = orphan_uid(&r.labels, input) else {
             continue;
         };
-        if input.live_uids.contains(uid) {
-            continue;
-        }
+        let namespace = label(labels::NAMESPACE).unwrap_or_default();
         let since = input.first_seen.get(&r.name).copied().unwrap_or(input.now);
         seen.insert(r.name.clone(), since);
         let due = input.mode == Mode::Delete && input.now >= since + input.grace;
         let step = match (&r.stage, due) {
-            (_, false) | (Stage::Winding, true) => Step::Report,
+            (_, false) | (Stage::Winding | Stage::ReportOnly, true) => Step::Report,
             (Stage::Terminal, true) => Step::Delete,
             (Stage::Active { cancel_operation }, true) => match r.kind {
                 ResourceKind::TpuNode
@@ -175,6 +170,30 @@ pub fn plan(input: &Input<'_>) -> (Vec<Orphan>, HashMap<String, DateTime<Utc>>) 
         });
     }
     (orphans, seen)
+}
+
+/// The owner UID label of a resource carrying our labels for this cluster (`managed-by` and the
+/// cluster label, both as the operator writes them); `None` for anything else, which is never
+/// touched. `cluster` is the cluster id as given (sanitized here like the label).
+pub fn owner_uid<'a>(l: &'a BTreeMap<String, String>, cluster: &str) -> Option<&'a str> {
+    let label = |k: &str| l.get(k).map(String::as_str);
+    if label(labels::MANAGED_BY) != Some(labels::MANAGED_BY_VALUE)
+        || label(labels::CLUSTER) != Some(sanitize_label_value(cluster).as_str())
+    {
+        return None;
+    }
+    label(labels::UID).filter(|u| !u.is_empty())
+}
+
+/// The owner UID of a resource that is ours, in this operator's namespace (when scoped), and
+/// whose owner is gone.
+fn orphan_uid<'a>(l: &'a BTreeMap<String, String>, input: &Input<'_>) -> Option<&'a str> {
+    let uid = owner_uid(l, input.cluster_id)?;
+    let namespace = l.get(labels::NAMESPACE).map(String::as_str).unwrap_or_default();
+    let other_namespace = input
+        .namespace
+        .is_some_and(|ns| sanitize_label_value(ns) != namespace);
+    (!other_namespace && !input.live_uids.contains(uid)).then_some(uid)
 }
 
 /// The UIDs a live object's cloud resources carry (sanitized like the labels).
@@ -219,57 +238,166 @@ pub fn parse_zonal<'a>(name: &'a str, collection: &str) -> Option<(&'a str, &'a 
     }
 }
 
-/// The Compute Engine resources a zone's listed instances stand for: a plain instance is
-/// itself; every member of a managed instance group stands for the group, listed once (with
-/// the first member's labels, which all members share: they come from the group's template).
-/// A member whose `created-by` names a group in another zone, or whose name is not the group's
-/// base instance name plus a suffix, is not what the operator makes and is left out: deleting
-/// it alone would only have the group recreate it, and the group it names is not provably ours.
-pub fn compute_resources(instances: Vec<ListedInstance>) -> Vec<CloudResource> {
-    let mut out: Vec<CloudResource> = Vec::new();
-    for i in instances {
-        let active = Stage::Active {
-            cancel_operation: None,
-        };
-        let Some(created_by) = i.created_by.as_deref() else {
-            out.push(CloudResource {
-                kind: ResourceKind::ComputeInstance,
-                name: format!("projects/{}/zones/{}/instances/{}", i.project, i.zone, i.name),
-                labels: i.labels,
-                stage: if i.stopping { Stage::Winding } else { active },
-                in_queued_resource: false,
-            });
-            continue;
-        };
-        let Some((_, zone, group)) = parse_zonal(created_by, "instanceGroupManagers") else {
-            // Another creator (not a group): not one of ours.
-            continue;
-        };
-        let member = i
-            .name
-            .strip_prefix(&base_instance_name(group))
-            .is_some_and(|rest| rest.starts_with('-'));
-        if zone != i.zone || !member {
-            continue;
-        }
-        let name = format!(
+/// A managed instance group that listed instances name in their `created-by` metadata (in their
+/// own zone, their name its base instance name plus a suffix, as Compute Engine names members).
+/// Only a claim until [`resolve_claims`] has seen the group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupClaim {
+    /// `projects/{p}/zones/{z}/instanceGroupManagers/{m}`.
+    pub group: String,
+    pub members: Vec<ListedInstance>,
+}
+
+/// What the sweep read of a claimed group ([`GroupClaim`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum GroupFacts {
+    /// NOT_FOUND: no such group.
+    Gone,
+    /// The group, its template or its members could not be read this sweep.
+    Unreadable,
+    Read {
+        /// The labels of the group's instance template, when the group names a regional one in
+        /// its own project and region (as the operator makes them) and it exists; groups carry
+        /// no labels, their template carries the members' labels.
+        template_labels: Option<BTreeMap<String, String>>,
+        /// Short names of the group's managed instances.
+        members: BTreeSet<String>,
+    },
+}
+
+fn instance_resource(i: &ListedInstance, stage: Stage) -> CloudResource {
+    CloudResource {
+        kind: ResourceKind::ComputeInstance,
+        name: format!("projects/{}/zones/{}/instances/{}", i.project, i.zone, i.name),
+        labels: i.labels.clone(),
+        stage: if i.stopping { Stage::Winding } else { stage },
+        in_queued_resource: false,
+    }
+}
+
+const ACTIVE: Stage = Stage::Active {
+    cancel_operation: None,
+};
+
+/// The group an instance's `created-by` claims, if it reads like a member of a group the
+/// operator could have made: a zonal group in the instance's zone whose base instance name
+/// prefixes the instance's name. Anything else (no `created-by`, another creator, another zone)
+/// makes the instance its own resource: it carries our labels, so it is ours whatever its
+/// metadata says.
+fn claimed_group(i: &ListedInstance) -> Option<String> {
+    let (_, zone, group) = parse_zonal(i.created_by.as_deref()?, "instanceGroupManagers")?;
+    let member = i
+        .name
+        .strip_prefix(&base_instance_name(group))
+        .is_some_and(|rest| rest.starts_with('-'));
+    (zone == i.zone && member).then(|| {
+        format!(
             "projects/{}/zones/{}/instanceGroupManagers/{group}",
             i.project, i.zone
-        );
-        if out.iter().any(|r| r.name == name) {
+        )
+    })
+}
+
+/// A zone's listed instances: those that are their own resource, and the groups the others
+/// claim to be members of (each once, with its claimants).
+pub fn compute_resources(instances: Vec<ListedInstance>) -> (Vec<CloudResource>, Vec<GroupClaim>) {
+    let mut out = Vec::new();
+    let mut claims: Vec<GroupClaim> = Vec::new();
+    for i in instances {
+        let Some(group) = claimed_group(&i) else {
+            out.push(instance_resource(&i, ACTIVE));
             continue;
+        };
+        match claims.iter_mut().find(|c| c.group == group) {
+            Some(claim) => claim.members.push(i),
+            None => claims.push(GroupClaim {
+                group,
+                members: vec![i],
+            }),
         }
-        // A group is always deletable: a repeated delete joins the one under way, and its
-        // members stopping may as well be a preemption.
-        out.push(CloudResource {
-            kind: ResourceKind::ComputeInstanceGroup,
-            name,
-            labels: i.labels,
-            stage: active,
-            in_queued_resource: false,
-        });
+    }
+    (out, claims)
+}
+
+/// The claimed groups worth reading: those with a member that is ours and whose owner is gone.
+/// Live slices' groups are never read.
+pub fn claims_to_verify(claims: &[GroupClaim], input: &Input<'_>) -> Vec<String> {
+    claims
+        .iter()
+        .filter(|c| c.members.iter().any(|m| orphan_uid(&m.labels, input).is_some()))
+        .map(|c| c.group.clone())
+        .collect()
+}
+
+/// The resources claimed groups stand for, given what was read of them (`facts`; a group not in
+/// it was not read). A group is ours when its template carries our labels for this cluster with
+/// an owner UID: it then stands for its claimants with that UID, and is judged by the template's
+/// labels, never by what a member says. Every other claimant is its own resource: deleted as
+/// itself when its claim is false (the group is gone or does not list it), reported only when it
+/// really is a member of a group that is not ours, or when the group could not be read.
+pub fn resolve_claims(
+    claims: Vec<GroupClaim>,
+    facts: &HashMap<String, GroupFacts>,
+    cluster_id: &str,
+) -> Vec<CloudResource> {
+    let mut out = Vec::new();
+    for claim in claims {
+        let fact = facts.get(&claim.group);
+        let proven = match fact {
+            Some(GroupFacts::Read {
+                template_labels: Some(l),
+                ..
+            }) => owner_uid(l, cluster_id).map(|uid| (l, uid)),
+            _ => None,
+        };
+        if let Some((l, _)) = proven {
+            out.push(CloudResource {
+                kind: ResourceKind::ComputeInstanceGroup,
+                name: claim.group.clone(),
+                labels: l.clone(),
+                // A group is always deletable: a repeated delete joins the one under way, and
+                // its members stopping may as well be a preemption.
+                stage: ACTIVE,
+                in_queued_resource: false,
+            });
+        }
+        for m in &claim.members {
+            if proven.is_some_and(|(_, uid)| owner_uid(&m.labels, cluster_id) == Some(uid)) {
+                continue;
+            }
+            let stage = match fact {
+                Some(GroupFacts::Gone) => ACTIVE,
+                Some(GroupFacts::Read { members, .. }) if !members.contains(&m.name) => ACTIVE,
+                _ => Stage::ReportOnly,
+            };
+            out.push(instance_resource(m, stage));
+        }
     }
     out
+}
+
+/// The regional template a group names, as `(project, region, name)`, when it is in the group's
+/// project and region, as the operator makes them; `None` for anything else.
+pub fn template_of<'a>(
+    group: &str,
+    instance_template: Option<&'a str>,
+) -> Option<(&'a str, &'a str, &'a str)> {
+    let (project, zone, _) = parse_zonal(group, "instanceGroupManagers")?;
+    let mut parts = instance_template?.rsplit('/');
+    let (template, collection, region, regions, in_project) = (
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+    );
+    (collection == "instanceTemplates"
+        && regions == "regions"
+        && region == region_of(zone)
+        && in_project == project
+        && parts.next() == Some("projects")
+        && !template.is_empty())
+    .then_some((in_project, region, template))
 }
 
 /// An orphaned group's instance template and workload policy, to delete once the group is gone
@@ -327,14 +455,8 @@ pub fn release_of(
     if !ours {
         return None;
     }
-    let mut parts = instance_template?.rsplit('/');
-    let (template, collection, region) = (parts.next()?, parts.next()?, parts.next()?);
-    let regions = parts.next()?;
-    (collection == "instanceTemplates"
-        && regions == "regions"
-        && region == region_of(zone)
-        && !template.is_empty())
-    .then(|| Release {
+    let (_, _, template) = template_of(group, instance_template)?;
+    Some(Release {
         project: project.to_owned(),
         zone: zone.to_owned(),
         shared_id: template.to_owned(),
@@ -498,116 +620,185 @@ mod tests {
         }
     }
 
+    fn input<'a>(
+        resources: &'a [CloudResource],
+        live: &'a HashSet<String>,
+        first_seen: &'a HashMap<String, DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Input<'a> {
+        Input {
+            resources,
+            live_uids: live,
+            cluster_id: "c1",
+            namespace: None,
+            first_seen,
+            now,
+            grace: chrono::Duration::minutes(15),
+            mode: Mode::Delete,
+        }
+    }
+
+    const GROUP: &str = "projects/123456789/zones/us-east5-b/instanceGroupManagers/team-a-x-1a2b";
+    const OURS: &str = "projects/p/zones/us-east5-b/instanceGroupManagers/team-a-x-1a2b";
+
+    fn read(template_labels: Option<&[(&'static str, String)]>, members: &[&str]) -> GroupFacts {
+        GroupFacts::Read {
+            template_labels: template_labels
+                .map(|l| l.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()),
+            members: members.iter().map(|m| m.to_string()).collect(),
+        }
+    }
+
+    fn summary(resources: &[CloudResource]) -> Vec<(ResourceKind, &str, &Stage)> {
+        resources
+            .iter()
+            .map(|r| (r.kind, r.name.as_str(), &r.stage))
+            .collect()
+    }
+
     #[test]
-    fn a_plain_instance_is_itself_and_a_group_member_stands_for_its_group_once() {
+    fn an_instance_is_itself_whatever_its_created_by_says_unless_it_claims_a_group_in_its_zone() {
         let l = ours("dead");
-        let group = "projects/123456789/zones/us-east5-b/instanceGroupManagers/team-a-x-1a2b";
         let mut stopping = instance("single", None, &with(&l));
         stopping.stopping = true;
         let listed = vec![
             instance("team-a-y-9f9f", None, &with(&l)),
-            instance("team-a-x-1a2b-abcd", Some(group), &with(&l)),
-            instance("team-a-x-1a2b-efgh", Some(group), &with(&l)),
+            instance("team-a-x-1a2b-abcd", Some(GROUP), &with(&l)),
+            instance("team-a-x-1a2b-efgh", Some(GROUP), &with(&l)),
             stopping,
             // created-by naming a group in another zone, a name that is not the group's base
-            // name plus a suffix, and a creator that is not a group: none is ours to touch.
+            // name plus a suffix, a creator that is not a group: each is its own resource
+            // (it carries our labels), never hidden (item 8 of issue 32).
             instance(
                 "team-a-x-1a2b-ijkl",
                 Some("projects/1/zones/us-east5-a/instanceGroupManagers/team-a-x-1a2b"),
                 &with(&l),
             ),
-            instance("other-vm", Some(group), &with(&l)),
-            instance("team-a-x-1a2bc-zzzz", Some(group), &with(&l)),
+            instance("other-vm", Some(GROUP), &with(&l)),
             instance(
                 "gke-node",
                 Some("projects/1/zones/us-east5-b/instanceGroups/gke"),
                 &with(&l),
             ),
         ];
-        let got: Vec<_> = compute_resources(listed)
-            .into_iter()
-            .map(|r| (r.kind, r.name, r.stage))
+        let (resources, claims) = compute_resources(listed);
+        let instance_name = |n: &str| format!("projects/p/zones/us-east5-b/instances/{n}");
+        let names: Vec<_> = resources
+            .iter()
+            .map(|r| (r.name.clone(), r.stage.clone()))
             .collect();
         assert_eq!(
-            got,
+            names,
             vec![
-                (
-                    ResourceKind::ComputeInstance,
-                    "projects/p/zones/us-east5-b/instances/team-a-y-9f9f".to_string(),
-                    ACTIVE
-                ),
-                (
-                    ResourceKind::ComputeInstanceGroup,
-                    "projects/p/zones/us-east5-b/instanceGroupManagers/team-a-x-1a2b".to_string(),
-                    ACTIVE
-                ),
-                (
-                    ResourceKind::ComputeInstance,
-                    "projects/p/zones/us-east5-b/instances/single".to_string(),
-                    Stage::Winding
-                ),
+                (instance_name("team-a-y-9f9f"), ACTIVE),
+                (instance_name("single"), Stage::Winding),
+                (instance_name("team-a-x-1a2b-ijkl"), ACTIVE),
+                (instance_name("other-vm"), ACTIVE),
+                (instance_name("gke-node"), ACTIVE),
             ]
+        );
+        assert!(resources.iter().all(|r| r.kind == ResourceKind::ComputeInstance));
+        assert_eq!(claims.len(), 1, "{claims:?}");
+        assert_eq!(claims[0].group, OURS);
+        assert_eq!(claims[0].members.len(), 2);
+    }
+
+    /// Item 7 of issue 32: a tenant's instance whose metadata `created-by` names someone else's
+    /// group (unlabelled template) never makes that group ours; the instance, not a member of
+    /// it, is deleted as itself.
+    #[test]
+    fn a_claimed_group_is_ours_only_when_its_template_carries_our_labels_with_the_owner_uid() {
+        let dead = ours("dead");
+        let tenant = instance("team-a-x-1a2b-fake", Some(GROUP), &with(&dead));
+        let claims = || compute_resources(vec![tenant.clone()]).1;
+        let live = HashSet::from(["alive".to_string()]);
+        let first_seen = HashMap::from([
+            (OURS.to_string(), t(0)),
+            (
+                "projects/p/zones/us-east5-b/instances/team-a-x-1a2b-fake".to_string(),
+                t(0),
+            ),
+        ]);
+        let base = input(&[], &live, &first_seen, t(60));
+        assert_eq!(claims_to_verify(&claims(), &base), vec![OURS.to_string()]);
+        let steps = |facts: Option<GroupFacts>| {
+            let facts: HashMap<_, _> = facts.into_iter().map(|f| (OURS.to_string(), f)).collect();
+            let resources = resolve_claims(claims(), &facts, "c1");
+            plan(&Input {
+                resources: &resources,
+                ..input(&[], &live, &first_seen, t(60))
+            })
+            .0
+            .into_iter()
+            .map(|o| (o.kind, o.step))
+            .collect::<Vec<_>>()
+        };
+        let mut other_cluster = ours("dead");
+        other_cluster[1].1 = "c2".into();
+        let unlabelled = [("team", "ml".to_string())];
+        let alive = ours("alive");
+        let instance_deleted = vec![(ResourceKind::ComputeInstance, Step::Delete)];
+        let reported = vec![(ResourceKind::ComputeInstance, Step::Report)];
+        // The group exists without our labels (or with another cluster's, or another owner's)
+        // and does not list the instance: the claim is false, the instance is deleted as itself.
+        for labels in [
+            None,
+            Some(&unlabelled[..]),
+            Some(&other_cluster[..]),
+            Some(&alive[..]),
+        ] {
+            let facts = read(labels, &["victim-abcd"]);
+            assert_eq!(steps(Some(facts)), instance_deleted, "{labels:?}");
+        }
+        // No such group: the instance is its own.
+        assert_eq!(steps(Some(GroupFacts::Gone)), instance_deleted);
+        // A real member of a group that is not ours, a group that could not be read, or one
+        // not read at all: reported, never acted on.
+        assert_eq!(steps(Some(read(None, &["team-a-x-1a2b-fake"]))), reported);
+        assert_eq!(steps(Some(GroupFacts::Unreadable)), reported);
+        assert_eq!(steps(None), reported);
+        // Only a template with our labels and the member's owner UID makes the group stand for
+        // it: the group is deleted, never the member alone.
+        assert_eq!(
+            steps(Some(read(Some(&dead), &["team-a-x-1a2b-fake"]))),
+            vec![(ResourceKind::ComputeInstanceGroup, Step::Delete)]
         );
     }
 
     #[test]
-    fn compute_engine_orphans_follow_the_label_rules_and_are_deleted_after_the_grace_period() {
-        let group = "projects/1/zones/us-east5-b/instanceGroupManagers/g";
-        let mut other_cluster = ours("dead");
-        other_cluster[1].1 = "c2".into();
-        let mut no_uid = ours("dead");
-        no_uid.pop();
-        let listed = vec![
-            instance("vm", None, &with(&ours("dead"))),
-            instance("g-abcd", Some(group), &with(&ours("dead"))),
-            instance("live-vm", None, &with(&ours("alive"))),
-            instance("unlabelled", None, &[("team", "ml")]),
-            instance("other", None, &with(&other_cluster)),
-            instance("no-uid", None, &with(&no_uid)),
-        ];
-        let resources = compute_resources(listed);
+    fn a_live_slices_group_is_never_read_and_a_proven_group_is_judged_by_its_template() {
+        let alive = ours("alive");
+        let member = instance("team-a-x-1a2b-abcd", Some(GROUP), &with(&alive));
+        let claims = compute_resources(vec![member.clone()]).1;
         let live = HashSet::from(["alive".to_string()]);
-        let first_seen = HashMap::from([
-            ("projects/p/zones/us-east5-b/instances/vm".to_string(), t(0)),
-            (
-                "projects/p/zones/us-east5-b/instanceGroupManagers/g".to_string(),
-                t(0),
-            ),
-        ]);
-        let at = |now, mode| {
-            plan(&Input {
-                resources: &resources,
-                live_uids: &live,
-                cluster_id: "c1",
-                namespace: None,
-                first_seen: &first_seen,
-                now,
-                grace: chrono::Duration::minutes(15),
-                mode,
-            })
-            .0
-            .into_iter()
-            .map(|o| (o.kind, o.name, o.step))
-            .collect::<Vec<_>>()
-        };
-        let due = at(t(15), Mode::Delete);
+        let first_seen = HashMap::new();
+        let base = input(&[], &live, &first_seen, t(0));
+        assert!(claims_to_verify(&claims, &base).is_empty());
+        // A lost instance (dead owner) claims a live slice's group: the group is read and is
+        // ours with a live owner, so it is no orphan; the claimant stands alone.
+        let dead = ours("dead");
+        let lost = instance("team-a-x-1a2b-efgh", Some(GROUP), &with(&dead));
+        let (_, claims) = compute_resources(vec![member, lost]);
+        let facts = HashMap::from([(OURS.to_string(), read(Some(&alive), &["team-a-x-1a2b-abcd"]))]);
+        let resources = resolve_claims(claims, &facts, "c1");
         assert_eq!(
-            due,
+            summary(&resources),
             vec![
+                (ResourceKind::ComputeInstanceGroup, OURS, &ACTIVE),
                 (
                     ResourceKind::ComputeInstance,
-                    "projects/p/zones/us-east5-b/instances/vm".to_string(),
-                    Step::Delete
-                ),
-                (
-                    ResourceKind::ComputeInstanceGroup,
-                    "projects/p/zones/us-east5-b/instanceGroupManagers/g".to_string(),
-                    Step::Delete
+                    "projects/p/zones/us-east5-b/instances/team-a-x-1a2b-efgh",
+                    &ACTIVE
                 ),
             ]
         );
-        assert!(at(t(14), Mode::Delete).iter().all(|(_, _, s)| *s == Step::Report));
-        assert!(at(t(60), Mode::Report).iter().all(|(_, _, s)| *s == Step::Report));
+        assert_eq!(resources[0].labels["tpu-operator-uid"], "alive");
+        let (orphans, _) = plan(&Input {
+            resources: &resources,
+            ..base
+        });
+        assert_eq!(orphans.len(), 1);
+        assert_eq!(orphans[0].kind, ResourceKind::ComputeInstance);
     }
 
     #[test]
