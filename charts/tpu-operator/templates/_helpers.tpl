@@ -82,7 +82,7 @@ chart owns (namespace, metricsAddr, gcpEmulator). Every key is one `tpu-operator
 {{- $_ := set $config $key $value }}
 {{- end }}
 {{- end }}
-{{- $_ := set $config "metricsAddr" (printf "0.0.0.0:%d" (int .Values.metrics.port)) }}
+{{- $_ := set $config "metricsAddr" (printf "[::]:%d" (int .Values.metrics.port)) }}
 {{- if eq .Values.scope "Namespace" }}
 {{- $_ := set $config "namespace" (include "tpu-operator.watchNamespace" .) }}
 {{- end }}

@@ -7,11 +7,18 @@
 
 use std::time::Duration;
 
-use google_cloud_auth::credentials::{self, Credentials, anonymous};
+use google_cloud_auth::{
+    credentials::{self, Credentials, anonymous},
+    errors::CredentialsError,
+};
 use google_cloud_gax::{client_builder::ClientBuilder, retry_policy::NeverRetry};
 use reqwest::Url;
 
-use crate::error::{ErrorKind, GcpError, Service};
+use crate::{
+    credentials::{RecoveringCredentials, RecoveryPolicy},
+    error::{ErrorKind, GcpError, Service},
+    metrics::GcpMetrics,
+};
 
 /// Production endpoint of the Cloud TPU API.
 pub const TPU_ENDPOINT: &str = "https://tpu.googleapis.com";
@@ -42,7 +49,10 @@ pub enum CredentialsMode {
 pub struct GcpConfig {
     /// Base URL of the Cloud TPU API (requests go to `{tpu_endpoint}/v2/...`).
     pub tpu_endpoint: String,
-    /// Base URL of the Dataproc API (requests go to `{dataproc_endpoint}/v1/...`).
+    /// Base URL of the Dataproc API (requests go to `{dataproc_endpoint}/v1/...`). `{region}` is
+    /// replaced by the region of the batch or operation a call addresses (one client per region,
+    /// built lazily), e.g. `https://{region}-dataproc.googleapis.com` for regional endpoints;
+    /// without the placeholder every region uses the same endpoint.
     pub dataproc_endpoint: String,
     /// Base URL of Vertex AI. `{region}` is replaced by the location of the resource a call
     /// addresses (one client per region is built lazily); without the placeholder every region
@@ -136,19 +146,41 @@ impl GcpConfig {
     }
 }
 
-/// The credentials every client shares (one token cache for the whole process).
-pub(crate) fn build_credentials(mode: &CredentialsMode) -> Result<Credentials, GcpError> {
+/// The credentials every client shares (one token cache for the whole process). Application
+/// Default Credentials are wrapped in [`RecoveringCredentials`]: bounded by a token deadline,
+/// rebuilt after a permanent error or a timeout, failures counted in `metrics`.
+pub(crate) fn build_credentials(
+    mode: &CredentialsMode,
+    call_timeout: Duration,
+    metrics: &GcpMetrics,
+) -> Result<Credentials, GcpError> {
     match mode {
         CredentialsMode::Anonymous => Ok(anonymous::Builder::new().build()),
-        CredentialsMode::Adc => credentials::Builder::default().build().map_err(|err| {
-            GcpError::new(
-                ErrorKind::Unauthenticated,
-                Service::Tpu,
-                "credentials",
-                "application-default",
-                format!("cannot load Application Default Credentials: {err}"),
+        CredentialsMode::Adc => {
+            let build = || {
+                credentials::Builder::default()
+                    .build()
+                    .map_err(|err| CredentialsError::from_msg(false, err.to_string()))
+            };
+            RecoveringCredentials::new(
+                Box::new(build),
+                RecoveryPolicy::for_call_timeout(call_timeout),
+                metrics.clone(),
             )
-        }),
+            .map(|credentials| {
+                credentials.spawn_probe();
+                credentials.into_credentials()
+            })
+            .map_err(|err| {
+                GcpError::new(
+                    ErrorKind::Unauthenticated,
+                    Service::Tpu,
+                    "credentials",
+                    "application-default",
+                    format!("cannot load Application Default Credentials: {err}"),
+                )
+            })
+        }
     }
 }
 

@@ -1,13 +1,15 @@
 //! Dataproc Serverless: batches and their operations.
 
-use std::future::Future;
+use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
+use google_cloud_auth::credentials::Credentials;
 use google_cloud_dataproc_v1::{client::BatchController, model::Batch};
 use google_cloud_longrunning::model::Operation;
 
 use crate::{
-    error::{GcpError, Result, Service},
+    config,
+    error::{ErrorKind, GcpError, Result, Service},
     metrics::GcpMetrics,
     tpu::{LIST_PAGE_SIZE, MAX_PAGES, too_many_pages},
 };
@@ -51,30 +53,128 @@ pub trait DataprocApi: Send + Sync {
     async fn cancel_operation(&self, name: &str) -> Result<()>;
 }
 
-/// [`DataprocApi`] over Google's `google-cloud-dataproc-v1` `BatchController` client.
+/// [`DataprocApi`] over Google's `google-cloud-dataproc-v1` `BatchController` client: one client
+/// for every region, or (endpoint with a `{region}` placeholder, e.g. the regional
+/// `https://{region}-dataproc.googleapis.com`) one per region, built on first use.
 #[derive(Clone, Debug)]
 pub struct DataprocClient {
-    client: BatchController,
+    clients: Clients,
     metrics: GcpMetrics,
 }
 
+#[derive(Clone, Debug)]
+enum Clients {
+    Fixed(BatchController),
+    Regional(Arc<Regional>),
+}
+
+#[derive(Debug)]
+struct Regional {
+    template: String,
+    credentials: Credentials,
+    call_timeout: Duration,
+    built: tokio::sync::Mutex<HashMap<String, BatchController>>,
+}
+
 impl DataprocClient {
+    /// One client for every region.
     pub fn new(client: BatchController, metrics: GcpMetrics) -> Self {
-        Self { client, metrics }
+        Self {
+            clients: Clients::Fixed(client),
+            metrics,
+        }
     }
 
-    async fn call<T>(
+    /// One client per region: `{region}` in `template` is replaced by the region of the
+    /// resource a call addresses.
+    pub fn regional(
+        template: String,
+        credentials: Credentials,
+        call_timeout: Duration,
+        metrics: GcpMetrics,
+    ) -> Self {
+        Self {
+            clients: Clients::Regional(Arc::new(Regional {
+                template,
+                credentials,
+                call_timeout,
+                built: tokio::sync::Mutex::default(),
+            })),
+            metrics,
+        }
+    }
+
+    /// The client for the resource `name` addresses.
+    async fn client_for(&self, method: &'static str, name: &str) -> Result<BatchController> {
+        let regional = match &self.clients {
+            Clients::Fixed(client) => return Ok(client.clone()),
+            Clients::Regional(regional) => regional,
+        };
+        let region = region_of(name).ok_or_else(|| {
+            GcpError::new(
+                ErrorKind::InvalidArgument,
+                Service::Dataproc,
+                method,
+                name,
+                "expected a resource name starting with projects/{project}/locations/{region} or \
+                 projects/{project}/regions/{region}",
+            )
+        })?;
+        let mut built = regional.built.lock().await;
+        if let Some(client) = built.get(region) {
+            return Ok(client.clone());
+        }
+        let endpoint = regional.template.replace("{region}", region);
+        let client = config::configure(
+            BatchController::builder(),
+            endpoint.clone(),
+            &regional.credentials,
+            regional.call_timeout,
+        )
+        .build()
+        .await
+        .map_err(|err| config::build_error(Service::Dataproc, &endpoint, err))?;
+        built.insert(region.to_string(), client.clone());
+        Ok(client)
+    }
+
+    async fn call<T, F>(
         &self,
         method: &'static str,
         target: &str,
-        call: impl Future<Output = google_cloud_gax::Result<T>>,
-    ) -> Result<T> {
+        call: impl FnOnce(BatchController) -> F,
+    ) -> Result<T>
+    where
+        F: Future<Output = google_cloud_gax::Result<T>>,
+    {
         let call = async {
-            call.await
+            let client = self.client_for(method, target).await?;
+            call(client)
+                .await
                 .map_err(|err| GcpError::from_gax(Service::Dataproc, method, target, &err))
         };
-        self.metrics.observe(Service::Dataproc, method, call).await
+        self.metrics
+            .observe(Service::Dataproc, method, target, call)
+            .await
     }
+}
+
+/// The region of `projects/{p}/locations/{region}/...` (batches) or
+/// `projects/{p}/regions/{region}/...` (operations), if it is a plausible region (it may become
+/// part of a host name).
+pub fn region_of(name: &str) -> Option<&str> {
+    let mut segments = name.split('/');
+    let (Some("projects"), Some(project), Some("locations" | "regions"), Some(region)) =
+        (segments.next(), segments.next(), segments.next(), segments.next())
+    else {
+        return None;
+    };
+    let valid = !project.is_empty()
+        && !region.is_empty()
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    valid.then_some(region)
 }
 
 #[async_trait]
@@ -86,19 +186,24 @@ impl DataprocApi for DataprocClient {
         request_id: &str,
         batch: Batch,
     ) -> Result<Operation> {
-        let request = self
-            .client
-            .create_batch()
-            .set_parent(parent)
-            .set_batch_id(batch_id)
-            .set_request_id(request_id)
-            .set_batch(batch);
-        self.call("batches.create", parent, request.send()).await
+        self.call("batches.create", parent, |client| async move {
+            client
+                .create_batch()
+                .set_parent(parent)
+                .set_batch_id(batch_id)
+                .set_request_id(request_id)
+                .set_batch(batch)
+                .send()
+                .await
+        })
+        .await
     }
 
     async fn get_batch(&self, name: &str) -> Result<Batch> {
-        self.call("batches.get", name, self.client.get_batch().set_name(name).send())
-            .await
+        self.call("batches.get", name, |client| async move {
+            client.get_batch().set_name(name).send().await
+        })
+        .await
     }
 
     async fn list_batches_by_page(
@@ -109,14 +214,18 @@ impl DataprocApi for DataprocClient {
     ) -> Result<()> {
         let mut token = String::new();
         for _ in 0..MAX_PAGES {
-            let request = self
-                .client
-                .list_batches()
-                .set_parent(parent)
-                .set_filter(filter)
-                .set_page_size(LIST_PAGE_SIZE)
-                .set_page_token(token);
-            let page = self.call("batches.list", parent, request.send()).await?;
+            let page = self
+                .call("batches.list", parent, |client| async move {
+                    client
+                        .list_batches()
+                        .set_parent(parent)
+                        .set_filter(filter)
+                        .set_page_size(LIST_PAGE_SIZE)
+                        .set_page_token(token)
+                        .send()
+                        .await
+                })
+                .await?;
             sift(page.batches);
             if page.next_page_token.is_empty() {
                 return Ok(());
@@ -127,29 +236,23 @@ impl DataprocApi for DataprocClient {
     }
 
     async fn delete_batch(&self, name: &str) -> Result<()> {
-        self.call(
-            "batches.delete",
-            name,
-            self.client.delete_batch().set_name(name).send(),
-        )
+        self.call("batches.delete", name, |client| async move {
+            client.delete_batch().set_name(name).send().await
+        })
         .await
     }
 
     async fn get_operation(&self, name: &str) -> Result<Operation> {
-        self.call(
-            "operations.get",
-            name,
-            self.client.get_operation().set_name(name).send(),
-        )
+        self.call("operations.get", name, |client| async move {
+            client.get_operation().set_name(name).send().await
+        })
         .await
     }
 
     async fn cancel_operation(&self, name: &str) -> Result<()> {
-        self.call(
-            "operations.cancel",
-            name,
-            self.client.cancel_operation().set_name(name).send(),
-        )
+        self.call("operations.cancel", name, |client| async move {
+            client.cancel_operation().set_name(name).send().await
+        })
         .await
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod compute;
 pub mod config;
+pub mod credentials;
 pub mod dataproc;
 pub mod error;
 pub mod lro;
@@ -68,12 +69,20 @@ impl std::fmt::Debug for Gcp {
 }
 
 impl Gcp {
-    /// Builds the real clients. Nothing is sent yet (Vertex clients are built per region on first
-    /// use), but ADC must be loadable in [`CredentialsMode::Adc`].
+    /// Builds the real clients. No API call is sent yet (Vertex clients are built per region on
+    /// first use), but ADC must be loadable in [`CredentialsMode::Adc`], and the clients ask the
+    /// credentials for their universe domain (the metadata server, on GKE): that question is
+    /// bounded by the token deadline ([`credentials::RecoveryPolicy`]), asked once, and answered
+    /// with the default (`googleapis.com`) when the metadata server does not answer, so this
+    /// returns within about `call_timeout / 2` even then.
+    ///
+    /// Every call of the returned clients, the wait for a token included, is bounded by
+    /// `config.call_timeout` and counted in `metrics` when it fails.
     pub async fn connect(config: GcpConfig, metrics: GcpMetrics) -> Result<Gcp, GcpError> {
         let endpoints = config.resolve();
-        let credentials = config::build_credentials(&endpoints.credentials)?;
         let timeout = config.call_timeout;
+        let metrics = metrics.with_deadline(timeout);
+        let credentials = config::build_credentials(&endpoints.credentials, timeout, &metrics)?;
 
         let tpu = config::configure(
             google_cloud_tpu_v2::client::Tpu::builder(),
@@ -84,15 +93,25 @@ impl Gcp {
         .build()
         .await
         .map_err(|err| config::build_error(Service::Tpu, &endpoints.tpu, err))?;
-        let dataproc = config::configure(
-            google_cloud_dataproc_v1::client::BatchController::builder(),
-            endpoints.dataproc.clone(),
-            &credentials,
-            timeout,
-        )
-        .build()
-        .await
-        .map_err(|err| config::build_error(Service::Dataproc, &endpoints.dataproc, err))?;
+        let dataproc = if endpoints.dataproc.contains("{region}") {
+            DataprocClient::regional(
+                endpoints.dataproc.clone(),
+                credentials.clone(),
+                timeout,
+                metrics.clone(),
+            )
+        } else {
+            let client = config::configure(
+                google_cloud_dataproc_v1::client::BatchController::builder(),
+                endpoints.dataproc.clone(),
+                &credentials,
+                timeout,
+            )
+            .build()
+            .await
+            .map_err(|err| config::build_error(Service::Dataproc, &endpoints.dataproc, err))?;
+            DataprocClient::new(client, metrics.clone())
+        };
         let storage_credentials = match endpoints.credentials {
             CredentialsMode::Adc => Some(credentials.clone()),
             CredentialsMode::Anonymous => None,
@@ -104,7 +123,7 @@ impl Gcp {
         let compute: Arc<dyn ComputeApi> = Arc::new(compute);
         Ok(Gcp {
             tpu: Arc::new(TpuClient::new(tpu, metrics.clone())),
-            dataproc: Arc::new(DataprocClient::new(dataproc, metrics)),
+            dataproc: Arc::new(dataproc),
             vertex: Arc::new(vertex),
             storage: Arc::new(storage),
             compute_slices: Arc::new(ComputeSlices::new(compute.clone())),

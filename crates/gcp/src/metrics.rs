@@ -4,20 +4,37 @@
 //! `gcp_calls_total{service,method,outcome}` (outcome = `ok` or an [`ErrorKind`] name) and
 //! `gcp_call_duration_seconds{service,method}`. Because the clients never retry internally, one
 //! count is one HTTP request, so tests can bound call storms from these numbers too.
+//!
+//! With a deadline ([`GcpMetrics::with_deadline`], set by [`crate::Gcp::connect`] to
+//! `gcpCallTimeout`), every observed call, the wait for a token included, ends within it: a call
+//! still running then fails as `Transient` and is counted like any failure.
+//!
+//! The credentials layer ([`crate::credentials`]) reports here too:
+//! `gcp_credentials_errors_total{kind}` (`permanent`, `transient`, `timeout`),
+//! `gcp_credentials_rebuilds_total` and `gcp_credentials_failing` (1 while no token arrives), and
+//! [`GcpMetrics::credentials_failure`] for health checks.
 
-use std::{future::Future, time::Instant};
+use std::{
+    future::Future,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{
         counter::Counter,
         family::Family,
+        gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
     },
     registry::Registry,
 };
 
-use crate::error::{GcpError, Service};
+use crate::{
+    credentials::FailureKind,
+    error::{ErrorKind, GcpError, Service},
+};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
@@ -32,11 +49,24 @@ pub struct DurationLabels {
     pub method: &'static str,
 }
 
-/// Counters and histograms of GCP calls. Cheap to clone (shared handles).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CredentialLabels {
+    pub kind: &'static str,
+}
+
+/// Counters and histograms of GCP calls, and the credentials' health. Cheap to clone (shared
+/// handles).
 #[derive(Clone, Debug)]
 pub struct GcpMetrics {
     calls: Family<CallLabels, Counter>,
     durations: Family<DurationLabels, Histogram, fn() -> Histogram>,
+    credential_errors: Family<CredentialLabels, Counter>,
+    credential_rebuilds: Counter,
+    credentials_failing: Gauge,
+    /// Since when and why the credentials have been failing; `None` while they work.
+    credentials_health: Arc<Mutex<Option<(Instant, String)>>>,
+    /// Bound on every observed call (`None`: unbounded, as before `Gcp::connect` sets it).
+    deadline: Option<Duration>,
 }
 
 impl Default for GcpMetrics {
@@ -57,6 +87,20 @@ impl GcpMetrics {
         Self {
             calls: Family::default(),
             durations: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
+            credential_errors: Family::default(),
+            credential_rebuilds: Counter::default(),
+            credentials_failing: Gauge::default(),
+            credentials_health: Arc::default(),
+            deadline: None,
+        }
+    }
+
+    /// The same metrics (shared handles), with every [`GcpMetrics::observe`]d call bounded by
+    /// `deadline`.
+    pub fn with_deadline(&self, deadline: Duration) -> Self {
+        Self {
+            deadline: Some(deadline),
+            ..self.clone()
         }
     }
 
@@ -73,7 +117,71 @@ impl GcpMetrics {
             "Duration of GCP API calls by service and method",
             metrics.durations.clone(),
         );
+        registry.register(
+            "gcp_credentials_errors",
+            "Failed requests for a token (kind: permanent, transient, timeout)",
+            metrics.credential_errors.clone(),
+        );
+        registry.register(
+            "gcp_credentials_rebuilds",
+            "Times the GCP credentials were built again after a permanent error or a timeout",
+            metrics.credential_rebuilds.clone(),
+        );
+        registry.register(
+            "gcp_credentials_failing",
+            "1 while the GCP credentials cannot produce a token, else 0",
+            metrics.credentials_failing.clone(),
+        );
         metrics
+    }
+
+    pub(crate) fn credentials_error(&self, kind: FailureKind) {
+        self.credential_errors
+            .get_or_create(&CredentialLabels { kind: kind.as_str() })
+            .inc();
+    }
+
+    pub(crate) fn credentials_rebuilt(&self) {
+        self.credential_rebuilds.inc();
+    }
+
+    pub(crate) fn credentials_failing(&self, since: Instant, why: &str) {
+        self.credentials_failing.set(1);
+        *self
+            .credentials_health
+            .lock()
+            .expect("credentials health poisoned") = Some((since, why.to_string()));
+    }
+
+    pub(crate) fn credentials_recovered(&self) {
+        self.credentials_failing.set(0);
+        *self
+            .credentials_health
+            .lock()
+            .expect("credentials health poisoned") = None;
+    }
+
+    /// Why the credentials fail, while they fail (for `/readyz`): `None` once a token arrives.
+    pub fn credentials_failure(&self) -> Option<String> {
+        let health = self
+            .credentials_health
+            .lock()
+            .expect("credentials health poisoned");
+        health
+            .as_ref()
+            .map(|(since, why)| format!("GCP credentials failing for {:.0?}: {why}", since.elapsed()))
+    }
+
+    /// Failed token requests of one kind so far (for tests and summaries).
+    pub fn credential_errors(&self, kind: FailureKind) -> u64 {
+        self.credential_errors
+            .get(&CredentialLabels { kind: kind.as_str() })
+            .map_or(0, |counter| counter.get())
+    }
+
+    /// Rebuilds of the credentials so far.
+    pub fn credential_rebuilds(&self) -> u64 {
+        self.credential_rebuilds.get()
     }
 
     /// Records one finished call.
@@ -101,15 +209,31 @@ impl GcpMetrics {
         self.calls.get(&labels).map_or(0, |counter| counter.get())
     }
 
-    /// Runs one call, records its outcome and duration, and logs failures at debug level.
+    /// Runs one call (bounded by the deadline, if set), records its outcome and duration, and
+    /// logs failures at debug level.
     pub async fn observe<T>(
         &self,
         service: Service,
         method: &'static str,
+        target: &str,
         call: impl Future<Output = Result<T, GcpError>>,
     ) -> Result<T, GcpError> {
         let started = Instant::now();
-        let result = call.await;
+        let result = match self.deadline {
+            None => call.await,
+            Some(deadline) => tokio::time::timeout(deadline, call).await.unwrap_or_else(|_| {
+                Err(GcpError::new(
+                    ErrorKind::Transient,
+                    service,
+                    method,
+                    target,
+                    format!(
+                        "no answer within {deadline:?} (gcpCallTimeout), the wait for a token \
+                         included"
+                    ),
+                ))
+            }),
+        };
         let outcome = match &result {
             Ok(_) => "ok",
             Err(err) => {
@@ -125,18 +249,19 @@ impl GcpMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorKind;
     use prometheus_client::encoding::text::encode;
 
     #[tokio::test]
     async fn observe_counts_outcomes_and_exports_them() {
         let mut registry = Registry::default();
         let metrics = GcpMetrics::register(&mut registry);
-        let ok: Result<u8, GcpError> = metrics.observe(Service::Tpu, "nodes.get", async { Ok(1) }).await;
+        let ok: Result<u8, GcpError> = metrics
+            .observe(Service::Tpu, "nodes.get", "n", async { Ok(1) })
+            .await;
         assert_eq!(ok, Ok(1));
         let missing = GcpError::new(ErrorKind::NotFound, Service::Tpu, "nodes.get", "n", "gone");
         let err = metrics
-            .observe(Service::Tpu, "nodes.get", async { Err::<u8, _>(missing) })
+            .observe(Service::Tpu, "nodes.get", "n", async { Err::<u8, _>(missing) })
             .await;
         assert!(err.unwrap_err().is_not_found());
 

@@ -181,7 +181,9 @@ impl StorageClient {
                 )
             })
         };
-        self.metrics.observe(Service::Storage, "objects.list", call).await
+        self.metrics
+            .observe(Service::Storage, "objects.list", &target, call)
+            .await
     }
 }
 
@@ -265,7 +267,9 @@ impl StorageApi for StorageClient {
             }
             Ok(String::from_utf8_lossy(&content).into_owned())
         };
-        self.metrics.observe(Service::Storage, "objects.get", call).await
+        self.metrics
+            .observe(Service::Storage, "objects.get", gs_uri, call)
+            .await
     }
 }
 

@@ -97,7 +97,7 @@ impl TpuClient {
             call.await
                 .map_err(|err| GcpError::from_gax(Service::Tpu, method, target, &err))
         };
-        self.metrics.observe(Service::Tpu, method, call).await
+        self.metrics.observe(Service::Tpu, method, target, call).await
     }
 }
 

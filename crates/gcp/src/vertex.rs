@@ -119,7 +119,7 @@ impl VertexClient {
                 .await
                 .map_err(|err| GcpError::from_gax(Service::Vertex, method, target, &err))
         };
-        self.metrics.observe(Service::Vertex, method, call).await
+        self.metrics.observe(Service::Vertex, method, target, call).await
     }
 }
 

@@ -76,7 +76,9 @@ pub struct RunArgs {
     #[arg(long, env = "TPU_OPERATOR_TPU_ENDPOINT", value_name = "URL")]
     #[schemars(pattern(r"^(|https?://.+)$"))]
     pub tpu_endpoint: Option<String>,
-    /// Dataproc API endpoint (default: the public one).
+    /// Dataproc API endpoint; `{region}` is replaced by the batch's region, e.g.
+    /// `https://{region}-dataproc.googleapis.com` for the regional endpoints (default: the
+    /// public global one).
     #[arg(long, env = "TPU_OPERATOR_DATAPROC_ENDPOINT", value_name = "URL")]
     #[schemars(pattern(r"^(|https?://.+)$"))]
     pub dataproc_endpoint: Option<String>,
@@ -94,7 +96,8 @@ pub struct RunArgs {
     #[arg(long, env = "TPU_OPERATOR_COMPUTE_ENDPOINT", value_name = "URL")]
     #[schemars(pattern(r"^(|https?://.+)$"))]
     pub compute_endpoint: Option<String>,
-    /// Upper bound on one GCP HTTP call [default: 30s].
+    /// Upper bound on one GCP call, the wait for a token included (a token must arrive within
+    /// half of it; building the clients at start-up may take twice it) [default: 30s].
     #[arg(long, env = "TPU_OPERATOR_GCP_CALL_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     #[serde(default, deserialize_with = "duration::deserialize")]
     #[schemars(schema_with = "duration::schema")]
@@ -142,7 +145,8 @@ pub struct RunArgs {
     #[arg(long, env = "TPU_OPERATOR_CLUSTER_ID")]
     #[schemars(pattern(r"^[-_a-z0-9]{0,63}$"))]
     pub cluster_id: Option<String>,
-    /// Address of the /metrics, /healthz and /readyz server [default: 0.0.0.0:8080].
+    /// Address of the /metrics, /healthz and /readyz server; `[::]:PORT` takes IPv4 and IPv6
+    /// (dual-stack), `0.0.0.0:PORT` IPv4 only [default: [::]:8080].
     #[arg(long, env = "TPU_OPERATOR_METRICS_ADDR", value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
     /// Log format [default: text].
@@ -463,9 +467,7 @@ impl RunArgs {
             controller,
             cluster_id,
             gcp,
-            metrics_addr: self
-                .metrics_addr
-                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 8080))),
+            metrics_addr: self.metrics_addr.unwrap_or(crate::server::DEFAULT_ADDR),
             log_format: self.log_format.unwrap_or_default(),
             leader,
             shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(30)),

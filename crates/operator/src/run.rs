@@ -1,7 +1,9 @@
 //! `tpu-operator run`: the operator in a cluster (or against any kubeconfig).
 //!
 //! Order of events: logs → Kubernetes client → metrics/health server (alive at once, not ready)
-//! → wait until the three CRDs are Established → GCP clients → leader election → ready. Only the
+//! → wait until the CRDs are Established → GCP clients (bounded by twice gcpCallTimeout, and
+//! SIGTERM interrupts it) → leader election → ready (and unready again while the GCP credentials
+//! fail). Only the
 //! lease holder runs the controllers; losing the lease stops them (in-flight reconciles finish)
 //! and the replica stands by again. SIGTERM/SIGINT stop the controllers gracefully, release the
 //! lease and exit 0.
@@ -152,9 +154,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ready = wait_for_crds(&client) => ready?,
         _ = stop.clone() => return Ok(()),
     }
-    let gcp = Gcp::connect(settings.gcp.clone(), gcp_metrics)
-        .await
-        .context("building the GCP clients")?;
+    readiness.set_not_ready("building the GCP clients");
+    let Some(gcp) = connect_gcp(&settings, &gcp_metrics, &stop).await? else {
+        return Ok(());
+    };
+    // Unready while the GCP credentials cannot produce a token (`gcp_credentials_failing`).
+    let credentials = gcp_metrics.clone();
+    readiness.add_check(Arc::new(move || credentials.credentials_failure()));
     let ctx = Arc::new(
         Context::new(client.clone(), gcp, settings.controller.clone())
             .with_metrics(metrics)
@@ -193,6 +199,37 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The server stops with `stop`; on an error path, stop it directly.
     server.abort();
     result
+}
+
+/// Builds the GCP clients, within [`connect_bound`] and interruptibly: `Ok(None)` when `stop`
+/// fires first (SIGTERM during start-up exits 0 at once), an error when the bound runs out.
+async fn connect_gcp(
+    settings: &Settings,
+    metrics: &GcpMetrics,
+    stop: &Shutdown,
+) -> anyhow::Result<Option<Gcp>> {
+    let bound = connect_bound(settings.gcp.call_timeout);
+    tokio::select! {
+        built = tokio::time::timeout(bound, Gcp::connect(settings.gcp.clone(), metrics.clone())) => match built {
+            Ok(gcp) => gcp.map(Some).context("building the GCP clients"),
+            Err(_) => Err(anyhow::anyhow!(
+                "building the GCP clients took longer than {bound:?} (twice gcpCallTimeout); \
+                 is the metadata server answering? (on GKE: check that NO_PROXY covers \
+                 169.254.169.254 and metadata.google.internal when a proxy is set)"
+            )),
+        },
+        _ = stop.clone() => {
+            info!("stopped while building the GCP clients");
+            Ok(None)
+        }
+    }
+}
+
+/// How long building the GCP clients may take: their only network question (the universe
+/// domain, asked of the metadata server) is bounded by half of `call_timeout`; twice
+/// `call_timeout` leaves room for a slow node.
+pub fn connect_bound(call_timeout: Duration) -> Duration {
+    call_timeout * 2
 }
 
 /// Runs the controllers whenever this replica holds the lease, until `stop`.

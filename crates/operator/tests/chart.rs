@@ -99,8 +99,21 @@ fn cluster_scope_renders_the_operator_with_cluster_roles() {
             "Service",
             "ServiceAccount",
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding"
         ]
+    );
+    // The finalizer guard lets exactly the operator's own ServiceAccount (and administrators)
+    // remove the finalizer.
+    let guard = find(&docs, "ValidatingAdmissionPolicy", Some("tpu-operator-finalizer"));
+    let exempt = guard["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        exempt.contains("'system:serviceaccount:tpu-operator:tpu-operator'")
+            && exempt.contains("system:masters"),
+        "{exempt}"
     );
     let sa = find(&docs, "ServiceAccount", Some("tpu-operator"));
     assert_eq!(
@@ -148,7 +161,7 @@ fn cluster_scope_renders_the_operator_with_cluster_roles() {
     );
 
     let config = operator_config(&docs);
-    assert_eq!(config["metricsAddr"], "0.0.0.0:8080");
+    assert_eq!(config["metricsAddr"], "[::]:8080");
     assert_eq!(config["leaderElect"], true);
     assert!(
         config.get("namespace").is_none(),
@@ -499,7 +512,8 @@ fn notes_crd_upgrade_commands_run_as_written() {
         .split_whitespace()
         .filter(|w| w.starts_with("https://raw.githubusercontent.com/"))
         .collect();
-    assert_eq!(urls.len(), 3, "{notes}");
+    // One file per CRD the binary waits for before it is ready (an upgrade that skips one hangs).
+    assert_eq!(urls.len(), tpu_operator_api::crds::all().len(), "{notes}");
     let tag = format!("/v{}/", chart_app_version());
     for url in &urls {
         let (_, path) = url
@@ -510,7 +524,11 @@ fn notes_crd_upgrade_commands_run_as_written() {
             "{url} is not a file of the repository"
         );
     }
-    let applies: Vec<&str> = notes.lines().filter(|l| l.contains("kubectl apply")).collect();
+    // The CRD applies (the tenancy note's `kubectl apply -f - <<'EOF'` of a TpuPolicy is not one).
+    let applies: Vec<&str> = notes
+        .lines()
+        .filter(|l| l.contains("kubectl apply") && !l.contains("<<"))
+        .collect();
     assert_eq!(applies.len(), 2, "{notes}");
     for line in applies {
         assert!(line.contains("--server-side --force-conflicts"), "{line}");
@@ -518,6 +536,93 @@ fn notes_crd_upgrade_commands_run_as_written() {
     assert!(
         notes.contains("helm show crds <chart> | kubectl apply --server-side --force-conflicts -f -"),
         "{notes}"
+    );
+}
+
+/// The binary waits for every CRD of `tpu_operator_api::crds::all()` to be Established before it
+/// turns ready: NOTES.txt (the upgrade commands and the check) and docs/install.md (upgrade and
+/// uninstall) must name each of them, or an upgrade done as written never becomes ready.
+#[test]
+fn notes_and_install_docs_name_every_crd_the_binary_waits_for() {
+    let notes = rendered_notes(&[]);
+    let install = std::fs::read_to_string(repo_root().join("docs/install.md")).unwrap();
+    let get_line = notes
+        .lines()
+        .find(|l| l.contains("kubectl get crd"))
+        .expect("NOTES has a `kubectl get crd` check");
+    let delete_line = install
+        .lines()
+        .find(|l| l.starts_with("kubectl delete crd"))
+        .expect("install.md has the `kubectl delete crd` uninstall step");
+    for crd in tpu_operator_api::crds::all() {
+        let name = crd.metadata.name.unwrap();
+        let file = format!("/crds/{name}.yaml");
+        assert!(get_line.contains(&name), "NOTES' check lacks {name}: {get_line}");
+        assert!(
+            notes.contains(&file),
+            "NOTES' upgrade commands lack {file}:\n{notes}"
+        );
+        assert!(
+            install.contains(&file),
+            "install.md's upgrade commands lack {file}"
+        );
+        assert!(
+            delete_line.contains(&name),
+            "install.md's uninstall lacks {name}: {delete_line}"
+        );
+    }
+}
+
+/// `extraEnv` (proxy, quota project, trust store) reaches the operator container as given,
+/// after the chart's own variables, `valueFrom` included; the schema refuses an entry without a
+/// name. The chart's metrics address is dual-stack.
+#[test]
+fn extra_env_renders_into_the_operator_container() {
+    let helm = Helm::new();
+    let extra = r#"extraEnv=[{"name":"HTTPS_PROXY","value":"http://proxy.corp.example:3128"},{"name":"NO_PROXY","value":"169.254.169.254,metadata.google.internal"},{"name":"SSL_CERT_FILE","value":"/etc/ssl/certs/corp.pem"},{"name":"GOOGLE_CLOUD_QUOTA_PROJECT","valueFrom":{"configMapKeyRef":{"name":"gcp","key":"quota-project"}}}]"#;
+    let docs = documents(&helm.template(&["--set-json", extra]));
+    let deployment = find(&docs, "Deployment", Some("tpu-operator"));
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env")
+        .clone();
+    let names: Vec<&str> = env.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "POD_NAME",
+            "POD_NAMESPACE",
+            "RUST_LOG",
+            "HTTPS_PROXY",
+            "NO_PROXY",
+            "SSL_CERT_FILE",
+            "GOOGLE_CLOUD_QUOTA_PROJECT"
+        ]
+    );
+    assert_eq!(env[3]["value"], "http://proxy.corp.example:3128");
+    assert_eq!(env[4]["value"], "169.254.169.254,metadata.google.internal");
+    assert_eq!(
+        env[6]["valueFrom"],
+        json!({"configMapKeyRef": {"name": "gcp", "key": "quota-project"}})
+    );
+    // Defaults render no extra variable.
+    let plain = documents(&helm.template(&[]));
+    let env =
+        &find(&plain, "Deployment", Some("tpu-operator"))["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert_eq!(env.as_array().unwrap().len(), 3, "{env}");
+    assert_eq!(operator_config(&plain)["metricsAddr"], "[::]:8080");
+
+    let chart = chart_dir();
+    let refused = helm.run(&[
+        "template",
+        "x",
+        chart.to_str().unwrap(),
+        "--set-json",
+        r#"extraEnv=[{"value":"no name"}]"#,
+    ]);
+    assert!(
+        !refused.status.success(),
+        "an entry without a name must be refused"
     );
 }
 
@@ -645,7 +750,7 @@ fn generated_files_are_current() {
         "out of date: {stale:?}; run TPU_OPERATOR_BLESS=1 cargo test -p tpu-operator --test chart and commit the result"
     );
     // The kustomize bases build (kubectl's built-in kustomize).
-    for (dir, objects) in [("deploy", 27), ("deploy/staging", 29), ("deploy/monitoring", 4)] {
+    for (dir, objects) in [("deploy", 29), ("deploy/staging", 31), ("deploy/monitoring", 4)] {
         let out = std::process::Command::new(support::kubectl())
             .args(["kustomize", root.join(dir).to_str().unwrap()])
             .output()

@@ -96,7 +96,10 @@ async fn namespace_scope_rendering_is_accepted_and_the_binary_runs_from_it() {
 /// An orphan sweeper that looks where the test's orphan is and deletes it within seconds, so the
 /// orphan metrics the alerts and the dashboard query have samples (prometheus-client leaves out
 /// families without any).
-const SWEEP: &str = "config.clusterId=chart-apply,config.orphans=delete,config.orphanGracePeriod=5s,\
+/// `namespacesWithoutPolicy=Allow`: the example runs in `default`, which no policy selects here (the
+/// chart denies such namespaces by default; tenancy is not what this suite is about).
+const SWEEP: &str = "config.namespacesWithoutPolicy=Allow,\
+                     config.clusterId=chart-apply,config.orphans=delete,config.orphanGracePeriod=5s,\
                      config.orphanSweepInterval=2s,config.orphanProjects={demo-project},\
                      config.orphanZones={europe-west4-b}";
 

@@ -19,7 +19,7 @@
 mod support;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -224,6 +224,8 @@ impl Install {
         let slices: Api<TpuSlice> = Api::namespaced(admin.clone(), &self.tenant);
         self.tenancy_refuses_at_apply_and_in_the_controller(admin, &slices)
             .await;
+        self.a_tenant_cannot_strip_the_finalizer(admin, gcp, &slices)
+            .await;
         self.orphan_sweeper_reports(admin, gcp).await;
         self.standby_takes_over(admin, gcp, &mut replicas, &leader, &slices)
             .await;
@@ -321,6 +323,91 @@ impl Install {
             self.release, status.selected_namespaces, status.chips, status.refused
         );
         slices.delete(&refused, &DeleteParams::default()).await.unwrap();
+    }
+
+    /// Issue 32, attack 4: a tenant with the aggregated `edit` role removes the finalizer of a
+    /// running slice, to delete it before the operator re-adds it and keep its node running out of
+    /// the quota. The chart's finalizer guard refuses the removal (only the operator's
+    /// ServiceAccount and administrators may); the tenant's delete then goes through the cleanup.
+    async fn a_tenant_cannot_strip_the_finalizer(
+        &self,
+        admin: &kube::Client,
+        gcp: &gcp_emulator::Emulator,
+        slices: &Api<TpuSlice>,
+    ) {
+        let scope = self.scope;
+        let kubectl = |args: &[&str]| {
+            run(Command::new(test_tools::kubectl())
+                .arg("--kubeconfig")
+                .arg(&self.admin_kubeconfig)
+                .args(args))
+        };
+        let ns = self.tenant.as_str();
+        kubectl(&["create", "serviceaccount", "tenant-user", "-n", ns]);
+        let user = format!("--serviceaccount={ns}:tenant-user");
+        kubectl(&[
+            "create",
+            "rolebinding",
+            "tenant-user-edit",
+            "--clusterrole=edit",
+            &user,
+            "-n",
+            ns,
+        ]);
+        let token = kubectl(&["create", "token", "tenant-user", "-n", ns, "--duration=1h"]);
+        let path = self.dir.path().join("tenant.kubeconfig");
+        std::fs::write(&path, token_kubeconfig(&self.admin_kubeconfig, token.trim())).unwrap();
+        let tenant = test_kit::real_client(&path).await.expect("the tenant's client");
+        let as_tenant: Api<TpuSlice> = Api::namespaced(tenant, ns);
+
+        let before: BTreeSet<String> = billable(gcp).into_iter().map(|r| r.name).collect();
+        let name = self
+            .create_slice(admin, "stripped", SWEEP_ZONE, "spot-queued-slice.yaml")
+            .await;
+        wait("the operator's finalizer on the slice", async || {
+            let s = slices.get(&name).await.ok()?;
+            kube::ResourceExt::finalizers(&s)
+                .iter()
+                .any(|f| f == tpu_operator_api::FINALIZER)
+                .then_some(())
+        })
+        .await;
+        let strip = serde_json::json!({"metadata": {"finalizers": null}});
+        let refused = as_tenant
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&strip),
+            )
+            .await;
+        match refused {
+            Err(kube::Error::Api(e))
+                if e.code == 403 && e.message.contains("only tpu-operator removes its finalizer") =>
+            {
+                println!(
+                    "rbac[{scope}]: the tenant's finalizer removal refused: {}",
+                    e.message
+                );
+            }
+            other => panic!("a tenant removed the operator's finalizer: {other:?}"),
+        }
+        as_tenant
+            .delete(&name, &DeleteParams::default())
+            .await
+            .expect("the tenant deletes its slice");
+        wait("the stripped slice deleted through the operator", async || {
+            slices.get_opt(&name).await.ok()?.is_none().then_some(())
+        })
+        .await;
+        let left: Vec<_> = billable(gcp)
+            .into_iter()
+            .filter(|r| !before.contains(&r.name))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "the slice's cloud resources outlived it: {left:?}"
+        );
+        println!("rbac[{scope}]: TpuSlice/{name} deleted by the tenant went through the cleanup");
     }
 
     /// The orphan sweeper: a node of this cluster whose owner is gone, in the zone the

@@ -83,7 +83,19 @@ impl OperatorProcess {
     /// `tpu-operator run` against the kubeconfig and gcp-emulator URL, leader election off,
     /// with extra flags (poll intervals, ...).
     pub fn spawn(bin: &Path, kubeconfig: &Path, gcp_url: &str, extra: &[&str]) -> Self {
+        Self::spawn_in(bin, kubeconfig, gcp_url, Some(crate::world::NAMESPACE), extra)
+    }
+
+    /// [`Self::spawn`] watching `namespace`, or every namespace (`None`).
+    pub fn spawn_in(
+        bin: &Path,
+        kubeconfig: &Path,
+        gcp_url: &str,
+        namespace: Option<&str>,
+        extra: &[&str],
+    ) -> Self {
         let metrics = free_port();
+        let namespace: Vec<&str> = namespace.map(|ns| vec!["--namespace", ns]).unwrap_or_default();
         let child = wrapped(bin)
             .arg("run")
             .arg("--kubeconfig")
@@ -92,7 +104,7 @@ impl OperatorProcess {
             .args(["--metrics-addr", &metrics.to_string()])
             .args(["--leader-elect=false"])
             .args(["--cluster-id", "reliability", "--project", "demo-project"])
-            .args(["--namespace", crate::world::NAMESPACE])
+            .args(namespace)
             .args(extra)
             .env(
                 "RUST_LOG",

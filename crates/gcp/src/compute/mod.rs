@@ -139,7 +139,7 @@ impl ComputeClient {
             call.await
                 .map_err(|err| GcpError::from_gax(Service::Compute, method, target, &err))
         };
-        self.metrics.observe(Service::Compute, method, call).await
+        self.metrics.observe(Service::Compute, method, target, call).await
     }
 }
 

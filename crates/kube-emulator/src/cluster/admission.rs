@@ -6,8 +6,9 @@
 //! `matchConditions`, `paramKind` with the binding's `paramRef` (`name` or `selector` by labels,
 //! `parameterNotFoundAction`), the binding's `matchResources.namespaceSelector.matchLabels`,
 //! `validationActions: [Deny]`, `failurePolicy`, `validations` with `message` /
-//! `messageExpression` / `reason`, and the `namespaceObject`, `request`, `object`, `oldObject`
-//! and `params` variables. Not modelled: `variables`, `auditAnnotations`, `Warn`/`Audit`
+//! `messageExpression` / `reason`, and the `namespaceObject`, `request` (its `userInfo` always the
+//! cluster administrator's: nothing is authenticated), `object`, `oldObject` and `params`
+//! variables. Not modelled: `variables`, `auditAnnotations`, `Warn`/`Audit`
 //! actions, `excludeResourceRules`, `objectSelector`, `authorizer` (nothing here uses them).
 //! The denial's wording and status follow the API server's: "ValidatingAdmissionPolicy '<p>'
 //! with binding '<b>' denied request: <message>", HTTP 403 for reason Forbidden, 422 Invalid.
@@ -86,9 +87,17 @@ fn admission_request(req: &Request<'_>) -> AdmissionRequest {
             version: req.rt.version.clone(),
             resource: req.rt.plural.clone(),
         },
+        // kube-emulator authenticates no one: every request is the cluster administrator's, as
+        // kube-apiserver reports a client certificate of group system:masters.
+        username: ADMIN_USER.into(),
+        groups: ADMIN_GROUPS.iter().map(|g| (*g).to_owned()).collect(),
         ..Default::default()
     }
 }
+
+/// Who every request is (`request.userInfo`): kube-emulator has no authentication.
+pub const ADMIN_USER: &str = "kubernetes-admin";
+const ADMIN_GROUPS: &[&str] = &["system:masters", "system:authenticated"];
 
 /// An evaluator with the request's variables bound (`params` for one parameter object).
 fn build_evaluator(

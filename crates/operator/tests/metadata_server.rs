@@ -1,0 +1,350 @@
+//! `tpu-operator run` as GKE runs it, as far as Google credentials go: Application Default
+//! Credentials (no `--gcp-emulator`), served by a fake GKE metadata server named by
+//! `GCE_METADATA_HOST` (set on the child process only), with the API endpoints pointed at
+//! gcp-emulator through the endpoint settings (as with Private Service Connect). The fake is
+//! scripted to answer, refuse with 403 (Workload Identity binding missing), or accept
+//! connections and never answer.
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use axum::{
+    Router,
+    extract::{Path as UrlPath, State},
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use kube::{
+    Api,
+    api::{DynamicObject, PostParams},
+    discovery::ApiResource,
+};
+use tpu_operator_api::TpuSlice;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tpu-operator");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Answer,
+    Forbidden,
+    Hang,
+}
+
+struct Fake {
+    mode: Mutex<Mode>,
+    token_requests: AtomicU64,
+    /// Metadata requests received (any path).
+    requests: AtomicU64,
+}
+
+impl Fake {
+    fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+}
+
+async fn metadata(
+    State(fake): State<Arc<Fake>>,
+    UrlPath(path): UrlPath<String>,
+    headers: HeaderMap,
+) -> Response {
+    if headers.get("metadata-flavor").and_then(|v| v.to_str().ok()) != Some("Google") {
+        return (StatusCode::FORBIDDEN, "Missing required header: Metadata-Flavor").into_response();
+    }
+    fake.requests.fetch_add(1, Ordering::SeqCst);
+    let is_token = path == "instance/service-accounts/default/token";
+    if is_token {
+        fake.token_requests.fetch_add(1, Ordering::SeqCst);
+    }
+    let mode = *fake.mode.lock().unwrap();
+    match (mode, path.as_str()) {
+        (Mode::Hang, _) => std::future::pending::<Response>().await,
+        (Mode::Forbidden, _) if is_token => (
+            StatusCode::FORBIDDEN,
+            "Workload Identity: no IAM binding for default/tpu-operator",
+        )
+            .into_response(),
+        (_, "instance/service-accounts/default/token") => {
+            let body =
+                serde_json::json!({"access_token": "token-1", "expires_in": 3599, "token_type": "Bearer"});
+            (
+                [
+                    ("metadata-flavor", "Google"),
+                    ("content-type", "application/json"),
+                ],
+                body.to_string(),
+            )
+                .into_response()
+        }
+        (_, "project/project-id") => ([("metadata-flavor", "Google")], "demo-project").into_response(),
+        (_, "universe/universe-domain") => {
+            ([("metadata-flavor", "Google")], "googleapis.com").into_response()
+        }
+        _ => (StatusCode::NOT_FOUND, "not found").into_response(),
+    }
+}
+
+async fn start_fake(mode: Mode) -> (Arc<Fake>, SocketAddr) {
+    let fake = Arc::new(Fake {
+        mode: Mutex::new(mode),
+        token_requests: AtomicU64::new(0),
+        requests: AtomicU64::new(0),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new()
+        .route("/computeMetadata/v1/{*path}", get(metadata))
+        .with_state(fake.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (fake, addr)
+}
+
+struct Env {
+    cluster: test_kit::TestCluster,
+    client: kube::Client,
+    gcp: gcp_emulator::Emulator,
+    home: tempfile::TempDir,
+}
+
+impl Env {
+    async fn start() -> Self {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let cluster = test_kit::TestCluster::emulator()
+            .await
+            .expect("kube-emulator on a socket");
+        let kube = cluster.emulator_handle().expect("an emulated cluster");
+        test_kit::emulators::install_crds(kube).expect("install CRDs");
+        let gcp = gcp_emulator::Emulator::builder()
+            .time_scale(600.0)
+            .start()
+            .await
+            .expect("gcp-emulator");
+        Self {
+            client: cluster.client.clone(),
+            cluster,
+            gcp,
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn operator(&self, metadata: SocketAddr, call_timeout: &str) -> Operator {
+        let metrics = free_port();
+        let emu = self.gcp.url();
+        let emu = emu.trim_end_matches('/');
+        let child = Command::new(BIN)
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(self.cluster.kubeconfig())
+            .args(["--tpu-endpoint", &format!("{emu}/tpu")])
+            .args(["--dataproc-endpoint", &format!("{emu}/dataproc")])
+            .args(["--vertex-endpoint", &format!("{emu}/vertex")])
+            .args(["--storage-endpoint", emu])
+            .args(["--compute-endpoint", emu])
+            .args(["--gcp-call-timeout", call_timeout])
+            .args(["--metrics-addr", &metrics.to_string()])
+            .args(["--leader-elect=false"])
+            .args([
+                "--poll-active",
+                "100ms",
+                "--poll-stable",
+                "1s",
+                "--poll-capacity",
+                "200ms",
+            ])
+            .args(["--cluster-id", "metadata-test", "--project", "demo-project"])
+            .env("GCE_METADATA_HOST", metadata.to_string())
+            .env("HOME", self.home.path())
+            .env("CLOUDSDK_CONFIG", self.home.path().join("gcloud"))
+            .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
+            .env_remove("TPU_OPERATOR_GCP_EMULATOR")
+            .env("RUST_LOG", "warn,tpu_operator=info,tpu_operator_gcp=info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn tpu-operator run");
+        Operator {
+            child,
+            base: format!("http://{metrics}"),
+        }
+    }
+
+    async fn create_slice(&self, name: &str) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/spot-queued-slice.yaml");
+        let mut obj: DynamicObject = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        obj.metadata.name = Some(name.into());
+        obj.metadata.namespace = Some("default".into());
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            "default",
+            &ApiResource::erase::<TpuSlice>(&()),
+        );
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("create TpuSlice");
+    }
+}
+
+struct Operator {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Operator {
+    async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let resp = reqwest::get(format!("{}{path}", self.base)).await.ok()?;
+        let status = resp.status().as_u16();
+        Some((status, resp.text().await.ok()?))
+    }
+
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit: `Some(success)`, or `None` if it is still running after
+    /// `limit`.
+    fn wait_exit(&mut self, limit: Duration) -> Option<bool> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status.success());
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, limit: Duration, mut cond: F) -> Duration {
+    let started = Instant::now();
+    while !cond().await {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    started.elapsed()
+}
+
+/// Item 3: SIGTERM while start-up waits on a metadata server that never answers ends the
+/// process at once (exit 0), instead of being ignored until the kubelet's SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_start_up_with_a_hanging_metadata_server_exits_promptly() {
+    let env = Env::start().await;
+    let (fake, metadata) = start_fake(Mode::Hang).await;
+    // A long call timeout: start-up would wait on the metadata server for 30 s.
+    let mut operator = env.operator(metadata, "60s");
+    wait_until(
+        "the operator asks the metadata server",
+        Duration::from_secs(60),
+        async || fake.requests.load(Ordering::SeqCst) > 0,
+    )
+    .await;
+    let (status, body) = operator.get("/readyz").await.expect("health server up");
+    assert_eq!(status, 503, "{body}");
+    operator.terminate();
+    let started = Instant::now();
+    let exited = operator.wait_exit(Duration::from_secs(10));
+    println!(
+        "exited {exited:?} {:?} after SIGTERM during start-up",
+        started.elapsed()
+    );
+    assert_eq!(exited, Some(true), "exit 0 within 10 s of SIGTERM");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Item 3: with a metadata server that never answers, start-up still completes within its
+/// bound (the universe-domain question is bounded and defaulted), and the operator is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_with_a_hanging_metadata_server_completes_within_its_bound() {
+    let env = Env::start().await;
+    let (_fake, metadata) = start_fake(Mode::Hang).await;
+    let operator = env.operator(metadata, "2s");
+    let took = wait_until("ready", Duration::from_secs(60), async || {
+        operator
+            .get("/readyz")
+            .await
+            .is_some_and(|(status, _)| status == 200)
+    })
+    .await;
+    println!("ready {took:?} after start with a hanging metadata server (call timeout 2 s)");
+}
+
+/// Item 1: a 403 from the metadata server makes `/readyz` unready with the reason and counts it;
+/// once the binding is fixed, tokens are fetched again, `/readyz` is ready again, without a
+/// restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_reports_failing_credentials_and_recovers_without_restart() {
+    let env = Env::start().await;
+    let (fake, metadata) = start_fake(Mode::Forbidden).await;
+    let operator = env.operator(metadata, "5s");
+    wait_until("ready", Duration::from_secs(60), async || {
+        operator
+            .get("/readyz")
+            .await
+            .is_some_and(|(status, _)| status == 200)
+    })
+    .await;
+    env.create_slice("refused").await;
+    wait_until(
+        "/readyz reports the failing credentials",
+        Duration::from_secs(60),
+        async || {
+            operator
+                .get("/readyz")
+                .await
+                .is_some_and(|(status, body)| status == 503 && body.contains("GCP credentials failing"))
+        },
+    )
+    .await;
+    let (_, metrics) = operator.get("/metrics").await.unwrap();
+    assert!(
+        metrics.contains(r#"gcp_credentials_errors_total{kind="permanent"}"#)
+            && metrics.contains("gcp_credentials_failing 1"),
+        "{metrics}"
+    );
+
+    fake.set(Mode::Answer);
+    let before = fake.token_requests.load(Ordering::SeqCst);
+    let took = wait_until("ready again", Duration::from_secs(30), async || {
+        operator
+            .get("/readyz")
+            .await
+            .is_some_and(|(status, _)| status == 200)
+    })
+    .await;
+    println!("ready again {took:?} after the metadata server answers");
+    assert!(
+        fake.token_requests.load(Ordering::SeqCst) > before,
+        "token fetches resumed"
+    );
+    let (_, metrics) = operator.get("/metrics").await.unwrap();
+    assert!(metrics.contains("gcp_credentials_failing 0"), "{metrics}");
+}

@@ -1,0 +1,170 @@
+//! Cross-tenant denial of service (issue 32): how long `team-b`'s TpuSlice takes to be Ready
+//! alone, and beside `--flood` slices in `team-a` that its TpuPolicy (`maxChips: 8`, already used
+//! by one running slice) refuses. The real `tpu-operator run` process with its default poll
+//! intervals and concurrency, watching every namespace, against kube-emulator (socket) and
+//! gcp-emulator (manual clock, advanced 20 s every 10 ms of real time while waiting).
+//!
+//! Prints, for `--rounds` slices created one after another in team-b: the time from the create to
+//! Ready (seen by polling every 10 ms), alone and then with the flood refused, their medians and
+//! ratio; the team-a TpuSlice listings, cloud calls and refusals counted while the flood stands.
+//!
+//! cargo run --release -p tpu-operator-reliability --bin tenant-flood-bench -- --flood 1000 --rounds 5
+
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use serde_json::json;
+use tpu_operator_api::{TpuSlice, tpu_policy::TpuPolicy, tpu_slice::TpuSlicePhase};
+use tpu_operator_reliability::{World, arg, process::OperatorProcess};
+
+const TEAM_A: &str = "team-a";
+const TEAM_B: &str = "team-b";
+
+fn slice(name: &str) -> TpuSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": {"zone": "us-east5-b", "acceleratorType": "v6e-8",
+                 "runtimeVersion": "v2-alpha-tpuv6e", "capacity": {"spot": {}}},
+    }))
+    .expect("slice")
+}
+
+fn phase(s: &TpuSlice) -> Option<TpuSlicePhase> {
+    s.status.as_ref().map(|st| st.phase)
+}
+
+fn refused(s: &TpuSlice) -> bool {
+    s.status.as_ref().is_some_and(|st| {
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "Stalled" && c.status == "True" && c.reason == "PolicyDenied")
+    })
+}
+
+/// Creates `name` in `api` and waits, advancing the cloud clock, until `done`; the real time taken.
+async fn create_and_wait(
+    world: &World,
+    api: &Api<TpuSlice>,
+    name: &str,
+    done: fn(&TpuSlice) -> bool,
+) -> Duration {
+    let started = Instant::now();
+    api.create(&Default::default(), &slice(name))
+        .await
+        .expect("create");
+    wait(world, api, name, done).await;
+    started.elapsed()
+}
+
+async fn wait(world: &World, api: &Api<TpuSlice>, name: &str, done: fn(&TpuSlice) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        if api.get_opt(name).await.expect("get").is_some_and(|s| done(&s)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} never got there");
+        world.advance(Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+async fn rounds(world: &World, label: &str, n: u64) -> Vec<Duration> {
+    let api = Api::<TpuSlice>::namespaced(world.client.clone(), TEAM_B);
+    let mut took = Vec::new();
+    for i in 0..n {
+        let name = format!("{label}-{i}");
+        let t = create_and_wait(world, &api, &name, |s| phase(s) == Some(TpuSlicePhase::Ready)).await;
+        println!("  team-b {name}: Ready in {:.3} s", t.as_secs_f64());
+        took.push(t);
+        api.delete(&name, &Default::default()).await.expect("delete");
+    }
+    took
+}
+
+#[tokio::main]
+async fn main() {
+    let flood = arg("--flood", 1000);
+    let n = arg("--rounds", 5).max(1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut world = World::start_for_process().await;
+    let kubeconfig = world.serve_kube(dir.path()).await;
+    for ns in [TEAM_A, TEAM_B] {
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        Api::all(world.client.clone())
+            .create(&Default::default(), &ns)
+            .await
+            .expect("namespace");
+    }
+    let policy: TpuPolicy = serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy",
+        "metadata": {"name": "team-a"},
+        "spec": {"namespaces": [TEAM_A], "maxChips": 8},
+    }))
+    .unwrap();
+    Api::<TpuPolicy>::all(world.client.clone())
+        .create(&Default::default(), &policy)
+        .await
+        .expect("policy");
+    let bin = tpu_operator_reliability::process::operator_binary();
+    let op = OperatorProcess::spawn_in(&bin, &kubeconfig, &world.gcp.url(), None, &[]);
+    assert!(
+        op.wait_ready(Duration::from_secs(60)).await,
+        "operator never ready"
+    );
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("flood = {flood}, rounds = {n}; loadavg at start: {}", load.trim());
+
+    let alone = rounds(&world, "alone", n).await;
+
+    let team_a = Api::<TpuSlice>::namespaced(world.client.clone(), TEAM_A);
+    create_and_wait(&world, &team_a, "holder", |s| {
+        phase(s) == Some(TpuSlicePhase::Ready)
+    })
+    .await;
+    let started = Instant::now();
+    for i in 0..flood {
+        team_a
+            .create(&Default::default(), &slice(&format!("flood-{i}")))
+            .await
+            .expect("create flood");
+    }
+    let created = started.elapsed();
+    wait(&world, &team_a, &format!("flood-{}", flood - 1), refused).await;
+    println!(
+        "  team-a: {flood} slices created in {:.1} s, the last refused after {:.1} s",
+        created.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    let calls_before = world.gcp_calls();
+    let beside = rounds(&world, "beside", n).await;
+    let (a, b) = (median(alone), median(beside));
+    println!(
+        "team-b time to Ready, median of {n}: alone {:.3} s, beside {flood} refused in team-a {:.3} s: {:.2}x",
+        a.as_secs_f64(),
+        b.as_secs_f64(),
+        b.as_secs_f64() / a.as_secs_f64()
+    );
+    println!(
+        "cloud calls during the rounds beside the flood: {}; TPU nodes created in all: {}",
+        world.gcp_calls() - calls_before,
+        world.gcp.call_count("tpu", "nodes.create")
+    );
+    if let Some(metrics) = op.scrape().await {
+        let reconciles =
+            tpu_operator_reliability::process::metric_sum(&metrics, "tpu_operator_reconciles_total");
+        println!("operator reconciles in all: {reconciles}");
+    }
+    println!(
+        "operator: peak RSS {} KiB, CPU {:.1} s",
+        op.peak_rss_kib().unwrap_or(0),
+        op.cpu_seconds().unwrap_or(0.0)
+    );
+}
