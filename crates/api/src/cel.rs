@@ -628,6 +628,14 @@ pub fn training_pipeline_rules() -> Vec<PlacedRule> {
     for f in ["region", "artifacts", "training"] {
         out.extend(place(&format!("spec.{f}"), vec![immutable_here(KIND, f)]));
     }
+    // As batch/v1 Job's name, for the same reason: it is a label value on every child.
+    out.extend(place(
+        "",
+        vec![Rule::new(
+            "self.metadata.name.size() <= 63",
+            "metadata.name: a TrainingPipeline's name is at most 63 characters, because it is the value of the tpu-operator.dev/pipeline label on its PreprocessBatch and TpuSlice (label values are limited to 63); choose a shorter name",
+        )],
+    ));
     out
 }
 

@@ -125,10 +125,15 @@ fn collection(files: &ProjectFiles, object: &Value) -> Request {
     Request::new(format!("/apis/{api_version}/namespaces/{NAMESPACE}/{plural}"))
 }
 
-/// Fixtures reuse a handful of names (`x`); each gets its own: `<dir>-<file stem>`.
+/// Fixtures reuse a handful of names (`x`); each gets its own: `<dir>-<file stem>`. A name longer
+/// than a label value (63) is what its fixture is about (a TrainingPipeline's name labels its
+/// children), so it is kept.
 fn placed(object: &Value, name: &str) -> Value {
     let mut object = object.clone();
-    object["metadata"]["name"] = Value::String(name.to_owned());
+    let own = object["metadata"]["name"].as_str().unwrap_or_default();
+    if own.len() <= 63 {
+        object["metadata"]["name"] = Value::String(name.to_owned());
+    }
     object["metadata"]["namespace"] = Value::String(NAMESPACE.to_owned());
     object
 }
