@@ -348,3 +348,86 @@ impl CredentialsProvider for RecoveringCredentials {
         domain
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Credentials whose every token request fails, permanently or not.
+    #[derive(Debug)]
+    struct Failing {
+        transient: bool,
+    }
+
+    impl CredentialsProvider for Failing {
+        async fn headers(&self, _: Extensions) -> Result<CacheableResource<HeaderMap>, CredentialsError> {
+            Err(CredentialsError::from_msg(
+                self.transient,
+                "403 from the metadata server",
+            ))
+        }
+
+        async fn universe_domain(&self) -> Option<String> {
+            None
+        }
+    }
+
+    fn counting(transient: bool, metrics: &GcpMetrics) -> (RecoveringCredentials, Arc<AtomicUsize>) {
+        let builds = Arc::new(AtomicUsize::new(0));
+        let counter = builds.clone();
+        let policy = RecoveryPolicy {
+            token_timeout: Duration::from_secs(1),
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(1),
+            probe_interval: Duration::from_secs(60),
+        };
+        let build = move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(Credentials::from(Failing { transient }))
+        };
+        let credentials = RecoveringCredentials::new(Box::new(build), policy, metrics.clone()).unwrap();
+        (credentials, builds)
+    }
+
+    #[tokio::test]
+    async fn permanent_errors_rebuild_once_per_backoff_step() {
+        let metrics = GcpMetrics::new();
+        let (credentials, builds) = counting(false, &metrics);
+        assert_eq!(builds.load(Ordering::SeqCst), 1);
+        // The first failure rebuilds at once; the next nine, within the backoff step, do not.
+        for _ in 0..10 {
+            assert!(credentials.headers(Extensions::new()).await.is_err());
+        }
+        assert_eq!(builds.load(Ordering::SeqCst), 2);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(credentials.headers(Extensions::new()).await.is_err());
+        assert_eq!(
+            builds.load(Ordering::SeqCst),
+            3,
+            "rebuilt again after the backoff step"
+        );
+        assert_eq!(metrics.credential_rebuilds(), 2);
+        // Each call after a rebuild also tried the fresh credentials once: 10 + 1 calls, 2 retries.
+        assert_eq!(metrics.credential_errors(FailureKind::Permanent), 13);
+        let failing = metrics.credentials_failure().expect("reported as failing");
+        assert!(failing.contains("permanent"), "{failing}");
+    }
+
+    #[tokio::test]
+    async fn transient_errors_are_counted_not_rebuilt() {
+        let metrics = GcpMetrics::new();
+        let (credentials, builds) = counting(true, &metrics);
+        for _ in 0..3 {
+            assert!(credentials.headers(Extensions::new()).await.is_err());
+        }
+        assert_eq!(
+            builds.load(Ordering::SeqCst),
+            1,
+            "google-cloud-auth retries transient errors itself"
+        );
+        assert_eq!(metrics.credential_errors(FailureKind::Transient), 3);
+        assert!(metrics.credentials_failure().is_some());
+    }
+}

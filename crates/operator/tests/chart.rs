@@ -68,6 +68,20 @@ fn chart_crds_are_the_generated_crds() {
     }
 }
 
+/// The finalizer guard lets exactly the operator's own ServiceAccount (and administrators) remove
+/// the finalizer.
+fn assert_finalizer_guard_exempts_only_the_operator(docs: &[Value]) {
+    let guard = find(docs, "ValidatingAdmissionPolicy", Some("tpu-operator-finalizer"));
+    let exempt = guard["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        exempt.contains("'system:serviceaccount:tpu-operator:tpu-operator'")
+            && exempt.contains("system:masters"),
+        "{exempt}"
+    );
+}
+
 #[test]
 fn cluster_scope_renders_the_operator_with_cluster_roles() {
     let docs = documents(&Helm::new().template(&[
@@ -104,17 +118,7 @@ fn cluster_scope_renders_the_operator_with_cluster_roles() {
             "ValidatingAdmissionPolicyBinding"
         ]
     );
-    // The finalizer guard lets exactly the operator's own ServiceAccount (and administrators)
-    // remove the finalizer.
-    let guard = find(&docs, "ValidatingAdmissionPolicy", Some("tpu-operator-finalizer"));
-    let exempt = guard["spec"]["matchConditions"][0]["expression"]
-        .as_str()
-        .unwrap();
-    assert!(
-        exempt.contains("'system:serviceaccount:tpu-operator:tpu-operator'")
-            && exempt.contains("system:masters"),
-        "{exempt}"
-    );
+    assert_finalizer_guard_exempts_only_the_operator(&docs);
     let sa = find(&docs, "ServiceAccount", Some("tpu-operator"));
     assert_eq!(
         sa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"],
