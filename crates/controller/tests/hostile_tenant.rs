@@ -338,3 +338,32 @@ async fn idle(gcp: &gcp_emulator::Emulator, real: Duration) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Attack 10 (the annotation): `spec` locations are held to `allowedBuckets` (hostile_references.rs),
+/// and so is the `tpu-operator.dev/done-uri` annotation, which a tenant writes as freely: the
+/// operator would list marker files in another team's bucket with its own identity on every pass.
+/// A forbidden one is ignored: no Cloud Storage call at all, the slice runs.
+#[tokio::test]
+async fn a_done_uri_annotation_in_another_teams_bucket_is_never_read() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, json!({"allowedBuckets": ["team-a-*"]})).await;
+    let mut s = slice("peek", json!({"idleTimeout": "1h"}));
+    s.metadata.annotations = Some(
+        [(
+            "tpu-operator.dev/done-uri".to_string(),
+            "gs://team-b-models/run-7/DONE".to_string(),
+        )]
+        .into(),
+    );
+    env.create(&s).await;
+    env.wait_for::<TpuSlice, _>("peek", "Ready", STEP, is_ready).await;
+    env.idle(Duration::from_millis(500), STEP).await;
+    let storage: u64 = env
+        .gcp
+        .call_counts()
+        .iter()
+        .filter(|(k, _)| k.starts_with("storage."))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(storage, 0, "{:?}", env.gcp.call_counts());
+}

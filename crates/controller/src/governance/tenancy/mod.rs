@@ -58,6 +58,16 @@ fn check(governing: &Governing, requests: &[Request], usage: Option<&Usage>) -> 
         .try_for_each(|rule| requests.iter().try_for_each(|r| evaluate(Some(rule), r, usage)))
 }
 
+/// The Cloud Storage rule alone (`allowedBuckets`) for `req`'s locations, against every governing
+/// policy: for a location the operator reads on every pass, not only before a create.
+pub fn check_storage(ctx: &Context, namespace: &str, req: &Request) -> Result<(), Denial> {
+    let governing = ctx.policies.governing(namespace);
+    if let Some(denial) = governing.refusal() {
+        return Err(denial);
+    }
+    governing.rules().try_for_each(|rule| rules::storage(rule, req))
+}
+
 /// The check right before a create: every rule, with the namespace's usage (read only when a
 /// governing policy has a chip quota or a budget; see [`book`]). `holder`: the object making the
 /// requests (its own holdings do not count), as usage names it (`TpuSlice a`). An admitted

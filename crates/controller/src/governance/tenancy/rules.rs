@@ -329,6 +329,12 @@ fn image(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
     Ok(())
 }
 
+/// Only the Cloud Storage rule, for a location named outside a create (a slice's done-uri
+/// annotation, read on every pass).
+pub fn storage(rule: Rule<'_>, req: &Request) -> Result<(), Denial> {
+    buckets(&rule, req)
+}
+
 /// Every Cloud Storage location the spec names is in a bucket of `allowedBuckets`.
 fn buckets(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
     let Some(allowed) = &rule.policy.allowed_buckets else {

@@ -103,6 +103,28 @@ impl Reconciler for TpuSlice {
     }
 }
 
+/// Whether the operator may read marker files under `uri` (the done-uri annotation) for a slice of
+/// `namespace`. The annotation is the tenant's to write like the spec, and the operator reads with
+/// its own identity, so `allowedBuckets` holds for it too. A refused one is ignored (the slice runs
+/// on without workload markers), logged with the policy's message.
+fn done_uri_allowed(ctx: &Context, namespace: &str, uri: &str) -> bool {
+    let req = tenancy::Request {
+        what: "TpuSlice".into(),
+        storage: vec![tenancy::request::Named {
+            field: format!("metadata.annotations[{DONE_URI_ANNOTATION}]"),
+            value: uri.to_owned(),
+        }],
+        ..tenancy::Request::default()
+    };
+    match tenancy::check_storage(ctx, namespace, &req) {
+        Ok(()) => true,
+        Err(denial) => {
+            tracing::warn!(namespace, message = %denial.message, "ignoring the done-uri annotation");
+            false
+        }
+    }
+}
+
 /// What the slice is called in the cloud and what its node must carry.
 struct Target {
     identity: ObjectIdentity,
@@ -128,7 +150,11 @@ impl Target {
         let Some(project) = ctx.project_for(&identity.namespace, slice.spec.project.as_deref()) else {
             return Ok(None);
         };
-        let done_uri = slice.annotations().get(DONE_URI_ANNOTATION).map(String::as_str);
+        let done_uri = slice
+            .annotations()
+            .get(DONE_URI_ANNOTATION)
+            .map(String::as_str)
+            .filter(|uri| done_uri_allowed(ctx, &identity.namespace, uri));
         let desired = spec::desired(&slice.spec, &identity, &ctx.config.cluster_id, done_uri);
         let names = Names::new(slice, &identity, project);
         let checked = spec::check(&slice.spec, &desired, &identity, &names.create_at());
