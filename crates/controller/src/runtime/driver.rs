@@ -35,7 +35,7 @@ use kube::{
     },
 };
 use serde::{Serialize, de::DeserializeOwned};
-use tpu_operator_api::FINALIZER;
+use tpu_operator_api::{FINALIZER, conditions::reasons};
 
 use crate::{
     Shutdown,
@@ -44,6 +44,7 @@ use crate::{
         context::Context,
         error::{self, ReconcileError, Result},
         fair_share::FairShare,
+        refused,
         report::{self, Transition},
         retry,
         watched::{self, Cached, cached_ref},
@@ -109,6 +110,13 @@ pub trait Reconciler:
         retry: bool,
         now: DateTime<Utc>,
     ) -> Self::Status;
+
+    /// `old` after a pass failed on a cloud call Google refused ([`refused`]): `Stalled`, reason
+    /// `PermissionDenied`, with `message`. By default as [`Reconciler::stalled`] says a refusal
+    /// looked at again; a kind whose phase says what runs keeps it.
+    fn refused(&self, old: &Self::Status, message: &str, now: DateTime<Utc>) -> Self::Status {
+        self.stalled(old, reasons::PERMISSION_DENIED, message, true, now)
+    }
 }
 
 /// Runs the controller of `K` until `shutdown` fires.
@@ -160,7 +168,7 @@ pub async fn reconcile<K: Reconciler>(cached: Arc<Cached<K>>, ctx: Arc<Context>)
     }
     if deleting
         && obj.finalizers().iter().any(|f| f == FINALIZER)
-        && let Some(wait) = obj.cleanup(&ctx).await?
+        && let Some(wait) = reported(&ctx, obj.as_ref(), obj.cleanup(&ctx).await).await?
     {
         retry::on_success(obj.as_ref(), &ctx);
         return Ok(wait);
@@ -168,7 +176,7 @@ pub async fn reconcile<K: Reconciler>(cached: Arc<Cached<K>>, ctx: Arc<Context>)
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
     let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
         match event {
-            Event::Apply(obj) => obj.apply(&ctx).await,
+            Event::Apply(obj) => reported(&ctx, obj.as_ref(), obj.apply(&ctx).await).await,
             Event::Cleanup(obj) => {
                 ctx.settled.gone(obj.as_ref());
                 obj.cleaned_up(&ctx).await
@@ -182,6 +190,30 @@ pub async fn reconcile<K: Reconciler>(cached: Arc<Cached<K>>, ctx: Arc<Context>)
     };
     retry::on_success(obj.as_ref(), &ctx);
     Ok(action)
+}
+
+/// A pass's result, after writing a refused cloud call into the object's status
+/// ([`refused`]): read or write, on every kind, the refusal reaches status (best effort: a status
+/// write that fails here is logged, and the error is returned either way for the backoff).
+async fn reported<K: Reconciler, T>(ctx: &Context, obj: &K, result: Result<T>) -> Result<T> {
+    let Err(ReconcileError::Gcp { action, source }) = &result else {
+        return result;
+    };
+    if !refused::is_refusal(source) {
+        return result;
+    }
+    let message = refused::message(action, source);
+    let old = obj.status().cloned().unwrap_or_default();
+    let new = obj.refused(&old, &message, ctx.clock.now());
+    let quiet = K::transitions(&old, &new).is_empty();
+    match write_status(ctx, obj, obj.status(), &new).await {
+        Ok(Some(_)) if quiet => {
+            report::publish_event(ctx, obj, true, reasons::PERMISSION_DENIED, message).await;
+        }
+        Ok(_) => {}
+        Err(err) => tracing::debug!(error = %err, "could not report the refused call in status"),
+    }
+    result
 }
 
 /// After a failed reconcile: per-object backoff, by the error's classification.

@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod fair_share;
 pub mod metrics;
+pub mod refused;
 pub mod report;
 pub mod requeue;
 pub mod retry;

@@ -101,6 +101,15 @@ impl Reconciler for TpuSlice {
     ) -> TpuSliceStatus {
         status::stalled(old, self.meta().generation, reason, message, retry, now)
     }
+
+    fn refused(
+        &self,
+        old: &TpuSliceStatus,
+        message: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> TpuSliceStatus {
+        status::refused(old, self.meta().generation, message, now)
+    }
 }
 
 /// Whether the operator may read marker files under `uri` (the done-uri annotation) for a slice of

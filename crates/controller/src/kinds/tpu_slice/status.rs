@@ -253,6 +253,28 @@ pub fn stalled(
     new
 }
 
+/// `old` after a pass failed on a refused cloud call: `Stalled` (reason `PermissionDenied`) with
+/// `message`, the phase kept (the refusal says nothing of what runs: a Ready node stays Ready).
+pub fn refused(
+    old: &TpuSliceStatus,
+    generation: Option<i64>,
+    message: &str,
+    now: DateTime<Utc>,
+) -> TpuSliceStatus {
+    let mut new = old.clone();
+    new.observed_generation = generation;
+    new.message = Some(message.to_string());
+    set_kstatus(
+        &mut new.conditions,
+        Progress::Stalled,
+        reasons::PERMISSION_DENIED,
+        message,
+        generation,
+        time(now),
+    );
+    new
+}
+
 /// Events for what changed between two statuses (never for a pass that changed nothing).
 pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
     let mut out = Vec::new();
