@@ -190,11 +190,14 @@ async fn orphan_set_after_admission_still_deletes_the_node() {
     );
 }
 
-/// The same deletion where the policy allows orphans: the node is left, as the user asked.
+/// The same laundering where the policy allows orphans: the node is left, as the user asked, and
+/// keeps counting against the namespace's quota (it still bills) until it is gone from the cloud,
+/// as the sweeper sees it.
 #[tokio::test]
-async fn allowed_orphan_leaves_the_node() {
+async fn an_allowed_orphan_keeps_counting_until_it_is_gone() {
+    use tpu_operator_controller::governance::sweeper::{Mode, Sweeper, SweeperConfig};
     let mut env = TestEnv::start().await;
-    start(&mut env, json!({"allowOrphan": true})).await;
+    let ctx = start(&mut env, json!({"allowOrphan": true, "maxChips": 8})).await;
     env.create(&slice("kept", json!({"deletionPolicy": "Orphan"})))
         .await;
     env.wait_for::<TpuSlice, _>("kept", "Ready", STEP, is_ready).await;
@@ -205,6 +208,37 @@ async fn allowed_orphan_leaves_the_node() {
     env.wait_gone::<TpuSlice>("kept", STEP).await;
     assert_eq!(env.gcp.nodes().len(), 1, "orphaned by an allowed policy");
     assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 0);
+
+    // The orphan still holds 8 chips: the next slice waits.
+    env.create(&slice("next", json!({}))).await;
+    let next: TpuSlice = env
+        .wait_for("next", "PolicyDenied", STEP, |s| stalled(s).is_some())
+        .await;
+    let message = stalled(&next).unwrap().1;
+    assert!(
+        message.contains("orphaned node of deleted TpuSlice kept (8 chips"),
+        "{message}"
+    );
+    // A sweep still finds it: it keeps counting.
+    let sweeper = Sweeper::new(SweeperConfig {
+        mode: Mode::Report,
+        report_namespace: env.ns.clone(),
+        projects: vec!["demo-project".into()],
+        zones: vec!["us-east5-b".into()],
+        ..SweeperConfig::default()
+    });
+    let report = sweeper.sweep(&ctx).await.expect("sweep");
+    assert_eq!(report.orphans.len(), 1, "{report:#?}");
+    env.idle(Duration::from_millis(300), STEP).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
+
+    // An administrator deletes the orphan; the next sweep no longer finds it, and the quota frees.
+    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_owned();
+    ctx.gcp.tpu.delete_node(&node).await.expect("delete the orphan");
+    env.idle(Duration::from_millis(100), STEP).await;
+    sweeper.sweep(&ctx).await.expect("sweep");
+    env.wait_for::<TpuSlice, _>("next", "Ready once the orphan is gone", STEP, is_ready)
+        .await;
 }
 
 /// Attack 3: a flood of refused objects in `team-a` must not slow `team-b` down nor cost a

@@ -147,6 +147,42 @@ pub struct Listing {
     /// Places where every list answered and none had a resource of ours: learned places there
     /// may be forgotten ([`super::places::next`]).
     pub quiet: BTreeSet<Place>,
+    /// The TPU shape of every listed TPU node and queued resource, by name: what an orphaned one
+    /// holds ([`TpuShape`]).
+    pub tpu: HashMap<String, TpuShape>,
+}
+
+/// What a listed TPU node or queued resource runs: its accelerator type (per node), how many
+/// nodes, and whether it is spot capacity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TpuShape {
+    pub accelerator_type: String,
+    pub nodes: u32,
+    pub spot: bool,
+}
+
+fn node_shape(n: &Node) -> TpuShape {
+    TpuShape {
+        accelerator_type: n.accelerator_type.clone(),
+        nodes: 1,
+        spot: n
+            .scheduling_config
+            .as_ref()
+            .is_some_and(|s| s.spot || s.preemptible),
+    }
+}
+
+fn queued_shape(q: &QueuedResource) -> Option<TpuShape> {
+    let spec = q.tpu()?.node_spec.first()?;
+    let node = spec.node.as_ref()?;
+    let nodes = spec
+        .multislice_params()
+        .map_or(1, |m| u32::try_from(m.node_count).unwrap_or(1).max(1));
+    Some(TpuShape {
+        accelerator_type: node.accelerator_type.clone(),
+        nodes,
+        spot: q.spot().is_some(),
+    })
 }
 
 /// One place's lists: what they found, and whether each answered.
@@ -157,6 +193,7 @@ struct PlaceListing {
     errors: Vec<String>,
     /// A list failed in a way that says nothing of what is there.
     unsure: bool,
+    tpu: HashMap<String, TpuShape>,
 }
 
 impl PlaceListing {
@@ -206,6 +243,7 @@ pub async fn cloud(ctx: &Context, places: &BTreeSet<Place>) -> Listing {
         out.resources.extend(found.resources);
         out.claims.extend(found.claims);
         out.errors.extend(found.errors);
+        out.tpu.extend(found.tpu);
     }
     out
 }
@@ -217,10 +255,13 @@ async fn zone(ctx: &Context, place: &Place, filter: &str) -> PlaceListing {
     let parent = format!("projects/{project}/locations/{zone}");
     let nodes = ctx.gcp.tpu.list_nodes(&parent).await;
     found.keep(format!("list TPU nodes in {parent}"), nodes, |f, v| {
+        f.tpu.extend(v.iter().map(|n| (n.name.clone(), node_shape(n))));
         f.resources.extend(v.into_iter().map(from_node))
     });
     let qrs = ctx.gcp.tpu.list_queued_resources(&parent).await;
     found.keep(format!("list queued resources in {parent}"), qrs, |f, v| {
+        f.tpu
+            .extend(v.iter().filter_map(|q| Some((q.name.clone(), queued_shape(q)?))));
         f.resources.extend(v.into_iter().map(from_queued))
     });
     // Compute Engine slices: instances carry the labels (a group's members from its template);

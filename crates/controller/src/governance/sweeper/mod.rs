@@ -48,8 +48,14 @@ use kube::{
 pub use places::{Learned, MAX_PLACES_PER_NAMESPACE, Place, Scope};
 pub use plan::{CloudResource, Mode, Orphan, Release, ResourceKind, Step};
 
+use tpu_operator_api::accelerator::parse_accelerator_type;
+
 use crate::{
     Shutdown,
+    governance::{
+        pricing::{CapacityKind, PriceTable},
+        tenancy::usage::Holding,
+    },
     runtime::{context::Context, metrics::OrphanLabels, report},
 };
 
@@ -121,6 +127,43 @@ pub struct SweepReport {
     /// Places objects named beyond their namespace's bound ([`MAX_PLACES_PER_NAMESPACE`]), not
     /// learned: `<namespace>: <place>`.
     pub over_bound: Vec<String>,
+    /// What each namespace's orphaned TPU nodes and queued resources hold: counted against its
+    /// quota and budget until they are gone ([`crate::governance::tenancy::orphans`]).
+    pub holdings: HashMap<String, Vec<Holding>>,
+}
+
+/// What each namespace's orphaned TPU nodes and queued resources hold, from their listed shapes
+/// (a node inside a queued resource is its queued resource's, never an orphan of its own).
+pub fn orphan_holdings(
+    orphans: &[Orphan],
+    tpu: &HashMap<String, list::TpuShape>,
+    prices: &PriceTable,
+) -> HashMap<String, Vec<Holding>> {
+    let mut out: HashMap<String, Vec<Holding>> = HashMap::new();
+    for o in orphans {
+        if !matches!(o.kind, ResourceKind::TpuNode | ResourceKind::QueuedResource) {
+            continue;
+        }
+        let Some((listed, shape)) = tpu
+            .get(&o.name)
+            .and_then(|t| Some((t, parse_accelerator_type(&t.accelerator_type).ok()?)))
+        else {
+            continue;
+        };
+        let capacity = if listed.spot {
+            CapacityKind::Spot
+        } else {
+            CapacityKind::OnDemand
+        };
+        let (per_node, _) = prices.slice_per_hour(&shape, capacity);
+        out.entry(o.namespace.clone()).or_default().push(Holding {
+            uid: o.name.clone(),
+            what: format!("orphaned {} of deleted {}", o.kind.as_str(), o.owner_name),
+            chips: shape.chips * listed.nodes,
+            per_hour_usd: per_node * f64::from(listed.nodes),
+        });
+    }
+    out
 }
 
 /// Keeps, between sweeps, when each orphan was first seen (the grace period) and which were
@@ -156,7 +199,13 @@ impl Sweeper {
         if self.config.mode == Mode::Off {
             return Ok(SweepReport::default());
         }
+        let began = std::time::Instant::now();
         let (orphans, mut out) = self.find(ctx).await?;
+        // Only a sweep that listed every place may say an orphan is gone.
+        let complete = out.errors.is_empty();
+        ctx.admission
+            .orphans
+            .swept(began, std::mem::take(&mut out.holdings), complete);
         let mut errors = std::mem::take(&mut out.errors);
         let mut releases = Vec::new();
         for o in &orphans {
@@ -231,6 +280,7 @@ impl Sweeper {
             })
         };
         *self.first_seen.lock().expect("sweeper state poisoned") = seen;
+        out.holdings = orphan_holdings(&orphans, &listing.tpu, &ctx.prices);
         Ok((orphans, out))
     }
 

@@ -49,14 +49,16 @@ impl Book {
         self.listing = Some((at, holdings));
     }
 
-    /// The listing's holdings, an object admitted since counted as admitted, all but `exclude`'s.
-    fn usage(&self, exclude: &str) -> Usage {
+    /// The listing's holdings, an object admitted since counted as admitted, and `orphans`
+    /// (what the namespace's orphaned cloud resources hold), all but `exclude`'s.
+    fn usage(&self, exclude: &str, orphans: &[Holding]) -> Usage {
         let listed = self
             .listing
             .iter()
             .flat_map(|(_, h)| h)
             .filter(|h| !self.admitted.contains_key(&h.uid));
-        sum(listed.chain(self.admitted.values().map(|(_, h)| h)), exclude)
+        let admitted = self.admitted.values().map(|(_, h)| h);
+        sum(listed.chain(admitted).chain(orphans), exclude)
     }
 }
 
@@ -68,10 +70,11 @@ impl UsageBook {
     /// What `namespace` holds but the object `exclude` (its UID). Lists the namespace when its
     /// listing is older than [`LISTING_TTL`]. Call it holding the namespace's admission lock.
     pub async fn usage(&self, ctx: &Context, namespace: &str, exclude: &str) -> Result<Usage> {
+        let orphans = ctx.admission.orphans.holdings(namespace);
         {
             let books = self.0.lock().expect("usage book poisoned");
             if let Some(book) = books.get(namespace).filter(|b| b.fresh(Instant::now())) {
-                return Ok(book.usage(exclude));
+                return Ok(book.usage(exclude, &orphans));
             }
         }
         let at = Instant::now();
@@ -79,7 +82,7 @@ impl UsageBook {
         let mut books = self.0.lock().expect("usage book poisoned");
         let book = books.entry(namespace.to_owned()).or_default();
         book.listed(at, holdings);
-        Ok(book.usage(exclude))
+        Ok(book.usage(exclude, &orphans))
     }
 
     /// Records an admission, before its create call.
@@ -111,12 +114,16 @@ mod tests {
         book.listed(t0, vec![holding("a", 8)]);
         book.admitted
             .insert("b".into(), (t0 + Duration::from_millis(1), holding("b", 4)));
-        assert_eq!(book.usage("new").chips, 12, "the admitted create counts at once");
-        assert_eq!(book.usage("b").chips, 8, "but not against itself");
+        assert_eq!(
+            book.usage("new", &[]).chips,
+            12,
+            "the admitted create counts at once"
+        );
+        assert_eq!(book.usage("b", &[]).chips, 8, "but not against itself");
         // A listing begun after the admission shows what b holds now (it failed: nothing).
         book.listed(t0 + Duration::from_millis(2), vec![holding("a", 8)]);
         assert!(book.admitted.is_empty());
-        assert_eq!(book.usage("new").chips, 8);
+        assert_eq!(book.usage("new", &[]).chips, 8);
     }
 
     #[test]
@@ -127,7 +134,7 @@ mod tests {
             .insert("b".into(), (t0 + Duration::from_millis(5), holding("b", 4)));
         // The listing began before b's admission and already shows b (its status was quick).
         book.listed(t0, vec![holding("a", 8), holding("b", 4)]);
-        assert_eq!(book.usage("new").chips, 12, "b is counted once");
+        assert_eq!(book.usage("new", &[]).chips, 12, "b is counted once");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 pub mod adoption;
 pub mod book;
+pub mod orphans;
 pub mod policies;
 pub mod references;
 pub mod report;
@@ -182,6 +183,8 @@ pub struct Rule<'a> {
 pub struct Admissions {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub book: book::UsageBook,
+    /// What the namespaces' orphaned cloud resources hold (counted with their usage).
+    pub orphans: orphans::OrphanBook,
 }
 
 /// The namespace's admission lock, held until a create is in status (`None`: the namespace counts

@@ -84,7 +84,8 @@ pub async fn refresh(ctx: &Context) -> crate::runtime::error::Result<()> {
 
 /// What one namespace holds and how many of its objects a policy refuses.
 fn row(namespace: &str, listed: &Listed, ctx: &Context) -> NamespaceUsage {
-    let usage = super::usage::sum(&listed.holdings(&ctx.prices), "");
+    let orphans = ctx.admission.orphans.holdings(namespace);
+    let usage = super::usage::sum(listed.holdings(&ctx.prices).iter().chain(&orphans), "");
     let stalls = listed
         .slices
         .iter()

@@ -462,6 +462,27 @@ fn transitional(state: &tpu_operator_gcp::tpu_v2::model::node::State) -> bool {
     )
 }
 
+/// An allowed `Orphan` deletion leaves the slice's node (or queued resource) running: it keeps
+/// counting against the namespace's quota and budget from now until a sweep no longer finds it
+/// ([`tenancy::orphans`]). Only the TPU API's: the sweeper counts TPU nodes and queued resources
+/// (Compute Engine orphans are reported by the sweeper, not counted).
+fn record_orphan(ctx: &Context, slice: &TpuSlice, t: &Target) {
+    let holds = slice.status.as_ref().is_some_and(tenancy::usage::holds_capacity);
+    let tpu_api = t.names.provisioner == Provisioner::TpuApi;
+    let Some(shape) = slice.spec.total_shape().filter(|_| holds && tpu_api) else {
+        return;
+    };
+    let (per_hour_usd, _) = ctx.prices.slice_per_hour(&shape, slice.spec.price_kind());
+    let current = &t.names.current;
+    let holding = tenancy::usage::Holding {
+        uid: current.queued.clone().unwrap_or_else(|| current.node.clone()),
+        what: format!("orphaned node of deleted TpuSlice {}", t.identity.name),
+        chips: shape.chips,
+        per_hour_usd,
+    };
+    ctx.admission.orphans.record(&t.identity.namespace, holding);
+}
+
 /// Deletion: `Some(requeue)` while cloud objects remain, `None` once the finalizer may go.
 async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
     // Without a project nothing was ever created.
@@ -471,6 +492,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
     if tenancy::deletion_policy(ctx, &t.identity.namespace, slice.spec.deletion_policy)
         == DeletionPolicy::Orphan
     {
+        record_orphan(ctx, slice, &t);
         return Ok(None);
     }
     let old = slice.status.clone().unwrap_or_default();
