@@ -529,7 +529,10 @@ impl RunArgs {
         Ok(if self.leader_elect.unwrap_or(true) {
             let duration_secs = self.lease_duration.unwrap_or(Duration::from_secs(15)).as_secs();
             if duration_secs < 2 {
-                bail!("lease-duration: must be at least 2s (the lease is renewed 1s before it expires)");
+                bail!(
+                    "lease-duration: must be at least 2s (the leader renews every 2/15 of it and \
+                     stops leading 2/3 of it after its last renewal)"
+                );
             }
             Some(LeaderSettings {
                 lease_name: self.lease_name.clone().unwrap_or_else(|| "tpu-operator".into()),

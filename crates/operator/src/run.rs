@@ -4,9 +4,10 @@
 //! → wait until the CRDs are Established → GCP clients (bounded by twice gcpCallTimeout, and
 //! SIGTERM interrupts it) → leader election → ready (and unready again while the GCP credentials
 //! fail). Only the
-//! lease holder runs the controllers; losing the lease stops them (in-flight reconciles finish)
-//! and the replica stands by again. SIGTERM/SIGINT stop the controllers gracefully, release the
-//! lease and exit 0.
+//! lease holder runs the controllers. A leader that cannot renew its lease within the renew
+//! deadline (or finds another holder) aborts the controllers at once, in-flight cloud calls
+//! included, and exits non-zero: the kubelet restarts it as a standby (see [`LeadershipLost`]).
+//! SIGTERM/SIGINT stop the controllers gracefully, release the lease and exit 0.
 
 use std::{sync::Arc, time::Duration};
 
@@ -178,9 +179,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             leader_gauge.set(1);
             info!("leader election disabled; starting controllers");
             let sweeper = Arc::new(Sweeper::new(settings.sweeper.clone()));
-            let controllers = tokio::spawn(run_operator(ctx, sweeper, stop.clone()));
+            let mut controllers = tokio::spawn(run_operator(ctx, sweeper, stop.clone()));
             stop.clone().await;
-            finish(controllers, settings.shutdown_timeout).await;
+            finish(&mut controllers, settings.shutdown_timeout).await;
             Ok(())
         }
         Some(leader) => {
@@ -189,6 +190,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             info!(identity = election.identity(), lease = %leader.lease_name, "standing by for the leader lease");
             let led = lead_while_holding(&mut election, &ctx, &stop, &leader_gauge, &settings).await;
             readiness.set_not_ready("shutting down");
+            if led.as_ref().is_err_and(|e| e.is::<LeadershipLost>()) {
+                // Not the holder any more (and perhaps cut off from the API server): nothing to release.
+                server.abort();
+                return led;
+            }
             let released = election.release().await;
             if released.is_ok() {
                 info!("lease released");
@@ -232,7 +238,29 @@ pub fn connect_bound(call_timeout: Duration) -> Duration {
     call_timeout * 2
 }
 
-/// Runs the controllers whenever this replica holds the lease, until `stop`.
+/// Why a leader exits: it lost the lease (another holder, or no renewal within the renew
+/// deadline). Its controllers were aborted when that happened, before the lease could expire for
+/// another replica; the process then exits rather than stand by again, so that nothing started in
+/// that term (a reconcile's spawned task, the cloud-watch lister, a request a client library still
+/// retries) outlives it, and the next term starts from what the API server says, not from this
+/// process's caches. client-go-based managers do the same (controller-runtime returns "leader
+/// election lost", kube-controller-manager exits).
+#[derive(Debug)]
+pub struct LeadershipLost;
+
+impl std::fmt::Display for LeadershipLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "leader election lost: controllers aborted; exiting so that the kubelet restarts this \
+             replica as a standby",
+        )
+    }
+}
+
+impl std::error::Error for LeadershipLost {}
+
+/// Runs the controllers once this replica holds the lease, until `stop` (then they stop
+/// gracefully) or the lease is lost (then they are aborted at once: [`LeadershipLost`]).
 async fn lead_while_holding(
     election: &mut Election,
     ctx: &Arc<Context>,
@@ -240,39 +268,63 @@ async fn lead_while_holding(
     leader_gauge: &Gauge,
     settings: &Settings,
 ) -> anyhow::Result<()> {
-    loop {
-        tokio::select! {
-            acquired = election.acquired() => acquired?,
-            _ = stop.clone() => return Ok(()),
-        }
-        info!(
-            identity = election.identity(),
-            "acquired the leader lease; starting controllers"
-        );
-        leader_gauge.set(1);
-        let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
-        let controller_stop = shutdown_on(futures::future::select(stop.clone(), lost_rx).map(|_| ()));
-        let sweeper = Arc::new(Sweeper::new(settings.sweeper.clone()));
-        let mut controllers = tokio::spawn(run_operator(ctx.clone(), sweeper, controller_stop));
-        // Biased: the controllers also end when `stop` fires; that is a shutdown, not a crash.
-        let outcome = tokio::select! {
-            biased;
-            _ = stop.clone() => Ok(false),
-            lost = election.lost() => lost.map(|()| true),
-            ended = &mut controllers => Err(anyhow::anyhow!("controllers stopped unexpectedly: {ended:?}")),
-        };
-        let _ = lost_tx.send(());
-        finish(controllers, settings.shutdown_timeout).await;
-        leader_gauge.set(0);
-        match outcome {
-            Ok(true) => warn!("lost the leader lease; controllers stopped, standing by"),
-            other => return other.map(|_| ()),
-        }
+    tokio::select! {
+        acquired = election.acquired() => acquired?,
+        _ = stop.clone() => return Ok(()),
     }
+    info!(
+        identity = election.identity(),
+        "acquired the leader lease; starting controllers"
+    );
+    leader_gauge.set(1);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let controller_stop = shutdown_on(futures::future::select(stop.clone(), stop_rx).map(|_| ()));
+    let sweeper = Arc::new(Sweeper::new(settings.sweeper.clone()));
+    let mut controllers = tokio::spawn(run_operator(ctx.clone(), sweeper, controller_stop));
+    // Biased: losing the lease wins over everything; the controllers also end when `stop`
+    // fires, which is a shutdown, not a crash.
+    let outcome = tokio::select! {
+        biased;
+        lost = election.lost() => Err(lost.err()),
+        _ = stop.clone() => Ok(Ok(())),
+        ended = &mut controllers => Ok(Err(anyhow::anyhow!("controllers stopped unexpectedly: {ended:?}"))),
+    };
+    let _ = stop_tx.send(());
+    let graceful = match outcome {
+        Err(lost) => return fence(controllers, leader_gauge, lost).await,
+        Ok(Err(crashed)) => Err(crashed),
+        Ok(Ok(())) => Ok(()),
+    };
+    // Graceful, but still fenced: the lease must be renewed while in-flight reconciles finish.
+    tokio::select! {
+        biased;
+        lost = election.lost() => return fence(controllers, leader_gauge, lost.err()).await,
+        () = finish(&mut controllers, settings.shutdown_timeout) => {}
+    }
+    leader_gauge.set(0);
+    graceful
+}
+
+/// Aborts the controllers (dropping every reconcile and its in-flight HTTP calls) and reports
+/// [`LeadershipLost`].
+async fn fence(
+    controllers: tokio::task::JoinHandle<()>,
+    leader_gauge: &Gauge,
+    election_error: Option<anyhow::Error>,
+) -> anyhow::Result<()> {
+    controllers.abort();
+    leader_gauge.set(0);
+    error!(
+        election_error = ?election_error,
+        "lost the leader lease; controllers aborted, exiting"
+    );
+    // An aborted task ends at its next await point; wait for it, briefly, to be sure.
+    let _ = tokio::time::timeout(Duration::from_secs(1), controllers).await;
+    Err(LeadershipLost.into())
 }
 
 /// Waits for the controllers to finish their in-flight reconciles, at most `timeout`.
-async fn finish(controllers: tokio::task::JoinHandle<()>, timeout: Duration) {
+async fn finish(controllers: &mut tokio::task::JoinHandle<()>, timeout: Duration) {
     if controllers.is_finished() {
         return;
     }
