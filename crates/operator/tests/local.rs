@@ -1,8 +1,11 @@
 //! `tpu-operator local` as a process: the quickstart converges and cleans up, a bad manifest is
 //! rejected naming the field (and nothing is applied), `--keep` serves a kubeconfig kubectl uses.
+//! Bad input gets kubectl's one-line error and a non-zero exit at once (YAML syntax, unknown
+//! field, unknown kind, `--time-scale 0`); manifests come from stdin and directories as with
+//! `kubectl apply -f`.
 
 use std::{
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Write as _},
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     sync::mpsc,
@@ -27,27 +30,96 @@ impl Drop for Killed {
 
 /// Runs `tpu-operator local ARGS` to completion, killing it after `limit`.
 fn local(args: &[&str], limit: Duration) -> (Output, Duration) {
+    let run = local_with(args, None, limit);
+    (run.output, run.took)
+}
+
+/// A finished `local` process.
+struct Run {
+    output: Output,
+    took: Duration,
+    /// Peak resident memory (VmHWM) seen while it ran, in KiB.
+    peak_rss_kib: u64,
+}
+
+/// Killed when it holds more than this: a runaway allocation must fail the test, not the machine.
+const RSS_LIMIT_KIB: u64 = 2 * 1024 * 1024;
+
+/// Runs `tpu-operator local ARGS` with `stdin` (or none) to completion, killing it after `limit`
+/// or when its memory passes [`RSS_LIMIT_KIB`].
+fn local_with(args: &[&str], stdin: Option<&str>, limit: Duration) -> Run {
     let started = Instant::now();
-    let child = Command::new(BIN)
+    let mut child = Command::new(BIN)
         .arg("local")
         .args(args)
         .current_dir(workspace())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tpu-operator local");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        let input = input.to_owned();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(input.as_bytes());
+        });
+    }
     let pid = child.id();
-    // A watchdog, so a hang fails the test instead of blocking it forever.
+    // A watchdog, so a hang or a runaway allocation fails the test instead of blocking it forever.
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {
-        if done_rx.recv_timeout(limit).is_err() {
-            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+        let deadline = Instant::now() + limit;
+        let mut peak = 0;
+        loop {
+            peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
+            if done_rx.recv_timeout(Duration::from_millis(20)).is_ok() {
+                return peak;
+            }
+            if Instant::now() >= deadline || peak > RSS_LIMIT_KIB {
+                let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+                let _ = done_rx.recv();
+                return peak;
+            }
         }
     });
     let output = child.wait_with_output().expect("wait for tpu-operator local");
     let _ = done_tx.send(());
-    watchdog.join().unwrap();
-    (output, started.elapsed())
+    let peak_rss_kib = watchdog.join().unwrap();
+    Run {
+        output,
+        took: started.elapsed(),
+        peak_rss_kib,
+    }
+}
+
+/// `VmHWM` of a running process, in KiB.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A failed run that printed nothing but one `error: ...` line on stderr; returns that line.
+fn one_line_error(run: &Run) -> String {
+    let (stdout, stderr) = (text(&run.output.stdout), text(&run.output.stderr));
+    assert!(
+        !run.output.status.success(),
+        "bad input must fail ({:?} after {:?})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        run.output.status,
+        run.took
+    );
+    assert!(stdout.is_empty(), "nothing may be applied or printed: {stdout}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        lines.len() == 1 && lines[0].starts_with("error: "),
+        "want one `error: ...` line, got:\n{stderr}"
+    );
+    lines[0].to_string()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -251,4 +323,174 @@ fn keep_serves_a_kubeconfig_that_kubectl_uses() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(code.success(), "local --keep exited with {code:?}");
+}
+
+/// A quickstart whose `old` line reads `new` (asserting the example still has `old`).
+fn quickstart_with(old: &str, new: &str) -> String {
+    let text = std::fs::read_to_string(workspace().join("examples/quickstart.yaml")).unwrap();
+    assert!(text.contains(old), "the example changed; adjust the test");
+    text.replacen(old, new, 1)
+}
+
+#[test]
+fn a_yaml_syntax_error_fails_at_once_with_the_line_and_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(workspace().join("examples/preprocess-batch.yaml")).unwrap();
+    // A stray indentation: "mapping values are not allowed in this context".
+    let bad = quickstart_with("  region: us-east5\n", "  region: us-east5\n   bad: [unclosed\n");
+    let path = dir.path().join("broken.yaml");
+    std::fs::write(&path, format!("{good}---\n{bad}")).unwrap();
+    let line = 1 + good.lines().count() + 1 + bad.lines().position(|l| l.contains("bad:")).unwrap();
+
+    let run = local_with(&[path.to_str().unwrap()], None, Duration::from_secs(30));
+    let error = one_line_error(&run);
+    assert_eq!(
+        error,
+        format!(
+            "error: error parsing {}: error converting YAML to JSON: yaml: line {line}: \
+             mapping values are not allowed in this context",
+            path.display()
+        )
+    );
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+    assert!(
+        run.peak_rss_kib < 256 * 1024,
+        "peak RSS {} MiB reading a small file",
+        run.peak_rss_kib / 1024
+    );
+}
+
+#[test]
+fn an_unknown_field_is_refused_naming_it_and_nothing_is_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.yaml");
+    std::fs::write(&path, quickstart_with("  maxRetries: 2", "  maxRetrys: 3")).unwrap();
+
+    let run = local_with(&[path.to_str().unwrap()], None, Duration::from_secs(60));
+    let error = one_line_error(&run);
+    assert_eq!(
+        error,
+        format!(
+            "error: error when creating \"{}\": TrainingPipeline in version \"v1alpha1\" cannot be \
+             handled as a TrainingPipeline: strict decoding error: unknown field \"spec.maxRetrys\"",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn an_unknown_kind_is_one_line_naming_the_served_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kind.yaml");
+    std::fs::write(
+        &path,
+        quickstart_with("kind: TrainingPipeline", "kind: TrainingPipelin"),
+    )
+    .unwrap();
+
+    let run = local_with(&[path.to_str().unwrap()], None, Duration::from_secs(60));
+    let error = one_line_error(&run);
+    assert!(
+        error.starts_with(&format!(
+            "error: resource mapping not found for name: \"quickstart\" namespace: \"default\" from \
+             \"{}\": no matches for kind \"TrainingPipelin\" in version \"tpu-operator.dev/v1alpha1\"",
+            path.display()
+        )),
+        "{error}"
+    );
+    assert!(
+        error.contains("TrainingPipeline (tpu-operator.dev/v1alpha1)"),
+        "the served kinds help spot the typo: {error}"
+    );
+    assert!(!error.contains('{'), "no Rust debug dump: {error}");
+}
+
+#[test]
+fn a_time_scale_that_is_not_positive_and_finite_is_refused_by_the_flag() {
+    for scale in ["0", "nan", "inf", "1e12"] {
+        let run = local_with(
+            &["--time-scale", scale, "--timeout", "5s"],
+            None,
+            Duration::from_secs(30),
+        );
+        let stderr = text(&run.output.stderr);
+        assert_eq!(
+            run.output.status.code(),
+            Some(2),
+            "--time-scale {scale} must be a usage error:\n{stderr}"
+        );
+        assert!(
+            stderr.starts_with(&format!(
+                "error: invalid value '{scale}' for '--time-scale <TIME_SCALE>': must be greater than 0"
+            )),
+            "{stderr}"
+        );
+        assert!(text(&run.output.stdout).is_empty());
+    }
+}
+
+#[test]
+fn a_directory_is_read_in_name_order_and_only_its_manifest_files() {
+    let dir = tempfile::tempdir().unwrap();
+    // Written in the reverse of name order; both broken: the first by name is reported.
+    std::fs::write(dir.path().join("b.yaml"), "a: [\n").unwrap();
+    std::fs::write(dir.path().join("a.yml"), "x: 1\n\ty: 2\n").unwrap();
+    std::fs::write(dir.path().join("README.md"), "not: [yaml\n").unwrap();
+    let run = local_with(&[dir.path().to_str().unwrap()], None, Duration::from_secs(30));
+    let error = one_line_error(&run);
+    let want = format!(
+        "error: error parsing {}: error converting YAML to JSON: yaml: line 2: ",
+        dir.path().join("a.yml").display()
+    );
+    assert!(error.starts_with(&want), "want {want}...; got {error}");
+
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::write(empty.path().join("notes.txt"), "apiVersion: v1\n").unwrap();
+    let run = local_with(&[empty.path().to_str().unwrap()], None, Duration::from_secs(30));
+    assert_eq!(
+        one_line_error(&run),
+        format!(
+            "error: error reading [{}]: recognized file extensions are [.json .yaml .yml]",
+            empty.path().display()
+        )
+    );
+}
+
+#[test]
+fn manifests_from_stdin_and_a_directory_converge_together() {
+    let examples = workspace().join("examples");
+    let read = |name: &str| std::fs::read_to_string(examples.join(name)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("1-quickstart.yml"), read("quickstart.yaml")).unwrap();
+    let slice: serde_json::Value = serde_yaml::from_str(&read("spot-queued-slice.yaml")).unwrap();
+    std::fs::write(dir.path().join("2-slice.json"), slice.to_string()).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a manifest: [").unwrap();
+
+    let run = local_with(
+        &["-", "-f", dir.path().to_str().unwrap(), "--timeout", "90s"],
+        Some(&read("preprocess-batch.yaml")),
+        Duration::from_secs(150),
+    );
+    let stdout = text(&run.output.stdout);
+    assert!(
+        run.output.status.success(),
+        "local - -f DIR failed after {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        run.took,
+        text(&run.output.stderr)
+    );
+    assert!(stdout.contains("applied 3 object(s)"), "{stdout}");
+    let summary: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("OBJECT ")).collect();
+    for (kind_name, result) in [
+        ("PreprocessBatch/tokenize-corpus", " Succeeded "),
+        ("TrainingPipeline/quickstart", " Succeeded "),
+        ("TpuSlice/spot-v5e", " Ready "),
+    ] {
+        assert!(
+            summary
+                .iter()
+                .any(|l| l.starts_with(kind_name) && l.contains(result)),
+            "{kind_name} is not{result}:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("cloud resources left: 0"), "{stdout}");
 }

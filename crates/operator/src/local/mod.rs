@@ -25,11 +25,16 @@ use crate::{config::LogFormat, run::run_controllers, telemetry};
 /// Flags of `tpu-operator local`.
 #[derive(Debug, Args)]
 pub struct LocalArgs {
-    /// Manifests to apply (multi-document YAML).
-    #[arg(default_value = "examples/quickstart.yaml")]
+    /// Manifests to apply (multi-document YAML or JSON), as `kubectl apply -f` takes them: a
+    /// file, a directory (its *.yaml, *.yml and *.json files in name order) or `-` for stdin
+    /// [default: examples/quickstart.yaml].
     pub manifests: Vec<PathBuf>,
-    /// How much faster emulated cloud time runs than real time (600: a 10-minute TPU job takes 1 s).
-    #[arg(long, default_value_t = 600.0)]
+    /// More manifests, kubectl's way (`-f FILE`, `-f DIR`, `-f -`); applied after the positional ones.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub filenames: Vec<PathBuf>,
+    /// How much faster emulated cloud time runs than real time (600: a 10-minute TPU job takes 1 s;
+    /// greater than 0, at most 1000000).
+    #[arg(long, default_value_t = 600.0, value_parser = time_scale)]
     pub time_scale: f64,
     /// Give up waiting for the objects after this much real time.
     #[arg(long, default_value = "3m", value_parser = humantime::parse_duration)]
@@ -57,6 +62,22 @@ pub struct LocalArgs {
     pub log_format: LogFormat,
 }
 
+/// `--time-scale`: a positive, finite factor. 0 would stop emulated time (nothing would ever
+/// finish) and a huge one overflows the emulated calendar within seconds.
+fn time_scale(value: &str) -> Result<f64, String> {
+    const MAX: f64 = 1_000_000.0;
+    let scale: f64 = value
+        .parse()
+        .map_err(|_| format!("`{value}` is not a number (e.g. 600)"))?;
+    if scale.is_finite() && scale > 0.0 && scale <= MAX {
+        Ok(scale)
+    } else {
+        Err(format!(
+            "must be greater than 0 and at most {MAX} (1 is real time; the default 600 runs a 10-minute job in 1 s)"
+        ))
+    }
+}
+
 /// Entry point of `tpu-operator local`.
 pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     // Quiet by default: the progress lines are the output; `RUST_LOG=info` shows the controllers.
@@ -64,7 +85,11 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     // Ctrl-C / SIGTERM: stop waiting, then clean up as usual (or, with --keep, just exit).
     let stop = crate::run::termination_signal()?;
     let started = std::time::Instant::now();
-    let manifests = apply::load(&args.manifests)?;
+    let mut paths: Vec<PathBuf> = args.manifests.iter().chain(&args.filenames).cloned().collect();
+    if paths.is_empty() {
+        paths.push("examples/quickstart.yaml".into());
+    }
+    let manifests = apply::load(&paths)?;
 
     // Kubernetes: CRDs from the binary itself, served on loopback; our own client skips the socket.
     let kube = test_kit::emulators::kube_with_crds().context("installing the CRDs into kube-emulator")?;
@@ -88,6 +113,8 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         None
     };
 
+    let applied = apply::apply_all(&client, &manifests).await?;
+    // After the apply (nothing to say when it is refused), before the controllers start.
     let seeded = if args.seed_inputs {
         seed::seed_inputs(&gcp, &manifests)
     } else {
@@ -96,7 +123,6 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     if seeded > 0 {
         println!("seeded {seeded} declared input(s) in the emulated Cloud Storage");
     }
-    let applied = apply::apply_all(&client, &manifests).await?;
     let applied_keys = keys(&applied);
     println!(
         "applied {} object(s); emulated cloud time runs {}x faster",
