@@ -188,7 +188,9 @@ t_api=$(date +%s.%N)
 # own identity may only mint those tokens.
 # garbage-collector: ownerReferences cascading deletion; namespace: namespace termination;
 # serviceaccount(-token) and root-ca-certificate-publisher: the `default` ServiceAccount and the
-# kube-root-ca.crt ConfigMap every real namespace gets, so lists look like a real cluster's.
+# kube-root-ca.crt ConfigMap every real namespace gets, so lists look like a real cluster's;
+# clusterrole-aggregation: the default `edit` / `view` roles gain the chart's aggregated rules, so
+# the RBAC suite can act as a tenant bound to `edit` (issue 32), as on every real cluster.
 spawn kube-controller-manager \
   --kubeconfig="$dir/controller-manager.kubeconfig" \
   --authentication-kubeconfig="$dir/controller-manager.kubeconfig" \
@@ -196,7 +198,7 @@ spawn kube-controller-manager \
   --bind-address=127.0.0.1 --secure-port="$kcm_port" --cert-dir="$pki" \
   --leader-elect=false --root-ca-file="$pki/ca.crt" --service-account-private-key-file="$pki/sa.key" \
   --use-service-account-credentials=true \
-  --controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller
+  --controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller
 wait_for kube-controller-manager 120 curl -skf "https://127.0.0.1:$kcm_port/healthz"
 # The namespace controller's first act proves it is running: `default` gets its ServiceAccount.
 wait_for kube-controller-manager 120 curl_api "$server/api/v1/namespaces/default/serviceaccounts/default"

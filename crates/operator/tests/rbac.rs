@@ -373,13 +373,22 @@ impl Install {
         })
         .await;
         let strip = serde_json::json!({"metadata": {"finalizers": null}});
-        let refused = as_tenant
-            .patch(
-                &name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&strip),
-            )
-            .await;
+        // The tenant may patch its slice once the controller-manager has aggregated the chart's
+        // rules into `edit`; until then RBAC refuses, which says nothing about the guard.
+        let refused = wait(
+            "the tenant's finalizer removal answered by admission",
+            async || {
+                let patch = kube::api::Patch::Merge(&strip);
+                match as_tenant
+                    .patch(&name, &kube::api::PatchParams::default(), &patch)
+                    .await
+                {
+                    Err(kube::Error::Api(e)) if e.message.contains("cannot patch resource") => None,
+                    other => Some(other),
+                }
+            },
+        )
+        .await;
         match refused {
             Err(kube::Error::Api(e))
                 if e.code == 403 && e.message.contains("only tpu-operator removes its finalizer") =>

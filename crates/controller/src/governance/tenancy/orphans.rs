@@ -14,9 +14,12 @@ use std::{collections::HashMap, sync::Mutex, time::Instant};
 
 use super::usage::Holding;
 
-/// Orphan holdings by namespace, keyed by cloud resource name.
+/// One namespace's orphans: cloud resource name → (when recorded or last swept, what it holds).
+type Orphans = HashMap<String, (Instant, Holding)>;
+
+/// Orphan holdings by namespace.
 #[derive(Debug, Default)]
-pub struct OrphanBook(Mutex<HashMap<String, HashMap<String, (Instant, Holding)>>>);
+pub struct OrphanBook(Mutex<HashMap<String, Orphans>>);
 
 impl OrphanBook {
     /// A deletion pass left `holding` (its `uid` the cloud resource's name) running in `namespace`.
