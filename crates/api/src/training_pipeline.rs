@@ -26,6 +26,11 @@ pub const PIPELINE_LABEL: &str = "tpu-operator.dev/pipeline";
 /// The environment variable (and `$(…)` variable) naming the attempt's checkpoint directory in
 /// the training workload (`artifacts.checkpointDir`).
 pub const CHECKPOINT_DIR_ENV: &str = "CHECKPOINT_DIR";
+/// Annotation asking for one new run of a finished pipeline: a value other than
+/// `status.rerun.value` starts one new run once the pipeline is Succeeded or Failed (and not
+/// suspended), e.g. `kubectl annotate tpl NAME tpu-operator.dev/rerun=$(date +%s) --overwrite`.
+/// The value present when the pipeline is created is the first run's.
+pub const RERUN_ANNOTATION: &str = "tpu-operator.dev/rerun";
 
 /// Preprocess on Dataproc Serverless (optional), then train on Cloud TPU; the model lands in
 /// `artifacts.modelDir`. Finished when training SUCCEEDED, or FAILED after `maxRetries`.
@@ -95,7 +100,8 @@ pub struct TrainingPipelineSpec {
     pub ttl_seconds_after_finished: Option<i64>,
 
     /// Retries of the training stage after a failure (preemptions and waiting for capacity do
-    /// not count). Default 0.
+    /// not count). Default 0. Raising it on a pipeline Failed for `RetriesExhausted` resumes
+    /// training with a new attempt.
     #[serde(default)]
     #[schemars(range(min = 0, max = 10))]
     pub max_retries: i32,
@@ -566,6 +572,25 @@ pub struct TrainingPipelineStatus {
     /// Training progress as seen in Cloud Storage: the newest checkpoint of the current attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointStatus>,
+    /// The `tpu-operator.dev/rerun` annotation value the current run was started for (or the
+    /// pipeline was created with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun: Option<RerunStatus>,
+}
+
+/// The re-run the pipeline last acted on (see the `tpu-operator.dev/rerun` annotation).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RerunStatus {
+    /// The annotation's value: another value asks for one more run.
+    pub value: String,
+    /// When the run for this value started (absent for the value the pipeline was created with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// Counted training attempts of earlier runs: `maxRetries` applies to the Train stage's
+    /// `attempts` minus these.
+    #[serde(default)]
+    pub earlier_attempts: i32,
 }
 
 /// The newest checkpoint under the current attempt's `CHECKPOINT_DIR`, from a listing made at

@@ -2,18 +2,29 @@
 //! gcp-emulator (Dataproc, Vertex AI, TPU and Cloud Storage over HTTP through Google's clients),
 //! with the emulator's manual clock.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
+use futures::{StreamExt, TryStreamExt};
 use gcp_emulator::Fault;
-use kube::{ResourceExt, api::DeleteParams};
+use kube::{
+    ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, WatchEvent, WatchParams},
+};
 use prometheus_client::{encoding::text::encode, registry::Registry};
+use serde_json::json;
 use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{find_condition, types},
     naming::ObjectIdentity,
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
-    training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase as Phase},
+    training_pipeline::{RERUN_ANNOTATION, StageName, TrainingPipeline, TrainingPipelinePhase as Phase},
 };
 use tpu_operator_controller::{
     Context,
@@ -367,4 +378,323 @@ async fn a_job_create_writes_its_marker_and_its_name_without_a_conflict() {
         "status: {:?}",
         tp.status
     );
+}
+
+/// Counts the writes to `name` from now on: each is a new `resourceVersion`, seen as a watch
+/// event of that object.
+async fn count_writes<K: test_kit::NamespacedObject + 'static>(
+    env: &TestEnv,
+    name: &str,
+) -> Arc<AtomicUsize> {
+    let api = env.api::<K>();
+    let rv = api.get(name).await.unwrap().resource_version().unwrap();
+    let params = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let stream = api.watch(&params, &rv).await.expect("watch");
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        let mut stream = stream.boxed();
+        while let Ok(Some(event)) = stream.try_next().await {
+            if matches!(event, WatchEvent::Modified(_)) {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    count
+}
+
+/// Most writes an idle object may see in the counting window (its first status write excluded):
+/// a poll's timestamp, a condition's refresh, never a write per pass.
+const IDLE_WRITES: usize = 2;
+
+async fn patch_spec(env: &TestEnv, name: &str, spec: serde_json::Value) {
+    env.api::<TrainingPipeline>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .unwrap();
+}
+
+async fn first_job_of(env: &TestEnv, uid: &str, attempt: &str) -> String {
+    loop {
+        let found = env.gcp.custom_jobs().into_iter().find(|j| {
+            j["labels"]["tpu-operator-uid"] == uid && j["labels"]["tpu-operator-attempt"] == attempt
+        });
+        if let Some(j) = found {
+            return j["name"].as_str().unwrap().to_string();
+        }
+        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
+    }
+}
+
+async fn fail_job(env: &TestEnv, name: String) {
+    env.gcp
+        .inject(Fault::FailJob {
+            name,
+            message: Some("XLA out of memory".into()),
+        })
+        .unwrap();
+}
+
+/// Issue 35 item 1: a pipeline created suspended, and one suspended between preprocessing and
+/// training, write their status once and then not again (before the fix: ~110 writes a second,
+/// `status.attempts` climbing), count no attempt, and resumed, still have their retry.
+#[tokio::test]
+async fn suspended_pipeline_writes_no_status_loop_and_keeps_its_attempts() {
+    let env = started().await;
+    let mut created = vertex_only("created-suspended");
+    created.spec.suspend = true;
+    created.spec.max_retries = 1;
+    env.create(&created).await;
+    let mut between = quickstart();
+    between.metadata.name = Some("between".into());
+    env.create(&between).await;
+    wait_phase(&env, "between", Phase::Preprocessing).await;
+    patch_spec(&env, "between", json!({"suspend": true})).await;
+    env.wait_for::<TrainingPipeline, _>("between", "preprocessed and suspended", STEP, |tp| {
+        let st = tp.status.as_ref();
+        phase(tp) == Phase::Suspended
+            && st.is_some_and(|s| {
+                s.stages.iter().any(|g| {
+                    g.name == StageName::Preprocess
+                        && g.state == tpu_operator_api::training_pipeline::StageState::Succeeded
+                })
+            })
+    })
+    .await;
+    wait_phase(&env, "created-suspended", Phase::Suspended).await;
+    // Settle: the write of the phase itself may still be echoing.
+    env.idle(Duration::from_millis(300), STEP).await;
+    let counts = [
+        (
+            "created-suspended",
+            count_writes::<TrainingPipeline>(&env, "created-suspended").await,
+        ),
+        ("between", count_writes::<TrainingPipeline>(&env, "between").await),
+    ];
+    env.idle(Duration::from_secs(3), STEP).await;
+    for (name, count) in &counts {
+        let tp = env.api::<TrainingPipeline>().get(name).await.unwrap();
+        let writes = count.load(Ordering::SeqCst);
+        assert!(
+            writes <= IDLE_WRITES,
+            "{name}: {writes} status writes in 3 s while suspended; status: {:#?}",
+            tp.status
+        );
+        assert_eq!(phase(&tp), Phase::Suspended, "{name}: {}", message(&tp));
+        assert_eq!(tp.status.as_ref().unwrap().attempts, 0, "{name}");
+        assert_eq!(train_attempts(&tp), 0, "{name}");
+    }
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 0);
+
+    // Resumed: the first failure is retried (maxRetries 1 was not spent while suspended).
+    patch_spec(&env, "created-suspended", json!({"suspend": false})).await;
+    let uid = env
+        .api::<TrainingPipeline>()
+        .get("created-suspended")
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    let first = first_job_of(&env, &uid, "1").await;
+    fail_job(&env, first).await;
+    let done = wait_phase(&env, "created-suspended", Phase::Succeeded).await;
+    assert_eq!(done.status.as_ref().unwrap().attempts, 2, "{}", message(&done));
+    assert_eq!(train_attempts(&done), 2);
+}
+
+/// No kind writes the status of an object that waits, over a few seconds of fast polls: a
+/// TpuSlice waiting for capacity, a Ready one, a PreprocessBatch waiting for its input, a
+/// suspended and a failed TrainingPipeline.
+#[tokio::test]
+async fn idle_objects_of_every_kind_write_no_status_loop() {
+    let env = started().await;
+    let zone = "us-east5-b";
+    env.gcp
+        .inject(Fault::Stockout {
+            zone: zone.into(),
+            accelerator: "v6e-4".into(),
+        })
+        .unwrap();
+    let slice = |name: &str, accelerator: &str| -> TpuSlice {
+        serde_json::from_value(json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "kind": "TpuSlice",
+            "metadata": {"name": name},
+            "spec": {
+                "zone": zone,
+                "acceleratorType": accelerator,
+                "runtimeVersion": "v2-alpha-tpuv6e",
+                "capacity": {"onDemand": {}},
+                "workload": {"image": "us-docker.pkg.dev/demo-project/r/trainer:1", "args": ["--steps=10"]}
+            }
+        }))
+        .unwrap()
+    };
+    env.create(&slice("waiting", "v6e-4")).await;
+    env.create(&slice("ready", "v6e-8")).await;
+    let batch: PreprocessBatch = test_kit::from_yaml(include_str!("../../../examples/preprocess-batch.yaml"));
+    env.create(&batch).await;
+    let mut suspended = vertex_only("suspended");
+    suspended.spec.suspend = true;
+    env.create(&suspended).await;
+    let mut failed = vertex_only("failed");
+    failed.spec.max_retries = 0;
+    let failed = env.create(&failed).await;
+
+    let reason = |conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition], t: &str| {
+        find_condition(conditions, t)
+            .filter(|c| c.status == "True")
+            .map(|c| c.reason.clone())
+    };
+    env.wait_for::<TpuSlice, _>("waiting", "WaitingForCapacity", STEP, |s| {
+        s.status
+            .as_ref()
+            .and_then(|st| reason(&st.conditions, types::RECONCILING))
+            .as_deref()
+            == Some("WaitingForCapacity")
+    })
+    .await;
+    env.wait_for::<TpuSlice, _>("ready", "Ready", STEP, |s| {
+        s.status
+            .as_ref()
+            .and_then(|st| reason(&st.conditions, types::READY))
+            .is_some()
+    })
+    .await;
+    // Its declared input does not exist: it waits for the upload.
+    env.wait_for::<PreprocessBatch, _>("tokenize-corpus", "waiting for its input", STEP, |b| {
+        b.status
+            .as_ref()
+            .is_some_and(|st| st.conditions.iter().any(|c| c.reason == "NotFound"))
+    })
+    .await;
+    wait_phase(&env, "suspended", Phase::Suspended).await;
+    let job = first_job_of(&env, &failed.uid().unwrap(), "1").await;
+    fail_job(&env, job).await;
+    wait_phase(&env, "failed", Phase::Failed).await;
+    env.idle(Duration::from_millis(300), Duration::from_secs(1)).await;
+
+    let counts = [
+        (
+            "TpuSlice waiting",
+            count_writes::<TpuSlice>(&env, "waiting").await,
+        ),
+        ("TpuSlice ready", count_writes::<TpuSlice>(&env, "ready").await),
+        (
+            "PreprocessBatch",
+            count_writes::<PreprocessBatch>(&env, "tokenize-corpus").await,
+        ),
+        (
+            "TrainingPipeline suspended",
+            count_writes::<TrainingPipeline>(&env, "suspended").await,
+        ),
+        (
+            "TrainingPipeline failed",
+            count_writes::<TrainingPipeline>(&env, "failed").await,
+        ),
+    ];
+    // Three seconds of real time, the cloud clock moving at the same pace (a Ready slice's cost
+    // checkpoint, written every ~90 s of cloud time, is not a loop).
+    env.idle(Duration::from_secs(3), Duration::from_millis(10)).await;
+    let seen: Vec<(&str, usize)> = counts
+        .iter()
+        .map(|(what, c)| (*what, c.load(Ordering::SeqCst)))
+        .collect();
+    assert!(
+        seen.iter().all(|(_, n)| *n <= IDLE_WRITES),
+        "status writes of idle objects in 3 s: {seen:?}"
+    );
+}
+
+/// Issue 35 item 3: raising `maxRetries` on a pipeline Failed for RetriesExhausted resumes it:
+/// one new attempt, with the same `CHECKPOINT_DIR` (default `checkpointsOnRetry: Resume`).
+#[tokio::test]
+async fn raising_max_retries_resumes_a_failed_pipeline() {
+    let env = started().await;
+    let mut tp = vertex_only("raise");
+    tp.spec.max_retries = 0;
+    let tp = env.create(&tp).await;
+    let uid = tp.uid().unwrap();
+    let first = first_job_of(&env, &uid, "1").await;
+    fail_job(&env, first).await;
+    let failed = wait_phase(&env, "raise", Phase::Failed).await;
+    assert!(message(&failed).contains("maxRetries 0"), "{}", message(&failed));
+    patch_spec(&env, "raise", json!({"maxRetries": 1})).await;
+    let done = wait_phase(&env, "raise", Phase::Succeeded).await;
+    let st = done.status.clone().unwrap();
+    assert_eq!((st.attempts, train_attempts(&done)), (2, 2), "{}", message(&done));
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 2);
+    let ckpt = |attempt: &str| {
+        let job = env
+            .gcp
+            .custom_jobs()
+            .into_iter()
+            .find(|j| j["labels"]["tpu-operator-attempt"] == attempt)
+            .unwrap();
+        job["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "CHECKPOINT_DIR")
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(
+        ckpt("2"),
+        ckpt("1"),
+        "the resumed attempt reads the same checkpoints"
+    );
+    assert!(ckpt("2").is_some());
+}
+
+/// Issue 35 item 3: a new `tpu-operator.dev/rerun` value starts one new run of a Succeeded
+/// pipeline without re-running its preprocessing; the same value later starts nothing more.
+#[tokio::test]
+async fn rerun_annotation_starts_one_new_run_of_a_finished_pipeline() {
+    let env = started().await;
+    env.create(&quickstart()).await;
+    wait_phase(&env, "quickstart", Phase::Succeeded).await;
+    let annotate = |value: &'static str| {
+        let api = env.api::<TrainingPipeline>();
+        async move {
+            let patch = json!({"metadata": {"annotations": {RERUN_ANNOTATION: value}}});
+            api.patch("quickstart", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap();
+        }
+    };
+    annotate("1").await;
+    let rerun_done = |value: &'static str| {
+        move |tp: &TrainingPipeline| {
+            phase(tp) == Phase::Succeeded
+                && tp
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.rerun.as_ref())
+                    .is_some_and(|r| r.value == value)
+        }
+    };
+    let done = env
+        .wait_for::<TrainingPipeline, _>("quickstart", "the re-run succeeded", STEP, rerun_done("1"))
+        .await;
+    let st = done.status.clone().unwrap();
+    assert_eq!(st.attempts, 2, "{}", message(&done));
+    assert_eq!(st.rerun.as_ref().unwrap().earlier_attempts, 1);
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 2);
+    assert_eq!(
+        env.gcp.call_count("dataproc", "batches.create"),
+        1,
+        "preprocessing output is still there: not run again"
+    );
+    // The value acted on starts nothing more, even after another object change.
+    annotate("1").await;
+    env.idle(Duration::from_secs(1), STEP).await;
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 2);
+    annotate("2").await;
+    env.wait_for::<TrainingPipeline, _>("quickstart", "the second re-run", STEP, rerun_done("2"))
+        .await;
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 3);
 }

@@ -8,6 +8,7 @@ use kube::{
 };
 use tpu_operator_api::{
     conditions::{Progress, reasons},
+    preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
     training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase, TrainingPipelineStatus},
 };
@@ -66,6 +67,9 @@ pub async fn act(
             }
         }
         Action::DeleteSlice => delete_child::<TpuSlice>(ctx, &names.id.namespace, &names.train).await,
+        Action::DeletePreprocess => {
+            delete_child::<PreprocessBatch>(ctx, &names.id.namespace, &names.preprocess).await
+        }
         Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, reads).await,
         Action::DeleteJob { name } => {
             match ctx.gcp.vertex.delete_custom_job(name).await {

@@ -140,6 +140,10 @@ async fn apply(tp: &TrainingPipeline, ctx: &Context) -> Result<Action> {
         now: ctx.clock.now(),
         preprocess_child: &names.preprocess,
         train_child: &names.train,
+        rerun: tp
+            .annotations()
+            .get(tpu_operator_api::training_pipeline::RERUN_ANNOTATION)
+            .map(String::as_str),
     });
     // Tenancy policy before anything billable is created; the lock is held until the create is
     // in status, so concurrent admissions in the namespace see each other.

@@ -11,7 +11,15 @@
 //!   (it is the job's `tpu-operator-attempt` label); the Train stage's `attempts` counts those that
 //!   count against `maxRetries`.
 //! - Suspend: nothing new is created (no batch, job or slice) and the phase is `Suspended`. Work
-//!   already running keeps running and is still tracked; delete the pipeline to cancel it.
+//!   already running keeps running and is still tracked; delete the pipeline to cancel it. A pass
+//!   that would create something records nothing of it (no attempt counted, no start time): a
+//!   suspended pipeline's status is a function of what it observes, so it is written once, not on
+//!   every pass.
+//! - Re-runs: raising `maxRetries` on a pipeline Failed for `RetriesExhausted` starts a new
+//!   counted attempt (from `CHECKPOINT_DIR`); a `tpu-operator.dev/rerun` annotation value other
+//!   than `status.rerun.value` starts one new run of a finished pipeline, with a fresh
+//!   `maxRetries` budget, keeping a preprocessing stage that succeeded. Neither happens while
+//!   suspended, nor before a TPU VM slice of the last run is released (see `lifecycle`).
 //! - `ttlSecondsAfterFinished`: once that long after completion, the cloud resources the pipeline
 //!   still holds are reaped (Vertex job records; the TPU VM slice is already released when training
 //!   ends) and `reapedTime` is set; the pipeline object and its status stay.
@@ -22,7 +30,7 @@ use chrono::{DateTime, Utc};
 use tpu_operator_api::{
     conditions::{Progress, reasons},
     training_pipeline::{
-        PipelineOutputs, StageName, StageState, TrainingMode, TrainingPipelinePhase as Phase,
+        PipelineOutputs, RerunStatus, StageName, StageState, TrainingMode, TrainingPipelinePhase as Phase,
         TrainingPipelineSpec, TrainingPipelineStatus,
     },
 };
@@ -42,6 +50,8 @@ pub enum Action {
     Nothing,
     /// Create the owned `PreprocessBatch` `<name>-preprocess`.
     CreatePreprocess,
+    /// Delete the owned `PreprocessBatch` of an earlier run (a re-run after it failed).
+    DeletePreprocess,
     /// Find (by UID + attempt labels) or create the Vertex job of this attempt.
     CreateJob {
         attempt: i32,
@@ -116,6 +126,8 @@ pub struct Input<'a> {
     /// `<name>-preprocess` and `<name>-train`, for messages.
     pub preprocess_child: &'a str,
     pub train_child: &'a str,
+    /// The pipeline's `tpu-operator.dev/rerun` annotation (empty counts as absent).
+    pub rerun: Option<&'a str>,
 }
 
 pub fn plan(input: &Input) -> Plan {
@@ -130,7 +142,7 @@ pub fn plan(input: &Input) -> Plan {
         Ok(mode) => {
             p.init(mode);
             if is_finished(p.st.phase) {
-                p.finished()
+                p.finished(mode)
             } else {
                 p.run(mode)
             }
@@ -170,6 +182,17 @@ impl Planner<'_> {
         };
         status::ensure_stage(&mut self.st, StageName::Preprocess, mode, pre);
         status::ensure_stage(&mut self.st, StageName::Train, mode, StageState::Pending);
+        // The annotation a pipeline is created with names its first run, not a second one.
+        if self.input.status.start_time.is_none()
+            && self.st.rerun.is_none()
+            && let Some(value) = self.input.rerun.filter(|v| !v.is_empty())
+        {
+            self.st.rerun = Some(RerunStatus {
+                value: value.to_string(),
+                start_time: None,
+                earlier_attempts: 0,
+            });
+        }
         if let Some((accelerator, chips)) = status::accelerator_of(self.spec()) {
             self.st.accelerator_type = Some(accelerator);
             self.st.chips = Some(chips);
@@ -209,14 +232,21 @@ impl Planner<'_> {
     fn preprocess(&mut self) -> Option<Step> {
         let now = time(self.input.now);
         let name = self.input.preprocess_child;
+        let suspended = self.spec().suspend;
         self.st.current_stage = Some(StageName::Preprocess);
         let stage = status::stage_mut(&mut self.st, StageName::Preprocess);
         stage.resource_name = Some(name.to_string());
+        // Re-run after a failed preprocessing: the stage was reset, the old batch is still there.
+        let earlier_run = stage.state == StageState::Pending && stage.attempts > 0;
         let step = match &self.input.observed.preprocess {
+            // Nothing of a batch not created is recorded.
+            Child::Absent if suspended => held(&format!("PreprocessBatch {name}"), None),
             Child::Absent => {
+                if stage.state != StageState::Running {
+                    stage.attempts += 1;
+                }
                 stage.state = StageState::Running;
                 stage.start_time.get_or_insert(now);
-                stage.attempts = stage.attempts.max(1);
                 Step::working(
                     Phase::Preprocessing,
                     reasons::CREATING,
@@ -229,6 +259,13 @@ impl Planner<'_> {
                 let msg = format!("PreprocessBatch {name} exists and is not owned by this pipeline");
                 return Some(self.finish_failed(CHILD_NOT_OWNED, msg, Action::Nothing));
             }
+            Child::Stalled { .. } | Child::Ready { .. } if earlier_run => Step::working(
+                Phase::Preprocessing,
+                reasons::DELETING,
+                format!("deleting PreprocessBatch {name} of the earlier run before running it again"),
+                Action::DeletePreprocess,
+                Requeue::Active,
+            ),
             Child::Deleting => Step::working(
                 Phase::Preprocessing,
                 reasons::DELETING,
@@ -301,7 +338,8 @@ impl Planner<'_> {
 
     fn finish_failed(&mut self, reason: &'static str, message: String, action: Action) -> Step {
         let now = time(self.input.now);
-        self.st.completion_time = Some(now.clone());
+        // Kept once set: a pass that finds the pipeline failed again writes nothing new.
+        self.st.completion_time.get_or_insert_with(|| now.clone());
         if let Some(stage) = self
             .st
             .stages
@@ -374,6 +412,8 @@ impl Planner<'_> {
 mod lifecycle;
 mod observed;
 mod training;
+
+use lifecycle::held;
 
 pub use observed::{Child, JobView, Marker, Observed, TrainingObserved};
 

@@ -90,6 +90,7 @@ fn run_at(
         now,
         preprocess_child: "p-preprocess",
         train_child: "p-train",
+        rerun: None,
     })
 }
 
@@ -507,4 +508,316 @@ fn spot_preemptions_do_not_use_up_max_retries() {
     let last = training::MAX_UNCOUNTED_PREEMPTIONS + 1;
     let p = step(&spec, &mut st, &vertex(Child::Absent, Some(preempted(last))));
     assert_eq!(p.status.phase, Phase::Failed);
+}
+
+fn run_rerun(
+    spec: &TrainingPipelineSpec,
+    status: &mut TrainingPipelineStatus,
+    observed: &Observed,
+    rerun: Option<&str>,
+) -> Plan {
+    let p = plan(&Input {
+        spec,
+        status,
+        generation: Some(1),
+        observed,
+        now: now(),
+        preprocess_child: "p-preprocess",
+        train_child: "p-train",
+        rerun,
+    });
+    *status = p.status.clone();
+    p
+}
+
+/// Issue 35 item 1: a suspended pipeline's plan records nothing of what it does not create: the
+/// second pass over the same observations gives the same status (no write loop), no attempt is
+/// counted, no Event repeats; resumed, the attempt it held back is the next one.
+#[test]
+fn a_suspended_plan_leaves_attempts_untouched_and_its_status_fixed() {
+    let mut vertex_spec = quickstart();
+    vertex_spec.preprocess = None;
+    vertex_spec.max_retries = 1;
+    let failed_once = {
+        let mut st = TrainingPipelineStatus::default();
+        step(&vertex_spec, &mut st, &vertex(Child::Absent, None));
+        st
+    };
+    let failed = Marker::Failed {
+        detail: "exit 1".into(),
+    };
+    let mut preempted = job(1, JobState::Failed);
+    preempted.preempted = true;
+    // (spec, status before, observed, attempts the resumed pass starts)
+    let cases: Vec<(TrainingPipelineSpec, TrainingPipelineStatus, Observed, Action)> = vec![
+        // Created suspended: no preprocessing batch.
+        (
+            quickstart(),
+            TrainingPipelineStatus::default(),
+            vertex(Child::Absent, None),
+            Action::CreatePreprocess,
+        ),
+        // Suspended between stages: preprocessing done, no training job.
+        (
+            quickstart(),
+            TrainingPipelineStatus::default(),
+            vertex(ready(), None),
+            Action::CreateJob { attempt: 1 },
+        ),
+        (
+            vertex_spec.clone(),
+            TrainingPipelineStatus::default(),
+            vertex(Child::Absent, None),
+            Action::CreateJob { attempt: 1 },
+        ),
+        // A failed attempt with a retry left, and a preempted one: the retry waits.
+        (
+            vertex_spec.clone(),
+            failed_once.clone(),
+            vertex(Child::Absent, Some(job(1, JobState::Failed))),
+            Action::CreateJob { attempt: 2 },
+        ),
+        (
+            vertex_spec.clone(),
+            failed_once,
+            vertex(Child::Absent, Some(preempted)),
+            Action::CreateJob { attempt: 2 },
+        ),
+        (
+            tpu_vm(),
+            TrainingPipelineStatus::default(),
+            vm(Child::Absent, Marker::None),
+            Action::CreateSlice { attempt: 1 },
+        ),
+        (
+            tpu_vm(),
+            TrainingPipelineStatus::default(),
+            vm(Child::Absent, failed),
+            Action::CreateSlice { attempt: 1 },
+        ),
+    ];
+    for (i, (mut spec, before, observed, resumed)) in cases.into_iter().enumerate() {
+        spec.suspend = true;
+        let mut st = before.clone();
+        let first = step(&spec, &mut st, &observed);
+        assert_eq!(
+            (&first.action, first.status.phase),
+            (&Action::Nothing, Phase::Suspended),
+            "case {i}"
+        );
+        assert_eq!(st.attempts, before.attempts, "case {i}: attempts");
+        assert_eq!(train(&st).attempts, train(&before).attempts, "case {i}");
+        for _ in 0..3 {
+            let again = run_at(&spec, &st, &observed, now() + chrono::Duration::seconds(30));
+            assert_eq!(again.status, st, "case {i}: a second pass changes the status");
+            assert!(again.events.is_empty(), "case {i}: {:?}", again.events);
+        }
+        let message = st.message.clone().unwrap_or_default();
+        assert!(message.contains("spec.suspend is false"), "case {i}: {message}");
+        spec.suspend = false;
+        let p = run(&spec, &st, &observed);
+        assert_eq!(p.action, resumed, "case {i}: resumed");
+    }
+}
+
+fn exhausted(spec: &TrainingPipelineSpec) -> TrainingPipelineStatus {
+    let mut st = TrainingPipelineStatus::default();
+    step(spec, &mut st, &vertex(Child::Absent, None));
+    let p = step(
+        spec,
+        &mut st,
+        &vertex(Child::Absent, Some(job(1, JobState::Failed))),
+    );
+    assert_eq!(p.status.phase, Phase::Failed);
+    st
+}
+
+/// Issue 35 item 3: raising `maxRetries` on a pipeline Failed for `RetriesExhausted` starts the
+/// next counted attempt (the checkpoint directory's contract applies); nothing else reopens it.
+#[test]
+fn raising_max_retries_resumes_a_pipeline_that_ran_out_of_retries() {
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    spec.max_retries = 0;
+    let st = exhausted(&spec);
+    let c = find_condition(&st.conditions, types::STALLED).unwrap();
+    assert!(c.message.contains("maxRetries 0"), "{}", c.message);
+    // (maxRetries, suspend) -> what the pass does
+    let cases = [
+        (0, false, Action::Nothing, Phase::Failed),
+        (2, true, Action::Nothing, Phase::Failed),
+        (1, false, Action::CreateJob { attempt: 2 }, Phase::Provisioning),
+        (3, false, Action::CreateJob { attempt: 2 }, Phase::Provisioning),
+    ];
+    for (max, suspend, action, phase) in cases {
+        spec.max_retries = max;
+        spec.suspend = suspend;
+        let p = run(&spec, &st, &vertex(Child::Absent, None));
+        assert_eq!((&p.action, p.status.phase), (&action, phase), "maxRetries {max}");
+        if phase == Phase::Provisioning {
+            assert_eq!(train(&p.status).attempts, 2);
+            assert!(p.status.completion_time.is_none());
+            assert!(
+                p.events.iter().any(|e| e.reason == reasons::RETRYING),
+                "{:?}",
+                p.events
+            );
+        }
+    }
+    // The resumed attempt fails: with maxRetries 1 that is final again, saying so.
+    spec.max_retries = 1;
+    spec.suspend = false;
+    let mut st = st;
+    step(&spec, &mut st, &vertex(Child::Absent, None));
+    let p = step(
+        &spec,
+        &mut st,
+        &vertex(Child::Absent, Some(job(2, JobState::Failed))),
+    );
+    assert_eq!(p.status.phase, Phase::Failed);
+    let c = find_condition(&st.conditions, types::STALLED).unwrap();
+    assert!(c.message.contains("(2 attempts, maxRetries 1)"), "{}", c.message);
+    let p = run(&spec, &st, &vertex(Child::Absent, None));
+    assert_eq!(p.action, Action::Nothing, "exhausted again");
+
+    // A failure that is not an exhausted budget is not reopened by maxRetries.
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    let mut st = TrainingPipelineStatus::default();
+    let missing = JobView {
+        model_exists: Some(false),
+        ..job(1, JobState::Succeeded)
+    };
+    step(&spec, &mut st, &vertex(Child::Absent, Some(missing)));
+    spec.max_retries = 5;
+    let p = run(&spec, &st, &vertex(Child::Absent, None));
+    assert_eq!((p.action, p.status.phase), (Action::Nothing, Phase::Failed));
+}
+
+/// Issue 35 item 3: a new `tpu-operator.dev/rerun` value starts one new run of a finished
+/// pipeline (a fresh `maxRetries` budget, a succeeded preprocessing kept); the same value again,
+/// the value the pipeline was created with, and a value set mid-run start nothing more.
+#[test]
+fn the_rerun_annotation_starts_one_new_run_of_a_finished_pipeline() {
+    let mut spec = quickstart();
+    spec.max_retries = 0;
+    let succeeded = JobView {
+        model_exists: Some(true),
+        ..job(1, JobState::Succeeded)
+    };
+    // Created with the annotation: that value is the first run's.
+    let mut st = TrainingPipelineStatus::default();
+    run_rerun(&spec, &mut st, &vertex(Child::Absent, None), Some("a"));
+    assert_eq!(st.rerun.as_ref().map(|r| r.value.as_str()), Some("a"));
+    run_rerun(&spec, &mut st, &vertex(ready(), None), Some("a"));
+    // A new value mid-run waits for the run to finish.
+    let p = run_rerun(
+        &spec,
+        &mut st,
+        &vertex(ready(), Some(job(1, JobState::Running))),
+        Some("b"),
+    );
+    assert_eq!((p.action, p.status.phase), (Action::Nothing, Phase::Training));
+    run_rerun(
+        &spec,
+        &mut st,
+        &vertex(ready(), Some(succeeded.clone())),
+        Some("b"),
+    );
+    assert_eq!(st.phase, Phase::Succeeded);
+    // Finished: one new run, preprocessing kept.
+    let p = run_rerun(&spec, &mut st, &vertex(ready(), None), Some("b"));
+    assert_eq!(
+        (&p.action, p.status.phase),
+        (&Action::CreateJob { attempt: 2 }, Phase::Provisioning)
+    );
+    let rerun = st.rerun.clone().unwrap();
+    assert_eq!((rerun.value.as_str(), rerun.earlier_attempts), ("b", 1));
+    assert!(st.outputs.as_ref().unwrap().model_uri.is_none());
+    assert!(st.completion_time.is_none());
+    assert_eq!(
+        status::stage(&st, StageName::Preprocess).state,
+        StageState::Succeeded
+    );
+    assert!(
+        p.events.iter().any(|e| e.reason == lifecycle::RERUN),
+        "{:?}",
+        p.events
+    );
+    // The new run fails with maxRetries 0: its own budget, not the earlier run's.
+    run_rerun(
+        &spec,
+        &mut st,
+        &vertex(ready(), Some(job(2, JobState::Failed))),
+        Some("b"),
+    );
+    assert_eq!(st.phase, Phase::Failed);
+    let c = find_condition(&st.conditions, types::STALLED).unwrap();
+    assert!(c.message.contains("(1 attempts, maxRetries 0)"), "{}", c.message);
+    // The same value again starts nothing; a newer one starts attempt 3.
+    let p = run_rerun(&spec, &mut st.clone(), &vertex(ready(), None), Some("b"));
+    assert_eq!((p.action, p.status.phase), (Action::Nothing, Phase::Failed));
+    spec.suspend = true;
+    let p = run_rerun(&spec, &mut st.clone(), &vertex(ready(), None), Some("c"));
+    assert_eq!(
+        (p.action, p.status.phase),
+        (Action::Nothing, Phase::Failed),
+        "suspended"
+    );
+    spec.suspend = false;
+    let p = run_rerun(&spec, &mut st, &vertex(ready(), None), Some("c"));
+    assert_eq!(p.action, Action::CreateJob { attempt: 3 });
+}
+
+/// A re-run waits for the last run's slice to be released, and runs a failed preprocessing
+/// again (the earlier batch deleted first).
+#[test]
+fn a_rerun_releases_the_slice_first_and_repeats_a_failed_preprocessing() {
+    let spec = tpu_vm();
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vm(Child::Absent, Marker::None));
+    step(&spec, &mut st, &vm(ready(), Marker::Succeeded));
+    assert_eq!(st.phase, Phase::Succeeded);
+    let cases = [
+        (vm(ready(), Marker::None), Action::DeleteSlice, Phase::Succeeded),
+        (
+            vm(Child::Deleting, Marker::None),
+            Action::Nothing,
+            Phase::Succeeded,
+        ),
+        (
+            vm(Child::Absent, Marker::None),
+            Action::CreateSlice { attempt: 2 },
+            Phase::Provisioning,
+        ),
+    ];
+    for (i, (observed, action, phase)) in cases.into_iter().enumerate() {
+        let p = run_rerun(&spec, &mut st, &observed, Some("1"));
+        assert_eq!((&p.action, p.status.phase), (&action, phase), "step {i}");
+    }
+
+    let spec = quickstart();
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vertex(Child::Absent, None));
+    let stalled = Child::Stalled {
+        reason: "RetriesExhausted".into(),
+        message: "batch FAILED".into(),
+    };
+    step(&spec, &mut st, &vertex(stalled.clone(), None));
+    assert_eq!(st.phase, Phase::Failed);
+    let cases = [
+        (stalled, Action::DeletePreprocess),
+        (Child::Deleting, Action::Nothing),
+        (Child::Absent, Action::CreatePreprocess),
+        (running(), Action::Nothing),
+    ];
+    for (i, (child, action)) in cases.into_iter().enumerate() {
+        let p = run_rerun(&spec, &mut st, &vertex(child, None), Some("1"));
+        assert_eq!(
+            (&p.action, p.status.phase),
+            (&action, Phase::Preprocessing),
+            "step {i}"
+        );
+    }
+    assert_eq!(status::stage(&st, StageName::Preprocess).attempts, 2);
 }

@@ -7,7 +7,8 @@ use tpu_operator_api::{
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use super::{
-    Action, CHILD_NOT_OWNED, Child, JobView, Marker, Planner, Requeue, Step, TrainingObserved, join_uri,
+    Action, CHILD_NOT_OWNED, Child, JobView, Marker, Planner, Requeue, Step, TrainingObserved, held,
+    join_uri,
     status::{self, time},
 };
 
@@ -125,8 +126,8 @@ impl Planner<'_> {
                     "custom job {} (attempt {attempt}) lost its Spot VMs (preempted): {}; not counted against maxRetries",
                     job.name, job.message
                 );
-                self.event(true, reasons::PREEMPTED, detail.clone());
-                self.start_attempt(attempt + 1, false, Some(detail))
+                let note = (true, reasons::PREEMPTED, detail.clone());
+                self.retry(attempt + 1, false, detail, note)
             }
             JobState::Failed => {
                 let detail = format!(
@@ -232,10 +233,28 @@ impl Planner<'_> {
         }
     }
 
+    /// [`Self::start_attempt`] after an attempt ended, with the Event that says so (not
+    /// published while suspend holds the attempt back: every pass would publish it again).
+    fn retry(&mut self, attempt: i32, counted: bool, why: String, event: (bool, &str, String)) -> Step {
+        let step = self.start_attempt(attempt, counted, Some(why));
+        if step.phase != Phase::Suspended {
+            self.event(event.0, event.1, event.2);
+        }
+        step
+    }
+
     /// A new training attempt: a Vertex job or a slice. `counted` attempts use up `maxRetries`.
+    /// While suspended, nothing of it is recorded ([`held`]).
     pub(super) fn start_attempt(&mut self, attempt: i32, counted: bool, why: Option<String>) -> Step {
         let now = time(self.input.now);
         let mode = self.spec().training.mode().unwrap_or(TrainingMode::Vertex);
+        let what = match mode {
+            TrainingMode::Vertex => "custom job",
+            TrainingMode::TpuVm => "TpuSlice",
+        };
+        if self.spec().suspend {
+            return held(&format!("{what} for attempt {attempt}"), why.as_deref());
+        }
         self.st.attempts = attempt;
         self.st.custom_job_name = None;
         let stage = status::stage_mut(&mut self.st, StageName::Train);
@@ -248,9 +267,9 @@ impl Planner<'_> {
             stage.attempts += 1;
         }
         stage.message = why.clone();
-        let (action, what) = match mode {
-            TrainingMode::Vertex => (Action::CreateJob { attempt }, "custom job"),
-            TrainingMode::TpuVm => (Action::CreateSlice { attempt }, "TpuSlice"),
+        let action = match mode {
+            TrainingMode::Vertex => Action::CreateJob { attempt },
+            TrainingMode::TpuVm => Action::CreateSlice { attempt },
         };
         let reason = if attempt > 1 {
             reasons::RETRYING
@@ -268,7 +287,7 @@ impl Planner<'_> {
     /// slice) while the budget lasts, else the pipeline fails.
     pub(super) fn attempt_failed(&mut self, detail: String, before_retry: Action) -> Step {
         let max = self.spec().max_retries;
-        let attempts = status::stage(&self.st, StageName::Train).attempts;
+        let attempts = self.run_attempts();
         if attempts > max {
             let msg = format!("{detail}; no retries left ({attempts} attempts, maxRetries {max})");
             status::stage_mut(&mut self.st, StageName::Train).state = StageState::Failed;
@@ -281,8 +300,7 @@ impl Planner<'_> {
         match before_retry {
             Action::CreateJob { attempt } => {
                 let note = format!("{detail}; retry {attempts} of {max}");
-                self.event(true, reasons::RETRYING, note);
-                self.start_attempt(attempt, true, Some(detail))
+                self.retry(attempt, true, detail, (true, reasons::RETRYING, note))
             }
             Action::DeleteSlice => Step::working(
                 Phase::Training,
@@ -297,8 +315,8 @@ impl Planner<'_> {
                     slice: Child::Absent, ..
                 } => {
                     let note = format!("{detail}; retry {attempts} of {max}");
-                    self.event(true, reasons::RETRYING, note);
-                    self.start_attempt(self.st.attempts + 1, true, Some(detail))
+                    let attempt = self.st.attempts + 1;
+                    self.retry(attempt, true, detail, (true, reasons::RETRYING, note))
                 }
                 _ => Step::working(
                     Phase::Training,
