@@ -8,58 +8,25 @@ use std::{sync::Arc, time::Duration};
 use kube::api::DeleteParams;
 use serde_json::json;
 use test_kit::TestEnv;
-use tpu_operator_api::tpu_policy::TpuPolicy;
 use tpu_operator_api::{
-    conditions::{find_condition, types},
-    preprocess_batch::PreprocessBatch,
-    tpu_slice::TpuSlice,
+    preprocess_batch::PreprocessBatch, tpu_policy::TpuPolicy, tpu_slice::TpuSlice,
     training_pipeline::TrainingPipeline,
 };
-use tpu_operator_controller::{
-    Context,
-    kinds::{preprocess_batch, tpu_slice, training_pipeline},
-    never_shutdown,
-};
+use tpu_operator_controller::Context;
+
+mod tenant;
+
+use tenant::{is_ready, slice, slice_stalled, stalled};
 
 const STEP: Duration = Duration::from_secs(20);
 
-fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
-    let mut spec = json!({
-        "zone": "us-east5-b",
-        "acceleratorType": "v6e-8",
-        "runtimeVersion": "v2-alpha-tpuv6e",
-        "capacity": {"spot": {}},
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        spec[k] = v.clone();
-    }
-    serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
-        "kind": "TpuSlice",
-        "metadata": {"name": name},
-        "spec": spec,
-    }))
-    .expect("TpuSlice fixture")
-}
-
-/// A TpuPolicy selecting only the test's namespace (policies are cluster-scoped: the name is
-/// the namespace's, so tests sharing a real API server never see each other's).
+/// A TpuPolicy selecting only the test's namespace.
 fn policy(env: &TestEnv, rules: serde_json::Value) -> Option<TpuPolicy> {
-    let mut spec = rules;
-    spec["namespaces"] = json!([env.ns.clone()]);
-    Some(
-        serde_json::from_value(json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1",
-            "kind": "TpuPolicy",
-            "metadata": {"name": policy_name(env)},
-            "spec": spec,
-        }))
-        .expect("policy"),
-    )
+    Some(tenant::policy(&env.ns, rules))
 }
 
 fn policy_name(env: &TestEnv) -> String {
-    format!("pol-{}", env.ns)
+    tenant::policy_name(&env.ns)
 }
 
 /// Where messages name the policy's field `f`.
@@ -71,35 +38,9 @@ fn denied_by(env: &TestEnv, f: &str) -> String {
 /// the operator builds it, watching the policies).
 async fn start(env: &mut TestEnv, policy: Option<TpuPolicy>) -> Arc<Context> {
     if let Some(p) = policy {
-        kube::Api::<TpuPolicy>::all(env.client.clone())
-            .create(&Default::default(), &p)
-            .await
-            .expect("create the TpuPolicy");
+        tenant::create_policy(&env.client, &p).await;
     }
-    let ctx = Arc::new(env.context().await);
-    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
-    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
-    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
-    ctx
-}
-
-fn stalled(
-    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-) -> Option<(String, String)> {
-    find_condition(conditions, types::STALLED)
-        .filter(|c| c.status == "True")
-        .map(|c| (c.reason.clone(), c.message.clone()))
-}
-
-fn slice_stalled(s: &TpuSlice) -> Option<(String, String)> {
-    stalled(&s.status.as_ref()?.conditions)
-}
-
-fn is_ready(s: &TpuSlice) -> bool {
-    s.status
-        .as_ref()
-        .and_then(|st| find_condition(&st.conditions, types::READY))
-        .is_some_and(|c| c.status == "True")
+    tenant::start(env, None).await
 }
 
 /// Whether a Warning event with `reason` about `name` shows up (Events follow the status write,

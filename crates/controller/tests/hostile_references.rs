@@ -10,76 +10,19 @@ use std::{sync::Arc, time::Duration};
 use serde_json::json;
 use test_kit::TestEnv;
 use tpu_operator_api::{
-    conditions::{find_condition, types},
-    preprocess_batch::PreprocessBatch,
-    tpu_policy::TpuPolicy,
-    tpu_slice::TpuSlice,
-    training_pipeline::TrainingPipeline,
+    preprocess_batch::PreprocessBatch, tpu_slice::TpuSlice, training_pipeline::TrainingPipeline,
 };
-use tpu_operator_controller::{
-    Context,
-    kinds::{preprocess_batch, tpu_slice, training_pipeline},
-    never_shutdown,
-};
+use tpu_operator_controller::Context;
+
+mod tenant;
+
+use tenant::{denied_by, slice, stalled};
 
 const STEP: Duration = Duration::from_secs(20);
 
-fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
-    let mut spec = json!({
-        "zone": "us-east5-b",
-        "acceleratorType": "v6e-8",
-        "runtimeVersion": "v2-alpha-tpuv6e",
-        "capacity": {"spot": {}},
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        spec[k] = v.clone();
-    }
-    serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
-        "kind": "TpuSlice",
-        "metadata": {"name": name},
-        "spec": spec,
-    }))
-    .expect("TpuSlice fixture")
-}
-
-/// A TpuPolicy selecting only the test's namespace, named after it.
-fn policy(env: &TestEnv, rules: serde_json::Value) -> TpuPolicy {
-    let mut spec = rules;
-    spec["namespaces"] = json!([env.ns.clone()]);
-    serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
-        "kind": "TpuPolicy",
-        "metadata": {"name": format!("pol-{}", env.ns)},
-        "spec": spec,
-    }))
-    .expect("policy")
-}
-
-/// Where messages name the policy's field `f`.
-fn denied_by(env: &TestEnv, f: &str) -> String {
-    format!("denied by TpuPolicy pol-{}, spec.{f}:", env.ns)
-}
-
 /// Creates the policy, then starts the three controllers.
 async fn start(env: &mut TestEnv, rules: serde_json::Value) -> Arc<Context> {
-    kube::Api::<TpuPolicy>::all(env.client.clone())
-        .create(&Default::default(), &policy(env, rules))
-        .await
-        .expect("create the TpuPolicy");
-    let ctx = Arc::new(env.context().await);
-    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
-    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
-    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
-    ctx
-}
-
-fn stalled(
-    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-) -> Option<(String, String)> {
-    find_condition(conditions, types::STALLED)
-        .filter(|c| c.status == "True")
-        .map(|c| (c.reason.clone(), c.message.clone()))
+    tenant::start(env, Some(rules)).await
 }
 
 /// Waits for the object `name` of kind `K` to be `Stalled`, and returns (reason, message).
@@ -133,7 +76,7 @@ fn assert_denied(
 ) {
     assert_eq!(reason, "PolicyDenied", "{name}: {message}");
     assert!(
-        message.contains(&denied_by(env, field)) && message.contains(fragment),
+        message.contains(&denied_by(&env.ns, field)) && message.contains(fragment),
         "{name}: {message}"
     );
 }

@@ -23,85 +23,14 @@ use kube::{
 };
 use serde_json::json;
 use test_kit::{ContextSpec, Polls, TestEnv};
-use tpu_operator_api::{
-    conditions::{find_condition, types},
-    tpu_policy::TpuPolicy,
-    tpu_slice::TpuSlice,
-};
-use tpu_operator_controller::{
-    Context,
-    governance::tenancy::WithoutPolicy,
-    kinds::{preprocess_batch, tpu_slice, training_pipeline},
-    never_shutdown,
-};
+use tpu_operator_api::tpu_slice::TpuSlice;
+use tpu_operator_controller::{governance::tenancy::WithoutPolicy, kinds::tpu_slice, never_shutdown};
+
+mod tenant;
+
+use tenant::{create_policy, is_ready, policy, slice, slice_stalled as stalled};
 
 const STEP: Duration = Duration::from_secs(20);
-
-fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
-    let mut spec = json!({
-        "zone": "us-east5-b",
-        "acceleratorType": "v6e-8",
-        "runtimeVersion": "v2-alpha-tpuv6e",
-        "capacity": {"spot": {}},
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        spec[k] = v.clone();
-    }
-    serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
-        "kind": "TpuSlice",
-        "metadata": {"name": name},
-        "spec": spec,
-    }))
-    .expect("TpuSlice fixture")
-}
-
-/// A TpuPolicy named after and selecting only `namespaces[0]`.
-fn policy(namespaces: &[&str], rules: serde_json::Value) -> TpuPolicy {
-    let mut spec = rules;
-    spec["namespaces"] = json!(namespaces);
-    serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
-        "kind": "TpuPolicy",
-        "metadata": {"name": format!("pol-{}", namespaces[0])},
-        "spec": spec,
-    }))
-    .expect("policy")
-}
-
-async fn create_policy(client: &kube::Client, p: &TpuPolicy) {
-    Api::<TpuPolicy>::all(client.clone())
-        .create(&Default::default(), p)
-        .await
-        .expect("create the TpuPolicy");
-}
-
-/// Creates the policy, then starts the three controllers with a fresh context.
-async fn start(env: &mut TestEnv, rules: serde_json::Value) -> Arc<Context> {
-    create_policy(&env.client, &policy(&[&env.ns], rules)).await;
-    let ctx = Arc::new(env.context().await);
-    spawn_controllers(env, &ctx);
-    ctx
-}
-
-fn spawn_controllers(env: &mut TestEnv, ctx: &Arc<Context>) {
-    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
-    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
-    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
-}
-
-fn stalled(s: &TpuSlice) -> Option<(String, String)> {
-    find_condition(&s.status.as_ref()?.conditions, types::STALLED)
-        .filter(|c| c.status == "True")
-        .map(|c| (c.reason.clone(), c.message.clone()))
-}
-
-fn is_ready(s: &TpuSlice) -> bool {
-    s.status
-        .as_ref()
-        .and_then(|st| find_condition(&st.conditions, types::READY))
-        .is_some_and(|c| c.status == "True")
-}
 
 async fn merge_patch(env: &TestEnv, name: &str, patch: serde_json::Value) {
     env.api::<TpuSlice>()
@@ -116,7 +45,7 @@ async fn merge_patch(env: &TestEnv, name: &str, patch: serde_json::Value) {
 #[tokio::test]
 async fn an_owner_reference_to_a_refused_slice_does_not_lift_the_quota() {
     let mut env = TestEnv::start().await;
-    start(&mut env, json!({"maxChips": 8})).await;
+    tenant::start(&mut env, Some(json!({"maxChips": 8}))).await;
     env.create(&slice("running", json!({}))).await;
     env.wait_for::<TpuSlice, _>("running", "Ready", STEP, is_ready)
         .await;
@@ -152,7 +81,7 @@ async fn an_owner_reference_to_a_refused_slice_does_not_lift_the_quota() {
 #[tokio::test]
 async fn orphan_deletion_policy_needs_allow_orphan() {
     let mut env = TestEnv::start().await;
-    start(&mut env, json!({"maxChips": 8})).await;
+    tenant::start(&mut env, Some(json!({"maxChips": 8}))).await;
     env.create(&slice("launder", json!({"deletionPolicy": "Orphan"})))
         .await;
     let s: TpuSlice = env
@@ -173,7 +102,7 @@ async fn orphan_deletion_policy_needs_allow_orphan() {
 #[tokio::test]
 async fn orphan_set_after_admission_still_deletes_the_node() {
     let mut env = TestEnv::start().await;
-    start(&mut env, json!({"maxChips": 8})).await;
+    tenant::start(&mut env, Some(json!({"maxChips": 8}))).await;
     env.create(&slice("edited", json!({}))).await;
     env.wait_for::<TpuSlice, _>("edited", "Ready", STEP, is_ready)
         .await;
@@ -197,7 +126,7 @@ async fn orphan_set_after_admission_still_deletes_the_node() {
 async fn an_allowed_orphan_keeps_counting_until_it_is_gone() {
     use tpu_operator_controller::governance::sweeper::{Mode, Sweeper, SweeperConfig};
     let mut env = TestEnv::start().await;
-    let ctx = start(&mut env, json!({"allowOrphan": true, "maxChips": 8})).await;
+    let ctx = tenant::start(&mut env, Some(json!({"allowOrphan": true, "maxChips": 8}))).await;
     env.create(&slice("kept", json!({"deletionPolicy": "Orphan"})))
         .await;
     env.wait_for::<TpuSlice, _>("kept", "Ready", STEP, is_ready).await;
@@ -261,7 +190,7 @@ async fn a_refused_flood_in_one_namespace_does_not_hold_another() {
         create_namespace(&client, ns).await;
     }
     let gcp = test_kit::emulators::gcp_manual(test_kit::start_time()).await;
-    create_policy(&client, &policy(&["team-a"], json!({"maxChips": 8}))).await;
+    create_policy(&client, &policy("team-a", json!({"maxChips": 8}))).await;
     let ctx = Arc::new(
         ContextSpec {
             cluster_id: "test-cluster".into(),
@@ -380,7 +309,7 @@ async fn idle(gcp: &gcp_emulator::Emulator, real: Duration) {
 #[tokio::test]
 async fn a_done_uri_annotation_in_another_teams_bucket_is_never_read() {
     let mut env = TestEnv::start().await;
-    start(&mut env, json!({"allowedBuckets": ["team-a-*"]})).await;
+    tenant::start(&mut env, Some(json!({"allowedBuckets": ["team-a-*"]}))).await;
     let mut s = slice("peek", json!({"idleTimeout": "1h"}));
     s.metadata.annotations = Some(
         [(

@@ -10,22 +10,19 @@ use gcp_emulator::{Code, Fault};
 use serde_json::json;
 use test_kit::TestEnv;
 use tpu_operator_api::{
-    conditions::{find_condition, types},
     tpu_slice::TpuSlice,
     training_pipeline::{TrainingPipeline, TrainingPipelinePhase},
 };
-use tpu_operator_controller::{
-    kinds::{preprocess_batch, tpu_slice, training_pipeline},
-    never_shutdown,
-};
+
+mod tenant;
+
+use tenant::stalled;
 
 const STEP: Duration = Duration::from_secs(15);
 
 fn start(env: &mut TestEnv) {
     let ctx = env.ctx.clone();
-    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
-    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
-    env.spawn(training_pipeline::run(ctx, never_shutdown()));
+    tenant::spawn_controllers(env, &ctx);
 }
 
 fn refuse(env: &TestEnv, service: &str, method: &str) {
@@ -38,14 +35,6 @@ fn refuse(env: &TestEnv, service: &str, method: &str) {
             message: None,
         })
         .unwrap();
-}
-
-fn stalled(
-    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-) -> Option<(String, String)> {
-    find_condition(conditions, types::STALLED)
-        .filter(|c| c.status == "True")
-        .map(|c| (c.reason.clone(), c.message.clone()))
 }
 
 #[tokio::test]

@@ -1,0 +1,107 @@
+//! Fixtures the tenancy suites share (guardrails, the red-team files, refused calls): a spot v6e-8
+//! TpuSlice, a TpuPolicy selecting the test's namespace, the three controllers, and reading a
+//! `Stalled` condition. Each test binary includes this module and uses part of it.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use serde_json::json;
+use test_kit::TestEnv;
+use tpu_operator_api::{
+    conditions::{find_condition, types},
+    tpu_policy::TpuPolicy,
+    tpu_slice::TpuSlice,
+};
+use tpu_operator_controller::{
+    Context,
+    kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    never_shutdown,
+};
+
+/// A spot v6e-8 TpuSlice in us-east5-b, with `extra` spec fields set over it.
+pub fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
+    let mut spec = json!({
+        "zone": "us-east5-b",
+        "acceleratorType": "v6e-8",
+        "runtimeVersion": "v2-alpha-tpuv6e",
+        "capacity": {"spot": {}},
+    });
+    for (k, v) in extra.as_object().expect("extra spec fields as an object") {
+        spec[k] = v.clone();
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .expect("TpuSlice fixture")
+}
+
+/// The name of the policy [`policy`] makes for `namespace` (policies are cluster-scoped: named
+/// after the namespace, tests sharing a real API server never see each other's).
+pub fn policy_name(namespace: &str) -> String {
+    format!("pol-{namespace}")
+}
+
+/// A TpuPolicy with `rules`, selecting `namespace` only.
+pub fn policy(namespace: &str, rules: serde_json::Value) -> TpuPolicy {
+    let mut spec = rules;
+    spec["namespaces"] = json!([namespace]);
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuPolicy",
+        "metadata": {"name": policy_name(namespace)},
+        "spec": spec,
+    }))
+    .expect("policy")
+}
+
+/// Where refusal messages name the field `f` of the policy of `namespace`.
+pub fn denied_by(namespace: &str, f: &str) -> String {
+    format!("denied by TpuPolicy {}, spec.{f}:", policy_name(namespace))
+}
+
+pub async fn create_policy(client: &kube::Client, p: &TpuPolicy) {
+    kube::Api::<TpuPolicy>::all(client.clone())
+        .create(&Default::default(), p)
+        .await
+        .expect("create the TpuPolicy");
+}
+
+/// The three controllers on `ctx`, until the env is dropped.
+pub fn spawn_controllers(env: &mut TestEnv, ctx: &Arc<Context>) {
+    env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
+    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
+    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
+}
+
+/// Creates the test namespace's policy (if any), then starts the three controllers on a fresh
+/// context, as the operator builds it, watching the policies.
+pub async fn start(env: &mut TestEnv, rules: Option<serde_json::Value>) -> Arc<Context> {
+    if let Some(rules) = rules {
+        create_policy(&env.client, &policy(&env.ns, rules)).await;
+    }
+    let ctx = Arc::new(env.context().await);
+    spawn_controllers(env, &ctx);
+    ctx
+}
+
+/// `(reason, message)` of a `Stalled=True` condition.
+pub fn stalled(conditions: &[Condition]) -> Option<(String, String)> {
+    find_condition(conditions, types::STALLED)
+        .filter(|c| c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+pub fn slice_stalled(s: &TpuSlice) -> Option<(String, String)> {
+    stalled(&s.status.as_ref()?.conditions)
+}
+
+pub fn is_ready(s: &TpuSlice) -> bool {
+    s.status
+        .as_ref()
+        .and_then(|st| find_condition(&st.conditions, types::READY))
+        .is_some_and(|c| c.status == "True")
+}
