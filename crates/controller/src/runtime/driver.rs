@@ -25,6 +25,7 @@ use std::{fmt::Debug, future::Future, sync::Arc};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{
     Api, Resource, ResourceExt,
     core::NamespaceResourceScope,
@@ -35,7 +36,10 @@ use kube::{
     },
 };
 use serde::{Serialize, de::DeserializeOwned};
-use tpu_operator_api::{FINALIZER, conditions::reasons};
+use tpu_operator_api::{
+    FINALIZER,
+    conditions::{find_condition, reasons, types},
+};
 
 use crate::{
     Shutdown,
@@ -116,6 +120,15 @@ pub trait Reconciler:
     /// looked at again; a kind whose phase says what runs keeps it.
     fn refused(&self, old: &Self::Status, message: &str, now: DateTime<Utc>) -> Self::Status {
         self.stalled(old, reasons::PERMISSION_DENIED, message, true, now)
+    }
+
+    /// The kstatus conditions of `status`.
+    fn conditions(status: &Self::Status) -> &[Condition];
+
+    /// Whether `status` already says `Stalled=True`, reason `PermissionDenied`.
+    fn refusal_reported(status: &Self::Status) -> bool {
+        find_condition(Self::conditions(status), types::STALLED)
+            .is_some_and(|c| c.status == "True" && c.reason == reasons::PERMISSION_DENIED)
     }
 }
 
@@ -202,9 +215,15 @@ async fn reported<K: Reconciler, T>(ctx: &Context, obj: &K, result: Result<T>) -
     if !refused::is_refusal(source) {
         return result;
     }
-    let message = refused::message(action, source);
     let old = obj.status().cloned().unwrap_or_default();
+    let message = refused::message(action, source);
     let new = obj.refused(&old, &message, ctx.clock.now());
+    // Already reported (by this wrapper or by the kind itself, e.g. a refused delete): a second
+    // writer with other words would wake the object with every write and retry the refused call
+    // at once, again and again, instead of after the backoff.
+    if K::refusal_reported(&old) {
+        return result;
+    }
     let quiet = K::transitions(&old, &new).is_empty();
     match write_status(ctx, obj, obj.status(), &new).await {
         Ok(Some(_)) if quiet => {

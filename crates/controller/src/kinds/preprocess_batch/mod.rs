@@ -56,6 +56,12 @@ impl Reconciler for PreprocessBatch {
     const SETTLES: bool = true;
     type Status = PreprocessBatchStatus;
 
+    fn conditions(
+        status: &PreprocessBatchStatus,
+    ) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+        &status.conditions
+    }
+
     fn status(&self) -> Option<&PreprocessBatchStatus> {
         self.status.as_ref()
     }

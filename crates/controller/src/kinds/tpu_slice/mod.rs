@@ -73,6 +73,10 @@ impl Reconciler for TpuSlice {
     const SETTLES: bool = true;
     type Status = TpuSliceStatus;
 
+    fn conditions(status: &TpuSliceStatus) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+        &status.conditions
+    }
+
     fn status(&self) -> Option<&TpuSliceStatus> {
         self.status.as_ref()
     }

@@ -90,6 +90,12 @@ impl Reconciler for TrainingPipeline {
     const SETTLES: bool = false;
     type Status = TrainingPipelineStatus;
 
+    fn conditions(
+        status: &TrainingPipelineStatus,
+    ) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+        &status.conditions
+    }
+
     fn status(&self) -> Option<&TrainingPipelineStatus> {
         self.status.as_ref()
     }
