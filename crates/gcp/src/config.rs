@@ -225,6 +225,25 @@ pub(crate) fn build_error(
     )
 }
 
+/// The region of a resource name `projects/{p}/{collection}/{region}/...` whose second
+/// collection is one of `collections`, if it is a plausible region: it becomes part of a regional
+/// endpoint's host name, so only lower-case letters, digits and `-` pass.
+pub fn region_in<'a>(name: &'a str, collections: &[&str]) -> Option<&'a str> {
+    let mut segments = name.split('/');
+    let (Some("projects"), Some(project), Some(collection), Some(region)) =
+        (segments.next(), segments.next(), segments.next(), segments.next())
+    else {
+        return None;
+    };
+    let valid = collections.contains(&collection)
+        && !project.is_empty()
+        && !region.is_empty()
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    valid.then_some(region)
+}
+
 fn trim(endpoint: &str) -> String {
     endpoint.trim_end_matches('/').to_string()
 }

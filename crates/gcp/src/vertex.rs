@@ -126,18 +126,7 @@ impl VertexClient {
 /// The location segment of `projects/{p}/locations/{region}/...`, if it is a plausible region
 /// (it becomes part of a host name).
 pub fn region_of(name: &str) -> Option<&str> {
-    let mut segments = name.split('/');
-    let (Some("projects"), Some(project), Some("locations"), Some(region)) =
-        (segments.next(), segments.next(), segments.next(), segments.next())
-    else {
-        return None;
-    };
-    let valid = !project.is_empty()
-        && !region.is_empty()
-        && region
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    valid.then_some(region)
+    config::region_in(name, &["locations"])
 }
 
 #[async_trait]

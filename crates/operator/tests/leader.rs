@@ -13,29 +13,27 @@
 //! `LEADER_TEST_BIN=<path>` runs the suite against another build of the binary (an older
 //! release, to see what these tests catch).
 
+mod process;
+
 use std::{
-    net::{SocketAddr, TcpListener as StdListener},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    net::SocketAddr,
+    path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use axum::{body::Body, extract::State, http::Request, response::Response};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{
-    Api,
-    api::{DynamicObject, PostParams},
-    discovery::ApiResource,
+use kube::Api;
+use process::{
+    BIN, OperatorProcess as Replica, create_slice, free_port, run_command, wait_slice_ready, wait_until,
 };
 use tokio::{
     io::AsyncWriteExt,
     net::{TcpListener, TcpStream},
     sync::watch,
 };
-use tpu_operator_api::TpuSlice;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tpu-operator");
 const LEASE: &str = "tpu-operator";
 
 // ---------------------------------------------------------------------------------------------
@@ -254,32 +252,11 @@ impl Env {
     fn replica(&self, identity: &str, kube: SocketAddr, gcp: &GcpRecorder) -> Replica {
         let metrics = free_port();
         let bin = std::env::var("LEADER_TEST_BIN").unwrap_or_else(|_| BIN.into());
-        let child = Command::new(bin)
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig(kube))
-            .args(["--gcp-emulator", &gcp.url])
-            .args(["--metrics-addr", &metrics.to_string()])
+        let mut cmd = run_command(&bin, &self.kubeconfig(kube), metrics, "leader-test");
+        cmd.args(["--gcp-emulator", &gcp.url])
             .args(["--identity", identity])
-            .args(["--lease-duration", &format!("{}s", self.lease_seconds)])
-            .args([
-                "--poll-active",
-                "100ms",
-                "--poll-stable",
-                "1s",
-                "--poll-capacity",
-                "200ms",
-            ])
-            .args(["--cluster-id", "leader-test", "--project", "demo-project"])
-            .env("RUST_LOG", "warn,tpu_operator=info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tpu-operator run");
-        Replica {
-            child,
-            base: format!("http://{metrics}"),
-        }
+            .args(["--lease-duration", &format!("{}s", self.lease_seconds)]);
+        Replica::spawn(cmd, metrics)
     }
 
     async fn holder(&self) -> Option<String> {
@@ -294,99 +271,13 @@ impl Env {
         .await
     }
 
-    /// Creates the TpuSlice of examples/spot-queued-slice.yaml under `name`.
     async fn create_slice(&self, name: &str) {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/spot-queued-slice.yaml");
-        let mut obj: DynamicObject = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        obj.metadata.name = Some(name.into());
-        obj.metadata.namespace = Some("default".into());
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            "default",
-            &ApiResource::erase::<TpuSlice>(&()),
-        );
-        api.create(&PostParams::default(), &obj)
-            .await
-            .expect("create TpuSlice");
+        create_slice(&self.client, name).await;
     }
 
     async fn wait_ready(&self, name: &str) {
-        let api: Api<TpuSlice> = Api::namespaced(self.client.clone(), "default");
-        wait_until(
-            &format!("TpuSlice {name} Ready"),
-            Duration::from_secs(60),
-            async || {
-                api.get(name).await.unwrap().status.is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.status == "True")
-                })
-            },
-        )
-        .await;
+        wait_slice_ready(&self.client, name).await;
     }
-}
-
-struct Replica {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Replica {
-    async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let resp = reqwest::get(format!("{}{path}", self.base)).await.ok()?;
-        let status = resp.status().as_u16();
-        Some((status, resp.text().await.ok()?))
-    }
-
-    async fn wait_ready(&self) {
-        wait_until("a replica to be ready", Duration::from_secs(60), async || {
-            self.get("/readyz").await.map(|(s, _)| s) == Some(200)
-        })
-        .await;
-    }
-
-    async fn leading(&self) -> bool {
-        self.get("/metrics")
-            .await
-            .is_some_and(|(_, body)| body.lines().any(|l| l == "tpu_operator_leader 1"))
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill {signal} failed");
-    }
-
-    /// The exit status once exited: `Some(true)` for 0, `None` while running.
-    fn exited(&mut self) -> Option<bool> {
-        self.child.try_wait().unwrap().map(|s| s.success())
-    }
-}
-
-fn free_port() -> SocketAddr {
-    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, limit: Duration, mut cond: F) -> Duration {
-    let started = Instant::now();
-    while !cond().await {
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    started.elapsed()
 }
 
 /// client-go's proportions, as the operator derives them from the lease duration.

@@ -5,10 +5,10 @@
 //! scripted to answer, refuse with 403 (Workload Identity binding missing), or accept
 //! connections and never answer.
 
+mod process;
+
 use std::{
-    net::{SocketAddr, TcpListener},
-    path::Path,
-    process::{Child, Command, Stdio},
+    net::SocketAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
@@ -23,14 +23,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use kube::{
-    Api,
-    api::{DynamicObject, PostParams},
-    discovery::ApiResource,
-};
-use tpu_operator_api::TpuSlice;
-
-const BIN: &str = env!("CARGO_BIN_EXE_tpu-operator");
+use process::{BIN, OperatorProcess as Operator, create_slice, free_port, run_command, wait_until};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -140,113 +133,26 @@ impl Env {
         let metrics = free_port();
         let emu = self.gcp.url();
         let emu = emu.trim_end_matches('/');
-        let child = Command::new(BIN)
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(self.cluster.kubeconfig())
-            .args(["--tpu-endpoint", &format!("{emu}/tpu")])
+        let mut cmd = run_command(BIN, self.cluster.kubeconfig(), metrics, "metadata-test");
+        cmd.args(["--tpu-endpoint", &format!("{emu}/tpu")])
             .args(["--dataproc-endpoint", &format!("{emu}/dataproc")])
             .args(["--vertex-endpoint", &format!("{emu}/vertex")])
             .args(["--storage-endpoint", emu])
             .args(["--compute-endpoint", emu])
             .args(["--gcp-call-timeout", call_timeout])
-            .args(["--metrics-addr", &metrics.to_string()])
             .args(["--leader-elect=false"])
-            .args([
-                "--poll-active",
-                "100ms",
-                "--poll-stable",
-                "1s",
-                "--poll-capacity",
-                "200ms",
-            ])
-            .args(["--cluster-id", "metadata-test", "--project", "demo-project"])
             .env("GCE_METADATA_HOST", metadata.to_string())
             .env("HOME", self.home.path())
             .env("CLOUDSDK_CONFIG", self.home.path().join("gcloud"))
             .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
             .env_remove("TPU_OPERATOR_GCP_EMULATOR")
-            .env("RUST_LOG", "warn,tpu_operator=info,tpu_operator_gcp=info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tpu-operator run");
-        Operator {
-            child,
-            base: format!("http://{metrics}"),
-        }
+            .env("RUST_LOG", "warn,tpu_operator=info,tpu_operator_gcp=info");
+        Operator::spawn(cmd, metrics)
     }
 
     async fn create_slice(&self, name: &str) {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/spot-queued-slice.yaml");
-        let mut obj: DynamicObject = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        obj.metadata.name = Some(name.into());
-        obj.metadata.namespace = Some("default".into());
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            "default",
-            &ApiResource::erase::<TpuSlice>(&()),
-        );
-        api.create(&PostParams::default(), &obj)
-            .await
-            .expect("create TpuSlice");
+        create_slice(&self.client, name).await;
     }
-}
-
-struct Operator {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Operator {
-    async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let resp = reqwest::get(format!("{}{path}", self.base)).await.ok()?;
-        let status = resp.status().as_u16();
-        Some((status, resp.text().await.ok()?))
-    }
-
-    fn terminate(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success());
-    }
-
-    /// Waits for the process to exit: `Some(success)`, or `None` if it is still running after
-    /// `limit`.
-    fn wait_exit(&mut self, limit: Duration) -> Option<bool> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status.success());
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, limit: Duration, mut cond: F) -> Duration {
-    let started = Instant::now();
-    while !cond().await {
-        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    started.elapsed()
 }
 
 /// Item 3: SIGTERM while start-up waits on a metadata server that never answers ends the
@@ -265,7 +171,7 @@ async fn sigterm_during_start_up_with_a_hanging_metadata_server_exits_promptly()
     .await;
     let (status, body) = operator.get("/readyz").await.expect("health server up");
     assert_eq!(status, 503, "{body}");
-    operator.terminate();
+    operator.signal("-TERM");
     let started = Instant::now();
     let exited = operator.wait_exit(Duration::from_secs(10));
     println!(

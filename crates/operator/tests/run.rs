@@ -3,24 +3,18 @@
 //! example to Ready, serves /metrics /healthz /readyz, exits 0 on SIGTERM releasing its lease, and
 //! of two replicas only the lease holder acts until it is killed, then the other takes over.
 
-use std::{
-    net::{SocketAddr, TcpListener},
-    path::Path,
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+mod process;
+
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{
-    Api,
-    api::{DynamicObject, PostParams},
-    discovery::ApiResource,
+use kube::Api;
+use process::{
+    BIN, OperatorProcess as Replica, create_slice, free_port, run_command, wait_slice_ready, wait_until,
 };
-use tpu_operator_api::TpuSlice;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tpu-operator");
 const LEASE: &str = "tpu-operator";
-/// Short, so the takeover test is fast; the operator renews 1 s before expiry.
+/// Short, so the takeover test is fast.
 const LEASE_SECONDS: u64 = 3;
 
 /// Both emulators and a kubeconfig for the Kubernetes one.
@@ -55,32 +49,11 @@ impl Env {
     /// Starts a replica with its own metrics port.
     fn replica(&self, identity: &str) -> Replica {
         let metrics = free_port();
-        let child = Command::new(BIN)
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(self.cluster.kubeconfig())
-            .args(["--gcp-emulator", &self.gcp.url()])
-            .args(["--metrics-addr", &metrics.to_string()])
+        let mut cmd = run_command(BIN, self.cluster.kubeconfig(), metrics, "run-test");
+        cmd.args(["--gcp-emulator", &self.gcp.url()])
             .args(["--identity", identity])
-            .args(["--lease-duration", &format!("{LEASE_SECONDS}s")])
-            .args([
-                "--poll-active",
-                "100ms",
-                "--poll-stable",
-                "1s",
-                "--poll-capacity",
-                "200ms",
-            ])
-            .args(["--cluster-id", "run-test", "--project", "demo-project"])
-            .env("RUST_LOG", "warn,tpu_operator=info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tpu-operator run");
-        Replica {
-            child,
-            base: format!("http://{metrics}"),
-        }
+            .args(["--lease-duration", &format!("{LEASE_SECONDS}s")]);
+        Replica::spawn(cmd, metrics)
     }
 
     async fn holder(&self) -> Option<String> {
@@ -88,121 +61,13 @@ impl Env {
         leases.get_opt(LEASE).await.unwrap()?.spec?.holder_identity
     }
 
-    /// Creates the TpuSlice of examples/spot-queued-slice.yaml under `name`.
     async fn create_slice(&self, name: &str) {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/spot-queued-slice.yaml");
-        let mut obj: DynamicObject = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        obj.metadata.name = Some(name.into());
-        obj.metadata.namespace = Some("default".into());
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            "default",
-            &ApiResource::erase::<TpuSlice>(&()),
-        );
-        api.create(&PostParams::default(), &obj)
-            .await
-            .expect("create TpuSlice");
+        create_slice(&self.client, name).await;
     }
 
     async fn wait_ready(&self, name: &str) {
-        let api: Api<TpuSlice> = Api::namespaced(self.client.clone(), "default");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let slice = api.get(name).await.unwrap();
-            let ready = slice.status.as_ref().is_some_and(|s| {
-                s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            });
-            if ready {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "TpuSlice {name} never became Ready: {:#?}",
-                slice.status
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_slice_ready(&self.client, name).await;
     }
-}
-
-struct Replica {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Replica {
-    async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let resp = reqwest::get(format!("{}{path}", self.base)).await.ok()?;
-        let status = resp.status().as_u16();
-        Some((status, resp.text().await.ok()?))
-    }
-
-    async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.get("/readyz").await.map(|(s, _)| s) != Some(200) {
-            assert!(
-                Instant::now() < deadline,
-                "replica at {} never became ready",
-                self.base
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn leading(&self) -> bool {
-        self.get("/metrics")
-            .await
-            .is_some_and(|(_, body)| body.lines().any(|l| l == "tpu_operator_leader 1"))
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill {signal} failed");
-    }
-
-    /// Waits for the process to exit and returns whether it exited 0.
-    fn wait_exit(&mut self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.success();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tpu-operator did not exit within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
-}
-
-async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, limit: Duration, mut cond: F) -> Duration {
-    let started = Instant::now();
-    while !cond().await {
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    started.elapsed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -232,7 +97,11 @@ async fn reconciles_serves_metrics_and_health_and_exits_cleanly_on_sigterm() {
     }
 
     a.signal("-TERM");
-    assert!(a.wait_exit(Duration::from_secs(30)), "SIGTERM must exit 0");
+    assert_eq!(
+        a.wait_exit(Duration::from_secs(30)),
+        Some(true),
+        "SIGTERM must exit 0"
+    );
     assert_eq!(env.holder().await, None, "a clean shutdown releases the lease");
 }
 
@@ -279,5 +148,9 @@ async fn standby_replica_stays_passive_until_the_leader_is_killed_then_takes_ove
     env.wait_ready("after-takeover").await;
 
     b.signal("-TERM");
-    assert!(b.wait_exit(Duration::from_secs(30)), "SIGTERM must exit 0");
+    assert_eq!(
+        b.wait_exit(Duration::from_secs(30)),
+        Some(true),
+        "SIGTERM must exit 0"
+    );
 }

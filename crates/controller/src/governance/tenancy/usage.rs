@@ -145,17 +145,6 @@ pub fn sum<'a>(holdings: impl IntoIterator<Item = &'a Holding>, exclude: &str) -
     usage
 }
 
-/// What the listed objects hold, but `exclude`'s (the UID of the object being admitted).
-pub fn tally(
-    slices: &[TpuSlice],
-    pipelines: &[TrainingPipeline],
-    batches: &[PreprocessBatch],
-    exclude: &str,
-    prices: &PriceTable,
-) -> Usage {
-    sum(&holdings(slices, pipelines, batches, prices), exclude)
-}
-
 /// The namespace's slices, pipelines and batches, as one read.
 pub struct Listed {
     pub slices: Vec<TpuSlice>,
@@ -199,6 +188,17 @@ impl Listed {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// What the listed objects hold, but `exclude`'s (the UID of the object being admitted).
+    fn tally(
+        slices: &[TpuSlice],
+        pipelines: &[TrainingPipeline],
+        batches: &[PreprocessBatch],
+        exclude: &str,
+        prices: &PriceTable,
+    ) -> Usage {
+        sum(&holdings(slices, pipelines, batches, prices), exclude)
+    }
 
     fn slice(name: &str, uid: &str, phase: &str, accel: &str, capacity: serde_json::Value) -> TpuSlice {
         serde_json::from_value(json!({
