@@ -1,20 +1,24 @@
-//! Reconcilers for the tpu-operator custom resources, in three folders:
+//! Reconcilers for the tpu-operator custom resources, in four folders, each importing only
+//! from the ones before it:
 //!
-//! - [`runtime`]: the machinery every reconcile runs on (the `Context`, the compact watch cache
-//!   and settled-object skip, the cloud watch, backoff and the error-retry policy, status and
-//!   Event reporting, metrics, the clock, the error type).
-//! - [`governance`]: what is allowed and what it costs (tenancy policy, pricing, the orphan
-//!   sweeper).
-//! - [`kinds`]: one module per custom resource, each in the same shape: guards → finalizer →
-//!   observe → plan (pure) → act (at most one mutating cloud call) → report (status by
-//!   server-side apply).
+//! - [`runtime`]: the machinery every reconcile runs on, knowing no kind and no policy (settings,
+//!   the compact watch cache and settled-object skip, the cloud watch, backoff, fair share,
+//!   Events, metrics, the clock, the error type).
+//! - [`governance`]: what is allowed and what it costs (tenancy policy, pricing), and the orphan
+//!   sweeper.
+//! - [`reconcile`]: the pass, written once (target → policy → observe → plan → admission → act →
+//!   status → wait), the controller around it and the [`Context`] it runs with.
+//! - [`kinds`]: one folder per custom resource, each implementing
+//!   [`Kind`](reconcile::kind::Kind): only what differs between kinds.
 
 pub mod governance;
 pub mod kinds;
+pub mod reconcile;
 pub mod runtime;
 
+pub use reconcile::context::Context;
 pub use runtime::{
-    context::{Context, ControllerConfig},
+    config::ControllerConfig,
     error::{ReconcileError, Result},
 };
 

@@ -7,8 +7,7 @@ use kube::ResourceExt;
 use test_kit::TestEnv;
 use tpu_operator_api::tpu_slice::{TpuSlice, TpuSliceStatus};
 use tpu_operator_controller::{
-    kinds::tpu_slice::FIELD_MANAGER,
-    runtime::{error::Retry, report::apply_status},
+    kinds::tpu_slice::FIELD_MANAGER, reconcile::report::apply_status, runtime::error::Retry,
 };
 
 fn status(recreations: i32, message: &str) -> TpuSliceStatus {

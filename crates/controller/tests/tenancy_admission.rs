@@ -153,7 +153,12 @@ fn spawn_operator(env: &mut TestEnv, ctx: &Arc<tpu_operator_controller::Context>
     env.spawn(tpu_slice::run(ctx.clone(), stop.clone()));
     env.spawn(preprocess_batch::run(ctx.clone(), stop.clone()));
     env.spawn(training_pipeline::run(ctx.clone(), stop.clone()));
-    env.spawn(tenancy::report::run(ctx.clone(), stop));
+    env.spawn(tenancy::report::run(
+        ctx.tenancy.clone(),
+        ctx.clock.clone(),
+        ctx.config.clone(),
+        stop,
+    ));
 }
 
 #[tokio::test]

@@ -48,7 +48,12 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
         tpu_slice::run(ctx.clone(), shutdown.clone()),
         preprocess_batch::run(ctx.clone(), shutdown.clone()),
         training_pipeline::run(ctx.clone(), shutdown.clone()),
-        tenancy::report::run(ctx, shutdown),
+        tenancy::report::run(
+            ctx.tenancy.clone(),
+            ctx.clock.clone(),
+            ctx.config.clone(),
+            shutdown
+        ),
     );
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use kube::runtime::controller::Action;
 
-use crate::runtime::context::ControllerConfig;
+use crate::runtime::config::ControllerConfig;
 
 /// How soon to look at an object again, as a plan says it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

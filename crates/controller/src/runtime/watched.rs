@@ -35,10 +35,7 @@ use kube::{
 };
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned, de::Error as _};
 
-use crate::runtime::{
-    compressed::{self, Codec, Compressed},
-    context::Context,
-};
+use crate::runtime::compressed::{self, Codec, Compressed};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -165,13 +162,24 @@ pub fn cached_ref<K: Resource<DynamicType = ()>>(object: ObjectRef<K>) -> Object
     typed
 }
 
-/// A controller of the `K`s the operator watches, cached compactly.
-pub fn controller<K>(ctx: &Context) -> Controller<Cached<K>>
+/// An `Api` over `namespace`, or over every namespace.
+fn watched_api<K>(client: &kube::Client, namespace: Option<&str>) -> kube::Api<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => kube::Api::namespaced(client.clone(), ns),
+        None => kube::Api::all(client.clone()),
+    }
+}
+
+/// A controller of the `K`s in `namespace` (all: `None`), cached compactly.
+pub fn controller<K>(client: &kube::Client, namespace: Option<&str>) -> Controller<Cached<K>>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
     K: Clone + Serialize + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
 {
-    let api = ctx.watched_api::<Cached<K>>();
+    let api = watched_api::<Cached<K>>(client, namespace);
     let (reader, writer) = reflector::store();
     let objects = watcher(api, watcher::Config::default())
         .reflect(writer)
@@ -182,14 +190,15 @@ where
 /// The metadata of the `K`s the operator watches, for a controller that only needs their owner
 /// references.
 pub fn metadata<K>(
-    ctx: &Context,
+    client: &kube::Client,
+    namespace: Option<&str>,
 ) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
     K: Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
 {
     watcher(
-        ctx.watched_api::<PartialObjectMeta<K>>(),
+        watched_api::<PartialObjectMeta<K>>(client, namespace),
         watcher::Config::default(),
     )
     .modify(|obj: &mut PartialObjectMeta<K>| {

@@ -28,7 +28,7 @@ use super::{
         parse_zonal, uid_label,
     },
 };
-use crate::runtime::context::Context;
+use crate::reconcile::context::Context;
 
 fn labels_of<'a>(l: impl IntoIterator<Item = (&'a String, &'a String)>) -> BTreeMap<String, String> {
     l.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect()

@@ -56,7 +56,9 @@ use crate::{
         pricing::{CapacityKind, PriceTable},
         tenancy::usage::Holding,
     },
-    runtime::{context::Context, metrics::OrphanLabels, report},
+    reconcile::context::Context,
+    reconcile::report,
+    runtime::metrics::OrphanLabels,
 };
 
 /// Name of the summary ConfigMap.
@@ -203,7 +205,8 @@ impl Sweeper {
         let (orphans, mut out) = self.find(ctx).await?;
         // Only a sweep that listed every place may say an orphan is gone.
         let complete = out.errors.is_empty();
-        ctx.admission
+        ctx.tenancy
+            .admissions
             .orphans
             .swept(began, std::mem::take(&mut out.holdings), complete);
         let mut errors = std::mem::take(&mut out.errors);
@@ -280,7 +283,7 @@ impl Sweeper {
             })
         };
         *self.first_seen.lock().expect("sweeper state poisoned") = seen;
-        out.holdings = orphan_holdings(&orphans, &listing.tpu, &ctx.prices);
+        out.holdings = orphan_holdings(&orphans, &listing.tpu, &ctx.tenancy.prices);
         Ok((orphans, out))
     }
 

@@ -19,7 +19,7 @@ use tpu_operator_gcp::tpu_v2::model::{Node, accelerator_config};
 use super::{Denial, NetworkUse, Request, TpuUse, request};
 use crate::{
     governance::pricing::{CapacityKind, PriceTable},
-    runtime::{context::Context, error::Result},
+    runtime::error::Result,
 };
 
 /// Whose node it is, when it is not someone else's.
@@ -200,28 +200,24 @@ pub fn requests(
     Ok(std::iter::once(first).chain(more).collect())
 }
 
-/// The check before a node is taken over: every rule of the namespace's policy, with its usage,
-/// against the node as the cloud reports it. No policy: as `namespacesWithoutPolicy` says.
-/// Call it holding the guard of `ctx.admission.try_enter(..)` until the adoption is in status.
-pub async fn admit(
-    ctx: &Context,
+/// What taking over `node` asks of the namespace's policy: the requests a create of the node as
+/// the cloud reports it would make, admitted with usage like a create; or the refusal, when the
+/// node breaks a rule by what it is. No policy: as `namespacesWithoutPolicy` says.
+pub fn claim(
+    tenancy: &super::Tenancy,
     namespace: &str,
     node: &Node,
     spec: &TpuSliceSpec,
     project: &str,
-    holder: &super::Holder<'_>,
-) -> Result<Result<(), Denial>> {
-    let governing = ctx.policies.governing(namespace);
+) -> Result<Vec<super::Request>, Denial> {
+    let governing = tenancy.policies.governing(namespace);
     let Some(rule) = governing.rules().next() else {
-        return Ok(governing.refusal().map_or(Ok(()), Err));
+        return governing.refusal().map_or(Ok(Vec::new()), Err);
     };
-    match requests(node, spec, project, &spec.zone, &ctx.prices) {
-        Ok(requests) => super::admit(ctx, namespace, &requests, holder).await,
-        Err(message) => Ok(Err(Denial {
-            message: format!("denied by TpuPolicy {}, spec.allowAdoption: {message}", rule.name),
-            retry: false,
-        })),
-    }
+    requests(node, spec, project, &spec.zone, &tenancy.prices).map_err(|message| Denial {
+        message: format!("denied by TpuPolicy {}, spec.allowAdoption: {message}", rule.name),
+        retry: false,
+    })
 }
 
 #[cfg(test)]

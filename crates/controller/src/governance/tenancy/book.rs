@@ -21,8 +21,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::usage::{Holding, Listed, Usage, sum};
-use crate::runtime::{context::Context, error::Result};
+use super::{
+    Tenancy,
+    usage::{Holding, Listed, Usage, sum},
+};
+use crate::runtime::error::Result;
 
 /// How long a namespace's listing is reused by admissions: a quota that frees up is seen at most
 /// this late (refused objects look again every `poll_capacity`, 30 s by default, anyway).
@@ -69,8 +72,8 @@ pub struct UsageBook(Mutex<HashMap<String, Book>>);
 impl UsageBook {
     /// What `namespace` holds but the object `exclude` (its UID). Lists the namespace when its
     /// listing is older than [`LISTING_TTL`]. Call it holding the namespace's admission lock.
-    pub async fn usage(&self, ctx: &Context, namespace: &str, exclude: &str) -> Result<Usage> {
-        let orphans = ctx.admission.orphans.holdings(namespace);
+    pub async fn usage(&self, tenancy: &Tenancy, namespace: &str, exclude: &str) -> Result<Usage> {
+        let orphans = tenancy.admissions.orphans.holdings(namespace);
         {
             let books = self.0.lock().expect("usage book poisoned");
             if let Some(book) = books.get(namespace).filter(|b| b.fresh(Instant::now())) {
@@ -78,7 +81,9 @@ impl UsageBook {
             }
         }
         let at = Instant::now();
-        let holdings = Listed::read(ctx, namespace).await?.holdings(&ctx.prices);
+        let holdings = Listed::read(&tenancy.client, namespace)
+            .await?
+            .holdings(&tenancy.prices);
         let mut books = self.0.lock().expect("usage book poisoned");
         let book = books.entry(namespace.to_owned()).or_default();
         book.listed(at, holdings);

@@ -38,15 +38,46 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use tpu_operator_api::conditions::{find_condition, reasons, types};
 
-use crate::runtime::{
-    context::{Context, ControllerConfig},
-    error::Result,
+use crate::{
+    governance::pricing::PriceTable,
+    runtime::{config::ControllerConfig, error::Result},
 };
+
+/// What tenancy decisions read: the cluster's policies, the namespaces' admissions and usage, the
+/// price list, and the client usage is listed with. One per operator process, in the reconcile
+/// context; it knows no kind and no context.
+pub struct Tenancy {
+    pub client: kube::Client,
+    /// Who may use what, per namespace: the cluster's `TpuPolicy` objects (none watched:
+    /// everything allowed).
+    pub policies: Policies,
+    /// Policy admissions per namespace: their lock and usage (see [`Admissions`]).
+    pub admissions: Admissions,
+    /// List prices for cost estimates, budgets and per-object spend limits.
+    pub prices: Arc<PriceTable>,
+}
+
+impl Tenancy {
+    /// Nothing governed (no policy watched) until [`Tenancy::policies`] is replaced.
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            client,
+            policies: Policies::default(),
+            admissions: Admissions::default(),
+            prices: Arc::default(),
+        }
+    }
+
+    /// The namespace's admission lock (see [`Admissions::try_enter`]).
+    pub fn try_enter(&self, namespace: &str) -> Result<AdmissionGuard, Busy> {
+        self.admissions.try_enter(&self.policies, namespace)
+    }
+}
 
 /// The first look, before any cloud read: the rules that depend only on the spec (project,
 /// location, accelerator, capacity, per-object spend), against every governing policy.
-pub fn precheck(ctx: &Context, namespace: &str, requests: &[Request]) -> Result<(), Denial> {
-    let governing = ctx.policies.governing(namespace);
+pub fn precheck(tenancy: &Tenancy, namespace: &str, requests: &[Request]) -> Result<(), Denial> {
+    let governing = tenancy.policies.governing(namespace);
     check(&governing, requests, None)
 }
 
@@ -61,8 +92,8 @@ fn check(governing: &Governing, requests: &[Request], usage: Option<&Usage>) -> 
 
 /// The Cloud Storage rule alone (`allowedBuckets`) for `req`'s locations, against every governing
 /// policy: for a location the operator reads on every pass, not only before a create.
-pub fn check_storage(ctx: &Context, namespace: &str, req: &Request) -> Result<(), Denial> {
-    let governing = ctx.policies.governing(namespace);
+pub fn check_storage(tenancy: &Tenancy, namespace: &str, req: &Request) -> Result<(), Denial> {
+    let governing = tenancy.policies.governing(namespace);
     if let Some(denial) = governing.refusal() {
         return Err(denial);
     }
@@ -75,12 +106,12 @@ pub fn check_storage(ctx: &Context, namespace: &str, req: &Request) -> Result<()
 /// request is in the namespace's usage from now on. Call it holding the guard of [`Admissions::try_enter`] until the create is recorded in
 /// status. The outer `Err` is a failed Kubernetes read.
 pub async fn admit(
-    ctx: &Context,
+    tenancy: &Tenancy,
     namespace: &str,
     requests: &[Request],
     holder: &Holder<'_>,
 ) -> Result<Result<(), Denial>> {
-    let governing = ctx.policies.governing(namespace);
+    let governing = tenancy.policies.governing(namespace);
     if let Err(d) = check(&governing, requests, None) {
         return Ok(Err(d));
     }
@@ -88,12 +119,19 @@ pub async fn admit(
     if !counted || !governing.counts_usage() {
         return Ok(Ok(()));
     }
-    let usage = ctx.admission.book.usage(ctx, namespace, holder.uid).await?;
+    let usage = tenancy
+        .admissions
+        .book
+        .usage(tenancy, namespace, holder.uid)
+        .await?;
     if let Err(d) = check(&governing, requests, Some(&usage)) {
         return Ok(Err(d));
     }
     if holder.holds {
-        ctx.admission.book.admitted(namespace, holding(holder, requests));
+        tenancy
+            .admissions
+            .book
+            .admitted(namespace, holding(holder, requests));
     }
     Ok(Ok(()))
 }
@@ -128,11 +166,11 @@ fn holding(holder: &Holder<'_>, requests: &[Request]) -> usage::Holding {
 /// while every policy governing the namespace sets `allowOrphan` (an unrestricted namespace may).
 /// Admission refuses an `Orphan` create the policy forbids; this closes what admission cannot
 /// see: a spec edited to `Orphan` after its create, and a policy tightened since.
-pub fn deletion_policy(ctx: &Context, namespace: &str, spec: DeletionPolicy) -> DeletionPolicy {
+pub fn deletion_policy(tenancy: &Tenancy, namespace: &str, spec: DeletionPolicy) -> DeletionPolicy {
     if spec == DeletionPolicy::Delete {
         return spec;
     }
-    let governing = ctx.policies.governing(namespace);
+    let governing = tenancy.policies.governing(namespace);
     if governing.refusal().is_none() && governing.rules().all(|r| r.policy.allow_orphan) {
         return spec;
     }

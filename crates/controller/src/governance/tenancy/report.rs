@@ -19,8 +19,11 @@ use tpu_operator_api::{
     tpu_policy::{NamespaceUsage, TpuPolicy, TpuPolicyStatus},
 };
 
-use super::usage::Listed;
-use crate::{Shutdown, runtime::context::Context};
+use super::{Tenancy, usage::Listed};
+use crate::{
+    Shutdown,
+    runtime::{clock::Clock, config::ControllerConfig},
+};
 
 /// The least time between two refreshes (the interval is the capacity poll, default 30 s).
 const MIN_REFRESH: Duration = Duration::from_secs(1);
@@ -29,37 +32,43 @@ const MANAGER: &str = "tpu-operator";
 /// Per-namespace rows kept in one status (the totals count every namespace).
 const MAX_ROWS: usize = 100;
 
-/// Writes every policy's status until `shutdown` fires.
-pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
-    ctx.policies.ready().await;
-    let mut changes = Box::pin(ctx.policies.changes());
+/// Writes every policy's status until `shutdown` fires (`config`: the namespace watched and the
+/// refresh interval).
+pub async fn run(tenancy: Arc<Tenancy>, clock: Arc<dyn Clock>, config: ControllerConfig, shutdown: Shutdown) {
+    tenancy.policies.ready().await;
+    let mut changes = Box::pin(tenancy.policies.changes());
+    let watched = config.namespace.as_deref();
     loop {
-        if let Err(e) = refresh(&ctx).await {
+        if let Err(e) = refresh(&tenancy, clock.as_ref(), watched).await {
             tracing::warn!(error = %e, "refreshing TpuPolicy usage");
         }
         tokio::select! {
-            _ = tokio::time::sleep(ctx.config.poll_capacity.max(MIN_REFRESH)) => {}
+            _ = tokio::time::sleep(config.poll_capacity.max(MIN_REFRESH)) => {}
             _ = changes.next() => {}
             _ = shutdown.clone() => return,
         }
     }
 }
 
-/// One pass: read each selected namespace once, write the statuses that changed.
-pub async fn refresh(ctx: &Context) -> crate::runtime::error::Result<()> {
-    let selections = ctx.policies.selections();
+/// One pass: read each selected namespace once (of `watched` alone, when the operator watches
+/// one), write the statuses that changed.
+pub async fn refresh(
+    tenancy: &Tenancy,
+    clock: &dyn Clock,
+    watched: Option<&str>,
+) -> crate::runtime::error::Result<()> {
+    let selections = tenancy.policies.selections();
     let mut rows: HashMap<String, NamespaceUsage> = HashMap::new();
     for (_, namespaces) in &selections {
         for ns in namespaces {
-            if rows.contains_key(ns) || ctx.config.namespace.as_ref().is_some_and(|w| w != ns) {
+            if rows.contains_key(ns) || watched.is_some_and(|w| w != ns) {
                 continue;
             }
-            let listed = Listed::read(ctx, ns).await?;
-            rows.insert(ns.clone(), row(ns, &listed, ctx));
+            let listed = Listed::read(&tenancy.client, ns).await?;
+            rows.insert(ns.clone(), row(ns, &listed, tenancy));
         }
     }
-    let now =
-        Time(k8s_openapi::jiff::Timestamp::from_second(ctx.clock.now().timestamp()).unwrap_or_default());
+    let now = Time(k8s_openapi::jiff::Timestamp::from_second(clock.now().timestamp()).unwrap_or_default());
     for (policy, namespaces) in selections {
         let selected: Vec<&NamespaceUsage> = namespaces.iter().filter_map(|n| rows.get(n)).collect();
         let status = status_of(&policy, &selected, now.clone());
@@ -72,7 +81,7 @@ pub async fn refresh(ctx: &Context) -> crate::runtime::error::Result<()> {
             "kind": "TpuPolicy",
             "status": status,
         });
-        Api::<TpuPolicy>::all(ctx.client.clone())
+        Api::<TpuPolicy>::all(tenancy.client.clone())
             .patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body))
             .await
             .map_err(crate::runtime::error::ReconcileError::kube(
@@ -83,9 +92,9 @@ pub async fn refresh(ctx: &Context) -> crate::runtime::error::Result<()> {
 }
 
 /// What one namespace holds and how many of its objects a policy refuses.
-fn row(namespace: &str, listed: &Listed, ctx: &Context) -> NamespaceUsage {
-    let orphans = ctx.admission.orphans.holdings(namespace);
-    let usage = super::usage::sum(listed.holdings(&ctx.prices).iter().chain(&orphans), "");
+fn row(namespace: &str, listed: &Listed, tenancy: &Tenancy) -> NamespaceUsage {
+    let orphans = tenancy.admissions.orphans.holdings(namespace);
+    let usage = super::usage::sum(listed.holdings(&tenancy.prices).iter().chain(&orphans), "");
     let stalls = listed
         .slices
         .iter()

@@ -13,10 +13,7 @@ use tpu_operator_api::{
 use super::request;
 use crate::{
     governance::pricing::PriceTable,
-    runtime::{
-        context::Context,
-        error::{ReconcileError, Result},
-    },
+    runtime::error::{ReconcileError, Result},
 };
 
 /// Chips and spend the rest of a namespace holds.
@@ -154,19 +151,19 @@ pub struct Listed {
 
 impl Listed {
     /// Lists the three kinds in `namespace`.
-    pub async fn read(ctx: &Context, namespace: &str) -> Result<Self> {
+    pub async fn read(client: &kube::Client, namespace: &str) -> Result<Self> {
         let lp = ListParams::default();
-        let slices = Api::<TpuSlice>::namespaced(ctx.client.clone(), namespace)
+        let slices = Api::<TpuSlice>::namespaced(client.clone(), namespace)
             .list(&lp)
             .await
             .map_err(ReconcileError::kube("list TpuSlices for the namespace's usage"))?;
-        let pipelines = Api::<TrainingPipeline>::namespaced(ctx.client.clone(), namespace)
+        let pipelines = Api::<TrainingPipeline>::namespaced(client.clone(), namespace)
             .list(&lp)
             .await
             .map_err(ReconcileError::kube(
                 "list TrainingPipelines for the namespace's usage",
             ))?;
-        let batches = Api::<PreprocessBatch>::namespaced(ctx.client.clone(), namespace)
+        let batches = Api::<PreprocessBatch>::namespaced(client.clone(), namespace)
             .list(&lp)
             .await
             .map_err(ReconcileError::kube(

@@ -12,10 +12,8 @@ use super::{
     observe::{ObservedBatch, Target},
     spec::batch_request,
 };
-use crate::runtime::{
-    context::Context,
-    error::{ReconcileError, Result},
-};
+use crate::reconcile::context::Context;
+use crate::runtime::error::{ReconcileError, Result};
 
 /// How a submit went.
 #[derive(Clone, Debug, PartialEq)]

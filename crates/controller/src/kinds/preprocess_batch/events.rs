@@ -6,7 +6,7 @@ use tpu_operator_api::{
     preprocess_batch::{PreprocessBatchPhase as Phase, PreprocessBatchStatus},
 };
 
-pub use crate::runtime::report::Transition;
+pub use crate::reconcile::report::Transition;
 
 /// The Events of going from `old` to `new`: only real transitions (new attempt, finished,
 /// retrying, stalled), never a repeat of the same state.

@@ -19,29 +19,37 @@ pub mod status;
 
 use std::sync::Arc;
 
-use kube::{ResourceExt, runtime::controller::Action};
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
 use tpu_operator_api::{
-    common::DeletionPolicy,
+    common::{CostEstimate, DeletionPolicy},
     conditions::reasons,
     naming::ObjectIdentity,
     preprocess_batch::{PreprocessBatch, PreprocessBatchPhase, PreprocessBatchStatus},
 };
-
 use tpu_operator_gcp::dataproc_v1::model::{Batch, batch::State as BatchState};
 
 use self::{
-    observe::Target,
+    act::SubmitOutcome,
+    observe::{BatchLookup, Observed, Target},
     plan::{CleanupStep, Plan, Requeue},
 };
 use crate::{
     Shutdown,
     governance::tenancy,
-    runtime::{
-        cloud_watch::{Listable, Owner},
+    reconcile::{
         context::Context,
-        driver::{self, Reconciler},
+        driver,
+        kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop},
+        report::Transition,
+        status::WriteAhead,
+        wait::{Wait, Watch},
+    },
+    runtime::{
+        cloud_watch::Listable,
+        config::ControllerConfig,
         error::{ReconcileError, Result},
-        report::{self, Transition},
     },
 };
 
@@ -50,32 +58,161 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     driver::run::<PreprocessBatch>(ctx, shutdown).await;
 }
 
-impl Reconciler for PreprocessBatch {
+/// What a pass's one Dataproc call did.
+pub enum Done {
+    Nothing,
+    /// The batch of `attempt` was submitted (or found, or refused).
+    Submitted {
+        attempt: u32,
+        outcome: Box<SubmitOutcome>,
+    },
+}
+
+impl Kind for PreprocessBatch {
     const KIND: &'static str = "PreprocessBatch";
     const FIELD_MANAGER: &'static str = status::FIELD_MANAGER;
     const SETTLES: bool = true;
     type Status = PreprocessBatchStatus;
-
-    fn conditions(
-        status: &PreprocessBatchStatus,
-    ) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
-        &status.conditions
-    }
+    type Target = Target;
+    type Observed = Observed;
+    type Plan = Plan;
+    type Done = Done;
 
     fn status(&self) -> Option<&PreprocessBatchStatus> {
         self.status.as_ref()
     }
 
-    async fn apply(&self, ctx: &Context) -> Result<Action> {
-        apply(self, ctx).await
+    fn conditions(status: &PreprocessBatchStatus) -> &[Condition] {
+        &status.conditions
     }
 
-    async fn cleanup(&self, ctx: &Context) -> Result<Option<Action>> {
-        cleanup(self, ctx).await
+    fn spend(status: &PreprocessBatchStatus) -> Option<&CostEstimate> {
+        status.estimated_cost.as_ref()
     }
 
-    async fn cleaned_up(&self, ctx: &Context) -> Result<Action> {
-        cleaned_up(self, ctx).await
+    /// The object's identity and Dataproc location.
+    fn target(&self, ctx: &Context) -> Result<Result<Target, Stop>> {
+        let identity = ObjectIdentity::new(
+            self.namespace()
+                .ok_or(ReconcileError::MissingMetadata("namespace"))?,
+            self.name_any(),
+            self.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
+        );
+        let Some(project) = ctx.project_for(&identity.namespace, self.spec.project.as_deref()) else {
+            return Ok(Err(Stop {
+                reason: reasons::INVALID_SPEC,
+                message: "spec.project is not set and the operator has no default project".into(),
+            }));
+        };
+        Ok(Ok(Target {
+            identity,
+            parent: format!("projects/{project}/locations/{}", self.spec.region),
+        }))
+    }
+
+    /// Tenancy policy (project, region, service account, network) before the first cloud read.
+    fn first_look(&self, _ctx: &Context, t: &Target) -> Vec<tenancy::Request> {
+        let never_submitted = self.status.as_ref().is_none_or(|s| s.attempts == 0);
+        if never_submitted {
+            vec![request(self, t)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    async fn observe(&self, ctx: &Context, t: &Target) -> Result<Observed> {
+        let old = self.status.clone().unwrap_or_default();
+        observe::observe(ctx, t, &self.spec, &old).await
+    }
+
+    fn plan(&self, now: DateTime<Utc>, _t: &Target, observed: &Observed) -> Plan {
+        let old = self.status.clone().unwrap_or_default();
+        plan::plan(&self.spec.batch, &old, observed, now)
+    }
+
+    /// And before every submit.
+    fn admission(&self, _ctx: &Context, t: &Target, plan: &Plan) -> Option<Admission> {
+        matches!(plan, Plan::Submit { .. }).then(|| Admission {
+            checked: vec![request(self, t)],
+            counted: Vec::new(),
+            holder: OwnedHolder::default(),
+        })
+    }
+
+    async fn act(
+        &self,
+        ctx: &Context,
+        t: &Target,
+        _observed: &mut Observed,
+        plan: &mut Plan,
+        _ahead: &mut WriteAhead<'_, Self>,
+    ) -> Result<Acted<Done>> {
+        let Plan::Submit { attempt, .. } = plan else {
+            return Ok(Acted::done(Done::Nothing));
+        };
+        let outcome = act::submit(ctx, t, &self.spec, *attempt).await?;
+        Ok(Acted::done(Done::Submitted {
+            attempt: *attempt,
+            outcome: Box::new(outcome),
+        }))
+    }
+
+    fn report(&self, now: DateTime<Utc>, pass: &Pass<'_, Self>) -> PreprocessBatchStatus {
+        match (pass.plan, pass.done) {
+            (Plan::Report(report), _) => status::from_report(self, pass.observed, report, now),
+            (Plan::Submit { after_failure, .. }, Done::Submitted { outcome, .. }) => {
+                status::after_submit(self, outcome, after_failure.as_deref(), now)
+            }
+            _ => status::unchanged(self),
+        }
+    }
+
+    /// The batch this pass saw (or just submitted), watched while it changes by itself.
+    fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, _new: &PreprocessBatchStatus) -> Wait {
+        let mut seen = match &pass.observed.batch {
+            BatchLookup::Found(b) => Some((b.name.clone(), b.state.clone())),
+            _ => None,
+        };
+        let next = match (pass.plan, pass.done) {
+            (Plan::Keep(next), _) => *next,
+            (Plan::Report(report), _) => report.requeue,
+            (_, Done::Submitted { attempt, outcome }) => {
+                seen = Some((pass.target.batch_name(*attempt), BatchState::Pending));
+                match outcome.as_ref() {
+                    SubmitOutcome::Refused { .. } => Requeue::Stable,
+                    SubmitOutcome::Created { .. } | SubmitOutcome::Adopted { .. } => Requeue::Active,
+                }
+            }
+            (Plan::Submit { .. }, Done::Nothing) => Requeue::Active,
+        };
+        match seen {
+            Some((name, state)) if next == Requeue::Active && Batch::lists(&state) => {
+                Wait::watch(Watch::state::<Batch>(&name, &state))
+            }
+            seen => Wait::poll_unwatching::<Batch>(next.after(config), seen.as_ref().map(|s| s.0.as_str())),
+        }
+    }
+
+    fn deletion_policy(&self) -> DeletionPolicy {
+        self.spec.deletion_policy
+    }
+
+    async fn clean(&self, ctx: &Context, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
+        clean(self, ctx, t).await
+    }
+
+    fn cleaned_up(&self, policy: DeletionPolicy) -> Option<Transition> {
+        let note = match policy {
+            DeletionPolicy::Delete => "all Dataproc batches of this object are deleted".to_string(),
+            DeletionPolicy::Orphan => format!(
+                "deletionPolicy Orphan: Dataproc batches left in place ({})",
+                self.status
+                    .as_ref()
+                    .and_then(|s| s.batch_name.clone())
+                    .unwrap_or_else(|| "none created".into())
+            ),
+        };
+        Some(Transition::normal("Deleted", note))
     }
 
     fn transitions(old: &PreprocessBatchStatus, new: &PreprocessBatchStatus) -> Vec<Transition> {
@@ -88,112 +225,32 @@ impl Reconciler for PreprocessBatch {
         reason: &'static str,
         message: &str,
         _retry: bool,
-        now: chrono::DateTime<chrono::Utc>,
+        now: DateTime<Utc>,
     ) -> PreprocessBatchStatus {
         status::stalled(old, self.metadata.generation, reason, message, now)
     }
 }
 
-/// The object's identity and Dataproc location; `None` when no project is known. The error names
-/// the missing metadata field.
-fn target(obj: &PreprocessBatch, ctx: &Context) -> std::result::Result<Option<Target>, &'static str> {
-    let identity = ObjectIdentity::new(
-        obj.namespace().ok_or("namespace")?,
-        obj.name_any(),
-        obj.uid().ok_or("uid")?,
-    );
-    Ok(ctx
-        .project_for(&identity.namespace, obj.spec.project.as_deref())
-        .map(|project| Target {
-            identity,
-            parent: format!("projects/{project}/locations/{}", obj.spec.region),
-        }))
-}
-
-async fn apply(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
-    let now = ctx.clock.now();
-    let Some(target) = target(obj, ctx).map_err(ReconcileError::MissingMetadata)? else {
-        write(ctx, obj, status::no_project(obj, now)).await?;
-        return Ok(Requeue::Stable.action(&ctx.config));
-    };
-    let old = obj.status.clone().unwrap_or_default();
-    // Tenancy policy (project, region, service account, network), before the first cloud read
-    // and before every submit.
-    let project = target.parent.split('/').nth(1).unwrap_or_default();
-    let request = tenancy::Request {
+/// What the batch asks of the namespace's policy.
+fn request(obj: &PreprocessBatch, t: &Target) -> tenancy::Request {
+    let project = t.parent.split('/').nth(1).unwrap_or_default();
+    tenancy::Request {
         orphan: tenancy::request::orphans(obj.spec.deletion_policy),
         ..tenancy::request::batch(project, &obj.spec.region, &obj.spec.batch)
-    };
-    let denied = tenancy::precheck(ctx, &target.identity.namespace, std::slice::from_ref(&request)).err();
-    if let Some(denial) = denied.as_ref().filter(|_| old.attempts == 0) {
-        record_spend(ctx, obj, &old);
-        driver::stall(ctx, obj, reasons::POLICY_DENIED, &denial.message, denial.retry).await?;
-        return Ok(Requeue::Stable.action(&ctx.config));
     }
-    let observed = observe::observe(ctx, &target, &obj.spec, &old).await?;
-    // The batch this pass saw (or just submitted), for the cloud watch.
-    let mut seen = match &observed.batch {
-        observe::BatchLookup::Found(b) => Some((b.name.clone(), b.state.clone())),
-        _ => None,
-    };
-    let (new, next) = match plan::plan(&obj.spec.batch, &old, &observed, now) {
-        Plan::Keep(next) => (status::unchanged(obj), next),
-        Plan::Report(report) => (status::from_report(obj, &observed, &report, now), report.requeue),
-        Plan::Submit { .. } if let Some(denial) = &denied => {
-            let stalled = obj.stalled(&old, reasons::POLICY_DENIED, &denial.message, denial.retry, now);
-            (stalled, Requeue::Stable)
-        }
-        Plan::Submit {
-            attempt,
-            after_failure,
-        } => {
-            let outcome = act::submit(ctx, &target, &obj.spec, attempt).await?;
-            seen = Some((target.batch_name(attempt), BatchState::Pending));
-            let next = match &outcome {
-                act::SubmitOutcome::Refused { .. } => Requeue::Stable,
-                act::SubmitOutcome::Created { .. } | act::SubmitOutcome::Adopted { .. } => Requeue::Active,
-            };
-            (
-                status::after_submit(obj, &outcome, after_failure.as_deref(), now),
-                next,
-            )
-        }
-    };
-    write(ctx, obj, new).await?;
-    let wait = match (next, seen) {
-        (Requeue::Active, Some((name, state))) if Batch::lists(&state) => {
-            ctx.cloud_watch.watch::<Batch>(ctx, &name, &state, Owner::of(obj))
-        }
-        (next, seen) => {
-            if let Some((name, _)) = seen {
-                ctx.cloud_watch.unwatch::<Batch>(&name);
-            }
-            next.after(&ctx.config)
-        }
-    };
-    Ok(ctx.settled.settle(obj, wait))
 }
 
-/// One deletion pass. `None` once nothing is left to clean up (or the policy is Orphan).
-async fn cleanup(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Action>> {
-    let Some(target) = target(obj, ctx).map_err(ReconcileError::MissingMetadata)? else {
-        // Without a project nothing was ever created.
-        return Ok(None);
-    };
-    let policy = tenancy::deletion_policy(ctx, &target.identity.namespace, obj.spec.deletion_policy);
-    if policy == DeletionPolicy::Orphan {
-        return Ok(None);
-    }
+/// One deletion pass (policy `Delete`).
+async fn clean(obj: &PreprocessBatch, ctx: &Context, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
     if let Some(batch) = only_batch(obj) {
         // Its one batch finished and status named it after seeing it finish, so no other batch
         // of this object can exist: delete it by name, without listing by label first (issue 25).
         act::delete(ctx, &batch).await?;
-        return Ok(None);
+        return Ok(Cleaned::done());
     }
-    let batches = observe::observe_cleanup(ctx, &target).await?;
-    let now = ctx.clock.now();
-    let (phase, reason, message) = match plan::plan_cleanup(policy, &batches) {
-        CleanupStep::Done | CleanupStep::Orphan => return Ok(None),
+    let batches = observe::observe_cleanup(ctx, t).await?;
+    let (phase, reason, message) = match plan::plan_cleanup(DeletionPolicy::Delete, &batches) {
+        CleanupStep::Done | CleanupStep::Orphan => return Ok(Cleaned::done()),
         CleanupStep::Cancel { batch, operation } => {
             act::cancel(ctx, &operation).await?;
             (
@@ -209,7 +266,7 @@ async fn cleanup(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Action>>
             // that was the last one the finalizer can go now, without a second listing to see
             // an empty result.
             if batches.len() == 1 {
-                return Ok(None);
+                return Ok(Cleaned::done());
             }
             (
                 PreprocessBatchPhase::Deleting,
@@ -219,8 +276,12 @@ async fn cleanup(obj: &PreprocessBatch, ctx: &Context) -> Result<Option<Action>>
         }
         CleanupStep::Wait { message } => (PreprocessBatchPhase::Cancelling, reasons::CANCELLING, message),
     };
-    write(ctx, obj, status::cleaning_up(obj, phase, reason, &message, now)).await?;
-    Ok(Some(Requeue::Active.action(&ctx.config)))
+    let now = ctx.clock.now();
+    Ok(Cleaned::Pending {
+        status: Some(status::cleaning_up(obj, phase, reason, &message, now)),
+        wait: Wait::after(Requeue::Active.after(&ctx.config)),
+        failed: None,
+    })
 }
 
 /// The batch a finished single-attempt object ran, when that is provably its only batch: a
@@ -235,37 +296,4 @@ fn only_batch(obj: &PreprocessBatch) -> Option<String> {
     (finished && status.attempts == 1 && status.pending_operation.is_none())
         .then(|| status.batch_name.clone())
         .flatten()
-}
-
-/// Called by the finalizer helper once every batch is gone (or orphaned).
-async fn cleaned_up(obj: &PreprocessBatch, ctx: &Context) -> Result<Action> {
-    let namespace = obj.metadata.namespace.as_deref().unwrap_or_default();
-    let note = match tenancy::deletion_policy(ctx, namespace, obj.spec.deletion_policy) {
-        DeletionPolicy::Delete => "all Dataproc batches of this object are deleted".to_string(),
-        DeletionPolicy::Orphan => format!(
-            "deletionPolicy Orphan: Dataproc batches left in place ({})",
-            obj.status
-                .as_ref()
-                .and_then(|s| s.batch_name.clone())
-                .unwrap_or_else(|| "none created".into())
-        ),
-    };
-    report::publish_event(ctx, obj, false, "Deleted", note).await;
-    Ok(Action::await_change())
-}
-
-/// Writes `new` if it differs from the stored status, then publishes the Events of the change.
-async fn write(ctx: &Context, obj: &PreprocessBatch, new: PreprocessBatchStatus) -> Result<()> {
-    record_spend(ctx, obj, &new);
-    driver::write_status(ctx, obj, Some(&obj.status.clone().unwrap_or_default()), &new).await?;
-    Ok(())
-}
-
-/// The object's estimated spend, for the per-namespace spend metric (recorded on every pass, the
-/// status written or not).
-fn record_spend(ctx: &Context, obj: &PreprocessBatch, status: &PreprocessBatchStatus) {
-    if let (Some(ns), Some(uid)) = (obj.namespace(), obj.uid()) {
-        ctx.metrics
-            .record_spend(&ns, &uid, status.estimated_cost.as_ref());
-    }
 }

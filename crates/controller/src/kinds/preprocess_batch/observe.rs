@@ -15,10 +15,8 @@ use tpu_operator_gcp::{
     wkt,
 };
 
-use crate::runtime::{
-    context::Context,
-    error::{ReconcileError, Result},
-};
+use crate::reconcile::context::Context;
+use crate::runtime::error::{ReconcileError, Result};
 
 /// Where this object's batches live and what they are called.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use super::{
     plan::Action,
     spec::{self, Create, Desired},
 };
-use crate::runtime::context::Context;
+use crate::reconcile::context::Context;
 
 /// The request-id purpose of queued-resource creates (one id per incarnation).
 const CREATE_QR: &str = "create-queued-resource";

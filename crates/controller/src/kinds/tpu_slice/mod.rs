@@ -26,12 +26,15 @@ mod plan;
 mod spec;
 mod status;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use kube::{Resource, ResourceExt, runtime::controller::Action};
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{Resource, ResourceExt};
 use tpu_operator_api::{
     DeletionPolicy,
     accelerator::SliceShape,
+    common::CostEstimate,
     conditions::{Progress, find_condition, reasons, types},
     naming::ObjectIdentity,
     tpu_slice::{DONE_URI_ANNOTATION, Provisioner, TpuSlice, TpuSlicePhase, TpuSliceStatus},
@@ -52,13 +55,18 @@ use self::{
 };
 use crate::{
     Shutdown,
-    governance::tenancy,
-    runtime::{
-        cloud_watch::Owner,
+    governance::tenancy::{self, usage::Holding},
+    reconcile::{
         context::Context,
-        driver::{self, Reconciler},
-        error::{ReconcileError, Result},
+        driver,
+        kind::{Acted, Admission, Claim, Cleaned, Kind, OwnedHolder, Pass, Stop},
         report::Transition,
+        status::WriteAhead,
+        wait::{Unwatch, Wait, Watch},
+    },
+    runtime::{
+        config::ControllerConfig,
+        error::{ReconcileError, Result},
     },
 };
 
@@ -67,26 +75,167 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     driver::run::<TpuSlice>(ctx, shutdown).await;
 }
 
-impl Reconciler for TpuSlice {
+/// What a pass read: the cloud by name, and when the workload last said it was done.
+impl Kind for TpuSlice {
     const KIND: &'static str = "TpuSlice";
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
     const SETTLES: bool = true;
     type Status = TpuSliceStatus;
-
-    fn conditions(status: &TpuSliceStatus) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
-        &status.conditions
-    }
+    type Target = Target;
+    type Observed = Observed;
+    type Plan = Plan;
+    /// The operation the action started, if any.
+    type Done = Option<act::Started>;
 
     fn status(&self) -> Option<&TpuSliceStatus> {
         self.status.as_ref()
     }
 
-    async fn apply(&self, ctx: &Context) -> Result<Action> {
-        apply(self, ctx).await
+    fn conditions(status: &TpuSliceStatus) -> &[Condition] {
+        &status.conditions
     }
 
-    async fn cleanup(&self, ctx: &Context) -> Result<Option<Action>> {
-        cleanup(self, ctx).await
+    fn spend(status: &TpuSliceStatus) -> Option<&CostEstimate> {
+        status.estimated_cost.as_ref()
+    }
+
+    fn target(&self, ctx: &Context) -> Result<Result<Target, Stop>> {
+        Ok(Target::new(self, ctx)?.ok_or_else(|| Stop {
+            reason: reasons::INVALID_SPEC,
+            message: "no GCP project: set spec.project or the operator's default project".into(),
+        }))
+    }
+
+    /// First look, before any cloud read: a slice that never created (or adopted) anything and
+    /// breaks a rule of its spec alone makes no cloud call at all. An adoption is judged here by
+    /// its spec (`allowAdoption`, project, zone, ...), and by the node itself once it is read.
+    fn first_look(&self, ctx: &Context, t: &Target) -> Vec<tenancy::Request> {
+        let never_created = self
+            .status
+            .as_ref()
+            .is_none_or(|s| s.node_name.is_none() && s.queued_resource_name.is_none());
+        if !never_created {
+            return Vec::new();
+        }
+        let request = if t.names.adopted {
+            let node = &t.names.current.node;
+            tenancy::request::adopting_slice(&self.spec, &t.names.project, node, &ctx.tenancy.prices)
+        } else {
+            t.request.clone()
+        };
+        request.into_iter().collect()
+    }
+
+    async fn observe(&self, ctx: &Context, t: &Target) -> Result<Observed> {
+        let pending = self.status.as_ref().and_then(|s| s.pending_operation.as_deref());
+        let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
+        observed.workload_done =
+            observe::workload_done(ctx, &self.spec, &t.desired, observed.node.as_ref()).await?;
+        Ok(observed)
+    }
+
+    /// Adoption: a node that is not yet this slice's (no identity labels of its own) is taken
+    /// over only after the same checks as a create, against the node as it is, and never from
+    /// another owner. Nothing is changed on a refused node, and deleting the slice leaves it
+    /// alone.
+    fn claim(&self, ctx: &Context, t: &Target, observed: &Observed) -> Claim {
+        let Some(node) = observed.node.as_ref().filter(|_| t.names.adopted) else {
+            return Claim::Nothing;
+        };
+        let cluster = ctx.config.cluster_id.as_str();
+        match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
+            Err(denial) => Claim::Refused(denial),
+            Ok(tenancy::adoption::Ownership::Ours) => Claim::Nothing,
+            Ok(tenancy::adoption::Ownership::Unclaimed) => {
+                let ns = t.identity.namespace.as_str();
+                let project = t.names.project.as_str();
+                match tenancy::adoption::claim(&ctx.tenancy, ns, node, &self.spec, project) {
+                    Err(denial) => Claim::Refused(denial),
+                    Ok(counted) => Claim::Admit(Admission {
+                        checked: Vec::new(),
+                        counted,
+                        holder: t.holder(),
+                    }),
+                }
+            }
+        }
+    }
+
+    fn plan(&self, now: DateTime<Utc>, t: &Target, observed: &Observed) -> Plan {
+        let old = self.status.clone().unwrap_or_default();
+        plan::plan(&plan_input(self, t, &old, observed, now))
+    }
+
+    /// Right before a create: every rule, with the namespace's chip quota and budget.
+    fn admission(&self, _ctx: &Context, t: &Target, plan: &Plan) -> Option<Admission> {
+        let creates = matches!(plan.action, Step::CreateNode | Step::CreateQueuedResource);
+        let request = t.request.clone().filter(|_| creates)?;
+        Some(Admission {
+            checked: Vec::new(),
+            counted: vec![request],
+            holder: t.holder(),
+        })
+    }
+
+    async fn act(
+        &self,
+        ctx: &Context,
+        t: &Target,
+        observed: &mut Observed,
+        plan: &mut Plan,
+        _ahead: &mut WriteAhead<'_, Self>,
+    ) -> Result<Acted<Option<act::Started>>> {
+        let old = self.status.clone().unwrap_or_default();
+        let request = t.request(&old, observed.node.as_ref());
+        let (started, failure) = act_on_plan(ctx, plan, &request).await?;
+        // A permanent refusal (permission, invalid request) goes into the status; returning the
+        // error as well gives the object the slow, backed-off retry of `error_policy`.
+        let failed = failure
+            .filter(|_| plan.assessment.progress == Progress::Stalled)
+            .map(ReconcileError::gcp(action_name(&plan.action)));
+        Ok(Acted {
+            done: started,
+            events: Vec::new(),
+            failed,
+        })
+    }
+
+    fn report(&self, now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TpuSliceStatus {
+        build_status(
+            self,
+            pass.target,
+            pass.old,
+            pass.observed,
+            pass.plan,
+            pass.done.as_ref(),
+            now,
+        )
+    }
+
+    fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, _new: &TpuSliceStatus) -> Wait {
+        let node = &pass.target.names.current.node;
+        match pass.plan.assessment.requeue {
+            Requeue::Active => watch_node(
+                config,
+                &pass.target.names,
+                pass.observed,
+                &pass.plan.action,
+                pass.done.as_ref(),
+            ),
+            other => Wait::poll_unwatching::<Node>(other.after(config), Some(node)),
+        }
+    }
+
+    fn deletion_policy(&self) -> DeletionPolicy {
+        self.spec.deletion_policy
+    }
+
+    fn orphaned(&self, ctx: &Context, t: &Target) -> Option<Holding> {
+        orphaned(self, ctx, t)
+    }
+
+    async fn clean(&self, ctx: &Context, t: &Target) -> Result<Cleaned<TpuSliceStatus>> {
+        clean(self, ctx, t).await
     }
 
     fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
@@ -101,17 +250,12 @@ impl Reconciler for TpuSlice {
         reason: &'static str,
         message: &str,
         retry: bool,
-        now: chrono::DateTime<chrono::Utc>,
+        now: DateTime<Utc>,
     ) -> TpuSliceStatus {
         status::stalled(old, self.meta().generation, reason, message, retry, now)
     }
 
-    fn refused(
-        &self,
-        old: &TpuSliceStatus,
-        message: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> TpuSliceStatus {
+    fn refused(&self, old: &TpuSliceStatus, message: &str, now: DateTime<Utc>) -> TpuSliceStatus {
         status::refused(old, self.meta().generation, message, now)
     }
 }
@@ -129,7 +273,7 @@ fn done_uri_allowed(ctx: &Context, namespace: &str, uri: &str) -> bool {
         }],
         ..tenancy::Request::default()
     };
-    match tenancy::check_storage(ctx, namespace, &req) {
+    match tenancy::check_storage(&ctx.tenancy, namespace, &req) {
         Ok(()) => true,
         Err(denial) => {
             tracing::warn!(namespace, message = %denial.message, "ignoring the done-uri annotation");
@@ -139,7 +283,7 @@ fn done_uri_allowed(ctx: &Context, namespace: &str, uri: &str) -> bool {
 }
 
 /// What the slice is called in the cloud and what its node must carry.
-struct Target {
+pub struct Target {
     identity: ObjectIdentity,
     names: Names,
     desired: Desired,
@@ -148,6 +292,10 @@ struct Target {
     checked: Result<spec::Checked, String>,
     /// `TpuSlice <name>`, as usage lists it.
     holder: String,
+    /// What a create asks of the namespace's policy (`None`: the spec has no valid shape).
+    request: Option<tenancy::Request>,
+    /// Estimated US dollars per hour while the node runs, and the price key.
+    price: Option<(f64, String)>,
 }
 
 impl Target {
@@ -171,7 +319,10 @@ impl Target {
         let desired = spec::desired(&slice.spec, &identity, &ctx.config.cluster_id, done_uri);
         let names = Names::new(slice, &identity, project);
         let checked = spec::check(&slice.spec, &desired, &identity, &names.create_at());
+        let prices = &ctx.tenancy.prices;
         Ok(Some(Self {
+            request: tenancy::request::tpu_slice(&slice.spec, &names.project, prices),
+            price: tenancy::request::slice_per_hour(&slice.spec, prices),
             holder: format!("TpuSlice {}", identity.name),
             identity,
             names,
@@ -181,10 +332,10 @@ impl Target {
     }
 
     /// The slice as the namespace's usage names it.
-    fn holder(&self) -> tenancy::Holder<'_> {
-        tenancy::Holder {
-            uid: &self.identity.uid,
-            what: &self.holder,
+    fn holder(&self) -> OwnedHolder {
+        OwnedHolder {
+            uid: self.identity.uid.clone(),
+            what: self.holder.clone(),
             holds: true,
         }
     }
@@ -203,135 +354,6 @@ impl Target {
             create: self.checked.as_ref().ok().map(|c| &c.create),
             recreations: old.recreations.max(0) as u32,
             node,
-        }
-    }
-}
-
-use tenancy::AdmissionGuard;
-
-/// What an admission came to: the namespace's lock to hold until the create is in status, a
-/// refusal, or the lock held by another object of the namespace.
-enum Admitted {
-    Yes(AdmissionGuard),
-    Denied(tenancy::Denial),
-    Busy,
-}
-
-impl Admitted {
-    fn of(guard: AdmissionGuard, verdict: Result<(), tenancy::Denial>) -> Self {
-        match verdict {
-            Ok(()) => Self::Yes(guard),
-            Err(denial) => Self::Denied(denial),
-        }
-    }
-}
-
-/// Creates, waits, recreates after preemption, corrects drift and reports.
-async fn apply(slice: &TpuSlice, ctx: &Context) -> Result<Action> {
-    let old = slice.status.clone().unwrap_or_default();
-    let Some(t) = Target::new(slice, ctx)? else {
-        let message = "no GCP project: set spec.project or the operator's default project";
-        driver::stall(ctx, slice, reasons::INVALID_SPEC, message, false).await?;
-        return Ok(Action::await_change());
-    };
-    let request = tenancy::request::tpu_slice(&slice.spec, &t.names.project, &ctx.prices);
-    if let Some(denial) = first_look(ctx, slice, &t, &old, request.as_ref()) {
-        return deny(ctx, slice, denial).await;
-    }
-    let pending = old.pending_operation.as_deref();
-    let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
-    let adoption_lock = match adopt(ctx, slice, &t, &observed).await? {
-        Admitted::Yes(guard) => guard,
-        Admitted::Denied(denial) => return deny(ctx, slice, denial).await,
-        Admitted::Busy => return Ok(Action::requeue(tenancy::Busy::wait())),
-    };
-    observed.workload_done =
-        observe::workload_done(ctx, &slice.spec, &t.desired, observed.node.as_ref()).await?;
-    let mut plan = plan::plan(&plan_input(slice, &t, &old, &observed, ctx.clock.now()));
-    // Right before a create: every rule, with the namespace's chip quota and budget. The lock is
-    // held until the create is in status, so concurrent admissions see each other.
-    let _admission = match (&plan.action, &request) {
-        (Step::CreateNode | Step::CreateQueuedResource, Some(req)) => {
-            match admit_create(ctx, &t, req, adoption_lock.is_some()).await? {
-                Admitted::Yes(guard) => guard,
-                Admitted::Denied(denial) => return deny(ctx, slice, denial).await,
-                Admitted::Busy => return Ok(Action::requeue(tenancy::Busy::wait())),
-            }
-        }
-        _ => None,
-    };
-    let request = t.request(&old, observed.node.as_ref());
-    let (started, failure) = act_on_plan(ctx, &mut plan, &request).await?;
-    report(
-        ctx,
-        slice,
-        &old,
-        &t.names,
-        &observed,
-        &plan,
-        started.as_ref(),
-        t.shape(),
-    )
-    .await?;
-    // A permanent refusal (permission, invalid request) is in the status now; returning the error
-    // as well gives the object the slow, backed-off retry of `error_policy`.
-    if let Some(err) = failure.filter(|_| plan.assessment.progress == Progress::Stalled) {
-        return Err(ReconcileError::gcp(action_name(&plan.action))(err));
-    }
-    let wait = match plan.assessment.requeue {
-        Requeue::Active => watch_node(ctx, slice, &t.names, &observed, &plan.action, started.as_ref()),
-        other => {
-            ctx.cloud_watch.unwatch::<Node>(&t.names.current.node);
-            other.after(&ctx.config)
-        }
-    };
-    Ok(ctx.settled.settle(slice, wait))
-}
-
-/// First look, before any cloud read: a slice that never created (or adopted) anything and
-/// breaks a rule of its spec alone makes no cloud call at all. An adoption is judged here by its
-/// spec (`allowAdoption`, project, zone, ...), and by the node itself once it is read.
-fn first_look(
-    ctx: &Context,
-    slice: &TpuSlice,
-    t: &Target,
-    old: &TpuSliceStatus,
-    request: Option<&tenancy::Request>,
-) -> Option<tenancy::Denial> {
-    let never_created = old.node_name.is_none() && old.queued_resource_name.is_none();
-    if !never_created {
-        return None;
-    }
-    let first_look = if t.names.adopted {
-        let node = &t.names.current.node;
-        tenancy::request::adopting_slice(&slice.spec, &t.names.project, node, &ctx.prices)
-    } else {
-        request.cloned()
-    };
-    let req = first_look?;
-    tenancy::precheck(ctx, &t.identity.namespace, std::slice::from_ref(&req)).err()
-}
-
-/// Adoption: a node that is not yet this slice's (no identity labels of its own) is taken over
-/// only after the same checks as a create, against the node as it is, and never from another
-/// owner. Nothing is changed on a refused node, and deleting the slice leaves it alone. `Ok` holds
-/// the admission lock when an unclaimed node was admitted this pass.
-async fn adopt(ctx: &Context, slice: &TpuSlice, t: &Target, observed: &Observed) -> Result<Admitted> {
-    let Some(node) = observed.node.as_ref().filter(|_| t.names.adopted) else {
-        return Ok(Admitted::Yes(None));
-    };
-    let ns = t.identity.namespace.as_str();
-    let cluster = ctx.config.cluster_id.as_str();
-    match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
-        Err(denial) => Ok(Admitted::Denied(denial)),
-        Ok(tenancy::adoption::Ownership::Ours) => Ok(Admitted::Yes(None)),
-        Ok(tenancy::adoption::Ownership::Unclaimed) => {
-            let Ok(guard) = ctx.admission.try_enter(&ctx.policies, ns) else {
-                return Ok(Admitted::Busy);
-            };
-            let project = t.names.project.as_str();
-            let verdict = tenancy::adoption::admit(ctx, ns, node, &slice.spec, project, &t.holder()).await?;
-            Ok(Admitted::of(guard, verdict))
         }
     }
 }
@@ -371,28 +393,6 @@ fn plan_input<'a>(
     }
 }
 
-/// Every rule before a create, with the namespace's chip quota and budget. `Ok` holds the
-/// namespace's admission lock (none when the adoption pass already holds it: it is not
-/// reentrant).
-async fn admit_create(
-    ctx: &Context,
-    t: &Target,
-    req: &tenancy::Request,
-    adoption_locked: bool,
-) -> Result<Admitted> {
-    let ns = t.identity.namespace.as_str();
-    let guard = if adoption_locked {
-        None
-    } else {
-        match ctx.admission.try_enter(&ctx.policies, ns) {
-            Ok(guard) => guard,
-            Err(tenancy::Busy) => return Ok(Admitted::Busy),
-        }
-    };
-    let verdict = tenancy::admit(ctx, ns, std::slice::from_ref(req), &t.holder()).await?;
-    Ok(Admitted::of(guard, verdict))
-}
-
 /// Runs the plan's action. A refusal the plan knows how to report replaces its assessment and
 /// comes back as the failure; another operation running on the node leaves the plan as it is.
 async fn act_on_plan(
@@ -422,13 +422,12 @@ async fn act_on_plan(
 /// transitional state (or just created) is watched; anything else (a queued resource, a patch
 /// or start operation, the previous incarnation's deletion) is polled at `poll_active`.
 fn watch_node(
-    ctx: &Context,
-    slice: &TpuSlice,
+    config: &ControllerConfig,
     names: &Names,
     observed: &Observed,
     action: &Step,
     started: Option<&act::Started>,
-) -> Duration {
+) -> Wait {
     use tpu_operator_gcp::tpu_v2::model::node::State;
     let seen = match (action, started, &observed.node) {
         // Compute Engine slices are read by name at `poll_active` (the cloud watch lists TPU
@@ -439,13 +438,8 @@ fn watch_node(
         _ => None,
     };
     match seen {
-        Some(state) => ctx
-            .cloud_watch
-            .watch::<Node>(ctx, &names.current.node, &state, Owner::of(slice)),
-        None => {
-            ctx.cloud_watch.unwatch::<Node>(&names.current.node);
-            ctx.config.poll_active
-        }
+        Some(state) => Wait::watch(Watch::state::<Node>(&names.current.node, &state)),
+        None => Wait::poll_unwatching::<Node>(config.poll_active, Some(&names.current.node)),
     }
 }
 
@@ -470,38 +464,25 @@ fn transitional(state: &tpu_operator_gcp::tpu_v2::model::node::State) -> bool {
 /// counting against the namespace's quota and budget from now until a sweep no longer finds it
 /// ([`tenancy::orphans`]). Only the TPU API's: the sweeper counts TPU nodes and queued resources
 /// (Compute Engine orphans are reported by the sweeper, not counted).
-fn record_orphan(ctx: &Context, slice: &TpuSlice, t: &Target) {
+fn orphaned(slice: &TpuSlice, ctx: &Context, t: &Target) -> Option<Holding> {
     let holds = slice.status.as_ref().is_some_and(tenancy::usage::holds_capacity);
     let tpu_api = t.names.provisioner == Provisioner::TpuApi;
-    let Some(shape) = slice.spec.total_shape().filter(|_| holds && tpu_api) else {
-        return;
-    };
-    let (per_hour_usd, _) = ctx.prices.slice_per_hour(&shape, slice.spec.price_kind());
+    let shape = slice.spec.total_shape().filter(|_| holds && tpu_api)?;
+    let (per_hour_usd, _) = ctx.tenancy.prices.slice_per_hour(&shape, slice.spec.price_kind());
     let current = &t.names.current;
-    let holding = tenancy::usage::Holding {
+    Some(Holding {
         uid: current.queued.clone().unwrap_or_else(|| current.node.clone()),
         what: format!("orphaned node of deleted TpuSlice {}", t.identity.name),
         chips: shape.chips,
         per_hour_usd,
-    };
-    ctx.admission.orphans.record(&t.identity.namespace, holding);
+    })
 }
 
-/// Deletion: `Some(requeue)` while cloud objects remain, `None` once the finalizer may go.
-async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
-    // Without a project nothing was ever created.
-    let Some(t) = Target::new(slice, ctx)? else {
-        return Ok(None);
-    };
-    if tenancy::deletion_policy(ctx, &t.identity.namespace, slice.spec.deletion_policy)
-        == DeletionPolicy::Orphan
-    {
-        record_orphan(ctx, slice, &t);
-        return Ok(None);
-    }
+/// One deletion pass (policy `Delete`).
+async fn clean(slice: &TpuSlice, ctx: &Context, t: &Target) -> Result<Cleaned<TpuSliceStatus>> {
     let old = slice.status.clone().unwrap_or_default();
-    let refused = match delete_known_node(slice, ctx, &t, &old).await? {
-        KnownDelete::Started(wait) => return Ok(Some(wait)),
+    let refused = match delete_known_node(slice, ctx, t, &old).await? {
+        KnownDelete::Started(cleaned) => return Ok(*cleaned),
         KnownDelete::NotTried => None,
         KnownDelete::Refused(err) => Some(err),
     };
@@ -517,7 +498,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
             "node {} was never adopted by this TpuSlice: left in place",
             node.name
         );
-        crate::runtime::report::publish_event(ctx, slice, false, "Deleted", note).await;
+        crate::reconcile::report::publish_event(ctx, slice, false, "Deleted", note).await;
         observed.node = None;
     }
     let deleting = |message: String| {
@@ -547,12 +528,13 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
     }
     let (action, assessment) = match step {
         CleanupStep::Done => {
-            ctx.cloud_watch.unwatch::<Node>(&t.names.current.node);
             if let Some(what) = old.queued_resource_name.as_ref().or(old.node_name.as_ref()) {
                 let note = format!("{what} is gone; removing the finalizer");
-                crate::runtime::report::publish_event(ctx, slice, false, "Deleted", note).await;
+                crate::reconcile::report::publish_event(ctx, slice, false, "Deleted", note).await;
             }
-            return Ok(None);
+            return Ok(Cleaned::Done {
+                unwatch: Some(Unwatch::of::<Node>(&t.names.current.node)),
+            });
         }
         CleanupStep::Wait(message) => (Step::Nothing, deleting(message)),
         CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources".into())),
@@ -565,7 +547,7 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
         Some(err) if plan.action == Step::DeleteNode(t.names.current.node.clone()) => Err(err),
         _ => act::act(ctx, &plan.action, &request).await,
     };
-    let (started, failure) = match result {
+    let (started, failed) = match result {
         Ok(started) => (started, None),
         Err(err) if matches!(err.kind, ErrorKind::PermissionDenied | ErrorKind::Unauthenticated) => {
             plan.assessment = Assessment::new(
@@ -574,26 +556,24 @@ async fn cleanup(slice: &TpuSlice, ctx: &Context) -> Result<Option<Action>> {
                 TpuSlicePhase::Deleting,
                 format!("cannot delete: {err}; retrying with backoff"),
             );
-            (None, Some(err))
+            (None, Some(ReconcileError::gcp(action_name(&plan.action))(err)))
         }
         Err(err) => return Err(ReconcileError::gcp(action_name(&plan.action))(err)),
     };
-    report(
-        ctx,
-        slice,
-        &old,
-        &t.names,
-        &observed,
-        &plan,
-        started.as_ref(),
-        t.shape(),
-    )
-    .await?;
-    if let Some(err) = failure {
-        return Err(ReconcileError::gcp(action_name(&plan.action))(err));
-    }
-    let wait = watch_deletion(ctx, slice, &observed, &plan.action);
-    Ok(Some(ctx.settled.settle(slice, wait)))
+    let now = ctx.clock.now();
+    Ok(Cleaned::Pending {
+        status: Some(build_status(
+            slice,
+            t,
+            &old,
+            &observed,
+            &plan,
+            started.as_ref(),
+            now,
+        )),
+        wait: watch_deletion(&ctx.config, slice, &observed, &plan.action),
+        failed,
+    })
 }
 
 /// The first deletion pass of a slice whose status shows one READY node and nothing else (no
@@ -643,25 +623,18 @@ async fn delete_known_node(
         node: Some(last_seen_node(old)),
         ..Observed::default()
     };
-    report(
-        ctx,
-        slice,
-        old,
-        names,
-        &observed,
-        &plan,
-        Some(&started),
-        t.shape(),
-    )
-    .await?;
-    let wait = watch_deletion(ctx, slice, &observed, &action);
-    Ok(KnownDelete::Started(ctx.settled.settle(slice, wait)))
+    let now = ctx.clock.now();
+    Ok(KnownDelete::Started(Box::new(Cleaned::Pending {
+        status: Some(build_status(slice, t, old, &observed, &plan, Some(&started), now)),
+        wait: watch_deletion(&ctx.config, slice, &observed, &action),
+        failed: None,
+    })))
 }
 
 /// What [`delete_known_node`] did.
 enum KnownDelete {
-    /// The delete started; look again after this.
-    Started(Action),
+    /// The delete started: report it and wait.
+    Started(Box<Cleaned<TpuSliceStatus>>),
     /// Not a plain READY node, or it is gone already: the full path decides.
     NotTried,
     /// The delete was refused: the full path reads the node and reports this answer.
@@ -693,7 +666,7 @@ fn last_seen_node(status: &TpuSliceStatus) -> Node {
 /// node leaves DELETING or drops out of the listing (the woken pass confirms the absence with a
 /// get), so instead of a read every `poll_active` a deletion costs one read at the end. Queued
 /// resources are not listed by the watch and are polled at `poll_active`.
-fn watch_deletion(ctx: &Context, slice: &TpuSlice, observed: &Observed, action: &Step) -> Duration {
+fn watch_deletion(config: &ControllerConfig, slice: &TpuSlice, observed: &Observed, action: &Step) -> Wait {
     use tpu_operator_gcp::tpu_v2::model::node::State;
     let queued = observed.queued.is_some() || observed.previous_queued.is_some();
     let node = match action {
@@ -707,52 +680,33 @@ fn watch_deletion(ctx: &Context, slice: &TpuSlice, observed: &Observed, action: 
     };
     let compute_engine = slice.spec.provisioner == Provisioner::ComputeEngine;
     match node.filter(|_| !queued && !compute_engine) {
-        Some(name) => ctx
-            .cloud_watch
-            .watch::<Node>(ctx, name, &State::Deleting, Owner::of(slice)),
-        None => ctx.config.poll_active,
+        Some(name) => Wait::watch(Watch::state::<Node>(name, &State::Deleting)),
+        None => Wait::after(config.poll_active),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn report(
-    ctx: &Context,
+/// The status a pass writes (pure).
+fn build_status(
     slice: &TpuSlice,
+    t: &Target,
     old: &TpuSliceStatus,
-    names: &Names,
     observed: &Observed,
     plan: &Plan,
     started: Option<&act::Started>,
-    shape: Option<&tpu_operator_api::accelerator::SliceShape>,
-) -> Result<()> {
-    let new = status::build(&status::Report {
+    now: DateTime<Utc>,
+) -> TpuSliceStatus {
+    status::build(&status::Report {
         old,
         generation: slice.meta().generation,
-        names,
+        names: &t.names,
         observed,
         assessment: &plan.assessment,
-        shape,
+        shape: t.shape(),
         started,
         preempted: plan.action == Step::RecordPreemption,
-        price: tenancy::request::slice_per_hour(&slice.spec, &ctx.prices),
-        now: ctx.clock.now(),
-    });
-    if let (Some(ns), Some(uid)) = (slice.namespace(), slice.uid()) {
-        ctx.metrics.record_spend(&ns, &uid, new.estimated_cost.as_ref());
-    }
-    driver::write_status(ctx, slice, Some(old), &new).await?;
-    Ok(())
-}
-
-/// Reports a tenancy-policy refusal: `Stalled` reason `PolicyDenied`, no cloud call. A refusal
-/// that depends on the namespace's usage (chip quota, budget) is looked at again at the capacity
-/// interval; one that needs a spec or policy change at the stable interval.
-async fn deny(ctx: &Context, slice: &TpuSlice, denial: tenancy::Denial) -> Result<Action> {
-    let conditions = slice.status.as_ref().map_or(&[][..], |s| &s.conditions);
-    let wait = tenancy::refusal_wait(&ctx.config, &denial, conditions, ctx.clock.now());
-    tracing::debug!(message = %denial.message, "tenancy policy refused the slice");
-    driver::stall(ctx, slice, reasons::POLICY_DENIED, &denial.message, denial.retry).await?;
-    Ok(Action::requeue(wait))
+        price: t.price.clone(),
+        now,
+    })
 }
 
 fn action_name(action: &Step) -> &'static str {

@@ -14,7 +14,8 @@ use tpu_operator_gcp::{
 };
 
 use super::spec::Desired;
-use crate::runtime::{context::Context, error::ReconcileError};
+use crate::reconcile::context::Context;
+use crate::runtime::error::ReconcileError;
 use tpu_operator_api::tpu_slice::DONE_URI_METADATA;
 
 /// Full resource names of one incarnation (recreation) of the slice.

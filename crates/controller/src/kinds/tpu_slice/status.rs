@@ -21,7 +21,7 @@ use super::{
     observe::{Names, Observed, OperationView},
     plan::{Assessment, health_name, state_name},
 };
-use crate::runtime::report::Transition;
+use crate::reconcile::report::Transition;
 
 /// The only writer of `TpuSlice.status`.
 pub const FIELD_MANAGER: &str = "tpuslice.tpu-operator.dev/controller";

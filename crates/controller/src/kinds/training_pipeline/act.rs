@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, Resource,
     api::{DeleteParams, PostParams},
 };
 use tpu_operator_api::{
@@ -14,6 +14,8 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::ErrorKind;
 
+use crate::reconcile::status::WriteAhead;
+
 use super::{
     Target, checkpoints,
     observe::{Reads, list_jobs},
@@ -21,10 +23,8 @@ use super::{
     spec,
     status::{self, time},
 };
-use crate::runtime::{
-    context::Context,
-    error::{ReconcileError, Result},
-};
+use crate::reconcile::context::Context;
+use crate::runtime::error::{ReconcileError, Result};
 
 pub async fn act(
     ctx: &Context,
@@ -33,6 +33,7 @@ pub async fn act(
     action: &Action,
     st: &mut TrainingPipelineStatus,
     reads: &mut Reads,
+    ahead: &mut WriteAhead<'_, TrainingPipeline>,
 ) -> Result<()> {
     match action {
         Action::Nothing => Ok(()),
@@ -70,7 +71,7 @@ pub async fn act(
         Action::DeletePreprocess => {
             delete_child::<PreprocessBatch>(ctx, &names.id.namespace, &names.preprocess).await
         }
-        Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, reads).await,
+        Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, reads, ahead).await,
         Action::DeleteJob { name } => {
             match ctx.gcp.vertex.delete_custom_job(name).await {
                 Ok(op) => st.pending_operation = Some(op.name),
@@ -149,6 +150,7 @@ async fn create_job(
     attempt: i32,
     st: &mut TrainingPipelineStatus,
     reads: &mut Reads,
+    ahead: &mut WriteAhead<'_, TrainingPipeline>,
 ) -> Result<()> {
     let Some(parent) = &names.vertex_parent else {
         invalid(
@@ -187,8 +189,7 @@ async fn create_job(
                 let started = status::time(ctx.clock.now());
                 let mut marked = tp.status.clone().unwrap_or_default();
                 marked.unconfirmed_create_time = Some(started.clone());
-                let base = tp.resource_version();
-                reads.marker_version = status::write(ctx, tp, base.as_deref(), &marked).await?;
+                ahead.write(&marked).await?;
                 st.unconfirmed_create_time = Some(started);
             }
             match ctx.gcp.vertex.create_custom_job(parent, job).await {

@@ -5,11 +5,9 @@
 //! resources (`deletionPolicy: Orphan` was copied to them at creation).
 
 use chrono::{DateTime, Utc};
-use kube::{ResourceExt, runtime::controller::Action};
 use tpu_operator_api::{
-    common::DeletionPolicy,
     conditions::{Progress, reasons},
-    training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase},
+    training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase, TrainingPipelineStatus},
 };
 use tpu_operator_gcp::{ErrorKind, aiplatform_v1::model::JobState};
 
@@ -20,12 +18,8 @@ use super::{
     status::{self, time},
 };
 use crate::{
-    governance::tenancy,
-    runtime::{
-        context::Context,
-        error::{ReconcileError, Result},
-        report,
-    },
+    reconcile::{context::Context, kind::Cleaned, report, wait::Wait},
+    runtime::error::{ReconcileError, Result},
 };
 
 /// What to do with one job while deleting.
@@ -52,22 +46,13 @@ fn job_step(state: &JobState) -> JobStep {
     }
 }
 
-/// One deletion pass: `Some(requeue)` while Vertex jobs remain, `None` once the finalizer may go.
-pub async fn cleanup(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Action>> {
-    let namespace = tp.metadata.namespace.as_deref().unwrap_or_default();
-    if tenancy::deletion_policy(ctx, namespace, tp.spec.deletion_policy) == DeletionPolicy::Orphan {
-        report::publish_event(
-            ctx,
-            tp,
-            false,
-            "Orphaned",
-            "deletionPolicy Orphan: Vertex jobs and child cloud resources are left running".into(),
-        )
-        .await;
-        return Ok(None);
-    }
-    let names = Target::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
-    let jobs = every_job(ctx, tp, &names).await?;
+/// One deletion pass (policy `Delete`): `Done` once no Vertex job remains.
+pub async fn clean(
+    tp: &TrainingPipeline,
+    ctx: &Context,
+    names: &Target,
+) -> Result<Cleaned<TrainingPipelineStatus>> {
+    let jobs = every_job(ctx, tp, names).await?;
     let now = ctx.clock.now();
     let settle = settled_after(tp);
     if !jobs.is_empty() && settle.is_none() && jobs.iter().all(|j| job_step(&j.state) == JobStep::Delete) {
@@ -79,7 +64,7 @@ pub async fn cleanup(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Acti
         for job in &jobs {
             step(ctx, tp, job).await?;
         }
-        return Ok(None);
+        return Ok(Cleaned::done());
     }
     let message = match (jobs.first(), settle) {
         (Some(_), _) => format!("deleting {} Vertex custom job(s) of this pipeline", jobs.len()),
@@ -87,18 +72,22 @@ pub async fn cleanup(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Acti
             "no Vertex custom job listed; listing again until {} in case a new one is not listed yet",
             t.to_rfc3339()
         ),
-        (None, _) => return Ok(None),
+        (None, _) => return Ok(Cleaned::done()),
     };
-    mark_deleting(ctx, tp, &message).await?;
     // Cancel everything running first, then delete the terminal ones.
     let next = jobs
         .iter()
         .find(|j| job_step(&j.state) == JobStep::Cancel)
         .or_else(|| jobs.iter().find(|j| job_step(&j.state) == JobStep::Delete));
-    if let Some(job) = next {
-        step(ctx, tp, job).await?;
-    }
-    Ok(Some(Action::requeue(ctx.config.poll_active)))
+    let failed = match next {
+        Some(job) => step(ctx, tp, job).await.err(),
+        None => None,
+    };
+    Ok(Cleaned::Pending {
+        status: Some(deleting(tp, message, now)),
+        wait: Wait::after(ctx.config.poll_active),
+        failed,
+    })
 }
 
 /// How long a Vertex list may lag behind a create, as assumed here: Google does not document
@@ -153,17 +142,16 @@ async fn step(ctx: &Context, tp: &TrainingPipeline, job: &JobView) -> Result<()>
 }
 
 /// Phase `Deleting`; a Train stage still open ends now (no job is created after this).
-async fn mark_deleting(ctx: &Context, tp: &TrainingPipeline, message: &str) -> Result<()> {
+fn deleting(tp: &TrainingPipeline, message: String, now: DateTime<Utc>) -> TrainingPipelineStatus {
     let mut st = tp.status.clone().unwrap_or_default();
     st.phase = TrainingPipelinePhase::Deleting;
-    st.message = Some(message.to_string());
-    let now = time(ctx.clock.now());
+    st.message = Some(message.clone());
+    let now = time(now);
     if let Some(train) = st.stages.iter_mut().find(|s| s.name == StageName::Train) {
         train.end_time.get_or_insert(now.clone());
     }
-    status::set_kstatus(&mut st, Progress::Reconciling, reasons::DELETING, message, now);
-    status::write(ctx, tp, tp.resource_version().as_deref(), &st).await?;
-    Ok(())
+    status::set_kstatus(&mut st, Progress::Reconciling, reasons::DELETING, &message, now);
+    st
 }
 
 #[cfg(test)]

@@ -19,29 +19,34 @@ pub mod status;
 
 use std::{sync::Arc, time::Duration};
 
-use kube::{
-    ResourceExt,
-    runtime::{Controller, controller::Action},
-};
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{ResourceExt, runtime::Controller};
 use tpu_operator_api::{
+    DeletionPolicy,
     naming::{self, ObjectIdentity},
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
-    training_pipeline::{TrainingPipeline, TrainingPipelineStatus},
+    training_pipeline::{RERUN_ANNOTATION, TrainingPipeline, TrainingPipelineStatus},
 };
-
 use tpu_operator_gcp::aiplatform_v1::model::{CustomJob, JobState};
 
 use crate::{
     Shutdown,
-    governance::tenancy,
-    runtime::{
-        cloud_watch::{Listable, Owner},
+    governance::tenancy::request,
+    reconcile::{
         context::Context,
-        driver::{self, Reconciler},
+        driver,
+        kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, Watches},
+        report::Transition,
+        status::WriteAhead,
+        wait::{Wait, Watch},
+    },
+    runtime::{
+        cloud_watch::Listable,
+        config::ControllerConfig,
         error::{ReconcileError, Result},
-        report::{self, Transition},
-        watched::{self, Cached},
+        watched::Cached,
     },
 };
 
@@ -83,35 +88,169 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     driver::run::<TrainingPipeline>(ctx, shutdown).await;
 }
 
-impl Reconciler for TrainingPipeline {
+/// What a pass read: the pipeline's children and jobs, and how far lists can be trusted.
+pub struct Seen {
+    observed: plan::Observed,
+    reads: observe::Reads,
+}
+
+/// What the action left for the status and the wait.
+pub struct Done {
+    /// When the next checkpoint listing is due (while training).
+    next_check: Option<Duration>,
+}
+
+impl Kind for TrainingPipeline {
     const KIND: &'static str = "TrainingPipeline";
     const FIELD_MANAGER: &'static str = status::FIELD_MANAGER;
     /// A pipeline is also woken by its children, which leave its own `resourceVersion` as it was.
     const SETTLES: bool = false;
     type Status = TrainingPipelineStatus;
-
-    fn conditions(
-        status: &TrainingPipelineStatus,
-    ) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
-        &status.conditions
-    }
+    type Target = Target;
+    type Observed = Seen;
+    type Plan = plan::Plan;
+    type Done = Done;
 
     fn status(&self) -> Option<&TrainingPipelineStatus> {
         self.status.as_ref()
     }
 
-    fn watches(controller: Controller<Cached<Self>>, ctx: &Context) -> Controller<Cached<Self>> {
+    fn conditions(status: &TrainingPipelineStatus) -> &[Condition] {
+        &status.conditions
+    }
+
+    fn watches(controller: Controller<Cached<Self>>, watch: &Watches<'_>) -> Controller<Cached<Self>> {
         controller
-            .owns_stream(watched::metadata::<PreprocessBatch>(ctx))
-            .owns_stream(watched::metadata::<TpuSlice>(ctx))
+            .owns_stream(watch.metadata::<PreprocessBatch>())
+            .owns_stream(watch.metadata::<TpuSlice>())
     }
 
-    async fn apply(&self, ctx: &Context) -> Result<Action> {
-        apply(self, ctx).await
+    /// A pipeline without a project fails when it would create a Vertex job (see `act`); its
+    /// children name their own project.
+    fn target(&self, ctx: &Context) -> Result<Result<Target, Stop>> {
+        Ok(Ok(Target::of(self, ctx).map_err(ReconcileError::MissingMetadata)?))
     }
 
-    async fn cleanup(&self, ctx: &Context) -> Result<Option<Action>> {
-        cleanup::cleanup(self, ctx).await
+    async fn observe(&self, ctx: &Context, t: &Target) -> Result<Seen> {
+        let (observed, reads) = observe::observe(ctx, self, t).await?;
+        Ok(Seen { observed, reads })
+    }
+
+    fn plan(&self, now: DateTime<Utc>, t: &Target, seen: &Seen) -> plan::Plan {
+        let old = self.status.clone().unwrap_or_default();
+        plan::plan(&plan::Input {
+            spec: &self.spec,
+            status: &old,
+            generation: self.metadata.generation,
+            observed: &seen.observed,
+            now,
+            preprocess_child: &t.preprocess,
+            train_child: &t.train,
+            rerun: self.annotations().get(RERUN_ANNOTATION).map(String::as_str),
+        })
+    }
+
+    /// Before preprocessing, everything the pipeline will create (so a pipeline whose training
+    /// would be refused does not spend on preprocessing first); before training, the Vertex job
+    /// or slice with the namespace's chip quota and budget.
+    fn admission(&self, ctx: &Context, t: &Target, decision: &plan::Plan) -> Option<Admission> {
+        let project = t.project.as_deref().filter(|_| decision.action.creates())?;
+        let prices = &ctx.tenancy.prices;
+        let all = request::pipeline(&self.spec, project, prices);
+        let counted = match decision.action {
+            plan::Action::CreateJob { .. } => request::vertex_job(&self.spec, project, prices)
+                .into_iter()
+                .collect(),
+            plan::Action::CreateSlice { .. } => all.iter().filter(|r| r.tpu.is_some()).cloned().collect(),
+            _ => Vec::new(),
+        };
+        Some(Admission {
+            checked: all,
+            counted,
+            // What usage lists for a pipeline: its Vertex job (a TPU VM slice is a TpuSlice of
+            // its own).
+            holder: OwnedHolder {
+                uid: t.id.uid.clone(),
+                what: format!("Vertex job of TrainingPipeline {}", t.id.name),
+                holds: matches!(decision.action, plan::Action::CreateJob { .. }),
+            },
+        })
+    }
+
+    async fn act(
+        &self,
+        ctx: &Context,
+        t: &Target,
+        seen: &mut Seen,
+        decision: &mut plan::Plan,
+        ahead: &mut WriteAhead<'_, Self>,
+    ) -> Result<Acted<Done>> {
+        act::cancel_jobs(ctx, &decision.cancel_jobs).await?;
+        let new = &mut decision.status;
+        act::act(ctx, self, t, &decision.action, new, &mut seen.reads, ahead).await?;
+        if seen.reads.list_caught_up {
+            new.unconfirmed_create_time = None;
+        }
+        let progress = progress::update(ctx, self, new).await;
+        Ok(Acted {
+            done: Done {
+                next_check: progress.next_check,
+            },
+            events: decision.events.drain(..).chain(progress.events).collect(),
+            failed: None,
+        })
+    }
+
+    fn report(&self, _now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TrainingPipelineStatus {
+        pass.plan.status.clone()
+    }
+
+    /// While training runs, wake for the next checkpoint listing at the latest.
+    fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, new: &TrainingPipelineStatus) -> Wait {
+        let cap = pass.done.next_check;
+        let decision = pass.plan;
+        let reads = &pass.observed.reads;
+        let current = |name: &String| Some(name) == new.custom_job_name.as_ref();
+        let watch = match (&decision.action, &reads.job) {
+            _ if decision.requeue != plan::Requeue::Active || reads.list_lags => None,
+            // The job as read or as just created: reused until a listing shows it change.
+            (plan::Action::Nothing | plan::Action::CreateJob { .. }, Some(job))
+                if current(&job.name) && CustomJob::lists(&job.state) =>
+            {
+                Some(Watch::read(job))
+            }
+            // Found by label after a crash: it is at least QUEUED.
+            (plan::Action::CreateJob { .. }, _) => new
+                .custom_job_name
+                .as_deref()
+                .map(|name| Watch::state::<CustomJob>(name, &JobState::Queued)),
+            _ => None,
+        };
+        match watch {
+            Some(watch) => Wait::Watch { watch, cap },
+            None => {
+                let after = decision.requeue.after(config);
+                let after = cap.map_or(after, |cap| after.min(cap));
+                Wait::poll_unwatching::<CustomJob>(after, new.custom_job_name.as_deref())
+            }
+        }
+    }
+
+    fn deletion_policy(&self) -> DeletionPolicy {
+        self.spec.deletion_policy
+    }
+
+    async fn clean(&self, ctx: &Context, t: &Target) -> Result<Cleaned<TrainingPipelineStatus>> {
+        cleanup::clean(self, ctx, t).await
+    }
+
+    fn cleaned_up(&self, policy: DeletionPolicy) -> Option<Transition> {
+        (policy == DeletionPolicy::Orphan).then(|| {
+            Transition::normal(
+                "Orphaned",
+                "deletionPolicy Orphan: Vertex jobs and child cloud resources are left running",
+            )
+        })
     }
 
     fn forget(&self, ctx: &Context) {
@@ -128,128 +267,8 @@ impl Reconciler for TrainingPipeline {
         reason: &'static str,
         message: &str,
         _retry: bool,
-        now: chrono::DateTime<chrono::Utc>,
+        now: DateTime<Utc>,
     ) -> TrainingPipelineStatus {
         status::stalled(old, self.metadata.generation, reason, message, now)
     }
-}
-
-async fn apply(tp: &TrainingPipeline, ctx: &Context) -> Result<Action> {
-    let names = Target::of(tp, ctx).map_err(ReconcileError::MissingMetadata)?;
-    let (observed, mut reads) = observe::observe(ctx, tp, &names).await?;
-    let old = tp.status.clone().unwrap_or_default();
-    let decision = plan::plan(&plan::Input {
-        spec: &tp.spec,
-        status: &old,
-        generation: tp.metadata.generation,
-        observed: &observed,
-        now: ctx.clock.now(),
-        preprocess_child: &names.preprocess,
-        train_child: &names.train,
-        rerun: tp
-            .annotations()
-            .get(tpu_operator_api::training_pipeline::RERUN_ANNOTATION)
-            .map(String::as_str),
-    });
-    // Tenancy policy before anything billable is created; the lock is held until the create is
-    // in status, so concurrent admissions in the namespace see each other.
-    let _admission = if decision.action.creates() {
-        let Ok(guard) = ctx.admission.try_enter(&ctx.policies, &names.id.namespace) else {
-            return Ok(Action::requeue(tenancy::Busy::wait()));
-        };
-        if let Some(denial) = admit(ctx, tp, &names, &decision.action).await? {
-            return deny(ctx, tp, denial).await;
-        }
-        guard
-    } else {
-        None
-    };
-    let mut new = decision.status;
-    act::cancel_jobs(ctx, &decision.cancel_jobs).await?;
-    act::act(ctx, tp, &names, &decision.action, &mut new, &mut reads).await?;
-    if reads.list_caught_up {
-        new.unconfirmed_create_time = None;
-    }
-    let progress = progress::update(ctx, tp, &mut new).await;
-    let base = reads.marker_version.clone().or_else(|| tp.resource_version());
-    status::write(ctx, tp, base.as_deref(), &new).await?;
-    for e in decision.events.into_iter().chain(progress.events) {
-        report::publish(ctx, tp, e).await;
-    }
-    // While training runs, wake for the next checkpoint listing at the latest.
-    let cap = |wait: Duration| progress.next_check.map_or(wait, |next| wait.min(next));
-    if decision.requeue == plan::Requeue::Active && !reads.list_lags {
-        let owner = Owner::of(tp);
-        let current = |name: &String| Some(name) == new.custom_job_name.as_ref();
-        let wait = match (&decision.action, reads.job) {
-            // The job as read or as just created: reused until a listing shows it change.
-            (plan::Action::Nothing | plan::Action::CreateJob { .. }, Some(job))
-                if current(&job.name) && CustomJob::lists(&job.state) =>
-            {
-                Some(ctx.cloud_watch.watch_read(ctx, &job, owner))
-            }
-            // Found by label after a crash: it is at least QUEUED.
-            (plan::Action::CreateJob { .. }, _) => new.custom_job_name.as_deref().map(|name| {
-                ctx.cloud_watch
-                    .watch::<CustomJob>(ctx, name, &JobState::Queued, owner)
-            }),
-            _ => None,
-        };
-        if let Some(wait) = wait {
-            return Ok(Action::requeue(cap(wait)));
-        }
-    }
-    if let Some(name) = &new.custom_job_name {
-        ctx.cloud_watch.unwatch::<CustomJob>(name);
-    }
-    Ok(Action::requeue(cap(decision.requeue.after(&ctx.config))))
-}
-
-/// Checks what `action` would create against the namespace's tenancy policy: before
-/// preprocessing, everything the pipeline will create (so a pipeline whose training would be
-/// refused does not spend on preprocessing first); before training, the Vertex job or slice with
-/// the namespace's chip quota and budget.
-async fn admit(
-    ctx: &Context,
-    tp: &TrainingPipeline,
-    names: &Target,
-    action: &plan::Action,
-) -> Result<Option<tenancy::Denial>> {
-    use tenancy::request;
-    let Some(project) = names.project.as_deref() else {
-        return Ok(None);
-    };
-    let ns = names.id.namespace.as_str();
-    let all = request::pipeline(&tp.spec, project, &ctx.prices);
-    if let Err(denial) = tenancy::precheck(ctx, ns, &all) {
-        return Ok(Some(denial));
-    }
-    let training: Vec<_> = match action {
-        plan::Action::CreateJob { .. } => request::vertex_job(&tp.spec, project, &ctx.prices)
-            .into_iter()
-            .collect(),
-        plan::Action::CreateSlice { .. } => all.into_iter().filter(|r| r.tpu.is_some()).collect(),
-        _ => Vec::new(),
-    };
-    if training.is_empty() {
-        return Ok(None);
-    }
-    // What usage lists for a pipeline: its Vertex job (a TPU VM slice is a TpuSlice of its own).
-    let what = format!("Vertex job of TrainingPipeline {}", names.id.name);
-    let holder = tenancy::Holder {
-        uid: &names.id.uid,
-        what: &what,
-        holds: matches!(action, plan::Action::CreateJob { .. }),
-    };
-    Ok(tenancy::admit(ctx, ns, &training, &holder).await?.err())
-}
-
-/// Reports a tenancy refusal on the pipeline: `Stalled` reason `PolicyDenied`, nothing created,
-/// the rest of the status as it was. Quota and budget refusals are looked at again.
-async fn deny(ctx: &Context, tp: &TrainingPipeline, denial: tenancy::Denial) -> Result<Action> {
-    use tpu_operator_api::conditions::reasons;
-    driver::stall(ctx, tp, reasons::POLICY_DENIED, &denial.message, denial.retry).await?;
-    let conditions = tp.status.as_ref().map_or(&[][..], |s| &s.conditions);
-    let wait = tenancy::refusal_wait(&ctx.config, &denial, conditions, ctx.clock.now());
-    Ok(Action::requeue(wait))
 }

@@ -21,10 +21,8 @@ use super::{
     spec,
     status::{stage, to_chrono},
 };
-use crate::runtime::{
-    context::Context,
-    error::{ReconcileError, Result},
-};
+use crate::reconcile::context::Context;
+use crate::runtime::error::{ReconcileError, Result};
 
 /// What a pass read besides plan's input.
 #[derive(Debug, Default)]
@@ -41,9 +39,6 @@ pub struct Reads {
     /// The list of the attempt's jobs shows the recorded job: every job created before it
     /// (a lost reply) is listed too, so no create is unconfirmed any more.
     pub list_caught_up: bool,
-    /// The version of the pipeline's status write-ahead marker, when this pass wrote one: the
-    /// pass's final status write is conditional on it, not on the version read.
-    pub marker_version: Option<String>,
 }
 
 /// What the pipeline owns, and what else the pass read.
@@ -322,7 +317,7 @@ async fn current_job(
             let watched = ctx
                 .cloud_watch
                 .take::<CustomJob>(&name)
-                .or_else(|| ctx.cloud_watch.unchanged(ctx, &name));
+                .or_else(|| ctx.cloud_watch.unchanged(&name));
             let got = match watched {
                 Some(job) => Some(job),
                 None => read_job(ctx, &name).await?,
@@ -352,7 +347,7 @@ async fn current_job(
     let extra = split.to_cancel.into_iter().map(job_view).collect();
     let mut cost = None;
     if let (Some(job), Some(v)) = (&split.kept, &tp.spec.training.vertex) {
-        cost = super::status::vertex_cost(v, job, &ctx.prices, ctx.clock.now());
+        cost = super::status::vertex_cost(v, job, &ctx.tenancy.prices, ctx.clock.now());
     }
     reads.job.clone_from(&split.kept);
     let Some(mut job) = split.kept.map(job_view) else {

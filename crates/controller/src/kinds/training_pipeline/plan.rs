@@ -80,7 +80,7 @@ impl Action {
 
 pub use crate::runtime::requeue::Requeue;
 
-pub use crate::runtime::report::Transition;
+pub use crate::reconcile::report::Transition;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {

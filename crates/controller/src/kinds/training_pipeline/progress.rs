@@ -27,7 +27,7 @@ use super::{
     plan::Transition,
     status::{time, to_chrono},
 };
-use crate::runtime::context::Context;
+use crate::reconcile::context::Context;
 
 /// Condition type: the run wrote no checkpoint within `spec.training.progressDeadline`.
 pub const PROGRESS_STALLED: &str = "ProgressStalled";

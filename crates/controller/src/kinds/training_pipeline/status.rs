@@ -8,12 +8,12 @@ use tpu_operator_api::{
     common::CostEstimate,
     conditions::{self, Progress, condition, reasons, set_condition, types},
     training_pipeline::{
-        StageKind, StageName, StageState, StageStatus, TrainingMode, TrainingPipeline, TrainingPipelineSpec,
+        StageKind, StageName, StageState, StageStatus, TrainingMode, TrainingPipelineSpec,
         TrainingPipelineStatus,
     },
 };
 
-use crate::runtime::{context::Context, driver, error::Result, report::Transition};
+use crate::reconcile::report::Transition;
 
 /// The one writer of `TrainingPipeline.status`.
 pub const FIELD_MANAGER: &str = "trainingpipeline.tpu-operator.dev/controller";
@@ -227,17 +227,6 @@ pub fn set_stage_conditions(st: &mut TrainingPipelineStatus, suspended: bool, no
     ] {
         set_condition(&mut st.conditions, c);
     }
-}
-
-/// Writes the status when it changed, conditional on `base` (the version of `tp` this pass last
-/// wrote, or read). Returns the version written, `None` when nothing changed.
-pub async fn write(
-    ctx: &Context,
-    tp: &TrainingPipeline,
-    base: Option<&str>,
-    new: &TrainingPipelineStatus,
-) -> Result<Option<String>> {
-    driver::write_status_on(ctx, tp, base, tp.status.as_ref(), new).await
 }
 
 /// `old` stalled for `reason` (the phase and stages as they were).

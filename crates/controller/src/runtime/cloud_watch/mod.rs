@@ -46,7 +46,12 @@ use tpu_operator_gcp::{
 
 pub use self::registry::Seen;
 use self::registry::{Key, Registry, Sifted, Wake};
-use crate::{Shutdown, runtime::context::Context};
+use tpu_operator_gcp::Gcp;
+
+use crate::{
+    Shutdown,
+    runtime::{config::ControllerConfig, settled::Settled},
+};
 
 /// A kind of cloud resource the watch can list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -65,7 +70,7 @@ pub enum Listed {
 }
 
 impl Listed {
-    fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         match self {
             Listed::Node(n) => &n.name,
             Listed::Batch(b) => &b.name,
@@ -73,7 +78,7 @@ impl Listed {
         }
     }
 
-    fn state(&self) -> String {
+    pub fn state(&self) -> String {
         match self {
             Listed::Node(n) => state_of(&n.state),
             Listed::Batch(b) => state_of(&b.state),
@@ -216,22 +221,41 @@ impl Owner {
 /// Sends an owner's wake-up into its kind's controller stream.
 type Trigger = Box<dyn Fn(&Owner) + Send + Sync>;
 
+/// What the watch keeps of the [`ControllerConfig`]: copied when a run starts.
+#[derive(Clone, Debug)]
+struct Settings {
+    /// A listing round, and the poll of an owner whose collection cannot be listed.
+    active: Duration,
+    /// The backstop poll of an owner whose resource a listing covers.
+    watched: Duration,
+    /// The round of a collection whose owners wait for capacity.
+    capacity: Duration,
+    /// This cluster's label value: only its own resources are listed.
+    cluster_id: String,
+}
+
+impl Settings {
+    fn of(config: &ControllerConfig) -> Self {
+        Self {
+            active: config.poll_active,
+            watched: config.poll_watched,
+            capacity: config.poll_capacity,
+            cluster_id: config.cluster_id.clone(),
+        }
+    }
+}
+
 pub struct CloudWatch {
     registry: Mutex<Registry>,
     /// By the owner kind's `TypeId`: the stream of the controller of that kind that asked last.
     triggers: Mutex<HashMap<TypeId, Trigger>>,
     /// The running lister and the shutdown it stops with.
     lister: Mutex<Option<(tokio::task::JoinHandle<()>, Shutdown)>>,
-}
-
-impl Default for CloudWatch {
-    fn default() -> Self {
-        Self {
-            registry: Mutex::default(),
-            triggers: Mutex::default(),
-            lister: Mutex::new(None),
-        }
-    }
+    /// What lists (the same clients the reconciles read with).
+    gcp: Gcp,
+    settings: Mutex<Settings>,
+    /// A woken owner's settled entry is dropped, so its pass reads instead of skipping.
+    settled: Arc<Settled>,
 }
 
 /// `projects/<p>/locations/<l>` of a full resource name.
@@ -243,42 +267,55 @@ fn parent_of(name: &str) -> Option<String> {
 }
 
 impl CloudWatch {
+    /// A watch listing with `gcp` at `config`'s intervals (as [`CloudWatch::start`] finds
+    /// them); it wakes owners through `settled`.
+    pub fn new(gcp: Gcp, config: &ControllerConfig, settled: Arc<Settled>) -> Self {
+        Self {
+            registry: Mutex::default(),
+            triggers: Mutex::default(),
+            lister: Mutex::new(None),
+            gcp,
+            settings: Mutex::new(Settings::of(config)),
+            settled,
+        }
+    }
+
+    fn settings(&self) -> Settings {
+        self.settings
+            .lock()
+            .expect("cloud watch settings poisoned")
+            .clone()
+    }
+
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.registry.lock().expect("cloud watch registry poisoned")
     }
 
-    /// `owner` waits for the resource `name` to leave `state`. Returns when to poll it anyway:
-    /// `poll_watched` while its collection lists, `poll_active` when it cannot be listed (or
-    /// the watch is off, or the name is not a full resource name).
-    pub fn watch<T: Listable>(
+    /// `owner` waits for the resource `name` of `collection` to leave the state `seen` (`last`:
+    /// the resource as read, reused by [`CloudWatch::unchanged`] until a listing shows it change,
+    /// for owners woken by other things than their own changes). Returns when to poll it anyway:
+    /// `poll_watched` while its collection lists, `poll_active` when it cannot be listed (or the
+    /// watch is off, or the name is not a full resource name).
+    pub fn watch(
         &self,
-        ctx: &Context,
+        collection: Collection,
         name: &str,
-        state: &T::State,
+        seen: Seen,
+        last: Option<Listed>,
         owner: Option<Owner>,
     ) -> Duration {
-        self.register(ctx, T::COLLECTION, name, Some(state_of(state)), None, owner)
+        self.register(collection, name, seen, last, owner)
     }
 
-    /// [`CloudWatch::watch`] keeping `resource` as read: until a listing shows it change, the
-    /// owner's next passes within half the backstop interval reuse it
-    /// ([`CloudWatch::unchanged`]) instead of reading it again. For owners that are woken by
-    /// other things than their own changes (a pipeline by its children and its own status
-    /// writes).
-    pub fn watch_read<T: Listable + Clone>(
-        &self,
-        ctx: &Context,
-        resource: &T,
-        owner: Option<Owner>,
-    ) -> Duration {
-        let listed = Box::new(resource.clone()).into_listed();
-        let (name, seen) = (listed.name().to_owned(), Some(listed.state()));
-        self.register(ctx, T::COLLECTION, &name, seen, Some(listed), owner)
+    /// `name` of `collection` no longer needs watching.
+    pub fn unwatch(&self, collection: Collection, name: &str) {
+        if let Some(parent) = parent_of(name) {
+            self.registry().unwatch(&(collection, parent), name);
+        }
     }
 
     fn register(
         &self,
-        ctx: &Context,
         collection: Collection,
         name: &str,
         seen: Seen,
@@ -286,16 +323,17 @@ impl CloudWatch {
         owner: Option<Owner>,
     ) -> Duration {
         let (Some(parent), Some(owner), true) = (parent_of(name), owner, self.listing()) else {
-            return ctx.config.poll_active;
+            return self.settings().active;
         };
         let key = (collection, parent);
         let listing = self
             .registry()
             .watch(key, name.to_owned(), seen, last, owner, Instant::now());
+        let settings = self.settings();
         if listing {
-            ctx.config.poll_watched.max(ctx.config.poll_active)
+            settings.watched.max(settings.active)
         } else {
-            ctx.config.poll_active
+            settings.active
         }
     }
 
@@ -308,18 +346,11 @@ impl CloudWatch {
 
     /// The resource as its owner last read it, while no listing has shown it change (see
     /// [`CloudWatch::watch_read`]).
-    pub fn unchanged<T: Listable>(&self, ctx: &Context, name: &str) -> Option<T> {
+    pub fn unchanged<T: Listable>(&self, name: &str) -> Option<T> {
         let key = (T::COLLECTION, parent_of(name)?);
-        let max_age = ctx.config.poll_watched / 2;
+        let max_age = self.settings().watched / 2;
         let listed = self.registry().unchanged(&key, name, Instant::now(), max_age)?;
         T::from_listed(listed).map(|r| *r)
-    }
-
-    /// `name` no longer needs watching.
-    pub fn unwatch<T: Listable>(&self, name: &str) {
-        if let Some(parent) = parent_of(name) {
-            self.registry().unwatch(&(T::COLLECTION, parent), name);
-        }
     }
 
     /// The resource as the listing that woke its owner showed it.
@@ -356,15 +387,15 @@ impl CloudWatch {
         self.registry().interests()
     }
 
-    /// Starts the lister of `ctx` for the controllers stopping with `shutdown` (every controller
-    /// calls this; the first one of a run starts it). It stops with `shutdown` or when the context
-    /// is dropped. A new run (a leader that won its lease again) gets a new lister and forgets
-    /// what the old run waited on.
-    pub fn start(ctx: &Arc<Context>, shutdown: Shutdown) {
-        if !ctx.config.watch_lists {
+    /// Starts the lister for the controllers stopping with `shutdown`, at `config`'s intervals
+    /// (every controller calls this; the first one of a run starts it). It stops with `shutdown`
+    /// or when the watch is dropped. A new run (a leader that won its lease again) gets a new
+    /// lister and forgets what the old run waited on.
+    pub fn start(watch: &Arc<Self>, config: &ControllerConfig, shutdown: Shutdown) {
+        *watch.settings.lock().expect("cloud watch settings poisoned") = Settings::of(config);
+        if !config.watch_lists {
             return;
         }
-        let watch = &ctx.cloud_watch;
         let mut lister = watch.lister.lock().expect("cloud watch lister poisoned");
         if let Some((task, running_for)) = lister.as_ref() {
             if running_for.ptr_eq(&shutdown) && !task.is_finished() {
@@ -373,15 +404,15 @@ impl CloudWatch {
             task.abort();
         }
         *watch.registry() = Registry::default();
-        let task = tokio::spawn(run_lister(Arc::downgrade(ctx), shutdown.clone()));
+        let task = tokio::spawn(run_lister(Arc::downgrade(watch), shutdown.clone()));
         *lister = Some((task, shutdown));
     }
 
-    fn wake(&self, ctx: &Context, wake: Wake) {
+    fn wake(&self, wake: Wake) {
         let triggers = self.triggers.lock().expect("cloud watch triggers poisoned");
         for owner in wake {
             // The woken reconcile must read: its object did not change in Kubernetes.
-            ctx.settled.forget_uid(owner.uid());
+            self.settled.forget_uid(owner.uid());
             if let Some(trigger) = triggers.get(&owner.kind) {
                 trigger(&owner);
             }
@@ -389,21 +420,21 @@ impl CloudWatch {
     }
 
     /// One round: lists every collection that is due and wakes the owners of what changed.
-    async fn tick(&self, ctx: &Context) {
-        let every = ctx.config.poll_active;
+    async fn tick(&self) {
+        let settings = self.settings();
+        let every = settings.active;
         let now = Instant::now();
         let due = {
             let mut registry = self.registry();
-            registry.expire(now, 2 * ctx.config.poll_watched.max(every));
-            registry.due(now, every.mul_f32(0.75), ctx.config.poll_capacity)
+            registry.expire(now, 2 * settings.watched.max(every));
+            registry.due(now, every.mul_f32(0.75), settings.capacity)
         };
         for key in due {
             let started = Instant::now();
             let mut sifted = Sifted::default();
-            let result = list(ctx, &key, &mut |page| {
-                self.registry().sift(&key, page, &mut sifted)
-            })
-            .await;
+            let result = self
+                .list(&key, &mut |page| self.registry().sift(&key, page, &mut sifted))
+                .await;
             let wake = match result {
                 Ok(()) => self.registry().finish(&key, started, sifted),
                 Err(err) => {
@@ -414,63 +445,65 @@ impl CloudWatch {
                     self.registry().failed(&key, Instant::now())
                 }
             };
-            self.wake(ctx, wake);
+            self.wake(wake);
         }
     }
 }
 
-async fn run_lister(ctx: Weak<Context>, shutdown: Shutdown) {
+async fn run_lister(watch: Weak<CloudWatch>, shutdown: Shutdown) {
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let Some(every) = ctx.upgrade().map(|c| c.config.poll_active) else {
+        let Some(every) = watch.upgrade().map(|w| w.settings().active) else {
             return;
         };
         tokio::select! {
             _ = &mut shutdown => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let Some(ctx) = ctx.upgrade() else {
+        let Some(watch) = watch.upgrade() else {
             return;
         };
-        ctx.cloud_watch.tick(&ctx).await;
+        watch.tick().await;
     }
 }
 
 /// Every resource of `key` this cluster may be waiting on, a page at a time to `sift`. Dataproc
 /// and Vertex are filtered to this cluster's label and to the states that can still change.
-async fn list(
-    ctx: &Context,
-    (collection, parent): &Key,
-    sift: &mut (dyn FnMut(&mut dyn Iterator<Item = Listed>) + Send),
-) -> Result<(), GcpError> {
-    let cluster = format!(
-        "labels.{} = \"{}\"",
-        labels::CLUSTER,
-        sanitize_label_value(&ctx.config.cluster_id)
-    );
-    match collection {
-        Collection::TpuNodes => {
-            let mut page = pages_to(sift, Listed::Node);
-            ctx.gcp.tpu.list_nodes_by_page(parent, &mut page).await
-        }
-        Collection::DataprocBatches => {
-            // Dataproc's filter takes enum names bare, Vertex's quoted.
-            let states = state_filter(&BATCH_STATES_LISTED, BatchState::name, str::to_owned);
-            let filter = format!("{cluster} AND ({states})");
-            let mut page = pages_to(sift, Listed::Batch);
-            ctx.gcp
-                .dataproc
-                .list_batches_by_page(parent, &filter, &mut page)
-                .await
-        }
-        Collection::VertexJobs => {
-            let states = state_filter(&JOB_STATES_LISTED, JobState::name, |n| format!("\"{n}\""));
-            let filter = format!("{cluster} AND ({states})");
-            let mut page = pages_to(sift, Listed::Job);
-            ctx.gcp
-                .vertex
-                .list_custom_jobs_by_page(parent, &filter, &mut page)
-                .await
+impl CloudWatch {
+    async fn list(
+        &self,
+        (collection, parent): &Key,
+        sift: &mut (dyn FnMut(&mut dyn Iterator<Item = Listed>) + Send),
+    ) -> Result<(), GcpError> {
+        let cluster = format!(
+            "labels.{} = \"{}\"",
+            labels::CLUSTER,
+            sanitize_label_value(&self.settings().cluster_id)
+        );
+        match collection {
+            Collection::TpuNodes => {
+                let mut page = pages_to(sift, Listed::Node);
+                self.gcp.tpu.list_nodes_by_page(parent, &mut page).await
+            }
+            Collection::DataprocBatches => {
+                // Dataproc's filter takes enum names bare, Vertex's quoted.
+                let states = state_filter(&BATCH_STATES_LISTED, BatchState::name, str::to_owned);
+                let filter = format!("{cluster} AND ({states})");
+                let mut page = pages_to(sift, Listed::Batch);
+                self.gcp
+                    .dataproc
+                    .list_batches_by_page(parent, &filter, &mut page)
+                    .await
+            }
+            Collection::VertexJobs => {
+                let states = state_filter(&JOB_STATES_LISTED, JobState::name, |n| format!("\"{n}\""));
+                let filter = format!("{cluster} AND ({states})");
+                let mut page = pages_to(sift, Listed::Job);
+                self.gcp
+                    .vertex
+                    .list_custom_jobs_by_page(parent, &filter, &mut page)
+                    .await
+            }
         }
     }
 }

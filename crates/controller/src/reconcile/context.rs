@@ -1,19 +1,20 @@
 //! Everything a reconciler needs, passed explicitly (no globals, no `Client::try_default()` inside
 //! reconcilers), so tests build the same `Context` against the emulators.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use tpu_operator_gcp::Gcp;
 
 use crate::{
     governance::{
         pricing::PriceTable,
-        tenancy::{Admissions, Policies},
+        tenancy::{Policies, Tenancy},
     },
     runtime::{
         backoff::{BackoffPolicy, ObjectBackoff},
         clock::{Clock, SystemClock},
         cloud_watch::CloudWatch,
+        config::ControllerConfig,
         events::EventRecorder,
         fair_share::FairShare,
         metrics::Metrics,
@@ -21,54 +22,8 @@ use crate::{
     },
 };
 
-/// Operator-wide settings the controllers read.
-#[derive(Debug, Clone)]
-pub struct ControllerConfig {
-    /// Written to the `tpu-operator-cluster` label of every cloud object, so that several clusters
-    /// sharing a project never sweep or adopt each other's resources.
-    pub cluster_id: String,
-    /// Watch only this namespace (`None`: all namespaces).
-    pub namespace: Option<String>,
-    /// Reconciles run at once per controller.
-    pub concurrency: u16,
-    /// Project used when an object does not name one.
-    pub default_project: Option<String>,
-    /// Requeue interval while a cloud object is changing state (creating, running, cancelling).
-    pub poll_active: Duration,
-    /// Requeue interval while nothing is expected to change (a READY slice, a finished batch).
-    pub poll_stable: Duration,
-    /// Requeue interval while waiting for capacity (stockout, queued resource waiting).
-    pub poll_capacity: Duration,
-    /// Watch cloud state changes with one paged list per collection and location instead of a
-    /// read per object every `poll_active` (see [`crate::runtime::cloud_watch`]).
-    pub watch_lists: bool,
-    /// Backstop read interval of an object whose cloud resource is watched by listing. Only a
-    /// listing that misses a change needs it (a change, or an absence, in a listing wakes the
-    /// owner at once), so it is as long as `poll_stable`: while thousands of objects wait for
-    /// capacity or for a batch to run, each backstop read is a call beyond the minimum.
-    pub poll_watched: Duration,
-    /// Least time between two listings of a training pipeline's checkpoint directory (progress
-    /// in `status.checkpoint`, `progressDeadline`), in cloud-clock time.
-    pub poll_checkpoints: Duration,
-}
-
-impl Default for ControllerConfig {
-    fn default() -> Self {
-        Self {
-            cluster_id: "default".into(),
-            namespace: None,
-            concurrency: 16,
-            default_project: None,
-            poll_active: Duration::from_secs(2),
-            poll_stable: Duration::from_secs(300),
-            poll_capacity: Duration::from_secs(30),
-            watch_lists: true,
-            poll_watched: Duration::from_secs(300),
-            poll_checkpoints: Duration::from_secs(180),
-        }
-    }
-}
-
+/// The handles a reconcile pass uses, and nothing else: a plain bag, built once per process. The
+/// pieces it holds take what they need explicitly; none of them reaches back into it.
 pub struct Context {
     pub client: kube::Client,
     pub gcp: Gcp,
@@ -79,17 +34,12 @@ pub struct Context {
     /// One recorder for the process: its cache is what turns a repeated event into one Event with
     /// a growing series count instead of a new object per occurrence.
     pub recorder: EventRecorder,
-    /// Who may use what, per namespace: the cluster's `TpuPolicy` objects (none watched:
-    /// everything allowed).
-    pub policies: Policies,
-    /// List prices for cost estimates, budgets and per-object spend limits.
-    pub prices: Arc<PriceTable>,
-    /// Policy admissions per namespace: their lock and usage (see [`Admissions`]).
-    pub admission: Admissions,
+    /// Policies, admissions, usage and prices (see [`Tenancy`]).
+    pub tenancy: Arc<Tenancy>,
     /// Objects as their last successful reconcile left them (see [`Settled`]).
-    pub settled: Settled,
+    pub settled: Arc<Settled>,
     /// Cloud state changes seen by listing (see [`CloudWatch`]).
-    pub cloud_watch: CloudWatch,
+    pub cloud_watch: Arc<CloudWatch>,
     /// Each controller's workers, shared fairly between namespaces (see [`FairShare`]).
     pub fair_share: FairShare,
 }
@@ -98,7 +48,10 @@ impl Context {
     pub fn new(client: kube::Client, gcp: Gcp, config: ControllerConfig) -> Self {
         let recorder = EventRecorder::new(client.clone(), "tpu-operator", None);
         let fair_share = FairShare::new(config.concurrency);
+        let settled = Arc::new(Settled::default());
+        let cloud_watch = Arc::new(CloudWatch::new(gcp.clone(), &config, settled.clone()));
         Self {
+            tenancy: Arc::new(Tenancy::new(client.clone())),
             client,
             gcp,
             config,
@@ -106,23 +59,25 @@ impl Context {
             backoff: ObjectBackoff::new(BackoffPolicy::default()),
             clock: Arc::new(SystemClock),
             recorder,
-            policies: Policies::default(),
-            prices: Arc::default(),
-            admission: Admissions::default(),
-            settled: Settled::default(),
-            cloud_watch: CloudWatch::default(),
+            settled,
+            cloud_watch,
             fair_share,
         }
     }
 
+    /// The tenancy handle while the context is being built (before it is shared).
+    fn tenancy_mut(&mut self) -> &mut Tenancy {
+        Arc::get_mut(&mut self.tenancy).expect("the context is configured before it is shared")
+    }
+
     /// Enforces the cluster's `TpuPolicy` objects (see [`Policies::watch`]).
     pub fn with_policies(mut self, policies: Policies) -> Self {
-        self.policies = policies;
+        self.tenancy_mut().policies = policies;
         self
     }
 
     pub fn with_prices(mut self, prices: PriceTable) -> Self {
-        self.prices = Arc::new(prices);
+        self.tenancy_mut().prices = Arc::new(prices);
         self
     }
 
@@ -158,7 +113,8 @@ impl Context {
         explicit
             .map(str::to_owned)
             .or_else(|| {
-                self.policies
+                self.tenancy
+                    .policies
                     .governing(namespace)
                     .default_project()
                     .map(str::to_owned)

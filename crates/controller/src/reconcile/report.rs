@@ -8,8 +8,8 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
+use super::context::Context;
 use crate::runtime::{
-    context::Context,
     error::{ReconcileError, Result},
     events::EventType,
 };

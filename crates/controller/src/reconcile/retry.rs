@@ -5,10 +5,8 @@ use std::{sync::Arc, time::Duration};
 
 use kube::{Resource, ResourceExt, runtime::controller::Action};
 
-use crate::runtime::{
-    context::Context,
-    error::{ReconcileError, Retry},
-};
+use super::context::Context;
+use crate::runtime::error::{ReconcileError, Retry};
 
 /// How long to wait after a permanent error before looking again: permissions and quotas are fixed
 /// out of band, and nothing tells us when.

@@ -1,0 +1,61 @@
+//! One deletion pass, written once for every kind: the deletion policy the namespace's tenancy
+//! policy allows, an allowed orphan's holdings recorded, else the kind's cleanup step, its status
+//! written and what it waits on registered.
+
+use kube::{ResourceExt, runtime::controller::Action};
+use tpu_operator_api::DeletionPolicy;
+
+use super::{
+    context::Context,
+    kind::{Cleaned, Kind},
+    pass, report, status,
+};
+use crate::{governance::tenancy, runtime::error::Result};
+
+/// `Some(requeue)` while cloud objects remain, `None` once the finalizer may go.
+pub async fn cleanup<K: Kind>(obj: &K, ctx: &Context) -> Result<Option<Action>> {
+    // Without a target (no project) nothing was ever created.
+    let Ok(t) = obj.target(ctx)? else {
+        return Ok(None);
+    };
+    if policy(ctx, obj) == DeletionPolicy::Orphan {
+        if let Some(holding) = obj.orphaned(ctx, &t) {
+            let namespace = pass::namespace(obj)?;
+            ctx.tenancy.admissions.orphans.record(&namespace, holding);
+        }
+        return Ok(None);
+    }
+    let (new, wait, failed) = match obj.clean(ctx, &t).await? {
+        Cleaned::Done { unwatch } => {
+            if let Some(u) = unwatch {
+                ctx.cloud_watch.unwatch(u.collection, &u.name);
+            }
+            return Ok(None);
+        }
+        Cleaned::Pending { status, wait, failed } => (status, wait, failed),
+    };
+    if let Some(new) = new {
+        let old = obj.status().cloned().unwrap_or_default();
+        status::record_spend(ctx, obj, &new);
+        let base = obj.resource_version();
+        status::write(ctx, obj, base.as_deref(), Some(&old), &new).await?;
+    }
+    if let Some(err) = failed {
+        return Err(err);
+    }
+    Ok(Some(pass::settle(ctx, obj, wait)))
+}
+
+/// Once the finalizer is being removed: the kind's closing Event.
+pub async fn cleaned_up<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
+    if let Some(event) = obj.cleaned_up(policy(ctx, obj)) {
+        report::publish(ctx, obj, event).await;
+    }
+    Ok(Action::await_change())
+}
+
+/// The deletion policy the pass follows (see [`tenancy::deletion_policy`]).
+fn policy<K: Kind>(ctx: &Context, obj: &K) -> DeletionPolicy {
+    let namespace = obj.meta().namespace.as_deref().unwrap_or_default();
+    tenancy::deletion_policy(&ctx.tenancy, namespace, obj.deletion_policy())
+}

@@ -1,0 +1,132 @@
+//! The controller every kind runs in, owned once: what surrounds a pass.
+//!
+//! A kind implements [`Kind`]; the pass itself is [`pass::apply`] (and [`deletion::cleanup`]).
+//! This module owns what surrounds it:
+//!
+//! 1. the settled-object skip (only for kinds that [`Kind::SETTLES`]), then each
+//!    namespace's fair share of the workers ([`crate::runtime::fair_share`]),
+//! 2. the reconcile metrics (count, duration; failures are counted by [`error_policy`]),
+//! 3. the guards (the cached object decodes, it has a namespace),
+//! 4. the deletion pass before the finalizer: kube's `finalizer` helper drops the finalizer as
+//!    soon as its cleanup returns, but a kind's cleanup takes several passes (cancel, wait, delete),
+//!    so those passes run here and the helper sees the object only once nothing is left,
+//! 5. the finalizer itself (added on the first pass, removed after the last cleanup),
+//! 6. clearing the object's backoff after a successful pass, and [`error_policy`] after a failed one,
+//! 7. a refused cloud call reported in status ([`status::reported`]),
+//! 8. the controller itself ([`run`]): the compact watch cache, the cloud-watch wake-ups, the
+//!    tenancy-policy re-evaluation, graceful shutdown.
+//!
+//! The shape follows kube-rs's controller-rs (finalizer → apply / cleanup); it is no more general
+//! than the three kinds need.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::{
+    Api, ResourceExt,
+    runtime::{
+        controller::{Action, Config},
+        finalizer::{Event, finalizer},
+    },
+};
+use tpu_operator_api::FINALIZER;
+
+use super::{
+    context::Context,
+    deletion,
+    kind::{Kind, Watches},
+    pass, retry,
+    status::reported,
+};
+use crate::{
+    Shutdown,
+    runtime::{
+        cloud_watch::CloudWatch,
+        error::{self, ReconcileError, Result},
+        fair_share::FairShare,
+        watched::{self, Cached, cached_ref},
+    },
+};
+
+/// Runs the controller of `K` until `shutdown` fires.
+pub async fn run<K: Kind>(ctx: Arc<Context>, shutdown: Shutdown) {
+    // Judge nothing before the policies are known (an unlisted policy reads as none).
+    ctx.tenancy.policies.ready().await;
+    CloudWatch::start(&ctx.cloud_watch, &ctx.config, shutdown.clone());
+    let namespace = ctx.config.namespace.as_deref();
+    let watches = Watches {
+        client: &ctx.client,
+        namespace,
+    };
+    K::watches(watched::controller::<K>(&ctx.client, namespace), &watches)
+        .with_config(Config::default().concurrency(ctx.config.concurrency))
+        .reconcile_on(ctx.cloud_watch.triggers::<K>().map(cached_ref))
+        .reconcile_all_on(ctx.tenancy.policies.changes())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(kind = K::KIND, error = %err, "reconcile did not run");
+            }
+        })
+        .await;
+}
+
+/// One reconcile of `K`: the shape described in the module docs.
+#[tracing::instrument(skip(cached, ctx), fields(kind = K::KIND, namespace = cached.namespace(), name = cached.name_any()))]
+pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Result<Action> {
+    if let Some(wait) = ctx.settled.predates_own_write(cached.as_ref()) {
+        return Ok(wait);
+    }
+    if K::SETTLES
+        && let Some(wait) = ctx.settled.skip(cached.as_ref())
+    {
+        return Ok(wait);
+    }
+    // Not before the skips above: they cost nothing and free their worker at once.
+    let namespace = cached.namespace();
+    let Some(_slot) = ctx
+        .fair_share
+        .enter(K::KIND, namespace.as_deref().unwrap_or_default())
+    else {
+        return Ok(Action::requeue(FairShare::wait()));
+    };
+    let _timer = ctx.metrics.start(K::KIND);
+    let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
+    let ns = obj
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    if deleting {
+        obj.forget(&ctx);
+    }
+    if deleting
+        && obj.finalizers().iter().any(|f| f == FINALIZER)
+        && let Some(wait) = reported(&ctx, obj.as_ref(), deletion::cleanup(obj.as_ref(), &ctx).await).await?
+    {
+        retry::on_success(obj.as_ref(), &ctx);
+        return Ok(wait);
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
+        match event {
+            Event::Apply(obj) => reported(&ctx, obj.as_ref(), pass::apply(obj.as_ref(), &ctx).await).await,
+            Event::Cleanup(obj) => {
+                ctx.settled.gone(obj.as_ref());
+                deletion::cleaned_up(obj.as_ref(), &ctx).await
+            }
+        }
+    })
+    .await;
+    let action = match action {
+        Err(err) if error::already_gone(&err) => Action::await_change(),
+        other => other.map_err(ReconcileError::from)?,
+    };
+    retry::on_success(obj.as_ref(), &ctx);
+    Ok(action)
+}
+
+/// After a failed reconcile: per-object backoff, by the error's classification.
+pub fn error_policy<K: Kind>(obj: Arc<Cached<K>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    retry::error_policy(K::KIND, obj.as_ref(), err, &ctx)
+}

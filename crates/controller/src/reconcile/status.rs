@@ -1,0 +1,124 @@
+//! The one status writer: every status write of every kind goes through here, so the settled
+//! cache, the conditional write and the Events of a transition are handled once.
+
+use kube::ResourceExt;
+use tpu_operator_api::conditions::reasons;
+
+use super::{context::Context, kind::Kind, report};
+use crate::runtime::{
+    error::{ReconcileError, Result},
+    refused,
+};
+
+/// `new` by server-side apply when it differs from `old`, conditional on the version of `obj`
+/// `base` names, then the Events of the transition. Returns the version written, `None` when
+/// nothing changed.
+pub async fn write<K: Kind>(
+    ctx: &Context,
+    obj: &K,
+    base: Option<&str>,
+    old: Option<&K::Status>,
+    new: &K::Status,
+) -> Result<Option<String>> {
+    if old == Some(new) {
+        return Ok(None);
+    }
+    let written = report::apply_status(ctx, obj, base, K::FIELD_MANAGER, new).await?;
+    let version = written.resource_version();
+    ctx.settled.replaced(obj, base, version.as_deref());
+    if K::SETTLES {
+        ctx.settled.wrote(obj, version.clone());
+    }
+    let unset = K::Status::default();
+    for t in K::transitions(old.unwrap_or(&unset), new) {
+        report::publish(ctx, obj, t).await;
+    }
+    Ok(version)
+}
+
+/// Stalls `obj` with a reason, no cloud call made: a tenancy-policy refusal, or a spec the
+/// operator cannot act on. The caller decides when to look again.
+pub async fn stall<K: Kind>(
+    ctx: &Context,
+    obj: &K,
+    reason: &'static str,
+    message: &str,
+    retry: bool,
+) -> Result<()> {
+    let old = obj.status().cloned().unwrap_or_default();
+    let new = obj.stalled(&old, reason, message, retry, ctx.clock.now());
+    write(ctx, obj, obj.resource_version().as_deref(), Some(&old), &new).await?;
+    Ok(())
+}
+
+/// A write-ahead status: persisted inside an action, before a call whose reply may be lost (a
+/// create Google names, not we). The pass's final write is conditional on the version this one
+/// wrote: conditional on the version read, it would be refused with 409 by the marker itself.
+pub struct WriteAhead<'a, K: Kind> {
+    ctx: &'a Context,
+    obj: &'a K,
+    base: Option<String>,
+}
+
+impl<'a, K: Kind> WriteAhead<'a, K> {
+    pub(super) fn new(ctx: &'a Context, obj: &'a K) -> Self {
+        Self {
+            ctx,
+            obj,
+            base: obj.resource_version(),
+        }
+    }
+
+    /// Persists `marked` (the stored status with the marker set) now.
+    pub async fn write(&mut self, marked: &K::Status) -> Result<()> {
+        let old = self.obj.status();
+        if let Some(version) = write(self.ctx, self.obj, self.base.as_deref(), old, marked).await? {
+            self.base = Some(version);
+        }
+        Ok(())
+    }
+
+    /// The version the pass's final write is conditional on.
+    pub(super) fn base(&self) -> Option<&str> {
+        self.base.as_deref()
+    }
+}
+
+/// A pass's result, after writing a refused cloud call into the object's status
+/// ([`refused`]): read or write, on every kind, the refusal reaches status (best effort: a status
+/// write that fails here is logged, and the error is returned either way for the backoff).
+pub async fn reported<K: Kind, T>(ctx: &Context, obj: &K, result: Result<T>) -> Result<T> {
+    let Err(ReconcileError::Gcp { action, source }) = &result else {
+        return result;
+    };
+    if !refused::is_refusal(source) {
+        return result;
+    }
+    let old = obj.status().cloned().unwrap_or_default();
+    // Already reported (by this wrapper or by the kind itself, e.g. a refused delete): a second
+    // writer with other words would wake the object with every write and retry the refused call
+    // at once, again and again, instead of after the backoff.
+    if K::refusal_reported(&old) {
+        return result;
+    }
+    let message = refused::message(action, source);
+    let new = obj.refused(&old, &message, ctx.clock.now());
+    let quiet = K::transitions(&old, &new).is_empty();
+    let base = obj.resource_version();
+    match write(ctx, obj, base.as_deref(), obj.status(), &new).await {
+        Ok(Some(_)) if quiet => {
+            report::publish_event(ctx, obj, true, reasons::PERMISSION_DENIED, message).await;
+        }
+        Ok(_) => {}
+        Err(err) => tracing::debug!(error = %err, "could not report the refused call in status"),
+    }
+    result
+}
+
+/// Records the object's estimated spend for the per-namespace spend metric (every pass, the
+/// status written or not).
+pub fn record_spend<K: Kind>(ctx: &Context, obj: &K, status: &K::Status) {
+    if let (Some(ns), Some(uid)) = (obj.meta().namespace.as_deref(), obj.meta().uid.as_deref()) {
+        ctx.metrics.record_spend(ns, uid, K::spend(status));
+    }
+}

@@ -1,0 +1,90 @@
+//! What a pass waits on, as a kind's pure [`Kind::wait`](super::kind::Kind::wait) says it; the
+//! pass registers it with the cloud watch and turns it into the controller's requeue.
+
+use std::time::Duration;
+
+use crate::runtime::cloud_watch::{Collection, Listable, Listed, state_of};
+
+/// A cloud resource the object waits on to change state by itself.
+#[derive(Clone, Debug)]
+pub struct Watch {
+    pub collection: Collection,
+    pub name: String,
+    /// The state last seen, as the listing compares it.
+    pub state: String,
+    /// The resource as read, reused until a listing shows it change (see
+    /// [`crate::runtime::cloud_watch::CloudWatch::watch_read`]).
+    pub read: Option<Listed>,
+}
+
+impl Watch {
+    /// `name`, last seen in `state`.
+    pub fn state<T: Listable>(name: &str, state: &T::State) -> Self {
+        Self {
+            collection: T::COLLECTION,
+            name: name.to_owned(),
+            state: state_of(state),
+            read: None,
+        }
+    }
+
+    /// `resource` as read.
+    pub fn read<T: Listable + Clone>(resource: &T) -> Self {
+        let listed = Box::new(resource.clone()).into_listed();
+        Self {
+            collection: T::COLLECTION,
+            name: listed.name().to_owned(),
+            state: listed.state(),
+            read: Some(listed),
+        }
+    }
+}
+
+/// A resource no longer waited on.
+#[derive(Clone, Debug)]
+pub struct Unwatch {
+    pub collection: Collection,
+    pub name: String,
+}
+
+impl Unwatch {
+    pub fn of<T: Listable>(name: &str) -> Self {
+        Self {
+            collection: T::COLLECTION,
+            name: name.to_owned(),
+        }
+    }
+}
+
+/// When the pass looks again.
+#[derive(Clone, Debug)]
+pub enum Wait {
+    /// Woken by the cloud watch when `Watch` changes; polled at its backstop, and never later
+    /// than `cap`.
+    Watch { watch: Watch, cap: Option<Duration> },
+    /// Looked at again after `after`; `unwatch`: what the object no longer waits on.
+    Poll {
+        after: Duration,
+        unwatch: Option<Unwatch>,
+    },
+}
+
+impl Wait {
+    /// Poll after `after`, watching nothing.
+    pub fn after(after: Duration) -> Self {
+        Self::Poll { after, unwatch: None }
+    }
+
+    /// Poll after `after`, no longer watching `name`.
+    pub fn poll_unwatching<T: Listable>(after: Duration, name: Option<&str>) -> Self {
+        Self::Poll {
+            after,
+            unwatch: name.map(Unwatch::of::<T>),
+        }
+    }
+
+    /// Watch `watch`.
+    pub fn watch(watch: Watch) -> Self {
+        Self::Watch { watch, cap: None }
+    }
+}
