@@ -698,3 +698,71 @@ async fn rerun_annotation_starts_one_new_run_of_a_finished_pipeline() {
         .await;
     assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 3);
 }
+
+/// Issue 35 item 4: a re-run whose Vertex job writes nothing must not succeed on the model the
+/// earlier run left under `modelDir` (before the fix: Succeeded, "model written to ...").
+#[tokio::test]
+async fn a_rerun_whose_job_writes_no_model_does_not_succeed_on_the_old_one() {
+    let env = started().await;
+    let tp = env.create(&vertex_only("stale")).await;
+    let uid = tp.uid().unwrap();
+    wait_phase(&env, "stale", Phase::Succeeded).await;
+    let patch = json!({"metadata": {"annotations": {RERUN_ANNOTATION: "1"}}});
+    env.api::<TrainingPipeline>()
+        .patch("stale", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    let second = first_job_of(&env, &uid, "2").await;
+    env.gcp
+        .inject(Fault::SuppressOutput { name: second.clone() })
+        .unwrap();
+    let judged = env
+        .wait_for::<TrainingPipeline, _>("stale", "the re-run judged", STEP, |tp| {
+            let st = tp.status.as_ref();
+            st.and_then(|s| s.rerun.as_ref()).is_some_and(|r| r.value == "1")
+                && matches!(phase(tp), Phase::Succeeded | Phase::Failed)
+        })
+        .await;
+    assert_eq!(phase(&judged), Phase::Failed, "{}", message(&judged));
+    assert!(
+        message(&judged).contains(&format!("custom job {second} succeeded but wrote no model")),
+        "{}",
+        message(&judged)
+    );
+    // The earlier run's model is still there: it was not what this run wrote.
+    let model = env.gcp.object(BUCKET, "models/quickstart/model/saved_model.pb");
+    assert!(model.is_some(), "the first run's model stays in place");
+}
+
+/// Issue 35 item 4, TPU VM mode: the `_SUCCESS` an earlier run left under `modelDir` is older
+/// than the re-run's attempt, so a re-run whose workload writes no marker keeps training instead
+/// of succeeding on it.
+#[tokio::test]
+async fn a_tpu_vm_rerun_does_not_succeed_on_the_earlier_runs_marker() {
+    let env = started().await;
+    let tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    env.create(&tp).await;
+    let name = "tpu-vm-pipeline";
+    wait_phase(&env, name, Phase::Succeeded).await;
+    assert!(env.gcp.object(BUCKET, "models/tpu-vm-run-1/_SUCCESS").is_some());
+    let patch = json!({"metadata": {"annotations": {RERUN_ANNOTATION: "1"}}});
+    env.api::<TrainingPipeline>()
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    // The re-run's slice: its node writes nothing when its workload ends.
+    let node = loop {
+        let ready = env.gcp.nodes().into_iter().find(|n| n["state"] == "READY");
+        if let Some(n) = ready {
+            break n["name"].as_str().unwrap().to_string();
+        }
+        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
+    };
+    env.gcp.inject(Fault::SuppressOutput { name: node }).unwrap();
+    // Twice the emulated workload's run (10 min) of cloud time.
+    env.idle(Duration::from_secs(2), Duration::from_secs(30)).await;
+    let now = env.api::<TrainingPipeline>().get(name).await.unwrap();
+    let st = now.status.clone().unwrap();
+    assert_eq!(st.rerun.as_ref().map(|r| r.value.as_str()), Some("1"));
+    assert_eq!(st.phase, Phase::Training, "{}", message(&now));
+}

@@ -358,16 +358,42 @@ async fn current_job(
         tpu_operator_gcp::aiplatform_v1::model::JobState::Succeeded
             | tpu_operator_gcp::aiplatform_v1::model::JobState::PartiallySucceeded
     ) {
-        let model = join_uri(&tp.spec.artifacts.model_dir, "model/");
-        let exists = ctx
-            .gcp
-            .storage
-            .prefix_exists(&model)
-            .await
-            .map_err(ReconcileError::gcp("check the model output"))?;
-        job.model_exists = Some(exists);
+        let created = reads.job.as_ref().and_then(|j| j.create_time);
+        job.model_exists = Some(model_written_since(ctx, tp, created).await?);
     }
     Ok((Some(job), cost, extra))
+}
+
+/// Most objects of a model directory looked at for one written by this attempt: one listing page.
+const MODEL_OBJECTS_LOOKED_AT: u32 = 1000;
+
+/// Whether the model directory (`modelDir/model/`, Vertex's `AIP_MODEL_DIR`) holds an object
+/// written since `created` (the job's create time; every object when unknown). A re-run into a
+/// `modelDir` that holds an earlier run's model must not succeed on it when its own job wrote
+/// nothing (issue 35 item 4). One listing of up to [`MODEL_OBJECTS_LOOKED_AT`] objects in name
+/// order, as many calls as the existence check it replaces; a model whose first thousand objects
+/// by name are all older than the job is taken as not written (a fresh run rewrites its files).
+async fn model_written_since(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    created: Option<tpu_operator_gcp::wkt::Timestamp>,
+) -> Result<bool> {
+    let model = join_uri(&tp.spec.artifacts.model_dir, "model/");
+    let Some(uri) = parse_gs_uri(&model) else {
+        return Ok(false);
+    };
+    let objects = ctx
+        .gcp
+        .storage
+        .list_objects(uri.bucket, uri.path, MODEL_OBJECTS_LOOKED_AT)
+        .await
+        .map_err(ReconcileError::gcp("check the model output"))?;
+    let since = created.and_then(|t| chrono::DateTime::<chrono::Utc>::from_timestamp(t.seconds(), 0));
+    Ok(objects.iter().any(|o| match since {
+        None => true,
+        Some(since) => chrono::DateTime::parse_from_rfc3339(&o.updated)
+            .is_ok_and(|t| t.with_timezone(&chrono::Utc) >= since),
+    }))
 }
 
 /// What the status says of a `_FAILED` marker's content. The operator's startup script writes
