@@ -32,7 +32,7 @@ use tpu_operator_gcp::{Gcp, GcpMetrics};
 use tracing::{error, info, warn};
 
 use crate::{
-    config::{ClusterIdSource, RunArgs, Settings},
+    config::{ClusterIdSource, LeaderSettings, RunArgs, Settings},
     leader::Election,
     server::{self, Readiness},
     telemetry,
@@ -142,15 +142,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = kube_client(settings.kubeconfig.as_deref()).await?;
     settings.controller.cluster_id = cluster_id(&client, &settings.cluster_id).await?;
     info!(cluster_id = %settings.controller.cluster_id, source = ?settings.cluster_id, "cluster id");
-    let mut registry = Registry::default();
-    let metrics = Metrics::default().register(&mut registry);
-    let gcp_metrics = GcpMetrics::register(&mut registry);
-    let leader_gauge: Gauge = Gauge::default();
-    registry.register(
-        "tpu_operator_leader",
-        "1 while this replica holds the leader lease and runs the controllers",
-        leader_gauge.clone(),
-    );
+    let (registry, metrics, gcp_metrics, leader_gauge) = register_metrics();
     let readiness = Readiness::new("waiting for the CRDs to be established");
     let (addr, server) =
         server::start(settings.metrics_addr, registry, readiness.clone(), stop.clone()).await?;
@@ -167,7 +159,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Unready while the GCP credentials cannot produce a token (`gcp_credentials_failing`).
     let credentials = gcp_metrics.clone();
     readiness.add_check(Arc::new(move || credentials.credentials_failure()));
-    let ctx = Arc::new(
+    let ctx = controller_context(&client, gcp, metrics, &settings);
+
+    let result = match &settings.leader {
+        None => {
+            run_without_election(ctx, &settings, &stop, &readiness, &leader_gauge).await;
+            Ok(())
+        }
+        Some(leader) => {
+            let election = Election::start(client, leader).await?;
+            run_elected(election, leader, ctx, &settings, &stop, &readiness, &leader_gauge).await
+        }
+    };
+    // The server stops with `stop`; on an error path, stop it directly.
+    server.abort();
+    result
+}
+
+/// The registry `/metrics` serves, with the controllers' and the GCP clients' metrics and the
+/// leader gauge registered in it.
+fn register_metrics() -> (Registry, Metrics, GcpMetrics, Gauge) {
+    let mut registry = Registry::default();
+    let metrics = Metrics::default().register(&mut registry);
+    let gcp_metrics = GcpMetrics::register(&mut registry);
+    let leader_gauge: Gauge = Gauge::default();
+    registry.register(
+        "tpu_operator_leader",
+        "1 while this replica holds the leader lease and runs the controllers",
+        leader_gauge.clone(),
+    );
+    (registry, metrics, gcp_metrics, leader_gauge)
+}
+
+/// The controllers' shared context: both clients, the settings, metrics, the TpuPolicy watch and
+/// the price table.
+fn controller_context(
+    client: &kube::Client,
+    gcp: Gcp,
+    metrics: Metrics,
+    settings: &Settings,
+) -> Arc<Context> {
+    Arc::new(
         Context::new(client.clone(), gcp, settings.controller.clone())
             .with_metrics(metrics)
             .with_policies(Policies::watch(
@@ -176,40 +208,50 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 settings.namespaces_without_policy,
             ))
             .with_prices(settings.prices.clone()),
-    );
+    )
+}
 
-    let result = match &settings.leader {
-        None => {
-            readiness.set_ready();
-            leader_gauge.set(1);
-            info!("leader election disabled; starting controllers");
-            let sweeper = Arc::new(Sweeper::new(settings.sweeper.clone()));
-            let mut controllers = tokio::spawn(run_operator(ctx, sweeper, stop.clone()));
-            stop.clone().await;
-            finish(&mut controllers, settings.shutdown_timeout).await;
-            Ok(())
-        }
-        Some(leader) => {
-            let mut election = Election::start(client, leader).await?;
-            readiness.set_ready();
-            info!(identity = election.identity(), lease = %leader.lease_name, "standing by for the leader lease");
-            let led = lead_while_holding(&mut election, &ctx, &stop, &leader_gauge, &settings).await;
-            readiness.set_not_ready("shutting down");
-            if led.as_ref().is_err_and(|e| e.is::<LeadershipLost>()) {
-                // Not the holder any more (and perhaps cut off from the API server): nothing to release.
-                server.abort();
-                return led;
-            }
-            let released = election.release().await;
-            if released.is_ok() {
-                info!("lease released");
-            }
-            led.and(released)
-        }
-    };
-    // The server stops with `stop`; on an error path, stop it directly.
-    server.abort();
-    result
+/// Leader election disabled: this replica runs the controllers until `stop`.
+async fn run_without_election(
+    ctx: Arc<Context>,
+    settings: &Settings,
+    stop: &Shutdown,
+    readiness: &Readiness,
+    leader_gauge: &Gauge,
+) {
+    readiness.set_ready();
+    leader_gauge.set(1);
+    info!("leader election disabled; starting controllers");
+    let sweeper = Arc::new(Sweeper::new(settings.sweeper.clone()));
+    let mut controllers = tokio::spawn(run_operator(ctx, sweeper, stop.clone()));
+    stop.clone().await;
+    finish(&mut controllers, settings.shutdown_timeout).await;
+}
+
+/// Leader election on: stands by for the lease, leads while holding it, then releases it, unless
+/// leadership was lost (then there is nothing to release).
+async fn run_elected(
+    mut election: Election,
+    leader: &LeaderSettings,
+    ctx: Arc<Context>,
+    settings: &Settings,
+    stop: &Shutdown,
+    readiness: &Readiness,
+    leader_gauge: &Gauge,
+) -> anyhow::Result<()> {
+    readiness.set_ready();
+    info!(identity = election.identity(), lease = %leader.lease_name, "standing by for the leader lease");
+    let led = lead_while_holding(&mut election, &ctx, stop, leader_gauge, settings).await;
+    readiness.set_not_ready("shutting down");
+    if led.as_ref().is_err_and(|e| e.is::<LeadershipLost>()) {
+        // Not the holder any more (and perhaps cut off from the API server): nothing to release.
+        return led;
+    }
+    let released = election.release().await;
+    if released.is_ok() {
+        info!("lease released");
+    }
+    led.and(released)
 }
 
 /// Builds the GCP clients, within [`connect_bound`] and interruptibly: `Ok(None)` when `stop`

@@ -221,56 +221,15 @@ pub async fn apply_all(client: &kube::Client, manifests: &[Manifest]) -> anyhow:
     Ok(created)
 }
 
+/// Creates every resolved object: the namespaces they need first, then a dry run of all the
+/// rest (one refused object creates none of them), then the rest; `created` collects what
+/// exists, for the caller to delete when something fails.
 async fn create_checked(
     client: &kube::Client,
     resolved: &[(String, DynamicObject, Applied)],
     created: &mut Vec<Applied>,
 ) -> anyhow::Result<()> {
-    // Namespaces the objects live in must exist before their dry runs.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut needed: Vec<&str> = resolved
-        .iter()
-        .filter_map(|(_, _, a)| a.namespace.as_deref())
-        .collect();
-    needed.sort_unstable();
-    needed.dedup();
-    // A Namespace document among the manifests is created as written (labels and all).
-    let is_namespace_doc =
-        |a: &Applied, ns: &str| a.kind == "Namespace" && a.namespace.is_none() && a.name == ns;
-    let mut early = Vec::new();
-    for ns in needed {
-        if namespaces.get_opt(ns).await?.is_some() {
-            continue;
-        }
-        match resolved.iter().find(|(_, _, a)| is_namespace_doc(a, ns)) {
-            Some((source, object, applied)) => {
-                create(client, applied, object, false)
-                    .await
-                    .map_err(|e| rejection(source, e))?;
-                created.push(applied.clone());
-            }
-            None => {
-                let object = Namespace {
-                    metadata: kube::api::ObjectMeta {
-                        name: Some(ns.to_string()),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                };
-                namespaces
-                    .create(&post_params(false), &object)
-                    .await
-                    .with_context(|| format!("creating namespace {ns}"))?;
-                created.push(Applied {
-                    kind: "Namespace".into(),
-                    namespace: None,
-                    name: ns.to_string(),
-                    resource: ApiResource::erase::<Namespace>(&()),
-                });
-            }
-        }
-        early.push(ns.to_string());
-    }
+    let early = create_namespaces(client, resolved, created).await?;
     let rest: Vec<_> = resolved
         .iter()
         .filter(|(_, _, a)| !early.iter().any(|ns| is_namespace_doc(a, ns)))
@@ -287,6 +246,65 @@ async fn create_checked(
         created.push(applied.clone());
     }
     Ok(())
+}
+
+/// Namespaces the objects live in must exist before their dry runs: creates the missing ones
+/// (from their document among the manifests, else bare) and returns their names.
+async fn create_namespaces(
+    client: &kube::Client,
+    resolved: &[(String, DynamicObject, Applied)],
+    created: &mut Vec<Applied>,
+) -> anyhow::Result<Vec<String>> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut needed: Vec<&str> = resolved
+        .iter()
+        .filter_map(|(_, _, a)| a.namespace.as_deref())
+        .collect();
+    needed.sort_unstable();
+    needed.dedup();
+    let mut early = Vec::new();
+    for ns in needed {
+        if namespaces.get_opt(ns).await?.is_some() {
+            continue;
+        }
+        match resolved.iter().find(|(_, _, a)| is_namespace_doc(a, ns)) {
+            Some((source, object, applied)) => {
+                create(client, applied, object, false)
+                    .await
+                    .map_err(|e| rejection(source, e))?;
+                created.push(applied.clone());
+            }
+            None => created.push(create_bare_namespace(&namespaces, ns).await?),
+        }
+        early.push(ns.to_string());
+    }
+    Ok(early)
+}
+
+/// A Namespace document among the manifests is created as written (labels and all).
+fn is_namespace_doc(a: &Applied, ns: &str) -> bool {
+    a.kind == "Namespace" && a.namespace.is_none() && a.name == ns
+}
+
+/// Creates namespace `ns` with nothing but its name.
+async fn create_bare_namespace(namespaces: &Api<Namespace>, ns: &str) -> anyhow::Result<Applied> {
+    let object = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(ns.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    namespaces
+        .create(&post_params(false), &object)
+        .await
+        .with_context(|| format!("creating namespace {ns}"))?;
+    Ok(Applied {
+        kind: "Namespace".into(),
+        namespace: None,
+        name: ns.to_string(),
+        resource: ApiResource::erase::<Namespace>(&()),
+    })
 }
 
 fn post_params(dry_run: bool) -> PostParams {

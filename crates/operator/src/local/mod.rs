@@ -10,16 +10,17 @@ mod apply;
 mod progress;
 mod seed;
 mod summary;
+mod watch;
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use clap::{ArgAction, Args};
-use kube::api::DeleteParams;
 use test_kit::{ContextSpec, Polls};
-use tpu_operator_controller::{Context, Shutdown, governance::tenancy::WithoutPolicy, shutdown_on};
+use tpu_operator_controller::{Context, governance::tenancy::WithoutPolicy, shutdown_on};
 
-use self::progress::{Display, Key, Outcome, Tracker};
+use self::progress::{Key, Outcome, Tracker};
+use self::watch::{Watch, clean_up};
 use crate::{config::LogFormat, run::run_controllers, telemetry};
 
 /// Flags of `tpu-operator local`.
@@ -85,26 +86,10 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     // Ctrl-C / SIGTERM: stop waiting, then clean up as usual (or, with --keep, just exit).
     let stop = crate::run::termination_signal()?;
     let started = std::time::Instant::now();
-    let mut paths: Vec<PathBuf> = args.manifests.iter().chain(&args.filenames).cloned().collect();
-    if paths.is_empty() {
-        paths.push("examples/quickstart.yaml".into());
-    }
-    let manifests = apply::load(&paths)?;
-
-    // Kubernetes: CRDs from the binary itself, served on loopback; our own client skips the socket.
-    let kube = test_kit::emulators::kube_with_crds().context("installing the CRDs into kube-emulator")?;
-    let kube_server = kube
-        .start(&args.kube_listen)
-        .await
-        .with_context(|| format!("kube-listen: cannot listen on {}", args.kube_listen))?;
-    let client = kube::Client::new(kube.router(), "default");
-    install_admission_policy(&client).await?;
-
-    let gcp = gcp_emulator::Emulator::builder()
-        .time_scale(args.time_scale)
-        .start()
-        .await
-        .context("starting gcp-emulator")?;
+    let manifests = apply::load(&manifest_paths(&args))?;
+    // The emulator and its server are held to the end of the run.
+    let (_kube, kube_server, client) = start_kube(&args).await?;
+    let gcp = start_gcp(&args).await?;
 
     // Held to the end: the kubeconfig lives in it.
     let _kubeconfig_dir = if args.keep {
@@ -113,10 +98,85 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         None
     };
 
-    let applied = apply::apply_all(&client, &manifests).await?;
-    // After the apply (nothing to say when it is refused), before the controllers start.
+    let (applied, applied_keys) = apply_and_seed(&args, &client, &gcp, &manifests).await?;
+
+    let (stop_controllers, controllers) = start_controllers(&client, &gcp).await?;
+    let mut watch = Watch::new(&client, &gcp, &applied_keys);
+    let (finished_in_time, interrupted) = watch.until_done(args.timeout, &stop).await?;
+    let converged_after = started.elapsed();
+    let at_end = Tracker {
+        objects: watch.tracker.objects.clone(),
+    };
+    report_unfinished(interrupted, finished_in_time, args.timeout);
+
+    if args.keep {
+        if !interrupted {
+            print_summary(&at_end, &gcp, None, converged_after);
+            println!("everything keeps running; press Ctrl-C to stop");
+            stop.await;
+        }
+        let _ = stop_controllers.send(());
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let (cleanup_ok, left) = if args.cleanup {
+        let (gone, left) = clean_up(&mut watch, &applied, &gcp, args.timeout).await?;
+        (gone, Some(left))
+    } else {
+        (true, None)
+    };
+    let _ = stop_controllers.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
+
+    print_summary(&at_end, &gcp, left.as_deref(), started.elapsed());
+    Ok(exit_code(&at_end, &applied_keys, left.as_deref(), cleanup_ok))
+}
+
+/// The manifests to apply: positional paths and `-f` files, else the quickstart example.
+fn manifest_paths(args: &LocalArgs) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = args.manifests.iter().chain(&args.filenames).cloned().collect();
+    if paths.is_empty() {
+        paths.push("examples/quickstart.yaml".into());
+    }
+    paths
+}
+
+/// Kubernetes: CRDs from the binary itself, served on loopback (`--kube-listen`), with the
+/// admission policy installed; our own client skips the socket.
+async fn start_kube(
+    args: &LocalArgs,
+) -> anyhow::Result<(kube_emulator::KubeEmulator, kube_emulator::Server, kube::Client)> {
+    let kube = test_kit::emulators::kube_with_crds().context("installing the CRDs into kube-emulator")?;
+    let kube_server = kube
+        .start(&args.kube_listen)
+        .await
+        .with_context(|| format!("kube-listen: cannot listen on {}", args.kube_listen))?;
+    let client = kube::Client::new(kube.router(), "default");
+    install_admission_policy(&client).await?;
+    Ok((kube, kube_server, client))
+}
+
+/// The cloud: gcp-emulator on a wall clock scaled by `--time-scale`.
+async fn start_gcp(args: &LocalArgs) -> anyhow::Result<gcp_emulator::Emulator> {
+    gcp_emulator::Emulator::builder()
+        .time_scale(args.time_scale)
+        .start()
+        .await
+        .context("starting gcp-emulator")
+}
+
+/// Applies the manifests, then (`--seed-inputs`) seeds the inputs they declare: after the apply
+/// (nothing to say when it is refused), before the controllers start. Returns what was applied
+/// and the namespaced objects among it, as the tracker names them.
+async fn apply_and_seed(
+    args: &LocalArgs,
+    client: &kube::Client,
+    gcp: &gcp_emulator::Emulator,
+    manifests: &[apply::Manifest],
+) -> anyhow::Result<(Vec<apply::Applied>, Vec<Key>)> {
+    let applied = apply::apply_all(client, manifests).await?;
     let seeded = if args.seed_inputs {
-        seed::seed_inputs(&gcp, &manifests)
+        seed::seed_inputs(gcp, manifests)
     } else {
         0
     };
@@ -129,8 +189,16 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         applied_keys.len(),
         args.time_scale
     );
+    Ok((applied, applied_keys))
+}
 
-    let ctx = Arc::new(context(&client, &gcp).await?);
+/// Starts the controllers against both emulators: the sender stops them, the handle ends when
+/// they have.
+async fn start_controllers(
+    client: &kube::Client,
+    gcp: &gcp_emulator::Emulator,
+) -> anyhow::Result<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)> {
+    let ctx = Arc::new(context(client, gcp).await?);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controllers = tokio::spawn(run_controllers(
         ctx,
@@ -138,82 +206,40 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
             let _ = stop_rx.await;
         }),
     ));
+    Ok((stop_tx, controllers))
+}
 
-    let mut watch = Watch {
-        client: &client,
-        clock: gcp.clock(),
-        keys: &applied_keys,
-        tracker: Tracker::default(),
-        display: Display::new(),
-    };
-    let (finished_in_time, interrupted) = watch.until_done(args.timeout, &stop).await?;
-    let converged_after = started.elapsed();
-    let at_end = Tracker {
-        objects: watch.tracker.objects.clone(),
-    };
+/// Says why the wait ended early: an interrupt, or the timeout.
+fn report_unfinished(interrupted: bool, finished_in_time: bool, timeout: Duration) {
     if interrupted {
         println!("interrupted");
     } else if !finished_in_time {
         println!(
             "timeout: not every object finished within {}",
-            humantime::format_duration(args.timeout)
+            humantime::format_duration(timeout)
         );
     }
+}
 
-    if args.keep {
-        if !interrupted {
-            print_summary(&at_end, &gcp, None, converged_after);
-            println!("everything keeps running; press Ctrl-C to stop");
-            stop.await;
-        }
-        let _ = stop_tx.send(());
-        return Ok(ExitCode::SUCCESS);
-    }
-
-    let (cleanup_ok, left) = if args.cleanup {
-        let (gone, left) = clean_up(&mut watch, &applied, &gcp, args.timeout).await?;
-        (gone, Some(left))
-    } else {
-        (true, None)
-    };
-    let _ = stop_tx.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
-
-    print_summary(&at_end, &gcp, left.as_deref(), started.elapsed());
+/// Failure when an applied object did not end Ready, the cloud still holds something, or the
+/// clean-up did not finish in time.
+fn exit_code(
+    at_end: &Tracker,
+    applied_keys: &[Key],
+    left: Option<&[gcp_emulator::ResourceSummary]>,
+    cleanup_ok: bool,
+) -> ExitCode {
     let failed = at_end
         .objects
         .iter()
         .filter(|(key, _)| applied_keys.contains(key))
         .any(|(_, seen)| seen.outcome() != Outcome::Ready);
-    let leaked = left.as_ref().is_some_and(|l| !l.is_empty());
-    Ok(if failed || leaked || !cleanup_ok {
+    let leaked = left.is_some_and(|l| !l.is_empty());
+    if failed || leaked || !cleanup_ok {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
-    })
-}
-
-/// Deletes the applied objects (newest first), waits until Kubernetes has none of them, then
-/// until the emulated cloud is empty: (all gone from Kubernetes in time, what the cloud still
-/// holds).
-async fn clean_up(
-    watch: &mut Watch<'_>,
-    applied: &[apply::Applied],
-    gcp: &gcp_emulator::Emulator,
-    timeout: Duration,
-) -> anyhow::Result<(bool, Vec<gcp_emulator::ResourceSummary>)> {
-    println!("cleaning up");
-    for a in applied.iter().rev() {
-        if let Err(e) = a
-            .api(watch.client)
-            .delete(&a.name, &DeleteParams::background())
-            .await
-        {
-            eprintln!("deleting {}/{}: {e}", a.kind, a.name);
-        }
     }
-    let gone = watch.until_gone(timeout).await?;
-    Ok((gone, wait_cloud_empty(gcp).await))
 }
 
 /// `--keep`: writes the kubeconfig (into a temporary directory unless `--kubeconfig-out` names
@@ -249,62 +275,6 @@ fn keys(applied: &[apply::Applied]) -> Vec<Key> {
             name: a.name.clone(),
         })
         .collect()
-}
-
-/// Follows the applied objects, printing their progress every 100 ms.
-struct Watch<'a> {
-    client: &'a kube::Client,
-    clock: gcp_emulator::Clock,
-    keys: &'a [Key],
-    tracker: Tracker,
-    display: Display,
-}
-
-impl Watch<'_> {
-    async fn poll(&mut self) -> anyhow::Result<()> {
-        self.tracker
-            .poll(self.client, self.clock.now(), self.keys)
-            .await?;
-        self.display.show(self.tracker.lines(self.clock.now()));
-        Ok(())
-    }
-
-    /// Until every applied object is done, `timeout` passes or `stop` fires: (done in time,
-    /// interrupted).
-    async fn until_done(&mut self, timeout: Duration, stop: &Shutdown) -> anyhow::Result<(bool, bool)> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut interrupted = false;
-        loop {
-            self.poll().await?;
-            if self.tracker.all_applied_done(self.keys) {
-                return Ok((true, interrupted));
-            }
-            if tokio::time::Instant::now() >= deadline || interrupted {
-                return Ok((false, interrupted));
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                _ = stop.clone() => interrupted = true,
-            }
-        }
-    }
-
-    /// Until every object is gone from Kubernetes; `false` when `timeout` passed first.
-    async fn until_gone(&mut self, timeout: Duration) -> anyhow::Result<bool> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while !self.tracker.all_gone() {
-            if tokio::time::Instant::now() >= deadline {
-                println!(
-                    "cleanup: objects still present after {}",
-                    humantime::format_duration(timeout)
-                );
-                return Ok(false);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            self.poll().await?;
-        }
-        Ok(true)
-    }
 }
 
 /// The chart's ValidatingAdmissionPolicy and its binding (every namespace), so TpuPolicy objects
@@ -353,25 +323,6 @@ async fn context(client: &kube::Client, gcp: &gcp_emulator::Emulator) -> anyhow:
         tenancy: Some(WithoutPolicy::Allow),
     };
     Ok(spec.build(client, gcp).await?)
-}
-
-/// Billable cloud resources still present, after giving in-flight deletions a moment (their
-/// emulated duration is a fraction of a second of real time at the usual scales).
-async fn wait_cloud_empty(gcp: &gcp_emulator::Emulator) -> Vec<gcp_emulator::ResourceSummary> {
-    let billable = || {
-        gcp.list_resources()
-            .into_iter()
-            .filter(|r| summary::BILLABLE_KINDS.contains(&r.kind.as_str()))
-            .collect::<Vec<_>>()
-    };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = billable();
-        if left.is_empty() || tokio::time::Instant::now() >= deadline {
-            return left;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn print_summary(

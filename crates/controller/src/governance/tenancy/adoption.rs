@@ -137,6 +137,52 @@ pub fn requests(
     prices: &PriceTable,
 ) -> Result<Vec<Request>, String> {
     let name = &node.name;
+    let (shape, capacity, per_hour_usd) = priced_as_the_spec(node, spec, prices)?;
+    let primary = node.network_config.as_ref();
+    let first = Request {
+        what: format!(
+            "TpuSlice adopting node {name} ({} in {zone})",
+            shape.accelerator_type()
+        ),
+        project: project.to_owned(),
+        region: request::region_of_zone(zone).to_owned(),
+        zone: Some(zone.to_owned()),
+        tpu: Some(TpuUse { shape, capacity }),
+        per_hour_usd,
+        service_account: node
+            .service_account
+            .as_ref()
+            .map(|sa| sa.email.clone())
+            .filter(|e| !e.is_empty()),
+        network: primary.map_or(NetworkUse::Default, |n| network_use(&n.network)),
+        subnetwork: primary.and_then(|n| subnetwork_use(&n.subnetwork)),
+        adopt: Some(name.clone()),
+        identity_pending: false,
+        orphan: request::orphans(spec.deletion_policy),
+        ..Request::default()
+    };
+    let more: Vec<Request> = node
+        .network_configs
+        .iter()
+        .map(|n| Request {
+            tpu: None,
+            per_hour_usd: 0.0,
+            network: network_use(&n.network),
+            subnetwork: subnetwork_use(&n.subnetwork),
+            ..first.clone()
+        })
+        .collect();
+    Ok(std::iter::once(first).chain(more).collect())
+}
+
+/// The node's shape, capacity kind and hourly price, when they are the spec's: `Err` when the
+/// node's accelerator cannot be told, or its shape or price key differs from the spec's.
+fn priced_as_the_spec(
+    node: &Node,
+    spec: &TpuSliceSpec,
+    prices: &PriceTable,
+) -> Result<(SliceShape, CapacityKind, f64), String> {
+    let name = &node.name;
     let shape = node_shape(node).ok_or_else(|| {
         format!(
             "cannot tell the accelerator of node {name} (acceleratorType {:?})",
@@ -158,46 +204,20 @@ pub fn requests(
             spec_key.unwrap_or_default(),
         ));
     }
-    let network = |n: &str| match n {
+    Ok((shape, capacity, per_hour_usd))
+}
+
+/// A node interface's network: empty is the project's `default` network.
+fn network_use(network: &str) -> NetworkUse {
+    match network {
         "" => NetworkUse::Default,
         n => NetworkUse::Named(n.to_owned()),
-    };
-    let subnetwork = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-    let primary = node.network_config.as_ref();
-    let first = Request {
-        what: format!(
-            "TpuSlice adopting node {name} ({} in {zone})",
-            shape.accelerator_type()
-        ),
-        project: project.to_owned(),
-        region: request::region_of_zone(zone).to_owned(),
-        zone: Some(zone.to_owned()),
-        tpu: Some(TpuUse { shape, capacity }),
-        per_hour_usd,
-        service_account: node
-            .service_account
-            .as_ref()
-            .map(|sa| sa.email.clone())
-            .filter(|e| !e.is_empty()),
-        network: primary.map_or(NetworkUse::Default, |n| network(&n.network)),
-        subnetwork: primary.and_then(|n| subnetwork(&n.subnetwork)),
-        adopt: Some(name.clone()),
-        identity_pending: false,
-        orphan: request::orphans(spec.deletion_policy),
-        ..Request::default()
-    };
-    let more: Vec<Request> = node
-        .network_configs
-        .iter()
-        .map(|n| Request {
-            tpu: None,
-            per_hour_usd: 0.0,
-            network: network(&n.network),
-            subnetwork: subnetwork(&n.subnetwork),
-            ..first.clone()
-        })
-        .collect();
-    Ok(std::iter::once(first).chain(more).collect())
+    }
+}
+
+/// A node interface's subnetwork, when it names one.
+fn subnetwork_use(subnetwork: &str) -> Option<String> {
+    (!subnetwork.is_empty()).then(|| subnetwork.to_owned())
 }
 
 /// What taking over `node` asks of the namespace's policy: the requests a create of the node as

@@ -123,6 +123,69 @@ impl Default for Policies {
     }
 }
 
+/// Watches every `TpuPolicy` into a cache: the cache, a flag set once it has listed, and the
+/// watch task. Every change after the first listing may relax a rule, so it calls `bump`.
+fn watch_policies(
+    client: kube::Client,
+    bump: impl Fn() + Send + 'static,
+) -> (Store<TpuPolicy>, watch::Receiver<bool>, tokio::task::AbortHandle) {
+    let (policies, writer) = reflector::store();
+    let policy_events = watcher(Api::<TpuPolicy>::all(client), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    let (policies_listed, policies_listed_rx) = watch::channel(false);
+    let policy_task = tokio::spawn(policy_events.for_each(move |event| {
+        if let Ok(watcher::Event::InitDone) = event {
+            policies_listed.send_replace(true);
+        }
+        // Every change after the first listing may relax a rule; the first listing is what
+        // `ready` waits for.
+        if let Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) = event {
+            bump();
+        }
+        futures::future::ready(())
+    }));
+    (policies, policies_listed_rx, policy_task.abort_handle())
+}
+
+/// Watches the labels of the namespaces (only `namespace` when the operator watches one) into a
+/// cache: the cache, a flag set once it has listed, and the watch task. A label change can
+/// change which policies select a namespace, so it calls `bump`.
+fn watch_namespace_labels(
+    client: kube::Client,
+    namespace: Option<&str>,
+    bump: impl Fn() + Send + 'static,
+) -> (
+    Store<PartialObjectMeta<Namespace>>,
+    watch::Receiver<bool>,
+    tokio::task::AbortHandle,
+) {
+    let (namespaces, writer) = reflector::store();
+    let config = match namespace {
+        Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+        None => watcher::Config::default(),
+    };
+    let mut labels_seen: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let namespace_events = watcher(Api::<PartialObjectMeta<Namespace>>::all(client), config)
+        .default_backoff()
+        .reflect(writer);
+    let (namespaces_listed, namespaces_listed_rx) = watch::channel(false);
+    let namespace_task = tokio::spawn(namespace_events.for_each(move |event| {
+        if let Ok(watcher::Event::InitDone) = event {
+            namespaces_listed.send_replace(true);
+        }
+        // Only a label change can change which policies select a namespace.
+        if let Ok(watcher::Event::Apply(ns) | watcher::Event::InitApply(ns)) = &event {
+            let previous = labels_seen.insert(ns.name_any(), ns.labels().clone());
+            if matches!(event, Ok(watcher::Event::Apply(_))) && previous.as_ref() != Some(ns.labels()) {
+                bump();
+            }
+        }
+        futures::future::ready(())
+    }));
+    (namespaces, namespaces_listed_rx, namespace_task.abort_handle())
+}
+
 impl Policies {
     /// Starts watching `TpuPolicy` objects and namespace labels (only `namespace`'s when the
     /// operator watches one namespace). The watches stop when the `Policies` is dropped.
@@ -134,55 +197,15 @@ impl Policies {
             move || changed.send_modify(|n| *n += 1)
         };
 
-        let (policies, writer) = reflector::store();
-        let policy_events = watcher(Api::<TpuPolicy>::all(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .reflect(writer);
-        let bump_policy = bump.clone();
-        let (policies_listed, policies_listed_rx) = watch::channel(false);
-        let policy_task = tokio::spawn(policy_events.for_each(move |event| {
-            if let Ok(watcher::Event::InitDone) = event {
-                policies_listed.send_replace(true);
-            }
-            // Every change after the first listing may relax a rule; the first listing is what
-            // `ready` waits for.
-            if let Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) = event {
-                bump_policy();
-            }
-            futures::future::ready(())
-        }));
-
-        let (namespaces, writer) = reflector::store();
-        let config = match namespace {
-            Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
-            None => watcher::Config::default(),
-        };
-        let mut labels_seen: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-        let namespace_events = watcher(Api::<PartialObjectMeta<Namespace>>::all(client), config)
-            .default_backoff()
-            .reflect(writer);
-        let (namespaces_listed, namespaces_listed_rx) = watch::channel(false);
-        let namespace_task = tokio::spawn(namespace_events.for_each(move |event| {
-            if let Ok(watcher::Event::InitDone) = event {
-                namespaces_listed.send_replace(true);
-            }
-            // Only a label change can change which policies select a namespace.
-            if let Ok(watcher::Event::Apply(ns) | watcher::Event::InitApply(ns)) = &event {
-                let previous = labels_seen.insert(ns.name_any(), ns.labels().clone());
-                if matches!(event, Ok(watcher::Event::Apply(_))) && previous.as_ref() != Some(ns.labels()) {
-                    bump();
-                }
-            }
-            futures::future::ready(())
-        }));
-
+        let (policies, policies_listed, policy_task) = watch_policies(client.clone(), bump.clone());
+        let (namespaces, namespaces_listed, namespace_task) = watch_namespace_labels(client, namespace, bump);
         Self {
             caches: Some(Caches {
                 policies,
                 namespaces,
                 changes,
-                listed: [policies_listed_rx, namespaces_listed_rx],
-                _tasks: AbortOnDrop(vec![policy_task.abort_handle(), namespace_task.abort_handle()]),
+                listed: [policies_listed, namespaces_listed],
+                _tasks: AbortOnDrop(vec![policy_task, namespace_task]),
             }),
             without_policy,
         }

@@ -73,61 +73,68 @@ pub fn holdings(
     batches: &[PreprocessBatch],
     prices: &PriceTable,
 ) -> Vec<Holding> {
-    let mut out = Vec::new();
-    let mut hold = |uid: Option<String>, what: String, chips: u32, per_hour_usd: f64| {
-        out.push(Holding {
-            uid: uid.unwrap_or_default(),
-            what,
-            chips,
-            per_hour_usd,
-        });
+    let slices = slices.iter().filter_map(|s| slice_holding(s, prices));
+    let jobs = pipelines.iter().filter_map(|tp| vertex_job_holding(tp, prices));
+    let batches = batches.iter().filter_map(batch_holding);
+    slices.chain(jobs).chain(batches).collect()
+}
+
+fn holding(uid: Option<String>, what: String, chips: u32, per_hour_usd: f64) -> Holding {
+    Holding {
+        uid: uid.unwrap_or_default(),
+        what,
+        chips,
+        per_hour_usd,
+    }
+}
+
+/// A slice holds its spec's chips, at its price, while its status says it holds capacity.
+fn slice_holding(s: &TpuSlice, prices: &PriceTable) -> Option<Holding> {
+    if !s.status.as_ref().is_some_and(holds_capacity) {
+        return None;
+    }
+    let shape = s.spec.total_shape()?;
+    let (per_hour, _) = prices.slice_per_hour(&shape, s.spec.price_kind());
+    Some(holding(
+        s.uid(),
+        format!("TpuSlice {}", s.name_any()),
+        shape.chips,
+        per_hour,
+    ))
+}
+
+/// A pipeline's Vertex job holds its replicas' chips while the pipeline is unfinished and its
+/// training stage runs or is queued.
+fn vertex_job_holding(tp: &TrainingPipeline, prices: &PriceTable) -> Option<Holding> {
+    let (Some(v), Some(st)) = (&tp.spec.training.vertex, &tp.status) else {
+        return None;
     };
-    for s in slices {
-        if !s.status.as_ref().is_some_and(holds_capacity) {
-            continue;
-        }
-        let Some(shape) = s.spec.total_shape() else {
-            continue;
-        };
-        let (per_hour, _) = prices.slice_per_hour(&shape, s.spec.price_kind());
-        hold(
-            s.uid(),
-            format!("TpuSlice {}", s.name_any()),
-            shape.chips,
-            per_hour,
-        );
+    let finished = matches!(
+        st.phase,
+        TrainingPipelinePhase::Succeeded | TrainingPipelinePhase::Failed
+    );
+    let training = st
+        .stages
+        .iter()
+        .any(|s| s.name == StageName::Train && matches!(s.state, StageState::Running | StageState::Queued));
+    if finished || !training {
+        return None;
     }
-    for tp in pipelines {
-        let (Some(v), Some(st)) = (&tp.spec.training.vertex, &tp.status) else {
-            continue;
-        };
-        let finished = matches!(
-            st.phase,
-            TrainingPipelinePhase::Succeeded | TrainingPipelinePhase::Failed
-        );
-        let training = st.stages.iter().any(|s| {
-            s.name == StageName::Train && matches!(s.state, StageState::Running | StageState::Queued)
-        });
-        if finished || !training {
-            continue;
-        }
-        let replicas = u32::try_from(v.replica_count.max(1)).unwrap_or(1);
-        let chips = request::vertex_shape(v).map_or(0, |s| s.chips * replicas);
-        let (per_hour, _) = request::vertex_per_hour(v, prices);
-        let what = format!("Vertex job of TrainingPipeline {}", tp.name_any());
-        hold(tp.uid(), what, chips, per_hour);
-    }
-    for b in batches {
-        let per_hour = b
-            .status
-            .as_ref()
-            .and_then(|s| s.estimated_cost.as_ref())
-            .map_or(0.0, |c| c.per_hour_usd);
-        if per_hour > 0.0 {
-            hold(b.uid(), format!("PreprocessBatch {}", b.name_any()), 0, per_hour);
-        }
-    }
-    out
+    let replicas = u32::try_from(v.replica_count.max(1)).unwrap_or(1);
+    let chips = request::vertex_shape(v).map_or(0, |s| s.chips * replicas);
+    let (per_hour, _) = request::vertex_per_hour(v, prices);
+    let what = format!("Vertex job of TrainingPipeline {}", tp.name_any());
+    Some(holding(tp.uid(), what, chips, per_hour))
+}
+
+/// A batch holds no chips, only its estimated spend while it has one.
+fn batch_holding(b: &PreprocessBatch) -> Option<Holding> {
+    let per_hour = b
+        .status
+        .as_ref()
+        .and_then(|s| s.estimated_cost.as_ref())
+        .map_or(0.0, |c| c.per_hour_usd);
+    (per_hour > 0.0).then(|| holding(b.uid(), format!("PreprocessBatch {}", b.name_any()), 0, per_hour))
 }
 
 /// Sums `holdings` but the one of the object being admitted (`exclude`, its UID). Only the

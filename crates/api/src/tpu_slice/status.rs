@@ -1,0 +1,102 @@
+//! Observed state of a slice.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::CostEstimate;
+
+/// Lifecycle phase of a slice (for printer columns; conditions carry the detail).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TpuSlicePhase {
+    /// Not reconciled yet.
+    #[default]
+    Pending,
+    /// A queued resource waits for capacity.
+    Queued,
+    /// The node is being created.
+    Provisioning,
+    /// The node is READY and healthy.
+    Ready,
+    /// The node is up but unhealthy, repairing or restarting.
+    Degraded,
+    /// The node was preempted.
+    Preempted,
+    /// The preempted node is being replaced.
+    Recreating,
+    /// Terminal failure (see the Stalled condition).
+    Failed,
+    /// Cloud resources are being deleted.
+    Deleting,
+}
+
+/// Observed state of a slice.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TpuSliceStatus {
+    /// `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Lifecycle phase.
+    #[serde(default)]
+    pub phase: TpuSlicePhase,
+    /// Ready / Reconciling / Stalled plus CapacityAvailable, NodeHealthy, SpecDrift.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// Full name of the TPU node, `projects/<p>/locations/<zone>/nodes/<id>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// Full name of the queued resource, when capacity is queued or reserved (both go through one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_resource_name: Option<String>,
+    /// Long-running operation in flight (create / delete), polled on every reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_operation: Option<String>,
+    /// Node state as GCP reports it (CREATING, READY, PREEMPTED, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_state: Option<String>,
+    /// Node health as GCP reports it (HEALTHY, TIMEOUT, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    /// Queued resource state (ACCEPTED, WAITING_FOR_RESOURCES, ACTIVE, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_resource_state: Option<String>,
+    /// Accelerator type in effect (normalized from `acceleratorType` or `acceleratorConfig`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator_type: Option<String>,
+    /// TPU chips in the slice (all slices of a multislice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chips: Option<i32>,
+    /// TPU VM hosts (workers) in the slice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<i32>,
+    /// Internal IP address of each worker (of slice 0 for a multislice).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worker_ips: Vec<String>,
+    /// Multislice only: the state of each slice's node, by slice id (`[READY, CREATING]`; `-`
+    /// for a node not there). `chips` and `hosts` count all slices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_states: Vec<String>,
+    /// When the current node was requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_time: Option<Time>,
+    /// When the current node first became READY.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_time: Option<Time>,
+    /// When the last preemption was observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_preemption_time: Option<Time>,
+    /// When the workload last ended (its completion marker's time; `idleTimeout` counts from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_active_time: Option<Time>,
+    /// How many times the slice was recreated after a preemption.
+    #[serde(default)]
+    pub recreations: i32,
+    /// Estimated cost so far and burn rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_cost: Option<CostEstimate>,
+    /// Human-readable summary of the last transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

@@ -1,0 +1,123 @@
+//! Following the applied objects until they finish, and cleaning up: deleting them and waiting
+//! until Kubernetes and the emulated cloud hold none of them.
+
+use std::time::Duration;
+
+use kube::api::DeleteParams;
+use tpu_operator_controller::Shutdown;
+
+use super::progress::{Display, Key, Tracker};
+use super::{apply, summary};
+
+/// Follows the applied objects, printing their progress every 100 ms.
+pub(super) struct Watch<'a> {
+    client: &'a kube::Client,
+    clock: gcp_emulator::Clock,
+    keys: &'a [Key],
+    pub(super) tracker: Tracker,
+    display: Display,
+}
+
+impl<'a> Watch<'a> {
+    /// Follows the objects named by `keys`, reading progress at the emulated cloud's time.
+    pub(super) fn new(client: &'a kube::Client, gcp: &gcp_emulator::Emulator, keys: &'a [Key]) -> Self {
+        Self {
+            client,
+            clock: gcp.clock(),
+            keys,
+            tracker: Tracker::default(),
+            display: Display::new(),
+        }
+    }
+
+    async fn poll(&mut self) -> anyhow::Result<()> {
+        self.tracker
+            .poll(self.client, self.clock.now(), self.keys)
+            .await?;
+        self.display.show(self.tracker.lines(self.clock.now()));
+        Ok(())
+    }
+
+    /// Until every applied object is done, `timeout` passes or `stop` fires: (done in time,
+    /// interrupted).
+    pub(super) async fn until_done(
+        &mut self,
+        timeout: Duration,
+        stop: &Shutdown,
+    ) -> anyhow::Result<(bool, bool)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut interrupted = false;
+        loop {
+            self.poll().await?;
+            if self.tracker.all_applied_done(self.keys) {
+                return Ok((true, interrupted));
+            }
+            if tokio::time::Instant::now() >= deadline || interrupted {
+                return Ok((false, interrupted));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = stop.clone() => interrupted = true,
+            }
+        }
+    }
+
+    /// Until every object is gone from Kubernetes; `false` when `timeout` passed first.
+    async fn until_gone(&mut self, timeout: Duration) -> anyhow::Result<bool> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !self.tracker.all_gone() {
+            if tokio::time::Instant::now() >= deadline {
+                println!(
+                    "cleanup: objects still present after {}",
+                    humantime::format_duration(timeout)
+                );
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            self.poll().await?;
+        }
+        Ok(true)
+    }
+}
+
+/// Deletes the applied objects (newest first), waits until Kubernetes has none of them, then
+/// until the emulated cloud is empty: (all gone from Kubernetes in time, what the cloud still
+/// holds).
+pub(super) async fn clean_up(
+    watch: &mut Watch<'_>,
+    applied: &[apply::Applied],
+    gcp: &gcp_emulator::Emulator,
+    timeout: Duration,
+) -> anyhow::Result<(bool, Vec<gcp_emulator::ResourceSummary>)> {
+    println!("cleaning up");
+    for a in applied.iter().rev() {
+        if let Err(e) = a
+            .api(watch.client)
+            .delete(&a.name, &DeleteParams::background())
+            .await
+        {
+            eprintln!("deleting {}/{}: {e}", a.kind, a.name);
+        }
+    }
+    let gone = watch.until_gone(timeout).await?;
+    Ok((gone, wait_cloud_empty(gcp).await))
+}
+
+/// Billable cloud resources still present, after giving in-flight deletions a moment (their
+/// emulated duration is a fraction of a second of real time at the usual scales).
+async fn wait_cloud_empty(gcp: &gcp_emulator::Emulator) -> Vec<gcp_emulator::ResourceSummary> {
+    let billable = || {
+        gcp.list_resources()
+            .into_iter()
+            .filter(|r| summary::BILLABLE_KINDS.contains(&r.kind.as_str()))
+            .collect::<Vec<_>>()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = billable();
+        if left.is_empty() || tokio::time::Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
