@@ -32,18 +32,16 @@ pub mod list;
 pub mod places;
 pub mod plan;
 
+mod act;
+mod summary;
+
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-};
 
 pub use places::{Learned, MAX_PLACES_PER_NAMESPACE, Place, Scope};
 pub use plan::{CloudResource, Mode, Orphan, Release, ResourceKind, Step};
@@ -57,8 +55,6 @@ use crate::{
         tenancy::usage::Holding,
     },
     reconcile::context::Context,
-    reconcile::report,
-    runtime::metrics::OrphanLabels,
 };
 
 /// Name of the summary ConfigMap.
@@ -217,7 +213,7 @@ impl Sweeper {
                 owner_uid = %o.owner_uid, since = %o.since, step = ?o.step,
                 "orphaned cloud resource: its owning object no longer exists"
             );
-            match act(ctx, o, &mut releases).await {
+            match act::act(ctx, o, &mut releases).await {
                 Ok(Some(Step::Delete)) => out.deleted.push(o.name.clone()),
                 Ok(Some(_)) => out.cancelled.push(o.name.clone()),
                 Ok(None) => {}
@@ -334,29 +330,6 @@ impl Sweeper {
         (learned, places)
     }
 
-    /// The places and pending releases an earlier sweep (maybe another process) kept in the
-    /// summary ConfigMap.
-    async fn read_back(&self, ctx: &Context) -> Learned {
-        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &self.config.report_namespace);
-        match api.get_opt(SUMMARY_CONFIGMAP).await {
-            Ok(cm) => {
-                let mut data = cm.and_then(|cm| cm.data).unwrap_or_default();
-                let releases = data.remove("releases").unwrap_or_default();
-                self.releases
-                    .lock()
-                    .expect("sweeper state poisoned")
-                    .extend(releases.lines().filter_map(Release::from_line));
-                data.remove("places")
-                    .map(|text| places::from_lines(&text))
-                    .unwrap_or_default()
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read the places earlier sweeps learned");
-                Learned::default()
-            }
-        }
-    }
-
     /// Learns this sweep's places, forgets the pruned ones, and says what changed.
     fn learn(&self, known: &Learned, used: &places::Used, quiet: &BTreeSet<Place>) -> SweepReport {
         let outcome = places::next(known, used, quiet, MAX_PLACES_PER_NAMESPACE);
@@ -380,190 +353,6 @@ impl Sweeper {
             ..SweepReport::default()
         }
     }
-
-    /// Metrics, events for new orphans and for deletions, and the summary ConfigMap.
-    async fn report(&self, ctx: &Context, r: &SweepReport) {
-        ctx.metrics.orphans.clear();
-        for o in &r.orphans {
-            ctx.metrics
-                .orphans
-                .get_or_create(&OrphanLabels {
-                    kind: o.kind.as_str(),
-                })
-                .inc();
-        }
-        for o in r.orphans.iter().filter(|o| r.deleted.contains(&o.name)) {
-            ctx.metrics
-                .orphans_deleted
-                .get_or_create(&OrphanLabels {
-                    kind: o.kind.as_str(),
-                })
-                .inc();
-        }
-        let cm = match self.write_summary(ctx, r).await {
-            Ok(cm) => cm,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not write the orphan summary ConfigMap");
-                return;
-            }
-        };
-        let new: Vec<&Orphan> = {
-            let mut announced = self.announced.lock().expect("sweeper state poisoned");
-            let new = r
-                .orphans
-                .iter()
-                .filter(|o| announced.insert(o.name.clone()))
-                .collect();
-            let current: HashSet<_> = r.orphans.iter().map(|o| o.name.clone()).collect();
-            announced.retain(|n| current.contains(n));
-            new
-        };
-        for o in new {
-            let note = format!(
-                "{} {} belongs to {}/{} (uid {}), which no longer exists; {}",
-                o.kind.as_str(),
-                o.name,
-                o.namespace,
-                o.owner_name,
-                o.owner_uid,
-                match self.config.mode {
-                    Mode::Delete => format!("deleting it after the grace period ({:?})", self.config.grace),
-                    _ => "report mode: delete it by hand or run with --orphans=delete".to_string(),
-                }
-            );
-            report::publish_event(ctx, &cm, true, "OrphanFound", note).await;
-        }
-        for name in r.deleted.iter().chain(&r.cancelled) {
-            let verb = if r.deleted.contains(name) {
-                "deleting"
-            } else {
-                "cancelling"
-            };
-            report::publish_event(ctx, &cm, true, "OrphanDeleted", format!("{verb} orphan {name}")).await;
-        }
-        for line in &r.released {
-            let note = format!("instance template and workload policy of an orphaned group are gone: {line}");
-            report::publish_event(ctx, &cm, true, "OrphanDeleted", note).await;
-        }
-    }
-
-    async fn write_summary(&self, ctx: &Context, r: &SweepReport) -> Result<ConfigMap, kube::Error> {
-        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &self.config.report_namespace);
-        let mut data = BTreeMap::new();
-        data.insert(
-            "mode".to_string(),
-            format!("{:?}", self.config.mode).to_lowercase(),
-        );
-        data.insert("lastSweep".to_string(), ctx.clock.now().to_rfc3339());
-        data.insert("count".to_string(), r.orphans.len().to_string());
-        let lines: Vec<String> = r
-            .orphans
-            .iter()
-            .map(|o| {
-                format!(
-                    "{} {} owner={}/{} uid={} since={} step={:?}",
-                    o.kind.as_str(),
-                    o.name,
-                    o.namespace,
-                    o.owner_name,
-                    o.owner_uid,
-                    o.since.to_rfc3339(),
-                    o.step
-                )
-            })
-            .collect();
-        data.insert("orphans".to_string(), lines.join("\n"));
-        if !r.errors.is_empty() {
-            data.insert("errors".to_string(), r.errors.join("\n"));
-        }
-        let learned = self.learned.lock().expect("sweeper state poisoned").clone();
-        let places = places::to_lines(&configured(&self.config), &learned.unwrap_or_default());
-        data.insert("places".to_string(), places);
-        if !r.over_bound.is_empty() {
-            data.insert("placesOverBound".to_string(), r.over_bound.join("\n"));
-        }
-        if !r.releasing.is_empty() {
-            data.insert("releases".to_string(), r.releasing.join("\n"));
-        }
-        let cm = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": SUMMARY_CONFIGMAP, "labels": {"app.kubernetes.io/managed-by": "tpu-operator"}},
-            "data": data,
-        });
-        api.patch(
-            SUMMARY_CONFIGMAP,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(cm),
-        )
-        .await
-    }
-}
-
-/// Carries out an orphan's step. `Ok(Some(step))` when a call was made. Deleting a group adds
-/// its template and policy to `releases`.
-async fn act(
-    ctx: &Context,
-    o: &Orphan,
-    releases: &mut Vec<Release>,
-) -> Result<Option<Step>, tpu_operator_gcp::GcpError> {
-    use tpu_operator_gcp::{Place, ignore_not_found};
-    let gcp = &ctx.gcp;
-    match (&o.step, o.kind) {
-        (Step::Report, _) => return Ok(None),
-        (Step::Delete, ResourceKind::TpuNode) => {
-            ignore_not_found(gcp.tpu.delete_node(&o.name).await)?;
-        }
-        (Step::Delete, ResourceKind::QueuedResource) => {
-            ignore_not_found(gcp.tpu.delete_queued_resource(&o.name, true).await)?;
-        }
-        (Step::Delete, ResourceKind::DataprocBatch) => {
-            ignore_not_found(gcp.dataproc.delete_batch(&o.name).await)?;
-        }
-        (Step::Delete, ResourceKind::VertexCustomJob) => {
-            ignore_not_found(gcp.vertex.delete_custom_job(&o.name).await)?;
-        }
-        (Step::Delete, ResourceKind::ComputeInstance) => {
-            let Some((project, zone, name)) = plan::parse_zonal(&o.name, "instances") else {
-                return Ok(None);
-            };
-            let place = Place::new(project, zone);
-            ignore_not_found(gcp.compute.delete_instance(&place, name).await)?;
-        }
-        (Step::Delete, ResourceKind::ComputeInstanceGroup) => {
-            let Some((project, zone, name)) = plan::parse_zonal(&o.name, "instanceGroupManagers") else {
-                return Ok(None);
-            };
-            let place = Place::new(project, zone);
-            // The template (and policy) are named only by the group: read it before the group
-            // goes. Already gone: an earlier sweep (or the finalizer) read it.
-            match gcp.compute.get_instance_group_manager(&place, name).await {
-                Ok(group) => match plan::release_of(
-                    &o.name,
-                    group.description.as_deref(),
-                    group.instance_template.as_deref(),
-                    &o.owner_uid,
-                ) {
-                    Some(release) => releases.push(release),
-                    None => tracing::warn!(
-                        group = %o.name, template = ?group.instance_template, description = ?group.description,
-                        "orphaned group's template is not provably its owner's: deleting the group, leaving the template and policy"
-                    ),
-                },
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-            ignore_not_found(gcp.compute.delete_instance_group_manager(&place, name).await)?;
-        }
-        (Step::Cancel(Some(op)), ResourceKind::DataprocBatch) => {
-            ignore_not_found(gcp.dataproc.cancel_operation(op).await)?;
-        }
-        (Step::Cancel(_), ResourceKind::VertexCustomJob) => {
-            ignore_not_found(gcp.vertex.cancel_custom_job(&o.name).await)?;
-        }
-        (Step::Cancel(_), _) => return Ok(None),
-    }
-    Ok(Some(o.step.clone()))
 }
 
 /// Sweeps every `interval` until `shutdown` (the first sweep right away).

@@ -66,46 +66,11 @@ pub fn plan(
     let attempt = u32::try_from(status.attempts).unwrap_or(0);
     match status.phase {
         Phase::Succeeded | Phase::Failed | Phase::Cancelled => return Plan::Keep(Requeue::Stable),
-        Phase::Retrying => {
-            // The end time is written together with phase Retrying; should it be missing (a
-            // hand-edited status), retry now rather than wait for a moment that never comes.
-            let due = status
-                .completion_time
-                .as_ref()
-                .map(|ended| {
-                    from_time(ended) + chrono::Duration::from_std(retry_delay(attempt)).unwrap_or_default()
-                })
-                .unwrap_or(now);
-            if now < due {
-                return Plan::Keep(Requeue::After((due - now).to_std().unwrap_or_default()));
-            }
-            let why = find_condition(&status.conditions, types::RECONCILING).map(|c| c.message.clone());
-            return Plan::Submit {
-                attempt: attempt + 1,
-                after_failure: why,
-            };
-        }
+        Phase::Retrying => return next_attempt(status, attempt, now),
         Phase::Pending | Phase::Submitted | Phase::Running | Phase::Cancelling | Phase::Deleting => {}
     }
     if attempt == 0 {
-        if !observed.missing_inputs.is_empty() {
-            return Plan::Report(Report {
-                phase: Phase::Pending,
-                progress: Progress::Stalled,
-                reason: reasons::NOT_FOUND,
-                message: format!(
-                    "declared input(s) do not exist: {}; upload them (checked again every few minutes)",
-                    observed.missing_inputs.join(", ")
-                ),
-                requeue: Requeue::Stable,
-                ended: None,
-                output: None,
-            });
-        }
-        return Plan::Submit {
-            attempt: 1,
-            after_failure: None,
-        };
+        return first_attempt(observed);
     }
     match &observed.batch {
         BatchLookup::NotRead => running(
@@ -172,32 +137,7 @@ fn from_batch(
             ended,
             now,
         ),
-        State::Succeeded => match output {
-            OutputCheck::NotDeclared => succeeded(format!("{of}: batch {} SUCCEEDED", batch.name), None),
-            OutputCheck::Present => succeeded(
-                format!("{of}: batch {} SUCCEEDED and its output exists", batch.name),
-                Some((true, reasons::OUTPUT_FOUND, "the declared output exists".into())),
-            ),
-            OutputCheck::Missing(detail) => {
-                let message = format!("batch SUCCEEDED but wrote no output: {detail}");
-                let mut decision = attempt_failed(
-                    template,
-                    attempt,
-                    Failure::new(reasons::OUTPUT_MISSING, &message),
-                    ended,
-                    now,
-                );
-                if let Plan::Report(r) = &mut decision {
-                    r.output = Some((false, reasons::OUTPUT_MISSING, message));
-                }
-                decision
-            }
-            OutputCheck::NotChecked => running(
-                Phase::Running,
-                reasons::RUNNING,
-                format!("{of}: checking the output"),
-            ),
-        },
+        State::Succeeded => succeeded_batch(template, attempt, batch, output, ended, now),
         // UNSPECIFIED, or a state added to the API later (`State` is non-exhaustive).
         _ => running(
             Phase::Submitted,
@@ -206,6 +146,86 @@ fn from_batch(
                 "{of}: batch {} reports an unknown state {:?}",
                 batch.name, batch.state
             ),
+        ),
+    }
+}
+
+/// Phase Retrying: the next attempt once the retry delay after the last one's end passed.
+fn next_attempt(status: &PreprocessBatchStatus, attempt: u32, now: DateTime<Utc>) -> Plan {
+    // The end time is written together with phase Retrying; should it be missing (a
+    // hand-edited status), retry now rather than wait for a moment that never comes.
+    let due = status
+        .completion_time
+        .as_ref()
+        .map(|ended| from_time(ended) + chrono::Duration::from_std(retry_delay(attempt)).unwrap_or_default())
+        .unwrap_or(now);
+    if now < due {
+        return Plan::Keep(Requeue::After((due - now).to_std().unwrap_or_default()));
+    }
+    let why = find_condition(&status.conditions, types::RECONCILING).map(|c| c.message.clone());
+    Plan::Submit {
+        attempt: attempt + 1,
+        after_failure: why,
+    }
+}
+
+/// No attempt yet: submit the first, unless a declared input does not exist.
+fn first_attempt(observed: &Observed) -> Plan {
+    if !observed.missing_inputs.is_empty() {
+        return Plan::Report(Report {
+            phase: Phase::Pending,
+            progress: Progress::Stalled,
+            reason: reasons::NOT_FOUND,
+            message: format!(
+                "declared input(s) do not exist: {}; upload them (checked again every few minutes)",
+                observed.missing_inputs.join(", ")
+            ),
+            requeue: Requeue::Stable,
+            ended: None,
+            output: None,
+        });
+    }
+    Plan::Submit {
+        attempt: 1,
+        after_failure: None,
+    }
+}
+
+/// A SUCCEEDED batch succeeds once its declared output (if any) is seen; one that wrote no
+/// output is a failed attempt.
+fn succeeded_batch(
+    template: &BatchTemplate,
+    attempt: u32,
+    batch: &ObservedBatch,
+    output: &OutputCheck,
+    ended: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Plan {
+    let of = attempts_label(template, attempt);
+    match output {
+        OutputCheck::NotDeclared => succeeded(format!("{of}: batch {} SUCCEEDED", batch.name), None),
+        OutputCheck::Present => succeeded(
+            format!("{of}: batch {} SUCCEEDED and its output exists", batch.name),
+            Some((true, reasons::OUTPUT_FOUND, "the declared output exists".into())),
+        ),
+        OutputCheck::Missing(detail) => {
+            let message = format!("batch SUCCEEDED but wrote no output: {detail}");
+            let mut decision = attempt_failed(
+                template,
+                attempt,
+                Failure::new(reasons::OUTPUT_MISSING, &message),
+                ended,
+                now,
+            );
+            if let Plan::Report(r) = &mut decision {
+                r.output = Some((false, reasons::OUTPUT_MISSING, message));
+            }
+            decision
+        }
+        OutputCheck::NotChecked => running(
+            Phase::Running,
+            reasons::RUNNING,
+            format!("{of}: checking the output"),
         ),
     }
 }

@@ -122,24 +122,7 @@ pub fn after_submit(
         }
         SubmitOutcome::Adopted { attempt, batch } => (*attempt, batch.name.clone()),
     };
-    if let Some(previous) = s.batch_name.take()
-        && previous != batch_name
-        && !s.previous_batches.contains(&previous)
-    {
-        s.previous_batches.push(previous);
-    }
-    s.attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
-    s.batch_name = Some(batch_name.clone());
-    for field in [
-        &mut s.batch_uuid,
-        &mut s.batch_state,
-        &mut s.state_message,
-        &mut s.driver_output_uri,
-    ] {
-        *field = None;
-    }
-    s.completion_time = None;
-    s.output_uri = None;
+    replace_batch(&mut s, attempt, &batch_name);
     s.start_time.get_or_insert_with(|| k8s_time(now));
     s.phase = Phase::Submitted;
     s.message = after_failure.map(|why| format!("previous attempt: {why}"));
@@ -157,6 +140,29 @@ pub fn after_submit(
         record_batch(&mut s, batch);
     }
     s
+}
+
+/// The new attempt's batch replaces the last one: that one's name joins the previous batches,
+/// and nothing read of it (state, output, end) stays.
+fn replace_batch(s: &mut PreprocessBatchStatus, attempt: u32, batch_name: &str) {
+    if let Some(previous) = s.batch_name.take()
+        && previous != batch_name
+        && !s.previous_batches.contains(&previous)
+    {
+        s.previous_batches.push(previous);
+    }
+    s.attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
+    s.batch_name = Some(batch_name.to_string());
+    for field in [
+        &mut s.batch_uuid,
+        &mut s.batch_state,
+        &mut s.state_message,
+        &mut s.driver_output_uri,
+    ] {
+        *field = None;
+    }
+    s.completion_time = None;
+    s.output_uri = None;
 }
 
 /// The status while deletion cancels or deletes batches.

@@ -183,32 +183,49 @@ async fn create_job(
                     return Ok(());
                 }
             };
-            // Write-ahead: a reply lost, or a crash before the status write, leaves a job no
-            // status names and lists may show late; deletion waits for lists only then.
-            if st.unconfirmed_create_time.is_none() {
-                let started = status::time(ctx.clock.now());
-                let mut marked = tp.status.clone().unwrap_or_default();
-                marked.unconfirmed_create_time = Some(started.clone());
-                ahead.write(&marked).await?;
-                st.unconfirmed_create_time = Some(started);
-            }
-            match ctx.gcp.vertex.create_custom_job(parent, job).await {
-                Ok(job) => {
-                    let name = job.name.clone();
-                    reads.job = Some(job);
-                    name
-                }
-                Err(e) if matches!(e.kind, ErrorKind::InvalidArgument) => {
-                    invalid(ctx, st, format!("Vertex refused the custom job: {e}"));
-                    return Ok(());
-                }
-                Err(e) => return Err(ReconcileError::gcp("create Vertex custom job")(e)),
+            match submit_job(ctx, tp, parent, job, st, reads, ahead).await? {
+                Some(name) => name,
+                None => return Ok(()),
             }
         }
     };
     st.custom_job_name = Some(name.clone());
     status::stage_mut(st, StageName::Train).gcp_name = Some(name);
     Ok(())
+}
+
+/// Creates the job, its create first marked unconfirmed in a status write. The job's name, or
+/// `None` when Vertex refused the job as invalid (the pipeline failed, see [`invalid`]).
+async fn submit_job(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    parent: &str,
+    job: tpu_operator_gcp::aiplatform_v1::model::CustomJob,
+    st: &mut TrainingPipelineStatus,
+    reads: &mut Reads,
+    ahead: &mut WriteAhead<'_, TrainingPipeline>,
+) -> Result<Option<String>> {
+    // Write-ahead: a reply lost, or a crash before the status write, leaves a job no
+    // status names and lists may show late; deletion waits for lists only then.
+    if st.unconfirmed_create_time.is_none() {
+        let started = status::time(ctx.clock.now());
+        let mut marked = tp.status.clone().unwrap_or_default();
+        marked.unconfirmed_create_time = Some(started.clone());
+        ahead.write(&marked).await?;
+        st.unconfirmed_create_time = Some(started);
+    }
+    match ctx.gcp.vertex.create_custom_job(parent, job).await {
+        Ok(job) => {
+            let name = job.name.clone();
+            reads.job = Some(job);
+            Ok(Some(name))
+        }
+        Err(e) if matches!(e.kind, ErrorKind::InvalidArgument) => {
+            invalid(ctx, st, format!("Vertex refused the custom job: {e}"));
+            Ok(None)
+        }
+        Err(e) => Err(ReconcileError::gcp("create Vertex custom job")(e)),
+    }
 }
 
 /// A spec the cloud cannot take: the pipeline fails with `InvalidSpec` (no retry helps).

@@ -228,89 +228,6 @@ impl Planner<'_> {
         }
     }
 
-    /// Stage 1. `None` when it succeeded now and training may start in this same pass.
-    fn preprocess(&mut self) -> Option<Step> {
-        let now = time(self.input.now);
-        let name = self.input.preprocess_child;
-        let suspended = self.spec().suspend;
-        self.st.current_stage = Some(StageName::Preprocess);
-        let stage = status::stage_mut(&mut self.st, StageName::Preprocess);
-        stage.resource_name = Some(name.to_string());
-        // Re-run after a failed preprocessing: the stage was reset, the old batch is still there.
-        let earlier_run = stage.state == StageState::Pending && stage.attempts > 0;
-        let step = match &self.input.observed.preprocess {
-            // Nothing of a batch not created is recorded.
-            Child::Absent if suspended => held(&format!("PreprocessBatch {name}"), None),
-            Child::Absent => {
-                if stage.state != StageState::Running {
-                    stage.attempts += 1;
-                }
-                stage.state = StageState::Running;
-                stage.start_time.get_or_insert(now);
-                Step::working(
-                    Phase::Preprocessing,
-                    reasons::CREATING,
-                    format!("creating PreprocessBatch {name}"),
-                    Action::CreatePreprocess,
-                    Requeue::Active,
-                )
-            }
-            Child::NotOwned => {
-                let msg = format!("PreprocessBatch {name} exists and is not owned by this pipeline");
-                return Some(self.finish_failed(CHILD_NOT_OWNED, msg, Action::Nothing));
-            }
-            Child::Stalled { .. } | Child::Ready { .. } if earlier_run => Step::working(
-                Phase::Preprocessing,
-                reasons::DELETING,
-                format!("deleting PreprocessBatch {name} of the earlier run before running it again"),
-                Action::DeletePreprocess,
-                Requeue::Active,
-            ),
-            Child::Deleting => Step::working(
-                Phase::Preprocessing,
-                reasons::DELETING,
-                format!("waiting for PreprocessBatch {name} to finish deleting"),
-                Action::Nothing,
-                Requeue::Active,
-            ),
-            Child::Progressing { reason, message } => {
-                stage.state = StageState::Running;
-                stage.message = Some(format!("{reason}: {message}"));
-                Step::working(
-                    Phase::Preprocessing,
-                    reasons::RUNNING,
-                    format!("preprocessing ({name}): {message}"),
-                    Action::Nothing,
-                    Requeue::Stable,
-                )
-            }
-            Child::Ready { message } => {
-                stage.state = StageState::Succeeded;
-                stage.end_time = Some(now);
-                stage.message = Some(message.clone());
-                let processed = self.spec().artifacts.processed_data.clone();
-                self.st
-                    .outputs
-                    .get_or_insert_with(PipelineOutputs::default)
-                    .processed_data = processed;
-                self.event(
-                    false,
-                    "PreprocessSucceeded",
-                    format!("PreprocessBatch {name} succeeded"),
-                );
-                return None;
-            }
-            Child::Stalled { reason, message } => {
-                stage.state = StageState::Failed;
-                stage.end_time = Some(now);
-                stage.message = Some(format!("{reason}: {message}"));
-                let msg = format!("preprocessing failed (PreprocessBatch {name}, {reason}): {message}");
-                return Some(self.finish_failed(PREPROCESS_FAILED, msg, Action::Nothing));
-            }
-        };
-        Some(step)
-    }
-
     fn finish_succeeded(&mut self, model_uri: String) -> Step {
         let now = time(self.input.now);
         let stage = status::stage_mut(&mut self.st, StageName::Train);
@@ -411,6 +328,7 @@ impl Planner<'_> {
 
 mod lifecycle;
 mod observed;
+mod preprocess;
 mod training;
 
 use lifecycle::held;

@@ -145,20 +145,51 @@ fn judge(
         }
         return;
     };
-    let started = st
-        .stages
-        .iter()
-        .find(|s| s.name == StageName::Train)
-        .and_then(|s| s.start_time.as_ref())
-        .or(st.start_time.as_ref())
-        .map_or(now, to_chrono);
+    let started = train_started(st, now);
     let ckpt = st.checkpoint.clone().unwrap_or_default();
     let latest = ckpt.latest_time.as_ref().map(to_chrono);
     let stalled = checkpoints::stalled(latest, started, deadline, now);
     let was_stalled = is_stalled(st);
     let deadline_text = tp.spec.training.progress_deadline.clone().unwrap_or_default();
-    let dir = ckpt.dir.unwrap_or_default();
-    let (reason, message) = if stalled {
+    let (reason, message) = verdict(&ckpt, latest, started, stalled, &deadline_text);
+    let generation = st.observed_generation;
+    conditions::set_condition(
+        &mut st.conditions,
+        conditions::condition(
+            PROGRESS_STALLED,
+            stalled,
+            reason,
+            message.clone(),
+            generation,
+            time(now),
+        ),
+    );
+    set_metric(ctx, tp, stalled);
+    announce(ctx, tp, stalled, was_stalled, message, out);
+}
+
+/// When the run's progress is measured from: the Train stage's start, else the pipeline's,
+/// else now.
+fn train_started(st: &TrainingPipelineStatus, now: DateTime<Utc>) -> DateTime<Utc> {
+    st.stages
+        .iter()
+        .find(|s| s.name == StageName::Train)
+        .and_then(|s| s.start_time.as_ref())
+        .or(st.start_time.as_ref())
+        .map_or(now, to_chrono)
+}
+
+/// The `ProgressStalled` condition's reason and message: what the newest checkpoint is (or that
+/// there is none) against the deadline.
+fn verdict(
+    ckpt: &CheckpointStatus,
+    latest: Option<DateTime<Utc>>,
+    started: DateTime<Utc>,
+    stalled: bool,
+    deadline_text: &str,
+) -> (&'static str, String) {
+    let dir = ckpt.dir.clone().unwrap_or_default();
+    if stalled {
         let since = match (&ckpt.latest_uri, latest) {
             (Some(uri), Some(t)) if t >= started => {
                 format!("the newest checkpoint, {uri}, was written at {}", t.to_rfc3339())
@@ -180,20 +211,18 @@ fn judge(
             CHECKPOINT_RECENT,
             format!("{what}, within progressDeadline {deadline_text}"),
         )
-    };
-    let generation = st.observed_generation;
-    conditions::set_condition(
-        &mut st.conditions,
-        conditions::condition(
-            PROGRESS_STALLED,
-            stalled,
-            reason,
-            message.clone(),
-            generation,
-            time(now),
-        ),
-    );
-    set_metric(ctx, tp, stalled);
+    }
+}
+
+/// A stall that begins is counted and gets a Warning Event; one that ends gets a Normal one.
+fn announce(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    stalled: bool,
+    was_stalled: bool,
+    message: String,
+    out: &mut Outcome,
+) {
     if stalled && !was_stalled {
         ctx.metrics.count_training_stall(&namespace(tp));
         out.events.push(Transition {

@@ -210,14 +210,41 @@ pub fn custom_job(
         .as_ref()
         .ok_or("spec.training.vertex is not set")?;
     let vars = Vars::from_artifacts(&spec.artifacts).with_checkpoint_dir(checkpoint_dir);
+    let job_spec = vx::CustomJobSpec::new()
+        .set_worker_pool_specs([worker_pool(v, &vars)?])
+        .set_or_clear_scheduling(scheduling(v)?)
+        .set_service_account(v.service_account.clone().unwrap_or_default())
+        .set_network(v.network.clone().unwrap_or_default())
+        .set_tensorboard(v.tensorboard.clone().unwrap_or_default())
+        .set_enable_web_access(v.enable_web_access)
+        .set_base_output_directory(
+            vx::GcsDestination::new().set_output_uri_prefix(spec.artifacts.model_dir.clone()),
+        );
+    if let Some(key) = v.labels.keys().find(|k| reserved_label(k)) {
+        return Err(format!(
+            "spec.training.vertex.labels: {key} is one of the operator's identity labels (managed-by, tpu-operator-*): rename it"
+        ));
+    }
+    // User labels first, the identity labels over them (admission refuses a collision already).
+    let mut labels = naming::object_labels(&v.labels, id, cluster_id);
+    labels.insert(ATTEMPT_LABEL.to_string(), attempt.to_string());
+    Ok(vx::CustomJob::new()
+        .set_display_name(naming::vertex_display_name(id))
+        .set_labels(labels)
+        .set_job_spec(job_spec))
+}
+
+/// The job's one worker pool: the workload (a container or a Python package, with the
+/// pipeline's variables expanded), the machine, the replica count and the boot disk.
+fn worker_pool(v: &VertexTraining, vars: &Vars) -> Result<vx::WorkerPoolSpec, String> {
     let env = |env: &[tpu_operator_api::common::EnvVar]| {
         vars.env(env)
             .into_iter()
             .map(|e| vx::EnvVar::new().set_name(e.name).set_value(e.value))
             .collect::<Vec<_>>()
     };
-    let mut pool = vx::WorkerPoolSpec::new();
-    pool = match (&v.container, &v.python_package_spec) {
+    let pool = vx::WorkerPoolSpec::new();
+    let mut pool = match (&v.container, &v.python_package_spec) {
         (Some(container), None) => {
             let c = vars.container(container);
             pool.set_container_spec(
@@ -244,41 +271,25 @@ pub fn custom_job(
         .set_machine_spec(machine_spec(v)?)
         .set_replica_count(v.replica_count);
     if let Some(disk) = &v.boot_disk {
-        let mut d = vx::DiskSpec::new();
-        if let Some(t) = disk.disk_type {
-            let t = serde_json::to_value(t)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
-            d = d.set_boot_disk_type(t);
-        }
-        if let Some(gb) = disk.size_gb {
-            d = d.set_boot_disk_size_gb(gb);
-        }
-        pool = pool.set_disk_spec(d);
+        pool = pool.set_disk_spec(disk_spec(disk));
     }
-    let job_spec = vx::CustomJobSpec::new()
-        .set_worker_pool_specs([pool])
-        .set_or_clear_scheduling(scheduling(v)?)
-        .set_service_account(v.service_account.clone().unwrap_or_default())
-        .set_network(v.network.clone().unwrap_or_default())
-        .set_tensorboard(v.tensorboard.clone().unwrap_or_default())
-        .set_enable_web_access(v.enable_web_access)
-        .set_base_output_directory(
-            vx::GcsDestination::new().set_output_uri_prefix(spec.artifacts.model_dir.clone()),
-        );
-    if let Some(key) = v.labels.keys().find(|k| reserved_label(k)) {
-        return Err(format!(
-            "spec.training.vertex.labels: {key} is one of the operator's identity labels (managed-by, tpu-operator-*): rename it"
-        ));
+    Ok(pool)
+}
+
+/// The boot disk: its type by its API name, and its size, each when set.
+fn disk_spec(disk: &tpu_operator_api::training_pipeline::BootDisk) -> vx::DiskSpec {
+    let mut d = vx::DiskSpec::new();
+    if let Some(t) = disk.disk_type {
+        let t = serde_json::to_value(t)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        d = d.set_boot_disk_type(t);
     }
-    // User labels first, the identity labels over them (admission refuses a collision already).
-    let mut labels = naming::object_labels(&v.labels, id, cluster_id);
-    labels.insert(ATTEMPT_LABEL.to_string(), attempt.to_string());
-    Ok(vx::CustomJob::new()
-        .set_display_name(naming::vertex_display_name(id))
-        .set_labels(labels)
-        .set_job_spec(job_spec))
+    if let Some(gb) = disk.size_gb {
+        d = d.set_boot_disk_size_gb(gb);
+    }
+    d
 }
 
 fn reserved_label(key: &str) -> bool {

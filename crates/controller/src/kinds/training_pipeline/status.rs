@@ -160,24 +160,8 @@ pub fn set_kstatus(
 /// `Preprocessed`, `Trained`, `OutputVerified` and `Suspended`, derived from the stage entries.
 pub fn set_stage_conditions(st: &mut TrainingPipelineStatus, suspended: bool, now: Time) {
     let generation = st.observed_generation;
-    let pre = stage(st, StageName::Preprocess).state;
-    let train = stage(st, StageName::Train).state;
-    let (pre_ok, pre_reason) = match pre {
-        StageState::Succeeded => (true, reasons::SUCCEEDED),
-        StageState::Skipped => (true, reasons::SKIPPED),
-        StageState::Failed => (false, reasons::FAILED),
-        StageState::Running | StageState::Queued => (false, reasons::RUNNING),
-        StageState::Pending => (false, reasons::PENDING),
-        StageState::Cancelled => (false, reasons::CANCELLED),
-    };
-    let (train_ok, train_reason) = match train {
-        StageState::Succeeded => (true, reasons::SUCCEEDED),
-        StageState::Failed => (false, reasons::FAILED),
-        StageState::Running => (false, reasons::RUNNING),
-        StageState::Queued => (false, reasons::QUEUED),
-        StageState::Pending | StageState::Skipped => (false, reasons::PENDING),
-        StageState::Cancelled => (false, reasons::CANCELLED),
-    };
+    let (pre_ok, pre_reason) = preprocessed(stage(st, StageName::Preprocess).state);
+    let (train_ok, train_reason) = trained(stage(st, StageName::Train).state);
     let model = st.outputs.as_ref().and_then(|o| o.model_uri.clone());
     let (out_reason, out_msg) = match &model {
         Some(uri) => (reasons::OUTPUT_FOUND, format!("model found at {uri}")),
@@ -191,41 +175,40 @@ pub fn set_stage_conditions(st: &mut TrainingPipelineStatus, suspended: bool, no
     } else {
         (reasons::PENDING, "spec.suspend is false")
     };
+    let cond = |type_: &str, ok: bool, reason: &str, message: &str| {
+        condition(type_, ok, reason, message, generation, now.clone())
+    };
     for c in [
-        condition(
-            types::PREPROCESSED,
-            pre_ok,
-            pre_reason,
-            "",
-            generation,
-            now.clone(),
-        ),
-        condition(
-            types::TRAINED,
-            train_ok,
-            train_reason,
-            "",
-            generation,
-            now.clone(),
-        ),
-        condition(
-            types::OUTPUT_VERIFIED,
-            model.is_some(),
-            out_reason,
-            out_msg,
-            generation,
-            now.clone(),
-        ),
-        condition(
-            types::SUSPENDED,
-            suspended,
-            susp_reason,
-            susp_msg,
-            generation,
-            now.clone(),
-        ),
+        cond(types::PREPROCESSED, pre_ok, pre_reason, ""),
+        cond(types::TRAINED, train_ok, train_reason, ""),
+        cond(types::OUTPUT_VERIFIED, model.is_some(), out_reason, &out_msg),
+        cond(types::SUSPENDED, suspended, susp_reason, susp_msg),
     ] {
         set_condition(&mut st.conditions, c);
+    }
+}
+
+/// `Preprocessed`'s status and reason for the Preprocess stage's state (skipped counts as done).
+fn preprocessed(state: StageState) -> (bool, &'static str) {
+    match state {
+        StageState::Succeeded => (true, reasons::SUCCEEDED),
+        StageState::Skipped => (true, reasons::SKIPPED),
+        StageState::Failed => (false, reasons::FAILED),
+        StageState::Running | StageState::Queued => (false, reasons::RUNNING),
+        StageState::Pending => (false, reasons::PENDING),
+        StageState::Cancelled => (false, reasons::CANCELLED),
+    }
+}
+
+/// `Trained`'s status and reason for the Train stage's state.
+fn trained(state: StageState) -> (bool, &'static str) {
+    match state {
+        StageState::Succeeded => (true, reasons::SUCCEEDED),
+        StageState::Failed => (false, reasons::FAILED),
+        StageState::Running => (false, reasons::RUNNING),
+        StageState::Queued => (false, reasons::QUEUED),
+        StageState::Pending | StageState::Skipped => (false, reasons::PENDING),
+        StageState::Cancelled => (false, reasons::CANCELLED),
     }
 }
 

@@ -66,6 +66,18 @@ impl Planner<'_> {
             let wait = (due - self.input.now).to_std().unwrap_or_default();
             return keep(Action::Nothing, Requeue::After(wait));
         }
+        self.reap(phase, ttl)
+    }
+
+    /// The TTL passed: wait for a pending Vertex operation, delete the held job records one per
+    /// pass, then record the reaping (`reapedTime`, the kstatus message, an Event).
+    fn reap(&mut self, phase: Phase, ttl: i64) -> Step {
+        let keep = |action, requeue| Step {
+            phase,
+            kstatus: None,
+            action,
+            requeue,
+        };
         let observed = self.input.observed;
         if self.st.pending_operation.is_some() {
             match observed.pending_operation_done {

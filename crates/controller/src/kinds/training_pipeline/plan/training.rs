@@ -158,34 +158,43 @@ impl Planner<'_> {
         } else {
             Action::Nothing
         };
+        self.record_slice(slice, &name);
+        match marker {
+            Marker::Succeeded => {
+                let model = self.spec().artifacts.model_dir.clone();
+                let mut step = self.finish_succeeded(model);
+                step.action = release;
+                step
+            }
+            Marker::Failed { detail } => {
+                let detail = format!("training container failed on TpuSlice {name}: {detail}");
+                self.attempt_failed(detail, release)
+            }
+            Marker::None => self.slice_step(slice, &name),
+        }
+    }
+
+    /// The slice is this attempt's: its name goes to the Train stage. A live slice may come from
+    /// an attempt whose status write was lost (operator killed between the create and the write):
+    /// it is adopted as the attempt it is, started no later than now.
+    fn record_slice(&mut self, slice: &Child, name: &str) {
         let adopted = matches!(slice, Child::Progressing { .. } | Child::Ready { .. });
         if adopted {
-            // The slice may come from an attempt whose status write was lost (operator killed
-            // between the create and the write): count the attempt it is.
             self.st.attempts = self.st.attempts.max(1);
         }
         let now = time(self.input.now);
         let stage = status::stage_mut(&mut self.st, StageName::Train);
-        stage.resource_name = Some(name.clone());
+        stage.resource_name = Some(name.to_string());
         if adopted {
             // Without a start time the completion markers are never looked at (the pipeline would
             // stay Training forever). The attempt started no later than now.
             stage.start_time.get_or_insert(now);
             stage.attempts = stage.attempts.max(1);
         }
-        match marker {
-            Marker::Succeeded => {
-                let model = self.spec().artifacts.model_dir.clone();
-                let mut step = self.finish_succeeded(model);
-                step.action = release;
-                return step;
-            }
-            Marker::Failed { detail } => {
-                let detail = format!("training container failed on TpuSlice {name}: {detail}");
-                return self.attempt_failed(detail, release);
-            }
-            Marker::None => {}
-        }
+    }
+
+    /// No completion marker yet: the step follows the slice's own state.
+    fn slice_step(&mut self, slice: &Child, name: &str) -> Step {
         match slice {
             Child::Absent => self.start_attempt(self.st.attempts + 1, true, None),
             Child::NotOwned => {
@@ -199,23 +208,9 @@ impl Planner<'_> {
                 Action::Nothing,
                 Requeue::Active,
             ),
-            Child::Progressing { reason, message } => {
-                stage.state = StageState::Queued;
-                stage.message = Some(format!("{reason}: {message}"));
-                let requeue = if reason == reasons::WAITING_FOR_CAPACITY {
-                    Requeue::Capacity
-                } else {
-                    Requeue::Active
-                };
-                Step::working(
-                    Phase::Provisioning,
-                    reasons::PROVISIONING,
-                    format!("TpuSlice {name}: {message}"),
-                    Action::Nothing,
-                    requeue,
-                )
-            }
+            Child::Progressing { reason, message } => self.slice_provisioning(name, reason, message),
             Child::Ready { .. } => {
+                let stage = status::stage_mut(&mut self.st, StageName::Train);
                 stage.state = StageState::Running;
                 stage.message = Some("training container running".into());
                 Step::working(
@@ -231,6 +226,26 @@ impl Planner<'_> {
                 self.attempt_failed(detail, Action::DeleteSlice)
             }
         }
+    }
+
+    /// The slice is being provisioned: the attempt is queued, waiting for capacity polls at the
+    /// capacity interval.
+    fn slice_provisioning(&mut self, name: &str, reason: &str, message: &str) -> Step {
+        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        stage.state = StageState::Queued;
+        stage.message = Some(format!("{reason}: {message}"));
+        let requeue = if reason == reasons::WAITING_FOR_CAPACITY {
+            Requeue::Capacity
+        } else {
+            Requeue::Active
+        };
+        Step::working(
+            Phase::Provisioning,
+            reasons::PROVISIONING,
+            format!("TpuSlice {name}: {message}"),
+            Action::Nothing,
+            requeue,
+        )
     }
 
     /// [`Self::start_attempt`] after an attempt ended, with the Event that says so (not

@@ -1,0 +1,88 @@
+//! An owned child (the PreprocessBatch, the TpuSlice) read by name: whether this pipeline
+//! controls it, and its state from its kstatus conditions.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{Api, Resource, ResourceExt};
+use tpu_operator_api::common::CostEstimate;
+use tpu_operator_api::{
+    conditions::{Progress, find_condition, progress_of, types},
+    training_pipeline::TrainingPipeline,
+};
+
+use super::super::plan::Child;
+use crate::reconcile::context::Context;
+use crate::runtime::error::{ReconcileError, Result};
+
+/// An owned child's state from its metadata and kstatus conditions, and its cost estimate.
+pub(super) async fn child<K, F>(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    name: &str,
+    status_of: F,
+) -> Result<(Child, Option<CostEstimate>)>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+    F: Fn(&K) -> Option<(Vec<Condition>, Option<CostEstimate>)>,
+{
+    let ns = tp
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(obj) = api
+        .get_opt(name)
+        .await
+        .map_err(ReconcileError::kube("get owned child"))?
+    else {
+        return Ok((Child::Absent, None));
+    };
+    if !controlled_by(obj.meta(), tp) {
+        return Ok((Child::NotOwned, None));
+    }
+    let (conds, cost) = status_of(&obj).unwrap_or_default();
+    if obj.meta().deletion_timestamp.is_some() {
+        return Ok((Child::Deleting, cost));
+    }
+    Ok((state_of(&conds), cost))
+}
+
+/// Whether the pipeline is the object's controller (its controlling ownerReference names the
+/// pipeline's UID): an object of the same name that someone else made is not this child.
+fn controlled_by(meta: &kube::api::ObjectMeta, tp: &TrainingPipeline) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == tp.metadata.uid.as_ref())
+}
+
+/// A live owned child's state from its kstatus conditions.
+fn state_of(conds: &[Condition]) -> Child {
+    let text = |t: &str| {
+        find_condition(conds, t)
+            .map(|c| (c.reason.clone(), c.message.clone()))
+            .unwrap_or_default()
+    };
+    match progress_of(conds) {
+        Some(Progress::Ready) => Child::Ready {
+            message: text(types::READY).1,
+        },
+        Some(Progress::Stalled) => {
+            let (reason, message) = text(types::STALLED);
+            Child::Stalled { reason, message }
+        }
+        Some(Progress::Reconciling) => {
+            let (reason, message) = text(types::RECONCILING);
+            Child::Progressing { reason, message }
+        }
+        Some(Progress::Idle) => {
+            let (reason, message) = text(types::READY);
+            Child::Progressing { reason, message }
+        }
+        None => Child::Progressing {
+            reason: "Pending".into(),
+            message: "not reconciled yet".into(),
+        },
+    }
+}
