@@ -20,7 +20,6 @@ use tpu_operator_api::{
 use super::{
     context::Context,
     report::Transition,
-    status::WriteAhead,
     wait::{Unwatch, Wait},
 };
 use crate::{
@@ -116,7 +115,7 @@ pub trait Kind:
         t: &Self::Target,
         observed: &mut Self::Observed,
         plan: &mut Self::Plan,
-        ahead: &mut WriteAhead<'_, Self>,
+        ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> impl Future<Output = Result<Acted<Self::Done>>> + Send;
 
     /// The status this pass writes (pure).
@@ -180,6 +179,14 @@ pub trait Kind:
         find_condition(Self::conditions(status), types::STALLED)
             .is_some_and(|c| c.status == "True" && c.reason == reasons::PERMISSION_DENIED)
     }
+}
+
+/// Persists a write-ahead status inside an action, before a call whose reply may be lost (a
+/// create Google names, not we): the pass provides it ([`super::status::Ahead`]) so that the
+/// pass's final write is conditional on the version this one wrote.
+pub trait WriteAhead<S>: Send {
+    /// Persists `marked` (the stored status with the marker set) now.
+    fn write<'a>(&'a mut self, marked: &'a S) -> futures::future::BoxFuture<'a, Result<()>>;
 }
 
 /// What one apply pass knows by the time it reports: for the pure [`Kind::report`] and

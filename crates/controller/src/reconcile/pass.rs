@@ -17,7 +17,7 @@ use super::{
     context::Context,
     kind::{Admission, Claim, Kind, Pass},
     report,
-    status::{self, WriteAhead},
+    status::{self, Ahead},
     wait::Wait,
 };
 use crate::{
@@ -62,7 +62,7 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
             return Ok(action);
         }
     }
-    let mut ahead = WriteAhead::new(ctx, obj);
+    let mut ahead = Ahead::new(ctx, obj);
     let acted = obj.act(ctx, &t, &mut observed, &mut plan, &mut ahead).await?;
     let pass = Pass {
         obj,

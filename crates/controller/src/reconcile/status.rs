@@ -4,7 +4,13 @@
 use kube::ResourceExt;
 use tpu_operator_api::conditions::reasons;
 
-use super::{context::Context, kind::Kind, report};
+use futures::future::BoxFuture;
+
+use super::{
+    context::Context,
+    kind::{Kind, WriteAhead},
+    report,
+};
 use crate::runtime::{
     error::{ReconcileError, Result},
     refused,
@@ -51,16 +57,16 @@ pub async fn stall<K: Kind>(
     Ok(())
 }
 
-/// A write-ahead status: persisted inside an action, before a call whose reply may be lost (a
-/// create Google names, not we). The pass's final write is conditional on the version this one
-/// wrote: conditional on the version read, it would be refused with 409 by the marker itself.
-pub struct WriteAhead<'a, K: Kind> {
+/// The pass's [`WriteAhead`]: a marker written inside an action moves the base of the pass's
+/// final write to the version it wrote (conditional on the version read, the final write would be
+/// refused with 409 by the marker itself).
+pub struct Ahead<'a, K: Kind> {
     ctx: &'a Context,
     obj: &'a K,
     base: Option<String>,
 }
 
-impl<'a, K: Kind> WriteAhead<'a, K> {
+impl<'a, K: Kind> Ahead<'a, K> {
     pub(super) fn new(ctx: &'a Context, obj: &'a K) -> Self {
         Self {
             ctx,
@@ -69,18 +75,22 @@ impl<'a, K: Kind> WriteAhead<'a, K> {
         }
     }
 
-    /// Persists `marked` (the stored status with the marker set) now.
-    pub async fn write(&mut self, marked: &K::Status) -> Result<()> {
-        let old = self.obj.status();
-        if let Some(version) = write(self.ctx, self.obj, self.base.as_deref(), old, marked).await? {
-            self.base = Some(version);
-        }
-        Ok(())
-    }
-
     /// The version the pass's final write is conditional on.
     pub(super) fn base(&self) -> Option<&str> {
         self.base.as_deref()
+    }
+}
+
+impl<K: Kind> WriteAhead<K::Status> for Ahead<'_, K> {
+    fn write<'a>(&'a mut self, marked: &'a K::Status) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let old = self.obj.status();
+            let base = self.base.as_deref();
+            if let Some(version) = write(self.ctx, self.obj, base, old, marked).await? {
+                self.base = Some(version);
+            }
+            Ok(())
+        })
     }
 }
 

@@ -41,9 +41,8 @@ use crate::{
     reconcile::{
         context::Context,
         driver,
-        kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop},
+        kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, WriteAhead},
         report::Transition,
-        status::WriteAhead,
         wait::{Wait, Watch},
     },
     runtime::{
@@ -145,7 +144,7 @@ impl Kind for PreprocessBatch {
         t: &Target,
         _observed: &mut Observed,
         plan: &mut Plan,
-        _ahead: &mut WriteAhead<'_, Self>,
+        _ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
         let Plan::Submit { attempt, .. } = plan else {
             return Ok(Acted::done(Done::Nothing));

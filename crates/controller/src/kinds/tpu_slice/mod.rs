@@ -59,9 +59,8 @@ use crate::{
     reconcile::{
         context::Context,
         driver,
-        kind::{Acted, Admission, Claim, Cleaned, Kind, OwnedHolder, Pass, Stop},
+        kind::{Acted, Admission, Claim, Cleaned, Kind, OwnedHolder, Pass, Stop, WriteAhead},
         report::Transition,
-        status::WriteAhead,
         wait::{Unwatch, Wait, Watch},
     },
     runtime::{
@@ -183,7 +182,7 @@ impl Kind for TpuSlice {
         t: &Target,
         observed: &mut Observed,
         plan: &mut Plan,
-        _ahead: &mut WriteAhead<'_, Self>,
+        _ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Option<act::Started>>> {
         let old = self.status.clone().unwrap_or_default();
         let request = t.request(&old, observed.node.as_ref());

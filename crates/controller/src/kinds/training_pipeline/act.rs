@@ -14,7 +14,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::ErrorKind;
 
-use crate::reconcile::status::WriteAhead;
+use crate::reconcile::kind::WriteAhead;
 
 use super::{
     Target, checkpoints,
@@ -33,7 +33,7 @@ pub async fn act(
     action: &Action,
     st: &mut TrainingPipelineStatus,
     reads: &mut Reads,
-    ahead: &mut WriteAhead<'_, TrainingPipeline>,
+    ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
 ) -> Result<()> {
     match action {
         Action::Nothing => Ok(()),
@@ -150,7 +150,7 @@ async fn create_job(
     attempt: i32,
     st: &mut TrainingPipelineStatus,
     reads: &mut Reads,
-    ahead: &mut WriteAhead<'_, TrainingPipeline>,
+    ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
 ) -> Result<()> {
     let Some(parent) = &names.vertex_parent else {
         invalid(
@@ -203,7 +203,7 @@ async fn submit_job(
     job: tpu_operator_gcp::aiplatform_v1::model::CustomJob,
     st: &mut TrainingPipelineStatus,
     reads: &mut Reads,
-    ahead: &mut WriteAhead<'_, TrainingPipeline>,
+    ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
 ) -> Result<Option<String>> {
     // Write-ahead: a reply lost, or a crash before the status write, leaves a job no
     // status names and lists may show late; deletion waits for lists only then.

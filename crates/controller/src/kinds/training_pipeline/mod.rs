@@ -37,9 +37,8 @@ use crate::{
     reconcile::{
         context::Context,
         driver,
-        kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, Watches},
+        kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, Watches, WriteAhead},
         report::Transition,
-        status::WriteAhead,
         wait::{Wait, Watch},
     },
     runtime::{
@@ -183,7 +182,7 @@ impl Kind for TrainingPipeline {
         t: &Target,
         seen: &mut Seen,
         decision: &mut plan::Plan,
-        ahead: &mut WriteAhead<'_, Self>,
+        ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
         act::cancel_jobs(ctx, &decision.cancel_jobs).await?;
         let new = &mut decision.status;
