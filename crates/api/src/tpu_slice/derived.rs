@@ -57,6 +57,16 @@ impl TpuSliceSpec {
         }
     }
 
+    /// The Compute Engine VM image the slice boots (`computeEngine.image`), with
+    /// `provisioner: ComputeEngine` only: the TPU API boots its `runtimeVersion`, and a leftover
+    /// `computeEngine` there boots nothing.
+    pub fn compute_engine_image(&self) -> Option<&str> {
+        match self.provisioner {
+            Provisioner::ComputeEngine => self.compute_engine.as_ref().map(|c| c.image.as_str()),
+            Provisioner::TpuApi => None,
+        }
+    }
+
     /// Whether Google may reclaim the capacity (a preemption is then expected, not a failure).
     /// Flex-start VMs end with their run duration; they are not preempted.
     pub fn preemptible(&self) -> bool {

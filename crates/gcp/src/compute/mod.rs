@@ -3,8 +3,9 @@
 //! groups and their resize requests, zonal and regional operations).
 //!
 //! [`ComputeApi`] is the narrow trait over Google's `google-cloud-compute-v1` client, one method
-//! per REST call; [`slices::ComputeSlices`] builds TPU slices out of it and reports them in the
-//! TPU API's model, so the TpuSlice controller plans both backends the same way.
+//! per REST call; [`slices::ComputeSlices`] builds TPU slices out of it and reads them back in
+//! the TPU API's model (`Node`, `QueuedResource`, `Operation`), so the TpuSlice controller plans
+//! both backends the same way.
 
 pub mod convert;
 pub mod slices;

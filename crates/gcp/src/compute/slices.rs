@@ -17,17 +17,16 @@
 //! does for any create. A repeat after a crash gets ALREADY_EXISTS for what was made and moves
 //! on, so the sequence needs no state outside the cloud; the memory kept here only saves calls.
 //!
-//! Reads by name (`get_node`, `get_queued_resource`) and deletes implement [`TpuApi`], so the
-//! controller observes, plans and cleans up both backends with one code path. Node operations
-//! the Compute Engine backend has no use for (patch, start, stop, reset) are refused as
-//! `FAILED_PRECONDITION` with a message naming why.
+//! Reads by name (`get_node`, `get_queued_resource`), deletes and operation reads answer in the
+//! TPU API's model, so the controller observes, plans and cleans up both backends with one code
+//! path. What Compute Engine slices have no use for (patch, start, stop, reset, zone listings)
+//! does not exist here: the controller's Compute Engine backend never plans it.
 
 use std::{
     collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
 };
 
-use async_trait::async_trait;
 use google_cloud_compute_v1::model::Operation as ComputeOperation;
 use google_cloud_longrunning::model::Operation;
 use google_cloud_tpu_v2::model::{Node, QueuedResource};
@@ -36,10 +35,7 @@ use super::{
     ComputeApi, Place,
     convert::{self, Layout, Provisioning, SliceRequest},
 };
-use crate::{
-    error::{ErrorKind, GcpError, Result, Service},
-    tpu::TpuApi,
-};
+use crate::error::{ErrorKind, GcpError, Result, Service};
 
 /// The pieces of a group-backed slice, in creation order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -85,16 +81,6 @@ fn not_found(method: &'static str, target: &str) -> GcpError {
     let mut e = GcpError::new(ErrorKind::NotFound, Service::Compute, method, target, "not found");
     e.http_status = Some(404);
     e
-}
-
-fn unsupported(method: &'static str, target: &str, why: &str) -> GcpError {
-    GcpError::new(
-        ErrorKind::FailedPrecondition,
-        Service::Compute,
-        method,
-        target,
-        why,
-    )
 }
 
 fn invalid(method: &'static str, target: &str, why: String) -> GcpError {
@@ -403,9 +389,12 @@ fn regional(region: &Place, op: &ComputeOperation) -> Operation {
     convert::operation(&name, op)
 }
 
-#[async_trait]
-impl TpuApi for ComputeSlices {
-    async fn get_node(&self, name: &str) -> Result<Node> {
+/// Reads by name and deletes, in the TPU API's model: the controller observes and plans both
+/// backends with one code path.
+impl ComputeSlices {
+    /// The slice `name` (`projects/{p}/locations/{zone}/nodes/{id}`) as a TPU node: its instance,
+    /// or its group and members.
+    pub async fn get_node(&self, name: &str) -> Result<Node> {
         let Some((project, zone, id)) = convert::parse_tpu_name(name, "nodes") else {
             return Err(invalid("get slice", name, format!("{name} is not a node name")));
         };
@@ -420,15 +409,8 @@ impl TpuApi for ComputeSlices {
         }
     }
 
-    async fn create_node(&self, parent: &str, _node_id: &str, _node: Node) -> Result<Operation> {
-        Err(unsupported(
-            "nodes.create",
-            parent,
-            "Compute Engine slices are created from a SliceRequest (ComputeSlices::create)",
-        ))
-    }
-
-    async fn delete_node(&self, name: &str) -> Result<Operation> {
+    /// Deletes the slice `name`: its instance, or its group (VMs with it).
+    pub async fn delete_node(&self, name: &str) -> Result<Operation> {
         let Some((project, zone, id)) = convert::parse_tpu_name(name, "nodes") else {
             return Err(invalid(
                 "delete slice",
@@ -452,43 +434,9 @@ impl TpuApi for ComputeSlices {
         Ok(zonal(&zone, &op))
     }
 
-    async fn update_node(&self, name: &str, _node: Node, _update_mask: &[&str]) -> Result<Operation> {
-        Err(unsupported(
-            "nodes.patch",
-            name,
-            "labels and metadata of a Compute Engine slice are fixed at creation (its VMs come from an instance template)",
-        ))
-    }
-
-    async fn start_node(&self, name: &str) -> Result<Operation> {
-        Err(unsupported(
-            "nodes.start",
-            name,
-            "a stopped Compute Engine slice is recreated, not started",
-        ))
-    }
-
-    async fn stop_node(&self, name: &str) -> Result<Operation> {
-        Err(unsupported(
-            "nodes.stop",
-            name,
-            "the operator never stops a slice",
-        ))
-    }
-
-    async fn list_nodes_by_page(
-        &self,
-        parent: &str,
-        _sift: &mut (dyn FnMut(Vec<Node>) + Send),
-    ) -> Result<()> {
-        Err(unsupported(
-            "nodes.list",
-            parent,
-            "Compute Engine slices are read by name; zone listings are not implemented for them",
-        ))
-    }
-
-    async fn get_queued_resource(&self, name: &str) -> Result<QueuedResource> {
+    /// The flex-start resize request of the slice `name`
+    /// (`projects/{p}/locations/{zone}/queuedResources/{id}`) as a queued resource.
+    pub async fn get_queued_resource(&self, name: &str) -> Result<QueuedResource> {
         let Some((project, zone, id)) = convert::parse_tpu_name(name, "queuedResources") else {
             return Err(invalid(
                 "get resize request",
@@ -512,26 +460,12 @@ impl TpuApi for ComputeSlices {
         Ok(convert::resize_queued(name, &request, members))
     }
 
-    async fn create_queued_resource(
-        &self,
-        parent: &str,
-        _queued_resource_id: &str,
-        _request_id: &str,
-        _queued_resource: QueuedResource,
-    ) -> Result<Operation> {
-        Err(unsupported(
-            "queuedResources.create",
-            parent,
-            "flex-start slices are created from a SliceRequest (ComputeSlices::create)",
-        ))
-    }
-
     /// Deletes the flex-start request with its group, as `force` does for a queued resource and
     /// its nodes: a request still waiting for capacity (ACCEPTED) is cancelled first ("only
     /// possible for requests that are accepted in the queue", `compute.v1.json`), then the
     /// group goes, VMs and requests with it. A request still being created cannot be cancelled
     /// yet: UNAVAILABLE, retried.
-    async fn delete_queued_resource(&self, name: &str, _force: bool) -> Result<Operation> {
+    pub async fn delete_queued_resource(&self, name: &str) -> Result<Operation> {
         let Some((project, zone, id)) = convert::parse_tpu_name(name, "queuedResources") else {
             return Err(invalid(
                 "delete resize request",
@@ -558,23 +492,8 @@ impl TpuApi for ComputeSlices {
         Ok(zonal(&zone, &op))
     }
 
-    async fn reset_queued_resource(&self, name: &str) -> Result<Operation> {
-        Err(unsupported(
-            "queuedResources.reset",
-            name,
-            "a resize request is not reset: the slice is recreated",
-        ))
-    }
-
-    async fn list_queued_resources(&self, parent: &str) -> Result<Vec<QueuedResource>> {
-        Err(unsupported(
-            "queuedResources.list",
-            parent,
-            "resize requests are read by name; zone listings are not implemented for them",
-        ))
-    }
-
-    async fn get_operation(&self, name: &str) -> Result<Operation> {
+    /// A zonal or regional Compute Engine operation as a long-running operation.
+    pub async fn get_operation(&self, name: &str) -> Result<Operation> {
         let rest = name.strip_prefix("projects/").unwrap_or_default();
         let parts: Vec<&str> = rest.split('/').collect();
         let op = match parts.as_slice() {

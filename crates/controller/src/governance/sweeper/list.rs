@@ -1,5 +1,6 @@
-//! Reading what exists: the operator's cloud resources in the configured projects and locations,
-//! and the UIDs of every custom resource that may own one.
+//! Reading what exists: the operator's cloud resources in the configured projects and locations
+//! (in a zone, each TPU backend lists what it may own: `SliceBackend::list_owned`), and the UIDs
+//! of every custom resource that may own one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -16,64 +17,17 @@ use tpu_operator_gcp::{
     ErrorKind, GcpError, Place as GcpPlace,
     aiplatform_v1::model::{CustomJob, JobState},
     compute::convert::short_name,
-    compute_v1::model::{Instance, instance},
     dataproc_v1::model::{Batch, batch},
-    tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
 };
 
 use super::{
     places::{Place, Scope, Used},
-    plan::{
-        self, CloudResource, GroupClaim, GroupFacts, ListedInstance, ResourceKind, Stage, compute_resources,
-        parse_zonal, uid_label,
-    },
+    plan::{self, CloudResource, GroupClaim, GroupFacts, ResourceKind, Stage, parse_zonal, uid_label},
 };
-use crate::reconcile::context::Context;
+use crate::{kinds::tpu_slice::backend, reconcile::context::Context};
 
 fn labels_of<'a>(l: impl IntoIterator<Item = (&'a String, &'a String)>) -> BTreeMap<String, String> {
     l.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-}
-
-fn from_node(n: Node) -> CloudResource {
-    CloudResource {
-        kind: ResourceKind::TpuNode,
-        stage: if n.state == node::State::Deleting {
-            Stage::Winding
-        } else {
-            Stage::Active {
-                cancel_operation: None,
-            }
-        },
-        in_queued_resource: !n.queued_resource.is_empty(),
-        labels: labels_of(&n.labels),
-        name: n.name,
-    }
-}
-
-fn from_queued(q: QueuedResource) -> CloudResource {
-    let labels = q
-        .tpu()
-        .and_then(|t| t.node_spec.first())
-        .and_then(|s| s.node.as_ref())
-        .map(|n| labels_of(&n.labels))
-        .unwrap_or_default();
-    let deleting = matches!(
-        q.state.as_ref().map(|s| &s.state),
-        Some(queued_resource_state::State::Deleting)
-    );
-    CloudResource {
-        kind: ResourceKind::QueuedResource,
-        stage: if deleting {
-            Stage::Winding
-        } else {
-            Stage::Active {
-                cancel_operation: None,
-            }
-        },
-        in_queued_resource: false,
-        labels,
-        name: q.name,
-    }
 }
 
 fn from_batch(b: Batch) -> CloudResource {
@@ -112,29 +66,6 @@ fn from_job(j: CustomJob) -> CloudResource {
     }
 }
 
-fn from_instance(place: &GcpPlace, i: Instance) -> ListedInstance {
-    use instance::Status as S;
-    // The last `created-by`: Compute Engine adds the group's to what the template says.
-    let created_by = i.metadata.as_ref().and_then(|m| {
-        m.items
-            .iter()
-            .rev()
-            .find(|item| item.key.as_deref() == Some("created-by"))
-            .and_then(|item| item.value.clone())
-    });
-    ListedInstance {
-        project: place.project.clone(),
-        zone: place.location.clone(),
-        name: i.name.unwrap_or_default(),
-        labels: labels_of(&i.labels),
-        created_by,
-        stopping: matches!(
-            i.status,
-            Some(S::Stopping | S::Suspending | S::PendingStop | S::Deprovisioning)
-        ),
-    }
-}
-
 /// What listing the cloud found.
 #[derive(Debug, Default)]
 pub struct Listing {
@@ -161,43 +92,23 @@ pub struct TpuShape {
     pub spot: bool,
 }
 
-fn node_shape(n: &Node) -> TpuShape {
-    TpuShape {
-        accelerator_type: n.accelerator_type.clone(),
-        nodes: 1,
-        spot: n
-            .scheduling_config
-            .as_ref()
-            .is_some_and(|s| s.spot || s.preemptible),
-    }
-}
-
-fn queued_shape(q: &QueuedResource) -> Option<TpuShape> {
-    let spec = q.tpu()?.node_spec.first()?;
-    let node = spec.node.as_ref()?;
-    let nodes = spec
-        .multislice_params()
-        .map_or(1, |m| u32::try_from(m.node_count).unwrap_or(1).max(1));
-    Some(TpuShape {
-        accelerator_type: node.accelerator_type.clone(),
-        nodes,
-        spot: q.spot().is_some(),
-    })
-}
-
-/// One place's lists: what they found, and whether each answered.
+/// One place's lists: what they found, and whether each answered. Each TPU backend adds what it
+/// owns in a zone (`SliceBackend::list_owned`).
 #[derive(Default)]
-struct PlaceListing {
-    resources: Vec<CloudResource>,
-    claims: Vec<GroupClaim>,
-    errors: Vec<String>,
+pub struct PlaceListing {
+    pub resources: Vec<CloudResource>,
+    pub claims: Vec<GroupClaim>,
+    pub errors: Vec<String>,
     /// A list failed in a way that says nothing of what is there.
     unsure: bool,
-    tpu: HashMap<String, TpuShape>,
+    /// The TPU shape of every listed TPU node and queued resource, by name.
+    pub tpu: HashMap<String, TpuShape>,
 }
 
 impl PlaceListing {
-    fn keep<T>(&mut self, what: String, r: Result<T, GcpError>, f: impl FnOnce(&mut Self, T)) {
+    /// Keeps a listing's answer: `f` adds what it found; a failure is reported (NOT_FOUND: the
+    /// place has nothing).
+    pub fn keep<T>(&mut self, what: String, r: Result<T, GcpError>, f: impl FnOnce(&mut Self, T)) {
         match r {
             Ok(v) => f(self, v),
             Err(e) if e.is_not_found() => {}
@@ -248,33 +159,15 @@ pub async fn cloud(ctx: &Context, places: &BTreeSet<Place>) -> Listing {
     out
 }
 
-/// TPU nodes, queued resources and Compute Engine instances in a zone.
+/// What every TPU backend may own in a zone (TPU nodes and queued resources, Compute Engine
+/// instances).
 async fn zone(ctx: &Context, place: &Place, filter: &str) -> PlaceListing {
     let mut found = PlaceListing::default();
-    let (project, zone) = (&place.project, &place.location);
-    let parent = format!("projects/{project}/locations/{zone}");
-    let nodes = ctx.gcp.tpu.list_nodes(&parent).await;
-    found.keep(format!("list TPU nodes in {parent}"), nodes, |f, v| {
-        f.tpu.extend(v.iter().map(|n| (n.name.clone(), node_shape(n))));
-        f.resources.extend(v.into_iter().map(from_node))
-    });
-    let qrs = ctx.gcp.tpu.list_queued_resources(&parent).await;
-    found.keep(format!("list queued resources in {parent}"), qrs, |f, v| {
-        f.tpu
-            .extend(v.iter().filter_map(|q| Some((q.name.clone(), queued_shape(q)?))));
-        f.resources.extend(v.into_iter().map(from_queued))
-    });
-    // Compute Engine slices: instances carry the labels (a group's members from its template);
-    // plan::compute_resources sorts out which claim a group.
-    let zone_place = GcpPlace::new(project, zone);
-    let instances = ctx.gcp.compute.list_instances(&zone_place, filter).await;
-    let what = format!("list Compute Engine instances in projects/{project}/zones/{zone}");
-    found.keep(what, instances, |f, v| {
-        let listed = v.into_iter().map(|i| from_instance(&zone_place, i)).collect();
-        let (resources, claims) = compute_resources(listed);
-        f.resources.extend(resources);
-        f.claims.extend(claims);
-    });
+    for backend in backend::ALL {
+        backend
+            .list_owned(&ctx.gcp, &place.project, &place.location, filter, &mut found)
+            .await;
+    }
     found
 }
 

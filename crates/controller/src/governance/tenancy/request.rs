@@ -6,7 +6,7 @@ use tpu_operator_api::{
     DeletionPolicy,
     accelerator::{SliceShape, VertexAcceleratorType, parse_accelerator_type},
     preprocess_batch::BatchTemplate,
-    tpu_slice::{Provisioner, TpuSliceSpec},
+    tpu_slice::TpuSliceSpec,
     training_pipeline::{SchedulingStrategy, TrainingPipelineSpec, VertexTraining},
 };
 
@@ -187,10 +187,9 @@ fn slice_at(spec: &TpuSliceSpec, project: &str, prices: &PriceTable, at: &str) -
             subnetwork: format!("{at}.networkConfig.subnetwork"),
         },
         reservation: slice_reservation(spec, at),
-        image: (spec.provisioner == Provisioner::ComputeEngine)
-            .then_some(spec.compute_engine.as_ref())
-            .flatten()
-            .map(|c| Named::new(format!("{at}.computeEngine.image"), c.image.clone())),
+        image: spec
+            .compute_engine_image()
+            .map(|image| Named::new(format!("{at}.computeEngine.image"), image.to_owned())),
         storage: storage_of(spec, at),
         ..Request::default()
     })

@@ -5,18 +5,12 @@ use tpu_operator_api::naming::ObjectIdentity;
 use tpu_operator_gcp::{GcpError, ignore_not_found, longrunning::model::Operation, tpu_v2::model::Node};
 
 use super::{
-    compute,
+    backend::{Creating, NodeUpdates},
     observe::Names,
     plan::Action,
     spec::{self, Create, Desired},
 };
 use crate::reconcile::context::Context;
-
-/// The request-id purpose of queued-resource creates (one id per incarnation).
-const CREATE_QR: &str = "create-queued-resource";
-/// The request-id purpose of Compute Engine creates (one id per incarnation; each piece of a
-/// group-backed slice derives its own from it).
-const CREATE_COMPUTE: &str = "create-compute-engine-slice";
 
 /// What the cloud call started.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,33 +36,61 @@ pub struct Request<'a> {
 
 /// Performs `action`. `Ok(None)` for actions without a cloud call.
 pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Option<Started>, GcpError> {
-    let tpu = req.names.cloud(ctx);
-    let names = req.names;
+    let (cloud, gcp) = (req.names.backend(), &ctx.gcp);
     let (verb, op) = match action {
         Action::Nothing | Action::RecordPreemption => return Ok(None),
         Action::CreateNode | Action::CreateQueuedResource => match req.create {
-            Some(create) => ("create", self::create(ctx, create, req).await?),
+            Some(create) => {
+                let at = Creating {
+                    parent: &req.names.parent,
+                    identity: req.identity,
+                    recreations: req.recreations,
+                };
+                ("create", cloud.create(gcp, create, &at).await?)
+            }
             None => return Ok(None),
         },
         // Already gone is what a delete wants.
-        Action::DeleteNode(name) => match ignore_not_found(tpu.delete_node(name).await)? {
+        Action::DeleteNode(name) => match ignore_not_found(cloud.delete_node(gcp, name).await)? {
             Some(op) => ("delete", op),
             None => return Ok(None),
         },
         Action::DeleteQueuedResource(name) => {
-            match ignore_not_found(tpu.delete_queued_resource(name, true).await)? {
+            match ignore_not_found(cloud.delete_queued_resource(gcp, name).await)? {
                 Some(op) => ("delete", op),
                 None => return Ok(None),
             }
         }
+        Action::PatchNode(_) | Action::StartNode | Action::PatchSliceNode { .. } => {
+            // The plan plans no node update for a backend without them.
+            let Some(updates) = cloud.updates() else {
+                return Ok(None);
+            };
+            update(ctx, updates, action, req).await?
+        }
+    };
+    Ok(Some(Started {
+        operation: op.name,
+        verb,
+    }))
+}
+
+/// A node update: a patch of the node's labels / metadata / tags, or a start.
+async fn update(
+    ctx: &Context,
+    updates: &dyn NodeUpdates,
+    action: &Action,
+    req: &Request<'_>,
+) -> Result<(&'static str, Operation), GcpError> {
+    let (gcp, current) = (&ctx.gcp, &req.names.current.node);
+    match action {
         Action::PatchSliceNode { node, mask, patch } => {
             let body = Node::new()
                 .set_labels(patch.labels.clone())
                 .set_metadata(patch.metadata.clone())
                 .set_tags(patch.tags.clone());
-            ("update", tpu.update_node(node, body, mask).await?)
+            Ok(("update", updates.patch_node(gcp, node, body, mask).await?))
         }
-        Action::StartNode => ("start", tpu.start_node(&names.current.node).await?),
         Action::PatchNode(mask) => {
             // `updateMask=metadata` replaces the node's whole map: send what it has now with
             // only the managed keys changed, so keys others added (`ssh-keys`) survive.
@@ -80,31 +102,9 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
                 .set_labels(req.desired.labels.clone())
                 .set_metadata(metadata)
                 .set_tags(req.desired.tags.clone());
-            ("update", tpu.update_node(&names.current.node, patch, mask).await?)
+            Ok(("update", updates.patch_node(gcp, current, patch, mask).await?))
         }
-    };
-    Ok(Some(Started {
-        operation: op.name,
-        verb,
-    }))
-}
-
-/// Sends the create request of the current incarnation, with the incarnation's request id so
-/// that a retried create is the same create.
-async fn create(ctx: &Context, create: &Create, req: &Request<'_>) -> Result<Operation, GcpError> {
-    let request_id = |purpose| tpu_operator_api::naming::request_id(req.identity, purpose, req.recreations);
-    let tpu = req.names.cloud(ctx);
-    match create {
-        Create::ComputeEngine(slice) => {
-            let shared = compute::shared_id(req.identity);
-            let id = request_id(CREATE_COMPUTE);
-            ctx.gcp.compute_slices.create(slice, &shared, &id).await
-        }
-        Create::Node { id, node } => tpu.create_node(&req.names.parent, id, (**node).clone()).await,
-        Create::QueuedResource { id, body } => {
-            let request_id = request_id(CREATE_QR);
-            tpu.create_queued_resource(&req.names.parent, id, &request_id, body.clone())
-                .await
-        }
+        // `StartNode`: only node updates come here.
+        _ => Ok(("start", updates.start_node(gcp, current).await?)),
     }
 }

@@ -60,12 +60,10 @@ pub fn flex_run_seconds(spec: &TpuSliceSpec) -> Result<Option<i64>, String> {
     Ok(Some(d as i64))
 }
 
-/// Whether the slice is a managed instance group (several hosts, or flex-start) rather than one
-/// instance; only groups have a template and policy to release.
+/// Whether the Compute Engine slice is a managed instance group (several hosts, or flex-start)
+/// rather than one instance; only groups have a template and policy to release.
 pub fn uses_group(spec: &TpuSliceSpec) -> bool {
-    spec.provisioner == tpu_operator_api::tpu_slice::Provisioner::ComputeEngine
-        && (spec.capacity_mode() == CapacityMode::FlexStart
-            || super::spec::shape(spec).is_ok_and(|s| s.hosts > 1))
+    spec.capacity_mode() == CapacityMode::FlexStart || super::spec::shape(spec).is_ok_and(|s| s.hosts > 1)
 }
 
 /// The template and workload policy of every incarnation are named by the slice's first id.

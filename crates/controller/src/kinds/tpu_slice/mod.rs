@@ -20,6 +20,7 @@
 #![allow(clippy::result_large_err)]
 
 mod act;
+pub(crate) mod backend;
 mod compute;
 mod observe;
 mod plan;
@@ -37,7 +38,7 @@ use tpu_operator_api::{
     common::CostEstimate,
     conditions::{Progress, find_condition, reasons, types},
     naming::ObjectIdentity,
-    tpu_slice::{DONE_URI_ANNOTATION, Provisioner, TpuSlice, TpuSlicePhase, TpuSliceStatus},
+    tpu_slice::{DONE_URI_ANNOTATION, TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
 use tpu_operator_gcp::{
     ErrorKind,
@@ -429,9 +430,8 @@ fn watch_node(
 ) -> Wait {
     use tpu_operator_gcp::tpu_v2::model::node::State;
     let seen = match (action, started, &observed.node) {
-        // Compute Engine slices are read by name at `poll_active` (the cloud watch lists TPU
-        // nodes only).
-        _ if names.current.queued.is_some() || names.provisioner == Provisioner::ComputeEngine => None,
+        // A backend the cloud watch cannot list (Compute Engine) is read by name at `poll_active`.
+        _ if names.current.queued.is_some() || !names.backend().watchable() => None,
         (Step::CreateNode, Some(_), _) => Some(State::Creating),
         (Step::Nothing, _, Some(node)) if transitional(&node.state) => Some(node.state.clone()),
         _ => None,
@@ -465,8 +465,8 @@ fn transitional(state: &tpu_operator_gcp::tpu_v2::model::node::State) -> bool {
 /// (Compute Engine orphans are reported by the sweeper, not counted).
 fn orphaned(slice: &TpuSlice, ctx: &Context, t: &Target) -> Option<Holding> {
     let holds = slice.status.as_ref().is_some_and(tenancy::usage::holds_capacity);
-    let tpu_api = t.names.provisioner == Provisioner::TpuApi;
-    let shape = slice.spec.total_shape().filter(|_| holds && tpu_api)?;
+    let counted = t.names.backend().counts_orphans();
+    let shape = slice.spec.total_shape().filter(|_| holds && counted)?;
     let (per_hour_usd, _) = ctx.tenancy.prices.slice_per_hour(&shape, slice.spec.price_kind());
     let current = &t.names.current;
     Some(Holding {
@@ -509,20 +509,15 @@ async fn clean(slice: &TpuSlice, ctx: &Context, t: &Target) -> Result<Cleaned<Tp
         )
     };
     let mut step = plan::plan_cleanup(&observed);
-    if step == CleanupStep::Done && compute::uses_group(&slice.spec) {
-        // The template and workload policy every incarnation's group was made from go last,
-        // once no group uses them.
-        let shared = compute::shared_id(&t.identity);
-        let released = ctx
-            .gcp
-            .compute_slices
-            .release(&t.names.project, &slice.spec.zone, &shared)
-            .await
-            .map_err(ReconcileError::gcp(
-                "delete instance template and workload policy",
-            ))?;
-        if !released {
-            step = CleanupStep::Wait(format!("deleting instance template and workload policy {shared}"));
+    if step == CleanupStep::Done {
+        // What the incarnations shared (a Compute Engine group's template and policy) goes last.
+        let releasing = backend::Releasing {
+            spec: &slice.spec,
+            project: &t.names.project,
+            identity: &t.identity,
+        };
+        if let Some(wait) = t.names.backend().release(&ctx.gcp, &releasing).await? {
+            step = CleanupStep::Wait(wait);
         }
     }
     let (action, assessment) = match step {
@@ -589,7 +584,7 @@ async fn delete_known_node(
 ) -> Result<KnownDelete> {
     let names = &t.names;
     let plain = !names.adopted
-        && names.provisioner == Provisioner::TpuApi
+        && names.backend().deletes_known_node()
         && names.current.queued.is_none()
         && names.previous.is_none()
         && old.pending_operation.is_none()
@@ -677,8 +672,8 @@ fn watch_deletion(config: &ControllerConfig, slice: &TpuSlice, observed: &Observ
             .map(|n| n.name.as_str()),
         _ => None,
     };
-    let compute_engine = slice.spec.provisioner == Provisioner::ComputeEngine;
-    match node.filter(|_| !queued && !compute_engine) {
+    let watchable = backend::of(slice.spec.provisioner).watchable();
+    match node.filter(|_| !queued && watchable) {
         Some(name) => Wait::watch(Watch::state::<Node>(name, &State::Deleting)),
         None => Wait::after(config.poll_active),
     }

@@ -7,15 +7,17 @@ use tpu_operator_api::{
     tpu_slice::{Provisioner, TpuSlice, TpuSliceSpec},
 };
 use tpu_operator_gcp::{
-    GcpError, OperationState, Service, TpuApi, ignore_not_found,
+    GcpError, OperationState, Service, ignore_not_found,
     longrunning::model::Operation,
     operation_state, parse_gs_uri,
     tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
 };
 
-use super::spec::Desired;
-use crate::reconcile::context::Context;
-use crate::runtime::error::ReconcileError;
+use super::{
+    backend::{self, SliceBackend},
+    spec::Desired,
+};
+use crate::{reconcile::context::Context, runtime::error::ReconcileError};
 use tpu_operator_api::tpu_slice::DONE_URI_METADATA;
 
 /// Full resource names of one incarnation (recreation) of the slice.
@@ -112,13 +114,9 @@ impl Names {
         }
     }
 
-    /// The API the slice's objects are read, deleted and polled through: the TPU API, or
-    /// Compute Engine presented in the TPU API's model (`tpu_operator_gcp::ComputeSlices`).
-    pub fn cloud<'a>(&self, ctx: &'a Context) -> &'a dyn TpuApi {
-        match self.provisioner {
-            Provisioner::TpuApi => ctx.gcp.tpu.as_ref(),
-            Provisioner::ComputeEngine => ctx.gcp.compute_slices.as_ref(),
-        }
+    /// The backend the slice's objects are created, read, deleted and polled through.
+    pub fn backend(&self) -> &'static dyn SliceBackend {
+        backend::of(self.provisioner)
     }
 }
 
@@ -162,46 +160,45 @@ pub async fn observe(
     pending_operation: Option<&str>,
     desired: Option<&Desired>,
 ) -> Result<Observed, ReconcileError> {
-    let tpu = names.cloud(ctx);
+    let (cloud, gcp) = (names.backend(), &ctx.gcp);
     let mut observed = Observed::default();
     if let Some(qr) = &names.current.queued {
-        observed.queued =
-            read(tpu.get_queued_resource(qr).await, "get queued resource")?.map(|q| named_queued(q, qr));
+        observed.queued = read(cloud.get_queued_resource(gcp, qr).await, "get queued resource")?
+            .map(|q| named_queued(q, qr));
     }
-    // A Compute Engine flex-start slice is its group plus a resize request, and the group is
-    // inserted first: an operator killed between the two inserts (or a slice deleted then)
-    // leaves a group with no request, which only a read of the group shows. Deletion (no
-    // `desired`) must see it, or it takes the slice for gone and waits forever to release the
-    // instance template the group still uses; the apply path creates the request either way.
-    let group_without_request = desired.is_none()
-        && names.provisioner == Provisioner::ComputeEngine
+    // A node that can exist without its queued resource (a Compute Engine flex-start group
+    // whose resize request was never inserted, `SliceBackend::node_without_queue`): deletion
+    // (no `desired`) must see it, or it takes the slice for gone and waits forever to release
+    // what the node still uses; the apply path creates the queued resource either way.
+    let node_without_queue = desired.is_none()
+        && cloud.node_without_queue()
         && names.current.queued.is_some()
         && observed.queued.is_none();
-    if names.current.queued.is_none()
-        || observed.queued.as_ref().is_some_and(has_nodes)
-        || group_without_request
+    if names.current.queued.is_none() || observed.queued.as_ref().is_some_and(has_nodes) || node_without_queue
     {
         // A node the cloud watch just listed in a new state needs no second read; absence is
         // only ever taken from a get.
         observed.node = match ctx.cloud_watch.take::<Node>(&names.current.node) {
             Some(node) => Some(node),
-            None => read(tpu.get_node(&names.current.node).await, "get TPU node")?,
+            None => read(cloud.get_node(gcp, &names.current.node).await, "get TPU node")?,
         }
         .map(|n| named_node(n, &names.current.node));
         // Multislice: every slice's node, one get each (all or nothing: each decides).
         for name in &names.current.other_slices {
-            let found = read(tpu.get_node(name).await, "get TPU node")?;
+            let found = read(cloud.get_node(gcp, name).await, "get TPU node")?;
             observed.other_slices.push(found.map(|n| named_node(n, name)));
         }
     }
     let current_absent = observed.node.is_none() && observed.queued.is_none();
     if let Some(prev) = names.previous.as_ref().filter(|_| current_absent) {
         if let Some(qr) = &prev.queued {
-            observed.previous_queued =
-                read(tpu.get_queued_resource(qr).await, "get previous queued resource")?;
+            observed.previous_queued = read(
+                cloud.get_queued_resource(gcp, qr).await,
+                "get previous queued resource",
+            )?;
         }
         if observed.previous_queued.is_none() {
-            observed.previous_node = read(tpu.get_node(&prev.node).await, "get previous TPU node")?;
+            observed.previous_node = read(cloud.get_node(gcp, &prev.node).await, "get previous TPU node")?;
         }
     }
     // While the node itself is changing state its state says more than the operation does, and
@@ -222,7 +219,7 @@ pub async fn observe(
         None => None,
         Some(_) if transitional => Some(OperationView::Unread),
         Some(_) if done(observed.node.as_ref()) => Some(OperationView::Succeeded),
-        Some(op) => Some(match read(tpu.get_operation(op).await, "get operation")? {
+        Some(op) => Some(match read(cloud.get_operation(gcp, op).await, "get operation")? {
             None => OperationView::Gone,
             Some(op) => view(&op),
         }),

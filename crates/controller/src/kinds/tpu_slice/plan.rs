@@ -55,6 +55,16 @@ pub enum Action {
     RecordPreemption,
 }
 
+impl Action {
+    /// A patch or start of an existing node.
+    pub fn updates_node(&self) -> bool {
+        matches!(
+            self,
+            Action::PatchNode(_) | Action::StartNode | Action::PatchSliceNode { .. }
+        )
+    }
+}
+
 pub use crate::runtime::requeue::Requeue;
 
 /// What the slice's status should say.
@@ -149,6 +159,17 @@ impl Input<'_> {
 
 /// The slice exists (not being deleted): create, wait, recreate, correct drift, or report.
 pub fn plan(input: &Input<'_>) -> Plan {
+    let mut plan = decide(input);
+    // A backend without node updates (Compute Engine: labels and metadata are fixed at creation,
+    // a stopped slice is not started) is never asked for one: the assessment stands and the
+    // slice is looked at again as it says.
+    if input.names.backend().updates().is_none() && plan.action.updates_node() {
+        plan.action = Action::Nothing;
+    }
+    plan
+}
+
+fn decide(input: &Input<'_>) -> Plan {
     if let Err(message) = input.shape {
         return Plan::report(Assessment::new(
             Progress::Stalled,
@@ -360,12 +381,10 @@ fn is_qr_deleting(qr: &QueuedResource) -> bool {
 /// not documented) and gcloud retries. Not a failure: the plan stands and is tried again at
 /// `poll_active`, without the error backoff (a permission or spec problem would not clear so).
 pub fn node_busy(action: &Action, err: &GcpError) -> bool {
-    matches!(
-        action,
-        Action::PatchNode(_) | Action::StartNode | Action::PatchSliceNode { .. }
-    ) && (err.status == Some("ABORTED")
-        || err.kind == ErrorKind::FailedPrecondition
-        || (err.http_status == Some(409) && err.kind != ErrorKind::AlreadyExists))
+    action.updates_node()
+        && (err.status == Some("ABORTED")
+            || err.kind == ErrorKind::FailedPrecondition
+            || (err.http_status == Some(409) && err.kind != ErrorKind::AlreadyExists))
 }
 
 /// How a failed cloud call is reported. `None`: transient, return the error (backoff).

@@ -12,7 +12,7 @@ use tpu_operator_api::{
     naming::{self, ObjectIdentity},
     tpu_slice::{
         CapacityMode, DONE_URI_METADATA, MANAGED_METADATA_KEY, MEGASCALE_COORDINATOR_METADATA,
-        MEGASCALE_SLICE_ID_METADATA, Provisioner, QueuedTier, STARTUP_SCRIPT_METADATA, TpuSliceSpec,
+        MEGASCALE_SLICE_ID_METADATA, QueuedTier, STARTUP_SCRIPT_METADATA, TpuSliceSpec,
     },
 };
 use tpu_operator_gcp::{
@@ -59,17 +59,7 @@ pub fn shape(spec: &TpuSliceSpec) -> Result<SliceShape, String> {
     let shape = spec.slice_shape()?;
     // What admission checks, checked again for objects admitted before the rules existed, so a
     // request is never sent that Google would refuse for a spec reason.
-    match spec.provisioner {
-        Provisioner::ComputeEngine => {
-            super::compute::check(spec, &shape)?;
-        }
-        Provisioner::TpuApi if shape.generation == TpuGeneration::Tpu7x => {
-            return Err(
-                "spec.provisioner: TPU7x is provisioned only through Compute Engine: set provisioner: ComputeEngine and computeEngine.image".into(),
-            );
-        }
-        Provisioner::TpuApi => {}
-    }
+    super::backend::of(spec.provisioner).check(spec, &shape)?;
     Ok(shape)
 }
 
@@ -110,22 +100,7 @@ pub fn check(
     at: &CreateAt<'_>,
 ) -> Result<Checked, String> {
     let shape = shape(spec)?;
-    let create = match spec.provisioner {
-        Provisioner::ComputeEngine => Create::ComputeEngine(super::compute::request(
-            spec, &shape, desired, identity, at.project, at.id,
-        )?),
-        Provisioner::TpuApi if spec.uses_queued_resource() => {
-            let node = node(spec, desired, identity);
-            Create::QueuedResource {
-                id: at.queued_id.unwrap_or(at.id).to_string(),
-                body: queued_resource(spec, node, at.parent, at.id, at.project)?,
-            }
-        }
-        Provisioner::TpuApi => Create::Node {
-            id: at.id.to_string(),
-            node: Box::new(node(spec, desired, identity)),
-        },
-    };
+    let create = super::backend::of(spec.provisioner).create_request(spec, &shape, desired, identity, at)?;
     Ok(Checked { shape, create })
 }
 

@@ -352,3 +352,39 @@ fn a_busy_node_is_retried_not_failed() {
     let unavailable = GcpError::new(ErrorKind::Transient, Service::Tpu, "nodes.patch", "n", "503");
     assert!(!node_busy(&patch, &unavailable));
 }
+
+/// Compute Engine has no node updates: a STOPPED slice or drifted labels plan no call, with the
+/// assessment a TPU API slice gets (the call was refused before, and the plan stood).
+#[test]
+fn a_backend_without_node_updates_is_never_asked_for_one() {
+    use tpu_operator_api::tpu_slice::{ComputeEngineOptions, Provisioner};
+    let on = |provisioner, state| {
+        let mut c = Case::spot();
+        if provisioner == Provisioner::ComputeEngine {
+            c.slice.spec.provisioner = provisioner;
+            c.slice.spec.runtime_version = String::new();
+            c.slice.spec.compute_engine = Some(ComputeEngineOptions {
+                image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts".into(),
+                boot_disk_size_gb: None,
+            });
+        }
+        let mut c = c.with_node(state, H::Healthy);
+        c.observed
+            .node
+            .as_mut()
+            .unwrap()
+            .labels
+            .insert("team".into(), "old".into());
+        c.plan()
+    };
+    for (state, update) in [
+        (S::Stopped, Action::StartNode),
+        (S::Ready, Action::PatchNode(vec!["labels"])),
+    ] {
+        let tpu = on(Provisioner::TpuApi, state.clone());
+        let compute = on(Provisioner::ComputeEngine, state);
+        assert_eq!(tpu.action, update);
+        assert_eq!(compute.action, Action::Nothing);
+        assert_eq!(compute.assessment, tpu.assessment);
+    }
+}

@@ -1,0 +1,182 @@
+//! The Compute Engine backend (`provisioner: ComputeEngine`): a single-host slice is one
+//! instance of a TPU machine type, a multi-host or flex-start slice a managed instance group made
+//! from a shared instance template and workload policy (`tpu_operator_gcp::ComputeSlices`, which
+//! reads them back in the TPU API's model). Flex-start capacity is a resize request, read as a
+//! queued resource.
+//!
+//! No node updates: labels and metadata are fixed at creation (the VMs come from their template)
+//! and a stopped slice is not started. The cloud watch lists TPU nodes only, so a changing slice
+//! is read by name.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use tpu_operator_api::{
+    accelerator::SliceShape,
+    naming::{ObjectIdentity, request_id},
+    tpu_slice::TpuSliceSpec,
+};
+use tpu_operator_gcp::{
+    ErrorKind, Gcp, GcpError, Place, Service,
+    compute_v1::model::{Instance, instance},
+    longrunning::model::Operation,
+    tpu_v2::model::{Node, QueuedResource},
+};
+
+use super::{Creating, NodeUpdates, Releasing, SliceBackend};
+use crate::{
+    governance::sweeper::{
+        list::PlaceListing,
+        plan::{ListedInstance, compute_resources},
+    },
+    kinds::tpu_slice::{
+        compute,
+        spec::{Create, CreateAt, Desired},
+    },
+    runtime::error::ReconcileError,
+};
+
+/// The request-id purpose of Compute Engine creates (one id per incarnation; each piece of a
+/// group-backed slice derives its own from it).
+const CREATE_COMPUTE: &str = "create-compute-engine-slice";
+
+/// Slices on Compute Engine.
+#[derive(Clone, Copy, Debug)]
+pub struct ComputeEngine;
+
+#[async_trait]
+impl SliceBackend for ComputeEngine {
+    fn check(&self, spec: &TpuSliceSpec, shape: &SliceShape) -> Result<(), String> {
+        compute::check(spec, shape).map(|_| ())
+    }
+
+    fn create_request(
+        &self,
+        spec: &TpuSliceSpec,
+        shape: &SliceShape,
+        desired: &Desired,
+        identity: &ObjectIdentity,
+        at: &CreateAt<'_>,
+    ) -> Result<Create, String> {
+        compute::request(spec, shape, desired, identity, at.project, at.id).map(Create::ComputeEngine)
+    }
+
+    fn updates(&self) -> Option<&dyn NodeUpdates> {
+        None
+    }
+
+    fn watchable(&self) -> bool {
+        false
+    }
+
+    /// Compute Engine orphans are reported by the sweeper, not counted.
+    fn counts_orphans(&self) -> bool {
+        false
+    }
+
+    fn deletes_known_node(&self) -> bool {
+        false
+    }
+
+    /// A flex-start slice is its group plus a resize request, and the group is inserted first:
+    /// an operator killed between the two inserts (or a slice deleted then) leaves a group with
+    /// no request, which only a read of the group shows.
+    fn node_without_queue(&self) -> bool {
+        true
+    }
+
+    async fn get_node(&self, gcp: &Gcp, name: &str) -> Result<Node, GcpError> {
+        gcp.compute_slices.get_node(name).await
+    }
+
+    async fn get_queued_resource(&self, gcp: &Gcp, name: &str) -> Result<QueuedResource, GcpError> {
+        gcp.compute_slices.get_queued_resource(name).await
+    }
+
+    async fn create(&self, gcp: &Gcp, create: &Create, at: &Creating<'_>) -> Result<Operation, GcpError> {
+        let Create::ComputeEngine(slice) = create else {
+            // `create_request` above makes only this one; a request mapped by another backend
+            // is a bug, reported as the spec's.
+            return Err(GcpError::new(
+                ErrorKind::InvalidArgument,
+                Service::Compute,
+                "create slice",
+                at.parent,
+                "a TPU API request cannot be sent to Compute Engine",
+            ));
+        };
+        let shared = compute::shared_id(at.identity);
+        let key = request_id(at.identity, CREATE_COMPUTE, at.recreations);
+        gcp.compute_slices.create(slice, &shared, &key).await
+    }
+
+    async fn delete_node(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError> {
+        gcp.compute_slices.delete_node(name).await
+    }
+
+    async fn delete_queued_resource(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError> {
+        gcp.compute_slices.delete_queued_resource(name).await
+    }
+
+    async fn get_operation(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError> {
+        gcp.compute_slices.get_operation(name).await
+    }
+
+    /// The template and workload policy every incarnation's group was made from go last, once
+    /// no group uses them. A single instance shares nothing.
+    async fn release(&self, gcp: &Gcp, slice: &Releasing<'_>) -> Result<Option<String>, ReconcileError> {
+        if !compute::uses_group(slice.spec) {
+            return Ok(None);
+        }
+        let shared = compute::shared_id(slice.identity);
+        let released = gcp
+            .compute_slices
+            .release(slice.project, &slice.spec.zone, &shared)
+            .await
+            .map_err(ReconcileError::gcp(
+                "delete instance template and workload policy",
+            ))?;
+        Ok((!released).then(|| format!("deleting instance template and workload policy {shared}")))
+    }
+
+    /// Instances carry the labels (a group's members from its template); the sweeper's plan
+    /// sorts out which claim a group (`plan::compute_resources`).
+    async fn list_owned(&self, gcp: &Gcp, project: &str, zone: &str, filter: &str, found: &mut PlaceListing) {
+        let place = Place::new(project, zone);
+        let instances = gcp.compute.list_instances(&place, filter).await;
+        let what = format!("list Compute Engine instances in projects/{project}/zones/{zone}");
+        found.keep(what, instances, |f, v| {
+            let listed = v.into_iter().map(|i| from_instance(&place, i)).collect();
+            let (resources, claims) = compute_resources(listed);
+            f.resources.extend(resources);
+            f.claims.extend(claims);
+        });
+    }
+}
+
+fn from_instance(place: &Place, i: Instance) -> ListedInstance {
+    use instance::Status as S;
+    // The last `created-by`: Compute Engine adds the group's to what the template says.
+    let created_by = i.metadata.as_ref().and_then(|m| {
+        m.items
+            .iter()
+            .rev()
+            .find(|item| item.key.as_deref() == Some("created-by"))
+            .and_then(|item| item.value.clone())
+    });
+    ListedInstance {
+        project: place.project.clone(),
+        zone: place.location.clone(),
+        name: i.name.unwrap_or_default(),
+        labels: i
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        created_by,
+        stopping: matches!(
+            i.status,
+            Some(S::Stopping | S::Suspending | S::PendingStop | S::Deprovisioning)
+        ),
+    }
+}

@@ -1,0 +1,149 @@
+//! Where a TpuSlice's cloud objects live: one [`SliceBackend`] per Google Cloud API that can
+//! provision a slice ([`tpu_api`]: Cloud TPU nodes and queued resources; [`compute_engine`]:
+//! instances and managed instance groups of TPU machine types).
+//!
+//! A backend answers in the TPU API's model (`Node`, `QueuedResource`, `Operation`), which the
+//! pure plan consumes, so the slice controller observes, plans and cleans up every backend with
+//! one code path. What a backend cannot do is not one of its methods: node updates (patch,
+//! start) are a separate trait a backend offers or not ([`SliceBackend::updates`]), and the plan
+//! consults it before planning one; a queued resource is only read or created where the spec
+//! asks for one, which the backend's own spec check allows. So no backend refuses a call at
+//! run time.
+//!
+//! [`of`] is the one place the backend is chosen from `spec.provisioner`; [`ALL`] is every
+//! backend, for the orphan sweeper. A third backend is one file here, an arm in [`of`] and an
+//! entry in [`ALL`].
+
+mod compute_engine;
+mod tpu_api;
+
+use async_trait::async_trait;
+use tpu_operator_api::{
+    accelerator::SliceShape,
+    naming::ObjectIdentity,
+    tpu_slice::{Provisioner, TpuSliceSpec},
+};
+use tpu_operator_gcp::{
+    Gcp, GcpError,
+    longrunning::model::Operation,
+    tpu_v2::model::{Node, QueuedResource},
+};
+
+pub use self::{compute_engine::ComputeEngine, tpu_api::TpuApi};
+use super::spec::{Create, CreateAt, Desired};
+use crate::{governance::sweeper::list::PlaceListing, runtime::error::ReconcileError};
+
+/// The backend that holds slices of `provisioner`.
+pub fn of(provisioner: Provisioner) -> &'static dyn SliceBackend {
+    match provisioner {
+        Provisioner::TpuApi => &TpuApi,
+        Provisioner::ComputeEngine => &ComputeEngine,
+    }
+}
+
+/// Every backend: the orphan sweeper asks each for what it owns in a zone.
+pub const ALL: [&dyn SliceBackend; 2] = [&TpuApi, &ComputeEngine];
+
+/// The incarnation a create makes: where, and whose (its request ids derive from the owner's
+/// identity and recreation count, so a retried create is the same create).
+pub struct Creating<'a> {
+    /// `projects/<p>/locations/<zone>`.
+    pub parent: &'a str,
+    pub identity: &'a ObjectIdentity,
+    pub recreations: u32,
+}
+
+/// A deleted slice whose cloud objects are gone, for [`SliceBackend::release`].
+pub struct Releasing<'a> {
+    pub spec: &'a TpuSliceSpec,
+    pub project: &'a str,
+    pub identity: &'a ObjectIdentity,
+}
+
+/// What the slice controller and the orphan sweeper ask of one backend. Names are full TPU API
+/// names (`projects/{p}/locations/{zone}/nodes/{id}`, `.../queuedResources/{id}`); mutations
+/// return the started operation, polled with [`SliceBackend::get_operation`].
+#[async_trait]
+pub trait SliceBackend: Send + Sync {
+    /// Refuses (naming the field) a spec this backend cannot provision; admission checks the
+    /// same, this catches objects admitted before the rules existed.
+    fn check(&self, spec: &TpuSliceSpec, shape: &SliceShape) -> Result<(), String>;
+
+    /// The create request of the incarnation at `at`, mapped before plan so that a create fails
+    /// only for cloud reasons. `Err` names the field the request cannot carry.
+    fn create_request(
+        &self,
+        spec: &TpuSliceSpec,
+        shape: &SliceShape,
+        desired: &Desired,
+        identity: &ObjectIdentity,
+        at: &CreateAt<'_>,
+    ) -> Result<Create, String>;
+
+    /// Node updates (labels / metadata / tags patches, starting a stopped node), if the backend
+    /// has them. The plan plans none for a backend without.
+    fn updates(&self) -> Option<&dyn NodeUpdates>;
+
+    /// The cloud watch can list this backend's nodes per zone (and wake slices on a change);
+    /// otherwise a changing slice is read by name at `poll_active`.
+    fn watchable(&self) -> bool;
+
+    /// An orphaned slice of this backend (deleted with `deletionPolicy: Orphan`) keeps counting
+    /// against its namespace's quota and budget until a sweep no longer finds it.
+    fn counts_orphans(&self) -> bool;
+
+    /// A READY node that status fully describes may be deleted by name without reading it
+    /// first (the first deletion pass; issue 25).
+    fn deletes_known_node(&self) -> bool;
+
+    /// A queued slice's node can exist without its queued resource (Compute Engine inserts a
+    /// flex-start group before its resize request), so deletion reads the node even when the
+    /// queued resource is absent.
+    fn node_without_queue(&self) -> bool;
+
+    async fn get_node(&self, gcp: &Gcp, name: &str) -> Result<Node, GcpError>;
+    async fn get_queued_resource(&self, gcp: &Gcp, name: &str) -> Result<QueuedResource, GcpError>;
+    /// Sends `create` (from this backend's [`SliceBackend::create_request`]).
+    async fn create(&self, gcp: &Gcp, create: &Create, at: &Creating<'_>) -> Result<Operation, GcpError>;
+    async fn delete_node(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError>;
+    /// Deletes the queued resource with its nodes.
+    async fn delete_queued_resource(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError>;
+    async fn get_operation(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError>;
+
+    /// Once the slice's objects are gone: deletes what its incarnations shared. `None` when
+    /// nothing is left; `Some(what)` while something is still being deleted (call again later).
+    async fn release(&self, gcp: &Gcp, slice: &Releasing<'_>) -> Result<Option<String>, ReconcileError>;
+
+    /// For the orphan sweeper: what this backend may own in `project`'s `zone` (filtered by
+    /// `filter`, the cluster label, where the API filters; the sweeper re-checks every label),
+    /// added to `found`, with each listing's failure.
+    async fn list_owned(&self, gcp: &Gcp, project: &str, zone: &str, filter: &str, found: &mut PlaceListing);
+}
+
+/// Updates of an existing node, for backends that have them ([`SliceBackend::updates`]).
+#[async_trait]
+pub trait NodeUpdates: Send + Sync {
+    /// `nodes.patch` of `node` (its name set to `name`) with `mask`, e.g.
+    /// `["labels", "metadata", "tags"]`.
+    async fn patch_node(
+        &self,
+        gcp: &Gcp,
+        name: &str,
+        node: Node,
+        mask: &[&str],
+    ) -> Result<Operation, GcpError>;
+    async fn start_node(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_provisioner_has_its_backend_and_the_sweeper_asks_every_one() {
+        assert!(of(Provisioner::TpuApi).updates().is_some());
+        assert!(of(Provisioner::ComputeEngine).updates().is_none());
+        let watchable: Vec<bool> = ALL.iter().map(|b| b.watchable()).collect();
+        assert_eq!(watchable, [true, false]);
+    }
+}
