@@ -202,3 +202,28 @@ async fn a_deletion_waits_on_the_listing_and_reads_the_node_once_at_the_end() {
         "a deleting slice must wait on the listing, not read its node every poll: {counts:?}"
     );
 }
+
+/// Issue 35 item 7: a READY Spot slice settles (its stable poll is an hour here), yet a
+/// preemption reaches it in seconds: the zone's node listing, one for every slice waiting there,
+/// shows the node leave READY (before: noticed only at the slice's next stable poll).
+#[tokio::test]
+async fn a_preempted_ready_spot_slice_is_noticed_by_the_listing() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, |ctx| ctx.config.poll_stable = Duration::from_secs(3600)).await;
+    env.create(&slice("spot-ready")).await;
+    let ready = env.wait_for("spot-ready", "slice Ready", STEP, slice_ready).await;
+    let node = ready.status.and_then(|s| s.node_name).expect("node name");
+    let gets = env.gcp.call_count("tpu", "nodes.get");
+    env.gcp.inject(Fault::PreemptNode { name: node }).unwrap();
+    env.wait_for::<TpuSlice, _>("spot-ready", "the preemption counted", STEP, |s| {
+        s.status.as_ref().is_some_and(|st| st.recreations == 1)
+    })
+    .await;
+    assert!(env.gcp.call_count("tpu", "nodes.list") >= 1);
+    // The woken pass used the listed node: a preemption costs no read before the delete.
+    assert!(
+        env.gcp.call_count("tpu", "nodes.get") <= gets + 1,
+        "{:?}",
+        env.gcp.call_counts()
+    );
+}

@@ -171,11 +171,12 @@ pub(super) fn settle<K: Kind>(ctx: &Context, obj: &K, wait: Wait) -> Action {
 /// The wait's requeue, after registering (or dropping) its cloud watch.
 fn register<K: Kind>(ctx: &Context, obj: &K, wait: Wait) -> Duration {
     match wait {
-        Wait::Watch { watch, cap } => {
+        Wait::Watch { watch, cap, unlisted } => {
             let seen = Some(watch.state);
-            let backstop =
-                ctx.cloud_watch
-                    .watch(watch.collection, &watch.name, seen, watch.read, Owner::of(obj));
+            let backstop = ctx
+                .cloud_watch
+                .watch(watch.collection, &watch.name, seen, watch.read, Owner::of(obj))
+                .unwrap_or_else(|| unlisted.unwrap_or_else(|| ctx.cloud_watch.unlisted_poll()));
             cap.map_or(backstop, |cap| backstop.min(cap))
         }
         Wait::Poll { after, unwatch } => {

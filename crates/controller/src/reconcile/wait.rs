@@ -60,8 +60,14 @@ impl Unwatch {
 #[derive(Clone, Debug)]
 pub enum Wait {
     /// Woken by the cloud watch when `Watch` changes; polled at its backstop, and never later
-    /// than `cap`.
-    Watch { watch: Watch, cap: Option<Duration> },
+    /// than `cap`. While the collection cannot be listed (listing refused, the watch off), polled
+    /// every `unlisted` instead (default: `poll_active`, for a resource that changes by itself
+    /// soon; a settled one waits longer).
+    Watch {
+        watch: Watch,
+        cap: Option<Duration>,
+        unlisted: Option<Duration>,
+    },
     /// Looked at again after `after`; `unwatch`: what the object no longer waits on.
     Poll {
         after: Duration,
@@ -85,6 +91,10 @@ impl Wait {
 
     /// Watch `watch`.
     pub fn watch(watch: Watch) -> Self {
-        Self::Watch { watch, cap: None }
+        Self::Watch {
+            watch,
+            cap: None,
+            unlisted: None,
+        }
     }
 }

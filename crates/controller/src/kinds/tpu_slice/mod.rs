@@ -222,6 +222,11 @@ impl Kind for TpuSlice {
                 &pass.plan.action,
                 pass.done.as_ref(),
             ),
+            Requeue::Stable if let Some(ready) = reclaimable_ready_node(self, pass) => Wait::Watch {
+                watch: Watch::state::<Node>(&ready.name, &ready.state),
+                cap: None,
+                unlisted: Some(Requeue::Stable.after(config)),
+            },
             other => Wait::poll_unwatching::<Node>(other.after(config), Some(node)),
         }
     }
@@ -440,6 +445,18 @@ fn watch_node(
         Some(state) => Wait::watch(Watch::state::<Node>(&names.current.node, &state)),
         None => Wait::poll_unwatching::<Node>(config.poll_active, Some(&names.current.node)),
     }
+}
+
+/// The READY node of a settled slice Google may reclaim (Spot, preemptible), when the cloud watch
+/// can list it: a preemption, repair or health change must reach status in seconds, not at the
+/// next stable poll (issue 35 item 7). One listing per zone covers every such slice there.
+fn reclaimable_ready_node<'a>(slice: &TpuSlice, pass: &Pass<'a, TpuSlice>) -> Option<&'a Node> {
+    use tpu_operator_gcp::tpu_v2::model::node::State;
+    let names = &pass.target.names;
+    let listable = names.current.queued.is_none() && names.backend().watchable();
+    let node = pass.observed.node.as_ref()?;
+    (listable && slice.spec.preemptible() && node.state == State::Ready && node.name == names.current.node)
+        .then_some(node)
 }
 
 /// Node states that end on their own (the service moves the node on without being asked).

@@ -226,7 +226,11 @@ impl Kind for TrainingPipeline {
             _ => None,
         };
         match watch {
-            Some(watch) => Wait::Watch { watch, cap },
+            Some(watch) => Wait::Watch {
+                watch,
+                cap,
+                unlisted: None,
+            },
             None => {
                 let after = decision.requeue.after(config);
                 let after = cap.map_or(after, |cap| after.min(cap));

@@ -151,8 +151,8 @@ impl CloudWatch {
     /// `owner` waits for the resource `name` of `collection` to leave the state `seen` (`last`:
     /// the resource as read, reused by [`CloudWatch::unchanged`] until a listing shows it change,
     /// for owners woken by other things than their own changes). Returns when to poll it anyway:
-    /// `poll_watched` while its collection lists, `poll_active` when it cannot be listed (or the
-    /// watch is off, or the name is not a full resource name).
+    /// `Some(poll_watched)` while its collection lists; `None` when it cannot be listed (or the
+    /// watch is off, or the name is not a full resource name): the owner polls on its own.
     pub fn watch(
         &self,
         collection: Collection,
@@ -160,8 +160,13 @@ impl CloudWatch {
         seen: Seen,
         last: Option<Listed>,
         owner: Option<Owner>,
-    ) -> Duration {
+    ) -> Option<Duration> {
         self.register(collection, name, seen, last, owner)
+    }
+
+    /// How often an owner whose resource cannot be listed polls it while it changes.
+    pub fn unlisted_poll(&self) -> Duration {
+        self.settings().active
     }
 
     /// `name` of `collection` no longer needs watching.
@@ -178,20 +183,16 @@ impl CloudWatch {
         seen: Seen,
         last: Option<Listed>,
         owner: Option<Owner>,
-    ) -> Duration {
+    ) -> Option<Duration> {
         let (Some(parent), Some(owner), true) = (parent_of(name), owner, self.listing()) else {
-            return self.settings().active;
+            return None;
         };
         let key = (collection, parent);
         let listing = self
             .registry()
             .watch(key, name.to_owned(), seen, last, owner, Instant::now());
         let settings = self.settings();
-        if listing {
-            settings.watched.max(settings.active)
-        } else {
-            settings.active
-        }
+        listing.then(|| settings.watched.max(settings.active))
     }
 
     /// Whether a lister runs (reconciles called without [`CloudWatch::start`], or with the
