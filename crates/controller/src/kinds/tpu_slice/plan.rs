@@ -18,6 +18,7 @@ use super::{
 };
 
 mod cleanup;
+mod drift;
 mod errors;
 mod on_node;
 mod queued;
@@ -28,8 +29,10 @@ pub use cleanup::{CleanupStep, plan_cleanup};
 pub use errors::{node_busy, on_action_error, on_create_error};
 use reap::{flex_run_over, idle_timeout_exceeded, max_run_exceeded};
 
+pub use drift::drift_mask;
+use drift::immutable_drift;
 use on_node::plan_multislice;
-pub use on_node::{drift_mask, health_name, state_name};
+pub use on_node::{health_name, state_name};
 use on_node::{plan_node, plan_preempted};
 #[cfg(test)]
 mod tests;

@@ -3,15 +3,13 @@
 //!
 //! Does not touch Kubernetes or Google Cloud.
 
-use std::collections::BTreeMap;
-
 use tpu_operator_api::{
     conditions::{Progress, reasons},
     tpu_slice::TpuSlicePhase,
 };
 use tpu_operator_gcp::tpu_v2::model::{Node, node};
 
-use super::{Action, Assessment, Input, OperationView, Plan, Requeue};
+use super::{Action, Assessment, Input, OperationView, Plan, Requeue, drift_mask, immutable_drift};
 use crate::kinds::tpu_slice::spec::Desired;
 
 /// The current node exists.
@@ -342,56 +340,6 @@ pub(super) fn plan_preempted(input: &Input<'_>, what: &str) -> Plan {
             ),
         ),
     )
-}
-
-/// The update mask of the fields that differ (empty when in sync). Labels the TPU service adds
-/// itself (`goog-*`) are not ours to remove.
-pub fn drift_mask(desired: &Desired, n: &Node) -> Vec<&'static str> {
-    let mut mask = Vec::new();
-    let labels: BTreeMap<_, _> = n
-        .labels
-        .iter()
-        .filter(|(k, _)| !k.starts_with("goog-"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    if labels != desired.labels {
-        mask.push("labels");
-    }
-    // Only the keys the operator set: `ssh-keys` and anything else added by others stay.
-    if crate::kinds::tpu_slice::spec::metadata_drift(desired, &n.metadata) {
-        mask.push("metadata");
-    }
-    if n.tags != desired.tags {
-        mask.push("tags");
-    }
-    mask
-}
-
-/// Immutable fields that differ between the node and the spec (the CRD refuses such edits; this
-/// catches the ones that slipped through, and adopted nodes that do not match).
-fn immutable_drift(input: &Input<'_>, n: &Node) -> Option<String> {
-    let mut out = Vec::new();
-    if let Ok(shape) = input.shape {
-        let want = shape.accelerator_type();
-        if !n.accelerator_type.is_empty() && n.accelerator_type != want {
-            out.push(format!(
-                "acceleratorType is {} on the node, {want} in the spec",
-                n.accelerator_type
-            ));
-        }
-    }
-    if !n.runtime_version.is_empty() && n.runtime_version != input.spec.runtime_version {
-        out.push(format!(
-            "runtimeVersion is {} on the node, {} in the spec",
-            n.runtime_version, input.spec.runtime_version
-        ));
-    }
-    (!out.is_empty()).then(|| {
-        format!(
-            "{} (not changed in place; recreate the TpuSlice to apply)",
-            out.join("; ")
-        )
-    })
 }
 
 /// `READY`, `PREEMPTED`, ... as GCP spells it.
