@@ -160,71 +160,113 @@ pub async fn observe(
     pending_operation: Option<&str>,
     desired: Option<&Desired>,
 ) -> Result<Observed, ReconcileError> {
-    let (cloud, gcp) = (names.backend(), &ctx.gcp);
     let mut observed = Observed::default();
     if let Some(qr) = &names.current.queued {
-        observed.queued = read(cloud.get_queued_resource(gcp, qr).await, "get queued resource")?
-            .map(|q| named_queued(q, qr));
+        let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
+        observed.queued = read(found, "get queued resource")?.map(|q| named_queued(q, qr));
     }
+    if reads_current_node(names, &observed, desired) {
+        read_current_nodes(ctx, names, &mut observed).await?;
+    }
+    let current_absent = observed.node.is_none() && observed.queued.is_none();
+    if let Some(prev) = names.previous.as_ref().filter(|_| current_absent) {
+        read_previous(ctx, names, prev, &mut observed).await?;
+    }
+    observed.operation =
+        read_operation(ctx, names, pending_operation, desired, observed.node.as_ref()).await?;
+    Ok(observed)
+}
+
+/// Whether the current node is read: always for a plain node; for a queued slice once its queued
+/// resource has (or may have) nodes.
+fn reads_current_node(names: &Names, observed: &Observed, desired: Option<&Desired>) -> bool {
     // A node that can exist without its queued resource (a Compute Engine flex-start group
     // whose resize request was never inserted, `SliceBackend::node_without_queue`): deletion
     // (no `desired`) must see it, or it takes the slice for gone and waits forever to release
     // what the node still uses; the apply path creates the queued resource either way.
     let node_without_queue = desired.is_none()
-        && cloud.node_without_queue()
+        && names.backend().node_without_queue()
         && names.current.queued.is_some()
         && observed.queued.is_none();
-    if names.current.queued.is_none() || observed.queued.as_ref().is_some_and(has_nodes) || node_without_queue
-    {
-        // A node the cloud watch just listed in a new state needs no second read; absence is
-        // only ever taken from a get.
-        observed.node = match ctx.cloud_watch.take::<Node>(&names.current.node) {
-            Some(node) => Some(node),
-            None => read(cloud.get_node(gcp, &names.current.node).await, "get TPU node")?,
-        }
-        .map(|n| named_node(n, &names.current.node));
-        // Multislice: every slice's node, one get each (all or nothing: each decides).
-        for name in &names.current.other_slices {
-            let found = read(cloud.get_node(gcp, name).await, "get TPU node")?;
-            observed.other_slices.push(found.map(|n| named_node(n, name)));
-        }
+    names.current.queued.is_none() || observed.queued.as_ref().is_some_and(has_nodes) || node_without_queue
+}
+
+/// The current node and, for a multislice, every other slice's node (one get each: all or
+/// nothing, each decides).
+async fn read_current_nodes(
+    ctx: &Context,
+    names: &Names,
+    observed: &mut Observed,
+) -> Result<(), ReconcileError> {
+    let (cloud, gcp) = (names.backend(), &ctx.gcp);
+    // A node the cloud watch just listed in a new state needs no second read; absence is
+    // only ever taken from a get.
+    observed.node = match ctx.cloud_watch.take::<Node>(&names.current.node) {
+        Some(node) => Some(node),
+        None => read(cloud.get_node(gcp, &names.current.node).await, "get TPU node")?,
     }
-    let current_absent = observed.node.is_none() && observed.queued.is_none();
-    if let Some(prev) = names.previous.as_ref().filter(|_| current_absent) {
-        if let Some(qr) = &prev.queued {
-            observed.previous_queued = read(
-                cloud.get_queued_resource(gcp, qr).await,
-                "get previous queued resource",
-            )?;
-        }
-        if observed.previous_queued.is_none() {
-            observed.previous_node = read(cloud.get_node(gcp, &prev.node).await, "get previous TPU node")?;
-        }
+    .map(|n| named_node(n, &names.current.node));
+    for name in &names.current.other_slices {
+        let found = read(cloud.get_node(gcp, name).await, "get TPU node")?;
+        observed.other_slices.push(found.map(|n| named_node(n, name)));
     }
+    Ok(())
+}
+
+/// The previous incarnation (`prev`), read while the current one does not exist: its queued
+/// resource if it had one, else its node.
+async fn read_previous(
+    ctx: &Context,
+    names: &Names,
+    prev: &Incarnation,
+    observed: &mut Observed,
+) -> Result<(), ReconcileError> {
+    let (cloud, gcp) = (names.backend(), &ctx.gcp);
+    if let Some(qr) = &prev.queued {
+        observed.previous_queued = read(
+            cloud.get_queued_resource(gcp, qr).await,
+            "get previous queued resource",
+        )?;
+    }
+    if observed.previous_queued.is_none() {
+        observed.previous_node = read(cloud.get_node(gcp, &prev.node).await, "get previous TPU node")?;
+    }
+    Ok(())
+}
+
+/// The pending operation as plan needs it, read only when the node does not already answer for it.
+async fn read_operation(
+    ctx: &Context,
+    names: &Names,
+    pending_operation: Option<&str>,
+    desired: Option<&Desired>,
+    node: Option<&Node>,
+) -> Result<Option<OperationView>, ReconcileError> {
+    let Some(op) = pending_operation else {
+        return Ok(None);
+    };
     // While the node itself is changing state its state says more than the operation does, and
     // skipping the read halves the calls per poll during a create.
-    let transitional = observed.node.as_ref().is_some_and(|n| {
+    let transitional = node.is_some_and(|n| {
         use tpu_operator_gcp::tpu_v2::model::node::State;
         matches!(
             n.state,
             State::Creating | State::Deleting | State::Starting | State::Stopping
         )
     });
-    let done = |found: Option<&Node>| {
-        found.is_some_and(|n| {
-            n.state == node::State::Ready && desired.is_some_and(|d| super::plan::drift_mask(d, n).is_empty())
-        })
-    };
-    observed.operation = match pending_operation {
-        None => None,
-        Some(_) if transitional => Some(OperationView::Unread),
-        Some(_) if done(observed.node.as_ref()) => Some(OperationView::Succeeded),
-        Some(op) => Some(match read(cloud.get_operation(gcp, op).await, "get operation")? {
+    let done = node.is_some_and(|n| {
+        n.state == node::State::Ready && desired.is_some_and(|d| super::plan::drift_mask(d, n).is_empty())
+    });
+    Ok(Some(if transitional {
+        OperationView::Unread
+    } else if done {
+        OperationView::Succeeded
+    } else {
+        match read(names.backend().get_operation(&ctx.gcp, op).await, "get operation")? {
             None => OperationView::Gone,
             Some(op) => view(&op),
-        }),
-    };
-    Ok(observed)
+        }
+    }))
 }
 
 /// A get by name answers for that name even when the body leaves `name` out (a damaged or

@@ -6,29 +6,27 @@
 use std::collections::BTreeMap;
 
 use tpu_operator_api::{
-    ContainerSpec,
     accelerator::{SliceShape, TpuGeneration},
-    duration::parse_duration,
     naming::{self, ObjectIdentity},
     tpu_slice::{
         CapacityMode, DONE_URI_METADATA, MANAGED_METADATA_KEY, MEGASCALE_COORDINATOR_METADATA,
-        MEGASCALE_SLICE_ID_METADATA, QueuedTier, STARTUP_SCRIPT_METADATA, TpuSliceSpec,
+        MEGASCALE_SLICE_ID_METADATA, STARTUP_SCRIPT_METADATA, TpuSliceSpec,
     },
 };
 use tpu_operator_gcp::{
     compute::convert::SliceRequest,
     tpu_v2::model::{
         AcceleratorConfig, NetworkConfig, Node, QueuedResource, SchedulingConfig, ServiceAccount,
-        accelerator_config, queued_resource,
+        accelerator_config,
     },
-    wkt,
 };
 
-/// `MEGASCALE_PORT`: the port the Megascale (multislice DCN) runtime listens on, 8080 as in
-/// Google's multislice JobSet examples, which expose `containerPort: 8080` for it and point
-/// `MEGASCALE_COORDINATOR_ADDRESS` at slice 0's first worker
-/// (<https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice>).
-pub const MEGASCALE_PORT: u16 = 8080;
+mod queued;
+mod script;
+
+pub use queued::queued_resource;
+pub use script::{MEGASCALE_PORT, workload_script, workload_script_for};
+
 /// OAuth scope used when the spec names a service account without scopes.
 pub(super) const DEFAULT_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
@@ -178,101 +176,6 @@ pub fn patched_metadata(
     out
 }
 
-/// Renders the startup script that runs `workload` on every TPU VM host.
-///
-/// What it runs, exactly:
-/// 1. `gcloud auth configure-docker <registry>` when the image is in Artifact Registry or GCR
-///    (`*-docker.pkg.dev`, `*gcr.io`), so the VM's service account can pull it;
-/// 2. `docker pull <image>`, retried 5 times, 10 s apart (registries and the metadata server can be
-///    briefly unreachable right after boot);
-/// 3. `docker run --rm --name tpu-workload --privileged --net=host --ipc=host -v /dev:/dev
-///    -e K=V... [--entrypoint <command[0]>] <image> [command[1..]...] [args...]`: privileged with
-///    host networking and `/dev` so the container sees the TPU chips and the other hosts of the
-///    slice (JAX / PyTorch XLA multi-host discovery); every argument is single-quoted;
-/// 4. when the node metadata `tpu-operator-done-uri` is set, writes the exit status to Cloud
-///    Storage with `gcloud storage cp`: `<uri>_SUCCESS` (empty) from worker 0 when the container
-///    exited 0, `<uri>_FAILED` (containing the exit code) from any worker where it did not.
-pub fn workload_script(w: &ContainerSpec) -> String {
-    workload_script_for(w, None)
-}
-
-/// [`workload_script`] for a multislice of `slices` nodes: before `docker pull` the script
-/// waits until the node's metadata carries its slice id and the coordinator's address (the
-/// operator patches them on once every node is READY), exports them, and passes the standard
-/// JAX multislice environment to the container: `MEGASCALE_COORDINATOR_ADDRESS`,
-/// `MEGASCALE_NUM_SLICES`, `MEGASCALE_SLICE_ID` and `MEGASCALE_PORT` (the variables
-/// `jax/_src/clusters/cloud_tpu_cluster.py` reads from the environment first, and only then
-/// from the `tpu-env` metadata the TPU service writes on multislice nodes:
-/// <https://github.com/jax-ml/jax/blob/main/jax/_src/clusters/cloud_tpu_cluster.py>). They
-/// come after the spec's own `env`, so docker lets them win over a user value of the same name.
-pub fn workload_script_for(w: &ContainerSpec, slices: Option<u32>) -> String {
-    let mut run = vec![
-        "docker run --rm --name tpu-workload --privileged --net=host --ipc=host -v /dev:/dev".to_string(),
-    ];
-    for env in &w.env {
-        run.push(format!("-e {}", quote(&format!("{}={}", env.name, env.value))));
-    }
-    let mut wait = String::new();
-    if let Some(n) = slices {
-        wait = format!(
-            "# Multislice: wait for this node's slice id and the coordinator (set by tpu-operator).\n\
-             until [ -n \"$(attr {id})\" ] && [ -n \"$(attr {coord})\" ]; do sleep 5; done\n\
-             export MEGASCALE_SLICE_ID=$(attr {id})\n\
-             export MEGASCALE_COORDINATOR_ADDRESS=$(attr {coord})\n",
-            id = MEGASCALE_SLICE_ID_METADATA,
-            coord = MEGASCALE_COORDINATOR_METADATA,
-        );
-        run.push("-e MEGASCALE_COORDINATOR_ADDRESS".into());
-        run.push(format!("-e {}", quote(&format!("MEGASCALE_NUM_SLICES={n}"))));
-        run.push("-e MEGASCALE_SLICE_ID".into());
-        run.push(format!(
-            "-e {}",
-            quote(&format!("MEGASCALE_PORT={MEGASCALE_PORT}"))
-        ));
-    }
-    if let Some(entrypoint) = w.command.first() {
-        run.push(format!("--entrypoint {}", quote(entrypoint)));
-    }
-    run.push(quote(&w.image));
-    run.extend(w.command.iter().skip(1).map(|a| quote(a)));
-    run.extend(w.args.iter().map(|a| quote(a)));
-    let registry = w.image.split('/').next().unwrap_or_default();
-    let auth = if registry.ends_with("-docker.pkg.dev") || registry.ends_with("gcr.io") {
-        format!("gcloud auth configure-docker {} --quiet\n", quote(registry))
-    } else {
-        String::new()
-    };
-    format!(
-        r#"#!/bin/bash
-# Generated by tpu-operator: runs the TpuSlice workload container on this TPU VM host.
-set -u
-MD=http://metadata.google.internal/computeMetadata/v1/instance/attributes
-attr() {{ curl -sf -H 'Metadata-Flavor: Google' "$MD/$1" || true; }}
-{wait}{auth}for i in 1 2 3 4 5; do docker pull {image} && break; sleep 10; done
-{run}
-rc=$?
-DONE_URI=$(attr {done_key})
-WORKER=$(attr agent-worker-number)
-if [ -n "$DONE_URI" ]; then
-  if [ "$rc" -eq 0 ]; then
-    [ "${{WORKER:-0}}" = "0" ] && printf '' | gcloud storage cp - "${{DONE_URI}}_SUCCESS"
-  else
-    printf '%s' "$rc" | gcloud storage cp - "${{DONE_URI}}_FAILED"
-  fi
-fi
-exit "$rc"
-"#,
-        image = quote(&w.image),
-        run = run.join(" \\\n  "),
-        done_key = DONE_URI_METADATA,
-    )
-}
-
-/// Single-quotes a shell word.
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 /// The `Node` to create (directly, or inside a queued resource's node spec).
 pub fn node(spec: &TpuSliceSpec, desired: &Desired, identity: &ObjectIdentity) -> Node {
     let mut node = Node::new()
@@ -335,97 +238,15 @@ fn generation_type(g: TpuGeneration) -> accelerator_config::Type {
     }
 }
 
-/// The `QueuedResource` for `capacity.queued` or `capacity.reserved`: one node spec (`node_id` = the deterministic node
-/// id), the tier, the `validUntil*` constraint and an optional reservation.
-pub fn queued_resource(
-    spec: &TpuSliceSpec,
-    node: Node,
-    parent: &str,
-    node_id: &str,
-    project: &str,
-) -> Result<QueuedResource, String> {
-    // Reserved capacity: no tier (neither `spot` nor `guaranteed`, as gcloud sends for
-    // `--reservation`), the reservation by name, and the node's `schedulingConfig.reserved`.
-    // Multislice: `multisliceParams` instead of `nodeId`; the TPU API names the nodes
-    // `<nodeIdPrefix>-0` .. `-<nodeCount-1>` (tpu v2 `MultisliceParams`, `tpu.v2.json`
-    // rev 20261001: "nodeIdPrefix: Optional. Prefix of node_ids in case of multislice request.
-    // Should follow the `^[A-Za-z0-9_.~+%-]+$` regex format. If node_count = 3 and
-    // node_id_prefix = \"np\", node ids of nodes created will be \"np-0\", \"np-1\", \"np-2\"").
-    let node_spec = || {
-        let s = queued_resource::tpu::NodeSpec::new().set_parent(parent);
-        let s = match spec.slice_count() {
-            Some(n) => s.set_multislice_params(
-                queued_resource::tpu::node_spec::MultisliceParams::new()
-                    .set_node_count(n as i32)
-                    .set_node_id_prefix(node_id),
-            ),
-            None => s.set_node_id(node_id),
-        };
-        s.set_node(node.clone())
-    };
-    if let Some(r) = spec.capacity.as_ref().and_then(|c| c.reserved.as_ref()) {
-        let node_spec = node_spec();
-        return Ok(QueuedResource::new()
-            .set_tpu(queued_resource::Tpu::new().set_node_spec([node_spec]))
-            .set_reservation_name(reservation_name(&r.reservation_name, project, &spec.zone)));
-    }
-    let q = spec.queued().cloned().unwrap_or_default();
-    let node_spec = node_spec();
-    let mut qr = QueuedResource::new().set_tpu(queued_resource::Tpu::new().set_node_spec([node_spec]));
-    let mut policy = None;
-    if let Some(d) = &q.valid_until_duration {
-        let d = parse_duration(d).map_err(|e| format!("spec.capacity.queued.validUntilDuration: {e}"))?;
-        policy = Some(
-            queued_resource::QueueingPolicy::new()
-                .set_valid_until_duration(wkt::Duration::clamp(d.as_secs() as i64, 0)),
-        );
-    } else if let Some(t) = &q.valid_until_time {
-        let t = chrono::DateTime::parse_from_rfc3339(t)
-            .map_err(|e| format!("spec.capacity.queued.validUntilTime {t:?}: {e}"))?;
-        policy = Some(
-            queued_resource::QueueingPolicy::new()
-                .set_valid_until_time(wkt::Timestamp::clamp(t.timestamp(), 0)),
-        );
-    }
-    if let Some(p) = policy {
-        qr = qr.set_queueing_policy(p);
-    }
-    qr = match q.tier {
-        QueuedTier::Spot => qr.set_spot(queued_resource::Spot::new()),
-        QueuedTier::Guaranteed => {
-            let mut g = queued_resource::Guaranteed::new();
-            if let Some(d) = &q.min_duration {
-                let d = parse_duration(d).map_err(|e| format!("spec.capacity.queued.minDuration: {e}"))?;
-                g = g.set_min_duration(wkt::Duration::clamp(d.as_secs() as i64, 0));
-            }
-            qr.set_guaranteed(g)
-        }
-    };
-    if let Some(r) = &q.reservation_name {
-        qr = qr.set_reservation_name(reservation_name(r, project, &spec.zone));
-    }
-    Ok(qr)
-}
-
-/// Expands a short reservation name to `projects/<p>/locations/<zone>/reservations/<r>`, the
-/// format `QueuedResource.reservationName` documents (`tpu.v2.json`).
-fn reservation_name(r: &str, project: &str, zone: &str) -> String {
-    if r.starts_with("projects/") {
-        r.to_string()
-    } else {
-        format!("projects/{project}/locations/{zone}/reservations/{r}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use tpu_operator_api::{
-        EnvVar,
-        tpu_slice::{Capacity, Empty, QueuedCapacity},
+        ContainerSpec, EnvVar,
+        tpu_slice::{Capacity, Empty},
     };
 
-    fn spec() -> TpuSliceSpec {
+    pub(super) fn spec() -> TpuSliceSpec {
         TpuSliceSpec {
             zone: "us-east5-b".into(),
             accelerator_type: Some("v6e-8".into()),
@@ -435,7 +256,7 @@ mod tests {
         }
     }
 
-    fn ident() -> ObjectIdentity {
+    pub(super) fn ident() -> ObjectIdentity {
         ObjectIdentity::new("default", "s", "uid-1")
     }
 
@@ -513,68 +334,5 @@ mod tests {
         ]);
         assert!(metadata_drift(&after, &legacy), "the list key itself is missing");
         assert_eq!(patched_metadata(&after, &legacy)["ssh-keys"], "k");
-    }
-
-    /// `capacity.reserved.reservationName` reaches Google: a queued resource naming the
-    /// reservation (the only v2 field that can), with the node marked reserved.
-    #[test]
-    fn reserved_capacity_goes_through_a_queued_resource_with_the_reservation() {
-        let mut s = spec();
-        s.capacity = Some(Capacity {
-            reserved: Some(tpu_operator_api::tpu_slice::ReservedCapacity {
-                reservation_name: "res-a".into(),
-            }),
-            ..Default::default()
-        });
-        assert!(s.uses_queued_resource());
-        assert!(!s.preemptible());
-        let d = desired(&s, &ident(), "c1", None);
-        let n = node(&s, &d, &ident());
-        let qr = queued_resource(&s, n, "projects/p/locations/us-east5-b", "id-1", "p").unwrap();
-        let v = serde_json::to_value(&qr).unwrap();
-        assert_eq!(
-            v["reservationName"],
-            "projects/p/locations/us-east5-b/reservations/res-a"
-        );
-        assert!(v.get("spot").is_none() && v.get("guaranteed").is_none(), "{v}");
-        assert_eq!(v["tpu"]["nodeSpec"][0]["nodeId"], "id-1");
-        assert_eq!(
-            v["tpu"]["nodeSpec"][0]["node"]["schedulingConfig"]["reserved"],
-            true
-        );
-
-        let mut spot = spec();
-        spot.capacity = Some(Capacity {
-            spot: Some(Empty {}),
-            ..Default::default()
-        });
-        assert!(!spot.uses_queued_resource());
-    }
-
-    #[test]
-    fn queued_resource_maps_tier_validity_and_reservation() {
-        let mut s = spec();
-        s.capacity = Some(Capacity {
-            queued: Some(QueuedCapacity {
-                valid_until_duration: Some("6h".into()),
-                tier: QueuedTier::Spot,
-                reservation_name: Some("res1".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        let d = desired(&s, &ident(), "c1", None);
-        let n = node(&s, &d, &ident());
-        let qr = queued_resource(&s, n, "projects/p/locations/us-east5-b", "id-1", "p").unwrap();
-        let v = serde_json::to_value(&qr).unwrap();
-        assert_eq!(v["queueingPolicy"]["validUntilDuration"], "21600s");
-        assert!(v["spot"].is_object(), "{v}");
-        assert_eq!(v["tpu"]["nodeSpec"][0]["nodeId"], "id-1");
-        assert_eq!(
-            v["reservationName"],
-            "projects/p/locations/us-east5-b/reservations/res1"
-        );
-        assert!(s.preemptible());
-        assert_eq!(shape(&s).unwrap().chips, 8);
     }
 }

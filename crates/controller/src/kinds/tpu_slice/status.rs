@@ -94,36 +94,52 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
             .and_then(|n| n.create_time.as_ref())
             .and_then(|t| Timestamp::from_second(t.seconds()).ok())
             .map(Time),
-        ready_time: if r.preempted {
-            None
-        } else if r.assessment.progress == Progress::Ready {
-            old.ready_time.clone().or_else(|| Some(time(r.now)))
-        } else {
-            old.ready_time.clone()
-        },
+        ready_time: ready_time(r),
         last_preemption_time: if r.preempted {
             Some(time(r.now))
         } else {
             old.last_preemption_time.clone()
         },
-        last_active_time: match (&old.last_active_time, r.observed.workload_done) {
-            (Some(old_t), Some(done)) if old_t.0.as_second() >= done.timestamp() => Some(old_t.clone()),
-            (_, Some(done)) => Some(time(done)),
-            (old_t, None) => old_t.clone(),
-        },
+        last_active_time: last_active_time(r),
         recreations: old.recreations + i32::from(r.preempted),
-        estimated_cost: crate::governance::pricing::accrue(
-            old.estimated_cost.as_ref(),
-            if node.is_some_and(billing) {
-                r.price.as_ref().map_or(0.0, |p| p.0)
-            } else {
-                0.0
-            },
-            r.price.as_ref().map(|p| p.1.as_str()),
-            r.now,
-        ),
+        estimated_cost: estimated_cost(r),
         message: Some(r.assessment.message.clone()),
     }
+}
+
+/// When the current incarnation first became READY: kept once set, cleared by a preemption (the
+/// next incarnation counts its own).
+fn ready_time(r: &Report<'_>) -> Option<Time> {
+    if r.preempted {
+        None
+    } else if r.assessment.progress == Progress::Ready {
+        r.old.ready_time.clone().or_else(|| Some(time(r.now)))
+    } else {
+        r.old.ready_time.clone()
+    }
+}
+
+/// When the workload last finished: the newer of what status had and a marker seen this pass.
+fn last_active_time(r: &Report<'_>) -> Option<Time> {
+    match (&r.old.last_active_time, r.observed.workload_done) {
+        (Some(old_t), Some(done)) if old_t.0.as_second() >= done.timestamp() => Some(old_t.clone()),
+        (_, Some(done)) => Some(time(done)),
+        (old_t, None) => old_t.clone(),
+    }
+}
+
+/// The cost so far, accrued since the last write at the slice's price while its node bills.
+fn estimated_cost(r: &Report<'_>) -> Option<tpu_operator_api::common::CostEstimate> {
+    crate::governance::pricing::accrue(
+        r.old.estimated_cost.as_ref(),
+        if r.observed.node.as_ref().is_some_and(billing) {
+            r.price.as_ref().map_or(0.0, |p| p.0)
+        } else {
+            0.0
+        },
+        r.price.as_ref().map(|p| p.1.as_str()),
+        r.now,
+    )
 }
 
 /// The node, queued resource and pending operation names: as observed, as just created, or

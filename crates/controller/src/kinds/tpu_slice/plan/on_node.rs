@@ -3,45 +3,21 @@
 //!
 //! Does not touch Kubernetes or Google Cloud.
 
-use std::collections::BTreeMap;
-
 use tpu_operator_api::{
     conditions::{Progress, reasons},
     tpu_slice::TpuSlicePhase,
 };
 use tpu_operator_gcp::tpu_v2::model::{Node, node};
 
-use super::{Action, Assessment, Input, OperationView, Plan, Requeue};
+use super::{Action, Assessment, Input, OperationView, Plan, Requeue, drift_mask, immutable_drift};
 use crate::kinds::tpu_slice::spec::Desired;
 
 /// The current node exists.
 pub(super) fn plan_node(input: &Input<'_>, n: &Node) -> Plan {
     use TpuSlicePhase as P;
     use node::State as S;
-    let state = state_name(n);
-    let busy = |reason, phase, what: &str| {
-        Plan::report(Assessment::new(
-            Progress::Reconciling,
-            reason,
-            phase,
-            format!("node is {state}: {what}"),
-        ))
-    };
     let mut plan = match n.state {
         S::Ready => plan_ready(input, n),
-        S::Creating => busy(reasons::CREATING, P::Provisioning, "being created"),
-        S::Starting => busy(reasons::PROVISIONING, P::Provisioning, "starting"),
-        S::Restarting | S::Reimaging | S::Repairing => busy(
-            reasons::NODE_UNHEALTHY,
-            P::Degraded,
-            "waiting for it to come back",
-        ),
-        S::Stopping => busy(reasons::PROVISIONING, P::Degraded, "will be started once stopped"),
-        S::Hiding | S::Hidden | S::Unhiding => {
-            let mut p = busy(reasons::NODE_UNHEALTHY, P::Degraded, "held by the TPU service");
-            p.assessment.requeue = Requeue::Capacity;
-            p
-        }
         S::Stopped => Plan::new(
             Action::StartNode,
             Assessment::new(
@@ -51,34 +27,80 @@ pub(super) fn plan_node(input: &Input<'_>, n: &Node) -> Plan {
                 "node is STOPPED: starting it",
             ),
         ),
-        S::Deleting => busy(
-            reasons::RECREATING,
-            P::Recreating,
-            "deleted outside the operator; it is recreated once gone",
-        ),
-        S::Preempted | S::Terminated => plan_preempted(input, &state),
+        S::Preempted | S::Terminated => plan_preempted(input, &state_name(n)),
         S::Unknown => Plan::report(Assessment::new(
             Progress::Stalled,
             reasons::NODE_UNHEALTHY,
             P::Failed,
             "node is UNKNOWN after a failed repair; delete the TpuSlice to replace it",
         )),
-        S::Unspecified => {
-            let mut p = busy(reasons::PROVISIONING, P::Provisioning, "state not reported yet");
-            p.assessment.requeue = Requeue::Capacity;
-            p
-        }
-        _ => {
-            let mut p = busy(reasons::PROVISIONING, P::Degraded, "unrecognized state");
-            p.assessment.requeue = Requeue::Capacity;
-            p
-        }
+        _ => Plan::report(waiting_on(n)),
     };
     if n.state != S::Creating {
         plan.assessment.capacity = Some(!matches!(n.state, S::Preempted | S::Terminated));
     }
     plan.assessment.drift = immutable_drift(input, n);
     plan
+}
+
+/// A node in a state that ends without the operator (being created, started, repaired, held by
+/// the TPU service, deleted by someone else), or one not reported or not recognized yet: say so
+/// and look again, soon while it changes, at the capacity interval while the service holds it.
+fn waiting_on(n: &Node) -> Assessment {
+    use TpuSlicePhase as P;
+    use node::State as S;
+    let (reason, phase, requeue, what) = match n.state {
+        S::Creating => (
+            reasons::CREATING,
+            P::Provisioning,
+            Requeue::Active,
+            "being created",
+        ),
+        S::Starting => (
+            reasons::PROVISIONING,
+            P::Provisioning,
+            Requeue::Active,
+            "starting",
+        ),
+        S::Restarting | S::Reimaging | S::Repairing => (
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+            Requeue::Active,
+            "waiting for it to come back",
+        ),
+        S::Stopping => (
+            reasons::PROVISIONING,
+            P::Degraded,
+            Requeue::Active,
+            "will be started once stopped",
+        ),
+        S::Hiding | S::Hidden | S::Unhiding => (
+            reasons::NODE_UNHEALTHY,
+            P::Degraded,
+            Requeue::Capacity,
+            "held by the TPU service",
+        ),
+        S::Deleting => (
+            reasons::RECREATING,
+            P::Recreating,
+            Requeue::Active,
+            "deleted outside the operator; it is recreated once gone",
+        ),
+        S::Unspecified => (
+            reasons::PROVISIONING,
+            P::Provisioning,
+            Requeue::Capacity,
+            "state not reported yet",
+        ),
+        _ => (
+            reasons::PROVISIONING,
+            P::Degraded,
+            Requeue::Capacity,
+            "unrecognized state",
+        ),
+    };
+    let message = format!("node is {}: {what}", state_name(n));
+    Assessment::new(Progress::Reconciling, reason, phase, message).requeue(requeue)
 }
 
 /// Multislice, its queued resource ACTIVE: all or nothing. Every node must exist and be READY
@@ -104,46 +126,17 @@ pub(super) fn plan_multislice(input: &Input<'_>, first: &Node) -> Plan {
 }
 
 fn plan_all_slices(input: &Input<'_>, nodes: &[Option<&Node>]) -> Plan {
-    use TpuSlicePhase as P;
-    use node::{Health as H, State as S};
-    let total = nodes.len();
     if let Some(k) = nodes.iter().position(Option::is_none) {
         return Plan::report(Assessment::new(
             Progress::Reconciling,
             reasons::PROVISIONING,
-            P::Provisioning,
+            TpuSlicePhase::Provisioning,
             format!("queued resource is ACTIVE; the node of slice {k} is not visible yet"),
         ));
     }
     let nodes: Vec<&Node> = nodes.iter().flatten().copied().collect();
-    if let Some((k, n)) = nodes
-        .iter()
-        .enumerate()
-        .find(|(_, n)| matches!(n.state, S::Preempted | S::Terminated))
-    {
-        let mut p = plan_preempted(
-            input,
-            &format!(
-                "{} (the node of slice {k}; a multislice runs all or nothing)",
-                state_name(n)
-            ),
-        );
-        p.assessment.capacity = Some(false);
-        return p;
-    }
-    if let Some((k, n)) = nodes
-        .iter()
-        .enumerate()
-        .find(|(_, n)| n.state != S::Ready || n.health != H::Healthy)
-    {
-        let mut p = plan_node(input, n);
-        // Only slice 0's node is the one `StartNode` acts on; a READY but unhealthy node waits
-        // (its metadata is compared below, once all are healthy).
-        if !(k == 0 && p.action == Action::StartNode) {
-            p.action = Action::Nothing;
-        }
-        p.assessment.message = format!("slice {k}: {}", p.assessment.message);
-        return p;
+    if let Some(plan) = slice_preempted(input, &nodes).or_else(|| slice_not_ready(input, &nodes)) {
+        return plan;
     }
     let Some(ip) = nodes[0]
         .network_endpoints
@@ -154,32 +147,69 @@ fn plan_all_slices(input: &Input<'_>, nodes: &[Option<&Node>]) -> Plan {
         return Plan::report(Assessment::new(
             Progress::Reconciling,
             reasons::PROVISIONING,
-            P::Provisioning,
+            TpuSlicePhase::Provisioning,
             "slice 0 reports no worker address yet",
         ));
     };
     let coordinator = format!("{ip}:{}", crate::kinds::tpu_slice::spec::MEGASCALE_PORT);
+    tell_slices(input, &nodes, &coordinator)
+}
+
+/// A PREEMPTED / TERMINATED node of any slice is a preemption of the whole multislice.
+fn slice_preempted(input: &Input<'_>, nodes: &[&Node]) -> Option<Plan> {
+    use node::State as S;
+    let (k, n) = nodes
+        .iter()
+        .enumerate()
+        .find(|(_, n)| matches!(n.state, S::Preempted | S::Terminated))?;
+    let mut p = plan_preempted(
+        input,
+        &format!(
+            "{} (the node of slice {k}; a multislice runs all or nothing)",
+            state_name(n)
+        ),
+    );
+    p.assessment.capacity = Some(false);
+    Some(p)
+}
+
+/// The first node that is not READY and HEALTHY decides what is reported, as a plain node
+/// would; of its actions only starting slice 0's node is kept.
+fn slice_not_ready(input: &Input<'_>, nodes: &[&Node]) -> Option<Plan> {
+    use node::{Health as H, State as S};
+    let (k, n) = nodes
+        .iter()
+        .enumerate()
+        .find(|(_, n)| n.state != S::Ready || n.health != H::Healthy)?;
+    let mut p = plan_node(input, n);
+    // Only slice 0's node is the one `StartNode` acts on; a READY but unhealthy node waits
+    // (its metadata is compared below, once all are healthy).
+    if !(k == 0 && p.action == Action::StartNode) {
+        p.action = Action::Nothing;
+    }
+    p.assessment.message = format!("slice {k}: {}", p.assessment.message);
+    Some(p)
+}
+
+/// Every node is READY and HEALTHY: the first one whose labels / metadata / tags differ from its
+/// slice's (slice id and coordinator included) is patched, one per pass; Ready once none does.
+/// While an operation runs nothing is patched, and the slice is looked at again soon.
+fn tell_slices(input: &Input<'_>, nodes: &[&Node], coordinator: &str) -> Plan {
+    let total = nodes.len();
     let operation_running = matches!(input.observed.operation, Some(OperationView::Running));
     for (k, n) in nodes.iter().enumerate() {
-        let d = crate::kinds::tpu_slice::spec::slice_desired(input.desired, k, &coordinator);
+        let d = crate::kinds::tpu_slice::spec::slice_desired(input.desired, k, coordinator);
         let mask = drift_mask(&d, n);
         if mask.is_empty() {
             continue;
         }
-        let told = n
-            .metadata
-            .get(tpu_operator_api::tpu_slice::MEGASCALE_COORDINATOR_METADATA)
-            .is_some_and(|c| c == &coordinator)
-            && n.metadata
-                .get(tpu_operator_api::tpu_slice::MEGASCALE_SLICE_ID_METADATA)
-                .is_some_and(|id| id == &k.to_string());
-        let assessment = if told {
+        let assessment = if told(n, k, coordinator) {
             ready(total).requeue(Requeue::Active)
         } else {
             Assessment::new(
                 Progress::Reconciling,
                 reasons::PROVISIONING,
-                P::Provisioning,
+                TpuSlicePhase::Provisioning,
                 format!(
                     "all {total} nodes are READY: telling slice {k} its slice id and the coordinator {coordinator}"
                 ),
@@ -204,6 +234,16 @@ fn plan_all_slices(input: &Input<'_>, nodes: &[Option<&Node>]) -> Plan {
         return Plan::report(a.requeue(Requeue::Active));
     }
     Plan::report(a)
+}
+
+/// Node `n` of slice `k` already carries its slice id and the coordinator's address.
+fn told(n: &Node, k: usize, coordinator: &str) -> bool {
+    n.metadata
+        .get(tpu_operator_api::tpu_slice::MEGASCALE_COORDINATOR_METADATA)
+        .is_some_and(|c| c == coordinator)
+        && n.metadata
+            .get(tpu_operator_api::tpu_slice::MEGASCALE_SLICE_ID_METADATA)
+            .is_some_and(|id| id == &k.to_string())
 }
 
 fn ready(total: usize) -> Assessment {
@@ -300,56 +340,6 @@ pub(super) fn plan_preempted(input: &Input<'_>, what: &str) -> Plan {
             ),
         ),
     )
-}
-
-/// The update mask of the fields that differ (empty when in sync). Labels the TPU service adds
-/// itself (`goog-*`) are not ours to remove.
-pub fn drift_mask(desired: &Desired, n: &Node) -> Vec<&'static str> {
-    let mut mask = Vec::new();
-    let labels: BTreeMap<_, _> = n
-        .labels
-        .iter()
-        .filter(|(k, _)| !k.starts_with("goog-"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    if labels != desired.labels {
-        mask.push("labels");
-    }
-    // Only the keys the operator set: `ssh-keys` and anything else added by others stay.
-    if crate::kinds::tpu_slice::spec::metadata_drift(desired, &n.metadata) {
-        mask.push("metadata");
-    }
-    if n.tags != desired.tags {
-        mask.push("tags");
-    }
-    mask
-}
-
-/// Immutable fields that differ between the node and the spec (the CRD refuses such edits; this
-/// catches the ones that slipped through, and adopted nodes that do not match).
-fn immutable_drift(input: &Input<'_>, n: &Node) -> Option<String> {
-    let mut out = Vec::new();
-    if let Ok(shape) = input.shape {
-        let want = shape.accelerator_type();
-        if !n.accelerator_type.is_empty() && n.accelerator_type != want {
-            out.push(format!(
-                "acceleratorType is {} on the node, {want} in the spec",
-                n.accelerator_type
-            ));
-        }
-    }
-    if !n.runtime_version.is_empty() && n.runtime_version != input.spec.runtime_version {
-        out.push(format!(
-            "runtimeVersion is {} on the node, {} in the spec",
-            n.runtime_version, input.spec.runtime_version
-        ));
-    }
-    (!out.is_empty()).then(|| {
-        format!(
-            "{} (not changed in place; recreate the TpuSlice to apply)",
-            out.join("; ")
-        )
-    })
 }
 
 /// `READY`, `PREEMPTED`, ... as GCP spells it.

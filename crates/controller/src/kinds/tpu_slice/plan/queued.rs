@@ -23,67 +23,23 @@ pub(super) fn plan(input: &Input<'_>) -> Plan {
 }
 
 fn plan_queued(input: &Input<'_>, qr: &QueuedResource) -> Plan {
-    use TpuSlicePhase as P;
     use queued_resource_state::{State as S, StateInitiator};
     let (state, by_service) = match &qr.state {
         Some(s) => (s.state.clone(), s.state_initiator == StateInitiator::Service),
         None => (S::Unspecified, false),
     };
     let name = state.name().unwrap_or("UNRECOGNIZED");
-    let waiting = |reason, phase, requeue, what: &str| {
-        Plan::report(
-            Assessment::new(
-                Progress::Reconciling,
-                reason,
-                phase,
-                format!("queued resource is {name}: {what}"),
-            )
-            .requeue(requeue),
-        )
-    };
     match state {
-        S::Creating => waiting(reasons::CREATING, P::Queued, Requeue::Active, "being created"),
-        S::Accepted => waiting(
-            reasons::QUEUED,
-            P::Queued,
-            Requeue::Capacity,
-            "accepted into the queue",
-        ),
         S::WaitingForResources if deadline(input, qr).is_some_and(|d| input.now >= d) => {
             let mut a = failed(input, qr);
             a.reason = reasons::QUEUE_EXPIRED;
             a.message = "no capacity was granted before validUntil".into();
             Plan::report(a)
         }
-        S::WaitingForResources => {
-            let mut p = waiting(
-                reasons::WAITING_FOR_CAPACITY,
-                P::Queued,
-                Requeue::Capacity,
-                "waiting for TPU capacity",
-            );
-            p.assessment.capacity = Some(false);
-            p
-        }
-        S::Provisioning => {
-            let mut p = waiting(
-                reasons::PROVISIONING,
-                P::Provisioning,
-                Requeue::Active,
-                "capacity granted, nodes are being created",
-            );
-            p.assessment.capacity = Some(true);
-            p
-        }
         S::Active => match &input.observed.node {
             Some(n) if !input.names.current.other_slices.is_empty() => plan_multislice(input, n),
             Some(n) => plan_node(input, n),
-            None => waiting(
-                reasons::PROVISIONING,
-                P::Provisioning,
-                Requeue::Active,
-                "its node is not visible yet",
-            ),
+            None => Plan::report(in_queue(&state, name)),
         },
         S::Suspending | S::Suspended if by_service => {
             plan_preempted(input, &format!("{name} by the TPU service (capacity reclaimed)"))
@@ -91,29 +47,74 @@ fn plan_queued(input: &Input<'_>, qr: &QueuedResource) -> Plan {
         S::Suspending | S::Suspended => Plan::report(Assessment::new(
             Progress::Stalled,
             reasons::FAILED,
-            P::Failed,
+            TpuSlicePhase::Failed,
             format!("queued resource is {name} by a user; delete the TpuSlice to replace it"),
         )),
         S::Failed => Plan::report(failed(input, qr)),
-        S::Deleting => waiting(
+        _ => Plan::report(in_queue(&state, name)),
+    }
+}
+
+/// A queued resource on its way (being created, in the queue, provisioning, ACTIVE with its node
+/// not visible yet, deleted by someone else) or in a state not reported or not recognized yet:
+/// say so (`name`: the state as GCP spells it) and look again, soon while it moves, at the
+/// capacity interval while it waits.
+fn in_queue(state: &queued_resource_state::State, name: &str) -> Assessment {
+    use TpuSlicePhase as P;
+    use queued_resource_state::State as S;
+    let (reason, phase, requeue, what) = match state {
+        S::Creating => (reasons::CREATING, P::Queued, Requeue::Active, "being created"),
+        S::Accepted => (
+            reasons::QUEUED,
+            P::Queued,
+            Requeue::Capacity,
+            "accepted into the queue",
+        ),
+        S::WaitingForResources => (
+            reasons::WAITING_FOR_CAPACITY,
+            P::Queued,
+            Requeue::Capacity,
+            "waiting for TPU capacity",
+        ),
+        S::Provisioning => (
+            reasons::PROVISIONING,
+            P::Provisioning,
+            Requeue::Active,
+            "capacity granted, nodes are being created",
+        ),
+        S::Active => (
+            reasons::PROVISIONING,
+            P::Provisioning,
+            Requeue::Active,
+            "its node is not visible yet",
+        ),
+        S::Deleting => (
             reasons::RECREATING,
             P::Recreating,
             Requeue::Active,
             "deleted outside the operator; it is recreated once gone",
         ),
-        S::Unspecified => waiting(
+        S::Unspecified => (
             reasons::QUEUED,
             P::Queued,
             Requeue::Capacity,
             "state not reported yet",
         ),
-        _ => waiting(
+        _ => (
             reasons::QUEUED,
             P::Queued,
             Requeue::Capacity,
             "unrecognized state",
         ),
-    }
+    };
+    let message = format!("queued resource is {name}: {what}");
+    let mut a = Assessment::new(Progress::Reconciling, reason, phase, message).requeue(requeue);
+    a.capacity = match state {
+        S::WaitingForResources => Some(false),
+        S::Provisioning => Some(true),
+        _ => None,
+    };
+    a
 }
 
 /// When the queue gives up: `validUntilTime`, or `validUntilDuration` after the request.

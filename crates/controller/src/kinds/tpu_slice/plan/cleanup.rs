@@ -1,0 +1,50 @@
+//! What deletion does next: the queued resource first, then a node, each gone before the next.
+//!
+//! Does not touch Kubernetes or Google Cloud.
+
+use tpu_operator_gcp::tpu_v2::model::{QueuedResource, node, queued_resource_state};
+
+use super::{Action, Observed};
+
+/// What deletion does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CleanupStep {
+    /// Issue this delete.
+    Delete(Action),
+    /// A delete is in progress.
+    Wait(String),
+    /// Nothing is left in the cloud.
+    Done,
+}
+
+/// Deletion: the queued resource first (force: its nodes go with it), then a node; each must be
+/// gone before the finalizer is dropped.
+pub fn plan_cleanup(observed: &Observed) -> CleanupStep {
+    let qrs = [&observed.queued, &observed.previous_queued];
+    if let Some(qr) = qrs.into_iter().flatten().next() {
+        return if is_qr_deleting(qr) {
+            CleanupStep::Wait(format!("queued resource {} is being deleted", qr.name))
+        } else {
+            CleanupStep::Delete(Action::DeleteQueuedResource(qr.name.clone()))
+        };
+    }
+    match [&observed.node, &observed.previous_node]
+        .into_iter()
+        .flatten()
+        .next()
+    {
+        Some(n) if n.state == node::State::Deleting => {
+            CleanupStep::Wait(format!("node {} is being deleted", n.name))
+        }
+        Some(n) => CleanupStep::Delete(Action::DeleteNode(n.name.clone())),
+        None => CleanupStep::Done,
+    }
+}
+
+/// The queued resource is being deleted.
+pub(super) fn is_qr_deleting(qr: &QueuedResource) -> bool {
+    matches!(
+        qr.state.as_ref().map(|s| &s.state),
+        Some(queued_resource_state::State::Deleting)
+    )
+}

@@ -1,0 +1,99 @@
+//! How a refused cloud call (or a failed create operation) is reported: which errors are the
+//! slice's state (quota, stockout, permission, invalid spec), which are transient, and which
+//! only mean the node is busy.
+//!
+//! Does not touch Kubernetes or Google Cloud.
+
+use tpu_operator_api::{
+    conditions::{Progress, reasons},
+    tpu_slice::TpuSlicePhase,
+};
+use tpu_operator_gcp::{ErrorKind, Exhaustion, GcpError};
+
+use super::{Action, Assessment, Requeue};
+
+/// A patch or start refused because another operation runs on the node (issue 21 item 8): the
+/// TPU API answers 409 (ABORTED; FAILED_PRECONDITION is taken the same way, since which one is
+/// not documented) and gcloud retries. Not a failure: the plan stands and is tried again at
+/// `poll_active`, without the error backoff (a permission or spec problem would not clear so).
+pub fn node_busy(action: &Action, err: &GcpError) -> bool {
+    action.updates_node()
+        && (err.status == Some("ABORTED")
+            || err.kind == ErrorKind::FailedPrecondition
+            || (err.http_status == Some(409) && err.kind != ErrorKind::AlreadyExists))
+}
+
+/// How a failed cloud call is reported. `None`: transient, return the error (backoff).
+pub fn on_action_error(action: &Action, err: &GcpError) -> Option<Assessment> {
+    match action {
+        Action::CreateNode | Action::CreateQueuedResource => on_create_error(err),
+        _ => match err.kind {
+            ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => Some(Assessment::new(
+                Progress::Stalled,
+                reasons::PERMISSION_DENIED,
+                TpuSlicePhase::Degraded,
+                err.to_string(),
+            )),
+            _ => None,
+        },
+    }
+}
+
+/// How a failed create (call or operation) is reported. `None`: transient, retry with backoff.
+pub fn on_create_error(err: &GcpError) -> Option<Assessment> {
+    use TpuSlicePhase as P;
+    let stalled = |reason| {
+        Some(Assessment::new(
+            Progress::Stalled,
+            reason,
+            P::Failed,
+            err.to_string(),
+        ))
+    };
+    match err.kind {
+        // An exhausted project quota does not clear by itself: say so (Stalled, a Warning event)
+        // and retry only slowly (`poll_stable`, and the permanent-error backoff for a refused
+        // call), so the slice starts on its own once somebody raises the quota.
+        ErrorKind::ResourceExhausted if err.exhaustion() == Some(Exhaustion::Quota) => Some(
+            Assessment::new(
+                Progress::Stalled,
+                reasons::QUOTA_EXCEEDED,
+                P::Provisioning,
+                format!(
+                    "the project's TPU quota{} is exhausted: request a quota increase (or free quota); the create is retried every few minutes: {err}",
+                    err.quota_metric()
+                        .map(|m| format!(" ({m})"))
+                        .unwrap_or_default()
+                ),
+            )
+            .capacity(false),
+        ),
+        ErrorKind::ResourceExhausted if !err.is_rate_limited() => Some(
+            Assessment::new(
+                Progress::Reconciling,
+                reasons::WAITING_FOR_CAPACITY,
+                P::Provisioning,
+                match err.exhaustion() {
+                    Some(Exhaustion::Stockout) => format!("no TPU capacity in the zone right now (stockout); retrying: {err}"),
+                    _ => format!("no TPU capacity right now (stockout, or a quota the error does not name); retrying: {err}"),
+                },
+            )
+            .requeue(Requeue::Capacity)
+            .capacity(false),
+        ),
+        ErrorKind::AlreadyExists => Some(Assessment::new(
+            Progress::Reconciling,
+            reasons::CREATING,
+            P::Provisioning,
+            "the object already exists (an earlier create): adopting it",
+        )),
+        ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => stalled(reasons::PERMISSION_DENIED),
+        ErrorKind::InvalidArgument | ErrorKind::FailedPrecondition => stalled(reasons::INVALID_SPEC),
+        ErrorKind::ResourceExhausted
+        | ErrorKind::Transient
+        | ErrorKind::NotFound
+        | ErrorKind::Cancelled
+        | ErrorKind::Unreadable
+        | ErrorKind::Other => None,
+    }
+}

@@ -1,0 +1,115 @@
+//! What one pass of a `TpuSlice` works on: its identity, its names in the cloud, the values its
+//! node must carry and the spec checked and mapped once (shape, create request, price).
+
+use kube::ResourceExt;
+use tpu_operator_api::{
+    accelerator::SliceShape,
+    naming::ObjectIdentity,
+    tpu_slice::{DONE_URI_ANNOTATION, TpuSlice, TpuSliceStatus},
+};
+use tpu_operator_gcp::tpu_v2::model::Node;
+
+use super::{act, observe::Names, spec, spec::Desired};
+use crate::{
+    governance::tenancy,
+    reconcile::{context::Context, kind::OwnedHolder},
+    runtime::error::{ReconcileError, Result},
+};
+
+/// Whether the operator may read marker files under `uri` (the done-uri annotation) for a slice of
+/// `namespace`. The annotation is the tenant's to write like the spec, and the operator reads with
+/// its own identity, so `allowedBuckets` holds for it too. A refused one is ignored (the slice runs
+/// on without workload markers), logged with the policy's message.
+fn done_uri_allowed(ctx: &Context, namespace: &str, uri: &str) -> bool {
+    let req = tenancy::Request {
+        what: "TpuSlice".into(),
+        storage: vec![tenancy::request::Named {
+            field: format!("metadata.annotations[{DONE_URI_ANNOTATION}]"),
+            value: uri.to_owned(),
+        }],
+        ..tenancy::Request::default()
+    };
+    match tenancy::check_storage(&ctx.tenancy, namespace, &req) {
+        Ok(()) => true,
+        Err(denial) => {
+            tracing::warn!(namespace, message = %denial.message, "ignoring the done-uri annotation");
+            false
+        }
+    }
+}
+
+/// What the slice is called in the cloud and what its node must carry.
+pub struct Target {
+    pub(super) identity: ObjectIdentity,
+    pub(super) names: Names,
+    pub(super) desired: Desired,
+    /// The spec checked and mapped once per pass: one slice's shape and the current
+    /// incarnation's create request (`Err`: what in the spec cannot be provisioned, by field).
+    pub(super) checked: Result<spec::Checked, String>,
+    /// `TpuSlice <name>`, as usage lists it.
+    pub(super) holder: String,
+    /// What a create asks of the namespace's policy (`None`: the spec has no valid shape).
+    pub(super) request: Option<tenancy::Request>,
+    /// Estimated US dollars per hour while the node runs, and the price key.
+    pub(super) price: Option<(f64, String)>,
+}
+
+impl Target {
+    /// `None` when no project is known (spec nor operator default).
+    pub(super) fn new(slice: &TpuSlice, ctx: &Context) -> Result<Option<Self>> {
+        let identity = ObjectIdentity::new(
+            slice
+                .namespace()
+                .ok_or(ReconcileError::MissingMetadata("namespace"))?,
+            slice.name_any(),
+            slice.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
+        );
+        let Some(project) = ctx.project_for(&identity.namespace, slice.spec.project.as_deref()) else {
+            return Ok(None);
+        };
+        let done_uri = slice
+            .annotations()
+            .get(DONE_URI_ANNOTATION)
+            .map(String::as_str)
+            .filter(|uri| done_uri_allowed(ctx, &identity.namespace, uri));
+        let desired = spec::desired(&slice.spec, &identity, &ctx.config.cluster_id, done_uri);
+        let names = Names::new(slice, &identity, project);
+        let checked = spec::check(&slice.spec, &desired, &identity, &names.create_at());
+        let prices = &ctx.tenancy.prices;
+        Ok(Some(Self {
+            request: tenancy::request::tpu_slice(&slice.spec, &names.project, prices),
+            price: tenancy::request::slice_per_hour(&slice.spec, prices),
+            holder: format!("TpuSlice {}", identity.name),
+            identity,
+            names,
+            desired,
+            checked,
+        }))
+    }
+
+    /// The slice as the namespace's usage names it.
+    pub(super) fn holder(&self) -> OwnedHolder {
+        OwnedHolder {
+            uid: self.identity.uid.clone(),
+            what: self.holder.clone(),
+            holds: true,
+        }
+    }
+
+    /// One slice's shape; `None` when the spec is invalid.
+    pub(super) fn shape(&self) -> Option<&SliceShape> {
+        self.checked.as_ref().ok().map(|c| &c.shape)
+    }
+
+    /// What `act` needs for one call on this slice; `node` as observed this pass, if read.
+    pub(super) fn request<'a>(&'a self, old: &TpuSliceStatus, node: Option<&'a Node>) -> act::Request<'a> {
+        act::Request {
+            names: &self.names,
+            desired: &self.desired,
+            identity: &self.identity,
+            create: self.checked.as_ref().ok().map(|c| &c.create),
+            recreations: old.recreations.max(0) as u32,
+            node,
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! When to look again at a slice that is not being deleted: watched by the cloud watch while its
+//! node changes state on its own, polled otherwise.
+
+use tpu_operator_api::tpu_slice::TpuSlice;
+use tpu_operator_gcp::tpu_v2::model::Node;
+
+use super::{
+    act,
+    observe::{Names, Observed},
+    plan::Action as Step,
+};
+use crate::{
+    reconcile::{
+        kind::Pass,
+        wait::{Wait, Watch},
+    },
+    runtime::config::ControllerConfig,
+};
+
+/// When to look again at a slice whose node is changing state: the cloud watch wakes it when
+/// the node's state changes, so it only polls at the backstop interval. Only a plain node in a
+/// transitional state (or just created) is watched; anything else (a queued resource, a patch
+/// or start operation, the previous incarnation's deletion) is polled at `poll_active`.
+pub(super) fn watch_node(
+    config: &ControllerConfig,
+    names: &Names,
+    observed: &Observed,
+    action: &Step,
+    started: Option<&act::Started>,
+) -> Wait {
+    use tpu_operator_gcp::tpu_v2::model::node::State;
+    let seen = match (action, started, &observed.node) {
+        // A backend the cloud watch cannot list (Compute Engine) is read by name at `poll_active`.
+        _ if names.current.queued.is_some() || !names.backend().watchable() => None,
+        (Step::CreateNode, Some(_), _) => Some(State::Creating),
+        (Step::Nothing, _, Some(node)) if transitional(&node.state) => Some(node.state.clone()),
+        _ => None,
+    };
+    match seen {
+        Some(state) => Wait::watch(Watch::state::<Node>(&names.current.node, &state)),
+        None => Wait::poll_unwatching::<Node>(config.poll_active, Some(&names.current.node)),
+    }
+}
+
+/// The READY node of a settled slice Google may reclaim (Spot, preemptible), when the cloud watch
+/// can list it: a preemption, repair or health change must reach status in seconds, not at the
+/// next stable poll (issue 35 item 7). One listing per zone covers every such slice there.
+pub(super) fn reclaimable_ready_node<'a>(slice: &TpuSlice, pass: &Pass<'a, TpuSlice>) -> Option<&'a Node> {
+    use tpu_operator_gcp::tpu_v2::model::node::State;
+    let names = &pass.target.names;
+    let listable = names.current.queued.is_none() && names.backend().watchable();
+    let node = pass.observed.node.as_ref()?;
+    (listable && slice.spec.preemptible() && node.state == State::Ready && node.name == names.current.node)
+        .then_some(node)
+}
+
+/// Node states that end on their own (the service moves the node on without being asked).
+fn transitional(state: &tpu_operator_gcp::tpu_v2::model::node::State) -> bool {
+    use tpu_operator_gcp::tpu_v2::model::node::State;
+    matches!(
+        state,
+        State::Creating
+            | State::Deleting
+            | State::Starting
+            | State::Stopping
+            | State::Restarting
+            | State::Repairing
+            | State::Reimaging
+            | State::Hiding
+            | State::Unhiding
+    )
+}
