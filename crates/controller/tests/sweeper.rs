@@ -528,15 +528,17 @@ async fn an_orphan_is_found_whatever_its_created_by_metadata_says() {
     );
 }
 
-/// TPU list calls one sweep makes (nodes and queued resources: one of each per zone listed).
+/// Zones one sweep lists (queued resources and Compute Engine instances: one of each per zone
+/// listed). TPU nodes are listed once per zone too, but the cloud watch also lists them for the
+/// READY Spot slices that wait on their nodes, so their count is only a lower bound here.
 async fn zones_listed(env: &TestEnv, sweeper: &Sweeper, ctx: &Context) -> u64 {
     env.gcp.clear_calls();
     let report = sweeper.sweep(ctx).await.expect("sweep");
     assert!(report.orphans.is_empty(), "{report:#?}");
-    let nodes = env.gcp.call_count("tpu", "nodes.list");
-    assert_eq!(nodes, env.gcp.call_count("tpu", "queuedResources.list"));
-    assert_eq!(nodes, env.gcp.call_count("compute", "instances.list"));
-    nodes
+    let zones = env.gcp.call_count("tpu", "queuedResources.list");
+    assert_eq!(zones, env.gcp.call_count("compute", "instances.list"));
+    assert!(env.gcp.call_count("tpu", "nodes.list") >= zones);
+    zones
 }
 
 fn summary_places(data: &std::collections::BTreeMap<String, String>) -> Vec<&str> {
