@@ -29,6 +29,7 @@
 //! ([`places`]).
 
 pub mod list;
+pub mod listing;
 pub mod places;
 pub mod plan;
 
@@ -134,7 +135,7 @@ pub struct SweepReport {
 /// (a node inside a queued resource is its queued resource's, never an orphan of its own).
 pub fn orphan_holdings(
     orphans: &[Orphan],
-    tpu: &HashMap<String, list::TpuShape>,
+    tpu: &HashMap<String, listing::TpuShape>,
     prices: &PriceTable,
 ) -> HashMap<String, Vec<Holding>> {
     let mut out: HashMap<String, Vec<Holding>> = HashMap::new();

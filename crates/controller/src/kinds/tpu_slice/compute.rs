@@ -63,7 +63,7 @@ pub fn flex_run_seconds(spec: &TpuSliceSpec) -> Result<Option<i64>, String> {
 /// Whether the Compute Engine slice is a managed instance group (several hosts, or flex-start)
 /// rather than one instance; only groups have a template and policy to release.
 pub fn uses_group(spec: &TpuSliceSpec) -> bool {
-    spec.capacity_mode() == CapacityMode::FlexStart || super::spec::shape(spec).is_ok_and(|s| s.hosts > 1)
+    spec.capacity_mode() == CapacityMode::FlexStart || spec.slice_shape().is_ok_and(|s| s.hosts > 1)
 }
 
 /// The template and workload policy of every incarnation are named by the slice's first id.
@@ -161,7 +161,7 @@ mod tests {
     fn maps_shape_and_capacity() {
         let identity = ObjectIdentity::new("team-a", "train", "u1");
         let s = spec("v6e-16", flex("4h"));
-        let shape = super::super::spec::shape(&s).unwrap();
+        let shape = crate::kinds::tpu_slice::backend::shape(&s).unwrap();
         let desired = super::super::spec::desired(&s, &identity, "c1", None);
         let r = request(&s, &shape, &desired, &identity, "p", "n-1").unwrap();
         assert_eq!(
@@ -192,7 +192,7 @@ mod tests {
                 "spec.computeEngine",
             ),
         ] {
-            let err = super::super::spec::shape(&s).unwrap_err();
+            let err = crate::kinds::tpu_slice::backend::shape(&s).unwrap_err();
             assert!(err.starts_with(field), "{err}");
         }
     }

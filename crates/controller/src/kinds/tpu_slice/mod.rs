@@ -26,6 +26,7 @@ mod cleanup;
 mod compute;
 mod observe;
 mod plan;
+mod request;
 mod spec;
 mod status;
 mod target;

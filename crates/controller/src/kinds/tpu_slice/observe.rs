@@ -255,7 +255,7 @@ async fn read_operation(
         )
     });
     let done = node.is_some_and(|n| {
-        n.state == node::State::Ready && desired.is_some_and(|d| super::plan::drift_mask(d, n).is_empty())
+        n.state == node::State::Ready && desired.is_some_and(|d| super::spec::drift_mask(d, n).is_empty())
     });
     Ok(Some(if transitional {
         OperationView::Unread

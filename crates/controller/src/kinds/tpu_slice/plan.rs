@@ -29,7 +29,7 @@ pub use cleanup::{CleanupStep, plan_cleanup};
 pub use errors::{node_busy, on_action_error, on_create_error};
 use reap::{flex_run_over, idle_timeout_exceeded, max_run_exceeded};
 
-pub use drift::drift_mask;
+pub use super::spec::drift_mask;
 use drift::immutable_drift;
 use on_node::plan_multislice;
 pub use on_node::{health_name, state_name};

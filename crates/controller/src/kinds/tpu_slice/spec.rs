@@ -6,37 +6,26 @@
 use std::collections::BTreeMap;
 
 use tpu_operator_api::{
-    accelerator::{SliceShape, TpuGeneration},
+    accelerator::TpuGeneration,
     naming::{self, ObjectIdentity},
     tpu_slice::{
         CapacityMode, DONE_URI_METADATA, MANAGED_METADATA_KEY, MEGASCALE_COORDINATOR_METADATA,
         MEGASCALE_SLICE_ID_METADATA, STARTUP_SCRIPT_METADATA, TpuSliceSpec,
     },
 };
-use tpu_operator_gcp::{
-    compute::convert::SliceRequest,
-    tpu_v2::model::{
-        AcceleratorConfig, NetworkConfig, Node, QueuedResource, SchedulingConfig, ServiceAccount,
-        accelerator_config,
-    },
+use tpu_operator_gcp::tpu_v2::model::{
+    AcceleratorConfig, NetworkConfig, Node, SchedulingConfig, ServiceAccount, accelerator_config,
 };
 
 mod queued;
 mod script;
 
+pub use super::request::{Checked, Create, CreateAt, Desired};
 pub use queued::queued_resource;
 pub use script::{MEGASCALE_PORT, workload_script, workload_script_for};
 
 /// OAuth scope used when the spec names a service account without scopes.
 pub(super) const DEFAULT_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
-
-/// The node fields the controller keeps equal to the spec with `nodes.patch`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Desired {
-    pub labels: BTreeMap<String, String>,
-    pub metadata: BTreeMap<String, String>,
-    pub tags: Vec<String>,
-}
 
 /// The desired labels / metadata / tags of multislice node `slice`: the common ones plus its
 /// slice id and the coordinator's address, which its startup script waits for.
@@ -50,56 +39,6 @@ pub fn slice_desired(desired: &Desired, slice: usize, coordinator: &str) -> Desi
     let managed = d.metadata.keys().cloned().collect::<Vec<_>>().join(",");
     d.metadata.insert(MANAGED_METADATA_KEY.into(), managed);
     d
-}
-
-/// Generation, chips and hosts of the slice the spec asks for.
-pub fn shape(spec: &TpuSliceSpec) -> Result<SliceShape, String> {
-    let shape = spec.slice_shape()?;
-    // What admission checks, checked again for objects admitted before the rules existed, so a
-    // request is never sent that Google would refuse for a spec reason.
-    super::backend::of(spec.provisioner).check(spec, &shape)?;
-    Ok(shape)
-}
-
-/// The create request of the slice's current incarnation, mapped from the spec before plan: a
-/// spec the request cannot carry is an invalid spec there, so `act` fails only for cloud reasons.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Create {
-    /// `nodes.create` of the node with this id.
-    Node { id: String, node: Box<Node> },
-    /// `queuedResources.create` of the queued resource with this id.
-    QueuedResource { id: String, body: QueuedResource },
-    /// The Compute Engine instance, or group with its template, policy and resize request.
-    ComputeEngine(SliceRequest),
-}
-
-/// The spec checked and mapped, once per pass: one slice's shape and the current incarnation's
-/// create request.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Checked {
-    pub shape: SliceShape,
-    pub create: Create,
-}
-
-/// Where the current incarnation is created: `project`, `parent` (`projects/<p>/locations/<zone>`),
-/// its node (or group) id and, for a queued resource, that resource's id.
-pub struct CreateAt<'a> {
-    pub project: &'a str,
-    pub parent: &'a str,
-    pub id: &'a str,
-    pub queued_id: Option<&'a str>,
-}
-
-/// Checks the spec and maps it to the create request at `at`; `Err` names the field.
-pub fn check(
-    spec: &TpuSliceSpec,
-    desired: &Desired,
-    identity: &ObjectIdentity,
-    at: &CreateAt<'_>,
-) -> Result<Checked, String> {
-    let shape = shape(spec)?;
-    let create = super::backend::of(spec.provisioner).create_request(spec, &shape, desired, identity, at)?;
-    Ok(Checked { shape, create })
 }
 
 /// Labels, metadata and tags the node must carry.
@@ -236,6 +175,29 @@ fn generation_type(g: TpuGeneration) -> accelerator_config::Type {
         // Refused at admission and by `shape`: TPU7x is provisioned through Compute Engine only.
         TpuGeneration::Tpu7x => accelerator_config::Type::Unspecified,
     }
+}
+
+/// The update mask of the fields that differ (empty when in sync). Labels the TPU service adds
+/// itself (`goog-*`) are not ours to remove.
+pub fn drift_mask(desired: &Desired, n: &Node) -> Vec<&'static str> {
+    let mut mask = Vec::new();
+    let labels: BTreeMap<_, _> = n
+        .labels
+        .iter()
+        .filter(|(k, _)| !k.starts_with("goog-"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if labels != desired.labels {
+        mask.push("labels");
+    }
+    // Only the keys the operator set: `ssh-keys` and anything else added by others stay.
+    if metadata_drift(desired, &n.metadata) {
+        mask.push("metadata");
+    }
+    if n.tags != desired.tags {
+        mask.push("tags");
+    }
+    mask
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::tpu_v2::model::Node;
 
-use super::{act, observe::Names, spec, spec::Desired};
+use super::{act, backend, observe::Names, spec, spec::Desired};
 use crate::{
     governance::tenancy,
     reconcile::{context::Context, kind::OwnedHolder},
@@ -74,7 +74,7 @@ impl Target {
             .filter(|uri| done_uri_allowed(ctx, &identity.namespace, uri));
         let desired = spec::desired(&slice.spec, &identity, &ctx.config.cluster_id, done_uri);
         let names = Names::new(slice, &identity, project);
-        let checked = spec::check(&slice.spec, &desired, &identity, &names.create_at());
+        let checked = backend::check(&slice.spec, &desired, &identity, &names.create_at());
         let prices = &ctx.tenancy.prices;
         Ok(Some(Self {
             request: tenancy::request::tpu_slice(&slice.spec, &names.project, prices),

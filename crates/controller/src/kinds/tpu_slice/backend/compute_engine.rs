@@ -26,12 +26,12 @@ use tpu_operator_gcp::{
 use super::{Creating, NodeUpdates, Releasing, SliceBackend};
 use crate::{
     governance::sweeper::{
-        list::PlaceListing,
+        listing::PlaceListing,
         plan::{ListedInstance, compute_resources},
     },
     kinds::tpu_slice::{
         compute,
-        spec::{Create, CreateAt, Desired},
+        request::{Create, CreateAt, Desired},
     },
     runtime::error::ReconcileError,
 };

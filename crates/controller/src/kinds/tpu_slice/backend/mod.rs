@@ -30,8 +30,8 @@ use tpu_operator_gcp::{
 };
 
 pub use self::{compute_engine::ComputeEngine, tpu_api::TpuApi};
-use super::spec::{Create, CreateAt, Desired};
-use crate::{governance::sweeper::list::PlaceListing, runtime::error::ReconcileError};
+use super::request::{Checked, Create, CreateAt, Desired};
+use crate::{governance::sweeper::listing::PlaceListing, runtime::error::ReconcileError};
 
 /// The backend that holds slices of `provisioner`.
 pub fn of(provisioner: Provisioner) -> &'static dyn SliceBackend {
@@ -39,6 +39,27 @@ pub fn of(provisioner: Provisioner) -> &'static dyn SliceBackend {
         Provisioner::TpuApi => &TpuApi,
         Provisioner::ComputeEngine => &ComputeEngine,
     }
+}
+
+/// Generation, chips and hosts of the slice the spec asks for.
+pub fn shape(spec: &TpuSliceSpec) -> Result<SliceShape, String> {
+    let shape = spec.slice_shape()?;
+    // What admission checks, checked again for objects admitted before the rules existed, so a
+    // request is never sent that Google would refuse for a spec reason.
+    of(spec.provisioner).check(spec, &shape)?;
+    Ok(shape)
+}
+
+/// Checks the spec and maps it to the create request at `at`; `Err` names the field.
+pub fn check(
+    spec: &TpuSliceSpec,
+    desired: &Desired,
+    identity: &ObjectIdentity,
+    at: &CreateAt<'_>,
+) -> Result<Checked, String> {
+    let shape = shape(spec)?;
+    let create = of(spec.provisioner).create_request(spec, &shape, desired, identity, at)?;
+    Ok(Checked { shape, create })
 }
 
 /// Every backend: the orphan sweeper asks each for what it owns in a zone.

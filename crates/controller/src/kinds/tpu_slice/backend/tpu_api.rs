@@ -19,10 +19,13 @@ use tpu_operator_gcp::{
 use super::{Creating, NodeUpdates, Releasing, SliceBackend};
 use crate::{
     governance::sweeper::{
-        list::{PlaceListing, TpuShape},
+        listing::{PlaceListing, TpuShape},
         plan::{CloudResource, ResourceKind, Stage},
     },
-    kinds::tpu_slice::spec::{self, Create, CreateAt, Desired},
+    kinds::tpu_slice::{
+        request::{Create, CreateAt, Desired},
+        spec,
+    },
     runtime::error::ReconcileError,
 };
 

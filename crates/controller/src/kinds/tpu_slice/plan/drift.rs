@@ -3,35 +3,9 @@
 //!
 //! Does not touch Kubernetes or Google Cloud.
 
-use std::collections::BTreeMap;
-
 use tpu_operator_gcp::tpu_v2::model::Node;
 
 use super::Input;
-use crate::kinds::tpu_slice::spec::Desired;
-
-/// The update mask of the fields that differ (empty when in sync). Labels the TPU service adds
-/// itself (`goog-*`) are not ours to remove.
-pub fn drift_mask(desired: &Desired, n: &Node) -> Vec<&'static str> {
-    let mut mask = Vec::new();
-    let labels: BTreeMap<_, _> = n
-        .labels
-        .iter()
-        .filter(|(k, _)| !k.starts_with("goog-"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    if labels != desired.labels {
-        mask.push("labels");
-    }
-    // Only the keys the operator set: `ssh-keys` and anything else added by others stay.
-    if crate::kinds::tpu_slice::spec::metadata_drift(desired, &n.metadata) {
-        mask.push("metadata");
-    }
-    if n.tags != desired.tags {
-        mask.push("tags");
-    }
-    mask
-}
 
 /// Immutable fields that differ between the node and the spec (the CRD refuses such edits; this
 /// catches the ones that slipped through, and adopted nodes that do not match).

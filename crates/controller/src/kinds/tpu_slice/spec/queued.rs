@@ -110,9 +110,12 @@ mod tests {
     use tpu_operator_api::tpu_slice::{Capacity, Empty};
 
     use super::*;
-    use crate::kinds::tpu_slice::spec::{
-        desired, node, shape,
-        tests::{ident, spec},
+    use crate::kinds::tpu_slice::{
+        backend::shape,
+        spec::{
+            desired, node,
+            tests::{ident, spec},
+        },
     };
 
     /// `capacity.reserved.reservationName` reaches Google: a queued resource naming the

@@ -107,7 +107,12 @@ impl Case {
     fn plan(&self) -> Plan {
         let names = self.names();
         let desired = self.desired();
-        let checked = spec::check(&self.slice.spec, &desired, &Self::identity(), &names.create_at());
+        let checked = crate::kinds::tpu_slice::backend::check(
+            &self.slice.spec,
+            &desired,
+            &Self::identity(),
+            &names.create_at(),
+        );
         plan(&Input {
             spec: &self.slice.spec,
             names: &names,
