@@ -2,7 +2,6 @@
 //! same pipeline the apiserver runs before it persists an object.
 
 use super::{State, Task, obj_ref, subject, to_served, to_stored};
-use crate::crd;
 use crate::errors::{ApiError, ApiResult};
 use crate::fieldset::SchemaRef;
 use crate::meta;
@@ -13,6 +12,13 @@ use crate::validation::path::FieldPath;
 use crate::validation::{FieldCause, FieldErrorType, Invalid};
 use serde_json::{Value, json};
 use std::sync::Arc;
+
+mod checks;
+mod metadata;
+mod validate;
+
+pub(super) use checks::{check_apply_identity, check_type_meta};
+use metadata::{bump_generation, server_shaped};
 
 /// `fieldValidation`: what to do about unknown fields.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -128,68 +134,6 @@ pub(super) fn fold_string_data(obj: &mut Value) {
 }
 
 impl State {
-    /// Schema validation (CRs), pruning, defaulting and unknown-field handling.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn validate(
-        &self,
-        rt: &ResourceType,
-        name: &str,
-        obj: Value,
-        old: Option<&Value>,
-        opts: &WriteOptions,
-        warnings: &mut Vec<String>,
-        ownership: Ownership,
-    ) -> ApiResult<Value> {
-        let Some(validator) = &rt.validator else {
-            return Ok(obj);
-        };
-        let validated = validator
-            .validate_detailed(&obj, old)
-            .map_err(|e| ApiError::invalid(&rt.kind, &rt.group, name, &e))?;
-        if !validated.unknown_fields.is_empty() {
-            if ownership == Ownership::Applied {
-                // Server-side apply always rejects fields the schema does not declare.
-                let fields: Vec<String> = validated
-                    .unknown_fields
-                    .iter()
-                    .map(|f| format!(".{f}: field not declared in schema"))
-                    .collect();
-                return Err(ApiError::bad_request(format!(
-                    "failed to create typed patch object ({}, Kind={}): {}",
-                    rt.api_version(),
-                    rt.kind,
-                    fields.join(", ")
-                )));
-            }
-            match opts.field_validation {
-                FieldValidation::Strict => {
-                    let fields: Vec<String> = validated
-                        .unknown_fields
-                        .iter()
-                        .map(|f| format!("unknown field \"{f}\""))
-                        .collect();
-                    return Err(ApiError::bad_request(format!(
-                        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
-                        rt.kind,
-                        rt.version,
-                        rt.kind,
-                        fields.join(", ")
-                    )));
-                }
-                FieldValidation::Warn => {
-                    warnings.extend(
-                        validated
-                            .unknown_fields
-                            .iter()
-                            .map(|f| format!("unknown field \"{f}\"")),
-                    );
-                }
-                FieldValidation::Ignore => {}
-            }
-        }
-        Ok(validated.object)
-    }
-
     /// PUT on the object or its status.
     pub fn update(
         &mut self,
@@ -270,46 +214,7 @@ impl State {
             return Err(ApiError::not_found(&subject(rt, name)));
         };
         let current = to_served(rt, &old);
-        let (patched, ownership) = match patch_type {
-            PatchType::Merge => (patch::merge_patch(&current, &body), Ownership::Update),
-            PatchType::Json => {
-                let out = patch::json_patch(&current, &body).map_err(|e| {
-                    let mut err = ApiError::bad_request(e);
-                    err.code = 422;
-                    err.reason = "Invalid";
-                    err
-                })?;
-                (out, Ownership::Update)
-            }
-            PatchType::Strategic => {
-                if rt.custom {
-                    return Err(ApiError::unsupported_media_type(
-                        "application/strategic-merge-patch+json",
-                    ));
-                }
-                (
-                    patch::strategic_merge(&current, &body, SchemaRef(Some(&rt.merge_schema))),
-                    Ownership::Update,
-                )
-            }
-            PatchType::Apply => {
-                check_type_meta(rt, &body)?;
-                check_apply_identity(rt, name, &body)?;
-                let applied = ssa::apply(
-                    Some(&current),
-                    &body,
-                    &opts.field_manager,
-                    opts.force,
-                    scope,
-                    &rt.merge_schema,
-                    &rt.api_version(),
-                )
-                .map_err(|conflicts| {
-                    ApiError::apply_conflicts(&subject(rt, name), &conflicts, &rt.api_version())
-                })?;
-                (applied, Ownership::Applied)
-            }
-        };
+        let (patched, ownership) = patched(rt, name, patch_type, &current, &body, scope, opts)?;
         if !patched.is_object() {
             return Err(ApiError::bad_request("the patched object is not a JSON object"));
         }
@@ -333,34 +238,14 @@ impl State {
         rt: &ResourceType,
         r: &crate::store::ObjRef,
         old_stored: Arc<Value>,
-        mut new: Value,
+        new: Value,
         scope: Scope,
         opts: &WriteOptions,
         ownership: Ownership,
     ) -> ApiResult<WriteOutcome> {
         let old = to_served(rt, &old_stored);
         let name = r.key.1.clone();
-
-        new = restrict_to_scope(scope, &old, new);
-        new["apiVersion"] = json!(rt.api_version());
-        new["kind"] = json!(rt.kind);
-        keep_server_metadata(&old, &mut new);
-        check_no_new_finalizers(rt, &name, &old, &new)?;
-        if rt.is_secret() {
-            fold_string_data(&mut new);
-        }
-        let mut crd_types = None;
-        if rt.is_crd() {
-            let types =
-                crd::resource_types(&new).map_err(|e| ApiError::invalid(&rt.kind, &rt.group, &name, &e))?;
-            if scope != Scope::Status {
-                new["status"] = crd::accepted_status(&new, Some(&old));
-            }
-            crd_types = Some(types);
-        }
-        if rt.is_namespace() && scope != Scope::Status {
-            set_or_remove(&mut new, "spec", old.get("spec").cloned());
-        }
+        let (mut new, crd_types) = server_shaped(rt, &name, &old, new, scope)?;
         let mut warnings = Vec::new();
         new = self.validate(rt, &name, new, Some(&old), opts, &mut warnings, ownership)?;
         // Admission sees writes to the object, not to its status subresource (as resource rules
@@ -389,20 +274,30 @@ impl State {
         }
 
         // A write that changes nothing is not persisted: no new resourceVersion, no watch event.
-        if new == old {
-            return Ok(WriteOutcome {
-                object: old,
-                created: false,
-                warnings,
-            });
-        }
-        if opts.dry_run {
-            return Ok(WriteOutcome {
-                object: new,
-                created: false,
-                warnings,
-            });
-        }
+        let object = if new == old {
+            old
+        } else if opts.dry_run {
+            new
+        } else {
+            self.persist(rt, r, &old, new, crd_types)
+        };
+        Ok(WriteOutcome {
+            object,
+            created: false,
+            warnings,
+        })
+    }
+
+    /// Stores a changed object and queues what follows from it; returns it as served. An object
+    /// being deleted whose last finalizer this write removed goes away instead.
+    fn persist(
+        &mut self,
+        rt: &ResourceType,
+        r: &crate::store::ObjRef,
+        old: &Value,
+        new: Value,
+        crd_types: Option<Vec<ResourceType>>,
+    ) -> Value {
         if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !rt.is_namespace() {
             // The last finalizer is gone: the object goes away with this write.
             let removed = self
@@ -411,13 +306,9 @@ impl State {
                 .expect("object exists under the lock");
             self.tasks
                 .push_back(Task::Removed(r.storage_key.clone(), removed.clone()));
-            return Ok(WriteOutcome {
-                object: to_served(rt, &removed),
-                created: false,
-                warnings,
-            });
+            return to_served(rt, &removed);
         }
-        let owners_changed = meta::owner_uids(&new) != meta::owner_uids(&old);
+        let owners_changed = meta::owner_uids(&new) != meta::owner_uids(old);
         let stored = self.store.put(r, to_stored(rt, &new));
         if let Some(types) = crd_types {
             self.register_crd_types(&stored, types);
@@ -425,141 +316,60 @@ impl State {
         if owners_changed {
             self.tasks.push_back(Task::Dangling(r.clone()));
         }
-        Ok(WriteOutcome {
-            object: to_served(rt, &stored),
-            created: false,
-            warnings,
-        })
+        to_served(rt, &stored)
     }
 }
 
-/// The status subresource writes only status; the main resource never writes status.
-fn restrict_to_scope(scope: Scope, old: &Value, mut new: Value) -> Value {
-    match scope {
-        Scope::Status => {
-            let status = new.get("status").cloned();
-            let managed = meta::meta(&new).get("managedFields").cloned();
-            new = old.clone();
-            set_or_remove(&mut new, "status", status);
-            let m = meta::meta_mut(&mut new);
-            match managed {
-                Some(mf) => m.insert("managedFields".into(), mf),
-                None => m.remove("managedFields"),
-            };
+/// The object after the patch, and how its managed fields are maintained: merge, JSON and
+/// strategic patches record an update; an apply patch applies the body as the field manager's
+/// configuration.
+fn patched(
+    rt: &ResourceType,
+    name: &str,
+    patch_type: PatchType,
+    current: &Value,
+    body: &Value,
+    scope: Scope,
+    opts: &WriteOptions,
+) -> ApiResult<(Value, Ownership)> {
+    Ok(match patch_type {
+        PatchType::Merge => (patch::merge_patch(current, body), Ownership::Update),
+        PatchType::Json => {
+            let out = patch::json_patch(current, body).map_err(|e| {
+                let mut err = ApiError::bad_request(e);
+                err.code = 422;
+                err.reason = "Invalid";
+                err
+            })?;
+            (out, Ownership::Update)
         }
-        Scope::Main => set_or_remove(&mut new, "status", old.get("status").cloned()),
-        Scope::Whole => {}
-    }
-    new
-}
-
-/// Writes cannot change identity, timestamps, generation or resourceVersion: they keep the
-/// stored object's.
-fn keep_server_metadata(old: &Value, new: &mut Value) {
-    let old_meta = meta::meta(old).clone();
-    let m = meta::meta_mut(new);
-    for field in [
-        "name",
-        "namespace",
-        "uid",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "generation",
-        "resourceVersion",
-    ] {
-        match old_meta.get(field) {
-            Some(v) => m.insert(field.into(), v.clone()),
-            None => m.remove(field),
-        };
-    }
-    m.remove("selfLink");
-}
-
-/// An object being deleted may lose finalizers but not gain any.
-fn check_no_new_finalizers(rt: &ResourceType, name: &str, old: &Value, new: &Value) -> ApiResult<()> {
-    if !meta::is_deleting(old) {
-        return Ok(());
-    }
-    let before = meta::finalizers(old);
-    let added: Vec<String> = meta::finalizers(new)
-        .into_iter()
-        .filter(|f| !before.contains(f))
-        .collect();
-    if added.is_empty() {
-        return Ok(());
-    }
-    Err(invalid(
-        rt,
-        name,
-        "metadata.finalizers",
-        FieldErrorType::Forbidden,
-        format!(
-            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {}",
-            json!(added)
-        ),
-    ))
-}
-
-/// A change of the spec part increments `generation`.
-fn bump_generation(old: &Value, new: &mut Value) {
-    let generation = meta::meta(old)
-        .get("generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    meta::meta_mut(new).insert("generation".into(), json!(generation + 1));
-}
-
-fn set_or_remove(obj: &mut Value, key: &str, value: Option<Value>) {
-    let Some(m) = obj.as_object_mut() else { return };
-    match value {
-        Some(v) => m.insert(key.into(), v),
-        None => m.remove(key),
-    };
-}
-
-/// The body's apiVersion and kind, when given, must be the URL's.
-pub(super) fn check_type_meta(rt: &ResourceType, body: &Value) -> ApiResult<()> {
-    let api_version = body.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-    let kind = body.get("kind").and_then(Value::as_str).unwrap_or_default();
-    let accepted = [rt.api_version(), rt.storage_api_version.clone()];
-    if !api_version.is_empty() && !accepted.iter().any(|a| a == api_version) {
-        return Err(ApiError::bad_request(format!(
-            "the API version in the data ({api_version}) does not match the expected API version ({})",
-            rt.api_version()
-        )));
-    }
-    if !kind.is_empty() && kind != rt.kind {
-        return Err(ApiError::bad_request(format!(
-            "the kind in the data ({kind}) does not match the expected kind ({})",
-            rt.kind
-        )));
-    }
-    Ok(())
-}
-
-/// An applied configuration names its object (kube-rs and kubectl always send name, apiVersion, kind).
-pub(super) fn check_apply_identity(rt: &ResourceType, name: &str, body: &Value) -> ApiResult<()> {
-    // Applying an object read back from the server (with its managedFields) is a classic client
-    // bug; the apiserver refuses it.
-    if meta::meta(body)
-        .get("managedFields")
-        .is_some_and(|m| !m.is_null())
-    {
-        return Err(ApiError::bad_request("metadata.managedFields must be nil"));
-    }
-    let body_name = meta::name(body);
-    if !body_name.is_empty() && body_name != name {
-        return Err(ApiError::bad_request(format!(
-            "the name of the object ({body_name}) does not match the name on the URL ({name})"
-        )));
-    }
-    if body.get("apiVersion").is_none() || body.get("kind").is_none() {
-        return Err(ApiError::bad_request(format!(
-            "invalid object type: apply patches must set apiVersion and kind ({}, Kind={})",
-            rt.api_version(),
-            rt.kind
-        )));
-    }
-    Ok(())
+        PatchType::Strategic => {
+            if rt.custom {
+                return Err(ApiError::unsupported_media_type(
+                    "application/strategic-merge-patch+json",
+                ));
+            }
+            (
+                patch::strategic_merge(current, body, SchemaRef(Some(&rt.merge_schema))),
+                Ownership::Update,
+            )
+        }
+        PatchType::Apply => {
+            check_type_meta(rt, body)?;
+            check_apply_identity(rt, name, body)?;
+            let applied = ssa::apply(
+                Some(current),
+                body,
+                &opts.field_manager,
+                opts.force,
+                scope,
+                &rt.merge_schema,
+                &rt.api_version(),
+            )
+            .map_err(|conflicts| {
+                ApiError::apply_conflicts(&subject(rt, name), &conflicts, &rt.api_version())
+            })?;
+            (applied, Ownership::Applied)
+        }
+    })
 }
