@@ -36,25 +36,7 @@ pub fn resource_types(crd: &Value) -> Result<Vec<ResourceType>, Invalid> {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    if versions.is_empty() {
-        causes.push(required(
-            "spec.versions",
-            "must have exactly one version marked as storage version",
-        ));
-    }
-    let storage_count = versions
-        .iter()
-        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
-        .count();
-    if !versions.is_empty() && storage_count != 1 {
-        causes.push(invalid(
-            "spec.versions",
-            format!(
-                "Invalid value: {}: must have exactly one version marked as storage version",
-                json!(versions.iter().map(|v| v.get("name")).collect::<Vec<_>>())
-            ),
-        ));
-    }
+    causes.extend(storage_version_causes(&versions));
 
     let mut types = Vec::new();
     for (i, version) in versions.iter().enumerate() {
@@ -89,6 +71,31 @@ pub fn resource_types(crd: &Value) -> Result<Vec<ResourceType>, Invalid> {
     } else {
         Err(Invalid { causes })
     }
+}
+
+/// Exactly one version is the storage version.
+fn storage_version_causes(versions: &[Value]) -> Vec<FieldCause> {
+    let mut out = Vec::new();
+    if versions.is_empty() {
+        out.push(required(
+            "spec.versions",
+            "must have exactly one version marked as storage version",
+        ));
+    }
+    let storage_count = versions
+        .iter()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .count();
+    if !versions.is_empty() && storage_count != 1 {
+        out.push(invalid(
+            "spec.versions",
+            format!(
+                "Invalid value: {}: must have exactly one version marked as storage version",
+                json!(versions.iter().map(|v| v.get("name")).collect::<Vec<_>>())
+            ),
+        ));
+    }
+    out
 }
 
 /// The checks of the CRD's names and scope.

@@ -51,24 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         history_limit: args.watch_history,
         ..Config::default()
     });
-    if let Some(path) = &args.snapshot
-        && path.exists()
-    {
-        emulator
-            .load_snapshot(path)
-            .map_err(|e| format!("loading snapshot {}: {e}", path.display()))?;
-        tracing::info!(path = %path.display(), rv = emulator.resource_version(), "snapshot loaded");
-    }
-    for dir in &args.crds {
-        let names = if dir.is_dir() {
-            emulator.install_crds_from_dir(dir)?
-        } else {
-            emulator.install_crds_from_yaml(
-                &std::fs::read_to_string(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?,
-            )?
-        };
-        tracing::info!(source = %dir.display(), crds = ?names, "CRDs installed");
-    }
+    load_start_state(&emulator, &args)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some((tls::server_config(cert, key)?, std::path::absolute(cert)?)),
         _ => None,
@@ -85,20 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     if let Some(path) = args.snapshot.clone() {
-        let emulator = emulator.clone();
-        tokio::spawn(async move {
-            let mut saved = emulator.resource_version();
-            loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let rv = emulator.resource_version();
-                if rv != saved {
-                    match emulator.save_snapshot(&path) {
-                        Ok(()) => saved = rv,
-                        Err(e) => tracing::warn!("saving snapshot {}: {e}", path.display()),
-                    }
-                }
-            }
-        });
+        save_snapshot_on_changes(emulator.clone(), path);
     }
     // The readiness line tests and scripts wait for.
     println!("kube-emulator listening on {url}");
@@ -118,4 +88,44 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         emulator.save_snapshot(path)?;
     }
     Ok(())
+}
+
+/// The state at start: the snapshot, when given and present, then the CRDs of `--crds`.
+fn load_start_state(emulator: &KubeEmulator, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(path) = &args.snapshot
+        && path.exists()
+    {
+        emulator
+            .load_snapshot(path)
+            .map_err(|e| format!("loading snapshot {}: {e}", path.display()))?;
+        tracing::info!(path = %path.display(), rv = emulator.resource_version(), "snapshot loaded");
+    }
+    for dir in &args.crds {
+        let names = if dir.is_dir() {
+            emulator.install_crds_from_dir(dir)?
+        } else {
+            emulator.install_crds_from_yaml(
+                &std::fs::read_to_string(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?,
+            )?
+        };
+        tracing::info!(source = %dir.display(), crds = ?names, "CRDs installed");
+    }
+    Ok(())
+}
+
+/// Every half second, saves the snapshot when the resourceVersion moved since the last save.
+fn save_snapshot_on_changes(emulator: KubeEmulator, path: PathBuf) {
+    tokio::spawn(async move {
+        let mut saved = emulator.resource_version();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let rv = emulator.resource_version();
+            if rv != saved {
+                match emulator.save_snapshot(&path) {
+                    Ok(()) => saved = rv,
+                    Err(e) => tracing::warn!("saving snapshot {}: {e}", path.display()),
+                }
+            }
+        }
+    });
 }

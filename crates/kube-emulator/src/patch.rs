@@ -79,31 +79,37 @@ fn merge_value(target: &mut Value, patch: &Value, schema: SchemaRef<'_>) {
             t.remove(key);
             continue;
         }
-        let child = schema.child(key);
-        match (t.get_mut(key), value) {
-            (Some(existing @ Value::Object(_)), Value::Object(_)) => {
-                merge_value(existing, value, child);
-                if existing.is_null() {
-                    t.remove(key);
+        merge_field(t, key, value, schema.child(key));
+    }
+}
+
+/// Merges one field of a patch (not a directive, not null) into the target map: maps merge
+/// (a map deleted by `$patch: delete` goes), lists merge per their schema, anything else
+/// replaces the field, without directive items.
+fn merge_field(t: &mut Map<String, Value>, key: &str, value: &Value, child: SchemaRef<'_>) {
+    match (t.get_mut(key), value) {
+        (Some(existing @ Value::Object(_)), Value::Object(_)) => {
+            merge_value(existing, value, child);
+            if existing.is_null() {
+                t.remove(key);
+            }
+        }
+        (Some(Value::Array(existing)), Value::Array(items)) => merge_list(existing, items, child),
+        (_, Value::Object(_)) => {
+            let mut fresh = Value::Object(Map::new());
+            merge_value(&mut fresh, value, child);
+            if !fresh.is_null() {
+                t.insert(key.to_string(), fresh);
+            }
+        }
+        _ => {
+            let cleaned = match value {
+                Value::Array(items) => {
+                    Value::Array(items.iter().filter(|i| !is_directive(i)).cloned().collect())
                 }
-            }
-            (Some(Value::Array(existing)), Value::Array(items)) => merge_list(existing, items, child),
-            (_, Value::Object(_)) => {
-                let mut fresh = Value::Object(Map::new());
-                merge_value(&mut fresh, value, child);
-                if !fresh.is_null() {
-                    t.insert(key.clone(), fresh);
-                }
-            }
-            _ => {
-                let cleaned = match value {
-                    Value::Array(items) => {
-                        Value::Array(items.iter().filter(|i| !is_directive(i)).cloned().collect())
-                    }
-                    other => other.clone(),
-                };
-                t.insert(key.clone(), cleaned);
-            }
+                other => other.clone(),
+            };
+            t.insert(key.to_string(), cleaned);
         }
     }
 }

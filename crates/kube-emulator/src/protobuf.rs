@@ -123,6 +123,25 @@ fn object_meta(bytes: &[u8]) -> Result<Value, String> {
 
 /// Decodes a protobuf request body of a kind kubectl's generators create.
 pub fn decode(body: &[u8]) -> Result<Value, String> {
+    let (api_version, kind, raw) = envelope(body)?;
+    let mut obj = Map::new();
+    obj.insert("apiVersion".into(), Value::String(api_version));
+    obj.insert("kind".into(), Value::String(kind.clone()));
+    object_fields(&kind, raw, &mut obj)?;
+    if kind == "DeleteOptions" {
+        return delete_options(raw);
+    }
+    if !matches!(kind.as_str(), "ConfigMap" | "Secret" | "Namespace") {
+        return Err(format!(
+            "protobuf bodies are accepted only for Namespace, ConfigMap and Secret, not {kind:?}"
+        ));
+    }
+    Ok(Value::Object(obj))
+}
+
+/// The k8s protobuf envelope (`runtime.Unknown`): the object's apiVersion and kind, and its
+/// raw encoding.
+fn envelope(body: &[u8]) -> Result<(String, String, &[u8]), String> {
     let rest = body
         .strip_prefix(MAGIC)
         .ok_or("missing the k8s protobuf envelope")?;
@@ -142,9 +161,12 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
             _ => {}
         }
     }
-    let mut obj = Map::new();
-    obj.insert("apiVersion".into(), Value::String(api_version));
-    obj.insert("kind".into(), Value::String(kind.clone()));
+    Ok((api_version, kind, raw))
+}
+
+/// The fields of a ConfigMap, Secret or Namespace encoded in `raw`, into `obj`; only metadata
+/// for other kinds.
+fn object_fields(kind: &str, raw: &[u8], obj: &mut Map<String, Value>) -> Result<(), String> {
     for (n, f) in fields(raw)? {
         let Field::Bytes(b) = f else {
             if let (4, Field::Varint(v)) = (n, &f)
@@ -159,17 +181,17 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
             }
             continue;
         };
-        match (kind.as_str(), n) {
+        match (kind, n) {
             (_, 1) => {
                 obj.insert("metadata".into(), object_meta(b)?);
             }
-            ("ConfigMap", 2) => insert_entry(&mut obj, "data", b, false)?,
-            ("ConfigMap", 3) => insert_entry(&mut obj, "binaryData", b, true)?,
-            ("Secret", 2) => insert_entry(&mut obj, "data", b, true)?,
+            ("ConfigMap", 2) => insert_entry(obj, "data", b, false)?,
+            ("ConfigMap", 3) => insert_entry(obj, "binaryData", b, true)?,
+            ("Secret", 2) => insert_entry(obj, "data", b, true)?,
             ("Secret", 3) => {
                 obj.insert("type".into(), Value::String(text(b)?));
             }
-            ("Secret", 4) => insert_entry(&mut obj, "stringData", b, false)?,
+            ("Secret", 4) => insert_entry(obj, "stringData", b, false)?,
             ("Namespace", 2) => {
                 let mut spec = Map::new();
                 for (sn, sf) in fields(b)? {
@@ -182,15 +204,7 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
             _ => {}
         }
     }
-    if kind == "DeleteOptions" {
-        return delete_options(raw);
-    }
-    if !matches!(kind.as_str(), "ConfigMap" | "Secret" | "Namespace") {
-        return Err(format!(
-            "protobuf bodies are accepted only for Namespace, ConfigMap and Secret, not {kind:?}"
-        ));
-    }
-    Ok(Value::Object(obj))
+    Ok(())
 }
 
 /// `meta.k8s.io/v1 DeleteOptions`, which client-go sends as the body of a DELETE (helm does).

@@ -139,42 +139,8 @@ fn builtin(
 /// The built-in kinds. Core and events.k8s.io Events share one store (as in a real cluster, the
 /// two are views of the same objects).
 pub fn builtins() -> Vec<ResourceType> {
-    let mut namespace = builtin(
-        "",
-        "v1",
-        "Namespace",
-        "namespaces",
-        &["ns"],
-        false,
-        BuiltinTable::Namespace,
-    );
-    namespace.status_subresource = true;
-    namespace.extra_subresources = vec!["finalize"];
-    let mut crd = builtin(
-        "apiextensions.k8s.io",
-        "v1",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-        &["crd", "crds"],
-        false,
-        BuiltinTable::Crd,
-    );
-    crd.status_subresource = true;
-    crd.has_generation = true;
-    crd.categories = vec!["api-extensions".into()];
-    let mut events_v1 = builtin(
-        "events.k8s.io",
-        "v1",
-        "Event",
-        "events",
-        &["ev"],
-        true,
-        BuiltinTable::Event,
-    );
-    events_v1.storage_key = "/events".into();
-    events_v1.storage_api_version = "v1".into();
     vec![
-        namespace,
+        namespace_type(),
         builtin(
             "",
             "v1",
@@ -186,7 +152,7 @@ pub fn builtins() -> Vec<ResourceType> {
         ),
         builtin("", "v1", "Secret", "secrets", &[], true, BuiltinTable::Secret),
         builtin("", "v1", "Event", "events", &["ev"], true, BuiltinTable::Event),
-        events_v1,
+        events_v1_type(),
         builtin(
             "coordination.k8s.io",
             "v1",
@@ -196,7 +162,7 @@ pub fn builtins() -> Vec<ResourceType> {
             true,
             BuiltinTable::Lease,
         ),
-        crd,
+        crd_type(),
         builtin(
             "admissionregistration.k8s.io",
             "v1",
@@ -216,6 +182,56 @@ pub fn builtins() -> Vec<ResourceType> {
             BuiltinTable::None,
         ),
     ]
+}
+
+/// Namespaces, with a status subresource and `finalize`.
+fn namespace_type() -> ResourceType {
+    let mut namespace = builtin(
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        &["ns"],
+        false,
+        BuiltinTable::Namespace,
+    );
+    namespace.status_subresource = true;
+    namespace.extra_subresources = vec!["finalize"];
+    namespace
+}
+
+/// CustomResourceDefinitions, with a status subresource and a generation, in the
+/// `api-extensions` category.
+fn crd_type() -> ResourceType {
+    let mut crd = builtin(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        &["crd", "crds"],
+        false,
+        BuiltinTable::Crd,
+    );
+    crd.status_subresource = true;
+    crd.has_generation = true;
+    crd.categories = vec!["api-extensions".into()];
+    crd
+}
+
+/// events.k8s.io Events: a view of the core Events' store.
+fn events_v1_type() -> ResourceType {
+    let mut events_v1 = builtin(
+        "events.k8s.io",
+        "v1",
+        "Event",
+        "events",
+        &["ev"],
+        true,
+        BuiltinTable::Event,
+    );
+    events_v1.storage_key = "/events".into();
+    events_v1.storage_api_version = "v1".into();
+    events_v1
 }
 
 /// All served resource types, keyed by (group, version, plural).

@@ -53,32 +53,7 @@ fn builtin_columns(kind: BuiltinTable) -> Vec<Value> {
             column("Data", "string", "", "Data contains the secret data.", 0),
             age,
         ],
-        BuiltinTable::Event => vec![
-            column("Last Seen", "string", "", "Time when this Event was last seen", 0),
-            column(
-                "Type",
-                "string",
-                "",
-                "Type of this event (Normal, Warning), new types could be added in the future.",
-                0,
-            ),
-            column(
-                "Reason",
-                "string",
-                "",
-                "This should be a short, machine understandable string that gives the reason for this event being generated.",
-                0,
-            ),
-            column("Object", "string", "", "The object this Event is about.", 0),
-            column(
-                "Message",
-                "string",
-                "",
-                "A human-readable description of the status of this operation.",
-                0,
-            ),
-            column("Name", "string", "name", NAME_DESCRIPTION, 1),
-        ],
+        BuiltinTable::Event => event_columns(),
         BuiltinTable::Lease => vec![
             name,
             column("Holder", "string", "", "The holder of the lease", 0),
@@ -87,6 +62,37 @@ fn builtin_columns(kind: BuiltinTable) -> Vec<Value> {
         BuiltinTable::Crd => vec![name, column("Created At", "date", "", "", 0)],
         BuiltinTable::None => vec![name, age],
     }
+}
+
+/// An Event's columns: when last seen, type, reason, object and message; its name only at
+/// priority 1 (wide output), and no age.
+fn event_columns() -> Vec<Value> {
+    vec![
+        column("Last Seen", "string", "", "Time when this Event was last seen", 0),
+        column(
+            "Type",
+            "string",
+            "",
+            "Type of this event (Normal, Warning), new types could be added in the future.",
+            0,
+        ),
+        column(
+            "Reason",
+            "string",
+            "",
+            "This should be a short, machine understandable string that gives the reason for this event being generated.",
+            0,
+        ),
+        column("Object", "string", "", "The object this Event is about.", 0),
+        column(
+            "Message",
+            "string",
+            "",
+            "A human-readable description of the status of this operation.",
+            0,
+        ),
+        column("Name", "string", "name", NAME_DESCRIPTION, 1),
+    ]
 }
 
 fn age(obj: &Value) -> String {

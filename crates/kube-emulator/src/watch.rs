@@ -124,45 +124,13 @@ async fn run(cluster: Arc<Cluster>, request: WatchRequest, tx: mpsc::Sender<Stri
         .as_deref()
         .filter(|v| !v.is_empty() && *v != "0")
         .and_then(|v| v.parse().ok());
-    let initial = requested.is_none() || request.send_initial_events;
     let mut renderer = Renderer {
         request: request.clone(),
         headers_sent: false,
     };
 
-    // Where the watch starts, and the synthetic events for the current state.
-    let (cursor, mut lines) = {
-        let state = cluster.lock();
-        let current = state.store.resource_version();
-        let mut lines = Vec::new();
-        if let Some(rv) = requested
-            && rv < state.store.oldest_watchable()
-            && !request.send_initial_events
-        {
-            (
-                None,
-                vec![format!("{}\n", gone(rv, state.store.oldest_watchable()))],
-            )
-        } else if initial {
-            let ns = if request.rt.namespaced {
-                request.namespace.as_deref()
-            } else {
-                None
-            };
-            for obj in state.store.list(&request.rt.storage_key, ns) {
-                if request.selects(&obj) {
-                    lines.push(renderer.event("ADDED", &obj));
-                }
-            }
-            if request.send_initial_events && request.allow_bookmarks {
-                lines.push(renderer.bookmark(current, true));
-            }
-            (Some(current), lines)
-        } else {
-            (Some(requested.unwrap_or(current)), lines)
-        }
-    };
-    for line in lines.drain(..) {
+    let (cursor, lines) = starting_point(&cluster, &request, &mut renderer, requested);
+    for line in lines {
         if tx.send(line).await.is_err() {
             return;
         }
@@ -172,30 +140,9 @@ async fn run(cluster: Arc<Cluster>, request: WatchRequest, tx: mpsc::Sender<Stri
     let mut bookmarks =
         tokio::time::interval_at(tokio::time::Instant::now() + bookmark_every, bookmark_every);
     loop {
-        // Changes first: collect what happened after the cursor.
-        let batch = {
-            let state = cluster.lock();
-            match state.store.events_since(cursor) {
-                None => Err(state.store.oldest_watchable()),
-                Some(events) => Ok(events),
-            }
-        };
-        match batch {
-            Err(oldest) => {
-                let _ = tx.send(format!("{}\n", gone(cursor, oldest))).await;
-                return;
-            }
-            Ok(events) => {
-                for e in events {
-                    cursor = e.rv;
-                    if let Some((kind, obj)) = request.translate(&e) {
-                        let line = renderer.event(kind.as_str(), &obj);
-                        if tx.send(line).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
+        // Changes first: send what happened after the cursor.
+        if !send_changes(&cluster, &request, &mut renderer, &tx, &mut cursor).await {
+            return;
         }
         tokio::select! {
             changed = notify.changed() => {
@@ -213,6 +160,83 @@ async fn run(cluster: Arc<Cluster>, request: WatchRequest, tx: mpsc::Sender<Stri
             _ = tx.closed() => return,
         }
     }
+}
+
+/// Where the watch starts, and the synthetic events for the current state (with a closing
+/// bookmark when the client asked for initial events and bookmarks). No start, only a 410 Gone
+/// line, when the requested resourceVersion is older than the oldest watchable one.
+fn starting_point(
+    cluster: &Cluster,
+    request: &WatchRequest,
+    renderer: &mut Renderer,
+    requested: Option<u64>,
+) -> (Option<u64>, Vec<String>) {
+    let initial = requested.is_none() || request.send_initial_events;
+    let state = cluster.lock();
+    let current = state.store.resource_version();
+    if let Some(rv) = requested
+        && rv < state.store.oldest_watchable()
+        && !request.send_initial_events
+    {
+        return (
+            None,
+            vec![format!("{}\n", gone(rv, state.store.oldest_watchable()))],
+        );
+    }
+    if !initial {
+        return (Some(requested.unwrap_or(current)), Vec::new());
+    }
+    let mut lines = Vec::new();
+    let ns = if request.rt.namespaced {
+        request.namespace.as_deref()
+    } else {
+        None
+    };
+    for obj in state.store.list(&request.rt.storage_key, ns) {
+        if request.selects(&obj) {
+            lines.push(renderer.event("ADDED", &obj));
+        }
+    }
+    if request.send_initial_events && request.allow_bookmarks {
+        lines.push(renderer.bookmark(current, true));
+    }
+    (Some(current), lines)
+}
+
+/// Sends the events after `cursor` that the watch selects, moving the cursor past each. False
+/// when the watch is over: the client went away, or the events are no longer kept (410 Gone
+/// sent).
+async fn send_changes(
+    cluster: &Cluster,
+    request: &WatchRequest,
+    renderer: &mut Renderer,
+    tx: &mpsc::Sender<String>,
+    cursor: &mut u64,
+) -> bool {
+    let batch = {
+        let state = cluster.lock();
+        match state.store.events_since(*cursor) {
+            None => Err(state.store.oldest_watchable()),
+            Some(events) => Ok(events),
+        }
+    };
+    let events = match batch {
+        Ok(events) => events,
+        Err(oldest) => {
+            let _ = tx.send(format!("{}\n", gone(*cursor, oldest))).await;
+            return false;
+        }
+    };
+    for e in events {
+        *cursor = e.rv;
+        if let Some((kind, obj)) = request.translate(&e) {
+            let line = renderer.event(kind.as_str(), &obj);
+            if tx.send(line).await.is_err() {
+                return false;
+            }
+        }
+    }
+    true
 }
 
 #[cfg(test)]

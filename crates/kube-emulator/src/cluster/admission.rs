@@ -154,6 +154,53 @@ fn validation_expressions(spec: &Value) -> Vec<(&Value, VapExpression)> {
         .collect()
 }
 
+/// Which policy and binding deny a request, for the denial's wording.
+struct Denial<'a> {
+    policy: &'a str,
+    binding: &'a str,
+}
+
+impl Denial<'_> {
+    /// The API server's denial: 422 for reason Invalid, 403 otherwise.
+    fn deny(&self, message: String, reason: &str) -> ApiError {
+        let message = format!(
+            "ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {message}",
+            self.policy, self.binding
+        );
+        match reason {
+            "Invalid" => ApiError::unprocessable(message),
+            _ => ApiError::admission_forbidden(message),
+        }
+    }
+}
+
+/// matchConditions: all must hold for the policy to apply. A condition that fails to evaluate
+/// counts per failurePolicy: it denies the request when the policy fails closed.
+fn conditions_hold(
+    spec: &Value,
+    evaluator: &VapEvaluator,
+    fail_closed: bool,
+    denial: &Denial<'_>,
+) -> Result<bool, ApiError> {
+    let conditions = match_conditions(spec);
+    if conditions.is_empty() {
+        return Ok(true);
+    }
+    for result in evaluator.evaluate(&conditions) {
+        if !result.passed {
+            let errored = result.message.as_deref().is_some_and(|m| m.contains("error"));
+            if errored && fail_closed {
+                return Err(denial.deny(
+                    format!("matchCondition failed: {}", result.expression),
+                    "Forbidden",
+                ));
+            }
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 impl State {
     /// Runs every bound ValidatingAdmissionPolicy that matches the request.
     pub(super) fn admit(&self, req: &Request<'_>) -> Result<(), ApiError> {
@@ -199,53 +246,16 @@ impl State {
         let request = admission_request(req);
         let evaluator =
             |params: Option<&Value>| build_evaluator(req, &request, namespace_object.as_ref(), params);
-        let fail_closed = spec["failurePolicy"].as_str() != Some("Ignore");
-        let policy_name = policy["metadata"]["name"].as_str().unwrap_or_default();
-        let binding_name = binding["metadata"]["name"].as_str().unwrap_or_default();
-        let denied = |message: String, reason: &str| {
-            let message = format!(
-                "ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}' denied request: {message}"
-            );
-            match reason {
-                "Invalid" => ApiError::unprocessable(message),
-                _ => ApiError::admission_forbidden(message),
-            }
+        let denial = Denial {
+            policy: policy["metadata"]["name"].as_str().unwrap_or_default(),
+            binding: binding["metadata"]["name"].as_str().unwrap_or_default(),
         };
-
-        // matchConditions: all must hold for the policy to apply (an error counts per failurePolicy).
-        let conditions = match_conditions(spec);
-        if !conditions.is_empty() {
-            for result in evaluator(None).evaluate(&conditions) {
-                if !result.passed {
-                    let errored = result.message.as_deref().is_some_and(|m| m.contains("error"));
-                    if errored && fail_closed {
-                        return Err(denied(
-                            format!("matchCondition failed: {}", result.expression),
-                            "Forbidden",
-                        ));
-                    }
-                    return Ok(());
-                }
-            }
+        let fail_closed = spec["failurePolicy"].as_str() != Some("Ignore");
+        if !conditions_hold(spec, &evaluator(None), fail_closed, &denial)? {
+            return Ok(());
         }
-
-        let params: Vec<Option<Value>> = match spec.get("paramKind").filter(|k| k.is_object()) {
-            None => vec![None],
-            Some(kind) => {
-                let found = self.params(kind, &binding["spec"]["paramRef"]);
-                if found.is_empty() {
-                    let allow =
-                        binding["spec"]["paramRef"]["parameterNotFoundAction"].as_str() == Some("Allow");
-                    if allow {
-                        return Ok(());
-                    }
-                    return Err(denied(
-                        "no params found for policy binding with `Deny` parameterNotFoundAction".into(),
-                        "Forbidden",
-                    ));
-                }
-                found.into_iter().map(Some).collect()
-            }
+        let Some(params) = self.param_objects(spec, binding, &denial)? else {
+            return Ok(());
         };
         let validations = validation_expressions(spec);
         let expressions: Vec<VapExpression> = validations.iter().map(|(_, e)| e.clone()).collect();
@@ -260,10 +270,36 @@ impl State {
                 let message = result
                     .message
                     .unwrap_or_else(|| format!("failed expression: {}", result.expression));
-                return Err(denied(message, v["reason"].as_str().unwrap_or("Invalid")));
+                return Err(denial.deny(message, v["reason"].as_str().unwrap_or("Invalid")));
             }
         }
         Ok(())
+    }
+
+    /// The parameter objects the policy is evaluated with: one evaluation without params when
+    /// it has no `paramKind`. None when the binding finds none and allows that
+    /// (`parameterNotFoundAction: Allow`); denied when it finds none and denies.
+    fn param_objects(
+        &self,
+        spec: &Value,
+        binding: &Value,
+        denial: &Denial<'_>,
+    ) -> Result<Option<Vec<Option<Value>>>, ApiError> {
+        let Some(kind) = spec.get("paramKind").filter(|k| k.is_object()) else {
+            return Ok(Some(vec![None]));
+        };
+        let found = self.params(kind, &binding["spec"]["paramRef"]);
+        if !found.is_empty() {
+            return Ok(Some(found.into_iter().map(Some).collect()));
+        }
+        let allow = binding["spec"]["paramRef"]["parameterNotFoundAction"].as_str() == Some("Allow");
+        if allow {
+            return Ok(None);
+        }
+        Err(denial.deny(
+            "no params found for policy binding with `Deny` parameterNotFoundAction".into(),
+            "Forbidden",
+        ))
     }
 
     /// The parameter objects a binding's `paramRef` names (cluster-scoped kinds; by name or by

@@ -10,6 +10,7 @@ use crate::errors::{ApiError, ApiResult};
 use crate::meta;
 use crate::resources::ResourceType;
 use crate::ssa::{self, Scope};
+use crate::store::ObjRef;
 use crate::validation::FieldErrorType;
 use serde_json::{Value, json};
 
@@ -33,43 +34,8 @@ impl State {
         opts: &WriteOptions,
         ownership: Ownership,
     ) -> ApiResult<WriteOutcome> {
-        if !obj.is_object() {
-            return Err(ApiError::bad_request(
-                "the body of the request must be a JSON object",
-            ));
-        }
-        check_type_meta(rt, &obj)?;
-        let body_ns = meta::namespace(&obj).to_string();
         let ns = if rt.namespaced { ns } else { "" };
-        if rt.namespaced && !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
-        }
-        let name = self.name_to_create(rt, ns, &obj)?;
-        if let Some(message) = meta::validate_name(&name, rt.is_namespace()) {
-            return Err(invalid(
-                rt,
-                &name,
-                "metadata.name",
-                FieldErrorType::Invalid,
-                message,
-            ));
-        }
-        if rt.namespaced {
-            self.check_namespace_open(ns, rt, &name)?;
-        }
-        let r = obj_ref(rt, ns, &name);
-        if self.store.get_ref(&r).is_some() {
-            return Err(ApiError::already_exists(&subject(rt, &name)));
-        }
-        // The storage layer refuses this (as a 500), which catches clients re-creating a fetched object.
-        if ownership == Ownership::Update && !meta::resource_version(&obj).is_empty() {
-            return Err(ApiError::internal(
-                "resourceVersion should not be set on objects to be created",
-            ));
-        }
-
+        let (name, r) = self.place_to_create(rt, ns, &obj, ownership)?;
         set_server_metadata(rt, ns, &name, &mut obj, ownership);
         apply_kind_defaults(rt, &name, &mut obj);
         let mut warnings = Vec::new();
@@ -108,6 +74,72 @@ impl State {
                 warnings,
             });
         }
+        let object = self.store_created(rt, r, obj, crd_types);
+        Ok(WriteOutcome {
+            object,
+            created: true,
+            warnings,
+        })
+    }
+
+    /// The name and place of a new object, once its body may create it: a JSON object of the
+    /// URL's type and namespace, with a valid name no object has, in a namespace open for new
+    /// objects, without a resourceVersion (unless applied).
+    fn place_to_create(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        obj: &Value,
+        ownership: Ownership,
+    ) -> ApiResult<(String, ObjRef)> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request must be a JSON object",
+            ));
+        }
+        check_type_meta(rt, obj)?;
+        let body_ns = meta::namespace(obj).to_string();
+        if rt.namespaced && !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        let name = self.name_to_create(rt, ns, obj)?;
+        if let Some(message) = meta::validate_name(&name, rt.is_namespace()) {
+            return Err(invalid(
+                rt,
+                &name,
+                "metadata.name",
+                FieldErrorType::Invalid,
+                message,
+            ));
+        }
+        if rt.namespaced {
+            self.check_namespace_open(ns, rt, &name)?;
+        }
+        let r = obj_ref(rt, ns, &name);
+        if self.store.get_ref(&r).is_some() {
+            return Err(ApiError::already_exists(&subject(rt, &name)));
+        }
+        // The storage layer refuses this (as a 500), which catches clients re-creating a fetched object.
+        if ownership == Ownership::Update && !meta::resource_version(obj).is_empty() {
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+
+        Ok((name, r))
+    }
+
+    /// Stores a new object, registers a CRD's resource types and queues an owner check for an
+    /// object with owners; returns it as served.
+    fn store_created(
+        &mut self,
+        rt: &ResourceType,
+        r: ObjRef,
+        obj: Value,
+        crd_types: Option<Vec<ResourceType>>,
+    ) -> Value {
         let stored = self.store.put(&r, to_stored(rt, &obj));
         if let Some(types) = crd_types {
             self.register_crd_types(&stored, types);
@@ -115,11 +147,7 @@ impl State {
         if !meta::owner_uids(&stored).is_empty() {
             self.tasks.push_back(Task::Dangling(r));
         }
-        Ok(WriteOutcome {
-            object: to_served(rt, &stored),
-            created: true,
-            warnings,
-        })
+        to_served(rt, &stored)
     }
 
     /// The name given, or one generated from `generateName` that no object has yet.

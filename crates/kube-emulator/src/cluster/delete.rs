@@ -187,19 +187,7 @@ impl State {
                 .push_back(Task::Removed(r.storage_key.clone(), removed.clone()));
             return Some(DeleteOutcome::Deleted((*removed).clone()));
         }
-        meta::set_finalizers(&mut next, &finalizers);
-        {
-            let m = meta::meta_mut(&mut next);
-            m.insert("deletionTimestamp".into(), json!(meta::now()));
-            m.insert("deletionGracePeriodSeconds".into(), json!(0));
-            // Graceful deletion bumps the generation of objects that track one.
-            if let Some(g) = m.get("generation").and_then(Value::as_i64) {
-                m.insert("generation".into(), json!(g + 1));
-            }
-        }
-        if is_namespace {
-            next["status"] = json!({"phase": "Terminating"});
-        }
+        mark_deleting(&mut next, &finalizers, is_namespace);
         let stored = self.store.put(r, next);
         if policy == Propagation::Foreground {
             self.tasks.push_back(Task::Foreground(r.clone()));
@@ -275,4 +263,23 @@ pub(super) fn crd_storage_key(crd_obj: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or_default();
     format!("{group}/{plural}")
+}
+
+/// An object whose deletion waits (on finalizers, or on its contents): its finalizers, a
+/// deletion timestamp with no grace period, its generation bumped (for objects that track
+/// one), and a namespace's phase Terminating.
+fn mark_deleting(next: &mut Value, finalizers: &[String], is_namespace: bool) {
+    meta::set_finalizers(next, finalizers);
+    {
+        let m = meta::meta_mut(next);
+        m.insert("deletionTimestamp".into(), json!(meta::now()));
+        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        // Graceful deletion bumps the generation of objects that track one.
+        if let Some(g) = m.get("generation").and_then(Value::as_i64) {
+            m.insert("generation".into(), json!(g + 1));
+        }
+    }
+    if is_namespace {
+        next["status"] = json!({"phase": "Terminating"});
+    }
 }

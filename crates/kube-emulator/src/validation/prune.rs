@@ -73,28 +73,7 @@ fn walk_object(
 
     // 2. Nulls and defaults for declared properties.
     if let Some(properties) = properties {
-        for (key, prop_schema) in properties {
-            if keep_type_meta && key == "metadata" {
-                continue;
-            }
-            let nullable = is_true(prop_schema, "nullable");
-            match map.get(key) {
-                Some(Value::Null) if !nullable => match prop_schema.get("default") {
-                    Some(default) => {
-                        map.insert(key.clone(), default.clone());
-                    }
-                    None => {
-                        map.remove(key);
-                    }
-                },
-                None => {
-                    if let Some(default) = prop_schema.get("default") {
-                        map.insert(key.clone(), default.clone());
-                    }
-                }
-                _ => {}
-            }
-        }
+        apply_defaults(properties, map, keep_type_meta);
     }
 
     // 3. Recurse into the remaining fields.
@@ -106,6 +85,33 @@ fn walk_object(
         if let Some(child_schema) = child_schema {
             let embedded = is_true(child_schema, "x-kubernetes-embedded-resource");
             walk(child_schema, child, &path.key(key), embedded, unknown);
+        }
+    }
+}
+
+/// A declared property missing from the object gets its default; a null one (unless nullable)
+/// gets its default or goes. An embedded resource's metadata is left alone.
+fn apply_defaults(properties: &Map<String, Value>, map: &mut Map<String, Value>, keep_type_meta: bool) {
+    for (key, prop_schema) in properties {
+        if keep_type_meta && key == "metadata" {
+            continue;
+        }
+        let nullable = is_true(prop_schema, "nullable");
+        match map.get(key) {
+            Some(Value::Null) if !nullable => match prop_schema.get("default") {
+                Some(default) => {
+                    map.insert(key.clone(), default.clone());
+                }
+                None => {
+                    map.remove(key);
+                }
+            },
+            None => {
+                if let Some(default) = prop_schema.get("default") {
+                    map.insert(key.clone(), default.clone());
+                }
+            }
+            _ => {}
         }
     }
 }

@@ -125,49 +125,22 @@ pub fn to_cause(error: &jsonschema::ValidationError<'_>) -> (FieldCause, bool) {
         }
         ValidationErrorKind::Type { kind } => return (type_invalid(&path, instance, kind), true),
         ValidationErrorKind::Enum { options } => unsupported_value(&path, &shown, options),
-        ValidationErrorKind::Pattern { pattern } => invalid(format!("should match '{pattern}'")),
         ValidationErrorKind::MaxLength { limit } => FieldCause::new(
             FieldErrorType::TooLong,
             &path,
             format!("Too long: may not be more than {limit} bytes"),
         ),
-        ValidationErrorKind::MinLength { limit } => invalid(format!("should be at least {limit} chars long")),
-        ValidationErrorKind::Maximum { limit } => {
-            invalid(format!("should be less than or equal to {}", number_text(limit)))
-        }
-        ValidationErrorKind::Minimum { limit } => invalid(format!(
-            "should be greater than or equal to {}",
-            number_text(limit)
-        )),
-        ValidationErrorKind::ExclusiveMaximum { limit } => {
-            invalid(format!("should be less than {}", number_text(limit)))
-        }
-        ValidationErrorKind::ExclusiveMinimum { limit } => {
-            invalid(format!("should be greater than {}", number_text(limit)))
-        }
-        ValidationErrorKind::MultipleOf { multiple_of } => {
-            invalid(format!("should be a multiple of {multiple_of}"))
-        }
         ValidationErrorKind::MaxItems { limit } => {
             too_many(&path, instance.as_array().map_or(0, Vec::len), *limit)
         }
-        ValidationErrorKind::MinItems { limit } => invalid(format!("should have at least {limit} items")),
         ValidationErrorKind::MaxProperties { limit } => {
             too_many(&path, instance.as_object().map_or(0, Map::len), *limit)
-        }
-        ValidationErrorKind::MinProperties { limit } => {
-            invalid(format!("should have at least {limit} properties"))
         }
         ValidationErrorKind::UniqueItems => FieldCause::new(
             FieldErrorType::Duplicate,
             &path,
             format!("Duplicate value: {shown}"),
         ),
-        ValidationErrorKind::OneOfNotValid { .. } | ValidationErrorKind::OneOfMultipleValid { .. } => {
-            invalid("must validate one and only one schema (oneOf)".to_string())
-        }
-        ValidationErrorKind::AnyOf { .. } => invalid("must validate at least one schema (anyOf)".to_string()),
-        ValidationErrorKind::Not { .. } => invalid("must not validate the schema (not)".to_string()),
         ValidationErrorKind::AdditionalProperties { unexpected } => FieldCause::new(
             FieldErrorType::Invalid,
             &path,
@@ -176,9 +149,38 @@ pub fn to_cause(error: &jsonschema::ValidationError<'_>) -> (FieldCause, bool) {
                 unexpected.join(", ")
             ),
         ),
-        other => invalid(format!("failed {} validation", other.keyword())),
+        other => invalid(invalid_detail(other)),
     };
     (cause, false)
+}
+
+/// What an "Invalid value" error says the value should be, for the keywords reported as one.
+fn invalid_detail(kind: &ValidationErrorKind) -> String {
+    match kind {
+        ValidationErrorKind::Pattern { pattern } => format!("should match '{pattern}'"),
+        ValidationErrorKind::MinLength { limit } => format!("should be at least {limit} chars long"),
+        ValidationErrorKind::Maximum { limit } => {
+            format!("should be less than or equal to {}", number_text(limit))
+        }
+        ValidationErrorKind::Minimum { limit } => {
+            format!("should be greater than or equal to {}", number_text(limit))
+        }
+        ValidationErrorKind::ExclusiveMaximum { limit } => {
+            format!("should be less than {}", number_text(limit))
+        }
+        ValidationErrorKind::ExclusiveMinimum { limit } => {
+            format!("should be greater than {}", number_text(limit))
+        }
+        ValidationErrorKind::MultipleOf { multiple_of } => format!("should be a multiple of {multiple_of}"),
+        ValidationErrorKind::MinItems { limit } => format!("should have at least {limit} items"),
+        ValidationErrorKind::MinProperties { limit } => format!("should have at least {limit} properties"),
+        ValidationErrorKind::OneOfNotValid { .. } | ValidationErrorKind::OneOfMultipleValid { .. } => {
+            "must validate one and only one schema (oneOf)".to_string()
+        }
+        ValidationErrorKind::AnyOf { .. } => "must validate at least one schema (anyOf)".to_string(),
+        ValidationErrorKind::Not { .. } => "must not validate the schema (not)".to_string(),
+        other => format!("failed {} validation", other.keyword()),
+    }
 }
 
 /// A type error: `instance` is not of the schema's type(s).
@@ -227,19 +229,7 @@ pub fn structural_checks(schema: &Value, value: &Value, path: &FieldPath, causes
     match value {
         Value::Object(map) => {
             if is_true(schema, "x-kubernetes-embedded-resource") {
-                for required in ["apiVersion", "kind"] {
-                    let named = map
-                        .get(required)
-                        .and_then(Value::as_str)
-                        .is_some_and(|s| !s.is_empty());
-                    if !named {
-                        causes.push(FieldCause::new(
-                            FieldErrorType::Required,
-                            &path.key(required),
-                            "Required value".into(),
-                        ));
-                    }
-                }
+                embedded_type_meta(map, path, causes);
             }
             let properties = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties").filter(|s| s.is_object());
@@ -252,45 +242,8 @@ pub fn structural_checks(schema: &Value, value: &Value, path: &FieldPath, causes
         Value::Array(items) => {
             let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
             match list_type {
-                Some("map") => {
-                    let keys: Vec<&str> = schema
-                        .get("x-kubernetes-list-map-keys")
-                        .and_then(Value::as_array)
-                        .map(|k| k.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
-                    let mut seen: Vec<Vec<Value>> = Vec::new();
-                    for (i, item) in items.iter().enumerate() {
-                        let key: Vec<Value> = keys
-                            .iter()
-                            .map(|k| item.get(*k).cloned().unwrap_or(Value::Null))
-                            .collect();
-                        if seen.contains(&key) {
-                            let shown: Map<String, Value> = keys
-                                .iter()
-                                .zip(key.iter())
-                                .map(|(k, v)| (k.to_string(), v.clone()))
-                                .collect();
-                            causes.push(FieldCause::new(
-                                FieldErrorType::Duplicate,
-                                &path.index(i),
-                                format!("Duplicate value: {}", Value::Object(shown)),
-                            ));
-                        } else {
-                            seen.push(key);
-                        }
-                    }
-                }
-                Some("set") => {
-                    for (i, item) in items.iter().enumerate() {
-                        if items[..i].contains(item) {
-                            causes.push(FieldCause::new(
-                                FieldErrorType::Duplicate,
-                                &path.index(i),
-                                format!("Duplicate value: {}", render_value(item)),
-                            ));
-                        }
-                    }
-                }
+                Some("map") => duplicate_map_keys(schema, items, path, causes),
+                Some("set") => duplicate_set_items(items, path, causes),
                 _ => {}
             }
             if let Some(item_schema) = schema.get("items") {
@@ -300,5 +253,66 @@ pub fn structural_checks(schema: &Value, value: &Value, path: &FieldPath, causes
             }
         }
         _ => {}
+    }
+}
+
+/// An embedded resource names its `apiVersion` and `kind`.
+fn embedded_type_meta(map: &Map<String, Value>, path: &FieldPath, causes: &mut Vec<FieldCause>) {
+    for required in ["apiVersion", "kind"] {
+        let named = map
+            .get(required)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty());
+        if !named {
+            causes.push(FieldCause::new(
+                FieldErrorType::Required,
+                &path.key(required),
+                "Required value".into(),
+            ));
+        }
+    }
+}
+
+/// A list-map's items are unique by their `x-kubernetes-list-map-keys`: each repeat is a
+/// Duplicate value showing the repeated key.
+fn duplicate_map_keys(schema: &Value, items: &[Value], path: &FieldPath, causes: &mut Vec<FieldCause>) {
+    let keys: Vec<&str> = schema
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array)
+        .map(|k| k.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut seen: Vec<Vec<Value>> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let key: Vec<Value> = keys
+            .iter()
+            .map(|k| item.get(*k).cloned().unwrap_or(Value::Null))
+            .collect();
+        if seen.contains(&key) {
+            let shown: Map<String, Value> = keys
+                .iter()
+                .zip(key.iter())
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect();
+            causes.push(FieldCause::new(
+                FieldErrorType::Duplicate,
+                &path.index(i),
+                format!("Duplicate value: {}", Value::Object(shown)),
+            ));
+        } else {
+            seen.push(key);
+        }
+    }
+}
+
+/// A list-set's items are unique: each repeat is a Duplicate value.
+fn duplicate_set_items(items: &[Value], path: &FieldPath, causes: &mut Vec<FieldCause>) {
+    for (i, item) in items.iter().enumerate() {
+        if items[..i].contains(item) {
+            causes.push(FieldCause::new(
+                FieldErrorType::Duplicate,
+                &path.index(i),
+                format!("Duplicate value: {}", render_value(item)),
+            ));
+        }
     }
 }

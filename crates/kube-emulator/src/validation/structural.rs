@@ -45,6 +45,53 @@ pub fn violations(schema: &Value, base: &str) -> Vec<(String, String)> {
 
 fn node(s: &Value, path: &str, root: bool, out: &mut Vec<(String, String)>) {
     let Some(map) = s.as_object() else { return };
+    own_violations(s, map, path, root, out);
+    let int_or_string = is_true(s, "x-kubernetes-int-or-string");
+    for (name, child) in map
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        node(child, &format!("{path}.properties[{name}]"), false, out);
+    }
+    if let Some(items) = map.get("items").filter(|i| i.is_object()) {
+        node(items, &format!("{path}.items"), false, out);
+    }
+    if let Some(additional) = map.get("additionalProperties").filter(|a| a.is_object()) {
+        node(additional, &format!("{path}.additionalProperties"), false, out);
+    }
+    for keyword in ["allOf", "anyOf", "oneOf"] {
+        for (i, branch) in map
+            .get(keyword)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            value_validation(
+                branch,
+                &format!("{path}.{keyword}[{i}]"),
+                int_or_string && keyword == "anyOf",
+                out,
+            );
+        }
+    }
+    if let Some(not) = map.get("not") {
+        value_validation(not, &format!("{path}.not"), false, out);
+    }
+}
+
+/// The rules one schema node answers for itself: a `type` (unless int-or-string or
+/// preserve-unknown-fields, and none with int-or-string), embedded resources as objects,
+/// `properties` without `additionalProperties`, arrays with `items`, list-map keys.
+fn own_violations(
+    s: &Value,
+    map: &serde_json::Map<String, Value>,
+    path: &str,
+    root: bool,
+    out: &mut Vec<(String, String)>,
+) {
     let int_or_string = is_true(s, "x-kubernetes-int-or-string");
     let preserve = is_true(s, "x-kubernetes-preserve-unknown-fields");
     let type_ = map.get("type").and_then(Value::as_str).unwrap_or_default();
@@ -89,39 +136,6 @@ fn node(s: &Value, path: &str, root: bool, out: &mut Vec<(String, String)>) {
     }
     if s.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map") {
         list_map_key_violations(s, path, out);
-    }
-    for (name, child) in map
-        .get("properties")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-    {
-        node(child, &format!("{path}.properties[{name}]"), false, out);
-    }
-    if let Some(items) = map.get("items").filter(|i| i.is_object()) {
-        node(items, &format!("{path}.items"), false, out);
-    }
-    if let Some(additional) = map.get("additionalProperties").filter(|a| a.is_object()) {
-        node(additional, &format!("{path}.additionalProperties"), false, out);
-    }
-    for keyword in ["allOf", "anyOf", "oneOf"] {
-        for (i, branch) in map
-            .get(keyword)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            value_validation(
-                branch,
-                &format!("{path}.{keyword}[{i}]"),
-                int_or_string && keyword == "anyOf",
-                out,
-            );
-        }
-    }
-    if let Some(not) = map.get("not") {
-        value_validation(not, &format!("{path}.not"), false, out);
     }
 }
 

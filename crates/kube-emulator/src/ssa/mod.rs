@@ -10,9 +10,13 @@
 //! manager. Field sets are scoped like the apiserver's: the main resource of a kind with a status
 //! subresource does not own `status`, the status subresource owns only `status`.
 
-use crate::fieldset::{FieldSet, ListType, PathElement, SchemaRef, get_at, item_key, path_string, remove_at};
+use crate::fieldset::{FieldSet, SchemaRef, get_at};
 use crate::meta;
 use serde_json::{Map, Value, json};
+
+mod apply;
+
+pub use apply::{Conflict, apply, merge_into};
 
 /// Metadata the server owns; never part of a field set.
 const SERVER_METADATA: [&str; 11] = [
@@ -214,174 +218,6 @@ pub fn record_update(
         }
     }
     store_entries(new, list);
-}
-
-/// A field another manager owns that an apply would change: `(manager, path)`.
-pub type Conflict = (String, String);
-
-/// Server-side apply of `applied` by `manager` onto `live` (None: the apply creates the object).
-/// Returns the merged object with updated managedFields, or the conflicts.
-pub fn apply(
-    live: Option<&Value>,
-    applied: &Value,
-    manager: &str,
-    force: bool,
-    scope: Scope,
-    schema: &Value,
-    api_version: &str,
-) -> Result<Value, Vec<Conflict>> {
-    let schema_ref = SchemaRef(Some(schema));
-    let base = live.cloned().unwrap_or_else(|| json!({}));
-    let applied_scoped = strip_nulls(&scoped(applied, scope));
-    let new_set = FieldSet::from_value(&applied_scoped, schema_ref);
-    let base_scoped = scoped(&base, scope);
-    let subresource = scope.subresource();
-
-    let mut list = entries(&base);
-    let mine = list.iter().position(|e| e.is(manager, "Apply", subresource));
-
-    // Conflicts: fields another manager owns whose value this apply changes.
-    let mut conflicts = Vec::new();
-    for (i, e) in list.iter().enumerate() {
-        if Some(i) == mine || e.subresource.as_deref() != subresource {
-            continue;
-        }
-        for path in e.fields.intersect(&new_set).paths() {
-            if matches!(path.last(), Some(PathElement::Key(_))) {
-                continue; // list-map items are shared; their fields are compared one by one
-            }
-            if get_at(&base_scoped, &path) != get_at(&applied_scoped, &path) {
-                conflicts.push((e.manager.clone(), path, i));
-            }
-        }
-    }
-    if !conflicts.is_empty() && !force {
-        return Err(conflicts
-            .into_iter()
-            .map(|(m, p, _)| (m, path_string(&p)))
-            .collect());
-    }
-    for (_, path, i) in &conflicts {
-        let mut taken = FieldSet::default();
-        let mut node = &mut taken;
-        for element in path {
-            node = node.children.entry(element.clone()).or_default();
-        }
-        node.owned = true;
-        list[*i].fields = list[*i].fields.subtract(&taken);
-    }
-
-    // Fields this manager applied before and no longer does: removed unless someone else owns them.
-    let mut object = base;
-    if let Some(i) = mine {
-        let dropped = list[i].fields.subtract(&new_set);
-        let mut paths = dropped.paths();
-        // Parents first: removing a list item by key must happen before its key fields go.
-        paths.sort_by_key(Vec::len);
-        for path in paths {
-            let owned_elsewhere = list
-                .iter()
-                .enumerate()
-                .any(|(j, e)| j != i && e.fields.touches(&path));
-            if !owned_elsewhere && !new_set.touches(&path) {
-                remove_at(&mut object, &path);
-            }
-        }
-    }
-
-    merge_into(&mut object, &applied_scoped, schema_ref);
-    if live.is_none() {
-        // apiVersion/kind/name/namespace of a created object come from the applied configuration.
-        for k in ["apiVersion", "kind"] {
-            if let Some(v) = applied.get(k) {
-                object[k] = v.clone();
-            }
-        }
-        let m = meta::meta_mut(&mut object);
-        for k in ["name", "namespace", "generateName"] {
-            if let Some(v) = applied.get("metadata").and_then(|am| am.get(k)) {
-                m.insert(k.into(), v.clone());
-            }
-        }
-    }
-
-    let entry = match mine {
-        Some(i) => &mut list[i],
-        None => {
-            list.push(Entry {
-                manager: manager.to_string(),
-                operation: "Apply".into(),
-                api_version: api_version.to_string(),
-                time: String::new(),
-                subresource: subresource.map(String::from),
-                fields: FieldSet::default(),
-            });
-            list.last_mut().expect("pushed")
-        }
-    };
-    if entry.fields != new_set || entry.time.is_empty() || entry.api_version != api_version {
-        entry.fields = new_set;
-        entry.time = meta::now();
-        entry.api_version = api_version.to_string();
-    }
-    store_entries(&mut object, list);
-    Ok(object)
-}
-
-/// Applied configurations use `null` to mean "unset"; such fields are neither set nor owned.
-fn strip_nulls(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k.clone(), strip_nulls(v)))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(strip_nulls).collect()),
-        other => other.clone(),
-    }
-}
-
-/// Merges an applied configuration into an object, following the schema's list and map types.
-pub fn merge_into(target: &mut Value, applied: &Value, schema: SchemaRef<'_>) {
-    match (target.as_object_mut(), applied) {
-        (Some(t), Value::Object(a)) if !schema.atomic_map() => {
-            for (k, v) in a {
-                match t.get_mut(k) {
-                    Some(existing) => merge_into(existing, v, schema.child(k)),
-                    None => {
-                        t.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-            return;
-        }
-        _ => {}
-    }
-    if let (Some(t), Value::Array(a)) = (target.as_array_mut(), applied) {
-        match schema.list_type() {
-            ListType::Map(keys) => {
-                for item in a {
-                    let key = item_key(item, &keys);
-                    match t.iter_mut().find(|i| item_key(i, &keys) == key) {
-                        Some(existing) => merge_into(existing, item, schema.items()),
-                        None => t.push(item.clone()),
-                    }
-                }
-                return;
-            }
-            ListType::Set => {
-                for item in a {
-                    if !t.contains(item) {
-                        t.push(item.clone());
-                    }
-                }
-                return;
-            }
-            ListType::Atomic => {}
-        }
-    }
-    *target = applied.clone();
 }
 
 #[cfg(test)]
