@@ -275,7 +275,9 @@ impl<D> Acted<D> {
     }
 }
 
-/// One deletion pass's outcome (see [`Kind::clean`]).
+/// One deletion pass's outcome (see [`Kind::clean`]). One per pass, moved once into the pass:
+/// boxing the status would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Cleaned<S> {
     /// Nothing of the object's is left in the cloud: the finalizer may go (`unwatch`: what the
     /// object waited on until now).
