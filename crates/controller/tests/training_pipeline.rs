@@ -707,6 +707,9 @@ async fn a_rerun_whose_job_writes_no_model_does_not_succeed_on_the_old_one() {
     let tp = env.create(&vertex_only("stale")).await;
     let uid = tp.uid().unwrap();
     wait_phase(&env, "stale", Phase::Succeeded).await;
+    // The re-run is asked for after the run ended: outputs are judged to the second, and the
+    // emulated clock may not have moved since the model was written.
+    env.idle(Duration::from_millis(100), Duration::from_secs(5)).await;
     let patch = json!({"metadata": {"annotations": {RERUN_ANNOTATION: "1"}}});
     env.api::<TrainingPipeline>()
         .patch("stale", &PatchParams::default(), &Patch::Merge(patch))
@@ -745,6 +748,8 @@ async fn a_tpu_vm_rerun_does_not_succeed_on_the_earlier_runs_marker() {
     let name = "tpu-vm-pipeline";
     wait_phase(&env, name, Phase::Succeeded).await;
     assert!(env.gcp.object(BUCKET, "models/tpu-vm-run-1/_SUCCESS").is_some());
+    // As above: the re-run comes after the marker, not in the same second of the emulated clock.
+    env.idle(Duration::from_millis(100), Duration::from_secs(5)).await;
     let patch = json!({"metadata": {"annotations": {RERUN_ANNOTATION: "1"}}});
     env.api::<TrainingPipeline>()
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
