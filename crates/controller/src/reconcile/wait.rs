@@ -13,7 +13,7 @@ pub struct Watch {
     /// The state last seen, as the listing compares it.
     pub state: String,
     /// The resource as read, reused until a listing shows it change (see
-    /// [`crate::runtime::cloud_watch::CloudWatch::watch_read`]).
+    /// [`crate::runtime::cloud_watch::CloudWatch::unchanged`]).
     pub read: Option<Listed>,
 }
 

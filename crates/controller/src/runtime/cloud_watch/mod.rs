@@ -161,7 +161,15 @@ impl CloudWatch {
         last: Option<Listed>,
         owner: Option<Owner>,
     ) -> Option<Duration> {
-        self.register(collection, name, seen, last, owner)
+        let (Some(parent), Some(owner), true) = (parent_of(name), owner, self.listing()) else {
+            return None;
+        };
+        let key = (collection, parent);
+        let listing = self
+            .registry()
+            .watch(key, name.to_owned(), seen, last, owner, Instant::now());
+        let settings = self.settings();
+        listing.then(|| settings.watched.max(settings.active))
     }
 
     /// How often an owner whose resource cannot be listed polls it while it changes.
@@ -176,25 +184,6 @@ impl CloudWatch {
         }
     }
 
-    fn register(
-        &self,
-        collection: Collection,
-        name: &str,
-        seen: Seen,
-        last: Option<Listed>,
-        owner: Option<Owner>,
-    ) -> Option<Duration> {
-        let (Some(parent), Some(owner), true) = (parent_of(name), owner, self.listing()) else {
-            return None;
-        };
-        let key = (collection, parent);
-        let listing = self
-            .registry()
-            .watch(key, name.to_owned(), seen, last, owner, Instant::now());
-        let settings = self.settings();
-        listing.then(|| settings.watched.max(settings.active))
-    }
-
     /// Whether a lister runs (reconciles called without [`CloudWatch::start`], or with the
     /// watch turned off, poll on their own).
     fn listing(&self) -> bool {
@@ -203,7 +192,7 @@ impl CloudWatch {
     }
 
     /// The resource as its owner last read it, while no listing has shown it change (see
-    /// [`CloudWatch::watch_read`]).
+    /// [`CloudWatch::watch`], its `last`).
     pub fn unchanged<T: Listable>(&self, name: &str) -> Option<T> {
         let key = (T::COLLECTION, parent_of(name)?);
         let max_age = self.settings().watched / 2;
