@@ -75,8 +75,44 @@ async fn delete_all_and_check(world: &World, what: &str) {
     assert!(v.is_empty(), "{what}:\n{v}");
 }
 
+/// GCP calls per object, the zones' node and queued-resource listings aside: the cloud watch
+/// lists a zone once per `poll_active` for as long as anything there can change under its owner
+/// (a READY Spot slice, for its whole life), so those listings grow with the test's real time,
+/// not with its objects. [`assert_listings_bounded`] bounds them.
 fn calls_per_object(world: &World) -> f64 {
-    world.gcp_calls() as f64 / OBJECTS as f64
+    (world.gcp_calls() - zone_listings(world).len() as u64) as f64 / OBJECTS as f64
+}
+
+/// The calls that list a zone's TPU nodes or queued resources.
+fn zone_listings(world: &World) -> Vec<gcp_emulator::CallRecord> {
+    world
+        .gcp
+        .calls()
+        .into_iter()
+        .filter(|c| c.service == "tpu" && matches!(c.method.as_str(), "nodes.list" | "queuedResources.list"))
+        .collect()
+}
+
+/// At most one listing per listed collection and zone per lister round (`poll_active`, real
+/// time) since `started`: a listing made per object or per reconcile would exceed it.
+fn assert_listings_bounded(world: &World, started: std::time::Instant) {
+    let listings = zone_listings(world);
+    let collections: std::collections::BTreeSet<(&str, &str)> = listings
+        .iter()
+        .map(|c| (c.method.as_str(), c.path.as_str()))
+        .collect();
+    let rounds = started.elapsed().as_millis() / world.polls.active.as_millis().max(1) + 1;
+    let bound = collections.len() as u128 * rounds;
+    eprintln!(
+        "{} zone listings of {} collections in {rounds} lister rounds (bound {bound})",
+        listings.len(),
+        collections.len()
+    );
+    assert!(
+        listings.len() as u128 <= bound,
+        "{} zone listings > one per collection per round ({bound})",
+        listings.len()
+    );
 }
 
 /// Fault-free, the whole mix (create → converge → delete) takes about 40 GCP calls per object in
@@ -101,6 +137,7 @@ async fn random_gcp_errors_and_latency_everywhere_converge_with_bounded_calls() 
 }
 
 async fn random_faults_with_seed(seed: u64) {
+    let started = std::time::Instant::now();
     let mut world = World::start().await;
     // Dataproc and Vertex see a dozen calls each in this mix (the cloud watch lists instead of
     // polling), so they fail more often to be sure to fail at all.
@@ -159,6 +196,7 @@ async fn random_faults_with_seed(seed: u64) {
         "seed {seed}: {per:.1} GCP calls per object > {CALL_BOUND_PER_OBJECT}: {:?}",
         world.gcp.call_counts()
     );
+    assert_listings_bounded(&world, started);
     world.kill_operator().await;
 }
 
@@ -325,6 +363,7 @@ async fn permission_denied_on_delete_keeps_the_finalizer_until_the_node_is_gone(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_conflicts_watch_expiry_and_watch_ends_converge() {
+    let started = std::time::Instant::now();
     let mut world = World::start().await;
     world.kube_faults.random_writes(11, 0.15, 409);
     world.start_operator().await;
@@ -363,7 +402,12 @@ async fn kube_conflicts_watch_expiry_and_watch_ends_converge() {
     eprintln!(
         "{injected} injected conflicts, {restarts} watch restarts; {per:.1} GCP calls per object (bound {bound:.0})"
     );
-    assert!(per <= bound, "{per:.1} GCP calls per object > {bound:.0}");
+    assert!(
+        per <= bound,
+        "{per:.1} GCP calls per object > {bound:.0}: {:?}",
+        world.gcp.call_counts()
+    );
+    assert_listings_bounded(&world, started);
     world.kill_operator().await;
 }
 
