@@ -439,9 +439,10 @@ async fn fail_job(env: &TestEnv, name: String) {
         .unwrap();
 }
 
-/// Issue 35 item 1: a pipeline created suspended, and one suspended between preprocessing and
-/// training, write their status once and then not again (before the fix: ~110 writes a second,
-/// `status.attempts` climbing), count no attempt, and resumed, still have their retry.
+/// Issue 35 items 1 and 2: a pipeline created suspended, and one suspended while preprocessing,
+/// write their status once and then not again (before the fix: ~110 writes a second,
+/// `status.attempts` climbing), count no attempt, and resumed, still have their retry. The one
+/// suspended mid-preprocessing has its Dataproc batch stopped.
 #[tokio::test]
 async fn suspended_pipeline_writes_no_status_loop_and_keeps_its_attempts() {
     let env = started().await;
@@ -454,17 +455,25 @@ async fn suspended_pipeline_writes_no_status_loop_and_keeps_its_attempts() {
     env.create(&between).await;
     wait_phase(&env, "between", Phase::Preprocessing).await;
     patch_spec(&env, "between", json!({"suspend": true})).await;
-    env.wait_for::<TrainingPipeline, _>("between", "preprocessed and suspended", STEP, |tp| {
+    env.wait_for::<TrainingPipeline, _>("between", "preprocessing stopped", STEP, |tp| {
         let st = tp.status.as_ref();
         phase(tp) == Phase::Suspended
             && st.is_some_and(|s| {
                 s.stages.iter().any(|g| {
                     g.name == StageName::Preprocess
-                        && g.state == tpu_operator_api::training_pipeline::StageState::Succeeded
+                        && g.state == tpu_operator_api::training_pipeline::StageState::Cancelled
                 })
             })
     })
     .await;
+    env.wait_gone::<PreprocessBatch>("between-preprocess", STEP).await;
+    let running: Vec<_> = env
+        .gcp
+        .batches()
+        .into_iter()
+        .filter(|b| matches!(b["state"].as_str(), Some("PENDING" | "RUNNING")))
+        .collect();
+    assert!(running.is_empty(), "suspend left a batch running: {running:?}");
     wait_phase(&env, "created-suspended", Phase::Suspended).await;
     // Settle: the write of the phase itself may still be echoing.
     env.idle(Duration::from_millis(300), STEP).await;
@@ -770,4 +779,111 @@ async fn a_tpu_vm_rerun_does_not_succeed_on_the_earlier_runs_marker() {
     let st = now.status.clone().unwrap();
     assert_eq!(st.rerun.as_ref().map(|r| r.value.as_str()), Some("1"));
     assert_eq!(st.phase, Phase::Training, "{}", message(&now));
+}
+
+async fn job_state(env: &TestEnv, name: &str) -> String {
+    env.gcp
+        .custom_jobs()
+        .into_iter()
+        .find(|j| j["name"] == name)
+        .map(|j| j["state"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default()
+}
+
+/// Issue 35 item 2: suspending a training Vertex pipeline cancels its job (nothing bills while
+/// suspended, the status says what was stopped and when, and it is not rewritten); resuming
+/// creates a new job that spends no retry: with `maxRetries: 0` the run still succeeds.
+#[tokio::test]
+async fn suspending_a_vertex_run_cancels_its_job_and_resuming_spends_no_retry() {
+    let env = started().await;
+    env.create(&vertex_only("vx")).await;
+    wait_phase(&env, "vx", Phase::Training).await;
+    let uid = env
+        .api::<TrainingPipeline>()
+        .get("vx")
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    let first = first_job_of(&env, &uid, "1").await;
+    patch_spec(&env, "vx", json!({"suspend": true})).await;
+    let suspended = wait_phase(&env, "vx", Phase::Suspended).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while job_state(&env, &first).await != "JOB_STATE_CANCELLED" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "suspend left job {first} in {}",
+            job_state(&env, &first).await
+        );
+        env.idle(Duration::from_millis(20), STEP).await;
+    }
+    let record = suspended.status.as_ref().unwrap().suspension.clone().unwrap();
+    assert!(record.suspended_time.is_some(), "{record:?}");
+    assert!(
+        record.stopped.as_deref().unwrap_or_default().contains(&first),
+        "{record:?}"
+    );
+    env.wait_for_event("vx", "Suspended", STEP).await;
+    env.idle(Duration::from_millis(300), STEP).await;
+    let writes = count_writes::<TrainingPipeline>(&env, "vx").await;
+    env.idle(Duration::from_secs(2), STEP).await;
+    assert!(
+        writes.load(Ordering::SeqCst) <= IDLE_WRITES,
+        "suspended status rewritten"
+    );
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 1);
+
+    patch_spec(&env, "vx", json!({"suspend": false})).await;
+    let done = wait_phase(&env, "vx", Phase::Succeeded).await;
+    let st = done.status.clone().unwrap();
+    assert_eq!(st.attempts, 2, "{}", message(&done));
+    assert_eq!(train_attempts(&done), 1, "resuming spent a retry");
+    let record = st.suspension.unwrap();
+    assert_eq!(record.resumes, 1);
+    assert!(record.resumed_time.is_some());
+    env.wait_for_event("vx", "Resumed", STEP).await;
+}
+
+/// Issue 35 item 2, TPU VM: suspending deletes the training slice and its node, even with
+/// `deletionPolicy: Orphan` (meant for deleting the pipeline, not for a release: an orphaned
+/// node of a suspended run would bill with no owner); resuming recreates it without a retry.
+#[tokio::test]
+async fn suspending_a_tpu_vm_run_deletes_its_node_and_resuming_spends_no_retry() {
+    let env = started().await;
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    tp.spec.preprocess = None;
+    tp.spec.deletion_policy = tpu_operator_api::common::DeletionPolicy::Orphan;
+    env.create(&tp).await;
+    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    assert_eq!(env.gcp.nodes().len(), 1);
+    patch_spec(&env, "tpu-vm-pipeline", json!({"suspend": true})).await;
+    wait_phase(&env, "tpu-vm-pipeline", Phase::Suspended).await;
+    env.wait_gone::<TpuSlice>("tpu-vm-pipeline-train", STEP).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !(env.gcp.nodes().is_empty() && env.gcp.queued_resources().is_empty()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "suspend left the node billing: {:?}",
+            env.gcp.nodes()
+        );
+        env.idle(Duration::from_millis(20), STEP).await;
+    }
+    let suspended = env
+        .wait_for::<TrainingPipeline, _>("tpu-vm-pipeline", "no cost accruing", STEP, |tp| {
+            let cost = tp.status.as_ref().and_then(|s| s.estimated_cost.as_ref());
+            cost.is_some_and(|c| c.per_hour_usd == 0.0 && c.per_hour_usd.is_sign_positive())
+        })
+        .await;
+    assert_eq!(phase(&suspended), Phase::Suspended, "{}", message(&suspended));
+
+    patch_spec(&env, "tpu-vm-pipeline", json!({"suspend": false})).await;
+    let done = wait_phase(&env, "tpu-vm-pipeline", Phase::Succeeded).await;
+    assert_eq!(
+        train_attempts(&done),
+        1,
+        "resuming spent a retry: {}",
+        message(&done)
+    );
+    assert_eq!(done.status.as_ref().unwrap().attempts, 2);
 }

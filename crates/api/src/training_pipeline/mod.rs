@@ -103,8 +103,10 @@ pub struct TrainingPipelineSpec {
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
 
-    /// Pause: no new stage starts and nothing new is created while true. A running stage keeps
-    /// running (cancel it by deleting the pipeline).
+    /// Pause, as `batch/v1` Job's `suspend`: while true nothing new is created and what bills is
+    /// stopped (the running Vertex job is cancelled, the training slice deleted, a running
+    /// preprocessing batch cancelled); checkpoints are kept. Set back to false, training resumes
+    /// from `CHECKPOINT_DIR` with an attempt that does not count against `maxRetries`.
     #[serde(default)]
     pub suspend: bool,
 }
@@ -160,7 +162,7 @@ mod vertex;
 
 pub use status::{
     CheckpointStatus, PipelineOutputs, RerunStatus, StageKind, StageName, StageState, StageStatus,
-    TrainingPipelinePhase, TrainingPipelineStatus,
+    SuspensionStatus, TrainingPipelinePhase, TrainingPipelineStatus,
 };
 pub use training::{TpuVmTraining, Training, TrainingMode};
 pub use vertex::{

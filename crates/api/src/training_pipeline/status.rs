@@ -179,6 +179,36 @@ pub struct TrainingPipelineStatus {
     /// pipeline was created with).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun: Option<RerunStatus>,
+    /// What `spec.suspend` stopped, and when the pipeline was suspended and resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<SuspensionStatus>,
+}
+
+/// The last suspension: suspending a running pipeline stops what bills (the Vertex job is
+/// cancelled, the training slice deleted, the preprocessing batch cancelled; checkpoints are
+/// kept), and resuming starts a new training attempt from `CHECKPOINT_DIR` that does not count
+/// against `maxRetries`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspensionStatus {
+    /// When the pipeline was suspended (kept after it resumes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_time: Option<Time>,
+    /// What suspending stopped, e.g. `custom job .../customJobs/123 (attempt 2) cancelled`;
+    /// absent when nothing was running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// The training attempt whose job or slice suspending stopped: resuming replaces it with an
+    /// attempt that does not count against `maxRetries`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_attempt: Option<i32>,
+    /// When the pipeline was last resumed (absent while suspended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_time: Option<Time>,
+    /// Training attempts started by resuming: they count neither against `maxRetries` nor
+    /// against the limit of uncounted preemptions.
+    #[serde(default)]
+    pub resumes: i32,
 }
 
 /// The re-run the pipeline last acted on (see the `tpu-operator.dev/rerun` annotation).

@@ -4,9 +4,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, Resource,
-    api::{DeleteParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use tpu_operator_api::{
+    common::DeletionPolicy,
     conditions::{Progress, reasons},
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
@@ -67,9 +68,16 @@ pub async fn act(
                 None => Ok(()),
             }
         }
-        Action::DeleteSlice => delete_child::<TpuSlice>(ctx, &names.id.namespace, &names.train).await,
+        Action::DeleteSlice => {
+            let orphan = spec::orphans_slice(&tp.spec);
+            release_child::<TpuSlice>(ctx, &names.id.namespace, &names.train, orphan).await
+        }
         Action::DeletePreprocess => {
-            delete_child::<PreprocessBatch>(ctx, &names.id.namespace, &names.preprocess).await
+            let orphan = tp.spec.deletion_policy == DeletionPolicy::Orphan;
+            release_child::<PreprocessBatch>(ctx, &names.id.namespace, &names.preprocess, orphan).await
+        }
+        Action::CancelJob { name } => {
+            cancel_job(ctx, name, "cancel Vertex custom job of a suspended pipeline").await
         }
         Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, reads, ahead).await,
         Action::DeleteJob { name } => {
@@ -126,7 +134,37 @@ where
 }
 
 /// Deletes an owned child (its own finalizer cleans the cloud). Absent is fine.
-pub async fn delete_child<K>(ctx: &Context, ns: &str, name: &str) -> Result<()>
+/// Releasing a child (a retry, a finished run, suspend) stops what it bills. A child made with
+/// `deletionPolicy: Orphan` (the pipeline's, meant for when the pipeline itself is deleted) is
+/// switched to `Delete` first: deleted as it was, its node or batch would keep running with no
+/// object left to own it.
+async fn release_child<K>(ctx: &Context, ns: &str, name: &str, orphan: bool) -> Result<()>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    if orphan {
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+        let patch = serde_json::json!({"spec": {"deletionPolicy": "Delete"}});
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => {
+                return Err(ReconcileError::kube(
+                    "set deletionPolicy Delete on a released child",
+                )(e));
+            }
+        }
+    }
+    delete_child::<K>(ctx, ns, name).await
+}
+
+async fn delete_child<K>(ctx: &Context, ns: &str, name: &str) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone

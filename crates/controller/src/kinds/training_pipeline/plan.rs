@@ -10,11 +10,12 @@
 //!   no attempt or an uncounted one. `status.attempts` numbers every training job / slice created
 //!   (it is the job's `tpu-operator-attempt` label); the Train stage's `attempts` counts those that
 //!   count against `maxRetries`.
-//! - Suspend: nothing new is created (no batch, job or slice) and the phase is `Suspended`. Work
-//!   already running keeps running and is still tracked; delete the pipeline to cancel it. A pass
-//!   that would create something records nothing of it (no attempt counted, no start time): a
-//!   suspended pipeline's status is a function of what it observes, so it is written once, not on
-//!   every pass.
+//! - Suspend: nothing new is created (no batch, job or slice), what bills is stopped (the job
+//!   cancelled, the slice deleted, a running batch deleted; checkpoints kept) and the phase is
+//!   `Suspended`. A pass that would create something records nothing of it (no attempt counted,
+//!   no start time): a suspended pipeline's status is a function of what it observes, so it is
+//!   written once, not on every pass. Resuming replaces the stopped attempt with one that does
+//!   not count against `maxRetries` (`status.suspension`).
 //! - Re-runs: raising `maxRetries` on a pipeline Failed for `RetriesExhausted` starts a new
 //!   counted attempt (from `CHECKPOINT_DIR`); a `tpu-operator.dev/rerun` annotation value other
 //!   than `status.rerun.value` starts one new run of a finished pipeline, with a fresh
@@ -62,6 +63,10 @@ pub enum Action {
     },
     /// Delete the owned `TpuSlice` (release after an attempt, retry, or finish).
     DeleteSlice,
+    /// Cancel the current Vertex job (suspend stops what bills).
+    CancelJob {
+        name: String,
+    },
     /// Delete a finished Vertex job record (TTL reaping).
     DeleteJob {
         name: String,

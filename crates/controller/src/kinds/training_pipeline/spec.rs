@@ -43,6 +43,16 @@ fn child_meta(name: &str, ns: &str, pipeline: &str, owner: OwnerReference) -> Ob
 
 /// Children inherit `deletionPolicy: Orphan` from the pipeline, so orphaning a pipeline orphans
 /// the cloud resources of its children too.
+/// Whether the training slice is made with `deletionPolicy: Orphan`.
+pub fn orphans_slice(spec: &TrainingPipelineSpec) -> bool {
+    let own = spec
+        .training
+        .tpu_vm
+        .as_ref()
+        .map_or(DeletionPolicy::Delete, |t| t.slice.deletion_policy);
+    child_policy(spec.deletion_policy, own) == DeletionPolicy::Orphan
+}
+
 fn child_policy(pipeline: DeletionPolicy, own: DeletionPolicy) -> DeletionPolicy {
     match pipeline {
         DeletionPolicy::Orphan => DeletionPolicy::Orphan,

@@ -137,10 +137,11 @@ pub fn aggregate_cost(old: Option<&CostEstimate>, children: &[CostEstimate]) -> 
     if children.is_empty() && old.is_none() {
         return None;
     }
-    let sum: f64 = children.iter().map(|c| c.so_far_usd).sum();
+    // Folded from +0.0: an empty f64 `sum` is -0.0, which status would show as "-0".
+    let sum = children.iter().fold(0.0, |total, c| total + c.so_far_usd);
     Some(CostEstimate {
         so_far_usd: old.map_or(0.0, |o| o.so_far_usd).max(sum),
-        per_hour_usd: children.iter().map(|c| c.per_hour_usd).sum(),
+        per_hour_usd: children.iter().fold(0.0, |total, c| total + c.per_hour_usd),
         price_key: None,
         accrued_through: None,
     })

@@ -328,37 +328,170 @@ fn tpu_vm_attempt_fails_releases_the_slice_then_retries() {
     );
 }
 
+/// Issue 35 item 2: suspending stops what bills, one thing per pass: the running job is
+/// cancelled, the slice deleted, the running batch deleted; while the stop completes the status
+/// stays put; resumed, the stopped attempt is replaced by one that spends no retry.
 #[test]
-fn suspend_creates_nothing_but_keeps_tracking_running_work() {
-    let mut spec = quickstart();
-    spec.suspend = true;
-    let p = run(
-        &spec,
-        &TrainingPipelineStatus::default(),
-        &vertex(Child::Absent, None),
-    );
-    assert_eq!((p.status.phase, &p.action), (Phase::Suspended, &Action::Nothing));
-    assert_eq!(progress_of(&p.status.conditions), Some(Progress::Idle));
-    assert!(tpu_operator_api::conditions::is_true(
-        &p.status.conditions,
-        types::SUSPENDED
-    ));
+fn suspend_stops_what_bills_and_resuming_spends_no_retry() {
+    let mut vertex_spec = quickstart();
+    vertex_spec.preprocess = None;
+    let cancel = Action::CancelJob {
+        name: job(1, JobState::Running).name,
+    };
+    // (spec, observed while running, stop action, observed while stopping, observed once stopped, resumed action)
+    let cases: Vec<(TrainingPipelineSpec, Observed, Action, Observed, Observed, Action)> = vec![
+        (
+            vertex_spec.clone(),
+            vertex(Child::Absent, Some(job(1, JobState::Running))),
+            cancel.clone(),
+            vertex(Child::Absent, Some(job(1, JobState::Cancelling))),
+            vertex(Child::Absent, Some(job(1, JobState::Cancelled))),
+            Action::CreateJob { attempt: 2 },
+        ),
+        (
+            vertex_spec.clone(),
+            vertex(Child::Absent, Some(job(1, JobState::Pending))),
+            cancel,
+            vertex(Child::Absent, Some(job(1, JobState::Cancelling))),
+            vertex(Child::Absent, Some(job(1, JobState::Cancelled))),
+            Action::CreateJob { attempt: 2 },
+        ),
+        (
+            tpu_vm(),
+            vm(ready(), Marker::None),
+            Action::DeleteSlice,
+            vm(Child::Deleting, Marker::None),
+            vm(Child::Absent, Marker::None),
+            Action::CreateSlice { attempt: 2 },
+        ),
+        (
+            quickstart(),
+            vertex(running(), None),
+            Action::DeletePreprocess,
+            vertex(Child::Deleting, None),
+            vertex(Child::Absent, None),
+            Action::CreatePreprocess,
+        ),
+    ];
+    for (i, (mut spec, running, stop, stopping, stopped, resumed)) in cases.into_iter().enumerate() {
+        let mut st = TrainingPipelineStatus::default();
+        if spec.preprocess.is_none() {
+            // Attempt 1 was created.
+            let first = match running.training {
+                TrainingObserved::Vertex { .. } => vertex(Child::Absent, None),
+                TrainingObserved::TpuVm { .. } => vm(Child::Absent, Marker::None),
+            };
+            step(&spec, &mut st, &first);
+        } else {
+            step(&spec, &mut st, &vertex(Child::Absent, None));
+        }
+        step(&spec, &mut st, &running);
+        let counted = train(&st).attempts;
+        spec.suspend = true;
+        let p = step(&spec, &mut st, &running);
+        assert_eq!((&p.action, p.status.phase), (&stop, Phase::Suspended), "case {i}");
+        let record = st.suspension.clone().expect("suspension recorded");
+        assert!(
+            record.suspended_time.is_some() && record.stopped.is_some(),
+            "case {i}: {record:?}"
+        );
+        assert!(
+            p.events.iter().any(|e| e.reason == reasons::SUSPENDED),
+            "case {i}: {:?}",
+            p.events
+        );
+        let message = st.message.clone().unwrap_or_default();
+        assert!(message.contains("checkpoints are kept"), "case {i}: {message}");
+        // Stopping, then stopped: nothing else happens and the status stays as written.
+        for observed in [&stopping, &stopped, &stopped] {
+            let later = now() + chrono::Duration::seconds(60);
+            let again = run_at(&spec, &st, observed, later);
+            assert_eq!(again.action, Action::Nothing, "case {i}");
+            assert_eq!(
+                again.status, st,
+                "case {i}: a pass while suspended changes the status"
+            );
+            assert!(again.events.is_empty(), "case {i}: {:?}", again.events);
+        }
+        spec.suspend = false;
+        let p = step(&spec, &mut st, &stopped);
+        assert_eq!(p.action, resumed, "case {i}: resumed");
+        assert_eq!(train(&st).attempts, counted, "case {i}: resuming spent a retry");
+        assert!(
+            p.events.iter().any(|e| e.reason == lifecycle::RESUMED),
+            "case {i}: {:?}",
+            p.events
+        );
+        let record = st.suspension.clone().unwrap();
+        assert!(record.resumed_time.is_some(), "case {i}");
+        if spec.preprocess.is_none() {
+            assert_eq!(record.resumes, 1, "case {i}");
+        }
+    }
+}
 
-    // A running job keeps being observed and finishing is still recorded.
+/// Suspended with maxRetries 0: the resumed attempt still has the whole budget of the stopped
+/// one, and a job that finished before the cancel reached it is still a success.
+#[test]
+fn a_resumed_attempt_keeps_the_budget_and_a_finished_job_still_counts() {
+    let mut spec = quickstart();
     spec.preprocess = None;
-    let p = run(
+    spec.max_retries = 0;
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vertex(Child::Absent, None));
+    step(
         &spec,
-        &TrainingPipelineStatus::default(),
+        &mut st,
         &vertex(Child::Absent, Some(job(1, JobState::Running))),
     );
-    assert_eq!(p.status.phase, Phase::Suspended);
-    assert_eq!(train(&p.status).state, StageState::Running);
+    spec.suspend = true;
+    step(
+        &spec,
+        &mut st,
+        &vertex(Child::Absent, Some(job(1, JobState::Running))),
+    );
     let done = JobView {
         model_exists: Some(true),
         ..job(1, JobState::Succeeded)
     };
-    let p = run(&spec, &p.status, &vertex(Child::Absent, Some(done)));
-    assert_eq!(p.status.phase, Phase::Succeeded);
+    let p = run(&spec, &st, &vertex(Child::Absent, Some(done)));
+    assert_eq!(p.status.phase, Phase::Succeeded, "finished before the cancel");
+    step(
+        &spec,
+        &mut st,
+        &vertex(Child::Absent, Some(job(1, JobState::Cancelled))),
+    );
+    spec.suspend = false;
+    let p = step(
+        &spec,
+        &mut st,
+        &vertex(Child::Absent, Some(job(1, JobState::Cancelled))),
+    );
+    assert_eq!(p.action, Action::CreateJob { attempt: 2 });
+    // The resumed attempt fails: with maxRetries 0 that is final, after one counted attempt.
+    let p = step(
+        &spec,
+        &mut st,
+        &vertex(Child::Absent, Some(job(2, JobState::Failed))),
+    );
+    assert_eq!(p.status.phase, Phase::Failed);
+    assert!(
+        st.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("(1 attempts, maxRetries 0)"),
+        "{:?}",
+        st.message
+    );
+    // A job cancelled by someone else (not by suspend) still fails the pipeline.
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vertex(Child::Absent, None));
+    let p = step(
+        &spec,
+        &mut st,
+        &vertex(Child::Absent, Some(job(1, JobState::Cancelled))),
+    );
+    assert_eq!(p.status.phase, Phase::Failed);
 }
 
 #[test]

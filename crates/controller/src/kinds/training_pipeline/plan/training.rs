@@ -20,7 +20,8 @@ pub const MAX_UNCOUNTED_PREEMPTIONS: i32 = 10;
 impl Planner<'_> {
     /// Training attempts so far that did not count against `maxRetries`.
     fn uncounted_attempts(&self) -> i32 {
-        (self.st.attempts - status::stage(&self.st, StageName::Train).attempts).max(0)
+        let resumes = self.st.suspension.as_ref().map_or(0, |s| s.resumes);
+        (self.st.attempts - status::stage(&self.st, StageName::Train).attempts - resumes).max(0)
     }
 
     pub(super) fn vertex(&mut self, job: Option<&JobView>) -> Step {
@@ -135,6 +136,13 @@ impl Planner<'_> {
                     job.name, job.message
                 );
                 self.attempt_failed(detail, Action::CreateJob { attempt: attempt + 1 })
+            }
+            JobState::Cancelling | JobState::Cancelled if self.stopped_by_suspend(attempt) => {
+                let detail = format!(
+                    "custom job {} (attempt {attempt}) was cancelled by spec.suspend; resuming from CHECKPOINT_DIR",
+                    job.name
+                );
+                self.start_attempt(attempt + 1, false, Some(detail))
             }
             JobState::Expired => {
                 let detail = format!(
@@ -270,6 +278,14 @@ impl Planner<'_> {
         if self.spec().suspend {
             return held(&format!("{what} for attempt {attempt}"), why.as_deref());
         }
+        let (counted, why) = if self.take_resumption(attempt) {
+            let why = why.unwrap_or_else(|| {
+                "resumed after spec.suspend; training continues from CHECKPOINT_DIR".into()
+            });
+            (false, Some(why))
+        } else {
+            (counted, why)
+        };
         self.st.attempts = attempt;
         self.st.custom_job_name = None;
         let stage = status::stage_mut(&mut self.st, StageName::Train);
