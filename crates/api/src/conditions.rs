@@ -202,9 +202,11 @@ pub enum Progress {
     Idle,
 }
 
-/// Sets `Ready`, `Reconciling` and `Stalled` consistently from one [`Progress`]. The same reason
-/// and message go on the condition(s) that describe the state; the others get reason
-/// `reason` too, so `kubectl get -o yaml` tells one story. Returns whether anything changed.
+/// Sets `Ready`, `Reconciling` and `Stalled` consistently from one [`Progress`]. All three get
+/// `reason`, so `kubectl get -o yaml` tells one story; the message goes only on the condition
+/// that describes the state (the True one; `Ready` when all are False), so `kubectl describe`
+/// shows it once rather than three times. Tools read that one: kstatus and Argo CD take the
+/// message of the True condition. Returns whether anything changed.
 pub fn set_kstatus(
     conditions: &mut Vec<Condition>,
     progress: Progress,
@@ -219,16 +221,29 @@ pub fn set_kstatus(
         Progress::Stalled => (false, false, true),
         Progress::Idle => (false, false, false),
     };
+    let idle = progress == Progress::Idle;
     let mut changed = false;
     for (type_, value) in [
         (types::READY, ready),
         (types::RECONCILING, reconciling),
         (types::STALLED, stalled),
     ] {
-        let c = condition(type_, value, reason, message, observed_generation, now.clone());
+        let describes = value || (idle && type_ == types::READY);
+        let says = if describes { message } else { "" };
+        let c = condition(type_, value, reason, says, observed_generation, now.clone());
         changed |= set_condition(conditions, c);
     }
     changed
+}
+
+/// The condition that describes the state (the one carrying the message, see [`set_kstatus`]):
+/// `Stalled` or `Reconciling` when True, else `Ready`.
+pub fn describing(conditions: &[Condition]) -> Option<&Condition> {
+    [types::STALLED, types::RECONCILING]
+        .into_iter()
+        .filter_map(|t| find_condition(conditions, t))
+        .find(|c| c.status == status::TRUE)
+        .or_else(|| find_condition(conditions, types::READY))
 }
 
 /// Reads the kstatus triple back (for tests and for the pipeline reading its children).
@@ -359,6 +374,35 @@ mod tests {
         );
         assert_eq!(progress_of(&conds), Some(Progress::Idle));
         assert_eq!(progress_of(&[]), None);
+    }
+
+    /// Issue 35 item 6: `kubectl describe` showed each message three times.
+    #[test]
+    fn the_message_is_on_the_describing_condition_only() {
+        for (progress, describes) in [
+            (Progress::Reconciling, types::RECONCILING),
+            (Progress::Stalled, types::STALLED),
+            (Progress::Ready, types::READY),
+            (Progress::Idle, types::READY),
+        ] {
+            let mut conds = vec![];
+            set_kstatus(
+                &mut conds,
+                progress,
+                reasons::QUEUED,
+                "the message",
+                Some(1),
+                t(1),
+            );
+            let carrying: Vec<&str> = conds
+                .iter()
+                .filter(|c| c.message == "the message")
+                .map(|c| c.type_.as_str())
+                .collect();
+            assert_eq!(carrying, vec![describes], "{progress:?}");
+            assert!(conds.iter().all(|c| c.reason == reasons::QUEUED), "{progress:?}");
+            assert_eq!(describing(&conds).map(|c| c.type_.as_str()), Some(describes));
+        }
     }
 
     #[test]

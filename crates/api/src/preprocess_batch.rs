@@ -39,6 +39,11 @@ pub const OUTPUT_PROPERTY: &str = "spark.tpuoperator.outputUri";
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
     printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
     printcolumn(name = "Attempts", type_ = "integer", json_path = ".status.attempts"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
@@ -268,6 +273,10 @@ pub enum PreprocessBatchPhase {
     Pending,
     /// The batch was submitted and waits to start (Dataproc PENDING).
     Submitted,
+    /// Waits for capacity (a stockout), a project quota, or the namespace's TpuPolicy limits:
+    /// the Reason column (the Ready condition's reason) says which. A Warning Event is published
+    /// when the wait starts and a Normal `WaitEnded` when it ends.
+    Waiting,
     /// Spark is running.
     Running,
     /// A failed attempt will be retried.

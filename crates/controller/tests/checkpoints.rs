@@ -368,7 +368,12 @@ async fn a_start_clean_retry_gets_its_own_checkpoint_dir() {
     assert_eq!(node_checkpoint_dir(&env), Some(format!("{base}attempt-1/")));
     // The first attempt's container fails when it exits.
     let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
-    env.gcp.inject(Fault::FailTpuWorkload { node }).unwrap();
+    env.gcp
+        .inject(Fault::FailTpuWorkload {
+            node,
+            exit_code: None,
+        })
+        .unwrap();
     let retried = env
         .wait_for::<TrainingPipeline, _>("ckpt-clean", "the retry's directory in status", STEP, |tp| {
             checkpoint(tp).dir.as_deref() == Some(&format!("{base}attempt-2/"))

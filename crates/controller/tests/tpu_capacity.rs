@@ -1,7 +1,8 @@
 //! Issue 21 item 4: an exhausted TPU quota is not a stockout. Against gcp-emulator's
 //! `CapacityError` fault in both shapes (a refused `nodes.create`, a create operation failed with
 //! code 8), a slice over quota says `Stalled/QuotaExceeded` with a Warning event and retries
-//! slowly; a stockout still waits as `Reconciling/WaitingForCapacity`.
+//! slowly; a stockout still waits as `Reconciling/WaitingForCapacity`. Issue 35 item 6: either
+//! wait is phase `Waiting`, with one Warning when it starts and one `WaitEnded` when it ends.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use serde_json::json;
 use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
-    tpu_slice::TpuSlice,
+    tpu_slice::{TpuSlice, TpuSlicePhase},
 };
 use tpu_operator_controller::{kinds::tpu_slice, never_shutdown};
 
@@ -160,4 +161,71 @@ async fn stockout_failing_the_create_operation_waits_for_capacity() {
     env.wait_for::<TpuSlice, _>("stockout-op", "Ready", STEP, is_ready)
         .await;
     assert_eq!(env.gcp.nodes().len(), 1);
+}
+
+/// Each Event about `name` with `reason`, and how often it was published (its series count).
+async fn published(env: &TestEnv, name: &str, reason: &str) -> Vec<(String, i32)> {
+    let api = env.api::<k8s_openapi::api::events::v1::Event>();
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| {
+            let count = e.series.as_ref().map_or(1, |s| s.count);
+            (e.type_.unwrap_or_default(), count)
+        })
+        .collect()
+}
+
+/// Issue 35 item 6: a stockout read as `Provisioning` with no Event, and `describe` showed its
+/// message three times. Now the slice is `Waiting` (the Reason column: `WaitingForCapacity`),
+/// the message sits on one condition, one Warning says the wait started however many passes
+/// re-check it, and one Normal `WaitEnded` says it ended.
+#[tokio::test]
+async fn a_stockout_is_a_wait_with_one_warning_when_it_starts_and_one_event_when_it_ends() {
+    let env = start().await;
+    env.gcp
+        .inject(fault(CapacityCause::Stockout, ErrorShape::Call))
+        .unwrap();
+    env.create(&slice("waits")).await;
+    let waiting = env
+        .wait_for::<TpuSlice, _>("waits", "phase Waiting", STEP, |s| {
+            s.status
+                .as_ref()
+                .is_some_and(|st| st.phase == TpuSlicePhase::Waiting)
+        })
+        .await;
+    let st = waiting.status.clone().unwrap();
+    let ready = find_condition(&st.conditions, types::READY).unwrap();
+    assert_eq!(ready.reason, "WaitingForCapacity", "the Reason column");
+    let message = st.message.clone().unwrap();
+    let carrying = st.conditions.iter().filter(|c| c.message == message).count();
+    assert_eq!(
+        carrying, 1,
+        "the message on {carrying} conditions: {:#?}",
+        st.conditions
+    );
+    env.wait_for_event("waits", "WaitingForCapacity", STEP).await;
+    // Many capacity polls later (50 ms each here), still the one Warning.
+    env.idle(Duration::from_millis(1500), STEP).await;
+    let creates = env.gcp.call_count("tpu", "nodes.create");
+    assert!(creates >= 3, "the wait was re-checked ({creates} creates)");
+    assert_eq!(
+        published(&env, "waits", "WaitingForCapacity").await,
+        vec![("Warning".to_string(), 1)]
+    );
+    assert!(published(&env, "waits", "WaitEnded").await.is_empty());
+
+    env.gcp.inject(lift()).unwrap();
+    env.wait_for::<TpuSlice, _>("waits", "Ready", STEP, is_ready)
+        .await;
+    env.wait_for_event("waits", "WaitEnded", STEP).await;
+    env.idle(Duration::from_millis(300), STEP).await;
+    assert_eq!(
+        published(&env, "waits", "WaitEnded").await,
+        vec![("Normal".to_string(), 1)]
+    );
 }

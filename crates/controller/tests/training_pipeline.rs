@@ -887,3 +887,139 @@ async fn suspending_a_tpu_vm_run_deletes_its_node_and_resuming_spends_no_retry()
     );
     assert_eq!(done.status.as_ref().unwrap().attempts, 2);
 }
+
+/// Issue 35 item 6: a TPU VM run whose slice meets a stockout is `Waiting`, not `Provisioning`,
+/// with one `WaitingForCapacity` Warning on the pipeline and a `WaitEnded` once it trains.
+#[tokio::test]
+async fn a_run_waiting_for_capacity_says_so_once_and_when_it_ends() {
+    let env = started().await;
+    env.gcp
+        .inject(Fault::CapacityError {
+            zone: "us-central2-b".into(),
+            accelerator: "v4".into(),
+            cause: gcp_emulator::CapacityCause::Stockout,
+            shape: gcp_emulator::ErrorShape::Call,
+            quota_metric: None,
+        })
+        .unwrap();
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    tp.spec.preprocess = None;
+    env.create(&tp).await;
+    let waiting = wait_phase(&env, "tpu-vm-pipeline", Phase::Waiting).await;
+    let ready = find_condition(&waiting.status.as_ref().unwrap().conditions, types::READY).unwrap();
+    assert_eq!(
+        ready.reason,
+        "WaitingForCapacity",
+        "the Reason column: {}",
+        message(&waiting)
+    );
+    assert!(
+        message(&waiting).contains("no TPU capacity"),
+        "{}",
+        message(&waiting)
+    );
+    env.wait_for_event("tpu-vm-pipeline", "WaitingForCapacity", STEP)
+        .await;
+    env.gcp
+        .inject(Fault::LiftStockout {
+            zone: "us-central2-b".into(),
+            accelerator: "v4".into(),
+        })
+        .unwrap();
+    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    env.wait_for_event("tpu-vm-pipeline", "WaitEnded", STEP).await;
+    let waits = env
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("tpu-vm-pipeline"))
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .count();
+    assert_eq!(waits, 1, "one Warning for the wait");
+}
+
+fn fail_run_on_3_ignore_137() -> serde_json::Value {
+    json!({"rules": [
+        {"action": "FailRun", "onExitCodes": {"operator": "In", "values": [3]}},
+        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [137]}},
+    ]})
+}
+
+/// Issue 35 item 8, Vertex: exit code 3 (a bad config) ends the run at once although retries
+/// are left; exit code 137 is retried without spending `maxRetries`. The exit code is read from
+/// the failed job's error message as Vertex words it.
+#[tokio::test]
+async fn retry_policy_fails_a_vertex_run_on_exit_3_and_retries_137_for_free() {
+    let env = started().await;
+    for name in ["bad-config", "flaky"] {
+        let mut tp = vertex_only(name);
+        tp.spec.max_retries = 2;
+        tp.spec.retry_policy = Some(serde_json::from_value(fail_run_on_3_ignore_137()).unwrap());
+        env.create(&tp).await;
+    }
+    for (name, code) in [("bad-config", 3), ("flaky", 137)] {
+        let uid = env
+            .api::<TrainingPipeline>()
+            .get(name)
+            .await
+            .unwrap()
+            .uid()
+            .unwrap();
+        let job = first_job_of(&env, &uid, "1").await;
+        let message = format!(
+            "The replica workerpool0-0 exited with a non-zero status of {code}. Termination reason: Error."
+        );
+        env.gcp
+            .inject(Fault::FailJob {
+                name: job,
+                message: Some(message),
+            })
+            .unwrap();
+    }
+    let failed = wait_phase(&env, "bad-config", Phase::Failed).await;
+    let stalled = find_condition(&failed.status.as_ref().unwrap().conditions, types::STALLED).unwrap();
+    assert_eq!(stalled.reason, "FailedByRetryPolicy", "{}", stalled.message);
+    assert!(stalled.message.contains("exit code 3"), "{}", stalled.message);
+    assert_eq!(
+        failed.status.as_ref().unwrap().attempts,
+        1,
+        "no retry after exit code 3"
+    );
+
+    let done = wait_phase(&env, "flaky", Phase::Succeeded).await;
+    assert_eq!(done.status.as_ref().unwrap().attempts, 2, "{}", message(&done));
+    assert_eq!(train_attempts(&done), 1, "the exit-137 retry spent maxRetries");
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 3);
+}
+
+/// Issue 35 item 8, TPU VM: the exit code in `_FAILED` decides: exit 3 ends the run and
+/// releases the slice, no second slice is made.
+#[tokio::test]
+async fn retry_policy_fails_a_tpu_vm_run_on_exit_3_and_releases_its_slice() {
+    let env = started().await;
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    tp.spec.preprocess = None;
+    tp.spec.max_retries = 2;
+    tp.spec.retry_policy = Some(serde_json::from_value(fail_run_on_3_ignore_137()).unwrap());
+    env.create(&tp).await;
+    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    env.gcp
+        .inject(Fault::FailTpuWorkload {
+            node,
+            exit_code: Some(3),
+        })
+        .unwrap();
+    let failed = wait_phase(&env, "tpu-vm-pipeline", Phase::Failed).await;
+    let stalled = find_condition(&failed.status.as_ref().unwrap().conditions, types::STALLED).unwrap();
+    assert_eq!(stalled.reason, "FailedByRetryPolicy", "{}", stalled.message);
+    env.wait_gone::<TpuSlice>("tpu-vm-pipeline-train", STEP).await;
+    let creates =
+        env.gcp.call_count("tpu", "nodes.create") + env.gcp.call_count("tpu", "queuedResources.create");
+    assert_eq!(creates, 1, "{:?}", env.gcp.call_counts());
+}

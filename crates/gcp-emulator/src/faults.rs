@@ -4,7 +4,7 @@
 
 use crate::errors::{ApiError, Code};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One fault to inject. JSON form (admin API): `{"kind": "failCalls", "service": "tpu", ...}`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -106,8 +106,13 @@ pub enum Fault {
     LiftVertexListLag,
     /// The Vertex custom job (full name or numeric id) ends JOB_STATE_FAILED, like `FailBatch`.
     FailJob { name: String, message: Option<String> },
-    /// The TPU VM workload on this node (full name or node id) writes `_FAILED` instead of `_SUCCESS`.
-    FailTpuWorkload { node: String },
+    /// The TPU VM workload on this node (full name or node id) writes `_FAILED` instead of
+    /// `_SUCCESS`, holding `exit_code` (default 1) as the operator's startup script does.
+    FailTpuWorkload {
+        node: String,
+        #[serde(default)]
+        exit_code: Option<i32>,
+    },
     /// This batch / job / node (full name or id) succeeds without writing any output.
     SuppressOutput { name: String },
     /// Delays calls of `service` (+ `method`, default any) by `millis` real milliseconds, for the
@@ -286,7 +291,8 @@ pub struct Faults {
     #[serde(skip)]
     pub doomed_creates: std::collections::BTreeMap<String, ApiError>,
     pub failing: BTreeSet<String>,
-    pub failing_workloads: BTreeSet<String>,
+    /// Node or instance (full name or id) → the exit code its workload fails with.
+    pub failing_workloads: BTreeMap<String, i32>,
     pub suppressed_outputs: BTreeSet<String>,
     pub latency: Vec<LatencyState>,
     /// At most one per `service` (None = any service); the first matching stream draws.
@@ -380,8 +386,8 @@ impl Faults {
             }
             Fault::FailBatch { name, message } => FollowUp::FailBatch(self.doom(name, message)),
             Fault::FailJob { name, message } => FollowUp::FailJob(self.doom(name, message)),
-            Fault::FailTpuWorkload { node } => {
-                self.failing_workloads.insert(node);
+            Fault::FailTpuWorkload { node, exit_code } => {
+                self.failing_workloads.insert(node, exit_code.unwrap_or(1));
                 FollowUp::Nothing
             }
             Fault::SuppressOutput { name } => {
@@ -506,6 +512,12 @@ fn matches(pattern: &str, value: &str) -> bool {
 }
 
 /// `name` given as a full resource name or its last segment.
+/// The value `map` holds for `full` or its last segment.
+pub fn matching<'a, V>(map: &'a BTreeMap<String, V>, full: &str) -> Option<&'a V> {
+    let id = full.rsplit('/').next().unwrap_or(full);
+    map.get(full).or_else(|| map.get(id))
+}
+
 pub fn name_matches(set: &BTreeSet<String>, full: &str) -> bool {
     let id = full.rsplit('/').next().unwrap_or(full);
     set.contains(full) || set.contains(id)

@@ -81,9 +81,19 @@ pub fn job_succeeded(w: &mut Cloud, job: &Value) {
     }
 }
 
-pub fn tpu_workload_done(w: &mut Cloud, done_uri: &str, failed: bool) {
-    if failed {
-        write(w, &format!("{done_uri}_FAILED"), b"1", "text/plain");
+/// The workload's end: `_SUCCESS`, or `_FAILED` holding the exit code (`failed`).
+pub fn tpu_workload_done(w: &mut Cloud, done_uri: &str, failed: Option<i32>) {
+    if let Some(code) = failed {
+        if let Some((bucket, name)) = parse_gs(&format!("{done_uri}_FAILED")) {
+            put_object(
+                w,
+                &bucket,
+                &name,
+                Bytes::from(code.to_string()),
+                "text/plain",
+                None,
+            );
+        }
     } else {
         write(w, &format!("{done_uri}_SUCCESS"), b"", "application/octet-stream");
     }

@@ -953,7 +953,11 @@ async fn tpu_vm_workload_writes_success_or_failed_marker() {
             .await
             .unwrap();
     }
-    emu.inject(Fault::FailTpuWorkload { node: "bad".into() }).unwrap();
+    emu.inject(Fault::FailTpuWorkload {
+        node: "bad".into(),
+        exit_code: None,
+    })
+    .unwrap();
     emu.inject(Fault::SuppressOutput {
         name: format!("{PARENT}/nodes/quiet"),
     })

@@ -58,6 +58,11 @@ pub const MEGASCALE_COORDINATOR_METADATA: &str = "tpu-operator-megascale-coordin
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
     printcolumn(name = "Accelerator", type_ = "string", json_path = ".status.acceleratorType"),
     printcolumn(name = "Zone", type_ = "string", json_path = ".spec.zone"),
     printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips"),

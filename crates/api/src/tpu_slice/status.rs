@@ -14,6 +14,10 @@ pub enum TpuSlicePhase {
     Pending,
     /// A queued resource waits for capacity.
     Queued,
+    /// Waits for capacity (a stockout), a project quota, or the namespace's TpuPolicy limits:
+    /// the Reason column (the Ready condition's reason) says which. A Warning Event is published
+    /// when the wait starts and a Normal `WaitEnded` when it ends.
+    Waiting,
     /// The node is being created.
     Provisioning,
     /// The node is READY and healthy.

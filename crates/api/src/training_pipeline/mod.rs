@@ -46,6 +46,11 @@ pub const RERUN_ANNOTATION: &str = "tpu-operator.dev/rerun";
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
     printcolumn(name = "Stage", type_ = "string", json_path = ".status.currentStage"),
     printcolumn(name = "Accelerator", type_ = "string", json_path = ".status.acceleratorType"),
     printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips", priority = 1),
@@ -98,6 +103,11 @@ pub struct TrainingPipelineSpec {
     #[serde(default)]
     #[schemars(range(min = 0, max = 10))]
     pub max_retries: i32,
+
+    /// How a failed training attempt is treated by its exit code: fail the run at once, retry
+    /// without spending `maxRetries`, or count (the default). See `RetryPolicy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_policy: Option<RetryPolicy>,
 
     /// Delete (default) or Orphan the cloud resources when the pipeline is deleted.
     #[serde(default)]
@@ -156,10 +166,12 @@ pub enum CheckpointsOnRetry {
     StartClean,
 }
 
+mod retry;
 mod status;
 mod training;
 mod vertex;
 
+pub use retry::{ExitCodeOperator, ExitCodes, RetryAction, RetryPolicy, RetryRule};
 pub use status::{
     CheckpointStatus, PipelineOutputs, RerunStatus, StageKind, StageName, StageState, StageStatus,
     SuspensionStatus, TrainingPipelinePhase, TrainingPipelineStatus,

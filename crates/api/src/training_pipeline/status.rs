@@ -16,6 +16,10 @@ pub enum TrainingPipelinePhase {
     Preprocessing,
     /// Training capacity is being obtained (slice queued / provisioning, job queued).
     Provisioning,
+    /// Waits for capacity (a stockout), a project quota, or the namespace's TpuPolicy limits:
+    /// the Reason column (the Ready condition's reason) says which. A Warning Event is published
+    /// when the wait starts and a Normal `WaitEnded` when it ends.
+    Waiting,
     /// Training runs.
     Training,
     /// Training succeeded and the model exists.

@@ -152,8 +152,14 @@ pub trait Kind:
 
     // ---- how status says it ----
 
-    /// The Events a status change publishes, after its write.
+    /// The Events a status change publishes, after its write (besides a wait's, which the pass
+    /// publishes from [`Kind::waiting`]).
     fn transitions(old: &Self::Status, new: &Self::Status) -> Vec<Transition>;
+
+    /// Whether `status` waits for capacity, a quota or the namespace's policy (the kind's
+    /// `Waiting` phase): the pass publishes a Warning when a wait starts and a Normal
+    /// `WaitEnded` when it ends ([`super::waits`]).
+    fn waiting(status: &Self::Status) -> bool;
 
     /// `old` as a stall says it: `Stalled` for `reason` with `message` at `now`, nothing else
     /// changed but what the kind's phase must show (`retry`: the refusal is looked at again, e.g.

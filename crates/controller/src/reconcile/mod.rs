@@ -21,3 +21,4 @@ pub mod report;
 pub mod retry;
 pub mod status;
 pub mod wait;
+pub mod waits;

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use super::{
     context::Context,
     kind::{Kind, WriteAhead},
-    report,
+    report, waits,
 };
 use crate::runtime::{
     error::{ReconcileError, Result},
@@ -36,7 +36,7 @@ pub async fn write<K: Kind>(
         ctx.settled.wrote(obj, version.clone());
     }
     let unset = K::Status::default();
-    for t in K::transitions(old.unwrap_or(&unset), new) {
+    for t in waits::with_waits::<K>(old.unwrap_or(&unset), new) {
         report::publish(ctx, obj, t).await;
     }
     Ok(version)

@@ -73,7 +73,7 @@ pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
         r.workload_end = None;
     }
     if !silent {
-        let failed = name_matches(&w.faults.failing_workloads, &name);
+        let failed = crate::faults::matching(&w.faults.failing_workloads, &name).copied();
         crate::outputs::tpu_workload_done(w, &uri, failed);
     }
 }

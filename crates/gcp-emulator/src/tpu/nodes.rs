@@ -765,7 +765,7 @@ pub fn fire_workload(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
     if name_matches(&w.faults.suppressed_outputs, name) || !w.cfg.simulate_outputs {
         return;
     }
-    let failed = name_matches(&w.faults.failing_workloads, name);
+    let failed = crate::faults::matching(&w.faults.failing_workloads, name).copied();
     crate::outputs::tpu_workload_done(w, &uri, failed);
 }
 

@@ -38,7 +38,13 @@ pub fn transitions(old: &PreprocessBatchStatus, new: &PreprocessBatchStatus) -> 
         Phase::Retrying => (true, types::RECONCILING),
         // Deletion started: cancelling running work, or deleting finished batches.
         Phase::Cancelling | Phase::Deleting => (false, types::RECONCILING),
-        Phase::Pending | Phase::Submitted | Phase::Running | Phase::Failed | Phase::Cancelled => return out,
+        // A wait's Events are the pass's (`reconcile::waits`).
+        Phase::Waiting
+        | Phase::Pending
+        | Phase::Submitted
+        | Phase::Running
+        | Phase::Failed
+        | Phase::Cancelled => return out,
     };
     let (reason, note) = message(type_);
     out.push(Transition {

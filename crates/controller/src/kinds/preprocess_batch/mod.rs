@@ -218,15 +218,19 @@ impl Kind for PreprocessBatch {
         events::transitions(old, new)
     }
 
+    fn waiting(st: &PreprocessBatchStatus) -> bool {
+        st.phase == PreprocessBatchPhase::Waiting
+    }
+
     fn stalled(
         &self,
         old: &PreprocessBatchStatus,
         reason: &'static str,
         message: &str,
-        _retry: bool,
+        retry: bool,
         now: DateTime<Utc>,
     ) -> PreprocessBatchStatus {
-        status::stalled(old, self.metadata.generation, reason, message, now)
+        status::stalled(old, self.metadata.generation, reason, message, retry, now)
     }
 }
 

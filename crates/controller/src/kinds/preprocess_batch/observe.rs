@@ -175,7 +175,7 @@ pub fn attempt_settled(status: &PreprocessBatchStatus) -> bool {
     use PreprocessBatchPhase::*;
     match status.phase {
         Retrying | Succeeded | Failed | Cancelled => true,
-        Pending | Submitted | Running | Cancelling | Deleting => false,
+        Pending | Waiting | Submitted | Running | Cancelling | Deleting => false,
     }
 }
 

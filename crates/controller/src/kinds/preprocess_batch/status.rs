@@ -206,10 +206,15 @@ pub fn stalled(
     generation: Option<i64>,
     reason: &'static str,
     message: &str,
+    retry: bool,
     now: DateTime<Utc>,
 ) -> PreprocessBatchStatus {
     let mut s = old.clone();
     s.observed_generation = generation;
+    if retry && reason == reasons::POLICY_DENIED {
+        // The namespace's usage (budget) may fall: the batch waits for it.
+        s.phase = Phase::Waiting;
+    }
     s.message = Some(message.to_owned());
     set_kstatus(
         &mut s.conditions,

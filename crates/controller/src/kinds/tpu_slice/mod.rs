@@ -40,8 +40,8 @@ use kube::Resource;
 use tpu_operator_api::{
     DeletionPolicy,
     common::CostEstimate,
-    conditions::{Progress, find_condition, reasons, types},
-    tpu_slice::{TpuSlice, TpuSliceStatus},
+    conditions::{Progress, describing, find_condition, reasons, types},
+    tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
 use tpu_operator_gcp::tpu_v2::model::Node;
 
@@ -245,6 +245,14 @@ impl Kind for TpuSlice {
 
     fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
         status::transitions(old, new)
+    }
+
+    /// A stockout, an exhausted quota or a policy limit (`Waiting`), or a queued resource
+    /// waiting for capacity.
+    fn waiting(st: &TpuSliceStatus) -> bool {
+        let queued_for_capacity = st.phase == TpuSlicePhase::Queued
+            && describing(&st.conditions).is_some_and(|c| c.reason == reasons::WAITING_FOR_CAPACITY);
+        st.phase == TpuSlicePhase::Waiting || queued_for_capacity
     }
 
     /// A refusal looked at again (quota, budget) leaves the slice `Pending`; one that needs a

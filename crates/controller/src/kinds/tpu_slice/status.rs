@@ -195,11 +195,14 @@ fn set_conditions(conditions: &mut Vec<Condition>, r: &Report<'_>) {
         } else {
             a.reason
         };
+        // The reason says why not; the message is the kstatus condition's, not repeated here
+        // (`kubectl describe` would show it twice).
+        let says = if available { "capacity granted" } else { "" };
         let c = condition(
             types::CAPACITY_AVAILABLE,
             available,
             reason,
-            &a.message,
+            says,
             generation,
             now.clone(),
         );
@@ -252,10 +255,11 @@ pub fn stalled(
 ) -> TpuSliceStatus {
     let mut new = old.clone();
     new.observed_generation = generation;
-    new.phase = if retry {
-        TpuSlicePhase::Pending
-    } else {
-        TpuSlicePhase::Failed
+    new.phase = match (retry, reason) {
+        // The namespace's usage (chips, budget) may fall: a wait like a stockout.
+        (true, reasons::POLICY_DENIED) => TpuSlicePhase::Waiting,
+        (true, _) => TpuSlicePhase::Pending,
+        (false, _) => TpuSlicePhase::Failed,
     };
     new.message = Some(message.to_string());
     set_kstatus(

@@ -27,7 +27,7 @@ use tpu_operator_api::{
     naming::{self, ObjectIdentity},
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
-    training_pipeline::{RERUN_ANNOTATION, TrainingPipeline, TrainingPipelineStatus},
+    training_pipeline::{RERUN_ANNOTATION, TrainingPipeline, TrainingPipelinePhase, TrainingPipelineStatus},
 };
 use tpu_operator_gcp::aiplatform_v1::model::{CustomJob, JobState};
 
@@ -264,14 +264,18 @@ impl Kind for TrainingPipeline {
         status::transitions(old, new)
     }
 
+    fn waiting(st: &TrainingPipelineStatus) -> bool {
+        st.phase == TrainingPipelinePhase::Waiting
+    }
+
     fn stalled(
         &self,
         old: &TrainingPipelineStatus,
         reason: &'static str,
         message: &str,
-        _retry: bool,
+        retry: bool,
         now: DateTime<Utc>,
     ) -> TrainingPipelineStatus {
-        status::stalled(old, self.metadata.generation, reason, message, now)
+        status::stalled(old, self.metadata.generation, reason, message, retry, now)
     }
 }

@@ -8,8 +8,8 @@ use tpu_operator_api::{
     common::CostEstimate,
     conditions::{self, Progress, condition, reasons, set_condition, types},
     training_pipeline::{
-        StageKind, StageName, StageState, StageStatus, TrainingMode, TrainingPipelineSpec,
-        TrainingPipelineStatus,
+        StageKind, StageName, StageState, StageStatus, TrainingMode, TrainingPipelinePhase,
+        TrainingPipelineSpec, TrainingPipelineStatus,
     },
 };
 
@@ -219,10 +219,15 @@ pub fn stalled(
     generation: Option<i64>,
     reason: &'static str,
     message: &str,
+    retry: bool,
     now: DateTime<Utc>,
 ) -> TrainingPipelineStatus {
     let mut new = old.clone();
     new.observed_generation = generation;
+    if retry && reason == reasons::POLICY_DENIED {
+        // The namespace's usage (chips, budget) may fall: the pipeline waits for it.
+        new.phase = TrainingPipelinePhase::Waiting;
+    }
     new.message = Some(message.to_string());
     set_kstatus(&mut new, Progress::Stalled, reason, message, time(now));
     new

@@ -58,7 +58,7 @@ pub fn on_create_error(err: &GcpError) -> Option<Assessment> {
             Assessment::new(
                 Progress::Stalled,
                 reasons::QUOTA_EXCEEDED,
-                P::Provisioning,
+                P::Waiting,
                 format!(
                     "the project's TPU quota{} is exhausted: request a quota increase (or free quota); the create is retried every few minutes: {err}",
                     err.quota_metric()
@@ -72,7 +72,7 @@ pub fn on_create_error(err: &GcpError) -> Option<Assessment> {
             Assessment::new(
                 Progress::Reconciling,
                 reasons::WAITING_FOR_CAPACITY,
-                P::Provisioning,
+                P::Waiting,
                 match err.exhaustion() {
                     Some(Exhaustion::Stockout) => format!("no TPU capacity in the zone right now (stockout); retrying: {err}"),
                     _ => format!("no TPU capacity right now (stockout, or a quota the error does not name); retrying: {err}"),

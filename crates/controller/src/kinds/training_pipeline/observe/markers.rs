@@ -61,6 +61,7 @@ pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline) -> Result<Marke
         let content = ctx.gcp.storage.read_object(&uri).await.unwrap_or_default();
         return Ok(Marker::Failed {
             detail: format!("{uri} written ({})", exit_code(&content)),
+            exit_code: content.trim().parse().ok(),
         });
     }
     Ok(Marker::None)

@@ -15,14 +15,31 @@ use crate::reconcile::context::Context;
 use crate::runtime::error::{ReconcileError, Result};
 
 pub fn job_view(job: CustomJob) -> JobView {
+    let message = job.error.as_ref().map(|e| e.message.clone()).unwrap_or_default();
     JobView {
         preempted: spot_preempted(&job),
         attempt: spec::attempt_of(&job),
-        message: job.error.as_ref().map(|e| e.message.clone()).unwrap_or_default(),
+        exit_code: exit_code(&message),
+        message,
         name: job.name,
         state: job.state,
         model_exists: None,
     }
+}
+
+/// The exit code in a failed job's error message. Vertex AI reports a replica's exit as "The
+/// replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error." (the
+/// message of a FAILED custom job, as recorded in public reports such as
+/// GoogleCloudPlatform/vertex-ai-samples#1504; the API documents no structured field for it).
+/// With several replicas the first one named decides. `None` when the message names none.
+pub fn exit_code(message: &str) -> Option<i32> {
+    const SAID: &str = "exited with a non-zero status of ";
+    let start = message.find(SAID)? + SAID.len();
+    let digits: String = message[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
 
 /// A Spot custom job that failed because its VMs were reclaimed. Vertex documents that a
@@ -213,4 +230,26 @@ async fn model_written_since(
         Some(since) => chrono::DateTime::parse_from_rfc3339(&o.updated)
             .is_ok_and(|t| t.with_timezone(&chrono::Utc) >= since),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_exit_code_is_read_from_vertex_s_failure_message() {
+        let cases = [
+            (
+                "The replica workerpool0-0 exited with a non-zero status of 3. Termination reason: Error.",
+                Some(3),
+            ),
+            (
+                "The replica workerpool1-1 exited with a non-zero status of 137.",
+                Some(137),
+            ),
+            ("Internal error occurred for the current attempt.", None),
+            ("exited with a non-zero status of x", None),
+        ];
+        for (message, want) in cases {
+            assert_eq!(super::exit_code(message), want, "{message}");
+        }
+    }
 }

@@ -43,6 +43,8 @@ pub struct JobView {
     pub state: JobState,
     /// Vertex's error message, if any.
     pub message: String,
+    /// The workload's exit code, when the error message names one (`spec.retryPolicy`).
+    pub exit_code: Option<i32>,
     /// Whether `<modelDir>model/` exists; only looked up once the job succeeded.
     pub model_exists: Option<bool>,
     /// A Spot job that ended FAILED because its Spot VMs were reclaimed (see
@@ -56,7 +58,7 @@ pub struct JobView {
 pub enum Marker {
     None,
     Succeeded,
-    Failed { detail: String },
+    Failed { detail: String, exit_code: Option<i32> },
 }
 
 #[derive(Clone, Debug, PartialEq)]

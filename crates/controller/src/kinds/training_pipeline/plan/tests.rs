@@ -45,6 +45,7 @@ fn job(attempt: i32, state: JobState) -> JobView {
         attempt,
         state,
         message: "boom".into(),
+        exit_code: None,
         model_exists: None,
         preempted: false,
     }
@@ -269,6 +270,7 @@ fn tpu_vm_attempt_fails_releases_the_slice_then_retries() {
     let mut st = TrainingPipelineStatus::default();
     let failed = || Marker::Failed {
         detail: "exit 1".into(),
+        exit_code: Some(1),
     };
     let slice_ready = ready();
     let cases: Vec<(Observed, Action, Phase)> = vec![
@@ -286,7 +288,8 @@ fn tpu_vm_attempt_fails_releases_the_slice_then_retries() {
                 Marker::None,
             ),
             Action::Nothing,
-            Phase::Provisioning,
+            // Issue 35 item 6: a wait for capacity is not provisioning.
+            Phase::Waiting,
         ),
         (
             vm(slice_ready.clone(), Marker::None),
@@ -678,6 +681,7 @@ fn a_suspended_plan_leaves_attempts_untouched_and_its_status_fixed() {
     };
     let failed = Marker::Failed {
         detail: "exit 1".into(),
+        exit_code: Some(1),
     };
     let mut preempted = job(1, JobState::Failed);
     preempted.preempted = true;
@@ -953,4 +957,101 @@ fn a_rerun_releases_the_slice_first_and_repeats_a_failed_preprocessing() {
         );
     }
     assert_eq!(status::stage(&st, StageName::Preprocess).attempts, 2);
+}
+
+/// Issue 35 item 8: `spec.retryPolicy` decides a failure by its exit code, for Vertex and TPU VM
+/// alike: `FailRun` ends the run at once (the slice released), `Ignore` retries without spending
+/// `maxRetries` (until uncounted attempts reach their limit), anything else counts.
+#[test]
+fn retry_policy_decides_by_exit_code() {
+    use tpu_operator_api::training_pipeline::{
+        ExitCodeOperator, ExitCodes, RetryAction, RetryPolicy, RetryRule,
+    };
+    let rule = |action, values: &[i32]| RetryRule {
+        action,
+        on_exit_codes: ExitCodes {
+            operator: ExitCodeOperator::In,
+            values: values.to_vec(),
+        },
+    };
+    let policy = RetryPolicy {
+        rules: vec![
+            rule(RetryAction::FailRun, &[3]),
+            rule(RetryAction::Ignore, &[137]),
+        ],
+    };
+    let failed_job = |attempt, code: i32| JobView {
+        message: format!(
+            "The replica workerpool0-0 exited with a non-zero status of {code}. Termination reason: Error."
+        ),
+        exit_code: Some(code),
+        ..job(attempt, JobState::Failed)
+    };
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    spec.max_retries = 1;
+    spec.retry_policy = Some(policy.clone());
+
+    // Vertex, exit code 3: failed at once, with retries left.
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vertex(Child::Absent, None));
+    let p = step(&spec, &mut st, &vertex(Child::Absent, Some(failed_job(1, 3))));
+    assert_eq!((p.status.phase, &p.action), (Phase::Failed, &Action::Nothing));
+    let stalled = find_condition(&st.conditions, types::STALLED).unwrap();
+    assert_eq!(stalled.reason, training::FAILED_BY_RETRY_POLICY);
+    assert!(
+        stalled.message.contains("spec.retryPolicy.rules[0] (FailRun)"),
+        "{}",
+        stalled.message
+    );
+
+    // Vertex, exit code 137 twice: two uncounted retries, then exit 1 counts once (maxRetries 1)
+    // and a second exit 1 ends the run.
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vertex(Child::Absent, None));
+    for (attempt, code, want) in [
+        (1, 137, Action::CreateJob { attempt: 2 }),
+        (2, 137, Action::CreateJob { attempt: 3 }),
+        (3, 1, Action::CreateJob { attempt: 4 }),
+    ] {
+        let p = step(
+            &spec,
+            &mut st,
+            &vertex(Child::Absent, Some(failed_job(attempt, code))),
+        );
+        assert_eq!(p.action, want, "attempt {attempt} exit {code}: {:?}", st.message);
+    }
+    assert_eq!(train(&st).attempts, 2, "only the exit-1 failure counted");
+    let p = step(&spec, &mut st, &vertex(Child::Absent, Some(failed_job(4, 1))));
+    assert_eq!(p.status.phase, Phase::Failed);
+
+    // An Ignore that never ends: after MAX_UNCOUNTED_PREEMPTIONS uncounted attempts it counts.
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vertex(Child::Absent, None));
+    let mut attempt = 1;
+    while st.phase != Phase::Failed && attempt < 30 {
+        step(
+            &spec,
+            &mut st,
+            &vertex(Child::Absent, Some(failed_job(attempt, 137))),
+        );
+        attempt += 1;
+    }
+    assert_eq!(st.phase, Phase::Failed, "an always-ignored failure must end");
+    assert_eq!(st.attempts, training::MAX_UNCOUNTED_PREEMPTIONS + 2);
+
+    // TPU VM, exit code 3: failed and the slice released, no new slice.
+    let mut spec = tpu_vm();
+    spec.max_retries = 2;
+    spec.retry_policy = Some(policy);
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vm(Child::Absent, Marker::None));
+    let exit3 = Marker::Failed {
+        detail: "gs://b/m/_FAILED written (exit code 3)".into(),
+        exit_code: Some(3),
+    };
+    let p = step(&spec, &mut st, &vm(ready(), exit3.clone()));
+    assert_eq!((p.status.phase, &p.action), (Phase::Failed, &Action::DeleteSlice));
+    let p = step(&spec, &mut st, &vm(Child::Absent, exit3));
+    assert_eq!((p.status.phase, &p.action), (Phase::Failed, &Action::Nothing));
 }

@@ -1,8 +1,8 @@
 //! The training stage: a Vertex custom job or an owned TpuSlice, attempts and retries.
 
 use tpu_operator_api::{
-    conditions::reasons,
-    training_pipeline::{StageName, StageState, TrainingMode, TrainingPipelinePhase as Phase},
+    conditions::{Progress, reasons},
+    training_pipeline::{RetryAction, StageName, StageState, TrainingMode, TrainingPipelinePhase as Phase},
 };
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
@@ -11,6 +11,9 @@ use super::{
     join_uri,
     status::{self, time},
 };
+
+/// Reason of a run ended by a `spec.retryPolicy` rule with action `FailRun`.
+pub const FAILED_BY_RETRY_POLICY: &str = "FailedByRetryPolicy";
 
 /// Attempts that did not count against `maxRetries` (Spot preemptions, expired capacity waits)
 /// after which a further preemption counts after all: a zone that reclaims every Spot job must
@@ -135,7 +138,11 @@ impl Planner<'_> {
                     "custom job {} (attempt {attempt}) failed: {}",
                     job.name, job.message
                 );
-                self.attempt_failed(detail, Action::CreateJob { attempt: attempt + 1 })
+                self.failed_as_the_policy_says(
+                    detail,
+                    job.exit_code,
+                    Action::CreateJob { attempt: attempt + 1 },
+                )
             }
             JobState::Cancelling | JobState::Cancelled if self.stopped_by_suspend(attempt) => {
                 let detail = format!(
@@ -174,9 +181,9 @@ impl Planner<'_> {
                 step.action = release;
                 step
             }
-            Marker::Failed { detail } => {
+            Marker::Failed { detail, exit_code } => {
                 let detail = format!("training container failed on TpuSlice {name}: {detail}");
-                self.attempt_failed(detail, release)
+                self.failed_as_the_policy_says(detail, *exit_code, release)
             }
             Marker::None => self.slice_step(slice, &name),
         }
@@ -229,9 +236,21 @@ impl Planner<'_> {
                     Requeue::Active,
                 )
             }
+            // The slice retries an exhausted project quota itself, slowly: a wait, not a
+            // failed attempt.
+            Child::Stalled { reason, message } if reason == reasons::QUOTA_EXCEEDED => Step {
+                phase: Phase::Waiting,
+                kstatus: Some((
+                    Progress::Stalled,
+                    reasons::QUOTA_EXCEEDED,
+                    format!("TpuSlice {name}: {message}"),
+                )),
+                action: Action::Nothing,
+                requeue: Requeue::Stable,
+            },
             Child::Stalled { reason, message } => {
                 let detail = format!("TpuSlice {name} stalled ({reason}): {message}");
-                self.attempt_failed(detail, Action::DeleteSlice)
+                self.attempt_failed(detail, Action::DeleteSlice, true)
             }
         }
     }
@@ -242,14 +261,14 @@ impl Planner<'_> {
         let stage = status::stage_mut(&mut self.st, StageName::Train);
         stage.state = StageState::Queued;
         stage.message = Some(format!("{reason}: {message}"));
-        let requeue = if reason == reasons::WAITING_FOR_CAPACITY {
-            Requeue::Capacity
+        let (phase, kstatus_reason, requeue) = if reason == reasons::WAITING_FOR_CAPACITY {
+            (Phase::Waiting, reasons::WAITING_FOR_CAPACITY, Requeue::Capacity)
         } else {
-            Requeue::Active
+            (Phase::Provisioning, reasons::PROVISIONING, Requeue::Active)
         };
         Step::working(
-            Phase::Provisioning,
-            reasons::PROVISIONING,
+            phase,
+            kstatus_reason,
             format!("TpuSlice {name}: {message}"),
             Action::Nothing,
             requeue,
@@ -314,12 +333,50 @@ impl Planner<'_> {
         Step::working(Phase::Provisioning, reason, message, action, Requeue::Active)
     }
 
-    /// A counted training attempt failed: retry (after `before_retry`, e.g. releasing the old
-    /// slice) while the budget lasts, else the pipeline fails.
-    pub(super) fn attempt_failed(&mut self, detail: String, before_retry: Action) -> Step {
+    /// A training attempt failed with `exit_code`: as the first `spec.retryPolicy` rule that
+    /// matches says, the run fails now (`FailRun`), retries without spending `maxRetries`
+    /// (`Ignore`, while uncounted attempts stay under [`MAX_UNCOUNTED_PREEMPTIONS`]) or counts.
+    fn failed_as_the_policy_says(
+        &mut self,
+        detail: String,
+        exit_code: Option<i32>,
+        before_retry: Action,
+    ) -> Step {
+        let decided = self.spec().retry_policy.as_ref().map(|p| p.decide(exit_code));
+        let (Some((action, Some(rule))), Some(code)) = (decided, exit_code) else {
+            return self.attempt_failed(detail, before_retry, true);
+        };
+        match action {
+            RetryAction::FailRun => {
+                let msg = format!(
+                    "{detail}; exit code {code} matches spec.retryPolicy.rules[{}] (FailRun): not retried",
+                    rule - 1
+                );
+                status::stage_mut(&mut self.st, StageName::Train).state = StageState::Failed;
+                let release = match before_retry {
+                    Action::DeleteSlice => Action::DeleteSlice,
+                    _ => Action::Nothing,
+                };
+                self.finish_failed(FAILED_BY_RETRY_POLICY, msg, release)
+            }
+            RetryAction::Ignore if self.uncounted_attempts() < MAX_UNCOUNTED_PREEMPTIONS => {
+                let detail = format!(
+                    "{detail}; exit code {code} matches spec.retryPolicy.rules[{}] (Ignore): retried without spending maxRetries",
+                    rule - 1
+                );
+                self.attempt_failed(detail, before_retry, false)
+            }
+            RetryAction::Ignore | RetryAction::Count => self.attempt_failed(detail, before_retry, true),
+        }
+    }
+
+    /// A training attempt failed: retry (after `before_retry`, e.g. releasing the old slice)
+    /// while the budget lasts, else the pipeline fails. A failure that does not `count` (the
+    /// retry policy's `Ignore`) retries with an attempt that does not count either.
+    pub(super) fn attempt_failed(&mut self, detail: String, before_retry: Action, count: bool) -> Step {
         let max = self.spec().max_retries;
         let attempts = self.run_attempts();
-        if attempts > max {
+        if count && attempts > max {
             let msg = format!("{detail}; no retries left ({attempts} attempts, maxRetries {max})");
             status::stage_mut(&mut self.st, StageName::Train).state = StageState::Failed;
             let release = match before_retry {
@@ -328,15 +385,20 @@ impl Planner<'_> {
             };
             return self.finish_failed(reasons::RETRIES_EXHAUSTED, msg, release);
         }
+        let which = if count {
+            format!("retry {attempts} of {max}")
+        } else {
+            "a retry that does not count".to_string()
+        };
         match before_retry {
             Action::CreateJob { attempt } => {
-                let note = format!("{detail}; retry {attempts} of {max}");
-                self.retry(attempt, true, detail, (true, reasons::RETRYING, note))
+                let note = format!("{detail}; {which}");
+                self.retry(attempt, count, detail, (true, reasons::RETRYING, note))
             }
             Action::DeleteSlice => Step::working(
                 Phase::Training,
                 reasons::RETRYING,
-                format!("{detail}; releasing the slice before retry {attempts} of {max}"),
+                format!("{detail}; releasing the slice before {which}"),
                 Action::DeleteSlice,
                 Requeue::Active,
             ),
@@ -345,9 +407,9 @@ impl Planner<'_> {
                 TrainingObserved::TpuVm {
                     slice: Child::Absent, ..
                 } => {
-                    let note = format!("{detail}; retry {attempts} of {max}");
+                    let note = format!("{detail}; {which}");
                     let attempt = self.st.attempts + 1;
-                    self.retry(attempt, true, detail, (true, reasons::RETRYING, note))
+                    self.retry(attempt, count, detail, (true, reasons::RETRYING, note))
                 }
                 _ => Step::working(
                     Phase::Training,
