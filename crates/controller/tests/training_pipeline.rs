@@ -1023,3 +1023,68 @@ async fn retry_policy_fails_a_tpu_vm_run_on_exit_3_and_releases_its_slice() {
         env.gcp.call_count("tpu", "nodes.create") + env.gcp.call_count("tpu", "queuedResources.create");
     assert_eq!(creates, 1, "{:?}", env.gcp.call_counts());
 }
+
+/// Issue 35 item 9: a failed TPU VM run with `keepFailedSliceFor: 30m` keeps its slice (and
+/// node) for that long, says so in status and an Event, and deletes it once the time is up.
+#[tokio::test]
+async fn a_failed_runs_slice_is_kept_for_debugging_then_deleted() {
+    let env = started().await;
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    tp.spec.preprocess = None;
+    tp.spec.max_retries = 0;
+    tp.spec.training.tpu_vm.as_mut().unwrap().keep_failed_slice_for = Some("30m".into());
+    env.create(&tp).await;
+    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    env.gcp
+        .inject(Fault::FailTpuWorkload {
+            node: node.clone(),
+            exit_code: Some(1),
+        })
+        .unwrap();
+    let failed = wait_phase(&env, "tpu-vm-pipeline", Phase::Failed).await;
+    let kept = failed
+        .status
+        .as_ref()
+        .unwrap()
+        .kept_slice
+        .clone()
+        .expect("status.keptSlice");
+    assert_eq!(kept.name, "tpu-vm-pipeline-train");
+    assert!(
+        message(&failed).contains("kept for debugging until"),
+        "{}",
+        message(&failed)
+    );
+    env.wait_for_event("tpu-vm-pipeline", "SliceKept", STEP).await;
+    // Ten minutes on, the node is still there to look at.
+    env.idle(Duration::from_millis(400), Duration::from_secs(60))
+        .await;
+    assert!(
+        env.gcp.nodes().iter().any(|n| n["name"] == node),
+        "the kept node was deleted early"
+    );
+    assert!(
+        env.api::<TpuSlice>()
+            .get_opt("tpu-vm-pipeline-train")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // Past the 30 minutes it goes.
+    env.wait_gone::<TpuSlice>("tpu-vm-pipeline-train", Duration::from_secs(120))
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !env.gcp.nodes().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", env.gcp.nodes());
+        env.idle(Duration::from_millis(20), STEP).await;
+    }
+    let done = env
+        .wait_for::<TrainingPipeline, _>("tpu-vm-pipeline", "keptSlice released", STEP, |tp| {
+            let kept = tp.status.as_ref().and_then(|s| s.kept_slice.as_ref());
+            kept.is_some_and(|k| k.released_time.is_some())
+        })
+        .await;
+    assert_eq!(phase(&done), Phase::Failed);
+}

@@ -173,7 +173,7 @@ mod vertex;
 
 pub use retry::{ExitCodeOperator, ExitCodes, RetryAction, RetryPolicy, RetryRule};
 pub use status::{
-    CheckpointStatus, PipelineOutputs, RerunStatus, StageKind, StageName, StageState, StageStatus,
+    CheckpointStatus, KeptSlice, PipelineOutputs, RerunStatus, StageKind, StageName, StageState, StageStatus,
     SuspensionStatus, TrainingPipelinePhase, TrainingPipelineStatus,
 };
 pub use training::{TpuVmTraining, Training, TrainingMode};

@@ -183,9 +183,25 @@ pub struct TrainingPipelineStatus {
     /// pipeline was created with).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun: Option<RerunStatus>,
+    /// The failed run's slice kept for debugging (`spec.training.tpuVm.keepFailedSliceFor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_slice: Option<KeptSlice>,
     /// What `spec.suspend` stopped, and when the pipeline was suspended and resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspension: Option<SuspensionStatus>,
+}
+
+/// A failed run's TPU VM slice kept for debugging; it bills until it is deleted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptSlice {
+    /// The kept TpuSlice (`<pipeline>-train`): `kubectl get tpus NAME -o wide` shows its node.
+    pub name: String,
+    /// When it is deleted.
+    pub until: Time,
+    /// When it was deleted (the time was up, a re-run was asked for, or someone deleted it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_time: Option<Time>,
 }
 
 /// The last suspension: suspending a running pipeline stops what bills (the Vertex job is

@@ -63,6 +63,14 @@ pub struct TpuVmTraining {
     pub slice: TpuSliceSpec,
     /// The training container, run on every host of the slice.
     pub container: ContainerSpec,
+    /// Keep the slice of a failed run this long (e.g. `2h`) instead of deleting it at once, so
+    /// its VMs and `docker logs` can be looked at. The kept slice bills and counts against the
+    /// namespace's quota and budget; it is deleted when the time is up, on a re-run, or when the
+    /// pipeline is deleted (`status.keptSlice` says which slice and until when). Unset: a
+    /// failed run's slice is deleted at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub keep_failed_slice_for: Option<String>,
 }
 
 #[cfg(test)]

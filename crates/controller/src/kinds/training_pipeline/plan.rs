@@ -259,6 +259,10 @@ impl Planner<'_> {
     }
 
     fn finish_failed(&mut self, reason: &'static str, message: String, action: Action) -> Step {
+        let (message, action) = match action {
+            Action::DeleteSlice => self.keep_failed_slice(message),
+            action => (message, action),
+        };
         let now = time(self.input.now);
         // Kept once set: a pass that finds the pipeline failed again writes nothing new.
         self.st.completion_time.get_or_insert_with(|| now.clone());

@@ -3,8 +3,10 @@
 
 use tpu_operator_api::{
     conditions::{Progress, find_condition, reasons, types},
+    duration::parse_duration,
     training_pipeline::{
-        RERUN_ANNOTATION, RerunStatus, StageName, StageState, TrainingMode, TrainingPipelinePhase as Phase,
+        KeptSlice, RERUN_ANNOTATION, RerunStatus, StageName, StageState, TrainingMode,
+        TrainingPipelinePhase as Phase,
     },
 };
 
@@ -15,6 +17,9 @@ use super::{
 
 /// Event reason of a new run started by the rerun annotation.
 pub const RERUN: &str = "Rerun";
+
+/// Event reason of a failed run's slice kept for debugging.
+pub const SLICE_KEPT: &str = "SliceKept";
 
 /// The step of a pass that would create `what` while `spec.suspend` holds it back: nothing of it
 /// is recorded (no attempt, no start time), so the next pass finds the same status. `why`: what
@@ -45,10 +50,18 @@ impl Planner<'_> {
         };
         if let TrainingObserved::TpuVm { slice, .. } = &self.input.observed.training {
             if slice.holds_cloud_resources() {
+                if let Some(left) = self.kept_for() {
+                    return keep(Action::Nothing, Requeue::After(left));
+                }
                 return keep(Action::DeleteSlice, Requeue::Active);
             }
             if *slice == Child::Deleting {
                 return keep(Action::Nothing, Requeue::Active);
+            }
+            // Kept as a record (not removed: a status field a server-side apply stops sending
+            // leaves an empty object behind, which the schema's required fields refuse).
+            if let Some(kept) = self.st.kept_slice.as_mut() {
+                kept.released_time.get_or_insert_with(|| time(self.input.now));
             }
         }
         if let Some(step) = self.reopen(mode) {
@@ -111,6 +124,52 @@ impl Planner<'_> {
             action: Action::Nothing,
             requeue: Requeue::Stable,
         }
+    }
+
+    /// The run failed with its slice still there: with `keepFailedSliceFor` set it is kept
+    /// (`status.keptSlice`, a Normal `SliceKept` Event) instead of deleted, and the message says
+    /// until when.
+    pub(super) fn keep_failed_slice(&mut self, message: String) -> (String, Action) {
+        let keep = self
+            .spec()
+            .training
+            .tpu_vm
+            .as_ref()
+            .and_then(|t| t.keep_failed_slice_for.as_deref());
+        let Some(keep) = keep.and_then(|k| parse_duration(k).ok()) else {
+            return (message, Action::DeleteSlice);
+        };
+        let until = self.input.now + chrono::Duration::from_std(keep).unwrap_or_default();
+        let name = self.input.train_child.to_string();
+        self.st.kept_slice = Some(KeptSlice {
+            name: name.clone(),
+            until: time(until),
+            released_time: None,
+        });
+        let kept = format!(
+            "TpuSlice {name} is kept for debugging until {} (spec.training.tpuVm.keepFailedSliceFor; it bills until then)",
+            until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        );
+        self.event(false, SLICE_KEPT, kept.clone());
+        (format!("{message}; {kept}"), Action::Nothing)
+    }
+
+    /// How long the kept slice of a failed run is still kept: `None` once the time is up or a
+    /// new run is asked for (the slice is released first).
+    fn kept_for(&self) -> Option<std::time::Duration> {
+        let kept = self
+            .st
+            .kept_slice
+            .as_ref()
+            .filter(|k| k.released_time.is_none())?;
+        let until = status::to_chrono(&kept.until);
+        if self.rerun_requested().is_some() || self.retries_raised() {
+            return None;
+        }
+        (until - self.input.now)
+            .to_std()
+            .ok()
+            .filter(|left| !left.is_zero())
     }
 
     /// Counted training attempts of the current run (earlier runs' do not count against

@@ -1055,3 +1055,31 @@ fn retry_policy_decides_by_exit_code() {
     let p = step(&spec, &mut st, &vm(Child::Absent, exit3));
     assert_eq!((p.status.phase, &p.action), (Phase::Failed, &Action::Nothing));
 }
+
+/// Issue 35 item 9: the slice of a failed run is kept while `keepFailedSliceFor` lasts, released
+/// after it (or at once for a re-run), and `status.keptSlice` goes with it.
+#[test]
+fn a_failed_runs_slice_is_kept_then_released() {
+    let mut spec = tpu_vm();
+    spec.max_retries = 0;
+    spec.training.tpu_vm.as_mut().unwrap().keep_failed_slice_for = Some("30m".into());
+    let failed = Marker::Failed {
+        detail: "exit 1".into(),
+        exit_code: Some(1),
+    };
+    let mut st = TrainingPipelineStatus::default();
+    step(&spec, &mut st, &vm(Child::Absent, Marker::None));
+    let p = step(&spec, &mut st, &vm(ready(), failed.clone()));
+    assert_eq!((p.status.phase, &p.action), (Phase::Failed, &Action::Nothing));
+    assert!(p.events.iter().any(|e| e.reason == lifecycle::SLICE_KEPT));
+    assert!(st.kept_slice.is_some());
+    let at = |minutes| now() + chrono::Duration::minutes(minutes);
+    let p = run_at(&spec, &st, &vm(ready(), failed.clone()), at(10));
+    assert_eq!(p.action, Action::Nothing, "kept for 30 minutes");
+    assert_eq!(p.requeue, Requeue::After(Duration::from_secs(20 * 60)));
+    let p = run_at(&spec, &st, &vm(ready(), failed.clone()), at(31));
+    assert_eq!(p.action, Action::DeleteSlice, "released after 30 minutes");
+    let p = run_at(&spec, &st, &vm(Child::Absent, failed), at(32));
+    let released = p.status.kept_slice.and_then(|k| k.released_time);
+    assert!(released.is_some(), "the kept slice is recorded as released");
+}
