@@ -696,3 +696,67 @@ async fn idle_timeout_deletes_the_node_once_the_workload_has_ended_and_keeps_the
         "the CR stays"
     );
 }
+
+/// Issue 35 item 2, TpuSlice: `suspend: true` deletes the node (nothing bills; the object and
+/// its finalizer stay), the slice is `Suspended` and idle (no create, no status rewrite), and
+/// `suspend: false` creates a node again. Both capacity paths: a direct node and a queued one.
+#[tokio::test]
+async fn suspend_deletes_the_node_and_resume_creates_one() {
+    let env = start().await;
+    env.create(&slice("direct", json!({"onDemand": {}}))).await;
+    env.create(&slice("queued", json!({"queued": {}}))).await;
+    for name in ["direct", "queued"] {
+        env.wait_for::<TpuSlice, _>(name, "Ready", STEP, is_ready).await;
+    }
+    let suspend = |on: bool| json!({"spec": {"suspend": on}});
+    for name in ["direct", "queued"] {
+        env.api::<TpuSlice>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&suspend(true)))
+            .await
+            .unwrap();
+    }
+    for name in ["direct", "queued"] {
+        let s: TpuSlice = env
+            .wait_for(name, "Suspended", STEP, |s: &TpuSlice| {
+                s.status
+                    .as_ref()
+                    .is_some_and(|st| st.phase == TpuSlicePhase::Suspended)
+            })
+            .await;
+        assert_eq!(progress(&s), Some(Progress::Idle), "{name}");
+        assert!(!s.metadata.finalizers.unwrap_or_default().is_empty(), "{name}");
+    }
+    assert!(env.gcp.nodes().is_empty(), "{:#?}", env.gcp.nodes());
+    assert!(env.gcp.queued_resources().is_empty());
+    let creates = |env: &TestEnv| {
+        env.gcp.call_count("tpu", "nodes.create") + env.gcp.call_count("tpu", "queuedResources.create")
+    };
+    let before = creates(&env);
+    let first = env.api::<TpuSlice>().get("direct").await.unwrap();
+    let version = first.metadata.resource_version.clone();
+    env.idle(Duration::from_secs(2), STEP).await;
+    let later = env.api::<TpuSlice>().get("direct").await.unwrap();
+    assert_eq!(creates(&env), before, "a suspended slice created something");
+    assert_eq!(
+        version, later.metadata.resource_version,
+        "a suspended slice's status was rewritten"
+    );
+
+    for name in ["direct", "queued"] {
+        env.api::<TpuSlice>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&suspend(false)))
+            .await
+            .unwrap();
+    }
+    for name in ["direct", "queued"] {
+        env.wait_for::<TpuSlice, _>(name, "Ready again", STEP, is_ready)
+            .await;
+    }
+    assert_eq!(env.gcp.nodes().len(), 2);
+    let resumed = env.api::<TpuSlice>().get("queued").await.unwrap().status.unwrap();
+    assert_eq!(
+        (resumed.suspensions, resumed.recreations),
+        (1, 0),
+        "a resume is no preemption"
+    );
+}

@@ -166,6 +166,13 @@ pub struct TpuSliceSpec {
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
 
+    /// Pause, as `batch/v1` Job's `suspend`: while true the slice's node (or queued resource) is
+    /// deleted and nothing is created, so nothing bills; the object, its name and its settings
+    /// stay. Set back to false, a new node is created. Data on the VMs' disks does not survive:
+    /// keep what matters in Cloud Storage.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+
     /// Delete the node once it has run this long (e.g. `24h`): a budget guard against forgotten
     /// slices. The resource then reports `Stalled` with reason `MaxRunDurationExceeded`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -32,6 +32,8 @@ pub enum TpuSlicePhase {
     Failed,
     /// Cloud resources are being deleted.
     Deleting,
+    /// `spec.suspend` is true and the node is gone: nothing bills.
+    Suspended,
 }
 
 /// Observed state of a slice.
@@ -97,10 +99,26 @@ pub struct TpuSliceStatus {
     /// How many times the slice was recreated after a preemption.
     #[serde(default)]
     pub recreations: i32,
+    /// How many times `spec.suspend` deleted the node. With `recreations` it numbers the
+    /// incarnation (the node's id, the create's request id), so a resumed slice is a new node.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub suspensions: i32,
     /// Estimated cost so far and burn rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_cost: Option<CostEstimate>,
     /// Human-readable summary of the last transition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+impl TpuSliceStatus {
+    /// The incarnation this status runs: one more per preemption and per suspension (the node's
+    /// id and its create's request id follow it).
+    pub fn incarnation(&self) -> u32 {
+        (self.recreations.max(0) + self.suspensions.max(0)) as u32
+    }
 }

@@ -244,7 +244,10 @@ pub fn accrue(
         .unwrap_or(now);
     let elapsed = (now - since).num_seconds().max(0);
     let rate_now = round_usd(per_hour_now);
-    if elapsed < ACCRUAL_STEP_SECS && rate_now == old.per_hour_usd {
+    // Nothing bills and nothing changed (a suspended or failed slice): nothing to accrue, and
+    // moving `accruedThrough` alone would rewrite an idle object's status every step.
+    let idle = rate_now == 0.0 && old.per_hour_usd == 0.0;
+    if (idle || elapsed < ACCRUAL_STEP_SECS) && rate_now == old.per_hour_usd {
         return Some(old.clone());
     }
     Some(CostEstimate {

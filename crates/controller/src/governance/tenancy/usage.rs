@@ -51,7 +51,9 @@ pub fn holds_capacity(st: &TpuSliceStatus) -> bool {
         P::Queued | P::Provisioning | P::Ready | P::Degraded | P::Preempted | P::Recreating | P::Deleting => {
             true
         }
-        P::Pending | P::Waiting | P::Failed => st.node_state.is_some() || st.queued_resource_state.is_some(),
+        P::Pending | P::Waiting | P::Suspended | P::Failed => {
+            st.node_state.is_some() || st.queued_resource_state.is_some()
+        }
     }
 }
 

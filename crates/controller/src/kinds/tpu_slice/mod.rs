@@ -291,6 +291,7 @@ fn plan_input<'a>(
         desired: &t.desired,
         shape: t.checked.as_ref().map(|c| &c.shape).map_err(String::as_str),
         recreations: old.recreations,
+        suspended: old.phase == TpuSlicePhase::Suspended,
         ready_since: old.ready_time.as_ref().and_then(seconds),
         last_active: old
             .last_active_time
@@ -351,6 +352,7 @@ fn build_status(
         shape: t.shape(),
         started,
         preempted: plan.action == Step::RecordPreemption,
+        suspended: plan.action == Step::RecordSuspension,
         price: t.price.clone(),
         now,
     })
@@ -358,7 +360,7 @@ fn build_status(
 
 fn action_name(action: &Step) -> &'static str {
     match action {
-        Step::Nothing | Step::RecordPreemption => "observe TPU slice",
+        Step::Nothing | Step::RecordPreemption | Step::RecordSuspension => "observe TPU slice",
         Step::CreateNode => "create TPU node",
         Step::CreateQueuedResource => "create queued resource",
         Step::DeleteNode(_) => "delete TPU node",

@@ -63,7 +63,10 @@ impl Names {
     pub fn new(slice: &TpuSlice, identity: &ObjectIdentity, project: String) -> Self {
         let parent = format!("projects/{project}/locations/{}", slice.spec.zone);
         let queued = slice.spec.uses_queued_resource();
-        let recreations = slice.status.as_ref().map_or(0, |s| s.recreations.max(0) as u32);
+        let recreations = slice
+            .status
+            .as_ref()
+            .map_or(0, tpu_operator_api::tpu_slice::TpuSliceStatus::incarnation);
         let slices = slice.spec.slice_count();
         let incarnation = |n: u32| {
             let id = naming::tpu_node_id(identity, n);

@@ -27,7 +27,7 @@ mod reap;
 use cleanup::is_qr_deleting;
 pub use cleanup::{CleanupStep, plan_cleanup};
 pub use errors::{node_busy, on_action_error, on_create_error};
-use reap::{flex_run_over, idle_timeout_exceeded, max_run_exceeded};
+use reap::{flex_run_over, idle_timeout_exceeded, max_run_exceeded, suspended};
 
 pub use super::spec::drift_mask;
 use drift::immutable_drift;
@@ -60,6 +60,9 @@ pub enum Action {
     },
     /// Status only: count a preemption (`recreations + 1`), which moves `current` to a new id.
     RecordPreemption,
+    /// Status only: count a suspension (`suspensions + 1`) once its node is gone, so the node
+    /// created on resume has a new id and a create request id of its own.
+    RecordSuspension,
 }
 
 impl Action {
@@ -147,6 +150,8 @@ pub struct Input<'a> {
     /// One slice's shape, or what in the spec cannot be provisioned (by field).
     pub shape: Result<&'a SliceShape, &'a str>,
     pub recreations: i32,
+    /// The status already says `Suspended` (its suspension was counted).
+    pub suspended: bool,
     /// When the current incarnation first became READY (`status.readyTime`).
     pub ready_since: Option<DateTime<Utc>>,
     /// When the slice's workload last finished (`status.lastActiveTime`, or a completion marker
@@ -185,7 +190,8 @@ fn decide(input: &Input<'_>) -> Plan {
             message.to_string(),
         ));
     }
-    if let Some(plan) = max_run_exceeded(input)
+    if let Some(plan) = suspended(input)
+        .or_else(|| max_run_exceeded(input))
         .or_else(|| idle_timeout_exceeded(input))
         .or_else(|| flex_run_over(input))
     {

@@ -37,6 +37,8 @@ pub struct Report<'a> {
     pub started: Option<&'a Started>,
     /// This reconcile counted a preemption.
     pub preempted: bool,
+    /// This pass counts a suspension (its node is gone).
+    pub suspended: bool,
     /// Estimated US dollars per hour while the node runs, and the price key.
     pub price: Option<(f64, String)>,
     pub now: DateTime<Utc>,
@@ -102,15 +104,16 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         },
         last_active_time: last_active_time(r),
         recreations: old.recreations + i32::from(r.preempted),
+        suspensions: old.suspensions + i32::from(r.suspended),
         estimated_cost: estimated_cost(r),
         message: Some(r.assessment.message.clone()),
     }
 }
 
-/// When the current incarnation first became READY: kept once set, cleared by a preemption (the
-/// next incarnation counts its own).
+/// When the current incarnation first became READY: kept once set, cleared by a preemption or a
+/// suspension (the next incarnation counts its own, so `maxRunDuration` counts running time).
 fn ready_time(r: &Report<'_>) -> Option<Time> {
-    if r.preempted {
+    if r.preempted || r.assessment.phase == TpuSlicePhase::Suspended {
         None
     } else if r.assessment.progress == Progress::Ready {
         r.old.ready_time.clone().or_else(|| Some(time(r.now)))

@@ -108,7 +108,7 @@ impl Target {
             desired: &self.desired,
             identity: &self.identity,
             create: self.checked.as_ref().ok().map(|c| &c.create),
-            recreations: old.recreations.max(0) as u32,
+            recreations: old.incarnation(),
             node,
         }
     }

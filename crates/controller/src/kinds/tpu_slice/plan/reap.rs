@@ -11,7 +11,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::tpu_v2::model::queued_resource_state;
 
-use super::{Assessment, CleanupStep, Input, Plan, plan_cleanup};
+use super::{Action, Assessment, CleanupStep, Input, Plan, plan_cleanup};
 
 /// `spec.maxRunDuration` since the node became READY has passed: delete what runs, then stay
 /// Stalled (never recreate) until the spec changes.
@@ -58,6 +58,46 @@ fn reap_after(
         &format!("{field} {limit} exceeded"),
         &format!("raise or remove spec.{field} to recreate it"),
     ))
+}
+
+/// `spec.suspend`: delete what bills (node or queued resource) as a reap does, then stay
+/// `Suspended` (all kstatus conditions False) until the spec says otherwise; resuming creates a
+/// new node through the ordinary path.
+pub(super) fn suspended(input: &Input<'_>) -> Option<Plan> {
+    if !input.spec.suspend {
+        return None;
+    }
+    let deleting = |message: String| {
+        Assessment::new(
+            Progress::Reconciling,
+            reasons::SUSPENDED,
+            TpuSlicePhase::Deleting,
+            message,
+        )
+    };
+    Some(match plan_cleanup(input.observed) {
+        CleanupStep::Delete(action) => Plan::new(
+            action,
+            deleting("suspended: deleting the node so that nothing bills".into()),
+        ),
+        CleanupStep::Wait(message) => Plan::report(deleting(format!("suspended: {message}"))),
+        CleanupStep::Done => {
+            let count = if input.suspended {
+                Action::Nothing
+            } else {
+                Action::RecordSuspension
+            };
+            Plan::new(
+                count,
+                Assessment::new(
+                    Progress::Idle,
+                    reasons::SUSPENDED,
+                    TpuSlicePhase::Suspended,
+                    "suspended: no node exists and none is created until spec.suspend is false",
+                ),
+            )
+        }
+    })
 }
 
 /// A flex-start slice whose run duration is over (Compute Engine deleted its VMs; the resize

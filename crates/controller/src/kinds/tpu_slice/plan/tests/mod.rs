@@ -120,6 +120,11 @@ impl Case {
             desired: &desired,
             shape: checked.as_ref().map(|c| &c.shape).map_err(String::as_str),
             recreations: self.slice.status.as_ref().map_or(0, |s| s.recreations),
+            suspended: self
+                .slice
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase == tpu_operator_api::tpu_slice::TpuSlicePhase::Suspended),
             ready_since: self.ready_since,
             last_active: self.last_active,
             run_over: false,
