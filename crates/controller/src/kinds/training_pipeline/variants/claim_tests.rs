@@ -1,0 +1,94 @@
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+
+fn claim(name: &str, at: i64, model: &str) -> Claim {
+    Claim {
+        uid: format!("uid-{name}"),
+        namespace: "team-a".into(),
+        name: name.into(),
+        created: Some(Time(Timestamp::from_second(at).unwrap())),
+        live: true,
+        started: false,
+        dirs: [
+            ("modelDir", model.into()),
+            ("checkpointDir", format!("{model}/checkpoints")),
+        ],
+    }
+}
+
+#[test]
+fn nesting_needs_a_slash_boundary() {
+    assert!(nested("gs://b/m", "gs://b/m"));
+    assert!(nested("gs://b/m", "gs://b/m/checkpoints"));
+    assert!(nested("gs://b/m/checkpoints", "gs://b/m"));
+    assert!(!nested("gs://b/m", "gs://b/m2"));
+    assert!(!nested("gs://b/m2/x", "gs://b/m"));
+}
+
+#[test]
+fn a_new_pipeline_waits_for_an_older_or_started_one_writing_its_directory() {
+    let old = claim("old", 100, "gs://b/m");
+    let new = claim("new", 200, "gs://b/m");
+    let others = [old.clone(), new.clone()];
+    assert_eq!(blocker(&new, &others).map(|c| c.name.as_str()), Some("old"));
+    assert_eq!(blocker(&old, &others), None, "the older goes first");
+    let started_new = Claim {
+        started: true,
+        ..new.clone()
+    };
+    assert_eq!(
+        blocker(&old, &[started_new]).map(|c| c.name.as_str()),
+        Some("new"),
+        "a started pipeline keeps its directories whatever its age"
+    );
+}
+
+#[test]
+fn the_same_uid_finished_or_elsewhere_never_blocks() {
+    let me = claim("me", 200, "gs://b/m");
+    let done = Claim {
+        live: false,
+        ..claim("done", 100, "gs://b/m")
+    };
+    let elsewhere = claim("other", 100, "gs://b/other");
+    assert_eq!(blocker(&me, &[me.clone(), done, elsewhere]), None);
+    let started = Claim {
+        started: true,
+        ..me.clone()
+    };
+    assert_eq!(blocker(&started, &[claim("old", 1, "gs://b/m")]), None, "only a pipeline that has not started waits");
+}
+
+#[test]
+fn the_checkpoint_directory_of_one_in_the_model_directory_of_another_collides() {
+    let mut me = claim("me", 200, "gs://b/m2");
+    me.dirs[1].1 = "gs://b/m/ckpt".into();
+    let old = claim("old", 100, "gs://b/m");
+    assert_eq!(overlap(&me, &old), Some(("checkpointDir", "gs://b/m/ckpt", "modelDir")));
+    assert!(blocker(&me, &[old]).is_some());
+}
+
+#[test]
+fn equal_creation_times_fall_back_to_the_name() {
+    let a = claim("a", 100, "gs://b/m");
+    let b = claim("b", 100, "gs://b/m");
+    assert_eq!(blocker(&b, &[a.clone()]).map(|c| c.name.as_str()), Some("a"));
+    assert_eq!(blocker(&a, &[b]), None);
+}
+
+#[test]
+fn the_message_names_a_neighbour_only_in_the_same_namespace() {
+    let me = claim("me", 200, "gs://b/m");
+    let old = claim("old", 100, "gs://b/m");
+    let text = message(&me, &old);
+    assert!(text.starts_with("spec.artifacts.modelDir gs://b/m/ is in use by TrainingPipeline team-a/old (its modelDir)"), "{text}");
+    assert!(text.contains("$(PIPELINE_NAME)"), "{text}");
+    let foreign = Claim {
+        namespace: "team-b".into(),
+        ..old
+    };
+    let text = message(&me, &foreign);
+    assert!(text.contains("a TrainingPipeline in another namespace"), "{text}");
+    assert!(!text.contains("old"), "{text}");
+}
