@@ -23,9 +23,12 @@ pub struct Claim {
     pub created: Option<Time>,
     /// Not finished and not being deleted.
     pub live: bool,
-    /// Past `Pending`: it created (or may have created) something, or is suspended with a run to
+    /// Past `Pending` (it created, or may have created, something), or suspended with a run to
     /// resume. A started pipeline keeps its directories whatever its age.
     pub started: bool,
+    /// `spec.suspend`: one that has not started creates nothing, so it neither waits nor is
+    /// waited for until it is resumed.
+    pub suspended: bool,
     /// (spec field, directory): `modelDir` and the checkpoint base directory.
     pub dirs: [(&'static str, String); 2],
 }
@@ -46,7 +49,8 @@ impl Claim {
         let phase = tp.status.as_ref().map(|s| s.phase).unwrap_or_default();
         Some(Claim {
             live: !is_finished(phase) && tp.metadata.deletion_timestamp.is_none(),
-            started: phase != Phase::Pending,
+            started: started(tp, phase),
+            suspended: tp.spec.suspend,
             dirs: [
                 ("modelDir", trim(&artifacts.model_dir)),
                 ("checkpointDir", trim(&checkpoints::base_dir(&artifacts))),
@@ -64,6 +68,19 @@ impl Claim {
         key(self)
             .cmp(&key(other))
             .then_with(|| (&self.namespace, &self.name).cmp(&(&other.namespace, &other.name)))
+    }
+}
+
+/// Whether `tp` began a run: any phase past `Pending` but `Suspended`, which a pipeline created
+/// suspended also shows; a suspended one began if a stage or an attempt ever started.
+fn started(tp: &TrainingPipeline, phase: Phase) -> bool {
+    let began = tp.status.as_ref().is_some_and(|s| {
+        s.attempts > 0 || s.stages.iter().any(|g| g.attempts > 0 || g.start_time.is_some())
+    });
+    match phase {
+        Phase::Pending => false,
+        Phase::Suspended => began,
+        _ => true,
     }
 }
 
@@ -89,17 +106,22 @@ pub fn overlap<'a>(me: &'a Claim, other: &Claim) -> Option<(&'static str, &'a st
     })
 }
 
+/// Whether `me` is a pipeline that may have to wait: live, not started, not suspended.
+pub fn may_wait(me: &Claim) -> bool {
+    me.live && !me.started && !me.suspended
+}
+
 /// The live pipeline `me` must wait for, if any: one writing where `me` would that has started,
-/// or is older (so of two that have not started, the older goes first). `me` itself never
-/// counts, and only a pipeline that has not started waits.
+/// or is older and not suspended (so of two that have not started, the older goes first). `me`
+/// itself never counts.
 pub fn blocker<'a>(me: &Claim, others: &'a [Claim]) -> Option<&'a Claim> {
-    if me.started || !me.live {
+    if !may_wait(me) {
         return None;
     }
     others
         .iter()
         .filter(|o| o.uid != me.uid && o.live && overlap(me, o).is_some())
-        .filter(|o| o.started || o.age_order(me) == Ordering::Less)
+        .filter(|o| o.started || (!o.suspended && o.age_order(me) == Ordering::Less))
         .min_by(|a, b| a.age_order(b))
 }
 

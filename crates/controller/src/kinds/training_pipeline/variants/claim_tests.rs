@@ -10,6 +10,7 @@ fn claim(name: &str, at: i64, model: &str) -> Claim {
         created: Some(Time(Timestamp::from_second(at).unwrap())),
         live: true,
         started: false,
+        suspended: false,
         dirs: [
             ("modelDir", model.into()),
             ("checkpointDir", format!("{model}/checkpoints")),
@@ -91,4 +92,24 @@ fn the_message_names_a_neighbour_only_in_the_same_namespace() {
     let text = message(&me, &foreign);
     assert!(text.contains("a TrainingPipeline in another namespace"), "{text}");
     assert!(!text.contains("old"), "{text}");
+}
+
+#[test]
+fn a_pipeline_created_suspended_neither_waits_nor_is_waited_for() {
+    let held = Claim {
+        suspended: true,
+        ..claim("held", 100, "gs://b/m")
+    };
+    let new = claim("new", 200, "gs://b/m");
+    assert_eq!(blocker(&new, &[held.clone()]), None, "an older one that never ran and is suspended");
+    assert_eq!(blocker(&held, &[claim("old", 1, "gs://b/m")]), None, "it creates nothing while suspended");
+    let resumed = Claim {
+        suspended: false,
+        ..held
+    };
+    assert_eq!(
+        blocker(&resumed, &[Claim { started: true, ..new }]).map(|c| c.name.as_str()),
+        Some("new"),
+        "resumed before it ever ran, it waits for one that started meanwhile"
+    );
 }

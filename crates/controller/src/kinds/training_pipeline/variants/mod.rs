@@ -21,7 +21,7 @@ use claim::Claim;
 pub fn contention(ctx: &Context, tp: &TrainingPipeline) -> Option<Stop> {
     let me = Claim::of(tp)?;
     // Only a pipeline that has not started waits: skip the cache for every other pass.
-    if me.started || !me.live {
+    if !claim::may_wait(&me) {
         return None;
     }
     let store = ctx.shared.get::<Store<Cached<TrainingPipeline>>>()?;
