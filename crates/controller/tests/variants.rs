@@ -46,8 +46,10 @@ fn phase(tp: &TrainingPipeline) -> Phase {
 }
 
 async fn wait_phase(env: &TestEnv, name: &str, want: Phase) -> TrainingPipeline {
-    env.wait_for::<TrainingPipeline, _>(name, &format!("{name} phase {want:?}"), STEP, |tp| phase(tp) == want)
-        .await
+    env.wait_for::<TrainingPipeline, _>(name, &format!("{name} phase {want:?}"), STEP, |tp| {
+        phase(tp) == want
+    })
+    .await
 }
 
 fn model_uri(tp: &TrainingPipeline) -> String {
@@ -92,7 +94,9 @@ async fn a_generate_name_sweep_of_five_gets_a_model_directory_each() {
             "the Vertex job writes the expanded modelDir"
         );
         assert!(
-            env.gcp.object(BUCKET, &format!("models/{name}/model/saved_model.pb")).is_some(),
+            env.gcp
+                .object(BUCKET, &format!("models/{name}/model/saved_model.pb"))
+                .is_some(),
             "{name}'s model is in its own directory"
         );
         uris.insert(uri);
@@ -132,14 +136,25 @@ async fn a_second_live_pipeline_on_the_same_model_dir_waits_for_the_first() {
     env.create(&second).await;
     let stalled = env
         .wait_for::<TrainingPipeline, _>("b-second", "Stalled for ArtifactsInUse", Duration::ZERO, |tp| {
-            let conditions = tp.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+            let conditions = tp
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default();
             find_condition(conditions, types::STALLED)
                 .is_some_and(|c| c.status == "True" && c.reason == reasons::ARTIFACTS_IN_USE)
         })
         .await;
-    let message = stalled.status.as_ref().and_then(|s| s.message.clone()).unwrap_or_default();
+    let message = stalled
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
     let first_ref = format!("TrainingPipeline {}/a-first", env.ns);
-    assert!(message.contains(&first_ref), "names the other pipeline: {message}");
+    assert!(
+        message.contains(&first_ref),
+        "names the other pipeline: {message}"
+    );
     assert!(message.contains("spec.artifacts.modelDir"), "{message}");
     assert_eq!(phase(&stalled), Phase::Pending);
     assert!(
@@ -151,7 +166,8 @@ async fn a_second_live_pipeline_on_the_same_model_dir_waits_for_the_first() {
         creates,
         "no cloud create for the waiting pipeline"
     );
-    env.wait_for_event("b-second", reasons::ARTIFACTS_IN_USE, Duration::ZERO).await;
+    env.wait_for_event("b-second", reasons::ARTIFACTS_IN_USE, Duration::ZERO)
+        .await;
 
     wait_phase(&env, "a-first", Phase::Succeeded).await;
     let second = wait_phase(&env, "b-second", Phase::Succeeded).await;
@@ -180,5 +196,11 @@ async fn an_unknown_placeholder_is_refused_at_admission() {
         text.contains("$(PIPELINE_NAME), $(PIPELINE_NAMESPACE), $(PIPELINE_UID)"),
         "{text}"
     );
-    assert!(env.api::<TrainingPipeline>().get_opt("typo").await.unwrap().is_none());
+    assert!(
+        env.api::<TrainingPipeline>()
+            .get_opt("typo")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

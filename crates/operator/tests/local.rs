@@ -506,11 +506,16 @@ fn a_generate_name_sweep_from_stdin_succeeds_variant_by_variant() {
     tp["metadata"] = serde_json::json!({"generateName": "sweep-", "namespace": "default"});
     let spec = tp["spec"].as_object_mut().unwrap();
     spec.remove("preprocess");
-    spec["artifacts"] = serde_json::json!({"modelDir": "gs://demo-project-tpu-data/models/$(PIPELINE_NAME)/"});
+    spec["artifacts"] =
+        serde_json::json!({"modelDir": "gs://demo-project-tpu-data/models/$(PIPELINE_NAME)/"});
     let doc = serde_yaml::to_string(&tp).unwrap();
     let sweep = vec![doc; 5].join("---\n");
 
-    let run = local_with(&["-f", "-", "--timeout", "120s"], Some(&sweep), Duration::from_secs(180));
+    let run = local_with(
+        &["-f", "-", "--timeout", "120s"],
+        Some(&sweep),
+        Duration::from_secs(180),
+    );
     let stdout = text(&run.output.stdout);
     assert!(
         run.output.status.success(),
@@ -526,6 +531,9 @@ fn a_generate_name_sweep_from_stdin_succeeds_variant_by_variant() {
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     assert_eq!(succeeded.len(), 5, "five variants, five names:\n{stdout}");
-    assert!(!stdout.contains("ArtifactsInUse"), "no variant waited on another:\n{stdout}");
+    assert!(
+        !stdout.contains("ArtifactsInUse"),
+        "no variant waited on another:\n{stdout}"
+    );
     assert!(stdout.contains("cloud resources left: 0"), "{stdout}");
 }

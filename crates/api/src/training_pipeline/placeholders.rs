@@ -47,7 +47,10 @@ pub fn expand(uri: &str, id: Identity<'_>) -> String {
     while let Some(at) = rest.find("$(") {
         out.push_str(&rest[..at]);
         let after = &rest[at + 2..];
-        match after.find(')').and_then(|end| Some((end, id.value(&after[..end])?))) {
+        match after
+            .find(')')
+            .and_then(|end| Some((end, id.value(&after[..end])?)))
+        {
             Some((end, value)) => {
                 out.push_str(value);
                 rest = &after[end + 1..];
@@ -77,10 +80,7 @@ pub fn expand_artifacts(artifacts: &Artifacts, id: Identity<'_>) -> Artifacts {
 /// The RE2 pattern a URI with only known placeholders matches: every `$(` (after any run of
 /// `$`) opens one of [`PLACEHOLDERS`] and is closed.
 pub fn known_only_pattern() -> String {
-    format!(
-        r"^([^$]|[$]+[^$(]|[$]+[(]({})[)])*[$]*$",
-        PLACEHOLDERS.join("|")
-    )
+    format!(r"^([^$]|[$]+[^$(]|[$]+[(]({})[)])*[$]*$", PLACEHOLDERS.join("|"))
 }
 
 /// The admission message for `field` (e.g. `modelDir`) holding an unknown placeholder.
@@ -116,7 +116,10 @@ mod tests {
 
     #[test]
     fn unknown_or_unterminated_placeholders_stay_as_written() {
-        assert_eq!(expand("gs://b/$(MODEL)/$(PIPELINE_NAME)", ID), "gs://b/$(MODEL)/sweep-x7k2p");
+        assert_eq!(
+            expand("gs://b/$(MODEL)/$(PIPELINE_NAME)", ID),
+            "gs://b/$(MODEL)/sweep-x7k2p"
+        );
         assert_eq!(expand("gs://b/$(PIPELINE_NAME", ID), "gs://b/$(PIPELINE_NAME");
         assert_eq!(expand("gs://b/$x$", ID), "gs://b/$x$");
     }

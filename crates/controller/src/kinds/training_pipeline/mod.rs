@@ -181,9 +181,9 @@ impl Kind for TrainingPipeline {
         let spec = &t.pipeline.spec;
         let all = request::pipeline(spec, project, prices);
         let counted = match decision.action {
-            plan::Action::CreateJob { .. } => request::vertex_job(spec, project, prices)
-                .into_iter()
-                .collect(),
+            plan::Action::CreateJob { .. } => {
+                request::vertex_job(spec, project, prices).into_iter().collect()
+            }
             plan::Action::CreateSlice { .. } => all.iter().filter(|r| r.tpu.is_some()).cloned().collect(),
             _ => Vec::new(),
         };

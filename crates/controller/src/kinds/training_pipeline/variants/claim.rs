@@ -7,9 +7,7 @@ use std::cmp::Ordering;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use tpu_operator_api::training_pipeline::{
-    TrainingPipeline, TrainingPipelinePhase as Phase, placeholders,
-};
+use tpu_operator_api::training_pipeline::{TrainingPipeline, TrainingPipelinePhase as Phase, placeholders};
 
 use super::super::{checkpoints, plan::is_finished};
 
@@ -74,9 +72,10 @@ impl Claim {
 /// Whether `tp` began a run: any phase past `Pending` but `Suspended`, which a pipeline created
 /// suspended also shows; a suspended one began if a stage or an attempt ever started.
 fn started(tp: &TrainingPipeline, phase: Phase) -> bool {
-    let began = tp.status.as_ref().is_some_and(|s| {
-        s.attempts > 0 || s.stages.iter().any(|g| g.attempts > 0 || g.start_time.is_some())
-    });
+    let began = tp
+        .status
+        .as_ref()
+        .is_some_and(|s| s.attempts > 0 || s.stages.iter().any(|g| g.attempts > 0 || g.start_time.is_some()));
     match phase {
         Phase::Pending => false,
         Phase::Suspended => began,

@@ -58,7 +58,11 @@ fn the_same_uid_finished_or_elsewhere_never_blocks() {
         started: true,
         ..me.clone()
     };
-    assert_eq!(blocker(&started, &[claim("old", 1, "gs://b/m")]), None, "only a pipeline that has not started waits");
+    assert_eq!(
+        blocker(&started, &[claim("old", 1, "gs://b/m")]),
+        None,
+        "only a pipeline that has not started waits"
+    );
 }
 
 #[test]
@@ -66,7 +70,10 @@ fn the_checkpoint_directory_of_one_in_the_model_directory_of_another_collides() 
     let mut me = claim("me", 200, "gs://b/m2");
     me.dirs[1].1 = "gs://b/m/ckpt".into();
     let old = claim("old", 100, "gs://b/m");
-    assert_eq!(overlap(&me, &old), Some(("checkpointDir", "gs://b/m/ckpt", "modelDir")));
+    assert_eq!(
+        overlap(&me, &old),
+        Some(("checkpointDir", "gs://b/m/ckpt", "modelDir"))
+    );
     assert!(blocker(&me, &[old]).is_some());
 }
 
@@ -74,7 +81,10 @@ fn the_checkpoint_directory_of_one_in_the_model_directory_of_another_collides() 
 fn equal_creation_times_fall_back_to_the_name() {
     let a = claim("a", 100, "gs://b/m");
     let b = claim("b", 100, "gs://b/m");
-    assert_eq!(blocker(&b, &[a.clone()]).map(|c| c.name.as_str()), Some("a"));
+    assert_eq!(
+        blocker(&b, std::slice::from_ref(&a)).map(|c| c.name.as_str()),
+        Some("a")
+    );
     assert_eq!(blocker(&a, &[b]), None);
 }
 
@@ -83,7 +93,12 @@ fn the_message_names_a_neighbour_only_in_the_same_namespace() {
     let me = claim("me", 200, "gs://b/m");
     let old = claim("old", 100, "gs://b/m");
     let text = message(&me, &old);
-    assert!(text.starts_with("spec.artifacts.modelDir gs://b/m/ is in use by TrainingPipeline team-a/old (its modelDir)"), "{text}");
+    assert!(
+        text.starts_with(
+            "spec.artifacts.modelDir gs://b/m/ is in use by TrainingPipeline team-a/old (its modelDir)"
+        ),
+        "{text}"
+    );
     assert!(text.contains("$(PIPELINE_NAME)"), "{text}");
     let foreign = Claim {
         namespace: "team-b".into(),
@@ -101,8 +116,16 @@ fn a_pipeline_created_suspended_neither_waits_nor_is_waited_for() {
         ..claim("held", 100, "gs://b/m")
     };
     let new = claim("new", 200, "gs://b/m");
-    assert_eq!(blocker(&new, &[held.clone()]), None, "an older one that never ran and is suspended");
-    assert_eq!(blocker(&held, &[claim("old", 1, "gs://b/m")]), None, "it creates nothing while suspended");
+    assert_eq!(
+        blocker(&new, std::slice::from_ref(&held)),
+        None,
+        "an older one that never ran and is suspended"
+    );
+    assert_eq!(
+        blocker(&held, &[claim("old", 1, "gs://b/m")]),
+        None,
+        "it creates nothing while suspended"
+    );
     let resumed = Claim {
         suspended: false,
         ..held

@@ -33,9 +33,12 @@ pub fn contention(ctx: &Context, tp: &TrainingPipeline) -> Option<Stop> {
     })
 }
 
-/// The claims of the watched pipelines, by UID, with the `resourceVersion` each was read at.
+/// One pipeline's claim as read at its `resourceVersion` (`None`: it did not decode).
+type Read = (Option<String>, Option<Claim>);
+
+/// The claims of the watched pipelines, by UID.
 #[derive(Default)]
-pub struct Index(Mutex<HashMap<String, (Option<String>, Option<Claim>)>>);
+pub struct Index(Mutex<HashMap<String, Read>>);
 
 impl Index {
     /// The claims of every pipeline in `store` now; forgets the ones no longer there.
