@@ -14,6 +14,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_controller::{
     Context,
+    governance::tenancy::WithoutPolicy,
     kinds::{preprocess_batch, tpu_slice, training_pipeline},
     never_shutdown,
 };
@@ -175,6 +176,45 @@ async fn a_second_live_pipeline_on_the_same_model_dir_waits_for_the_first() {
     let conditions = &second.status.as_ref().unwrap().conditions;
     let stalled = find_condition(conditions, types::STALLED).unwrap();
     assert_eq!(stalled.status, "False", "{stalled:?}");
+}
+
+/// The waiting pipeline is woken when the first one finishes, not at its next stable poll: with
+/// `--poll-stable` at 10 min it still starts within the test's minute (before the wake it would
+/// have waited the full interval after the first finished).
+#[tokio::test]
+async fn a_waiting_pipeline_is_woken_when_the_first_finishes() {
+    let mut env = TestEnv::start().await;
+    let slow_stable = test_kit::ContextSpec {
+        cluster_id: "test-cluster".into(),
+        default_project: "demo-project".into(),
+        namespace: Some(env.ns.clone()),
+        concurrency: 8,
+        polls: test_kit::Polls {
+            stable: Duration::from_secs(600),
+            ..test_kit::Polls::fast()
+        },
+        tenancy: Some(WithoutPolicy::Allow),
+    };
+    let ctx = Arc::new(slow_stable.build(&env.client, &env.gcp).await.unwrap());
+    env.spawn(training_pipeline::run(ctx, never_shutdown()));
+    let shared = "gs://demo-project-tpu-data/models/woken/";
+    let mut first = vertex_only(shared);
+    first.metadata.name = Some("a-first".into());
+    env.create(&first).await;
+    wait_phase(&env, "a-first", Phase::Training).await;
+    let mut second = vertex_only(shared);
+    second.metadata.name = Some("b-second".into());
+    env.create(&second).await;
+    env.wait_for::<TrainingPipeline, _>("b-second", "Stalled", Duration::ZERO, |tp| {
+        tp.status
+            .as_ref()
+            .and_then(|s| s.message.as_deref())
+            .is_some_and(|m| m.contains("a-first"))
+    })
+    .await;
+    wait_phase(&env, "a-first", Phase::Succeeded).await;
+    wait_phase(&env, "b-second", Phase::Succeeded).await;
+    assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 2);
 }
 
 /// A placeholder the controller does not know is refused at admission, naming the field and the

@@ -283,6 +283,10 @@ impl Kind for TrainingPipeline {
 
     fn forget(&self, ctx: &Context) {
         progress::forget(ctx, self);
+        // Being deleted, it no longer holds its directories.
+        if let Some(uid) = self.uid() {
+            variants::release(ctx, &uid);
+        }
     }
 
     fn transitions(old: &TrainingPipelineStatus, new: &TrainingPipelineStatus) -> Vec<Transition> {

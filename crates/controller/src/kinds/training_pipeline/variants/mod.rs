@@ -13,38 +13,76 @@ use tpu_operator_api::{conditions::reasons, training_pipeline::TrainingPipeline}
 
 use crate::{
     reconcile::{context::Context, kind::Stop},
-    runtime::watched::Cached,
+    runtime::{cloud_watch::Owner, watched::Cached},
 };
 use claim::Claim;
 
-/// Why `tp` (expanded or not) must wait for another pipeline, if it must.
+/// Why `tp` (expanded or not) must wait for another pipeline, if it must. A pipeline that is no
+/// longer live wakes the ones that waited for it, so they start now rather than at their next
+/// stable poll.
 pub fn contention(ctx: &Context, tp: &TrainingPipeline) -> Option<Stop> {
     let me = Claim::of(tp)?;
+    if !me.live {
+        release(ctx, &me.uid);
+    }
     // Only a pipeline that has not started waits: skip the cache for every other pass.
     if !claim::may_wait(&me) {
         return None;
     }
     let store = ctx.shared.get::<Store<Cached<TrainingPipeline>>>()?;
-    let others = ctx.shared.get_or_default::<Index>().claims(&store);
+    let index = ctx.shared.get_or_default::<Index>();
+    let others = index.claims(&store);
     let other = claim::blocker(&me, &others)?;
+    if let Some(owner) = Owner::of(tp) {
+        index.wait_for(&other.uid, owner);
+    }
     Some(Stop {
         reason: reasons::ARTIFACTS_IN_USE,
         message: claim::message(&me, other),
     })
 }
 
+/// Wakes the pipelines that waited for the one with `uid` (finished or being deleted).
+pub fn release(ctx: &Context, uid: &str) {
+    let Some(index) = ctx.shared.get::<Index>() else {
+        return;
+    };
+    for owner in index.waiters(uid) {
+        ctx.cloud_watch.wake_owner(&owner);
+    }
+}
+
 /// One pipeline's claim as read at its `resourceVersion` (`None`: it did not decode).
 type Read = (Option<String>, Option<Claim>);
 
-/// The claims of the watched pipelines, by UID.
+/// The claims of the watched pipelines, by UID, and who waits for whom.
 #[derive(Default)]
-pub struct Index(Mutex<HashMap<String, Read>>);
+pub struct Index {
+    claims: Mutex<HashMap<String, Read>>,
+    /// By the UID of the pipeline waited for: the pipelines waiting (each once).
+    waiting: Mutex<HashMap<String, Vec<Owner>>>,
+}
 
 impl Index {
+    /// Records that `owner` waits for the pipeline with UID `uid`.
+    fn wait_for(&self, uid: &str, owner: Owner) {
+        let mut waiting = self.waiting.lock().expect("pipeline waiters poisoned");
+        let list = waiting.entry(uid.to_string()).or_default();
+        if !list.iter().any(|o| o.same(&owner)) {
+            list.push(owner);
+        }
+    }
+
+    /// Takes the pipelines waiting for the one with UID `uid`.
+    fn waiters(&self, uid: &str) -> Vec<Owner> {
+        let mut waiting = self.waiting.lock().expect("pipeline waiters poisoned");
+        waiting.remove(uid).unwrap_or_default()
+    }
+
     /// The claims of every pipeline in `store` now; forgets the ones no longer there.
     pub fn claims(&self, store: &Store<Cached<TrainingPipeline>>) -> Vec<Claim> {
         let objects = store.state();
-        let mut index = self.0.lock().expect("pipeline claims poisoned");
+        let mut index = self.claims.lock().expect("pipeline claims poisoned");
         let mut out = Vec::with_capacity(objects.len());
         let mut seen = std::collections::HashSet::with_capacity(objects.len());
         for cached in &objects {
@@ -59,6 +97,10 @@ impl Index {
             seen.insert(uid);
         }
         index.retain(|uid, _| seen.contains(uid));
+        // A pipeline gone from the cache without a last pass (deleted at once) wakes no one:
+        // its waiters find it gone at their stable poll.
+        let mut waiting = self.waiting.lock().expect("pipeline waiters poisoned");
+        waiting.retain(|uid, _| seen.contains(uid));
         out
     }
 }
