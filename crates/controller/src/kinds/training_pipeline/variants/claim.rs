@@ -113,12 +113,12 @@ pub fn may_wait(me: &Claim) -> bool {
 /// The live pipeline `me` must wait for, if any: one writing where `me` would that has started,
 /// or is older and not suspended (so of two that have not started, the older goes first). `me`
 /// itself never counts.
-pub fn blocker<'a>(me: &Claim, others: &'a [Claim]) -> Option<&'a Claim> {
+pub fn blocker<'a>(me: &Claim, others: impl IntoIterator<Item = &'a Claim>) -> Option<&'a Claim> {
     if !may_wait(me) {
         return None;
     }
     others
-        .iter()
+        .into_iter()
         .filter(|o| o.uid != me.uid && o.live && overlap(me, o).is_some())
         .filter(|o| o.started || (!o.suspended && o.age_order(me) == Ordering::Less))
         .min_by(|a, b| a.age_order(b))

@@ -31,14 +31,13 @@ pub fn contention(ctx: &Context, tp: &TrainingPipeline) -> Option<Stop> {
     }
     let store = ctx.shared.get::<Store<Cached<TrainingPipeline>>>()?;
     let index = ctx.shared.get_or_default::<Index>();
-    let others = index.claims(&store);
-    let other = claim::blocker(&me, &others)?;
+    let other = index.blocker(&store, &me)?;
     if let Some(owner) = Owner::of(tp) {
         index.wait_for(&other.uid, owner);
     }
     Some(Stop {
         reason: reasons::ARTIFACTS_IN_USE,
-        message: claim::message(&me, other),
+        message: claim::message(&me, &other),
     })
 }
 
@@ -79,28 +78,32 @@ impl Index {
         waiting.remove(uid).unwrap_or_default()
     }
 
-    /// The claims of every pipeline in `store` now; forgets the ones no longer there.
-    pub fn claims(&self, store: &Store<Cached<TrainingPipeline>>) -> Vec<Claim> {
+    /// The pipeline `me` waits for ([`claim::blocker`]) among those in `store` now. Brings the
+    /// claims up to date first, and forgets the pipelines no longer there.
+    fn blocker(&self, store: &Store<Cached<TrainingPipeline>>, me: &Claim) -> Option<Claim> {
         let objects = store.state();
         let mut index = self.claims.lock().expect("pipeline claims poisoned");
-        let mut out = Vec::with_capacity(objects.len());
         let mut seen = std::collections::HashSet::with_capacity(objects.len());
         for cached in &objects {
             let Some(uid) = cached.uid() else { continue };
             let version = cached.meta().resource_version.clone();
             let entry = index.entry(uid.clone()).or_insert((None, None));
             if entry.0.is_none() || entry.0 != version {
-                // A cached object that does not decode holds nothing we can compare.
-                *entry = (version, cached.decode().ok().as_ref().and_then(Claim::of));
+                // A cached object that does not decode holds nothing we can compare; a finished
+                // one holds nothing any more (most of them, once converged: keep no claim).
+                let decoded = cached.decode().ok();
+                let claim = decoded.as_ref().and_then(Claim::of).filter(|c| c.live);
+                *entry = (version, claim);
             }
-            out.extend(entry.1.clone());
             seen.insert(uid);
         }
         index.retain(|uid, _| seen.contains(uid));
+        let blocker = claim::blocker(me, index.values().filter_map(|(_, c)| c.as_ref())).cloned();
+        drop(index);
         // A pipeline gone from the cache without a last pass (deleted at once) wakes no one:
         // its waiters find it gone at their stable poll.
         let mut waiting = self.waiting.lock().expect("pipeline waiters poisoned");
         waiting.retain(|uid, _| seen.contains(uid));
-        out
+        blocker
     }
 }
