@@ -69,6 +69,9 @@ pub mod reasons {
     pub const RETRIES_EXHAUSTED: &str = "RetriesExhausted";
     /// The namespace's tenancy policy refuses the spec.
     pub const POLICY_DENIED: &str = "PolicyDenied";
+    /// Another live TrainingPipeline writes the same model or checkpoint directory: this one
+    /// waits until that one finishes or is deleted.
+    pub const ARTIFACTS_IN_USE: &str = "ArtifactsInUse";
     /// A `TpuPolicy` is being enforced.
     pub const ENFORCED: &str = "Enforced";
     /// The spec is invalid in a way admission could not see.

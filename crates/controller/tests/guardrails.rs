@@ -571,7 +571,7 @@ fn vertex_pipeline(name: &str, vertex_extra: serde_json::Value) -> TrainingPipel
     serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
         "metadata": {"name": name},
-        "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-data/models/a/"},
+        "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-data/models/$(PIPELINE_NAME)/"},
                  "training": {"vertex": vertex}}
     }))
     .unwrap()

@@ -71,7 +71,7 @@ fn vertex_pipeline(name: &str, vertex_extra: Value) -> TrainingPipeline {
     serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
         "metadata": {"name": name},
-        "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-a-data/models/a/"},
+        "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-a-data/models/$(PIPELINE_NAMESPACE)/$(PIPELINE_NAME)/"},
                  "training": {"vertex": vertex}}
     }))
     .expect("TrainingPipeline fixture")
@@ -94,7 +94,7 @@ fn tpu_vm_pipeline(name: &str) -> TrainingPipeline {
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
         "metadata": {"name": name},
         "spec": {"region": "us-east5", "maxRetries": 1,
-                 "artifacts": {"modelDir": "gs://team-a-data/models/vm/"},
+                 "artifacts": {"modelDir": "gs://team-a-data/models/vm/$(PIPELINE_NAME)/"},
                  "training": {"tpuVm": {
                      "slice": {"zone": "us-east5-b", "acceleratorType": "v6e-8",
                                "runtimeVersion": "v2-alpha-tpuv6e", "capacity": {"spot": {}}},

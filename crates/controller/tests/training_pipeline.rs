@@ -54,11 +54,13 @@ fn quickstart() -> TrainingPipeline {
     test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"))
 }
 
-/// The quickstart without its preprocessing stage (Vertex training only).
+/// The quickstart without its preprocessing stage (Vertex training only), writing
+/// `models/<name>/`: pipelines alive at once may not share a model directory.
 fn vertex_only(name: &str) -> TrainingPipeline {
     let mut tp = quickstart();
     tp.metadata.name = Some(name.into());
     tp.spec.preprocess = None;
+    tp.spec.artifacts.model_dir = "gs://demo-project-tpu-data/models/$(PIPELINE_NAME)/".into();
     tp
 }
 
@@ -229,8 +231,10 @@ async fn crash_between_vertex_create_and_status_write_runs_one_job() {
     // writing its name to the status.
     let tp = env.create(&vertex_only("crash")).await;
     let id = ObjectIdentity::new(&env.ns, "crash", tp.uid().unwrap());
-    let ckpt = tpu_operator_controller::kinds::training_pipeline::checkpoints::base_dir(&tp.spec.artifacts);
-    let job = spec::custom_job(&tp.spec, &id, "test-cluster", 1, &ckpt).unwrap();
+    // As the operator builds it: from the spec with its artifact placeholders expanded.
+    let expanded = training_pipeline::expanded(&tp, &id);
+    let ckpt = training_pipeline::checkpoints::base_dir(&expanded.spec.artifacts);
+    let job = spec::custom_job(&expanded.spec, &id, "test-cluster", 1, &ckpt).unwrap();
     env.ctx
         .gcp
         .vertex
@@ -742,7 +746,7 @@ async fn a_rerun_whose_job_writes_no_model_does_not_succeed_on_the_old_one() {
         message(&judged)
     );
     // The earlier run's model is still there: it was not what this run wrote.
-    let model = env.gcp.object(BUCKET, "models/quickstart/model/saved_model.pb");
+    let model = env.gcp.object(BUCKET, "models/stale/model/saved_model.pb");
     assert!(model.is_some(), "the first run's model stays in place");
 }
 

@@ -494,3 +494,46 @@ fn manifests_from_stdin_and_a_directory_converge_together() {
     }
     assert!(stdout.contains("cloud resources left: 0"), "{stdout}");
 }
+
+/// A sweep as users write it: five documents with `generateName` and
+/// `modelDir: .../models/$(PIPELINE_NAME)/` read from stdin. Each variant is created under the
+/// name the server gives it and succeeds with its own model directory (before, `local` refused
+/// `generateName`, and the variants would have shared one literal directory).
+#[test]
+fn a_generate_name_sweep_from_stdin_succeeds_variant_by_variant() {
+    let quickstart = std::fs::read_to_string(workspace().join("examples/quickstart.yaml")).unwrap();
+    let mut tp: serde_json::Value = serde_yaml::from_str(&quickstart).unwrap();
+    tp["metadata"] = serde_json::json!({"generateName": "sweep-", "namespace": "default"});
+    let spec = tp["spec"].as_object_mut().unwrap();
+    spec.remove("preprocess");
+    spec["artifacts"] =
+        serde_json::json!({"modelDir": "gs://demo-project-tpu-data/models/$(PIPELINE_NAME)/"});
+    let doc = serde_yaml::to_string(&tp).unwrap();
+    let sweep = vec![doc; 5].join("---\n");
+
+    let run = local_with(
+        &["-f", "-", "--timeout", "120s"],
+        Some(&sweep),
+        Duration::from_secs(180),
+    );
+    let stdout = text(&run.output.stdout);
+    assert!(
+        run.output.status.success(),
+        "local -f - failed after {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        run.took,
+        text(&run.output.stderr)
+    );
+    assert!(stdout.contains("applied 5 object(s)"), "{stdout}");
+    let summary: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("OBJECT ")).collect();
+    let succeeded: std::collections::BTreeSet<&str> = summary
+        .iter()
+        .filter(|l| l.starts_with("TrainingPipeline/sweep-") && l.contains(" Succeeded "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(succeeded.len(), 5, "five variants, five names:\n{stdout}");
+    assert!(
+        !stdout.contains("ArtifactsInUse"),
+        "no variant waited on another:\n{stdout}"
+    );
+    assert!(stdout.contains("cloud resources left: 0"), "{stdout}");
+}

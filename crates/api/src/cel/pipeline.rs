@@ -3,6 +3,8 @@
 
 use super::batch::batch_shape_rules;
 use super::slice::slice_shape_rules;
+use crate::training_pipeline::placeholders;
+
 use super::{PlacedRule, Rule, cel_list, immutable_here, immutable_optional, place};
 
 /// Rules of a pipeline's `spec.training.vertex`: one program (container or Python package), and
@@ -115,6 +117,7 @@ fn vertex_topology_rules() -> Vec<Rule> {
 pub fn training_pipeline_rules() -> Vec<PlacedRule> {
     const KIND: &str = "TrainingPipeline";
     let mut out = place("spec", preprocess_output_rules());
+    out.extend(place("spec.artifacts", placeholder_rules()));
     out.extend(place("spec.training", vec![training_choice_rule()]));
     out.extend(batch_shape_rules("spec.preprocess"));
     out.extend(place("spec.training.vertex", vertex_training_rules()));
@@ -156,6 +159,22 @@ fn preprocess_output_rules() -> Vec<Rule> {
             )
             .at(".preprocess.outputUri"),
     ]
+}
+
+/// Artifact URIs name only the placeholders the controller expands
+/// ([`crate::training_pipeline::placeholders`]): a typo would otherwise become a directory.
+fn placeholder_rules() -> Vec<Rule> {
+    let pattern = placeholders::known_only_pattern();
+    placeholders::FIELDS
+        .iter()
+        .map(|field| {
+            Rule::new(
+                format!("!has(self.{field}) || self.{field}.matches('{pattern}')"),
+                placeholders::unknown_message(field),
+            )
+            .at(&format!(".{field}"))
+        })
+        .collect()
 }
 
 /// Exactly one training backend.

@@ -122,7 +122,10 @@ pub struct TrainingPipelineSpec {
 }
 
 /// Cloud Storage locations. `$(RAW_DATA)`, `$(PROCESSED_DATA)`, `$(MODEL_DIR)` and
-/// `$(CHECKPOINT_DIR)` in args, commands and env values are replaced with these.
+/// `$(CHECKPOINT_DIR)` in args, commands and env values are replaced with these. The URIs
+/// themselves may hold `$(PIPELINE_NAME)`, `$(PIPELINE_NAMESPACE)` and `$(PIPELINE_UID)` (in the
+/// path, not the bucket), replaced with the pipeline's own, so variants made with
+/// `metadata.generateName` get a directory each.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Artifacts {
@@ -166,6 +169,7 @@ pub enum CheckpointsOnRetry {
     StartClean,
 }
 
+pub mod placeholders;
 mod retry;
 mod status;
 mod training;

@@ -19,6 +19,7 @@ use crate::{
         fair_share::FairShare,
         metrics::Metrics,
         settled::Settled,
+        shared::Shared,
     },
 };
 
@@ -42,6 +43,9 @@ pub struct Context {
     pub cloud_watch: Arc<CloudWatch>,
     /// Each controller's workers, shared fairly between namespaces (see [`FairShare`]).
     pub fair_share: FairShare,
+    /// Each kind's watch cache (set by [`super::driver::run`]) and what kinds keep between
+    /// passes (see [`Shared`]).
+    pub shared: Shared,
 }
 
 impl Context {
@@ -62,6 +66,7 @@ impl Context {
             settled,
             cloud_watch,
             fair_share,
+            shared: Shared::default(),
         }
     }
 

@@ -58,7 +58,11 @@ pub async fn run<K: Kind>(ctx: Arc<Context>, shutdown: Shutdown) {
         client: &ctx.client,
         namespace,
     };
-    K::watches(watched::controller::<K>(&ctx.client, namespace), &watches)
+    let controller = watched::controller::<K>(&ctx.client, namespace);
+    // A pass may look at the other objects of its kind (a pipeline at the live pipelines that
+    // write where it would): this cache, not a list per pass.
+    ctx.shared.set(controller.store());
+    K::watches(controller, &watches)
         .with_config(Config::default().concurrency(ctx.config.concurrency))
         .reconcile_on(ctx.cloud_watch.triggers::<K>().map(cached_ref))
         .reconcile_all_on(ctx.tenancy.policies.changes())

@@ -83,6 +83,13 @@ pub trait Kind:
     /// The object's cloud names, or why nothing can be done until the spec changes.
     fn target(&self, ctx: &Context) -> Result<Result<Self::Target, Stop>>;
 
+    /// Another object of the operator's holds what this one needs (a pipeline's model directory
+    /// another live pipeline writes): the pass stalls it with the returned reason and message,
+    /// before any cloud read, and looks again at the stable interval. None by default.
+    fn contention(&self, _ctx: &Context, _t: &Self::Target) -> Option<Stop> {
+        None
+    }
+
     /// The policy requests judged on the spec alone before any cloud read; none: no first look
     /// this pass (e.g. the object already created something, which the pass must keep watching).
     fn first_look(&self, _ctx: &Context, _t: &Self::Target) -> Vec<tenancy::Request> {

@@ -1,6 +1,6 @@
 //! One apply pass, written once for every kind:
 //!
-//! target → first look (policy, spec alone) → observe → claim (policy, on what was observed) →
+//! target → contention (another object holds what this one needs) → first look (policy, spec alone) → observe → claim (policy, on what was observed) →
 //! plan (pure) → admission (policy with usage, under the namespace's lock) → act (at most one
 //! mutating call) → status (pure) → the one status write and its Events → what it waits on
 //! (cloud watch) → settle and requeue.
@@ -38,6 +38,10 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
             return Ok(Action::await_change());
         }
     };
+    if let Some(held) = obj.contention(ctx, &t) {
+        status::stall(ctx, obj, held.reason, &held.message, true).await?;
+        return Ok(Action::requeue(ctx.config.poll_stable));
+    }
     let namespace = namespace(obj)?;
     let first_look = obj.first_look(ctx, &t);
     if !first_look.is_empty()

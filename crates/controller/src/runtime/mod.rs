@@ -1,6 +1,7 @@
 //! The machinery every kind's reconcile runs on, knowing no kind and no policy: the settings
 //! ([`config`]), the compact watch cache and the settled-object skip, the cloud watch, per-object
-//! backoff, fair share of the workers, Event recording, metrics, the clock and the error type.
+//! backoff, fair share of the workers, Event recording, metrics, the clock, the error type and
+//! the values shared between passes by type ([`shared`]).
 //! Each piece takes the handles it uses explicitly; none reaches back into the reconcile
 //! [`Context`](crate::reconcile::context::Context).
 
@@ -16,4 +17,5 @@ pub mod metrics;
 pub mod refused;
 pub mod requeue;
 pub mod settled;
+pub mod shared;
 pub mod watched;

@@ -168,8 +168,13 @@ fn manifest(source: String, value: Value) -> anyhow::Result<Manifest> {
         field("apiVersion").unwrap_or_default(),
         field("kind").unwrap_or_default(),
     );
-    if value.pointer("/metadata/name").and_then(Value::as_str).is_none() {
-        bail!("error validating \"{source}\": {kind}: metadata.name: Required value: name is required");
+    // `generateName` as `kubectl create` takes it: a sweep of variants is written once and
+    // created as many times as it is listed (the server names each; see `create_checked`).
+    let named = |key: &str| value.pointer(key).and_then(Value::as_str).is_some();
+    if !named("/metadata/name") && !named("/metadata/generateName") {
+        bail!(
+            "error validating \"{source}\": {kind}: metadata.name: Required value: name or generateName is required"
+        );
     }
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
@@ -240,10 +245,14 @@ async fn create_checked(
             .map_err(|e| rejection(source, e))?;
     }
     for (source, object, applied) in rest {
-        create(client, applied, object, false)
+        let made = create(client, applied, object, false)
             .await
             .map_err(|e| rejection(source, e))?;
-        created.push(applied.clone());
+        // A `generateName` object is known by the name the server gave it from now on.
+        created.push(Applied {
+            name: made.metadata.name.unwrap_or_else(|| applied.name.clone()),
+            ..applied.clone()
+        });
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ pub mod plan;
 mod progress;
 pub mod spec;
 pub mod status;
+pub mod variants;
 
 use std::{sync::Arc, time::Duration};
 
@@ -27,7 +28,9 @@ use tpu_operator_api::{
     naming::{self, ObjectIdentity},
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
-    training_pipeline::{RERUN_ANNOTATION, TrainingPipeline, TrainingPipelinePhase, TrainingPipelineStatus},
+    training_pipeline::{
+        RERUN_ANNOTATION, TrainingPipeline, TrainingPipelinePhase, TrainingPipelineStatus, placeholders,
+    },
 };
 use tpu_operator_gcp::aiplatform_v1::model::{CustomJob, JobState};
 
@@ -52,6 +55,9 @@ use crate::{
 /// Target derived from the pipeline's identity.
 pub struct Target {
     pub id: ObjectIdentity,
+    /// The pipeline with its artifact URIs' placeholders expanded ([`placeholders`]): every step
+    /// of a pass reads this, never the object as stored, so no reader sees `$(PIPELINE_NAME)`.
+    pub pipeline: TrainingPipeline,
     /// `<name>-preprocess`.
     pub preprocess: String,
     /// `<name>-train`.
@@ -71,6 +77,7 @@ impl Target {
         );
         let project = ctx.project_for(&id.namespace, tp.spec.project.as_deref());
         Ok(Target {
+            pipeline: expanded(tp, &id),
             preprocess: naming::child_name(&id, "preprocess"),
             train: naming::child_name(&id, "train"),
             vertex_parent: project
@@ -80,6 +87,18 @@ impl Target {
             id,
         })
     }
+}
+
+/// `tp` with its artifact URIs expanded for its own identity.
+pub fn expanded(tp: &TrainingPipeline, id: &ObjectIdentity) -> TrainingPipeline {
+    let mut tp = tp.clone();
+    let me = placeholders::Identity {
+        name: &id.name,
+        namespace: &id.namespace,
+        uid: &id.uid,
+    };
+    tp.spec.artifacts = placeholders::expand_artifacts(&tp.spec.artifacts, me);
+    tp
 }
 
 /// Runs the controller until `shutdown`: watches pipelines and the children they own.
@@ -131,14 +150,14 @@ impl Kind for TrainingPipeline {
     }
 
     async fn observe(&self, ctx: &Context, t: &Target) -> Result<Seen> {
-        let (observed, reads) = observe::observe(ctx, self, t).await?;
+        let (observed, reads) = observe::observe(ctx, &t.pipeline, t).await?;
         Ok(Seen { observed, reads })
     }
 
     fn plan(&self, now: DateTime<Utc>, t: &Target, seen: &Seen) -> plan::Plan {
         let old = self.status.clone().unwrap_or_default();
         plan::plan(&plan::Input {
-            spec: &self.spec,
+            spec: &t.pipeline.spec,
             status: &old,
             generation: self.metadata.generation,
             observed: &seen.observed,
@@ -149,17 +168,24 @@ impl Kind for TrainingPipeline {
         })
     }
 
+    /// A pipeline that has not started waits while another live pipeline writes its model or
+    /// checkpoint directory ([`variants`]).
+    fn contention(&self, ctx: &Context, t: &Target) -> Option<Stop> {
+        variants::contention(ctx, &t.pipeline)
+    }
+
     /// Before preprocessing, everything the pipeline will create (so a pipeline whose training
     /// would be refused does not spend on preprocessing first); before training, the Vertex job
     /// or slice with the namespace's chip quota and budget.
     fn admission(&self, ctx: &Context, t: &Target, decision: &plan::Plan) -> Option<Admission> {
         let project = t.project.as_deref().filter(|_| decision.action.creates())?;
         let prices = &ctx.tenancy.prices;
-        let all = request::pipeline(&self.spec, project, prices);
+        let spec = &t.pipeline.spec;
+        let all = request::pipeline(spec, project, prices);
         let counted = match decision.action {
-            plan::Action::CreateJob { .. } => request::vertex_job(&self.spec, project, prices)
-                .into_iter()
-                .collect(),
+            plan::Action::CreateJob { .. } => {
+                request::vertex_job(spec, project, prices).into_iter().collect()
+            }
             plan::Action::CreateSlice { .. } => all.iter().filter(|r| r.tpu.is_some()).cloned().collect(),
             _ => Vec::new(),
         };
@@ -186,11 +212,12 @@ impl Kind for TrainingPipeline {
     ) -> Result<Acted<Done>> {
         act::cancel_jobs(ctx, &decision.cancel_jobs).await?;
         let new = &mut decision.status;
-        act::act(ctx, self, t, &decision.action, new, &mut seen.reads, ahead).await?;
+        let tp = &t.pipeline;
+        act::act(ctx, tp, t, &decision.action, new, &mut seen.reads, ahead).await?;
         if seen.reads.list_caught_up {
             new.unconfirmed_create_time = None;
         }
-        let progress = progress::update(ctx, self, new).await;
+        let progress = progress::update(ctx, tp, new).await;
         Ok(Acted {
             done: Done {
                 next_check: progress.next_check,
@@ -244,7 +271,7 @@ impl Kind for TrainingPipeline {
     }
 
     async fn clean(&self, ctx: &Context, t: &Target) -> Result<Cleaned<TrainingPipelineStatus>> {
-        cleanup::clean(self, ctx, t).await
+        cleanup::clean(&t.pipeline, ctx, t).await
     }
 
     fn cleaned_up(&self, policy: DeletionPolicy) -> Option<Transition> {
@@ -258,6 +285,10 @@ impl Kind for TrainingPipeline {
 
     fn forget(&self, ctx: &Context) {
         progress::forget(ctx, self);
+        // Being deleted, it no longer holds its directories.
+        if let Some(uid) = self.uid() {
+            variants::release(ctx, &uid);
+        }
     }
 
     fn transitions(old: &TrainingPipelineStatus, new: &TrainingPipelineStatus) -> Vec<Transition> {

@@ -224,8 +224,9 @@ pub fn stalled(
 ) -> TrainingPipelineStatus {
     let mut new = old.clone();
     new.observed_generation = generation;
-    if retry && reason == reasons::POLICY_DENIED {
-        // The namespace's usage (chips, budget) may fall: the pipeline waits for it.
+    if retry && matches!(reason, reasons::POLICY_DENIED | reasons::ARTIFACTS_IN_USE) {
+        // The namespace's usage (chips, budget) may fall, the pipeline writing the same
+        // directories will finish: the pipeline waits for it.
         new.phase = TrainingPipelinePhase::Waiting;
     }
     new.message = Some(message.to_string());
@@ -234,17 +235,18 @@ pub fn stalled(
 }
 
 /// The Events of a status change: the pipeline's other Events come from its plan and progress
-/// (published by the pass that decided them); only a new policy refusal is seen here.
+/// (published by the pass that decided them); only a new stall by the policy or by another
+/// pipeline writing the same directories is seen here.
 pub fn transitions(old: &TrainingPipelineStatus, new: &TrainingPipelineStatus) -> Vec<Transition> {
-    let denied = |s: &TrainingPipelineStatus| {
+    let stalled = |s: &TrainingPipelineStatus, reason: &str| {
         conditions::find_condition(&s.conditions, types::STALLED)
-            .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == reasons::POLICY_DENIED)
+            .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == reason)
     };
-    if denied(new) && !denied(old) {
-        let message = new.message.clone().unwrap_or_default();
-        return vec![Transition::warning(reasons::POLICY_DENIED, message)];
-    }
-    Vec::new()
+    [reasons::POLICY_DENIED, reasons::ARTIFACTS_IN_USE]
+        .into_iter()
+        .filter(|reason| stalled(new, reason) && !stalled(old, reason))
+        .map(|reason| Transition::warning(reason, new.message.clone().unwrap_or_default()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -73,6 +73,11 @@ impl Owner {
     pub(super) fn uid(&self) -> &str {
         &self.uid
     }
+
+    /// The same object (UID and kind).
+    pub fn same(&self, other: &Owner) -> bool {
+        self.uid == other.uid && self.kind == other.kind
+    }
 }
 
 /// Sends an owner's wake-up into its kind's controller stream.
@@ -253,6 +258,17 @@ impl CloudWatch {
         *watch.registry() = Registry::default();
         let task = tokio::spawn(run_lister(Arc::downgrade(watch), shutdown.clone()));
         *lister = Some((task, shutdown));
+    }
+
+    /// Wakes `owner` through its controller's stream, as a listing that saw its resource change
+    /// would: for an object whose wait ended outside the cloud (a pipeline waiting for another
+    /// to finish with a directory both write).
+    pub fn wake_owner(&self, owner: &Owner) {
+        self.settled.forget_uid(owner.uid());
+        let triggers = self.triggers.lock().expect("cloud watch triggers poisoned");
+        if let Some(trigger) = triggers.get(&owner.kind) {
+            trigger(owner);
+        }
     }
 
     fn wake(&self, wake: Wake) {
