@@ -38,9 +38,8 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
             return Ok(Action::await_change());
         }
     };
-    if let Some(held) = obj.contention(ctx, &t) {
-        status::stall(ctx, obj, held.reason, &held.message, true).await?;
-        return Ok(Action::requeue(ctx.config.poll_stable));
+    if let Some(action) = contended(ctx, obj, &t).await? {
+        return Ok(action);
     }
     let namespace = namespace(obj)?;
     let first_look = obj.first_look(ctx, &t);
@@ -89,6 +88,16 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
     }
     let wait = obj.wait(&ctx.config, &pass, &new);
     Ok(settle(ctx, obj, wait))
+}
+
+/// Another object holds what this one needs ([`Kind::contention`]): stalled, no cloud call, and
+/// looked at again at the stable interval (the holder also wakes it when it lets go).
+async fn contended<K: Kind>(ctx: &Context, obj: &K, t: &K::Target) -> Result<Option<Action>> {
+    let Some(held) = obj.contention(ctx, t) else {
+        return Ok(None);
+    };
+    status::stall(ctx, obj, held.reason, &held.message, true).await?;
+    Ok(Some(Action::requeue(ctx.config.poll_stable)))
 }
 
 /// The object's namespace (every kind is namespaced).

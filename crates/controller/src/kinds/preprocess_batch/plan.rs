@@ -67,12 +67,8 @@ pub fn plan(
     match status.phase {
         Phase::Succeeded | Phase::Failed | Phase::Cancelled => return Plan::Keep(Requeue::Stable),
         Phase::Retrying => return next_attempt(status, attempt, now),
-        Phase::Pending
-        | Phase::Waiting
-        | Phase::Submitted
-        | Phase::Running
-        | Phase::Cancelling
-        | Phase::Deleting => {}
+        Phase::Pending | Phase::Waiting | Phase::Submitted => {}
+        Phase::Running | Phase::Cancelling | Phase::Deleting => {}
     }
     if attempt == 0 {
         return first_attempt(observed);

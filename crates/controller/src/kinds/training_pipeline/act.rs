@@ -68,14 +68,7 @@ pub async fn act(
                 None => Ok(()),
             }
         }
-        Action::DeleteSlice => {
-            let orphan = spec::orphans_slice(&tp.spec);
-            release_child::<TpuSlice>(ctx, &names.id.namespace, &names.train, orphan).await
-        }
-        Action::DeletePreprocess => {
-            let orphan = tp.spec.deletion_policy == DeletionPolicy::Orphan;
-            release_child::<PreprocessBatch>(ctx, &names.id.namespace, &names.preprocess, orphan).await
-        }
+        Action::DeleteSlice | Action::DeletePreprocess => release(ctx, tp, names, action).await,
         Action::CancelJob { name } => {
             cancel_job(ctx, name, "cancel Vertex custom job of a suspended pipeline").await
         }
@@ -134,6 +127,18 @@ where
 }
 
 /// Deletes an owned child (its own finalizer cleans the cloud). Absent is fine.
+/// Deletes the training slice or the preprocessing batch the plan released.
+async fn release(ctx: &Context, tp: &TrainingPipeline, names: &Target, action: &Action) -> Result<()> {
+    let ns = &names.id.namespace;
+    if *action == Action::DeleteSlice {
+        let orphan = spec::orphans_slice(&tp.spec);
+        release_child::<TpuSlice>(ctx, ns, &names.train, orphan).await
+    } else {
+        let orphan = tp.spec.deletion_policy == DeletionPolicy::Orphan;
+        release_child::<PreprocessBatch>(ctx, ns, &names.preprocess, orphan).await
+    }
+}
+
 /// Releasing a child (a retry, a finished run, suspend) stops what it bills. A child made with
 /// `deletionPolicy: Orphan` (the pipeline's, meant for when the pipeline itself is deleted) is
 /// switched to `Delete` first: deleted as it was, its node or batch would keep running with no

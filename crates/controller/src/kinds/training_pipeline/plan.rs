@@ -338,9 +338,11 @@ impl Planner<'_> {
 mod lifecycle;
 mod observed;
 mod preprocess;
+mod retry_policy;
+mod suspend;
 mod training;
 
-use lifecycle::held;
+use suspend::held;
 
 pub use observed::{Child, JobView, Marker, Observed, TrainingObserved};
 

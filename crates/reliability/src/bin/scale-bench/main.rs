@@ -15,7 +15,12 @@
 //! real time: N / spread changes per second, each object's lag measured from its own wave's
 //! change, as when thousands of TPU nodes and batches finish over a minute.
 //!
-//! cargo run -p tpu-operator-reliability --bin scale-bench -- --n 100 [--idle 60] [--waves 100 --spread 50]
+//! With `--preempt K` (default 100, at most the slices), K READY Spot slices are then preempted in
+//! the cloud and the time until each status shows it is measured (`preemption.rs`).
+//!
+//! cargo run -p tpu-operator-reliability --bin scale-bench -- --n 100 [--idle 60] [--waves 100 --spread 50] [--preempt 100]
+
+mod preemption;
 
 use std::{
     collections::HashMap,
@@ -195,6 +200,8 @@ async fn main() {
     bench.pipelines_finish(&created).await;
     bench.idle(idle).await;
     bench.memory().await;
+    let preempt = (arg("--preempt", 100) as usize).min(bench.slices);
+    preemption::measure(&bench.world, preempt, limit).await;
     bench.delete_all().await;
     bench.world.kill_operator().await;
 }

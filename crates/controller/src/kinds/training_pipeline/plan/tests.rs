@@ -421,7 +421,7 @@ fn suspend_stops_what_bills_and_resuming_spends_no_retry() {
         assert_eq!(p.action, resumed, "case {i}: resumed");
         assert_eq!(train(&st).attempts, counted, "case {i}: resuming spent a retry");
         assert!(
-            p.events.iter().any(|e| e.reason == lifecycle::RESUMED),
+            p.events.iter().any(|e| e.reason == suspend::RESUMED),
             "case {i}: {:?}",
             p.events
         );
@@ -998,7 +998,7 @@ fn retry_policy_decides_by_exit_code() {
     let p = step(&spec, &mut st, &vertex(Child::Absent, Some(failed_job(1, 3))));
     assert_eq!((p.status.phase, &p.action), (Phase::Failed, &Action::Nothing));
     let stalled = find_condition(&st.conditions, types::STALLED).unwrap();
-    assert_eq!(stalled.reason, training::FAILED_BY_RETRY_POLICY);
+    assert_eq!(stalled.reason, retry_policy::FAILED_BY_RETRY_POLICY);
     assert!(
         stalled.message.contains("spec.retryPolicy.rules[0] (FailRun)"),
         "{}",

@@ -2,7 +2,7 @@
 
 use tpu_operator_api::{
     conditions::{Progress, reasons},
-    training_pipeline::{RetryAction, StageName, StageState, TrainingMode, TrainingPipelinePhase as Phase},
+    training_pipeline::{StageName, StageState, TrainingMode, TrainingPipelinePhase as Phase},
 };
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
@@ -12,9 +12,6 @@ use super::{
     status::{self, time},
 };
 
-/// Reason of a run ended by a `spec.retryPolicy` rule with action `FailRun`.
-pub const FAILED_BY_RETRY_POLICY: &str = "FailedByRetryPolicy";
-
 /// Attempts that did not count against `maxRetries` (Spot preemptions, expired capacity waits)
 /// after which a further preemption counts after all: a zone that reclaims every Spot job must
 /// end the pipeline some day rather than create jobs forever.
@@ -22,7 +19,7 @@ pub const MAX_UNCOUNTED_PREEMPTIONS: i32 = 10;
 
 impl Planner<'_> {
     /// Training attempts so far that did not count against `maxRetries`.
-    fn uncounted_attempts(&self) -> i32 {
+    pub(super) fn uncounted_attempts(&self) -> i32 {
         let resumes = self.st.suspension.as_ref().map_or(0, |s| s.resumes);
         (self.st.attempts - status::stage(&self.st, StageName::Train).attempts - resumes).max(0)
     }
@@ -331,43 +328,6 @@ impl Planner<'_> {
             None => format!("creating {what} for attempt {attempt}"),
         };
         Step::working(Phase::Provisioning, reason, message, action, Requeue::Active)
-    }
-
-    /// A training attempt failed with `exit_code`: as the first `spec.retryPolicy` rule that
-    /// matches says, the run fails now (`FailRun`), retries without spending `maxRetries`
-    /// (`Ignore`, while uncounted attempts stay under [`MAX_UNCOUNTED_PREEMPTIONS`]) or counts.
-    fn failed_as_the_policy_says(
-        &mut self,
-        detail: String,
-        exit_code: Option<i32>,
-        before_retry: Action,
-    ) -> Step {
-        let decided = self.spec().retry_policy.as_ref().map(|p| p.decide(exit_code));
-        let (Some((action, Some(rule))), Some(code)) = (decided, exit_code) else {
-            return self.attempt_failed(detail, before_retry, true);
-        };
-        match action {
-            RetryAction::FailRun => {
-                let msg = format!(
-                    "{detail}; exit code {code} matches spec.retryPolicy.rules[{}] (FailRun): not retried",
-                    rule - 1
-                );
-                status::stage_mut(&mut self.st, StageName::Train).state = StageState::Failed;
-                let release = match before_retry {
-                    Action::DeleteSlice => Action::DeleteSlice,
-                    _ => Action::Nothing,
-                };
-                self.finish_failed(FAILED_BY_RETRY_POLICY, msg, release)
-            }
-            RetryAction::Ignore if self.uncounted_attempts() < MAX_UNCOUNTED_PREEMPTIONS => {
-                let detail = format!(
-                    "{detail}; exit code {code} matches spec.retryPolicy.rules[{}] (Ignore): retried without spending maxRetries",
-                    rule - 1
-                );
-                self.attempt_failed(detail, before_retry, false)
-            }
-            RetryAction::Ignore | RetryAction::Count => self.attempt_failed(detail, before_retry, true),
-        }
     }
 
     /// A training attempt failed: retry (after `before_retry`, e.g. releasing the old slice)

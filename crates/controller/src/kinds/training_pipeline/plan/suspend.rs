@@ -1,0 +1,193 @@
+//! Suspend: what a suspended pipeline holds back ([`held`]) and stops (the job, the slice, the
+//! batch), and resuming with an attempt that spends no retry.
+
+use tpu_operator_api::{
+    conditions::{Progress, reasons},
+    training_pipeline::{StageName, StageState, TrainingPipelinePhase as Phase},
+};
+use tpu_operator_gcp::aiplatform_v1::model::JobState;
+
+use super::{
+    Action, Child, JobView, Planner, Requeue, Step, TrainingObserved, is_finished,
+    status::{self, time},
+};
+
+/// The step of a pass that would create `what` while `spec.suspend` holds it back: nothing of it
+/// is recorded (no attempt, no start time), so the next pass finds the same status. `why`: what
+/// the creation follows (a failed attempt, a preemption).
+pub(super) fn held(what: &str, why: Option<&str>) -> Step {
+    let message = match why {
+        Some(why) => format!("suspended: {why}; {what} is created once spec.suspend is false"),
+        None => format!("suspended: {what} is created once spec.suspend is false"),
+    };
+    Step {
+        phase: Phase::Suspended,
+        kstatus: Some((Progress::Idle, reasons::SUSPENDED, message)),
+        action: Action::Nothing,
+        requeue: Requeue::Stable,
+    }
+}
+
+impl Planner<'_> {
+    /// `spec.suspend` on a pipeline still running: nothing new is created ([`held`] steps) and
+    /// what bills is stopped, one thing per pass: the current Vertex job is cancelled, the
+    /// training slice deleted (its node with it), a running preprocessing batch deleted (its
+    /// Dataproc batch cancelled). Checkpoints stay where they are. `status.suspension` records
+    /// when and what; resuming is noted by [`Self::note_resumed`].
+    pub(super) fn apply_suspend(&mut self, step: Step) -> Step {
+        if !self.spec().suspend {
+            self.note_resumed();
+            return step;
+        }
+        if is_finished(step.phase) {
+            return step;
+        }
+        self.note_suspended();
+        let keeps = !matches!(step.action, Action::Nothing) && !step.action.creates();
+        let stop = if keeps { None } else { self.stop_billing() };
+        let action = match (&stop, step.action) {
+            (Some(stop), _) => stop.action.clone(),
+            (None, action) if action.creates() => Action::Nothing,
+            (None, action) => action,
+        };
+        if let Some(stop) = &stop {
+            self.event(false, reasons::SUSPENDED, format!("suspended: {}", stop.what));
+            let record = self.st.suspension.get_or_insert_with(Default::default);
+            record.stopped = Some(stop.what.clone());
+            record.stopped_attempt = stop.attempt.or(record.stopped_attempt);
+        }
+        let stopped = self.st.suspension.as_ref().and_then(|s| s.stopped.clone());
+        let message = match (stopped, step.phase) {
+            (Some(stopped), _) => format!(
+                "suspended: {stopped}; checkpoints are kept and training resumes from them once spec.suspend is false"
+            ),
+            // A held step says what waits.
+            (None, Phase::Suspended) => return Step { action, ..step },
+            (None, _) => "suspended: nothing new is created until spec.suspend is false".to_string(),
+        };
+        // Stopping is followed closely (the job's cancel, the slice's delete); a stopped
+        // pipeline only waits for its spec.
+        let requeue = if matches!(action, Action::Nothing) {
+            Requeue::Stable
+        } else {
+            Requeue::Active
+        };
+        Step {
+            phase: Phase::Suspended,
+            kstatus: Some((Progress::Idle, reasons::SUSPENDED, message)),
+            action,
+            requeue,
+        }
+    }
+
+    /// The pipeline is (still) suspended: the first pass of a suspension records its time and
+    /// forgets what an earlier one stopped.
+    fn note_suspended(&mut self) {
+        let now = time(self.input.now);
+        let record = self.st.suspension.get_or_insert_with(Default::default);
+        if record.suspended_time.is_none() || record.resumed_time.is_some() {
+            record.suspended_time = Some(now);
+            record.resumed_time = None;
+            record.stopped = None;
+        }
+    }
+
+    /// `spec.suspend` went back to false: the resumption's time and its Event.
+    fn note_resumed(&mut self) {
+        let now = time(self.input.now);
+        let Some(record) = self.st.suspension.as_mut() else {
+            return;
+        };
+        if record.suspended_time.is_none() || record.resumed_time.is_some() {
+            return;
+        }
+        record.resumed_time = Some(now);
+        let note = match &record.stopped {
+            Some(stopped) => format!("resumed (suspending had stopped: {stopped})"),
+            None => "resumed".to_string(),
+        };
+        self.event(false, RESUMED, note);
+    }
+
+    /// What bills now and how to stop it: the running preprocessing batch, the current attempt's
+    /// Vertex job while it is queued or running, or the training slice while it holds a node.
+    fn stop_billing(&mut self) -> Option<Stop> {
+        let observed = self.input.observed;
+        let preprocessing = self.st.current_stage == Some(StageName::Preprocess);
+        if preprocessing && matches!(observed.preprocess, Child::Progressing { .. }) {
+            let name = self.input.preprocess_child;
+            let stage = status::stage_mut(&mut self.st, StageName::Preprocess);
+            stage.state = StageState::Cancelled;
+            stage.message = Some("stopped by spec.suspend; runs again on resume".into());
+            return Some(Stop {
+                action: Action::DeletePreprocess,
+                what: format!(
+                    "PreprocessBatch {name} deleted (its Dataproc batch is cancelled; it runs again on resume)"
+                ),
+                attempt: None,
+            });
+        }
+        let what = match &observed.training {
+            TrainingObserved::Vertex { job: Some(job) } if job_bills(job) => Stop {
+                action: Action::CancelJob {
+                    name: job.name.clone(),
+                },
+                what: format!("custom job {} (attempt {}) cancelled", job.name, job.attempt),
+                attempt: Some(job.attempt),
+            },
+            TrainingObserved::TpuVm { slice, .. } if slice.holds_cloud_resources() => Stop {
+                action: Action::DeleteSlice,
+                what: format!(
+                    "TpuSlice {} (attempt {}) deleted with its TPU node",
+                    self.input.train_child, self.st.attempts
+                ),
+                attempt: Some(self.st.attempts),
+            },
+            _ => return None,
+        };
+        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        stage.state = StageState::Cancelled;
+        stage.message = Some("stopped by spec.suspend; a new attempt resumes from CHECKPOINT_DIR".into());
+        Some(what)
+    }
+
+    /// Whether suspending stopped `attempt` (its job cancelled, its slice deleted): the attempt
+    /// that replaces it is a resumption, not a retry.
+    pub(super) fn stopped_by_suspend(&self, attempt: i32) -> bool {
+        self.st
+            .suspension
+            .as_ref()
+            .is_some_and(|s| s.stopped_attempt == Some(attempt))
+    }
+
+    /// Starting `attempt` after the one suspending stopped: it is recorded as a resumption (and
+    /// the stopped attempt forgotten, so a later failure is a failure).
+    pub(super) fn take_resumption(&mut self, attempt: i32) -> bool {
+        if self.spec().suspend || !self.stopped_by_suspend(attempt - 1) {
+            return false;
+        }
+        let record = self.st.suspension.get_or_insert_with(Default::default);
+        record.stopped_attempt = None;
+        record.resumes += 1;
+        true
+    }
+}
+
+/// Event reason of a suspended pipeline resumed.
+pub const RESUMED: &str = "Resumed";
+
+/// How to stop what bills while suspended, and what to call it in status.
+struct Stop {
+    action: Action,
+    what: String,
+    /// The training attempt stopped (resuming replaces it with an uncounted one).
+    attempt: Option<i32>,
+}
+
+/// A job that holds (or is about to hold) TPUs: queued, pending, running, updating or paused.
+fn job_bills(job: &JobView) -> bool {
+    matches!(
+        job.state,
+        JobState::Queued | JobState::Pending | JobState::Running | JobState::Updating | JobState::Paused
+    )
+}
