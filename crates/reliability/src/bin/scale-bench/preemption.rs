@@ -55,7 +55,7 @@ pub async fn measure(world: &World, count: usize, limit: Duration) {
     let rounds = (window.as_secs_f64() / POLL_ACTIVE.as_secs_f64()).ceil().max(1.0);
     println!(
         "preemption noticed: {seen}/{} READY Spot slices preempted, status lag p50 {p50:.2} s, p99 {p99:.2} s, max {max:.2} s; \
-         {lists} nodes.list calls in {:.1} s ({:.2} per zone per {} s round; one zone)",
+         {lists} nodes.list calls in {:.1} s ({:.2} per {} s round: one zone's listing, in pages of 1,000 nodes)",
         keys.len(),
         window.as_secs_f64(),
         lists as f64 / rounds,
