@@ -1062,9 +1062,10 @@ async fn a_failed_runs_slice_is_kept_for_debugging_then_deleted() {
         message(&failed)
     );
     env.wait_for_event("tpu-vm-pipeline", "SliceKept", STEP).await;
-    // Ten minutes on, the node is still there to look at.
-    env.idle(Duration::from_millis(400), Duration::from_secs(60))
-        .await;
+    // Ten minutes on (exactly: `idle` advances the clock per 10 ms of real time, so a loaded
+    // machine would move it less and an idle one more), the node is still there to look at.
+    env.gcp.clock().advance(Duration::from_secs(600));
+    env.idle(Duration::from_millis(400), Duration::ZERO).await;
     assert!(
         env.gcp.nodes().iter().any(|n| n["name"] == node),
         "the kept node was deleted early"
