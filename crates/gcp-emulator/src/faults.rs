@@ -514,13 +514,16 @@ fn matches(pattern: &str, value: &str) -> bool {
 /// `name` given as a full resource name or its last segment.
 /// The value `map` holds for `full` or its last segment.
 pub fn matching<'a, V>(map: &'a BTreeMap<String, V>, full: &str) -> Option<&'a V> {
-    let id = full.rsplit('/').next().unwrap_or(full);
-    map.get(full).or_else(|| map.get(id))
+    map.get(full).or_else(|| map.get(id_of(full)))
 }
 
 pub fn name_matches(set: &BTreeSet<String>, full: &str) -> bool {
-    let id = full.rsplit('/').next().unwrap_or(full);
-    set.contains(full) || set.contains(id)
+    set.contains(full) || set.contains(id_of(full))
+}
+
+/// The last segment of a full resource name (a fault may name a resource either way).
+fn id_of(full: &str) -> &str {
+    full.rsplit('/').next().unwrap_or(full)
 }
 
 /// Consumes one use of the first counted fault matching `service` + `method` (dropping it when

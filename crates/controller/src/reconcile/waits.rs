@@ -3,9 +3,16 @@
 //! `WaitingForCapacity`), a change of what it waits for another, and the end of the wait one
 //! Normal `WaitEnded`. A pass that re-checks a wait publishes nothing.
 
-use tpu_operator_api::conditions::describing;
+use tpu_operator_api::conditions::{describing, reasons};
 
 use super::{kind::Kind, report::Transition};
+
+/// Whether a stall for `reason` is a wait (the kind's `Waiting` phase): a refusal looked at again
+/// (`retry`) that ends by itself, as the namespace's usage falls (`PolicyDenied`) or the
+/// pipeline writing the same directories finishes (`ArtifactsInUse`).
+pub fn stall_waits(reason: &str, retry: bool) -> bool {
+    retry && matches!(reason, reasons::POLICY_DENIED | reasons::ARTIFACTS_IN_USE)
+}
 
 /// Event reason of an object that no longer waits.
 pub const WAIT_ENDED: &str = "WaitEnded";

@@ -211,8 +211,7 @@ pub fn stalled(
 ) -> PreprocessBatchStatus {
     let mut s = old.clone();
     s.observed_generation = generation;
-    if retry && reason == reasons::POLICY_DENIED {
-        // The namespace's usage (budget) may fall: the batch waits for it.
+    if crate::reconcile::waits::stall_waits(reason, retry) {
         s.phase = Phase::Waiting;
     }
     s.message = Some(message.to_owned());

@@ -258,11 +258,12 @@ pub fn stalled(
 ) -> TpuSliceStatus {
     let mut new = old.clone();
     new.observed_generation = generation;
-    new.phase = match (retry, reason) {
-        // The namespace's usage (chips, budget) may fall: a wait like a stockout.
-        (true, reasons::POLICY_DENIED) => TpuSlicePhase::Waiting,
-        (true, _) => TpuSlicePhase::Pending,
-        (false, _) => TpuSlicePhase::Failed,
+    new.phase = if crate::reconcile::waits::stall_waits(reason, retry) {
+        TpuSlicePhase::Waiting
+    } else if retry {
+        TpuSlicePhase::Pending
+    } else {
+        TpuSlicePhase::Failed
     };
     new.message = Some(message.to_string());
     set_kstatus(

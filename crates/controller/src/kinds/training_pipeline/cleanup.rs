@@ -14,7 +14,7 @@ use tpu_operator_gcp::{ErrorKind, aiplatform_v1::model::JobState};
 use super::{
     Target,
     observe::{job_view, list_jobs, read_job},
-    plan::JobView,
+    plan::{self, JobView},
     status::{self, time},
 };
 use crate::{
@@ -32,17 +32,9 @@ enum JobStep {
 
 fn job_step(state: &JobState) -> JobStep {
     match state {
-        JobState::Succeeded
-        | JobState::PartiallySucceeded
-        | JobState::Failed
-        | JobState::Cancelled
-        | JobState::Expired => JobStep::Delete,
         JobState::Cancelling => JobStep::Wait,
-        JobState::Queued | JobState::Pending | JobState::Running | JobState::Paused | JobState::Updating => {
-            JobStep::Cancel
-        }
-        // Unknown states: cancelling is harmless and stops billing if it runs.
-        _ => JobStep::Cancel,
+        s if plan::cancel_stops_billing(s) => JobStep::Cancel,
+        _ => JobStep::Delete,
     }
 }
 

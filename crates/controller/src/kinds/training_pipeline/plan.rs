@@ -344,7 +344,7 @@ mod training;
 
 use suspend::held;
 
-pub use observed::{Child, JobView, Marker, Observed, TrainingObserved};
+pub use observed::{Child, JobView, Marker, Observed, TrainingObserved, cancel_stops_billing};
 
 #[cfg(test)]
 mod tests;

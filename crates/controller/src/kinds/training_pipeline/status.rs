@@ -13,7 +13,7 @@ use tpu_operator_api::{
     },
 };
 
-use crate::reconcile::report::Transition;
+use crate::reconcile::{report::Transition, waits::stall_waits};
 
 /// The one writer of `TrainingPipeline.status`.
 pub const FIELD_MANAGER: &str = "trainingpipeline.tpu-operator.dev/controller";
@@ -224,9 +224,7 @@ pub fn stalled(
 ) -> TrainingPipelineStatus {
     let mut new = old.clone();
     new.observed_generation = generation;
-    if retry && matches!(reason, reasons::POLICY_DENIED | reasons::ARTIFACTS_IN_USE) {
-        // The namespace's usage (chips, budget) may fall, the pipeline writing the same
-        // directories will finish: the pipeline waits for it.
+    if stall_waits(reason, retry) {
         new.phase = TrainingPipelinePhase::Waiting;
     }
     new.message = Some(message.to_string());

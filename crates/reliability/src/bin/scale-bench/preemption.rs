@@ -70,10 +70,8 @@ async fn recovered(world: &World, limit: Duration) {
     let until = Instant::now() + limit;
     while Instant::now() < until {
         world.advance(Duration::from_secs(60));
-        let ready = world
-            .snapshot()
-            .await
-            .slices
+        let slices = world.snapshot().await.slices;
+        let ready = slices
             .iter()
             .filter(|s| {
                 s.status
@@ -81,7 +79,7 @@ async fn recovered(world: &World, limit: Duration) {
                     .is_some_and(|st| st.phase == TpuSlicePhase::Ready)
             })
             .count();
-        if ready == world.snapshot().await.slices.len() {
+        if ready == slices.len() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

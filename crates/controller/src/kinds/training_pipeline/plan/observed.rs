@@ -52,6 +52,21 @@ pub struct JobView {
     pub preempted: bool,
 }
 
+/// Whether cancelling a job in `state` stops what it bills: it has neither ended nor is it
+/// cancelling already. A state newer than this client counts (cancelling is harmless). Suspend
+/// and deletion cancel by this one rule.
+pub fn cancel_stops_billing(state: &JobState) -> bool {
+    !matches!(
+        state,
+        JobState::Succeeded
+            | JobState::PartiallySucceeded
+            | JobState::Failed
+            | JobState::Cancelled
+            | JobState::Expired
+            | JobState::Cancelling
+    )
+}
+
 /// TPU VM mode: the completion marker the training container wrote under `modelDir` during the
 /// current attempt (older markers are ignored).
 #[derive(Clone, Debug, PartialEq)]

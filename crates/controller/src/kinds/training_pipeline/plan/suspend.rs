@@ -5,10 +5,10 @@ use tpu_operator_api::{
     conditions::{Progress, reasons},
     training_pipeline::{StageName, StageState, TrainingPipelinePhase as Phase},
 };
-use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use super::{
-    Action, Child, JobView, Planner, Requeue, Step, TrainingObserved, is_finished,
+    Action, Child, Planner, Requeue, Step, TrainingObserved, is_finished,
+    observed::cancel_stops_billing,
     status::{self, time},
 };
 
@@ -128,7 +128,7 @@ impl Planner<'_> {
             });
         }
         let what = match &observed.training {
-            TrainingObserved::Vertex { job: Some(job) } if job_bills(job) => Stop {
+            TrainingObserved::Vertex { job: Some(job) } if cancel_stops_billing(&job.state) => Stop {
                 action: Action::CancelJob {
                     name: job.name.clone(),
                 },
@@ -182,12 +182,4 @@ struct Stop {
     what: String,
     /// The training attempt stopped (resuming replaces it with an uncounted one).
     attempt: Option<i32>,
-}
-
-/// A job that holds (or is about to hold) TPUs: queued, pending, running, updating or paused.
-fn job_bills(job: &JobView) -> bool {
-    matches!(
-        job.state,
-        JobState::Queued | JobState::Pending | JobState::Running | JobState::Updating | JobState::Paused
-    )
 }
