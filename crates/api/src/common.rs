@@ -17,6 +17,27 @@ pub enum DeletionPolicy {
     Orphan,
 }
 
+/// Where to look at a cloud object the operator made: its Cloud Console page and its logs.
+/// Derived from the object's name alone, so they are there as soon as the object is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Links {
+    /// The object's Cloud Console page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console: Option<String>,
+    /// The Logs Explorer running the query that selects the object's logs (`tpu-operator logs`
+    /// reads the same entries from the command line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs: Option<String>,
+    /// Vertex AI with `enableWebAccess`: the interactive shell of each replica, by replica
+    /// (`workerpool0-0`), as the job reports them in `webAccessUris`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub web_access: std::collections::BTreeMap<String, String>,
+    /// Vertex AI: the TensorBoard instance the job writes to (`training.vertex.tensorboard`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensorboard: Option<String>,
+}
+
 /// A training or workload container.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

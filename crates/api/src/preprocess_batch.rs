@@ -46,6 +46,12 @@ pub const OUTPUT_PROPERTY: &str = "spark.tpuoperator.outputUri";
     ),
     printcolumn(name = "Region", type_ = "string", json_path = ".spec.region"),
     printcolumn(name = "Attempts", type_ = "integer", json_path = ".status.attempts"),
+    printcolumn(
+        name = "Logs",
+        type_ = "string",
+        json_path = ".status.links.logs",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -344,6 +350,9 @@ pub struct PreprocessBatchStatus {
     /// Estimated cost so far and burn rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_cost: Option<CostEstimate>,
+    /// The current batch's Cloud Console page and the Logs Explorer query of its driver output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<crate::common::Links>,
     /// Human-readable summary of the last transition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -20,6 +20,7 @@ use prometheus_client::{encoding::text::encode, registry::Registry};
 use serde_json::json;
 use test_kit::TestEnv;
 use tpu_operator_api::{
+    common::Links,
     conditions::{find_condition, types},
     naming::ObjectIdentity,
     preprocess_batch::PreprocessBatch,
@@ -1092,4 +1093,153 @@ async fn a_failed_runs_slice_is_kept_for_debugging_then_deleted() {
         })
         .await;
     assert_eq!(phase(&done), Phase::Failed);
+}
+
+/// The Console link format and the Logs Explorer link of every stage (issue 36 item 1):
+/// `console.cloud.google.com/{path}?project={project}` and `logs/query;query={filter}`.
+fn assert_links(links: Option<&Links>, console_path: &str, project: &str, in_query: &[&str]) {
+    let links = links.expect("links");
+    assert_eq!(
+        links.console.as_deref(),
+        Some(format!("https://console.cloud.google.com/{console_path}?project={project}").as_str())
+    );
+    let logs = links.logs.as_deref().expect("a logs link");
+    let query = logs
+        .strip_prefix("https://console.cloud.google.com/logs/query;query=")
+        .and_then(|q| q.strip_suffix(&format!("?project={project}")))
+        .unwrap_or_else(|| panic!("not a Logs Explorer link: {logs}"));
+    let query = urlencoding::decode(query).unwrap();
+    for term in in_query {
+        assert!(query.contains(term), "{term} not in {query}");
+    }
+}
+
+/// The `projects/{p}/locations/{l}/{collection}/{id}` parts of a cloud name.
+fn name_parts(name: &str) -> (String, String, String) {
+    let s: Vec<&str> = name.split('/').collect();
+    (s[1].to_string(), s[3].to_string(), s[5].to_string())
+}
+
+/// Issue 36 item 1: the quickstart's status links its Dataproc batch and its Vertex job (each
+/// stage, the PreprocessBatch child, and the top-level `links` for `-o wide`), in the formats
+/// Google documents, from the moment the objects exist.
+#[tokio::test]
+async fn every_stage_links_its_console_page_and_its_logs() {
+    let env = started().await;
+    env.create(&quickstart()).await;
+    let tp = wait_phase(&env, "quickstart", Phase::Succeeded).await;
+    let st = tp.status.clone().unwrap();
+    let stage = |n: StageName| st.stages.iter().find(|s| s.name == n).unwrap().clone();
+
+    let pre = stage(StageName::Preprocess);
+    let batch = pre
+        .gcp_name
+        .clone()
+        .expect("the preprocess stage names its batch");
+    let (p, region, id) = name_parts(&batch);
+    assert_links(
+        pre.links.as_ref(),
+        &format!("dataproc/batches/{region}/{id}"),
+        &p,
+        &[
+            "resource.type = \"cloud_dataproc_batch\"",
+            &format!("resource.labels.batch_id = \"{id}\""),
+        ],
+    );
+    let child = env
+        .api::<PreprocessBatch>()
+        .get("quickstart-preprocess")
+        .await
+        .unwrap();
+    assert_eq!(
+        child.status.unwrap().links,
+        pre.links,
+        "the child shows the same links"
+    );
+
+    let train = stage(StageName::Train);
+    let job = st.custom_job_name.clone().unwrap();
+    let (p, region, id) = name_parts(&job);
+    assert_links(
+        train.links.as_ref(),
+        &format!("ai/platform/locations/{region}/training/{id}"),
+        &p,
+        &[
+            "resource.type = \"ml_job\"",
+            &format!("resource.labels.job_id = \"{id}\""),
+        ],
+    );
+    assert_eq!(st.links, train.links, "the top-level links are the last stage's");
+}
+
+/// Issue 36 items 1 and 3: a TPU VM run links its node and its workload's logs (the container
+/// logs through docker's gcplogs driver, labelled with the slice), and when its container fails
+/// the failure message and Event carry the container's last log lines, read from Cloud Logging.
+#[tokio::test]
+async fn a_failed_tpu_vm_runs_message_carries_its_last_log_lines() {
+    let env = started().await;
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    tp.spec.preprocess = None;
+    tp.spec.max_retries = 0;
+    env.create(&tp).await;
+    let training = wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    let (p, zone, id) = name_parts(&node);
+    let slice = env
+        .wait_for::<TpuSlice, _>("tpu-vm-pipeline-train", "links with the node", STEP, |s| {
+            s.status
+                .as_ref()
+                .is_some_and(|st| st.node_name.is_some() && st.links.is_some())
+        })
+        .await;
+    let uid = slice.uid().unwrap();
+    let slice_links = slice.status.as_ref().unwrap().links.clone();
+    assert_links(
+        slice_links.as_ref(),
+        &format!("compute/tpus/details/{zone}/{id}"),
+        &p,
+        &[
+            &format!("logName = \"projects/{p}/logs/gcplogs-docker-driver\""),
+            &format!("jsonPayload.container.metadata.\"tpu-operator-slice\" = \"{uid}\""),
+        ],
+    );
+    let tp = env
+        .wait_for::<TrainingPipeline, _>("tpu-vm-pipeline", "the train stage's links", STEP, |tp| {
+            tp.status.as_ref().is_some_and(|st| st.links.is_some())
+        })
+        .await;
+    let st = tp.status.unwrap();
+    let train = st.stages.iter().find(|s| s.name == StageName::Train).unwrap();
+    assert_eq!(train.links, slice_links);
+    assert_eq!(train.gcp_name.as_deref(), Some(node.as_str()));
+    let _ = training;
+
+    env.gcp
+        .inject(Fault::FailTpuWorkload {
+            node,
+            exit_code: Some(1),
+        })
+        .unwrap();
+    let failed = wait_phase(&env, "tpu-vm-pipeline", Phase::Failed).await;
+    let msg = message(&failed);
+    assert!(msg.contains("last log lines:"), "{msg}");
+    assert!(
+        msg.contains("\n  RuntimeError: simulated training failure (the container exits with code 1)"),
+        "{msg}"
+    );
+    assert_eq!(
+        msg.matches("Traceback").count(),
+        1,
+        "two hosts, one traceback shown: {msg}"
+    );
+    let events = env.wait_for_event("tpu-vm-pipeline", "Failed", STEP).await;
+    assert!(
+        events.iter().any(|e| e
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("RuntimeError: simulated training failure"))),
+        "{:?}",
+        events.iter().map(|e| &e.note).collect::<Vec<_>>()
+    );
 }

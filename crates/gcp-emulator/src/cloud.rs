@@ -42,6 +42,8 @@ pub struct Cloud {
     pub calls: CallLog,
     /// Project ids seen in requests (to map project numbers back to ids).
     pub projects: BTreeSet<String>,
+    /// Cloud Logging's entries (simulated workloads write into it).
+    pub logs: crate::logging::LogStore,
 }
 
 impl Cloud {
@@ -57,6 +59,7 @@ impl Cloud {
             faults: Faults::default(),
             calls: CallLog::default(),
             projects: BTreeSet::new(),
+            logs: crate::logging::LogStore::default(),
         }
     }
 

@@ -97,6 +97,21 @@ fn lex(f: &str) -> ApiResult<Vec<Tok>> {
                 while i < cs.len() && !" \t\n()=:!<>\"'".contains(cs[i]) {
                     s.push(cs[i]);
                     i += 1;
+                    // A quoted path segment (Logging: `labels."k8s-pod/app"`) continues the word.
+                    if s.ends_with('.') && cs.get(i) == Some(&'"') {
+                        i += 1;
+                        while i < cs.len() && cs[i] != '"' {
+                            if cs[i] == '\\' && i + 1 < cs.len() {
+                                i += 1;
+                            }
+                            s.push(cs[i]);
+                            i += 1;
+                        }
+                        if i >= cs.len() {
+                            return Err(bad(f, "unterminated quoted field name"));
+                        }
+                        i += 1;
+                    }
                 }
                 if s.is_empty() {
                     return Err(bad(f, &format!("unexpected character '{c}'")));
@@ -197,7 +212,8 @@ impl Parser<'_> {
     }
 }
 
-/// Parses `filter`; `fields` lists the allowed field names (`labels` allows `labels.<key>`).
+/// Parses `filter`; `fields` lists the allowed field names (`labels` allows `labels.<key>`, and a
+/// name ending in `.` allows every field under it).
 pub fn parse(filter: &str, fields: &[&str]) -> ApiResult<Expr> {
     let mut p = Parser {
         toks: lex(filter)?,
@@ -222,7 +238,10 @@ fn check_fields(e: &Expr, fields: &[&str], src: &str) -> ApiResult<()> {
             } else {
                 field.as_str()
             };
-            if fields.contains(&base) {
+            let under = fields
+                .iter()
+                .any(|f| f.ends_with('.') && field.starts_with(f) && field.len() > f.len());
+            if fields.contains(&base) || under {
                 Ok(())
             } else {
                 Err(bad(

@@ -17,6 +17,7 @@ pub mod emulator;
 pub mod errors;
 pub mod faults;
 pub mod filter;
+pub mod logging;
 pub mod lro;
 pub mod outputs;
 pub mod server;

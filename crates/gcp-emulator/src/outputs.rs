@@ -135,9 +135,10 @@ fn newest_step(w: &Cloud, bucket: &str, prefix: &str) -> u64 {
 /// that marks it complete. The step continues from the newest checkpoint already in `dir` (a
 /// `gs://` prefix ending in `/`), as a training loop restored from it would, so a workload
 /// recreated after a preemption resumes. Used by TPU VM workloads and Vertex jobs.
-pub fn write_checkpoint_to(w: &mut Cloud, dir: &str) {
+/// Returns the step written.
+pub fn write_checkpoint_to(w: &mut Cloud, dir: &str) -> Option<u64> {
     let Some((bucket, prefix)) = parse_gs(dir) else {
-        return;
+        return None;
     };
     let step = newest_step(w, &bucket, &prefix) + STEPS_PER_CHECKPOINT;
     for (leaf, data) in [
@@ -157,6 +158,7 @@ pub fn write_checkpoint_to(w: &mut Cloud, dir: &str) {
             None,
         );
     }
+    Some(step)
 }
 
 #[cfg(test)]

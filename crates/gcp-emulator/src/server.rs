@@ -36,6 +36,7 @@ fn target(path: &str) -> Option<Target> {
         ("/vertex/v1/", Svc::Vertex),
         // The Vertex Rust client sends operations calls to `/ui/{name}`: the same v1 surface.
         ("/vertex/ui/", Svc::Vertex),
+        ("/logging/v2/", Svc::Logging),
     ];
     for (p, svc) in cloud {
         if let Some(rest) = path.strip_prefix(p) {
@@ -110,6 +111,7 @@ async fn dispatch(
             let routed = match svc {
                 Svc::Tpu => crate::tpu::route(&req).map(|(r, m)| (Routed::Tpu(r), m)),
                 Svc::Dataproc => crate::dataproc::route(&req).map(|(r, m)| (Routed::Dataproc(r), m)),
+                Svc::Logging => crate::logging::route(&req).map(|(r, m)| (Routed::Logging(r), m)),
                 _ => crate::vertex::route(&req).map(|(r, m)| (Routed::Vertex(r), m)),
             };
             (svc, req, routed)
@@ -159,6 +161,7 @@ async fn dispatch(
                 Routed::Compute(r) => {
                     crate::compute::handle(&mut w.cloud, &mut w.compute, &req, r, method_id)
                 }
+                Routed::Logging(r) => crate::logging::handle(&mut w.cloud, &req, r),
             };
             // Zero-length transitions scheduled by this call happen before the reply.
             let now = shared.clock.now();
@@ -187,6 +190,7 @@ enum Routed {
     Vertex(crate::vertex::Route),
     Storage(crate::storage::Route),
     Compute(crate::compute::Route),
+    Logging(crate::logging::Route),
 }
 
 fn gcs_reason(code: Code) -> &'static str {

@@ -30,6 +30,8 @@ pub const VERTEX_ENDPOINT_TEMPLATE: &str = "https://{region}-aiplatform.googleap
 pub const STORAGE_ENDPOINT: &str = "https://storage.googleapis.com";
 /// Compute Engine's public endpoint (the client appends `/compute/v1/...`).
 pub const COMPUTE_ENDPOINT: &str = "https://compute.googleapis.com";
+/// Production endpoint of Cloud Logging (requests go to `/v2/entries:list`).
+pub const LOGGING_ENDPOINT: &str = crate::logging::LOGGING_ENDPOINT;
 /// Default bound on one HTTP attempt; see [`GcpConfig::call_timeout`].
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -62,10 +64,12 @@ pub struct GcpConfig {
     pub storage_endpoint: String,
     /// Base URL of Compute Engine (requests go to `{compute_endpoint}/compute/v1/...`).
     pub compute_endpoint: String,
+    /// Base URL of Cloud Logging (requests go to `{logging_endpoint}/v2/entries:list`).
+    pub logging_endpoint: String,
     /// Credentials of every client (including the plain-HTTP storage calls).
     pub credentials: CredentialsMode,
     /// When set, overrides every endpoint with `{url}/tpu`, `{url}/dataproc`, `{url}/vertex`,
-    /// `{url}` (storage, Compute Engine) and forces anonymous credentials.
+    /// `{url}/logging`, `{url}` (storage, Compute Engine) and forces anonymous credentials.
     pub emulator: Option<Url>,
     /// Upper bound on one HTTP attempt. The clients never retry by themselves (see the crate
     /// docs), so this is also the longest a reconcile can wait on one GCP call.
@@ -86,6 +90,7 @@ pub struct ResolvedEndpoints {
     pub vertex_template: String,
     pub storage: String,
     pub compute: String,
+    pub logging: String,
     pub credentials: CredentialsMode,
 }
 
@@ -105,6 +110,7 @@ impl GcpConfig {
             vertex_endpoint: VERTEX_ENDPOINT_TEMPLATE.to_string(),
             storage_endpoint: STORAGE_ENDPOINT.to_string(),
             compute_endpoint: COMPUTE_ENDPOINT.to_string(),
+            logging_endpoint: LOGGING_ENDPOINT.to_string(),
             credentials: CredentialsMode::Adc,
             emulator: None,
             call_timeout: DEFAULT_CALL_TIMEOUT,
@@ -131,6 +137,7 @@ impl GcpConfig {
                     vertex_template: format!("{base}/vertex"),
                     storage: base.to_string(),
                     compute: base.to_string(),
+                    logging: format!("{base}/logging"),
                     credentials: CredentialsMode::Anonymous,
                 }
             }
@@ -140,6 +147,7 @@ impl GcpConfig {
                 vertex_template: trim(&self.vertex_endpoint),
                 storage: trim(&self.storage_endpoint),
                 compute: trim(&self.compute_endpoint),
+                logging: trim(&self.logging_endpoint),
                 credentials: self.credentials.clone(),
             },
         }
@@ -258,6 +266,7 @@ mod tests {
         assert_eq!(resolved.tpu, "https://tpu.googleapis.com");
         assert_eq!(resolved.dataproc, "https://dataproc.googleapis.com");
         assert_eq!(resolved.storage, "https://storage.googleapis.com");
+        assert_eq!(resolved.logging, "https://logging.googleapis.com");
         assert_eq!(resolved.credentials, CredentialsMode::Adc);
         assert_eq!(
             resolved.vertex_for("us-central1"),
@@ -281,6 +290,7 @@ mod tests {
         assert_eq!(resolved.vertex_for("us-central1"), "http://127.0.0.1:8085/vertex");
         assert_eq!(resolved.vertex_for("asia-east1"), "http://127.0.0.1:8085/vertex");
         assert_eq!(resolved.storage, "http://127.0.0.1:8085");
+        assert_eq!(resolved.logging, "http://127.0.0.1:8085/logging");
         assert_eq!(resolved.credentials, CredentialsMode::Anonymous);
     }
 

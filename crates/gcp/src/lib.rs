@@ -1,7 +1,7 @@
 //! The GCP client layer of tpu-operator.
 //!
-//! Controllers see GCP through four narrow, object-safe traits ([`TpuApi`], [`DataprocApi`],
-//! [`VertexApi`], [`StorageApi`]) held as `Arc<dyn ...>` in the [`Gcp`] bundle, so tests can swap in
+//! Controllers see GCP through narrow, object-safe traits ([`TpuApi`], [`DataprocApi`],
+//! [`VertexApi`], [`StorageApi`], [`ComputeApi`], [`LoggingApi`]) held as `Arc<dyn ...>` in the [`Gcp`] bundle, so tests can swap in
 //! fakes. The real implementations use Google's official Rust clients (REST transport) for TPU,
 //! Dataproc and Vertex AI, and plain `reqwest` for the Cloud Storage JSON API (the official
 //! storage client lists objects over gRPC only). Requests and responses are the clients' own
@@ -23,6 +23,7 @@ pub mod config;
 pub mod credentials;
 pub mod dataproc;
 pub mod error;
+pub mod logging;
 pub mod lro;
 pub mod metrics;
 pub mod storage;
@@ -35,6 +36,7 @@ pub use compute::{ComputeApi, ComputeClient, Place, slices::ComputeSlices};
 pub use config::{CredentialsMode, GcpConfig};
 pub use dataproc::{DataprocApi, DataprocClient};
 pub use error::{ErrorKind, Exhaustion, GcpError, QuotaDetails, Service, ignore_not_found, is_not_found};
+pub use logging::{LoggingApi, LoggingClient};
 pub use lro::{OperationState, operation_result, operation_state};
 pub use metrics::GcpMetrics;
 pub use storage::{ObjectInfo, StorageApi, StorageClient, parse_gs_uri};
@@ -60,6 +62,8 @@ pub struct Gcp {
     /// builds and reads them through `compute`.
     pub compute: Arc<dyn ComputeApi>,
     pub compute_slices: Arc<ComputeSlices>,
+    /// Cloud Logging: a failed workload's last lines.
+    pub logging: Arc<dyn LoggingApi>,
 }
 
 impl std::fmt::Debug for Gcp {
@@ -118,6 +122,7 @@ impl Gcp {
         };
         let storage = StorageClient::new(&endpoints.storage, storage_credentials, timeout, metrics.clone())?;
         let compute = compute_client(&endpoints.compute, &credentials, timeout, metrics.clone()).await?;
+        let logging = logging_client(&endpoints.logging, &credentials, timeout, metrics.clone()).await?;
         let vertex = VertexClient::new(endpoints.clone(), credentials, timeout, metrics.clone());
 
         let compute: Arc<dyn ComputeApi> = Arc::new(compute);
@@ -128,8 +133,37 @@ impl Gcp {
             storage: Arc::new(storage),
             compute_slices: Arc::new(ComputeSlices::new(compute.clone())),
             compute,
+            logging: Arc::new(logging),
         })
     }
+
+    /// Only the Cloud Logging client (`tpu-operator logs`, which reads nothing else).
+    pub async fn connect_logging(config: GcpConfig, metrics: GcpMetrics) -> Result<LoggingClient, GcpError> {
+        let endpoints = config.resolve();
+        let timeout = config.call_timeout;
+        let metrics = metrics.with_deadline(timeout);
+        let credentials = config::build_credentials(&endpoints.credentials, timeout, &metrics)?;
+        logging_client(&endpoints.logging, &credentials, timeout, metrics).await
+    }
+}
+
+/// Cloud Logging's client.
+async fn logging_client(
+    endpoint: &str,
+    credentials: &google_cloud_auth::credentials::Credentials,
+    timeout: std::time::Duration,
+    metrics: GcpMetrics,
+) -> Result<LoggingClient, GcpError> {
+    let client = config::configure(
+        google_cloud_logging_v2::client::LoggingServiceV2::builder(),
+        endpoint.to_string(),
+        credentials,
+        timeout,
+    )
+    .build()
+    .await
+    .map_err(|err| config::build_error(Service::Logging, endpoint, err))?;
+    Ok(LoggingClient::new(client, metrics))
 }
 
 /// Compute Engine's clients, one per service the TPU backend uses, sharing endpoint and

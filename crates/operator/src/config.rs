@@ -87,6 +87,11 @@ pub struct RunArgs {
     #[arg(long, env = "TPU_OPERATOR_COMPUTE_ENDPOINT", value_name = "URL")]
     #[schemars(pattern(r"^(|https?://.+)$"))]
     pub compute_endpoint: Option<String>,
+    /// Cloud Logging API base URL, for a failed TPU VM workload's last log lines (requests go to
+    /// `{url}/v2/entries:list`; default: the public one).
+    #[arg(long, env = "TPU_OPERATOR_LOGGING_ENDPOINT", value_name = "URL")]
+    #[schemars(pattern(r"^(|https?://.+)$"))]
+    pub logging_endpoint: Option<String>,
     /// Upper bound on one GCP call, the wait for a token included (a token must arrive within
     /// half of it; building the clients at start-up may take twice it) [default: 30s].
     #[arg(long, env = "TPU_OPERATOR_GCP_CALL_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]

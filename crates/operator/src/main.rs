@@ -1,7 +1,7 @@
 //! The `tpu-operator` binary.
 //!
 //! Subcommands live in [`Command`]; each has its own module: `crds` prints the CRDs, `run` is the
-//! operator in a cluster, `local` runs everything (both emulators and the controllers) in one
+//! operator in a cluster, `logs` prints what an object's cloud work logged, `local` runs everything (both emulators and the controllers) in one
 //! process. `local` and the emulators it embeds are the default-on `local` cargo feature; a
 //! production image is built with `--no-default-features` and leaves them out.
 
@@ -12,6 +12,7 @@ mod crds;
 mod leader;
 #[cfg(feature = "local")]
 mod local;
+mod logs;
 mod run;
 mod server;
 mod telemetry;
@@ -38,6 +39,9 @@ enum Command {
     ConvertTenancy(convert_tenancy::ConvertArgs),
     /// Run the operator against a Kubernetes cluster (in-cluster config or a kubeconfig).
     Run(Box<config::RunArgs>),
+    /// Print the logs of what an object runs in Google Cloud (its Dataproc batch, Vertex AI job
+    /// or TPU VM workload), from Cloud Logging: `tpu-operator logs tpl/NAME [-f]`.
+    Logs(logs::LogsArgs),
     /// Run everything locally (Kubernetes and Google Cloud emulated), apply manifests, watch them
     /// converge, clean up and print a summary.
     #[cfg(feature = "local")]
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         }
         Command::ConvertTenancy(args) => convert_tenancy::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => runtime().block_on(run::run(*args)).map(|()| ExitCode::SUCCESS),
+        Command::Logs(args) => runtime().block_on(logs::run(args)).map(|()| ExitCode::SUCCESS),
         #[cfg(feature = "local")]
         Command::Local(args) => runtime().block_on(local::run(args)),
         #[cfg(not(feature = "local"))]

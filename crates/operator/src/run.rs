@@ -79,7 +79,7 @@ pub fn termination_signal() -> anyhow::Result<Shutdown> {
 }
 
 /// A client from `--kubeconfig`, else the in-cluster service account or the default kubeconfig.
-async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+pub(crate) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
     match kubeconfig {
         Some(path) => {
             let raw = kube::config::Kubeconfig::read_from(path)

@@ -66,6 +66,12 @@ pub const MEGASCALE_COORDINATOR_METADATA: &str = "tpu-operator-megascale-coordin
     printcolumn(name = "Accelerator", type_ = "string", json_path = ".status.acceleratorType"),
     printcolumn(name = "Zone", type_ = "string", json_path = ".spec.zone"),
     printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips"),
+    printcolumn(
+        name = "Logs",
+        type_ = "string",
+        json_path = ".status.links.logs",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]

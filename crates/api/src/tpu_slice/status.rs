@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::CostEstimate;
+use crate::common::{CostEstimate, Links};
 
 /// Lifecycle phase of a slice (for printer columns; conditions carry the detail).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -106,6 +106,10 @@ pub struct TpuSliceStatus {
     /// Estimated cost so far and burn rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_cost: Option<CostEstimate>,
+    /// The node's Cloud Console page and the Logs Explorer query of the workload's logs (all
+    /// hosts and recreations; a slice with its own `startupScript`: the TPU VM hosts' logs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<Links>,
     /// Human-readable summary of the last transition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

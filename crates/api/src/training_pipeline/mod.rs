@@ -65,6 +65,12 @@ pub const RERUN_ANNOTATION: &str = "tpu-operator.dev/rerun";
         json_path = ".status.checkpoint.latestStep",
         priority = 1
     ),
+    printcolumn(
+        name = "Logs",
+        type_ = "string",
+        json_path = ".status.links.logs",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]

@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::CostEstimate;
+use crate::common::{CostEstimate, Links};
 
 /// Lifecycle phase of a pipeline.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -101,6 +101,9 @@ pub struct StageStatus {
     /// Last message of the stage (failure reason, queue position, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The stage's cloud object: its Cloud Console page and the Logs Explorer query of its logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<Links>,
 }
 
 /// Results of a finished pipeline.
@@ -173,6 +176,10 @@ pub struct TrainingPipelineStatus {
     /// Estimated cost of all stages so far and the current burn rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_cost: Option<CostEstimate>,
+    /// The links of the current (or last) stage's cloud object, for `kubectl get -o wide`; each
+    /// stage has its own under `stages[].links`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<Links>,
     /// Human-readable summary of the last transition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -27,6 +27,7 @@ pub fn permission(service: Service, method: &str) -> Option<String> {
         Service::Vertex => "aiplatform",
         Service::Storage => "storage",
         Service::Compute => "compute",
+        Service::Logging => "logging",
     };
     Some(format!("{prefix}.{method}"))
 }
@@ -39,6 +40,7 @@ fn role(service: Service) -> &'static str {
         Service::Vertex => "roles/aiplatform.user on the project",
         Service::Storage => "roles/storage.objectViewer on the bucket",
         Service::Compute => "roles/compute.instanceAdmin.v1 on the project",
+        Service::Logging => "roles/logging.viewer on the project",
     }
 }
 

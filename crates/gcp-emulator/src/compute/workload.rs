@@ -8,6 +8,7 @@
 use super::ComputeState;
 use crate::cloud::{Cloud, TimerKind};
 use crate::faults::name_matches;
+use crate::logging::workloads::INFO;
 use crate::outputs::{DONE_URI_KEY, checkpoint_dir_in, write_checkpoint_to};
 
 fn metadata<'a>(ce: &'a ComputeState, key: &str, item: &str) -> Option<&'a str> {
@@ -26,6 +27,9 @@ pub fn start(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
     let end = Cloud::add(w.now, w.cfg.durations.tpu_workload);
     if let Some(r) = ce.instances.get_mut(key) {
         r.workload_end = Some(end);
+    }
+    if w.cfg.simulate_outputs {
+        log(w, ce, key, INFO, "Workload container started");
     }
     schedule_step(w, ce, key);
 }
@@ -60,8 +64,17 @@ pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
     let name = r.body["name"].as_str().unwrap_or_default().to_string();
     let silent = !w.cfg.simulate_outputs || name_matches(&w.faults.suppressed_outputs, &name);
     if r.workload_end.is_some_and(|end| w.now < end) {
-        if !silent && let Some(dir) = metadata(ce, key, "startup-script").and_then(checkpoint_dir_in) {
-            write_checkpoint_to(w, &dir);
+        if !silent
+            && let Some(dir) = metadata(ce, key, "startup-script").and_then(checkpoint_dir_in)
+            && let Some(step) = write_checkpoint_to(w, &dir)
+        {
+            log(
+                w,
+                ce,
+                key,
+                INFO,
+                &format!("step {step}: checkpoint saved to {dir}{step}/"),
+            );
         }
         schedule_step(w, ce, key);
         return;
@@ -72,8 +85,21 @@ pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
     if let Some(r) = ce.instances.get_mut(key) {
         r.workload_end = None;
     }
+    let failed = crate::faults::matching(&w.faults.failing_workloads, &name).copied();
+    if w.cfg.simulate_outputs {
+        for (severity, line) in crate::logging::workloads::exit_lines(failed) {
+            log(w, ce, key, severity, &line);
+        }
+    }
     if !silent {
-        let failed = crate::faults::matching(&w.faults.failing_workloads, &name).copied();
         crate::outputs::tpu_workload_done(w, &uri, failed);
+    }
+}
+
+/// A line of the instance's workload container (one host), as docker's `gcplogs` driver writes
+/// it (`logging::workloads`).
+fn log(w: &mut Cloud, ce: &ComputeState, key: &str, severity: i32, text: &str) {
+    if let Some(script) = metadata(ce, key, "startup-script").map(str::to_string) {
+        crate::logging::workloads::workload(w, key, &script, 1, severity, text);
     }
 }

@@ -501,6 +501,7 @@ fn ttl(batch: &Value) -> std::time::Duration {
 }
 
 pub fn fire(w: &mut Cloud, dp: &mut Dataproc, seq: u64, name: &str) {
+    use crate::logging::workloads::{ERROR, INFO};
     let now = w.now;
     let d = w.cfg.durations.clone();
     let failing = name_matches(&w.faults.failing, name);
@@ -514,9 +515,21 @@ pub fn fire(w: &mut Cloud, dp: &mut Dataproc, seq: u64, name: &str) {
         return;
     }
     b.timer = None;
+    let uuid = b.body["uuid"].as_str().unwrap_or_default().to_string();
+    let id = name.rsplit('/').next().unwrap_or_default().to_string();
+    let log = |w: &mut Cloud, severity: i32, text: &str| {
+        if w.cfg.simulate_outputs {
+            crate::logging::workloads::dataproc_batch(w, name, &uuid, severity, text);
+        }
+    };
     match b.state().to_string().as_str() {
         "PENDING" => {
             move_to(b, "RUNNING", None, now);
+            log(
+                w,
+                INFO,
+                &format!("Starting the Spark driver of batch {id} (simulated by gcp-emulator)"),
+            );
             let id = name.rsplit('/').next().unwrap_or_default();
             let region = name.split('/').nth(3).unwrap_or_default();
             b.body["runtimeInfo"]["endpoints"] = json!({
@@ -554,6 +567,7 @@ pub fn fire(w: &mut Cloud, dp: &mut Dataproc, seq: u64, name: &str) {
                     limit.as_secs()
                 );
                 move_to(b, "FAILED", Some(&msg), now);
+                log(w, ERROR, &msg);
                 finish(w, dp, name, false);
                 return;
             }
@@ -562,13 +576,20 @@ pub fn fire(w: &mut Cloud, dp: &mut Dataproc, seq: u64, name: &str) {
                     "Job failed with message [Simulated failure injected by gcp-emulator]".into()
                 });
                 move_to(b, "FAILED", Some(&msg), now);
+                log(w, ERROR, &msg);
             } else {
                 move_to(b, "SUCCEEDED", None, now);
+                log(
+                    w,
+                    INFO,
+                    &format!("Batch {id} finished: the Spark job wrote its output"),
+                );
             }
             finish(w, dp, name, !failing);
         }
         "CANCELLING" => {
             move_to(b, "CANCELLED", Some("Batch was cancelled"), now);
+            log(w, INFO, "Batch was cancelled: the Spark driver stopped");
             finish(w, dp, name, false);
         }
         _ => {}

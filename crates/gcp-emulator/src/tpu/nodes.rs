@@ -10,6 +10,7 @@ use crate::api::{Reply, list_body};
 use crate::cloud::{Cloud, TimerKind};
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::faults::name_matches;
+use crate::logging::workloads::INFO;
 use crate::lro;
 use crate::outputs::{DONE_URI_KEY, checkpoint_dir_in, write_checkpoint_to};
 use crate::wire::Query;
@@ -619,7 +620,23 @@ fn maybe_schedule_workload(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
         rec.workload_end = Some(end);
         rec.workload_env = Some(env);
     }
+    workload_log(w, tpu, name, INFO, "Workload container started");
     schedule_workload_step(w, tpu, name);
+}
+
+/// A line of the node's workload container on every host, as docker's `gcplogs` driver writes
+/// it (when the startup script uses it: `logging::workloads`).
+fn workload_log(w: &mut Cloud, tpu: &Tpu, name: &str, severity: i32, text: &str) {
+    if !w.cfg.simulate_outputs {
+        return;
+    }
+    let Some(rec) = tpu.nodes.get(name) else { return };
+    let Some(script) = rec.body["metadata"]["startup-script"].as_str() else {
+        return;
+    };
+    let hosts = rec.body["networkEndpoints"].as_array().map_or(1, Vec::len);
+    let script = script.to_string();
+    crate::logging::workloads::workload(w, name, &script, hosts, severity, text);
 }
 
 /// The workload's next event: its next checkpoint, or its exit when that comes first (or when
@@ -734,8 +751,11 @@ fn checkpoint_dir(tpu: &Tpu, name: &str) -> Option<String> {
 }
 
 fn write_checkpoint(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
-    if let Some(dir) = checkpoint_dir(tpu, name) {
-        write_checkpoint_to(w, &dir);
+    if let Some(dir) = checkpoint_dir(tpu, name)
+        && let Some(step) = write_checkpoint_to(w, &dir)
+    {
+        let line = format!("step {step}: checkpoint saved to {dir}{step}/");
+        workload_log(w, tpu, name, INFO, &line);
     }
 }
 
@@ -762,10 +782,13 @@ pub fn fire_workload(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
         .as_str()
         .unwrap_or_default()
         .to_string();
+    let failed = crate::faults::matching(&w.faults.failing_workloads, name).copied();
+    for (severity, line) in crate::logging::workloads::exit_lines(failed) {
+        workload_log(w, tpu, name, severity, &line);
+    }
     if name_matches(&w.faults.suppressed_outputs, name) || !w.cfg.simulate_outputs {
         return;
     }
-    let failed = crate::faults::matching(&w.faults.failing_workloads, name).copied();
     crate::outputs::tpu_workload_done(w, &uri, failed);
 }
 

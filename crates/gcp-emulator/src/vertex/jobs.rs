@@ -8,6 +8,7 @@ use crate::cloud::{Cloud, TimerKind};
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::faults::name_matches;
 use crate::filter;
+use crate::logging::workloads::{ERROR, INFO};
 use crate::lro;
 use crate::wire::Query;
 use crate::wire::labels::label_ok;
@@ -626,26 +627,39 @@ fn end_run(
         // documented: FAILED with DEADLINE_EXCEEDED (code 4) and a message naming the
         // limit is the reading chosen (docs/reliability.md, "Not verified against real GCP").
         j.set_state("JOB_STATE_FAILED");
-        j.body["error"] = ApiError::new(
-            Code::DeadlineExceeded,
-            format!(
-                "The job exceeded its maximum running time (scheduling.timeout {}s) and was stopped. (simulated by gcp-emulator)",
-                limit.as_secs()
-            ),
-        )
-        .rpc_status();
+        let msg = format!(
+            "The job exceeded its maximum running time (scheduling.timeout {}s) and was stopped. (simulated by gcp-emulator)",
+            limit.as_secs()
+        );
+        job_log(w, name, ERROR, &msg);
+        j.body["error"] = ApiError::new(Code::DeadlineExceeded, msg).rpc_status();
     } else if failing {
         j.set_state("JOB_STATE_FAILED");
         let msg = failure_message(w, name).unwrap_or_else(|| {
             "The replica workerpool0-0 exited with a non-zero status of 1. (simulated by gcp-emulator)".into()
         });
+        job_log(
+            w,
+            name,
+            ERROR,
+            "Traceback (most recent call last): RuntimeError: simulated training failure",
+        );
+        job_log(w, name, ERROR, &msg);
         j.body["error"] = ApiError::new(Code::Internal, msg).rpc_status();
     } else {
         j.set_state("JOB_STATE_SUCCEEDED");
+        job_log(w, name, INFO, "Training finished: the model was saved");
         let body = j.body.clone();
         if w.cfg.simulate_outputs && !name_matches(&w.faults.suppressed_outputs, name) {
             crate::outputs::job_succeeded(w, &body);
         }
+    }
+}
+
+/// A line of the job's replica, when simulated workloads write outputs.
+fn job_log(w: &mut Cloud, name: &str, severity: i32, text: &str) {
+    if w.cfg.simulate_outputs {
+        crate::logging::workloads::vertex_job(w, name, severity, text);
     }
 }
 
@@ -674,6 +688,16 @@ pub fn fire(w: &mut Cloud, vx: &mut Vertex, seq: u64, name: &str) {
         "JOB_STATE_PENDING" => {
             j.set_state("JOB_STATE_RUNNING");
             j.body["startTime"] = json!(stamp);
+            let image = j.body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"]
+                .as_str()
+                .unwrap_or("a Python package")
+                .to_string();
+            job_log(
+                w,
+                name,
+                INFO,
+                &format!("Starting training on replica workerpool0-0 ({image})"),
+            );
             // A run longer than `scheduling.timeout` is ended at the timeout (below); until
             // then it checkpoints every `workloadCheckpoint` when it has a checkpoint directory.
             let run = d.job_run.min(timeout(&j.body));
@@ -701,6 +725,7 @@ pub fn fire(w: &mut Cloud, vx: &mut Vertex, seq: u64, name: &str) {
             None
         }
         "JOB_STATE_CANCELLING" => {
+            job_log(w, name, INFO, "Training stopped: the job was cancelled");
             j.set_state("JOB_STATE_CANCELLED");
             j.body["endTime"] = json!(stamp);
             j.body["error"] = json!({"code": 1, "message": "CANCELED"});
@@ -711,8 +736,14 @@ pub fn fire(w: &mut Cloud, vx: &mut Vertex, seq: u64, name: &str) {
     if let Some(dir) = checkpoint
         && w.cfg.simulate_outputs
         && !name_matches(&w.faults.suppressed_outputs, name)
+        && let Some(step) = crate::outputs::write_checkpoint_to(w, &dir)
     {
-        crate::outputs::write_checkpoint_to(w, &dir);
+        job_log(
+            w,
+            name,
+            INFO,
+            &format!("step {step}: checkpoint saved to {dir}{step}/"),
+        );
     }
     if let Some(after) = next {
         let t = w.schedule(Cloud::add(now, after), TimerKind::Job, name);

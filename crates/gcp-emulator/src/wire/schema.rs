@@ -20,6 +20,8 @@ pub enum Svc {
     Vertex,
     Storage,
     Compute,
+    /// Cloud Logging (`logging/`): no embedded schema; its handler checks its own fields.
+    Logging,
 }
 
 impl Svc {
@@ -30,12 +32,20 @@ impl Svc {
             Svc::Vertex => "vertex",
             Svc::Storage => "storage",
             Svc::Compute => "compute",
+            Svc::Logging => "logging",
         }
     }
     pub fn parse(s: &str) -> Option<Svc> {
-        [Svc::Tpu, Svc::Dataproc, Svc::Vertex, Svc::Storage, Svc::Compute]
-            .into_iter()
-            .find(|v| v.name() == s)
+        [
+            Svc::Tpu,
+            Svc::Dataproc,
+            Svc::Vertex,
+            Svc::Storage,
+            Svc::Compute,
+            Svc::Logging,
+        ]
+        .into_iter()
+        .find(|v| v.name() == s)
     }
 }
 

@@ -12,6 +12,7 @@ pub enum Service {
     Vertex,
     Storage,
     Compute,
+    Logging,
 }
 
 impl Service {
@@ -22,6 +23,7 @@ impl Service {
             Service::Vertex => "vertex",
             Service::Storage => "storage",
             Service::Compute => "compute",
+            Service::Logging => "logging",
         }
     }
 }

@@ -92,6 +92,7 @@ impl RunArgs {
             vertex_endpoint,
             storage_endpoint,
             compute_endpoint,
+            logging_endpoint,
             gcp_call_timeout,
             concurrency,
             poll_active,
@@ -227,6 +228,7 @@ impl RunArgs {
             (&self.vertex_endpoint, &mut gcp.vertex_endpoint),
             (&self.storage_endpoint, &mut gcp.storage_endpoint),
             (&self.compute_endpoint, &mut gcp.compute_endpoint),
+            (&self.logging_endpoint, &mut gcp.logging_endpoint),
         ] {
             if let Some(e) = value {
                 endpoint.clone_from(e);

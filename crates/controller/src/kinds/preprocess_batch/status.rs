@@ -153,6 +153,7 @@ fn replace_batch(s: &mut PreprocessBatchStatus, attempt: u32, batch_name: &str) 
     }
     s.attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
     s.batch_name = Some(batch_name.to_string());
+    s.links = crate::kinds::links::dataproc_batch(batch_name);
     for field in [
         &mut s.batch_uuid,
         &mut s.batch_state,
@@ -230,6 +231,7 @@ pub fn stalled(
 fn record_batch(s: &mut PreprocessBatchStatus, b: &ObservedBatch) {
     let terminal = matches!(b.state, State::Succeeded | State::Failed | State::Cancelled);
     s.batch_name = Some(b.name.clone());
+    s.links = crate::kinds::links::dataproc_batch(&b.name);
     s.batch_uuid = Some(b.uuid.clone()).filter(|u| !u.is_empty());
     s.batch_state = b.state.name().map(str::to_owned);
     s.state_message = Some(b.state_message.clone()).filter(|m| !m.is_empty());

@@ -162,7 +162,7 @@ mod tests {
         let identity = ObjectIdentity::new("team-a", "train", "u1");
         let s = spec("v6e-16", flex("4h"));
         let shape = crate::kinds::tpu_slice::backend::shape(&s).unwrap();
-        let desired = super::super::spec::desired(&s, &identity, "c1", None);
+        let desired = super::super::spec::desired(&s, &identity, "c1", None, &Default::default());
         let r = request(&s, &shape, &desired, &identity, "p", "n-1").unwrap();
         assert_eq!(
             (r.machine_type.as_str(), r.hosts, r.topology.as_str()),

@@ -343,7 +343,7 @@ fn build_status(
     started: Option<&act::Started>,
     now: DateTime<Utc>,
 ) -> TpuSliceStatus {
-    status::build(&status::Report {
+    let mut st = status::build(&status::Report {
         old,
         generation: slice.meta().generation,
         names: &t.names,
@@ -355,7 +355,17 @@ fn build_status(
         suspended: plan.action == Step::RecordSuspension,
         price: t.price.clone(),
         now,
-    })
+    });
+    let project = &t.names.project;
+    let node = st.node_name.as_deref();
+    st.links = crate::kinds::links::slice(&crate::kinds::links::Slice {
+        project,
+        uid: &t.identity.uid,
+        node,
+        console: node.and_then(|n| backend::of(t.names.provisioner).console(project, n)),
+        workload: slice.spec.startup_script.is_none() && slice.spec.workload.is_some(),
+    });
+    st
 }
 
 fn action_name(action: &Step) -> &'static str {

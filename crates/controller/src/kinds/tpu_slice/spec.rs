@@ -22,7 +22,7 @@ mod script;
 
 pub use super::request::{Checked, Create, CreateAt, Desired};
 pub use queued::queued_resource;
-pub use script::{MEGASCALE_PORT, workload_script, workload_script_for};
+pub use script::{LogLabels, MEGASCALE_PORT, workload_script, workload_script_for};
 
 /// OAuth scope used when the spec names a service account without scopes.
 pub(super) const DEFAULT_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -41,17 +41,18 @@ pub fn slice_desired(desired: &Desired, slice: usize, coordinator: &str) -> Desi
     d
 }
 
-/// Labels, metadata and tags the node must carry.
+/// Labels, metadata and tags the node must carry; `logs` labels the workload's log entries.
 pub fn desired(
     spec: &TpuSliceSpec,
     identity: &ObjectIdentity,
     cluster_id: &str,
     done_uri: Option<&str>,
+    logs: &LogLabels,
 ) -> Desired {
     let mut metadata = spec.metadata.clone();
     let script = match (&spec.startup_script, &spec.workload) {
         (Some(script), _) => Some(script.clone()),
-        (None, Some(workload)) => Some(workload_script_for(workload, spec.slice_count())),
+        (None, Some(workload)) => Some(workload_script_for(workload, spec.slice_count(), logs)),
         (None, None) => None,
     };
     if let Some(script) = script {
@@ -238,7 +239,7 @@ mod tests {
                 value: "b c".into(),
             }],
         });
-        let d = desired(&s, &ident(), "c1", Some("gs://b/m/"));
+        let d = desired(&s, &ident(), "c1", Some("gs://b/m/"), &LogLabels::default());
         let n = node(&s, &d, &ident());
         assert_eq!(n.labels["managed-by"], "tpu-operator");
         assert_eq!(n.labels["team"], "ml");
@@ -267,7 +268,7 @@ mod tests {
     fn metadata_drift_touches_only_managed_keys() {
         let mut s = spec();
         s.metadata = BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())]);
-        let before = desired(&s, &ident(), "c1", None);
+        let before = desired(&s, &ident(), "c1", None, &LogLabels::default());
         assert_eq!(before.metadata[MANAGED_METADATA_KEY], "a,b");
         let mut node: std::collections::HashMap<String, String> =
             before.metadata.clone().into_iter().collect();
@@ -276,7 +277,7 @@ mod tests {
         assert!(!metadata_drift(&before, &node), "a key others added is no drift");
 
         s.metadata = BTreeMap::from([("a".into(), "changed".into())]);
-        let after = desired(&s, &ident(), "c1", None);
+        let after = desired(&s, &ident(), "c1", None, &LogLabels::default());
         assert!(metadata_drift(&after, &node));
         let patched = patched_metadata(&after, &node);
         assert_eq!(patched["a"], "changed");

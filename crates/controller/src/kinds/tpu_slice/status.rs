@@ -106,6 +106,8 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         recreations: old.recreations + i32::from(r.preempted),
         suspensions: old.suspensions + i32::from(r.suspended),
         estimated_cost: estimated_cost(r),
+        // Set by the caller, which knows the slice's backend and workload.
+        links: old.links.clone(),
         message: Some(r.assessment.message.clone()),
     }
 }

@@ -6,6 +6,7 @@ use tpu_operator_api::{
     accelerator::SliceShape,
     naming::ObjectIdentity,
     tpu_slice::{DONE_URI_ANNOTATION, TpuSlice, TpuSliceStatus},
+    training_pipeline::ATTEMPT_LABEL,
 };
 use tpu_operator_gcp::tpu_v2::model::Node;
 
@@ -35,6 +36,23 @@ fn done_uri_allowed(ctx: &Context, namespace: &str, uri: &str) -> bool {
             tracing::warn!(namespace, message = %denial.message, "ignoring the done-uri annotation");
             false
         }
+    }
+}
+
+/// The labels of the workload's log entries: the slice, and for a pipeline's training slice (its
+/// controller is a TrainingPipeline) the pipeline's uid and the attempt its label names.
+fn log_labels(slice: &TpuSlice, identity: &ObjectIdentity) -> spec::LogLabels {
+    let pipeline = slice
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "TrainingPipeline")
+        .map(|o| {
+            let attempt = slice.labels().get(ATTEMPT_LABEL).cloned().unwrap_or_default();
+            (o.uid.clone(), attempt)
+        });
+    spec::LogLabels {
+        slice: identity.uid.clone(),
+        pipeline,
     }
 }
 
@@ -72,7 +90,8 @@ impl Target {
             .get(DONE_URI_ANNOTATION)
             .map(String::as_str)
             .filter(|uri| done_uri_allowed(ctx, &identity.namespace, uri));
-        let desired = spec::desired(&slice.spec, &identity, &ctx.config.cluster_id, done_uri);
+        let logs = log_labels(slice, &identity);
+        let desired = spec::desired(&slice.spec, &identity, &ctx.config.cluster_id, done_uri, &logs);
         let names = Names::new(slice, &identity, project);
         let checked = backend::check(&slice.spec, &desired, &identity, &names.create_at());
         let prices = &ctx.tenancy.prices;

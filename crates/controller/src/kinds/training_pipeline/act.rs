@@ -52,7 +52,7 @@ pub async fn act(
                 None => Ok(()),
             }
         }
-        Action::CreateSlice { .. } => {
+        Action::CreateSlice { attempt } => {
             let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
             let ckpt = checkpoints::current_dir(&tp.spec, st);
             let child = spec::train_slice(
@@ -62,6 +62,7 @@ pub async fn act(
                 names.project.clone(),
                 owner,
                 &ckpt,
+                *attempt,
             );
             match child {
                 Some(child) => create_child(ctx, &names.id.namespace, &child).await,

@@ -11,6 +11,7 @@ pub mod checkpoints;
 mod cleanup;
 mod duplicates;
 pub mod expand;
+mod links;
 mod observe;
 pub mod plan;
 mod progress;
@@ -228,7 +229,9 @@ impl Kind for TrainingPipeline {
     }
 
     fn report(&self, _now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TrainingPipelineStatus {
-        pass.plan.status.clone()
+        let mut st = pass.plan.status.clone();
+        links::set(&mut st, &self.spec, &pass.observed.reads);
+        st
     }
 
     /// While training runs, wake for the next checkpoint listing at the latest.

@@ -11,7 +11,7 @@ mod child;
 mod markers;
 mod vertex;
 
-use tpu_operator_api::common::CostEstimate;
+use tpu_operator_api::common::{CostEstimate, Links};
 use tpu_operator_api::training_pipeline::{
     StageName, StageState, TrainingMode, TrainingPipeline, TrainingPipelineStatus,
 };
@@ -28,7 +28,7 @@ use super::{
 };
 use crate::reconcile::context::Context;
 use crate::runtime::error::{ReconcileError, Result};
-use child::child;
+use child::{ChildStatus, child};
 
 /// What a pass read besides plan's input.
 #[derive(Debug, Default)]
@@ -45,6 +45,17 @@ pub struct Reads {
     /// The list of the attempt's jobs shows the recorded job: every job created before it
     /// (a lost reply) is listed too, so no create is unconfirmed any more.
     pub list_caught_up: bool,
+    /// The PreprocessBatch child's batch and its links.
+    pub preprocess: ChildCloud,
+    /// The TpuSlice child's node and its links (workload logs).
+    pub train: ChildCloud,
+}
+
+/// A child's cloud object as its status names it, and the links its status shows.
+#[derive(Clone, Debug, Default)]
+pub struct ChildCloud {
+    pub gcp_name: Option<String>,
+    pub links: Option<Links>,
 }
 
 /// What the pipeline owns, and what else the pass read.
@@ -53,10 +64,14 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Re
     let st = tp.status.clone().unwrap_or_default();
     let finished = is_finished(st.phase);
     let mut costs = Vec::new();
-    let (preprocess, cost) = preprocess_child(ctx, tp, names).await?;
-    costs.extend(cost);
+    let (preprocess, child) = preprocess_child(ctx, tp, names).await?;
+    costs.extend(child.cost);
+    reads.preprocess = ChildCloud {
+        gcp_name: child.gcp_name,
+        links: child.links,
+    };
     let (training, cost, duplicate_jobs) = match tp.spec.training.mode() {
-        Ok(TrainingMode::TpuVm) => tpu_vm_training(ctx, tp, names, finished).await?,
+        Ok(TrainingMode::TpuVm) => tpu_vm_training(ctx, tp, names, finished, &mut reads).await?,
         _ => {
             let preprocessing = still_preprocessing(tp, &st, &preprocess);
             vertex_training(ctx, tp, names, finished || preprocessing, &mut reads).await?
@@ -86,14 +101,17 @@ async fn preprocess_child(
     ctx: &Context,
     tp: &TrainingPipeline,
     names: &Target,
-) -> Result<(Child, Option<CostEstimate>)> {
+) -> Result<(Child, ChildStatus)> {
     if tp.spec.preprocess.is_none() {
-        return Ok((Child::Absent, None));
+        return Ok((Child::Absent, ChildStatus::default()));
     }
     child::<tpu_operator_api::preprocess_batch::PreprocessBatch, _>(ctx, tp, &names.preprocess, |b| {
-        b.status
-            .as_ref()
-            .map(|s| (s.conditions.clone(), s.estimated_cost.clone()))
+        b.status.as_ref().map(|s| ChildStatus {
+            conditions: s.conditions.clone(),
+            cost: s.estimated_cost.clone(),
+            links: s.links.clone(),
+            gcp_name: s.batch_name.clone(),
+        })
     })
     .await
 }
@@ -112,17 +130,32 @@ async fn tpu_vm_training(
     tp: &TrainingPipeline,
     names: &Target,
     finished: bool,
+    reads: &mut Reads,
 ) -> Result<(TrainingObserved, Option<CostEstimate>, Vec<JobView>)> {
-    let (slice, cost) = child::<tpu_operator_api::tpu_slice::TpuSlice, _>(ctx, tp, &names.train, |s| {
-        s.status
-            .as_ref()
-            .map(|s| (s.conditions.clone(), s.estimated_cost.clone()))
+    let (slice, child) = child::<tpu_operator_api::tpu_slice::TpuSlice, _>(ctx, tp, &names.train, |s| {
+        s.status.as_ref().map(|s| ChildStatus {
+            conditions: s.conditions.clone(),
+            cost: s.estimated_cost.clone(),
+            links: s.links.clone(),
+            gcp_name: s.node_name.clone(),
+        })
     })
     .await?;
+    let cost = child.cost;
+    reads.train = ChildCloud {
+        gcp_name: child.gcp_name,
+        links: child.links,
+    };
     let marker = if finished {
         Marker::None
     } else {
-        markers::marker(ctx, tp).await?
+        let project = tp
+            .spec
+            .training
+            .tpu_vm
+            .as_ref()
+            .and_then(|t| t.slice.project.clone());
+        markers::marker(ctx, tp, project.as_deref().or(names.project.as_deref())).await?
     };
     Ok((TrainingObserved::TpuVm { slice, marker }, cost, Vec::new()))
 }

@@ -29,14 +29,23 @@ use tpu_operator_api::{
 };
 
 fn child_meta(name: &str, ns: &str, pipeline: &str, owner: OwnerReference) -> ObjectMeta {
+    child_meta_with(name, ns, pipeline, owner, BTreeMap::new())
+}
+
+/// [`child_meta`] with more labels.
+fn child_meta_with(
+    name: &str,
+    ns: &str,
+    pipeline: &str,
+    owner: OwnerReference,
+    mut labels: BTreeMap<String, String>,
+) -> ObjectMeta {
+    labels.insert(PIPELINE_LABEL.to_string(), pipeline.to_string());
     ObjectMeta {
         name: Some(name.to_string()),
         namespace: Some(ns.to_string()),
         owner_references: Some(vec![owner]),
-        labels: Some(BTreeMap::from([(
-            PIPELINE_LABEL.to_string(),
-            pipeline.to_string(),
-        )])),
+        labels: Some(labels),
         ..Default::default()
     }
 }
@@ -86,9 +95,10 @@ pub fn preprocess_batch(
     })
 }
 
-/// The `<name>-train` slice running the training container as its workload, with
+/// The `<name>-train` slice of `attempt` running the training container as its workload, with
 /// `CHECKPOINT_DIR` set to `checkpoint_dir` (the attempt's; the slice keeps it across the
-/// recreations after a preemption, which are the TpuSlice's own).
+/// recreations after a preemption, which are the TpuSlice's own). The attempt label names the
+/// attempt in the workload's log entries.
 pub fn train_slice(
     spec: &TrainingPipelineSpec,
     id: &ObjectIdentity,
@@ -96,9 +106,11 @@ pub fn train_slice(
     project: Option<String>,
     owner: OwnerReference,
     checkpoint_dir: &str,
+    attempt: i32,
 ) -> Option<TpuSlice> {
     let tpu_vm = spec.training.tpu_vm.as_ref()?;
-    let mut meta = child_meta(name, &id.namespace, &id.name, owner);
+    let labels = BTreeMap::from([(ATTEMPT_LABEL.to_string(), attempt.to_string())]);
+    let mut meta = child_meta_with(name, &id.namespace, &id.name, owner, labels);
     meta.annotations = Some(BTreeMap::from([(
         DONE_URI_ANNOTATION.to_string(),
         spec.artifacts.model_dir.clone(),
@@ -526,7 +538,7 @@ mod tests {
         let tp: TrainingPipeline =
             serde_yaml::from_str(include_str!("../../../../../examples/tpu-vm-pipeline.yaml")).unwrap();
         let owner = OwnerReference::default();
-        let slice = train_slice(&tp.spec, &id(), "x-train", None, owner, "gs://b/ck/").unwrap();
+        let slice = train_slice(&tp.spec, &id(), "x-train", None, owner, "gs://b/ck/", 1).unwrap();
         let env = slice.spec.workload.unwrap().env;
         assert_eq!(
             env.iter()

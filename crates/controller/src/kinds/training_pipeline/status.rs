@@ -48,6 +48,7 @@ pub fn ensure_stage(
             end_time: None,
             attempts: 0,
             message: None,
+            links: None,
         });
     }
 }
@@ -62,6 +63,7 @@ const NO_STAGE: StageStatus = StageStatus {
     end_time: None,
     attempts: 0,
     message: None,
+    links: None,
 };
 
 /// The stage entry (a pending placeholder when it was never created).

@@ -85,6 +85,13 @@ impl SliceBackend for ComputeEngine {
         true
     }
 
+    /// The project's VM instances page: a slice's hosts are instances named after it.
+    fn console(&self, project: &str, _node: &str) -> Option<String> {
+        Some(tpu_operator_gcp::logging::sources::compute_instances_console(
+            project,
+        ))
+    }
+
     async fn get_node(&self, gcp: &Gcp, name: &str) -> Result<Node, GcpError> {
         gcp.compute_slices.get_node(name).await
     }

@@ -122,6 +122,9 @@ pub trait SliceBackend: Send + Sync {
     /// queued resource is absent.
     fn node_without_queue(&self) -> bool;
 
+    /// The Cloud Console page that shows node `node` of `project` (status `links.console`).
+    fn console(&self, project: &str, node: &str) -> Option<String>;
+
     async fn get_node(&self, gcp: &Gcp, name: &str) -> Result<Node, GcpError>;
     async fn get_queued_resource(&self, gcp: &Gcp, name: &str) -> Result<QueuedResource, GcpError>;
     /// Sends `create` (from this backend's [`SliceBackend::create_request`]).

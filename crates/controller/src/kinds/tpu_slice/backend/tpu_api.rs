@@ -88,6 +88,10 @@ impl SliceBackend for TpuApi {
         false
     }
 
+    fn console(&self, _project: &str, node: &str) -> Option<String> {
+        tpu_operator_gcp::logging::sources::tpu_node_console(node)
+    }
+
     async fn get_node(&self, gcp: &Gcp, name: &str) -> Result<Node, GcpError> {
         gcp.tpu.get_node(name).await
     }

@@ -6,6 +6,17 @@ use tpu_operator_api::{
     ContainerSpec,
     tpu_slice::{DONE_URI_METADATA, MEGASCALE_COORDINATOR_METADATA, MEGASCALE_SLICE_ID_METADATA},
 };
+use tpu_operator_gcp::logging::sources::{ATTEMPT_LABEL, HOST_LABEL, PIPELINE_LABEL, SLICE_LABEL};
+
+/// What the workload container's log entries are labelled with, so `tpu-operator logs` and the
+/// Logs Explorer link find one run across its hosts and recreations.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogLabels {
+    /// The TpuSlice's uid.
+    pub slice: String,
+    /// The TrainingPipeline's uid and attempt, when the slice is a pipeline's training slice.
+    pub pipeline: Option<(String, String)>,
+}
 
 /// `MEGASCALE_PORT`: the port the Megascale (multislice DCN) runtime listens on, 8080 as in
 /// Google's multislice JobSet examples, which expose `containerPort: 8080` for it and point
@@ -21,14 +32,18 @@ pub const MEGASCALE_PORT: u16 = 8080;
 /// 2. `docker pull <image>`, retried 5 times, 10 s apart (registries and the metadata server can be
 ///    briefly unreachable right after boot);
 /// 3. `docker run --rm --name tpu-workload --privileged --net=host --ipc=host -v /dev:/dev
-///    -e K=V... [--entrypoint <command[0]>] <image> [command[1..]...] [args...]`: privileged with
-///    host networking and `/dev` so the container sees the TPU chips and the other hosts of the
-///    slice (JAX / PyTorch XLA multi-host discovery); every argument is single-quoted;
+///    --log-driver=gcplogs --log-opt labels=... --label K=V... -e K=V... [--entrypoint
+///    <command[0]>] <image> [command[1..]...] [args...]`: privileged with host networking and
+///    `/dev` so the container sees the TPU chips and the other hosts of the slice (JAX / PyTorch
+///    XLA multi-host discovery); its output goes to Cloud Logging through docker's `gcplogs`
+///    driver (<https://docs.docker.com/engine/logging/drivers/gcplogs/>; `docker logs` keeps
+///    working through docker's dual logging), labelled with [`LogLabels`] and the host's worker
+///    number; every argument is single-quoted;
 /// 4. when the node metadata `tpu-operator-done-uri` is set, writes the exit status to Cloud
 ///    Storage with `gcloud storage cp`: `<uri>_SUCCESS` (empty) from worker 0 when the container
 ///    exited 0, `<uri>_FAILED` (containing the exit code) from any worker where it did not.
-pub fn workload_script(w: &ContainerSpec) -> String {
-    workload_script_for(w, None)
+pub fn workload_script(w: &ContainerSpec, logs: &LogLabels) -> String {
+    workload_script_for(w, None, logs)
 }
 
 /// [`workload_script`] for a multislice of `slices` nodes: before `docker pull` the script
@@ -40,7 +55,7 @@ pub fn workload_script(w: &ContainerSpec) -> String {
 /// from the `tpu-env` metadata the TPU service writes on multislice nodes:
 /// <https://github.com/jax-ml/jax/blob/main/jax/_src/clusters/cloud_tpu_cluster.py>). They
 /// come after the spec's own `env`, so docker lets them win over a user value of the same name.
-pub fn workload_script_for(w: &ContainerSpec, slices: Option<u32>) -> String {
+pub fn workload_script_for(w: &ContainerSpec, slices: Option<u32>, logs: &LogLabels) -> String {
     let wait = slices.map(|_| multislice_wait()).unwrap_or_default();
     format!(
         r#"#!/bin/bash
@@ -48,11 +63,11 @@ pub fn workload_script_for(w: &ContainerSpec, slices: Option<u32>) -> String {
 set -u
 MD=http://metadata.google.internal/computeMetadata/v1/instance/attributes
 attr() {{ curl -sf -H 'Metadata-Flavor: Google' "$MD/$1" || true; }}
+WORKER=$(attr agent-worker-number)
 {wait}{auth}for i in 1 2 3 4 5; do docker pull {image} && break; sleep 10; done
 {run}
 rc=$?
 DONE_URI=$(attr {done_key})
-WORKER=$(attr agent-worker-number)
 if [ -n "$DONE_URI" ]; then
   if [ "$rc" -eq 0 ]; then
     [ "${{WORKER:-0}}" = "0" ] && printf '' | gcloud storage cp - "${{DONE_URI}}_SUCCESS"
@@ -64,7 +79,7 @@ exit "$rc"
 "#,
         auth = registry_auth(&w.image),
         image = quote(&w.image),
-        run = docker_run(w, slices).join(" \\\n  "),
+        run = docker_run(w, slices, logs).join(" \\\n  "),
         done_key = DONE_URI_METADATA,
     )
 }
@@ -85,10 +100,11 @@ fn multislice_wait() -> String {
 /// The `docker run` command, one word (or flag with its value) per item: the spec's `env`, then
 /// for a multislice of `slices` nodes the Megascale variables (after the spec's, so they win),
 /// the entrypoint, the image, and the rest of `command` and `args`.
-fn docker_run(w: &ContainerSpec, slices: Option<u32>) -> Vec<String> {
+fn docker_run(w: &ContainerSpec, slices: Option<u32>, logs: &LogLabels) -> Vec<String> {
     let mut run = vec![
         "docker run --rm --name tpu-workload --privileged --net=host --ipc=host -v /dev:/dev".to_string(),
     ];
+    run.extend(log_flags(logs));
     for env in &w.env {
         run.push(format!("-e {}", quote(&format!("{}={}", env.name, env.value))));
     }
@@ -108,6 +124,25 @@ fn docker_run(w: &ContainerSpec, slices: Option<u32>) -> Vec<String> {
     run.extend(w.command.iter().skip(1).map(|a| quote(a)));
     run.extend(w.args.iter().map(|a| quote(a)));
     run
+}
+
+/// `--log-driver=gcplogs`, the labels it copies into every entry (`--log-opt labels=`), and their
+/// values: the slice, the host (the worker number the script read from the metadata server,
+/// expanded on the VM) and, for a pipeline's slice, the pipeline and attempt.
+fn log_flags(logs: &LogLabels) -> Vec<String> {
+    let mut labels = vec![(SLICE_LABEL, quote(&format!("{SLICE_LABEL}={}", logs.slice)))];
+    labels.push((HOST_LABEL, format!("\"{HOST_LABEL}=${{WORKER:-0}}\"")));
+    if let Some((uid, attempt)) = &logs.pipeline {
+        labels.push((PIPELINE_LABEL, quote(&format!("{PIPELINE_LABEL}={uid}"))));
+        labels.push((ATTEMPT_LABEL, quote(&format!("{ATTEMPT_LABEL}={attempt}"))));
+    }
+    let keys: Vec<&str> = labels.iter().map(|(k, _)| *k).collect();
+    let mut flags = vec![
+        "--log-driver=gcplogs".to_string(),
+        format!("--log-opt labels={}", keys.join(",")),
+    ];
+    flags.extend(labels.into_iter().map(|(_, v)| format!("--label {v}")));
+    flags
 }
 
 /// `gcloud auth configure-docker` for an image in Artifact Registry or GCR (so the VM's service

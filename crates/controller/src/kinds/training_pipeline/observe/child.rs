@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Api, Resource, ResourceExt};
-use tpu_operator_api::common::CostEstimate;
+use tpu_operator_api::common::{CostEstimate, Links};
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
     training_pipeline::TrainingPipeline,
@@ -13,19 +13,30 @@ use super::super::plan::Child;
 use crate::reconcile::context::Context;
 use crate::runtime::error::{ReconcileError, Result};
 
-/// An owned child's state from its metadata and kstatus conditions, and its cost estimate.
+/// What the pipeline reads of a child's status.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ChildStatus {
+    pub conditions: Vec<Condition>,
+    pub cost: Option<CostEstimate>,
+    pub links: Option<Links>,
+    /// The child's cloud object (its batch, its node).
+    pub gcp_name: Option<String>,
+}
+
+/// An owned child's state from its metadata and kstatus conditions, and what else the pipeline
+/// reads of its status (nothing of a child it does not control).
 pub(super) async fn child<K, F>(
     ctx: &Context,
     tp: &TrainingPipeline,
     name: &str,
     status_of: F,
-) -> Result<(Child, Option<CostEstimate>)>
+) -> Result<(Child, ChildStatus)>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned,
-    F: Fn(&K) -> Option<(Vec<Condition>, Option<CostEstimate>)>,
+    F: Fn(&K) -> Option<ChildStatus>,
 {
     let ns = tp
         .namespace()
@@ -36,16 +47,16 @@ where
         .await
         .map_err(ReconcileError::kube("get owned child"))?
     else {
-        return Ok((Child::Absent, None));
+        return Ok((Child::Absent, ChildStatus::default()));
     };
     if !controlled_by(obj.meta(), tp) {
-        return Ok((Child::NotOwned, None));
+        return Ok((Child::NotOwned, ChildStatus::default()));
     }
-    let (conds, cost) = status_of(&obj).unwrap_or_default();
+    let status = status_of(&obj).unwrap_or_default();
     if obj.meta().deletion_timestamp.is_some() {
-        return Ok((Child::Deleting, cost));
+        return Ok((Child::Deleting, status));
     }
-    Ok((state_of(&conds), cost))
+    Ok((state_of(&status.conditions), status))
 }
 
 /// Whether the pipeline is the object's controller (its controlling ownerReference names the

@@ -27,7 +27,9 @@ pub fn exit_code(content: &str) -> String {
 }
 
 /// TPU VM mode: `_SUCCESS` / `_FAILED` under `modelDir`, written since the current attempt began.
-pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline) -> Result<Marker> {
+/// A failure's detail ends with the last lines the attempt's container logged (`project`: where
+/// its slice runs).
+pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline, project: Option<&str>) -> Result<Marker> {
     let Some(started) = tp
         .status
         .as_ref()
@@ -59,12 +61,91 @@ pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline) -> Result<Marke
     if fresh("_FAILED") {
         let uri = format!("{dir}_FAILED");
         let content = ctx.gcp.storage.read_object(&uri).await.unwrap_or_default();
+        let lines = match project {
+            Some(project) => last_lines(ctx, tp, project, started).await,
+            None => String::new(),
+        };
         return Ok(Marker::Failed {
-            detail: format!("{uri} written ({})", exit_code(&content)),
+            detail: format!("{uri} written ({}){lines}", exit_code(&content)),
             exit_code: content.trim().parse().ok(),
         });
     }
     Ok(Marker::None)
+}
+
+/// Lines of a failed attempt's log shown in its failure message and Event.
+const LAST_LINES: i32 = 5;
+/// Characters kept of each line.
+const LINE_CHARS: usize = 200;
+
+/// The last lines the pipeline's current attempt logged since it `started` (its workload
+/// container on every host, through docker's `gcplogs` driver), oldest first, as a suffix of the
+/// failure detail; or why they could not be read. The lines are the workload's own output, read
+/// from the project the slice runs in: control characters are replaced and each line is cut, so
+/// they cannot grow the status without bound.
+async fn last_lines(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    project: &str,
+    started: chrono::DateTime<chrono::Utc>,
+) -> String {
+    use tpu_operator_gcp::logging::{
+        EntriesQuery, LogSource, Order,
+        sources::{ATTEMPT_LABEL, PIPELINE_LABEL},
+    };
+    let (Some(uid), Some(st)) = (tp.metadata.uid.clone(), tp.status.as_ref()) else {
+        return String::new();
+    };
+    let source = LogSource::Workload {
+        project: project.to_string(),
+        labels: vec![(PIPELINE_LABEL, uid), (ATTEMPT_LABEL, st.attempts.to_string())],
+    };
+    let query = EntriesQuery {
+        project: project.to_string(),
+        filter: source.filter().since(started),
+        order: Order::NewestFirst,
+        // Every host of a multi-host slice usually prints the same error: more are read than
+        // shown, and a line repeated by several hosts is shown once.
+        page_size: LAST_LINES * 4,
+        page_token: String::new(),
+    };
+    match ctx.gcp.logging.list_entries(&query).await {
+        Ok(page) if page.lines.is_empty() => "; its container logged nothing".into(),
+        Ok(page) => {
+            let texts: Vec<String> = page.lines.iter().rev().map(|l| shown(&l.text)).collect();
+            format!("; last log lines:\n  {}", last_distinct(texts).join("\n  "))
+        }
+        Err(e) => format!("; its last log lines could not be read ({})", e.stable_message()),
+    }
+}
+
+/// The last [`LAST_LINES`] distinct lines of `texts` (oldest first), in the order of their last
+/// occurrence.
+fn last_distinct(texts: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for t in texts.into_iter().rev() {
+        if !out.contains(&t) {
+            out.push(t);
+        }
+        if out.len() == LAST_LINES as usize {
+            break;
+        }
+    }
+    out.reverse();
+    out
+}
+
+/// A log line as status shows it: control characters replaced, cut at [`LINE_CHARS`].
+fn shown(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(LINE_CHARS)
+        .collect();
+    if text.chars().count() > LINE_CHARS {
+        out.push('…');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -78,5 +159,22 @@ mod tests {
         let secret = "team-b: loss=0.12 step=9000 api_key=...";
         let shown = super::exit_code(secret);
         assert!(!shown.contains("team-b") && !shown.contains("loss"), "{shown}");
+    }
+
+    /// A workload's line cannot put a terminal escape or unbounded text into status.
+    #[test]
+    fn log_lines_are_cut_and_lose_control_characters() {
+        let line = format!("\u{1b}[31mboom\r{}", "x".repeat(500));
+        let shown = super::shown(&line);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert_eq!(shown.chars().count(), super::LINE_CHARS + 1);
+    }
+
+    /// Two hosts printing the same traceback show it once, in order, ending with the error.
+    #[test]
+    fn lines_repeated_by_hosts_are_shown_once() {
+        let host = ["Traceback:", "  File x", "RuntimeError: boom"];
+        let both: Vec<String> = host.iter().chain(host.iter()).map(|s| s.to_string()).collect();
+        assert_eq!(super::last_distinct(both), host);
     }
 }

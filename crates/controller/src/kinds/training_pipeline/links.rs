@@ -1,0 +1,69 @@
+//! The pipeline's links: each stage's cloud object (the PreprocessBatch child's batch, the
+//! training slice's node, the Vertex custom job) and, at the top, the current stage's; and the
+//! children's cloud objects as the stages' `gcpName` (the Vertex job's is set where it is made).
+//!
+//! Does not touch Kubernetes or Google Cloud.
+
+use std::collections::BTreeMap;
+
+use tpu_operator_api::training_pipeline::{
+    StageName, TrainingMode, TrainingPipelineSpec, TrainingPipelineStatus,
+};
+use tpu_operator_gcp::logging::sources;
+
+use super::{
+    observe::{ChildCloud, Reads},
+    status::{stage, stage_mut},
+};
+use crate::kinds::links;
+
+/// Sets `stages[].links` and `links` from what this pass read. A stage keeps the links it had
+/// when nothing new was read of it (a finished pipeline reads no job).
+pub fn set(st: &mut TrainingPipelineStatus, spec: &TrainingPipelineSpec, reads: &Reads) {
+    child(st, StageName::Preprocess, &reads.preprocess);
+    match spec.training.mode() {
+        Ok(TrainingMode::TpuVm) => child(st, StageName::Train, &reads.train),
+        _ => {
+            if let Some(name) = st.custom_job_name.clone() {
+                let web = web_access(st, &name, reads);
+                let tensorboard = spec.training.vertex.as_ref().and_then(|v| v.tensorboard.clone());
+                stage_mut(st, StageName::Train).links = links::vertex_job(&name, web, tensorboard);
+            }
+        }
+    }
+    st.links = st
+        .current_stage
+        .and_then(|c| stage(st, c).links.clone())
+        .or_else(|| st.stages.iter().rev().find_map(|s| s.links.clone()));
+}
+
+/// A child's cloud object and links, when this pass read them (a gone child's stay).
+fn child(st: &mut TrainingPipelineStatus, name: StageName, read: &ChildCloud) {
+    if read.gcp_name.is_none() && read.links.is_none() {
+        return;
+    }
+    let stage = stage_mut(st, name);
+    if read.gcp_name.is_some() {
+        stage.gcp_name.clone_from(&read.gcp_name);
+    }
+    if read.links.is_some() {
+        stage.links.clone_from(&read.links);
+    }
+}
+
+/// The current job's web access URIs: as read this pass, else as the stage had them for the
+/// same job.
+fn web_access(st: &TrainingPipelineStatus, name: &str, reads: &Reads) -> BTreeMap<String, String> {
+    if let Some(job) = reads.job.as_ref().filter(|j| j.name == name) {
+        return job
+            .web_access_uris
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+    }
+    let old = stage(st, StageName::Train).links.as_ref();
+    match old {
+        Some(l) if l.console == sources::vertex_job_console(name) => l.web_access.clone(),
+        _ => BTreeMap::new(),
+    }
+}
