@@ -633,3 +633,132 @@ async fn lists_follow_page_tokens() {
     assert_eq!(env.emu.call_count("dataproc", "batches.list"), 3);
     assert_eq!(env.metrics.calls(Service::Dataproc, "batches.list", "ok"), 3);
 }
+
+/// POSTs `body` to the emulator's Cloud Logging `entries:{verb}` as the REST API takes it (what
+/// gcloud and the Python client send without gRPC): the status and the reply.
+async fn logging_rest(env: &Env, verb: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let url = format!("{}/logging/v2/entries:{verb}", env.emu.url().trim_end_matches('/'));
+    let reply = reqwest::Client::new().post(url).json(&body).send().await.unwrap();
+    let status = reply.status().as_u16();
+    (status, reply.json().await.unwrap_or_default())
+}
+
+/// One entry of docker's gcplogs driver for the container labelled `slice` (the shape moby's
+/// `daemon/logger/gcplogs` writes).
+fn docker_entry(project: &str, slice: &str, message: &str, severity: &str) -> serde_json::Value {
+    serde_json::json!({
+        "logName": format!("projects/{project}/logs/gcplogs-docker-driver"),
+        "resource": {"type": "gce_instance", "labels": {"instance_id": "1", "zone": "us-east5-b"}},
+        "severity": severity,
+        "jsonPayload": {
+            "container": {"name": "/tpu-workload", "metadata": {"tpu-operator-slice": slice}},
+            "message": message,
+        },
+    })
+}
+
+/// Issue 36 item 4: entries written through the REST API are read back by Google's Cloud
+/// Logging client (`ListLogEntries`, REST, enums as numbers) through the operator's
+/// `LoggingApi`: the workload query selects one slice's entries, oldest first or newest first a
+/// page at a time, severities decode, a value that tries to leave its quotes matches nothing,
+/// and a refused call names the role to grant.
+#[tokio::test]
+async fn cloud_logging_entries_are_read_back_through_googles_client() {
+    use tpu_operator_gcp::logging::{EntriesQuery, LogFilter, LogSource, Order, sources::SLICE_LABEL};
+    let env = env().await;
+    let entries = vec![
+        docker_entry("p", "u1", "step 100", "INFO"),
+        docker_entry("p", "u2", "another slice", "INFO"),
+        docker_entry("p", "u1", "RuntimeError: boom", "ERROR"),
+        docker_entry("other-project", "u1", "same labels, other project", "INFO"),
+    ];
+    for entry in entries {
+        let (status, reply) = logging_rest(&env, "write", serde_json::json!({"entries": [entry]})).await;
+        assert_eq!(status, 200, "{reply}");
+        env.advance(1);
+    }
+    let slice = LogSource::Workload {
+        project: "p".into(),
+        labels: vec![(SLICE_LABEL, "u1".into())],
+    };
+    let query = |order, page_size, page_token: String| EntriesQuery {
+        project: "p".into(),
+        filter: slice.filter(),
+        order,
+        page_size,
+        page_token,
+    };
+    let page = env.gcp.logging.list_entries(&query(Order::OldestFirst, 100, String::new())).await.unwrap();
+    let texts: Vec<&str> = page.lines.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(texts, ["step 100", "RuntimeError: boom"]);
+    assert_eq!(page.lines[1].severity, "ERROR");
+    assert!(page.lines[0].timestamp < page.lines[1].timestamp);
+    assert!(page.next_page_token.is_empty());
+
+    let first = env.gcp.logging.list_entries(&query(Order::NewestFirst, 1, String::new())).await.unwrap();
+    assert_eq!(first.lines[0].text, "RuntimeError: boom");
+    assert!(!first.next_page_token.is_empty());
+    let second = env.gcp.logging.list_entries(&query(Order::NewestFirst, 1, first.next_page_token)).await.unwrap();
+    assert_eq!(second.lines[0].text, "step 100");
+    assert_ne!(first.lines[0].insert_id, second.lines[0].insert_id);
+
+    let hostile = EntriesQuery {
+        filter: LogFilter::default().eq(&["resource", "type"], "x\" OR resource.type=\"gce_instance"),
+        ..query(Order::OldestFirst, 100, String::new())
+    };
+    assert!(env.gcp.logging.list_entries(&hostile).await.unwrap().lines.is_empty());
+
+    env.emu
+        .inject(Fault::FailCalls {
+            service: "logging".into(),
+            method: "logEntries.list".into(),
+            count: 1,
+            code: Code::PermissionDenied,
+            message: None,
+        })
+        .unwrap();
+    let err = expect_err(env.gcp.logging.list_entries(&query(Order::OldestFirst, 1, String::new())).await);
+    assert_eq!(err.kind, ErrorKind::PermissionDenied);
+    assert!(err.to_string().contains("roles/logging.viewer"), "{err}");
+}
+
+/// Issue 36 item 4: the emulator refuses what Cloud Logging refuses, naming the field: a list
+/// without `resourceNames`, an `orderBy` other than by timestamp, a page over 1000, an unknown
+/// field, a filter it cannot parse; an entry without `logName` or `resource`.
+#[tokio::test]
+async fn cloud_logging_refuses_bad_requests_naming_the_field() {
+    let env = env().await;
+    let list = serde_json::json!({"resourceNames": ["projects/p"]});
+    let with = |k: &str, v: serde_json::Value| {
+        let mut b = list.clone();
+        b[k] = v;
+        b
+    };
+    for (body, says) in [
+        (serde_json::json!({}), "resource_names"),
+        (with("orderBy", "severity desc".into()), "order_by"),
+        (with("pageSize", 1001.into()), "page_size"),
+        (with("pageTokn", "x".into()), "Unknown name \"pageTokn\""),
+        (with("filter", "resource.type = (".into()), "Invalid filter"),
+        (with("filter", "jsonPayload.\"unterminated = 1".into()), "Invalid filter"),
+    ] {
+        let (status, reply) = logging_rest(&env, "list", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {reply}");
+        let said = format!(
+            "{} {}",
+            reply["error"]["message"].as_str().unwrap_or_default(),
+            reply["error"]["details"]
+        );
+        assert!(said.contains(says), "{body}: {reply}");
+    }
+    let (status, reply) = logging_rest(&env, "list", list).await;
+    assert_eq!((status, reply), (200, serde_json::json!({})), "nothing matches: an empty reply");
+    for (entry, says) in [
+        (serde_json::json!({"resource": {"type": "global"}, "textPayload": "x"}), "log_name"),
+        (serde_json::json!({"logName": "projects/p/logs/a", "textPayload": "x"}), "resource"),
+    ] {
+        let (status, reply) = logging_rest(&env, "write", serde_json::json!({"entries": [entry]})).await;
+        assert_eq!(status, 400, "{reply}");
+        assert!(reply.to_string().contains(says), "{reply}");
+    }
+}

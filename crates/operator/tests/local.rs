@@ -149,6 +149,14 @@ fn quickstart_succeeds_and_leaves_no_cloud_resources() {
     );
     assert!(stdout.contains("cloud resources left: 0"), "{stdout}");
     assert!(stdout.contains("cloud API calls: "), "{stdout}");
+    // Issue 36: the summary shows where the run's page and logs would be, and the command.
+    for line in [
+        "    console: https://console.cloud.google.com/ai/platform/locations/us-east5/training/",
+        "    logs: https://console.cloud.google.com/logs/query;query=resource.type%20%3D%20%22ml_job%22",
+        "    tpu-operator logs trainingpipeline/quickstart -n default",
+    ] {
+        assert!(stdout.lines().any(|l| l.starts_with(line)), "{line:?} missing:\n{stdout}");
+    }
     println!("local quickstart took {took:?}\n{stdout}");
 }
 
@@ -536,4 +544,165 @@ fn a_generate_name_sweep_from_stdin_succeeds_variant_by_variant() {
         "no variant waited on another:\n{stdout}"
     );
     assert!(stdout.contains("cloud resources left: 0"), "{stdout}");
+}
+
+/// `tpu-operator local --keep` running: what it printed so far, line by line as it comes, and
+/// where its emulators are.
+struct Kept {
+    /// Held so the run is killed when the test ends.
+    _child: Killed,
+    lines: mpsc::Receiver<(Instant, String)>,
+    kubeconfig: PathBuf,
+    gcp: String,
+}
+
+impl Kept {
+    fn start(args: &[&str]) -> Self {
+        let mut child = Killed(
+            Command::new(BIN)
+                .args(["local", "--keep"])
+                .args(args)
+                .current_dir(workspace())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn tpu-operator local --keep"),
+        );
+        let stdout = child.0.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut kept = Self {
+            _child: child,
+            lines,
+            kubeconfig: PathBuf::new(),
+            gcp: String::new(),
+        };
+        kept.kubeconfig = PathBuf::from(kept.wait_for("kubeconfig: ").1);
+        kept.gcp = kept.wait_for("gcp-emulator: ").1;
+        kept
+    }
+
+    /// Waits for a line starting with `prefix`: when it came and the rest of it.
+    fn wait_for(&self, prefix: &str) -> (Instant, String) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let (at, line) = self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("local --keep printed no {prefix:?} line in time"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return (at, rest.to_string());
+            }
+        }
+    }
+
+    /// `tpu-operator logs ARGS` against this run's emulators.
+    fn logs(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("logs")
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--gcp-emulator", &self.gcp])
+            .current_dir(workspace());
+        cmd
+    }
+}
+
+/// Issue 36 item 2: after the quickstart ran, `tpu-operator logs tpl/quickstart` prints what its
+/// Dataproc batch and Vertex AI job logged (read from Cloud Logging with Google's client),
+/// preprocessing first, each line saying its stage; `--stage`, `--tail` and `--timestamps`
+/// narrow it as with `kubectl logs`; bad input is one clear error.
+#[test]
+fn logs_print_the_quickstarts_preprocess_then_training_lines() {
+    let kept = Kept::start(&["examples/quickstart.yaml"]);
+    kept.wait_for("everything keeps running");
+
+    let out = kept.logs(&["tpl/quickstart"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle:?} not in:\n{stdout}"))
+    };
+    let spark = at("[preprocess] Starting the Spark driver of batch");
+    let batch_done = at("[preprocess] Batch ");
+    let training = at("[train] Starting training on replica workerpool0-0 (us-docker.pkg.dev/demo-project/trainers/jax-trainer:1.0)");
+    let trained = at("[train] Training finished: the model was saved");
+    assert!(spark < batch_done && batch_done < training && training < trained, "{stdout}");
+
+    let out = kept.logs(&["tpl/quickstart", "--stage", "train", "--tail", "1", "--timestamps"]).output().unwrap();
+    let last = text(&out.stdout);
+    assert_eq!(last.lines().count(), 1, "{last}");
+    assert!(last.ends_with("Training finished: the model was saved\n"), "{last}");
+    assert!(last.starts_with("20"), "an RFC 3339 time first: {last}");
+
+    for (args, says) in [
+        (&["pod/x"][..], "use trainingpipeline (tpl), tpuslice (tpus) or preprocessbatch (ppb)"),
+        (&["tpl/nope"][..], "TrainingPipeline default/nope not found"),
+        (&["tpus/x", "--stage", "train"][..], "--stage: only a TrainingPipeline has stages"),
+        (&["tpl/quickstart", "--attempt", "0"][..], "--attempt: attempts count from 1"),
+    ] {
+        let out = kept.logs(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = text(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+}
+
+/// Issue 36 item 2: `logs -f` started before anything ran streams the lines as the batch and
+/// the job write them (its first line arrives long before the run ends) and ends by itself,
+/// successfully, when the pipeline has succeeded.
+#[test]
+fn logs_follow_streams_a_running_pipeline_and_ends_when_it_ends() {
+    let kept = Kept::start(&["--time-scale", "40", "examples/quickstart.yaml"]);
+    kept.wait_for("applied ");
+    let mut follow = Killed(
+        kept.logs(&["tpl/quickstart", "-f", "--interval", "200ms"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = follow.0.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send((Instant::now(), line));
+        }
+    });
+    let (first_at, first) = rx.recv_timeout(Duration::from_secs(60)).expect("a first line");
+    assert!(first.starts_with("[preprocess] Starting the Spark driver"), "{first}");
+    let (converged_at, _) = kept.wait_for("everything keeps running");
+    assert!(
+        converged_at.duration_since(first_at) > Duration::from_secs(2),
+        "the first line came only {:?} before the run ended: not streamed",
+        converged_at.duration_since(first_at)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = follow.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "logs -f did not end after the pipeline succeeded");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "logs -f exited with {status:?}");
+    let rest: Vec<String> = rx.try_iter().map(|(_, l)| l).collect();
+    assert_eq!(
+        rest.last().map(String::as_str),
+        Some("[train] Training finished: the model was saved"),
+        "{rest:?}"
+    );
+    drop(kept);
 }

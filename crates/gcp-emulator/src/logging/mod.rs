@@ -50,10 +50,44 @@ pub fn route(req: &Req) -> Option<(Route, &'static str)> {
 }
 
 pub fn handle(w: &mut Cloud, req: &Req, route: Route) -> ApiResult<Reply> {
-    let body = req.json()?;
+    let mut body = req.json()?;
+    camel_case_fields(&mut body);
     match route {
         Route::List => list(w, &body, req.query.enum_int()).map(Reply::json),
         Route::Write => write(w, &body).map(|()| Reply::json(json!({}))),
+    }
+}
+
+/// Proto3 JSON parsers accept a field's proto name as well as its lowerCamelCase JSON name
+/// (<https://protobuf.dev/programming-guides/json/>), and Google's Python client sends some in
+/// snake_case (`dry_run`, `partial_success`: tests/golden/logging/python-client.json). The
+/// request's own fields and each entry's are renamed; maps (`labels`, `jsonPayload`) are data
+/// and stay as sent.
+fn camel_case_fields(body: &mut Value) {
+    fn rename(v: &mut Value) {
+        let Some(map) = v.as_object_mut() else { return };
+        let snake: Vec<String> = map.keys().filter(|k| k.contains('_')).cloned().collect();
+        for key in snake {
+            let mut camel = String::with_capacity(key.len());
+            let mut up = false;
+            for c in key.chars() {
+                match (c, up) {
+                    ('_', _) => up = true,
+                    (c, true) => {
+                        camel.push(c.to_ascii_uppercase());
+                        up = false;
+                    }
+                    (c, false) => camel.push(c),
+                }
+            }
+            if let Some(value) = map.remove(&key) {
+                map.entry(camel).or_insert(value);
+            }
+        }
+    }
+    rename(body);
+    if let Some(entries) = body.get_mut("entries").and_then(Value::as_array_mut) {
+        entries.iter_mut().for_each(rename);
     }
 }
 

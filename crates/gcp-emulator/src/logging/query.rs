@@ -7,7 +7,8 @@
 //! restrictions (a bare value), functions and regular expressions are refused as unsupported.
 
 use super::store::{Entry, SEVERITIES};
-use crate::errors::ApiResult;
+use crate::errors::{ApiError, ApiResult};
+use crate::wire::time::ts;
 use crate::filter::{self, Expr};
 
 const FIELDS: &[&str] = &[
@@ -31,7 +32,7 @@ pub fn parse(text: &str) -> ApiResult<Query> {
         return Ok(Query(None));
     }
     let mut e = filter::parse(text, FIELDS)?;
-    severity_values(&mut e);
+    normalize(&mut e, text)?;
     Ok(Query(Some(e)))
 }
 
@@ -48,10 +49,14 @@ pub fn severity_key(n: i32) -> String {
     format!("{n:04}")
 }
 
-fn severity_values(e: &mut Expr) {
+/// Values that compare by meaning, rewritten so the string comparison of [`filter::eval`] is
+/// right: severities as level numbers, times in one RFC 3339 form. Clients write times in more
+/// than one form: Google's Python client sends `2026-11-25T05:36:17.088287+0000` (no colon in
+/// the offset; tests/golden/logging/python-client.json).
+fn normalize(e: &mut Expr, text: &str) -> ApiResult<()> {
     match e {
-        Expr::And(v) | Expr::Or(v) => v.iter_mut().for_each(severity_values),
-        Expr::Not(x) => severity_values(x),
+        Expr::And(v) | Expr::Or(v) => v.iter_mut().try_for_each(|x| normalize(x, text)),
+        Expr::Not(x) => normalize(x, text),
         Expr::Cmp { field, value, .. } if field == "severity" => {
             if let Some((_, n)) = SEVERITIES
                 .iter()
@@ -59,7 +64,20 @@ fn severity_values(e: &mut Expr) {
             {
                 *value = severity_key(*n);
             }
+            Ok(())
         }
-        Expr::Cmp { .. } => {}
+        Expr::Cmp { field, value, .. } if field == "timestamp" || field == "receiveTimestamp" => {
+            let parsed = chrono::DateTime::parse_from_rfc3339(value)
+                .or_else(|_| chrono::DateTime::parse_from_str(value, "%Y-%m-%dT%H:%M:%S%.f%z"))
+                .map_err(|_| {
+                    ApiError::invalid_field(
+                        "filter",
+                        format!("Invalid filter \"{text}\": {field} {value:?} is not a time"),
+                    )
+                })?;
+            *value = ts(parsed.with_timezone(&chrono::Utc));
+            Ok(())
+        }
+        Expr::Cmp { .. } => Ok(()),
     }
 }

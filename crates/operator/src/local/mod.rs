@@ -261,6 +261,11 @@ fn announce_endpoints(
     println!("kubeconfig: {}", path.display());
     println!("  kubectl --kubeconfig {} get tpu-operator -w", path.display());
     println!("gcp-emulator: {}", gcp.url());
+    println!(
+        "  tpu-operator logs tpl/NAME --kubeconfig {} --gcp-emulator {}",
+        path.display(),
+        gcp.url()
+    );
     Ok(dir)
 }
 
@@ -335,6 +340,13 @@ fn print_summary(
     print!("{}", summary::table(&summary::rows(at_end)));
     for failure in summary::failures(&at_end.objects) {
         println!("  {failure}");
+    }
+    let links = summary::links(&at_end.objects);
+    if !links.is_empty() {
+        println!("links (on Google Cloud they open the Console; the emulated run's logs: `tpu-operator logs`, with --keep):");
+        for line in links {
+            println!("  {line}");
+        }
     }
     println!("cloud API calls: {}", summary::calls_line(&gcp.call_counts()));
     println!("wall time: {:.1}s", wall.as_secs_f64());

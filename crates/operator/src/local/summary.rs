@@ -49,6 +49,29 @@ pub fn failures(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
         .collect()
 }
 
+/// The links each applied object's status carries, and the command that prints its logs. On
+/// Google Cloud the links open the Console; here they show what would be there, and the logs
+/// of the emulated run are read with `tpu-operator logs` (`--keep` keeps them readable).
+pub fn links(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, seen) in objects.iter().filter(|(_, s)| s.applied) {
+        let Some(links) = seen.status("links") else { continue };
+        out.push(format!("{}/{}:", key.kind, key.name));
+        for field in ["console", "logs"] {
+            if let Some(url) = links.get(field).and_then(Value::as_str) {
+                out.push(format!("  {field}: {url}"));
+            }
+        }
+        out.push(format!(
+            "  tpu-operator logs {}/{} -n {}",
+            key.kind.to_ascii_lowercase(),
+            key.name,
+            key.namespace
+        ));
+    }
+    out
+}
+
 fn time(value: Option<&Value>) -> Option<DateTime<Utc>> {
     let text = value?.as_str()?;
     DateTime::parse_from_rfc3339(text)

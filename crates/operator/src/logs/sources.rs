@@ -174,7 +174,8 @@ fn pipeline(tp: &TrainingPipeline, args: &LogsArgs) -> Resolved {
             Err(note) => r.notes.push(format!("train: {note}")),
         }
     }
-    if r.streams.len() < 2 {
+    // Both stages print (now or later, when following): each line says which it is.
+    if args.stage.is_some() || tp.spec.preprocess.is_none() {
         r.streams.iter_mut().for_each(|s| s.prefix = None);
     }
     r
