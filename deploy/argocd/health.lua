@@ -11,6 +11,8 @@
 --
 --   no status yet, or observedGeneration behind generation  -> Progressing
 --   Stalled=True                                             -> Degraded  (terminal failure, policy refusal)
+--   ProgressStalled=True (a run without a checkpoint
+--     within spec.training.progressDeadline)                 -> Degraded  (still running; the run makes no progress)
 --   phase Suspended / Suspended=True (spec.suspend)          -> Suspended
 --   Reconciling=True                                         -> Progressing (creating, queued, running, cancelling)
 --   Ready=True                                               -> Healthy
@@ -60,6 +62,16 @@ local stalled = condition(conditions, "Stalled")
 if stalled ~= nil and stalled.status == "True" then
   hs.status = "Degraded"
   hs.message = describe(stalled)
+  return hs
+end
+
+-- A TrainingPipeline whose training writes no checkpoint within its progressDeadline: the run
+-- goes on (Reconciling), but is not heading anywhere; Degraded, so Argo CD (and its
+-- notifications) say so. Cleared by the next checkpoint.
+local progress = condition(conditions, "ProgressStalled")
+if progress ~= nil and progress.status == "True" then
+  hs.status = "Degraded"
+  hs.message = "ProgressStalled: " .. describe(progress)
   return hs
 end
 

@@ -14,7 +14,12 @@
 //
 // Usage:
 //
-//	gitops-judge --argocd-cm deploy/argocd/argocd-cm.yaml < objects.json
+//	gitops-judge --argocd-cm deploy/argocd/argocd-cm.yaml [--notifications-cm deploy/argocd/notifications-cm.yaml] < objects.json
+//	gitops-judge --flux deploy/flux/notifications.yaml [--flux ...]
+//
+// With --notifications-cm each judgement also lists the Argo CD Notifications triggers that fire
+// for an application holding the object ("notify", see notify.go). --flux checks manifests
+// against Flux's API types (flux.go) instead of judging objects.
 //
 // stdin is a JSON array; each element is a Kubernetes object as read from the API server, or
 // null for an object that does not exist (deleted, or never created). stdout gets one JSON line
@@ -43,6 +48,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/argoproj/notifications-engine/pkg/triggers"
 	lua "github.com/yuin/gopher-lua"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	luajson "layeh.com/gopher-json"
@@ -63,7 +69,14 @@ type judgement struct {
 	Kstatus verdict  `json:"kstatus"`
 	ArgoCD  verdict  `json:"argocd"`
 	Lua     *verdict `json:"lua"`
+	Notify  []string `json:"notify,omitempty"`
 }
+
+// fluxFiles collects the repeated --flux flag.
+type fluxFiles []string
+
+func (f *fluxFiles) String() string     { return strings.Join(*f, ",") }
+func (f *fluxFiles) Set(v string) error { *f = append(*f, v); return nil }
 
 // healthScript is one argocd-cm customization: the Lua text and whether the full standard
 // library is opened for it (`resource.customizations.useOpenLibs.<group>_<kind>`, default false).
@@ -74,13 +87,33 @@ type healthScript struct {
 
 func main() {
 	cmPath := flag.String("argocd-cm", "", "argocd-cm ConfigMap (YAML) carrying resource.customizations.health.<group>_<kind> keys")
+	notifyPath := flag.String("notifications-cm", "", "argocd-notifications-cm ConfigMap (YAML) whose trigger.<name> keys are evaluated per object")
+	var flux fluxFiles
+	flag.Var(&flux, "flux", "Flux manifests to check against Flux's API types (repeatable; no objects are judged)")
 	flag.Parse()
+	if len(flux) > 0 {
+		for _, path := range flux {
+			n, err := checkFlux(path)
+			if err != nil {
+				fail("%s: %v", path, err)
+			}
+			fmt.Printf("%s: %d Flux objects valid\n", path, n)
+		}
+		return
+	}
 	if *cmPath == "" {
 		fail("--argocd-cm is required")
 	}
 	scripts, err := loadScripts(*cmPath)
 	if err != nil {
 		fail("%s: %v", *cmPath, err)
+	}
+	var notify triggers.Service
+	var triggerNames []string
+	if *notifyPath != "" {
+		if notify, triggerNames, err = loadTriggers(*notifyPath); err != nil {
+			fail("%s: %v", *notifyPath, err)
+		}
 	}
 
 	var items []json.RawMessage
@@ -95,6 +128,18 @@ func main() {
 		j, err := judge(raw, scripts)
 		if err != nil {
 			fail("object %d: %v", i, err)
+		}
+		if notify != nil {
+			var u *unstructured.Unstructured
+			if string(raw) != "null" {
+				u = &unstructured.Unstructured{}
+				if err := u.UnmarshalJSON(raw); err != nil {
+					fail("object %d: %v", i, err)
+				}
+			}
+			if j.Notify, err = fired(notify, triggerNames, u, j.ArgoCD); err != nil {
+				fail("object %d: %v", i, err)
+			}
 		}
 		if err := enc.Encode(j); err != nil {
 			fail("write: %v", err)

@@ -88,6 +88,9 @@ struct Judgement {
     kstatus: Verdict,
     argocd: Verdict,
     lua: Option<Verdict>,
+    /// The Argo CD Notifications triggers of deploy/argocd/notifications-cm.yaml that fire for
+    /// an application holding the object.
+    notify: Vec<String>,
 }
 
 fn verdict(v: &Value) -> Verdict {
@@ -102,9 +105,12 @@ fn verdict(v: &Value) -> Verdict {
 /// against the argocd-cm that users install.
 fn judge(binary: &Path, objects: &[Value]) -> Vec<Judgement> {
     let cm = repo_root().join("deploy/argocd/argocd-cm.yaml");
+    let notifications = repo_root().join("deploy/argocd/notifications-cm.yaml");
     let mut child = Command::new(binary)
         .arg("--argocd-cm")
         .arg(&cm)
+        .arg("--notifications-cm")
+        .arg(&notifications)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -135,6 +141,10 @@ fn judge(binary: &Path, objects: &[Value]) -> Vec<Judgement> {
             kstatus: verdict(&j["kstatus"]),
             argocd: verdict(&j["argocd"]),
             lua: (!j["lua"].is_null()).then(|| verdict(&j["lua"])),
+            notify: j["notify"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|n| n.as_str().map(str::to_owned)).collect())
+                .unwrap_or_default(),
         })
         .collect()
 }
@@ -230,70 +240,89 @@ struct Expected {
     kind: &'static str,
     kstatus: &'static str,
     argocd: &'static str,
+    /// Argo CD Notifications triggers that fire (docs/gitops.md, "Notifications").
+    notify: &'static [&'static str],
 }
 
 /// The published table (docs/gitops.md, "Expected health per state").
-const fn expected_health() -> [Expected; 10] {
+const fn expected_health() -> [Expected; 11] {
     [
         Expected {
             state: "just applied, no status yet",
             kind: "TpuSlice",
             kstatus: "Current",
             argocd: "Progressing",
+            notify: &[],
         },
         Expected {
             state: "Ready (node READY and healthy)",
             kind: "TpuSlice",
             kstatus: "Current",
             argocd: "Healthy",
+            notify: &[],
         },
         Expected {
             state: "running (Reconciling=True, training)",
             kind: "TrainingPipeline",
             kstatus: "InProgress",
             argocd: "Progressing",
+            notify: &[],
         },
         Expected {
             state: "succeeded (Ready=True)",
             kind: "TrainingPipeline",
             kstatus: "Current",
             argocd: "Healthy",
+            notify: &["on-tpu-operator-succeeded"],
         },
         Expected {
             state: "suspended (spec.suspend)",
             kind: "TrainingPipeline",
             kstatus: "InProgress",
             argocd: "Suspended",
+            notify: &[],
         },
         Expected {
             state: "Stalled (Dataproc batch FAILED, no retries left)",
             kind: "PreprocessBatch",
             kstatus: "Failed",
             argocd: "Degraded",
+            notify: &["on-tpu-operator-failed"],
         },
         Expected {
             state: "spec changed, observedGeneration < generation",
             kind: "TpuSlice",
             kstatus: "InProgress",
             argocd: "Progressing",
+            notify: &[],
         },
         Expected {
             state: "deleting (deletionTimestamp, finalizer, cloud delete running)",
             kind: "TpuSlice",
             kstatus: "Terminating",
             argocd: "Progressing",
+            notify: &[],
         },
         Expected {
             state: "gone (deleted, still in Git)",
             kind: "TpuSlice",
             kstatus: "NotFound",
             argocd: "Missing",
+            notify: &[],
         },
         Expected {
             state: "deletion stuck (cloud delete refused: Stalled, finalizer held)",
             kind: "TpuSlice",
             kstatus: "Terminating",
             argocd: "Progressing",
+            notify: &[],
+        },
+        Expected {
+            state: "progress stalled (TPU VM run, no checkpoint within progressDeadline)",
+            kind: "TrainingPipeline",
+            kstatus: "InProgress",
+            argocd: "Degraded",
+            notify: &["on-tpu-operator-progress-stalled"],
         },
     ]
 }
@@ -313,6 +342,7 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
     let stalled = stalled_batch(&env).await;
     let suspended = suspended_pipeline(&env).await;
     let succeeded = succeeded_pipeline(&env).await;
+    let progress_stalled = progress_stalled_pipeline(&env).await;
     let stale = spec_changed_while_the_operator_is_stopped(&mut env).await;
     restart_and_catch_up(&mut env).await;
     let deleting = deleting_slice(&env).await;
@@ -334,13 +364,20 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
         deleting,
         gone,
         stuck,
+        progress_stalled,
     ];
     let judge_started = Instant::now();
     let verdicts = judge(&judge_bin, &objects);
     let judge_time = judge_started.elapsed();
     print_measured_table(&verdicts);
     verdicts_match_the_published_table(&verdicts, &objects);
-    argocd_and_kstatus_messages_say_why(&verdicts, &objects);
+    let (first_ten, _) = objects.split_at(10);
+    argocd_and_kstatus_messages_say_why(&verdicts[..10], first_ten.try_into().unwrap());
+    let stalled_progress = &verdicts[10].argocd.message;
+    assert!(
+        stalled_progress.starts_with("ProgressStalled: "),
+        "Argo CD says why: {stalled_progress}"
+    );
 
     eprintln!(
         "gitops health: judged {} objects in {:.2}s; whole test {:.1}s",
@@ -425,6 +462,49 @@ async fn succeeded_pipeline(env: &TestEnv) -> Value {
     })
     .await;
     read_raw::<TrainingPipeline>(env, "health-train").await
+}
+
+/// A TPU VM pipeline whose workload writes no checkpoint within its `progressDeadline` (the
+/// emulated workload runs six hours and never checkpoints), once ProgressStalled=True.
+async fn progress_stalled_pipeline(env: &TestEnv) -> Value {
+    let mut config = env.gcp.config();
+    config.durations.tpu_workload = Duration::from_secs(6 * 3600);
+    config.durations.workload_checkpoint = Duration::ZERO;
+    env.gcp.set_config(config);
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    tp.metadata.name = Some("health-stuck".into());
+    tp.spec.preprocess = None;
+    tp.spec.training.progress_deadline = Some("20m".into());
+    env.create(&tp).await;
+    env.wait_for::<TrainingPipeline, _>("health-stuck", "ProgressStalled=True", STEP, |tp| {
+        tp.status
+            .as_ref()
+            .is_some_and(|st| condition_true(&st.conditions, "ProgressStalled"))
+    })
+    .await;
+    read_raw::<TrainingPipeline>(env, "health-stuck").await
+}
+
+/// Flux's own API types accept the shipped Flux manifests (an unknown or misplaced field fails).
+#[test]
+fn the_flux_manifests_are_valid_flux_objects() {
+    let judge = judge_binary();
+    for file in [
+        "deploy/flux/kustomizations.yaml",
+        "deploy/flux/notifications.yaml",
+    ] {
+        let out = Command::new(&judge)
+            .arg("--flux")
+            .arg(repo_root().join(file))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// The slice after a spec change the stopped controllers cannot have seen (generation 2, observed 1).
@@ -527,17 +607,18 @@ async fn deletion_stuck_on_a_refused_cloud_delete(env: &TestEnv) -> Value {
 
 /// Prints the measured table, for docs/gitops.md.
 fn print_measured_table(verdicts: &[Judgement]) {
-    eprintln!("| state | kind | kstatus | Argo CD | Argo CD message | health.lua alone |");
-    eprintln!("|---|---|---|---|---|---|");
+    eprintln!("| state | kind | kstatus | Argo CD | Argo CD message | health.lua alone | notifications |");
+    eprintln!("|---|---|---|---|---|---|---|");
     for (e, v) in expected_health().iter().zip(verdicts) {
         eprintln!(
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             e.state,
             e.kind,
             v.kstatus.status,
             v.argocd.status,
             v.argocd.message,
-            v.lua.as_ref().map_or("-", |l| l.status.as_str())
+            v.lua.as_ref().map_or("-", |l| l.status.as_str()),
+            v.notify.join(", ")
         );
     }
 }
@@ -553,6 +634,12 @@ fn verdicts_match_the_published_table(verdicts: &[Judgement], objects: &[Value])
             wrong.push(format!(
                 "{} ({}): want kstatus {} / Argo CD {}, got {:?} / {:?}",
                 e.state, e.kind, e.kstatus, e.argocd, v.kstatus, v.argocd
+            ));
+        }
+        if v.notify != e.notify {
+            wrong.push(format!(
+                "{} ({}): want notifications {:?}, got {:?}",
+                e.state, e.kind, e.notify, v.notify
             ));
         }
     }

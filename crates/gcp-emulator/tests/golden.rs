@@ -389,7 +389,12 @@ fn logged(reply: &Value) -> Vec<Value> {
                 .iter()
                 .map(|e| {
                     serde_json::json!([
-                        e["logName"], e["resource"], e["severity"], e["labels"], e["textPayload"], e["jsonPayload"]
+                        e["logName"],
+                        e["resource"],
+                        e["severity"],
+                        e["labels"],
+                        e["textPayload"],
+                        e["jsonPayload"]
                     ])
                 })
                 .collect()
@@ -407,8 +412,14 @@ async fn python_logging_client_recording_replays() {
     let recording: Value = serde_json::from_str(include_str!("golden/logging/python-client.json")).unwrap();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     // After the recording: the client's default filter keeps the last 24 hours.
-    let now = chrono::DateTime::parse_from_rfc3339("2026-11-26T06:00:00Z").unwrap().to_utc();
-    let emu = gcp_emulator::Emulator::builder().manual_clock(now).start().await.unwrap();
+    let now = chrono::DateTime::parse_from_rfc3339("2026-11-26T06:00:00Z")
+        .unwrap()
+        .to_utc();
+    let emu = gcp_emulator::Emulator::builder()
+        .manual_clock(now)
+        .start()
+        .await
+        .unwrap();
     let http = reqwest::Client::new();
     let mut token = Value::Null;
     let calls = recording["calls"].as_array().unwrap();
@@ -418,9 +429,17 @@ async fn python_logging_client_recording_replays() {
         if request.get("pageToken").is_some() {
             request["pageToken"] = token.clone();
         }
-        let url = format!("{}{}", emu.url().trim_end_matches('/'), call["path"].as_str().unwrap());
+        let url = format!(
+            "{}{}",
+            emu.url().trim_end_matches('/'),
+            call["path"].as_str().unwrap()
+        );
         let reply = http.post(url).json(&request).send().await.unwrap();
-        assert_eq!(reply.status().as_u16(), call["status"].as_u64().unwrap() as u16, "call {i}");
+        assert_eq!(
+            reply.status().as_u16(),
+            call["status"].as_u64().unwrap() as u16,
+            "call {i}"
+        );
         let body: Value = reply.json().await.unwrap();
         assert_eq!(logged(&body), logged(&call["response"]), "call {i}: {body}");
         assert_eq!(

@@ -637,7 +637,10 @@ async fn lists_follow_page_tokens() {
 /// POSTs `body` to the emulator's Cloud Logging `entries:{verb}` as the REST API takes it (what
 /// gcloud and the Python client send without gRPC): the status and the reply.
 async fn logging_rest(env: &Env, verb: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
-    let url = format!("{}/logging/v2/entries:{verb}", env.emu.url().trim_end_matches('/'));
+    let url = format!(
+        "{}/logging/v2/entries:{verb}",
+        env.emu.url().trim_end_matches('/')
+    );
     let reply = reqwest::Client::new().post(url).json(&body).send().await.unwrap();
     let status = reply.status().as_u16();
     (status, reply.json().await.unwrap_or_default())
@@ -688,17 +691,32 @@ async fn cloud_logging_entries_are_read_back_through_googles_client() {
         page_size,
         page_token,
     };
-    let page = env.gcp.logging.list_entries(&query(Order::OldestFirst, 100, String::new())).await.unwrap();
+    let page = env
+        .gcp
+        .logging
+        .list_entries(&query(Order::OldestFirst, 100, String::new()))
+        .await
+        .unwrap();
     let texts: Vec<&str> = page.lines.iter().map(|l| l.text.as_str()).collect();
     assert_eq!(texts, ["step 100", "RuntimeError: boom"]);
     assert_eq!(page.lines[1].severity, "ERROR");
     assert!(page.lines[0].timestamp < page.lines[1].timestamp);
     assert!(page.next_page_token.is_empty());
 
-    let first = env.gcp.logging.list_entries(&query(Order::NewestFirst, 1, String::new())).await.unwrap();
+    let first = env
+        .gcp
+        .logging
+        .list_entries(&query(Order::NewestFirst, 1, String::new()))
+        .await
+        .unwrap();
     assert_eq!(first.lines[0].text, "RuntimeError: boom");
     assert!(!first.next_page_token.is_empty());
-    let second = env.gcp.logging.list_entries(&query(Order::NewestFirst, 1, first.next_page_token)).await.unwrap();
+    let second = env
+        .gcp
+        .logging
+        .list_entries(&query(Order::NewestFirst, 1, first.next_page_token))
+        .await
+        .unwrap();
     assert_eq!(second.lines[0].text, "step 100");
     assert_ne!(first.lines[0].insert_id, second.lines[0].insert_id);
 
@@ -706,7 +724,15 @@ async fn cloud_logging_entries_are_read_back_through_googles_client() {
         filter: LogFilter::default().eq(&["resource", "type"], "x\" OR resource.type=\"gce_instance"),
         ..query(Order::OldestFirst, 100, String::new())
     };
-    assert!(env.gcp.logging.list_entries(&hostile).await.unwrap().lines.is_empty());
+    assert!(
+        env.gcp
+            .logging
+            .list_entries(&hostile)
+            .await
+            .unwrap()
+            .lines
+            .is_empty()
+    );
 
     env.emu
         .inject(Fault::FailCalls {
@@ -717,7 +743,12 @@ async fn cloud_logging_entries_are_read_back_through_googles_client() {
             message: None,
         })
         .unwrap();
-    let err = expect_err(env.gcp.logging.list_entries(&query(Order::OldestFirst, 1, String::new())).await);
+    let err = expect_err(
+        env.gcp
+            .logging
+            .list_entries(&query(Order::OldestFirst, 1, String::new()))
+            .await,
+    );
     assert_eq!(err.kind, ErrorKind::PermissionDenied);
     assert!(err.to_string().contains("roles/logging.viewer"), "{err}");
 }
@@ -740,7 +771,10 @@ async fn cloud_logging_refuses_bad_requests_naming_the_field() {
         (with("pageSize", 1001.into()), "page_size"),
         (with("pageTokn", "x".into()), "Unknown name \"pageTokn\""),
         (with("filter", "resource.type = (".into()), "Invalid filter"),
-        (with("filter", "jsonPayload.\"unterminated = 1".into()), "Invalid filter"),
+        (
+            with("filter", "jsonPayload.\"unterminated = 1".into()),
+            "Invalid filter",
+        ),
     ] {
         let (status, reply) = logging_rest(&env, "list", body.clone()).await;
         assert_eq!(status, 400, "{body}: {reply}");
@@ -752,10 +786,20 @@ async fn cloud_logging_refuses_bad_requests_naming_the_field() {
         assert!(said.contains(says), "{body}: {reply}");
     }
     let (status, reply) = logging_rest(&env, "list", list).await;
-    assert_eq!((status, reply), (200, serde_json::json!({})), "nothing matches: an empty reply");
+    assert_eq!(
+        (status, reply),
+        (200, serde_json::json!({})),
+        "nothing matches: an empty reply"
+    );
     for (entry, says) in [
-        (serde_json::json!({"resource": {"type": "global"}, "textPayload": "x"}), "log_name"),
-        (serde_json::json!({"logName": "projects/p/logs/a", "textPayload": "x"}), "resource"),
+        (
+            serde_json::json!({"resource": {"type": "global"}, "textPayload": "x"}),
+            "log_name",
+        ),
+        (
+            serde_json::json!({"logName": "projects/p/logs/a", "textPayload": "x"}),
+            "resource",
+        ),
     ] {
         let (status, reply) = logging_rest(&env, "write", serde_json::json!({"entries": [entry]})).await;
         assert_eq!(status, 400, "{reply}");

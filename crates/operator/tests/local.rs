@@ -155,7 +155,10 @@ fn quickstart_succeeds_and_leaves_no_cloud_resources() {
         "    logs: https://console.cloud.google.com/logs/query;query=resource.type%20%3D%20%22ml_job%22",
         "    tpu-operator logs trainingpipeline/quickstart -n default",
     ] {
-        assert!(stdout.lines().any(|l| l.starts_with(line)), "{line:?} missing:\n{stdout}");
+        assert!(
+            stdout.lines().any(|l| l.starts_with(line)),
+            "{line:?} missing:\n{stdout}"
+        );
     }
     println!("local quickstart took {took:?}\n{stdout}");
 }
@@ -636,21 +639,48 @@ fn logs_print_the_quickstarts_preprocess_then_training_lines() {
     };
     let spark = at("[preprocess] Starting the Spark driver of batch");
     let batch_done = at("[preprocess] Batch ");
-    let training = at("[train] Starting training on replica workerpool0-0 (us-docker.pkg.dev/demo-project/trainers/jax-trainer:1.0)");
+    let training = at(
+        "[train] Starting training on replica workerpool0-0 (us-docker.pkg.dev/demo-project/trainers/jax-trainer:1.0)",
+    );
     let trained = at("[train] Training finished: the model was saved");
-    assert!(spark < batch_done && batch_done < training && training < trained, "{stdout}");
+    assert!(
+        spark < batch_done && batch_done < training && training < trained,
+        "{stdout}"
+    );
 
-    let out = kept.logs(&["tpl/quickstart", "--stage", "train", "--tail", "1", "--timestamps"]).output().unwrap();
+    let out = kept
+        .logs(&[
+            "tpl/quickstart",
+            "--stage",
+            "train",
+            "--tail",
+            "1",
+            "--timestamps",
+        ])
+        .output()
+        .unwrap();
     let last = text(&out.stdout);
     assert_eq!(last.lines().count(), 1, "{last}");
-    assert!(last.ends_with("Training finished: the model was saved\n"), "{last}");
+    assert!(
+        last.ends_with("Training finished: the model was saved\n"),
+        "{last}"
+    );
     assert!(last.starts_with("20"), "an RFC 3339 time first: {last}");
 
     for (args, says) in [
-        (&["pod/x"][..], "use trainingpipeline (tpl), tpuslice (tpus) or preprocessbatch (ppb)"),
+        (
+            &["pod/x"][..],
+            "use trainingpipeline (tpl), tpuslice (tpus) or preprocessbatch (ppb)",
+        ),
         (&["tpl/nope"][..], "TrainingPipeline default/nope not found"),
-        (&["tpus/x", "--stage", "train"][..], "--stage: only a TrainingPipeline has stages"),
-        (&["tpl/quickstart", "--attempt", "0"][..], "--attempt: attempts count from 1"),
+        (
+            &["tpus/x", "--stage", "train"][..],
+            "--stage: only a TrainingPipeline has stages",
+        ),
+        (
+            &["tpl/quickstart", "--attempt", "0"][..],
+            "--attempt: attempts count from 1",
+        ),
     ] {
         let out = kept.logs(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} succeeded");
@@ -682,7 +712,10 @@ fn logs_follow_streams_a_running_pipeline_and_ends_when_it_ends() {
         }
     });
     let (first_at, first) = rx.recv_timeout(Duration::from_secs(60)).expect("a first line");
-    assert!(first.starts_with("[preprocess] Starting the Spark driver"), "{first}");
+    assert!(
+        first.starts_with("[preprocess] Starting the Spark driver"),
+        "{first}"
+    );
     let (converged_at, _) = kept.wait_for("everything keeps running");
     assert!(
         converged_at.duration_since(first_at) > Duration::from_secs(2),
@@ -694,7 +727,10 @@ fn logs_follow_streams_a_running_pipeline_and_ends_when_it_ends() {
         if let Some(status) = follow.0.try_wait().unwrap() {
             break status;
         }
-        assert!(Instant::now() < deadline, "logs -f did not end after the pipeline succeeded");
+        assert!(
+            Instant::now() < deadline,
+            "logs -f did not end after the pipeline succeeded"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "logs -f exited with {status:?}");
@@ -705,4 +741,54 @@ fn logs_follow_streams_a_running_pipeline_and_ends_when_it_ends() {
         "{rest:?}"
     );
     drop(kept);
+}
+
+/// Issue 36, bad input: before anything logged, `logs` says which streams have nothing yet
+/// (and exits 0, as `kubectl logs` of a new pod does); a `--follow` whose pipeline is deleted
+/// under it ends by itself, saying so.
+#[test]
+fn logs_say_when_there_are_none_yet_and_a_follow_ends_when_its_object_is_deleted() {
+    let kept = Kept::start(&["--time-scale", "5", "examples/quickstart.yaml"]);
+    kept.wait_for("applied ");
+    let out = kept.logs(&["tpl/quickstart"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("train: training has not started"), "{err}");
+    assert!(
+        err.contains("preprocess: no Dataproc batch yet")
+            || err.contains("no log entries yet for the Dataproc batch"),
+        "{err}"
+    );
+    assert_eq!(text(&out.stdout), "", "no lines yet");
+
+    let mut follow = Killed(
+        kept.logs(&["tpl/quickstart", "-f", "--interval", "200ms"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let deleted = Command::new(kubectl_binary())
+        .arg("--kubeconfig")
+        .arg(&kept.kubeconfig)
+        .args(["delete", "trainingpipeline", "quickstart", "--wait=false"])
+        .output()
+        .unwrap();
+    assert!(deleted.status.success(), "{}", text(&deleted.stderr));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = follow.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "logs -f outlived its pipeline");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(follow.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(
+        stderr.contains("TrainingPipeline default/quickstart was deleted; no more lines"),
+        "{stderr}"
+    );
 }

@@ -8,8 +8,8 @@
 
 use super::store::{Entry, SEVERITIES};
 use crate::errors::{ApiError, ApiResult};
-use crate::wire::time::ts;
 use crate::filter::{self, Expr};
+use crate::wire::time::ts;
 
 const FIELDS: &[&str] = &[
     "logName",

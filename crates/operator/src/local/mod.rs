@@ -343,7 +343,9 @@ fn print_summary(
     }
     let links = summary::links(&at_end.objects);
     if !links.is_empty() {
-        println!("links (on Google Cloud they open the Console; the emulated run's logs: `tpu-operator logs`, with --keep):");
+        println!(
+            "links (on Google Cloud they open the Console; the emulated run's logs: `tpu-operator logs`, with --keep):"
+        );
         for line in links {
             println!("  {line}");
         }

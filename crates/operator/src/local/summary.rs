@@ -55,7 +55,9 @@ pub fn failures(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
 pub fn links(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
     let mut out = Vec::new();
     for (key, seen) in objects.iter().filter(|(_, s)| s.applied) {
-        let Some(links) = seen.status("links") else { continue };
+        let Some(links) = seen.status("links") else {
+            continue;
+        };
         out.push(format!("{}/{}:", key.kind, key.name));
         for field in ["console", "logs"] {
             if let Some(url) = links.get(field).and_then(Value::as_str) {
