@@ -942,3 +942,126 @@ fn assert_crd_reader_and_lease_role(docs: &[Value], release_ns: &str) {
         json!({"kind": "ServiceAccount", "name": "tpu-operator", "namespace": release_ns})
     );
 }
+
+/// The CRD schema of `kind` (from crds/).
+fn crd_schema(kind: &str) -> Value {
+    for entry in std::fs::read_dir(repo_root().join("crds")).unwrap() {
+        let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
+        if crd["spec"]["names"]["kind"] == kind {
+            return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
+        }
+    }
+    panic!("no CRD for {kind}")
+}
+
+/// The schema at `path` (object properties, through arrays' items); `metadata` holds the
+/// standard fields the API server fills in.
+fn schema_path<'a>(schema: &'a Value, path: &[Value]) -> Option<&'a Value> {
+    let mut at = schema;
+    for (i, seg) in path.iter().enumerate() {
+        let seg = seg.as_str()?;
+        if i == 0 && seg == "metadata" {
+            return ["name", "namespace", "generation"]
+                .contains(&path.get(1)?.as_str()?)
+                .then_some(at);
+        }
+        if at["type"] == "array" {
+            at = &at["items"];
+        }
+        at = at["properties"].get(seg)?;
+    }
+    Some(at)
+}
+
+/// Issue 36 (an adversary's read of the shipped monitoring): every path the kube-state-metrics
+/// config reads exists in its kind's CRD, and each phase state set lists exactly the CRD's
+/// phases. Without this a renamed field or a new phase leaves a metric silently empty: the
+/// phases Waiting (all kinds) and Suspended (TpuSlice) were missing until this test.
+#[test]
+fn kube_state_metrics_reads_fields_the_crds_have() {
+    let ksm: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(chart_dir().join("files/kube-state-metrics.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for resource in ksm["spec"]["resources"].as_array().unwrap() {
+        let kind = resource["groupVersionKind"]["kind"].as_str().unwrap();
+        let schema = crd_schema(kind);
+        let exists = |path: &Value, what: &str| {
+            let path = path.as_array().unwrap();
+            assert!(schema_path(&schema, path).is_some(), "{kind} {what}: {path:?} is not in the CRD");
+        };
+        for (label, path) in resource["labelsFromPath"].as_object().unwrap() {
+            exists(path, label);
+        }
+        for metric in resource["metrics"].as_array().unwrap() {
+            let name = metric["name"].as_str().unwrap();
+            let each = &metric["each"];
+            match each["type"].as_str().unwrap() {
+                "Gauge" => {
+                    let gauge = &each["gauge"];
+                    exists(&gauge["path"], name);
+                    let mut base = gauge["path"].as_array().unwrap().clone();
+                    for (label, rel) in gauge["labelsFromPath"].as_object().into_iter().flatten() {
+                        let mut full = base.clone();
+                        full.extend(rel.as_array().unwrap().iter().cloned());
+                        exists(&Value::Array(full), &format!("{name}.{label}"));
+                    }
+                    if let Some(rel) = gauge["valueFrom"].as_array() {
+                        base.extend(rel.iter().cloned());
+                        exists(&Value::Array(base), &format!("{name}.valueFrom"));
+                    }
+                }
+                "StateSet" => {
+                    let set = &each["stateSet"];
+                    let path = set["path"].as_array().unwrap();
+                    let field = schema_path(&schema, path).unwrap_or_else(|| panic!("{kind} {name}: {path:?}"));
+                    let mut want: Vec<&str> = field["enum"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+                    let mut have: Vec<&str> = set["list"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+                    want.sort_unstable();
+                    have.sort_unstable();
+                    assert_eq!(have, want, "{kind} {name}: the state set must list every phase of the CRD");
+                }
+                "Info" => {
+                    for (label, path) in each["info"]["labelsFromPath"].as_object().unwrap() {
+                        exists(path, &format!("{name}.{label}"));
+                    }
+                }
+                other => panic!("{kind} {name}: metric type {other} is not checked here"),
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 25, "checked {checked} metrics");
+}
+
+/// Issue 36 item 5: the shipped dashboard has the per-pipeline table (phase, spend, checkpoint,
+/// logs link) and reads only series the kube-state-metrics config defines.
+#[test]
+fn the_dashboard_shows_each_pipeline_with_its_logs_link() {
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart_dir().join("files/grafana-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let ksm = std::fs::read_to_string(chart_dir().join("files/kube-state-metrics.yaml")).unwrap();
+    let panel = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["title"].as_str().is_some_and(|t| t.starts_with("Training pipelines")))
+        .expect("a Training pipelines panel");
+    let exprs: Vec<&str> = panel["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["expr"].as_str().unwrap())
+        .collect();
+    for metric in ["phase", "estimated_cost_usd", "checkpoint_step", "checkpoint_time_seconds", "links"] {
+        let series = format!("tpu_operator_resource_{metric}");
+        assert!(exprs.iter().any(|e| e.contains(&series)), "{series} not shown");
+        assert!(ksm.contains(&format!("- name: {metric}\n")), "{series} is not defined by kube-state-metrics");
+    }
+    let link = &panel["fieldConfig"]["overrides"][0];
+    assert_eq!(link["matcher"]["options"], "logs");
+    assert_eq!(link["properties"][0]["value"][0]["url"], "${__value.raw}");
+}
