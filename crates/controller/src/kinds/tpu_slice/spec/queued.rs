@@ -131,7 +131,7 @@ mod tests {
         });
         assert!(s.uses_queued_resource());
         assert!(!s.preemptible());
-        let d = desired(&s, &ident(), "c1", None);
+        let d = desired(&s, &ident(), "c1", None, &Default::default());
         let n = node(&s, &d, &ident());
         let qr = queued_resource(&s, n, "projects/p/locations/us-east5-b", "id-1", "p").unwrap();
         let v = serde_json::to_value(&qr).unwrap();
@@ -166,7 +166,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        let d = desired(&s, &ident(), "c1", None);
+        let d = desired(&s, &ident(), "c1", None, &Default::default());
         let n = node(&s, &d, &ident());
         let qr = queued_resource(&s, n, "projects/p/locations/us-east5-b", "id-1", "p").unwrap();
         let v = serde_json::to_value(&qr).unwrap();
