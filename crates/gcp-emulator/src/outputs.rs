@@ -137,9 +137,7 @@ fn newest_step(w: &Cloud, bucket: &str, prefix: &str) -> u64 {
 /// recreated after a preemption resumes. Used by TPU VM workloads and Vertex jobs.
 /// Returns the step written.
 pub fn write_checkpoint_to(w: &mut Cloud, dir: &str) -> Option<u64> {
-    let Some((bucket, prefix)) = parse_gs(dir) else {
-        return None;
-    };
+    let (bucket, prefix) = parse_gs(dir)?;
     let step = newest_step(w, &bucket, &prefix) + STEPS_PER_CHECKPOINT;
     for (leaf, data) in [
         (

@@ -946,7 +946,8 @@ fn assert_crd_reader_and_lease_role(docs: &[Value], release_ns: &str) {
 /// The CRD schema of `kind` (from crds/).
 fn crd_schema(kind: &str) -> Value {
     for entry in std::fs::read_dir(repo_root().join("crds")).unwrap() {
-        let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
+        let crd: Value =
+            serde_yaml::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
         if crd["spec"]["names"]["kind"] == kind {
             return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
         }
@@ -989,7 +990,10 @@ fn kube_state_metrics_reads_fields_the_crds_have() {
         let schema = crd_schema(kind);
         let exists = |path: &Value, what: &str| {
             let path = path.as_array().unwrap();
-            assert!(schema_path(&schema, path).is_some(), "{kind} {what}: {path:?} is not in the CRD");
+            assert!(
+                schema_path(&schema, path).is_some(),
+                "{kind} {what}: {path:?} is not in the CRD"
+            );
         };
         for (label, path) in resource["labelsFromPath"].as_object().unwrap() {
             exists(path, label);
@@ -1015,12 +1019,26 @@ fn kube_state_metrics_reads_fields_the_crds_have() {
                 "StateSet" => {
                     let set = &each["stateSet"];
                     let path = set["path"].as_array().unwrap();
-                    let field = schema_path(&schema, path).unwrap_or_else(|| panic!("{kind} {name}: {path:?}"));
-                    let mut want: Vec<&str> = field["enum"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-                    let mut have: Vec<&str> = set["list"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+                    let field =
+                        schema_path(&schema, path).unwrap_or_else(|| panic!("{kind} {name}: {path:?}"));
+                    let mut want: Vec<&str> = field["enum"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_str().unwrap())
+                        .collect();
+                    let mut have: Vec<&str> = set["list"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_str().unwrap())
+                        .collect();
                     want.sort_unstable();
                     have.sort_unstable();
-                    assert_eq!(have, want, "{kind} {name}: the state set must list every phase of the CRD");
+                    assert_eq!(
+                        have, want,
+                        "{kind} {name}: the state set must list every phase of the CRD"
+                    );
                 }
                 "Info" => {
                     for (label, path) in each["info"]["labelsFromPath"].as_object().unwrap() {
@@ -1048,7 +1066,11 @@ fn the_dashboard_shows_each_pipeline_with_its_logs_link() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["title"].as_str().is_some_and(|t| t.starts_with("Training pipelines")))
+        .find(|p| {
+            p["title"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("Training pipelines"))
+        })
         .expect("a Training pipelines panel");
     let exprs: Vec<&str> = panel["targets"]
         .as_array()
@@ -1056,10 +1078,19 @@ fn the_dashboard_shows_each_pipeline_with_its_logs_link() {
         .iter()
         .map(|t| t["expr"].as_str().unwrap())
         .collect();
-    for metric in ["phase", "estimated_cost_usd", "checkpoint_step", "checkpoint_time_seconds", "links"] {
+    for metric in [
+        "phase",
+        "estimated_cost_usd",
+        "checkpoint_step",
+        "checkpoint_time_seconds",
+        "links",
+    ] {
         let series = format!("tpu_operator_resource_{metric}");
         assert!(exprs.iter().any(|e| e.contains(&series)), "{series} not shown");
-        assert!(ksm.contains(&format!("- name: {metric}\n")), "{series} is not defined by kube-state-metrics");
+        assert!(
+            ksm.contains(&format!("- name: {metric}\n")),
+            "{series} is not defined by kube-state-metrics"
+        );
     }
     let link = &panel["fieldConfig"]["overrides"][0];
     assert_eq!(link["matcher"]["options"], "logs");

@@ -84,7 +84,13 @@ impl Case {
     }
 
     fn desired(&self) -> spec::Desired {
-        spec::desired(&self.slice.spec, &Self::identity(), "c", None, &Default::default())
+        spec::desired(
+            &self.slice.spec,
+            &Self::identity(),
+            "c",
+            None,
+            &Default::default(),
+        )
     }
 
     /// A node at the current id carrying exactly the desired labels / metadata / tags.
