@@ -6,7 +6,7 @@
 -- safe os (time, date): no string, math or io unless resource.customizations.useOpenLibs is set
 -- for the kind (argoproj/argo-cd util/lua/lua.go), so this script uses none of them. A deleting
 -- object is Progressing "Pending deletion" before any script runs (gitops-engine health.go).
--- crates/controller/tests/gitops_health.rs runs this text that way on statuses the controllers
+-- crates/controller/tests/e2e/gitops_health.rs runs this text that way on statuses the controllers
 -- really wrote (tests/gitops-judge).
 --
 --   no status yet, or observedGeneration behind generation  -> Progressing

@@ -1,7 +1,7 @@
 //! GitOps status invariants of the three kinds that hold for every status a controller writes
 //! (the api crate's `set_kstatus`, which every controller uses).
 //!
-//! Health itself is judged by the real code, not here: `crates/controller/tests/gitops_health.rs`
+//! Health itself is judged by the real code, not here: `crates/controller/tests/e2e/gitops_health.rs`
 //! drives real objects through the controllers and has `tests/gitops-judge` (Go) judge them with
 //! kstatus (sigs.k8s.io/cli-utils) and with deploy/argocd/argocd-cm.yaml's Lua run in gopher-lua
 //! as Argo CD runs it (docs/gitops.md, "Expected health per state").

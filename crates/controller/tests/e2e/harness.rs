@@ -9,7 +9,7 @@ use tpu_operator_api::tpu_slice::TpuSlice;
 #[tokio::test]
 async fn harness_wires_both_emulators_and_the_clock() {
     let env = TestEnv::start().await;
-    let slice: TpuSlice = test_kit::from_yaml(include_str!("../../../examples/spot-queued-slice.yaml"));
+    let slice: TpuSlice = test_kit::from_yaml(include_str!("../../../../examples/spot-queued-slice.yaml"));
     let created = env.create(&slice).await;
     assert!(created.metadata.uid.is_some());
 

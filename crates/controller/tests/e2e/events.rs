@@ -29,7 +29,7 @@ fn count(e: &Event) -> i32 {
 #[tokio::test]
 async fn repeats_grow_a_series_and_a_deleted_event_is_published_anew() {
     let env = TestEnv::start().await;
-    let slice: TpuSlice = test_kit::from_yaml(include_str!("../../../examples/spot-queued-slice.yaml"));
+    let slice: TpuSlice = test_kit::from_yaml(include_str!("../../../../examples/spot-queued-slice.yaml"));
     let slice = env.create(&slice).await;
     let name = slice.meta().name.clone().unwrap();
     let reference = slice.object_ref(&());

@@ -50,7 +50,7 @@ async fn lost_create_reply_and_lagging_list_leave_one_job_per_attempt() {
             seconds: 120,
         })
         .unwrap();
-    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("dup".into());
     tp.spec.preprocess = None;
     env.create(&tp).await;
@@ -138,7 +138,7 @@ async fn cleanup_cancels_every_job_of_the_attempt() {
             seconds: 120,
         })
         .unwrap();
-    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("dup-delete".into());
     tp.spec.preprocess = None;
     env.create(&tp).await;
@@ -164,7 +164,7 @@ async fn a_malformed_recorded_job_name_counts_as_gone() {
     use kube::api::{Patch, PatchParams};
     let mut env = TestEnv::start().await;
     env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
-    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("garbled".into());
     tp.spec.preprocess = None;
     env.create(&tp).await;

@@ -14,7 +14,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_controller::Context;
 
-mod tenant;
+use crate::tenant;
 
 use tenant::{denied_by, slice, stalled};
 

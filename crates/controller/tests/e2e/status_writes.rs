@@ -21,7 +21,7 @@ fn status(recreations: i32, message: &str) -> TpuSliceStatus {
 #[tokio::test]
 async fn a_status_computed_from_a_stale_object_is_refused_not_written() {
     let env = TestEnv::start().await;
-    let slice: TpuSlice = test_kit::from_yaml(include_str!("../../../examples/spot-queued-slice.yaml"));
+    let slice: TpuSlice = test_kit::from_yaml(include_str!("../../../../examples/spot-queued-slice.yaml"));
     // The object as two reconciles read it from the cache.
     let read = env.create(&slice).await;
     let name = read.name_any();

@@ -52,7 +52,7 @@ async fn started() -> TestEnv {
 }
 
 fn quickstart() -> TrainingPipeline {
-    test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"))
+    test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"))
 }
 
 /// The quickstart without its preprocessing stage (Vertex training only), writing
@@ -256,7 +256,7 @@ async fn crash_between_vertex_create_and_status_write_runs_one_job() {
 async fn tpu_vm_training_succeeds_releases_the_slice_and_ttl_keeps_the_cr() {
     let env = started().await;
     let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.spec.ttl_seconds_after_finished = Some(600);
     env.create(&tp).await;
     let done = wait_phase(&env, "tpu-vm-pipeline", Phase::Succeeded).await;
@@ -296,7 +296,7 @@ async fn tpu_vm_training_succeeds_releases_the_slice_and_ttl_keeps_the_cr() {
 async fn spot_preemption_during_tpu_vm_training_recreates_the_slice_without_a_retry() {
     let env = started().await;
     let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.spec.preprocess = None;
     env.create(&tp).await;
     wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
@@ -550,7 +550,7 @@ async fn idle_objects_of_every_kind_write_no_status_loop() {
     };
     env.create(&slice("waiting", "v6e-4")).await;
     env.create(&slice("ready", "v6e-8")).await;
-    let batch: PreprocessBatch = test_kit::from_yaml(include_str!("../../../examples/preprocess-batch.yaml"));
+    let batch: PreprocessBatch = test_kit::from_yaml(include_str!("../../../../examples/preprocess-batch.yaml"));
     env.create(&batch).await;
     let mut suspended = vertex_only("suspended");
     suspended.spec.suspend = true;
@@ -757,7 +757,7 @@ async fn a_rerun_whose_job_writes_no_model_does_not_succeed_on_the_old_one() {
 #[tokio::test]
 async fn a_tpu_vm_rerun_does_not_succeed_on_the_earlier_runs_marker() {
     let env = started().await;
-    let tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+    let tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     env.create(&tp).await;
     let name = "tpu-vm-pipeline";
     wait_phase(&env, name, Phase::Succeeded).await;
@@ -856,7 +856,7 @@ async fn suspending_a_vertex_run_cancels_its_job_and_resuming_spends_no_retry() 
 async fn suspending_a_tpu_vm_run_deletes_its_node_and_resuming_spends_no_retry() {
     let env = started().await;
     let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.spec.preprocess = None;
     tp.spec.deletion_policy = tpu_operator_api::common::DeletionPolicy::Orphan;
     env.create(&tp).await;
@@ -908,7 +908,7 @@ async fn a_run_waiting_for_capacity_says_so_once_and_when_it_ends() {
         })
         .unwrap();
     let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.spec.preprocess = None;
     env.create(&tp).await;
     let waiting = wait_phase(&env, "tpu-vm-pipeline", Phase::Waiting).await;
@@ -1007,7 +1007,7 @@ async fn retry_policy_fails_a_vertex_run_on_exit_3_and_retries_137_for_free() {
 async fn retry_policy_fails_a_tpu_vm_run_on_exit_3_and_releases_its_slice() {
     let env = started().await;
     let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.spec.preprocess = None;
     tp.spec.max_retries = 2;
     tp.spec.retry_policy = Some(serde_json::from_value(fail_run_on_3_ignore_137()).unwrap());
@@ -1035,7 +1035,7 @@ async fn retry_policy_fails_a_tpu_vm_run_on_exit_3_and_releases_its_slice() {
 async fn a_failed_runs_slice_is_kept_for_debugging_then_deleted() {
     let env = started().await;
     let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.spec.preprocess = None;
     tp.spec.max_retries = 0;
     tp.spec.training.tpu_vm.as_mut().unwrap().keep_failed_slice_for = Some("30m".into());
@@ -1179,7 +1179,7 @@ async fn every_stage_links_its_console_page_and_its_logs() {
 async fn a_failed_tpu_vm_runs_message_carries_its_last_log_lines() {
     let env = started().await;
     let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.spec.preprocess = None;
     tp.spec.max_retries = 0;
     env.create(&tp).await;

@@ -26,7 +26,7 @@ use test_kit::{ContextSpec, Polls, TestEnv};
 use tpu_operator_api::tpu_slice::TpuSlice;
 use tpu_operator_controller::{governance::tenancy::WithoutPolicy, kinds::tpu_slice, never_shutdown};
 
-mod tenant;
+use crate::tenant;
 
 use tenant::{create_policy, is_ready, policy, slice, slice_stalled as stalled};
 

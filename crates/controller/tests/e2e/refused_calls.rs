@@ -14,7 +14,7 @@ use tpu_operator_api::{
     training_pipeline::{TrainingPipeline, TrainingPipelinePhase},
 };
 
-mod tenant;
+use crate::tenant;
 
 use tenant::stalled;
 
@@ -74,7 +74,7 @@ async fn a_slice_whose_first_read_is_refused_says_so_in_status() {
 async fn a_running_pipeline_whose_job_listing_is_refused_is_not_left_running() {
     let mut env = TestEnv::start().await;
     start(&mut env);
-    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("blind".into());
     tp.spec.preprocess = None;
     env.create(&tp).await;
@@ -114,7 +114,7 @@ async fn a_batch_whose_input_check_is_refused_says_so_in_status() {
     start(&mut env);
     refuse(&env, "storage", "objects.get");
     refuse(&env, "storage", "objects.list");
-    let mut b: PreprocessBatch = test_kit::from_yaml(include_str!("../../../examples/preprocess-batch.yaml"));
+    let mut b: PreprocessBatch = test_kit::from_yaml(include_str!("../../../../examples/preprocess-batch.yaml"));
     b.metadata.name = Some("unchecked".into());
     b.metadata.namespace = None;
     env.create(&b).await;

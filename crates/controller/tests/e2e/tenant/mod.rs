@@ -1,6 +1,6 @@
 //! Fixtures the tenancy suites share (guardrails, the red-team files, refused calls): a spot v6e-8
 //! TpuSlice, a TpuPolicy selecting the test's namespace, the three controllers, and reading a
-//! `Stalled` condition. Each test binary includes this module and uses part of it.
+//! `Stalled` condition. Each of those suites uses part of it.
 #![allow(dead_code)]
 
 use std::sync::Arc;

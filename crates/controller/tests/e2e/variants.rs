@@ -35,7 +35,7 @@ async fn started() -> TestEnv {
 
 /// The quickstart without preprocessing, writing its model to `model_dir`.
 fn vertex_only(model_dir: &str) -> TrainingPipeline {
-    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
     tp.spec.preprocess = None;
     tp.spec.artifacts.processed_data = None;
     tp.spec.artifacts.model_dir = model_dir.into();

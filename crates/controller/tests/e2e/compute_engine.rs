@@ -252,7 +252,7 @@ async fn tpu_vm_pipeline_trains_on_a_compute_engine_slice() {
     env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
     env.spawn(tpu_slice::run(ctx, never_shutdown()));
     let tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../examples/compute-engine-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../../examples/compute-engine-pipeline.yaml"));
     env.create(&tp).await;
 
     // While training: two ct5p-hightpu-4t hosts in one group, placed by a 2x2x2 workload policy.

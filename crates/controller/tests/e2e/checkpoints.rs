@@ -34,7 +34,7 @@ async fn started() -> TestEnv {
 
 fn tpu_vm(name: &str) -> TrainingPipeline {
     let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.metadata.name = Some(name.into());
     tp.spec.preprocess = None;
     tp
@@ -284,7 +284,7 @@ async fn vertex_python_package_with_user_labels_reaches_succeeded() {
     let mut config = env.gcp.config();
     config.durations.job_run = Duration::from_secs(1800);
     env.gcp.set_config(config);
-    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("pkg".into());
     tp.spec.preprocess = None;
     let v = tp.spec.training.vertex.as_mut().unwrap();
@@ -421,7 +421,7 @@ async fn vertex_shapes_vertex_would_refuse_are_refused_at_admission_naming_the_f
     use tpu_operator_api::{accelerator::VertexMachineType, common::ContainerSpec};
     let env = started().await;
     let base = || {
-        let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+        let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
         tp.metadata.name = Some("refused".into());
         // The example says `namespace: default`; the real API server refuses a body whose
         // namespace differs from the request's (400), before any validation.

@@ -202,7 +202,7 @@ fn batch(name: &str) -> PreprocessBatch {
 
 /// The quickstart without preprocessing: Vertex AI training only.
 fn pipeline(name: &str, suspend: bool) -> TrainingPipeline {
-    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
     tp.metadata.name = Some(name.into());
     tp.spec.preprocess = None;
     tp.spec.suspend = suspend;
@@ -472,7 +472,7 @@ async fn progress_stalled_pipeline(env: &TestEnv) -> Value {
     config.durations.workload_checkpoint = Duration::ZERO;
     env.gcp.set_config(config);
     let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../examples/tpu-vm-pipeline.yaml"));
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.metadata.name = Some("health-stuck".into());
     tp.spec.preprocess = None;
     tp.spec.training.progress_deadline = Some("20m".into());

@@ -21,7 +21,7 @@ fn phase(tp: &TrainingPipeline) -> Phase {
 async fn preempted_spot_job_is_recreated_without_spending_a_retry() {
     let mut env = TestEnv::start().await;
     env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
-    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("spot".into());
     tp.spec.preprocess = None;
     tp.spec.max_retries = 0;
@@ -66,7 +66,7 @@ async fn preempted_spot_job_is_recreated_without_spending_a_retry() {
 async fn expired_flex_start_job_is_replaced_without_spending_a_retry() {
     let mut env = TestEnv::start().await;
     env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
-    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../examples/quickstart.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
     tp.metadata.name = Some("flex".into());
     tp.spec.preprocess = None;
     tp.spec.max_retries = 0;

@@ -1,0 +1,31 @@
+//! The controllers' end-to-end suites, one module each, in one test binary: linking one
+//! binary instead of 23 is what a controller change costs before its tests run (issue 34;
+//! docs/testing.md, "Measurements"). One suite: `cargo test -p tpu-operator-controller --test e2e
+//! training_pipeline::`; one test: `... --test e2e training_pipeline::quickstart_reaches_succeeded`.
+
+/// Slices, policies and helpers the tenancy suites share.
+mod tenant;
+
+mod checkpoints;
+mod cloud_watch;
+mod compute_engine;
+mod events;
+mod gitops_health;
+mod guardrails;
+mod harness;
+mod hostile_holds;
+mod hostile_references;
+mod hostile_tenant;
+mod multislice;
+mod preprocess_batch;
+mod preprocess_ttl;
+mod refused_calls;
+mod status_writes;
+mod sweeper;
+mod tenancy_admission;
+mod tpu_capacity;
+mod tpu_slice;
+mod training_pipeline;
+mod variants;
+mod vertex_duplicates;
+mod vertex_spot;
