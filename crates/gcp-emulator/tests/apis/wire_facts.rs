@@ -2,7 +2,7 @@
 //! `customJobs.list` that lags behind creates, `nodes.patch` refused while another operation runs
 //! on the node, and the fixed chip count of the `ct5lp-hightpu-*` machine types.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gcp_emulator::Fault;

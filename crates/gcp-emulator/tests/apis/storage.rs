@@ -1,7 +1,7 @@
 //! Cloud Storage JSON API and the admin API over HTTP (plain reqwest: the official storage
 //! client's list/get calls are gRPC, so the operator uses this JSON API directly).
 
-mod common;
+use crate::common;
 
 use common::*;
 use gcp_emulator::Emulator;

@@ -4,7 +4,7 @@
 //! volatile values. The differences that remain are pinned in `KNOWN_DIFFERENCES` (each with its
 //! reason, also listed in the crate README): a new difference, or a known one disappearing, fails.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
@@ -409,7 +409,7 @@ fn logged(reply: &Value) -> Vec<Value> {
 /// client's `+0000` times in filters, `severity>=ERROR`, `timestamp desc`, page tokens.
 #[tokio::test]
 async fn python_logging_client_recording_replays() {
-    let recording: Value = serde_json::from_str(include_str!("golden/logging/python-client.json")).unwrap();
+    let recording: Value = serde_json::from_str(include_str!("../golden/logging/python-client.json")).unwrap();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     // After the recording: the client's default filter keeps the last 24 hours.
     let now = chrono::DateTime::parse_from_rfc3339("2026-11-26T06:00:00Z")

@@ -2,7 +2,7 @@
 //! with 429, or accepted and its operation failed with code 8; quota and stockout told apart by
 //! `google.rpc` details. Through Google's official Rust client.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gcp_emulator::{CapacityCause, ErrorShape, Fault};

@@ -2,7 +2,7 @@
 //! (`google-cloud-compute-v1`, REST): instances, regional instance templates, workload policies,
 //! MIGs of TPU VMs, flex-start resize requests, operations, errors and faults.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gcp_emulator::{Emulator, Fault};

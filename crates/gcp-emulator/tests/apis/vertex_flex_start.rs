@@ -2,7 +2,7 @@
 //! job still waiting after its `maxWaitDuration` ends JOB_STATE_EXPIRED; once capacity is back
 //! a waiting job runs. Through Google's official Rust client.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gcp_emulator::Fault;

@@ -1,6 +1,6 @@
 //! Dataproc v1 Serverless batches against the emulator, through Google's official Rust client.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gcp_emulator::{Code, Emulator, Fault};

@@ -2,7 +2,7 @@
 //! terminated by the service (FAILED at the ttl, with a stateMessage naming it), and the 4-hour
 //! default applies when the request sets none. Through Google's official Rust client.
 
-mod common;
+use crate::common;
 
 use common::*;
 use google_cloud_dataproc_v1::model::{Batch, EnvironmentConfig, ExecutionConfig, PySparkBatch, batch};

@@ -1,6 +1,6 @@
 //! Cloud TPU v2 against the emulator, through Google's official Rust client (REST transport).
 
-mod common;
+use crate::common;
 
 use common::*;
 use gcp_emulator::{Code, Emulator, Fault};

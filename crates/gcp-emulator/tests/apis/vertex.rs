@@ -1,7 +1,7 @@
 //! Vertex AI v1 custom jobs against the emulator, through Google's official Rust client
 //! (`google-cloud-aiplatform-v1` with only the `job-service` feature).
 
-mod common;
+use crate::common;
 
 use common::*;
 use gcp_emulator::{Code, Fault};

@@ -3,7 +3,7 @@
 //! it the service starts the whole job over and it still succeeds; non-Spot jobs cannot be
 //! preempted.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gcp_emulator::Fault;
