@@ -421,7 +421,8 @@ async fn vertex_shapes_vertex_would_refuse_are_refused_at_admission_naming_the_f
     use tpu_operator_api::{accelerator::VertexMachineType, common::ContainerSpec};
     let env = started().await;
     let base = || {
-        let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
+        let mut tp: TrainingPipeline =
+            test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
         tp.metadata.name = Some("refused".into());
         // The example says `namespace: default`; the real API server refuses a body whose
         // namespace differs from the request's (400), before any validation.

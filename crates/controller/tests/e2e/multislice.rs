@@ -30,8 +30,9 @@ async fn started() -> TestEnv {
 }
 
 fn pipeline(name: &str) -> TrainingPipeline {
-    let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-multislice-pipeline.yaml"));
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!(
+        "../../../../examples/tpu-vm-multislice-pipeline.yaml"
+    ));
     tp.metadata.name = Some(name.into());
     tp
 }

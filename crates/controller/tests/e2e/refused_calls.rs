@@ -114,7 +114,8 @@ async fn a_batch_whose_input_check_is_refused_says_so_in_status() {
     start(&mut env);
     refuse(&env, "storage", "objects.get");
     refuse(&env, "storage", "objects.list");
-    let mut b: PreprocessBatch = test_kit::from_yaml(include_str!("../../../../examples/preprocess-batch.yaml"));
+    let mut b: PreprocessBatch =
+        test_kit::from_yaml(include_str!("../../../../examples/preprocess-batch.yaml"));
     b.metadata.name = Some("unchecked".into());
     b.metadata.namespace = None;
     env.create(&b).await;

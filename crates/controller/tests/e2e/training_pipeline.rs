@@ -550,7 +550,8 @@ async fn idle_objects_of_every_kind_write_no_status_loop() {
     };
     env.create(&slice("waiting", "v6e-4")).await;
     env.create(&slice("ready", "v6e-8")).await;
-    let batch: PreprocessBatch = test_kit::from_yaml(include_str!("../../../../examples/preprocess-batch.yaml"));
+    let batch: PreprocessBatch =
+        test_kit::from_yaml(include_str!("../../../../examples/preprocess-batch.yaml"));
     env.create(&batch).await;
     let mut suspended = vertex_only("suspended");
     suspended.spec.suspend = true;

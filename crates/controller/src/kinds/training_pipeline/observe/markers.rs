@@ -77,6 +77,9 @@ pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline, project: Option
 const LAST_LINES: i32 = 5;
 /// Characters kept of each line.
 const LINE_CHARS: usize = 200;
+/// Characters of log lines in all: with the rest of the failure message they stay within an
+/// Event's 1 KiB note, so the error (the last line) is never the part cut off.
+const LINES_CHARS: usize = 600;
 
 /// The last lines the pipeline's current attempt logged since it `started` (its workload
 /// container on every host, through docker's `gcplogs` driver), oldest first, as a suffix of the
@@ -120,13 +123,19 @@ async fn last_lines(
 }
 
 /// The last [`LAST_LINES`] distinct lines of `texts` (oldest first), in the order of their last
-/// occurrence.
+/// occurrence, at most [`LINES_CHARS`] characters in all (the newest line always).
 fn last_distinct(texts: Vec<String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
+    let mut chars = 0;
     for t in texts.into_iter().rev() {
-        if !out.contains(&t) {
-            out.push(t);
+        if out.contains(&t) {
+            continue;
         }
+        chars += t.chars().count();
+        if !out.is_empty() && chars > LINES_CHARS {
+            break;
+        }
+        out.push(t);
         if out.len() == LAST_LINES as usize {
             break;
         }
@@ -176,5 +185,9 @@ mod tests {
         let host = ["Traceback:", "  File x", "RuntimeError: boom"];
         let both: Vec<String> = host.iter().chain(host.iter()).map(|s| s.to_string()).collect();
         assert_eq!(super::last_distinct(both), host);
+        let long: Vec<String> = (0..5).map(|i| format!("{i}{}", "x".repeat(199))).collect();
+        let kept = super::last_distinct(long);
+        assert_eq!(kept.len(), 3, "600 characters: the last three lines");
+        assert!(kept[2].starts_with('4'), "the newest line is kept");
     }
 }
