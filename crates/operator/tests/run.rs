@@ -28,6 +28,11 @@ struct Env {
 
 impl Env {
     async fn start() -> Self {
+        Self::start_at(600.0).await
+    }
+
+    /// Cloud time `scale` times faster than real time.
+    async fn start_at(scale: f64) -> Self {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let cluster = test_kit::TestCluster::emulator()
             .await
@@ -35,7 +40,7 @@ impl Env {
         let kube = cluster.emulator_handle().expect("an emulated cluster");
         test_kit::emulators::install_crds(kube).expect("install CRDs");
         let gcp = gcp_emulator::Emulator::builder()
-            .time_scale(600.0)
+            .time_scale(scale)
             .start()
             .await
             .expect("gcp-emulator");
@@ -153,4 +158,95 @@ async fn standby_replica_stays_passive_until_the_leader_is_killed_then_takes_ove
         Some(true),
         "SIGTERM must exit 0"
     );
+}
+
+/// Issue 36 item 2: `tpu-operator logs -f` follows a TPU VM pipeline across a retry: the failed
+/// attempt's lines through its traceback (read once more after the pipeline moved on), then the
+/// retry's, and it ends by itself when the retry has succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_a_tpu_vm_pipeline_across_a_retry() {
+    use tpu_operator_api::training_pipeline::{TrainingPipeline, TrainingPipelinePhase};
+    // Cloud time at real speed with short durations: `run` reads the wall clock, and a run
+    // decides which completion marker is its own by comparing the marker's time with its start.
+    let env = Env::start_at(1.0).await;
+    let mut config = env.gcp.config();
+    let s = Duration::from_secs;
+    config.durations.tpu_create = s(1);
+    config.durations.tpu_delete = s(1);
+    config.durations.tpu_workload = s(3);
+    config.durations.workload_checkpoint = s(1);
+    env.gcp.set_config(config);
+    let operator = env.replica("replica-a");
+    operator.wait_ready().await;
+    let mut tp: TrainingPipeline =
+        serde_yaml::from_str(include_str!("../../../examples/tpu-vm-pipeline.yaml")).unwrap();
+    tp.metadata.namespace = Some("default".into());
+    tp.spec.preprocess = None;
+    tp.spec.max_retries = 1;
+    let api: Api<TrainingPipeline> = Api::namespaced(env.client.clone(), "default");
+    api.create(&Default::default(), &tp).await.unwrap();
+    // The first attempt's workload fails when it ends (every node made from now on would, so
+    // the fault is lifted as soon as the retry's node exists).
+    let first = loop {
+        if let Some(n) = env.gcp.nodes().first() {
+            break n["name"].as_str().unwrap().to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    env.gcp
+        .inject(gcp_emulator::Fault::FailTpuWorkload {
+            node: first.clone(),
+            exit_code: Some(1),
+        })
+        .unwrap();
+    let follow = std::process::Command::new(BIN)
+        .args([
+            "logs",
+            "tpl/tpu-vm-pipeline",
+            "-f",
+            "--interval",
+            "200ms",
+            "--kubeconfig",
+        ])
+        .arg(env.cluster.kubeconfig())
+        .args(["--gcp-emulator", &env.gcp.url()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The retry's node is another node: the fault goes once it exists.
+    wait_until("the retry's node", Duration::from_secs(60), async || {
+        env.gcp
+            .nodes()
+            .iter()
+            .any(|n| n["name"].as_str() != Some(first.as_str()))
+    })
+    .await;
+    env.gcp.clear_faults();
+    let out = tokio::task::spawn_blocking(move || follow.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done = api.get("tpu-vm-pipeline").await.unwrap();
+    let st = done.status.unwrap();
+    assert_eq!(st.phase, TrainingPipelinePhase::Succeeded, "{:?}", st.message);
+    assert_eq!(st.attempts, 2);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let pos = |needle: &str, from: usize| {
+        lines[from..]
+            .iter()
+            .position(|l| l.contains(needle))
+            .map(|p| p + from)
+            .unwrap_or_else(|| panic!("{needle:?} after line {from} not in:\n{stdout}"))
+    };
+    let traceback = pos("RuntimeError: simulated training failure", 0);
+    let retry = pos("Workload container started", traceback);
+    pos("Training finished: the model was saved", retry);
+    drop(operator);
 }

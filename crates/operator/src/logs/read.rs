@@ -17,6 +17,8 @@ const MAX_PAGES: usize = 1000;
 #[derive(Clone, Debug)]
 pub struct Cursor {
     source: LogSource,
+    /// The stream's prefix, for its last lines after it ended.
+    prefix: Option<&'static str>,
     last: Option<DateTime<Utc>>,
     printed_at_last: HashSet<String>,
 }
@@ -78,7 +80,7 @@ pub async fn first(
             Some(n) => newest(logging, &stream.source, filter, n).await?,
             None => all(logging, &stream.source, filter).await?,
         };
-        cursors.push(cursor_after(&stream.source, None, &got));
+        cursors.push(cursor_after(stream, None, &got));
         lines.extend(got.into_iter().map(|l| (i, l)));
     }
     print_in_order(resolved, lines, printer);
@@ -86,13 +88,32 @@ pub async fn first(
 }
 
 /// A later read: the lines each stream logged since its cursor (a stream seen for the first
-/// time, such as a new attempt's, from its start).
+/// time, such as a new attempt's, from its start). A stream the object no longer has (the
+/// attempt that just failed, replaced by its retry) is read one last time and dropped, so its
+/// final lines (the traceback) are not lost to the switch.
 pub async fn more(
     logging: &dyn LoggingApi,
     resolved: &Resolved,
     cursors: &mut Vec<Cursor>,
     printer: &mut Printer,
 ) -> anyhow::Result<()> {
+    let ended: Vec<Cursor> = cursors
+        .iter()
+        .filter(|c| !resolved.streams.iter().any(|s| s.source == c.source))
+        .cloned()
+        .collect();
+    for cursor in ended {
+        let mut filter = cursor.source.filter();
+        if let Some(last) = cursor.last {
+            filter = filter.since(last);
+        }
+        for line in all(logging, &cursor.source, filter).await? {
+            if !(line.timestamp == cursor.last && cursor.printed_at_last.contains(&line.insert_id)) {
+                printer.print(cursor.prefix, &line);
+            }
+        }
+        cursors.retain(|c| c.source != cursor.source);
+    }
     let mut lines = Vec::new();
     for (i, stream) in resolved.streams.iter().enumerate() {
         let at = cursors.iter().position(|c| c.source == stream.source);
@@ -110,7 +131,7 @@ pub async fn more(
                     .is_none_or(|c| !(l.timestamp == c.last && c.printed_at_last.contains(&l.insert_id)))
             })
             .collect();
-        let next = cursor_after(&stream.source, known.as_ref(), &got);
+        let next = cursor_after(stream, known.as_ref(), &got);
         match at {
             Some(at) => cursors[at] = next,
             None => cursors.push(next),
@@ -129,11 +150,12 @@ fn print_in_order(resolved: &Resolved, mut lines: Vec<(usize, LogLine)>, printer
     }
 }
 
-/// The cursor after `got` (oldest first) was printed.
-fn cursor_after(source: &LogSource, before: Option<&Cursor>, got: &[LogLine]) -> Cursor {
+/// The cursor of `stream` after `got` (oldest first) was printed.
+fn cursor_after(stream: &Stream, before: Option<&Cursor>, got: &[LogLine]) -> Cursor {
     let Some(last) = got.iter().filter_map(|l| l.timestamp).max() else {
         return before.cloned().unwrap_or(Cursor {
-            source: source.clone(),
+            source: stream.source.clone(),
+            prefix: stream.prefix,
             last: None,
             printed_at_last: HashSet::new(),
         });
@@ -147,7 +169,8 @@ fn cursor_after(source: &LogSource, before: Option<&Cursor>, got: &[LogLine]) ->
         printed_at_last.extend(b.printed_at_last.iter().cloned());
     }
     Cursor {
-        source: source.clone(),
+        source: stream.source.clone(),
+        prefix: stream.prefix,
         last: Some(last),
         printed_at_last,
     }

@@ -62,7 +62,7 @@ pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline, project: Option
         let uri = format!("{dir}_FAILED");
         let content = ctx.gcp.storage.read_object(&uri).await.unwrap_or_default();
         let lines = match project {
-            Some(project) => last_lines(ctx, tp, project, started).await,
+            Some(project) => last_lines(ctx, tp, project).await,
             None => String::new(),
         };
         return Ok(Marker::Failed {
@@ -81,17 +81,12 @@ const LINE_CHARS: usize = 200;
 /// Event's 1 KiB note, so the error (the last line) is never the part cut off.
 const LINES_CHARS: usize = 600;
 
-/// The last lines the pipeline's current attempt logged since it `started` (its workload
-/// container on every host, through docker's `gcplogs` driver), oldest first, as a suffix of the
-/// failure detail; or why they could not be read. The lines are the workload's own output, read
+/// The last lines the pipeline's current attempt logged (its workload container on every host,
+/// through docker's `gcplogs` driver), oldest first, as a suffix of the failure detail; or why
+/// they could not be read. The lines are the workload's own output, read
 /// from the project the slice runs in: control characters are replaced and each line is cut, so
 /// they cannot grow the status without bound.
-async fn last_lines(
-    ctx: &Context,
-    tp: &TrainingPipeline,
-    project: &str,
-    started: chrono::DateTime<chrono::Utc>,
-) -> String {
+async fn last_lines(ctx: &Context, tp: &TrainingPipeline, project: &str) -> String {
     use tpu_operator_gcp::logging::{
         EntriesQuery, LogSource, Order,
         sources::{ATTEMPT_LABEL, PIPELINE_LABEL},
@@ -105,7 +100,9 @@ async fn last_lines(
     };
     let query = EntriesQuery {
         project: project.to_string(),
-        filter: source.filter().since(started),
+        // The pipeline and attempt labels name this attempt's container alone; no time bound, so
+        // no comparison of the cloud's clock with the operator's.
+        filter: source.filter(),
         order: Order::NewestFirst,
         // Every host of a multi-host slice usually prints the same error: more are read than
         // shown, and a line repeated by several hosts is shown once.
