@@ -272,33 +272,9 @@ fn kubectl_binary() -> PathBuf {
 #[test]
 fn keep_serves_a_kubeconfig_that_kubectl_uses() {
     let kubectl = kubectl_binary();
-    let mut child = Killed(
-        Command::new(BIN)
-            .args(["local", "--keep", "examples/quickstart.yaml"])
-            .current_dir(workspace())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tpu-operator local --keep"),
-    );
-    let stdout = child.0.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let mut kept = Kept::start(&["examples/quickstart.yaml"]);
+    let kubeconfig = kept.kubeconfig.clone();
     let deadline = Instant::now() + Duration::from_secs(60);
-    let kubeconfig = loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("local --keep printed no kubeconfig path in time");
-        if let Some(path) = line.strip_prefix("kubeconfig: ") {
-            break PathBuf::from(path);
-        }
-    };
 
     // The manifest is applied right after the kubeconfig is written; poll until kubectl sees it.
     loop {
@@ -321,13 +297,13 @@ fn keep_serves_a_kubeconfig_that_kubectl_uses() {
 
     // SIGTERM (like Ctrl-C) ends it cleanly.
     let status = Command::new("kill")
-        .args(["-TERM", &child.0.id().to_string()])
+        .args(["-TERM", &kept.child.0.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(30);
     let code = loop {
-        if let Some(code) = child.0.try_wait().unwrap() {
+        if let Some(code) = kept.child.0.try_wait().unwrap() {
             break code;
         }
         assert!(Instant::now() < deadline, "local --keep did not stop on SIGTERM");
@@ -552,8 +528,8 @@ fn a_generate_name_sweep_from_stdin_succeeds_variant_by_variant() {
 /// `tpu-operator local --keep` running: what it printed so far, line by line as it comes, and
 /// where its emulators are.
 struct Kept {
-    /// Held so the run is killed when the test ends.
-    _child: Killed,
+    /// The run, killed when the test ends.
+    child: Killed,
     lines: mpsc::Receiver<(Instant, String)>,
     kubeconfig: PathBuf,
     gcp: String,
@@ -581,7 +557,7 @@ impl Kept {
             }
         });
         let mut kept = Self {
-            _child: child,
+            child,
             lines,
             kubeconfig: PathBuf::new(),
             gcp: String::new(),

@@ -43,16 +43,6 @@ impl LogFilter {
         self
     }
 
-    /// `timestamp > "<RFC 3339>"`: what `--follow` asks for after the last line it printed.
-    pub fn after(mut self, time: DateTime<Utc>) -> Self {
-        self.terms.push(Term {
-            field: "timestamp".into(),
-            op: ">",
-            value: quote(&time.to_rfc3339_opts(SecondsFormat::Nanos, true)),
-        });
-        self
-    }
-
     /// The query, one comparison per line (the Logs Explorer shows it that way; a newline
     /// between comparisons is an implicit `AND`, written out here).
     pub fn render(&self) -> String {
@@ -139,6 +129,5 @@ mod tests {
             LogFilter::default().since(t).render(),
             "timestamp >= \"2026-11-26T05:00:00.500000000Z\""
         );
-        assert!(LogFilter::default().after(t).render().starts_with("timestamp > "));
     }
 }
