@@ -89,6 +89,26 @@ mod tests {
     }
 
     #[test]
+    fn a_vertex_job_links_its_web_access_and_tensorboard() {
+        let web = BTreeMap::from([(
+            "workerpool0-0".to_string(),
+            "https://x-dot-r.example/".to_string(),
+        )]);
+        let board = "projects/p1/locations/r/tensorboards/7".to_string();
+        let l = vertex_job(
+            "projects/p1/locations/r/customJobs/9",
+            web.clone(),
+            Some(board.clone()),
+        )
+        .unwrap();
+        assert_eq!((l.web_access, l.tensorboard), (web, Some(board)));
+        assert_eq!(
+            vertex_job("projects/p1/locations/r/batches/9", BTreeMap::new(), None),
+            None
+        );
+    }
+
+    #[test]
     fn a_slice_with_its_own_script_links_the_hosts_logs_once_it_has_a_node() {
         let mut s = Slice {
             project: "p1",
