@@ -111,8 +111,20 @@ async fn configmap_updates(s: &mut Session, first_rv: String) -> Result<(), Send
 /// The four patch types, null removal, JSON-patch tests (kube-runtime's finalizer form) and
 /// type errors.
 async fn configmap_patches(s: &mut Session) -> Result<(), SendError> {
+    configmap_merge_patches(s).await?;
+    configmap_json_patches(s).await?;
+    configmap_strategic_and_failing_patches(s).await
+}
+
+/// Adds data key b through a merge patch.
+fn add_b() -> Patch<Value> {
+    Patch::Merge(json!({"data": {"b": "x"}}))
+}
+
+/// Merge patches: a change, the same again (no change), and null removing a key.
+async fn configmap_merge_patches(s: &mut Session) -> Result<(), SendError> {
     let merge = PatchParams::default();
-    let add_b = Patch::Merge(json!({"data": {"b": "x"}}));
+    let add_b = add_b();
     s.send("configmap: merge patch", cm().patch("alpha", &merge, &add_b), 200)
         .await?;
     s.send(
@@ -128,6 +140,13 @@ async fn configmap_patches(s: &mut Session) -> Result<(), SendError> {
         200,
     )
     .await?;
+    Ok(())
+}
+
+/// JSON patches: test then replace, a failing test, a test for null on an absent path (what
+/// kube-runtime's finalizer helper sends) and a remove.
+async fn configmap_json_patches(s: &mut Session) -> Result<(), SendError> {
+    let merge = PatchParams::default();
     let test_replace = json_patch(json!([
         {"op": "test", "path": "/data/b", "value": "x"},
         {"op": "replace", "path": "/data/b", "value": "y"}]));
@@ -161,6 +180,12 @@ async fn configmap_patches(s: &mut Session) -> Result<(), SendError> {
         200,
     )
     .await?;
+    Ok(())
+}
+
+/// A strategic merge patch, a merge patch with a type error, and a patch of a missing object.
+async fn configmap_strategic_and_failing_patches(s: &mut Session) -> Result<(), SendError> {
+    let merge = PatchParams::default();
     let strategic = Patch::Strategic(json!({"data": {"c": "z"}}));
     s.send(
         "configmap: strategic merge patch",
@@ -177,7 +202,7 @@ async fn configmap_patches(s: &mut Session) -> Result<(), SendError> {
     .await?;
     s.send(
         "configmap: patch missing object",
-        cm().patch("missing", &merge, &add_b),
+        cm().patch("missing", &merge, &add_b()),
         404,
     )
     .await?;
@@ -265,6 +290,13 @@ async fn configmap_deletes(s: &mut Session, uid: String) -> Result<(), SendError
 }
 
 async fn others(s: &mut Session) -> Result<(), SendError> {
+    secrets(s).await?;
+    lease_takeover(s).await?;
+    event_writes(s).await
+}
+
+/// Secret: stringData, and invalid base64 in data.
+async fn secrets(s: &mut Session) -> Result<(), SendError> {
     let pp = PostParams::default();
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token"},
                         "stringData": {"token": "abc"}});
@@ -288,7 +320,12 @@ async fn others(s: &mut Session) -> Result<(), SendError> {
         400,
     )
     .await?;
+    Ok(())
+}
 
+/// Lease: a create, then another holder takes over by update.
+async fn lease_takeover(s: &mut Session) -> Result<(), SendError> {
+    let pp = PostParams::default();
     let leases = || grouped("coordination.k8s.io/v1", "leases");
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "leader"},
                        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}});
@@ -305,7 +342,13 @@ async fn others(s: &mut Session) -> Result<(), SendError> {
         200,
     )
     .await?;
+    Ok(())
+}
 
+/// events.k8s.io Events: a create, one missing required fields, and reading one back through
+/// the core/v1 events API.
+async fn event_writes(s: &mut Session) -> Result<(), SendError> {
+    let pp = PostParams::default();
     let events = || grouped("events.k8s.io/v1", "events");
     let event = json!({
         "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "widget-ready.1"},

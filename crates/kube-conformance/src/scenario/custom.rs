@@ -19,8 +19,18 @@ pub(crate) fn widget(name: &str, spec: Value) -> Value {
 }
 
 async fn validation(s: &mut Session) -> Result<(), SendError> {
-    let pp = PostParams::default();
-    let create = |w: Value| widgets().create(&PostParams::default(), bytes(&w));
+    accepted_creates(s).await?;
+    rejected_creates(s).await?;
+    transition_rule(s).await
+}
+
+/// A create of widget `w`.
+fn create(w: Value) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
+    widgets().create(&PostParams::default(), bytes(&w))
+}
+
+/// Creates the schema accepts: defaulting, pruning of unknown fields and status, int-or-string.
+async fn accepted_creates(s: &mut Session) -> Result<(), SendError> {
     s.send(
         "widget: create (defaults maxSize)",
         create(widget("w1", json!({"size": 3, "zone": "a"}))),
@@ -46,6 +56,11 @@ async fn validation(s: &mut Session) -> Result<(), SendError> {
         201,
     )
     .await?;
+    Ok(())
+}
+
+/// Creates the schema or a CEL rule refuses (a CEL rule seeing a defaulted field).
+async fn rejected_creates(s: &mut Session) -> Result<(), SendError> {
     let wrong_type = widget("bad-type", json!({"size": "three"}));
     s.send("widget: create with wrong type", create(wrong_type), 422)
         .await?;
@@ -77,6 +92,13 @@ async fn validation(s: &mut Session) -> Result<(), SendError> {
     let both = widget("two-errors", json!({"size": 30, "maxSize": 5, "mode": "Medium"}));
     s.send("widget: create with schema and CEL errors", create(both), 422)
         .await?;
+    Ok(())
+}
+
+/// The transition rule (zone is immutable) on update and merge patch, and a strategic merge
+/// patch, which custom resources do not support.
+async fn transition_rule(s: &mut Session) -> Result<(), SendError> {
+    let pp = PostParams::default();
     let current = s
         .send("widget: get", widgets().get("w1", &GetParams::default()), 200)
         .await?;
@@ -167,13 +189,23 @@ async fn status_subresource(s: &mut Session) -> Result<(), SendError> {
 }
 
 async fn server_side_apply(s: &mut Session) -> Result<(), SendError> {
+    two_appliers(s).await?;
+    update_then_invalid_apply(s).await?;
+    server_side_apply_status(s).await
+}
+
+/// An apply of widget "shared" with `spec` and `labels`.
+fn apply(spec: Value, labels: Value) -> Patch<Value> {
+    let mut w = widget("shared", spec);
+    w["metadata"]["labels"] = labels;
+    Patch::Apply(w)
+}
+
+/// Alice and bob apply to one widget: a no-op re-apply, a conflict, shared ownership of an
+/// equal value, a forced takeover, and removal of what alice stops applying.
+async fn two_appliers(s: &mut Session) -> Result<(), SendError> {
     let alice = PatchParams::apply("alice");
     let bob = PatchParams::apply("bob");
-    let apply = |spec: Value, labels: Value| {
-        let mut w = widget("shared", spec);
-        w["metadata"]["labels"] = labels;
-        Patch::Apply(w)
-    };
     let first = apply(
         json!({"size": 1, "zone": "a", "tags": ["x", "y"]}),
         json!({"owner": "alice"}),
@@ -218,6 +250,12 @@ async fn server_side_apply(s: &mut Session) -> Result<(), SendError> {
         200,
     )
     .await?;
+    Ok(())
+}
+
+/// A merge patch by another manager (an update operation among the applies), then an invalid
+/// apply.
+async fn update_then_invalid_apply(s: &mut Session) -> Result<(), SendError> {
     let merge_by_other = Patch::Merge(json!({"spec": {"mode": "Fast"}}));
     s.send(
         "apply: a merge patch by another manager (update operation)",
@@ -242,7 +280,7 @@ async fn server_side_apply(s: &mut Session) -> Result<(), SendError> {
         422,
     )
     .await?;
-    server_side_apply_status(s).await
+    Ok(())
 }
 
 /// Server-side apply on the status subresource: two controllers own different conditions of one

@@ -112,10 +112,36 @@ async fn family(s: &mut Session, policy: &str) -> Result<(), SendError> {
 }
 
 async fn garbage_collection(s: &mut Session) -> Result<(), SendError> {
-    let gone = |status: u16, _: &Value| status == 404;
-    let get_cm = |name: &'static str| move || core("configmaps").get(name, &GetParams::default());
-    let get_widget = |name: &'static str| move || widgets().get(name, &GetParams::default());
+    dangling_owner(s).await?;
+    background(s).await?;
+    foreground(s).await?;
+    orphan(s).await
+}
 
+/// A poll's end: the object is gone.
+fn gone(status: u16, _: &Value) -> bool {
+    status == 404
+}
+
+/// A poll's end: the dependent is still there, its ownerReferences removed.
+fn orphaned(status: u16, v: &Value) -> bool {
+    status == 200 && v["metadata"].get("ownerReferences").is_none()
+}
+
+type GetRequest = Result<http::Request<Vec<u8>>, kube::core::request::Error>;
+
+/// A GET of ConfigMap `name`, repeatable for polling.
+fn get_cm(name: &'static str) -> impl Fn() -> GetRequest {
+    move || core("configmaps").get(name, &GetParams::default())
+}
+
+/// A GET of widget `name`, repeatable for polling.
+fn get_widget(name: &'static str) -> impl Fn() -> GetRequest {
+    move || widgets().get(name, &GetParams::default())
+}
+
+/// A dependent of an owner that never existed is collected.
+async fn dangling_owner(s: &mut Session) -> Result<(), SendError> {
     // The real garbage collector watches a kind only after its discovery resync (every 30 s) has
     // seen it, and until then deletes a new kind's dependents instead of orphaning them. A child of
     // an owner that never existed is collected exactly when the collector watches widgets, so
@@ -136,7 +162,11 @@ async fn garbage_collection(s: &mut Session) -> Result<(), SendError> {
         gone,
     )
     .await?;
+    Ok(())
+}
 
+/// Background propagation: the owner goes at once, its dependents after it.
+async fn background(s: &mut Session) -> Result<(), SendError> {
     family(s, "background").await?;
     s.send(
         "gc background: delete owner",
@@ -158,7 +188,11 @@ async fn garbage_collection(s: &mut Session) -> Result<(), SendError> {
         gone,
     )
     .await?;
+    Ok(())
+}
 
+/// Foreground propagation: the dependents go first, then the owner.
+async fn foreground(s: &mut Session) -> Result<(), SendError> {
     family(s, "foreground").await?;
     s.send(
         "gc foreground: delete owner (foregroundDeletion finalizer)",
@@ -187,7 +221,11 @@ async fn garbage_collection(s: &mut Session) -> Result<(), SendError> {
         gone,
     )
     .await?;
+    Ok(())
+}
 
+/// Orphan propagation: the owner goes, its dependents stay without their ownerReferences.
+async fn orphan(s: &mut Session) -> Result<(), SendError> {
     family(s, "orphan").await?;
     s.send(
         "gc orphan: delete owner",
@@ -197,7 +235,6 @@ async fn garbage_collection(s: &mut Session) -> Result<(), SendError> {
     .await?;
     s.poll_until("gc orphan: owner gone", get_cm("owner-orphan"), 404, gone)
         .await?;
-    let orphaned = |status: u16, v: &Value| status == 200 && v["metadata"].get("ownerReferences").is_none();
     s.poll_until(
         "gc orphan: child kept, ownerReferences removed",
         get_cm("child-orphan"),

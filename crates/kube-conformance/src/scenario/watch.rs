@@ -1,7 +1,10 @@
 //! Watch streams: replay from an old resourceVersion (what a restarted informer does), from the
 //! middle of a history, filtered by label and by field, for a built-in kind and a custom resource.
 
-use kube::core::params::{DeleteParams, ListParams, PostParams, WatchParams};
+use kube::core::{
+    params::{DeleteParams, ListParams, PostParams, WatchParams},
+    request::Request,
+};
 use serde_json::{Value, json};
 
 use super::{bytes, core, custom::widget, widgets};
@@ -17,8 +20,17 @@ fn params() -> WatchParams {
 }
 
 pub(super) async fn run(s: &mut Session) -> Result<(), SendError> {
-    let pp = PostParams::default();
-    let cm = || core("configmaps");
+    let (start_rv, widgets_rv) = starting_versions(s).await?;
+    let middle_rv = history(s).await?;
+    replays(s, &start_rv, &middle_rv, &widgets_rv).await
+}
+
+fn cm() -> Request {
+    core("configmaps")
+}
+
+/// The resourceVersions of the labelled ConfigMaps' and the widgets' lists before the history.
+async fn starting_versions(s: &mut Session) -> Result<(String, String), SendError> {
     let start = s
         .send(
             "watch: list to get a starting resourceVersion",
@@ -41,7 +53,13 @@ pub(super) async fn run(s: &mut Session) -> Result<(), SendError> {
         .as_str()
         .unwrap_or("0")
         .to_owned();
+    Ok((start_rv, widgets_rv))
+}
 
+/// The history the watches replay: a created, updated and deleted, an object outside the label
+/// selector, b, and a widget. Returns the resourceVersion of a's update (the middle).
+async fn history(s: &mut Session) -> Result<String, SendError> {
+    let pp = PostParams::default();
     s.send(
         "watch: create a",
         cm().create(&pp, bytes(&labelled("a", "1"))),
@@ -85,31 +103,40 @@ pub(super) async fn run(s: &mut Session) -> Result<(), SendError> {
         201,
     )
     .await?;
+    Ok(middle_rv)
+}
 
+/// Replays of the history: from before it, from its middle, by field, and of the widget.
+async fn replays(
+    s: &mut Session,
+    start_rv: &str,
+    middle_rv: &str,
+    widgets_rv: &str,
+) -> Result<(), SendError> {
     let selected = params().labels("watch=yes");
     s.watch(
         "watch: replay from before the history (label selector)",
-        cm().watch(&selected, &start_rv),
+        cm().watch(&selected, start_rv),
         4,
     )
     .await?;
     s.watch(
         "watch: replay from the middle",
-        cm().watch(&selected, &middle_rv),
+        cm().watch(&selected, middle_rv),
         2,
     )
     .await?;
     let by_name = params().fields("metadata.name=b");
     s.watch(
         "watch: replay filtered by field",
-        cm().watch(&by_name, &start_rv),
+        cm().watch(&by_name, start_rv),
         1,
     )
     .await?;
     let watched = params().fields("metadata.name=watched");
     s.watch(
         "watch: custom resource replay",
-        widgets().watch(&watched, &widgets_rv),
+        widgets().watch(&watched, widgets_rv),
         1,
     )
     .await?;

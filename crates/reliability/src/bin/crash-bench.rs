@@ -48,11 +48,36 @@ impl Tally {
     }
 }
 
+/// Counts over a set of runs, for the TOTAL line and the exit code.
+#[derive(Default)]
+struct Totals {
+    kills: u64,
+    duplicates: usize,
+    leaks: usize,
+    bad: u64,
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let points = arg("--points", 500);
     let first_seed = arg("--seed", 1000);
     let binary_runs = arg("--binary", 0);
+    let cfg = config();
+    let in_process = in_process_runs(points, first_seed, &cfg).await;
+    let binary = binary_runs_of(binary_runs).await;
+    let dups = in_process.duplicates + binary.duplicates;
+    let leaks = in_process.leaks + binary.leaks;
+    println!(
+        "TOTAL: {} kill points, {dups} duplicates, {leaks} leaks",
+        in_process.kills + binary.kills
+    );
+    if in_process.bad + binary.bad > 0 || dups + leaks > 0 {
+        std::process::exit(1);
+    }
+}
+
+/// The in-process runs' configuration: `--vertex-faults` and `--backend`.
+fn config() -> CrashConfig {
     let vertex_faults = std::env::args().any(|a| a == "--vertex-faults");
     let args: Vec<String> = std::env::args().collect();
     let backend = args
@@ -64,11 +89,17 @@ async fn main() {
             "compute-engine" => Backend::ComputeEngine,
             other => panic!("--backend {other}: tpu-api or compute-engine"),
         });
-    let cfg = CrashConfig {
+    CrashConfig {
         vertex_faults,
         backend,
         ..CrashConfig::default()
-    };
+    }
+}
+
+/// Seeded in-process runs from `first_seed` until `points` kill points were exercised; prints
+/// each failing seed, a summary and a line per backend.
+async fn in_process_runs(points: u64, first_seed: u64, cfg: &CrashConfig) -> Totals {
+    let vertex_faults = cfg.vertex_faults;
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     let started = std::time::Instant::now();
     let (mut kills, mut runs, mut dups, mut leaks, mut bad) = (0u64, 0u64, 0usize, 0usize, 0u64);
@@ -102,33 +133,40 @@ async fn main() {
             t.runs, t.kills, t.duplicates, t.leaks, t.bad, t.slices
         );
     }
+    Totals {
+        kills,
+        duplicates: dups,
+        leaks,
+        bad,
+    }
+}
+
+/// `binary_runs` runs against the real binary (seeds from 50000, default configuration),
+/// killed with SIGKILL; prints each failing seed and, if there were any runs, a summary.
+async fn binary_runs_of(binary_runs: u64) -> Totals {
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
-    let (mut bkills, mut bbad) = (0u64, 0u64);
+    let mut t = Totals::default();
     for i in 0..binary_runs {
         let seed = 50_000 + i;
         let mut world = crash::binary_world(dir.path()).await;
         let r = crash::run_in(&mut world, seed, CrashConfig::default()).await;
-        bkills += u64::from(r.kills);
-        dups += r.duplicates;
-        leaks += r.leaks;
+        t.kills += u64::from(r.kills);
+        t.duplicates += r.duplicates;
+        t.leaks += r.leaks;
         if !r.ok() {
-            bbad += 1;
+            t.bad += 1;
             println!("FAIL binary seed {seed}:\n{}", r.violations);
         }
     }
     if binary_runs > 0 {
         println!(
-            "binary (SIGKILL): seeds 50000..{} ({binary_runs} runs), {bkills} kill points, {bbad} runs with broken promises, {:.0} s",
+            "binary (SIGKILL): seeds 50000..{} ({binary_runs} runs), {} kill points, {} runs with broken promises, {:.0} s",
             50_000 + binary_runs,
+            t.kills,
+            t.bad,
             started.elapsed().as_secs_f64()
         );
     }
-    println!(
-        "TOTAL: {} kill points, {dups} duplicates, {leaks} leaks",
-        kills + bkills
-    );
-    if bad + bbad > 0 || dups + leaks > 0 {
-        std::process::exit(1);
-    }
+    t
 }

@@ -94,7 +94,42 @@ async fn main() {
     let n = arg("--rounds", 5).max(1);
     let dir = tempfile::tempdir().unwrap();
     let mut world = World::start_for_process().await;
-    let kubeconfig = world.serve_kube(dir.path()).await;
+    let op = start(&mut world, dir.path()).await;
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("flood = {flood}, rounds = {n}; loadavg at start: {}", load.trim());
+
+    let alone = rounds(&world, "alone", n).await;
+    flood_team_a(&world, flood).await;
+    let calls_before = world.gcp_calls();
+    let beside = rounds(&world, "beside", n).await;
+    let (a, b) = (median(alone), median(beside));
+    println!(
+        "team-b time to Ready, median of {n}: alone {:.3} s, beside {flood} refused in team-a {:.3} s: {:.2}x",
+        a.as_secs_f64(),
+        b.as_secs_f64(),
+        b.as_secs_f64() / a.as_secs_f64()
+    );
+    println!(
+        "cloud calls during the rounds beside the flood: {}; TPU nodes created in all: {}",
+        world.gcp_calls() - calls_before,
+        world.gcp.call_count("tpu", "nodes.create")
+    );
+    if let Some(metrics) = op.scrape().await {
+        let reconciles =
+            tpu_operator_reliability::process::metric_sum(&metrics, "tpu_operator_reconciles_total");
+        println!("operator reconciles in all: {reconciles}");
+    }
+    println!(
+        "operator: peak RSS {} KiB, CPU {:.1} s",
+        op.peak_rss_kib().unwrap_or(0),
+        op.cpu_seconds().unwrap_or(0.0)
+    );
+}
+
+/// The two teams' namespaces, team-a's TpuPolicy, and the operator process serving the kube
+/// emulator (its kubeconfig in `dir`), ready.
+async fn start(world: &mut World, dir: &std::path::Path) -> OperatorProcess {
+    let kubeconfig = world.serve_kube(dir).await;
     for ns in [TEAM_A, TEAM_B] {
         let ns: k8s_openapi::api::core::v1::Namespace =
             serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
@@ -119,13 +154,14 @@ async fn main() {
         op.wait_ready(Duration::from_secs(60)).await,
         "operator never ready"
     );
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("flood = {flood}, rounds = {n}; loadavg at start: {}", load.trim());
+    op
+}
 
-    let alone = rounds(&world, "alone", n).await;
-
+/// One running slice in team-a that uses its policy's chips, then `flood` more its policy
+/// refuses; returns once the last one shows refused.
+async fn flood_team_a(world: &World, flood: u64) {
     let team_a = Api::<TpuSlice>::namespaced(world.client.clone(), TEAM_A);
-    create_and_wait(&world, &team_a, "holder", |s| {
+    create_and_wait(world, &team_a, "holder", |s| {
         phase(s) == Some(TpuSlicePhase::Ready)
     })
     .await;
@@ -137,34 +173,10 @@ async fn main() {
             .expect("create flood");
     }
     let created = started.elapsed();
-    wait(&world, &team_a, &format!("flood-{}", flood - 1), refused).await;
+    wait(world, &team_a, &format!("flood-{}", flood - 1), refused).await;
     println!(
         "  team-a: {flood} slices created in {:.1} s, the last refused after {:.1} s",
         created.as_secs_f64(),
         started.elapsed().as_secs_f64()
-    );
-    let calls_before = world.gcp_calls();
-    let beside = rounds(&world, "beside", n).await;
-    let (a, b) = (median(alone), median(beside));
-    println!(
-        "team-b time to Ready, median of {n}: alone {:.3} s, beside {flood} refused in team-a {:.3} s: {:.2}x",
-        a.as_secs_f64(),
-        b.as_secs_f64(),
-        b.as_secs_f64() / a.as_secs_f64()
-    );
-    println!(
-        "cloud calls during the rounds beside the flood: {}; TPU nodes created in all: {}",
-        world.gcp_calls() - calls_before,
-        world.gcp.call_count("tpu", "nodes.create")
-    );
-    if let Some(metrics) = op.scrape().await {
-        let reconciles =
-            tpu_operator_reliability::process::metric_sum(&metrics, "tpu_operator_reconciles_total");
-        println!("operator reconciles in all: {reconciles}");
-    }
-    println!(
-        "operator: peak RSS {} KiB, CPU {:.1} s",
-        op.peak_rss_kib().unwrap_or(0),
-        op.cpu_seconds().unwrap_or(0.0)
     );
 }

@@ -15,7 +15,7 @@ use kube::Api;
 use tpu_operator_api::{TpuSlice, tpu_slice::TpuSlicePhase};
 use tpu_operator_reliability::{World, world::NAMESPACE};
 
-use super::{lags, watch};
+use super::measure::{lags, watch};
 
 /// The operator's default `--poll-active` (the cloud watch's listing round).
 const POLL_ACTIVE: Duration = Duration::from_secs(2);

@@ -1,0 +1,79 @@
+//! What a seed picks for its run (backend, capacity, training, flow), and what that run's
+//! objects may create.
+
+use rand::{Rng, rngs::StdRng};
+
+use super::{CrashConfig, Flow};
+use crate::{
+    fixtures::{self, Backend, Capacity, Training},
+    invariants::Expected,
+};
+
+/// What a seed picks for its run.
+pub(super) struct Choice {
+    pub(super) backend: Backend,
+    pub(super) capacity: Capacity,
+    pub(super) training: Training,
+    pub(super) flow: Flow,
+}
+
+/// The seed's choices, drawn from `rng` always in the same order (a seed replays its run).
+pub(super) fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
+    let backend = cfg.backend.unwrap_or(if seed.is_multiple_of(2) {
+        Backend::TpuApi
+    } else {
+        Backend::ComputeEngine
+    });
+    let capacity = match backend {
+        Backend::TpuApi => Capacity::TPU_API[rng.random_range(0..Capacity::TPU_API.len())],
+        Backend::ComputeEngine => {
+            Capacity::COMPUTE_ENGINE[rng.random_range(0..Capacity::COMPUTE_ENGINE.len())]
+        }
+    };
+    // A TPU VM pipeline's training slice: a spot node, or a single-host or multi-host spot
+    // slice on Compute Engine.
+    let training_slice = match backend {
+        Backend::TpuApi => Capacity::SpotNode,
+        Backend::ComputeEngine if rng.random_bool(0.5) => Capacity::ComputeSpot,
+        Backend::ComputeEngine => Capacity::ComputeMultiHost,
+    };
+    let training = if rng.random_bool(0.5) || cfg.vertex_faults {
+        Training::Vertex
+    } else {
+        Training::TpuVm(training_slice)
+    };
+    let flow = if rng.random_bool(0.75) {
+        Flow::Lifecycle
+    } else {
+        Flow::EarlyDelete
+    };
+    Choice {
+        backend,
+        capacity,
+        training,
+        flow,
+    }
+}
+
+/// The most cloud resources the run's slice, batch and pipeline may create.
+pub(super) fn expected_for(capacity: Capacity, training: Training, vertex_faults: bool) -> Expected {
+    let owned = capacity.owns();
+    let trains_on = match training {
+        Training::TpuVm(c) => c.owns(),
+        Training::Vertex => fixtures::Owned::default(),
+    };
+    Expected {
+        nodes: owned.nodes + trains_on.nodes,
+        queued: owned.queued + trains_on.queued,
+        instances: owned.instances + trains_on.instances,
+        groups: owned.groups + trains_on.groups,
+        resize_requests: owned.resize_requests + trains_on.resize_requests,
+        batches: 1 + usize::from(training == Training::Vertex),
+        // Under Vertex faults duplicates are made by design; what counts is none left running.
+        jobs: if vertex_faults {
+            usize::MAX
+        } else {
+            usize::from(training == Training::Vertex)
+        },
+    }
+}

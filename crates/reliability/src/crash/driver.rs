@@ -1,0 +1,99 @@
+//! The driver of a run's phases: the clock advances until a phase is done, and the operator is
+//! killed (and a fresh one started) at random kill points along the way.
+
+use std::time::{Duration, Instant};
+
+use rand::{Rng, rngs::StdRng};
+
+use super::{CrashConfig, STEP, TICK, describe, dump};
+use crate::{
+    invariants::{self, Expected, Violations},
+    world::{Snapshot, World},
+};
+
+pub(super) struct Run<'a> {
+    pub(super) world: &'a mut World,
+    pub(super) rng: StdRng,
+    pub(super) cfg: CrashConfig,
+    pub(super) expected: Expected,
+    pub(super) kills: u32,
+    pub(super) violations: Violations,
+    pub(super) duplicates: usize,
+}
+
+impl Run<'_> {
+    fn kill_point(&mut self) -> KillPoint {
+        if self.rng.random_bool(0.7) {
+            KillPoint::Calls(self.world.gcp_calls() + self.rng.random_range(1..=self.cfg.max_gap))
+        } else {
+            KillPoint::At(Instant::now() + Duration::from_millis(self.rng.random_range(0..300)))
+        }
+    }
+
+    /// Drives the clock until `done` holds, killing and restarting the operator `kills` times.
+    /// Returns the last snapshot, or `None` when the phase did not finish in time (recorded).
+    pub(super) async fn phase(
+        &mut self,
+        name: &str,
+        kills: u32,
+        mut done: impl FnMut(&Snapshot) -> bool,
+    ) -> Option<Snapshot> {
+        let mut left = kills;
+        let mut point = (left > 0).then(|| self.kill_point());
+        let deadline = Instant::now() + self.cfg.phase_limit;
+        loop {
+            let due = match point {
+                Some(KillPoint::Calls(k)) => self.world.gcp_calls() >= k,
+                Some(KillPoint::At(t)) => Instant::now() >= t,
+                None => false,
+            };
+            if due {
+                let jitter = self.rng.random_range(0..3);
+                tokio::time::sleep(Duration::from_millis(jitter)).await;
+                self.world.kill_operator().await;
+                self.kills += 1;
+                let jobs = !self.cfg.vertex_faults;
+                let dup = invariants::live_duplicates_of(&self.world.gcp, jobs);
+                let dup2 = invariants::duplicate_creates(&self.world.gcp, self.expected);
+                self.duplicates += dup.0.len() + dup2.0.len();
+                for v in dup.0.into_iter().chain(dup2.0) {
+                    self.violations
+                        .push(format!("{name}, after kill {}: {v}", self.kills));
+                }
+                self.world.start_operator().await;
+                left -= 1;
+                point = (left > 0).then(|| self.kill_point());
+            }
+            let snap = self.world.snapshot().await;
+            if done(&snap) {
+                return Some(snap);
+            }
+            if Instant::now() > deadline {
+                let ended = self.world.ended_controllers();
+                if !ended.is_empty() {
+                    self.violations
+                        .push(format!("{name}: controller tasks {ended:?} ended on their own"));
+                }
+                self.violations.push(format!(
+                    "{name}: not done within {:?}; {}",
+                    self.cfg.phase_limit,
+                    describe(&snap)
+                ));
+                if std::env::var_os("RELIABILITY_DUMP").is_some() {
+                    eprintln!("{}", dump(self.world));
+                    for p in &snap.pipelines {
+                        eprintln!("pipeline status: {:#?}", p.status);
+                    }
+                }
+                return None;
+            }
+            self.world.advance(STEP);
+            tokio::time::sleep(TICK).await;
+        }
+    }
+}
+
+enum KillPoint {
+    Calls(u64),
+    At(Instant),
+}
