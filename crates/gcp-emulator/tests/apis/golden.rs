@@ -409,7 +409,8 @@ fn logged(reply: &Value) -> Vec<Value> {
 /// client's `+0000` times in filters, `severity>=ERROR`, `timestamp desc`, page tokens.
 #[tokio::test]
 async fn python_logging_client_recording_replays() {
-    let recording: Value = serde_json::from_str(include_str!("../golden/logging/python-client.json")).unwrap();
+    let recording: Value =
+        serde_json::from_str(include_str!("../golden/logging/python-client.json")).unwrap();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     // After the recording: the client's default filter keeps the last 24 hours.
     let now = chrono::DateTime::parse_from_rfc3339("2026-11-26T06:00:00Z")
