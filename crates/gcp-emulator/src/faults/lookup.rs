@@ -26,17 +26,13 @@ pub fn name_matches(set: &BTreeSet<String>, full: &str) -> bool {
 }
 
 /// The last segment of a full resource name (a fault may name a resource either way).
-pub(super) fn id_of(full: &str) -> &str {
+fn id_of(full: &str) -> &str {
     full.rsplit('/').next().unwrap_or(full)
 }
 
 /// Consumes one use of the first counted fault matching `service` + `method` (dropping it when
 /// used up): the code and message to answer with.
-pub(super) fn take_counted(
-    list: &mut Vec<FailCallsState>,
-    service: &str,
-    method: &str,
-) -> Option<(Code, String)> {
+fn take_counted(list: &mut Vec<FailCallsState>, service: &str, method: &str) -> Option<(Code, String)> {
     let f = list
         .iter_mut()
         .find(|f| f.remaining > 0 && matches(&f.service, service) && matches(&f.method, method))?;

@@ -6,6 +6,8 @@ use crate::errors::{ApiError, Code};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
+// Each part in its own file; the parts share this module's imports and private items
+// (`use super::*`), and what they make public is re-exported here so callers keep their paths.
 mod lookup;
 mod record;
 

@@ -5,7 +5,7 @@ use super::*;
 
 /// The MIG's instance template: it must exist and be in the MIG's region. Returns its name and
 /// body.
-pub(super) fn checked_template<'a>(
+fn checked_template<'a>(
     ce: &'a ComputeState,
     v: &Value,
     project: &str,
@@ -27,7 +27,7 @@ pub(super) fn checked_template<'a>(
 }
 
 /// The MIG's workload policy, if it names one: it must exist.
-pub(super) fn checked_policy(ce: &ComputeState, v: &Value) -> ApiResult<Option<String>> {
+fn checked_policy(ce: &ComputeState, v: &Value) -> ApiResult<Option<String>> {
     Ok(match v["resourcePolicies"]["workloadPolicy"].as_str() {
         None => None,
         Some(p) => {
@@ -41,7 +41,7 @@ pub(super) fn checked_policy(ce: &ComputeState, v: &Value) -> ApiResult<Option<S
 }
 
 /// `targetSize` must be >= 0, and 0 for a flex-start template.
-pub(super) fn check_target_size(target: i64, flex: bool) -> ApiResult<()> {
+fn check_target_size(target: i64, flex: bool) -> ApiResult<()> {
     if target < 0 {
         return Err(errors::invalid_field(
             "resource.targetSize",
@@ -62,7 +62,7 @@ pub(super) fn check_target_size(target: i64, flex: bool) -> ApiResult<()> {
 }
 
 /// The output-only fields of a new MIG, and its references as full URLs.
-pub(super) fn fill_output_fields(
+fn fill_output_fields(
     w: &mut Cloud,
     v: &mut Value,
     scope: &str,

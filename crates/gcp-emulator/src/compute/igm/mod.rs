@@ -24,6 +24,8 @@ use crate::errors::ApiResult;
 use crate::wire::time::ts;
 use serde_json::{Value, json};
 
+// Each part in its own file; the parts share this module's imports and private items
+// (`use super::*`), and what they make public is re-exported here so callers keep their paths.
 mod insert;
 mod members;
 

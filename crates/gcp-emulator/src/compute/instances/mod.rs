@@ -22,6 +22,8 @@ use crate::errors::{ApiError, ApiResult};
 use crate::wire::time::ts;
 use serde_json::{Value, json};
 
+// Each part in its own file; the parts share this module's imports and private items
+// (`use super::*`), and what they make public is re-exported here so callers keep their paths.
 mod lifecycle;
 
 pub use lifecycle::*;

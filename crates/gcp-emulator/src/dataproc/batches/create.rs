@@ -3,14 +3,14 @@
 
 use super::*;
 
-pub(super) fn batch_id_ok(id: &str) -> bool {
+fn batch_id_ok(id: &str) -> bool {
     (4..=63).contains(&id.len())
         && id
             .bytes()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
 }
 
-pub(super) fn request_id_ok(id: &str) -> bool {
+fn request_id_ok(id: &str) -> bool {
     id.len() <= 40
         && id
             .bytes()
@@ -39,7 +39,7 @@ fn check_labels(b: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-pub(super) fn check_config(b: &Value) -> ApiResult<()> {
+fn check_config(b: &Value) -> ApiResult<()> {
     let set: Vec<&str> = CONFIGS.iter().copied().filter(|c| b.get(*c).is_some()).collect();
     if set.len() != 1 {
         return Err(ApiError::invalid_field(
@@ -87,7 +87,7 @@ pub(super) fn check_config(b: &Value) -> ApiResult<()> {
 
 /// Checks a create's `requestId`; a repeated one answers with the operation of the create that
 /// first used it.
-pub(super) fn replay_request(w: &Cloud, parent: &str, rid: &str) -> ApiResult<Option<Reply>> {
+fn replay_request(w: &Cloud, parent: &str, rid: &str) -> ApiResult<Option<Reply>> {
     if !request_id_ok(rid) {
         return Err(ApiError::invalid_field(
             "request_id",
@@ -102,7 +102,7 @@ pub(super) fn replay_request(w: &Cloud, parent: &str, rid: &str) -> ApiResult<Op
 }
 
 /// The `batchId` asked for, else the batch's uuid without hyphens.
-pub(super) fn resolve_batch_id(q: &Query, uuid: &str) -> ApiResult<String> {
+fn resolve_batch_id(q: &Query, uuid: &str) -> ApiResult<String> {
     match q.get("batchId") {
         Some(id) if batch_id_ok(id) => Ok(id.to_string()),
         Some(id) => Err(ApiError::invalid_field(
@@ -116,12 +116,7 @@ pub(super) fn resolve_batch_id(q: &Query, uuid: &str) -> ApiResult<String> {
 }
 
 /// Adds the `goog-dataproc-*` labels the service puts on every batch; returns all its labels.
-pub(super) fn add_service_labels(
-    b: &mut Value,
-    batch_id: &str,
-    uuid: &str,
-    location: &str,
-) -> Map<String, Value> {
+fn add_service_labels(b: &mut Value, batch_id: &str, uuid: &str, location: &str) -> Map<String, Value> {
     let mut labels = b["labels"].as_object().cloned().unwrap_or_default();
     labels.insert("goog-dataproc-batch-id".into(), json!(batch_id));
     labels.insert("goog-dataproc-batch-uuid".into(), json!(uuid));
@@ -136,7 +131,7 @@ pub(super) fn add_service_labels(
 
 /// Resolves the runtime version (`default_runtime` when none is given) and fills in the Spark
 /// properties the service sets; returns the create operation's warnings.
-pub(super) fn fill_runtime_config(b: &mut Value, name: &str, default_runtime: &str) -> Vec<&'static str> {
+fn fill_runtime_config(b: &mut Value, name: &str, default_runtime: &str) -> Vec<&'static str> {
     let given = b["runtimeConfig"]["version"].as_str().map(str::to_string);
     let warnings: Vec<&str> = if given.is_none() {
         vec![NO_VERSION_WARNING]
@@ -163,7 +158,7 @@ pub(super) fn fill_runtime_config(b: &mut Value, name: &str, default_runtime: &s
 }
 
 /// Fills in the `environmentConfig` the service returns when the batch leaves it out.
-pub(super) fn fill_environment_config(b: &mut Value) {
+fn fill_environment_config(b: &mut Value) {
     if b.get("environmentConfig").is_none() {
         b["environmentConfig"] = json!({});
     }

@@ -18,6 +18,8 @@ use crate::wire::schema::{self, Svc};
 use crate::wire::time::{parse_duration, ts};
 use serde_json::{Map, Value, json};
 
+// Each part in its own file; the parts share this module's imports and private items
+// (`use super::*`), and what they make public is re-exported here so callers keep their paths.
 mod create;
 mod run;
 

@@ -37,12 +37,7 @@ pub fn cancel_op(w: &mut Cloud, dp: &mut Dataproc, op: &str) -> ApiResult<()> {
 }
 
 /// Appends the current state to `stateHistory` and enters `state`.
-pub(super) fn move_to(
-    b: &mut BatchRec,
-    state: &'static str,
-    message: Option<&str>,
-    at: chrono::DateTime<chrono::Utc>,
-) {
+fn move_to(b: &mut BatchRec, state: &'static str, message: Option<&str>, at: chrono::DateTime<chrono::Utc>) {
     let prev = json!({"state": b.body["state"], "stateStartTime": b.body["stateTime"]});
     if b.body.get("stateHistory").is_none() {
         b.body["stateHistory"] = json!([]);
@@ -226,7 +221,7 @@ pub fn fire(w: &mut Cloud, dp: &mut Dataproc, seq: u64, name: &str) {
     }
 }
 
-pub(super) fn finish(w: &mut Cloud, dp: &mut Dataproc, name: &str, succeeded: bool) {
+fn finish(w: &mut Cloud, dp: &mut Dataproc, name: &str, succeeded: bool) {
     let Some(b) = dp.batches.get(name) else { return };
     let (op, resp) = (b.op.clone(), lro::any(BATCH_TYPE, &b.body));
     let body = b.body.clone();

@@ -12,7 +12,7 @@ const DEFAULT_SCOPES: [&str; 6] = [
     "https://www.googleapis.com/auth/pubsub",
 ];
 
-pub(super) fn node_id_ok(id: &str) -> bool {
+fn node_id_ok(id: &str) -> bool {
     let b = id.as_bytes();
     !b.is_empty()
         && b.len() <= 63

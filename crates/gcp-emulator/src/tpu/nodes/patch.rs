@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) const PATCHABLE: [(&str, &str); 5] = [
+const PATCHABLE: [(&str, &str); 5] = [
     ("description", "description"),
     ("tags", "tags"),
     ("labels", "labels"),
@@ -84,14 +84,14 @@ pub fn patch(w: &mut Cloud, tpu: &mut Tpu, name: &str, q: &Query, body: &Value) 
 }
 
 /// A pending TPU operation whose `metadata.target` is the node.
-pub(super) fn operation_in_flight(w: &Cloud, node: &str) -> Option<String> {
+fn operation_in_flight(w: &Cloud, node: &str) -> Option<String> {
     w.ops
         .iter()
         .find(|(_, o)| o.svc == Svc::Tpu && !o.done() && o.body["metadata"]["target"] == json!(node))
         .map(|(n, _)| n.clone())
 }
 
-pub(super) fn set_path(target: &mut Value, src: &Value, path: &str) {
+fn set_path(target: &mut Value, src: &Value, path: &str) {
     let parts: Vec<&str> = path.split('.').collect();
     let mut s = Some(src);
     for p in &parts {

@@ -30,7 +30,7 @@ pub(super) fn maybe_schedule_workload(w: &mut Cloud, tpu: &mut Tpu, name: &str) 
 
 /// A line of the node's workload container on every host, as docker's `gcplogs` driver writes
 /// it (when the startup script uses it: `logging::workloads`).
-pub(super) fn workload_log(w: &mut Cloud, tpu: &Tpu, name: &str, severity: i32, text: &str) {
+fn workload_log(w: &mut Cloud, tpu: &Tpu, name: &str, severity: i32, text: &str) {
     if !w.cfg.simulate_outputs {
         return;
     }
@@ -45,7 +45,7 @@ pub(super) fn workload_log(w: &mut Cloud, tpu: &Tpu, name: &str, severity: i32, 
 
 /// The workload's next event: its next checkpoint, or its exit when that comes first (or when
 /// it writes no checkpoints).
-pub(super) fn schedule_workload_step(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+fn schedule_workload_step(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
     let Some(end) = tpu.nodes.get(name).and_then(|r| r.workload_end) else {
         return;
     };
@@ -106,7 +106,7 @@ pub(crate) fn container_env(
 
 /// The words of a shell command line up to its end (`\` line continuations joined), with
 /// single quotes removed as the shell does.
-pub(super) fn shell_words(text: &str) -> Vec<String> {
+fn shell_words(text: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;
@@ -150,11 +150,11 @@ pub(super) fn shell_words(text: &str) -> Vec<String> {
 
 /// The `CHECKPOINT_DIR` the node's startup script passes to its container (`-e
 /// 'CHECKPOINT_DIR=gs://…'`, the operator's `docker run` line), ending in `/`.
-pub(super) fn checkpoint_dir(tpu: &Tpu, name: &str) -> Option<String> {
+fn checkpoint_dir(tpu: &Tpu, name: &str) -> Option<String> {
     checkpoint_dir_in(tpu.nodes.get(name)?.body["metadata"]["startup-script"].as_str()?)
 }
 
-pub(super) fn write_checkpoint(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+fn write_checkpoint(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
     if let Some(dir) = checkpoint_dir(tpu, name)
         && let Some(step) = write_checkpoint_to(w, &dir)
     {

@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) fn id_ok(id: &str) -> bool {
+fn id_ok(id: &str) -> bool {
     !id.is_empty()
         && id
             .bytes()
@@ -48,7 +48,7 @@ pub(super) fn spec_node_ids(spec: &Value, i: usize) -> ApiResult<(Vec<String>, b
 
 /// Checks the node specs (and the reservation, spot / guaranteed choice) of a queued resource
 /// to create; none of the nodes it would create may exist yet.
-pub(super) fn check_node_specs(tpu: &Tpu, qr: &Value) -> ApiResult<()> {
+fn check_node_specs(tpu: &Tpu, qr: &Value) -> ApiResult<()> {
     let specs = qr["tpu"]["nodeSpec"].as_array().cloned().unwrap_or_default();
     if specs.is_empty() {
         return Err(ApiError::invalid_field(
@@ -85,10 +85,7 @@ pub(super) fn check_node_specs(tpu: &Tpu, qr: &Value) -> ApiResult<()> {
 
 /// A queueing policy's window, `(validAfter, validUntil)` (`None`: unbounded). Each bound is the
 /// first one set of its absolute time, its duration from `now` and its end of `validInterval`.
-pub(super) fn queueing_window(
-    policy: &Value,
-    now: DateTime<Utc>,
-) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+fn queueing_window(policy: &Value, now: DateTime<Utc>) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
     let bound = |time: &str, duration: &str, interval_end: &str| {
         policy[time]
             .as_str()

@@ -15,6 +15,8 @@ use crate::wire::time::{parse_duration, parse_ts, ts};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
+// Each part in its own file; the parts share this module's imports and private items
+// (`use super::*`), and what they make public is re-exported here so callers keep their paths.
 mod actions;
 mod create;
 mod progress;

@@ -19,7 +19,7 @@ pub fn recheck_waiting(w: &mut Cloud, tpu: &mut Tpu) {
     }
 }
 
-pub(super) fn stocked_out(w: &Cloud, rec: &QrRec) -> bool {
+fn stocked_out(w: &Cloud, rec: &QrRec) -> bool {
     rec.body["tpu"]["nodeSpec"]
         .as_array()
         .into_iter()
@@ -36,7 +36,7 @@ pub(super) fn stocked_out(w: &Cloud, rec: &QrRec) -> bool {
         })
 }
 
-pub(super) fn reschedule(w: &mut Cloud, tpu: &mut Tpu, name: &str, at: DateTime<Utc>) {
+fn reschedule(w: &mut Cloud, tpu: &mut Tpu, name: &str, at: DateTime<Utc>) {
     let t = w.schedule(at, TimerKind::QueuedResource, name);
     if let Some(r) = tpu.qrs.get_mut(name) {
         r.timer = Some(t);
@@ -142,7 +142,7 @@ pub fn fire(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
     }
 }
 
-pub(super) fn provision(w: &mut Cloud, tpu: &mut Tpu, name: &str, rec: &QrRec) {
+fn provision(w: &mut Cloud, tpu: &mut Tpu, name: &str, rec: &QrRec) {
     let mut created = Vec::new();
     let mut failure = None;
     for (i, spec) in rec.body["tpu"]["nodeSpec"]

@@ -65,7 +65,7 @@ fn check_labels(j: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-pub(super) fn check_job(j: &Value) -> ApiResult<()> {
+fn check_job(j: &Value) -> ApiResult<()> {
     let pools = j["jobSpec"]["workerPoolSpecs"]
         .as_array()
         .cloned()
@@ -113,7 +113,7 @@ pub fn v5e_chips(machine_type: &str) -> Option<i64> {
 /// v5e machine types by chip count; whether the service refuses a different count (rather than
 /// ignore it) is not verified (docs/reliability.md, "Not verified against real GCP"): refusing is
 /// the stricter reading, so a client that passes here sends what the docs describe.
-pub(super) fn check_tpu_count(machine: &Value, at: &str) -> ApiResult<()> {
+fn check_tpu_count(machine: &Value, at: &str) -> ApiResult<()> {
     let Some(chips) = machine["machineType"].as_str().and_then(v5e_chips) else {
         return Ok(());
     };

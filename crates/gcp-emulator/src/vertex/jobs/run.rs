@@ -4,7 +4,7 @@
 use super::*;
 
 /// `jobSpec.scheduling.timeout`, or Vertex's default of 7 days.
-pub(super) fn timeout(job: &Value) -> std::time::Duration {
+fn timeout(job: &Value) -> std::time::Duration {
     job["jobSpec"]["scheduling"]["timeout"]
         .as_str()
         .and_then(crate::wire::time::parse_duration)
@@ -14,16 +14,12 @@ pub(super) fn timeout(job: &Value) -> std::time::Duration {
 
 /// When a RUNNING job's simulated run ends: `startTime` + the shorter of `jobRun` and
 /// `scheduling.timeout`.
-pub(super) fn run_end(job: &Value, job_run: std::time::Duration) -> Option<chrono::DateTime<chrono::Utc>> {
+fn run_end(job: &Value, job_run: std::time::Duration) -> Option<chrono::DateTime<chrono::Utc>> {
     let start = job["startTime"].as_str().and_then(crate::wire::time::parse_ts)?;
     Some(Cloud::add(start, job_run.min(timeout(job))))
 }
 
-pub(super) fn run_ends_after(
-    job: &Value,
-    job_run: std::time::Duration,
-    now: chrono::DateTime<chrono::Utc>,
-) -> bool {
+fn run_ends_after(job: &Value, job_run: std::time::Duration, now: chrono::DateTime<chrono::Utc>) -> bool {
     run_end(job, job_run).is_some_and(|end| end > now)
 }
 
@@ -32,7 +28,7 @@ pub(super) fn run_ends_after(
 /// `<baseOutputDirectory>/checkpoints/` ("AIP_CHECKPOINT_DIR = <base_output_directory>/checkpoints/",
 /// aiplatform v1 `CustomJobSpec.baseOutputDirectory`,
 /// https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec). `None` without either.
-pub(super) fn job_checkpoint_dir(job: &Value) -> Option<String> {
+fn job_checkpoint_dir(job: &Value) -> Option<String> {
     let pool = &job["jobSpec"]["workerPoolSpecs"][0];
     let env = pool["containerSpec"]["env"]
         .as_array()
@@ -59,7 +55,7 @@ pub(super) fn job_checkpoint_dir(job: &Value) -> Option<String> {
 }
 
 /// The message a [`crate::faults::Fault::FailJob`] gave for this job (named by its full name or id).
-pub(super) fn failure_message(w: &Cloud, name: &str) -> Option<String> {
+fn failure_message(w: &Cloud, name: &str) -> Option<String> {
     w.faults
         .messages
         .get(name)
@@ -69,7 +65,7 @@ pub(super) fn failure_message(w: &Cloud, name: &str) -> Option<String> {
 
 /// A PENDING job whose location has no training capacity waits on; returns when to look again
 /// (`None`: it expired).
-pub(super) fn wait_for_capacity(
+fn wait_for_capacity(
     j: &mut JobRec,
     job_pending: std::time::Duration,
     now: chrono::DateTime<chrono::Utc>,
@@ -106,7 +102,7 @@ pub(super) fn wait_for_capacity(
 
 /// Ends a RUNNING job's run: FAILED past its `scheduling.timeout` or under a
 /// [`crate::faults::Fault::FailJob`], else SUCCEEDED (with its simulated outputs).
-pub(super) fn end_run(
+fn end_run(
     w: &mut Cloud,
     j: &mut JobRec,
     name: &str,
@@ -156,7 +152,7 @@ pub(super) fn end_run(
 }
 
 /// A line of the job's replica, when simulated workloads write outputs.
-pub(super) fn job_log(w: &mut Cloud, name: &str, severity: i32, text: &str) {
+fn job_log(w: &mut Cloud, name: &str, severity: i32, text: &str) {
     if w.cfg.simulate_outputs {
         crate::logging::workloads::vertex_job(w, name, severity, text);
     }

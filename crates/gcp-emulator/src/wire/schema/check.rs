@@ -81,7 +81,7 @@ fn check_map(svc: Svc, p: &Prop, v: &Value, path: &str, req: bool) -> ApiResult<
 }
 
 /// Returns `None` when the value is the proto3 default (and so is not stored / emitted).
-pub(super) fn check_value(svc: Svc, p: &Prop, v: &Value, path: &str, req: bool) -> ApiResult<Option<Value>> {
+fn check_value(svc: Svc, p: &Prop, v: &Value, path: &str, req: bool) -> ApiResult<Option<Value>> {
     if let Some(r) = &p.reference {
         return check_message(svc, r, v, path, req).map(Some);
     }
@@ -137,7 +137,7 @@ fn check_format(p: &Prop, v: &Value, path: &str, s: &str) -> ApiResult<()> {
     Ok(())
 }
 
-pub(super) fn check_string(p: &Prop, v: &Value, path: &str) -> ApiResult<Option<Value>> {
+fn check_string(p: &Prop, v: &Value, path: &str) -> ApiResult<Option<Value>> {
     if let (Some(names), Some(nums)) = (&p.names, &p.nums) {
         let name = match v {
             Value::String(s) if names.contains(s) => s.clone(),
@@ -183,7 +183,7 @@ pub(super) fn check_string(p: &Prop, v: &Value, path: &str) -> ApiResult<Option<
     Ok((!is_default).then_some(Value::String(s)))
 }
 
-pub(super) fn default_of(p: &Prop) -> Value {
+fn default_of(p: &Prop) -> Value {
     match p.ty.as_deref() {
         Some("integer") | Some("number") => Value::from(0),
         Some("boolean") => Value::Bool(false),

@@ -15,7 +15,7 @@ pub fn enums_to_int(svc: Svc, schema_name: &str, v: &mut Value) {
     }
 }
 
-pub(super) fn prop_to_int(svc: Svc, p: &Prop, v: &mut Value) {
+fn prop_to_int(svc: Svc, p: &Prop, v: &mut Value) {
     if let Some(r) = &p.reference {
         enums_to_int(svc, r, v);
         return;
@@ -49,7 +49,7 @@ pub(super) fn prop_to_int(svc: Svc, p: &Prop, v: &mut Value) {
 }
 
 /// The message type behind an `Any`'s `@type`, for the types that carry enums.
-pub(super) fn any_schema(type_url: &str) -> Option<(Svc, &'static str)> {
+fn any_schema(type_url: &str) -> Option<(Svc, &'static str)> {
     Some(match type_url.strip_prefix("type.googleapis.com/")? {
         "google.cloud.tpu.v2.Node" => (Svc::Tpu, "Node"),
         "google.cloud.tpu.v2.QueuedResource" => (Svc::Tpu, "QueuedResource"),

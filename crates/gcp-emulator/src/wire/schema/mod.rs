@@ -11,6 +11,8 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
+// Each part in its own file; the parts share this module's imports and private items
+// (`use super::*`), and what they make public is re-exported here so callers keep their paths.
 mod check;
 mod enums;
 
