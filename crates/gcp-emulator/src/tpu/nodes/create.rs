@@ -164,7 +164,7 @@ fn check_capacity(w: &mut Cloud, project: &str, zone: &str, name: &str, accel: &
             ),
         ));
     }
-    // Issue 21 item 4: capacity errors in both shapes (faults.rs `CapacityError`).
+    // Issue 21 item 4: capacity errors in both shapes (`faults::Fault::CapacityError`).
     w.faults.doomed_creates.remove(name);
     if let Some(c) = w.faults.capacity_error(zone, &accel.accelerator_type) {
         let err = c.error(project, &accel.accelerator_type);
