@@ -194,40 +194,9 @@ fn handle_inner(
             ok(json!({}))
         }
         (Method::GET, "resources") => ok(resources(&shared.world(), &q)),
-        (Method::GET, r) => {
-            // Bound first: a guard in the match scrutinee would stay locked through the arms.
-            let bodies = resource_bodies(&shared.world(), r);
-            match bodies {
-                Some(items) => ok(json!({"items": items})),
-                None if r == "reservations" => ok(json!({"reservations": shared.world().tpu.reservations})),
-                None if r == "config" => {
-                    ok(serde_json::to_value(&shared.world().cloud.cfg).unwrap_or_default())
-                }
-                None if r.starts_with("buckets/") => bucket_contents(&shared.world(), r),
-                None => Err(unknown_endpoint(method, rest)),
-            }
-        }
-        (Method::POST, "reservations") => {
-            #[derive(Deserialize)]
-            struct Body {
-                name: String,
-                chips: u64,
-            }
-            let b: Body = parse_body(body)?;
-            create_reservation(&mut shared.world(), &b.name, b.chips)?;
-            ok(json!({}))
-        }
-        (Method::POST, "buckets") => {
-            let b: BucketBody = parse_body(body)?;
-            let mut w = shared.world();
-            crate::storage::buckets::create(
-                &mut w.cloud,
-                &b.name,
-                b.project.as_deref().unwrap_or("emulator"),
-                &json!({}),
-            )?;
-            ok(w.cloud.buckets[&b.name].meta.clone())
-        }
+        (Method::GET, _) => get_other(shared, method, rest),
+        (Method::POST, "reservations") => ok(post_reservation(shared, body)?),
+        (Method::POST, "buckets") => ok(post_bucket(shared, body)?),
         (Method::POST, "reset") => {
             shared.world().reset();
             ok(json!({}))
@@ -239,6 +208,46 @@ fn handle_inner(
         }
         _ => Err(unknown_endpoint(method, rest)),
     }
+}
+
+/// GET of anything else: a resource collection, the reservations, the config, or a bucket's
+/// contents.
+fn get_other(shared: &Shared, method: &Method, rest: &str) -> ApiResult<Response> {
+    let ok = |v: Value| Ok(reply(StatusCode::OK, v));
+    // Bound first: a guard in the match scrutinee would stay locked through the arms.
+    let bodies = resource_bodies(&shared.world(), rest);
+    match bodies {
+        Some(items) => ok(json!({"items": items})),
+        None if rest == "reservations" => ok(json!({"reservations": shared.world().tpu.reservations})),
+        None if rest == "config" => ok(serde_json::to_value(&shared.world().cloud.cfg).unwrap_or_default()),
+        None if rest.starts_with("buckets/") => bucket_contents(&shared.world(), rest),
+        None => Err(unknown_endpoint(method, rest)),
+    }
+}
+
+/// POST reservations: a named TPU reservation of `chips` chips.
+fn post_reservation(shared: &Shared, body: &Bytes) -> ApiResult<Value> {
+    #[derive(Deserialize)]
+    struct Body {
+        name: String,
+        chips: u64,
+    }
+    let b: Body = parse_body(body)?;
+    create_reservation(&mut shared.world(), &b.name, b.chips)?;
+    Ok(json!({}))
+}
+
+/// POST buckets: a bucket (in project `emulator` unless one is given); replies its metadata.
+fn post_bucket(shared: &Shared, body: &Bytes) -> ApiResult<Value> {
+    let b: BucketBody = parse_body(body)?;
+    let mut w = shared.world();
+    crate::storage::buckets::create(
+        &mut w.cloud,
+        &b.name,
+        b.project.as_deref().unwrap_or("emulator"),
+        &json!({}),
+    )?;
+    Ok(w.cloud.buckets[&b.name].meta.clone())
 }
 
 fn unknown_endpoint(method: &Method, rest: &str) -> ApiError {

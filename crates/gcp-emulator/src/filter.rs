@@ -38,6 +38,42 @@ fn bad(filter: &str, why: &str) -> ApiError {
     ApiError::invalid_field("filter", format!("Invalid filter \"{filter}\": {why}"))
 }
 
+/// The rest of a quoted text from `cs[*i]` (after its opening `quote`) to its closing quote,
+/// backslash escapes resolved; `*i` ends past the closing quote.
+fn quoted(f: &str, cs: &[char], i: &mut usize, quote: char, unterminated: &str) -> ApiResult<String> {
+    let mut s = String::new();
+    while *i < cs.len() && cs[*i] != quote {
+        if cs[*i] == '\\' && *i + 1 < cs.len() {
+            *i += 1;
+        }
+        s.push(cs[*i]);
+        *i += 1;
+    }
+    if *i >= cs.len() {
+        return Err(bad(f, unterminated));
+    }
+    *i += 1;
+    Ok(s)
+}
+
+/// A bare word (a field path or value) from `cs[*i]`, whose first character is `c`.
+fn word(f: &str, cs: &[char], i: &mut usize, c: char) -> ApiResult<String> {
+    let mut s = String::new();
+    while *i < cs.len() && !" \t\n()=:!<>\"'".contains(cs[*i]) {
+        s.push(cs[*i]);
+        *i += 1;
+        // A quoted path segment (Logging: `labels."k8s-pod/app"`) continues the word.
+        if s.ends_with('.') && cs.get(*i) == Some(&'"') {
+            *i += 1;
+            s.push_str(&quoted(f, cs, i, '"', "unterminated quoted field name")?);
+        }
+    }
+    if s.is_empty() {
+        return Err(bad(f, &format!("unexpected character '{c}'")));
+    }
+    Ok(s)
+}
+
 fn lex(f: &str) -> ApiResult<Vec<Tok>> {
     let cs: Vec<char> = f.chars().collect();
     let mut i = 0;
@@ -55,20 +91,8 @@ fn lex(f: &str) -> ApiResult<Vec<Tok>> {
                 i += 1
             }
             '"' | '\'' => {
-                let mut s = String::new();
                 i += 1;
-                while i < cs.len() && cs[i] != c {
-                    if cs[i] == '\\' && i + 1 < cs.len() {
-                        i += 1;
-                    }
-                    s.push(cs[i]);
-                    i += 1;
-                }
-                if i >= cs.len() {
-                    return Err(bad(f, "unterminated string"));
-                }
-                i += 1;
-                out.push(Tok::Str(s));
+                out.push(Tok::Str(quoted(f, &cs, &mut i, c, "unterminated string")?));
             }
             '=' => {
                 out.push(Tok::Op(Op::Eq));
@@ -92,32 +116,7 @@ fn lex(f: &str) -> ApiResult<Vec<Tok>> {
                 }));
                 i += if eq { 2 } else { 1 };
             }
-            _ => {
-                let mut s = String::new();
-                while i < cs.len() && !" \t\n()=:!<>\"'".contains(cs[i]) {
-                    s.push(cs[i]);
-                    i += 1;
-                    // A quoted path segment (Logging: `labels."k8s-pod/app"`) continues the word.
-                    if s.ends_with('.') && cs.get(i) == Some(&'"') {
-                        i += 1;
-                        while i < cs.len() && cs[i] != '"' {
-                            if cs[i] == '\\' && i + 1 < cs.len() {
-                                i += 1;
-                            }
-                            s.push(cs[i]);
-                            i += 1;
-                        }
-                        if i >= cs.len() {
-                            return Err(bad(f, "unterminated quoted field name"));
-                        }
-                        i += 1;
-                    }
-                }
-                if s.is_empty() {
-                    return Err(bad(f, &format!("unexpected character '{c}'")));
-                }
-                out.push(Tok::Word(s));
-            }
+            _ => out.push(Tok::Word(word(f, &cs, &mut i, c)?)),
         }
     }
     Ok(out)

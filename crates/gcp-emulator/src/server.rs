@@ -92,6 +92,68 @@ fn build_req(method: Method, rest: &str, cloud: bool, uri: &Uri, headers: &Heade
     }
 }
 
+/// Builds and routes a call to one of the Google APIs (any target but the admin API): its
+/// service, the request, and its route and method id (`None`: no such method).
+fn route_call(
+    t: Target,
+    method: Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> (Svc, Req, Option<(Routed, &'static str)>) {
+    match t {
+        Target::Cloud(svc, rest) => {
+            let req = build_req(method, &rest, true, uri, headers, body);
+            let routed = match svc {
+                Svc::Tpu => crate::tpu::route(&req).map(|(r, m)| (Routed::Tpu(r), m)),
+                Svc::Dataproc => crate::dataproc::route(&req).map(|(r, m)| (Routed::Dataproc(r), m)),
+                Svc::Logging => crate::logging::route(&req).map(|(r, m)| (Routed::Logging(r), m)),
+                _ => crate::vertex::route(&req).map(|(r, m)| (Routed::Vertex(r), m)),
+            };
+            (svc, req, routed)
+        }
+        Target::Compute(rest) => {
+            let req = build_req(method, &rest, false, uri, headers, body);
+            let routed = crate::compute::route(&req).map(|(r, m)| (Routed::Compute(r), m));
+            (Svc::Compute, req, routed)
+        }
+        Target::Storage(root, rest) => {
+            let req = build_req(method, &rest, false, uri, headers, body);
+            let routed = crate::storage::route(root, &req).map(|(r, m)| (Routed::Storage(r), m));
+            (Svc::Storage, req, routed)
+        }
+        Target::Admin(_) => unreachable!("dispatch serves the admin API itself"),
+    }
+}
+
+/// Runs a routed call on the world, then the transitions it scheduled for now; a lost reply
+/// turns its success into the fault's error (the call was still carried out).
+fn run(
+    shared: &Shared,
+    routed: Routed,
+    req: &Req,
+    method_id: &str,
+    lost: Option<(Code, String)>,
+) -> Result<Reply, ApiError> {
+    let mut guard = shared.world();
+    let w = &mut *guard;
+    let res = match routed {
+        Routed::Tpu(r) => crate::tpu::handle(&mut w.cloud, &mut w.tpu, req, r, method_id),
+        Routed::Dataproc(r) => crate::dataproc::handle(&mut w.cloud, &mut w.dataproc, req, r, method_id),
+        Routed::Vertex(r) => crate::vertex::handle(&mut w.cloud, &mut w.vertex, req, r, method_id),
+        Routed::Storage(r) => crate::storage::handle(&mut w.cloud, req, r, method_id),
+        Routed::Compute(r) => crate::compute::handle(&mut w.cloud, &mut w.compute, req, r, method_id),
+        Routed::Logging(r) => crate::logging::handle(&mut w.cloud, req, r),
+    };
+    // Zero-length transitions scheduled by this call happen before the reply.
+    let now = shared.clock.now();
+    w.tick(now);
+    match (res, lost) {
+        (Ok(_), Some((code, msg))) => Err(ApiError::new(code, msg)),
+        (res, _) => res,
+    }
+}
+
 async fn dispatch(
     State(shared): State<Arc<Shared>>,
     method: Method,
@@ -106,26 +168,7 @@ async fn dispatch(
     };
     let (svc, req, routed) = match t {
         Target::Admin(rest) => return crate::admin::handle(&shared, method, &rest, &uri, body).await,
-        Target::Cloud(svc, rest) => {
-            let req = build_req(method, &rest, true, &uri, &headers, body);
-            let routed = match svc {
-                Svc::Tpu => crate::tpu::route(&req).map(|(r, m)| (Routed::Tpu(r), m)),
-                Svc::Dataproc => crate::dataproc::route(&req).map(|(r, m)| (Routed::Dataproc(r), m)),
-                Svc::Logging => crate::logging::route(&req).map(|(r, m)| (Routed::Logging(r), m)),
-                _ => crate::vertex::route(&req).map(|(r, m)| (Routed::Vertex(r), m)),
-            };
-            (svc, req, routed)
-        }
-        Target::Compute(rest) => {
-            let req = build_req(method, &rest, false, &uri, &headers, body);
-            let routed = crate::compute::route(&req).map(|(r, m)| (Routed::Compute(r), m));
-            (Svc::Compute, req, routed)
-        }
-        Target::Storage(root, rest) => {
-            let req = build_req(method, &rest, false, &uri, &headers, body);
-            let routed = crate::storage::route(root, &req).map(|(r, m)| (Routed::Storage(r), m));
-            (Svc::Storage, req, routed)
-        }
+        t => route_call(t, method, &uri, &headers, body),
     };
     let enum_int = req.query.enum_int();
     let Some((routed, method_id)) = routed else {
@@ -148,29 +191,7 @@ async fn dispatch(
     }
     let res = match failure {
         Some((code, msg)) => Err(ApiError::new(code, msg)),
-        None => {
-            let mut guard = shared.world();
-            let w = &mut *guard;
-            let res = match routed {
-                Routed::Tpu(r) => crate::tpu::handle(&mut w.cloud, &mut w.tpu, &req, r, method_id),
-                Routed::Dataproc(r) => {
-                    crate::dataproc::handle(&mut w.cloud, &mut w.dataproc, &req, r, method_id)
-                }
-                Routed::Vertex(r) => crate::vertex::handle(&mut w.cloud, &mut w.vertex, &req, r, method_id),
-                Routed::Storage(r) => crate::storage::handle(&mut w.cloud, &req, r, method_id),
-                Routed::Compute(r) => {
-                    crate::compute::handle(&mut w.cloud, &mut w.compute, &req, r, method_id)
-                }
-                Routed::Logging(r) => crate::logging::handle(&mut w.cloud, &req, r),
-            };
-            // Zero-length transitions scheduled by this call happen before the reply.
-            let now = shared.clock.now();
-            w.tick(now);
-            match (res, lost) {
-                (Ok(_), Some((code, msg))) => Err(ApiError::new(code, msg)),
-                (res, _) => res,
-            }
-        }
+        None => run(&shared, routed, &req, method_id, lost),
     };
     let res = match res {
         Err(mut e) if svc == Svc::Storage && e.gcs_reason.is_none() => {

@@ -46,6 +46,66 @@ impl ResizeRec {
 const MIN_RUN: i64 = 600;
 const MAX_RUN: i64 = 7 * 24 * 3600;
 
+/// `resizeBy`, the only form supported, which must be > 0.
+fn checked_resize_by(v: &Value) -> ApiResult<i64> {
+    if !v["instances"].is_null() {
+        return Err(errors::invalid_field(
+            "resource.instances",
+            "",
+            "The emulator supports resizeBy only.",
+        ));
+    }
+    let by = v["resizeBy"].as_i64().unwrap_or(0);
+    if by <= 0 {
+        return Err(errors::invalid_field(
+            "resource.resizeBy",
+            &by.to_string(),
+            "Must be > 0.",
+        ));
+    }
+    Ok(by)
+}
+
+/// `requestedRunDuration` must be within [10 minutes, 7 days], and is required for a flex-start
+/// template.
+fn check_run_duration(v: &Value, flex: bool) -> ApiResult<()> {
+    let run = v["requestedRunDuration"]["seconds"]
+        .as_str()
+        .and_then(|s| s.parse::<i64>().ok());
+    match run {
+        None if flex => return Err(errors::required("resource.requestedRunDuration")),
+        Some(s) if !(MIN_RUN..=MAX_RUN).contains(&s) => {
+            return Err(errors::invalid_field(
+                "resource.requestedRunDuration.seconds",
+                &s.to_string(),
+                "The run duration must be between 10 minutes and 7 days.",
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// VMs asked for by the MIG's resize requests not yet granted (CREATING or ACCEPTED).
+fn queued_by(ce: &ComputeState, igm_key: &str) -> i64 {
+    ce.resize
+        .values()
+        .filter(|r| r.igm == igm_key && !r.granted && matches!(r.state(), "CREATING" | "ACCEPTED"))
+        .map(ResizeRec::resize_by)
+        .sum()
+}
+
+/// The output-only fields of a new resize request; it starts CREATING.
+fn fill_output_fields(w: &mut Cloud, v: &mut Value, scope: &str, key: &str) {
+    v["kind"] = json!("compute#instanceGroupManagerResizeRequest");
+    v["id"] = json!(super::numeric_id(w));
+    v["creationTimestamp"] = json!(ts(w.now));
+    v["selfLink"] = json!(format!("{BASE}{key}"));
+    v["zone"] = json!(format!("{BASE}{scope}"));
+    v["state"] = json!("CREATING");
+    v["status"] = json!({});
+}
+
 pub fn insert(
     w: &mut Cloud,
     ce: &mut ComputeState,
@@ -69,55 +129,17 @@ pub fn insert(
     if ce.resize.contains_key(&key) {
         return Err(errors::already_exists(&key));
     }
-    if !v["instances"].is_null() {
-        return Err(errors::invalid_field(
-            "resource.instances",
-            "",
-            "The emulator supports resizeBy only.",
-        ));
-    }
-    let by = v["resizeBy"].as_i64().unwrap_or(0);
-    if by <= 0 {
-        return Err(errors::invalid_field(
-            "resource.resizeBy",
-            &by.to_string(),
-            "Must be > 0.",
-        ));
-    }
+    let by = checked_resize_by(&v)?;
     let flex = ce
         .templates
         .get(&g.template)
         .is_some_and(templates::is_flex_start);
-    let run = v["requestedRunDuration"]["seconds"]
-        .as_str()
-        .and_then(|s| s.parse::<i64>().ok());
-    match run {
-        None if flex => return Err(errors::required("resource.requestedRunDuration")),
-        Some(s) if !(MIN_RUN..=MAX_RUN).contains(&s) => {
-            return Err(errors::invalid_field(
-                "resource.requestedRunDuration.seconds",
-                &s.to_string(),
-                "The run duration must be between 10 minutes and 7 days.",
-            ));
-        }
-        _ => {}
-    }
+    check_run_duration(&v, flex)?;
     // Everything already asked for must still fit the workload policy's topology.
-    let queued: i64 = ce
-        .resize
-        .values()
-        .filter(|r| r.igm == igm_key && !r.granted && matches!(r.state(), "CREATING" | "ACCEPTED"))
-        .map(ResizeRec::resize_by)
-        .sum();
+    let queued = queued_by(ce, igm_key);
     igm::check_topology(ce, g.policy.as_deref(), g.machine, g.target_size + queued + by)?;
     let zone = scope.rsplit('/').next().unwrap_or_default().to_string();
-    v["kind"] = json!("compute#instanceGroupManagerResizeRequest");
-    v["id"] = json!(super::numeric_id(w));
-    v["creationTimestamp"] = json!(ts(w.now));
-    v["selfLink"] = json!(format!("{BASE}{key}"));
-    v["zone"] = json!(format!("{BASE}{scope}"));
-    v["state"] = json!("CREATING");
-    v["status"] = json!({});
+    fill_output_fields(w, &mut v, scope, &key);
     let op = operations::start(
         w,
         ce,

@@ -109,18 +109,8 @@ fn known_fields(body: &Value, known: &[&str]) -> ApiResult<()> {
 const DEFAULT_PAGE_SIZE: usize = 50;
 const MAX_PAGE_SIZE: i64 = 1000;
 
-fn list(w: &Cloud, body: &Value, enum_int: bool) -> ApiResult<Value> {
-    known_fields(
-        body,
-        &[
-            "resourceNames",
-            "projectIds",
-            "filter",
-            "orderBy",
-            "pageSize",
-            "pageToken",
-        ],
-    )?;
+/// The project numbers `resourceNames` names (`projects/{project}` only; at least one).
+fn projects(w: &Cloud, body: &Value) -> ApiResult<Vec<u64>> {
     let projects: Vec<u64> = body["resourceNames"]
         .as_array()
         .map(|names| {
@@ -144,6 +134,22 @@ fn list(w: &Cloud, body: &Value, enum_int: bool) -> ApiResult<Value> {
             "resourceNames: at least one resource name is required",
         ));
     }
+    Ok(projects)
+}
+
+fn list(w: &Cloud, body: &Value, enum_int: bool) -> ApiResult<Value> {
+    known_fields(
+        body,
+        &[
+            "resourceNames",
+            "projectIds",
+            "filter",
+            "orderBy",
+            "pageSize",
+            "pageToken",
+        ],
+    )?;
+    let projects = projects(w, body)?;
     let newest_first = match body["orderBy"].as_str().unwrap_or("").trim() {
         "" | "timestamp asc" | "timestamp" => false,
         "timestamp desc" => true,

@@ -4,7 +4,7 @@
 use super::{no_bucket, no_object};
 use crate::api::{Body, Reply, Req};
 use crate::blobs::hash::base64;
-use crate::blobs::put_object;
+use crate::blobs::{Bucket, put_object};
 use crate::cloud::Cloud;
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::wire::Query;
@@ -16,16 +16,9 @@ enum Entry {
     Prefix(String),
 }
 
-pub fn list(w: &Cloud, bucket: &str, q: &Query) -> ApiResult<Reply> {
-    let b = w.buckets.get(bucket).ok_or_else(no_bucket)?;
-    let prefix = q.get("prefix").unwrap_or("");
-    let delimiter = q.get("delimiter");
-    let start = q.get("startOffset");
-    let end = q.get("endOffset");
-    let trailing = q
-        .get("includeTrailingDelimiter")
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let max = match q.get("maxResults") {
+/// `maxResults`, within [1, 1000] (1000 when not given).
+fn max_results(q: &Query) -> ApiResult<usize> {
+    Ok(match q.get("maxResults") {
         None => 1000,
         Some(v) => v.parse::<usize>().map_err(|_| {
             ApiError::gcs(
@@ -35,7 +28,20 @@ pub fn list(w: &Cloud, bucket: &str, q: &Query) -> ApiResult<Reply> {
             )
         })?,
     }
-    .clamp(1, 1000);
+    .clamp(1, 1000))
+}
+
+/// The bucket's objects under `prefix` within [`startOffset`, `endOffset`), in name order, with
+/// the names past a `delimiter` rolled up into their prefix (the object too when it is that
+/// prefix's directory marker and `includeTrailingDelimiter` is set).
+fn entries(b: &Bucket, q: &Query) -> Vec<(String, Entry)> {
+    let prefix = q.get("prefix").unwrap_or("");
+    let delimiter = q.get("delimiter");
+    let start = q.get("startOffset");
+    let end = q.get("endOffset");
+    let trailing = q
+        .get("includeTrailingDelimiter")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let mut entries: Vec<(String, Entry)> = Vec::new();
     for (name, obj) in b
         .objects
@@ -59,14 +65,22 @@ pub fn list(w: &Cloud, bucket: &str, q: &Query) -> ApiResult<Reply> {
         }
         entries.push((name.clone(), Entry::Object(obj.meta.clone())));
     }
-    // Page token: the key after which to continue (GCS tokens are opaque; ours is base64 of it).
-    let after = match q.get("pageToken") {
+    entries
+}
+
+/// The key after which to continue (GCS tokens are opaque; ours is base64 of it).
+fn page_after(q: &Query) -> ApiResult<Option<String>> {
+    Ok(match q.get("pageToken") {
         None => None,
         Some(t) => Some(
             decode_token(t)
                 .ok_or_else(|| ApiError::gcs(Code::InvalidArgument, "invalid", "Invalid page token."))?,
         ),
-    };
+    })
+}
+
+/// One page of at most `max` entries after `after`: the objects list body.
+fn page(entries: Vec<(String, Entry)>, after: Option<String>, max: usize) -> Value {
     let mut items = Vec::new();
     let mut prefixes = Vec::new();
     let mut last = None;
@@ -96,7 +110,15 @@ pub fn list(w: &Cloud, bucket: &str, q: &Query) -> ApiResult<Reply> {
     if !items.is_empty() {
         out.insert("items".into(), Value::Array(items));
     }
-    Ok(Reply::json(Value::Object(out)))
+    Value::Object(out)
+}
+
+pub fn list(w: &Cloud, bucket: &str, q: &Query) -> ApiResult<Reply> {
+    let b = w.buckets.get(bucket).ok_or_else(no_bucket)?;
+    let max = max_results(q)?;
+    let entries = entries(b, q);
+    let after = page_after(q)?;
+    Ok(Reply::json(page(entries, after, max)))
 }
 
 fn decode_token(t: &str) -> Option<String> {
@@ -234,13 +256,14 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-pub fn insert(w: &mut Cloud, bucket: &str, req: &Req) -> ApiResult<Reply> {
-    let q = &req.query;
+/// The upload in an insert's request: the object's metadata, content type and data, by
+/// `uploadType` (`media`, `multipart`, or none: metadata only, an empty object).
+fn upload(req: &Req) -> ApiResult<(Value, String, Bytes)> {
     let header_ct = req
         .content_type
         .clone()
         .unwrap_or_else(|| "application/octet-stream".into());
-    let (meta, content_type, data) = match q.get("uploadType") {
+    Ok(match req.query.get("uploadType") {
         Some("multipart") => {
             let (meta, ct, data) = split_multipart(&header_ct, &req.body)?;
             let ct = meta["contentType"]
@@ -283,7 +306,12 @@ pub fn insert(w: &mut Cloud, bucket: &str, req: &Req) -> ApiResult<Reply> {
                 .to_string();
             (meta, ct, Bytes::new())
         }
-    };
+    })
+}
+
+pub fn insert(w: &mut Cloud, bucket: &str, req: &Req) -> ApiResult<Reply> {
+    let q = &req.query;
+    let (meta, content_type, data) = upload(req)?;
     let name = q
         .get("name")
         .map(str::to_string)

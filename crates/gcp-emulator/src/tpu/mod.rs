@@ -107,16 +107,7 @@ pub fn route(req: &Req) -> Option<(Route, &'static str)> {
             "locations.get",
         ),
         ["projects", p, "locations", z, coll] if verb.is_none() => {
-            let id = match (*coll, m.clone()) {
-                ("nodes", Method::GET) => "nodes.list",
-                ("nodes", Method::POST) => "nodes.create",
-                ("queuedResources", Method::GET) => "queuedResources.list",
-                ("queuedResources", Method::POST) => "queuedResources.create",
-                ("operations", Method::GET) => "operations.list",
-                ("acceleratorTypes", Method::GET) => "acceleratorTypes.list",
-                ("runtimeVersions", Method::GET) => "runtimeVersions.list",
-                _ => return None,
-            };
+            let id = collection_method(coll, m)?;
             (
                 Route::Collection {
                     project: p.to_string(),
@@ -127,23 +118,7 @@ pub fn route(req: &Req) -> Option<(Route, &'static str)> {
             )
         }
         ["projects", p, "locations", z, coll, id] => {
-            let mid = match (*coll, m.clone(), verb) {
-                ("nodes", Method::GET, None) => "nodes.get",
-                ("nodes", Method::DELETE, None) => "nodes.delete",
-                ("nodes", Method::PATCH, None) => "nodes.patch",
-                ("nodes", Method::POST, Some("stop")) => "nodes.stop",
-                ("nodes", Method::POST, Some("start")) => "nodes.start",
-                ("nodes", Method::POST, Some("getGuestAttributes")) => "nodes.getGuestAttributes",
-                ("queuedResources", Method::GET, None) => "queuedResources.get",
-                ("queuedResources", Method::DELETE, None) => "queuedResources.delete",
-                ("queuedResources", Method::POST, Some("reset")) => "queuedResources.reset",
-                ("operations", Method::GET, None) => "operations.get",
-                ("operations", Method::DELETE, None) => "operations.delete",
-                ("operations", Method::POST, Some("cancel")) => "operations.cancel",
-                ("acceleratorTypes", Method::GET, None) => "acceleratorTypes.get",
-                ("runtimeVersions", Method::GET, None) => "runtimeVersions.get",
-                _ => return None,
-            };
+            let mid = item_method(coll, m, verb)?;
             let r = Route::Item {
                 project: p.to_string(),
                 zone: z.to_string(),
@@ -166,43 +141,10 @@ pub fn handle(w: &mut Cloud, tpu: &mut Tpu, req: &Req, route: Route, method: &st
                 .collect();
             Ok(Reply::json(list_body("locations", locs, None)))
         }
-        Route::LocationsGet { project, zone } => {
-            if method == "locations.generateServiceIdentity" {
-                let n = w.project_number(&project);
-                return Ok(Reply::json(json!({"identity": {
-                    "email": format!("service-{n}@cloud-tpu.iam.gserviceaccount.com"),
-                    "uniqueId": (n * 1000 + 1).to_string()}})));
-            }
-            if !catalog::ZONES.contains(&zone.as_str()) {
-                return Err(ApiError::not_found(format!(
-                    "Location projects/{project}/locations/{zone} not found"
-                )));
-            }
-            Ok(Reply::json(
-                json!({"name": format!("projects/{project}/locations/{zone}"), "locationId": zone}),
-            ))
-        }
+        Route::LocationsGet { project, zone } => location_get(w, &project, &zone, method),
         Route::Collection { project, zone, coll } => {
             w.project_number(&project);
-            let parent = format!("projects/{project}/locations/{zone}");
-            match method {
-                "nodes.create" => nodes::create(w, tpu, &project, &zone, &req.query, &req.json()?),
-                "nodes.list" => nodes::list(tpu, &parent, &req.query),
-                "queuedResources.create" => queued::create(w, tpu, &project, &zone, &req.query, &req.json()?),
-                "queuedResources.list" => queued::list(tpu, &parent, &req.query),
-                "operations.list" => {
-                    let all = lro::list(&w.ops, Svc::Tpu, &parent, req.query.get("filter"))?;
-                    let (items, next) = PAGING.page(&all, &req.query)?;
-                    Ok(Reply::ops(list_body("operations", items, next)))
-                }
-                "acceleratorTypes.list" => {
-                    catalog_list(catalog::accelerator_types(&parent), "acceleratorTypes", req)
-                }
-                "runtimeVersions.list" => {
-                    catalog_list(catalog::runtime_versions(&parent), "runtimeVersions", req)
-                }
-                _ => Err(no_route(&req.method, &coll)),
-            }
+            collection(w, tpu, req, &project, &zone, &coll, method)
         }
         Route::Item {
             project,
@@ -211,40 +153,122 @@ pub fn handle(w: &mut Cloud, tpu: &mut Tpu, req: &Req, route: Route, method: &st
             id,
         } => {
             let name = format!("projects/{project}/locations/{zone}/{coll}/{id}");
-            match method {
-                "nodes.get" => nodes::get(tpu, &name),
-                "nodes.delete" => nodes::delete(w, tpu, &name),
-                "nodes.patch" => nodes::patch(w, tpu, &name, &req.query, &req.json()?),
-                "nodes.stop" => nodes::stop(w, tpu, &name),
-                "nodes.start" => nodes::start(w, tpu, &name),
-                "nodes.getGuestAttributes" => nodes::guest_attributes(tpu, &name, &req.json()?),
-                "queuedResources.get" => queued::get(tpu, &name),
-                "queuedResources.delete" => queued::delete(w, tpu, &name, &req.query),
-                "queuedResources.reset" => queued::reset(w, tpu, &name),
-                "operations.get" => Ok(Reply::op(lro::get(&w.ops, Svc::Tpu, &name)?.body.clone())),
-                "operations.delete" => lro::delete(&mut w.ops, Svc::Tpu, &name).map(Reply::json),
-                "operations.cancel" => {
-                    lro::get(&w.ops, Svc::Tpu, &name)?;
-                    // TPU operations are not cancellable in practice; the request is recorded.
-                    if let Some(op) = w.ops.get_mut(&name)
-                        && !op.done()
-                    {
-                        op.body["metadata"]["cancelRequested"] = json!(true);
-                    }
-                    Ok(Reply::json(json!({})))
-                }
-                "acceleratorTypes.get" => catalog_get(
-                    catalog::accelerator_types(&format!("projects/{project}/locations/{zone}")),
-                    &name,
-                ),
-                "runtimeVersions.get" => catalog_get(
-                    catalog::runtime_versions(&format!("projects/{project}/locations/{zone}")),
-                    &name,
-                ),
-                _ => Err(no_route(&req.method, &name)),
-            }
+            let parent = format!("projects/{project}/locations/{zone}");
+            item(w, tpu, req, &name, &parent, method)
         }
     }
+}
+
+/// The method id of a call on a collection (`None`: no such method).
+fn collection_method(coll: &str, m: &Method) -> Option<&'static str> {
+    Some(match (coll, m.clone()) {
+        ("nodes", Method::GET) => "nodes.list",
+        ("nodes", Method::POST) => "nodes.create",
+        ("queuedResources", Method::GET) => "queuedResources.list",
+        ("queuedResources", Method::POST) => "queuedResources.create",
+        ("operations", Method::GET) => "operations.list",
+        ("acceleratorTypes", Method::GET) => "acceleratorTypes.list",
+        ("runtimeVersions", Method::GET) => "runtimeVersions.list",
+        _ => return None,
+    })
+}
+
+/// The method id of a call on one item, custom verbs included (`None`: no such method).
+fn item_method(coll: &str, m: &Method, verb: Option<&str>) -> Option<&'static str> {
+    Some(match (coll, m.clone(), verb) {
+        ("nodes", Method::GET, None) => "nodes.get",
+        ("nodes", Method::DELETE, None) => "nodes.delete",
+        ("nodes", Method::PATCH, None) => "nodes.patch",
+        ("nodes", Method::POST, Some("stop")) => "nodes.stop",
+        ("nodes", Method::POST, Some("start")) => "nodes.start",
+        ("nodes", Method::POST, Some("getGuestAttributes")) => "nodes.getGuestAttributes",
+        ("queuedResources", Method::GET, None) => "queuedResources.get",
+        ("queuedResources", Method::DELETE, None) => "queuedResources.delete",
+        ("queuedResources", Method::POST, Some("reset")) => "queuedResources.reset",
+        ("operations", Method::GET, None) => "operations.get",
+        ("operations", Method::DELETE, None) => "operations.delete",
+        ("operations", Method::POST, Some("cancel")) => "operations.cancel",
+        ("acceleratorTypes", Method::GET, None) => "acceleratorTypes.get",
+        ("runtimeVersions", Method::GET, None) => "runtimeVersions.get",
+        _ => return None,
+    })
+}
+
+/// locations.get and locations.generateServiceIdentity.
+fn location_get(w: &mut Cloud, project: &str, zone: &str, method: &str) -> ApiResult<Reply> {
+    if method == "locations.generateServiceIdentity" {
+        let n = w.project_number(project);
+        return Ok(Reply::json(json!({"identity": {
+            "email": format!("service-{n}@cloud-tpu.iam.gserviceaccount.com"),
+            "uniqueId": (n * 1000 + 1).to_string()}})));
+    }
+    if !catalog::ZONES.contains(&zone) {
+        return Err(ApiError::not_found(format!(
+            "Location projects/{project}/locations/{zone} not found"
+        )));
+    }
+    Ok(Reply::json(
+        json!({"name": format!("projects/{project}/locations/{zone}"), "locationId": zone}),
+    ))
+}
+
+/// The calls on a collection: create and list.
+fn collection(
+    w: &mut Cloud,
+    tpu: &mut Tpu,
+    req: &Req,
+    project: &str,
+    zone: &str,
+    coll: &str,
+    method: &str,
+) -> ApiResult<Reply> {
+    let parent = format!("projects/{project}/locations/{zone}");
+    match method {
+        "nodes.create" => nodes::create(w, tpu, project, zone, &req.query, &req.json()?),
+        "nodes.list" => nodes::list(tpu, &parent, &req.query),
+        "queuedResources.create" => queued::create(w, tpu, project, zone, &req.query, &req.json()?),
+        "queuedResources.list" => queued::list(tpu, &parent, &req.query),
+        "operations.list" => {
+            let all = lro::list(&w.ops, Svc::Tpu, &parent, req.query.get("filter"))?;
+            let (items, next) = PAGING.page(&all, &req.query)?;
+            Ok(Reply::ops(list_body("operations", items, next)))
+        }
+        "acceleratorTypes.list" => catalog_list(catalog::accelerator_types(&parent), "acceleratorTypes", req),
+        "runtimeVersions.list" => catalog_list(catalog::runtime_versions(&parent), "runtimeVersions", req),
+        _ => Err(no_route(&req.method, coll)),
+    }
+}
+
+/// The calls on one item (`name`, in the location `parent`).
+fn item(w: &mut Cloud, tpu: &mut Tpu, req: &Req, name: &str, parent: &str, method: &str) -> ApiResult<Reply> {
+    match method {
+        "nodes.get" => nodes::get(tpu, name),
+        "nodes.delete" => nodes::delete(w, tpu, name),
+        "nodes.patch" => nodes::patch(w, tpu, name, &req.query, &req.json()?),
+        "nodes.stop" => nodes::stop(w, tpu, name),
+        "nodes.start" => nodes::start(w, tpu, name),
+        "nodes.getGuestAttributes" => nodes::guest_attributes(tpu, name, &req.json()?),
+        "queuedResources.get" => queued::get(tpu, name),
+        "queuedResources.delete" => queued::delete(w, tpu, name, &req.query),
+        "queuedResources.reset" => queued::reset(w, tpu, name),
+        "operations.get" => Ok(Reply::op(lro::get(&w.ops, Svc::Tpu, name)?.body.clone())),
+        "operations.delete" => lro::delete(&mut w.ops, Svc::Tpu, name).map(Reply::json),
+        "operations.cancel" => cancel_operation(w, name),
+        "acceleratorTypes.get" => catalog_get(catalog::accelerator_types(parent), name),
+        "runtimeVersions.get" => catalog_get(catalog::runtime_versions(parent), name),
+        _ => Err(no_route(&req.method, name)),
+    }
+}
+
+/// operations.cancel: TPU operations are not cancellable in practice; the request is recorded.
+fn cancel_operation(w: &mut Cloud, name: &str) -> ApiResult<Reply> {
+    lro::get(&w.ops, Svc::Tpu, name)?;
+    if let Some(op) = w.ops.get_mut(name)
+        && !op.done()
+    {
+        op.body["metadata"]["cancelRequested"] = json!(true);
+    }
+    Ok(Reply::json(json!({})))
 }
 
 fn catalog_list(all: Vec<Value>, key: &'static str, req: &Req) -> ApiResult<Reply> {
