@@ -311,6 +311,20 @@ async fn vertex_python_package_with_user_labels_reaches_succeeded() {
         })
         .await;
     assert_eq!(phase(&running), Phase::Training);
+    // Issue 36: `enableWebAccess` shows each replica's interactive shell in the stage's links.
+    let shell = |tp: &TrainingPipeline| {
+        let st = tp.status.as_ref().unwrap();
+        let train = st.stages.iter().find(|s| s.name == StageName::Train).unwrap();
+        train
+            .links
+            .as_ref()
+            .and_then(|l| l.web_access.get("workerpool0-0").cloned())
+    };
+    let uri = shell(&running).expect("the running job's web access URI");
+    assert!(
+        uri.ends_with(".aiplatform-training.googleusercontent.com"),
+        "{uri}"
+    );
     assert!(
         checkpoint(&running)
             .latest_uri
@@ -323,6 +337,7 @@ async fn vertex_python_package_with_user_labels_reaches_succeeded() {
         })
         .await;
     assert_eq!(phase(&done), Phase::Succeeded, "{:?}", done.status);
+    assert_eq!(shell(&done), Some(uri), "the finished run keeps its links");
     let jobs = env.gcp.custom_jobs();
     assert_eq!(jobs.len(), 1);
     let job = &jobs[0];

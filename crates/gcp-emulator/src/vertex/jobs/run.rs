@@ -169,6 +169,7 @@ fn start_run(
 ) -> Option<std::time::Duration> {
     j.set_state("JOB_STATE_RUNNING");
     j.body["startTime"] = json!(stamp);
+    web_access(j, name);
     let image = j.body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["imageUri"]
         .as_str()
         .unwrap_or("a Python package")
@@ -188,6 +189,42 @@ fn start_run(
     } else {
         Some(every.min(run))
     }
+}
+
+/// `enableWebAccess`: one interactive-shell URI per replica of every worker pool, keyed
+/// `workerpool{pool}-{replica}` ("Output only. URIs for accessing interactive shells (one URI
+/// for each training node). Only available if job_spec.enable_web_access is true", aiplatform v1
+/// `CustomJob.webAccessUris`), shaped like the URIs of
+/// <https://cloud.google.com/vertex-ai/docs/training/monitor-debug-interactive-shell>
+/// (`https://<id>-dot-<region>.aiplatform-training.googleusercontent.com`).
+fn web_access(j: &mut JobRec, name: &str) {
+    if j.body["jobSpec"]["enableWebAccess"] != json!(true) {
+        return;
+    }
+    let region = name.split('/').nth(3).unwrap_or("us-central1").to_string();
+    let id = name.rsplit('/').next().unwrap_or_default().to_string();
+    let pools = j.body["jobSpec"]["workerPoolSpecs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut uris = serde_json::Map::new();
+    for (pool, spec) in pools.iter().enumerate() {
+        let replicas = spec["replicaCount"]
+            .as_str()
+            .and_then(|n| n.parse::<u64>().ok())
+            .or_else(|| spec["replicaCount"].as_u64())
+            .unwrap_or(1);
+        for replica in 0..replicas {
+            let host = format!("{id}{pool}{replica}");
+            uris.insert(
+                format!("workerpool{pool}-{replica}"),
+                json!(format!(
+                    "https://{host}-dot-{region}.aiplatform-training.googleusercontent.com"
+                )),
+            );
+        }
+    }
+    j.body["webAccessUris"] = serde_json::Value::Object(uris);
 }
 
 /// The simulated training's checkpoint under `dir`, with its log line (unless outputs are off or
