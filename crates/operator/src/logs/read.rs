@@ -23,6 +23,13 @@ pub struct Cursor {
     printed_at_last: HashSet<String>,
 }
 
+impl Cursor {
+    /// Not printed yet: a read from `last` on returns the entries printed at `last` again.
+    fn is_new(&self, line: &LogLine) -> bool {
+        !(line.timestamp == self.last && self.printed_at_last.contains(&line.insert_id))
+    }
+}
+
 /// Prints lines as `kubectl logs` does: the text, with the stream's prefix when several print,
 /// and the time first with `--timestamps`.
 pub struct Printer {
@@ -108,7 +115,7 @@ pub async fn more(
             filter = filter.since(last);
         }
         for line in all(logging, &cursor.source, filter).await? {
-            if !(line.timestamp == cursor.last && cursor.printed_at_last.contains(&line.insert_id)) {
+            if cursor.is_new(&line) {
                 printer.print(cursor.prefix, &line);
             }
         }
@@ -125,11 +132,7 @@ pub async fn more(
         let got: Vec<LogLine> = all(logging, &stream.source, filter)
             .await?
             .into_iter()
-            .filter(|l| {
-                known
-                    .as_ref()
-                    .is_none_or(|c| !(l.timestamp == c.last && c.printed_at_last.contains(&l.insert_id)))
-            })
+            .filter(|l| known.as_ref().is_none_or(|c| c.is_new(l)))
             .collect();
         let next = cursor_after(stream, known.as_ref(), &got);
         match at {
