@@ -97,6 +97,9 @@ issue apiserver "/CN=kube-apiserver" \
   "$(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\nextendedKeyUsage=serverAuth')"
 issue admin "/O=system:masters/CN=tpu-operator-admin"
 issue controller-manager "/CN=system:kube-controller-manager"
+# The aggregator's client identity towards aggregated API servers (APIService objects, e.g. Kueue's
+# visibility API in tests/kueue): they trust the X-Remote-* headers only from this certificate.
+issue front-proxy-client "/CN=front-proxy-client"
 ossl genrsa -out "$pki/sa.key" 2048
 ossl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
 
@@ -164,8 +167,9 @@ spawn etcd --name=tpu-operator-test --data-dir="$dir/etcd" \
 wait_for etcd 60 curl -sf "http://127.0.0.1:$etcd_port/health"
 t_etcd=$(date +%s.%N)
 
-# --- kube-apiserver (the requestheader flags only give the controller-manager's delegated
-# authentication a front-proxy CA to load; no front proxy certificate is ever issued)
+# --- kube-apiserver (the requestheader flags give delegated authentication (controller-manager,
+# aggregated API servers) the front-proxy CA and name; the proxy-client certificate is what the
+# aggregator presents when it forwards a request to an APIService's backend)
 spawn kube-apiserver \
   --etcd-servers="http://127.0.0.1:$etcd_port" \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
@@ -174,6 +178,7 @@ spawn kube-apiserver \
   --requestheader-client-ca-file="$pki/ca.crt" --requestheader-allowed-names=front-proxy-client \
   --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
   --requestheader-extra-headers-prefix=X-Remote-Extra- \
+  --proxy-client-cert-file="$pki/front-proxy-client.crt" --proxy-client-key-file="$pki/front-proxy-client.key" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
   --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=false --profiling=false \
