@@ -175,6 +175,16 @@ sleep 2
 [ "$(cond wl-b QuotaReserved | cut -d/ -f1)" = False ] || die "wl-b admitted while wl-a holds the quota"
 log "   wl-b: $(cond wl-b QuotaReserved)"
 snap wl-b pending
+if [ "${TPU_OPERATOR_KUEUE_VISIBILITY:-0}" = 1 ]; then
+  log "   visibility API: wl-b is first in the LocalQueue's pending workloads"
+  "$kubectl" get --raw "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/$ns/localqueues/tpu/pendingworkloads" \
+    >"$out/$(printf %02d $step)-visibility-pendingworkloads.json" || die "visibility API: pendingworkloads"
+  python3 -c '
+import json, sys
+items = json.load(open(sys.argv[1]))["items"]
+assert [(i["metadata"]["name"], i["positionInLocalQueue"], i["positionInClusterQueue"]) for i in items] == [("wl-b", 0, 0)], items
+' "$out/$(printf %02d $step)-visibility-pendingworkloads.json" || die "visibility API: unexpected pending workloads"
+fi
 
 log "3. deleting wl-a admits wl-b"
 k delete workload wl-a >/dev/null

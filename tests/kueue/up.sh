@@ -20,8 +20,14 @@
 #   TPU_OPERATOR_KUEUE_EXTERNAL_FRAMEWORKS  comma-separated Kind.version.group list for
 #                                 integrations.externalFrameworks (default: the operator's TpuSlice
 #                                 and TrainingPipeline)
-#   TPU_OPERATOR_KUEUE_FEATURE_GATES  extra featureGates lines for the Configuration, `Name: bool`
-#                                 separated by commas (e.g. "VisibilityOnDemand: true")
+#   TPU_OPERATOR_KUEUE_FEATURE_GATES  featureGates lines for the Configuration, `Name: bool`
+#                                 separated by commas (e.g. "PartialAdmission: false"); replaces
+#                                 the default "VisibilityOnDemand: false"
+#   TPU_OPERATOR_KUEUE_VISIBILITY=1  also serve the visibility API (visibility.kueue.x-k8s.io,
+#                                 pending workloads with positions) through API aggregation: turns
+#                                 VisibilityOnDemand on and registers the APIService (removed again
+#                                 on stop). Needs the control plane's front-proxy client
+#                                 certificate; Kueue writes its serving cert to /visibility.
 #
 # The cluster-scoped install (CRDs, webhook configurations, the kueue-system namespace) stays in the
 # cluster after `stop`; the control plane is thrown away as a whole. A second `start` on the same
@@ -41,6 +47,11 @@ stop_dir() {
   local dir="$1" pid
   [ -f "$dir/pid" ] || { log "no pid file in $dir; nothing to stop"; return 0; }
   pid="$(cat "$dir/pid")"
+  # An APIService whose backend is gone breaks API discovery for every client of the cluster.
+  if [ -f "$dir/apiservices" ]; then
+    KUBECONFIG="$(cat "$dir/kubeconfig-path")" "$(cat "$dir/kubectl-path")" delete --ignore-not-found \
+      $(cat "$dir/apiservices") >/dev/null 2>&1 || log "could not delete $(cat "$dir/apiservices")"
+  fi
   if kill "$pid" 2>/dev/null; then
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
@@ -133,6 +144,8 @@ for fw in "${fws[@]}"; do external+="
   - \"$fw\""; done
 gates="VisibilityOnDemand: false"
 [ -n "${TPU_OPERATOR_KUEUE_FEATURE_GATES:-}" ] && gates="${TPU_OPERATOR_KUEUE_FEATURE_GATES}"
+visibility="${TPU_OPERATOR_KUEUE_VISIBILITY:-0}"
+[ "$visibility" = 1 ] && gates="VisibilityOnDemand: true${TPU_OPERATOR_KUEUE_FEATURE_GATES:+,$TPU_OPERATOR_KUEUE_FEATURE_GATES}"
 gate_lines=""
 IFS=',' read -ra gl <<<"$gates"
 for g in "${gl[@]}"; do gate_lines+="
@@ -207,6 +220,49 @@ until curl -sf "http://127.0.0.1:$health_port/readyz" >/dev/null 2>&1 &&
   sleep 0.3
 done
 sync_certs
+
+# --- visibility API (opt-in) ---------------------------------------------------------------------
+# As config/components/visibility (apiservice_v1beta2.yaml, service.yaml) registers it, with the
+# Service again an ExternalName for 127.0.0.1: the aggregator resolves it with the same
+# ResolveCluster as webhooks, to https://127.0.0.1:<APIService service.port>. Kueue serves it with a
+# self-signed certificate, hence insecureSkipTLSVerify as in the released manifest.
+if [ "$visibility" = 1 ]; then
+  echo "$KUBECONFIG" >"$dir/kubeconfig-path"
+  echo "$kubectl" >"$dir/kubectl-path"
+  echo "apiservice/v1beta2.visibility.kueue.x-k8s.io" >"$dir/apiservices"
+  cat >"$dir/visibility.yaml" <<EOF
+apiVersion: v1
+kind: Service
+metadata:
+  name: visibility-server
+  namespace: $namespace
+spec:
+  type: ExternalName
+  externalName: 127.0.0.1
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: v1beta2.visibility.kueue.x-k8s.io
+spec:
+  group: visibility.kueue.x-k8s.io
+  version: v1beta2
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  insecureSkipTLSVerify: true
+  service:
+    name: visibility-server
+    namespace: $namespace
+    port: $visibility_port
+EOF
+  "$kubectl" apply --server-side --force-conflicts --field-manager=tpu-operator-kueue-harness \
+    -f "$dir/visibility.yaml" >>"$dir/apply.log" 2>&1 || { cat "$dir/apply.log" >&2; fail "registering the visibility APIService failed"; }
+  if ! "$kubectl" wait --for=condition=Available --timeout=60s apiservice/v1beta2.visibility.kueue.x-k8s.io >/dev/null 2>&1; then
+    "$kubectl" get apiservice v1beta2.visibility.kueue.x-k8s.io -o jsonpath='{.status.conditions[0].message}' >&2 || true
+    echo >&2
+    fail "the visibility APIService is not Available (a 403 there means kube-apiserver has no --proxy-client-cert-file)"
+  fi
+fi
 t_ready=$(date +%s.%N)
 
 timing="$(awk -v a="$t0" -v b="$t_built" -v i="$t_installed" -v r="$t_ready" 'BEGIN {
