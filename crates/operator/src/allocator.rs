@@ -13,8 +13,8 @@
 //! build, docs/benchmarks.md).
 //!
 //! A `GLIBC_TUNABLES` set by whoever starts the process wins: nothing is changed then. The
-//! production image is linked with musl (Dockerfile), whose allocator has no such threshold;
-//! this applies to builds linked with glibc (`cargo run`, `cargo install`, glibc-based images).
+//! production image is linked with glibc too (Dockerfile; docs/architecture.md, "The image"), so
+//! this applies to every build users run; other C libraries keep their allocator's defaults.
 
 /// Blocks at least this large get their own mapping (glibc's initial threshold, kept fixed).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -36,6 +36,6 @@ pub fn tune() {
     }
 }
 
-/// Other C libraries (musl in the production image): their allocator's defaults.
+/// Other C libraries (e.g. musl): their allocator's defaults.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn tune() {}

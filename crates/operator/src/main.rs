@@ -6,6 +6,7 @@
 //! production image is built with `--no-default-features` and leaves them out.
 
 mod allocator;
+mod build_info;
 mod config;
 mod convert_tenancy;
 mod crds;

@@ -17,7 +17,10 @@ use k8s_openapi::{
     api::core::v1::Namespace, apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::runtime::wait::{await_condition, conditions::is_crd_established};
-use prometheus_client::{metrics::gauge::Gauge, registry::Registry};
+use prometheus_client::{
+    metrics::{gauge::Gauge, info::Info},
+    registry::Registry,
+};
 use tokio::signal::unix::{SignalKind, signal};
 use tpu_operator_controller::{
     Context, Shutdown,
@@ -32,6 +35,7 @@ use tpu_operator_gcp::{Gcp, GcpMetrics};
 use tracing::{error, info, warn};
 
 use crate::{
+    build_info,
     config::{ClusterIdSource, LeaderSettings, RunArgs, Settings},
     leader::Election,
     server::{self, Readiness},
@@ -133,10 +137,34 @@ async fn wait_for_crds(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// With `--kueue`, Kueue's Workload CRD must exist: the TpuSlice controller watches Workloads, and
+/// a slice it gates waits for one to be admitted. Checked once at start, with the fix named.
+async fn check_kueue(client: &kube::Client) -> anyhow::Result<()> {
+    const WORKLOADS: &str = "workloads.kueue.x-k8s.io";
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    match api.get_opt(WORKLOADS).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => anyhow::bail!(
+            "kueue is on (--kueue / config `kueue` / chart `kueue.enabled`) but the CRD {WORKLOADS} \
+             does not exist: install Kueue first (docs/kueue.md) or turn the integration off"
+        ),
+        Err(err) => Err(err).with_context(|| {
+            format!("reading the CRD {WORKLOADS} (the chart grants `get` on it when kueue.enabled)")
+        }),
+    }
+}
+
 /// Entry point of `tpu-operator run`.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut settings = args.resolve()?;
     telemetry::init(settings.log_format, "info");
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        profile = build_info::profile(),
+        features = build_info::features(),
+        libc = build_info::libc(),
+        "tpu-operator starting"
+    );
     let stop = termination_signal()?;
 
     let client = kube_client(settings.kubeconfig.as_deref()).await?;

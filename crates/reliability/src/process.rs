@@ -1,9 +1,12 @@
 //! The real `tpu-operator` binary as a child process: spawn, SIGKILL, and read what the kernel
 //! and its /metrics endpoint say about it (peak RSS, CPU seconds, reconciles).
 //!
-//! The binary is found next to the running test or bench executable (`target/<profile>/`), and
-//! `operator_binary()` first runs `cargo build -p tpu-operator` for that profile so it is never
-//! stale (a no-op when it is fresh; `TPU_OPERATOR_RELIABILITY_NO_BUILD=1` skips it).
+//! Which binary: [`OperatorBuild::Profile`] is the one next to the running test executable
+//! (`target/<profile>/`, default features), what the reliability suites run;
+//! [`OperatorBuild::Shipped`] is the image's build (release, `--no-default-features`, exactly the
+//! Dockerfile's cargo command), what the benches measure. [`operator_binary`] first runs `cargo
+//! build` for it so it is never stale (a no-op when it is fresh;
+//! `TPU_OPERATOR_RELIABILITY_NO_BUILD=1` skips it).
 
 use std::{
     net::{SocketAddr, TcpListener},
@@ -22,9 +25,23 @@ fn profile_dir() -> PathBuf {
     dir
 }
 
-/// Path to an up-to-date `tpu-operator` binary of the running profile.
-pub fn operator_binary() -> PathBuf {
-    let dir = profile_dir();
+/// Which `tpu-operator` binary a suite or bench runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorBuild {
+    /// The running executable's profile with default features (the reliability suites).
+    Profile,
+    /// What the image ships: release, `--no-default-features` (the benches: their figures are
+    /// the binary users run, issue 38).
+    Shipped,
+}
+
+/// Path to an up-to-date `tpu-operator` binary of `build`.
+pub fn operator_binary(build: OperatorBuild) -> PathBuf {
+    let profile = profile_dir();
+    let dir = match build {
+        OperatorBuild::Profile => profile.clone(),
+        OperatorBuild::Shipped => profile.with_file_name("release"),
+    };
     let bin = dir.join("tpu-operator");
     if std::env::var_os("TPU_OPERATOR_RELIABILITY_NO_BUILD").is_none() {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -32,6 +49,9 @@ pub fn operator_binary() -> PathBuf {
         cmd.args(["build", "--quiet", "-p", "tpu-operator", "--bin", "tpu-operator"]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
+        }
+        if build == OperatorBuild::Shipped {
+            cmd.arg("--no-default-features");
         }
         if let Some(target) = dir.parent() {
             cmd.arg("--target-dir").arg(target);
@@ -160,6 +180,15 @@ impl OperatorProcess {
             .await
             .ok()?;
         resp.text().await.ok()
+    }
+
+    /// The binary's `tpu_operator_build_info` labels as one line (`version=… profile=…
+    /// features=… libc=…`), for a bench to print which build it measured.
+    pub async fn build_info(&self) -> Option<String> {
+        let text = self.scrape().await?;
+        let line = text.lines().find(|l| l.starts_with("tpu_operator_build_info{"))?;
+        let labels = line.split_once('{')?.1.rsplit_once('}')?.0;
+        Some(labels.replace("\",", "\" ").replace('"', ""))
     }
 
     /// Waits until /readyz answers 200.

@@ -74,10 +74,14 @@ impl World {
     }
 
     /// [`Self::start_for_process`] then [`Self::use_process`]: a world whose operator is the real
-    /// binary (its kubeconfig in `dir`, `extra` flags for `tpu-operator run`).
-    pub async fn start_process(dir: &std::path::Path, extra: &[&str]) -> Self {
+    /// binary of `build` (its kubeconfig in `dir`, `extra` flags for `tpu-operator run`).
+    pub async fn start_process(
+        dir: &std::path::Path,
+        build: crate::process::OperatorBuild,
+        extra: &[&str],
+    ) -> Self {
         let mut world = Self::start_for_process().await;
-        world.use_process(dir, extra).await;
+        world.use_process(dir, build, extra).await;
         world
     }
 
@@ -121,10 +125,15 @@ impl World {
 
     /// From now on `start_operator` spawns the real binary (against the kube-emulator served on
     /// a socket) and `kill_operator` SIGKILLs it. `extra` are flags for `tpu-operator run`.
-    pub async fn use_process(&mut self, dir: &std::path::Path, extra: &[&str]) {
+    pub async fn use_process(
+        &mut self,
+        dir: &std::path::Path,
+        build: crate::process::OperatorBuild,
+        extra: &[&str],
+    ) {
         let kubeconfig = self.serve_kube(dir).await;
         self.process = Some(ProcessMode {
-            bin: crate::process::operator_binary(),
+            bin: crate::process::operator_binary(build),
             kubeconfig,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         });

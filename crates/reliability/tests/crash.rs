@@ -2,7 +2,10 @@
 //! in-process (killed by aborting their tasks), and one against the real `tpu-operator` binary
 //! killed with SIGKILL. The long run (≥ 500 kill points) is `src/bin/crash-bench.rs`.
 
-use tpu_operator_reliability::crash::{self, CrashConfig};
+use tpu_operator_reliability::{
+    crash::{self, CrashConfig},
+    process::OperatorBuild,
+};
 
 fn seeds(default: &[u64]) -> Vec<u64> {
     match std::env::var("RELIABILITY_SEEDS") {
@@ -75,7 +78,7 @@ async fn sigkilled_binary_never_duplicates_or_leaks() {
     let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     for seed in seeds(&[101, 102]) {
-        let mut world = crash::binary_world(dir.path()).await;
+        let mut world = crash::binary_world(dir.path(), OperatorBuild::Profile).await;
         let cfg = CrashConfig {
             kills_per_phase: (1, 1),
             ..CrashConfig::default()

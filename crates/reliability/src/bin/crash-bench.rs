@@ -20,6 +20,7 @@ use tpu_operator_reliability::{
     arg,
     crash::{self, CrashConfig, CrashReport},
     fixtures::{Backend, Training},
+    process::OperatorBuild,
 };
 
 /// Figures of one backend's runs.
@@ -63,6 +64,15 @@ async fn main() {
     let first_seed = arg("--seed", 1000);
     let binary_runs = arg("--binary", 0);
     let cfg = config();
+    // The in-process runs link the controllers into this executable: their build is its own.
+    println!(
+        "in-process runs: the controllers as built into this {} crash-bench",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
     let in_process = in_process_runs(points, first_seed, &cfg).await;
     let binary = binary_runs_of(binary_runs).await;
     let dups = in_process.duplicates + binary.duplicates;
@@ -147,9 +157,15 @@ async fn binary_runs_of(binary_runs: u64) -> Totals {
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let mut t = Totals::default();
+    if binary_runs > 0 {
+        println!(
+            "binary runs: {} (the image's build: release, --no-default-features)",
+            tpu_operator_reliability::process::operator_binary(OperatorBuild::Shipped).display()
+        );
+    }
     for i in 0..binary_runs {
         let seed = 50_000 + i;
-        let mut world = crash::binary_world(dir.path()).await;
+        let mut world = crash::binary_world(dir.path(), OperatorBuild::Shipped).await;
         let r = crash::run_in(&mut world, seed, CrashConfig::default()).await;
         t.kills += u64::from(r.kills);
         t.duplicates += r.duplicates;

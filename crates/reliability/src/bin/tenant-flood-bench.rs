@@ -148,7 +148,9 @@ async fn start(world: &mut World, dir: &std::path::Path) -> OperatorProcess {
         .create(&Default::default(), &policy)
         .await
         .expect("policy");
-    let bin = tpu_operator_reliability::process::operator_binary();
+    let bin = tpu_operator_reliability::process::operator_binary(
+        tpu_operator_reliability::process::OperatorBuild::Shipped,
+    );
     let op = OperatorProcess::spawn_in(&bin, &kubeconfig, &world.gcp.url(), None, &[]);
     assert!(
         op.wait_ready(Duration::from_secs(60)).await,

@@ -20,6 +20,7 @@ use rand::Rng;
 use crate::{
     fixtures::{Backend, Capacity, Training},
     invariants::Violations,
+    process::OperatorBuild,
     world::World,
 };
 use choice::{Choice, choose, expected_for};
@@ -105,9 +106,10 @@ pub async fn run(seed: u64, cfg: CrashConfig) -> CrashReport {
 
 /// A world whose operator is the real binary, polling fast enough for a crash run to converge in
 /// seconds (its kubeconfig goes into `dir`); the crash suite and crash-bench's binary runs.
-pub async fn binary_world(dir: &std::path::Path) -> World {
+pub async fn binary_world(dir: &std::path::Path, build: OperatorBuild) -> World {
     World::start_process(
         dir,
+        build,
         &[
             "--poll-active",
             "50ms",

@@ -35,7 +35,7 @@ use tpu_operator_api::{
     PreprocessBatch, TpuSlice, TrainingPipeline, preprocess_batch::PreprocessBatchPhase,
     tpu_slice::TpuSlicePhase, training_pipeline::TrainingPipelinePhase,
 };
-use tpu_operator_reliability::{World, arg};
+use tpu_operator_reliability::{World, arg, process::OperatorBuild};
 
 use measure::{Seen, watch};
 
@@ -108,16 +108,36 @@ async fn main() {
     bench.world.kill_operator().await;
 }
 
+/// Which binary the figures are of (its `tpu_operator_build_info`): the image's build unless
+/// `TPU_OPERATOR_RELIABILITY_NO_BUILD` left another in place.
+async fn print_build(world: &World) {
+    let Some(process) = world.process() else { return };
+    let build = process
+        .build_info()
+        .await
+        .unwrap_or_else(|| "unknown (no build info on /metrics)".into());
+    let shipped = build.contains("profile=release") && build.contains("features= ");
+    println!(
+        "operator: {build}{}",
+        if shipped {
+            " (the image's build)"
+        } else {
+            " (NOT the image's build)"
+        }
+    );
+}
+
 impl Bench {
     async fn start(dir: &std::path::Path, n: usize, waves: usize, spread: u64, limit: Duration) -> Self {
         let (slices, batches) = (n / 2, n * 3 / 10);
         let pipelines = n - slices - batches;
-        let mut world = World::start_process(dir, &[]).await;
+        let mut world = World::start_process(dir, OperatorBuild::Shipped, &[]).await;
         world.start_operator().await;
         // The empty process's anonymous memory (watches open, nothing listed): what convergence
         // adds above it, divided by N, is the memory per object, comparable across N and machines.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let empty_anon = world.process().and_then(|p| p.rss_split_kib().0).unwrap_or(0);
+        print_build(&world).await;
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         println!(
             "N = {n}: {slices} TpuSlices, {batches} PreprocessBatches, {pipelines} TrainingPipelines; loadavg at start: {}",
