@@ -86,6 +86,9 @@ chart owns (namespace, metricsAddr, gcpEmulator). Every key is one `tpu-operator
 {{- if eq .Values.scope "Namespace" }}
 {{- $_ := set $config "namespace" (include "tpu-operator.watchNamespace" .) }}
 {{- end }}
+{{- if .Values.kueue.enabled }}
+{{- $_ := set $config "kueue" true }}
+{{- end }}
 {{- if .Values.gcpEmulator.enabled }}
 {{- $_ := set $config "gcpEmulator" (printf "http://%s.%s.svc:%d" (include "tpu-operator.emulatorName" .) .Release.Namespace (int .Values.gcpEmulator.port)) }}
 {{- end }}

@@ -117,6 +117,13 @@ pub mod reasons {
     pub const DRIFTED: &str = "Drifted";
     /// There is no preprocessing stage.
     pub const SKIPPED: &str = "Skipped";
+    /// Waits for Kueue to admit its Workload (nothing is created in the cloud until then).
+    pub const QUEUED_IN_KUEUE: &str = "QueuedInKueue";
+    /// Kueue evicted its Workload (preempted, deactivated, ...): the cloud work is stopped and
+    /// waits to be admitted again.
+    pub const EVICTED: &str = "Evicted";
+    /// The WorkloadPriorityClass named by the `kueue.x-k8s.io/priority-class` label does not exist.
+    pub const PRIORITY_CLASS_NOT_FOUND: &str = "PriorityClassNotFound";
 }
 
 /// Condition status strings.

@@ -16,6 +16,7 @@ pub mod common;
 pub mod conditions;
 pub mod crds;
 pub mod duration;
+pub mod kueue;
 pub mod naming;
 pub mod preprocess_batch;
 pub mod reference;

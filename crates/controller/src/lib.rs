@@ -6,6 +6,7 @@
 //!   Events, metrics, the clock, the error type).
 //! - [`governance`]: what is allowed and what it costs (tenancy policy, pricing), and the orphan
 //!   sweeper.
+//! - [`kueue`]: Kueue as the admission gate of shared TPU capacity (the Workload contract).
 //! - [`reconcile`]: the pass, written once (target → policy → observe → plan → admission → act →
 //!   status → wait), the controller around it and the [`Context`] it runs with.
 //! - [`kinds`]: one folder per custom resource, each implementing
@@ -13,6 +14,7 @@
 
 pub mod governance;
 pub mod kinds;
+pub mod kueue;
 pub mod reconcile;
 pub mod runtime;
 

@@ -122,6 +122,12 @@ pub struct RunArgs {
     /// permission) [default: true].
     #[arg(long, env = "TPU_OPERATOR_WATCH_LISTS", num_args = 0..=1, default_missing_value = "true")]
     pub watch_lists: Option<bool>,
+    /// Kueue admits the TPU work of objects labelled `kueue.x-k8s.io/queue-name`: their
+    /// Workloads wait in Kueue's queues, nothing is created in Google Cloud before admission, and
+    /// an eviction stops the work (docs/kueue.md). Needs Kueue installed with the operator's
+    /// kinds as external frameworks [default: false].
+    #[arg(long, env = "TPU_OPERATOR_KUEUE", num_args = 0..=1, default_missing_value = "true")]
+    pub kueue: Option<bool>,
     /// Backstop read interval of an object whose cloud resource the list watch covers
     /// [default: 5m].
     #[arg(long, env = "TPU_OPERATOR_POLL_WATCHED", value_name = "DURATION", value_parser = parse_duration)]

@@ -180,6 +180,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ready = wait_for_crds(&client) => ready?,
         _ = stop.clone() => return Ok(()),
     }
+    if settings.controller.kueue {
+        check_kueue(&client).await?;
+    }
     readiness.set_not_ready("building the GCP clients");
     let Some(gcp) = connect_gcp(&settings, &gcp_metrics, &stop).await? else {
         return Ok(());
@@ -210,6 +213,11 @@ fn register_metrics() -> (Registry, Metrics, GcpMetrics, Gauge) {
     let mut registry = Registry::default();
     let metrics = Metrics::default().register(&mut registry);
     let gcp_metrics = GcpMetrics::register(&mut registry);
+    registry.register(
+        "tpu_operator_build",
+        "The binary's version, cargo profile, features (empty for the image's build) and C library",
+        Info::new(build_info::labels()),
+    );
     let leader_gauge: Gauge = Gauge::default();
     registry.register(
         "tpu_operator_leader",

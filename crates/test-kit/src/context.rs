@@ -90,6 +90,8 @@ impl ContextSpec {
             watch_lists: true,
             poll_watched: self.polls.watched,
             poll_checkpoints: ControllerConfig::default().poll_checkpoints,
+            // Suites that need Kueue turn it on in the built context (`ctx.config.kueue`).
+            kueue: false,
         };
         let clock = gcp.clock();
         let mut ctx = Context::new(client.clone(), clients, config)

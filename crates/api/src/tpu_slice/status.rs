@@ -99,10 +99,15 @@ pub struct TpuSliceStatus {
     /// How many times the slice was recreated after a preemption.
     #[serde(default)]
     pub recreations: i32,
-    /// How many times `spec.suspend` deleted the node. With `recreations` it numbers the
-    /// incarnation (the node's id, the create's request id), so a resumed slice is a new node.
+    /// How many times `spec.suspend` (or Kueue, evicting the slice) deleted the node. With
+    /// `recreations` it numbers the incarnation (the node's id, the create's request id), so a
+    /// resumed slice is a new node.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub suspensions: i32,
+    /// Kueue's view of the slice, when it is queued through Kueue (the `kueue.x-k8s.io/queue-name`
+    /// label, with Kueue enabled in the operator): its Workload, queue, position, admission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kueue: Option<crate::kueue::KueueStatus>,
     /// Estimated cost so far and burn rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_cost: Option<CostEstimate>,

@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use serde::{Deserialize, Serialize};
 use tpu_operator_api::{
     accelerator::{SliceShape, TpuGeneration, VertexMachineType},
@@ -258,9 +257,7 @@ pub fn accrue(
     })
 }
 
-fn time(t: DateTime<Utc>) -> Time {
-    Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
-}
+use crate::runtime::clock::k8s_time as time;
 
 /// `v >= 0` and not NaN.
 pub fn non_negative(v: f64) -> bool {

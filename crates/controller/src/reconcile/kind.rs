@@ -65,6 +65,13 @@ pub trait Kind:
 
     fn status(&self) -> Option<&Self::Status>;
 
+    /// Whether this object's pass may be settled ([`Kind::SETTLES`] kinds only): `false` while
+    /// something outside the object and the cloud decides its next pass (a Kueue Workload, whose
+    /// admission leaves the object's own `resourceVersion` unchanged).
+    fn settles(&self, _ctx: &Context) -> bool {
+        true
+    }
+
     /// The kstatus conditions of `status`.
     fn conditions(status: &Self::Status) -> &[Condition];
 
@@ -308,6 +315,8 @@ pub enum Cleaned<S> {
 pub struct Watches<'a> {
     pub client: &'a kube::Client,
     pub namespace: Option<&'a str>,
+    /// The Kueue integration is on: Workloads exist and wake their owners.
+    pub kueue: bool,
 }
 
 impl Watches<'_> {

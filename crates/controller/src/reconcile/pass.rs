@@ -174,7 +174,7 @@ async fn deny<K: Kind>(ctx: &Context, obj: &K, old: &K::Status, denial: Denial) 
 /// [`Kind::SETTLES`]) until the wait is over.
 pub(super) fn settle<K: Kind>(ctx: &Context, obj: &K, wait: Wait) -> Action {
     let after = register(ctx, obj, wait);
-    if K::SETTLES {
+    if K::SETTLES && obj.settles(ctx) {
         ctx.settled.settle(obj, after)
     } else {
         Action::requeue(after)

@@ -8,6 +8,13 @@
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+
+/// Kubernetes time at second precision (what the API server stores for a `metav1.Time`), so a
+/// rebuilt status compares equal to the stored one.
+pub fn k8s_time(t: DateTime<Utc>) -> Time {
+    Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
 
 pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now(&self) -> DateTime<Utc>;

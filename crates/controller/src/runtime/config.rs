@@ -32,6 +32,9 @@ pub struct ControllerConfig {
     /// Least time between two listings of a training pipeline's checkpoint directory (progress
     /// in `status.checkpoint`, `progressDeadline`), in cloud-clock time.
     pub poll_checkpoints: Duration,
+    /// Kueue admits the work of objects labelled `kueue.x-k8s.io/queue-name` (see
+    /// [`crate::kueue`]); off: the label means nothing and Kueue's API is never called.
+    pub kueue: bool,
 }
 
 impl Default for ControllerConfig {
@@ -47,6 +50,7 @@ impl Default for ControllerConfig {
             watch_lists: true,
             poll_watched: Duration::from_secs(300),
             poll_checkpoints: Duration::from_secs(180),
+            kueue: false,
         }
     }
 }

@@ -16,6 +16,7 @@ mod harness;
 mod hostile_holds;
 mod hostile_references;
 mod hostile_tenant;
+mod kueue;
 mod multislice;
 mod preprocess_batch;
 mod preprocess_ttl;

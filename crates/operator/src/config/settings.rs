@@ -99,6 +99,7 @@ impl RunArgs {
             poll_stable,
             poll_capacity,
             watch_lists,
+            kueue,
             poll_watched,
             poll_checkpoints,
             cluster_id,
@@ -172,6 +173,7 @@ impl RunArgs {
             watch_lists: self.watch_lists.unwrap_or(defaults.watch_lists),
             poll_watched: self.poll_watched.unwrap_or(defaults.poll_watched),
             poll_checkpoints: self.poll_checkpoints.unwrap_or(defaults.poll_checkpoints),
+            kueue: self.kueue.unwrap_or(defaults.kueue),
         };
         if controller.concurrency == 0 {
             bail!("concurrency: must be at least 1");

@@ -3,8 +3,8 @@
 //! Every builder starts from the status the object had, so `lastTransitionTime` moves only on a
 //! real flip and an unchanged status compares equal (no write).
 
+pub use crate::runtime::clock::k8s_time;
 use chrono::{DateTime, Utc};
-use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use tpu_operator_api::{
     conditions::{self, Progress, reasons, set_condition, set_kstatus, types},
     preprocess_batch::{PreprocessBatch, PreprocessBatchPhase as Phase, PreprocessBatchStatus},
@@ -20,12 +20,6 @@ use super::{
 
 /// The only writer of `PreprocessBatch.status`.
 pub const FIELD_MANAGER: &str = "preprocessbatch.tpu-operator.dev/controller";
-
-/// Kubernetes time at second precision (what the API server stores), so a rebuilt status
-/// compares equal to the stored one.
-pub fn k8s_time(t: DateTime<Utc>) -> Time {
-    Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
-}
 
 fn base(obj: &PreprocessBatch) -> (PreprocessBatchStatus, Option<i64>) {
     let mut s = obj.status.clone().unwrap_or_default();

@@ -38,7 +38,11 @@ pub struct Request<'a> {
 pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Option<Started>, GcpError> {
     let (cloud, gcp) = (req.names.backend(), &ctx.gcp);
     let (verb, op) = match action {
-        Action::Nothing | Action::RecordPreemption | Action::RecordSuspension => return Ok(None),
+        Action::Nothing
+        | Action::RecordPreemption
+        | Action::RecordSuspension
+        | Action::CreateWorkload
+        | Action::ReleaseWorkload => return Ok(None),
         Action::CreateNode | Action::CreateQueuedResource => match req.create {
             Some(create) => {
                 let at = Creating {

@@ -26,6 +26,7 @@ mod cleanup;
 mod compute;
 mod observe;
 mod plan;
+mod queue;
 mod request;
 mod spec;
 mod status;
@@ -91,6 +92,22 @@ impl Kind for TpuSlice {
         self.status.as_ref()
     }
 
+    /// A slice Kueue gates is woken by its Workload, which leaves the slice unchanged: every
+    /// pass runs in full.
+    fn settles(&self, ctx: &Context) -> bool {
+        queue::local_queue(self, ctx).is_none()
+    }
+
+    fn watches(
+        controller: kube::runtime::Controller<crate::runtime::watched::Cached<Self>>,
+        watch: &crate::reconcile::kind::Watches<'_>,
+    ) -> kube::runtime::Controller<crate::runtime::watched::Cached<Self>> {
+        if !watch.kueue {
+            return controller;
+        }
+        controller.owns_stream(watch.metadata::<crate::kueue::workload::Workload>())
+    }
+
     fn conditions(status: &TpuSliceStatus) -> &[Condition] {
         &status.conditions
     }
@@ -131,6 +148,7 @@ impl Kind for TpuSlice {
         let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
         observed.workload_done =
             observe::workload_done(ctx, &self.spec, &t.desired, observed.node.as_ref()).await?;
+        observed.queue = queue::observe(self, ctx).await?;
         Ok(observed)
     }
 
@@ -186,6 +204,15 @@ impl Kind for TpuSlice {
         _ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Option<act::Started>>> {
         let old = self.status.clone().unwrap_or_default();
+        if let (Step::CreateWorkload | Step::ReleaseWorkload, Some(queued)) = (&plan.action, &observed.queue)
+        {
+            act_on_queue(self, ctx, t, &plan.action, queued).await?;
+            return Ok(Acted {
+                done: None,
+                events: Vec::new(),
+                failed: None,
+            });
+        }
         let request = t.request(&old, observed.node.as_ref());
         let (started, failure) = act_on_plan(ctx, plan, &request).await?;
         // A permanent refusal (permission, invalid request) goes into the status; returning the
@@ -292,6 +319,9 @@ fn plan_input<'a>(
         shape: t.checked.as_ref().map(|c| &c.shape).map_err(String::as_str),
         recreations: old.recreations,
         suspended: old.phase == TpuSlicePhase::Suspended,
+        queue: observed.queue.as_ref(),
+        ran_node: old.node_name.is_some() || old.queued_resource_name.is_some(),
+        queue_stopped: old.kueue.as_ref().is_some_and(|k| k.stopped),
         ready_since: old.ready_time.as_ref().and_then(seconds),
         last_active: old
             .last_active_time
@@ -306,6 +336,25 @@ fn plan_input<'a>(
                     .is_some_and(|c| c.status == "True" && c.reason == reasons::MAX_RUN_DURATION_EXCEEDED)
             }),
         now,
+    }
+}
+
+/// The plan's Kubernetes write for Kueue: the slice's Workload created, or an evicted one's
+/// reservation released.
+async fn act_on_queue(
+    slice: &TpuSlice,
+    ctx: &Context,
+    t: &Target,
+    action: &Step,
+    queued: &queue::Queued,
+) -> Result<()> {
+    match action {
+        Step::CreateWorkload => match t.shape() {
+            Some(shape) => queue::create_workload(slice, ctx, queued, shape).await,
+            // The plan reports an invalid spec before it gets here.
+            None => Ok(()),
+        },
+        _ => queue::release(ctx, queued).await,
     }
 }
 
@@ -356,6 +405,11 @@ fn build_status(
         price: t.price.clone(),
         now,
     });
+    st.kueue = queue::status(
+        old,
+        observed.queue.as_ref(),
+        plan.action == Step::RecordSuspension,
+    );
     let project = &t.names.project;
     let node = st.node_name.as_deref();
     st.links = crate::kinds::links::slice(&crate::kinds::links::Slice {
@@ -371,6 +425,8 @@ fn build_status(
 fn action_name(action: &Step) -> &'static str {
     match action {
         Step::Nothing | Step::RecordPreemption | Step::RecordSuspension => "observe TPU slice",
+        Step::CreateWorkload => "create the Kueue Workload",
+        Step::ReleaseWorkload => "release the Kueue Workload's quota",
         Step::CreateNode => "create TPU node",
         Step::CreateQueuedResource => "create queued resource",
         Step::DeleteNode(_) => "delete TPU node",

@@ -139,6 +139,8 @@ pub struct Observed {
     pub operation: Option<OperationView>,
     /// When the workload last finished, from its completion marker ([`workload_done`]).
     pub workload_done: Option<DateTime<Utc>>,
+    /// The slice's Kueue Workload, when Kueue gates it (read from Kubernetes).
+    pub queue: Option<super::queue::Queued>,
 }
 
 /// A pending operation as plan needs it.

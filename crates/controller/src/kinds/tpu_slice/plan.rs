@@ -20,6 +20,7 @@ use super::{
 mod cleanup;
 mod drift;
 mod errors;
+mod kueue_gate;
 mod on_node;
 mod queued;
 mod reap;
@@ -61,8 +62,13 @@ pub enum Action {
     /// Status only: count a preemption (`recreations + 1`), which moves `current` to a new id.
     RecordPreemption,
     /// Status only: count a suspension (`suspensions + 1`) once its node is gone, so the node
-    /// created on resume has a new id and a create request id of its own.
+    /// created on resume has a new id and a create request id of its own. Also a stop for Kueue
+    /// (evicted, or a node that ran without admission).
     RecordSuspension,
+    /// Kubernetes only: create the slice's Kueue Workload.
+    CreateWorkload,
+    /// Kubernetes only: release the evicted Workload's reservation (the node is gone).
+    ReleaseWorkload,
 }
 
 impl Action {
@@ -152,6 +158,13 @@ pub struct Input<'a> {
     pub recreations: i32,
     /// The status already says `Suspended` (its suspension was counted).
     pub suspended: bool,
+    /// Kueue gates the slice: its Workload as read this pass.
+    pub queue: Option<&'a super::queue::Queued>,
+    /// A node was created for the current incarnation (`status.nodeName` or
+    /// `status.queuedResourceName` is set): stopping it for Kueue is counted.
+    pub ran_node: bool,
+    /// The stop for Kueue is already counted (`status.kueue.stopped`).
+    pub queue_stopped: bool,
     /// When the current incarnation first became READY (`status.readyTime`).
     pub ready_since: Option<DateTime<Utc>>,
     /// When the slice's workload last finished (`status.lastActiveTime`, or a completion marker
@@ -191,6 +204,7 @@ fn decide(input: &Input<'_>) -> Plan {
         ));
     }
     if let Some(plan) = suspended(input)
+        .or_else(|| kueue_gate::gated(input))
         .or_else(|| max_run_exceeded(input))
         .or_else(|| idle_timeout_exceeded(input))
         .or_else(|| flex_run_over(input))

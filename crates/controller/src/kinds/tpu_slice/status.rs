@@ -105,6 +105,8 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         last_active_time: last_active_time(r),
         recreations: old.recreations + i32::from(r.preempted),
         suspensions: old.suspensions + i32::from(r.suspended),
+        // Set by the pass from its Workload (`queue::status`); kept meanwhile.
+        kueue: old.kueue.clone(),
         estimated_cost: estimated_cost(r),
         // Set by the caller, which knows the slice's backend and workload.
         links: old.links.clone(),
@@ -330,12 +332,48 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
         };
         out.push(Transition::warning(reason, message.clone()));
     }
+    out.extend(kueue_transitions(old, new, &message));
     if new.phase == TpuSlicePhase::Deleting && old.phase != TpuSlicePhase::Deleting {
         out.push(Transition::normal(reasons::DELETING, message));
     }
     out
 }
 
-fn time(t: DateTime<Utc>) -> Time {
-    Time(Timestamp::from_second(t.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
+/// Kueue's decisions as Events: `Evicted` (Warning: the node is deleted) once per eviction,
+/// `QueuedInKueue` when the slice starts waiting, `Admitted` when Kueue lets it run.
+fn kueue_transitions(old: &TpuSliceStatus, new: &TpuSliceStatus, message: &str) -> Vec<Transition> {
+    let (Some(before), Some(now)) = (
+        old.kueue
+            .clone()
+            .or_else(|| new.kueue.clone().map(|_| Default::default())),
+        new.kueue.as_ref(),
+    ) else {
+        return Vec::new();
+    };
+    let reason = |s: &TpuSliceStatus| {
+        find_condition(&s.conditions, types::RECONCILING)
+            .filter(|c| c.status == "True")
+            .map(|c| c.reason.clone())
+    };
+    let mut out = Vec::new();
+    let evicting = reason(new).as_deref() == Some(reasons::EVICTED);
+    if evicting && reason(old).as_deref() != Some(reasons::EVICTED) {
+        out.push(Transition::warning(reasons::EVICTED, message.to_string()));
+    }
+    if !evicting
+        && reason(new).as_deref() == Some(reasons::QUEUED_IN_KUEUE)
+        && reason(old).as_deref() != Some(reasons::QUEUED_IN_KUEUE)
+    {
+        out.push(Transition::normal(reasons::QUEUED_IN_KUEUE, message.to_string()));
+    }
+    if now.admitted && !before.admitted {
+        let queue = now.cluster_queue.clone().unwrap_or_default();
+        out.push(Transition::normal(
+            "Admitted",
+            format!("Kueue admitted Workload {} in ClusterQueue {queue}", now.workload),
+        ));
+    }
+    out
 }
+
+use crate::runtime::clock::k8s_time as time;

@@ -17,6 +17,7 @@ use tpu_operator_gcp::{
 
 use super::*;
 
+mod kueue;
 mod states;
 mod transitions;
 use crate::kinds::tpu_slice::{observe::Names, spec};
@@ -131,6 +132,14 @@ impl Case {
                 .status
                 .as_ref()
                 .is_some_and(|s| s.phase == tpu_operator_api::tpu_slice::TpuSlicePhase::Suspended),
+            queue: self.observed.queue.as_ref(),
+            ran_node: self.slice.status.as_ref().is_some_and(|s| s.node_name.is_some()),
+            queue_stopped: self
+                .slice
+                .status
+                .as_ref()
+                .and_then(|s| s.kueue.as_ref())
+                .is_some_and(|k| k.stopped),
             ready_since: self.ready_since,
             last_active: self.last_active,
             run_over: false,

@@ -1,0 +1,90 @@
+//! The Kueue gate (pure): a slice whose Workload Kueue has not admitted holds nothing in the
+//! cloud. Pending: the Workload is created if missing, and a node that exists anyway (the label
+//! was added to a running slice) is deleted. Evicted: the node is deleted whatever the deletion
+//! policy, the stop is counted (`RecordSuspension`: the next admission creates a new node with a
+//! request id of its own), then the reservation is released for Kueue to give to another.
+
+use tpu_operator_api::{
+    conditions::{Progress, reasons},
+    tpu_slice::TpuSlicePhase,
+};
+
+use super::{Action, Assessment, Input, Plan, Requeue, cleanup::CleanupStep, plan_cleanup};
+use crate::kueue::Gate;
+
+/// The plan while Kueue does not let the slice run; `None`: admitted (or not gated), go on.
+pub(super) fn gated(input: &Input<'_>) -> Option<Plan> {
+    let queued = input.queue?;
+    let (reason, why) = match &queued.gate {
+        Gate::Admitted { .. } => return None,
+        Gate::Missing => (reasons::QUEUED_IN_KUEUE, "not admitted by Kueue yet".to_string()),
+        Gate::Pending { message } => (reasons::QUEUED_IN_KUEUE, waiting(queued, message)),
+        Gate::Evicted { reason, message } => (
+            reasons::EVICTED,
+            format!("evicted by Kueue ({reason}): {message}"),
+        ),
+    };
+    let stopping =
+        |message: String| Assessment::new(Progress::Reconciling, reason, TpuSlicePhase::Deleting, message);
+    Some(match plan_cleanup(input.observed) {
+        CleanupStep::Delete(action) => Plan::new(
+            action,
+            stopping(format!("{why}; deleting the node so that nothing bills")),
+        ),
+        CleanupStep::Wait(message) => Plan::report(stopping(format!("{why}; {message}"))),
+        CleanupStep::Done if input.ran_node && !input.queue_stopped => Plan::new(
+            Action::RecordSuspension,
+            queued_for(reason, format!("{why}; the node is gone")),
+        ),
+        CleanupStep::Done => after_stop(input, reason, why),
+    })
+}
+
+/// Nothing bills (and any stop is counted): create the Workload, release the eviction, or wait.
+fn after_stop(input: &Input<'_>, reason: &'static str, why: String) -> Plan {
+    let queued = input.queue.expect("gated checked it");
+    match (&queued.gate, &queued.priority) {
+        (Gate::Missing, Err(message)) => Plan::report(Assessment::new(
+            Progress::Stalled,
+            reasons::PRIORITY_CLASS_NOT_FOUND,
+            TpuSlicePhase::Pending,
+            message.clone(),
+        )),
+        (Gate::Missing, Ok(_)) => Plan::new(
+            Action::CreateWorkload,
+            queued_for(
+                reason,
+                format!(
+                    "Workload {} created in LocalQueue {}; waiting for Kueue to admit it",
+                    queued.workload, queued.local_queue
+                ),
+            ),
+        ),
+        (Gate::Evicted { .. }, _) => Plan::new(
+            Action::ReleaseWorkload,
+            queued_for(
+                reason,
+                format!("{why}; quota released, waiting to be admitted again"),
+            ),
+        ),
+        _ => Plan::report(queued_for(reason, why)),
+    }
+}
+
+/// Queued in Kueue: `Reconciling` (the wait is progress, not a failure), looked at again at the
+/// capacity interval for the position; an admission wakes the slice through its Workload watch.
+fn queued_for(reason: &'static str, message: String) -> Assessment {
+    Assessment::new(Progress::Reconciling, reason, TpuSlicePhase::Queued, message).requeue(Requeue::Capacity)
+}
+
+/// "waiting in LocalQueue q (position 2): <Kueue's message>".
+fn waiting(queued: &super::super::queue::Queued, message: &str) -> String {
+    let position = queued
+        .position
+        .map(|p| format!(" (position {p})"))
+        .unwrap_or_default();
+    format!(
+        "waiting in Kueue LocalQueue {}{position}: {message}",
+        queued.local_queue
+    )
+}

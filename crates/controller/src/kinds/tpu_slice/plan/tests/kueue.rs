@@ -1,0 +1,169 @@
+//! The Kueue gate: nothing is created before admission, an eviction deletes the node before the
+//! reservation is released, and every stop is counted once.
+
+use tpu_operator_api::kueue::KueueStatus;
+
+use super::*;
+use crate::{kinds::tpu_slice::queue::Queued, kueue::Gate};
+
+fn gated(gate: Gate) -> Queued {
+    Queued {
+        workload: "tpuslice-s-uid-1".into(),
+        local_queue: "tpu".into(),
+        gate,
+        found: None,
+        position: Some(2),
+        priority: Ok(None),
+    }
+}
+
+fn pending() -> Gate {
+    Gate::Pending {
+        message: "insufficient unused quota for google.com/tpu in flavor v6e, 8 more needed".into(),
+    }
+}
+
+fn evicted() -> Gate {
+    Gate::Evicted {
+        reason: "Preempted".into(),
+        message: "Preempted to accommodate a workload".into(),
+    }
+}
+
+fn with_status(mut c: Case, node_name: Option<&str>, stopped: bool) -> Case {
+    c.slice.status = Some(TpuSliceStatus {
+        node_name: node_name.map(String::from),
+        kueue: Some(KueueStatus {
+            stopped,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    c
+}
+
+#[test]
+fn nothing_is_created_before_kueue_admits_the_workload() {
+    let mut c = Case::spot();
+    c.observed.queue = Some(gated(Gate::Missing));
+    let p = c.plan();
+    assert_eq!(
+        summary(&p),
+        (
+            Action::CreateWorkload,
+            Progress::Reconciling,
+            reasons::QUEUED_IN_KUEUE,
+            P::Queued
+        )
+    );
+    c.observed.queue = Some(gated(pending()));
+    let p = c.plan();
+    assert_eq!(
+        summary(&p),
+        (
+            Action::Nothing,
+            Progress::Reconciling,
+            reasons::QUEUED_IN_KUEUE,
+            P::Queued
+        )
+    );
+    assert!(
+        p.assessment
+            .message
+            .contains("LocalQueue tpu (position 2): insufficient unused quota"),
+        "{}",
+        p.assessment.message
+    );
+    assert_eq!(p.assessment.requeue, Requeue::Capacity);
+    c.observed.queue = Some(gated(Gate::Admitted {
+        cluster_queue: "cq".into(),
+    }));
+    assert_eq!(c.plan().action, Action::CreateNode);
+}
+
+#[test]
+fn a_missing_priority_class_stalls_without_a_workload() {
+    let mut c = Case::spot();
+    let mut q = gated(Gate::Missing);
+    q.priority =
+        Err("WorkloadPriorityClass urgent (label kueue.x-k8s.io/priority-class) does not exist".into());
+    c.observed.queue = Some(q);
+    let p = c.plan();
+    assert_eq!(
+        summary(&p),
+        (
+            Action::Nothing,
+            Progress::Stalled,
+            reasons::PRIORITY_CLASS_NOT_FOUND,
+            P::Pending
+        )
+    );
+}
+
+#[test]
+fn an_eviction_deletes_the_node_counts_the_stop_then_releases_the_quota() {
+    let mut c = with_status(Case::spot(), Some("projects/p/locations/z/nodes/s"), false)
+        .with_node(S::Ready, H::Healthy);
+    let node = c.observed.node.clone().unwrap().name;
+    c.observed.queue = Some(gated(evicted()));
+    let p = c.plan();
+    assert_eq!(
+        summary(&p),
+        (
+            Action::DeleteNode(node.clone()),
+            Progress::Reconciling,
+            reasons::EVICTED,
+            P::Deleting
+        )
+    );
+    assert!(
+        p.assessment.message.starts_with("evicted by Kueue (Preempted)"),
+        "{}",
+        p.assessment.message
+    );
+
+    c.observed.node = Some(Node::new().set_name(node).set_state(S::Deleting));
+    assert_eq!(c.plan().action, Action::Nothing, "waits for the node to go");
+
+    c.observed.node = None;
+    assert_eq!(
+        c.plan().action,
+        Action::RecordSuspension,
+        "the stop is counted before the quota goes"
+    );
+    let mut c = with_status(c, Some("projects/p/locations/z/nodes/s"), true);
+    c.observed.queue = Some(gated(evicted()));
+    let p = c.plan();
+    assert_eq!(
+        summary(&p),
+        (
+            Action::ReleaseWorkload,
+            Progress::Reconciling,
+            reasons::EVICTED,
+            P::Queued
+        )
+    );
+}
+
+#[test]
+fn a_node_that_runs_without_admission_is_deleted_and_counted_once() {
+    let mut c = with_status(Case::spot(), Some("projects/p/locations/z/nodes/s"), false)
+        .with_node(S::Ready, H::Healthy);
+    c.observed.queue = Some(gated(pending()));
+    assert!(matches!(c.plan().action, Action::DeleteNode(_)));
+    c.observed.node = None;
+    assert_eq!(c.plan().action, Action::RecordSuspension);
+    let mut c = with_status(c, Some("projects/p/locations/z/nodes/s"), true);
+    c.observed.queue = Some(gated(pending()));
+    assert_eq!(c.plan().action, Action::Nothing);
+}
+
+#[test]
+fn suspend_wins_over_an_admission() {
+    let mut c = Case::spot();
+    c.slice.spec.suspend = true;
+    c.observed.queue = Some(gated(Gate::Admitted {
+        cluster_queue: "cq".into(),
+    }));
+    assert_eq!(c.plan().assessment.reason, reasons::SUSPENDED);
+}
