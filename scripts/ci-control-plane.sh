@@ -3,6 +3,8 @@
 # kube-controller-manager from Go modules (cached under ~/.cache/tpu-operator/control-plane, keyed by
 # go.sum), starts them on loopback, runs the suites with TPU_OPERATOR_KUBE=real, and tears down.
 #
+#   TPU_OPERATOR_KUEUE_SUITE  1 (default): also run the Kueue suite with the real Kueue (tests/kueue);
+#                             0 skips it
 #   TPU_OPERATOR_REAL_SUITES  `cargo test` argument lists, separated by `;`, of the suites to run
 #                             against the real server after the differential suite (default: the
 #                             chart's RBAC suite first, while the cluster holds no other test's
@@ -66,6 +68,13 @@ if [ "$suites" != none ]; then
   for args in "${lists[@]}"; do
     script+="; echo '== control plane: cargo test ${args}'; cargo test --locked ${args}"
   done
+  # Kueue's suite last, with the real Kueue manager (built from its Go module, cached like the
+  # control plane) and its visibility API on: the operator's Workloads are admitted, queued and
+  # preempted by Kueue itself (tests/kueue/README.md).
+  if [ "${TPU_OPERATOR_KUEUE_SUITE:-1}" = 1 ]; then
+    script+="; echo '== control plane + Kueue: cargo test --test e2e kueue::'"
+    script+="; TPU_OPERATOR_KUEUE_VISIBILITY=1 tests/kueue/up.sh run -- cargo test --locked --workspace --test e2e kueue:: -- --nocapture"
+  fi
   TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- bash -c "$script"
 fi
 echo "== control plane: done in $(($(date +%s) - start))s (build/cache $((built - start))s)"
