@@ -394,21 +394,47 @@ fn kueue_enabled_grants_the_workload_calls_and_turns_the_integration_on() {
     assert_eq!(operator_config(&docs)["kueue"], true);
     let controller = rules(find(&docs, "ClusterRole", Some("tpu-operator")));
     for rule in [
-        json!([["kueue.x-k8s.io"], ["workloads"], null, ["get", "list", "watch", "create", "delete"]]),
+        json!([
+            ["kueue.x-k8s.io"],
+            ["workloads"],
+            null,
+            ["get", "list", "watch", "create", "delete"]
+        ]),
         json!([["kueue.x-k8s.io"], ["workloads/status"], null, ["patch"]]),
-        json!([["visibility.kueue.x-k8s.io"], ["localqueues/pendingworkloads"], null, ["get"]]),
+        json!([
+            ["visibility.kueue.x-k8s.io"],
+            ["localqueues/pendingworkloads"],
+            null,
+            ["get"]
+        ]),
     ] {
         assert!(controller.contains(&rule), "missing {rule} in {controller:#?}");
     }
     let priorities = rules(find(&docs, "ClusterRole", Some("tpu-operator-kueue-priorities")));
-    assert_eq!(priorities, [json!([["kueue.x-k8s.io"], ["workloadpriorityclasses"], null, ["get"]])]);
+    assert_eq!(
+        priorities,
+        [json!([
+            ["kueue.x-k8s.io"],
+            ["workloadpriorityclasses"],
+            null,
+            ["get"]
+        ])]
+    );
     let crds = find(&docs, "ClusterRole", Some("tpu-operator-crds"));
-    assert!(crds["rules"][0]["resourceNames"].as_array().unwrap().contains(&json!("workloads.kueue.x-k8s.io")));
+    assert!(
+        crds["rules"][0]["resourceNames"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("workloads.kueue.x-k8s.io"))
+    );
 
     let off = documents(&Helm::new().template(&[]));
     assert!(operator_config(&off).get("kueue").is_none());
     let text = serde_json::to_string(&off).unwrap();
-    assert!(!text.contains("kueue.x-k8s.io"), "no Kueue rule without kueue.enabled");
+    assert!(
+        !text.contains("kueue.x-k8s.io"),
+        "no Kueue rule without kueue.enabled"
+    );
 }
 
 #[test]

@@ -17,7 +17,7 @@ use tpu_operator_api::accelerator::{SliceShape, TpuGeneration};
 
 use super::{
     TPU_RESOURCE,
-    workload::{PodSet, PriorityClassRef, WorkloadSpec},
+    workload::{PodSet, PriorityClassRef, Workload, WorkloadSpec},
 };
 
 /// GKE's node label naming a TPU node's family.
@@ -100,6 +100,59 @@ pub fn workload_spec(demand: &Demand, queue: &str, priority: Option<(&str, i32)>
     }
 }
 
+/// Why `found` is not the Workload `desired` describes, owned by the object `owner_uid`; `None`
+/// when it is. Only the fields that decide what Kueue admits are compared: the controlling
+/// owner, the queue, the priority class and each pod set's name, count, requests and node
+/// selector (Kueue's webhooks add defaults elsewhere). A tenant who can create Workloads could
+/// otherwise name one after a slice, ask for one chip, and have its admission stand for eight.
+pub fn mismatch(found: &Workload, desired: &WorkloadSpec, owner_uid: &str) -> Option<String> {
+    let controlled = found
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == owner_uid);
+    if !controlled {
+        return Some("it is not controlled by this object".into());
+    }
+    if found.spec.queue_name != desired.queue_name {
+        return Some(format!(
+            "it is in LocalQueue {:?}, not {:?}",
+            found.spec.queue_name, desired.queue_name
+        ));
+    }
+    let class = |s: &WorkloadSpec| s.priority_class_ref.as_ref().map(|c| c.name.clone());
+    if class(&found.spec) != class(desired) {
+        return Some("its priority class differs from the object's label".into());
+    }
+    let shape = |s: &WorkloadSpec| -> Vec<_> {
+        s.pod_sets
+            .iter()
+            .map(|p| {
+                let pod = p.template.spec.clone().unwrap_or_default();
+                let requests: Vec<_> = pod
+                    .containers
+                    .iter()
+                    .map(|c| {
+                        c.resources
+                            .clone()
+                            .unwrap_or_default()
+                            .requests
+                            .unwrap_or_default()
+                    })
+                    .collect();
+                (
+                    p.name.clone(),
+                    p.count,
+                    requests,
+                    pod.node_selector.unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    (shape(&found.spec) != shape(desired)).then(|| "its pod sets are not what the object holds".into())
+}
+
 /// One host as a pod: the chips it requests and the node it would need on GKE.
 fn host_template(demand: &Demand) -> PodTemplateSpec {
     let chips = Quantity(demand.chips_per_host().to_string());
@@ -177,6 +230,47 @@ mod tests {
         assert_eq!(
             (class.kind.as_str(), class.name.as_str()),
             ("WorkloadPriorityClass", "tpu-high")
+        );
+    }
+
+    #[test]
+    fn a_workload_asking_for_less_or_owned_by_another_is_not_the_slices() {
+        let desired = workload_spec(&v6e(8, 2), "q", None);
+        let mut found = Workload::new("tpuslice-s-01234", desired.clone());
+        found.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                controller: Some(true),
+                uid: "uid-1".into(),
+                ..Default::default()
+            },
+        ]);
+        assert_eq!(mismatch(&found, &desired, "uid-1"), None);
+        assert!(
+            mismatch(&found, &desired, "uid-2")
+                .unwrap()
+                .contains("not controlled")
+        );
+        let mut smaller = found.clone();
+        smaller.spec = workload_spec(&v6e(1, 1), "q", None);
+        assert!(
+            mismatch(&smaller, &desired, "uid-1")
+                .unwrap()
+                .contains("pod sets")
+        );
+        let mut elsewhere = found.clone();
+        elsewhere.spec.queue_name = "other".into();
+        assert!(
+            mismatch(&elsewhere, &desired, "uid-1")
+                .unwrap()
+                .contains("LocalQueue")
+        );
+        let mut defaulted = found.clone();
+        defaulted.spec.active = Some(true);
+        defaulted.spec.priority = 5;
+        assert_eq!(
+            mismatch(&defaulted, &desired, "uid-1"),
+            None,
+            "Kueue's own writes are not a mismatch"
         );
     }
 

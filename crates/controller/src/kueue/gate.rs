@@ -22,6 +22,11 @@ pub enum Gate {
     /// Kueue asks the work to stop: `reason` is the eviction's (`Preempted`, `Deactivated`,
     /// `ClusterQueueStopped`, ...), `message` Kueue's.
     Evicted { reason: String, message: String },
+    /// A Workload of that name exists but is not the one the object needs (another owner, or
+    /// another queue, size or shape: written by someone else, or the object changed): whatever
+    /// Kueue decided about it says nothing about this object's work, which is stopped; the
+    /// Workload is deleted and written again.
+    Foreign { why: String },
 }
 
 impl Gate {

@@ -30,6 +30,13 @@ const STEP: Duration = Duration::from_secs(20);
 /// The env with Kueue's integration on and the TpuSlice controller running; `None` (after saying
 /// why) where no real Kueue runs.
 async fn start() -> Option<TestEnv> {
+    let mut env = start_idle().await?;
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    Some(env)
+}
+
+/// [`start`] without the controller: the test starts it when it is ready.
+async fn start_idle() -> Option<TestEnv> {
     if std::env::var_os("TPU_OPERATOR_KUEUE_DIR").is_none() {
         eprintln!(
             "SKIP: no Kueue running (run under tests/kueue/up.sh, as scripts/ci-control-plane.sh does)"
@@ -45,7 +52,6 @@ async fn start() -> Option<TestEnv> {
         .expect("the context is not shared before the controllers start")
         .config
         .kueue = true;
-    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
     Some(env)
 }
 
@@ -374,5 +380,72 @@ async fn two_teams_in_a_cohort_borrow_each_others_idle_quota() {
     assert_eq!(
         billable, 2,
         "16 chips of quota in the cohort: two 8-chip nodes run"
+    );
+}
+
+/// A tenant who may create Workloads names one after their slice, owned by it, asking for one
+/// chip, and gets it admitted in a queue with 4 chips free before the operator looks. The slice
+/// needs 8: that admission must not let a node be created. The operator deletes the forged
+/// Workload, writes the slice's own, which waits, and creates nothing.
+#[tokio::test]
+async fn a_forged_workload_admitted_for_less_does_not_let_the_slice_run() {
+    let Some(mut env) = start_idle().await else { return };
+    queue(&env, "tpu", 4, None).await;
+    let created = env.create(&slice("big", "tpu", None)).await;
+    let uid = created.metadata.uid.clone().expect("uid");
+    let name = format!("tpuslice-big-{}", &uid[..5]);
+    apply(
+        &env,
+        "Workload",
+        "workloads",
+        Some(&env.ns),
+        json!({
+            "metadata": {"name": name, "ownerReferences": [{
+                "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice", "name": "big",
+                "uid": uid, "controller": true}]},
+            "spec": {"queueName": "tpu", "priority": 0, "podSets": [{"name": "hosts", "count": 1,
+                "template": {"spec": {"containers": [{"name": "tpu-host",
+                    "resources": {"requests": {"google.com/tpu": "1"}}}]}}}]}
+        }),
+    )
+    .await;
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(env.client.clone(), &env.ns, &resource("Workload", "workloads"));
+    let forged_uid = loop {
+        let wl = workloads.get(&name).await.expect("forged workload");
+        if wl.data["status"]["admission"].is_object() {
+            break wl.metadata.uid.expect("uid");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    let s: TpuSlice = env
+        .wait_for("big", "its own Workload, pending", STEP, |s: &TpuSlice| {
+            queued(s)
+                && s.status
+                    .as_ref()
+                    .unwrap()
+                    .message
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("insufficient")
+        })
+        .await;
+    let own = workloads.get(&name).await.expect("the slice's own workload");
+    assert_ne!(
+        own.metadata.uid,
+        Some(forged_uid),
+        "the forged Workload was replaced"
+    );
+    assert_eq!(
+        own.data["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]["google.com/tpu"],
+        "8"
+    );
+    env.idle(Duration::from_secs(2), STEP).await;
+    assert_eq!(
+        node_creates(&env),
+        0,
+        "nothing created on a forged admission: {s:#?}"
     );
 }

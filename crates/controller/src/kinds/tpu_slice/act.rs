@@ -42,7 +42,8 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
         | Action::RecordPreemption
         | Action::RecordSuspension
         | Action::CreateWorkload
-        | Action::ReleaseWorkload => return Ok(None),
+        | Action::ReleaseWorkload
+        | Action::DeleteWorkload => return Ok(None),
         Action::CreateNode | Action::CreateQueuedResource => match req.create {
             Some(create) => {
                 let at = Creating {

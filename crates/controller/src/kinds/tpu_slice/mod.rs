@@ -148,7 +148,7 @@ impl Kind for TpuSlice {
         let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
         observed.workload_done =
             observe::workload_done(ctx, &self.spec, &t.desired, observed.node.as_ref()).await?;
-        observed.queue = queue::observe(self, ctx).await?;
+        observed.queue = queue::observe(self, ctx, t.shape()).await?;
         Ok(observed)
     }
 
@@ -204,7 +204,8 @@ impl Kind for TpuSlice {
         _ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Option<act::Started>>> {
         let old = self.status.clone().unwrap_or_default();
-        if let (Step::CreateWorkload | Step::ReleaseWorkload, Some(queued)) = (&plan.action, &observed.queue)
+        if let (Step::CreateWorkload | Step::ReleaseWorkload | Step::DeleteWorkload, Some(queued)) =
+            (&plan.action, &observed.queue)
         {
             act_on_queue(self, ctx, t, &plan.action, queued).await?;
             return Ok(Acted {
@@ -354,6 +355,7 @@ async fn act_on_queue(
             // The plan reports an invalid spec before it gets here.
             None => Ok(()),
         },
+        Step::DeleteWorkload => queue::delete_foreign(slice, ctx, queued).await,
         _ => queue::release(ctx, queued).await,
     }
 }
@@ -427,6 +429,7 @@ fn action_name(action: &Step) -> &'static str {
         Step::Nothing | Step::RecordPreemption | Step::RecordSuspension => "observe TPU slice",
         Step::CreateWorkload => "create the Kueue Workload",
         Step::ReleaseWorkload => "release the Kueue Workload's quota",
+        Step::DeleteWorkload => "delete a Kueue Workload that is not the slice's",
         Step::CreateNode => "create TPU node",
         Step::CreateQueuedResource => "create queued resource",
         Step::DeleteNode(_) => "delete TPU node",

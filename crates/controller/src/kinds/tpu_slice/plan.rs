@@ -69,6 +69,8 @@ pub enum Action {
     CreateWorkload,
     /// Kubernetes only: release the evicted Workload's reservation (the node is gone).
     ReleaseWorkload,
+    /// Kubernetes only: delete a Workload of the slice's name that is not the slice's.
+    DeleteWorkload,
 }
 
 impl Action {

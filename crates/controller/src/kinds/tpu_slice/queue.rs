@@ -62,8 +62,10 @@ pub fn workload_name(slice: &TpuSlice) -> String {
 }
 
 /// Reads the slice's Workload and what its gate needs: the position while pending, the
-/// priority class while it does not exist yet. `None`: the slice is not gated by Kueue.
-pub async fn observe(slice: &TpuSlice, ctx: &Context) -> Result<Option<Queued>> {
+/// priority class while it does not exist yet. A Workload that is not exactly the one this slice
+/// would write ([`demand::mismatch`]) gates nothing: [`Gate::Foreign`]. `None`: the slice is not
+/// gated by Kueue. `shape`: one slice's shape (`None`: the spec is invalid, which plan reports).
+pub async fn observe(slice: &TpuSlice, ctx: &Context, shape: Option<&SliceShape>) -> Result<Option<Queued>> {
     let Some(queue) = local_queue(slice, ctx) else {
         return Ok(None);
     };
@@ -74,7 +76,20 @@ pub async fn observe(slice: &TpuSlice, ctx: &Context) -> Result<Option<Queued>> 
     let found = client::get(&ctx.client, &namespace, &workload)
         .await
         .map_err(ReconcileError::kube("read the Kueue Workload"))?;
-    let gate = Gate::of(found.as_ref());
+    let foreign = match (&found, shape) {
+        (Some(wl), Some(shape)) => {
+            let class = slice.labels().get(PRIORITY_CLASS_LABEL).map(|c| (c.as_str(), 0));
+            let desired = demand::workload_spec(&demand(slice, shape), queue, class);
+            demand::mismatch(wl, &desired, &slice.uid().unwrap_or_default())
+        }
+        _ => None,
+    };
+    let gate = match foreign {
+        Some(why) => Gate::Foreign {
+            why: format!("Workload {workload} is not this slice's: {why}"),
+        },
+        None => Gate::of(found.as_ref()),
+    };
     let position = match gate {
         Gate::Pending { .. } => client::position(&ctx.client, &namespace, queue, &workload).await,
         _ => None,
@@ -143,6 +158,19 @@ pub async fn release(ctx: &Context, queued: &Queued) -> Result<()> {
     client::release(&ctx.client, wl, reason, message, ctx.clock.now())
         .await
         .map_err(ReconcileError::kube("release the evicted Kueue Workload's quota"))
+}
+
+/// Deletes a Workload that is not the slice's ([`Gate::Foreign`]); the next pass writes the
+/// right one.
+pub async fn delete_foreign(slice: &TpuSlice, ctx: &Context, queued: &Queued) -> Result<()> {
+    let namespace = slice
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    client::delete(&ctx.client, &namespace, &queued.workload)
+        .await
+        .map_err(ReconcileError::kube(
+            "delete a Kueue Workload that is not the slice's",
+        ))
 }
 
 /// A deleted slice whose cloud resources are gone frees its quota at once (the garbage

@@ -23,6 +23,7 @@ pub(super) fn gated(input: &Input<'_>) -> Option<Plan> {
             reasons::EVICTED,
             format!("evicted by Kueue ({reason}): {message}"),
         ),
+        Gate::Foreign { why } => (reasons::QUEUED_IN_KUEUE, format!("not admitted by Kueue: {why}")),
     };
     let stopping =
         |message: String| Assessment::new(Progress::Reconciling, reason, TpuSlicePhase::Deleting, message);
@@ -59,6 +60,10 @@ fn after_stop(input: &Input<'_>, reason: &'static str, why: String) -> Plan {
                     queued.workload, queued.local_queue
                 ),
             ),
+        ),
+        (Gate::Foreign { .. }, _) => Plan::new(
+            Action::DeleteWorkload,
+            queued_for(reason, format!("{why}; deleting it to write the slice's own")),
         ),
         (Gate::Evicted { .. }, _) => Plan::new(
             Action::ReleaseWorkload,
