@@ -39,3 +39,32 @@ pub fn tune() {
 /// Other C libraries (e.g. musl): their allocator's defaults.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn tune() {}
+
+/// How often [`trim`] hands free heap pages back to the kernel.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Returns the heap's free pages to the kernel every [`TRIM_EVERY`] until the runtime stops.
+/// glibc gives memory back only from the top of an arena; a freed list page below live
+/// allocations stays resident until `malloc_trim`, which also releases whole free pages inside
+/// the arenas (malloc_trim(3), "since glibc 2.8"). Call from inside the tokio runtime.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn trim_periodically() {
+    tokio::spawn(async {
+        let mut every = tokio::time::interval(TRIM_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            // SAFETY: malloc_trim only walks glibc's own arenas under their locks; it takes a
+            // plain integer (the padding to keep at the top) and touches no Rust object.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+    });
+}
+
+/// Other C libraries: nothing to trim.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn trim_periodically() {}

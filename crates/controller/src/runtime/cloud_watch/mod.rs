@@ -293,11 +293,20 @@ impl CloudWatch {
             registry.due(now, every.mul_f32(0.75), settings.capacity)
         };
         for key in due {
-            let started = Instant::now();
-            let mut sifted = Sifted::default();
-            let result = self
+            let (mut started, mut sifted) = (Instant::now(), Sifted::default());
+            let mut result = self
                 .list(&key, &mut |page| self.registry().sift(&key, page, &mut sifted))
                 .await;
+            if result.is_err() {
+                // A paged listing can fail half-way when the collection changes under its page
+                // tokens (a filtered list that shrinks as resources finish). One fresh listing
+                // first: giving up at once makes every waiter read its resource by name, one
+                // call each, until a later round lists again.
+                (started, sifted) = (Instant::now(), Sifted::default());
+                result = self
+                    .list(&key, &mut |page| self.registry().sift(&key, page, &mut sifted))
+                    .await;
+            }
             let wake = match result {
                 Ok(()) => self.registry().finish(&key, started, sifted),
                 Err(err) => {
