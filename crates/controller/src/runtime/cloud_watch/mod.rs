@@ -297,7 +297,7 @@ impl CloudWatch {
             let mut result = self
                 .list(&key, &mut |page| self.registry().sift(&key, page, &mut sifted))
                 .await;
-            if result.is_err() {
+            if result.as_ref().is_err_and(worth_listing_again) {
                 // A paged listing can fail half-way when the collection changes under its page
                 // tokens (a filtered list that shrinks as resources finish). One fresh listing
                 // first: giving up at once makes every waiter read its resource by name, one
@@ -320,6 +320,13 @@ impl CloudWatch {
             self.wake(wake);
         }
     }
+}
+
+/// A failed listing worth one more try within the round: a blip, or a page token the service
+/// no longer accepts (`INVALID_ARGUMENT` after the first page). A refused permission is not: it
+/// will be refused again.
+fn worth_listing_again(err: &tpu_operator_gcp::GcpError) -> bool {
+    err.is_retryable() || err.kind == tpu_operator_gcp::ErrorKind::InvalidArgument
 }
 
 async fn run_lister(watch: Weak<CloudWatch>, shutdown: Shutdown) {
