@@ -10,6 +10,7 @@ mod build_info;
 mod config;
 mod convert_tenancy;
 mod crds;
+mod crds_ready;
 mod leader;
 #[cfg(feature = "local")]
 mod local;

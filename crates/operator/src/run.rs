@@ -13,10 +13,7 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use futures::FutureExt;
-use k8s_openapi::{
-    api::core::v1::Namespace, apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-};
-use kube::runtime::wait::{await_condition, conditions::is_crd_established};
+use k8s_openapi::api::core::v1::Namespace;
 use prometheus_client::{
     metrics::{gauge::Gauge, info::Info},
     registry::Registry,
@@ -37,6 +34,7 @@ use tracing::{error, info, warn};
 use crate::{
     build_info,
     config::{ClusterIdSource, LeaderSettings, RunArgs, Settings},
+    crds_ready,
     leader::Election,
     server::{self, Readiness},
     telemetry,
@@ -123,37 +121,6 @@ async fn cluster_id(client: &kube::Client, source: &ClusterIdSource) -> anyhow::
     }
 }
 
-/// Waits until every CRD of the project is Established, so the controllers' watches succeed.
-async fn wait_for_crds(client: &kube::Client) -> anyhow::Result<()> {
-    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    for crd in tpu_operator_api::crds::all() {
-        let name = crd.metadata.name.unwrap_or_default();
-        info!(crd = %name, "waiting for the CRD to be established");
-        await_condition(api.clone(), &name, is_crd_established())
-            .await
-            .with_context(|| format!("waiting for CRD {name}"))?;
-    }
-    info!("CRDs established");
-    Ok(())
-}
-
-/// With `--kueue`, Kueue's Workload CRD must exist: the TpuSlice controller watches Workloads, and
-/// a slice it gates waits for one to be admitted. Checked once at start, with the fix named.
-async fn check_kueue(client: &kube::Client) -> anyhow::Result<()> {
-    const WORKLOADS: &str = "workloads.kueue.x-k8s.io";
-    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    match api.get_opt(WORKLOADS).await {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => anyhow::bail!(
-            "kueue is on (--kueue / config `kueue` / chart `kueue.enabled`) but the CRD {WORKLOADS} \
-             does not exist: install Kueue first (docs/kueue.md) or turn the integration off"
-        ),
-        Err(err) => Err(err).with_context(|| {
-            format!("reading the CRD {WORKLOADS} (the chart grants `get` on it when kueue.enabled)")
-        }),
-    }
-}
-
 /// Entry point of `tpu-operator run`.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut settings = args.resolve()?;
@@ -178,11 +145,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     info!(%addr, "serving /metrics, /healthz and /readyz");
 
     tokio::select! {
-        ready = wait_for_crds(&client) => ready?,
+        ready = crds_ready::wait_for_crds(&client) => ready?,
         _ = stop.clone() => return Ok(()),
     }
     if settings.controller.kueue {
-        check_kueue(&client).await?;
+        crds_ready::check_kueue(&client).await?;
     }
     readiness.set_not_ready("building the GCP clients");
     let Some(gcp) = connect_gcp(&settings, &gcp_metrics, &stop).await? else {

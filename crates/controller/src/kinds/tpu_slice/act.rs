@@ -1,16 +1,24 @@
-//! Executes the planned action: at most one mutating TPU call per reconcile. The caller writes the
+//! Executes the planned action: at most one mutating TPU call per reconcile (or, for a slice Kueue
+//! gates, one Kubernetes write to its Workload). The caller writes the
 //! returned operation name to status right away.
 
 use tpu_operator_api::naming::ObjectIdentity;
 use tpu_operator_gcp::{GcpError, ignore_not_found, longrunning::model::Operation, tpu_v2::model::Node};
 
+use tpu_operator_api::tpu_slice::TpuSlice;
+
 use super::{
+    Target,
     backend::{Creating, NodeUpdates},
     observe::Names,
-    plan::Action,
+    plan::{self, Action, Plan},
+    queue,
     spec::{self, Create, Desired},
 };
-use crate::reconcile::context::Context;
+use crate::{
+    reconcile::context::Context,
+    runtime::error::{ReconcileError, Result},
+};
 
 /// What the cloud call started.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,5 +119,65 @@ async fn update(
         }
         // `StartNode`: only node updates come here.
         _ => Ok(("start", updates.start_node(gcp, current).await?)),
+    }
+}
+
+/// The plan's Kubernetes write for Kueue: the slice's Workload created, or an evicted one's
+/// reservation released.
+pub(super) async fn on_queue(
+    slice: &TpuSlice,
+    ctx: &Context,
+    t: &Target,
+    action: &Action,
+    queued: &queue::Queued,
+) -> Result<()> {
+    match action {
+        Action::CreateWorkload => match t.shape() {
+            Some(shape) => queue::create_workload(slice, ctx, queued, shape).await,
+            // The plan reports an invalid spec before it gets here.
+            None => Ok(()),
+        },
+        Action::DeleteWorkload => queue::delete_foreign(slice, ctx, queued).await,
+        _ => queue::release(ctx, queued).await,
+    }
+}
+
+/// Runs the plan's action. A refusal the plan knows how to report replaces its assessment and
+/// comes back as the failure; another operation running on the node leaves the plan as it is.
+pub(super) async fn on_plan(
+    ctx: &Context,
+    plan: &mut Plan,
+    request: &Request<'_>,
+) -> Result<(Option<Started>, Option<tpu_operator_gcp::GcpError>)> {
+    match act(ctx, &plan.action, request).await {
+        Ok(started) => Ok((started, None)),
+        // Another operation runs on the node: the plan (and its short requeue) stands.
+        Err(err) if plan::node_busy(&plan.action, &err) => {
+            tracing::debug!(error = %err, "TPU node busy with another operation; retrying");
+            Ok((None, None))
+        }
+        Err(err) => match plan::on_action_error(&plan.action, &err) {
+            Some(assessment) => {
+                plan.assessment = assessment;
+                Ok((None, Some(err)))
+            }
+            None => Err(ReconcileError::gcp(action_name(&plan.action))(err)),
+        },
+    }
+}
+
+pub(super) fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::Nothing | Action::RecordPreemption | Action::RecordSuspension => "observe TPU slice",
+        Action::CreateWorkload => "create the Kueue Workload",
+        Action::ReleaseWorkload => "release the Kueue Workload's quota",
+        Action::DeleteWorkload => "delete a Kueue Workload that is not the slice's",
+        Action::CreateNode => "create TPU node",
+        Action::CreateQueuedResource => "create queued resource",
+        Action::DeleteNode(_) => "delete TPU node",
+        Action::DeleteQueuedResource(_) => "delete queued resource",
+        Action::PatchNode(_) => "patch TPU node labels/metadata/tags",
+        Action::StartNode => "start TPU node",
+        Action::PatchSliceNode { .. } => "patch multislice TPU node labels/metadata/tags",
     }
 }

@@ -12,7 +12,7 @@ use tpu_operator_gcp::{
 };
 
 use super::{
-    Target, act, action_name, backend, build_status,
+    Target, act, backend, build_status,
     observe::{self, Observed},
     plan::{self, Action as Step, Assessment, CleanupStep, Plan},
 };
@@ -158,9 +158,12 @@ async fn send_delete(
                 TpuSlicePhase::Deleting,
                 format!("cannot delete: {err}; retrying with backoff"),
             );
-            Ok((None, Some(ReconcileError::gcp(action_name(&plan.action))(err))))
+            Ok((
+                None,
+                Some(ReconcileError::gcp(act::action_name(&plan.action))(err)),
+            ))
         }
-        Err(err) => Err(ReconcileError::gcp(action_name(&plan.action))(err)),
+        Err(err) => Err(ReconcileError::gcp(act::action_name(&plan.action))(err)),
     }
 }
 

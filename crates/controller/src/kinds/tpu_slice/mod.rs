@@ -207,7 +207,7 @@ impl Kind for TpuSlice {
         if let (Step::CreateWorkload | Step::ReleaseWorkload | Step::DeleteWorkload, Some(queued)) =
             (&plan.action, &observed.queue)
         {
-            act_on_queue(self, ctx, t, &plan.action, queued).await?;
+            act::on_queue(self, ctx, t, &plan.action, queued).await?;
             return Ok(Acted {
                 done: None,
                 events: Vec::new(),
@@ -215,12 +215,12 @@ impl Kind for TpuSlice {
             });
         }
         let request = t.request(&old, observed.node.as_ref());
-        let (started, failure) = act_on_plan(ctx, plan, &request).await?;
+        let (started, failure) = act::on_plan(ctx, plan, &request).await?;
         // A permanent refusal (permission, invalid request) goes into the status; returning the
         // error as well gives the object the slow, backed-off retry of `error_policy`.
         let failed = failure
             .filter(|_| plan.assessment.progress == Progress::Stalled)
-            .map(ReconcileError::gcp(action_name(&plan.action)));
+            .map(ReconcileError::gcp(act::action_name(&plan.action)));
         Ok(Acted {
             done: started,
             events: Vec::new(),
@@ -340,50 +340,6 @@ fn plan_input<'a>(
     }
 }
 
-/// The plan's Kubernetes write for Kueue: the slice's Workload created, or an evicted one's
-/// reservation released.
-async fn act_on_queue(
-    slice: &TpuSlice,
-    ctx: &Context,
-    t: &Target,
-    action: &Step,
-    queued: &queue::Queued,
-) -> Result<()> {
-    match action {
-        Step::CreateWorkload => match t.shape() {
-            Some(shape) => queue::create_workload(slice, ctx, queued, shape).await,
-            // The plan reports an invalid spec before it gets here.
-            None => Ok(()),
-        },
-        Step::DeleteWorkload => queue::delete_foreign(slice, ctx, queued).await,
-        _ => queue::release(ctx, queued).await,
-    }
-}
-
-/// Runs the plan's action. A refusal the plan knows how to report replaces its assessment and
-/// comes back as the failure; another operation running on the node leaves the plan as it is.
-async fn act_on_plan(
-    ctx: &Context,
-    plan: &mut Plan,
-    request: &act::Request<'_>,
-) -> Result<(Option<act::Started>, Option<tpu_operator_gcp::GcpError>)> {
-    match act::act(ctx, &plan.action, request).await {
-        Ok(started) => Ok((started, None)),
-        // Another operation runs on the node: the plan (and its short requeue) stands.
-        Err(err) if plan::node_busy(&plan.action, &err) => {
-            tracing::debug!(error = %err, "TPU node busy with another operation; retrying");
-            Ok((None, None))
-        }
-        Err(err) => match plan::on_action_error(&plan.action, &err) {
-            Some(assessment) => {
-                plan.assessment = assessment;
-                Ok((None, Some(err)))
-            }
-            None => Err(ReconcileError::gcp(action_name(&plan.action))(err)),
-        },
-    }
-}
-
 /// The status a pass writes (pure).
 fn build_status(
     slice: &TpuSlice,
@@ -422,20 +378,4 @@ fn build_status(
         workload: slice.spec.startup_script.is_none() && slice.spec.workload.is_some(),
     });
     st
-}
-
-fn action_name(action: &Step) -> &'static str {
-    match action {
-        Step::Nothing | Step::RecordPreemption | Step::RecordSuspension => "observe TPU slice",
-        Step::CreateWorkload => "create the Kueue Workload",
-        Step::ReleaseWorkload => "release the Kueue Workload's quota",
-        Step::DeleteWorkload => "delete a Kueue Workload that is not the slice's",
-        Step::CreateNode => "create TPU node",
-        Step::CreateQueuedResource => "create queued resource",
-        Step::DeleteNode(_) => "delete TPU node",
-        Step::DeleteQueuedResource(_) => "delete queued resource",
-        Step::PatchNode(_) => "patch TPU node labels/metadata/tags",
-        Step::StartNode => "start TPU node",
-        Step::PatchSliceNode { .. } => "patch multislice TPU node labels/metadata/tags",
-    }
 }
