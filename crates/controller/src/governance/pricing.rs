@@ -14,6 +14,8 @@ use tpu_operator_api::{
     common::CostEstimate,
 };
 
+use crate::runtime::clock::k8s_time as time;
+
 /// How capacity is paid for (defined with the policy kind, which lists allowed kinds).
 pub use tpu_operator_api::tpu_policy::CapacityKind;
 
@@ -256,8 +258,6 @@ pub fn accrue(
         accrued_through: Some(time(now)),
     })
 }
-
-use crate::runtime::clock::k8s_time as time;
 
 /// `v >= 0` and not NaN.
 pub fn non_negative(v: f64) -> bool {

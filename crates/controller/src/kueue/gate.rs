@@ -35,15 +35,15 @@ impl Gate {
         let Some(wl) = workload else {
             return Gate::Missing;
         };
-        let status = wl.status.clone().unwrap_or_default();
-        let holds = |t: &str| condition(&status.conditions, t).is_some_and(|c| c.status == "True");
-        let Some(admission) = status.admission else {
+        let conditions = wl.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+        let holds = |t: &str| condition(conditions, t).is_some_and(|c| c.status == "True");
+        let Some(admission) = wl.status.as_ref().and_then(|s| s.admission.as_ref()) else {
             return Gate::Pending {
-                message: pending_message(&status.conditions),
+                message: pending_message(conditions),
             };
         };
         if holds(types::EVICTED) {
-            let evicted = condition(&status.conditions, types::EVICTED);
+            let evicted = condition(conditions, types::EVICTED);
             return Gate::Evicted {
                 reason: evicted.map(|c| c.reason.clone()).unwrap_or_default(),
                 message: evicted.map(|c| c.message.clone()).unwrap_or_default(),
@@ -58,7 +58,7 @@ impl Gate {
         }
         if holds(types::ADMITTED) {
             return Gate::Admitted {
-                cluster_queue: admission.cluster_queue,
+                cluster_queue: admission.cluster_queue.clone(),
             };
         }
         Gate::Pending {

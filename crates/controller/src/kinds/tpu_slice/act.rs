@@ -8,7 +8,6 @@ use tpu_operator_gcp::{GcpError, ignore_not_found, longrunning::model::Operation
 use tpu_operator_api::tpu_slice::TpuSlice;
 
 use super::{
-    Target,
     backend::{Creating, NodeUpdates},
     observe::Names,
     plan::{self, Action, Plan},
@@ -127,16 +126,11 @@ async fn update(
 pub(super) async fn on_queue(
     slice: &TpuSlice,
     ctx: &Context,
-    t: &Target,
     action: &Action,
     queued: &queue::Queued,
 ) -> Result<()> {
     match action {
-        Action::CreateWorkload => match t.shape() {
-            Some(shape) => queue::create_workload(slice, ctx, queued, shape).await,
-            // The plan reports an invalid spec before it gets here.
-            None => Ok(()),
-        },
+        Action::CreateWorkload => queue::create_workload(slice, ctx, queued).await,
         Action::DeleteWorkload => queue::delete_foreign(slice, ctx, queued).await,
         _ => queue::release(ctx, queued).await,
     }

@@ -207,7 +207,7 @@ impl Kind for TpuSlice {
         if let (Step::CreateWorkload | Step::ReleaseWorkload | Step::DeleteWorkload, Some(queued)) =
             (&plan.action, &observed.queue)
         {
-            act::on_queue(self, ctx, t, &plan.action, queued).await?;
+            act::on_queue(self, ctx, &plan.action, queued).await?;
             return Ok(Acted {
                 done: None,
                 events: Vec::new(),

@@ -19,7 +19,7 @@ use crate::{
     kueue::{
         Gate, client,
         demand::{self, Demand},
-        workload::Workload,
+        workload::{Workload, WorkloadSpec},
     },
     reconcile::context::Context,
     runtime::error::{ReconcileError, Result},
@@ -33,10 +33,13 @@ pub struct Queued {
     pub gate: Gate,
     /// The Workload as read (the release patch is built on it).
     pub found: Option<Workload>,
+    /// The Workload this slice would write (`None`: the spec has no valid shape): compared with
+    /// `found`, and what is created when there is none.
+    pub desired: Option<WorkloadSpec>,
     /// Position in the LocalQueue while pending (1 = next), when Kueue's visibility API serves it.
     pub position: Option<i32>,
-    /// Missing Workload only: the priority to create it with (class and value), or the message
-    /// naming the class that does not exist.
+    /// The priority class the label names (its value read only while the Workload is missing),
+    /// or the message naming a class that does not exist.
     pub priority: Result<Option<(String, i32)>, String>,
 }
 
@@ -69,33 +72,15 @@ pub async fn observe(slice: &TpuSlice, ctx: &Context, shape: Option<&SliceShape>
     let Some(queue) = local_queue(slice, ctx) else {
         return Ok(None);
     };
-    let namespace = slice
-        .namespace()
-        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
     let workload = workload_name(slice);
-    let found = client::get(&ctx.client, &namespace, &workload)
+    let found = client::get(&ctx.client, &namespace(slice)?, &workload)
         .await
         .map_err(ReconcileError::kube("read the Kueue Workload"))?;
-    let foreign = match (&found, shape) {
-        (Some(wl), Some(shape)) => {
-            let class = slice.labels().get(PRIORITY_CLASS_LABEL).map(|c| (c.as_str(), 0));
-            let desired = demand::workload_spec(&demand(slice, shape), queue, class);
-            demand::mismatch(wl, &desired, &slice.uid().unwrap_or_default())
-        }
-        _ => None,
-    };
-    let gate = match foreign {
-        Some(why) => Gate::Foreign {
-            why: format!("Workload {workload} is not this slice's: {why}"),
-        },
-        None => Gate::of(found.as_ref()),
-    };
-    let position = match gate {
-        Gate::Pending { .. } => client::position(&ctx.client, &namespace, queue, &workload).await,
-        _ => None,
-    };
-    let priority = match (&gate, slice.labels().get(PRIORITY_CLASS_LABEL)) {
-        (Gate::Missing, Some(class)) => match client::priority(&ctx.client, class)
+    let class = slice.labels().get(PRIORITY_CLASS_LABEL);
+    // The class's value is read only to create the Workload; an existing one is compared by the
+    // class's name (Kueue rewrites the value when the class changes).
+    let priority = match (&found, class) {
+        (None, Some(class)) => match client::priority(&ctx.client, class)
             .await
             .map_err(ReconcileError::kube("read the WorkloadPriorityClass"))?
         {
@@ -104,13 +89,36 @@ pub async fn observe(slice: &TpuSlice, ctx: &Context, shape: Option<&SliceShape>
                 "WorkloadPriorityClass {class} (label {PRIORITY_CLASS_LABEL}) does not exist: create it or fix the label"
             )),
         },
-        _ => Ok(None),
+        (_, class) => Ok(class.map(|c| (c.clone(), 0))),
+    };
+    let desired = shape.map(|shape| {
+        let class = priority.as_ref().ok().and_then(Option::as_ref);
+        demand::workload_spec(
+            &demand(slice, shape),
+            queue,
+            class.map(|(name, value)| (name.as_str(), *value)),
+        )
+    });
+    let foreign = found
+        .as_ref()
+        .zip(desired.as_ref())
+        .and_then(|(wl, desired)| demand::mismatch(wl, desired, &slice.uid().unwrap_or_default()));
+    let gate = match foreign {
+        Some(why) => Gate::Foreign {
+            why: format!("Workload {workload} is not this slice's: {why}"),
+        },
+        None => Gate::of(found.as_ref()),
+    };
+    let position = match gate {
+        Gate::Pending { .. } => client::position(&ctx.client, &namespace(slice)?, queue, &workload).await,
+        _ => None,
     };
     Ok(Some(Queued {
         workload,
         local_queue: queue.to_string(),
         gate,
         found,
+        desired,
         position,
         priority,
     }))
@@ -128,26 +136,21 @@ pub fn demand(slice: &TpuSlice, one_slice: &SliceShape) -> Demand {
     Demand::new(&total, topology, slice.spec.preemptible())
 }
 
-/// Creates the slice's Workload (owned by it: deleted with it).
-pub async fn create_workload(
-    slice: &TpuSlice,
-    ctx: &Context,
-    queued: &Queued,
-    shape: &SliceShape,
-) -> Result<()> {
-    let namespace = slice
-        .namespace()
-        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
-    let owner = owner_reference(slice)?;
-    let priority = queued.priority.clone().ok().flatten();
-    let spec = demand::workload_spec(
-        &demand(slice, shape),
-        &queued.local_queue,
-        priority.as_ref().map(|(class, value)| (class.as_str(), *value)),
-    );
-    client::create(&ctx.client, &namespace, &queued.workload, owner, spec)
-        .await
-        .map_err(ReconcileError::kube("create the Kueue Workload"))
+/// Creates the slice's Workload as [`observe`] described it (owned by the slice: deleted with
+/// it). Nothing to create when the spec has no valid shape (plan reports that instead).
+pub async fn create_workload(slice: &TpuSlice, ctx: &Context, queued: &Queued) -> Result<()> {
+    let Some(spec) = queued.desired.clone() else {
+        return Ok(());
+    };
+    client::create(
+        &ctx.client,
+        &namespace(slice)?,
+        &queued.workload,
+        owner_reference(slice)?,
+        spec,
+    )
+    .await
+    .map_err(ReconcileError::kube("create the Kueue Workload"))
 }
 
 /// Releases the evicted Workload's reservation (the node is gone and its stop counted).
@@ -163,10 +166,7 @@ pub async fn release(ctx: &Context, queued: &Queued) -> Result<()> {
 /// Deletes a Workload that is not the slice's ([`Gate::Foreign`]); the next pass writes the
 /// right one.
 pub async fn delete_foreign(slice: &TpuSlice, ctx: &Context, queued: &Queued) -> Result<()> {
-    let namespace = slice
-        .namespace()
-        .ok_or(ReconcileError::MissingMetadata("namespace"))?;
-    client::delete(&ctx.client, &namespace, &queued.workload)
+    client::delete(&ctx.client, &namespace(slice)?, &queued.workload)
         .await
         .map_err(ReconcileError::kube(
             "delete a Kueue Workload that is not the slice's",
@@ -186,6 +186,12 @@ pub async fn release_on_delete(slice: &TpuSlice, ctx: &Context) {
     if let Err(err) = client::delete(&ctx.client, &namespace, &workload_name(slice)).await {
         tracing::debug!(error = %err, "deleting the Kueue Workload; the garbage collector will");
     }
+}
+
+fn namespace(slice: &TpuSlice) -> Result<String> {
+    slice
+        .namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))
 }
 
 fn owner_reference(slice: &TpuSlice) -> Result<OwnerReference> {

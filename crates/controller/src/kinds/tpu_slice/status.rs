@@ -9,8 +9,8 @@ use k8s_openapi::{
 use tpu_operator_api::{
     accelerator::SliceShape,
     conditions::{
-        Progress, condition, find_condition, is_true, reasons, remove_condition, set_condition, set_kstatus,
-        types,
+        Progress, condition, describing, find_condition, is_true, reasons, remove_condition, set_condition,
+        set_kstatus, types,
     },
     tpu_slice::{TpuSlicePhase, TpuSliceStatus},
 };
@@ -21,7 +21,7 @@ use super::{
     observe::{Names, Observed, OperationView},
     plan::{Assessment, health_name, state_name},
 };
-use crate::reconcile::report::Transition;
+use crate::{reconcile::report::Transition, runtime::clock::k8s_time as time};
 
 /// The only writer of `TpuSlice.status`.
 pub const FIELD_MANAGER: &str = "tpuslice.tpu-operator.dev/controller";
@@ -342,31 +342,19 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
 /// Kueue's decisions as Events: `Evicted` (Warning: the node is deleted) once per eviction,
 /// `QueuedInKueue` when the slice starts waiting, `Admitted` when Kueue lets it run.
 fn kueue_transitions(old: &TpuSliceStatus, new: &TpuSliceStatus, message: &str) -> Vec<Transition> {
-    let (Some(before), Some(now)) = (
-        old.kueue
-            .clone()
-            .or_else(|| new.kueue.clone().map(|_| Default::default())),
-        new.kueue.as_ref(),
-    ) else {
+    let Some(now) = new.kueue.as_ref() else {
         return Vec::new();
     };
-    let reason = |s: &TpuSliceStatus| {
-        find_condition(&s.conditions, types::RECONCILING)
-            .filter(|c| c.status == "True")
-            .map(|c| c.reason.clone())
-    };
+    let reason = |s: &TpuSliceStatus| describing(&s.conditions).map(|c| c.reason.clone());
+    let entered = |r: &str| reason(new).as_deref() == Some(r) && reason(old).as_deref() != Some(r);
     let mut out = Vec::new();
-    let evicting = reason(new).as_deref() == Some(reasons::EVICTED);
-    if evicting && reason(old).as_deref() != Some(reasons::EVICTED) {
+    if entered(reasons::EVICTED) {
         out.push(Transition::warning(reasons::EVICTED, message.to_string()));
     }
-    if !evicting
-        && reason(new).as_deref() == Some(reasons::QUEUED_IN_KUEUE)
-        && reason(old).as_deref() != Some(reasons::QUEUED_IN_KUEUE)
-    {
+    if entered(reasons::QUEUED_IN_KUEUE) {
         out.push(Transition::normal(reasons::QUEUED_IN_KUEUE, message.to_string()));
     }
-    if now.admitted && !before.admitted {
+    if now.admitted && !old.kueue.as_ref().is_some_and(|k| k.admitted) {
         let queue = now.cluster_queue.clone().unwrap_or_default();
         out.push(Transition::normal(
             "Admitted",
@@ -375,5 +363,3 @@ fn kueue_transitions(old: &TpuSliceStatus, new: &TpuSliceStatus, message: &str) 
     }
     out
 }
-
-use crate::runtime::clock::k8s_time as time;

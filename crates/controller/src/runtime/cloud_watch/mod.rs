@@ -41,8 +41,8 @@ use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
 
 pub use self::listed::{Collection, Listable, Listed, state_of};
 pub use self::registry::Seen;
-use self::registry::{Registry, Sifted, Wake};
-use tpu_operator_gcp::Gcp;
+use self::registry::{Key, Registry, Sifted, Wake};
+use tpu_operator_gcp::{ErrorKind, Gcp, GcpError};
 
 use crate::{
     Shutdown,
@@ -282,6 +282,16 @@ impl CloudWatch {
         }
     }
 
+    /// Lists `key` once, sifting each page against its waiters: when the listing started, what
+    /// it found, and whether it got through.
+    async fn list_sifted(&self, key: &Key) -> (Instant, Sifted, Result<(), GcpError>) {
+        let (started, mut sifted) = (Instant::now(), Sifted::default());
+        let result = self
+            .list(key, &mut |page| self.registry().sift(key, page, &mut sifted))
+            .await;
+        (started, sifted, result)
+    }
+
     /// One round: lists every collection that is due and wakes the owners of what changed.
     async fn tick(&self) {
         let settings = self.settings();
@@ -293,19 +303,13 @@ impl CloudWatch {
             registry.due(now, every.mul_f32(0.75), settings.capacity)
         };
         for key in due {
-            let (mut started, mut sifted) = (Instant::now(), Sifted::default());
-            let mut result = self
-                .list(&key, &mut |page| self.registry().sift(&key, page, &mut sifted))
-                .await;
+            // A paged listing can fail half-way when the collection changes under its page
+            // tokens (a filtered list that shrinks as resources finish). One fresh listing
+            // first: giving up at once makes every waiter read its resource by name, one call
+            // each, until a later round lists again.
+            let (mut started, mut sifted, mut result) = self.list_sifted(&key).await;
             if result.as_ref().is_err_and(worth_listing_again) {
-                // A paged listing can fail half-way when the collection changes under its page
-                // tokens (a filtered list that shrinks as resources finish). One fresh listing
-                // first: giving up at once makes every waiter read its resource by name, one
-                // call each, until a later round lists again.
-                (started, sifted) = (Instant::now(), Sifted::default());
-                result = self
-                    .list(&key, &mut |page| self.registry().sift(&key, page, &mut sifted))
-                    .await;
+                (started, sifted, result) = self.list_sifted(&key).await;
             }
             let wake = match result {
                 Ok(()) => self.registry().finish(&key, started, sifted),
@@ -325,8 +329,8 @@ impl CloudWatch {
 /// A failed listing worth one more try within the round: a blip, or a page token the service
 /// no longer accepts (`INVALID_ARGUMENT` after the first page). A refused permission is not: it
 /// will be refused again.
-fn worth_listing_again(err: &tpu_operator_gcp::GcpError) -> bool {
-    err.is_retryable() || err.kind == tpu_operator_gcp::ErrorKind::InvalidArgument
+fn worth_listing_again(err: &GcpError) -> bool {
+    err.is_retryable() || err.kind == ErrorKind::InvalidArgument
 }
 
 async fn run_lister(watch: Weak<CloudWatch>, shutdown: Shutdown) {

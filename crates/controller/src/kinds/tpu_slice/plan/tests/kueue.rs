@@ -12,6 +12,7 @@ fn gated(gate: Gate) -> Queued {
         local_queue: "tpu".into(),
         gate,
         found: None,
+        desired: None,
         position: Some(2),
         priority: Ok(None),
     }
