@@ -1165,7 +1165,9 @@ async fn a_squatter_with_a_forged_owner_reference_is_still_judged_by_the_policy(
     assert_eq!(own.spec.zone, "us-east5-b");
     let owner = &own.owner_references()[0];
     assert_eq!(owner.uid, tp.uid().unwrap(), "created by the pipeline itself");
-    wait_ready::<TpuSlice>(&env, &env.ns, "forge-train").await;
+    // The pipeline's success is what proves its own slice ran: the slice itself may come and
+    // go (Ready, then deleted when training ends) between two polls on a loaded machine.
+    wait_ready::<TrainingPipeline>(&env, &env.ns, "forge").await;
     assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1, "its own node only");
     // Releasing the refused squatter looks up its own node id there (a 404), nothing more.
     let outside = tpu_writes_on(&env, "/us-east5-a/");
