@@ -196,6 +196,12 @@ pub struct TrainingPipelineStatus {
     /// What `spec.suspend` stopped, and when the pipeline was suspended and resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspension: Option<SuspensionStatus>,
+    /// Kueue's view of the training stage, when the pipeline is queued through Kueue (the
+    /// `kueue.x-k8s.io/queue-name` label, with the operator's Kueue integration on): the
+    /// Workload that stands for its Vertex job or TPU VM slice, its queue, position and
+    /// evictions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kueue: Option<crate::kueue::KueueStatus>,
 }
 
 /// A failed run's TPU VM slice kept for debugging; it bills until it is deleted.

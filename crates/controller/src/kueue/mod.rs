@@ -13,11 +13,14 @@
 //!   `google.com/tpu`, node selectors GKE's TPU nodes carry, so the flavors of a team's GKE TPU
 //!   pods govern its slices too).
 //! - [`gate`]: pure: a Workload's status as the gate a pass obeys, and the release write.
+//! - [`queued`]: what a pass reads of a gated object's Workload, and the writes its plan asks
+//!   for (the same for every gated kind).
 //! - [`client`]: the Kubernetes calls (Workload, WorkloadPriorityClass, the visibility API).
 
 pub mod client;
 pub mod demand;
 pub mod gate;
+pub mod queued;
 pub mod workload;
 
 pub use gate::Gate;

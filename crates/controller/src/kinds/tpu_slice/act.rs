@@ -15,6 +15,7 @@ use super::{
     spec::{self, Create, Desired},
 };
 use crate::{
+    kueue::queued::{self, Write},
     reconcile::context::Context,
     runtime::error::{ReconcileError, Result},
 };
@@ -129,11 +130,12 @@ pub(super) async fn on_queue(
     action: &Action,
     queued: &queue::Queued,
 ) -> Result<()> {
-    match action {
-        Action::CreateWorkload => queue::create_workload(slice, ctx, queued).await,
-        Action::DeleteWorkload => queue::delete_foreign(slice, ctx, queued).await,
-        _ => queue::release(ctx, queued).await,
-    }
+    let write = match action {
+        Action::CreateWorkload => Write::Create,
+        Action::DeleteWorkload => Write::Delete,
+        _ => Write::Release,
+    };
+    queued::write(slice, ctx, queued, write).await
 }
 
 /// Runs the plan's action. A refusal the plan knows how to report replaces its assessment and

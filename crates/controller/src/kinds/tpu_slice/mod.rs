@@ -26,7 +26,7 @@ mod cleanup;
 mod compute;
 mod observe;
 mod plan;
-mod queue;
+pub mod queue;
 mod request;
 mod spec;
 mod status;
@@ -95,7 +95,7 @@ impl Kind for TpuSlice {
     /// A slice Kueue gates is woken by its Workload, which leaves the slice unchanged: every
     /// pass runs in full.
     fn settles(&self, ctx: &Context) -> bool {
-        queue::local_queue(self, ctx).is_none()
+        crate::kueue::queued::local_queue(self, ctx).is_none()
     }
 
     fn watches(

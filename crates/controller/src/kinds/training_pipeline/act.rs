@@ -74,6 +74,10 @@ pub async fn act(
             cancel_job(ctx, name, "cancel Vertex custom job of a suspended pipeline").await
         }
         Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, reads, ahead).await,
+        Action::Workload(write) => match &reads.queue {
+            Some(queued) => crate::kueue::queued::write(tp, ctx, queued, *write).await,
+            None => Ok(()),
+        },
         Action::DeleteJob { name } => {
             match ctx.gcp.vertex.delete_custom_job(name).await {
                 Ok(op) => st.pending_operation = Some(op.name),

@@ -44,6 +44,20 @@ pub async fn clean(
     ctx: &Context,
     names: &Target,
 ) -> Result<Cleaned<TrainingPipelineStatus>> {
+    let cleaned = clean_jobs(tp, ctx, names).await?;
+    // Its Vertex jobs are gone: the Kueue quota is free at once. A TPU VM pipeline's Workload
+    // goes with the pipeline (garbage collection), as its slice does.
+    if matches!(cleaned, Cleaned::Done { .. }) && tp.spec.training.vertex.is_some() {
+        crate::kueue::queued::release_on_delete(tp, ctx).await;
+    }
+    Ok(cleaned)
+}
+
+async fn clean_jobs(
+    tp: &TrainingPipeline,
+    ctx: &Context,
+    names: &Target,
+) -> Result<Cleaned<TrainingPipelineStatus>> {
     let jobs = every_job(ctx, tp, names).await?;
     let now = ctx.clock.now();
     let settle = settled_after(tp);

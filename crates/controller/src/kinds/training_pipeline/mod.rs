@@ -15,6 +15,7 @@ mod links;
 mod observe;
 pub mod plan;
 mod progress;
+pub mod queue;
 pub mod spec;
 pub mod status;
 pub mod variants;
@@ -138,10 +139,16 @@ impl Kind for TrainingPipeline {
         &status.conditions
     }
 
+    /// Its children wake it, and its Kueue Workload when Kueue gates pipelines (an admission
+    /// or eviction leaves the pipeline itself unchanged).
     fn watches(controller: Controller<Cached<Self>>, watch: &Watches<'_>) -> Controller<Cached<Self>> {
-        controller
+        let controller = controller
             .owns_stream(watch.metadata::<PreprocessBatch>())
-            .owns_stream(watch.metadata::<TpuSlice>())
+            .owns_stream(watch.metadata::<TpuSlice>());
+        if !watch.kueue {
+            return controller;
+        }
+        controller.owns_stream(watch.metadata::<crate::kueue::workload::Workload>())
     }
 
     /// A pipeline without a project fails when it would create a Vertex job (see `act`); its
@@ -151,7 +158,8 @@ impl Kind for TrainingPipeline {
     }
 
     async fn observe(&self, ctx: &Context, t: &Target) -> Result<Seen> {
-        let (observed, reads) = observe::observe(ctx, &t.pipeline, t).await?;
+        let (observed, mut reads) = observe::observe(ctx, &t.pipeline, t).await?;
+        reads.queue = queue::observe(&t.pipeline, ctx).await?;
         Ok(Seen { observed, reads })
     }
 
@@ -166,6 +174,7 @@ impl Kind for TrainingPipeline {
             preprocess_child: &t.preprocess,
             train_child: &t.train,
             rerun: self.annotations().get(RERUN_ANNOTATION).map(String::as_str),
+            queue: seen.reads.queue.as_ref(),
         })
     }
 

@@ -49,6 +49,9 @@ pub struct Reads {
     pub preprocess: ChildCloud,
     /// The TpuSlice child's node and its links (workload logs).
     pub train: ChildCloud,
+    /// The pipeline's Kueue Workload, when Kueue gates the training stage (read by the pass
+    /// after the rest, `super::queue`).
+    pub queue: Option<super::queue::Queued>,
 }
 
 /// A child's cloud object as its status names it, and the links its status shows.

@@ -16,6 +16,9 @@
 //!   no start time): a suspended pipeline's status is a function of what it observes, so it is
 //!   written once, not on every pass. Resuming replaces the stopped attempt with one that does
 //!   not count against `maxRetries` (`status.suspension`).
+//! - Kueue (the pipeline's `kueue.x-k8s.io/queue-name` label, integration on): no job or slice
+//!   before the Workload is admitted; an eviction stops what bills as suspend does, then releases
+//!   the quota; the attempt after re-admission spends no retry (`kueue_gate`).
 //! - Re-runs: raising `maxRetries` on a pipeline Failed for `RetriesExhausted` starts a new
 //!   counted attempt (from `CHECKPOINT_DIR`); a `tpu-operator.dev/rerun` annotation value other
 //!   than `status.rerun.value` starts one new run of a finished pipeline, with a fresh
@@ -37,6 +40,7 @@ use tpu_operator_api::{
 };
 
 use super::status::{self, time};
+use crate::kueue::queued::{Queued, Write};
 
 /// Reason of a pipeline stopped by a failed preprocessing stage.
 pub const PREPROCESS_FAILED: &str = "PreprocessFailed";
@@ -71,6 +75,8 @@ pub enum Action {
     DeleteJob {
         name: String,
     },
+    /// Create, release or delete the pipeline's Kueue Workload (`kueue_gate`).
+    Workload(Write),
 }
 
 impl Action {
@@ -133,6 +139,8 @@ pub struct Input<'a> {
     pub train_child: &'a str,
     /// The pipeline's `tpu-operator.dev/rerun` annotation (empty counts as absent).
     pub rerun: Option<&'a str>,
+    /// Its Kueue Workload as read, when Kueue gates the training stage.
+    pub queue: Option<&'a Queued>,
 }
 
 pub fn plan(input: &Input) -> Plan {
@@ -154,6 +162,7 @@ pub fn plan(input: &Input) -> Plan {
         }
     };
     let step = p.apply_suspend(step);
+    let step = p.apply_kueue(step);
     p.finalize(step)
 }
 
@@ -335,6 +344,7 @@ impl Planner<'_> {
     }
 }
 
+mod kueue_gate;
 mod lifecycle;
 mod observed;
 mod preprocess;

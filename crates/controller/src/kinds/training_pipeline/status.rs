@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use tpu_operator_api::{
-    accelerator::{VertexAcceleratorType, parse_accelerator_type, shape_from_config},
+    accelerator::{SliceShape, VertexAcceleratorType, parse_accelerator_type, shape_from_config},
     common::CostEstimate,
     conditions::{self, Progress, condition, reasons, set_condition, types},
     training_pipeline::{
@@ -85,9 +85,16 @@ pub fn stage_mut(st: &mut TrainingPipelineStatus, name: StageName) -> &mut Stage
 
 /// Accelerator type and chip count of the training stage, for the printer columns.
 pub fn accelerator_of(spec: &TrainingPipelineSpec) -> Option<(String, i32)> {
-    let shape = if let Some(v) = &spec.training.vertex {
-        match v.machine_type.check_topology(v.tpu_topology.as_deref()).ok()? {
-            Some(shape) => shape,
+    let shape = training_shape(spec)?;
+    Some((shape.accelerator_type(), i32::try_from(shape.chips).ok()?))
+}
+
+/// The TPU shape training runs on: the Vertex worker pool's, or one TPU VM slice's (a multislice
+/// holds `slices` of it). `None` for a spec whose shape is invalid (admission refuses those).
+pub fn training_shape(spec: &TrainingPipelineSpec) -> Option<SliceShape> {
+    if let Some(v) = &spec.training.vertex {
+        return match v.machine_type.check_topology(v.tpu_topology.as_deref()).ok()? {
+            Some(shape) => Some(shape),
             // cloud-tpu: the accelerator enum and count (TensorCores) give the size.
             None => {
                 let prefix = match v.accelerator_type? {
@@ -95,18 +102,16 @@ pub fn accelerator_of(spec: &TrainingPipelineSpec) -> Option<(String, i32)> {
                     VertexAcceleratorType::TPU_V3 => "v3",
                     _ => return None,
                 };
-                parse_accelerator_type(&format!("{prefix}-{}", v.accelerator_count.unwrap_or(8))).ok()?
+                parse_accelerator_type(&format!("{prefix}-{}", v.accelerator_count.unwrap_or(8))).ok()
             }
-        }
-    } else {
-        let slice = &spec.training.tpu_vm.as_ref()?.slice;
-        match (&slice.accelerator_type, &slice.accelerator_config) {
-            (Some(t), _) => parse_accelerator_type(t).ok()?,
-            (None, Some(c)) => shape_from_config(c.type_, &c.topology).ok()?,
-            (None, None) => return None,
-        }
-    };
-    Some((shape.accelerator_type(), i32::try_from(shape.chips).ok()?))
+        };
+    }
+    let slice = &spec.training.tpu_vm.as_ref()?.slice;
+    match (&slice.accelerator_type, &slice.accelerator_config) {
+        (Some(t), _) => parse_accelerator_type(t).ok(),
+        (None, Some(c)) => shape_from_config(c.type_, &c.topology).ok(),
+        (None, None) => None,
+    }
 }
 
 /// Estimated cost of a Vertex job from its run time (`startTime` to `endTime`, or now while it

@@ -14,17 +14,7 @@ use crate::kueue::Gate;
 
 /// The plan while Kueue does not let the slice run; `None`: admitted (or not gated), go on.
 pub(super) fn gated(input: &Input<'_>) -> Option<Plan> {
-    let queued = input.queue?;
-    let (reason, why) = match &queued.gate {
-        Gate::Admitted { .. } => return None,
-        Gate::Missing => (reasons::QUEUED_IN_KUEUE, "not admitted by Kueue yet".to_string()),
-        Gate::Pending { message } => (reasons::QUEUED_IN_KUEUE, waiting(queued, message)),
-        Gate::Evicted { reason, message } => (
-            reasons::EVICTED,
-            format!("evicted by Kueue ({reason}): {message}"),
-        ),
-        Gate::Foreign { why } => (reasons::QUEUED_IN_KUEUE, format!("not admitted by Kueue: {why}")),
-    };
+    let (reason, why) = input.queue?.holding()?;
     let stopping =
         |message: String| Assessment::new(Progress::Reconciling, reason, TpuSlicePhase::Deleting, message);
     Some(match plan_cleanup(input.observed) {
@@ -80,16 +70,4 @@ fn after_stop(input: &Input<'_>, reason: &'static str, why: String) -> Plan {
 /// capacity interval for the position; an admission wakes the slice through its Workload watch.
 fn queued_for(reason: &'static str, message: String) -> Assessment {
     Assessment::new(Progress::Reconciling, reason, TpuSlicePhase::Queued, message).requeue(Requeue::Capacity)
-}
-
-/// "waiting in LocalQueue q (position 2): <Kueue's message>".
-fn waiting(queued: &super::super::queue::Queued, message: &str) -> String {
-    let position = queued
-        .position
-        .map(|p| format!(" (position {p})"))
-        .unwrap_or_default();
-    format!(
-        "waiting in Kueue LocalQueue {}{position}: {message}",
-        queued.local_queue
-    )
 }

@@ -44,7 +44,11 @@ impl Planner<'_> {
         }
         self.note_suspended();
         let keeps = !matches!(step.action, Action::Nothing) && !step.action.creates();
-        let stop = if keeps { None } else { self.stop_billing() };
+        let stop = if keeps {
+            None
+        } else {
+            self.stop_billing(BY_SUSPEND)
+        };
         let action = match (&stop, step.action) {
             (Some(stop), _) => stop.action.clone(),
             (None, action) if action.creates() => Action::Nothing,
@@ -111,14 +115,15 @@ impl Planner<'_> {
 
     /// What bills now and how to stop it: the running preprocessing batch, the current attempt's
     /// Vertex job while it is queued or running, or the training slice while it holds a node.
-    fn stop_billing(&mut self) -> Option<Stop> {
+    /// `by` (`spec.suspend`, `Kueue`) names what stops it in the stage's message.
+    pub(super) fn stop_billing(&mut self, by: &str) -> Option<Stop> {
         let observed = self.input.observed;
         let preprocessing = self.st.current_stage == Some(StageName::Preprocess);
         if preprocessing && matches!(observed.preprocess, Child::Progressing { .. }) {
             let name = self.input.preprocess_child;
             let stage = status::stage_mut(&mut self.st, StageName::Preprocess);
             stage.state = StageState::Cancelled;
-            stage.message = Some("stopped by spec.suspend; runs again on resume".into());
+            stage.message = Some(format!("stopped by {by}; runs again on resume"));
             return Some(Stop {
                 action: Action::DeletePreprocess,
                 what: format!(
@@ -147,39 +152,59 @@ impl Planner<'_> {
         };
         let stage = status::stage_mut(&mut self.st, StageName::Train);
         stage.state = StageState::Cancelled;
-        stage.message = Some("stopped by spec.suspend; a new attempt resumes from CHECKPOINT_DIR".into());
+        stage.message = Some(format!(
+            "stopped by {by}; a new attempt resumes from CHECKPOINT_DIR"
+        ));
         Some(what)
     }
 
-    /// Whether suspending stopped `attempt` (its job cancelled, its slice deleted): the attempt
-    /// that replaces it is a resumption, not a retry.
-    pub(super) fn stopped_by_suspend(&self, attempt: i32) -> bool {
-        self.st
-            .suspension
-            .as_ref()
-            .is_some_and(|s| s.stopped_attempt == Some(attempt))
+    /// What stopped `attempt` (its job cancelled, its slice deleted), when suspending
+    /// (`spec.suspend`) or a Kueue eviction did: the attempt that replaces it is a resumption,
+    /// not a retry.
+    pub(super) fn stopped_by(&self, attempt: i32) -> Option<&'static str> {
+        let suspended = self.st.suspension.as_ref().and_then(|s| s.stopped_attempt);
+        let evicted = self.st.kueue.as_ref().and_then(|k| k.stopped_attempt);
+        if suspended == Some(attempt) {
+            Some(BY_SUSPEND)
+        } else if evicted == Some(attempt) {
+            Some(BY_KUEUE)
+        } else {
+            None
+        }
     }
 
-    /// Starting `attempt` after the one suspending stopped: it is recorded as a resumption (and
-    /// the stopped attempt forgotten, so a later failure is a failure).
-    pub(super) fn take_resumption(&mut self, attempt: i32) -> bool {
-        if self.spec().suspend || !self.stopped_by_suspend(attempt - 1) {
-            return false;
+    /// Starting `attempt` after the one suspending or an eviction stopped: it is recorded as a
+    /// resumption (and the stopped attempt forgotten, so a later failure is a failure). Returns
+    /// what had stopped the one before.
+    pub(super) fn take_resumption(&mut self, attempt: i32) -> Option<&'static str> {
+        if self.spec().suspend || self.kueue_holds() {
+            return None;
         }
-        let record = self.st.suspension.get_or_insert_with(Default::default);
-        record.stopped_attempt = None;
-        record.resumes += 1;
-        true
+        let by = self.stopped_by(attempt - 1)?;
+        if by == BY_SUSPEND {
+            let record = self.st.suspension.get_or_insert_with(Default::default);
+            record.stopped_attempt = None;
+            record.resumes += 1;
+        } else {
+            let kueue = self.st.kueue.get_or_insert_with(Default::default);
+            kueue.stopped_attempt = None;
+            kueue.resumes += 1;
+        }
+        Some(by)
     }
 }
+
+/// What stopped an attempt, in messages.
+pub(super) const BY_SUSPEND: &str = "spec.suspend";
+pub(super) const BY_KUEUE: &str = "a Kueue eviction";
 
 /// Event reason of a suspended pipeline resumed.
 pub const RESUMED: &str = "Resumed";
 
-/// How to stop what bills while suspended, and what to call it in status.
-struct Stop {
-    action: Action,
-    what: String,
+/// How to stop what bills while suspended or evicted, and what to call it in status.
+pub(super) struct Stop {
+    pub action: Action,
+    pub what: String,
     /// The training attempt stopped (resuming replaces it with an uncounted one).
-    attempt: Option<i32>,
+    pub attempt: Option<i32>,
 }

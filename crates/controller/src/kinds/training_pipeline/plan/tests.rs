@@ -92,6 +92,7 @@ fn run_at(
         preprocess_child: "p-preprocess",
         train_child: "p-train",
         rerun: None,
+        queue: None,
     })
 }
 
@@ -661,6 +662,7 @@ fn run_rerun(
         preprocess_child: "p-preprocess",
         train_child: "p-train",
         rerun,
+        queue: None,
     });
     *status = p.status.clone();
     p
@@ -1083,3 +1085,5 @@ fn a_failed_runs_slice_is_kept_then_released() {
     let released = p.status.kept_slice.and_then(|k| k.released_time);
     assert!(released.is_some(), "the kept slice is recorded as released");
 }
+
+mod kueue;

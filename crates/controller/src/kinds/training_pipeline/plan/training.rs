@@ -20,7 +20,8 @@ pub const MAX_UNCOUNTED_PREEMPTIONS: i32 = 10;
 impl Planner<'_> {
     /// Training attempts so far that did not count against `maxRetries`.
     pub(super) fn uncounted_attempts(&self) -> i32 {
-        let resumes = self.st.suspension.as_ref().map_or(0, |s| s.resumes);
+        let resumes = self.st.suspension.as_ref().map_or(0, |s| s.resumes)
+            + self.st.kueue.as_ref().map_or(0, |k| k.resumes);
         (self.st.attempts - status::stage(&self.st, StageName::Train).attempts - resumes).max(0)
     }
 
@@ -141,9 +142,9 @@ impl Planner<'_> {
                     Action::CreateJob { attempt: attempt + 1 },
                 )
             }
-            JobState::Cancelling | JobState::Cancelled if self.stopped_by_suspend(attempt) => {
+            JobState::Cancelling | JobState::Cancelled if let Some(by) = self.stopped_by(attempt) => {
                 let detail = format!(
-                    "custom job {} (attempt {attempt}) was cancelled by spec.suspend; resuming from CHECKPOINT_DIR",
+                    "custom job {} (attempt {attempt}) was cancelled by {by}; resuming from CHECKPOINT_DIR",
                     job.name
                 );
                 self.start_attempt(attempt + 1, false, Some(detail))
@@ -276,7 +277,9 @@ impl Planner<'_> {
     /// published while suspend holds the attempt back: every pass would publish it again).
     fn retry(&mut self, attempt: i32, counted: bool, why: String, event: (bool, &str, String)) -> Step {
         let step = self.start_attempt(attempt, counted, Some(why));
-        if step.phase != Phase::Suspended {
+        // A held attempt (suspend, Kueue) says it when it is created instead: every pass until
+        // then would publish it again.
+        if step.action.creates() {
             self.event(event.0, event.1, event.2);
         }
         step
@@ -294,10 +297,12 @@ impl Planner<'_> {
         if self.spec().suspend {
             return held(&format!("{what} for attempt {attempt}"), why.as_deref());
         }
-        let (counted, why) = if self.take_resumption(attempt) {
-            let why = why.unwrap_or_else(|| {
-                "resumed after spec.suspend; training continues from CHECKPOINT_DIR".into()
-            });
+        if self.kueue_holds() {
+            return self.held_by_kueue(&format!("{what} for attempt {attempt}"));
+        }
+        let (counted, why) = if let Some(by) = self.take_resumption(attempt) {
+            let why =
+                why.unwrap_or_else(|| format!("resumed after {by}; training continues from CHECKPOINT_DIR"));
             (false, Some(why))
         } else {
             (counted, why)

@@ -1,0 +1,190 @@
+//! The Kueue gate of the training stage (pure). A pipeline Kueue gates creates no Vertex job and
+//! no TPU VM slice before its Workload is admitted ([`Planner::kueue_holds`], checked where an
+//! attempt would start, so a held attempt records nothing); when Kueue evicts it, what bills is
+//! stopped as `spec.suspend` stops it (the job cancelled, the slice deleted, checkpoints kept),
+//! and only once nothing bills is the reservation released for Kueue to give to another. The
+//! attempt that follows the re-admission resumes from `CHECKPOINT_DIR` and spends no retry. The
+//! Workload exists while training may hold TPUs: it is written when training is about to start
+//! and deleted once the run is over (finished, suspended) and nothing bills any more.
+
+use tpu_operator_api::{
+    conditions::{Progress, reasons},
+    kueue::KueueStatus,
+    training_pipeline::{StageName, TrainingPipelinePhase as Phase},
+};
+use tpu_operator_gcp::aiplatform_v1::model::JobState;
+
+use super::{Action, Child, Planner, Requeue, Step, TrainingObserved, is_finished};
+use crate::kueue::{Gate, queued::Write};
+
+/// Event reason of a pipeline whose Workload Kueue admitted.
+pub const ADMITTED: &str = "Admitted";
+
+impl Planner<'_> {
+    /// Whether Kueue holds the training stage back now: gated and not admitted.
+    pub(super) fn kueue_holds(&self) -> bool {
+        self.input.queue.is_some_and(|q| !q.gate.admitted())
+    }
+
+    /// The step a held attempt takes instead of creating `what` ([`Self::apply_kueue`] says
+    /// what the pipeline waits for).
+    pub(super) fn held_by_kueue(&self, what: &str) -> Step {
+        Step::working(
+            Phase::Waiting,
+            reasons::QUEUED_IN_KUEUE,
+            format!("{what} is created once Kueue admits the training stage"),
+            Action::Nothing,
+            Requeue::Capacity,
+        )
+    }
+
+    /// The gate after the pass decided its step: `status.kueue`, the Workload written or
+    /// deleted, and what bills stopped while Kueue does not admit the training stage.
+    pub(super) fn apply_kueue(&mut self, step: Step) -> Step {
+        let Some(queued) = self.input.queue else {
+            return step;
+        };
+        self.note_kueue();
+        let training = !is_finished(step.phase)
+            && !self.spec().suspend
+            && self.st.current_stage == Some(StageName::Train);
+        if !training {
+            // Over, suspended or still preprocessing: the quota is free once nothing bills.
+            let idle = step.action == Action::Nothing && !self.training_bills();
+            return match queued.found {
+                Some(_) if idle => Step {
+                    action: Action::Workload(Write::Delete),
+                    ..step
+                },
+                _ => step,
+            };
+        }
+        let Some((reason, why)) = queued.holding() else {
+            return step;
+        };
+        if let Some(stop) = self.stop_billing(super::suspend::BY_KUEUE) {
+            let kueue = self.st.kueue.get_or_insert_with(Default::default);
+            kueue.stopped = true;
+            kueue.stopped_attempt = stop.attempt.or(kueue.stopped_attempt);
+            return Step::working(
+                Phase::Waiting,
+                reason,
+                format!(
+                    "{why}; {}; checkpoints are kept and training resumes from them once Kueue admits it again",
+                    stop.what
+                ),
+                stop.action,
+                Requeue::Active,
+            );
+        }
+        if self.training_bills() {
+            return Step::working(
+                Phase::Waiting,
+                reason,
+                format!("{why}; waiting for the training job or slice to stop"),
+                keep_unless_creating(step.action),
+                Requeue::Active,
+            );
+        }
+        let write = match (&queued.gate, &queued.priority) {
+            (Gate::Missing, Err(message)) => {
+                return Step {
+                    phase: Phase::Waiting,
+                    kstatus: Some((
+                        Progress::Stalled,
+                        reasons::PRIORITY_CLASS_NOT_FOUND,
+                        message.clone(),
+                    )),
+                    action: Action::Nothing,
+                    requeue: Requeue::Capacity,
+                };
+            }
+            (Gate::Missing, Ok(_)) => Some(Write::Create),
+            (Gate::Foreign { .. }, _) => Some(Write::Delete),
+            (Gate::Evicted { .. }, _) => Some(Write::Release),
+            _ => None,
+        };
+        let (action, message) = match (keep_unless_creating(step.action), write) {
+            (Action::Nothing, Some(Write::Create)) => (
+                Action::Workload(Write::Create),
+                format!(
+                    "Workload {} created in Kueue LocalQueue {}; waiting for Kueue to admit it",
+                    queued.workload, queued.local_queue
+                ),
+            ),
+            (Action::Nothing, Some(Write::Release)) => (
+                Action::Workload(Write::Release),
+                format!("{why}; nothing bills now, quota released, waiting to be admitted again"),
+            ),
+            (Action::Nothing, Some(write)) => (Action::Workload(write), why),
+            (action, _) => (action, why),
+        };
+        let requeue = if action == Action::Nothing {
+            Requeue::Capacity
+        } else {
+            Requeue::Active
+        };
+        Step::working(Phase::Waiting, reason, message, action, requeue)
+    }
+
+    /// `status.kueue` from the Workload as read: evictions counted once each (admitted before,
+    /// evicted now), `stopped` kept until the next admission.
+    fn note_kueue(&mut self) {
+        let Some(queued) = self.input.queue else {
+            return;
+        };
+        let before = self.st.kueue.clone().unwrap_or_default();
+        let admitted = queued.gate.admitted();
+        let newly_evicted = matches!(queued.gate, Gate::Evicted { .. }) && before.admitted;
+        if admitted && !before.admitted {
+            let cluster_queue = match &queued.gate {
+                Gate::Admitted { cluster_queue } => cluster_queue.as_str(),
+                _ => "",
+            };
+            self.event(
+                false,
+                ADMITTED,
+                format!(
+                    "Kueue admitted Workload {} in ClusterQueue {cluster_queue}",
+                    queued.workload
+                ),
+            );
+        }
+        self.st.kueue = Some(KueueStatus {
+            workload: queued.workload.clone(),
+            local_queue: queued.local_queue.clone(),
+            cluster_queue: match &queued.gate {
+                Gate::Admitted { cluster_queue } => Some(cluster_queue.clone()),
+                _ => None,
+            },
+            position: queued.position,
+            admitted,
+            evictions: before.evictions + i32::from(newly_evicted),
+            stopped: !admitted && before.stopped,
+            ..before
+        });
+    }
+
+    /// Whether the training stage may still bill: a Vertex job not yet ended (a cancelling one
+    /// included), or a TPU VM slice that still exists (a deleting one deletes its node first).
+    fn training_bills(&self) -> bool {
+        match &self.input.observed.training {
+            TrainingObserved::Vertex { job: Some(job) } => !matches!(
+                job.state,
+                JobState::Succeeded
+                    | JobState::PartiallySucceeded
+                    | JobState::Failed
+                    | JobState::Cancelled
+                    | JobState::Expired
+            ),
+            TrainingObserved::TpuVm { slice, .. } => !matches!(slice, Child::Absent | Child::NotOwned),
+            TrainingObserved::Vertex { job: None } => false,
+        }
+    }
+}
+
+/// The step's own action while Kueue holds the stage: anything but a create (releasing an old
+/// slice, say) goes on; a create waits.
+fn keep_unless_creating(action: Action) -> Action {
+    if action.creates() { Action::Nothing } else { action }
+}

@@ -1,0 +1,255 @@
+//! An object queued through Kueue (its `kueue.x-k8s.io/queue-name` label, with the operator's
+//! Kueue integration on): what a pass reads of its Workload, and the Kubernetes writes a plan asks
+//! for (create the Workload, release an evicted one's reservation, delete one that is not the
+//! object's or that its finished work no longer needs). The same for every gated kind: a TpuSlice
+//! and a TrainingPipeline's training stage differ only in what they hold ([`Demand`]) and in
+//! what their plan stops on an eviction.
+
+// `ReconcileError` (shared, crate::runtime::error) carries a `GcpError` inline; boxing it is a
+// crate-wide decision, not one for this module.
+#![allow(clippy::result_large_err)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource, ResourceExt};
+use tpu_operator_api::conditions::reasons;
+
+use super::{
+    Gate, PRIORITY_CLASS_LABEL, QUEUE_LABEL, client,
+    demand::{self, Demand},
+    workload::{Workload, WorkloadSpec},
+};
+use crate::{
+    reconcile::context::Context,
+    runtime::error::{ReconcileError, Result},
+};
+
+/// What a pass read of the object's Workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Queued {
+    pub workload: String,
+    pub local_queue: String,
+    pub gate: Gate,
+    /// The Workload as read (the release patch is built on it).
+    pub found: Option<Workload>,
+    /// The Workload this object would write (`None`: the spec has no valid shape): compared with
+    /// `found`, and what is created when there is none.
+    pub desired: Option<WorkloadSpec>,
+    /// Position in the LocalQueue while pending (1 = next), when Kueue's visibility API serves it.
+    pub position: Option<i32>,
+    /// The priority class the label names (its value read only while the Workload is missing),
+    /// or the message naming a class that does not exist.
+    pub priority: Result<Option<(String, i32)>, String>,
+}
+
+impl Queued {
+    /// The Kubernetes reason and the message of an object Kueue does not let run now (`None`:
+    /// admitted), e.g. "waiting in Kueue LocalQueue q (position 2): <Kueue's message>".
+    pub fn holding(&self) -> Option<(&'static str, String)> {
+        Some(match &self.gate {
+            Gate::Admitted { .. } => return None,
+            Gate::Missing => (reasons::QUEUED_IN_KUEUE, "not admitted by Kueue yet".to_string()),
+            Gate::Pending { message } => {
+                let position = self
+                    .position
+                    .map(|p| format!(" (position {p})"))
+                    .unwrap_or_default();
+                (
+                    reasons::QUEUED_IN_KUEUE,
+                    format!(
+                        "waiting in Kueue LocalQueue {}{position}: {message}",
+                        self.local_queue
+                    ),
+                )
+            }
+            Gate::Evicted { reason, message } => (
+                reasons::EVICTED,
+                format!("evicted by Kueue ({reason}): {message}"),
+            ),
+            Gate::Foreign { why } => (reasons::QUEUED_IN_KUEUE, format!("not admitted by Kueue: {why}")),
+        })
+    }
+}
+
+/// The kinds Kueue gates: the object and the prefix of its Workload's name.
+pub trait Gated: Resource<DynamicType = ()> + ResourceExt {
+    /// `tpuslice`, `trainingpipeline`: the Workload's name starts with it.
+    const WORKLOAD_PREFIX: &'static str;
+}
+
+/// The LocalQueue the object asks for, when Kueue gates it (integration on, label set).
+pub fn local_queue<'a, K: Gated>(obj: &'a K, ctx: &Context) -> Option<&'a str> {
+    if !ctx.config.kueue {
+        return None;
+    }
+    obj.labels()
+        .get(QUEUE_LABEL)
+        .map(String::as_str)
+        .filter(|q| !q.is_empty())
+}
+
+/// The Workload's name: the object's kind and name, cut so the whole stays a valid name, and 5
+/// characters of its uid so an object re-created under the same name never reads its
+/// predecessor's Workload.
+pub fn workload_name<K: Gated>(obj: &K) -> String {
+    let name: String = obj.name_any().chars().take(40).collect();
+    let uid: String = obj.uid().unwrap_or_default().chars().take(5).collect();
+    format!(
+        "{}-{}-{uid}",
+        K::WORKLOAD_PREFIX,
+        name.trim_end_matches(['-', '.'])
+    )
+}
+
+/// Reads the object's Workload and what its gate needs: the position while pending, the priority
+/// class while it does not exist yet. A Workload that is not exactly the one this object would
+/// write ([`demand::mismatch`]) gates nothing: [`Gate::Foreign`]. `None`: not gated by Kueue.
+/// `demand`: what the object holds while it runs (`None`: the spec is invalid, which its plan
+/// reports).
+pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -> Result<Option<Queued>> {
+    let Some(queue) = local_queue(obj, ctx) else {
+        return Ok(None);
+    };
+    let workload = workload_name(obj);
+    let found = client::get(&ctx.client, &namespace(obj)?, &workload)
+        .await
+        .map_err(ReconcileError::kube("read the Kueue Workload"))?;
+    let class = obj.labels().get(PRIORITY_CLASS_LABEL);
+    // The class's value is read only to create the Workload; an existing one is compared by the
+    // class's name (Kueue rewrites the value when the class changes).
+    let priority = match (&found, class) {
+        (None, Some(class)) => match client::priority(&ctx.client, class)
+            .await
+            .map_err(ReconcileError::kube("read the WorkloadPriorityClass"))?
+        {
+            Some(value) => Ok(Some((class.clone(), value))),
+            None => Err(format!(
+                "WorkloadPriorityClass {class} (label {PRIORITY_CLASS_LABEL}) does not exist: create it or fix the label"
+            )),
+        },
+        (_, class) => Ok(class.map(|c| (c.clone(), 0))),
+    };
+    let desired = demand.map(|demand| {
+        let class = priority.as_ref().ok().and_then(Option::as_ref);
+        demand::workload_spec(&demand, queue, class.map(|(name, value)| (name.as_str(), *value)))
+    });
+    let foreign = found
+        .as_ref()
+        .zip(desired.as_ref())
+        .and_then(|(wl, desired)| demand::mismatch(wl, desired, &obj.uid().unwrap_or_default()));
+    let gate = match foreign {
+        Some(why) => Gate::Foreign {
+            why: format!("Workload {workload} is not this {}'s: {why}", K::kind(&())),
+        },
+        None => Gate::of(found.as_ref()),
+    };
+    let position = match gate {
+        Gate::Pending { .. } => client::position(&ctx.client, &namespace(obj)?, queue, &workload).await,
+        _ => None,
+    };
+    Ok(Some(Queued {
+        workload,
+        local_queue: queue.to_string(),
+        gate,
+        found,
+        desired,
+        position,
+        priority,
+    }))
+}
+
+/// The three Workload writes a plan asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Create the object's Workload as [`observe`] described it.
+    Create,
+    /// Release an evicted Workload's reservation (its work is stopped and the stop counted).
+    Release,
+    /// Delete the Workload: one that is not the object's ([`Gate::Foreign`]; the next pass writes
+    /// the right one), or one whose work finished or was suspended (its quota is free at once).
+    Delete,
+}
+
+impl Write {
+    /// What the write does, for errors and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Write::Create => "create the Kueue Workload",
+            Write::Release => "release the Kueue Workload's quota",
+            Write::Delete => "delete the Kueue Workload",
+        }
+    }
+}
+
+/// Carries out `write` for `obj`.
+pub async fn write<K: Gated>(obj: &K, ctx: &Context, queued: &Queued, write: Write) -> Result<()> {
+    let done = match write {
+        Write::Create => {
+            // Nothing to create when the spec has no valid shape (the plan reports that instead).
+            let Some(spec) = queued.desired.clone() else {
+                return Ok(());
+            };
+            client::create(
+                &ctx.client,
+                &namespace(obj)?,
+                &queued.workload,
+                owner_reference(obj)?,
+                spec,
+            )
+            .await
+        }
+        Write::Release => {
+            let (Some(wl), Gate::Evicted { reason, message }) = (&queued.found, &queued.gate) else {
+                return Ok(());
+            };
+            client::release(&ctx.client, wl, reason, message, ctx.clock.now()).await
+        }
+        Write::Delete => client::delete(&ctx.client, &namespace(obj)?, &queued.workload).await,
+    };
+    done.map_err(ReconcileError::kube(write.name()))
+}
+
+/// A deleted object whose cloud resources are gone frees its quota at once (the garbage
+/// collector would delete the Workload too, a little later). Best effort: a failure leaves it
+/// to the collector.
+pub async fn release_on_delete<K: Gated>(obj: &K, ctx: &Context) {
+    if local_queue(obj, ctx).is_none() {
+        return;
+    }
+    let Some(namespace) = obj.namespace() else {
+        return;
+    };
+    if let Err(err) = client::delete(&ctx.client, &namespace, &workload_name(obj)).await {
+        tracing::debug!(error = %err, "deleting the Kueue Workload; the garbage collector will");
+    }
+}
+
+fn namespace<K: Gated>(obj: &K) -> Result<String> {
+    obj.namespace()
+        .ok_or(ReconcileError::MissingMetadata("namespace"))
+}
+
+fn owner_reference<K: Gated>(obj: &K) -> Result<OwnerReference> {
+    let mut owner = obj
+        .controller_owner_ref(&())
+        .ok_or(ReconcileError::MissingMetadata("uid"))?;
+    owner.block_owner_deletion = Some(true);
+    Ok(owner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tpu_operator_api::{TpuSliceSpec, tpu_slice::TpuSlice};
+
+    #[test]
+    fn the_workload_name_is_valid_and_tied_to_the_object() {
+        let mut slice = TpuSlice::new(&"a".repeat(250), TpuSliceSpec::default());
+        slice.metadata.uid = Some("0123456789".into());
+        let name = workload_name(&slice);
+        assert!(name.len() <= 63, "{name}");
+        assert!(
+            name.starts_with("tpuslice-aaaa") && name.ends_with("-01234"),
+            "{name}"
+        );
+    }
+}
