@@ -24,8 +24,8 @@ use tpu_operator_api::{
 };
 use tpu_operator_controller::{kinds::tpu_slice, never_shutdown};
 
-const ZONE: &str = "us-east5-b";
-const STEP: Duration = Duration::from_secs(20);
+pub(super) const ZONE: &str = "us-east5-b";
+pub(super) const STEP: Duration = Duration::from_secs(20);
 
 /// The env with Kueue's integration on and the TpuSlice controller running; `None` (after saying
 /// why) where no real Kueue runs.
@@ -36,7 +36,7 @@ async fn start() -> Option<TestEnv> {
 }
 
 /// [`start`] without the controller: the test starts it when it is ready.
-async fn start_idle() -> Option<TestEnv> {
+pub(super) async fn start_idle() -> Option<TestEnv> {
     if std::env::var_os("TPU_OPERATOR_KUEUE_DIR").is_none() {
         eprintln!(
             "SKIP: no Kueue running (run under tests/kueue/up.sh, as scripts/ci-control-plane.sh does)"
@@ -55,7 +55,7 @@ async fn start_idle() -> Option<TestEnv> {
     Some(env)
 }
 
-fn resource(kind: &str, plural: &str) -> ApiResource {
+pub(super) fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind), plural)
 }
 
@@ -82,7 +82,7 @@ async fn apply(env: &TestEnv, kind: &str, plural: &str, namespace: Option<&str>,
 /// A v6e flavor (GKE's node label for v6e), a ClusterQueue of `chips` of it in `cohort` that
 /// preempts lower priorities and reclaims lent quota, and LocalQueue `queue` in the test's
 /// namespace pointing at it.
-async fn queue(env: &TestEnv, queue: &str, chips: u32, cohort: Option<&str>) -> String {
+pub(super) async fn queue(env: &TestEnv, queue: &str, chips: u32, cohort: Option<&str>) -> String {
     let flavor = format!("v6e-{}", env.ns);
     apply(
         env,
@@ -124,7 +124,7 @@ async fn queue(env: &TestEnv, queue: &str, chips: u32, cohort: Option<&str>) -> 
     cq
 }
 
-async fn priority_class(env: &TestEnv, name: &str, value: i32) {
+pub(super) async fn priority_class(env: &TestEnv, name: &str, value: i32) {
     apply(
         env,
         "WorkloadPriorityClass",
@@ -136,7 +136,7 @@ async fn priority_class(env: &TestEnv, name: &str, value: i32) {
 }
 
 /// An 8-chip v6e spot slice in LocalQueue `queue`, at WorkloadPriorityClass `priority`.
-fn slice(name: &str, queue: &str, priority: Option<&str>) -> TpuSlice {
+pub(super) fn slice(name: &str, queue: &str, priority: Option<&str>) -> TpuSlice {
     let mut labels = json!({"kueue.x-k8s.io/queue-name": queue});
     if let Some(p) = priority {
         labels["kueue.x-k8s.io/priority-class"] = json!(p);
@@ -162,13 +162,13 @@ fn reconciling_reason(s: &TpuSlice) -> Option<String> {
         .map(|c| c.reason.clone())
 }
 
-fn ready(s: &TpuSlice) -> bool {
+pub(super) fn ready(s: &TpuSlice) -> bool {
     s.status
         .as_ref()
         .is_some_and(|st| st.phase == TpuSlicePhase::Ready)
 }
 
-fn queued(s: &TpuSlice) -> bool {
+pub(super) fn queued(s: &TpuSlice) -> bool {
     reconciling_reason(s).as_deref() == Some("QueuedInKueue")
         && s.status
             .as_ref()
@@ -176,7 +176,7 @@ fn queued(s: &TpuSlice) -> bool {
 }
 
 /// TPU nodes of the slice that exist in the emulated cloud (by its uid label).
-async fn nodes_of(env: &TestEnv, slice: &str) -> usize {
+pub(super) async fn nodes_of(env: &TestEnv, slice: &str) -> usize {
     let api = env.api::<TpuSlice>();
     let Some(s) = api.get_opt(slice).await.expect("get slice") else {
         return 0;
@@ -194,7 +194,7 @@ fn node_creates(env: &TestEnv) -> usize {
 }
 
 /// Whether the test's harness serves Kueue's visibility API (positions in status).
-fn visibility() -> bool {
+pub(super) fn visibility() -> bool {
     std::env::var("TPU_OPERATOR_KUEUE_VISIBILITY").is_ok_and(|v| v == "1")
 }
 

@@ -17,6 +17,7 @@ mod hostile_holds;
 mod hostile_references;
 mod hostile_tenant;
 mod kueue;
+mod kueue_pipelines;
 mod multislice;
 mod preprocess_batch;
 mod preprocess_ttl;

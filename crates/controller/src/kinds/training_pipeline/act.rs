@@ -71,22 +71,30 @@ pub async fn act(
         }
         Action::DeleteSlice | Action::DeletePreprocess => release(ctx, tp, names, action).await,
         Action::CancelJob { name } => {
-            cancel_job(ctx, name, "cancel Vertex custom job of a suspended pipeline").await
+            cancel_job(
+                ctx,
+                name,
+                "cancel the Vertex custom job of a suspended or evicted pipeline",
+            )
+            .await
         }
         Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, reads, ahead).await,
         Action::Workload(write) => match &reads.queue {
             Some(queued) => crate::kueue::queued::write(tp, ctx, queued, *write).await,
             None => Ok(()),
         },
-        Action::DeleteJob { name } => {
-            match ctx.gcp.vertex.delete_custom_job(name).await {
-                Ok(op) => st.pending_operation = Some(op.name),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(ReconcileError::gcp("delete finished Vertex custom job")(e)),
-            }
-            Ok(())
-        }
+        Action::DeleteJob { name } => delete_job(ctx, name, st).await,
     }
+}
+
+/// Deletes a finished job's record (TTL reaping); the delete operation goes to status.
+async fn delete_job(ctx: &Context, name: &str, st: &mut TrainingPipelineStatus) -> Result<()> {
+    match ctx.gcp.vertex.delete_custom_job(name).await {
+        Ok(op) => st.pending_operation = Some(op.name),
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(ReconcileError::gcp("delete finished Vertex custom job")(e)),
+    }
+    Ok(())
 }
 
 /// Cancels duplicate jobs of the current attempt (see `duplicates`). One that finished or went in

@@ -15,7 +15,10 @@ use tpu_operator_api::{
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use super::{Action, Child, Planner, Requeue, Step, TrainingObserved, is_finished};
-use crate::kueue::{Gate, queued::Write};
+use crate::kueue::{
+    Gate,
+    queued::{Queued, Write},
+};
 
 /// Event reason of a pipeline whose Workload Kueue admitted.
 pub const ADMITTED: &str = "Admitted";
@@ -59,9 +62,15 @@ impl Planner<'_> {
                 _ => step,
             };
         }
-        let Some((reason, why)) = queued.holding() else {
-            return step;
-        };
+        match queued.holding() {
+            Some((reason, why)) => self.held_step(step, queued, reason, why),
+            None => step,
+        }
+    }
+
+    /// Kueue does not admit the training stage: stop what bills, wait until nothing does, then
+    /// write the Workload (create, release, replace) and wait for the admission.
+    fn held_step(&mut self, step: Step, queued: &Queued, reason: &'static str, why: String) -> Step {
         if let Some(stop) = self.stop_billing(super::suspend::BY_KUEUE) {
             let kueue = self.st.kueue.get_or_insert_with(Default::default);
             kueue.stopped = true;
@@ -86,25 +95,19 @@ impl Planner<'_> {
                 Requeue::Active,
             );
         }
-        let write = match (&queued.gate, &queued.priority) {
-            (Gate::Missing, Err(message)) => {
-                return Step {
-                    phase: Phase::Waiting,
-                    kstatus: Some((
-                        Progress::Stalled,
-                        reasons::PRIORITY_CLASS_NOT_FOUND,
-                        message.clone(),
-                    )),
-                    action: Action::Nothing,
-                    requeue: Requeue::Capacity,
-                };
-            }
-            (Gate::Missing, Ok(_)) => Some(Write::Create),
-            (Gate::Foreign { .. }, _) => Some(Write::Delete),
-            (Gate::Evicted { .. }, _) => Some(Write::Release),
-            _ => None,
-        };
-        let (action, message) = match (keep_unless_creating(step.action), write) {
+        if let (Gate::Missing, Err(message)) = (&queued.gate, &queued.priority) {
+            return Step {
+                phase: Phase::Waiting,
+                kstatus: Some((
+                    Progress::Stalled,
+                    reasons::PRIORITY_CLASS_NOT_FOUND,
+                    message.clone(),
+                )),
+                action: Action::Nothing,
+                requeue: Requeue::Capacity,
+            };
+        }
+        let (action, message) = match (keep_unless_creating(step.action), workload_write(&queued.gate)) {
             (Action::Nothing, Some(Write::Create)) => (
                 Action::Workload(Write::Create),
                 format!(
@@ -180,6 +183,17 @@ impl Planner<'_> {
             TrainingObserved::TpuVm { slice, .. } => !matches!(slice, Child::Absent | Child::NotOwned),
             TrainingObserved::Vertex { job: None } => false,
         }
+    }
+}
+
+/// The Workload write a held stage needs once nothing bills: its Workload created, a foreign
+/// one deleted, an evicted one's reservation released; none while it is pending.
+fn workload_write(gate: &Gate) -> Option<Write> {
+    match gate {
+        Gate::Missing => Some(Write::Create),
+        Gate::Foreign { .. } => Some(Write::Delete),
+        Gate::Evicted { .. } => Some(Write::Release),
+        Gate::Pending { .. } | Gate::Admitted { .. } => None,
     }
 }
 
