@@ -72,8 +72,10 @@ if [ "$suites" != none ]; then
   # control plane) and its visibility API on: the operator's Workloads are admitted, queued and
   # preempted by Kueue itself (tests/kueue/README.md).
   if [ "${TPU_OPERATOR_KUEUE_SUITE:-1}" = 1 ]; then
-    script+="; echo '== control plane + Kueue: cargo test --test e2e kueue'"
-    script+="; TPU_OPERATOR_KUEUE_VISIBILITY=1 tests/kueue/up.sh run -- cargo test --locked --workspace --test e2e kueue -- --nocapture"
+    # The e2e suites (in-process controllers) and the chart's Kueue RBAC (the operator as the
+    # chart's ServiceAccount), both against the one Kueue.
+    script+="; echo '== control plane + Kueue: cargo test --test e2e kueue; cargo test --test rbac kueue'"
+    script+="; TPU_OPERATOR_KUEUE_VISIBILITY=1 tests/kueue/up.sh run -- bash -c 'cargo test --locked --workspace --test e2e kueue -- --nocapture && cargo test --locked --workspace --test rbac kueue -- --nocapture'"
   fi
   TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- bash -c "$script"
 fi

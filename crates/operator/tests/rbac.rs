@@ -18,6 +18,9 @@
 
 mod support;
 
+#[path = "rbac/kueue.rs"]
+mod kueue;
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::{SocketAddr, TcpListener},
@@ -74,7 +77,7 @@ async fn chart_rbac_suffices_for_every_flow_as_the_service_account() {
     // Both scopes in one test, one after the other: a cluster-scoped operator would otherwise
     // reconcile the namespaced phase's objects too.
     for scope in ["Namespace", "Cluster"] {
-        let install = Install::new(&kubeconfig, &admin, scope).await;
+        let install = Install::new(&kubeconfig, &admin, scope, false).await;
         install.drive(&admin, &gcp).await;
     }
 }
@@ -96,7 +99,9 @@ struct Install {
 }
 
 impl Install {
-    async fn new(admin_kubeconfig: &Path, admin: &kube::Client, scope: &'static str) -> Self {
+    /// `kueue`: the chart's `kueue.enabled` (Kueue must be installed: the operator checks its CRD
+    /// at start).
+    async fn new(admin_kubeconfig: &Path, admin: &kube::Client, scope: &'static str, kueue: bool) -> Self {
         let suffix = format!("{:08x}", rand_suffix());
         let lower = scope.to_lowercase();
         let release = format!("rbac-{lower}-{suffix}");
@@ -118,7 +123,8 @@ impl Install {
                 "pollCapacity": "500ms",
                 "leaseDuration": "3s",
                 "logFormat": "json",
-            }
+            },
+            "kueue": {"enabled": kueue},
         });
         let values_file = dir.path().join("values.json");
         std::fs::write(&values_file, values.to_string()).unwrap();
