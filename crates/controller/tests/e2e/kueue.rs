@@ -209,6 +209,10 @@ async fn slices_beyond_the_quota_wait_in_line_and_the_next_starts_when_one_goes(
             s.status.as_ref().is_some_and(|st| st.kueue.is_some())
         })
         .await;
+        // Kueue orders a queue by the Workloads' creationTimestamp (Ordering.GetQueueOrderTimestamp
+        // in kueue v0.17.0 pkg/workload/workload.go), which has one-second precision: two created
+        // within the same second are in no defined order (seen in CI).
+        tokio::time::sleep(Duration::from_millis(1100)).await;
     }
     let first: TpuSlice = env.wait_for("first", "first Ready", STEP, ready).await;
     let kueue = first.status.unwrap().kueue.unwrap();
