@@ -88,6 +88,9 @@ chart owns (namespace, metricsAddr, gcpEmulator). Every key is one `tpu-operator
 {{- end }}
 {{- if .Values.kueue.enabled }}
 {{- $_ := set $config "kueue" true }}
+{{- with .Values.kueue.defaultQueue }}
+{{- $_ := set $config "kueueDefaultQueue" . }}
+{{- end }}
 {{- end }}
 {{- if .Values.gcpEmulator.enabled }}
 {{- $_ := set $config "gcpEmulator" (printf "http://%s.%s.svc:%d" (include "tpu-operator.emulatorName" .) .Release.Namespace (int .Values.gcpEmulator.port)) }}
@@ -110,6 +113,8 @@ leaked). Included at the top of deployment.yaml, so `helm install`, `helm upgrad
 - `orphans: delete` with `clusterId: default` (the old shared default): every cluster in the project
   with that id would delete the others' live TPUs as orphans. The binary refuses it too; failing
   here stops it before a crash-looping rollout.
+- `kueue.defaultQueue` without `kueue.enabled`: the platform team believes unlabelled objects are
+  gated by Kueue while nothing is. The binary refuses it too.
 */}}
 {{- define "tpu-operator.validate" -}}
 {{- if and (gt (int .Values.replicaCount) 1) (eq (toString .Values.config.leaderElect) "false") }}
@@ -117,5 +122,8 @@ leaked). Included at the top of deployment.yaml, so `helm install`, `helm upgrad
 {{- end }}
 {{- if and (eq (toString .Values.config.orphans) "delete") (has (toString .Values.config.clusterId) (list "default" "local")) }}
 {{- fail (printf "config.orphans=delete with config.clusterId=%s: other clusters using the same projects may share that id, and each would delete the others' live TPUs as orphans. Leave config.clusterId empty (the cluster's kube-system Namespace UID is used) or set a value unique to this cluster." (toString .Values.config.clusterId)) }}
+{{- end }}
+{{- if and .Values.kueue.defaultQueue (not .Values.kueue.enabled) }}
+{{- fail (printf "kueue.defaultQueue=%s gates objects without the queue label through Kueue, which is off: set kueue.enabled=true, or leave kueue.defaultQueue empty." (toString .Values.kueue.defaultQueue)) }}
 {{- end }}
 {{- end }}

@@ -128,6 +128,13 @@ pub struct RunArgs {
     /// kinds as external frameworks [default: false].
     #[arg(long, env = "TPU_OPERATOR_KUEUE", num_args = 0..=1, default_missing_value = "true")]
     pub kueue: Option<bool>,
+    /// With --kueue: the LocalQueue, in each object's namespace, that gates the objects without
+    /// a `kueue.x-k8s.io/queue-name` label (or with an empty one), so leaving the label off does
+    /// not skip Kueue's quotas (what Kueue's `manageJobsWithoutQueueName` does for its own
+    /// integrations). A namespace without that LocalQueue runs nothing until it has one: Kueue
+    /// keeps the Workload pending. Unset: objects without the label are not gated.
+    #[arg(long, env = "TPU_OPERATOR_KUEUE_DEFAULT_QUEUE", value_name = "NAME")]
+    pub kueue_default_queue: Option<String>,
     /// Backstop read interval of an object whose cloud resource the list watch covers
     /// [default: 5m].
     #[arg(long, env = "TPU_OPERATOR_POLL_WATCHED", value_name = "DURATION", value_parser = parse_duration)]
@@ -357,6 +364,29 @@ mod tests {
         );
         assert_eq!(settings.metrics_addr, "127.0.0.1:9000".parse().unwrap());
         assert!(settings.leader.is_none());
+    }
+
+    #[test]
+    fn the_kueue_default_queue_needs_kueue_and_a_queue_name() {
+        let on = parse(&["--kueue", "--kueue-default-queue", "default"])
+            .resolve()
+            .unwrap()
+            .controller;
+        assert_eq!(on.kueue_default_queue.as_deref(), Some("default"));
+        assert_eq!(parse(&[]).resolve().unwrap().controller.kueue_default_queue, None);
+        let off = parse(&["--kueue-default-queue", "default"])
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(off.contains("set kueue: true"), "{off}");
+        let bad = parse(&["--kueue", "--kueue-default-queue", "Team_A"])
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            bad.contains("kueueDefaultQueue: \"Team_A\" is not a LocalQueue name"),
+            "{bad}"
+        );
     }
 
     #[test]

@@ -428,6 +428,17 @@ fn kueue_enabled_grants_the_workload_calls_and_turns_the_integration_on() {
             .contains(&json!("workloads.kueue.x-k8s.io"))
     );
 
+    // The default queue reaches the operator's config (without the integration on the chart
+    // refuses it: `bad_values_are_rejected_by_the_schema`).
+    assert!(operator_config(&docs).get("kueueDefaultQueue").is_none());
+    let default_queue = documents(&Helm::new().template(&[
+        "--set",
+        "kueue.enabled=true",
+        "--set",
+        "kueue.defaultQueue=default",
+    ]));
+    assert_eq!(operator_config(&default_queue)["kueueDefaultQueue"], "default");
+
     let off = documents(&Helm::new().template(&[]));
     assert!(operator_config(&off).get("kueue").is_none());
     let text = serde_json::to_string(&off).unwrap();
@@ -455,6 +466,8 @@ fn bad_values_are_rejected_by_the_schema() {
         ),
         ("metrics.port=70000", "port"),
         ("gcpEmulator.timeScale=0", "timeScale"),
+        ("kueue.defaultQueue=default", "set kueue.enabled=true"),
+        ("kueue.defaultQueue=Team_A", "defaultQueue"),
     ] {
         let out = helm.run(&["template", "x", chart.to_str().unwrap(), "--set", set]);
         let stderr = String::from_utf8_lossy(&out.stderr);

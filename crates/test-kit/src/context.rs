@@ -92,6 +92,7 @@ impl ContextSpec {
             poll_checkpoints: ControllerConfig::default().poll_checkpoints,
             // Suites that need Kueue turn it on in the built context (`ctx.config.kueue`).
             kueue: false,
+            kueue_default_queue: None,
         };
         let clock = gcp.clock();
         let mut ctx = Context::new(client.clone(), clients, config)

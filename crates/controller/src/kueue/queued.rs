@@ -76,8 +76,10 @@ pub trait Gated: Resource<DynamicType = ()> + ResourceExt {
     const WORKLOAD_PREFIX: &'static str;
 }
 
-/// The LocalQueue the object asks for, when Kueue gates it (integration on, label set).
-pub fn local_queue<'a, K: Gated>(obj: &'a K, ctx: &Context) -> Option<&'a str> {
+/// The LocalQueue that gates the object, when Kueue does (integration on): the one its label
+/// names, else the operator's default queue. An empty label is no label: it cannot be used to
+/// step around the default.
+pub fn local_queue<'a, K: Gated>(obj: &'a K, ctx: &'a Context) -> Option<&'a str> {
     if !ctx.config.kueue {
         return None;
     }
@@ -85,6 +87,7 @@ pub fn local_queue<'a, K: Gated>(obj: &'a K, ctx: &Context) -> Option<&'a str> {
         .get(QUEUE_LABEL)
         .map(String::as_str)
         .filter(|q| !q.is_empty())
+        .or(ctx.config.kueue_default_queue.as_deref())
 }
 
 /// The Workload's name: the object's kind and name, cut so the whole stays a valid name, and 5

@@ -35,6 +35,9 @@ pub struct ControllerConfig {
     /// Kueue admits the work of objects labelled `kueue.x-k8s.io/queue-name` (see
     /// [`crate::kueue`]); off: the label means nothing and Kueue's API is never called.
     pub kueue: bool,
+    /// With `kueue`: the LocalQueue (in the object's namespace) of objects without the label, so
+    /// leaving it off does not skip Kueue; `None`: such objects are not gated.
+    pub kueue_default_queue: Option<String>,
 }
 
 impl Default for ControllerConfig {
@@ -51,6 +54,7 @@ impl Default for ControllerConfig {
             poll_watched: Duration::from_secs(300),
             poll_checkpoints: Duration::from_secs(180),
             kueue: false,
+            kueue_default_queue: None,
         }
     }
 }

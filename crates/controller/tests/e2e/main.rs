@@ -18,6 +18,7 @@ mod hostile_references;
 mod hostile_tenant;
 mod kueue;
 mod kueue_pipelines;
+mod kueue_unlabelled;
 mod multislice;
 mod preprocess_batch;
 mod preprocess_ttl;

@@ -100,6 +100,7 @@ impl RunArgs {
             poll_capacity,
             watch_lists,
             kueue,
+            kueue_default_queue,
             poll_watched,
             poll_checkpoints,
             cluster_id,
@@ -174,9 +175,19 @@ impl RunArgs {
             poll_watched: self.poll_watched.unwrap_or(defaults.poll_watched),
             poll_checkpoints: self.poll_checkpoints.unwrap_or(defaults.poll_checkpoints),
             kueue: self.kueue.unwrap_or(defaults.kueue),
+            kueue_default_queue: self.kueue_default_queue.clone(),
         };
         if controller.concurrency == 0 {
             bail!("concurrency: must be at least 1");
+        }
+        if let Some(queue) = &controller.kueue_default_queue {
+            check_queue_name(queue)?;
+            if !controller.kueue {
+                bail!(
+                    "kueueDefaultQueue ({queue}) gates objects through Kueue, which is off: set kueue: true \
+                     (chart kueue.enabled) or remove kueueDefaultQueue"
+                );
+            }
         }
         Ok(controller)
     }
@@ -324,4 +335,24 @@ fn default_identity() -> String {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "tpu-operator".into());
         format!("{host}-{}", std::process::id())
     })
+}
+
+/// A LocalQueue name is a DNS subdomain (Kubernetes object names): lowercase alphanumerics, `-`
+/// and `.`, starting and ending alphanumeric, at most 253 characters.
+fn check_queue_name(queue: &str) -> anyhow::Result<()> {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let valid = !queue.is_empty()
+        && queue.len() <= 253
+        && queue
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && edge(queue.chars().next())
+        && edge(queue.chars().last());
+    if !valid {
+        bail!(
+            "kueueDefaultQueue: {queue:?} is not a LocalQueue name (lowercase letters, digits, '-' and '.', \
+             starting and ending with a letter or digit, at most 253 characters)"
+        );
+    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
-    Api, Resource,
+    Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use tpu_operator_api::{
@@ -65,7 +65,11 @@ pub async fn act(
                 *attempt,
             );
             match child {
-                Some(child) => create_child(ctx, &names.id.namespace, &child).await,
+                Some(mut child) => {
+                    // Kueue gates the slice itself, in the pipeline's queue (`super::queue`).
+                    child.labels_mut().extend(super::queue::child_labels(tp));
+                    create_child(ctx, &names.id.namespace, &child).await
+                }
                 None => Ok(()),
             }
         }

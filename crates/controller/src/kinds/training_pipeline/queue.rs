@@ -1,16 +1,26 @@
-//! A TrainingPipeline queued through Kueue (`kueue.x-k8s.io/queue-name` on the pipeline, with
-//! the operator's Kueue integration on): its training stage, Vertex job or TPU VM slice, is what
-//! its Workload stands for. Preprocessing holds no TPU and is not gated; the Workload is written
-//! when training is about to start and deleted once the run is over (finished, suspended), so the
-//! team's quota is held exactly while TPUs may be. The TPU VM slice the pipeline creates carries
-//! no queue label of its own: the pipeline's Workload already counts it.
+//! A TrainingPipeline queued through Kueue (`kueue.x-k8s.io/queue-name` on the pipeline, or the
+//! operator's default queue, with the integration on). Preprocessing holds no TPU and is never
+//! gated. Training is gated where its TPUs are:
+//!
+//! - **Vertex**: the pipeline's own Workload stands for the custom job. It is written when
+//!   training is about to start and deleted once the run is over (finished, suspended), so the
+//!   team's quota is held exactly while TPUs may be (`plan::kueue_gate`).
+//! - **TPU VM**: the slice the pipeline creates is gated as every TpuSlice is, by a Workload of its
+//!   own; it carries the pipeline's Kueue labels ([`child_labels`]). No exception is made for a
+//!   slice a pipeline owns: an owner reference is not proof (any tenant can write one), and every
+//!   slice paying its own way leaves nothing to forge. An eviction deletes the slice's node and
+//!   the slice recreates itself when re-admitted, in the same `CHECKPOINT_DIR`, as after a Spot
+//!   preemption: the pipeline spends no retry.
 
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
 use tpu_operator_api::training_pipeline::{SchedulingStrategy, TrainingPipeline, TrainingPipelineSpec};
 
 pub use crate::kueue::queued::Queued;
 use crate::{
-    kinds::tpu_slice,
     kueue::{
+        PRIORITY_CLASS_LABEL, QUEUE_LABEL,
         demand::{self, Demand},
         queued::{self, Gated},
     },
@@ -24,29 +34,39 @@ impl Gated for TrainingPipeline {
     const WORKLOAD_PREFIX: &'static str = "trainingpipeline";
 }
 
-/// Reads the pipeline's Workload ([`queued::observe`]); `None` when Kueue does not gate it.
+/// Reads the pipeline's Workload ([`queued::observe`]); `None` when Kueue does not gate it, or
+/// gates its TPU VM slice instead.
 pub async fn observe(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Queued>> {
+    if tp.spec.training.vertex.is_none() {
+        return Ok(None);
+    }
     queued::observe(tp, ctx, demand(&tp.spec)).await
 }
 
-/// What the training stage holds while it runs, as Kueue counts it: the Vertex worker pool's
-/// hosts and chips (Spot when its scheduling strategy is), or the TPU VM slice's, as that slice
-/// would count standing alone. `None`: the spec has no valid shape (the plan fails it).
+/// What the Vertex job holds while it runs, as Kueue counts it: the worker pool's hosts and chips
+/// (Spot when its scheduling strategy is). `None`: no Vertex training, or a shape Vertex would
+/// refuse (the plan fails it).
 pub fn demand(spec: &TrainingPipelineSpec) -> Option<Demand> {
+    let v = spec.training.vertex.as_ref()?;
     let shape = training_shape(spec)?;
-    if let Some(v) = &spec.training.vertex {
-        let topology = v
-            .tpu_topology
-            .clone()
-            .or_else(|| demand::fixed_topology(shape.generation, shape.chips));
-        let spot = v
-            .scheduling
-            .as_ref()
-            .is_some_and(|s| s.strategy == SchedulingStrategy::Spot);
-        return Some(Demand::new(&shape, topology, spot));
-    }
-    let slice = &spec.training.tpu_vm.as_ref()?.slice;
-    Some(tpu_slice::queue::demand(slice, &shape))
+    let topology = v
+        .tpu_topology
+        .clone()
+        .or_else(|| demand::fixed_topology(shape.generation, shape.chips));
+    let spot = v
+        .scheduling
+        .as_ref()
+        .is_some_and(|s| s.strategy == SchedulingStrategy::Spot);
+    Some(Demand::new(&shape, topology, spot))
+}
+
+/// The pipeline's Kueue labels, for its TPU VM slice: the slice queues where the pipeline asks,
+/// at its priority.
+pub fn child_labels(tp: &TrainingPipeline) -> BTreeMap<String, String> {
+    [QUEUE_LABEL, PRIORITY_CLASS_LABEL]
+        .into_iter()
+        .filter_map(|key| Some((key.to_string(), tp.labels().get(key)?.clone())))
+        .collect()
 }
 
 #[cfg(test)]
@@ -80,9 +100,11 @@ training:
     }
 
     #[test]
-    fn a_tpu_vm_stage_counts_as_its_slice_would() {
-        let s = spec(
-            r#"
+    fn a_tpu_vm_stage_is_not_the_pipelines_to_count_its_slice_carries_the_labels() {
+        let mut tp = TrainingPipeline::new(
+            "p",
+            spec(
+                r#"
 region: us-east5
 artifacts: {modelDir: "gs://b/m/"}
 training:
@@ -90,11 +112,19 @@ training:
     slice: {zone: us-east5-b, acceleratorType: v6e-8, runtimeVersion: v2-alpha-tpuv6e}
     container: {image: "us-docker.pkg.dev/p/r/t:1"}
 "#,
+            ),
         );
-        let d = demand(&s).unwrap();
-        assert_eq!(
-            (d.hosts, d.chips, d.topology.as_deref(), d.spot),
-            (1, 8, Some("2x4"), false)
+        assert_eq!(demand(&tp.spec), None);
+        tp.metadata.labels = Some(
+            [
+                (QUEUE_LABEL.to_string(), "tpu".to_string()),
+                (PRIORITY_CLASS_LABEL.to_string(), "low".to_string()),
+                ("team".to_string(), "a".to_string()),
+            ]
+            .into(),
         );
+        let labels = child_labels(&tp);
+        assert_eq!(labels.len(), 2, "{labels:?}");
+        assert_eq!(labels[QUEUE_LABEL], "tpu");
     }
 }

@@ -1,11 +1,11 @@
-//! The Kueue gate of the training stage (pure). A pipeline Kueue gates creates no Vertex job and
-//! no TPU VM slice before its Workload is admitted ([`Planner::kueue_holds`], checked where an
-//! attempt would start, so a held attempt records nothing); when Kueue evicts it, what bills is
-//! stopped as `spec.suspend` stops it (the job cancelled, the slice deleted, checkpoints kept),
-//! and only once nothing bills is the reservation released for Kueue to give to another. The
-//! attempt that follows the re-admission resumes from `CHECKPOINT_DIR` and spends no retry. The
-//! Workload exists while training may hold TPUs: it is written when training is about to start
-//! and deleted once the run is over (finished, suspended) and nothing bills any more.
+//! The Kueue gate of a Vertex training stage (pure; a TPU VM stage is gated at its slice, see
+//! `super::super::queue`). A pipeline Kueue gates creates no Vertex job before its Workload is
+//! admitted ([`Planner::kueue_holds`], checked where an attempt would start, so a held attempt
+//! records nothing); when Kueue evicts it, the job is cancelled as `spec.suspend` cancels it
+//! (checkpoints kept), and only once the job has ended is the reservation released for Kueue to
+//! give to another. The attempt that follows the re-admission resumes from `CHECKPOINT_DIR` and
+//! spends no retry. The Workload exists while training may hold TPUs: it is written when training
+//! is about to start and deleted once the run is over (finished, suspended) and nothing bills.
 
 use tpu_operator_api::{
     conditions::{Progress, reasons},
@@ -14,7 +14,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
-use super::{Action, Child, Planner, Requeue, Step, TrainingObserved, is_finished};
+use super::{Action, Planner, Requeue, Step, TrainingObserved, is_finished};
 use crate::kueue::{
     Gate,
     queued::{Queued, Write},
@@ -90,7 +90,7 @@ impl Planner<'_> {
             return Step::working(
                 Phase::Waiting,
                 reason,
-                format!("{why}; waiting for the training job or slice to stop"),
+                format!("{why}; waiting for the custom job to stop"),
                 keep_unless_creating(step.action),
                 Requeue::Active,
             );
@@ -168,8 +168,7 @@ impl Planner<'_> {
         });
     }
 
-    /// Whether the training stage may still bill: a Vertex job not yet ended (a cancelling one
-    /// included), or a TPU VM slice that still exists (a deleting one deletes its node first).
+    /// Whether the Vertex job may still bill: not yet ended (a cancelling one included).
     fn training_bills(&self) -> bool {
         match &self.input.observed.training {
             TrainingObserved::Vertex { job: Some(job) } => !matches!(
@@ -180,8 +179,8 @@ impl Planner<'_> {
                     | JobState::Cancelled
                     | JobState::Expired
             ),
-            TrainingObserved::TpuVm { slice, .. } => !matches!(slice, Child::Absent | Child::NotOwned),
-            TrainingObserved::Vertex { job: None } => false,
+            // A TPU VM slice is its own Workload's to count.
+            TrainingObserved::Vertex { job: None } | TrainingObserved::TpuVm { .. } => false,
         }
     }
 }

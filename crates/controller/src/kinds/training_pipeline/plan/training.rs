@@ -234,15 +234,11 @@ impl Planner<'_> {
                     Requeue::Active,
                 )
             }
-            // The slice retries an exhausted project quota itself, slowly: a wait, not a
-            // failed attempt.
-            Child::Stalled { reason, message } if reason == reasons::QUOTA_EXCEEDED => Step {
+            // The slice retries an exhausted project quota itself, slowly, and waits for a
+            // WorkloadPriorityClass its Kueue label names to exist: waits, not failed attempts.
+            Child::Stalled { reason, message } if let Some(reason) = slice_wait(reason) => Step {
                 phase: Phase::Waiting,
-                kstatus: Some((
-                    Progress::Stalled,
-                    reasons::QUOTA_EXCEEDED,
-                    format!("TpuSlice {name}: {message}"),
-                )),
+                kstatus: Some((Progress::Stalled, reason, format!("TpuSlice {name}: {message}"))),
                 action: Action::Nothing,
                 requeue: Requeue::Stable,
             },
@@ -259,10 +255,13 @@ impl Planner<'_> {
         let stage = status::stage_mut(&mut self.st, StageName::Train);
         stage.state = StageState::Queued;
         stage.message = Some(format!("{reason}: {message}"));
-        let (phase, kstatus_reason, requeue) = if reason == reasons::WAITING_FOR_CAPACITY {
-            (Phase::Waiting, reasons::WAITING_FOR_CAPACITY, Requeue::Capacity)
-        } else {
-            (Phase::Provisioning, reasons::PROVISIONING, Requeue::Active)
+        // Queued in Kueue (the slice carries the pipeline's queue label) is a wait too.
+        let (phase, kstatus_reason, requeue) = match reason {
+            reasons::WAITING_FOR_CAPACITY => {
+                (Phase::Waiting, reasons::WAITING_FOR_CAPACITY, Requeue::Capacity)
+            }
+            reasons::QUEUED_IN_KUEUE => (Phase::Waiting, reasons::QUEUED_IN_KUEUE, Requeue::Capacity),
+            _ => (Phase::Provisioning, reasons::PROVISIONING, Requeue::Active),
         };
         Step::working(
             phase,
@@ -386,6 +385,14 @@ impl Planner<'_> {
             },
         }
     }
+}
+
+/// The reason a stalled training slice waits for without failing the attempt, as a `'static`
+/// reason for the pipeline's own condition.
+fn slice_wait(reason: &str) -> Option<&'static str> {
+    [reasons::QUOTA_EXCEEDED, reasons::PRIORITY_CLASS_NOT_FOUND]
+        .into_iter()
+        .find(|r| *r == reason)
 }
 
 fn job_state_name(state: &JobState) -> &str {

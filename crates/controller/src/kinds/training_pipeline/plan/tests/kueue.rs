@@ -1,6 +1,6 @@
-//! The training stage's Kueue gate: no job or slice before admission, an eviction stops what
-//! bills before the quota is released, the attempt after re-admission spends no retry, and the
-//! Workload goes once the run is over.
+//! The training stage's Kueue gate: no Vertex job before admission, an eviction stops it before
+//! the quota is released, the attempt after re-admission spends no retry, and the Workload goes
+//! once the run is over. A TPU VM stage is gated at its slice: its waits spend nothing either.
 
 use tpu_operator_api::kueue::KueueStatus;
 
@@ -141,87 +141,90 @@ fn preprocessing_holds_no_quota() {
     );
 }
 
-/// Evicted while running, for both backends: stop what bills, wait until it no longer does,
-/// release the quota, wait, and on re-admission resume with an attempt that spends no retry
-/// (`maxRetries: 0`, so a counted one would fail the pipeline).
+/// Evicted while running: cancel the job, wait until it has ended, release the quota, wait, and
+/// on re-admission resume with an attempt that spends no retry (`maxRetries: 0`, so a counted one
+/// would fail the pipeline).
 #[test]
 fn an_eviction_stops_the_run_then_releases_the_quota_and_resuming_spends_no_retry() {
-    let mut vm_spec = tpu_vm();
-    vm_spec.preprocess = None;
-    vm_spec.max_retries = 0;
+    let spec = vertex_only();
+    let running = vertex(Child::Absent, Some(job(1, JobState::Running)));
+    let stopped = vertex(Child::Absent, Some(job(1, JobState::Cancelled)));
+    let mut st = TrainingPipelineStatus::default();
+    gated_step(&spec, &mut st, &vertex(Child::Absent, None), admitted());
+    gated_step(&spec, &mut st, &running, admitted());
+    assert_eq!(train(&st).attempts, 1);
+
+    let p = gated_step(&spec, &mut st, &running, evicted());
     let cancel = Action::CancelJob {
         name: job(1, JobState::Running).name,
     };
-    // (spec, running, stop, stopping, stopped, resumed)
-    let cases = vec![
-        (
-            vertex_only(),
-            vertex(Child::Absent, Some(job(1, JobState::Running))),
-            cancel,
-            vertex(Child::Absent, Some(job(1, JobState::Cancelling))),
-            vertex(Child::Absent, Some(job(1, JobState::Cancelled))),
-            Action::CreateJob { attempt: 2 },
-        ),
-        (
-            vm_spec,
-            vm(ready(), Marker::None),
-            Action::DeleteSlice,
-            vm(Child::Deleting, Marker::None),
-            vm(Child::Absent, Marker::None),
-            Action::CreateSlice { attempt: 2 },
-        ),
-    ];
-    for (i, (spec, running, stop, stopping, stopped, resumed)) in cases.into_iter().enumerate() {
-        let mut st = TrainingPipelineStatus::default();
-        let first = match running.training {
-            TrainingObserved::Vertex { .. } => vertex(Child::Absent, None),
-            TrainingObserved::TpuVm { .. } => vm(Child::Absent, Marker::None),
-        };
-        gated_step(&spec, &mut st, &first, admitted());
-        gated_step(&spec, &mut st, &running, admitted());
-        assert_eq!(train(&st).attempts, 1, "case {i}");
+    assert_eq!((&p.action, p.status.phase), (&cancel, Phase::Waiting));
+    assert_eq!(reason(&p), reasons::EVICTED);
+    let message = p.status.message.clone().unwrap();
+    assert!(
+        message.starts_with("evicted by Kueue (Preempted)") && message.contains("checkpoints are kept"),
+        "{message}"
+    );
+    let k = kueue(&st);
+    assert_eq!((k.evictions, k.stopped, k.stopped_attempt), (1, true, Some(1)));
 
-        let p = gated_step(&spec, &mut st, &running, evicted());
-        assert_eq!((&p.action, p.status.phase), (&stop, Phase::Waiting), "case {i}");
-        assert_eq!(reason(&p), reasons::EVICTED, "case {i}");
-        let message = p.status.message.clone().unwrap();
-        assert!(
-            message.starts_with("evicted by Kueue (Preempted)") && message.contains("checkpoints are kept"),
-            "case {i}: {message}"
-        );
-        let k = kueue(&st);
-        assert_eq!(
-            (k.evictions, k.stopped, k.stopped_attempt),
-            (1, true, Some(1)),
-            "case {i}"
-        );
+    // A cancelling job still bills: the quota is kept.
+    let cancelling = vertex(Child::Absent, Some(job(1, JobState::Cancelling)));
+    let p = gated_step(&spec, &mut st, &cancelling, evicted());
+    assert_eq!(p.action, Action::Nothing);
+    assert_eq!(kueue(&st).evictions, 1, "counted once");
+    let p = gated_step(&spec, &mut st, &stopped, evicted());
+    assert_eq!(p.action, Action::Workload(Write::Release));
+    let p = gated_step(&spec, &mut st, &stopped, pending());
+    assert_eq!((&p.action, p.status.phase), (&Action::Nothing, Phase::Waiting));
+    assert_eq!(st.attempts, 1, "nothing started while queued again");
 
-        // Still billing (a cancelling job, a deleting slice): the quota is kept.
-        let p = gated_step(&spec, &mut st, &stopping, evicted());
-        assert_eq!(p.action, Action::Nothing, "case {i}");
-        assert_eq!(kueue(&st).evictions, 1, "case {i}: counted once");
-        let p = gated_step(&spec, &mut st, &stopped, evicted());
-        assert_eq!(p.action, Action::Workload(Write::Release), "case {i}");
-        let p = gated_step(&spec, &mut st, &stopped, pending());
-        assert_eq!(
-            (&p.action, p.status.phase),
-            (&Action::Nothing, Phase::Waiting),
-            "case {i}"
-        );
-        assert_eq!(st.attempts, 1, "case {i}: nothing started while queued again");
+    let p = gated_step(&spec, &mut st, &stopped, admitted());
+    assert_eq!(p.action, Action::CreateJob { attempt: 2 });
+    assert_eq!(train(&st).attempts, 1, "the resumption spent no retry");
+    let k = kueue(&st);
+    assert_eq!((k.resumes, k.stopped_attempt, k.stopped), (1, None, false));
+    let message = train(&st).message.clone().unwrap_or_default();
+    assert!(message.contains("a Kueue eviction"), "{message}");
+}
 
-        let p = gated_step(&spec, &mut st, &stopped, admitted());
-        assert_eq!(p.action, resumed, "case {i}");
-        assert_eq!(train(&st).attempts, 1, "case {i}: the resumption spent no retry");
-        let k = kueue(&st);
-        assert_eq!(
-            (k.resumes, k.stopped_attempt, k.stopped),
-            (1, None, false),
-            "case {i}"
-        );
-        let message = train(&st).message.clone().unwrap_or_default();
-        assert!(message.contains("a Kueue eviction"), "case {i}: {message}");
-    }
+/// TPU VM: the pipeline writes no Workload (its slice has its own); the slice queued, evicted or
+/// waiting for its priority class is a wait of the pipeline, never a spent retry.
+#[test]
+fn a_tpu_vm_stage_waits_on_its_slices_queue_without_spending_retries() {
+    let mut spec = tpu_vm();
+    spec.preprocess = None;
+    spec.max_retries = 0;
+    let mut st = TrainingPipelineStatus::default();
+    let p = step(&spec, &mut st, &vm(Child::Absent, Marker::None));
+    assert_eq!(p.action, Action::CreateSlice { attempt: 1 });
+    let queued = Child::Progressing {
+        reason: reasons::QUEUED_IN_KUEUE.into(),
+        message: "waiting in Kueue LocalQueue tpu (position 1): insufficient unused quota".into(),
+    };
+    let p = step(&spec, &mut st, &vm(queued, Marker::None));
+    assert_eq!((&p.action, p.status.phase), (&Action::Nothing, Phase::Waiting));
+    assert_eq!(reason(&p), reasons::QUEUED_IN_KUEUE);
+    let no_class = Child::Stalled {
+        reason: reasons::PRIORITY_CLASS_NOT_FOUND.into(),
+        message: "WorkloadPriorityClass x does not exist".into(),
+    };
+    let p = step(&spec, &mut st, &vm(no_class, Marker::None));
+    assert_eq!((&p.action, p.status.phase), (&Action::Nothing, Phase::Waiting));
+    assert_eq!(reason(&p), reasons::PRIORITY_CLASS_NOT_FOUND);
+    let evicted = Child::Progressing {
+        reason: reasons::EVICTED.into(),
+        message: "evicted by Kueue (Preempted): ...; deleting the node so that nothing bills".into(),
+    };
+    let p = step(&spec, &mut st, &vm(evicted, Marker::None));
+    assert_eq!(p.action, Action::Nothing);
+    step(&spec, &mut st, &vm(ready(), Marker::None));
+    assert_eq!(
+        (st.attempts, train(&st).attempts),
+        (1, 1),
+        "one attempt, no retry spent"
+    );
+    assert_eq!(st.kueue, None, "the slice's status has the Kueue view");
 }
 
 #[test]
@@ -275,26 +278,27 @@ fn a_missing_priority_class_stalls_without_a_workload() {
     assert_eq!(st.attempts, 0);
 }
 
-/// Finished, suspended: the Workload is deleted once nothing bills (a TPU VM run's slice is
-/// released first), so the team's quota is free at once.
+/// Finished, suspended: the Workload is deleted once the job has ended, so the team's quota is
+/// free at once; resuming queues again.
 #[test]
 fn the_workload_goes_once_the_run_is_over_and_nothing_bills() {
-    let mut spec = tpu_vm();
-    spec.preprocess = None;
+    let spec = vertex_only();
     let mut st = TrainingPipelineStatus::default();
-    gated_step(&spec, &mut st, &vm(Child::Absent, Marker::None), admitted());
-    gated_step(&spec, &mut st, &vm(ready(), Marker::None), admitted());
-    let p = gated_step(&spec, &mut st, &vm(ready(), Marker::Succeeded), admitted());
+    gated_step(&spec, &mut st, &vertex(Child::Absent, None), admitted());
+    let succeeded = vertex(
+        Child::Absent,
+        Some(JobView {
+            model_exists: Some(true),
+            ..job(1, JobState::Succeeded)
+        }),
+    );
+    let p = gated_step(&spec, &mut st, &succeeded, admitted());
     assert_eq!(
         (&p.action, p.status.phase),
-        (&Action::DeleteSlice, Phase::Succeeded)
+        (&Action::Workload(Write::Delete), Phase::Succeeded)
     );
-    let p = gated_step(&spec, &mut st, &vm(Child::Deleting, Marker::None), admitted());
-    assert_eq!(p.action, Action::Nothing, "the slice's node still bills");
-    let p = gated_step(&spec, &mut st, &vm(Child::Absent, Marker::None), admitted());
-    assert_eq!(p.action, Action::Workload(Write::Delete));
     // Gone: nothing more to do.
-    let p = gated_step(&spec, &mut st, &vm(Child::Absent, Marker::None), Gate::Missing);
+    let p = gated_step(&spec, &mut st, &vertex(Child::Absent, None), Gate::Missing);
     assert_eq!((&p.action, p.status.phase), (&Action::Nothing, Phase::Succeeded));
 
     let mut spec = vertex_only();
