@@ -11,7 +11,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
-use tpu_operator_api::conditions::reasons;
+use tpu_operator_api::{conditions::reasons, kueue::KueueStatus};
 
 use super::{
     Gate, PRIORITY_CLASS_LABEL, QUEUE_LABEL, client,
@@ -42,6 +42,31 @@ pub struct Queued {
 }
 
 impl Queued {
+    /// `status.kueue` after a pass that read this, on top of `before`: the Workload, queue and
+    /// position as read, `newly_evicted` added to the evictions, `stopped` (a stop counted for
+    /// Kueue) kept until the next admission.
+    pub fn status(&self, before: KueueStatus, newly_evicted: bool, stopped: bool) -> KueueStatus {
+        let admitted = self.gate.admitted();
+        KueueStatus {
+            workload: self.workload.clone(),
+            local_queue: self.local_queue.clone(),
+            cluster_queue: self.cluster_queue().map(str::to_string),
+            position: self.position,
+            admitted,
+            evictions: before.evictions + i32::from(newly_evicted),
+            stopped: !admitted && stopped,
+            ..before
+        }
+    }
+
+    /// The ClusterQueue that admitted the Workload, while it is admitted.
+    pub fn cluster_queue(&self) -> Option<&str> {
+        match &self.gate {
+            Gate::Admitted { cluster_queue } => Some(cluster_queue),
+            _ => None,
+        }
+    }
+
     /// The Kubernetes reason and the message of an object Kueue does not let run now (`None`:
     /// admitted), e.g. "waiting in Kueue LocalQueue q (position 2): <Kueue's message>".
     pub fn holding(&self) -> Option<(&'static str, String)> {

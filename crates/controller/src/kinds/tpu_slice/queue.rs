@@ -51,19 +51,7 @@ pub fn demand(spec: &TpuSliceSpec, one_slice: &SliceShape) -> Demand {
 pub fn status(old: &TpuSliceStatus, queued: Option<&Queued>, counted_stop: bool) -> Option<KueueStatus> {
     let queued = queued?;
     let before = old.kueue.clone().unwrap_or_default();
-    let admitted = queued.gate.admitted();
     let newly_evicted = matches!(queued.gate, Gate::Evicted { .. }) && counted_stop;
-    Some(KueueStatus {
-        workload: queued.workload.clone(),
-        local_queue: queued.local_queue.clone(),
-        cluster_queue: match &queued.gate {
-            Gate::Admitted { cluster_queue } => Some(cluster_queue.clone()),
-            _ => None,
-        },
-        position: queued.position,
-        admitted,
-        evictions: before.evictions + i32::from(newly_evicted),
-        stopped: !admitted && (before.stopped || counted_stop),
-        ..before
-    })
+    let stopped = before.stopped || counted_stop;
+    Some(queued.status(before, newly_evicted, stopped))
 }

@@ -9,7 +9,6 @@
 
 use tpu_operator_api::{
     conditions::{Progress, reasons},
-    kueue::KueueStatus,
     training_pipeline::{StageName, TrainingPipelinePhase as Phase},
 };
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
@@ -137,35 +136,20 @@ impl Planner<'_> {
             return;
         };
         let before = self.st.kueue.clone().unwrap_or_default();
-        let admitted = queued.gate.admitted();
         let newly_evicted = matches!(queued.gate, Gate::Evicted { .. }) && before.admitted;
-        if admitted && !before.admitted {
-            let cluster_queue = match &queued.gate {
-                Gate::Admitted { cluster_queue } => cluster_queue.as_str(),
-                _ => "",
-            };
+        if queued.gate.admitted() && !before.admitted {
             self.event(
                 false,
                 ADMITTED,
                 format!(
-                    "Kueue admitted Workload {} in ClusterQueue {cluster_queue}",
-                    queued.workload
+                    "Kueue admitted Workload {} in ClusterQueue {}",
+                    queued.workload,
+                    queued.cluster_queue().unwrap_or_default()
                 ),
             );
         }
-        self.st.kueue = Some(KueueStatus {
-            workload: queued.workload.clone(),
-            local_queue: queued.local_queue.clone(),
-            cluster_queue: match &queued.gate {
-                Gate::Admitted { cluster_queue } => Some(cluster_queue.clone()),
-                _ => None,
-            },
-            position: queued.position,
-            admitted,
-            evictions: before.evictions + i32::from(newly_evicted),
-            stopped: !admitted && before.stopped,
-            ..before
-        });
+        let stopped = before.stopped;
+        self.st.kueue = Some(queued.status(before, newly_evicted, stopped));
     }
 
     /// Whether the Vertex job may still bill: not yet ended (a cancelling one included).
