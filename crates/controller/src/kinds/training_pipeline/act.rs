@@ -52,27 +52,7 @@ pub async fn act(
                 None => Ok(()),
             }
         }
-        Action::CreateSlice { attempt } => {
-            let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
-            let ckpt = checkpoints::current_dir(&tp.spec, st);
-            let child = spec::train_slice(
-                &tp.spec,
-                &names.id,
-                &names.train,
-                names.project.clone(),
-                owner,
-                &ckpt,
-                *attempt,
-            );
-            match child {
-                Some(mut child) => {
-                    // Kueue gates the slice itself, in the pipeline's queue (`super::queue`).
-                    child.labels_mut().extend(super::queue::child_labels(tp));
-                    create_child(ctx, &names.id.namespace, &child).await
-                }
-                None => Ok(()),
-            }
-        }
+        Action::CreateSlice { attempt } => create_slice(ctx, tp, names, st, *attempt).await,
         Action::DeleteSlice | Action::DeletePreprocess => release(ctx, tp, names, action).await,
         Action::CancelJob { name } => {
             cancel_job(
@@ -89,6 +69,33 @@ pub async fn act(
         },
         Action::DeleteJob { name } => delete_job(ctx, name, st).await,
     }
+}
+
+/// Creates the attempt's training slice, with the attempt's `CHECKPOINT_DIR` and the pipeline's
+/// Kueue labels (Kueue gates the slice itself, in the pipeline's queue: `super::queue`).
+async fn create_slice(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    names: &Target,
+    st: &TrainingPipelineStatus,
+    attempt: i32,
+) -> Result<()> {
+    let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
+    let ckpt = checkpoints::current_dir(&tp.spec, st);
+    let child = spec::train_slice(
+        &tp.spec,
+        &names.id,
+        &names.train,
+        names.project.clone(),
+        owner,
+        &ckpt,
+        attempt,
+    );
+    let Some(mut child) = child else {
+        return Ok(());
+    };
+    child.labels_mut().extend(super::queue::child_labels(tp));
+    create_child(ctx, &names.id.namespace, &child).await
 }
 
 /// Deletes a finished job's record (TTL reaping); the delete operation goes to status.
