@@ -1150,8 +1150,21 @@ async fn a_squatter_with_a_forged_owner_reference_is_still_judged_by_the_policy(
     let ctx = Arc::new(env.context().await);
     spawn_controllers(&mut env, &ctx);
 
-    let message = wait_denied::<TpuSlice>(&env, "forge-train").await;
-    assert!(message.contains(&denied_by(&env.ns, "allowedZones")), "{message}");
+    // The squatter is judged by the policy. Its refusal is read from its Event: the pipeline,
+    // which takes the stalled slice for its own, may delete it before a poll sees its status
+    // (seen on a loaded machine).
+    let events = env.wait_for_event("forge-train", "PolicyDenied", STEP).await;
+    let refusal = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("PolicyDenied"))
+        .expect("a PolicyDenied Event");
+    assert_eq!(
+        refusal.regarding.as_ref().and_then(|r| r.uid.clone()),
+        squatter.uid(),
+        "the squatter's own refusal"
+    );
+    let note = refusal.note.clone().unwrap_or_default();
+    assert!(note.contains(&denied_by(&env.ns, "allowedZones")), "{note}");
     // Whatever the pipeline does next, its train child is never the squatter with a node.
     let own: TpuSlice = wait_in(
         &env,
