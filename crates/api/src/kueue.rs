@@ -36,9 +36,10 @@ pub struct KueueStatus {
     /// it, and that stop is counted: the next admission creates new cloud resources.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
-    /// TrainingPipeline: the training attempt an eviction stopped (its Vertex job cancelled, its
-    /// TPU VM slice deleted) until the attempt that replaces it starts; that one resumes from
-    /// `CHECKPOINT_DIR` and does not count against `maxRetries`.
+    /// TrainingPipeline (Vertex training): the attempt an eviction stopped (its custom job
+    /// cancelled) until the attempt that replaces it starts; that one resumes from
+    /// `CHECKPOINT_DIR` and does not count against `maxRetries`. (TPU VM training is gated at its
+    /// slice, whose own `status.kueue` shows its evictions.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_attempt: Option<i32>,
     /// TrainingPipeline: attempts started after an eviction (none of them counted against

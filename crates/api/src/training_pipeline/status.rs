@@ -196,10 +196,11 @@ pub struct TrainingPipelineStatus {
     /// What `spec.suspend` stopped, and when the pipeline was suspended and resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspension: Option<SuspensionStatus>,
-    /// Kueue's view of the training stage, when the pipeline is queued through Kueue (the
-    /// `kueue.x-k8s.io/queue-name` label, with the operator's Kueue integration on): the
-    /// Workload that stands for its Vertex job or TPU VM slice, its queue, position and
-    /// evictions.
+    /// Kueue's view of a Vertex training stage, when the pipeline is queued through Kueue (the
+    /// `kueue.x-k8s.io/queue-name` label, or the operator's default queue, with the Kueue
+    /// integration on): the Workload that stands for its custom job, its queue, position and
+    /// evictions. A TPU VM stage is gated at its slice, which carries the pipeline's Kueue labels
+    /// and shows this in its own status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kueue: Option<crate::kueue::KueueStatus>,
 }
