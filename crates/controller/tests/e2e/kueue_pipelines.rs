@@ -34,12 +34,12 @@ async fn start() -> Option<TestEnv> {
 }
 
 /// The quickstart's Vertex training (ct6e-standard-4t 2x2: 4 v6e chips, Spot), no
-/// preprocessing, in LocalQueue `queue`.
-fn vertex_pipeline(name: &str, queue: &str) -> TrainingPipeline {
+/// preprocessing, in LocalQueue `queue` (`None`: no queue label).
+pub(super) fn vertex_pipeline(name: &str, queue: Option<&str>) -> TrainingPipeline {
     let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
     tp.metadata.name = Some(name.into());
     tp.metadata.namespace = None;
-    tp.metadata.labels = Some([("kueue.x-k8s.io/queue-name".to_string(), queue.to_string())].into());
+    tp.metadata.labels = queue.map(|q| [("kueue.x-k8s.io/queue-name".to_string(), q.to_string())].into());
     tp.spec.preprocess = None;
     tp
 }
@@ -109,7 +109,7 @@ async fn a_pipeline_waits_for_quota_and_its_finished_run_frees_it() {
     env.create(&slice("hog", "tpu", None)).await;
     env.wait_for::<TpuSlice, _>("hog", "hog Ready", STEP, ready).await;
 
-    env.create(&vertex_pipeline("train", "tpu")).await;
+    env.create(&vertex_pipeline("train", Some("tpu"))).await;
     let waiting: TrainingPipeline = env
         .wait_for("train", "training queued with Kueue's reason", STEP, |tp| {
             reason(tp) == "QueuedInKueue"

@@ -15,7 +15,10 @@ use tpu_operator_controller::{
     never_shutdown,
 };
 
-use super::kueue::{STEP, queue, queued, ready, slice, start_idle};
+use super::{
+    kueue::{STEP, queue, queued, ready, slice, start_idle},
+    kueue_pipelines::vertex_pipeline,
+};
 
 /// The env with Kueue on, LocalQueue `default` as the operator's default queue, and the slice
 /// and pipeline controllers running.
@@ -53,11 +56,7 @@ async fn leaving_the_label_off_does_not_skip_the_teams_quota() {
     // (an owner reference any tenant can write), wait like any other.
     env.create(&unlabelled("empty-label", Some(""))).await;
     let owner: TrainingPipeline = {
-        let mut tp: TrainingPipeline =
-            test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
-        tp.metadata.name = Some("owner".into());
-        tp.metadata.namespace = None;
-        tp.spec.preprocess = None;
+        let mut tp = vertex_pipeline("owner", None);
         tp.spec.suspend = true;
         env.create(&tp).await
     };
@@ -80,11 +79,7 @@ async fn leaving_the_label_off_does_not_skip_the_teams_quota() {
         assert_eq!(local_queue(&s).as_deref(), Some("default"), "{name}");
     }
     // An unlabelled Vertex pipeline waits too.
-    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
-    tp.metadata.name = Some("vertex".into());
-    tp.metadata.namespace = None;
-    tp.spec.preprocess = None;
-    env.create(&tp).await;
+    env.create(&vertex_pipeline("vertex", None)).await;
     let waiting: TrainingPipeline = env
         .wait_for(
             "vertex",

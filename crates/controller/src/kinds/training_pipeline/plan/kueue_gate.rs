@@ -46,7 +46,7 @@ impl Planner<'_> {
         let Some(queued) = self.input.queue else {
             return step;
         };
-        self.note_kueue();
+        self.note_kueue(queued);
         let training = !is_finished(step.phase)
             && !self.spec().suspend
             && self.st.current_stage == Some(StageName::Train);
@@ -131,10 +131,7 @@ impl Planner<'_> {
 
     /// `status.kueue` from the Workload as read: evictions counted once each (admitted before,
     /// evicted now), `stopped` kept until the next admission.
-    fn note_kueue(&mut self) {
-        let Some(queued) = self.input.queue else {
-            return;
-        };
+    fn note_kueue(&mut self, queued: &Queued) {
         let before = self.st.kueue.clone().unwrap_or_default();
         let newly_evicted = matches!(queued.gate, Gate::Evicted { .. }) && before.admitted;
         if queued.gate.admitted() && !before.admitted {

@@ -83,7 +83,17 @@ fn run_at(
     observed: &Observed,
     now: DateTime<Utc>,
 ) -> Plan {
-    plan(&Input {
+    plan(&input(spec, status, observed, now))
+}
+
+/// The plan's input for a pipeline `p` at generation 1, without a rerun annotation or Kueue.
+fn input<'a>(
+    spec: &'a TrainingPipelineSpec,
+    status: &'a TrainingPipelineStatus,
+    observed: &'a Observed,
+    now: DateTime<Utc>,
+) -> Input<'a> {
+    Input {
         spec,
         status,
         generation: Some(1),
@@ -93,7 +103,7 @@ fn run_at(
         train_child: "p-train",
         rerun: None,
         queue: None,
-    })
+    }
 }
 
 /// Runs the plan and feeds the status back, as successive reconciles do.
@@ -654,15 +664,8 @@ fn run_rerun(
     rerun: Option<&str>,
 ) -> Plan {
     let p = plan(&Input {
-        spec,
-        status,
-        generation: Some(1),
-        observed,
-        now: now(),
-        preprocess_child: "p-preprocess",
-        train_child: "p-train",
         rerun,
-        queue: None,
+        ..input(spec, status, observed, now())
     });
     *status = p.status.clone();
     p

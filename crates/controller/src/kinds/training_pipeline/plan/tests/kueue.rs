@@ -44,35 +44,33 @@ fn evicted() -> Gate {
     }
 }
 
-/// One pass of a gated pipeline, its status fed back.
+/// One pass of a gated pipeline whose Workload is as `gate` says, its status fed back.
 fn gated_step(
     spec: &TrainingPipelineSpec,
     status: &mut TrainingPipelineStatus,
     observed: &Observed,
     gate: Gate,
 ) -> Plan {
-    let queued = gated(gate);
+    queued_step(spec, status, observed, &gated(gate))
+}
+
+/// One pass with the Workload read as `queued`, its status fed back.
+fn queued_step(
+    spec: &TrainingPipelineSpec,
+    status: &mut TrainingPipelineStatus,
+    observed: &Observed,
+    queued: &Queued,
+) -> Plan {
     let p = plan(&Input {
-        spec,
-        status,
-        generation: Some(1),
-        observed,
-        now: now(),
-        preprocess_child: "p-preprocess",
-        train_child: "p-train",
-        rerun: None,
-        queue: Some(&queued),
+        queue: Some(queued),
+        ..input(spec, status, observed, now())
     });
     *status = p.status.clone();
     p
 }
 
 fn reason(p: &Plan) -> String {
-    conditions_reason(&p.status)
-}
-
-fn conditions_reason(st: &TrainingPipelineStatus) -> String {
-    tpu_operator_api::conditions::describing(&st.conditions)
+    tpu_operator_api::conditions::describing(&p.status.conditions)
         .map(|c| c.reason.clone())
         .unwrap_or_default()
 }
@@ -260,21 +258,10 @@ fn a_missing_priority_class_stalls_without_a_workload() {
     let mut st = TrainingPipelineStatus::default();
     let mut queued = gated(Gate::Missing);
     queued.priority = Err("WorkloadPriorityClass urgent (label kueue.x-k8s.io/priority-class) does not exist: create it or fix the label".into());
-    let p = plan(&Input {
-        spec: &spec,
-        status: &st,
-        generation: Some(1),
-        observed: &vertex(Child::Absent, None),
-        now: now(),
-        preprocess_child: "p-preprocess",
-        train_child: "p-train",
-        rerun: None,
-        queue: Some(&queued),
-    });
+    let p = queued_step(&spec, &mut st, &vertex(Child::Absent, None), &queued);
     assert_eq!(p.action, Action::Nothing);
     assert_eq!(progress_of(&p.status.conditions), Some(Progress::Stalled));
     assert_eq!(reason(&p), reasons::PRIORITY_CLASS_NOT_FOUND);
-    st = p.status;
     assert_eq!(st.attempts, 0);
 }
 
