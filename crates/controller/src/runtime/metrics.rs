@@ -45,8 +45,53 @@ pub struct PipelineLabels {
     pub name: String,
 }
 
-/// Namespace → object key → (so far, per hour), in US dollars.
-type SpendBook = HashMap<String, HashMap<String, (f64, f64)>>;
+/// The per-object estimates behind the spend gauges, with each namespace's running totals.
+///
+/// Kept in whole micro-dollars so that the totals are exact sums: an update subtracts the
+/// object's previous estimate and adds its new one, O(1) per pass. (Summing the namespace's
+/// objects on every pass was O(objects) each, 1.5% of the operator's CPU at 10,000 objects in one
+/// namespace.)
+#[derive(Debug, Default)]
+struct SpendBook {
+    namespaces: HashMap<String, NamespaceSpend>,
+}
+
+#[derive(Debug, Default)]
+struct NamespaceSpend {
+    /// Object key → (so far, per hour) in micro-dollars.
+    objects: HashMap<String, (i64, i64)>,
+    total: (i64, i64),
+}
+
+impl SpendBook {
+    /// Records `key`'s estimate and returns its namespace's totals in US dollars.
+    fn record(&mut self, namespace: &str, key: &str, so_far_usd: f64, per_hour_usd: f64) -> (f64, f64) {
+        let ns = match self.namespaces.get_mut(namespace) {
+            Some(ns) => ns,
+            None => self.namespaces.entry(namespace.to_owned()).or_default(),
+        };
+        let new = (micros(so_far_usd), micros(per_hour_usd));
+        let old = match ns.objects.get_mut(key) {
+            Some(entry) => std::mem::replace(entry, new),
+            None => {
+                ns.objects.insert(key.to_owned(), new);
+                (0, 0)
+            }
+        };
+        ns.total.0 += new.0 - old.0;
+        ns.total.1 += new.1 - old.1;
+        (dollars(ns.total.0), dollars(ns.total.1))
+    }
+}
+
+fn micros(usd: f64) -> i64 {
+    // `as` saturates, and NaN becomes 0: an estimate is never negative nor near i64::MAX µ$.
+    (usd * 1e6).round() as i64
+}
+
+fn dollars(micros: i64) -> f64 {
+    micros as f64 / 1e6
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Outcome {
@@ -185,10 +230,12 @@ impl Metrics {
         let Some(cost) = cost else {
             return;
         };
-        let mut book = self.spend_book.lock().expect("spend book poisoned");
-        let ns = book.entry(namespace.to_owned()).or_default();
-        ns.insert(uid.to_owned(), (cost.so_far_usd, cost.per_hour_usd));
-        let (so_far, per_hour) = ns.values().fold((0.0, 0.0), |(a, b), (s, p)| (a + s, b + p));
+        let (so_far, per_hour) = self.spend_book.lock().expect("spend book poisoned").record(
+            namespace,
+            uid,
+            cost.so_far_usd,
+            cost.per_hour_usd,
+        );
         let labels = SpendLabels {
             namespace: namespace.to_owned(),
         };
@@ -218,6 +265,26 @@ impl Drop for ReconcileTimer {
 mod tests {
     use super::*;
     use prometheus_client::encoding::text::encode;
+
+    #[test]
+    fn spend_totals_follow_each_objects_latest_estimate() {
+        let mut book = SpendBook::default();
+        assert_eq!(book.record("a", "s1", 10.0, 2.5), (10.0, 2.5));
+        assert_eq!(book.record("a", "s2", 0.25, 1.0), (10.25, 3.5));
+        // A later estimate of the same object replaces its earlier one, not adds to it.
+        assert_eq!(book.record("a", "s1", 12.0, 0.0), (12.25, 1.0));
+        assert_eq!(
+            book.record("b", "s1", 1.0, 1.0),
+            (1.0, 1.0),
+            "namespaces are apart"
+        );
+        // Many small updates leave no drift: the totals are sums of whole micro-dollars.
+        for i in 0..10_000 {
+            book.record("a", "s2", f64::from(i) * 0.1, 0.3);
+        }
+        let (so_far, per_hour) = book.record("a", "s2", 0.1, 0.2);
+        assert_eq!((so_far, per_hour), (12.35, 0.2));
+    }
 
     #[test]
     fn reconciles_and_failures_are_exposed() {
