@@ -1,12 +1,10 @@
 //! Writing results back to Kubernetes: status by server-side apply and Events on transitions.
 
-use std::fmt::Debug;
-
 use kube::{
-    Api, Resource, ResourceExt,
+    Resource, ResourceExt,
     api::{Patch, PatchParams},
 };
-use serde::{Serialize, de::DeserializeOwned};
+use serde::{Deserialize, Serialize};
 
 use super::context::Context;
 use crate::runtime::{
@@ -26,18 +24,14 @@ pub async fn apply_status<K, S>(
     base: Option<&str>,
     field_manager: &str,
     status: &S,
-) -> Result<K>
+) -> Result<Option<String>>
 where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug,
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
     S: Serialize,
 {
     let ns = obj
         .namespace()
         .ok_or(ReconcileError::MissingMetadata("namespace"))?;
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
     // The status was computed from `obj` as this reconcile read it, from the watch cache. The
     // cache can lag behind the API server (our own last write not yet seen, say, when a child or
     // the cloud watch wakes the object first); written unconditionally, a status from that older
@@ -53,13 +47,36 @@ where
     if let Some(rv) = base {
         patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
     }
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(field_manager).force(),
-        &Patch::Apply(patch),
-    )
-    .await
-    .map_err(ReconcileError::kube("apply status"))
+    // The request `Api::patch_status` sends, with the echoed object read only for its new
+    // version: decoding it whole (its managed fields are a JSON tree per field manager) was a
+    // full object decode per write, thrown away; the watch delivers the object anyway.
+    let request = kube::core::Request::new(K::url_path(&(), Some(&ns)))
+        .patch_subresource(
+            "status",
+            &obj.name_any(),
+            &PatchParams::apply(field_manager).force(),
+            &Patch::Apply(patch),
+        )
+        .map_err(|err| ReconcileError::kube("apply status")(kube::Error::BuildRequest(err)))?;
+    let written: Written = ctx
+        .client
+        .request(request)
+        .await
+        .map_err(ReconcileError::kube("apply status"))?;
+    Ok(written.metadata.resource_version)
+}
+
+/// What a status write's response is read for. Every other field of the echoed object is
+/// skipped by the parser, not decoded.
+#[derive(Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    resource_version: Option<String>,
 }
 
 /// One Kubernetes Event a reconcile publishes about its object: every kind's transitions are

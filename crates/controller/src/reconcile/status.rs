@@ -29,8 +29,7 @@ pub async fn write<K: Kind>(
     if old == Some(new) {
         return Ok(None);
     }
-    let written = report::apply_status(ctx, obj, base, K::FIELD_MANAGER, new).await?;
-    let version = written.resource_version();
+    let version = report::apply_status(ctx, obj, base, K::FIELD_MANAGER, new).await?;
     ctx.settled.replaced(obj, base, version.as_deref());
     if K::SETTLES {
         ctx.settled.wrote(obj, version.clone());

@@ -34,6 +34,10 @@ async fn a_status_computed_from_a_stale_object_is_refused_not_written() {
     )
     .await
     .expect("the first write, from the current object");
+    // The write reports the version it produced: the object's version now.
+    let now = env.api::<TpuSlice>().get(&name).await.unwrap();
+    assert!(written.is_some());
+    assert_eq!(written, now.resource_version());
     // The second still holds `read`, older than what the first wrote.
     let err = apply_status(
         &env.ctx,
@@ -50,8 +54,8 @@ async fn a_status_computed_from_a_stale_object_is_refused_not_written() {
     // Read again (as the retry will be), the same write goes through.
     apply_status(
         &env.ctx,
-        &written,
-        written.resource_version().as_deref(),
+        &read,
+        written.as_deref(),
         FIELD_MANAGER,
         &status(3, "current"),
     )
