@@ -12,6 +12,12 @@
 //! kernel when it ends. At 10,000 objects this took the peak RSS from 123 to 105 MiB (release
 //! build, docs/benchmarks.md).
 //!
+//! No periodic `malloc_trim`: trimming every 2 s took the peak RSS at 10,000 objects from 102.5
+//! to 102.3 MiB only (the peak is the heap's own burst, not pages glibc kept), and without it the
+//! same run peaked at 111.4 MiB against 109.8–112.3 MiB with it (LTO off), at the same lag
+//! (docs/benchmarks.md, issues 34 and 38). What it did cost: an unsafe call on a runtime worker,
+//! holding the arenas' locks while it walked them, every 2 s.
+//!
 //! A `GLIBC_TUNABLES` set by whoever starts the process wins: nothing is changed then. The
 //! production image is linked with glibc too (Dockerfile; docs/architecture.md, "The image"), so
 //! this applies to every build users run; other C libraries keep their allocator's defaults.
@@ -39,32 +45,3 @@ pub fn tune() {
 /// Other C libraries (e.g. musl): their allocator's defaults.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn tune() {}
-
-/// How often [`trim`] hands free heap pages back to the kernel.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Returns the heap's free pages to the kernel every [`TRIM_EVERY`] until the runtime stops.
-/// glibc gives memory back only from the top of an arena; a freed list page below live
-/// allocations stays resident until `malloc_trim`, which also releases whole free pages inside
-/// the arenas (malloc_trim(3), "since glibc 2.8"). Call from inside the tokio runtime.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn trim_periodically() {
-    tokio::spawn(async {
-        let mut every = tokio::time::interval(TRIM_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            // SAFETY: malloc_trim only walks glibc's own arenas under their locks; it takes a
-            // plain integer (the padding to keep at the top) and touches no Rust object.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::malloc_trim(0);
-            }
-        }
-    });
-}
-
-/// Other C libraries: nothing to trim.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn trim_periodically() {}

@@ -133,7 +133,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         "tpu-operator starting"
     );
     let stop = termination_signal()?;
-    crate::allocator::trim_periodically();
 
     let client = kube_client(settings.kubeconfig.as_deref()).await?;
     settings.controller.cluster_id = cluster_id(&client, &settings.cluster_id).await?;
