@@ -283,7 +283,7 @@ mod tests {
             book.record("a", "s2", f64::from(i) * 0.1, 0.3);
         }
         let (so_far, per_hour) = book.record("a", "s2", 0.1, 0.2);
-        assert_eq!((so_far, per_hour), (12.35, 0.2));
+        assert_eq!((so_far, per_hour), (12.1, 0.2), "12.0 for s1 and 0.1 for s2");
     }
 
     #[test]
