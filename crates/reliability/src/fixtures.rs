@@ -19,6 +19,9 @@ pub const COMPUTE_IMAGE: &str = "projects/ubuntu-os-cloud/global/images/family/u
 pub enum Capacity {
     /// TPU API: `nodes.create` with `spot: {}`.
     SpotNode,
+    /// TPU API: `nodes.create` on demand (no scheduling config): never preempted, so a READY one
+    /// is not kept under its zone's listing.
+    OnDemandNode,
     /// TPU API: `queuedResources.create` (spot tier).
     Queued,
     /// Compute Engine: one spot instance (`v6e-8`, single host).
@@ -50,7 +53,7 @@ impl Capacity {
 
     pub fn backend(self) -> Backend {
         match self {
-            Capacity::SpotNode | Capacity::Queued => Backend::TpuApi,
+            Capacity::SpotNode | Capacity::OnDemandNode | Capacity::Queued => Backend::TpuApi,
             _ => Backend::ComputeEngine,
         }
     }
@@ -59,7 +62,7 @@ impl Capacity {
     pub fn owns(self) -> Owned {
         let mut o = Owned::default();
         match self {
-            Capacity::SpotNode => o.nodes = 1,
+            Capacity::SpotNode | Capacity::OnDemandNode => o.nodes = 1,
             Capacity::Queued => o.queued = 1,
             Capacity::ComputeSpot | Capacity::ComputeOnDemand => o.instances = 1,
             Capacity::ComputeMultiHost => o.groups = 1,
@@ -90,6 +93,7 @@ impl Capacity {
         };
         match self {
             Capacity::SpotNode => tpu_api(json!({"spot": {}})),
+            Capacity::OnDemandNode => tpu_api(json!({"onDemand": {}})),
             Capacity::Queued => tpu_api(json!({"queued": {"tier": "Spot", "validUntilDuration": "6h"}})),
             Capacity::ComputeSpot => compute("v6e-8", json!({"spot": {}})),
             Capacity::ComputeOnDemand => compute("tpu7x-8", json!({"onDemand": {}})),

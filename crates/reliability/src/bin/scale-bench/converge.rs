@@ -86,7 +86,12 @@ impl Bench {
         match kind {
             Kind::Slice => {
                 let name = format!("s-{i}");
-                world.create(&fixtures::slice(&name, Capacity::SpotNode)).await;
+                let capacity = if self.spot {
+                    Capacity::SpotNode
+                } else {
+                    Capacity::OnDemandNode
+                };
+                world.create(&fixtures::slice(&name, capacity)).await;
                 wave_keys.push(format!("TpuSlice/{name}"));
                 (1, 0)
             }

@@ -1,6 +1,6 @@
 //! Scale benchmark: the real `tpu-operator run` process (default poll intervals: 2 s active,
 //! 5 min stable, 30 s capacity; concurrency 16) against kube-emulator (socket) and gcp-emulator
-//! (manual clock), both in this process, with N objects: 50% TpuSlices (spot nodes), 30%
+//! (manual clock), both in this process, with N objects: 50% TpuSlices (Spot nodes), 30%
 //! PreprocessBatches, 20% TrainingPipelines (preprocess batch + Vertex job).
 //!
 //! Phases: create everything (clock frozen) until every cloud resource is submitted; jump the
@@ -18,7 +18,11 @@
 //! With `--preempt K` (default 100, at most the slices), K READY Spot slices are then preempted in
 //! the cloud and the time until each status shows it is measured (`preemption.rs`).
 //!
-//! cargo run -p tpu-operator-reliability --bin scale-bench -- --n 100 [--idle 60] [--waves 100 --spread 50] [--preempt 100]
+//! With `--spot 0` the slices are on-demand nodes instead of Spot ones: a READY on-demand slice
+//! is not kept under its zone's node listing, so the run leaves out that listing's work (on both
+//! sides of the socket), and nothing can be preempted (`--preempt` is then 0).
+//!
+//! cargo run -p tpu-operator-reliability --bin scale-bench -- --n 100 [--idle 60] [--waves 100 --spread 50] [--preempt 100] [--spot 0]
 
 mod at_rest;
 mod converge;
@@ -68,6 +72,8 @@ struct Bench {
     slices: usize,
     batches: usize,
     pipelines: usize,
+    /// Slices are Spot nodes (`--spot 1`, the default) or on-demand ones (`--spot 0`).
+    spot: bool,
     waves: usize,
     spread: u64,
     limit: Duration,
@@ -95,14 +101,16 @@ async fn main() {
         "--waves must stay under 180: every wave must be submitted before the first one changes"
     );
     let limit = Duration::from_secs(arg("--limit", 1800));
+    let spot = arg("--spot", 1) != 0;
     let dir = tempfile::tempdir().unwrap();
-    let mut bench = Bench::start(dir.path(), n, waves, spread, limit).await;
+    let mut bench = Bench::start(dir.path(), n, waves, spread, limit, spot).await;
     let created = bench.create_all().await;
     bench.first_change(&created.first_keys).await;
     bench.pipelines_finish(&created).await;
     bench.idle(idle).await;
     bench.memory().await;
-    let preempt = (arg("--preempt", 100) as usize).min(bench.slices);
+    let spot_slices = if bench.spot { bench.slices } else { 0 };
+    let preempt = (arg("--preempt", 100) as usize).min(spot_slices);
     preemption::measure(&bench.world, preempt, limit).await;
     bench.delete_all().await;
     bench.world.kill_operator().await;
@@ -128,7 +136,14 @@ async fn print_build(world: &World) {
 }
 
 impl Bench {
-    async fn start(dir: &std::path::Path, n: usize, waves: usize, spread: u64, limit: Duration) -> Self {
+    async fn start(
+        dir: &std::path::Path,
+        n: usize,
+        waves: usize,
+        spread: u64,
+        limit: Duration,
+        spot: bool,
+    ) -> Self {
         let (slices, batches) = (n / 2, n * 3 / 10);
         let pipelines = n - slices - batches;
         let mut world = World::start_process(dir, OperatorBuild::Shipped, &[]).await;
@@ -140,7 +155,8 @@ impl Bench {
         print_build(&world).await;
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         println!(
-            "N = {n}: {slices} TpuSlices, {batches} PreprocessBatches, {pipelines} TrainingPipelines; loadavg at start: {}",
+            "N = {n}: {slices} TpuSlices ({} nodes), {batches} PreprocessBatches, {pipelines} TrainingPipelines; loadavg at start: {}",
+            if spot { "Spot" } else { "on-demand" },
             load.trim()
         );
         let seen: Seen = Arc::default();
@@ -165,6 +181,7 @@ impl Bench {
             slices,
             batches,
             pipelines,
+            spot,
             waves,
             spread,
             limit,
