@@ -7,8 +7,8 @@
 //! registers what it last saw ([`CloudWatch::watch`]) and requeues only at `poll_watched` (a
 //! backstop). A background task lists each collection that has waiters every `poll_active`, wakes
 //! exactly the owners whose resource changed (`Controller::reconcile_on`, fed by
-//! [`CloudWatch::triggers`]), and keeps the listed object, which the woken reconcile uses instead
-//! of a `get` ([`CloudWatch::take`]).
+//! [`CloudWatch::triggers`]), and keeps the listed object (compressed, `packed.rs`), which the
+//! woken reconcile uses instead of a `get` ([`CloudWatch::take`]).
 //!
 //! Nothing here names the Kubernetes kinds: an [`Owner`] is any reconciled object, and each
 //! controller asks for its own kind's wake-ups. The cloud resource types are [`Listable`].
@@ -27,6 +27,7 @@
 
 mod list;
 mod listed;
+mod packed;
 mod registry;
 
 use std::{

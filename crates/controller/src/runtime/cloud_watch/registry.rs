@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Collection, Listed, Owner};
+use super::{Collection, Listed, Owner, packed::Packed};
 
 /// A collection in one location: `(collection, "projects/<p>/locations/<l>")`.
 pub type Key = (Collection, String);
@@ -26,8 +26,9 @@ struct Parent {
     /// By full resource name.
     interests: HashMap<String, Interest>,
     /// Listed objects whose change woke their owner, by full resource name, with when they
-    /// were listed: the owner's next observe uses them instead of a `get`.
-    fresh: HashMap<String, (Listed, Instant)>,
+    /// were listed: the owner's next observe uses them instead of a `get`. Packed: after a burst
+    /// of changes thousands wait here for their owners' passes.
+    fresh: HashMap<String, (Packed, Instant)>,
     /// Set while listing this collection fails: owners poll on their own meanwhile.
     failing_since: Option<Instant>,
     last_listed: Option<Instant>,
@@ -37,7 +38,7 @@ struct Interest {
     owner: Owner,
     seen: Seen,
     /// The object as the reconcile read it, when it asked to reuse it until it changes.
-    last: Option<Listed>,
+    last: Option<Packed>,
     /// When the reconcile registered: a listing that started earlier may predate what it saw.
     since: Instant,
 }
@@ -50,8 +51,9 @@ pub type Wake = Vec<Owner>;
 /// included) are megabytes a thousand; held whole they were the operator's largest transient.
 #[derive(Default)]
 pub struct Sifted {
-    /// Listed objects whose state differs from what their owner saw, by full resource name.
-    changed: HashMap<String, Listed>,
+    /// Listed objects whose state differs from what their owner saw, by full resource name
+    /// (`None` if it could not be packed: its owner is woken and reads it).
+    changed: HashMap<String, Option<Packed>>,
     /// Resources listed in the state their owner saw.
     same: HashSet<String>,
 }
@@ -76,7 +78,7 @@ impl Registry {
             Interest {
                 owner,
                 seen,
-                last,
+                last: last.as_ref().and_then(Packed::of),
                 since: now,
             },
         );
@@ -88,7 +90,7 @@ impl Registry {
     pub fn unchanged(&self, key: &Key, name: &str, now: Instant, max_age: Duration) -> Option<Listed> {
         let interest = self.parents.get(key)?.interests.get(name)?;
         (now.duration_since(interest.since) < max_age)
-            .then(|| interest.last.clone())
+            .then(|| interest.last.as_ref()?.unpack())
             .flatten()
     }
 
@@ -128,7 +130,7 @@ impl Registry {
             if Some(item.state()) == interest.seen {
                 sifted.same.insert(item.name().to_owned());
             } else {
-                sifted.changed.insert(item.name().to_owned(), item);
+                sifted.changed.insert(item.name().to_owned(), Packed::of(&item));
             }
         }
     }
@@ -154,8 +156,8 @@ impl Registry {
         let mut wake = Vec::with_capacity(changed.len());
         for name in changed {
             let interest = parent.interests.remove(&name).expect("listed above");
-            if let Some(listed) = sifted.changed.remove(&name) {
-                parent.fresh.insert(name, (listed, started));
+            if let Some(Some(packed)) = sifted.changed.remove(&name) {
+                parent.fresh.insert(name, (packed, started));
             }
             wake.push(interest.owner);
         }
@@ -178,7 +180,7 @@ impl Registry {
             .get_mut(key)?
             .fresh
             .remove(name)
-            .map(|(listed, _)| listed)
+            .and_then(|(packed, _)| packed.unpack())
     }
 
     /// Forgets interests and listed objects older than `ttl` (owners that were deleted or stopped
