@@ -13,8 +13,11 @@
 use std::{
     any::TypeId,
     collections::HashMap,
+    marker::PhantomData,
     sync::{Arc, Mutex, OnceLock},
 };
+
+use serde::{Serialize, de::DeserializeOwned};
 
 use zstd::{
     bulk::{Compressor, Decompressor},
@@ -53,6 +56,63 @@ impl Compressed {
     /// Bytes of the JSON it stands for.
     pub fn json_len(&self) -> usize {
         self.len as usize
+    }
+}
+
+/// A value of type `T` kept as its JSON, compressed against the dictionary of `T` (see
+/// [`Codec::of`]): the watch cache's objects, and the cloud watch's listed resources.
+pub struct Packed<T> {
+    json: Compressed,
+    codec: Arc<Codec>,
+    kind: PhantomData<fn() -> T>,
+}
+
+/// Why a value could not be packed or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error("encoding the object as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("compressing or restoring the cached JSON: {0}")]
+    Compression(#[from] Error),
+}
+
+impl<T: Serialize + DeserializeOwned + 'static> Packed<T> {
+    pub fn new(value: &T) -> Result<Self, PackError> {
+        let plain = serde_json::to_vec(value)?;
+        let codec = Codec::of::<T>(&plain)?;
+        let json = codec.compress(&plain)?;
+        Ok(Self {
+            json,
+            codec,
+            kind: PhantomData,
+        })
+    }
+
+    pub fn decode(&self) -> Result<T, PackError> {
+        let plain = self.codec.decompress(&self.json)?;
+        Ok(serde_json::from_slice(&plain)?)
+    }
+}
+
+impl<T> Packed<T> {
+    /// Bytes kept.
+    pub fn stored_len(&self) -> usize {
+        self.json.stored_len()
+    }
+
+    /// Bytes of the JSON it stands for.
+    pub fn json_len(&self) -> usize {
+        self.json.json_len()
+    }
+}
+
+impl<T> Clone for Packed<T> {
+    fn clone(&self) -> Self {
+        Self {
+            json: self.json.clone(),
+            codec: self.codec.clone(),
+            kind: PhantomData,
+        }
     }
 }
 

@@ -21,7 +21,7 @@
 //! Owned children (a pipeline's batches and slices) are watched as metadata only: the owner is
 //! woken through their ownerReferences, which is all kube-runtime reads of them.
 
-use std::{borrow::Cow, fmt, marker::PhantomData, sync::Arc};
+use std::{borrow::Cow, fmt};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
@@ -35,26 +35,18 @@ use kube::{
 };
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned, de::Error as _};
 
-use crate::runtime::compressed::{self, Codec, Compressed};
+use crate::runtime::compressed::{PackError, Packed};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// One cached object of kind `K`: identity metadata plus the object as compressed JSON.
 pub struct Cached<K> {
     meta: ObjectMeta,
-    json: Compressed,
-    codec: Arc<Codec>,
-    kind: PhantomData<fn() -> K>,
+    json: Packed<K>,
 }
 
 /// Why a watched object could not be cached or restored.
-#[derive(Debug, thiserror::Error)]
-pub enum CacheError {
-    #[error("encoding the object as JSON: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("compressing or restoring the cached JSON: {0}")]
-    Compression(#[from] compressed::Error),
-}
+pub type CacheError = PackError;
 
 impl<K> Cached<K>
 where
@@ -64,9 +56,7 @@ where
     pub fn new(mut obj: K) -> Result<Self, CacheError> {
         obj.managed_fields_mut().clear();
         obj.annotations_mut().remove(LAST_APPLIED);
-        let plain = serde_json::to_vec(&obj)?;
-        let codec = Codec::of::<K>(&plain)?;
-        let json = codec.compress(&plain)?;
+        let json = Packed::new(&obj)?;
         let m = obj.meta();
         let meta = ObjectMeta {
             name: m.name.clone(),
@@ -77,18 +67,12 @@ where
             deletion_timestamp: m.deletion_timestamp.clone(),
             ..ObjectMeta::default()
         };
-        Ok(Self {
-            meta,
-            json,
-            codec,
-            kind: PhantomData,
-        })
+        Ok(Self { meta, json })
     }
 
     /// The typed object, as the watch delivered it (minus what [`Cached::new`] dropped).
     pub fn decode(&self) -> Result<K, CacheError> {
-        let plain = self.codec.decompress(&self.json)?;
-        Ok(serde_json::from_slice(&plain)?)
+        self.json.decode()
     }
 }
 
@@ -97,8 +81,6 @@ impl<K> Clone for Cached<K> {
         Self {
             meta: self.meta.clone(),
             json: self.json.clone(),
-            codec: self.codec.clone(),
-            kind: PhantomData,
         }
     }
 }

@@ -8,19 +8,16 @@
 //! operator's heap at its peak (heaptrack, docs/benchmarks.md, issue 38). Packed, each costs a
 //! few hundred bytes; the pass that takes it pays one decode.
 
-use std::sync::Arc;
-
-use serde::{Serialize, de::DeserializeOwned};
 use tpu_operator_gcp::{aiplatform_v1::model::CustomJob, dataproc_v1::model::Batch, tpu_v2::model::Node};
 
-use super::{Collection, Listed};
-use crate::runtime::compressed::{Codec, Compressed};
+use super::Listed;
+use crate::runtime::compressed;
 
 #[derive(Clone)]
-pub struct Packed {
-    collection: Collection,
-    json: Compressed,
-    codec: Arc<Codec>,
+pub enum Packed {
+    Node(compressed::Packed<Node>),
+    Batch(compressed::Packed<Batch>),
+    Job(compressed::Packed<CustomJob>),
 }
 
 impl Packed {
@@ -29,36 +26,30 @@ impl Packed {
     /// watch did not keep.
     pub fn of(listed: &Listed) -> Option<Packed> {
         match listed {
-            Listed::Node(n) => pack(Collection::TpuNodes, n.as_ref()),
-            Listed::Batch(b) => pack(Collection::DataprocBatches, b.as_ref()),
-            Listed::Job(j) => pack(Collection::VertexJobs, j.as_ref()),
+            Listed::Node(n) => compressed::Packed::new(n.as_ref()).ok().map(Packed::Node),
+            Listed::Batch(b) => compressed::Packed::new(b.as_ref()).ok().map(Packed::Batch),
+            Listed::Job(j) => compressed::Packed::new(j.as_ref()).ok().map(Packed::Job),
         }
     }
 
     /// The resource as it was listed; `None` if the bytes do not decode (the owner reads it).
     pub fn unpack(&self) -> Option<Listed> {
-        let json = self.codec.decompress(&self.json).ok()?;
-        match self.collection {
-            Collection::TpuNodes => decode::<Node>(&json).map(Listed::Node),
-            Collection::DataprocBatches => decode::<Batch>(&json).map(Listed::Batch),
-            Collection::VertexJobs => decode::<CustomJob>(&json).map(Listed::Job),
+        match self {
+            Packed::Node(p) => p.decode().ok().map(|n| Listed::Node(Box::new(n))),
+            Packed::Batch(p) => p.decode().ok().map(|b| Listed::Batch(Box::new(b))),
+            Packed::Job(p) => p.decode().ok().map(|j| Listed::Job(Box::new(j))),
         }
     }
-}
 
-fn pack<T: Serialize + 'static>(collection: Collection, resource: &T) -> Option<Packed> {
-    let json = serde_json::to_vec(resource).ok()?;
-    let codec = Codec::of::<T>(&json).ok()?;
-    let json = codec.compress(&json).ok()?;
-    Some(Packed {
-        collection,
-        json,
-        codec,
-    })
-}
-
-fn decode<T: DeserializeOwned>(json: &[u8]) -> Option<Box<T>> {
-    serde_json::from_slice(json).ok().map(Box::new)
+    /// Bytes kept.
+    #[cfg(test)]
+    fn stored_len(&self) -> usize {
+        match self {
+            Packed::Node(p) => p.stored_len(),
+            Packed::Batch(p) => p.stored_len(),
+            Packed::Job(p) => p.stored_len(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -96,9 +87,9 @@ mod tests {
         let packed = Packed::of(&Listed::Batch(Box::new(other.clone()))).expect("packs");
         assert!(matches!(packed.unpack(), Some(Listed::Batch(b)) if *b == other));
         assert!(
-            packed.json.stored_len() * 3 < json,
+            packed.stored_len() * 3 < json,
             "{} bytes kept for {json} bytes of JSON",
-            packed.json.stored_len()
+            packed.stored_len()
         );
     }
 
