@@ -12,7 +12,7 @@ use std::{sync::Arc, time::Duration};
 use chrono::Utc;
 use kube::{
     Api, Resource,
-    api::{DeleteParams, ListParams},
+    api::{DeleteParams, ListParams, PostParams},
 };
 use test_kit::{ContextSpec, NamespacedObject, emulators};
 pub use test_kit::{Polls, start_time};
@@ -249,8 +249,24 @@ impl World {
         Api::namespaced(self.client.clone(), NAMESPACE)
     }
 
+    /// Creates an object in the world's namespace and returns what the server stored.
     pub async fn create<K: NamespacedObject>(&self, obj: &K) -> K {
-        test_kit::create_in(&self.client, NAMESPACE, obj).await
+        // Retries injected conflicts and server errors, as `delete` does: the fault suites make
+        // the API server refuse a share of all writes, the bench's own creates included. An
+        // object that already exists (409 `AlreadyExists`) is a failure of the test, not a retry.
+        let mut obj = obj.clone();
+        obj.meta_mut().namespace = Some(NAMESPACE.to_owned());
+        let name = obj.meta().name.clone();
+        for _ in 0..50 {
+            match self.api::<K>().create(&PostParams::default(), &obj).await {
+                Ok(stored) => return stored,
+                Err(kube::Error::Api(e)) if (e.code == 409 && e.reason == "Conflict") || e.code >= 500 => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("create {name:?}: {e}"),
+            }
+        }
+        panic!("create {name:?}: still refused after 50 tries");
     }
 
     /// Deletes an object (ignoring NotFound).
