@@ -121,9 +121,16 @@ fn row(namespace: &str, listed: &Listed, tenancy: &Tenancy) -> NamespaceUsage {
         name: namespace.to_owned(),
         chips: usage.chips,
         // Cents: a status that changes with every float rounding would be rewritten each pass.
-        spend_per_hour_usd: (usage.per_hour_usd * 100.0).round() / 100.0,
+        spend_per_hour_usd: cents(usage.per_hour_usd),
         refused: u32::try_from(refused).unwrap_or(u32::MAX),
     }
+}
+
+/// `usd` rounded to cents, never `-0.0`: an empty `f64` sum is `-0.0` (Rust's float `Sum` starts
+/// there), which serializes as `-0.0` and `kubectl get tpupolicies` prints as `-0`.
+fn cents(usd: f64) -> f64 {
+    // Adding `+0.0` turns `-0.0` into `+0.0` and leaves every other value as it is.
+    (usd * 100.0).round() / 100.0 + 0.0
 }
 
 /// The status a policy should have, keeping the Ready condition's transition time when it holds.
@@ -136,7 +143,7 @@ pub fn status_of(policy: &TpuPolicy, selected: &[&NamespaceUsage], now: Time) ->
             .then(a.name.cmp(&b.name))
     });
     let chips = rows.iter().map(|r| r.chips).sum();
-    let spend = (rows.iter().map(|r| r.spend_per_hour_usd).sum::<f64>() * 100.0).round() / 100.0;
+    let spend = cents(rows.iter().map(|r| r.spend_per_hour_usd).sum::<f64>());
     let refused = rows.iter().map(|r| r.refused).sum();
     let generation = policy.metadata.generation;
     let mut conditions = policy
@@ -200,5 +207,21 @@ mod tests {
             Time(k8s_openapi::jiff::Timestamp::from_second(200).unwrap()),
         );
         assert_eq!(again, first, "nothing changed: nothing to write");
+    }
+
+    /// Issue 46: a policy selecting no namespace (or only idle ones) showed `-0` in the USD/h
+    /// column, because an empty float sum is `-0.0`.
+    #[test]
+    fn spend_of_a_policy_with_nothing_running_is_zero_not_negative_zero() {
+        let p = TpuPolicy::new("idle", Default::default());
+        let now = Time(k8s_openapi::jiff::Timestamp::from_second(100).unwrap());
+        let idle = row("team-a", 0, cents(-0.0), 0);
+        for selected in [&[][..], &[&idle][..]] {
+            let st = status_of(&p, selected, now.clone());
+            assert!(st.spend_per_hour_usd.is_sign_positive(), "{selected:?}: {st:?}");
+            let json = serde_json::to_value(&st).unwrap();
+            assert_eq!(json["spendPerHourUsd"].to_string(), "0.0", "{json}");
+        }
+        assert!(cents(-0.001).is_sign_positive(), "a rounding to zero is +0 too");
     }
 }
