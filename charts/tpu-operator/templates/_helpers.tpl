@@ -115,6 +115,8 @@ leaked). Included at the top of deployment.yaml, so `helm install`, `helm upgrad
   here stops it before a crash-looping rollout.
 - `kueue.defaultQueue` without `kueue.enabled`: the platform team believes unlabelled objects are
   gated by Kueue while nothing is. The binary refuses it too.
+- No `image.repository` (or `gcpEmulator.image.repository` with the emulator on): no image is
+  published, so there is no default that could be pulled; the message says how to build and set it.
 */}}
 {{- define "tpu-operator.validate" -}}
 {{- if and (gt (int .Values.replicaCount) 1) (eq (toString .Values.config.leaderElect) "false") }}
@@ -122,6 +124,12 @@ leaked). Included at the top of deployment.yaml, so `helm install`, `helm upgrad
 {{- end }}
 {{- if and (eq (toString .Values.config.orphans) "delete") (has (toString .Values.config.clusterId) (list "default" "local")) }}
 {{- fail (printf "config.orphans=delete with config.clusterId=%s: other clusters using the same projects may share that id, and each would delete the others' live TPUs as orphans. Leave config.clusterId empty (the cluster's kube-system Namespace UID is used) or set a value unique to this cluster." (toString .Values.config.clusterId)) }}
+{{- end }}
+{{- if not .Values.image.repository }}
+{{- fail "image.repository is required: no tpu-operator image is published. Build and push one from the repository root (docker build -t REGISTRY/tpu-operator:TAG . && docker push REGISTRY/tpu-operator:TAG), then set image.repository=REGISTRY/tpu-operator and image.tag=TAG (helm: --set image.repository=REGISTRY/tpu-operator --set image.tag=TAG; docs/install.md, \"3. Install\")." }}
+{{- end }}
+{{- if and .Values.gcpEmulator.enabled (not .Values.gcpEmulator.image.repository) }}
+{{- fail "gcpEmulator.image.repository is required with gcpEmulator.enabled: no gcp-emulator image is published. Build and push one from the repository root (docker build --target gcp-emulator -t REGISTRY/gcp-emulator:TAG . && docker push REGISTRY/gcp-emulator:TAG), then set gcpEmulator.image.repository=REGISTRY/gcp-emulator and gcpEmulator.image.tag=TAG (docs/install.md, \"3. Install\")." }}
 {{- end }}
 {{- if and .Values.kueue.defaultQueue (not .Values.kueue.enabled) }}
 {{- fail (printf "kueue.defaultQueue=%s gates objects without the queue label through Kueue, which is off: set kueue.enabled=true, or leave kueue.defaultQueue empty." (toString .Values.kueue.defaultQueue)) }}

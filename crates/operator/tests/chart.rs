@@ -29,43 +29,151 @@ fn helm_lint_strict_passes_with_defaults_and_with_every_option() {
     ]);
 }
 
+/// One source of truth for the CRD list: `tpu_operator_api::crds::all()` (what `tpu-operator crds`
+/// prints). crds/, the chart's crds/, deploy/crds/*.yaml, deploy/crds/kustomization.yaml and what
+/// each install path renders (helm, `kubectl kustomize` of deploy/ and deploy/staging) hold exactly
+/// those CRDs: a fifth CRD forgotten in any one place fails here (a missing one left the Helm-free
+/// install waiting forever for tpupolicies.tpu-operator.dev, issue 46).
 #[test]
-fn chart_crds_are_the_generated_crds() {
+fn every_crd_list_is_the_generated_crds() {
     let root = repo_root();
-    let names = |dir: &std::path::Path| -> BTreeSet<String> {
+    let generated: BTreeSet<String> = tpu_operator_api::crds::render_all()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let yaml_files = |dir: &std::path::Path| -> BTreeSet<String> {
         std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
             .collect()
     };
-    let chart_crds = chart_dir().join("crds");
-    assert_eq!(
-        names(&root.join("crds")),
-        names(&chart_crds),
-        "charts/tpu-operator/crds must hold exactly crds/*"
-    );
-    for name in names(&chart_crds) {
+    for dir in ["crds", "charts/tpu-operator/crds", "deploy/crds"] {
         assert_eq!(
-            std::fs::read(root.join("crds").join(&name)).unwrap(),
-            std::fs::read(chart_crds.join(&name)).unwrap(),
-            "charts/tpu-operator/crds/{name} differs from crds/{name}: cp crds/*.yaml charts/tpu-operator/crds/"
+            yaml_files(&root.join(dir)),
+            generated,
+            "{dir}/ must hold exactly the CRDs of `tpu-operator crds`: \
+             cargo run -p tpu-operator -- crds --out crds/ && cp crds/*.yaml charts/tpu-operator/crds/ \
+             && TPU_OPERATOR_BLESS=1 cargo test -p tpu-operator --test chart"
         );
+        for name in &generated {
+            assert_eq!(
+                std::fs::read(root.join("crds").join(name)).unwrap(),
+                std::fs::read(root.join(dir).join(name)).unwrap(),
+                "{dir}/{name} differs from crds/{name}: cp crds/*.yaml {dir}/"
+            );
+        }
     }
-    // What helm actually renders (--include-crds) equals the generated CRDs, document by document.
-    let rendered = documents(&Helm::new().template(&["--include-crds"]));
-    let rendered: Vec<&Value> = rendered
+    let kustomization: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(root.join("deploy/crds/kustomization.yaml")).unwrap())
+            .unwrap();
+    let listed: BTreeSet<String> = kustomization["resources"]
+        .as_array()
+        .expect("deploy/crds/kustomization.yaml lists resources")
         .iter()
-        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .map(|r| r.as_str().unwrap().to_string())
         .collect();
-    let generated = documents(&tpu_operator_api::crds::render_stream());
-    assert_eq!(rendered.len(), 4);
-    for crd in generated {
-        assert!(
-            rendered.contains(&&crd),
-            "helm renders a different {}",
-            crd["metadata"]["name"]
-        );
+    assert_eq!(
+        listed, generated,
+        "deploy/crds/kustomization.yaml must list every generated CRD: \
+         TPU_OPERATOR_BLESS=1 cargo test -p tpu-operator --test chart"
+    );
+    // What each path applies, document by document.
+    let generated_docs = documents(&tpu_operator_api::crds::render_stream());
+    let crds_of = |yaml: &str| -> Vec<Value> {
+        documents(yaml)
+            .into_iter()
+            .filter(|d| d["kind"] == "CustomResourceDefinition")
+            .collect()
+    };
+    let mut rendered = vec![(
+        "helm template --include-crds".to_string(),
+        crds_of(&Helm::new().template(&["--include-crds"])),
+    )];
+    for dir in ["deploy", "deploy/staging", "deploy/crds"] {
+        let out = std::process::Command::new(support::kubectl())
+            .args(["kustomize", root.join(dir).to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "kubectl kustomize {dir}: {out:?}");
+        rendered.push((
+            format!("kubectl kustomize {dir}"),
+            crds_of(&String::from_utf8(out.stdout).unwrap()),
+        ));
     }
+    for (how, crds) in rendered {
+        assert_eq!(
+            crds.len(),
+            generated_docs.len(),
+            "{how} renders {} CRDs, `tpu-operator crds` {}",
+            crds.len(),
+            generated_docs.len()
+        );
+        for crd in &generated_docs {
+            assert!(
+                crds.contains(crd),
+                "{how} renders a different or no {}",
+                crd["metadata"]["name"]
+            );
+        }
+    }
+}
+
+/// No image is published (issue 46): `image.repository` has no default, and helm as the user runs
+/// it (`template`, `install`; the Flux HelmRelease and Argo CD Application render the same
+/// way) fails at once naming the value and how to build and set it; likewise
+/// `gcpEmulator.image.repository` with the emulator on. With the value set, the Deployment uses it.
+#[test]
+fn the_image_is_required_and_the_error_says_how_to_build_and_set_it() {
+    let helm = Helm::bare();
+    let chart = chart_dir();
+    let chart = chart.to_str().unwrap();
+    let fails = |args: &[&str], value: &str, build: &str| {
+        let out = helm.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "helm {args:?} succeeded without {value}");
+        assert!(
+            stderr.contains(&format!("{value} is required"))
+                && stderr.contains("no ")
+                && stderr.contains("image is published")
+                && stderr.contains(build)
+                && stderr.contains(&format!("{value}=REGISTRY/")),
+            "helm {args:?}: {stderr}"
+        );
+    };
+    let operator_build = "docker build -t REGISTRY/tpu-operator:TAG .";
+    fails(&["template", "x", chart], "image.repository", operator_build);
+    fails(
+        &["install", "x", chart, "--dry-run=client"],
+        "image.repository",
+        operator_build,
+    );
+    fails(
+        &[
+            "template",
+            "x",
+            chart,
+            "--set",
+            "image.repository=registry.example/tpu-operator,gcpEmulator.enabled=true",
+        ],
+        "gcpEmulator.image.repository",
+        "docker build --target gcp-emulator -t REGISTRY/gcp-emulator:TAG .",
+    );
+    // A stray space is refused by the schema (the API server would refuse the image anyway).
+    let out = helm.run(&["template", "x", chart, "--set", "image.repository=a b"]);
+    assert!(!out.status.success());
+    let docs = documents(&helm.ok(&[
+        "template",
+        "x",
+        chart,
+        "--set",
+        "image.repository=registry.example/tpu-operator,image.tag=1.2.3",
+    ]));
+    let deployment = find(&docs, "Deployment", Some("x-tpu-operator"));
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example/tpu-operator:1.2.3"
+    );
 }
 
 /// The finalizer guard lets exactly the operator's own ServiceAccount (and administrators) remove
@@ -952,17 +1060,17 @@ fn controller_rules() -> Vec<Value> {
 
 fn assert_crd_reader_and_lease_role(docs: &[Value], release_ns: &str) {
     let crds = find(docs, "ClusterRole", Some("tpu-operator-crds"));
+    // The startup wait reads every CRD of `tpu_operator_api::crds::all()` (the one CRD list).
+    let names: Vec<String> = tpu_operator_api::crds::all()
+        .into_iter()
+        .map(|c| c.metadata.name.unwrap())
+        .collect();
     assert_eq!(
         rules(crds),
         vec![json!([
             ["apiextensions.k8s.io"],
             ["customresourcedefinitions"],
-            [
-                "tpuslices.tpu-operator.dev",
-                "preprocessbatches.tpu-operator.dev",
-                "trainingpipelines.tpu-operator.dev",
-                "tpupolicies.tpu-operator.dev"
-            ],
+            names,
             ["get", "list", "watch"]
         ])]
     );

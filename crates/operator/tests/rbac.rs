@@ -125,6 +125,8 @@ impl Install {
                 "logFormat": "json",
             },
             "kueue": {"enabled": kueue},
+            // Required (no image is published); never pulled: the control plane runs no kubelet.
+            "image": {"repository": "registry.example/tpu-operator"},
         });
         let values_file = dir.path().join("values.json");
         std::fs::write(&values_file, values.to_string()).unwrap();

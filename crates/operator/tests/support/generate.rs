@@ -16,22 +16,27 @@ pub fn expected_files(helm: &Helm) -> Vec<(PathBuf, String)> {
     let root = repo_root();
     let mut files = Vec::new();
 
-    // deploy/crds: the same bytes as crds/ (and as the chart's crds/).
-    for entry in std::fs::read_dir(root.join("crds")).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_owned();
-        files.push((
-            PathBuf::from("deploy/crds").join(name),
-            std::fs::read_to_string(&path).unwrap(),
-        ));
+    // deploy/crds: the CRDs the api crate generates (`tpu-operator crds`, the same bytes as crds/),
+    // and the kustomization listing exactly them: one source of truth for the CRD list.
+    for (name, yaml) in tpu_operator_api::crds::render_all() {
+        files.push((PathBuf::from("deploy/crds").join(name), yaml));
     }
+    files.push(("deploy/crds/kustomization.yaml".into(), crds_kustomization()));
 
     // The operator with default values (cluster scope), and the staging variant with gcp-emulator.
+    // The images are kustomize image names (`tpu-operator`, `gcp-emulator`), which the
+    // kustomizations map to a reference the API server refuses until the user sets theirs.
     let plain = |extra: &[&str]| format!("{GENERATED}{}", strip_helm_labels(&helm.template(extra)));
-    files.push(("deploy/tpu-operator.yaml".into(), plain(&[])));
+    let images = "image.repository=tpu-operator,gcpEmulator.image.repository=gcp-emulator";
+    files.push(("deploy/tpu-operator.yaml".into(), plain(&["--set", images])));
     files.push((
         "deploy/staging/tpu-operator.yaml".into(),
-        plain(&["--set", "gcpEmulator.enabled=true,config.clusterId=staging"]),
+        plain(&[
+            "--set",
+            images,
+            "--set",
+            "gcpEmulator.enabled=true,config.clusterId=staging",
+        ]),
     ));
 
     // Monitoring: each optional object on its own.
@@ -60,6 +65,20 @@ pub fn expected_files(helm: &Helm) -> Vec<(PathBuf, String)> {
     files.push(("deploy/argocd/argocd-cm.yaml".into(), argocd_cm()));
     files.push(("charts/tpu-operator/README.md".into(), chart_readme()));
     files
+}
+
+/// deploy/crds/kustomization.yaml: every CRD of `tpu_operator_api::crds::all()`, nothing else.
+pub fn crds_kustomization() -> String {
+    let mut out = String::from(
+        "# Generated from crates/api (`tpu-operator crds`) by crates/operator/tests/chart.rs \
+         (TPU_OPERATOR_BLESS=1 cargo test -p tpu-operator --test chart). Do not edit.\n\
+         # Every CRD the operator waits for at startup (copies of the repository's generated crds/).\n\
+         apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n",
+    );
+    for (name, _) in tpu_operator_api::crds::render_all() {
+        out.push_str(&format!("  - {name}\n"));
+    }
+    out
 }
 
 /// Plain manifests are not managed by Helm: drop the labels that say so.

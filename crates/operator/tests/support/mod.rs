@@ -40,23 +40,45 @@ pub fn kubectl() -> PathBuf {
     tool("kubectl")
 }
 
+/// The image values the chart requires (no image is published, so `image.repository` has no
+/// default): what a user sets after building and pushing the images. Only for renderings that are
+/// never pulled (kube-emulator and the control plane run no kubelet).
+pub const TEST_IMAGES: &str = "image.repository=registry.example/tpu-operator,gcpEmulator.image.repository=registry.example/gcp-emulator";
+
 /// helm with its cache/config/data homes in a temporary directory, so tests never touch ~/.
 pub struct Helm {
     bin: PathBuf,
     home: tempfile::TempDir,
+    /// `--set TEST_IMAGES` right after `template` / `install` / `upgrade` / `lint`, so a test's
+    /// own later `--set image...` still wins.
+    images: bool,
 }
 
 impl Helm {
+    /// helm that renders the chart with [`TEST_IMAGES`] set.
     pub fn new() -> Self {
         Self {
             bin: tool("helm"),
             home: tempfile::tempdir().unwrap(),
+            images: true,
+        }
+    }
+
+    /// helm exactly as a user runs it: no image values added.
+    pub fn bare() -> Self {
+        Self {
+            images: false,
+            ..Self::new()
         }
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
+        let mut args: Vec<&str> = args.to_vec();
+        if self.images && matches!(args.first(), Some(&("template" | "install" | "upgrade" | "lint"))) {
+            args.splice(1..1, ["--set", TEST_IMAGES]);
+        }
         Command::new(&self.bin)
-            .args(args)
+            .args(&args)
             .env("HELM_CACHE_HOME", self.home.path().join("cache"))
             .env("HELM_CONFIG_HOME", self.home.path().join("config"))
             .env("HELM_DATA_HOME", self.home.path().join("data"))
