@@ -1,11 +1,17 @@
-//! The emulator's notion of "now": either a manual clock (tests advance it explicitly) or the wall
-//! clock scaled by a factor (`--time-scale 60` makes one real second count as one emulated minute).
-//! State machines are evaluated lazily against this clock on every request, so a manual clock makes
-//! every transition deterministic.
+//! The emulator's notion of "now": either a manual clock (tests advance it explicitly) or the
+//! runtime's clock scaled by a factor (`--time-scale 60` makes one second count as one emulated
+//! minute). State machines are evaluated lazily against this clock on every request, so a manual
+//! clock makes every transition deterministic.
+//!
+//! The scaled clock reads tokio's monotonic clock, not the OS's: in a runtime whose time is paused
+//! (`tokio::time::pause`, as `tpu-operator local` runs) it advances only when every task waits on a
+//! timer, so emulated time follows the events, not how busy the machine is. Anywhere else tokio's
+//! clock is the OS's monotonic clock.
 
 use chrono::{DateTime, Utc};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 #[derive(Debug)]
 enum Mode {
@@ -127,5 +133,17 @@ mod tests {
         let a = c.now();
         std::thread::sleep(Duration::from_millis(20));
         assert!(c.now() - a >= chrono::Duration::seconds(10));
+    }
+
+    /// In a paused runtime the scaled clock moves with tokio's clock only: 100 ms of timers are
+    /// one emulated minute at 600x, however long the machine took to get there.
+    #[tokio::test(start_paused = true)]
+    async fn scaled_clock_follows_a_paused_runtime_not_the_wall() {
+        let c = Clock::scaled(600.0);
+        let a = c.now();
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(c.now(), a, "wall time moved a paused clock");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(c.now() - a, chrono::Duration::seconds(60));
     }
 }

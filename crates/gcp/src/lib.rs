@@ -38,7 +38,7 @@ pub use dataproc::{DataprocApi, DataprocClient};
 pub use error::{ErrorKind, Exhaustion, GcpError, QuotaDetails, Service, ignore_not_found, is_not_found};
 pub use logging::{LoggingApi, LoggingClient};
 pub use lro::{OperationState, operation_result, operation_state};
-pub use metrics::GcpMetrics;
+pub use metrics::{CallHold, GcpMetrics};
 pub use storage::{ObjectInfo, StorageApi, StorageClient, parse_gs_uri};
 pub use tpu::{TpuApi, TpuClient};
 pub use vertex::{VertexApi, VertexClient};

@@ -67,6 +67,27 @@ pub struct GcpMetrics {
     credentials_health: Arc<Mutex<Option<(Instant, String)>>>,
     /// Bound on every observed call (`None`: unbounded, as before `Gcp::connect` sets it).
     deadline: Option<Duration>,
+    /// Held while each observed call is in flight (`None` in a cluster).
+    hold: Option<CallHold>,
+}
+
+/// Makes a value that is held for as long as one observed call is in flight, and dropped when it
+/// ends (answered, failed or cancelled). `tpu-operator local` runs on a paused clock that moves
+/// only when every task waits on a timer; a request on its way through the loopback socket to
+/// gcp-emulator is waited on by no timer, so the hold keeps the clock still until the answer is in.
+#[derive(Clone)]
+pub struct CallHold(Arc<dyn Fn() -> Box<dyn Send> + Send + Sync>);
+
+impl CallHold {
+    pub fn new(hold: impl Fn() -> Box<dyn Send> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(hold))
+    }
+}
+
+impl std::fmt::Debug for CallHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallHold")
+    }
 }
 
 impl Default for GcpMetrics {
@@ -92,6 +113,15 @@ impl GcpMetrics {
             credentials_failing: Gauge::default(),
             credentials_health: Arc::default(),
             deadline: None,
+            hold: None,
+        }
+    }
+
+    /// The same metrics (shared handles), holding `hold`'s value while each call is in flight.
+    pub fn with_call_hold(&self, hold: CallHold) -> Self {
+        Self {
+            hold: Some(hold),
+            ..self.clone()
         }
     }
 
@@ -219,6 +249,7 @@ impl GcpMetrics {
         call: impl Future<Output = Result<T, GcpError>>,
     ) -> Result<T, GcpError> {
         let started = Instant::now();
+        let _held = self.hold.as_ref().map(|hold| (hold.0)());
         let result = match self.deadline {
             None => call.await,
             Some(deadline) => tokio::time::timeout(deadline, call).await.unwrap_or_else(|_| {
@@ -250,6 +281,39 @@ impl GcpMetrics {
 mod tests {
     use super::*;
     use prometheus_client::encoding::text::encode;
+
+    /// The hold is taken before the call runs and let go when it ends, on success, on failure
+    /// and when the caller drops the call half-way.
+    #[tokio::test]
+    async fn a_call_hold_lives_exactly_as_long_as_the_call() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        struct Live(Arc<AtomicUsize>);
+        impl Drop for Live {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, SeqCst);
+            }
+        }
+        let live = Arc::new(AtomicUsize::new(0));
+        let counter = live.clone();
+        let metrics = GcpMetrics::new().with_call_hold(CallHold::new(move || {
+            counter.fetch_add(1, SeqCst);
+            Box::new(Live(counter.clone()))
+        }));
+        let seen = metrics
+            .observe(Service::Tpu, "nodes.get", "n", async { Ok(live.load(SeqCst)) })
+            .await;
+        assert_eq!(seen, Ok(1), "held while the call ran");
+        assert_eq!(live.load(SeqCst), 0, "let go once it answered");
+        let pending = metrics.observe(
+            Service::Tpu,
+            "nodes.get",
+            "n",
+            std::future::pending::<Result<(), _>>(),
+        );
+        let cancelled = tokio::time::timeout(Duration::from_millis(10), pending).await;
+        assert!(cancelled.is_err());
+        assert_eq!(live.load(SeqCst), 0, "let go when the caller gave up");
+    }
 
     #[tokio::test]
     async fn observe_counts_outcomes_and_exports_them() {

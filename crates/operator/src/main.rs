@@ -11,10 +11,12 @@ mod config;
 mod convert_tenancy;
 mod crds;
 mod crds_ready;
+mod describe;
 mod leader;
 #[cfg(feature = "local")]
 mod local;
 mod logs;
+mod object;
 mod run;
 mod server;
 mod telemetry;
@@ -44,6 +46,10 @@ enum Command {
     /// Print the logs of what an object runs in Google Cloud (its Dataproc batch, Vertex AI job
     /// or TPU VM workload), from Cloud Logging: `tpu-operator logs tpl/NAME [-f]`.
     Logs(logs::LogsArgs),
+    /// One screen about a pipeline, slice or batch: phase and what it waits for, attempts,
+    /// stages with their times, cost, checkpoint, links and its last Events:
+    /// `tpu-operator describe tpl/NAME`.
+    Describe(describe::DescribeArgs),
     /// Run everything locally (Kubernetes and Google Cloud emulated), apply manifests, watch them
     /// converge, clean up and print a summary.
     #[cfg(feature = "local")]
@@ -75,8 +81,13 @@ fn main() -> ExitCode {
         Command::ConvertTenancy(args) => convert_tenancy::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => runtime().block_on(run::run(*args)).map(|()| ExitCode::SUCCESS),
         Command::Logs(args) => runtime().block_on(logs::run(args)).map(|()| ExitCode::SUCCESS),
+        Command::Describe(args) => runtime()
+            .block_on(describe::run(args))
+            .map(|()| ExitCode::SUCCESS),
         #[cfg(feature = "local")]
-        Command::Local(args) => runtime().block_on(local::run(args)),
+        Command::Local(args) => local::runtime(&args)
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| runtime.block_on(local::run(args))),
         #[cfg(not(feature = "local"))]
         Command::Local { .. } => Err(anyhow::anyhow!(
             "this tpu-operator was built without the `local` feature (no embedded emulators); \

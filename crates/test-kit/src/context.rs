@@ -78,7 +78,19 @@ impl ContextSpec {
         gcp: &gcp_emulator::Emulator,
         gcp_url: &str,
     ) -> Result<Context, ContextError> {
-        let clients = Gcp::connect(GcpConfig::emulator(parse_url(gcp_url)?), GcpMetrics::new()).await?;
+        self.build_metered(client, gcp, gcp_url, GcpMetrics::new()).await
+    }
+
+    /// As [`Self::build_via`], with the GCP clients reporting to `metrics` (e.g. metrics that
+    /// hold `local`'s paused clock while a call is in flight).
+    pub async fn build_metered(
+        &self,
+        client: &kube::Client,
+        gcp: &gcp_emulator::Emulator,
+        gcp_url: &str,
+        metrics: GcpMetrics,
+    ) -> Result<Context, ContextError> {
+        let clients = Gcp::connect(GcpConfig::emulator(parse_url(gcp_url)?), metrics).await?;
         let config = ControllerConfig {
             cluster_id: self.cluster_id.clone(),
             default_project: Some(self.default_project.clone()),

@@ -94,7 +94,11 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
         .fair_share
         .enter(K::KIND, namespace.as_deref().unwrap_or_default())
     else {
-        return Ok(Action::requeue(FairShare::wait()));
+        let now = ctx.clock.now().timestamp_millis();
+        return Ok(Action::requeue(FairShare::wait(
+            cached.uid().as_deref().unwrap_or_default(),
+            now,
+        )));
     };
     let _timer = ctx.metrics.start(K::KIND);
     let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);

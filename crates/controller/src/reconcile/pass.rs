@@ -152,7 +152,11 @@ async fn refused<K: Kind>(
 ) -> Result<Option<Action>> {
     match verdict {
         Verdict::Admitted => Ok(None),
-        Verdict::Busy => Ok(Some(Action::requeue(Busy::wait()))),
+        Verdict::Busy => {
+            let now = ctx.clock.now().timestamp_millis();
+            let uid = obj.meta().uid.as_deref().unwrap_or_default();
+            Ok(Some(Action::requeue(Busy::wait(uid, now))))
+        }
         Verdict::Denied(denial) => deny(ctx, obj, old, denial).await.map(Some),
     }
 }
@@ -166,7 +170,8 @@ async fn deny<K: Kind>(ctx: &Context, obj: &K, old: &K::Status, denial: Denial) 
     status::record_spend(ctx, obj, old);
     status::stall(ctx, obj, reasons::POLICY_DENIED, &denial.message, denial.retry).await?;
     let conditions = K::conditions(old);
-    let wait = tenancy::refusal_wait(&ctx.config, &denial, conditions, ctx.clock.now());
+    let uid = obj.meta().uid.as_deref().unwrap_or_default();
+    let wait = tenancy::refusal_wait(&ctx.config, &denial, conditions, uid, ctx.clock.now());
     Ok(Action::requeue(wait))
 }
 

@@ -6,11 +6,10 @@
 
 use std::{collections::HashMap, sync::Mutex, time::Duration};
 
-use rand::Rng;
-
 /// Exponential backoff bounds: the n-th consecutive failure waits about `base * 2^(n-1)`, capped at
-/// `max`, with "equal jitter" (half fixed, half random) so that many objects failing together (a GCP
-/// outage) do not retry in lockstep.
+/// `max`, with "equal jitter" (half fixed, half spread by the object's uid and failure count,
+/// [`crate::runtime::spread`]) so that many objects failing together (a GCP outage) do not retry in
+/// lockstep.
 #[derive(Debug, Clone, Copy)]
 pub struct BackoffPolicy {
     pub base: Duration,
@@ -33,12 +32,10 @@ impl BackoffPolicy {
         self.base.saturating_mul(1u32 << exp).min(self.max)
     }
 
-    /// The delay to wait, jittered into `[ceiling/2, ceiling]`.
-    pub fn delay(&self, failures: u32, rng: &mut impl Rng) -> Duration {
+    /// The delay for `uid` to wait after `failures` failures, spread over `[ceiling/2, ceiling]`.
+    pub fn delay(&self, uid: &str, failures: u32) -> Duration {
         let ceiling = self.ceiling(failures);
-        let half = ceiling / 2;
-        let jitter_ms = rng.random_range(0..=half.as_millis() as u64);
-        half + Duration::from_millis(jitter_ms)
+        crate::runtime::spread::between(uid, i64::from(failures), ceiling / 2, ceiling)
     }
 }
 
@@ -65,7 +62,7 @@ impl ObjectBackoff {
             *n = n.saturating_add(1);
             *n
         };
-        self.policy.delay(failures, &mut rand::rng())
+        self.policy.delay(uid, failures)
     }
 
     /// Forgets the failures of `uid` after a successful reconcile (or once the object is gone).
@@ -87,7 +84,6 @@ impl ObjectBackoff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{SeedableRng, rngs::StdRng};
 
     #[test]
     fn ceiling_doubles_then_caps() {
@@ -100,10 +96,9 @@ mod tests {
     #[test]
     fn delay_stays_within_half_and_full_ceiling() {
         let p = BackoffPolicy::default();
-        let mut rng = StdRng::seed_from_u64(7);
         for n in 1..10 {
-            for _ in 0..50 {
-                let d = p.delay(n, &mut rng);
+            for i in 0..50 {
+                let d = p.delay(&format!("uid-{i}"), n);
                 assert!(d >= p.ceiling(n) / 2 && d <= p.ceiling(n), "failure {n}: {d:?}");
             }
         }

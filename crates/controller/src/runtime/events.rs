@@ -13,8 +13,10 @@ use std::{
     collections::HashMap,
     hash::{DefaultHasher, Hash, Hasher},
     sync::Mutex,
-    time::{Duration, Instant},
+    time::Duration,
 };
+// tokio's clock: the OS's monotonic clock in a cluster, the paused one under `local`.
+use tokio::time::Instant;
 
 use k8s_openapi::{
     api::{
@@ -28,6 +30,9 @@ use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
 };
+
+use super::clock::{Clock, SystemClock};
+use std::sync::Arc;
 
 /// How long a published event can still grow a series (kube-runtime's recorder uses the same).
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
@@ -61,6 +66,9 @@ pub struct EventRecorder {
     controller: String,
     instance: String,
     recent: Mutex<Recents>,
+    /// Where `eventTime` and a series' `lastObservedTime` come from: the controllers' clock, so
+    /// Events and status times are on one timeline (under `local`, the emulated one).
+    clock: Arc<dyn Clock>,
 }
 
 #[derive(Default)]
@@ -93,7 +101,19 @@ impl EventRecorder {
             controller: controller.to_owned(),
             instance: instance.unwrap_or_else(|| controller.to_owned()),
             recent: Mutex::default(),
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Stamps Events with `clock` instead of the wall clock.
+    pub fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
+    }
+
+    /// Now on the recorder's clock, as an API timestamp.
+    fn now(&self) -> Timestamp {
+        let t = self.clock.now();
+        Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32).unwrap_or(Timestamp::UNIX_EPOCH)
     }
 
     /// Events published in the window (for tests and benchmarks).
@@ -159,7 +179,7 @@ impl EventRecorder {
     async fn grow_series(&self, namespace: &str, name: &str, count: i32) -> Result<(), kube::Error> {
         let series = EventSeries {
             count,
-            last_observed_time: MicroTime(Timestamp::now()),
+            last_observed_time: MicroTime(self.now()),
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let patch = serde_json::json!({ "series": series });
@@ -176,12 +196,13 @@ impl EventRecorder {
         reason: &str,
         note: &str,
     ) -> Event {
-        let now = Timestamp::now();
+        let now = self.now();
         let object = regarding.name.as_deref().unwrap_or(&self.controller);
         Event {
             metadata: ObjectMeta {
-                // Unique per object and instant, like kubectl's and client-go's event names.
-                name: Some(format!("{object}.{:x}", now.as_nanosecond())),
+                // Unique per object and instant, like kubectl's and client-go's event names: the
+                // wall clock's instant (a test's manual clock can publish twice at one instant).
+                name: Some(format!("{object}.{:x}", Timestamp::now().as_nanosecond())),
                 namespace: Some(namespace.to_owned()),
                 ..ObjectMeta::default()
             },

@@ -72,9 +72,10 @@ impl FairShare {
         })
     }
 
-    /// When to look again at an object whose namespace was at its limit: soon, spread out.
-    pub fn wait() -> Duration {
-        Duration::from_millis(rand::random_range(200..=800))
+    /// When to look again at an object (`uid`) whose namespace was at its limit at `now`
+    /// (milliseconds of the controllers' clock): soon, spread out.
+    pub fn wait(uid: &str, now: i64) -> Duration {
+        crate::runtime::spread::between(uid, now, Duration::from_millis(200), Duration::from_millis(800))
     }
 }
 

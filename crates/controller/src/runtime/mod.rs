@@ -18,4 +18,5 @@ pub mod refused;
 pub mod requeue;
 pub mod settled;
 pub mod shared;
+pub mod spread;
 pub mod watched;

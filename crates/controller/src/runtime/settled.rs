@@ -19,11 +19,9 @@
 //! the older object (refused with 409 by the conditional write) after repeating its cloud reads,
 //! a pipeline's job lookup by label among them; the write's watch event runs the pass instead.
 
-use std::{
-    collections::HashMap,
-    sync::Mutex,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, sync::Mutex, time::Duration};
+// tokio's clock: the OS's monotonic clock in a cluster, the paused one under `local`.
+use tokio::time::Instant;
 
 use kube::{Resource, ResourceExt, runtime::controller::Action};
 

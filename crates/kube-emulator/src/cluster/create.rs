@@ -36,7 +36,8 @@ impl State {
     ) -> ApiResult<WriteOutcome> {
         let ns = if rt.namespaced { ns } else { "" };
         let (name, r) = self.place_to_create(rt, ns, &obj, ownership)?;
-        set_server_metadata(rt, ns, &name, &mut obj, ownership);
+        let uid = self.new_uid(rt, ns, &name);
+        set_server_metadata(rt, ns, &name, uid, &mut obj, ownership);
         apply_kind_defaults(rt, &name, &mut obj);
         let mut warnings = Vec::new();
         let crd_types = if rt.is_crd() {
@@ -241,7 +242,14 @@ impl State {
 
 /// Sets the metadata the server owns on a new object (name, namespace, uid, timestamps,
 /// generation) and drops what a client may not set.
-fn set_server_metadata(rt: &ResourceType, ns: &str, name: &str, obj: &mut Value, ownership: Ownership) {
+fn set_server_metadata(
+    rt: &ResourceType,
+    ns: &str,
+    name: &str,
+    uid: String,
+    obj: &mut Value,
+    ownership: Ownership,
+) {
     let m = meta::meta_mut(obj);
     m.insert("name".into(), json!(name));
     if rt.namespaced {
@@ -249,7 +257,7 @@ fn set_server_metadata(rt: &ResourceType, ns: &str, name: &str, obj: &mut Value,
     } else {
         m.remove("namespace");
     }
-    m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    m.insert("uid".into(), json!(uid));
     m.insert("creationTimestamp".into(), json!(meta::now()));
     for server_owned in [
         "resourceVersion",

@@ -34,6 +34,11 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Watch duration when the request sets no `timeoutSeconds` (the apiserver picks 30-60 min).
     pub default_watch_timeout: Duration,
+    /// Give each new object a uid derived from its resource, namespace and name (and how many
+    /// objects of that name were created before it), instead of a random one: the same writes
+    /// then give the same uids on every run (`tpu-operator local`, whose output prints names
+    /// and links made from uids, must be the same on every run).
+    pub stable_uids: bool,
 }
 
 impl Default for Config {
@@ -42,6 +47,7 @@ impl Default for Config {
             history_limit: 50_000,
             bookmark_interval: Duration::from_secs(10),
             default_watch_timeout: Duration::from_secs(1800),
+            stable_uids: false,
         }
     }
 }
@@ -68,15 +74,30 @@ pub struct State {
     pub store: Store,
     pub registry: Registry,
     tasks: VecDeque<Task>,
+    /// With [`Config::stable_uids`]: objects created so far per resource, namespace and name.
+    stable_uids: Option<std::collections::HashMap<String, u32>>,
 }
 
 impl State {
-    fn new(history_limit: usize) -> Self {
+    fn new(config: &Config) -> Self {
         Self {
-            store: Store::new(history_limit),
+            store: Store::new(config.history_limit),
             registry: Registry::with_builtins(),
             tasks: VecDeque::new(),
+            stable_uids: config.stable_uids.then(Default::default),
         }
+    }
+
+    /// The uid of a new object: random, or stable ([`Config::stable_uids`]).
+    fn new_uid(&mut self, rt: &ResourceType, ns: &str, name: &str) -> String {
+        let Some(created) = &mut self.stable_uids else {
+            return uuid::Uuid::new_v4().to_string();
+        };
+        let key = format!("{}/{}/{ns}/{name}", rt.group, rt.plural);
+        let n = created.entry(key.clone()).or_default();
+        *n += 1;
+        let seed = format!("{key}#{n}");
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, seed.as_bytes()).to_string()
     }
 
     pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
@@ -95,7 +116,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn new(config: Config) -> Self {
-        let mut state = State::new(config.history_limit);
+        let mut state = State::new(&config);
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let rt = state
                 .resolve("", "v1", "namespaces")

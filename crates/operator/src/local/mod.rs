@@ -7,7 +7,10 @@
 //! failed, then deletes them, waits until the cloud side is empty and prints a summary.
 
 mod apply;
+mod clock;
+mod kube_side;
 mod progress;
+mod rehearse;
 mod seed;
 mod summary;
 mod watch;
@@ -19,6 +22,9 @@ use clap::{ArgAction, Args};
 use test_kit::{ContextSpec, Polls};
 use tpu_operator_controller::{Context, governance::tenancy::WithoutPolicy, shutdown_on};
 
+pub use self::clock::runtime;
+use self::clock::{by_events, hold_time_during_calls};
+use self::kube_side::start_kube;
 use self::progress::{Key, Outcome, Tracker};
 use self::watch::{Watch, clean_up};
 use crate::{config::LogFormat, run::run_controllers, telemetry};
@@ -33,10 +39,17 @@ pub struct LocalArgs {
     /// More manifests, kubectl's way (`-f FILE`, `-f DIR`, `-f -`); applied after the positional ones.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub filenames: Vec<PathBuf>,
-    /// How much faster emulated cloud time runs than real time (600: a 10-minute TPU job takes 1 s;
-    /// greater than 0, at most 1000000).
+    /// Emulated cloud seconds per second of the controllers' clock (600: a poll every 100 ms
+    /// looks at the cloud once an emulated minute; greater than 0, at most 1000000).
     #[arg(long, default_value_t = 600.0, value_parser = time_scale)]
     pub time_scale: f64,
+    /// Run emulated time on the wall clock (times `--time-scale`) instead of advancing it by
+    /// events. By default the clock moves only when the controllers and the emulators all wait
+    /// on a timer, so a run prints the same times and costs on any machine, however busy, and
+    /// takes no longer than the work itself; `--keep` implies this flag, since you then watch
+    /// the objects in real time.
+    #[arg(long)]
+    pub wall_clock: bool,
     /// Give up waiting for the objects after this much real time.
     #[arg(long, default_value = "3m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -58,6 +71,12 @@ pub struct LocalArgs {
     /// Address of the emulated Kubernetes API.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub kube_listen: String,
+    /// Rehearse a failure (repeatable): `preempt:AFTER` reclaims the first Spot training
+    /// resource after it has run AFTER of emulated time; `stockout:ZONE:ACCELERATOR[:FOR]` leaves
+    /// a zone without that TPU (family or type) for FOR or the whole run; `fail:preprocess[:N]`
+    /// and `fail:train[:N]` fail the first N attempts of a stage. See docs/training.md.
+    #[arg(long, value_name = "WHAT", value_parser = rehearse::parse)]
+    pub inject: Vec<rehearse::Injection>,
     /// Log format of the (quiet by default, `RUST_LOG` to change) logs on stderr.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -100,8 +119,12 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
 
     let (applied, applied_keys) = apply_and_seed(&args, &client, &gcp, &manifests).await?;
 
-    let (stop_controllers, controllers) = start_controllers(&client, &gcp).await?;
-    let mut watch = Watch::new(&client, &gcp, &applied_keys);
+    let (rehearsal, said) = rehearse::Rehearsal::start(&args.inject, &gcp, gcp.clock().now());
+    for line in said {
+        println!("{line}");
+    }
+    let (stop_controllers, controllers) = start_controllers(&client, &gcp, by_events(&args)).await?;
+    let mut watch = Watch::new(&client, &gcp, &applied_keys, rehearsal);
     let (finished_in_time, interrupted) = watch.until_done(args.timeout, &stop).await?;
     let converged_after = started.elapsed();
     let at_end = Tracker {
@@ -141,28 +164,18 @@ fn manifest_paths(args: &LocalArgs) -> Vec<PathBuf> {
     paths
 }
 
-/// Kubernetes: CRDs from the binary itself, served on loopback (`--kube-listen`), with the
-/// admission policy installed; our own client skips the socket.
-async fn start_kube(
-    args: &LocalArgs,
-) -> anyhow::Result<(kube_emulator::KubeEmulator, kube_emulator::Server, kube::Client)> {
-    let kube = test_kit::emulators::kube_with_crds().context("installing the CRDs into kube-emulator")?;
-    let kube_server = kube
-        .start(&args.kube_listen)
-        .await
-        .with_context(|| format!("kube-listen: cannot listen on {}", args.kube_listen))?;
-    let client = kube::Client::new(kube.router(), "default");
-    install_admission_policy(&client).await?;
-    Ok((kube, kube_server, client))
-}
-
 /// The cloud: gcp-emulator on a wall clock scaled by `--time-scale`.
 async fn start_gcp(args: &LocalArgs) -> anyhow::Result<gcp_emulator::Emulator> {
-    gcp_emulator::Emulator::builder()
+    let gcp = gcp_emulator::Emulator::builder()
         .time_scale(args.time_scale)
         .start()
         .await
-        .context("starting gcp-emulator")
+        .context("starting gcp-emulator")?;
+    // One timeline (issue 46): kube-emulator stamps objects and shows ages on the emulated clock
+    // the controllers write status times from, so `LAST CKPT` is an age, not a future `0s`.
+    let clock = gcp.clock();
+    kube_emulator::meta::set_process_clock(move || clock.now());
+    Ok(gcp)
 }
 
 /// Applies the manifests, then (`--seed-inputs`) seeds the inputs they declare: after the apply
@@ -185,9 +198,13 @@ async fn apply_and_seed(
     }
     let applied_keys = keys(&applied);
     println!(
-        "applied {} object(s); emulated cloud time runs {}x faster",
+        "applied {} object(s); {}",
         applied_keys.len(),
-        args.time_scale
+        if by_events(args) {
+            "emulated time advances by events, not by the wall clock".to_owned()
+        } else {
+            format!("emulated cloud time runs {}x faster", args.time_scale)
+        }
     );
     Ok((applied, applied_keys))
 }
@@ -197,8 +214,9 @@ async fn apply_and_seed(
 async fn start_controllers(
     client: &kube::Client,
     gcp: &gcp_emulator::Emulator,
+    by_events: bool,
 ) -> anyhow::Result<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)> {
-    let ctx = Arc::new(context(client, gcp).await?);
+    let ctx = Arc::new(context(client, gcp, by_events).await?);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controllers = tokio::spawn(run_controllers(
         ctx,
@@ -282,41 +300,18 @@ fn keys(applied: &[apply::Applied]) -> Vec<Key> {
         .collect()
 }
 
-/// The chart's ValidatingAdmissionPolicy and its binding (every namespace), so TpuPolicy objects
-/// applied here are enforced at apply as in a cluster installed with the chart.
-async fn install_admission_policy(client: &kube::Client) -> anyhow::Result<()> {
-    use k8s_openapi::api::admissionregistration::v1::{
-        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-    };
-    use kube::api::{Api, PostParams};
-    const NAME: &str = "tpu-operator-tpupolicy";
-    let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": NAME},
-        "spec": tpu_operator_api::admission::policy_spec(),
-    }))?;
-    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": NAME},
-        "spec": tpu_operator_api::admission::binding_spec(NAME),
-    }))?;
-    Api::<ValidatingAdmissionPolicy>::all(client.clone())
-        .create(&PostParams::default(), &policy)
-        .await
-        .context("installing the ValidatingAdmissionPolicy into kube-emulator")?;
-    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .context("installing the ValidatingAdmissionPolicyBinding into kube-emulator")?;
-    Ok(())
-}
-
 /// The controllers' context: the emulator's clock, fast requeues (real time), short backoff, and
 /// TpuPolicy objects applied to the local cluster enforced as in a real one.
-async fn context(client: &kube::Client, gcp: &gcp_emulator::Emulator) -> anyhow::Result<Context> {
+async fn context(
+    client: &kube::Client,
+    gcp: &gcp_emulator::Emulator,
+    by_events: bool,
+) -> anyhow::Result<Context> {
     let spec = ContextSpec {
         cluster_id: "local".into(),
         default_project: "local-project".into(),
         namespace: None,
-        concurrency: 4,
+        concurrency: 32,
         polls: Polls {
             active: Duration::from_millis(100),
             stable: Duration::from_secs(1),
@@ -327,7 +322,12 @@ async fn context(client: &kube::Client, gcp: &gcp_emulator::Emulator) -> anyhow:
         },
         tenancy: Some(WithoutPolicy::Allow),
     };
-    Ok(spec.build(client, gcp).await?)
+    let metrics = if by_events {
+        tpu_operator_gcp::GcpMetrics::new().with_call_hold(hold_time_during_calls())
+    } else {
+        tpu_operator_gcp::GcpMetrics::new()
+    };
+    Ok(spec.build_metered(client, gcp, &gcp.url(), metrics).await?)
 }
 
 fn print_summary(

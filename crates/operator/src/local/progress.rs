@@ -372,6 +372,20 @@ impl Display {
     }
 }
 
+impl Display {
+    /// Prints one line above the live lines (they are drawn again below it at the next poll).
+    pub fn note(&mut self, line: &str) {
+        let mut out = std::io::stdout().lock();
+        if self.tty && !self.drawn.is_empty() {
+            // Up to the first live line, and clear from there to the end of the screen.
+            let _ = write!(out, "\x1b[{}A\x1b[J", self.drawn.len());
+            self.drawn.clear();
+        }
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
 /// `1h02m`, `3m05s`, `12s`.
 pub fn format_duration(d: chrono::Duration) -> String {
     let secs = d.num_seconds().max(0);

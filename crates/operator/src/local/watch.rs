@@ -7,30 +7,44 @@ use kube::api::DeleteParams;
 use tpu_operator_controller::Shutdown;
 
 use super::progress::{Display, Key, Tracker};
+use super::rehearse::Rehearsal;
 use super::{apply, summary};
 
 /// Follows the applied objects, printing their progress every 100 ms.
 pub(super) struct Watch<'a> {
     client: &'a kube::Client,
+    gcp: &'a gcp_emulator::Emulator,
     clock: gcp_emulator::Clock,
     keys: &'a [Key],
     pub(super) tracker: Tracker,
     display: Display,
+    /// `--inject`: acted on at every poll.
+    rehearsal: Rehearsal,
 }
 
 impl<'a> Watch<'a> {
     /// Follows the objects named by `keys`, reading progress at the emulated cloud's time.
-    pub(super) fn new(client: &'a kube::Client, gcp: &gcp_emulator::Emulator, keys: &'a [Key]) -> Self {
+    pub(super) fn new(
+        client: &'a kube::Client,
+        gcp: &'a gcp_emulator::Emulator,
+        keys: &'a [Key],
+        rehearsal: Rehearsal,
+    ) -> Self {
         Self {
             client,
+            gcp,
             clock: gcp.clock(),
             keys,
             tracker: Tracker::default(),
             display: Display::new(),
+            rehearsal,
         }
     }
 
     async fn poll(&mut self) -> anyhow::Result<()> {
+        for line in self.rehearsal.tick(self.gcp, self.clock.now()) {
+            self.display.note(&line);
+        }
         self.tracker
             .poll(self.client, self.clock.now(), self.keys)
             .await?;
@@ -45,14 +59,15 @@ impl<'a> Watch<'a> {
         timeout: Duration,
         stop: &Shutdown,
     ) -> anyhow::Result<(bool, bool)> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        // `--timeout` is real time: under the paused clock, emulated time may run far ahead.
+        let deadline = std::time::Instant::now() + timeout;
         let mut interrupted = false;
         loop {
             self.poll().await?;
             if self.tracker.all_applied_done(self.keys) {
                 return Ok((true, interrupted));
             }
-            if tokio::time::Instant::now() >= deadline || interrupted {
+            if std::time::Instant::now() >= deadline || interrupted {
                 return Ok((false, interrupted));
             }
             tokio::select! {
@@ -64,9 +79,9 @@ impl<'a> Watch<'a> {
 
     /// Until every object is gone from Kubernetes; `false` when `timeout` passed first.
     async fn until_gone(&mut self, timeout: Duration) -> anyhow::Result<bool> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = std::time::Instant::now() + timeout;
         while !self.tracker.all_gone() {
-            if tokio::time::Instant::now() >= deadline {
+            if std::time::Instant::now() >= deadline {
                 println!(
                     "cleanup: objects still present after {}",
                     humantime::format_duration(timeout)

@@ -198,7 +198,7 @@ impl Sweeper {
         if self.config.mode == Mode::Off {
             return Ok(SweepReport::default());
         }
-        let began = std::time::Instant::now();
+        let began = tokio::time::Instant::now();
         let (orphans, mut out) = self.find(ctx).await?;
         // Only a sweep that listed every place may say an orphan is gone.
         let complete = out.errors.is_empty();

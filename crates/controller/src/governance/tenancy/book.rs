@@ -15,11 +15,9 @@
 //! admitting past the quota. Only the leader admits, so the book is in-process; a new leader
 //! starts with an empty one and lists first.
 
-use std::{
-    collections::HashMap,
-    sync::Mutex,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, sync::Mutex, time::Duration};
+// tokio's clock: the OS's monotonic clock in a cluster, the paused one under `local`.
+use tokio::time::Instant;
 
 use super::{
     Tenancy,

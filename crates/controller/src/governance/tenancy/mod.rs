@@ -191,6 +191,7 @@ pub fn refusal_wait(
     config: &ControllerConfig,
     denial: &Denial,
     refused: &[Condition],
+    uid: &str,
     now: DateTime<Utc>,
 ) -> std::time::Duration {
     if !denial.retry {
@@ -202,7 +203,7 @@ pub fn refusal_wait(
     let lasted = since.and_then(|s| (now - s).to_std().ok()).unwrap_or_default();
     let base = config.poll_capacity;
     let wait = (base + lasted / 4).min(base * 4);
-    wait.mul_f64(rand::random_range(0.9..=1.1))
+    wait.mul_f64(0.9 + 0.2 * crate::runtime::spread::fraction(uid, now.timestamp_millis()))
 }
 
 /// The policy a rule comes from, as messages name it.
@@ -234,9 +235,15 @@ pub type AdmissionGuard = Option<tokio::sync::OwnedMutexGuard<()>>;
 pub struct Busy;
 
 impl Busy {
-    /// Soon, spread so that the objects that found the lock taken do not come back together.
-    pub fn wait() -> std::time::Duration {
-        std::time::Duration::from_millis(rand::random_range(250..=1_000))
+    /// Soon, spread so that the objects that found the lock taken do not come back together:
+    /// for the object `uid` at `now` (milliseconds of the controllers' clock).
+    pub fn wait(uid: &str, now: i64) -> std::time::Duration {
+        crate::runtime::spread::between(
+            uid,
+            now,
+            std::time::Duration::from_millis(250),
+            std::time::Duration::from_millis(1_000),
+        )
     }
 }
 
@@ -287,7 +294,7 @@ mod tests {
             retry: true,
         };
         let now = Utc::now();
-        let first = refusal_wait(&config, &quota, &[], now);
+        let first = refusal_wait(&config, &quota, &[], "uid-1", now);
         assert!(
             first >= Duration::from_secs(27) && first <= Duration::from_secs(33),
             "{first:?}"
@@ -296,19 +303,24 @@ mod tests {
             &config,
             &quota,
             &refused_at(now - chrono::Duration::hours(1)),
+            "uid-1",
             now,
         );
         assert!(
             hour >= Duration::from_secs(108) && hour <= Duration::from_secs(132),
             "{hour:?}"
         );
-        let waits: std::collections::BTreeSet<_> =
-            (0..20).map(|_| refusal_wait(&config, &quota, &[], now)).collect();
-        assert!(waits.len() > 1, "jittered");
+        let waits: std::collections::BTreeSet<_> = (0..20)
+            .map(|i| refusal_wait(&config, &quota, &[], &format!("uid-{i}"), now))
+            .collect();
+        assert!(waits.len() > 1, "spread across objects");
         let fixed = Denial {
             retry: false,
             ..quota
         };
-        assert_eq!(refusal_wait(&config, &fixed, &[], now), config.poll_stable);
+        assert_eq!(
+            refusal_wait(&config, &fixed, &[], "uid-1", now),
+            config.poll_stable
+        );
     }
 }

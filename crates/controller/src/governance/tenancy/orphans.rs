@@ -10,7 +10,9 @@
 //! may have listed before their object was gone). A node the sweeper no longer finds stops
 //! counting. In memory: a new leader counts orphans again from its first sweep on.
 
-use std::{collections::HashMap, sync::Mutex, time::Instant};
+use std::{collections::HashMap, sync::Mutex};
+// tokio's clock: the OS's monotonic clock in a cluster, the paused one under `local`.
+use tokio::time::Instant;
 
 use super::usage::Holding;
 

@@ -34,8 +34,10 @@ use std::{
     any::TypeId,
     collections::HashMap,
     sync::{Arc, Mutex, Weak},
-    time::{Duration, Instant},
+    time::Duration,
 };
+// tokio's clock: the OS's monotonic clock in a cluster, the paused one under `local`.
+use tokio::time::Instant;
 
 use futures::{StreamExt, channel::mpsc::unbounded, stream::BoxStream};
 use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};

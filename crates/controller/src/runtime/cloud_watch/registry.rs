@@ -4,8 +4,10 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    time::{Duration, Instant},
+    time::Duration,
 };
+// tokio's clock: the OS's monotonic clock in a cluster, the paused one under `local`.
+use tokio::time::Instant;
 
 use super::{Collection, Listed, Owner, packed::Packed};
 

@@ -1,0 +1,127 @@
+//! The `--inject` values: one short word with arguments each, parsed at the flag.
+
+use std::time::Duration;
+
+/// One `--inject` value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Injection {
+    Preempt {
+        after: Duration,
+    },
+    Stockout {
+        zone: String,
+        accelerator: String,
+        lasts: Option<Duration>,
+    },
+    Fail {
+        stage: Stage,
+        attempts: u32,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Preprocess,
+    Train,
+}
+
+const FORMS: &str = "preempt:AFTER (e.g. preempt:5m), stockout:ZONE:ACCELERATOR[:FOR] \
+                     (e.g. stockout:us-central2-b:v5p:20m), fail:preprocess[:N] or fail:train[:N]";
+
+/// The `--inject` value parser.
+pub fn parse(value: &str) -> Result<Injection, String> {
+    let parts: Vec<&str> = value.split(':').collect();
+    let duration = |text: &str| {
+        humantime::parse_duration(text)
+            .map_err(|e| format!("`{text}` is not a duration ({e}); e.g. 90s, 5m, 1h"))
+    };
+    match parts.as_slice() {
+        ["preempt", after] => Ok(Injection::Preempt {
+            after: duration(after)?,
+        }),
+        ["stockout", zone, accelerator, rest @ ..] if rest.len() <= 1 => {
+            if zone.is_empty() || accelerator.is_empty() {
+                return Err(format!("a stockout names a zone and an accelerator: {FORMS}"));
+            }
+            Ok(Injection::Stockout {
+                zone: (*zone).to_owned(),
+                accelerator: (*accelerator).to_owned(),
+                lasts: rest.first().map(|d| duration(d)).transpose()?,
+            })
+        }
+        ["fail", stage, rest @ ..] if rest.len() <= 1 => {
+            let stage = match *stage {
+                "preprocess" => Stage::Preprocess,
+                "train" => Stage::Train,
+                other => return Err(format!("`{other}` is not a stage (preprocess or train)")),
+            };
+            let attempts = match rest.first() {
+                None => 1,
+                Some(n) => n
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("`{n}` is not a number of attempts (1 or more)"))?,
+            };
+            Ok(Injection::Fail { stage, attempts })
+        }
+        _ => Err(format!("the accepted forms are {FORMS}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_form_parses_and_a_bad_one_names_the_accepted_forms() {
+        assert_eq!(
+            parse("preempt:5m"),
+            Ok(Injection::Preempt {
+                after: Duration::from_secs(300)
+            })
+        );
+        assert_eq!(
+            parse("stockout:us-central2-b:v5p:20m"),
+            Ok(Injection::Stockout {
+                zone: "us-central2-b".into(),
+                accelerator: "v5p".into(),
+                lasts: Some(Duration::from_secs(1200)),
+            })
+        );
+        assert_eq!(
+            parse("stockout:us-central2-b:v5p-8"),
+            Ok(Injection::Stockout {
+                zone: "us-central2-b".into(),
+                accelerator: "v5p-8".into(),
+                lasts: None,
+            })
+        );
+        assert_eq!(
+            parse("fail:train"),
+            Ok(Injection::Fail {
+                stage: Stage::Train,
+                attempts: 1
+            })
+        );
+        assert_eq!(
+            parse("fail:preprocess:2"),
+            Ok(Injection::Fail {
+                stage: Stage::Preprocess,
+                attempts: 2
+            })
+        );
+        for bad in [
+            "preempt",
+            "maintenance:1h",
+            "fail:eval",
+            "fail:train:0",
+            "stockout::v5p",
+            "preempt:soon",
+        ] {
+            let err = parse(bad).expect_err(bad);
+            assert!(err.contains("preempt:") || err.contains('`'), "{bad}: {err}");
+        }
+        assert!(parse("maintenance:1h").unwrap_err().contains("fail:train[:N]"));
+    }
+}
