@@ -5,8 +5,27 @@ use regex::Regex;
 use serde_json::{Map, Value, json};
 use std::sync::LazyLock;
 
+/// What "now" is for every emulator in this process, when not the wall clock.
+type ClockFn = Box<dyn Fn() -> chrono::DateTime<chrono::Utc> + Send + Sync>;
+static CLOCK: std::sync::OnceLock<ClockFn> = std::sync::OnceLock::new();
+
+/// Makes `clock` the time of every kube-emulator in this process: the timestamps it writes
+/// (`creationTimestamp`, `deletionTimestamp`, managed fields) and the ages its tables show. For a
+/// process that emulates a cloud on a clock of its own (`tpu-operator local`), so that the
+/// times the controllers write into status (from that clock) and the server's own are on one
+/// timeline, and a `date` printer column is an age on it. Once per process; a second call is
+/// refused (`false`).
+pub fn set_process_clock(clock: impl Fn() -> chrono::DateTime<chrono::Utc> + Send + Sync + 'static) -> bool {
+    CLOCK.set(Box::new(clock)).is_ok()
+}
+
+/// The emulator's current time: [`set_process_clock`]'s clock, or the wall clock.
+pub fn current_time() -> chrono::DateTime<chrono::Utc> {
+    CLOCK.get().map_or_else(chrono::Utc::now, |clock| clock())
+}
+
 pub fn now() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    current_time().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 pub fn meta(obj: &Value) -> &Value {
@@ -183,7 +202,7 @@ pub fn human_duration(seconds: i64) -> String {
 /// Seconds since an RFC 3339 timestamp.
 pub fn age_seconds(timestamp: &str) -> Option<i64> {
     let t = chrono::DateTime::parse_from_rfc3339(timestamp).ok()?;
-    Some((chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds())
+    Some((current_time() - t.with_timezone(&chrono::Utc)).num_seconds())
 }
 
 static QUALIFIED_NAME_PART: LazyLock<Regex> =

@@ -648,7 +648,11 @@ fn logs_print_the_quickstarts_preprocess_then_training_lines() {
             &["pod/x"][..],
             "use trainingpipeline (tpl), tpuslice (tpus) or preprocessbatch (ppb)",
         ),
-        (&["tpl/nope"][..], "TrainingPipeline default/nope not found"),
+        // Issue 46: kubectl's one line, not a debug dump of the API's answer.
+        (
+            &["tpl/nope"][..],
+            "error: Error from server (NotFound): trainingpipelines.tpu-operator.dev \"nope\" not found in namespace \"default\" (another: -n NAMESPACE)\n",
+        ),
         (
             &["tpus/x", "--stage", "train"][..],
             "--stage: only a TrainingPipeline has stages",
@@ -663,6 +667,7 @@ fn logs_print_the_quickstarts_preprocess_then_training_lines() {
         let err = text(&out.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(err.len() < 160, "a short line, not a dump: {err}");
     }
 }
 
@@ -767,4 +772,200 @@ fn logs_say_when_there_are_none_yet_and_a_follow_ends_when_its_object_is_deleted
         stderr.contains("TrainingPipeline default/quickstart was deleted; no more lines"),
         "{stderr}"
     );
+}
+
+impl Kept {
+    /// `tpu-operator describe ARGS` against this run's cluster.
+    fn describe(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .arg("describe")
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .current_dir(workspace())
+            .output()
+            .unwrap()
+    }
+
+    /// `kubectl ARGS` against this run's cluster; its stdout.
+    fn kubectl(&self, args: &[&str]) -> String {
+        let out = Command::new(kubectl_binary())
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "kubectl {args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    }
+}
+
+/// The cell of column `header` in the first row of a kubectl table (columns are aligned).
+fn cell(table: &str, header: &str) -> String {
+    let mut lines = table.lines();
+    let head = lines.next().unwrap_or_default();
+    // The header as a whole column name (`AGE`, not the end of `STAGE`).
+    let at = head
+        .match_indices(header)
+        .map(|(at, _)| at)
+        .find(|&at| at == 0 || head[..at].ends_with(' '))
+        .unwrap_or_else(|| panic!("no {header} in {table}"));
+    let row = lines.next().unwrap_or_default();
+    row[at..]
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Seconds of a kubectl age (`45s`, `3m10s`, `2h`, `3d4h`).
+fn age_seconds(age: &str) -> u64 {
+    let (mut total, mut n) = (0, 0);
+    for c in age.chars() {
+        match c {
+            '0'..='9' => n = n * 10 + u64::from(c.to_digit(10).unwrap()),
+            's' | 'm' | 'h' | 'd' | 'y' => {
+                let unit = match c {
+                    's' => 1,
+                    'm' => 60,
+                    'h' => 3600,
+                    'd' => 86_400,
+                    _ => 365 * 86_400,
+                };
+                total += n * unit;
+                n = 0;
+            }
+            _ => panic!("{age:?} is not an age"),
+        }
+    }
+    total
+}
+
+/// Issue 46, items 7c and 6d: `tpu-operator describe tpl/NAME` is one screen (phase, what it
+/// waits for, attempts, stages with times, cost, checkpoint, links, last Events), also for the
+/// pipeline's PreprocessBatch; a missing object is kubectl's one line. `kubectl get tpl`'s
+/// `LAST CKPT` is an age on the emulated clock the checkpoint was written on, not a future `0s`.
+#[test]
+fn describe_is_one_screen_and_last_ckpt_is_an_age() {
+    let kept = Kept::start(&["examples/quickstart.yaml"]);
+    kept.wait_for("everything keeps running");
+
+    let out = kept.describe(&["tpl/quickstart"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.lines().count() <= 40, "one screen:\n{shown}");
+    for row in [
+        "Kind:        TrainingPipeline (tpl)",
+        "Phase:       Succeeded (Ready=True, ",
+        "Waiting for: nothing (finished)",
+        "Attempts:    1 (maxRetries 2)",
+        "Stages:\n  preprocess Succeeded  ",
+        "\n  train      Succeeded  ",
+        "Cost:        $",
+        "Checkpoint:  step ",
+        "  logs cmd    tpu-operator logs tpl/quickstart -n default",
+        "Events (last ",
+    ] {
+        assert!(shown.contains(row), "{row:?} not in:\n{shown}");
+    }
+
+    // Events are stamped on the clock status times come from: the newest one (the pipeline's
+    // `Succeeded` or `Reaped`) is not older than the run's start.
+    let started = kept.kubectl(&["get", "tpl", "quickstart", "-o", "jsonpath={.status.startTime}"]);
+    let times = kept.kubectl(&[
+        "get",
+        "events.v1.events.k8s.io",
+        "-o",
+        "jsonpath={.items[*].eventTime}",
+    ]);
+    let newest = times
+        .split_whitespace()
+        .map(|t| &t[..19])
+        .max()
+        .unwrap_or_default();
+    assert!(
+        newest >= &started[..19],
+        "the newest Event ({newest}) precedes the run's start ({started}): two clocks"
+    );
+
+    let batch = kept.kubectl(&["get", "ppb", "-o", "jsonpath={.items[0].metadata.name}"]);
+    let out = kept.describe(&[&format!("ppb/{batch}"), "-n", "default"]);
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(shown.contains("Kind:        PreprocessBatch (ppb)"), "{shown}");
+    assert!(shown.contains("Phase:       Succeeded"), "{shown}");
+
+    let out = kept.describe(&["tpl/nope"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr),
+        "error: Error from server (NotFound): trainingpipelines.tpu-operator.dev \"nope\" not found \
+         in namespace \"default\" (another: -n NAMESPACE)\n"
+    );
+
+    let table = kept.kubectl(&["get", "tpl", "quickstart"]);
+    let (ckpt, age) = (cell(&table, "LAST CKPT"), cell(&table, "AGE"));
+    assert!(
+        ckpt != "0s" && age_seconds(&ckpt) > 0 && age_seconds(&ckpt) <= age_seconds(&age),
+        "LAST CKPT {ckpt:?} must be an age within AGE {age:?}:\n{table}"
+    );
+}
+
+/// Issue 46, items 6e and 6c: a multi-host TPU VM run's training lines say which host wrote
+/// them (`[train w1]`), each host's lines once; `--host N` prints host N's alone, untagged.
+/// A slice's status names its node id, which `describe` puts into the gcloud command.
+#[test]
+fn multi_host_logs_name_the_host_and_describe_gives_the_node_id() {
+    let kept = Kept::start(&["examples/tpu-vm-pipeline.yaml", "examples/spot-queued-slice.yaml"]);
+    kept.wait_for("everything keeps running");
+
+    let out = kept
+        .logs(&["tpl/tpu-vm-pipeline", "--stage", "train"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let of_host = |h: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("[w{h}] ")))
+            .map(str::to_owned)
+            .collect()
+    };
+    let (w0, w1) = (of_host("0"), of_host("1"));
+    assert!(!w0.is_empty(), "no [w0] lines:\n{stdout}");
+    assert_eq!(w0, w1, "both hosts run the same program:\n{stdout}");
+    assert_eq!(
+        w0.len() + w1.len(),
+        stdout.lines().count(),
+        "every line tagged:\n{stdout}"
+    );
+
+    let both = text(&kept.logs(&["tpl/tpu-vm-pipeline"]).output().unwrap().stdout);
+    assert!(both.contains("\n[train w1] "), "{both}");
+    assert!(both.starts_with("[preprocess] "), "{both}");
+
+    let one = kept
+        .logs(&["tpl/tpu-vm-pipeline", "--stage", "train", "--host", "1"])
+        .output()
+        .unwrap();
+    let one: Vec<String> = text(&one.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(one, w1, "--host 1: host 1's lines, untagged");
+
+    let id = kept.kubectl(&["get", "tpus", "spot-v5e", "-o", "jsonpath={.status.nodeId}"]);
+    let name = kept.kubectl(&["get", "tpus", "spot-v5e", "-o", "jsonpath={.status.nodeName}"]);
+    assert!(
+        !id.is_empty() && name.ends_with(&format!("/nodes/{id}")),
+        "{id} {name}"
+    );
+    let out = kept.describe(&["tpus/spot-v5e"]);
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        shown.contains(&format!(
+            "gcloud compute tpus tpu-vm ssh {id} --zone europe-west4-b"
+        )),
+        "{shown}"
+    );
+    assert!(shown.lines().count() <= 40, "{shown}");
 }

@@ -53,6 +53,11 @@ pub struct TpuSliceStatus {
     /// Full name of the TPU node, `projects/<p>/locations/<zone>/nodes/<id>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// The node's id, the last segment of `nodeName`: what gcloud takes with the slice's
+    /// `spec.zone`, as in `gcloud compute tpus tpu-vm ssh NODE_ID --zone ZONE` (on Compute
+    /// Engine, the instance or MIG name). Set whenever `nodeName` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
     /// Full name of the queued resource, when capacity is queued or reserved (both go through one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_resource_name: Option<String>,

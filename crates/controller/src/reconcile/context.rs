@@ -87,6 +87,7 @@ impl Context {
     }
 
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.recorder.set_clock(clock.clone());
         self.clock = clock;
         self
     }

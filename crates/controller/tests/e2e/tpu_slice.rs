@@ -34,6 +34,12 @@ fn slice(name: &str, capacity: serde_json::Value) -> TpuSlice {
     .expect("TpuSlice fixture")
 }
 
+/// The project a node name is in.
+fn project_of(st: &tpu_operator_api::tpu_slice::TpuSliceStatus) -> String {
+    let name = st.node_name.as_deref().unwrap_or_default();
+    name.split('/').nth(1).unwrap_or_default().to_string()
+}
+
 fn progress(s: &TpuSlice) -> Option<Progress> {
     s.status.as_ref().and_then(|st| progress_of(&st.conditions))
 }
@@ -82,6 +88,17 @@ async fn create_becomes_ready_with_labels_endpoints_and_drift_correction() {
     assert_eq!(nodes.len(), 1);
     let node = &nodes[0];
     assert_eq!(node["name"], st.node_name.clone().unwrap().as_str());
+    // Issue 46: the id gcloud takes with `--zone` (`gcloud compute tpus tpu-vm ssh ID --zone Z`,
+    // docs/training.md), which with the project and zone names the same node.
+    let id = st.node_id.clone().expect("status.nodeId with status.nodeName");
+    assert_eq!(
+        format!(
+            "projects/{}/locations/{}/nodes/{id}",
+            project_of(&st),
+            s.spec.zone
+        ),
+        st.node_name.clone().unwrap()
+    );
     assert_eq!(node["labels"]["managed-by"], "tpu-operator");
     assert_eq!(node["labels"]["tpu-operator-name"], "ready");
     assert_eq!(node["labels"]["tpu-operator-cluster"], "test-cluster");

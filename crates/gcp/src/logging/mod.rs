@@ -68,6 +68,9 @@ pub struct LogLine {
     pub text: String,
     /// Unique per entry within a log: `--follow` uses it to drop entries it already printed.
     pub insert_id: String,
+    /// The TPU VM host (worker number) that wrote it: the workload container's
+    /// `tpu-operator-host` label, or a `tpu_worker` resource's `worker_id`; `None` otherwise.
+    pub host: Option<String>,
 }
 
 /// The Cloud Logging calls tpu-operator makes.
@@ -157,5 +160,24 @@ fn line(entry: &LogEntry) -> LogLine {
         severity,
         text: text.trim_end_matches('\n').to_string(),
         insert_id: entry.insert_id.clone(),
+        host: host(entry),
     }
+}
+
+/// The host an entry names: the workload container's host label (docker's `gcplogs` driver puts
+/// container labels under `jsonPayload.container.metadata`), else a TPU VM host's `worker_id`.
+fn host(entry: &LogEntry) -> Option<String> {
+    let label = entry
+        .json_payload()
+        .and_then(|j| j.get("container"))
+        .and_then(|c| c.get("metadata"))
+        .and_then(|m| m.get(sources::HOST_LABEL))
+        .and_then(|h| h.as_str())
+        .map(str::to_owned);
+    label.or_else(|| {
+        let resource = entry.resource.as_ref()?;
+        (resource.r#type == "tpu_worker")
+            .then(|| resource.labels.get("worker_id").cloned())
+            .flatten()
+    })
 }

@@ -17,7 +17,8 @@ use clap::{Args, ValueEnum};
 use tpu_operator_gcp::{Gcp, GcpConfig, GcpMetrics, LoggingClient};
 
 use self::read::{Cursor, Printer};
-use self::sources::{Object, Resolved};
+use self::sources::Resolved;
+use crate::object::{self, Kind, Object};
 
 /// A pipeline's stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -74,7 +75,7 @@ pub struct LogsArgs {
 
 /// Entry point of `tpu-operator logs`.
 pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
-    let object = Object::parse(&args.object)?;
+    let object = Object::parse(&args.object, "logs")?;
     args.check_for(&object)?;
     let client = crate::run::kube_client(args.kubeconfig.as_deref()).await?;
     let namespace = args
@@ -114,7 +115,7 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
 impl LogsArgs {
     /// Flags that only some kinds take are refused, naming the flag, for the others.
     fn check_for(&self, object: &Object) -> anyhow::Result<()> {
-        if self.stage.is_some() && object.kind != sources::Kind::TrainingPipeline {
+        if self.stage.is_some() && object.kind != Kind::TrainingPipeline {
             anyhow::bail!(
                 "--stage: only a TrainingPipeline has stages ({} has one stream)",
                 object.kind.name()
@@ -123,7 +124,7 @@ impl LogsArgs {
         if self.attempt == Some(0) {
             anyhow::bail!("--attempt: attempts count from 1");
         }
-        if self.attempt.is_some() && object.kind == sources::Kind::TpuSlice {
+        if self.attempt.is_some() && object.kind == Kind::TpuSlice {
             anyhow::bail!("--attempt: a TpuSlice has no attempts (its recreations log into one stream)");
         }
         if self.interval.is_zero() {
@@ -154,7 +155,7 @@ async fn follow(
         }
         match sources::resolve(client, namespace, object, args).await {
             Ok(now) => *resolved = now,
-            Err(e) if sources::is_gone(&e) => {
+            Err(e) if object::is_gone(&e) => {
                 read::more(logging, resolved, cursors, printer).await?;
                 eprintln!("{} was deleted; no more lines", object.display(namespace));
                 return Ok(());

@@ -17,8 +17,9 @@ const MAX_PAGES: usize = 1000;
 #[derive(Clone, Debug)]
 pub struct Cursor {
     source: LogSource,
-    /// The stream's prefix, for its last lines after it ended.
+    /// The stream's prefix and whether it names hosts, for its last lines after it ended.
     prefix: Option<&'static str>,
+    hosts: bool,
     last: Option<DateTime<Utc>>,
     printed_at_last: HashSet<String>,
 }
@@ -31,7 +32,9 @@ impl Cursor {
 }
 
 /// Prints lines as `kubectl logs` does: the text, with the stream's prefix when several print,
-/// and the time first with `--timestamps`.
+/// and the time first with `--timestamps`. A multi-host stream prints each line with its host
+/// (`[train w1] ...`, `[w1] ...`), as `kubectl logs --prefix` names a line's pod: every host runs
+/// the same program, so the same text comes once per host.
 pub struct Printer {
     timestamps: bool,
     printed: usize,
@@ -49,7 +52,7 @@ impl Printer {
         self.printed
     }
 
-    fn print(&mut self, prefix: Option<&str>, line: &LogLine) {
+    fn print(&mut self, prefix: Option<&str>, hosts: bool, line: &LogLine) {
         let mut out = String::new();
         if self.timestamps {
             let t = line
@@ -58,8 +61,12 @@ impl Printer {
             out.push_str(&t.unwrap_or_else(|| "-".into()));
             out.push(' ');
         }
-        if let Some(p) = prefix {
-            out.push_str(&format!("[{p}] "));
+        let host = line.host.as_deref().filter(|_| hosts).map(|h| format!("w{h}"));
+        match (prefix, host) {
+            (Some(p), Some(h)) => out.push_str(&format!("[{p} {h}] ")),
+            (Some(p), None) => out.push_str(&format!("[{p}] ")),
+            (None, Some(h)) => out.push_str(&format!("[{h}] ")),
+            (None, None) => {}
         }
         out.push_str(&line.text);
         println!("{out}");
@@ -116,7 +123,7 @@ pub async fn more(
         }
         for line in all(logging, &cursor.source, filter).await? {
             if cursor.is_new(&line) {
-                printer.print(cursor.prefix, &line);
+                printer.print(cursor.prefix, cursor.hosts, &line);
             }
         }
         cursors.retain(|c| c.source != cursor.source);
@@ -149,7 +156,7 @@ fn print_in_order(resolved: &Resolved, mut lines: Vec<(usize, LogLine)>, printer
     lines.sort_by_key(|(i, l)| (l.timestamp, *i));
     for (i, line) in &lines {
         let stream: &Stream = &resolved.streams[*i];
-        printer.print(stream.prefix, line);
+        printer.print(stream.prefix, stream.hosts, line);
     }
 }
 
@@ -159,6 +166,7 @@ fn cursor_after(stream: &Stream, before: Option<&Cursor>, got: &[LogLine]) -> Cu
         return before.cloned().unwrap_or(Cursor {
             source: stream.source.clone(),
             prefix: stream.prefix,
+            hosts: stream.hosts,
             last: None,
             printed_at_last: HashSet::new(),
         });
@@ -174,6 +182,7 @@ fn cursor_after(stream: &Stream, before: Option<&Cursor>, got: &[LogLine]) -> Cu
     Cursor {
         source: stream.source.clone(),
         prefix: stream.prefix,
+        hosts: stream.hosts,
         last: Some(last),
         printed_at_last,
     }

@@ -1,7 +1,8 @@
 //! Which log streams an object has: read from its spec and status with the caller's kubeconfig.
 
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use tpu_operator_api::{
+    accelerator::parse_accelerator_type,
     preprocess_batch::{PreprocessBatch, PreprocessBatchPhase},
     tpu_slice::{TpuSlice, TpuSlicePhase},
     training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase},
@@ -12,62 +13,7 @@ use tpu_operator_gcp::logging::{
 };
 
 use super::{LogsArgs, Stage};
-
-/// The kinds that have logs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    TrainingPipeline,
-    TpuSlice,
-    PreprocessBatch,
-}
-
-impl Kind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::TrainingPipeline => "TrainingPipeline",
-            Kind::TpuSlice => "TpuSlice",
-            Kind::PreprocessBatch => "PreprocessBatch",
-        }
-    }
-}
-
-/// `KIND/NAME` as given.
-#[derive(Clone, Debug)]
-pub struct Object {
-    pub kind: Kind,
-    pub name: String,
-}
-
-impl Object {
-    /// `KIND/NAME`, KIND as kubectl takes it: the kind, its plural or a short name, any case,
-    /// optionally with the API group.
-    pub fn parse(text: &str) -> anyhow::Result<Self> {
-        let Some((kind, name)) = text.split_once('/') else {
-            anyhow::bail!("{text:?}: expected KIND/NAME, e.g. tpl/quickstart or tpuslice/my-slice");
-        };
-        let kind = kind.to_ascii_lowercase();
-        let kind = kind.strip_suffix(".tpu-operator.dev").unwrap_or(&kind);
-        let kind = match kind {
-            "trainingpipeline" | "trainingpipelines" | "tpl" | "pipeline" => Kind::TrainingPipeline,
-            "tpuslice" | "tpuslices" | "tpus" | "slice" => Kind::TpuSlice,
-            "preprocessbatch" | "preprocessbatches" | "ppb" => Kind::PreprocessBatch,
-            other => anyhow::bail!(
-                "{other:?} has no logs here: use trainingpipeline (tpl), tpuslice (tpus) or preprocessbatch (ppb)"
-            ),
-        };
-        if name.is_empty() || name.contains('/') {
-            anyhow::bail!("{text:?}: expected KIND/NAME with one name");
-        }
-        Ok(Self {
-            kind,
-            name: name.to_string(),
-        })
-    }
-
-    pub fn display(&self, namespace: &str) -> String {
-        format!("{} {namespace}/{}", self.kind.name(), self.name)
-    }
-}
+use crate::object::{Kind, Object};
 
 /// One stream of log entries.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,6 +23,8 @@ pub struct Stream {
     /// What it is, for messages ("the Dataproc batch projects/…").
     pub what: String,
     pub source: LogSource,
+    /// Several hosts write it: each line says which (`[train w1]`).
+    pub hosts: bool,
 }
 
 /// An object's streams now.
@@ -89,50 +37,16 @@ pub struct Resolved {
     pub finished: bool,
 }
 
-/// The object is not there (any more).
-pub fn is_gone(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<kube::Error>()
-        .is_some_and(|e| matches!(e, kube::Error::Api(s) if s.code == 404))
-}
-
 pub async fn resolve(
     client: &kube::Client,
     namespace: &str,
     object: &Object,
     args: &LogsArgs,
 ) -> anyhow::Result<Resolved> {
-    let name = &object.name;
-    let not_found = |e: kube::Error| {
-        let gone = matches!(&e, kube::Error::Api(s) if s.code == 404);
-        let what = object.display(namespace);
-        anyhow::Error::new(e).context(if gone {
-            format!("{what} not found")
-        } else {
-            format!("reading {what}")
-        })
-    };
     match object.kind {
-        Kind::TrainingPipeline => {
-            let tp = Api::<TrainingPipeline>::namespaced(client.clone(), namespace)
-                .get(name)
-                .await
-                .map_err(not_found)?;
-            Ok(pipeline(&tp, args))
-        }
-        Kind::TpuSlice => {
-            let slice = Api::<TpuSlice>::namespaced(client.clone(), namespace)
-                .get(name)
-                .await
-                .map_err(not_found)?;
-            slice_streams(&slice, args)
-        }
-        Kind::PreprocessBatch => {
-            let b = Api::<PreprocessBatch>::namespaced(client.clone(), namespace)
-                .get(name)
-                .await
-                .map_err(not_found)?;
-            batch(&b, args)
-        }
+        Kind::TrainingPipeline => Ok(pipeline(&object.get(client, namespace).await?, args)),
+        Kind::TpuSlice => slice_streams(&object.get(client, namespace).await?, args),
+        Kind::PreprocessBatch => batch(&object.get(client, namespace).await?, args),
     }
 }
 
@@ -164,6 +78,7 @@ fn pipeline(tp: &TrainingPipeline, args: &LogsArgs) -> Resolved {
                 prefix: Some("preprocess"),
                 what: format!("the Dataproc batch {n}"),
                 source,
+                hosts: false,
             }),
             None => r.notes.push("preprocess: no Dataproc batch yet".into()),
         }
@@ -211,6 +126,7 @@ fn train_stream(
             prefix: Some("train"),
             what: format!("the training container of attempt {attempt}"),
             source: workload(project, labels, args.host),
+            hosts: multi_host(st.accelerator_type.as_deref()) && args.host.is_none(),
         });
     }
     if args.host.is_some() {
@@ -234,7 +150,16 @@ fn train_stream(
         prefix: Some("train"),
         what: format!("the Vertex AI custom job {name}"),
         source,
+        hosts: false,
     })
+}
+
+/// A slice of this accelerator type has several hosts, each running the container (so does one
+/// whose type is not known yet, to be safe).
+fn multi_host(accelerator_type: Option<&str>) -> bool {
+    accelerator_type
+        .and_then(|t| parse_accelerator_type(t).ok())
+        .is_none_or(|shape| shape.hosts > 1)
 }
 
 fn slice_streams(slice: &TpuSlice, args: &LogsArgs) -> anyhow::Result<Resolved> {
@@ -249,6 +174,7 @@ fn slice_streams(slice: &TpuSlice, args: &LogsArgs) -> anyhow::Result<Resolved> 
         finished: st.phase == TpuSlicePhase::Failed,
         ..Resolved::default()
     };
+    let multi_host = st.hosts.is_none_or(|h| h > 1);
     let Some(project) = project else {
         r.notes.push("no node yet (its project is not known)".into());
         return Ok(r);
@@ -259,6 +185,7 @@ fn slice_streams(slice: &TpuSlice, args: &LogsArgs) -> anyhow::Result<Resolved> 
             prefix: None,
             what: format!("the workload of TpuSlice {}", slice.name_any()),
             source: workload(project, vec![(SLICE_LABEL, uid)], args.host),
+            hosts: multi_host && args.host.is_none(),
         });
         return Ok(r);
     }
@@ -272,6 +199,7 @@ fn slice_streams(slice: &TpuSlice, args: &LogsArgs) -> anyhow::Result<Resolved> 
             prefix: None,
             what: format!("the TPU VM hosts of node {node_id}"),
             source: LogSource::TpuWorker { project, node_id },
+            hosts: multi_host,
         }),
         None => r.notes.push("no node yet".into()),
     }
@@ -301,35 +229,9 @@ fn batch(b: &PreprocessBatch, args: &LogsArgs) -> anyhow::Result<Resolved> {
             prefix: None,
             what: format!("the Dataproc batch {n}"),
             source,
+            hosts: false,
         }),
         None => r.notes.push("no Dataproc batch yet".into()),
     }
     Ok(r)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kinds_parse_as_kubectl_takes_them() {
-        for text in [
-            "tpl/q",
-            "TrainingPipeline/q",
-            "trainingpipelines.tpu-operator.dev/q",
-            "pipeline/q",
-        ] {
-            assert_eq!(
-                Object::parse(text).unwrap().kind,
-                Kind::TrainingPipeline,
-                "{text}"
-            );
-        }
-        assert_eq!(Object::parse("tpus/s").unwrap().kind, Kind::TpuSlice);
-        assert_eq!(Object::parse("ppb/b").unwrap().kind, Kind::PreprocessBatch);
-        let err = Object::parse("pod/x").unwrap_err().to_string();
-        assert!(err.contains("trainingpipeline (tpl)"), "{err}");
-        assert!(Object::parse("tpl").is_err());
-        assert!(Object::parse("tpl/a/b").is_err());
-    }
 }

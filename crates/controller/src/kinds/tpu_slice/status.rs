@@ -74,6 +74,7 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         observed_generation: r.generation,
         phase: r.assessment.phase,
         conditions: old.conditions.clone(),
+        node_id: node_name.as_deref().and_then(node_id),
         node_name,
         queued_resource_name,
         pending_operation,
@@ -147,6 +148,14 @@ fn estimated_cost(r: &Report<'_>) -> Option<tpu_operator_api::common::CostEstima
         r.price.as_ref().map(|p| p.1.as_str()),
         r.now,
     )
+}
+
+/// A node's id: the last segment of its full name (`projects/p/locations/z/nodes/ID`).
+fn node_id(name: &str) -> Option<String> {
+    name.rsplit('/')
+        .next()
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
 }
 
 /// The node, queued resource and pending operation names: as observed, as just created, or
