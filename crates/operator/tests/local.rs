@@ -969,3 +969,195 @@ fn multi_host_logs_name_the_host_and_describe_gives_the_node_id() {
     );
     assert!(shown.lines().count() <= 40, "{shown}");
 }
+
+/// `local`'s output without the one line that measures the machine, not the run.
+fn without_wall_time(stdout: &str) -> String {
+    stdout
+        .lines()
+        .filter(|l| !l.starts_with("wall time: "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Spins `threads` threads until dropped: a busy machine, as on a shared CI runner.
+struct Hog(
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    Vec<std::thread::JoinHandle<()>>,
+);
+
+impl Hog {
+    fn start(threads: usize) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinners = (0..threads)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
+        Self(stop, spinners)
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        for spinner in self.1.drain(..) {
+            let _ = spinner.join();
+        }
+    }
+}
+
+/// The same manifests print the same run, live lines, stage times, costs, calls and links,
+/// on every run and however busy the machine: emulated time advances by events, not by the wall
+/// clock. Three runs of two pipelines (Vertex and TPU VM), beside a CPU hog on every core.
+#[test]
+fn the_same_manifests_print_the_same_run_on_a_busy_machine() {
+    let _hog = Hog::start(2);
+    let args = [
+        "examples/quickstart.yaml",
+        "examples/tpu-vm-pipeline.yaml",
+        "--timeout",
+        "120s",
+    ];
+    let runs: Vec<String> = (0..3)
+        .map(|_| {
+            let (out, took) = local(&args, Duration::from_secs(180));
+            let stdout = text(&out.stdout);
+            assert!(
+                out.status.success(),
+                "failed after {took:?}:\n{stdout}\n{}",
+                text(&out.stderr)
+            );
+            without_wall_time(&stdout)
+        })
+        .collect();
+    for (i, run) in runs.iter().enumerate().skip(1) {
+        assert_eq!(run, &runs[0], "run {i} differs from run 0");
+    }
+    // The stage times are the emulator's durations plus the controllers' polls, nothing else.
+    assert!(
+        runs[0]
+            .lines()
+            .any(|l| l.starts_with("TrainingPipeline/quickstart ")
+                && l.contains("Preprocess 3m00s, Train 6m00s")),
+        "{}",
+        runs[0]
+    );
+}
+
+/// `--inject preempt:2m`: the quickstart's Spot Vertex job is reclaimed after 2 emulated minutes
+/// of training; the pipeline goes back to Queued, runs again and succeeds, as docs/training.md
+/// shows it.
+#[test]
+fn an_injected_preemption_sends_the_run_back_to_the_queue_and_it_still_succeeds() {
+    let (out, _) = local(
+        &["examples/quickstart.yaml", "--inject", "preempt:2m"],
+        Duration::from_secs(120),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let after: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| {
+            !l.starts_with("inject: preempted projects/813766736138/locations/us-east5/customJobs/")
+        })
+        .collect();
+    assert!(!after.is_empty(), "no preemption line:\n{stdout}");
+    let queued = after
+        .iter()
+        .position(|l| l.starts_with("TrainingPipeline/quickstart") && l.contains("Train: Queued"));
+    let succeeded = after
+        .iter()
+        .position(|l| l.starts_with("TrainingPipeline/quickstart") && l.contains("Succeeded"));
+    assert!(
+        matches!((queued, succeeded), (Some(q), Some(s)) if q < s),
+        "want Queued, then Succeeded, after the preemption:\n{stdout}"
+    );
+}
+
+/// `--inject fail:preprocess`: the batch's only attempt fails; the pipeline fails with the batch's
+/// message, the run exits non-zero and nothing is left in the cloud.
+#[test]
+fn an_injected_failure_fails_the_run_with_its_message_and_leaves_nothing() {
+    let (out, _) = local(
+        &["examples/quickstart.yaml", "--inject", "fail:preprocess"],
+        Duration::from_secs(120),
+    );
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "a failed run must fail `local`:\n{stdout}");
+    assert!(
+        stdout.contains("inject: failed projects/demo-project/locations/us-east5/batches/"),
+        "{stdout}"
+    );
+    let summary: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("OBJECT ")).collect();
+    assert!(
+        summary
+            .iter()
+            .any(|l| l.starts_with("TrainingPipeline/quickstart") && l.contains("Failed")),
+        "{stdout}"
+    );
+    assert!(
+        summary
+            .iter()
+            .any(|l| l.contains("rehearsal: the Spark job failed")),
+        "the batch's message must reach the summary:\n{stdout}"
+    );
+    assert!(stdout.contains("cloud resources left: 0"), "{stdout}");
+}
+
+/// `--inject stockout:us-central2-b:v4:10m`: the TPU VM pipeline's v4 slice waits for capacity
+/// (and says so) until the stockout lifts, then trains and succeeds.
+#[test]
+fn an_injected_stockout_makes_the_slice_wait_until_it_lifts() {
+    let (out, _) = local(
+        &[
+            "examples/tpu-vm-pipeline.yaml",
+            "--inject",
+            "stockout:us-central2-b:v4:10m",
+        ],
+        Duration::from_secs(120),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = |needle: &str| lines.iter().position(|l| l.contains(needle));
+    let waiting = lines
+        .iter()
+        .position(|l| l.starts_with("  TpuSlice/tpu-vm-pipeline-train") && l.contains("Waiting"));
+    let lifted = at("inject: v4 capacity is back in us-central2-b");
+    let training = lines
+        .iter()
+        .position(|l| l.starts_with("TrainingPipeline/tpu-vm-pipeline") && l.contains("Train: Running"));
+    assert!(
+        at("inject: no v4 capacity in us-central2-b for 10m").is_some(),
+        "{stdout}"
+    );
+    assert!(
+        matches!((waiting, lifted, training), (Some(w), Some(l), Some(t)) if w < l && l < t),
+        "want the slice Waiting, the stockout lifted, then training:\n{stdout}"
+    );
+}
+
+/// A bad `--inject` is a usage error naming the accepted forms, before anything runs.
+#[test]
+fn a_bad_injection_is_refused_by_the_flag_naming_the_forms() {
+    let run = local_with(
+        &["examples/quickstart.yaml", "--inject", "maintenance:1h"],
+        None,
+        Duration::from_secs(30),
+    );
+    let (stdout, stderr) = (text(&run.output.stdout), text(&run.output.stderr));
+    assert_eq!(run.output.status.code(), Some(2), "a usage error:\n{stderr}");
+    assert!(stdout.is_empty(), "nothing may run: {stdout}");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("error: invalid value 'maintenance:1h' for '--inject <WHAT>'")
+            && first.contains("preempt:AFTER"),
+        "{stderr}"
+    );
+}
