@@ -8,6 +8,7 @@
 
 mod apply;
 mod clock;
+mod display;
 mod kube_side;
 mod progress;
 mod rehearse;
@@ -134,6 +135,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
 
     if args.keep {
         if !interrupted {
+            watch.finish();
             print_summary(&at_end, &gcp, None, converged_after);
             println!("everything keeps running; press Ctrl-C to stop");
             stop.await;
@@ -151,6 +153,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     let _ = stop_controllers.send(());
     let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
 
+    watch.finish();
     print_summary(&at_end, &gcp, left.as_deref(), started.elapsed());
     Ok(exit_code(&at_end, &applied_keys, left.as_deref(), cleanup_ok))
 }

@@ -1,13 +1,10 @@
-//! Watching the objects converge: one line per object (kind/name, phase, stage, elapsed), redrawn
-//! in place on a terminal, printed again only when it changes otherwise (logs, CI, tests).
+//! Watching the objects converge: what each object (kind/name) is doing, its phase, stage and
+//! elapsed time, as lines ([`super::display`] draws them).
 //!
 //! Elapsed times are emulated time (the gcp-emulator clock the controllers also use), because
 //! that is what the user would wait for in a real cloud.
 
-use std::{
-    collections::BTreeMap,
-    io::{IsTerminal, Write},
-};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use kube::{
@@ -315,74 +312,14 @@ impl Tracker {
 /// One object's line: what it is doing, for how long, and its status message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
-    state: String,
-    elapsed: String,
-    message: String,
+    pub(super) state: String,
+    pub(super) elapsed: String,
+    pub(super) message: String,
 }
 
 impl std::fmt::Display for Line {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {:>8}{}", self.state, self.elapsed, self.message)
-    }
-}
-
-/// Draws the lines: in place on a terminal, else only the lines that changed.
-pub struct Display {
-    tty: bool,
-    drawn: Vec<Line>,
-}
-
-impl Display {
-    pub fn new() -> Self {
-        Self {
-            tty: std::io::stdout().is_terminal(),
-            drawn: Vec::new(),
-        }
-    }
-
-    pub fn show(&mut self, lines: Vec<Line>) {
-        let mut out = std::io::stdout().lock();
-        if self.tty {
-            // Move to the first line drawn last time and overwrite everything.
-            // Auto-wrap off while drawing (`ESC[?7l`): a line wider than the terminal is clipped
-            // instead of wrapping, which would break the cursor arithmetic.
-            let _ = write!(out, "\x1b[?7l");
-            if !self.drawn.is_empty() {
-                let _ = write!(out, "\x1b[{}A", self.drawn.len());
-            }
-            for line in &lines {
-                let _ = writeln!(out, "\x1b[2K{line}");
-            }
-            let _ = write!(out, "\x1b[?7h");
-        } else {
-            // Elapsed time alone changes every poll; print a line again only when the object's
-            // phase, stage or message changed.
-            for line in &lines {
-                let changed = !self
-                    .drawn
-                    .iter()
-                    .any(|d| d.state == line.state && d.message == line.message);
-                if changed {
-                    let _ = writeln!(out, "{line}");
-                }
-            }
-        }
-        let _ = out.flush();
-        self.drawn = lines;
-    }
-}
-
-impl Display {
-    /// Prints one line above the live lines (they are drawn again below it at the next poll).
-    pub fn note(&mut self, line: &str) {
-        let mut out = std::io::stdout().lock();
-        if self.tty && !self.drawn.is_empty() {
-            // Up to the first live line, and clear from there to the end of the screen.
-            let _ = write!(out, "\x1b[{}A\x1b[J", self.drawn.len());
-            self.drawn.clear();
-        }
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
     }
 }
 

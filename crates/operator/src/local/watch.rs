@@ -6,7 +6,8 @@ use std::time::Duration;
 use kube::api::DeleteParams;
 use tpu_operator_controller::Shutdown;
 
-use super::progress::{Display, Key, Tracker};
+use super::display::Display;
+use super::progress::{Key, Tracker};
 use super::rehearse::Rehearsal;
 use super::{apply, summary};
 
@@ -36,9 +37,14 @@ impl<'a> Watch<'a> {
             clock: gcp.clock(),
             keys,
             tracker: Tracker::default(),
-            display: Display::new(),
+            display: Display::new(gcp.config().durations),
             rehearsal,
         }
+    }
+
+    /// Leaves the progress as it last was, for the summary to follow.
+    pub(super) fn finish(&mut self) {
+        self.display.finish();
     }
 
     async fn poll(&mut self) -> anyhow::Result<()> {
@@ -48,7 +54,7 @@ impl<'a> Watch<'a> {
         self.tracker
             .poll(self.client, self.clock.now(), self.keys)
             .await?;
-        self.display.show(self.tracker.lines(self.clock.now()));
+        self.display.show(&self.tracker, self.clock.now());
         Ok(())
     }
 
@@ -82,10 +88,11 @@ impl<'a> Watch<'a> {
         let deadline = std::time::Instant::now() + timeout;
         while !self.tracker.all_gone() {
             if std::time::Instant::now() >= deadline {
-                println!(
+                let line = format!(
                     "cleanup: objects still present after {}",
                     humantime::format_duration(timeout)
                 );
+                self.display.note(&line);
                 return Ok(false);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -104,7 +111,7 @@ pub(super) async fn clean_up(
     gcp: &gcp_emulator::Emulator,
     timeout: Duration,
 ) -> anyhow::Result<(bool, Vec<gcp_emulator::ResourceSummary>)> {
-    println!("cleaning up");
+    watch.display.note("cleaning up");
     for a in applied.iter().rev() {
         if let Err(e) = a
             .api(watch.client)
