@@ -13,7 +13,6 @@ const GENERATED: &str = "# Generated from charts/tpu-operator by crates/operator
 
 /// (path relative to the repository root, expected content).
 pub fn expected_files(helm: &Helm) -> Vec<(PathBuf, String)> {
-    let root = repo_root();
     let mut files = Vec::new();
 
     // deploy/crds: the CRDs the api crate generates (`tpu-operator crds`, the same bytes as crds/),
@@ -28,6 +27,13 @@ pub fn expected_files(helm: &Helm) -> Vec<(PathBuf, String)> {
     // kustomizations map to a reference the API server refuses until the user sets theirs.
     let plain = |extra: &[&str]| format!("{GENERATED}{}", strip_helm_labels(&helm.template(extra)));
     let images = "image.repository=tpu-operator,gcpEmulator.image.repository=gcp-emulator";
+    // Untagged, so that only an image the user sets carries the `:` the kustomizations require.
+    let untagged = |yaml: String| {
+        let tag = format!(":{}\n", chart_app_version());
+        yaml.replace(&format!("image: tpu-operator{tag}"), "image: tpu-operator\n")
+            .replace(&format!("image: gcp-emulator{tag}"), "image: gcp-emulator\n")
+    };
+    let plain = |extra: &[&str]| untagged(plain(extra));
     files.push(("deploy/tpu-operator.yaml".into(), plain(&["--set", images])));
     files.push((
         "deploy/staging/tpu-operator.yaml".into(),
@@ -65,6 +71,12 @@ pub fn expected_files(helm: &Helm) -> Vec<(PathBuf, String)> {
     files.push(("deploy/argocd/argocd-cm.yaml".into(), argocd_cm()));
     files.push(("charts/tpu-operator/README.md".into(), chart_readme()));
     files
+}
+
+fn chart_app_version() -> String {
+    let chart: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap()).unwrap();
+    chart["appVersion"].as_str().unwrap().to_string()
 }
 
 /// deploy/crds/kustomization.yaml: every CRD of `tpu_operator_api::crds::all()`, nothing else.

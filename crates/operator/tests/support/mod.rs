@@ -152,3 +152,69 @@ pub const ALL_OPTIONS: &[&str] = &[
      metrics.prometheusRule.enabled=true,metrics.grafanaDashboard.enabled=true,\
      metrics.kubeStateMetrics.enabled=true,examplePolicy.enabled=true,serviceAccount.gcpServiceAccount=tpu-operator@my-proj.iam.gserviceaccount.com",
 ];
+
+/// Copies the repository's deploy/ to `into`/deploy (what a user edits with `kustomize edit`).
+pub fn copy_deploy(into: &Path) -> PathBuf {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    let to = into.join("deploy");
+    copy(&repo_root().join("deploy"), &to);
+    to
+}
+
+/// `kustomize edit set image NAME=REF:TAG ...` on the kustomization in `dir`: each `images` entry
+/// of that name gets `newName` / `newTag` (kubectl has no `kustomize edit`; this writes what it
+/// writes).
+pub fn set_images(dir: &Path, images: &[(&str, &str, &str)]) {
+    let path = dir.join("kustomization.yaml");
+    let mut k: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for entry in k["images"].as_array_mut().expect("an images: list") {
+        let (_, name, tag) = images
+            .iter()
+            .find(|(n, _, _)| entry["name"] == *n)
+            .unwrap_or_else(|| panic!("no image given for {entry}"));
+        entry["newName"] = (*name).into();
+        entry["newTag"] = (*tag).into();
+    }
+    std::fs::write(&path, serde_yaml::to_string(&k).unwrap()).unwrap();
+}
+
+/// `kubectl kustomize` of deploy/`sub` (`""`, `"staging"`, ...) after setting the images, as a
+/// user must (deploy/ as written names no image and does not build).
+pub fn kustomize_with_images(sub: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = copy_deploy(dir.path()).join(sub);
+    if copy.join("kustomization.yaml").is_file()
+        && std::fs::read_to_string(copy.join("kustomization.yaml"))
+            .unwrap()
+            .contains("images:")
+    {
+        set_images(
+            &copy,
+            &[
+                ("tpu-operator", "registry.example/tpu-operator", "0.1.0"),
+                ("gcp-emulator", "registry.example/gcp-emulator", "0.1.0"),
+            ],
+        );
+    }
+    let out = Command::new(kubectl())
+        .args(["kustomize", copy.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize deploy/{sub}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
