@@ -26,7 +26,22 @@ impl TestEnv {
     where
         F: Fn(&K) -> bool,
     {
-        let api = self.api::<K>();
+        self.wait_for_in(&self.ns, name, what, step, pred).await
+    }
+
+    /// [`Self::wait_for`] for an object of namespace `ns` (another team's, in the tenancy suites).
+    pub async fn wait_for_in<K: NamespacedObject, F>(
+        &self,
+        ns: &str,
+        name: &str,
+        what: &str,
+        step: Duration,
+        pred: F,
+    ) -> K
+    where
+        F: Fn(&K) -> bool,
+    {
+        let api = kube::Api::<K>::namespaced(self.client.clone(), ns);
         let deadline = tokio::time::Instant::now() + self.wait_limit;
         let mut last = None;
         loop {

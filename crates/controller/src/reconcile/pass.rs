@@ -38,15 +38,17 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
             return Ok(Action::await_change());
         }
     };
-    if let Some(action) = contended(ctx, obj, &t).await? {
-        return Ok(action);
-    }
     let namespace = namespace(obj)?;
     let first_look = obj.first_look(ctx, &t);
     if !first_look.is_empty()
         && let Err(denial) = tenancy::precheck(&ctx.tenancy, &namespace, &first_look)
     {
         return deny(ctx, obj, &old, denial).await;
+    }
+    // After the policy: an object its policy refuses neither waits for another nor learns,
+    // from a wait, what another holds.
+    if let Some(action) = contended(ctx, obj, &t).await? {
+        return Ok(action);
     }
     let mut observed = obj.observe(ctx, &t).await?;
     let mut lock = Lock::default();

@@ -244,3 +244,92 @@ async fn an_unknown_placeholder_is_refused_at_admission() {
             .is_none()
     );
 }
+
+/// The cross-namespace squat: team A points one pipeline at team B's bucket root, which team
+/// A's own policy refuses. Its directory claim holds nothing: the squatter is `PolicyDenied`
+/// (never `ArtifactsInUse`, so it learns nothing of team B's directories), and team B's pipeline
+/// under that bucket trains at once. Before, the claim was taken before the policy check and
+/// counted across namespaces, and every team B pipeline under the bucket waited forever.
+///
+/// One operator watching both namespaces (a cluster-wide context): on a shared real API server
+/// it would reconcile other tests' objects, so there the test says so and returns.
+#[tokio::test]
+async fn a_claim_its_own_policy_refuses_makes_no_other_team_wait() {
+    let mut env = TestEnv::start().await;
+    if matches!(test_kit::target(), Ok(test_kit::Target::Real { .. })) {
+        eprintln!("NOTICE: needs a cluster-wide operator, which a shared real API server cannot host here");
+        return;
+    }
+    let team_a = format!("{}-a", env.ns);
+    let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone());
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": team_a}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("team A's namespace");
+    let policy = |ns: &str, bucket: &str| -> tpu_operator_api::tpu_policy::TpuPolicy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "kind": "TpuPolicy",
+            "metadata": {"name": format!("pol-{ns}")},
+            "spec": {"namespaces": [ns], "allowedBuckets": [bucket]},
+        }))
+        .unwrap()
+    };
+    let policies = kube::Api::<tpu_operator_api::tpu_policy::TpuPolicy>::all(env.client.clone());
+    for p in [policy(&team_a, "team-a-data"), policy(&env.ns, BUCKET)] {
+        policies.create(&PostParams::default(), &p).await.expect("policy");
+    }
+    let spec = test_kit::ContextSpec {
+        cluster_id: "test-cluster".into(),
+        default_project: "demo-project".into(),
+        namespace: None,
+        concurrency: 8,
+        polls: test_kit::Polls::fast(),
+        tenancy: Some(WithoutPolicy::Allow),
+    };
+    let ctx = Arc::new(spec.build(&env.client, &env.gcp).await.expect("context"));
+    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
+    env.spawn(preprocess_batch::run(ctx.clone(), never_shutdown()));
+    env.spawn(tpu_slice::run(ctx, never_shutdown()));
+
+    let mut squat = vertex_only(&format!("gs://{BUCKET}/"));
+    squat.metadata.name = Some("squat".into());
+    squat.metadata.namespace = Some(team_a.clone());
+    kube::Api::<TrainingPipeline>::namespaced(env.client.clone(), &team_a)
+        .create(&PostParams::default(), &squat)
+        .await
+        .expect("team A's pipeline");
+    let squat: TrainingPipeline = env
+        .wait_for_in(&team_a, "squat", "Stalled", STEP, |tp: &TrainingPipeline| {
+            let conditions = tp
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default();
+            find_condition(conditions, types::STALLED).is_some_and(|c| c.status == "True")
+        })
+        .await;
+    let stalled = find_condition(&squat.status.unwrap().conditions, types::STALLED)
+        .cloned()
+        .unwrap();
+    assert_eq!(stalled.reason, reasons::POLICY_DENIED, "{stalled:?}");
+
+    // Creation times have whole seconds: the squatter must be the older one, as in the attack.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let mut victim = vertex_only(&format!("gs://{BUCKET}/models/victim/"));
+    victim.metadata.name = Some("victim".into());
+    env.create(&victim).await;
+    let victim = wait_phase(&env, "victim", Phase::Training).await;
+    let conditions = &victim.status.as_ref().unwrap().conditions;
+    assert!(
+        find_condition(conditions, types::STALLED).is_none_or(|c| c.reason != reasons::ARTIFACTS_IN_USE),
+        "team B waited for a claim team A's policy refuses: {conditions:?}"
+    );
+    assert_eq!(
+        env.gcp.call_count("vertex", "customJobs.create"),
+        1,
+        "team B's job only"
+    );
+}

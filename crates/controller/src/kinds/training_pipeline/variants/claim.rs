@@ -126,7 +126,8 @@ pub fn blocker<'a>(me: &Claim, others: impl IntoIterator<Item = &'a Claim>) -> O
 }
 
 /// The `Stalled` message: names the other pipeline only within the namespace (tenants must not
-/// learn each other's names), and says what to change.
+/// learn each other's objects), else only the namespace that holds the directory, so the team
+/// knows whom to ask; and says what to change.
 pub fn message(me: &Claim, other: &Claim) -> String {
     let (mine, dir, theirs) = overlap(me, other).unwrap_or(("modelDir", "", "modelDir"));
     let who = if other.namespace == me.namespace {
@@ -135,7 +136,7 @@ pub fn message(me: &Claim, other: &Claim) -> String {
             other.namespace, other.name
         )
     } else {
-        "a TrainingPipeline in another namespace".to_string()
+        format!("a TrainingPipeline in namespace {}", other.namespace)
     };
     format!(
         "spec.artifacts.{mine} {dir}/ is in use by {who}, which has not finished: two pipelines \

@@ -89,7 +89,7 @@ fn equal_creation_times_fall_back_to_the_name() {
 }
 
 #[test]
-fn the_message_names_a_neighbour_only_in_the_same_namespace() {
+fn the_message_names_a_neighbour_only_in_the_same_namespace_else_its_namespace() {
     let me = claim("me", 200, "gs://b/m");
     let old = claim("old", 100, "gs://b/m");
     let text = message(&me, &old);
@@ -105,7 +105,7 @@ fn the_message_names_a_neighbour_only_in_the_same_namespace() {
         ..old
     };
     let text = message(&me, &foreign);
-    assert!(text.contains("a TrainingPipeline in another namespace"), "{text}");
+    assert!(text.contains("a TrainingPipeline in namespace team-b,"), "{text}");
     assert!(!text.contains("old"), "{text}");
 }
 

@@ -32,7 +32,7 @@ fn the_index_follows_the_cache_a_version_at_a_time_and_forgets_what_left_it() {
     writer.apply_watcher_event(&watcher::Event::Apply(newer.clone()));
     let me = Claim::of(&newer.decode().unwrap()).unwrap();
 
-    let blocker = index.blocker(&store, &me).map(|c| c.name);
+    let blocker = index.blocker(&store, &me, |_| true).map(|c| c.name);
     assert_eq!(
         blocker.as_deref(),
         Some("older"),
@@ -43,19 +43,25 @@ fn the_index_follows_the_cache_a_version_at_a_time_and_forgets_what_left_it() {
     // Unchanged versions are not read again; a new version is.
     writer.apply_watcher_event(&watcher::Event::Apply(pipeline("older", 1, "12", "Succeeded")));
     assert_eq!(
-        index.blocker(&store, &me),
+        index.blocker(&store, &me, |_| true),
         None,
         "finished at its new version: no claim"
     );
     writer.apply_watcher_event(&watcher::Event::Apply(pipeline("older", 1, "13", "Training")));
     assert_eq!(
-        index.blocker(&store, &me).map(|c| c.name).as_deref(),
+        index.blocker(&store, &me, |_| true).map(|c| c.name).as_deref(),
         Some("older")
+    );
+    // A claim its own policy does not let write there holds nothing.
+    assert_eq!(
+        index.blocker(&store, &me, |c| c.name != "older"),
+        None,
+        "a claim refused by its own policy blocks no one"
     );
 
     // Gone from the cache: forgotten, and so are the pipelines that waited for it.
     writer.apply_watcher_event(&watcher::Event::Delete(pipeline("older", 1, "13", "Training")));
-    assert_eq!(index.blocker(&store, &me), None);
+    assert_eq!(index.blocker(&store, &me, |_| true), None);
     let claims = index.claims.lock().unwrap();
     assert_eq!(claims.by_uid.keys().collect::<Vec<_>>(), ["uid-newer"]);
     assert!(

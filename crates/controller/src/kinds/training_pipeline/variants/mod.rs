@@ -12,6 +12,7 @@ use kube::{Resource, runtime::reflector::Store};
 use tpu_operator_api::{conditions::reasons, training_pipeline::TrainingPipeline};
 
 use crate::{
+    governance::tenancy,
     reconcile::{context::Context, kind::Stop},
     runtime::{cloud_watch::Owner, watched::Cached},
 };
@@ -31,7 +32,8 @@ pub fn contention(ctx: &Context, tp: &TrainingPipeline) -> Option<Stop> {
     }
     let store = ctx.shared.get::<Store<Cached<TrainingPipeline>>>()?;
     let index = ctx.shared.get_or_default::<Index>();
-    let other = index.blocker(&store, &me)?;
+    let may_write = |other: &Claim| claim_allowed(ctx, other);
+    let other = index.blocker(&store, &me, may_write)?;
     if let Some(owner) = Owner::of(tp) {
         index.wait_for(&other.uid, owner);
     }
@@ -39,6 +41,25 @@ pub fn contention(ctx: &Context, tp: &TrainingPipeline) -> Option<Stop> {
         reason: reasons::ARTIFACTS_IN_USE,
         message: claim::message(&me, &other),
     })
+}
+
+/// Whether the policy of `other`'s namespace lets it write the directories it claims. A claim
+/// its own policy refuses holds nothing: otherwise one team could point a pipeline its policy
+/// refuses at another team's bucket and make every pipeline there wait.
+fn claim_allowed(ctx: &Context, other: &Claim) -> bool {
+    let req = tenancy::request::Request {
+        what: format!("TrainingPipeline {}", other.name),
+        storage: other
+            .dirs
+            .iter()
+            .map(|(field, dir)| tenancy::request::Named {
+                field: format!("spec.artifacts.{field}"),
+                value: format!("{dir}/"),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    tenancy::check_storage(&ctx.tenancy, &other.namespace, &req).is_ok()
 }
 
 /// Wakes the pipelines that waited for the one with `uid` (finished or being deleted).
@@ -96,7 +117,12 @@ impl Index {
     /// The pipeline `me` waits for ([`claim::blocker`]) among those in `store` now. Brings the
     /// claims up to date first, and forgets the pipelines no longer there. A pipeline whose
     /// `resourceVersion` did not move costs one lookup: no decoding, no allocation.
-    fn blocker(&self, store: &Store<Cached<TrainingPipeline>>, me: &Claim) -> Option<Claim> {
+    fn blocker(
+        &self,
+        store: &Store<Cached<TrainingPipeline>>,
+        me: &Claim,
+        may_write: impl Fn(&Claim) -> bool,
+    ) -> Option<Claim> {
         let objects = store.state();
         let mut index = self.claims.lock().expect("pipeline claims poisoned");
         index.scans += 1;
@@ -132,7 +158,11 @@ impl Index {
         if gone {
             index.by_uid.retain(|_, read| read.scan == scan);
         }
-        let claims = index.by_uid.values().filter_map(|read| read.claim.as_ref());
+        let claims = index
+            .by_uid
+            .values()
+            .filter_map(|read| read.claim.as_ref())
+            .filter(|c| may_write(c));
         let blocker = claim::blocker(me, claims).cloned();
         if gone {
             // A pipeline gone from the cache without a last pass (deleted at once) wakes no one:
