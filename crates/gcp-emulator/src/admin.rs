@@ -172,6 +172,9 @@ fn handle_inner(
 ) -> ApiResult<Response> {
     let q = Query::parse(uri.query());
     let ok = |v: Value| Ok(reply(StatusCode::OK, v));
+    if let Some(iam) = rest.strip_prefix("iam") {
+        return ok(crate::iam::admin::handle(shared, method, iam, body)?);
+    }
     match (method.clone(), rest) {
         (Method::GET, "healthz") => ok(json!({"status": "ok"})),
         (Method::GET, "clock") => ok(clock_view(shared)),

@@ -12,7 +12,7 @@ const MAX_RECORDS: usize = 100_000;
 #[derive(Clone, Debug, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CallRecord {
-    /// `tpu`, `dataproc`, `vertex` or `storage`.
+    /// `tpu`, `dataproc`, `vertex`, `storage`, `compute`, `logging` or `iamcredentials`.
     pub service: String,
     /// Discovery-style method id, e.g. `nodes.create`, `operations.get`, `objects.insert`.
     pub method: String,
@@ -25,6 +25,11 @@ pub struct CallRecord {
     pub status: u16,
     /// Emulated time of the call.
     pub time: DateTime<Utc>,
+    /// Who the call acted as: the service account its bearer token was minted for, else the
+    /// default principal (see [`crate::iam`]); empty when the caller was not authenticated
+    /// (an expired token) or the path routes nowhere.
+    #[serde(default)]
+    pub principal: String,
 }
 
 #[derive(Debug, Default)]

@@ -130,7 +130,7 @@ impl Emulator {
         self.shared.clock.clone()
     }
 
-    fn with_world<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
+    pub(crate) fn with_world<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
         f(&mut self.shared.world())
     }
 

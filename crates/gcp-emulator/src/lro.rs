@@ -45,7 +45,7 @@ fn mark_end(op: &mut Value, svc: Svc, at: &str) {
         Svc::Tpu => meta["endTime"] = json!(at),
         Svc::Dataproc => meta["doneTime"] = json!(at),
         Svc::Vertex => meta["genericMetadata"]["updateTime"] = json!(at),
-        Svc::Storage | Svc::Compute | Svc::Logging => {}
+        Svc::Storage | Svc::Compute | Svc::Logging | Svc::IamCredentials => {}
     }
 }
 

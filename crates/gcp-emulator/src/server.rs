@@ -37,6 +37,7 @@ fn target(path: &str) -> Option<Target> {
         // The Vertex Rust client sends operations calls to `/ui/{name}`: the same v1 surface.
         ("/vertex/ui/", Svc::Vertex),
         ("/logging/v2/", Svc::Logging),
+        ("/iamcredentials/v1/", Svc::IamCredentials),
     ];
     for (p, svc) in cloud {
         if let Some(rest) = path.strip_prefix(p) {
@@ -108,6 +109,8 @@ fn route_call(
                 Svc::Tpu => crate::tpu::route(&req).map(|(r, m)| (Routed::Tpu(r), m)),
                 Svc::Dataproc => crate::dataproc::route(&req).map(|(r, m)| (Routed::Dataproc(r), m)),
                 Svc::Logging => crate::logging::route(&req).map(|(r, m)| (Routed::Logging(r), m)),
+                Svc::IamCredentials => crate::iam::credentials::route(&req)
+                    .map(|sa| (Routed::Iam(sa), crate::iam::credentials::METHOD)),
                 _ => crate::vertex::route(&req).map(|(r, m)| (Routed::Vertex(r), m)),
             };
             (svc, req, routed)
@@ -126,17 +129,20 @@ fn route_call(
     }
 }
 
-/// Runs a routed call on the world, then the transitions it scheduled for now; a lost reply
-/// turns its success into the fault's error (the call was still carried out).
+/// Runs a routed call on the world as `caller`, then the transitions it scheduled for now; a lost
+/// reply turns its success into the fault's error (the call was still carried out).
 fn run(
     shared: &Shared,
-    routed: Routed,
+    (routed, caller): (Routed, &str),
     req: &Req,
     method_id: &str,
     lost: Option<(Code, String)>,
 ) -> Result<Reply, ApiError> {
     let mut guard = shared.world();
     let w = &mut *guard;
+    if let Routed::Storage(r) = &routed {
+        authorize_storage(w, caller, r, method_id)?;
+    }
     let res = match routed {
         Routed::Tpu(r) => crate::tpu::handle(&mut w.cloud, &mut w.tpu, req, r, method_id),
         Routed::Dataproc(r) => crate::dataproc::handle(&mut w.cloud, &mut w.dataproc, req, r, method_id),
@@ -144,6 +150,10 @@ fn run(
         Routed::Storage(r) => crate::storage::handle(&mut w.cloud, req, r, method_id),
         Routed::Compute(r) => crate::compute::handle(&mut w.cloud, &mut w.compute, req, r, method_id),
         Routed::Logging(r) => crate::logging::handle(&mut w.cloud, req, r),
+        Routed::Iam(sa) => {
+            let (now, id) = (w.cloud.now, w.cloud.uuid());
+            w.iam.generate_access_token(caller, &sa, req, now, &id)
+        }
     };
     // Zero-length transitions scheduled by this call happen before the reply.
     let now = shared.clock.now();
@@ -152,6 +162,31 @@ fn run(
         (Ok(_), Some((code, msg))) => Err(ApiError::new(code, msg)),
         (res, _) => res,
     }
+}
+
+/// IAM on a Cloud Storage call: the caller's role on the bucket it addresses (see [`crate::iam`]).
+fn authorize_storage(
+    w: &crate::world::World,
+    caller: &str,
+    route: &crate::storage::Route,
+    method_id: &str,
+) -> Result<(), ApiError> {
+    use crate::storage::Route;
+    let (bucket, object) = match route {
+        Route::Buckets => return Ok(()),
+        Route::Bucket(b) | Route::Objects(b) => (b, None),
+        Route::Object(b, o) => (b, Some(o.as_str())),
+    };
+    let exists = w.cloud.buckets.contains_key(bucket);
+    w.iam.authorize_storage(caller, method_id, bucket, object, exists)
+}
+
+/// Who the request acts as (see [`crate::iam::Iam::caller`]).
+fn caller(shared: &Shared, headers: &HeaderMap) -> Result<String, ApiError> {
+    let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let now = shared.clock.now();
+    let w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
+    w.iam.caller(auth, now)
 }
 
 async fn dispatch(
@@ -173,9 +208,10 @@ async fn dispatch(
     let enum_int = req.query.enum_int();
     let Some((routed, method_id)) = routed else {
         let res = Err(no_route(&req.method, &path));
-        let status = record(&shared, svc, "unknown", &req, &path, &uri, &res);
+        let status = record(&shared, svc, "unknown", &req, "", &uri, &res);
         return respond_status(res, enum_int, svc, status);
     };
+    let principal = caller(&shared, &headers);
     let (latency, failure, lost) = {
         let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
         let failure = w.cloud.faults.take_call_failure(svc.name(), method_id);
@@ -189,9 +225,10 @@ async fn dispatch(
     if latency > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
     }
-    let res = match failure {
-        Some((code, msg)) => Err(ApiError::new(code, msg)),
-        None => run(&shared, routed, &req, method_id, lost),
+    let res = match (failure, &principal) {
+        (Some((code, msg)), _) => Err(ApiError::new(code, msg)),
+        (None, Err(e)) => Err(e.clone()),
+        (None, Ok(p)) => run(&shared, (routed, p), &req, method_id, lost),
     };
     let res = match res {
         Err(mut e) if svc == Svc::Storage && e.gcs_reason.is_none() => {
@@ -201,7 +238,8 @@ async fn dispatch(
         Err(e) if svc == Svc::Compute => Err(crate::compute::errors::compute_shape(e)),
         other => other,
     };
-    let status = record(&shared, svc, method_id, &req, &path, &uri, &res);
+    let principal = principal.unwrap_or_default();
+    let status = record(&shared, svc, method_id, &req, &principal, &uri, &res);
     respond_status(res, enum_int, svc, status)
 }
 
@@ -212,6 +250,8 @@ enum Routed {
     Storage(crate::storage::Route),
     Compute(crate::compute::Route),
     Logging(crate::logging::Route),
+    /// `generateAccessToken` for this service account.
+    Iam(String),
 }
 
 fn gcs_reason(code: Code) -> &'static str {
@@ -232,7 +272,7 @@ fn record(
     svc: Svc,
     method: &str,
     req: &Req,
-    path: &str,
+    principal: &str,
     uri: &Uri,
     res: &Result<Reply, ApiError>,
 ) -> u16 {
@@ -246,10 +286,11 @@ fn record(
         service: svc.name().to_string(),
         method: method.to_string(),
         http_method: req.method.to_string(),
-        path: path.to_string(),
+        path: uri.path().to_string(),
         query: uri.query().unwrap_or("").to_string(),
         status,
         time,
+        principal: principal.to_string(),
     });
     status
 }

@@ -21,6 +21,8 @@ pub struct World {
     pub vertex: Vertex,
     /// Compute Engine instances, templates, policies, MIGs, resize requests and operations.
     pub compute: ComputeState,
+    /// IAM per identity (bindings, minted tokens); see [`crate::iam`].
+    pub iam: crate::iam::Iam,
 }
 
 impl World {
@@ -31,13 +33,18 @@ impl World {
             dataproc: Dataproc::default(),
             vertex: Vertex::default(),
             compute: ComputeState::default(),
+            iam: crate::iam::Iam::default(),
         }
     }
 
-    /// Forgets every resource, operation, fault and call (configuration is kept).
+    /// Forgets every resource, operation, fault, call and minted token (configuration and IAM
+    /// bindings are kept).
     pub fn reset(&mut self) {
         let cfg = self.cloud.cfg.clone();
+        let mut iam = std::mem::take(&mut self.iam);
+        iam.forget_tokens();
         *self = World::new(cfg, self.cloud.now);
+        self.iam = iam;
     }
 
     /// Fires every timer due at or before `now`, in time order.

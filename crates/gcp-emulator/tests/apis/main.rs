@@ -9,6 +9,7 @@ mod compute;
 mod dataproc;
 mod dataproc_ttl;
 mod golden;
+mod iam;
 mod storage;
 mod tpu;
 mod vertex;

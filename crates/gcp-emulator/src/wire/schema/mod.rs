@@ -30,6 +30,8 @@ pub enum Svc {
     Compute,
     /// Cloud Logging (`logging/`): no embedded schema; its handler checks its own fields.
     Logging,
+    /// IAM Service Account Credentials (`iamcredentials/`): `generateAccessToken` only.
+    IamCredentials,
 }
 
 impl Svc {
@@ -41,6 +43,7 @@ impl Svc {
             Svc::Storage => "storage",
             Svc::Compute => "compute",
             Svc::Logging => "logging",
+            Svc::IamCredentials => "iamcredentials",
         }
     }
     pub fn parse(s: &str) -> Option<Svc> {
@@ -51,6 +54,7 @@ impl Svc {
             Svc::Storage,
             Svc::Compute,
             Svc::Logging,
+            Svc::IamCredentials,
         ]
         .into_iter()
         .find(|v| v.name() == s)
