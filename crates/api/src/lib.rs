@@ -21,6 +21,7 @@ pub mod naming;
 pub mod preprocess_batch;
 pub mod reference;
 pub mod schema;
+pub mod text;
 pub mod tpu_policy;
 pub mod tpu_slice;
 pub mod training_pipeline;

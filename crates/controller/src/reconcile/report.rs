@@ -124,7 +124,9 @@ where
     } else {
         EventType::Normal
     };
-    let note = truncate(note, 1024);
+    // Notes carry cloud and workload text (a job's error, a workload's last lines) to whoever
+    // reads the namespace's Events: no terminal escapes, no bidi overrides.
+    let note = truncate(tpu_operator_api::text::displayable(&note), 1024);
     if let Err(e) = ctx
         .recorder
         .publish(&obj.object_ref(&()), type_, reason, &note)

@@ -42,7 +42,9 @@ pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline, project: Option
         return Ok(Marker::None);
     };
     let prefix = format!("{}_", uri.path);
-    let objects = ctx.gcp.storage.list_objects(uri.bucket, &prefix, 10).await;
+    // As the namespace's Google identity: the markers are under a directory the tenant named.
+    let storage = ctx.storage_for(&kube::ResourceExt::namespace(tp).unwrap_or_default());
+    let objects = storage.list_objects(uri.bucket, &prefix, 10).await;
     let objects = match objects {
         // The bucket may not exist until the workload writes to it.
         Err(e) if e.is_not_found() => return Ok(Marker::None),
@@ -60,7 +62,7 @@ pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline, project: Option
     }
     if fresh("_FAILED") {
         let uri = format!("{dir}_FAILED");
-        let content = ctx.gcp.storage.read_object(&uri).await.unwrap_or_default();
+        let content = storage.read_object(&uri).await.unwrap_or_default();
         let lines = match project {
             Some(project) => last_lines(ctx, tp, project).await,
             None => String::new(),
@@ -141,11 +143,12 @@ fn last_distinct(texts: Vec<String>) -> Vec<String> {
     out
 }
 
-/// A log line as status shows it: control characters replaced, cut at [`LINE_CHARS`].
+/// A log line as status shows it: control and invisible formatting characters (bidi overrides)
+/// replaced, cut at [`LINE_CHARS`].
 fn shown(text: &str) -> String {
-    let mut out: String = text
+    let one_line = text.replace('\n', " ");
+    let mut out: String = tpu_operator_api::text::displayable(&one_line)
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
         .take(LINE_CHARS)
         .collect();
     if text.chars().count() > LINE_CHARS {
@@ -167,12 +170,17 @@ mod tests {
         assert!(!shown.contains("team-b") && !shown.contains("loss"), "{shown}");
     }
 
-    /// A workload's line cannot put a terminal escape or unbounded text into status.
+    /// A workload's line cannot put a terminal escape, a line break, text reordered by a bidi
+    /// override or unbounded text into status.
     #[test]
     fn log_lines_are_cut_and_lose_control_characters() {
-        let line = format!("\u{1b}[31mboom\r{}", "x".repeat(500));
+        let line = format!("\u{1b}[31mboom\r\n\u{202E}{}", "x".repeat(500));
         let shown = super::shown(&line);
         assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(
+            !shown.chars().any(tpu_operator_api::text::is_invisible),
+            "{shown:?}"
+        );
         assert_eq!(shown.chars().count(), super::LINE_CHARS + 1);
     }
 
