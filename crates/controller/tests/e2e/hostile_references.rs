@@ -306,3 +306,48 @@ async fn other_teams_buckets_are_refused_before_any_storage_read() {
     );
     no_cloud_call(&env).await;
 }
+
+/// Every project a spec names is checked (issue 47): a Vertex job streaming to another team's
+/// TensorBoard (`projects/team-b-proj/...`) is refused by `allowedProjects`, naming the field,
+/// before its create (the pipeline only listed the jobs of its own, allowed, project); before,
+/// the job's own project was all that was checked and the job was created.
+#[tokio::test]
+async fn another_projects_tensorboard_is_refused_before_its_job_is_created() {
+    let mut env = TestEnv::start().await;
+    start(
+        &mut env,
+        json!({"defaultProject": "team-a-proj", "allowedProjects": ["team-a-proj"],
+               "allowedBuckets": ["demo-project-tpu-data"]}),
+    )
+    .await;
+    let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
+    tp.metadata.name = Some("board".into());
+    tp.spec.project = Some("team-a-proj".into());
+    tp.spec.preprocess = None;
+    tp.spec.artifacts.processed_data = None;
+    let vertex = tp
+        .spec
+        .training
+        .vertex
+        .as_mut()
+        .expect("the quickstart trains on Vertex");
+    vertex.tensorboard = Some("projects/team-b-proj/locations/us-east5/tensorboards/42".into());
+    env.create(&tp).await;
+    let got = wait_stalled(&env, "board", pipeline_conditions).await;
+    assert_denied(
+        &env,
+        "board",
+        got,
+        "allowedProjects",
+        "names \"projects/team-b-proj/locations/us-east5/tensorboards/42\" (spec.training.vertex.tensorboard) in project \"team-b-proj\"; allowed: team-a-proj",
+    );
+    env.idle(Duration::from_millis(300), STEP).await;
+    let calls = env.gcp.calls();
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.http_method == "GET" && c.path.contains("/projects/team-a-proj/")),
+        "only reads of team A's own project: {calls:#?}"
+    );
+    assert_eq!(env.gcp.custom_jobs().len(), 0);
+}

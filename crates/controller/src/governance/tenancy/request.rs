@@ -66,6 +66,9 @@ pub struct Request {
     pub image: Option<Named>,
     /// Every Cloud Storage location the spec names (`gs://` URIs, bucket names).
     pub storage: Vec<Named>,
+    /// Other resources the spec names by a path in some project (`projects/<p>/...`, e.g. the
+    /// Vertex TensorBoard the job streams to): each must be in an allowed project too.
+    pub in_projects: Vec<Named>,
 }
 
 /// The spec fields a request's network references come from, for messages.
@@ -316,6 +319,11 @@ pub fn vertex_job(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTabl
             network: "spec.training.vertex.network".into(),
             subnetwork: String::new(),
         },
+        in_projects: v
+            .tensorboard
+            .iter()
+            .map(|t| Named::new("spec.training.vertex.tensorboard", t.clone()))
+            .collect(),
         ..Request::default()
     })
 }

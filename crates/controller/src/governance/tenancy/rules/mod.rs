@@ -107,6 +107,20 @@ fn placement(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
         );
         return Err(Denial::fixed(rule, "allowedProjects", msg));
     }
+    if let Some(allowed) = &p.allowed_projects {
+        for named in &req.in_projects {
+            let project = project_of(&named.value);
+            if !matches(allowed, project) {
+                let msg = format!(
+                    "{what} names {:?} ({}) in project {project:?}; allowed: {}",
+                    named.value,
+                    named.field,
+                    list(allowed)
+                );
+                return Err(Denial::fixed(rule, "allowedProjects", msg));
+            }
+        }
+    }
     if let Some(allowed) = &p.allowed_regions
         && !matches(allowed, &req.region)
     {
@@ -120,6 +134,14 @@ fn placement(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
         return Err(Denial::fixed(rule, "allowedZones", msg));
     }
     Ok(())
+}
+
+/// The project of a resource path `projects/<p>/...` (the whole value when it is not one, so
+/// that a malformed path matches no allowed project).
+fn project_of(path: &str) -> &str {
+    path.strip_prefix("projects/")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or(path)
 }
 
 /// Only the Cloud Storage rule, for a location named outside a create (a slice's done-uri

@@ -559,3 +559,28 @@ fn buckets_outside_the_list_are_refused() {
     );
     assert_eq!(hostile(TpuPolicySpec::default(), &req), Ok(()), "absent: any");
 }
+
+/// Every project a spec names is checked, not only the one the job runs in: a Vertex job's
+/// TensorBoard in another project is refused by `allowedProjects`, one in an allowed project is
+/// not.
+#[test]
+fn a_tensorboard_in_another_project_is_refused() {
+    let mut req = slice("team-a", "us-east5-b", "v6e-8", CapacityKind::Spot);
+    let policy = || TpuPolicySpec {
+        allowed_projects: Some(vec!["team-a".into()]),
+        ..Default::default()
+    };
+    req.in_projects = vec![crate::governance::tenancy::request::Named {
+        field: "spec.training.vertex.tensorboard".into(),
+        value: "projects/team-a/locations/us-east5/tensorboards/1".into(),
+    }];
+    assert_eq!(hostile(policy(), &req), Ok(()));
+    req.in_projects[0].value = "projects/team-b/locations/us-east5/tensorboards/7".into();
+    let got = hostile(policy(), &req).unwrap_err();
+    assert!(
+        got.contains("spec.allowedProjects:")
+            && got.contains("spec.training.vertex.tensorboard")
+            && got.contains("in project \"team-b\"; allowed: team-a"),
+        "{got}"
+    );
+}
