@@ -202,7 +202,7 @@ fn controller_context(
     metrics: Metrics,
     settings: &Settings,
 ) -> Arc<Context> {
-    Arc::new(
+    let ctx = Arc::new(
         Context::new(client.clone(), gcp, settings.controller.clone())
             .with_metrics(metrics)
             .with_policies(Policies::watch(
@@ -211,7 +211,13 @@ fn controller_context(
                 settings.namespaces_without_policy,
             ))
             .with_prices(settings.prices.clone()),
-    )
+    );
+    // Orphans counted against quotas are kept in the sweeper's summary ConfigMap.
+    ctx.tenancy
+        .admissions
+        .orphans
+        .store_in(&settings.sweeper.report_namespace);
+    ctx
 }
 
 /// Leader election disabled: this replica runs the controllers until `stop`.

@@ -54,8 +54,12 @@ impl Context {
         let fair_share = FairShare::new(config.concurrency);
         let settled = Arc::new(Settled::default());
         let cloud_watch = Arc::new(CloudWatch::new(gcp.clone(), &config, settled.clone()));
+        let tenancy = Tenancy::new(client.clone());
+        // Where the sweeper reports when nothing says otherwise (the operator sets its own).
+        let store = config.namespace.as_deref().unwrap_or("default");
+        tenancy.admissions.orphans.store_in(store);
         Self {
-            tenancy: Arc::new(Tenancy::new(client.clone())),
+            tenancy: Arc::new(tenancy),
             client,
             gcp,
             config,

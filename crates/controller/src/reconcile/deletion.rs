@@ -21,7 +21,9 @@ pub async fn cleanup<K: Kind>(obj: &K, ctx: &Context) -> Result<Option<Action>> 
     if policy(ctx, obj) == DeletionPolicy::Orphan {
         if let Some(holding) = obj.orphaned(ctx, &t) {
             let namespace = pass::namespace(obj)?;
-            ctx.tenancy.admissions.orphans.record(&namespace, holding);
+            // Written before the finalizer goes: counted until a sweep sees it gone.
+            let orphans = &ctx.tenancy.admissions.orphans;
+            orphans.record(&ctx.client, &namespace, holding).await?;
         }
         return Ok(None);
     }

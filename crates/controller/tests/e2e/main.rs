@@ -13,6 +13,7 @@ mod events;
 mod gitops_health;
 mod guardrails;
 mod harness;
+mod hostile_billing;
 mod hostile_holds;
 mod hostile_references;
 mod hostile_tenant;

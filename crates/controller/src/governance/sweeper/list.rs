@@ -82,6 +82,8 @@ pub struct Listing {
     /// The TPU shape of every listed TPU node and queued resource, by name: what an orphaned one
     /// holds ([`TpuShape`]).
     pub tpu: HashMap<String, TpuShape>,
+    /// Places where every list answered: an orphan recorded there and not listed is gone.
+    pub answered: BTreeSet<Place>,
 }
 
 /// Every resource in `places` that may be ours (filtered by cluster label where the API can
@@ -99,6 +101,9 @@ pub async fn cloud(ctx: &Context, places: &BTreeSet<Place>) -> Listing {
             Scope::Zone => zone(ctx, place, &filter).await,
             Scope::Region => region(ctx, place, &filter).await,
         };
+        if found.answered() {
+            out.answered.insert(place.clone());
+        }
         if found.quiet(&ctx.config.cluster_id) {
             out.quiet.insert(place.clone());
         }

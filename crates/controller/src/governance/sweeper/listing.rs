@@ -45,6 +45,12 @@ impl PlaceListing {
         }
     }
 
+    /// Every list answered (NOT_FOUND and INVALID_ARGUMENT say nothing is there): what is not
+    /// listed is not there.
+    pub(super) fn answered(&self) -> bool {
+        !self.unsure
+    }
+
     pub(super) fn quiet(&self, cluster_id: &str) -> bool {
         let ours = |l: &BTreeMap<String, String>| plan::owner_uid(l, cluster_id).is_some();
         !self.unsure

@@ -34,6 +34,7 @@ pub mod places;
 pub mod plan;
 
 mod act;
+mod counted;
 mod summary;
 
 use std::{
@@ -199,13 +200,10 @@ impl Sweeper {
             return Ok(SweepReport::default());
         }
         let began = tokio::time::Instant::now();
-        let (orphans, mut out) = self.find(ctx).await?;
-        // Only a sweep that listed every place may say an orphan is gone.
-        let complete = out.errors.is_empty();
-        ctx.tenancy
-            .admissions
-            .orphans
-            .swept(began, std::mem::take(&mut out.holdings), complete);
+        let loaded = counted::load(ctx).await;
+        let (orphans, mut out, answered) = self.find(ctx).await?;
+        let found = std::mem::take(&mut out.holdings);
+        counted::swept(ctx, loaded, began, found, &answered).await;
         let mut errors = std::mem::take(&mut out.errors);
         let mut releases = Vec::new();
         for o in &orphans {
@@ -238,9 +236,10 @@ impl Sweeper {
     }
 
     /// Lists (cloud first, then objects), learns places, reads the groups lost instances claim,
-    /// and plans: the orphans, and the report so far (places pruned or over the bound, listing
-    /// errors). `Err` when the custom resources cannot be listed.
-    async fn find(&self, ctx: &Context) -> Result<(Vec<Orphan>, SweepReport), String> {
+    /// and plans: the orphans, the report so far (places pruned or over the bound, listing
+    /// errors) and the places listed without an error. `Err` when the custom resources cannot be
+    /// listed.
+    async fn find(&self, ctx: &Context) -> Result<(Vec<Orphan>, SweepReport, BTreeSet<Place>), String> {
         // Cloud first, then the custom resources: an object created in between can never make
         // its resource look orphaned. Places learned from this sweep's objects are listed from
         // the next sweep on.
@@ -281,7 +280,7 @@ impl Sweeper {
         };
         *self.first_seen.lock().expect("sweeper state poisoned") = seen;
         out.holdings = orphan_holdings(&orphans, &listing.tpu, &ctx.tenancy.prices);
-        Ok((orphans, out))
+        Ok((orphans, out, listing.answered))
     }
 
     /// Adds `new` to the pending releases and tries each: gone ones are dropped.
@@ -328,6 +327,8 @@ impl Sweeper {
         };
         let mut places = configured(&self.config);
         places.extend(learned.keys().cloned());
+        // Recorded orphans' zones, beyond any bound: they count until seen gone.
+        places.extend(counted::places(ctx));
         (learned, places)
     }
 

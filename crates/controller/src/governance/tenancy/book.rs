@@ -71,7 +71,9 @@ impl UsageBook {
     /// What `namespace` holds but the object `exclude` (its UID). Lists the namespace when its
     /// listing is older than [`LISTING_TTL`]. Call it holding the namespace's admission lock.
     pub async fn usage(&self, tenancy: &Tenancy, namespace: &str, exclude: &str) -> Result<Usage> {
-        let orphans = tenancy.admissions.orphans.holdings(namespace);
+        let book = &tenancy.admissions.orphans;
+        book.load(&tenancy.client).await?;
+        let orphans = book.holdings(namespace);
         {
             let books = self.0.lock().expect("usage book poisoned");
             if let Some(book) = books.get(namespace).filter(|b| b.fresh(Instant::now())) {

@@ -6,8 +6,10 @@ use tpu_operator_api::{
     training_pipeline::{StageName, StageState, TrainingPipelinePhase as Phase},
 };
 
+use tpu_operator_gcp::aiplatform_v1::model::JobState;
+
 use super::{
-    Action, Child, Planner, Requeue, Step, TrainingObserved, is_finished,
+    Action, Child, JobView, Planner, Requeue, Step, TrainingObserved, is_finished,
     observed::cancel_stops_billing,
     status::{self, time},
 };
@@ -171,6 +173,36 @@ impl Planner<'_> {
         } else {
             None
         }
+    }
+
+    /// The job `by` (suspend, an eviction) cancelled: while it still cancels it still bills, so
+    /// the next attempt waits for it (issue 47: resuming beside a job that still cancelled ran
+    /// two) and usage counts it; once it has ended, the Train stage's end is recorded (usage no
+    /// longer counts it) and the next attempt starts (held while suspended or evicted).
+    pub(super) fn after_stopped_job(&mut self, job: &JobView, by: &str) -> Step {
+        let attempt = job.attempt;
+        if job.state == JobState::Cancelling {
+            return Step::working(
+                Phase::Provisioning,
+                reasons::CANCELLING,
+                format!(
+                    "custom job {} (attempt {attempt}) stopped by {by} is still cancelling; the next attempt starts once it has ended",
+                    job.name
+                ),
+                Action::Nothing,
+                Requeue::Active,
+            );
+        }
+        let now = time(self.input.now);
+        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        if stage.state == StageState::Cancelled {
+            stage.end_time.get_or_insert(now);
+        }
+        let detail = format!(
+            "custom job {} (attempt {attempt}) was cancelled by {by}; resuming from CHECKPOINT_DIR",
+            job.name
+        );
+        self.start_attempt(attempt + 1, false, Some(detail))
     }
 
     /// Starting `attempt` after the one suspending or an eviction stopped: it is recorded as a

@@ -416,18 +416,18 @@ fn suspend_stops_what_bills_and_resuming_spends_no_retry() {
         );
         let message = st.message.clone().unwrap_or_default();
         assert!(message.contains("checkpoints are kept"), "case {i}: {message}");
-        // Stopping, then stopped: nothing else happens and the status stays as written.
-        for observed in [&stopping, &stopped, &stopped] {
-            let later = now() + chrono::Duration::seconds(60);
-            let again = run_at(&spec, &st, observed, later);
-            assert_eq!(again.action, Action::Nothing, "case {i}");
-            assert_eq!(
-                again.status, st,
-                "case {i}: a pass while suspended changes the status"
-            );
-            assert!(again.events.is_empty(), "case {i}: {:?}", again.events);
-        }
+        stopping_changes_nothing(&spec, &mut st, &stopping, &stopped, i);
         spec.suspend = false;
+        if matches!(stopping.training, TrainingObserved::Vertex { job: Some(_) }) {
+            // Resumed while the job still cancels: no job beside it (issue 47).
+            let later = now() + chrono::Duration::seconds(120);
+            let waiting = run_at(&spec, &st, &stopping, later);
+            assert_eq!(
+                waiting.action,
+                Action::Nothing,
+                "case {i}: a job beside a cancelling one"
+            );
+        }
         let p = step(&spec, &mut st, &stopped);
         assert_eq!(p.action, resumed, "case {i}: resumed");
         assert_eq!(train(&st).attempts, counted, "case {i}: resuming spent a retry");
@@ -441,6 +441,33 @@ fn suspend_stops_what_bills_and_resuming_spends_no_retry() {
         if spec.preprocess.is_none() {
             assert_eq!(record.resumes, 1, "case {i}");
         }
+    }
+}
+
+/// Stopping, then stopped: nothing else happens and the status stays as written, but for the
+/// Train stage's end, recorded once the stopped job has ended (usage counts the job until then:
+/// issue 47).
+fn stopping_changes_nothing(
+    spec: &TrainingPipelineSpec,
+    st: &mut TrainingPipelineStatus,
+    stopping: &Observed,
+    stopped: &Observed,
+    i: usize,
+) {
+    for observed in [stopping, stopped, stopped] {
+        let later = now() + chrono::Duration::seconds(60);
+        let again = run_at(spec, st, observed, later);
+        assert_eq!(again.action, Action::Nothing, "case {i}");
+        let mut status = again.status.clone();
+        let ended = train(&status).end_time.clone();
+        if ended != train(st).end_time {
+            assert!(observed == stopped && ended.is_some(), "case {i}");
+            let stage = status.stages.iter_mut().find(|s| s.name == StageName::Train);
+            stage.unwrap().end_time = train(st).end_time.clone();
+        }
+        assert_eq!(&status, st, "case {i}: a pass while suspended changes the status");
+        assert!(again.events.is_empty(), "case {i}: {:?}", again.events);
+        *st = again.status;
     }
 }
 

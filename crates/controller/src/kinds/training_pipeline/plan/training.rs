@@ -143,11 +143,7 @@ impl Planner<'_> {
                 )
             }
             JobState::Cancelling | JobState::Cancelled if let Some(by) = self.stopped_by(attempt) => {
-                let detail = format!(
-                    "custom job {} (attempt {attempt}) was cancelled by {by}; resuming from CHECKPOINT_DIR",
-                    job.name
-                );
-                self.start_attempt(attempt + 1, false, Some(detail))
+                self.after_stopped_job(job, by)
             }
             JobState::Expired => {
                 let detail = format!(
