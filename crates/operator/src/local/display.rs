@@ -22,14 +22,14 @@ use super::progress::{Key, Line, Seen, Tracker, format_duration};
 
 /// Draws bars on a terminal, changed lines elsewhere.
 pub enum Display {
-    Bars(Bars),
+    Bars(Box<Bars>),
     Changes(Vec<Line>),
 }
 
 impl Display {
     pub fn new(durations: gcp_emulator::Durations) -> Self {
         if std::io::stdout().is_terminal() {
-            Display::Bars(Bars::new(durations))
+            Display::Bars(Box::new(Bars::new(durations)))
         } else {
             Display::Changes(Vec::new())
         }

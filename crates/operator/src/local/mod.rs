@@ -136,7 +136,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     if args.keep {
         if !interrupted {
             watch.finish();
-            print_summary(&at_end, &gcp, None, converged_after);
+            print_summary(&at_end, &at_end, &gcp, None, converged_after);
             println!("everything keeps running; press Ctrl-C to stop");
             stop.await;
         }
@@ -154,7 +154,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
 
     watch.finish();
-    print_summary(&at_end, &gcp, left.as_deref(), started.elapsed());
+    print_summary(&at_end, &watch.tracker, &gcp, left.as_deref(), started.elapsed());
     Ok(exit_code(&at_end, &applied_keys, left.as_deref(), cleanup_ok))
 }
 
@@ -335,12 +335,13 @@ async fn context(
 
 fn print_summary(
     at_end: &Tracker,
+    last: &Tracker,
     gcp: &gcp_emulator::Emulator,
     left: Option<&[gcp_emulator::ResourceSummary]>,
     wall: Duration,
 ) {
     println!();
-    print!("{}", summary::table(&summary::rows(at_end)));
+    print!("{}", summary::table(&summary::rows(at_end, last)));
     for failure in summary::failures(&at_end.objects) {
         println!("  {failure}");
     }

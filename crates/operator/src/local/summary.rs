@@ -136,15 +136,18 @@ fn cost(seen: &Seen) -> String {
         .map_or_else(|| "-".into(), |usd| format!("${usd:.2}"))
 }
 
-pub fn rows(tracker: &Tracker) -> Vec<Row> {
-    tracker
+/// One row per object: its result and stages as they were when every applied object had
+/// finished (`at_end`), its cost as its status last said it (`last`: after the clean-up, the last
+/// status seen before it was deleted), since what was created keeps billing until it is gone.
+pub fn rows(at_end: &Tracker, last: &Tracker) -> Vec<Row> {
+    at_end
         .ordered()
         .into_iter()
         .map(|(key, seen, depth)| Row {
             object: format!("{}{key}", "  ".repeat(depth)),
             result: result(seen),
             stages: stages(&key.kind, seen),
-            cost: cost(seen),
+            cost: cost(last.objects.get(key).unwrap_or(seen)),
         })
         .collect()
 }

@@ -295,8 +295,11 @@ impl Planner<'_> {
     fn finalize(mut self, step: Step) -> Plan {
         let old_phase = self.input.status.phase;
         let now = time(self.input.now);
-        self.st.estimated_cost =
-            status::aggregate_cost(self.st.estimated_cost.as_ref(), &self.input.observed.costs);
+        self.st.estimated_cost = status::aggregate_cost(
+            self.st.estimated_cost.as_ref(),
+            &self.input.observed.costs,
+            self.input.now,
+        );
         if let Some((progress, reason, message)) = &step.kstatus {
             self.st.message = Some(message.clone());
             status::set_kstatus(&mut self.st, *progress, reason, message, now.clone());

@@ -138,14 +138,21 @@ pub fn vertex_cost(
     })
 }
 
-/// The children's estimates summed (PreprocessBatch, TpuSlice, and the current Vertex job). The
-/// spend so far never goes down when a released slice disappears.
-pub fn aggregate_cost(old: Option<&CostEstimate>, children: &[CostEstimate]) -> Option<CostEstimate> {
+/// The children's estimates summed (PreprocessBatch, TpuSlice, and the current Vertex job), each
+/// brought up to `now`: a settled slice writes its status rarely, and its `soFarUsd` grows by
+/// `perHourUsd` from its `accruedThrough` (a pipeline that finished training on it would
+/// otherwise report the slice's spend as of when it became ready). The spend so far never goes
+/// down when a released slice disappears.
+pub fn aggregate_cost(
+    old: Option<&CostEstimate>,
+    children: &[CostEstimate],
+    now: DateTime<Utc>,
+) -> Option<CostEstimate> {
     if children.is_empty() && old.is_none() {
         return None;
     }
     // Folded from +0.0: an empty f64 `sum` is -0.0, which status would show as "-0".
-    let sum = children.iter().fold(0.0, |total, c| total + c.so_far_usd);
+    let sum = children.iter().fold(0.0, |total, c| total + accrued(c, now));
     Some(CostEstimate {
         so_far_usd: old.map_or(0.0, |o| o.so_far_usd).max(sum),
         per_hour_usd: children.iter().fold(0.0, |total, c| total + c.per_hour_usd),
@@ -254,6 +261,19 @@ pub fn transitions(old: &TrainingPipelineStatus, new: &TrainingPipelineStatus) -
         .collect()
 }
 
+/// `c`'s spend so far as of `now` (as written when it has no `accruedThrough`), to the cent.
+fn accrued(c: &CostEstimate, now: DateTime<Utc>) -> f64 {
+    let since = c
+        .accrued_through
+        .as_ref()
+        .and_then(|t| DateTime::<Utc>::from_timestamp(t.0.as_second(), 0));
+    let Some(since) = since.filter(|s| *s < now) else {
+        return c.so_far_usd;
+    };
+    let hours = (now - since).num_seconds() as f64 / 3600.0;
+    ((c.so_far_usd + c.per_hour_usd * hours) * 100.0).round() / 100.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,11 +289,36 @@ mod tests {
 
     #[test]
     fn cost_sums_children_and_never_decreases() {
-        assert_eq!(aggregate_cost(None, &[]), None);
-        let both = aggregate_cost(None, &[cost(1.0, 0.0), cost(2.5, 10.0)]).unwrap();
+        let now = Utc::now();
+        assert_eq!(aggregate_cost(None, &[], now), None);
+        let both = aggregate_cost(None, &[cost(1.0, 0.0), cost(2.5, 10.0)], now).unwrap();
         assert_eq!((both.so_far_usd, both.per_hour_usd), (3.5, 10.0));
         // The slice was released: its share stays in the total, the burn rate drops.
-        let after = aggregate_cost(Some(&both), &[cost(1.0, 0.0)]).unwrap();
+        let after = aggregate_cost(Some(&both), &[cost(1.0, 0.0)], now).unwrap();
         assert_eq!((after.so_far_usd, after.per_hour_usd), (3.5, 0.0));
+    }
+
+    /// A slice that settled when it became ready (its estimate written then) still burns: the
+    /// pipeline counts its spend up to now, not up to its last status write.
+    #[test]
+    fn a_settled_childs_estimate_is_accrued_up_to_now() {
+        let ready = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .to_utc();
+        let slice = CostEstimate {
+            accrued_through: Some(Time(Timestamp::from_second(ready.timestamp()).unwrap())),
+            ..cost(0.10, 6.0)
+        };
+        let batch = cost(0.02, 0.0);
+        let later = ready + chrono::Duration::minutes(10);
+        let total = aggregate_cost(None, &[batch.clone(), slice.clone()], later).unwrap();
+        assert_eq!(
+            total.so_far_usd,
+            0.02 + 1.10,
+            "0.10 + 6 $/h for 10 min, and the batch"
+        );
+        let before = aggregate_cost(None, &[batch, slice], ready - chrono::Duration::minutes(1));
+        let before = before.unwrap().so_far_usd;
+        assert!((before - 0.12).abs() < 1e-9, "never accrued backwards: {before}");
     }
 }
