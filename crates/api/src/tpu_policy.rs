@@ -174,13 +174,30 @@ pub struct TpuPolicySpec {
     pub allowed_image_projects: Option<Vec<String>>,
     /// Cloud Storage buckets objects may name (every `gs://` URI in a spec: inputs, outputs,
     /// scripts, packages, `modelDir`, `checkpointDir`, args and env values; a Dataproc staging
-    /// bucket), `*` at the end for a prefix. The operator reads some of them with its own
-    /// identity (an input's existence, `_SUCCESS` / `_FAILED` markers, checkpoints), so a
-    /// namespace naming another team's bucket would learn about its objects. Absent: any.
+    /// bucket), `*` at the end for a prefix; `*` alone: every bucket. The operator reads some of
+    /// them (an input's existence, `_SUCCESS` / `_FAILED` markers, checkpoints) as the
+    /// namespace's `googleServiceAccount`, else with its own identity, so without that account a
+    /// namespace naming another team's bucket would learn about its objects. Absent: no bucket,
+    /// unless a policy selecting the namespace sets `googleServiceAccount` (then IAM decides).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = BUCKET_PATTERN)))]
     pub allowed_buckets: Option<Vec<String>>,
+    /// The Google service account the operator acts as for the selected namespaces (as Config
+    /// Connector's namespaced mode binds one per namespace): every Cloud Storage read it makes
+    /// for their objects (declared inputs, outputs, checkpoints, completion markers) uses a token
+    /// of this account, minted by impersonation, so IAM decides which buckets a team reaches and
+    /// audit logs name the team. The operator's own account needs
+    /// `roles/iam.serviceAccountTokenCreator` on it. Without it (and without `allowedBuckets`), a
+    /// policy refuses every Cloud Storage location: the operator would read it as itself. When
+    /// several policies select a namespace, they must not name different accounts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 254), regex(pattern = GOOGLE_SERVICE_ACCOUNT_PATTERN))]
+    pub google_service_account: Option<String>,
 }
+
+/// A Google service account's e-mail (`name@project.iam.gserviceaccount.com`, or a
+/// Google-managed `…@….gserviceaccount.com`).
+pub const GOOGLE_SERVICE_ACCOUNT_PATTERN: &str = r"^[a-z0-9][-a-z0-9]*@[-a-z0-9.]+\.gserviceaccount\.com$";
 
 /// `default`, an e-mail, or `*@domain`.
 pub const SERVICE_ACCOUNT_PATTERN: &str = r"^(default|\*?[a-zA-Z0-9._%+-]*@[a-zA-Z0-9-]+\.[a-zA-Z0-9.-]+)$";
@@ -188,8 +205,8 @@ pub const SERVICE_ACCOUNT_PATTERN: &str = r"^(default|\*?[a-zA-Z0-9._%+-]*@[a-zA
 pub const NETWORK_PATTERN: &str = r"^[^*]+\*?$";
 /// A project id (or domain-scoped id) with an optional `*` at the end.
 pub const PROJECT_PATTERN: &str = r"^[a-z0-9][-a-z0-9.:]*\*?$";
-/// A bucket name with an optional `*` at the end.
-pub const BUCKET_PATTERN: &str = r"^[a-z0-9][-a-z0-9_.]*\*?$";
+/// A bucket name with an optional `*` at the end, or `*` alone (every bucket).
+pub const BUCKET_PATTERN: &str = r"^([a-z0-9][-a-z0-9_.]*\*?|\*)$";
 
 /// One allowed TPU family.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -66,6 +66,9 @@ pub struct GcpConfig {
     pub compute_endpoint: String,
     /// Base URL of Cloud Logging (requests go to `{logging_endpoint}/v2/entries:list`).
     pub logging_endpoint: String,
+    /// Base URL of the IAM Service Account Credentials API (impersonation of a namespace's
+    /// `googleServiceAccount`: `{iam_credentials_endpoint}/v1/projects/-/serviceAccounts/...`).
+    pub iam_credentials_endpoint: String,
     /// Credentials of every client (including the plain-HTTP storage calls).
     pub credentials: CredentialsMode,
     /// When set, overrides every endpoint with `{url}/tpu`, `{url}/dataproc`, `{url}/vertex`,
@@ -91,6 +94,7 @@ pub struct ResolvedEndpoints {
     pub storage: String,
     pub compute: String,
     pub logging: String,
+    pub iam_credentials: String,
     pub credentials: CredentialsMode,
 }
 
@@ -111,6 +115,7 @@ impl GcpConfig {
             storage_endpoint: STORAGE_ENDPOINT.to_string(),
             compute_endpoint: COMPUTE_ENDPOINT.to_string(),
             logging_endpoint: LOGGING_ENDPOINT.to_string(),
+            iam_credentials_endpoint: crate::identity::IAM_CREDENTIALS_ENDPOINT.to_string(),
             credentials: CredentialsMode::Adc,
             emulator: None,
             call_timeout: DEFAULT_CALL_TIMEOUT,
@@ -138,6 +143,7 @@ impl GcpConfig {
                     storage: base.to_string(),
                     compute: base.to_string(),
                     logging: format!("{base}/logging"),
+                    iam_credentials: format!("{base}/iamcredentials"),
                     credentials: CredentialsMode::Anonymous,
                 }
             }
@@ -148,6 +154,7 @@ impl GcpConfig {
                 storage: trim(&self.storage_endpoint),
                 compute: trim(&self.compute_endpoint),
                 logging: trim(&self.logging_endpoint),
+                iam_credentials: trim(&self.iam_credentials_endpoint),
                 credentials: self.credentials.clone(),
             },
         }

@@ -23,6 +23,7 @@ pub mod config;
 pub mod credentials;
 pub mod dataproc;
 pub mod error;
+pub mod identity;
 pub mod logging;
 pub mod lro;
 pub mod metrics;
@@ -36,6 +37,7 @@ pub use compute::{ComputeApi, ComputeClient, Place, slices::ComputeSlices};
 pub use config::{CredentialsMode, GcpConfig};
 pub use dataproc::{DataprocApi, DataprocClient};
 pub use error::{ErrorKind, Exhaustion, GcpError, QuotaDetails, Service, ignore_not_found, is_not_found};
+pub use identity::{Impersonation, TokenClock};
 pub use logging::{LoggingApi, LoggingClient};
 pub use lro::{OperationState, operation_result, operation_state};
 pub use metrics::{CallHold, GcpMetrics};
@@ -64,6 +66,17 @@ pub struct Gcp {
     pub compute_slices: Arc<ComputeSlices>,
     /// Cloud Logging: a failed workload's last lines.
     pub logging: Arc<dyn LoggingApi>,
+    /// Tokens of the Google service accounts the operator acts as for a namespace
+    /// (`TpuPolicy.spec.googleServiceAccount`); see [`identity`].
+    pub impersonation: Arc<Impersonation>,
+    /// The storage client per impersonated service account (built on first use).
+    storage_as: Arc<StorageAs>,
+}
+
+/// [`Gcp::storage_as`]'s clients.
+struct StorageAs {
+    base: StorageClient,
+    clients: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn StorageApi>>>,
 }
 
 impl std::fmt::Debug for Gcp {
@@ -73,6 +86,19 @@ impl std::fmt::Debug for Gcp {
 }
 
 impl Gcp {
+    /// Cloud Storage as `service_account` (impersonated, its token cached until near expiry), or
+    /// as the operator itself when `None`.
+    pub fn storage_as(&self, service_account: Option<&str>) -> Arc<dyn StorageApi> {
+        let Some(sa) = service_account else {
+            return self.storage.clone();
+        };
+        let mut clients = self.storage_as.clients.lock().expect("storage clients poisoned");
+        clients
+            .entry(sa.to_string())
+            .or_insert_with(|| Arc::new(self.storage_as.base.acting_as(self.impersonation.clone(), sa)))
+            .clone()
+    }
+
     /// Builds the real clients. No API call is sent yet (Vertex clients are built per region on
     /// first use), but ADC must be loadable in [`CredentialsMode::Adc`], and the clients ask the
     /// credentials for their universe domain (the metadata server, on GKE): that question is
@@ -120,6 +146,11 @@ impl Gcp {
             CredentialsMode::Adc => Some(credentials.clone()),
             CredentialsMode::Anonymous => None,
         };
+        let impersonation = Arc::new(Impersonation::new(
+            &endpoints.iam_credentials,
+            storage_credentials.clone(),
+            timeout,
+        )?);
         let storage = StorageClient::new(&endpoints.storage, storage_credentials, timeout, metrics.clone())?;
         let compute = compute_client(&endpoints.compute, &credentials, timeout, metrics.clone()).await?;
         let logging = logging_client(&endpoints.logging, &credentials, timeout, metrics.clone()).await?;
@@ -130,7 +161,12 @@ impl Gcp {
             tpu: Arc::new(TpuClient::new(tpu, metrics.clone())),
             dataproc: Arc::new(dataproc),
             vertex: Arc::new(vertex),
+            storage_as: Arc::new(StorageAs {
+                base: storage.clone(),
+                clients: Default::default(),
+            }),
             storage: Arc::new(storage),
+            impersonation,
             compute_slices: Arc::new(ComputeSlices::new(compute.clone())),
             compute,
             logging: Arc::new(logging),

@@ -8,12 +8,15 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use google_cloud_auth::credentials::{CacheableResource, Credentials};
 use serde::Deserialize;
 
 use crate::{
     error::{ErrorKind, GcpError, Result, Service},
+    identity::{Auth, Impersonation},
     metrics::GcpMetrics,
 };
 
@@ -66,8 +69,8 @@ pub fn parse_gs_uri(uri: &str) -> Option<GsUri<'_>> {
 pub struct StorageClient {
     http: reqwest::Client,
     endpoint: String,
-    /// `None` sends no `Authorization` header (emulator).
-    credentials: Option<Credentials>,
+    /// The operator's credentials, a tenant service account's tokens, or none (emulator).
+    auth: Auth,
     metrics: GcpMetrics,
 }
 
@@ -103,8 +106,49 @@ impl StorageClient {
         Ok(Self {
             http,
             endpoint: endpoint.trim_end_matches('/').to_string(),
-            credentials,
+            auth: credentials.map(Auth::Credentials).unwrap_or_default(),
             metrics,
+        })
+    }
+
+    /// The same client acting as `service_account`, with tokens from `tokens` (one connection
+    /// pool for every identity).
+    pub fn acting_as(&self, tokens: Arc<Impersonation>, service_account: &str) -> Self {
+        Self {
+            auth: Auth::Impersonated(tokens, service_account.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The `Authorization` header of a call, if any.
+    async fn authorize(
+        &self,
+        request: reqwest::RequestBuilder,
+        method: &'static str,
+        target: &str,
+    ) -> Result<reqwest::RequestBuilder> {
+        let credentials = match &self.auth {
+            Auth::Anonymous => return Ok(request),
+            Auth::Impersonated(tokens, sa) => return Ok(request.bearer_auth(tokens.token(sa).await?)),
+            Auth::Credentials(credentials) => credentials,
+        };
+        let headers = credentials.headers(Default::default()).await.map_err(|err| {
+            let kind = if err.is_transient() {
+                ErrorKind::Transient
+            } else {
+                ErrorKind::Unauthenticated
+            };
+            GcpError::new(
+                kind,
+                Service::Storage,
+                method,
+                target,
+                format!("cannot get credentials: {err}"),
+            )
+        })?;
+        Ok(match headers {
+            CacheableResource::New { data, .. } => request.headers(data),
+            CacheableResource::NotModified => request,
         })
     }
 
@@ -116,26 +160,9 @@ impl StorageClient {
         url: &str,
         query: &[(&str, String)],
     ) -> Result<reqwest::Response> {
-        let mut request = self.http.get(url).query(query);
-        if let Some(credentials) = &self.credentials {
-            let headers = credentials.headers(Default::default()).await.map_err(|err| {
-                let kind = if err.is_transient() {
-                    ErrorKind::Transient
-                } else {
-                    ErrorKind::Unauthenticated
-                };
-                GcpError::new(
-                    kind,
-                    Service::Storage,
-                    method,
-                    target,
-                    format!("cannot get credentials: {err}"),
-                )
-            })?;
-            if let CacheableResource::New { data, .. } = headers {
-                request = request.headers(data);
-            }
-        }
+        let request = self
+            .authorize(self.http.get(url).query(query), method, target)
+            .await?;
         let response = request
             .send()
             .await
@@ -145,7 +172,9 @@ impl StorageClient {
         }
         let http_status = response.status().as_u16();
         let body = response.bytes().await.unwrap_or_default();
-        Err(http_error(method, target, http_status, &body))
+        let mut err = http_error(method, target, http_status, &body);
+        err.identity = self.auth.service_account().map(str::to_string);
+        Err(err)
     }
 
     fn objects_url(&self, bucket: &str) -> String {

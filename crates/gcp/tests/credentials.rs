@@ -180,6 +180,7 @@ fn config(fake: &Fake, call_timeout: Duration) -> GcpConfig {
         storage_endpoint: base.clone(),
         compute_endpoint: base.clone(),
         logging_endpoint: format!("{base}/logging"),
+        iam_credentials_endpoint: format!("{base}/iamcredentials"),
         credentials: CredentialsMode::Adc,
         emulator: None,
         call_timeout,

@@ -107,6 +107,11 @@ impl ContextSpec {
             kueue_default_queue: None,
         };
         let clock = gcp.clock();
+        // Impersonated tokens expire in the emulator's time, not the host's.
+        let token_clock = clock.clone();
+        clients
+            .impersonation
+            .set_clock(Arc::new(move || token_clock.now()));
         let mut ctx = Context::new(client.clone(), clients, config)
             .with_clock(Arc::new(FnClock(move || clock.now())))
             .with_backoff(BackoffPolicy {

@@ -28,6 +28,8 @@ pub fn permission(service: Service, method: &str) -> Option<String> {
         Service::Storage => "storage",
         Service::Compute => "compute",
         Service::Logging => "logging",
+        // generateAccessToken needs getAccessToken.
+        Service::Iam => return Some("iam.serviceAccounts.getAccessToken".into()),
     };
     Some(format!("{prefix}.{method}"))
 }
@@ -41,6 +43,7 @@ fn role(service: Service) -> &'static str {
         Service::Storage => "roles/storage.objectViewer on the bucket",
         Service::Compute => "roles/compute.instanceAdmin.v1 on the project",
         Service::Logging => "roles/logging.viewer on the project",
+        Service::Iam => "roles/iam.serviceAccountTokenCreator on the service account it acts as",
     }
 }
 
@@ -59,18 +62,22 @@ pub fn message(action: &str, err: &GcpError) -> String {
             err.method
         );
     }
+    // A call made as a namespace's own service account: that account is refused, and the grant
+    // is the platform team's to make to it (docs/policy.md); minting its token is the operator's.
+    let (actor, who) = match (&err.identity, err.service) {
+        (Some(sa), Service::Iam) => (
+            format!(" acting as {sa}"),
+            format!("the operator's Google service account (on {sa})"),
+        ),
+        (Some(sa), _) => (format!(" as {sa}"), sa.clone()),
+        (None, _) => (String::new(), "the operator's Google service account".to_string()),
+    };
     let grant = match permission(err.service, err.method) {
-        Some(p) => format!(
-            "grant the operator's Google service account {p} ({})",
-            role(err.service)
-        ),
-        None => format!(
-            "grant the operator's Google service account {}",
-            role(err.service)
-        ),
+        Some(p) => format!("grant {who} {p} ({})", role(err.service)),
+        None => format!("grant {who} {}", role(err.service)),
     };
     format!(
-        "{action}: Google refused {service} {}{on} (permission denied): {grant}; docs/install.md lists the roles per service",
+        "{action}: Google refused {service} {}{on}{actor} (permission denied): {grant}; docs/install.md lists the roles per service",
         err.method
     )
 }

@@ -122,7 +122,7 @@ fn merge(into: &mut Value, extra: Value) {
 /// A TpuPolicy selecting only `ns`, named after it (policies are cluster-scoped: tests sharing a
 /// real API server never see each other's).
 fn policy(ns: &str, rules: Value) -> TpuPolicy {
-    let mut spec = rules;
+    let mut spec = crate::tenant::every_bucket_unless_scoped(rules);
     spec["namespaces"] = json!([ns]);
     serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy",

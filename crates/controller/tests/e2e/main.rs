@@ -11,6 +11,7 @@ mod cloud_watch;
 mod compute_engine;
 mod events;
 mod gitops_health;
+mod google_identity;
 mod guardrails;
 mod harness;
 mod hostile_billing;

@@ -13,6 +13,8 @@ pub enum Service {
     Storage,
     Compute,
     Logging,
+    /// IAM Service Account Credentials (`generateAccessToken`, impersonation).
+    Iam,
 }
 
 impl Service {
@@ -24,6 +26,7 @@ impl Service {
             Service::Storage => "storage",
             Service::Compute => "compute",
             Service::Logging => "logging",
+            Service::Iam => "iamcredentials",
         }
     }
 }

@@ -61,6 +61,9 @@ pub struct GcpError {
     /// What the details say about a quota, when they say anything (boxed: rare, and a
     /// `GcpError` travels in every `Result` of this crate).
     pub quota: Option<Box<QuotaDetails>>,
+    /// The Google service account the call acted as when the operator impersonated one (a
+    /// namespace's `googleServiceAccount`); `None`: the operator's own identity.
+    pub identity: Option<String>,
 }
 
 impl GcpError {
@@ -82,6 +85,7 @@ impl GcpError {
             status: None,
             reason: None,
             quota: None,
+            identity: None,
         }
     }
 

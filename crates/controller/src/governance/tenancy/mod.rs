@@ -14,6 +14,7 @@
 
 pub mod adoption;
 pub mod book;
+pub mod identity;
 pub mod orphans;
 pub mod policies;
 pub mod references;
@@ -85,6 +86,7 @@ fn check(governing: &Governing, requests: &[Request], usage: Option<&Usage>) -> 
     if let Some(denial) = governing.refusal() {
         return Err(denial);
     }
+    requests.iter().try_for_each(|r| governing.storage_scope(r))?;
     governing
         .rules()
         .try_for_each(|rule| requests.iter().try_for_each(|r| evaluate(Some(rule), r, usage)))
@@ -97,6 +99,7 @@ pub fn check_storage(tenancy: &Tenancy, namespace: &str, req: &Request) -> Resul
     if let Some(denial) = governing.refusal() {
         return Err(denial);
     }
+    governing.storage_scope(req)?;
     governing.rules().try_for_each(|rule| rules::storage(rule, req))
 }
 

@@ -198,7 +198,7 @@ pub async fn observe(
     let attempt = u32::try_from(status.attempts).unwrap_or(0);
     if attempt == 0 {
         for input in &spec.batch.inputs {
-            if !exists(ctx, input).await? {
+            if !exists(ctx, target, input).await? {
                 observed.missing_inputs.push(input.clone());
             }
         }
@@ -220,16 +220,18 @@ pub async fn observe(
     {
         observed.output = match &spec.batch.output_uri {
             None => OutputCheck::NotDeclared,
-            Some(uri) if exists(ctx, uri).await? => OutputCheck::Present,
+            Some(uri) if exists(ctx, target, uri).await? => OutputCheck::Present,
             Some(uri) => OutputCheck::Missing(format!("no objects under {uri}")),
         };
     }
     Ok(observed)
 }
 
-/// Whether anything exists under a `gs://` prefix. A missing bucket counts as "nothing there".
-async fn exists(ctx: &Context, uri: &str) -> Result<bool> {
-    match ctx.gcp.storage.prefix_exists(uri).await {
+/// Whether anything exists under a `gs://` prefix, read as the namespace's Google identity. A
+/// missing bucket counts as "nothing there".
+async fn exists(ctx: &Context, target: &Target, uri: &str) -> Result<bool> {
+    let storage = ctx.storage_for(&target.identity.namespace);
+    match storage.prefix_exists(uri).await {
         Ok(found) => Ok(found),
         Err(err) if err.kind == ErrorKind::NotFound => Ok(false),
         Err(err) => Err(ReconcileError::gcp("check Cloud Storage prefix")(err)),

@@ -146,8 +146,14 @@ impl Kind for TpuSlice {
     async fn observe(&self, ctx: &Context, t: &Target) -> Result<Observed> {
         let pending = self.status.as_ref().and_then(|s| s.pending_operation.as_deref());
         let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
-        observed.workload_done =
-            observe::workload_done(ctx, &self.spec, &t.desired, observed.node.as_ref()).await?;
+        observed.workload_done = observe::workload_done(
+            ctx,
+            &t.identity.namespace,
+            &self.spec,
+            &t.desired,
+            observed.node.as_ref(),
+        )
+        .await?;
         observed.queue = queue::observe(self, ctx, t.shape()).await?;
         Ok(observed)
     }

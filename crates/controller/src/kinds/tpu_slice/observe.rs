@@ -325,6 +325,7 @@ fn read<T>(result: Result<T, GcpError>, action: &'static str) -> Result<Option<T
 /// `tpu-operator.dev/done-uri` annotation) and the node is READY. One Cloud Storage listing.
 pub async fn workload_done(
     ctx: &Context,
+    namespace: &str,
     spec: &TpuSliceSpec,
     desired: &Desired,
     node: Option<&Node>,
@@ -341,8 +342,7 @@ pub async fn workload_done(
     };
     let markers = [format!("{}_SUCCESS", uri.path), format!("{}_FAILED", uri.path)];
     let objects = match ctx
-        .gcp
-        .storage
+        .storage_for(namespace)
         .list_objects(uri.bucket, &format!("{}_", uri.path), 10)
         .await
     {

@@ -102,8 +102,7 @@ async fn list(
         return;
     };
     match ctx
-        .gcp
-        .storage
+        .storage_for(&tp.namespace().unwrap_or_default())
         .list_objects(uri.bucket, uri.path, checkpoints::MAX_LISTED)
         .await
     {

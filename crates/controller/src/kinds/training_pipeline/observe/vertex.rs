@@ -219,8 +219,7 @@ async fn model_written_since(
         return Ok(false);
     };
     let objects = ctx
-        .gcp
-        .storage
+        .storage_for(&kube::ResourceExt::namespace(tp).unwrap_or_default())
         .list_objects(uri.bucket, uri.path, MODEL_OBJECTS_LOOKED_AT)
         .await
         .map_err(ReconcileError::gcp("check the model output"))?;
