@@ -182,7 +182,7 @@ impl Impersonation {
                  {TOKEN_CREATOR_ROLE} on it)",
                 err.message
             );
-            err.identity = Some(service_account.to_string());
+            err.identity = Some(Box::new(service_account.to_string()));
             return Err(err);
         }
         let minted: Minted = serde_json::from_slice(&body).map_err(|err| {
@@ -221,7 +221,7 @@ fn mint_error(target: &str, service_account: &str, kind: ErrorKind, message: Str
         target,
         format!("cannot act as {service_account}: {message}"),
     );
-    err.identity = Some(service_account.to_string());
+    err.identity = Some(Box::new(service_account.to_string()));
     err
 }
 

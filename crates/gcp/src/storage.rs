@@ -173,7 +173,7 @@ impl StorageClient {
         let http_status = response.status().as_u16();
         let body = response.bytes().await.unwrap_or_default();
         let mut err = http_error(method, target, http_status, &body);
-        err.identity = self.auth.service_account().map(str::to_string);
+        err.identity = self.auth.service_account().map(|sa| Box::new(sa.to_string()));
         Err(err)
     }
 

@@ -89,7 +89,7 @@ async fn refusals_name_the_identity() {
         .await
         .unwrap_err();
     assert_eq!(err.kind, ErrorKind::PermissionDenied);
-    assert_eq!(err.identity.as_deref(), Some(TEAM_A));
+    assert_eq!(err.identity.as_deref().map(String::as_str), Some(TEAM_A));
     assert!(err.message.starts_with(TEAM_A), "{err}");
 
     // An account with no token creator bound can be minted (open until bound, like a bucket),
@@ -114,7 +114,7 @@ async fn refusals_name_the_identity() {
         (err.kind, err.service),
         (ErrorKind::PermissionDenied, Service::Iam)
     );
-    assert_eq!(err.identity.as_deref(), Some(TEAM_B));
+    assert_eq!(err.identity.as_deref().map(String::as_str), Some(TEAM_B));
     assert!(
         err.message.contains("roles/iam.serviceAccountTokenCreator") && err.message.contains(TEAM_B),
         "{err}"

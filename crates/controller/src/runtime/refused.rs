@@ -64,7 +64,7 @@ pub fn message(action: &str, err: &GcpError) -> String {
     }
     // A call made as a namespace's own service account: that account is refused, and the grant
     // is the platform team's to make to it (docs/policy.md); minting its token is the operator's.
-    let (actor, who) = match (&err.identity, err.service) {
+    let (actor, who) = match (err.identity.as_deref(), err.service) {
         (Some(sa), Service::Iam) => (
             format!(" acting as {sa}"),
             format!("the operator's Google service account (on {sa})"),

@@ -63,7 +63,7 @@ pub struct GcpError {
     pub quota: Option<Box<QuotaDetails>>,
     /// The Google service account the call acted as when the operator impersonated one (a
     /// namespace's `googleServiceAccount`); `None`: the operator's own identity.
-    pub identity: Option<String>,
+    pub identity: Option<Box<String>>,
 }
 
 impl GcpError {
