@@ -38,6 +38,15 @@ fn iam(env: &TestEnv) {
             &format!("serviceAccount:{sa}"),
         )
         .unwrap();
+        // As docs/install.md granted the operator before issue 47: it can read every bucket the
+        // objects name. What keeps team-a out of team-b's bucket is the identity the reads are
+        // made as, not a missing grant.
+        gcp.grant_bucket(
+            bucket,
+            "roles/storage.objectViewer",
+            &format!("serviceAccount:{OPERATOR}"),
+        )
+        .unwrap();
     }
     gcp.put_object("team-a-data", "raw/part-0", "a", "text/plain");
     gcp.put_object("team-b-data", "secret-project/part-0", "b", "text/plain");
