@@ -150,6 +150,7 @@ impl Install {
                 "namespaces": [tenant],
                 "allowedZones": [SWEEP_ZONE, "europe-west4-b", "europe-west1-b"],
                 "allowedRegions": ["us-east5", "europe-west4"],
+                "allowedBuckets": ["demo-project-tpu-data"],
                 "maxChips": 64,
             }
         }))
