@@ -197,6 +197,7 @@ async fn logs_follow_a_tpu_vm_pipeline_across_a_retry() {
         .inject(gcp_emulator::Fault::FailTpuWorkload {
             node: first.clone(),
             exit_code: Some(1),
+            message: None,
         })
         .unwrap();
     let follow = std::process::Command::new(BIN)

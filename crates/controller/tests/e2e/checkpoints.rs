@@ -387,6 +387,7 @@ async fn a_start_clean_retry_gets_its_own_checkpoint_dir() {
         .inject(Fault::FailTpuWorkload {
             node,
             exit_code: None,
+            message: None,
         })
         .unwrap();
     let retried = env

@@ -1019,6 +1019,7 @@ async fn retry_policy_fails_a_tpu_vm_run_on_exit_3_and_releases_its_slice() {
         .inject(Fault::FailTpuWorkload {
             node,
             exit_code: Some(3),
+            message: None,
         })
         .unwrap();
     let failed = wait_phase(&env, "tpu-vm-pipeline", Phase::Failed).await;
@@ -1047,6 +1048,7 @@ async fn a_failed_runs_slice_is_kept_for_debugging_then_deleted() {
         .inject(Fault::FailTpuWorkload {
             node: node.clone(),
             exit_code: Some(1),
+            message: None,
         })
         .unwrap();
     let failed = wait_phase(&env, "tpu-vm-pipeline", Phase::Failed).await;
@@ -1220,6 +1222,7 @@ async fn a_failed_tpu_vm_runs_message_carries_its_last_log_lines() {
         .inject(Fault::FailTpuWorkload {
             node,
             exit_code: Some(1),
+            message: None,
         })
         .unwrap();
     let failed = wait_phase(&env, "tpu-vm-pipeline", Phase::Failed).await;
@@ -1243,4 +1246,40 @@ async fn a_failed_tpu_vm_runs_message_carries_its_last_log_lines() {
         "{:?}",
         events.iter().map(|e| &e.note).collect::<Vec<_>>()
     );
+}
+
+/// A tenant's training script chooses its last log line, and the failure message shows it to
+/// whoever reads the pipeline's status and Events. A bidi override (Trojan Source) or a terminal
+/// escape in it must not reach them: both become spaces, the visible text stays.
+#[tokio::test]
+async fn a_failed_runs_last_line_reaches_status_and_events_without_bidi_overrides_or_escapes() {
+    let env = started().await;
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
+    tp.spec.preprocess = None;
+    tp.spec.max_retries = 0;
+    env.create(&tp).await;
+    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    let hostile = "RuntimeError: exit 0 \u{202E}1 tixe\u{202C} \u{1b}[2Kdone\u{2066}";
+    env.gcp
+        .inject(Fault::FailTpuWorkload {
+            node,
+            exit_code: Some(1),
+            message: Some(hostile.into()),
+        })
+        .unwrap();
+    let failed = wait_phase(&env, "tpu-vm-pipeline", Phase::Failed).await;
+    let clean = |text: &str| {
+        !text
+            .chars()
+            .any(|c| (c.is_control() && c != '\n') || tpu_operator_api::text::is_invisible(c))
+    };
+    let msg = message(&failed);
+    assert!(msg.contains("RuntimeError: exit 0  1 tixe   [2Kdone"), "{msg:?}");
+    assert!(clean(&msg), "{msg:?}");
+    let events = env.wait_for_event("tpu-vm-pipeline", "Failed", STEP).await;
+    let notes: Vec<&str> = events.iter().filter_map(|e| e.note.as_deref()).collect();
+    assert!(notes.iter().any(|n| n.contains("1 tixe")), "{notes:?}");
+    assert!(notes.iter().all(|n| clean(n)), "{notes:?}");
 }

@@ -86,8 +86,9 @@ pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
         r.workload_end = None;
     }
     let failed = crate::faults::matching(&w.faults.failing_workloads, &name).copied();
+    let error = crate::faults::matching(&w.faults.messages, &name).cloned();
     if w.cfg.simulate_outputs {
-        for (severity, line) in crate::logging::workloads::exit_lines(failed) {
+        for (severity, line) in crate::logging::workloads::exit_lines(failed, error.as_deref()) {
             log(w, ce, key, severity, &line);
         }
     }

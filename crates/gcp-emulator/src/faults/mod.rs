@@ -114,11 +114,15 @@ pub enum Fault {
     /// The Vertex custom job (full name or numeric id) ends JOB_STATE_FAILED, like `FailBatch`.
     FailJob { name: String, message: Option<String> },
     /// The TPU VM workload on this node (full name or node id) writes `_FAILED` instead of
-    /// `_SUCCESS`, holding `exit_code` (default 1) as the operator's startup script does.
+    /// `_SUCCESS`, holding `exit_code` (default 1) as the operator's startup script does. Its
+    /// container's last log line is `message` (default a simulated `RuntimeError`): what a
+    /// tenant's training script may print, escapes and all.
     FailTpuWorkload {
         node: String,
         #[serde(default)]
         exit_code: Option<i32>,
+        #[serde(default)]
+        message: Option<String>,
     },
     /// This batch / job / node (full name or id) succeeds without writing any output.
     SuppressOutput { name: String },
@@ -304,7 +308,7 @@ pub struct Faults {
     pub latency: Vec<LatencyState>,
     /// At most one per `service` (None = any service); the first matching stream draws.
     pub random: Vec<RandomState>,
-    /// Failure messages for `failing` entries that named one.
+    /// Failure messages for `failing` entries (and failing workloads) that named one.
     #[serde(skip)]
     pub messages: std::collections::BTreeMap<String, String>,
 }

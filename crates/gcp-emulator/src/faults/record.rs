@@ -41,7 +41,14 @@ impl Faults {
             | Fault::LiftVertexStockout { .. } => self.record_capacity_fault(f),
             Fault::FailBatch { name, message } => FollowUp::FailBatch(self.doom(name, message)),
             Fault::FailJob { name, message } => FollowUp::FailJob(self.doom(name, message)),
-            Fault::FailTpuWorkload { node, exit_code } => {
+            Fault::FailTpuWorkload {
+                node,
+                exit_code,
+                message,
+            } => {
+                if let Some(message) = message {
+                    self.messages.insert(node.clone(), message);
+                }
                 self.failing_workloads.insert(node, exit_code.unwrap_or(1));
                 FollowUp::Nothing
             }

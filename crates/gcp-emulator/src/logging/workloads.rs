@@ -84,8 +84,8 @@ pub fn dataproc_batch(w: &mut Cloud, batch: &str, uuid: &str, severity: i32, tex
 }
 
 /// The last lines a simulated training container prints: a finished run, or (exit code `failed`)
-/// a Python traceback ending in the error.
-pub fn exit_lines(failed: Option<i32>) -> Vec<(i32, String)> {
+/// a Python traceback ending in the error (`error`, else a simulated `RuntimeError`).
+pub fn exit_lines(failed: Option<i32>, error: Option<&str>) -> Vec<(i32, String)> {
     match failed {
         None => vec![(INFO, "Training finished: the model was saved".into())],
         Some(code) => vec![
@@ -93,7 +93,14 @@ pub fn exit_lines(failed: Option<i32>) -> Vec<(i32, String)> {
             (ERROR, "  File \"/app/train.py\", line 42, in <module>".into()),
             (
                 ERROR,
-                format!("RuntimeError: simulated training failure (the container exits with code {code})"),
+                error.map_or_else(
+                    || {
+                        format!(
+                            "RuntimeError: simulated training failure (the container exits with code {code})"
+                        )
+                    },
+                    str::to_string,
+                ),
             ),
         ],
     }

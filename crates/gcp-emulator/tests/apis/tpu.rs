@@ -956,6 +956,7 @@ async fn tpu_vm_workload_writes_success_or_failed_marker() {
     emu.inject(Fault::FailTpuWorkload {
         node: "bad".into(),
         exit_code: None,
+        message: None,
     })
     .unwrap();
     emu.inject(Fault::SuppressOutput {

@@ -187,7 +187,8 @@ pub fn fire_workload(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
         .unwrap_or_default()
         .to_string();
     let failed = crate::faults::matching(&w.faults.failing_workloads, name).copied();
-    for (severity, line) in crate::logging::workloads::exit_lines(failed) {
+    let error = crate::faults::matching(&w.faults.messages, name).cloned();
+    for (severity, line) in crate::logging::workloads::exit_lines(failed, error.as_deref()) {
         workload_log(w, tpu, name, severity, &line);
     }
     if name_matches(&w.faults.suppressed_outputs, name) || !w.cfg.simulate_outputs {

@@ -50,6 +50,7 @@ impl Trainer {
             TrainerKind::Node | TrainerKind::QueuedNode => Some(Fault::FailTpuWorkload {
                 node: self.name.clone(),
                 exit_code: Some(1),
+                message: None,
             }),
             TrainerKind::QueuedResource | TrainerKind::Instance => None,
         }
