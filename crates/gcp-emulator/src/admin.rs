@@ -79,6 +79,18 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
     }
 }
 
+/// The kinds of [`list_resources`] that keep costing money (or quota) while they exist; storage
+/// objects and finished operations stay behind in Google Cloud too, and cost (almost) nothing.
+pub const BILLABLE_KINDS: [&str; 7] = [
+    "tpu.node",
+    "tpu.queuedResource",
+    "dataproc.batch",
+    "vertex.customJob",
+    "compute.instance",
+    "compute.instanceGroupManager",
+    "compute.resizeRequest",
+];
+
 pub fn list_resources(w: &World) -> Vec<ResourceSummary> {
     let mut out = Vec::new();
     let mut push = |kind: &str, name: &str, state: &str| {

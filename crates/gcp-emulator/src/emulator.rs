@@ -308,6 +308,13 @@ impl Emulator {
         self.with_world(|w| admin::list_resources(w))
     }
 
+    /// What still bills ([`admin::BILLABLE_KINDS`]): what a clean-up must leave none of.
+    pub fn billable_resources(&self) -> Vec<ResourceSummary> {
+        let mut all = self.list_resources();
+        all.retain(|r| admin::BILLABLE_KINDS.contains(&r.kind.as_str()));
+        all
+    }
+
     pub fn config(&self) -> Config {
         self.with_world(|w| w.cloud.cfg.clone())
     }

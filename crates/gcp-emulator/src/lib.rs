@@ -29,7 +29,7 @@ pub mod vertex;
 pub mod wire;
 pub mod world;
 
-pub use admin::ResourceSummary;
+pub use admin::{BILLABLE_KINDS, ResourceSummary};
 pub use calls::CallRecord;
 pub use clock::Clock;
 pub use config::{Config, Durations};

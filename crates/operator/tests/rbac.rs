@@ -369,7 +369,7 @@ impl Install {
         let tenant = test_kit::real_client(&path).await.expect("the tenant's client");
         let as_tenant: Api<TpuSlice> = Api::namespaced(tenant, ns);
 
-        let before: BTreeSet<String> = billable(gcp).into_iter().map(|r| r.name).collect();
+        let before: BTreeSet<String> = gcp.billable_resources().into_iter().map(|r| r.name).collect();
         let name = self
             .create_slice(admin, "stripped", SWEEP_ZONE, "spot-queued-slice.yaml")
             .await;
@@ -417,7 +417,8 @@ impl Install {
             slices.get_opt(&name).await.ok()?.is_none().then_some(())
         })
         .await;
-        let left: Vec<_> = billable(gcp)
+        let left: Vec<_> = gcp
+            .billable_resources()
             .into_iter()
             .filter(|r| !before.contains(&r.name))
             .collect();
@@ -630,30 +631,11 @@ async fn wait_event(admin: &kube::Client, namespace: &str, name: &str, reason: &
     .await;
 }
 
-/// Billable kinds (what `cloud resources left` counts in `tpu-operator local`); storage objects
-/// the workloads wrote and finished operations stay, as they would in Google Cloud.
-const BILLABLE: [&str; 7] = [
-    "tpu.node",
-    "tpu.queuedResource",
-    "dataproc.batch",
-    "vertex.customJob",
-    "compute.instance",
-    "compute.instanceGroupManager",
-    "compute.resizeRequest",
-];
-
-fn billable(gcp: &gcp_emulator::Emulator) -> Vec<gcp_emulator::ResourceSummary> {
-    gcp.list_resources()
-        .into_iter()
-        .filter(|r| BILLABLE.contains(&r.kind.as_str()))
-        .collect()
-}
-
 /// Waits until gcp-emulator holds no billable resource; on timeout names what is left and shows
 /// the operators' last log lines.
 async fn wait_cloud_empty(gcp: &gcp_emulator::Emulator, replicas: &[Replica]) {
     let started = Instant::now();
-    while !billable(gcp).is_empty() {
+    while !gcp.billable_resources().is_empty() {
         if started.elapsed() > WAIT {
             let logs: Vec<String> = replicas
                 .iter()
@@ -669,7 +651,7 @@ async fn wait_cloud_empty(gcp: &gcp_emulator::Emulator, replicas: &[Replica]) {
                 .collect();
             panic!(
                 "cloud resources left after {WAIT:?}: {:#?}\n{}",
-                billable(gcp),
+                gcp.billable_resources(),
                 logs.join("\n")
             );
         }
@@ -756,7 +738,7 @@ async fn delete_node(gcp: &gcp_emulator::Emulator, id: &str) {
         resp.text().await.unwrap()
     );
     wait("the orphan node gone", async || {
-        billable(gcp).is_empty().then_some(())
+        gcp.billable_resources().is_empty().then_some(())
     })
     .await;
 }

@@ -1175,19 +1175,26 @@ async fn every_stage_links_its_console_page_and_its_logs() {
     assert_eq!(st.links, train.links, "the top-level links are the last stage's");
 }
 
+/// The TPU VM example without preprocessing or retries, created and training: the pipeline
+/// then, and its node's full name (a failed workload ends the run).
+async fn training_on_a_tpu_vm_without_retries(env: &TestEnv) -> (TrainingPipeline, String) {
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
+    tp.spec.preprocess = None;
+    tp.spec.max_retries = 0;
+    env.create(&tp).await;
+    let training = wait_phase(env, "tpu-vm-pipeline", Phase::Training).await;
+    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    (training, node)
+}
+
 /// Issue 36 items 1 and 3: a TPU VM run links its node and its workload's logs (the container
 /// logs through docker's gcplogs driver, labelled with the slice), and when its container fails
 /// the failure message and Event carry the container's last log lines, read from Cloud Logging.
 #[tokio::test]
 async fn a_failed_tpu_vm_runs_message_carries_its_last_log_lines() {
     let env = started().await;
-    let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
-    tp.spec.preprocess = None;
-    tp.spec.max_retries = 0;
-    env.create(&tp).await;
-    let training = wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
-    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    let (training, node) = training_on_a_tpu_vm_without_retries(&env).await;
     let (p, zone, id) = name_parts(&node);
     let slice = env
         .wait_for::<TpuSlice, _>("tpu-vm-pipeline-train", "links with the node", STEP, |s| {
@@ -1254,13 +1261,7 @@ async fn a_failed_tpu_vm_runs_message_carries_its_last_log_lines() {
 #[tokio::test]
 async fn a_failed_runs_last_line_reaches_status_and_events_without_bidi_overrides_or_escapes() {
     let env = started().await;
-    let mut tp: TrainingPipeline =
-        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
-    tp.spec.preprocess = None;
-    tp.spec.max_retries = 0;
-    env.create(&tp).await;
-    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
-    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    let (_, node) = training_on_a_tpu_vm_without_retries(&env).await;
     let hostile = "RuntimeError: exit 0 \u{202E}1 tixe\u{202C} \u{1b}[2Kdone\u{2066}";
     env.gcp
         .inject(Fault::FailTpuWorkload {

@@ -184,13 +184,7 @@ mod tests {
     use serde_json::json;
 
     fn seen(spec: Value) -> Seen {
-        Seen {
-            first_seen: Utc::now(),
-            finished: None,
-            object: json!({ "spec": spec }),
-            gone: false,
-            applied: true,
-        }
+        Seen::applied(json!({ "spec": spec }))
     }
 
     /// The ETA adds up what the emulated cloud does for each stage, from its own durations.

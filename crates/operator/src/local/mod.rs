@@ -360,10 +360,7 @@ fn print_summary(
         Some(left) => println!("{}", summary::left_line(left)),
         None => println!(
             "cloud resources now: {} (not cleaned up)",
-            gcp.list_resources()
-                .iter()
-                .filter(|r| summary::BILLABLE_KINDS.contains(&r.kind.as_str()))
-                .count()
+            gcp.billable_resources().len()
         ),
     }
 }

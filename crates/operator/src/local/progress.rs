@@ -55,6 +55,18 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// An applied object first seen now, not finished (the tests' fixture).
+    #[cfg(test)]
+    pub(super) fn applied(object: Value) -> Self {
+        Self {
+            first_seen: Utc::now(),
+            finished: None,
+            object,
+            gone: false,
+            applied: true,
+        }
+    }
+
     pub fn status(&self, field: &str) -> Option<&Value> {
         self.object.get("status").and_then(|s| s.get(field))
     }
@@ -352,13 +364,7 @@ mod tests {
     use serde_json::json;
 
     fn seen(status: Value) -> Seen {
-        Seen {
-            first_seen: Utc::now(),
-            finished: None,
-            object: json!({ "status": status }),
-            gone: false,
-            applied: true,
-        }
+        Seen::applied(json!({ "status": status }))
     }
 
     #[test]

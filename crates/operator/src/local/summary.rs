@@ -9,17 +9,6 @@ use serde_json::Value;
 
 use super::progress::{Key, Outcome, Seen, Tracker, format_duration};
 
-/// Cloud resources that would keep costing money (or quota) if left behind.
-pub const BILLABLE_KINDS: [&str; 7] = [
-    "tpu.node",
-    "tpu.queuedResource",
-    "dataproc.batch",
-    "vertex.customJob",
-    "compute.instance",
-    "compute.instanceGroupManager",
-    "compute.resizeRequest",
-];
-
 /// One row of the table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {

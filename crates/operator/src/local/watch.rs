@@ -6,10 +6,10 @@ use std::time::Duration;
 use kube::api::DeleteParams;
 use tpu_operator_controller::Shutdown;
 
+use super::apply;
 use super::display::Display;
 use super::progress::{Key, Tracker};
 use super::rehearse::Rehearsal;
-use super::{apply, summary};
 
 /// Follows the applied objects, printing their progress every 100 ms.
 pub(super) struct Watch<'a> {
@@ -128,15 +128,9 @@ pub(super) async fn clean_up(
 /// Billable cloud resources still present, after giving in-flight deletions a moment (their
 /// emulated duration is a fraction of a second of real time at the usual scales).
 async fn wait_cloud_empty(gcp: &gcp_emulator::Emulator) -> Vec<gcp_emulator::ResourceSummary> {
-    let billable = || {
-        gcp.list_resources()
-            .into_iter()
-            .filter(|r| summary::BILLABLE_KINDS.contains(&r.kind.as_str()))
-            .collect::<Vec<_>>()
-    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let left = billable();
+        let left = gcp.billable_resources();
         if left.is_empty() || tokio::time::Instant::now() >= deadline {
             return left;
         }

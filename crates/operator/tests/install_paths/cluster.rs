@@ -326,23 +326,7 @@ pub async fn readme_policy_and_quickstart_succeed(cli: &Cli, gcp: &gcp_emulator:
     );
     cli.kubectl(&["delete", "-f", quickstart.to_str().unwrap(), "--wait"]);
     wait(&format!("{path}: no cloud resource left"), async || {
-        let left: Vec<_> = gcp
-            .list_resources()
-            .into_iter()
-            .filter(|r| BILLABLE.contains(&r.kind.as_str()))
-            .collect();
-        left.is_empty().then_some(())
+        gcp.billable_resources().is_empty().then_some(())
     })
     .await;
 }
-
-/// Billable kinds (what `tpu-operator local` counts as cloud resources left).
-const BILLABLE: [&str; 7] = [
-    "tpu.node",
-    "tpu.queuedResource",
-    "dataproc.batch",
-    "vertex.customJob",
-    "compute.instance",
-    "compute.instanceGroupManager",
-    "compute.resizeRequest",
-];

@@ -158,11 +158,13 @@ impl Index {
         if gone {
             index.by_uid.retain(|_, read| read.scan == scan);
         }
+        // The policy is asked only about claims that collide with `me`: building its request
+        // allocates, and every other pipeline in the cache is looked at here on each pass.
         let claims = index
             .by_uid
             .values()
             .filter_map(|read| read.claim.as_ref())
-            .filter(|c| may_write(c));
+            .filter(|c| claim::overlap(me, c).is_some() && may_write(c));
         let blocker = claim::blocker(me, claims).cloned();
         if gone {
             // A pipeline gone from the cache without a last pass (deleted at once) wakes no one:
