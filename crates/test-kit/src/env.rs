@@ -6,13 +6,15 @@
 //! only that namespace, so tests that run in parallel (each with its own gcp-emulator) never
 //! reconcile each other's objects.
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
 
 use kube::{Api, Resource};
 use tpu_operator_controller::{Context, governance::tenancy::WithoutPolicy};
 
 use crate::{
-    ContextSpec, NamespacedObject, Polls, TestCluster, emulators, objects,
+    ContextSpec, NamespacedObject, Polls, TestCluster, emulators,
+    identity::Tenant,
+    objects,
     real_server::{create_test_namespace, install_crds_on_real_server},
     wait::wait_limit,
 };
@@ -109,6 +111,18 @@ impl TestEnv {
 
     pub async fn create<K: NamespacedObject>(&self, obj: &K) -> K {
         objects::create_in(&self.client, &self.ns, obj).await
+    }
+
+    /// The tenant of the test's namespace: on the real server its `edit` ServiceAccount, with the
+    /// chart's aggregated roles rendered by `helm` (asked for only there; the suites pass
+    /// `test_tools::helm`); on kube-emulator the admin client ([`Tenant::of`]).
+    pub async fn tenant(&self, helm: impl FnOnce() -> PathBuf) -> Tenant {
+        self.tenant_in(&self.ns, helm).await
+    }
+
+    /// [`Self::tenant`] of another namespace `ns` (team B in the tenancy suites), which must exist.
+    pub async fn tenant_in(&self, ns: &str, helm: impl FnOnce() -> PathBuf) -> Tenant {
+        Tenant::of(&self.cluster, &self.client, ns, helm).await
     }
 }
 

@@ -2,7 +2,10 @@
 //! is still cancelling after a suspend, and a TPU node left by an allowed `deletionPolicy: Orphan`,
 //! keep counting against the namespace's `maxChips` until they have ended, whatever the sweeper
 //! lists and however the tenant orders its objects. Each test plays the attack through the real
-//! path (CR → controller → gcp-emulator → status) and measures what bills in the emulator.
+//! path (CR → controller → gcp-emulator → status) and measures what bills in the emulator. The
+//! tenant's writes (create, suspend, delete) go through [`tenant::as_tenant`] (its `edit`
+//! ServiceAccount on the real server); the policies, the cloud's timings and the sweeper are the
+//! platform's.
 //!
 //! Before the fix: the suspend attack ran 16 chips under `maxChips: 8` (the cancelling job plus
 //! the slice admitted beside it, or the job resume created beside it), and each orphan attack 16
@@ -12,7 +15,7 @@ use std::time::Duration;
 
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use test_kit::TestEnv;
+use test_kit::{Tenant, TestEnv};
 use tpu_operator_api::{
     tpu_slice::TpuSlice,
     training_pipeline::{StageName, StageState, TrainingPipeline, TrainingPipelinePhase as Phase},
@@ -70,8 +73,9 @@ fn train_state(tp: &TrainingPipeline) -> Option<StageState> {
         .map(|s| s.state)
 }
 
-async fn suspend(env: &TestEnv, name: &str, on: bool) {
-    env.api::<TrainingPipeline>()
+async fn suspend(tenant: &Tenant, name: &str, on: bool) {
+    tenant
+        .api::<TrainingPipeline>()
         .patch(
             name,
             &PatchParams::default(),
@@ -95,13 +99,14 @@ async fn a_cancelling_job_keeps_counting_through_suspend_and_resume() {
     env.gcp.set_config(config);
     let rules = json!({"maxChips": 8, "allowedBuckets": ["demo-project-tpu-data"]});
     tenant::start(&mut env, Some(rules)).await;
-    env.create(&vertex_pipeline("p")).await;
+    let tenant = tenant::as_tenant(&env).await;
+    tenant.create(&vertex_pipeline("p")).await;
     env.wait_for::<TrainingPipeline, _>("p", "training", STEP, |tp| {
         train_state(tp) == Some(StageState::Running)
     })
     .await;
 
-    suspend(&env, "p", true).await;
+    suspend(&tenant, "p", true).await;
     let step = Duration::from_secs(1);
     env.wait_for::<TrainingPipeline, _>("p", "Suspended", step, |tp| {
         tp.status.as_ref().is_some_and(|s| s.phase == Phase::Suspended)
@@ -112,7 +117,7 @@ async fn a_cancelling_job_keeps_counting_through_suspend_and_resume() {
     // While it cancels, the job still bills: another 8 chips are refused (looked at after the
     // usage book's listing, at most 5 s old, was taken again).
     env.idle(LISTING_TTL + Duration::from_secs(1), step).await;
-    env.create(&slice("beside", json!({}))).await;
+    tenant.create(&slice("beside", json!({}))).await;
     let beside: TpuSlice = env
         .wait_for("beside", "PolicyDenied", step, |s| stalled(s).is_some())
         .await;
@@ -122,14 +127,15 @@ async fn a_cancelling_job_keeps_counting_through_suspend_and_resume() {
         "{message}"
     );
     assert_eq!(chips_billing(&env), CHIPS, "{:?}", job_states(&env));
-    env.api::<TpuSlice>()
+    tenant
+        .api::<TpuSlice>()
         .delete("beside", &DeleteParams::default())
         .await
         .unwrap();
     env.wait_gone::<TpuSlice>("beside", step).await;
 
     // Resuming while the job still cancels starts nothing beside it.
-    suspend(&env, "p", false).await;
+    suspend(&tenant, "p", false).await;
     env.idle(Duration::from_secs(2), step).await;
     assert_eq!(
         env.gcp.call_count("vertex", "customJobs.create"),
@@ -160,11 +166,13 @@ fn sweeper(env: &TestEnv) -> Sweeper {
 }
 
 /// Creates `name` with `deletionPolicy: Orphan`, waits for its node, and deletes the slice.
-async fn orphan_one(env: &TestEnv, name: &str) {
-    env.create(&slice(name, json!({"deletionPolicy": "Orphan"})))
+async fn orphan_one(env: &TestEnv, tenant: &Tenant, name: &str) {
+    tenant
+        .create(&slice(name, json!({"deletionPolicy": "Orphan"})))
         .await;
     env.wait_for::<TpuSlice, _>(name, "Ready", STEP, is_ready).await;
-    env.api::<TpuSlice>()
+    tenant
+        .api::<TpuSlice>()
         .delete(name, &DeleteParams::default())
         .await
         .unwrap();
@@ -173,12 +181,17 @@ async fn orphan_one(env: &TestEnv, name: &str) {
 
 /// After the orphan: another 8-chip slice must be refused, whatever the sweeps in between saw,
 /// and the sweeper reports the orphan.
-async fn the_orphan_still_counts(env: &TestEnv, sweeper: &Sweeper, ctx: &tpu_operator_controller::Context) {
+async fn the_orphan_still_counts(
+    env: &TestEnv,
+    tenant: &Tenant,
+    sweeper: &Sweeper,
+    ctx: &tpu_operator_controller::Context,
+) {
     let report: SweepReport = sweeper.sweep(ctx).await.expect("sweep");
     // Past the usage book's listing (taken while the orphaned slice still existed).
     env.idle(LISTING_TTL + Duration::from_secs(1), Duration::from_secs(1))
         .await;
-    env.create(&slice("next", json!({}))).await;
+    tenant.create(&slice("next", json!({}))).await;
     let next: TpuSlice = env
         .wait_for("next", "PolicyDenied", STEP, |s| stalled(s).is_some())
         .await;
@@ -215,18 +228,19 @@ async fn the_orphan_still_counts(env: &TestEnv, sweeper: &Sweeper, ctx: &tpu_ope
 async fn an_orphan_made_between_sweeps_keeps_counting() {
     let mut env = TestEnv::start().await;
     tenant::start(&mut env, Some(json!({"allowOrphan": true, "maxChips": 8}))).await;
+    let tenant = tenant::as_tenant(&env).await;
     let sweeper = sweeper(&env);
     sweeper
         .sweep(&env.ctx)
         .await
         .expect("first sweep: nothing learned yet");
-    orphan_one(&env, "kept").await;
+    orphan_one(&env, &tenant, "kept").await;
     assert_eq!(env.gcp.nodes().len(), 1, "orphaned by an allowed policy");
     // The operator restarts: a new process, a new sweeper.
     env.stop_all();
     let ctx = tenant::start(&mut env, None).await;
     let sweeper = self::sweeper(&env);
-    the_orphan_still_counts(&env, &sweeper, &ctx).await;
+    the_orphan_still_counts(&env, &tenant, &sweeper, &ctx).await;
 }
 
 /// Issue 47, "Orphans that stop counting", second form: the tenant first fills its 16 learned
@@ -237,12 +251,13 @@ async fn an_orphan_made_between_sweeps_keeps_counting() {
 async fn suspended_slices_do_not_crowd_an_orphan_out_of_the_count() {
     let mut env = TestEnv::start().await;
     let ctx = tenant::start(&mut env, Some(json!({"allowOrphan": true, "maxChips": 8}))).await;
+    let tenant = tenant::as_tenant(&env).await;
     for i in 0..16 {
         let fill = slice(
             &format!("fill{i}"),
             json!({"zone": format!("us-central{i}-a"), "suspend": true}),
         );
-        env.create(&fill).await;
+        tenant.create(&fill).await;
     }
     for i in 0..16 {
         env.wait_for::<TpuSlice, _>(&format!("fill{i}"), "Suspended", STEP, |s| {
@@ -255,8 +270,8 @@ async fn suspended_slices_do_not_crowd_an_orphan_out_of_the_count() {
     let sweeper = sweeper(&env);
     sweeper.sweep(&ctx).await.expect("sweep");
     sweeper.sweep(&ctx).await.expect("sweep");
-    orphan_one(&env, "kept").await;
+    orphan_one(&env, &tenant, "kept").await;
     sweeper.sweep(&ctx).await.expect("sweep");
     sweeper.sweep(&ctx).await.expect("sweep");
-    the_orphan_still_counts(&env, &sweeper, &ctx).await;
+    the_orphan_still_counts(&env, &tenant, &sweeper, &ctx).await;
 }

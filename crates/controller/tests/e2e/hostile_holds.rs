@@ -11,7 +11,10 @@
 //! Runs on kube-emulator and, in CI, on the real kube-apiserver. A second tenant ("team B") is
 //! the namespace `<env.ns>-b` with an operator context of its own scoped to it, so the
 //! cross-namespace attacks run on the shared real server too (a context watching every namespace
-//! would reconcile the other tests' objects there). The escapes themselves are played in
+//! would reconcile the other tests' objects there). Each team acts as its tenant
+//! ([`crate::tenant::as_tenant`]): on the real server its namespace's `edit` ServiceAccount under
+//! the chart's aggregated roles, so a write RBAC refuses (another namespace's objects, `status`)
+//! is asserted refused; policies and namespaces are the administrator's. The escapes themselves are played in
 //! `hostile_tenant.rs`, `hostile_references.rs` (network path traversal, foreign reservations,
 //! images and buckets) and `sweeper.rs`.
 
@@ -27,7 +30,7 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
-use test_kit::{ContextSpec, NamespacedObject, Polls, TestEnv};
+use test_kit::{ContextSpec, NamespacedObject, Polls, Tenant, TestEnv};
 use tpu_operator_api::{
     conditions::{find_condition, types},
     preprocess_batch::PreprocessBatch,
@@ -41,6 +44,8 @@ use tpu_operator_controller::{
     kinds::{preprocess_batch, tpu_slice, training_pipeline},
     never_shutdown,
 };
+
+use crate::tenant::{as_tenant, as_tenant_in};
 
 const STEP: Duration = Duration::from_secs(20);
 const TEAM_A_SA: &str = "*@team-a.iam.gserviceaccount.com";
@@ -150,15 +155,18 @@ fn spawn_controllers(env: &mut TestEnv, ctx: &Arc<Context>) {
 }
 
 /// Team A (`env.ns`): creates its policy, then starts the three controllers with a fresh context.
-async fn start(env: &mut TestEnv, rules: Value) {
+/// Returns team A's tenant, who plays the attacks.
+async fn start(env: &mut TestEnv, rules: Value) -> Tenant {
     create_policy(&env.client, &env.ns, rules).await;
     let ctx = Arc::new(env.context().await);
     spawn_controllers(env, &ctx);
+    as_tenant(env).await
 }
 
 /// Team B: the namespace `<env.ns>-b` with its own policy `rules` and the three controllers of
-/// an operator context scoped to it (same cluster id, same cloud). Returns the namespace.
-async fn start_team_b(env: &mut TestEnv, rules: Value) -> String {
+/// an operator context scoped to it (same cluster id, same cloud). Returns team B's tenant (its
+/// `ns` is the namespace).
+async fn start_team_b(env: &mut TestEnv, rules: Value) -> Tenant {
     let ns = format!("{}-b", env.ns);
     let namespaces = Api::<Namespace>::all(env.client.clone());
     if namespaces.get_opt(&ns).await.expect("get namespace").is_none() {
@@ -179,7 +187,7 @@ async fn start_team_b(env: &mut TestEnv, rules: Value) -> String {
     };
     let ctx = Arc::new(spec.build(&env.client, &env.gcp).await.expect("team B's context"));
     spawn_controllers(env, &ctx);
-    ns
+    as_tenant_in(env, &ns).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -261,10 +269,10 @@ async fn wait_ready<K: Conditioned>(env: &TestEnv, ns: &str, name: &str) -> K {
     wait_in(env, ns, name, "Ready", STEP, is_ready::<K>).await
 }
 
-/// Creates `obj` in `ns` expecting the API server itself to refuse it (a CRD validation rule,
-/// 422), and returns the server's message.
-async fn api_refuses<K: NamespacedObject>(env: &TestEnv, ns: &str, obj: &K) -> String {
-    let api = Api::<K>::namespaced(env.client.clone(), ns);
+/// Creates `obj` as `tenant` expecting the API server itself to refuse it (a CRD validation rule,
+/// 422, not RBAC), and returns the server's message.
+async fn api_refuses<K: NamespacedObject>(tenant: &Tenant, obj: &K) -> String {
+    let api = tenant.api::<K>();
     match api.create(&PostParams::default(), obj).await {
         Err(kube::Error::Api(e)) if e.code == 422 => e.message,
         other => panic!(
@@ -276,11 +284,12 @@ async fn api_refuses<K: NamespacedObject>(env: &TestEnv, ns: &str, obj: &K) -> S
 
 /// A merge patch of `name`'s main resource (what a tenant's `kubectl patch` / `apply` sends).
 async fn tenant_patch<K: NamespacedObject>(
-    env: &TestEnv,
+    tenant: &Tenant,
     name: &str,
     patch: &Value,
 ) -> Result<K, kube::Error> {
-    env.api::<K>()
+    tenant
+        .api::<K>()
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
 }
@@ -323,8 +332,8 @@ fn cloud_creates(env: &TestEnv) -> u64 {
 async fn slices_racing_for_one_quota_get_one_node() {
     const RACERS: usize = 4;
     let mut env = TestEnv::start().await;
-    start(&mut env, json!({"maxChips": 8})).await;
-    let api = env.api::<TpuSlice>();
+    let tenant = start(&mut env, json!({"maxChips": 8})).await;
+    let api = tenant.api::<TpuSlice>();
     let creates = (0..RACERS).map(|i| {
         let (api, s) = (api.clone(), slice(&format!("racer-{i}"), json!({})));
         tokio::spawn(async move { api.create(&PostParams::default(), &s).await })
@@ -373,8 +382,8 @@ async fn slices_racing_for_one_quota_get_one_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_racing_a_slice_for_one_quota_gets_one_create() {
     let mut env = TestEnv::start().await;
-    start(&mut env, json!({"maxChips": 8})).await;
-    let (pipelines, slices) = (env.api::<TrainingPipeline>(), env.api::<TpuSlice>());
+    let tenant = start(&mut env, json!({"maxChips": 8})).await;
+    let (pipelines, slices) = (tenant.api::<TrainingPipeline>(), tenant.api::<TpuSlice>());
     let pp = PostParams::default();
     let (job, node) = (
         vertex_pipeline("racer-job", json!({"tpuTopology": "2x4"})),
@@ -421,7 +430,7 @@ async fn a_pipeline_racing_a_slice_for_one_quota_gets_one_create() {
 #[tokio::test]
 async fn service_account_look_alikes_are_refused() {
     let mut env = TestEnv::start().await;
-    start(&mut env, json!({"allowedServiceAccounts": [TEAM_A_SA]})).await;
+    let tenant = start(&mut env, json!({"allowedServiceAccounts": [TEAM_A_SA]})).await;
     let look_alikes = [
         ("sa-longer", "x@team-a.iam.gserviceaccount.com.evil.com"),
         ("sa-hyphen", "x@evil-team-a.iam.gserviceaccount.com"),
@@ -435,19 +444,19 @@ async fn service_account_look_alikes_are_refused() {
     ];
     let sa = |email: &str| json!({"serviceAccount": {"email": email}});
     for (name, email) in look_alikes {
-        env.create(&slice(name, sa(email))).await;
+        tenant.create(&slice(name, sa(email))).await;
     }
-    env.create(&slice("sa-default", json!({}))).await;
+    tenant.create(&slice("sa-default", json!({}))).await;
     let vertex = vertex_pipeline(
         "sa-vertex",
         json!({"serviceAccount": "trainer@team-a.iam.gserviceaccount.com.evil.com"}),
     );
-    env.create(&vertex).await;
+    tenant.create(&vertex).await;
     let etl = batch(
         "sa-batch",
         json!({"execution": {"serviceAccount": "etl@evil-team-a.iam.gserviceaccount.com"}}),
     );
-    env.create(&etl).await;
+    tenant.create(&etl).await;
 
     let field = denied_by(&env.ns, "allowedServiceAccounts");
     for (name, email) in look_alikes {
@@ -469,11 +478,12 @@ async fn service_account_look_alikes_are_refused() {
         assert!(message.contains(&field), "{message}");
     }
     for email in ["", "@team-a.iam.gserviceaccount.com"] {
-        let message = api_refuses(&env, &env.ns, &slice("sa-empty", sa(email))).await;
+        let message = api_refuses(&tenant, &slice("sa-empty", sa(email))).await;
         assert!(message.contains("serviceAccount.email"), "{message}");
     }
 
-    env.create(&slice("sa-real", sa("Trainer@TEAM-A.iam.gserviceaccount.com")))
+    tenant
+        .create(&slice("sa-real", sa("Trainer@TEAM-A.iam.gserviceaccount.com")))
         .await;
     let real: TpuSlice = wait_ready(&env, &env.ns, "sa-real").await;
     let node = cloud_node(&env, &real.status.unwrap().node_name.unwrap()).unwrap();
@@ -493,7 +503,7 @@ async fn service_account_look_alikes_are_refused() {
 #[tokio::test]
 async fn foreign_networks_in_short_forms_are_refused() {
     let mut env = TestEnv::start().await;
-    start(
+    let tenant = start(
         &mut env,
         json!({"defaultProject": "team-a-proj", "allowedProjects": ["team-a-proj"],
                "allowedNetworks": ["team-a-*"], "allowedSubnetworks": ["team-a-*"]}),
@@ -531,22 +541,26 @@ async fn foreign_networks_in_short_forms_are_refused() {
         ),
     ];
     for (name, spec, _) in &cases {
-        env.create(&slice(name, spec.clone())).await;
+        tenant.create(&slice(name, spec.clone())).await;
     }
     let url = format!("https://www.googleapis.com/compute/v1/{other_project}");
-    env.create(&batch(
-        "net-batch",
-        json!({"execution": {"networkUri": other_project}}),
-    ))
-    .await;
-    env.create(&batch("url-batch", json!({"execution": {"networkUri": url}})))
+    tenant
+        .create(&batch(
+            "net-batch",
+            json!({"execution": {"networkUri": other_project}}),
+        ))
         .await;
-    env.create(&batch(
-        "sub-batch",
-        json!({"execution": {"subnetworkUri": "team-b-sub"}}),
-    ))
-    .await;
-    env.create(&vertex_pipeline("net-vertex", json!({"network": other_project})))
+    tenant
+        .create(&batch("url-batch", json!({"execution": {"networkUri": url}})))
+        .await;
+    tenant
+        .create(&batch(
+            "sub-batch",
+            json!({"execution": {"subnetworkUri": "team-b-sub"}}),
+        ))
+        .await;
+    tenant
+        .create(&vertex_pipeline("net-vertex", json!({"network": other_project})))
         .await;
 
     for (name, _, field) in &cases {
@@ -561,7 +575,7 @@ async fn foreign_networks_in_short_forms_are_refused() {
         );
     }
     // A slice's network is a name or a path: the URL form is refused by the CRD.
-    let message = api_refuses(&env, &env.ns, &slice("net-url", net(&url, None))).await;
+    let message = api_refuses(&tenant, &slice("net-url", net(&url, None))).await;
     assert!(message.contains("spec.networkConfig.network"), "{message}");
     let message = wait_denied::<PreprocessBatch>(&env, "sub-batch").await;
     assert!(
@@ -576,7 +590,8 @@ async fn foreign_networks_in_short_forms_are_refused() {
     env.idle(Duration::from_millis(300), STEP).await;
     assert_eq!(cloud_creates(&env), 0, "{:?}", env.gcp.call_counts());
 
-    env.create(&slice("own-net", net("team-a-net", Some("team-a-sub"))))
+    tenant
+        .create(&slice("own-net", net("team-a-net", Some("team-a-sub"))))
         .await;
     wait_ready::<TpuSlice>(&env, &env.ns, "own-net").await;
     assert_eq!(cloud_creates(&env), 1, "{:?}", env.gcp.call_counts());
@@ -589,12 +604,9 @@ async fn foreign_networks_in_short_forms_are_refused() {
 // Adoption
 
 /// A slice of team B, Ready: its namespace, uid and full node name.
-async fn team_b_slice(env: &TestEnv, ns_b: &str, name: &str) -> (String, String) {
-    Api::<TpuSlice>::namespaced(env.client.clone(), ns_b)
-        .create(&PostParams::default(), &slice(name, json!({})))
-        .await
-        .expect("team B creates its slice");
-    let s: TpuSlice = wait_ready(env, ns_b, name).await;
+async fn team_b_slice(env: &TestEnv, team_b: &Tenant, name: &str) -> (String, String) {
+    team_b.create(&slice(name, json!({}))).await;
+    let s: TpuSlice = wait_ready(env, &team_b.ns, name).await;
     (s.uid().unwrap(), s.status.unwrap().node_name.unwrap())
 }
 
@@ -604,8 +616,9 @@ fn node_id(node: &str) -> &str {
 }
 
 /// Deletes team A's slice `name` and waits until it is gone.
-async fn delete_slice(env: &TestEnv, name: &str) {
-    env.api::<TpuSlice>()
+async fn delete_slice(env: &TestEnv, tenant: &Tenant, name: &str) {
+    tenant
+        .api::<TpuSlice>()
         .delete(name, &DeleteParams::default())
         .await
         .expect("delete");
@@ -615,25 +628,35 @@ async fn delete_slice(env: &TestEnv, name: &str) {
 /// Where team A's policy allows adoption, `adoptNodeId` naming a node the operator created for
 /// another object (team B's slice, and a sibling slice in team A's own namespace) is refused,
 /// naming the owner; the nodes are never relabelled nor deleted, not even when the refused
-/// slices are deleted.
+/// slices are deleted. Team A cannot read team B's slice (RBAC): it has the node's id from the
+/// cloud project the teams share, not from Kubernetes.
 #[tokio::test]
 async fn adopting_a_node_the_operator_made_for_another_object_is_refused() {
     let mut env = TestEnv::start().await;
-    let ns_b = start_team_b(&mut env, json!({})).await;
-    start(&mut env, json!({"allowAdoption": true})).await;
-    let (their_uid, theirs) = team_b_slice(&env, &ns_b, "theirs").await;
-    env.create(&slice("sibling", json!({}))).await;
+    let team_b = start_team_b(&mut env, json!({})).await;
+    let ns_b = team_b.ns.clone();
+    let tenant = start(&mut env, json!({"allowAdoption": true})).await;
+    let (their_uid, theirs) = team_b_slice(&env, &team_b, "theirs").await;
+    tenant
+        .refused_by_rbac(
+            "reading team B's slice (its node name, its uid)",
+            tenant.api_in::<TpuSlice>(&ns_b).get("theirs"),
+        )
+        .await;
+    tenant.create(&slice("sibling", json!({}))).await;
     let sibling: TpuSlice = wait_ready(&env, &env.ns, "sibling").await;
     let sibling_node = sibling.status.unwrap().node_name.unwrap();
     let before = [theirs.as_str(), sibling_node.as_str()].map(|n| cloud_node(&env, n).unwrap());
 
-    env.create(&slice("grab", json!({"adoptNodeId": node_id(&theirs)})))
+    tenant
+        .create(&slice("grab", json!({"adoptNodeId": node_id(&theirs)})))
         .await;
-    env.create(&slice(
-        "grab-sibling",
-        json!({"adoptNodeId": node_id(&sibling_node)}),
-    ))
-    .await;
+    tenant
+        .create(&slice(
+            "grab-sibling",
+            json!({"adoptNodeId": node_id(&sibling_node)}),
+        ))
+        .await;
     let message = wait_denied::<TpuSlice>(&env, "grab").await;
     assert!(
         message.starts_with(&format!("adoption refused: node {theirs} carries label"))
@@ -645,8 +668,8 @@ async fn adopting_a_node_the_operator_made_for_another_object_is_refused() {
         message.contains(&format!("owner: {}/sibling", env.ns)),
         "{message}"
     );
-    delete_slice(&env, "grab").await;
-    delete_slice(&env, "grab-sibling").await;
+    delete_slice(&env, &tenant, "grab").await;
+    delete_slice(&env, &tenant, "grab-sibling").await;
     env.idle(Duration::from_millis(300), STEP).await;
 
     for (node, before) in [theirs.as_str(), sibling_node.as_str()].iter().zip(before) {
@@ -665,18 +688,19 @@ async fn adopting_a_node_the_operator_made_for_another_object_is_refused() {
 #[tokio::test]
 async fn adoption_without_allow_adoption_is_refused() {
     let mut env = TestEnv::start().await;
-    let ns_b = start_team_b(&mut env, json!({"allowAdoption": true})).await;
-    start(&mut env, json!({"maxChips": 64})).await;
-    let (_, theirs) = team_b_slice(&env, &ns_b, "theirs").await;
+    let team_b = start_team_b(&mut env, json!({"allowAdoption": true})).await;
+    let tenant = start(&mut env, json!({"maxChips": 64})).await;
+    let (_, theirs) = team_b_slice(&env, &team_b, "theirs").await;
     let before = cloud_node(&env, &theirs).unwrap();
-    env.create(&slice("grab", json!({"adoptNodeId": node_id(&theirs)})))
+    tenant
+        .create(&slice("grab", json!({"adoptNodeId": node_id(&theirs)})))
         .await;
     let message = wait_denied::<TpuSlice>(&env, "grab").await;
     assert!(
         message.contains(&denied_by(&env.ns, "allowAdoption")),
         "{message}"
     );
-    delete_slice(&env, "grab").await;
+    delete_slice(&env, &tenant, "grab").await;
     env.idle(Duration::from_millis(300), STEP).await;
     let writes = tpu_writes_on(&env, node_id(&theirs));
     assert!(writes.iter().all(|c| c.method == "nodes.create"), "{writes:#?}");
@@ -695,9 +719,10 @@ async fn adoption_without_allow_adoption_is_refused() {
 #[tokio::test]
 async fn spoofed_identity_labels_are_refused_and_the_owners_node_untouched() {
     let mut env = TestEnv::start().await;
-    let ns_b = start_team_b(&mut env, json!({})).await;
-    start(&mut env, json!({})).await;
-    let (victim_uid, victim) = team_b_slice(&env, &ns_b, "victim").await;
+    let team_b = start_team_b(&mut env, json!({})).await;
+    let ns_b = team_b.ns.clone();
+    let tenant = start(&mut env, json!({})).await;
+    let (victim_uid, victim) = team_b_slice(&env, &team_b, "victim").await;
     let before = cloud_node(&env, &victim).unwrap();
     let identity = json!({
         "managed-by": "tpu-operator", "tpu-operator-cluster": "test-cluster",
@@ -706,17 +731,15 @@ async fn spoofed_identity_labels_are_refused_and_the_owners_node_untouched() {
     });
     let ns = env.ns.clone();
     let spoofs = [
-        api_refuses(&env, &ns, &slice("spoof-labels", json!({"labels": identity}))).await,
+        api_refuses(&tenant, &slice("spoof-labels", json!({"labels": identity}))).await,
         api_refuses(
-            &env,
-            &ns,
+            &tenant,
             &slice("spoof-managed", json!({"labels": {"managed-by": "tpu-operator"}})),
         )
         .await,
-        api_refuses(&env, &ns, &batch("spoof-batch", json!({"labels": identity}))).await,
+        api_refuses(&tenant, &batch("spoof-batch", json!({"labels": identity}))).await,
         api_refuses(
-            &env,
-            &ns,
+            &tenant,
             &vertex_pipeline("spoof-job", json!({"labels": identity})),
         )
         .await,
@@ -728,16 +751,16 @@ async fn spoofed_identity_labels_are_refused_and_the_owners_node_untouched() {
         );
     }
     let done_uri = json!({"metadata": {"tpu-operator-done-uri": "gs://team-b-data/models/"}});
-    let message = api_refuses(&env, &ns, &slice("spoof-metadata", done_uri.clone())).await;
+    let message = api_refuses(&tenant, &slice("spoof-metadata", done_uri.clone())).await;
     assert!(message.contains("'tpu-operator-*' are reserved"), "{message}");
 
     // The same keys on the Kubernetes object's metadata, and a later patch of spec.labels.
     let mut legit = slice("legit", json!({"labels": {"team": "a"}}));
     legit.metadata.labels = serde_json::from_value(identity.clone()).unwrap();
-    env.create(&legit).await;
+    tenant.create(&legit).await;
     let legit: TpuSlice = wait_ready(&env, &ns, "legit").await;
     for patch in [json!({"spec": {"labels": identity}}), json!({"spec": done_uri})] {
-        let refused = tenant_patch::<TpuSlice>(&env, "legit", &patch).await;
+        let refused = tenant_patch::<TpuSlice>(&tenant, "legit", &patch).await;
         assert!(
             matches!(&refused, Err(kube::Error::Api(e)) if e.code == 422),
             "{refused:?}"
@@ -776,14 +799,14 @@ async fn spoofed_identity_labels_are_refused_and_the_owners_node_untouched() {
 #[tokio::test]
 async fn edits_after_admission_cannot_move_or_grow_what_runs() {
     let mut env = TestEnv::start().await;
-    start(
+    let tenant = start(
         &mut env,
         json!({"allowedZones": ["us-east5-b"], "allowedCapacity": ["spot"], "maxChips": 8,
                "allowedAccelerators": [{"family": "v6e", "maxChips": 8}],
                "allowedServiceAccounts": [TEAM_A_SA, "default"]}),
     )
     .await;
-    env.create(&slice("running", json!({}))).await;
+    tenant.create(&slice("running", json!({}))).await;
     let running: TpuSlice = wait_ready(&env, &env.ns, "running").await;
     let node_name = running.status.unwrap().node_name.unwrap();
     let edits = [
@@ -798,7 +821,7 @@ async fn edits_after_admission_cannot_move_or_grow_what_runs() {
         json!({"adoptNodeId": "someone-elses-node"}),
     ];
     for edit in edits {
-        let got = tenant_patch::<TpuSlice>(&env, "running", &json!({"spec": edit})).await;
+        let got = tenant_patch::<TpuSlice>(&tenant, "running", &json!({"spec": edit})).await;
         match got {
             Err(kube::Error::Api(e)) if e.code == 422 => {
                 assert!(e.message.contains("immutable"), "{edit}: {}", e.message);
@@ -806,9 +829,9 @@ async fn edits_after_admission_cannot_move_or_grow_what_runs() {
             other => panic!("{edit} was not refused: {other:?}"),
         }
     }
-    env.create(&vertex_pipeline("job", json!({}))).await;
+    tenant.create(&vertex_pipeline("job", json!({}))).await;
     let grow = json!({"spec": {"training": {"vertex": {"tpuTopology": "4x4"}}}});
-    let got = tenant_patch::<TrainingPipeline>(&env, "job", &grow).await;
+    let got = tenant_patch::<TrainingPipeline>(&tenant, "job", &grow).await;
     assert!(
         matches!(&got, Err(kube::Error::Api(e)) if e.code == 422 && e.message.contains("immutable")),
         "{got:?}"
@@ -830,19 +853,20 @@ async fn edits_after_admission_cannot_move_or_grow_what_runs() {
 // Status forgery
 
 /// Status is a subresource: what a tenant writes under `status` through the main resource (a
-/// create, a merge patch, a replace) is dropped by the API server (and on the real server RBAC
-/// refuses the tenant `/status` itself). With `maxChips: 8`, a running slice whose tenant
+/// create, a merge patch, a replace) is dropped by the API server, and RBAC refuses the tenant
+/// `/status` itself (the chart's aggregated roles grant it read only; asserted on the real
+/// server). With `maxChips: 8`, a running slice whose tenant
 /// "marks it Failed" still counts: the next 8-chip slice is refused naming it, and one node runs.
 #[tokio::test]
 async fn forged_status_is_dropped_and_the_slice_still_counts() {
     let mut env = TestEnv::start().await;
-    start(&mut env, json!({"maxChips": 8})).await;
+    let tenant = start(&mut env, json!({"maxChips": 8})).await;
     let forged = json!({"phase": "Failed", "chips": 0, "nodeState": "DELETED",
                         "nodeName": "projects/demo-project/locations/us-east5-b/nodes/not-mine"});
     let mut with_status = serde_json::to_value(slice("running", json!({}))).unwrap();
     with_status["status"] = forged.clone();
     let with_status: TpuSlice = serde_json::from_value(with_status).unwrap();
-    let created = env.create(&with_status).await;
+    let created = tenant.create(&with_status).await;
     assert!(
         created.status.as_ref().is_none_or(|s| s.node_name.is_none()),
         "a status sent with the create is dropped: {:?}",
@@ -852,23 +876,33 @@ async fn forged_status_is_dropped_and_the_slice_still_counts() {
     let node = running.status.as_ref().unwrap().node_name.clone().unwrap();
     assert!(!node.ends_with("/not-mine"), "{node}");
 
-    let patched: TpuSlice = tenant_patch(&env, "running", &json!({"status": forged}))
+    let patched: TpuSlice = tenant_patch(&tenant, "running", &json!({"status": forged}))
         .await
         .expect("a main-resource patch carrying status is accepted, its status ignored");
     assert!(is_ready(&patched), "{:?}", patched.status);
-    let mut replaced: TpuSlice = env.api().get("running").await.unwrap();
+    let mut replaced: TpuSlice = tenant.api().get("running").await.unwrap();
     let st = replaced.status.as_mut().unwrap();
     st.phase = serde_json::from_value(json!("Failed")).unwrap();
     st.conditions.clear();
     st.chips = Some(0);
-    let replaced = env
+    let replaced = tenant
         .api::<TpuSlice>()
         .replace("running", &PostParams::default(), &replaced)
         .await
         .expect("replace the main resource");
     assert!(is_ready(&replaced), "{:?}", replaced.status);
+    tenant
+        .refused_by_rbac(
+            "writing its slice's status subresource",
+            tenant.api::<TpuSlice>().patch_status(
+                "running",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": forged})),
+            ),
+        )
+        .await;
 
-    env.create(&slice("second", json!({}))).await;
+    tenant.create(&slice("second", json!({}))).await;
     let message = wait_denied::<TpuSlice>(&env, "second").await;
     assert!(
         message.contains(&denied_by(&env.ns, "maxChips")) && message.contains("TpuSlice running (8 chips"),
@@ -881,14 +915,11 @@ async fn forged_status_is_dropped_and_the_slice_still_counts() {
 }
 
 /// Team B's Vertex pipeline `name`, with its job created: the job's full name.
-async fn team_b_job(env: &TestEnv, ns_b: &str, name: &str) -> String {
-    Api::<TrainingPipeline>::namespaced(env.client.clone(), ns_b)
-        .create(&PostParams::default(), &vertex_pipeline(name, json!({})))
-        .await
-        .expect("team B creates its pipeline");
+async fn team_b_job(env: &TestEnv, team_b: &Tenant, name: &str) -> String {
+    team_b.create(&vertex_pipeline(name, json!({}))).await;
     let tp: TrainingPipeline = wait_in(
         env,
-        ns_b,
+        &team_b.ns,
         name,
         "a job",
         Duration::ZERO,
@@ -908,8 +939,9 @@ fn vertex_writes_on(env: &TestEnv, name: &str) -> Vec<CallRecord> {
 }
 
 /// Deletes team A's pipeline `name` and waits until it is gone (its jobs cancelled and deleted).
-async fn delete_pipeline(env: &TestEnv, name: &str) {
-    env.api::<TrainingPipeline>()
+async fn delete_pipeline(env: &TestEnv, tenant: &Tenant, name: &str) {
+    tenant
+        .api::<TrainingPipeline>()
         .delete(name, &DeleteParams::default())
         .await
         .expect("delete");
@@ -918,18 +950,19 @@ async fn delete_pipeline(env: &TestEnv, name: &str) {
 
 /// A pipeline deletes the job its status records, so a tenant that could write
 /// `status.customJobName` could have team B's job cancelled. It cannot: the name sent with the
-/// create and in a main-resource patch is dropped, the pipeline runs its own job, and deleting
-/// it cancels and deletes that job only; team B's is never written to.
+/// create and in a main-resource patch is dropped, RBAC refuses the tenant the status subresource
+/// (asserted on the real server), the pipeline runs its own job, and deleting it cancels and
+/// deletes that job only; team B's is never written to.
 #[tokio::test]
 async fn a_forged_job_name_in_status_never_reaches_another_teams_job() {
     let mut env = TestEnv::start().await;
-    let ns_b = start_team_b(&mut env, json!({})).await;
-    start(&mut env, json!({})).await;
-    let theirs = team_b_job(&env, &ns_b, "their-run").await;
+    let team_b = start_team_b(&mut env, json!({})).await;
+    let tenant = start(&mut env, json!({})).await;
+    let theirs = team_b_job(&env, &team_b, "their-run").await;
     let forged = json!({"phase": "Training", "customJobName": theirs, "attempts": 1});
     let mut forger = serde_json::to_value(vertex_pipeline("forger", json!({}))).unwrap();
     forger["status"] = forged.clone();
-    let created = env
+    let created = tenant
         .create(&serde_json::from_value::<TrainingPipeline>(forger).unwrap())
         .await;
     assert!(
@@ -940,13 +973,23 @@ async fn a_forged_job_name_in_status_never_reaches_another_teams_job() {
         "{:?}",
         created.status
     );
-    let patched: TrainingPipeline = tenant_patch(&env, "forger", &json!({"status": forged}))
+    let patched: TrainingPipeline = tenant_patch(&tenant, "forger", &json!({"status": forged}))
         .await
         .expect("a main-resource patch carrying status is accepted, its status ignored");
     assert_ne!(
         patched.status.and_then(|s| s.custom_job_name).as_deref(),
         Some(theirs.as_str())
     );
+    tenant
+        .refused_by_rbac(
+            "writing status.customJobName through the status subresource",
+            tenant.api::<TrainingPipeline>().patch_status(
+                "forger",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": forged})),
+            ),
+        )
+        .await;
     let tp: TrainingPipeline = wait_in(
         &env,
         &env.ns,
@@ -958,7 +1001,7 @@ async fn a_forged_job_name_in_status_never_reaches_another_teams_job() {
     .await;
     let own = tp.status.unwrap().custom_job_name.unwrap();
     assert_ne!(own, theirs);
-    delete_pipeline(&env, "forger").await;
+    delete_pipeline(&env, &tenant, "forger").await;
     assert!(
         vertex_writes_on(&env, &theirs).is_empty(),
         "{:#?}",
@@ -977,17 +1020,19 @@ async fn a_forged_job_name_in_status_never_reaches_another_teams_job() {
 /// Same names in two namespaces, and names whose `<namespace>-<name>` read alike (`<ns>/b-train`
 /// and `<ns>-b/train`): node ids carry a hash of each object's UID, so every slice gets a node of
 /// its own, labelled with its own namespace and UID. Deleting team A's slices deletes exactly
-/// their nodes; team B's slice of the same name stays Ready on its node.
+/// their nodes; team B's slice of the same name stays Ready on its node. Team A reaching into team
+/// B's namespace by name (delete, overwrite, create) is refused by RBAC.
 #[tokio::test]
 async fn same_names_in_two_namespaces_never_share_a_node() {
     let mut env = TestEnv::start().await;
-    let ns_b = start_team_b(&mut env, json!({})).await;
-    start(&mut env, json!({})).await;
+    let team_b = start_team_b(&mut env, json!({})).await;
+    let ns_b = team_b.ns.clone();
+    let tenant = start(&mut env, json!({})).await;
     let ns = env.ns.clone();
-    let (b_uid, b_node) = team_b_slice(&env, &ns_b, "train").await;
+    let (b_uid, b_node) = team_b_slice(&env, &team_b, "train").await;
     let mut a_nodes = Vec::new();
     for name in ["train", "b-train"] {
-        env.create(&slice(name, json!({}))).await;
+        tenant.create(&slice(name, json!({}))).await;
         let s: TpuSlice = wait_ready(&env, &ns, name).await;
         let node = s.status.as_ref().unwrap().node_name.clone().unwrap();
         let labels = cloud_node(&env, &node).unwrap()["labels"].clone();
@@ -1010,8 +1055,31 @@ async fn same_names_in_two_namespaces_never_share_a_node() {
         b_uid.as_str()
     );
 
+    let theirs = tenant.api_in::<TpuSlice>(&ns_b);
+    tenant
+        .refused_by_rbac(
+            "deleting team B's slice of the same name",
+            theirs.delete("train", &DeleteParams::default()),
+        )
+        .await;
+    tenant
+        .refused_by_rbac(
+            "patching team B's slice of the same name",
+            theirs.patch(
+                "train",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"suspend": true}})),
+            ),
+        )
+        .await;
+    tenant
+        .refused_by_rbac(
+            "creating a slice in team B's namespace",
+            theirs.create(&PostParams::default(), &slice("c-train", json!({}))),
+        )
+        .await;
     for name in ["train", "b-train"] {
-        delete_slice(&env, name).await;
+        delete_slice(&env, &tenant, name).await;
     }
     env.idle(Duration::from_millis(300), STEP).await;
     let left: Vec<_> = env.gcp.nodes().iter().map(|n| n["name"].clone()).collect();
@@ -1031,10 +1099,11 @@ async fn same_names_in_two_namespaces_never_share_a_node() {
 #[tokio::test]
 async fn same_named_pipelines_in_two_namespaces_never_share_a_job() {
     let mut env = TestEnv::start().await;
-    let ns_b = start_team_b(&mut env, json!({})).await;
-    start(&mut env, json!({})).await;
-    let theirs = team_b_job(&env, &ns_b, "train").await;
-    env.create(&vertex_pipeline("train", json!({}))).await;
+    let team_b = start_team_b(&mut env, json!({})).await;
+    let ns_b = team_b.ns.clone();
+    let tenant = start(&mut env, json!({})).await;
+    let theirs = team_b_job(&env, &team_b, "train").await;
+    tenant.create(&vertex_pipeline("train", json!({}))).await;
     let tp: TrainingPipeline = wait_in(
         &env,
         &env.ns,
@@ -1046,7 +1115,7 @@ async fn same_named_pipelines_in_two_namespaces_never_share_a_job() {
     .await;
     let own = tp.status.unwrap().custom_job_name.unwrap();
     assert_ne!(own, theirs);
-    delete_pipeline(&env, "train").await;
+    delete_pipeline(&env, &tenant, "train").await;
     assert!(
         vertex_writes_on(&env, &theirs).is_empty(),
         "{:#?}",
@@ -1080,17 +1149,19 @@ fn phase(tp: &TrainingPipeline) -> TrainingPipelinePhase {
 #[tokio::test]
 async fn squatted_child_names_stop_the_pipeline_without_adoption() {
     let mut env = TestEnv::start().await;
-    start(
+    let tenant = start(
         &mut env,
         json!({"allowedRegions": ["us-east5"], "allowedZones": ["us-east5-b"]}),
     )
     .await;
-    env.create(&batch("pre-preprocess", json!({"region": "europe-west4"})))
+    tenant
+        .create(&batch("pre-preprocess", json!({"region": "europe-west4"})))
         .await;
-    env.create(&slice("vm-train", json!({"zone": "us-east5-a"})))
+    tenant
+        .create(&slice("vm-train", json!({"zone": "us-east5-a"})))
         .await;
-    env.create(&preprocessing_pipeline("pre")).await;
-    env.create(&tpu_vm_pipeline("vm")).await;
+    tenant.create(&preprocessing_pipeline("pre")).await;
+    tenant.create(&tpu_vm_pipeline("vm")).await;
 
     for (name, child) in [
         ("pre", "PreprocessBatch pre-preprocess"),
@@ -1136,7 +1207,8 @@ async fn a_squatter_with_a_forged_owner_reference_is_still_judged_by_the_policy(
         json!({"allowedZones": ["us-east5-b"], "maxChips": 8}),
     )
     .await;
-    let tp = env.create(&tpu_vm_pipeline("forge")).await;
+    let tenant = as_tenant(&env).await;
+    let tp = tenant.create(&tpu_vm_pipeline("forge")).await;
     let mut squatter = slice("forge-train", json!({"zone": "us-east5-a"}));
     squatter.metadata.owner_references = Some(vec![OwnerReference {
         api_version: "tpu-operator.dev/v1alpha1".into(),
@@ -1146,7 +1218,7 @@ async fn a_squatter_with_a_forged_owner_reference_is_still_judged_by_the_policy(
         controller: Some(true),
         block_owner_deletion: Some(true),
     }]);
-    let squatter = env.create(&squatter).await;
+    let squatter = tenant.create(&squatter).await;
     let ctx = Arc::new(env.context().await);
     spawn_controllers(&mut env, &ctx);
 

@@ -3,16 +3,16 @@
 //! network names, and other teams' buckets. Each is refused by the controller before any cloud
 //! call (not one request reaches gcp-emulator, Cloud Storage included), reported as `Stalled`
 //! reason `PolicyDenied` with a message naming the policy field, through the real controllers
-//! against kube-emulator (or the real control plane) and gcp-emulator.
+//! against kube-emulator (or the real control plane) and gcp-emulator. The objects are written by
+//! the namespace's tenant ([`tenant::as_tenant`]: its `edit` ServiceAccount on the real server).
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use serde_json::json;
-use test_kit::TestEnv;
+use test_kit::{Tenant, TestEnv};
 use tpu_operator_api::{
     preprocess_batch::PreprocessBatch, tpu_slice::TpuSlice, training_pipeline::TrainingPipeline,
 };
-use tpu_operator_controller::Context;
 
 use crate::tenant;
 
@@ -20,9 +20,11 @@ use tenant::{denied_by, slice, stalled};
 
 const STEP: Duration = Duration::from_secs(20);
 
-/// Creates the policy, then starts the three controllers.
-async fn start(env: &mut TestEnv, rules: serde_json::Value) -> Arc<Context> {
-    tenant::start(env, Some(rules)).await
+/// Creates the policy, then starts the three controllers; returns the namespace's tenant, who
+/// writes the references.
+async fn start(env: &mut TestEnv, rules: serde_json::Value) -> Tenant {
+    tenant::start(env, Some(rules)).await;
+    tenant::as_tenant(env).await
 }
 
 /// Waits for the object `name` of kind `K` to be `Stalled`, and returns (reason, message).
@@ -86,22 +88,24 @@ fn assert_denied(
 #[tokio::test]
 async fn another_projects_reservation_is_refused_before_any_cloud_call() {
     let mut env = TestEnv::start().await;
-    start(
+    let tenant = start(
         &mut env,
         json!({"defaultProject": "team-a-proj", "allowedProjects": ["team-a-proj"]}),
     )
     .await;
     let theirs = "projects/team-b-proj/locations/us-east5-b/reservations/team-b-res";
-    env.create(&slice(
-        "reserved",
-        json!({"capacity": {"reserved": {"reservationName": theirs}}}),
-    ))
-    .await;
-    env.create(&slice(
-        "queued",
-        json!({"capacity": {"queued": {"reservationName": theirs}}}),
-    ))
-    .await;
+    tenant
+        .create(&slice(
+            "reserved",
+            json!({"capacity": {"reserved": {"reservationName": theirs}}}),
+        ))
+        .await;
+    tenant
+        .create(&slice(
+            "queued",
+            json!({"capacity": {"queued": {"reservationName": theirs}}}),
+        ))
+        .await;
     let got = wait_stalled(&env, "reserved", slice_conditions).await;
     assert_denied(
         &env,
@@ -127,17 +131,18 @@ async fn another_projects_reservation_is_refused_before_any_cloud_call() {
 #[tokio::test]
 async fn reservations_outside_allowed_reservations_are_refused() {
     let mut env = TestEnv::start().await;
-    start(
+    let tenant = start(
         &mut env,
         json!({"defaultProject": "team-a-proj",
                "allowedReservations": ["projects/platform-proj/locations/us-east5-b/reservations/shared-*"]}),
     )
     .await;
-    env.create(&slice(
-        "own",
-        json!({"capacity": {"reserved": {"reservationName": "not-shared"}}}),
-    ))
-    .await;
+    tenant
+        .create(&slice(
+            "own",
+            json!({"capacity": {"reserved": {"reservationName": "not-shared"}}}),
+        ))
+        .await;
     let got = wait_stalled(&env, "own", slice_conditions).await;
     assert_denied(
         &env,
@@ -154,16 +159,17 @@ async fn reservations_outside_allowed_reservations_are_refused() {
 #[tokio::test]
 async fn another_projects_boot_image_is_refused_before_any_cloud_call() {
     let mut env = TestEnv::start().await;
-    start(&mut env, json!({"defaultProject": "team-a-proj"})).await;
+    let tenant = start(&mut env, json!({"defaultProject": "team-a-proj"})).await;
     let compute = |image: &str| {
         json!({"provisioner": "ComputeEngine", "computeEngine": {"image": image},
                "runtimeVersion": "", "capacity": {"onDemand": {}}})
     };
-    env.create(&slice(
-        "foreign-image",
-        compute("projects/team-b-proj/global/images/family/team-b-golden"),
-    ))
-    .await;
+    tenant
+        .create(&slice(
+            "foreign-image",
+            compute("projects/team-b-proj/global/images/family/team-b-golden"),
+        ))
+        .await;
     let got = wait_stalled(&env, "foreign-image", slice_conditions).await;
     assert_denied(
         &env,
@@ -181,24 +187,26 @@ async fn another_projects_boot_image_is_refused_before_any_cloud_call() {
 #[tokio::test]
 async fn network_traversal_and_foreign_hosts_are_refused_before_any_cloud_call() {
     let mut env = TestEnv::start().await;
-    start(
+    let tenant = start(
         &mut env,
         json!({"defaultProject": "team-a-proj", "allowedNetworks": ["team-a-*"],
                "allowedSubnetworks": ["team-a-*"]}),
     )
     .await;
     let traversal = "global/networks/team-a-x/../../../../team-b-train/global/networks/prod";
-    env.create(&slice(
-        "traversal",
-        json!({"networkConfig": {"network": traversal}}),
-    ))
-    .await;
-    env.create(&slice(
-        "sub-traversal",
-        json!({"networkConfig": {"network": "team-a-net",
+    tenant
+        .create(&slice(
+            "traversal",
+            json!({"networkConfig": {"network": traversal}}),
+        ))
+        .await;
+    tenant
+        .create(&slice(
+            "sub-traversal",
+            json!({"networkConfig": {"network": "team-a-net",
                                  "subnetwork": "regions/us-east5/subnetworks/team-a-s/../../../../x"}}),
-    ))
-    .await;
+        ))
+        .await;
     let batch: PreprocessBatch = serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
         "metadata": {"name": "foreign-host"},
@@ -207,7 +215,7 @@ async fn network_traversal_and_foreign_hosts_are_refused_before_any_cloud_call()
                      "https://evil.example.com/compute/v1/projects/team-a-proj/global/networks/team-a-x"}}
     }))
     .unwrap();
-    env.create(&batch).await;
+    tenant.create(&batch).await;
 
     let got = wait_stalled(&env, "traversal", slice_conditions).await;
     assert_denied(
@@ -244,7 +252,7 @@ async fn network_traversal_and_foreign_hosts_are_refused_before_any_cloud_call()
 #[tokio::test]
 async fn other_teams_buckets_are_refused_before_any_storage_read() {
     let mut env = TestEnv::start().await;
-    start(
+    let tenant = start(
         &mut env,
         json!({"defaultProject": "team-a-proj", "allowedBuckets": ["team-a-*"]}),
     )
@@ -256,7 +264,7 @@ async fn other_teams_buckets_are_refused_before_any_storage_read() {
                  "inputs": ["gs://team-a-data/raw/", "gs://team-b-data/secret-project/"]}
     }))
     .unwrap();
-    env.create(&batch).await;
+    tenant.create(&batch).await;
     let pipeline = |name: &str, artifacts: serde_json::Value| -> TrainingPipeline {
         serde_json::from_value(json!({
             "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
@@ -269,16 +277,18 @@ async fn other_teams_buckets_are_refused_before_any_storage_read() {
         }))
         .unwrap()
     };
-    env.create(&pipeline(
-        "probe-ckpt",
-        json!({"modelDir": "gs://team-a-models/m/", "checkpointDir": "gs://team-b-ckpt/run-7/"}),
-    ))
-    .await;
-    env.create(&pipeline(
-        "probe-model",
-        json!({"modelDir": "gs://team-b-models/run-1/"}),
-    ))
-    .await;
+    tenant
+        .create(&pipeline(
+            "probe-ckpt",
+            json!({"modelDir": "gs://team-a-models/m/", "checkpointDir": "gs://team-b-ckpt/run-7/"}),
+        ))
+        .await;
+    tenant
+        .create(&pipeline(
+            "probe-model",
+            json!({"modelDir": "gs://team-b-models/run-1/"}),
+        ))
+        .await;
 
     let got = wait_stalled(&env, "probe-input", batch_conditions).await;
     assert_denied(
@@ -314,7 +324,7 @@ async fn other_teams_buckets_are_refused_before_any_storage_read() {
 #[tokio::test]
 async fn another_projects_tensorboard_is_refused_before_its_job_is_created() {
     let mut env = TestEnv::start().await;
-    start(
+    let tenant = start(
         &mut env,
         json!({"defaultProject": "team-a-proj", "allowedProjects": ["team-a-proj"],
                "allowedBuckets": ["demo-project-tpu-data"]}),
@@ -332,7 +342,7 @@ async fn another_projects_tensorboard_is_refused_before_its_job_is_created() {
         .as_mut()
         .expect("the quickstart trains on Vertex");
     vertex.tensorboard = Some("projects/team-b-proj/locations/us-east5/tensorboards/42".into());
-    env.create(&tp).await;
+    tenant.create(&tp).await;
     let got = wait_stalled(&env, "board", pipeline_conditions).await;
     assert_denied(
         &env,

@@ -5,7 +5,10 @@
 //! (CR → controller → gcp-emulator → status) and asserts that nothing outside the policy reached
 //! the cloud. Runs on kube-emulator and, in CI, on the real kube-apiserver
 //! (scripts/ci-control-plane.sh); the tests that count API requests need kube-emulator's
-//! in-process router and say so on the real server. References to other projects' networks,
+//! in-process router and say so on the real server. The tenant's requests go through
+//! [`tenant::as_tenant`]: on the real server the namespace's `edit` ServiceAccount under the
+//! chart's aggregated roles, so what RBAC refuses it is refused here too; the policies (and the
+//! orphan's removal from the cloud) are the administrator's. References to other projects' networks,
 //! reservations, images and buckets are played in `hostile_references.rs`; the sweeper's in
 //! `sweeper.rs`.
 
@@ -22,18 +25,19 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams},
 };
 use serde_json::json;
-use test_kit::{ContextSpec, Polls, TestEnv};
-use tpu_operator_api::tpu_slice::TpuSlice;
+use test_kit::{ContextSpec, Polls, Tenant, TestEnv};
+use tpu_operator_api::{tpu_policy::TpuPolicy, tpu_slice::TpuSlice};
 use tpu_operator_controller::{governance::tenancy::WithoutPolicy, kinds::tpu_slice, never_shutdown};
 
 use crate::tenant;
 
-use tenant::{create_policy, is_ready, policy, slice, slice_stalled as stalled};
+use tenant::{as_tenant, create_policy, is_ready, policy, slice, slice_stalled as stalled};
 
 const STEP: Duration = Duration::from_secs(20);
 
-async fn merge_patch(env: &TestEnv, name: &str, patch: serde_json::Value) {
-    env.api::<TpuSlice>()
+async fn merge_patch(tenant: &Tenant, name: &str, patch: serde_json::Value) {
+    tenant
+        .api::<TpuSlice>()
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("patch as the tenant");
@@ -46,10 +50,11 @@ async fn merge_patch(env: &TestEnv, name: &str, patch: serde_json::Value) {
 async fn an_owner_reference_to_a_refused_slice_does_not_lift_the_quota() {
     let mut env = TestEnv::start().await;
     tenant::start(&mut env, Some(json!({"maxChips": 8}))).await;
-    env.create(&slice("running", json!({}))).await;
+    let tenant = as_tenant(&env).await;
+    tenant.create(&slice("running", json!({}))).await;
     env.wait_for::<TpuSlice, _>("running", "Ready", STEP, is_ready)
         .await;
-    env.create(&slice("refused", json!({}))).await;
+    tenant.create(&slice("refused", json!({}))).await;
     let refused: TpuSlice = env
         .wait_for("refused", "PolicyDenied", STEP, |s| stalled(s).is_some())
         .await;
@@ -59,9 +64,14 @@ async fn an_owner_reference_to_a_refused_slice_does_not_lift_the_quota() {
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
         "name": "refused", "uid": refused.uid().unwrap(), "controller": true,
     }]}});
-    merge_patch(&env, "running", owner).await;
+    merge_patch(&tenant, "running", owner).await;
     // Touch the refused slice too, so it is looked at again at once.
-    merge_patch(&env, "refused", json!({"metadata": {"labels": {"retry": "now"}}})).await;
+    merge_patch(
+        &tenant,
+        "refused",
+        json!({"metadata": {"labels": {"retry": "now"}}}),
+    )
+    .await;
     env.idle(Duration::from_secs(2), STEP).await;
 
     assert_eq!(
@@ -82,7 +92,9 @@ async fn an_owner_reference_to_a_refused_slice_does_not_lift_the_quota() {
 async fn orphan_deletion_policy_needs_allow_orphan() {
     let mut env = TestEnv::start().await;
     tenant::start(&mut env, Some(json!({"maxChips": 8}))).await;
-    env.create(&slice("launder", json!({"deletionPolicy": "Orphan"})))
+    as_tenant(&env)
+        .await
+        .create(&slice("launder", json!({"deletionPolicy": "Orphan"})))
         .await;
     let s: TpuSlice = env
         .wait_for("launder", "PolicyDenied", STEP, |s| stalled(s).is_some())
@@ -103,11 +115,13 @@ async fn orphan_deletion_policy_needs_allow_orphan() {
 async fn orphan_set_after_admission_still_deletes_the_node() {
     let mut env = TestEnv::start().await;
     tenant::start(&mut env, Some(json!({"maxChips": 8}))).await;
-    env.create(&slice("edited", json!({}))).await;
+    let tenant = as_tenant(&env).await;
+    tenant.create(&slice("edited", json!({}))).await;
     env.wait_for::<TpuSlice, _>("edited", "Ready", STEP, is_ready)
         .await;
-    merge_patch(&env, "edited", json!({"spec": {"deletionPolicy": "Orphan"}})).await;
-    env.api::<TpuSlice>()
+    merge_patch(&tenant, "edited", json!({"spec": {"deletionPolicy": "Orphan"}})).await;
+    tenant
+        .api::<TpuSlice>()
         .delete("edited", &DeleteParams::default())
         .await
         .unwrap();
@@ -127,10 +141,13 @@ async fn an_allowed_orphan_keeps_counting_until_it_is_gone() {
     use tpu_operator_controller::governance::sweeper::{Mode, Sweeper, SweeperConfig};
     let mut env = TestEnv::start().await;
     let ctx = tenant::start(&mut env, Some(json!({"allowOrphan": true, "maxChips": 8}))).await;
-    env.create(&slice("kept", json!({"deletionPolicy": "Orphan"})))
+    let tenant = as_tenant(&env).await;
+    tenant
+        .create(&slice("kept", json!({"deletionPolicy": "Orphan"})))
         .await;
     env.wait_for::<TpuSlice, _>("kept", "Ready", STEP, is_ready).await;
-    env.api::<TpuSlice>()
+    tenant
+        .api::<TpuSlice>()
         .delete("kept", &DeleteParams::default())
         .await
         .unwrap();
@@ -139,7 +156,7 @@ async fn an_allowed_orphan_keeps_counting_until_it_is_gone() {
     assert_eq!(env.gcp.call_count("tpu", "nodes.delete"), 0);
 
     // The orphan still holds 8 chips: the next slice waits.
-    env.create(&slice("next", json!({}))).await;
+    tenant.create(&slice("next", json!({}))).await;
     let next: TpuSlice = env
         .wait_for("next", "PolicyDenied", STEP, |s| stalled(s).is_some())
         .await;
@@ -310,6 +327,7 @@ async fn idle(gcp: &gcp_emulator::Emulator, real: Duration) {
 async fn a_done_uri_annotation_in_another_teams_bucket_is_never_read() {
     let mut env = TestEnv::start().await;
     tenant::start(&mut env, Some(json!({"allowedBuckets": ["team-a-*"]}))).await;
+    let tenant = as_tenant(&env).await;
     let mut s = slice("peek", json!({"idleTimeout": "1h"}));
     s.metadata.annotations = Some(
         [(
@@ -318,7 +336,7 @@ async fn a_done_uri_annotation_in_another_teams_bucket_is_never_read() {
         )]
         .into(),
     );
-    env.create(&s).await;
+    tenant.create(&s).await;
     env.wait_for::<TpuSlice, _>("peek", "Ready", STEP, is_ready).await;
     env.idle(Duration::from_millis(500), STEP).await;
     let storage: u64 = env
@@ -329,4 +347,95 @@ async fn a_done_uri_annotation_in_another_teams_bucket_is_never_read() {
         .map(|(_, n)| n)
         .sum();
     assert_eq!(storage, 0, "{:?}", env.gcp.call_counts());
+}
+
+/// Attack 11 (the policy itself): the namespace's quota is a TpuPolicy, so the shortest way past
+/// it is to change the policy: raise its `maxChips`, delete it (this operator allows namespaces
+/// no policy selects), write a laxer one naming the namespace, forge its usage in status, or label
+/// the namespace into a laxer policy's `namespaceSelector`. The tenant may read its policy and
+/// live usage (the chart's `rbac.policyReaders`), and RBAC refuses every one of those writes (on
+/// kube-emulator, which has no RBAC, only the read and the quota are checked). The quota still
+/// holds afterwards: a second 8-chip slice is refused.
+#[tokio::test]
+async fn a_tenant_reads_its_policy_but_cannot_rewrite_it_or_relabel_into_another() {
+    let mut env = TestEnv::start().await;
+    tenant::start(&mut env, Some(json!({"maxChips": 8}))).await;
+    // Another team's laxer policy, for namespaces labelled `tier: <gold>`.
+    let gold = format!("gold-{}", env.ns);
+    let lax: TpuPolicy = serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy",
+        "metadata": {"name": gold},
+        "spec": {"namespaceSelector": {"matchLabels": {"tier": gold}}, "maxChips": 64,
+                 "allowedBuckets": ["*"]},
+    }))
+    .unwrap();
+    create_policy(&env.client, &lax).await;
+    let tenant = as_tenant(&env).await;
+    let own = tenant::policy_name(&env.ns);
+    let policies = Api::<TpuPolicy>::all(tenant.client.clone());
+    let read = policies
+        .get(&own)
+        .await
+        .expect("the tenant reads its own policy (rbac.policyReaders)");
+    assert_eq!(read.spec.max_chips, Some(8));
+    policies
+        .list(&Default::default())
+        .await
+        .expect("and lists the policies");
+
+    let merge = PatchParams::default();
+    tenant
+        .refused_by_rbac(
+            "raising its policy's maxChips",
+            policies.patch(&own, &merge, &Patch::Merge(&json!({"spec": {"maxChips": 64}}))),
+        )
+        .await;
+    tenant
+        .refused_by_rbac(
+            "deleting its policy",
+            policies.delete(&own, &DeleteParams::default()),
+        )
+        .await;
+    let mut mine = policy(&env.ns, json!({"maxChips": 64}));
+    mine.metadata.name = Some(format!("mine-{}", env.ns));
+    tenant
+        .refused_by_rbac(
+            "writing a policy of its own",
+            policies.create(&Default::default(), &mine),
+        )
+        .await;
+    tenant
+        .refused_by_rbac(
+            "forging its policy's usage in status",
+            policies.patch_status(&own, &merge, &Patch::Merge(&json!({"status": {"chips": 0}}))),
+        )
+        .await;
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(tenant.client.clone());
+    tenant
+        .refused_by_rbac(
+            "labelling its namespace into another policy's selector",
+            namespaces.patch(
+                &env.ns,
+                &merge,
+                &Patch::Merge(&json!({"metadata": {"labels": {"tier": gold}}})),
+            ),
+        )
+        .await;
+
+    let policy_now = Api::<TpuPolicy>::all(env.client.clone()).get(&own).await.unwrap();
+    assert_eq!(policy_now.spec.max_chips, Some(8));
+    tenant.create(&slice("first", json!({}))).await;
+    env.wait_for::<TpuSlice, _>("first", "Ready", STEP, is_ready)
+        .await;
+    tenant.create(&slice("second", json!({}))).await;
+    let second: TpuSlice = env
+        .wait_for("second", "PolicyDenied", STEP, |s| stalled(s).is_some())
+        .await;
+    let message = stalled(&second).unwrap().1;
+    assert!(
+        message.contains(&tenant::denied_by(&env.ns, "maxChips")),
+        "{message}"
+    );
+    env.idle(Duration::from_millis(300), STEP).await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
 }

@@ -7,7 +7,10 @@
 //! and the field; what needs usage (the chip quota) is refused by the controller with 0 cloud
 //! calls; allowed objects converge; the policy's status shows chips coming and going. A second
 //! team's namespace, selected by label by a policy of its own, gets that policy and not the
-//! first team's.
+//! first team's. Each team's objects are written by its tenant (`crate::tenant::as_tenant`: on
+//! the real server its namespace's `edit` ServiceAccount under the chart's aggregated roles, so
+//! the refusals are admission's, not RBAC's); policies, namespaces and the admission policy
+//! are the administrator's.
 
 use std::{sync::Arc, time::Duration};
 
@@ -19,7 +22,7 @@ use kube::{
     api::{DeleteParams, PostParams},
 };
 use serde_json::json;
-use test_kit::TestEnv;
+use test_kit::{Tenant, TestEnv};
 use tpu_operator_api::{
     PreprocessBatch, TpuSlice, TrainingPipeline,
     conditions::{find_condition, types},
@@ -124,9 +127,10 @@ fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
     .unwrap()
 }
 
-/// Creates `obj` until admission refuses it (a real API server takes a moment to load a new
-/// policy; anything admitted meanwhile is deleted again) and returns the refusal's message.
-async fn refused<K>(env: &TestEnv, obj: &K) -> String
+/// Creates `obj` as `team_a` until admission refuses it (a real API server takes a moment to
+/// load a new policy; anything admitted meanwhile is deleted again) and returns the refusal's
+/// message.
+async fn refused<K>(team_a: &Tenant, obj: &K) -> String
 where
     K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
@@ -134,7 +138,7 @@ where
         + serde::Serialize
         + serde::de::DeserializeOwned,
 {
-    let api: Api<K> = env.api();
+    let api: Api<K> = team_a.api();
     let name = obj.meta().name.clone().unwrap();
     for _ in 0..120 {
         match api.create(&PostParams::default(), obj).await {
@@ -170,15 +174,17 @@ async fn forbidden_fields_are_refused_at_apply_and_usage_shows_in_the_policy() {
     let admission = install_admission(&env).await;
     let ctx = Arc::new(env.context().await);
     spawn_operator(&mut env, &ctx, never_shutdown());
+    let team_a = crate::tenant::as_tenant(&env).await;
 
-    slices_with_forbidden_fields_are_refused_at_admission(&env, &tenant).await;
-    batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(&env, &tenant).await;
-    allowed_slice_converges_and_its_chips_show_in_the_policy(&env, &tenant).await;
-    over_the_chip_quota_the_controller_refuses_with_no_cloud_call(&env, &tenant).await;
-    chips_go_back_and_the_other_teams_policy_never_selects_this_namespace(&env, &tenant).await;
+    slices_with_forbidden_fields_are_refused_at_admission(&team_a, &tenant).await;
+    batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(&env, &team_a, &tenant).await;
+    allowed_slice_converges_and_its_chips_show_in_the_policy(&env, &team_a, &tenant).await;
+    over_the_chip_quota_the_controller_refuses_with_no_cloud_call(&env, &team_a, &tenant).await;
+    chips_go_back_and_the_other_teams_policy_never_selects_this_namespace(&env, &team_a, &tenant).await;
+    let team_b = crate::tenant::as_tenant_in(&env, &team_b).await;
     team_b_gets_its_own_policy_and_not_team_as(&env, &team_b).await;
     let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
-        .delete(&team_b, &DeleteParams::default())
+        .delete(&team_b.ns, &DeleteParams::default())
         .await;
     remove_admission(&env, &admission).await;
 }
@@ -234,7 +240,7 @@ async fn create_both_teams_policies(env: &TestEnv, tenant: &str) -> String {
 }
 
 /// Every slice field the object alone decides is refused at create time, naming policy and field.
-async fn slices_with_forbidden_fields_are_refused_at_admission(env: &TestEnv, tenant: &str) {
+async fn slices_with_forbidden_fields_are_refused_at_admission(team_a: &Tenant, tenant: &str) {
     let cases = [
         ("proj", json!({"project": "other-proj"}), "allowedProjects"),
         ("zone", json!({"zone": "us-central2-b"}), "allowedZones"),
@@ -270,14 +276,18 @@ async fn slices_with_forbidden_fields_are_refused_at_admission(env: &TestEnv, te
         ),
     ];
     for (name, extra, field) in cases {
-        let message = refused(env, &slice(name, extra)).await;
+        let message = refused(team_a, &slice(name, extra)).await;
         assert!(message.contains(&denied_by(tenant, field)), "{name}: {message}");
         assert!(message.contains("ValidatingAdmissionPolicy"), "{name}: {message}");
     }
 }
 
 /// A batch's service account and a pipeline's capacity are refused too; nothing reached the cloud.
-async fn batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(env: &TestEnv, tenant: &str) {
+async fn batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(
+    env: &TestEnv,
+    team_a: &Tenant,
+    tenant: &str,
+) {
     let batch: PreprocessBatch = serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
         "metadata": {"name": "batch-sa"},
@@ -285,7 +295,7 @@ async fn batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(env: 
                  "execution": {"serviceAccount": "etl@prod-proj.iam.gserviceaccount.com"}}
     }))
     .unwrap();
-    let message = refused(env, &batch).await;
+    let message = refused(team_a, &batch).await;
     assert!(
         message.contains(&denied_by(tenant, "allowedServiceAccounts")),
         "{message}"
@@ -298,7 +308,7 @@ async fn batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(env: 
                                           "container": {"image": "us-docker.pkg.dev/p/r/t:1"}}}}
     }))
     .unwrap();
-    let message = refused(env, &pipeline).await;
+    let message = refused(team_a, &pipeline).await;
     assert!(
         message.contains(&denied_by(tenant, "allowedCapacity")),
         "{message}"
@@ -311,8 +321,12 @@ async fn batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(env: 
 }
 
 /// Allowed: a slice converges in the default project, and the policy shows its chips.
-async fn allowed_slice_converges_and_its_chips_show_in_the_policy(env: &TestEnv, tenant: &str) {
-    env.create(&slice("ok", json!({}))).await;
+async fn allowed_slice_converges_and_its_chips_show_in_the_policy(
+    env: &TestEnv,
+    team_a: &Tenant,
+    tenant: &str,
+) {
+    team_a.create(&slice("ok", json!({}))).await;
     env.wait_for::<TpuSlice, _>("ok", "Ready", STEP, |s| {
         s.status.as_ref().is_some_and(|st| {
             find_condition(&st.conditions, types::READY).is_some_and(|c| c.status == "True")
@@ -326,8 +340,12 @@ async fn allowed_slice_converges_and_its_chips_show_in_the_policy(env: &TestEnv,
 }
 
 /// Over the chip quota: admission cannot know usage, the controller refuses with no cloud call.
-async fn over_the_chip_quota_the_controller_refuses_with_no_cloud_call(env: &TestEnv, tenant: &str) {
-    env.create(&slice("over", json!({}))).await;
+async fn over_the_chip_quota_the_controller_refuses_with_no_cloud_call(
+    env: &TestEnv,
+    team_a: &Tenant,
+    tenant: &str,
+) {
+    team_a.create(&slice("over", json!({}))).await;
     let over: TpuSlice = env
         .wait_for("over", "PolicyDenied", STEP, |s: &TpuSlice| {
             s.status.as_ref().is_some_and(|st| {
@@ -345,8 +363,13 @@ async fn over_the_chip_quota_the_controller_refuses_with_no_cloud_call(env: &Tes
 }
 
 /// Chips go back when the slice goes; the other team's policy never selected this namespace.
-async fn chips_go_back_and_the_other_teams_policy_never_selects_this_namespace(env: &TestEnv, tenant: &str) {
-    env.api::<TpuSlice>()
+async fn chips_go_back_and_the_other_teams_policy_never_selects_this_namespace(
+    env: &TestEnv,
+    team_a: &Tenant,
+    tenant: &str,
+) {
+    team_a
+        .api::<TpuSlice>()
         .delete("ok", &DeleteParams::default())
         .await
         .unwrap();
@@ -363,14 +386,14 @@ async fn chips_go_back_and_the_other_teams_policy_never_selects_this_namespace(e
     );
 }
 
-/// Team B's namespace: its policy applies there, team A's does not.
-async fn team_b_gets_its_own_policy_and_not_team_as(env: &TestEnv, team_b: &str) {
+/// Team B's namespace: its policy applies there, team A's does not (team B's tenant writes).
+async fn team_b_gets_its_own_policy_and_not_team_as(env: &TestEnv, team_b: &Tenant) {
     let in_b = |name: &str, extra: serde_json::Value| {
         let mut s = slice(name, extra);
-        s.metadata.namespace = Some(team_b.to_string());
+        s.metadata.namespace = Some(team_b.ns.clone());
         s
     };
-    let b_api: Api<TpuSlice> = Api::namespaced(env.client.clone(), team_b);
+    let b_api: Api<TpuSlice> = team_b.api();
     let message = match b_api
         .create(&PostParams::default(), &in_b("b-east", json!({})))
         .await

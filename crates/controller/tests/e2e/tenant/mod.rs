@@ -1,13 +1,13 @@
-//! Fixtures the tenancy suites share (guardrails, the red-team files, refused calls): a spot v6e-8
-//! TpuSlice, a TpuPolicy selecting the test's namespace, the three controllers, and reading a
-//! `Stalled` condition. Each of those suites uses part of it.
+//! Fixtures the tenancy suites share (guardrails, the red-team files, refused calls): who acts as
+//! the tenant, a spot v6e-8 TpuSlice, a TpuPolicy selecting the test's namespace, the three
+//! controllers, and reading a `Stalled` condition. Each of those suites uses part of it.
 #![allow(dead_code)]
 
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::json;
-use test_kit::TestEnv;
+use test_kit::{Tenant, TestEnv};
 use tpu_operator_api::{
     conditions::{find_condition, types},
     tpu_policy::TpuPolicy,
@@ -18,6 +18,18 @@ use tpu_operator_controller::{
     kinds::{preprocess_batch, tpu_slice, training_pipeline},
     never_shutdown,
 };
+
+/// Who acts in a red-team test: the test namespace's `edit` ServiceAccount on the real API
+/// server (the chart's aggregated roles installed), the admin client on kube-emulator (which says
+/// so). Setup a platform team does (policies, namespaces, faults) stays with `env.client`.
+pub async fn as_tenant(env: &TestEnv) -> Tenant {
+    env.tenant(test_tools::helm).await
+}
+
+/// [`as_tenant`] of another namespace (team B), which must exist.
+pub async fn as_tenant_in(env: &TestEnv, ns: &str) -> Tenant {
+    env.tenant_in(ns, test_tools::helm).await
+}
 
 /// A spot v6e-8 TpuSlice in us-east5-b, with `extra` spec fields set over it.
 pub fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
