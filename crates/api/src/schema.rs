@@ -70,13 +70,22 @@ pub fn gcp_labels(generator: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// Schema for TPU node metadata: bounded map of strings (startup scripts may be long).
+/// Schema for TPU node metadata: bounded map of strings (startup scripts may be long), with
+/// Compute Engine's rules for metadata: keys of letters, digits, `-` and `_` under 128 bytes,
+/// values of at most 256 KiB (their sum is bounded where the startup script is known, in
+/// [`crate::cel`]).
 pub fn node_metadata(generator: &mut SchemaGenerator) -> Schema {
     let _ = generator;
     json_schema!({
         "type": "object",
         "maxProperties": 32,
-        "additionalProperties": {"type": "string", "maxLength": 262144}
+        "additionalProperties": {"type": "string", "maxLength": 262144},
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.all(k, k.size() < 128 && k.matches('^[a-zA-Z0-9_-]+$'))",
+                "message": "metadata keys are letters, digits, '-' and '_', shorter than 128 characters (Compute Engine's rule for metadata keys): rename the key"
+            }
+        ]
     })
 }
 

@@ -217,6 +217,40 @@ fn invalid_fixtures_are_refused_naming_the_field() {
     );
 }
 
+/// Node metadata over Google's 512 KiB (keys, values and the startup script together) is refused
+/// at admission, on a TpuSlice and on a pipeline's training slice; just under it is admitted.
+/// (Too large for a fixture file.)
+#[test]
+fn node_metadata_over_googles_limit_is_refused_naming_the_field() {
+    let validators = validators();
+    let quarter = 256 * 1024;
+    let slice = |metadata: Value, script: usize| {
+        serde_json::json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+            "metadata": {"name": "x", "namespace": "default"},
+            "spec": {"project": "demo-project", "zone": "us-east5-b", "acceleratorType": "v6e-8",
+                     "runtimeVersion": "v2-alpha-tpuv6e", "metadata": metadata,
+                     "startupScript": "s".repeat(script)},
+        })
+    };
+    // 256 KiB + 200 KiB of values, 2 + 1 bytes of keys, 56 KiB - 4 of script: one byte under.
+    let under = slice(
+        serde_json::json!({"a": "v".repeat(quarter), "bb": "v".repeat(200 * 1024)}),
+        56 * 1024 - 4,
+    );
+    admit(&validators, std::slice::from_ref(&under))
+        .unwrap_or_else(|(_, e)| panic!("just under 512 KiB: {e}"));
+    let mut over = under;
+    over["spec"]["startupScript"] = Value::String("s".repeat(56 * 1024 - 3));
+    let (_, e) = admit(&validators, &[over]).expect_err("512 KiB of metadata admitted");
+    assert!(
+        e.causes
+            .iter()
+            .any(|c| c.field == "spec.metadata" && c.message.contains("512 KiB")),
+        "{e}"
+    );
+}
+
 /// kube-cel's static analysis: every rule is in scope and within the API server's cost budget.
 #[test]
 fn cel_rules_pass_static_analysis() {

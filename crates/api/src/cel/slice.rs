@@ -44,8 +44,17 @@ fn spec_choice_rules() -> Vec<Rule> {
                 "metadata keys 'startup-script' and 'tpu-operator-*' are reserved: use startupScript or workload instead",
             )
             .at(".metadata"),
+            Rule::new(
+                format!("(has(self.metadata) ? self.metadata.map(k, k.size() + self.metadata[k].size()).sum() : 0) + (has(self.startupScript) ? self.startupScript.size() : 0) < {MAX_NODE_METADATA}"),
+                "metadata and startupScript together (keys and values) must stay under 512 KiB, Google's limit for a VM's metadata: keep large files in Cloud Storage and fetch them from the startup script",
+            )
+            .at(".metadata"),
     ]
 }
+
+/// Google's bound on all of a VM's metadata, keys and values together: "less than 512 KB"
+/// (Compute Engine API reference, `Metadata.items`).
+const MAX_NODE_METADATA: u32 = 512 * 1024;
 
 /// `acceleratorConfig`: a topology of the type's rank, one of the fixed shapes where the
 /// generation has them, and a whole number of 4-chip hosts within the generation's maximum.

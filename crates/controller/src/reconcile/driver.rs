@@ -6,7 +6,8 @@
 //! 1. the settled-object skip (only for kinds that [`Kind::SETTLES`]), then each
 //!    namespace's fair share of the workers ([`crate::runtime::fair_share`]),
 //! 2. the reconcile metrics (count, duration; failures are counted by [`error_policy`]),
-//! 3. the guards (the cached object decodes, it has a namespace),
+//! 3. the guards (the object has a namespace, and decodes from the cache or, if the cache could
+//!    not keep it whole, is read from the API server),
 //! 4. the deletion pass before the finalizer: kube's `finalizer` helper drops the finalizer as
 //!    soon as its cleanup returns, but a kind's cleanup takes several passes (cancel, wait, delete),
 //!    so those passes run here and the helper sees the object only once nothing is left,
@@ -101,10 +102,15 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
         )));
     };
     let _timer = ctx.metrics.start(K::KIND);
-    let obj = Arc::new(cached.decode().map_err(ReconcileError::Decode)?);
-    let ns = obj
+    let ns = cached
         .namespace()
         .ok_or(ReconcileError::MissingMetadata("namespace"))?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(obj) = whole(&cached, &api).await? else {
+        // Deleted since the watch saw it: the watch's delete event ends it.
+        return Ok(Action::await_change());
+    };
+    let obj = Arc::new(obj);
     let deleting = obj.meta().deletion_timestamp.is_some();
     if deleting {
         obj.forget(&ctx);
@@ -116,7 +122,6 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
         retry::on_success(obj.as_ref(), &ctx);
         return Ok(wait);
     }
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
     let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
         match event {
             Event::Apply(obj) => reported(&ctx, obj.as_ref(), pass::apply(obj.as_ref(), &ctx).await).await,
@@ -133,6 +138,17 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
     };
     retry::on_success(obj.as_ref(), &ctx);
     Ok(action)
+}
+
+/// The whole object behind `cached`: decoded from the cache, or, for one too large for the cache
+/// to keep whole ([`watched::KEPT_BUDGET`]), read from the API server. `None`: it is gone.
+async fn whole<K: Kind>(cached: &Cached<K>, api: &Api<K>) -> Result<Option<K>> {
+    if cached.is_whole() {
+        return cached.decode().map(Some).map_err(ReconcileError::Decode);
+    }
+    api.get_opt(&cached.name_any())
+        .await
+        .map_err(ReconcileError::kube("reading an object the cache keeps lean"))
 }
 
 /// After a failed reconcile: per-object backoff, by the error's classification.

@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod events;
 pub mod fair_share;
+pub mod lean;
 pub mod metrics;
 pub mod refused;
 pub mod requeue;

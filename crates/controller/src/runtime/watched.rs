@@ -18,6 +18,11 @@
 //! of the whole manifest in the `kubectl.kubernetes.io/last-applied-configuration` annotation;
 //! reconciles read only this project's own annotations.
 //!
+//! What one object may cost the cache is bounded ([`KEPT_BUDGET`]): a larger one is kept lean
+//! ([`crate::runtime::lean`]) or, if even that is too large, as its identity alone, and the pass
+//! that needs it reads it whole from the API server. A tenant's objects cost the operator at most
+//! that budget each, however large the CRDs let them be.
+//!
 //! Owned children (a pipeline's batches and slices) are watched as metadata only: the owner is
 //! woken through their ownerReferences, which is all kube-runtime reads of them.
 
@@ -35,18 +40,51 @@ use kube::{
 };
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned, de::Error as _};
 
-use crate::runtime::compressed::{PackError, Packed};
+use crate::runtime::{
+    compressed::{PackError, Packed},
+    lean,
+};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// One cached object of kind `K`: identity metadata plus the object as compressed JSON.
+/// The most compressed bytes the cache keeps of one object. A converged object keeps a few hundred
+/// (docs/benchmarks.md); one with a long startup script a few KiB. Only objects far beyond what a
+/// workload needs in the cache are kept lean or as identity.
+pub const KEPT_BUDGET: usize = 16 * 1024;
+
+/// The list page of the watch's initial (re)list. kube-runtime's default of 500 objects reads a
+/// page as one response body: at the 1.5 MiB objects etcd admits, that is 750 MiB before a single
+/// object is cached. 50 bounds a page at 75 MiB and costs one more list request per 50 objects,
+/// only when the watch starts or has to relist.
+pub const LIST_PAGE: u32 = 50;
+
+/// One cached object of kind `K`: identity metadata plus as much of the object as [`KEPT_BUDGET`]
+/// allows, as compressed JSON.
 pub struct Cached<K> {
     meta: ObjectMeta,
-    json: Packed<K>,
+    body: Body<K>,
+}
+
+/// How much of an object the cache kept.
+enum Body<K> {
+    /// All of it (minus what [`Cached::new`] drops for every object).
+    Whole(Packed<K>),
+    /// All but its long strings ([`lean::elide`]).
+    Lean(Packed<K>),
+    /// Nothing but the identity in [`Cached`]'s metadata.
+    Identity,
 }
 
 /// Why a watched object could not be cached or restored.
-pub type CacheError = PackError;
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error(transparent)]
+    Pack(#[from] PackError),
+    #[error(
+        "the cache keeps only this object's identity (its JSON is over {KEPT_BUDGET} bytes compressed): read it from the API server"
+    )]
+    IdentityOnly,
+}
 
 impl<K> Cached<K>
 where
@@ -56,7 +94,7 @@ where
     pub fn new(mut obj: K) -> Result<Self, CacheError> {
         obj.managed_fields_mut().clear();
         obj.annotations_mut().remove(LAST_APPLIED);
-        let json = Packed::new(&obj)?;
+        let body = Body::within_budget(&obj)?;
         let m = obj.meta();
         let meta = ObjectMeta {
             name: m.name.clone(),
@@ -67,12 +105,57 @@ where
             deletion_timestamp: m.deletion_timestamp.clone(),
             ..ObjectMeta::default()
         };
-        Ok(Self { meta, json })
+        Ok(Self { meta, body })
     }
 
-    /// The typed object, as the watch delivered it (minus what [`Cached::new`] dropped).
+    /// The typed object as the watch delivered it, minus what [`Cached::new`] dropped: for an
+    /// object not kept whole ([`Cached::is_whole`]), without its long strings, or not at all.
     pub fn decode(&self) -> Result<K, CacheError> {
-        self.json.decode()
+        match &self.body {
+            Body::Whole(packed) | Body::Lean(packed) => Ok(packed.decode()?),
+            Body::Identity => Err(CacheError::IdentityOnly),
+        }
+    }
+
+    /// Whether [`Cached::decode`] returns the whole object; if not, a pass reads it from the API
+    /// server.
+    pub fn is_whole(&self) -> bool {
+        matches!(self.body, Body::Whole(_))
+    }
+}
+
+impl<K> Body<K>
+where
+    K: Serialize + DeserializeOwned + 'static,
+{
+    /// The most of `obj` that fits [`KEPT_BUDGET`].
+    fn within_budget(obj: &K) -> Result<Self, PackError> {
+        let whole = Packed::new(obj)?;
+        if whole.stored_len() <= KEPT_BUDGET {
+            return Ok(Self::Whole(whole));
+        }
+        let mut value = serde_json::to_value(obj)?;
+        lean::elide(&mut value);
+        // A lean copy that no longer parses as `K` (a long string where a value was required to
+        // match something) is not kept: the pass reads the object whole anyway.
+        let Ok(lean) = serde_json::from_value::<K>(value) else {
+            return Ok(Self::Identity);
+        };
+        let packed = Packed::new(&lean)?;
+        Ok(if packed.stored_len() <= KEPT_BUDGET {
+            Self::Lean(packed)
+        } else {
+            Self::Identity
+        })
+    }
+}
+
+impl<K> Body<K> {
+    fn stored_len(&self) -> usize {
+        match self {
+            Self::Whole(p) | Self::Lean(p) => p.stored_len(),
+            Self::Identity => 0,
+        }
     }
 }
 
@@ -80,7 +163,11 @@ impl<K> Clone for Cached<K> {
     fn clone(&self) -> Self {
         Self {
             meta: self.meta.clone(),
-            json: self.json.clone(),
+            body: match &self.body {
+                Body::Whole(p) => Body::Whole(p.clone()),
+                Body::Lean(p) => Body::Lean(p.clone()),
+                Body::Identity => Body::Identity,
+            },
         }
     }
 }
@@ -92,8 +179,8 @@ impl<K: Resource<DynamicType = ()>> fmt::Debug for Cached<K> {
             .field("namespace", &self.meta.namespace)
             .field("name", &self.meta.name)
             .field("resourceVersion", &self.meta.resource_version)
-            .field("json_bytes", &self.json.json_len())
-            .field("stored_bytes", &self.json.stored_len())
+            .field("whole", &matches!(self.body, Body::Whole(_)))
+            .field("stored_bytes", &self.body.stored_len())
             .finish()
     }
 }
@@ -163,7 +250,7 @@ where
 {
     let api = watched_api::<Cached<K>>(client, namespace);
     let (reader, writer) = reflector::store();
-    let objects = watcher(api, watcher::Config::default())
+    let objects = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
         .reflect(writer)
         .applied_objects();
     Controller::for_stream(objects, reader)
@@ -234,6 +321,66 @@ mod tests {
             ["tpu-operator.dev/done-uri"]
         );
         assert_eq!(back.data, cm.data);
+    }
+
+    /// `n` bytes that barely compress (a tenant's worst case): letters from a xorshift generator,
+    /// a different sequence for each odd `seed`.
+    fn noise(seed: u64, n: usize) -> String {
+        assert!(
+            seed % 2 == 1,
+            "xorshift needs a non-zero seed; odd ones keep sequences apart"
+        );
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect()
+    }
+
+    fn config_map(data: Vec<(String, String)>) -> Cached<ConfigMap> {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("big".into());
+        cm.metadata.namespace = Some("team".into());
+        cm.data = Some(data.into_iter().collect());
+        Cached::new(cm).unwrap()
+    }
+
+    #[test]
+    fn an_object_over_the_budget_keeps_its_short_strings_and_drops_its_long_ones() {
+        let cached = config_map(vec![
+            ("script".into(), noise(1, 256 * 1024)),
+            ("bucket".into(), "gs://team-a/model".into()),
+        ]);
+        assert!(!cached.is_whole());
+        assert!(cached.body.stored_len() <= KEPT_BUDGET);
+        let lean = cached.decode().unwrap();
+        let data = lean.data.unwrap();
+        assert_eq!(data["bucket"], "gs://team-a/model");
+        assert_eq!(data["script"], "");
+    }
+
+    #[test]
+    fn an_object_whose_lean_copy_is_still_over_the_budget_keeps_only_its_identity() {
+        let many = (0..64)
+            .map(|i| (format!("k{i}"), noise(1001 + 2 * i, 1000)))
+            .collect();
+        let cached = config_map(many);
+        assert!(!cached.is_whole());
+        assert_eq!(cached.body.stored_len(), 0);
+        assert_eq!(cached.name_any(), "big");
+        assert!(matches!(cached.decode(), Err(CacheError::IdentityOnly)));
+    }
+
+    #[test]
+    fn an_ordinary_object_is_kept_whole() {
+        let script = "#!/bin/sh\necho hi\n".repeat(400);
+        let cached = config_map(vec![("script".into(), script.clone())]);
+        assert!(cached.is_whole());
+        assert_eq!(cached.decode().unwrap().data.unwrap()["script"], script);
     }
 
     #[test]

@@ -8,7 +8,14 @@
 //! Ready (seen by polling every 10 ms), alone and then with the flood refused, their medians and
 //! ratio; the team-a TpuSlice listings, cloud calls and refusals counted while the flood stands.
 //!
+//! With `--big N`, team-a's flood is instead N suspended slices (they bill nothing) each as large as
+//! the CRDs admit (512 KiB of node metadata, a workload of 64 arguments, 64 command words and 64
+//! environment values of 4 KiB, all incompressible: 1.3 MiB of JSON), and the operator is
+//! restarted once they stand, so that its initial list reads them all; the operator's peak RSS is
+//! what to compare with the chart's memory limit.
+//!
 //! cargo run --release -p tpu-operator-reliability --bin tenant-flood-bench -- --flood 1000 --rounds 5
+//! cargo run --release -p tpu-operator-reliability --bin tenant-flood-bench -- --big 224 --rounds 3
 
 use std::time::{Duration, Instant};
 
@@ -91,15 +98,24 @@ async fn rounds(world: &World, label: &str, n: u64) -> Vec<Duration> {
 #[tokio::main]
 async fn main() {
     let flood = arg("--flood", 1000);
+    let big = arg("--big", 0);
     let n = arg("--rounds", 5).max(1);
     let dir = tempfile::tempdir().unwrap();
     let mut world = World::start_for_process().await;
-    let op = start(&mut world, dir.path()).await;
+    let mut op = start(&mut world, dir.path()).await;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("flood = {flood}, rounds = {n}; loadavg at start: {}", load.trim());
+    let flood = if big > 0 { 0 } else { flood };
+    println!(
+        "flood = {flood}, big = {big}, rounds = {n}; loadavg at start: {}",
+        load.trim()
+    );
 
     let alone = rounds(&world, "alone", n).await;
-    flood_team_a(&world, flood).await;
+    if big > 0 {
+        op = big_team_a(&mut world, dir.path(), op, big).await;
+    } else {
+        flood_team_a(&world, flood).await;
+    }
     let calls_before = world.gcp_calls();
     let beside = rounds(&world, "beside", n).await;
     let (a, b) = (median(alone), median(beside));
@@ -148,15 +164,92 @@ async fn start(world: &mut World, dir: &std::path::Path) -> OperatorProcess {
         .create(&Default::default(), &policy)
         .await
         .expect("policy");
-    let bin = tpu_operator_reliability::process::operator_binary(
-        tpu_operator_reliability::process::OperatorBuild::Shipped,
-    );
-    let op = OperatorProcess::spawn_in(&bin, &kubeconfig, &world.gcp.url(), None, &[]);
+    let op = OperatorProcess::spawn_in(&operator_binary(), &kubeconfig, &world.gcp.url(), None, &[]);
     assert!(
         op.wait_ready(Duration::from_secs(60)).await,
         "operator never ready"
     );
     op
+}
+
+/// `n` suspended slices in team-a, each as large as the CRDs admit; then a new operator process, so
+/// that they are read by its initial list, as after an OOM kill. Returns once the last one shows
+/// Suspended.
+async fn big_team_a(
+    world: &mut World,
+    dir: &std::path::Path,
+    op: OperatorProcess,
+    n: u64,
+) -> OperatorProcess {
+    let team_a = Api::<TpuSlice>::namespaced(world.client.clone(), TEAM_A);
+    let started = Instant::now();
+    let mut bytes = 0;
+    for i in 0..n {
+        let s = largest_slice(&format!("big-{i}"), i);
+        bytes = serde_json::to_vec(&s).unwrap().len();
+        team_a.create(&Default::default(), &s).await.expect("create big");
+    }
+    println!(
+        "  team-a: {n} suspended slices of {:.2} MiB of JSON each created in {:.1} s",
+        bytes as f64 / (1024.0 * 1024.0),
+        started.elapsed().as_secs_f64()
+    );
+    wait(world, &team_a, &format!("big-{}", n - 1), suspended).await;
+    drop(op);
+    let kubeconfig = dir.join("kubeconfig");
+    let op = OperatorProcess::spawn_in(&operator_binary(), &kubeconfig, &world.gcp.url(), None, &[]);
+    assert!(
+        op.wait_ready(Duration::from_secs(120)).await,
+        "operator never ready again"
+    );
+    let restarted = Instant::now();
+    wait(world, &team_a, "big-0", suspended).await;
+    println!(
+        "  operator restarted beside them: ready, and their status read, in {:.1} s; peak RSS so far {:.1} MiB",
+        restarted.elapsed().as_secs_f64(),
+        op.peak_rss_kib().unwrap_or(0) as f64 / 1024.0
+    );
+    op
+}
+
+fn suspended(s: &TpuSlice) -> bool {
+    phase(s) == Some(TpuSlicePhase::Suspended)
+}
+
+/// A suspended slice as large as the CRDs admit, of letters that do not compress (a different
+/// sequence for each slice).
+fn largest_slice(name: &str, seed: u64) -> TpuSlice {
+    let mut rng = tpu_operator_reliability::rng(seed);
+    let mut noise = |n: usize| -> String {
+        use rand::Rng;
+        (0..n)
+            .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+            .collect()
+    };
+    const K: usize = 1024;
+    let args: Vec<String> = (0..64).map(|_| noise(4 * K)).collect();
+    let command: Vec<String> = (0..64).map(|_| noise(4 * K)).collect();
+    let env: Vec<serde_json::Value> = (0..64)
+        .map(|i| json!({"name": format!("V{i}"), "value": noise(4 * K)}))
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": {"zone": "us-east5-b", "acceleratorType": "v6e-8",
+                 "runtimeVersion": "v2-alpha-tpuv6e", "capacity": {"spot": {}}, "suspend": true,
+                 "metadata": {"a": noise(256 * K), "b": noise(255 * K)},
+                 "workload": {"image": "us-docker.pkg.dev/p/r/train:1", "command": command,
+                              "args": args, "env": env}},
+    }))
+    .expect("largest slice")
+}
+
+/// The image's build of the operator (built once, then reused).
+fn operator_binary() -> std::path::PathBuf {
+    tpu_operator_reliability::process::operator_binary(
+        tpu_operator_reliability::process::OperatorBuild::Shipped,
+    )
 }
 
 /// One running slice in team-a that uses its policy's chips, then `flood` more its policy

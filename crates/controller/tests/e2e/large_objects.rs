@@ -1,0 +1,87 @@
+//! Objects larger than the watch cache keeps whole (a long startup script, big node metadata): the
+//! cache keeps them lean, and the pass reads them whole from the API server, so the TPU node gets
+//! every byte the spec asked for.
+
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use test_kit::TestEnv;
+use tpu_operator_api::{
+    conditions::{Progress, progress_of},
+    tpu_slice::TpuSlice,
+};
+use tpu_operator_controller::{kinds::tpu_slice, never_shutdown};
+
+const STEP: Duration = Duration::from_secs(20);
+
+/// `n` letters that barely compress, so the object's JSON stays far over the cache's budget.
+fn noise(seed: u64, n: usize) -> String {
+    let mut x = seed * 2 + 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect()
+}
+
+fn is_ready(s: &TpuSlice) -> bool {
+    s.status.as_ref().and_then(|st| progress_of(&st.conditions)) == Some(Progress::Ready)
+}
+
+#[tokio::test]
+async fn a_slice_too_large_to_cache_whole_gets_all_its_metadata_on_the_node() {
+    let mut env = TestEnv::start().await;
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    let script = noise(1, 256 * 1024);
+    let slice: TpuSlice = serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": "big"},
+        "spec": {
+            "zone": "us-east5-b", "acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e",
+            "capacity": {"onDemand": {}},
+            "metadata": {"dataset-manifest": script, "env": "a"},
+            "startupScript": "#!/bin/sh\necho started\n",
+        }
+    }))
+    .unwrap();
+    env.create(&slice).await;
+    env.wait_for::<TpuSlice, _>("big", "Ready", STEP, is_ready).await;
+    let node = env.gcp.nodes()[0].clone();
+    assert_eq!(
+        node["metadata"]["dataset-manifest"].as_str().map(str::len),
+        Some(script.len()),
+        "the node got the cache's lean copy, not the object"
+    );
+    assert_eq!(node["metadata"]["dataset-manifest"], script.as_str());
+
+    // A change to a short field of the large object still reaches the node, long value intact.
+    env.api::<TpuSlice>()
+        .patch(
+            "big",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"metadata": {"env": "b"}}})),
+        )
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while env.gcp.nodes()[0]["metadata"]["env"] != "b" {
+        assert!(tokio::time::Instant::now() < deadline, "metadata never patched");
+        env.idle(Duration::from_millis(50), STEP).await;
+    }
+    assert_eq!(
+        env.gcp.nodes()[0]["metadata"]["dataset-manifest"],
+        script.as_str()
+    );
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.patch"),
+        1,
+        "{:?}",
+        env.gcp.call_counts()
+    );
+}
