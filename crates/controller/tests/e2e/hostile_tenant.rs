@@ -27,7 +27,11 @@ use kube::{
 use serde_json::json;
 use test_kit::{ContextSpec, Polls, Tenant, TestEnv};
 use tpu_operator_api::{tpu_policy::TpuPolicy, tpu_slice::TpuSlice};
-use tpu_operator_controller::{governance::tenancy::WithoutPolicy, kinds::tpu_slice, never_shutdown};
+use tpu_operator_controller::{
+    governance::tenancy::{WithoutPolicy, book::LISTING_TTL},
+    kinds::tpu_slice,
+    never_shutdown,
+};
 
 use crate::tenant;
 
@@ -65,7 +69,10 @@ async fn an_owner_reference_to_a_refused_slice_does_not_lift_the_quota() {
         "name": "refused", "uid": refused.uid().unwrap(), "controller": true,
     }]}});
     merge_patch(&tenant, "running", owner).await;
-    // Touch the refused slice too, so it is looked at again at once.
+    // Past the usage book's listing (taken before the patch, reused for LISTING_TTL; it counts
+    // the running slice as admitted by its own UID until then, so a shorter wait proves nothing),
+    // then touch the refused slice, so it is looked at again at once against a new listing.
+    env.idle(LISTING_TTL + Duration::from_secs(1), STEP).await;
     merge_patch(
         &tenant,
         "refused",
