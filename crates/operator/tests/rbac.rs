@@ -39,7 +39,6 @@ use kube::{
     api::{DeleteParams, DynamicObject, ListParams, PostParams},
     discovery::ApiResource,
 };
-use serde_json::Value;
 use support::{chart_dir, repo_root};
 use tpu_operator_api::{
     TpuSlice, TrainingPipeline,
@@ -173,7 +172,11 @@ impl Install {
             .arg(admin_kubeconfig)
             .args(["create", "token", &fullname, "-n", &namespace, "--duration=2h"]));
         let sa_kubeconfig = dir.path().join("sa.kubeconfig");
-        std::fs::write(&sa_kubeconfig, token_kubeconfig(admin_kubeconfig, token.trim())).unwrap();
+        std::fs::write(
+            &sa_kubeconfig,
+            test_kit::identity::token_kubeconfig(admin_kubeconfig, token.trim()),
+        )
+        .unwrap();
         let who = run(Command::new(test_tools::kubectl())
             .arg("--kubeconfig")
             .arg(&sa_kubeconfig)
@@ -345,28 +348,14 @@ impl Install {
         slices: &Api<TpuSlice>,
     ) {
         let scope = self.scope;
-        let kubectl = |args: &[&str]| {
-            run(Command::new(test_tools::kubectl())
-                .arg("--kubeconfig")
-                .arg(&self.admin_kubeconfig)
-                .args(args))
-        };
+        // The tenant as the e2e suites' `Tenant` is (test_kit::identity): a ServiceAccount bound
+        // to `edit` in the namespace, authenticated by a TokenRequest token and nothing else.
         let ns = self.tenant.as_str();
-        kubectl(&["create", "serviceaccount", "tenant-user", "-n", ns]);
-        let user = format!("--serviceaccount={ns}:tenant-user");
-        kubectl(&[
-            "create",
-            "rolebinding",
-            "tenant-user-edit",
-            "--clusterrole=edit",
-            &user,
-            "-n",
-            ns,
-        ]);
-        let token = kubectl(&["create", "token", "tenant-user", "-n", ns, "--duration=1h"]);
-        let path = self.dir.path().join("tenant.kubeconfig");
-        std::fs::write(&path, token_kubeconfig(&self.admin_kubeconfig, token.trim())).unwrap();
-        let tenant = test_kit::real_client(&path).await.expect("the tenant's client");
+        test_kit::identity::bind_edit(admin, ns, "tenant-user").await;
+        let token =
+            test_kit::identity::service_account_token(admin, ns, "tenant-user", Duration::from_secs(3600))
+                .await;
+        let tenant = test_kit::identity::token_client(&self.admin_kubeconfig, &token).await;
         let as_tenant: Api<TpuSlice> = Api::namespaced(tenant, ns);
 
         let before: BTreeSet<String> = gcp.billable_resources().into_iter().map(|r| r.name).collect();
@@ -747,21 +736,6 @@ async fn delete_node(gcp: &gcp_emulator::Emulator, id: &str) {
 fn example(file: &str) -> DynamicObject {
     let text = std::fs::read_to_string(repo_root().join("examples").join(file)).unwrap();
     serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("examples/{file}: {e}"))
-}
-
-/// A kubeconfig for the admin kubeconfig's cluster that authenticates with `token` only.
-fn token_kubeconfig(admin_kubeconfig: &Path, token: &str) -> String {
-    let admin: Value = serde_yaml::from_str(&std::fs::read_to_string(admin_kubeconfig).unwrap()).unwrap();
-    let cluster = &admin["clusters"][0]["cluster"];
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-        "current-context": "sa",
-    })
-    .to_string()
 }
 
 /// helm against the admin kubeconfig, with its cache/config/data homes under `dir` (never `~`).
