@@ -1,7 +1,9 @@
 //! A tenant who leaves Kueue's label off to skip the team's quota: with the operator's default
 //! queue (`kueueDefaultQueue`), an unlabelled or empty-labelled TpuSlice, a slice that names a
 //! pipeline as its owner, and an unlabelled Vertex pipeline are all gated by the namespace's
-//! LocalQueue `default`, on the real Kueue (helpers shared with `kueue.rs`).
+//! LocalQueue `default`, on the real Kueue (helpers shared with `kueue.rs`). The objects are
+//! written by the namespace's tenant (`crate::tenant::as_tenant`: its `edit` ServiceAccount under
+//! the chart's aggregated roles); the queues are the platform's.
 
 use std::sync::Arc;
 
@@ -16,7 +18,7 @@ use tpu_operator_controller::{
 };
 
 use super::{
-    kueue::{STEP, queue, queued, ready, slice, start_idle},
+    kueue::{STEP, queue, queued, ready, resource, slice, start_idle},
     kueue_pipelines::vertex_pipeline,
 };
 
@@ -48,17 +50,18 @@ fn local_queue(s: &TpuSlice) -> Option<String> {
 async fn leaving_the_label_off_does_not_skip_the_teams_quota() {
     let Some(env) = start().await else { return };
     queue(&env, "default", 8, None).await;
-    env.create(&unlabelled("first", None)).await;
+    let tenant = crate::tenant::as_tenant(&env).await;
+    tenant.create(&unlabelled("first", None)).await;
     let first: TpuSlice = env.wait_for("first", "first Ready", STEP, ready).await;
     assert_eq!(local_queue(&first).as_deref(), Some("default"));
 
     // The quota is full: an empty label, and a slice naming a pipeline as its controlling owner
     // (an owner reference any tenant can write), wait like any other.
-    env.create(&unlabelled("empty-label", Some(""))).await;
+    tenant.create(&unlabelled("empty-label", Some(""))).await;
     let owner: TrainingPipeline = {
         let mut tp = vertex_pipeline("owner", None);
         tp.spec.suspend = true;
-        env.create(&tp).await
+        tenant.create(&tp).await
     };
     let mut owned = unlabelled("owner-train", None);
     owned.metadata.owner_references = Some(vec![
@@ -71,7 +74,7 @@ async fn leaving_the_label_off_does_not_skip_the_teams_quota() {
             block_owner_deletion: Some(true),
         },
     ]);
-    env.create(&owned).await;
+    tenant.create(&owned).await;
     for name in ["empty-label", "owner-train"] {
         let s: TpuSlice = env
             .wait_for(name, "queued in the default queue", STEP, queued)
@@ -79,7 +82,7 @@ async fn leaving_the_label_off_does_not_skip_the_teams_quota() {
         assert_eq!(local_queue(&s).as_deref(), Some("default"), "{name}");
     }
     // An unlabelled Vertex pipeline waits too.
-    env.create(&vertex_pipeline("vertex", None)).await;
+    tenant.create(&vertex_pipeline("vertex", None)).await;
     let waiting: TrainingPipeline = env
         .wait_for(
             "vertex",
@@ -94,6 +97,25 @@ async fn leaving_the_label_off_does_not_skip_the_teams_quota() {
         )
         .await;
     assert_eq!(waiting.status.unwrap().phase, Phase::Waiting);
+
+    // Nor can the tenant make a queue of its own to label its objects with: `edit` grants nothing
+    // in kueue.x-k8s.io (Kueue's own editor roles aggregate into its batch-admin role).
+    let own_queue: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "mine"}, "spec": {"clusterQueue": "anything"},
+    }))
+    .unwrap();
+    let local_queues = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        tenant.client.clone(),
+        &env.ns,
+        &resource("LocalQueue", "localqueues"),
+    );
+    tenant
+        .refused_by_rbac(
+            "creating a LocalQueue of its own",
+            local_queues.create(&Default::default(), &own_queue),
+        )
+        .await;
 
     assert_eq!(
         env.gcp.call_count("tpu", "nodes.create"),
