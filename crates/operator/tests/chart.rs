@@ -513,7 +513,7 @@ fn kueue_enabled_grants_the_workload_calls_and_turns_the_integration_on() {
             ["kueue.x-k8s.io"],
             ["workloads"],
             null,
-            ["get", "list", "watch", "create", "delete"]
+            ["get", "list", "watch", "create", "patch", "delete"]
         ]),
         json!([["kueue.x-k8s.io"], ["workloads/status"], null, ["patch"]]),
         json!([

@@ -74,6 +74,16 @@ pub async fn release(
         .map(|_| ())
 }
 
+/// Changes the Workload by a merge `patch` (of its spec or metadata; never its status) and
+/// returns it as written.
+pub async fn patch(client: &Client, wl: &Workload, patch: &serde_json::Value) -> Result<Workload, Error> {
+    let namespace = wl.metadata.namespace.as_deref().unwrap_or_default();
+    let name = wl.metadata.name.as_deref().unwrap_or_default();
+    Api::<Workload>::namespaced(client.clone(), namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+}
+
 /// Deletes the Workload (its work is gone: the quota is free at once rather than when the
 /// garbage collector gets to it). Already gone is fine.
 pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), Error> {

@@ -17,7 +17,7 @@ use tpu_operator_api::accelerator::{SliceShape, TpuGeneration};
 
 use super::{
     TPU_RESOURCE,
-    workload::{PodSet, PriorityClassRef, Workload, WorkloadSpec},
+    workload::{PodSet, Workload, WorkloadSpec},
 };
 
 /// GKE's node label naming a TPU node's family.
@@ -85,11 +85,7 @@ pub fn fixed_topology(generation: TpuGeneration, chips_per_slice: u32) -> Option
 pub fn workload_spec(demand: &Demand, queue: &str, priority: Option<(&str, i32)>) -> WorkloadSpec {
     WorkloadSpec {
         queue_name: queue.to_string(),
-        priority_class_ref: priority.map(|(name, _)| PriorityClassRef {
-            group: "kueue.x-k8s.io".into(),
-            kind: "WorkloadPriorityClass".into(),
-            name: name.to_string(),
-        }),
+        priority_class_ref: priority.map(|(name, _)| super::follow::class_ref(name)),
         priority: priority.map_or(0, |(_, value)| value),
         pod_sets: vec![PodSet {
             name: POD_SET.into(),
@@ -102,8 +98,9 @@ pub fn workload_spec(demand: &Demand, queue: &str, priority: Option<(&str, i32)>
 
 /// Why `found` is not the Workload `desired` describes, owned by the object `owner_uid`; `None`
 /// when it is. Only the fields that decide what Kueue admits are compared: the controlling
-/// owner, the queue, the priority class and each pod set's name, count, requests and node
-/// selector (Kueue's webhooks add defaults elsewhere). A tenant who can create Workloads could
+/// owner, the queue and each pod set's name, count, requests and node selector (Kueue's webhooks
+/// add defaults elsewhere). Not the priority class: a relabelled object's Workload is changed in
+/// place ([`super::follow`]), as Kueue's own integrations change theirs, never replaced. A tenant who can create Workloads could
 /// otherwise name one after a slice, ask for one chip, and have its admission stand for eight.
 pub fn mismatch(found: &Workload, desired: &WorkloadSpec, owner_uid: &str) -> Option<String> {
     let controlled = found
@@ -120,10 +117,6 @@ pub fn mismatch(found: &Workload, desired: &WorkloadSpec, owner_uid: &str) -> Op
             "it is in LocalQueue {:?}, not {:?}",
             found.spec.queue_name, desired.queue_name
         ));
-    }
-    let class = |s: &WorkloadSpec| s.priority_class_ref.as_ref().map(|c| c.name.clone());
-    if class(&found.spec) != class(desired) {
-        return Some("its priority class differs from the object's label".into());
     }
     let shape = |s: &WorkloadSpec| -> Vec<_> {
         s.pod_sets
@@ -271,6 +264,13 @@ mod tests {
             mismatch(&defaulted, &desired, "uid-1"),
             None,
             "Kueue's own writes are not a mismatch"
+        );
+        let mut relabelled = found.clone();
+        relabelled.spec = workload_spec(&v6e(8, 2), "q", Some(("high", 1000)));
+        assert_eq!(
+            mismatch(&relabelled, &desired, "uid-1"),
+            None,
+            "another priority class is followed in place, not a reason to replace the Workload"
         );
     }
 

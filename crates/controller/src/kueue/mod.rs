@@ -12,6 +12,7 @@
 //! - [`demand`]: pure: what a TpuSlice will hold, as Kueue's pod sets (hosts × chips of
 //!   `google.com/tpu`, node selectors GKE's TPU nodes carry, so the flavors of a team's GKE TPU
 //!   pods govern its slices too).
+//! - [`follow`]: pure: what the object's own Workload follows in place (its priority class).
 //! - [`gate`]: pure: a Workload's status as the gate a pass obeys, and the release write.
 //! - [`queued`]: what a pass reads of a gated object's Workload, and the writes its plan asks
 //!   for (the same for every gated kind).
@@ -19,6 +20,7 @@
 
 pub mod client;
 pub mod demand;
+pub mod follow;
 pub mod gate;
 pub mod queued;
 pub mod workload;

@@ -16,6 +16,7 @@ use tpu_operator_api::{conditions::reasons, kueue::KueueStatus};
 use super::{
     Gate, PRIORITY_CLASS_LABEL, QUEUE_LABEL, client,
     demand::{self, Demand},
+    follow::{self, PriorityChange},
     workload::{Workload, WorkloadSpec},
 };
 use crate::{
@@ -36,8 +37,8 @@ pub struct Queued {
     pub desired: Option<WorkloadSpec>,
     /// Position in the LocalQueue while pending (1 = next), when Kueue's visibility API serves it.
     pub position: Option<i32>,
-    /// The priority class the label names (its value read only while the Workload is missing),
-    /// or the message naming a class that does not exist.
+    /// The priority class the label names (its value read only to create the Workload or change
+    /// its class), or the message naming a class that does not exist.
     pub priority: Result<Option<(String, i32)>, String>,
 }
 
@@ -130,7 +131,8 @@ pub fn workload_name<K: Gated>(obj: &K) -> String {
 
 /// Reads the object's Workload and what its gate needs: the position while pending, the priority
 /// class while it does not exist yet. A Workload that is not exactly the one this object would
-/// write ([`demand::mismatch`]) gates nothing: [`Gate::Foreign`]. `None`: not gated by Kueue.
+/// write ([`demand::mismatch`]) gates nothing: [`Gate::Foreign`]. The object's own Workload
+/// follows its priority-class label in place ([`follow_priority`]). `None`: not gated by Kueue.
 /// `demand`: what the object holds while it runs (`None`: the spec is invalid, which its plan
 /// reports).
 pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -> Result<Option<Queued>> {
@@ -141,20 +143,12 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
     let found = client::get(&ctx.client, &namespace(obj)?, &workload)
         .await
         .map_err(ReconcileError::kube("read the Kueue Workload"))?;
-    let class = obj.labels().get(PRIORITY_CLASS_LABEL);
-    // The class's value is read only to create the Workload; an existing one is compared by the
-    // class's name (Kueue rewrites the value when the class changes).
-    let priority = match (&found, class) {
-        (None, Some(class)) => match client::priority(&ctx.client, class)
-            .await
-            .map_err(ReconcileError::kube("read the WorkloadPriorityClass"))?
-        {
-            Some(value) => Ok(Some((class.clone(), value))),
-            None => Err(format!(
-                "WorkloadPriorityClass {class} (label {PRIORITY_CLASS_LABEL}) does not exist: create it or fix the label"
-            )),
-        },
-        (_, class) => Ok(class.map(|c| (c.clone(), 0))),
+    let class = obj.labels().get(PRIORITY_CLASS_LABEL).map(String::as_str);
+    // The class's value is read to create the Workload or to change its class; Kueue itself
+    // rewrites the value of referencing Workloads when a class's value changes.
+    let mut priority = match (&found, class) {
+        (None, Some(class)) => class_value(ctx, class).await?,
+        (_, class) => Ok(class.map(|c| (c.to_string(), 0))),
     };
     let desired = demand.map(|demand| {
         let class = priority.as_ref().ok().and_then(Option::as_ref);
@@ -164,6 +158,16 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
         .as_ref()
         .zip(desired.as_ref())
         .and_then(|(wl, desired)| demand::mismatch(wl, desired, &obj.uid().unwrap_or_default()));
+    let found = match (found, &foreign) {
+        (Some(wl), None) => {
+            let (wl, missing) = follow_priority(ctx, wl, class).await?;
+            if let Some(message) = missing {
+                priority = Err(message);
+            }
+            Some(wl)
+        }
+        (found, _) => found,
+    };
     let gate = match foreign {
         Some(why) => Gate::Foreign {
             why: format!("Workload {workload} is not this {}'s: {why}", K::kind(&())),
@@ -183,6 +187,52 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
         position,
         priority,
     }))
+}
+
+/// The value of WorkloadPriorityClass `class`, or the message naming it when it does not exist.
+async fn class_value(ctx: &Context, class: &str) -> Result<Result<Option<(String, i32)>, String>> {
+    let value = client::priority(&ctx.client, class)
+        .await
+        .map_err(ReconcileError::kube("read the WorkloadPriorityClass"))?;
+    Ok(match value {
+        Some(value) => Ok(Some((class.to_string(), value))),
+        None => Err(format!(
+            "WorkloadPriorityClass {class} (label {PRIORITY_CLASS_LABEL}) does not exist: create it or fix the label"
+        )),
+    })
+}
+
+/// Changes the object's own Workload to the priority class its label names, in place, as Kueue's
+/// own integrations do when a job is relabelled ([`follow`]): replacing the Workload would stop
+/// the work it admits. Returns the Workload as it now is and, when the label names a class that
+/// does not exist, the message saying so (the Workload keeps its class meanwhile).
+async fn follow_priority(
+    ctx: &Context,
+    wl: Workload,
+    label: Option<&str>,
+) -> Result<(Workload, Option<String>)> {
+    if wl.metadata.deletion_timestamp.is_some() {
+        return Ok((wl, None));
+    }
+    let change = follow::priority_change(&wl, label);
+    let value = match &change {
+        PriorityChange::Set(class) => match class_value(ctx, class).await? {
+            Ok(found) => found.map_or(0, |(_, value)| value),
+            Err(missing) => return Ok((wl, Some(missing))),
+        },
+        PriorityChange::Later(why) => {
+            tracing::info!(workload = wl.metadata.name.as_deref(), "{why}");
+            return Ok((wl, None));
+        }
+        PriorityChange::Keep | PriorityChange::Clear => 0,
+    };
+    let Some(patch) = follow::priority_patch(&change, value) else {
+        return Ok((wl, None));
+    };
+    let written = client::patch(&ctx.client, &wl, &patch)
+        .await
+        .map_err(ReconcileError::kube("change the Kueue Workload's priority class"))?;
+    Ok((written, None))
 }
 
 /// The three Workload writes a plan asks for.

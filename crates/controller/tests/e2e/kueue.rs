@@ -29,7 +29,7 @@ pub(super) const STEP: Duration = Duration::from_secs(20);
 
 /// The env with Kueue's integration on and the TpuSlice controller running; `None` (after saying
 /// why) where no real Kueue runs.
-async fn start() -> Option<TestEnv> {
+pub(super) async fn start() -> Option<TestEnv> {
     let mut env = start_idle().await?;
     env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
     Some(env)
@@ -60,7 +60,7 @@ pub(super) fn resource(kind: &str, plural: &str) -> ApiResource {
 }
 
 /// Applies a Kueue object (server-side apply; cluster-scoped unless `namespace`).
-async fn apply(env: &TestEnv, kind: &str, plural: &str, namespace: Option<&str>, body: Value) {
+pub(super) async fn apply(env: &TestEnv, kind: &str, plural: &str, namespace: Option<&str>, body: Value) {
     let ar = resource(kind, plural);
     let api: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(env.client.clone(), ns, &ar),
@@ -189,7 +189,7 @@ pub(super) async fn nodes_of(env: &TestEnv, slice: &str) -> usize {
         .count()
 }
 
-fn node_creates(env: &TestEnv) -> usize {
+pub(super) fn node_creates(env: &TestEnv) -> usize {
     env.gcp.call_count("tpu", "nodes.create") as usize
 }
 

@@ -1,11 +1,12 @@
 //! The chart's Kueue RBAC (`kueue.enabled=true`), proven as the operator runs: helm install,
 //! `tpu-operator run` as the chart's ServiceAccount, the real Kueue manager admitting, queueing
 //! and positioning the operator's Workloads. Every Kueue call the integration makes happens here
-//! as that identity: Workloads created, watched, read, deleted (a finished pipeline's, a deleted
-//! slice's), a WorkloadPriorityClass read, a position read from the visibility API, and the
-//! start-up check of Kueue's CRD; any `forbidden` in the log fails it. Runs where Kueue runs (the
-//! Kueue stage of scripts/ci-control-plane.sh, under tests/kueue/up.sh), Namespace scope: the
-//! narrower grant (a Role in the watched namespace, ClusterRoles only for cluster-scoped reads).
+//! as that identity: Workloads created, watched, read, changed (a relabelled slice's priority
+//! class), deleted (a finished pipeline's, a deleted slice's), a WorkloadPriorityClass read, a
+//! position read from the visibility API, and the start-up check of Kueue's CRD; any `forbidden`
+//! in the log fails it. Runs where Kueue runs (the Kueue stage of scripts/ci-control-plane.sh,
+//! under tests/kueue/up.sh), Namespace scope: the narrower grant (a Role in the watched
+//! namespace, ClusterRoles only for cluster-scoped reads).
 
 use kube::{
     Api,
@@ -67,6 +68,15 @@ async fn the_charts_kueue_rbac_suffices_as_the_service_account() {
     }
     println!("rbac[{scope}]: {hog} admitted and Ready; {waiter} queued at position {position:?}");
 
+    let queued_as = relabel(
+        &admin,
+        &install.tenant,
+        &waiter,
+        &format!("{}-high", install.release),
+    )
+    .await;
+    println!("rbac[{scope}]: {waiter} relabelled; its Workload {queued_as} changed in place");
+
     // A gated pipeline (the v6e flavor) runs to Succeeded; its Workload is then deleted.
     let mut pipeline = example("quickstart.yaml");
     pipeline.metadata.labels = Some([("kueue.x-k8s.io/queue-name".to_string(), "tpu".to_string())].into());
@@ -102,6 +112,42 @@ async fn the_charts_kueue_rbac_suffices_as_the_service_account() {
     wait_cloud_empty(&gcp, &replicas).await;
     println!("rbac[{scope}]: {waiter} admitted after {hog} went; cloud resources left: 0");
     no_forbidden_requests(scope, &mut replicas);
+}
+
+/// Relabels the queued slice `waiter` with WorkloadPriorityClass `higher` (value 200, applied by
+/// the administrator): its own Workload is changed in place (`patch` on workloads), not replaced.
+/// Returns the Workload's name.
+async fn relabel(admin: &kube::Client, tenant: &str, waiter: &str, higher: &str) -> String {
+    apply(
+        admin,
+        None,
+        json!({"kind": "WorkloadPriorityClass", "metadata": {"name": higher}, "value": 200}),
+    )
+    .await;
+    let slices: Api<TpuSlice> = Api::namespaced(admin.clone(), tenant);
+    let relabel = json!({"metadata": {"labels": {"kueue.x-k8s.io/priority-class": higher}}});
+    slices
+        .patch(waiter, &PatchParams::default(), &Patch::Merge(&relabel))
+        .await
+        .unwrap();
+    let queued_as = slices
+        .get(waiter)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .kueue
+        .unwrap()
+        .workload;
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), tenant, &kueue_resource("Workload", "workloads"));
+    let before = workloads.get(&queued_as).await.unwrap().metadata.uid;
+    wait(&format!("{queued_as} at priority 200"), async || {
+        let wl = workloads.get_opt(&queued_as).await.ok()??;
+        (wl.data["spec"]["priority"] == 200 && wl.metadata.uid == before).then_some(())
+    })
+    .await;
+    queued_as
 }
 
 /// The example v5e slice (8 chips, queued Spot capacity) in LocalQueue `tpu`.

@@ -1,0 +1,95 @@
+//! The operator's Workloads kept as Kueue's own job integrations keep theirs, on the real Kueue
+//! (v0.17.0) and the real kube-apiserver (see kueue.rs for the harness): a relabelled slice's
+//! priority class is changed on its own Workload in place, never by replacing the Workload (which
+//! would stop the node it admits).
+
+use std::time::{Duration, Instant};
+
+use kube::{
+    Api,
+    api::{DynamicObject, Patch, PatchParams},
+};
+use serde_json::json;
+use test_kit::TestEnv;
+use tpu_operator_api::tpu_slice::TpuSlice;
+
+use super::kueue::{STEP, priority_class, queue, ready, resource, slice, start};
+
+/// The slice's Workload (its name from `status.kueue`), as Kueue sees it.
+async fn workload_of(env: &TestEnv, slice: &TpuSlice) -> DynamicObject {
+    let name = &slice.status.as_ref().unwrap().kueue.as_ref().unwrap().workload;
+    workloads(env).get(name).await.expect("the slice's Workload")
+}
+
+fn workloads(env: &TestEnv) -> Api<DynamicObject> {
+    Api::namespaced_with(env.client.clone(), &env.ns, &resource("Workload", "workloads"))
+}
+
+fn node_deletes(env: &TestEnv) -> u64 {
+    env.gcp.call_count("tpu", "nodes.delete")
+}
+
+/// Kueue's own integrations change a running job's Workload priority in place when its
+/// `kueue.x-k8s.io/priority-class` label changes; the Workload API allows a WorkloadPriorityClass
+/// to be renamed while quota is reserved. Before, the operator took its own Workload for a
+/// foreign one ("its priority class differs"), deleted the node and wrote a new Workload.
+#[tokio::test]
+async fn raising_a_running_slices_priority_changes_its_workload_in_place() {
+    let Some(env) = start().await else { return };
+    queue(&env, "tpu", 8, None).await;
+    let (low, high) = (format!("low-{}", env.ns), format!("high-{}", env.ns));
+    priority_class(&env, &low, 100).await;
+    priority_class(&env, &high, 1000).await;
+    env.create(&slice("train", "tpu", Some(&low))).await;
+    let before: TpuSlice = env.wait_for("train", "Ready at low priority", STEP, ready).await;
+    let node = before.status.as_ref().unwrap().node_name.clone();
+    let wl = workload_of(&env, &before).await;
+    assert_eq!(wl.data["spec"]["priority"], 100);
+
+    let relabelled = Instant::now();
+    env.api::<TpuSlice>()
+        .patch(
+            "train",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"kueue.x-k8s.io/priority-class": high}}})),
+        )
+        .await
+        .expect("relabel");
+    let changed = loop {
+        let now = workloads(&env)
+            .get_opt(wl.metadata.name.as_deref().unwrap())
+            .await
+            .unwrap();
+        if let Some(now) = now.filter(|w| w.data["spec"]["priority"] == 1000) {
+            break now;
+        }
+        assert!(
+            relabelled.elapsed() < Duration::from_secs(60),
+            "the Workload's priority never followed the label"
+        );
+        // The cloud's clock moves on, so a node deleted meanwhile would be gone (and show).
+        env.gcp.clock().advance(STEP);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "Workload priority 1000 {:.2} s after the relabel",
+        relabelled.elapsed().as_secs_f64()
+    );
+    // A few more passes (and Kueue's own reaction) leave the node alone.
+    env.idle(Duration::from_secs(3), STEP).await;
+    assert_eq!(node_deletes(&env), 0, "no node deleted for a priority change");
+    assert_eq!(changed.data["spec"]["priorityClassRef"]["name"], high.as_str());
+    assert_eq!(
+        changed.metadata.uid, wl.metadata.uid,
+        "the same Workload, changed in place"
+    );
+    let after: TpuSlice = env.api().get("train").await.unwrap();
+    let st = after.status.as_ref().unwrap();
+    assert!(ready(&after), "{st:#?}");
+    assert_eq!(st.node_name, node, "the same node");
+    let k = st.kueue.as_ref().unwrap();
+    assert!(k.admitted && k.evictions == 0 && !k.stopped, "{k:?}");
+    assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 1);
+    let still = workload_of(&env, &after).await;
+    assert_eq!(still.metadata.uid, wl.metadata.uid);
+}
