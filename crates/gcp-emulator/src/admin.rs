@@ -187,6 +187,9 @@ fn handle_inner(
     if let Some(iam) = rest.strip_prefix("iam") {
         return ok(crate::iam::admin::handle(shared, method, iam, body)?);
     }
+    if let Some(answer) = crate::capacity_admin::handle(shared, method, rest, body) {
+        return ok(answer?);
+    }
     match (method.clone(), rest) {
         (Method::GET, "healthz") => ok(json!({"status": "ok"})),
         (Method::GET, "clock") => ok(clock_view(shared)),

@@ -39,6 +39,8 @@ pub struct Cloud {
     pub request_ids: RequestIds,
     pub buckets: BTreeMap<String, Bucket>,
     pub faults: Faults,
+    /// Per-zone stock and per-project rate quotas (off until configured).
+    pub capacity: crate::capacity::Capacity,
     pub calls: CallLog,
     /// Project ids seen in requests (to map project numbers back to ids).
     pub projects: BTreeSet<String>,
@@ -57,6 +59,7 @@ impl Cloud {
             request_ids: RequestIds::default(),
             buckets: BTreeMap::new(),
             faults: Faults::default(),
+            capacity: crate::capacity::Capacity::default(),
             calls: CallLog::default(),
             projects: BTreeSet::new(),
             logs: crate::logging::LogStore::default(),

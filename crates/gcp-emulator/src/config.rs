@@ -172,7 +172,7 @@ impl Config {
 }
 
 /// serde adapter: `Duration` <-> humantime string (`"3m"`), also accepting a number of seconds.
-mod humantime_serde_compat {
+pub(crate) mod humantime_serde_compat {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 

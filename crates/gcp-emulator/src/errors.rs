@@ -146,6 +146,9 @@ pub struct ApiError {
     /// Compute Engine answers with its own legacy shape (`errors[]` with `domain: global` and
     /// this `reason`, no `status`); see `compute::errors`.
     pub compute_reason: Option<&'static str>,
+    /// The `errors[].domain` of Compute Engine's legacy shape (default `global`; a rate limit
+    /// is `usageLimits`).
+    pub legacy_domain: Option<&'static str>,
 }
 
 impl ApiError {
@@ -156,6 +159,7 @@ impl ApiError {
             details: Vec::new(),
             gcs_reason: None,
             compute_reason: None,
+            legacy_domain: None,
         }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -203,7 +207,7 @@ impl ApiError {
             return json!({"error": {
                 "code": status,
                 "message": self.message,
-                "errors": [{"message": self.message, "domain": "global", "reason": reason}],
+                "errors": [{"message": self.message, "domain": self.legacy_domain.unwrap_or("global"), "reason": reason}],
             }});
         }
         match self.gcs_reason {

@@ -8,6 +8,8 @@ pub mod admin;
 pub mod api;
 pub mod blobs;
 pub mod calls;
+pub mod capacity;
+pub mod capacity_admin;
 pub mod clock;
 pub mod cloud;
 pub mod compute;
@@ -31,6 +33,11 @@ pub mod world;
 
 pub use admin::{BILLABLE_KINDS, ResourceSummary};
 pub use calls::CallRecord;
+pub use capacity::{
+    CapacityKind,
+    quotas::{QuotaGroup, QuotaView, RateQuota},
+    stock::{Refill, StockEntry, StockSpec, StockStep},
+};
 pub use clock::Clock;
 pub use config::{Config, Durations};
 pub use emulator::{Emulator, EmulatorBuilder, ResourceCounts, StoredObject};

@@ -214,7 +214,12 @@ async fn dispatch(
     let principal = caller(&shared, &headers);
     let (latency, failure, lost) = {
         let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
-        let failure = w.cloud.faults.take_call_failure(svc.name(), method_id);
+        let failure = w
+            .cloud
+            .faults
+            .take_call_failure(svc.name(), method_id)
+            .map(|(code, msg)| ApiError::new(code, msg))
+            .or_else(|| over_quota(&mut w.cloud, svc, method_id, &req, shared.clock.now()));
         // Only a call that is carried out can lose its reply.
         let lost = failure
             .is_none()
@@ -226,7 +231,7 @@ async fn dispatch(
         tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
     }
     let res = match (failure, &principal) {
-        (Some((code, msg)), _) => Err(ApiError::new(code, msg)),
+        (Some(e), _) => Err(e),
         (None, Err(e)) => Err(e.clone()),
         (None, Ok(p)) => run(&shared, (routed, p), &req, method_id, lost),
     };
@@ -241,6 +246,22 @@ async fn dispatch(
     let principal = principal.unwrap_or_default();
     let status = record(&shared, svc, method_id, &req, &principal, &uri, &res);
     respond_status(res, enum_int, svc, status)
+}
+
+/// The rate quota's refusal of this call, when its group's minute window is full
+/// ([`crate::capacity::quotas`]); the call is counted otherwise.
+fn over_quota(
+    w: &mut crate::cloud::Cloud,
+    svc: Svc,
+    method_id: &str,
+    req: &Req,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<ApiError> {
+    let cfg = &w.cfg;
+    w.capacity
+        .quotas
+        .admit(svc.name(), method_id, &req.segs, now, |p| cfg.project_number(p))
+        .err()
 }
 
 enum Routed {

@@ -195,7 +195,8 @@ pub fn try_grant(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
         return;
     }
     let (by, igm_key) = (r.resize_by(), r.igm.clone());
-    if !instances::has_capacity(w, ce, &g.zone.clone(), g.machine, by as u64) {
+    let kind = igm::kind(ce, g);
+    if !instances::has_capacity(w, ce, &g.zone.clone(), g.machine, by as u64, kind) {
         return;
     }
     let run = r.body["requestedRunDuration"]["seconds"]

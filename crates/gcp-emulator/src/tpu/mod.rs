@@ -4,6 +4,7 @@ pub mod catalog;
 pub mod nodes;
 pub mod queued;
 pub mod reservations;
+pub mod stock;
 
 use crate::api::{Reply, Req, list_body, no_route};
 use crate::cloud::Cloud;

@@ -95,7 +95,8 @@ pub fn reconcile(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
     while names.len() < missing as usize {
         names.push(new_name(w, ce, key));
     }
-    if instances::has_capacity(w, ce, &zone, machine, missing as u64) {
+    let kind = super::kind(ce, &ce.igms[key]);
+    if instances::has_capacity(w, ce, &zone, machine, missing as u64, kind) {
         create_members(w, ce, key, names, None);
     } else {
         ce.igms.get_mut(key).expect("present").pending = names;

@@ -49,6 +49,15 @@ pub struct IgmRec {
     pub deleting: Option<String>,
 }
 
+/// The capacity kind its members take, from its template's scheduling.
+pub fn kind(ce: &ComputeState, g: &IgmRec) -> crate::capacity::CapacityKind {
+    let props = ce.templates.get(&g.template).map(|t| &t["properties"]);
+    props.map_or(
+        crate::capacity::CapacityKind::OnDemand,
+        crate::capacity::CapacityKind::of_instance,
+    )
+}
+
 /// Refuses a TPU slice whose workload policy topology does not hold `hosts` VMs of `m`.
 pub fn check_topology(ce: &ComputeState, policy: Option<&str>, m: &Machine, hosts: i64) -> ApiResult<()> {
     let topo = policy

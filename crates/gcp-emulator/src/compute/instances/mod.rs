@@ -17,6 +17,7 @@ use super::ComputeState;
 use super::machines::{self, Machine};
 use super::{BASE, Loc, errors, operations};
 use crate::api::Req;
+use crate::capacity::CapacityKind;
 use crate::cloud::{Cloud, TimerKind};
 use crate::errors::{ApiError, ApiResult};
 use crate::wire::time::ts;
@@ -76,7 +77,16 @@ impl InstanceRec {
 
 /// Capacity for `hosts` more VMs of `m` in `zone`: no stockout fault (TPU `Stockout` /
 /// `CapacityError` naming the machine type or its family) and within `ComputeCapacity`.
-pub fn has_capacity(w: &Cloud, ce: &ComputeState, zone: &str, m: &Machine, hosts: u64) -> bool {
+/// Also within the zone's stock of `kind` for `m` ([`crate::capacity::stock`]), counting the
+/// chips of the live VMs of that kind.
+pub fn has_capacity(
+    w: &Cloud,
+    ce: &ComputeState,
+    zone: &str,
+    m: &Machine,
+    hosts: u64,
+    kind: CapacityKind,
+) -> bool {
     let f = &w.faults;
     let blocked = f
         .stockouts
@@ -85,7 +95,7 @@ pub fn has_capacity(w: &Cloud, ce: &ComputeState, zone: &str, m: &Machine, hosts
         || f.capacity_errors
             .iter()
             .any(|c| c.zone == zone && machines::matches(&c.accelerator, m));
-    if blocked {
+    if blocked || !within_stock(w, ce, zone, m, hosts, kind) {
         return false;
     }
     match f.compute_capacity.get(&format!("{zone}/{}", m.name)) {
@@ -99,6 +109,29 @@ pub fn has_capacity(w: &Cloud, ce: &ComputeState, zone: &str, m: &Machine, hosts
             used + hosts <= *limit
         }
     }
+}
+
+fn within_stock(
+    w: &Cloud,
+    ce: &ComputeState,
+    zone: &str,
+    m: &Machine,
+    hosts: u64,
+    kind: CapacityKind,
+) -> bool {
+    let Some(entry) = w.capacity.stock.entry(zone, kind, |p| machines::matches(p, m)) else {
+        return true;
+    };
+    let held: u64 = ce
+        .instances
+        .values()
+        .filter(|r| {
+            r.zone == zone && r.holds_capacity() && machines::matches(&entry.spec.accelerator, r.machine)
+        })
+        .filter(|r| CapacityKind::of_instance(&r.body) == kind)
+        .map(|r| r.machine.chips)
+        .sum();
+    entry.admits(held, hosts * m.chips, w.now)
 }
 
 /// Checks the scheduling block shared by instances and templates.
@@ -147,7 +180,7 @@ pub struct NewInstance {
 /// Creates the instance (PROVISIONING) and schedules its lifecycle; returns its key.
 pub fn create(w: &mut Cloud, ce: &mut ComputeState, n: NewInstance) -> String {
     let key = format!("projects/{}/zones/{}/instances/{}", n.project, n.zone, n.name);
-    let doomed = !has_capacity(w, ce, &n.zone, n.machine, 1);
+    let doomed = !has_capacity(w, ce, &n.zone, n.machine, 1, CapacityKind::of_instance(&n.body));
     let mut body = n.body;
     body["kind"] = json!("compute#instance");
     body["id"] = json!(super::numeric_id(w));

@@ -2,6 +2,7 @@
 //! lookup and the server defaults Cloud TPU fills in.
 
 use super::*;
+use crate::capacity::CapacityKind;
 
 const DEFAULT_SCOPES: [&str; 6] = [
     "https://www.googleapis.com/auth/devstorage.read_write",
@@ -154,7 +155,13 @@ fn checked_node_id(q: &Query) -> ApiResult<&str> {
 
 /// Refuses a create the zone has no capacity for: a stockout or a call-shaped capacity fault
 /// fails the call; an operation-shaped one lets the call succeed and dooms its operation.
-fn check_capacity(w: &mut Cloud, project: &str, zone: &str, name: &str, accel: &Accel) -> ApiResult<()> {
+fn check_capacity(
+    w: &mut Cloud,
+    tpu: &Tpu,
+    (project, zone, name): (&str, &str, &str),
+    accel: &Accel,
+    kind: CapacityKind,
+) -> ApiResult<()> {
     if w.faults.stocked_out(zone, &accel.accelerator_type) {
         return Err(ApiError::new(
             Code::ResourceExhausted,
@@ -162,6 +169,14 @@ fn check_capacity(w: &mut Cloud, project: &str, zone: &str, name: &str, accel: &
                 "There is no more capacity in the zone \"{zone}\"; you can try in another zone where Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions) [EID: 0x{:x}]",
                 w.next_seq()
             ),
+        ));
+    }
+    let chips = u64::from(accel.chips);
+    if !crate::tpu::stock::admits(w, tpu, zone, &accel.accelerator_type, kind, chips) {
+        return Err(crate::capacity::stock::tpu_stockout(
+            zone,
+            &accel.accelerator_type,
+            kind,
         ));
     }
     // Issue 21 item 4: capacity errors in both shapes (`faults::Fault::CapacityError`).
@@ -202,7 +217,8 @@ pub fn create(
             "Resource '{name}' already exists"
         )));
     }
-    check_capacity(w, project, zone, &name, &accel)?;
+    let kind = CapacityKind::of_node(&node);
+    check_capacity(w, tpu, (project, zone, &name), &accel, kind)?;
     fill_defaults(w, project, zone, &name, &mut node, &accel);
     node["state"] = json!("CREATING");
     let op_name = tpu_op_name(w, &parent);
@@ -228,6 +244,7 @@ pub fn create(
             workload_end: None,
             workload_env: None,
             hosts: accel.hosts,
+            kind,
         },
     );
     Ok(Reply::op(op))
@@ -241,7 +258,7 @@ pub fn insert_for_qr(
     node_id: &str,
     node: &Value,
     qr: &str,
-    multislice: bool,
+    (multislice, kind): (bool, CapacityKind),
 ) -> ApiResult<String> {
     let (project, zone) = crate::tpu::split_parent(spec_parent)?;
     let accel = resolve_accel(node, "queued_resource.tpu.node_spec.node")?;
@@ -269,6 +286,7 @@ pub fn insert_for_qr(
             workload_end: None,
             workload_env: None,
             hosts: accel.hosts,
+            kind,
         },
     );
     Ok(name)

@@ -46,6 +46,8 @@ pub struct NodeRec {
     /// The environment the startup script gave the workload container when it started (every
     /// host of the node runs the same script), see [`container_env`]; `None` until it started.
     pub workload_env: Option<std::collections::BTreeMap<String, String>>,
+    /// The capacity it holds (the zone's stock counts it while it lives).
+    pub kind: crate::capacity::CapacityKind,
 }
 
 impl NodeRec {

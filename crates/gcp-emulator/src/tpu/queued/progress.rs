@@ -19,7 +19,10 @@ pub fn recheck_waiting(w: &mut Cloud, tpu: &mut Tpu) {
     }
 }
 
-fn stocked_out(w: &Cloud, rec: &QrRec) -> bool {
+/// No capacity for one of the queued resource's node specs: a stockout fault, or not enough of
+/// the zone's stock of its kind for all its nodes ([`crate::tpu::stock`]).
+fn stocked_out(w: &Cloud, tpu: &Tpu, rec: &QrRec) -> bool {
+    let kind = crate::capacity::CapacityKind::of_queued_resource(&rec.body);
     rec.body["tpu"]["nodeSpec"]
         .as_array()
         .into_iter()
@@ -29,10 +32,13 @@ fn stocked_out(w: &Cloud, rec: &QrRec) -> bool {
                 .as_str()
                 .and_then(|p| p.rsplit('/').next())
                 .unwrap_or("");
-            let accel = crate::tpu::nodes::resolve_accel(&spec["node"], "node")
-                .map(|a| a.accelerator_type)
-                .unwrap_or_default();
-            w.faults.stocked_out(zone, &accel)
+            let Ok(accel) = crate::tpu::nodes::resolve_accel(&spec["node"], "node") else {
+                return false;
+            };
+            let nodes = spec["multisliceParams"]["nodeCount"].as_u64().unwrap_or(1);
+            let chips = u64::from(accel.chips) * nodes;
+            w.faults.stocked_out(zone, &accel.accelerator_type)
+                || !crate::tpu::stock::admits(w, tpu, zone, &accel.accelerator_type, kind, chips)
         })
 }
 
@@ -66,7 +72,7 @@ fn fire_waiting(w: &mut Cloud, tpu: &mut Tpu, name: &str, now: DateTime<Utc>, qr
     // A named reservation decides alone: missing -> FAILED, full -> wait (stockouts
     // do not touch reserved capacity). See tpu/reservations.rs for the sources.
     let held = match crate::tpu::reservations::named(&rec_snapshot) {
-        None => stocked_out(w, &rec_snapshot),
+        None => stocked_out(w, tpu, &rec_snapshot),
         Some(r) => match crate::tpu::reservations::verdict(tpu, name, &rec_snapshot, r) {
             crate::tpu::reservations::Verdict::Provision => false,
             crate::tpu::reservations::Verdict::Wait => true,
@@ -160,7 +166,16 @@ fn provision(w: &mut Cloud, tpu: &mut Tpu, name: &str, rec: &QrRec) {
             }
         };
         for id in ids {
-            match crate::tpu::nodes::insert_for_qr(w, tpu, parent, &id, &spec["node"], name, multislice) {
+            let kind = crate::capacity::CapacityKind::of_queued_resource(&rec.body);
+            match crate::tpu::nodes::insert_for_qr(
+                w,
+                tpu,
+                parent,
+                &id,
+                &spec["node"],
+                name,
+                (multislice, kind),
+            ) {
                 Ok(n) => created.push(n),
                 Err(e) => failure = Some(e),
             }
