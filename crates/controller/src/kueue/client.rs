@@ -1,5 +1,5 @@
-//! The Kubernetes calls of the Kueue integration: the object's Workload (read, create, release,
-//! delete), the WorkloadPriorityClass its label names, and its position from Kueue's visibility
+//! The Kubernetes calls of the Kueue integration: the object's Workload (read, create, change,
+//! release, delete, let go), the WorkloadPriorityClass its label names, and its position from Kueue's visibility
 //! API. The operator's own identity makes them (its chart grants `workloads`, `workloads/status`
 //! and `workloadpriorityclasses` when `kueue.enabled`).
 
@@ -12,7 +12,7 @@ use kube::{
 use serde::Deserialize;
 
 use super::{
-    gate,
+    IN_USE_FINALIZER, gate,
     workload::{Workload, WorkloadSpec},
 };
 
@@ -38,6 +38,7 @@ pub async fn create(
     let mut wl = Workload::new(name, spec);
     wl.metadata.namespace = Some(namespace.to_string());
     wl.metadata.owner_references = Some(vec![owner]);
+    wl.metadata.finalizers = Some(vec![IN_USE_FINALIZER.to_string()]);
     wl.metadata.labels = Some(
         [(
             "app.kubernetes.io/managed-by".to_string(),
@@ -56,8 +57,8 @@ pub async fn create(
 }
 
 /// Releases an evicted Workload's reservation once its cloud work is stopped
-/// ([`gate::release_patch`]). A conflict (Kueue wrote meanwhile) is returned: the pass retries
-/// on the fresh Workload.
+/// ([`gate::release_patch`]); one being deleted is let go instead ([`let_go`]). A conflict
+/// (Kueue wrote meanwhile) is returned: the pass retries on the fresh Workload.
 pub async fn release(
     client: &Client,
     wl: &Workload,
@@ -65,6 +66,9 @@ pub async fn release(
     message: &str,
     now: DateTime<Utc>,
 ) -> Result<(), Error> {
+    if wl.metadata.deletion_timestamp.is_some() {
+        return let_go(client, wl).await;
+    }
     let namespace = wl.metadata.namespace.as_deref().unwrap_or_default();
     let name = wl.metadata.name.as_deref().unwrap_or_default();
     let patch = gate::release_patch(wl, reason, message, now);
@@ -84,13 +88,37 @@ pub async fn patch(client: &Client, wl: &Workload, patch: &serde_json::Value) ->
         .await
 }
 
-/// Deletes the Workload (its work is gone: the quota is free at once rather than when the
-/// garbage collector gets to it). Already gone is fine.
+/// Deletes the Workload and lets it go ([`let_go`]): its work is gone, so the quota is free at
+/// once rather than when the garbage collector gets to it. Already gone is fine.
 pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), Error> {
     match Api::<Workload>::namespaced(client.clone(), namespace)
         .delete(name, &Default::default())
         .await
     {
+        // Still there (held by the finalizer): the deleted object it was, to let go.
+        Ok(deleted) => match deleted.left() {
+            Some(held) => let_go(client, &held).await,
+            None => Ok(()),
+        },
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes the operator's finalizer ([`IN_USE_FINALIZER`]) once nothing of the Workload's work
+/// bills, so that its deletion completes and Kueue hands the quota on. Conditional on the
+/// `resourceVersion` read (the list is written whole); gone, or without the finalizer, is fine.
+pub async fn let_go(client: &Client, wl: &Workload) -> Result<(), Error> {
+    let finalizers = wl.metadata.finalizers.as_deref().unwrap_or_default();
+    if !finalizers.iter().any(|f| f == IN_USE_FINALIZER) {
+        return Ok(());
+    }
+    let rest: Vec<&String> = finalizers.iter().filter(|f| *f != IN_USE_FINALIZER).collect();
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": rest,
+        "resourceVersion": wl.metadata.resource_version,
+    }});
+    match self::patch(client, wl, &patch).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e),

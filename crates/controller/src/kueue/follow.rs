@@ -1,7 +1,8 @@
 //! What the object's own Workload is kept in line with while it lives, as Kueue's own job
 //! integrations keep theirs (pure): the priority class the object's label names, changed in place
 //! (kueue v0.17.0 `pkg/controller/jobframework/reconciler.go`, `UpdateWorkloadPriority`), never
-//! by writing a new Workload, which would stop the work it admits.
+//! by writing a new Workload, which would stop the work it admits; and the operator's finalizer
+//! ([`IN_USE_FINALIZER`]), on a Workload written before the operator set it.
 //!
 //! The Workload API decides what may change (`apis/kueue/v1beta2/workload_types.go`, the CEL
 //! rules on `Workload`): while quota is reserved a WorkloadPriorityClass reference may be renamed,
@@ -10,7 +11,10 @@
 
 use serde_json::{Value, json};
 
-use super::workload::{PriorityClassRef, Workload, conditions};
+use super::{
+    IN_USE_FINALIZER,
+    workload::{PriorityClassRef, Workload, conditions},
+};
 
 /// What the label asks of the Workload's priority class.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,9 +53,26 @@ pub fn priority_change(found: &Workload, label: Option<&str>) -> PriorityChange 
     }
 }
 
-/// The merge patch of the Workload's spec for `change` (`value`: the class's value, for
-/// [`PriorityChange::Set`]); `None` when nothing is to be written.
-pub fn priority_patch(change: &PriorityChange, value: i32) -> Option<Value> {
+/// The merge patch bringing `found` in line: the priority `change` (`value`: the class's value,
+/// for [`PriorityChange::Set`]) and the finalizer where it lacks it (conditional on the
+/// `resourceVersion` read: the finalizer list is written whole); `None` when nothing is to be
+/// written.
+pub fn patch(found: &Workload, change: &PriorityChange, value: i32) -> Option<Value> {
+    let mut patch = priority_patch(change, value).unwrap_or_else(|| json!({}));
+    let finalizers = found.metadata.finalizers.clone().unwrap_or_default();
+    if !finalizers.iter().any(|f| f == IN_USE_FINALIZER) {
+        let mut held = finalizers;
+        held.push(IN_USE_FINALIZER.to_string());
+        patch["metadata"] = json!({
+            "finalizers": held,
+            "resourceVersion": found.metadata.resource_version,
+        });
+    }
+    (patch != json!({})).then_some(patch)
+}
+
+/// The merge patch of the Workload's spec for `change`.
+fn priority_patch(change: &PriorityChange, value: i32) -> Option<Value> {
     match change {
         PriorityChange::Set(name) => Some(json!({"spec": {
             "priorityClassRef": class_ref(name),
@@ -142,6 +163,25 @@ mod tests {
         let patch = priority_patch(&clear, 0).unwrap();
         assert!(patch["spec"]["priorityClassRef"].is_null());
         assert_eq!(patch["spec"]["priority"], 0);
+    }
+
+    #[test]
+    fn a_workload_without_the_finalizer_gets_it_and_nothing_else_is_written_twice() {
+        let mut wl = workload(Some("low"), true);
+        wl.metadata.resource_version = Some("7".into());
+        wl.metadata.finalizers = Some(vec!["someone/else".into()]);
+        let patch = patch(&wl, &PriorityChange::Keep, 0).unwrap();
+        assert_eq!(
+            patch["metadata"]["finalizers"],
+            json!(["someone/else", IN_USE_FINALIZER])
+        );
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+        assert!(patch.get("spec").is_none());
+        wl.metadata.finalizers = Some(vec![IN_USE_FINALIZER.into()]);
+        assert_eq!(super::patch(&wl, &PriorityChange::Keep, 0), None);
+        let both = super::patch(&wl, &PriorityChange::Set("high".into()), 9).unwrap();
+        assert!(both.get("metadata").is_none());
+        assert_eq!(both["spec"]["priority"], 9);
     }
 
     #[test]

@@ -10,6 +10,10 @@ use serde_json::{Value, json};
 use super::workload::{Workload, conditions as types};
 use crate::runtime::clock::k8s_time;
 
+/// The eviction reason of a Workload deleted by someone else (by hand, or by the garbage
+/// collector of a foreground deletion): not Kueue's, but it withdraws the admission all the same.
+pub const DELETED: &str = "WorkloadDeleted";
+
 /// What Kueue allows the object's cloud work to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Gate {
@@ -20,7 +24,9 @@ pub enum Gate {
     /// Admitted through this ClusterQueue: the work may run.
     Admitted { cluster_queue: String },
     /// Kueue asks the work to stop: `reason` is the eviction's (`Preempted`, `Deactivated`,
-    /// `ClusterQueueStopped`, ...), `message` Kueue's.
+    /// `ClusterQueueStopped`, ...), `message` Kueue's. A Workload being deleted ([`DELETED`])
+    /// stops the work as well: its quota stays reserved (the operator's finalizer) until nothing
+    /// bills, and then it is let go instead of released.
     Evicted { reason: String, message: String },
     /// A Workload of that name exists but is not the one the object needs (another owner, or
     /// another queue, size or shape: written by someone else, or the object changed): whatever
@@ -35,6 +41,12 @@ impl Gate {
         let Some(wl) = workload else {
             return Gate::Missing;
         };
+        if wl.metadata.deletion_timestamp.is_some() {
+            return Gate::Evicted {
+                reason: DELETED.into(),
+                message: "the Workload is being deleted; its quota stays reserved until nothing bills".into(),
+            };
+        }
         let conditions = wl.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
         let holds = |t: &str| condition(conditions, t).is_some_and(|c| c.status == "True");
         let Some(admission) = wl.status.as_ref().and_then(|s| s.admission.as_ref()) else {
@@ -210,6 +222,19 @@ mod tests {
         );
         let reserved_only = workload(true, vec![cond("QuotaReserved", "True", "QuotaReserved", "")]);
         assert!(matches!(Gate::of(Some(&reserved_only)), Gate::Pending { .. }));
+    }
+
+    #[test]
+    fn a_workload_being_deleted_stops_the_work_even_while_admitted() {
+        let mut wl = workload(
+            true,
+            vec![
+                cond("QuotaReserved", "True", "QuotaReserved", ""),
+                cond("Admitted", "True", "Admitted", ""),
+            ],
+        );
+        wl.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert!(matches!(Gate::of(Some(&wl)), Gate::Evicted { reason, .. } if reason == DELETED));
     }
 
     #[test]

@@ -28,6 +28,11 @@ pub mod workload;
 pub use gate::Gate;
 pub use tpu_operator_api::kueue::{PRIORITY_CLASS_LABEL, QUEUE_LABEL};
 
+/// The finalizer on every Workload the operator writes, Kueue's own (its job integrations keep it
+/// on theirs until their job has stopped): a Workload deleted by hand keeps its quota reserved
+/// until the object's cloud work is gone and the operator lets it go.
+pub const IN_USE_FINALIZER: &str = "kueue.x-k8s.io/resource-in-use";
+
 /// The extended resource Kueue counts TPU chips in: the one GKE's TPU device plugin exposes and
 /// the team's GKE TPU pods request, so one ClusterQueue quota covers both.
 pub const TPU_RESOURCE: &str = "google.com/tpu";

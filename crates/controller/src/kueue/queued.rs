@@ -17,6 +17,7 @@ use super::{
     Gate, PRIORITY_CLASS_LABEL, QUEUE_LABEL, client,
     demand::{self, Demand},
     follow::{self, PriorityChange},
+    gate,
     workload::{Workload, WorkloadSpec},
 };
 use crate::{
@@ -87,6 +88,10 @@ impl Queued {
                     ),
                 )
             }
+            Gate::Evicted { reason, message } if reason == gate::DELETED => (
+                reasons::EVICTED,
+                format!("Workload {} deleted: {message}", self.workload),
+            ),
             Gate::Evicted { reason, message } => (
                 reasons::EVICTED,
                 format!("evicted by Kueue ({reason}): {message}"),
@@ -132,7 +137,7 @@ pub fn workload_name<K: Gated>(obj: &K) -> String {
 /// Reads the object's Workload and what its gate needs: the position while pending, the priority
 /// class while it does not exist yet. A Workload that is not exactly the one this object would
 /// write ([`demand::mismatch`]) gates nothing: [`Gate::Foreign`]. The object's own Workload
-/// follows its priority-class label in place ([`follow_priority`]). `None`: not gated by Kueue.
+/// follows its priority-class label in place ([`follow_workload`]). `None`: not gated by Kueue.
 /// `demand`: what the object holds while it runs (`None`: the spec is invalid, which its plan
 /// reports).
 pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -> Result<Option<Queued>> {
@@ -160,7 +165,7 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
         .and_then(|(wl, desired)| demand::mismatch(wl, desired, &obj.uid().unwrap_or_default()));
     let found = match (found, &foreign) {
         (Some(wl), None) => {
-            let (wl, missing) = follow_priority(ctx, wl, class).await?;
+            let (wl, missing) = follow_workload(ctx, wl, class).await?;
             if let Some(message) = missing {
                 priority = Err(message);
             }
@@ -202,11 +207,12 @@ async fn class_value(ctx: &Context, class: &str) -> Result<Result<Option<(String
     })
 }
 
-/// Changes the object's own Workload to the priority class its label names, in place, as Kueue's
-/// own integrations do when a job is relabelled ([`follow`]): replacing the Workload would stop
-/// the work it admits. Returns the Workload as it now is and, when the label names a class that
-/// does not exist, the message saying so (the Workload keeps its class meanwhile).
-async fn follow_priority(
+/// Keeps the object's own Workload in line ([`follow`]): the priority class its label names,
+/// changed in place as Kueue's own integrations do when a job is relabelled (replacing the
+/// Workload would stop the work it admits), and the operator's finalizer. Returns the Workload as
+/// it now is and, when the label names a class that does not exist, the message saying so (the
+/// Workload keeps its class meanwhile).
+async fn follow_workload(
     ctx: &Context,
     wl: Workload,
     label: Option<&str>,
@@ -214,25 +220,30 @@ async fn follow_priority(
     if wl.metadata.deletion_timestamp.is_some() {
         return Ok((wl, None));
     }
-    let change = follow::priority_change(&wl, label);
+    let mut change = follow::priority_change(&wl, label);
+    let mut missing = None;
     let value = match &change {
         PriorityChange::Set(class) => match class_value(ctx, class).await? {
             Ok(found) => found.map_or(0, |(_, value)| value),
-            Err(missing) => return Ok((wl, Some(missing))),
+            Err(message) => {
+                missing = Some(message);
+                change = PriorityChange::Keep;
+                0
+            }
         },
         PriorityChange::Later(why) => {
             tracing::info!(workload = wl.metadata.name.as_deref(), "{why}");
-            return Ok((wl, None));
+            0
         }
         PriorityChange::Keep | PriorityChange::Clear => 0,
     };
-    let Some(patch) = follow::priority_patch(&change, value) else {
-        return Ok((wl, None));
+    let Some(patch) = follow::patch(&wl, &change, value) else {
+        return Ok((wl, missing));
     };
     let written = client::patch(&ctx.client, &wl, &patch)
         .await
-        .map_err(ReconcileError::kube("change the Kueue Workload's priority class"))?;
-    Ok((written, None))
+        .map_err(ReconcileError::kube("keep the Kueue Workload in line"))?;
+    Ok((written, missing))
 }
 
 /// The three Workload writes a plan asks for.
@@ -286,19 +297,17 @@ pub async fn write<K: Gated>(obj: &K, ctx: &Context, queued: &Queued, write: Wri
     done.map_err(ReconcileError::kube(write.name()))
 }
 
-/// A deleted object whose cloud resources are gone frees its quota at once (the garbage
-/// collector would delete the Workload too, a little later). Best effort: a failure leaves it
-/// to the collector.
-pub async fn release_on_delete<K: Gated>(obj: &K, ctx: &Context) {
+/// A deleted object whose cloud resources are gone (or orphaned) frees its quota at once: its
+/// Workload is deleted and let go ([`client::delete`]). A failure is returned, so the object's own
+/// finalizer stays and the next pass tries again: the Workload's finalizer would otherwise keep
+/// it, and its quota, forever.
+pub async fn release_on_delete<K: Gated>(obj: &K, ctx: &Context) -> Result<()> {
     if local_queue(obj, ctx).is_none() {
-        return;
+        return Ok(());
     }
-    let Some(namespace) = obj.namespace() else {
-        return;
-    };
-    if let Err(err) = client::delete(&ctx.client, &namespace, &workload_name(obj)).await {
-        tracing::debug!(error = %err, "deleting the Kueue Workload; the garbage collector will");
-    }
+    client::delete(&ctx.client, &namespace(obj)?, &workload_name(obj))
+        .await
+        .map_err(ReconcileError::kube(Write::Delete.name()))
 }
 
 fn namespace<K: Gated>(obj: &K) -> Result<String> {

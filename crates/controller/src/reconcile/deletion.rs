@@ -1,6 +1,6 @@
 //! One deletion pass, written once for every kind: the deletion policy the namespace's tenancy
 //! policy allows, an allowed orphan's holdings recorded, else the kind's cleanup step, its status
-//! written and what it waits on registered.
+//! written and what it waits on registered; what the object holds in Kubernetes let go last.
 
 use kube::{ResourceExt, runtime::controller::Action};
 use tpu_operator_api::DeletionPolicy;
@@ -25,10 +25,12 @@ pub async fn cleanup<K: Kind>(obj: &K, ctx: &Context) -> Result<Option<Action>> 
             let orphans = &ctx.tenancy.admissions.orphans;
             orphans.record(&ctx.client, &namespace, holding).await?;
         }
+        obj.let_go(ctx).await?;
         return Ok(None);
     }
     let (new, wait, failed) = match obj.clean(ctx, &t).await? {
         Cleaned::Done { unwatch } => {
+            obj.let_go(ctx).await?;
             if let Some(u) = unwatch {
                 ctx.cloud_watch.unwatch(u.collection, &u.name);
             }

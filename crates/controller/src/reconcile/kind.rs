@@ -155,6 +155,13 @@ pub trait Kind:
         t: &Self::Target,
     ) -> impl Future<Output = Result<Cleaned<Self::Status>>> + Send;
 
+    /// What the object holds in Kubernetes that goes with it once its cloud resources are gone
+    /// or orphaned, before its finalizer goes: its Kueue Workload, whose quota stays reserved
+    /// until then (and which its own finalizer would otherwise keep forever). Nothing by default.
+    fn let_go(&self, _ctx: &Context) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
+    }
+
     /// The Event published once the finalizer goes (every cloud object gone, or orphaned).
     fn cleaned_up(&self, _policy: DeletionPolicy) -> Option<Transition> {
         None

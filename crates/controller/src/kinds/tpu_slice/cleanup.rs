@@ -127,7 +127,6 @@ async fn finished(
         let note = format!("{what} is gone; removing the finalizer");
         crate::reconcile::report::publish_event(ctx, slice, false, "Deleted", note).await;
     }
-    crate::kueue::queued::release_on_delete(slice, ctx).await;
     Cleaned::Done {
         unwatch: Some(Unwatch::of::<Node>(&t.names.current.node)),
     }

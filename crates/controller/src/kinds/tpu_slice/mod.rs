@@ -277,6 +277,11 @@ impl Kind for TpuSlice {
         cleanup::clean(self, ctx, t).await
     }
 
+    /// Its Kueue Workload is deleted and let go: the quota is free once the node is gone.
+    async fn let_go(&self, ctx: &Context) -> Result<()> {
+        crate::kueue::queued::release_on_delete(self, ctx).await
+    }
+
     fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
         status::transitions(old, new)
     }

@@ -44,13 +44,7 @@ pub async fn clean(
     ctx: &Context,
     names: &Target,
 ) -> Result<Cleaned<TrainingPipelineStatus>> {
-    let cleaned = clean_jobs(tp, ctx, names).await?;
-    // Its Vertex jobs are gone: the Kueue quota is free at once. A TPU VM pipeline's Workload
-    // goes with the pipeline (garbage collection), as its slice does.
-    if matches!(cleaned, Cleaned::Done { .. }) && tp.spec.training.vertex.is_some() {
-        crate::kueue::queued::release_on_delete(tp, ctx).await;
-    }
-    Ok(cleaned)
+    clean_jobs(tp, ctx, names).await
 }
 
 async fn clean_jobs(

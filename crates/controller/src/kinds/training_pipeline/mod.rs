@@ -286,6 +286,15 @@ impl Kind for TrainingPipeline {
         cleanup::clean(&t.pipeline, ctx, t).await
     }
 
+    /// A Vertex pipeline's Kueue Workload is deleted and let go once its jobs are gone (or
+    /// orphaned): the quota is free at once. A TPU VM pipeline has none (its slice has its own).
+    async fn let_go(&self, ctx: &Context) -> Result<()> {
+        if self.spec.training.vertex.is_none() {
+            return Ok(());
+        }
+        crate::kueue::queued::release_on_delete(self, ctx).await
+    }
+
     fn cleaned_up(&self, policy: DeletionPolicy) -> Option<Transition> {
         (policy == DeletionPolicy::Orphan).then(|| {
             Transition::normal(
