@@ -14,6 +14,7 @@ pub mod error;
 pub mod events;
 pub mod fair_share;
 pub mod lean;
+pub mod listing;
 pub mod metrics;
 pub mod refused;
 pub mod requeue;

@@ -42,7 +42,7 @@ use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned, de::Erro
 
 use crate::runtime::{
     compressed::{PackError, Packed},
-    lean,
+    lean, listing,
 };
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -51,12 +51,6 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// (docs/benchmarks.md); one with a long startup script a few KiB. Only objects far beyond what a
 /// workload needs in the cache are kept lean or as identity.
 pub const KEPT_BUDGET: usize = 16 * 1024;
-
-/// The list page of the watch's initial (re)list. kube-runtime's default of 500 objects reads a
-/// page as one response body: at the 1.5 MiB objects etcd admits, that is 750 MiB before a single
-/// object is cached. 50 bounds a page at 75 MiB and costs one more list request per 50 objects,
-/// only when the watch starts or has to relist.
-pub const LIST_PAGE: u32 = 50;
 
 /// One cached object of kind `K`: identity metadata plus as much of the object as [`KEPT_BUDGET`]
 /// allows, as compressed JSON.
@@ -250,7 +244,7 @@ where
 {
     let api = watched_api::<Cached<K>>(client, namespace);
     let (reader, writer) = reflector::store();
-    let objects = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
+    let objects = watcher(api, watcher::Config::default().page_size(listing::PAGE))
         .reflect(writer)
         .applied_objects();
     Controller::for_stream(objects, reader)

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{ResourceExt, api::ListParams};
+use kube::ResourceExt;
 use tpu_operator_api::{
     conditions::{find_condition, reasons, status, types},
     naming::{labels, sanitize_label_value},
@@ -293,23 +293,14 @@ pub async fn live(ctx: &Context) -> Result<Live, kube::Error> {
     Ok(live)
 }
 
-/// Calls `f` on every object of `K` the operator watches, listing 500 a page.
-async fn each<K>(ctx: &Context, mut f: impl FnMut(K)) -> Result<(), kube::Error>
+/// Calls `f` on every object of `K` the operator watches, a page at a time
+/// ([`crate::runtime::listing::for_each`]).
+async fn each<K>(ctx: &Context, f: impl FnMut(K)) -> Result<(), kube::Error>
 where
     K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    let api = ctx.watched_api::<K>();
-    let mut lp = ListParams::default().limit(500);
-    loop {
-        let page = api.list(&lp).await?;
-        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        page.items.into_iter().for_each(&mut f);
-        match next {
-            Some(token) => lp = lp.continue_token(&token),
-            None => return Ok(()),
-        }
-    }
+    crate::runtime::listing::for_each(&ctx.watched_api::<K>(), f).await
 }

@@ -81,9 +81,9 @@ impl UsageBook {
             }
         }
         let at = Instant::now();
-        let holdings = Listed::read(&tenancy.client, namespace)
+        let holdings = Listed::read(&tenancy.client, namespace, &tenancy.prices)
             .await?
-            .holdings(&tenancy.prices);
+            .holdings;
         let mut books = self.0.lock().expect("usage book poisoned");
         let book = books.entry(namespace.to_owned()).or_default();
         book.listed(at, holdings);

@@ -64,7 +64,7 @@ pub async fn refresh(
             if rows.contains_key(ns) || watched.is_some_and(|w| w != ns) {
                 continue;
             }
-            let listed = Listed::read(&tenancy.client, ns).await?;
+            let listed = Listed::read(&tenancy.client, ns, &tenancy.prices).await?;
             rows.insert(ns.clone(), row(ns, &listed, tenancy));
         }
     }
@@ -94,35 +94,13 @@ pub async fn refresh(
 /// What one namespace holds and how many of its objects a policy refuses.
 fn row(namespace: &str, listed: &Listed, tenancy: &Tenancy) -> NamespaceUsage {
     let orphans = tenancy.admissions.orphans.holdings(namespace);
-    let usage = super::usage::sum(listed.holdings(&tenancy.prices).iter().chain(&orphans), "");
-    let stalls = listed
-        .slices
-        .iter()
-        .filter_map(|o| o.status.as_ref().map(|s| &s.conditions))
-        .chain(
-            listed
-                .pipelines
-                .iter()
-                .filter_map(|o| o.status.as_ref().map(|s| &s.conditions)),
-        )
-        .chain(
-            listed
-                .batches
-                .iter()
-                .filter_map(|o| o.status.as_ref().map(|s| &s.conditions)),
-        );
-    let refused = stalls
-        .filter(|c| {
-            conditions::find_condition(c, types::STALLED)
-                .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == reasons::POLICY_DENIED)
-        })
-        .count();
+    let usage = super::usage::sum(listed.holdings.iter().chain(&orphans), "");
     NamespaceUsage {
         name: namespace.to_owned(),
         chips: usage.chips,
         // Cents: a status that changes with every float rounding would be rewritten each pass.
         spend_per_hour_usd: cents(usage.per_hour_usd),
-        refused: u32::try_from(refused).unwrap_or(u32::MAX),
+        refused: listed.refused,
     }
 }
 

@@ -1,10 +1,12 @@
 //! What a namespace holds right now: TPU chips and estimated burn rate of the slices that are
 //! running or being created, the Vertex TPU jobs of running pipelines, and running Dataproc
-//! batches. [`holdings`] and [`sum`] are pure; [`Listed::read`] lists the three kinds, and
+//! batches. [`holdings`] and [`sum`] are pure; [`Listed::read`] reads the three kinds, and
 //! [`super::book`] keeps what admissions read between listings.
 
-use kube::{Api, ResourceExt, api::ListParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{Api, ResourceExt};
 use tpu_operator_api::{
+    conditions::{find_condition, reasons, status, types},
     preprocess_batch::PreprocessBatch,
     tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
     training_pipeline::{StageName, StageState, StageStatus, TrainingPipeline, TrainingPipelinePhase},
@@ -13,7 +15,10 @@ use tpu_operator_api::{
 use super::request;
 use crate::{
     governance::pricing::PriceTable,
-    runtime::error::{ReconcileError, Result},
+    runtime::{
+        error::{ReconcileError, Result},
+        listing,
+    },
 };
 
 /// Chips and spend the rest of a namespace holds.
@@ -161,45 +166,56 @@ pub fn sum<'a>(holdings: impl IntoIterator<Item = &'a Holding>, exclude: &str) -
     usage
 }
 
-/// The namespace's slices, pipelines and batches, as one read.
+/// What a namespace's objects hold, and how many of them a policy refuses: read a page at a time
+/// ([`listing::for_each`]) and kept as that alone, so that a namespace of large objects costs one
+/// page of them.
+#[derive(Debug, Default)]
 pub struct Listed {
-    pub slices: Vec<TpuSlice>,
-    pub pipelines: Vec<TrainingPipeline>,
-    pub batches: Vec<PreprocessBatch>,
+    pub holdings: Vec<Holding>,
+    /// Objects `Stalled` with reason `PolicyDenied`.
+    pub refused: u32,
 }
 
 impl Listed {
-    /// Lists the three kinds in `namespace`.
-    pub async fn read(client: &kube::Client, namespace: &str) -> Result<Self> {
-        let lp = ListParams::default();
-        let slices = Api::<TpuSlice>::namespaced(client.clone(), namespace)
-            .list(&lp)
-            .await
-            .map_err(ReconcileError::kube("list TpuSlices for the namespace's usage"))?;
-        let pipelines = Api::<TrainingPipeline>::namespaced(client.clone(), namespace)
-            .list(&lp)
-            .await
-            .map_err(ReconcileError::kube(
-                "list TrainingPipelines for the namespace's usage",
-            ))?;
-        let batches = Api::<PreprocessBatch>::namespaced(client.clone(), namespace)
-            .list(&lp)
-            .await
-            .map_err(ReconcileError::kube(
-                "list PreprocessBatches for the namespace's usage",
-            ))?;
-        Ok(Self {
-            slices: slices.items,
-            pipelines: pipelines.items,
-            batches: batches.items,
+    /// Reads the three kinds in `namespace`.
+    pub async fn read(client: &kube::Client, namespace: &str, prices: &PriceTable) -> Result<Self> {
+        let mut listed = Self::default();
+        let slices = Api::<TpuSlice>::namespaced(client.clone(), namespace);
+        listing::for_each(&slices, |s| {
+            listed.holdings.extend(slice_holding(&s, prices));
+            listed.count_refused(s.status.as_ref().map(|st| st.conditions.as_slice()));
         })
+        .await
+        .map_err(ReconcileError::kube("list TpuSlices for the namespace's usage"))?;
+        let pipelines = Api::<TrainingPipeline>::namespaced(client.clone(), namespace);
+        listing::for_each(&pipelines, |tp| {
+            listed.holdings.extend(vertex_job_holding(&tp, prices));
+            listed.count_refused(tp.status.as_ref().map(|st| st.conditions.as_slice()));
+        })
+        .await
+        .map_err(ReconcileError::kube(
+            "list TrainingPipelines for the namespace's usage",
+        ))?;
+        let batches = Api::<PreprocessBatch>::namespaced(client.clone(), namespace);
+        listing::for_each(&batches, |b| {
+            listed.holdings.extend(batch_holding(&b));
+            listed.count_refused(b.status.as_ref().map(|st| st.conditions.as_slice()));
+        })
+        .await
+        .map_err(ReconcileError::kube(
+            "list PreprocessBatches for the namespace's usage",
+        ))?;
+        Ok(listed)
     }
 
-    /// What each listed object holds (see [`holdings`]).
-    pub fn holdings(&self, prices: &PriceTable) -> Vec<Holding> {
-        holdings(&self.slices, &self.pipelines, &self.batches, prices)
+    fn count_refused(&mut self, conditions: Option<&[Condition]>) {
+        let refused = conditions
+            .and_then(|c| find_condition(c, types::STALLED))
+            .is_some_and(|c| c.status == status::TRUE && c.reason == reasons::POLICY_DENIED);
+        self.refused += u32::from(refused);
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
