@@ -2,7 +2,8 @@
 //! (v0.17.0) and the real kube-apiserver (see kueue.rs for the harness): a relabelled slice's
 //! priority class is changed on its own Workload in place, never by replacing the Workload (which
 //! would stop the node it admits); a Workload deleted by hand keeps its quota (the operator's
-//! finalizer) until the node it admitted is gone.
+//! finalizer) until the node it admitted is gone; a suspended slice gives its quota back once its
+//! node is gone.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use serde_json::json;
 use test_kit::TestEnv;
 use tpu_operator_api::tpu_slice::TpuSlice;
 
-use super::kueue::{STEP, priority_class, queue, queued, ready, resource, slice, start};
+use super::kueue::{STEP, nodes_of, priority_class, queue, queued, ready, resource, slice, start};
 
 /// The slice's Workload (its name from `status.kueue`), as Kueue sees it.
 async fn workload_of(env: &TestEnv, slice: &TpuSlice) -> DynamicObject {
@@ -156,4 +157,72 @@ async fn a_workload_deleted_by_hand_keeps_its_quota_until_the_node_is_gone() {
         .await
         .expect("first's new Workload");
     assert_ne!(again.metadata.uid, wl.metadata.uid, "a new Workload");
+}
+
+fn admitted(s: &TpuSlice) -> bool {
+    s.status
+        .as_ref()
+        .and_then(|st| st.kueue.as_ref())
+        .is_some_and(|k| k.admitted)
+}
+
+/// A suspended pipeline deletes its Workload once its job has ended; a suspended TpuSlice kept
+/// its admitted Workload (and the team's quota) for as long as it stayed suspended. Now it
+/// deletes it once its node is gone, and resuming queues it again.
+#[tokio::test]
+async fn a_suspended_slice_gives_its_quota_back_once_its_node_is_gone() {
+    let Some(env) = start().await else { return };
+    queue(&env, "tpu", 8, None).await;
+    env.create(&slice("paused", "tpu", None)).await;
+    let before: TpuSlice = env.wait_for("paused", "Ready", STEP, ready).await;
+    let workload = before.status.unwrap().kueue.unwrap().workload;
+    env.create(&slice("next", "tpu", None)).await;
+    env.wait_for::<TpuSlice, _>("next", "queued behind", STEP, queued)
+        .await;
+
+    let suspend = |on: bool| json!({"spec": {"suspend": on}});
+    let slices = env.api::<TpuSlice>();
+    let params = PatchParams::default();
+    slices
+        .patch("paused", &params, &Patch::Merge(suspend(true)))
+        .await
+        .expect("suspend");
+    let started = Instant::now();
+    let mut node_gone = None;
+    loop {
+        if node_gone.is_none() && nodes_of(&env, "paused").await == 0 {
+            node_gone = Some(Instant::now());
+        }
+        let next: TpuSlice = slices.get("next").await.unwrap();
+        if admitted(&next) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the suspended slice kept the quota: {:#?}",
+            slices.get("paused").await.unwrap().status
+        );
+        env.gcp.clock().advance(STEP);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gone = node_gone.expect("the node went before the quota moved on");
+    let released = gone.elapsed();
+    eprintln!(
+        "quota handed on {:.2} s after the suspended slice's node was gone",
+        released.as_secs_f64()
+    );
+    assert!(released <= Duration::from_secs(5), "{released:?}");
+    assert!(workloads(&env).get_opt(&workload).await.unwrap().is_none());
+    env.wait_for::<TpuSlice, _>("next", "next Ready", STEP, ready)
+        .await;
+
+    slices
+        .patch("paused", &params, &Patch::Merge(suspend(false)))
+        .await
+        .expect("resume");
+    let resumed: TpuSlice = env
+        .wait_for("paused", "resumed and queued again", STEP, queued)
+        .await;
+    assert!(!admitted(&resumed));
+    assert_eq!(nodes_of(&env, "paused").await, 0);
 }

@@ -62,7 +62,8 @@ fn reap_after(
 
 /// `spec.suspend`: delete what bills (node or queued resource) as a reap does, then stay
 /// `Suspended` (all kstatus conditions False) until the spec says otherwise; resuming creates a
-/// new node through the ordinary path.
+/// new node through the ordinary path. A slice Kueue gates then deletes its Workload, as a
+/// suspended pipeline does: the quota is free once nothing bills, and resuming queues it again.
 pub(super) fn suspended(input: &Input<'_>) -> Option<Plan> {
     if !input.spec.suspend {
         return None;
@@ -82,13 +83,16 @@ pub(super) fn suspended(input: &Input<'_>) -> Option<Plan> {
         ),
         CleanupStep::Wait(message) => Plan::report(deleting(format!("suspended: {message}"))),
         CleanupStep::Done => {
-            let count = if input.suspended {
-                Action::Nothing
-            } else {
+            let holds_workload = input.queue.is_some_and(|q| q.found.is_some());
+            let step = if !input.suspended {
                 Action::RecordSuspension
+            } else if holds_workload {
+                Action::DeleteWorkload
+            } else {
+                Action::Nothing
             };
             Plan::new(
-                count,
+                step,
                 Assessment::new(
                     Progress::Idle,
                     reasons::SUSPENDED,

@@ -168,3 +168,34 @@ fn suspend_wins_over_an_admission() {
     }));
     assert_eq!(c.plan().assessment.reason, reasons::SUSPENDED);
 }
+
+#[test]
+fn a_suspended_slice_deletes_its_workload_once_the_node_is_gone_and_the_stop_counted() {
+    let mut c = with_status(Case::spot(), Some("projects/p/locations/z/nodes/s"), false)
+        .with_node(S::Ready, H::Healthy);
+    c.slice.spec.suspend = true;
+    let mut admitted = gated(Gate::Admitted {
+        cluster_queue: "cq".into(),
+    });
+    admitted.found = Some(crate::kueue::workload::Workload::new(
+        "tpuslice-s-uid-1",
+        Default::default(),
+    ));
+    c.observed.queue = Some(admitted.clone());
+    assert!(
+        matches!(c.plan().action, Action::DeleteNode(_)),
+        "the node goes first"
+    );
+    c.observed.node = None;
+    assert_eq!(c.plan().action, Action::RecordSuspension);
+    c.slice.status.as_mut().unwrap().phase = P::Suspended;
+    assert_eq!(c.plan().action, Action::DeleteWorkload, "then the quota");
+    c.observed.queue = Some(gated(Gate::Missing));
+    let p = c.plan();
+    assert_eq!(
+        p.action,
+        Action::Nothing,
+        "and no Workload is written while suspended"
+    );
+    assert_eq!(p.assessment.phase, P::Suspended);
+}
