@@ -17,15 +17,9 @@ const STEP: Duration = Duration::from_secs(20);
 
 /// `n` letters that barely compress, so the object's JSON stays far over the cache's budget.
 fn noise(seed: u64, n: usize) -> String {
-    let mut x = seed * 2 + 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b'a' + (x % 26) as u8)
-        })
-        .collect()
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n).map(|_| char::from(rng.random_range(b'a'..=b'z'))).collect()
 }
 
 fn is_ready(s: &TpuSlice) -> bool {
