@@ -21,6 +21,7 @@ mod hostile_tenant;
 mod kueue;
 mod kueue_pipelines;
 mod kueue_unlabelled;
+mod kueue_wakes;
 mod kueue_workload;
 mod large_objects;
 mod multislice;

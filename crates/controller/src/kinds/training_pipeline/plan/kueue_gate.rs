@@ -150,7 +150,7 @@ impl Planner<'_> {
     }
 
     /// Whether the Vertex job may still bill: not yet ended (a cancelling one included).
-    fn training_bills(&self) -> bool {
+    pub(super) fn training_bills(&self) -> bool {
         match &self.input.observed.training {
             TrainingObserved::Vertex { job: Some(job) } => !matches!(
                 job.state,

@@ -71,9 +71,11 @@ impl Planner<'_> {
             (None, Phase::Suspended) => return Step { action, ..step },
             (None, _) => "suspended: nothing new is created until spec.suspend is false".to_string(),
         };
-        // Stopping is followed closely (the job's cancel, the slice's delete); a stopped
-        // pipeline only waits for its spec.
-        let requeue = if matches!(action, Action::Nothing) {
+        // Stopping is followed closely (the job's cancel, the slice's delete), and so is a
+        // cancelled job until it has ended: its end frees the Kueue quota, and the cloud watch
+        // wakes the pipeline when the listing shows it. A stopped pipeline only waits for its
+        // spec.
+        let requeue = if matches!(action, Action::Nothing) && !self.training_bills() {
             Requeue::Stable
         } else {
             Requeue::Active

@@ -303,6 +303,13 @@ fn the_workload_goes_once_the_run_is_over_and_nothing_bills() {
         matches!(p.action, Action::CancelJob { .. }),
         "suspend stops first"
     );
+    let cancelling = vertex(Child::Absent, Some(job(1, JobState::Cancelling)));
+    let p = gated_step(&spec, &mut st, &cancelling, admitted());
+    assert_eq!(
+        (&p.action, p.requeue),
+        (&Action::Nothing, Requeue::Active),
+        "a cancelling job is followed (watched), not left to the stable poll: its end frees the quota"
+    );
     let p = gated_step(&spec, &mut st, &cancelled, admitted());
     assert_eq!(
         (&p.action, p.status.phase),

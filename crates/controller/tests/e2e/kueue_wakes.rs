@@ -1,0 +1,121 @@
+//! What an object gated by Kueue waits for wakes it, on the real Kueue (v0.17.0) and the real
+//! kube-apiserver (see kueue.rs for the harness). The controllers poll as a deployed operator
+//! does (`--poll-stable` 5 min, `--poll-capacity` 30 s, `--poll-watched` 5 min, `--poll-active`
+//! 2 s), so a change that only a poll would notice shows as a wait of tens of seconds or minutes,
+//! not the milliseconds of the other suites' fast polls.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use kube::{
+    Api,
+    api::{DynamicObject, Patch, PatchParams},
+};
+use serde_json::json;
+use test_kit::TestEnv;
+use tpu_operator_api::{
+    tpu_slice::TpuSlice,
+    training_pipeline::{TrainingPipeline, TrainingPipelinePhase as Phase},
+};
+use tpu_operator_controller::{
+    kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    never_shutdown,
+};
+
+use super::{
+    kueue::{STEP, queue, queued, resource, slice, start_idle},
+    kueue_pipelines::vertex_pipeline,
+};
+
+/// The env with Kueue's integration on, a deployed operator's polls, and the three controllers
+/// running; `None` where no real Kueue runs.
+async fn start() -> Option<TestEnv> {
+    let mut env = start_idle().await?;
+    let config = &mut Arc::get_mut(&mut env.ctx)
+        .expect("the context is not shared before the controllers start")
+        .config;
+    config.poll_active = Duration::from_secs(2);
+    config.poll_capacity = Duration::from_secs(30);
+    config.poll_stable = Duration::from_secs(300);
+    config.poll_watched = Duration::from_secs(300);
+    env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
+    env.spawn(preprocess_batch::run(env.ctx.clone(), never_shutdown()));
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    Some(env)
+}
+
+fn workloads(env: &TestEnv) -> Api<DynamicObject> {
+    Api::namespaced_with(env.client.clone(), &env.ns, &resource("Workload", "workloads"))
+}
+
+fn admitted(tp: &TrainingPipeline) -> bool {
+    tp.status
+        .as_ref()
+        .and_then(|s| s.kueue.as_ref())
+        .is_some_and(|k| k.admitted)
+}
+
+/// The Vertex job's state in the emulated cloud (the pipeline's only one).
+fn job_state(env: &TestEnv) -> Option<String> {
+    let jobs = env.gcp.custom_jobs();
+    jobs.first().and_then(|j| j["state"].as_str().map(str::to_string))
+}
+
+/// A suspended Vertex pipeline's job was cancelled within a second, but its Workload stayed
+/// admitted until the pipeline's next stable poll (5 min): the job's end did not wake it. Now
+/// the cancelling job is watched, and its end frees the quota.
+#[tokio::test]
+async fn a_suspended_pipelines_quota_is_free_once_its_job_has_ended() {
+    let Some(env) = start().await else { return };
+    let mut config = env.gcp.config();
+    config.durations.job_run = Duration::from_secs(6 * 3600);
+    env.gcp.set_config(config);
+    queue(&env, "tpu", 8, None).await;
+    env.create(&vertex_pipeline("train", Some("tpu"))).await;
+    let training: TrainingPipeline = env
+        .wait_for("train", "admitted and training", STEP, |tp| {
+            admitted(tp) && tp.status.as_ref().is_some_and(|s| s.phase == Phase::Training)
+        })
+        .await;
+    let workload = training.status.unwrap().kueue.unwrap().workload;
+    // 4 chips run; an 8-chip slice waits behind them.
+    env.create(&slice("next", "tpu", None)).await;
+    env.wait_for::<TpuSlice, _>("next", "next queued", STEP, queued)
+        .await;
+
+    env.api::<TrainingPipeline>()
+        .patch(
+            "train",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .expect("suspend");
+    let started = Instant::now();
+    let mut ended = None;
+    loop {
+        if ended.is_none() && job_state(&env).as_deref() == Some("JOB_STATE_CANCELLED") {
+            ended = Some(Instant::now());
+        }
+        if workloads(&env).get_opt(&workload).await.unwrap().is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the suspended pipeline kept its Workload; job {:?}",
+            job_state(&env)
+        );
+        // The job cancels in 30 emulated seconds: 6 samples.
+        env.gcp.clock().advance(Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ended = ended.expect("the job ended before its Workload went");
+    let released = ended.elapsed();
+    eprintln!(
+        "Workload deleted {:.2} s after the suspended pipeline's job ended",
+        released.as_secs_f64()
+    );
+    assert!(released <= Duration::from_secs(5), "{released:?}");
+}
