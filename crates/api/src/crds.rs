@@ -185,8 +185,10 @@ mod tests {
     }
 
     fn label_rules(json: &str) -> usize {
-        // The label-map schema fragment carries two rules of its own per labels field.
+        // Schema fragments carry rules of their own: the label map two per labels field, the
+        // node-metadata map one (its keys) per metadata field.
         json.matches("\"rule\":\"self.all(k, k.size() <= 63").count() * 2
+            + json.matches("\"rule\":\"self.all(k, k.size() < 128").count()
     }
 
     #[test]
