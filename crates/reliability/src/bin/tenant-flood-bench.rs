@@ -245,10 +245,17 @@ fn largest_slice(name: &str, seed: u64) -> TpuSlice {
     .expect("largest slice")
 }
 
-/// The image's build of the operator (built once, then reused).
+/// The image's build of the operator (built once, then reused), or the binary
+/// `TPU_OPERATOR_BINARY` names (to measure another build, e.g. a debug one while the release
+/// build would take too long).
 fn operator_binary() -> std::path::PathBuf {
-    tpu_operator_reliability::process::operator_binary(
-        tpu_operator_reliability::process::OperatorBuild::Shipped,
+    std::env::var_os("TPU_OPERATOR_BINARY").map_or_else(
+        || {
+            tpu_operator_reliability::process::operator_binary(
+                tpu_operator_reliability::process::OperatorBuild::Shipped,
+            )
+        },
+        std::path::PathBuf::from,
     )
 }
 
