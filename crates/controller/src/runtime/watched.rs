@@ -321,7 +321,9 @@ mod tests {
     fn noise(seed: u64, n: usize) -> String {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        (0..n).map(|_| char::from(rng.random_range(b'a'..=b'z'))).collect()
+        (0..n)
+            .map(|_| char::from(rng.random_range(b'a'..=b'z')))
+            .collect()
     }
 
     fn config_map(data: Vec<(String, String)>) -> Cached<ConfigMap> {

@@ -19,7 +19,9 @@ const STEP: Duration = Duration::from_secs(20);
 fn noise(seed: u64, n: usize) -> String {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    (0..n).map(|_| char::from(rng.random_range(b'a'..=b'z'))).collect()
+    (0..n)
+        .map(|_| char::from(rng.random_range(b'a'..=b'z')))
+        .collect()
 }
 
 fn is_ready(s: &TpuSlice) -> bool {
