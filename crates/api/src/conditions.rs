@@ -85,6 +85,9 @@ pub mod reasons {
     pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
     /// GCP has no capacity right now (stockout) for a non-queued request.
     pub const STOCKOUT: &str = "Stockout";
+    /// A create was refused by the project's API rate quota (`RATE_LIMIT_EXCEEDED`; Compute
+    /// Engine's 403 `rateLimitExceeded`): retried once the quota's minute window refills.
+    pub const RATE_LIMITED: &str = "RateLimited";
     /// A queued request expired (`validUntil` passed).
     pub const QUEUE_EXPIRED: &str = "QueueExpired";
     /// The object is being deleted and its cloud resources cleaned up.

@@ -36,7 +36,9 @@ use std::sync::Arc;
 pub use compute::{ComputeApi, ComputeClient, Place, slices::ComputeSlices};
 pub use config::{CredentialsMode, GcpConfig};
 pub use dataproc::{DataprocApi, DataprocClient};
-pub use error::{ErrorKind, Exhaustion, GcpError, QuotaDetails, Service, ignore_not_found, is_not_found};
+pub use error::{
+    CreateFailure, ErrorKind, Exhaustion, GcpError, QuotaDetails, Service, ignore_not_found, is_not_found,
+};
 pub use identity::{Impersonation, TokenClock};
 pub use logging::{LoggingApi, LoggingClient};
 pub use lro::{OperationState, operation_result, operation_state};

@@ -66,7 +66,12 @@ impl ReconcileError {
             Self::Gcp { source, .. } => match source.kind {
                 ErrorKind::NotFound => "GcpNotFound",
                 ErrorKind::AlreadyExists => "GcpAlreadyExists",
-                ErrorKind::ResourceExhausted => "GcpResourceExhausted",
+                // Told apart as status tells them apart (`GcpError::create_failure`).
+                ErrorKind::ResourceExhausted => match source.create_failure() {
+                    tpu_operator_gcp::CreateFailure::RateLimited => "GcpRateLimited",
+                    tpu_operator_gcp::CreateFailure::QuotaExhausted => "GcpQuotaExceeded",
+                    _ => "GcpResourceExhausted",
+                },
                 ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => "GcpPermissionDenied",
                 ErrorKind::FailedPrecondition => "GcpFailedPrecondition",
                 ErrorKind::InvalidArgument => "GcpInvalidArgument",

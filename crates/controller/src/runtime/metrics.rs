@@ -118,6 +118,8 @@ pub struct Metrics {
     pub training_stalled: Family<PipelineLabels, Gauge>,
     /// Stalls reported (each a `ProgressStalled` Warning Event), by namespace.
     pub training_stalls: Family<SpendLabels, Counter>,
+    /// Create failures by reason (see [`super::capacity::metrics`]).
+    pub capacity: super::capacity::CapacityMetrics,
 }
 
 impl Default for Metrics {
@@ -133,6 +135,7 @@ impl Default for Metrics {
             orphans_deleted: Family::default(),
             training_stalled: Family::default(),
             training_stalls: Family::default(),
+            capacity: super::capacity::CapacityMetrics::default(),
         }
     }
 }
@@ -182,6 +185,7 @@ impl Metrics {
             "Training stalls reported (ProgressStalled Warning Events), by namespace",
             self.training_stalls.clone(),
         );
+        self.capacity.register(sub);
         self
     }
 

@@ -6,6 +6,7 @@
 //! [`Context`](crate::reconcile::context::Context).
 
 pub mod backoff;
+pub mod capacity;
 pub mod clock;
 pub mod cloud_watch;
 pub mod compressed;

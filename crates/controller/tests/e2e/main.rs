@@ -9,6 +9,7 @@ mod tenant;
 mod checkpoints;
 mod cloud_watch;
 mod compute_engine;
+mod create_failures;
 mod events;
 mod gitops_health;
 mod google_identity;

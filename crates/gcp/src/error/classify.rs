@@ -93,35 +93,50 @@ impl GcpError {
             StatusDetails::ErrorInfo(info) if !info.reason.is_empty() => Some(info.reason.clone()),
             _ => None,
         });
-        let non_empty = |s: &String| (!s.is_empty()).then(|| s.clone());
-        let mut quota_metric = None;
-        let mut quota_failure = false;
-        for detail in &status.details {
-            match detail {
-                StatusDetails::QuotaFailure(failure) => {
-                    quota_failure = true;
-                    quota_metric = quota_metric.or_else(|| {
-                        failure
-                            .violations
-                            .iter()
-                            .find_map(|v| non_empty(&v.quota_metric).or_else(|| non_empty(&v.subject)))
-                    });
-                }
-                StatusDetails::ErrorInfo(info) => {
-                    quota_metric = quota_metric.or_else(|| {
-                        ["quota_metric", "quota_limit"]
-                            .iter()
-                            .find_map(|k| info.metadata.get(*k).and_then(non_empty))
-                    });
-                }
-                _ => {}
-            }
+        self.quota = quota_details(&status.details).map(Box::new);
+        // Compute Engine's legacy shape has no `status`: a rate limit or a quota comes as HTTP
+        // 403 with `errors[].reason` rateLimitExceeded / quotaExceeded
+        // (https://cloud.google.com/compute/api-quota: "a 403 error with the reason
+        // rateLimitExceeded"). It is not a permission problem: retried with backoff, not stalled.
+        if self.kind == ErrorKind::PermissionDenied
+            && self
+                .reason
+                .as_deref()
+                .is_some_and(super::exhaustion::exhausted_reason)
+        {
+            self.kind = ErrorKind::ResourceExhausted;
         }
-        self.quota = (quota_failure || quota_metric.is_some()).then(|| {
-            Box::new(QuotaDetails {
-                metric: quota_metric,
-                quota_failure,
-            })
-        });
     }
+}
+
+/// What the details say about a quota (`None`: nothing).
+fn quota_details(details: &[StatusDetails]) -> Option<QuotaDetails> {
+    let non_empty = |s: &String| (!s.is_empty()).then(|| s.clone());
+    let mut q = QuotaDetails::default();
+    for detail in details {
+        match detail {
+            StatusDetails::QuotaFailure(failure) => {
+                q.quota_failure = true;
+                for v in &failure.violations {
+                    q.metric = q
+                        .metric
+                        .take()
+                        .or_else(|| non_empty(&v.quota_metric).or_else(|| non_empty(&v.subject)));
+                    q.limit = q.limit.take().or_else(|| non_empty(&v.quota_id));
+                    q.limit_value = q
+                        .limit_value
+                        .take()
+                        .or_else(|| (v.quota_value > 0).then(|| v.quota_value.to_string()));
+                }
+            }
+            StatusDetails::ErrorInfo(info) => {
+                let get = |k: &str| info.metadata.get(k).and_then(non_empty);
+                q.metric = q.metric.take().or_else(|| get("quota_metric"));
+                q.limit = get("quota_limit").or(q.limit.take());
+                q.limit_value = get("quota_limit_value").or(q.limit_value.take());
+            }
+            _ => {}
+        }
+    }
+    (q.quota_failure || q.metric.is_some() || q.limit.is_some()).then_some(q)
 }

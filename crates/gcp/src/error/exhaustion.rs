@@ -18,8 +18,33 @@ pub struct QuotaDetails {
     /// The exhausted quota: `QuotaFailure.violations[].quotaMetric` (else its `subject`), or
     /// `ErrorInfo.metadata.quota_metric` / `quota_limit`.
     pub metric: Option<String>,
+    /// The limit's name: `ErrorInfo.metadata.quota_limit`, else `QuotaFailure.violations[].quotaId`
+    /// (Compute Engine: `quotaInfo.limitName`).
+    pub limit: Option<String>,
+    /// The limit's value when the error carries it: `ErrorInfo.metadata.quota_limit_value`, else
+    /// `QuotaFailure.violations[].quotaValue` (Compute Engine: `quotaInfo.limit`).
+    pub limit_value: Option<String>,
     /// The details carry a `google.rpc.QuotaFailure`.
     pub quota_failure: bool,
+}
+
+impl QuotaDetails {
+    /// `metric (limit = value)`, as much of it as the error named, for a status message.
+    pub fn describe(&self) -> Option<String> {
+        let metric = self.metric.as_deref();
+        let limit = match (self.limit.as_deref(), self.limit_value.as_deref()) {
+            (Some(l), Some(v)) => Some(format!("{l} = {v}")),
+            (Some(l), None) => Some(l.to_string()),
+            (None, Some(v)) => Some(format!("limit {v}")),
+            (None, None) => None,
+        };
+        match (metric, limit) {
+            (Some(m), Some(l)) if m != l => Some(format!("{m} ({l})")),
+            (Some(m), _) => Some(m.to_string()),
+            (None, Some(l)) => Some(l),
+            (None, None) => None,
+        }
+    }
 }
 
 /// Why a RESOURCE_EXHAUSTED happened, as far as the error says (see the module docs).
@@ -49,13 +74,21 @@ const STOCKOUT_REASONS: &[&str] = &[
     "RESOURCE_POOL_EXHAUSTED",
 ];
 
+/// A structured reason that means "rate limit or quota", whatever code or HTTP status came
+/// with it (Compute Engine sends them on a 403).
+pub(super) fn exhausted_reason(reason: &str) -> bool {
+    RATE_LIMIT_REASONS.contains(&reason) || QUOTA_REASONS.contains(&reason)
+}
+
 /// Message texts Google's front end sends for an exhausted quota when it sends no details.
 const QUOTA_TEXTS: &[&str] = &["quota limit '", "exceed quota limits", "insufficient quota"];
 
 impl GcpError {
     /// The exhausted quota's metric (or limit), when the details name one.
     pub fn quota_metric(&self) -> Option<&str> {
-        self.quota.as_ref().and_then(|q| q.metric.as_deref())
+        self.quota
+            .as_ref()
+            .and_then(|q| q.metric.as_deref().or(q.limit.as_deref()))
     }
 
     /// What a RESOURCE_EXHAUSTED means (`None` for any other kind): a rate limit, an exhausted
@@ -97,11 +130,13 @@ impl GcpError {
     }
 }
 
-/// Methods whose RESOURCE_EXHAUSTED can mean "no capacity / quota": creates, the create's
-/// long-running operation, starting a stopped node and resetting a queued resource.
+/// Methods whose RESOURCE_EXHAUSTED can mean "no capacity / quota": creates (Compute Engine's
+/// are `*.insert`), the create's long-running operation, starting a stopped node and resetting
+/// a queued resource.
 fn asks_for_capacity(method: &str) -> bool {
     method == "operation"
         || method.ends_with(".create")
+        || method.ends_with(".insert")
         || method.ends_with(".start")
         || method.ends_with(".reset")
 }

@@ -34,9 +34,11 @@
 
 mod classify;
 mod exhaustion;
+mod failure;
 mod kind;
 
 pub use exhaustion::{Exhaustion, QuotaDetails};
+pub use failure::CreateFailure;
 pub use kind::{ErrorKind, Service};
 /// A failed GCP call (or a failed long-running operation), classified.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

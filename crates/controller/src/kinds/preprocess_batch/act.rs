@@ -6,7 +6,7 @@ use tpu_operator_api::{
     conditions::reasons,
     preprocess_batch::{PreprocessBatchPhase, PreprocessBatchSpec},
 };
-use tpu_operator_gcp::{ErrorKind, GcpError};
+use tpu_operator_gcp::{CreateFailure, ErrorKind, GcpError};
 
 use super::{
     observe::{ObservedBatch, Target},
@@ -85,30 +85,34 @@ pub async fn submit(
                 batch: ObservedBatch::from_batch(&existing),
             })
         }
-        Err(err) => refusal(err).map_err(ReconcileError::gcp("create Dataproc batch")),
+        Err(err) => {
+            ctx.metrics.capacity.create_failed("PreprocessBatch", &err);
+            refusal(err).map_err(ReconcileError::gcp("create Dataproc batch"))
+        }
     }
 }
 
-/// Errors that need a human become a `Stalled` status with the API's message; the rest go to
-/// `error_policy` for backoff.
+/// Errors that need a human become a `Stalled` status with the API's message, one reason per
+/// [`CreateFailure`] class; the rest (a rate limit included: the next minute lets it through)
+/// go to `error_policy` for backoff.
 fn refusal(err: GcpError) -> std::result::Result<SubmitOutcome, GcpError> {
-    let (phase, reason) = match err.kind {
-        ErrorKind::InvalidArgument => (Some(PreprocessBatchPhase::Failed), reasons::INVALID_SPEC),
-        ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => (None, reasons::PERMISSION_DENIED),
-        ErrorKind::ResourceExhausted if !err.is_rate_limited() => (None, reasons::QUOTA_EXCEEDED),
-        ErrorKind::NotFound
-        | ErrorKind::AlreadyExists
-        | ErrorKind::ResourceExhausted
-        | ErrorKind::FailedPrecondition
-        | ErrorKind::Transient
-        | ErrorKind::Cancelled
-        | ErrorKind::Unreadable
-        | ErrorKind::Other => return Err(err),
+    let quota = err
+        .quota_description()
+        .map(|q| format!(" (quota {q})"))
+        .unwrap_or_default();
+    let (phase, reason) = match err.create_failure() {
+        CreateFailure::InvalidRequest if err.kind == ErrorKind::InvalidArgument => {
+            (Some(PreprocessBatchPhase::Failed), reasons::INVALID_SPEC)
+        }
+        CreateFailure::PermissionDenied => (None, reasons::PERMISSION_DENIED),
+        CreateFailure::QuotaExhausted => (None, reasons::QUOTA_EXCEEDED),
+        CreateFailure::Stockout => (None, reasons::STOCKOUT),
+        CreateFailure::InvalidRequest | CreateFailure::RateLimited | CreateFailure::Other => return Err(err),
     };
     Ok(SubmitOutcome::Refused {
         phase,
         reason,
-        message: format!("Dataproc refused batches.create: {}", err.stable_message()),
+        message: format!("Dataproc refused batches.create{quota}: {}", err.stable_message()),
     })
 }
 

@@ -145,7 +145,16 @@ pub(super) async fn on_plan(
     plan: &mut Plan,
     request: &Request<'_>,
 ) -> Result<(Option<Started>, Option<tpu_operator_gcp::GcpError>)> {
-    match act(ctx, &plan.action, request).await {
+    if let Some(err) = &plan.assessment.failure {
+        create_failed(ctx, request, err);
+    }
+    let result = act(ctx, &plan.action, request).await;
+    if let (Action::CreateNode | Action::CreateQueuedResource, Err(err)) = (&plan.action, &result)
+        && err.kind != tpu_operator_gcp::ErrorKind::AlreadyExists
+    {
+        create_failed(ctx, request, err);
+    }
+    match result {
         Ok(started) => Ok((started, None)),
         // Another operation runs on the node: the plan (and its short requeue) stands.
         Err(err) if plan::node_busy(&plan.action, &err) => {
@@ -160,6 +169,16 @@ pub(super) async fn on_plan(
             None => Err(ReconcileError::gcp(action_name(&plan.action))(err)),
         },
     }
+}
+
+/// Counts a failed create (its call, or its operation) by reason, under the API the slice's
+/// backend calls (a Compute Engine operation is read in the TPU API's model).
+fn create_failed(ctx: &Context, request: &Request<'_>, err: &GcpError) {
+    let service = match request.names.provisioner {
+        tpu_operator_api::tpu_slice::Provisioner::ComputeEngine => "compute",
+        tpu_operator_api::tpu_slice::Provisioner::TpuApi => "tpu",
+    };
+    ctx.metrics.capacity.create_failed_at("TpuSlice", service, err);
 }
 
 pub(super) fn action_name(action: &Action) -> &'static str {

@@ -97,6 +97,10 @@ pub struct Assessment {
     pub capacity: Option<bool>,
     /// An immutable field differs between the node and the spec (`SpecDrift`).
     pub drift: Option<String>,
+    /// The failed create (call or operation) this assessment reports, for the failure metric
+    /// and the zone's stockout memory. A failed operation is read once (status forgets a
+    /// finished operation), so act counts it once.
+    pub failure: Option<tpu_operator_gcp::GcpError>,
 }
 
 impl Assessment {
@@ -118,6 +122,7 @@ impl Assessment {
             requeue,
             capacity: None,
             drift: None,
+            failure: None,
         }
     }
 

@@ -337,9 +337,23 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
         let reason = match find_condition(&new.conditions, types::STALLED).map(|c| c.reason.as_str()) {
             Some(reasons::POLICY_DENIED) => reasons::POLICY_DENIED,
             Some(reasons::QUOTA_EXCEEDED) => reasons::QUOTA_EXCEEDED,
+            Some(reasons::INVALID_SPEC) => reasons::INVALID_SPEC,
+            Some(reasons::PERMISSION_DENIED) => reasons::PERMISSION_DENIED,
             _ => reasons::FAILED,
         };
         out.push(Transition::warning(reason, message.clone()));
+    }
+    // A stockout waits as `WaitingForCapacity` (the wait's own Warning); what made it wait is
+    // named too, so every create failure has an Event of its own reason.
+    let capacity = |s: &TpuSliceStatus| {
+        find_condition(&s.conditions, types::CAPACITY_AVAILABLE)
+            .filter(|c| c.status == "False")
+            .map(|c| c.reason.clone())
+    };
+    if capacity(new).as_deref() == Some(reasons::STOCKOUT)
+        && capacity(old).as_deref() != Some(reasons::STOCKOUT)
+    {
+        out.push(Transition::warning(reasons::STOCKOUT, message.clone()));
     }
     out.extend(kueue_transitions(old, new, &message));
     if new.phase == TpuSlicePhase::Deleting && old.phase != TpuSlicePhase::Deleting {

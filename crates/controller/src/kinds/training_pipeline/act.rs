@@ -288,10 +288,16 @@ async fn submit_job(
             Ok(Some(name))
         }
         Err(e) if matches!(e.kind, ErrorKind::InvalidArgument) => {
+            ctx.metrics.capacity.create_failed("TrainingPipeline", &e);
             invalid(ctx, st, format!("Vertex refused the custom job: {e}"));
             Ok(None)
         }
-        Err(e) => Err(ReconcileError::gcp("create Vertex custom job")(e)),
+        Err(e) => {
+            // Quota, rate limit, permission: counted by reason (the error's category names it
+            // too), retried with the error backoff; a refusal reaches status as PermissionDenied.
+            ctx.metrics.capacity.create_failed("TrainingPipeline", &e);
+            Err(ReconcileError::gcp("create Vertex custom job")(e))
+        }
     }
 }
 

@@ -31,14 +31,40 @@ pub fn code_number(code: &str, http: Option<i32>) -> i32 {
 }
 
 pub(super) fn rpc_status(code: i32, message: &str, reason: Option<&str>) -> Status {
+    quota_status(code, message, reason, None)
+}
+
+/// [`rpc_status`] with the operation error's `quotaInfo` (Compute Engine's `QuotaExceededInfo`:
+/// `metricName`, `limitName`, `limit`) as the ErrorInfo's `quota_metric`, `quota_limit` and
+/// `quota_limit_value`, the keys googleapis `error_reason.proto` gives quota errors, so a
+/// Compute quota names its metric and limit as a TPU API one does.
+fn quota_status(
+    code: i32,
+    message: &str,
+    reason: Option<&str>,
+    quota: Option<&compute::QuotaExceededInfo>,
+) -> Status {
     let mut status = Status::new().set_code(code).set_message(message);
-    if let Some(reason) = reason.filter(|r| !r.is_empty())
-        && let Ok(detail) = Any::from_msg(
-            &ErrorInfo::new()
-                .set_reason(reason)
-                .set_domain("compute.googleapis.com"),
-        )
-    {
+    let Some(reason) = reason.filter(|r| !r.is_empty()) else {
+        return status;
+    };
+    let mut info = ErrorInfo::new()
+        .set_reason(reason)
+        .set_domain("compute.googleapis.com");
+    if let Some(q) = quota {
+        let mut meta = std::collections::HashMap::new();
+        if let Some(m) = &q.metric_name {
+            meta.insert("quota_metric".to_string(), m.clone());
+        }
+        if let Some(l) = &q.limit_name {
+            meta.insert("quota_limit".to_string(), l.clone());
+        }
+        if let Some(v) = q.limit {
+            meta.insert("quota_limit_value".to_string(), format!("{v}"));
+        }
+        info = info.set_metadata(meta);
+    }
+    if let Ok(detail) = Any::from_msg(&info) {
         status = status.set_details([detail]);
     }
     status
@@ -60,10 +86,12 @@ pub fn operation(name: &str, op: &compute::Operation) -> Lro {
             .clone()
             .or_else(|| op.http_error_message.clone())
             .unwrap_or_default();
-        let status = rpc_status(
+        let quota = first.error_details.iter().find_map(|d| d.quota_info.as_ref());
+        let status = quota_status(
             code_number(&code, op.http_error_status_code),
             &message,
             Some(&code),
+            quota,
         );
         lro = lro.set_result(operation::Result::Error(Box::new(status)));
     } else {

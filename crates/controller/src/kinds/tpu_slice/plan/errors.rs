@@ -8,7 +8,7 @@ use tpu_operator_api::{
     conditions::{Progress, reasons},
     tpu_slice::TpuSlicePhase,
 };
-use tpu_operator_gcp::{ErrorKind, Exhaustion, GcpError};
+use tpu_operator_gcp::{CreateFailure, ErrorKind, Exhaustion, GcpError};
 
 use super::{Action, Assessment, Requeue};
 
@@ -39,36 +39,36 @@ pub fn on_action_error(action: &Action, err: &GcpError) -> Option<Assessment> {
     }
 }
 
-/// How a failed create (call or operation) is reported. `None`: transient, retry with backoff.
+/// How a failed create (call or operation) is reported: one reason per class of
+/// [`CreateFailure`], in the Ready/Reconciling/Stalled condition and in `CapacityAvailable`
+/// (a stockout waits as `WaitingForCapacity` with `CapacityAvailable` reason `Stockout`).
+/// `None`: transient, retry with backoff.
 pub fn on_create_error(err: &GcpError) -> Option<Assessment> {
     use TpuSlicePhase as P;
-    let stalled = |reason| {
-        Some(Assessment::new(
-            Progress::Stalled,
-            reason,
-            P::Failed,
-            err.to_string(),
-        ))
+    let stalled =
+        |reason| Some(Assessment::new(Progress::Stalled, reason, P::Failed, err.to_string()).capacity(false));
+    let quota = || {
+        err.quota_description()
+            .map(|q| format!(" ({q})"))
+            .unwrap_or_default()
     };
-    match err.kind {
+    let assessment = match err.create_failure() {
         // An exhausted project quota does not clear by itself: say so (Stalled, a Warning event)
         // and retry only slowly (`poll_stable`, and the permanent-error backoff for a refused
         // call), so the slice starts on its own once somebody raises the quota.
-        ErrorKind::ResourceExhausted if err.exhaustion() == Some(Exhaustion::Quota) => Some(
+        CreateFailure::QuotaExhausted => Some(
             Assessment::new(
                 Progress::Stalled,
                 reasons::QUOTA_EXCEEDED,
                 P::Waiting,
                 format!(
                     "the project's TPU quota{} is exhausted: request a quota increase (or free quota); the create is retried every few minutes: {err}",
-                    err.quota_metric()
-                        .map(|m| format!(" ({m})"))
-                        .unwrap_or_default()
+                    quota()
                 ),
             )
             .capacity(false),
         ),
-        ErrorKind::ResourceExhausted if !err.is_rate_limited() => Some(
+        CreateFailure::Stockout => Some(
             Assessment::new(
                 Progress::Reconciling,
                 reasons::WAITING_FOR_CAPACITY,
@@ -81,19 +81,34 @@ pub fn on_create_error(err: &GcpError) -> Option<Assessment> {
             .requeue(Requeue::Capacity)
             .capacity(false),
         ),
-        ErrorKind::AlreadyExists => Some(Assessment::new(
+        // The project's API rate quota, not its capacity: the next minute window lets the
+        // create through, so it waits a short while rather than backing off like an error.
+        CreateFailure::RateLimited => Some(
+            Assessment::new(
+                Progress::Reconciling,
+                reasons::RATE_LIMITED,
+                P::Waiting,
+                format!(
+                    "the project's API rate quota{} refused the create; retrying once its minute window refills: {err}",
+                    quota()
+                ),
+            )
+            .requeue(Requeue::Capacity)
+            .capacity(false),
+        ),
+        CreateFailure::PermissionDenied => stalled(reasons::PERMISSION_DENIED),
+        CreateFailure::InvalidRequest => stalled(reasons::INVALID_SPEC),
+        CreateFailure::Other if err.kind == ErrorKind::AlreadyExists => Some(Assessment::new(
             Progress::Reconciling,
             reasons::CREATING,
             P::Provisioning,
             "the object already exists (an earlier create): adopting it",
         )),
-        ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => stalled(reasons::PERMISSION_DENIED),
-        ErrorKind::InvalidArgument | ErrorKind::FailedPrecondition => stalled(reasons::INVALID_SPEC),
-        ErrorKind::ResourceExhausted
-        | ErrorKind::Transient
-        | ErrorKind::NotFound
-        | ErrorKind::Cancelled
-        | ErrorKind::Unreadable
-        | ErrorKind::Other => None,
-    }
+        CreateFailure::Other => None,
+    };
+    assessment.map(|mut a| {
+        // Finding the object already there is no failure: it is adopted.
+        a.failure = (err.kind != ErrorKind::AlreadyExists).then(|| err.clone());
+        a
+    })
 }

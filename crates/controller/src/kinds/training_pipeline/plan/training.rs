@@ -256,6 +256,7 @@ impl Planner<'_> {
             reasons::WAITING_FOR_CAPACITY => {
                 (Phase::Waiting, reasons::WAITING_FOR_CAPACITY, Requeue::Capacity)
             }
+            reasons::RATE_LIMITED => (Phase::Waiting, reasons::RATE_LIMITED, Requeue::Capacity),
             reasons::QUEUED_IN_KUEUE => (Phase::Waiting, reasons::QUEUED_IN_KUEUE, Requeue::Capacity),
             _ => (Phase::Provisioning, reasons::PROVISIONING, Requeue::Active),
         };

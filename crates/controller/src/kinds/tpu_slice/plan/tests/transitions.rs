@@ -295,6 +295,7 @@ fn quota_failures_stall_and_stockouts_wait() {
     quota.quota = Some(Box::new(tpu_operator_gcp::QuotaDetails {
         metric: Some("tpu.googleapis.com/v6e_chips".into()),
         quota_failure: true,
+        ..Default::default()
     }));
     quota.message = "exhausted".into();
     let a = on_create_error(&quota).unwrap();
