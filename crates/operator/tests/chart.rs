@@ -516,6 +516,7 @@ fn kueue_enabled_grants_the_workload_calls_and_turns_the_integration_on() {
             ["get", "list", "watch", "create", "patch", "delete"]
         ]),
         json!([["kueue.x-k8s.io"], ["workloads/status"], null, ["patch"]]),
+        json!([["kueue.x-k8s.io"], ["localqueues"], null, ["list", "watch"]]),
         json!([
             ["visibility.kueue.x-k8s.io"],
             ["localqueues/pendingworkloads"],
@@ -532,7 +533,7 @@ fn kueue_enabled_grants_the_workload_calls_and_turns_the_integration_on() {
             ["kueue.x-k8s.io"],
             ["workloadpriorityclasses"],
             null,
-            ["get"]
+            ["get", "list", "watch"]
         ])]
     );
     let crds = find(&docs, "ClusterRole", Some("tpu-operator-crds"));

@@ -16,6 +16,8 @@
 //! - [`gate`]: pure: a Workload's status as the gate a pass obeys, and the release write.
 //! - [`queued`]: what a pass reads of a gated object's Workload, and the writes its plan asks
 //!   for (the same for every gated kind).
+//! - [`waits`]: what a gated object awaits besides its Workload (a priority class, its queue's
+//!   line), and the watches that wake it when that changes.
 //! - [`client`]: the Kubernetes calls (Workload, WorkloadPriorityClass, the visibility API).
 
 pub mod client;
@@ -23,6 +25,7 @@ pub mod demand;
 pub mod follow;
 pub mod gate;
 pub mod queued;
+pub mod waits;
 pub mod workload;
 
 pub use gate::Gate;

@@ -18,6 +18,7 @@ use super::{
     demand::{self, Demand},
     follow::{self, PriorityChange},
     gate,
+    waits::{Awaited, Waiters},
     workload::{Workload, WorkloadSpec},
 };
 use crate::{
@@ -102,7 +103,7 @@ impl Queued {
 }
 
 /// The kinds Kueue gates: the object and the prefix of its Workload's name.
-pub trait Gated: Resource<DynamicType = ()> + ResourceExt {
+pub trait Gated: Resource<DynamicType = ()> + ResourceExt + 'static {
     /// `tpuslice`, `trainingpipeline`: the Workload's name starts with it.
     const WORKLOAD_PREFIX: &'static str;
 }
@@ -159,30 +160,22 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
         let class = priority.as_ref().ok().and_then(Option::as_ref);
         demand::workload_spec(&demand, queue, class.map(|(name, value)| (name.as_str(), *value)))
     });
-    let foreign = found
-        .as_ref()
-        .zip(desired.as_ref())
-        .and_then(|(wl, desired)| demand::mismatch(wl, desired, &obj.uid().unwrap_or_default()));
-    let found = match (found, &foreign) {
-        (Some(wl), None) => {
-            let (wl, missing) = follow_workload(ctx, wl, class).await?;
-            if let Some(message) = missing {
-                priority = Err(message);
-            }
-            Some(wl)
-        }
-        (found, _) => found,
-    };
-    let gate = match foreign {
-        Some(why) => Gate::Foreign {
-            why: format!("Workload {workload} is not this {}'s: {why}", K::kind(&())),
-        },
-        None => Gate::of(found.as_ref()),
-    };
+    let (found, gate) = gate_of(obj, ctx, found, desired.as_ref(), class, &mut priority).await?;
+    let ns = namespace(obj)?;
     let position = match gate {
-        Gate::Pending { .. } => client::position(&ctx.client, &namespace(obj)?, queue, &workload).await,
+        Gate::Pending { .. } => client::position(&ctx.client, &ns, queue, &workload).await,
         _ => None,
     };
+    // What the object now awaits besides its Workload: a missing class to appear, its line to move.
+    let mut awaited = Vec::new();
+    if let (Gate::Missing, Some(class), Err(_)) = (&gate, class, &priority) {
+        awaited.push(Awaited::PriorityClass(class.to_string()));
+    }
+    if matches!(gate, Gate::Pending { .. }) {
+        let (namespace, queue) = (ns.clone(), queue.to_string());
+        awaited.push(Awaited::Queue { namespace, queue });
+    }
+    waiters::<K>(ctx).set(&ns, &obj.name_any(), awaited);
     Ok(Some(Queued {
         workload,
         local_queue: queue.to_string(),
@@ -192,6 +185,44 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
         position,
         priority,
     }))
+}
+
+/// The gate the Workload `found` sets for `obj`: [`Gate::Foreign`] when it is not the one the
+/// object would write ([`demand::mismatch`]), else as Kueue decided, once the object's own
+/// Workload is kept in line ([`follow_workload`]; a label naming a missing class turns
+/// `priority` into the message saying so). Returns the Workload as it now is.
+async fn gate_of<K: Gated>(
+    obj: &K,
+    ctx: &Context,
+    found: Option<Workload>,
+    desired: Option<&WorkloadSpec>,
+    class: Option<&str>,
+    priority: &mut Result<Option<(String, i32)>, String>,
+) -> Result<(Option<Workload>, Gate)> {
+    let foreign = found
+        .as_ref()
+        .zip(desired)
+        .and_then(|(wl, desired)| demand::mismatch(wl, desired, &obj.uid().unwrap_or_default()));
+    if let Some(why) = foreign {
+        let workload = workload_name(obj);
+        let why = format!("Workload {workload} is not this {}'s: {why}", K::kind(&()));
+        return Ok((found, Gate::Foreign { why }));
+    }
+    let Some(wl) = found else {
+        return Ok((None, Gate::Missing));
+    };
+    let (wl, missing) = follow_workload(ctx, wl, class).await?;
+    if let Some(message) = missing {
+        *priority = Err(message);
+    }
+    let gate = Gate::of(Some(&wl));
+    Ok((Some(wl), gate))
+}
+
+/// What the objects of kind `K` await ([`super::waits`]), shared by their passes and their
+/// watches.
+pub fn waiters<K: Gated>(ctx: &Context) -> std::sync::Arc<Waiters<K>> {
+    ctx.shared.get_or_default::<Waiters<K>>()
 }
 
 /// The value of WorkloadPriorityClass `class`, or the message naming it when it does not exist.
@@ -308,6 +339,14 @@ pub async fn release_on_delete<K: Gated>(obj: &K, ctx: &Context) -> Result<()> {
     client::delete(&ctx.client, &namespace(obj)?, &workload_name(obj))
         .await
         .map_err(ReconcileError::kube(Write::Delete.name()))
+}
+
+/// The object is being deleted: it awaits nothing any more.
+pub fn forget<K: Gated>(obj: &K, ctx: &Context) {
+    if local_queue(obj, ctx).is_some() {
+        let namespace = obj.namespace().unwrap_or_default();
+        waiters::<K>(ctx).set(&namespace, &obj.name_any(), Vec::new());
+    }
 }
 
 fn namespace<K: Gated>(obj: &K) -> Result<String> {

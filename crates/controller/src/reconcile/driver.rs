@@ -59,6 +59,7 @@ pub async fn run<K: Kind>(ctx: Arc<Context>, shutdown: Shutdown) {
         client: &ctx.client,
         namespace,
         kueue: ctx.config.kueue,
+        shared: &ctx.shared,
     };
     let controller = watched::controller::<K>(&ctx.client, namespace);
     // A pass may look at the other objects of its kind (a pipeline at the live pipelines that

@@ -324,6 +324,8 @@ pub struct Watches<'a> {
     pub namespace: Option<&'a str>,
     /// The Kueue integration is on: Workloads exist and wake their owners.
     pub kueue: bool,
+    /// What the kind's passes share with its watches (what a gated object awaits).
+    pub shared: &'a crate::runtime::shared::Shared,
 }
 
 impl Watches<'_> {

@@ -16,6 +16,7 @@ use kube::{
 use serde_json::json;
 use test_kit::TestEnv;
 use tpu_operator_api::{
+    conditions::{find_condition, types},
     tpu_slice::TpuSlice,
     training_pipeline::{TrainingPipeline, TrainingPipelinePhase as Phase},
 };
@@ -25,7 +26,7 @@ use tpu_operator_controller::{
 };
 
 use super::{
-    kueue::{STEP, queue, queued, resource, slice, start_idle},
+    kueue::{STEP, apply, priority_class, queue, queued, ready, resource, slice, start_idle},
     kueue_pipelines::vertex_pipeline,
 };
 
@@ -118,4 +119,86 @@ async fn a_suspended_pipelines_quota_is_free_once_its_job_has_ended() {
         released.as_secs_f64()
     );
     assert!(released <= Duration::from_secs(5), "{released:?}");
+}
+
+fn stalled_on(s: &TpuSlice, reason: &str) -> bool {
+    s.status.as_ref().is_some_and(|st| {
+        find_condition(&st.conditions, types::STALLED)
+            .is_some_and(|c| c.status == "True" && c.reason == reason)
+    })
+}
+
+/// Polls `slice` every 100 ms (the cloud's clock 20 s on each time) until its node is created
+/// and until it is Ready; returns both waits, from `since`.
+async fn runs(env: &TestEnv, name: &str, since: Instant) -> (Duration, Duration) {
+    let creates = env.gcp.call_count("tpu", "nodes.create");
+    let mut created = None;
+    loop {
+        if created.is_none() && env.gcp.call_count("tpu", "nodes.create") > creates {
+            created = Some(since.elapsed());
+        }
+        let s: TpuSlice = env.api().get(name).await.unwrap();
+        if let (Some(created), true) = (created, ready(&s)) {
+            return (created, since.elapsed());
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "{name} never ran: {:#?}",
+            s.status
+        );
+        env.gcp.clock().advance(STEP);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A slice whose label names a WorkloadPriorityClass that does not exist stalls
+/// (`PriorityClassNotFound`) and, before, looked again only at its stable poll (5 min): it was
+/// not picked up within 60 s of the class being created. The class's creation now wakes it.
+#[tokio::test]
+async fn a_slice_waiting_for_its_priority_class_runs_once_the_class_exists() {
+    let Some(env) = start().await else { return };
+    queue(&env, "tpu", 8, None).await;
+    let class = format!("late-{}", env.ns);
+    env.create(&slice("late", "tpu", Some(&class))).await;
+    env.wait_for::<TpuSlice, _>("late", "stalled on the missing class", STEP, |s| {
+        stalled_on(s, "PriorityClassNotFound")
+    })
+    .await;
+    // The echo of its own status write has run its pass: it now waits.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    priority_class(&env, &class, 100).await;
+    let (created, ready) = runs(&env, "late", Instant::now()).await;
+    eprintln!(
+        "node created {:.2} s, Ready {:.2} s after its priority class was created",
+        created.as_secs_f64(),
+        ready.as_secs_f64()
+    );
+    assert!(created <= Duration::from_secs(5), "{created:?}");
+}
+
+/// A slice in a LocalQueue that does not exist yet waits (its Workload is pending: "LocalQueue
+/// later doesn't exist"); the queue's creation admits it, and that wakes the slice.
+#[tokio::test]
+async fn a_slice_waiting_for_its_local_queue_runs_once_the_queue_exists() {
+    let Some(env) = start().await else { return };
+    let cluster_queue = queue(&env, "tpu", 8, None).await;
+    env.create(&slice("early", "later", None)).await;
+    env.wait_for::<TpuSlice, _>("early", "waiting for its queue", STEP, |s| {
+        queued(s)
+            && s.status
+                .as_ref()
+                .and_then(|st| st.message.as_deref())
+                .is_some_and(|m| m.contains("doesn't exist"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let body = json!({"metadata": {"name": "later"}, "spec": {"clusterQueue": cluster_queue}});
+    apply(&env, "LocalQueue", "localqueues", Some(&env.ns), body).await;
+    let (created, ready) = runs(&env, "early", Instant::now()).await;
+    eprintln!(
+        "node created {:.2} s, Ready {:.2} s after its LocalQueue was created",
+        created.as_secs_f64(),
+        ready.as_secs_f64()
+    );
+    assert!(created <= Duration::from_secs(5), "{created:?}");
 }

@@ -2,8 +2,9 @@
 //! `tpu-operator run` as the chart's ServiceAccount, the real Kueue manager admitting, queueing
 //! and positioning the operator's Workloads. Every Kueue call the integration makes happens here
 //! as that identity: Workloads created, watched, read, changed (a relabelled slice's priority
-//! class), deleted (a finished pipeline's, a deleted slice's), a WorkloadPriorityClass read, a
-//! position read from the visibility API, and the start-up check of Kueue's CRD; any `forbidden`
+//! class), deleted (a finished pipeline's, a deleted slice's), a WorkloadPriorityClass read,
+//! WorkloadPriorityClasses and LocalQueues watched (what a waiting object awaits), a position
+//! read from the visibility API, and the start-up check of Kueue's CRD; any `forbidden`
 //! in the log fails it. Runs where Kueue runs (the Kueue stage of scripts/ci-control-plane.sh,
 //! under tests/kueue/up.sh), Namespace scope: the narrower grant (a Role in the watched
 //! namespace, ClusterRoles only for cluster-scoped reads).

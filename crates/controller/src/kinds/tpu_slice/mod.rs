@@ -98,14 +98,16 @@ impl Kind for TpuSlice {
         crate::kueue::queued::local_queue(self, ctx).is_none()
     }
 
+    /// Its Workload wakes it, and what it awaits besides (`kueue::waits`).
     fn watches(
         controller: kube::runtime::Controller<crate::runtime::watched::Cached<Self>>,
         watch: &crate::reconcile::kind::Watches<'_>,
     ) -> kube::runtime::Controller<crate::runtime::watched::Cached<Self>> {
-        if !watch.kueue {
-            return controller;
-        }
-        controller.owns_stream(watch.metadata::<crate::kueue::workload::Workload>())
+        crate::kueue::waits::watched(controller, watch)
+    }
+
+    fn forget(&self, ctx: &Context) {
+        crate::kueue::queued::forget(self, ctx);
     }
 
     fn conditions(status: &TpuSliceStatus) -> &[Condition] {

@@ -140,15 +140,13 @@ impl Kind for TrainingPipeline {
     }
 
     /// Its children wake it, and its Kueue Workload when Kueue gates pipelines (an admission
-    /// or eviction leaves the pipeline itself unchanged).
+    /// or eviction leaves the pipeline itself unchanged), and what it awaits besides
+    /// (`kueue::waits`).
     fn watches(controller: Controller<Cached<Self>>, watch: &Watches<'_>) -> Controller<Cached<Self>> {
         let controller = controller
             .owns_stream(watch.metadata::<PreprocessBatch>())
             .owns_stream(watch.metadata::<TpuSlice>());
-        if !watch.kueue {
-            return controller;
-        }
-        controller.owns_stream(watch.metadata::<crate::kueue::workload::Workload>())
+        crate::kueue::waits::watched(controller, watch)
     }
 
     /// A pipeline without a project fails when it would create a Vertex job (see `act`); its
@@ -306,6 +304,7 @@ impl Kind for TrainingPipeline {
 
     fn forget(&self, ctx: &Context) {
         progress::forget(ctx, self);
+        crate::kueue::queued::forget(self, ctx);
         // Being deleted, it no longer holds its directories.
         if let Some(uid) = self.uid() {
             variants::release(ctx, &uid);
