@@ -101,7 +101,11 @@ fn create_errors_are_classified() {
     }
     let mut rate_limited = err(ErrorKind::ResourceExhausted);
     rate_limited.reason = Some("RATE_LIMIT_EXCEEDED".into());
-    assert_eq!(on_create_error(&rate_limited), None);
+    let waits = on_create_error(&rate_limited).unwrap();
+    assert_eq!(
+        (waits.progress, waits.reason, waits.requeue),
+        (Progress::Reconciling, reasons::RATE_LIMITED, Requeue::Capacity)
+    );
     let delete = Action::DeleteNode("n".into());
     let denied = on_action_error(&delete, &err(ErrorKind::PermissionDenied)).unwrap();
     assert_eq!(denied.reason, reasons::PERMISSION_DENIED);
