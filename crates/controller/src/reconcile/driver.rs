@@ -7,7 +7,7 @@
 //!    namespace's fair share of the workers ([`crate::runtime::fair_share`]),
 //! 2. the reconcile metrics (count, duration; failures are counted by [`error_policy`]),
 //! 3. the guards (the object has a namespace, and decodes from the cache or, if the cache could
-//!    not keep it whole, is read from the API server),
+//!    not keep it whole, is read from the API server, a few such large objects at a time),
 //! 4. the deletion pass before the finalizer: kube's `finalizer` helper drops the finalizer as
 //!    soon as its cleanup returns, but a kind's cleanup takes several passes (cancel, wait, delete),
 //!    so those passes run here and the helper sees the object only once nothing is left,
@@ -96,11 +96,15 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
         .fair_share
         .enter(K::KIND, namespace.as_deref().unwrap_or_default())
     else {
-        let now = ctx.clock.now().timestamp_millis();
-        return Ok(Action::requeue(FairShare::wait(
-            cached.uid().as_deref().unwrap_or_default(),
-            now,
-        )));
+        return Ok(soon(&cached, &ctx));
+    };
+    let _large = if cached.is_large() {
+        let Some(permit) = ctx.fair_share.enter_large() else {
+            return Ok(soon(&cached, &ctx));
+        };
+        Some(permit)
+    } else {
+        None
     };
     let _timer = ctx.metrics.start(K::KIND);
     let ns = cached
@@ -139,6 +143,12 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
     };
     retry::on_success(obj.as_ref(), &ctx);
     Ok(action)
+}
+
+/// Requeued a moment later, spread out, for want of a worker slot ([`FairShare::wait`]).
+fn soon<K: Kind>(cached: &Cached<K>, ctx: &Context) -> Action {
+    let now = ctx.clock.now().timestamp_millis();
+    Action::requeue(FairShare::wait(cached.uid().as_deref().unwrap_or_default(), now))
 }
 
 /// The whole object behind `cached`: decoded from the cache, or, for one too large for the cache

@@ -8,6 +8,13 @@
 //! always free for the others; a reconcile finding its namespace at the limit does nothing and is
 //! requeued a moment later ([`FairShare::wait`]), leaving its worker to the next object in the
 //! queue.
+//!
+//! Objects too large for the watch cache to keep whole ([`crate::runtime::watched::Cached::is_large`])
+//! take a second, process-wide slot ([`FairShare::enter_large`]): such a pass reads the object from
+//! the API server and holds it, decoded, for the whole pass, several MiB for the largest objects the
+//! CRDs admit. Only [`LARGE_AT_ONCE`] run at once, whatever the kind and namespace, so a namespace
+//! filling its share of workers with them costs the operator a few of them at a time, not a worker's
+//! worth each (issue 47: 224 such slices took the operator past its memory limit).
 
 use std::{
     collections::HashMap,
@@ -15,11 +22,18 @@ use std::{
     time::Duration,
 };
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Passes over large objects that run at once, process-wide: each holds one object of up to
+/// etcd's 1.5 MiB (its response body and its decoded copy, several MiB in all).
+pub const LARGE_AT_ONCE: usize = 2;
+
 /// Reconciles in flight per (kind, namespace).
 #[derive(Debug)]
 pub struct FairShare {
     limit: usize,
     in_flight: Arc<Mutex<HashMap<(&'static str, String), usize>>>,
+    large: Arc<Semaphore>,
 }
 
 /// One reconcile's slot; given back when dropped.
@@ -48,7 +62,14 @@ impl FairShare {
         Self {
             limit: (usize::from(concurrency) * 3 / 4).max(1),
             in_flight: Arc::default(),
+            large: Arc::new(Semaphore::new(LARGE_AT_ONCE)),
         }
+    }
+
+    /// A slot for a pass over a large object, `None` while [`LARGE_AT_ONCE`] of them run (the
+    /// object is requeued after [`FairShare::wait`], as at a namespace's limit).
+    pub fn enter_large(&self) -> Option<OwnedSemaphorePermit> {
+        self.large.clone().try_acquire_owned().ok()
     }
 
     /// Reconciles of one kind that one namespace may run at once.
@@ -82,6 +103,15 @@ impl FairShare {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_objects_pass_a_few_at_a_time_whatever_their_namespace() {
+        let share = FairShare::new(16);
+        let held: Vec<_> = (0..LARGE_AT_ONCE).map(|_| share.enter_large().unwrap()).collect();
+        assert!(share.enter_large().is_none(), "at the limit");
+        drop(held);
+        assert!(share.enter_large().is_some(), "given back when dropped");
+    }
 
     #[test]
     fn a_namespace_holds_at_most_its_share_and_others_still_enter() {

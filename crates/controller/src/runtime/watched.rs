@@ -52,6 +52,11 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// workload needs in the cache are kept lean or as identity.
 pub const KEPT_BUDGET: usize = 16 * 1024;
 
+/// An object whose JSON is over this many bytes counts as large, even kept whole (a large object
+/// may compress well): its pass holds it decoded, and only a few such passes run at once
+/// ([`crate::runtime::fair_share::LARGE_AT_ONCE`]). Ordinary objects are 2–10 KiB.
+pub const LARGE_JSON: usize = 128 * 1024;
+
 /// One cached object of kind `K`: identity metadata plus as much of the object as [`KEPT_BUDGET`]
 /// allows, as compressed JSON.
 pub struct Cached<K> {
@@ -115,6 +120,15 @@ where
     /// server.
     pub fn is_whole(&self) -> bool {
         matches!(self.body, Body::Whole(_))
+    }
+
+    /// Whether a pass over this object holds a large one ([`LARGE_JSON`]): not kept whole, or
+    /// kept whole but over that size once decoded.
+    pub fn is_large(&self) -> bool {
+        match &self.body {
+            Body::Whole(packed) => packed.json_len() > LARGE_JSON,
+            Body::Lean(_) | Body::Identity => true,
+        }
     }
 }
 
