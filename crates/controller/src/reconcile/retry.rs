@@ -14,12 +14,17 @@ pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
 
 pub fn error_policy<K: Resource>(kind: &'static str, obj: &K, err: &ReconcileError, ctx: &Context) -> Action {
     ctx.metrics.failure(kind, err.category());
-    ctx.settled.forget(obj);
     let uid = obj.uid().unwrap_or_default();
     let delay = match err.retry() {
         Retry::Transient => ctx.backoff.on_failure(&uid),
         Retry::Permanent => ctx.backoff.on_failure(&uid).max(PERMANENT_RETRY),
     };
+    // The failed pass may have written status (a refused delete says so; a billing node's cost
+    // moves on every minute). Its own write's watch event must not run the failed call again
+    // before the backoff: the object settles at the version the pass left until the retry is
+    // due, and only a change made by someone else (a new version), a cloud-watch wake-up or the
+    // retry itself runs the next full pass.
+    ctx.settled.settle(obj, delay);
     tracing::warn!(
         kind,
         namespace = obj.meta().namespace.as_deref().unwrap_or(""),

@@ -11,7 +11,8 @@
 //!
 //! Only for kinds whose reconcile depends on nothing but the object and the cloud (TpuSlice,
 //! PreprocessBatch): a TrainingPipeline is also woken by its children, which leave its own
-//! `resourceVersion` unchanged. Any failure forgets the entry, so retries always do a full pass.
+//! `resourceVersion` unchanged. A failed pass settles until its backoff is due, so the watch event
+//! of a status it wrote does not repeat the failed call at once; its retry is a full pass.
 //!
 //! For every kind, a reconcile is also skipped when the cache still shows the version our own
 //! last status write replaced ([`Settled::predates_own_write`]): a child or the cloud watch can
@@ -128,7 +129,7 @@ impl Settled {
         Action::requeue(after)
     }
 
-    /// The next reconcile of `obj` must be a full one (it failed, or it is being deleted).
+    /// The next reconcile of `obj` must be a full one (it is being deleted).
     pub fn forget<K: Resource>(&self, obj: &K) {
         if let Some(uid) = obj.uid() {
             self.entries.lock().expect("settled cache poisoned").remove(&uid);
