@@ -195,6 +195,10 @@ async fn big_team_a(
         started.elapsed().as_secs_f64()
     );
     wait(world, &team_a, &format!("big-{}", n - 1), suspended).await;
+    println!(
+        "  the first operator (team-b's rounds alone, then the {n} slices one after another): peak RSS {:.1} MiB",
+        op.peak_rss_kib().unwrap_or(0) as f64 / 1024.0
+    );
     drop(op);
     let kubeconfig = dir.join("kubeconfig");
     let op = OperatorProcess::spawn_in(&operator_binary(), &kubeconfig, &world.gcp.url(), None, &[]);
