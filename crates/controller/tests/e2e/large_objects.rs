@@ -140,7 +140,8 @@ async fn large_objects_wait_their_turn_and_each_converges_once() {
         env.create(&slice(&format!("big-{i}"), value)).await;
     }
     env.create(&slice("small", "x".into())).await;
-    env.wait_for::<TpuSlice, _>("small", "Ready", STEP, is_ready).await;
+    env.wait_for::<TpuSlice, _>("small", "Ready", STEP, is_ready)
+        .await;
     for i in 0..6 {
         env.wait_for::<TpuSlice, _>(&format!("big-{i}"), "Ready", STEP, is_ready)
             .await;

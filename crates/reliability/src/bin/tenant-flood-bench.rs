@@ -140,6 +140,13 @@ async fn main() {
         op.peak_rss_kib().unwrap_or(0),
         op.cpu_seconds().unwrap_or(0.0)
     );
+    if big > 0 {
+        // What the restarted operator keeps with every object listed, cached and passed once:
+        // an upper bound of the per-object cost (the allocator may keep memory freed after the
+        // passes' peak).
+        let anon = op.rss_split_kib().0.unwrap_or(0) as f64 / 1024.0;
+        println!("operator now, beside the {big} slices: {anon:.1} MiB anonymous memory");
+    }
 }
 
 /// The two teams' namespaces, team-a's TpuPolicy, and the operator process serving the kube
@@ -182,6 +189,10 @@ async fn big_team_a(
     n: u64,
 ) -> OperatorProcess {
     let team_a = Api::<TpuSlice>::namespaced(world.client.clone(), TEAM_A);
+    println!(
+        "  the first operator before them: {:.1} MiB anonymous memory (heap and stacks)",
+        op.rss_split_kib().0.unwrap_or(0) as f64 / 1024.0
+    );
     let started = Instant::now();
     let mut bytes = 0;
     for i in 0..n {
