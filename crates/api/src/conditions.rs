@@ -127,6 +127,9 @@ pub mod reasons {
     pub const EVICTED: &str = "Evicted";
     /// The WorkloadPriorityClass named by the `kueue.x-k8s.io/priority-class` label does not exist.
     pub const PRIORITY_CLASS_NOT_FOUND: &str = "PriorityClassNotFound";
+    /// A call to Kueue's API found nobody to answer it (Kueue's webhook or manager down: the API
+    /// server answered 5xx, or nothing answered): retried with backoff.
+    pub const KUEUE_UNAVAILABLE: &str = "KueueUnavailable";
 }
 
 /// Condition status strings.

@@ -148,7 +148,7 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
     let workload = workload_name(obj);
     let found = client::get(&ctx.client, &namespace(obj)?, &workload)
         .await
-        .map_err(ReconcileError::kube("read the Kueue Workload"))?;
+        .map_err(ReconcileError::kueue("read the Kueue Workload"))?;
     let class = obj.labels().get(PRIORITY_CLASS_LABEL).map(String::as_str);
     // The class's value is read to create the Workload or to change its class; Kueue itself
     // rewrites the value of referencing Workloads when a class's value changes.
@@ -229,7 +229,7 @@ pub fn waiters<K: Gated>(ctx: &Context) -> std::sync::Arc<Waiters<K>> {
 async fn class_value(ctx: &Context, class: &str) -> Result<Result<Option<(String, i32)>, String>> {
     let value = client::priority(&ctx.client, class)
         .await
-        .map_err(ReconcileError::kube("read the WorkloadPriorityClass"))?;
+        .map_err(ReconcileError::kueue("read the WorkloadPriorityClass"))?;
     Ok(match value {
         Some(value) => Ok(Some((class.to_string(), value))),
         None => Err(format!(
@@ -273,7 +273,7 @@ async fn follow_workload(
     };
     let written = client::patch(&ctx.client, &wl, &patch)
         .await
-        .map_err(ReconcileError::kube("keep the Kueue Workload in line"))?;
+        .map_err(ReconcileError::kueue("keep the Kueue Workload in line"))?;
     Ok((written, missing))
 }
 
@@ -325,7 +325,7 @@ pub async fn write<K: Gated>(obj: &K, ctx: &Context, queued: &Queued, write: Wri
         }
         Write::Delete => client::delete(&ctx.client, &namespace(obj)?, &queued.workload).await,
     };
-    done.map_err(ReconcileError::kube(write.name()))
+    done.map_err(ReconcileError::kueue(write.name()))
 }
 
 /// A deleted object whose cloud resources are gone (or orphaned) frees its quota at once: its
@@ -338,7 +338,7 @@ pub async fn release_on_delete<K: Gated>(obj: &K, ctx: &Context) -> Result<()> {
     }
     client::delete(&ctx.client, &namespace(obj)?, &workload_name(obj))
         .await
-        .map_err(ReconcileError::kube(Write::Delete.name()))
+        .map_err(ReconcileError::kueue(Write::Delete.name()))
 }
 
 /// The object is being deleted: it awaits nothing any more.

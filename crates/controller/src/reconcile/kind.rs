@@ -14,7 +14,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use tpu_operator_api::{
     DeletionPolicy,
     common::CostEstimate,
-    conditions::{find_condition, reasons, types},
+    conditions::{find_condition, types},
 };
 
 use super::{
@@ -194,17 +194,24 @@ pub trait Kind:
         now: DateTime<Utc>,
     ) -> Self::Status;
 
-    /// `old` after a pass failed on a cloud call Google refused: `Stalled`, reason
-    /// `PermissionDenied`, with `message`. By default as [`Kind::stalled`] says a refusal looked
-    /// at again; a kind whose phase says what runs keeps it.
-    fn refused(&self, old: &Self::Status, message: &str, now: DateTime<Utc>) -> Self::Status {
-        self.stalled(old, reasons::PERMISSION_DENIED, message, true, now)
+    /// `old` after a pass failed on a call that waits on something outside the operator: Google
+    /// refused it (`PermissionDenied`), or Kueue did not answer (`KueueUnavailable`): `Stalled` with
+    /// `reason` and `message`. By default as [`Kind::stalled`] says a refusal looked at again; a
+    /// kind whose phase says what runs keeps it.
+    fn refused(
+        &self,
+        old: &Self::Status,
+        reason: &'static str,
+        message: &str,
+        now: DateTime<Utc>,
+    ) -> Self::Status {
+        self.stalled(old, reason, message, true, now)
     }
 
-    /// Whether `status` already says `Stalled=True`, reason `PermissionDenied`.
-    fn refusal_reported(status: &Self::Status) -> bool {
+    /// Whether `status` already says `Stalled=True` with `reason`.
+    fn stalled_for(status: &Self::Status, reason: &str) -> bool {
         find_condition(Self::conditions(status), types::STALLED)
-            .is_some_and(|c| c.status == "True" && c.reason == reasons::PERMISSION_DENIED)
+            .is_some_and(|c| c.status == "True" && c.reason == reason)
     }
 }
 

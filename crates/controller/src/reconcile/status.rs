@@ -12,7 +12,7 @@ use super::{
     report, waits,
 };
 use crate::runtime::{
-    error::{ReconcileError, Result},
+    error::{ReconcileError, Result, kueue_outage},
     refused,
 };
 
@@ -93,35 +93,47 @@ impl<K: Kind> WriteAhead<K::Status> for Ahead<'_, K> {
     }
 }
 
-/// A pass's result, after writing a refused cloud call into the object's status
-/// ([`refused`]): read or write, on every kind, the refusal reaches status (best effort: a status
-/// write that fails here is logged, and the error is returned either way for the backoff).
+/// A pass's result, after writing what failed it into the object's status where it would
+/// otherwise show only in the log: a refused cloud call ([`refused`]), read or write, on every
+/// kind; or a Kueue that did not answer (its webhooks down), which left a new object with no
+/// status at all. Best effort: a status write that fails
+/// here is logged, and the error is returned either way for the backoff.
 pub async fn reported<K: Kind, T>(ctx: &Context, obj: &K, result: Result<T>) -> Result<T> {
-    let Err(ReconcileError::Gcp { action, source }) = &result else {
-        return result;
+    let (reason, message) = match &result {
+        Err(ReconcileError::Gcp { action, source }) if refused::is_refusal(source) => {
+            (reasons::PERMISSION_DENIED, refused::message(action, source))
+        }
+        Err(ReconcileError::Kueue { action, source }) if kueue_outage(source) => {
+            (reasons::KUEUE_UNAVAILABLE, kueue_message(action, source))
+        }
+        _ => return result,
     };
-    if !refused::is_refusal(source) {
-        return result;
-    }
     let old = obj.status().cloned().unwrap_or_default();
     // Already reported (by this wrapper or by the kind itself, e.g. a refused delete): a second
-    // writer with other words would wake the object with every write and retry the refused call
+    // writer with other words would wake the object with every write and retry the failed call
     // at once, again and again, instead of after the backoff.
-    if K::refusal_reported(&old) {
+    if K::stalled_for(&old, reason) {
         return result;
     }
-    let message = refused::message(action, source);
-    let new = obj.refused(&old, &message, ctx.clock.now());
+    let new = obj.refused(&old, reason, &message, ctx.clock.now());
     let quiet = K::transitions(&old, &new).is_empty();
     let base = obj.resource_version();
     match write(ctx, obj, base.as_deref(), obj.status(), &new).await {
-        Ok(Some(_)) if quiet => {
-            report::publish_event(ctx, obj, true, reasons::PERMISSION_DENIED, message).await;
-        }
+        Ok(Some(_)) if quiet => report::publish_event(ctx, obj, true, reason, message).await,
         Ok(_) => {}
-        Err(err) => tracing::debug!(error = %err, "could not report the refused call in status"),
+        Err(err) => tracing::debug!(error = %err, "could not report the failed call in status"),
     }
     result
+}
+
+/// What status says of a failed Kueue call: the call and the API server's own words (for a
+/// webhook that did not answer: which one, and why).
+fn kueue_message(action: &str, err: &kube::Error) -> String {
+    let why = match err {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    };
+    format!("the Kueue call failed: {action}: {why}; retried with backoff")
 }
 
 /// Records the object's estimated spend for the per-namespace spend metric (every pass, the

@@ -11,6 +11,14 @@ pub enum ReconcileError {
         #[source]
         source: kube::Error,
     },
+    /// A call to Kueue's API (a Workload, a WorkloadPriorityClass): reported in status, since
+    /// an object waiting on Kueue otherwise shows nothing while Kueue is down.
+    #[error("Kueue call failed: {action}: {source}")]
+    Kueue {
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
     #[error("Google Cloud call failed: {action}: {source}")]
     Gcp {
         action: &'static str,
@@ -41,6 +49,10 @@ impl ReconcileError {
         move |source| Self::Kube { action, source }
     }
 
+    pub fn kueue(action: &'static str) -> impl FnOnce(kube::Error) -> Self {
+        move |source| Self::Kueue { action, source }
+    }
+
     pub fn gcp(action: &'static str) -> impl FnOnce(GcpError) -> Self {
         move |source| Self::Gcp { action, source }
     }
@@ -63,6 +75,12 @@ impl ReconcileError {
                 ..
             } if status.code == 409 => "KubeConflict",
             Self::Kube { .. } => "KubeApiError",
+            Self::Kueue { source, .. } if kueue_outage(source) => "KueueUnavailable",
+            Self::Kueue {
+                source: kube::Error::Api(status),
+                ..
+            } if status.code == 409 => "KubeConflict",
+            Self::Kueue { .. } => "KubeApiError",
             Self::Gcp { source, .. } => match source.kind {
                 ErrorKind::NotFound => "GcpNotFound",
                 ErrorKind::AlreadyExists => "GcpAlreadyExists",
@@ -93,8 +111,12 @@ impl ReconcileError {
             Self::Kube {
                 source: kube::Error::Api(status),
                 ..
+            }
+            | Self::Kueue {
+                source: kube::Error::Api(status),
+                ..
             } if matches!(status.code, 403 | 422) => Retry::Permanent,
-            Self::Kube { .. } | Self::Finalizer(_) => Retry::Transient,
+            Self::Kube { .. } | Self::Kueue { .. } | Self::Finalizer(_) => Retry::Transient,
             Self::Gcp { source, .. } if source.is_retryable() => Retry::Transient,
             Self::Gcp { .. } | Self::MissingMetadata(_) | Self::Decode(_) => Retry::Permanent,
         }
@@ -108,6 +130,16 @@ impl From<kube::runtime::finalizer::Error<ReconcileError>> for ReconcileError {
             | kube::runtime::finalizer::Error::CleanupFailed(inner) => inner,
             other => Self::Finalizer(Box::new(other)),
         }
+    }
+}
+
+/// Whether a failed Kueue call found nobody to answer it: no reply, a rate limit, or a 5xx (the
+/// API server says so when Kueue's webhook or aggregated API does not answer). A conflict, an
+/// RBAC refusal or an invalid write was answered: Kueue is up, and the error says what is wrong.
+pub fn kueue_outage(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        _ => true,
     }
 }
 
@@ -141,6 +173,24 @@ mod tests {
         assert_eq!(kube(409).category(), "KubeConflict");
         assert_eq!(kube(500).category(), "KubeApiError");
         assert_eq!(kube(503).retry(), Retry::Transient);
+    }
+
+    fn kueue(code: u16) -> ReconcileError {
+        let status = kube::core::Status::failure("failed", "Failed").with_code(code);
+        ReconcileError::kueue("create the Kueue Workload")(kube::Error::Api(status.boxed()))
+    }
+
+    #[test]
+    fn only_a_kueue_that_does_not_answer_is_unavailable() {
+        // What the API server answers when Kueue's webhook is down.
+        assert_eq!(kueue(500).category(), "KueueUnavailable");
+        assert_eq!(kueue(503).category(), "KueueUnavailable");
+        assert_eq!(kueue(429).category(), "KueueUnavailable");
+        assert_eq!(kueue(500).retry(), Retry::Transient);
+        assert_eq!(kueue(409).category(), "KubeConflict");
+        assert_eq!(kueue(403).category(), "KubeApiError");
+        assert_eq!(kueue(403).retry(), Retry::Permanent);
+        assert_eq!(kueue(422).retry(), Retry::Permanent);
     }
 
     fn removing_the_finalizer_answered(code: u16) -> kube::runtime::finalizer::Error<ReconcileError> {

@@ -9,9 +9,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::{
     Api,
-    api::{DynamicObject, Patch, PatchParams},
+    api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 use test_kit::TestEnv;
@@ -201,4 +202,84 @@ async fn a_slice_waiting_for_its_local_queue_runs_once_the_queue_exists() {
         ready.as_secs_f64()
     );
     assert!(created <= Duration::from_secs(5), "{created:?}");
+}
+
+/// Kueue down as the API server sees it for this test's namespace: a validating webhook for its
+/// Workloads (failurePolicy Fail, as Kueue's own) at a port nobody listens on. Other namespaces
+/// (the tests running beside) are not affected. Returns the webhook configuration's name.
+async fn kueue_down(env: &TestEnv) -> String {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let name = format!("kueue-down-{}", env.ns);
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "vworkload.kueue-down.test",
+            "clientConfig": {"url": format!("https://127.0.0.1:{closed}/validate")},
+            "rules": [{"apiGroups": ["kueue.x-k8s.io"], "apiVersions": ["*"],
+                       "operations": ["CREATE", "UPDATE"], "resources": ["workloads", "workloads/status"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.ns}},
+            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+        }]
+    }))
+    .expect("webhook configuration");
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(env.client.clone());
+    api.create(&PostParams::default(), &config)
+        .await
+        .expect("Kueue down");
+    name
+}
+
+/// While Kueue was down, a new slice showed no status at all: its Workload's create failed on
+/// Kueue's webhook and the error went only to the log. Now its status says so (Stalled,
+/// `KueueUnavailable`, the failed call), and once Kueue answers again the slice runs.
+#[tokio::test]
+async fn a_slice_says_so_in_its_status_while_kueue_does_not_answer() {
+    let Some(env) = start().await else { return };
+    queue(&env, "tpu", 8, None).await;
+    let webhook = kueue_down(&env).await;
+    // The API server's webhook informer takes the new configuration within a moment.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let created = Instant::now();
+    env.create(&slice("blind", "tpu", None)).await;
+    let s: TpuSlice = env
+        .wait_for("blind", "KueueUnavailable in status", STEP, |s| {
+            stalled_on(s, "KueueUnavailable")
+        })
+        .await;
+    let shown = created.elapsed();
+    let message = s.status.unwrap().message.unwrap_or_default();
+    eprintln!(
+        "KueueUnavailable in status {:.2} s after the slice was created: {message}",
+        shown.as_secs_f64()
+    );
+    assert!(
+        message.contains("create the Kueue Workload"),
+        "names the call: {message}"
+    );
+    // The echo of that status write has run its pass (and failed again): the slice now waits
+    // out its backoff.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(env.client.clone());
+    api.delete(&webhook, &DeleteParams::default())
+        .await
+        .expect("Kueue back");
+    let back = Instant::now();
+    let (created, ready) = runs(&env, "blind", back).await;
+    eprintln!(
+        "node created {:.2} s, Ready {:.2} s after Kueue answered again",
+        created.as_secs_f64(),
+        ready.as_secs_f64()
+    );
+    // Two failed passes so far (the create, then the echo of the status write): the next retry
+    // is at most 10 s away (backoff 5 s, doubled, spread below its ceiling).
+    assert!(created <= Duration::from_secs(15), "{created:?}");
+    let s: TpuSlice = env.api().get("blind").await.unwrap();
+    assert!(
+        !stalled_on(&s, "KueueUnavailable"),
+        "still says Kueue is down: {:#?}",
+        s.status
+    );
 }

@@ -309,8 +309,14 @@ impl Kind for TpuSlice {
         status::stalled(old, self.meta().generation, reason, message, retry, now)
     }
 
-    fn refused(&self, old: &TpuSliceStatus, message: &str, now: DateTime<Utc>) -> TpuSliceStatus {
-        status::refused(old, self.meta().generation, message, now)
+    fn refused(
+        &self,
+        old: &TpuSliceStatus,
+        reason: &'static str,
+        message: &str,
+        now: DateTime<Utc>,
+    ) -> TpuSliceStatus {
+        status::refused(old, self.meta().generation, reason, message, now)
     }
 }
 

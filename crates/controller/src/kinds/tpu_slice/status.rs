@@ -290,11 +290,13 @@ pub fn stalled(
     new
 }
 
-/// `old` after a pass failed on a refused cloud call: `Stalled` (reason `PermissionDenied`) with
-/// `message`, the phase kept (the refusal says nothing of what runs: a Ready node stays Ready).
+/// `old` after a pass failed on a refused cloud call (`PermissionDenied`) or a Kueue that did
+/// not answer (`KueueUnavailable`): `Stalled` with `reason` and `message`, the phase kept (the
+/// failure says nothing of what runs: a Ready node stays Ready).
 pub fn refused(
     old: &TpuSliceStatus,
     generation: Option<i64>,
+    reason: &'static str,
     message: &str,
     now: DateTime<Utc>,
 ) -> TpuSliceStatus {
@@ -304,7 +306,7 @@ pub fn refused(
     set_kstatus(
         &mut new.conditions,
         Progress::Stalled,
-        reasons::PERMISSION_DENIED,
+        reason,
         message,
         generation,
         time(now),
