@@ -27,7 +27,7 @@ use tpu_operator_controller::{
 };
 
 use super::{
-    kueue::{STEP, apply, priority_class, queue, queued, ready, resource, slice, start_idle},
+    kueue::{STEP, apply, priority_class, queue, queued, ready, resource, slice, start_idle, visibility},
     kueue_pipelines::vertex_pipeline,
 };
 
@@ -282,4 +282,88 @@ async fn a_slice_says_so_in_its_status_while_kueue_does_not_answer() {
         "still says Kueue is down: {:#?}",
         s.status
     );
+}
+
+/// The slice's position in status (`None`: not shown).
+fn shown_position(s: &TpuSlice) -> Option<i32> {
+    s.status.as_ref()?.kueue.as_ref()?.position
+}
+
+/// The Workload's position (1 = next) as Kueue's visibility API has it right now.
+async fn kueue_position(env: &TestEnv, queue: &str, workload: &str) -> Option<i64> {
+    let path = format!(
+        "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{}/localqueues/{queue}/pendingworkloads",
+        env.ns
+    );
+    let request = http::Request::get(path).body(Vec::new()).unwrap();
+    let pending: serde_json::Value = env.client.request(request).await.expect("visibility API");
+    pending["items"]
+        .as_array()?
+        .iter()
+        .find(|p| p["metadata"]["name"] == workload)
+        .and_then(|p| p["positionInLocalQueue"].as_i64())
+        .map(|p| p + 1)
+}
+
+/// After a hand-off, the waiters' positions in status followed Kueue's visibility API 20-22 s
+/// late (at their capacity poll). A LocalQueue's status changes as its line moves, and that
+/// wakes the queue's waiters: the third slice shows position 1 within seconds of Kueue saying so.
+#[tokio::test]
+async fn a_waiters_position_follows_kueues_line_within_seconds() {
+    let Some(env) = start().await else { return };
+    if !visibility() {
+        eprintln!("SKIP: Kueue's visibility API is not served (TPU_OPERATOR_KUEUE_VISIBILITY=1)");
+        return;
+    }
+    queue(&env, "tpu", 8, None).await;
+    for name in ["first", "second", "third"] {
+        env.create(&slice(name, "tpu", None)).await;
+        env.wait_for::<TpuSlice, _>(name, "a Kueue status", STEP, |s| {
+            s.status.as_ref().is_some_and(|st| st.kueue.is_some())
+        })
+        .await;
+        // Kueue orders a queue by creation time, to the second (see kueue.rs).
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    env.wait_for::<TpuSlice, _>("first", "first Ready", STEP, ready)
+        .await;
+    let third: TpuSlice = env
+        .wait_for("third", "third at position 2", STEP, |s| {
+            shown_position(s) == Some(2)
+        })
+        .await;
+    let workload = third.status.unwrap().kueue.unwrap().workload;
+    // Its position's reads are done: the third now waits, as a deployed operator's would.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    env.api::<TpuSlice>()
+        .delete("first", &DeleteParams::default())
+        .await
+        .expect("delete first");
+    let deleted = Instant::now();
+    let mut in_kueue = None;
+    let lag = loop {
+        if in_kueue.is_none() && kueue_position(&env, "tpu", &workload).await == Some(1) {
+            in_kueue = Some(Instant::now());
+        }
+        let s: TpuSlice = env.api().get("third").await.unwrap();
+        if let (Some(at), Some(1)) = (in_kueue, shown_position(&s)) {
+            break at.elapsed();
+        }
+        assert!(
+            deleted.elapsed() < Duration::from_secs(60),
+            "position 1 not shown (Kueue says so: {}): {:#?}",
+            in_kueue.is_some(),
+            s.status
+        );
+        // The first's node deletion moves on (20 emulated seconds a step).
+        env.gcp.clock().advance(STEP);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "third shown at position 1 {:.2} s after Kueue's visibility API said so ({:.2} s after first was deleted)",
+        lag.as_secs_f64(),
+        deleted.elapsed().as_secs_f64()
+    );
+    assert!(lag <= Duration::from_secs(5), "{lag:?}");
 }
