@@ -127,6 +127,15 @@ impl CapacityMode {
         ("onDemand", Self::OnDemand),
     ];
 
+    /// The `spec.capacity` member that asks for this mode (`onDemand`, `spot`, ...): how the
+    /// stockout memory and the capacity view name a kind.
+    pub fn field(self) -> &'static str {
+        Self::BY_FIELD
+            .iter()
+            .find(|(_, m)| *m == self)
+            .map_or("onDemand", |(f, _)| f)
+    }
+
     /// The capacity kind policies allow and prices name: flex-start waits for capacity as a
     /// queued resource does (and as Vertex's `FLEX_START` does). The controller's tenancy check
     /// and the admission policy (`crate::admission`) both take it from here.

@@ -12,6 +12,7 @@ use crate::{
     },
     runtime::{
         backoff::{BackoffPolicy, ObjectBackoff},
+        capacity::Capacity,
         clock::{Clock, SystemClock},
         cloud_watch::CloudWatch,
         config::ControllerConfig,
@@ -46,6 +47,9 @@ pub struct Context {
     /// Each kind's watch cache (set by [`super::driver::run`]) and what kinds keep between
     /// passes (see [`Shared`]).
     pub shared: Shared,
+    /// What each (project, zone, accelerator, capacity kind) answered last: the stockout
+    /// memory every object's create consults (see [`Capacity`]).
+    pub capacity: Arc<Capacity>,
 }
 
 impl Context {
@@ -58,12 +62,14 @@ impl Context {
         // Where the sweeper reports when nothing says otherwise (the operator sets its own).
         let store = config.namespace.as_deref().unwrap_or("default");
         tenancy.admissions.orphans.store_in(store);
+        let metrics = Metrics::default();
         Self {
             tenancy: Arc::new(tenancy),
+            capacity: Arc::new(Capacity::new(metrics.capacity.clone())),
             client,
             gcp,
             config,
-            metrics: Metrics::default(),
+            metrics,
             backoff: ObjectBackoff::new(BackoffPolicy::default()),
             clock: Arc::new(SystemClock),
             recorder,
@@ -97,6 +103,7 @@ impl Context {
     }
 
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.capacity = Arc::new(Capacity::new(metrics.capacity.clone()));
         self.metrics = metrics;
         self
     }

@@ -30,6 +30,7 @@ mod preprocess_batch;
 mod preprocess_ttl;
 mod refused_calls;
 mod status_writes;
+mod stockout_memory;
 mod sweeper;
 mod tenancy_admission;
 mod tpu_capacity;

@@ -17,8 +17,11 @@ use super::{
 use crate::{
     kueue::queued::{self, Write},
     reconcile::context::Context,
+    runtime::capacity::Place,
     runtime::error::{ReconcileError, Result},
 };
+
+mod memory;
 
 /// What the cloud call started.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +43,8 @@ pub struct Request<'a> {
     pub recreations: u32,
     /// The node as observed this pass (its metadata is the base of a metadata patch).
     pub node: Option<&'a Node>,
+    /// Where a direct create asks for capacity (the stockout memory's key).
+    pub place: Option<&'a Place>,
 }
 
 /// Performs `action`. `Ok(None)` for actions without a cloud call.
@@ -147,9 +152,21 @@ pub(super) async fn on_plan(
 ) -> Result<(Option<Started>, Option<tpu_operator_gcp::GcpError>)> {
     if let Some(err) = &plan.assessment.failure {
         create_failed(ctx, request, err);
+        memory::operation_failed(ctx, request, err);
+    }
+    memory::node_seen(ctx, request);
+    let creates = matches!(plan.action, Action::CreateNode | Action::CreateQueuedResource);
+    if creates && let Some(held) = memory::ask(ctx, request) {
+        // The place stocked out (for this slice or another) and is blocked, or another slice's
+        // create is asking it now: no call, and status says until when.
+        plan.assessment = held;
+        return Ok((None, None));
     }
     let result = act(ctx, &plan.action, request).await;
-    if let (Action::CreateNode | Action::CreateQueuedResource, Err(err)) = (&plan.action, &result)
+    if creates {
+        memory::answered(ctx, request, &result);
+    }
+    if let (true, Err(err)) = (creates, &result)
         && err.kind != tpu_operator_gcp::ErrorKind::AlreadyExists
     {
         create_failed(ctx, request, err);

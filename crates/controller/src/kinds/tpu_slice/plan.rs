@@ -24,11 +24,13 @@ mod kueue_gate;
 mod on_node;
 mod queued;
 mod reap;
+mod withheld;
 
 use cleanup::is_qr_deleting;
 pub use cleanup::{CleanupStep, plan_cleanup};
 pub use errors::{node_busy, on_action_error, on_create_error};
 use reap::{flex_run_over, idle_timeout_exceeded, max_run_exceeded, suspended};
+pub use withheld::withheld;
 
 pub use super::spec::drift_mask;
 use drift::immutable_drift;

@@ -5,7 +5,7 @@ use kube::ResourceExt;
 use tpu_operator_api::{
     accelerator::SliceShape,
     naming::ObjectIdentity,
-    tpu_slice::{DONE_URI_ANNOTATION, TpuSlice, TpuSliceStatus},
+    tpu_slice::{CapacityMode, DONE_URI_ANNOTATION, TpuSlice, TpuSliceStatus},
     training_pipeline::ATTEMPT_LABEL,
 };
 use tpu_operator_gcp::tpu_v2::model::Node;
@@ -14,6 +14,7 @@ use super::{act, backend, observe::Names, spec, spec::Desired};
 use crate::{
     governance::tenancy,
     reconcile::{context::Context, kind::OwnedHolder},
+    runtime::capacity::Place,
     runtime::error::{ReconcileError, Result},
 };
 
@@ -70,6 +71,27 @@ pub struct Target {
     pub(super) request: Option<tenancy::Request>,
     /// Estimated US dollars per hour while the node runs, and the price key.
     pub(super) price: Option<(f64, String)>,
+    /// Where a direct create asks for capacity, for the stockout memory (`None`: the slice
+    /// queues for it, or adopts a node, or its spec has no shape).
+    pub(super) place: Option<Place>,
+}
+
+/// The stockout memory's place of a slice that creates its node directly. A queued resource
+/// waits for capacity instead of being refused, so it is never blocked; an adopted node is not
+/// created; a reservation is its owner's capacity, not the zone's stock, so one team's full
+/// reservation must not hold back another team's creates.
+fn place_of(slice: &TpuSlice, names: &Names, checked: &Result<spec::Checked, String>) -> Option<Place> {
+    let shape = &checked.as_ref().ok()?.shape;
+    let mode = slice.spec.capacity_mode();
+    if slice.spec.uses_queued_resource() || names.adopted || mode == CapacityMode::Reserved {
+        return None;
+    }
+    Some(Place {
+        project: names.project.clone(),
+        zone: slice.spec.zone.clone(),
+        accelerator: shape.accelerator_type(),
+        kind: mode.field(),
+    })
 }
 
 impl Target {
@@ -95,7 +117,9 @@ impl Target {
         let names = Names::new(slice, &identity, project);
         let checked = backend::check(&slice.spec, &desired, &identity, &names.create_at());
         let prices = &ctx.tenancy.prices;
+        let place = place_of(slice, &names, &checked);
         Ok(Some(Self {
+            place,
             request: tenancy::request::tpu_slice(&slice.spec, &names.project, prices),
             price: tenancy::request::slice_per_hour(&slice.spec, prices),
             holder: format!("TpuSlice {}", identity.name),
@@ -129,6 +153,7 @@ impl Target {
             create: self.checked.as_ref().ok().map(|c| &c.create),
             recreations: old.incarnation(),
             node,
+            place: self.place.as_ref(),
         }
     }
 }

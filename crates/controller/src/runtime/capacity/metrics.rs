@@ -4,7 +4,7 @@
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 use tpu_operator_gcp::{CreateFailure, GcpError};
@@ -20,9 +20,40 @@ pub struct CreateFailureLabels {
     pub reason: &'static str,
 }
 
+/// One place of the stockout memory.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PlaceLabels {
+    pub project: String,
+    pub zone: String,
+    pub accelerator: String,
+    pub kind: &'static str,
+}
+
+impl PlaceLabels {
+    pub fn of(p: &super::Place) -> Self {
+        Self {
+            project: p.project.clone(),
+            zone: p.zone.clone(),
+            accelerator: p.accelerator.clone(),
+            kind: p.kind,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct CapacityMetrics {
     pub create_failures: Family<CreateFailureLabels, Counter>,
+    /// Unix time until which a place is not asked again after a stockout; present only for
+    /// places that stocked out lately (dropped once a node there comes up, or after hours).
+    pub blocked_until: Family<PlaceLabels, Gauge>,
+    /// Creates not sent because the stockout memory held them back (blocked, or another
+    /// object's probe asking), by capacity kind.
+    pub withheld: Family<WithheldLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WithheldLabels {
+    pub kind: &'static str,
 }
 
 impl CapacityMetrics {
@@ -31,6 +62,16 @@ impl CapacityMetrics {
             "create_failures",
             "Cloud creates (calls or their operations) that failed, by kind, service and reason (stockout, quota_exhausted, rate_limited, invalid_request, permission_denied, other)",
             self.create_failures.clone(),
+        );
+        registry.register(
+            "capacity_blocked_until_seconds",
+            "Unix time until which the stockout memory does not ask a (project, zone, accelerator, capacity kind) again after a stockout; in the past: the next create probes it; absent: not stocked out lately",
+            self.blocked_until.clone(),
+        );
+        registry.register(
+            "capacity_withheld_creates",
+            "Creates the stockout memory held back (the place is blocked, or another object's create is asking it), by capacity kind",
+            self.withheld.clone(),
         );
     }
 

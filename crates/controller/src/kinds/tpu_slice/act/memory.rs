@@ -1,0 +1,70 @@
+//! A direct create and the process's stockout memory ([`crate::runtime::capacity`]): asked
+//! before the call (a blocked place, or one another slice's create is asking, gets no call),
+//! told the answer after it, and told when a node comes up.
+
+use tpu_operator_gcp::{CreateFailure, GcpError, tpu_v2::model::node::State};
+
+use super::{Request, Started};
+use crate::{
+    kinds::tpu_slice::plan::{self, Assessment},
+    reconcile::context::Context,
+    runtime::capacity::Verdict,
+};
+
+/// `None`: create. Otherwise the assessment that replaces the plan's (the create withheld).
+pub(super) fn ask(ctx: &Context, request: &Request<'_>) -> Option<Assessment> {
+    let place = request.place?;
+    let now = ctx.clock.now();
+    match ctx.capacity.ask(place, &request.identity.uid, now) {
+        Verdict::Go => None,
+        held => Some(plan::withheld(place, &held, now)),
+    }
+}
+
+/// Tells the memory what the create call answered: accepted, a stockout, or neither (the probe
+/// is given up so another object may ask). Only a stockout blocks: an invalid request, a quota
+/// or a rate limit is the asker's own and says nothing of the zone's stock.
+pub(super) fn answered(ctx: &Context, request: &Request<'_>, result: &Result<Option<Started>, GcpError>) {
+    let Some(place) = request.place else {
+        return;
+    };
+    let (now, who) = (ctx.clock.now(), request.identity.uid.as_str());
+    match result {
+        // The call took it; the stock is known once the node comes up (see `node_seen`), as
+        // a stockout may still come back in the operation.
+        Ok(Some(_)) => ctx.capacity.accepted(place, who, now),
+        Err(err) if err.create_failure() == CreateFailure::Stockout => ctx.capacity.stockout(place, now),
+        Ok(None) | Err(_) => ctx.capacity.release(place, who),
+    }
+}
+
+/// A create operation that failed: for want of capacity it blocks the place; for any other
+/// reason it gives up the slice's probe.
+pub(super) fn operation_failed(ctx: &Context, request: &Request<'_>, err: &GcpError) {
+    let Some(place) = request.place else {
+        return;
+    };
+    if err.create_failure() == CreateFailure::Stockout {
+        ctx.capacity.stockout(place, ctx.clock.now());
+    } else {
+        ctx.capacity.release(place, &request.identity.uid);
+    }
+}
+
+/// The slice's node is up: if it was created after the place's last stockout, the place
+/// grants again and every slice may ask it.
+pub(super) fn node_seen(ctx: &Context, request: &Request<'_>) {
+    let (Some(place), Some(node)) = (request.place, request.node) else {
+        return;
+    };
+    if node.state != State::Ready {
+        return;
+    }
+    let created = node
+        .create_time
+        .as_ref()
+        .and_then(|t| chrono::DateTime::from_timestamp(t.seconds(), u32::try_from(t.nanos()).unwrap_or(0)));
+    if let Some(created) = created {
+        ctx.capacity.granted(place, created);
+    }
+}

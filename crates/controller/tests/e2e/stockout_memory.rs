@@ -1,0 +1,285 @@
+//! Issue 50 item 3: a stockout is remembered per (project, zone, accelerator, capacity kind)
+//! across objects. A hundred slices on a zone out of stock make at most one create per backoff
+//! window (5, 10, 20, 30 minutes), measured in the emulator's call log; every one of them shows
+//! until when the zone is not asked again; and once the zone is restocked the next probe's node
+//! coming up lets them all through, each created exactly once.
+//!
+//! The clock is moved by the test alone (never while waiting for the controller), so what
+//! happens inside a window and when the others follow the probe is decided by emulated time, not
+//! by how fast the machine is.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use gcp_emulator::{CallRecord, CapacityKind, StockSpec};
+use serde_json::json;
+use test_kit::TestEnv;
+use tpu_operator_api::{
+    conditions::{find_condition, types},
+    tpu_slice::{TpuSlice, TpuSlicePhase},
+};
+use tpu_operator_controller::{
+    kinds::tpu_slice,
+    never_shutdown,
+    runtime::capacity::{
+        memory,
+        metrics::{PlaceLabels, WithheldLabels},
+    },
+};
+
+const ZONE: &str = "us-east5-b";
+const SLICES: usize = 100;
+
+fn slice(name: &str) -> TpuSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "zone": ZONE,
+            "acceleratorType": "v6e-8",
+            "runtimeVersion": "v2-alpha-tpuv6e",
+            "capacity": {"onDemand": {}},
+        }
+    }))
+    .expect("TpuSlice fixture")
+}
+
+fn stock(chips: u64) -> StockSpec {
+    StockSpec {
+        zone: ZONE.into(),
+        accelerator: "v6e".into(),
+        kind: CapacityKind::OnDemand,
+        chips,
+        steps: Vec::new(),
+        refill: None,
+    }
+}
+
+fn creates(env: &TestEnv) -> Vec<CallRecord> {
+    env.gcp
+        .calls()
+        .into_iter()
+        .filter(|c| c.service == "tpu" && c.method == "nodes.create")
+        .collect()
+}
+
+/// Until when the memory blocks the place (its gauge), as Unix seconds; 0: no block recorded.
+fn blocked_until(env: &TestEnv) -> i64 {
+    let labels = PlaceLabels {
+        project: "demo-project".into(),
+        zone: ZONE.into(),
+        accelerator: "v6e-8".into(),
+        kind: "onDemand",
+    };
+    env.ctx
+        .metrics
+        .capacity
+        .blocked_until
+        .get_or_create(&labels)
+        .get()
+}
+
+fn unix(t: DateTime<Utc>) -> i64 {
+    t.timestamp()
+}
+
+/// Waits in real time, without moving the clock, until `done` holds.
+async fn settle(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Moves the clock to just before `until` in steps, giving every slice time to poll (and be
+/// held back) at each.
+async fn walk_to(env: &TestEnv, until: i64) {
+    let step = chrono::Duration::seconds(30);
+    while unix(env.gcp.clock().now() + step) < until {
+        env.gcp.clock().advance(step.to_std().unwrap());
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+}
+
+fn advance_to(env: &TestEnv, until: i64) {
+    let now = unix(env.gcp.clock().now());
+    if until > now {
+        env.gcp.clock().advance(Duration::from_secs((until - now) as u64));
+    }
+}
+
+fn blocked_with_expiry(s: &TpuSlice, until: &str) -> bool {
+    let Some(st) = s.status.as_ref() else {
+        return false;
+    };
+    let reconciling = find_condition(&st.conditions, types::RECONCILING);
+    let stalled = find_condition(&st.conditions, types::STALLED);
+    let capacity = find_condition(&st.conditions, types::CAPACITY_AVAILABLE);
+    st.phase == TpuSlicePhase::Waiting
+        && reconciling.is_some_and(|c| {
+            c.status == "True"
+                && c.reason == "WaitingForCapacity"
+                && c.message.contains(&format!("v6e-8 onDemand capacity in {ZONE}"))
+                && c.message.contains(&format!("not asked again until {until}"))
+        })
+        && stalled.is_none_or(|c| c.status == "False")
+        && capacity.is_some_and(|c| c.status == "False" && c.reason == "Stockout")
+}
+
+#[tokio::test]
+async fn a_hundred_slices_probe_a_stocked_out_zone_once_per_backoff_window() {
+    let mut env = TestEnv::start().await;
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    env.gcp.set_stock(stock(0));
+    for i in 0..SLICES {
+        env.create(&slice(&format!("s-{i:03}"))).await;
+    }
+    let burst = first_answer(&env).await;
+    let start = burst[0].time;
+    let probes = four_windows(&env).await;
+    let minutes: Vec<i64> = probes.iter().map(|p| (*p - start).num_minutes()).collect();
+    println!(
+        "stockout memory: {SLICES} slices, {} creates before the first answer, then one probe at minutes {minutes:?}",
+        burst.len()
+    );
+    assert!(env.gcp.nodes().is_empty());
+    let withheld = env
+        .ctx
+        .metrics
+        .capacity
+        .withheld
+        .get_or_create(&WithheldLabels { kind: "onDemand" })
+        .get();
+    assert!(withheld >= SLICES as u64, "{withheld} creates held back");
+    refilled(&env, start).await;
+}
+
+/// The first answer blocks the place, and every slice comes to show until when. Creates
+/// already on their way (at most one per worker) are not held back.
+async fn first_answer(env: &TestEnv) -> Vec<CallRecord> {
+    settle("the first stockout", || blocked_until(env) > 0).await;
+    let until = blocked_until(env);
+    let shown = DateTime::from_timestamp(until, 0)
+        .unwrap()
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    for i in 0..SLICES {
+        env.wait_for::<TpuSlice, _>(
+            &format!("s-{i:03}"),
+            "Waiting with the block's expiry",
+            Duration::ZERO,
+            |s| blocked_with_expiry(s, &shown),
+        )
+        .await;
+    }
+    let burst = creates(env);
+    assert!(
+        (1..=8).contains(&burst.len()),
+        "{} creates before the first answer",
+        burst.len()
+    );
+    assert!(burst.iter().all(|c| c.status == 429), "{burst:#?}");
+    burst
+}
+
+/// Four windows: 5, 10, 20, 30 minutes. None is asked inside one; one probe at its end. Returns
+/// when each probe asked.
+async fn four_windows(env: &TestEnv) -> Vec<DateTime<Utc>> {
+    let mut probes = Vec::new();
+    for strikes in 1..=4u32 {
+        let until = blocked_until(env);
+        let before = creates(env).len();
+        walk_to(env, until).await;
+        assert_eq!(
+            creates(env).len(),
+            before,
+            "a create inside window {strikes} (until {until})"
+        );
+        advance_to(env, until);
+        settle("the probe's stockout", || blocked_until(env) != until).await;
+        let after = creates(env);
+        assert_eq!(
+            after.len(),
+            before + 1,
+            "one probe at the end of window {strikes}"
+        );
+        let probe = after.last().unwrap().time;
+        assert_eq!(
+            blocked_until(env),
+            unix(probe + memory::backoff(strikes + 1)),
+            "window {} is {}",
+            strikes + 1,
+            memory::backoff(strikes + 1)
+        );
+        probes.push(probe);
+    }
+    probes
+}
+
+/// Restocked during the 30-minute window: nobody asks before it ends; then one probe, the others
+/// wait for its node rather than all asking at once, and then every slice is created once.
+async fn refilled(env: &TestEnv, start: DateTime<Utc>) {
+    let refilled = env.gcp.clock().now();
+    env.gcp.set_stock(stock(8 * SLICES as u64));
+    let until = blocked_until(env);
+    let before = creates(env).len();
+    walk_to(env, until).await;
+    assert_eq!(
+        creates(env).len(),
+        before,
+        "asked inside the window after the refill"
+    );
+    advance_to(env, until);
+    settle("the probe after the refill", || creates(env).len() > before).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        creates(env).len(),
+        before + 1,
+        "others asked before the probe's node came up"
+    );
+    // The probe's node comes up: everyone may ask.
+    env.gcp.clock().advance(env.gcp.config().durations.tpu_create);
+    settle("every slice created", || {
+        creates(env).iter().filter(|c| c.status == 200).count() >= SLICES
+    })
+    .await;
+    for i in 0..SLICES {
+        env.wait_for::<TpuSlice, _>(&format!("s-{i:03}"), "a node", Duration::ZERO, |s| {
+            s.status.as_ref().is_some_and(|st| st.node_name.is_some())
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let granted: Vec<CallRecord> = creates(env).into_iter().skip(before).collect();
+    assert!(granted.iter().all(|c| c.status == 200), "{granted:#?}");
+    let mut ids: Vec<&str> = granted
+        .iter()
+        .filter_map(|c| c.query.split('&').find(|kv| kv.starts_with("nodeId=")))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        (granted.len(), ids.len()),
+        (SLICES, SLICES),
+        "each slice created exactly once"
+    );
+    assert_eq!(env.gcp.nodes().len(), SLICES);
+    let last = granted.last().unwrap().time;
+    let create = chrono::Duration::from_std(env.gcp.config().durations.tpu_create).unwrap();
+    println!(
+        "stockout memory: refilled at +{} min; probe at the window's end (+{} min); all {SLICES} created {} s after the refill, {} s after the window's end",
+        (refilled - start).num_minutes(),
+        (granted[0].time - start).num_minutes(),
+        (last - refilled).num_seconds(),
+        (last - granted[0].time).num_seconds(),
+    );
+    assert!(
+        last - granted[0].time <= create,
+        "the others follow as soon as the probe's node is up"
+    );
+}
