@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use gcp_emulator::{CallRecord, CapacityKind, StockSpec};
+use gcp_emulator::{CallRecord, CapacityKind, Code, Fault, StockSpec};
 use serde_json::json;
 use test_kit::TestEnv;
 use tpu_operator_api::{
@@ -31,11 +31,16 @@ const ZONE: &str = "us-east5-b";
 const SLICES: usize = 100;
 
 fn slice(name: &str) -> TpuSlice {
+    slice_in(name, "demo-project")
+}
+
+fn slice_in(name: &str, project: &str) -> TpuSlice {
     serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {
+            "project": project,
             "zone": ZONE,
             "acceleratorType": "v6e-8",
             "runtimeVersion": "v2-alpha-tpuv6e",
@@ -66,8 +71,12 @@ fn creates(env: &TestEnv) -> Vec<CallRecord> {
 
 /// Until when the memory blocks the place (its gauge), as Unix seconds; 0: no block recorded.
 fn blocked_until(env: &TestEnv) -> i64 {
+    blocked_until_in(env, "demo-project")
+}
+
+fn blocked_until_in(env: &TestEnv, project: &str) -> i64 {
     let labels = PlaceLabels {
-        project: "demo-project".into(),
+        project: project.into(),
         zone: ZONE.into(),
         accelerator: "v6e-8".into(),
         kind: "onDemand",
@@ -282,4 +291,72 @@ async fn refilled(env: &TestEnv, start: DateTime<Utc>) {
         last - granted[0].time <= create,
         "the others follow as soon as the probe's node is up"
     );
+}
+
+fn has_node(s: &TpuSlice) -> bool {
+    s.status.as_ref().is_some_and(|st| st.node_name.is_some())
+}
+
+fn shown(until: i64) -> String {
+    DateTime::from_timestamp(until, 0)
+        .unwrap()
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Tenancy: the key carries the project, and only a stockout blocks. An invalid request blocks
+/// nobody; team A's stockout does not hold back team B's create in the same zone once stock is
+/// back, while team A's next slice still waits out its own place's window.
+#[tokio::test]
+async fn another_teams_stockout_or_an_invalid_request_blocks_nobody_else() {
+    let mut env = TestEnv::start().await;
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    env.gcp
+        .inject(Fault::FailCalls {
+            service: "tpu".into(),
+            method: "nodes.create".into(),
+            count: 1,
+            code: Code::InvalidArgument,
+            message: None,
+        })
+        .unwrap();
+    env.create(&slice("invalid")).await;
+    env.wait_for::<TpuSlice, _>("invalid", "InvalidSpec", Duration::ZERO, |s| {
+        s.status.as_ref().is_some_and(|st| {
+            find_condition(&st.conditions, types::STALLED)
+                .is_some_and(|c| c.status == "True" && c.reason == "InvalidSpec")
+        })
+    })
+    .await;
+    assert_eq!(blocked_until(&env), 0, "an invalid request blocked the place");
+    env.create(&slice("valid")).await;
+    env.wait_for::<TpuSlice, _>("valid", "a node", Duration::ZERO, has_node)
+        .await;
+
+    // Team A (demo-project) stocks out.
+    env.gcp.set_stock(stock(0));
+    env.create(&slice("a-1")).await;
+    settle("team A's stockout", || blocked_until(&env) > 0).await;
+    let until = shown(blocked_until(&env));
+    env.wait_for::<TpuSlice, _>("a-1", "blocked", Duration::ZERO, |s| {
+        blocked_with_expiry(s, &until)
+    })
+    .await;
+
+    // Stock is back inside team A's window: team B (its own project) asks and gets its node.
+    env.gcp.set_stock(stock(8 * 10));
+    env.create(&slice_in("b-1", "team-b")).await;
+    env.wait_for::<TpuSlice, _>("b-1", "team B's node", Duration::ZERO, has_node)
+        .await;
+    assert_eq!(blocked_until_in(&env, "team-b"), 0);
+
+    // Team A's next slice still waits out its project's window, without a call.
+    let before = creates(&env).len();
+    env.create(&slice("a-2")).await;
+    env.wait_for::<TpuSlice, _>("a-2", "blocked", Duration::ZERO, |s| {
+        blocked_with_expiry(s, &until)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(creates(&env).len(), before, "team A asked inside its window");
 }
