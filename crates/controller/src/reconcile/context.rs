@@ -47,8 +47,8 @@ pub struct Context {
     /// Each kind's watch cache (set by [`super::driver::run`]) and what kinds keep between
     /// passes (see [`Shared`]).
     pub shared: Shared,
-    /// What each (project, zone, accelerator, capacity kind) answered last: the stockout
-    /// memory every object's create consults (see [`Capacity`]).
+    /// Which (project, zone, accelerator, capacity kind) stocked out lately and until when it is
+    /// not asked: the stockout memory every slice's direct create consults (see [`Capacity`]).
     pub capacity: Arc<Capacity>,
 }
 
@@ -103,6 +103,8 @@ impl Context {
     }
 
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        // The memory's gauges must be the ones `/metrics` serves: a fresh (empty) memory that
+        // reports into them, which is all a context being built has.
         self.capacity = Arc::new(Capacity::new(metrics.capacity.clone()));
         self.metrics = metrics;
         self

@@ -83,3 +83,42 @@ impl Capacity {
         self.memory().release(place, who);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::Duration;
+
+    use super::*;
+
+    fn place() -> Place {
+        Place {
+            project: "p".into(),
+            zone: "us-east5-b".into(),
+            accelerator: "v6e-8".into(),
+            kind: "spot",
+        }
+    }
+
+    #[test]
+    fn the_gauge_shows_the_block_until_a_node_comes_up_and_refusals_are_counted() {
+        let capacity = Capacity::new(CapacityMetrics::default());
+        let (p, t0) = (place(), DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+        let labels = metrics::PlaceLabels::of(&p);
+        let gauge = |c: &Capacity| c.metrics.blocked_until.get(&labels).map(|g| g.get());
+        let withheld = |c: &Capacity| {
+            let kind = metrics::WithheldLabels { kind: "spot" };
+            c.metrics.withheld.get(&kind).map_or(0, |n| n.get())
+        };
+        assert_eq!(capacity.ask(&p, "a", t0), Verdict::Go);
+        assert_eq!((gauge(&capacity), withheld(&capacity)), (None, 0));
+        capacity.stockout(&p, t0);
+        assert_eq!(gauge(&capacity), Some((t0 + memory::INITIAL_BACKOFF).timestamp()));
+        assert!(matches!(capacity.ask(&p, "b", t0), Verdict::Blocked { .. }));
+        assert_eq!(withheld(&capacity), 1);
+        capacity.granted(&p, t0 - Duration::minutes(1));
+        assert!(gauge(&capacity).is_some(), "an older node proves nothing");
+        capacity.granted(&p, t0 + Duration::minutes(6));
+        assert_eq!(gauge(&capacity), None, "the place is open again");
+        assert_eq!(capacity.ask(&p, "b", t0 + Duration::minutes(6)), Verdict::Go);
+    }
+}
