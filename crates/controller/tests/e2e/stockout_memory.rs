@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use gcp_emulator::{CallRecord, CapacityKind, Code, Fault, StockSpec};
+use gcp_emulator::{CallRecord, CapacityCause, CapacityKind, Code, ErrorShape, Fault, StockSpec};
 use serde_json::json;
 use test_kit::TestEnv;
 use tpu_operator_api::{
@@ -210,7 +210,7 @@ async fn four_windows(env: &TestEnv) -> Vec<DateTime<Utc>> {
             "a create inside window {strikes} (until {until})"
         );
         advance_to(env, until);
-        settle("the probe's stockout", || blocked_until(env) != until).await;
+        settle("the probe's stockout", || blocked_until(env) > until).await;
         let after = creates(env);
         assert_eq!(
             after.len(),
@@ -359,4 +359,56 @@ async fn another_teams_stockout_or_an_invalid_request_blocks_nobody_else() {
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(creates(&env).len(), before, "team A asked inside its window");
+}
+
+/// A stockout that comes back in the create's operation (the call accepted, the operation ending
+/// RESOURCE_EXHAUSTED when the node would have been READY): an accepted probe is not a grant, so
+/// the others keep waiting for it, and its failed operation blocks the place for the next window.
+#[tokio::test]
+async fn an_accepted_probe_is_not_a_grant_until_its_node_is_up() {
+    const N: usize = 10;
+    let mut env = TestEnv::start().await;
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    env.gcp
+        .inject(Fault::CapacityError {
+            zone: ZONE.into(),
+            accelerator: "v6e".into(),
+            cause: CapacityCause::Stockout,
+            shape: ErrorShape::Operation,
+            quota_metric: None,
+        })
+        .unwrap();
+    for i in 0..N {
+        env.create(&slice(&format!("op-{i}"))).await;
+    }
+    // Nobody has heard of a stockout yet: every create is made, and accepted.
+    settle("the first creates", || creates(&env).len() >= N).await;
+    assert_eq!(creates(&env).len(), N, "{:#?}", creates(&env));
+    let create = env.gcp.config().durations.tpu_create;
+    env.gcp.clock().advance(create);
+    settle("the operations' stockout", || blocked_until(&env) > 0).await;
+    let until = blocked_until(&env);
+    assert_eq!(until, unix(env.gcp.clock().now() + memory::backoff(1)));
+
+    // The window ends: one probe, accepted; while its operation runs nobody else asks.
+    walk_to(&env, until).await;
+    assert_eq!(creates(&env).len(), N, "a create inside the window");
+    advance_to(&env, until);
+    settle("the probe", || creates(&env).len() > N).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        creates(&env).len(),
+        N + 1,
+        "others asked while the accepted probe's operation ran"
+    );
+    // Its operation stocks out: the next window is 10 minutes, and still nobody asks.
+    env.gcp.clock().advance(create);
+    settle("the probe's stockout", || blocked_until(&env) > until).await;
+    assert_eq!(
+        blocked_until(&env),
+        unix(env.gcp.clock().now() + memory::backoff(2))
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(creates(&env).len(), N + 1);
+    assert!(env.gcp.nodes().is_empty());
 }

@@ -133,12 +133,18 @@ impl Memory {
         }
     }
 
-    /// A create at `place` answered "no capacity" (its call, or its operation).
-    pub fn stockout(&mut self, place: &Place, now: DateTime<Utc>) {
+    /// `who`'s create at `place` answered "no capacity" (its call, or its operation).
+    ///
+    /// Once a place is known to be out of stock, only its probe's answer counts: every create
+    /// made since the block ended went through [`Self::ask`] and so is the probe. Any other
+    /// answer comes from a create made before (most often an operation that failed long ago and
+    /// is read late), so it says nothing new. Counted, it would add a strike and restart the
+    /// window for a stockout that is already known.
+    pub fn stockout(&mut self, place: &Place, who: &str, now: DateTime<Utc>) {
         match self.places.get_mut(place) {
-            // Creates that were on their way before the block tell nothing new: one strike
-            // per window.
+            // Inside the window: creates that were on their way before the block.
             Some(entry) if entry.blocked_until > now => {}
+            Some(entry) if entry.probe.as_ref().is_none_or(|p| p.who != who) => {}
             Some(entry) => {
                 let stale = now - entry.at > RESET_AFTER;
                 entry.strikes = if stale { 1 } else { entry.strikes + 1 };
@@ -198,10 +204,12 @@ impl Memory {
 
     /// Until when `place` is blocked, if it is at `now`.
     pub fn blocked_until(&self, place: &Place, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.places
-            .get(place)
-            .map(|e| e.blocked_until)
-            .filter(|u| *u > now)
+        self.last_block(place).filter(|u| *u > now)
+    }
+
+    /// The end of `place`'s last block, past or not (`None`: no stockout remembered).
+    pub fn last_block(&self, place: &Place) -> Option<DateTime<Utc>> {
+        self.places.get(place).map(|e| e.blocked_until)
     }
 
     /// Forgets places whose last stockout is older than [`RESET_AFTER`] and that nobody

@@ -47,21 +47,26 @@ impl Capacity {
         verdict
     }
 
-    /// A create at `place` stocked out: the place is blocked (its gauge says until when), and
-    /// places not heard of for hours are forgotten (their gauges dropped).
-    pub fn stockout(&self, place: &Place, now: DateTime<Utc>) {
+    /// `who`'s create at `place` stocked out (see [`memory::Memory::stockout`]): the place is
+    /// blocked (its gauge says until when), and places not heard of for hours are forgotten
+    /// (their gauges dropped).
+    pub fn stockout(&self, place: &Place, who: &str, now: DateTime<Utc>) {
         let (until, forgotten) = {
             let mut m = self.memory();
-            m.stockout(place, now);
-            (m.blocked_until(place, now), m.forget_stale(now))
+            m.stockout(place, who, now);
+            // The last block even if it is over: a stockout that added none (a late answer)
+            // leaves the gauge saying when the place was last closed, not 0.
+            (m.last_block(place), m.forget_stale(now))
         };
         for p in &forgotten {
             self.metrics.blocked_until.remove(&metrics::PlaceLabels::of(p));
         }
-        self.metrics
-            .blocked_until
-            .get_or_create(&metrics::PlaceLabels::of(place))
-            .set(until.map_or(0, |u| u.timestamp()));
+        if let Some(until) = until {
+            self.metrics
+                .blocked_until
+                .get_or_create(&metrics::PlaceLabels::of(place))
+                .set(until.timestamp());
+        }
     }
 
     /// `who`'s create at `place` was accepted by the call (see [`memory::Memory::accepted`]).
@@ -111,10 +116,16 @@ mod tests {
         };
         assert_eq!(capacity.ask(&p, "a", t0), Verdict::Go);
         assert_eq!((gauge(&capacity), withheld(&capacity)), (None, 0));
-        capacity.stockout(&p, t0);
+        capacity.stockout(&p, "a", t0);
         assert_eq!(gauge(&capacity), Some((t0 + memory::INITIAL_BACKOFF).timestamp()));
         assert!(matches!(capacity.ask(&p, "b", t0), Verdict::Blocked { .. }));
         assert_eq!(withheld(&capacity), 1);
+        capacity.stockout(&p, "late", t0 + Duration::minutes(6));
+        assert_eq!(
+            gauge(&capacity),
+            Some((t0 + memory::INITIAL_BACKOFF).timestamp()),
+            "a late answer leaves the gauge on the last block"
+        );
         capacity.granted(&p, t0 - Duration::minutes(1));
         assert!(gauge(&capacity).is_some(), "an older node proves nothing");
         capacity.granted(&p, t0 + Duration::minutes(6));

@@ -33,7 +33,7 @@ pub(super) fn answered(ctx: &Context, request: &Request<'_>, result: &Result<Opt
         // The call took it; the stock is known once the node comes up (see `node_seen`), as
         // a stockout may still come back in the operation.
         Ok(Some(_)) => ctx.capacity.accepted(place, who, now),
-        Err(err) if err.create_failure() == CreateFailure::Stockout => ctx.capacity.stockout(place, now),
+        Err(err) if err.create_failure() == CreateFailure::Stockout => ctx.capacity.stockout(place, who, now),
         Ok(None) | Err(_) => ctx.capacity.release(place, who),
     }
 }
@@ -45,7 +45,8 @@ pub(super) fn operation_failed(ctx: &Context, request: &Request<'_>, err: &GcpEr
         return;
     };
     if err.create_failure() == CreateFailure::Stockout {
-        ctx.capacity.stockout(place, ctx.clock.now());
+        ctx.capacity
+            .stockout(place, &request.identity.uid, ctx.clock.now());
     } else {
         ctx.capacity.release(place, &request.identity.uid);
     }

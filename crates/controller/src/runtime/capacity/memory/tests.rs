@@ -38,8 +38,8 @@ fn a_place_nobody_stocked_out_is_asked_freely() {
 fn one_probe_per_window_and_the_window_grows() {
     let mut m = Memory::default();
     let p = place();
-    m.stockout(&p, at(0));
-    m.stockout(&p, at(0));
+    m.stockout(&p, "a", at(0));
+    m.stockout(&p, "b", at(0));
     for who in ["a", "b", "c"] {
         assert_eq!(
             m.ask(&p, who, at(4)),
@@ -58,12 +58,12 @@ fn one_probe_per_window_and_the_window_grows() {
     );
     assert_eq!(m.ask(&p, "a", at(5)), Verdict::Probing { until: at(6) });
     assert_eq!(m.ask(&p, "c", at(5)), Verdict::Go, "the probe asks again");
-    m.stockout(&p, at(5));
+    m.stockout(&p, "c", at(5));
     assert_eq!(m.blocked_until(&p, at(6)), Some(at(15)));
-    m.stockout(&p, at(15));
-    assert_eq!(m.blocked_until(&p, at(15)), Some(at(35)));
-    m.stockout(&p, at(35));
-    m.stockout(&p, at(65));
+    for t in [15, 35, 65] {
+        assert_eq!(m.ask(&p, "d", at(t)), Verdict::Go);
+        m.stockout(&p, "d", at(t));
+    }
     assert_eq!(m.blocked_until(&p, at(65)), Some(at(95)), "at most 30 minutes");
 }
 
@@ -71,7 +71,7 @@ fn one_probe_per_window_and_the_window_grows() {
 fn a_node_up_after_the_stockout_opens_the_place_to_all_and_an_older_one_does_not() {
     let mut m = Memory::default();
     let p = place();
-    m.stockout(&p, at(0));
+    m.stockout(&p, "x", at(0));
     assert_eq!(m.ask(&p, "a", at(5)), Verdict::Go);
     m.accepted(&p, "a", at(5));
     assert_eq!(
@@ -90,7 +90,7 @@ fn a_node_up_after_the_stockout_opens_the_place_to_all_and_an_older_one_does_not
     for who in ["b", "c", "d"] {
         assert_eq!(m.ask(&p, who, at(8)), Verdict::Go);
     }
-    m.stockout(&p, at(9));
+    m.stockout(&p, "b", at(9));
     assert_eq!(
         m.blocked_until(&p, at(9)),
         Some(at(14)),
@@ -102,7 +102,7 @@ fn a_node_up_after_the_stockout_opens_the_place_to_all_and_an_older_one_does_not
 fn a_probe_that_never_answers_or_gives_up_does_not_hold_the_place() {
     let mut m = Memory::default();
     let p = place();
-    m.stockout(&p, at(-5));
+    m.stockout(&p, "x", at(-5));
     assert_eq!(m.ask(&p, "a", at(0)), Verdict::Go);
     assert!(matches!(m.ask(&p, "b", secs(59)), Verdict::Probing { .. }));
     assert_eq!(
@@ -138,9 +138,12 @@ fn a_probe_that_never_answers_or_gives_up_does_not_hold_the_place() {
 fn old_strikes_and_places_are_forgotten() {
     let mut m = Memory::default();
     let p = place();
-    m.stockout(&p, at(0));
-    m.stockout(&p, at(5));
-    m.stockout(&p, at(5 + RESET_AFTER.num_minutes() + 1));
+    m.stockout(&p, "a", at(0));
+    m.ask(&p, "a", at(5));
+    m.stockout(&p, "a", at(5));
+    let late = at(5 + RESET_AFTER.num_minutes() + 1);
+    m.ask(&p, "a", late);
+    m.stockout(&p, "a", late);
     assert_eq!(
         m.blocked_until(&p, at(5 + RESET_AFTER.num_minutes() + 1)),
         Some(at(5 + RESET_AFTER.num_minutes() + 6)),
@@ -162,7 +165,7 @@ fn old_strikes_and_places_are_forgotten() {
 fn places_are_apart_by_project_zone_accelerator_and_kind() {
     let mut m = Memory::default();
     let p = place();
-    m.stockout(&p, at(0));
+    m.stockout(&p, "a", at(0));
     let others = [
         Place {
             project: "other-team".into(),
@@ -185,4 +188,28 @@ fn places_are_apart_by_project_zone_accelerator_and_kind() {
         assert_eq!(m.ask(o, "a", at(1)), Verdict::Go, "{o:?}");
     }
     assert!(matches!(m.ask(&p, "a", at(1)), Verdict::Blocked { .. }));
+}
+
+#[test]
+fn a_late_answer_from_a_create_made_before_the_window_ended_adds_no_strike() {
+    let mut m = Memory::default();
+    let p = place();
+    m.stockout(&p, "a", at(0));
+    // The window is over; "b"'s operation, started before the block, fails and is read only
+    // now. Nobody probes yet: it proves nothing new.
+    m.stockout(&p, "b", at(6));
+    assert_eq!(m.blocked_until(&p, at(6)), None, "no new window");
+    assert_eq!(m.ask(&p, "c", at(6)), Verdict::Go, "c probes");
+    let half = at(6) + Duration::seconds(30);
+    m.stockout(&p, "b", half);
+    assert!(
+        matches!(m.ask(&p, "d", half), Verdict::Probing { .. }),
+        "the probe is c's; b's old answer neither blocks nor frees the place"
+    );
+    m.stockout(&p, "c", half);
+    assert_eq!(
+        m.blocked_until(&p, half),
+        Some(half + Duration::minutes(10)),
+        "c's answer: the second strike"
+    );
 }
