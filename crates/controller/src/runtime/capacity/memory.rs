@@ -6,10 +6,12 @@
 //! the place for a backoff, everyone waits out that window without a call, and when it ends one
 //! object (the first to ask) probes with its create while the others wait for the probe's
 //! answer. A node created after the stockout and seen READY clears the block; another stockout
-//! lengthens it. Creates already on their way when the first stockout is learnt (at most one
-//! per worker) are not held back: a place nobody asked yet, or that last granted, is asked
-//! freely, because holding every first create back for one probe would cost each other object
-//! one more pass (a third more calls than converging needs at 10,000 slices).
+//! lengthens it. Creates already on their way when the first stockout is learnt are not held
+//! back (at most one per worker for a stockout refused in the call; for one that comes back in
+//! the operation, every create made before it failed): a place nobody asked yet, or that last
+//! granted, is asked freely, because holding every first create back for one probe would cost
+//! every other object one more pass, and so one more read of its node, on the common path
+//! where capacity is there.
 //!
 //! Why the project is in the key: stock is the zone's, but what a create is told also depends on
 //! the project (its quota, its reservations, its permissions), and one team must not be able to
