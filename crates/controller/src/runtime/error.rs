@@ -68,19 +68,18 @@ impl ReconcileError {
     /// Low-cardinality label for metrics and the reason of Warning events.
     pub fn category(&self) -> &'static str {
         match self {
-            // A conditional status write that found the object newer than the cached copy the
-            // reconcile read: retried once the cache catches up, not an API failure.
+            Self::Kueue { source, .. } if kueue_outage(source) => "KueueUnavailable",
+            // A conditional write that found the object newer than the cached copy the reconcile
+            // read: retried once the cache catches up, not an API failure.
             Self::Kube {
                 source: kube::Error::Api(status),
                 ..
-            } if status.code == 409 => "KubeConflict",
-            Self::Kube { .. } => "KubeApiError",
-            Self::Kueue { source, .. } if kueue_outage(source) => "KueueUnavailable",
-            Self::Kueue {
+            }
+            | Self::Kueue {
                 source: kube::Error::Api(status),
                 ..
             } if status.code == 409 => "KubeConflict",
-            Self::Kueue { .. } => "KubeApiError",
+            Self::Kube { .. } | Self::Kueue { .. } => "KubeApiError",
             Self::Gcp { source, .. } => match source.kind {
                 ErrorKind::NotFound => "GcpNotFound",
                 ErrorKind::AlreadyExists => "GcpAlreadyExists",

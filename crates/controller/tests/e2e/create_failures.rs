@@ -21,19 +21,9 @@ use tpu_operator_gcp::CreateFailure;
 const ZONE: &str = "us-east5-b";
 const STEP: Duration = Duration::from_secs(20);
 
+/// An on-demand v6e-8 TpuSlice in [`ZONE`].
 fn slice(name: &str) -> TpuSlice {
-    serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
-        "kind": "TpuSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "zone": ZONE,
-            "acceleratorType": "v6e-8",
-            "runtimeVersion": "v2-alpha-tpuv6e",
-            "capacity": {"onDemand": {}},
-        }
-    }))
-    .expect("TpuSlice fixture")
+    super::tenant::slice(name, json!({"zone": ZONE, "capacity": {"onDemand": {}}}))
 }
 
 async fn start() -> TestEnv {

@@ -162,6 +162,22 @@ fn reconciling_reason(s: &TpuSlice) -> Option<String> {
         .map(|c| c.reason.clone())
 }
 
+/// Creates a slice in queue `tpu` for each of `names`, in that order, each once Kueue has its
+/// Workload: creation order decides the line (same priority: first come, first admitted).
+pub(super) async fn in_line(env: &TestEnv, names: &[&str]) {
+    for name in names {
+        env.create(&slice(name, "tpu", None)).await;
+        env.wait_for::<TpuSlice, _>(name, "a Kueue status", STEP, |s| {
+            s.status.as_ref().is_some_and(|st| st.kueue.is_some())
+        })
+        .await;
+        // Kueue orders a queue by the Workloads' creationTimestamp (Ordering.GetQueueOrderTimestamp
+        // in kueue v0.17.0 pkg/workload/workload.go), which has one-second precision: two created
+        // within the same second are in no defined order (seen in CI).
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+}
+
 pub(super) fn ready(s: &TpuSlice) -> bool {
     s.status
         .as_ref()
@@ -202,18 +218,7 @@ pub(super) fn visibility() -> bool {
 async fn slices_beyond_the_quota_wait_in_line_and_the_next_starts_when_one_goes() {
     let Some(env) = start().await else { return };
     queue(&env, "tpu", 8, None).await;
-    for name in ["first", "second", "third"] {
-        env.create(&slice(name, "tpu", None)).await;
-        // Creation order decides the line (same priority: first come, first admitted).
-        env.wait_for::<TpuSlice, _>(name, "a Kueue status", STEP, |s| {
-            s.status.as_ref().is_some_and(|st| st.kueue.is_some())
-        })
-        .await;
-        // Kueue orders a queue by the Workloads' creationTimestamp (Ordering.GetQueueOrderTimestamp
-        // in kueue v0.17.0 pkg/workload/workload.go), which has one-second precision: two created
-        // within the same second are in no defined order (seen in CI).
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-    }
+    in_line(&env, &["first", "second", "third"]).await;
     let first: TpuSlice = env.wait_for("first", "first Ready", STEP, ready).await;
     let kueue = first.status.unwrap().kueue.unwrap();
     assert!(kueue.admitted, "{kueue:?}");

@@ -27,7 +27,9 @@ use tpu_operator_controller::{
 };
 
 use super::{
-    kueue::{STEP, apply, priority_class, queue, queued, ready, resource, slice, start_idle, visibility},
+    kueue::{
+        STEP, apply, in_line, priority_class, queue, queued, ready, resource, slice, start_idle, visibility,
+    },
     kueue_pipelines::vertex_pipeline,
 };
 
@@ -316,15 +318,7 @@ async fn a_waiters_position_follows_kueues_line_within_seconds() {
         return;
     }
     queue(&env, "tpu", 8, None).await;
-    for name in ["first", "second", "third"] {
-        env.create(&slice(name, "tpu", None)).await;
-        env.wait_for::<TpuSlice, _>(name, "a Kueue status", STEP, |s| {
-            s.status.as_ref().is_some_and(|st| st.kueue.is_some())
-        })
-        .await;
-        // Kueue orders a queue by creation time, to the second (see kueue.rs).
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-    }
+    in_line(&env, &["first", "second", "third"]).await;
     env.wait_for::<TpuSlice, _>("first", "first Ready", STEP, ready)
         .await;
     let third: TpuSlice = env
