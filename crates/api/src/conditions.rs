@@ -88,6 +88,10 @@ pub mod reasons {
     /// A create was refused by the project's API rate quota (`RATE_LIMIT_EXCEEDED`; Compute
     /// Engine's 403 `rateLimitExceeded`): retried once the quota's minute window refills.
     pub const RATE_LIMITED: &str = "RateLimited";
+    /// A create waits for its turn in the operator's create limiter, which paces each project's
+    /// creates to Google's per-minute rate quota: the message gives the place in line and when
+    /// the turn is due. Not an error, and nothing was called.
+    pub const WAITING_FOR_CREATE_RATE: &str = "WaitingForCreateRate";
     /// A queued request expired (`validUntil` passed).
     pub const QUEUE_EXPIRED: &str = "QueueExpired";
     /// The object is being deleted and its cloud resources cleaned up.

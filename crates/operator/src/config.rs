@@ -4,7 +4,7 @@
 //! Every flag is an `Option` without a clap default, so "not given" is visible and the file can
 //! fill it in; defaults are applied last, in [`RunArgs::resolve`].
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 use schemars::JsonSchema;
@@ -135,6 +135,24 @@ pub struct RunArgs {
     /// keeps the Workload pending. Unset: objects without the label are not gated.
     #[arg(long, env = "TPU_OPERATOR_KUEUE_DEFAULT_QUEUE", value_name = "NAME")]
     pub kueue_default_queue: Option<String>,
+    /// Google's per-minute rate quota of a method group, which the operator paces its creates
+    /// to (docs/capacity.md): `GROUP=PER_MINUTE`, repeatable or comma-separated, GROUP one of
+    /// `tpuCreate`, `computeMutate`, `dataprocBatchCreate`, `vertexJobCreate`; 0 turns a
+    /// group's pacing off. Overrides the config file's `createLimits` group by group
+    /// [default: tpuCreate=91, computeMutate=1500, dataprocBatchCreate=200, vertexJobCreate=60].
+    #[arg(
+        long = "create-limit",
+        env = "TPU_OPERATOR_CREATE_LIMITS",
+        value_name = "GROUP=PER_MINUTE",
+        value_delimiter = ','
+    )]
+    #[serde(skip)]
+    pub create_limit: Vec<String>,
+    /// The config file's form of --create-limit: a map from method group to Google's quota per
+    /// minute (0: not paced), e.g. `{tpuCreate: 60}`; groups left out keep their default.
+    #[arg(skip)]
+    #[serde(default)]
+    pub create_limits: BTreeMap<String, u32>,
     /// Backstop read interval of an object whose cloud resource the list watch covers
     /// [default: 5m].
     #[arg(long, env = "TPU_OPERATOR_POLL_WATCHED", value_name = "DURATION", value_parser = parse_duration)]

@@ -105,6 +105,9 @@ impl ContextSpec {
             // Suites that need Kueue turn it on in the built context (`ctx.config.kueue`).
             kueue: false,
             kueue_default_queue: None,
+            // The production pacing: suites that test it change `ctx.config.create_limits`
+            // before the context is built.
+            create_limits: ControllerConfig::default().create_limits,
         };
         let clock = gcp.clock();
         // Impersonated tokens expire in the emulator's time, not the host's.

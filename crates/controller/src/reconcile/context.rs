@@ -65,7 +65,10 @@ impl Context {
         let metrics = Metrics::default();
         Self {
             tenancy: Arc::new(tenancy),
-            capacity: Arc::new(Capacity::new(metrics.capacity.clone())),
+            capacity: Arc::new(Capacity::new(
+                metrics.capacity.clone(),
+                config.create_limits.clone(),
+            )),
             client,
             gcp,
             config,
@@ -105,7 +108,10 @@ impl Context {
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
         // The memory's gauges must be the ones `/metrics` serves: a fresh (empty) memory that
         // reports into them, which is all a context being built has.
-        self.capacity = Arc::new(Capacity::new(metrics.capacity.clone()));
+        self.capacity = Arc::new(Capacity::new(
+            metrics.capacity.clone(),
+            self.config.create_limits.clone(),
+        ));
         self.metrics = metrics;
         self
     }

@@ -38,6 +38,9 @@ pub struct ControllerConfig {
     /// With `kueue`: the LocalQueue (in the object's namespace) of objects without the label, so
     /// leaving it off does not skip Kueue; `None`: such objects are not gated.
     pub kueue_default_queue: Option<String>,
+    /// Google's per-minute rate quota of each method group the operator paces its creates to
+    /// (see [`crate::runtime::capacity::limiter`]).
+    pub create_limits: crate::runtime::capacity::Limits,
 }
 
 impl Default for ControllerConfig {
@@ -55,6 +58,7 @@ impl Default for ControllerConfig {
             poll_checkpoints: Duration::from_secs(180),
             kueue: false,
             kueue_default_queue: None,
+            create_limits: crate::runtime::capacity::Limits::default(),
         }
     }
 }

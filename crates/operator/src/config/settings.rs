@@ -11,6 +11,7 @@ use tpu_operator_controller::{
         sweeper::{Mode, SweeperConfig},
         tenancy::WithoutPolicy,
     },
+    runtime::capacity::Limits,
 };
 use tpu_operator_gcp::GcpConfig;
 
@@ -121,6 +122,7 @@ impl RunArgs {
         self.orphan_zones = file.orphan_zones;
         self.orphan_regions = file.orphan_regions;
         self.tenancy = file.tenancy;
+        self.create_limits = file.create_limits;
         self.prices = file.prices;
     }
 
@@ -176,6 +178,7 @@ impl RunArgs {
             poll_checkpoints: self.poll_checkpoints.unwrap_or(defaults.poll_checkpoints),
             kueue: self.kueue.unwrap_or(defaults.kueue),
             kueue_default_queue: self.kueue_default_queue.clone(),
+            create_limits: self.create_limits()?,
         };
         if controller.concurrency == 0 {
             bail!("concurrency: must be at least 1");
@@ -190,6 +193,17 @@ impl RunArgs {
             }
         }
         Ok(controller)
+    }
+
+    /// The default quotas, then the config file's `createLimits`, then the `--create-limit`
+    /// flags.
+    fn create_limits(&self) -> anyhow::Result<Limits> {
+        let mut limits = Limits::default();
+        let file = self.create_limits.iter().map(|(group, n)| format!("{group}={n}"));
+        for setting in file.chain(self.create_limit.iter().cloned()) {
+            limits.set(&setting).map_err(anyhow::Error::msg)?;
+        }
+        Ok(limits)
     }
 
     /// The config file's old `tenancy:` section is refused, with directions to TpuPolicy objects.

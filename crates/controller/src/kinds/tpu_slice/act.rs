@@ -22,6 +22,7 @@ use crate::{
 };
 
 mod memory;
+mod pace;
 
 /// What the cloud call started.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,9 +163,19 @@ pub(super) async fn on_plan(
         plan.assessment = held;
         return Ok((None, None));
     }
+    if creates && let Some(waits) = pace::ask(ctx, request) {
+        // The project's creates are paced and others are ahead: no call, so the probe the
+        // memory may have just handed this slice goes to whoever asks next.
+        if let Some(place) = request.place {
+            ctx.capacity.release(place, &request.identity.uid);
+        }
+        plan.assessment = waits;
+        return Ok((None, None));
+    }
     let result = act(ctx, &plan.action, request).await;
     if creates {
         memory::answered(ctx, request, &result);
+        pace::answered(ctx, request, &result);
     }
     if let (true, Err(err)) = (creates, &result)
         && err.kind != tpu_operator_gcp::ErrorKind::AlreadyExists

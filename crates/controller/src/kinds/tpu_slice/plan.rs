@@ -22,6 +22,7 @@ mod drift;
 mod errors;
 mod kueue_gate;
 mod on_node;
+mod paced;
 mod queued;
 mod reap;
 mod withheld;
@@ -29,6 +30,7 @@ mod withheld;
 use cleanup::is_qr_deleting;
 pub use cleanup::{CleanupStep, plan_cleanup};
 pub use errors::{node_busy, on_action_error, on_create_error};
+pub use paced::paced;
 use reap::{flex_run_over, idle_timeout_exceeded, max_run_exceeded, suspended};
 pub use withheld::withheld;
 

@@ -40,6 +40,26 @@ impl PlaceLabels {
     }
 }
 
+/// One line of the create limiter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LineLabels {
+    pub project: String,
+    /// Empty for groups Google counts per project.
+    pub region: String,
+    /// [`super::Group::as_str`].
+    pub group: &'static str,
+}
+
+impl LineLabels {
+    pub fn of(line: &super::Line) -> Self {
+        Self {
+            project: line.project.clone(),
+            region: line.region.clone().unwrap_or_default(),
+            group: line.group.as_str(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct CapacityMetrics {
     pub create_failures: Family<CreateFailureLabels, Counter>,
@@ -49,6 +69,12 @@ pub struct CapacityMetrics {
     /// Creates not sent because the stockout memory held them back (blocked, or another
     /// object's probe asking), by capacity kind.
     pub withheld: Family<WithheldLabels, Counter>,
+    /// Objects waiting for a turn in a line of the create limiter.
+    pub limiter_waiting: Family<LineLabels, Gauge>,
+    /// Times an object was told to wait for its turn.
+    pub limiter_waits: Family<LineLabels, Counter>,
+    /// Rate-quota refusals from Google that paused and slowed a line.
+    pub limiter_slowdowns: Family<LineLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -72,6 +98,21 @@ impl CapacityMetrics {
             "capacity_withheld_creates",
             "Creates the stockout memory held back (the place is blocked, or another object's create is asking it), by capacity kind",
             self.withheld.clone(),
+        );
+        registry.register(
+            "create_limiter_waiting",
+            "Objects waiting for their turn in the create limiter, by project, region and method group",
+            self.limiter_waiting.clone(),
+        );
+        registry.register(
+            "create_limiter_waits",
+            "Times an object was told to wait for its turn in the create limiter, by project, region and method group",
+            self.limiter_waits.clone(),
+        );
+        registry.register(
+            "create_limiter_slowdowns",
+            "Rate-quota refusals from Google that paused a create limiter line until the next minute and slowed it, by project, region and method group",
+            self.limiter_slowdowns.clone(),
         );
     }
 

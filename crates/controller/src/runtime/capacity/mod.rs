@@ -1,7 +1,8 @@
 //! Getting TPUs when they are scarce, the parts every kind shares and none owns: why creates
-//! fail, counted by reason ([`metrics`]), and which places stocked out lately ([`memory`]), one
-//! copy per process behind [`Capacity`].
+//! fail, counted by reason ([`metrics`]), which places stocked out lately ([`memory`]), and the
+//! pace of each project's creates ([`limiter`]), one copy per process behind [`Capacity`].
 
+pub mod limiter;
 pub mod memory;
 pub mod metrics;
 
@@ -9,6 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 
+pub use limiter::{Asker, Group, Limits, Line, Turn, Waiting};
 pub use memory::{Place, Verdict};
 pub use metrics::CapacityMetrics;
 
@@ -16,19 +18,58 @@ pub use metrics::CapacityMetrics;
 /// first; the process is the leader (only the leader creates), so one copy per process is one
 /// copy per operator. A new leader starts with an empty memory and relearns a stocked-out place
 /// from one create per place.
+///
+/// The create limiter is kept the same way: only the leader spends, and a new leader starts each
+/// line with one burst of tokens.
 #[derive(Debug, Default)]
 pub struct Capacity {
     memory: Mutex<memory::Memory>,
+    limiter: Mutex<limiter::Limiter>,
     metrics: CapacityMetrics,
 }
 
 impl Capacity {
-    /// Reports into `metrics` (the context's, so `/metrics` shows them).
-    pub fn new(metrics: CapacityMetrics) -> Self {
+    /// Reports into `metrics` (the context's, so `/metrics` shows them); paces creates to
+    /// `limits`.
+    pub fn new(metrics: CapacityMetrics, limits: Limits) -> Self {
         Self {
             memory: Mutex::default(),
+            limiter: Mutex::new(limiter::Limiter::new(limits)),
             metrics,
         }
+    }
+
+    fn limiter(&self) -> MutexGuard<'_, limiter::Limiter> {
+        // As the memory: a pace and a line, nothing half-written that matters.
+        self.limiter.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// May `asker` make its call on `line` now (see [`limiter::Limiter::turn`])? A wait is
+    /// counted, and the line's gauge says how many wait in it.
+    pub fn turn(&self, line: &Line, asker: Asker<'_>, now: DateTime<Utc>) -> Turn {
+        let turn = self.limiter().turn(line, asker, now);
+        let labels = metrics::LineLabels::of(line);
+        let waiting = match &turn {
+            Turn::Go => self.limiter().waiting(line),
+            Turn::Wait(w) => {
+                self.metrics.limiter_waits.get_or_create(&labels).inc();
+                w.of
+            }
+        };
+        self.metrics
+            .limiter_waiting
+            .get_or_create(&labels)
+            .set(waiting as i64);
+        turn
+    }
+
+    /// Google refused a call on `line` for its rate quota (see [`limiter::Limiter::refused`]).
+    pub fn rate_refused(&self, line: &Line, now: DateTime<Utc>) {
+        self.limiter().refused(line, now);
+        self.metrics
+            .limiter_slowdowns
+            .get_or_create(&metrics::LineLabels::of(line))
+            .inc();
     }
 
     fn memory(&self) -> MutexGuard<'_, memory::Memory> {
@@ -106,7 +147,7 @@ mod tests {
 
     #[test]
     fn the_gauge_shows_the_block_until_a_node_comes_up_and_refusals_are_counted() {
-        let capacity = Capacity::new(CapacityMetrics::default());
+        let capacity = Capacity::new(CapacityMetrics::default(), Limits::default());
         let (p, t0) = (place(), DateTime::from_timestamp(1_800_000_000, 0).unwrap());
         let labels = metrics::PlaceLabels::of(&p);
         let gauge = |c: &Capacity| c.metrics.blocked_until.get(&labels).map(|g| g.get());
