@@ -116,6 +116,13 @@ impl Context {
         self
     }
 
+    /// Paces creates to `limits` (a fresh limiter; the stockout memory starts empty too).
+    pub fn with_create_limits(mut self, limits: crate::runtime::capacity::Limits) -> Self {
+        self.capacity = Arc::new(Capacity::new(self.metrics.capacity.clone(), limits.clone()));
+        self.config.create_limits = limits;
+        self
+    }
+
     pub fn with_backoff(mut self, policy: BackoffPolicy) -> Self {
         self.backoff = ObjectBackoff::new(policy);
         self

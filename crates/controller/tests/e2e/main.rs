@@ -10,6 +10,7 @@ mod checkpoints;
 mod cloud_watch;
 mod compute_engine;
 mod create_failures;
+mod create_limiter;
 mod events;
 mod gitops_health;
 mod google_identity;

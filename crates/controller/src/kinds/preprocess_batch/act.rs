@@ -13,7 +13,10 @@ use super::{
     spec::batch_request,
 };
 use crate::reconcile::context::Context;
-use crate::runtime::error::{ReconcileError, Result};
+use crate::runtime::{
+    capacity::{Asker, Group, Line, Turn},
+    error::{ReconcileError, Result},
+};
 
 /// How a submit went.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,6 +38,12 @@ pub enum SubmitOutcome {
         reason: &'static str,
         message: String,
     },
+    /// Not sent: the project's Dataproc creates in the region are paced and others are ahead
+    /// (see [`crate::runtime::capacity::limiter`]). Tried again when the turn is due.
+    Paced {
+        message: String,
+        after: std::time::Duration,
+    },
 }
 
 /// Creates the batch of `attempt` with its deterministic id and `requestId`.
@@ -54,6 +63,9 @@ pub async fn submit(
             });
         }
     };
+    if let Some(paced) = turn(ctx, target) {
+        return Ok(paced);
+    }
     let batch_name = target.batch_name(attempt);
     let created = ctx
         .gcp
@@ -86,9 +98,35 @@ pub async fn submit(
             })
         }
         Err(err) => {
-            ctx.metrics.capacity.create_failed("PreprocessBatch", &err);
+            if ctx.metrics.capacity.create_failed("PreprocessBatch", &err) == CreateFailure::RateLimited
+                && let Some(line) = line(target)
+            {
+                ctx.capacity.rate_refused(&line, ctx.clock.now());
+            }
             refusal(err).map_err(ReconcileError::gcp("create Dataproc batch"))
         }
+    }
+}
+
+/// The quota a batch create spends: Dataproc's batch operations, per project and region.
+fn line(target: &Target) -> Option<Line> {
+    Line::under(Group::DataprocBatchCreate, &target.parent)
+}
+
+/// `None`: create now. Otherwise the batch waits its turn in the create limiter.
+fn turn(ctx: &Context, target: &Target) -> Option<SubmitOutcome> {
+    let line = line(target)?;
+    let asker = Asker {
+        who: &target.identity.uid,
+        tenant: &target.identity.namespace,
+    };
+    let now = ctx.clock.now();
+    match ctx.capacity.turn(&line, asker, now) {
+        Turn::Go => None,
+        Turn::Wait(waiting) => Some(SubmitOutcome::Paced {
+            message: waiting.message(&line),
+            after: waiting.wait(now),
+        }),
     }
 }
 

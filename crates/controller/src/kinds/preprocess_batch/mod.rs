@@ -175,13 +175,18 @@ impl Kind for PreprocessBatch {
         let next = match (pass.plan, pass.done) {
             (Plan::Keep(next), _) => *next,
             (Plan::Report(report), _) => report.requeue,
-            (_, Done::Submitted { attempt, outcome }) => {
-                seen = Some((pass.target.batch_name(*attempt), BatchState::Pending));
-                match outcome.as_ref() {
-                    SubmitOutcome::Refused { .. } => Requeue::Stable,
-                    SubmitOutcome::Created { .. } | SubmitOutcome::Adopted { .. } => Requeue::Active,
+            (_, Done::Submitted { attempt, outcome }) => match outcome.as_ref() {
+                // Nothing was sent: no batch to watch, and the turn says when to look again.
+                SubmitOutcome::Paced { after, .. } => Requeue::After(*after),
+                SubmitOutcome::Refused { .. } => {
+                    seen = Some((pass.target.batch_name(*attempt), BatchState::Pending));
+                    Requeue::Stable
                 }
-            }
+                SubmitOutcome::Created { .. } | SubmitOutcome::Adopted { .. } => {
+                    seen = Some((pass.target.batch_name(*attempt), BatchState::Pending));
+                    Requeue::Active
+                }
+            },
             (Plan::Submit { .. }, Done::Nothing) => Requeue::Active,
         };
         match seen {

@@ -106,6 +106,17 @@ pub fn after_submit(
             );
             return s;
         }
+        SubmitOutcome::Paced { message, .. } => {
+            set_kstatus(
+                &mut s.conditions,
+                Progress::Reconciling,
+                reasons::WAITING_FOR_CREATE_RATE,
+                message,
+                generation,
+                k8s_time(now),
+            );
+            return s;
+        }
         SubmitOutcome::Created {
             attempt,
             batch_name,

@@ -13,7 +13,7 @@ use tpu_operator_api::{
     tpu_slice::TpuSlice,
     training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase, TrainingPipelineStatus},
 };
-use tpu_operator_gcp::ErrorKind;
+use tpu_operator_gcp::{CreateFailure, ErrorKind};
 
 use crate::reconcile::kind::WriteAhead;
 
@@ -25,7 +25,10 @@ use super::{
     status::{self, time},
 };
 use crate::reconcile::context::Context;
-use crate::runtime::error::{ReconcileError, Result};
+use crate::runtime::{
+    capacity::{Asker, Group, Line, Turn},
+    error::{ReconcileError, Result},
+};
 
 pub async fn act(
     ctx: &Context,
@@ -272,6 +275,9 @@ async fn submit_job(
     reads: &mut Reads,
     ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
 ) -> Result<Option<String>> {
+    if !turn(ctx, tp, parent, st) {
+        return Ok(None);
+    }
     // Write-ahead: a reply lost, or a crash before the status write, leaves a job no
     // status names and lists may show late; deletion waits for lists only then.
     if st.unconfirmed_create_time.is_none() {
@@ -295,8 +301,43 @@ async fn submit_job(
         Err(e) => {
             // Quota, rate limit, permission: counted by reason (the error's category names it
             // too), retried with the error backoff; a refusal reaches status as PermissionDenied.
-            ctx.metrics.capacity.create_failed("TrainingPipeline", &e);
+            // A rate limit also slows the project's line of Vertex creates.
+            if ctx.metrics.capacity.create_failed("TrainingPipeline", &e) == CreateFailure::RateLimited
+                && let Some(line) = Line::under(Group::VertexJobCreate, parent)
+            {
+                ctx.capacity.rate_refused(&line, ctx.clock.now());
+            }
             Err(ReconcileError::gcp("create Vertex custom job")(e))
+        }
+    }
+}
+
+/// May the job be created now? If not, the project's Vertex creates in the region are paced and
+/// others are ahead (see [`crate::runtime::capacity::limiter`]): the train stage and the
+/// pipeline's conditions say its place and when its turn is due, and nothing is sent. The
+/// pipeline looks again on its active poll.
+fn turn(ctx: &Context, tp: &TrainingPipeline, parent: &str, st: &mut TrainingPipelineStatus) -> bool {
+    let Some(line) = Line::under(Group::VertexJobCreate, parent) else {
+        return true;
+    };
+    let (who, tenant) = (
+        tp.metadata.uid.as_deref().unwrap_or_default(),
+        tp.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let now = ctx.clock.now();
+    match ctx.capacity.turn(&line, Asker { who, tenant }, now) {
+        Turn::Go => true,
+        Turn::Wait(waiting) => {
+            let message = waiting.message(&line);
+            status::stage_mut(st, StageName::Train).message = Some(message.clone());
+            status::set_kstatus(
+                st,
+                Progress::Reconciling,
+                reasons::WAITING_FOR_CREATE_RATE,
+                &message,
+                time(now),
+            );
+            false
         }
     }
 }

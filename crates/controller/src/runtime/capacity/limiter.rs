@@ -133,6 +133,18 @@ impl Line {
         }
     }
 
+    /// The line of a call under `parent` (`projects/<p>/locations/<region>`), for a group Google
+    /// counts per region; `None` if `parent` is not of that form.
+    pub fn under(group: Group, parent: &str) -> Option<Self> {
+        let mut parts = parent.split('/');
+        match (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some("projects"), Some(project), Some("locations"), Some(region), None) => {
+                Some(Self::in_region(group, project, region))
+            }
+            _ => None,
+        }
+    }
+
     /// `project demo (us-central1)`.
     pub fn scope(&self) -> String {
         match &self.region {
@@ -214,6 +226,37 @@ pub struct Waiting {
     pub per_minute: f64,
     /// The quota Google was last heard to refuse, and until when the line is paused for it.
     pub paused_until: Option<DateTime<Utc>>,
+}
+
+impl Waiting {
+    /// What an object's status says while it waits here: its place, the line, and when its
+    /// turn is due.
+    pub fn message(&self, line: &Line) -> String {
+        let at = |t: &DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let paused = self
+            .paused_until
+            .map(|until| {
+                format!(
+                    "; Google refused one for its rate quota, so none is sent before {}",
+                    at(&until)
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "waiting for its turn to create: {} of {} in {}'s line of {}, due at {} (the operator sends at most {:.0} a minute there, under Google's per-minute quota{paused}; config createLimits)",
+            self.position,
+            self.of,
+            line.scope(),
+            line.group.noun(),
+            at(&self.due),
+            self.per_minute,
+        )
+    }
+
+    /// How long until the turn is due, from `now`.
+    pub fn wait(&self, now: DateTime<Utc>) -> std::time::Duration {
+        (self.due - now).to_std().unwrap_or_default()
+    }
 }
 
 #[derive(Debug)]

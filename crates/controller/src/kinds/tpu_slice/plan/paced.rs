@@ -5,7 +5,7 @@
 //!
 //! Does not touch Kubernetes or Google Cloud.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use tpu_operator_api::{
     conditions::{Progress, reasons},
     tpu_slice::TpuSlicePhase,
@@ -16,33 +16,13 @@ use crate::runtime::capacity::{Line, Waiting};
 
 /// What status says of a create waiting at `waiting` in `line`.
 pub fn paced(line: &Line, waiting: &Waiting, now: DateTime<Utc>) -> Assessment {
-    let at = |t: &DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
-    let paused = waiting
-        .paused_until
-        .map(|until| {
-            format!(
-                "; Google refused one for its rate quota, so none is sent before {}",
-                at(&until)
-            )
-        })
-        .unwrap_or_default();
-    let message = format!(
-        "waiting for its turn to create: {} of {} in {}'s line of {}, due at {} (the operator sends {:.0} a minute there, under Google's per-minute quota{paused}; config createLimits)",
-        waiting.position,
-        waiting.of,
-        line.scope(),
-        line.group.noun(),
-        at(&waiting.due),
-        waiting.per_minute,
-    );
-    let wait = (waiting.due - now).to_std().unwrap_or_default();
     Assessment::new(
         Progress::Reconciling,
         reasons::WAITING_FOR_CREATE_RATE,
         TpuSlicePhase::Pending,
-        message,
+        waiting.message(line),
     )
-    .requeue(Requeue::After(wait))
+    .requeue(Requeue::After(waiting.wait(now)))
 }
 
 #[cfg(test)]
@@ -77,7 +57,7 @@ mod tests {
             "37 of 412",
             "project team-a's line of TPU creates",
             "due at 2027-01-15T08:00:25Z",
-            "86 a minute",
+            "at most 86 a minute",
         ] {
             assert!(a.message.contains(part), "{part:?} in {:?}", a.message);
         }

@@ -1,0 +1,323 @@
+//! The create limiter through the real path: objects → controllers → gcp-emulator with Google's
+//! per-minute rate quotas switched on. With the production defaults, 200 slices created at once
+//! make their creates at the quota's pace (86 a minute, under Google's 91) with no refusal and
+//! each exactly once, the ones that wait saying their place and turn; a quota lower than
+//! configured is refused once and then paused for, not retried blindly; Dataproc batches and
+//! Vertex jobs wait their turn in their own lines.
+//!
+//! The clock is moved by the test alone, a minute at a time, so what is sent in a minute is
+//! decided by emulated time, not by how fast the machine is.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+use gcp_emulator::{CallRecord, QuotaGroup, RateQuota};
+use serde_json::json;
+use test_kit::TestEnv;
+use tpu_operator_api::{
+    conditions::{find_condition, types},
+    preprocess_batch::PreprocessBatch,
+    tpu_slice::{TpuSlice, TpuSlicePhase},
+    training_pipeline::{StageName, TrainingPipeline},
+};
+use tpu_operator_controller::{
+    kinds::{preprocess_batch, tpu_slice, training_pipeline},
+    never_shutdown,
+    runtime::capacity::Limits,
+};
+
+fn slice(name: &str) -> TpuSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "zone": "us-east5-b",
+            "acceleratorType": "v6e-8",
+            "runtimeVersion": "v2-alpha-tpuv6e",
+            "capacity": {"spot": {}},
+        }
+    }))
+    .expect("TpuSlice fixture")
+}
+
+fn calls(env: &TestEnv, service: &str, method: &str) -> Vec<CallRecord> {
+    env.gcp
+        .calls()
+        .into_iter()
+        .filter(|c| c.service == service && c.method == method)
+        .collect()
+}
+
+/// Waits in real time, without moving the clock, until `done` holds.
+async fn settle(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Gives the controllers `real` of real time with the clock still: every waiter polls, and
+/// any call the limiter would wrongly let through is made.
+async fn hold(real: Duration) {
+    tokio::time::sleep(real).await;
+}
+
+fn waiting_for_its_turn(s: &TpuSlice) -> Option<String> {
+    let st = s.status.as_ref()?;
+    let c = find_condition(&st.conditions, types::RECONCILING)?;
+    (st.phase == TpuSlicePhase::Pending && c.status == "True" && c.reason == "WaitingForCreateRate")
+        .then(|| c.message.clone())
+}
+
+fn minute_of(t: DateTime<Utc>) -> i64 {
+    t.timestamp().div_euclid(60)
+}
+
+/// Successful creates per emulated minute.
+fn per_minute(creates: &[CallRecord]) -> BTreeMap<i64, usize> {
+    let mut m = BTreeMap::new();
+    for c in creates.iter().filter(|c| c.status == 200) {
+        *m.entry(minute_of(c.time)).or_default() += 1;
+    }
+    m
+}
+
+const SLICES: usize = 200;
+
+#[tokio::test]
+async fn two_hundred_slices_create_at_the_quota_s_pace_each_once_and_none_refused() {
+    let mut env = TestEnv::start().await;
+    env.gcp.set_rate_quota(RateQuota {
+        group: QuotaGroup::TpuCreate,
+        per_minute: None,
+    });
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    for i in 0..SLICES {
+        env.create(&slice(&format!("s-{i:03}"))).await;
+    }
+    let creates = || calls(&env, "tpu", "nodes.create");
+    // Minute by minute: 86 (91 less 5 %), then the rest.
+    let mut expected = 0;
+    let mut minutes = 0;
+    while expected < SLICES {
+        expected = (expected + 86).min(SLICES);
+        settle(&format!("{expected} creates"), || creates().len() >= expected).await;
+        hold(Duration::from_secs(2)).await;
+        assert_eq!(creates().len(), expected, "no more than the minute's share");
+        if expected < SLICES {
+            // Every slice not yet created says it waits, with its place and its turn.
+            let m = settle_waiting(&env, SLICES - expected).await;
+            for part in [" of ", "in project demo-project's line of TPU creates", "due at "] {
+                assert!(m.contains(part), "{part:?} in {m:?}");
+            }
+            env.gcp.clock().advance(Duration::from_secs(60));
+            minutes += 1;
+        }
+    }
+    let creates = creates();
+    let refused = creates.iter().filter(|c| c.status != 200).count();
+    let minutes_used = per_minute(&creates);
+    println!(
+        "create limiter: {SLICES} slices, creates per emulated minute {:?}, {refused} refused",
+        minutes_used.values().collect::<Vec<_>>()
+    );
+    assert_eq!(refused, 0, "{creates:#?}");
+    assert_eq!(env.gcp.rate_quota_refusals(QuotaGroup::TpuCreate), 0);
+    assert!(minutes_used.values().all(|n| *n <= 86), "{minutes_used:?}");
+    assert_eq!(minutes, SLICES.div_ceil(86) - 1);
+    // Each slice's node created once: as many nodes as slices, as many creates as nodes.
+    assert_eq!(env.gcp.nodes().len(), SLICES);
+    assert_eq!(creates.len(), SLICES);
+}
+
+/// Waits until `n` slices say they wait their turn; one of their messages.
+async fn settle_waiting(env: &TestEnv, n: usize) -> String {
+    let api = env.api::<TpuSlice>();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let list = api.list(&Default::default()).await.unwrap().items;
+        let waiting: Vec<String> = list.iter().filter_map(waiting_for_its_turn).collect();
+        if waiting.len() == n {
+            return waiting.into_iter().next().unwrap_or_default();
+        }
+        let others: Vec<_> = list
+            .iter()
+            .filter(|s| waiting_for_its_turn(s).is_none())
+            .filter(|s| s.status.as_ref().is_none_or(|st| st.node_name.is_none()))
+            .map(|s| &s.status)
+            .collect();
+        let waiting = waiting.len();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{waiting} slices say they wait their turn, expected {n}; neither created nor waiting: {others:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_quota_below_the_configured_one_is_refused_once_a_minute_not_retried_blindly() {
+    let mut env = TestEnv::start().await;
+    // Someone set the project's real quota to 20 a minute; the operator still believes 91.
+    env.gcp.set_rate_quota(RateQuota {
+        group: QuotaGroup::TpuCreate,
+        per_minute: Some(20),
+    });
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    let n = 60;
+    for i in 0..n {
+        env.create(&slice(&format!("r-{i:02}"))).await;
+    }
+    let creates = || calls(&env, "tpu", "nodes.create");
+    let ok = |c: &Vec<CallRecord>| c.iter().filter(|c| c.status == 200).count();
+    settle("the first refusal", || creates().iter().any(|c| c.status != 200)).await;
+    hold(Duration::from_secs(2)).await;
+    // The line is paused to the next minute: no call while the clock stands.
+    let first = creates();
+    assert_eq!(ok(&first), 20, "the real quota's share");
+    let refused_first = first.len() - 20;
+    let concurrency = env.ctx.config.concurrency as usize;
+    assert!(
+        (1..=concurrency).contains(&refused_first),
+        "{refused_first} refused: at most the calls already on their way"
+    );
+    let api = env.api::<TpuSlice>();
+    let paused = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(waiting_for_its_turn)
+        .find(|m| m.contains("Google refused one for its rate quota"));
+    assert!(paused.is_some(), "a waiting slice says the line is paused");
+    // Minute by minute until all are created: at most the calls in flight refused per minute.
+    let mut guard = 0;
+    while ok(&creates()) < n {
+        env.gcp.clock().advance(Duration::from_secs(60));
+        hold(Duration::from_secs(2)).await;
+        guard += 1;
+        assert!(guard < 12, "{} created after {guard} minutes", ok(&creates()));
+    }
+    let all = creates();
+    let mut refused_per_minute: BTreeMap<i64, usize> = BTreeMap::new();
+    for c in all.iter().filter(|c| c.status != 200) {
+        *refused_per_minute.entry(minute_of(c.time)).or_default() += 1;
+    }
+    println!(
+        "create limiter, quota 20/min: {n} slices in {guard} minutes, refused per minute {:?}, created per minute {:?}",
+        refused_per_minute.values().collect::<Vec<_>>(),
+        per_minute(&all).values().collect::<Vec<_>>()
+    );
+    assert!(
+        refused_per_minute.values().all(|r| *r <= concurrency),
+        "{refused_per_minute:?}"
+    );
+    assert_eq!(env.gcp.nodes().len(), n, "each slice's node once");
+}
+
+fn limits(setting: &str) -> Limits {
+    let mut limits = Limits::default();
+    limits.set(setting).unwrap();
+    limits
+}
+
+#[tokio::test]
+async fn dataproc_batches_wait_their_turn_in_their_region_s_line() {
+    let mut env = TestEnv::start().await;
+    // Quota 3: a cap of 2 a minute.
+    let ctx = Arc::new(env.context().await.with_create_limits(limits("dataprocBatchCreate=3")));
+    env.spawn(preprocess_batch::run(ctx, never_shutdown()));
+    for i in 0..3 {
+        let b: PreprocessBatch = serde_json::from_value(json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "kind": "PreprocessBatch",
+            "metadata": {"name": format!("b-{i}")},
+            "spec": {
+                "region": "us-central1",
+                "pyspark": {"mainPythonFileUri": "gs://demo-data/scripts/tokenize.py"},
+                "outputUri": format!("gs://demo-data/out-{i}/"),
+            }
+        }))
+        .unwrap();
+        env.create(&b).await;
+    }
+    let creates = || calls(&env, "dataproc", "batches.create").len();
+    settle("two batch creates", || creates() == 2).await;
+    hold(Duration::from_secs(2)).await;
+    assert_eq!(creates(), 2);
+    let api = env.api::<PreprocessBatch>();
+    let waiting: Vec<String> = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|b| {
+            let c = find_condition(&b.status.as_ref()?.conditions, types::RECONCILING)?;
+            (c.reason == "WaitingForCreateRate").then(|| c.message.clone())
+        })
+        .collect();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert!(
+        waiting[0].contains("1 of 1 in project demo-project (us-central1)'s line of Dataproc batch creates"),
+        "{}",
+        waiting[0]
+    );
+    env.gcp.clock().advance(Duration::from_secs(60));
+    settle("the third batch create", || creates() == 3).await;
+}
+
+#[tokio::test]
+async fn vertex_jobs_wait_their_turn_and_the_train_stage_says_so() {
+    let mut env = TestEnv::start().await;
+    let ctx = Arc::new(env.context().await.with_create_limits(limits("vertexJobCreate=3")));
+    env.spawn(training_pipeline::run(ctx, never_shutdown()));
+    for i in 0..3 {
+        let mut tp: TrainingPipeline =
+            test_kit::from_yaml(include_str!("../../../../examples/quickstart.yaml"));
+        tp.metadata.name = Some(format!("tp-{i}"));
+        tp.spec.preprocess = None;
+        // Each its own model directory: one directory is one pipeline's at a time.
+        tp.spec.artifacts.model_dir = format!("gs://demo-project-tpu-data/models/tp-{i}/");
+        env.create(&tp).await;
+    }
+    // A pipeline's passes need the clock to move: a second a step, so the line's minute is
+    // crossed only after ~60 steps.
+    let creates = || calls(&env, "vertex", "customJobs.create");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while creates().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no two job creates");
+        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
+    }
+    let first = creates()[0].time;
+    let api = env.api::<TrainingPipeline>();
+    let mut told = None;
+    while env.gcp.clock().now() < first + chrono::Duration::seconds(50) {
+        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
+        assert_eq!(creates().len(), 2, "a third create inside the minute");
+        if told.is_none() {
+            told = api.list(&Default::default()).await.unwrap().items.into_iter().find_map(|tp| {
+                let st = tp.status?;
+                let c = find_condition(&st.conditions, types::RECONCILING)?.clone();
+                let train = st.stages.iter().find(|s| s.name == StageName::Train)?;
+                (c.reason == "WaitingForCreateRate" && train.message.as_deref() == Some(c.message.as_str()))
+                    .then_some(c.message)
+            });
+        }
+    }
+    let message = told.expect("the third pipeline says it waits its turn, on its train stage too");
+    assert!(message.contains("line of Vertex AI job creates"), "{message}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while creates().len() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "no third job create");
+        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
+    }
+    let third = creates()[2].time;
+    assert!(third >= first + chrono::Duration::seconds(60), "{first} then {third}");
+}
