@@ -42,6 +42,7 @@ use super::{
 use crate::{
     Shutdown,
     runtime::{
+        capacity::turns::turns,
         cloud_watch::CloudWatch,
         error::{self, ReconcileError, Result},
         fair_share::FairShare,
@@ -68,6 +69,16 @@ pub async fn run<K: Kind>(ctx: Arc<Context>, shutdown: Shutdown) {
     K::watches(controller, &watches)
         .with_config(Config::default().concurrency(ctx.config.concurrency))
         .reconcile_on(ctx.cloud_watch.triggers::<K>().map(cached_ref))
+        .reconcile_on(
+            turns::<K>(
+                ctx.capacity.clone(),
+                K::KIND,
+                ctx.clock.clone(),
+                ctx.settled.clone(),
+                ctx.config.poll_active,
+            )
+            .map(cached_ref),
+        )
         .reconcile_all_on(ctx.tenancy.policies.changes())
         .graceful_shutdown_on(shutdown)
         .run(reconcile::<K>, error_policy::<K>, ctx)

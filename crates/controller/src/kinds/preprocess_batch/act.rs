@@ -4,7 +4,7 @@
 
 use tpu_operator_api::{
     conditions::reasons,
-    preprocess_batch::{PreprocessBatchPhase, PreprocessBatchSpec},
+    preprocess_batch::{PreprocessBatch, PreprocessBatchPhase, PreprocessBatchSpec},
 };
 use tpu_operator_gcp::{CreateFailure, ErrorKind, GcpError};
 
@@ -12,7 +12,7 @@ use super::{
     observe::{ObservedBatch, Target},
     spec::batch_request,
 };
-use crate::reconcile::context::Context;
+use crate::reconcile::{context::Context, kind::Kind};
 use crate::runtime::{
     capacity::{Asker, Group, Line, Turn},
     error::{ReconcileError, Result},
@@ -119,6 +119,8 @@ fn turn(ctx: &Context, target: &Target) -> Option<SubmitOutcome> {
     let asker = Asker {
         who: &target.identity.uid,
         tenant: &target.identity.namespace,
+        kind: <PreprocessBatch as Kind>::KIND,
+        name: &target.identity.name,
     };
     let now = ctx.clock.now();
     match ctx.capacity.turn(&line, asker, now) {

@@ -15,7 +15,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::{CreateFailure, ErrorKind};
 
-use crate::reconcile::kind::WriteAhead;
+use crate::reconcile::kind::{Kind, WriteAhead};
 
 use super::{
     Target, checkpoints,
@@ -320,12 +320,14 @@ fn turn(ctx: &Context, tp: &TrainingPipeline, parent: &str, st: &mut TrainingPip
     let Some(line) = Line::under(Group::VertexJobCreate, parent) else {
         return true;
     };
-    let (who, tenant) = (
-        tp.metadata.uid.as_deref().unwrap_or_default(),
-        tp.metadata.namespace.as_deref().unwrap_or_default(),
-    );
+    let asker = Asker {
+        who: tp.metadata.uid.as_deref().unwrap_or_default(),
+        tenant: tp.metadata.namespace.as_deref().unwrap_or_default(),
+        kind: <TrainingPipeline as Kind>::KIND,
+        name: tp.metadata.name.as_deref().unwrap_or_default(),
+    };
     let now = ctx.clock.now();
-    match ctx.capacity.turn(&line, Asker { who, tenant }, now) {
+    match ctx.capacity.turn(&line, asker, now) {
         Turn::Go => true,
         Turn::Wait(waiting) => {
             let message = waiting.message(&line);

@@ -196,12 +196,22 @@ impl Limits {
     }
 }
 
-/// Who asks: the object (its uid) and its tenant (its namespace), whose waiters are ranked
-/// among themselves.
+/// Who asks: the object (its uid), its tenant (its namespace), whose waiters are ranked among
+/// themselves, and its kind and name, by which it is woken when its turn comes.
 #[derive(Clone, Copy, Debug)]
 pub struct Asker<'a> {
     pub who: &'a str,
     pub tenant: &'a str,
+    pub kind: &'static str,
+    pub name: &'a str,
+}
+
+/// A waiter whose turn has come: to be woken (see [`Limiter::due`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Due {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
 }
 
 /// What the limiter says to an object about to create.
@@ -262,8 +272,12 @@ impl Waiting {
 #[derive(Debug)]
 struct Waiter {
     tenant: String,
+    kind: &'static str,
+    name: String,
     since: DateTime<Utc>,
     due: DateTime<Utc>,
+    /// Woken for this `due` already (a wake is sent once; asking again resets it).
+    woken: bool,
 }
 
 #[derive(Debug)]
@@ -387,8 +401,11 @@ impl Limiter {
             .entry(asker.who.to_owned())
             .or_insert_with(|| Waiter {
                 tenant: asker.tenant.to_owned(),
+                kind: asker.kind,
+                name: asker.name.to_owned(),
                 since: now,
                 due: now,
+                woken: false,
             });
         // Those ahead that still count: before this asker in the fair order, and not overdue.
         let ahead = window
@@ -405,6 +422,7 @@ impl Limiter {
         }
         if let Some(w) = window.waiters.get_mut(asker.who) {
             w.due = due;
+            w.woken = false;
         }
         Turn::Wait(Waiting {
             position: ahead + 1,
@@ -425,6 +443,26 @@ impl Limiter {
         window.cap = (window.cap * SLOWDOWN).max(1.0);
         let minute = now.duration_trunc(WINDOW).unwrap_or(now);
         window.paused_until = Some(minute + WINDOW);
+    }
+
+    /// The waiters of `kind` whose turn has come by `now` and that were not woken for it yet:
+    /// each is marked woken, so a clock that runs ahead of the requeues (the emulator's) still
+    /// brings every waiter back at its turn, once.
+    pub fn due(&mut self, kind: &str, now: DateTime<Utc>) -> Vec<Due> {
+        let mut due = Vec::new();
+        for window in self.lines.values_mut() {
+            for (uid, w) in &mut window.waiters {
+                if w.kind == kind && !w.woken && w.due <= now {
+                    w.woken = true;
+                    due.push(Due {
+                        uid: uid.clone(),
+                        namespace: w.tenant.clone(),
+                        name: w.name.clone(),
+                    });
+                }
+            }
+        }
+        due
     }
 
     /// How many wait on `line`.

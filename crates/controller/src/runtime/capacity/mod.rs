@@ -5,12 +5,13 @@
 pub mod limiter;
 pub mod memory;
 pub mod metrics;
+pub mod turns;
 
 use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 
-pub use limiter::{Asker, Group, Limits, Line, Turn, Waiting};
+pub use limiter::{Asker, Due, Group, Limits, Line, Turn, Waiting};
 pub use memory::{Place, Verdict};
 pub use metrics::CapacityMetrics;
 
@@ -61,6 +62,11 @@ impl Capacity {
             .get_or_create(&labels)
             .set(waiting as i64);
         turn
+    }
+
+    /// The waiters of `kind` whose turn has come (see [`limiter::Limiter::due`]).
+    pub fn due(&self, kind: &str, now: DateTime<Utc>) -> Vec<Due> {
+        self.limiter().due(kind, now)
     }
 
     /// Google refused a call on `line` for its rate quota (see [`limiter::Limiter::refused`]).

@@ -3,13 +3,13 @@
 //! refused the call for its rate quota, so the whole project's line slows down instead of each
 //! slice retrying on its own.
 
-use tpu_operator_api::tpu_slice::Provisioner;
+use tpu_operator_api::tpu_slice::{Provisioner, TpuSlice};
 use tpu_operator_gcp::{CreateFailure, GcpError};
 
 use super::{Request, Started};
 use crate::{
     kinds::tpu_slice::plan::{self, Assessment},
-    reconcile::context::Context,
+    reconcile::{context::Context, kind::Kind},
     runtime::capacity::{Asker, Group, Line, Turn},
 };
 
@@ -29,6 +29,8 @@ pub(super) fn ask(ctx: &Context, request: &Request<'_>) -> Option<Assessment> {
     let asker = Asker {
         who: &request.identity.uid,
         tenant: &request.identity.namespace,
+        kind: <TpuSlice as Kind>::KIND,
+        name: &request.identity.name,
     };
     let now = ctx.clock.now();
     match ctx.capacity.turn(&line, asker, now) {

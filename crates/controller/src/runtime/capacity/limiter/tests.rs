@@ -10,7 +10,12 @@ fn line() -> Line {
 }
 
 fn asker<'a>(who: &'a str, tenant: &'a str) -> Asker<'a> {
-    Asker { who, tenant }
+    Asker {
+        who,
+        tenant,
+        kind: "TpuSlice",
+        name: who,
+    }
 }
 
 fn limited(per_minute: u32) -> Limiter {
@@ -207,4 +212,33 @@ fn a_bad_setting_names_the_flag_and_what_it_takes() {
     }
     limits.set("dataprocBatchCreate=400").unwrap();
     assert_eq!(limits.0[&Group::DataprocBatchCreate], 400);
+}
+
+#[test]
+fn a_waiter_is_woken_once_when_its_turn_comes_and_again_only_after_asking() {
+    let mut limiter = limited(3);
+    let at = |s: i64| t0() + Duration::seconds(s);
+    limiter.turn(&line(), asker("c-0", "a"), at(0));
+    limiter.turn(&line(), asker("c-1", "a"), at(0));
+    let Turn::Wait(w) = limiter.turn(&line(), asker("w", "team-a"), at(1)) else {
+        panic!()
+    };
+    assert!(limiter.due("TpuSlice", at(59)).is_empty(), "not before its turn");
+    assert!(limiter.due("PreprocessBatch", w.due).is_empty(), "only its own kind's");
+    let woken = limiter.due("TpuSlice", w.due);
+    assert_eq!(
+        woken,
+        vec![Due {
+            uid: "w".into(),
+            namespace: "team-a".into(),
+            name: "w".into()
+        }]
+    );
+    assert!(limiter.due("TpuSlice", at(120)).is_empty(), "once per turn");
+    // Back before the window has room (a slow clock): told a new turn, woken at that one.
+    let early = w.due - Duration::seconds(1);
+    let Turn::Wait(again) = limiter.turn(&line(), asker("w", "team-a"), early) else {
+        panic!()
+    };
+    assert_eq!(limiter.due("TpuSlice", again.due).len(), 1);
 }
