@@ -35,6 +35,14 @@ pub enum OperatorBuild {
     Shipped,
 }
 
+/// What a bench measures: the image's build of the operator (built once, then reused), or the
+/// binary `TPU_OPERATOR_BINARY` names (to measure another build, e.g. a debug one while the
+/// release build would take too long).
+pub fn bench_binary() -> PathBuf {
+    std::env::var_os("TPU_OPERATOR_BINARY")
+        .map_or_else(|| operator_binary(OperatorBuild::Shipped), PathBuf::from)
+}
+
 /// Path to an up-to-date `tpu-operator` binary of `build`.
 pub fn operator_binary(build: OperatorBuild) -> PathBuf {
     let profile = profile_dir();
@@ -114,15 +122,49 @@ impl OperatorProcess {
         namespace: Option<&str>,
         extra: &[&str],
     ) -> Self {
+        Self::spawn_as(bin, kubeconfig, gcp_url, namespace, None, extra)
+    }
+
+    /// [`Self::spawn_in`] as one of several replicas electing a leader through the Lease
+    /// `tpu-operator` in `default`, as `identity`.
+    pub fn spawn_replica(
+        bin: &Path,
+        kubeconfig: &Path,
+        gcp_url: &str,
+        namespace: Option<&str>,
+        identity: &str,
+        extra: &[&str],
+    ) -> Self {
+        Self::spawn_as(bin, kubeconfig, gcp_url, namespace, Some(identity), extra)
+    }
+
+    fn spawn_as(
+        bin: &Path,
+        kubeconfig: &Path,
+        gcp_url: &str,
+        namespace: Option<&str>,
+        replica: Option<&str>,
+        extra: &[&str],
+    ) -> Self {
         let metrics = free_port();
         let namespace: Vec<&str> = namespace.map(|ns| vec!["--namespace", ns]).unwrap_or_default();
+        let election: Vec<&str> = match replica {
+            Some(identity) => vec![
+                "--leader-elect=true",
+                "--identity",
+                identity,
+                "--lease-namespace",
+                "default",
+            ],
+            None => vec!["--leader-elect=false"],
+        };
         let child = wrapped(bin)
             .arg("run")
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--gcp-emulator", gcp_url])
             .args(["--metrics-addr", &metrics.to_string()])
-            .args(["--leader-elect=false"])
+            .args(election)
             .args(["--cluster-id", "reliability", "--project", "demo-project"])
             .args(namespace)
             .args(extra)

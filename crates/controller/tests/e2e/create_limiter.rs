@@ -231,7 +231,11 @@ fn limits(setting: &str) -> Limits {
 async fn dataproc_batches_wait_their_turn_in_their_region_s_line() {
     let mut env = TestEnv::start().await;
     // Quota 3: a cap of 2 a minute.
-    let ctx = Arc::new(env.context().await.with_create_limits(limits("dataprocBatchCreate=3")));
+    let ctx = Arc::new(
+        env.context()
+            .await
+            .with_create_limits(limits("dataprocBatchCreate=3")),
+    );
     env.spawn(preprocess_batch::run(ctx, never_shutdown()));
     for i in 0..3 {
         let b: PreprocessBatch = serde_json::from_value(json!({
@@ -276,7 +280,11 @@ async fn dataproc_batches_wait_their_turn_in_their_region_s_line() {
 #[tokio::test]
 async fn vertex_jobs_wait_their_turn_and_the_train_stage_says_so() {
     let mut env = TestEnv::start().await;
-    let ctx = Arc::new(env.context().await.with_create_limits(limits("vertexJobCreate=3")));
+    let ctx = Arc::new(
+        env.context()
+            .await
+            .with_create_limits(limits("vertexJobCreate=3")),
+    );
     env.spawn(training_pipeline::run(ctx, never_shutdown()));
     for i in 0..3 {
         let mut tp: TrainingPipeline =
@@ -302,13 +310,20 @@ async fn vertex_jobs_wait_their_turn_and_the_train_stage_says_so() {
         env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
         assert_eq!(creates().len(), 2, "a third create inside the minute");
         if told.is_none() {
-            told = api.list(&Default::default()).await.unwrap().items.into_iter().find_map(|tp| {
-                let st = tp.status?;
-                let c = find_condition(&st.conditions, types::RECONCILING)?.clone();
-                let train = st.stages.iter().find(|s| s.name == StageName::Train)?;
-                (c.reason == "WaitingForCreateRate" && train.message.as_deref() == Some(c.message.as_str()))
+            told = api
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find_map(|tp| {
+                    let st = tp.status?;
+                    let c = find_condition(&st.conditions, types::RECONCILING)?.clone();
+                    let train = st.stages.iter().find(|s| s.name == StageName::Train)?;
+                    (c.reason == "WaitingForCreateRate"
+                        && train.message.as_deref() == Some(c.message.as_str()))
                     .then_some(c.message)
-            });
+                });
         }
     }
     let message = told.expect("the third pipeline says it waits its turn, on its train stage too");
@@ -319,5 +334,8 @@ async fn vertex_jobs_wait_their_turn_and_the_train_stage_says_so() {
         env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
     }
     let third = creates()[2].time;
-    assert!(third >= first + chrono::Duration::seconds(60), "{first} then {third}");
+    assert!(
+        third >= first + chrono::Duration::seconds(60),
+        "{first} then {third}"
+    );
 }

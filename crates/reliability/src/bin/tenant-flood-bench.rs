@@ -22,7 +22,10 @@ use std::time::{Duration, Instant};
 use kube::Api;
 use serde_json::json;
 use tpu_operator_api::{TpuSlice, tpu_policy::TpuPolicy, tpu_slice::TpuSlicePhase};
-use tpu_operator_reliability::{World, arg, process::OperatorProcess};
+use tpu_operator_reliability::{
+    World, arg,
+    process::{OperatorProcess, bench_binary},
+};
 
 const TEAM_A: &str = "team-a";
 const TEAM_B: &str = "team-b";
@@ -171,7 +174,7 @@ async fn start(world: &mut World, dir: &std::path::Path) -> OperatorProcess {
         .create(&Default::default(), &policy)
         .await
         .expect("policy");
-    let op = OperatorProcess::spawn_in(&operator_binary(), &kubeconfig, &world.gcp.url(), None, &[]);
+    let op = OperatorProcess::spawn_in(&bench_binary(), &kubeconfig, &world.gcp.url(), None, &[]);
     assert!(
         op.wait_ready(Duration::from_secs(60)).await,
         "operator never ready"
@@ -212,7 +215,7 @@ async fn big_team_a(
     );
     drop(op);
     let kubeconfig = dir.join("kubeconfig");
-    let op = OperatorProcess::spawn_in(&operator_binary(), &kubeconfig, &world.gcp.url(), None, &[]);
+    let op = OperatorProcess::spawn_in(&bench_binary(), &kubeconfig, &world.gcp.url(), None, &[]);
     assert!(
         op.wait_ready(Duration::from_secs(120)).await,
         "operator never ready again"
@@ -258,20 +261,6 @@ fn largest_slice(name: &str, seed: u64) -> TpuSlice {
                               "args": args, "env": env}},
     }))
     .expect("largest slice")
-}
-
-/// The image's build of the operator (built once, then reused), or the binary
-/// `TPU_OPERATOR_BINARY` names (to measure another build, e.g. a debug one while the release
-/// build would take too long).
-fn operator_binary() -> std::path::PathBuf {
-    std::env::var_os("TPU_OPERATOR_BINARY").map_or_else(
-        || {
-            tpu_operator_reliability::process::operator_binary(
-                tpu_operator_reliability::process::OperatorBuild::Shipped,
-            )
-        },
-        std::path::PathBuf::from,
-    )
 }
 
 /// One running slice in team-a that uses its policy's chips, then `flood` more its policy

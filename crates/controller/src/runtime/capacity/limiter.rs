@@ -137,7 +137,13 @@ impl Line {
     /// counts per region; `None` if `parent` is not of that form.
     pub fn under(group: Group, parent: &str) -> Option<Self> {
         let mut parts = parent.split('/');
-        match (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()) {
+        match (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) {
             (Some("projects"), Some(project), Some("locations"), Some(region), None) => {
                 Some(Self::in_region(group, project, region))
             }

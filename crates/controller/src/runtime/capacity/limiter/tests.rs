@@ -224,7 +224,10 @@ fn a_waiter_is_woken_once_when_its_turn_comes_and_again_only_after_asking() {
         panic!()
     };
     assert!(limiter.due("TpuSlice", at(59)).is_empty(), "not before its turn");
-    assert!(limiter.due("PreprocessBatch", w.due).is_empty(), "only its own kind's");
+    assert!(
+        limiter.due("PreprocessBatch", w.due).is_empty(),
+        "only its own kind's"
+    );
     let woken = limiter.due("TpuSlice", w.due);
     assert_eq!(
         woken,
