@@ -229,6 +229,33 @@ impl Memory {
         }
         stale
     }
+
+    /// What is remembered of every place, for showing (see [`super::snapshot`]).
+    pub fn remembered(&self) -> impl Iterator<Item = (&Place, Remembered)> {
+        self.places.iter().map(|(place, e)| {
+            let remembered = Remembered {
+                last_stockout: e.at,
+                strikes: e.strikes,
+                blocked_until: e.blocked_until,
+                probe_until: e.probe.as_ref().map(|p| p.until),
+            };
+            (place, remembered)
+        })
+    }
+}
+
+/// One place's memory as it may be shown: times and counts, never who probes (an object's uid
+/// says nothing to a reader and would tie the view to one tenant's object).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remembered {
+    /// When the last stockout that counted was recorded.
+    pub last_stockout: DateTime<Utc>,
+    /// Stockouts in a row.
+    pub strikes: u32,
+    /// Not asked before this (past: the next create probes).
+    pub blocked_until: DateTime<Utc>,
+    /// When the current probe lapses, if an object holds one (it may already have lapsed).
+    pub probe_until: Option<DateTime<Utc>>,
 }
 
 #[cfg(test)]

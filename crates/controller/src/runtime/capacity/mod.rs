@@ -5,6 +5,8 @@
 pub mod limiter;
 pub mod memory;
 pub mod metrics;
+pub mod publish;
+pub mod snapshot;
 pub mod turns;
 
 use std::sync::{Mutex, MutexGuard};
@@ -133,6 +135,11 @@ impl Capacity {
     /// Gives up `who`'s probe at `place` (its create was not made, or failed otherwise).
     pub fn release(&self, place: &Place, who: &str) {
         self.memory().release(place, who);
+    }
+
+    /// What the memory holds at `now`, for showing (see [`snapshot`]).
+    pub fn snapshot(&self, now: DateTime<Utc>) -> snapshot::Snapshot {
+        snapshot::Snapshot::of(self.memory().remembered(), now)
     }
 }
 
