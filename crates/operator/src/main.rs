@@ -1,12 +1,14 @@
 //! The `tpu-operator` binary.
 //!
 //! Subcommands live in [`Command`]; each has its own module: `crds` prints the CRDs, `run` is the
-//! operator in a cluster, `logs` prints what an object's cloud work logged, `local` runs everything (both emulators and the controllers) in one
+//! operator in a cluster, `logs` prints what an object's cloud work logged, `capacity` shows the stockout memory and
+//! what waits where, `local` runs everything (both emulators and the controllers) in one
 //! process. `local` and the emulators it embeds are the default-on `local` cargo feature; a
 //! production image is built with `--no-default-features` and leaves them out.
 
 mod allocator;
 mod build_info;
+mod capacity;
 mod config;
 mod convert_tenancy;
 mod crds;
@@ -50,6 +52,10 @@ enum Command {
     /// stages with their times, cost, checkpoint, links and its last Events:
     /// `tpu-operator describe tpl/NAME`.
     Describe(describe::DescribeArgs),
+    /// What the operator knows of TPU capacity: the leader's stockout memory (per project, zone,
+    /// accelerator and capacity kind: last stockout, blocked until when) and the slices waiting
+    /// where: `tpu-operator capacity [-o json]`.
+    Capacity(capacity::CapacityArgs),
     /// Run everything locally (Kubernetes and Google Cloud emulated), apply manifests, watch them
     /// converge, clean up and print a summary.
     #[cfg(feature = "local")]
@@ -83,6 +89,9 @@ fn main() -> ExitCode {
         Command::Logs(args) => runtime().block_on(logs::run(args)).map(|()| ExitCode::SUCCESS),
         Command::Describe(args) => runtime()
             .block_on(describe::run(args))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Capacity(args) => runtime()
+            .block_on(capacity::run(args))
             .map(|()| ExitCode::SUCCESS),
         #[cfg(feature = "local")]
         Command::Local(args) => local::runtime(&args)

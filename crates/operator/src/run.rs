@@ -25,7 +25,7 @@ use tpu_operator_controller::{
         sweeper::{self, Sweeper},
         tenancy::Policies,
     },
-    runtime::metrics::Metrics,
+    runtime::{capacity::publish, metrics::Metrics},
     shutdown_on,
 };
 use tpu_operator_gcp::{Gcp, GcpMetrics};
@@ -59,11 +59,21 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
     );
 }
 
-/// The controllers plus the orphan sweeper (only the leader sweeps: it may delete).
+/// The controllers plus the orphan sweeper (only the leader sweeps: it may delete) and the
+/// capacity view's publisher (only the leader's stockout memory is worth showing), which writes
+/// into the operator's namespace, where the sweeper reports.
 pub async fn run_operator(ctx: Arc<Context>, sweeper: Arc<Sweeper>, shutdown: Shutdown) {
+    let capacity_view = publish::run(
+        ctx.capacity.clone(),
+        ctx.clock.clone(),
+        ctx.client.clone(),
+        sweeper.config.report_namespace.clone(),
+        shutdown.clone(),
+    );
     tokio::join!(
         run_controllers(ctx.clone(), shutdown.clone()),
         sweeper::run(ctx, sweeper, shutdown),
+        capacity_view,
     );
 }
 

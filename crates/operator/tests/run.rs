@@ -251,3 +251,160 @@ async fn logs_follow_a_tpu_vm_pipeline_across_a_retry() {
     pos("Training finished: the model was saved", retry);
     drop(operator);
 }
+
+/// `tpu-operator capacity` through the real path: a zone out of v6e stock refuses the leader's
+/// first create, its stockout memory blocks the place for every slice, the leader publishes
+/// that into the ConfigMap, and the command (the binary, with nothing but a kubeconfig) prints
+/// the blocked place with its expiry and the slices waiting there. Without the ConfigMap it
+/// still prints the waiting slices, and says what it could not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_prints_the_leaders_blocked_place_and_the_slices_waiting_there() {
+    use gcp_emulator::{CapacityKind, StockSpec};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use tpu_operator_api::tpu_slice::{TpuSlice, TpuSlicePhase};
+
+    const ZONE: &str = "us-east5-b";
+    const SLICES: [&str; 3] = ["wait-a", "wait-b", "wait-c"];
+    // Real speed: `run` reads the wall clock, so the 5-minute block outlasts the test.
+    let env = Env::start_at(1.0).await;
+    env.gcp.set_stock(StockSpec {
+        zone: ZONE.into(),
+        accelerator: "v6e".into(),
+        kind: CapacityKind::OnDemand,
+        chips: 0,
+        steps: Vec::new(),
+        refill: None,
+    });
+    let leader = env.replica("replica-a");
+    leader.wait_ready().await;
+    wait_until("replica-a to lead", Duration::from_secs(30), async || {
+        leader.leading().await
+    })
+    .await;
+
+    let slices: Api<TpuSlice> = Api::namespaced(env.client.clone(), "default");
+    for name in SLICES {
+        let slice: TpuSlice = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "kind": "TpuSlice",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "project": "demo-project",
+                "zone": ZONE,
+                "acceleratorType": "v6e-8",
+                "runtimeVersion": "v2-alpha-tpuv6e",
+                "capacity": {"onDemand": {}},
+            }
+        }))
+        .unwrap();
+        slices.create(&Default::default(), &slice).await.unwrap();
+    }
+    wait_until(
+        "every slice to wait for capacity",
+        Duration::from_secs(60),
+        async || {
+            let list = slices.list(&Default::default()).await.unwrap().items;
+            list.len() == SLICES.len()
+                && list.iter().all(|s| {
+                    s.status
+                        .as_ref()
+                        .is_some_and(|st| st.phase == TpuSlicePhase::Waiting)
+                })
+        },
+    )
+    .await;
+    // The leader's snapshot, as published (the test reads it with the same client kubectl would).
+    let maps: Api<ConfigMap> = Api::namespaced(env.client.clone(), "default");
+    let mut published = serde_json::Value::Null;
+    wait_until(
+        "the leader to publish the blocked place",
+        Duration::from_secs(30),
+        async || {
+            let data = maps
+                .get_opt("tpu-operator-capacity")
+                .await
+                .unwrap()
+                .and_then(|c| c.data);
+            published = data
+                .and_then(|d| d.get("snapshot.json").cloned())
+                .map_or(serde_json::Value::Null, |t| serde_json::from_str(&t).unwrap());
+            published["places"].as_array().is_some_and(|p| !p.is_empty())
+        },
+    )
+    .await;
+    let place = &published["places"][0];
+    assert_eq!(
+        (
+            &place["project"],
+            &place["zone"],
+            &place["accelerator"],
+            &place["kind"],
+            &place["strikes"]
+        ),
+        (
+            &serde_json::json!("demo-project"),
+            &serde_json::json!(ZONE),
+            &serde_json::json!("v6e-8"),
+            &serde_json::json!("onDemand"),
+            &serde_json::json!(1)
+        ),
+        "{published:#}"
+    );
+    let until = place["blockedUntil"].as_str().unwrap().to_owned();
+
+    let capacity = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .arg("capacity")
+            .arg("--kubeconfig")
+            .arg(env.cluster.kubeconfig())
+            .args(args)
+            .output()
+            .expect("run tpu-operator capacity");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let table = capacity(&["--operator-namespace", "default"]);
+    println!("{table}");
+    let blocked = table
+        .lines()
+        .find(|l| l.starts_with("demo-project") && l.contains(" blocked "))
+        .unwrap_or_else(|| panic!("no blocked place:\n{table}"));
+    for cell in [ZONE, "v6e-8", "onDemand", &format!("{until} (in ")] {
+        assert!(blocked.contains(cell), "{cell:?} missing from {blocked:?}");
+    }
+    let waiting = table
+        .lines()
+        .find(|l| l.contains("WaitingForCapacity (Stockout)"))
+        .unwrap_or_else(|| panic!("no waiting group:\n{table}"));
+    assert!(waiting.contains(ZONE) && waiting.contains("  3  "), "{waiting:?}");
+    assert!(
+        waiting.contains("default/wait-a,default/wait-b,default/wait-c"),
+        "{waiting:?}"
+    );
+    assert!(!table.contains("Not shown"), "everything was readable:\n{table}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&capacity(&["--operator-namespace", "default", "-o", "json"])).unwrap();
+    assert_eq!(
+        json["memory"]["places"][0]["blockedUntil"],
+        serde_json::json!(until)
+    );
+    assert_eq!(
+        json["waiting"][0]["slices"],
+        serde_json::json!(SLICES.map(|s| format!("default/{s}")))
+    );
+
+    // The wrong namespace: no memory, and says so, but the waiting slices still show.
+    let partial = capacity(&["--operator-namespace", "elsewhere"]);
+    assert!(partial.starts_with("Stockout memory: not read"), "{partial}");
+    assert!(partial.contains("Waiting slices (3)"), "{partial}");
+    assert!(
+        partial.contains("ConfigMap elsewhere/tpu-operator-capacity): not found"),
+        "{partial}"
+    );
+}

@@ -78,6 +78,11 @@ pub struct LocalArgs {
     /// and `fail:train[:N]` fail the first N attempts of a stage. See docs/training.md.
     #[arg(long, value_name = "WHAT", value_parser = rehearse::parse)]
     pub inject: Vec<rehearse::Injection>,
+    /// After the summary, print the capacity view as `tpu-operator capacity` prints a cluster's:
+    /// this run's stockout memory and the slices that were waiting, taken when the objects had
+    /// finished (before the clean-up deletes them).
+    #[arg(long)]
+    pub capacity: bool,
     /// Log format of the (quiet by default, `RUST_LOG` to change) logs on stderr.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -124,7 +129,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     for line in said {
         println!("{line}");
     }
-    let (stop_controllers, controllers) = start_controllers(&client, &gcp, by_events(&args)).await?;
+    let (stop_controllers, controllers, ctx) = start_controllers(&client, &gcp, by_events(&args)).await?;
     let mut watch = Watch::new(&client, &gcp, &applied_keys, rehearsal);
     let (finished_in_time, interrupted) = watch.until_done(args.timeout, &stop).await?;
     let converged_after = started.elapsed();
@@ -132,11 +137,18 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         objects: watch.tracker.objects.clone(),
     };
     report_unfinished(interrupted, finished_in_time, args.timeout);
+    let capacity_view = if args.capacity {
+        let now = ctx.clock.now();
+        Some(crate::capacity::view_of(ctx.capacity.snapshot(now), &client, now).await)
+    } else {
+        None
+    };
 
     if args.keep {
         if !interrupted {
             watch.finish();
             print_summary(&at_end, &at_end, &gcp, None, converged_after);
+            print_capacity(capacity_view.as_ref());
             println!("everything keeps running; press Ctrl-C to stop");
             stop.await;
         }
@@ -155,6 +167,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
 
     watch.finish();
     print_summary(&at_end, &watch.tracker, &gcp, left.as_deref(), started.elapsed());
+    print_capacity(capacity_view.as_ref());
     Ok(exit_code(&at_end, &applied_keys, left.as_deref(), cleanup_ok))
 }
 
@@ -212,22 +225,29 @@ async fn apply_and_seed(
     Ok((applied, applied_keys))
 }
 
+/// The controllers' stop, their task, and their context (its stockout memory, for `--capacity`).
+type Controllers = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+    Arc<Context>,
+);
+
 /// Starts the controllers against both emulators: the sender stops them, the handle ends when
 /// they have.
 async fn start_controllers(
     client: &kube::Client,
     gcp: &gcp_emulator::Emulator,
     by_events: bool,
-) -> anyhow::Result<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)> {
+) -> anyhow::Result<Controllers> {
     let ctx = Arc::new(context(client, gcp, by_events).await?);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controllers = tokio::spawn(run_controllers(
-        ctx,
+        ctx.clone(),
         shutdown_on(async move {
             let _ = stop_rx.await;
         }),
     ));
-    Ok((stop_tx, controllers))
+    Ok((stop_tx, controllers, ctx))
 }
 
 /// Says why the wait ended early: an interrupt, or the timeout.
@@ -331,6 +351,14 @@ async fn context(
         tpu_operator_gcp::GcpMetrics::new()
     };
     Ok(spec.build_metered(client, gcp, &gcp.url(), metrics).await?)
+}
+
+/// `--capacity`: the view taken when the objects finished.
+fn print_capacity(view: Option<&crate::capacity::View>) {
+    if let Some(view) = view {
+        println!();
+        crate::capacity::print(view, crate::capacity::Output::Table);
+    }
 }
 
 fn print_summary(

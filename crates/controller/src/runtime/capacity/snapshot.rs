@@ -107,10 +107,10 @@ impl Snapshot {
                 zone: place.zone.clone(),
                 accelerator: place.accelerator.clone(),
                 kind: place.kind.to_owned(),
-                last_stockout: r.last_stockout,
+                last_stockout: floor_second(r.last_stockout),
                 strikes: r.strikes,
-                blocked_until: r.blocked_until,
-                probe_until: r.probe_until.filter(|u| *u > now),
+                blocked_until: ceil_second(r.blocked_until),
+                probe_until: r.probe_until.filter(|u| *u > now).map(ceil_second),
             })
             .collect();
         places.sort_by(|a, b| {
@@ -126,7 +126,7 @@ impl Snapshot {
         let omitted = places.len().saturating_sub(MAX_PLACES);
         places.truncate(MAX_PLACES);
         Self {
-            generated_at: Some(now),
+            generated_at: Some(floor_second(now)),
             places,
             omitted,
         }
@@ -137,6 +137,17 @@ impl Snapshot {
     pub fn same_places(&self, other: &Self) -> bool {
         self.places == other.places && self.omitted == other.omitted
     }
+}
+
+/// Whole seconds keep the JSON short and readable.
+fn floor_second(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
+}
+
+/// An end rounded up, so a reader never sees a place open before the memory does.
+fn ceil_second(t: DateTime<Utc>) -> DateTime<Utc> {
+    let up = i64::from(t.timestamp_subsec_nanos() > 0);
+    DateTime::from_timestamp(t.timestamp() + up, 0).unwrap_or(t)
 }
 
 #[cfg(test)]
@@ -231,6 +242,19 @@ mod tests {
         let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
         value["limiter"] = serde_json::json!([{"project": "team-a"}]);
         assert_eq!(serde_json::from_value::<Snapshot>(value).unwrap(), snapshot);
+    }
+
+    #[test]
+    fn times_are_whole_seconds_and_ends_round_up() {
+        let a = place("us-east5-a");
+        let mut r = remembered(5, Some(7));
+        r.last_stockout += Duration::milliseconds(900);
+        r.blocked_until += Duration::milliseconds(100);
+        let snapshot = Snapshot::of([(&a, r)].into_iter(), t0() + Duration::milliseconds(500));
+        let p = &snapshot.places[0];
+        assert_eq!(p.last_stockout, t0());
+        assert_eq!(p.blocked_until, t0() + Duration::seconds(5 * 60 + 1));
+        assert_eq!(snapshot.generated_at, Some(t0()));
     }
 
     #[test]
