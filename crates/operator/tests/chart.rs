@@ -1089,16 +1089,17 @@ fn assert_crd_reader_and_lease_role(docs: &[Value], release_ns: &str) {
             ]),
         ]
     );
-    // The orphan sweeper's summary ConfigMap and its events, in the release namespace: server-side
-    // apply creates the ConfigMap (a PATCH by name, so `create` is authorized by name too), then
-    // reads and patches it by name.
+    // The orphan sweeper's summary ConfigMap and its events, and the leader's capacity view, in
+    // the release namespace: server-side apply creates each ConfigMap (a PATCH by name, so
+    // `create` is authorized by name too), then reads and patches it by name. No other name.
     let orphans = find(docs, "Role", Some("tpu-operator-orphan-report"));
     assert_eq!(orphans["metadata"]["namespace"], release_ns);
+    let names = json!(["tpu-operator-orphans", "tpu-operator-capacity"]);
     assert_eq!(
         rules(orphans),
         vec![
-            json!([[""], ["configmaps"], ["tpu-operator-orphans"], ["create"]]),
-            json!([[""], ["configmaps"], ["tpu-operator-orphans"], ["get", "patch"]]),
+            json!([[""], ["configmaps"], names, ["create"]]),
+            json!([[""], ["configmaps"], names, ["get", "patch"]]),
             json!([["events.k8s.io"], ["events"], null, ["create", "patch"]]),
         ]
     );

@@ -9,7 +9,8 @@
 //! For each scope (`Namespace`, then `Cluster`) it drives: the quickstart pipeline to Succeeded
 //! and its deletion (every cloud resource gone), a tenancy refusal (PolicyDenied status and Event),
 //! the orphan sweeper (the zone from `config.orphanZones`, its report ConfigMap created from
-//! nothing and its OrphanFound Event, under the cluster id derived from the kube-system Namespace)
+//! nothing and its OrphanFound Event, under the cluster id derived from the kube-system Namespace),
+//! the leader's capacity view ConfigMap (created from nothing)
 //! and leader election with two processes (the leader is killed; the standby takes over and
 //! reconciles). Any `forbidden` / 403 in an operator's log fails the suite.
 //!
@@ -433,6 +434,18 @@ impl Install {
         })
         .await;
         wait_event(admin, &self.namespace, "tpu-operator-orphans", "OrphanFound").await;
+        // The leader's capacity view: created from nothing by server-side apply as the
+        // ServiceAccount (the leader writes it at once on taking the lease).
+        wait("the capacity view ConfigMap", async || {
+            report
+                .get_opt("tpu-operator-capacity")
+                .await
+                .ok()??
+                .data?
+                .get("snapshot.json")
+                .cloned()
+        })
+        .await;
         println!(
             "rbac[{scope}]: orphan sweeper (cluster id = kube-system UID {cluster_id}) reported {orphan} in {SWEEP_ZONE}: ConfigMap tpu-operator-orphans ({} keys) and an OrphanFound Event",
             data.len()
