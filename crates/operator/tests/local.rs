@@ -1161,3 +1161,45 @@ fn a_bad_injection_is_refused_by_the_flag_naming_the_forms() {
         "{stderr}"
     );
 }
+
+/// `local --capacity`: a zone out of v4 for the whole run keeps the pipeline's training slice
+/// waiting; after the summary the run prints its own stockout memory (the place blocked, until
+/// when, how many stockouts in a row) and the training slice waiting there, as `tpu-operator
+/// capacity` prints a cluster's.
+#[test]
+fn capacity_prints_the_runs_stockout_memory_and_the_training_slice_waiting() {
+    let (out, _) = local(
+        &[
+            "examples/tpu-vm-pipeline.yaml",
+            "--inject",
+            "stockout:us-central2-b:v4",
+            "--timeout",
+            "5s",
+            "--capacity",
+        ],
+        Duration::from_secs(240),
+    );
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "the pipeline cannot finish:\n{stdout}");
+    let view = stdout
+        .split_once("\nStockout memory (taken at ")
+        .unwrap_or_else(|| panic!("no capacity view after the summary:\n{stdout}"))
+        .1;
+    let blocked = view
+        .lines()
+        .find(|l| l.starts_with("demo-project  us-central2-b  v4-16        spot  blocked  "))
+        .unwrap_or_else(|| panic!("the place is not shown blocked:\n{view}"));
+    assert!(blocked.contains("Z (in "), "an expiry in the future: {blocked}");
+    let waiting = view
+        .lines()
+        .find(|l| l.contains("WaitingForCapacity (Stockout)"))
+        .unwrap_or_else(|| panic!("no waiting slice:\n{view}"));
+    assert!(
+        waiting.contains("us-central2-b") && waiting.contains("default/tpu-vm-pipeline-train"),
+        "{waiting}"
+    );
+    assert!(
+        !view.contains("Not shown"),
+        "everything is readable in-process:\n{view}"
+    );
+}

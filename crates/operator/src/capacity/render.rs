@@ -39,7 +39,7 @@ fn memory(out: &mut String, snapshot: Option<&Snapshot>, now: DateTime<Utc>) {
         || "at an unknown time".into(),
         |at| format!("at {} ({})", clock(at), relative(at, now)),
     );
-    out.push_str(&format!("Stockout memory (the leader's, taken {taken})\n"));
+    out.push_str(&format!("Stockout memory (taken {taken})\n"));
     if snapshot.places.is_empty() {
         out.push_str("  no place stocked out in the last 3 hours: every zone is asked freely\n");
         return;
@@ -237,7 +237,7 @@ mod tests {
     fn the_table_says_the_block_with_its_expiry_and_who_waits_where() {
         let text = table(&view(t0() + Duration::seconds(5)));
         let expected = "\
-Stockout memory (the leader's, taken at 2027-01-15T08:00:00Z (5s ago))
+Stockout memory (taken at 2027-01-15T08:00:00Z (5s ago))
 PROJECT  ZONE        ACCELERATOR  KIND  STATE    UNTIL                            STRIKES  LAST STOCKOUT
 team-a   us-east5-b  v6e-8        spot  blocked  2027-01-15T08:10:00Z (in 9m55s)  2        2027-01-15T08:00:00Z (5s ago)
 
