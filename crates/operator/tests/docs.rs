@@ -38,9 +38,10 @@ const RUN_IDS: &[&str] = &[
     "readme-logs",
     "training-rerun",
     "training-inject",
+    "capacity-keep",
 ];
 const REAL_IDS: &[&str] = &[];
-const OUTPUT_IDS: &[&str] = &["readme-quickstart"];
+const OUTPUT_IDS: &[&str] = &["readme-quickstart", "capacity-keep"];
 
 fn root() -> PathBuf {
     support::repo_root()
@@ -252,6 +253,39 @@ fn run_script(shell: &Shell, script: &str, limit: Duration) -> (bool, String, St
         .unwrap_or_else(|_| panic!("{script:?} ran longer than {limit:?}"));
     let status = child.0.wait().unwrap();
     (status.success(), stdout, stderr.join().unwrap())
+}
+
+/// docs/capacity.md "Reading the capacity view": `capacity` reads a kept `local` run as it reads
+/// a cluster (through its kubeconfig and the ConfigMap the run publishes) and prints the table the
+/// doc shows, word for word outside the times, the strikes and the wait (`--keep` runs on the wall
+/// clock, so how many windows passed depends on the machine).
+#[test]
+fn capacity_reads_a_kept_local_run_as_documented() {
+    let root = root();
+    let b = block(&root, "capacity-keep", run_id);
+    let commands: Vec<&str> = b.text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(commands.len(), 2, "{}: local --keep, then capacity", b.at());
+    let shell = Shell::new(&root, BIN, &[]);
+    let kept = Kept::start(&shell, commands[0]);
+    let capacity = commands[1].replace("KUBECONFIG", &kept.kubeconfig);
+    let (ok, stdout, stderr) = run_script(&shell, &capacity, Duration::from_secs(60));
+    assert!(ok, "{}: {capacity} failed:\n{stdout}\n{stderr}", b.at());
+    let out = block(&root, "capacity-keep", output_id);
+    let volatile = [
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",
+        r"\((in )?\d[0-9hms]*( ago)?\)",
+        r"… …\s+\d+\s+… …",
+        r"\b\d+[hms][0-9hms]*\b",
+    ]
+    .map(|r| Regex::new(r).unwrap());
+    let lines =
+        |text: &str| -> Vec<Vec<String>> { text.lines().map(|l| docs_kit::words(l, &volatile)).collect() };
+    assert_eq!(
+        lines(&stdout),
+        lines(&out.text),
+        "{}: printed\n{stdout}",
+        out.at()
+    );
 }
 
 /// The part of `local`'s summary that differs between runs: the wall time. Emulated time advances

@@ -60,7 +60,7 @@ pub async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     let (slices, slices_unread) = waiting_slices(&client, args.namespace.as_deref()).await;
     unread.extend(slices_unread);
     let view = View {
-        now: Utc::now(),
+        now: view::judged_at(Utc::now(), memory.as_ref()),
         memory,
         waiting: view::waiting(&slices),
         unread,

@@ -166,7 +166,7 @@ fn clock(t: DateTime<Utc>) -> String {
 
 /// `in 4m55s` or `3m ago`.
 fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
-    if t >= now {
+    if t > now {
         format!("in {}", duration(t - now))
     } else {
         format!("{} ago", duration(now - t))

@@ -16,7 +16,7 @@ use tpu_operator_controller::runtime::capacity::snapshot::Snapshot;
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct View {
-    /// When the caller looked (what "blocked" and "in 4m" are relative to).
+    /// What "blocked" and "in 4m" are relative to: when the caller looked (see [`judged_at`]).
     pub now: DateTime<Utc>,
     /// The stockout memory, when it could be read.
     pub memory: Option<Snapshot>,
@@ -24,6 +24,18 @@ pub struct View {
     pub waiting: Vec<WaitingGroup>,
     /// What could not be read, and why: the rest of the view stands without it.
     pub unread: Vec<String>,
+}
+
+/// The time the view is judged at: the caller's clock, or the snapshot's when that is ahead.
+/// A snapshot ahead of the caller was taken on another clock: `local` runs the operator on
+/// emulated time, many times faster than the wall clock, and in a cluster the leader's clock may
+/// be a few seconds ahead of the admin's. Judged on the caller's clock alone, a block would read
+/// as starting in the future. Behind (the usual case) the caller's clock is right: a snapshot is
+/// at most one publish tick old while the leader lives.
+pub fn judged_at(caller: DateTime<Utc>, memory: Option<&Snapshot>) -> DateTime<Utc> {
+    memory
+        .and_then(|m| m.generated_at)
+        .map_or(caller, |taken| caller.max(taken))
 }
 
 /// Where a slice asks for capacity, as its spec names it.
@@ -186,6 +198,22 @@ pub(super) mod tests {
             "2027-01-15T08:00:00+00:00",
             "the longest wait"
         );
+    }
+
+    #[test]
+    fn a_snapshot_from_a_clock_ahead_sets_the_time_and_one_behind_does_not() {
+        let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().to_utc();
+        let taken = |at: &str| Snapshot {
+            generated_at: Some(t(at)),
+            ..Snapshot::default()
+        };
+        let caller = t("2027-01-15T08:00:00Z");
+        assert_eq!(
+            judged_at(caller, Some(&taken("2027-01-15T09:40:00Z"))),
+            t("2027-01-15T09:40:00Z")
+        );
+        assert_eq!(judged_at(caller, Some(&taken("2027-01-15T07:59:55Z"))), caller);
+        assert_eq!(judged_at(caller, None), caller);
     }
 
     #[test]

@@ -21,7 +21,9 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 use anyhow::Context as _;
 use clap::{ArgAction, Args};
 use test_kit::{ContextSpec, Polls};
-use tpu_operator_controller::{Context, governance::tenancy::WithoutPolicy, shutdown_on};
+use tpu_operator_controller::{
+    Context, governance::tenancy::WithoutPolicy, runtime::capacity::publish, shutdown_on,
+};
 
 pub use self::clock::runtime;
 use self::clock::{by_events, hold_time_during_calls};
@@ -130,6 +132,9 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         println!("{line}");
     }
     let (stop_controllers, controllers, ctx) = start_controllers(&client, &gcp, by_events(&args)).await?;
+    if args.keep {
+        publish_capacity(&ctx);
+    }
     let mut watch = Watch::new(&client, &gcp, &applied_keys, rehearsal);
     let (finished_in_time, interrupted) = watch.until_done(args.timeout, &stop).await?;
     let converged_after = started.elapsed();
@@ -250,6 +255,21 @@ async fn start_controllers(
     Ok((stop_tx, controllers, ctx))
 }
 
+/// `--keep`: the stockout memory published as the leader of a cluster publishes it, into the
+/// ConfigMap `tpu-operator-capacity` of namespace `default`, so `tpu-operator capacity
+/// --kubeconfig ... --operator-namespace default` reads this run as it reads a cluster. Only with
+/// `--keep`: its timer and writes would otherwise be more events for the clock to advance by.
+/// It ends with the process.
+fn publish_capacity(ctx: &Arc<Context>) {
+    tokio::spawn(publish::run(
+        ctx.capacity.clone(),
+        ctx.clock.clone(),
+        ctx.client.clone(),
+        "default".into(),
+        tpu_operator_controller::never_shutdown(),
+    ));
+}
+
 /// Says why the wait ended early: an interrupt, or the timeout.
 fn report_unfinished(interrupted: bool, finished_in_time: bool, timeout: Duration) {
     if interrupted {
@@ -306,6 +326,10 @@ fn announce_endpoints(
         "  tpu-operator logs tpl/NAME --kubeconfig {} --gcp-emulator {}",
         path.display(),
         gcp.url()
+    );
+    println!(
+        "  tpu-operator capacity --kubeconfig {} --operator-namespace default",
+        path.display()
     );
     Ok(dir)
 }
