@@ -259,18 +259,12 @@ async fn logs_follow_a_tpu_vm_pipeline_across_a_retry() {
 /// still prints the waiting slices, and says what it could not read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_prints_the_leaders_blocked_place_and_the_slices_waiting_there() {
-    use gcp_emulator::{CapacityKind, StockSpec};
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use tpu_operator_api::tpu_slice::{TpuSlice, TpuSlicePhase};
-
-    const ZONE: &str = "us-east5-b";
-    const SLICES: [&str; 3] = ["wait-a", "wait-b", "wait-c"];
     // Real speed: `run` reads the wall clock, so the 5-minute block outlasts the test.
     let env = Env::start_at(1.0).await;
-    env.gcp.set_stock(StockSpec {
-        zone: ZONE.into(),
+    env.gcp.set_stock(gcp_emulator::StockSpec {
+        zone: CAPACITY_ZONE.into(),
         accelerator: "v6e".into(),
-        kind: CapacityKind::OnDemand,
+        kind: gcp_emulator::CapacityKind::OnDemand,
         chips: 0,
         steps: Vec::new(),
         refill: None,
@@ -281,16 +275,89 @@ async fn capacity_prints_the_leaders_blocked_place_and_the_slices_waiting_there(
         leader.leading().await
     })
     .await;
+    create_waiting_slices(&env).await;
+    let place = published_place(&env).await;
+    assert_eq!(
+        (
+            &place["project"],
+            &place["zone"],
+            &place["accelerator"],
+            &place["kind"],
+            &place["strikes"]
+        ),
+        (
+            &serde_json::json!("demo-project"),
+            &serde_json::json!(CAPACITY_ZONE),
+            &serde_json::json!("v6e-8"),
+            &serde_json::json!("onDemand"),
+            &serde_json::json!(1)
+        ),
+        "{place:#}"
+    );
+    let until = place["blockedUntil"].as_str().unwrap().to_owned();
 
+    let table = capacity(&env, &["--operator-namespace", "default"]);
+    println!("{table}");
+    let blocked = table
+        .lines()
+        .find(|l| l.starts_with("demo-project") && l.contains(" blocked "))
+        .unwrap_or_else(|| panic!("no blocked place:\n{table}"));
+    for cell in [CAPACITY_ZONE, "v6e-8", "onDemand", &format!("{until} (in ")] {
+        assert!(blocked.contains(cell), "{cell:?} missing from {blocked:?}");
+    }
+    let waiting = table
+        .lines()
+        .find(|l| l.contains("WaitingForCapacity (Stockout)"))
+        .unwrap_or_else(|| panic!("no waiting group:\n{table}"));
+    assert!(
+        waiting.contains(CAPACITY_ZONE) && waiting.contains("  3  "),
+        "{waiting:?}"
+    );
+    assert!(
+        waiting.contains("default/wait-a,default/wait-b,default/wait-c"),
+        "{waiting:?}"
+    );
+    assert!(!table.contains("Not shown"), "everything was readable:\n{table}");
+
+    let json: serde_json::Value = serde_json::from_str(&capacity(
+        &env,
+        &["--operator-namespace", "default", "-o", "json"],
+    ))
+    .unwrap();
+    assert_eq!(
+        json["memory"]["places"][0]["blockedUntil"],
+        serde_json::json!(until)
+    );
+    let names = WAITING_SLICES.map(|s| format!("default/{s}"));
+    assert_eq!(json["waiting"][0]["slices"], serde_json::json!(names));
+
+    // The wrong namespace: no memory, and says so, but the waiting slices still show.
+    let partial = capacity(&env, &["--operator-namespace", "elsewhere"]);
+    assert!(partial.starts_with("Stockout memory: not read"), "{partial}");
+    assert!(partial.contains("Waiting slices (3)"), "{partial}");
+    assert!(
+        partial.contains("ConfigMap elsewhere/tpu-operator-capacity): not found"),
+        "{partial}"
+    );
+}
+
+/// The zone the capacity test empties of v6e, and the on-demand slices that wait there.
+const CAPACITY_ZONE: &str = "us-east5-b";
+const WAITING_SLICES: [&str; 3] = ["wait-a", "wait-b", "wait-c"];
+
+/// Creates [`WAITING_SLICES`] (v6e-8 on demand in [`CAPACITY_ZONE`]) and waits until each is
+/// `Waiting`.
+async fn create_waiting_slices(env: &Env) {
+    use tpu_operator_api::tpu_slice::{TpuSlice, TpuSlicePhase};
     let slices: Api<TpuSlice> = Api::namespaced(env.client.clone(), "default");
-    for name in SLICES {
+    for name in WAITING_SLICES {
         let slice: TpuSlice = serde_json::from_value(serde_json::json!({
             "apiVersion": "tpu-operator.dev/v1alpha1",
             "kind": "TpuSlice",
             "metadata": {"name": name, "namespace": "default"},
             "spec": {
                 "project": "demo-project",
-                "zone": ZONE,
+                "zone": CAPACITY_ZONE,
                 "acceleratorType": "v6e-8",
                 "runtimeVersion": "v2-alpha-tpuv6e",
                 "capacity": {"onDemand": {}},
@@ -304,7 +371,7 @@ async fn capacity_prints_the_leaders_blocked_place_and_the_slices_waiting_there(
         Duration::from_secs(60),
         async || {
             let list = slices.list(&Default::default()).await.unwrap().items;
-            list.len() == SLICES.len()
+            list.len() == WAITING_SLICES.len()
                 && list.iter().all(|s| {
                     s.status
                         .as_ref()
@@ -313,7 +380,12 @@ async fn capacity_prints_the_leaders_blocked_place_and_the_slices_waiting_there(
         },
     )
     .await;
-    // The leader's snapshot, as published (the test reads it with the same client kubectl would).
+}
+
+/// The first place of the snapshot the leader published in `default`, once there is one (read
+/// with the same client kubectl would use).
+async fn published_place(env: &Env) -> serde_json::Value {
+    use k8s_openapi::api::core::v1::ConfigMap;
     let maps: Api<ConfigMap> = Api::namespaced(env.client.clone(), "default");
     let mut published = serde_json::Value::Null;
     wait_until(
@@ -332,79 +404,23 @@ async fn capacity_prints_the_leaders_blocked_place_and_the_slices_waiting_there(
         },
     )
     .await;
-    let place = &published["places"][0];
-    assert_eq!(
-        (
-            &place["project"],
-            &place["zone"],
-            &place["accelerator"],
-            &place["kind"],
-            &place["strikes"]
-        ),
-        (
-            &serde_json::json!("demo-project"),
-            &serde_json::json!(ZONE),
-            &serde_json::json!("v6e-8"),
-            &serde_json::json!("onDemand"),
-            &serde_json::json!(1)
-        ),
-        "{published:#}"
-    );
-    let until = place["blockedUntil"].as_str().unwrap().to_owned();
+    published["places"][0].clone()
+}
 
-    let capacity = |args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .arg("capacity")
-            .arg("--kubeconfig")
-            .arg(env.cluster.kubeconfig())
-            .args(args)
-            .output()
-            .expect("run tpu-operator capacity");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
-    };
-    let table = capacity(&["--operator-namespace", "default"]);
-    println!("{table}");
-    let blocked = table
-        .lines()
-        .find(|l| l.starts_with("demo-project") && l.contains(" blocked "))
-        .unwrap_or_else(|| panic!("no blocked place:\n{table}"));
-    for cell in [ZONE, "v6e-8", "onDemand", &format!("{until} (in ")] {
-        assert!(blocked.contains(cell), "{cell:?} missing from {blocked:?}");
-    }
-    let waiting = table
-        .lines()
-        .find(|l| l.contains("WaitingForCapacity (Stockout)"))
-        .unwrap_or_else(|| panic!("no waiting group:\n{table}"));
-    assert!(waiting.contains(ZONE) && waiting.contains("  3  "), "{waiting:?}");
+/// `tpu-operator capacity ARGS` with the cluster's kubeconfig: its stdout, once it exited 0.
+fn capacity(env: &Env, args: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .arg("capacity")
+        .arg("--kubeconfig")
+        .arg(env.cluster.kubeconfig())
+        .args(args)
+        .output()
+        .expect("run tpu-operator capacity");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        waiting.contains("default/wait-a,default/wait-b,default/wait-c"),
-        "{waiting:?}"
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!table.contains("Not shown"), "everything was readable:\n{table}");
-
-    let json: serde_json::Value =
-        serde_json::from_str(&capacity(&["--operator-namespace", "default", "-o", "json"])).unwrap();
-    assert_eq!(
-        json["memory"]["places"][0]["blockedUntil"],
-        serde_json::json!(until)
-    );
-    assert_eq!(
-        json["waiting"][0]["slices"],
-        serde_json::json!(SLICES.map(|s| format!("default/{s}")))
-    );
-
-    // The wrong namespace: no memory, and says so, but the waiting slices still show.
-    let partial = capacity(&["--operator-namespace", "elsewhere"]);
-    assert!(partial.starts_with("Stockout memory: not read"), "{partial}");
-    assert!(partial.contains("Waiting slices (3)"), "{partial}");
-    assert!(
-        partial.contains("ConfigMap elsewhere/tpu-operator-capacity): not found"),
-        "{partial}"
-    );
+    stdout
 }
