@@ -71,16 +71,25 @@ pub async fn run(
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let mut published = Published::default();
+    // The last write error, logged once until it changes: a chart without the rule (an older
+    // one beside a newer binary) would otherwise log the same refusal every tick.
+    let mut failing: Option<String> = None;
     loop {
         let now = clock.now();
         let current = capacity.snapshot(now);
         if published.due(&current, now) {
+            // A failed write is tried again next tick: the view is a convenience, and a refused
+            // write (RBAC, the API server away) must not touch the controllers.
             match write(&api, &current).await {
-                Ok(()) => published.written(current),
-                // Tried again next tick: the view is a convenience, and a refused write (RBAC,
-                // the API server away) must not touch the controllers.
+                Ok(()) => {
+                    published.written(current);
+                    failing = None;
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, %namespace, "publishing the capacity view in ConfigMap {CONFIGMAP}")
+                    if failing.as_ref() != Some(&e) {
+                        tracing::warn!(error = %e, %namespace, "publishing the capacity view in ConfigMap {CONFIGMAP} (retried every tick; logged again when the error changes)");
+                    }
+                    failing = Some(e);
                 }
             }
         }
