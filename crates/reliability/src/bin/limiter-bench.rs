@@ -41,9 +41,9 @@ fn slice(name: &str) -> TpuSlice {
 async fn creates_by(replica: &OperatorProcess) -> f64 {
     let text = replica.scrape().await.unwrap_or_default();
     text.lines()
-        .filter(|l| l.starts_with("tpu_operator_gcp_calls_total{") && l.contains("method=\"nodes.create\""))
+        .filter(|l| l.starts_with("gcp_calls_total{") && l.contains("method=\"nodes.create\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .fold(0.0, |sum, n| sum + n)
 }
 
 fn percentile(sorted: &[f64], p: usize) -> f64 {
