@@ -5,7 +5,7 @@
 //! URL, which serves each surface under its own path prefix (`/tpu`, `/dataproc`, `/vertex`, and
 //! the GCS JSON API at the root) with anonymous credentials.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use google_cloud_auth::{
     credentials::{self, Credentials, anonymous},
@@ -44,7 +44,31 @@ pub enum CredentialsMode {
     Adc,
     /// No `Authorization` header at all (emulators).
     Anonymous,
+    /// Credentials built by the caller, handled as ADC is (rebuilt after a permanent error, a
+    /// failure reported, a recovery signalled) and kept with an emulator: how tests put a token
+    /// source that fails, as GKE's metadata server does without a Workload Identity binding, in
+    /// front of gcp-emulator (which takes any token it did not mint as the operator's own).
+    Custom(CustomCredentials),
 }
+
+/// What [`CredentialsMode::Custom`] builds its credentials from, again after each failure.
+#[derive(Clone)]
+pub struct CustomCredentials(pub Arc<crate::credentials::BuildCredentials>);
+
+impl std::fmt::Debug for CustomCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CustomCredentials")
+    }
+}
+
+/// The same builder (a closure has no other identity).
+impl PartialEq for CustomCredentials {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for CustomCredentials {}
 
 /// Endpoints, credentials and timeouts of the GCP client layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,7 +96,8 @@ pub struct GcpConfig {
     /// Credentials of every client (including the plain-HTTP storage calls).
     pub credentials: CredentialsMode,
     /// When set, overrides every endpoint with `{url}/tpu`, `{url}/dataproc`, `{url}/vertex`,
-    /// `{url}/logging`, `{url}` (storage, Compute Engine) and forces anonymous credentials.
+    /// `{url}/logging`, `{url}` (storage, Compute Engine) and forces anonymous credentials
+    /// (unless they are [`CredentialsMode::Custom`]).
     pub emulator: Option<Url>,
     /// Upper bound on one HTTP attempt. The clients never retry by themselves (see the crate
     /// docs), so this is also the longest a reconcile can wait on one GCP call.
@@ -144,7 +169,10 @@ impl GcpConfig {
                     compute: base.to_string(),
                     logging: format!("{base}/logging"),
                     iam_credentials: format!("{base}/iamcredentials"),
-                    credentials: CredentialsMode::Anonymous,
+                    credentials: match &self.credentials {
+                        custom @ CredentialsMode::Custom(_) => custom.clone(),
+                        _ => CredentialsMode::Anonymous,
+                    },
                 }
             }
             None => ResolvedEndpoints {
@@ -162,7 +190,7 @@ impl GcpConfig {
 }
 
 /// The credentials every client shares (one token cache for the whole process). Application
-/// Default Credentials are wrapped in [`RecoveringCredentials`]: bounded by a token deadline,
+/// Default Credentials (and custom ones) are wrapped in [`RecoveringCredentials`]: bounded by a token deadline,
 /// rebuilt after a permanent error or a timeout, failures counted in `metrics`.
 pub(crate) fn build_credentials(
     mode: &CredentialsMode,
@@ -171,32 +199,48 @@ pub(crate) fn build_credentials(
 ) -> Result<Credentials, GcpError> {
     match mode {
         CredentialsMode::Anonymous => Ok(anonymous::Builder::new().build()),
-        CredentialsMode::Adc => {
-            let build = || {
+        CredentialsMode::Adc => recovering(
+            Box::new(|| {
                 credentials::Builder::default()
                     .build()
                     .map_err(|err| CredentialsError::from_msg(false, err.to_string()))
-            };
-            RecoveringCredentials::new(
-                Box::new(build),
-                RecoveryPolicy::for_call_timeout(call_timeout),
-                metrics.clone(),
-            )
-            .map(|credentials| {
-                credentials.spawn_probe();
-                credentials.into_credentials()
-            })
-            .map_err(|err| {
-                GcpError::new(
-                    ErrorKind::Unauthenticated,
-                    Service::Tpu,
-                    "credentials",
-                    "application-default",
-                    format!("cannot load Application Default Credentials: {err}"),
-                )
-            })
+            }),
+            "Application Default Credentials",
+            call_timeout,
+            metrics,
+        ),
+        CredentialsMode::Custom(CustomCredentials(build)) => {
+            let build = build.clone();
+            recovering(Box::new(move || build()), "the custom credentials", call_timeout, metrics)
         }
     }
+}
+
+/// `build`'s credentials, rebuilt after each permanent failure, probed while they fail.
+fn recovering(
+    build: Box<crate::credentials::BuildCredentials>,
+    what: &str,
+    call_timeout: Duration,
+    metrics: &GcpMetrics,
+) -> Result<Credentials, GcpError> {
+    RecoveringCredentials::new(
+        build,
+        RecoveryPolicy::for_call_timeout(call_timeout),
+        metrics.clone(),
+    )
+    .map(|credentials| {
+        credentials.spawn_probe();
+        credentials.into_credentials()
+    })
+    .map_err(|err| {
+        GcpError::new(
+            ErrorKind::Unauthenticated,
+            Service::Tpu,
+            "credentials",
+            "application-default",
+            format!("cannot load {what}: {err}"),
+        )
+    })
 }
 
 /// Applies endpoint, credentials and our retry choice to one of Google's client builders.
@@ -299,6 +343,12 @@ mod tests {
         assert_eq!(resolved.storage, "http://127.0.0.1:8085");
         assert_eq!(resolved.logging, "http://127.0.0.1:8085/logging");
         assert_eq!(resolved.credentials, CredentialsMode::Anonymous);
+        // Custom credentials are a test's token source in front of the emulator: kept.
+        let custom = CredentialsMode::Custom(CustomCredentials(Arc::new(|| {
+            Ok(anonymous::Builder::new().build())
+        })));
+        config.credentials = custom.clone();
+        assert_eq!(config.resolve().credentials, custom);
     }
 
     #[test]

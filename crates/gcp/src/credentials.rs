@@ -57,12 +57,16 @@ pub struct RecoveryPolicy {
 impl RecoveryPolicy {
     /// The policy for clients whose calls are bounded by `call_timeout`: a token must arrive
     /// within half of it (so the credentials' own deadline fires, and is reported as such,
-    /// before the call's), rebuilds back off from 1 s to 1 min.
+    /// before the call's), rebuilds back off from 1 s to 4 s. The cap is below the probe
+    /// interval, so every probe of failing credentials asks afresh and a fixed Workload
+    /// Identity binding gives tokens within one probe (5 s), however long it was missing: the
+    /// objects stalled on it are re-queued on that recovery. One metadata-server request per
+    /// probe is what a node-local server answers without noticing.
     pub fn for_call_timeout(call_timeout: Duration) -> Self {
         Self {
             token_timeout: (call_timeout / 2).max(Duration::from_millis(10)),
             initial_backoff: Duration::from_secs(1),
-            max_backoff: Duration::from_secs(60),
+            max_backoff: Duration::from_secs(4),
             probe_interval: Duration::from_secs(5),
         }
     }
@@ -429,5 +433,51 @@ mod tests {
         );
         assert_eq!(metrics.credential_errors(FailureKind::Transient), 3);
         assert!(metrics.credentials_failure().is_some());
+    }
+
+    /// A token source that fails (as GKE's metadata server does while a Workload Identity
+    /// binding is missing) until `bound` is set.
+    #[derive(Debug)]
+    struct Binding {
+        bound: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl CredentialsProvider for Binding {
+        async fn headers(&self, _: Extensions) -> Result<CacheableResource<HeaderMap>, CredentialsError> {
+            if !self.bound.load(Ordering::SeqCst) {
+                return Err(CredentialsError::from_msg(false, "403 from the metadata server"));
+            }
+            Ok(CacheableResource::New {
+                entity_tag: Default::default(),
+                data: HeaderMap::new(),
+            })
+        }
+
+        async fn universe_domain(&self) -> Option<String> {
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn a_recovery_is_signalled_once_when_tokens_arrive_again() {
+        let metrics = GcpMetrics::new();
+        let mut recoveries = metrics.credentials_recoveries();
+        let bound = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let source = bound.clone();
+        let build = move || Ok(Credentials::from(Binding { bound: source.clone() }));
+        let policy = RecoveryPolicy {
+            token_timeout: Duration::from_secs(1),
+            initial_backoff: Duration::ZERO,
+            max_backoff: Duration::ZERO,
+            probe_interval: Duration::from_secs(60),
+        };
+        let credentials = RecoveringCredentials::new(Box::new(build), policy, metrics.clone()).unwrap();
+        assert!(credentials.headers(Extensions::new()).await.is_err());
+        assert!(!recoveries.has_changed().unwrap(), "failing is no recovery");
+        bound.store(true, Ordering::SeqCst);
+        assert!(credentials.headers(Extensions::new()).await.is_ok());
+        assert!(credentials.headers(Extensions::new()).await.is_ok());
+        assert!(recoveries.has_changed().unwrap(), "the first token after failing");
+        assert_eq!(*recoveries.borrow_and_update(), 1, "signalled once, not per token");
     }
 }

@@ -34,7 +34,7 @@ pub mod vertex;
 use std::sync::Arc;
 
 pub use compute::{ComputeApi, ComputeClient, Place, slices::ComputeSlices};
-pub use config::{CredentialsMode, GcpConfig};
+pub use config::{CredentialsMode, CustomCredentials, GcpConfig};
 pub use dataproc::{DataprocApi, DataprocClient};
 pub use error::{
     CreateFailure, ErrorKind, Exhaustion, GcpError, QuotaDetails, Service, ignore_not_found, is_not_found,
@@ -73,6 +73,8 @@ pub struct Gcp {
     pub impersonation: Arc<Impersonation>,
     /// The storage client per impersonated service account (built on first use).
     storage_as: Arc<StorageAs>,
+    /// What every client reports to, the credentials' recoveries included.
+    metrics: GcpMetrics,
 }
 
 /// [`Gcp::storage_as`]'s clients.
@@ -99,6 +101,12 @@ impl Gcp {
             .entry(sa.to_string())
             .or_insert_with(|| Arc::new(self.storage_as.base.acting_as(self.impersonation.clone(), sa)))
             .clone()
+    }
+
+    /// Changes each time the shared credentials recover after failing (see
+    /// [`GcpMetrics::credentials_recoveries`]); never, for anonymous credentials.
+    pub fn credentials_recoveries(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.metrics.credentials_recoveries()
     }
 
     /// Builds the real clients. No API call is sent yet (Vertex clients are built per region on
@@ -145,7 +153,7 @@ impl Gcp {
             DataprocClient::new(client, metrics.clone())
         };
         let storage_credentials = match endpoints.credentials {
-            CredentialsMode::Adc => Some(credentials.clone()),
+            CredentialsMode::Adc | CredentialsMode::Custom(_) => Some(credentials.clone()),
             CredentialsMode::Anonymous => None,
         };
         let impersonation = Arc::new(Impersonation::new(
@@ -172,6 +180,7 @@ impl Gcp {
             compute_slices: Arc::new(ComputeSlices::new(compute.clone())),
             compute,
             logging: Arc::new(logging),
+            metrics,
         })
     }
 

@@ -65,6 +65,9 @@ pub struct GcpMetrics {
     credentials_failing: Gauge,
     /// Since when and why the credentials have been failing; `None` while they work.
     credentials_health: Arc<Mutex<Option<(Instant, String)>>>,
+    /// How many times the credentials recovered: a controller waits on it to re-queue at once
+    /// the objects that stalled for want of a token, instead of leaving them to their backoff.
+    recoveries: Arc<tokio::sync::watch::Sender<u64>>,
     /// Bound on every observed call (`None`: unbounded, as before `Gcp::connect` sets it).
     deadline: Option<Duration>,
     /// Held while each observed call is in flight (`None` in a cluster).
@@ -112,6 +115,7 @@ impl GcpMetrics {
             credential_rebuilds: Counter::default(),
             credentials_failing: Gauge::default(),
             credentials_health: Arc::default(),
+            recoveries: Arc::new(tokio::sync::watch::Sender::new(0)),
             deadline: None,
             hold: None,
         }
@@ -189,6 +193,13 @@ impl GcpMetrics {
             .credentials_health
             .lock()
             .expect("credentials health poisoned") = None;
+        self.recoveries.send_modify(|count| *count += 1);
+    }
+
+    /// Changes each time the credentials recover (tokens arrive again after failing); the value
+    /// counts the recoveries so far.
+    pub fn credentials_recoveries(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.recoveries.subscribe()
     }
 
     /// Why the credentials fail, while they fail (for `/readyz`): `None` once a token arrives.

@@ -9,7 +9,7 @@ use tpu_operator_controller::{
     governance::tenancy::{Policies, WithoutPolicy},
     runtime::{backoff::BackoffPolicy, clock::FnClock},
 };
-use tpu_operator_gcp::{Gcp, GcpConfig, GcpError, GcpMetrics};
+use tpu_operator_gcp::{CredentialsMode, Gcp, GcpConfig, GcpError, GcpMetrics};
 
 /// How fast the in-process controllers poll and back off (real time).
 #[derive(Clone, Debug)]
@@ -90,7 +90,31 @@ impl ContextSpec {
         gcp_url: &str,
         metrics: GcpMetrics,
     ) -> Result<Context, ContextError> {
-        let clients = Gcp::connect(GcpConfig::emulator(parse_url(gcp_url)?), metrics).await?;
+        let config = GcpConfig::emulator(parse_url(gcp_url)?);
+        self.build_with(client, gcp, config, metrics).await
+    }
+
+    /// As [`Self::build`], with the GCP clients sending `credentials` ([`CredentialsMode::Custom`]:
+    /// a token source a test can make fail as GKE's metadata server does, and fix).
+    pub async fn build_credentialed(
+        &self,
+        client: &kube::Client,
+        gcp: &gcp_emulator::Emulator,
+        credentials: CredentialsMode,
+    ) -> Result<Context, ContextError> {
+        let mut config = GcpConfig::emulator(parse_url(&gcp.url())?);
+        config.credentials = credentials;
+        self.build_with(client, gcp, config, GcpMetrics::new()).await
+    }
+
+    async fn build_with(
+        &self,
+        client: &kube::Client,
+        gcp: &gcp_emulator::Emulator,
+        gcp_config: GcpConfig,
+        metrics: GcpMetrics,
+    ) -> Result<Context, ContextError> {
+        let clients = Gcp::connect(gcp_config, metrics).await?;
         let config = ControllerConfig {
             cluster_id: self.cluster_id.clone(),
             default_project: Some(self.default_project.clone()),
