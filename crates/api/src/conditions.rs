@@ -76,8 +76,12 @@ pub mod reasons {
     pub const ENFORCED: &str = "Enforced";
     /// The spec is invalid in a way admission could not see.
     pub const INVALID_SPEC: &str = "InvalidSpec";
-    /// GCP returned PERMISSION_DENIED.
+    /// GCP returned PERMISSION_DENIED: the identity the call acted as lacks a role.
     pub const PERMISSION_DENIED: &str = "PermissionDenied";
+    /// The operator has no usable credentials: no token (on GKE the metadata server refuses
+    /// while the Workload Identity binding is missing), or Google did not accept the token
+    /// (UNAUTHENTICATED). Not a missing role: the binding is what to fix.
+    pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
     /// GCP returned RESOURCE_EXHAUSTED for an exhausted project quota (its details name a quota,
     /// see `tpu_operator_gcp::GcpError::exhaustion`): Stalled, since only a quota increase
     /// helps; TpuSlice still retries the create every few minutes. A stockout is

@@ -100,9 +100,10 @@ impl<K: Kind> WriteAhead<K::Status> for Ahead<'_, K> {
 /// here is logged, and the error is returned either way for the backoff.
 pub async fn reported<K: Kind, T>(ctx: &Context, obj: &K, result: Result<T>) -> Result<T> {
     let (reason, message) = match &result {
-        Err(ReconcileError::Gcp { action, source }) if refused::is_refusal(source) => {
-            (reasons::PERMISSION_DENIED, refused::message(action, source))
-        }
+        Err(ReconcileError::Gcp { action, source }) => match refused::reason(source) {
+            Some(reason) => (reason, refused::message(action, source)),
+            None => return result,
+        },
         Err(ReconcileError::Kueue { action, source }) if kueue_outage(source) => {
             (reasons::KUEUE_UNAVAILABLE, kueue_message(action, source))
         }

@@ -220,6 +220,7 @@ fn refused(conditions: &[Condition]) -> bool {
                 reasons::POLICY_DENIED,
                 reasons::INVALID_SPEC,
                 reasons::PERMISSION_DENIED,
+                reasons::CREDENTIALS_UNAVAILABLE,
             ]
             .contains(&c.reason.as_str())
     })

@@ -144,7 +144,10 @@ fn refusal(err: GcpError) -> std::result::Result<SubmitOutcome, GcpError> {
         CreateFailure::InvalidRequest if err.kind == ErrorKind::InvalidArgument => {
             (Some(PreprocessBatchPhase::Failed), reasons::INVALID_SPEC)
         }
-        CreateFailure::PermissionDenied => (None, reasons::PERMISSION_DENIED),
+        CreateFailure::PermissionDenied => (
+            None,
+            crate::runtime::refused::reason(&err).unwrap_or(reasons::PERMISSION_DENIED),
+        ),
         CreateFailure::QuotaExhausted => (None, reasons::QUOTA_EXCEEDED),
         CreateFailure::Stockout => (None, reasons::STOCKOUT),
         CreateFailure::InvalidRequest | CreateFailure::RateLimited | CreateFailure::Other => return Err(err),

@@ -148,22 +148,21 @@ async fn send_delete(
         Some(err) if plan.action == Step::DeleteNode(t.names.current.node.clone()) => Err(err),
         _ => act::act(ctx, &plan.action, &request).await,
     };
-    match result {
-        Ok(started) => Ok((started, None)),
-        Err(err) if matches!(err.kind, ErrorKind::PermissionDenied | ErrorKind::Unauthenticated) => {
-            plan.assessment = Assessment::new(
-                Progress::Stalled,
-                reasons::PERMISSION_DENIED,
-                TpuSlicePhase::Deleting,
-                format!("cannot delete: {err}; retrying with backoff"),
-            );
-            Ok((
-                None,
-                Some(ReconcileError::gcp(act::action_name(&plan.action))(err)),
-            ))
-        }
-        Err(err) => Err(ReconcileError::gcp(act::action_name(&plan.action))(err)),
-    }
+    let err = match result {
+        Ok(started) => return Ok((started, None)),
+        Err(err) => err,
+    };
+    let failed = ReconcileError::gcp(act::action_name(&plan.action));
+    let Some(reason) = crate::runtime::refused::reason(&err) else {
+        return Err(failed(err));
+    };
+    plan.assessment = Assessment::new(
+        Progress::Stalled,
+        reason,
+        TpuSlicePhase::Deleting,
+        format!("cannot delete: {err}; retrying with backoff"),
+    );
+    Ok((None, Some(failed(err))))
 }
 
 /// The assessment while the slice's cloud objects are being deleted.

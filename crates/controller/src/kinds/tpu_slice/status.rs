@@ -290,7 +290,8 @@ pub fn stalled(
     new
 }
 
-/// `old` after a pass failed on a refused cloud call (`PermissionDenied`) or a Kueue that did
+/// `old` after a pass failed on a refused cloud call (`PermissionDenied`,
+/// `CredentialsUnavailable`) or a Kueue that did
 /// not answer (`KueueUnavailable`): `Stalled` with `reason` and `message`, the phase kept (the
 /// failure says nothing of what runs: a Ready node stays Ready).
 pub fn refused(
@@ -341,6 +342,7 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
             Some(reasons::QUOTA_EXCEEDED) => reasons::QUOTA_EXCEEDED,
             Some(reasons::INVALID_SPEC) => reasons::INVALID_SPEC,
             Some(reasons::PERMISSION_DENIED) => reasons::PERMISSION_DENIED,
+            Some(reasons::CREDENTIALS_UNAVAILABLE) => reasons::CREDENTIALS_UNAVAILABLE,
             _ => reasons::FAILED,
         };
         out.push(Transition::warning(reason, message.clone()));

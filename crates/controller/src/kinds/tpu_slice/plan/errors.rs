@@ -11,6 +11,7 @@ use tpu_operator_api::{
 use tpu_operator_gcp::{CreateFailure, ErrorKind, Exhaustion, GcpError};
 
 use super::{Action, Assessment, Requeue};
+use crate::runtime::refused;
 
 /// A patch or start refused because another operation runs on the node (issue 21 item 8): the
 /// TPU API answers 409 (ABORTED; FAILED_PRECONDITION is taken the same way, since which one is
@@ -27,15 +28,14 @@ pub fn node_busy(action: &Action, err: &GcpError) -> bool {
 pub fn on_action_error(action: &Action, err: &GcpError) -> Option<Assessment> {
     match action {
         Action::CreateNode | Action::CreateQueuedResource => on_create_error(err),
-        _ => match err.kind {
-            ErrorKind::PermissionDenied | ErrorKind::Unauthenticated => Some(Assessment::new(
+        _ => refused::reason(err).map(|reason| {
+            Assessment::new(
                 Progress::Stalled,
-                reasons::PERMISSION_DENIED,
+                reason,
                 TpuSlicePhase::Degraded,
                 err.to_string(),
-            )),
-            _ => None,
-        },
+            )
+        }),
     }
 }
 
@@ -96,7 +96,7 @@ pub fn on_create_error(err: &GcpError) -> Option<Assessment> {
             .requeue(Requeue::Capacity)
             .capacity(false),
         ),
-        CreateFailure::PermissionDenied => stalled(reasons::PERMISSION_DENIED),
+        CreateFailure::PermissionDenied => stalled(refused::reason(err).unwrap_or(reasons::PERMISSION_DENIED)),
         CreateFailure::InvalidRequest => stalled(reasons::INVALID_SPEC),
         CreateFailure::Other if err.kind == ErrorKind::AlreadyExists => Some(Assessment::new(
             Progress::Reconciling,
