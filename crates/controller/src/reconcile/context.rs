@@ -21,6 +21,7 @@ use crate::{
         metrics::Metrics,
         settled::Settled,
         shared::Shared,
+        stalled_on::StalledOn,
     },
 };
 
@@ -42,6 +43,8 @@ pub struct Context {
     pub settled: Arc<Settled>,
     /// Cloud state changes seen by listing (see [`CloudWatch`]).
     pub cloud_watch: Arc<CloudWatch>,
+    /// Objects stalled on a refused cloud call, woken when it is fixed (see [`StalledOn`]).
+    pub stalled_on: Arc<StalledOn>,
     /// Each controller's workers, shared fairly between namespaces (see [`FairShare`]).
     pub fair_share: FairShare,
     /// Each kind's watch cache (set by [`super::driver::run`]) and what kinds keep between
@@ -77,6 +80,7 @@ impl Context {
             clock: Arc::new(SystemClock),
             recorder,
             settled,
+            stalled_on: Arc::new(StalledOn::new(cloud_watch.clone())),
             cloud_watch,
             fair_share,
             shared: Shared::default(),

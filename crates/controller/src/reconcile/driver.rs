@@ -43,8 +43,9 @@ use crate::{
     Shutdown,
     runtime::{
         capacity::turns::turns,
-        cloud_watch::CloudWatch,
+        cloud_watch::{CloudWatch, Owner},
         error::{self, ReconcileError, Result},
+        stalled_on::StalledOn,
         fair_share::FairShare,
         watched::{self, Cached, cached_ref},
     },
@@ -55,6 +56,7 @@ pub async fn run<K: Kind>(ctx: Arc<Context>, shutdown: Shutdown) {
     // Judge nothing before the policies are known (an unlisted policy reads as none).
     ctx.tenancy.policies.ready().await;
     CloudWatch::start(&ctx.cloud_watch, &ctx.config, shutdown.clone());
+    StalledOn::listen(&ctx.stalled_on, ctx.gcp.credentials_recoveries());
     let namespace = ctx.config.namespace.as_deref();
     let watches = Watches {
         client: &ctx.client,
@@ -143,6 +145,9 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
             Event::Apply(obj) => reported(&ctx, obj.as_ref(), pass::apply(obj.as_ref(), &ctx).await).await,
             Event::Cleanup(obj) => {
                 ctx.settled.gone(obj.as_ref());
+                if let Some(uid) = obj.uid() {
+                    ctx.stalled_on.gone(&uid);
+                }
                 deletion::cleaned_up(obj.as_ref(), &ctx).await
             }
         }
@@ -175,5 +180,6 @@ async fn whole<K: Kind>(cached: &Cached<K>, api: &Api<K>) -> Result<Option<K>> {
 
 /// After a failed reconcile: per-object backoff, by the error's classification.
 pub fn error_policy<K: Kind>(obj: Arc<Cached<K>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
-    retry::error_policy(K::KIND, obj.as_ref(), err, &ctx)
+    let owner = Owner::of_kind::<K>(obj.as_ref());
+    retry::error_policy(K::KIND, obj.as_ref(), owner, err, &ctx)
 }

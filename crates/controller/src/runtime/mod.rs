@@ -22,4 +22,5 @@ pub mod requeue;
 pub mod settled;
 pub mod shared;
 pub mod spread;
+pub mod stalled_on;
 pub mod watched;

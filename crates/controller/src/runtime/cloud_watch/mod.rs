@@ -73,7 +73,18 @@ impl Owner {
         })
     }
 
-    pub(super) fn uid(&self) -> &str {
+    /// An object of kind `K` known by `meta`'s metadata (the watch cache's copy of a `K`, whose
+    /// own type is not `K`); `None` without a UID.
+    pub fn of_kind<K: 'static>(meta: &impl Resource) -> Option<Self> {
+        Some(Self {
+            uid: meta.uid()?,
+            kind: TypeId::of::<K>(),
+            namespace: meta.namespace(),
+            name: meta.name_any(),
+        })
+    }
+
+    pub fn uid(&self) -> &str {
         &self.uid
     }
 

@@ -78,9 +78,10 @@ fn create_errors_are_classified() {
             ErrorKind::PermissionDenied,
             Some((Progress::Stalled, reasons::PERMISSION_DENIED)),
         ),
+        // No usable credentials is not a missing role: the binding is what to fix.
         (
             ErrorKind::Unauthenticated,
-            Some((Progress::Stalled, reasons::PERMISSION_DENIED)),
+            Some((Progress::Stalled, reasons::CREDENTIALS_UNAVAILABLE)),
         ),
         (
             ErrorKind::InvalidArgument,
@@ -109,6 +110,8 @@ fn create_errors_are_classified() {
     let delete = Action::DeleteNode("n".into());
     let denied = on_action_error(&delete, &err(ErrorKind::PermissionDenied)).unwrap();
     assert_eq!(denied.reason, reasons::PERMISSION_DENIED);
+    let no_token = on_action_error(&delete, &err(ErrorKind::Unauthenticated)).unwrap();
+    assert_eq!(no_token.reason, reasons::CREDENTIALS_UNAVAILABLE);
     assert_eq!(on_action_error(&delete, &err(ErrorKind::Transient)), None);
 }
 
