@@ -30,6 +30,7 @@ mod multislice;
 mod preprocess_batch;
 mod preprocess_ttl;
 mod refused_calls;
+mod refusal_wakes;
 mod status_writes;
 mod stockout_memory;
 mod sweeper;

@@ -1,0 +1,300 @@
+//! A refused cloud call's fix reaches every object it stalled within seconds, through the real
+//! path (CR → controllers → Google's clients → gcp-emulator → status), and a credentials failure
+//! is reported as one:
+//! * no token (GKE's metadata server answers 403 while the Workload Identity binding is missing)
+//!   is `CredentialsUnavailable`, naming the binding, not `PermissionDenied`; once the binding is
+//!   fixed every stalled object runs its next pass and reaches Ready;
+//! * a missing role, once granted, is seen by one probing object within its interval (one call
+//!   per interval, not one per object), and every stalled object runs its next pass.
+//!
+//! Before, both kinds of objects waited out the 300 s retry of a permanent error (unscaled real
+//! time here too), and a credentials failure read `PermissionDenied`.
+//!
+//! The delays are real time, measured with the harness's fast polls and the production canary
+//! interval and credentials probe (8 s and 5 s, not scaled); printed for the record.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use gcp_emulator::{Code, Fault};
+use google_cloud_auth::{
+    credentials::{CacheableResource, Credentials, CredentialsProvider},
+    errors::CredentialsError,
+};
+use http::{Extensions, HeaderMap, HeaderValue};
+use test_kit::{ContextSpec, Polls, TestEnv};
+use tpu_operator_api::tpu_slice::TpuSlice;
+use tpu_operator_controller::{Context, governance::tenancy::WithoutPolicy, runtime::stalled_on::CANARY_INTERVAL};
+use tpu_operator_gcp::{CredentialsMode, CustomCredentials};
+
+use crate::tenant::{self, is_ready, slice_stalled};
+
+/// The two namespaces the stalled objects live in, and how many in each.
+const SPREAD: [(&str, usize); 2] = [("team-a", 3), ("team-b", 2)];
+/// Emulated time per poll, so nodes provision while the test watches.
+const STEP: Duration = Duration::from_secs(5);
+/// How long a stalled object may take to run again after the fix: the issue's bound.
+const PROMPTLY: Duration = Duration::from_secs(10);
+
+/// A token source as GKE's metadata server is to the operator: it refuses (403, permanently)
+/// while the Workload Identity binding is missing, and hands out tokens once it exists.
+#[derive(Debug)]
+struct MetadataServer {
+    bound: Arc<AtomicBool>,
+}
+
+impl CredentialsProvider for MetadataServer {
+    async fn headers(&self, _: Extensions) -> Result<CacheableResource<HeaderMap>, CredentialsError> {
+        if !self.bound.load(Ordering::SeqCst) {
+            return Err(CredentialsError::from_msg(
+                false,
+                "the metadata server answered 403: the Kubernetes service account is not bound to a \
+                 Google service account",
+            ));
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, HeaderValue::from_static("Bearer wi-token"));
+        Ok(CacheableResource::New {
+            entity_tag: Default::default(),
+            data: headers,
+        })
+    }
+
+    async fn universe_domain(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Every object's (namespace, name).
+fn objects() -> Vec<(String, String)> {
+    SPREAD
+        .iter()
+        .flat_map(|(ns, n)| (0..*n).map(move |i| (ns.to_string(), format!("{ns}-{i}"))))
+        .collect()
+}
+
+/// The controllers' context over every namespace (each test has its own kube-emulator), its GCP
+/// clients sending `credentials` (`None`: anonymous, as every other suite).
+async fn context(env: &TestEnv, credentials: Option<CredentialsMode>) -> Option<Arc<Context>> {
+    if env.kube().is_none() {
+        eprintln!("skipped: needs two namespaces watched by one operator, set up on kube-emulator only");
+        return None;
+    }
+    let spec = ContextSpec {
+        cluster_id: "test-cluster".into(),
+        default_project: "demo-project".into(),
+        namespace: None,
+        concurrency: 8,
+        polls: Polls::fast(),
+        tenancy: Some(WithoutPolicy::Allow),
+    };
+    let ctx = match credentials {
+        Some(credentials) => spec.build_credentialed(&env.client, &env.gcp, credentials).await,
+        None => spec.build(&env.client, &env.gcp).await,
+    };
+    Some(Arc::new(ctx.expect("controller context")))
+}
+
+async fn create_all(env: &TestEnv) {
+    let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone());
+    for (ns, _) in SPREAD {
+        let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+        namespaces
+            .create(&Default::default(), &namespace)
+            .await
+            .unwrap_or_else(|err| panic!("create namespace {ns}: {err}"));
+    }
+    for (ns, name) in objects() {
+        test_kit::create_in(&env.client, &ns, &tenant::slice(&name, serde_json::json!({}))).await;
+    }
+}
+
+async fn get(env: &TestEnv, ns: &str, name: &str) -> TpuSlice {
+    kube::Api::<TpuSlice>::namespaced(env.client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap_or_else(|err| panic!("get {ns}/{name}: {err}"))
+}
+
+/// Waits (real time, fast polls, the emulated clock moving) until every object is stalled with
+/// `reason`; returns their messages.
+async fn all_stalled(env: &TestEnv, reason: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut messages = Vec::new();
+        for (ns, name) in objects() {
+            match slice_stalled(&get(env, &ns, &name).await) {
+                Some((r, message)) if r == reason => messages.push(message),
+                other => assert!(
+                    Instant::now() < deadline,
+                    "{ns}/{name} not stalled with {reason}: {other:?}"
+                ),
+            }
+        }
+        if messages.len() == objects().len() {
+            return messages;
+        }
+        env.gcp.clock().advance(STEP);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// After a fix at `fixed`: how long until the first call Google answered, and, per object, until
+/// its next pass (its status no longer stalled) and until it is Ready.
+struct Recovery {
+    first_call: Duration,
+    next_pass: Vec<(String, Duration)>,
+    ready: Vec<(String, Duration)>,
+}
+
+/// Calls of `method` (any, when `None`) Google answered with success so far.
+fn answered(env: &TestEnv, method: Option<&str>) -> usize {
+    env.gcp
+        .calls()
+        .iter()
+        .filter(|c| c.status < 300 && method.is_none_or(|m| c.method == m))
+        .count()
+}
+
+/// `method`: the call that was refused (`None`: every call was).
+async fn recovery(env: &TestEnv, fixed: Instant, method: Option<&str>) -> Recovery {
+    let answered_before = answered(env, method);
+    let deadline = fixed + Duration::from_secs(60);
+    let mut first_call = None;
+    let mut next_pass = Vec::new();
+    let mut ready = Vec::new();
+    while ready.len() < objects().len() {
+        assert!(
+            Instant::now() < deadline,
+            "not recovered 60 s after the fix: passes {next_pass:?}, ready {ready:?}, calls {:?}",
+            env.gcp.call_counts()
+        );
+        if first_call.is_none() && answered(env, method) > answered_before {
+            first_call = Some(fixed.elapsed());
+        }
+        for (ns, name) in objects() {
+            let key = format!("{ns}/{name}");
+            let s = get(env, &ns, &name).await;
+            if slice_stalled(&s).is_none() && !next_pass.iter().any(|(k, _)| *k == key) {
+                next_pass.push((key.clone(), fixed.elapsed()));
+            }
+            if is_ready(&s) && !ready.iter().any(|(k, _)| *k == key) {
+                ready.push((key, fixed.elapsed()));
+            }
+        }
+        env.gcp.clock().advance(STEP);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Recovery {
+        first_call: first_call.expect("a call answered before every object got Ready"),
+        next_pass,
+        ready,
+    }
+}
+
+fn slowest(times: &[(String, Duration)]) -> Duration {
+    times.iter().map(|(_, t)| *t).max().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_fixed_workload_identity_binding_wakes_every_object_it_stalled() {
+    let mut env = TestEnv::start().await;
+    let bound = Arc::new(AtomicBool::new(false));
+    let source = bound.clone();
+    let metadata_server = CustomCredentials(Arc::new(move || {
+        Ok(Credentials::from(MetadataServer { bound: source.clone() }))
+    }));
+    let Some(ctx) = context(&env, Some(CredentialsMode::Custom(metadata_server))).await else {
+        return;
+    };
+    tenant::spawn_controllers(&mut env, &ctx);
+    create_all(&env).await;
+
+    for message in all_stalled(&env, "CredentialsUnavailable").await {
+        for part in ["roles/iam.workloadIdentityUser", "iam.gke.io/gcp-service-account", "metadata server answered 403"] {
+            assert!(message.contains(part), "names the binding to fix ({part}): {message}");
+        }
+    }
+    assert!(env.gcp.calls().is_empty(), "no token, no call: {:?}", env.gcp.call_counts());
+    // Every object parked on its backoff (or, for one, the canary's interval).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    bound.store(true, Ordering::SeqCst);
+    let fixed = Instant::now();
+    let r = recovery(&env, fixed, None).await;
+    eprintln!(
+        "binding fixed: first call answered after {:?}; next passes {:?}; Ready {:?}",
+        r.first_call, r.next_pass, r.ready
+    );
+    assert!(r.first_call <= PROMPTLY, "first call {:?} after the fix", r.first_call);
+    assert!(
+        slowest(&r.next_pass) <= PROMPTLY,
+        "every stalled object runs again within {PROMPTLY:?}: {:?}",
+        r.next_pass
+    );
+}
+
+#[tokio::test]
+async fn a_granted_role_wakes_every_object_it_stalled_after_one_probe_per_interval() {
+    let mut env = TestEnv::start().await;
+    let Some(ctx) = context(&env, None).await else {
+        return;
+    };
+    // The operator's service account lacks tpu.nodes.get (roles/tpu.admin) on the project.
+    env.gcp
+        .inject(Fault::FailCalls {
+            service: "tpu".into(),
+            method: "nodes.get".into(),
+            count: 100_000,
+            code: Code::PermissionDenied,
+            message: None,
+        })
+        .unwrap();
+    tenant::spawn_controllers(&mut env, &ctx);
+    create_all(&env).await;
+    for message in all_stalled(&env, "PermissionDenied").await {
+        assert!(message.contains("tpu.nodes.get") && message.contains("roles/tpu.admin"), "{message}");
+    }
+
+    // While the role is missing, one object probes it for all five: count the refused reads
+    // over one canary interval and a half.
+    let refused = |env: &TestEnv| {
+        env.gcp
+            .calls()
+            .iter()
+            .filter(|c| c.method == "nodes.get" && c.status == 403)
+            .count()
+    };
+    let before = refused(&env);
+    tokio::time::sleep(CANARY_INTERVAL + CANARY_INTERVAL / 2).await;
+    let probes = refused(&env) - before;
+    eprintln!(
+        "role missing: {probes} refused nodes.get in {:?} for {} stalled objects",
+        CANARY_INTERVAL + CANARY_INTERVAL / 2,
+        objects().len()
+    );
+    assert!(
+        (1..=2).contains(&probes),
+        "one probe per {CANARY_INTERVAL:?} for the blocker, not one per object: {probes}"
+    );
+
+    env.gcp.clear_faults();
+    let granted = Instant::now();
+    let r = recovery(&env, granted, Some("nodes.get")).await;
+    eprintln!(
+        "role granted: first call answered after {:?}; next passes {:?}; Ready {:?}",
+        r.first_call, r.next_pass, r.ready
+    );
+    // The probe retries every CANARY_INTERVAL: the grant is seen within one, plus a pass.
+    assert!(r.first_call <= PROMPTLY, "first call {:?} after the grant", r.first_call);
+    assert!(
+        slowest(&r.next_pass) <= PROMPTLY,
+        "every stalled object runs again within {PROMPTLY:?}: {:?}",
+        r.next_pass
+    );
+}
