@@ -211,7 +211,12 @@ pub(crate) fn build_credentials(
         ),
         CredentialsMode::Custom(CustomCredentials(build)) => {
             let build = build.clone();
-            recovering(Box::new(move || build()), "the custom credentials", call_timeout, metrics)
+            recovering(
+                Box::new(move || build()),
+                "the custom credentials",
+                call_timeout,
+                metrics,
+            )
         }
     }
 }

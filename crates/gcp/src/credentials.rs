@@ -464,7 +464,11 @@ mod tests {
         let mut recoveries = metrics.credentials_recoveries();
         let bound = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let source = bound.clone();
-        let build = move || Ok(Credentials::from(Binding { bound: source.clone() }));
+        let build = move || {
+            Ok(Credentials::from(Binding {
+                bound: source.clone(),
+            }))
+        };
         let policy = RecoveryPolicy {
             token_timeout: Duration::from_secs(1),
             initial_backoff: Duration::ZERO,
@@ -478,6 +482,10 @@ mod tests {
         assert!(credentials.headers(Extensions::new()).await.is_ok());
         assert!(credentials.headers(Extensions::new()).await.is_ok());
         assert!(recoveries.has_changed().unwrap(), "the first token after failing");
-        assert_eq!(*recoveries.borrow_and_update(), 1, "signalled once, not per token");
+        assert_eq!(
+            *recoveries.borrow_and_update(),
+            1,
+            "signalled once, not per token"
+        );
     }
 }

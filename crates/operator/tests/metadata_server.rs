@@ -203,9 +203,23 @@ async fn start_up_with_a_hanging_metadata_server_completes_within_its_bound() {
     println!("ready {took:?} after start with a hanging metadata server (call timeout 2 s)");
 }
 
+/// The reason of the `Stalled=True` condition of TpuSlice `name` in `default`, if stalled.
+async fn stalled_reason(client: &kube::Client, name: &str) -> Option<String> {
+    use tpu_operator_api::conditions::{find_condition, types};
+    let api: kube::Api<tpu_operator_api::tpu_slice::TpuSlice> =
+        kube::Api::namespaced(client.clone(), "default");
+    let slice = api.get(name).await.expect("get TpuSlice");
+    let status = slice.status?;
+    find_condition(&status.conditions, types::STALLED)
+        .filter(|c| c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
 /// Item 1: a 403 from the metadata server makes `/readyz` unready with the reason and counts it;
 /// once the binding is fixed, tokens are fetched again, `/readyz` is ready again, without a
-/// restart.
+/// restart. The slice whose calls got no token says `CredentialsUnavailable` (not
+/// `PermissionDenied`), and runs its next pass within 10 s of the fix instead of after its
+/// 5-minute retry: google-cloud-auth's own metadata-server credentials, rebuilt and probed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_reports_failing_credentials_and_recovers_without_restart() {
     let env = Env::start().await;
@@ -236,8 +250,17 @@ async fn readyz_reports_failing_credentials_and_recovers_without_restart() {
             && metrics.contains("gcp_credentials_failing 1"),
         "{metrics}"
     );
+    wait_until(
+        "the slice stalled with CredentialsUnavailable",
+        Duration::from_secs(60),
+        async || stalled_reason(&env.client, "refused").await.as_deref() == Some("CredentialsUnavailable"),
+    )
+    .await;
+    // Parked on its backoff (or probing), as after any failed pass.
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     fake.set(Mode::Answer);
+    let fixed = Instant::now();
     let before = fake.token_requests.load(Ordering::SeqCst);
     let took = wait_until("ready again", Duration::from_secs(30), async || {
         operator
@@ -253,4 +276,11 @@ async fn readyz_reports_failing_credentials_and_recovers_without_restart() {
     );
     let (_, metrics) = operator.get("/metrics").await.unwrap();
     assert!(metrics.contains("gcp_credentials_failing 0"), "{metrics}");
+    wait_until("the slice's next pass", Duration::from_secs(60), async || {
+        stalled_reason(&env.client, "refused").await.is_none()
+    })
+    .await;
+    let next_pass = fixed.elapsed();
+    println!("the stalled slice ran again {next_pass:?} after the metadata server answers");
+    assert!(next_pass <= Duration::from_secs(10), "{next_pass:?}");
 }

@@ -45,8 +45,8 @@ use crate::{
         capacity::turns::turns,
         cloud_watch::{CloudWatch, Owner},
         error::{self, ReconcileError, Result},
-        stalled_on::StalledOn,
         fair_share::FairShare,
+        stalled_on::StalledOn,
         watched::{self, Cached, cached_ref},
     },
 };

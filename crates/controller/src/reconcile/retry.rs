@@ -32,7 +32,10 @@ pub fn error_policy<K: Resource>(
         Retry::Transient => ctx.backoff.on_failure(&uid),
         Retry::Permanent => ctx.backoff.on_failure(&uid).max(PERMANENT_RETRY),
     };
-    let delay = ctx.stalled_on.failed(owner, err).map_or(backoff, |canary| canary.min(backoff));
+    let delay = ctx
+        .stalled_on
+        .failed(owner, err)
+        .map_or(backoff, |canary| canary.min(backoff));
     // The failed pass may have written status (a refused delete says so; a billing node's cost
     // moves on every minute). Its own write's watch event must not run the failed call again
     // before the backoff: the object settles at the version the pass left until the retry is

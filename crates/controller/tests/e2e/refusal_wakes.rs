@@ -29,7 +29,9 @@ use google_cloud_auth::{
 use http::{Extensions, HeaderMap, HeaderValue};
 use test_kit::{ContextSpec, Polls, TestEnv};
 use tpu_operator_api::tpu_slice::TpuSlice;
-use tpu_operator_controller::{Context, governance::tenancy::WithoutPolicy, runtime::stalled_on::CANARY_INTERVAL};
+use tpu_operator_controller::{
+    Context, governance::tenancy::WithoutPolicy, runtime::stalled_on::CANARY_INTERVAL,
+};
 use tpu_operator_gcp::{CredentialsMode, CustomCredentials};
 
 use crate::tenant::{self, is_ready, slice_stalled};
@@ -58,7 +60,10 @@ impl CredentialsProvider for MetadataServer {
             ));
         }
         let mut headers = HeaderMap::new();
-        headers.insert(http::header::AUTHORIZATION, HeaderValue::from_static("Bearer wi-token"));
+        headers.insert(
+            http::header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer wi-token"),
+        );
         Ok(CacheableResource::New {
             entity_tag: Default::default(),
             data: headers,
@@ -207,7 +212,9 @@ async fn a_fixed_workload_identity_binding_wakes_every_object_it_stalled() {
     let bound = Arc::new(AtomicBool::new(false));
     let source = bound.clone();
     let metadata_server = CustomCredentials(Arc::new(move || {
-        Ok(Credentials::from(MetadataServer { bound: source.clone() }))
+        Ok(Credentials::from(MetadataServer {
+            bound: source.clone(),
+        }))
     }));
     let Some(ctx) = context(&env, Some(CredentialsMode::Custom(metadata_server))).await else {
         return;
@@ -216,11 +223,22 @@ async fn a_fixed_workload_identity_binding_wakes_every_object_it_stalled() {
     create_all(&env).await;
 
     for message in all_stalled(&env, "CredentialsUnavailable").await {
-        for part in ["roles/iam.workloadIdentityUser", "iam.gke.io/gcp-service-account", "metadata server answered 403"] {
-            assert!(message.contains(part), "names the binding to fix ({part}): {message}");
+        for part in [
+            "roles/iam.workloadIdentityUser",
+            "iam.gke.io/gcp-service-account",
+            "metadata server answered 403",
+        ] {
+            assert!(
+                message.contains(part),
+                "names the binding to fix ({part}): {message}"
+            );
         }
     }
-    assert!(env.gcp.calls().is_empty(), "no token, no call: {:?}", env.gcp.call_counts());
+    assert!(
+        env.gcp.calls().is_empty(),
+        "no token, no call: {:?}",
+        env.gcp.call_counts()
+    );
     // Every object parked on its backoff (or, for one, the canary's interval).
     tokio::time::sleep(Duration::from_secs(1)).await;
 
@@ -231,7 +249,11 @@ async fn a_fixed_workload_identity_binding_wakes_every_object_it_stalled() {
         "binding fixed: first call answered after {:?}; next passes {:?}; Ready {:?}",
         r.first_call, r.next_pass, r.ready
     );
-    assert!(r.first_call <= PROMPTLY, "first call {:?} after the fix", r.first_call);
+    assert!(
+        r.first_call <= PROMPTLY,
+        "first call {:?} after the fix",
+        r.first_call
+    );
     assert!(
         slowest(&r.next_pass) <= PROMPTLY,
         "every stalled object runs again within {PROMPTLY:?}: {:?}",
@@ -258,7 +280,10 @@ async fn a_granted_role_wakes_every_object_it_stalled_after_one_probe_per_interv
     tenant::spawn_controllers(&mut env, &ctx);
     create_all(&env).await;
     for message in all_stalled(&env, "PermissionDenied").await {
-        assert!(message.contains("tpu.nodes.get") && message.contains("roles/tpu.admin"), "{message}");
+        assert!(
+            message.contains("tpu.nodes.get") && message.contains("roles/tpu.admin"),
+            "{message}"
+        );
     }
 
     // While the role is missing, one object probes it for all five: count the refused reads
@@ -291,7 +316,11 @@ async fn a_granted_role_wakes_every_object_it_stalled_after_one_probe_per_interv
         r.first_call, r.next_pass, r.ready
     );
     // The probe retries every CANARY_INTERVAL: the grant is seen within one, plus a pass.
-    assert!(r.first_call <= PROMPTLY, "first call {:?} after the grant", r.first_call);
+    assert!(
+        r.first_call <= PROMPTLY,
+        "first call {:?} after the grant",
+        r.first_call
+    );
     assert!(
         slowest(&r.next_pass) <= PROMPTLY,
         "every stalled object runs again within {PROMPTLY:?}: {:?}",

@@ -88,7 +88,12 @@ mod tests {
             permission(Service::Tpu, Some("a@x"), "projects/p")
         );
         assert_eq!(
-            Blocker::of(&refused(Denied, Service::Storage, "gs://b/in/part-0", Some("a@x"))),
+            Blocker::of(&refused(
+                Denied,
+                Service::Storage,
+                "gs://b/in/part-0",
+                Some("a@x")
+            )),
             permission(Service::Storage, Some("a@x"), "gs://b")
         );
         assert_eq!(

@@ -27,8 +27,8 @@ use std::{
 use tokio::time::Instant;
 
 pub use self::blocker::Blocker;
-pub use self::registry::{CANARY_INTERVAL, Role};
 use self::registry::Registry;
+pub use self::registry::{CANARY_INTERVAL, Role};
 use super::{cloud_watch::CloudWatch, cloud_watch::Owner, error::ReconcileError};
 
 /// The registry of stalled objects and the way to wake them.
@@ -119,7 +119,11 @@ impl StalledOn {
         if woken.is_empty() {
             return;
         }
-        tracing::info!(objects = woken.len(), why, "re-queueing objects stalled on a refused cloud call");
+        tracing::info!(
+            objects = woken.len(),
+            why,
+            "re-queueing objects stalled on a refused cloud call"
+        );
         for owner in &woken {
             self.cloud_watch.wake_owner(owner);
         }

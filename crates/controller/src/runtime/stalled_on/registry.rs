@@ -127,7 +127,12 @@ impl<T: Clone> Registry<T> {
         }
         stall.canary = stall.order.front().map(|next| (next.clone(), now));
         match stall.order.front() {
-            Some(next) => self.members.get(next).map(|(_, handle)| handle.clone()).into_iter().collect(),
+            Some(next) => self
+                .members
+                .get(next)
+                .map(|(_, handle)| handle.clone())
+                .into_iter()
+                .collect(),
             None => {
                 self.stalls.remove(&blocker);
                 Vec::new()
@@ -192,13 +197,19 @@ mod tests {
         assert_eq!(r.stalled("b", denied("x"), "b", t0).0, Role::Waiter);
         assert_eq!(r.stalled("c", denied("x"), "c", t0).0, Role::Waiter);
         // The canary stalls again at its interval and stays the canary.
-        assert_eq!(r.stalled("a", denied("x"), "a", t0 + CANARY_INTERVAL).0, Role::Canary);
+        assert_eq!(
+            r.stalled("a", denied("x"), "a", t0 + CANARY_INTERVAL).0,
+            Role::Canary
+        );
         // A waiter that passes (its owner touched it) wakes nobody.
         assert!(r.passed("c", t0 + CANARY_INTERVAL).is_empty());
         // The grant: the canary passes and wakes the rest; the blocker is forgotten.
         assert_eq!(r.passed("a", t0 + 2 * CANARY_INTERVAL), ["b"]);
         assert_eq!(r.len(), 0);
-        assert!(r.passed("b", t0 + 2 * CANARY_INTERVAL).is_empty(), "already woken");
+        assert!(
+            r.passed("b", t0 + 2 * CANARY_INTERVAL).is_empty(),
+            "already woken"
+        );
     }
 
     #[test]
