@@ -37,6 +37,10 @@ pub enum SubmitOutcome {
         phase: Option<PreprocessBatchPhase>,
         reason: &'static str,
         message: String,
+        /// The refused call, when a grant or a binding is what it waits for: the pass fails
+        /// with it after writing status, so the batch stalls on it and is re-queued when that
+        /// is fixed (`runtime::stalled_on`), instead of at the stable poll.
+        refused: Option<Box<GcpError>>,
     },
     /// Not sent: the project's Dataproc creates in the region are paced and others are ahead
     /// (see [`crate::runtime::capacity::limiter`]). Tried again when the turn is due.
@@ -60,6 +64,7 @@ pub async fn submit(
                 phase: Some(PreprocessBatchPhase::Failed),
                 reason: reasons::INVALID_SPEC,
                 message: err.to_string(),
+                refused: None,
             });
         }
     };
@@ -152,10 +157,13 @@ fn refusal(err: GcpError) -> std::result::Result<SubmitOutcome, GcpError> {
         CreateFailure::Stockout => (None, reasons::STOCKOUT),
         CreateFailure::InvalidRequest | CreateFailure::RateLimited | CreateFailure::Other => return Err(err),
     };
+    let message = format!("Dataproc refused batches.create{quota}: {}", err.stable_message());
+    let refused = crate::runtime::refused::is_refusal(&err).then(|| Box::new(err));
     Ok(SubmitOutcome::Refused {
         phase,
         reason,
-        message: format!("Dataproc refused batches.create{quota}: {}", err.stable_message()),
+        message,
+        refused,
     })
 }
 

@@ -150,10 +150,19 @@ impl Kind for PreprocessBatch {
             return Ok(Acted::done(Done::Nothing));
         };
         let outcome = act::submit(ctx, t, &self.spec, *attempt).await?;
-        Ok(Acted::done(Done::Submitted {
-            attempt: *attempt,
-            outcome: Box::new(outcome),
-        }))
+        let failed = match &outcome {
+            SubmitOutcome::Refused {
+                refused: Some(err), ..
+            } => Some(ReconcileError::gcp("create Dataproc batch")(err.as_ref().clone())),
+            _ => None,
+        };
+        Ok(Acted {
+            failed,
+            ..Acted::done(Done::Submitted {
+                attempt: *attempt,
+                outcome: Box::new(outcome),
+            })
+        })
     }
 
     fn report(&self, now: DateTime<Utc>, pass: &Pass<'_, Self>) -> PreprocessBatchStatus {

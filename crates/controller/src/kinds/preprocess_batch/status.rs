@@ -92,6 +92,7 @@ pub fn after_submit(
             phase,
             reason,
             message,
+            ..
         } => {
             if let Some(phase) = phase {
                 s.phase = *phase;
