@@ -72,12 +72,15 @@ impl<T: Clone> Registry<T> {
     /// Object `uid` failed on `blocker`. Returns its role, and whom to wake: the next canary when
     /// the object was the canary of another blocker before.
     pub fn stalled(&mut self, uid: &str, blocker: Blocker, handle: T, now: Instant) -> (Role, Vec<T>) {
-        let woken = match self.members.get(uid) {
-            Some((before, _)) if *before != blocker => self.left(uid, now),
-            _ => Vec::new(),
+        let (woken, known) = match self.members.get(uid) {
+            Some((before, _)) if *before != blocker => (self.left(uid, now), false),
+            Some(_) => (Vec::new(), true),
+            None => (Vec::new(), false),
         };
         let stall = self.stalls.entry(blocker.clone()).or_default();
-        if !stall.order.iter().any(|member| member == uid) {
+        // By the members map, not a scan of the order: a credentials outage stalls every object
+        // on one blocker, each failing again and again.
+        if !known {
             stall.order.push_back(uid.to_string());
         }
         self.members.insert(uid.to_string(), (blocker, handle));
