@@ -28,13 +28,13 @@ use google_cloud_auth::{
 };
 use http::{Extensions, HeaderMap, HeaderValue};
 use test_kit::{ContextSpec, Polls, TestEnv};
-use tpu_operator_api::tpu_slice::TpuSlice;
+use tpu_operator_api::{preprocess_batch::PreprocessBatch, tpu_slice::TpuSlice};
 use tpu_operator_controller::{
     Context, governance::tenancy::WithoutPolicy, runtime::stalled_on::CANARY_INTERVAL,
 };
 use tpu_operator_gcp::{CredentialsMode, CustomCredentials};
 
-use crate::tenant::{self, is_ready, slice_stalled};
+use crate::tenant::{self, is_ready, slice_stalled, stalled};
 
 /// The two namespaces the stalled objects live in, and how many in each.
 const SPREAD: [(&str, usize); 2] = [("team-a", 3), ("team-b", 2)];
@@ -105,7 +105,7 @@ async fn context(env: &TestEnv, credentials: Option<CredentialsMode>) -> Option<
     Some(Arc::new(ctx.expect("controller context")))
 }
 
-async fn create_all(env: &TestEnv) {
+async fn create_namespaces(env: &TestEnv) {
     let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone());
     for (ns, _) in SPREAD {
         let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
@@ -114,6 +114,10 @@ async fn create_all(env: &TestEnv) {
             .await
             .unwrap_or_else(|err| panic!("create namespace {ns}: {err}"));
     }
+}
+
+async fn create_all(env: &TestEnv) {
+    create_namespaces(env).await;
     for (ns, name) in objects() {
         test_kit::create_in(&env.client, &ns, &tenant::slice(&name, serde_json::json!({}))).await;
     }
@@ -326,4 +330,140 @@ async fn a_granted_role_wakes_every_object_it_stalled_after_one_probe_per_interv
         "every stalled object runs again within {PROMPTLY:?}: {:?}",
         r.next_pass
     );
+}
+
+const OPERATOR: &str = "tpu-operator@platform-proj.iam.gserviceaccount.com";
+
+/// Team `ns`'s Google service account, the identity its namespace's policy gives it.
+fn team_account(ns: &str) -> String {
+    format!("{ns}@{ns}-proj.iam.gserviceaccount.com")
+}
+
+/// A PreprocessBatch of team `ns` that reads `gs://{ns}-data/{input}/`.
+fn team_batch(ns: &str, input: &str) -> PreprocessBatch {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "metadata": {"name": input},
+        "spec": {"project": format!("{ns}-proj"), "region": "us-east5",
+                 "pyspark": {"mainPythonFileUri": format!("gs://{ns}-data/s.py")},
+                 "inputs": [format!("gs://{ns}-data/{input}/")]}
+    }))
+    .expect("PreprocessBatch fixture")
+}
+
+/// The reason a batch is stalled with, if it is.
+async fn batch_stalled(env: &TestEnv, ns: &str, name: &str) -> Option<String> {
+    let b = kube::Api::<PreprocessBatch>::namespaced(env.client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap_or_else(|err| panic!("get {ns}/{name}: {err}"));
+    stalled(&b.status?.conditions).map(|(reason, _)| reason)
+}
+
+/// Each namespace reads its own bucket as its own account (docs/policy.md), and neither account
+/// has a role on its bucket yet. Granting team-a's must re-queue team-a's stalled objects within
+/// 10 s, and none of team-b's: team-b's objects stall on another identity's refusal.
+#[tokio::test]
+async fn a_grant_to_one_team_s_account_wakes_that_team_s_objects_only() {
+    let mut env = TestEnv::start().await;
+    let Some(ctx) = context(&env, None).await else {
+        return;
+    };
+    let gcp = &env.gcp;
+    gcp.set_default_principal(OPERATOR);
+    let [(team_a, _), (team_b, _)] = SPREAD;
+    let inputs = |ns: &str| [format!("{ns}-input-0"), format!("{ns}-input-1")];
+    for ns in [team_a, team_b] {
+        gcp.grant_token_creator(&team_account(ns), &format!("serviceAccount:{OPERATOR}"));
+        // A binding to someone else makes the bucket IAM-checked: the team's account is refused.
+        gcp.grant_bucket(
+            &format!("{ns}-data"),
+            "roles/storage.objectViewer",
+            "serviceAccount:someone-else@elsewhere.iam.gserviceaccount.com",
+        )
+        .unwrap();
+        for input in inputs(ns) {
+            gcp.put_object(
+                &format!("{ns}-data"),
+                &format!("{input}/part-0"),
+                "x",
+                "text/plain",
+            );
+        }
+    }
+    create_namespaces(&env).await;
+    for ns in [team_a, team_b] {
+        let rules = serde_json::json!({"googleServiceAccount": team_account(ns)});
+        tenant::create_policy(&env.client, &tenant::policy(ns, rules)).await;
+    }
+    tenant::spawn_controllers(&mut env, &ctx);
+    for ns in [team_a, team_b] {
+        for input in inputs(ns) {
+            test_kit::create_in(&env.client, ns, &team_batch(ns, &input)).await;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for ns in [team_a, team_b] {
+        for input in inputs(ns) {
+            while batch_stalled(&env, ns, &input).await.as_deref() != Some("PermissionDenied") {
+                assert!(
+                    Instant::now() < deadline,
+                    "{ns}/{input} not stalled on its refused read"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    let calls_before = env.gcp.calls().len();
+    env.gcp
+        .grant_bucket(
+            &format!("{team_a}-data"),
+            "roles/storage.objectViewer",
+            &format!("serviceAccount:{}", team_account(team_a)),
+        )
+        .unwrap();
+    let granted = Instant::now();
+    let mut next_pass = Vec::new();
+    while next_pass.len() < 2 {
+        assert!(
+            granted.elapsed() <= PROMPTLY,
+            "team-a's objects did not run again within {PROMPTLY:?}: {next_pass:?}"
+        );
+        for input in inputs(team_a) {
+            if batch_stalled(&env, team_a, &input).await.is_none()
+                && !next_pass.iter().any(|(i, _)| *i == input)
+            {
+                next_pass.push((input, granted.elapsed()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Team-b's objects over the same 10 s: stalled still, and at most one of them (its own
+    // blocker's probe) made a call; a wake by team-a's grant would have run both.
+    tokio::time::sleep(PROMPTLY.saturating_sub(granted.elapsed())).await;
+    let calls = env.gcp.calls();
+    let calls_of = |input: &str| {
+        calls[calls_before..]
+            .iter()
+            .filter(|c| c.path.contains(input) || c.query.contains(input))
+            .count()
+    };
+    let team_b_calls: Vec<(String, usize)> =
+        inputs(team_b).iter().map(|i| (i.clone(), calls_of(i))).collect();
+    eprintln!(
+        "team-a's role granted: its objects ran again after {next_pass:?}; team-b's calls in the next \
+         {PROMPTLY:?}: {team_b_calls:?}"
+    );
+    assert!(
+        team_b_calls.iter().filter(|(_, n)| *n > 0).count() <= 1,
+        "team-a's grant ran team-b's objects: {team_b_calls:?}"
+    );
+    for input in inputs(team_b) {
+        assert_eq!(
+            batch_stalled(&env, team_b, &input).await.as_deref(),
+            Some("PermissionDenied"),
+            "{input}"
+        );
+    }
 }
