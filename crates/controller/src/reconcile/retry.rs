@@ -12,9 +12,11 @@ use crate::runtime::{
 };
 
 /// How long to wait after a permanent error before looking again: permissions and quotas are fixed
-/// out of band, and nothing tells us when.
+/// out of band. A refused call's fix is seen sooner ([`crate::runtime::stalled_on`]: one object
+/// per refusal probes it and wakes the others); a quota increase is not.
 pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
 
+/// After a failed pass of `obj`: its backoff by the error's class, and the failure metric.
 ///
 /// `owner` is how the object is woken (its kind's controller stream): an object refused by a
 /// cloud call registers with [`crate::runtime::stalled_on`], and the one that probes the refusal
