@@ -3,7 +3,7 @@
 //! function called from [`table`].
 
 use chrono::{DateTime, Utc};
-use tpu_operator_controller::runtime::capacity::snapshot::{PlaceMemory, PlaceState, Snapshot};
+use tpu_operator_controller::runtime::capacity::snapshot::{LineMemory, PlaceMemory, PlaceState, Snapshot};
 
 use super::view::{View, WaitingGroup};
 
@@ -15,6 +15,9 @@ pub fn table(view: &View) -> String {
     let mut out = String::new();
     memory(&mut out, view.memory.as_ref(), view.now);
     out.push('\n');
+    if let Some(snapshot) = &view.memory {
+        limiter(&mut out, &snapshot.limiter, view.now);
+    }
     waiting(&mut out, &view.waiting, view.now);
     if !view.unread.is_empty() {
         out.push_str("\nNot shown (could not be read):\n");
@@ -82,6 +85,51 @@ fn place_row(p: &PlaceMemory, now: DateTime<Utc>) -> Vec<String> {
         p.strikes.to_string(),
         format!("{} ({})", clock(p.last_stockout), relative(p.last_stockout, now)),
     ]
+}
+
+/// The create limiter's lines where something waits its turn, or that Google paused; nothing
+/// when none is (a line that only sent is the normal case and says nothing to wait on).
+fn limiter(out: &mut String, lines: &[LineMemory], now: DateTime<Utc>) {
+    let held: Vec<&LineMemory> = lines
+        .iter()
+        .filter(|l| l.waiting > 0 || l.paused_until.is_some_and(|u| u > now))
+        .collect();
+    if held.is_empty() {
+        return;
+    }
+    out.push_str("Create limiter (creates waiting their turn under Google's per-minute quotas)\n");
+    let header = [
+        "PROJECT",
+        "REGION",
+        "GROUP",
+        "QUOTA",
+        "PACE",
+        "SENT(60s)",
+        "WAITING",
+        "NEXT TURN",
+        "PAUSED UNTIL",
+    ];
+    let at = |t: Option<DateTime<Utc>>| {
+        t.map_or_else(|| "-".into(), |t| format!("{} ({})", clock(t), relative(t, now)))
+    };
+    let rows: Vec<Vec<String>> = held
+        .iter()
+        .map(|l| {
+            vec![
+                l.project.clone(),
+                l.region.clone().unwrap_or_else(|| "-".into()),
+                l.group.clone(),
+                format!("{}/min", l.quota),
+                format!("{}/min", l.per_minute),
+                l.sent.to_string(),
+                l.waiting.to_string(),
+                at(l.next_turn),
+                at(l.paused_until.filter(|u| *u > now)),
+            ]
+        })
+        .collect();
+    out.push_str(&columns(&header, &rows));
+    out.push('\n');
 }
 
 fn waiting(out: &mut String, groups: &[WaitingGroup], now: DateTime<Utc>) {
@@ -231,6 +279,36 @@ mod tests {
             waiting: group_waiting(&slices),
             unread: vec!["TpuSlices in namespace team-b: forbidden".into()],
         }
+    }
+
+    #[test]
+    fn a_line_with_waiters_shows_its_pace_and_next_turn_and_an_idle_one_is_left_out() {
+        let mut v = view(t0() + Duration::seconds(5));
+        let line = |project: &str, waiting: usize| LineMemory {
+            project: project.into(),
+            region: None,
+            group: "tpuCreate".into(),
+            quota: 91,
+            per_minute: 86,
+            sent: 86,
+            waiting,
+            next_turn: (waiting > 0).then(|| t0() + Duration::seconds(60)),
+            paused_until: None,
+        };
+        v.memory.as_mut().unwrap().limiter = vec![line("team-a", 114), line("team-b", 0)];
+        let text = table(&v);
+        let expected = "\
+Create limiter (creates waiting their turn under Google's per-minute quotas)
+PROJECT  REGION  GROUP      QUOTA   PACE    SENT(60s)  WAITING  NEXT TURN                      PAUSED UNTIL
+team-a   -       tpuCreate  91/min  86/min  86         114      2027-01-15T08:01:00Z (in 55s)  -
+";
+        assert!(text.contains(expected), "{text}");
+        assert!(
+            !text.lines().any(|l| l.starts_with("team-b")),
+            "an idle line is left out: {text}"
+        );
+        v.memory.as_mut().unwrap().limiter.clear();
+        assert!(!table(&v).contains("Create limiter"));
     }
 
     #[test]

@@ -275,6 +275,22 @@ impl Waiting {
     }
 }
 
+/// A line as it stands (see [`Limiter::lines`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LineNow {
+    pub line: Line,
+    /// Google's quota as configured, per minute.
+    pub quota: u32,
+    /// The most the line sends in any minute now.
+    pub per_minute: u32,
+    /// Calls sent in the last 60 s.
+    pub sent: usize,
+    pub waiting: usize,
+    /// The soonest turn a waiter was told.
+    pub next_turn: Option<DateTime<Utc>>,
+    pub paused_until: Option<DateTime<Utc>>,
+}
+
 #[derive(Debug)]
 struct Waiter {
     tenant: String,
@@ -469,6 +485,31 @@ impl Limiter {
             }
         }
         due
+    }
+
+    /// Every line that sent or holds waiters in the last minute, as it stands at `now`.
+    pub fn lines(&mut self, now: DateTime<Utc>) -> Vec<LineNow> {
+        let mut lines: Vec<LineNow> = self
+            .lines
+            .iter_mut()
+            .filter_map(|(line, window)| {
+                window.age(now);
+                if window.calls.is_empty() && window.waiters.is_empty() {
+                    return None;
+                }
+                Some(LineNow {
+                    line: line.clone(),
+                    quota: self.limits.0.get(&line.group).copied().unwrap_or_default(),
+                    per_minute: window.cap.floor() as u32,
+                    sent: window.calls.len(),
+                    waiting: window.waiters.len(),
+                    next_turn: window.waiters.values().map(|w| w.due).min(),
+                    paused_until: window.paused_until,
+                })
+            })
+            .collect();
+        lines.sort_by(|a, b| a.line.cmp(&b.line));
+        lines
     }
 
     /// How many wait on `line`.

@@ -139,7 +139,8 @@ impl Capacity {
 
     /// What the memory holds at `now`, for showing (see [`snapshot`]).
     pub fn snapshot(&self, now: DateTime<Utc>) -> snapshot::Snapshot {
-        snapshot::Snapshot::of(self.memory().remembered(), now)
+        let lines = self.limiter().lines(now);
+        snapshot::Snapshot::of(self.memory().remembered(), now).with_lines(lines)
     }
 }
 

@@ -36,6 +36,32 @@ pub struct Snapshot {
     /// Places remembered but left out past [`MAX_PLACES`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: usize,
+    /// The create limiter's lines that sent or held waiters in the last minute (one per project
+    /// and method group, and region where Google counts so: a handful).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limiter: Vec<LineMemory>,
+}
+
+/// One line of the create limiter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LineMemory {
+    pub project: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The method group (`tpuCreate`, `computeMutate`, `dataprocBatchCreate`, `vertexJobCreate`).
+    pub group: String,
+    /// Google's quota as configured, per minute.
+    pub quota: u32,
+    /// The most the line sends in any minute now (below 95 % of the quota after refusals).
+    pub per_minute: u32,
+    /// Creates sent in the last 60 s.
+    pub sent: usize,
+    pub waiting: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_turn: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_until: Option<DateTime<Utc>>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -129,13 +155,33 @@ impl Snapshot {
             generated_at: Some(floor_second(now)),
             places,
             omitted,
+            limiter: Vec::new(),
         }
     }
 
-    /// Whether `other` says the same about the places (when it was taken aside): the publisher
-    /// writes only what changed.
+    /// With the create limiter's `lines`.
+    pub fn with_lines(mut self, lines: Vec<super::limiter::LineNow>) -> Self {
+        self.limiter = lines
+            .into_iter()
+            .map(|l| LineMemory {
+                project: l.line.project,
+                region: l.line.region,
+                group: l.line.group.as_str().to_owned(),
+                quota: l.quota,
+                per_minute: l.per_minute,
+                sent: l.sent,
+                waiting: l.waiting,
+                next_turn: l.next_turn.map(ceil_second),
+                paused_until: l.paused_until.map(ceil_second),
+            })
+            .collect();
+        self
+    }
+
+    /// Whether `other` says the same about the places and the limiter's lines (when it was
+    /// taken aside): the publisher writes only what changed.
     pub fn same_places(&self, other: &Self) -> bool {
-        self.places == other.places && self.omitted == other.omitted
+        self.places == other.places && self.omitted == other.omitted && self.limiter == other.limiter
     }
 }
 
@@ -238,10 +284,37 @@ mod tests {
         );
         assert!(!text.contains("omitted"), "{text}");
         assert_eq!(serde_json::from_str::<Snapshot>(&text).unwrap(), snapshot);
-        // A later writer's extra section (e.g. the create limiter's) does not break this reader.
+        // A later writer's extra section does not break this reader.
         let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
-        value["limiter"] = serde_json::json!([{"project": "team-a"}]);
+        value["reservations"] = serde_json::json!([{"project": "team-a"}]);
         assert_eq!(serde_json::from_value::<Snapshot>(value).unwrap(), snapshot);
+    }
+
+    #[test]
+    fn the_limiter_s_lines_are_written_and_a_change_in_them_is_a_change() {
+        use crate::runtime::capacity::limiter::{Group, Line, LineNow};
+        let line = |waiting| LineNow {
+            line: Line::in_region(Group::VertexJobCreate, "team-a", "us-central1"),
+            quota: 60,
+            per_minute: 57,
+            sent: 57,
+            waiting,
+            next_turn: Some(t0() + Duration::milliseconds(30_500)),
+            paused_until: None,
+        };
+        let snapshot = Snapshot::of(std::iter::empty(), t0()).with_lines(vec![line(3)]);
+        let text = serde_json::to_string(&snapshot).unwrap();
+        for part in [
+            "\"group\":\"vertexJobCreate\"",
+            "\"region\":\"us-central1\"",
+            "\"perMinute\":57",
+            "\"nextTurn\":\"2027-01-15T08:00:31Z\"",
+        ] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        assert_eq!(serde_json::from_str::<Snapshot>(&text).unwrap(), snapshot);
+        let more = Snapshot::of(std::iter::empty(), t0()).with_lines(vec![line(4)]);
+        assert!(!snapshot.same_places(&more), "a new waiter is published");
     }
 
     #[test]
