@@ -99,7 +99,18 @@ async fn main() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let calls = creates();
+    report(&world, &api, (&a, &b), slices, quota, creates()).await;
+}
+
+/// Prints what the run measured (see the module docs).
+async fn report(
+    world: &World,
+    api: &Api<TpuSlice>,
+    (a, b): (&OperatorProcess, &OperatorProcess),
+    slices: usize,
+    quota: u64,
+    calls: Vec<gcp_emulator::CallRecord>,
+) {
     let refused = calls.iter().filter(|c| c.status != 200).count();
     // Each slice's wait: from its creation (the API server's, second precision) to its create.
     let created: BTreeMap<String, DateTime<Utc>> = api
@@ -140,7 +151,7 @@ async fn main() {
     let span = (last - first).num_milliseconds() as f64 / 60_000.0 + 1.0;
     let throughput = slices as f64 / span;
     let bound = (slices as f64 / quota as f64).ceil() + 1.0;
-    let (by_a, by_b) = (creates_by(&a).await, creates_by(&b).await);
+    let (by_a, by_b) = (creates_by(a).await, creates_by(b).await);
     println!(
         "quota refusals: {refused} (emulator: {})",
         world.gcp.rate_quota_refusals(QuotaGroup::TpuCreate)

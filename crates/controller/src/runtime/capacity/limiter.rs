@@ -361,7 +361,7 @@ impl Window {
             return from;
         }
         // Steps of `slots` back to a call already made (or to before the first).
-        let steps = (n + slots - 1) / slots;
+        let steps = n.div_ceil(slots);
         let base = overall as i64 - (steps * slots) as i64;
         let after_made = match usize::try_from(base) {
             Ok(b) if b >= 1 => self.calls[b - 1] + WINDOW * steps as i32,

@@ -1,8 +1,8 @@
 use super::*;
 
 fn t0() -> DateTime<Utc> {
-    // On a minute boundary, so the windows below are Google's.
-    DateTime::from_timestamp(1_800_000_000 - 1_800_000_000 % 60, 0).unwrap()
+    // 2027-01-15T08:00:00Z: on a minute boundary, so the windows below are Google's.
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
 }
 
 fn line() -> Line {
