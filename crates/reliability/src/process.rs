@@ -36,15 +36,20 @@ pub enum OperatorBuild {
 }
 
 /// What a bench measures: the image's build of the operator (built once, then reused), or the
-/// binary `TPU_OPERATOR_BINARY` names (to measure another build, e.g. a debug one while the
-/// release build would take too long).
+/// binary `TPU_OPERATOR_BINARY` names (see [`operator_binary`]).
 pub fn bench_binary() -> PathBuf {
-    std::env::var_os("TPU_OPERATOR_BINARY")
-        .map_or_else(|| operator_binary(OperatorBuild::Shipped), PathBuf::from)
+    operator_binary(OperatorBuild::Shipped)
 }
 
-/// Path to an up-to-date `tpu-operator` binary of `build`.
+/// Path to an up-to-date `tpu-operator` binary of `build`. For [`OperatorBuild::Shipped`], the
+/// binary `TPU_OPERATOR_BINARY` names instead, when set (to measure another build, e.g. a debug
+/// one while the release build would take too long).
 pub fn operator_binary(build: OperatorBuild) -> PathBuf {
+    if build == OperatorBuild::Shipped
+        && let Some(bin) = std::env::var_os("TPU_OPERATOR_BINARY")
+    {
+        return PathBuf::from(bin);
+    }
     let profile = profile_dir();
     let dir = match build {
         OperatorBuild::Profile => profile.clone(),

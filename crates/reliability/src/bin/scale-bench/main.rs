@@ -149,7 +149,10 @@ impl Bench {
         // Creates unpaced: the bench submits everything with the clock frozen and measures what
         // each object costs, which the create limiter does not change (a waiting object makes
         // no call); limiter-bench measures the pacing.
-        let unpaced = ["--create-limit", "tpuCreate=0,computeMutate=0,dataprocBatchCreate=0,vertexJobCreate=0"];
+        let unpaced = [
+            "--create-limit",
+            "tpuCreate=0,computeMutate=0,dataprocBatchCreate=0,vertexJobCreate=0",
+        ];
         let mut world = World::start_process(dir, OperatorBuild::Shipped, &unpaced).await;
         world.start_operator().await;
         // The empty process's anonymous memory (watches open, nothing listed): what convergence
