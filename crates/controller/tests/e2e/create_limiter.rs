@@ -26,19 +26,9 @@ use tpu_operator_controller::{
     runtime::capacity::Limits,
 };
 
+/// A spot v6e-8 slice in us-east5-b (the tenancy suites' fixture).
 fn slice(name: &str) -> TpuSlice {
-    serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
-        "kind": "TpuSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "zone": "us-east5-b",
-            "acceleratorType": "v6e-8",
-            "runtimeVersion": "v2-alpha-tpuv6e",
-            "capacity": {"spot": {}},
-        }
-    }))
-    .expect("TpuSlice fixture")
+    crate::tenant::slice(name, json!({}))
 }
 
 fn calls(env: &TestEnv, service: &str, method: &str) -> Vec<CallRecord> {

@@ -207,6 +207,25 @@ async fn recovery(env: &TestEnv, fixed: Instant, method: Option<&str>) -> Recove
     }
 }
 
+/// Prints what `fix` brought and asserts the first call and every stalled object's next pass
+/// came within [`PROMPTLY`] of it.
+fn assert_prompt(fix: &str, r: &Recovery) {
+    eprintln!(
+        "{fix}: first call answered after {:?}; next passes {:?}; Ready {:?}",
+        r.first_call, r.next_pass, r.ready
+    );
+    assert!(
+        r.first_call <= PROMPTLY,
+        "first call {:?} after the fix",
+        r.first_call
+    );
+    assert!(
+        slowest(&r.next_pass) <= PROMPTLY,
+        "every stalled object runs again within {PROMPTLY:?}: {:?}",
+        r.next_pass
+    );
+}
+
 fn slowest(times: &[(String, Duration)]) -> Duration {
     times.iter().map(|(_, t)| *t).max().unwrap_or_default()
 }
@@ -249,21 +268,7 @@ async fn a_fixed_workload_identity_binding_wakes_every_object_it_stalled() {
 
     bound.store(true, Ordering::SeqCst);
     let fixed = Instant::now();
-    let r = recovery(&env, fixed, None).await;
-    eprintln!(
-        "binding fixed: first call answered after {:?}; next passes {:?}; Ready {:?}",
-        r.first_call, r.next_pass, r.ready
-    );
-    assert!(
-        r.first_call <= PROMPTLY,
-        "first call {:?} after the fix",
-        r.first_call
-    );
-    assert!(
-        slowest(&r.next_pass) <= PROMPTLY,
-        "every stalled object runs again within {PROMPTLY:?}: {:?}",
-        r.next_pass
-    );
+    assert_prompt("binding fixed", &recovery(&env, fixed, None).await);
 }
 
 #[tokio::test]
@@ -315,22 +320,8 @@ async fn a_granted_role_wakes_every_object_it_stalled_after_one_probe_per_interv
 
     env.gcp.clear_faults();
     let granted = Instant::now();
-    let r = recovery(&env, granted, Some("nodes.get")).await;
-    eprintln!(
-        "role granted: first call answered after {:?}; next passes {:?}; Ready {:?}",
-        r.first_call, r.next_pass, r.ready
-    );
     // The probe retries every CANARY_INTERVAL: the grant is seen within one, plus a pass.
-    assert!(
-        r.first_call <= PROMPTLY,
-        "first call {:?} after the grant",
-        r.first_call
-    );
-    assert!(
-        slowest(&r.next_pass) <= PROMPTLY,
-        "every stalled object runs again within {PROMPTLY:?}: {:?}",
-        r.next_pass
-    );
+    assert_prompt("role granted", &recovery(&env, granted, Some("nodes.get")).await);
 }
 
 const OPERATOR: &str = "tpu-operator@platform-proj.iam.gserviceaccount.com";

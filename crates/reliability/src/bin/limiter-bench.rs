@@ -19,23 +19,12 @@ use std::{
 use chrono::{DateTime, Utc};
 use gcp_emulator::{QuotaGroup, RateQuota};
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use tpu_operator_api::TpuSlice;
 use tpu_operator_reliability::{
     World, arg,
+    fixtures::{self, Capacity},
     process::{OperatorProcess, bench_binary},
 };
-
-fn slice(name: &str) -> TpuSlice {
-    serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
-        "kind": "TpuSlice",
-        "metadata": {"name": name},
-        "spec": {"zone": "us-east5-b", "acceleratorType": "v6e-8",
-                 "runtimeVersion": "v2-alpha-tpuv6e", "capacity": {"spot": {}}},
-    }))
-    .expect("slice")
-}
 
 /// `nodes.create` calls the replica made, by its own metrics.
 async fn creates_by(replica: &OperatorProcess) -> f64 {
@@ -77,9 +66,12 @@ async fn main() {
     let api: Api<TpuSlice> = Api::namespaced(world.client.clone(), "default");
     let started = Instant::now();
     for i in 0..slices {
-        api.create(&Default::default(), &slice(&format!("s-{i:04}")))
-            .await
-            .expect("create slice");
+        api.create(
+            &Default::default(),
+            &fixtures::slice(&format!("s-{i:04}"), Capacity::SpotNode),
+        )
+        .await
+        .expect("create slice");
     }
     println!(
         "limiter-bench: {slices} slices created in {:.1} s, quota {quota}/min",

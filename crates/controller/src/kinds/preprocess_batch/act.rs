@@ -103,10 +103,9 @@ pub async fn submit(
             })
         }
         Err(err) => {
-            if ctx.metrics.capacity.create_failed("PreprocessBatch", &err) == CreateFailure::RateLimited
-                && let Some(line) = line(target)
-            {
-                ctx.capacity.rate_refused(&line, ctx.clock.now());
+            ctx.metrics.capacity.create_failed("PreprocessBatch", &err);
+            if let Some(line) = line(target) {
+                ctx.capacity.answered(&line, &err, ctx.clock.now());
             }
             refusal(err).map_err(ReconcileError::gcp("create Dataproc batch"))
         }
@@ -121,12 +120,7 @@ fn line(target: &Target) -> Option<Line> {
 /// `None`: create now. Otherwise the batch waits its turn in the create limiter.
 fn turn(ctx: &Context, target: &Target) -> Option<SubmitOutcome> {
     let line = line(target)?;
-    let asker = Asker {
-        who: &target.identity.uid,
-        tenant: &target.identity.namespace,
-        kind: <PreprocessBatch as Kind>::KIND,
-        name: &target.identity.name,
-    };
+    let asker = Asker::of(&target.identity, <PreprocessBatch as Kind>::KIND);
     let now = ctx.clock.now();
     match ctx.capacity.turn(&line, asker, now) {
         Turn::Go => None,

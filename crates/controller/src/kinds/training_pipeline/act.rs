@@ -9,11 +9,12 @@ use kube::{
 use tpu_operator_api::{
     common::DeletionPolicy,
     conditions::{Progress, reasons},
+    naming::ObjectIdentity,
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
     training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase, TrainingPipelineStatus},
 };
-use tpu_operator_gcp::{CreateFailure, ErrorKind};
+use tpu_operator_gcp::ErrorKind;
 
 use crate::reconcile::kind::{Kind, WriteAhead};
 
@@ -253,6 +254,9 @@ async fn create_job(
                     return Ok(());
                 }
             };
+            if !turn(ctx, &names.id, parent, st) {
+                return Ok(());
+            }
             match submit_job(ctx, tp, parent, job, st, reads, ahead).await? {
                 Some(name) => name,
                 None => return Ok(()),
@@ -275,9 +279,6 @@ async fn submit_job(
     reads: &mut Reads,
     ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
 ) -> Result<Option<String>> {
-    if !turn(ctx, tp, parent, st) {
-        return Ok(None);
-    }
     // Write-ahead: a reply lost, or a crash before the status write, leaves a job no
     // status names and lists may show late; deletion waits for lists only then.
     if st.unconfirmed_create_time.is_none() {
@@ -302,10 +303,9 @@ async fn submit_job(
             // Quota, rate limit, permission: counted by reason (the error's category names it
             // too), retried with the error backoff; a refusal reaches status as PermissionDenied.
             // A rate limit also slows the project's line of Vertex creates.
-            if ctx.metrics.capacity.create_failed("TrainingPipeline", &e) == CreateFailure::RateLimited
-                && let Some(line) = Line::under(Group::VertexJobCreate, parent)
-            {
-                ctx.capacity.rate_refused(&line, ctx.clock.now());
+            ctx.metrics.capacity.create_failed("TrainingPipeline", &e);
+            if let Some(line) = Line::under(Group::VertexJobCreate, parent) {
+                ctx.capacity.answered(&line, &e, ctx.clock.now());
             }
             Err(ReconcileError::gcp("create Vertex custom job")(e))
         }
@@ -316,16 +316,11 @@ async fn submit_job(
 /// others are ahead (see [`crate::runtime::capacity::limiter`]): the train stage and the
 /// pipeline's conditions say its place and when its turn is due, and nothing is sent. The
 /// pipeline looks again on its active poll.
-fn turn(ctx: &Context, tp: &TrainingPipeline, parent: &str, st: &mut TrainingPipelineStatus) -> bool {
+fn turn(ctx: &Context, id: &ObjectIdentity, parent: &str, st: &mut TrainingPipelineStatus) -> bool {
     let Some(line) = Line::under(Group::VertexJobCreate, parent) else {
         return true;
     };
-    let asker = Asker {
-        who: tp.metadata.uid.as_deref().unwrap_or_default(),
-        tenant: tp.metadata.namespace.as_deref().unwrap_or_default(),
-        kind: <TrainingPipeline as Kind>::KIND,
-        name: tp.metadata.name.as_deref().unwrap_or_default(),
-    };
+    let asker = Asker::of(id, <TrainingPipeline as Kind>::KIND);
     let now = ctx.clock.now();
     match ctx.capacity.turn(&line, asker, now) {
         Turn::Go => true,

@@ -136,19 +136,9 @@ impl Line {
     /// The line of a call under `parent` (`projects/<p>/locations/<region>`), for a group Google
     /// counts per region; `None` if `parent` is not of that form.
     pub fn under(group: Group, parent: &str) -> Option<Self> {
-        let mut parts = parent.split('/');
-        match (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) {
-            (Some("projects"), Some(project), Some("locations"), Some(region), None) => {
-                Some(Self::in_region(group, project, region))
-            }
-            _ => None,
-        }
+        let (project, region) = parent.strip_prefix("projects/")?.split_once("/locations/")?;
+        (!project.contains('/') && !region.is_empty() && !region.contains('/'))
+            .then(|| Self::in_region(group, project, region))
     }
 
     /// `project demo (us-central1)`.
@@ -210,6 +200,18 @@ pub struct Asker<'a> {
     pub tenant: &'a str,
     pub kind: &'static str,
     pub name: &'a str,
+}
+
+impl<'a> Asker<'a> {
+    /// The object `identity` of `kind`, its namespace its tenant.
+    pub fn of(identity: &'a tpu_operator_api::naming::ObjectIdentity, kind: &'static str) -> Self {
+        Self {
+            who: &identity.uid,
+            tenant: &identity.namespace,
+            kind,
+            name: &identity.name,
+        }
+    }
 }
 
 /// A waiter whose turn has come: to be woken (see [`Limiter::due`]).

@@ -50,15 +50,15 @@ impl Capacity {
     /// May `asker` make its call on `line` now (see [`limiter::Limiter::turn`])? A wait is
     /// counted, and the line's gauge says how many wait in it.
     pub fn turn(&self, line: &Line, asker: Asker<'_>, now: DateTime<Utc>) -> Turn {
-        let turn = self.limiter().turn(line, asker, now);
-        let labels = metrics::LineLabels::of(line);
-        let waiting = match &turn {
-            Turn::Go => self.limiter().waiting(line),
-            Turn::Wait(w) => {
-                self.metrics.limiter_waits.get_or_create(&labels).inc();
-                w.of
-            }
+        let (turn, waiting) = {
+            let mut limiter = self.limiter();
+            let turn = limiter.turn(line, asker, now);
+            (turn, limiter.waiting(line))
         };
+        let labels = metrics::LineLabels::of(line);
+        if matches!(turn, Turn::Wait(_)) {
+            self.metrics.limiter_waits.get_or_create(&labels).inc();
+        }
         self.metrics
             .limiter_waiting
             .get_or_create(&labels)
@@ -71,8 +71,12 @@ impl Capacity {
         self.limiter().due(kind, now)
     }
 
-    /// Google refused a call on `line` for its rate quota (see [`limiter::Limiter::refused`]).
-    pub fn rate_refused(&self, line: &Line, now: DateTime<Utc>) {
+    /// A call on `line` failed with `err`: a rate-quota refusal pauses and slows the line (see
+    /// [`limiter::Limiter::refused`]); any other failure says nothing of the pace.
+    pub fn answered(&self, line: &Line, err: &tpu_operator_gcp::GcpError, now: DateTime<Utc>) {
+        if err.create_failure() != tpu_operator_gcp::CreateFailure::RateLimited {
+            return;
+        }
         self.limiter().refused(line, now);
         self.metrics
             .limiter_slowdowns

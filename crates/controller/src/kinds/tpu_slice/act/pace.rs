@@ -4,7 +4,7 @@
 //! slice retrying on its own.
 
 use tpu_operator_api::tpu_slice::{Provisioner, TpuSlice};
-use tpu_operator_gcp::{CreateFailure, GcpError};
+use tpu_operator_gcp::GcpError;
 
 use super::{Request, Started};
 use crate::{
@@ -26,12 +26,7 @@ fn line(request: &Request<'_>) -> Line {
 /// `None`: create now (a turn is spent). Otherwise the assessment that replaces the plan's.
 pub(super) fn ask(ctx: &Context, request: &Request<'_>) -> Option<Assessment> {
     let line = line(request);
-    let asker = Asker {
-        who: &request.identity.uid,
-        tenant: &request.identity.namespace,
-        kind: <TpuSlice as Kind>::KIND,
-        name: &request.identity.name,
-    };
+    let asker = Asker::of(request.identity, <TpuSlice as Kind>::KIND);
     let now = ctx.clock.now();
     match ctx.capacity.turn(&line, asker, now) {
         Turn::Go => None,
@@ -41,9 +36,7 @@ pub(super) fn ask(ctx: &Context, request: &Request<'_>) -> Option<Assessment> {
 
 /// A create Google refused for its rate quota pauses and slows the project's line.
 pub(super) fn answered(ctx: &Context, request: &Request<'_>, result: &Result<Option<Started>, GcpError>) {
-    if let Err(err) = result
-        && err.create_failure() == CreateFailure::RateLimited
-    {
-        ctx.capacity.rate_refused(&line(request), ctx.clock.now());
+    if let Err(err) = result {
+        ctx.capacity.answered(&line(request), err, ctx.clock.now());
     }
 }
