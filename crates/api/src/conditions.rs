@@ -45,6 +45,9 @@ pub mod reasons {
     pub const WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
     /// A queued request was accepted and is queued.
     pub const QUEUED: &str = "Queued";
+    /// Event: no capacity where the slice asked within the rung's `waitFor`: it moved on to the
+    /// next rung or zone of its `capacityPlan`.
+    pub const MOVED_ON_CAPACITY_PLAN: &str = "MovedOnCapacityPlan";
     /// Capacity was granted and the nodes are being provisioned.
     pub const PROVISIONING: &str = "Provisioning";
     /// The workload is running.

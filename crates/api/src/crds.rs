@@ -129,10 +129,15 @@ pub fn finish(crd: CustomResourceDefinition) -> Result<CustomResourceDefinition,
 }
 
 /// Walks a dotted property path (`spec.capacity.queued`) through `properties`.
+/// The schema node at a dotted path (`spec.capacity`; `rungs[]` steps into a list's items).
 pub fn schema_node<'a>(schema: &'a mut Value, path: &str) -> Option<&'a mut Value> {
     let mut node = schema;
     for segment in path.split('.').filter(|s| !s.is_empty()) {
-        node = node.get_mut("properties")?.get_mut(segment)?;
+        // `rungs[]`: the items of the list `rungs`.
+        node = match segment.strip_suffix("[]") {
+            Some(list) => node.get_mut("properties")?.get_mut(list)?.get_mut("items")?,
+            None => node.get_mut("properties")?.get_mut(segment)?,
+        };
     }
     Some(node)
 }

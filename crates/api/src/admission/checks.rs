@@ -115,11 +115,14 @@ fn slice_checks(kind: &'static str, slice: &str) -> Vec<Check> {
         Check {
             kind,
             field: "allowedCapacity",
-            present: "true".into(),
+            // A capacity plan's rungs are judged instead (`plan_capacity_check`).
+            present: format!("!has({slice}.capacityPlan)"),
             allowed: format!("{capacity} in params.spec.allowedCapacity"),
             asks: capacity.clone(),
             at: "capacity",
         },
+        plan_capacity_check(kind, slice),
+        plan_zones_check(kind, slice),
         Check {
             kind,
             field: "allowedServiceAccounts",
@@ -160,20 +163,62 @@ fn orphan_check(kind: &'static str, spec: &str) -> Check {
     }
 }
 
+/// Every rung of a capacity plan at `slice`: its kind, as `capacity` is checked.
+fn plan_capacity_check(kind: &'static str, slice: &str) -> Check {
+    let kinds = format!("{slice}.capacityPlan.rungs.map(r, {})", capacity_kind("r"));
+    Check {
+        kind,
+        field: "allowedCapacity",
+        present: format!("has({slice}.capacityPlan)"),
+        allowed: format!("{kinds}.all(k, k in params.spec.allowedCapacity)"),
+        asks: format!("{kinds}.filter(k, !(k in params.spec.allowedCapacity))[0]"),
+        at: "capacityPlan rung",
+    }
+}
+
+/// Every zone a capacity plan's rungs list, as `zone` is checked (a rung without zones asks in
+/// `zone`, which its own check covers).
+fn plan_zones_check(kind: &'static str, slice: &str) -> Check {
+    let zones = "params.spec.allowedZones";
+    let all_listed = |r: &str| format!("{r}.zones.all(z, {})", listed(zones, "z"));
+    let first_denied = format!(
+        "{slice}.capacityPlan.rungs.filter(r, has(r.zones) && !{})[0].zones.filter(z, !{})[0]",
+        all_listed("r"),
+        listed(zones, "z")
+    );
+    Check {
+        kind,
+        field: "allowedZones",
+        present: format!("has({slice}.capacityPlan)"),
+        allowed: format!(
+            "{slice}.capacityPlan.rungs.all(r, !has(r.zones) || {})",
+            all_listed("r")
+        ),
+        asks: first_denied,
+        at: "capacityPlan zone",
+    }
+}
+
 /// The capacity kind of the slice at `slice`, as a CEL string: generated from
 /// [`CapacityMode::BY_FIELD`] and [`CapacityMode::kind`], the definition the controller uses.
 fn slice_capacity(slice: &str) -> String {
-    let mut cel = format!(
-        "(!has({slice}.capacity) ? '{}' : ",
-        CapacityMode::OnDemand.kind().as_str()
-    );
+    format!(
+        "(!has({slice}.capacity) ? '{}' : {})",
+        CapacityMode::OnDemand.kind().as_str(),
+        capacity_kind(&format!("{slice}.capacity"))
+    )
+}
+
+/// The capacity kind of the capacity object at `capacity` (`spec.capacity`, or a plan's rung).
+fn capacity_kind(capacity: &str) -> String {
+    let mut cel = String::from("(");
     // `onDemand: {}` is what no member means too: the fallback covers it.
     for (field, mode) in CapacityMode::BY_FIELD
         .into_iter()
         .filter(|(_, m)| *m != CapacityMode::OnDemand)
     {
         cel.push_str(&format!(
-            "has({slice}.capacity.{field}) ? '{}' : ",
+            "has({capacity}.{field}) ? '{}' : ",
             mode.kind().as_str()
         ));
     }

@@ -19,8 +19,68 @@ pub(super) fn slice_shape_rules(prefix: &str) -> Vec<PlacedRule> {
     out.extend(place(&join(prefix, "capacity"), vec![capacity_choice_rule()]));
     out.extend(place(prefix, provisioner_rules()));
     out.extend(place(&join(prefix, "capacity.queued"), queued_capacity_rules()));
+    out.extend(capacity_plan_rules(prefix));
     out
 }
+
+/// `capacityPlan`: instead of `capacity`; each rung one kind (as `capacity`), the kinds the
+/// provisioner offers, and a `waitFor` wherever a waiting kind would otherwise never move on.
+fn capacity_plan_rules(prefix: &str) -> Vec<PlacedRule> {
+    let plan = join(prefix, "capacityPlan");
+    let rung = join(&plan, "rungs[]");
+    let mut out = place(
+        prefix,
+        vec![
+            Rule::new(
+                "!(has(self.capacity) && has(self.capacityPlan))",
+                "capacity and capacityPlan are mutually exclusive: put the one kind of capacity in a rung of capacityPlan, or remove capacityPlan",
+            )
+            .at(".capacityPlan"),
+            Rule::new(
+                format!("!{CE} || !has(self.capacityPlan) || self.capacityPlan.rungs.all(r, !has(r.queued))"),
+                "capacityPlan: queued is a TPU API queued resource: with provisioner: ComputeEngine wait for capacity with a flexStart rung",
+            )
+            .at(".capacityPlan"),
+            Rule::new(
+                format!("{CE} || !has(self.capacityPlan) || self.capacityPlan.rungs.all(r, !has(r.flexStart))"),
+                "capacityPlan: flexStart needs provisioner: ComputeEngine (the TPU API offers flex-start only in v2alpha1)",
+            )
+            .at(".capacityPlan"),
+        ],
+    );
+    out.extend(place(&plan, vec![waiting_rungs_rule()]));
+    out.extend(place(
+        &rung,
+        vec![Rule::new(
+            ONE_CAPACITY_KIND,
+            "set exactly one of onDemand, spot, reserved, queued, flexStart in each rung of capacityPlan",
+        )],
+    ));
+    out.extend(place(&join(&rung, "queued"), queued_capacity_rules()));
+    out
+}
+
+/// A rung of a waiting kind (reserved, queued, flex-start) with no `waitFor` would wait in its
+/// first zone for ever: allowed only as the plan's very last zone.
+fn waiting_rungs_rule() -> Rule {
+    let unbounded = |r: &str| {
+        format!("(!has({r}.waitFor) && (has({r}.reserved) || has({r}.queued) || has({r}.flexStart)))")
+    };
+    let last = "self.rungs[size(self.rungs) - 1]";
+    Rule::new(
+        format!(
+            "size(self.rungs.filter(r, {})) == 0 || (size(self.rungs.filter(r, {})) == 1 && {} && (!has({last}.zones) || size({last}.zones) <= 1))",
+            unbounded("r"),
+            unbounded("r"),
+            unbounded(last),
+        ),
+        "a reserved, queued or flexStart rung waits for capacity: set its waitFor (how long to wait in each of its zones before moving on); only the plan's last rung, with one zone, may wait without one",
+    )
+    .at(".rungs")
+}
+
+/// Exactly one member of a capacity object (`spec.capacity`, or a plan's rung) is set.
+const ONE_CAPACITY_KIND: &str = "(has(self.onDemand) ? 1 : 0) + (has(self.spot) ? 1 : 0) + (has(self.reserved) ? 1 : 0) + (has(self.queued) ? 1 : 0) + (has(self.flexStart) ? 1 : 0) == 1";
 
 /// One accelerator form (type or config), one way to run code (startup script or workload), and
 /// none of the metadata keys the operator writes.
@@ -116,7 +176,7 @@ fn host_chip_count_rule() -> Rule {
 /// Exactly one kind of capacity.
 fn capacity_choice_rule() -> Rule {
     Rule::new(
-        "(has(self.onDemand) ? 1 : 0) + (has(self.spot) ? 1 : 0) + (has(self.reserved) ? 1 : 0) + (has(self.queued) ? 1 : 0) + (has(self.flexStart) ? 1 : 0) == 1",
+        ONE_CAPACITY_KIND,
         "set exactly one of capacity.onDemand, capacity.spot, capacity.reserved, capacity.queued, capacity.flexStart",
     )
 }
@@ -207,8 +267,8 @@ fn multislice_and_adoption_rules() -> Vec<Rule> {
         )
         .at(".multislice"),
         Rule::new(
-            "!has(self.multislice) || (has(self.capacity) && (has(self.capacity.queued) || has(self.capacity.reserved)))",
-            "multislice is provisioned as one queued resource: set capacity.queued (or capacity.reserved) with it",
+            "!has(self.multislice) || (has(self.capacity) && (has(self.capacity.queued) || has(self.capacity.reserved))) || (has(self.capacityPlan) && self.capacityPlan.rungs.all(r, has(r.queued) || has(r.reserved)))",
+            "multislice is provisioned as one queued resource: set capacity.queued (or capacity.reserved) with it, or only queued and reserved rungs in capacityPlan",
         )
         .at(".multislice"),
         Rule::new(
@@ -216,6 +276,11 @@ fn multislice_and_adoption_rules() -> Vec<Rule> {
             "multislice.nodeCount must be at least 2: for one slice remove multislice",
         )
         .at(".multislice.nodeCount"),
+        Rule::new(
+            "!has(self.capacityPlan) || !has(self.adoptNodeId)",
+            "adoptNodeId adopts one existing node where it is: it cannot be combined with capacityPlan",
+        )
+        .at(".adoptNodeId"),
         Rule::new(
             "!has(self.multislice) || !has(self.adoptNodeId)",
             "adoptNodeId adopts one existing node: it cannot be combined with multislice",
@@ -285,6 +350,7 @@ pub fn tpu_slice_rules() -> Vec<PlacedRule> {
             "acceleratorType",
             "acceleratorConfig",
             "capacity",
+            "capacityPlan",
             "serviceAccount",
             "adoptNodeId",
             "runtimeVersion",

@@ -69,7 +69,12 @@ impl TpuSliceSpec {
 
     /// Whether Google may reclaim the capacity (a preemption is then expected, not a failure).
     /// Flex-start VMs end with their run duration; they are not preempted.
+    /// With a capacity plan: whether every rung is (so Kueue counts a planned slice as what it
+    /// may run on at most).
     pub fn preemptible(&self) -> bool {
+        if let Some(plan) = &self.capacity_plan {
+            return !plan.rungs.is_empty() && plan.rungs.iter().all(super::CapacityRung::preemptible);
+        }
         match self.capacity_mode() {
             CapacityMode::Spot => true,
             CapacityMode::Queued => self.queued().is_some_and(|q| q.tier == QueuedTier::Spot),

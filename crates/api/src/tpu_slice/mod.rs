@@ -64,7 +64,7 @@ pub const MEGASCALE_COORDINATOR_METADATA: &str = "tpu-operator-megascale-coordin
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
     ),
     printcolumn(name = "Accelerator", type_ = "string", json_path = ".status.acceleratorType"),
-    printcolumn(name = "Zone", type_ = "string", json_path = ".spec.zone"),
+    printcolumn(name = "Zone", type_ = "string", json_path = ".status.zone"),
     printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips"),
     printcolumn(
         name = "Logs",
@@ -82,7 +82,8 @@ pub struct TpuSliceSpec {
     pub project: Option<String>,
 
     /// Compute zone the TPU lives in, e.g. `us-east5-b` (v6e), `us-central2-b` (v4),
-    /// `europe-west4-a` (v5e). Immutable.
+    /// `europe-west4-a` (v5e); with a `capacityPlan`, the zone of rungs that list none.
+    /// Immutable.
     #[schemars(length(max = 63), regex(pattern = ZONE))]
     pub zone: String,
 
@@ -121,6 +122,16 @@ pub struct TpuSliceSpec {
     /// How capacity is obtained. Defaults to on-demand. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Capacity>,
+
+    /// Capacity to try in order instead of one `capacity`: rungs of capacity kinds and zones,
+    /// most preferred first, each with how long to wait for it (`waitFor`). The slice runs on the
+    /// first that grants capacity, and never holds a request on two rungs at once: the previous
+    /// rung's node or queued resource is gone before the next is created. After a lost node
+    /// (preempted, suspended, evicted) the plan starts again from its first rung.
+    /// `status.capacityPlan` lists every rung and zone tried (docs/capacity.md, "Capacity
+    /// plan"). Mutually exclusive with `capacity`. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_plan: Option<CapacityPlan>,
 
     /// Multislice: `nodeCount` slices of this accelerator type, provisioned all or nothing as one
     /// queued resource (`multisliceParams`), for one training run across slices over the data
@@ -208,12 +219,17 @@ pub struct TpuSliceSpec {
 }
 
 mod capacity;
+mod capacity_plan;
 mod derived;
 mod provisioning;
 mod status;
 
 pub use capacity::{
     Capacity, CapacityMode, Empty, FlexStartCapacity, QueuedCapacity, QueuedTier, ReservedCapacity,
+};
+pub use capacity_plan::{
+    AttemptOutcome, CapacityPlan, CapacityPlanStatus, CapacityRung, KEPT_ATTEMPTS, MAX_RUNG_ZONES, MAX_RUNGS,
+    PlanPlace, RungAttempt,
 };
 pub use provisioning::{
     AcceleratorConfig, ComputeEngineOptions, Multislice, NetworkConfig, PreemptionPolicy, Provisioner,

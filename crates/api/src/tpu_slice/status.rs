@@ -50,6 +50,14 @@ pub struct TpuSliceStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::schema::conditions")]
     pub conditions: Vec<Condition>,
+    /// The zone the slice asks for capacity in, or runs in: `spec.zone`, or with a
+    /// `capacityPlan` the zone of the rung in effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Where the slice stands on `spec.capacityPlan`: the rung and zone asked now, and every
+    /// rung and zone tried with its outcome, reason and times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_plan: Option<super::CapacityPlanStatus>,
     /// Full name of the TPU node, `projects/<p>/locations/<zone>/nodes/<id>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
@@ -130,9 +138,15 @@ fn is_zero(n: &i32) -> bool {
 }
 
 impl TpuSliceStatus {
-    /// The incarnation this status runs: one more per preemption and per suspension (the node's
-    /// id and its create's request id follow it).
+    /// The incarnation this status runs: one more per preemption, per suspension and per move
+    /// on the capacity plan (the node's id and its create's request id follow it).
     pub fn incarnation(&self) -> u32 {
-        (self.recreations.max(0) + self.suspensions.max(0)) as u32
+        let moves = self.capacity_plan.as_ref().map_or(0, |p| p.moves.max(0));
+        (self.recreations.max(0) + self.suspensions.max(0) + moves) as u32
+    }
+
+    /// The capacity plan's rung and zone asked now (`None`: no plan, or not started).
+    pub fn plan_place(&self) -> Option<super::PlanPlace> {
+        self.capacity_plan.as_ref().map(super::CapacityPlanStatus::place)
     }
 }

@@ -89,6 +89,21 @@ impl Wait {
         }
     }
 
+    /// This wait, but looked at again after `limit` at the latest.
+    pub fn at_most(self, limit: Duration) -> Self {
+        match self {
+            Self::Poll { after, unwatch } => Self::Poll {
+                after: after.min(limit),
+                unwatch,
+            },
+            Self::Watch { watch, cap, unlisted } => Self::Watch {
+                watch,
+                cap: Some(cap.map_or(limit, |c| c.min(limit))),
+                unlisted,
+            },
+        }
+    }
+
     /// Watch `watch`.
     pub fn watch(watch: Watch) -> Self {
         Self::Watch {

@@ -274,11 +274,29 @@ async fn slices_with_forbidden_fields_are_refused_at_admission(team_a: &Tenant, 
             json!({"adoptNodeId": "someone-elses-node"}),
             "allowAdoption",
         ),
+        // A capacity plan is judged rung by rung: a later rung the policy forbids is refused
+        // now, naming what it asks.
+        (
+            "plan-kind",
+            json!({"capacity": null, "capacityPlan": {"rungs": [{"spot": {}}, {"onDemand": {}}]}}),
+            "allowedCapacity",
+        ),
+        (
+            "plan-zone",
+            json!({"capacity": null, "capacityPlan": {"rungs": [{"spot": {}, "zones": ["us-east5-b", "us-central2-b"]}]}}),
+            "allowedZones",
+        ),
     ];
     for (name, extra, field) in cases {
         let message = refused(team_a, &slice(name, extra)).await;
         assert!(message.contains(&denied_by(tenant, field)), "{name}: {message}");
         assert!(message.contains("ValidatingAdmissionPolicy"), "{name}: {message}");
+        let names = match name {
+            "plan-kind" => "TpuSlice capacityPlan rung onDemand is not allowed",
+            "plan-zone" => "TpuSlice capacityPlan zone us-central2-b is not allowed",
+            _ => "",
+        };
+        assert!(message.contains(names), "{name}: {message}");
     }
 }
 

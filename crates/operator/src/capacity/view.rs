@@ -127,11 +127,18 @@ fn place_of(slice: &TpuSlice) -> SlicePlace {
         .and_then(|s| s.accelerator_type.clone())
         .or_else(|| slice.spec.accelerator_type.clone())
         .unwrap_or_else(|| "-".into());
+    // With a capacity plan, where the slice stands on it now.
+    let here = slice.spec.at(slice
+        .status
+        .as_ref()
+        .and_then(|s| s.plan_place())
+        .or_else(|| slice.spec.first_place())
+        .as_ref());
     SlicePlace {
         project: slice.spec.project.clone(),
-        zone: slice.spec.zone.clone(),
+        zone: here.zone.clone(),
         accelerator,
-        kind: slice.spec.capacity_mode().field().to_owned(),
+        kind: here.capacity_mode().field().to_owned(),
     }
 }
 

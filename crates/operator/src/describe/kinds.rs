@@ -87,21 +87,20 @@ pub fn slice(sheet: &mut Sheet, slice: &TpuSlice, logs_cmd: &str) {
     );
     let accelerator = st.accelerator_type.clone().unwrap_or_else(|| "-".into());
     let (chips, hosts) = (st.chips.unwrap_or(0), st.hosts.unwrap_or(0));
+    // The zone the slice asks or runs in (with a capacity plan, its rung's).
+    let zone = st.zone.as_deref().unwrap_or(&slice.spec.zone);
     sheet.row(
         "Slice",
-        &format!(
-            "{accelerator}, {chips} chips, {hosts} hosts, zone {}",
-            slice.spec.zone
-        ),
+        &format!("{accelerator}, {chips} chips, {hosts} hosts, zone {zone}"),
     );
+    if let Some(plan) = &st.capacity_plan {
+        sheet.row("Capacity plan", &plan_summary(plan));
+    }
     let node = match &st.node_id {
         Some(id) => {
             let state = st.node_state.as_deref().unwrap_or("-");
             let health = st.health.as_deref().map(|h| format!(", {h}")).unwrap_or_default();
-            format!(
-                "{id} ({state}{health}): gcloud compute tpus tpu-vm ssh {id} --zone {}",
-                slice.spec.zone
-            )
+            format!("{id} ({state}{health}): gcloud compute tpus tpu-vm ssh {id} --zone {zone}")
         }
         None => "none yet".into(),
     };
@@ -163,4 +162,26 @@ fn checkpoint(ckpt: CheckpointStatus) -> String {
             None => "none".into(),
         },
     }
+}
+
+/// Where a slice stands on its capacity plan, and every rung and zone it tried, oldest first:
+/// `rung 3 (onDemand in us-east5-b); tried: reserved us-east5-a MovedOn (WaitingForCapacity), ...`.
+fn plan_summary(plan: &tpu_operator_api::tpu_slice::CapacityPlanStatus) -> String {
+    let tried: Vec<String> = plan
+        .attempts
+        .iter()
+        .map(|a| {
+            let reason = if a.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", a.reason)
+            };
+            format!("{} {} {:?}{reason}", a.capacity, a.zone, a.outcome)
+        })
+        .collect();
+    let here = plan
+        .attempts
+        .last()
+        .map_or_else(|| plan.zone.clone(), |a| format!("{} in {}", a.capacity, a.zone));
+    format!("rung {} ({here}); tried: {}", plan.rung + 1, tried.join(", "))
 }

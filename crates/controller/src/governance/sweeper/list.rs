@@ -260,8 +260,11 @@ pub async fn live(ctx: &Context) -> Result<Live, kube::Error> {
     each::<TpuSlice>(ctx, |o| {
         let ns = o.namespace().unwrap_or_default();
         let status = o.status.as_ref();
-        let spec = (Scope::Zone, o.spec.project.as_deref(), o.spec.zone.as_str());
-        live.add_spec(ctx, &ns, status.map(|s| s.conditions.as_slice()), spec);
+        // Every zone its capacity plan may put it in.
+        for zone in o.spec.zones() {
+            let spec = (Scope::Zone, o.spec.project.as_deref(), zone.as_str());
+            live.add_spec(ctx, &ns, status.map(|s| s.conditions.as_slice()), spec);
+        }
         for name in status
             .iter()
             .flat_map(|s| [&s.node_name, &s.queued_resource_name])

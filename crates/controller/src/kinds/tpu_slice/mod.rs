@@ -24,6 +24,7 @@ mod act;
 pub(crate) mod backend;
 mod cleanup;
 mod compute;
+mod ladder;
 mod observe;
 mod plan;
 pub mod queue;
@@ -136,13 +137,24 @@ impl Kind for TpuSlice {
         if !never_created {
             return Vec::new();
         }
-        let request = if t.names.adopted {
+        if t.names.adopted {
             let node = &t.names.current.node;
-            tenancy::request::adopting_slice(&self.spec, &t.names.project, node, &ctx.tenancy.prices)
-        } else {
-            t.request.clone()
-        };
-        request.into_iter().collect()
+            let request =
+                tenancy::request::adopting_slice(&self.spec, &t.names.project, node, &ctx.tenancy.prices);
+            return request.into_iter().collect();
+        }
+        // A capacity plan is judged whole before its first create: every rung and zone it may
+        // move to, so a rung the policy forbids is refused now, not hours later.
+        let places = self.spec.places();
+        if places.is_empty() {
+            return t.request.clone().into_iter().collect();
+        }
+        places
+            .iter()
+            .filter_map(|p| {
+                tenancy::request::tpu_slice(&self.spec.at(Some(p)), &t.names.project, &ctx.tenancy.prices)
+            })
+            .collect()
     }
 
     async fn observe(&self, ctx: &Context, t: &Target) -> Result<Observed> {
@@ -248,22 +260,23 @@ impl Kind for TpuSlice {
         )
     }
 
-    fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, _new: &TpuSliceStatus) -> Wait {
-        let node = &pass.target.names.current.node;
-        match pass.plan.assessment.requeue {
-            Requeue::Active => wait::watch_node(
-                config,
-                &pass.target.names,
-                pass.observed,
-                &pass.plan.action,
-                pass.done.as_ref(),
-            ),
-            Requeue::Stable if let Some(ready) = reclaimable_ready_node(self, pass) => Wait::Watch {
-                watch: Watch::state::<Node>(&ready.name, &ready.state),
-                cap: None,
-                unlisted: Some(Requeue::Stable.after(config)),
-            },
-            other => Wait::poll_unwatching::<Node>(other.after(config), Some(node)),
+    fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, new: &TpuSliceStatus) -> Wait {
+        let wait = wait_here(config, pass);
+        // Moved on along the capacity plan: the next place is asked at once. Waiting where the
+        // plan moves on from: looked at again by the time it does.
+        let Some(plan) = &new.capacity_plan else {
+            return wait;
+        };
+        let moves = |s: &TpuSliceStatus| s.capacity_plan.as_ref().map_or(0, |p| p.moves);
+        if plan.moves > moves(pass.old) {
+            return wait.at_most(Requeue::Active.after(config));
+        }
+        match ladder::deadline(&self.spec, plan) {
+            Some(at) => {
+                let left = (at - pass.observed.now).to_std().unwrap_or_default();
+                wait.at_most(left + std::time::Duration::from_secs(1))
+            }
+            None => wait,
         }
     }
 
@@ -320,6 +333,26 @@ impl Kind for TpuSlice {
     }
 }
 
+/// When the slice is looked at again for what this pass saw where it stands.
+fn wait_here(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>) -> Wait {
+    let node = &pass.target.names.current.node;
+    match pass.plan.assessment.requeue {
+        Requeue::Active => wait::watch_node(
+            config,
+            &pass.target.names,
+            pass.observed,
+            &pass.plan.action,
+            pass.done.as_ref(),
+        ),
+        Requeue::Stable if let Some(ready) = reclaimable_ready_node(pass) => Wait::Watch {
+            watch: Watch::state::<Node>(&ready.name, &ready.state),
+            cap: None,
+            unlisted: Some(Requeue::Stable.after(config)),
+        },
+        other => Wait::poll_unwatching::<Node>(other.after(config), Some(node)),
+    }
+}
+
 /// The pure plan's input for this pass.
 fn plan_input<'a>(
     slice: &'a TpuSlice,
@@ -332,7 +365,7 @@ fn plan_input<'a>(
         chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0)
     };
     plan::Input {
-        spec: &slice.spec,
+        spec: &t.spec,
         names: &t.names,
         observed,
         desired: &t.desired,
@@ -369,12 +402,30 @@ fn build_status(
     started: Option<&act::Started>,
     now: DateTime<Utc>,
 ) -> TpuSliceStatus {
+    let moved = ladder::after_pass(&ladder::Turn {
+        spec: &slice.spec,
+        old: old.capacity_plan.as_ref(),
+        base: old.incarnation() - old.capacity_plan.as_ref().map_or(0, |p| p.moves.max(0) as u32)
+            + u32::from(matches!(
+                plan.action,
+                Step::RecordPreemption | Step::RecordSuspension
+            )),
+        lost: matches!(plan.action, Step::RecordPreemption | Step::RecordSuspension),
+        assessment: &plan.assessment,
+        earlier_gone: observed.previous_node.is_none() && observed.previous_queued.is_none(),
+        now,
+    });
+    let mut assessment = plan.assessment.clone();
+    if let Some((_, Some(message))) = &moved {
+        assessment.message = message.clone();
+        assessment.requeue = Requeue::Active;
+    }
     let mut st = status::build(&status::Report {
         old,
         generation: slice.meta().generation,
         names: &t.names,
         observed,
-        assessment: &plan.assessment,
+        assessment: &assessment,
         shape: t.shape(),
         started,
         preempted: plan.action == Step::RecordPreemption,
@@ -382,6 +433,8 @@ fn build_status(
         price: t.price.clone(),
         now,
     });
+    st.zone = Some(t.spec.zone.clone());
+    st.capacity_plan = moved.map(|(plan, _)| plan);
     st.kueue = queue::status(
         old,
         observed.queue.as_ref(),

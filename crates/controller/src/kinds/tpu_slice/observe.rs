@@ -60,15 +60,24 @@ impl Names {
         }
     }
 
-    pub fn new(slice: &TpuSlice, identity: &ObjectIdentity, project: String) -> Self {
-        let parent = format!("projects/{project}/locations/{}", slice.spec.zone);
-        let queued = slice.spec.uses_queued_resource();
+    /// `spec`: the slice's spec as this pass runs it (at its capacity plan's place); `before`:
+    /// where the previous incarnation asked (another zone or kind after a move on the plan).
+    pub fn new(
+        slice: &TpuSlice,
+        spec: &TpuSliceSpec,
+        before: &TpuSliceSpec,
+        identity: &ObjectIdentity,
+        project: String,
+    ) -> Self {
+        let parent_of = |spec: &TpuSliceSpec| format!("projects/{project}/locations/{}", spec.zone);
+        let parent = parent_of(spec);
         let recreations = slice
             .status
             .as_ref()
             .map_or(0, tpu_operator_api::tpu_slice::TpuSliceStatus::incarnation);
-        let slices = slice.spec.slice_count();
-        let incarnation = |n: u32| {
+        let slices = spec.slice_count();
+        let incarnation = |n: u32, spec: &TpuSliceSpec| {
+            let parent = parent_of(spec);
             let id = naming::tpu_node_id(identity, n);
             // A multislice queued resource names its nodes `<prefix>-<k>` (see
             // `spec::queued_resource`); the prefix is the id a plain slice's node would have.
@@ -81,7 +90,7 @@ impl Names {
                     .map(|k| format!("{parent}/nodes/{id}-{k}"))
                     .collect(),
                 node,
-                queued: queued.then(|| {
+                queued: spec.uses_queued_resource().then(|| {
                     format!(
                         "{parent}/queuedResources/{}",
                         naming::queued_resource_id(identity, n)
@@ -90,7 +99,7 @@ impl Names {
                 id,
             }
         };
-        let (current, previous, adopted) = match &slice.spec.adopt_node_id {
+        let (current, previous, adopted) = match &spec.adopt_node_id {
             Some(id) => (
                 Incarnation {
                     node: format!("{parent}/nodes/{id}"),
@@ -102,8 +111,8 @@ impl Names {
                 true,
             ),
             None => (
-                incarnation(recreations),
-                recreations.checked_sub(1).map(incarnation),
+                incarnation(recreations, spec),
+                recreations.checked_sub(1).map(|n| incarnation(n, before)),
                 false,
             ),
         };
@@ -113,7 +122,7 @@ impl Names {
             current,
             previous,
             adopted,
-            provisioner: slice.spec.provisioner,
+            provisioner: spec.provisioner,
         }
     }
 
@@ -141,6 +150,8 @@ pub struct Observed {
     pub workload_done: Option<DateTime<Utc>>,
     /// The slice's Kueue Workload, when Kueue gates it (read from Kubernetes).
     pub queue: Option<super::queue::Queued>,
+    /// When the pass read the cloud (the operator's clock): what its waits count from.
+    pub now: DateTime<Utc>,
 }
 
 /// A pending operation as plan needs it.
@@ -165,7 +176,10 @@ pub async fn observe(
     pending_operation: Option<&str>,
     desired: Option<&Desired>,
 ) -> Result<Observed, ReconcileError> {
-    let mut observed = Observed::default();
+    let mut observed = Observed {
+        now: ctx.clock.now(),
+        ..Observed::default()
+    };
     if let Some(qr) = &names.current.queued {
         let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
         observed.queued = read(found, "get queued resource")?.map(|q| named_queued(q, qr));

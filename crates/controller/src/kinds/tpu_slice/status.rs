@@ -74,6 +74,9 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         observed_generation: r.generation,
         phase: r.assessment.phase,
         conditions: old.conditions.clone(),
+        // Set by the caller, which knows the capacity plan.
+        zone: old.zone.clone(),
+        capacity_plan: old.capacity_plan.clone(),
         node_id: node_name.as_deref().and_then(node_id),
         node_name,
         queued_resource_name,
@@ -330,6 +333,13 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
     }
     if new.recreations > old.recreations {
         out.push(Transition::warning(reasons::PREEMPTED, message.clone()));
+    }
+    let moves = |s: &TpuSliceStatus| s.capacity_plan.as_ref().map_or(0, |p| p.moves);
+    if moves(new) > moves(old) {
+        out.push(Transition::normal(
+            reasons::MOVED_ON_CAPACITY_PLAN,
+            message.clone(),
+        ));
     }
     let became = |t: &str| is_true(&new.conditions, t) && !is_true(&old.conditions, t);
     if became(types::READY) {

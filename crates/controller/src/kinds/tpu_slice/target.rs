@@ -5,12 +5,12 @@ use kube::ResourceExt;
 use tpu_operator_api::{
     accelerator::SliceShape,
     naming::ObjectIdentity,
-    tpu_slice::{CapacityMode, DONE_URI_ANNOTATION, TpuSlice, TpuSliceStatus},
+    tpu_slice::{CapacityMode, DONE_URI_ANNOTATION, TpuSlice, TpuSliceSpec, TpuSliceStatus},
     training_pipeline::ATTEMPT_LABEL,
 };
 use tpu_operator_gcp::tpu_v2::model::Node;
 
-use super::{act, backend, observe::Names, spec, spec::Desired};
+use super::{act, backend, ladder, observe::Names, spec, spec::Desired};
 use crate::{
     governance::tenancy,
     reconcile::{context::Context, kind::OwnedHolder},
@@ -60,6 +60,9 @@ fn log_labels(slice: &TpuSlice, identity: &ObjectIdentity) -> spec::LogLabels {
 /// What the slice is called in the cloud and what its node must carry.
 pub struct Target {
     pub(super) identity: ObjectIdentity,
+    /// The spec as this pass runs it: at its capacity plan's place, that rung's zone and capacity
+    /// stand in for `zone` and `capacity` (without a plan, the spec itself).
+    pub(super) spec: TpuSliceSpec,
     pub(super) names: Names,
     pub(super) desired: Desired,
     /// The spec checked and mapped once per pass: one slice's shape and the current
@@ -80,15 +83,15 @@ pub struct Target {
 /// waits for capacity instead of being refused, so it is never blocked; an adopted node is not
 /// created; a reservation is its owner's capacity, not the zone's stock, so one team's full
 /// reservation must not hold back another team's creates.
-fn place_of(slice: &TpuSlice, names: &Names, checked: &Result<spec::Checked, String>) -> Option<Place> {
+fn place_of(spec: &TpuSliceSpec, names: &Names, checked: &Result<spec::Checked, String>) -> Option<Place> {
     let shape = &checked.as_ref().ok()?.shape;
-    let mode = slice.spec.capacity_mode();
-    if slice.spec.uses_queued_resource() || names.adopted || mode == CapacityMode::Reserved {
+    let mode = spec.capacity_mode();
+    if spec.uses_queued_resource() || names.adopted || mode == CapacityMode::Reserved {
         return None;
     }
     Some(Place {
         project: names.project.clone(),
-        zone: slice.spec.zone.clone(),
+        zone: spec.zone.clone(),
         accelerator: shape.accelerator_type(),
         kind: mode.field(),
     })
@@ -113,16 +116,22 @@ impl Target {
             .map(String::as_str)
             .filter(|uri| done_uri_allowed(ctx, &identity.namespace, uri));
         let logs = log_labels(slice, &identity);
-        let desired = spec::desired(&slice.spec, &identity, &ctx.config.cluster_id, done_uri, &logs);
-        let names = Names::new(slice, &identity, project);
-        let checked = backend::check(&slice.spec, &desired, &identity, &names.create_at());
+        let here = slice.spec.at(ladder::place(slice).as_ref());
+        let before = match ladder::previous_place(slice) {
+            Some(place) => slice.spec.at(Some(&place)),
+            None => here.clone(),
+        };
+        let desired = spec::desired(&here, &identity, &ctx.config.cluster_id, done_uri, &logs);
+        let names = Names::new(slice, &here, &before, &identity, project);
+        let checked = backend::check(&here, &desired, &identity, &names.create_at());
         let prices = &ctx.tenancy.prices;
-        let place = place_of(slice, &names, &checked);
+        let place = place_of(&here, &names, &checked);
         Ok(Some(Self {
             place,
-            request: tenancy::request::tpu_slice(&slice.spec, &names.project, prices),
-            price: tenancy::request::slice_per_hour(&slice.spec, prices),
+            request: tenancy::request::tpu_slice(&here, &names.project, prices),
+            price: tenancy::request::slice_per_hour(&here, prices),
             holder: format!("TpuSlice {}", identity.name),
+            spec: here,
             identity,
             names,
             desired,

@@ -45,12 +45,15 @@ pub(super) fn watch_node(
 /// The READY node of a settled slice Google may reclaim (Spot, preemptible), when the cloud watch
 /// can list it: a preemption, repair or health change must reach status in seconds, not at the
 /// next stable poll (issue 35 item 7). One listing per zone covers every such slice there.
-pub(super) fn reclaimable_ready_node<'a>(slice: &TpuSlice, pass: &Pass<'a, TpuSlice>) -> Option<&'a Node> {
+pub(super) fn reclaimable_ready_node<'a>(pass: &Pass<'a, TpuSlice>) -> Option<&'a Node> {
     use tpu_operator_gcp::tpu_v2::model::node::State;
     let names = &pass.target.names;
     let listable = names.current.queued.is_none() && names.backend().watchable();
     let node = pass.observed.node.as_ref()?;
-    (listable && slice.spec.preemptible() && node.state == State::Ready && node.name == names.current.node)
+    (listable
+        && pass.target.spec.preemptible()
+        && node.state == State::Ready
+        && node.name == names.current.node)
         .then_some(node)
 }
 

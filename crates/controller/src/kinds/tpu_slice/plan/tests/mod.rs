@@ -81,7 +81,13 @@ impl Case {
     }
 
     fn names(&self) -> Names {
-        Names::new(&self.slice, &Self::identity(), "p".into())
+        Names::new(
+            &self.slice,
+            &self.slice.spec,
+            &self.slice.spec,
+            &Self::identity(),
+            "p".into(),
+        )
     }
 
     fn desired(&self) -> spec::Desired {

@@ -1,0 +1,294 @@
+//! `spec.capacityPlan`: capacity kinds and zones to try in order, and `status.capacityPlan`, where
+//! the slice stands on them. The controller runs the slice on one rung and zone at a time, as if
+//! the spec named that zone and capacity ([`TpuSliceSpec::at`]).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Capacity, CapacityMode, TpuSliceSpec};
+use crate::schema::{DURATION, ZONE};
+
+/// The most rungs a plan may have, and zones a rung may list: each is a create (and, for a
+/// waiting kind, a wait) the slice may go through before it runs.
+pub const MAX_RUNGS: usize = 8;
+pub const MAX_RUNG_ZONES: usize = 8;
+
+/// Capacity to try in order, most preferred first: the slice asks each rung's zones in turn and
+/// runs on the first that grants capacity. Mutually exclusive with `capacity`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityPlan {
+    /// The rungs, most preferred first (1 to 8).
+    #[schemars(length(min = 1, max = 8))]
+    pub rungs: Vec<CapacityRung>,
+}
+
+/// One rung: one kind of capacity (set exactly one of `onDemand`, `spot`, `reserved`, `queued`,
+/// `flexStart`, as in `capacity`), the zones to ask it in, and how long to wait for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityRung {
+    /// The kind of capacity, with its options, as in `spec.capacity`.
+    #[serde(flatten)]
+    pub capacity: Capacity,
+    /// Zones to ask, in order (default: `spec.zone`). Each must offer the accelerator type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8), inner(length(max = 63), regex(pattern = ZONE)))]
+    pub zones: Vec<String>,
+    /// How long to wait for capacity in each zone of this rung before the next zone (or, after
+    /// the last zone, the next rung), e.g. `10m`. Unset: `onDemand` and `spot` move on at the
+    /// first refusal (a stockout or an exhausted quota); `reserved`, `queued` and `flexStart`
+    /// wait by nature, so they need it except in the plan's very last zone, which waits until
+    /// capacity comes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub wait_for: Option<String>,
+}
+
+impl CapacityRung {
+    /// The capacity mode this rung asks for (as `spec.capacity` decides it).
+    pub fn mode(&self) -> CapacityMode {
+        TpuSliceSpec {
+            capacity: Some(self.capacity.clone()),
+            ..TpuSliceSpec::default()
+        }
+        .capacity_mode()
+    }
+
+    /// Whether Google may reclaim this rung's capacity (spot, or a queued resource's spot tier).
+    pub fn preemptible(&self) -> bool {
+        self.capacity.spot.is_some()
+            || self
+                .capacity
+                .queued
+                .as_ref()
+                .is_some_and(|q| q.tier == super::QueuedTier::Spot)
+    }
+
+    /// The rung's zones, `spec.zone` when it lists none.
+    pub fn zones_or<'a>(&'a self, spec_zone: &'a str) -> Vec<&'a str> {
+        if self.zones.is_empty() {
+            vec![spec_zone]
+        } else {
+            self.zones.iter().map(String::as_str).collect()
+        }
+    }
+}
+
+/// Where a slice stands on its plan: one rung, one of its zones.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanPlace {
+    /// Index into `spec.capacityPlan.rungs`.
+    pub rung: usize,
+    /// The zone asked.
+    pub zone: String,
+}
+
+impl TpuSliceSpec {
+    /// The spec as one attempt runs it: at `place`, the rung's zone and capacity stand in for
+    /// `spec.zone` and `spec.capacity` (and the plan is gone). Without a plan, or at a place the
+    /// plan does not have, the spec itself.
+    pub fn at(&self, place: Option<&PlanPlace>) -> TpuSliceSpec {
+        let rung = self
+            .capacity_plan
+            .as_ref()
+            .zip(place)
+            .and_then(|(plan, at)| plan.rungs.get(at.rung).map(|r| (r, at)));
+        let mut spec = self.clone();
+        if let Some((rung, at)) = rung {
+            spec.zone = at.zone.clone();
+            spec.capacity = Some(rung.capacity.clone());
+            spec.capacity_plan = None;
+        }
+        spec
+    }
+
+    /// The plan's first place: its first rung's first zone.
+    pub fn first_place(&self) -> Option<PlanPlace> {
+        let rung = self.capacity_plan.as_ref()?.rungs.first()?;
+        Some(PlanPlace {
+            rung: 0,
+            zone: rung.zones_or(&self.zone)[0].to_owned(),
+        })
+    }
+
+    /// Every place of the plan in order (rung by rung, zone by zone); the spec's own zone alone
+    /// without a plan (`None` rung).
+    pub fn places(&self) -> Vec<PlanPlace> {
+        let Some(plan) = &self.capacity_plan else {
+            return Vec::new();
+        };
+        plan.rungs
+            .iter()
+            .enumerate()
+            .flat_map(|(rung, r)| {
+                r.zones_or(&self.zone).into_iter().map(move |zone| PlanPlace {
+                    rung,
+                    zone: zone.to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    /// Every zone the slice may run in: the plan's, or `spec.zone`.
+    pub fn zones(&self) -> Vec<String> {
+        let mut zones: Vec<String> = Vec::new();
+        for place in self.places() {
+            if !zones.contains(&place.zone) {
+                zones.push(place.zone);
+            }
+        }
+        if zones.is_empty() {
+            zones.push(self.zone.clone());
+        }
+        zones
+    }
+}
+
+/// How one attempt on a rung ended (or that it goes on).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum AttemptOutcome {
+    /// The slice asks here now.
+    #[default]
+    Trying,
+    /// Capacity was granted here: the slice runs on this rung.
+    Landed,
+    /// No capacity here within the rung's `waitFor`: the slice moved on.
+    MovedOn,
+    /// The node that landed here was lost (preempted, suspended, evicted): the plan starts again
+    /// from its first rung.
+    Lost,
+}
+
+/// One rung and zone the slice asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RungAttempt {
+    /// Index into `spec.capacityPlan.rungs`.
+    pub rung: i32,
+    /// The rung's capacity kind (`onDemand`, `spot`, `reserved`, `queued`, `flexStart`).
+    pub capacity: String,
+    pub zone: String,
+    /// The slice's incarnation on this attempt (its node's id and create request id follow it).
+    pub incarnation: i32,
+    pub outcome: AttemptOutcome,
+    /// The last reason seen here (`WaitingForCapacity`, `QuotaExceeded`, `Ready`, ...).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// What was seen here last, or why the slice moved on.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    pub start_time: Time,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+}
+
+/// Where the slice stands on `spec.capacityPlan`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityPlanStatus {
+    /// The rung asked now (index into `spec.capacityPlan.rungs`).
+    pub rung: i32,
+    /// The zone asked now.
+    pub zone: String,
+    /// When the slice started asking this rung and zone: its `waitFor` counts from here.
+    pub since: Time,
+    /// How many times the slice moved to another rung or zone. With `recreations` and
+    /// `suspensions` it numbers the incarnation, so each attempt has a node id of its own.
+    #[serde(default)]
+    pub moves: i32,
+    /// The attempts, oldest first (the last 16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<RungAttempt>,
+}
+
+/// How many attempts status keeps.
+pub const KEPT_ATTEMPTS: usize = 16;
+
+impl CapacityPlanStatus {
+    /// The rung and zone asked now.
+    pub fn place(&self) -> PlanPlace {
+        PlanPlace {
+            rung: usize::try_from(self.rung).unwrap_or(0),
+            zone: self.zone.clone(),
+        }
+    }
+
+    /// Where incarnation `n` asked, if status still has it.
+    pub fn place_of(&self, incarnation: u32) -> Option<PlanPlace> {
+        let n = i32::try_from(incarnation).ok()?;
+        self.attempts
+            .iter()
+            .rev()
+            .find(|a| a.incarnation == n)
+            .map(|a| PlanPlace {
+                rung: usize::try_from(a.rung).unwrap_or(0),
+                zone: a.zone.clone(),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec(plan: serde_json::Value) -> TpuSliceSpec {
+        serde_json::from_value(json!({"zone": "us-east5-a", "capacityPlan": plan})).unwrap()
+    }
+
+    #[test]
+    fn a_place_stands_in_for_the_zone_and_the_capacity() {
+        let s = spec(json!({"rungs": [
+            {"reserved": {"reservationName": "r"}, "waitFor": "10m"},
+            {"spot": {}, "zones": ["us-east5-a", "us-east5-b"]},
+        ]}));
+        let places = s.places();
+        assert_eq!(
+            places,
+            vec![
+                PlanPlace {
+                    rung: 0,
+                    zone: "us-east5-a".into()
+                },
+                PlanPlace {
+                    rung: 1,
+                    zone: "us-east5-a".into()
+                },
+                PlanPlace {
+                    rung: 1,
+                    zone: "us-east5-b".into()
+                },
+            ]
+        );
+        let at = s.at(Some(&places[2]));
+        assert_eq!(
+            (at.zone.as_str(), at.capacity_mode()),
+            ("us-east5-b", CapacityMode::Spot)
+        );
+        assert!(at.capacity_plan.is_none());
+        assert_eq!(s.at(Some(&places[0])).capacity_mode(), CapacityMode::Reserved);
+        assert_eq!(s.zones(), vec!["us-east5-a", "us-east5-b"]);
+        assert_eq!(s.first_place(), Some(places[0].clone()));
+    }
+
+    #[test]
+    fn the_rung_members_are_the_capacity_members() {
+        let s = spec(json!({"rungs": [{"queued": {"tier": "Spot"}, "waitFor": "1h"}]}));
+        let rung = &s.capacity_plan.as_ref().unwrap().rungs[0];
+        assert_eq!(rung.mode(), CapacityMode::Queued);
+        assert_eq!(rung.wait_for.as_deref(), Some("1h"));
+        let back = serde_json::to_value(rung).unwrap();
+        assert_eq!(back, json!({"queued": {"tier": "Spot"}, "waitFor": "1h"}));
+    }
+
+    #[test]
+    fn a_spec_without_a_plan_is_itself_everywhere() {
+        let s: TpuSliceSpec = serde_json::from_value(json!({"zone": "us-east5-a"})).unwrap();
+        assert_eq!(s.at(None), s);
+        assert!(s.places().is_empty());
+        assert_eq!(s.zones(), vec!["us-east5-a"]);
+    }
+}

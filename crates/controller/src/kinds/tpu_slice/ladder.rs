@@ -1,0 +1,229 @@
+//! `spec.capacityPlan`: which rung and zone a pass works on, and whether the slice moves on.
+//!
+//! A pass runs the slice as if its spec named one zone and one kind of capacity
+//! (`TpuSliceSpec::at`): the place `status.capacityPlan` records. Moving on is a status-only
+//! step that also counts a move, so the next place is a new incarnation (a node id and create
+//! request id of its own) and the place left behind becomes the *previous* incarnation, which
+//! the pass deletes and sees gone before it creates anything (`plan::plan_absent`), as after a
+//! preemption. So a slice never has requests alive on two rungs, across crashes too: what a
+//! pass has not written to status it decides again.
+//!
+//! Pure: no Kubernetes, no Google Cloud.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tpu_operator_api::{
+    conditions::reasons,
+    duration::parse_duration,
+    tpu_slice::{
+        AttemptOutcome, CapacityMode, CapacityPlanStatus, KEPT_ATTEMPTS, PlanPlace, RungAttempt, TpuSlice,
+        TpuSlicePhase, TpuSliceSpec,
+    },
+};
+
+use super::plan::Assessment;
+use crate::runtime::clock::k8s_time as time;
+
+/// The place this pass works on: the one status records, else the plan's first (`None`: no plan).
+pub fn place(slice: &TpuSlice) -> Option<PlanPlace> {
+    slice.spec.capacity_plan.as_ref()?;
+    slice
+        .status
+        .as_ref()
+        .and_then(|s| s.plan_place())
+        .filter(|p| known(&slice.spec, p))
+        .or_else(|| slice.spec.first_place())
+}
+
+/// Where the incarnation before the current one asked (`None`: no plan, or no earlier one).
+/// Status keeps the last attempts; an incarnation it no longer has asked where the current does.
+pub fn previous_place(slice: &TpuSlice) -> Option<PlanPlace> {
+    slice.spec.capacity_plan.as_ref()?;
+    let status = slice.status.as_ref()?;
+    let before = status.incarnation().checked_sub(1)?;
+    status
+        .capacity_plan
+        .as_ref()
+        .and_then(|p| p.place_of(before))
+        .filter(|p| known(&slice.spec, p))
+        .or_else(|| place(slice))
+}
+
+fn known(spec: &TpuSliceSpec, place: &PlanPlace) -> bool {
+    spec.places().contains(place)
+}
+
+/// The rung's capacity member name (`spot`, `reserved`, ...).
+fn kind_of(spec: &TpuSliceSpec, place: &PlanPlace) -> &'static str {
+    spec.capacity_plan
+        .as_ref()
+        .and_then(|p| p.rungs.get(place.rung))
+        .map_or("onDemand", |r| r.mode().field())
+}
+
+/// How long the slice waits at `place` before moving on: the rung's `waitFor`; unset, nothing
+/// for a kind that is refused at once (on-demand, spot) and for ever for one that waits.
+fn patience(spec: &TpuSliceSpec, place: &PlanPlace) -> Option<Duration> {
+    let rung = spec.capacity_plan.as_ref()?.rungs.get(place.rung)?;
+    match &rung.wait_for {
+        Some(d) => parse_duration(d).ok(),
+        None => matches!(rung.mode(), CapacityMode::OnDemand | CapacityMode::Spot).then_some(Duration::ZERO),
+    }
+}
+
+/// The place after `place`, in plan order.
+fn next(spec: &TpuSliceSpec, place: &PlanPlace) -> Option<PlanPlace> {
+    let places = spec.places();
+    let at = places.iter().position(|p| p == place)?;
+    places.get(at + 1).cloned()
+}
+
+/// When the slice moves on from where `status` stands if capacity does not come (`None`: it does
+/// not: the last place, a kind that waits for ever, or already landed).
+pub fn deadline(spec: &TpuSliceSpec, status: &CapacityPlanStatus) -> Option<DateTime<Utc>> {
+    let place = status.place();
+    next(spec, &place)?;
+    if status
+        .attempts
+        .last()
+        .is_some_and(|a| a.outcome == AttemptOutcome::Landed)
+    {
+        return None;
+    }
+    let wait = chrono::Duration::from_std(patience(spec, &place)?).ok()?;
+    let since = DateTime::<Utc>::from_timestamp(status.since.0.as_second(), 0)?;
+    Some(since + wait)
+}
+
+/// Whether the pass found no capacity where it asked: a stockout (or the stockout memory holding
+/// the create back), an exhausted quota, a queued request not granted, or one that expired. A
+/// rate limit, Kueue, a policy or an invalid spec say nothing about the place's capacity.
+fn refused(a: &Assessment) -> bool {
+    matches!(
+        a.reason,
+        reasons::WAITING_FOR_CAPACITY | reasons::QUOTA_EXCEEDED | reasons::QUEUED | reasons::QUEUE_EXPIRED
+    )
+}
+
+/// What the pass saw, for [`after_pass`].
+pub struct Turn<'a> {
+    /// The spec as declared (with its plan).
+    pub spec: &'a TpuSliceSpec,
+    pub old: Option<&'a CapacityPlanStatus>,
+    /// The new status's preemptions and suspensions together: the incarnation without moves.
+    pub base: u32,
+    /// This pass counted a preemption or a suspension: the node here is lost.
+    pub lost: bool,
+    pub assessment: &'a Assessment,
+    /// No earlier incarnation's node or queued resource exists (read this pass).
+    pub earlier_gone: bool,
+    pub now: DateTime<Utc>,
+}
+
+/// The plan's status after a pass, and the message of a move if the pass moved on (`None`: no
+/// plan).
+pub fn after_pass(turn: &Turn<'_>) -> Option<(CapacityPlanStatus, Option<String>)> {
+    let first = turn.spec.first_place()?;
+    let mut st = turn.old.cloned().unwrap_or_else(|| CapacityPlanStatus {
+        rung: 0,
+        zone: first.zone.clone(),
+        since: time(turn.now),
+        moves: 0,
+        attempts: Vec::new(),
+    });
+    if turn.lost {
+        restart(turn, &mut st, &first);
+        return Some((st, None));
+    }
+    let incarnation = incarnation(turn.base, &st);
+    if st.attempts.last().is_none_or(|a| a.incarnation != incarnation) {
+        let here = st.place();
+        open(turn, &mut st, &here, incarnation);
+    }
+    let attempt = st.attempts.last_mut().expect("just opened");
+    attempt.reason = turn.assessment.reason.to_owned();
+    attempt.message = turn.assessment.message.clone();
+    if turn.assessment.phase == TpuSlicePhase::Ready {
+        attempt.outcome = AttemptOutcome::Landed;
+    }
+    let moved = move_on(turn, &mut st, incarnation);
+    Some((st, moved))
+}
+
+fn incarnation(base: u32, st: &CapacityPlanStatus) -> i32 {
+    i32::try_from(base)
+        .unwrap_or(i32::MAX)
+        .saturating_add(st.moves.max(0))
+}
+
+/// The slice moves to the next place when nothing of an earlier incarnation is left, this place
+/// refused, and its patience ran out (or its request expired).
+fn move_on(turn: &Turn<'_>, st: &mut CapacityPlanStatus, incarnation: i32) -> Option<String> {
+    let here = st.place();
+    let to = next(turn.spec, &here)?;
+    if !turn.earlier_gone || !refused(turn.assessment) {
+        return None;
+    }
+    let expired = turn.assessment.reason == reasons::QUEUE_EXPIRED;
+    if !expired && deadline(turn.spec, st).is_none_or(|d| turn.now < d) {
+        return None;
+    }
+    let message = format!(
+        "no {} capacity in {} ({}): moving on to rung {} ({} in {})",
+        kind_of(turn.spec, &here),
+        here.zone,
+        turn.assessment.reason,
+        to.rung + 1,
+        kind_of(turn.spec, &to),
+        to.zone,
+    );
+    if let Some(last) = st.attempts.last_mut() {
+        last.outcome = AttemptOutcome::MovedOn;
+        last.end_time = Some(time(turn.now));
+        last.message = format!("{}; {message}", last.message);
+    }
+    st.moves += 1;
+    open(turn, st, &to, incarnation + 1);
+    Some(message)
+}
+
+/// The node was lost: the attempt that held it ends, and the plan starts again at its first place
+/// with the new incarnation.
+fn restart(turn: &Turn<'_>, st: &mut CapacityPlanStatus, first: &PlanPlace) {
+    if let Some(last) = st.attempts.last_mut().filter(|a| a.end_time.is_none()) {
+        last.outcome = if last.outcome == AttemptOutcome::Landed {
+            AttemptOutcome::Lost
+        } else {
+            AttemptOutcome::MovedOn
+        };
+        last.end_time = Some(time(turn.now));
+        last.reason = turn.assessment.reason.to_owned();
+        last.message = turn.assessment.message.clone();
+    }
+    let incarnation = incarnation(turn.base, st);
+    open(turn, st, first, incarnation);
+}
+
+/// Starts asking at `place` as incarnation `incarnation`.
+fn open(turn: &Turn<'_>, st: &mut CapacityPlanStatus, place: &PlanPlace, incarnation: i32) {
+    st.rung = i32::try_from(place.rung).unwrap_or(0);
+    st.zone = place.zone.clone();
+    st.since = time(turn.now);
+    st.attempts.push(RungAttempt {
+        rung: st.rung,
+        capacity: kind_of(turn.spec, place).to_owned(),
+        zone: place.zone.clone(),
+        incarnation,
+        outcome: AttemptOutcome::Trying,
+        reason: String::new(),
+        message: String::new(),
+        start_time: time(turn.now),
+        end_time: None,
+    });
+    let excess = st.attempts.len().saturating_sub(KEPT_ATTEMPTS);
+    st.attempts.drain(..excess);
+}
+
+#[cfg(test)]
+mod tests;
