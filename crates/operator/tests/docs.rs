@@ -39,9 +39,10 @@ const RUN_IDS: &[&str] = &[
     "training-rerun",
     "training-inject",
     "capacity-keep",
+    "capacity-plan",
 ];
 const REAL_IDS: &[&str] = &[];
-const OUTPUT_IDS: &[&str] = &["readme-quickstart", "capacity-keep"];
+const OUTPUT_IDS: &[&str] = &["readme-quickstart", "capacity-keep", "capacity-plan"];
 
 fn root() -> PathBuf {
     support::repo_root()
@@ -362,6 +363,21 @@ fn readme_quickstart_prints_the_documented_summary() {
     );
     let out = block(&root, "readme-quickstart", output_id);
     assert_output_matches(&out, &stdout);
+}
+
+/// docs/capacity.md's capacity plan rehearsal: a full reservation and a Spot stockout, the slice
+/// landing on its third rung, prints the summary the doc shows (the same on every run: emulated
+/// time advances by events).
+#[test]
+fn capacity_plan_rehearsal_prints_the_documented_landing() {
+    let root = root();
+    let b = block(&root, "capacity-plan", run_id);
+    let shell = Shell::new(&root, BIN, &[]);
+    let (ok, stdout, stderr) = run_script(&shell, &b.text, Duration::from_secs(300));
+    assert!(ok, "{} failed:\n{stdout}\n{stderr}", b.at());
+    let out = block(&root, "capacity-plan", output_id);
+    assert_output_matches(&out, &stdout);
+    assert!(stdout.contains("cloud resources left: 0"), "{stdout}");
 }
 
 /// `tpu-operator local --keep` started from a doc block's first line (through the `cargo` shim):

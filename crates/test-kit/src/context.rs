@@ -132,6 +132,8 @@ impl ContextSpec {
             // The production pacing: suites that test it change `ctx.config.create_limits`
             // before the context is built.
             create_limits: ControllerConfig::default().create_limits,
+            // The emulator's clock is moved by the tests, not by a rate.
+            cloud_time_scale: 1.0,
         };
         let clock = gcp.clock();
         // Impersonated tokens expire in the emulator's time, not the host's.

@@ -203,6 +203,17 @@ pub struct CapacityPlanStatus {
     pub attempts: Vec<RungAttempt>,
 }
 
+/// `15m01s`, `2h00m00s`, `45s`: a span of seconds as status messages show it.
+fn span(secs: i64) -> String {
+    let secs = secs.max(0);
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s:02}s"),
+        _ => format!("{h}h{m:02}m{s:02}s"),
+    }
+}
+
 /// How many attempts status keeps.
 pub const KEPT_ATTEMPTS: usize = 16;
 
@@ -213,6 +224,40 @@ impl CapacityPlanStatus {
             rung: usize::try_from(self.rung).unwrap_or(0),
             zone: self.zone.clone(),
         }
+    }
+
+    /// One line on where the slice stands: the rung and zone it landed on (or asks now) and,
+    /// since its last start (the first, or after a lost node), the places that had no capacity.
+    /// `kubectl describe`-style output and a pipeline's train stage show it.
+    pub fn summary(&self) -> String {
+        let since_start = self
+            .attempts
+            .iter()
+            .rposition(|a| a.outcome == AttemptOutcome::Lost)
+            .map_or(0, |i| i + 1);
+        let tried = &self.attempts[since_start.min(self.attempts.len())..];
+        let (before, here) = match tried.split_last() {
+            Some((here, before)) => (before, Some(here)),
+            None => (tried, None),
+        };
+        let place = |a: &RungAttempt| format!("rung {} ({} in {})", a.rung + 1, a.capacity, a.zone);
+        let first = tried.first().map(|a| a.start_time.0.as_second());
+        let mut line = match here {
+            Some(a) if a.outcome == AttemptOutcome::Landed => {
+                let after = first.map_or(0, |f| a.start_time.0.as_second() - f);
+                format!("landed on {} {} after its first ask", place(a), span(after))
+            }
+            Some(a) => format!("asking {}", place(a)),
+            None => format!("asking rung {} in {}", self.rung + 1, self.zone),
+        };
+        if !before.is_empty() {
+            let none: Vec<String> = before
+                .iter()
+                .map(|a| format!("{} in {} ({})", a.capacity, a.zone, a.reason))
+                .collect();
+            line.push_str(&format!("; no capacity first in: {}", none.join(", ")));
+        }
+        line
     }
 
     /// Where incarnation `n` asked, if status still has it.
@@ -282,6 +327,47 @@ mod tests {
         assert_eq!(rung.wait_for.as_deref(), Some("1h"));
         let back = serde_json::to_value(rung).unwrap();
         assert_eq!(back, json!({"queued": {"tier": "Spot"}, "waitFor": "1h"}));
+    }
+
+    #[test]
+    fn the_summary_says_where_the_slice_landed_and_what_had_no_capacity_since_its_start() {
+        let at = |s| Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap());
+        let attempt = |rung, capacity: &str, zone: &str, outcome, reason: &str, start| RungAttempt {
+            rung,
+            capacity: capacity.into(),
+            zone: zone.into(),
+            incarnation: 0,
+            outcome,
+            reason: reason.into(),
+            message: String::new(),
+            start_time: at(start),
+            end_time: None,
+        };
+        let mut st = CapacityPlanStatus {
+            rung: 2,
+            zone: "b".into(),
+            since: at(0),
+            moves: 2,
+            attempts: vec![
+                attempt(1, "spot", "a", AttemptOutcome::Lost, "Preempted", 0),
+                attempt(
+                    0,
+                    "reserved",
+                    "a",
+                    AttemptOutcome::MovedOn,
+                    "WaitingForCapacity",
+                    100,
+                ),
+                attempt(1, "spot", "a", AttemptOutcome::MovedOn, "WaitingForCapacity", 700),
+                attempt(2, "onDemand", "b", AttemptOutcome::Landed, "NodeReady", 1001),
+            ],
+        };
+        assert_eq!(
+            st.summary(),
+            "landed on rung 3 (onDemand in b) 15m01s after its first ask; no capacity first in: reserved in a (WaitingForCapacity), spot in a (WaitingForCapacity)"
+        );
+        st.attempts.truncate(2);
+        assert_eq!(st.summary(), "asking rung 1 (reserved in a)");
     }
 
     #[test]

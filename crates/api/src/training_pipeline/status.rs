@@ -98,6 +98,10 @@ pub struct StageStatus {
     /// Attempts of this stage.
     #[serde(default)]
     pub attempts: i32,
+    /// Training on a TPU VM slice with a `capacityPlan`: where its capacity came from, the rung
+    /// and zone it landed on (or asks now), and the places before that had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<String>,
     /// Last message of the stage (failure reason, queue position, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -41,6 +41,22 @@ pub struct ControllerConfig {
     /// Google's per-minute rate quota of each method group the operator paces its creates to
     /// (see [`crate::runtime::capacity::limiter`]).
     pub create_limits: crate::runtime::capacity::Limits,
+    /// Seconds of the operator's clock (`Context::clock`, the cloud's time) per second of the
+    /// controllers' timers: 1 in a cluster; `local`'s `--time-scale`, where the emulated cloud
+    /// runs faster. A wait for a deadline in the cloud's time (a capacity plan's `waitFor`)
+    /// divides by it, so the deadline is met in either.
+    pub cloud_time_scale: f64,
+}
+
+impl ControllerConfig {
+    /// The timer wait until a deadline `cloud` away in the cloud's time.
+    pub fn timer_wait(&self, cloud: Duration) -> Duration {
+        if self.cloud_time_scale.is_finite() && self.cloud_time_scale > 0.0 {
+            cloud.div_f64(self.cloud_time_scale)
+        } else {
+            cloud
+        }
+    }
 }
 
 impl Default for ControllerConfig {
@@ -59,6 +75,7 @@ impl Default for ControllerConfig {
             kueue: false,
             kueue_default_queue: None,
             create_limits: crate::runtime::capacity::Limits::default(),
+            cloud_time_scale: 1.0,
         }
     }
 }

@@ -169,3 +169,54 @@ async fn a_full_reservation_and_a_spot_stockout_land_on_the_third_rung_one_rung_
     env.wait_gone::<TpuSlice>("plan", STEP).await;
     assert_eq!(alive(&env), 0);
 }
+
+/// A TPU VM pipeline whose training slice has a plan: Spot stocked out, it lands on-demand, and
+/// the pipeline's train stage says where and why.
+#[tokio::test]
+async fn a_pipelines_train_stage_shows_where_its_slice_landed_and_why() {
+    use tpu_operator_api::training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase};
+    use tpu_operator_controller::kinds::{preprocess_batch, training_pipeline};
+
+    let mut env = TestEnv::start().await;
+    env.gcp.set_stock(StockSpec {
+        zone: "us-central2-b".into(),
+        accelerator: "v4".into(),
+        kind: CapacityKind::Spot,
+        chips: 0,
+        steps: Vec::new(),
+        refill: None,
+    });
+    env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
+    env.spawn(preprocess_batch::run(env.ctx.clone(), never_shutdown()));
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
+    tp.spec.preprocess = None;
+    let slice = &mut tp.spec.training.tpu_vm.as_mut().unwrap().slice;
+    slice.capacity = None;
+    slice.capacity_plan = serde_json::from_value(json!({"rungs": [{"spot": {}}, {"onDemand": {}}]})).unwrap();
+    env.create(&tp).await;
+    let training = env
+        .wait_for::<TrainingPipeline, _>("tpu-vm-pipeline", "training on its slice", STEP, |tp| {
+            tp.status.as_ref().is_some_and(|s| {
+                s.phase == TrainingPipelinePhase::Training
+                    && s.stages
+                        .iter()
+                        .any(|st| st.name == StageName::Train && st.capacity.is_some())
+            })
+        })
+        .await;
+    let stage = training
+        .status
+        .unwrap()
+        .stages
+        .into_iter()
+        .find(|s| s.name == StageName::Train)
+        .unwrap();
+    let capacity = stage.capacity.unwrap();
+    assert!(
+        capacity.starts_with("landed on rung 2 (onDemand in us-central2-b)")
+            && capacity.ends_with("no capacity first in: spot in us-central2-b (WaitingForCapacity)"),
+        "{capacity}"
+    );
+}

@@ -179,6 +179,7 @@ impl RunArgs {
             kueue: self.kueue.unwrap_or(defaults.kueue),
             kueue_default_queue: self.kueue_default_queue.clone(),
             create_limits: self.create_limits()?,
+            cloud_time_scale: defaults.cloud_time_scale,
         };
         if controller.concurrency == 0 {
             bail!("concurrency: must be at least 1");

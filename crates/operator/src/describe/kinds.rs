@@ -94,7 +94,7 @@ pub fn slice(sheet: &mut Sheet, slice: &TpuSlice, logs_cmd: &str) {
         &format!("{accelerator}, {chips} chips, {hosts} hosts, zone {zone}"),
     );
     if let Some(plan) = &st.capacity_plan {
-        sheet.row("Capacity plan", &plan_summary(plan));
+        sheet.row("Capacity plan", &plan.summary());
     }
     let node = match &st.node_id {
         Some(id) => {
@@ -162,26 +162,4 @@ fn checkpoint(ckpt: CheckpointStatus) -> String {
             None => "none".into(),
         },
     }
-}
-
-/// Where a slice stands on its capacity plan, and every rung and zone it tried, oldest first:
-/// `rung 3 (onDemand in us-east5-b); tried: reserved us-east5-a MovedOn (WaitingForCapacity), ...`.
-fn plan_summary(plan: &tpu_operator_api::tpu_slice::CapacityPlanStatus) -> String {
-    let tried: Vec<String> = plan
-        .attempts
-        .iter()
-        .map(|a| {
-            let reason = if a.reason.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", a.reason)
-            };
-            format!("{} {} {:?}{reason}", a.capacity, a.zone, a.outcome)
-        })
-        .collect();
-    let here = plan
-        .attempts
-        .last()
-        .map_or_else(|| plan.zone.clone(), |a| format!("{} in {}", a.capacity, a.zone));
-    format!("rung {} ({here}); tried: {}", plan.rung + 1, tried.join(", "))
 }

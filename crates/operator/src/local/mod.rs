@@ -77,7 +77,9 @@ pub struct LocalArgs {
     /// Rehearse a failure (repeatable): `preempt:AFTER` reclaims the first Spot training
     /// resource after it has run AFTER of emulated time; `stockout:ZONE:ACCELERATOR[:FOR]` leaves
     /// a zone without that TPU (family or type) for FOR or the whole run; `fail:preprocess[:N]`
-    /// and `fail:train[:N]` fail the first N attempts of a stage. See docs/training.md.
+    /// and `fail:train[:N]` fail the first N attempts of a stage;
+    /// `full-reservation:projects/P/locations/ZONE/reservations/NAME` makes a reservation whose
+    /// capacity is all in use. See docs/training.md and docs/capacity.md.
     #[arg(long, value_name = "WHAT", value_parser = rehearse::parse)]
     pub inject: Vec<rehearse::Injection>,
     /// After the summary, print the capacity view as `tpu-operator capacity` prints a cluster's:
@@ -131,7 +133,8 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     for line in said {
         println!("{line}");
     }
-    let (stop_controllers, controllers, ctx) = start_controllers(&client, &gcp, by_events(&args)).await?;
+    let (stop_controllers, controllers, ctx) =
+        start_controllers(&client, &gcp, by_events(&args), args.time_scale).await?;
     if args.keep {
         publish_capacity(&ctx);
     }
@@ -243,8 +246,12 @@ async fn start_controllers(
     client: &kube::Client,
     gcp: &gcp_emulator::Emulator,
     by_events: bool,
+    time_scale: f64,
 ) -> anyhow::Result<Controllers> {
-    let ctx = Arc::new(context(client, gcp, by_events).await?);
+    let mut ctx = context(client, gcp, by_events).await?;
+    // The emulated cloud runs `time_scale` times faster than the controllers' timers.
+    ctx.config.cloud_time_scale = time_scale;
+    let ctx = Arc::new(ctx);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controllers = tokio::spawn(run_controllers(
         ctx.clone(),
@@ -396,6 +403,9 @@ fn print_summary(
     print!("{}", summary::table(&summary::rows(at_end, last)));
     for failure in summary::failures(&at_end.objects) {
         println!("  {failure}");
+    }
+    for plan in summary::capacity_plans(&at_end.objects) {
+        println!("  {plan}");
     }
     let links = summary::links(&at_end.objects);
     if !links.is_empty() {

@@ -38,6 +38,20 @@ pub fn failures(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
         .collect()
 }
 
+/// Where each slice with a capacity plan landed (or asks), and what had no capacity first: the
+/// pipelines' training slices too.
+pub fn capacity_plans(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
+    objects
+        .iter()
+        .filter_map(|(key, seen)| {
+            let plan = seen.status("capacityPlan")?;
+            let plan: tpu_operator_api::tpu_slice::CapacityPlanStatus =
+                serde_json::from_value(plan.clone()).ok()?;
+            Some(format!("{key}: capacity plan: {}", plan.summary()))
+        })
+        .collect()
+}
+
 /// The links each applied object's status carries, and the command that prints its logs. On
 /// Google Cloud the links open the Console; here they show what would be there, and the logs
 /// of the emulated run are read with `tpu-operator logs` (`--keep` keeps them readable).

@@ -97,13 +97,20 @@ pub fn deadline(spec: &TpuSliceSpec, status: &CapacityPlanStatus) -> Option<Date
 }
 
 /// Whether the pass found no capacity where it asked: a stockout (or the stockout memory holding
-/// the create back), an exhausted quota, a queued request not granted, or one that expired. A
-/// rate limit, Kueue, a policy or an invalid spec say nothing about the place's capacity.
+/// the create back), an exhausted quota, a queued request not granted, or one the service gave
+/// up on. A rate limit, Kueue, a policy or an invalid spec say nothing about the place's capacity.
 fn refused(a: &Assessment) -> bool {
-    matches!(
-        a.reason,
-        reasons::WAITING_FOR_CAPACITY | reasons::QUOTA_EXCEEDED | reasons::QUEUED | reasons::QUEUE_EXPIRED
-    )
+    given_up(a)
+        || matches!(
+            a.reason,
+            reasons::WAITING_FOR_CAPACITY | reasons::QUOTA_EXCEEDED | reasons::QUEUED
+        )
+}
+
+/// A queued request the service will not grant any more: expired, or FAILED (e.g. its
+/// reservation is gone). Waiting out `waitFor` there gains nothing.
+fn given_up(a: &Assessment) -> bool {
+    a.reason == reasons::QUEUE_EXPIRED || (a.reason == reasons::FAILED && a.capacity == Some(false))
 }
 
 /// What the pass saw, for [`after_pass`].
@@ -165,8 +172,7 @@ fn move_on(turn: &Turn<'_>, st: &mut CapacityPlanStatus, incarnation: i32) -> Op
     if !turn.earlier_gone || !refused(turn.assessment) {
         return None;
     }
-    let expired = turn.assessment.reason == reasons::QUEUE_EXPIRED;
-    if !expired && deadline(turn.spec, st).is_none_or(|d| turn.now < d) {
+    if !given_up(turn.assessment) && deadline(turn.spec, st).is_none_or(|d| turn.now < d) {
         return None;
     }
     let message = format!(

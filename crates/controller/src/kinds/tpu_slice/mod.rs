@@ -43,7 +43,7 @@ use tpu_operator_api::{
     DeletionPolicy,
     common::CostEstimate,
     conditions::{Progress, describing, find_condition, reasons, types},
-    tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
+    tpu_slice::{AttemptOutcome, TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
 use tpu_operator_gcp::tpu_v2::model::Node;
 
@@ -262,19 +262,20 @@ impl Kind for TpuSlice {
 
     fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, new: &TpuSliceStatus) -> Wait {
         let wait = wait_here(config, pass);
-        // Moved on along the capacity plan: the next place is asked at once. Waiting where the
-        // plan moves on from: looked at again by the time it does.
+        // Moved on along the capacity plan: the next pass (which deletes what the rung left, or
+        // asks the next place) runs at once: moves are rare, and each waits out a rung. Waiting
+        // where the plan moves on from: looked at again by the time it does, in the cloud's time.
         let Some(plan) = &new.capacity_plan else {
             return wait;
         };
         let moves = |s: &TpuSliceStatus| s.capacity_plan.as_ref().map_or(0, |p| p.moves);
         if plan.moves > moves(pass.old) {
-            return wait.at_most(Requeue::Active.after(config));
+            return wait.at_most(std::time::Duration::ZERO);
         }
         match ladder::deadline(&self.spec, plan) {
             Some(at) => {
                 let left = (at - pass.observed.now).to_std().unwrap_or_default();
-                wait.at_most(left + std::time::Duration::from_secs(1))
+                wait.at_most(config.timer_wait(left + std::time::Duration::from_secs(1)))
             }
             None => wait,
         }
@@ -388,6 +389,11 @@ fn plan_input<'a>(
                 find_condition(&old.conditions, t)
                     .is_some_and(|c| c.status == "True" && c.reason == reasons::MAX_RUN_DURATION_EXCEEDED)
             }),
+        spec_moved: old
+            .capacity_plan
+            .as_ref()
+            .and_then(|p| p.attempts.iter().rev().nth(1))
+            .is_some_and(|a| a.outcome == AttemptOutcome::MovedOn),
         now,
     }
 }
@@ -417,7 +423,17 @@ fn build_status(
     });
     let mut assessment = plan.assessment.clone();
     if let Some((_, Some(message))) = &moved {
-        assessment.message = message.clone();
+        // What failed here is behind the slice now: it waits for capacity on the next rung.
+        assessment = plan::Assessment {
+            failure: assessment.failure,
+            ..plan::Assessment::new(
+                tpu_operator_api::conditions::Progress::Reconciling,
+                reasons::WAITING_FOR_CAPACITY,
+                TpuSlicePhase::Waiting,
+                message.clone(),
+            )
+        };
+        assessment.capacity = Some(false);
         assessment.requeue = Requeue::Active;
     }
     let mut st = status::build(&status::Report {

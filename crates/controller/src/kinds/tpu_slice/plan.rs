@@ -184,6 +184,9 @@ pub struct Input<'a> {
     /// This generation already ran out its flex-start run (status is Stalled with reason
     /// `MaxRunDurationExceeded`): nothing is created again.
     pub run_over: bool,
+    /// The incarnation before the current one was left by a move along the capacity plan (not
+    /// lost to a preemption or a suspension).
+    pub spec_moved: bool,
     pub now: DateTime<Utc>,
 }
 
@@ -246,16 +249,19 @@ fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
         ));
     }
     let observed = input.observed;
+    let moved = input.spec_moved;
     if let Some(prev) = &observed.previous_queued {
         return previous_step(
             is_qr_deleting(prev),
             Action::DeleteQueuedResource(prev.name.clone()),
+            moved,
         );
     }
     if let Some(prev) = &observed.previous_node {
         return previous_step(
             prev.state == node::State::Deleting,
             Action::DeleteNode(prev.name.clone()),
+            moved,
         );
     }
     match &observed.operation {
@@ -293,13 +299,19 @@ fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
 }
 
 /// A recreation waits for the previous incarnation to be deleted before creating the next one,
-/// so that one slice never holds two cloud objects.
-fn previous_step(deleting: bool, delete: Action) -> Plan {
+/// so that one slice never holds two cloud objects; so does a move along the capacity plan
+/// (`moved`), whose previous incarnation is the request left on the rung before.
+fn previous_step(deleting: bool, delete: Action, moved: bool) -> Plan {
+    let message = if moved {
+        "deleting the request left on the capacity plan's previous rung before asking the next"
+    } else {
+        "deleting the preempted incarnation before recreating the slice"
+    };
     let a = Assessment::new(
         Progress::Reconciling,
         reasons::RECREATING,
         TpuSlicePhase::Recreating,
-        "deleting the preempted incarnation before recreating the slice",
+        message,
     );
     Plan::new(if deleting { Action::Nothing } else { delete }, a)
 }

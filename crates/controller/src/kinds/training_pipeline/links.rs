@@ -1,6 +1,7 @@
 //! The pipeline's links: each stage's cloud object (the PreprocessBatch child's batch, the
-//! training slice's node, the Vertex custom job) and, at the top, the current stage's; and the
-//! children's cloud objects as the stages' `gcpName` (the Vertex job's is set where it is made).
+//! training slice's node, the Vertex custom job) and, at the top, the current stage's; the
+//! children's cloud objects as the stages' `gcpName` (the Vertex job's is set where it is made);
+//! and where a training slice's capacity plan stands, as the train stage's `capacity`.
 //!
 //! Does not touch Kubernetes or Google Cloud.
 
@@ -37,8 +38,12 @@ pub fn set(st: &mut TrainingPipelineStatus, spec: &TrainingPipelineSpec, reads: 
         .or_else(|| st.stages.iter().rev().find_map(|s| s.links.clone()));
 }
 
-/// A child's cloud object and links, when this pass read them (a gone child's stay).
+/// A child's cloud object, links and capacity plan, when this pass read them (a gone child's
+/// stay).
 fn child(st: &mut TrainingPipelineStatus, name: StageName, read: &ChildCloud) {
+    if read.capacity.is_some() {
+        stage_mut(st, name).capacity.clone_from(&read.capacity);
+    }
     if read.gcp_name.is_none() && read.links.is_none() {
         return;
     }

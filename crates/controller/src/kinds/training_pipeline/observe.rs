@@ -59,6 +59,8 @@ pub struct Reads {
 pub struct ChildCloud {
     pub gcp_name: Option<String>,
     pub links: Option<Links>,
+    /// Where a training slice's capacity plan stands.
+    pub capacity: Option<String>,
 }
 
 /// What the pipeline owns, and what else the pass read.
@@ -72,6 +74,7 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Re
     reads.preprocess = ChildCloud {
         gcp_name: child.gcp_name,
         links: child.links,
+        capacity: None,
     };
     let (training, cost, duplicate_jobs) = match tp.spec.training.mode() {
         Ok(TrainingMode::TpuVm) => tpu_vm_training(ctx, tp, names, finished, &mut reads).await?,
@@ -114,6 +117,7 @@ async fn preprocess_child(
             cost: s.estimated_cost.clone(),
             links: s.links.clone(),
             gcp_name: s.batch_name.clone(),
+            capacity: None,
         })
     })
     .await
@@ -141,6 +145,7 @@ async fn tpu_vm_training(
             cost: s.estimated_cost.clone(),
             links: s.links.clone(),
             gcp_name: s.node_name.clone(),
+            capacity: s.capacity_plan.as_ref().map(|p| p.summary()),
         })
     })
     .await?;
@@ -148,6 +153,7 @@ async fn tpu_vm_training(
     reads.train = ChildCloud {
         gcp_name: child.gcp_name,
         links: child.links,
+        capacity: child.capacity,
     };
     let marker = if finished {
         Marker::None

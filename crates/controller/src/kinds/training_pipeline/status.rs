@@ -47,6 +47,7 @@ pub fn ensure_stage(
             start_time: None,
             end_time: None,
             attempts: 0,
+            capacity: None,
             message: None,
             links: None,
         });
@@ -62,6 +63,7 @@ const NO_STAGE: StageStatus = StageStatus {
     start_time: None,
     end_time: None,
     attempts: 0,
+    capacity: None,
     message: None,
     links: None,
 };

@@ -14,6 +14,9 @@
 //!   run.
 //! - `fail:STAGE[:N]`: the first `N` (default 1) attempts of `STAGE` (`preprocess` or `train`)
 //!   fail, as a failing Spark job or training script would.
+//! - `full-reservation:projects/P/locations/ZONE/reservations/NAME`: the reservation exists and
+//!   all of it is in use, so a queued resource naming it waits (a capacity plan's reserved rung
+//!   then waits out its `waitFor`).
 
 mod parse;
 mod trainers;
@@ -40,11 +43,18 @@ pub struct Rehearsal {
 }
 
 impl Rehearsal {
-    /// Puts the stockouts in place now; the rest wait for [`Rehearsal::tick`].
+    /// Puts the stockouts and reservations in place now; the rest wait for [`Rehearsal::tick`].
     pub fn start(injections: &[Injection], gcp: &Emulator, now: DateTime<Utc>) -> (Self, Vec<String>) {
         let mut rehearsal = Self::default();
         let mut said = Vec::new();
         for injection in injections {
+            if let Injection::FullReservation { name } = injection {
+                said.push(match gcp.create_reservation(name, 0) {
+                    Ok(()) => format!("inject: reservation {name} exists and is fully in use"),
+                    Err(e) => format!("inject: reservation {name} refused: {}", e.message),
+                });
+                continue;
+            }
             let Injection::Stockout {
                 zone,
                 accelerator,
@@ -130,7 +140,7 @@ impl Rehearsal {
         match injection {
             Injection::Preempt { after } => self.preempt(*after, gcp, trainers, now),
             Injection::Fail { stage, attempts } => self.fail(*stage, *attempts, gcp, trainers),
-            Injection::Stockout { .. } => Applied::Later,
+            Injection::Stockout { .. } | Injection::FullReservation { .. } => Applied::Later,
         }
     }
 

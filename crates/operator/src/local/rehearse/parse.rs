@@ -17,6 +17,10 @@ pub enum Injection {
         stage: Stage,
         attempts: u32,
     },
+    /// A reservation (full name) that exists with all its capacity in use.
+    FullReservation {
+        name: String,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +30,8 @@ pub enum Stage {
 }
 
 const FORMS: &str = "preempt:AFTER (e.g. preempt:5m), stockout:ZONE:ACCELERATOR[:FOR] \
-                     (e.g. stockout:us-central2-b:v5p:20m), fail:preprocess[:N] or fail:train[:N]";
+                     (e.g. stockout:us-central2-b:v5p:20m), fail:preprocess[:N], fail:train[:N] or \
+                     full-reservation:projects/P/locations/ZONE/reservations/NAME";
 
 /// The `--inject` value parser.
 pub fn parse(value: &str) -> Result<Injection, String> {
@@ -64,6 +69,21 @@ pub fn parse(value: &str) -> Result<Injection, String> {
                     .ok_or_else(|| format!("`{n}` is not a number of attempts (1 or more)"))?,
             };
             Ok(Injection::Fail { stage, attempts })
+        }
+        ["full-reservation", name] => {
+            let parts: Vec<&str> = name.split('/').collect();
+            match parts.as_slice() {
+                ["projects", p, "locations", z, "reservations", r]
+                    if !p.is_empty() && !z.is_empty() && !r.is_empty() =>
+                {
+                    Ok(Injection::FullReservation {
+                        name: (*name).to_owned(),
+                    })
+                }
+                _ => Err(format!(
+                    "`{name}` is not a reservation's full name (projects/P/locations/ZONE/reservations/NAME): {FORMS}"
+                )),
+            }
         }
         _ => Err(format!("the accepted forms are {FORMS}")),
     }

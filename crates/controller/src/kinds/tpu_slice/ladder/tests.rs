@@ -168,8 +168,21 @@ fn an_expired_queued_request_moves_on_before_its_wait_for() {
         TpuSlicePhase::Failed,
         "expired",
     );
-    let (st, moved) = pass(&s, Some(&st), &expired, t0() + Duration::minutes(1));
-    assert_eq!(at(&st), (1, "us-east5-a", 1), "{moved:?}");
+    let (after, moved) = pass(&s, Some(&st), &expired, t0() + Duration::minutes(1));
+    assert_eq!(at(&after), (1, "us-east5-a", 1), "{moved:?}");
+    // FAILED by the service (its reservation is gone): moves on at once too; FAILED for another
+    // cause (a queued resource a user suspended) is no capacity answer and stays.
+    let mut failed = Assessment::new(
+        Progress::Stalled,
+        reasons::FAILED,
+        TpuSlicePhase::Failed,
+        "FAILED",
+    );
+    let (stays, _) = pass(&s, Some(&st), &failed, t0() + Duration::minutes(1));
+    assert_eq!(at(&stays), (0, "us-east5-a", 0));
+    failed.capacity = Some(false);
+    let (after, _) = pass(&s, Some(&st), &failed, t0() + Duration::minutes(1));
+    assert_eq!(at(&after), (1, "us-east5-a", 1));
 }
 
 #[test]

@@ -21,6 +21,8 @@ pub(super) struct ChildStatus {
     pub links: Option<Links>,
     /// The child's cloud object (its batch, its node).
     pub gcp_name: Option<String>,
+    /// Where a slice child's capacity plan stands (`CapacityPlanStatus::summary`).
+    pub capacity: Option<String>,
 }
 
 /// An owned child's state from its metadata and kstatus conditions, and what else the pipeline

@@ -149,6 +149,7 @@ impl Case {
             ready_since: self.ready_since,
             last_active: self.last_active,
             run_over: false,
+            spec_moved: false,
             now: now(),
         })
     }
