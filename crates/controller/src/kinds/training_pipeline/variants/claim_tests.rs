@@ -158,6 +158,7 @@ fn waiting_before_any_run_is_not_started() {
             start_time: None,
             end_time: None,
             attempts: 1,
+            capacity: None,
             message: None,
             links: None,
         }],
