@@ -130,20 +130,6 @@ impl TpuSliceSpec {
             })
             .collect()
     }
-
-    /// Every zone the slice may run in: the plan's, or `spec.zone`.
-    pub fn zones(&self) -> Vec<String> {
-        let mut zones: Vec<String> = Vec::new();
-        for place in self.places() {
-            if !zones.contains(&place.zone) {
-                zones.push(place.zone);
-            }
-        }
-        if zones.is_empty() {
-            zones.push(self.zone.clone());
-        }
-        zones
-    }
 }
 
 /// How one attempt on a rung ended (or that it goes on).
@@ -315,7 +301,6 @@ mod tests {
         );
         assert!(at.capacity_plan.is_none());
         assert_eq!(s.at(Some(&places[0])).capacity_mode(), CapacityMode::Reserved);
-        assert_eq!(s.zones(), vec!["us-east5-a", "us-east5-b"]);
         assert_eq!(s.first_place(), Some(places[0].clone()));
     }
 
@@ -375,6 +360,5 @@ mod tests {
         let s: TpuSliceSpec = serde_json::from_value(json!({"zone": "us-east5-a"})).unwrap();
         assert_eq!(s.at(None), s);
         assert!(s.places().is_empty());
-        assert_eq!(s.zones(), vec!["us-east5-a"]);
     }
 }

@@ -644,6 +644,28 @@ async fn one_namespace_makes_the_sweeper_list_at_most_16_learned_places() {
     assert_eq!(over, Some(4), "{data:#?}");
 }
 
+/// A capacity plan teaches the sweeper only the zones it has asked, not every zone it names: a
+/// slice waiting on its first rung makes no listing of the other rungs' zones.
+#[tokio::test]
+async fn a_capacity_plan_teaches_only_the_zones_it_asked() {
+    let env = TestEnv::start().await;
+    let mut planned = serde_json::to_value(tpu_vm_slice("planned", "us-central1-a")).unwrap();
+    planned["spec"]["capacity"] = serde_json::Value::Null;
+    planned["spec"]["capacityPlan"] = json!({"rungs": [
+        {"spot": {}},
+        {"onDemand": {}, "zones": ["us-central2-a", "us-central3-a", "us-central4-a", "us-central5-a"]},
+    ]});
+    env.create(&serde_json::from_value::<TpuSlice>(planned).unwrap())
+        .await;
+    let sweeper = Sweeper::new(report_mode(&env));
+    assert_eq!(zones_listed(&env, &sweeper, &env.ctx).await, 0);
+    assert_eq!(
+        zones_listed(&env, &sweeper, &env.ctx).await,
+        1,
+        "only spec.zone, where the first rung asks"
+    );
+}
+
 fn tpu_vm_slice(name: &str, zone: &str) -> TpuSlice {
     serde_json::from_value(json!({
         "apiVersion": "tpu-operator.dev/v1alpha1",

@@ -260,9 +260,18 @@ pub async fn live(ctx: &Context) -> Result<Live, kube::Error> {
     each::<TpuSlice>(ctx, |o| {
         let ns = o.namespace().unwrap_or_default();
         let status = o.status.as_ref();
-        // Every zone its capacity plan may put it in.
-        for zone in o.spec.zones() {
-            let spec = (Scope::Zone, o.spec.project.as_deref(), zone.as_str());
+        // `spec.zone`, and the zones its capacity plan has asked (status records each before its
+        // create). Not every zone the plan names: a slice waiting on its first rung would
+        // otherwise make the sweeper list zones nothing was ever asked in.
+        let plan = status.and_then(|s| s.capacity_plan.as_ref());
+        let asked = plan
+            .into_iter()
+            .flat_map(|p| std::iter::once(p.zone.as_str()).chain(p.attempts.iter().map(|a| a.zone.as_str())));
+        let mut zones: Vec<&str> = std::iter::once(o.spec.zone.as_str()).chain(asked).collect();
+        zones.sort_unstable();
+        zones.dedup();
+        for zone in zones {
+            let spec = (Scope::Zone, o.spec.project.as_deref(), zone);
             live.add_spec(ctx, &ns, status.map(|s| s.conditions.as_slice()), spec);
         }
         for name in status
