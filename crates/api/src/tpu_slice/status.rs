@@ -145,6 +145,11 @@ impl TpuSliceStatus {
         (self.recreations.max(0) + self.suspensions.max(0) + moves) as u32
     }
 
+    /// How many times the slice moved along its capacity plan.
+    pub fn plan_moves(&self) -> i32 {
+        self.capacity_plan.as_ref().map_or(0, |p| p.moves)
+    }
+
     /// The capacity plan's rung and zone asked now (`None`: no plan, or not started).
     pub fn plan_place(&self) -> Option<super::PlanPlace> {
         self.capacity_plan.as_ref().map(super::CapacityPlanStatus::place)

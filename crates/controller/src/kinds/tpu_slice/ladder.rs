@@ -14,15 +14,18 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tpu_operator_api::{
-    conditions::reasons,
+    conditions::{Progress, reasons},
     duration::parse_duration,
     tpu_slice::{
         AttemptOutcome, CapacityMode, CapacityPlanStatus, KEPT_ATTEMPTS, PlanPlace, RungAttempt, TpuSlice,
-        TpuSlicePhase, TpuSliceSpec,
+        TpuSlicePhase, TpuSliceSpec, TpuSliceStatus,
     },
 };
 
-use super::plan::Assessment;
+use super::{
+    observe::Observed,
+    plan::{Action, Assessment, Plan, Requeue},
+};
 use crate::runtime::clock::k8s_time as time;
 
 /// The place this pass works on: the one status records, else the plan's first (`None`: no plan).
@@ -156,6 +159,55 @@ pub fn after_pass(turn: &Turn<'_>) -> Option<(CapacityPlanStatus, Option<String>
     }
     let moved = move_on(turn, &mut st, incarnation);
     Some((st, moved))
+}
+
+/// The plan's status after this pass, and the assessment status reports: on a move, the slice
+/// waits for capacity on the next rung (what failed where it stood is behind it), and looks
+/// again at once.
+pub fn settle(
+    spec: &TpuSliceSpec,
+    old: &TpuSliceStatus,
+    observed: &Observed,
+    plan: &Plan,
+    now: DateTime<Utc>,
+) -> (Option<CapacityPlanStatus>, Assessment) {
+    let lost = matches!(plan.action, Action::RecordPreemption | Action::RecordSuspension);
+    let moves = old.capacity_plan.as_ref().map_or(0, |p| p.moves.max(0) as u32);
+    let settled = after_pass(&Turn {
+        spec,
+        old: old.capacity_plan.as_ref(),
+        base: old.incarnation() - moves + u32::from(lost),
+        lost,
+        assessment: &plan.assessment,
+        earlier_gone: observed.previous_node.is_none() && observed.previous_queued.is_none(),
+        now,
+    });
+    let Some((status, moved)) = settled else {
+        return (None, plan.assessment.clone());
+    };
+    let Some(message) = moved else {
+        return (Some(status), plan.assessment.clone());
+    };
+    let mut assessment = Assessment::new(
+        Progress::Reconciling,
+        reasons::WAITING_FOR_CAPACITY,
+        TpuSlicePhase::Waiting,
+        message,
+    );
+    assessment.failure = plan.assessment.failure.clone();
+    assessment.capacity = Some(false);
+    assessment.requeue = Requeue::Active;
+    (Some(status), assessment)
+}
+
+/// The incarnation before the current one was left by a move along the plan (not lost to a
+/// preemption or a suspension): the attempt before the last one moved on.
+pub fn left_by_a_move(status: &TpuSliceStatus) -> bool {
+    status
+        .capacity_plan
+        .as_ref()
+        .and_then(|p| p.attempts.iter().rev().nth(1))
+        .is_some_and(|a| a.outcome == AttemptOutcome::MovedOn)
 }
 
 fn incarnation(base: u32, st: &CapacityPlanStatus) -> i32 {

@@ -39,22 +39,19 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Resource;
+pub use spec::workload_script;
+pub use status::FIELD_MANAGER;
+pub use target::Target;
 use tpu_operator_api::{
     DeletionPolicy,
     common::CostEstimate,
     conditions::{Progress, describing, find_condition, reasons, types},
-    tpu_slice::{AttemptOutcome, TpuSlice, TpuSlicePhase, TpuSliceStatus},
+    tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
-use tpu_operator_gcp::tpu_v2::model::Node;
-
-pub use spec::workload_script;
-pub use status::FIELD_MANAGER;
-pub use target::Target;
 
 use self::{
     observe::Observed,
-    plan::{Action as Step, Plan, Requeue},
-    wait::reclaimable_ready_node,
+    plan::{Action as Step, Plan},
 };
 use crate::{
     Shutdown,
@@ -64,7 +61,7 @@ use crate::{
         driver,
         kind::{Acted, Admission, Claim, Cleaned, Kind, Pass, Stop, WriteAhead},
         report::Transition,
-        wait::{Wait, Watch},
+        wait::Wait,
     },
     runtime::{
         config::ControllerConfig,
@@ -261,24 +258,7 @@ impl Kind for TpuSlice {
     }
 
     fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, new: &TpuSliceStatus) -> Wait {
-        let wait = wait_here(config, pass);
-        // Moved on along the capacity plan: the next pass (which deletes what the rung left, or
-        // asks the next place) runs at once: moves are rare, and each waits out a rung. Waiting
-        // where the plan moves on from: looked at again by the time it does, in the cloud's time.
-        let Some(plan) = &new.capacity_plan else {
-            return wait;
-        };
-        let moves = |s: &TpuSliceStatus| s.capacity_plan.as_ref().map_or(0, |p| p.moves);
-        if plan.moves > moves(pass.old) {
-            return wait.at_most(std::time::Duration::ZERO);
-        }
-        match ladder::deadline(&self.spec, plan) {
-            Some(at) => {
-                let left = (at - pass.observed.now).to_std().unwrap_or_default();
-                wait.at_most(config.timer_wait(left + std::time::Duration::from_secs(1)))
-            }
-            None => wait,
-        }
+        wait::after_pass(config, pass, new)
     }
 
     fn deletion_policy(&self) -> DeletionPolicy {
@@ -334,26 +314,6 @@ impl Kind for TpuSlice {
     }
 }
 
-/// When the slice is looked at again for what this pass saw where it stands.
-fn wait_here(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>) -> Wait {
-    let node = &pass.target.names.current.node;
-    match pass.plan.assessment.requeue {
-        Requeue::Active => wait::watch_node(
-            config,
-            &pass.target.names,
-            pass.observed,
-            &pass.plan.action,
-            pass.done.as_ref(),
-        ),
-        Requeue::Stable if let Some(ready) = reclaimable_ready_node(pass) => Wait::Watch {
-            watch: Watch::state::<Node>(&ready.name, &ready.state),
-            cap: None,
-            unlisted: Some(Requeue::Stable.after(config)),
-        },
-        other => Wait::poll_unwatching::<Node>(other.after(config), Some(node)),
-    }
-}
-
 /// The pure plan's input for this pass.
 fn plan_input<'a>(
     slice: &'a TpuSlice,
@@ -389,11 +349,7 @@ fn plan_input<'a>(
                 find_condition(&old.conditions, t)
                     .is_some_and(|c| c.status == "True" && c.reason == reasons::MAX_RUN_DURATION_EXCEEDED)
             }),
-        spec_moved: old
-            .capacity_plan
-            .as_ref()
-            .and_then(|p| p.attempts.iter().rev().nth(1))
-            .is_some_and(|a| a.outcome == AttemptOutcome::MovedOn),
+        spec_moved: ladder::left_by_a_move(old),
         now,
     }
 }
@@ -408,34 +364,7 @@ fn build_status(
     started: Option<&act::Started>,
     now: DateTime<Utc>,
 ) -> TpuSliceStatus {
-    let moved = ladder::after_pass(&ladder::Turn {
-        spec: &slice.spec,
-        old: old.capacity_plan.as_ref(),
-        base: old.incarnation() - old.capacity_plan.as_ref().map_or(0, |p| p.moves.max(0) as u32)
-            + u32::from(matches!(
-                plan.action,
-                Step::RecordPreemption | Step::RecordSuspension
-            )),
-        lost: matches!(plan.action, Step::RecordPreemption | Step::RecordSuspension),
-        assessment: &plan.assessment,
-        earlier_gone: observed.previous_node.is_none() && observed.previous_queued.is_none(),
-        now,
-    });
-    let mut assessment = plan.assessment.clone();
-    if let Some((_, Some(message))) = &moved {
-        // What failed here is behind the slice now: it waits for capacity on the next rung.
-        assessment = plan::Assessment {
-            failure: assessment.failure,
-            ..plan::Assessment::new(
-                tpu_operator_api::conditions::Progress::Reconciling,
-                reasons::WAITING_FOR_CAPACITY,
-                TpuSlicePhase::Waiting,
-                message.clone(),
-            )
-        };
-        assessment.capacity = Some(false);
-        assessment.requeue = Requeue::Active;
-    }
+    let (capacity_plan, assessment) = ladder::settle(&slice.spec, old, observed, plan, now);
     let mut st = status::build(&status::Report {
         old,
         generation: slice.meta().generation,
@@ -450,7 +379,7 @@ fn build_status(
         now,
     });
     st.zone = Some(t.spec.zone.clone());
-    st.capacity_plan = moved.map(|(plan, _)| plan);
+    st.capacity_plan = capacity_plan;
     st.kueue = queue::status(
         old,
         observed.queue.as_ref(),

@@ -33,6 +33,39 @@ pub struct Incarnation {
     pub other_slices: Vec<String>,
 }
 
+/// `projects/<p>/locations/<zone>` of the spec's zone.
+fn parent_of(project: &str, spec: &TpuSliceSpec) -> String {
+    format!("projects/{project}/locations/{}", spec.zone)
+}
+
+impl Incarnation {
+    /// Incarnation `n` of the slice, asking where `spec` says (its zone and kind of capacity).
+    fn new(identity: &ObjectIdentity, project: &str, spec: &TpuSliceSpec, n: u32) -> Self {
+        let parent = parent_of(project, spec);
+        let slices = spec.slice_count();
+        let id = naming::tpu_node_id(identity, n);
+        // A multislice queued resource names its nodes `<prefix>-<k>` (see
+        // `spec::queued_resource`); the prefix is the id a plain slice's node would have.
+        let node = match slices {
+            Some(_) => format!("{parent}/nodes/{id}-0"),
+            None => format!("{parent}/nodes/{id}"),
+        };
+        Incarnation {
+            other_slices: (1..slices.unwrap_or(1))
+                .map(|k| format!("{parent}/nodes/{id}-{k}"))
+                .collect(),
+            node,
+            queued: spec.uses_queued_resource().then(|| {
+                format!(
+                    "{parent}/queuedResources/{}",
+                    naming::queued_resource_id(identity, n)
+                )
+            }),
+            id,
+        }
+    }
+}
+
 /// Where the slice's cloud objects live and what they are called.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Names {
@@ -69,36 +102,12 @@ impl Names {
         identity: &ObjectIdentity,
         project: String,
     ) -> Self {
-        let parent_of = |spec: &TpuSliceSpec| format!("projects/{project}/locations/{}", spec.zone);
-        let parent = parent_of(spec);
+        let parent = parent_of(&project, spec);
         let recreations = slice
             .status
             .as_ref()
             .map_or(0, tpu_operator_api::tpu_slice::TpuSliceStatus::incarnation);
-        let slices = spec.slice_count();
-        let incarnation = |n: u32, spec: &TpuSliceSpec| {
-            let parent = parent_of(spec);
-            let id = naming::tpu_node_id(identity, n);
-            // A multislice queued resource names its nodes `<prefix>-<k>` (see
-            // `spec::queued_resource`); the prefix is the id a plain slice's node would have.
-            let node = match slices {
-                Some(_) => format!("{parent}/nodes/{id}-0"),
-                None => format!("{parent}/nodes/{id}"),
-            };
-            Incarnation {
-                other_slices: (1..slices.unwrap_or(1))
-                    .map(|k| format!("{parent}/nodes/{id}-{k}"))
-                    .collect(),
-                node,
-                queued: spec.uses_queued_resource().then(|| {
-                    format!(
-                        "{parent}/queuedResources/{}",
-                        naming::queued_resource_id(identity, n)
-                    )
-                }),
-                id,
-            }
-        };
+        let incarnation = |n: u32, spec: &TpuSliceSpec| Incarnation::new(identity, &project, spec, n);
         let (current, previous, adopted) = match &spec.adopt_node_id {
             Some(id) => (
                 Incarnation {

@@ -74,9 +74,6 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         observed_generation: r.generation,
         phase: r.assessment.phase,
         conditions: old.conditions.clone(),
-        // Set by the caller, which knows the capacity plan.
-        zone: old.zone.clone(),
-        capacity_plan: old.capacity_plan.clone(),
         node_id: node_name.as_deref().and_then(node_id),
         node_name,
         queued_resource_name,
@@ -112,8 +109,10 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         // Set by the pass from its Workload (`queue::status`); kept meanwhile.
         kueue: old.kueue.clone(),
         estimated_cost: estimated_cost(r),
-        // Set by the caller, which knows the slice's backend and workload.
+        // Set by the caller, which knows the slice's backend, workload and capacity plan.
         links: old.links.clone(),
+        zone: old.zone.clone(),
+        capacity_plan: old.capacity_plan.clone(),
         message: Some(r.assessment.message.clone()),
     }
 }
@@ -334,8 +333,7 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
     if new.recreations > old.recreations {
         out.push(Transition::warning(reasons::PREEMPTED, message.clone()));
     }
-    let moves = |s: &TpuSliceStatus| s.capacity_plan.as_ref().map_or(0, |p| p.moves);
-    if moves(new) > moves(old) {
+    if new.plan_moves() > old.plan_moves() {
         out.push(Transition::normal(
             reasons::MOVED_ON_CAPACITY_PLAN,
             message.clone(),

@@ -1,13 +1,15 @@
 //! When to look again at a slice that is not being deleted: watched by the cloud watch while its
 //! node changes state on its own, polled otherwise.
 
-use tpu_operator_api::tpu_slice::TpuSlice;
+use std::time::Duration;
+
+use tpu_operator_api::tpu_slice::{TpuSlice, TpuSliceStatus};
 use tpu_operator_gcp::tpu_v2::model::Node;
 
 use super::{
-    act,
+    act, ladder,
     observe::{Names, Observed},
-    plan::Action as Step,
+    plan::{Action as Step, Requeue},
 };
 use crate::{
     reconcile::{
@@ -17,11 +19,53 @@ use crate::{
     runtime::config::ControllerConfig,
 };
 
+/// When to look again after a pass: as where the slice stands says ([`wait_here`]), and with a
+/// capacity plan no later than the pass that moves it on. A move itself is followed at once by
+/// the pass that deletes what the rung left or asks the next place: moves are rare, and each
+/// waited out a rung.
+pub(super) fn after_pass(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>, new: &TpuSliceStatus) -> Wait {
+    let wait = wait_here(config, pass);
+    let Some(plan) = &new.capacity_plan else {
+        return wait;
+    };
+    if new.plan_moves() > pass.old.plan_moves() {
+        return wait.at_most(Duration::ZERO);
+    }
+    match ladder::deadline(&pass.obj.spec, plan) {
+        // The deadline is in the cloud's time; the timer's, under `local`, runs slower.
+        Some(at) => {
+            let left = (at - pass.observed.now).to_std().unwrap_or_default();
+            wait.at_most(config.timer_wait(left + Duration::from_secs(1)))
+        }
+        None => wait,
+    }
+}
+
+/// When the slice is looked at again for what this pass saw where it stands.
+fn wait_here(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>) -> Wait {
+    let node = &pass.target.names.current.node;
+    match pass.plan.assessment.requeue {
+        Requeue::Active => watch_node(
+            config,
+            &pass.target.names,
+            pass.observed,
+            &pass.plan.action,
+            pass.done.as_ref(),
+        ),
+        Requeue::Stable if let Some(ready) = reclaimable_ready_node(pass) => Wait::Watch {
+            watch: Watch::state::<Node>(&ready.name, &ready.state),
+            cap: None,
+            unlisted: Some(Requeue::Stable.after(config)),
+        },
+        other => Wait::poll_unwatching::<Node>(other.after(config), Some(node)),
+    }
+}
+
 /// When to look again at a slice whose node is changing state: the cloud watch wakes it when
 /// the node's state changes, so it only polls at the backstop interval. Only a plain node in a
 /// transitional state (or just created) is watched; anything else (a queued resource, a patch
 /// or start operation, the previous incarnation's deletion) is polled at `poll_active`.
-pub(super) fn watch_node(
+fn watch_node(
     config: &ControllerConfig,
     names: &Names,
     observed: &Observed,
@@ -45,7 +89,7 @@ pub(super) fn watch_node(
 /// The READY node of a settled slice Google may reclaim (Spot, preemptible), when the cloud watch
 /// can list it: a preemption, repair or health change must reach status in seconds, not at the
 /// next stable poll (issue 35 item 7). One listing per zone covers every such slice there.
-pub(super) fn reclaimable_ready_node<'a>(pass: &Pass<'a, TpuSlice>) -> Option<&'a Node> {
+fn reclaimable_ready_node<'a>(pass: &Pass<'a, TpuSlice>) -> Option<&'a Node> {
     use tpu_operator_gcp::tpu_v2::model::node::State;
     let names = &pass.target.names;
     let listable = names.current.queued.is_none() && names.backend().watchable();
