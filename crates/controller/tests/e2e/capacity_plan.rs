@@ -220,3 +220,56 @@ async fn a_pipelines_train_stage_shows_where_its_slice_landed_and_why() {
         "{capacity}"
     );
 }
+
+/// The reservation is granted after the slice moved on but before the queued resource it left
+/// could be deleted (its deletes fail here): the slice goes back to the reservation instead of
+/// throwing the granted capacity away, and nothing is created on the Spot rung.
+#[tokio::test]
+async fn a_reservation_granted_just_after_the_move_is_gone_back_to() {
+    use gcp_emulator::{Code, Fault};
+    let mut env = TestEnv::start().await;
+    env.gcp.create_reservation(RESERVATION, 0).unwrap();
+    env.gcp
+        .inject(Fault::FailCalls {
+            service: "tpu".into(),
+            method: "queuedResources.delete".into(),
+            count: 1_000,
+            code: Code::Unavailable,
+            message: None,
+        })
+        .unwrap();
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    env.create(&planned("back")).await;
+    env.wait_for::<TpuSlice, _>("back", "moved on to the Spot rung", STEP, |s| {
+        s.status.as_ref().is_some_and(|st| st.plan_moves() == 1)
+    })
+    .await;
+    assert_eq!(
+        env.gcp.queued_resources().len(),
+        1,
+        "the reserved rung's request is still there"
+    );
+    env.gcp.create_reservation(RESERVATION, 8).unwrap();
+    let ready = env
+        .wait_for::<TpuSlice, _>("back", "Ready on the reservation", STEP, |s| {
+            s.status
+                .as_ref()
+                .is_some_and(|st| st.phase == TpuSlicePhase::Ready)
+        })
+        .await;
+    let plan = ready.status.unwrap().capacity_plan.unwrap();
+    assert_eq!((plan.rung, plan.moves), (0, 0), "{plan:#?}");
+    let outcomes: Vec<_> = plan
+        .attempts
+        .iter()
+        .map(|a| (a.capacity.as_str(), a.outcome))
+        .collect();
+    assert_eq!(outcomes, vec![("reserved", AttemptOutcome::Landed)]);
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.create"),
+        0,
+        "nothing asked on the Spot rung"
+    );
+    assert_eq!(env.gcp.call_count("tpu", "queuedResources.create"), 1);
+    env.gcp.clear_faults();
+}

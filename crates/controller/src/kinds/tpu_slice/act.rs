@@ -54,6 +54,7 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
     let (verb, op) = match action {
         Action::Nothing
         | Action::RecordPreemption
+        | Action::ReturnToGranted
         | Action::RecordSuspension
         | Action::CreateWorkload
         | Action::ReleaseWorkload
@@ -211,7 +212,9 @@ fn create_failed(ctx: &Context, request: &Request<'_>, err: &GcpError) {
 
 pub(super) fn action_name(action: &Action) -> &'static str {
     match action {
-        Action::Nothing | Action::RecordPreemption | Action::RecordSuspension => "observe TPU slice",
+        Action::Nothing | Action::RecordPreemption | Action::RecordSuspension | Action::ReturnToGranted => {
+            "observe TPU slice"
+        }
         Action::CreateWorkload => "create the Kueue Workload",
         Action::ReleaseWorkload => "release the Kueue Workload's quota",
         Action::DeleteWorkload => "delete a Kueue Workload that is not the slice's",

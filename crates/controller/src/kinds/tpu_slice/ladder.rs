@@ -171,6 +171,11 @@ pub fn settle(
     plan: &Plan,
     now: DateTime<Utc>,
 ) -> (Option<CapacityPlanStatus>, Assessment) {
+    if plan.action == Action::ReturnToGranted
+        && let Some(back) = old.capacity_plan.as_ref().and_then(|p| go_back(p, now))
+    {
+        return (Some(back), plan.assessment.clone());
+    }
     let lost = matches!(plan.action, Action::RecordPreemption | Action::RecordSuspension);
     let moves = old.capacity_plan.as_ref().map_or(0, |p| p.moves.max(0) as u32);
     let settled = after_pass(&Turn {
@@ -198,6 +203,32 @@ pub fn settle(
     assessment.capacity = Some(false);
     assessment.requeue = Requeue::Active;
     (Some(status), assessment)
+}
+
+/// Undoes the last move: the request left behind was granted after all. The attempt of the
+/// incarnation moved to goes (nothing was created for it), the one before asks again, and the
+/// incarnation number falls back to it, whose request exists.
+fn go_back(plan: &CapacityPlanStatus, now: DateTime<Utc>) -> Option<CapacityPlanStatus> {
+    let mut st = plan.clone();
+    let [.., left, _] = st.attempts.as_slice() else {
+        return None;
+    };
+    if left.outcome != AttemptOutcome::MovedOn || st.moves < 1 {
+        return None;
+    }
+    st.attempts.pop();
+    st.moves -= 1;
+    let back = st.attempts.last_mut()?;
+    back.outcome = AttemptOutcome::Trying;
+    back.end_time = None;
+    back.message = format!(
+        "granted after the slice had moved on: back here at {}",
+        time(now).0
+    );
+    st.rung = back.rung;
+    st.zone = back.zone.clone();
+    st.since = back.start_time.clone();
+    Some(st)
 }
 
 /// The incarnation before the current one was left by a move along the plan (not lost to a

@@ -69,6 +69,11 @@ pub enum Action {
     /// created on resume has a new id and a create request id of its own. Also a stop for Kueue
     /// (evicted, or a node that ran without admission).
     RecordSuspension,
+    /// Status only: the queued resource left on the capacity plan's previous rung was granted
+    /// after the slice moved on (and before it was deleted): undo the move, so the slice runs on
+    /// the capacity granted there instead of throwing it away. Nothing was created for the next
+    /// rung (a create waits until the previous request is gone).
+    ReturnToGranted,
     /// Kubernetes only: create the slice's Kueue Workload.
     CreateWorkload,
     /// Kubernetes only: release the evicted Workload's reservation (the node is gone).
@@ -250,6 +255,20 @@ fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
     }
     let observed = input.observed;
     let moved = input.spec_moved;
+    if let Some(prev) = observed.previous_queued.as_ref().filter(|q| moved && granted(q)) {
+        return Plan::new(
+            Action::ReturnToGranted,
+            Assessment::new(
+                Progress::Reconciling,
+                reasons::PROVISIONING,
+                P::Provisioning,
+                format!(
+                    "queued resource {} was granted just after the slice moved on: going back to it",
+                    prev.name
+                ),
+            ),
+        );
+    }
     if let Some(prev) = &observed.previous_queued {
         return previous_step(
             is_qr_deleting(prev),
@@ -295,6 +314,15 @@ fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
     Plan::new(
         create,
         Assessment::new(Progress::Reconciling, reasons::CREATING, phase, message),
+    )
+}
+
+/// A queued resource whose capacity was granted (provisioning or running its nodes).
+fn granted(qr: &tpu_operator_gcp::tpu_v2::model::QueuedResource) -> bool {
+    use tpu_operator_gcp::tpu_v2::model::queued_resource_state::State;
+    matches!(
+        qr.state.as_ref().map(|s| &s.state),
+        Some(State::Provisioning | State::Active)
     )
 }
 

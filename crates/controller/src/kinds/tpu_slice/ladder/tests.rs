@@ -300,3 +300,26 @@ fn a_place_the_plan_does_not_have_falls_back_to_the_first() {
     });
     assert_eq!(place(&slice), s.first_place());
 }
+
+#[test]
+fn going_back_undoes_the_last_move_and_asks_the_granted_rung_again() {
+    let s = spec();
+    let waiting = seen(reasons::WAITING_FOR_CAPACITY, TpuSlicePhase::Queued);
+    let (st, _) = pass(&s, None, &waiting, t0());
+    let (moved, _) = pass(&s, Some(&st), &waiting, t0() + Duration::minutes(10));
+    assert_eq!(at(&moved), (1, "us-east5-a", 1));
+    let back = super::go_back(&moved, t0() + Duration::minutes(11)).expect("a move to undo");
+    assert_eq!(at(&back), (0, "us-east5-a", 0));
+    assert_eq!(back.attempts.len(), 1);
+    let a = &back.attempts[0];
+    assert_eq!(
+        (a.incarnation, a.outcome, a.end_time.clone()),
+        (0, AttemptOutcome::Trying, None)
+    );
+    assert_eq!(
+        deadline(&s, &back),
+        Some(t0() + Duration::minutes(10)),
+        "its own deadline, passed"
+    );
+    assert!(super::go_back(&back, t0()).is_none(), "nothing more to undo");
+}

@@ -33,6 +33,8 @@ struct Case {
     observed: Observed,
     ready_since: Option<DateTime<Utc>>,
     last_active: Option<DateTime<Utc>>,
+    /// The previous incarnation was left by a move along a capacity plan.
+    spec_moved: bool,
 }
 
 impl Case {
@@ -57,6 +59,7 @@ impl Case {
             observed: Observed::default(),
             ready_since: None,
             last_active: None,
+            spec_moved: false,
         }
     }
 
@@ -149,7 +152,7 @@ impl Case {
             ready_since: self.ready_since,
             last_active: self.last_active,
             run_over: false,
-            spec_moved: false,
+            spec_moved: self.spec_moved,
             now: now(),
         })
     }

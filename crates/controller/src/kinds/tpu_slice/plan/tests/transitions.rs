@@ -396,3 +396,31 @@ fn a_backend_without_node_updates_is_never_asked_for_one() {
         assert_eq!(compute.assessment, tpu.assessment);
     }
 }
+
+/// A capacity plan moved on from a queued rung, and the queued resource it left was granted
+/// before it was deleted: the move is undone rather than the capacity thrown away. Not granted,
+/// or left by a preemption, it is deleted before anything is created.
+#[test]
+fn a_queued_rung_granted_just_after_a_move_is_gone_back_to_not_deleted() {
+    let prev = "projects/p/locations/us-east5-b/queuedResources/prev";
+    let case = |state: &str, moved: bool| {
+        let mut c = Case::spot().recreations(1);
+        c.spec_moved = moved;
+        c.observed.previous_queued = Some(qr(prev, state, "USER"));
+        c.plan()
+    };
+    for state in ["PROVISIONING", "ACTIVE"] {
+        let p = case(state, true);
+        assert_eq!(p.action, Action::ReturnToGranted, "{state}");
+        assert!(p.assessment.message.contains("going back"), "{:?}", p.assessment);
+        assert_eq!(
+            case(state, false).action,
+            Action::DeleteQueuedResource(prev.into()),
+            "{state}"
+        );
+    }
+    assert_eq!(
+        case("WAITING_FOR_RESOURCES", true).action,
+        Action::DeleteQueuedResource(prev.into())
+    );
+}
