@@ -8,6 +8,11 @@ use tpu_operator_api::{PreprocessBatch, TpuSlice, TrainingPipeline};
 pub const PROJECT: &str = "demo-project";
 pub const BUCKET: &str = "demo-project-tpu-data";
 pub const ZONE: &str = "us-east5-b";
+/// Where a planned slice's first rungs ask and find nothing (its reservation is full, Spot is
+/// stocked out): its last rung asks in [`ZONE`], which has capacity.
+pub const PLAN_ZONE: &str = "us-east5-a";
+/// The reservation a planned TPU API slice asks first (`Capacity::prepare` makes it full).
+pub const PLAN_RESERVATION: &str = "team-res";
 /// The object every batch and pipeline reads; `World::seed_inputs` uploads it.
 pub const RAW_OBJECT: &str = "raw/part-00000";
 
@@ -33,6 +38,14 @@ pub enum Capacity {
     ComputeMultiHost,
     /// Compute Engine: a template, an empty MIG and a flex-start resize request (`v6e-8`).
     ComputeFlexStart,
+    /// TPU API, `spec.capacityPlan`: its reservation (full) in [`PLAN_ZONE`] for 1 min, Spot
+    /// there (stocked out) for 1 min, then on demand in [`ZONE`], where it lands: three rungs,
+    /// a queued resource and then two node ids.
+    PlanTpuApi,
+    /// Compute Engine, `spec.capacityPlan`: one Spot instance in [`PLAN_ZONE`] (stocked out:
+    /// the insert is taken and the instance fails to provision), moving on at that first
+    /// refusal, then one on-demand instance in [`ZONE`] (`v6e-8`).
+    PlanComputeEngine,
 }
 
 /// The API a run's slices are provisioned through.
@@ -43,27 +56,75 @@ pub enum Backend {
 }
 
 impl Capacity {
-    pub const TPU_API: [Capacity; 2] = [Capacity::SpotNode, Capacity::Queued];
-    pub const COMPUTE_ENGINE: [Capacity; 4] = [
+    pub const TPU_API: [Capacity; 3] = [Capacity::SpotNode, Capacity::Queued, Capacity::PlanTpuApi];
+    pub const COMPUTE_ENGINE: [Capacity; 5] = [
         Capacity::ComputeSpot,
         Capacity::ComputeOnDemand,
         Capacity::ComputeMultiHost,
         Capacity::ComputeFlexStart,
+        Capacity::PlanComputeEngine,
     ];
+    /// The planned slices (`crash-bench --capacity plan` runs only these).
+    pub const PLANS: [Capacity; 2] = [Capacity::PlanTpuApi, Capacity::PlanComputeEngine];
 
     pub fn backend(self) -> Backend {
         match self {
-            Capacity::SpotNode | Capacity::OnDemandNode | Capacity::Queued => Backend::TpuApi,
+            Capacity::SpotNode | Capacity::OnDemandNode | Capacity::Queued | Capacity::PlanTpuApi => {
+                Backend::TpuApi
+            }
             _ => Backend::ComputeEngine,
         }
     }
 
-    /// What the slice owns in the cloud at most (one incarnation, no preemption).
+    pub fn is_plan(self) -> bool {
+        Capacity::PLANS.contains(&self)
+    }
+
+    /// Where a planned slice must land (rung index, zone): the first rungs have no capacity by
+    /// [`Capacity::prepare`], so landing anywhere else means the run did not test the plan.
+    pub fn landing(self) -> Option<(i32, &'static str)> {
+        match self {
+            Capacity::PlanTpuApi => Some((2, ZONE)),
+            Capacity::PlanComputeEngine => Some((1, ZONE)),
+            _ => None,
+        }
+    }
+
+    /// Makes the cloud refuse a planned slice's first rungs: a full reservation and Spot
+    /// stocked out in [`PLAN_ZONE`] (other slices of a run ask in [`ZONE`] and are not touched).
+    pub fn prepare(self, gcp: &gcp_emulator::Emulator) {
+        if self == Capacity::PlanTpuApi {
+            let reservation =
+                format!("projects/{PROJECT}/locations/{PLAN_ZONE}/reservations/{PLAN_RESERVATION}");
+            gcp.create_reservation(&reservation, 0)
+                .expect("a full reservation");
+        }
+        if self.is_plan() {
+            gcp.set_stock(gcp_emulator::StockSpec {
+                zone: PLAN_ZONE.into(),
+                accelerator: "v6e".into(),
+                kind: gcp_emulator::CapacityKind::Spot,
+                chips: 0,
+                steps: Vec::new(),
+                refill: None,
+            });
+        }
+    }
+
+    /// What the slice owns in the cloud at most (no preemption): one incarnation, or for a plan
+    /// one per rung tried (a create refused at once makes nothing and is not counted).
     pub fn owns(self) -> Owned {
         let mut o = Owned::default();
         match self {
             Capacity::SpotNode | Capacity::OnDemandNode => o.nodes = 1,
             Capacity::Queued => o.queued = 1,
+            // The reservation's queued resource, the Spot node and the on-demand node.
+            Capacity::PlanTpuApi => {
+                o.queued = 1;
+                o.nodes = 2;
+            }
+            // The Spot instance (inserted, then failing to provision) and the on-demand one.
+            Capacity::PlanComputeEngine => o.instances = 2,
             Capacity::ComputeSpot | Capacity::ComputeOnDemand => o.instances = 1,
             Capacity::ComputeMultiHost => o.groups = 1,
             Capacity::ComputeFlexStart => {
@@ -100,8 +161,31 @@ impl Capacity {
             Capacity::ComputeMultiHost => compute("v6e-16", json!({"spot": {}})),
             // Longer than any run, so the run duration never ends inside one.
             Capacity::ComputeFlexStart => compute("v6e-8", json!({"flexStart": {"runDuration": "7d"}})),
+            Capacity::PlanTpuApi => planned(
+                tpu_api(Value::Null),
+                json!([
+                    {"reserved": {"reservationName": PLAN_RESERVATION}, "waitFor": "1m"},
+                    {"spot": {}, "waitFor": "1m"},
+                    {"onDemand": {}, "zones": [ZONE]},
+                ]),
+            ),
+            // Spot without waitFor: moves on at its first refusal.
+            Capacity::PlanComputeEngine => planned(
+                compute("v6e-8", Value::Null),
+                json!([{"spot": {}}, {"onDemand": {}, "zones": [ZONE]}]),
+            ),
         }
     }
+}
+
+/// `base` (a spec part without capacity) asking `rungs` in order, from [`PLAN_ZONE`].
+fn planned(mut base: Value, rungs: Value) -> Value {
+    if let Some(o) = base.as_object_mut() {
+        o.remove("capacity");
+        o.insert("zone".into(), json!(PLAN_ZONE));
+        o.insert("capacityPlan".into(), json!({"rungs": rungs}));
+    }
+    base
 }
 
 /// Cloud resources an object may own (see [`Capacity::owns`]).

@@ -3,7 +3,7 @@
 //! killed with SIGKILL. The long run (≥ 500 kill points) is `src/bin/crash-bench.rs`.
 
 use tpu_operator_reliability::{
-    crash::{self, CrashConfig},
+    crash::{self, CrashConfig, Flow},
     process::OperatorBuild,
 };
 
@@ -29,6 +29,46 @@ async fn in_process_kills_never_duplicate_or_leak() {
             failures.push(format!(
                 "seed {seed} ({:?} {:?} {:?}):\n{}",
                 r.flow, r.capacity, r.training, r.violations
+            ));
+        }
+    }
+    eprintln!("{kills} kill points");
+    assert!(
+        failures.is_empty(),
+        "broken promises (rerun with RELIABILITY_SEEDS=<seed>):\n{}",
+        failures.join("\n")
+    );
+}
+
+/// Issue 50: every slice has a `spec.capacityPlan` whose first rungs have no capacity, so it
+/// moves along its rungs (deleting each request before the next create) under kills; a run
+/// whose slice lands anywhere but its last rung fails (the plan was not exercised), and so does
+/// one with requests alive on two rungs at any tick or kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_kills_along_a_capacity_plan_never_keep_two_rungs_alive() {
+    let mut failures = Vec::new();
+    let mut kills = 0;
+    for seed in seeds(&[21, 22, 23, 24]) {
+        let cfg = CrashConfig {
+            plans_only: true,
+            ..CrashConfig::default()
+        };
+        let r = crash::run(seed, cfg).await;
+        kills += r.kills;
+        eprintln!(
+            "plan seed {seed}: {:?} {:?}, {} kills, {} two-rung moments, {:?}",
+            r.flow, r.capacity, r.kills, r.two_rungs, r.elapsed
+        );
+        assert!(r.capacity.is_plan(), "seed {seed} ran {:?}", r.capacity);
+        // A converged plan went through a request per rung that creates one: the two-rung
+        // check saw them one after another, so it had something to catch.
+        if r.flow == Flow::Lifecycle {
+            assert!(r.rungs_seen >= 2, "seed {seed}: {} requests seen", r.rungs_seen);
+        }
+        if !r.ok() {
+            failures.push(format!(
+                "seed {seed} ({:?} {:?}):\n{}",
+                r.flow, r.capacity, r.violations
             ));
         }
     }

@@ -10,6 +10,12 @@
 //! `--backend compute-engine` keeps to one. The summary has a line per backend (runs, kill
 //! points, slices by capacity, duplicates, leaks).
 //!
+//! `--capacity plan`: every run's slice has a `spec.capacityPlan` (`Capacity::PLANS`: a full
+//! reservation, then Spot stocked out, then on demand in another zone on the TPU API; Spot stocked
+//! out, then on demand in another zone on Compute Engine); ordinary runs draw these among the
+//! other capacities. "two-rung moments" are the distinct findings of a slice with requests
+//! alive on two rungs (incarnations) at once, looked for at every tick and kill.
+//!
 //! `--vertex-faults`: every run trains on Vertex with a lost `customJobs.create` reply and lists
 //! lagging 2 min behind creates (`CrashConfig::vertex_faults`, issue 21 item 5); "duplicates" are
 //! then the ones left running, and the summary counts the Vertex jobs made.
@@ -30,6 +36,11 @@ struct Tally {
     kills: u64,
     duplicates: usize,
     leaks: usize,
+    two_rungs: usize,
+    /// Runs of a planned slice, and of those the ones where one slice was seen with two or
+    /// more requests one after another (the plan's moves watched by the two-rung check).
+    plan_runs: u64,
+    plan_moves_seen: u64,
     bad: u64,
     /// TpuSlices by capacity (the run's slice and a TPU VM pipeline's training slice).
     slices: BTreeMap<String, u64>,
@@ -41,6 +52,11 @@ impl Tally {
         self.kills += u64::from(r.kills);
         self.duplicates += r.duplicates;
         self.leaks += r.leaks;
+        self.two_rungs += r.two_rungs;
+        if r.capacity.is_plan() {
+            self.plan_runs += 1;
+            self.plan_moves_seen += u64::from(r.rungs_seen >= 2);
+        }
         self.bad += u64::from(!r.ok());
         *self.slices.entry(format!("{:?}", r.capacity)).or_default() += 1;
         if let Training::TpuVm(c) = r.training {
@@ -55,6 +71,7 @@ struct Totals {
     kills: u64,
     duplicates: usize,
     leaks: usize,
+    two_rungs: usize,
     bad: u64,
 }
 
@@ -74,36 +91,45 @@ async fn main() {
         }
     );
     let in_process = in_process_runs(points, first_seed, &cfg).await;
-    let binary = binary_runs_of(binary_runs).await;
+    let binary = binary_runs_of(binary_runs, cfg.plans_only).await;
     let dups = in_process.duplicates + binary.duplicates;
     let leaks = in_process.leaks + binary.leaks;
+    let two_rungs = in_process.two_rungs + binary.two_rungs;
     println!(
-        "TOTAL: {} kill points, {dups} duplicates, {leaks} leaks",
+        "TOTAL: {} kill points, {dups} duplicates, {leaks} leaks, {two_rungs} two-rung moments",
         in_process.kills + binary.kills
     );
-    if in_process.bad + binary.bad > 0 || dups + leaks > 0 {
+    if in_process.bad + binary.bad > 0 || dups + leaks + two_rungs > 0 {
         std::process::exit(1);
     }
 }
 
-/// The in-process runs' configuration: `--vertex-faults` and `--backend`.
+/// The in-process runs' configuration: `--vertex-faults`, `--backend` and `--capacity`.
 fn config() -> CrashConfig {
     let vertex_faults = std::env::args().any(|a| a == "--vertex-faults");
-    let args: Vec<String> = std::env::args().collect();
-    let backend = args
-        .iter()
-        .position(|a| a == "--backend")
-        .and_then(|i| args.get(i + 1))
-        .map(|b| match b.as_str() {
-            "tpu-api" => Backend::TpuApi,
-            "compute-engine" => Backend::ComputeEngine,
-            other => panic!("--backend {other}: tpu-api or compute-engine"),
-        });
+    let backend = value_of("--backend").map(|b| match b.as_str() {
+        "tpu-api" => Backend::TpuApi,
+        "compute-engine" => Backend::ComputeEngine,
+        other => panic!("--backend {other}: tpu-api or compute-engine"),
+    });
+    let plans_only = value_of("--capacity").is_some_and(|c| match c.as_str() {
+        "plan" => true,
+        "any" => false,
+        other => panic!("--capacity {other}: plan or any"),
+    });
     CrashConfig {
         vertex_faults,
         backend,
+        plans_only,
         ..CrashConfig::default()
     }
+}
+
+/// The argument after `flag`, if given.
+fn value_of(flag: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == flag)?;
+    args.get(at + 1).cloned()
 }
 
 /// Seeded in-process runs from `first_seed` until `points` kill points were exercised; prints
@@ -112,19 +138,15 @@ async fn in_process_runs(points: u64, first_seed: u64, cfg: &CrashConfig) -> Tot
     let vertex_faults = cfg.vertex_faults;
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     let started = std::time::Instant::now();
-    let (mut kills, mut runs, mut dups, mut leaks, mut bad) = (0u64, 0u64, 0usize, 0usize, 0u64);
+    let mut t = Tally::default();
     let mut jobs_made = 0;
     let mut seed = first_seed;
-    while kills < points {
+    while t.kills < points {
         let r = crash::run(seed, cfg.clone()).await;
         tallies.entry(format!("{:?}", r.backend)).or_default().add(&r);
+        t.add(&r);
         jobs_made += r.jobs_made;
-        kills += u64::from(r.kills);
-        runs += 1;
-        dups += r.duplicates;
-        leaks += r.leaks;
         if !r.ok() {
-            bad += 1;
             println!(
                 "FAIL seed {seed} ({:?} {:?} {:?} {:?}):\n{}",
                 r.flow, r.backend, r.capacity, r.training, r.violations
@@ -133,27 +155,48 @@ async fn in_process_runs(points: u64, first_seed: u64, cfg: &CrashConfig) -> Tot
         seed += 1;
     }
     println!(
-        "in-process{}: seeds {first_seed}..{seed} ({runs} runs), {kills} kill points, {dups} duplicates, {leaks} leaks, {bad} runs with broken promises, {jobs_made} Vertex jobs made, {:.0} s",
+        "in-process{}{}: seeds {first_seed}..{seed} ({} runs), {} kill points, {} duplicates, {} leaks, {} two-rung moments, {} runs with broken promises, {jobs_made} Vertex jobs made, {:.0} s",
         if vertex_faults { " (vertex faults)" } else { "" },
+        if cfg.plans_only {
+            " (capacity plans only)"
+        } else {
+            ""
+        },
+        t.runs,
+        t.kills,
+        t.duplicates,
+        t.leaks,
+        t.two_rungs,
+        t.bad,
         started.elapsed().as_secs_f64()
     );
-    for (backend, t) in &tallies {
+    for (backend, b) in &tallies {
         println!(
-            "  {backend}: {} runs, {} kill points, {} duplicates, {} leaks, {} runs with broken promises; slices {:?}",
-            t.runs, t.kills, t.duplicates, t.leaks, t.bad, t.slices
+            "  {backend}: {} runs, {} kill points, {} duplicates, {} leaks, {} two-rung moments, {} runs with broken promises; slices {:?}; {} planned runs, {} seen moving from one request to the next",
+            b.runs,
+            b.kills,
+            b.duplicates,
+            b.leaks,
+            b.two_rungs,
+            b.bad,
+            b.slices,
+            b.plan_runs,
+            b.plan_moves_seen
         );
     }
     Totals {
-        kills,
-        duplicates: dups,
-        leaks,
-        bad,
+        kills: t.kills,
+        duplicates: t.duplicates,
+        leaks: t.leaks,
+        two_rungs: t.two_rungs,
+        bad: t.bad,
     }
 }
 
-/// `binary_runs` runs against the real binary (seeds from 50000, default configuration),
-/// killed with SIGKILL; prints each failing seed and, if there were any runs, a summary.
-async fn binary_runs_of(binary_runs: u64) -> Totals {
+/// `binary_runs` runs against the real binary (seeds from 50000, default configuration but for
+/// `--capacity plan`), killed with SIGKILL; prints each failing seed and, if there were any
+/// runs, a summary.
+async fn binary_runs_of(binary_runs: u64, plans_only: bool) -> Totals {
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let mut t = Totals::default();
@@ -166,13 +209,18 @@ async fn binary_runs_of(binary_runs: u64) -> Totals {
     for i in 0..binary_runs {
         let seed = 50_000 + i;
         let mut world = crash::binary_world(dir.path(), OperatorBuild::Shipped).await;
-        let r = crash::run_in(&mut world, seed, CrashConfig::default()).await;
+        let cfg = CrashConfig {
+            plans_only,
+            ..CrashConfig::default()
+        };
+        let r = crash::run_in(&mut world, seed, cfg).await;
         t.kills += u64::from(r.kills);
         t.duplicates += r.duplicates;
         t.leaks += r.leaks;
+        t.two_rungs += r.two_rungs;
         if !r.ok() {
             t.bad += 1;
-            println!("FAIL binary seed {seed}:\n{}", r.violations);
+            println!("FAIL binary seed {seed} ({:?}):\n{}", r.capacity, r.violations);
         }
     }
     if binary_runs > 0 {

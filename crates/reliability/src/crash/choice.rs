@@ -24,12 +24,7 @@ pub(super) fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
     } else {
         Backend::ComputeEngine
     });
-    let capacity = match backend {
-        Backend::TpuApi => Capacity::TPU_API[rng.random_range(0..Capacity::TPU_API.len())],
-        Backend::ComputeEngine => {
-            Capacity::COMPUTE_ENGINE[rng.random_range(0..Capacity::COMPUTE_ENGINE.len())]
-        }
-    };
+    let capacity = capacity_of(backend, cfg.plans_only, rng);
     // A TPU VM pipeline's training slice: a spot node, or a single-host or multi-host spot
     // slice on Compute Engine.
     let training_slice = match backend {
@@ -55,6 +50,18 @@ pub(super) fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
     }
 }
 
+/// The slice's capacity: one of the backend's (plans among them), or its plan alone when
+/// `plans_only`. One draw either way, so a seed's later choices do not depend on the flag.
+fn capacity_of(backend: Backend, plans_only: bool, rng: &mut StdRng) -> Capacity {
+    let all: &[Capacity] = match backend {
+        Backend::TpuApi => &Capacity::TPU_API,
+        Backend::ComputeEngine => &Capacity::COMPUTE_ENGINE,
+    };
+    let plans: Vec<Capacity> = all.iter().copied().filter(|c| c.is_plan()).collect();
+    let from = if plans_only { &plans[..] } else { all };
+    from[rng.random_range(0..from.len())]
+}
+
 /// The most cloud resources the run's slice, batch and pipeline may create.
 pub(super) fn expected_for(capacity: Capacity, training: Training, vertex_faults: bool) -> Expected {
     let owned = capacity.owns();
@@ -75,5 +82,40 @@ pub(super) fn expected_for(capacity: Capacity, training: Training, vertex_faults
         } else {
             usize::from(training == Training::Vertex)
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capacities(cfg: &CrashConfig, seeds: std::ops::Range<u64>) -> Vec<(Backend, Capacity)> {
+        seeds
+            .map(|seed| {
+                let c = choose(seed, cfg, &mut crate::rng(seed));
+                (c.backend, c.capacity)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plans_only_draws_the_backends_plan_every_time() {
+        let cfg = CrashConfig {
+            plans_only: true,
+            ..CrashConfig::default()
+        };
+        for (backend, capacity) in capacities(&cfg, 0..40) {
+            assert!(capacity.is_plan(), "{capacity:?}");
+            assert_eq!(capacity.backend(), backend, "{capacity:?}");
+        }
+    }
+
+    #[test]
+    fn ordinary_runs_draw_plans_among_the_other_capacities() {
+        let drawn = capacities(&CrashConfig::default(), 0..200);
+        for plan in Capacity::PLANS {
+            assert!(drawn.iter().any(|(_, c)| *c == plan), "{plan:?} never drawn");
+        }
+        assert!(drawn.iter().any(|(_, c)| !c.is_plan()));
     }
 }

@@ -1,7 +1,10 @@
 //! The driver of a run's phases: the clock advances until a phase is done, and the operator is
 //! killed (and a fresh one started) at random kill points along the way.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::{Duration, Instant},
+};
 
 use rand::{Rng, rngs::StdRng};
 
@@ -19,6 +22,10 @@ pub(super) struct Run<'a> {
     pub(super) kills: u32,
     pub(super) violations: Violations,
     pub(super) duplicates: usize,
+    /// Every distinct "two rungs alive" finding so far (one finding lasting many ticks is one).
+    pub(super) two_rungs: BTreeSet<String>,
+    /// Every request seen alive so far, by slice uid.
+    pub(super) seen: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Run<'_> {
@@ -27,6 +34,22 @@ impl Run<'_> {
             KillPoint::Calls(self.world.gcp_calls() + self.rng.random_range(1..=self.cfg.max_gap))
         } else {
             KillPoint::At(Instant::now() + Duration::from_millis(self.rng.random_range(0..300)))
+        }
+    }
+
+    /// Records any slice with requests alive on two rungs now (`when`: where in the run).
+    pub(super) fn look_for_two_rungs(&mut self, when: &str) {
+        let alive = invariants::requests_alive(&self.world.gcp);
+        for (uid, requests) in &alive {
+            self.seen
+                .entry(uid.clone())
+                .or_default()
+                .extend(requests.iter().cloned());
+        }
+        for v in invariants::two_or_more(alive).0 {
+            if self.two_rungs.insert(v.clone()) {
+                self.violations.push(format!("{when}: {v}"));
+            }
         }
     }
 
@@ -52,6 +75,7 @@ impl Run<'_> {
                 tokio::time::sleep(Duration::from_millis(jitter)).await;
                 self.world.kill_operator().await;
                 self.kills += 1;
+                self.look_for_two_rungs(&format!("{name}, after kill {}", self.kills));
                 let jobs = !self.cfg.vertex_faults;
                 let dup = invariants::live_duplicates_of(&self.world.gcp, jobs);
                 let dup2 = invariants::duplicate_creates(&self.world.gcp, self.expected);
@@ -64,6 +88,8 @@ impl Run<'_> {
                 left -= 1;
                 point = (left > 0).then(|| self.kill_point());
             }
+            // Every tick (15 s of cloud time), not only at kills: the promise is "at no moment".
+            self.look_for_two_rungs(name);
             let snap = self.world.snapshot().await;
             if done(&snap) {
                 return Some(snap);

@@ -29,9 +29,13 @@ impl Run<'_> {
     }
 
     /// [`Flow::Lifecycle`](super::Flow::Lifecycle): converges under `kills` kills, checks, then runs [`update`].
-    pub(super) async fn converge_then_update(&mut self, kills: u32, backend: Backend, lo: u32, hi: u32) {
+    pub(super) async fn converge_then_update(&mut self, kills: u32, capacity: Capacity, lo: u32, hi: u32) {
         let created = self.phase("create", kills, |s| invariants::converged(s, 3)).await;
-        if created.is_some() {
+        if let Some(snap) = created {
+            self.look_for_two_rungs("after create");
+            if let Some(v) = plan_not_landed(&snap, capacity) {
+                self.violations.push(format!("after create: {v}"));
+            }
             let dup = invariants::live_duplicates(&self.world.gcp);
             self.duplicates += dup.0.len();
             for v in dup.0 {
@@ -40,7 +44,7 @@ impl Run<'_> {
             for v in settled_inconsistencies(self.world).await.0 {
                 self.violations.push(format!("after create: {v}"));
             }
-            update(self, backend, lo, hi).await;
+            update(self, capacity.backend(), lo, hi).await;
         }
     }
 
@@ -79,6 +83,7 @@ impl Run<'_> {
             self.world.advance(STEP);
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        self.look_for_two_rungs("after delete");
         let leaks = invariants::leftovers(&self.world.gcp);
         let leak_count = leaks.0.len();
         self.violations.extend(leaks);
@@ -126,10 +131,27 @@ async fn update(run: &mut Run<'_>, backend: Backend, lo: u32, hi: u32) {
         })
         .await;
     if updated.is_some() {
+        run.look_for_two_rungs("after update");
         for v in settled_inconsistencies(run.world).await.0 {
             run.violations.push(format!("after update: {v}"));
         }
     }
+}
+
+/// A planned slice Ready anywhere but the rung and zone it must land on (its earlier rungs have
+/// no capacity): the run would not have gone through the plan's moves it is meant to test.
+fn plan_not_landed(snap: &Snapshot, capacity: Capacity) -> Option<String> {
+    let (rung, zone) = capacity.landing()?;
+    let slice = snap.slices.iter().find(|o| o.name_any() == "s")?;
+    let plan = slice.status.as_ref().and_then(|st| st.capacity_plan.as_ref());
+    let at = plan.map(|p| (p.rung, p.zone.as_str(), p.moves));
+    // Each rung here has one zone, so the slice moved once per rung it left.
+    if at == Some((rung, zone, rung)) {
+        return None;
+    }
+    Some(format!(
+        "planned slice {capacity:?} Ready at (rung, zone, moves) {at:?}, not ({rung}, {zone:?}, {rung})"
+    ))
 }
 
 /// Status-versus-cloud inconsistencies that persist: a snapshot is not atomic (a reconcile may

@@ -50,6 +50,9 @@ pub struct CrashConfig {
     /// The API the run's slices (the TpuSlice and a TPU VM pipeline's training slice) are
     /// provisioned through; `None`: by the seed's parity (even: TPU API, odd: Compute Engine).
     pub backend: Option<Backend>,
+    /// Every run's slice is a planned one ([`Capacity::PLANS`]): a run focused on
+    /// `spec.capacityPlan`'s moves (`crash-bench --capacity plan`).
+    pub plans_only: bool,
 }
 
 impl Default for CrashConfig {
@@ -60,6 +63,7 @@ impl Default for CrashConfig {
             phase_limit: Duration::from_secs(60),
             vertex_faults: false,
             backend: None,
+            plans_only: false,
         }
     }
 }
@@ -85,6 +89,14 @@ pub struct CrashReport {
     pub duplicates: usize,
     /// Leak violations (subset of `violations`).
     pub leaks: usize,
+    /// Distinct moments (a slice and the requests it had alive) when one slice had requests
+    /// alive on two rungs (two incarnations) at once, sampled at every tick and kill (subset of
+    /// `violations`; two of one kind are also duplicates).
+    pub two_rungs: usize,
+    /// The most requests one slice was seen to have alive over the run, one after another
+    /// (e.g. 2 for a planned slice whose reservation's queued resource went before its node
+    /// came): shows the two-rung check watched the plan's moves.
+    pub rungs_seen: usize,
     pub violations: Violations,
     pub gcp_calls: u64,
     /// Vertex jobs made (successful creates plus creates whose reply was lost).
@@ -136,6 +148,7 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
     if cfg.vertex_faults {
         inject_vertex_faults(&world.gcp);
     }
+    capacity.prepare(&world.gcp);
     let (lo, hi) = cfg.kills_per_phase;
     let mut run = Run {
         world,
@@ -145,12 +158,14 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
         kills: 0,
         violations: Violations::default(),
         duplicates: 0,
+        two_rungs: Default::default(),
+        seen: Default::default(),
     };
 
     run.create_objects(capacity, training).await;
     let kills = run.rng.random_range(lo..=hi);
     match flow {
-        Flow::Lifecycle => run.converge_then_update(kills, capacity.backend(), lo, hi).await,
+        Flow::Lifecycle => run.converge_then_update(kills, capacity, lo, hi).await,
         Flow::EarlyDelete => run.early_create().await,
     }
     run.delete_everything(lo, hi).await;
@@ -167,6 +182,8 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
         kills: run.kills,
         duplicates: run.duplicates,
         leaks,
+        two_rungs: run.two_rungs.len(),
+        rungs_seen: run.seen.values().map(|s| s.len()).max().unwrap_or(0),
         violations: run.violations,
         gcp_calls: run.world.gcp_calls(),
         jobs_made,

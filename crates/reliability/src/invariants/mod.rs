@@ -7,6 +7,8 @@
 //!   resources carry one object's `tpu-operator-uid` label (per attempt for batches and jobs; on
 //!   Compute Engine, instances made directly plus MIGs, a MIG counted by its template's label,
 //!   and more than one resize request per MIG).
+//! * One request alive per slice: never two incarnations (with `spec.capacityPlan`, two rungs)
+//!   asking at once, a queued resource and the nodes it made counting as one request.
 //! * No leaks: once every object is deleted, nothing of ours is left in the emulator (TPU API,
 //!   Dataproc, Vertex, and Compute Engine instances, instance templates, resource policies, MIGs
 //!   and resize requests).
@@ -17,6 +19,7 @@
 mod creates;
 mod deletion;
 mod live;
+mod rungs;
 mod status;
 
 use kube::ResourceExt;
@@ -31,6 +34,7 @@ use crate::world::Snapshot;
 pub use creates::{Created, created, duplicate_creates};
 pub use deletion::{billable, leftovers, stuck};
 pub use live::{live_duplicates, live_duplicates_of};
+pub use rungs::{requests_alive, two_or_more, two_rungs};
 pub use status::status_consistent;
 
 pub use tpu_operator_api::{naming::labels::UID as UID_LABEL, training_pipeline::ATTEMPT_LABEL};
