@@ -3,7 +3,7 @@
 //! killed with SIGKILL. The long run (≥ 500 kill points) is `src/bin/crash-bench.rs`.
 
 use tpu_operator_reliability::{
-    crash::{self, CrashConfig, Flow},
+    crash::{self, CrashConfig, Flow, Plans},
     process::OperatorBuild,
 };
 
@@ -50,7 +50,7 @@ async fn in_process_kills_along_a_capacity_plan_never_keep_two_rungs_alive() {
     let mut kills = 0;
     for seed in seeds(&[21, 22, 23, 24]) {
         let cfg = CrashConfig {
-            plans_only: true,
+            plans: Plans::Only,
             ..CrashConfig::default()
         };
         let r = crash::run(seed, cfg).await;
@@ -121,6 +121,7 @@ async fn sigkilled_binary_never_duplicates_or_leaks() {
         let mut world = crash::binary_world(dir.path(), OperatorBuild::Profile).await;
         let cfg = CrashConfig {
             kills_per_phase: (1, 1),
+            plans: Plans::Never,
             ..CrashConfig::default()
         };
         let r = crash::run_in(&mut world, seed, cfg).await;

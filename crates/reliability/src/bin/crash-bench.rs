@@ -13,7 +13,8 @@
 //! `--capacity plan`: every run's slice has a `spec.capacityPlan` (`Capacity::PLANS`: a full
 //! reservation, then Spot stocked out, then on demand in another zone on the TPU API; Spot stocked
 //! out, then on demand in another zone on Compute Engine); ordinary runs draw these among the
-//! other capacities. "two-rung moments" are the distinct findings of a slice with requests
+//! other capacities (binary runs never: their controllers count `waitFor` on the wall clock,
+//! see `crash::Plans::Never`). "two-rung moments" are the distinct findings of a slice with requests
 //! alive on two rungs (incarnations) at once, looked for at every tick and kill.
 //!
 //! `--vertex-faults`: every run trains on Vertex with a lost `customJobs.create` reply and lists
@@ -24,7 +25,7 @@ use std::collections::BTreeMap;
 
 use tpu_operator_reliability::{
     arg,
-    crash::{self, CrashConfig, CrashReport},
+    crash::{self, CrashConfig, CrashReport, Plans},
     fixtures::{Backend, Training},
     process::OperatorBuild,
 };
@@ -91,7 +92,7 @@ async fn main() {
         }
     );
     let in_process = in_process_runs(points, first_seed, &cfg).await;
-    let binary = binary_runs_of(binary_runs, cfg.plans_only).await;
+    let binary = binary_runs_of(binary_runs).await;
     let dups = in_process.duplicates + binary.duplicates;
     let leaks = in_process.leaks + binary.leaks;
     let two_rungs = in_process.two_rungs + binary.two_rungs;
@@ -112,15 +113,15 @@ fn config() -> CrashConfig {
         "compute-engine" => Backend::ComputeEngine,
         other => panic!("--backend {other}: tpu-api or compute-engine"),
     });
-    let plans_only = value_of("--capacity").is_some_and(|c| match c.as_str() {
-        "plan" => true,
-        "any" => false,
-        other => panic!("--capacity {other}: plan or any"),
-    });
+    let plans = match value_of("--capacity").as_deref() {
+        Some("plan") => Plans::Only,
+        None | Some("any") => Plans::Drawn,
+        Some(other) => panic!("--capacity {other}: plan or any"),
+    };
     CrashConfig {
         vertex_faults,
         backend,
-        plans_only,
+        plans,
         ..CrashConfig::default()
     }
 }
@@ -157,7 +158,7 @@ async fn in_process_runs(points: u64, first_seed: u64, cfg: &CrashConfig) -> Tot
     println!(
         "in-process{}{}: seeds {first_seed}..{seed} ({} runs), {} kill points, {} duplicates, {} leaks, {} two-rung moments, {} runs with broken promises, {jobs_made} Vertex jobs made, {:.0} s",
         if vertex_faults { " (vertex faults)" } else { "" },
-        if cfg.plans_only {
+        if cfg.plans == Plans::Only {
             " (capacity plans only)"
         } else {
             ""
@@ -193,10 +194,10 @@ async fn in_process_runs(points: u64, first_seed: u64, cfg: &CrashConfig) -> Tot
     }
 }
 
-/// `binary_runs` runs against the real binary (seeds from 50000, default configuration but for
-/// `--capacity plan`), killed with SIGKILL; prints each failing seed and, if there were any
-/// runs, a summary.
-async fn binary_runs_of(binary_runs: u64, plans_only: bool) -> Totals {
+/// `binary_runs` runs against the real binary (seeds from 50000, default configuration without
+/// planned slices: see [`Plans::Never`]), killed with SIGKILL; prints each failing seed and, if
+/// there were any runs, a summary.
+async fn binary_runs_of(binary_runs: u64) -> Totals {
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let mut t = Totals::default();
@@ -210,7 +211,7 @@ async fn binary_runs_of(binary_runs: u64, plans_only: bool) -> Totals {
         let seed = 50_000 + i;
         let mut world = crash::binary_world(dir.path(), OperatorBuild::Shipped).await;
         let cfg = CrashConfig {
-            plans_only,
+            plans: Plans::Never,
             ..CrashConfig::default()
         };
         let r = crash::run_in(&mut world, seed, cfg).await;

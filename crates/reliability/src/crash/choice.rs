@@ -3,7 +3,7 @@
 
 use rand::{Rng, rngs::StdRng};
 
-use super::{CrashConfig, Flow};
+use super::{CrashConfig, Flow, Plans};
 use crate::{
     fixtures::{self, Backend, Capacity, Training},
     invariants::Expected,
@@ -24,7 +24,7 @@ pub(super) fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
     } else {
         Backend::ComputeEngine
     });
-    let capacity = capacity_of(backend, cfg.plans_only, rng);
+    let capacity = capacity_of(backend, cfg.plans, rng);
     // A TPU VM pipeline's training slice: a spot node, or a single-host or multi-host spot
     // slice on Compute Engine.
     let training_slice = match backend {
@@ -50,15 +50,22 @@ pub(super) fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
     }
 }
 
-/// The slice's capacity: one of the backend's (plans among them), or its plan alone when
-/// `plans_only`. One draw either way, so a seed's later choices do not depend on the flag.
-fn capacity_of(backend: Backend, plans_only: bool, rng: &mut StdRng) -> Capacity {
+/// The slice's capacity: one of the backend's, with or without its plans, or a plan alone, as
+/// `plans` says. One draw either way, so a seed's later choices do not depend on it.
+fn capacity_of(backend: Backend, plans: Plans, rng: &mut StdRng) -> Capacity {
     let all: &[Capacity] = match backend {
         Backend::TpuApi => &Capacity::TPU_API,
         Backend::ComputeEngine => &Capacity::COMPUTE_ENGINE,
     };
-    let plans: Vec<Capacity> = all.iter().copied().filter(|c| c.is_plan()).collect();
-    let from = if plans_only { &plans[..] } else { all };
+    let from: Vec<Capacity> = all
+        .iter()
+        .copied()
+        .filter(|c| match plans {
+            Plans::Drawn => true,
+            Plans::Only => c.is_plan(),
+            Plans::Never => !c.is_plan(),
+        })
+        .collect();
     from[rng.random_range(0..from.len())]
 }
 
@@ -101,12 +108,23 @@ mod tests {
     #[test]
     fn plans_only_draws_the_backends_plan_every_time() {
         let cfg = CrashConfig {
-            plans_only: true,
+            plans: Plans::Only,
             ..CrashConfig::default()
         };
         for (backend, capacity) in capacities(&cfg, 0..40) {
             assert!(capacity.is_plan(), "{capacity:?}");
             assert_eq!(capacity.backend(), backend, "{capacity:?}");
+        }
+    }
+
+    #[test]
+    fn plans_never_draws_no_plan() {
+        let cfg = CrashConfig {
+            plans: Plans::Never,
+            ..CrashConfig::default()
+        };
+        for (_, capacity) in capacities(&cfg, 0..200) {
+            assert!(!capacity.is_plan(), "{capacity:?}");
         }
     }
 

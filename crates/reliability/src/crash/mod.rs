@@ -50,9 +50,22 @@ pub struct CrashConfig {
     /// The API the run's slices (the TpuSlice and a TPU VM pipeline's training slice) are
     /// provisioned through; `None`: by the seed's parity (even: TPU API, odd: Compute Engine).
     pub backend: Option<Backend>,
-    /// Every run's slice is a planned one ([`Capacity::PLANS`]): a run focused on
-    /// `spec.capacityPlan`'s moves (`crash-bench --capacity plan`).
-    pub plans_only: bool,
+    /// Whether the run's slice may be, must be or must not be a planned one.
+    pub plans: Plans,
+}
+
+/// Planned slices ([`Capacity::PLANS`]) in a run's draw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Plans {
+    /// Drawn among the backend's other capacities.
+    #[default]
+    Drawn,
+    /// Always: a run focused on `spec.capacityPlan`'s moves (`crash-bench --capacity plan`).
+    Only,
+    /// Never: for the real binary, whose controllers count `waitFor` on the wall clock while the
+    /// harness drives only the emulator's clock (15 s a tick), so a plan's minutes would be
+    /// real minutes and the emulator's clock would run far ahead of the binary's.
+    Never,
 }
 
 impl Default for CrashConfig {
@@ -63,7 +76,7 @@ impl Default for CrashConfig {
             phase_limit: Duration::from_secs(60),
             vertex_faults: false,
             backend: None,
-            plans_only: false,
+            plans: Plans::Drawn,
         }
     }
 }
