@@ -66,6 +66,7 @@ impl Context {
         let store = config.namespace.as_deref().unwrap_or("default");
         tenancy.admissions.orphans.store_in(store);
         let metrics = Metrics::default();
+        let stalled_on = Arc::new(StalledOn::new(cloud_watch.clone(), &metrics));
         Self {
             tenancy: Arc::new(tenancy),
             capacity: Arc::new(Capacity::new(
@@ -80,7 +81,7 @@ impl Context {
             clock: Arc::new(SystemClock),
             recorder,
             settled,
-            stalled_on: Arc::new(StalledOn::new(cloud_watch.clone())),
+            stalled_on,
             cloud_watch,
             fair_share,
             shared: Shared::default(),

@@ -39,6 +39,13 @@ pub struct OrphanLabels {
     pub kind: &'static str,
 }
 
+/// Why objects stalled on a refused call were re-queued early (`runtime::stalled_on`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WakeLabels {
+    /// `canary passed`, `credentials recovered` or `probe handed on`.
+    pub why: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {
     pub namespace: String,
@@ -120,6 +127,10 @@ pub struct Metrics {
     pub training_stalls: Family<SpendLabels, Counter>,
     /// Create failures by reason (see [`super::capacity::metrics`]).
     pub capacity: super::capacity::CapacityMetrics,
+    /// Objects stalled on a refused cloud call (a missing role or binding) now.
+    pub stalled_on_refusal: Gauge,
+    /// Stalled objects re-queued as soon as the refusal was seen fixed, by why.
+    pub stall_wakes: Family<WakeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -136,6 +147,8 @@ impl Default for Metrics {
             training_stalled: Family::default(),
             training_stalls: Family::default(),
             capacity: super::capacity::CapacityMetrics::default(),
+            stalled_on_refusal: Gauge::default(),
+            stall_wakes: Family::default(),
         }
     }
 }
@@ -184,6 +197,16 @@ impl Metrics {
             "training_stalls",
             "Training stalls reported (ProgressStalled Warning Events), by namespace",
             self.training_stalls.clone(),
+        );
+        sub.register(
+            "stalled_on_refusal",
+            "Objects stalled on a refused cloud call (a missing IAM role or Workload Identity binding), each retried within seconds of the fix",
+            self.stalled_on_refusal.clone(),
+        );
+        sub.register(
+            "stall_wakes",
+            "Objects stalled on a refused call re-queued early, by why (canary passed, credentials recovered, probe handed on)",
+            self.stall_wakes.clone(),
         );
         self.capacity.register(sub);
         self

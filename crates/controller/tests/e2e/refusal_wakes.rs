@@ -317,11 +317,21 @@ async fn a_granted_role_wakes_every_object_it_stalled_after_one_probe_per_interv
         (1..=2).contains(&probes),
         "one probe per {CANARY_INTERVAL:?} for the blocker, not one per object: {probes}"
     );
+    // The metrics say how many objects wait on a fix.
+    let metrics = &ctx.metrics;
+    assert_eq!(metrics.stalled_on_refusal.get(), objects().len() as i64);
 
     env.gcp.clear_faults();
     let granted = Instant::now();
     // The probe retries every CANARY_INTERVAL: the grant is seen within one, plus a pass.
     assert_prompt("role granted", &recovery(&env, granted, Some("nodes.get")).await);
+    // ... and that the others were woken by the probe's pass, not by their own backoff.
+    let woken = |why| {
+        let labels = tpu_operator_controller::runtime::metrics::WakeLabels { why };
+        metrics.stall_wakes.get_or_create(&labels).get()
+    };
+    assert_eq!(woken("canary passed"), objects().len() as u64 - 1);
+    assert_eq!(metrics.stalled_on_refusal.get(), 0);
 }
 
 const OPERATOR: &str = "tpu-operator@platform-proj.iam.gserviceaccount.com";

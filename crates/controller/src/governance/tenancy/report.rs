@@ -36,16 +36,28 @@ const MAX_ROWS: usize = 100;
 /// refresh interval).
 pub async fn run(tenancy: Arc<Tenancy>, clock: Arc<dyn Clock>, config: ControllerConfig, shutdown: Shutdown) {
     tenancy.policies.ready().await;
-    let mut changes = Box::pin(tenancy.policies.changes());
+    // Once the policy caches stop (no caches at all, or their watch ended), the stream has ended
+    // and must not be polled again: the refresh interval alone drives the report then.
+    let mut changes = Some(Box::pin(tenancy.policies.changes()));
     let watched = config.namespace.as_deref();
     loop {
         if let Err(e) = refresh(&tenancy, clock.as_ref(), watched).await {
             tracing::warn!(error = %e, "refreshing TpuPolicy usage");
         }
+        let changed = async {
+            match changes.as_mut() {
+                Some(stream) => stream.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut ended = false;
         tokio::select! {
             _ = tokio::time::sleep(config.poll_capacity.max(MIN_REFRESH)) => {}
-            _ = changes.next() => {}
+            change = changed => ended = change.is_none(),
             _ = shutdown.clone() => return,
+        }
+        if ended {
+            changes = None;
         }
     }
 }

@@ -29,22 +29,40 @@ use tokio::time::Instant;
 pub use self::blocker::Blocker;
 use self::registry::Registry;
 pub use self::registry::{CANARY_INTERVAL, Role};
-use super::{cloud_watch::CloudWatch, cloud_watch::Owner, error::ReconcileError};
+use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
+
+use super::{
+    cloud_watch::CloudWatch,
+    cloud_watch::Owner,
+    error::ReconcileError,
+    metrics::{Metrics, WakeLabels},
+};
+
+/// Why stalled objects were woken, as the metric's `why` label says it.
+const CANARY_PASSED: &str = "canary passed";
+const CREDENTIALS_RECOVERED: &str = "credentials recovered";
+const HANDED_ON: &str = "probe handed on";
 
 /// The registry of stalled objects and the way to wake them.
 pub struct StalledOn {
     registry: Mutex<Registry<Owner>>,
     cloud_watch: Arc<CloudWatch>,
     listening: AtomicBool,
+    /// How many objects are stalled now (`tpu_operator_stalled_on_refusal`).
+    stalled: Gauge,
+    /// Early re-queues by why (`tpu_operator_stall_wakes`).
+    wakes: Family<WakeLabels, Counter>,
 }
 
 impl StalledOn {
-    /// Wakes through `cloud_watch`'s controller streams.
-    pub fn new(cloud_watch: Arc<CloudWatch>) -> Self {
+    /// Wakes through `cloud_watch`'s controller streams; counts in `metrics`.
+    pub fn new(cloud_watch: Arc<CloudWatch>, metrics: &Metrics) -> Self {
         Self {
             registry: Mutex::default(),
             cloud_watch,
             listening: AtomicBool::new(false),
+            stalled: metrics.stalled_on_refusal.clone(),
+            wakes: metrics.stall_wakes.clone(),
         }
     }
 
@@ -61,24 +79,24 @@ impl StalledOn {
         let uid = owner.uid().to_string();
         let Some(blocker) = blocker else {
             let woken = self.registry().left(&uid, now);
-            self.wake(woken, "the probe handed on");
+            self.wake(woken, HANDED_ON);
             return None;
         };
         let (role, woken) = self.registry().stalled(&uid, blocker, owner, now);
-        self.wake(woken, "the probe handed on");
+        self.wake(woken, HANDED_ON);
         (role == Role::Canary).then_some(CANARY_INTERVAL)
     }
 
     /// After a successful pass of the object `uid`.
     pub fn passed(&self, uid: &str) {
         let woken = self.registry().passed(uid, Instant::now());
-        self.wake(woken, "its canary passed");
+        self.wake(woken, CANARY_PASSED);
     }
 
     /// The object `uid` is gone.
     pub fn gone(&self, uid: &str) {
         let woken = self.registry().left(uid, Instant::now());
-        self.wake(woken, "the probe handed on");
+        self.wake(woken, HANDED_ON);
     }
 
     /// Objects stalled on anything now.
@@ -106,7 +124,7 @@ impl StalledOn {
                     return;
                 };
                 let woken = stalled.registry().credentials_recovered();
-                stalled.wake(woken, "GCP credentials recovered");
+                stalled.wake(woken, CREDENTIALS_RECOVERED);
             }
         });
     }
@@ -115,10 +133,15 @@ impl StalledOn {
         self.registry.lock().expect("stalled-on registry poisoned")
     }
 
-    fn wake(&self, woken: Vec<Owner>, why: &str) {
+    /// Re-queues `woken`, counting why, and sets the stalled gauge after the registry changed.
+    fn wake(&self, woken: Vec<Owner>, why: &'static str) {
+        self.stalled.set(i64::try_from(self.len()).unwrap_or(i64::MAX));
         if woken.is_empty() {
             return;
         }
+        self.wakes
+            .get_or_create(&WakeLabels { why })
+            .inc_by(woken.len() as u64);
         tracing::info!(
             objects = woken.len(),
             why,
