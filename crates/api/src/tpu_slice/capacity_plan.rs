@@ -104,6 +104,11 @@ impl TpuSliceSpec {
         spec
     }
 
+    /// Whether the plan has `place` (a status written for another plan does not count).
+    fn has_place(&self, place: &PlanPlace) -> bool {
+        self.places().contains(place)
+    }
+
     /// The plan's first place: its first rung's first zone.
     pub fn first_place(&self) -> Option<PlanPlace> {
         let rung = self.capacity_plan.as_ref()?.rungs.first()?;
@@ -129,6 +134,35 @@ impl TpuSliceSpec {
                 })
             })
             .collect()
+    }
+}
+
+impl super::TpuSlice {
+    /// The capacity plan's place in effect: the one status records (when the plan has it), else
+    /// the plan's first; `None` without a plan. The controller runs its passes there, and the
+    /// capacity view shows the slice there.
+    pub fn place_in_effect(&self) -> Option<PlanPlace> {
+        self.spec.capacity_plan.as_ref()?;
+        self.status
+            .as_ref()
+            .and_then(super::TpuSliceStatus::plan_place)
+            .filter(|p| self.spec.has_place(p))
+            .or_else(|| self.spec.first_place())
+    }
+
+    /// Where the incarnation before the current one asked (`None`: no plan, or no earlier one).
+    /// Status keeps the last attempts; an incarnation it no longer has asked where the current
+    /// one does.
+    pub fn previous_place(&self) -> Option<PlanPlace> {
+        self.spec.capacity_plan.as_ref()?;
+        let status = self.status.as_ref()?;
+        let before = status.incarnation().checked_sub(1)?;
+        status
+            .capacity_plan
+            .as_ref()
+            .and_then(|p| p.place_of(before))
+            .filter(|p| self.spec.has_place(p))
+            .or_else(|| self.place_in_effect())
     }
 }
 

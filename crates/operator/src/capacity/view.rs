@@ -128,12 +128,7 @@ fn place_of(slice: &TpuSlice) -> SlicePlace {
         .or_else(|| slice.spec.accelerator_type.clone())
         .unwrap_or_else(|| "-".into());
     // With a capacity plan, where the slice stands on it now.
-    let here = slice.spec.at(slice
-        .status
-        .as_ref()
-        .and_then(|s| s.plan_place())
-        .or_else(|| slice.spec.first_place())
-        .as_ref());
+    let here = slice.spec.at(slice.place_in_effect().as_ref());
     SlicePlace {
         project: slice.spec.project.clone(),
         zone: here.zone.clone(),

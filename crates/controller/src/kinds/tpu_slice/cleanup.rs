@@ -36,8 +36,9 @@ use crate::{
 pub(super) fn orphaned(slice: &TpuSlice, ctx: &Context, t: &Target) -> Option<Holding> {
     let holds = slice.status.as_ref().is_some_and(tenancy::usage::holds_capacity);
     let counted = t.names.backend().counts_orphans();
-    let shape = t.spec.total_shape().filter(|_| holds && counted)?;
-    let (per_hour_usd, _) = ctx.tenancy.prices.slice_per_hour(&shape, t.spec.price_kind());
+    let spec = t.spec(&slice.spec);
+    let shape = spec.total_shape().filter(|_| holds && counted)?;
+    let (per_hour_usd, _) = ctx.tenancy.prices.slice_per_hour(&shape, spec.price_kind());
     let current = &t.names.current;
     Some(Holding {
         uid: current.queued.clone().unwrap_or_else(|| current.node.clone()),
@@ -57,7 +58,7 @@ pub(super) async fn clean(slice: &TpuSlice, ctx: &Context, t: &Target) -> Result
     };
     let mut observed = observe::observe(ctx, &t.names, None, None).await?;
     leave_unadopted_node(slice, ctx, t, &mut observed).await;
-    let (action, assessment) = match next_step(ctx, t, &observed).await? {
+    let (action, assessment) = match next_step(slice, ctx, t, &observed).await? {
         CleanupStep::Done => return Ok(finished(slice, ctx, t, &old).await),
         CleanupStep::Wait(message) => (Step::Nothing, deleting(message)),
         CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources")),
@@ -99,13 +100,13 @@ async fn leave_unadopted_node(slice: &TpuSlice, ctx: &Context, t: &Target, obser
 
 /// What deletion does next. Once every incarnation is gone, what they shared (a Compute Engine
 /// group's template and policy) is released last; `Done` only when that is gone too.
-async fn next_step(ctx: &Context, t: &Target, observed: &Observed) -> Result<CleanupStep> {
+async fn next_step(slice: &TpuSlice, ctx: &Context, t: &Target, observed: &Observed) -> Result<CleanupStep> {
     let step = plan::plan_cleanup(observed);
     if step != CleanupStep::Done {
         return Ok(step);
     }
     let releasing = backend::Releasing {
-        spec: &t.spec,
+        spec: t.spec(&slice.spec),
         project: &t.names.project,
         identity: &t.identity,
     };

@@ -17,7 +17,7 @@ use tpu_operator_api::{
     conditions::{Progress, reasons},
     duration::parse_duration,
     tpu_slice::{
-        AttemptOutcome, CapacityMode, CapacityPlanStatus, KEPT_ATTEMPTS, PlanPlace, RungAttempt, TpuSlice,
+        AttemptOutcome, CapacityMode, CapacityPlanStatus, KEPT_ATTEMPTS, PlanPlace, RungAttempt,
         TpuSlicePhase, TpuSliceSpec, TpuSliceStatus,
     },
 };
@@ -26,35 +26,27 @@ use super::{
     observe::Observed,
     plan::{Action, Assessment, Plan, Requeue},
 };
-use crate::runtime::clock::k8s_time as time;
+use crate::{
+    governance::{pricing::PriceTable, tenancy},
+    runtime::clock::k8s_time as time,
+};
 
-/// The place this pass works on: the one status records, else the plan's first (`None`: no plan).
-pub fn place(slice: &TpuSlice) -> Option<PlanPlace> {
-    slice.spec.capacity_plan.as_ref()?;
-    slice
-        .status
-        .as_ref()
-        .and_then(|s| s.plan_place())
-        .filter(|p| known(&slice.spec, p))
-        .or_else(|| slice.spec.first_place())
-}
-
-/// Where the incarnation before the current one asked (`None`: no plan, or no earlier one).
-/// Status keeps the last attempts; an incarnation it no longer has asked where the current does.
-pub fn previous_place(slice: &TpuSlice) -> Option<PlanPlace> {
-    slice.spec.capacity_plan.as_ref()?;
-    let status = slice.status.as_ref()?;
-    let before = status.incarnation().checked_sub(1)?;
-    status
-        .capacity_plan
-        .as_ref()
-        .and_then(|p| p.place_of(before))
-        .filter(|p| known(&slice.spec, p))
-        .or_else(|| place(slice))
-}
-
-fn known(spec: &TpuSliceSpec, place: &PlanPlace) -> bool {
-    spec.places().contains(place)
+/// What a create asks of the namespace's policy at every place of `spec`'s plan. One copy of
+/// the spec is moved from place to place: a spec may carry 0.5 MiB of metadata, and a plan has
+/// up to 64 places.
+pub fn requests(spec: &TpuSliceSpec, project: &str, prices: &PriceTable) -> Vec<tenancy::Request> {
+    let Some(plan) = &spec.capacity_plan else {
+        return Vec::new();
+    };
+    let mut at = spec.at(spec.first_place().as_ref());
+    spec.places()
+        .iter()
+        .filter_map(|p| {
+            at.zone.clone_from(&p.zone);
+            at.capacity = Some(plan.rungs[p.rung].capacity.clone());
+            tenancy::request::tpu_slice(&at, project, prices)
+        })
+        .collect()
 }
 
 /// The rung's capacity member name (`spot`, `reserved`, ...).

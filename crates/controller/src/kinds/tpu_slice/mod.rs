@@ -142,16 +142,10 @@ impl Kind for TpuSlice {
         }
         // A capacity plan is judged whole before its first create: every rung and zone it may
         // move to, so a rung the policy forbids is refused now, not hours later.
-        let places = self.spec.places();
-        if places.is_empty() {
-            return t.request.clone().into_iter().collect();
+        match &self.spec.capacity_plan {
+            Some(_) => ladder::requests(&self.spec, &t.names.project, &ctx.tenancy.prices),
+            None => t.request.clone().into_iter().collect(),
         }
-        places
-            .iter()
-            .filter_map(|p| {
-                tenancy::request::tpu_slice(&self.spec.at(Some(p)), &t.names.project, &ctx.tenancy.prices)
-            })
-            .collect()
     }
 
     async fn observe(&self, ctx: &Context, t: &Target) -> Result<Observed> {
@@ -326,7 +320,7 @@ fn plan_input<'a>(
         chrono::DateTime::<chrono::Utc>::from_timestamp(t.0.as_second(), 0)
     };
     plan::Input {
-        spec: &t.spec,
+        spec: t.spec(&slice.spec),
         names: &t.names,
         observed,
         desired: &t.desired,
@@ -378,7 +372,7 @@ fn build_status(
         price: t.price.clone(),
         now,
     });
-    st.zone = Some(t.spec.zone.clone());
+    st.zone = Some(t.spec(&slice.spec).zone.clone());
     st.capacity_plan = capacity_plan;
     st.kueue = queue::status(
         old,

@@ -10,7 +10,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::tpu_v2::model::Node;
 
-use super::{act, backend, ladder, observe::Names, spec, spec::Desired};
+use super::{act, backend, observe::Names, spec, spec::Desired};
 use crate::{
     governance::tenancy,
     reconcile::{context::Context, kind::OwnedHolder},
@@ -60,9 +60,10 @@ fn log_labels(slice: &TpuSlice, identity: &ObjectIdentity) -> spec::LogLabels {
 /// What the slice is called in the cloud and what its node must carry.
 pub struct Target {
     pub(super) identity: ObjectIdentity,
-    /// The spec as this pass runs it: at its capacity plan's place, that rung's zone and capacity
-    /// stand in for `zone` and `capacity` (without a plan, the spec itself).
-    pub(super) spec: TpuSliceSpec,
+    /// With a capacity plan, the spec as this pass runs it: the place's zone and capacity stand
+    /// in for `zone` and `capacity` ([`Target::spec`]). Without one, the spec itself is used, not
+    /// copied: a spec may carry 0.5 MiB of metadata.
+    at_place: Option<TpuSliceSpec>,
     pub(super) names: Names,
     pub(super) desired: Desired,
     /// The spec checked and mapped once per pass: one slice's shape and the current
@@ -116,27 +117,31 @@ impl Target {
             .map(String::as_str)
             .filter(|uri| done_uri_allowed(ctx, &identity.namespace, uri));
         let logs = log_labels(slice, &identity);
-        let here = slice.spec.at(ladder::place(slice).as_ref());
-        let before = match ladder::previous_place(slice) {
-            Some(place) => slice.spec.at(Some(&place)),
-            None => here.clone(),
-        };
-        let desired = spec::desired(&here, &identity, &ctx.config.cluster_id, done_uri, &logs);
-        let names = Names::new(slice, &here, &before, &identity, project);
-        let checked = backend::check(&here, &desired, &identity, &names.create_at());
+        let at_place = slice.place_in_effect().map(|p| slice.spec.at(Some(&p)));
+        let here = at_place.as_ref().unwrap_or(&slice.spec);
+        let before = slice.previous_place().map(|p| slice.spec.at(Some(&p)));
+        let desired = spec::desired(here, &identity, &ctx.config.cluster_id, done_uri, &logs);
+        let names = Names::new(slice, here, before.as_ref().unwrap_or(here), &identity, project);
+        let checked = backend::check(here, &desired, &identity, &names.create_at());
         let prices = &ctx.tenancy.prices;
-        let place = place_of(&here, &names, &checked);
+        let place = place_of(here, &names, &checked);
         Ok(Some(Self {
             place,
-            request: tenancy::request::tpu_slice(&here, &names.project, prices),
-            price: tenancy::request::slice_per_hour(&here, prices),
+            request: tenancy::request::tpu_slice(here, &names.project, prices),
+            price: tenancy::request::slice_per_hour(here, prices),
             holder: format!("TpuSlice {}", identity.name),
-            spec: here,
+            at_place,
             identity,
             names,
             desired,
             checked,
         }))
+    }
+
+    /// The spec as this pass runs it (`declared`: the slice's own spec): at its capacity plan's
+    /// place, or the spec itself.
+    pub(super) fn spec<'a>(&'a self, declared: &'a TpuSliceSpec) -> &'a TpuSliceSpec {
+        self.at_place.as_ref().unwrap_or(declared)
     }
 
     /// The slice as the namespace's usage names it.

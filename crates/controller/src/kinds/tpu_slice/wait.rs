@@ -95,7 +95,7 @@ fn reclaimable_ready_node<'a>(pass: &Pass<'a, TpuSlice>) -> Option<&'a Node> {
     let listable = names.current.queued.is_none() && names.backend().watchable();
     let node = pass.observed.node.as_ref()?;
     (listable
-        && pass.target.spec.preemptible()
+        && pass.target.spec(&pass.obj.spec).preemptible()
         && node.state == State::Ready
         && node.name == names.current.node)
         .then_some(node)

@@ -5,7 +5,7 @@ use tpu_operator_api::{
     tpu_slice::{AttemptOutcome, CapacityPlanStatus, PlanPlace, TpuSlice, TpuSlicePhase, TpuSliceSpec},
 };
 
-use super::{Turn, after_pass, deadline, place, previous_place};
+use super::{Turn, after_pass, deadline};
 use crate::kinds::tpu_slice::plan::Assessment;
 
 /// Reserved in a (10 min), spot in a then b (at once), on-demand in b (the last place).
@@ -260,8 +260,8 @@ fn status_keeps_the_last_attempts_only() {
 fn a_pass_runs_where_status_stands_and_the_previous_incarnation_where_it_stood() {
     let s = spec();
     let mut slice = TpuSlice::new("s", s.clone());
-    assert_eq!(place(&slice), s.first_place());
-    assert_eq!(previous_place(&slice), None, "no earlier incarnation");
+    assert_eq!(slice.place_in_effect(), s.first_place());
+    assert_eq!(slice.previous_place(), None, "no earlier incarnation");
     let waiting = seen(reasons::WAITING_FOR_CAPACITY, TpuSlicePhase::Queued);
     let (st, _) = pass(&s, None, &waiting, t0());
     let (st, _) = pass(&s, Some(&st), &waiting, t0() + Duration::minutes(10));
@@ -270,21 +270,21 @@ fn a_pass_runs_where_status_stands_and_the_previous_incarnation_where_it_stood()
         ..Default::default()
     });
     assert_eq!(
-        place(&slice),
+        slice.place_in_effect(),
         Some(PlanPlace {
             rung: 1,
             zone: "us-east5-a".into()
         })
     );
     assert_eq!(
-        previous_place(&slice),
+        slice.previous_place(),
         Some(PlanPlace {
             rung: 0,
             zone: "us-east5-a".into()
         })
     );
-    let here = s.at(place(&slice).as_ref());
-    let before = s.at(previous_place(&slice).as_ref());
+    let here = s.at(slice.place_in_effect().as_ref());
+    let before = s.at(slice.previous_place().as_ref());
     assert!(!here.uses_queued_resource() && before.uses_queued_resource());
 }
 
@@ -298,7 +298,7 @@ fn a_place_the_plan_does_not_have_falls_back_to_the_first() {
         capacity_plan: Some(st),
         ..Default::default()
     });
-    assert_eq!(place(&slice), s.first_place());
+    assert_eq!(slice.place_in_effect(), s.first_place());
 }
 
 #[test]
