@@ -33,6 +33,9 @@ pub mod types {
     pub const TRAINED: &str = "Trained";
     /// The operator stopped acting on the object (`spec.suspend`).
     pub const SUSPENDED: &str = "Suspended";
+    /// TpuSlice: Google announced maintenance of the slice's node (`True` from the notice until
+    /// the maintenance is over; the message carries the window).
+    pub const MAINTENANCE_PENDING: &str = "MaintenancePending";
 }
 
 /// Condition reasons (`Condition.reason`, PascalCase as the API requires).
@@ -141,6 +144,14 @@ pub mod reasons {
     /// A call to Kueue's API found nobody to answer it (Kueue's webhook or manager down: the API
     /// server answered 5xx, or nothing answered): retried with backoff.
     pub const KUEUE_UNAVAILABLE: &str = "KueueUnavailable";
+    /// Google announced a scheduled maintenance of the node (`MaintenancePending`).
+    pub const MAINTENANCE_SCHEDULED: &str = "MaintenanceScheduled";
+    /// Google announced an unscheduled (emergency) maintenance of the node.
+    pub const MAINTENANCE_UNSCHEDULED: &str = "MaintenanceUnscheduled";
+    /// The maintenance is under way.
+    pub const MAINTENANCE_ONGOING: &str = "MaintenanceOngoing";
+    /// No maintenance is announced (`MaintenancePending=False`).
+    pub const NO_MAINTENANCE: &str = "NoMaintenance";
 }
 
 /// Condition status strings.

@@ -26,6 +26,7 @@ pub mod error;
 pub mod identity;
 pub mod logging;
 pub mod lro;
+pub mod maintenance;
 pub mod metrics;
 pub mod storage;
 pub mod tpu;

@@ -179,6 +179,12 @@ pub struct TpuSliceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<PreemptionPolicy>,
 
+    /// What to do when Google announces maintenance of the slice's node: ask the workload for a
+    /// checkpoint `checkpointLead` before the window (docs/training.md, "Maintenance").
+    /// `status.maintenance` shows the announced window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceSpec>,
+
     /// Delete (default) or Orphan the TPU node when this resource is deleted.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
@@ -221,6 +227,7 @@ pub struct TpuSliceSpec {
 mod capacity;
 mod capacity_plan;
 mod derived;
+mod maintenance;
 mod provisioning;
 mod status;
 
@@ -230,6 +237,10 @@ pub use capacity::{
 pub use capacity_plan::{
     AttemptOutcome, CapacityPlan, CapacityPlanStatus, CapacityRung, KEPT_ATTEMPTS, MAX_RUNG_ZONES, MAX_RUNGS,
     PlanPlace, RungAttempt,
+};
+pub use maintenance::{
+    CHECKPOINT_REQUEST_METADATA, DEFAULT_CHECKPOINT_LEAD, MaintenanceSpec, MaintenanceState,
+    MaintenanceStatus,
 };
 pub use provisioning::{
     AcceleratorConfig, ComputeEngineOptions, Multislice, NetworkConfig, PreemptionPolicy, Provisioner,

@@ -112,6 +112,13 @@ pub struct TpuSliceStatus {
     /// How many times the slice was recreated after a preemption.
     #[serde(default)]
     pub recreations: i32,
+    /// How many times a maintenance interrupted the slice's node (counted apart from
+    /// `recreations`: it spends no `spec.preemption.maxRecreations`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub maintenance_restarts: i32,
+    /// The maintenance Google announced for the slice's node, while it is announced or under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<super::MaintenanceStatus>,
     /// How many times `spec.suspend` (or Kueue, evicting the slice) deleted the node. With
     /// `recreations` it numbers the incarnation (the node's id, the create's request id), so a
     /// resumed slice is a new node.

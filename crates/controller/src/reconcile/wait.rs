@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::runtime::cloud_watch::{Collection, Listable, Listed, state_of};
+use crate::runtime::cloud_watch::{Collection, Listable, Listed, node_seen, state_of};
 
 /// A cloud resource the object waits on to change state by itself.
 #[derive(Clone, Debug)]
@@ -24,6 +24,17 @@ impl Watch {
             collection: T::COLLECTION,
             name: name.to_owned(),
             state: state_of(state),
+            read: None,
+        }
+    }
+
+    /// A TPU node as read, compared by what a listing shows changing on it by itself (its state,
+    /// and on a READY node its health and announced maintenance: [`node_seen`]).
+    pub fn node(node: &tpu_operator_gcp::tpu_v2::model::Node) -> Self {
+        Self {
+            collection: Collection::TpuNodes,
+            name: node.name.clone(),
+            state: node_seen(node),
             read: None,
         }
     }

@@ -81,7 +81,10 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
                 None => return Ok(None),
             }
         }
-        Action::PatchNode(_) | Action::StartNode | Action::PatchSliceNode { .. } => {
+        Action::PatchNode(_)
+        | Action::StartNode
+        | Action::PatchSliceNode { .. }
+        | Action::RequestCheckpoint { .. } => {
             // The plan plans no node update for a backend without them.
             let Some(updates) = cloud.updates() else {
                 return Ok(None);
@@ -110,6 +113,13 @@ async fn update(
                 .set_metadata(patch.metadata.clone())
                 .set_tags(patch.tags.clone());
             Ok(("update", updates.patch_node(gcp, node, body, mask).await?))
+        }
+        Action::RequestCheckpoint { node, metadata } => {
+            let body = Node::new().set_metadata(metadata.clone());
+            Ok((
+                "update",
+                updates.patch_node(gcp, node, body, &["metadata"]).await?,
+            ))
         }
         Action::PatchNode(mask) => {
             // `updateMask=metadata` replaces the node's whole map: send what it has now with
@@ -225,5 +235,6 @@ pub(super) fn action_name(action: &Action) -> &'static str {
         Action::PatchNode(_) => "patch TPU node labels/metadata/tags",
         Action::StartNode => "start TPU node",
         Action::PatchSliceNode { .. } => "patch multislice TPU node labels/metadata/tags",
+        Action::RequestCheckpoint { .. } => "ask the workload for a checkpoint (TPU node metadata)",
     }
 }

@@ -25,6 +25,7 @@ pub(crate) mod backend;
 mod cleanup;
 mod compute;
 mod ladder;
+mod maintenance;
 mod observe;
 mod plan;
 pub mod queue;
@@ -273,7 +274,9 @@ impl Kind for TpuSlice {
     }
 
     fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
-        status::transitions(old, new)
+        let mut events = status::transitions(old, new);
+        events.extend(maintenance::transitions(old, new));
+        events
     }
 
     /// A stockout, an exhausted quota or a policy limit (`Waiting`), or a queued resource
@@ -373,6 +376,7 @@ fn build_status(
         now,
     });
     st.zone = Some(t.spec(&slice.spec).zone.clone());
+    maintenance::report(&mut st, old, observed, &plan.action, started.is_some(), now);
     st.capacity_plan = capacity_plan;
     st.kueue = queue::status(
         old,

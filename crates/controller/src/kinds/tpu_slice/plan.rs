@@ -63,6 +63,13 @@ pub enum Action {
         mask: Vec<&'static str>,
         patch: Desired,
     },
+    /// `nodes.patch` of `node`'s metadata asking its workload for a checkpoint before an
+    /// announced maintenance window: the whole map (a map in an update mask is replaced whole),
+    /// as the node has it plus the request.
+    RequestCheckpoint {
+        node: String,
+        metadata: std::collections::BTreeMap<String, String>,
+    },
     /// Status only: count a preemption (`recreations + 1`), which moves `current` to a new id.
     RecordPreemption,
     /// Status only: count a suspension (`suspensions + 1`) once its node is gone, so the node
@@ -87,7 +94,10 @@ impl Action {
     pub fn updates_node(&self) -> bool {
         matches!(
             self,
-            Action::PatchNode(_) | Action::StartNode | Action::PatchSliceNode { .. }
+            Action::PatchNode(_)
+                | Action::StartNode
+                | Action::PatchSliceNode { .. }
+                | Action::RequestCheckpoint { .. }
         )
     }
 }

@@ -247,7 +247,7 @@ mod tests {
         assert!(n.scheduling_config.as_ref().unwrap().spot);
         assert_eq!(n.metadata[DONE_URI_METADATA], "gs://b/m/");
         // One word per continuation line in the script; flattened for the assertions.
-        let script = &n.metadata[STARTUP_SCRIPT_METADATA].replace(" \\\n  ", " ");
+        let script = &n.metadata[STARTUP_SCRIPT_METADATA].replace(" \\\n    ", " ");
         assert!(
             script.contains("--entrypoint 'python' 'us-docker.pkg.dev/p/r/t:1' 'train.py'"),
             "{script}"

@@ -109,8 +109,10 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         // Set by the pass from its Workload (`queue::status`); kept meanwhile.
         kueue: old.kueue.clone(),
         estimated_cost: estimated_cost(r),
-        // Set by the caller, which knows the slice's backend, workload and capacity plan.
+        // Set by the caller, which knows the slice's backend, workload, plan and maintenance.
         links: old.links.clone(),
+        maintenance: old.maintenance.clone(),
+        maintenance_restarts: old.maintenance_restarts,
         zone: old.zone.clone(),
         capacity_plan: old.capacity_plan.clone(),
         message: Some(r.assessment.message.clone()),

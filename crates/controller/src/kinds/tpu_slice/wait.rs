@@ -24,7 +24,13 @@ use crate::{
 /// the pass that deletes what the rung left or asks the next place: moves are rare, and each
 /// waited out a rung.
 pub(super) fn after_pass(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>, new: &TpuSliceStatus) -> Wait {
-    let wait = wait_here(config, pass);
+    let mut wait = wait_here(config, pass);
+    // Woken when a checkpoint before an announced maintenance is due (the timer's time, as
+    // below).
+    if let Some(at) = super::maintenance::next_request(&pass.obj.spec, pass.observed) {
+        let left = (at - pass.observed.now).to_std().unwrap_or_default();
+        wait = wait.at_most(config.timer_wait(left + Duration::from_secs(1)));
+    }
     let Some(plan) = &new.capacity_plan else {
         return wait;
     };
@@ -52,8 +58,8 @@ fn wait_here(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>) -> Wait {
             &pass.plan.action,
             pass.done.as_ref(),
         ),
-        Requeue::Stable if let Some(ready) = reclaimable_ready_node(pass) => Wait::Watch {
-            watch: Watch::state::<Node>(&ready.name, &ready.state),
+        Requeue::Stable if let Some(ready) = watched_ready_node(pass) => Wait::Watch {
+            watch: Watch::node(ready),
             cap: None,
             unlisted: Some(Requeue::Stable.after(config)),
         },
@@ -86,19 +92,16 @@ fn watch_node(
     }
 }
 
-/// The READY node of a settled slice Google may reclaim (Spot, preemptible), when the cloud watch
-/// can list it: a preemption, repair or health change must reach status in seconds, not at the
-/// next stable poll (issue 35 item 7). One listing per zone covers every such slice there.
-fn reclaimable_ready_node<'a>(pass: &Pass<'a, TpuSlice>) -> Option<&'a Node> {
+/// The READY node of a settled slice, when the cloud watch can list it: a preemption, a repair, a
+/// health change or a maintenance notice must reach status in seconds, not at the next stable
+/// poll. Any node may get a maintenance notice, so every READY node is watched, not only those
+/// Google may reclaim; one listing per zone covers every such slice there.
+fn watched_ready_node<'a>(pass: &Pass<'a, TpuSlice>) -> Option<&'a Node> {
     use tpu_operator_gcp::tpu_v2::model::node::State;
     let names = &pass.target.names;
     let listable = names.current.queued.is_none() && names.backend().watchable();
     let node = pass.observed.node.as_ref()?;
-    (listable
-        && pass.target.spec(&pass.obj.spec).preemptible()
-        && node.state == State::Ready
-        && node.name == names.current.node)
-        .then_some(node)
+    (listable && node.state == State::Ready && node.name == names.current.node).then_some(node)
 }
 
 /// Node states that end on their own (the service moves the node on without being asked).

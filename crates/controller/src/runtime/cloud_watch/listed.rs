@@ -34,7 +34,7 @@ impl Listed {
 
     pub fn state(&self) -> String {
         match self {
-            Listed::Node(n) => state_of(&n.state),
+            Listed::Node(n) => node_seen(n),
             Listed::Batch(b) => state_of(&b.state),
             Listed::Job(j) => state_of(&j.state),
         }
@@ -148,6 +148,26 @@ pub(super) fn state_filter<S>(
 /// How a state is compared between a reconcile's read and a listing.
 pub fn state_of(state: &impl std::fmt::Debug) -> String {
     format!("{state:?}")
+}
+
+/// What a listing compares of a TPU node: its state and, while it is READY, its health and the
+/// maintenance announced for it, which change without the state changing. A node in any other
+/// state compares as its state alone (as [`state_of`] says it).
+pub fn node_seen(n: &Node) -> String {
+    let state = state_of(&n.state);
+    if n.state != NodeState::Ready {
+        return state;
+    }
+    let notice = tpu_operator_gcp::maintenance::upcoming_maintenance(n)
+        .map(|m| {
+            format!(
+                "{}@{}",
+                m.maintenance_status,
+                m.window_start_time.unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    format!("{state}/{:?}/{notice}", n.health)
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use tokio::time::Instant;
 use futures::{StreamExt, channel::mpsc::unbounded, stream::BoxStream};
 use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
 
-pub use self::listed::{Collection, Listable, Listed, state_of};
+pub use self::listed::{Collection, Listable, Listed, node_seen, state_of};
 pub use self::registry::Seen;
 use self::registry::{Key, Registry, Sifted, Wake};
 use tpu_operator_gcp::{ErrorKind, Gcp, GcpError};

@@ -10,7 +10,8 @@ use tpu_operator_api::{
 use tpu_operator_gcp::tpu_v2::model::{Node, node};
 
 use super::{Action, Assessment, Input, OperationView, Plan, Requeue, drift_mask, immutable_drift};
-use crate::kinds::tpu_slice::spec::Desired;
+use crate::kinds::tpu_slice::{maintenance, spec::Desired};
+use tpu_operator_api::tpu_slice::CHECKPOINT_REQUEST_METADATA;
 
 /// The current node exists.
 pub(super) fn plan_node(input: &Input<'_>, n: &Node) -> Plan {
@@ -233,7 +234,23 @@ fn tell_slices(input: &Input<'_>, nodes: &[&Node], coordinator: &str) -> Plan {
     if operation_running {
         return Plan::report(a.requeue(Requeue::Active));
     }
-    Plan::report(a)
+    match nodes.iter().find_map(|n| checkpoint_request(input, n)) {
+        Some(ask) => Plan::new(ask, a.requeue(Requeue::Active)),
+        None => Plan::report(a),
+    }
+}
+
+/// A READY node whose announced maintenance asks for a checkpoint now: the metadata patch that
+/// asks (see [`maintenance::checkpoint_due`]).
+fn checkpoint_request(input: &Input<'_>, n: &Node) -> Option<Action> {
+    let value = maintenance::checkpoint_due(input.spec, n, input.now)?;
+    let mut metadata: std::collections::BTreeMap<String, String> =
+        n.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    metadata.insert(CHECKPOINT_REQUEST_METADATA.to_string(), value);
+    Some(Action::RequestCheckpoint {
+        node: n.name.clone(),
+        metadata,
+    })
 }
 
 /// Node `n` of slice `k` already carries its slice id and the coordinator's address.
@@ -293,6 +310,9 @@ fn plan_ready(input: &Input<'_>, n: &Node) -> Plan {
         let mut a = assessment;
         if operation_running && a.progress == Progress::Ready {
             a.requeue = Requeue::Active;
+        }
+        if let Some(ask) = checkpoint_request(input, n).filter(|_| !operation_running) {
+            return Plan::new(ask, a.requeue(Requeue::Active));
         }
         return Plan::report(a);
     }

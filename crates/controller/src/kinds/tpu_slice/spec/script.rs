@@ -4,7 +4,10 @@
 
 use tpu_operator_api::{
     ContainerSpec,
-    tpu_slice::{DONE_URI_METADATA, MEGASCALE_COORDINATOR_METADATA, MEGASCALE_SLICE_ID_METADATA},
+    tpu_slice::{
+        CHECKPOINT_REQUEST_METADATA, DONE_URI_METADATA, MEGASCALE_COORDINATOR_METADATA,
+        MEGASCALE_SLICE_ID_METADATA,
+    },
 };
 use tpu_operator_gcp::logging::sources::{ATTEMPT_LABEL, HOST_LABEL, PIPELINE_LABEL, SLICE_LABEL};
 
@@ -39,7 +42,10 @@ pub const MEGASCALE_PORT: u16 = 8080;
 ///    driver (<https://docs.docker.com/engine/logging/drivers/gcplogs/>; `docker logs` keeps
 ///    working through docker's dual logging), labelled with [`LogLabels`] and the host's worker
 ///    number; every argument is single-quoted;
-/// 4. when the node metadata `tpu-operator-done-uri` is set, writes the exit status to Cloud
+/// 4. while it runs, a checkpoint request (node metadata `tpu-operator-checkpoint-request`, set
+///    before an announced maintenance) stops the container with `SIGTERM` and starts it again
+///    ([`checkpoint_watcher`]);
+/// 5. when the node metadata `tpu-operator-done-uri` is set, writes the exit status to Cloud
 ///    Storage with `gcloud storage cp`: `<uri>_SUCCESS` (empty) from worker 0 when the container
 ///    exited 0, `<uri>_FAILED` (containing the exit code) from any worker where it did not.
 pub fn workload_script(w: &ContainerSpec, logs: &LogLabels) -> String {
@@ -65,8 +71,14 @@ MD=http://metadata.google.internal/computeMetadata/v1/instance/attributes
 attr() {{ curl -sf -H 'Metadata-Flavor: Google' "$MD/$1" || true; }}
 WORKER=$(attr agent-worker-number)
 {wait}{auth}for i in 1 2 3 4 5; do docker pull {image} && break; sleep 10; done
-{run}
-rc=$?
+{checkpoints}while true; do
+  rm -f "$ASKED"
+  {run}
+  rc=$?
+  # Stopped for a requested checkpoint: run again, from the checkpoint it just wrote.
+  [ -s "$ASKED" ] || break
+done
+kill "$WATCHER" 2>/dev/null
 DONE_URI=$(attr {done_key})
 if [ -n "$DONE_URI" ]; then
   if [ "$rc" -eq 0 ]; then
@@ -79,8 +91,30 @@ exit "$rc"
 "#,
         auth = registry_auth(&w.image),
         image = quote(&w.image),
-        run = docker_run(w, slices, logs).join(" \\\n  "),
+        run = docker_run(w, slices, logs).join(" \\\n    "),
+        checkpoints = checkpoint_watcher(),
         done_key = DONE_URI_METADATA,
+    )
+}
+
+/// The lines that answer a checkpoint request (node metadata [`CHECKPOINT_REQUEST_METADATA`],
+/// set by the operator before an announced maintenance window): a watcher polls the metadata
+/// server every 5 s and, on a new value, sends the container `SIGTERM`, as a preemption would.
+/// JAX turns the signal into a preemption sync point that every host reaches at the same step, so
+/// Orbax's `reached_preemption(step)` saves there. The run loop then starts the container again
+/// (it restores from the checkpoint it just wrote) instead of reporting an exit.
+fn checkpoint_watcher() -> String {
+    format!(
+        "# Checkpoint requests before maintenance (set by tpu-operator): SIGTERM, then run again.\n\
+         ASKED=/tmp/tpu-operator-checkpoint-request\n\
+         (seen=$(attr {key}); while sleep 5; do\n\
+         \x20 r=$(attr {key})\n\
+         \x20 if [ -n \"$r\" ] && [ \"$r\" != \"$seen\" ]; then\n\
+         \x20   seen=$r; printf '%s' \"$r\" > \"$ASKED\"; docker kill --signal=TERM tpu-workload\n\
+         \x20 fi\n\
+         done) &\n\
+         WATCHER=$!\n",
+        key = CHECKPOINT_REQUEST_METADATA,
     )
 }
 

@@ -18,6 +18,7 @@ use tpu_operator_gcp::{
 use super::*;
 
 mod kueue;
+mod maintenance;
 mod states;
 mod transitions;
 use crate::kinds::tpu_slice::{observe::Names, spec};

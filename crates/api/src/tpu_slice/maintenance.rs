@@ -1,0 +1,85 @@
+//! `spec.maintenance` and `status.maintenance`: the maintenance Google announces for a slice's
+//! node (`Node.upcomingMaintenance` in the TPU API), and what the operator does before it: ask the
+//! workload for a checkpoint shortly before the window, so a maintenance costs the steps of a few
+//! minutes instead of those since the last periodic checkpoint.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::schema::DURATION;
+
+/// Node metadata key through which the operator asks the workload for a checkpoint before a
+/// maintenance window. Its value is the window's start (RFC 3339); a new value is a new request.
+/// The generated startup script watches it on every host and sends the workload container
+/// `SIGTERM` (JAX's preemption sync point, Orbax's `reached_preemption`), then starts the
+/// container again, which resumes from the checkpoint it just wrote (docs/training.md,
+/// "Maintenance").
+pub const CHECKPOINT_REQUEST_METADATA: &str = "tpu-operator-checkpoint-request";
+
+/// Default of `spec.maintenance.checkpointLead`.
+pub const DEFAULT_CHECKPOINT_LEAD: Duration = Duration::from_secs(5 * 60);
+
+/// What the operator does when Google announces maintenance of the slice's node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceSpec {
+    /// How long before the maintenance window starts the workload is asked for a checkpoint
+    /// (default `5m`). The steps trained between the checkpoint and the window are lost, so keep
+    /// it short, but long enough for one checkpoint to be written. `0s` never asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
+    pub checkpoint_lead: Option<String>,
+}
+
+impl MaintenanceSpec {
+    /// `checkpointLead`, or its default when unset or unreadable (admission refuses the latter).
+    pub fn checkpoint_lead(&self) -> Duration {
+        self.checkpoint_lead
+            .as_deref()
+            .and_then(|d| crate::duration::parse_duration(d).ok())
+            .unwrap_or(DEFAULT_CHECKPOINT_LEAD)
+    }
+}
+
+/// Whether the announced maintenance is still ahead or under way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum MaintenanceState {
+    /// Announced; the window has not started.
+    #[default]
+    Pending,
+    /// Under way: the node is unavailable until it ends.
+    Ongoing,
+}
+
+/// The maintenance Google announced for the slice's node (for a multislice, the earliest of its
+/// nodes'), as the TPU API's `upcomingMaintenance` reports it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceStatus {
+    /// `Scheduled` (planned, announced days ahead) or `Unscheduled` (emergency).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `Pending` until the window starts, then `Ongoing`.
+    pub state: MaintenanceState,
+    /// When the window starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_start_time: Option<Time>,
+    /// When the maintenance is over at the latest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_end_time: Option<Time>,
+    /// The latest the window may start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_window_start_time: Option<Time>,
+    /// Whether Google lets the customer start the maintenance earlier.
+    #[serde(default)]
+    pub can_reschedule: bool,
+    /// Multislice: the slice whose node the maintenance is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice: Option<i32>,
+    /// When the operator asked the workload for a checkpoint before this window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_request_time: Option<Time>,
+}

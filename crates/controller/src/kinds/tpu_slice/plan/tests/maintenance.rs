@@ -1,0 +1,126 @@
+//! A maintenance notice on a READY node: the workload is asked for a checkpoint once, within
+//! `checkpointLead` of the window, and never for a window under way or a slice running nothing.
+
+use super::*;
+use crate::kinds::tpu_slice::{maintenance, observe::Observed};
+use tpu_operator_api::{
+    conditions::{find_condition, types},
+    tpu_slice::{CHECKPOINT_REQUEST_METADATA, MaintenanceState},
+};
+
+/// `n` with a notice whose window starts at `start` (RFC 3339), as the TPU API lists it.
+fn noticed(n: Node, start: &str, status: &str) -> Node {
+    let mut wire = serde_json::to_value(&n).unwrap();
+    wire["upcomingMaintenance"] = json!({
+        "type": "SCHEDULED", "canReschedule": false, "maintenanceStatus": status,
+        "windowStartTime": start, "windowEndTime": "2026-03-02T12:00:00Z",
+        "latestWindowStartTime": start,
+    });
+    serde_json::from_value(wire).unwrap()
+}
+
+fn running_case(start: &str, status: &str) -> Case {
+    let mut c = Case::spot();
+    c.slice.spec.startup_script = Some("#!/bin/bash\ntrain".into());
+    let n = c.node(S::Ready, H::Healthy);
+    c.observed.node = Some(noticed(n, start, status));
+    c
+}
+
+#[test]
+fn a_checkpoint_is_asked_once_within_the_lead_and_not_before() {
+    // now() is 10:00; the default lead is 5 minutes.
+    let early = running_case("2026-03-02T10:06:00Z", "PENDING");
+    assert_eq!(early.plan().action, Action::Nothing, "6 min ahead: not yet");
+    assert_eq!(
+        maintenance::next_request(&early.slice.spec, &early.observed).map(|t| t.to_rfc3339()),
+        Some("2026-03-02T10:01:00+00:00".into()),
+        "the slice is woken when the request is due"
+    );
+
+    let due = running_case("2026-03-02T10:04:00Z", "PENDING");
+    let p = due.plan();
+    let Action::RequestCheckpoint { node, metadata } = &p.action else {
+        panic!("expected a checkpoint request: {p:?}");
+    };
+    assert_eq!(node, &due.names().current.node);
+    assert_eq!(metadata[CHECKPOINT_REQUEST_METADATA], "2026-03-02T10:04:00Z");
+    assert_eq!(
+        metadata["startup-script"], "#!/bin/bash\ntrain",
+        "the node's other metadata is sent back whole"
+    );
+    assert_eq!(p.assessment.progress, Progress::Ready, "the slice stays Ready");
+
+    let mut asked = due;
+    let n = asked.observed.node.as_mut().unwrap();
+    n.metadata
+        .insert(CHECKPOINT_REQUEST_METADATA.into(), "2026-03-02T10:04:00Z".into());
+    assert_eq!(asked.plan().action, Action::Nothing, "asked once per window");
+    assert_eq!(
+        maintenance::next_request(&asked.slice.spec, &asked.observed),
+        None
+    );
+}
+
+#[test]
+fn nothing_is_asked_under_way_without_a_workload_or_with_a_zero_lead() {
+    assert_eq!(
+        running_case("2026-03-02T09:59:00Z", "ONGOING").plan().action,
+        Action::Nothing
+    );
+    let mut bare = running_case("2026-03-02T10:01:00Z", "PENDING");
+    bare.slice.spec.startup_script = None;
+    let n = bare.node(S::Ready, H::Healthy);
+    bare.observed.node = Some(noticed(n, "2026-03-02T10:01:00Z", "PENDING"));
+    assert_eq!(
+        bare.plan().action,
+        Action::Nothing,
+        "nothing runs that could checkpoint"
+    );
+    let mut zero = running_case("2026-03-02T10:01:00Z", "PENDING");
+    zero.slice.spec.maintenance = Some(serde_json::from_value(json!({"checkpointLead": "0s"})).unwrap());
+    assert_eq!(zero.plan().action, Action::Nothing, "0s never asks");
+}
+
+fn reported(old: &TpuSliceStatus, observed: &Observed) -> TpuSliceStatus {
+    let mut st = old.clone();
+    maintenance::report(&mut st, old, observed, &Action::Nothing, false, now());
+    st
+}
+
+#[test]
+fn status_counts_one_restart_per_maintenance_and_says_when_it_is_over() {
+    let pending = running_case("2026-03-02T11:00:00Z", "PENDING");
+    let s1 = reported(&TpuSliceStatus::default(), &pending.observed);
+    let m = s1.maintenance.as_ref().unwrap();
+    assert_eq!(
+        (m.kind.as_str(), m.state),
+        ("Scheduled", MaintenanceState::Pending)
+    );
+    let c = find_condition(&s1.conditions, types::MAINTENANCE_PENDING).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "MaintenanceScheduled")
+    );
+    let events = maintenance::transitions(&TpuSliceStatus::default(), &s1);
+    assert_eq!(events.len(), 1, "{events:?}");
+
+    let mut ongoing = running_case("2026-03-02T11:00:00Z", "ONGOING");
+    ongoing.observed.node.as_mut().unwrap().health = H::UnhealthyMaintenance;
+    let s2 = reported(&s1, &ongoing.observed);
+    assert_eq!(s2.maintenance_restarts, 1);
+    let s3 = reported(&s2, &ongoing.observed);
+    assert_eq!(
+        s3.maintenance_restarts, 1,
+        "counted once however many passes see it"
+    );
+    assert!(maintenance::transitions(&s2, &s3).is_empty());
+
+    let over = Case::spot().with_node(S::Ready, H::Healthy);
+    let s4 = reported(&s3, &over.observed);
+    assert_eq!((s4.maintenance.as_ref(), s4.maintenance_restarts), (None, 1));
+    let c = find_condition(&s4.conditions, types::MAINTENANCE_PENDING).unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "NoMaintenance"));
+    let events = maintenance::transitions(&s3, &s4);
+    assert_eq!(events.len(), 1, "{events:?}");
+}
