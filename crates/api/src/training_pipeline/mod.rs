@@ -183,8 +183,8 @@ mod vertex;
 
 pub use retry::{ExitCodeOperator, ExitCodes, RetryAction, RetryPolicy, RetryRule};
 pub use status::{
-    CheckpointStatus, KeptSlice, PipelineOutputs, RerunStatus, StageKind, StageName, StageState, StageStatus,
-    SuspensionStatus, TrainingPipelinePhase, TrainingPipelineStatus,
+    CheckpointStatus, Interruptions, KeptSlice, PipelineOutputs, RerunStatus, StageKind, StageName,
+    StageState, StageStatus, SuspensionStatus, TrainingPipelinePhase, TrainingPipelineStatus,
 };
 pub use training::{TpuVmTraining, Training, TrainingMode};
 pub use vertex::{

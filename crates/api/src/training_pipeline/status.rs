@@ -102,12 +102,33 @@ pub struct StageStatus {
     /// and zone it landed on (or asks now), and the places before that had none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<String>,
+    /// Training on a TPU VM slice: what interrupted the run, counted apart from `attempts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruptions: Option<Interruptions>,
     /// Last message of the stage (failure reason, queue position, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The stage's cloud object: its Cloud Console page and the Logs Explorer query of its logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub links: Option<Links>,
+}
+
+/// What interrupted a training slice, each counted apart and spending only its own budget:
+/// preemptions spend the slice's `spec.preemption.maxRecreations`, maintenance spends nothing,
+/// and neither is a counted attempt (`attempts`, against `maxRetries`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Interruptions {
+    /// Times the slice was recreated after a preemption.
+    #[serde(default)]
+    pub preemptions: i32,
+    /// Times a maintenance interrupted the slice's node.
+    #[serde(default)]
+    pub maintenance_restarts: i32,
+    /// The maintenance announced or under way now, as the slice's `MaintenancePending`
+    /// condition says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<String>,
 }
 
 /// Results of a finished pipeline.

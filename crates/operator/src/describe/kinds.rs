@@ -1,6 +1,7 @@
 //! What each kind shows.
 
 use tpu_operator_api::{
+    conditions::{find_condition, types},
     kueue::KueueStatus,
     preprocess_batch::{PreprocessBatch, PreprocessBatchPhase},
     tpu_slice::{TpuSlice, TpuSlicePhase},
@@ -58,6 +59,16 @@ pub fn pipeline(sheet: &mut Sheet, tp: &TrainingPipeline, logs_cmd: &str) {
             .or(s.resource_name.as_deref())
             .unwrap_or("-");
         sheet.item(&format!("{name:<11}{state:<10} {times}  {what}"));
+        if let Some(i) = &s.interruptions {
+            let mut line = format!(
+                "{:<11}interrupted: {} preemption(s), {} maintenance restart(s)",
+                "", i.preemptions, i.maintenance_restarts
+            );
+            if let Some(m) = &i.maintenance {
+                line.push_str(&format!("; {m}"));
+            }
+            sheet.item(&line);
+        }
     }
     sheet.cost(st.estimated_cost.as_ref());
     sheet.row(
@@ -95,6 +106,17 @@ pub fn slice(sheet: &mut Sheet, slice: &TpuSlice, logs_cmd: &str) {
     );
     if let Some(plan) = &st.capacity_plan {
         sheet.row("Capacity plan", &plan.summary());
+    }
+    if let Some(c) = find_condition(&st.conditions, types::MAINTENANCE_PENDING).filter(|c| c.status == "True")
+    {
+        sheet.row("Maintenance", &c.message);
+    }
+    if st.recreations + st.maintenance_restarts > 0 {
+        let counts = format!(
+            "{} preemption(s), {} maintenance restart(s)",
+            st.recreations, st.maintenance_restarts
+        );
+        sheet.row("Interrupted", &counts);
     }
     let node = match &st.node_id {
         Some(id) => {

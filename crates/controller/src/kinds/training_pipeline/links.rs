@@ -1,7 +1,8 @@
 //! The pipeline's links: each stage's cloud object (the PreprocessBatch child's batch, the
 //! training slice's node, the Vertex custom job) and, at the top, the current stage's; the
 //! children's cloud objects as the stages' `gcpName` (the Vertex job's is set where it is made);
-//! and where a training slice's capacity plan stands, as the train stage's `capacity`.
+//! and where a training slice's capacity plan stands and what interrupted it, as the train
+//! stage's `capacity` and `interruptions`.
 //!
 //! Does not touch Kubernetes or Google Cloud.
 
@@ -48,6 +49,8 @@ fn child(st: &mut TrainingPipelineStatus, name: StageName, read: &ChildCloud) {
         return;
     }
     let stage = stage_mut(st, name);
+    // Read with the child's status: what interrupts it now (a maintenance over is cleared).
+    stage.interruptions.clone_from(&read.interruptions);
     if read.gcp_name.is_some() {
         stage.gcp_name.clone_from(&read.gcp_name);
     }

@@ -61,6 +61,8 @@ pub struct ChildCloud {
     pub links: Option<Links>,
     /// Where a training slice's capacity plan stands.
     pub capacity: Option<String>,
+    /// What interrupted the training slice.
+    pub interruptions: Option<tpu_operator_api::training_pipeline::Interruptions>,
 }
 
 /// What the pipeline owns, and what else the pass read.
@@ -75,6 +77,7 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Re
         gcp_name: child.gcp_name,
         links: child.links,
         capacity: None,
+        interruptions: None,
     };
     let (training, cost, duplicate_jobs) = match tp.spec.training.mode() {
         Ok(TrainingMode::TpuVm) => tpu_vm_training(ctx, tp, names, finished, &mut reads).await?,
@@ -118,6 +121,7 @@ async fn preprocess_child(
             links: s.links.clone(),
             gcp_name: s.batch_name.clone(),
             capacity: None,
+            interruptions: None,
         })
     })
     .await
@@ -146,6 +150,7 @@ async fn tpu_vm_training(
             links: s.links.clone(),
             gcp_name: s.node_name.clone(),
             capacity: s.capacity_plan.as_ref().map(|p| p.summary()),
+            interruptions: interruptions(s),
         })
     })
     .await?;
@@ -154,6 +159,7 @@ async fn tpu_vm_training(
         gcp_name: child.gcp_name,
         links: child.links,
         capacity: child.capacity,
+        interruptions: child.interruptions,
     };
     let marker = if finished {
         Marker::None
@@ -217,4 +223,22 @@ async fn pending_operation_done(
             )),
         },
     )
+}
+
+/// What interrupted a training slice, as its status counts it; `None` while nothing did.
+fn interruptions(
+    s: &tpu_operator_api::tpu_slice::TpuSliceStatus,
+) -> Option<tpu_operator_api::training_pipeline::Interruptions> {
+    let maintenance = tpu_operator_api::conditions::find_condition(
+        &s.conditions,
+        tpu_operator_api::conditions::types::MAINTENANCE_PENDING,
+    )
+    .filter(|c| c.status == "True")
+    .map(|c| c.message.clone());
+    let quiet = s.recreations == 0 && s.maintenance_restarts == 0 && maintenance.is_none();
+    (!quiet).then(|| tpu_operator_api::training_pipeline::Interruptions {
+        preemptions: s.recreations,
+        maintenance_restarts: s.maintenance_restarts,
+        maintenance,
+    })
 }

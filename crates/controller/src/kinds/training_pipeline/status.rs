@@ -48,6 +48,7 @@ pub fn ensure_stage(
             end_time: None,
             attempts: 0,
             capacity: None,
+            interruptions: None,
             message: None,
             links: None,
         });
@@ -64,6 +65,7 @@ const NO_STAGE: StageStatus = StageStatus {
     end_time: None,
     attempts: 0,
     capacity: None,
+    interruptions: None,
     message: None,
     links: None,
 };

@@ -23,6 +23,8 @@ pub(super) struct ChildStatus {
     pub gcp_name: Option<String>,
     /// Where a slice child's capacity plan stands (`CapacityPlanStatus::summary`).
     pub capacity: Option<String>,
+    /// What interrupted a slice child (none: nothing did).
+    pub interruptions: Option<tpu_operator_api::training_pipeline::Interruptions>,
 }
 
 /// An owned child's state from its metadata and kstatus conditions, and what else the pipeline

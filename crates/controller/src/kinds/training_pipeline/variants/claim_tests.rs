@@ -159,6 +159,7 @@ fn waiting_before_any_run_is_not_started() {
             end_time: None,
             attempts: 1,
             capacity: None,
+            interruptions: None,
             message: None,
             links: None,
         }],
