@@ -27,6 +27,10 @@ SERVICES = {
                ["GoogleCloudAiplatformV1CustomJob", "GoogleCloudAiplatformV1CancelCustomJobRequest",
                 "GoogleCloudAiplatformV1DeleteOperationMetadata", "GoogleLongrunningOperation"]),
     "storage": ("storage.v1.json", None, "", ["Object", "Objects", "Bucket"]),
+    # v2alpha1-only request bodies (nodes.performMaintenance, nodes.simulateMaintenanceEvent); the
+    # emulator merges them into the TPU schemas, the same node store serving both versions.
+    "tpu-v2alpha1": ("tpu.v2alpha1.json", ".google.cloud.tpu.v2alpha1.", "",
+                     ["PerformMaintenanceRequest", "SimulateMaintenanceEventRequest"]),
 }
 
 

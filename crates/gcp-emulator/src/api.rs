@@ -2,7 +2,7 @@
 
 use crate::errors::{ApiError, ApiResult};
 use crate::wire::Query;
-use crate::wire::schema::Svc;
+use crate::wire::schema::{self, Svc};
 use axum::http::Method;
 use bytes::Bytes;
 use serde_json::Value;
@@ -11,6 +11,9 @@ use serde_json::Value;
 #[derive(Debug)]
 pub struct Req {
     pub method: Method,
+    /// The API version the path named (`v2` or `v2alpha1` for TPU, `v1`, ...; empty for Cloud
+    /// Storage and Compute Engine, which have one).
+    pub version: &'static str,
     /// Path segments after the API version, percent-decoded one by one.
     pub segs: Vec<String>,
     /// `:verb` suffix of the last segment (cloud APIs only), e.g. `stop` for `nodes/x:stop`.
@@ -121,4 +124,29 @@ pub fn no_route(method: &Method, path: &str) -> ApiError {
     ApiError::not_found(format!(
         "The requested URL {path} (method {method}) was not found on this server."
     ))
+}
+
+/// Rewrites the enums of a reply body as numbers (`$alt=json;enum-encoding=int`).
+pub fn encode_ints(v: &mut Value, shape: Shape) {
+    match shape {
+        Shape::Plain => {}
+        Shape::Msg(svc, name) => schema::enums_to_int(svc, name, v),
+        Shape::List {
+            key,
+            svc,
+            schema: name,
+        } => {
+            if let Some(items) = v.get_mut(key).and_then(Value::as_array_mut) {
+                items
+                    .iter_mut()
+                    .for_each(|it| schema::enums_to_int(svc, name, it));
+            }
+        }
+        Shape::Op => schema::operation_enums_to_int(v),
+        Shape::Ops => {
+            if let Some(items) = v.get_mut("operations").and_then(Value::as_array_mut) {
+                items.iter_mut().for_each(schema::operation_enums_to_int);
+            }
+        }
+    }
 }

@@ -2,12 +2,12 @@
 //! call faults, ticks the world to the clock's now, runs the service handler and encodes the reply
 //! like Google's front end (enum names or numbers, `charset=UTF-8`, `Server` header).
 
-use crate::api::{Body, Reply, Req, Shape, no_route};
+use crate::api::{Body, Reply, Req, encode_ints, no_route};
 use crate::calls::CallRecord;
 use crate::errors::{ApiError, Code};
 use crate::storage::Root;
 use crate::wire::Query;
-use crate::wire::schema::{self, Svc};
+use crate::wire::schema::Svc;
 use crate::world::Shared;
 use axum::Router;
 use axum::body::Bytes;
@@ -22,7 +22,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
 }
 
 enum Target {
-    Cloud(Svc, String),
+    /// A proto3 JSON service, the API version of its path prefix and the rest of the path.
+    Cloud(Svc, &'static str, String),
     /// Compute Engine: custom verbs are path segments (`.../resizeRequests/r/cancel`), not `:verb`.
     Compute(String),
     Storage(Root, String),
@@ -31,17 +32,19 @@ enum Target {
 
 fn target(path: &str) -> Option<Target> {
     let cloud = [
-        ("/tpu/v2/", Svc::Tpu),
-        ("/dataproc/v1/", Svc::Dataproc),
-        ("/vertex/v1/", Svc::Vertex),
+        ("/tpu/v2/", Svc::Tpu, "v2"),
+        // The v2alpha1 surface: the v2 methods plus the maintenance ones, on the same nodes.
+        ("/tpu/v2alpha1/", Svc::Tpu, "v2alpha1"),
+        ("/dataproc/v1/", Svc::Dataproc, "v1"),
+        ("/vertex/v1/", Svc::Vertex, "v1"),
         // The Vertex Rust client sends operations calls to `/ui/{name}`: the same v1 surface.
-        ("/vertex/ui/", Svc::Vertex),
-        ("/logging/v2/", Svc::Logging),
-        ("/iamcredentials/v1/", Svc::IamCredentials),
+        ("/vertex/ui/", Svc::Vertex, "v1"),
+        ("/logging/v2/", Svc::Logging, "v2"),
+        ("/iamcredentials/v1/", Svc::IamCredentials, "v1"),
     ];
-    for (p, svc) in cloud {
+    for (p, svc, version) in cloud {
         if let Some(rest) = path.strip_prefix(p) {
-            return Some(Target::Cloud(svc, rest.to_string()));
+            return Some(Target::Cloud(svc, version, rest.to_string()));
         }
     }
     if let Some(rest) = path.strip_prefix("/compute/v1/") {
@@ -67,7 +70,14 @@ fn decode(s: &str) -> String {
         .unwrap_or_else(|_| s.to_string())
 }
 
-fn build_req(method: Method, rest: &str, cloud: bool, uri: &Uri, headers: &HeaderMap, body: Bytes) -> Req {
+/// The request of a call to API `version` (`cloud` APIs carry a `:verb` on their last segment).
+fn build_req(
+    (version, rest, cloud): (&'static str, &str, bool),
+    method: Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Req {
     let mut raw: Vec<&str> = rest.split('/').collect();
     if raw.last() == Some(&"") {
         raw.pop();
@@ -82,6 +92,7 @@ fn build_req(method: Method, rest: &str, cloud: bool, uri: &Uri, headers: &Heade
     }
     Req {
         method,
+        version,
         segs: raw.iter().map(|s| decode(s)).collect(),
         verb,
         query: Query::parse(uri.query()),
@@ -103,8 +114,8 @@ fn route_call(
     body: Bytes,
 ) -> (Svc, Req, Option<(Routed, &'static str)>) {
     match t {
-        Target::Cloud(svc, rest) => {
-            let req = build_req(method, &rest, true, uri, headers, body);
+        Target::Cloud(svc, version, rest) => {
+            let req = build_req((version, &rest, true), method, uri, headers, body);
             let routed = match svc {
                 Svc::Tpu => crate::tpu::route(&req).map(|(r, m)| (Routed::Tpu(r), m)),
                 Svc::Dataproc => crate::dataproc::route(&req).map(|(r, m)| (Routed::Dataproc(r), m)),
@@ -116,12 +127,12 @@ fn route_call(
             (svc, req, routed)
         }
         Target::Compute(rest) => {
-            let req = build_req(method, &rest, false, uri, headers, body);
+            let req = build_req(("", &rest, false), method, uri, headers, body);
             let routed = crate::compute::route(&req).map(|(r, m)| (Routed::Compute(r), m));
             (Svc::Compute, req, routed)
         }
         Target::Storage(root, rest) => {
-            let req = build_req(method, &rest, false, uri, headers, body);
+            let req = build_req(("", &rest, false), method, uri, headers, body);
             let routed = crate::storage::route(root, &req).map(|(r, m)| (Routed::Storage(r), m));
             (Svc::Storage, req, routed)
         }
@@ -377,30 +388,6 @@ fn respond_status(res: Result<Reply, ApiError>, enum_int: bool, svc: Svc, status
                 encode_ints(&mut v, shape);
             }
             json_response(status, &v, svc)
-        }
-    }
-}
-
-fn encode_ints(v: &mut Value, shape: Shape) {
-    match shape {
-        Shape::Plain => {}
-        Shape::Msg(svc, name) => schema::enums_to_int(svc, name, v),
-        Shape::List {
-            key,
-            svc,
-            schema: name,
-        } => {
-            if let Some(items) = v.get_mut(key).and_then(Value::as_array_mut) {
-                items
-                    .iter_mut()
-                    .for_each(|it| schema::enums_to_int(svc, name, it));
-            }
-        }
-        Shape::Op => schema::operation_enums_to_int(v),
-        Shape::Ops => {
-            if let Some(items) = v.get_mut("operations").and_then(Value::as_array_mut) {
-                items.iter_mut().for_each(schema::operation_enums_to_int);
-            }
         }
     }
 }

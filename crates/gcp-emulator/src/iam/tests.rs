@@ -12,6 +12,7 @@ fn now() -> DateTime<Utc> {
 fn mint_req(body: &str) -> Req {
     Req {
         method: Method::POST,
+        version: "v1",
         segs: [
             "projects",
             "-",

@@ -52,6 +52,8 @@ fn prop_to_int(svc: Svc, p: &Prop, v: &mut Value) {
 fn any_schema(type_url: &str) -> Option<(Svc, &'static str)> {
     Some(match type_url.strip_prefix("type.googleapis.com/")? {
         "google.cloud.tpu.v2.Node" => (Svc::Tpu, "Node"),
+        // The maintenance operations' response (its fields here are those of v2's Node).
+        "google.cloud.tpu.v2alpha1.Node" => (Svc::Tpu, "Node"),
         "google.cloud.tpu.v2.QueuedResource" => (Svc::Tpu, "QueuedResource"),
         "google.cloud.dataproc.v1.Batch" => (Svc::Dataproc, "Batch"),
         "google.cloud.dataproc.v1.BatchOperationMetadata" => (Svc::Dataproc, "BatchOperationMetadata"),

@@ -89,8 +89,12 @@ fn docs() -> &'static HashMap<Svc, Doc> {
     static DOCS: OnceLock<HashMap<Svc, Doc>> = OnceLock::new();
     DOCS.get_or_init(|| {
         let parse = |s: &str| serde_json::from_str::<Doc>(s).expect("embedded schema JSON is valid");
+        let mut tpu = parse(include_str!("../../../schemas/tpu.json"));
+        // The v2alpha1-only request bodies (maintenance methods): one TPU node store serves both.
+        let alpha = parse(include_str!("../../../schemas/tpu-v2alpha1.json"));
+        tpu.schemas.extend(alpha.schemas);
         HashMap::from([
-            (Svc::Tpu, parse(include_str!("../../../schemas/tpu.json"))),
+            (Svc::Tpu, tpu),
             (
                 Svc::Dataproc,
                 parse(include_str!("../../../schemas/dataproc.json")),
