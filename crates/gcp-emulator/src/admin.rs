@@ -237,6 +237,12 @@ fn get_other(shared: &Shared, method: &Method, rest: &str) -> ApiResult<Response
     match bodies {
         Some(items) => ok(json!({"items": items})),
         None if rest == "reservations" => ok(json!({"reservations": shared.world().tpu.reservations})),
+        None if rest == "workloads/interruptions" => {
+            ok(json!({"interruptions": shared.world().cloud.training.interruptions}))
+        }
+        None if rest == "workloads/checkpoint-requests" => {
+            ok(json!({"checkpointRequests": shared.world().cloud.training.checkpoint_requests}))
+        }
         None if rest == "config" => ok(serde_json::to_value(&shared.world().cloud.cfg).unwrap_or_default()),
         None if rest.starts_with("buckets/") => bucket_contents(&shared.world(), rest),
         None => Err(unknown_endpoint(method, rest)),

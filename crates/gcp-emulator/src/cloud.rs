@@ -46,6 +46,8 @@ pub struct Cloud {
     pub projects: BTreeSet<String>,
     /// Cloud Logging's entries (simulated workloads write into it).
     pub logs: crate::logging::LogStore,
+    /// Interruptions of simulated workloads and the checkpoint requests they honoured.
+    pub training: crate::training::TrainingLog,
 }
 
 impl Cloud {
@@ -63,6 +65,7 @@ impl Cloud {
             calls: CallLog::default(),
             projects: BTreeSet::new(),
             logs: crate::logging::LogStore::default(),
+            training: crate::training::TrainingLog::default(),
         }
     }
 

@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::errors::ApiError;
 use crate::faults::Fault;
 use crate::server::router;
+use crate::training::{CheckpointRequest, WorkloadInterruption};
 use crate::world::Shared;
 use crate::world::World;
 use bytes::Bytes;
@@ -186,6 +187,16 @@ impl Emulator {
     /// `None` while it has not started.
     pub fn workload_env(&self, name: &str) -> Option<BTreeMap<String, String>> {
         self.with_world(|w| w.tpu.nodes.get(name).and_then(|r| r.workload_env.clone()))
+    }
+    /// Every interruption of a running simulated workload so far (maintenance, preemption,
+    /// deletion, stop), oldest first, with the steps it lost (see [`crate::training`]).
+    pub fn workload_interruptions(&self) -> Vec<WorkloadInterruption> {
+        self.with_world(|w| w.cloud.training.interruptions.clone())
+    }
+    /// Every checkpoint request (metadata `tpu-operator-checkpoint-request`) a workload
+    /// honoured, oldest first.
+    pub fn checkpoint_requests(&self) -> Vec<CheckpointRequest> {
+        self.with_world(|w| w.cloud.training.checkpoint_requests.clone())
     }
     pub fn queued_resources(&self) -> Vec<Value> {
         self.with_world(|w| w.tpu.qrs.values().map(|r| r.body.clone()).collect())

@@ -20,6 +20,10 @@ pub const OUTPUT_PROPERTY: &str = "spark.tpuoperator.outputUri";
 /// Metadata key the operator sets: where the VM's workload writes `_SUCCESS` / `_FAILED`.
 pub const DONE_URI_KEY: &str = "tpu-operator-done-uri";
 
+/// Metadata key the operator sets to a new value (an RFC 3339 time) to ask the workload for a
+/// checkpoint now; only a startup script that watches it (names it) can honour it.
+pub const CHECKPOINT_REQUEST_KEY: &str = "tpu-operator-checkpoint-request";
+
 fn join(prefix: &str, leaf: &str) -> String {
     if prefix.is_empty() || prefix.ends_with('/') {
         format!("{prefix}{leaf}")
@@ -139,6 +143,40 @@ fn newest_step(w: &Cloud, bucket: &str, prefix: &str) -> u64 {
 pub fn write_checkpoint_to(w: &mut Cloud, dir: &str) -> Option<u64> {
     let (bucket, prefix) = parse_gs(dir)?;
     let step = newest_step(w, &bucket, &prefix) + STEPS_PER_CHECKPOINT;
+    write_checkpoint_at(w, dir, step).then_some(step)
+}
+
+/// The newest complete checkpoint under `dir`: the highest `<step>` with its
+/// `<dir>/<step>/_CHECKPOINT_METADATA` (orbax writes it last); 0 when there is none.
+pub fn committed_step(w: &Cloud, dir: &str) -> u64 {
+    let Some((bucket, prefix)) = parse_gs(dir) else {
+        return 0;
+    };
+    let Some(b) = w.buckets.get(&bucket) else { return 0 };
+    b.objects
+        .range(prefix.clone()..)
+        .take_while(|(k, _)| k.starts_with(&prefix))
+        .filter_map(|(k, _)| {
+            let (step, leaf) = k[prefix.len()..].split_once('/')?;
+            (leaf == "_CHECKPOINT_METADATA").then(|| step.parse::<u64>().ok())?
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Writes the checkpoint of `step` under `dir` (orbax layout, as [`write_checkpoint_to`]);
+/// `false` when `dir` is not a `gs://` prefix or that step is already complete there.
+pub fn write_checkpoint_at(w: &mut Cloud, dir: &str, step: u64) -> bool {
+    let Some((bucket, prefix)) = parse_gs(dir) else {
+        return false;
+    };
+    let done = format!("{prefix}{step}/_CHECKPOINT_METADATA");
+    if w.buckets
+        .get(&bucket)
+        .is_some_and(|b| b.objects.contains_key(&done))
+    {
+        return false;
+    }
     for (leaf, data) in [
         (
             "state/checkpoint",
@@ -156,7 +194,7 @@ pub fn write_checkpoint_to(w: &mut Cloud, dir: &str) -> Option<u64> {
             None,
         );
     }
-    Some(step)
+    true
 }
 
 #[cfg(test)]

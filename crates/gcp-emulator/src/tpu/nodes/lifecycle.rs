@@ -20,6 +20,13 @@ pub(super) fn transition(
         op_metadata(w.now, name, verb),
     );
     let timer = w.schedule(Cloud::add(w.now, d), TimerKind::Node, name);
+    // A workload running on the node stops (a start finds none running).
+    let cause = if verb == "delete" {
+        Cause::Deletion
+    } else {
+        Cause::Stop
+    };
+    interrupt(w, tpu, name, cause);
     let rec = tpu.nodes.find_mut(name, not_found)?;
     // An operation still waiting on the previous transition is superseded: it fails ABORTED.
     let previous = rec.op.replace(op_name);
@@ -142,6 +149,7 @@ pub fn preempt(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<()> {
 }
 
 pub fn mark_preempted(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+    interrupt(w, tpu, name, Cause::Preemption);
     let Some(rec) = tpu.nodes.get_mut(name) else {
         return;
     };
@@ -167,6 +175,7 @@ pub fn delete_quietly(w: &mut Cloud, tpu: &mut Tpu, name: &str, d: std::time::Du
         return;
     }
     let t = w.schedule(Cloud::add(w.now, d), TimerKind::Node, name);
+    interrupt(w, tpu, name, Cause::Deletion);
     if let Some(rec) = tpu.nodes.get_mut(name) {
         rec.body["state"] = json!("DELETING");
         if let Some(m) = rec.body.as_object_mut() {

@@ -12,7 +12,10 @@ use crate::errors::{ApiError, ApiResult, Code};
 use crate::faults::name_matches;
 use crate::logging::workloads::INFO;
 use crate::lro;
-use crate::outputs::{DONE_URI_KEY, checkpoint_dir_in, write_checkpoint_to};
+use crate::outputs::{
+    CHECKPOINT_REQUEST_KEY, DONE_URI_KEY, checkpoint_dir_in, committed_step, write_checkpoint_at,
+};
+use crate::training::{Cause, Progress};
 use crate::wire::Query;
 use crate::wire::schema::{self, Svc};
 use crate::wire::time::ts;
@@ -21,11 +24,13 @@ use serde_json::{Value, json};
 // Each part in its own file; the parts share this module's imports and private items
 // (`use super::*`), and what they make public is re-exported here so callers keep their paths.
 mod create;
+mod interrupt;
 mod lifecycle;
 mod patch;
 mod workload;
 
 pub use create::*;
+use interrupt::*;
 pub use lifecycle::*;
 pub use patch::*;
 pub use workload::*;
@@ -48,6 +53,15 @@ pub struct NodeRec {
     pub workload_env: Option<std::collections::BTreeMap<String, String>>,
     /// The capacity it holds (the zone's stock counts it while it lives).
     pub kind: crate::capacity::CapacityKind,
+    /// The running workload's step model.
+    pub run: RunState,
+}
+
+/// Where a node's simulated workload stands (see [`crate::training`]).
+#[derive(Clone, Debug, Default)]
+pub struct RunState {
+    /// Where the running workload's step count starts; `None` while it does not run.
+    pub progress: Option<Progress>,
 }
 
 impl NodeRec {
@@ -118,7 +132,10 @@ pub fn guest_attributes(tpu: &Tpu, name: &str, body: &Value) -> ApiResult<Reply>
 }
 
 #[cfg(test)]
-mod tests {
+mod tests;
+
+#[cfg(test)]
+mod env_tests {
     use serde_json::json;
 
     /// The operator's multislice script: static `-e 'K=V'` words, `-e K` from exported metadata

@@ -54,17 +54,23 @@ pub fn patch(w: &mut Cloud, tpu: &mut Tpu, name: &str, q: &Query, body: &Value) 
             ),
         ));
     }
-    let now_ready = {
+    let (ready, before) = {
         let rec = tpu.nodes.get_mut(name).expect("checked above");
+        let before = rec.body["metadata"][CHECKPOINT_REQUEST_KEY]
+            .as_str()
+            .map(str::to_string);
         // A masked field is replaced whole, maps included (AIP-134, "Update":
         // <https://google.aip.dev/134>): `metadata` in the mask replaces the node's metadata map,
         // so a client that adds one key (gcloud `tpu-vm ssh` adding `ssh-keys`) sends the rest.
         for p in &paths {
             set_path(&mut rec.body, &patch, p);
         }
-        rec.state() == "READY"
+        (rec.state() == "READY", before)
     };
-    if now_ready {
+    if ready {
+        if paths.contains(&"metadata") {
+            checkpoint_request(w, tpu, name, before.as_deref());
+        }
         maybe_schedule_workload(w, tpu, name);
     }
     let parent = name.split("/nodes/").next().unwrap_or_default().to_string();

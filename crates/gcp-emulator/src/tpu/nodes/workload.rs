@@ -1,5 +1,6 @@
 //! The simulated workload of a READY node: checkpoints under its `CHECKPOINT_DIR` every
-//! `workloadCheckpoint` while it runs, its logs, then its `_SUCCESS` marker.
+//! `workloadCheckpoint` while it runs (each at the step it has reached, `crate::training`), its
+//! logs, then its `_SUCCESS` marker.
 
 use super::*;
 
@@ -20,9 +21,12 @@ pub(super) fn maybe_schedule_workload(w: &mut Cloud, tpu: &mut Tpu, name: &str) 
         return;
     };
     let end = Cloud::add(w.now, w.cfg.durations.tpu_workload);
+    // It resumes from the newest complete checkpoint (a node recreated after a preemption).
+    let s0 = checkpoint_dir(tpu, name).map_or(0, |dir| committed_step(w, &dir));
     if let Some(rec) = tpu.nodes.get_mut(name) {
         rec.workload_end = Some(end);
         rec.workload_env = Some(env);
+        rec.run.progress = Some(Progress { t0: w.now, s0 });
     }
     workload_log(w, tpu, name, INFO, "Workload container started");
     schedule_workload_step(w, tpu, name);
@@ -30,7 +34,7 @@ pub(super) fn maybe_schedule_workload(w: &mut Cloud, tpu: &mut Tpu, name: &str) 
 
 /// A line of the node's workload container on every host, as docker's `gcplogs` driver writes
 /// it (when the startup script uses it: `logging::workloads`).
-fn workload_log(w: &mut Cloud, tpu: &Tpu, name: &str, severity: i32, text: &str) {
+pub(super) fn workload_log(w: &mut Cloud, tpu: &Tpu, name: &str, severity: i32, text: &str) {
     if !w.cfg.simulate_outputs {
         return;
     }
@@ -45,7 +49,7 @@ fn workload_log(w: &mut Cloud, tpu: &Tpu, name: &str, severity: i32, text: &str)
 
 /// The workload's next event: its next checkpoint, or its exit when that comes first (or when
 /// it writes no checkpoints).
-fn schedule_workload_step(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+pub(super) fn schedule_workload_step(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
     let Some(end) = tpu.nodes.get(name).and_then(|r| r.workload_end) else {
         return;
     };
@@ -150,13 +154,19 @@ fn shell_words(text: &str) -> Vec<String> {
 
 /// The `CHECKPOINT_DIR` the node's startup script passes to its container (`-e
 /// 'CHECKPOINT_DIR=gs://…'`, the operator's `docker run` line), ending in `/`.
-fn checkpoint_dir(tpu: &Tpu, name: &str) -> Option<String> {
+pub(super) fn checkpoint_dir(tpu: &Tpu, name: &str) -> Option<String> {
     checkpoint_dir_in(tpu.nodes.get(name)?.body["metadata"]["startup-script"].as_str()?)
 }
 
+/// A periodic checkpoint: at the step the workload has reached (a step already complete in
+/// its directory, e.g. written by another slice of the same run, is not written again).
 fn write_checkpoint(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+    let Some(progress) = tpu.nodes.get(name).and_then(|r| r.run.progress) else {
+        return;
+    };
+    let step = progress.step_at(w.now, w.cfg.durations.workload_checkpoint);
     if let Some(dir) = checkpoint_dir(tpu, name)
-        && let Some(step) = write_checkpoint_to(w, &dir)
+        && write_checkpoint_at(w, &dir, step)
     {
         let line = format!("step {step}: checkpoint saved to {dir}{step}/");
         workload_log(w, tpu, name, INFO, &line);
@@ -182,6 +192,7 @@ pub fn fire_workload(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
         return;
     }
     rec.workload_done = true;
+    rec.run.progress = None;
     let uri = rec.body["metadata"][DONE_URI_KEY]
         .as_str()
         .unwrap_or_default()

@@ -1,0 +1,92 @@
+//! What happens to a node's running workload besides its own checkpoints: an interruption
+//! (preemption, deletion, stop) that loses the steps since its newest committed checkpoint, and
+//! a checkpoint the operator requests through the
+//! node's metadata (`tpu-operator-checkpoint-request`).
+
+use super::*;
+use crate::training::{CheckpointRequest, WorkloadInterruption};
+use std::time::Duration;
+
+/// True while the node's workload container runs (started, not ended, not interrupted).
+fn running(rec: &NodeRec) -> bool {
+    rec.workload_timer.is_some() && !rec.workload_done && rec.run.progress.is_some()
+}
+
+/// Stops the node's running workload for `cause` and records the steps it loses (those since
+/// the newest complete checkpoint in its `CHECKPOINT_DIR`). Returns the run time it still has
+/// ahead, the time to redo since that checkpoint included; `None` when none was running.
+pub(super) fn interrupt(w: &mut Cloud, tpu: &mut Tpu, name: &str, cause: Cause) -> Option<Duration> {
+    let rec = tpu.nodes.get(name)?;
+    if !running(rec) {
+        return None;
+    }
+    let progress = rec.run.progress?;
+    let left = rec
+        .workload_end
+        .map_or(Duration::ZERO, |end| (end - w.now).to_std().unwrap_or_default());
+    let every = w.cfg.durations.workload_checkpoint;
+    let committed = checkpoint_dir(tpu, name).map_or(0, |dir| committed_step(w, &dir));
+    let step = progress.step_at(w.now, every);
+    w.training.interruptions.push(WorkloadInterruption {
+        node: name.to_string(),
+        at: w.now,
+        cause,
+        step_at_interruption: step,
+        committed_step: committed,
+        steps_lost: step.saturating_sub(committed),
+    });
+    let line = format!(
+        "Workload container stopped at step {step} ({}); last checkpoint: step {committed}",
+        cause.name()
+    );
+    workload_log(w, tpu, name, crate::logging::workloads::ERROR, &line);
+    let rec = tpu.nodes.get_mut(name)?;
+    rec.workload_timer = None;
+    rec.run.progress = None;
+    Some(left + progress.redone(committed, w.now, every))
+}
+
+/// After a metadata patch: a new, non-empty `tpu-operator-checkpoint-request` value (`before`
+/// is the previous one) asks the running workload for a checkpoint now, which it writes when its
+/// startup script watches that key. The container then goes on from that checkpoint (no steps
+/// lost); its periodic checkpoints keep their interval from there.
+pub(super) fn checkpoint_request(w: &mut Cloud, tpu: &mut Tpu, name: &str, before: Option<&str>) {
+    let Some(rec) = tpu.nodes.get(name) else { return };
+    let value = rec.body["metadata"][CHECKPOINT_REQUEST_KEY]
+        .as_str()
+        .unwrap_or_default();
+    let script = rec.body["metadata"]["startup-script"]
+        .as_str()
+        .unwrap_or_default();
+    let writes = w.cfg.simulate_outputs && !name_matches(&w.faults.suppressed_outputs, name);
+    if value.is_empty()
+        || before == Some(value)
+        || rec.state() != "READY"
+        || !running(rec)
+        || !script.contains(CHECKPOINT_REQUEST_KEY)
+        || !writes
+    {
+        return;
+    }
+    let (Some(progress), Some(dir)) = (rec.run.progress, checkpoint_dir(tpu, name)) else {
+        return;
+    };
+    let every = w.cfg.durations.workload_checkpoint;
+    let step = progress.step_at(w.now, every);
+    if write_checkpoint_at(w, &dir, step) {
+        let line = format!("step {step}: checkpoint saved to {dir}{step}/ (requested)");
+        workload_log(w, tpu, name, INFO, &line);
+    }
+    w.training.checkpoint_requests.push(CheckpointRequest {
+        node: name.to_string(),
+        at: w.now,
+        step,
+    });
+    // Restarted from that checkpoint: the part of a step made since it is done again.
+    let redone = progress.redone(step, w.now, every);
+    if let Some(rec) = tpu.nodes.get_mut(name) {
+        rec.run.progress = Some(Progress { t0: w.now, s0: step });
+        rec.workload_end = rec.workload_end.map(|end| Cloud::add(end, redone));
+    }
+    schedule_workload_step(w, tpu, name);
+}
