@@ -48,6 +48,21 @@ pub fn create_reservation(w: &mut World, name: &str, chips: u64) -> ApiResult<()
 pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
     match f {
         Fault::PreemptNode { name } => crate::tpu::nodes::preempt(&mut w.cloud, &mut w.tpu, &name),
+        Fault::ScheduleMaintenance {
+            name,
+            start_in_secs,
+            duration_secs,
+            can_reschedule,
+            unscheduled,
+        } => {
+            let notice = crate::tpu::nodes::Notice {
+                start_in: std::time::Duration::from_secs(start_in_secs),
+                duration: std::time::Duration::from_secs(duration_secs),
+                can_reschedule,
+                unscheduled,
+            };
+            crate::tpu::nodes::schedule_maintenance(&mut w.cloud, &mut w.tpu, &name, notice)
+        }
         Fault::PreemptQueuedResource { name } => crate::tpu::queued::preempt(&mut w.cloud, &mut w.tpu, &name),
         Fault::PreemptInstance { name } => {
             crate::compute::instances::preempt(&mut w.cloud, &mut w.compute, &name)

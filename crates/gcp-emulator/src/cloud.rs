@@ -20,6 +20,8 @@ pub enum TimerKind {
     Node,
     NodeWorkload,
     NodeUpdateOp,
+    /// A TPU node's maintenance event: its window starts, then it ends.
+    NodeMaintenance,
     QueuedResource,
     Batch,
     Job,

@@ -31,9 +31,13 @@ pub struct Durations {
     pub tpu_workload: Duration,
     /// Simulated training workloads (TPU VM workloads and running Vertex jobs): interval between
     /// two checkpoints written under their `CHECKPOINT_DIR` while they run (`0s`: none, as a hung
-    /// run would). See `tpu::nodes::write_checkpoint_to`.
+    /// run would). See `outputs::write_checkpoint_to` and the step model in `training.rs`.
     #[serde(with = "humantime_serde_compat")]
     pub workload_checkpoint: Duration,
+    /// A TPU node maintenance event started by v2alpha1 `nodes.simulateMaintenanceEvent`:
+    /// ONGOING (health UNHEALTHY_MAINTENANCE) -> over (HEALTHY, workload restarted).
+    #[serde(with = "humantime_serde_compat")]
+    pub maintenance: Duration,
     /// Queued resource CREATING -> ACCEPTED (the create operation completes here).
     #[serde(with = "humantime_serde_compat")]
     pub qr_accept: Duration,
@@ -102,6 +106,7 @@ impl Default for Durations {
             tpu_update: s(5),
             tpu_workload: s(600),
             workload_checkpoint: s(120),
+            maintenance: s(300),
             qr_accept: s(10),
             qr_queue: s(20),
             qr_wait: s(60),

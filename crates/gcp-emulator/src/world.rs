@@ -55,6 +55,9 @@ impl World {
                 TimerKind::Node => crate::tpu::nodes::fire(w, &mut self.tpu, seq, &key),
                 TimerKind::NodeWorkload => crate::tpu::nodes::fire_workload(w, &mut self.tpu, seq, &key),
                 TimerKind::NodeUpdateOp => crate::tpu::nodes::fire_update_op(w, &mut self.tpu, &key),
+                TimerKind::NodeMaintenance => {
+                    crate::tpu::nodes::fire_maintenance(w, &mut self.tpu, seq, &key)
+                }
                 TimerKind::QueuedResource => crate::tpu::queued::fire(w, &mut self.tpu, seq, &key),
                 TimerKind::Batch => crate::dataproc::batches::fire(w, &mut self.dataproc, seq, &key),
                 TimerKind::Job => crate::vertex::jobs::fire(w, &mut self.vertex, seq, &key),

@@ -51,6 +51,20 @@ pub enum Fault {
     },
     /// Preempts a spot / preemptible node now (state PREEMPTED). Name: full resource name.
     PreemptNode { name: String },
+    /// Announces a maintenance event on a TPU node (full name): its `upcomingMaintenance`
+    /// (`type` SCHEDULED, or UNSCHEDULED with `unscheduled`; `canReschedule`; the window from
+    /// `start_in_secs` emulated seconds from now, lasting `duration_secs`; status PENDING). At
+    /// the window start the maintenance runs (see `tpu::nodes::maintenance`). Unknown node:
+    /// NOT_FOUND.
+    ScheduleMaintenance {
+        name: String,
+        start_in_secs: u64,
+        duration_secs: u64,
+        #[serde(default)]
+        can_reschedule: bool,
+        #[serde(default)]
+        unscheduled: bool,
+    },
     /// Preempts a Compute Engine Spot instance now (`name`: `projects/p/zones/z/instances/i`, or
     /// the bare instance name when unique): STOPPING, then TERMINATED
     /// (`scheduling.instanceTerminationAction` STOP, the default) or deleted (DELETE). A MIG

@@ -57,6 +57,7 @@ impl Faults {
                 FollowUp::Nothing
             }
             Fault::PreemptNode { .. }
+            | Fault::ScheduleMaintenance { .. }
             | Fault::PreemptQueuedResource { .. }
             | Fault::PreemptInstance { .. }
             | Fault::FailResizeRequest { .. }

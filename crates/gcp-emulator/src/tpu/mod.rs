@@ -119,7 +119,11 @@ pub fn route(req: &Req) -> Option<(Route, &'static str)> {
             )
         }
         ["projects", p, "locations", z, coll, id] => {
-            let mid = item_method(coll, m, verb)?;
+            let mid = item_method(coll, m, verb).or_else(|| {
+                (req.version == "v2alpha1")
+                    .then(|| alpha_method(coll, m, verb))
+                    .flatten()
+            })?;
             let r = Route::Item {
                 project: p.to_string(),
                 zone: z.to_string(),
@@ -195,6 +199,16 @@ fn item_method(coll: &str, m: &Method, verb: Option<&str>) -> Option<&'static st
     })
 }
 
+/// The v2alpha1-only methods on one item (the maintenance methods; v2alpha1 serves the v2
+/// methods too, on the same resources).
+fn alpha_method(coll: &str, m: &Method, verb: Option<&str>) -> Option<&'static str> {
+    Some(match (coll, m.clone(), verb) {
+        ("nodes", Method::POST, Some("performMaintenance")) => "nodes.performMaintenance",
+        ("nodes", Method::POST, Some("simulateMaintenanceEvent")) => "nodes.simulateMaintenanceEvent",
+        _ => return None,
+    })
+}
+
 /// locations.get and locations.generateServiceIdentity.
 fn location_get(w: &mut Cloud, project: &str, zone: &str, method: &str) -> ApiResult<Reply> {
     if method == "locations.generateServiceIdentity" {
@@ -249,6 +263,8 @@ fn item(w: &mut Cloud, tpu: &mut Tpu, req: &Req, name: &str, parent: &str, metho
         "nodes.stop" => nodes::stop(w, tpu, name),
         "nodes.start" => nodes::start(w, tpu, name),
         "nodes.getGuestAttributes" => nodes::guest_attributes(tpu, name, &req.json()?),
+        "nodes.performMaintenance" => nodes::perform_maintenance(w, tpu, name, &req.json()?),
+        "nodes.simulateMaintenanceEvent" => nodes::simulate_maintenance(w, tpu, name, &req.json()?),
         "queuedResources.get" => queued::get(tpu, name),
         "queuedResources.delete" => queued::delete(w, tpu, name, &req.query),
         "queuedResources.reset" => queued::reset(w, tpu, name),

@@ -1,6 +1,6 @@
 //! What happens to a node's running workload besides its own checkpoints: an interruption
-//! (preemption, deletion, stop) that loses the steps since its newest committed checkpoint, and
-//! a checkpoint the operator requests through the
+//! (maintenance, preemption, deletion, stop) that loses the steps since its newest committed
+//! checkpoint, its restart after maintenance, and a checkpoint the operator requests through the
 //! node's metadata (`tpu-operator-checkpoint-request`).
 
 use super::*;
@@ -44,6 +44,32 @@ pub(super) fn interrupt(w: &mut Cloud, tpu: &mut Tpu, name: &str, cause: Cause) 
     rec.workload_timer = None;
     rec.run.progress = None;
     Some(left + progress.redone(committed, w.now, every))
+}
+
+/// The maintenance is over: a workload it stopped starts again, as the startup script does at
+/// boot, from the newest complete checkpoint, with the run time it had left.
+pub(super) fn resume(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+    let Some(rec) = tpu.nodes.get_mut(name) else {
+        return;
+    };
+    let Some(left) = rec.run.paused.take() else { return };
+    if rec.state() != "READY" || rec.workload_done {
+        return;
+    }
+    let script = rec.body["metadata"]["startup-script"]
+        .as_str()
+        .unwrap_or_default();
+    if let Some(env) = container_env(script, &rec.body["metadata"]) {
+        rec.workload_env = Some(env);
+    }
+    rec.workload_end = Some(Cloud::add(w.now, left));
+    let s0 = checkpoint_dir(tpu, name).map_or(0, |dir| committed_step(w, &dir));
+    if let Some(rec) = tpu.nodes.get_mut(name) {
+        rec.run.progress = Some(Progress { t0: w.now, s0 });
+    }
+    let line = format!("Workload container started (restored from step {s0})");
+    workload_log(w, tpu, name, INFO, &line);
+    schedule_workload_step(w, tpu, name);
 }
 
 /// After a metadata patch: a new, non-empty `tpu-operator-checkpoint-request` value (`before`

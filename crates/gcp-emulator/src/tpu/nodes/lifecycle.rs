@@ -36,6 +36,8 @@ pub(super) fn transition(
     }
     rec.timer = Some(timer);
     rec.workload_timer = None;
+    // A workload stopped by maintenance does not restart on a node going down.
+    rec.run.paused = None;
     if let Some(prev) = previous {
         let err = ApiError::new(Code::Aborted, format!("Operation superseded by {verb} of {name}"));
         lro::finish_err(&mut w.ops, w.now, &prev, &err);
@@ -108,7 +110,12 @@ pub fn fire(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
     match rec.state().to_string().as_str() {
         "CREATING" | "STARTING" => {
             rec.body["state"] = json!("READY");
-            rec.body["health"] = json!("HEALTHY");
+            let health = if under_maintenance(rec) {
+                "UNHEALTHY_MAINTENANCE"
+            } else {
+                "HEALTHY"
+            };
+            rec.body["health"] = json!(health);
             let resp = op_copy(rec);
             if let Some(op) = op {
                 lro::finish_ok(&mut w.ops, w.now, &op, resp);
@@ -123,6 +130,7 @@ pub fn fire(w: &mut Cloud, tpu: &mut Tpu, seq: u64, name: &str) {
             }
         }
         "DELETING" => {
+            abandon_maintenance(w, rec, name);
             tpu.nodes.remove(name);
             if let Some(op) = op {
                 lro::finish_ok(&mut w.ops, w.now, &op, json!({"@type": lro::EMPTY}));
@@ -153,6 +161,7 @@ pub fn mark_preempted(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
     let Some(rec) = tpu.nodes.get_mut(name) else {
         return;
     };
+    rec.run.paused = None;
     rec.body["state"] = json!("PREEMPTED");
     if let Some(m) = rec.body.as_object_mut() {
         m.remove("health");
@@ -177,6 +186,7 @@ pub fn delete_quietly(w: &mut Cloud, tpu: &mut Tpu, name: &str, d: std::time::Du
     let t = w.schedule(Cloud::add(w.now, d), TimerKind::Node, name);
     interrupt(w, tpu, name, Cause::Deletion);
     if let Some(rec) = tpu.nodes.get_mut(name) {
+        rec.run.paused = None;
         rec.body["state"] = json!("DELETING");
         if let Some(m) = rec.body.as_object_mut() {
             m.remove("health");

@@ -26,12 +26,14 @@ use serde_json::{Value, json};
 mod create;
 mod interrupt;
 mod lifecycle;
+mod maintenance;
 mod patch;
 mod workload;
 
 pub use create::*;
 use interrupt::*;
 pub use lifecycle::*;
+pub use maintenance::*;
 pub use patch::*;
 pub use workload::*;
 
@@ -53,15 +55,23 @@ pub struct NodeRec {
     pub workload_env: Option<std::collections::BTreeMap<String, String>>,
     /// The capacity it holds (the zone's stock counts it while it lives).
     pub kind: crate::capacity::CapacityKind,
-    /// The running workload's step model.
+    /// The running workload's step model and the node's maintenance event.
     pub run: RunState,
 }
 
-/// Where a node's simulated workload stands (see [`crate::training`]).
+/// What a node's simulated workload has done (see [`crate::training`]) and its maintenance.
 #[derive(Clone, Debug, Default)]
 pub struct RunState {
     /// Where the running workload's step count starts; `None` while it does not run.
     pub progress: Option<Progress>,
+    /// Run time still ahead of a workload that maintenance stopped (it restarts at the end).
+    pub paused: Option<std::time::Duration>,
+    /// The maintenance timer: the window's start, then the maintenance's end.
+    pub maintenance_timer: Option<u64>,
+    /// The v2alpha1 operation (performMaintenance / simulateMaintenanceEvent) done at the end.
+    pub maintenance_op: Option<String>,
+    /// How long the maintenance lasts once it starts.
+    pub maintenance_len: std::time::Duration,
 }
 
 impl NodeRec {

@@ -8,6 +8,8 @@ pub(super) fn maybe_schedule_workload(w: &mut Cloud, tpu: &mut Tpu, name: &str) 
     let Some(rec) = tpu.nodes.get(name) else { return };
     if rec.workload_done
         || rec.workload_timer.is_some()
+        || rec.run.paused.is_some()
+        || under_maintenance(rec)
         || rec.body["metadata"][DONE_URI_KEY].as_str().is_none()
     {
         return;
