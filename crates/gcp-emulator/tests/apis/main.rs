@@ -10,6 +10,7 @@ mod dataproc;
 mod dataproc_ttl;
 mod golden;
 mod iam;
+mod maintenance;
 mod scarcity;
 mod storage;
 mod tpu;
