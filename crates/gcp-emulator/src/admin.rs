@@ -55,7 +55,7 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
             can_reschedule,
             unscheduled,
         } => {
-            let notice = crate::tpu::nodes::Notice {
+            let notice = crate::training::Notice {
                 start_in: std::time::Duration::from_secs(start_in_secs),
                 duration: std::time::Duration::from_secs(duration_secs),
                 can_reschedule,

@@ -48,6 +48,36 @@ impl Progress {
     }
 }
 
+/// Where the simulated workload of a TPU node or Compute Engine VM stands, and the machine's
+/// maintenance event.
+#[derive(Clone, Debug, Default)]
+pub struct RunState {
+    /// Where the running workload's step count starts; `None` while it does not run.
+    pub progress: Option<Progress>,
+    /// Run time still ahead of a workload that maintenance stopped (it restarts at the end).
+    pub paused: Option<std::time::Duration>,
+    /// The maintenance timer: the window's start, then the maintenance's end.
+    pub maintenance_timer: Option<u64>,
+    /// The operation (performMaintenance / simulateMaintenanceEvent) done at the end.
+    pub maintenance_op: Option<String>,
+    /// How long the maintenance lasts once it starts.
+    pub maintenance_len: std::time::Duration,
+}
+
+/// A maintenance event announced on a TPU node or a Compute Engine VM
+/// ([`crate::Fault::ScheduleMaintenance`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Notice {
+    /// From now to the window's start (emulated time).
+    pub start_in: Duration,
+    /// How long the maintenance lasts.
+    pub duration: Duration,
+    /// `canReschedule`: the customer may start it earlier with `performMaintenance`.
+    pub can_reschedule: bool,
+    /// `type: UNSCHEDULED` rather than SCHEDULED.
+    pub unscheduled: bool,
+}
+
 /// Why a running workload stopped.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

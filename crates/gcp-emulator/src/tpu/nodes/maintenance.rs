@@ -9,20 +9,8 @@
 //! HEALTHY and the workload starts again from its newest checkpoint.
 
 use super::*;
+use crate::training::Notice;
 use std::time::Duration;
-
-/// A maintenance event announced on a node ([`crate::Fault::ScheduleMaintenance`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Notice {
-    /// From now to the window's start (emulated time).
-    pub start_in: Duration,
-    /// How long the maintenance lasts.
-    pub duration: Duration,
-    /// `canReschedule`: the customer may start it earlier with `performMaintenance`.
-    pub can_reschedule: bool,
-    /// `type: UNSCHEDULED` rather than SCHEDULED.
-    pub unscheduled: bool,
-}
 
 /// The v2alpha1 Node type of the maintenance operations' `response`.
 const ALPHA_NODE_TYPE: &str = "type.googleapis.com/google.cloud.tpu.v2alpha1.Node";

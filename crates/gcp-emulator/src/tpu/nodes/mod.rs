@@ -15,7 +15,7 @@ use crate::lro;
 use crate::outputs::{
     CHECKPOINT_REQUEST_KEY, DONE_URI_KEY, checkpoint_dir_in, committed_step, write_checkpoint_at,
 };
-use crate::training::{Cause, Progress};
+use crate::training::{Cause, Progress, RunState};
 use crate::wire::Query;
 use crate::wire::schema::{self, Svc};
 use crate::wire::time::ts;
@@ -57,21 +57,6 @@ pub struct NodeRec {
     pub kind: crate::capacity::CapacityKind,
     /// The running workload's step model and the node's maintenance event.
     pub run: RunState,
-}
-
-/// What a node's simulated workload has done (see [`crate::training`]) and its maintenance.
-#[derive(Clone, Debug, Default)]
-pub struct RunState {
-    /// Where the running workload's step count starts; `None` while it does not run.
-    pub progress: Option<Progress>,
-    /// Run time still ahead of a workload that maintenance stopped (it restarts at the end).
-    pub paused: Option<std::time::Duration>,
-    /// The maintenance timer: the window's start, then the maintenance's end.
-    pub maintenance_timer: Option<u64>,
-    /// The v2alpha1 operation (performMaintenance / simulateMaintenanceEvent) done at the end.
-    pub maintenance_op: Option<String>,
-    /// How long the maintenance lasts once it starts.
-    pub maintenance_len: std::time::Duration,
 }
 
 impl NodeRec {
