@@ -61,7 +61,11 @@ pub fn inject(w: &mut World, f: Fault) -> ApiResult<()> {
                 can_reschedule,
                 unscheduled,
             };
-            crate::tpu::nodes::schedule_maintenance(&mut w.cloud, &mut w.tpu, &name, notice)
+            if name.contains("/nodes/") {
+                crate::tpu::nodes::schedule_maintenance(&mut w.cloud, &mut w.tpu, &name, notice)
+            } else {
+                crate::compute::maintenance::schedule(&mut w.cloud, &mut w.compute, &name, notice)
+            }
         }
         Fault::PreemptQueuedResource { name } => crate::tpu::queued::preempt(&mut w.cloud, &mut w.tpu, &name),
         Fault::PreemptInstance { name } => {

@@ -9,7 +9,9 @@
 pub mod errors;
 pub mod igm;
 pub mod instances;
+pub mod interrupt;
 pub mod machines;
+pub mod maintenance;
 pub mod operations;
 pub mod policies;
 pub mod resize;
@@ -143,6 +145,11 @@ pub fn route(req: &Req) -> Option<(Route, &'static str)> {
         (true, ["instances"], Method::POST) => "instances.insert",
         (true, ["instances", _], Method::GET) => "instances.get",
         (true, ["instances", _], Method::DELETE) => "instances.delete",
+        (true, ["instances", _, "setMetadata"], Method::POST) => "instances.setMetadata",
+        (true, ["instances", _, "performMaintenance"], Method::POST) => "instances.performMaintenance",
+        (true, ["instances", _, "simulateMaintenanceEvent"], Method::POST) => {
+            "instances.simulateMaintenanceEvent"
+        }
         (true, ["instanceGroupManagers"], Method::GET) => "instanceGroupManagers.list",
         (true, ["instanceGroupManagers"], Method::POST) => "instanceGroupManagers.insert",
         (true, ["instanceGroupManagers", _], Method::GET) => "instanceGroupManagers.get",
@@ -198,6 +205,9 @@ pub fn handle(w: &mut Cloud, ce: &mut ComputeState, req: &Req, r: Route, method:
         "instances.get" => instances::get(ce, &key).map(json),
         "instances.delete" => instances::delete(w, ce, &r.project, &scope, &key, req).map(json),
         "instances.list" => instances::list(ce, &scope, req).map(json),
+        "instances.setMetadata" | "instances.performMaintenance" | "instances.simulateMaintenanceEvent" => {
+            maintenance::call(method, w, ce, (&r.project, &scope, &key), req).map(json)
+        }
         "regionInstanceTemplates.insert" => templates::insert(w, ce, &r.project, &scope, req).map(json),
         "regionInstanceTemplates.get" => templates::get(ce, &key).map(json),
         "regionInstanceTemplates.delete" => templates::delete(w, ce, &r.project, &scope, &key, req).map(json),
@@ -233,7 +243,8 @@ pub fn handle(w: &mut Cloud, ce: &mut ComputeState, req: &Req, r: Route, method:
     }
 }
 
-/// Fires a Compute timer; the key says what (`i|`, `ie|`, `op|`, `rr|` + resource key).
+/// Fires a Compute timer; the key says what (`i|`, `ie|`, `op|`, `rr|`, `iw|`, `im|` + resource
+/// key).
 pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
     let Some((what, k)) = key.split_once('|') else {
         return;
@@ -244,6 +255,7 @@ pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
         "op" => operations::done(w, ce, k),
         "rr" => resize::fire_accept(w, ce, seq, k),
         "iw" => workload::fire(w, ce, seq, k),
+        "im" => maintenance::fire(w, ce, seq, k),
         _ => {}
     }
 }

@@ -9,9 +9,10 @@ use super::ComputeState;
 use crate::cloud::{Cloud, TimerKind};
 use crate::faults::name_matches;
 use crate::logging::workloads::INFO;
-use crate::outputs::{DONE_URI_KEY, checkpoint_dir_in, write_checkpoint_to};
+use crate::outputs::{DONE_URI_KEY, checkpoint_dir_in, committed_step, write_checkpoint_at};
+use crate::training::Progress;
 
-fn metadata<'a>(ce: &'a ComputeState, key: &str, item: &str) -> Option<&'a str> {
+pub(super) fn metadata<'a>(ce: &'a ComputeState, key: &str, item: &str) -> Option<&'a str> {
     ce.instances.get(key)?.body["metadata"]["items"]
         .as_array()?
         .iter()
@@ -25,8 +26,11 @@ pub fn start(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
         return;
     }
     let end = Cloud::add(w.now, w.cfg.durations.tpu_workload);
+    // It resumes from the newest complete checkpoint (a VM recreated after a preemption).
+    let s0 = checkpoint_dir(ce, key).map_or(0, |dir| committed_step(w, &dir));
     if let Some(r) = ce.instances.get_mut(key) {
         r.workload_end = Some(end);
+        r.run.progress = Some(Progress { t0: w.now, s0 });
     }
     if w.cfg.simulate_outputs {
         log(w, ce, key, INFO, "Workload container started");
@@ -34,14 +38,17 @@ pub fn start(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
     schedule_step(w, ce, key);
 }
 
-fn schedule_step(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
+/// The `CHECKPOINT_DIR` the instance's startup script passes to its container.
+pub(super) fn checkpoint_dir(ce: &ComputeState, key: &str) -> Option<String> {
+    metadata(ce, key, "startup-script").and_then(checkpoint_dir_in)
+}
+
+pub(super) fn schedule_step(w: &mut Cloud, ce: &mut ComputeState, key: &str) {
     let Some(end) = ce.instances.get(key).and_then(|r| r.workload_end) else {
         return;
     };
     let every = w.cfg.durations.workload_checkpoint;
-    let has_dir = metadata(ce, key, "startup-script")
-        .and_then(checkpoint_dir_in)
-        .is_some();
+    let has_dir = checkpoint_dir(ce, key).is_some();
     let at = if every.is_zero() || !has_dir {
         end
     } else {
@@ -64,9 +71,14 @@ pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
     let name = r.body["name"].as_str().unwrap_or_default().to_string();
     let silent = !w.cfg.simulate_outputs || name_matches(&w.faults.suppressed_outputs, &name);
     if r.workload_end.is_some_and(|end| w.now < end) {
+        // The step reached (`crate::training`), not written twice.
+        let step = r
+            .run
+            .progress
+            .map(|p| p.step_at(w.now, w.cfg.durations.workload_checkpoint));
         if !silent
-            && let Some(dir) = metadata(ce, key, "startup-script").and_then(checkpoint_dir_in)
-            && let Some(step) = write_checkpoint_to(w, &dir)
+            && let (Some(dir), Some(step)) = (checkpoint_dir(ce, key), step)
+            && write_checkpoint_at(w, &dir, step)
         {
             log(
                 w,
@@ -84,6 +96,7 @@ pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
     };
     if let Some(r) = ce.instances.get_mut(key) {
         r.workload_end = None;
+        r.run.progress = None;
     }
     let failed = crate::faults::matching(&w.faults.failing_workloads, &name).copied();
     let error = crate::faults::matching(&w.faults.messages, &name).cloned();
@@ -99,7 +112,7 @@ pub fn fire(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
 
 /// A line of the instance's workload container (one host), as docker's `gcplogs` driver writes
 /// it (`logging::workloads`).
-fn log(w: &mut Cloud, ce: &ComputeState, key: &str, severity: i32, text: &str) {
+pub(super) fn log(w: &mut Cloud, ce: &ComputeState, key: &str, severity: i32, text: &str) {
     if let Some(script) = metadata(ce, key, "startup-script").map(str::to_string) {
         crate::logging::workloads::workload(w, key, &script, 1, severity, text);
     }

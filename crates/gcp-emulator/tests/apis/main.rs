@@ -6,6 +6,7 @@ mod common;
 
 mod capacity;
 mod compute;
+mod compute_maintenance;
 mod dataproc;
 mod dataproc_ttl;
 mod golden;

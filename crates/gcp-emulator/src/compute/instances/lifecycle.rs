@@ -5,6 +5,7 @@ use super::*;
 
 /// Starts deleting (STOPPING -> gone after `instanceStop`); `op` completes when it is gone.
 pub fn begin_delete(w: &mut Cloud, ce: &mut ComputeState, key: &str, op: Option<String>) {
+    crate::compute::interrupt::interrupt(w, ce, key, crate::training::Cause::Deletion);
     let at = Cloud::add(w.now, w.cfg.durations.instance_stop);
     let already = ce
         .instances
@@ -18,6 +19,8 @@ pub fn begin_delete(w: &mut Cloud, ce: &mut ComputeState, key: &str, op: Option<
             r.to_terminated = false;
         }
         r.delete_ops.extend(op);
+        // A workload stopped by maintenance does not restart on a VM going down.
+        r.run.paused = None;
     }
 }
 
@@ -59,12 +62,14 @@ pub fn preempt(w: &mut Cloud, ce: &mut ComputeState, name: &str) -> ApiResult<()
         )));
     }
     let to_terminated = s["instanceTerminationAction"] != "DELETE";
+    crate::compute::interrupt::interrupt(w, ce, &key, crate::training::Cause::Preemption);
     let at = Cloud::add(w.now, w.cfg.durations.instance_stop);
     let seq = w.schedule(at, TimerKind::Compute, &format!("i|{key}"));
     let r = ce.instances.get_mut(&key).expect("found above");
     r.seq = seq;
     r.to_terminated = to_terminated;
     r.body["status"] = json!("STOPPING");
+    r.run.paused = None;
     Ok(())
 }
 
@@ -173,6 +178,7 @@ pub fn fire_run_end(w: &mut Cloud, ce: &mut ComputeState, seq: u64, key: &str) {
 
 /// Bookkeeping once an instance no longer exists.
 pub(super) fn gone(w: &mut Cloud, ce: &mut ComputeState, r: InstanceRec) {
+    crate::compute::maintenance::abandon(w, ce, r.run.maintenance_op.clone());
     if let Some(op) = &r.insert_op {
         operations::done(w, ce, op);
     }

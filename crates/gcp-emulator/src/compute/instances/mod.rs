@@ -63,6 +63,8 @@ pub struct InstanceRec {
     /// The simulated workload's pending timer and end (`compute::workload`).
     pub workload_seq: u64,
     pub workload_end: Option<chrono::DateTime<chrono::Utc>>,
+    /// The workload's step model and the VM's maintenance event (`compute::maintenance`).
+    pub run: crate::training::RunState,
 }
 
 impl InstanceRec {
@@ -227,6 +229,7 @@ pub fn create(w: &mut Cloud, ce: &mut ComputeState, n: NewInstance) -> String {
             to_terminated: false,
             workload_seq: 0,
             workload_end: None,
+            run: Default::default(),
         },
     );
     key
@@ -303,7 +306,7 @@ pub fn list(ce: &ComputeState, scope: &str, req: &Req) -> ApiResult<Value> {
 }
 
 /// Finds an instance by key or (unique) bare name.
-fn find_key(ce: &ComputeState, name: &str) -> Option<String> {
+pub(crate) fn find_key(ce: &ComputeState, name: &str) -> Option<String> {
     if ce.instances.contains_key(name) {
         return Some(name.to_string());
     }
