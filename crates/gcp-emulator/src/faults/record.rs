@@ -45,13 +45,7 @@ impl Faults {
                 node,
                 exit_code,
                 message,
-            } => {
-                if let Some(message) = message {
-                    self.messages.insert(node.clone(), message);
-                }
-                self.failing_workloads.insert(node, exit_code.unwrap_or(1));
-                FollowUp::Nothing
-            }
+            } => self.fail_workload(node, exit_code, message),
             Fault::SuppressOutput { name } => {
                 self.suppressed_outputs.insert(name);
                 FollowUp::Nothing
@@ -68,6 +62,15 @@ impl Faults {
             }
         };
         Ok(follow_up)
+    }
+
+    /// [`Fault::FailTpuWorkload`]: the workload on `node` fails with `exit_code` (default 1).
+    fn fail_workload(&mut self, node: String, exit_code: Option<i32>, message: Option<String>) -> FollowUp {
+        if let Some(message) = message {
+            self.messages.insert(node.clone(), message);
+        }
+        self.failing_workloads.insert(node, exit_code.unwrap_or(1));
+        FollowUp::Nothing
     }
 
     /// Records a fault that acts on incoming calls (`FailCalls`, `LoseReply`, `Latency`);
