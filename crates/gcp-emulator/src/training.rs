@@ -92,18 +92,6 @@ pub enum Cause {
     Stop,
 }
 
-impl Cause {
-    /// The JSON name (`maintenance`, `preemption`, `deletion`, `stop`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Cause::Maintenance => "maintenance",
-            Cause::Preemption => "preemption",
-            Cause::Deletion => "deletion",
-            Cause::Stop => "stop",
-        }
-    }
-}
-
 /// One interruption of a running simulated workload.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

@@ -7,7 +7,7 @@ use super::ComputeState;
 use super::workload::{checkpoint_dir, log, metadata, schedule_step};
 use crate::cloud::Cloud;
 use crate::faults::name_matches;
-use crate::logging::workloads::{ERROR, INFO};
+use crate::logging::workloads::INFO;
 use crate::outputs::{CHECKPOINT_REQUEST_KEY, committed_step, write_checkpoint_at};
 use crate::training::{Cause, CheckpointRequest, Progress, WorkloadInterruption};
 use std::time::Duration;
@@ -32,13 +32,6 @@ pub fn interrupt(w: &mut Cloud, ce: &mut ComputeState, key: &str, cause: Cause) 
         committed_step: committed,
         steps_lost: step.saturating_sub(committed),
     });
-    if w.cfg.simulate_outputs {
-        let line = format!(
-            "Workload container stopped at step {step} ({}); last checkpoint: step {committed}",
-            cause.name()
-        );
-        log(w, ce, key, ERROR, &line);
-    }
     let r = ce.instances.get_mut(key)?;
     r.workload_seq = 0;
     r.run.progress = None;

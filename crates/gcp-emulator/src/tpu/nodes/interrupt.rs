@@ -35,11 +35,6 @@ pub(super) fn interrupt(w: &mut Cloud, tpu: &mut Tpu, name: &str, cause: Cause) 
         committed_step: committed,
         steps_lost: step.saturating_sub(committed),
     });
-    let line = format!(
-        "Workload container stopped at step {step} ({}); last checkpoint: step {committed}",
-        cause.name()
-    );
-    workload_log(w, tpu, name, crate::logging::workloads::ERROR, &line);
     let rec = tpu.nodes.get_mut(name)?;
     rec.workload_timer = None;
     rec.run.progress = None;
