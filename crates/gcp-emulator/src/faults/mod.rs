@@ -51,11 +51,12 @@ pub enum Fault {
     },
     /// Preempts a spot / preemptible node now (state PREEMPTED). Name: full resource name.
     PreemptNode { name: String },
-    /// Announces a maintenance event on a TPU node (full name): its `upcomingMaintenance`
-    /// (`type` SCHEDULED, or UNSCHEDULED with `unscheduled`; `canReschedule`; the window from
-    /// `start_in_secs` emulated seconds from now, lasting `duration_secs`; status PENDING). At
-    /// the window start the maintenance runs (see `tpu::nodes::maintenance`). Unknown node:
-    /// NOT_FOUND.
+    /// Announces a maintenance event on a TPU node (full name `.../nodes/n`) or, for any other
+    /// name, a Compute Engine VM (`projects/p/zones/z/instances/i` or a unique bare name): its
+    /// `upcomingMaintenance` (a VM's under `resourceStatus`; `type` SCHEDULED, or UNSCHEDULED
+    /// with `unscheduled`; `canReschedule`; the window from `start_in_secs` emulated seconds
+    /// from now, lasting `duration_secs`; status PENDING). At the window start the maintenance
+    /// runs (`tpu::nodes::maintenance`, `compute::maintenance`). Unknown: NOT_FOUND.
     ScheduleMaintenance {
         name: String,
         start_in_secs: u64,
