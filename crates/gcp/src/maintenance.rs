@@ -5,7 +5,8 @@
 //! only) but not in `google-cloud-tpu-v2`'s `Node` model. That model's deserializer keeps the
 //! fields it does not know and its serializer writes them back, so the notice is read from the
 //! node as Google's client decoded it, with no second request and no model of our own for the
-//! rest of the node.
+//! rest of the node. Google's client asks for enums as numbers (`$alt=json;enum-encoding=int`),
+//! and a field the client does not know is kept as sent, so its enums are read as either form.
 
 use serde::Deserialize;
 
@@ -16,7 +17,7 @@ use crate::tpu_v2::model::Node;
 #[serde(rename_all = "camelCase")]
 pub struct UpcomingMaintenance {
     /// `SCHEDULED` or `UNSCHEDULED`.
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type", default, deserialize_with = "maintenance_type")]
     pub kind: String,
     /// Whether the customer may start it earlier (`performMaintenance`).
     #[serde(default)]
@@ -28,8 +29,28 @@ pub struct UpcomingMaintenance {
     #[serde(default)]
     pub latest_window_start_time: Option<String>,
     /// `PENDING` or `ONGOING`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "maintenance_status")]
     pub maintenance_status: String,
+}
+
+/// An enum of the notice by name, or by its number in the TPU API v2 (`UpcomingMaintenance`).
+fn enum_name<'de, D: serde::Deserializer<'de>>(d: D, names: &[&str]) -> Result<String, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(name) => name,
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .and_then(|i| names.get(i as usize))
+            .map_or_else(|| n.to_string(), |name| (*name).to_string()),
+        _ => String::new(),
+    })
+}
+
+fn maintenance_type<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    enum_name(d, &["UNKNOWN_TYPE", "SCHEDULED", "UNSCHEDULED"])
+}
+
+fn maintenance_status<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    enum_name(d, &["UNKNOWN", "PENDING", "ONGOING"])
 }
 
 impl UpcomingMaintenance {
@@ -88,6 +109,11 @@ mod tests {
             m.window_start().unwrap().to_rfc3339(),
             "2026-12-01T10:00:00+00:00"
         );
+        // As Google's client receives it: enums as numbers.
+        let numbered =
+            serde_json::json!({"name": "n", "upcomingMaintenance": {"type": 2, "maintenanceStatus": 2}});
+        let m = upcoming_maintenance(&serde_json::from_value(numbered).unwrap()).unwrap();
+        assert_eq!((m.kind.as_str(), m.ongoing()), ("UNSCHEDULED", true));
         let plain: Node = serde_json::from_value(serde_json::json!({"name": "n", "state": "READY"})).unwrap();
         assert_eq!(upcoming_maintenance(&plain), None);
     }

@@ -52,17 +52,20 @@ pub enum MaintenanceState {
     Pending,
     /// Under way: the node is unavailable until it ends.
     Ongoing,
+    /// Over: the node no longer reports it (kept until the next notice, as the last one).
+    Ended,
 }
 
 /// The maintenance Google announced for the slice's node (for a multislice, the earliest of its
-/// nodes'), as the TPU API's `upcomingMaintenance` reports it.
+/// nodes'), as the TPU API's `upcomingMaintenance` reports it; once over, the last one, `Ended`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MaintenanceStatus {
     /// `Scheduled` (planned, announced days ahead) or `Unscheduled` (emergency).
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default)]
     pub kind: String,
-    /// `Pending` until the window starts, then `Ongoing`.
+    /// `Pending` until the window starts, then `Ongoing`, then `Ended`.
+    #[serde(default)]
     pub state: MaintenanceState,
     /// When the window starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -116,7 +116,8 @@ pub struct TpuSliceStatus {
     /// `recreations`: it spends no `spec.preemption.maxRecreations`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub maintenance_restarts: i32,
-    /// The maintenance Google announced for the slice's node, while it is announced or under way.
+    /// The maintenance Google announced for the slice's node: announced, under way, or (`Ended`)
+    /// the last one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<super::MaintenanceStatus>,
     /// How many times `spec.suspend` (or Kueue, evicting the slice) deleted the node. With

@@ -27,6 +27,7 @@ mod kueue_unlabelled;
 mod kueue_wakes;
 mod kueue_workload;
 mod large_objects;
+mod maintenance;
 mod multislice;
 mod preprocess_batch;
 mod preprocess_ttl;

@@ -97,7 +97,7 @@ pub fn report(
     now: DateTime<Utc>,
 ) {
     let slices = observed.other_slices.len();
-    st.maintenance = shown(observed).map(|(k, m)| {
+    let now_shown = shown(observed).map(|(k, m)| {
         let mut s = status_of(&m, (slices > 0).then_some(k as i32));
         let same_window = old
             .maintenance
@@ -112,6 +112,13 @@ pub fn report(
             .and_then(|o| o.checkpoint_request_time.clone())
             .or_else(|| (just_asked || carried).then(|| time(now)));
         s
+    });
+    // Over once the nodes no longer report it: kept as the last one, `Ended`.
+    st.maintenance = now_shown.or_else(|| {
+        old.maintenance.clone().map(|mut m| {
+            m.state = MaintenanceState::Ended;
+            m
+        })
     });
     let began = |s: &TpuSliceStatus| {
         s.maintenance
@@ -149,10 +156,14 @@ fn status_of(m: &UpcomingMaintenance, slice: Option<i32>) -> MaintenanceStatus {
 /// slice with a node has none (kept off slices that never had a node).
 fn set_pending_condition(st: &mut TpuSliceStatus, has_node: bool, now: DateTime<Utc>) {
     let had = find_condition(&st.conditions, types::MAINTENANCE_PENDING).is_some();
-    let c = match &st.maintenance {
+    let c = match st
+        .maintenance
+        .as_ref()
+        .filter(|m| m.state != MaintenanceState::Ended)
+    {
         Some(m) => {
             let reason = match (m.state, m.kind.as_str()) {
-                (MaintenanceState::Ongoing, _) => reasons::MAINTENANCE_ONGOING,
+                (MaintenanceState::Ongoing | MaintenanceState::Ended, _) => reasons::MAINTENANCE_ONGOING,
                 (_, "Unscheduled") => reasons::MAINTENANCE_UNSCHEDULED,
                 _ => reasons::MAINTENANCE_SCHEDULED,
             };
@@ -193,6 +204,7 @@ pub fn describe(m: &MaintenanceStatus) -> String {
     let mut line = match m.state {
         MaintenanceState::Ongoing => format!("{what}{whose} under way ({window})"),
         MaintenanceState::Pending => format!("{what}{whose} announced: {window}"),
+        MaintenanceState::Ended => format!("{what}{whose} over ({window})"),
     };
     if m.can_reschedule {
         line.push_str("; Google lets it start earlier");
@@ -207,7 +219,12 @@ pub fn describe(m: &MaintenanceStatus) -> String {
 /// checkpoint is requested, one when it is over.
 pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
     let mut out = Vec::new();
-    match (&old.maintenance, &new.maintenance) {
+    let live = |s: &TpuSliceStatus| {
+        s.maintenance
+            .clone()
+            .filter(|m| m.state != MaintenanceState::Ended)
+    };
+    match (live(old), live(new)) {
         (o, Some(m))
             if o.as_ref()
                 .is_none_or(|o| o.window_start_time != m.window_start_time) =>
@@ -217,7 +234,7 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
             } else {
                 reasons::MAINTENANCE_SCHEDULED
             };
-            out.push(Transition::warning(reason, describe(m)));
+            out.push(Transition::warning(reason, describe(&m)));
         }
         (Some(o), None) => {
             let whose = o.slice.map(|k| format!(" of slice {k}")).unwrap_or_default();
@@ -234,6 +251,7 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
         && old
             .maintenance
             .as_ref()
+            .filter(|o| o.window_start_time == m.window_start_time)
             .is_none_or(|o| o.checkpoint_request_time.is_none())
     {
         out.push(Transition::normal("CheckpointRequested", describe(m)));
