@@ -85,6 +85,54 @@ fn window_start(node: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::parse_from_rfc3339(at).unwrap().to_utc()
 }
 
+/// The same notice on both runs' nodes, its window a minute after a periodic checkpoint (they
+/// come every 120 s of cloud time): the moment the next one is written, the window is set 60 s
+/// out. Returns the nodes' names, the asking run's first.
+async fn announce_after_a_checkpoint(env: &TestEnv) -> Vec<String> {
+    let written = |env: &TestEnv| {
+        let objects = env.gcp.objects("demo-project-tpu-data");
+        let done = objects
+            .iter()
+            .filter(|o| o.name.starts_with("models/silent/checkpoints/"));
+        done.filter(|o| o.name.ends_with("_CHECKPOINT_METADATA")).count()
+    };
+    let before = written(env);
+    while written(env) == before {
+        env.gcp.clock().advance(Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let nodes: Vec<String> = ["asks", "silent"]
+        .iter()
+        .map(|r| node_of(env, r)["name"].as_str().unwrap().to_string())
+        .collect();
+    for name in &nodes {
+        let notice = Fault::ScheduleMaintenance {
+            name: name.clone(),
+            start_in_secs: 60,
+            duration_secs: 300,
+            can_reschedule: false,
+            unscheduled: false,
+        };
+        env.gcp.inject(notice).unwrap();
+    }
+    nodes
+}
+
+/// Both runs succeed with one attempt, their train stage counting one maintenance restart.
+async fn finish_without_a_retry(env: &TestEnv) {
+    for name in ["asks", "silent"] {
+        let done = env
+            .wait_for::<TrainingPipeline, _>(name, "the run succeeded", Duration::from_secs(15), |tp| {
+                tp.status.as_ref().is_some_and(|s| s.phase == Phase::Succeeded)
+            })
+            .await;
+        let stage = train_stage(&done);
+        assert_eq!(stage.attempts, 1, "no retry spent: {stage:?}");
+        let i = stage.interruptions.expect("interruptions on the train stage");
+        assert_eq!((i.preemptions, i.maintenance_restarts), (0, 1), "{i:?}");
+    }
+}
+
 #[tokio::test]
 async fn an_announced_maintenance_shows_gets_a_checkpoint_first_and_spends_no_retry() {
     let env = started().await;
@@ -99,34 +147,7 @@ async fn an_announced_maintenance_shows_gets_a_checkpoint_first_and_spends_no_re
         })
         .await;
     }
-    // The same notice on both nodes, its window a minute after a periodic checkpoint (they come
-    // every 120 s of cloud time): the moment the next one is written, the window is set 60 s out.
-    let written = |env: &TestEnv| {
-        let objects = env.gcp.objects("demo-project-tpu-data");
-        let done = objects
-            .iter()
-            .filter(|o| o.name.starts_with("models/silent/checkpoints/"));
-        done.filter(|o| o.name.ends_with("_CHECKPOINT_METADATA")).count()
-    };
-    let before = written(&env);
-    while written(&env) == before {
-        env.gcp.clock().advance(Duration::from_secs(1));
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let nodes: Vec<String> = ["asks", "silent"]
-        .iter()
-        .map(|r| node_of(&env, r)["name"].as_str().unwrap().to_string())
-        .collect();
-    for name in &nodes {
-        let notice = Fault::ScheduleMaintenance {
-            name: name.clone(),
-            start_in_secs: 60,
-            duration_secs: 300,
-            can_reschedule: false,
-            unscheduled: false,
-        };
-        env.gcp.inject(notice).unwrap();
-    }
+    let nodes = announce_after_a_checkpoint(&env).await;
     let window = window_start(&node_of(&env, "asks"));
 
     // The notice reaches status from the zone listing, with cloud time standing still: the slice
@@ -194,17 +215,7 @@ async fn an_announced_maintenance_shows_gets_a_checkpoint_first_and_spends_no_re
         .await;
         env.wait_for_event(name, "MaintenanceEnded", STEP).await;
     }
-    for name in ["asks", "silent"] {
-        let done = env
-            .wait_for::<TrainingPipeline, _>(name, "the run succeeded", Duration::from_secs(15), |tp| {
-                tp.status.as_ref().is_some_and(|s| s.phase == Phase::Succeeded)
-            })
-            .await;
-        let stage = train_stage(&done);
-        assert_eq!(stage.attempts, 1, "no retry spent: {stage:?}");
-        let i = stage.interruptions.expect("interruptions on the train stage");
-        assert_eq!((i.preemptions, i.maintenance_restarts), (0, 1), "{i:?}");
-    }
+    finish_without_a_retry(&env).await;
 
     // What the request saved: the steps trained since the newest checkpoint when the window
     // started, with and without it. One step is workloadCheckpoint / 100 = 1.2 s of cloud time,

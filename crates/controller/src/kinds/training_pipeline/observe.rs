@@ -236,7 +236,7 @@ fn interruptions(
     .filter(|c| c.status == "True")
     .map(|c| c.message.clone());
     let quiet = s.recreations == 0 && s.maintenance_restarts == 0 && maintenance.is_none();
-    (!quiet).then(|| tpu_operator_api::training_pipeline::Interruptions {
+    (!quiet).then_some(tpu_operator_api::training_pipeline::Interruptions {
         preemptions: s.recreations,
         maintenance_restarts: s.maintenance_restarts,
         maintenance,
