@@ -407,6 +407,9 @@ fn print_summary(
     for plan in summary::capacity_plans(&at_end.objects) {
         println!("  {plan}");
     }
+    for line in summary::interruptions(&at_end.objects) {
+        println!("  {line}");
+    }
     let links = summary::links(&at_end.objects);
     if !links.is_empty() {
         println!(

@@ -52,6 +52,39 @@ pub fn capacity_plans(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
         .collect()
 }
 
+/// What interrupted each slice (the pipelines' training slices too): maintenance restarts apart
+/// from preemptions, and the last maintenance announced.
+pub fn interruptions(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
+    objects
+        .iter()
+        .filter_map(|(key, seen)| {
+            let count = |field: &str| seen.status(field).and_then(Value::as_i64).unwrap_or(0);
+            let (restarts, preemptions) = (count("maintenanceRestarts"), count("recreations"));
+            let last = seen.status("maintenance").cloned();
+            let last: Option<tpu_operator_api::tpu_slice::MaintenanceStatus> =
+                last.and_then(|m| serde_json::from_value(m).ok());
+            if restarts == 0 && last.is_none() {
+                return None;
+            }
+            let mut line =
+                format!("{key}: interrupted by {restarts} maintenance(s) and {preemptions} preemption(s)");
+            // Emulated time since the slice was first seen, like the live lines: the same on
+            // every run.
+            let asked = last.and_then(|m| m.checkpoint_request_time).and_then(|t| {
+                let at = DateTime::<Utc>::from_timestamp(t.0.as_second(), 0)?;
+                Some(at - seen.first_seen)
+            });
+            if let Some(after) = asked {
+                let after = format_duration(after);
+                line.push_str(&format!(
+                    "; a checkpoint was requested {after} in, before the window"
+                ));
+            }
+            Some(line)
+        })
+        .collect()
+}
+
 /// The links each applied object's status carries, and the command that prints its logs. On
 /// Google Cloud the links open the Console; here they show what would be there, and the logs
 /// of the emulated run are read with `tpu-operator logs` (`--keep` keeps them readable).

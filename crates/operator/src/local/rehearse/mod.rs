@@ -9,6 +9,9 @@
 //!   Engine instance, Vertex AI job) that has been running for `AFTER` of emulated time, as Spot
 //!   capacity is reclaimed. Only Spot (or preemptible) capacity can be preempted; anything else is
 //!   reported and left alone.
+//! - `maintenance:AFTER`: Google announces a scheduled maintenance of the first TPU VM node that
+//!   has run `AFTER`, its window [`MAINTENANCE_NOTICE`] ahead and [`MAINTENANCE_LASTS`] long, as
+//!   the TPU API's `upcomingMaintenance` says it.
 //! - `stockout:ZONE:ACCELERATOR[:FOR]`: no TPU capacity for `ACCELERATOR` (a type such as
 //!   `v5p-8`, or a family such as `v5p`) in `ZONE`, for `FOR` of emulated time or for the whole
 //!   run.
@@ -29,6 +32,12 @@ use gcp_emulator::{Emulator, Fault};
 
 pub use self::parse::{Injection, Stage, parse};
 use self::trainers::{Trainer, str_of, trainers};
+
+/// How far ahead `maintenance:AFTER` announces the window: past the default `checkpointLead`
+/// (5 minutes), so the checkpoint request is seen before the window.
+pub const MAINTENANCE_NOTICE: Duration = Duration::from_secs(6 * 60);
+/// How long an injected maintenance lasts.
+pub const MAINTENANCE_LASTS: Duration = Duration::from_secs(5 * 60);
 
 /// The injections of one run and what they have done so far.
 #[derive(Debug, Default)]
@@ -139,6 +148,7 @@ impl Rehearsal {
     ) -> Applied {
         match injection {
             Injection::Preempt { after } => self.preempt(*after, gcp, trainers, now),
+            Injection::Maintenance { after } => self.maintenance(*after, gcp, trainers, now),
             Injection::Fail { stage, attempts } => self.fail(*stage, *attempts, gcp, trainers),
             Injection::Stockout { .. } | Injection::FullReservation { .. } => Applied::Later,
         }
@@ -170,6 +180,48 @@ impl Rehearsal {
         match gcp.inject(fault) {
             Ok(()) => Applied::Done(format!("inject: preempted {name}")),
             Err(e) => Applied::Done(format!("inject: preempting {name} was refused: {}", e.message)),
+        }
+    }
+
+    /// Announces a maintenance of the first TPU VM node that has run `after`.
+    fn maintenance(
+        &mut self,
+        after: Duration,
+        gcp: &Emulator,
+        trainers: &[Trainer],
+        now: DateTime<Utc>,
+    ) -> Applied {
+        let after = chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
+        let due = self.running_since.iter().find_map(|(name, since)| {
+            let trainer = trainers
+                .iter()
+                .find(|t| t.name == *name && t.running && t.is_node())?;
+            (!self.touched.contains(name) && now - *since >= after).then_some(trainer)
+        });
+        let Some(trainer) = due else {
+            return Applied::Later;
+        };
+        let name = trainer.name.clone();
+        self.touched.insert(name.clone());
+        let notice = Fault::ScheduleMaintenance {
+            name: name.clone(),
+            start_in_secs: MAINTENANCE_NOTICE.as_secs(),
+            duration_secs: MAINTENANCE_LASTS.as_secs(),
+            can_reschedule: false,
+            unscheduled: false,
+        };
+        let (ahead, lasts) = (
+            humantime::format_duration(MAINTENANCE_NOTICE),
+            humantime::format_duration(MAINTENANCE_LASTS),
+        );
+        match gcp.inject(notice) {
+            Ok(()) => Applied::Done(format!(
+                "inject: Google announced maintenance of {name}: the window starts in {ahead} and lasts {lasts}"
+            )),
+            Err(e) => Applied::Done(format!(
+                "inject: announcing maintenance of {name} was refused: {}",
+                e.message
+            )),
         }
     }
 

@@ -8,6 +8,10 @@ pub enum Injection {
     Preempt {
         after: Duration,
     },
+    /// Google announces maintenance of the first TPU VM node that has run `after`.
+    Maintenance {
+        after: Duration,
+    },
     Stockout {
         zone: String,
         accelerator: String,
@@ -29,7 +33,7 @@ pub enum Stage {
     Train,
 }
 
-const FORMS: &str = "preempt:AFTER (e.g. preempt:5m), stockout:ZONE:ACCELERATOR[:FOR] \
+const FORMS: &str = "preempt:AFTER (e.g. preempt:5m), maintenance:AFTER (e.g. maintenance:2m), stockout:ZONE:ACCELERATOR[:FOR] \
                      (e.g. stockout:us-central2-b:v5p:20m), fail:preprocess[:N], fail:train[:N] or \
                      full-reservation:projects/P/locations/ZONE/reservations/NAME";
 
@@ -42,6 +46,9 @@ pub fn parse(value: &str) -> Result<Injection, String> {
     };
     match parts.as_slice() {
         ["preempt", after] => Ok(Injection::Preempt {
+            after: duration(after)?,
+        }),
+        ["maintenance", after] => Ok(Injection::Maintenance {
             after: duration(after)?,
         }),
         ["stockout", zone, accelerator, rest @ ..] if rest.len() <= 1 => {

@@ -26,6 +26,11 @@ pub(super) enum TrainerKind {
 }
 
 impl Trainer {
+    /// A TPU VM node (made directly or by a queued resource): what Google announces maintenance of.
+    pub(super) fn is_node(&self) -> bool {
+        matches!(self.kind, TrainerKind::Node | TrainerKind::QueuedNode)
+    }
+
     /// The fault that reclaims its Spot capacity (a queued resource's node: through the queued
     /// resource).
     pub(super) fn preemption(&self) -> Option<Fault> {
