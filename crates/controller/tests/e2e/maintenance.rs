@@ -205,6 +205,16 @@ async fn an_announced_maintenance_shows_gets_a_checkpoint_first_and_spends_no_re
     env.wait_for_event("asks-train", "CheckpointRequested", Duration::ZERO)
         .await;
 
+    // Under way: the pipeline keeps training (the run goes on from its checkpoint after it).
+    env.wait_for::<TpuSlice, _>("asks-train", "the maintenance under way", STEP, |s| {
+        s.status.as_ref().is_some_and(|st| st.maintenance_restarts == 1)
+    })
+    .await;
+    let during: TrainingPipeline = env.api::<TrainingPipeline>().get("asks").await.unwrap();
+    let during = during.status.unwrap();
+    if during.phase != Phase::Succeeded {
+        assert_eq!(during.phase, Phase::Training, "{:?}", during.message);
+    }
     // The window passes; each slice counts one maintenance restart and is Ready again.
     for name in ["asks-train", "silent-train"] {
         env.wait_for::<TpuSlice, _>(name, "the maintenance over", STEP, |s| {

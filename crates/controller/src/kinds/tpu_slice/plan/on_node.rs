@@ -289,7 +289,16 @@ fn plan_ready(input: &Input<'_>, n: &Node) -> Plan {
             P::Provisioning,
             "node is READY; waiting for its health to be reported",
         ),
-        H::Timeout | H::UnhealthyTensorflow | H::UnhealthyMaintenance => Assessment::new(
+        // Maintenance is not a failure of the node: it says so, and a pipeline keeps its run
+        // `Training` through it.
+        H::UnhealthyMaintenance => Assessment::new(
+            Progress::Reconciling,
+            reasons::MAINTENANCE_ONGOING,
+            P::Degraded,
+            "node is READY but under maintenance (UNHEALTHY_MAINTENANCE); its workload starts again when it is over",
+        )
+        .requeue(Requeue::Capacity),
+        H::Timeout | H::UnhealthyTensorflow => Assessment::new(
             Progress::Reconciling,
             reasons::NODE_UNHEALTHY,
             P::Degraded,

@@ -217,6 +217,19 @@ impl Planner<'_> {
                 Action::Nothing,
                 Requeue::Active,
             ),
+            Child::Progressing { reason, message } if reason == reasons::MAINTENANCE_ONGOING => {
+                // The run goes on after it, from its checkpoint: still training, not queued.
+                let stage = status::stage_mut(&mut self.st, StageName::Train);
+                stage.state = StageState::Running;
+                stage.message = Some(format!("{reason}: {message}"));
+                Step::working(
+                    Phase::Training,
+                    reasons::MAINTENANCE_ONGOING,
+                    format!("TpuSlice {name}: {message}"),
+                    Action::Nothing,
+                    Requeue::Active,
+                )
+            }
             Child::Progressing { reason, message } => self.slice_provisioning(name, reason, message),
             Child::Ready { .. } => {
                 let stage = status::stage_mut(&mut self.st, StageName::Train);

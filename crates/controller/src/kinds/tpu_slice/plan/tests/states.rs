@@ -93,7 +93,7 @@ fn node_states_unhealthy() {
             H::UnhealthyMaintenance,
             Action::Nothing,
             Rec,
-            reasons::NODE_UNHEALTHY,
+            reasons::MAINTENANCE_ONGOING,
             P::Degraded,
         ),
         (
