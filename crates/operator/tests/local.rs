@@ -1147,7 +1147,7 @@ fn an_injected_stockout_makes_the_slice_wait_until_it_lifts() {
 #[test]
 fn a_bad_injection_is_refused_by_the_flag_naming_the_forms() {
     let run = local_with(
-        &["examples/quickstart.yaml", "--inject", "maintenance:1h"],
+        &["examples/quickstart.yaml", "--inject", "reboot:1h"],
         None,
         Duration::from_secs(30),
     );
@@ -1156,7 +1156,7 @@ fn a_bad_injection_is_refused_by_the_flag_naming_the_forms() {
     assert!(stdout.is_empty(), "nothing may run: {stdout}");
     let first = stderr.lines().next().unwrap_or_default();
     assert!(
-        first.starts_with("error: invalid value 'maintenance:1h' for '--inject <WHAT>'")
+        first.starts_with("error: invalid value 'reboot:1h' for '--inject <WHAT>'")
             && first.contains("preempt:AFTER"),
         "{stderr}"
     );

@@ -140,7 +140,7 @@ mod tests {
         );
         for bad in [
             "preempt",
-            "maintenance:1h",
+            "reboot:1h",
             "fail:eval",
             "fail:train:0",
             "stockout::v5p",
@@ -149,6 +149,6 @@ mod tests {
             let err = parse(bad).expect_err(bad);
             assert!(err.contains("preempt:") || err.contains('`'), "{bad}: {err}");
         }
-        assert!(parse("maintenance:1h").unwrap_err().contains("fail:train[:N]"));
+        assert!(parse("reboot:1h").unwrap_err().contains("fail:train[:N]"));
     }
 }
