@@ -80,6 +80,21 @@ pub fn upcoming_maintenance(node: &Node) -> Option<UpcomingMaintenance> {
     serde_json::from_value(notice).ok()
 }
 
+/// The TPU node that stands for Compute Engine instances carrying the instance's notice
+/// (`resourceStatus.upcomingMaintenance`, the same fields as the TPU API's), where
+/// [`upcoming_maintenance`] reads it: the node model has no field for it, so it goes in as the TPU
+/// API would send it.
+pub fn carry_notice(node: Node, notice: Option<&crate::compute_v1::model::UpcomingMaintenance>) -> Node {
+    let Some(notice) = notice else {
+        return node;
+    };
+    let (Ok(mut json), Ok(notice)) = (serde_json::to_value(&node), serde_json::to_value(notice)) else {
+        return node;
+    };
+    json["upcomingMaintenance"] = notice;
+    serde_json::from_value(json).unwrap_or(node)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +131,24 @@ mod tests {
         assert_eq!((m.kind.as_str(), m.ongoing()), ("UNSCHEDULED", true));
         let plain: Node = serde_json::from_value(serde_json::json!({"name": "n", "state": "READY"})).unwrap();
         assert_eq!(upcoming_maintenance(&plain), None);
+    }
+
+    /// A Compute Engine instance's notice reads like a TPU node's.
+    #[test]
+    fn an_instance_notice_is_carried_on_its_node() {
+        let notice: crate::compute_v1::model::UpcomingMaintenance =
+            serde_json::from_value(serde_json::json!({
+                "type": "SCHEDULED", "canReschedule": true, "maintenanceStatus": "PENDING",
+                "windowStartTime": "2026-12-01T10:00:00Z", "windowEndTime": "2026-12-01T11:00:00Z"
+            }))
+            .unwrap();
+        let node = carry_notice(Node::new().set_name("n"), Some(&notice));
+        let m = upcoming_maintenance(&node).expect("carried");
+        assert_eq!(
+            (m.kind.as_str(), m.can_reschedule, m.ongoing()),
+            ("SCHEDULED", true, false)
+        );
+        assert_eq!(node.name, "n");
+        assert_eq!(upcoming_maintenance(&carry_notice(Node::new(), None)), None);
     }
 }

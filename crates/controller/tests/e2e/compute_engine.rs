@@ -244,6 +244,47 @@ async fn preempted_spot_instance_is_counted_and_recreated() {
     delete_and_wait_gone(&env, "spot").await;
 }
 
+/// A Compute Engine VM's announced maintenance shows on its slice as a TPU node's does, and
+/// counts as a maintenance restart, not a preemption.
+#[tokio::test]
+async fn an_instances_maintenance_shows_on_its_slice() {
+    let env = start().await;
+    env.create(&slice("kept", "v6e-8", json!({"onDemand": {}}))).await;
+    env.wait_for::<TpuSlice, _>("kept", "Ready", STEP, is_ready).await;
+    let vm = env.gcp.instances()[0]["name"].as_str().unwrap().to_string();
+    let notice = gcp_emulator::Fault::ScheduleMaintenance {
+        name: vm,
+        start_in_secs: 600,
+        duration_secs: 120,
+        can_reschedule: true,
+        unscheduled: false,
+    };
+    env.gcp.inject(notice).unwrap();
+    let step = Duration::from_secs(1);
+    let s: TpuSlice = env
+        .wait_for("kept", "the notice", step, |s: &TpuSlice| {
+            s.status.as_ref().is_some_and(|st| st.maintenance.is_some())
+        })
+        .await;
+    let m = s.status.unwrap().maintenance.unwrap();
+    assert_eq!((m.kind.as_str(), m.can_reschedule), ("Scheduled", true), "{m:?}");
+    assert_eq!(
+        reason(&s_now(&env, "kept").await, "MaintenancePending").as_deref(),
+        Some("MaintenanceScheduled")
+    );
+    let s: TpuSlice = env
+        .wait_for("kept", "one maintenance restart", step, |s: &TpuSlice| {
+            s.status.as_ref().is_some_and(|st| st.maintenance_restarts == 1)
+        })
+        .await;
+    assert_eq!(s.status.unwrap().recreations, 0, "not a preemption");
+    delete_and_wait_gone(&env, "kept").await;
+}
+
+async fn s_now(env: &TestEnv, name: &str) -> TpuSlice {
+    env.api::<TpuSlice>().get(name).await.unwrap()
+}
+
 #[tokio::test]
 async fn tpu_vm_pipeline_trains_on_a_compute_engine_slice() {
     let mut env = TestEnv::start().await;

@@ -59,7 +59,7 @@ fn instance_state(instance: &Instance) -> node::State {
 /// A single-host slice's instance as a TPU node named `name`.
 pub fn instance_node(name: &str, accelerator_type: &str, instance: &Instance) -> Node {
     let state = instance_state(instance);
-    Node::new()
+    let node = Node::new()
         .set_name(name)
         .set_accelerator_type(accelerator_type)
         .set_state(state.clone())
@@ -79,7 +79,13 @@ pub fn instance_node(name: &str, accelerator_type: &str, instance: &Instance) ->
         )
         .set_network_endpoints(endpoint(instance))
         .set_scheduling_config(SchedulingConfig::new().set_spot(is_spot(instance)))
-        .set_or_clear_create_time(timestamp(instance.creation_timestamp.as_deref()))
+        .set_or_clear_create_time(timestamp(instance.creation_timestamp.as_deref()));
+    crate::maintenance::carry_notice(node, notice(instance))
+}
+
+/// An instance's announced maintenance.
+fn notice(instance: &Instance) -> Option<&crate::compute_v1::model::UpcomingMaintenance> {
+    instance.resource_status.as_ref()?.upcoming_maintenance.as_ref()
 }
 
 /// A group's hosts as one TPU node named `name`, from the group, its template's properties
@@ -97,7 +103,7 @@ pub fn group_node(
     let target = manager.target_size.unwrap_or(0).max(0) as usize;
     let state = group_state(target, members, instances);
     let properties = template.cloned().unwrap_or_default();
-    Node::new()
+    let node = Node::new()
         .set_name(name)
         .set_accelerator_type(accelerator_type)
         .set_state(state.clone())
@@ -124,7 +130,13 @@ pub fn group_node(
                     .is_some_and(|s| s.provisioning_model == Some(scheduling::ProvisioningModel::Spot)),
             ),
         )
-        .set_or_clear_create_time(timestamp(manager.creation_timestamp.as_deref()))
+        .set_or_clear_create_time(timestamp(manager.creation_timestamp.as_deref()));
+    // A maintenance of any host stops the whole slice: the one under way, else the earliest.
+    let notice = instances.iter().filter_map(notice).min_by_key(|m| {
+        let ongoing = m.maintenance_status.as_ref().and_then(|s| s.name()) == Some("ONGOING");
+        (!ongoing, m.window_start_time.clone())
+    });
+    crate::maintenance::carry_notice(node, notice)
 }
 
 /// The node state of a group wanting `target` hosts: STOPPED when it has no members and wants
