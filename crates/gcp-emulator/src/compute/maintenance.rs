@@ -161,12 +161,7 @@ fn perform(
             "The maintenance of instance '{key}' cannot be rescheduled (upcomingMaintenance.canReschedule is false)."
         )));
     }
-    let op = operations::start(w, ce, project, &zone_of(scope), "performMaintenance", key);
-    if let Some(r) = ce.instances.get_mut(key) {
-        r.run.maintenance_op = Some(op.clone());
-    }
-    begin(w, ce, key);
-    Ok(operations::remember(w, ce, scope, req, &op))
+    start_now(w, ce, (project, scope, key), req, "performMaintenance")
 }
 
 /// `instances.simulateMaintenanceEvent`: an UNSCHEDULED maintenance starts now on a RUNNING VM
@@ -196,7 +191,18 @@ fn simulate(
         unscheduled: true,
     };
     set_notice(ce, key, &n, w.now);
-    let op = operations::start(w, ce, project, &zone_of(scope), "simulateMaintenanceEvent", key);
+    start_now(w, ce, (project, scope, key), req, "simulateMaintenanceEvent")
+}
+
+/// Starts the VM's maintenance now, under an operation of `verb` that is DONE when it ends.
+fn start_now(
+    w: &mut Cloud,
+    ce: &mut ComputeState,
+    (project, scope, key): (&str, &str, &str),
+    req: &Req,
+    verb: &str,
+) -> ApiResult<Value> {
+    let op = operations::start(w, ce, project, &zone_of(scope), verb, key);
     if let Some(r) = ce.instances.get_mut(key) {
         r.run.maintenance_op = Some(op.clone());
     }

@@ -55,35 +55,37 @@ fn shown(observed: &Observed) -> Option<(usize, UpcomingMaintenance)> {
         .min_by_key(|(_, m)| (!m.ongoing(), m.window_start()))
 }
 
-/// The value of [`CHECKPOINT_REQUEST_METADATA`] that asks for a checkpoint before node `n`'s
-/// announced window, when that is due now: the window starts within `checkpointLead` and `n` does
-/// not carry that request yet. `None` with nothing running the operator could ask (no
-/// `workload` or `startupScript`), a lead of `0s`, or maintenance already under way.
-pub fn checkpoint_due(spec: &TpuSliceSpec, n: &Node, now: DateTime<Utc>) -> Option<String> {
+/// When node `n` is to be asked for a checkpoint, and the value of
+/// [`CHECKPOINT_REQUEST_METADATA`] that asks (its announced window's start): `checkpointLead`
+/// before the window, unless `n` already carries that request. `None` with nothing running the
+/// operator could ask (no `workload` or `startupScript`), a lead of `0s`, or maintenance already
+/// under way.
+fn request(spec: &TpuSliceSpec, n: &Node) -> Option<(DateTime<Utc>, String)> {
     if spec.workload.is_none() && spec.startup_script.is_none() {
         return None;
     }
-    let m = upcoming_maintenance(n).filter(|m| !m.ongoing())?;
-    let start = m.window_start()?;
     let lead = spec.maintenance.clone().unwrap_or_default().checkpoint_lead();
-    let lead = chrono::Duration::from_std(lead).ok()?;
+    let lead = chrono::Duration::from_std(lead).ok().filter(|l| !l.is_zero())?;
+    let m = upcoming_maintenance(n).filter(|m| !m.ongoing())?;
+    let due = m.window_start()? - lead;
     let value = m.window_start_time?;
     let asked = n.metadata.get(CHECKPOINT_REQUEST_METADATA) == Some(&value);
-    (!lead.is_zero() && now >= start - lead && !asked).then_some(value)
+    (!asked).then_some((due, value))
+}
+
+/// The request ([`request`]) node `n` is due now.
+pub fn checkpoint_due(spec: &TpuSliceSpec, n: &Node, now: DateTime<Utc>) -> Option<String> {
+    request(spec, n)
+        .filter(|(due, _)| now >= *due)
+        .map(|(_, value)| value)
 }
 
 /// When the next checkpoint request of a node under notice is due (to wake the slice then).
 pub fn next_request(spec: &TpuSliceSpec, observed: &Observed) -> Option<DateTime<Utc>> {
-    let lead = spec.maintenance.clone().unwrap_or_default().checkpoint_lead();
-    let lead = chrono::Duration::from_std(lead).ok().filter(|l| !l.is_zero())?;
     nodes(observed)
-        .filter_map(|(_, n)| {
-            let m = upcoming_maintenance(n).filter(|m| !m.ongoing())?;
-            let asked = n.metadata.get(CHECKPOINT_REQUEST_METADATA) == m.window_start_time.as_ref();
-            (!asked).then(|| m.window_start()).flatten()
-        })
+        .filter_map(|(_, n)| request(spec, n))
+        .map(|(due, _)| due)
         .min()
-        .map(|start| start - lead)
 }
 
 /// Sets `status.maintenance`, `maintenanceRestarts` and the `MaintenancePending` condition of
@@ -163,7 +165,7 @@ fn set_pending_condition(st: &mut TpuSliceStatus, has_node: bool, now: DateTime<
     {
         Some(m) => {
             let reason = match (m.state, m.kind.as_str()) {
-                (MaintenanceState::Ongoing | MaintenanceState::Ended, _) => reasons::MAINTENANCE_ONGOING,
+                (MaintenanceState::Ongoing, _) => reasons::MAINTENANCE_ONGOING,
                 (_, "Unscheduled") => reasons::MAINTENANCE_UNSCHEDULED,
                 _ => reasons::MAINTENANCE_SCHEDULED,
             };

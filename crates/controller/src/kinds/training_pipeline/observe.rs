@@ -12,8 +12,10 @@ mod markers;
 mod vertex;
 
 use tpu_operator_api::common::{CostEstimate, Links};
+use tpu_operator_api::conditions::{find_condition, types};
+use tpu_operator_api::tpu_slice::TpuSliceStatus;
 use tpu_operator_api::training_pipeline::{
-    StageName, StageState, TrainingMode, TrainingPipeline, TrainingPipelineStatus,
+    Interruptions, StageName, StageState, TrainingMode, TrainingPipeline, TrainingPipelineStatus,
 };
 use tpu_operator_gcp::{
     OperationState, Service, aiplatform_v1::model::CustomJob, ignore_not_found, operation_state,
@@ -62,7 +64,7 @@ pub struct ChildCloud {
     /// Where a training slice's capacity plan stands.
     pub capacity: Option<String>,
     /// What interrupted the training slice.
-    pub interruptions: Option<tpu_operator_api::training_pipeline::Interruptions>,
+    pub interruptions: Option<Interruptions>,
 }
 
 /// What the pipeline owns, and what else the pass read.
@@ -226,17 +228,12 @@ async fn pending_operation_done(
 }
 
 /// What interrupted a training slice, as its status counts it; `None` while nothing did.
-fn interruptions(
-    s: &tpu_operator_api::tpu_slice::TpuSliceStatus,
-) -> Option<tpu_operator_api::training_pipeline::Interruptions> {
-    let maintenance = tpu_operator_api::conditions::find_condition(
-        &s.conditions,
-        tpu_operator_api::conditions::types::MAINTENANCE_PENDING,
-    )
-    .filter(|c| c.status == "True")
-    .map(|c| c.message.clone());
+fn interruptions(s: &TpuSliceStatus) -> Option<Interruptions> {
+    let maintenance = find_condition(&s.conditions, types::MAINTENANCE_PENDING)
+        .filter(|c| c.status == "True")
+        .map(|c| c.message.clone());
     let quiet = s.recreations == 0 && s.maintenance_restarts == 0 && maintenance.is_none();
-    (!quiet).then_some(tpu_operator_api::training_pipeline::Interruptions {
+    (!quiet).then_some(Interruptions {
         preemptions: s.recreations,
         maintenance_restarts: s.maintenance_restarts,
         maintenance,

@@ -154,6 +154,24 @@ impl Rehearsal {
         }
     }
 
+    /// The first running training resource, not yet touched, that has run `after` and that
+    /// `pick` takes (with what it needs to act on it).
+    fn first_due<'a, T>(
+        &self,
+        after: Duration,
+        trainers: &'a [Trainer],
+        now: DateTime<Utc>,
+        pick: impl Fn(&'a Trainer) -> Option<T>,
+    ) -> Option<T> {
+        let after = chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
+        self.running_since.iter().find_map(|(name, since)| {
+            if self.touched.contains(name) || now - *since < after {
+                return None;
+            }
+            pick(trainers.iter().find(|t| t.name == *name && t.running)?)
+        })
+    }
+
     fn preempt(
         &mut self,
         after: Duration,
@@ -161,13 +179,8 @@ impl Rehearsal {
         trainers: &[Trainer],
         now: DateTime<Utc>,
     ) -> Applied {
-        let after = chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
-        let due = self.running_since.iter().find_map(|(name, since)| {
-            let trainer = trainers.iter().find(|t| t.name == *name && t.running)?;
-            let fault = trainer.preemption()?;
-            (!self.touched.contains(name) && now - *since >= after).then_some((trainer, fault))
-        });
-        let Some((trainer, fault)) = due else {
+        let Some((trainer, fault)) = self.first_due(after, trainers, now, |t| Some((t, t.preemption()?)))
+        else {
             return Applied::Later;
         };
         let name = trainer.name.clone();
@@ -191,14 +204,7 @@ impl Rehearsal {
         trainers: &[Trainer],
         now: DateTime<Utc>,
     ) -> Applied {
-        let after = chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
-        let due = self.running_since.iter().find_map(|(name, since)| {
-            let trainer = trainers
-                .iter()
-                .find(|t| t.name == *name && t.running && t.is_node())?;
-            (!self.touched.contains(name) && now - *since >= after).then_some(trainer)
-        });
-        let Some(trainer) = due else {
+        let Some(trainer) = self.first_due(after, trainers, now, |t| t.is_node().then_some(t)) else {
             return Applied::Later;
         };
         let name = trainer.name.clone();
