@@ -71,6 +71,8 @@ pub mod reasons {
     pub const RETRYING: &str = "Retrying";
     /// Preemptions exceeded `preemption.maxRecreations`.
     pub const RECREATIONS_EXHAUSTED: &str = "RecreationsExhausted";
+    /// One slice of a multislice was lost more than `multislice.maxSliceRestarts` times.
+    pub const SLICE_RESTARTS_EXHAUSTED: &str = "SliceRestartsExhausted";
     /// Retries exceeded `maxRetries`.
     pub const RETRIES_EXHAUSTED: &str = "RetriesExhausted";
     /// The namespace's tenancy policy refuses the spec.

@@ -115,6 +115,17 @@ pub fn tpu_node_id(id: &ObjectIdentity, recreation: u32) -> String {
     compose("", &format!("{}-{}", id.namespace, id.name), &suffix, MAX_ID_LEN)
 }
 
+/// Node and queued resource id of slice `slice` of a multislice's incarnation `recreation`, which
+/// is provisioned as one queued resource per slice (both carry the same id): the slice's node id
+/// with `-s<slice>` (`<ns>-<name>-<hash>[-r<n>]-s<k>`, at most 63 characters).
+pub fn slice_node_id(id: &ObjectIdentity, recreation: u32, slice: u32) -> String {
+    let suffix = match recreation {
+        0 => format!("{}-s{slice}", id.short_hash()),
+        n => format!("{}-r{n}-s{slice}", id.short_hash()),
+    };
+    compose("", &format!("{}-{}", id.namespace, id.name), &suffix, MAX_ID_LEN)
+}
+
 /// Queued resource id for a slice: same rules as the node id, so the two are easy to correlate.
 pub fn queued_resource_id(id: &ObjectIdentity, recreation: u32) -> String {
     tpu_node_id(id, recreation)
@@ -241,6 +252,24 @@ mod tests {
         let r = tpu_node_id(&id, 2);
         assert!(r.ends_with("-r2") && rfc1035(&r), "{r}");
         assert_ne!(a, r);
+    }
+
+    /// A multislice's slice ids differ per slice and per incarnation and stay within 63
+    /// characters however long the object's name is (a node id prefix plus `-<k>` did not).
+    #[test]
+    fn slice_ids_are_distinct_per_slice_and_incarnation_and_fit() {
+        let id = ident("ml-team", &"m".repeat(120));
+        let ids = [
+            slice_node_id(&id, 0, 0),
+            slice_node_id(&id, 0, 1),
+            slice_node_id(&id, 1, 0),
+            slice_node_id(&id, 1, 11),
+        ];
+        for (i, a) in ids.iter().enumerate() {
+            assert!(rfc1035(a) && a.len() <= MAX_ID_LEN, "{a}");
+            assert!(ids[i + 1..].iter().all(|b| b != a), "{ids:?}");
+        }
+        assert!(ids[3].ends_with("-r1-s11"), "{}", ids[3]);
     }
 
     #[test]

@@ -188,6 +188,14 @@ impl Emulator {
     pub fn workload_env(&self, name: &str) -> Option<BTreeMap<String, String>> {
         self.with_world(|w| w.tpu.nodes.get(name).and_then(|r| r.workload_env.clone()))
     }
+    /// Where the running workload of TPU node `name` (full name) started (or restarted) from:
+    /// the emulated time and the committed step it resumed at; `None` while none runs.
+    pub fn workload_started(&self, name: &str) -> Option<(DateTime<Utc>, u64)> {
+        self.with_world(|w| {
+            let p = w.tpu.nodes.get(name)?.run.progress?;
+            Some((p.t0, p.s0))
+        })
+    }
     /// Every interruption of a running simulated workload so far (maintenance, preemption,
     /// deletion, stop), oldest first, with the steps it lost (see [`crate::training`]).
     pub fn workload_interruptions(&self) -> Vec<WorkloadInterruption> {

@@ -90,6 +90,11 @@ pub enum Cause {
     Deletion,
     /// Its node was stopped while the workload ran.
     Stop,
+    /// Its startup script stopped it: an attribute the script waits for before it runs the
+    /// container was taken off the node's metadata (the operator takes the coordinator's address
+    /// off a multislice's nodes while it replaces a lost slice). It runs again, from its newest
+    /// checkpoint, once the attribute is back.
+    Restart,
 }
 
 /// One interruption of a running simulated workload.

@@ -263,12 +263,12 @@ fn multislice_and_adoption_rules() -> Vec<Rule> {
     vec![
         Rule::new(
             format!("!has(self.multislice) || !{CE}"),
-            "multislice is one Cloud TPU API queued resource with multisliceParams: set provisioner: TpuApi (or remove multislice)",
+            "multislice is Cloud TPU API queued resources, one per slice: set provisioner: TpuApi (or remove multislice)",
         )
         .at(".multislice"),
         Rule::new(
             "!has(self.multislice) || (has(self.capacity) && (has(self.capacity.queued) || has(self.capacity.reserved))) || (has(self.capacityPlan) && self.capacityPlan.rungs.all(r, has(r.queued) || has(r.reserved)))",
-            "multislice is provisioned as one queued resource: set capacity.queued (or capacity.reserved) with it, or only queued and reserved rungs in capacityPlan",
+            "multislice is provisioned as queued resources, one per slice: set capacity.queued (or capacity.reserved) with it, or only queued and reserved rungs in capacityPlan",
         )
         .at(".multislice"),
         Rule::new(

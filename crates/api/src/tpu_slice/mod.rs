@@ -133,11 +133,12 @@ pub struct TpuSliceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_plan: Option<CapacityPlan>,
 
-    /// Multislice: `nodeCount` slices of this accelerator type, provisioned all or nothing as one
-    /// queued resource (`multisliceParams`), for one training run across slices over the data
-    /// center network (JAX multislice). Needs `provisioner: TpuApi` and `capacity.queued` or
-    /// `capacity.reserved`. The slice is Ready only when every node is READY; a preemption of
-    /// any node recreates the whole queued resource. The `workload` container gets the
+    /// Multislice: `nodeCount` slices of this accelerator type, one queued resource per slice, for
+    /// one training run across slices over the data center network (JAX multislice). Needs
+    /// `provisioner: TpuApi` and `capacity.queued` or `capacity.reserved`. The slice is Ready only
+    /// when every node is READY, and no slice's workload starts before. A lost slice is replaced
+    /// alone (`maxSliceRestarts`, `status.sliceRestarts`): the others keep their nodes and every
+    /// slice's workload starts again once all are READY. The `workload` container gets the
     /// `MEGASCALE_*` environment (docs/training.md, "Multislice"). Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multislice: Option<Multislice>,

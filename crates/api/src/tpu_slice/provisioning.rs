@@ -40,15 +40,34 @@ pub struct ComputeEngineOptions {
     pub boot_disk_size_gb: Option<i64>,
 }
 
-/// Several slices of one accelerator type as one queued resource.
+/// Several slices of one accelerator type, one queued resource per slice, started all or
+/// nothing: no slice's workload starts until every slice is READY.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Multislice {
-    /// How many slices (TPU nodes), at least 2: the queued resource's
-    /// `multisliceParams.nodeCount`. The nodes are `<id>-0` .. `<id>-<nodeCount-1>`, and node
-    /// `k` is slice `k` (`MEGASCALE_SLICE_ID`).
+    /// How many slices (TPU nodes), at least 2. Slice `k` is the queued resource and node
+    /// `<id>-s<k>` (`MEGASCALE_SLICE_ID` = `k`).
     #[schemars(range(max = 256))]
     pub node_count: i32,
+    /// How many times one slice may be replaced alone after it is lost (preempted, or its
+    /// queued resource suspended by the TPU service) before the run is given up with reason
+    /// `SliceRestartsExhausted` (default 3; `0`: the first loss ends it). A lost slice is
+    /// recreated alone, the others keep their nodes, and every slice's workload starts again
+    /// from the last committed checkpoint once all are READY.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub max_slice_restarts: Option<i32>,
+}
+
+impl Multislice {
+    /// Default of [`Multislice::max_slice_restarts`].
+    pub const DEFAULT_MAX_SLICE_RESTARTS: i32 = 3;
+
+    /// How many times one slice may be replaced alone.
+    pub fn max_slice_restarts(&self) -> i32 {
+        self.max_slice_restarts
+            .unwrap_or(Self::DEFAULT_MAX_SLICE_RESTARTS)
+    }
 }
 
 /// TPU generation plus topology, as in the TPU API's `AcceleratorConfig`.

@@ -116,6 +116,15 @@ pub struct TpuSliceStatus {
     /// `recreations`: it spends no `spec.preemption.maxRecreations`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub maintenance_restarts: i32,
+    /// Multislice: how many times each slice (by slice id) was lost and replaced alone, counted
+    /// apart from `recreations` (a whole-run recreation) and against
+    /// `spec.multislice.maxSliceRestarts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slice_restarts: Vec<i32>,
+    /// Multislice: the slices whose loss is counted and whose replacement has not been asked for
+    /// yet (their lost queued resource is being deleted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replacing_slices: Vec<i32>,
     /// The maintenance Google announced for the slice's node: announced, under way, or (`Ended`)
     /// the last one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -42,6 +42,8 @@ pub struct Request<'a> {
     /// that instead of planning a create).
     pub create: Option<&'a Create>,
     pub recreations: u32,
+    /// Multislice: how often each slice was replaced alone (`status.sliceRestarts`).
+    pub slice_restarts: &'a [i32],
     /// The node as observed this pass (its metadata is the base of a metadata patch).
     pub node: Option<&'a Node>,
     /// Where a direct create asks for capacity (the stockout memory's key).
@@ -54,6 +56,7 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
     let (verb, op) = match action {
         Action::Nothing
         | Action::RecordPreemption
+        | Action::RecordSliceLoss(_)
         | Action::ReturnToGranted
         | Action::RecordSuspension
         | Action::CreateWorkload
@@ -65,11 +68,29 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
                     parent: &req.names.parent,
                     identity: req.identity,
                     recreations: req.recreations,
+                    slice: None,
                 };
                 ("create", cloud.create(gcp, create, &at).await?)
             }
             None => return Ok(None),
         },
+        Action::CreateSliceQueuedResource(k) => {
+            let id = req
+                .names
+                .current
+                .slice_queue(*k)
+                .and_then(|n| n.rsplit('/').next());
+            let Some(create) = req.create.zip(id).and_then(|(c, id)| c.for_slice(id)) else {
+                return Ok(None);
+            };
+            let at = Creating {
+                parent: &req.names.parent,
+                identity: req.identity,
+                recreations: req.recreations,
+                slice: Some((*k, req.slice_restarts.get(*k).copied().unwrap_or(0))),
+            };
+            ("create", cloud.create(gcp, &create, &at).await?)
+        }
         // Already gone is what a delete wants.
         Action::DeleteNode(name) => match ignore_not_found(cloud.delete_node(gcp, name).await)? {
             Some(op) => ("delete", op),
@@ -167,7 +188,7 @@ pub(super) async fn on_plan(
         memory::operation_failed(ctx, request, err);
     }
     memory::node_seen(ctx, request);
-    let creates = matches!(plan.action, Action::CreateNode | Action::CreateQueuedResource);
+    let creates = plan.action.creates();
     if creates && let Some(held) = memory::ask(ctx, request) {
         // The place stocked out (for this slice or another) and is blocked, or another slice's
         // create is asking it now: no call, and status says until when.
@@ -222,14 +243,17 @@ fn create_failed(ctx: &Context, request: &Request<'_>, err: &GcpError) {
 
 pub(super) fn action_name(action: &Action) -> &'static str {
     match action {
-        Action::Nothing | Action::RecordPreemption | Action::RecordSuspension | Action::ReturnToGranted => {
-            "observe TPU slice"
-        }
+        Action::Nothing
+        | Action::RecordPreemption
+        | Action::RecordSliceLoss(_)
+        | Action::RecordSuspension
+        | Action::ReturnToGranted => "observe TPU slice",
         Action::CreateWorkload => "create the Kueue Workload",
         Action::ReleaseWorkload => "release the Kueue Workload's quota",
         Action::DeleteWorkload => "delete a Kueue Workload that is not the slice's",
         Action::CreateNode => "create TPU node",
         Action::CreateQueuedResource => "create queued resource",
+        Action::CreateSliceQueuedResource(_) => "create a multislice slice's queued resource",
         Action::DeleteNode(_) => "delete TPU node",
         Action::DeleteQueuedResource(_) => "delete queued resource",
         Action::PatchNode(_) => "patch TPU node labels/metadata/tags",

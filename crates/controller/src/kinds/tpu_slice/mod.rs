@@ -26,6 +26,7 @@ mod cleanup;
 mod compute;
 mod ladder;
 mod maintenance;
+mod names;
 mod observe;
 mod plan;
 pub mod queue;
@@ -198,8 +199,7 @@ impl Kind for TpuSlice {
 
     /// Right before a create: every rule, with the namespace's chip quota and budget.
     fn admission(&self, _ctx: &Context, t: &Target, plan: &Plan) -> Option<Admission> {
-        let creates = matches!(plan.action, Step::CreateNode | Step::CreateQueuedResource);
-        let request = t.request.clone().filter(|_| creates)?;
+        let request = t.request.clone().filter(|_| plan.action.creates())?;
         Some(Admission {
             checked: Vec::new(),
             counted: vec![request],
@@ -315,7 +315,7 @@ impl Kind for TpuSlice {
 fn plan_input<'a>(
     slice: &'a TpuSlice,
     t: &'a Target,
-    old: &TpuSliceStatus,
+    old: &'a TpuSliceStatus,
     observed: &'a Observed,
     now: chrono::DateTime<chrono::Utc>,
 ) -> plan::Input<'a> {
@@ -347,6 +347,8 @@ fn plan_input<'a>(
                     .is_some_and(|c| c.status == "True" && c.reason == reasons::MAX_RUN_DURATION_EXCEEDED)
             }),
         spec_moved: ladder::left_by_a_move(old),
+        slice_restarts: &old.slice_restarts,
+        replacing: &old.replacing_slices,
         now,
     }
 }
@@ -377,6 +379,8 @@ fn build_status(
     });
     st.zone = Some(t.spec(&slice.spec).zone.clone());
     maintenance::report(&mut st, old, observed, &plan.action, started.is_some(), now);
+    (st.slice_restarts, st.replacing_slices) =
+        plan::slice_restarts(&old.slice_restarts, &old.replacing_slices, observed, &plan.action);
     st.capacity_plan = capacity_plan;
     st.kueue = queue::status(
         old,

@@ -2,10 +2,7 @@
 //! so a create whose result was never written to status is still found) and the pending operation.
 
 use chrono::{DateTime, Utc};
-use tpu_operator_api::{
-    naming::{self, ObjectIdentity},
-    tpu_slice::{Provisioner, TpuSlice, TpuSliceSpec},
-};
+use tpu_operator_api::tpu_slice::{DONE_URI_METADATA, TpuSliceSpec};
 use tpu_operator_gcp::{
     GcpError, OperationState, Service, ignore_not_found,
     longrunning::model::Operation,
@@ -13,139 +10,18 @@ use tpu_operator_gcp::{
     tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
 };
 
-use super::{
-    backend::{self, SliceBackend},
-    spec::Desired,
-};
+pub use super::names::{Incarnation, Names};
+use super::spec::Desired;
 use crate::{reconcile::context::Context, runtime::error::ReconcileError};
-use tpu_operator_api::tpu_slice::DONE_URI_METADATA;
-
-/// Full resource names of one incarnation (recreation) of the slice.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Incarnation {
-    /// `projects/<p>/locations/<zone>/nodes/<id>`.
-    pub node: String,
-    /// The queued resource, for `capacity.queued` and `capacity.reserved`.
-    pub queued: Option<String>,
-    /// The node / queued resource id (for a multislice, the node id prefix).
-    pub id: String,
-    /// Multislice: the nodes of slices 1..N-1 (`node` is slice 0's, `<id>-0`); empty otherwise.
-    pub other_slices: Vec<String>,
-}
-
-/// `projects/<p>/locations/<zone>` of the spec's zone.
-fn parent_of(project: &str, spec: &TpuSliceSpec) -> String {
-    format!("projects/{project}/locations/{}", spec.zone)
-}
-
-impl Incarnation {
-    /// Incarnation `n` of the slice, asking where `spec` says (its zone and kind of capacity).
-    fn new(identity: &ObjectIdentity, project: &str, spec: &TpuSliceSpec, n: u32) -> Self {
-        let parent = parent_of(project, spec);
-        let slices = spec.slice_count();
-        let id = naming::tpu_node_id(identity, n);
-        // A multislice queued resource names its nodes `<prefix>-<k>` (see
-        // `spec::queued_resource`); the prefix is the id a plain slice's node would have.
-        let node = match slices {
-            Some(_) => format!("{parent}/nodes/{id}-0"),
-            None => format!("{parent}/nodes/{id}"),
-        };
-        Incarnation {
-            other_slices: (1..slices.unwrap_or(1))
-                .map(|k| format!("{parent}/nodes/{id}-{k}"))
-                .collect(),
-            node,
-            queued: spec.uses_queued_resource().then(|| {
-                format!(
-                    "{parent}/queuedResources/{}",
-                    naming::queued_resource_id(identity, n)
-                )
-            }),
-            id,
-        }
-    }
-}
-
-/// Where the slice's cloud objects live and what they are called.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Names {
-    pub project: String,
-    /// `projects/<p>/locations/<zone>`.
-    pub parent: String,
-    /// The incarnation the slice should run now (`status.recreations`).
-    pub current: Incarnation,
-    /// The incarnation before the last preemption, which must be gone before `current` is created.
-    pub previous: Option<Incarnation>,
-    /// The node was adopted by `spec.adoptNodeId` (never created, never recreated).
-    pub adopted: bool,
-    /// Which API holds the slice's cloud objects.
-    pub provisioner: Provisioner,
-}
-
-impl Names {
-    /// Where the current incarnation is created.
-    pub fn create_at(&self) -> super::spec::CreateAt<'_> {
-        super::spec::CreateAt {
-            project: &self.project,
-            parent: &self.parent,
-            id: &self.current.id,
-            queued_id: self.current.queued.as_deref().and_then(|n| n.rsplit('/').next()),
-        }
-    }
-
-    /// `spec`: the slice's spec as this pass runs it (at its capacity plan's place); `before`:
-    /// where the previous incarnation asked (another zone or kind after a move on the plan).
-    pub fn new(
-        slice: &TpuSlice,
-        spec: &TpuSliceSpec,
-        before: &TpuSliceSpec,
-        identity: &ObjectIdentity,
-        project: String,
-    ) -> Self {
-        let parent = parent_of(&project, spec);
-        let recreations = slice
-            .status
-            .as_ref()
-            .map_or(0, tpu_operator_api::tpu_slice::TpuSliceStatus::incarnation);
-        let incarnation = |n: u32, spec: &TpuSliceSpec| Incarnation::new(identity, &project, spec, n);
-        let (current, previous, adopted) = match &spec.adopt_node_id {
-            Some(id) => (
-                Incarnation {
-                    node: format!("{parent}/nodes/{id}"),
-                    queued: None,
-                    id: id.clone(),
-                    other_slices: Vec::new(),
-                },
-                None,
-                true,
-            ),
-            None => (
-                incarnation(recreations, spec),
-                recreations.checked_sub(1).map(|n| incarnation(n, before)),
-                false,
-            ),
-        };
-        Self {
-            project,
-            parent,
-            current,
-            previous,
-            adopted,
-            provisioner: spec.provisioner,
-        }
-    }
-
-    /// The backend the slice's objects are created, read, deleted and polled through.
-    pub fn backend(&self) -> &'static dyn SliceBackend {
-        backend::of(self.provisioner)
-    }
-}
 
 /// What exists in the cloud right now.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observed {
     pub node: Option<Node>,
     pub queued: Option<QueuedResource>,
+    /// Multislice, one queued resource per slice: those of slices 1..N-1 (as
+    /// [`Incarnation::other_queues`]); `None` where one does not exist.
+    pub other_queues: Vec<Option<QueuedResource>>,
     /// The previous incarnation's node / queued resource, read only while the current one does
     /// not exist yet (during a recreation, or while deleting).
     pub previous_node: Option<Node>,
@@ -193,10 +69,18 @@ pub async fn observe(
         let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
         observed.queued = read(found, "get queued resource")?.map(|q| named_queued(q, qr));
     }
-    if reads_current_node(names, &observed, desired) {
-        read_current_nodes(ctx, names, &mut observed).await?;
+    for qr in &names.current.other_queues {
+        let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
+        let found = read(found, "get queued resource")?.map(|q| named_queued(q, qr));
+        observed.other_queues.push(found);
     }
-    let current_absent = observed.node.is_none() && observed.queued.is_none();
+    if reads_current_node(names, &observed, desired) {
+        read_first_node(ctx, names, &mut observed).await?;
+    }
+    read_other_nodes(ctx, names, &mut observed).await?;
+    let current_absent = observed.node.is_none()
+        && observed.queued.is_none()
+        && observed.other_queues.iter().all(Option::is_none);
     if let Some(prev) = names.previous.as_ref().filter(|_| current_absent) {
         read_previous(ctx, names, prev, &mut observed).await?;
     }
@@ -219,9 +103,8 @@ fn reads_current_node(names: &Names, observed: &Observed, desired: Option<&Desir
     names.current.queued.is_none() || observed.queued.as_ref().is_some_and(has_nodes) || node_without_queue
 }
 
-/// The current node and, for a multislice, every other slice's node (one get each: all or
-/// nothing, each decides).
-async fn read_current_nodes(
+/// The current node (slice 0's of a multislice).
+async fn read_first_node(
     ctx: &Context,
     names: &Names,
     observed: &mut Observed,
@@ -234,8 +117,28 @@ async fn read_current_nodes(
         None => read(cloud.get_node(gcp, &names.current.node).await, "get TPU node")?,
     }
     .map(|n| named_node(n, &names.current.node));
-    for name in &names.current.other_slices {
-        let found = read(cloud.get_node(gcp, name).await, "get TPU node")?;
+    Ok(())
+}
+
+/// Multislice: every other slice's node (one get each). With one queued resource per slice, a
+/// slice's node is read when its own queued resource may have it; with one for all, whenever
+/// slice 0's node was read.
+async fn read_other_nodes(
+    ctx: &Context,
+    names: &Names,
+    observed: &mut Observed,
+) -> Result<(), ReconcileError> {
+    let (cloud, gcp) = (names.backend(), &ctx.gcp);
+    let per_slice = names.current.per_slice_queues();
+    if !per_slice && observed.node.is_none() {
+        return Ok(());
+    }
+    for (k, name) in names.current.other_slices.iter().enumerate() {
+        let may_have = !per_slice || observed.other_queues[k].as_ref().is_some_and(has_nodes);
+        let found = match may_have {
+            true => read(cloud.get_node(gcp, name).await, "get TPU node")?,
+            false => None,
+        };
         observed.other_slices.push(found.map(|n| named_node(n, name)));
     }
     Ok(())
@@ -250,11 +153,16 @@ async fn read_previous(
     observed: &mut Observed,
 ) -> Result<(), ReconcileError> {
     let (cloud, gcp) = (names.backend(), &ctx.gcp);
-    if let Some(qr) = &prev.queued {
+    // One queued resource per slice: the first still there stands for all (each is deleted,
+    // and read gone, before the next incarnation is asked for).
+    for qr in prev.queued.iter().chain(&prev.other_queues) {
         observed.previous_queued = read(
             cloud.get_queued_resource(gcp, qr).await,
             "get previous queued resource",
         )?;
+        if observed.previous_queued.is_some() {
+            break;
+        }
     }
     if observed.previous_queued.is_none() {
         observed.previous_node = read(cloud.get_node(gcp, &prev.node).await, "get previous TPU node")?;

@@ -25,6 +25,7 @@ mod on_node;
 mod paced;
 mod queued;
 mod reap;
+mod slices;
 mod withheld;
 
 use cleanup::is_qr_deleting;
@@ -32,6 +33,7 @@ pub use cleanup::{CleanupStep, plan_cleanup};
 pub use errors::{node_busy, on_action_error, on_create_error};
 pub use paced::paced;
 use reap::{flex_run_over, idle_timeout_exceeded, max_run_exceeded, suspended};
+pub use slices::slice_restarts;
 pub use withheld::withheld;
 
 pub use super::spec::drift_mask;
@@ -48,6 +50,8 @@ pub enum Action {
     Nothing,
     CreateNode,
     CreateQueuedResource,
+    /// Multislice, one queued resource per slice: `queuedResources.create` of slice `k`'s.
+    CreateSliceQueuedResource(usize),
     /// Full node name.
     DeleteNode(String),
     /// Full queued resource name (always `force`: its nodes go with it).
@@ -72,6 +76,9 @@ pub enum Action {
     },
     /// Status only: count a preemption (`recreations + 1`), which moves `current` to a new id.
     RecordPreemption,
+    /// Status only: count the loss of multislice slice `k` (`sliceRestarts[k] + 1`) and mark it
+    /// replaced, before its queued resource is deleted and asked for again.
+    RecordSliceLoss(usize),
     /// Status only: count a suspension (`suspensions + 1`) once its node is gone, so the node
     /// created on resume has a new id and a create request id of its own. Also a stop for Kueue
     /// (evicted, or a node that ran without admission).
@@ -90,6 +97,15 @@ pub enum Action {
 }
 
 impl Action {
+    /// A create: what the namespace's policy admits and the create pacing and stockout memory
+    /// count.
+    pub fn creates(&self) -> bool {
+        matches!(
+            self,
+            Action::CreateNode | Action::CreateQueuedResource | Action::CreateSliceQueuedResource(_)
+        )
+    }
+
     /// A patch or start of an existing node.
     pub fn updates_node(&self) -> bool {
         matches!(
@@ -199,6 +215,10 @@ pub struct Input<'a> {
     /// This generation already ran out its flex-start run (status is Stalled with reason
     /// `MaxRunDurationExceeded`): nothing is created again.
     pub run_over: bool,
+    /// Multislice: how often each slice was replaced alone (`status.sliceRestarts`).
+    pub slice_restarts: &'a [i32],
+    /// Multislice: the slices whose loss is counted and whose replacement is not asked yet.
+    pub replacing: &'a [i32],
     /// The incarnation before the current one was left by a move along the capacity plan (not
     /// lost to a preemption or a suspension).
     pub spec_moved: bool,
@@ -208,6 +228,13 @@ pub struct Input<'a> {
 impl Input<'_> {
     fn max_recreations(&self) -> i32 {
         self.spec.preemption.clone().unwrap_or_default().max_recreations
+    }
+
+    fn max_slice_restarts(&self) -> i32 {
+        self.spec
+            .multislice
+            .as_ref()
+            .map_or(0, tpu_operator_api::tpu_slice::Multislice::max_slice_restarts)
     }
 }
 
@@ -313,7 +340,9 @@ fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
         Some(OperationView::Succeeded | OperationView::Gone | OperationView::Unread) | None => {}
     }
     let (phase, message) = match create {
-        Action::CreateQueuedResource => (P::Queued, "requesting a queued resource"),
+        Action::CreateQueuedResource | Action::CreateSliceQueuedResource(_) => {
+            (P::Queued, "requesting a queued resource")
+        }
         _ => (P::Provisioning, "creating the TPU node"),
     };
     let phase = if input.recreations > 0 {

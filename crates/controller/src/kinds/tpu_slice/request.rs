@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use tpu_operator_api::accelerator::SliceShape;
 use tpu_operator_gcp::{
     compute::convert::SliceRequest,
-    tpu_v2::model::{Node, QueuedResource},
+    tpu_v2::model::{Node, QueuedResource, queued_resource},
 };
 
 /// The node fields the controller keeps equal to the spec with `nodes.patch`.
@@ -28,6 +28,25 @@ pub enum Create {
     QueuedResource { id: String, body: QueuedResource },
     /// The Compute Engine instance, or group with its template, policy and resize request.
     ComputeEngine(SliceRequest),
+}
+
+impl Create {
+    /// Multislice, one queued resource per slice: slice `id`'s queued resource, the same request
+    /// as slice 0's (which the incarnation's request is made for) under its own id, and its one
+    /// node of that id too. `None` for a request that is not a queued resource.
+    pub fn for_slice(&self, id: &str) -> Option<Create> {
+        let Create::QueuedResource { body, .. } = self else {
+            return None;
+        };
+        let spec = body.tpu()?.node_spec.first()?.clone().set_node_id(id);
+        let body = body
+            .clone()
+            .set_tpu(queued_resource::Tpu::new().set_node_spec([spec]));
+        Some(Create::QueuedResource {
+            id: id.to_string(),
+            body,
+        })
+    }
 }
 
 /// The spec checked and mapped, once per pass: one slice's shape and the current incarnation's

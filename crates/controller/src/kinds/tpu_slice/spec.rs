@@ -28,13 +28,16 @@ pub use script::{LogLabels, MEGASCALE_PORT, workload_script, workload_script_for
 pub(super) const DEFAULT_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
 /// The desired labels / metadata / tags of multislice node `slice`: the common ones plus its
-/// slice id and the coordinator's address, which its startup script waits for.
-pub fn slice_desired(desired: &Desired, slice: usize, coordinator: &str) -> Desired {
+/// slice id and the coordinator's address, which its startup script waits for (`None`: not
+/// now, while a slice is replaced; a script that has it stops its container).
+pub fn slice_desired(desired: &Desired, slice: usize, coordinator: Option<&str>) -> Desired {
     let mut d = desired.clone();
     d.metadata
         .insert(MEGASCALE_SLICE_ID_METADATA.into(), slice.to_string());
-    d.metadata
-        .insert(MEGASCALE_COORDINATOR_METADATA.into(), coordinator.into());
+    if let Some(coordinator) = coordinator {
+        d.metadata
+            .insert(MEGASCALE_COORDINATOR_METADATA.into(), coordinator.into());
+    }
     d.metadata.remove(MANAGED_METADATA_KEY);
     let managed = d.metadata.keys().cloned().collect::<Vec<_>>().join(",");
     d.metadata.insert(MANAGED_METADATA_KEY.into(), managed);

@@ -113,6 +113,8 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         links: old.links.clone(),
         maintenance: old.maintenance.clone(),
         maintenance_restarts: old.maintenance_restarts,
+        slice_restarts: old.slice_restarts.clone(),
+        replacing_slices: old.replacing_slices.clone(),
         zone: old.zone.clone(),
         capacity_plan: old.capacity_plan.clone(),
         message: Some(r.assessment.message.clone()),

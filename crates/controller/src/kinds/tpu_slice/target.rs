@@ -159,13 +159,14 @@ impl Target {
     }
 
     /// What `act` needs for one call on this slice; `node` as observed this pass, if read.
-    pub(super) fn request<'a>(&'a self, old: &TpuSliceStatus, node: Option<&'a Node>) -> act::Request<'a> {
+    pub(super) fn request<'a>(&'a self, old: &'a TpuSliceStatus, node: Option<&'a Node>) -> act::Request<'a> {
         act::Request {
             names: &self.names,
             desired: &self.desired,
             identity: &self.identity,
             create: self.checked.as_ref().ok().map(|c| &c.create),
             recreations: old.incarnation(),
+            slice_restarts: &old.slice_restarts,
             node,
             place: self.place.as_ref(),
         }

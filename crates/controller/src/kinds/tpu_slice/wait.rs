@@ -58,6 +58,15 @@ fn wait_here(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>) -> Wait {
             &pass.plan.action,
             pass.done.as_ref(),
         ),
+        // A running multislice of one queued resource per slice is read at the capacity
+        // interval (two gets per slice): the cloud watch follows one node per object, and a lost
+        // slice must be replaced, and the others stopped, in seconds rather than minutes.
+        Requeue::Stable
+            if pass.target.names.current.per_slice_queues()
+                && pass.plan.assessment.progress == tpu_operator_api::conditions::Progress::Ready =>
+        {
+            Wait::poll_unwatching::<Node>(Requeue::Capacity.after(config), Some(node))
+        }
         Requeue::Stable if let Some(ready) = watched_ready_node(pass) => Wait::Watch {
             watch: Watch::node(ready),
             cap: None,

@@ -67,6 +67,26 @@ pub(super) fn resume(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
     schedule_workload_step(w, tpu, name);
 }
 
+/// After a metadata patch: a startup script that waits for metadata attributes before it runs
+/// its container (a multislice node's slice id and coordinator) stops a running container when
+/// one is taken off, losing the steps since its newest checkpoint, and runs it again from that
+/// checkpoint, with the run time it had left, once all are back.
+pub(super) fn waited_attributes(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
+    let Some(rec) = tpu.nodes.get(name) else { return };
+    let script = rec.body["metadata"]["startup-script"]
+        .as_str()
+        .unwrap_or_default();
+    let waits = container_env(script, &rec.body["metadata"]).is_none();
+    if waits && running(rec) {
+        let left = interrupt(w, tpu, name, Cause::Restart);
+        if let Some(rec) = tpu.nodes.get_mut(name) {
+            rec.run.paused = left;
+        }
+    } else if !waits && rec.run.paused.is_some() && !under_maintenance(rec) {
+        resume(w, tpu, name);
+    }
+}
+
 /// After a metadata patch: a new, non-empty `tpu-operator-checkpoint-request` value (`before`
 /// is the previous one) asks the running workload for a checkpoint now, which it writes when its
 /// startup script watches that key. The container then goes on from that checkpoint (no steps

@@ -70,6 +70,7 @@ pub fn patch(w: &mut Cloud, tpu: &mut Tpu, name: &str, q: &Query, body: &Value) 
     if ready {
         if paths.contains(&"metadata") {
             checkpoint_request(w, tpu, name, before.as_deref());
+            waited_attributes(w, tpu, name);
         }
         maybe_schedule_workload(w, tpu, name);
     }

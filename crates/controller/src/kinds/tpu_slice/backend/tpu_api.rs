@@ -104,7 +104,13 @@ impl SliceBackend for TpuApi {
         match create {
             Create::Node { id, node } => gcp.tpu.create_node(at.parent, id, (**node).clone()).await,
             Create::QueuedResource { id, body } => {
-                let key = request_id(at.identity, CREATE_QR, at.recreations);
+                let key = match at.slice {
+                    None => request_id(at.identity, CREATE_QR, at.recreations),
+                    Some((k, restarts)) => {
+                        let purpose = format!("{CREATE_QR}/slice-{k}/{restarts}");
+                        request_id(at.identity, &purpose, at.recreations)
+                    }
+                };
                 gcp.tpu
                     .create_queued_resource(at.parent, id, &key, body.clone())
                     .await

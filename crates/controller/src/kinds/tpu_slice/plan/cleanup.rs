@@ -20,8 +20,13 @@ pub enum CleanupStep {
 /// Deletion: the queued resource first (force: its nodes go with it), then a node; each must be
 /// gone before the finalizer is dropped.
 pub fn plan_cleanup(observed: &Observed) -> CleanupStep {
-    let qrs = [&observed.queued, &observed.previous_queued];
-    if let Some(qr) = qrs.into_iter().flatten().next() {
+    let qrs = std::iter::once(&observed.queued)
+        .chain(&observed.other_queues)
+        .chain([&observed.previous_queued]);
+    // Every slice's queued resource of a multislice is deleted before any is waited for.
+    let mut qrs: Vec<&QueuedResource> = qrs.flatten().collect();
+    qrs.sort_by_key(|q| is_qr_deleting(q));
+    if let Some(qr) = qrs.first() {
         return if is_qr_deleting(qr) {
             CleanupStep::Wait(format!("queued resource {} is being deleted", qr.name))
         } else {

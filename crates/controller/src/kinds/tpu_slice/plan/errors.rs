@@ -27,7 +27,7 @@ pub fn node_busy(action: &Action, err: &GcpError) -> bool {
 /// How a failed cloud call is reported. `None`: transient, return the error (backoff).
 pub fn on_action_error(action: &Action, err: &GcpError) -> Option<Assessment> {
     match action {
-        Action::CreateNode | Action::CreateQueuedResource => on_create_error(err),
+        a if a.creates() => on_create_error(err),
         _ => refused::reason(err).map(|reason| {
             Assessment::new(
                 Progress::Stalled,

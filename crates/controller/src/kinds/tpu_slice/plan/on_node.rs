@@ -199,7 +199,7 @@ fn tell_slices(input: &Input<'_>, nodes: &[&Node], coordinator: &str) -> Plan {
     let total = nodes.len();
     let operation_running = matches!(input.observed.operation, Some(OperationView::Running));
     for (k, n) in nodes.iter().enumerate() {
-        let d = crate::kinds::tpu_slice::spec::slice_desired(input.desired, k, coordinator);
+        let d = crate::kinds::tpu_slice::spec::slice_desired(input.desired, k, Some(coordinator));
         let mask = drift_mask(&d, n);
         if mask.is_empty() {
             continue;

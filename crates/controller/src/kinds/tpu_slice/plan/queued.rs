@@ -16,13 +16,16 @@ use super::{
 };
 
 pub(super) fn plan(input: &Input<'_>) -> Plan {
+    if input.names.current.per_slice_queues() {
+        return super::slices::plan(input);
+    }
     match &input.observed.queued {
         None => plan_absent(input, Action::CreateQueuedResource),
         Some(qr) => plan_queued(input, qr),
     }
 }
 
-fn plan_queued(input: &Input<'_>, qr: &QueuedResource) -> Plan {
+pub(super) fn plan_queued(input: &Input<'_>, qr: &QueuedResource) -> Plan {
     use queued_resource_state::{State as S, StateInitiator};
     let (state, by_service) = match &qr.state {
         Some(s) => (s.state.clone(), s.state_initiator == StateInitiator::Service),
@@ -59,7 +62,7 @@ fn plan_queued(input: &Input<'_>, qr: &QueuedResource) -> Plan {
 /// not visible yet, deleted by someone else) or in a state not reported or not recognized yet:
 /// say so (`name`: the state as GCP spells it) and look again, soon while it moves, at the
 /// capacity interval while it waits.
-fn in_queue(state: &queued_resource_state::State, name: &str) -> Assessment {
+pub(super) fn in_queue(state: &queued_resource_state::State, name: &str) -> Assessment {
     use TpuSlicePhase as P;
     use queued_resource_state::State as S;
     let (reason, phase, requeue, what) = match state {

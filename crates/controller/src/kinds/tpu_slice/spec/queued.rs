@@ -21,7 +21,7 @@ pub fn queued_resource(
     node_id: &str,
     project: &str,
 ) -> Result<QueuedResource, String> {
-    let tpu = queued_resource::Tpu::new().set_node_spec([node_spec(spec, node, parent, node_id)]);
+    let tpu = queued_resource::Tpu::new().set_node_spec([node_spec(node, parent, node_id)]);
     // Reserved capacity: no tier (neither `spot` nor `guaranteed`, as gcloud sends for
     // `--reservation`), the reservation by name, and the node's `schedulingConfig.reserved`.
     if let Some(r) = spec.capacity.as_ref().and_then(|c| c.reserved.as_ref()) {
@@ -41,23 +41,15 @@ pub fn queued_resource(
     Ok(qr)
 }
 
-/// The one node spec: the node `node_id` under `parent`. Multislice: `multisliceParams` instead
-/// of `nodeId`; the TPU API names the nodes `<nodeIdPrefix>-0` .. `-<nodeCount-1>` (tpu v2
-/// `MultisliceParams`, `tpu.v2.json` rev 20261001: "nodeIdPrefix: Optional. Prefix of node_ids in
-/// case of multislice request. Should follow the `^[A-Za-z0-9_.~+%-]+$` regex format. If
-/// node_count = 3 and node_id_prefix = \"np\", node ids of nodes created will be \"np-0\",
-/// \"np-1\", \"np-2\"").
-fn node_spec(spec: &TpuSliceSpec, node: Node, parent: &str, node_id: &str) -> queued_resource::tpu::NodeSpec {
-    let s = queued_resource::tpu::NodeSpec::new().set_parent(parent);
-    let s = match spec.slice_count() {
-        Some(n) => s.set_multislice_params(
-            queued_resource::tpu::node_spec::MultisliceParams::new()
-                .set_node_count(n as i32)
-                .set_node_id_prefix(node_id),
-        ),
-        None => s.set_node_id(node_id),
-    };
-    s.set_node(node)
+/// The one node spec: the node `node_id` under `parent`. A multislice is one queued resource per
+/// slice, each with one node (`Create::for_slice`), not one with `multisliceParams`: the TPU
+/// service deletes every node of a multislice queued resource when one slice is lost, and one
+/// queued resource per slice lets a lost slice be replaced alone.
+fn node_spec(node: Node, parent: &str, node_id: &str) -> queued_resource::tpu::NodeSpec {
+    queued_resource::tpu::NodeSpec::new()
+        .set_parent(parent)
+        .set_node_id(node_id)
+        .set_node(node)
 }
 
 /// How long the request may wait in the queue: `validUntilDuration`, else `validUntilTime`.

@@ -19,6 +19,7 @@ use super::*;
 
 mod kueue;
 mod maintenance;
+mod slices;
 mod states;
 mod transitions;
 use crate::kinds::tpu_slice::{observe::Names, spec};
@@ -154,6 +155,8 @@ impl Case {
             last_active: self.last_active,
             run_over: false,
             spec_moved: self.spec_moved,
+            slice_restarts: self.slice.status.as_ref().map_or(&[], |s| &s.slice_restarts),
+            replacing: self.slice.status.as_ref().map_or(&[], |s| &s.replacing_slices),
             now: now(),
         })
     }
