@@ -125,6 +125,10 @@ pub struct Interruptions {
     /// Times a maintenance interrupted the slice's node.
     #[serde(default)]
     pub maintenance_restarts: i32,
+    /// Multislice: times one slice was lost and replaced alone (all slices together; the
+    /// TpuSlice's `status.sliceRestarts` has them by slice).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slice_restarts: i32,
     /// The maintenance announced or under way now, as the slice's `MaintenancePending`
     /// condition says it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,4 +318,8 @@ fn stages_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema 
     schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["name"]));
     schema.insert("maxItems".into(), serde_json::json!(2));
     schema
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }

@@ -49,6 +49,12 @@ fn phase(tp: &TrainingPipeline) -> Phase {
     tp.status.as_ref().map(|s| s.phase).unwrap_or_default()
 }
 
+fn train_stage(tp: &TrainingPipeline) -> Option<&tpu_operator_api::training_pipeline::StageStatus> {
+    tp.status
+        .as_ref()
+        .and_then(|s| s.stages.iter().find(|s| s.name == StageName::Train))
+}
+
 fn train_attempts(tp: &TrainingPipeline) -> i32 {
     tp.status
         .as_ref()
@@ -262,6 +268,18 @@ async fn a_lost_slice_of_four_is_replaced_alone_and_every_slice_resumes_from_the
         writes.iter().all(|w| w.contains(id2)),
         "both slice 2's: {writes:#?}"
     );
+
+    // The pipeline's train stage counts the restart apart, and spends no attempt on it.
+    let tp = env
+        .wait_for::<TrainingPipeline, _>("ms4", "the restart on its train stage", step, |tp| {
+            train_stage(tp)
+                .and_then(|s| s.interruptions.as_ref())
+                .is_some_and(|i| i.slice_restarts == 1)
+        })
+        .await;
+    let interruptions = train_stage(&tp).unwrap().interruptions.clone().unwrap();
+    assert_eq!(interruptions.preemptions, 0, "{interruptions:?}");
+    assert_eq!(train_attempts(&tp), 1);
 
     let lost = env.gcp.workload_interruptions();
     let at_loss: Vec<_> = lost.iter().filter(|i| i.at >= lost_at).collect();

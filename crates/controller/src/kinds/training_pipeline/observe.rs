@@ -232,10 +232,13 @@ fn interruptions(s: &TpuSliceStatus) -> Option<Interruptions> {
     let maintenance = find_condition(&s.conditions, types::MAINTENANCE_PENDING)
         .filter(|c| c.status == "True")
         .map(|c| c.message.clone());
-    let quiet = s.recreations == 0 && s.maintenance_restarts == 0 && maintenance.is_none();
+    let slice_restarts = s.slice_restarts.iter().sum::<i32>();
+    let quiet =
+        s.recreations == 0 && s.maintenance_restarts == 0 && slice_restarts == 0 && maintenance.is_none();
     (!quiet).then_some(Interruptions {
         preemptions: s.recreations,
         maintenance_restarts: s.maintenance_restarts,
+        slice_restarts,
         maintenance,
     })
 }
