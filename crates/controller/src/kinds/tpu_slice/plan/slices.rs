@@ -77,6 +77,16 @@ fn lost(s: &Slice<'_>) -> Option<String> {
     })
 }
 
+/// Progress while a lost slice is replaced.
+fn recreating(message: impl Into<String>) -> Assessment {
+    Assessment::new(
+        Progress::Reconciling,
+        reasons::RECREATING,
+        TpuSlicePhase::Recreating,
+        message,
+    )
+}
+
 fn restarts(input: &Input<'_>, k: usize) -> i32 {
     input.slice_restarts.get(k).copied().unwrap_or(0)
 }
@@ -132,14 +142,9 @@ fn newly_lost(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
         )
     } else {
         let others = slices.len() - 1;
-        Assessment::new(
-            Progress::Reconciling,
-            reasons::RECREATING,
-            TpuSlicePhase::Recreating,
-            format!(
-                "slice {k} is {what}: replacing it alone ({count} of at most {max}); the other {others} slices keep their nodes"
-            ),
-        )
+        recreating(format!(
+            "slice {k} is {what}: replacing it alone ({count} of at most {max}); the other {others} slices keep their nodes"
+        ))
     };
     Some(Plan::new(Action::RecordSliceLoss(k), a.requeue(Requeue::Active)))
 }
@@ -191,12 +196,9 @@ fn stop_survivors(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
     let mut metadata = patched_metadata(&d, &n.metadata);
     // Taken off even where the node's managed-key list does not name it.
     metadata.remove(MEGASCALE_COORDINATOR_METADATA);
-    let a = Assessment::new(
-        Progress::Reconciling,
-        reasons::RECREATING,
-        TpuSlicePhase::Recreating,
-        format!("a slice is being replaced: stopping slice {k}'s workload until every slice is READY again"),
-    );
+    let a = recreating(format!(
+        "a slice is being replaced: stopping slice {k}'s workload until every slice is READY again"
+    ));
     Some(Plan::new(
         Action::PatchSliceNode {
             node: n.name.clone(),
@@ -215,12 +217,7 @@ fn delete_lost(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
         .filter(|(k, s)| replacing(input, *k) && lost(s).is_some())
         .find_map(|(k, s)| s.queue.filter(|q| !is_qr_deleting(q)).map(|q| (k, q)))?;
     let message = format!("slice {k}: deleting its lost queued resource before asking for it again");
-    let a = Assessment::new(
-        Progress::Reconciling,
-        reasons::RECREATING,
-        TpuSlicePhase::Recreating,
-        message,
-    );
+    let a = recreating(message);
     Some(Plan::new(Action::DeleteQueuedResource(q.name.clone()), a))
 }
 
@@ -234,12 +231,7 @@ fn replace(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
         .find(|(_, s)| s.queue.is_some_and(is_qr_deleting));
     if let Some((k, _)) = deleting {
         let message = format!("slice {k}: its lost queued resource is being deleted");
-        let a = Assessment::new(
-            Progress::Reconciling,
-            reasons::RECREATING,
-            TpuSlicePhase::Recreating,
-            message,
-        );
+        let a = recreating(message);
         return Some(Plan::report(a));
     }
     let k = slices.iter().position(|s| s.queue.is_none())?;
