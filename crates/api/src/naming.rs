@@ -116,12 +116,18 @@ pub fn tpu_node_id(id: &ObjectIdentity, recreation: u32) -> String {
 }
 
 /// Node and queued resource id of slice `slice` of a multislice's incarnation `recreation`, which
-/// is provisioned as one queued resource per slice (both carry the same id): the slice's node id
-/// with `-s<slice>` (`<ns>-<name>-<hash>[-r<n>]-s<k>`, at most 63 characters).
-pub fn slice_node_id(id: &ObjectIdentity, recreation: u32, slice: u32) -> String {
+/// is provisioned as one queued resource per slice (both carry the same id), after the slice was
+/// replaced alone `restart` times: `<ns>-<name>-<hash>[-r<n>]-s<k>[r<restart>]`, at most 63
+/// characters. A replacement has a name of its own, so it is asked for while the lost one is
+/// still being deleted.
+pub fn slice_node_id(id: &ObjectIdentity, recreation: u32, slice: u32, restart: u32) -> String {
+    let restart = match restart {
+        0 => String::new(),
+        r => format!("r{r}"),
+    };
     let suffix = match recreation {
-        0 => format!("{}-s{slice}", id.short_hash()),
-        n => format!("{}-r{n}-s{slice}", id.short_hash()),
+        0 => format!("{}-s{slice}{restart}", id.short_hash()),
+        n => format!("{}-r{n}-s{slice}{restart}", id.short_hash()),
     };
     compose("", &format!("{}-{}", id.namespace, id.name), &suffix, MAX_ID_LEN)
 }
@@ -260,16 +266,18 @@ mod tests {
     fn slice_ids_are_distinct_per_slice_and_incarnation_and_fit() {
         let id = ident("ml-team", &"m".repeat(120));
         let ids = [
-            slice_node_id(&id, 0, 0),
-            slice_node_id(&id, 0, 1),
-            slice_node_id(&id, 1, 0),
-            slice_node_id(&id, 1, 11),
+            slice_node_id(&id, 0, 0, 0),
+            slice_node_id(&id, 0, 1, 0),
+            slice_node_id(&id, 1, 0, 0),
+            slice_node_id(&id, 1, 11, 0),
+            slice_node_id(&id, 1, 11, 2),
         ];
         for (i, a) in ids.iter().enumerate() {
             assert!(rfc1035(a) && a.len() <= MAX_ID_LEN, "{a}");
             assert!(ids[i + 1..].iter().all(|b| b != a), "{ids:?}");
         }
         assert!(ids[3].ends_with("-r1-s11"), "{}", ids[3]);
+        assert!(ids[4].ends_with("-r1-s11r2"), "{}", ids[4]);
     }
 
     #[test]

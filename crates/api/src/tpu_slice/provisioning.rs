@@ -46,7 +46,7 @@ pub struct ComputeEngineOptions {
 #[serde(rename_all = "camelCase")]
 pub struct Multislice {
     /// How many slices (TPU nodes), at least 2. Slice `k` is the queued resource and node
-    /// `<id>-s<k>` (`MEGASCALE_SLICE_ID` = `k`).
+    /// `<id>-s<k>` (`<id>-s<k>r<n>` once replaced `n` times; `MEGASCALE_SLICE_ID` = `k`).
     #[schemars(range(max = 256))]
     pub node_count: i32,
     /// How many times one slice may be replaced alone after it is lost (preempted, or its

@@ -63,11 +63,15 @@ fn train_attempts(tp: &TrainingPipeline) -> i32 {
         .unwrap_or_default()
 }
 
-/// The node of slice `k`, from slice 0's (`<id>-s0`, `<id>-s<k>`).
+/// The node of slice `k`, from slice 0's (`<id>-s0`; `<id>-s<k>`, `<id>-s<k>r<n>` once the
+/// slice was replaced `n` times).
 fn slice_node(st: &tpu_operator_api::tpu_slice::TpuSliceStatus, k: usize) -> String {
     let first = st.node_name.clone().unwrap();
     let prefix = first.strip_suffix("-s0").expect("slice 0's node is <id>-s0");
-    format!("{prefix}-s{k}")
+    match st.slice_restarts.get(k).copied().unwrap_or(0) {
+        0 => format!("{prefix}-s{k}"),
+        n => format!("{prefix}-s{k}r{n}"),
+    }
 }
 
 /// Waits until the workload containers of both slices started, and checks the environment
@@ -163,10 +167,8 @@ async fn multislice_pipeline_converges_survives_a_preempted_slice_and_leaves_not
     assert_eq!(env.gcp.call_count("tpu", "queuedResources.delete"), 1);
     assert_eq!(env.gcp.call_count("tpu", "nodes.create"), 0);
     let second_nodes = check_hosts(&env, &again).await;
-    assert_eq!(
-        first_nodes, second_nodes,
-        "the same names, slice 1's asked for again"
-    );
+    assert_eq!(first_nodes[0], second_nodes[0], "slice 0 kept its node");
+    assert!(second_nodes[1].ends_with("-s1r1"), "{second_nodes:?}");
     assert_eq!(env.gcp.nodes().len(), 2);
 
     let done = env
@@ -241,10 +243,21 @@ async fn a_lost_slice_of_four_is_replaced_alone_and_every_slice_resumes_from_the
     // Steps of 1 s from here: the run's time is what is measured, and the survivors' containers
     // must be stopped before they finish.
     let step = Duration::from_secs(1);
-    env.wait_for::<TpuSlice, _>("ms4-train", "Ready after slice 2 was replaced", step, |s| {
-        all_ready(s, 4) && s.status.as_ref().is_some_and(|st| st.slice_restarts == [0, 0, 1])
-    })
-    .await;
+    let replaced = env
+        .wait_for::<TpuSlice, _>("ms4-train", "Ready after slice 2 was replaced", step, |s| {
+            all_ready(s, 4) && s.status.as_ref().is_some_and(|st| st.slice_restarts == [0, 0, 1])
+        })
+        .await;
+    let before = nodes.clone();
+    let nodes: Vec<String> = (0..4)
+        .map(|k| slice_node(replaced.status.as_ref().unwrap(), k))
+        .collect();
+    assert_eq!(
+        [&before[0], &before[1], &before[3]],
+        [&nodes[0], &nodes[1], &nodes[3]],
+        "slices 0, 1 and 3 keep their nodes"
+    );
+    assert!(nodes[2].ends_with("-s2r1"), "{nodes:?}");
     env.wait_for::<TpuSlice, _>("ms4-train", "4 workloads run again", step, |_| {
         nodes
             .iter()
@@ -252,22 +265,7 @@ async fn a_lost_slice_of_four_is_replaced_alone_and_every_slice_resumes_from_the
     })
     .await;
 
-    let calls = env.gcp.calls();
-    let writes: Vec<String> = calls
-        .iter()
-        .filter(|c| {
-            c.service == "tpu"
-                && ["queuedResources.create", "queuedResources.delete", "nodes.delete"]
-                    .contains(&c.method.as_str())
-        })
-        .map(|c| format!("{} {}{}", c.method, c.path, c.query))
-        .collect();
-    assert_eq!(writes.len(), 2, "1 create and 1 delete: {writes:#?}");
-    let id2 = qr2.rsplit('/').next().unwrap();
-    assert!(
-        writes.iter().all(|w| w.contains(id2)),
-        "both slice 2's: {writes:#?}"
-    );
+    assert_only_slice_writes(&env, qr2.rsplit('/').next().unwrap());
 
     // The pipeline's train stage counts the restart apart, and spends no attempt on it.
     let tp = env
@@ -281,6 +279,64 @@ async fn a_lost_slice_of_four_is_replaced_alone_and_every_slice_resumes_from_the
     assert_eq!(interruptions.preemptions, 0, "{interruptions:?}");
     assert_eq!(train_attempts(&tp), 1);
 
+    let (resumed, committed) = resumed_from_the_checkpoint(&env, &nodes, lost_at);
+    let resume = resumed.iter().map(|(t0, _)| *t0).max().unwrap() - lost_at;
+    // One slice's provisioning in the emulator (a queued resource accepted, queued, granted and
+    // provisioned): the replacement is asked for while the lost one is still being deleted, so
+    // the run resumes within that and a minute of noticing, stopping and telling.
+    let d = gcp_emulator::Config::default().durations;
+    let provisioning = d.qr_accept + d.qr_queue + d.qr_wait + d.qr_provision;
+    eprintln!(
+        "partial restart: one slice's provisioning {}s, time to resume {}s, resumed at step >= {committed}",
+        provisioning.as_secs(),
+        resume.num_seconds()
+    );
+    // Measured 306-314 s here (provisioning + 36-44 s); the bound leaves a minute more, since the test's
+    // clock moves on whether or not a loaded machine has run the operator's passes yet.
+    let bound = provisioning + Duration::from_secs(120);
+    assert!(
+        resume.to_std().unwrap() <= bound,
+        "time to resume {resume} against {bound:?}"
+    );
+
+    env.api::<TrainingPipeline>()
+        .delete("ms4", &Default::default())
+        .await
+        .unwrap();
+    env.wait_gone::<TpuSlice>("ms4-train", STEP).await;
+    assert_eq!(
+        env.gcp.resource_counts(),
+        gcp_emulator::ResourceCounts::default(),
+        "0 leaks"
+    );
+}
+
+/// The TPU writes since the calls were cleared: 1 create and 1 delete, both slice `id`'s.
+fn assert_only_slice_writes(env: &TestEnv, id: &str) {
+    let calls = env.gcp.calls();
+    let writes: Vec<String> = calls
+        .iter()
+        .filter(|c| {
+            c.service == "tpu"
+                && ["queuedResources.create", "queuedResources.delete", "nodes.delete"]
+                    .contains(&c.method.as_str())
+        })
+        .map(|c| format!("{} {}{}", c.method, c.path, c.query))
+        .collect();
+    assert_eq!(writes.len(), 2, "1 create and 1 delete: {writes:#?}");
+    assert!(
+        writes.iter().all(|w| w.contains(id)),
+        "both slice 2's: {writes:#?}"
+    );
+}
+
+/// Every slice's run stopped once at the loss (at `lost_at`) and started again from at least the
+/// step committed then: where each started again, and that step.
+fn resumed_from_the_checkpoint(
+    env: &TestEnv,
+    nodes: &[String],
+    lost_at: chrono::DateTime<chrono::Utc>,
+) -> (Vec<(chrono::DateTime<chrono::Utc>, u64)>, u64) {
     let lost = env.gcp.workload_interruptions();
     let at_loss: Vec<_> = lost.iter().filter(|i| i.at >= lost_at).collect();
     let committed = at_loss.iter().map(|i| i.committed_step).max().unwrap();
@@ -297,33 +353,7 @@ async fn a_lost_slice_of_four_is_replaced_alone_and_every_slice_resumes_from_the
         resumed.iter().all(|(_, step)| *step >= committed),
         "every slice resumes from at least step {committed}: {resumed:?}"
     );
-    let resume = resumed.iter().map(|(t0, _)| *t0).max().unwrap() - lost_at;
-    // One slice's provisioning in the emulator (a queued resource accepted, queued, granted and
-    // provisioned), and the deletion the lost one's name waits for before it is asked again.
-    let d = gcp_emulator::Config::default().durations;
-    let provisioning = d.qr_accept + d.qr_queue + d.qr_wait + d.qr_provision;
-    eprintln!(
-        "partial restart: one slice's provisioning {}s, lost queued resource deleted in {}s, time to resume {}s, resumed at step >= {committed}",
-        provisioning.as_secs(),
-        d.qr_delete.as_secs(),
-        resume.num_seconds()
-    );
-    let bound = provisioning + d.qr_delete + Duration::from_secs(90);
-    assert!(
-        resume.to_std().unwrap() <= bound,
-        "time to resume {resume} against {bound:?}"
-    );
-
-    env.api::<TrainingPipeline>()
-        .delete("ms4", &Default::default())
-        .await
-        .unwrap();
-    env.wait_gone::<TpuSlice>("ms4-train", STEP).await;
-    assert_eq!(
-        env.gcp.resource_counts(),
-        gcp_emulator::ResourceCounts::default(),
-        "0 leaks"
-    );
+    (resumed, committed)
 }
 
 /// The same slice lost more often than `maxSliceRestarts`: the run stops with its reason, and

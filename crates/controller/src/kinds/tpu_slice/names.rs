@@ -4,7 +4,7 @@
 
 use tpu_operator_api::{
     naming::{self, ObjectIdentity},
-    tpu_slice::{Provisioner, TpuSlice, TpuSliceSpec},
+    tpu_slice::{Provisioner, TpuSlice, TpuSliceSpec, TpuSliceStatus},
 };
 
 use super::backend::{self, SliceBackend};
@@ -24,6 +24,10 @@ pub struct Incarnation {
     /// 0's). Empty for a plain slice, and for a multislice created before this layout as one
     /// queued resource (`multisliceParams`), which keeps that layout until it is recreated.
     pub other_queues: Vec<String>,
+    /// Multislice with one queued resource per slice: for each slice being replaced
+    /// (`status.replacingSlices`), the queued resource it was lost in, deleted before it is
+    /// forgotten. The replacement has a name of its own (`status.sliceRestarts`).
+    pub replaced: Vec<(usize, String)>,
 }
 
 /// `projects/<p>/locations/<zone>` of the spec's zone.
@@ -33,12 +37,20 @@ fn parent_of(project: &str, spec: &TpuSliceSpec) -> String {
 
 impl Incarnation {
     /// Incarnation `n` of the slice, asking where `spec` says (its zone and kind of capacity).
-    /// `one_queue`: a multislice created as one queued resource (before one per slice).
-    fn new(identity: &ObjectIdentity, project: &str, spec: &TpuSliceSpec, n: u32, one_queue: bool) -> Self {
+    /// `one_queue`: a multislice created as one queued resource (before one per slice);
+    /// `status`: how often each slice was replaced, and which are being replaced.
+    fn new(
+        identity: &ObjectIdentity,
+        project: &str,
+        spec: &TpuSliceSpec,
+        n: u32,
+        one_queue: bool,
+        status: Option<&TpuSliceStatus>,
+    ) -> Self {
         let parent = parent_of(project, spec);
         let slices = spec.slice_count();
         if let Some(count) = slices.filter(|_| !one_queue) {
-            return Self::per_slice(identity, &parent, n, count);
+            return Self::per_slice(identity, &parent, n, count, status);
         }
         let id = naming::tpu_node_id(identity, n);
         // A multislice queued resource names its nodes `<prefix>-<k>` (see
@@ -60,17 +72,39 @@ impl Incarnation {
             }),
             id,
             other_queues: Vec::new(),
+            replaced: Vec::new(),
         }
     }
 
     /// A multislice of `count` slices, each its own queued resource with one node of the same id.
-    fn per_slice(identity: &ObjectIdentity, parent: &str, n: u32, count: u32) -> Self {
+    fn per_slice(
+        identity: &ObjectIdentity,
+        parent: &str,
+        n: u32,
+        count: u32,
+        status: Option<&TpuSliceStatus>,
+    ) -> Self {
+        let restarts = |k: u32| {
+            let r = status.and_then(|s| s.slice_restarts.get(k as usize).copied());
+            u32::try_from(r.unwrap_or(0)).unwrap_or(0)
+        };
         let ids: Vec<String> = (0..count)
-            .map(|k| naming::slice_node_id(identity, n, k))
+            .map(|k| naming::slice_node_id(identity, n, k, restarts(k)))
             .collect();
         let node = |id: &String| format!("{parent}/nodes/{id}");
         let queue = |id: &String| format!("{parent}/queuedResources/{id}");
+        let replacing = status.into_iter().flat_map(|s| &s.replacing_slices);
+        let replaced = replacing
+            .filter_map(|k| u32::try_from(*k).ok().filter(|k| *k < count && restarts(*k) > 0))
+            .map(|k| {
+                (
+                    k as usize,
+                    queue(&naming::slice_node_id(identity, n, k, restarts(k) - 1)),
+                )
+            })
+            .collect();
         Incarnation {
+            replaced,
             node: node(&ids[0]),
             queued: Some(queue(&ids[0])),
             other_slices: ids[1..].iter().map(node).collect(),
@@ -153,7 +187,7 @@ impl Names {
         let incarnation = |n: u32, spec: &TpuSliceSpec| {
             let one_queue = spec.slice_count().is_some()
                 && recorded == Some(Incarnation::one_queue_name(identity, &project, spec, n).as_str());
-            Incarnation::new(identity, &project, spec, n, one_queue)
+            Incarnation::new(identity, &project, spec, n, one_queue, slice.status.as_ref())
         };
         let (current, previous, adopted) = match &spec.adopt_node_id {
             Some(id) => (
@@ -163,6 +197,7 @@ impl Names {
                     id: id.clone(),
                     other_slices: Vec::new(),
                     other_queues: Vec::new(),
+                    replaced: Vec::new(),
                 },
                 None,
                 true,

@@ -22,6 +22,9 @@ pub struct Observed {
     /// Multislice, one queued resource per slice: those of slices 1..N-1 (as
     /// [`Incarnation::other_queues`]); `None` where one does not exist.
     pub other_queues: Vec<Option<QueuedResource>>,
+    /// Multislice: the queued resources slices being replaced were lost in (as
+    /// [`Incarnation::replaced`]), by slice; `None` where one is gone.
+    pub replaced: Vec<(usize, Option<QueuedResource>)>,
     /// The previous incarnation's node / queued resource, read only while the current one does
     /// not exist yet (during a recreation, or while deleting).
     pub previous_node: Option<Node>,
@@ -73,6 +76,11 @@ pub async fn observe(
         let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
         let found = read(found, "get queued resource")?.map(|q| named_queued(q, qr));
         observed.other_queues.push(found);
+    }
+    for (k, qr) in &names.current.replaced {
+        let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
+        let found = read(found, "get lost queued resource")?.map(|q| named_queued(q, qr));
+        observed.replaced.push((*k, found));
     }
     if reads_current_node(names, &observed, desired) {
         read_first_node(ctx, names, &mut observed).await?;
@@ -155,7 +163,8 @@ async fn read_previous(
     let (cloud, gcp) = (names.backend(), &ctx.gcp);
     // One queued resource per slice: the first still there stands for all (each is deleted,
     // and read gone, before the next incarnation is asked for).
-    for qr in prev.queued.iter().chain(&prev.other_queues) {
+    let lost = prev.replaced.iter().map(|(_, qr)| qr);
+    for qr in prev.queued.iter().chain(&prev.other_queues).chain(lost) {
         observed.previous_queued = read(
             cloud.get_queued_resource(gcp, qr).await,
             "get previous queued resource",

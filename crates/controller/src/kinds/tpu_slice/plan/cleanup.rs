@@ -22,6 +22,7 @@ pub enum CleanupStep {
 pub fn plan_cleanup(observed: &Observed) -> CleanupStep {
     let qrs = std::iter::once(&observed.queued)
         .chain(&observed.other_queues)
+        .chain(observed.replaced.iter().map(|(_, q)| q))
         .chain([&observed.previous_queued]);
     // Every slice's queued resource of a multislice is deleted before any is waited for.
     let mut qrs: Vec<&QueuedResource> = qrs.flatten().collect();

@@ -1,7 +1,7 @@
 //! Planning for a multislice provisioned as one queued resource per slice. A lost slice (its node
 //! preempted, or its queued resource suspended by the TPU service) is replaced alone: its loss
-//! is counted, its queued resource deleted and read gone, then asked for again under the same
-//! name, while the other slices keep their nodes. No slice's workload runs until every slice is
+//! is counted, its queued resource deleted, and a queued resource of its own asked for under the
+//! slice's next name, while the other slices keep their nodes. No slice's workload runs until every slice is
 //! READY: while one is replaced the coordinator's address is taken off the others' metadata
 //! (their startup script stops the container and waits for it), and once all are READY every
 //! node is told it again, so the run starts over on all slices from its last committed
@@ -18,7 +18,8 @@ use tpu_operator_api::{
 use tpu_operator_gcp::tpu_v2::model::{Node, QueuedResource, node, queued_resource_state};
 
 use super::{
-    Action, Assessment, Input, Observed, Plan, Requeue, is_qr_deleting, plan_absent, plan_multislice, queued,
+    Action, Assessment, Input, Observed, OperationView, Plan, Requeue, is_qr_deleting, plan_absent,
+    plan_multislice, queued,
 };
 use crate::kinds::tpu_slice::spec::{Desired, patched_metadata, slice_desired};
 
@@ -38,13 +39,14 @@ pub(super) fn plan(input: &Input<'_>) -> Plan {
     if slices.iter().all(|s| s.queue.is_none()) {
         return plan_absent(input, Action::CreateSliceQueuedResource(0));
     }
-    // The lost queued resource's deletion is started before the others are stopped, so that the
-    // two overlap: its name is asked for again only once it is gone.
+    // The lost queued resource's deletion is started first, then the replacement (a name of its
+    // own) is asked for while it is still being deleted, then the others are stopped: the
+    // replacement's provisioning is the long wait, so it starts as early as it safely can.
     newly_lost(input, &slices)
         .or_else(|| failed_slice(input, &slices))
-        .or_else(|| delete_lost(input, &slices))
-        .or_else(|| stop_survivors(input, &slices))
+        .or_else(|| delete_lost(input))
         .or_else(|| replace(input, &slices))
+        .or_else(|| stop_survivors(input, &slices))
         .unwrap_or_else(|| all_queued(input, &slices))
 }
 
@@ -178,11 +180,20 @@ fn failed_slice(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
     Some(plan)
 }
 
-/// While a slice is replaced, the first READY node that still carries the coordinator's address
+/// The queued resource is ACTIVE (its capacity granted and provisioned).
+fn active(q: &QueuedResource) -> bool {
+    q.state
+        .as_ref()
+        .is_some_and(|st| st.state == queued_resource_state::State::Active)
+}
+
+/// While a slice is not up (replaced, or missing for another reason), the first READY node that
+/// still carries the coordinator's address
 /// has it taken off: its startup script stops the container (a run missing a slice cannot go
 /// on) and waits until every slice is told the coordinator again.
 fn stop_survivors(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
-    if input.replacing.is_empty() {
+    let up = |s: &Slice<'_>| s.node.is_some() && s.queue.is_some_and(active);
+    if slices.iter().all(up) {
         return None;
     }
     let (k, n) = slices.iter().enumerate().find_map(|(k, s)| {
@@ -210,35 +221,37 @@ fn stop_survivors(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
 }
 
 /// A counted loss whose queued resource is still there (and not being deleted yet): delete it.
-fn delete_lost(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
-    let (k, q) = slices
+fn delete_lost(input: &Input<'_>) -> Option<Plan> {
+    let (k, q) = input
+        .observed
+        .replaced
         .iter()
-        .enumerate()
-        .filter(|(k, s)| replacing(input, *k) && lost(s).is_some())
-        .find_map(|(k, s)| s.queue.filter(|q| !is_qr_deleting(q)).map(|q| (k, q)))?;
-    let message = format!("slice {k}: deleting its lost queued resource before asking for it again");
-    let a = recreating(message);
-    Some(Plan::new(Action::DeleteQueuedResource(q.name.clone()), a))
+        .find_map(|(k, q)| q.as_ref().filter(|q| !is_qr_deleting(q)).map(|q| (*k, q)))?;
+    let message = format!("slice {k}: deleting the queued resource it was lost in");
+    Some(Plan::new(
+        Action::DeleteQueuedResource(q.name.clone()),
+        recreating(message),
+    ))
 }
 
-/// A lost slice's queued resource is asked for again once it is gone (read NOT_FOUND), as is a
-/// slice missing for another reason (slices are asked for one per pass).
+/// A slice without its queued resource is asked for it: a lost one under its next name once the
+/// queued resource it was lost in is being deleted (so the two never both hold capacity), and a
+/// slice missing for another reason likewise (slices are asked for one per pass).
 fn replace(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
-    let deleting = slices
-        .iter()
-        .enumerate()
-        .filter(|(k, _)| replacing(input, *k))
-        .find(|(_, s)| s.queue.is_some_and(is_qr_deleting));
-    if let Some((k, _)) = deleting {
-        let message = format!("slice {k}: its lost queued resource is being deleted");
-        let a = recreating(message);
-        return Some(Plan::report(a));
-    }
     let k = slices.iter().position(|s| s.queue.is_none())?;
-    let mut plan = plan_absent(input, Action::CreateSliceQueuedResource(k));
+    let create = Action::CreateSliceQueuedResource(k);
+    let mut plan = plan_absent(input, create.clone());
     plan.assessment.message = format!("slice {k}: {}", plan.assessment.message);
     if replacing(input, k) {
         plan.assessment.phase = TpuSlicePhase::Recreating;
+        // The operation running is the lost queued resource's deletion (or a patch), not this
+        // slice's create: a replacement is asked for at once.
+        if matches!(input.observed.operation, Some(OperationView::Running)) {
+            plan = Plan::new(
+                create,
+                recreating(format!("slice {k}: asking for its replacement")),
+            );
+        }
     }
     Some(plan)
 }
@@ -248,10 +261,7 @@ fn replace(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
 fn all_queued(input: &Input<'_>, slices: &[Slice<'_>]) -> Plan {
     for (k, s) in slices.iter().enumerate() {
         let Some(q) = s.queue else { continue };
-        let active = q
-            .state
-            .as_ref()
-            .is_some_and(|st| st.state == queued_resource_state::State::Active);
+        let active = active(q);
         if active && s.node.is_some() {
             continue;
         }
@@ -287,9 +297,16 @@ pub fn slice_restarts(
         replacing.push(*k as i32);
     }
     let slices = slices(observed);
+    // The replacement is there (not lost) and the queued resource it replaces is going or gone.
     let asked_anew = |k: &i32| {
-        let s = usize::try_from(*k).ok().and_then(|k| slices.get(k));
-        s.is_some_and(|s| s.queue.is_some_and(|q| !is_qr_deleting(q)) && lost(s).is_none())
+        let Ok(k) = usize::try_from(*k) else { return false };
+        let old_going = observed
+            .replaced
+            .iter()
+            .filter(|(slice, _)| *slice == k)
+            .all(|(_, q)| q.as_ref().is_none_or(is_qr_deleting));
+        let s = slices.get(k);
+        old_going && s.is_some_and(|s| s.queue.is_some_and(|q| !is_qr_deleting(q)) && lost(s).is_none())
     };
     replacing.retain(|k| !asked_anew(k));
     replacing.sort_unstable();

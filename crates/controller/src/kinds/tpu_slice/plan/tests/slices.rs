@@ -84,15 +84,29 @@ fn a_lost_slice_is_counted_once_then_the_others_stop_then_it_is_deleted_and_aske
     let (counts, replacing) = slice_restarts(&[], &[], &Observed::default(), &p.action);
     assert_eq!((counts, replacing), (vec![0, 1], vec![1]));
 
-    // Counted: the lost queued resource's deletion starts first.
-    let p = multislice(&[0, 1], &[1]).slices(&lost).plan();
+    // Counted: slice 1 is now asked for under its next name; the queued resource it was lost in
+    // is deleted first.
+    let counted = |old_state: &str, current: Option<(&str, &str)>| {
+        let mut c = multislice(&[0, 1], &[1]).slices(&[ACTIVE, current, ACTIVE]);
+        let names = c.names();
+        assert!(names.current.slice_queue(1).unwrap().ends_with("-s1r1"));
+        let (k, old) = names.current.replaced[0].clone();
+        assert!(k == 1 && old.ends_with("-s1"), "{old}");
+        c.observed.replaced = vec![(1, Some(qr(&old, old_state, "SERVICE")))];
+        c
+    };
+    let p = counted("SUSPENDED", None).plan();
     assert!(
         matches!(&p.action, Action::DeleteQueuedResource(n) if n.ends_with("-s1")),
         "{p:?}"
     );
-    // While it is deleted, the survivors' coordinator is taken off, one node per pass.
-    let deleting = [ACTIVE, Some(("DELETING", "USER")), ACTIVE];
-    let p = multislice(&[0, 1], &[1]).slices(&deleting).plan();
+    // While it is deleted, the replacement is asked for under the next name.
+    assert_eq!(
+        counted("DELETING", None).plan().action,
+        Action::CreateSliceQueuedResource(1)
+    );
+    // Then the survivors' coordinator is taken off, one node per pass.
+    let p = counted("DELETING", Some(("ACCEPTED", "USER"))).plan();
     match &p.action {
         Action::PatchSliceNode { node, patch, .. } => {
             assert!(node.ends_with("-s0"), "{node}");
@@ -100,23 +114,22 @@ fn a_lost_slice_is_counted_once_then_the_others_stop_then_it_is_deleted_and_aske
         }
         other => panic!("{other:?}"),
     }
-    // Stopped: the deletion is waited for, nothing else.
-    let mut stopped = multislice(&[0, 1], &[1]).slices(&deleting);
+    // Stopped: the run waits for the replacement.
+    let mut stopped = counted("DELETING", Some(("ACCEPTED", "USER")));
     let nodes = std::iter::once(&mut stopped.observed.node).chain(&mut stopped.observed.other_slices);
     for n in nodes.flatten() {
         n.metadata.remove(MEGASCALE_COORDINATOR_METADATA);
     }
     let p = stopped.plan();
     assert_eq!(p.action, Action::Nothing, "{p:?}");
-    assert!(p.assessment.message.contains("being deleted"), "{p:?}");
-    // Gone: asked for again; once it is there (not lost) it is no longer pending.
-    let mut gone = multislice(&[0, 1], &[1]).slices(&[ACTIVE, None, ACTIVE]);
-    gone.observed.node.as_mut().unwrap().metadata.clear();
-    gone.observed.other_slices[1].as_mut().unwrap().metadata.clear();
-    assert_eq!(gone.plan().action, Action::CreateSliceQueuedResource(1));
-    let asked = multislice(&[0, 1], &[1]).slices(&[ACTIVE, Some(("ACCEPTED", "USER")), ACTIVE]);
+    assert!(p.assessment.message.starts_with("slice 1: "), "{p:?}");
+    // Asked: no longer pending once the lost one is going; pending while it still holds on.
+    let asked = counted("DELETING", Some(("ACCEPTED", "USER")));
     let (_, replacing) = slice_restarts(&[0, 1], &[1], &asked.observed, &Action::Nothing);
     assert!(replacing.is_empty());
+    let held = counted("SUSPENDED", Some(("ACCEPTED", "USER")));
+    let (_, replacing) = slice_restarts(&[0, 1], &[1], &held.observed, &Action::Nothing);
+    assert_eq!(replacing, [1]);
 }
 
 #[test]
