@@ -64,6 +64,9 @@ pub fn pipeline(sheet: &mut Sheet, tp: &TrainingPipeline, logs_cmd: &str) {
                 "{:<11}interrupted: {} preemption(s), {} maintenance restart(s)",
                 "", i.preemptions, i.maintenance_restarts
             );
+            if i.slice_restarts > 0 {
+                line.push_str(&format!(", {} slice(s) replaced alone", i.slice_restarts));
+            }
             if let Some(m) = &i.maintenance {
                 line.push_str(&format!("; {m}"));
             }
@@ -111,11 +114,18 @@ pub fn slice(sheet: &mut Sheet, slice: &TpuSlice, logs_cmd: &str) {
     {
         sheet.row("Maintenance", &c.message);
     }
-    if st.recreations + st.maintenance_restarts > 0 {
-        let counts = format!(
+    let replaced: i32 = st.slice_restarts.iter().sum();
+    if st.recreations + st.maintenance_restarts + replaced > 0 {
+        let mut counts = format!(
             "{} preemption(s), {} maintenance restart(s)",
             st.recreations, st.maintenance_restarts
         );
+        if replaced > 0 {
+            counts.push_str(&format!(
+                ", slices replaced alone {:?} (by slice id)",
+                st.slice_restarts
+            ));
+        }
         sheet.row("Interrupted", &counts);
     }
     let node = match &st.node_id {
@@ -183,5 +193,34 @@ fn checkpoint(ckpt: CheckpointStatus) -> String {
             Some(dir) => format!("none yet in {dir}"),
             None => "none".into(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A multislice whose slice 2 was replaced alone says so, by slice id, beside preemptions and
+    /// maintenance restarts.
+    #[test]
+    fn a_slice_replaced_alone_shows_in_interrupted() {
+        let mut slice: TpuSlice = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+            "metadata": {"name": "ms", "namespace": "default"},
+            "spec": {"zone": "us-central2-b", "acceleratorType": "v4-16",
+                     "runtimeVersion": "tpu-ubuntu2204-base", "multislice": {"nodeCount": 4}}
+        }))
+        .unwrap();
+        slice.status = Some(tpu_operator_api::tpu_slice::TpuSliceStatus {
+            slice_restarts: vec![0, 0, 1],
+            ..Default::default()
+        });
+        let mut sheet = Sheet::default();
+        super::slice(&mut sheet, &slice, "logs");
+        let text = sheet.render();
+        assert!(
+            text.contains("Interrupted: 0 preemption(s), 0 maintenance restart(s), slices replaced alone [0, 0, 1] (by slice id)"),
+            "{text}"
+        );
     }
 }
