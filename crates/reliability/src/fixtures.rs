@@ -56,6 +56,9 @@ pub enum Backend {
 }
 
 impl Capacity {
+    /// What `crash-bench --maintenance` draws: TPU API nodes, whose metadata the operator
+    /// patches to ask for a checkpoint before a maintenance.
+    pub const MAINTAINED: [Capacity; 3] = [Capacity::SpotNode, Capacity::OnDemandNode, Capacity::Queued];
     pub const TPU_API: [Capacity; 3] = [Capacity::SpotNode, Capacity::Queued, Capacity::PlanTpuApi];
     pub const COMPUTE_ENGINE: [Capacity; 5] = [
         Capacity::ComputeSpot,

@@ -3,7 +3,7 @@
 //! killed with SIGKILL. The long run (≥ 500 kill points) is `src/bin/crash-bench.rs`.
 
 use tpu_operator_reliability::{
-    crash::{self, CrashConfig, Flow, Plans},
+    crash::{self, CrashConfig, Flow, How, Plans},
     process::OperatorBuild,
 };
 
@@ -73,6 +73,46 @@ async fn in_process_kills_along_a_capacity_plan_never_keep_two_rungs_alive() {
         }
     }
     eprintln!("{kills} kill points");
+    assert!(
+        failures.is_empty(),
+        "broken promises (rerun with RELIABILITY_SEEDS=<seed>):\n{}",
+        failures.join("\n")
+    );
+}
+
+/// Maintenance under kills: once the slice converged its node is maintained (a notice, then the
+/// maintenance at its window; or `simulateMaintenanceEvent`). Every run gets that far, the
+/// maintenance shows over in status, an announced window gets exactly one checkpoint request
+/// (`nodes.patch` of the metadata), and the run counts one maintenance restart and no
+/// recreation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_kills_around_a_maintenance_ask_one_checkpoint_and_count_no_preemption() {
+    let mut failures = Vec::new();
+    let (mut kills, mut announced) = (0, 0);
+    for seed in seeds(&[31, 32, 33, 34, 35, 36]) {
+        let cfg = CrashConfig {
+            maintenance: true,
+            ..CrashConfig::default()
+        };
+        let r = crash::run(seed, cfg).await;
+        kills += r.kills;
+        eprintln!(
+            "maintenance seed {seed}: {:?} {:?}, {} kills, {:?}, {:?}",
+            r.capacity, r.training, r.kills, r.maintenance, r.elapsed
+        );
+        let m = r.maintenance.clone().expect("the maintenance step ran");
+        assert!(m.ended, "seed {seed}: never seen over: {}", r.violations);
+        assert_eq!((m.restarts_counted, m.recreations_counted), (1, 0), "seed {seed}");
+        if m.how == How::Announced {
+            announced += 1;
+            assert_eq!(m.checkpoint_patches, 1, "seed {seed}: one request for the window");
+        }
+        if !r.ok() {
+            failures.push(format!("seed {seed} ({:?}):\n{}", r.capacity, r.violations));
+        }
+    }
+    eprintln!("{kills} kill points, {announced} announced");
+    assert!(announced > 0, "no announced maintenance among the seeds");
     assert!(
         failures.is_empty(),
         "broken promises (rerun with RELIABILITY_SEEDS=<seed>):\n{}",

@@ -17,6 +17,13 @@
 //! see `crash::Plans::Never`). "two-rung moments" are the distinct findings of a slice with requests
 //! alive on two rungs (incarnations) at once, looked for at every tick and kill.
 //!
+//! `--maintenance`: every run's slice is a TPU API node (Spot, on demand or queued) with a startup
+//! script, and once it converged its node is maintained under kills (`crash/maintenance.rs`): a
+//! notice then the maintenance at its window (3 runs in 4; the operator asks for a checkpoint 5
+//! min before it), or `simulateMaintenanceEvent`. The summary counts the checkpoint requests
+//! (`nodes.patch` of the node's metadata) per window, and the maintenance restarts and
+//! recreations counted.
+//!
 //! `--vertex-faults`: every run trains on Vertex with a lost `customJobs.create` reply and lists
 //! lagging 2 min behind creates (`CrashConfig::vertex_faults`, issue 21 item 5); "duplicates" are
 //! then the ones left running, and the summary counts the Vertex jobs made.
@@ -25,7 +32,7 @@ use std::collections::BTreeMap;
 
 use tpu_operator_reliability::{
     arg,
-    crash::{self, CrashConfig, CrashReport, Plans},
+    crash::{self, CrashConfig, CrashReport, How, Plans},
     fixtures::{Backend, Training},
     process::OperatorBuild,
 };
@@ -45,6 +52,55 @@ struct Tally {
     bad: u64,
     /// TpuSlices by capacity (the run's slice and a TPU VM pipeline's training slice).
     slices: BTreeMap<String, u64>,
+    maintenance: Maintained,
+}
+
+/// What the maintenance steps saw (`--maintenance`).
+#[derive(Default)]
+struct Maintained {
+    /// Runs with a maintenance step: announced, simulated; and of those, the ones whose slice's
+    /// status showed it over.
+    announced: u64,
+    simulated: u64,
+    ended: u64,
+    /// Announced windows by the checkpoint requests (metadata patches) made for them: 0, 1, more.
+    requests: BTreeMap<usize, u64>,
+    /// Metadata patches on the nodes of simulated (unannounced) maintenances.
+    simulated_patches: usize,
+    /// Sums of the maintenance restarts and the recreations counted by the steps.
+    restarts: i64,
+    recreations: i64,
+}
+
+impl Maintained {
+    fn add(&mut self, m: &crash::MaintenanceSeen) {
+        match m.how {
+            How::Announced => {
+                self.announced += 1;
+                *self.requests.entry(m.checkpoint_patches).or_default() += 1;
+            }
+            How::Simulated => {
+                self.simulated += 1;
+                self.simulated_patches += m.checkpoint_patches;
+            }
+        }
+        self.ended += u64::from(m.ended);
+        self.restarts += i64::from(m.restarts_counted);
+        self.recreations += i64::from(m.recreations_counted);
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "maintenance: {} announced + {} simulated, {} seen over in status; checkpoint requests per announced window {:?} (requests: runs); {} metadata patches on simulated ones; {} maintenance restarts counted, {} recreations",
+            self.announced,
+            self.simulated,
+            self.ended,
+            self.requests,
+            self.simulated_patches,
+            self.restarts,
+            self.recreations
+        )
+    }
 }
 
 impl Tally {
@@ -59,6 +115,9 @@ impl Tally {
             self.plan_moves_seen += u64::from(r.rungs_seen >= 2);
         }
         self.bad += u64::from(!r.ok());
+        if let Some(m) = &r.maintenance {
+            self.maintenance.add(m);
+        }
         *self.slices.entry(format!("{:?}", r.capacity)).or_default() += 1;
         if let Training::TpuVm(c) = r.training {
             *self.slices.entry(format!("{c:?} (training)")).or_default() += 1;
@@ -108,6 +167,7 @@ async fn main() {
 /// The in-process runs' configuration: `--vertex-faults`, `--backend` and `--capacity`.
 fn config() -> CrashConfig {
     let vertex_faults = std::env::args().any(|a| a == "--vertex-faults");
+    let maintenance = std::env::args().any(|a| a == "--maintenance");
     let backend = value_of("--backend").map(|b| match b.as_str() {
         "tpu-api" => Backend::TpuApi,
         "compute-engine" => Backend::ComputeEngine,
@@ -122,6 +182,7 @@ fn config() -> CrashConfig {
         vertex_faults,
         backend,
         plans,
+        maintenance,
         ..CrashConfig::default()
     }
 }
@@ -158,10 +219,10 @@ async fn in_process_runs(points: u64, first_seed: u64, cfg: &CrashConfig) -> Tot
     println!(
         "in-process{}{}: seeds {first_seed}..{seed} ({} runs), {} kill points, {} duplicates, {} leaks, {} two-rung moments, {} runs with broken promises, {jobs_made} Vertex jobs made, {:.0} s",
         if vertex_faults { " (vertex faults)" } else { "" },
-        if cfg.plans == Plans::Only {
-            " (capacity plans only)"
-        } else {
-            ""
+        match (cfg.plans, cfg.maintenance) {
+            (_, true) => " (maintenance)",
+            (Plans::Only, _) => " (capacity plans only)",
+            _ => "",
         },
         t.runs,
         t.kills,
@@ -184,6 +245,9 @@ async fn in_process_runs(points: u64, first_seed: u64, cfg: &CrashConfig) -> Tot
             b.plan_runs,
             b.plan_moves_seen
         );
+    }
+    if cfg.maintenance {
+        println!("  {}", t.maintenance.line());
     }
     Totals {
         kills: t.kills,

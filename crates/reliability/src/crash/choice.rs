@@ -19,12 +19,17 @@ pub(super) struct Choice {
 
 /// The seed's choices, drawn from `rng` always in the same order (a seed replays its run).
 pub(super) fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
-    let backend = cfg.backend.unwrap_or(if seed.is_multiple_of(2) {
-        Backend::TpuApi
+    let backend = match cfg.backend {
+        _ if cfg.maintenance => Backend::TpuApi,
+        Some(b) => b,
+        None if seed.is_multiple_of(2) => Backend::TpuApi,
+        None => Backend::ComputeEngine,
+    };
+    let capacity = if cfg.maintenance {
+        Capacity::MAINTAINED[rng.random_range(0..Capacity::MAINTAINED.len())]
     } else {
-        Backend::ComputeEngine
-    });
-    let capacity = capacity_of(backend, cfg.plans, rng);
+        capacity_of(backend, cfg.plans, rng)
+    };
     // A TPU VM pipeline's training slice: a spot node, or a single-host or multi-host spot
     // slice on Compute Engine.
     let training_slice = match backend {
@@ -37,7 +42,8 @@ pub(super) fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
     } else {
         Training::TpuVm(training_slice)
     };
-    let flow = if rng.random_bool(0.75) {
+    // A maintenance run converges first: its node is maintained between create and update.
+    let flow = if rng.random_bool(0.75) || cfg.maintenance {
         Flow::Lifecycle
     } else {
         Flow::EarlyDelete

@@ -8,7 +8,7 @@ use std::{
 
 use rand::{Rng, rngs::StdRng};
 
-use super::{CrashConfig, STEP, TICK, describe, dump};
+use super::{CrashConfig, TICK, describe, dump};
 use crate::{
     invariants::{self, Expected, Violations},
     world::{Snapshot, World},
@@ -26,6 +26,10 @@ pub(super) struct Run<'a> {
     pub(super) two_rungs: BTreeSet<String>,
     /// Every request seen alive so far, by slice uid.
     pub(super) seen: BTreeMap<String, BTreeSet<String>>,
+    /// Cloud time per driver tick: [`super::STEP`], or zero while a step holds the clock still.
+    pub(super) step: Duration,
+    /// What the maintenance step saw, if the run had one.
+    pub(super) maintenance: Option<super::MaintenanceSeen>,
 }
 
 impl Run<'_> {
@@ -113,7 +117,7 @@ impl Run<'_> {
                 }
                 return None;
             }
-            self.world.advance(STEP);
+            self.world.advance(self.step);
             tokio::time::sleep(TICK).await;
         }
     }

@@ -10,7 +10,7 @@ use kube::{
 };
 use rand::Rng;
 use serde_json::json;
-use tpu_operator_api::{PreprocessBatch, TpuSlice, TrainingPipeline};
+use tpu_operator_api::{PreprocessBatch, TpuSlice, TrainingPipeline, tpu_slice::CHECKPOINT_REQUEST_METADATA};
 
 use super::{STEP, driver::Run};
 use crate::{
@@ -23,7 +23,13 @@ impl Run<'_> {
     /// Starts the operator and creates the slice, the batch and the pipeline.
     pub(super) async fn create_objects(&mut self, capacity: Capacity, training: Training) {
         self.world.start_operator().await;
-        self.world.create(&fixtures::slice("s", capacity)).await;
+        let mut slice = fixtures::slice("s", capacity);
+        if self.cfg.maintenance {
+            // Something the operator can ask for a checkpoint before a maintenance.
+            slice.spec.startup_script =
+                Some(format!("#!/bin/bash\n# watches {CHECKPOINT_REQUEST_METADATA}\n"));
+        }
+        self.world.create(&slice).await;
         self.world.create(&fixtures::batch("b")).await;
         self.world.create(&fixtures::pipeline("p", training)).await;
     }
@@ -43,6 +49,12 @@ impl Run<'_> {
             }
             for v in settled_inconsistencies(self.world).await.0 {
                 self.violations.push(format!("after create: {v}"));
+            }
+            if self.cfg.maintenance {
+                self.maintenance = self.maintenance(lo, hi).await;
+                for v in settled_inconsistencies(self.world).await.0 {
+                    self.violations.push(format!("after maintenance: {v}"));
+                }
             }
             update(self, capacity.backend(), lo, hi).await;
         }

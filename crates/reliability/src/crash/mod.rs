@@ -12,6 +12,7 @@ mod choice;
 mod diagnostics;
 mod driver;
 mod flow;
+mod maintenance;
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,7 @@ use driver::Run;
 
 pub use diagnostics::{describe, dump};
 pub use flow::settled_inconsistencies;
+pub use maintenance::{How, MaintenanceSeen};
 
 /// Emulated time per driver tick: a pipeline (Dataproc 3 min + Vertex 6 min) finishes in ~40.
 pub const STEP: Duration = Duration::from_secs(15);
@@ -52,6 +54,10 @@ pub struct CrashConfig {
     pub backend: Option<Backend>,
     /// Whether the run's slice may be, must be or must not be a planned one.
     pub plans: Plans,
+    /// Every run's slice (TPU API: a Spot, on-demand or queued node, with a startup script the
+    /// operator can ask for a checkpoint) has its node maintained once it converged
+    /// (`crash-bench --maintenance`; see `maintenance.rs`).
+    pub maintenance: bool,
 }
 
 /// Planned slices ([`Capacity::PLANS`]) in a run's draw.
@@ -77,6 +83,7 @@ impl Default for CrashConfig {
             vertex_faults: false,
             backend: None,
             plans: Plans::Drawn,
+            maintenance: false,
         }
     }
 }
@@ -114,6 +121,8 @@ pub struct CrashReport {
     pub gcp_calls: u64,
     /// Vertex jobs made (successful creates plus creates whose reply was lost).
     pub jobs_made: usize,
+    /// What the maintenance step saw (`CrashConfig::maintenance`, runs that converged).
+    pub maintenance: Option<MaintenanceSeen>,
     pub elapsed: Duration,
 }
 
@@ -173,6 +182,8 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
         duplicates: 0,
         two_rungs: Default::default(),
         seen: Default::default(),
+        step: STEP,
+        maintenance: None,
     };
 
     run.create_objects(capacity, training).await;
@@ -200,6 +211,7 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
         violations: run.violations,
         gcp_calls: run.world.gcp_calls(),
         jobs_made,
+        maintenance: run.maintenance,
         elapsed: started.elapsed(),
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tpu_operator_reliability::fixtures::{self, Capacity, Training};
 
 use super::{
-    Bench, Created, Kind, WAVE_GAP,
+    Bench, Created, Kind, WAVE_GAP, ZONES,
     measure::{cpu_split, lags},
     wait,
 };
@@ -91,7 +91,9 @@ impl Bench {
                 } else {
                     Capacity::OnDemandNode
                 };
-                world.create(&fixtures::slice(&name, capacity)).await;
+                let mut slice = fixtures::slice(&name, capacity);
+                slice.spec.zone = ZONES[i % self.zones].into();
+                world.create(&slice).await;
                 wave_keys.push(format!("TpuSlice/{name}"));
                 (1, 0)
             }

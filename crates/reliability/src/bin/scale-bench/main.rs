@@ -18,15 +18,21 @@
 //! With `--preempt K` (default 100, at most the slices), K READY Spot slices are then preempted in
 //! the cloud and the time until each status shows it is measured (`preemption.rs`).
 //!
+//! With `--maintenance K` (default 0, at most the slices), K READY slices' nodes then get a
+//! maintenance notice in the cloud (their `upcomingMaintenance`, a window a day out) and the time
+//! until each status shows it Pending is measured, with the zone listings and reads by name made
+//! meanwhile (`maintenance.rs`). `--zones Z` (default 1) spreads the slices round Z zones.
+//!
 //! With `--spot 0` the slices are on-demand nodes instead of Spot ones: a READY on-demand slice
 //! is not kept under its zone's node listing, so the run leaves out that listing's work (on both
 //! sides of the socket), and nothing can be preempted (`--preempt` is then 0).
 //!
-//! cargo run -p tpu-operator-reliability --bin scale-bench -- --n 100 [--idle 60] [--waves 100 --spread 50] [--preempt 100] [--spot 0]
+//! cargo run -p tpu-operator-reliability --bin scale-bench -- --n 100 [--idle 60] [--waves 100 --spread 50] [--preempt 100] [--maintenance 100 --zones 4] [--spot 0]
 
 mod at_rest;
 mod converge;
 mod delete;
+mod maintenance;
 mod measure;
 mod preemption;
 
@@ -39,7 +45,7 @@ use tpu_operator_api::{
     PreprocessBatch, TpuSlice, TrainingPipeline, preprocess_batch::PreprocessBatchPhase,
     tpu_slice::TpuSlicePhase, training_pipeline::TrainingPipelinePhase,
 };
-use tpu_operator_reliability::{World, arg, process::OperatorBuild};
+use tpu_operator_reliability::{World, arg, fixtures, process::OperatorBuild};
 
 use measure::{Seen, watch};
 
@@ -49,6 +55,9 @@ enum Kind {
     Batch,
     Pipeline,
 }
+
+/// The zones `--zones` spreads the slices over, in order (the first is the fixtures' own).
+const ZONES: [&str; 4] = [fixtures::ZONE, "us-central1-a", "us-east1-d", "europe-west4-a"];
 
 /// Emulated time between the submissions of two waves (`--waves`).
 const WAVE_GAP: Duration = Duration::from_secs(1);
@@ -74,6 +83,8 @@ struct Bench {
     pipelines: usize,
     /// Slices are Spot nodes (`--spot 1`, the default) or on-demand ones (`--spot 0`).
     spot: bool,
+    /// How many zones the slices go round (`--zones`).
+    zones: usize,
     waves: usize,
     spread: u64,
     limit: Duration,
@@ -104,11 +115,14 @@ async fn main() {
     let spot = arg("--spot", 1) != 0;
     let dir = tempfile::tempdir().unwrap();
     let mut bench = Bench::start(dir.path(), n, waves, spread, limit, spot).await;
+    bench.zones = (arg("--zones", 1) as usize).clamp(1, ZONES.len());
     let created = bench.create_all().await;
     bench.first_change(&created.first_keys).await;
     bench.pipelines_finish(&created).await;
     bench.idle(idle).await;
     bench.memory().await;
+    let announce = (arg("--maintenance", 0) as usize).min(bench.slices);
+    maintenance::measure(&bench.world, bench.slices, announce, limit).await;
     let spot_slices = if bench.spot { bench.slices } else { 0 };
     let preempt = (arg("--preempt", 100) as usize).min(spot_slices);
     preemption::measure(&bench.world, preempt, limit).await;
@@ -189,6 +203,7 @@ impl Bench {
             batches,
             pipelines,
             spot,
+            zones: 1,
             waves,
             spread,
             limit,

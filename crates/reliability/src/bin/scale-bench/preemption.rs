@@ -18,7 +18,7 @@ use tpu_operator_reliability::{World, world::NAMESPACE};
 use super::measure::{lags, watch};
 
 /// The operator's default `--poll-active` (the cloud watch's listing round).
-const POLL_ACTIVE: Duration = Duration::from_secs(2);
+pub(super) const POLL_ACTIVE: Duration = Duration::from_secs(2);
 
 /// Preempts the nodes of slices `s-0 .. s-(count-1)` and prints how long their statuses took to
 /// show it (p50 / p99 / max) and how many zone listings the operator made meanwhile. Then lets
@@ -27,7 +27,7 @@ pub async fn measure(world: &World, count: usize, limit: Duration) {
     if count == 0 {
         return;
     }
-    let nodes = nodes_of(world, count).await;
+    let nodes = nodes_of(world, (0..count).map(|i| format!("s-{i}"))).await;
     let noticed: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     watch::<TpuSlice>(world.client.clone(), noticed.clone(), "TpuSlice", |s| {
         s.status.as_ref().is_some_and(|st| {
@@ -86,12 +86,11 @@ async fn recovered(world: &World, limit: Duration) {
     }
 }
 
-/// The node names of slices `s-0 .. s-(count-1)`, as their statuses give them.
-async fn nodes_of(world: &World, count: usize) -> Vec<(String, String)> {
+/// The node names of the slices `names`, as their statuses give them.
+pub(super) async fn nodes_of(world: &World, names: impl Iterator<Item = String>) -> Vec<(String, String)> {
     let api: Api<TpuSlice> = Api::namespaced(world.client.clone(), NAMESPACE);
-    let mut nodes = Vec::with_capacity(count);
-    for i in 0..count {
-        let name = format!("s-{i}");
+    let mut nodes = Vec::new();
+    for name in names {
         let node = api
             .get(&name)
             .await
