@@ -135,6 +135,20 @@ mod tests {
     }
 
     #[test]
+    fn maintenance_runs_draw_tpu_api_nodes_and_converge_first() {
+        let cfg = CrashConfig {
+            maintenance: true,
+            ..CrashConfig::default()
+        };
+        for seed in 0..40 {
+            let c = choose(seed, &cfg, &mut crate::rng(seed));
+            assert_eq!(c.backend, Backend::TpuApi, "seed {seed}");
+            assert!(Capacity::MAINTAINED.contains(&c.capacity), "{:?}", c.capacity);
+            assert_eq!(c.flow, Flow::Lifecycle, "seed {seed}");
+        }
+    }
+
+    #[test]
     fn ordinary_runs_draw_plans_among_the_other_capacities() {
         let drawn = capacities(&CrashConfig::default(), 0..200);
         for plan in Capacity::PLANS {
