@@ -90,10 +90,10 @@ pub enum Cause {
     Deletion,
     /// Its node was stopped while the workload ran.
     Stop,
-    /// Its startup script stopped it: an attribute the script waits for before it runs the
-    /// container was taken off the node's metadata (the operator takes the coordinator's address
-    /// off a multislice's nodes while it replaces a lost slice). It runs again, from its newest
-    /// checkpoint, once the attribute is back.
+    /// A multislice run lost one of its slices (its peers stop with it), or its startup script
+    /// stopped it because an attribute it waits for was taken off the node's metadata (the
+    /// operator takes the coordinator's address off a multislice's nodes while it replaces a lost
+    /// slice). It runs again, from its newest checkpoint, once the attribute is back.
     Restart,
 }
 

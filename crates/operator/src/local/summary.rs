@@ -63,11 +63,25 @@ pub fn interruptions(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
             let last = seen.status("maintenance").cloned();
             let last: Option<tpu_operator_api::tpu_slice::MaintenanceStatus> =
                 last.and_then(|m| serde_json::from_value(m).ok());
+            let replaced: Vec<i64> = seen
+                .status("sliceRestarts")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_i64).collect())
+                .unwrap_or_default();
+            let alone = replaced.iter().sum::<i64>();
+            if alone > 0 && restarts == 0 && last.is_none() {
+                return Some(format!(
+                    "{key}: {alone} slice(s) lost and replaced alone (replacements per slice, by slice id: {replaced:?}); the others kept their nodes"
+                ));
+            }
             if restarts == 0 && last.is_none() {
                 return None;
             }
             let mut line =
                 format!("{key}: interrupted by {restarts} maintenance(s) and {preemptions} preemption(s)");
+            if alone > 0 {
+                line.push_str(&format!(", {alone} slice(s) replaced alone"));
+            }
             // Emulated time since the slice was first seen, like the live lines: the same on
             // every run.
             let asked = last.and_then(|m| m.checkpoint_request_time).and_then(|t| {

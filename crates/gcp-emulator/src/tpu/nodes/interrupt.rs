@@ -16,10 +16,13 @@ fn running(rec: &NodeRec) -> bool {
 /// the newest complete checkpoint in its `CHECKPOINT_DIR`). Returns the run time it still has
 /// ahead, the time to redo since that checkpoint included; `None` when none was running.
 pub(super) fn interrupt(w: &mut Cloud, tpu: &mut Tpu, name: &str, cause: Cause) -> Option<Duration> {
-    let rec = tpu.nodes.get(name)?;
-    if !running(rec) {
+    if !running(tpu.nodes.get(name)?) {
         return None;
     }
+    if matches!(cause, Cause::Preemption | Cause::Deletion | Cause::Stop) {
+        stop_peers(w, tpu, name);
+    }
+    let rec = tpu.nodes.get(name)?;
     let progress = rec.run.progress?;
     let left = rec
         .workload_end
@@ -39,6 +42,33 @@ pub(super) fn interrupt(w: &mut Cloud, tpu: &mut Tpu, name: &str, cause: Cause) 
     rec.workload_timer = None;
     rec.run.progress = None;
     Some(left + progress.redone(committed, w.now, every))
+}
+
+/// A multislice run (the nodes whose containers got the same `MEGASCALE_COORDINATOR_ADDRESS`)
+/// cannot go on without one of its slices: when `lost`'s container stops for good, the others'
+/// stop too (their collectives never complete), with the run time they had left kept for when
+/// they are started again (`waited_attributes`).
+fn stop_peers(w: &mut Cloud, tpu: &mut Tpu, lost: &str) {
+    let run_of = |rec: &NodeRec| {
+        rec.workload_env
+            .as_ref()
+            .and_then(|env| env.get("MEGASCALE_COORDINATOR_ADDRESS").cloned())
+    };
+    let Some(run) = tpu.nodes.get(lost).and_then(run_of) else {
+        return;
+    };
+    let peers: Vec<String> = tpu
+        .nodes
+        .iter()
+        .filter(|(name, rec)| name.as_str() != lost && running(rec) && run_of(rec).as_ref() == Some(&run))
+        .map(|(name, _)| name.clone())
+        .collect();
+    for peer in peers {
+        let left = interrupt(w, tpu, &peer, Cause::Restart);
+        if let Some(rec) = tpu.nodes.get_mut(&peer) {
+            rec.run.paused = left;
+        }
+    }
 }
 
 /// The maintenance is over: a workload it stopped starts again, as the startup script does at

@@ -136,10 +136,16 @@ fn coordinator_watch() -> String {
 }
 
 /// Multislice: after the container exits, a coordinator that changed (or was taken off) while it
-/// ran means a slice was replaced: wait for it again and run again, from the last checkpoint.
+/// ran means a slice was replaced: wait for it again and run again, from the last checkpoint. A
+/// lost slice makes the others' runs fail (their collectives break) before the operator has seen
+/// the loss, so a failed run waits up to 2 minutes for the operator to say so before its failure
+/// is reported.
 fn multislice_rejoin() -> String {
     format!(
         "  # A slice was replaced while it ran: wait for every slice again, then run again.\n\
+         \x20 if [ \"$rc\" -ne 0 ]; then\n\
+         \x20   for i in $(seq 24); do [ \"$(attr {coord})\" != \"$MEGASCALE_COORDINATOR_ADDRESS\" ] && break; sleep 5; done\n\
+         \x20 fi\n\
          \x20 [ \"$(attr {coord})\" != \"$MEGASCALE_COORDINATOR_ADDRESS\" ] && continue\n",
         coord = MEGASCALE_COORDINATOR_METADATA,
     )
