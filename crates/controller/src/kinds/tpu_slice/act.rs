@@ -2,13 +2,15 @@
 //! gates, one Kubernetes write to its Workload). The caller writes the
 //! returned operation name to status right away.
 
+use std::borrow::Cow;
+
 use tpu_operator_api::naming::ObjectIdentity;
 use tpu_operator_gcp::{GcpError, ignore_not_found, longrunning::model::Operation, tpu_v2::model::Node};
 
 use tpu_operator_api::tpu_slice::TpuSlice;
 
 use super::{
-    backend::{Creating, NodeUpdates},
+    backend::{Creating, NodeUpdates, SliceAsk},
     observe::Names,
     plan::{self, Action, Plan},
     queue,
@@ -62,32 +64,15 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
         | Action::CreateWorkload
         | Action::ReleaseWorkload
         | Action::DeleteWorkload => return Ok(None),
-        Action::CreateNode | Action::CreateQueuedResource => match req.create {
-            Some(create) => {
-                let at = Creating {
-                    parent: &req.names.parent,
-                    identity: req.identity,
-                    recreations: req.recreations,
-                    slice: None,
-                };
-                ("create", cloud.create(gcp, create, &at).await?)
-            }
-            None => return Ok(None),
-        },
-        Action::CreateSliceQueuedResource(k) => {
-            let id = req
-                .names
-                .current
-                .slice_queue(*k)
-                .and_then(|n| n.rsplit('/').next());
-            let Some(create) = req.create.zip(id).and_then(|(c, id)| c.for_slice(id)) else {
+        Action::CreateNode | Action::CreateQueuedResource | Action::CreateSliceQueuedResource(_) => {
+            let Some((create, slice)) = create_request(action, req) else {
                 return Ok(None);
             };
             let at = Creating {
                 parent: &req.names.parent,
                 identity: req.identity,
                 recreations: req.recreations,
-                slice: Some((*k, req.slice_restarts.get(*k).copied().unwrap_or(0))),
+                slice,
             };
             ("create", cloud.create(gcp, &create, &at).await?)
         }
@@ -117,6 +102,21 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
         operation: op.name,
         verb,
     }))
+}
+
+/// The request a create `action` sends (`None`: the spec is invalid, and plan reported that) and,
+/// for one slice of a multislice, which slice and how often it was replaced alone (its request id
+/// follows both).
+fn create_request<'a>(action: &Action, req: &Request<'a>) -> Option<(Cow<'a, Create>, Option<SliceAsk>)> {
+    let create = req.create?;
+    match action {
+        Action::CreateSliceQueuedResource(k) => {
+            let id = req.names.current.slice_queue(*k)?.rsplit('/').next()?;
+            let restarts = req.slice_restarts.get(*k).copied().unwrap_or(0);
+            Some((Cow::Owned(create.for_slice(id)?), Some((*k, restarts))))
+        }
+        _ => Some((Cow::Borrowed(create), None)),
+    }
 }
 
 /// A node update: a patch of the node's labels / metadata / tags, or a start.

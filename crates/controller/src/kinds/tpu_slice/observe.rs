@@ -69,18 +69,13 @@ pub async fn observe(
         ..Observed::default()
     };
     if let Some(qr) = &names.current.queued {
-        let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
-        observed.queued = read(found, "get queued resource")?.map(|q| named_queued(q, qr));
+        observed.queued = read_queued(ctx, names, qr).await?;
     }
     for qr in &names.current.other_queues {
-        let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
-        let found = read(found, "get queued resource")?.map(|q| named_queued(q, qr));
-        observed.other_queues.push(found);
+        observed.other_queues.push(read_queued(ctx, names, qr).await?);
     }
     for (k, qr) in &names.current.replaced {
-        let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
-        let found = read(found, "get lost queued resource")?.map(|q| named_queued(q, qr));
-        observed.replaced.push((*k, found));
+        observed.replaced.push((*k, read_queued(ctx, names, qr).await?));
     }
     if reads_current_node(names, &observed, desired) {
         read_first_node(ctx, names, &mut observed).await?;
@@ -95,6 +90,16 @@ pub async fn observe(
     observed.operation =
         read_operation(ctx, names, pending_operation, desired, observed.node.as_ref()).await?;
     Ok(observed)
+}
+
+/// The queued resource `qr` of the current incarnation, by name; `None` where it does not exist.
+async fn read_queued(
+    ctx: &Context,
+    names: &Names,
+    qr: &str,
+) -> Result<Option<QueuedResource>, ReconcileError> {
+    let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
+    Ok(read(found, "get queued resource")?.map(|q| named_queued(q, qr)))
 }
 
 /// Whether the current node is read: always for a plain node; for a queued slice once its queued

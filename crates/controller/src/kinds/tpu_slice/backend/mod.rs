@@ -72,10 +72,13 @@ pub struct Creating<'a> {
     pub parent: &'a str,
     pub identity: &'a ObjectIdentity,
     pub recreations: u32,
-    /// Multislice, one queued resource per slice: the slice asked for and how often it was
-    /// replaced alone (its create gets a request id of its own each time).
-    pub slice: Option<(usize, i32)>,
+    /// Multislice, one queued resource per slice: the slice asked for.
+    pub slice: Option<SliceAsk>,
 }
+
+/// One slice of a multislice asked for: its slice id and how often it was replaced alone (its
+/// create gets a request id of its own each time).
+pub type SliceAsk = (usize, i32);
 
 /// A deleted slice whose cloud objects are gone, for [`SliceBackend::release`].
 pub struct Releasing<'a> {

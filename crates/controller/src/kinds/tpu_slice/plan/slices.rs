@@ -1,8 +1,8 @@
 //! Planning for a multislice provisioned as one queued resource per slice. A lost slice (its node
 //! preempted, or its queued resource suspended by the TPU service) is replaced alone: its loss
 //! is counted, its queued resource deleted, and a queued resource of its own asked for under the
-//! slice's next name, while the other slices keep their nodes. No slice's workload runs until every slice is
-//! READY: while one is replaced the coordinator's address is taken off the others' metadata
+//! slice's next name, while the other slices keep their nodes. No slice's workload runs until
+//! every slice is READY: while one is replaced the coordinator's address is taken off the others' metadata
 //! (their startup script stops the container and waits for it), and once all are READY every
 //! node is told it again, so the run starts over on all slices from its last committed
 //! checkpoint.
@@ -18,8 +18,8 @@ use tpu_operator_api::{
 use tpu_operator_gcp::tpu_v2::model::{Node, QueuedResource, node, queued_resource_state};
 
 use super::{
-    Action, Assessment, Input, Observed, OperationView, Plan, Requeue, is_qr_deleting, plan_absent,
-    plan_multislice, queued,
+    Action, Assessment, CleanupStep, Input, Observed, OperationView, Plan, Requeue, is_qr_deleting,
+    plan_absent, plan_cleanup, plan_multislice, queued,
 };
 use crate::kinds::tpu_slice::spec::{Desired, patched_metadata, slice_desired};
 
@@ -33,7 +33,7 @@ struct Slice<'a> {
 /// The slice exists (not being deleted) and runs one queued resource per slice.
 pub(super) fn plan(input: &Input<'_>) -> Plan {
     let slices = slices(input.observed);
-    if let Some(plan) = given_up(input, &slices) {
+    if let Some(plan) = given_up(input) {
         return plan;
     }
     if slices.iter().all(|s| s.queue.is_none()) {
@@ -98,8 +98,9 @@ fn replacing(input: &Input<'_>, k: usize) -> bool {
 }
 
 /// One slice was lost more often than `maxSliceRestarts` allows (sticky: status keeps the count):
-/// delete every queued resource, one per pass, so nothing bills, and report the failure.
-fn given_up(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
+/// delete every queued resource as deletion does (the lost ones too), one per pass, so nothing
+/// bills, and report the failure.
+fn given_up(input: &Input<'_>) -> Option<Plan> {
     let max = input.max_slice_restarts();
     let k = input.slice_restarts.iter().position(|r| *r > max)?;
     let mut a = Assessment::new(
@@ -111,15 +112,14 @@ fn given_up(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
             restarts(input, k)
         ),
     );
-    let queues = slices.iter().filter_map(|s| s.queue);
-    let left: Vec<&QueuedResource> = queues.collect();
-    if !left.is_empty() {
+    let step = plan_cleanup(input.observed);
+    if step != CleanupStep::Done {
         a.message.push_str("; deleting its queued resources");
         a.requeue = Requeue::Active;
     }
-    Some(match left.iter().find(|q| !is_qr_deleting(q)) {
-        Some(q) => Plan::new(Action::DeleteQueuedResource(q.name.clone()), a),
-        None => Plan::report(a),
+    Some(match step {
+        CleanupStep::Delete(delete) => Plan::new(delete, a),
+        CleanupStep::Wait(_) | CleanupStep::Done => Plan::report(a),
     })
 }
 
@@ -188,9 +188,9 @@ fn active(q: &QueuedResource) -> bool {
 }
 
 /// While a slice is not up (replaced, or missing for another reason), the first READY node that
-/// still carries the coordinator's address
-/// has it taken off: its startup script stops the container (a run missing a slice cannot go
-/// on) and waits until every slice is told the coordinator again.
+/// still carries the coordinator's address has it taken off: its startup script stops the
+/// container (a run missing a slice cannot go on) and waits until every slice is told the
+/// coordinator again.
 fn stop_survivors(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
     let up = |s: &Slice<'_>| s.node.is_some() && s.queue.is_some_and(active);
     if slices.iter().all(up) {
@@ -261,11 +261,11 @@ fn replace(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
 fn all_queued(input: &Input<'_>, slices: &[Slice<'_>]) -> Plan {
     for (k, s) in slices.iter().enumerate() {
         let Some(q) = s.queue else { continue };
-        let active = active(q);
-        if active && s.node.is_some() {
+        let granted = active(q);
+        if granted && s.node.is_some() {
             continue;
         }
-        let mut plan = match active {
+        let mut plan = match granted {
             true => Plan::report(queued::in_queue(&queued_resource_state::State::Active, "ACTIVE")),
             false => queued::plan_queued(input, q),
         };
