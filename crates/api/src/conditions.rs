@@ -152,6 +152,9 @@ pub mod reasons {
     pub const MAINTENANCE_UNSCHEDULED: &str = "MaintenanceUnscheduled";
     /// The maintenance is under way.
     pub const MAINTENANCE_ONGOING: &str = "MaintenanceOngoing";
+    /// Event: the operator started a reschedulable maintenance itself, right after the
+    /// checkpoint it asked for was committed (`spec.maintenance.startEarly`).
+    pub const MAINTENANCE_STARTED_EARLY: &str = "MaintenanceStartedEarly";
     /// No maintenance is announced (`MaintenancePending=False`).
     pub const NO_MAINTENANCE: &str = "NoMaintenance";
 }

@@ -184,6 +184,11 @@ impl ApiError {
     pub fn precondition(message: impl Into<String>) -> Self {
         Self::new(Code::FailedPrecondition, message)
     }
+    /// A failed precondition Google answers with 412 `conditionNotMet`: a Cloud Storage
+    /// `ifGenerationMatch`, a Compute Engine metadata fingerprint.
+    pub fn condition_not_met(message: impl Into<String>) -> Self {
+        Self::gcs(Code::FailedPrecondition, "conditionNotMet", message)
+    }
     /// A Cloud Storage error: `reason` goes into the legacy `errors[]` entry.
     pub fn gcs(code: Code, reason: &'static str, message: impl Into<String>) -> Self {
         let mut e = Self::new(code, message);

@@ -238,6 +238,40 @@ pub enum Auth {
 }
 
 impl Auth {
+    /// `request` with this identity's `Authorization` header, if any; `service`, `method` and
+    /// `target` name the call in the error when no token can be had.
+    pub async fn authorize(
+        &self,
+        request: reqwest::RequestBuilder,
+        service: Service,
+        method: &'static str,
+        target: &str,
+    ) -> Result<reqwest::RequestBuilder> {
+        let credentials = match self {
+            Auth::Anonymous => return Ok(request),
+            Auth::Impersonated(tokens, sa) => return Ok(request.bearer_auth(tokens.token(sa).await?)),
+            Auth::Credentials(credentials) => credentials,
+        };
+        let headers = credentials.headers(Default::default()).await.map_err(|err| {
+            let kind = if err.is_transient() {
+                ErrorKind::Transient
+            } else {
+                ErrorKind::Unauthenticated
+            };
+            GcpError::new(
+                kind,
+                service,
+                method,
+                target,
+                format!("cannot get credentials: {err}"),
+            )
+        })?;
+        Ok(match headers {
+            CacheableResource::New { data, .. } => request.headers(data),
+            CacheableResource::NotModified => request,
+        })
+    }
+
     /// The service account calls act as, when impersonating.
     pub fn service_account(&self) -> Option<&str> {
         match self {

@@ -30,6 +30,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod storage;
 pub mod tpu;
+pub mod tpu_alpha;
 pub mod vertex;
 
 use std::sync::Arc;
@@ -40,12 +41,13 @@ pub use dataproc::{DataprocApi, DataprocClient};
 pub use error::{
     CreateFailure, ErrorKind, Exhaustion, GcpError, QuotaDetails, Service, ignore_not_found, is_not_found,
 };
-pub use identity::{Impersonation, TokenClock};
+pub use identity::{Auth, Impersonation, TokenClock};
 pub use logging::{LoggingApi, LoggingClient};
 pub use lro::{OperationState, operation_result, operation_state};
 pub use metrics::{CallHold, GcpMetrics};
 pub use storage::{ObjectInfo, StorageApi, StorageClient, parse_gs_uri};
 pub use tpu::{TpuApi, TpuClient};
+use tpu_alpha::TpuAlpha;
 pub use vertex::{VertexApi, VertexClient};
 
 /// The official clients' crates, so callers build requests with exactly the versions used here.
@@ -153,23 +155,30 @@ impl Gcp {
             .map_err(|err| config::build_error(Service::Dataproc, &endpoints.dataproc, err))?;
             DataprocClient::new(client, metrics.clone())
         };
-        let storage_credentials = match endpoints.credentials {
+        // The plain-HTTP clients (impersonation, TPU v2alpha1, storage) send no header at all
+        // with anonymous credentials.
+        let http_credentials = match endpoints.credentials {
             CredentialsMode::Adc | CredentialsMode::Custom(_) => Some(credentials.clone()),
             CredentialsMode::Anonymous => None,
         };
         let impersonation = Arc::new(Impersonation::new(
             &endpoints.iam_credentials,
-            storage_credentials.clone(),
+            http_credentials.clone(),
             timeout,
         )?);
-        let storage = StorageClient::new(&endpoints.storage, storage_credentials, timeout, metrics.clone())?;
+        let auth = http_credentials
+            .clone()
+            .map(Auth::Credentials)
+            .unwrap_or_default();
+        let tpu_alpha = TpuAlpha::new(&endpoints.tpu, auth, timeout)?;
+        let storage = StorageClient::new(&endpoints.storage, http_credentials, timeout, metrics.clone())?;
         let compute = compute_client(&endpoints.compute, &credentials, timeout, metrics.clone()).await?;
         let logging = logging_client(&endpoints.logging, &credentials, timeout, metrics.clone()).await?;
         let vertex = VertexClient::new(endpoints.clone(), credentials, timeout, metrics.clone());
 
         let compute: Arc<dyn ComputeApi> = Arc::new(compute);
         Ok(Gcp {
-            tpu: Arc::new(TpuClient::new(tpu, metrics.clone())),
+            tpu: Arc::new(TpuClient::new(tpu, tpu_alpha, metrics.clone())),
             dataproc: Arc::new(dataproc),
             vertex: Arc::new(vertex),
             storage_as: Arc::new(StorageAs {

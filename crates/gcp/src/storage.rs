@@ -11,7 +11,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use google_cloud_auth::credentials::{CacheableResource, Credentials};
+use google_cloud_auth::credentials::Credentials;
 use serde::Deserialize;
 
 use crate::{
@@ -120,38 +120,6 @@ impl StorageClient {
         }
     }
 
-    /// The `Authorization` header of a call, if any.
-    async fn authorize(
-        &self,
-        request: reqwest::RequestBuilder,
-        method: &'static str,
-        target: &str,
-    ) -> Result<reqwest::RequestBuilder> {
-        let credentials = match &self.auth {
-            Auth::Anonymous => return Ok(request),
-            Auth::Impersonated(tokens, sa) => return Ok(request.bearer_auth(tokens.token(sa).await?)),
-            Auth::Credentials(credentials) => credentials,
-        };
-        let headers = credentials.headers(Default::default()).await.map_err(|err| {
-            let kind = if err.is_transient() {
-                ErrorKind::Transient
-            } else {
-                ErrorKind::Unauthenticated
-            };
-            GcpError::new(
-                kind,
-                Service::Storage,
-                method,
-                target,
-                format!("cannot get credentials: {err}"),
-            )
-        })?;
-        Ok(match headers {
-            CacheableResource::New { data, .. } => request.headers(data),
-            CacheableResource::NotModified => request,
-        })
-    }
-
     /// Sends a GET and returns the successful response, or the classified error.
     async fn get(
         &self,
@@ -161,7 +129,8 @@ impl StorageClient {
         query: &[(&str, String)],
     ) -> Result<reqwest::Response> {
         let request = self
-            .authorize(self.http.get(url).query(query), method, target)
+            .auth
+            .authorize(self.http.get(url).query(query), Service::Storage, method, target)
             .await?;
         let response = request
             .send()

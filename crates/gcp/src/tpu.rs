@@ -13,6 +13,7 @@ use google_cloud_wkt::FieldMask;
 use crate::{
     error::{GcpError, Result, Service},
     metrics::GcpMetrics,
+    tpu_alpha::{PERFORM_MAINTENANCE, TpuAlpha},
 };
 
 /// Upper bound on pages read by one list call (a server that keeps returning tokens cannot trap
@@ -73,18 +74,28 @@ pub trait TpuApi: Send + Sync {
     async fn list_queued_resources(&self, parent: &str) -> Result<Vec<QueuedResource>>;
 
     async fn get_operation(&self, name: &str) -> Result<Operation>;
+
+    /// `nodes.performMaintenance` (`v2alpha1`, see [`crate::tpu_alpha`]): starts the node's
+    /// announced, reschedulable maintenance now. The operation is done when it is over.
+    async fn perform_maintenance(&self, name: &str) -> Result<Operation>;
 }
 
 /// [`TpuApi`] over Google's `google-cloud-tpu-v2` client.
 #[derive(Clone, Debug)]
 pub struct TpuClient {
     client: Tpu,
+    /// The `v2alpha1` methods the client lacks.
+    alpha: TpuAlpha,
     metrics: GcpMetrics,
 }
 
 impl TpuClient {
-    pub fn new(client: Tpu, metrics: GcpMetrics) -> Self {
-        Self { client, metrics }
+    pub fn new(client: Tpu, alpha: TpuAlpha, metrics: GcpMetrics) -> Self {
+        Self {
+            client,
+            alpha,
+            metrics,
+        }
     }
 
     async fn call<T>(
@@ -233,6 +244,13 @@ impl TpuApi for TpuClient {
             self.client.get_operation().set_name(name).send(),
         )
         .await
+    }
+
+    async fn perform_maintenance(&self, name: &str) -> Result<Operation> {
+        let call = self.alpha.perform_maintenance(name);
+        self.metrics
+            .observe(Service::Tpu, PERFORM_MAINTENANCE, name, call)
+            .await
     }
 }
 

@@ -166,6 +166,47 @@ async fn tpu_node_lifecycle_through_operations() {
     assert_eq!(env.emu.call_count("tpu", "nodes.create"), 2);
 }
 
+/// `nodes.performMaintenance` goes through the `v2alpha1` call (Google's v2 client has no such
+/// method): a reschedulable notice starts at once, its operation ends with the maintenance, and
+/// a node with nothing pending refuses it as a failed precondition.
+#[tokio::test]
+async fn a_reschedulable_maintenance_starts_when_asked_through_v2alpha1() {
+    let env = env().await;
+    let tpu = &env.gcp.tpu;
+    let name = format!("{ZONE_PARENT}/nodes/n1");
+    tpu.create_node(ZONE_PARENT, "n1", node_spec("v5litepod-8"))
+        .await
+        .unwrap();
+    env.advance(600);
+    let refused = expect_err(tpu.perform_maintenance(&name).await);
+    assert_eq!(refused.kind, ErrorKind::FailedPrecondition, "{refused}");
+    assert_eq!(refused.method, "nodes.performMaintenance");
+
+    let notice = Fault::ScheduleMaintenance {
+        name: name.clone(),
+        start_in_secs: 86_400,
+        duration_secs: 300,
+        can_reschedule: true,
+        unscheduled: false,
+    };
+    env.emu.inject(notice).unwrap();
+    let op = tpu.perform_maintenance(&name).await.unwrap();
+    assert_eq!(operation_state(Service::Tpu, &op), OperationState::Pending);
+    let node = tpu.get_node(&name).await.unwrap();
+    assert_eq!(node.health, node::Health::UnhealthyMaintenance);
+    env.advance(301);
+    let polled = tpu.get_operation(&op.name).await.unwrap();
+    assert_eq!(
+        operation_state(Service::Tpu, &polled),
+        OperationState::Succeeded(())
+    );
+    assert_eq!(env.emu.call_count("tpu", "nodes.performMaintenance"), 2);
+    assert_eq!(
+        env.metrics.calls(Service::Tpu, "nodes.performMaintenance", "ok"),
+        1
+    );
+}
+
 fn queued_resource(node_id: &str) -> QueuedResource {
     QueuedResource::new()
         .set_tpu(

@@ -32,9 +32,34 @@ pub struct MaintenanceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 32), regex(pattern = DURATION))]
     pub checkpoint_lead: Option<String>,
+    /// Whether the operator starts a maintenance Google lets the customer start early
+    /// (`canReschedule`) itself, right after the checkpoint it asked for is committed, so the
+    /// steps trained between that checkpoint and the window are not lost: `AfterCheckpoint`
+    /// (default) or `Never` (the maintenance starts at its window). Needs a checkpoint request
+    /// (`checkpointLead` above `0s`) and a `workload` whose env sets `CHECKPOINT_DIR`, where the
+    /// commit is looked for; a plain TPU API node only (not a queued resource's, nor Compute
+    /// Engine's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_early: Option<StartEarly>,
+}
+
+/// When the operator starts a reschedulable maintenance itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StartEarly {
+    /// Right after a checkpoint written since the checkpoint request is committed in
+    /// `CHECKPOINT_DIR` (TPU API `performMaintenance`).
+    #[default]
+    AfterCheckpoint,
+    /// Never: the maintenance starts when Google starts it.
+    Never,
 }
 
 impl MaintenanceSpec {
+    /// `startEarly`, or its default.
+    pub fn start_early(&self) -> StartEarly {
+        self.start_early.unwrap_or_default()
+    }
+
     /// `checkpointLead`, or its default when unset or unreadable (admission refuses the latter).
     pub fn checkpoint_lead(&self) -> Duration {
         self.checkpoint_lead
@@ -85,4 +110,11 @@ pub struct MaintenanceStatus {
     /// When the operator asked the workload for a checkpoint before this window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_request_time: Option<Time>,
+    /// When the operator started this maintenance itself (`spec.maintenance.startEarly`), once
+    /// the checkpoint it asked for was committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_request_time: Option<Time>,
+    /// The committed checkpoint the early start followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_checkpoint: Option<String>,
 }

@@ -181,7 +181,8 @@ pub struct TpuSliceSpec {
     pub preemption: Option<PreemptionPolicy>,
 
     /// What to do when Google announces maintenance of the slice's node: ask the workload for a
-    /// checkpoint `checkpointLead` before the window (docs/training.md, "Maintenance").
+    /// checkpoint `checkpointLead` before the window and, where Google allows it, start the
+    /// maintenance right after that checkpoint is committed (docs/training.md, "Maintenance").
     /// `status.maintenance` shows the announced window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<MaintenanceSpec>,
@@ -241,7 +242,7 @@ pub use capacity_plan::{
 };
 pub use maintenance::{
     CHECKPOINT_REQUEST_METADATA, DEFAULT_CHECKPOINT_LEAD, MaintenanceSpec, MaintenanceState,
-    MaintenanceStatus,
+    MaintenanceStatus, StartEarly,
 };
 pub use provisioning::{
     AcceleratorConfig, ComputeEngineOptions, Multislice, NetworkConfig, PreemptionPolicy, Provisioner,

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{Progress, find_condition, progress_of, types},
-    tpu_slice::{TpuSlice, TpuSlicePhase},
+    tpu_slice::{DONE_URI_ANNOTATION, TpuSlice, TpuSlicePhase},
     training_pipeline::{TrainingPipeline, TrainingPipelinePhase},
 };
 use tpu_operator_controller::{
@@ -38,6 +38,17 @@ fn slice(name: &str, accelerator: &str, capacity: Value) -> TpuSlice {
         }
     }))
     .expect("TpuSlice fixture")
+}
+
+/// A slice whose workload runs in the emulator (it reports completion, as a pipeline's does)
+/// and checkpoints to `CHECKPOINT_DIR`.
+fn training(name: &str, accelerator: &str) -> TpuSlice {
+    let mut s = slice(name, accelerator, json!({"onDemand": {}}));
+    let out = format!("gs://demo-project-tpu-data/out/{name}/");
+    s.metadata.annotations = Some([(DONE_URI_ANNOTATION.to_string(), out.clone())].into());
+    let env = serde_json::from_value(json!([{"name": "CHECKPOINT_DIR", "value": format!("{out}ckpt/")}]));
+    s.spec.workload.as_mut().unwrap().env = env.unwrap();
+    s
 }
 
 fn is_ready(s: &TpuSlice) -> bool {
@@ -249,7 +260,7 @@ async fn preempted_spot_instance_is_counted_and_recreated() {
 #[tokio::test]
 async fn an_instances_maintenance_shows_on_its_slice() {
     let env = start().await;
-    env.create(&slice("kept", "v6e-8", json!({"onDemand": {}}))).await;
+    env.create(&training("kept", "v6e-8")).await;
     env.wait_for::<TpuSlice, _>("kept", "Ready", STEP, is_ready).await;
     let vm = env.gcp.instances()[0]["name"].as_str().unwrap().to_string();
     let notice = gcp_emulator::Fault::ScheduleMaintenance {
@@ -272,13 +283,73 @@ async fn an_instances_maintenance_shows_on_its_slice() {
         reason(&s_now(&env, "kept").await, "MaintenancePending").as_deref(),
         Some("MaintenanceScheduled")
     );
+    // `checkpointLead` (5 min) before the window, the VM's workload is asked for a checkpoint
+    // through its metadata, once.
+    env.wait_for("kept", "the checkpoint request", step, |s: &TpuSlice| {
+        let m = s.status.as_ref().and_then(|st| st.maintenance.as_ref());
+        m.is_some_and(|m| m.checkpoint_request_time.is_some())
+    })
+    .await;
+    let vm = &env.gcp.instances()[0];
+    let asked = vm["metadata"]["items"].as_array().unwrap().iter().any(|i| {
+        i["key"] == "tpu-operator-checkpoint-request"
+            && i["value"] == vm["resourceStatus"]["upcomingMaintenance"]["windowStartTime"]
+    });
+    assert!(asked, "the request names the window: {vm}");
+    assert_eq!(env.gcp.checkpoint_requests().len(), 1);
     let s: TpuSlice = env
         .wait_for("kept", "one maintenance restart", step, |s: &TpuSlice| {
             s.status.as_ref().is_some_and(|st| st.maintenance_restarts == 1)
         })
         .await;
     assert_eq!(s.status.unwrap().recreations, 0, "not a preemption");
+    assert_eq!(
+        env.gcp.call_count("compute", "instances.setMetadata"),
+        1,
+        "asked once"
+    );
     delete_and_wait_gone(&env, "kept").await;
+}
+
+/// A maintenance of one host of a group-backed slice asks every host for the checkpoint (JAX
+/// saves at a step all hosts reach), one VM per pass, and the request is made once per VM.
+#[tokio::test]
+async fn a_groups_hosts_are_each_asked_for_the_checkpoint() {
+    let env = start().await;
+    env.create(&training("group", "v5p-16")).await;
+    env.wait_for::<TpuSlice, _>("group", "Ready", STEP, is_ready)
+        .await;
+    let vms = env.gcp.instances();
+    let notice = gcp_emulator::Fault::ScheduleMaintenance {
+        name: vms[1]["name"].as_str().unwrap().to_string(),
+        start_in_secs: 600,
+        duration_secs: 120,
+        can_reschedule: false,
+        unscheduled: false,
+    };
+    env.gcp.inject(notice).unwrap();
+    let step = Duration::from_secs(1);
+    env.wait_for("group", "the checkpoint request", step, |s: &TpuSlice| {
+        let m = s.status.as_ref().and_then(|st| st.maintenance.as_ref());
+        m.is_some_and(|m| m.checkpoint_request_time.is_some())
+    })
+    .await;
+    env.wait_for("group", "one maintenance restart", step, |s: &TpuSlice| {
+        s.status.as_ref().is_some_and(|st| st.maintenance_restarts == 1)
+    })
+    .await;
+    // The second host is asked on the next pass, seconds after the first.
+    let requests = env.gcp.checkpoint_requests();
+    let asked: std::collections::BTreeSet<&str> = requests.iter().map(|r| r.node.as_str()).collect();
+    assert_eq!(asked.len(), 2, "both hosts: {requests:?}");
+    let spread = requests[requests.len() - 1].at - requests[0].at;
+    assert!(spread <= chrono::Duration::seconds(5), "{requests:?}");
+    assert_eq!(
+        env.gcp.call_count("compute", "instances.setMetadata"),
+        2,
+        "once per host"
+    );
+    delete_and_wait_gone(&env, "group").await;
 }
 
 async fn s_now(env: &TestEnv, name: &str) -> TpuSlice {

@@ -11,7 +11,7 @@ use gcp_emulator::{Cause, Fault, WorkloadInterruption};
 use test_kit::TestEnv;
 use tpu_operator_api::{
     conditions::{find_condition, types},
-    tpu_slice::{CHECKPOINT_REQUEST_METADATA, MaintenanceSpec, MaintenanceState, TpuSlice},
+    tpu_slice::{CHECKPOINT_REQUEST_METADATA, MaintenanceSpec, MaintenanceState, StartEarly, TpuSlice},
     training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase as Phase},
 };
 use tpu_operator_controller::{
@@ -42,6 +42,7 @@ fn run(name: &str, lead: &str) -> TrainingPipeline {
     slice.capacity = None;
     slice.maintenance = Some(MaintenanceSpec {
         checkpoint_lead: Some(lead.into()),
+        ..MaintenanceSpec::default()
     });
     tp
 }
@@ -87,13 +88,12 @@ fn window_start(node: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
 
 /// The same notice on both runs' nodes, its window a minute after a periodic checkpoint (they
 /// come every 120 s of cloud time): the moment the next one is written, the window is set 60 s
-/// out. Returns the nodes' names, the asking run's first.
-async fn announce_after_a_checkpoint(env: &TestEnv) -> Vec<String> {
+/// out. Returns the nodes' names, in the order of `runs`.
+async fn announce_after_a_checkpoint(env: &TestEnv, runs: [&str; 2], can_reschedule: bool) -> Vec<String> {
     let written = |env: &TestEnv| {
         let objects = env.gcp.objects("demo-project-tpu-data");
-        let done = objects
-            .iter()
-            .filter(|o| o.name.starts_with("models/silent/checkpoints/"));
+        let prefix = format!("models/{}/checkpoints/", runs[1]);
+        let done = objects.iter().filter(|o| o.name.starts_with(&prefix));
         done.filter(|o| o.name.ends_with("_CHECKPOINT_METADATA")).count()
     };
     let before = written(env);
@@ -101,7 +101,7 @@ async fn announce_after_a_checkpoint(env: &TestEnv) -> Vec<String> {
         env.gcp.clock().advance(Duration::from_secs(1));
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let nodes: Vec<String> = ["asks", "silent"]
+    let nodes: Vec<String> = runs
         .iter()
         .map(|r| node_of(env, r)["name"].as_str().unwrap().to_string())
         .collect();
@@ -110,7 +110,7 @@ async fn announce_after_a_checkpoint(env: &TestEnv) -> Vec<String> {
             name: name.clone(),
             start_in_secs: 60,
             duration_secs: 300,
-            can_reschedule: false,
+            can_reschedule,
             unscheduled: false,
         };
         env.gcp.inject(notice).unwrap();
@@ -119,8 +119,8 @@ async fn announce_after_a_checkpoint(env: &TestEnv) -> Vec<String> {
 }
 
 /// Both runs succeed with one attempt, their train stage counting one maintenance restart.
-async fn finish_without_a_retry(env: &TestEnv) {
-    for name in ["asks", "silent"] {
+async fn finish_without_a_retry(env: &TestEnv, runs: [&str; 2]) {
+    for name in runs {
         let done = env
             .wait_for::<TrainingPipeline, _>(name, "the run succeeded", Duration::from_secs(15), |tp| {
                 tp.status.as_ref().is_some_and(|s| s.phase == Phase::Succeeded)
@@ -147,7 +147,7 @@ async fn an_announced_maintenance_shows_gets_a_checkpoint_first_and_spends_no_re
         })
         .await;
     }
-    let nodes = announce_after_a_checkpoint(&env).await;
+    let nodes = announce_after_a_checkpoint(&env, ["asks", "silent"], false).await;
     let window = window_start(&node_of(&env, "asks"));
 
     // The notice reaches status from the zone listing, with cloud time standing still: the slice
@@ -225,7 +225,7 @@ async fn an_announced_maintenance_shows_gets_a_checkpoint_first_and_spends_no_re
         .await;
         env.wait_for_event(name, "MaintenanceEnded", STEP).await;
     }
-    finish_without_a_retry(&env).await;
+    finish_without_a_retry(&env, ["asks", "silent"]).await;
 
     // What the request saved: the steps trained since the newest checkpoint when the window
     // started, with and without it. One step is workloadCheckpoint / 100 = 1.2 s of cloud time,
@@ -243,4 +243,107 @@ async fn an_announced_maintenance_shows_gets_a_checkpoint_first_and_spends_no_re
         silent.steps_lost > 25,
         "the silent run lost what it trained since its checkpoint: {silent:?}"
     );
+}
+
+/// Runs `early` (default `startEarly`) and `waits` (`startEarly: Never`) side by side, each with
+/// a 30 s `checkpointLead`, to their first checkpoint.
+async fn early_and_waiting(env: &TestEnv) {
+    env.create(&run("early", "30s")).await;
+    let mut waits = run("waits", "30s");
+    let slice = &mut waits.spec.training.tpu_vm.as_mut().unwrap().slice;
+    slice.maintenance.as_mut().unwrap().start_early = Some(StartEarly::Never);
+    env.create(&waits).await;
+    for name in ["early", "waits"] {
+        env.wait_for::<TrainingPipeline, _>(name, "a first checkpoint", STEP, |tp| {
+            tp.status
+                .as_ref()
+                .and_then(|s| s.checkpoint.as_ref())
+                .is_some_and(|c| c.latest_step.is_some())
+        })
+        .await;
+    }
+}
+
+/// A maintenance Google lets the customer move is started by the operator itself right after
+/// the checkpoint it asked for is committed, so what was trained since is not lost; the run
+/// that waits for the window loses the steps of the lead.
+#[tokio::test]
+async fn a_reschedulable_maintenance_starts_right_after_the_asked_checkpoint() {
+    let env = started().await;
+    early_and_waiting(&env).await;
+    let nodes = announce_after_a_checkpoint(&env, ["early", "waits"], true).await;
+    let window = window_start(&node_of(&env, "early"));
+
+    // 30 s before the window both are asked for a checkpoint; with cloud time standing still the
+    // early run finds it committed and starts the maintenance.
+    let now = env.gcp.clock().now();
+    let lead_start = window - chrono::Duration::seconds(30);
+    env.gcp.clock().advance((lead_start - now).to_std().unwrap());
+    let started = env
+        .wait_for::<TpuSlice, _>(
+            "early-train",
+            "the maintenance started early",
+            Duration::ZERO,
+            |s| {
+                s.status
+                    .as_ref()
+                    .and_then(|st| st.maintenance.as_ref())
+                    .is_some_and(|m| m.start_request_time.is_some())
+            },
+        )
+        .await;
+    let m = started.status.unwrap().maintenance.unwrap();
+    let committed = m
+        .committed_checkpoint
+        .clone()
+        .expect("the checkpoint it followed");
+    assert!(
+        committed.starts_with("gs://demo-project-tpu-data/models/early/checkpoints/"),
+        "{committed}"
+    );
+    env.wait_for_event("early-train", "MaintenanceStartedEarly", Duration::ZERO)
+        .await;
+    assert_eq!(env.gcp.call_count("tpu", "nodes.performMaintenance"), 1);
+
+    for name in ["early-train", "waits-train"] {
+        env.wait_for::<TpuSlice, _>(name, "the maintenance over", STEP, |s| {
+            s.status
+                .as_ref()
+                .is_some_and(|st| st.maintenance_restarts == 1 && ended(st.maintenance.as_ref()))
+        })
+        .await;
+    }
+    // Started before its window, the maintenance's window then says when it began: still the
+    // one announced, with its request and start kept, and announced once.
+    let over: TpuSlice = env.api::<TpuSlice>().get("early-train").await.unwrap();
+    let m = over.status.unwrap().maintenance.unwrap();
+    assert!(
+        m.checkpoint_request_time.is_some() && m.start_request_time.is_some(),
+        "{m:?}"
+    );
+    let events = env
+        .wait_for_event("early-train", "MaintenanceEnded", Duration::ZERO)
+        .await;
+    let announced = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("MaintenanceScheduled"))
+        .count();
+    assert_eq!(announced, 1, "{events:?}");
+    finish_without_a_retry(&env, ["early", "waits"]).await;
+    assert_eq!(
+        env.gcp.call_count("tpu", "nodes.performMaintenance"),
+        1,
+        "started once, and only where allowed"
+    );
+
+    // One step is 1.2 s of cloud time: the run that waited lost the ~25 steps of the lead.
+    let requests = env.gcp.checkpoint_requests();
+    let early = interruption(&env, &nodes[0]);
+    let waited = interruption(&env, &nodes[1]);
+    eprintln!("steps lost: started early {early:?}; at the window {waited:?}; requests {requests:?}");
+    assert!(early.at < window, "started before its window: {early:?}");
+    assert!(early.steps_lost <= 1, "{early:?}");
+    let asked = requests.iter().find(|r| r.node == nodes[0]).expect("a request");
+    assert_eq!(early.committed_step, asked.step, "{early:?} {asked:?}");
+    assert!(waited.steps_lost >= 20, "{waited:?}");
 }

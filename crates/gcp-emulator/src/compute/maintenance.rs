@@ -210,8 +210,9 @@ fn start_now(
     Ok(operations::remember(w, ce, scope, req, &op))
 }
 
-/// `instances.setMetadata` (body `Metadata`): replaces the VM's metadata items (fingerprints
-/// are not checked, see the README); a new checkpoint-request value reaches its workload.
+/// `instances.setMetadata` (body `Metadata`): replaces the VM's metadata items when the body's
+/// `fingerprint` is the VM's current one (412 `conditionNotMet` otherwise, as Compute answers a
+/// write based on a stale read); a new checkpoint-request value reaches its workload.
 fn set_metadata(
     w: &mut Cloud,
     ce: &mut ComputeState,
@@ -223,11 +224,18 @@ fn set_metadata(
     if let Some(op) = operations::replay(w, ce, scope, req)? {
         return Ok(op);
     }
-    ce.instances.find(key, errors::not_found)?;
+    let current = ce.instances.find(key, errors::not_found)?.body["metadata"]["fingerprint"].clone();
     let body = super::validate("Metadata", req)?;
+    if body["fingerprint"] != current {
+        return Err(ApiError::condition_not_met(
+            "Supplied fingerprint does not match current metadata fingerprint.",
+        ));
+    }
     let before = super::workload::metadata(ce, key, CHECKPOINT_REQUEST_KEY).map(str::to_string);
+    let fingerprint = super::instances::metadata_fingerprint(w);
     if let Some(r) = ce.instances.get_mut(key) {
         r.body["metadata"]["items"] = body.get("items").cloned().unwrap_or_else(|| json!([]));
+        r.body["metadata"]["fingerprint"] = json!(fingerprint);
     }
     checkpoint_request(w, ce, key, before.as_deref());
     let op = operations::start(w, ce, project, &zone_of(scope), "setMetadata", key);

@@ -135,15 +135,24 @@ async fn checkpoint_request_through_set_metadata_then_perform_maintenance_loses_
     let c = running_vm(&emu, "vm-2").await;
     emu.inject(schedule(&key("vm-2"), 3600, true)).unwrap();
     emu.clock().advance(secs(299));
-    let set = c
-        .set_metadata()
-        .set_project("p")
-        .set_zone(ZONE)
-        .set_instance("vm-2");
-    set.set_body(items(Some("2026-01-01T00:06:29Z")))
+    let set = || {
+        c.set_metadata()
+            .set_project("p")
+            .set_zone(ZONE)
+            .set_instance("vm-2")
+    };
+    // A write not based on the current metadata (no fingerprint, or a stale one) is refused.
+    let stale = set()
+        .set_body(items(Some("2026-01-01T00:06:29Z")))
         .send()
         .await
-        .unwrap();
+        .unwrap_err();
+    assert_eq!(stale.http_status_code(), Some(412), "{stale}");
+    let read = c.get().set_project("p").set_zone(ZONE).set_instance("vm-2");
+    let fingerprint = read.send().await.unwrap().metadata.unwrap().fingerprint;
+    let mut body = items(Some("2026-01-01T00:06:29Z"));
+    body.fingerprint = fingerprint;
+    set().set_body(body).send().await.unwrap();
     // 299 s of training: step 249, written at once.
     assert!(emu.object("ckpt", "vm/249/_CHECKPOINT_METADATA").is_some());
     assert_eq!(emu.checkpoint_requests()[0].step, 249);
@@ -165,7 +174,7 @@ async fn checkpoint_request_through_set_metadata_then_perform_maintenance_loses_
         ),
         (249, 249, 0)
     );
-    assert_eq!(emu.call_count("compute", "instances.setMetadata"), 1);
+    assert_eq!(emu.call_count("compute", "instances.setMetadata"), 2);
     emu.clock().advance(secs(600));
     assert!(notice(&c, "vm-2").await.is_none());
 }

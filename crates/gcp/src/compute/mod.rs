@@ -16,7 +16,7 @@ pub use client::ComputeClient;
 use async_trait::async_trait;
 use google_cloud_compute_v1::model::{
     Instance, InstanceGroupManager, InstanceGroupManagerResizeRequest, InstanceTemplate, ManagedInstance,
-    Operation, ResourcePolicy,
+    Metadata, Operation, ResourcePolicy,
 };
 
 use crate::error::Result;
@@ -53,6 +53,9 @@ pub trait ComputeApi: Send + Sync {
     async fn get_instance(&self, zone: &Place, name: &str) -> Result<Instance>;
     async fn insert_instance(&self, zone: &Place, request_id: &str, instance: Instance) -> Result<Operation>;
     async fn delete_instance(&self, zone: &Place, name: &str) -> Result<Operation>;
+    /// `instances.setMetadata`: the instance's metadata items become `metadata`'s, whose
+    /// `fingerprint` must be the one last read (a change made since fails the call).
+    async fn set_instance_metadata(&self, zone: &Place, name: &str, metadata: Metadata) -> Result<Operation>;
     /// Every instance in a zone matching `filter` (Compute's filter syntax, e.g.
     /// `labels.tpu-operator-cluster = "c1"`), all pages.
     async fn list_instances(&self, zone: &Place, filter: &str) -> Result<Vec<Instance>>;

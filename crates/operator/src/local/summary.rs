@@ -84,14 +84,21 @@ pub fn interruptions(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
             }
             // Emulated time since the slice was first seen, like the live lines: the same on
             // every run.
-            let asked = last.and_then(|m| m.checkpoint_request_time).and_then(|t| {
-                let at = DateTime::<Utc>::from_timestamp(t.0.as_second(), 0)?;
-                Some(at - seen.first_seen)
-            });
-            if let Some(after) = asked {
-                let after = format_duration(after);
+            let since_seen = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+                let at = DateTime::<Utc>::from_timestamp(t.as_ref()?.0.as_second(), 0)?;
+                Some(format_duration(at - seen.first_seen))
+            };
+            if let Some(after) = last.as_ref().and_then(|m| since_seen(&m.checkpoint_request_time)) {
                 line.push_str(&format!(
                     "; a checkpoint was requested {after} in, before the window"
+                ));
+            }
+            if let Some(m) = &last
+                && let Some(after) = since_seen(&m.start_request_time)
+            {
+                let committed = m.committed_checkpoint.as_deref().unwrap_or("it");
+                line.push_str(&format!(
+                    "; the maintenance was started {after} in, right after {committed} was committed"
                 ));
             }
             Some(line)

@@ -34,6 +34,19 @@ pub struct Started {
     pub verb: &'static str,
 }
 
+/// The verb of a maintenance started early.
+pub const MAINTAIN: &str = "maintain";
+
+impl Started {
+    /// Whether status keeps the operation as the slice's pending one, which holds back the next
+    /// change until it is done. A maintenance's operation is not kept: it lasts as long as the
+    /// maintenance, the node's own state says where that stands, and a preemption or a spec
+    /// change meanwhile must not wait for it.
+    pub fn tracked(&self) -> bool {
+        self.verb != MAINTAIN
+    }
+}
+
 /// Everything act needs for its call. Requests are mapped from the spec before plan, so every
 /// error act returns is the cloud's.
 pub struct Request<'a> {
@@ -87,10 +100,16 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
                 None => return Ok(None),
             }
         }
+        Action::RequestCheckpoint { node, metadata } => {
+            match cloud.request_checkpoint(gcp, node, metadata).await? {
+                Some(op) => ("update", op),
+                None => return Ok(None),
+            }
+        }
         Action::PatchNode(_)
         | Action::StartNode
         | Action::PatchSliceNode { .. }
-        | Action::RequestCheckpoint { .. } => {
+        | Action::PerformMaintenance { .. } => {
             // The plan plans no node update for a backend without them.
             let Some(updates) = cloud.updates() else {
                 return Ok(None);
@@ -119,7 +138,8 @@ fn create_request<'a>(action: &Action, req: &Request<'a>) -> Option<(Cow<'a, Cre
     }
 }
 
-/// A node update: a patch of the node's labels / metadata / tags, or a start.
+/// A node update: a patch of the node's labels / metadata / tags, a start, or a maintenance
+/// started.
 async fn update(
     ctx: &Context,
     updates: &dyn NodeUpdates,
@@ -135,13 +155,7 @@ async fn update(
                 .set_tags(patch.tags.clone());
             Ok(("update", updates.patch_node(gcp, node, body, mask).await?))
         }
-        Action::RequestCheckpoint { node, metadata } => {
-            let body = Node::new().set_metadata(metadata.clone());
-            Ok((
-                "update",
-                updates.patch_node(gcp, node, body, &["metadata"]).await?,
-            ))
-        }
+        Action::PerformMaintenance { node } => Ok((MAINTAIN, updates.perform_maintenance(gcp, node).await?)),
         Action::PatchNode(mask) => {
             // `updateMask=metadata` replaces the node's whole map: send what it has now with
             // only the managed keys changed, so keys others added (`ssh-keys`) survive.
@@ -260,5 +274,6 @@ pub(super) fn action_name(action: &Action) -> &'static str {
         Action::StartNode => "start TPU node",
         Action::PatchSliceNode { .. } => "patch multislice TPU node labels/metadata/tags",
         Action::RequestCheckpoint { .. } => "ask the workload for a checkpoint (TPU node metadata)",
+        Action::PerformMaintenance { .. } => "start the TPU node's maintenance (performMaintenance)",
     }
 }

@@ -1,6 +1,6 @@
 //! Maintenance Google announces for the slice's nodes: what status shows of it, when the
 //! workload is asked for a checkpoint before it, how maintenance restarts are counted, and the
-//! Events.
+//! Events. Starting a maintenance early is [`super::early_start`]'s.
 //!
 //! The notice is read from the nodes every pass already reads (and the cloud watch's listings,
 //! which wake the slice when a READY node's notice or health changes), so watching for
@@ -101,10 +101,7 @@ pub fn report(
     let slices = observed.other_slices.len();
     let now_shown = shown(observed).map(|(k, m)| {
         let mut s = status_of(&m, (slices > 0).then_some(k as i32));
-        let same_window = old
-            .maintenance
-            .as_ref()
-            .filter(|o| o.window_start_time == s.window_start_time);
+        let same_window = old.maintenance.as_ref().filter(|o| same_maintenance(o, &s));
         let just_asked = asked && matches!(action, Action::RequestCheckpoint { .. });
         let carried = nodes(observed).any(|(_, n)| {
             n.metadata.get(CHECKPOINT_REQUEST_METADATA) == m.window_start_time.as_ref()
@@ -113,6 +110,13 @@ pub fn report(
         s.checkpoint_request_time = same_window
             .and_then(|o| o.checkpoint_request_time.clone())
             .or_else(|| (just_asked || carried).then(|| time(now)));
+        let started = asked && matches!(action, Action::PerformMaintenance { .. });
+        s.start_request_time = same_window
+            .and_then(|o| o.start_request_time.clone())
+            .or_else(|| started.then(|| time(now)));
+        s.committed_checkpoint = same_window
+            .and_then(|o| o.committed_checkpoint.clone())
+            .or_else(|| observed.committed_checkpoint.clone().filter(|_| started));
         s
     });
     // Over once the nodes no longer report it: kept as the last one, `Ended`.
@@ -129,6 +133,17 @@ pub fn report(
     };
     st.maintenance_restarts = old.maintenance_restarts + i32::from(began(st) && !began(old));
     set_pending_condition(st, observed.node.is_some(), now);
+}
+
+/// Whether `new` is the maintenance `old` showed: the same window, or the one announced having
+/// started before its window (started early, by the operator or by Google), whose window then
+/// starts when it began.
+fn same_maintenance(old: &MaintenanceStatus, new: &MaintenanceStatus) -> bool {
+    let started_early = old.state == MaintenanceState::Pending
+        && new.state == MaintenanceState::Ongoing
+        && old.slice == new.slice
+        && new.window_start_time.as_ref().map(|t| t.0) <= old.window_start_time.as_ref().map(|t| t.0);
+    old.window_start_time == new.window_start_time || started_early
 }
 
 fn status_of(m: &UpcomingMaintenance, slice: Option<i32>) -> MaintenanceStatus {
@@ -150,7 +165,7 @@ fn status_of(m: &UpcomingMaintenance, slice: Option<i32>) -> MaintenanceStatus {
         latest_window_start_time: at(&m.latest_window_start_time),
         can_reschedule: m.can_reschedule,
         slice,
-        checkpoint_request_time: None,
+        ..MaintenanceStatus::default()
     }
 }
 
@@ -214,6 +229,13 @@ pub fn describe(m: &MaintenanceStatus) -> String {
     if let Some(t) = &m.checkpoint_request_time {
         line.push_str(&format!("; checkpoint requested at {}", t.0));
     }
+    if let Some(t) = &m.start_request_time {
+        let after = m.committed_checkpoint.as_deref().unwrap_or("the checkpoint");
+        line.push_str(&format!(
+            "; started early at {}, right after {after} was committed",
+            t.0
+        ));
+    }
     line
 }
 
@@ -227,10 +249,7 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
             .filter(|m| m.state != MaintenanceState::Ended)
     };
     match (live(old), live(new)) {
-        (o, Some(m))
-            if o.as_ref()
-                .is_none_or(|o| o.window_start_time != m.window_start_time) =>
-        {
+        (o, Some(m)) if o.as_ref().is_none_or(|o| !same_maintenance(o, &m)) => {
             let reason = if m.kind == "Unscheduled" {
                 reasons::MAINTENANCE_UNSCHEDULED
             } else {
@@ -253,10 +272,23 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
         && old
             .maintenance
             .as_ref()
-            .filter(|o| o.window_start_time == m.window_start_time)
+            .filter(|o| same_maintenance(o, m))
             .is_none_or(|o| o.checkpoint_request_time.is_none())
     {
         out.push(Transition::normal("CheckpointRequested", describe(m)));
+    }
+    if let Some(m) = &new.maintenance
+        && m.start_request_time.is_some()
+        && old
+            .maintenance
+            .as_ref()
+            .filter(|o| same_maintenance(o, m))
+            .is_none_or(|o| o.start_request_time.is_none())
+    {
+        out.push(Transition::normal(
+            reasons::MAINTENANCE_STARTED_EARLY,
+            describe(m),
+        ));
     }
     out
 }

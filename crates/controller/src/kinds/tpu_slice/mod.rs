@@ -24,6 +24,7 @@ mod act;
 pub(crate) mod backend;
 mod cleanup;
 mod compute;
+mod early_start;
 mod ladder;
 mod maintenance;
 mod names;
@@ -161,6 +162,7 @@ impl Kind for TpuSlice {
             observed.node.as_ref(),
         )
         .await?;
+        observed.committed_checkpoint = early_start::observe(ctx, &t.identity.namespace, self).await?;
         observed.queue = queue::observe(self, ctx, t.shape()).await?;
         Ok(observed)
     }
@@ -274,9 +276,7 @@ impl Kind for TpuSlice {
     }
 
     fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
-        let mut events = status::transitions(old, new);
-        events.extend(maintenance::transitions(old, new));
-        events
+        [status::transitions(old, new), maintenance::transitions(old, new)].concat()
     }
 
     /// A stockout, an exhausted quota or a policy limit (`Waiting`), or a queued resource

@@ -36,6 +36,9 @@ pub struct Observed {
     pub operation: Option<OperationView>,
     /// When the workload last finished, from its completion marker ([`workload_done`]).
     pub workload_done: Option<DateTime<Utc>>,
+    /// The checkpoint committed since the request before a maintenance the slice may start
+    /// early ([`super::early_start::observe`]): its step directory.
+    pub committed_checkpoint: Option<String>,
     /// The slice's Kueue Workload, when Kueue gates it (read from Kubernetes).
     pub queue: Option<super::queue::Queued>,
     /// When the pass read the cloud (the operator's clock): what its waits count from.

@@ -74,6 +74,11 @@ pub enum Action {
         node: String,
         metadata: std::collections::BTreeMap<String, String>,
     },
+    /// `nodes.performMaintenance` of `node` (full name): its reschedulable maintenance starts
+    /// now, right after the checkpoint asked for before it was committed.
+    PerformMaintenance {
+        node: String,
+    },
     /// Status only: count a preemption (`recreations + 1`), which moves `current` to a new id.
     RecordPreemption,
     /// Status only: count the loss of multislice slice `k` (`sliceRestarts[k] + 1`) and mark it
@@ -106,15 +111,22 @@ impl Action {
         )
     }
 
-    /// A patch or start of an existing node.
-    pub fn updates_node(&self) -> bool {
+    /// A patch or start of an existing node, or its maintenance started: what only a backend
+    /// with node updates does.
+    pub fn needs_node_updates(&self) -> bool {
         matches!(
             self,
             Action::PatchNode(_)
                 | Action::StartNode
                 | Action::PatchSliceNode { .. }
-                | Action::RequestCheckpoint { .. }
+                | Action::PerformMaintenance { .. }
         )
+    }
+
+    /// A change to an existing node (one of [`Action::needs_node_updates`], or a checkpoint
+    /// request), which another operation running on the node can hold up.
+    pub fn updates_node(&self) -> bool {
+        self.needs_node_updates() || matches!(self, Action::RequestCheckpoint { .. })
     }
 }
 
@@ -242,9 +254,9 @@ impl Input<'_> {
 pub fn plan(input: &Input<'_>) -> Plan {
     let mut plan = decide(input);
     // A backend without node updates (Compute Engine: labels and metadata are fixed at creation,
-    // a stopped slice is not started) is never asked for one: the assessment stands and the
+    // a stopped slice is not started; a checkpoint request is its own) is never asked for one: the assessment stands and the
     // slice is looked at again as it says.
-    if input.names.backend().updates().is_none() && plan.action.updates_node() {
+    if input.names.backend().updates().is_none() && plan.action.needs_node_updates() {
         plan.action = Action::Nothing;
     }
     plan

@@ -189,7 +189,7 @@ fn cloud_names(r: &Report<'_>) -> (Option<String>, Option<String>, Option<String
         .map(|q| q.name.clone())
         .or_else(|| created.then(|| current.queued.clone()).flatten())
         .or_else(|| keep(&old.queued_resource_name));
-    let pending_operation = match r.started {
+    let pending_operation = match r.started.filter(|s| s.tracked()) {
         Some(started) => Some(started.operation.clone()),
         None => keep(&old.pending_operation),
     };

@@ -31,6 +31,11 @@ pub(super) fn after_pass(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>, n
         let left = (at - pass.observed.now).to_std().unwrap_or_default();
         wait = wait.at_most(config.timer_wait(left + Duration::from_secs(1)));
     }
+    // A checkpoint awaited before starting a maintenance early is looked for every
+    // `poll_active`: each second waited is a second trained again after the maintenance.
+    if super::early_start::awaited(&pass.obj.spec, new).is_some() {
+        wait = wait.at_most(config.poll_active);
+    }
     let Some(plan) = &new.capacity_plan else {
         return wait;
     };

@@ -195,6 +195,7 @@ pub fn create(w: &mut Cloud, ce: &mut ComputeState, n: NewInstance) -> String {
         n.project, n.zone, n.machine.name
     ));
     body["status"] = json!("PROVISIONING");
+    body["metadata"]["fingerprint"] = json!(metadata_fingerprint(w));
     let mut nics = body["networkInterfaces"]
         .as_array()
         .cloned()
@@ -313,4 +314,10 @@ pub(crate) fn find_key(ce: &ComputeState, name: &str) -> Option<String> {
     let mut hits = ce.instances.keys().filter(|k| k.rsplit('/').next() == Some(name));
     let first = hits.next()?.clone();
     hits.next().is_none().then_some(first)
+}
+
+/// A new metadata fingerprint: Compute's are opaque base64 strings that change with every
+/// change of the metadata (16 hex digits are valid base64).
+pub fn metadata_fingerprint(w: &mut Cloud) -> String {
+    format!("{:016x}", w.next_seq())
 }

@@ -11,7 +11,7 @@ use google_cloud_compute_v1::{
     },
     model::{
         Instance, InstanceGroupManager, InstanceGroupManagerResizeRequest, InstanceTemplate, ManagedInstance,
-        Operation, ResourcePolicy,
+        Metadata, Operation, ResourcePolicy,
     },
 };
 
@@ -75,6 +75,22 @@ impl ComputeApi for ComputeClient {
             .set_request_id(request_id)
             .set_body(instance);
         self.call("instances.insert", &target, request.send()).await
+    }
+
+    async fn set_instance_metadata(&self, zone: &Place, name: &str, metadata: Metadata) -> Result<Operation> {
+        let request = self
+            .instances
+            .set_metadata()
+            .set_project(&zone.project)
+            .set_zone(&zone.location)
+            .set_instance(name)
+            .set_body(metadata);
+        self.call(
+            "instances.setMetadata",
+            &zone.target("instances", name),
+            request.send(),
+        )
+        .await
     }
 
     async fn delete_instance(&self, zone: &Place, name: &str) -> Result<Operation> {

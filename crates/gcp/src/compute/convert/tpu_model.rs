@@ -26,6 +26,25 @@ fn metadata_map(metadata: Option<&Metadata>) -> HashMap<String, String> {
         .unwrap_or_default()
 }
 
+/// A group's metadata: its template's, plus the items every one of its VMs read carries with
+/// one value (set on the VMs after the group was made: the operator's checkpoint request), so a
+/// key set on some hosts only is not yet the slice's.
+fn group_metadata(template: Option<&Metadata>, instances: &[Instance]) -> HashMap<String, String> {
+    let mut metadata = metadata_map(template);
+    let mut per_vm = instances.iter().map(|i| metadata_map(i.metadata.as_ref()));
+    let Some(first) = per_vm.next() else {
+        return metadata;
+    };
+    let rest: Vec<HashMap<String, String>> = per_vm.collect();
+    for (key, value) in first {
+        let everywhere = rest.iter().all(|m| m.get(&key) == Some(&value));
+        if everywhere && !metadata.contains_key(&key) {
+            metadata.insert(key, value);
+        }
+    }
+    metadata
+}
+
 fn timestamp(rfc3339: Option<&str>) -> Option<Timestamp> {
     let t = chrono::DateTime::parse_from_rfc3339(rfc3339?).ok()?;
     Some(Timestamp::clamp(t.timestamp(), 0))
@@ -113,7 +132,7 @@ pub fn group_node(
             node::Health::Unspecified
         })
         .set_labels(properties.labels.clone())
-        .set_metadata(metadata_map(properties.metadata.as_ref()))
+        .set_metadata(group_metadata(properties.metadata.as_ref(), instances))
         .set_tags(
             properties
                 .tags

@@ -20,7 +20,8 @@
 //! Reads by name (`get_node`, `get_queued_resource`), deletes and operation reads answer in the
 //! TPU API's model, so the controller observes, plans and cleans up both backends with one code
 //! path. What Compute Engine slices have no use for (patch, start, stop, reset, zone listings)
-//! does not exist here: the controller's Compute Engine backend never plans it.
+//! does not exist here: the controller's Compute Engine backend never plans it. One metadata key
+//! can be set on a running slice's VMs (the checkpoint request before a maintenance).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -36,6 +37,7 @@ use super::{
 };
 use crate::error::{ErrorKind, GcpError, Result, Service};
 
+mod metadata;
 mod read;
 
 /// The pieces of a group-backed slice, in creation order.

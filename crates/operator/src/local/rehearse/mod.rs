@@ -148,7 +148,9 @@ impl Rehearsal {
     ) -> Applied {
         match injection {
             Injection::Preempt { after } => self.preempt(*after, gcp, trainers, now),
-            Injection::Maintenance { after } => self.maintenance(*after, gcp, trainers, now),
+            Injection::Maintenance { after, reschedulable } => {
+                self.maintenance((*after, *reschedulable), gcp, trainers, now)
+            }
             Injection::Fail { stage, attempts } => self.fail(*stage, *attempts, gcp, trainers),
             Injection::Stockout { .. } | Injection::FullReservation { .. } => Applied::Later,
         }
@@ -196,10 +198,11 @@ impl Rehearsal {
         }
     }
 
-    /// Announces a maintenance of the first TPU VM node that has run `after`.
+    /// Announces a maintenance of the first TPU VM node that has run `after` (one Google lets
+    /// the customer start earlier when `reschedulable`).
     fn maintenance(
         &mut self,
-        after: Duration,
+        (after, reschedulable): (Duration, bool),
         gcp: &Emulator,
         trainers: &[Trainer],
         now: DateTime<Utc>,
@@ -213,8 +216,13 @@ impl Rehearsal {
             name: name.clone(),
             start_in_secs: MAINTENANCE_NOTICE.as_secs(),
             duration_secs: MAINTENANCE_LASTS.as_secs(),
-            can_reschedule: false,
+            can_reschedule: reschedulable,
             unscheduled: false,
+        };
+        let movable = if reschedulable {
+            "; Google lets it start earlier"
+        } else {
+            ""
         };
         let (ahead, lasts) = (
             humantime::format_duration(MAINTENANCE_NOTICE),
@@ -222,7 +230,7 @@ impl Rehearsal {
         );
         match gcp.inject(notice) {
             Ok(()) => Applied::Done(format!(
-                "inject: Google announced maintenance of {name}: the window starts in {ahead} and lasts {lasts}"
+                "inject: Google announced maintenance of {name}: the window starts in {ahead} and lasts {lasts}{movable}"
             )),
             Err(e) => Applied::Done(format!(
                 "inject: announcing maintenance of {name} was refused: {}",

@@ -8,9 +8,11 @@ pub enum Injection {
     Preempt {
         after: Duration,
     },
-    /// Google announces maintenance of the first TPU VM node that has run `after`.
+    /// Google announces maintenance of the first TPU VM node that has run `after`; one it lets
+    /// the customer start earlier (`canReschedule`) when `reschedulable`.
     Maintenance {
         after: Duration,
+        reschedulable: bool,
     },
     Stockout {
         zone: String,
@@ -33,7 +35,7 @@ pub enum Stage {
     Train,
 }
 
-const FORMS: &str = "preempt:AFTER (e.g. preempt:5m), maintenance:AFTER (e.g. maintenance:2m), stockout:ZONE:ACCELERATOR[:FOR] \
+const FORMS: &str = "preempt:AFTER (e.g. preempt:5m), maintenance:AFTER[:reschedulable] (e.g. maintenance:2m), stockout:ZONE:ACCELERATOR[:FOR] \
                      (e.g. stockout:us-central2-b:v5p:20m), fail:preprocess[:N], fail:train[:N] or \
                      full-reservation:projects/P/locations/ZONE/reservations/NAME";
 
@@ -48,8 +50,13 @@ pub fn parse(value: &str) -> Result<Injection, String> {
         ["preempt", after] => Ok(Injection::Preempt {
             after: duration(after)?,
         }),
-        ["maintenance", after] => Ok(Injection::Maintenance {
+        ["maintenance", after, rest @ ..] if rest.len() <= 1 => Ok(Injection::Maintenance {
             after: duration(after)?,
+            reschedulable: match rest.first() {
+                None => false,
+                Some(&"reschedulable") => true,
+                Some(other) => return Err(format!("`{other}` is not `reschedulable`: {FORMS}")),
+            },
         }),
         ["stockout", zone, accelerator, rest @ ..] if rest.len() <= 1 => {
             if zone.is_empty() || accelerator.is_empty() {
@@ -107,6 +114,25 @@ mod tests {
             Ok(Injection::Preempt {
                 after: Duration::from_secs(300)
             })
+        );
+        assert_eq!(
+            parse("maintenance:2m:reschedulable"),
+            Ok(Injection::Maintenance {
+                after: Duration::from_secs(120),
+                reschedulable: true
+            })
+        );
+        assert_eq!(
+            parse("maintenance:2m"),
+            Ok(Injection::Maintenance {
+                after: Duration::from_secs(120),
+                reschedulable: false
+            })
+        );
+        assert!(
+            parse("maintenance:2m:soon")
+                .unwrap_err()
+                .contains("reschedulable")
         );
         assert_eq!(
             parse("stockout:us-central2-b:v5p:20m"),

@@ -5,7 +5,8 @@
 //! queued resource.
 //!
 //! No node updates: labels and metadata are fixed at creation (the VMs come from their template)
-//! and a stopped slice is not started. The cloud watch lists TPU nodes only, so a changing slice
+//! and a stopped slice is not started. The one exception is the checkpoint request before a
+//! maintenance, set on each VM. The cloud watch lists TPU nodes only, so a changing slice
 //! is read by name.
 
 use std::collections::BTreeMap;
@@ -14,7 +15,7 @@ use async_trait::async_trait;
 use tpu_operator_api::{
     accelerator::SliceShape,
     naming::{ObjectIdentity, request_id},
-    tpu_slice::TpuSliceSpec,
+    tpu_slice::{CHECKPOINT_REQUEST_METADATA, TpuSliceSpec},
 };
 use tpu_operator_gcp::{
     ErrorKind, Gcp, GcpError, Place, Service,
@@ -127,6 +128,21 @@ impl SliceBackend for ComputeEngine {
 
     async fn get_operation(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError> {
         gcp.compute_slices.get_operation(name).await
+    }
+
+    /// The request only (`instances.setMetadata` keeps the VM's other items as they are), one
+    /// VM per call: the slice's instance, or its group's members in turn.
+    async fn request_checkpoint(
+        &self,
+        gcp: &Gcp,
+        name: &str,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Option<Operation>, GcpError> {
+        let key = CHECKPOINT_REQUEST_METADATA;
+        let Some(value) = metadata.get(key) else {
+            return Ok(None);
+        };
+        gcp.compute_slices.set_metadata_key(name, key, value).await
     }
 
     /// The template and workload policy every incarnation's group was made from go last, once

@@ -17,6 +17,8 @@
 mod compute_engine;
 mod tpu_api;
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use tpu_operator_api::{
     accelerator::SliceShape,
@@ -107,8 +109,8 @@ pub trait SliceBackend: Send + Sync {
         at: &CreateAt<'_>,
     ) -> Result<Create, String>;
 
-    /// Node updates (labels / metadata / tags patches, starting a stopped node), if the backend
-    /// has them. The plan plans none for a backend without.
+    /// Node updates (labels / metadata / tags patches, starting a stopped node, starting a
+    /// maintenance early), if the backend has them. The plan plans none for a backend without.
     fn updates(&self) -> Option<&dyn NodeUpdates>;
 
     /// The cloud watch can list this backend's nodes per zone (and wake slices on a change);
@@ -139,6 +141,14 @@ pub trait SliceBackend: Send + Sync {
     /// Deletes the queued resource with its nodes.
     async fn delete_queued_resource(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError>;
     async fn get_operation(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError>;
+    /// Asks the workload of node `name` for a checkpoint before a maintenance: its metadata
+    /// becomes `metadata` (as read, plus the request). `None` when nothing was left to change.
+    async fn request_checkpoint(
+        &self,
+        gcp: &Gcp,
+        name: &str,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Option<Operation>, GcpError>;
 
     /// Once the slice's objects are gone: deletes what its incarnations shared. `None` when
     /// nothing is left; `Some(what)` while something is still being deleted (call again later).
@@ -163,6 +173,8 @@ pub trait NodeUpdates: Send + Sync {
         mask: &[&str],
     ) -> Result<Operation, GcpError>;
     async fn start_node(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError>;
+    /// Starts node `name`'s announced, reschedulable maintenance now.
+    async fn perform_maintenance(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError>;
 }
 
 #[cfg(test)]

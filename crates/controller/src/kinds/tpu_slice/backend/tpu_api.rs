@@ -139,6 +139,17 @@ impl SliceBackend for TpuApi {
         gcp.tpu.get_operation(name).await
     }
 
+    /// One `nodes.patch` of the node's metadata: a map in an update mask is replaced whole.
+    async fn request_checkpoint(
+        &self,
+        gcp: &Gcp,
+        name: &str,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Option<Operation>, GcpError> {
+        let body = Node::new().set_metadata(metadata.clone());
+        gcp.tpu.update_node(name, body, &["metadata"]).await.map(Some)
+    }
+
     /// A TPU node or queued resource shares nothing with another incarnation.
     async fn release(&self, _gcp: &Gcp, _slice: &Releasing<'_>) -> Result<Option<String>, ReconcileError> {
         Ok(None)
@@ -183,6 +194,10 @@ impl NodeUpdates for TpuApi {
 
     async fn start_node(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError> {
         gcp.tpu.start_node(name).await
+    }
+
+    async fn perform_maintenance(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError> {
+        gcp.tpu.perform_maintenance(name).await
     }
 }
 

@@ -10,7 +10,7 @@ use tpu_operator_api::{
 use tpu_operator_gcp::tpu_v2::model::{Node, node};
 
 use super::{Action, Assessment, Input, OperationView, Plan, Requeue, drift_mask, immutable_drift};
-use crate::kinds::tpu_slice::{maintenance, spec::Desired};
+use crate::kinds::tpu_slice::{early_start, maintenance, spec::Desired};
 use tpu_operator_api::tpu_slice::CHECKPOINT_REQUEST_METADATA;
 
 /// The current node exists.
@@ -234,15 +234,19 @@ fn tell_slices(input: &Input<'_>, nodes: &[&Node], coordinator: &str) -> Plan {
     if operation_running {
         return Plan::report(a.requeue(Requeue::Active));
     }
-    match nodes.iter().find_map(|n| checkpoint_request(input, n)) {
+    match nodes.iter().find_map(|n| maintenance_step(input, n)) {
         Some(ask) => Plan::new(ask, a.requeue(Requeue::Active)),
         None => Plan::report(a),
     }
 }
 
-/// A READY node whose announced maintenance asks for a checkpoint now: the metadata patch that
-/// asks (see [`maintenance::checkpoint_due`]).
-fn checkpoint_request(input: &Input<'_>, n: &Node) -> Option<Action> {
+/// What a READY node's announced maintenance asks for now: its start, once the checkpoint
+/// asked for before it is committed (see [`early_start::start_due`]), or the metadata patch
+/// that asks for that checkpoint (see [`maintenance::checkpoint_due`]).
+fn maintenance_step(input: &Input<'_>, n: &Node) -> Option<Action> {
+    if early_start::start_due(n, input.observed.committed_checkpoint.as_deref()) {
+        return Some(Action::PerformMaintenance { node: n.name.clone() });
+    }
     let value = maintenance::checkpoint_due(input.spec, n, input.now)?;
     let mut metadata: std::collections::BTreeMap<String, String> =
         n.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -320,7 +324,7 @@ fn plan_ready(input: &Input<'_>, n: &Node) -> Plan {
         if operation_running && a.progress == Progress::Ready {
             a.requeue = Requeue::Active;
         }
-        if let Some(ask) = checkpoint_request(input, n).filter(|_| !operation_running) {
+        if let Some(ask) = maintenance_step(input, n).filter(|_| !operation_running) {
             return Plan::new(ask, a.requeue(Requeue::Active));
         }
         return Plan::report(a);

@@ -128,3 +128,76 @@ fn status_counts_one_restart_per_maintenance_and_says_when_it_is_over() {
     let events = maintenance::transitions(&s3, &s4);
     assert_eq!(events.len(), 1, "{events:?}");
 }
+
+/// A reschedulable notice whose checkpoint was asked for (the node carries the request).
+fn asked_reschedulable(start: &str) -> Case {
+    let mut c = running_case(start, "PENDING");
+    let n = c.observed.node.as_mut().unwrap();
+    let mut wire = serde_json::to_value(&*n).unwrap();
+    wire["upcomingMaintenance"]["canReschedule"] = json!(true);
+    *n = serde_json::from_value(wire).unwrap();
+    n.metadata
+        .insert(CHECKPOINT_REQUEST_METADATA.into(), start.into());
+    c
+}
+
+#[test]
+fn a_reschedulable_maintenance_is_started_once_the_asked_checkpoint_is_committed() {
+    let waiting = asked_reschedulable("2026-03-02T10:04:00Z");
+    assert_eq!(waiting.plan().action, Action::Nothing, "no commit seen yet");
+
+    let mut committed = asked_reschedulable("2026-03-02T10:04:00Z");
+    committed.observed.committed_checkpoint = Some("gs://b/c/150/".into());
+    let p = committed.plan();
+    assert_eq!(
+        p.action,
+        Action::PerformMaintenance {
+            node: committed.names().current.node
+        }
+    );
+    assert_eq!(p.assessment.progress, Progress::Ready, "the slice stays Ready");
+
+    let mut fixed = asked_reschedulable("2026-03-02T10:04:00Z");
+    fixed.observed.committed_checkpoint = Some("gs://b/c/150/".into());
+    let n = fixed.observed.node.as_mut().unwrap();
+    let mut wire = serde_json::to_value(&*n).unwrap();
+    wire["upcomingMaintenance"]["canReschedule"] = json!(false);
+    *n = serde_json::from_value(wire).unwrap();
+    assert_eq!(
+        fixed.plan().action,
+        Action::Nothing,
+        "Google does not let it move"
+    );
+}
+
+#[test]
+fn an_early_start_is_reported_once_with_the_checkpoint_it_followed() {
+    let mut c = asked_reschedulable("2026-03-02T10:04:00Z");
+    c.observed.committed_checkpoint = Some("gs://b/c/150/".into());
+    let before = reported(&TpuSliceStatus::default(), &c.observed);
+    let action = Action::PerformMaintenance {
+        node: c.names().current.node,
+    };
+    let mut st = before.clone();
+    maintenance::report(&mut st, &before, &c.observed, &action, true, now());
+    let m = st.maintenance.as_ref().unwrap();
+    assert!(m.start_request_time.is_some(), "{m:?}");
+    assert_eq!(m.committed_checkpoint.as_deref(), Some("gs://b/c/150/"));
+    let events = maintenance::transitions(&before, &st);
+    assert!(
+        events.iter().any(|e| e.reason == "MaintenanceStartedEarly"),
+        "{events:?}"
+    );
+    // The next pass sees it under way, its window now starting when it began: the same
+    // maintenance, its request and start kept, and nothing announced again.
+    let mut ongoing = running_case("2026-03-02T10:00:00Z", "ONGOING");
+    ongoing.observed.node.as_mut().unwrap().health = H::UnhealthyMaintenance;
+    let next = reported(&st, &ongoing.observed);
+    let n = next.maintenance.as_ref().unwrap();
+    assert_eq!(n.state, MaintenanceState::Ongoing);
+    assert_eq!(n.start_request_time, m.start_request_time);
+    assert_eq!(n.checkpoint_request_time, m.checkpoint_request_time);
+    assert_eq!(next.maintenance_restarts, 1);
+    let again = maintenance::transitions(&st, &next);
+    assert!(again.is_empty(), "{again:?}");
+}
