@@ -1,8 +1,8 @@
 //! At-most-once creates, from the call log: what the operator asked for by the ids it chose.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Expected, Violations};
+use super::{Expected, Violations, short, slice_index};
 
 /// Successful creates in the call log, by the id the operator chose.
 #[derive(Clone, Debug, Default)]
@@ -63,6 +63,44 @@ pub fn created(gcp: &gcp_emulator::Emulator) -> Created {
         }
     }
     c
+}
+
+/// A multislice's TPU writes to one slice (queued resources and nodes), from the call log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SliceWrites {
+    /// Ids of the successful `queuedResources.create` and `nodes.create` calls (a create
+    /// replayed after a lost reply is refused as already there: one id is one create).
+    pub creates: BTreeSet<String>,
+    /// Successful `queuedResources.delete` and `nodes.delete` calls.
+    pub deletes: usize,
+}
+
+/// The TPU writes of the multislice whose ids start with `prefix` (`<id>` of `<id>-s<k>`), by
+/// slice index, from the call log's call `since` on (a position in [`gcp_emulator::Emulator::calls`]).
+pub fn slice_writes(gcp: &gcp_emulator::Emulator, since: usize, prefix: &str) -> BTreeMap<u32, SliceWrites> {
+    let mut out: BTreeMap<u32, SliceWrites> = BTreeMap::new();
+    for call in gcp.calls().iter().skip(since) {
+        if call.service != "tpu" || call.status >= 300 {
+            continue;
+        }
+        let (id, create) = match call.method.as_str() {
+            "queuedResources.create" => (query_param(&call.query, "queuedResourceId"), true),
+            "nodes.create" => (query_param(&call.query, "nodeId"), true),
+            "queuedResources.delete" | "nodes.delete" => (Some(short(&call.path).to_owned()), false),
+            _ => continue,
+        };
+        let Some(id) = id.filter(|id| id.starts_with(prefix)) else {
+            continue;
+        };
+        let Some(k) = slice_index(&id) else { continue };
+        let w = out.entry(k).or_default();
+        if create {
+            w.creates.insert(id);
+        } else {
+            w.deletes += 1;
+        }
+    }
+    out
 }
 
 /// Creates beyond what the run's objects may own, from the whole call log.

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    ATTEMPT_LABEL, TERMINAL_BATCH, TERMINAL_JOB, UID_LABEL, Violations, created_by, label, short, state,
+    ATTEMPT_LABEL, TERMINAL_BATCH, TERMINAL_JOB, UID_LABEL, Violations, created_by, label, short,
+    slice_going, slice_key, state,
 };
 use serde_json::Value;
 
@@ -96,32 +97,50 @@ pub fn live_duplicates_of(gcp: &gcp_emulator::Emulator, with_jobs: bool) -> Viol
     v
 }
 
-/// TPU nodes by the UID label they carry.
+/// Multislice: slices with more than one queued resource not being deleted at once (a duplicate
+/// slice: the replacement of a lost slice asked for while the one it was lost in still stood, or
+/// asked for twice). Each finding names the UID and the slice index.
+pub fn duplicate_slices(gcp: &gcp_emulator::Emulator) -> Violations {
+    let mut v = Violations::default();
+    for (key, names) in queued_by_uid(gcp) {
+        if key.contains(" slice ") && names.len() > 1 {
+            v.push(format!(
+                "duplicate slice: {} queued resources not being deleted for uid {key}: {names:?}",
+                names.len()
+            ));
+        }
+    }
+    v
+}
+
+/// TPU nodes by the UID label they carry (per slice for a multislice, leaving out the nodes of
+/// a lost slice being deleted).
 fn nodes_by_uid(gcp: &gcp_emulator::Emulator) -> BTreeMap<String, Vec<String>> {
     let mut nodes: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for n in gcp.nodes() {
-        if let Some(uid) = label(&n, UID_LABEL) {
+        let name = n["name"].as_str().unwrap_or("");
+        if let Some(uid) = label(&n, UID_LABEL).filter(|_| !slice_going(&n)) {
             nodes
-                .entry(uid.to_owned())
+                .entry(slice_key(uid, name))
                 .or_default()
-                .push(n["name"].as_str().unwrap_or("").to_owned());
+                .push(name.to_owned());
         }
     }
     nodes
 }
 
-/// Queued resources by the UID label of the node they ask for.
+/// Queued resources by the UID label of the node they ask for (per slice for a multislice,
+/// leaving out a lost slice's being deleted).
 fn queued_by_uid(gcp: &gcp_emulator::Emulator) -> BTreeMap<String, Vec<String>> {
     let mut queued: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for q in gcp.queued_resources() {
-        let uid = q["tpu"]["nodeSpec"][0]["node"]["labels"][UID_LABEL]
-            .as_str()
-            .map(str::to_owned);
-        if let Some(uid) = uid {
+        let name = q["name"].as_str().unwrap_or("");
+        let uid = q["tpu"]["nodeSpec"][0]["node"]["labels"][UID_LABEL].as_str();
+        if let Some(uid) = uid.filter(|_| !slice_going(&q)) {
             queued
-                .entry(uid)
+                .entry(slice_key(uid, name))
                 .or_default()
-                .push(q["name"].as_str().unwrap_or("").to_owned());
+                .push(name.to_owned());
         }
     }
     queued

@@ -31,9 +31,9 @@ use tpu_operator_api::{
 
 use crate::world::Snapshot;
 
-pub use creates::{Created, created, duplicate_creates};
+pub use creates::{Created, SliceWrites, created, duplicate_creates, slice_writes};
 pub use deletion::{billable, leftovers, stuck};
-pub use live::{live_duplicates, live_duplicates_of};
+pub use live::{duplicate_slices, live_duplicates, live_duplicates_of};
 pub use rungs::{requests_alive, two_or_more, two_rungs};
 pub use status::status_consistent;
 
@@ -89,6 +89,40 @@ fn created_by(instance: &Value) -> Option<&str> {
         .and_then(|i| i["value"].as_str())
 }
 
+/// Multislice: the slice a queued resource or node id names (`<id>-s<k>`, `<id>-s<k>r<n>` once
+/// replaced `n` times), `None` for a plain slice's (whose id ends in its hex hash or `r<n>`).
+pub fn slice_index(name: &str) -> Option<u32> {
+    let last = short(name).rsplit('-').next()?;
+    let rest = last.strip_prefix('s')?;
+    let (k, restart) = match rest.split_once('r') {
+        Some((k, n)) => (k, Some(n)),
+        None => (rest, None),
+    };
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    if !digits(k) || restart.is_some_and(|n| !digits(n)) {
+        return None;
+    }
+    k.parse().ok()
+}
+
+/// What one request is counted under: its object's UID, and for a multislice the slice too (each
+/// slice is one request of its own).
+fn slice_key(uid: &str, name: &str) -> String {
+    match slice_index(name) {
+        Some(k) => format!("{uid} slice {k}"),
+        None => uid.to_owned(),
+    }
+}
+
+/// A multislice's queued resource or node being deleted: a lost slice's is deleted while its
+/// replacement is asked for (they never both hold capacity), so it does not count as alive.
+/// A plain slice's always counts: its old incarnation must be gone before the next is asked.
+fn slice_going(r: &Value) -> bool {
+    let name = r["name"].as_str().unwrap_or("");
+    let state = r["state"]["state"].as_str().or(r["state"].as_str());
+    slice_index(name).is_some() && state == Some("DELETING")
+}
+
 fn short(name: &str) -> &str {
     name.rsplit('/').next().unwrap_or(name)
 }
@@ -132,4 +166,49 @@ pub fn converged(snapshot: &Snapshot, want: usize) -> bool {
                 .as_ref()
                 .is_some_and(|st| st.phase == TrainingPipelinePhase::Succeeded)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_multislice_id_names_its_slice_and_a_plain_one_none() {
+        let at = "projects/p/locations/z/queuedResources/";
+        assert_eq!(slice_index(&format!("{at}default-s-0a1b2c3d-s0")), Some(0));
+        assert_eq!(slice_index("default-s-0a1b2c3d-s3r1"), Some(3));
+        assert_eq!(slice_index("default-s-0a1b2c3d-r2-s12r10"), Some(12));
+        // A plain slice's id ends in its hash or its recreation; the object's own name may
+        // end in `-s` too.
+        for plain in [
+            "default-s-0a1b2c3d",
+            "default-s-0a1b2c3d-r1",
+            "default-s",
+            "x-s1q",
+            "x-sr1",
+            "x-s1r",
+        ] {
+            assert_eq!(slice_index(plain), None, "{plain}");
+        }
+    }
+
+    #[test]
+    fn only_a_multislice_resource_being_deleted_is_going() {
+        let deleting = |name: &str| json!({"name": name, "state": {"state": "DELETING"}});
+        assert!(slice_going(&deleting("q-0a1b2c3d-s1")));
+        assert!(slice_going(
+            &json!({"name": "n-0a1b2c3d-s1r1", "state": "DELETING"})
+        ));
+        assert!(
+            !slice_going(&deleting("q-0a1b2c3d")),
+            "a plain slice's still counts"
+        );
+        assert!(!slice_going(
+            &json!({"name": "q-0a1b2c3d-s1", "state": {"state": "SUSPENDED"}})
+        ));
+        assert_eq!(slice_key("u", "q-0a1b2c3d-s2r1"), "u slice 2");
+        assert_eq!(slice_key("u", "q-0a1b2c3d-r1"), "u");
+    }
 }

@@ -12,21 +12,25 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use super::{UID_LABEL, Violations, label, live::compute_by_uid};
+use super::{UID_LABEL, Violations, label, live::compute_by_uid, slice_going, slice_key};
 
-/// The requests alive for each slice, by its `tpu-operator-uid`.
+/// The requests alive for each slice, by its `tpu-operator-uid` (for a multislice, by UID and
+/// slice index: each slice is a request of its own, and a lost slice's queued resource being
+/// deleted while its replacement is asked for is not alive).
 pub fn requests_alive(gcp: &gcp_emulator::Emulator) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for q in gcp.queued_resources() {
-        if let Some(uid) = queued_uid(&q) {
-            out.entry(uid.to_owned())
+        if let Some(uid) = queued_uid(&q).filter(|_| !slice_going(&q)) {
+            out.entry(slice_key(uid, name(&q)))
                 .or_default()
                 .insert(format!("queued resource {}", name(&q)));
         }
     }
     for n in gcp.nodes() {
-        if let Some(uid) = label(&n, UID_LABEL) {
-            out.entry(uid.to_owned()).or_default().insert(node_request(&n));
+        if let Some(uid) = label(&n, UID_LABEL).filter(|_| !slice_going(&n)) {
+            out.entry(slice_key(uid, name(&n)))
+                .or_default()
+                .insert(node_request(&n));
         }
     }
     for (uid, names) in compute_by_uid(gcp) {

@@ -11,7 +11,9 @@ use tpu_operator_api::{
     training_pipeline::{TrainingPipeline, TrainingPipelinePhase},
 };
 
-use super::{ATTEMPT_LABEL, UID_LABEL, Violations, created_by, label, live::compute_by_uid, short, state};
+use super::{
+    ATTEMPT_LABEL, UID_LABEL, Violations, created_by, label, live::compute_by_uid, short, slice_index, state,
+};
 use crate::world::Snapshot;
 
 /// Status against the cloud, for converged objects: what a Ready / Succeeded status names
@@ -69,7 +71,8 @@ fn slice_consistent(
     }
     let uid = s.uid().unwrap_or_default();
     for (n, node) in nodes {
-        if label(node, UID_LABEL) == Some(uid.as_str()) && st.node_name.as_deref() != Some(n) {
+        let named = st.node_name.as_deref() == Some(n) || current_slice_node(s, st, n);
+        if label(node, UID_LABEL) == Some(uid.as_str()) && !named {
             v.push(format!(
                 "TpuSlice {name}: node {n} carries its UID but status names {:?}",
                 st.node_name
@@ -77,6 +80,22 @@ fn slice_consistent(
         }
     }
     v
+}
+
+/// Multislice: `node` is the node of one of its slices as status has it now. Status names slice
+/// 0's node (`<id>-s0`, `<id>-s0r<n>`); slice `k`'s is `<id>-s<k>`, or `<id>-s<k>r<n>` once
+/// replaced `n` times (`status.sliceRestarts`).
+fn current_slice_node(s: &TpuSlice, st: &TpuSliceStatus, node: &str) -> bool {
+    let (Some(_), Some(first), Some(k)) = (&s.spec.multislice, &st.node_name, slice_index(node)) else {
+        return false;
+    };
+    let id_of = |name: &str| name.rsplit_once('-').map(|(id, _)| id.to_owned());
+    let restarts = st.slice_restarts.get(k as usize).copied().unwrap_or(0);
+    let last = match restarts {
+        0 => format!("s{k}"),
+        n => format!("s{k}r{n}"),
+    };
+    id_of(first).is_some_and(|id| node == format!("{id}-{last}"))
 }
 
 /// A Ready TPU API slice: its node is READY (in the cloud and in status), and so is its queued
