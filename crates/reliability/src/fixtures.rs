@@ -42,6 +42,9 @@ pub enum Capacity {
     /// there (stocked out) for 1 min, then on demand in [`ZONE`], where it lands: three rungs,
     /// a queued resource and then two node ids.
     PlanTpuApi,
+    /// TPU API, `spec.multislice` of this many slices (2 or more): one Spot-tier queued resource
+    /// per slice, each with one node (`<id>-s<k>`, `<id>-s<k>r<n>` once replaced).
+    SpotMultislice(u32),
     /// Compute Engine, `spec.capacityPlan`: one Spot instance in [`PLAN_ZONE`] (stocked out:
     /// the insert is taken and the instance fails to provision), moving on at that first
     /// refusal, then one on-demand instance in [`ZONE`] (`v6e-8`).
@@ -72,9 +75,11 @@ impl Capacity {
 
     pub fn backend(self) -> Backend {
         match self {
-            Capacity::SpotNode | Capacity::OnDemandNode | Capacity::Queued | Capacity::PlanTpuApi => {
-                Backend::TpuApi
-            }
+            Capacity::SpotNode
+            | Capacity::OnDemandNode
+            | Capacity::Queued
+            | Capacity::PlanTpuApi
+            | Capacity::SpotMultislice(_) => Backend::TpuApi,
             _ => Backend::ComputeEngine,
         }
     }
@@ -121,6 +126,7 @@ impl Capacity {
         match self {
             Capacity::SpotNode | Capacity::OnDemandNode => o.nodes = 1,
             Capacity::Queued => o.queued = 1,
+            Capacity::SpotMultislice(n) => o.queued = n as usize,
             // The reservation's queued resource, the Spot node and the on-demand node.
             Capacity::PlanTpuApi => {
                 o.queued = 1;
@@ -159,6 +165,11 @@ impl Capacity {
             Capacity::SpotNode => tpu_api(json!({"spot": {}})),
             Capacity::OnDemandNode => tpu_api(json!({"onDemand": {}})),
             Capacity::Queued => tpu_api(json!({"queued": {"tier": "Spot", "validUntilDuration": "6h"}})),
+            Capacity::SpotMultislice(n) => {
+                let mut spec = Capacity::Queued.spec();
+                spec["multislice"] = json!({"nodeCount": n});
+                spec
+            }
             Capacity::ComputeSpot => compute("v6e-8", json!({"spot": {}})),
             Capacity::ComputeOnDemand => compute("tpu7x-8", json!({"onDemand": {}})),
             Capacity::ComputeMultiHost => compute("v6e-16", json!({"spot": {}})),

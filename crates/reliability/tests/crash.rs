@@ -120,6 +120,40 @@ async fn in_process_kills_around_a_maintenance_ask_one_checkpoint_and_count_no_p
     );
 }
 
+/// A multislice under kills: once its 2–4 slices converged one slice's node is preempted, and
+/// that slice alone is replaced: every run gets that far, its queued resource is created once
+/// after the loss, the other slices see no create or delete, and the loss is counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_kills_around_a_lost_slice_replace_that_slice_alone_once() {
+    let mut failures = Vec::new();
+    let mut kills = 0;
+    for seed in seeds(&[41, 42, 43, 44]) {
+        let cfg = CrashConfig {
+            multislice: true,
+            ..CrashConfig::default()
+        };
+        let r = crash::run(seed, cfg).await;
+        kills += r.kills;
+        eprintln!(
+            "multislice seed {seed}: {:?} {:?}, {} kills, {:?}, {:?}",
+            r.capacity, r.training, r.kills, r.multislice, r.elapsed
+        );
+        let m = r.multislice.clone().expect("the multislice step ran");
+        assert!(m.ended, "seed {seed}: never Ready again: {}", r.violations);
+        assert_eq!(m.lost_creates, 1, "seed {seed}");
+        assert_eq!((m.survivor_creates, m.survivor_deletes), (0, 0), "seed {seed}");
+        if !r.ok() {
+            failures.push(format!("seed {seed} ({:?}):\n{}", r.capacity, r.violations));
+        }
+    }
+    eprintln!("{kills} kill points");
+    assert!(
+        failures.is_empty(),
+        "broken promises (rerun with RELIABILITY_SEEDS=<seed>):\n{}",
+        failures.join("\n")
+    );
+}
+
 /// Issue 21 item 5: kills on top of a lost `customJobs.create` reply and lists lagging 2 min
 /// behind creates. Extra jobs for an attempt are made (Vertex has no request id); none may be
 /// left running once the pipeline converged, and nothing may be left after deletion.

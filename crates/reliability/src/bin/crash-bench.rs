@@ -24,6 +24,15 @@
 //! (`nodes.patch` of the node's metadata) per window, and the maintenance restarts and
 //! recreations counted.
 //!
+//! `--multislice`: every run's slice is a TPU API Spot multislice of 2–4 slices (one queued
+//! resource per slice) with a startup script, and once it converged one slice's node (drawn) is
+//! preempted under kills before the loss, while it is counted, while the slice is replaced alone
+//! and after (`crash/multislice.rs`). Checked at every tick and kill: at most one queued resource
+//! per slice not being deleted; over the step: exactly one create of the lost slice's queued
+//! resource after the loss, none and no delete on the other slices. The summary counts the
+//! slices lost, the creates per lost slice, the writes on surviving slices and the steps that
+//! ended (the slice Ready again with the lost slice's `sliceRestarts` at 1).
+//!
 //! `--vertex-faults`: every run trains on Vertex with a lost `customJobs.create` reply and lists
 //! lagging 2 min behind creates (`CrashConfig::vertex_faults`, issue 21 item 5); "duplicates" are
 //! then the ones left running, and the summary counts the Vertex jobs made.
@@ -32,7 +41,7 @@ use std::collections::BTreeMap;
 
 use tpu_operator_reliability::{
     arg,
-    crash::{self, CrashConfig, CrashReport, How, Plans},
+    crash::{self, CrashConfig, CrashReport, How, MultisliceSeen, Plans},
     fixtures::{Backend, Training},
     process::OperatorBuild,
 };
@@ -53,6 +62,46 @@ struct Tally {
     /// TpuSlices by capacity (the run's slice and a TPU VM pipeline's training slice).
     slices: BTreeMap<String, u64>,
     maintenance: Maintained,
+    multislice: Multisliced,
+}
+
+/// What the multislice steps saw (`--multislice`).
+#[derive(Default)]
+struct Multisliced {
+    /// Runs with a multislice step, by their number of slices.
+    runs: BTreeMap<u32, u64>,
+    /// Slices lost (one per step), and of those the steps that ended (Ready again, counted once).
+    lost: u64,
+    ended: u64,
+    /// Lost slices by the creates of their queued resource after the loss: 0, 1, more.
+    creates: BTreeMap<usize, u64>,
+    /// Creates and deletes on the surviving slices, from convergence to the step's end.
+    survivor_creates: usize,
+    survivor_deletes: usize,
+}
+
+impl Multisliced {
+    fn add(&mut self, m: &MultisliceSeen) {
+        *self.runs.entry(m.slices).or_default() += 1;
+        self.lost += 1;
+        self.ended += u64::from(m.ended);
+        *self.creates.entry(m.lost_creates).or_default() += 1;
+        self.survivor_creates += m.survivor_creates;
+        self.survivor_deletes += m.survivor_deletes;
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "multislice: {} runs {:?} (slices: runs), {} slices lost; creates per lost slice after its loss {:?} (creates: slices); {} creates and {} deletes on surviving slices; {} steps ended (Ready again, sliceRestarts 1)",
+            self.runs.values().sum::<u64>(),
+            self.runs,
+            self.lost,
+            self.creates,
+            self.survivor_creates,
+            self.survivor_deletes,
+            self.ended
+        )
+    }
 }
 
 /// What the maintenance steps saw (`--maintenance`).
@@ -118,10 +167,29 @@ impl Tally {
         if let Some(m) = &r.maintenance {
             self.maintenance.add(m);
         }
+        if let Some(m) = &r.multislice {
+            self.multislice.add(m);
+        }
         *self.slices.entry(format!("{:?}", r.capacity)).or_default() += 1;
         if let Training::TpuVm(c) = r.training {
             *self.slices.entry(format!("{c:?} (training)")).or_default() += 1;
         }
+    }
+
+    /// A backend's line of the summary.
+    fn line(&self) -> String {
+        format!(
+            "{} runs, {} kill points, {} duplicates, {} leaks, {} two-rung moments, {} runs with broken promises; slices {:?}; {} planned runs, {} seen moving from one request to the next",
+            self.runs,
+            self.kills,
+            self.duplicates,
+            self.leaks,
+            self.two_rungs,
+            self.bad,
+            self.slices,
+            self.plan_runs,
+            self.plan_moves_seen
+        )
     }
 }
 
@@ -168,6 +236,7 @@ async fn main() {
 fn config() -> CrashConfig {
     let vertex_faults = std::env::args().any(|a| a == "--vertex-faults");
     let maintenance = std::env::args().any(|a| a == "--maintenance");
+    let multislice = std::env::args().any(|a| a == "--multislice");
     let backend = value_of("--backend").map(|b| match b.as_str() {
         "tpu-api" => Backend::TpuApi,
         "compute-engine" => Backend::ComputeEngine,
@@ -183,6 +252,7 @@ fn config() -> CrashConfig {
         backend,
         plans,
         maintenance,
+        multislice,
         ..CrashConfig::default()
     }
 }
@@ -219,9 +289,10 @@ async fn in_process_runs(points: u64, first_seed: u64, cfg: &CrashConfig) -> Tot
     println!(
         "in-process{}{}: seeds {first_seed}..{seed} ({} runs), {} kill points, {} duplicates, {} leaks, {} two-rung moments, {} runs with broken promises, {jobs_made} Vertex jobs made, {:.0} s",
         if vertex_faults { " (vertex faults)" } else { "" },
-        match (cfg.plans, cfg.maintenance) {
-            (_, true) => " (maintenance)",
-            (Plans::Only, _) => " (capacity plans only)",
+        match (cfg.plans, cfg.maintenance, cfg.multislice) {
+            (_, true, _) => " (maintenance)",
+            (_, _, true) => " (multislice)",
+            (Plans::Only, ..) => " (capacity plans only)",
             _ => "",
         },
         t.runs,
@@ -233,21 +304,13 @@ async fn in_process_runs(points: u64, first_seed: u64, cfg: &CrashConfig) -> Tot
         started.elapsed().as_secs_f64()
     );
     for (backend, b) in &tallies {
-        println!(
-            "  {backend}: {} runs, {} kill points, {} duplicates, {} leaks, {} two-rung moments, {} runs with broken promises; slices {:?}; {} planned runs, {} seen moving from one request to the next",
-            b.runs,
-            b.kills,
-            b.duplicates,
-            b.leaks,
-            b.two_rungs,
-            b.bad,
-            b.slices,
-            b.plan_runs,
-            b.plan_moves_seen
-        );
+        println!("  {backend}: {}", b.line());
     }
     if cfg.maintenance {
         println!("  {}", t.maintenance.line());
+    }
+    if cfg.multislice {
+        println!("  {}", t.multislice.line());
     }
     Totals {
         kills: t.kills,

@@ -20,12 +20,14 @@ pub(super) struct Choice {
 /// The seed's choices, drawn from `rng` always in the same order (a seed replays its run).
 pub(super) fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
     let backend = match cfg.backend {
-        _ if cfg.maintenance => Backend::TpuApi,
+        _ if cfg.maintenance || cfg.multislice => Backend::TpuApi,
         Some(b) => b,
         None if seed.is_multiple_of(2) => Backend::TpuApi,
         None => Backend::ComputeEngine,
     };
-    let capacity = if cfg.maintenance {
+    let capacity = if cfg.multislice {
+        Capacity::SpotMultislice(rng.random_range(2..=4))
+    } else if cfg.maintenance {
         Capacity::MAINTAINED[rng.random_range(0..Capacity::MAINTAINED.len())]
     } else {
         capacity_of(backend, cfg.plans, rng)
@@ -42,8 +44,9 @@ pub(super) fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
     } else {
         Training::TpuVm(training_slice)
     };
-    // A maintenance run converges first: its node is maintained between create and update.
-    let flow = if rng.random_bool(0.75) || cfg.maintenance {
+    // A maintenance run converges first: its node is maintained between create and update; so
+    // does a multislice run, one of whose slices is lost then.
+    let flow = if rng.random_bool(0.75) || cfg.maintenance || cfg.multislice {
         Flow::Lifecycle
     } else {
         Flow::EarlyDelete
@@ -76,8 +79,13 @@ fn capacity_of(backend: Backend, plans: Plans, rng: &mut StdRng) -> Capacity {
 }
 
 /// The most cloud resources the run's slice, batch and pipeline may create.
-pub(super) fn expected_for(capacity: Capacity, training: Training, vertex_faults: bool) -> Expected {
-    let owned = capacity.owns();
+pub(super) fn expected_for(capacity: Capacity, training: Training, cfg: &CrashConfig) -> Expected {
+    let vertex_faults = cfg.vertex_faults;
+    let mut owned = capacity.owns();
+    if cfg.multislice {
+        // The lost slice's replacement: one queued resource more.
+        owned.queued += 1;
+    }
     let trains_on = match training {
         Training::TpuVm(c) => c.owns(),
         Training::Vertex => fixtures::Owned::default(),
@@ -146,6 +154,30 @@ mod tests {
             assert!(Capacity::MAINTAINED.contains(&c.capacity), "{:?}", c.capacity);
             assert_eq!(c.flow, Flow::Lifecycle, "seed {seed}");
         }
+    }
+
+    #[test]
+    fn multislice_runs_draw_spot_multislices_of_two_to_four_and_converge_first() {
+        let cfg = CrashConfig {
+            multislice: true,
+            ..CrashConfig::default()
+        };
+        let mut counts = std::collections::BTreeSet::new();
+        for seed in 0..40 {
+            let c = choose(seed, &cfg, &mut crate::rng(seed));
+            assert_eq!(c.backend, Backend::TpuApi, "seed {seed}");
+            let Capacity::SpotMultislice(n) = c.capacity else {
+                panic!("seed {seed}: {:?}", c.capacity);
+            };
+            assert!((2..=4).contains(&n), "seed {seed}: {n} slices");
+            counts.insert(n);
+            assert_eq!(c.flow, Flow::Lifecycle, "seed {seed}");
+            // Every slice once, and the lost one once more.
+            let expected = expected_for(c.capacity, c.training, &cfg);
+            assert_eq!(expected.queued, n as usize + 1, "seed {seed}");
+            assert_eq!(expected.nodes, usize::from(c.training != Training::Vertex));
+        }
+        assert_eq!(counts.len(), 3, "2, 3 and 4 slices all drawn: {counts:?}");
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub(super) struct Run<'a> {
     pub(super) step: Duration,
     /// What the maintenance step saw, if the run had one.
     pub(super) maintenance: Option<super::MaintenanceSeen>,
+    /// What the multislice step saw, if the run had one.
+    pub(super) multislice: Option<super::MultisliceSeen>,
+    /// Every distinct duplicate-slice finding so far (a multislice slice with two queued
+    /// resources not being deleted), counted once however many ticks it lasts.
+    pub(super) duplicate_slices: BTreeSet<String>,
 }
 
 impl Run<'_> {
@@ -41,8 +46,15 @@ impl Run<'_> {
         }
     }
 
-    /// Records any slice with requests alive on two rungs now (`when`: where in the run).
+    /// Records any slice with requests alive on two rungs now (`when`: where in the run), and any
+    /// multislice slice with two queued resources not being deleted (a duplicate).
     pub(super) fn look_for_two_rungs(&mut self, when: &str) {
+        for v in invariants::duplicate_slices(&self.world.gcp).0 {
+            if self.duplicate_slices.insert(v.clone()) {
+                self.duplicates += 1;
+                self.violations.push(format!("{when}: {v}"));
+            }
+        }
         let alive = invariants::requests_alive(&self.world.gcp);
         for (uid, requests) in &alive {
             self.seen

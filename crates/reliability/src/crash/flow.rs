@@ -24,8 +24,9 @@ impl Run<'_> {
     pub(super) async fn create_objects(&mut self, capacity: Capacity, training: Training) {
         self.world.start_operator().await;
         let mut slice = fixtures::slice("s", capacity);
-        if self.cfg.maintenance {
-            // Something the operator can ask for a checkpoint before a maintenance.
+        if self.cfg.maintenance || self.cfg.multislice {
+            // A workload on the node: something the operator can ask for a checkpoint before a
+            // maintenance, or (a multislice) stop while a lost slice is replaced.
             slice.spec.startup_script =
                 Some(format!("#!/bin/bash\n# watches {CHECKPOINT_REQUEST_METADATA}\n"));
         }
@@ -54,6 +55,12 @@ impl Run<'_> {
                 self.maintenance = self.maintenance(lo, hi).await;
                 for v in settled_inconsistencies(self.world).await.0 {
                     self.violations.push(format!("after maintenance: {v}"));
+                }
+            }
+            if self.cfg.multislice {
+                self.multislice = self.multislice(lo, hi).await;
+                for v in settled_inconsistencies(self.world).await.0 {
+                    self.violations.push(format!("after multislice: {v}"));
                 }
             }
             update(self, capacity.backend(), lo, hi).await;

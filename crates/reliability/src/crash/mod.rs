@@ -13,6 +13,7 @@ mod diagnostics;
 mod driver;
 mod flow;
 mod maintenance;
+mod multislice;
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,7 @@ use driver::Run;
 pub use diagnostics::{describe, dump};
 pub use flow::settled_inconsistencies;
 pub use maintenance::{How, MaintenanceSeen};
+pub use multislice::MultisliceSeen;
 
 /// Emulated time per driver tick: a pipeline (Dataproc 3 min + Vertex 6 min) finishes in ~40.
 pub const STEP: Duration = Duration::from_secs(15);
@@ -58,6 +60,10 @@ pub struct CrashConfig {
     /// operator can ask for a checkpoint) has its node maintained once it converged
     /// (`crash-bench --maintenance`; see `maintenance.rs`).
     pub maintenance: bool,
+    /// Every run's slice is a TPU API Spot multislice of 2–4 slices (one queued resource per
+    /// slice, with a startup script), and once it converged one slice's node is preempted under
+    /// kills and replaced alone (`crash-bench --multislice`; see `multislice.rs`).
+    pub multislice: bool,
 }
 
 /// Planned slices ([`Capacity::PLANS`]) in a run's draw.
@@ -84,6 +90,7 @@ impl Default for CrashConfig {
             backend: None,
             plans: Plans::Drawn,
             maintenance: false,
+            multislice: false,
         }
     }
 }
@@ -123,6 +130,8 @@ pub struct CrashReport {
     pub jobs_made: usize,
     /// What the maintenance step saw (`CrashConfig::maintenance`, runs that converged).
     pub maintenance: Option<MaintenanceSeen>,
+    /// What the multislice step saw (`CrashConfig::multislice`, runs that converged).
+    pub multislice: Option<MultisliceSeen>,
     pub elapsed: Duration,
 }
 
@@ -166,7 +175,7 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
         training,
         flow,
     } = choose(seed, &cfg, &mut rng);
-    let expected = expected_for(capacity, training, cfg.vertex_faults);
+    let expected = expected_for(capacity, training, &cfg);
     if cfg.vertex_faults {
         inject_vertex_faults(&world.gcp);
     }
@@ -184,6 +193,8 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
         seen: Default::default(),
         step: STEP,
         maintenance: None,
+        multislice: None,
+        duplicate_slices: Default::default(),
     };
 
     run.create_objects(capacity, training).await;
@@ -212,6 +223,7 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
         gcp_calls: run.world.gcp_calls(),
         jobs_made,
         maintenance: run.maintenance,
+        multislice: run.multislice,
         elapsed: started.elapsed(),
     }
 }
