@@ -78,6 +78,8 @@ struct Multisliced {
     /// Creates and deletes on the surviving slices, from convergence to the step's end.
     survivor_creates: usize,
     survivor_deletes: usize,
+    /// Kill points of the steps: before the loss, while it was counted and replaced, after.
+    kills: [u64; 3],
 }
 
 impl Multisliced {
@@ -88,18 +90,24 @@ impl Multisliced {
         *self.creates.entry(m.lost_creates).or_default() += 1;
         self.survivor_creates += m.survivor_creates;
         self.survivor_deletes += m.survivor_deletes;
+        for (sum, k) in self.kills.iter_mut().zip(m.kills) {
+            *sum += u64::from(k);
+        }
     }
 
     fn line(&self) -> String {
         format!(
-            "multislice: {} runs {:?} (slices: runs), {} slices lost; creates per lost slice after its loss {:?} (creates: slices); {} creates and {} deletes on surviving slices; {} steps ended (Ready again, sliceRestarts 1)",
+            "multislice: {} runs {:?} (slices: runs), {} slices lost; creates per lost slice after its loss {:?} (creates: slices); {} creates and {} deletes on surviving slices; {} steps ended (Ready again, sliceRestarts 1); kill points in the steps {} before the loss, {} while it was counted and replaced, {} after",
             self.runs.values().sum::<u64>(),
             self.runs,
             self.lost,
             self.creates,
             self.survivor_creates,
             self.survivor_deletes,
-            self.ended
+            self.ended,
+            self.kills[0],
+            self.kills[1],
+            self.kills[2]
         )
     }
 }

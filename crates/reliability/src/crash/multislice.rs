@@ -41,6 +41,8 @@ pub struct MultisliceSeen {
     pub slice_restarts: Vec<i32>,
     /// `status.recreations` after the step minus before (a whole-run recreation).
     pub recreations_counted: i32,
+    /// Kills performed before the loss, while it was counted and the slice replaced, and after.
+    pub kills: [u32; 3],
     /// Whether the step finished: Ready again, every node READY, the lost slice counted.
     pub ended: bool,
 }
@@ -58,15 +60,48 @@ impl Run<'_> {
         let prefix = id.rsplit('/').next().unwrap_or(id).to_owned();
         let lost = self.rng.random_range(0..slices);
         let since = self.world.gcp.calls().len();
+        let start = self.kills;
         self.ticks_under_kills("multislice before loss", hi).await;
+        let at_loss = (self.world.gcp.calls().len(), self.kills);
+        let ended = self
+            .lose_and_replace(&format!("{id}-s{lost}"), lost, lo, hi)
+            .await?;
+        let replaced_at = self.kills;
+        if ended {
+            self.ticks_under_kills("after replacement", hi).await;
+        }
 
-        let at_loss = self.world.gcp.calls().len();
-        let node = format!("{id}-s{lost}");
-        if let Err(e) = self
-            .world
-            .gcp
-            .inject(gcp_emulator::Fault::PreemptNode { name: node })
-        {
+        let after = slice_status(self).await.unwrap_or_default();
+        let all = invariants::slice_writes(&self.world.gcp, since, &prefix);
+        let since_loss = invariants::slice_writes(&self.world.gcp, at_loss.0, &prefix);
+        let others = all.iter().filter(|(j, _)| **j != lost).map(|(_, w)| w);
+        let seen = MultisliceSeen {
+            slices,
+            lost,
+            lost_creates: since_loss.get(&lost).map_or(0, |w| w.creates.len()),
+            survivor_creates: others.clone().map(|w| w.creates.len()).sum(),
+            survivor_deletes: others.map(|w| w.deletes).sum(),
+            slice_restarts: after.slice_restarts.clone(),
+            recreations_counted: after.recreations - before.recreations,
+            kills: [
+                at_loss.1 - start,
+                replaced_at - at_loss.1,
+                self.kills - replaced_at,
+            ],
+            ended,
+        };
+        self.check_multislice(&seen);
+        Some(seen)
+    }
+
+    /// Preempts `node` (slice `lost`'s), then drives the clock under `lo..=hi` kills until the
+    /// loss is counted, and again until the slice is Ready again (at most [`MAX_TICKS`]).
+    /// Returns whether it was; `None` when the node could not be preempted (recorded).
+    async fn lose_and_replace(&mut self, node: &str, lost: u32, lo: u32, hi: u32) -> Option<bool> {
+        let preempt = gcp_emulator::Fault::PreemptNode {
+            name: node.to_owned(),
+        };
+        if let Err(e) = self.world.gcp.inject(preempt) {
             self.violations.push(format!(
                 "multislice: slice {lost}'s node could not be preempted: {e:?}"
             ));
@@ -92,26 +127,7 @@ impl Run<'_> {
                 "slice replacement: slice {lost} not Ready again within {MAX_TICKS} ticks"
             ));
         }
-        if ended {
-            self.ticks_under_kills("after replacement", hi).await;
-        }
-
-        let after = slice_status(self).await.unwrap_or_default();
-        let all = invariants::slice_writes(&self.world.gcp, since, &prefix);
-        let since_loss = invariants::slice_writes(&self.world.gcp, at_loss, &prefix);
-        let others = all.iter().filter(|(j, _)| **j != lost).map(|(_, w)| w);
-        let seen = MultisliceSeen {
-            slices,
-            lost,
-            lost_creates: since_loss.get(&lost).map_or(0, |w| w.creates.len()),
-            survivor_creates: others.clone().map(|w| w.creates.len()).sum(),
-            survivor_deletes: others.map(|w| w.deletes).sum(),
-            slice_restarts: after.slice_restarts.clone(),
-            recreations_counted: after.recreations - before.recreations,
-            ended,
-        };
-        self.check_multislice(&seen);
-        Some(seen)
+        Some(ended)
     }
 
     /// 1–8 ticks with 0..=`hi` kills: the operator restarted while nothing is to be done
