@@ -83,10 +83,7 @@ impl Impersonation {
     /// `endpoint`: the IAM Credentials API root ([`IAM_CREDENTIALS_ENDPOINT`], or an emulator's
     /// `{url}/iamcredentials`).
     pub fn new(endpoint: &str, source: Option<Credentials>, call_timeout: Duration) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(call_timeout)
-            .build()
-            .map_err(|err| mint_error("client.build", endpoint, ErrorKind::Other, err.to_string()))?;
+        let http = http_client(Service::Iam, endpoint, call_timeout)?;
         Ok(Self {
             http,
             endpoint: endpoint.trim_end_matches('/').to_string(),
@@ -223,6 +220,22 @@ fn mint_error(target: &str, service_account: &str, kind: ErrorKind, message: Str
     );
     err.identity = Some(Box::new(service_account.to_string()));
     err
+}
+
+/// The `reqwest` client of a plain-HTTP caller of `service` at `endpoint`, each request bounded
+/// by `call_timeout`.
+pub(crate) fn http_client(
+    service: Service,
+    endpoint: &str,
+    call_timeout: Duration,
+) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .timeout(call_timeout)
+        .build()
+        .map_err(|err| {
+            let message = format!("cannot build the HTTP client: {err}");
+            GcpError::new(ErrorKind::Other, service, "client.build", endpoint, message)
+        })
 }
 
 /// How a storage (or other plain-HTTP) client authenticates.

@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use crate::{
     error::{ErrorKind, GcpError, Result, Service},
-    identity::{Auth, Impersonation},
+    identity::{Auth, Impersonation, http_client},
     metrics::GcpMetrics,
 };
 
@@ -91,18 +91,7 @@ impl StorageClient {
         call_timeout: Duration,
         metrics: GcpMetrics,
     ) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(call_timeout)
-            .build()
-            .map_err(|err| {
-                GcpError::new(
-                    ErrorKind::Other,
-                    Service::Storage,
-                    "client.build",
-                    endpoint,
-                    format!("cannot build the HTTP client: {err}"),
-                )
-            })?;
+        let http = http_client(Service::Storage, endpoint, call_timeout)?;
         Ok(Self {
             http,
             endpoint: endpoint.trim_end_matches('/').to_string(),

@@ -14,7 +14,7 @@ use google_cloud_longrunning::model::Operation;
 
 use crate::{
     error::{ErrorKind, GcpError, Result, Service},
-    identity::Auth,
+    identity::{Auth, http_client},
 };
 
 /// Method id of [`TpuAlpha::perform_maintenance`] in errors and metrics.
@@ -31,18 +31,7 @@ pub struct TpuAlpha {
 
 impl TpuAlpha {
     pub fn new(endpoint: &str, auth: Auth, call_timeout: Duration) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(call_timeout)
-            .build()
-            .map_err(|err| {
-                GcpError::new(
-                    ErrorKind::Other,
-                    Service::Tpu,
-                    "client.build",
-                    endpoint,
-                    format!("cannot build the HTTP client: {err}"),
-                )
-            })?;
+        let http = http_client(Service::Tpu, endpoint, call_timeout)?;
         Ok(Self {
             http,
             endpoint: endpoint.trim_end_matches('/').to_string(),

@@ -118,6 +118,19 @@ async fn announce_after_a_checkpoint(env: &TestEnv, runs: [&str; 2], can_resched
     nodes
 }
 
+/// Waits until each of `runs` shows a checkpoint in its status.
+async fn first_checkpoints(env: &TestEnv, runs: [&str; 2]) {
+    for name in runs {
+        env.wait_for::<TrainingPipeline, _>(name, "a first checkpoint", STEP, |tp| {
+            tp.status
+                .as_ref()
+                .and_then(|s| s.checkpoint.as_ref())
+                .is_some_and(|c| c.latest_step.is_some())
+        })
+        .await;
+    }
+}
+
 /// Both runs succeed with one attempt, their train stage counting one maintenance restart.
 async fn finish_without_a_retry(env: &TestEnv, runs: [&str; 2]) {
     for name in runs {
@@ -138,15 +151,7 @@ async fn an_announced_maintenance_shows_gets_a_checkpoint_first_and_spends_no_re
     let env = started().await;
     env.create(&run("asks", "10s")).await;
     env.create(&run("silent", "0s")).await;
-    for name in ["asks", "silent"] {
-        env.wait_for::<TrainingPipeline, _>(name, "a first checkpoint", STEP, |tp| {
-            tp.status
-                .as_ref()
-                .and_then(|s| s.checkpoint.as_ref())
-                .is_some_and(|c| c.latest_step.is_some())
-        })
-        .await;
-    }
+    first_checkpoints(&env, ["asks", "silent"]).await;
     let nodes = announce_after_a_checkpoint(&env, ["asks", "silent"], false).await;
     let window = window_start(&node_of(&env, "asks"));
 
@@ -253,15 +258,7 @@ async fn early_and_waiting(env: &TestEnv) {
     let slice = &mut waits.spec.training.tpu_vm.as_mut().unwrap().slice;
     slice.maintenance.as_mut().unwrap().start_early = Some(StartEarly::Never);
     env.create(&waits).await;
-    for name in ["early", "waits"] {
-        env.wait_for::<TrainingPipeline, _>(name, "a first checkpoint", STEP, |tp| {
-            tp.status
-                .as_ref()
-                .and_then(|s| s.checkpoint.as_ref())
-                .is_some_and(|c| c.latest_step.is_some())
-        })
-        .await;
-    }
+    first_checkpoints(env, ["early", "waits"]).await;
 }
 
 /// A maintenance Google lets the customer move is started by the operator itself right after

@@ -267,28 +267,21 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
         }
         _ => {}
     }
-    if let Some(m) = &new.maintenance
-        && m.checkpoint_request_time.is_some()
-        && old
-            .maintenance
-            .as_ref()
-            .filter(|o| same_maintenance(o, m))
-            .is_none_or(|o| o.checkpoint_request_time.is_none())
-    {
-        out.push(Transition::normal("CheckpointRequested", describe(m)));
-    }
-    if let Some(m) = &new.maintenance
-        && m.start_request_time.is_some()
-        && old
-            .maintenance
-            .as_ref()
-            .filter(|o| same_maintenance(o, m))
-            .is_none_or(|o| o.start_request_time.is_none())
-    {
-        out.push(Transition::normal(
-            reasons::MAINTENANCE_STARTED_EARLY,
-            describe(m),
-        ));
+    // What the operator did about the maintenance: announced once per maintenance.
+    type Field = fn(&MaintenanceStatus) -> bool;
+    let steps: [(&str, Field); 2] = [
+        ("CheckpointRequested", |m| m.checkpoint_request_time.is_some()),
+        (reasons::MAINTENANCE_STARTED_EARLY, |m| {
+            m.start_request_time.is_some()
+        }),
+    ];
+    if let Some(m) = &new.maintenance {
+        let was = old.maintenance.as_ref().filter(|o| same_maintenance(o, m));
+        for (reason, done) in steps {
+            if done(m) && !was.is_some_and(done) {
+                out.push(Transition::normal(reason, describe(m)));
+            }
+        }
     }
     out
 }
