@@ -238,6 +238,18 @@ pub(crate) fn http_client(
         })
 }
 
+/// A plain-HTTP request to `service` that got no answer (a timeout, a refused or reset
+/// connection): worth a retry with backoff.
+pub(crate) fn transport_error(
+    service: Service,
+    method: &'static str,
+    target: &str,
+    err: &reqwest::Error,
+) -> GcpError {
+    let message = format!("request failed: {err}");
+    GcpError::new(ErrorKind::Transient, service, method, target, message)
+}
+
 /// How a storage (or other plain-HTTP) client authenticates.
 #[derive(Clone, Debug, Default)]
 pub enum Auth {

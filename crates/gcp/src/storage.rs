@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use crate::{
     error::{ErrorKind, GcpError, Result, Service},
-    identity::{Auth, Impersonation, http_client},
+    identity::{Auth, Impersonation, http_client, transport_error},
     metrics::GcpMetrics,
 };
 
@@ -124,7 +124,7 @@ impl StorageClient {
         let response = request
             .send()
             .await
-            .map_err(|err| transport_error(method, target, &err))?;
+            .map_err(|err| transport_error(Service::Storage, method, target, &err))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -184,17 +184,6 @@ fn invalid_uri(method: &'static str, uri: &str) -> GcpError {
     )
 }
 
-fn transport_error(method: &'static str, target: &str, err: &reqwest::Error) -> GcpError {
-    // Timeouts, refused or reset connections: all worth a retry with backoff.
-    GcpError::new(
-        ErrorKind::Transient,
-        Service::Storage,
-        method,
-        target,
-        format!("request failed: {err}"),
-    )
-}
-
 /// Classifies a GCS error response (legacy `{"error":{"code","message","errors":[{"reason"}]}}`,
 /// sometimes with a `status`), or a non-JSON body by its HTTP status alone.
 fn http_error(method: &'static str, target: &str, http_status: u16, body: &[u8]) -> GcpError {
@@ -244,7 +233,7 @@ impl StorageApi for StorageClient {
             while let Some(chunk) = response
                 .chunk()
                 .await
-                .map_err(|err| transport_error("objects.get", gs_uri, &err))?
+                .map_err(|err| transport_error(Service::Storage, "objects.get", gs_uri, &err))?
             {
                 content.extend_from_slice(&chunk);
                 if content.len() >= MAX_READ_BYTES {

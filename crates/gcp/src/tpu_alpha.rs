@@ -14,7 +14,7 @@ use google_cloud_longrunning::model::Operation;
 
 use crate::{
     error::{ErrorKind, GcpError, Result, Service},
-    identity::{Auth, http_client},
+    identity::{Auth, http_client, transport_error},
 };
 
 /// Method id of [`TpuAlpha::perform_maintenance`] in errors and metrics.
@@ -46,15 +46,10 @@ impl TpuAlpha {
         let url = format!("{}/v2alpha1/{name}:performMaintenance", self.endpoint);
         let request = self.http.post(url).json(&serde_json::json!({}));
         let request = self.auth.authorize(request, Service::Tpu, method, name).await?;
-        let response = request.send().await.map_err(|err| {
-            GcpError::new(
-                ErrorKind::Transient,
-                Service::Tpu,
-                method,
-                name,
-                format!("request failed: {err}"),
-            )
-        })?;
+        let response = request
+            .send()
+            .await
+            .map_err(|err| transport_error(Service::Tpu, method, name, &err))?;
         let status = response.status().as_u16();
         let body = response.bytes().await.unwrap_or_default();
         if !(200..300).contains(&status) {

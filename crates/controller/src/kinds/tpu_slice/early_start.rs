@@ -14,8 +14,7 @@
 use chrono::{DateTime, Utc};
 use tpu_operator_api::{
     tpu_slice::{
-        CHECKPOINT_REQUEST_METADATA, MaintenanceState, Provisioner, StartEarly, TpuSlice, TpuSliceSpec,
-        TpuSliceStatus,
+        MaintenanceSpec, MaintenanceState, Provisioner, StartEarly, TpuSlice, TpuSliceSpec, TpuSliceStatus,
     },
     training_pipeline::CHECKPOINT_DIR_ENV,
 };
@@ -35,11 +34,14 @@ const MAX_LISTED: u32 = 10_000;
 /// started, on a plain TPU API node whose workload says where it checkpoints and that may start
 /// it.
 pub fn awaited(spec: &TpuSliceSpec, old: &TpuSliceStatus) -> Option<(String, DateTime<Utc>)> {
-    let policy = spec.maintenance.clone().unwrap_or_default();
+    let start_early = spec
+        .maintenance
+        .as_ref()
+        .map_or(StartEarly::default(), MaintenanceSpec::start_early);
     // A queued resource's nodes are maintained through it (`performMaintenanceQueuedResource`),
     // which is not called: those slices, and Compute Engine's, wait for the window.
     let plain_node = spec.provisioner == Provisioner::TpuApi && !spec.uses_queued_resource();
-    if policy.start_early() != StartEarly::AfterCheckpoint || !plain_node {
+    if start_early != StartEarly::AfterCheckpoint || !plain_node {
         return None;
     }
     let m = old.maintenance.as_ref()?;
@@ -81,8 +83,8 @@ pub async fn observe(
     namespace: &str,
     slice: &TpuSlice,
 ) -> Result<Option<String>, ReconcileError> {
-    let old = slice.status.clone().unwrap_or_default();
-    let Some((dir, since)) = awaited(&slice.spec, &old) else {
+    let awaiting = slice.status.as_ref().and_then(|old| awaited(&slice.spec, old));
+    let Some((dir, since)) = awaiting else {
         return Ok(None);
     };
     let Some(uri) = parse_gs_uri(&dir) else {
@@ -109,10 +111,7 @@ pub fn start_due(n: &Node, committed: Option<&str>) -> bool {
     let Some(m) = upcoming_maintenance(n) else {
         return false;
     };
-    let asked = m
-        .window_start_time
-        .as_ref()
-        .is_some_and(|w| n.metadata.get(CHECKPOINT_REQUEST_METADATA) == Some(w));
+    let asked = super::maintenance::carries_request(n, m.window_start_time.as_ref());
     committed.is_some() && !m.ongoing() && m.can_reschedule && asked
 }
 

@@ -69,8 +69,13 @@ fn request(spec: &TpuSliceSpec, n: &Node) -> Option<(DateTime<Utc>, String)> {
     let m = upcoming_maintenance(n).filter(|m| !m.ongoing())?;
     let due = m.window_start()? - lead;
     let value = m.window_start_time?;
-    let asked = n.metadata.get(CHECKPOINT_REQUEST_METADATA) == Some(&value);
-    (!asked).then_some((due, value))
+    (!carries_request(n, Some(&value))).then_some((due, value))
+}
+
+/// Whether node `n` carries the checkpoint request for the window starting at `window` (the
+/// request's value is the window's start).
+pub fn carries_request(n: &Node, window: Option<&String>) -> bool {
+    window.is_some_and(|w| n.metadata.get(CHECKPOINT_REQUEST_METADATA) == Some(w))
 }
 
 /// The request ([`request`]) node `n` is due now.
@@ -103,10 +108,7 @@ pub fn report(
         let mut s = status_of(&m, (slices > 0).then_some(k as i32));
         let same_window = old.maintenance.as_ref().filter(|o| same_maintenance(o, &s));
         let just_asked = asked && matches!(action, Action::RequestCheckpoint { .. });
-        let carried = nodes(observed).any(|(_, n)| {
-            n.metadata.get(CHECKPOINT_REQUEST_METADATA) == m.window_start_time.as_ref()
-                && m.window_start_time.is_some()
-        });
+        let carried = nodes(observed).any(|(_, n)| carries_request(n, m.window_start_time.as_ref()));
         s.checkpoint_request_time = same_window
             .and_then(|o| o.checkpoint_request_time.clone())
             .or_else(|| (just_asked || carried).then(|| time(now)));
