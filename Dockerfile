@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# tpu-operator image: exactly the binary CI builds and the benchmarks measure
+# tpu-operator image: exactly the binary the benchmarks measure, with the features CI checks
 # (`cargo build --release --locked -p tpu-operator --no-default-features`, glibc), on
 # distroless/cc (glibc, libgcc, CA certificates; no shell, no package manager), non-root. The
 # `local` subcommand and the emulators it embeds (kube-emulator, gcp-emulator) are left out of the
@@ -22,7 +22,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends cmake clang \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-# The same command, profile, features and lockfile as CI's image stage (.ci/run).
+# The same command, profile, features and lockfile as the benches' builds; CI checks this
+# package with these features (.ci/run).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p tpu-operator --no-default-features \

@@ -67,7 +67,7 @@ if [ "$suites" != none ]; then
   script="set -e"
   IFS=';' read -ra lists <<<"$suites"
   for args in "${lists[@]}"; do
-    script+="; echo '== control plane: cargo test ${args}'; cargo test --locked ${args}"
+    script+="; echo \"== [\$(date +%T)] control plane: cargo test ${args}\"; cargo test --locked ${args}"
   done
   # Kueue's suite last, with the real Kueue manager (built from its Go module, cached like the
   # control plane) and its visibility API on: the operator's Workloads are admitted, queued and
@@ -75,7 +75,7 @@ if [ "$suites" != none ]; then
   if [ "${TPU_OPERATOR_KUEUE_SUITE:-1}" = 1 ]; then
     # The e2e suites (in-process controllers) and the chart's Kueue RBAC (the operator as the
     # chart's ServiceAccount), both against the one Kueue.
-    script+="; echo '== control plane + Kueue: cargo test --test e2e kueue; cargo test --test rbac kueue'"
+    script+="; echo \"== [\$(date +%T)] control plane + Kueue: cargo test --test e2e kueue; cargo test --test rbac kueue\""
     script+="; TPU_OPERATOR_KUEUE_VISIBILITY=1 tests/kueue/up.sh run -- bash -c 'cargo test --locked --workspace --test e2e kueue -- --nocapture && cargo test --locked --workspace --test rbac kueue -- --nocapture'"
   fi
   TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- bash -c "$script"
