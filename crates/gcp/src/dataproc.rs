@@ -147,14 +147,9 @@ impl DataprocClient {
     where
         F: Future<Output = google_cloud_gax::Result<T>>,
     {
-        let call = async {
-            let client = self.client_for(method, target).await?;
-            call(client)
-                .await
-                .map_err(|err| GcpError::from_gax(Service::Dataproc, method, target, &err))
-        };
+        let client = self.client_for(method, target);
         self.metrics
-            .observe(Service::Dataproc, method, target, call)
+            .observe_gax(Service::Dataproc, method, target, client, call)
             .await
     }
 }

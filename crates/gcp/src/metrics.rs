@@ -286,6 +286,29 @@ impl GcpMetrics {
         self.record(service, method, outcome, started.elapsed().as_secs_f64());
         result
     }
+
+    /// [`GcpMetrics::observe`] for a call made with one of Google's clients: `client` gives the
+    /// client (one built per region on first use can fail; `ready(Ok(..))` for one built up
+    /// front), `call` makes the request with it, and its error becomes a [`GcpError`] naming
+    /// `service`, `method` and `target`. The one metered path of every generated client.
+    pub async fn observe_gax<C, T, F>(
+        &self,
+        service: Service,
+        method: &'static str,
+        target: &str,
+        client: impl Future<Output = Result<C, GcpError>>,
+        call: impl FnOnce(C) -> F,
+    ) -> Result<T, GcpError>
+    where
+        F: Future<Output = google_cloud_gax::Result<T>>,
+    {
+        let call = async {
+            call(client.await?)
+                .await
+                .map_err(|err| GcpError::from_gax(service, method, target, &err))
+        };
+        self.observe(service, method, target, call).await
+    }
 }
 
 #[cfg(test)]

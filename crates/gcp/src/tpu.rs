@@ -104,11 +104,10 @@ impl TpuClient {
         target: &str,
         call: impl Future<Output = google_cloud_gax::Result<T>>,
     ) -> Result<T> {
-        let call = async {
-            call.await
-                .map_err(|err| GcpError::from_gax(Service::Tpu, method, target, &err))
-        };
-        self.metrics.observe(Service::Tpu, method, target, call).await
+        let ready = std::future::ready(Ok(()));
+        self.metrics
+            .observe_gax(Service::Tpu, method, target, ready, |()| call)
+            .await
     }
 }
 

@@ -113,13 +113,10 @@ impl VertexClient {
     where
         F: Future<Output = google_cloud_gax::Result<T>>,
     {
-        let call = async {
-            let client = self.client_for(method, target).await?;
-            call(client)
-                .await
-                .map_err(|err| GcpError::from_gax(Service::Vertex, method, target, &err))
-        };
-        self.metrics.observe(Service::Vertex, method, target, call).await
+        let client = self.client_for(method, target);
+        self.metrics
+            .observe_gax(Service::Vertex, method, target, client, call)
+            .await
     }
 }
 

@@ -347,7 +347,7 @@ fn parse_without_policy(s: &str) -> Result<WithoutPolicy, String> {
 mod tests {
     use super::*;
     use clap::Parser;
-    use tpu_operator_controller::{ControllerConfig, governance::sweeper::Mode};
+    use tpu_operator_controller::{ControllerConfig, sweeper::Mode};
 
     #[derive(Parser)]
     struct Cli {

@@ -21,12 +21,10 @@ use prometheus_client::{
 use tokio::signal::unix::{SignalKind, signal};
 use tpu_operator_controller::{
     Context, Shutdown,
-    governance::{
-        sweeper::{self, Sweeper},
-        tenancy::Policies,
-    },
+    governance::tenancy::Policies,
     runtime::{capacity::publish, metrics::Metrics},
     shutdown_on,
+    sweeper::{self, Sweeper},
 };
 use tpu_operator_gcp::{Gcp, GcpMetrics};
 use tracing::{error, info, warn};

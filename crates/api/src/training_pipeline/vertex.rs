@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    accelerator::{VertexAcceleratorType, VertexMachineType},
+    accelerator::{SliceShape, VertexAcceleratorType, VertexMachineType, parse_accelerator_type},
     common::{ContainerSpec, EnvVar},
     schema::{DURATION, GCS_URI, IMAGE, MAX_ARG_LENGTH, MAX_LIST_ITEMS, SERVICE_ACCOUNT_EMAIL, TOPOLOGY},
 };
@@ -78,6 +78,27 @@ pub struct VertexTraining {
     /// Boot disk of each worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_disk: Option<BootDisk>,
+}
+
+impl VertexTraining {
+    /// The TPU shape of one replica: the machine type's with `tpuTopology`, or for `cloud-tpu` the
+    /// accelerator enum and count (TensorCores, 8 by default). `None` for a shape admission
+    /// refuses. The one rule behind quota, cost, Kueue's demand and the printer columns.
+    pub fn tpu_shape(&self) -> Option<SliceShape> {
+        if let Some(shape) = self
+            .machine_type
+            .check_topology(self.tpu_topology.as_deref())
+            .ok()?
+        {
+            return Some(shape);
+        }
+        let prefix = match self.accelerator_type? {
+            VertexAcceleratorType::TPU_V2 => "v2",
+            VertexAcceleratorType::TPU_V3 => "v3",
+            _ => return None,
+        };
+        parse_accelerator_type(&format!("{prefix}-{}", self.accelerator_count.unwrap_or(8))).ok()
+    }
 }
 
 fn one() -> i64 {

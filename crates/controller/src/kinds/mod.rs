@@ -1,5 +1,6 @@
-//! One module per custom resource, each in the same shape: guards → finalizer → observe → plan
-//! (pure) → act (at most one mutating cloud call) → report (status by server-side apply).
+//! One module per custom resource, each implementing [`Kind`](crate::reconcile::kind::Kind) in
+//! the same files (`spec`, `observe`, `plan`, `act`, `status`). The order of a pass is the
+//! pass's own ([`crate::reconcile::pass`]).
 
 pub mod links;
 pub mod preprocess_batch;

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use tpu_operator_gcp::Gcp;
+use tpu_operator_gcp::{Gcp, StorageApi};
 
 use crate::{
     governance::{
         pricing::PriceTable,
-        tenancy::{Policies, Tenancy},
+        tenancy::{self, Policies, Tenancy},
     },
     runtime::{
         backoff::{BackoffPolicy, ObjectBackoff},
@@ -157,5 +157,12 @@ impl Context {
                     .map(str::to_owned)
             })
             .or_else(|| self.config.default_project.clone())
+    }
+
+    /// Cloud Storage as `namespace`'s Google identity: its `googleServiceAccount`, impersonated,
+    /// or the operator's own identity when it has none.
+    pub fn storage_for(&self, namespace: &str) -> Arc<dyn StorageApi> {
+        let sa = tenancy::identity::service_account(&self.tenancy, namespace);
+        self.gcp.storage_as(sa.as_deref())
     }
 }

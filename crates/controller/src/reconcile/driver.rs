@@ -39,16 +39,14 @@ use super::{
     pass, retry,
     status::reported,
 };
-use crate::{
-    Shutdown,
-    runtime::{
-        capacity::turns::turns,
-        cloud_watch::{CloudWatch, Owner},
-        error::{self, ReconcileError, Result},
-        fair_share::FairShare,
-        stalled_on::StalledOn,
-        watched::{self, Cached, cached_ref},
-    },
+use crate::runtime::{
+    capacity::turns::turns,
+    cloud_watch::{CloudWatch, Owner},
+    error::{self, ReconcileError, Result},
+    fair_share::FairShare,
+    shutdown::Shutdown,
+    stalled_on::StalledOn,
+    watched::{self, Cached, cached_ref},
 };
 
 /// Runs the controller of `K` until `shutdown` fires.

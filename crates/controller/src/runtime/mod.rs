@@ -21,6 +21,7 @@ pub mod refused;
 pub mod requeue;
 pub mod settled;
 pub mod shared;
+pub mod shutdown;
 pub mod spread;
 pub mod stalled_on;
 pub mod watched;

@@ -628,7 +628,7 @@ async fn slice_with_an_allowed_account_on_the_default_network_is_created(env: &T
 #[tokio::test]
 async fn orphan_sweeper_reports_then_deletes_only_our_orphans() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use tpu_operator_controller::governance::sweeper::{Mode, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig};
+    use tpu_operator_controller::sweeper::{Mode, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig};
 
     let mut env = TestEnv::start().await;
     let ctx = start(&mut env, None).await;

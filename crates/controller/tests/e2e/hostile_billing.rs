@@ -20,9 +20,9 @@ use tpu_operator_api::{
     tpu_slice::TpuSlice,
     training_pipeline::{StageName, StageState, TrainingPipeline, TrainingPipelinePhase as Phase},
 };
-use tpu_operator_controller::governance::{
+use tpu_operator_controller::{
+    governance::tenancy::book::LISTING_TTL,
     sweeper::{Mode, SweepReport, Sweeper, SweeperConfig},
-    tenancy::book::LISTING_TTL,
 };
 
 use crate::tenant::{self, is_ready, slice, slice_stalled as stalled};

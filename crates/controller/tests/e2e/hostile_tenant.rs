@@ -145,7 +145,7 @@ async fn orphan_set_after_admission_still_deletes_the_node() {
 /// as the sweeper sees it.
 #[tokio::test]
 async fn an_allowed_orphan_keeps_counting_until_it_is_gone() {
-    use tpu_operator_controller::governance::sweeper::{Mode, Sweeper, SweeperConfig};
+    use tpu_operator_controller::sweeper::{Mode, Sweeper, SweeperConfig};
     let mut env = TestEnv::start().await;
     let ctx = tenant::start(&mut env, Some(json!({"allowOrphan": true, "maxChips": 8}))).await;
     let tenant = as_tenant(&env).await;

@@ -17,9 +17,9 @@ use tpu_operator_api::{
 };
 use tpu_operator_controller::{
     Context,
-    governance::sweeper::{Mode, ResourceKind, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig},
     kinds::tpu_slice,
     never_shutdown,
+    sweeper::{Mode, ResourceKind, SUMMARY_CONFIGMAP, Sweeper, SweeperConfig},
 };
 use tpu_operator_gcp::tpu_v2::model::Node;
 
@@ -422,7 +422,7 @@ fn delete_mode(env: &TestEnv) -> SweeperConfig {
 async fn sweep_past_the_grace_period(
     env: &TestEnv,
     sweeper: &Sweeper,
-) -> tpu_operator_controller::governance::sweeper::SweepReport {
+) -> tpu_operator_controller::sweeper::SweepReport {
     let first = sweeper.sweep(&env.ctx).await.expect("sweep");
     assert!(first.deleted.is_empty(), "grace period: {first:#?}");
     env.gcp.clock().advance(Duration::from_secs(3600));

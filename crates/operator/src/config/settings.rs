@@ -6,12 +6,9 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use anyhow::{Context as _, bail};
 use tpu_operator_controller::{
     ControllerConfig,
-    governance::{
-        pricing::PriceTable,
-        sweeper::{Mode, SweeperConfig},
-        tenancy::WithoutPolicy,
-    },
+    governance::{pricing::PriceTable, tenancy::WithoutPolicy},
     runtime::capacity::Limits,
+    sweeper::{Mode, SweeperConfig},
 };
 use tpu_operator_gcp::GcpConfig;
 

@@ -11,12 +11,7 @@
 //! the operator, which can read every team's buckets. A namespace no policy selects (`local`, a
 //! single-team cluster) keeps reading as the operator.
 
-use std::sync::Arc;
-
-use tpu_operator_gcp::StorageApi;
-
 use super::{Denial, Governing, Request, Tenancy};
-use crate::reconcile::context::Context;
 
 /// The spec field that names the identity.
 pub const FIELD: &str = "googleServiceAccount";
@@ -81,13 +76,4 @@ pub fn service_account(tenancy: &Tenancy, namespace: &str) -> Option<String> {
     governing
         .rules()
         .find_map(|r| r.policy.google_service_account.clone())
-}
-
-impl Context {
-    /// Cloud Storage as `namespace`'s Google identity: its `googleServiceAccount`, impersonated,
-    /// or the operator's own identity when it has none.
-    pub fn storage_for(&self, namespace: &str) -> Arc<dyn StorageApi> {
-        let sa = service_account(&self.tenancy, namespace);
-        self.gcp.storage_as(sa.as_deref())
-    }
 }

@@ -29,11 +29,11 @@ use kube::{
 use tokio::time::Instant;
 
 use super::usage::Holding;
-use crate::{
-    governance::sweeper::SUMMARY_CONFIGMAP,
-    runtime::error::{ReconcileError, Result},
-};
+use crate::runtime::error::{ReconcileError, Result};
 
+/// The summary ConfigMap in the operator's namespace: the sweeper's report and this book (each
+/// key with its own field manager).
+pub const SUMMARY_CONFIGMAP: &str = "tpu-operator-orphans";
 /// The summary ConfigMap's key the book is kept in: a line per orphan.
 pub const KEY: &str = "counted";
 /// Field manager of the book's key (the sweeper's summary keys have their own).

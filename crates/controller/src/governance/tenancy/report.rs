@@ -20,10 +20,7 @@ use tpu_operator_api::{
 };
 
 use super::{Tenancy, usage::Listed};
-use crate::{
-    Shutdown,
-    runtime::{clock::Clock, config::ControllerConfig},
-};
+use crate::runtime::{clock::Clock, config::ControllerConfig, shutdown::Shutdown};
 
 /// The least time between two refreshes (the interval is the capacity poll, default 30 s).
 const MIN_REFRESH: Duration = Duration::from_secs(1);

@@ -4,7 +4,7 @@
 
 use tpu_operator_api::{
     DeletionPolicy,
-    accelerator::{SliceShape, VertexAcceleratorType, parse_accelerator_type},
+    accelerator::SliceShape,
     preprocess_batch::BatchTemplate,
     tpu_slice::TpuSliceSpec,
     training_pipeline::{SchedulingStrategy, TrainingPipelineSpec, VertexTraining},
@@ -255,21 +255,6 @@ fn batch_at(project: &str, region: &str, template: &BatchTemplate, at: &str) -> 
     req
 }
 
-/// The TPU shape of a Vertex job (per replica).
-pub fn vertex_shape(v: &VertexTraining) -> Option<SliceShape> {
-    match v.machine_type.check_topology(v.tpu_topology.as_deref()).ok()? {
-        Some(shape) => Some(shape),
-        None => {
-            let prefix = match v.accelerator_type? {
-                VertexAcceleratorType::TPU_V2 => "v2",
-                VertexAcceleratorType::TPU_V3 => "v3",
-                _ => return None,
-            };
-            parse_accelerator_type(&format!("{prefix}-{}", v.accelerator_count.unwrap_or(8))).ok()
-        }
-    }
-}
-
 /// The job's capacity kind: [`SchedulingStrategy::kind`], the definition admission uses too.
 fn vertex_capacity(v: &VertexTraining) -> CapacityKind {
     v.scheduling
@@ -280,7 +265,7 @@ fn vertex_capacity(v: &VertexTraining) -> CapacityKind {
 
 /// Estimated US dollars per hour of the pipeline's Vertex job, with its price key.
 pub fn vertex_per_hour(v: &VertexTraining, prices: &PriceTable) -> (f64, String) {
-    let shape = vertex_shape(v);
+    let shape = v.tpu_shape();
     let replicas = u32::try_from(v.replica_count.max(1)).unwrap_or(1);
     prices.vertex_per_hour(
         v.machine_type,
@@ -293,7 +278,7 @@ pub fn vertex_per_hour(v: &VertexTraining, prices: &PriceTable) -> (f64, String)
 /// The Vertex job of a pipeline in Vertex mode (chips = all replicas).
 pub fn vertex_job(spec: &TrainingPipelineSpec, project: &str, prices: &PriceTable) -> Option<Request> {
     let v = spec.training.vertex.as_ref()?;
-    let tpu = vertex_shape(v).map(|mut shape| {
+    let tpu = v.tpu_shape().map(|mut shape| {
         let replicas = u32::try_from(v.replica_count.max(1)).unwrap_or(1);
         shape.chips *= replicas;
         TpuUse {

@@ -118,7 +118,7 @@ fn vertex_job_holding(tp: &TrainingPipeline, prices: &PriceTable) -> Option<Hold
     let train = st.stages.iter().find(|s| s.name == StageName::Train)?;
     let cancelling = job_bills(st.phase, train)?;
     let replicas = u32::try_from(v.replica_count.max(1)).unwrap_or(1);
-    let chips = request::vertex_shape(v).map_or(0, |s| s.chips * replicas);
+    let chips = v.tpu_shape().map_or(0, |s| s.chips * replicas);
     let (per_hour, _) = request::vertex_per_hour(v, prices);
     let what = if cancelling {
         format!("Vertex job of TrainingPipeline {}, cancelling", tp.name_any())

@@ -1,10 +1,9 @@
 //! The PreprocessBatch controller: one Dataproc Serverless batch per attempt.
 //!
-//! A reconcile is: deletion guard → finalizer → observe (the current attempt's batch by its
-//! deterministic name, its output once it succeeded) → plan (pure) → at most one Dataproc call →
-//! status by server-side apply, written right after the call. The batch's create operation stays
-//! open for the whole Spark run, so progress is read from the batch itself, never by waiting on
-//! the operation.
+//! Observe reads the current attempt's batch by its deterministic name and its output once it
+//! succeeded; act makes at most one Dataproc call (the pass's order: [`crate::reconcile::pass`]).
+//! The batch's create operation stays open for the whole Spark run, so progress is read from the
+//! batch itself, never by waiting on the operation.
 //!
 //! Files: [`observe`], [`plan`], [`act`], [`status`] (+ [`events`], [`cost`]), [`spec`] (spec →
 //! `Batch` request).
@@ -36,7 +35,6 @@ use self::{
     plan::{CleanupStep, Plan, Requeue},
 };
 use crate::{
-    Shutdown,
     governance::tenancy,
     reconcile::{
         context::Context,
@@ -49,6 +47,7 @@ use crate::{
         cloud_watch::Listable,
         config::ControllerConfig,
         error::{ReconcileError, Result},
+        shutdown::Shutdown,
     },
 };
 

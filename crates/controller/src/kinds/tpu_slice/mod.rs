@@ -1,10 +1,10 @@
 //! The TpuSlice controller: one TPU VM node per `TpuSlice`, created directly (`nodes.create`) or
 //! through a queued resource (`capacity.queued`).
 //!
-//! Reconcile shape: guards → deletion ([`cleanup`]: delete the cloud objects, wait until gone) →
-//! finalizer → [`observe`] (by deterministic name) → [`plan`] (pure) → [`act`] (at most one
-//! mutating call) → [`status`] (server-side apply, Events on transitions) → [`wait`] (when to look
-//! again). Each pass works on one [`Target`]: names, desired values and the checked spec.
+//! Files: [`observe`] (by deterministic name), [`plan`] (pure), [`act`] (at most one mutating
+//! call), [`status`], [`wait`] (when to look again), [`cleanup`] (deletion); the pass's order is
+//! [`crate::reconcile::pass`]'s. Each pass works on one [`Target`]: names, desired values and the
+//! checked spec.
 //!
 //! Crash safety: the node / queued resource id is derived from the object's identity and its
 //! recreation count (`naming::tpu_node_id`), and every reconcile first reads the cloud by that
@@ -57,7 +57,6 @@ use self::{
     plan::{Action as Step, Plan},
 };
 use crate::{
-    Shutdown,
     governance::tenancy::{self, usage::Holding},
     reconcile::{
         context::Context,
@@ -69,6 +68,7 @@ use crate::{
     runtime::{
         config::ControllerConfig,
         error::{ReconcileError, Result},
+        shutdown::Shutdown,
     },
 };
 

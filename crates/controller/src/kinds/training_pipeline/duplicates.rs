@@ -10,7 +10,9 @@
 
 use std::cmp::Ordering;
 
-use tpu_operator_gcp::aiplatform_v1::model::{CustomJob, JobState};
+use tpu_operator_gcp::aiplatform_v1::model::CustomJob;
+
+use super::plan::cancel_stops_billing;
 
 /// The jobs of one attempt, sorted: the one to keep, and the others.
 #[derive(Debug, Default, PartialEq)]
@@ -31,19 +33,6 @@ fn age_order(a: &CustomJob, b: &CustomJob) -> Ordering {
     key(a).cmp(&key(b)).then_with(|| a.name.cmp(&b.name))
 }
 
-/// Whether a job may still bill: cancelling it stops that.
-pub fn cancellable(state: &JobState) -> bool {
-    !matches!(
-        state,
-        JobState::Succeeded
-            | JobState::PartiallySucceeded
-            | JobState::Failed
-            | JobState::Cancelled
-            | JobState::Cancelling
-            | JobState::Expired
-    )
-}
-
 /// Splits one attempt's jobs. `jobs` may hold the same job twice (a listing and a `get`): the
 /// first copy wins, so callers put the authoritative read first.
 pub fn split(jobs: Vec<CustomJob>) -> Split {
@@ -58,7 +47,7 @@ pub fn split(jobs: Vec<CustomJob>) -> Split {
     let kept = jobs.next();
     Split {
         kept,
-        to_cancel: jobs.filter(|j| cancellable(&j.state)).collect(),
+        to_cancel: jobs.filter(|j| cancel_stops_billing(&j.state)).collect(),
     }
 }
 
@@ -67,6 +56,7 @@ mod tests {
     use tpu_operator_gcp::wkt::Timestamp;
 
     use super::*;
+    use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
     fn job(id: &str, created: i64, state: JobState) -> CustomJob {
         CustomJob::new()

@@ -1,8 +1,8 @@
 //! The TrainingPipeline controller: optional preprocessing (an owned `PreprocessBatch`), then
 //! training as a Vertex AI custom job or on an owned `TpuSlice`, then the model in Cloud Storage.
 //!
-//! Reconcile: finalizer → observe ([`observe`]) → plan ([`plan`], pure) → act ([`act`], at most one
-//! mutating call) → status ([`status`]) and events. Cleanup cancels and deletes the pipeline's
+//! Files: [`observe`], [`plan`] (pure), [`act`] (at most one mutating call), [`status`] (the
+//! pass's order: [`crate::reconcile::pass`]). Cleanup cancels and deletes the pipeline's
 //! Vertex jobs (found by UID label); owned children go through ownerReference garbage collection
 //! and their own finalizers clean the cloud.
 
@@ -37,7 +37,6 @@ use tpu_operator_api::{
 use tpu_operator_gcp::aiplatform_v1::model::{CustomJob, JobState};
 
 use crate::{
-    Shutdown,
     governance::tenancy::request,
     reconcile::{
         context::Context,
@@ -50,6 +49,7 @@ use crate::{
         cloud_watch::Listable,
         config::ControllerConfig,
         error::{ReconcileError, Result},
+        shutdown::Shutdown,
         watched::Cached,
     },
 };

@@ -357,7 +357,7 @@ mod training;
 
 use suspend::held;
 
-pub use observed::{Child, JobView, Marker, Observed, TrainingObserved, cancel_stops_billing};
+pub use observed::{Child, JobView, Marker, Observed, TrainingObserved, cancel_stops_billing, job_ended};
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use tpu_operator_api::{
-    accelerator::{SliceShape, VertexAcceleratorType, parse_accelerator_type, shape_from_config},
+    accelerator::{SliceShape, parse_accelerator_type, shape_from_config},
     common::CostEstimate,
     conditions::{self, Progress, condition, reasons, set_condition, types},
     training_pipeline::{
@@ -97,18 +97,7 @@ pub fn accelerator_of(spec: &TrainingPipelineSpec) -> Option<(String, i32)> {
 /// holds `slices` of it). `None` for a spec whose shape is invalid (admission refuses those).
 pub fn training_shape(spec: &TrainingPipelineSpec) -> Option<SliceShape> {
     if let Some(v) = &spec.training.vertex {
-        return match v.machine_type.check_topology(v.tpu_topology.as_deref()).ok()? {
-            Some(shape) => Some(shape),
-            // cloud-tpu: the accelerator enum and count (TensorCores) give the size.
-            None => {
-                let prefix = match v.accelerator_type? {
-                    VertexAcceleratorType::TPU_V2 => "v2",
-                    VertexAcceleratorType::TPU_V3 => "v3",
-                    _ => return None,
-                };
-                parse_accelerator_type(&format!("{prefix}-{}", v.accelerator_count.unwrap_or(8))).ok()
-            }
-        };
+        return v.tpu_shape();
     }
     let slice = &spec.training.tpu_vm.as_ref()?.slice;
     match (&slice.accelerator_type, &slice.accelerator_config) {

@@ -29,7 +29,7 @@ use super::{
     Capacity,
     snapshot::{CONFIGMAP, KEY, Snapshot},
 };
-use crate::{Shutdown, runtime::clock::Clock};
+use crate::runtime::{clock::Clock, shutdown::Shutdown};
 
 /// How often the memory is looked at: the most writes there can be (one per tick).
 pub const TICK: Duration = Duration::from_secs(5);

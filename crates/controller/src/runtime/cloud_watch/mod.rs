@@ -47,10 +47,7 @@ pub use self::registry::Seen;
 use self::registry::{Key, Registry, Sifted, Wake};
 use tpu_operator_gcp::{ErrorKind, Gcp, GcpError};
 
-use crate::{
-    Shutdown,
-    runtime::{config::ControllerConfig, settled::Settled},
-};
+use crate::runtime::{config::ControllerConfig, settled::Settled, shutdown::Shutdown};
 
 /// The object that waits on a cloud resource: any reconciled kind, woken through the stream its
 /// controller took from [`CloudWatch::triggers`].

@@ -17,7 +17,7 @@ use google_cloud_compute_v1::{
 
 use super::{ComputeApi, Place};
 use crate::{
-    error::{GcpError, Result, Service},
+    error::{Result, Service},
     metrics::GcpMetrics,
 };
 
@@ -44,11 +44,10 @@ impl ComputeClient {
         target: &str,
         call: impl Future<Output = google_cloud_gax::Result<T>>,
     ) -> Result<T> {
-        let call = async {
-            call.await
-                .map_err(|err| GcpError::from_gax(Service::Compute, method, target, &err))
-        };
-        self.metrics.observe(Service::Compute, method, target, call).await
+        let ready = std::future::ready(Ok(()));
+        self.metrics
+            .observe_gax(Service::Compute, method, target, ready, |()| call)
+            .await
     }
 }
 

@@ -18,18 +18,13 @@ use tpu_operator_api::{
     tpu_slice::{CHECKPOINT_REQUEST_METADATA, TpuSliceSpec},
 };
 use tpu_operator_gcp::{
-    ErrorKind, Gcp, GcpError, Place, Service,
-    compute_v1::model::{Instance, instance},
+    ErrorKind, Gcp, GcpError, Service,
     longrunning::model::Operation,
     tpu_v2::model::{Node, QueuedResource},
 };
 
 use super::{Creating, NodeUpdates, Releasing, SliceBackend};
 use crate::{
-    governance::sweeper::{
-        listing::PlaceListing,
-        plan::{ListedInstance, compute_resources},
-    },
     kinds::tpu_slice::{
         compute,
         request::{Create, CreateAt, Desired},
@@ -160,46 +155,5 @@ impl SliceBackend for ComputeEngine {
                 "delete instance template and workload policy",
             ))?;
         Ok((!released).then(|| format!("deleting instance template and workload policy {shared}")))
-    }
-
-    /// Instances carry the labels (a group's members from its template); the sweeper's plan
-    /// sorts out which claim a group (`plan::compute_resources`).
-    async fn list_owned(&self, gcp: &Gcp, project: &str, zone: &str, filter: &str, found: &mut PlaceListing) {
-        let place = Place::new(project, zone);
-        let instances = gcp.compute.list_instances(&place, filter).await;
-        let what = format!("list Compute Engine instances in projects/{project}/zones/{zone}");
-        found.keep(what, instances, |f, v| {
-            let listed = v.into_iter().map(|i| from_instance(&place, i)).collect();
-            let (resources, claims) = compute_resources(listed);
-            f.resources.extend(resources);
-            f.claims.extend(claims);
-        });
-    }
-}
-
-fn from_instance(place: &Place, i: Instance) -> ListedInstance {
-    use instance::Status as S;
-    // The last `created-by`: Compute Engine adds the group's to what the template says.
-    let created_by = i.metadata.as_ref().and_then(|m| {
-        m.items
-            .iter()
-            .rev()
-            .find(|item| item.key.as_deref() == Some("created-by"))
-            .and_then(|item| item.value.clone())
-    });
-    ListedInstance {
-        project: place.project.clone(),
-        zone: place.location.clone(),
-        name: i.name.unwrap_or_default(),
-        labels: i
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<BTreeMap<_, _>>(),
-        created_by,
-        stopping: matches!(
-            i.status,
-            Some(S::Stopping | S::Suspending | S::PendingStop | S::Deprovisioning)
-        ),
     }
 }

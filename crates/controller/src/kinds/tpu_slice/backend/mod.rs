@@ -10,9 +10,9 @@
 //! asks for one, which the backend's own spec check allows. So no backend refuses a call at
 //! run time.
 //!
-//! [`of`] is the one place the backend is chosen from `spec.provisioner`; [`ALL`] is every
-//! backend, for the orphan sweeper. A third backend is one file here, an arm in [`of`] and an
-//! entry in [`ALL`].
+//! [`of`] is the one place the backend is chosen from `spec.provisioner`. A third backend is one
+//! file here, an arm in [`of`], and an arm in the orphan sweeper's zone listing (an exhaustive
+//! match, so the compiler asks for it).
 
 mod compute_engine;
 mod tpu_api;
@@ -33,7 +33,7 @@ use tpu_operator_gcp::{
 
 pub use self::{compute_engine::ComputeEngine, tpu_api::TpuApi};
 use super::request::{Checked, Create, CreateAt, Desired};
-use crate::{governance::sweeper::listing::PlaceListing, runtime::error::ReconcileError};
+use crate::runtime::error::ReconcileError;
 
 /// The backend that holds slices of `provisioner`.
 pub fn of(provisioner: Provisioner) -> &'static dyn SliceBackend {
@@ -63,9 +63,6 @@ pub fn check(
     let create = of(spec.provisioner).create_request(spec, &shape, desired, identity, at)?;
     Ok(Checked { shape, create })
 }
-
-/// Every backend: the orphan sweeper asks each for what it owns in a zone.
-pub const ALL: [&dyn SliceBackend; 2] = [&TpuApi, &ComputeEngine];
 
 /// The incarnation a create makes: where, and whose (its request ids derive from the owner's
 /// identity and recreation count, so a retried create is the same create).
@@ -153,11 +150,6 @@ pub trait SliceBackend: Send + Sync {
     /// Once the slice's objects are gone: deletes what its incarnations shared. `None` when
     /// nothing is left; `Some(what)` while something is still being deleted (call again later).
     async fn release(&self, gcp: &Gcp, slice: &Releasing<'_>) -> Result<Option<String>, ReconcileError>;
-
-    /// For the orphan sweeper: what this backend may own in `project`'s `zone` (filtered by
-    /// `filter`, the cluster label, where the API filters; the sweeper re-checks every label),
-    /// added to `found`, with each listing's failure.
-    async fn list_owned(&self, gcp: &Gcp, project: &str, zone: &str, filter: &str, found: &mut PlaceListing);
 }
 
 /// Updates of an existing node, for backends that have them ([`SliceBackend::updates`]).
@@ -182,10 +174,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_provisioner_has_its_backend_and_the_sweeper_asks_every_one() {
+    fn each_provisioner_has_its_backend() {
         assert!(of(Provisioner::TpuApi).updates().is_some());
         assert!(of(Provisioner::ComputeEngine).updates().is_none());
-        let watchable: Vec<bool> = ALL.iter().map(|b| b.watchable()).collect();
-        assert_eq!(watchable, [true, false]);
+        assert!(of(Provisioner::TpuApi).watchable());
+        assert!(!of(Provisioner::ComputeEngine).watchable());
     }
 }

@@ -13,15 +13,11 @@ use tpu_operator_api::{
 use tpu_operator_gcp::{
     ErrorKind, Gcp, GcpError, Service,
     longrunning::model::Operation,
-    tpu_v2::model::{Node, QueuedResource, node, queued_resource_state},
+    tpu_v2::model::{Node, QueuedResource},
 };
 
 use super::{Creating, NodeUpdates, Releasing, SliceBackend};
 use crate::{
-    governance::sweeper::{
-        listing::{PlaceListing, TpuShape},
-        plan::{CloudResource, ResourceKind, Stage},
-    },
     kinds::tpu_slice::{
         request::{Create, CreateAt, Desired},
         spec,
@@ -154,30 +150,6 @@ impl SliceBackend for TpuApi {
     async fn release(&self, _gcp: &Gcp, _slice: &Releasing<'_>) -> Result<Option<String>, ReconcileError> {
         Ok(None)
     }
-
-    /// Every TPU node and queued resource in the zone (TPU v2 has no server-side filter), with
-    /// the shape each holds, for the orphans' quota and budget.
-    async fn list_owned(
-        &self,
-        gcp: &Gcp,
-        project: &str,
-        zone: &str,
-        _filter: &str,
-        found: &mut PlaceListing,
-    ) {
-        let parent = format!("projects/{project}/locations/{zone}");
-        let nodes = gcp.tpu.list_nodes(&parent).await;
-        found.keep(format!("list TPU nodes in {parent}"), nodes, |f, v| {
-            f.tpu.extend(v.iter().map(|n| (n.name.clone(), node_shape(n))));
-            f.resources.extend(v.into_iter().map(from_node))
-        });
-        let qrs = gcp.tpu.list_queued_resources(&parent).await;
-        found.keep(format!("list queued resources in {parent}"), qrs, |f, v| {
-            f.tpu
-                .extend(v.iter().filter_map(|q| Some((q.name.clone(), queued_shape(q)?))));
-            f.resources.extend(v.into_iter().map(from_queued))
-        });
-    }
 }
 
 #[async_trait]
@@ -199,72 +171,4 @@ impl NodeUpdates for TpuApi {
     async fn perform_maintenance(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError> {
         gcp.tpu.perform_maintenance(name).await
     }
-}
-
-fn labels_of<'a>(l: impl IntoIterator<Item = (&'a String, &'a String)>) -> BTreeMap<String, String> {
-    l.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-}
-
-fn active_or_winding(winding: bool) -> Stage {
-    if winding {
-        Stage::Winding
-    } else {
-        Stage::Active {
-            cancel_operation: None,
-        }
-    }
-}
-
-fn from_node(n: Node) -> CloudResource {
-    CloudResource {
-        kind: ResourceKind::TpuNode,
-        stage: active_or_winding(n.state == node::State::Deleting),
-        in_queued_resource: !n.queued_resource.is_empty(),
-        labels: labels_of(&n.labels),
-        name: n.name,
-    }
-}
-
-fn from_queued(q: QueuedResource) -> CloudResource {
-    let labels = q
-        .tpu()
-        .and_then(|t| t.node_spec.first())
-        .and_then(|s| s.node.as_ref())
-        .map(|n| labels_of(&n.labels))
-        .unwrap_or_default();
-    let deleting = matches!(
-        q.state.as_ref().map(|s| &s.state),
-        Some(queued_resource_state::State::Deleting)
-    );
-    CloudResource {
-        kind: ResourceKind::QueuedResource,
-        stage: active_or_winding(deleting),
-        in_queued_resource: false,
-        labels,
-        name: q.name,
-    }
-}
-
-fn node_shape(n: &Node) -> TpuShape {
-    TpuShape {
-        accelerator_type: n.accelerator_type.clone(),
-        nodes: 1,
-        spot: n
-            .scheduling_config
-            .as_ref()
-            .is_some_and(|s| s.spot || s.preemptible),
-    }
-}
-
-fn queued_shape(q: &QueuedResource) -> Option<TpuShape> {
-    let spec = q.tpu()?.node_spec.first()?;
-    let node = spec.node.as_ref()?;
-    let nodes = spec
-        .multislice_params()
-        .map_or(1, |m| u32::try_from(m.node_count).unwrap_or(1).max(1));
-    Some(TpuShape {
-        accelerator_type: node.accelerator_type.clone(),
-        nodes,
-        spot: q.spot().is_some(),
-    })
 }

@@ -11,9 +11,8 @@ use tpu_operator_api::{
     conditions::{Progress, reasons},
     training_pipeline::{StageName, TrainingPipelinePhase as Phase},
 };
-use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
-use super::{Action, Planner, Requeue, Step, TrainingObserved, is_finished};
+use super::{Action, Planner, Requeue, Step, TrainingObserved, is_finished, observed::job_ended};
 use crate::kueue::{
     Gate,
     queued::{Queued, Write},
@@ -152,14 +151,7 @@ impl Planner<'_> {
     /// Whether the Vertex job may still bill: not yet ended (a cancelling one included).
     pub(super) fn training_bills(&self) -> bool {
         match &self.input.observed.training {
-            TrainingObserved::Vertex { job: Some(job) } => !matches!(
-                job.state,
-                JobState::Succeeded
-                    | JobState::PartiallySucceeded
-                    | JobState::Failed
-                    | JobState::Cancelled
-                    | JobState::Expired
-            ),
+            TrainingObserved::Vertex { job: Some(job) } => !job_ended(&job.state),
             // A TPU VM slice is its own Workload's to count.
             TrainingObserved::Vertex { job: None } | TrainingObserved::TpuVm { .. } => false,
         }

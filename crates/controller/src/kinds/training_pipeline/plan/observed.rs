@@ -52,19 +52,24 @@ pub struct JobView {
     pub preempted: bool,
 }
 
-/// Whether cancelling a job in `state` stops what it bills: it has neither ended nor is it
-/// cancelling already. A state newer than this client counts (cancelling is harmless). Suspend
-/// and deletion cancel by this one rule.
-pub fn cancel_stops_billing(state: &JobState) -> bool {
-    !matches!(
+/// Whether a job in `state` has ended: it bills no more. A state newer than this client has not
+/// (it may bill).
+pub fn job_ended(state: &JobState) -> bool {
+    matches!(
         state,
         JobState::Succeeded
             | JobState::PartiallySucceeded
             | JobState::Failed
             | JobState::Cancelled
             | JobState::Expired
-            | JobState::Cancelling
     )
+}
+
+/// Whether cancelling a job in `state` stops what it bills: it has neither ended nor is it
+/// cancelling already (cancelling a state newer than this client is harmless). Suspend,
+/// deletion and the duplicate jobs of an attempt cancel by this one rule.
+pub fn cancel_stops_billing(state: &JobState) -> bool {
+    !job_ended(state) && *state != JobState::Cancelling
 }
 
 /// TPU VM mode: the completion marker the training container wrote under `modelDir` during the

@@ -1,5 +1,5 @@
 //! Reading what exists: the operator's cloud resources in the configured projects and locations
-//! (in a zone, each TPU backend lists what it may own: `SliceBackend::list_owned`), and the UIDs
+//! (in a zone, what every provisioner may own: [`zone`]), and the UIDs
 //! of every custom resource that may own one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -25,7 +25,9 @@ use super::{
     places::{Place, Scope, Used},
     plan::{self, CloudResource, GroupClaim, GroupFacts, ResourceKind, Stage, parse_zonal, uid_label},
 };
-use crate::{kinds::tpu_slice::backend, reconcile::context::Context};
+use crate::reconcile::context::Context;
+
+mod zone;
 
 fn labels_of<'a>(l: impl IntoIterator<Item = (&'a String, &'a String)>) -> BTreeMap<String, String> {
     l.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -98,7 +100,7 @@ pub async fn cloud(ctx: &Context, places: &BTreeSet<Place>) -> Listing {
     let mut out = Listing::default();
     for place in places {
         let found = match place.scope {
-            Scope::Zone => zone(ctx, place, &filter).await,
+            Scope::Zone => zone::owned(&ctx.gcp, place, &filter).await,
             Scope::Region => region(ctx, place, &filter).await,
         };
         if found.answered() {
@@ -113,18 +115,6 @@ pub async fn cloud(ctx: &Context, places: &BTreeSet<Place>) -> Listing {
         out.tpu.extend(found.tpu);
     }
     out
-}
-
-/// What every TPU backend may own in a zone (TPU nodes and queued resources, Compute Engine
-/// instances).
-async fn zone(ctx: &Context, place: &Place, filter: &str) -> PlaceListing {
-    let mut found = PlaceListing::default();
-    for backend in backend::ALL {
-        backend
-            .list_owned(&ctx.gcp, &place.project, &place.location, filter, &mut found)
-            .await;
-    }
-    found
 }
 
 /// Dataproc batches and Vertex custom jobs in a region.

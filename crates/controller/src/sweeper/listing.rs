@@ -1,5 +1,5 @@
-//! What one place's listings found, as every TPU backend adds to it
-//! (`SliceBackend::list_owned`) and the sweeper's plan reads it. Data only: no listing here.
+//! What one place's listings found, as the sweeper's listing adds to it ([`super::list`]) and its
+//! plan reads it. Data only: no listing here.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -16,8 +16,7 @@ pub struct TpuShape {
     pub spot: bool,
 }
 
-/// One place's lists: what they found, and whether each answered. Each TPU backend adds what it
-/// owns in a zone (`SliceBackend::list_owned`).
+/// One place's lists: what they found, and whether each answered.
 #[derive(Default)]
 pub struct PlaceListing {
     pub resources: Vec<CloudResource>,

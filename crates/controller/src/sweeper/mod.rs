@@ -51,16 +51,15 @@ pub use plan::{CloudResource, Mode, Orphan, Release, ResourceKind, Step};
 use tpu_operator_api::accelerator::parse_accelerator_type;
 
 use crate::{
-    Shutdown,
     governance::{
         pricing::{CapacityKind, PriceTable},
         tenancy::usage::Holding,
     },
     reconcile::context::Context,
+    runtime::shutdown::Shutdown,
 };
 
-/// Name of the summary ConfigMap.
-pub const SUMMARY_CONFIGMAP: &str = "tpu-operator-orphans";
+pub use crate::governance::tenancy::orphans::SUMMARY_CONFIGMAP;
 const FIELD_MANAGER: &str = "orphan-sweeper.tpu-operator.dev";
 
 /// Where and how to sweep.

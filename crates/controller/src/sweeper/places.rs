@@ -2,7 +2,7 @@
 //!
 //! A place (a project with a TPU zone, or with a Dataproc / Vertex region) is **learned** from the
 //! objects that use it: the cloud resource names the operator wrote in their status, and the spec
-//! of an object the operator has not refused ([`crate::governance::sweeper::list::live`]). A
+//! of an object the operator has not refused ([`crate::sweeper::list::live`]). A
 //! tenant names places freely in a spec, so what it can make the sweeper list is limited three
 //! ways:
 //!
