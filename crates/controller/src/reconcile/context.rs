@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tpu_operator_gcp::{Gcp, StorageApi};
 
+use super::report::{KubeReports, Reports};
 use crate::{
     governance::{
         pricing::PriceTable,
@@ -16,7 +17,6 @@ use crate::{
         clock::{Clock, SystemClock},
         cloud_watch::CloudWatch,
         config::ControllerConfig,
-        events::EventRecorder,
         fair_share::FairShare,
         metrics::Metrics,
         settled::Settled,
@@ -34,9 +34,9 @@ pub struct Context {
     pub metrics: Metrics,
     pub backoff: ObjectBackoff,
     pub clock: Arc<dyn Clock>,
-    /// One recorder for the process: its cache is what turns a repeated event into one Event with
-    /// a growing series count instead of a new object per occurrence.
-    pub recorder: EventRecorder,
+    /// Where status writes and Events go (see [`Reports`]): the API server, through one Event
+    /// recorder for the process.
+    pub reports: Arc<dyn Reports>,
     /// Policies, admissions, usage and prices (see [`Tenancy`]).
     pub tenancy: Arc<Tenancy>,
     /// Objects as their last successful reconcile left them (see [`Settled`]).
@@ -57,7 +57,7 @@ pub struct Context {
 
 impl Context {
     pub fn new(client: kube::Client, gcp: Gcp, config: ControllerConfig) -> Self {
-        let recorder = EventRecorder::new(client.clone(), "tpu-operator", None);
+        let reports = Arc::new(KubeReports::new(client.clone()));
         let fair_share = FairShare::new(config.concurrency);
         let settled = Arc::new(Settled::default());
         let cloud_watch = Arc::new(CloudWatch::new(gcp.clone(), &config, settled.clone()));
@@ -79,7 +79,7 @@ impl Context {
             metrics,
             backoff: ObjectBackoff::new(BackoffPolicy::default()),
             clock: Arc::new(SystemClock),
-            recorder,
+            reports,
             settled,
             stalled_on,
             cloud_watch,
@@ -91,6 +91,12 @@ impl Context {
     /// The tenancy handle while the context is being built (before it is shared).
     fn tenancy_mut(&mut self) -> &mut Tenancy {
         Arc::get_mut(&mut self.tenancy).expect("the context is configured before it is shared")
+    }
+
+    /// Status writes and Events go to `reports` instead of the API server (the pass's unit tests).
+    pub fn with_reports(mut self, reports: Arc<dyn Reports>) -> Self {
+        self.reports = reports;
+        self
     }
 
     /// Enforces the cluster's `TpuPolicy` objects (see [`Policies::watch`]).
@@ -105,7 +111,9 @@ impl Context {
     }
 
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.recorder.set_clock(clock.clone());
+        Arc::get_mut(&mut self.reports)
+            .expect("the context is configured before it is shared")
+            .set_clock(clock.clone());
         self.clock = clock;
         self
     }

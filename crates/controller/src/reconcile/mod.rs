@@ -22,3 +22,6 @@ pub mod retry;
 pub mod status;
 pub mod wait;
 pub mod waits;
+
+#[cfg(test)]
+mod tests;

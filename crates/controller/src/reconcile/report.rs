@@ -1,5 +1,10 @@
-//! Writing results back to Kubernetes: status by server-side apply and Events on transitions.
+//! Writing results back to Kubernetes: status by server-side apply and Events on transitions,
+//! through [`Reports`] (the API server in a cluster, memory in the pass's unit tests).
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Resource, ResourceExt,
     api::{Patch, PatchParams},
@@ -8,9 +13,97 @@ use serde::{Deserialize, Serialize};
 
 use super::context::Context;
 use crate::runtime::{
+    clock::Clock,
     error::{ReconcileError, Result},
-    events::EventType,
+    events::{EventRecorder, EventType},
 };
+
+/// Where a pass's results go: the object's status and its Events. The pass, the deletion pass
+/// and the status writer reach Kubernetes only through this, so they are tested without an API
+/// server (a memory implementation) and run against one in a cluster ([`KubeReports`]).
+#[async_trait]
+pub trait Reports: Send + Sync {
+    /// Server-side apply (forced, owned by `field_manager`) of `patch` to the status of object
+    /// `name` in the collection at `path` (`/apis/<group>/<version>/namespaces/<ns>/<plural>`):
+    /// the version written. `patch` carries `metadata.resourceVersion` when the write is
+    /// conditional on it (a stale one is refused with 409 Conflict).
+    async fn apply_status(
+        &self,
+        path: &str,
+        name: &str,
+        field_manager: &str,
+        patch: serde_json::Value,
+    ) -> Result<Option<String>>;
+
+    /// One Event about `regarding` (a repeat within the window grows a series).
+    async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) -> Result<(), kube::Error>;
+
+    /// Stamps Events with `clock` (the controllers' clock: under `local`, the emulated one).
+    fn set_clock(&mut self, clock: Arc<dyn Clock>);
+}
+
+/// [`Reports`] to the API server: one recorder for the process (its cache is what turns a
+/// repeated event into one Event with a growing series count instead of a new object each time).
+pub struct KubeReports {
+    client: kube::Client,
+    recorder: EventRecorder,
+}
+
+impl KubeReports {
+    pub fn new(client: kube::Client) -> Self {
+        let recorder = EventRecorder::new(client.clone(), "tpu-operator", None);
+        Self { client, recorder }
+    }
+}
+
+#[async_trait]
+impl Reports for KubeReports {
+    async fn apply_status(
+        &self,
+        path: &str,
+        name: &str,
+        field_manager: &str,
+        patch: serde_json::Value,
+    ) -> Result<Option<String>> {
+        // The request `Api::patch_status` sends, with the echoed object read only for its new
+        // version: decoding it whole (its managed fields are a JSON tree per field manager) was a
+        // full object decode per write, thrown away; the watch delivers the object anyway.
+        let request = kube::core::Request::new(path)
+            .patch_subresource(
+                "status",
+                name,
+                &PatchParams::apply(field_manager).force(),
+                &Patch::Apply(patch),
+            )
+            .map_err(|err| ReconcileError::kube("apply status")(kube::Error::BuildRequest(err)))?;
+        let written: Written = self
+            .client
+            .request(request)
+            .await
+            .map_err(ReconcileError::kube("apply status"))?;
+        Ok(written.metadata.resource_version)
+    }
+
+    async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) -> Result<(), kube::Error> {
+        self.recorder.publish(regarding, type_, reason, note).await
+    }
+
+    fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.recorder.set_clock(clock);
+    }
+}
 
 /// Applies `status` to `obj` as the whole status owned by `field_manager`, conditional on `obj`
 /// still being at version `base` (see below).
@@ -47,23 +140,10 @@ where
     if let Some(rv) = base {
         patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
     }
-    // The request `Api::patch_status` sends, with the echoed object read only for its new
-    // version: decoding it whole (its managed fields are a JSON tree per field manager) was a
-    // full object decode per write, thrown away; the watch delivers the object anyway.
-    let request = kube::core::Request::new(K::url_path(&(), Some(&ns)))
-        .patch_subresource(
-            "status",
-            &obj.name_any(),
-            &PatchParams::apply(field_manager).force(),
-            &Patch::Apply(patch),
-        )
-        .map_err(|err| ReconcileError::kube("apply status")(kube::Error::BuildRequest(err)))?;
-    let written: Written = ctx
-        .client
-        .request(request)
+    let path = K::url_path(&(), Some(&ns));
+    ctx.reports
+        .apply_status(&path, &obj.name_any(), field_manager, patch)
         .await
-        .map_err(ReconcileError::kube("apply status"))?;
-    Ok(written.metadata.resource_version)
 }
 
 /// What a status write's response is read for. Every other field of the echoed object is
@@ -128,7 +208,7 @@ where
     // reads the namespace's Events: no terminal escapes, no bidi overrides.
     let note = truncate(tpu_operator_api::text::displayable(&note), 1024);
     if let Err(e) = ctx
-        .recorder
+        .reports
         .publish(&obj.object_ref(&()), type_, reason, &note)
         .await
     {

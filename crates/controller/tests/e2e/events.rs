@@ -6,7 +6,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::{Resource, api::DeleteParams};
 use test_kit::TestEnv;
 use tpu_operator_api::tpu_slice::TpuSlice;
-use tpu_operator_controller::runtime::events::EventType;
+use tpu_operator_controller::runtime::events::{EventRecorder, EventType};
 
 async fn events_about(env: &TestEnv, name: &str) -> Vec<Event> {
     let mut events: Vec<Event> = env
@@ -33,7 +33,7 @@ async fn repeats_grow_a_series_and_a_deleted_event_is_published_anew() {
     let slice = env.create(&slice).await;
     let name = slice.meta().name.clone().unwrap();
     let reference = slice.object_ref(&());
-    let recorder = &env.ctx.recorder;
+    let recorder = &EventRecorder::new(env.ctx.client.clone(), "tpu-operator", None);
 
     for _ in 0..3 {
         recorder

@@ -211,6 +211,28 @@ impl Policies {
         }
     }
 
+    /// Exactly `policies`, and no namespace labels: for unit tests that need a policy without
+    /// an API server to watch.
+    #[cfg(test)]
+    pub(crate) fn fixed(policies: Vec<TpuPolicy>, without_policy: WithoutPolicy) -> Self {
+        let (store, mut writer) = reflector::store();
+        for policy in policies {
+            writer.apply_watcher_event(&watcher::Event::Apply(policy));
+        }
+        let (namespaces, _) = reflector::store();
+        let listed = || watch::channel(true).1;
+        Self {
+            caches: Some(Caches {
+                policies: store,
+                namespaces,
+                changes: watch::channel(0).1,
+                listed: [listed(), listed()],
+                _tasks: AbortOnDrop(Vec::new()),
+            }),
+            without_policy,
+        }
+    }
+
     /// Waits until both caches have listed once.
     pub async fn ready(&self) {
         if let Some(c) = &self.caches {
