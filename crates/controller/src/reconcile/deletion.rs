@@ -1,6 +1,7 @@
 //! One deletion pass, written once for every kind: the deletion policy the namespace's tenancy
 //! policy allows, an allowed orphan's holdings recorded, else the kind's cleanup step, its status
-//! written and what it waits on registered; what the object holds in Kubernetes let go last.
+//! written, its Events published (kinds publish none themselves) and what it waits on
+//! registered; what the object holds in Kubernetes let go last.
 
 use kube::{ResourceExt, runtime::controller::Action};
 use tpu_operator_api::DeletionPolicy;
@@ -28,21 +29,32 @@ pub async fn cleanup<K: Kind>(obj: &K, ctx: &Context) -> Result<Option<Action>> 
         obj.let_go(ctx).await?;
         return Ok(None);
     }
-    let (new, wait, failed) = match obj.clean(ctx, &t).await? {
-        Cleaned::Done { unwatch } => {
+    let (new, wait, failed, events) = match obj.clean(ctx, &t).await? {
+        Cleaned::Done { unwatch, events } => {
+            for event in events {
+                report::publish(ctx, obj, event).await;
+            }
             obj.let_go(ctx).await?;
             if let Some(u) = unwatch {
                 ctx.cloud_watch.unwatch(u.collection, &u.name);
             }
             return Ok(None);
         }
-        Cleaned::Pending { status, wait, failed } => (status, wait, failed),
+        Cleaned::Pending {
+            status,
+            wait,
+            failed,
+            events,
+        } => (status, wait, failed, events),
     };
     if let Some(new) = new {
         let old = obj.status().cloned().unwrap_or_default();
         status::record_spend(ctx, obj, &new);
         let base = obj.resource_version();
         status::write(ctx, obj, base.as_deref(), Some(&old), &new).await?;
+    }
+    for event in events {
+        report::publish(ctx, obj, event).await;
     }
     if let Some(err) = failed {
         return Err(err);

@@ -293,9 +293,12 @@ pub struct Acted<D> {
 }
 
 impl<S> Cleaned<S> {
-    /// Nothing left, nothing watched.
+    /// Nothing left, nothing watched, nothing to say.
     pub fn done() -> Self {
-        Self::Done { unwatch: None }
+        Self::Done {
+            unwatch: None,
+            events: Vec::new(),
+        }
     }
 }
 
@@ -314,14 +317,19 @@ impl<D> Acted<D> {
 #[allow(clippy::large_enum_variant)]
 pub enum Cleaned<S> {
     /// Nothing of the object's is left in the cloud: the finalizer may go (`unwatch`: what the
-    /// object waited on until now).
-    Done { unwatch: Option<Unwatch> },
-    /// Cloud resources remain: report `status` (when given), then wait.
+    /// object waited on until now). The pass publishes `events` first.
+    Done {
+        unwatch: Option<Unwatch>,
+        events: Vec<Transition>,
+    },
+    /// Cloud resources remain: report `status` (when given), publish `events` (what this pass
+    /// did: a job cancelled, a node left in place), then wait.
     Pending {
         status: Option<S>,
         wait: Wait,
-        /// As [`Acted::failed`].
+        /// As [`Acted::failed`]: returned after the write and the Events.
         failed: Option<ReconcileError>,
+        events: Vec<Transition>,
     },
 }
 

@@ -107,7 +107,7 @@ impl ReconcileError {
     pub fn retry(&self) -> Retry {
         match self {
             // The operator's RBAC refused (403) or the API server found the write invalid (422):
-            // an install or schema problem no backoff clears (issue 22).
+            // an install or schema problem no backoff clears.
             Self::Kube {
                 source: kube::Error::Api(status),
                 ..

@@ -3,7 +3,7 @@
 //! kube-runtime's controller runs up to `concurrency` reconciles at once, taken from one queue in
 //! due order, whatever their namespace. One namespace with a thousand objects due (a burst of
 //! creates, a thousand refused objects looking again) could occupy every worker while another
-//! namespace's object waited its turn behind them (issue 32). A reconcile first takes a slot of its
+//! namespace's object waited its turn behind them. A reconcile first takes a slot of its
 //! namespace: a namespace holds at most [`FairShare::limit`] of a controller's workers, so some are
 //! always free for the others; a reconcile finding its namespace at the limit does nothing and is
 //! requeued a moment later ([`FairShare::wait`]), leaving its worker to the next object in the
@@ -21,7 +21,7 @@
 //! the API server and holds it, decoded, for the whole pass, several MiB for the largest objects the
 //! CRDs admit. Only [`LARGE_AT_ONCE`] run at once, whatever the kind and namespace, so a namespace
 //! filling its share of workers with them costs the operator a few of them at a time, not a worker's
-//! worth each (issue 47: 224 such slices took the operator past its memory limit).
+//! worth each (224 such slices once took the operator past its memory limit).
 
 use std::{
     collections::{HashMap, VecDeque},

@@ -412,7 +412,7 @@ mod tests {
             stopping,
             // created-by naming a group in another zone, a name that is not the group's base
             // name plus a suffix, a creator that is not a group: each is its own resource
-            // (it carries our labels), never hidden (item 8 of issue 32).
+            // (it carries our labels), never hidden.
             instance(
                 "team-a-x-1a2b-ijkl",
                 Some("projects/1/zones/us-east5-a/instanceGroupManagers/team-a-x-1a2b"),
@@ -447,7 +447,7 @@ mod tests {
         assert_eq!(claims[0].members.len(), 2);
     }
 
-    /// Item 7 of issue 32: a tenant's instance whose metadata `created-by` names someone else's
+    /// A tenant's instance whose metadata `created-by` names someone else's
     /// group (unlabelled template) never makes that group ours; the instance, not a member of
     /// it, is deleted as itself.
     #[test]

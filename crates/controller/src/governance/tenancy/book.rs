@@ -3,7 +3,7 @@
 //! An admission needs what the rest of its namespace holds. Listing the namespace's three kinds
 //! on every admission made each quota refusal cost three lists under the namespace's lock, per
 //! refused object and per retry: 300 refused slices in one namespace kept every worker waiting on
-//! that lock, and another namespace's slice waited 25 s for a worker (issue 32).
+//! that lock, and another namespace's slice waited 25 s for a worker.
 //!
 //! The book keeps, per namespace, the holdings of the last listing (at most [`LISTING_TTL`] old)
 //! and a ledger of what this process admitted since. An admitted create enters the ledger before

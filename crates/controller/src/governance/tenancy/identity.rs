@@ -2,7 +2,7 @@
 //! Cloud Storage reads (`TpuPolicy.spec.googleServiceAccount`), and the default that keeps a
 //! governed namespace from reaching buckets through the operator's own identity.
 //!
-//! Design (issue 47 items 1 and 2), as Config Connector's namespaced mode is understood by
+//! Design, as Config Connector's namespaced mode is understood by
 //! platform teams: one Google service account per namespace, bound where the platform team binds
 //! everything else (the namespace's TpuPolicy), impersonated by the operator's own account
 //! (`roles/iam.serviceAccountTokenCreator` on each team account). IAM then decides which buckets

@@ -255,7 +255,7 @@ impl Admissions {
     /// otherwise: without a limit to share there is nothing to serialize, and serializing every
     /// create of a namespace made submitting 10,000 objects take minutes. Never waits: while
     /// another object of the namespace holds it, `Err(Busy)`, and the caller requeues. A worker
-    /// waiting here was a worker no other namespace could use (issue 32).
+    /// waiting here was a worker no other namespace could use.
     pub fn try_enter(&self, policies: &Policies, namespace: &str) -> Result<AdmissionGuard, Busy> {
         if !policies.governing(namespace).counts_usage() {
             return Ok(None);

@@ -1,7 +1,7 @@
 //! What a namespace's orphans hold: cloud resources left running by an object deleted with an
 //! allowed `deletionPolicy: Orphan` (`allowOrphan`), or found by the sweeper without a live
 //! owner. They keep billing, so they keep counting against the namespace's chip quota and budget
-//! until they are seen gone (issue 32: deleting an orphaned slice freed its quota while its node
+//! until they are seen gone (without it, deleting an orphaned slice freed its quota while its node
 //! ran on).
 //!
 //! Each orphan is kept by its exact cloud name (`projects/<p>/locations/<zone>/nodes/<id>`, or

@@ -1,7 +1,7 @@
 //! References a spec makes to other Google Cloud resources (networks, subnetworks, reservations,
 //! boot images, Cloud Storage buckets), parsed strictly into (project, location, name) before
 //! any policy compares them. Matching the text as written let `team-a-x/../../../team-b-train`
-//! and URLs on another host pass a name pattern (issue 32): here every segment must be a valid
+//! and URLs on another host pass a name pattern: here every segment must be a valid
 //! Google Cloud name, the only URL host is `www.googleapis.com`, and nothing else is accepted.
 //! Pure.
 

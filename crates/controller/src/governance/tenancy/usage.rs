@@ -132,7 +132,7 @@ fn vertex_job_holding(tp: &TrainingPipeline, prices: &PriceTable) -> Option<Hold
 /// queued or running; or cancelled by suspend or a Kueue eviction (state `Cancelled` with a job
 /// name) and not yet seen ended (no `endTime`: the planner sets it once the job has ended); or the
 /// pipeline being deleted with a job its finalizer waits for (deletion cancels every job and
-/// waits until each has ended). A job cancelling bills until Vertex says it has ended (issue 47).
+/// waits until each has ended). A job cancelling bills until Vertex says it has ended.
 fn job_bills(phase: TrainingPipelinePhase, train: &StageStatus) -> Option<bool> {
     let has_job = train.gcp_name.is_some();
     match (phase, train.state) {
@@ -263,7 +263,7 @@ mod tests {
     }
 
     /// ownerReferences are the tenant's to write: one naming the object being admitted does not
-    /// take a running slice out of the count (issue 32, quota bypass).
+    /// take a running slice out of the count (a quota bypass otherwise).
     #[test]
     fn an_owner_reference_to_the_admitted_object_does_not_exclude_a_holder() {
         let mut running = slice("running", "u-run", "Ready", "v6e-8", json!({}));

@@ -260,7 +260,7 @@ fn request(obj: &PreprocessBatch, t: &Target) -> tenancy::Request {
 async fn clean(obj: &PreprocessBatch, ctx: &Context, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
     if let Some(batch) = only_batch(obj) {
         // Its one batch finished and status named it after seeing it finish, so no other batch
-        // of this object can exist: delete it by name, without listing by label first (issue 25).
+        // of this object can exist: delete it by name, without listing by label first.
         act::delete(ctx, &batch).await?;
         return Ok(Cleaned::done());
     }
@@ -297,6 +297,7 @@ async fn clean(obj: &PreprocessBatch, ctx: &Context, t: &Target) -> Result<Clean
         status: Some(status::cleaning_up(obj, phase, reason, &message, now)),
         wait: Wait::after(Requeue::Active.after(&ctx.config)),
         failed: None,
+        events: Vec::new(),
     })
 }
 

@@ -21,6 +21,7 @@ use crate::{
     reconcile::{
         context::Context,
         kind::Cleaned,
+        report::Transition,
         wait::{Unwatch, Wait, Watch},
     },
     runtime::{
@@ -57,9 +58,9 @@ pub(super) async fn clean(slice: &TpuSlice, ctx: &Context, t: &Target) -> Result
         KnownDelete::Refused(err) => Some(err),
     };
     let mut observed = observe::observe(ctx, &t.names, None, None).await?;
-    leave_unadopted_node(slice, ctx, t, &mut observed).await;
+    let events: Vec<Transition> = leave_unadopted_node(ctx, t, &mut observed).into_iter().collect();
     let (action, assessment) = match next_step(slice, ctx, t, &observed).await? {
-        CleanupStep::Done => return Ok(finished(slice, ctx, t, &old).await),
+        CleanupStep::Done => return Ok(finished(t, &old, events)),
         CleanupStep::Wait(message) => (Step::Nothing, deleting(message)),
         CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources")),
     };
@@ -78,24 +79,26 @@ pub(super) async fn clean(slice: &TpuSlice, ctx: &Context, t: &Target) -> Result
         )),
         wait: watch_deletion(&ctx.config, slice, &observed, &plan.action),
         failed,
+        events,
     })
 }
 
 /// A node named by `spec.adoptNodeId` that this slice never took over (adoption refused, or
-/// another owner's) is not the slice's to delete: it is dropped from `observed`, with an Event.
-async fn leave_unadopted_node(slice: &TpuSlice, ctx: &Context, t: &Target, observed: &mut Observed) {
-    if t.names.adopted
-        && let Some(node) = &observed.node
-        && tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, &ctx.config.cluster_id)
-            != Ok(tenancy::adoption::Ownership::Ours)
-    {
-        let note = format!(
-            "node {} was never adopted by this TpuSlice: left in place",
-            node.name
-        );
-        crate::reconcile::report::publish_event(ctx, slice, false, "Deleted", note).await;
-        observed.node = None;
+/// another owner's) is not the slice's to delete: it is dropped from `observed`, and the Event
+/// that says so is returned.
+fn leave_unadopted_node(ctx: &Context, t: &Target, observed: &mut Observed) -> Option<Transition> {
+    let node = observed.node.as_ref()?;
+    let ours = tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, &ctx.config.cluster_id)
+        == Ok(tenancy::adoption::Ownership::Ours);
+    if !t.names.adopted || ours {
+        return None;
     }
+    let note = format!(
+        "node {} was never adopted by this TpuSlice: left in place",
+        node.name
+    );
+    observed.node = None;
+    Some(Transition::normal("Deleted", note))
 }
 
 /// What deletion does next. Once every incarnation is gone, what they shared (a Compute Engine
@@ -118,18 +121,14 @@ async fn next_step(slice: &TpuSlice, ctx: &Context, t: &Target, observed: &Obser
 
 /// Nothing is left in the cloud: say what went (when status named something) and let the
 /// finalizer go.
-async fn finished(
-    slice: &TpuSlice,
-    ctx: &Context,
-    t: &Target,
-    old: &TpuSliceStatus,
-) -> Cleaned<TpuSliceStatus> {
+fn finished(t: &Target, old: &TpuSliceStatus, mut events: Vec<Transition>) -> Cleaned<TpuSliceStatus> {
     if let Some(what) = old.queued_resource_name.as_ref().or(old.node_name.as_ref()) {
         let note = format!("{what} is gone; removing the finalizer");
-        crate::reconcile::report::publish_event(ctx, slice, false, "Deleted", note).await;
+        events.push(Transition::normal("Deleted", note));
     }
     Cleaned::Done {
         unwatch: Some(Unwatch::of::<Node>(&t.names.current.node)),
+        events,
     }
 }
 
@@ -180,7 +179,7 @@ fn deleting(message: impl Into<String>) -> Assessment {
 /// queued resource, no earlier incarnation, no operation in flight, not adopted): the node is
 /// deleted by name without reading it first, since the read would only repeat what status says.
 /// Its end is then seen through the cloud watch and one read, so a deletion costs the two calls
-/// it must (issue 25). Anything else, a NOT_FOUND, or a refused delete takes the full path
+/// it must. Anything else, a NOT_FOUND, or a refused delete takes the full path
 /// (read, plan, act), which reports errors.
 async fn delete_known_node(
     slice: &TpuSlice,
@@ -223,6 +222,7 @@ async fn delete_known_node(
         status: Some(build_status(slice, t, old, &observed, &plan, Some(&started), now)),
         wait: watch_deletion(&ctx.config, slice, &observed, &action),
         failed: None,
+        events: Vec::new(),
     })))
 }
 

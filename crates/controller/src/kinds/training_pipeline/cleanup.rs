@@ -18,7 +18,7 @@ use super::{
     status::{self, time},
 };
 use crate::{
-    reconcile::{context::Context, kind::Cleaned, report, wait::Wait},
+    reconcile::{context::Context, kind::Cleaned, report::Transition, wait::Wait},
     runtime::error::{ReconcileError, Result},
 };
 
@@ -58,13 +58,21 @@ async fn clean_jobs(
     if !jobs.is_empty() && settle.is_none() && jobs.iter().all(|j| job_step(&j.state) == JobStep::Delete) {
         // Every job has finished (bills nothing) and no create is unconfirmed (a job a list may
         // not show yet): delete them all now and let the finalizer go, without a status write
-        // that would only wake another pass, nor a list to watch them disappear (issue 25:
-        // deletion at the minimum of calls). A delete Vertex accepts and then fails leaves a
+        // that would only wake another pass, nor a list to watch them disappear
+        // (deletion at the minimum of calls). A delete Vertex accepts and then fails leaves a
         // finished job, which the orphan sweeper reports (its owner is gone).
+        let mut events = Vec::new();
         for job in &jobs {
-            step(ctx, tp, job).await?;
+            match step(ctx, job).await {
+                Ok(event) => events.extend(event),
+                // What this pass did is still said; the error goes to the backoff.
+                Err(err) => return Ok(failed_after(ctx, events, err)),
+            }
         }
-        return Ok(Cleaned::done());
+        return Ok(Cleaned::Done {
+            unwatch: None,
+            events,
+        });
     }
     let message = match (jobs.first(), settle) {
         (Some(_), _) => format!("deleting {} Vertex custom job(s) of this pipeline", jobs.len()),
@@ -79,15 +87,34 @@ async fn clean_jobs(
         .iter()
         .find(|j| job_step(&j.state) == JobStep::Cancel)
         .or_else(|| jobs.iter().find(|j| job_step(&j.state) == JobStep::Delete));
-    let failed = match next {
-        Some(job) => step(ctx, tp, job).await.err(),
-        None => None,
+    let (events, failed) = match next {
+        Some(job) => match step(ctx, job).await {
+            Ok(event) => (event.into_iter().collect(), None),
+            Err(err) => (Vec::new(), Some(err)),
+        },
+        None => (Vec::new(), None),
     };
     Ok(Cleaned::Pending {
         status: Some(deleting(tp, message, now)),
         wait: Wait::after(ctx.config.poll_active),
         failed,
+        events,
     })
+}
+
+/// A pass that did something (`events`) before a call failed: nothing to write, the Events
+/// published, then the error returned.
+fn failed_after(
+    ctx: &Context,
+    events: Vec<Transition>,
+    err: ReconcileError,
+) -> Cleaned<TrainingPipelineStatus> {
+    Cleaned::Pending {
+        status: None,
+        wait: Wait::after(ctx.config.poll_active),
+        failed: Some(err),
+        events,
+    }
 }
 
 /// How long a Vertex list may lag behind a create, as assumed here: Google does not document
@@ -120,25 +147,25 @@ async fn every_job(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Resu
     Ok(jobs)
 }
 
-async fn step(ctx: &Context, tp: &TrainingPipeline, job: &JobView) -> Result<()> {
-    match job_step(&job.state) {
+/// One job's next deletion call, and the Event that says what it did.
+async fn step(ctx: &Context, job: &JobView) -> Result<Option<Transition>> {
+    Ok(match job_step(&job.state) {
         JobStep::Cancel => {
             // Finished or gone between the list and the cancel: the next pass sees it.
             super::act::cancel_job(ctx, &job.name, "cancel Vertex custom job").await?;
             let note = format!("cancelling custom job {}", job.name);
-            report::publish_event(ctx, tp, false, reasons::CANCELLING, note).await;
+            Some(Transition::normal(reasons::CANCELLING, note))
         }
         JobStep::Delete => match ctx.gcp.vertex.delete_custom_job(&job.name).await {
-            Ok(_) => {
-                let note = format!("deleted custom job {}", job.name);
-                report::publish_event(ctx, tp, false, "Deleted", note).await;
-            }
-            Err(e) if e.is_not_found() || e.kind == ErrorKind::FailedPrecondition => {}
+            Ok(_) => Some(Transition::normal(
+                "Deleted",
+                format!("deleted custom job {}", job.name),
+            )),
+            Err(e) if e.is_not_found() || e.kind == ErrorKind::FailedPrecondition => None,
             Err(e) => return Err(ReconcileError::gcp("delete Vertex custom job")(e)),
         },
-        JobStep::Wait => {}
-    }
-    Ok(())
+        JobStep::Wait => None,
+    })
 }
 
 /// Phase `Deleting`; a Train stage still open ends now (no job is created after this).

@@ -1,4 +1,4 @@
-//! More than one Vertex job for one training attempt (issue 21 item 5).
+//! More than one Vertex job for one training attempt.
 //!
 //! `customJobs.create` takes no request id, so the operator finds an attempt's job by its labels
 //! before creating one. That is exactly-once only if the list shows every job the moment it is

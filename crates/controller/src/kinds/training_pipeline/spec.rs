@@ -150,8 +150,8 @@ fn accelerator(t: VertexAcceleratorType) -> vx::AcceleratorType {
 /// `acceleratorCount` to send with an `acceleratorType`. `cloud-tpu` is sized by it (8 cores).
 /// A `ct5lp-hightpu-<N>t` machine has N chips whatever the topology (which spans several such
 /// machines), so the count is N (Vertex "Configure compute resources for training",
-/// https://cloud.google.com/vertex-ai/docs/training/configure-compute, TPU v5e machine types;
-/// issue 21 item 8): the spec may leave it out or repeat it, anything else is refused here
+/// https://cloud.google.com/vertex-ai/docs/training/configure-compute, TPU v5e machine types):
+/// the spec may leave it out or repeat it, anything else is refused here
 /// rather than by Vertex.
 fn accelerator_count(v: &VertexTraining) -> Result<i32, String> {
     if v.machine_type == VertexMachineType::CloudTpu {

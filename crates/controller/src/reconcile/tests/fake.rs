@@ -233,6 +233,7 @@ impl Kind for Fake {
                 unwatch: None,
             },
             failed: None,
+            events: vec![Transition::normal("Cancelling", "the fake's cloud object")],
         })
     }
 

@@ -12,6 +12,18 @@ use self::fake::{FakeSpec, FakeStatus, context, fake, steps};
 use super::{deletion, pass};
 use crate::governance::tenancy::WithoutPolicy;
 
+/// A full apply pass's steps up to its status write, in the order the pass owns.
+const UNTIL_THE_WRITE: [&str; 8] = [
+    "target",
+    "first_look",
+    "observe",
+    "plan",
+    "admission",
+    "act",
+    "report",
+    "write",
+];
+
 fn strings(steps: &[&str]) -> Vec<String> {
     steps.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -34,20 +46,9 @@ async fn a_pass_runs_every_step_in_order_and_writes_status_once() {
     let (ctx, memory) = context(Vec::new(), WithoutPolicy::Allow).await;
     steps();
     let action = pass::apply(&fake("a", FakeSpec::default()), &ctx).await.unwrap();
-    let order = [
-        "target",
-        "first_look",
-        "observe",
-        "plan",
-        "admission",
-        "act",
-        "report",
-        "write",
-        "event Phase",
-        "event Acted",
-        "wait",
-    ];
-    assert_eq!(steps(), strings(&order));
+    let mut order = strings(&UNTIL_THE_WRITE);
+    order.extend(strings(&["event Phase", "event Acted", "wait"]));
+    assert_eq!(steps(), order);
     let written = memory.writes();
     assert_eq!(written.len(), 1);
     assert_eq!(written[0].status.phase, "Acted");
@@ -123,17 +124,7 @@ async fn a_failed_action_writes_its_status_and_events_then_returns_the_error() {
     };
     let err = pass::apply(&fake("a", spec), &ctx).await.unwrap_err();
     assert!(err.to_string().contains("create the fake"), "{err}");
-    let order = [
-        "target",
-        "first_look",
-        "observe",
-        "plan",
-        "admission",
-        "act",
-        "report",
-        "write",
-    ];
-    let mut expected = strings(&order);
+    let mut expected = strings(&UNTIL_THE_WRITE);
     expected.extend(strings(&["event Phase", "event Acted"]));
     assert_eq!(steps(), expected, "no wait is registered for a failed pass");
     assert_eq!(memory.writes().len(), 1);
@@ -162,7 +153,11 @@ async fn deletion_writes_while_pending_and_publishes_each_event_once() {
     let mut obj = fake("a", FakeSpec::default());
     let pending = deletion::cleanup(&obj, &ctx).await.unwrap();
     assert!(pending.is_some(), "cloud objects remain: the finalizer stays");
-    assert_eq!(steps(), strings(&["target", "clean", "write", "event Phase"]));
+    // The kind's own Events (what it did: a cancel) go after the status write, by the pass.
+    assert_eq!(
+        steps(),
+        strings(&["target", "clean", "write", "event Phase", "event Cancelling"])
+    );
     obj.status = Some(FakeStatus {
         phase: "Deleting".into(),
         ..FakeStatus::default()
@@ -171,6 +166,6 @@ async fn deletion_writes_while_pending_and_publishes_each_event_once() {
     assert!(done.is_none(), "nothing left: the finalizer may go");
     deletion::cleaned_up(&obj, &ctx).await.unwrap();
     assert_eq!(steps(), strings(&["target", "clean", "event CleanedUp"]));
-    assert_eq!(memory.events(), ["Phase", "CleanedUp"]);
+    assert_eq!(memory.events(), ["Phase", "Cancelling", "CleanedUp"]);
     assert_eq!(memory.writes().len(), 1);
 }

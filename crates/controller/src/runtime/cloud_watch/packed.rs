@@ -5,7 +5,7 @@
 //! Spark properties, endpoints, state history). When a burst of resources changes at once, the
 //! watch holds one for every woken owner until that owner's pass takes it, and the passes run
 //! 16 at a time: at N = 10,000 the backlog of decoded batches was the largest part of the
-//! operator's heap at its peak (heaptrack, docs/benchmarks.md, issue 38). Packed, each costs a
+//! operator's heap at its peak (heaptrack, docs/benchmarks.md). Packed, each costs a
 //! few hundred bytes; the pass that takes it pays one decode.
 
 use tpu_operator_gcp::{aiplatform_v1::model::CustomJob, dataproc_v1::model::Batch, tpu_v2::model::Node};

@@ -119,7 +119,7 @@ pub trait SliceBackend: Send + Sync {
     fn counts_orphans(&self) -> bool;
 
     /// A READY node that status fully describes may be deleted by name without reading it
-    /// first (the first deletion pass; issue 25).
+    /// first (the first deletion pass).
     fn deletes_known_node(&self) -> bool;
 
     /// A queued slice's node can exist without its queued resource (Compute Engine inserts a

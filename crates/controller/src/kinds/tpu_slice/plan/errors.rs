@@ -13,7 +13,7 @@ use tpu_operator_gcp::{CreateFailure, ErrorKind, Exhaustion, GcpError};
 use super::{Action, Assessment, Requeue};
 use crate::runtime::refused;
 
-/// A patch or start refused because another operation runs on the node (issue 21 item 8): the
+/// A patch or start refused because another operation runs on the node: the
 /// TPU API answers 409 (ABORTED; FAILED_PRECONDITION is taken the same way, since which one is
 /// not documented) and gcloud retries. Not a failure: the plan stands and is tried again at
 /// `poll_active`, without the error backoff (a permission or spec problem would not clear so).

@@ -160,7 +160,7 @@ fn shown(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     /// Only an exit code reaches status: another team's object under the named `modelDir` is not
-    /// copied (issue 32).
+    /// copied.
     #[test]
     fn only_an_exit_code_is_copied_into_status() {
         assert_eq!(super::exit_code("3\n"), "exit code 3");

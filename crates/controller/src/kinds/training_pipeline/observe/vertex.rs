@@ -206,7 +206,7 @@ const MODEL_OBJECTS_LOOKED_AT: u32 = 1000;
 /// Whether the model directory (`modelDir/model/`, Vertex's `AIP_MODEL_DIR`) holds an object
 /// written since `created` (the job's create time; every object when unknown). A re-run into a
 /// `modelDir` that holds an earlier run's model must not succeed on it when its own job wrote
-/// nothing (issue 35 item 4). One listing of up to [`MODEL_OBJECTS_LOOKED_AT`] objects in name
+/// nothing. One listing of up to [`MODEL_OBJECTS_LOOKED_AT`] objects in name
 /// order, as many calls as the existence check it replaces; a model whose first thousand objects
 /// by name are all older than the job is taken as not written (a fresh run rewrites its files).
 async fn model_written_since(

@@ -178,7 +178,7 @@ impl Planner<'_> {
     }
 
     /// The job `by` (suspend, an eviction) cancelled: while it still cancels it still bills, so
-    /// the next attempt waits for it (issue 47: resuming beside a job that still cancelled ran
+    /// the next attempt waits for it (resuming beside a job that still cancelled once ran
     /// two) and usage counts it; once it has ended, the Train stage's end is recorded (usage no
     /// longer counts it) and the next attempt starts (held while suspended or evicted).
     pub(super) fn after_stopped_job(&mut self, job: &JobView, by: &str) -> Step {

@@ -419,7 +419,7 @@ fn suspend_stops_what_bills_and_resuming_spends_no_retry() {
         stopping_changes_nothing(&spec, &mut st, &stopping, &stopped, i);
         spec.suspend = false;
         if matches!(stopping.training, TrainingObserved::Vertex { job: Some(_) }) {
-            // Resumed while the job still cancels: no job beside it (issue 47).
+            // Resumed while the job still cancels: no job beside it.
             let later = now() + chrono::Duration::seconds(120);
             let waiting = run_at(&spec, &st, &stopping, later);
             assert_eq!(
@@ -445,8 +445,7 @@ fn suspend_stops_what_bills_and_resuming_spends_no_retry() {
 }
 
 /// Stopping, then stopped: nothing else happens and the status stays as written, but for the
-/// Train stage's end, recorded once the stopped job has ended (usage counts the job until then:
-/// issue 47).
+/// Train stage's end, recorded once the stopped job has ended (usage counts the job until then).
 fn stopping_changes_nothing(
     spec: &TrainingPipelineSpec,
     st: &mut TrainingPipelineStatus,

@@ -1,5 +1,5 @@
-//! Which directories a pipeline writes, and which live pipeline a new one must wait for (issue 35
-//! item 5). Two pipelines writing one model or checkpoint directory resume from each other's
+//! Which directories a pipeline writes, and which live pipeline a new one must wait for. Two
+//! pipelines writing one model or checkpoint directory resume from each other's
 //! checkpoints and report the same model, so a pipeline that has not started waits while
 //! another live pipeline writes where it would. Pure: no Kubernetes or Google Cloud.
 

@@ -1,4 +1,4 @@
-//! Variants collide silently no more (issue 35 item 5): a pipeline that has not started waits,
+//! Variants collide silently no more: a pipeline that has not started waits,
 //! `Stalled` with reason `ArtifactsInUse`, while another live pipeline the operator watches writes
 //! its model or checkpoint directory ([`claim`] says which and why). The others are read from the
 //! controller's own watch cache, never listed: [`Index`] keeps each one's claim and decodes a
