@@ -2,8 +2,6 @@
 //! queued resources (the TPU API), Compute Engine instances (a group's members carry its
 //! template's labels; the plan sorts out which claim a group, [`plan::compute_resources`]).
 
-use std::collections::BTreeMap;
-
 use tpu_operator_api::tpu_slice::Provisioner;
 use tpu_operator_gcp::{
     Gcp, Place as GcpPlace,
@@ -142,11 +140,7 @@ fn from_instance(place: &GcpPlace, i: Instance) -> ListedInstance {
         project: place.project.clone(),
         zone: place.location.clone(),
         name: i.name.unwrap_or_default(),
-        labels: i
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<BTreeMap<_, _>>(),
+        labels: labels_of(&i.labels),
         created_by,
         stopping: matches!(
             i.status,
