@@ -39,6 +39,17 @@ impl Watch {
         }
     }
 
+    /// A Compute Engine slice as read (in the TPU API's model), under the name a listing of its
+    /// zone's instances shows it by (`group`: a managed instance group), compared like a node.
+    pub fn compute_slice(node: &tpu_operator_gcp::tpu_v2::model::Node, group: bool) -> Option<Self> {
+        Some(Self {
+            collection: Collection::ComputeSlices,
+            name: tpu_operator_gcp::compute::convert::watch_name(&node.name, group)?,
+            state: node_seen(node),
+            read: None,
+        })
+    }
+
     /// `resource` as read.
     pub fn read<T: Listable + Clone>(resource: &T) -> Self {
         let listed = Box::new(resource.clone()).into_listed();

@@ -311,6 +311,58 @@ async fn an_instances_maintenance_shows_on_its_slice() {
     delete_and_wait_gone(&env, "kept").await;
 }
 
+/// A settled Compute Engine slice is compared on every round of the cloud watch, as a TPU node
+/// is: its stable poll is an hour here, yet a notice on one host of a group reaches status in
+/// seconds, from one listing of the zone's instances, with no read of the slice before it.
+#[tokio::test]
+async fn a_settled_groups_notice_arrives_through_the_instance_listing() {
+    let mut env = TestEnv::start().await;
+    let mut ctx = env.context().await;
+    ctx.config.poll_stable = Duration::from_secs(3600);
+    env.spawn(tpu_slice::run(std::sync::Arc::new(ctx), never_shutdown()));
+    env.create(&training("listed", "v5p-16")).await;
+    env.wait_for::<TpuSlice, _>("listed", "Ready", STEP, is_ready)
+        .await;
+    // Settled: the slice's own reads stop (its next poll is an hour away).
+    let settled = |env: &TestEnv| env.gcp.call_count("compute", "instanceGroupManagers.get");
+    let mut reads = settled(&env);
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = settled(&env);
+        if now == reads {
+            break;
+        }
+        reads = now;
+    }
+    let lists = env.gcp.call_count("compute", "instances.list");
+    let host = env.gcp.instances()[1]["name"].as_str().unwrap().to_string();
+    let notice = gcp_emulator::Fault::ScheduleMaintenance {
+        name: host,
+        start_in_secs: 3 * 3600,
+        duration_secs: 120,
+        can_reschedule: false,
+        unscheduled: false,
+    };
+    env.gcp.inject(notice).unwrap();
+    let s: TpuSlice = env
+        .wait_for("listed", "the notice", Duration::from_secs(1), |s: &TpuSlice| {
+            s.status.as_ref().is_some_and(|st| st.maintenance.is_some())
+        })
+        .await;
+    assert_eq!(s.status.unwrap().maintenance.unwrap().kind, "Scheduled");
+    assert!(
+        env.gcp.call_count("compute", "instances.list") > lists,
+        "found by listing: {:?}",
+        env.gcp.call_counts()
+    );
+    assert!(
+        settled(&env) <= reads + 1,
+        "one read after the listing woke it: {:?}",
+        env.gcp.call_counts()
+    );
+    delete_and_wait_gone(&env, "listed").await;
+}
+
 /// A maintenance of one host of a group-backed slice asks every host for the checkpoint (JAX
 /// saves at a step all hosts reach), one VM per pass, and the request is made once per VM.
 #[tokio::test]

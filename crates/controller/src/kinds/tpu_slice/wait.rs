@@ -3,20 +3,20 @@
 
 use std::time::Duration;
 
-use tpu_operator_api::tpu_slice::{TpuSlice, TpuSliceStatus};
+use tpu_operator_api::tpu_slice::{Provisioner, TpuSlice, TpuSliceStatus};
 use tpu_operator_gcp::tpu_v2::model::Node;
 
 use super::{
-    act, ladder,
+    act, compute, ladder,
     observe::{Names, Observed},
     plan::{Action as Step, Requeue},
 };
 use crate::{
     reconcile::{
         kind::Pass,
-        wait::{Wait, Watch},
+        wait::{Unwatch, Wait, Watch},
     },
-    runtime::config::ControllerConfig,
+    runtime::{cloud_watch::Collection, config::ControllerConfig},
 };
 
 /// When to look again after a pass: as where the slice stands says ([`wait_here`]), and with a
@@ -60,8 +60,8 @@ fn wait_here(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>) -> Wait {
             config,
             &pass.target.names,
             pass.observed,
-            &pass.plan.action,
-            pass.done.as_ref(),
+            (&pass.plan.action, pass.done.as_ref()),
+            unwatch(pass),
         ),
         // A running multislice of one queued resource per slice is read at the capacity
         // interval (two gets per slice): the cloud watch follows one node per object, and a lost
@@ -72,12 +72,15 @@ fn wait_here(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>) -> Wait {
         {
             Wait::poll_unwatching::<Node>(Requeue::Capacity.after(config), Some(node))
         }
-        Requeue::Stable if let Some(ready) = watched_ready_node(pass) => Wait::Watch {
-            watch: Watch::node(ready),
+        Requeue::Stable if let Some(watch) = ready_watch(pass) => Wait::Watch {
+            watch,
             cap: None,
             unlisted: Some(Requeue::Stable.after(config)),
         },
-        other => Wait::poll_unwatching::<Node>(other.after(config), Some(node)),
+        other => Wait::Poll {
+            after: other.after(config),
+            unwatch: Some(unwatch(pass)),
+        },
     }
 }
 
@@ -89,8 +92,8 @@ fn watch_node(
     config: &ControllerConfig,
     names: &Names,
     observed: &Observed,
-    action: &Step,
-    started: Option<&act::Started>,
+    (action, started): (&Step, Option<&act::Started>),
+    unwatch: Unwatch,
 ) -> Wait {
     use tpu_operator_gcp::tpu_v2::model::node::State;
     let seen = match (action, started, &observed.node) {
@@ -102,20 +105,46 @@ fn watch_node(
     };
     match seen {
         Some(state) => Wait::watch(Watch::state::<Node>(&names.current.node, &state)),
-        None => Wait::poll_unwatching::<Node>(config.poll_active, Some(&names.current.node)),
+        None => Wait::Poll {
+            after: config.poll_active,
+            unwatch: Some(unwatch),
+        },
     }
 }
 
-/// The READY node of a settled slice, when the cloud watch can list it: a preemption, a repair, a
-/// health change or a maintenance notice must reach status in seconds, not at the next stable
-/// poll. Any node may get a maintenance notice, so every READY node is watched, not only those
-/// Google may reclaim; one listing per zone covers every such slice there.
-fn watched_ready_node<'a>(pass: &Pass<'a, TpuSlice>) -> Option<&'a Node> {
+/// What a listing compares of a settled slice's READY node, when a listing covers it: a
+/// preemption, a repair, a health change or a maintenance notice must reach status in seconds,
+/// not at the next stable poll. Any node may get a maintenance notice, so every READY node is
+/// watched, not only those Google may reclaim; one listing per zone covers every such slice
+/// there (`nodes.list`, or for Compute Engine this cluster's instances).
+fn ready_watch(pass: &Pass<'_, TpuSlice>) -> Option<Watch> {
     use tpu_operator_gcp::tpu_v2::model::node::State;
     let names = &pass.target.names;
-    let listable = names.current.queued.is_none() && names.backend().watchable();
     let node = pass.observed.node.as_ref()?;
-    (listable && node.state == State::Ready && node.name == names.current.node).then_some(node)
+    if node.state != State::Ready || node.name != names.current.node {
+        return None;
+    }
+    match names.provisioner {
+        Provisioner::TpuApi => names.current.queued.is_none().then(|| Watch::node(node)),
+        Provisioner::ComputeEngine => Watch::compute_slice(node, compute::uses_group(&pass.obj.spec)),
+    }
+}
+
+/// What a slice that polls no longer waits on: whatever [`ready_watch`] or [`watch_node`]
+/// registered for its current node.
+fn unwatch(pass: &Pass<'_, TpuSlice>) -> Unwatch {
+    let node = &pass.target.names.current.node;
+    let compute = (pass.target.names.provisioner == Provisioner::ComputeEngine).then(|| {
+        let group = compute::uses_group(&pass.obj.spec);
+        tpu_operator_gcp::compute::convert::watch_name(node, group)
+    });
+    match compute.flatten() {
+        Some(name) => Unwatch {
+            collection: Collection::ComputeSlices,
+            name,
+        },
+        None => Unwatch::of::<Node>(node),
+    }
 }
 
 /// Node states that end on their own (the service moves the node on without being asked).

@@ -3,7 +3,7 @@
 
 use tpu_operator_api::naming::{labels, sanitize_label_value};
 use tpu_operator_gcp::{
-    GcpError, aiplatform_v1::model::JobState, dataproc_v1::model::batch::State as BatchState,
+    GcpError, aiplatform_v1::model::JobState, compute, dataproc_v1::model::batch::State as BatchState,
 };
 
 use super::{
@@ -39,6 +39,19 @@ impl CloudWatch {
                     .dataproc
                     .list_batches_by_page(parent, &filter, &mut page)
                     .await
+            }
+            Collection::ComputeSlices => {
+                let (project, zone) = parent
+                    .strip_prefix("projects/")
+                    .and_then(|rest| rest.split_once("/locations/"))
+                    .unwrap_or_default();
+                let place = tpu_operator_gcp::Place::new(project, zone);
+                // Every instance is needed before any slice can be told (a group's hosts may
+                // span pages); this cluster's are few next to a zone's TPU nodes.
+                let instances = self.gcp.compute.list_instances(&place, &cluster).await?;
+                let slices = compute::convert::listed_slices(parent, instances);
+                sift(&mut slices.into_iter().map(|n| Listed::Node(Box::new(n))));
+                Ok(())
             }
             Collection::VertexJobs => {
                 let states = state_filter(&JOB_STATES_LISTED, JobState::name, |n| format!("\"{n}\""));

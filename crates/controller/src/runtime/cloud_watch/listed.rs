@@ -13,6 +13,11 @@ pub enum Collection {
     TpuNodes,
     DataprocBatches,
     VertexJobs,
+    /// Compute Engine slices, listed as the instances of this cluster in a zone and compared as
+    /// the TPU nodes they are read as (`tpu_operator_gcp::compute::convert::listed_slices`). Only
+    /// compared: a woken owner reads its slice by name, since a listing lacks the group's size,
+    /// template and metadata.
+    ComputeSlices,
 }
 
 /// One listed resource.

@@ -119,10 +119,12 @@ pub fn base_instance_name(id: &str) -> String {
 }
 
 mod bodies;
+mod listed;
 mod operation;
 mod tpu_model;
 
 pub use bodies::{instance_body, manager_body, needs_policy, policy_body, resize_body, template_body};
+pub use listed::{listed_slices, watch_name};
 pub use operation::{code_number, operation};
 pub use tpu_model::{group_node, instance_node, resize_queued};
 

@@ -200,3 +200,63 @@ fn failed_operations_carry_the_compute_code() {
     let running = compute::Operation::new().set_status(compute::operation::Status::Running);
     assert!(!operation("x", &running).done);
 }
+
+/// What a listing of the zone shows of a slice compares equal to the slice read by name while
+/// nothing changes, and differs once a host is preempted or gets a notice.
+#[test]
+fn a_listed_slice_compares_like_the_slice_read_by_name() {
+    let parent = "projects/p/locations/z";
+    let seen = |n: &google_cloud_tpu_v2::model::Node| {
+        let m =
+            crate::maintenance::upcoming_maintenance(n).map(|m| (m.maintenance_status, m.window_start_time));
+        (n.state.clone(), n.health.clone(), m)
+    };
+    let notice: compute::UpcomingMaintenance = serde_json::from_value(serde_json::json!({
+        "type": "SCHEDULED", "canReschedule": true, "maintenanceStatus": "PENDING",
+        "windowStartTime": "2026-12-01T10:00:00Z"
+    }))
+    .unwrap();
+    let mut host_b = vm("grp-slice-1-bbbb", instance::Status::Running, false);
+    let hosts = vec![
+        vm("grp-slice-1-aaaa", instance::Status::Running, false),
+        host_b.clone(),
+    ];
+    let single = vm("one-slice-1", instance::Status::Running, false);
+    let listing = |hosts: Vec<Instance>| {
+        let mut all = hosts;
+        all.push(single.clone());
+        listed_slices(parent, all)
+    };
+    let find = |nodes: &[google_cloud_tpu_v2::model::Node], name: &str| {
+        nodes.iter().find(|n| n.name == name).cloned().expect(name)
+    };
+    let group_name = watch_name(&format!("{parent}/nodes/grp-slice-1"), true).unwrap();
+    let single_name = watch_name(&format!("{parent}/nodes/one-slice-1"), false).unwrap();
+    let manager = InstanceGroupManager::new().set_target_size(2);
+    let members = [ManagedInstance::new(), ManagedInstance::new()];
+    let read = group_node("n", "v6e-16", &manager, None, &members, &hosts);
+    let listed = listing(hosts.clone());
+    assert_eq!(seen(&find(&listed, &group_name)), seen(&read));
+    let one = instance_node("n", "v6e-8", &single);
+    assert_eq!(seen(&find(&listed, &single_name)), seen(&one));
+
+    // A notice on one host shows on the group as read and as listed alike.
+    host_b.resource_status = Some(compute::ResourceStatus::new().set_upcoming_maintenance(notice));
+    let noticed = vec![hosts[0].clone(), host_b];
+    let read = group_node("n", "v6e-16", &manager, None, &members, &noticed);
+    let listed = listing(noticed.clone());
+    assert_eq!(seen(&find(&listed, &group_name)), seen(&read));
+    assert_ne!(
+        seen(&read),
+        seen(&group_node("n", "v6e-16", &manager, None, &members, &hosts))
+    );
+    // A preempted host leaves READY.
+    let preempted = vec![
+        hosts[0].clone(),
+        vm("grp-slice-1-bbbb", instance::Status::Terminated, true),
+    ];
+    assert_eq!(
+        find(&listing(preempted), &group_name).state,
+        node::State::Preempted
+    );
+}

@@ -61,7 +61,7 @@ fn is_spot(instance: &Instance) -> bool {
     })
 }
 
-fn instance_state(instance: &Instance) -> node::State {
+pub(super) fn instance_state(instance: &Instance) -> node::State {
     use instance::Status as S;
     match instance.status.as_ref() {
         Some(S::Provisioning | S::Staging | S::Pending) => node::State::Creating,
@@ -150,12 +150,16 @@ pub fn group_node(
             ),
         )
         .set_or_clear_create_time(timestamp(manager.creation_timestamp.as_deref()));
-    // A maintenance of any host stops the whole slice: the one under way, else the earliest.
-    let notice = instances.iter().filter_map(notice).min_by_key(|m| {
+    crate::maintenance::carry_notice(node, slice_notice(instances))
+}
+
+/// The notice a slice of `instances` shows: a maintenance of any host stops the whole slice, so
+/// the one under way, else the earliest.
+pub(super) fn slice_notice(instances: &[Instance]) -> Option<&compute::UpcomingMaintenance> {
+    instances.iter().filter_map(notice).min_by_key(|m| {
         let ongoing = m.maintenance_status.as_ref().and_then(|s| s.name()) == Some("ONGOING");
         (!ongoing, m.window_start_time.clone())
-    });
-    crate::maintenance::carry_notice(node, notice)
+    })
 }
 
 /// The node state of a group wanting `target` hosts: STOPPED when it has no members and wants
