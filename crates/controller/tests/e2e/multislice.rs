@@ -217,6 +217,12 @@ fn all_ready(s: &TpuSlice, count: usize) -> bool {
 #[tokio::test]
 async fn a_lost_slice_of_four_is_replaced_alone_and_every_slice_resumes_from_the_last_checkpoint() {
     let env = started().await;
+    // A run far longer than the test: the clock moves on every poll, whether or not a loaded
+    // machine has run the operator's passes, and slice 0's run must not end before slice 3's
+    // starts (600 s, the default, did once beside four busy cores).
+    let mut config = env.gcp.config();
+    config.durations.tpu_workload = Duration::from_secs(6 * 3600);
+    env.gcp.set_config(config);
     env.create(&pipeline_on("ms4", 4, None)).await;
     let ready = env
         .wait_for::<TpuSlice, _>("ms4-train", "Ready with 4 nodes", STEP, |s| all_ready(s, 4))
@@ -230,7 +236,7 @@ async fn a_lost_slice_of_four_is_replaced_alone_and_every_slice_resumes_from_the
     let qr2 = nodes[2].replace("/nodes/", "/queuedResources/");
     // Each slice's container starts when its node is told the coordinator, one node per pass, so
     // slice 0's has run longest (and committed checkpoints, one per 120 s): slice 2 is lost a
-    // minute after the last one started, well before slice 0's run (600 s) ends.
+    // minute after the last one started.
     env.gcp.clock().advance(Duration::from_secs(60));
     env.gcp.clear_calls();
 
