@@ -1257,6 +1257,7 @@ fn the_dashboard_shows_each_pipeline_with_its_logs_link() {
         "estimated_cost_usd",
         "checkpoint_step",
         "checkpoint_time_seconds",
+        "goodput_percent",
         "links",
     ] {
         let series = format!("tpu_operator_resource_{metric}");

@@ -66,6 +66,12 @@ pub const RERUN_ANNOTATION: &str = "tpu-operator.dev/rerun";
         priority = 1
     ),
     printcolumn(
+        name = "Goodput%",
+        type_ = "integer",
+        json_path = ".status.timeSpent.goodputPercent",
+        priority = 1
+    ),
+    printcolumn(
         name = "Logs",
         type_ = "string",
         json_path = ".status.links.logs",
@@ -178,6 +184,7 @@ pub enum CheckpointsOnRetry {
 pub mod placeholders;
 mod retry;
 mod status;
+mod time_spent;
 mod training;
 mod vertex;
 
@@ -186,6 +193,7 @@ pub use status::{
     CheckpointStatus, Interruptions, KeptSlice, PipelineOutputs, RerunStatus, StageKind, StageName,
     StageState, StageStatus, SuspensionStatus, TrainingPipelinePhase, TrainingPipelineStatus,
 };
+pub use time_spent::{AttemptShares, Part as TimePart, Step as TimeStep, TimeShare, TimeSpent};
 pub use training::{TpuVmTraining, Training, TrainingMode};
 pub use vertex::{
     BootDisk, BootDiskType, PythonPackageSpec, SchedulingStrategy, VertexScheduling, VertexTraining,

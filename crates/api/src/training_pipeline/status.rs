@@ -215,6 +215,11 @@ pub struct TrainingPipelineStatus {
     /// Training progress as seen in Cloud Storage: the newest checkpoint of the current attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointStatus>,
+    /// Where the run's wall time and estimated dollars went: queued, provisioning,
+    /// preprocessing, productive, lost to interruptions, suspended, failed attempts (the parts
+    /// sum to the wall time), and the goodput percentage (`kubectl get -o wide`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_spent: Option<super::TimeSpent>,
     /// The `tpu-operator.dev/rerun` annotation value the current run was started for (or the
     /// pipeline was created with).
     #[serde(default, skip_serializing_if = "Option::is_none")]

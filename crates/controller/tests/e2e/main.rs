@@ -37,6 +37,7 @@ mod status_writes;
 mod stockout_memory;
 mod sweeper;
 mod tenancy_admission;
+mod time_spent;
 mod tpu_capacity;
 mod tpu_slice;
 mod training_pipeline;

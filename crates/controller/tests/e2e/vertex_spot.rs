@@ -56,6 +56,9 @@ async fn preempted_spot_job_is_recreated_without_spending_a_retry() {
     assert_eq!(st.attempts, 2);
     let train = st.stages.iter().find(|s| s.name == StageName::Train).unwrap();
     assert_eq!(train.attempts, 1, "the preemption is not a counted attempt");
+    // Counted apart from retries, as a TPU VM slice's preemptions are.
+    let preemptions = train.interruptions.as_ref().map(|i| i.preemptions);
+    assert_eq!(preemptions, Some(1), "{train:?}");
     assert_ne!(st.custom_job_name.as_deref(), Some(first.as_str()));
     assert_eq!(env.gcp.call_count("vertex", "customJobs.create"), 2);
 }

@@ -74,6 +74,9 @@ pub fn pipeline(sheet: &mut Sheet, tp: &TrainingPipeline, logs_cmd: &str) {
         }
     }
     sheet.cost(st.estimated_cost.as_ref());
+    if let Some(spent) = &st.time_spent {
+        sheet.row("Time spent", &spent.summary());
+    }
     sheet.row(
         "Checkpoint",
         &checkpoint(st.checkpoint.clone().unwrap_or_default()),

@@ -410,6 +410,9 @@ fn print_summary(
     for line in summary::interruptions(&at_end.objects) {
         println!("  {line}");
     }
+    for line in summary::time_spent(&at_end.objects) {
+        println!("  {line}");
+    }
     let links = summary::links(&at_end.objects);
     if !links.is_empty() {
         println!(

@@ -337,15 +337,7 @@ impl std::fmt::Display for Line {
 
 /// `1h02m`, `3m05s`, `12s`.
 pub fn format_duration(d: chrono::Duration) -> String {
-    let secs = d.num_seconds().max(0);
-    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
-    if h > 0 {
-        format!("{h}h{m:02}m")
-    } else if m > 0 {
-        format!("{m}m{s:02}s")
-    } else {
-        format!("{s}s")
-    }
+    tpu_operator_api::duration::format_seconds(d.num_seconds())
 }
 
 fn truncate(s: &str, max: usize) -> String {

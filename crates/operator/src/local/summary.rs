@@ -106,6 +106,19 @@ pub fn interruptions(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
         .collect()
 }
 
+/// Where each pipeline's time and money went (`status.timeSpent`), in emulated time like the
+/// table, so the same on every run.
+pub fn time_spent(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
+    objects
+        .iter()
+        .filter_map(|(key, seen)| {
+            let spent = seen.status("timeSpent")?.clone();
+            let spent: tpu_operator_api::training_pipeline::TimeSpent = serde_json::from_value(spent).ok()?;
+            Some(format!("{key}: {}", spent.summary()))
+        })
+        .collect()
+}
+
 /// The links each applied object's status carries, and the command that prints its logs. On
 /// Google Cloud the links open the Console; here they show what would be there, and the logs
 /// of the emulated run are read with `tpu-operator logs` (`--keep` keeps them readable).

@@ -18,6 +18,7 @@ mod progress;
 pub mod queue;
 pub mod spec;
 pub mod status;
+mod time_spent;
 pub mod variants;
 
 use std::{sync::Arc, time::Duration};
@@ -225,7 +226,9 @@ impl Kind for TrainingPipeline {
         if seen.reads.list_caught_up {
             new.unconfirmed_create_time = None;
         }
-        let progress = progress::update(ctx, tp, new).await;
+        let read = seen.reads.train.interruptions.as_ref();
+        let interrupted = time_spent::noticed(tp.status.as_ref(), new, read);
+        let progress = progress::update(ctx, tp, new, interrupted).await;
         Ok(Acted {
             done: Done {
                 next_check: progress.next_check,
@@ -235,9 +238,10 @@ impl Kind for TrainingPipeline {
         })
     }
 
-    fn report(&self, _now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TrainingPipelineStatus {
+    fn report(&self, now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TrainingPipelineStatus {
         let mut st = pass.plan.status.clone();
         links::set(&mut st, &self.spec, &pass.observed.reads);
+        time_spent::account(pass.old, &mut st, now);
         st
     }
 

@@ -48,8 +48,14 @@ pub struct Outcome {
     pub next_check: Option<Duration>,
 }
 
-/// Updates `st.checkpoint` (listing when due) and the `ProgressStalled` condition.
-pub async fn update(ctx: &Context, tp: &TrainingPipeline, st: &mut TrainingPipelineStatus) -> Outcome {
+/// Updates `st.checkpoint` (listing when due, and at once when this pass noticed an
+/// `interrupted` run) and the `ProgressStalled` condition.
+pub async fn update(
+    ctx: &Context,
+    tp: &TrainingPipeline,
+    st: &mut TrainingPipelineStatus,
+    interrupted: bool,
+) -> Outcome {
     let now = ctx.clock.now();
     let mut out = Outcome::default();
     let training = st.phase == Phase::Training;
@@ -69,6 +75,12 @@ pub async fn update(ctx: &Context, tp: &TrainingPipeline, st: &mut TrainingPipel
             ..Default::default()
         };
     }
+    // An interruption was noticed: the run restarts from its newest checkpoint, and the
+    // training it lost is measured from that checkpoint (`status.timeSpent`), so the directory
+    // is read now rather than at the next interval.
+    if interrupted {
+        list(ctx, tp, &dir, ckpt, now).await;
+    }
     if !training {
         end_stall(ctx, tp, st, now);
         return out;
@@ -78,13 +90,14 @@ pub async fn update(ctx: &Context, tp: &TrainingPipeline, st: &mut TrainingPipel
         .checked_time
         .as_ref()
         .map(|t| (now - to_chrono(t)).to_std().unwrap_or_default());
-    if let Some(elapsed) = since_check
-        && elapsed < interval
-    {
-        out.next_check = Some(interval - elapsed);
-        return out;
+    match since_check {
+        Some(elapsed) if elapsed < interval && !interrupted => {
+            out.next_check = Some(interval - elapsed);
+            return out;
+        }
+        _ if interrupted => {}
+        _ => list(ctx, tp, &dir, ckpt, now).await,
     }
-    list(ctx, tp, &dir, ckpt, now).await;
     out.next_check = Some(interval);
     judge(ctx, tp, st, now, &mut out);
     out

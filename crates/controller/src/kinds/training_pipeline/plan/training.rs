@@ -129,7 +129,18 @@ impl Planner<'_> {
                     job.name, job.message
                 );
                 let note = (true, reasons::PREEMPTED, detail.clone());
-                self.retry(attempt + 1, false, detail, note)
+                let before = self.st.attempts;
+                let step = self.retry(attempt + 1, false, detail, note);
+                // Counted apart from retries, as a TPU VM slice's preemptions are, once: when
+                // the new attempt starts (a suspended pipeline sees the same job again).
+                if self.st.attempts > before {
+                    let stage = status::stage_mut(&mut self.st, StageName::Train);
+                    stage
+                        .interruptions
+                        .get_or_insert_with(Default::default)
+                        .preemptions += 1;
+                }
+                step
             }
             JobState::Failed => {
                 let detail = format!(

@@ -1,0 +1,78 @@
+//! `status.timeSpent` brought up to date by each status write: what the pass tells
+//! [`TimeSpent::account`](tpu_operator_api::training_pipeline::TimeSpent::account) (the api crate has the rules).
+
+use chrono::{DateTime, Utc};
+use tpu_operator_api::training_pipeline::{
+    Interruptions, StageName, StageStatus, TimePart, TimeStep, TrainingPipelinePhase as Phase,
+    TrainingPipelineStatus,
+};
+
+use super::status::{stage, to_chrono};
+
+/// Interruptions counted in `i` (preemptions, maintenance restarts, slices replaced alone).
+fn count(i: Option<&Interruptions>) -> i32 {
+    i.map_or(0, |i| i.preemptions + i.maintenance_restarts + i.slice_restarts)
+}
+
+/// Interruptions of the training slice so far.
+fn interruptions(st: &TrainingPipelineStatus) -> i32 {
+    count(stage(st, StageName::Train).interruptions.as_ref())
+}
+
+/// Whether `new` noticed an interruption `old` did not show.
+fn interrupted(old: &TrainingPipelineStatus, new: &TrainingPipelineStatus) -> bool {
+    interruptions(new) > interruptions(old)
+}
+
+/// Whether this pass noticed an interruption the stored status (`old`) does not show: in the
+/// status being built (`new`: a Vertex job preempted) or in the training slice read this pass
+/// (`read`, which the report copies into the status).
+pub fn noticed(
+    old: Option<&TrainingPipelineStatus>,
+    new: &TrainingPipelineStatus,
+    read: Option<&Interruptions>,
+) -> bool {
+    count(read).max(interruptions(new)) > old.map_or(0, interruptions)
+}
+
+fn part(st: &TrainingPipelineStatus) -> Option<TimePart> {
+    TimePart::of(st.phase, stage(st, StageName::Train).state)
+}
+
+/// A stage started another attempt after a failed one, or the run failed.
+fn attempt_failed(old: &TrainingPipelineStatus, new: &TrainingPipelineStatus) -> bool {
+    let retried = |s: &StageStatus| {
+        let before = old
+            .stages
+            .iter()
+            .find(|o| o.name == s.name)
+            .map_or(0, |o| o.attempts);
+        before >= 1 && s.attempts > before
+    };
+    new.stages.iter().any(retried) || (new.phase == Phase::Failed && old.phase != Phase::Failed)
+}
+
+fn spent(st: &TrainingPipelineStatus) -> f64 {
+    st.estimated_cost.as_ref().map_or(0.0, |c| c.so_far_usd)
+}
+
+/// `new.timeSpent` after the interval since `old` was written.
+pub fn account(old: &TrainingPipelineStatus, new: &mut TrainingPipelineStatus, now: DateTime<Utc>) {
+    let checkpoint = new
+        .checkpoint
+        .as_ref()
+        .and_then(|c| c.latest_time.as_ref())
+        .map(to_chrono)
+        .filter(|t| *t <= now)
+        .map(|t| t.timestamp_millis());
+    let step = TimeStep {
+        was: part(old),
+        is: part(new),
+        now_ms: now.timestamp_millis(),
+        spent_usd: spent(new) - spent(old),
+        interrupted: interrupted(old, new).then_some(checkpoint),
+        attempt_failed: attempt_failed(old, new),
+    };
+    let before = old.time_spent.clone().unwrap_or_default();
+    new.time_spent = Some(before.account(step));
+}

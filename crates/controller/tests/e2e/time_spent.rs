@@ -1,0 +1,114 @@
+//! Where a run's time and money went (`status.timeSpent`), end to end: a Spot TPU VM pipeline
+//! preempted between two checkpoints, through TrainingPipeline → controllers → gcp-emulator →
+//! status.
+
+use std::{sync::Arc, time::Duration};
+
+use gcp_emulator::Fault;
+use test_kit::TestEnv;
+use tpu_operator_api::training_pipeline::{
+    StageName, TimeSpent, TrainingPipeline, TrainingPipelinePhase as Phase,
+};
+use tpu_operator_controller::{
+    Context,
+    kinds::{tpu_slice, training_pipeline, training_pipeline::status::to_chrono},
+    never_shutdown,
+};
+
+const STEP: Duration = Duration::from_secs(15);
+
+fn spot_run(name: &str) -> TrainingPipeline {
+    let mut tp: TrainingPipeline =
+        test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
+    tp.metadata.name = Some(name.into());
+    tp.spec.preprocess = None;
+    tp
+}
+
+fn spent(tp: &TrainingPipeline) -> TimeSpent {
+    tp.status
+        .as_ref()
+        .and_then(|s| s.time_spent.clone())
+        .unwrap_or_default()
+}
+
+fn preemptions(tp: &TrainingPipeline) -> i32 {
+    let st = tp.status.as_ref();
+    let train = st.and_then(|s| s.stages.iter().find(|s| s.name == StageName::Train));
+    train
+        .and_then(|s| s.interruptions.as_ref())
+        .map_or(0, |i| i.preemptions)
+}
+
+/// The parts sum to the run's wall time; what the preemption threw away is priced as the steps
+/// since the last committed checkpoint times the step time; the dollars sum to the estimate.
+#[tokio::test]
+async fn a_preempted_runs_time_splits_into_parts_that_sum_to_its_wall_time() {
+    let mut env = TestEnv::start().await;
+    let ctx: Arc<Context> = env.ctx.clone();
+    env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
+    env.spawn(tpu_slice::run(ctx, never_shutdown()));
+    env.create(&spot_run("gp")).await;
+    let checkpointed = env
+        .wait_for::<TrainingPipeline, _>("gp", "a first checkpoint", STEP, |tp| {
+            tp.status
+                .as_ref()
+                .and_then(|s| s.checkpoint.as_ref())
+                .is_some_and(|c| c.latest_step.is_some())
+        })
+        .await;
+    assert_eq!(checkpointed.status.as_ref().unwrap().phase, Phase::Training);
+    // Half-way to the next checkpoint (one per 120 s of cloud time, 100 steps).
+    env.gcp.clock().advance(Duration::from_secs(60));
+    let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
+    env.gcp.inject(Fault::PreemptNode { name: node }).unwrap();
+    // The cloud clock stands still until the pipeline has noticed: the loss is measured at the
+    // notice, and every second the clock moved meanwhile would count as lost.
+    env.wait_for::<TrainingPipeline, _>("gp", "the preemption noticed", Duration::ZERO, |tp| {
+        preemptions(tp) == 1
+    })
+    .await;
+    let done = env
+        .wait_for::<TrainingPipeline, _>("gp", "Succeeded", STEP, |tp| {
+            tp.status.as_ref().is_some_and(|s| s.phase == Phase::Succeeded)
+        })
+        .await;
+    let st = done.status.clone().unwrap();
+    let t = spent(&done);
+    let wall = (to_chrono(st.completion_time.as_ref().unwrap()) - to_chrono(st.start_time.as_ref().unwrap()))
+        .num_milliseconds() as f64
+        / 1000.0;
+    let sum = t.wall_seconds() as f64;
+    let interruption = env.gcp.workload_interruptions()[0].clone();
+    let cfg = env.gcp.config().durations;
+    let step_seconds = cfg.workload_checkpoint.as_secs_f64() / 100.0;
+    let expected_lost = interruption.steps_lost as f64 * step_seconds;
+    let lost = t.lost_to_interruptions.seconds as f64;
+    eprintln!(
+        "time spent: wall {wall:.0}s, parts {sum:.0}s ({:?}), lost {lost:.0}s against {} steps × {step_seconds}s = {expected_lost:.0}s, goodput {:?}%",
+        t.parts()
+            .iter()
+            .map(|(n, s)| format!("{n} {}s ${:.2}", s.seconds, s.usd))
+            .collect::<Vec<_>>(),
+        interruption.steps_lost,
+        t.goodput_percent
+    );
+    assert!(
+        (sum - wall).abs() <= wall * 0.01,
+        "parts {sum} against wall {wall}: {t:?}"
+    );
+    assert!(expected_lost > 0.0, "{interruption:?}");
+    assert!(
+        (lost - expected_lost).abs() <= expected_lost * 0.1,
+        "lost {lost} against {expected_lost}: {t:?}"
+    );
+    assert!(t.productive.seconds > 0 && t.provisioning.seconds > 0, "{t:?}");
+    assert_eq!(t.failed_attempts.seconds, 0, "a preemption spends no attempt");
+    let usd: f64 = t.parts().iter().map(|(_, s)| s.usd).sum();
+    let estimate = st.estimated_cost.as_ref().unwrap().so_far_usd;
+    assert!(
+        (usd - estimate).abs() <= estimate * 0.01 + 1e-6,
+        "parts ${usd} against estimate ${estimate}"
+    );
+    assert!(t.goodput_percent.is_some_and(|g| g > 0 && g < 100), "{t:?}");
+}
