@@ -56,8 +56,23 @@ fn spent(st: &TrainingPipelineStatus) -> f64 {
     st.estimated_cost.as_ref().map_or(0.0, |c| c.so_far_usd)
 }
 
-/// `new.timeSpent` after the interval since `old` was written.
+/// How long `timeSpent` may lag while nothing else in the status changes: crediting later
+/// credits the same seconds to the same part, so waiting loses nothing and spares a status write
+/// on every pass of a pipeline that only waits.
+const REFRESH: i64 = 60_000;
+
+/// `new.timeSpent` after the interval since `old` was written: brought up to date with any other
+/// change of the status, at every change of part, and at least every [`REFRESH`].
 pub fn account(old: &TrainingPipelineStatus, new: &mut TrainingPipelineStatus, now: DateTime<Utc>) {
+    let through = old
+        .time_spent
+        .as_ref()
+        .and_then(|t| t.accounted_through.as_ref())
+        .map(|t| t.0.as_millisecond());
+    // `new` still carries `old`'s `timeSpent`: equal means nothing else changed either.
+    if new == old && through.is_some_and(|t| now.timestamp_millis() - t < REFRESH) {
+        return;
+    }
     let checkpoint = new
         .checkpoint
         .as_ref()
@@ -75,4 +90,38 @@ pub fn account(old: &TrainingPipelineStatus, new: &mut TrainingPipelineStatus, n
     };
     let before = old.time_spent.clone().unwrap_or_default();
     new.time_spent = Some(before.account(step));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
+    }
+
+    /// A pass that changes nothing else leaves `timeSpent` alone for up to a minute (no status
+    /// write), and the seconds it skipped are credited by the next update all the same.
+    #[test]
+    fn quiet_passes_are_coalesced_without_losing_a_second() {
+        let mut first = TrainingPipelineStatus {
+            phase: Phase::Waiting,
+            ..Default::default()
+        };
+        account(&TrainingPipelineStatus::default(), &mut first, at(0));
+        let mut quiet = first.clone();
+        account(&first, &mut quiet, at(30));
+        assert_eq!(quiet, first, "no write 30 s later");
+        let mut due = first.clone();
+        account(&first, &mut due, at(61));
+        assert_eq!(due.time_spent.as_ref().unwrap().queued.seconds, 61);
+        let mut moved = first.clone();
+        moved.phase = Phase::Provisioning;
+        account(&first, &mut moved, at(5));
+        assert_eq!(
+            moved.time_spent.as_ref().unwrap().queued.seconds,
+            5,
+            "a change of part"
+        );
+    }
 }
