@@ -54,7 +54,11 @@ impl TpuAlpha {
     /// `queuedResources.performMaintenanceQueuedResource` of queued resource `name`
     /// (`projects/{p}/locations/{zone}/queuedResources/{id}`) for its nodes `nodes` (full
     /// names): the started operation.
-    pub async fn perform_maintenance_queued_resource(&self, name: &str, nodes: &[String]) -> Result<Operation> {
+    pub async fn perform_maintenance_queued_resource(
+        &self,
+        name: &str,
+        nodes: &[String],
+    ) -> Result<Operation> {
         let body = serde_json::json!({ "nodeNames": nodes });
         let verb = "performMaintenanceQueuedResource";
         self.post(PERFORM_MAINTENANCE_QUEUED_RESOURCE, name, verb, body)
@@ -62,7 +66,13 @@ impl TpuAlpha {
     }
 
     /// `POST v2alpha1/{name}:{verb}` with `body`, answered by an operation.
-    async fn post(&self, method: &'static str, name: &str, verb: &str, body: serde_json::Value) -> Result<Operation> {
+    async fn post(
+        &self,
+        method: &'static str,
+        name: &str,
+        verb: &str,
+        body: serde_json::Value,
+    ) -> Result<Operation> {
         let url = format!("{}/v2alpha1/{name}:{verb}", self.endpoint);
         let request = self.http.post(url).json(&body);
         let request = self.auth.authorize(request, Service::Tpu, method, name).await?;

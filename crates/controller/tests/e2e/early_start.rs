@@ -56,7 +56,8 @@ fn queued_run(name: &str, start_early: StartEarly) -> TrainingPipeline {
 #[tokio::test]
 async fn a_queued_slice_starts_its_maintenance_through_its_queued_resource() {
     let env = started().await;
-    env.create(&queued_run("qearly", StartEarly::AfterCheckpoint)).await;
+    env.create(&queued_run("qearly", StartEarly::AfterCheckpoint))
+        .await;
     env.create(&queued_run("qwaits", StartEarly::Never)).await;
     first_checkpoints(&env, ["qearly", "qwaits"]).await;
     let nodes = announce_after_a_checkpoint(&env, ["qearly", "qwaits"], true).await;
@@ -126,8 +127,11 @@ async fn a_multislice_slice_starts_its_maintenance_alone_through_its_queued_reso
     .await;
     let slice_node = |k: &str| {
         let nodes = env.gcp.nodes();
-        let n = nodes.iter().find(|n| n["metadata"][MEGASCALE_SLICE_ID_METADATA] == k);
-        n.map(|n| n["name"].as_str().unwrap().to_string()).expect("the slice's node")
+        let n = nodes
+            .iter()
+            .find(|n| n["metadata"][MEGASCALE_SLICE_ID_METADATA] == k);
+        n.map(|n| n["name"].as_str().unwrap().to_string())
+            .expect("the slice's node")
     };
     let (node0, node1) = (slice_node("0"), slice_node("1"));
     let before = creates_and_deletes(&env);
@@ -135,17 +139,26 @@ async fn a_multislice_slice_starts_its_maintenance_alone_through_its_queued_reso
         .inject(gcp_emulator::Fault::ScheduleMaintenance {
             name: node1.clone(),
             start_in_secs: 120,
-            duration_secs: 300,
+            duration_secs: 120,
             can_reschedule: true,
             unscheduled: false,
         })
         .unwrap();
-    let window = window_start(&env.gcp.nodes().into_iter().find(|n| n["name"] == node1.as_str()).unwrap());
+    let window = window_start(
+        &env.gcp
+            .nodes()
+            .into_iter()
+            .find(|n| n["name"] == node1.as_str())
+            .unwrap(),
+    );
     let now = env.gcp.clock().now();
     env.gcp
         .clock()
         .advance((window - chrono::Duration::seconds(30) - now).to_std().unwrap());
-    let m = maintenance_once(&env, "ms-train", "slice 1 started early", Duration::ZERO, |m, _| {
+    // The clock moves a second a poll: the checkpoint request is a `nodes.patch` of slice 1's
+    // node, whose operation (5 s) the multislice waits for before its next change.
+    let step = Duration::from_secs(1);
+    let m = maintenance_once(&env, "ms-train", "slice 1 started early", step, |m, _| {
         m.start_request_time.is_some()
     })
     .await;
@@ -154,23 +167,36 @@ async fn a_multislice_slice_starts_its_maintenance_alone_through_its_queued_reso
     assert_eq!(env.gcp.call_count("tpu", method), 1);
     let call = env.gcp.calls().into_iter().find(|c| c.method == method).unwrap();
     let queue1 = node1.replace("/nodes/", "/queuedResources/");
-    assert!(call.path.contains(&queue1), "slice 1's queued resource: {}", call.path);
+    assert!(
+        call.path.contains(&queue1),
+        "slice 1's queued resource: {}",
+        call.path
+    );
     let under = |name: &str| {
         let nodes = env.gcp.nodes();
         let n = nodes.iter().find(|n| n["name"] == name).unwrap();
         n["upcomingMaintenance"]["maintenanceStatus"].clone()
     };
     assert_eq!(under(&node1), "ONGOING");
-    assert_eq!(under(&node0), serde_json::Value::Null, "slice 0 is not maintained");
+    assert_eq!(
+        under(&node0),
+        serde_json::Value::Null,
+        "slice 0 is not maintained"
+    );
     let s = env
-        .wait_for::<TpuSlice, _>("ms-train", "the maintenance over", STEP, |s| {
-            s.status.as_ref().is_some_and(|st| {
-                st.maintenance_restarts == 1 && ended(st.maintenance.as_ref()) && st.node_states == ["READY", "READY"]
-            })
+        .wait_for::<TpuSlice, _>("ms-train", "the maintenance over", step, |s| {
+            s.status
+                .as_ref()
+                .is_some_and(|st| st.maintenance_restarts == 1 && ended(st.maintenance.as_ref()))
         })
         .await;
     let st = s.status.unwrap();
-    assert_eq!((st.recreations, st.slice_restarts.iter().sum::<i32>()), (0, 0), "{st:?}");
+    assert_eq!(st.node_states, ["READY", "READY"], "{st:?}");
+    assert_eq!(
+        (st.recreations, st.slice_restarts.iter().sum::<i32>()),
+        (0, 0),
+        "{st:?}"
+    );
     assert_eq!(creates_and_deletes(&env), before, "nothing created or deleted");
     assert_eq!(env.gcp.call_count("tpu", method), 1, "started once");
     assert_eq!(env.gcp.call_count("tpu", "nodes.performMaintenance"), 0);
@@ -190,8 +216,12 @@ fn vm_of(env: &TestEnv, name: &str) -> serde_json::Value {
 fn vm_interruption(env: &TestEnv, name: &str) -> gcp_emulator::WorkloadInterruption {
     let vm = vm_of(env, name)["name"].as_str().unwrap().to_string();
     let all = env.gcp.workload_interruptions();
-    let found = all.iter().find(|i| i.node.contains(&vm) && i.cause == gcp_emulator::Cause::Maintenance);
-    found.cloned().unwrap_or_else(|| panic!("no maintenance interruption of {name}: {all:?}"))
+    let found = all
+        .iter()
+        .find(|i| i.node.contains(&vm) && i.cause == gcp_emulator::Cause::Maintenance);
+    found
+        .cloned()
+        .unwrap_or_else(|| panic!("no maintenance interruption of {name}: {all:?}"))
 }
 
 /// A Compute Engine VM's reschedulable maintenance is started with `instances.performMaintenance`
@@ -201,12 +231,15 @@ fn vm_interruption(env: &TestEnv, name: &str) -> gcp_emulator::WorkloadInterrupt
 async fn a_compute_engine_slice_starts_its_vms_maintenance_early() {
     use super::compute_engine::{is_ready, start, training};
     let env = start().await;
-    for (name, start_early) in [("ce-early", StartEarly::AfterCheckpoint), ("ce-waits", StartEarly::Never)] {
+    for (name, start_early) in [
+        ("ce-early", StartEarly::AfterCheckpoint),
+        ("ce-waits", StartEarly::Never),
+    ] {
         let mut s = training(name, "v6e-8");
-        s.spec.maintenance = Some(serde_json::from_value(
-            serde_json::json!({"checkpointLead": "30s", "startEarly": start_early}),
-        )
-        .unwrap());
+        s.spec.maintenance = Some(
+            serde_json::from_value(serde_json::json!({"checkpointLead": "30s", "startEarly": start_early}))
+                .unwrap(),
+        );
         env.create(&s).await;
     }
     for name in ["ce-early", "ce-waits"] {
@@ -238,7 +271,9 @@ async fn a_compute_engine_slice_starts_its_vms_maintenance_early() {
         env.gcp.inject(notice).unwrap();
     }
     let at = vm_of(&env, "ce-early")["resourceStatus"]["upcomingMaintenance"]["windowStartTime"].clone();
-    let window = chrono::DateTime::parse_from_rfc3339(at.as_str().unwrap()).unwrap().to_utc();
+    let window = chrono::DateTime::parse_from_rfc3339(at.as_str().unwrap())
+        .unwrap()
+        .to_utc();
     let now = env.gcp.clock().now();
     env.gcp
         .clock()
@@ -250,9 +285,13 @@ async fn a_compute_engine_slice_starts_its_vms_maintenance_early() {
     assert!(m.committed_checkpoint.is_some(), "{m:?}");
     assert_eq!(env.gcp.call_count("compute", "instances.performMaintenance"), 1);
     for name in ["ce-early", "ce-waits"] {
-        maintenance_once(&env, name, "the maintenance over", Duration::from_secs(1), |m, restarts| {
-            restarts == 1 && ended(Some(m))
-        })
+        maintenance_once(
+            &env,
+            name,
+            "the maintenance over",
+            Duration::from_secs(1),
+            |m, restarts| restarts == 1 && ended(Some(m)),
+        )
         .await;
     }
     assert_eq!(
@@ -260,7 +299,11 @@ async fn a_compute_engine_slice_starts_its_vms_maintenance_early() {
         1,
         "started once, only where allowed"
     );
-    assert_eq!(env.gcp.call_count("compute", "instances.insert"), 2, "nothing recreated");
+    assert_eq!(
+        env.gcp.call_count("compute", "instances.insert"),
+        2,
+        "nothing recreated"
+    );
     let early = vm_interruption(&env, "ce-early");
     let waited = vm_interruption(&env, "ce-waits");
     eprintln!("Compute Engine slice, steps lost: started early {early:?}; at the window {waited:?}");

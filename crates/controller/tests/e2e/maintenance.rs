@@ -89,7 +89,11 @@ pub(super) fn window_start(node: &serde_json::Value) -> chrono::DateTime<chrono:
 /// The same notice on both runs' nodes, its window a minute after a periodic checkpoint (they
 /// come every 120 s of cloud time): the moment the next one is written, the window is set 60 s
 /// out. Returns the nodes' names, in the order of `runs`.
-pub(super) async fn announce_after_a_checkpoint(env: &TestEnv, runs: [&str; 2], can_reschedule: bool) -> Vec<String> {
+pub(super) async fn announce_after_a_checkpoint(
+    env: &TestEnv,
+    runs: [&str; 2],
+    can_reschedule: bool,
+) -> Vec<String> {
     let written = |env: &TestEnv| {
         let objects = env.gcp.objects("demo-project-tpu-data");
         let prefix = format!("models/{}/checkpoints/", runs[1]);

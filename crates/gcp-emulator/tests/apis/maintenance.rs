@@ -251,7 +251,10 @@ async fn preemption_records_the_steps_lost_over_http() {
 /// Creates queued resource `id` (one v5p-8 node of the same id, on demand) over v2 and lets the
 /// clock run until it is ACTIVE and its node READY.
 async fn active_queued_resource(emu: &Emulator, id: &str) {
-    let url = format!("{}/tpu/v2/{PARENT}/queuedResources?queuedResourceId={id}", emu.url());
+    let url = format!(
+        "{}/tpu/v2/{PARENT}/queuedResources?queuedResourceId={id}",
+        emu.url()
+    );
     let node = json!({"acceleratorType": "v5p-8", "runtimeVersion": "tpu-ubuntu2204-base",
                       "metadata": metadata(None)});
     let body = json!({"tpu": {"nodeSpec": [{"parent": PARENT, "nodeId": id, "node": node}]}});
@@ -259,7 +262,10 @@ async fn active_queued_resource(emu: &Emulator, id: &str) {
     assert_eq!(status, 200, "{body}");
     for _ in 0..60 {
         emu.clock().advance(secs(60));
-        let ready = list_nodes(emu).await.iter().any(|n| n["name"] == node_name(id).as_str() && n["state"] == "READY");
+        let ready = list_nodes(emu)
+            .await
+            .iter()
+            .any(|n| n["name"] == node_name(id).as_str() && n["state"] == "READY");
         if ready {
             return;
         }
@@ -293,7 +299,11 @@ async fn perform_maintenance_queued_resource_starts_only_its_named_reschedulable
         "{fixed}"
     );
     let (status, other) = call(json!([node_name("q2")])).await;
-    assert_eq!((status, other["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")), "{other}");
+    assert_eq!(
+        (status, other["error"]["status"].as_str()),
+        (400, Some("INVALID_ARGUMENT")),
+        "{other}"
+    );
     let (status, empty) = call(json!([])).await;
     assert_eq!(status, 400, "{empty}");
     emu.inject(schedule("q1", 3600, true)).unwrap();
@@ -302,10 +312,16 @@ async fn perform_maintenance_queued_resource_starts_only_its_named_reschedulable
     assert_eq!(op["metadata"]["verb"], "performMaintenanceQueuedResource");
     let nodes = list_nodes(&emu).await;
     let status_of = |id: &str| {
-        let n = nodes.iter().find(|n| n["name"] == node_name(id).as_str()).unwrap();
+        let n = nodes
+            .iter()
+            .find(|n| n["name"] == node_name(id).as_str())
+            .unwrap();
         n["upcomingMaintenance"]["maintenanceStatus"].clone()
     };
-    assert_eq!((status_of("q1"), status_of("q2")), (json!("ONGOING"), json!("PENDING")));
+    assert_eq!(
+        (status_of("q1"), status_of("q2")),
+        (json!("ONGOING"), json!("PENDING"))
+    );
     let (status, again) = call(json!([node_name("q1")])).await;
     assert_eq!(status, 400, "already under way: {again}");
     // Over after its 600 s: the operation is done.

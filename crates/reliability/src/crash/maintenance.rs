@@ -175,7 +175,10 @@ impl Run<'_> {
             ));
         }
         if seen.early_starts > 1 {
-            v.push(format!("one window of {node} started early {} times", seen.early_starts));
+            v.push(format!(
+                "one window of {node} started early {} times",
+                seen.early_starts
+            ));
         }
         if !seen.reschedulable && seen.start_calls > 0 {
             v.push(format!(

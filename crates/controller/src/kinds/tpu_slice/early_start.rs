@@ -16,9 +16,7 @@
 
 use chrono::{DateTime, Utc};
 use tpu_operator_api::{
-    tpu_slice::{
-        MaintenanceSpec, MaintenanceState, StartEarly, TpuSlice, TpuSliceSpec, TpuSliceStatus,
-    },
+    tpu_slice::{MaintenanceSpec, MaintenanceState, StartEarly, TpuSlice, TpuSliceSpec, TpuSliceStatus},
     training_pipeline::CHECKPOINT_DIR_ENV,
 };
 use tpu_operator_gcp::{ObjectInfo, maintenance::upcoming_maintenance, parse_gs_uri, tpu_v2::model::Node};

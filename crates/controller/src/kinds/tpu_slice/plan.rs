@@ -74,11 +74,9 @@ pub enum Action {
         node: String,
         metadata: std::collections::BTreeMap<String, String>,
     },
-    /// `node`'s (full name) reschedulable maintenance starts now, right after the checkpoint
-    /// asked for before it was committed: `nodes.performMaintenance` of a node of its own,
-    /// `queuedResources.performMaintenanceQueuedResource` of `queued` (full name) naming only
-    /// `node` for a node of a queued resource, which Google maintains through it; on Compute
-    /// Engine, `instances.performMaintenance` of each VM of the slice whose maintenance may move.
+    /// `node`'s (full name) reschedulable maintenance starts now, right after the asked
+    /// checkpoint was committed: through `queued` (full name) for a queued resource's node, and
+    /// on each VM under notice on Compute Engine ([`super::early_start`]).
     PerformMaintenance {
         node: String,
         queued: Option<String>,

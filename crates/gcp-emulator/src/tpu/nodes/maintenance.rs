@@ -106,7 +106,11 @@ fn end(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
     let mut node = rec.body.clone();
     // One `performMaintenanceQueuedResource` operation covers every node it named: done when
     // the last of their maintenances is over.
-    let shared = |op: &String| tpu.nodes.under("").any(|(_, r)| r.run.maintenance_op.as_ref() == Some(op));
+    let shared = |op: &String| {
+        tpu.nodes
+            .under("")
+            .any(|(_, r)| r.run.maintenance_op.as_ref() == Some(op))
+    };
     if let Some(op) = op.filter(|op| !shared(op)) {
         if let Some(m) = node.as_object_mut() {
             m.remove("health");

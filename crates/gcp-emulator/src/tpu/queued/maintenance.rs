@@ -56,7 +56,11 @@ pub fn perform_maintenance(w: &mut Cloud, tpu: &mut Tpu, name: &str, body: &Valu
     for n in &nodes {
         check_reschedulable(tpu, n)?;
     }
-    let parent = name.split("/queuedResources/").next().unwrap_or_default().to_string();
+    let parent = name
+        .split("/queuedResources/")
+        .next()
+        .unwrap_or_default()
+        .to_string();
     let op_name = tpu_op_name(w, &parent);
     let mut meta = op_metadata(w.now, name, "performMaintenanceQueuedResource");
     meta["apiVersion"] = json!("v2alpha1");

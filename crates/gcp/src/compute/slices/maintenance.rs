@@ -81,8 +81,10 @@ mod tests {
     #[test]
     fn only_a_pending_reschedulable_notice_is_started() {
         let vm = |notice: serde_json::Value| -> Instance {
-            serde_json::from_value(serde_json::json!({"name": "vm", "resourceStatus": {"upcomingMaintenance": notice}}))
-                .unwrap()
+            serde_json::from_value(
+                serde_json::json!({"name": "vm", "resourceStatus": {"upcomingMaintenance": notice}}),
+            )
+            .unwrap()
         };
         assert!(reschedulable(&vm(
             serde_json::json!({"canReschedule": true, "maintenanceStatus": "PENDING"})

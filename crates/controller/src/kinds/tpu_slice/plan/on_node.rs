@@ -240,9 +240,8 @@ fn tell_slices(input: &Input<'_>, nodes: &[&Node], coordinator: &str) -> Plan {
     }
 }
 
-/// What a READY node's announced maintenance asks for now: its start, once the checkpoint
-/// asked for before it is committed (see [`early_start::start_due`]), or the metadata patch
-/// that asks for that checkpoint (see [`maintenance::checkpoint_due`]).
+/// What a READY node's announced maintenance asks for now: its start once the asked checkpoint
+/// is committed ([`early_start::start_due`]), or the patch asking for it ([`maintenance::checkpoint_due`]).
 fn maintenance_step(input: &Input<'_>, n: &Node) -> Option<Action> {
     if early_start::start_due(n, input.observed.committed_checkpoint.as_deref()) {
         return Some(Action::PerformMaintenance {
@@ -261,8 +260,7 @@ fn maintenance_step(input: &Input<'_>, n: &Node) -> Option<Action> {
 }
 
 /// The queued resource holding node `n`, through which Google maintains it: its slice's own
-/// (a multislice of one queued resource per slice), else the slice's (`capacity.queued`,
-/// `capacity.reserved`, a multislice of one queued resource); `None` for a node of its own.
+/// in a multislice of one per slice, else the slice's; `None` for a node of its own.
 fn queue_of(input: &Input<'_>, n: &Node) -> Option<String> {
     let current = &input.names.current;
     if !current.per_slice_queues() {

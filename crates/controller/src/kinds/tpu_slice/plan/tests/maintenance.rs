@@ -255,8 +255,9 @@ fn a_multislice_slice_is_started_through_its_own_queued_resource() {
             .set_metadata(d.metadata)
             .set_tags(d.tags);
         if k == 0 {
-            n = n.set_network_endpoints([tpu_operator_gcp::tpu_v2::model::NetworkEndpoint::new()
-                .set_ip_address("10.0.0.2")]);
+            n = n.set_network_endpoints([
+                tpu_operator_gcp::tpu_v2::model::NetworkEndpoint::new().set_ip_address("10.0.0.2")
+            ]);
         }
         n
     };
