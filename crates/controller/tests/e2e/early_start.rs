@@ -202,7 +202,10 @@ async fn a_multislice_slice_starts_its_maintenance_alone_through_its_queued_reso
     assert_eq!(env.gcp.call_count("tpu", "nodes.performMaintenance"), 0);
     let early = interruption(&env, &node1);
     eprintln!("multislice slice 1, steps lost: started early {early:?}");
-    assert!(early.at < window && early.steps_lost <= 1, "{early:?}");
+    // A multislice waits for the checkpoint request's `nodes.patch` (5 s of cloud time here)
+    // before its next change, so up to that many steps (1.2 s each) may be trained again; the
+    // window would have cost the 30 s lead (25 steps).
+    assert!(early.at < window && early.steps_lost <= 6, "{early:?}");
 }
 
 /// The first VM (instance) of slice `name` as the emulator serves it.
