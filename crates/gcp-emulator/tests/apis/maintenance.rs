@@ -281,13 +281,11 @@ async fn perform_maintenance_queued_resource_starts_only_its_named_reschedulable
     let emu = emulator().await;
     active_queued_resource(&emu, "q1").await;
     active_queued_resource(&emu, "q2").await;
-    let call = |nodes: Value| {
-        let url = format!(
-            "{}/tpu/v2alpha1/{PARENT}/queuedResources/q1:performMaintenanceQueuedResource",
-            emu.url()
-        );
-        raw(Method::POST, &url, Some(json!({"nodeNames": nodes})))
-    };
+    let url = format!(
+        "{}/tpu/v2alpha1/{PARENT}/queuedResources/q1:performMaintenanceQueuedResource",
+        emu.url()
+    );
+    let call = |nodes: Value| raw(Method::POST, &url, Some(json!({"nodeNames": nodes})));
     let (status, none) = call(json!([node_name("q1")])).await;
     assert_eq!(status, 400, "no notice: {none}");
     emu.inject(schedule("q1", 3600, false)).unwrap();
