@@ -134,6 +134,8 @@ struct Maintained {
     /// and refused early start calls.
     wrong_starts: usize,
     refused_starts: usize,
+    /// Early starts through a queued resource (`performMaintenanceQueuedResource`).
+    queued_starts: usize,
     /// Sums of the maintenance restarts and the recreations counted by the steps.
     restarts: i64,
     recreations: i64,
@@ -158,6 +160,7 @@ impl Maintained {
             self.wrong_starts += m.start_calls;
         }
         self.refused_starts += m.start_calls - m.early_starts;
+        self.queued_starts += m.queued_starts;
         self.ended += u64::from(m.ended);
         self.restarts += i64::from(m.restarts_counted);
         self.recreations += i64::from(m.recreations_counted);
@@ -165,7 +168,7 @@ impl Maintained {
 
     fn line(&self) -> String {
         format!(
-            "maintenance: {} announced + {} simulated, {} seen over in status; checkpoint requests per announced window {:?} (requests: runs); {} metadata patches on simulated ones; {} reschedulable windows, early starts per window {:?} (starts: windows), {} start calls on windows that may not move, {} refused start calls; {} maintenance restarts counted, {} recreations",
+            "maintenance: {} announced + {} simulated, {} seen over in status; checkpoint requests per announced window {:?} (requests: runs); {} metadata patches on simulated ones; {} reschedulable windows, early starts per window {:?} (starts: windows), {} of them through a queued resource, {} start calls on windows that may not move, {} refused start calls; {} maintenance restarts counted, {} recreations",
             self.announced,
             self.simulated,
             self.ended,
@@ -173,6 +176,7 @@ impl Maintained {
             self.simulated_patches,
             self.reschedulable,
             self.early_starts,
+            self.queued_starts,
             self.wrong_starts,
             self.refused_starts,
             self.restarts,

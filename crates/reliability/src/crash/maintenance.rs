@@ -55,6 +55,8 @@ pub struct MaintenanceSeen {
     /// Successful calls that started the maintenance early, and every such call (refusals too).
     pub early_starts: usize,
     pub start_calls: usize,
+    /// Of the successful early starts, those through a queued resource (a queued slice's node).
+    pub queued_starts: usize,
     /// `status.maintenanceRestarts` after the step minus before.
     pub restarts_counted: i32,
     /// `status.recreations` after minus before (a preemption would count there).
@@ -110,6 +112,7 @@ impl Run<'_> {
             reschedulable,
             early_starts: starts.0 - starts_before.0,
             start_calls: starts.1 - starts_before.1,
+            queued_starts: starts.2 - starts_before.2,
             checkpoint_patches: metadata_patches(&self.world.gcp, &node) - patches_before,
             restarts_counted: after.maintenance_restarts - before.maintenance_restarts,
             recreations_counted: after.recreations - before.recreations,
@@ -264,8 +267,8 @@ fn metadata_patches(gcp: &gcp_emulator::Emulator, node: &str) -> usize {
 }
 
 /// The calls that start a maintenance early (the run has one slice, whose node is maintained):
-/// (successful, all).
-fn start_calls(gcp: &gcp_emulator::Emulator) -> (usize, usize) {
+/// (successful, all, successful through a queued resource).
+fn start_calls(gcp: &gcp_emulator::Emulator) -> (usize, usize, usize) {
     let starts = [
         "nodes.performMaintenance",
         "queuedResources.performMaintenanceQueuedResource",
@@ -275,6 +278,7 @@ fn start_calls(gcp: &gcp_emulator::Emulator) -> (usize, usize) {
         .into_iter()
         .filter(|c| c.service == "tpu" && starts.contains(&c.method.as_str()))
         .collect();
-    let ok = calls.iter().filter(|c| c.status < 300).count();
-    (ok, calls.len())
+    let ok = calls.iter().filter(|c| c.status < 300);
+    let queued = ok.clone().filter(|c| c.method == starts[1]).count();
+    (ok.count(), calls.len(), queued)
 }
