@@ -101,13 +101,10 @@ fn creates_and_deletes(env: &TestEnv) -> [u64; 4] {
     methods.map(|m| env.gcp.call_count("tpu", m))
 }
 
-/// A multislice's slice under notice is started alone, through its own queued resource naming
-/// only its node, after the asked checkpoint: nothing is created or deleted, the other slice
-/// keeps running, and the run counts one maintenance restart, no slice restart.
-#[tokio::test]
-async fn a_multislice_slice_starts_its_maintenance_alone_through_its_queued_resource() {
+/// A multislice pipeline `ms` of 2 slices (30 s `checkpointLead`) run to its first checkpoint:
+/// its slices' nodes, in slice order.
+async fn multislice_to_a_checkpoint(env: &TestEnv) -> (String, String) {
     use tpu_operator_api::tpu_slice::{MEGASCALE_SLICE_ID_METADATA, MaintenanceSpec};
-    let env = started().await;
     let mut tp: TrainingPipeline = test_kit::from_yaml(include_str!(
         "../../../../examples/tpu-vm-multislice-pipeline.yaml"
     ));
@@ -133,7 +130,16 @@ async fn a_multislice_slice_starts_its_maintenance_alone_through_its_queued_reso
         n.map(|n| n["name"].as_str().unwrap().to_string())
             .expect("the slice's node")
     };
-    let (node0, node1) = (slice_node("0"), slice_node("1"));
+    (slice_node("0"), slice_node("1"))
+}
+
+/// A multislice's slice under notice is started alone, through its own queued resource naming
+/// only its node, after the asked checkpoint: nothing is created or deleted, the other slice
+/// keeps running, and the run counts one maintenance restart, no slice restart.
+#[tokio::test]
+async fn a_multislice_slice_starts_its_maintenance_alone_through_its_queued_resource() {
+    let env = started().await;
+    let (node0, node1) = multislice_to_a_checkpoint(&env).await;
     let before = creates_and_deletes(&env);
     env.gcp
         .inject(gcp_emulator::Fault::ScheduleMaintenance {
