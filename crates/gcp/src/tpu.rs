@@ -13,7 +13,7 @@ use google_cloud_wkt::FieldMask;
 use crate::{
     error::{GcpError, Result, Service},
     metrics::GcpMetrics,
-    tpu_alpha::{PERFORM_MAINTENANCE, TpuAlpha},
+    tpu_alpha::{PERFORM_MAINTENANCE, PERFORM_MAINTENANCE_QUEUED_RESOURCE, TpuAlpha},
 };
 
 /// Upper bound on pages read by one list call (a server that keeps returning tokens cannot trap
@@ -78,6 +78,10 @@ pub trait TpuApi: Send + Sync {
     /// `nodes.performMaintenance` (`v2alpha1`, see [`crate::tpu_alpha`]): starts the node's
     /// announced, reschedulable maintenance now. The operation is done when it is over.
     async fn perform_maintenance(&self, name: &str) -> Result<Operation>;
+
+    /// `queuedResources.performMaintenanceQueuedResource` (`v2alpha1`): starts the announced,
+    /// reschedulable maintenance of `nodes` (full names), nodes of queued resource `name`, now.
+    async fn perform_maintenance_queued_resource(&self, name: &str, nodes: &[String]) -> Result<Operation>;
 }
 
 /// [`TpuApi`] over Google's `google-cloud-tpu-v2` client.
@@ -249,6 +253,13 @@ impl TpuApi for TpuClient {
         let call = self.alpha.perform_maintenance(name);
         self.metrics
             .observe(Service::Tpu, PERFORM_MAINTENANCE, name, call)
+            .await
+    }
+
+    async fn perform_maintenance_queued_resource(&self, name: &str, nodes: &[String]) -> Result<Operation> {
+        let call = self.alpha.perform_maintenance_queued_resource(name, nodes);
+        self.metrics
+            .observe(Service::Tpu, PERFORM_MAINTENANCE_QUEUED_RESOURCE, name, call)
             .await
     }
 }

@@ -240,6 +240,27 @@ pub fn slice(name: &str, capacity: Capacity) -> TpuSlice {
     }))
 }
 
+/// Gives `slice` a training container that checkpoints into `gs://BUCKET/ckpt/<name>/` and
+/// records its end under `gs://BUCKET/out/<name>/`, as a TPU VM pipeline's slice has; the
+/// emulated run lasts 12 h of cloud time (its default is 10 min), so it is still training when
+/// a maintenance comes.
+pub fn checkpointing(slice: &mut TpuSlice, world: &crate::world::World) {
+    let name = slice.metadata.name.clone().unwrap_or_default();
+    let out = format!("gs://{BUCKET}/out/{name}/");
+    let done = (tpu_operator_api::tpu_slice::DONE_URI_ANNOTATION.to_string(), out);
+    slice.metadata.annotations.get_or_insert_default().extend([done]);
+    slice.spec.workload = Some(
+        serde_json::from_value(json!({
+            "image": "us-docker.pkg.dev/demo-project/trainers/jax-trainer:1.0",
+            "env": [{"name": "CHECKPOINT_DIR", "value": format!("gs://{BUCKET}/ckpt/{name}/")}]
+        }))
+        .expect("a container spec"),
+    );
+    let mut cfg = world.gcp.config();
+    cfg.durations.tpu_workload = std::time::Duration::from_secs(12 * 3600);
+    world.gcp.set_config(cfg);
+}
+
 /// The `training.tpuVm.slice` of a TPU VM pipeline.
 fn tpu_vm_slice(capacity: Capacity) -> Value {
     let mut slice = json!({"zone": ZONE});

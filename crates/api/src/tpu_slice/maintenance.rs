@@ -37,8 +37,8 @@ pub struct MaintenanceSpec {
     /// steps trained between that checkpoint and the window are not lost: `AfterCheckpoint`
     /// (default) or `Never` (the maintenance starts at its window). Needs a checkpoint request
     /// (`checkpointLead` above `0s`) and a `workload` whose env sets `CHECKPOINT_DIR`, where the
-    /// commit is looked for; a plain TPU API node only (not a queued resource's, nor Compute
-    /// Engine's).
+    /// commit is looked for. Any slice: a TPU API node, a queued resource's node (a multislice's
+    /// slice alone), a Compute Engine slice's VMs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_early: Option<StartEarly>,
 }
@@ -47,7 +47,8 @@ pub struct MaintenanceSpec {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum StartEarly {
     /// Right after a checkpoint written since the checkpoint request is committed in
-    /// `CHECKPOINT_DIR` (TPU API `performMaintenance`).
+    /// `CHECKPOINT_DIR` (TPU API `performMaintenance` or `performMaintenanceQueuedResource`,
+    /// Compute Engine `instances.performMaintenance`).
     #[default]
     AfterCheckpoint,
     /// Never: the maintenance starts when Google starts it.

@@ -42,7 +42,7 @@ fn slice(name: &str, accelerator: &str, capacity: Value) -> TpuSlice {
 
 /// A slice whose workload runs in the emulator (it reports completion, as a pipeline's does)
 /// and checkpoints to `CHECKPOINT_DIR`.
-fn training(name: &str, accelerator: &str) -> TpuSlice {
+pub(super) fn training(name: &str, accelerator: &str) -> TpuSlice {
     let mut s = slice(name, accelerator, json!({"onDemand": {}}));
     let out = format!("gs://demo-project-tpu-data/out/{name}/");
     s.metadata.annotations = Some([(DONE_URI_ANNOTATION.to_string(), out.clone())].into());
@@ -51,7 +51,7 @@ fn training(name: &str, accelerator: &str) -> TpuSlice {
     s
 }
 
-fn is_ready(s: &TpuSlice) -> bool {
+pub(super) fn is_ready(s: &TpuSlice) -> bool {
     s.status.as_ref().and_then(|st| progress_of(&st.conditions)) == Some(Progress::Ready)
 }
 
@@ -62,7 +62,7 @@ fn reason(s: &TpuSlice, type_: &str) -> Option<String> {
         .map(|c| c.reason.clone())
 }
 
-async fn start() -> TestEnv {
+pub(super) async fn start() -> TestEnv {
     let mut env = TestEnv::start().await;
     env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
     env

@@ -12,6 +12,7 @@ mod cloud_watch;
 mod compute_engine;
 mod create_failures;
 mod create_limiter;
+mod early_start;
 mod events;
 mod gitops_health;
 mod google_identity;

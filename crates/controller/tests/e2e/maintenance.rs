@@ -20,9 +20,9 @@ use tpu_operator_controller::{
     never_shutdown,
 };
 
-const STEP: Duration = Duration::from_secs(5);
+pub(super) const STEP: Duration = Duration::from_secs(5);
 
-async fn started() -> TestEnv {
+pub(super) async fn started() -> TestEnv {
     let mut env = TestEnv::start().await;
     let ctx: Arc<Context> = env.ctx.clone();
     env.spawn(training_pipeline::run(ctx.clone(), never_shutdown()));
@@ -32,7 +32,7 @@ async fn started() -> TestEnv {
 
 /// The TPU VM example on on-demand capacity (maintenance is not a preemption), with its own
 /// model directory and `checkpointLead`.
-fn run(name: &str, lead: &str) -> TrainingPipeline {
+pub(super) fn run(name: &str, lead: &str) -> TrainingPipeline {
     let mut tp: TrainingPipeline =
         test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.metadata.name = Some(name.into());
@@ -47,7 +47,7 @@ fn run(name: &str, lead: &str) -> TrainingPipeline {
     tp
 }
 
-fn node_of(env: &TestEnv, run: &str) -> serde_json::Value {
+pub(super) fn node_of(env: &TestEnv, run: &str) -> serde_json::Value {
     env.gcp
         .nodes()
         .into_iter()
@@ -59,7 +59,7 @@ fn node_of(env: &TestEnv, run: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no node of {run}"))
 }
 
-fn interruption(env: &TestEnv, node: &str) -> WorkloadInterruption {
+pub(super) fn interruption(env: &TestEnv, node: &str) -> WorkloadInterruption {
     let all = env.gcp.workload_interruptions();
     all.iter()
         .find(|i| i.node == node && i.cause == Cause::Maintenance)
@@ -75,11 +75,11 @@ fn train_stage(tp: &TrainingPipeline) -> tpu_operator_api::training_pipeline::St
         .expect("a train stage")
 }
 
-fn ended(m: Option<&tpu_operator_api::tpu_slice::MaintenanceStatus>) -> bool {
+pub(super) fn ended(m: Option<&tpu_operator_api::tpu_slice::MaintenanceStatus>) -> bool {
     m.is_some_and(|m| m.state == MaintenanceState::Ended)
 }
 
-fn window_start(node: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
+pub(super) fn window_start(node: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
     let at = node["upcomingMaintenance"]["windowStartTime"]
         .as_str()
         .expect("a notice");
@@ -89,7 +89,11 @@ fn window_start(node: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
 /// The same notice on both runs' nodes, its window a minute after a periodic checkpoint (they
 /// come every 120 s of cloud time): the moment the next one is written, the window is set 60 s
 /// out. Returns the nodes' names, in the order of `runs`.
-async fn announce_after_a_checkpoint(env: &TestEnv, runs: [&str; 2], can_reschedule: bool) -> Vec<String> {
+pub(super) async fn announce_after_a_checkpoint(
+    env: &TestEnv,
+    runs: [&str; 2],
+    can_reschedule: bool,
+) -> Vec<String> {
     let written = |env: &TestEnv| {
         let objects = env.gcp.objects("demo-project-tpu-data");
         let prefix = format!("models/{}/checkpoints/", runs[1]);
@@ -119,7 +123,7 @@ async fn announce_after_a_checkpoint(env: &TestEnv, runs: [&str; 2], can_resched
 }
 
 /// Waits until each of `runs` shows a checkpoint in its status.
-async fn first_checkpoints(env: &TestEnv, runs: [&str; 2]) {
+pub(super) async fn first_checkpoints(env: &TestEnv, runs: [&str; 2]) {
     for name in runs {
         env.wait_for::<TrainingPipeline, _>(name, "a first checkpoint", STEP, |tp| {
             tp.status
@@ -132,7 +136,7 @@ async fn first_checkpoints(env: &TestEnv, runs: [&str; 2]) {
 }
 
 /// Both runs succeed with one attempt, their train stage counting one maintenance restart.
-async fn finish_without_a_retry(env: &TestEnv, runs: [&str; 2]) {
+pub(super) async fn finish_without_a_retry(env: &TestEnv, runs: [&str; 2]) {
     for name in runs {
         let done = env
             .wait_for::<TrainingPipeline, _>(name, "the run succeeded", Duration::from_secs(15), |tp| {

@@ -205,6 +205,9 @@ fn alpha_method(coll: &str, m: &Method, verb: Option<&str>) -> Option<&'static s
     Some(match (coll, m.clone(), verb) {
         ("nodes", Method::POST, Some("performMaintenance")) => "nodes.performMaintenance",
         ("nodes", Method::POST, Some("simulateMaintenanceEvent")) => "nodes.simulateMaintenanceEvent",
+        ("queuedResources", Method::POST, Some("performMaintenanceQueuedResource")) => {
+            "queuedResources.performMaintenanceQueuedResource"
+        }
         _ => return None,
     })
 }
@@ -268,6 +271,9 @@ fn item(w: &mut Cloud, tpu: &mut Tpu, req: &Req, name: &str, parent: &str, metho
         "queuedResources.get" => queued::get(tpu, name),
         "queuedResources.delete" => queued::delete(w, tpu, name, &req.query),
         "queuedResources.reset" => queued::reset(w, tpu, name),
+        "queuedResources.performMaintenanceQueuedResource" => {
+            queued::perform_maintenance(w, tpu, name, &req.json()?)
+        }
         "operations.get" => Ok(Reply::op(lro::get(&w.ops, Svc::Tpu, name)?.body.clone())),
         "operations.delete" => lro::delete(&mut w.ops, Svc::Tpu, name).map(Reply::json),
         "operations.cancel" => cancel_operation(w, name),

@@ -247,3 +247,84 @@ async fn preemption_records_the_steps_lost_over_http() {
         "cause": "preemption", "stepAtInterruption": 258, "committedStep": 200, "stepsLost": 58}]});
     assert_eq!(interruptions, expected);
 }
+
+/// Creates queued resource `id` (one v5p-8 node of the same id, on demand) over v2 and lets the
+/// clock run until it is ACTIVE and its node READY.
+async fn active_queued_resource(emu: &Emulator, id: &str) {
+    let url = format!(
+        "{}/tpu/v2/{PARENT}/queuedResources?queuedResourceId={id}",
+        emu.url()
+    );
+    let node = json!({"acceleratorType": "v5p-8", "runtimeVersion": "tpu-ubuntu2204-base",
+                      "metadata": metadata(None)});
+    let body = json!({"tpu": {"nodeSpec": [{"parent": PARENT, "nodeId": id, "node": node}]}});
+    let (status, body) = raw(Method::POST, &url, Some(body)).await;
+    assert_eq!(status, 200, "{body}");
+    for _ in 0..60 {
+        emu.clock().advance(secs(60));
+        let ready = list_nodes(emu)
+            .await
+            .iter()
+            .any(|n| n["name"] == node_name(id).as_str() && n["state"] == "READY");
+        if ready {
+            return;
+        }
+    }
+    panic!("queued resource {id} never got a READY node");
+}
+
+/// `queuedResources.performMaintenanceQueuedResource` starts the named nodes' reschedulable
+/// maintenance, and refuses what `nodes.performMaintenance` refuses, or a node of another
+/// queued resource, without starting anything.
+#[tokio::test]
+async fn perform_maintenance_queued_resource_starts_only_its_named_reschedulable_nodes() {
+    let emu = emulator().await;
+    active_queued_resource(&emu, "q1").await;
+    active_queued_resource(&emu, "q2").await;
+    let url = format!(
+        "{}/tpu/v2alpha1/{PARENT}/queuedResources/q1:performMaintenanceQueuedResource",
+        emu.url()
+    );
+    let call = |nodes: Value| raw(Method::POST, &url, Some(json!({"nodeNames": nodes})));
+    let (status, none) = call(json!([node_name("q1")])).await;
+    assert_eq!(status, 400, "no notice: {none}");
+    emu.inject(schedule("q1", 3600, false)).unwrap();
+    emu.inject(schedule("q2", 3600, true)).unwrap();
+    let (status, fixed) = call(json!([node_name("q1")])).await;
+    assert_eq!(
+        (status, fixed["error"]["status"].as_str()),
+        (400, Some("FAILED_PRECONDITION")),
+        "{fixed}"
+    );
+    let (status, other) = call(json!([node_name("q2")])).await;
+    assert_eq!(
+        (status, other["error"]["status"].as_str()),
+        (400, Some("INVALID_ARGUMENT")),
+        "{other}"
+    );
+    let (status, empty) = call(json!([])).await;
+    assert_eq!(status, 400, "{empty}");
+    emu.inject(schedule("q1", 3600, true)).unwrap();
+    let (status, op) = call(json!(["q1"])).await;
+    assert_eq!(status, 200, "{op}");
+    assert_eq!(op["metadata"]["verb"], "performMaintenanceQueuedResource");
+    let nodes = list_nodes(&emu).await;
+    let status_of = |id: &str| {
+        let n = nodes
+            .iter()
+            .find(|n| n["name"] == node_name(id).as_str())
+            .unwrap();
+        n["upcomingMaintenance"]["maintenanceStatus"].clone()
+    };
+    assert_eq!(
+        (status_of("q1"), status_of("q2")),
+        (json!("ONGOING"), json!("PENDING"))
+    );
+    let (status, again) = call(json!([node_name("q1")])).await;
+    assert_eq!(status, 400, "already under way: {again}");
+    // Over after its 600 s: the operation is done.
+    emu.clock().advance(secs(601));
+    let url = format!("{}/tpu/v2/{}", emu.url(), op["name"].as_str().unwrap());
+    let (status, done) = raw(Method::GET, &url, None).await;
+    assert_eq!((status, done["done"].as_bool()), (200, Some(true)), "{done}");
+}

@@ -56,6 +56,9 @@ pub trait ComputeApi: Send + Sync {
     /// `instances.setMetadata`: the instance's metadata items become `metadata`'s, whose
     /// `fingerprint` must be the one last read (a change made since fails the call).
     async fn set_instance_metadata(&self, zone: &Place, name: &str, metadata: Metadata) -> Result<Operation>;
+    /// `instances.performMaintenance`: the instance's pending, reschedulable maintenance starts
+    /// now instead of at its window.
+    async fn perform_instance_maintenance(&self, zone: &Place, name: &str) -> Result<Operation>;
     /// Every instance in a zone matching `filter` (Compute's filter syntax, e.g.
     /// `labels.tpu-operator-cluster = "c1"`), all pages.
     async fn list_instances(&self, zone: &Place, filter: &str) -> Result<Vec<Instance>>;

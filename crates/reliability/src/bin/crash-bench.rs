@@ -20,9 +20,11 @@
 //! `--maintenance`: every run's slice is a TPU API node (Spot, on demand or queued) with a startup
 //! script, and once it converged its node is maintained under kills (`crash/maintenance.rs`): a
 //! notice then the maintenance at its window (3 runs in 4; the operator asks for a checkpoint 5
-//! min before it), or `simulateMaintenanceEvent`. The summary counts the checkpoint requests
-//! (`nodes.patch` of the node's metadata) per window, and the maintenance restarts and
-//! recreations counted.
+//! min before it), or `simulateMaintenanceEvent`. The slice's container checkpoints into its
+//! `CHECKPOINT_DIR`, and two notices in three may be moved, which the operator starts early once
+//! the asked checkpoint is committed. The summary counts the checkpoint requests (`nodes.patch`
+//! of the node's metadata) per window, the early starts per reschedulable window (at most one
+//! each), and the maintenance restarts and recreations counted.
 //!
 //! `--multislice`: every run's slice is a TPU API Spot multislice of 2–4 slices (one queued
 //! resource per slice) with a startup script, and once it converged one slice's node (drawn) is
@@ -124,6 +126,16 @@ struct Maintained {
     requests: BTreeMap<usize, u64>,
     /// Metadata patches on the nodes of simulated (unannounced) maintenances.
     simulated_patches: usize,
+    /// Announced windows that may be moved, and of those the ones started early, by their
+    /// successful early starts: 0, 1, more.
+    reschedulable: u64,
+    early_starts: BTreeMap<usize, u64>,
+    /// Early start calls on windows that may not be moved or were not announced (should be 0),
+    /// and refused early start calls.
+    wrong_starts: usize,
+    refused_starts: usize,
+    /// Early starts through a queued resource (`performMaintenanceQueuedResource`).
+    queued_starts: usize,
     /// Sums of the maintenance restarts and the recreations counted by the steps.
     restarts: i64,
     recreations: i64,
@@ -141,6 +153,14 @@ impl Maintained {
                 self.simulated_patches += m.checkpoint_patches;
             }
         }
+        if m.reschedulable {
+            self.reschedulable += 1;
+            *self.early_starts.entry(m.early_starts).or_default() += 1;
+        } else {
+            self.wrong_starts += m.start_calls;
+        }
+        self.refused_starts += m.start_calls - m.early_starts;
+        self.queued_starts += m.queued_starts;
         self.ended += u64::from(m.ended);
         self.restarts += i64::from(m.restarts_counted);
         self.recreations += i64::from(m.recreations_counted);
@@ -148,12 +168,17 @@ impl Maintained {
 
     fn line(&self) -> String {
         format!(
-            "maintenance: {} announced + {} simulated, {} seen over in status; checkpoint requests per announced window {:?} (requests: runs); {} metadata patches on simulated ones; {} maintenance restarts counted, {} recreations",
+            "maintenance: {} announced + {} simulated, {} seen over in status; checkpoint requests per announced window {:?} (requests: runs); {} metadata patches on simulated ones; {} reschedulable windows, early starts per window {:?} (starts: windows), {} of them through a queued resource, {} start calls on windows that may not move, {} refused start calls; {} maintenance restarts counted, {} recreations",
             self.announced,
             self.simulated,
             self.ended,
             self.requests,
             self.simulated_patches,
+            self.reschedulable,
+            self.early_starts,
+            self.queued_starts,
+            self.wrong_starts,
+            self.refused_starts,
             self.restarts,
             self.recreations
         )

@@ -39,7 +39,9 @@ pub(super) fn choose(seed: u64, cfg: &CrashConfig, rng: &mut StdRng) -> Choice {
         Backend::ComputeEngine if rng.random_bool(0.5) => Capacity::ComputeSpot,
         Backend::ComputeEngine => Capacity::ComputeMultiHost,
     };
-    let training = if rng.random_bool(0.5) || cfg.vertex_faults {
+    // A maintenance run's slice trains for hours of cloud time (`fixtures::checkpointing`), and
+    // a TPU VM pipeline on the same emulator would too: its pipeline trains on Vertex.
+    let training = if rng.random_bool(0.5) || cfg.vertex_faults || cfg.maintenance {
         Training::Vertex
     } else {
         Training::TpuVm(training_slice)
@@ -153,6 +155,7 @@ mod tests {
             assert_eq!(c.backend, Backend::TpuApi, "seed {seed}");
             assert!(Capacity::MAINTAINED.contains(&c.capacity), "{:?}", c.capacity);
             assert_eq!(c.flow, Flow::Lifecycle, "seed {seed}");
+            assert_eq!(c.training, Training::Vertex, "seed {seed}");
         }
     }
 

@@ -24,9 +24,13 @@ impl Run<'_> {
     pub(super) async fn create_objects(&mut self, capacity: Capacity, training: Training) {
         self.world.start_operator().await;
         let mut slice = fixtures::slice("s", capacity);
-        if self.cfg.maintenance || self.cfg.multislice {
-            // A workload on the node: something the operator can ask for a checkpoint before a
-            // maintenance, or (a multislice) stop while a lost slice is replaced.
+        if self.cfg.maintenance {
+            // A container that trains and checkpoints into its CHECKPOINT_DIR: what the operator
+            // asks for a checkpoint before a maintenance, and whose commit it waits for to start
+            // a reschedulable one early.
+            fixtures::checkpointing(&mut slice, self.world);
+        } else if self.cfg.multislice {
+            // A workload on the nodes: something the operator stops while a lost slice is replaced.
             slice.spec.startup_script =
                 Some(format!("#!/bin/bash\n# watches {CHECKPOINT_REQUEST_METADATA}\n"));
         }

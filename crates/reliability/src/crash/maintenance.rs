@@ -3,7 +3,11 @@
 //! notice is announced (`ScheduleMaintenance`: the window opens 6–15 min of cloud time later, so
 //! the operator asks the workload for a checkpoint `checkpointLead`, 5 min, before it with a
 //! `nodes.patch` of the node's metadata) and the maintenance runs at the window, or
-//! `simulateMaintenanceEvent` starts an unannounced one at once. The step ends once the slice's
+//! `simulateMaintenanceEvent` starts an unannounced one at once. Two notices in three may be
+//! moved (`canReschedule`): the slice's container checkpoints into its `CHECKPOINT_DIR`, so the
+//! operator starts those itself (`nodes.performMaintenance`, or
+//! `queuedResources.performMaintenanceQueuedResource` for a queued slice) once the checkpoint it
+//! asked for is committed, before the window. The step ends once the slice's
 //! status shows the maintenance over. Kills land in each part: while the notice stands, while
 //! the checkpoint is asked (the clock standing still at the time it is due), and while the
 //! maintenance runs.
@@ -12,7 +16,8 @@
 //! `nodes.patch` calls with `metadata` in their mask), the node's request names the window
 //! (its value is the window's start), and the maintenance is counted as one maintenance restart,
 //! never as a preemption (`preemptions`-side counts unchanged: `recreations`,
-//! `lastPreemptionTime`).
+//! `lastPreemptionTime`); a window is started early at most once (successful start calls), and
+//! never one that may not be moved or was not announced.
 
 use kube::ResourceExt;
 use rand::Rng;
@@ -45,6 +50,13 @@ pub struct MaintenanceSeen {
     /// Successful `nodes.patch` calls on the node with `metadata` in their `updateMask` (the
     /// checkpoint requests).
     pub checkpoint_patches: usize,
+    /// The notice let the customer start it earlier (`canReschedule`).
+    pub reschedulable: bool,
+    /// Successful calls that started the maintenance early, and every such call (refusals too).
+    pub early_starts: usize,
+    pub start_calls: usize,
+    /// Of the successful early starts, those through a queued resource (a queued slice's node).
+    pub queued_starts: usize,
     /// `status.maintenanceRestarts` after the step minus before.
     pub restarts_counted: i32,
     /// `status.recreations` after minus before (a preemption would count there).
@@ -65,10 +77,12 @@ impl Run<'_> {
             How::Simulated
         };
         let start_in = self.rng.random_range(360..=900);
+        let reschedulable = how == How::Announced && self.rng.random_bool(2.0 / 3.0);
         let patches_before = metadata_patches(&self.world.gcp, &node);
+        let starts_before = start_calls(&self.world.gcp);
         let window = match how {
             How::Announced => {
-                let window = announce(self, &node, start_in);
+                let window = announce(self, &node, start_in, reschedulable);
                 self.until_asked(&window, lo, hi).await;
                 Some(window)
             }
@@ -92,8 +106,13 @@ impl Run<'_> {
             .await
             .is_some();
         let after = slice_status(self).await.unwrap_or_default();
+        let starts = start_calls(&self.world.gcp);
         let seen = MaintenanceSeen {
             how,
+            reschedulable,
+            early_starts: starts.0 - starts_before.0,
+            start_calls: starts.1 - starts_before.1,
+            queued_starts: starts.2 - starts_before.2,
             checkpoint_patches: metadata_patches(&self.world.gcp, &node) - patches_before,
             restarts_counted: after.maintenance_restarts - before.maintenance_restarts,
             recreations_counted: after.recreations - before.recreations,
@@ -158,6 +177,18 @@ impl Run<'_> {
                 "{node}'s checkpoint request {value:?} does not name the window {window:?}"
             ));
         }
+        if seen.early_starts > 1 {
+            v.push(format!(
+                "one window of {node} started early {} times",
+                seen.early_starts
+            ));
+        }
+        if !seen.reschedulable && seen.start_calls > 0 {
+            v.push(format!(
+                "{} early starts asked of {node}, whose maintenance may not be moved",
+                seen.start_calls
+            ));
+        }
         if seen.ended && seen.restarts_counted != 1 {
             v.push(format!(
                 "one maintenance counted as {} maintenance restarts",
@@ -182,14 +213,14 @@ async fn slice_status(run: &Run<'_>) -> Option<TpuSliceStatus> {
     api.get("s").await.ok().and_then(|s| s.status)
 }
 
-/// Announces maintenance on `node`, its window `start_in` seconds of cloud time from now;
-/// returns the window's start as the node shows it.
-fn announce(run: &Run<'_>, node: &str, start_in: u64) -> String {
+/// Announces maintenance on `node`, its window `start_in` seconds of cloud time from now and
+/// movable or not; returns the window's start as the node shows it.
+fn announce(run: &Run<'_>, node: &str, start_in: u64, can_reschedule: bool) -> String {
     let notice = gcp_emulator::Fault::ScheduleMaintenance {
         name: node.to_owned(),
         start_in_secs: start_in,
         duration_secs: DURATION_SECS,
-        can_reschedule: false,
+        can_reschedule,
         unscheduled: false,
     };
     run.world.gcp.inject(notice).expect("announce maintenance");
@@ -233,4 +264,21 @@ fn metadata_patches(gcp: &gcp_emulator::Emulator, node: &str) -> usize {
         .filter(|c| c.service == "tpu" && c.method == "nodes.patch" && c.status < 300)
         .filter(|c| c.path.ends_with(node) && c.query.contains("metadata"))
         .count()
+}
+
+/// The calls that start a maintenance early (the run has one slice, whose node is maintained):
+/// (successful, all, successful through a queued resource).
+fn start_calls(gcp: &gcp_emulator::Emulator) -> (usize, usize, usize) {
+    let starts = [
+        "nodes.performMaintenance",
+        "queuedResources.performMaintenanceQueuedResource",
+    ];
+    let calls: Vec<_> = gcp
+        .calls()
+        .into_iter()
+        .filter(|c| c.service == "tpu" && starts.contains(&c.method.as_str()))
+        .collect();
+    let ok = calls.iter().filter(|c| c.status < 300);
+    let queued = ok.clone().filter(|c| c.method == starts[1]).count();
+    (ok.count(), calls.len(), queued)
 }

@@ -100,16 +100,19 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
                 None => return Ok(None),
             }
         }
+        Action::PerformMaintenance { node, queued } => {
+            match cloud.start_maintenance(gcp, node, queued.as_deref()).await? {
+                Some(op) => (MAINTAIN, op),
+                None => return Ok(None),
+            }
+        }
         Action::RequestCheckpoint { node, metadata } => {
             match cloud.request_checkpoint(gcp, node, metadata).await? {
                 Some(op) => ("update", op),
                 None => return Ok(None),
             }
         }
-        Action::PatchNode(_)
-        | Action::StartNode
-        | Action::PatchSliceNode { .. }
-        | Action::PerformMaintenance { .. } => {
+        Action::PatchNode(_) | Action::StartNode | Action::PatchSliceNode { .. } => {
             // The plan plans no node update for a backend without them.
             let Some(updates) = cloud.updates() else {
                 return Ok(None);
@@ -138,8 +141,7 @@ fn create_request<'a>(action: &Action, req: &Request<'a>) -> Option<(Cow<'a, Cre
     }
 }
 
-/// A node update: a patch of the node's labels / metadata / tags, a start, or a maintenance
-/// started.
+/// A node update: a patch of the node's labels / metadata / tags, or a start.
 async fn update(
     ctx: &Context,
     updates: &dyn NodeUpdates,
@@ -155,7 +157,6 @@ async fn update(
                 .set_tags(patch.tags.clone());
             Ok(("update", updates.patch_node(gcp, node, body, mask).await?))
         }
-        Action::PerformMaintenance { node } => Ok((MAINTAIN, updates.perform_maintenance(gcp, node).await?)),
         Action::PatchNode(mask) => {
             // `updateMask=metadata` replaces the node's whole map: send what it has now with
             // only the managed keys changed, so keys others added (`ssh-keys`) survive.
@@ -274,6 +275,6 @@ pub(super) fn action_name(action: &Action) -> &'static str {
         Action::StartNode => "start TPU node",
         Action::PatchSliceNode { .. } => "patch multislice TPU node labels/metadata/tags",
         Action::RequestCheckpoint { .. } => "ask the workload for a checkpoint (TPU node metadata)",
-        Action::PerformMaintenance { .. } => "start the TPU node's maintenance (performMaintenance)",
+        Action::PerformMaintenance { .. } => "start the slice's maintenance early (performMaintenance)",
     }
 }

@@ -2,8 +2,11 @@
 //! once the workload was asked for a checkpoint before an announced window that Google lets the
 //! customer move (`canReschedule`), the operator looks in the workload's `CHECKPOINT_DIR` for a
 //! checkpoint committed since the request and, as soon as there is one, starts the maintenance
-//! itself (`nodes.performMaintenance`). Waiting for the window instead loses every step trained
-//! between that checkpoint and the window.
+//! itself: `nodes.performMaintenance` for a TPU node of its own,
+//! `queuedResources.performMaintenanceQueuedResource` (naming only that node) for a node of a
+//! queued resource (`capacity.queued`, `capacity.reserved`, a multislice's slice), and
+//! `instances.performMaintenance` of each VM under notice on Compute Engine. Waiting for the
+//! window instead loses every step trained between that checkpoint and the window.
 //!
 //! A checkpoint counts as committed by its commit marker: Orbax writes `_CHECKPOINT_METADATA`
 //! (older versions `commit_success.txt`) into the step's directory after everything else, so
@@ -13,9 +16,7 @@
 
 use chrono::{DateTime, Utc};
 use tpu_operator_api::{
-    tpu_slice::{
-        MaintenanceSpec, MaintenanceState, Provisioner, StartEarly, TpuSlice, TpuSliceSpec, TpuSliceStatus,
-    },
+    tpu_slice::{MaintenanceSpec, MaintenanceState, StartEarly, TpuSlice, TpuSliceSpec, TpuSliceStatus},
     training_pipeline::CHECKPOINT_DIR_ENV,
 };
 use tpu_operator_gcp::{ObjectInfo, maintenance::upcoming_maintenance, parse_gs_uri, tpu_v2::model::Node};
@@ -31,17 +32,14 @@ const MAX_LISTED: u32 = 10_000;
 
 /// Where to look for the commit, and since when: `Some((CHECKPOINT_DIR, request time))` while
 /// the slice's shown maintenance is pending, reschedulable, asked for a checkpoint and not yet
-/// started, on a plain TPU API node whose workload says where it checkpoints and that may start
-/// it.
+/// started, on a slice whose workload says where it checkpoints and that may start it (every
+/// provisioner and kind of capacity can).
 pub fn awaited(spec: &TpuSliceSpec, old: &TpuSliceStatus) -> Option<(String, DateTime<Utc>)> {
     let start_early = spec
         .maintenance
         .as_ref()
         .map_or(StartEarly::default(), MaintenanceSpec::start_early);
-    // A queued resource's nodes are maintained through it (`performMaintenanceQueuedResource`),
-    // which is not called: those slices, and Compute Engine's, wait for the window.
-    let plain_node = spec.provisioner == Provisioner::TpuApi && !spec.uses_queued_resource();
-    if start_early != StartEarly::AfterCheckpoint || !plain_node {
+    if start_early != StartEarly::AfterCheckpoint {
         return None;
     }
     let m = old.maintenance.as_ref()?;

@@ -74,10 +74,12 @@ pub enum Action {
         node: String,
         metadata: std::collections::BTreeMap<String, String>,
     },
-    /// `nodes.performMaintenance` of `node` (full name): its reschedulable maintenance starts
-    /// now, right after the checkpoint asked for before it was committed.
+    /// `node`'s (full name) reschedulable maintenance starts now, right after the asked
+    /// checkpoint was committed: through `queued` (full name) for a queued resource's node, and
+    /// on each VM under notice on Compute Engine ([`super::early_start`]).
     PerformMaintenance {
         node: String,
+        queued: Option<String>,
     },
     /// Status only: count a preemption (`recreations + 1`), which moves `current` to a new id.
     RecordPreemption,
@@ -111,22 +113,23 @@ impl Action {
         )
     }
 
-    /// A patch or start of an existing node, or its maintenance started: what only a backend
-    /// with node updates does.
+    /// A patch or start of an existing node: what only a backend with node updates does.
     pub fn needs_node_updates(&self) -> bool {
         matches!(
             self,
-            Action::PatchNode(_)
-                | Action::StartNode
-                | Action::PatchSliceNode { .. }
-                | Action::PerformMaintenance { .. }
+            Action::PatchNode(_) | Action::StartNode | Action::PatchSliceNode { .. }
         )
     }
 
-    /// A change to an existing node (one of [`Action::needs_node_updates`], or a checkpoint
-    /// request), which another operation running on the node can hold up.
+    /// A change to an existing node (one of [`Action::needs_node_updates`], a checkpoint
+    /// request, or its maintenance started, which every backend does), which another operation
+    /// running on the node can hold up.
     pub fn updates_node(&self) -> bool {
-        self.needs_node_updates() || matches!(self, Action::RequestCheckpoint { .. })
+        self.needs_node_updates()
+            || matches!(
+                self,
+                Action::RequestCheckpoint { .. } | Action::PerformMaintenance { .. }
+            )
     }
 }
 
@@ -254,8 +257,9 @@ impl Input<'_> {
 pub fn plan(input: &Input<'_>) -> Plan {
     let mut plan = decide(input);
     // A backend without node updates (Compute Engine: labels and metadata are fixed at creation,
-    // a stopped slice is not started; a checkpoint request is its own) is never asked for one: the assessment stands and the
-    // slice is looked at again as it says.
+    // a stopped slice is not started; a checkpoint request and an early maintenance start are
+    // their own) is never asked for one: the assessment stands and the slice is looked at
+    // again as it says.
     if input.names.backend().updates().is_none() && plan.action.needs_node_updates() {
         plan.action = Action::Nothing;
     }

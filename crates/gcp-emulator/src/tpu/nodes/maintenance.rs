@@ -102,8 +102,16 @@ fn end(w: &mut Cloud, tpu: &mut Tpu, name: &str) {
     if rec.state() == "READY" {
         rec.body["health"] = json!("HEALTHY");
     }
-    if let Some(op) = rec.run.maintenance_op.take() {
-        let mut node = rec.body.clone();
+    let op = rec.run.maintenance_op.take();
+    let mut node = rec.body.clone();
+    // One `performMaintenanceQueuedResource` operation covers every node it named: done when
+    // the last of their maintenances is over.
+    let shared = |op: &String| {
+        tpu.nodes
+            .under("")
+            .any(|(_, r)| r.run.maintenance_op.as_ref() == Some(op))
+    };
+    if let Some(op) = op.filter(|op| !shared(op)) {
         if let Some(m) = node.as_object_mut() {
             m.remove("health");
         }
@@ -149,11 +157,10 @@ fn require_ready(rec: &NodeRec, name: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// v2alpha1 `nodes.performMaintenance`: starts a pending maintenance the customer may trigger
-/// (`canReschedule`) now; the operation is done when it ends.
-pub fn perform_maintenance(w: &mut Cloud, tpu: &mut Tpu, name: &str, body: &Value) -> ApiResult<Reply> {
+/// Refuses what the API refuses of a maintenance started by the customer: a node that is not
+/// READY, or whose maintenance is not pending or may not be moved (`canReschedule`).
+pub(crate) fn check_reschedulable(tpu: &Tpu, name: &str) -> ApiResult<()> {
     let rec = tpu.nodes.find(name, not_found)?;
-    schema::validate(Svc::Tpu, "PerformMaintenanceRequest", body, "")?;
     require_ready(rec, name)?;
     let notice = &rec.body["upcomingMaintenance"];
     if notice["maintenanceStatus"] != "PENDING" {
@@ -166,6 +173,24 @@ pub fn perform_maintenance(w: &mut Cloud, tpu: &mut Tpu, name: &str, body: &Valu
             "The maintenance of TPU node \"{name}\" cannot be rescheduled (upcomingMaintenance.canReschedule is false)"
         )));
     }
+    Ok(())
+}
+
+/// Starts node `name`'s pending maintenance now (checked by [`check_reschedulable`]), under
+/// the operation `op` that is done when it is over.
+pub(crate) fn start_maintenance(w: &mut Cloud, tpu: &mut Tpu, name: &str, op: &str) {
+    if let Some(rec) = tpu.nodes.get_mut(name) {
+        rec.run.maintenance_op = Some(op.to_string());
+    }
+    begin(w, tpu, name);
+}
+
+/// v2alpha1 `nodes.performMaintenance`: starts a pending maintenance the customer may trigger
+/// (`canReschedule`) now; the operation is done when it ends.
+pub fn perform_maintenance(w: &mut Cloud, tpu: &mut Tpu, name: &str, body: &Value) -> ApiResult<Reply> {
+    tpu.nodes.find(name, not_found)?;
+    schema::validate(Svc::Tpu, "PerformMaintenanceRequest", body, "")?;
+    check_reschedulable(tpu, name)?;
     let op = start_op(w, tpu, name, "performMaintenance");
     begin(w, tpu, name);
     Ok(Reply::op(op))

@@ -1,7 +1,7 @@
 //! TPU queued resources: create (with `queuedResourceId` + idempotent `requestId`), get, list,
 //! delete (`force`), reset, and the state machine CREATING -> ACCEPTED -> WAITING_FOR_RESOURCES ->
 //! PROVISIONING -> ACTIVE, FAILED (validUntil passed), SUSPENDING -> SUSPENDED (preemption),
-//! DELETING -> gone.
+//! DELETING -> gone; and the v2alpha1 maintenance of its nodes (`maintenance.rs`).
 
 use super::Tpu;
 use super::{QR_TYPE, op_metadata, tpu_op_name};
@@ -19,10 +19,12 @@ use serde_json::{Value, json};
 // (`use super::*`), and what they make public is re-exported here so callers keep their paths.
 mod actions;
 mod create;
+mod maintenance;
 mod progress;
 
 pub use actions::*;
 pub use create::*;
+pub use maintenance::perform_maintenance;
 pub use progress::*;
 
 #[derive(Clone, Debug)]

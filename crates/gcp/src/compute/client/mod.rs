@@ -92,6 +92,18 @@ impl ComputeApi for ComputeClient {
         .await
     }
 
+    async fn perform_instance_maintenance(&self, zone: &Place, name: &str) -> Result<Operation> {
+        let request = self
+            .instances
+            .perform_maintenance()
+            .set_project(&zone.project)
+            .set_zone(&zone.location)
+            .set_instance(name);
+        let target = zone.target("instances", name);
+        self.call("instances.performMaintenance", &target, request.send())
+            .await
+    }
+
     async fn delete_instance(&self, zone: &Place, name: &str) -> Result<Operation> {
         let request = self
             .instances

@@ -6,13 +6,7 @@ use google_cloud_compute_v1::model::{Instance, Metadata, metadata::Items};
 use google_cloud_longrunning::model::Operation;
 
 use super::{ComputeSlices, zonal};
-use crate::{
-    compute::{
-        Place,
-        convert::{self, Layout},
-    },
-    error::{ErrorKind, GcpError, Result, Service},
-};
+use crate::{compute::Place, error::Result};
 
 /// Whether `instance` carries metadata `key` with `value`.
 fn carries(instance: &Instance, key: &str, value: &str) -> bool {
@@ -45,36 +39,9 @@ impl ComputeSlices {
     /// its group's members in the group's order. The started operation, or `None` once every VM
     /// carries it.
     pub async fn set_metadata_key(&self, name: &str, key: &str, value: &str) -> Result<Option<Operation>> {
-        let method = "instances.setMetadata";
-        let Some((project, zone, id)) = convert::parse_tpu_name(name, "nodes") else {
-            let why = format!("{name} is not a node name");
-            return Err(GcpError::new(
-                ErrorKind::InvalidArgument,
-                Service::Compute,
-                method,
-                name,
-                why,
-            ));
-        };
-        let zone = Place::new(project, zone);
-        if self.layout(id) != Some(Layout::Group) {
-            match self.api.get_instance(&zone, id).await {
-                Ok(instance) => return self.set_on(&zone, &instance, key, value).await,
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let members = self.api.list_managed_instances(&zone, id).await?;
-        let vms = members
-            .into_iter()
-            .filter_map(|m| m.instance)
-            .map(|u| convert::short_name(&u).to_string());
-        for vm in vms {
-            let instance = match self.api.get_instance(&zone, &vm).await {
-                Err(e) if e.is_not_found() => continue,
-                other => other?,
-            };
-            if let Some(op) = self.set_on(&zone, &instance, key, value).await? {
+        let (zone, vms) = self.vms(name, "instances.setMetadata").await?;
+        for instance in &vms {
+            if let Some(op) = self.set_on(&zone, instance, key, value).await? {
                 return Ok(Some(op));
             }
         }

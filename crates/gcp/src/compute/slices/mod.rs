@@ -21,7 +21,8 @@
 //! TPU API's model, so the controller observes, plans and cleans up both backends with one code
 //! path. What Compute Engine slices have no use for (patch, start, stop, reset, zone listings)
 //! does not exist here: the controller's Compute Engine backend never plans it. One metadata key
-//! can be set on a running slice's VMs (the checkpoint request before a maintenance).
+//! can be set on a running slice's VMs (the checkpoint request before a maintenance), and their
+//! announced maintenance started early.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -37,6 +38,7 @@ use super::{
 };
 use crate::error::{ErrorKind, GcpError, Result, Service};
 
+mod maintenance;
 mod metadata;
 mod read;
 

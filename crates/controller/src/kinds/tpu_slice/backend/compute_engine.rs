@@ -5,8 +5,8 @@
 //! queued resource.
 //!
 //! No node updates: labels and metadata are fixed at creation (the VMs come from their template)
-//! and a stopped slice is not started. The one exception is the checkpoint request before a
-//! maintenance, set on each VM. The cloud watch lists TPU nodes only, so a changing slice
+//! and a stopped slice is not started. The exceptions are the checkpoint request before a
+//! maintenance, set on each VM, and that maintenance started early on each VM. The cloud watch lists TPU nodes only, so a changing slice
 //! is read by name.
 
 use std::collections::BTreeMap;
@@ -138,6 +138,17 @@ impl SliceBackend for ComputeEngine {
             return Ok(None);
         };
         gcp.compute_slices.set_metadata_key(name, key, value).await
+    }
+
+    /// Every VM of the slice whose maintenance may move is started in one call (a flex-start
+    /// slice's resize request is no queued resource of the TPU API's).
+    async fn start_maintenance(
+        &self,
+        gcp: &Gcp,
+        name: &str,
+        _queued: Option<&str>,
+    ) -> Result<Option<Operation>, GcpError> {
+        gcp.compute_slices.perform_maintenance(name).await
     }
 
     /// The template and workload policy every incarnation's group was made from go last, once

@@ -106,8 +106,8 @@ pub trait SliceBackend: Send + Sync {
         at: &CreateAt<'_>,
     ) -> Result<Create, String>;
 
-    /// Node updates (labels / metadata / tags patches, starting a stopped node, starting a
-    /// maintenance early), if the backend has them. The plan plans none for a backend without.
+    /// Node updates (labels / metadata / tags patches, starting a stopped node), if the backend
+    /// has them. The plan plans none for a backend without.
     fn updates(&self) -> Option<&dyn NodeUpdates>;
 
     /// The cloud watch can list this backend's nodes per zone (and wake slices on a change);
@@ -147,6 +147,16 @@ pub trait SliceBackend: Send + Sync {
         metadata: &BTreeMap<String, String>,
     ) -> Result<Option<Operation>, GcpError>;
 
+    /// Starts node `name`'s announced, reschedulable maintenance now, through `queued` (full
+    /// name) when the node is one of that queued resource's. `None` when nothing was left to
+    /// start.
+    async fn start_maintenance(
+        &self,
+        gcp: &Gcp,
+        name: &str,
+        queued: Option<&str>,
+    ) -> Result<Option<Operation>, GcpError>;
+
     /// Once the slice's objects are gone: deletes what its incarnations shared. `None` when
     /// nothing is left; `Some(what)` while something is still being deleted (call again later).
     async fn release(&self, gcp: &Gcp, slice: &Releasing<'_>) -> Result<Option<String>, ReconcileError>;
@@ -165,8 +175,6 @@ pub trait NodeUpdates: Send + Sync {
         mask: &[&str],
     ) -> Result<Operation, GcpError>;
     async fn start_node(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError>;
-    /// Starts node `name`'s announced, reschedulable maintenance now.
-    async fn perform_maintenance(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError>;
 }
 
 #[cfg(test)]

@@ -146,6 +146,25 @@ impl SliceBackend for TpuApi {
         gcp.tpu.update_node(name, body, &["metadata"]).await.map(Some)
     }
 
+    /// A node of a queued resource is maintained through the queued resource, naming only that
+    /// node (a multislice's other slices are left running).
+    async fn start_maintenance(
+        &self,
+        gcp: &Gcp,
+        name: &str,
+        queued: Option<&str>,
+    ) -> Result<Option<Operation>, GcpError> {
+        let op = match queued {
+            Some(q) => {
+                gcp.tpu
+                    .perform_maintenance_queued_resource(q, &[name.to_string()])
+                    .await?
+            }
+            None => gcp.tpu.perform_maintenance(name).await?,
+        };
+        Ok(Some(op))
+    }
+
     /// A TPU node or queued resource shares nothing with another incarnation.
     async fn release(&self, _gcp: &Gcp, _slice: &Releasing<'_>) -> Result<Option<String>, ReconcileError> {
         Ok(None)
@@ -166,9 +185,5 @@ impl NodeUpdates for TpuApi {
 
     async fn start_node(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError> {
         gcp.tpu.start_node(name).await
-    }
-
-    async fn perform_maintenance(&self, gcp: &Gcp, name: &str) -> Result<Operation, GcpError> {
-        gcp.tpu.perform_maintenance(name).await
     }
 }

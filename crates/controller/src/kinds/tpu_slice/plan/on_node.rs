@@ -240,12 +240,14 @@ fn tell_slices(input: &Input<'_>, nodes: &[&Node], coordinator: &str) -> Plan {
     }
 }
 
-/// What a READY node's announced maintenance asks for now: its start, once the checkpoint
-/// asked for before it is committed (see [`early_start::start_due`]), or the metadata patch
-/// that asks for that checkpoint (see [`maintenance::checkpoint_due`]).
+/// What a READY node's announced maintenance asks for now: its start once the asked checkpoint
+/// is committed ([`early_start::start_due`]), or the patch asking for it ([`maintenance::checkpoint_due`]).
 fn maintenance_step(input: &Input<'_>, n: &Node) -> Option<Action> {
     if early_start::start_due(n, input.observed.committed_checkpoint.as_deref()) {
-        return Some(Action::PerformMaintenance { node: n.name.clone() });
+        return Some(Action::PerformMaintenance {
+            node: n.name.clone(),
+            queued: queue_of(input, n),
+        });
     }
     let value = maintenance::checkpoint_due(input.spec, n, input.now)?;
     let mut metadata: std::collections::BTreeMap<String, String> =
@@ -255,6 +257,19 @@ fn maintenance_step(input: &Input<'_>, n: &Node) -> Option<Action> {
         node: n.name.clone(),
         metadata,
     })
+}
+
+/// The queued resource holding node `n`, through which Google maintains it: its slice's own
+/// in a multislice of one per slice, else the slice's; `None` for a node of its own.
+fn queue_of(input: &Input<'_>, n: &Node) -> Option<String> {
+    let current = &input.names.current;
+    if !current.per_slice_queues() {
+        return current.queued.clone();
+    }
+    let k = std::iter::once(&current.node)
+        .chain(&current.other_slices)
+        .position(|name| *name == n.name)?;
+    current.slice_queue(k).map(str::to_string)
 }
 
 /// Node `n` of slice `k` already carries its slice id and the coordinator's address.

@@ -129,15 +129,22 @@ fn status_counts_one_restart_per_maintenance_and_says_when_it_is_over() {
     assert_eq!(events.len(), 1, "{events:?}");
 }
 
+/// `n` under a reschedulable notice whose window starts at `start`, its checkpoint asked for
+/// (the node carries the request).
+fn reschedulable(n: Node, start: &str) -> Node {
+    let mut wire = serde_json::to_value(noticed(n, start, "PENDING")).unwrap();
+    wire["upcomingMaintenance"]["canReschedule"] = json!(true);
+    let mut n: Node = serde_json::from_value(wire).unwrap();
+    n.metadata
+        .insert(CHECKPOINT_REQUEST_METADATA.into(), start.into());
+    n
+}
+
 /// A reschedulable notice whose checkpoint was asked for (the node carries the request).
 fn asked_reschedulable(start: &str) -> Case {
     let mut c = running_case(start, "PENDING");
-    let n = c.observed.node.as_mut().unwrap();
-    let mut wire = serde_json::to_value(&*n).unwrap();
-    wire["upcomingMaintenance"]["canReschedule"] = json!(true);
-    *n = serde_json::from_value(wire).unwrap();
-    n.metadata
-        .insert(CHECKPOINT_REQUEST_METADATA.into(), start.into());
+    let n = c.observed.node.take().unwrap();
+    c.observed.node = Some(reschedulable(n, start));
     c
 }
 
@@ -152,7 +159,8 @@ fn a_reschedulable_maintenance_is_started_once_the_asked_checkpoint_is_committed
     assert_eq!(
         p.action,
         Action::PerformMaintenance {
-            node: committed.names().current.node
+            node: committed.names().current.node,
+            queued: None,
         }
     );
     assert_eq!(p.assessment.progress, Progress::Ready, "the slice stays Ready");
@@ -177,6 +185,7 @@ fn an_early_start_is_reported_once_with_the_checkpoint_it_followed() {
     let before = reported(&TpuSliceStatus::default(), &c.observed);
     let action = Action::PerformMaintenance {
         node: c.names().current.node,
+        queued: None,
     };
     let mut st = before.clone();
     maintenance::report(&mut st, &before, &c.observed, &action, true, now());
@@ -200,4 +209,116 @@ fn an_early_start_is_reported_once_with_the_checkpoint_it_followed() {
     assert_eq!(next.maintenance_restarts, 1);
     let again = maintenance::transitions(&st, &next);
     assert!(again.is_empty(), "{again:?}");
+}
+
+/// A queued slice's node is maintained through its queued resource, naming that node only.
+#[test]
+fn a_queued_slices_maintenance_is_started_through_its_queued_resource() {
+    let mut c = Case::queued();
+    c.slice.spec.startup_script = Some("#!/bin/bash\ntrain".into());
+    let names = c.names();
+    let queued = names.current.queued.clone().unwrap();
+    c.observed.queued = Some(qr(&queued, "ACTIVE", "USER"));
+    let n = c.node(S::Ready, H::Healthy);
+    c.observed.node = Some(reschedulable(n, "2026-03-02T10:04:00Z"));
+    assert_eq!(c.plan().action, Action::Nothing, "no commit seen yet");
+    c.observed.committed_checkpoint = Some("gs://b/c/150/".into());
+    assert_eq!(
+        c.plan().action,
+        Action::PerformMaintenance {
+            node: names.current.node,
+            queued: Some(queued)
+        }
+    );
+}
+
+/// A multislice's slice under notice is started alone, through its own queued resource, once
+/// every slice runs.
+#[test]
+fn a_multislice_slice_is_started_through_its_own_queued_resource() {
+    let mut c = Case::queued();
+    c.slice.spec.startup_script = Some("#!/bin/bash\ntrain".into());
+    c.slice.spec.multislice = Some(tpu_operator_api::tpu_slice::Multislice {
+        node_count: 3,
+        max_slice_restarts: Some(2),
+    });
+    let names = c.names();
+    let desired = c.desired();
+    let coordinator = format!("10.0.0.2:{}", spec::MEGASCALE_PORT);
+    let node = |k: usize, name: &str| {
+        let d = spec::slice_desired(&desired, k, Some(&coordinator));
+        let mut n = Node::new()
+            .set_name(name)
+            .set_state(S::Ready)
+            .set_health(H::Healthy)
+            .set_labels(d.labels)
+            .set_metadata(d.metadata)
+            .set_tags(d.tags);
+        if k == 0 {
+            n = n.set_network_endpoints([
+                tpu_operator_gcp::tpu_v2::model::NetworkEndpoint::new().set_ip_address("10.0.0.2")
+            ]);
+        }
+        n
+    };
+    let mut nodes: Vec<Option<Node>> = std::iter::once(&names.current.node)
+        .chain(&names.current.other_slices)
+        .enumerate()
+        .map(|(k, name)| Some(node(k, name)))
+        .collect();
+    let ready = nodes[1].take().unwrap();
+    nodes[1] = Some(reschedulable(ready, "2026-03-02T10:04:00Z"));
+    let queue = |k: usize| qr(names.current.slice_queue(k).unwrap(), "ACTIVE", "USER");
+    c.observed.queued = Some(queue(0));
+    c.observed.other_queues = vec![Some(queue(1)), Some(queue(2))];
+    c.observed.node = nodes[0].clone();
+    c.observed.other_slices = nodes[1..].to_vec();
+    assert_eq!(c.plan().action, Action::Nothing, "no commit seen yet");
+    c.observed.committed_checkpoint = Some("gs://b/c/150/".into());
+    let p = c.plan();
+    assert_eq!(
+        p.action,
+        Action::PerformMaintenance {
+            node: names.current.other_slices[0].clone(),
+            queued: names.current.slice_queue(1).map(str::to_string),
+        }
+    );
+    assert_eq!(p.assessment.progress, Progress::Ready, "{p:?}");
+}
+
+/// Compute Engine has no node updates, but starts a maintenance early as the TPU API does.
+#[test]
+fn a_compute_engine_slice_starts_its_maintenance_early_too() {
+    use tpu_operator_api::tpu_slice::{ComputeEngineOptions, Provisioner};
+    let mut c = asked_reschedulable("2026-03-02T10:04:00Z");
+    c.slice.spec.provisioner = Provisioner::ComputeEngine;
+    c.slice.spec.runtime_version = String::new();
+    c.slice.spec.compute_engine = Some(ComputeEngineOptions {
+        image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts".into(),
+        boot_disk_size_gb: None,
+    });
+    c.observed.committed_checkpoint = Some("gs://b/c/150/".into());
+    let p = c.plan();
+    assert_eq!(
+        p.action,
+        Action::PerformMaintenance {
+            node: c.names().current.node,
+            queued: None
+        }
+    );
+}
+
+/// Once the maintenance is under way (started by this operator, whose status write may have
+/// been lost, or by Google) nothing starts it again.
+#[test]
+fn a_maintenance_under_way_is_not_started_again() {
+    let mut c = asked_reschedulable("2026-03-02T10:04:00Z");
+    c.observed.committed_checkpoint = Some("gs://b/c/150/".into());
+    let n = c.observed.node.as_mut().unwrap();
+    let mut wire = serde_json::to_value(&*n).unwrap();
+    wire["upcomingMaintenance"]["maintenanceStatus"] = json!("ONGOING");
+    *n = serde_json::from_value(wire).unwrap();
+    assert_eq!(c.plan().action, Action::Nothing);
+    c.observed.node.as_mut().unwrap().health = H::UnhealthyMaintenance;
+    assert_eq!(c.plan().action, Action::Nothing);
 }
