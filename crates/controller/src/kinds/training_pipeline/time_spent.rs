@@ -56,21 +56,26 @@ fn spent(st: &TrainingPipelineStatus) -> f64 {
     st.estimated_cost.as_ref().map_or(0.0, |c| c.so_far_usd)
 }
 
-/// How long `timeSpent` may lag while nothing else in the status changes: crediting later
-/// credits the same seconds to the same part, so waiting loses nothing and spares a status write
-/// on every pass of a pipeline that only waits.
+/// How long `timeSpent` may lag while the run bills and nothing else in the status changes:
+/// crediting later credits the same seconds to the same part, so waiting loses nothing and
+/// spares a status write on every pass.
 const REFRESH: i64 = 60_000;
 
 /// `new.timeSpent` after the interval since `old` was written: brought up to date with any other
-/// change of the status, at every change of part, and at least every [`REFRESH`].
+/// change of the status, at every change of part, and while the run is in a part that bills
+/// (provisioning, preprocessing, training) at least every [`REFRESH`]. A queued or suspended
+/// pipeline is not written for it at all: its seconds are credited when it moves on, as a
+/// suspended slice's spend is not brought up to date either.
 pub fn account(old: &TrainingPipelineStatus, new: &mut TrainingPipelineStatus, now: DateTime<Utc>) {
     let through = old
         .time_spent
         .as_ref()
         .and_then(|t| t.accounted_through.as_ref())
         .map(|t| t.0.as_millisecond());
+    let idle = matches!(part(old), None | Some(TimePart::Queued | TimePart::Suspended));
+    let fresh = |t: i64| idle || now.timestamp_millis() - t < REFRESH;
     // `new` still carries `old`'s `timeSpent`: equal means nothing else changed either.
-    if new == old && through.is_some_and(|t| now.timestamp_millis() - t < REFRESH) {
+    if new == old && through.is_some_and(fresh) {
         return;
     }
     let checkpoint = new
@@ -112,16 +117,23 @@ mod tests {
         let mut quiet = first.clone();
         account(&first, &mut quiet, at(30));
         assert_eq!(quiet, first, "no write 30 s later");
-        let mut due = first.clone();
-        account(&first, &mut due, at(61));
-        assert_eq!(due.time_spent.as_ref().unwrap().queued.seconds, 61);
+        let mut still = first.clone();
+        account(&first, &mut still, at(3600));
+        assert_eq!(still, first, "a waiting run is not written for its seconds");
         let mut moved = first.clone();
         moved.phase = Phase::Provisioning;
         account(&first, &mut moved, at(5));
+        let spent = |st: &TrainingPipelineStatus| st.time_spent.clone().unwrap();
+        assert_eq!(spent(&moved).queued.seconds, 5, "a change of part");
+        let mut soon = moved.clone();
+        account(&moved, &mut soon, at(30));
+        assert_eq!(soon, moved, "within the minute");
+        let mut due = moved.clone();
+        account(&moved, &mut due, at(66));
         assert_eq!(
-            moved.time_spent.as_ref().unwrap().queued.seconds,
-            5,
-            "a change of part"
+            spent(&due).provisioning.seconds,
+            61,
+            "a part that bills, a minute on"
         );
     }
 }
