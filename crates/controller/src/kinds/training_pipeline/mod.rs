@@ -238,10 +238,10 @@ impl Kind for TrainingPipeline {
         })
     }
 
-    fn report(&self, now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TrainingPipelineStatus {
+    fn report(&self, _now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TrainingPipelineStatus {
         let mut st = pass.plan.status.clone();
         links::set(&mut st, &self.spec, &pass.observed.reads);
-        time_spent::account(pass.old, &mut st, now);
+        time_spent::account(pass.old, &mut st, pass.plan.now);
         st
     }
 

@@ -95,6 +95,9 @@ pub use crate::reconcile::report::Transition;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
+    /// The time the plan was made at: the pass's one "now" (`report` brings `timeSpent` up to
+    /// it, so the parts meet the times the plan wrote, e.g. `startTime`).
+    pub now: DateTime<Utc>,
     pub status: TrainingPipelineStatus,
     pub action: Action,
     /// Vertex jobs to cancel besides the action: duplicates of the current attempt.
@@ -318,6 +321,7 @@ impl Planner<'_> {
             Requeue::Active
         };
         Plan {
+            now: self.input.now,
             status: self.st,
             action: step.action,
             cancel_jobs,
