@@ -41,7 +41,7 @@ fn preemptions(tp: &TrainingPipeline) -> i32 {
 }
 
 /// The parts sum to the run's wall time; what the preemption threw away is priced as the steps
-/// since the last committed checkpoint times the step time; the dollars sum to the estimate.
+/// since the last committed checkpoint times the step time; the dollars sum to the estimate up to what bills after the run.
 #[tokio::test]
 async fn a_preempted_runs_time_splits_into_parts_that_sum_to_its_wall_time() {
     let mut env = TestEnv::start().await;
@@ -107,7 +107,9 @@ async fn a_preempted_runs_time_splits_into_parts_that_sum_to_its_wall_time() {
     let usd: f64 = t.parts().iter().map(|(_, s)| s.usd).sum();
     let estimate = st.estimated_cost.as_ref().unwrap().so_far_usd;
     assert!(
-        (usd - estimate).abs() <= estimate * 0.01 + 1e-6,
+        // What bills after the run ended (its slice being deleted) is in the estimate only,
+        // and the status may be read after some of it (real API server: $1.91 against $1.94).
+        usd <= estimate + 1e-6 && usd >= estimate * 0.95,
         "parts ${usd} against estimate ${estimate}"
     );
     assert!(t.goodput_percent.is_some_and(|g| g > 0 && g < 100), "{t:?}");
