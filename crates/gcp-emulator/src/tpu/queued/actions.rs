@@ -29,11 +29,7 @@ pub fn delete(w: &mut Cloud, tpu: &mut Tpu, name: &str, q: &Query) -> ApiResult<
     for n in &live {
         crate::tpu::nodes::delete_quietly(w, tpu, n, d);
     }
-    let parent = name
-        .split("/queuedResources/")
-        .next()
-        .unwrap_or_default()
-        .to_string();
+    let parent = super::parent_of(name).to_string();
     let op_name = tpu_op_name(w, &parent);
     let op = lro::start(
         &mut w.ops,
@@ -68,11 +64,7 @@ pub fn reset(w: &mut Cloud, tpu: &mut Tpu, name: &str) -> ApiResult<Reply> {
             "QueuedResource \"{name}\" in state {state} cannot be reset (only FAILED or SUSPENDED)"
         )));
     }
-    let parent = name
-        .split("/queuedResources/")
-        .next()
-        .unwrap_or_default()
-        .to_string();
+    let parent = super::parent_of(name).to_string();
     let op_name = tpu_op_name(w, &parent);
     let op = lro::start(
         &mut w.ops,

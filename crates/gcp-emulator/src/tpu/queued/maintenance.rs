@@ -11,7 +11,7 @@ use crate::tpu::nodes::{check_reschedulable, start_maintenance};
 
 /// The queued resource's node that `named` (a full name or an id) names, or why it is refused.
 fn node_of(rec: &QrRec, name: &str, named: &str) -> ApiResult<String> {
-    let parent = name.split("/queuedResources/").next().unwrap_or_default();
+    let parent = super::parent_of(name);
     let full = match named.contains("/nodes/") {
         true => named.to_string(),
         false => format!("{parent}/nodes/{named}"),
@@ -56,11 +56,7 @@ pub fn perform_maintenance(w: &mut Cloud, tpu: &mut Tpu, name: &str, body: &Valu
     for n in &nodes {
         check_reschedulable(tpu, n)?;
     }
-    let parent = name
-        .split("/queuedResources/")
-        .next()
-        .unwrap_or_default()
-        .to_string();
+    let parent = super::parent_of(name).to_string();
     let op_name = tpu_op_name(w, &parent);
     let mut meta = op_metadata(w.now, name, "performMaintenanceQueuedResource");
     meta["apiVersion"] = json!("v2alpha1");

@@ -83,3 +83,8 @@ fn live_nodes(tpu: &Tpu, rec: &QrRec) -> Vec<String> {
         .cloned()
         .collect()
 }
+
+/// `projects/{p}/locations/{l}` of the queued resource `name`.
+fn parent_of(name: &str) -> &str {
+    name.split("/queuedResources/").next().unwrap_or_default()
+}
