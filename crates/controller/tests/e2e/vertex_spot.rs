@@ -92,11 +92,16 @@ async fn expired_flex_start_job_is_replaced_without_spending_a_retry() {
     env.create(&tp).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while env.gcp.custom_jobs().len() < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no second job: {:?}",
-            env.gcp.custom_jobs()
-        );
+        if tokio::time::Instant::now() >= deadline {
+            let tp: TrainingPipeline = env.api().get("flex").await.unwrap();
+            panic!(
+                "no second job: {:?}\ngets {} lists {}\npipeline: {:#?}",
+                env.gcp.custom_jobs(),
+                env.gcp.call_count("vertex", "customJobs.get"),
+                env.gcp.call_count("vertex", "customJobs.list"),
+                tp.status
+            );
+        }
         env.idle(Duration::from_millis(20), Duration::from_secs(120))
             .await;
     }

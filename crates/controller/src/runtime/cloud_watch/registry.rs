@@ -41,8 +41,11 @@ struct Interest {
     seen: Seen,
     /// The object as the reconcile read it, when it asked to reuse it until it changes.
     last: Option<Packed>,
-    /// When the reconcile registered: a listing that started earlier may predate what it saw.
+    /// When the reconcile read what it saw: a listing that started earlier may predate it.
     since: Instant,
+    /// Whether [`Registry::unchanged`] handed `last` out since the registration: the owner's pass
+    /// then read nothing new, and re-registering keeps `since`.
+    served: bool,
 }
 
 /// Owners to wake.
@@ -75,13 +78,22 @@ impl Registry {
     ) -> bool {
         let parent = self.parents.entry(key).or_default();
         parent.fresh.remove(&name);
+        // A pass that used the kept copy saw nothing newer than the read it came from. Dating
+        // the interest anew would let an owner woken more often than its collection is listed
+        // (a status refresh every emulated minute) never be judged by a listing, and so never
+        // woken by its resource's change, while the copy it reuses never ages.
+        let since = match parent.interests.get(&name) {
+            Some(i) if i.served && i.seen == seen && i.owner.same(&owner) => i.since,
+            _ => now,
+        };
         parent.interests.insert(
             name,
             Interest {
                 owner,
                 seen,
                 last: last.as_ref().and_then(Packed::of),
-                since: now,
+                since,
+                served: false,
             },
         );
         parent.failing_since.is_none()
@@ -89,11 +101,13 @@ impl Registry {
 
     /// The object as its owner last read it, while no listing has shown it change and the read
     /// is younger than `max_age` (older ones are read again: the watch's backstop).
-    pub fn unchanged(&self, key: &Key, name: &str, now: Instant, max_age: Duration) -> Option<Listed> {
-        let interest = self.parents.get(key)?.interests.get(name)?;
-        (now.duration_since(interest.since) < max_age)
+    pub fn unchanged(&mut self, key: &Key, name: &str, now: Instant, max_age: Duration) -> Option<Listed> {
+        let interest = self.parents.get_mut(key)?.interests.get_mut(name)?;
+        let listed = (now.duration_since(interest.since) < max_age)
             .then(|| interest.last.as_ref()?.unpack())
-            .flatten()
+            .flatten()?;
+        interest.served = true;
+        Some(listed)
     }
 
     /// Drops `name`'s interest (its owner stopped waiting on it).
@@ -385,5 +399,36 @@ mod tests {
             r.unchanged(&key(), &name("a"), at(2), max_age).is_none(),
             "it changed"
         );
+    }
+
+    /// An owner woken every second by something else re-registers from the kept copy between
+    /// listings that each take longer than that: the listing still judges it, and the copy ages.
+    #[test]
+    fn re_registering_from_the_kept_copy_does_not_hide_a_change() {
+        let mut r = Registry::default();
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let max_age = Duration::from_secs(30);
+        let last = || Some(node("a", node::State::Creating));
+        r.watch(key(), name("a"), creating(), last(), owner("a"), t0);
+        for s in 1..=5 {
+            assert!(r.unchanged(&key(), &name("a"), at(s), max_age).is_some());
+            r.watch(key(), name("a"), creating(), last(), owner("a"), at(s));
+        }
+        let wake = r.listed(&key(), at(2), vec![node("a", node::State::Ready)]);
+        assert_eq!(uids(&wake), ["a"], "the listing started after the read it judges");
+        // A fresh read re-dates the interest: a listing older than it is not judged.
+        r.watch(key(), name("a"), creating(), last(), owner("a"), at(10));
+        assert!(
+            r.listed(&key(), at(9), vec![node("a", node::State::Ready)])
+                .is_empty()
+        );
+        // Reuse keeps the read's age: the backstop still reads again after max_age.
+        for s in 11..40 {
+            if r.unchanged(&key(), &name("a"), at(s), max_age).is_some() {
+                r.watch(key(), name("a"), creating(), last(), owner("a"), at(s));
+            }
+        }
+        assert!(r.unchanged(&key(), &name("a"), at(40), max_age).is_none());
     }
 }
