@@ -77,6 +77,9 @@ pub mod reasons {
     pub const RETRIES_EXHAUSTED: &str = "RetriesExhausted";
     /// The namespace's tenancy policy refuses the spec.
     pub const POLICY_DENIED: &str = "PolicyDenied";
+    /// A period budget's threshold was passed (`TpuPolicy` `spec.budgets`): an Event on the
+    /// policy and on every object of the namespace holding capacity.
+    pub const BUDGET_THRESHOLD_REACHED: &str = "BudgetThresholdReached";
     /// Another live TrainingPipeline writes the same model or checkpoint directory: this one
     /// waits until that one finishes or is deleted.
     pub const ARTIFACTS_IN_USE: &str = "ArtifactsInUse";

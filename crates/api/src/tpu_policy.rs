@@ -7,12 +7,17 @@
 //! ValidatingAdmissionPolicy (see [`crate::admission`]) refuses at `kubectl apply` what the object
 //! alone decides. Reference: `docs/policy.md`.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::schema::{MAX_LIST_ITEMS, PROJECT_ID};
+
+mod budget;
+mod status;
+pub use budget::{Budget, BudgetAction, BudgetActionKind, BudgetPeriod, BudgetUsage, NextBudgetAction};
+pub use status::{NamespaceUsage, TpuPolicyStatus};
 
 /// How capacity is paid for, as policies and prices name it. Reserved and queued (guaranteed)
 /// capacity are priced as on-demand (a reservation's price depends on its commitment, which the
@@ -120,6 +125,12 @@ pub struct TpuPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub max_spend_per_hour_usd: Option<f64>,
+    /// Spend budgets per selected namespace and calendar period (`Day`, `Week`, `Month`, UTC),
+    /// each with actions at thresholds: `Notify`, `SpotOnly`, `RefuseNewWork`. Status shows each
+    /// namespace's spend, the actions in force and the next one (`status.budgets`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "budget::budgets_schema")]
+    pub budgets: Option<Vec<Budget>>,
     /// Estimated US dollars per hour of any one object (TpuSlice, Vertex job).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
@@ -219,46 +230,6 @@ pub struct AcceleratorRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_chips: Option<u32>,
-}
-
-/// Live usage of the selected namespaces, written by the operator.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TpuPolicyStatus {
-    /// `metadata.generation` of the spec this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// `Ready`: the operator enforces this policy (reason `Enforced`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// How many namespaces the policy selects now.
-    #[serde(default)]
-    pub selected_namespaces: u32,
-    /// TPU chips held across the selected namespaces.
-    #[serde(default)]
-    pub chips: u32,
-    /// Estimated US dollars per hour of everything running in the selected namespaces.
-    #[serde(default)]
-    pub spend_per_hour_usd: f64,
-    /// Objects in the selected namespaces currently refused by a policy (`PolicyDenied`).
-    #[serde(default)]
-    pub refused: u32,
-    /// Per selected namespace (at most 100, the busiest first; the totals count all).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub namespaces: Vec<NamespaceUsage>,
-}
-
-/// What one namespace holds now.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct NamespaceUsage {
-    pub name: String,
-    /// TPU chips held (slices running or being created, Vertex TPU jobs running).
-    pub chips: u32,
-    /// Estimated US dollars per hour of what runs.
-    pub spend_per_hour_usd: f64,
-    /// Objects currently refused by a policy.
-    pub refused: u32,
 }
 
 impl TpuPolicySpec {

@@ -14,6 +14,7 @@
 
 pub mod adoption;
 pub mod book;
+pub mod budgets;
 pub mod identity;
 pub mod orphans;
 pub mod policies;
@@ -32,7 +33,7 @@ pub use policies::{Governing, Policies, WithoutPolicy};
 pub use request::{NetworkUse, Request, TpuUse};
 pub use rules::{Denial, evaluate};
 use tpu_operator_api::DeletionPolicy;
-pub use tpu_operator_api::tpu_policy::{AcceleratorRule, TpuPolicySpec};
+pub use tpu_operator_api::tpu_policy::{AcceleratorRule, BudgetUsage, TpuPolicySpec};
 pub use usage::Usage;
 
 use chrono::{DateTime, Utc};
@@ -215,6 +216,10 @@ pub struct Rule<'a> {
     /// The `TpuPolicy`'s name.
     pub name: &'a str,
     pub policy: &'a TpuPolicySpec,
+    /// The policy's record of spend per namespace and period (its `status.budgets`).
+    pub budgets: &'a [BudgetUsage],
+    /// The namespace the rule is applied to.
+    pub namespace: &'a str,
 }
 
 /// Admissions per namespace: a lock under which the usage read, the create call and the status

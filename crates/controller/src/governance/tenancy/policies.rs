@@ -44,20 +44,25 @@ pub enum Governing {
     Unrestricted,
     /// No policy selects it and namespaces without one are refused.
     Refused(String),
-    /// These policies, sorted by name; every one applies.
-    By(Vec<Arc<TpuPolicy>>),
+    /// These policies, sorted by name; every one applies to `namespace`.
+    By {
+        policies: Vec<Arc<TpuPolicy>>,
+        namespace: String,
+    },
 }
 
 impl Governing {
     /// The rules to check, in order (empty when unrestricted).
     pub fn rules(&self) -> impl Iterator<Item = Rule<'_>> {
-        let policies = match self {
-            Self::By(p) => p.as_slice(),
-            _ => &[],
+        let (policies, namespace) = match self {
+            Self::By { policies, namespace } => (policies.as_slice(), namespace.as_str()),
+            _ => (&[][..], ""),
         };
-        policies.iter().map(|p| Rule {
+        policies.iter().map(move |p| Rule {
             name: p.metadata.name.as_deref().unwrap_or_default(),
             policy: &p.spec,
+            budgets: p.status.as_ref().map_or(&[][..], |s| s.budgets.as_slice()),
+            namespace,
         })
     }
 
@@ -76,10 +81,13 @@ impl Governing {
         }
     }
 
-    /// Whether any governing policy counts usage (a chip quota or a budget).
+    /// Whether any governing policy counts usage (a chip quota, an hourly or a period budget).
     pub fn counts_usage(&self) -> bool {
-        self.rules()
-            .any(|r| r.policy.max_chips.is_some() || r.policy.max_spend_per_hour_usd.is_some())
+        self.rules().any(|r| {
+            r.policy.max_chips.is_some()
+                || r.policy.max_spend_per_hour_usd.is_some()
+                || r.policy.budgets.as_ref().is_some_and(|b| !b.is_empty())
+        })
     }
 
     /// The default project: from the first policy by name that sets one.
@@ -300,7 +308,10 @@ pub fn choose(
         .collect();
     selecting.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     match (selecting.is_empty(), without_policy) {
-        (false, _) => Governing::By(selecting),
+        (false, _) => Governing::By {
+            policies: selecting,
+            namespace: namespace.to_owned(),
+        },
         (true, WithoutPolicy::Allow) => Governing::Unrestricted,
         (true, WithoutPolicy::Deny) => Governing::Refused(namespace.to_owned()),
     }

@@ -9,18 +9,28 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
-    Api,
+    Api, Resource,
     api::{Patch, PatchParams},
 };
 use tpu_operator_api::{
     conditions::{self, reasons, types},
-    tpu_policy::{NamespaceUsage, TpuPolicy, TpuPolicyStatus},
+    tpu_policy::{BudgetActionKind, BudgetUsage, NamespaceUsage, TpuPolicy, TpuPolicyStatus},
 };
 
-use super::{Tenancy, usage::Listed};
-use crate::runtime::{clock::Clock, config::ControllerConfig, shutdown::Shutdown};
+use super::{
+    Tenancy,
+    budgets::{self, Reached},
+    usage::Listed,
+};
+use crate::runtime::{
+    clock::Clock,
+    config::ControllerConfig,
+    events::{EventRecorder, EventType},
+    shutdown::Shutdown,
+};
 
 /// The least time between two refreshes (the interval is the capacity poll, default 30 s).
 const MIN_REFRESH: Duration = Duration::from_secs(1);
@@ -28,17 +38,22 @@ const MIN_REFRESH: Duration = Duration::from_secs(1);
 const MANAGER: &str = "tpu-operator";
 /// Per-namespace rows kept in one status (the totals count every namespace).
 const MAX_ROWS: usize = 100;
+/// The longest a budget record goes unwritten while its spend stays within the cent: an idle
+/// cluster with budgets writes each policy this often, and a restart meters from at most this far
+/// back at the burn rate it then reads.
+const RECORD_AT_LEAST: Duration = Duration::from_secs(600);
 
 /// Writes every policy's status until `shutdown` fires (`config`: the namespace watched and the
 /// refresh interval).
 pub async fn run(tenancy: Arc<Tenancy>, clock: Arc<dyn Clock>, config: ControllerConfig, shutdown: Shutdown) {
     tenancy.policies.ready().await;
+    let mut metering = Metering::new(&tenancy.client, clock.clone());
     // Once the policy caches stop (no caches at all, or their watch ended), the stream has ended
     // and must not be polled again: the refresh interval alone drives the report then.
     let mut changes = Some(Box::pin(tenancy.policies.changes()));
     let watched = config.namespace.as_deref();
     loop {
-        if let Err(e) = refresh(&tenancy, clock.as_ref(), watched).await {
+        if let Err(e) = refresh(&tenancy, clock.as_ref(), watched, &mut metering).await {
             tracing::warn!(error = %e, "refreshing TpuPolicy usage");
         }
         let changed = async {
@@ -59,15 +74,36 @@ pub async fn run(tenancy: Arc<Tenancy>, clock: Arc<dyn Clock>, config: Controlle
     }
 }
 
+/// What the report keeps between refreshes for the period budgets: the last metered record of
+/// each policy (written or not, see [`budgets_due`]) and the recorder of their Events.
+struct Metering {
+    last: HashMap<String, Vec<BudgetUsage>>,
+    recorder: EventRecorder,
+}
+
+impl Metering {
+    fn new(client: &kube::Client, clock: Arc<dyn Clock>) -> Self {
+        let mut recorder = EventRecorder::new(client.clone(), "tpu-operator", None);
+        recorder.set_clock(clock);
+        Self {
+            last: HashMap::new(),
+            recorder,
+        }
+    }
+}
+
 /// One pass: read each selected namespace once (of `watched` alone, when the operator watches
-/// one), write the statuses that changed.
-pub async fn refresh(
+/// one), meter the budgets, write the statuses that changed, then publish the Events of the
+/// budget actions that came into force.
+async fn refresh(
     tenancy: &Tenancy,
     clock: &dyn Clock,
     watched: Option<&str>,
+    metering: &mut Metering,
 ) -> crate::runtime::error::Result<()> {
     let selections = tenancy.policies.selections();
     let mut rows: HashMap<String, NamespaceUsage> = HashMap::new();
+    let mut holders: HashMap<String, Vec<ObjectReference>> = HashMap::new();
     for (_, namespaces) in &selections {
         for ns in namespaces {
             if rows.contains_key(ns) || watched.is_some_and(|w| w != ns) {
@@ -75,29 +111,114 @@ pub async fn refresh(
             }
             let listed = Listed::read(&tenancy.client, ns, &tenancy.prices).await?;
             rows.insert(ns.clone(), row(ns, &listed, tenancy));
+            holders.insert(ns.clone(), listed.holders);
         }
     }
-    let now = Time(k8s_openapi::jiff::Timestamp::from_second(clock.now().timestamp()).unwrap_or_default());
+    let rates: HashMap<String, f64> = rows
+        .iter()
+        .map(|(ns, r)| (ns.clone(), r.spend_per_hour_usd))
+        .collect();
+    let at = k8s_openapi::jiff::Timestamp::from_second(clock.now().timestamp()).unwrap_or_default();
+    let now = Time(at);
     for (policy, namespaces) in selections {
-        let selected: Vec<&NamespaceUsage> = namespaces.iter().filter_map(|n| rows.get(n)).collect();
-        let status = status_of(&policy, &selected, now.clone());
-        if policy.status.as_ref() == Some(&status) {
-            continue;
-        }
         let name = policy.metadata.name.clone().unwrap_or_default();
-        let body = serde_json::json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1",
-            "kind": "TpuPolicy",
-            "status": status,
-        });
-        Api::<TpuPolicy>::all(tenancy.client.clone())
-            .patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body))
-            .await
-            .map_err(crate::runtime::error::ReconcileError::kube(
-                "write TpuPolicy status",
-            ))?;
+        let metered: Vec<String> = namespaces.into_iter().filter(|n| rows.contains_key(n)).collect();
+        let last = metering.last.get(&name).map_or(&[][..], Vec::as_slice);
+        let (budgets, reached) = budgets::meter(&policy, &metered, &rates, last, at);
+        let selected: Vec<&NamespaceUsage> = metered.iter().filter_map(|n| rows.get(n)).collect();
+        let status = status_of(&policy, &selected, budgets.clone(), now.clone());
+        let recorded = policy.status.as_ref();
+        let mut unchanged = status.clone();
+        unchanged.budgets = recorded.map(|s| s.budgets.clone()).unwrap_or_default();
+        let quiet = recorded == Some(&unchanged) && !budgets_due(&unchanged.budgets, &budgets, at);
+        if !quiet && recorded != Some(&status) {
+            write(tenancy, &name, &status).await?;
+        }
+        metering.last.insert(name.clone(), budgets);
+        for r in &reached {
+            publish_reached(metering, &policy, r, holders.get(&r.usage.namespace)).await;
+        }
     }
     Ok(())
+}
+
+/// Whether the budget record must be written: an action, threshold or period changed, the spend
+/// moved by a cent, or the record is older than [`RECORD_AT_LEAST`]. Between writes the metered
+/// record is kept in memory ([`Metering`]); a restart meters on from the written one, whose spend
+/// and `accountedThrough` were written together, so nothing is credited twice.
+fn budgets_due(recorded: &[BudgetUsage], metered: &[BudgetUsage], now: k8s_openapi::jiff::Timestamp) -> bool {
+    recorded.len() != metered.len()
+        || recorded.iter().zip(metered).any(|(r, m)| {
+            (
+                &r.namespace,
+                r.period,
+                &r.period_start,
+                &r.in_force,
+                r.reached_percent,
+            ) != (
+                &m.namespace,
+                m.period,
+                &m.period_start,
+                &m.in_force,
+                m.reached_percent,
+            ) || r.spent_cents() != m.spent_cents()
+                || now.as_second() - r.accounted_through.0.as_second() >= RECORD_AT_LEAST.as_secs() as i64
+        })
+}
+
+async fn write(tenancy: &Tenancy, name: &str, status: &TpuPolicyStatus) -> crate::runtime::error::Result<()> {
+    let body = serde_json::json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuPolicy",
+        "status": status,
+    });
+    Api::<TpuPolicy>::all(tenancy.client.clone())
+        .patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body))
+        .await
+        .map_err(crate::runtime::error::ReconcileError::kube(
+            "write TpuPolicy status",
+        ))?;
+    Ok(())
+}
+
+/// One Event on the policy and one on each object of the namespace holding capacity: the
+/// namespace's own users see it with their objects, and GitOps notifications pick it up.
+async fn publish_reached(
+    metering: &Metering,
+    policy: &TpuPolicy,
+    r: &Reached,
+    holders: Option<&Vec<ObjectReference>>,
+) {
+    let u = &r.usage;
+    let note = format!(
+        "TpuPolicy {}: namespace {} has spent ${:.2} of its ${:.2} {:?} budget ({} % reached): {} until {}",
+        policy.metadata.name.as_deref().unwrap_or_default(),
+        u.namespace,
+        u.spent_cents(),
+        u.limit_usd,
+        u.period,
+        r.at_percent,
+        match r.action {
+            BudgetActionKind::Notify => "notified",
+            BudgetActionKind::SpotOnly => "new TPU work must use Spot capacity",
+            BudgetActionKind::RefuseNewWork => "no new work starts",
+        },
+        u.period_end.0,
+    );
+    let type_ = match r.action {
+        BudgetActionKind::Notify => EventType::Normal,
+        _ => EventType::Warning,
+    };
+    let policy_ref = policy.object_ref(&());
+    for regarding in std::iter::once(&policy_ref).chain(holders.into_iter().flatten()) {
+        if let Err(e) = metering
+            .recorder
+            .publish(regarding, type_, reasons::BUDGET_THRESHOLD_REACHED, &note)
+            .await
+        {
+            tracing::warn!(error = %e, "publishing a budget Event");
+        }
+    }
 }
 
 /// What one namespace holds and how many of its objects a policy refuses.
@@ -121,7 +242,12 @@ fn cents(usd: f64) -> f64 {
 }
 
 /// The status a policy should have, keeping the Ready condition's transition time when it holds.
-pub fn status_of(policy: &TpuPolicy, selected: &[&NamespaceUsage], now: Time) -> TpuPolicyStatus {
+pub fn status_of(
+    policy: &TpuPolicy,
+    selected: &[&NamespaceUsage],
+    budgets: Vec<BudgetUsage>,
+    now: Time,
+) -> TpuPolicyStatus {
     let mut rows: Vec<NamespaceUsage> = selected.iter().map(|r| (*r).clone()).collect();
     rows.sort_by(|a, b| {
         b.chips
@@ -153,6 +279,7 @@ pub fn status_of(policy: &TpuPolicy, selected: &[&NamespaceUsage], now: Time) ->
         spend_per_hour_usd: spend,
         refused,
         namespaces: rows,
+        budgets,
     }
 }
 
@@ -178,6 +305,7 @@ mod tests {
         let first = status_of(
             &p,
             &[&a, &b],
+            Vec::new(),
             Time(k8s_openapi::jiff::Timestamp::from_second(100).unwrap()),
         );
         assert_eq!(
@@ -191,6 +319,7 @@ mod tests {
         let again = status_of(
             &p,
             &[&a, &b],
+            Vec::new(),
             Time(k8s_openapi::jiff::Timestamp::from_second(200).unwrap()),
         );
         assert_eq!(again, first, "nothing changed: nothing to write");
@@ -204,7 +333,7 @@ mod tests {
         let now = Time(k8s_openapi::jiff::Timestamp::from_second(100).unwrap());
         let idle = row("team-a", 0, cents(-0.0), 0);
         for selected in [&[][..], &[&idle][..]] {
-            let st = status_of(&p, selected, now.clone());
+            let st = status_of(&p, selected, Vec::new(), now.clone());
             assert!(st.spend_per_hour_usd.is_sign_positive(), "{selected:?}: {st:?}");
             let json = serde_json::to_value(&st).unwrap();
             assert_eq!(json["spendPerHourUsd"].to_string(), "0.0", "{json}");

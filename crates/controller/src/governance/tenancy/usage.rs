@@ -3,8 +3,8 @@
 //! batches. [`holdings`] and [`sum`] are pure; [`Listed::read`] reads the three kinds, and
 //! [`super::book`] keeps what admissions read between listings.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{Api, ResourceExt};
+use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Condition};
+use kube::{Api, Resource, ResourceExt};
 use tpu_operator_api::{
     conditions::{find_condition, reasons, status, types},
     preprocess_batch::PreprocessBatch,
@@ -172,6 +172,8 @@ pub fn sum<'a>(holdings: impl IntoIterator<Item = &'a Holding>, exclude: &str) -
 #[derive(Debug, Default)]
 pub struct Listed {
     pub holdings: Vec<Holding>,
+    /// The objects holding something, for the Events of a budget action.
+    pub holders: Vec<ObjectReference>,
     /// Objects `Stalled` with reason `PolicyDenied`.
     pub refused: u32,
 }
@@ -182,14 +184,14 @@ impl Listed {
         let mut listed = Self::default();
         let slices = Api::<TpuSlice>::namespaced(client.clone(), namespace);
         listing::for_each(&slices, |s| {
-            listed.holdings.extend(slice_holding(&s, prices));
+            listed.hold(&s, slice_holding(&s, prices));
             listed.count_refused(s.status.as_ref().map(|st| st.conditions.as_slice()));
         })
         .await
         .map_err(ReconcileError::kube("list TpuSlices for the namespace's usage"))?;
         let pipelines = Api::<TrainingPipeline>::namespaced(client.clone(), namespace);
         listing::for_each(&pipelines, |tp| {
-            listed.holdings.extend(vertex_job_holding(&tp, prices));
+            listed.hold(&tp, vertex_job_holding(&tp, prices));
             listed.count_refused(tp.status.as_ref().map(|st| st.conditions.as_slice()));
         })
         .await
@@ -198,7 +200,7 @@ impl Listed {
         ))?;
         let batches = Api::<PreprocessBatch>::namespaced(client.clone(), namespace);
         listing::for_each(&batches, |b| {
-            listed.holdings.extend(batch_holding(&b));
+            listed.hold(&b, batch_holding(&b));
             listed.count_refused(b.status.as_ref().map(|st| st.conditions.as_slice()));
         })
         .await
@@ -206,6 +208,13 @@ impl Listed {
             "list PreprocessBatches for the namespace's usage",
         ))?;
         Ok(listed)
+    }
+
+    fn hold<K: Resource<DynamicType = ()>>(&mut self, obj: &K, holding: Option<Holding>) {
+        if let Some(h) = holding {
+            self.holdings.push(h);
+            self.holders.push(obj.object_ref(&()));
+        }
     }
 
     fn count_refused(&mut self, conditions: Option<&[Condition]>) {

@@ -2,6 +2,7 @@
 
 use super::{Request, Rule, TpuPolicySpec, Usage};
 
+mod budget;
 mod identity;
 mod paths;
 mod resources;
@@ -70,6 +71,9 @@ pub fn evaluate(rule: Option<Rule<'_>>, req: &Request, usage: Option<&Usage>) ->
     reservation(&rule, req)?;
     image(&rule, req)?;
     buckets(&rule, req)?;
+    if usage.is_some() {
+        budget::period_budgets(&rule, req)?;
+    }
     let Some(tpu) = &req.tpu else {
         return Ok(());
     };

@@ -63,6 +63,8 @@ fn check_team_a(cases: Vec<Case<'_>>) {
     let rule = Rule {
         name: "team-a",
         policy: &policy,
+        budgets: &[],
+        namespace: "team-a",
     };
     for (req, usage, want) in cases {
         let got = evaluate(Some(rule), &req, Some(usage));
@@ -189,6 +191,8 @@ fn no_rule_or_no_usage_skips_checks() {
     let rule = Rule {
         name: "r",
         policy: &policy,
+        budgets: &[],
+        namespace: "team-a",
     };
     let ok = slice("team-a", "us-east5-b", "v6e-8", CapacityKind::Spot);
     assert!(evaluate(Some(rule), &ok, None).is_ok(), "quota needs usage");
@@ -200,6 +204,8 @@ fn no_rule_or_no_usage_skips_checks() {
     let rule = Rule {
         name: "closed",
         policy: &closed,
+        budgets: &[],
+        namespace: "team-a",
     };
     let d = evaluate(Some(rule), &ok, None).unwrap_err();
     assert!(d.message.contains("allowed: none"), "{}", d.message);
@@ -239,6 +245,8 @@ fn check_accounts_and_networks(req: &Request) -> Result<(), String> {
     let rule = Rule {
         name: "team-a",
         policy: &policy,
+        budgets: &[],
+        namespace: "team-a",
     };
     evaluate(Some(rule), req, None).map_err(|d| d.message)
 }
@@ -344,6 +352,8 @@ fn subnetwork_alone_is_denied_by_a_network_list() {
     let rule = Rule {
         name: "r",
         policy: &networks_only,
+        budgets: &[],
+        namespace: "team-a",
     };
     let subnet_only = Request {
         network: NetworkUse::OfSubnetwork,
@@ -366,6 +376,8 @@ fn non_tpu_requests_only_check_project_and_location() {
     let rule = Rule {
         name: "r",
         policy: &policy,
+        budgets: &[],
+        namespace: "team-a",
     };
     let batch = Request {
         what: "Dataproc batch".into(),
@@ -389,6 +401,8 @@ fn hostile(policy: TpuPolicySpec, req: &Request) -> Result<(), String> {
     let rule = Rule {
         name: "team-a",
         policy: &policy,
+        budgets: &[],
+        namespace: "team-a",
     };
     evaluate(Some(rule), req, None).map_err(|d| d.message)
 }
@@ -583,4 +597,67 @@ fn a_tensorboard_in_another_project_is_refused() {
             && got.contains("in project \"team-b\"; allowed: team-a"),
         "{got}"
     );
+}
+
+/// A period budget's actions, as the policy's status records them for the namespace: SpotOnly
+/// refuses other capacity, RefuseNewWork everything, both only right before a create, and another
+/// namespace's record changes nothing.
+#[test]
+fn period_budget_actions_in_force_refuse_new_work() {
+    use tpu_operator_api::tpu_policy::{BudgetActionKind::*, BudgetPeriod, BudgetUsage};
+    let policy = team_a();
+    let record = |namespace: &str, in_force| BudgetUsage {
+        namespace: namespace.into(),
+        period: BudgetPeriod::Month,
+        period_start: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-01T00:00:00Z".parse().unwrap(),
+        ),
+        period_end: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-12-01T00:00:00Z".parse().unwrap(),
+        ),
+        spent_usd: 912.345,
+        limit_usd: 1000.0,
+        accounted_through: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-26T00:00:00Z".parse().unwrap(),
+        ),
+        in_force,
+        reached_percent: Some(90),
+        next_action: None,
+    };
+    let spot_only = [
+        record("team-b", vec![RefuseNewWork]),
+        record("team-a", vec![Notify, SpotOnly]),
+    ];
+    let refuse = [record("team-a", vec![Notify, SpotOnly, RefuseNewWork])];
+    let rule = |budgets| Rule {
+        name: "team-a",
+        policy: &policy,
+        budgets,
+        namespace: "team-a",
+    };
+    let queued = slice("team-a", "us-east5-b", "v6e-8", CapacityKind::Queued);
+    let spot = slice("team-a", "us-east5-b", "v6e-8", CapacityKind::Spot);
+    let idle = usage(0, 0.0);
+    let d = evaluate(Some(rule(&spot_only)), &queued, Some(&idle)).unwrap_err();
+    assert!(d.retry, "lifts when the period ends");
+    assert!(d.message.contains("spec.budgets:"), "{}", d.message);
+    assert!(
+        d.message.contains("spent $912.35 of its $1000.00 Month budget"),
+        "{}",
+        d.message
+    );
+    assert!(
+        d.message.contains("SpotOnly") && d.message.contains("2026-12-01T00:00:00Z"),
+        "{}",
+        d.message
+    );
+    assert_eq!(evaluate(Some(rule(&spot_only)), &spot, Some(&idle)), Ok(()));
+    assert_eq!(
+        evaluate(Some(rule(&spot_only)), &queued, None),
+        Ok(()),
+        "a first look refuses nothing: only a create is new work"
+    );
+    let d = evaluate(Some(rule(&refuse)), &spot, Some(&idle)).unwrap_err();
+    assert!(d.message.contains("RefuseNewWork"), "{}", d.message);
+    assert_eq!(evaluate(Some(rule(&[])), &queued, Some(&idle)), Ok(()));
 }

@@ -1,0 +1,52 @@
+//! What the operator writes into a `TpuPolicy`: the live usage of the namespaces it selects and
+//! the record of their period budgets.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::BudgetUsage;
+
+/// Live usage of the selected namespaces, written by the operator.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TpuPolicyStatus {
+    /// `metadata.generation` of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`: the operator enforces this policy (reason `Enforced`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// How many namespaces the policy selects now.
+    #[serde(default)]
+    pub selected_namespaces: u32,
+    /// TPU chips held across the selected namespaces.
+    #[serde(default)]
+    pub chips: u32,
+    /// Estimated US dollars per hour of everything running in the selected namespaces.
+    #[serde(default)]
+    pub spend_per_hour_usd: f64,
+    /// Objects in the selected namespaces currently refused by a policy (`PolicyDenied`).
+    #[serde(default)]
+    pub refused: u32,
+    /// Per selected namespace (at most 100, the busiest first; the totals count all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<NamespaceUsage>,
+    /// Each selected namespace's spend in each budget's current period (`spec.budgets`). Every
+    /// namespace is kept: this is the record spend is metered from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<BudgetUsage>,
+}
+
+/// What one namespace holds now.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceUsage {
+    pub name: String,
+    /// TPU chips held (slices running or being created, Vertex TPU jobs running).
+    pub chips: u32,
+    /// Estimated US dollars per hour of what runs.
+    pub spend_per_hour_usd: f64,
+    /// Objects currently refused by a policy.
+    pub refused: u32,
+}
