@@ -1056,6 +1056,8 @@ fn controller_rules() -> Vec<Value> {
         ]),
         json!([g, ["trainingpipelines/finalizers"], null, ["update"]]),
         json!([["events.k8s.io"], ["events"], null, ["create", "patch"]]),
+        // The namespaces' budget views: that one ConfigMap name, written, never read.
+        json!([[""], ["configmaps"], ["tpu-operator-budget"], ["create", "patch"]]),
     ]
 }
 

@@ -152,6 +152,8 @@ impl Install {
                 "allowedRegions": ["us-east5", "europe-west4"],
                 "allowedBuckets": ["demo-project-tpu-data"],
                 "maxChips": 64,
+                // Far above what the suite spends: metered and shown, never refusing.
+                "budgets": [{"period": "Month", "limitUsd": 1000000.0}],
             }
         }))
         .unwrap();
@@ -239,6 +241,7 @@ impl Install {
             .await;
         self.a_tenant_cannot_strip_the_finalizer(admin, gcp, &slices)
             .await;
+        self.a_view_user_reads_its_budget(admin).await;
         self.orphan_sweeper_reports(admin, gcp).await;
         self.standby_takes_over(admin, gcp, &mut replicas, &leader, &slices)
             .await;
@@ -336,6 +339,35 @@ impl Install {
             self.release, status.selected_namespaces, status.chips, status.refused
         );
         slices.delete(&refused, &DeleteParams::default()).await.unwrap();
+    }
+
+    /// A user with the namespace's `view` role reads its budget (spent, left, next action) from
+    /// the view the operator's ServiceAccount writes there, without any grant on TpuPolicy.
+    async fn a_view_user_reads_its_budget(&self, admin: &kube::Client) {
+        let scope = self.scope;
+        let ns = self.tenant.as_str();
+        test_kit::identity::bind_role(admin, ns, "budget-viewer", "view").await;
+        let token =
+            test_kit::identity::service_account_token(admin, ns, "budget-viewer", Duration::from_secs(3600))
+                .await;
+        let viewer = test_kit::identity::token_client(&self.admin_kubeconfig, &token).await;
+        test_kit::identity::wait_allowed(&viewer, Some(ns), "", "configmaps", "get").await;
+        let views: Api<ConfigMap> = Api::namespaced(viewer, ns);
+        let key = format!("{}.Month", self.release);
+        let line = wait("the namespace's budget view, read as a view user", async || {
+            let cm = views
+                .get(tpu_operator_controller::governance::tenancy::budget_view::CONFIGMAP)
+                .await
+                .ok()?;
+            cm.data?.remove(&key)
+        })
+        .await;
+        assert!(
+            line.starts_with("spent $")
+                && line.contains(" left; in force: nothing; next: RefuseNewWork at $1000000.00 (100 %)"),
+            "{line}"
+        );
+        println!("rbac[{scope}]: a view user of {ns} reads its budget: {line}");
     }
 
     /// Issue 32, attack 4: a tenant with the aggregated `edit` role removes the finalizer of a

@@ -181,6 +181,12 @@ pub async fn token_client(admin_kubeconfig: &Path, token: &str) -> kube::Client 
 /// Creates the ServiceAccount `name` in `ns` and the RoleBinding `<name>-edit` there to the
 /// default `edit` ClusterRole (server-side apply: idempotent).
 pub async fn bind_edit(admin: &kube::Client, ns: &str, name: &str) {
+    bind_role(admin, ns, name, "edit").await;
+}
+
+/// Creates the ServiceAccount `name` in `ns` and the RoleBinding `<name>-<role>` there to the
+/// ClusterRole `role` (`edit`, `view`; server-side apply: idempotent).
+pub async fn bind_role(admin: &kube::Client, ns: &str, name: &str, role: &str) {
     let params = PatchParams::apply(MANAGER).force();
     let sa: ServiceAccount = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ServiceAccount",
@@ -191,18 +197,18 @@ pub async fn bind_edit(admin: &kube::Client, ns: &str, name: &str) {
         .patch(name, &params, &Patch::Apply(&sa))
         .await
         .unwrap_or_else(|e| panic!("create the ServiceAccount {ns}/{name}: {e}"));
-    let binding_name = format!("{name}-edit");
+    let binding_name = format!("{name}-{role}");
     let binding: RoleBinding = serde_json::from_value(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": binding_name, "namespace": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
     }))
     .expect("RoleBinding");
     Api::<RoleBinding>::namespaced(admin.clone(), ns)
         .patch(&binding_name, &params, &Patch::Apply(&binding))
         .await
-        .unwrap_or_else(|e| panic!("bind {ns}/{name} to edit: {e}"));
+        .unwrap_or_else(|e| panic!("bind {ns}/{name} to {role}: {e}"));
 }
 
 /// A token for the ServiceAccount `ns/name` from the TokenRequest API, valid for `ttl`.

@@ -123,6 +123,20 @@ async fn a_day_budget_notifies_then_allows_spot_only_then_refuses_and_the_next_d
     );
     assert!(notify.next_action.as_ref().unwrap().expected_time.is_some());
     let (_, late_spot) = until_in_force(&env, BudgetActionKind::SpotOnly, 1.6, rate).await;
+    // The namespace's own view, which its `view` role reads (the RBAC suite reads it as one).
+    let view = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), &env.ns)
+        .get(tenancy::budget_view::CONFIGMAP)
+        .await
+        .unwrap();
+    let line = &view.data.unwrap()[&format!("{}.Day", tenant::policy_name(&env.ns))];
+    assert!(
+        line.contains("of $4.00") && line.contains("in force: Notify, SpotOnly"),
+        "{line}"
+    );
+    assert!(
+        line.contains("next: RefuseNewWork at $4.00 (100 %), expected "),
+        "{line}"
+    );
     let notes = slice_events(&env, "first").await;
     assert_eq!(notes.len(), 2, "Notify then SpotOnly, once each: {notes:?}");
     assert!(notes.iter().any(|n| n.contains("25 % reached")), "{notes:?}");
@@ -175,8 +189,12 @@ async fn a_day_budget_notifies_then_allows_spot_only_then_refuses_and_the_next_d
         assert!((0.0..=WITHIN).contains(&late), "{late} s");
     }
 
-    // A minute past midnight UTC: the new day's record starts from its first minute and the
-    // refused slices are admitted.
+    the_next_day_readmits_the_refused(&env, &over).await;
+}
+
+/// A minute past midnight UTC after `over`: the new day's record starts from its first minute
+/// and the refused slices are admitted.
+async fn the_next_day_readmits_the_refused(env: &TestEnv, over: &BudgetUsage) {
     let now: Timestamp = over.accounted_through.0;
     let day = tpu_operator_api::tpu_policy::BudgetPeriod::Day;
     let midnight = day.next_start(day.start_of(now));
@@ -186,7 +204,7 @@ async fn a_day_budget_notifies_then_allows_spot_only_then_refuses_and_the_next_d
         env.wait_for::<TpuSlice, _>(name, "admitted", Duration::ZERO, |s| slice_stalled(s).is_none())
             .await;
     }
-    let day = record(&env).await.unwrap();
+    let day = record(env).await.unwrap();
     assert_eq!(day.period_start.0, midnight);
     assert!(day.in_force.is_empty(), "{day:?}");
     assert!(day.spent_usd < 1.0, "{day:?}");

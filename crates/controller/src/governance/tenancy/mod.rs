@@ -14,6 +14,7 @@
 
 pub mod adoption;
 pub mod book;
+pub mod budget_view;
 pub mod budgets;
 pub mod identity;
 pub mod orphans;

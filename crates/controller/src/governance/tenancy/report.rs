@@ -21,7 +21,7 @@ use tpu_operator_api::{
 };
 
 use super::{
-    Tenancy,
+    Tenancy, budget_view,
     budgets::{self, Reached},
     usage::Listed,
 };
@@ -79,6 +79,8 @@ pub async fn run(tenancy: Arc<Tenancy>, clock: Arc<dyn Clock>, config: Controlle
 struct Metering {
     last: HashMap<String, Vec<BudgetUsage>>,
     recorder: EventRecorder,
+    /// What each namespace's budget view last said, as written.
+    views: budget_view::Views,
 }
 
 impl Metering {
@@ -88,6 +90,7 @@ impl Metering {
         Self {
             last: HashMap::new(),
             recorder,
+            views: budget_view::Views::new(),
         }
     }
 }
@@ -120,6 +123,7 @@ async fn refresh(
         .collect();
     let at = k8s_openapi::jiff::Timestamp::from_second(clock.now().timestamp()).unwrap_or_default();
     let now = Time(at);
+    let mut views = budget_view::Views::new();
     for (policy, namespaces) in selections {
         let name = policy.metadata.name.clone().unwrap_or_default();
         let metered: Vec<String> = namespaces.into_iter().filter(|n| rows.contains_key(n)).collect();
@@ -134,12 +138,43 @@ async fn refresh(
         if !quiet && recorded != Some(&status) {
             write(tenancy, &name, &status).await?;
         }
+        budget_view::add(&mut views, &name, &budgets);
         metering.last.insert(name.clone(), budgets);
         for r in &reached {
             publish_reached(metering, &policy, r, holders.get(&r.usage.namespace)).await;
         }
     }
+    write_views(tenancy, metering, views).await;
     Ok(())
+}
+
+/// Writes the budget views that changed, and empties those of namespaces no budget covers now.
+async fn write_views(tenancy: &Tenancy, metering: &mut Metering, mut views: budget_view::Views) {
+    let gone: Vec<String> = metering
+        .views
+        .keys()
+        .filter(|ns| !views.contains_key(*ns))
+        .cloned()
+        .collect();
+    for namespace in gone {
+        views.insert(namespace, Default::default());
+    }
+    for (namespace, lines) in views {
+        if metering.views.get(&namespace) == Some(&lines) {
+            continue;
+        }
+        // One namespace's failed view (its ConfigMap deleted mid-write, a quota on ConfigMaps)
+        // does not hold the others': it is written again at the next refresh.
+        if let Err(e) = budget_view::write(&tenancy.client, &namespace, &lines).await {
+            tracing::warn!(error = %e, namespace, "writing the budget view");
+            continue;
+        }
+        if lines.is_empty() {
+            metering.views.remove(&namespace);
+        } else {
+            metering.views.insert(namespace, lines);
+        }
+    }
 }
 
 /// Whether the budget record must be written: an action, threshold or period changed, the spend
