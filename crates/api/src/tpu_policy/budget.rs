@@ -68,8 +68,8 @@ pub enum BudgetActionKind {
     /// New TPU slices and Vertex TPU jobs must use Spot capacity; others wait until the period
     /// ends (or the policy changes). Running objects keep running.
     SpotOnly,
-    /// No new TPU slice, Vertex job or Dataproc batch starts until the period ends; running
-    /// objects keep running.
+    /// No new TPU slice or Vertex job starts until the period ends (Dataproc batches, whose size
+    /// is autoscaled and unknown up front, are not refused); running objects keep running.
     RefuseNewWork,
 }
 

@@ -75,7 +75,8 @@ pub async fn run(tenancy: Arc<Tenancy>, clock: Arc<dyn Clock>, config: Controlle
 }
 
 /// What the report keeps between refreshes for the period budgets: the last metered record of
-/// each policy (written or not, see [`budgets_due`]) and the recorder of their Events.
+/// each policy by UID (written or not, see [`budgets_due`]), the recorder of their Events, and
+/// the namespaces' views as written.
 struct Metering {
     last: HashMap<String, Vec<BudgetUsage>>,
     recorder: EventRecorder,
@@ -126,8 +127,10 @@ async fn refresh(
     let mut views = budget_view::Views::new();
     for (policy, namespaces) in selections {
         let name = policy.metadata.name.clone().unwrap_or_default();
+        // By UID: a policy deleted and created again under its name starts a record of its own.
+        let uid = policy.metadata.uid.clone().unwrap_or_default();
         let metered: Vec<String> = namespaces.into_iter().filter(|n| rows.contains_key(n)).collect();
-        let last = metering.last.get(&name).map_or(&[][..], Vec::as_slice);
+        let last = metering.last.get(&uid).map_or(&[][..], Vec::as_slice);
         let (budgets, reached) = budgets::meter(&policy, &metered, &rates, last, at);
         let selected: Vec<&NamespaceUsage> = metered.iter().filter_map(|n| rows.get(n)).collect();
         let status = status_of(&policy, &selected, budgets.clone(), now.clone());
@@ -139,7 +142,7 @@ async fn refresh(
             write(tenancy, &name, &status).await?;
         }
         budget_view::add(&mut views, &name, &budgets);
-        metering.last.insert(name.clone(), budgets);
+        metering.last.insert(uid, budgets);
         for r in &reached {
             publish_reached(metering, &policy, r, holders.get(&r.usage.namespace)).await;
         }
