@@ -17,7 +17,7 @@ use crate::schema::{MAX_LIST_ITEMS, PROJECT_ID};
 mod budget;
 mod status;
 pub use budget::{Budget, BudgetAction, BudgetActionKind, BudgetPeriod, BudgetUsage, NextBudgetAction};
-pub use status::{NamespaceUsage, TpuPolicyStatus};
+pub use status::{NamespaceUsage, TpuPolicyStatus, cents};
 
 /// How capacity is paid for, as policies and prices name it. Reserved and queued (guaranteed)
 /// capacity are priced as on-demand (a reservation's price depends on its commitment, which the

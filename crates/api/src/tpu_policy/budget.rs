@@ -17,6 +17,8 @@ use k8s_openapi::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::status::cents;
+
 /// A calendar period in UTC: a budget's spend starts from zero at each one's start.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
@@ -175,11 +177,6 @@ fn seconds(t: &Time) -> i64 {
 
 fn time(s: i64) -> Time {
     Time(Timestamp::from_second(s).unwrap_or(Timestamp::UNIX_EPOCH))
-}
-
-/// Dollars rounded to the cent, as everything else the policy status shows.
-fn cents(usd: f64) -> f64 {
-    (usd * 100.0).round() / 100.0 + 0.0
 }
 
 impl BudgetUsage {

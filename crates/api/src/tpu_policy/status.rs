@@ -50,3 +50,10 @@ pub struct NamespaceUsage {
     /// Objects currently refused by a policy.
     pub refused: u32,
 }
+
+/// `usd` rounded to cents, never `-0.0`: an empty `f64` sum is `-0.0` (Rust's float `Sum` starts
+/// there), which serializes as `-0.0` and `kubectl get tpupolicies` prints as `-0`.
+pub fn cents(usd: f64) -> f64 {
+    // Adding `+0.0` turns `-0.0` into `+0.0` and leaves every other value as it is.
+    (usd * 100.0).round() / 100.0 + 0.0
+}

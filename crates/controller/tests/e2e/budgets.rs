@@ -13,7 +13,7 @@ use test_kit::TestEnv;
 use tpu_operator_api::{
     TpuSlice,
     conditions::reasons,
-    tpu_policy::{BudgetActionKind, BudgetUsage, TpuPolicy},
+    tpu_policy::{BudgetActionKind, BudgetUsage, CapacityKind, TpuPolicy},
 };
 use tpu_operator_controller::governance::tenancy;
 
@@ -68,6 +68,12 @@ async fn until_in_force(
     panic!("{action:?} never came into force: {:?}", record(env).await);
 }
 
+/// A v6e-8's US dollars per hour, as the price table behind `estimatedCost` has it.
+fn v6e_8_per_hour(ctx: &tpu_operator_controller::Context, capacity: CapacityKind) -> f64 {
+    let shape = tpu_operator_api::accelerator::parse_accelerator_type("v6e-8").unwrap();
+    ctx.tenancy.prices.slice_per_hour(&shape, capacity).0
+}
+
 async fn slice_events(env: &TestEnv, name: &str) -> Vec<String> {
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client.clone(), &env.ns)
         .list(&Default::default())
@@ -106,15 +112,7 @@ async fn a_day_budget_notifies_then_allows_spot_only_then_refuses_and_the_next_d
     let first_name = first.metadata.name.clone().unwrap();
     env.wait_for::<TpuSlice, _>(&first_name, "Ready", Duration::from_secs(1), is_ready)
         .await;
-    // v6e-8 on demand, as the price table behind estimatedCost has it.
-    let rate = ctx
-        .tenancy
-        .prices
-        .slice_per_hour(
-            &tpu_operator_api::accelerator::parse_accelerator_type("v6e-8").unwrap(),
-            tpu_operator_api::tpu_policy::CapacityKind::OnDemand,
-        )
-        .0;
+    let rate = v6e_8_per_hour(&ctx, CapacityKind::OnDemand);
 
     let (notify, late_notify) = until_in_force(&env, BudgetActionKind::Notify, 1.0, rate).await;
     assert_eq!(
@@ -166,15 +164,7 @@ async fn a_day_budget_notifies_then_allows_spot_only_then_refuses_and_the_next_d
         "the spot slice took too long to start for the measurement"
     );
 
-    let spot_rate = rate
-        + ctx
-            .tenancy
-            .prices
-            .slice_per_hour(
-                &tpu_operator_api::accelerator::parse_accelerator_type("v6e-8").unwrap(),
-                tpu_operator_api::tpu_policy::CapacityKind::Spot,
-            )
-            .0;
+    let spot_rate = rate + v6e_8_per_hour(&ctx, CapacityKind::Spot);
     let (over, late_refuse) = until_in_force(&env, BudgetActionKind::RefuseNewWork, 4.0, spot_rate).await;
     env.create(&tenant::slice("late", json!({}))).await;
     let late = env

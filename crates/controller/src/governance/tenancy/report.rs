@@ -17,7 +17,7 @@ use kube::{
 };
 use tpu_operator_api::{
     conditions::{self, reasons, types},
-    tpu_policy::{BudgetActionKind, BudgetUsage, NamespaceUsage, TpuPolicy, TpuPolicyStatus},
+    tpu_policy::{BudgetActionKind, BudgetUsage, NamespaceUsage, TpuPolicy, TpuPolicyStatus, cents},
 };
 
 use super::{
@@ -270,13 +270,6 @@ fn row(namespace: &str, listed: &Listed, tenancy: &Tenancy) -> NamespaceUsage {
         spend_per_hour_usd: cents(usage.per_hour_usd),
         refused: listed.refused,
     }
-}
-
-/// `usd` rounded to cents, never `-0.0`: an empty `f64` sum is `-0.0` (Rust's float `Sum` starts
-/// there), which serializes as `-0.0` and `kubectl get tpupolicies` prints as `-0`.
-fn cents(usd: f64) -> f64 {
-    // Adding `+0.0` turns `-0.0` into `+0.0` and leaves every other value as it is.
-    (usd * 100.0).round() / 100.0 + 0.0
 }
 
 /// The status a policy should have, keeping the Ready condition's transition time when it holds.
