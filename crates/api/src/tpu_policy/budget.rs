@@ -252,6 +252,16 @@ impl BudgetUsage {
         self.in_force.contains(&action)
     }
 
+    /// `has spent $812.40 of its $1000.00 Month budget`, for refusals and Events.
+    pub fn spent_of_budget(&self) -> String {
+        format!(
+            "has spent ${:.2} of its ${:.2} {:?} budget",
+            self.spent_cents(),
+            self.limit_usd,
+            self.period
+        )
+    }
+
     /// The spend as shown: rounded to the cent. The exact figure is kept for metering.
     pub fn spent_cents(&self) -> f64 {
         cents(self.spent_usd)

@@ -134,11 +134,7 @@ async fn refresh(
         let (budgets, reached) = budgets::meter(&policy, &metered, &rates, last, at);
         let selected: Vec<&NamespaceUsage> = metered.iter().filter_map(|n| rows.get(n)).collect();
         let status = status_of(&policy, &selected, budgets.clone(), now.clone());
-        let recorded = policy.status.as_ref();
-        let mut unchanged = status.clone();
-        unchanged.budgets = recorded.map(|s| s.budgets.clone()).unwrap_or_default();
-        let quiet = recorded == Some(&unchanged) && !budgets_due(&unchanged.budgets, &budgets, at);
-        if !quiet && recorded != Some(&status) {
+        if status_due(policy.status.as_ref(), &status, at) {
             write(tenancy, &name, &status).await?;
         }
         budget_view::add(&mut views, &name, &budgets);
@@ -178,6 +174,26 @@ async fn write_views(tenancy: &Tenancy, metering: &mut Metering, mut views: budg
             metering.views.insert(namespace, lines);
         }
     }
+}
+
+/// Whether `status` must replace `recorded`: anything but the budget record changed, or the
+/// record is due ([`budgets_due`]).
+fn status_due(
+    recorded: Option<&TpuPolicyStatus>,
+    status: &TpuPolicyStatus,
+    now: k8s_openapi::jiff::Timestamp,
+) -> bool {
+    let Some(recorded) = recorded else {
+        return true;
+    };
+    if recorded == status {
+        return false;
+    }
+    let same_but_budgets = TpuPolicyStatus {
+        budgets: recorded.budgets.clone(),
+        ..status.clone()
+    };
+    *recorded != same_but_budgets || budgets_due(&recorded.budgets, &status.budgets, now)
 }
 
 /// Whether the budget record must be written: an action, threshold or period changed, the spend
@@ -229,12 +245,10 @@ async fn publish_reached(
 ) {
     let u = &r.usage;
     let note = format!(
-        "TpuPolicy {}: namespace {} has spent ${:.2} of its ${:.2} {:?} budget ({} % reached): {} until {}",
+        "TpuPolicy {}: namespace {} {} ({} % reached): {} until {}",
         policy.metadata.name.as_deref().unwrap_or_default(),
         u.namespace,
-        u.spent_cents(),
-        u.limit_usd,
-        u.period,
+        u.spent_of_budget(),
         r.at_percent,
         match r.action {
             BudgetActionKind::Notify => "notified",

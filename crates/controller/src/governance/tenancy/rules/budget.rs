@@ -2,7 +2,7 @@
 //! status records them, decide whether new work may start. Checked right before a create only:
 //! what runs keeps running.
 
-use tpu_operator_api::tpu_policy::{BudgetActionKind, BudgetUsage, CapacityKind};
+use tpu_operator_api::tpu_policy::{BudgetActionKind, CapacityKind};
 
 use super::{Denial, Request, Rule};
 
@@ -11,7 +11,7 @@ use super::{Denial, Request, Rule};
 pub(super) fn period_budgets(rule: &Rule<'_>, req: &Request) -> Result<(), Denial> {
     let what = &req.what;
     for usage in rule.budgets.iter().filter(|b| b.namespace == rule.namespace) {
-        let spent = describe(usage);
+        let spent = format!("the namespace {}", usage.spent_of_budget());
         if usage.enforces(BudgetActionKind::RefuseNewWork) {
             let msg = format!(
                 "{what} is new work, and {spent}: RefuseNewWork is in force until the period ends \
@@ -32,14 +32,4 @@ pub(super) fn period_budgets(rule: &Rule<'_>, req: &Request) -> Result<(), Denia
         }
     }
     Ok(())
-}
-
-/// `the namespace has spent $812.40 of its $1000.00 Month budget`.
-fn describe(usage: &BudgetUsage) -> String {
-    format!(
-        "the namespace has spent ${:.2} of its ${:.2} {:?} budget",
-        usage.spent_cents(),
-        usage.limit_usd,
-        usage.period
-    )
 }
