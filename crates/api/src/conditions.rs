@@ -80,6 +80,9 @@ pub mod reasons {
     /// A period budget's threshold was passed (`TpuPolicy` `spec.budgets`): an Event on the
     /// policy and on every object of the namespace holding capacity.
     pub const BUDGET_THRESHOLD_REACHED: &str = "BudgetThresholdReached";
+    /// A `SuspendAtCheckpoint` budget action suspended the pipeline after a committed
+    /// checkpoint (or holds back what it would create); it resumes when the period ends.
+    pub const BUDGET_SUSPENDED: &str = "BudgetSuspended";
     /// Another live TrainingPipeline writes the same model or checkpoint directory: this one
     /// waits until that one finishes or is deleted.
     pub const ARTIFACTS_IN_USE: &str = "ArtifactsInUse";

@@ -126,7 +126,8 @@ pub struct TpuPolicySpec {
     #[schemars(range(min = 0))]
     pub max_spend_per_hour_usd: Option<f64>,
     /// Spend budgets per selected namespace and calendar period (`Day`, `Week`, `Month`, UTC),
-    /// each with actions at thresholds: `Notify`, `SpotOnly`, `RefuseNewWork`. Status shows each
+    /// each with actions at thresholds: `Notify`, `SpotOnly`, `RefuseNewWork`,
+    /// `SuspendAtCheckpoint`. Status shows each
     /// namespace's spend, the actions in force and the next one (`status.budgets`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "budget::budgets_schema")]

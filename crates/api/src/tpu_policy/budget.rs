@@ -73,6 +73,12 @@ pub enum BudgetActionKind {
     /// No new TPU slice or Vertex job starts until the period ends (Dataproc batches, whose size
     /// is autoscaled and unknown up front, are not refused); running objects keep running.
     RefuseNewWork,
+    /// What `RefuseNewWork` does, and each running `TrainingPipeline` of the namespace is
+    /// suspended once it has written a committed checkpoint newer than the moment it saw the
+    /// action: its job is cancelled or its slice deleted, and training resumes from that
+    /// checkpoint when the period ends (an attempt that spends no retry). A run that writes no
+    /// checkpoint keeps running; standalone slices keep running.
+    SuspendAtCheckpoint,
 }
 
 impl BudgetActionKind {
@@ -81,6 +87,7 @@ impl BudgetActionKind {
             Self::Notify => "Notify",
             Self::SpotOnly => "SpotOnly",
             Self::RefuseNewWork => "RefuseNewWork",
+            Self::SuspendAtCheckpoint => "SuspendAtCheckpoint",
         }
     }
 }

@@ -190,8 +190,9 @@ mod vertex;
 
 pub use retry::{ExitCodeOperator, ExitCodes, RetryAction, RetryPolicy, RetryRule};
 pub use status::{
-    CheckpointStatus, Interruptions, KeptSlice, PipelineOutputs, RerunStatus, StageKind, StageName,
-    StageState, StageStatus, SuspensionStatus, TrainingPipelinePhase, TrainingPipelineStatus,
+    BudgetSuspensionStatus, CheckpointStatus, Interruptions, KeptSlice, PipelineOutputs, RerunStatus,
+    StageKind, StageName, StageState, StageStatus, SuspensionStatus, TrainingPipelinePhase,
+    TrainingPipelineStatus,
 };
 pub use time_spent::{AttemptShares, Part as TimePart, Step as TimeStep, TimeShare, TimeSpent};
 pub use training::{TpuVmTraining, Training, TrainingMode};

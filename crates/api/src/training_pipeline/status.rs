@@ -230,6 +230,10 @@ pub struct TrainingPipelineStatus {
     /// What `spec.suspend` stopped, and when the pipeline was suspended and resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspension: Option<SuspensionStatus>,
+    /// A `SuspendAtCheckpoint` budget action of the namespace's `TpuPolicy`: when the pipeline
+    /// saw it, the checkpoint it was suspended after, and when it resumed (the period ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_suspension: Option<BudgetSuspensionStatus>,
     /// Kueue's view of a Vertex training stage, when the pipeline is queued through Kueue (the
     /// `kueue.x-k8s.io/queue-name` label, or the operator's default queue, with the Kueue
     /// integration on): the Workload that stands for its custom job, its queue, position and
@@ -277,6 +281,37 @@ pub struct SuspensionStatus {
     /// against the limit of uncounted preemptions.
     #[serde(default)]
     pub resumes: i32,
+}
+
+/// The last budget suspension (`SuspendAtCheckpoint`). The run keeps training until a committed
+/// checkpoint newer than `noticedTime` is listed; then its job is cancelled or its slice
+/// deleted, and at `until` (the end of the budget's period) training resumes from that
+/// checkpoint with an attempt that does not count against `maxRetries`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetSuspensionStatus {
+    /// Which budget, and what it had spent: `TpuPolicy team-a: namespace ... has spent $X of
+    /// its $Y Day budget`.
+    pub budget: String,
+    /// When the pipeline first saw the action in force.
+    pub noticed_time: Time,
+    /// When the budget's period ends and the action lifts.
+    pub until: Time,
+    /// The committed checkpoint the run was suspended after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// When the run was suspended (what bills stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_time: Option<Time>,
+    /// What suspending stopped, e.g. `TpuSlice run-train (attempt 1) deleted with its TPU node`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// The training attempt stopped: the attempt that resumes it does not count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_attempt: Option<i32>,
+    /// When training resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_time: Option<Time>,
 }
 
 /// The re-run the pipeline last acted on (see the `tpu-operator.dev/rerun` annotation).

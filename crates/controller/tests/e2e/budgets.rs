@@ -25,7 +25,7 @@ const TICK: Duration = Duration::from_secs(10);
 /// The bound: an action in force within 60 emulated seconds of its threshold.
 const WITHIN: f64 = 60.0;
 
-async fn tick(env: &TestEnv) {
+pub(crate) async fn tick(env: &TestEnv) {
     env.gcp.clock().advance(TICK);
     let now = env.gcp.clock().now().timestamp();
     for _ in 0..500 {
@@ -40,7 +40,7 @@ async fn tick(env: &TestEnv) {
     panic!("the report did not meter up to {now}: {:?}", record(env).await);
 }
 
-async fn record(env: &TestEnv) -> Option<BudgetUsage> {
+pub(crate) async fn record(env: &TestEnv) -> Option<BudgetUsage> {
     let p: TpuPolicy = Api::<TpuPolicy>::all(env.client.clone())
         .get(&tenant::policy_name(&env.ns))
         .await

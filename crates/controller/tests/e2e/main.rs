@@ -6,6 +6,7 @@
 /// Slices, policies and helpers the tenancy suites share.
 mod tenant;
 
+mod budget_suspension;
 mod budgets;
 mod capacity_plan;
 mod checkpoints;

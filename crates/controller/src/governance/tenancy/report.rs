@@ -254,6 +254,9 @@ async fn publish_reached(
             BudgetActionKind::Notify => "notified",
             BudgetActionKind::SpotOnly => "new TPU work must use Spot capacity",
             BudgetActionKind::RefuseNewWork => "no new work starts",
+            BudgetActionKind::SuspendAtCheckpoint => {
+                "no new work starts, and training pipelines are suspended at their next committed checkpoint"
+            }
         },
         u.period_end.0,
     );

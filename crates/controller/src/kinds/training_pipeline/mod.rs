@@ -38,7 +38,7 @@ use tpu_operator_api::{
 use tpu_operator_gcp::aiplatform_v1::model::{CustomJob, JobState};
 
 use crate::{
-    governance::tenancy::request,
+    governance::tenancy::{self, request},
     reconcile::{
         context::Context,
         driver,
@@ -159,6 +159,7 @@ impl Kind for TrainingPipeline {
     async fn observe(&self, ctx: &Context, t: &Target) -> Result<Seen> {
         let (observed, mut reads) = observe::observe(ctx, &t.pipeline, t).await?;
         reads.queue = queue::observe(&t.pipeline, ctx).await?;
+        reads.budget = tenancy::rules::suspending(ctx.tenancy.policies.governing(&t.id.namespace).rules());
         Ok(Seen { observed, reads })
     }
 
@@ -174,6 +175,7 @@ impl Kind for TrainingPipeline {
             train_child: &t.train,
             rerun: self.annotations().get(RERUN_ANNOTATION).map(String::as_str),
             queue: seen.reads.queue.as_ref(),
+            budget: seen.reads.budget.as_ref(),
         })
     }
 

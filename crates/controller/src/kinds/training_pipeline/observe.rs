@@ -54,6 +54,9 @@ pub struct Reads {
     /// The pipeline's Kueue Workload, when Kueue gates the training stage (read by the pass
     /// after the rest, `super::queue`).
     pub queue: Option<super::queue::Queued>,
+    /// A `SuspendAtCheckpoint` budget action in force for the namespace, as the policies' cache
+    /// shows it.
+    pub budget: Option<crate::governance::tenancy::rules::Suspending>,
 }
 
 /// A child's cloud object as its status names it, and the links its status shows.

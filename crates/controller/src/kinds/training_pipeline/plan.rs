@@ -19,6 +19,10 @@
 //! - Kueue (the pipeline's `kueue.x-k8s.io/queue-name` label, integration on): no job or slice
 //!   before the Workload is admitted; an eviction stops what bills as suspend does, then releases
 //!   the quota; the attempt after re-admission spends no retry (`kueue_gate`).
+//! - A budget's `SuspendAtCheckpoint` (the namespace's `TpuPolicy`): nothing new is created, and
+//!   the running attempt is stopped as suspend stops it once a checkpoint written after the
+//!   action is listed; at the period's end training resumes with an attempt that spends no retry
+//!   (`budget_hold`).
 //! - Re-runs: raising `maxRetries` on a pipeline Failed for `RetriesExhausted` starts a new
 //!   counted attempt (from `CHECKPOINT_DIR`); a `tpu-operator.dev/rerun` annotation value other
 //!   than `status.rerun.value` starts one new run of a finished pipeline, with a fresh
@@ -40,7 +44,10 @@ use tpu_operator_api::{
 };
 
 use super::status::{self, time};
-use crate::kueue::queued::{Queued, Write};
+use crate::{
+    governance::tenancy::rules::Suspending,
+    kueue::queued::{Queued, Write},
+};
 
 /// Reason of a pipeline stopped by a failed preprocessing stage.
 pub const PREPROCESS_FAILED: &str = "PreprocessFailed";
@@ -144,6 +151,8 @@ pub struct Input<'a> {
     pub rerun: Option<&'a str>,
     /// Its Kueue Workload as read, when Kueue gates the training stage.
     pub queue: Option<&'a Queued>,
+    /// A `SuspendAtCheckpoint` budget action in force for its namespace.
+    pub budget: Option<&'a Suspending>,
 }
 
 pub fn plan(input: &Input) -> Plan {
@@ -165,6 +174,7 @@ pub fn plan(input: &Input) -> Plan {
         }
     };
     let step = p.apply_suspend(step);
+    let step = p.apply_budget(step);
     let step = p.apply_kueue(step);
     p.finalize(step)
 }
@@ -351,6 +361,7 @@ impl Planner<'_> {
     }
 }
 
+mod budget_hold;
 mod kueue_gate;
 mod lifecycle;
 mod observed;

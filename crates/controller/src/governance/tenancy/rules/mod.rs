@@ -8,6 +8,8 @@ mod paths;
 mod resources;
 mod tpu;
 
+pub use budget::{Suspending, suspending};
+
 use identity::identity;
 use resources::{buckets, image, reservation};
 use tpu::{chips, namespace_totals};

@@ -660,4 +660,20 @@ fn period_budget_actions_in_force_refuse_new_work() {
     let d = evaluate(Some(rule(&refuse)), &spot, Some(&idle)).unwrap_err();
     assert!(d.message.contains("RefuseNewWork"), "{}", d.message);
     assert_eq!(evaluate(Some(rule(&[])), &queued, Some(&idle)), Ok(()));
+    // SuspendAtCheckpoint refuses new work too, and hands running pipelines their hold.
+    let suspend = [record("team-a", vec![Notify, SuspendAtCheckpoint])];
+    let d = evaluate(Some(rule(&suspend)), &spot, Some(&idle)).unwrap_err();
+    assert!(
+        d.message.contains("SuspendAtCheckpoint is in force"),
+        "{}",
+        d.message
+    );
+    let hold = super::suspending(std::iter::once(rule(&suspend))).unwrap();
+    assert_eq!(hold.until, suspend[0].period_end);
+    assert!(
+        hold.budget
+            .starts_with("TpuPolicy team-a: namespace team-a has spent $912.35")
+    );
+    assert_eq!(super::suspending(std::iter::once(rule(&refuse))), None);
+    assert_eq!(super::suspending(std::iter::once(rule(&spot_only))), None);
 }

@@ -46,8 +46,9 @@ impl Planner<'_> {
             return step;
         };
         self.note_kueue(queued);
+        // Suspended (by its spec or a budget) frees the quota as an ended run does.
         let training = !is_finished(step.phase)
-            && !self.spec().suspend
+            && step.phase != Phase::Suspended
             && self.st.current_stage == Some(StageName::Train);
         if !training {
             // Over, suspended or still preprocessing: the quota is free once nothing bills.

@@ -51,10 +51,13 @@ impl Planner<'_> {
     }
 
     /// No batch yet: create it (an attempt, unless one is already running). Nothing of a batch
-    /// not created is recorded, so while suspended it is only held.
+    /// not created is recorded, so while suspended (by the spec or a budget) it is only held.
     fn create_preprocess(&mut self, name: &str) -> Step {
         if self.spec().suspend {
             return held(&format!("PreprocessBatch {name}"), None);
+        }
+        if self.budget_holds().is_some() {
+            return self.held_by_budget(&format!("PreprocessBatch {name}"));
         }
         let now = time(self.input.now);
         let stage = status::stage_mut(&mut self.st, StageName::Preprocess);

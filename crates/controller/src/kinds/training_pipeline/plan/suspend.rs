@@ -9,7 +9,9 @@ use tpu_operator_api::{
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use super::{
-    Action, Child, JobView, Planner, Requeue, Step, TrainingObserved, is_finished,
+    Action, Child, JobView, Planner, Requeue, Step, TrainingObserved,
+    budget_hold::BY_BUDGET,
+    is_finished,
     observed::cancel_stops_billing,
     status::{self, time},
 };
@@ -163,15 +165,18 @@ impl Planner<'_> {
     }
 
     /// What stopped `attempt` (its job cancelled, its slice deleted), when suspending
-    /// (`spec.suspend`) or a Kueue eviction did: the attempt that replaces it is a resumption,
+    /// (`spec.suspend`, a budget's `SuspendAtCheckpoint`) or a Kueue eviction did: the attempt that replaces it is a resumption,
     /// not a retry.
     pub(super) fn stopped_by(&self, attempt: i32) -> Option<&'static str> {
         let suspended = self.st.suspension.as_ref().and_then(|s| s.stopped_attempt);
         let evicted = self.st.kueue.as_ref().and_then(|k| k.stopped_attempt);
+        let over_budget = self.st.budget_suspension.as_ref().and_then(|b| b.stopped_attempt);
         if suspended == Some(attempt) {
             Some(BY_SUSPEND)
         } else if evicted == Some(attempt) {
             Some(BY_KUEUE)
+        } else if over_budget == Some(attempt) {
+            Some(BY_BUDGET)
         } else {
             None
         }
@@ -211,11 +216,13 @@ impl Planner<'_> {
     /// resumption (and the stopped attempt forgotten, so a later failure is a failure). Returns
     /// what had stopped the one before.
     pub(super) fn take_resumption(&mut self, attempt: i32) -> Option<&'static str> {
-        if self.spec().suspend || self.kueue_holds() {
+        if self.spec().suspend || self.kueue_holds() || self.budget_holds().is_some() {
             return None;
         }
         let by = self.stopped_by(attempt - 1)?;
-        if by == BY_SUSPEND {
+        if by == BY_BUDGET {
+            self.resumed_from_budget();
+        } else if by == BY_SUSPEND {
             let record = self.st.suspension.get_or_insert_with(Default::default);
             record.stopped_attempt = None;
             record.resumes += 1;

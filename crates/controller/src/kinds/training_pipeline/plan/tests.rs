@@ -103,6 +103,7 @@ fn input<'a>(
         train_child: "p-train",
         rerun: None,
         queue: None,
+        budget: None,
     }
 }
 
@@ -1115,4 +1116,5 @@ fn a_failed_runs_slice_is_kept_then_released() {
     assert!(released.is_some(), "the kept slice is recorded as released");
 }
 
+mod budget_hold;
 mod kueue;

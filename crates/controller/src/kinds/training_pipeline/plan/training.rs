@@ -317,6 +317,11 @@ impl Planner<'_> {
         if self.spec().suspend {
             return held(&format!("{what} for attempt {attempt}"), why.as_deref());
         }
+        // Before Kueue's gate: a Workload admitted while the budget holds the attempt back would
+        // be released and queued again on every pass.
+        if self.budget_holds().is_some() {
+            return self.held_by_budget(&format!("{what} for attempt {attempt}"));
+        }
         if self.kueue_holds() {
             return self.held_by_kueue(&format!("{what} for attempt {attempt}"));
         }
