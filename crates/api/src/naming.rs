@@ -170,6 +170,16 @@ pub fn request_id(id: &ObjectIdentity, purpose: &str, attempt: u32) -> String {
         .to_string()
 }
 
+/// The name of an Event published at most once per `key` on `object` (see the controller's
+/// `EventRecorder::publish_once`): `<object>.<32 hex digits>`, the digits a name-based UUID of the
+/// key, so the same key gives the same name in every process and release. The object's part is
+/// cut to keep the name within 253 characters.
+pub fn once_event_name(object: &str, key: &str) -> String {
+    let digest = uuid::Uuid::new_v5(&request_id_namespace(), format!("event/{key}").as_bytes());
+    let object: String = object.chars().take(200).collect();
+    format!("{object}.{}", digest.simple())
+}
+
 /// Vertex AI custom-job display name (≤ 128 characters; not unique, the UID label is the key).
 pub fn vertex_display_name(id: &ObjectIdentity) -> String {
     format!("{}-{}", id.namespace, id.name)
@@ -359,5 +369,21 @@ mod tests {
         let long = ident("default", &"q".repeat(60));
         let c = child_name(&long, "preprocess");
         assert!(c.len() <= 63 && c.ends_with("-preprocess"), "{c}");
+    }
+
+    #[test]
+    fn a_once_event_is_named_by_its_key_within_the_name_limit() {
+        let a = once_event_name("pol", "uid-1/budget/ml/Day/2026-11-30T00:00:00Z/80");
+        assert_eq!(
+            a,
+            once_event_name("pol", "uid-1/budget/ml/Day/2026-11-30T00:00:00Z/80")
+        );
+        assert_ne!(
+            a,
+            once_event_name("pol", "uid-1/budget/ml/Day/2026-11-30T00:00:00Z/90")
+        );
+        assert!(a.starts_with("pol.") && a.len() == "pol.".len() + 32, "{a}");
+        let long = once_event_name(&"p".repeat(253), "k");
+        assert!(long.len() <= 253, "{}", long.len());
     }
 }

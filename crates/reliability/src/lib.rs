@@ -5,6 +5,7 @@
 //! The suites (`tests/`) and the long runs (`src/bin/`) are described in `docs/reliability.md`
 //! and `docs/benchmarks.md`.
 
+pub mod budget_crossing;
 pub mod corrupt;
 pub mod crash;
 pub mod fixtures;

@@ -51,6 +51,9 @@ pub struct World {
     pub kube_faults: crate::kube_faults::KubeFaults,
     /// Where in-process operators send GCP calls instead of the emulator (e.g. a proxy).
     pub gcp_endpoint: Option<String>,
+    /// In-process operators watch `TpuPolicy` objects and run the usage report (policy status,
+    /// budgets), as the binary does; off by default (the crash runs make no policy).
+    pub tenancy: bool,
     server: Option<kube_emulator::Server>,
     op: Option<InProcess>,
     /// Set by `use_process`: operators are `tpu-operator run` processes, killed with SIGKILL.
@@ -99,6 +102,7 @@ impl World {
             polls: Polls::fast(),
             kube_faults,
             gcp_endpoint: None,
+            tenancy: false,
             server: None,
             op: None,
             process: None,
@@ -160,7 +164,9 @@ impl World {
             namespace: Some(NAMESPACE.into()),
             concurrency: 8,
             polls: self.polls.clone(),
-            tenancy: None,
+            tenancy: self
+                .tenancy
+                .then_some(tpu_operator_controller::governance::tenancy::WithoutPolicy::Allow),
         };
         let url = self.gcp_endpoint.clone().unwrap_or_else(|| self.gcp.url());
         spec.build_via(&self.client, &self.gcp, &url)
@@ -196,6 +202,17 @@ impl World {
             tokio::spawn(preprocess_batch::run(ctx.clone(), never_shutdown())),
             tokio::spawn(training_pipeline::run(ctx.clone(), never_shutdown())),
         ];
+        let tasks = if self.tenancy {
+            let report = tpu_operator_controller::governance::tenancy::report::run(
+                ctx.tenancy.clone(),
+                ctx.clock.clone(),
+                ctx.config.clone(),
+                never_shutdown(),
+            );
+            tasks.into_iter().chain([tokio::spawn(report)]).collect()
+        } else {
+            tasks
+        };
         self.op = Some(InProcess { tasks, ctx });
         self.starts += 1;
     }

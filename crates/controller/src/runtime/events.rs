@@ -176,6 +176,34 @@ impl EventRecorder {
         Ok(())
     }
 
+    /// Publishes an Event at most once per `key` on `regarding`, across restarts and leaders
+    /// (e.g. a budget threshold of one period): its name derives from the key and the object's
+    /// UID, and an Event of that name already there is this one. For what must be announced
+    /// exactly once whatever is killed when: publish it before recording that it was.
+    pub async fn publish_once(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+        key: &str,
+    ) -> Result<(), kube::Error> {
+        let namespace = regarding.namespace.as_deref().unwrap_or("default");
+        let mut event = self.new_event(regarding, namespace, type_, reason, note);
+        let object = regarding.name.as_deref().unwrap_or(&self.controller);
+        let uid = regarding.uid.as_deref().unwrap_or_default();
+        event.metadata.name = Some(tpu_operator_api::naming::once_event_name(
+            object,
+            &format!("{uid}/{key}"),
+        ));
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        match api.create(&PostParams::default(), &event).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn grow_series(&self, namespace: &str, name: &str, count: i32) -> Result<(), kube::Error> {
         let series = EventSeries {
             count,

@@ -97,8 +97,8 @@ impl Metering {
 }
 
 /// One pass: read each selected namespace once (of `watched` alone, when the operator watches
-/// one), meter the budgets, write the statuses that changed, then publish the Events of the
-/// budget actions that came into force.
+/// one), meter the budgets, publish the Events of the budget actions that came into force, then
+/// write the statuses that changed.
 async fn refresh(
     tenancy: &Tenancy,
     clock: &dyn Clock,
@@ -134,14 +134,22 @@ async fn refresh(
         let (budgets, reached) = budgets::meter(&policy, &metered, &rates, last, at);
         let selected: Vec<&NamespaceUsage> = metered.iter().filter_map(|n| rows.get(n)).collect();
         let status = status_of(&policy, &selected, budgets.clone(), now.clone());
-        if status_due(policy.status.as_ref(), &status, at) {
-            write(tenancy, &name, &status).await?;
+        // Announced before the record says it was reached, each Event once by name: a process
+        // killed between the two announces again on the next refresh, and the Events already
+        // there are left as they are. (The other order would lose an announcement.)
+        let mut announced = true;
+        for r in &reached {
+            announced &= publish_reached(metering, &policy, r, holders.get(&r.usage.namespace)).await;
+        }
+        // Not recorded as reached until every Event is out: otherwise the next refresh meters
+        // the same interval once more and announces again.
+        if announced {
+            if status_due(policy.status.as_ref(), &status, at) {
+                write(tenancy, &name, &status).await?;
+            }
+            metering.last.insert(uid, budgets.clone());
         }
         budget_view::add(&mut views, &name, &budgets);
-        metering.last.insert(uid, budgets);
-        for r in &reached {
-            publish_reached(metering, &policy, r, holders.get(&r.usage.namespace)).await;
-        }
     }
     write_views(tenancy, metering, views).await;
     Ok(())
@@ -236,13 +244,15 @@ async fn write(tenancy: &Tenancy, name: &str, status: &TpuPolicyStatus) -> crate
 }
 
 /// One Event on the policy and one on each object of the namespace holding capacity: the
-/// namespace's own users see it with their objects, and GitOps notifications pick it up.
+/// namespace's own users see it with their objects, and GitOps notifications pick it up. Each
+/// is published once per threshold and period, whichever process publishes it. Whether every
+/// one was.
 async fn publish_reached(
     metering: &Metering,
     policy: &TpuPolicy,
     r: &Reached,
     holders: Option<&Vec<ObjectReference>>,
-) {
+) -> bool {
     let u = &r.usage;
     let note = format!(
         "TpuPolicy {}: namespace {} {} ({} % reached): {} until {}",
@@ -264,16 +274,31 @@ async fn publish_reached(
         BudgetActionKind::Notify => EventType::Normal,
         _ => EventType::Warning,
     };
+    let key = format!(
+        "budget/{}/{:?}/{}/{}",
+        u.namespace, u.period, u.period_start.0, r.at_percent
+    );
     let policy_ref = policy.object_ref(&());
+    let mut published = true;
     for regarding in std::iter::once(&policy_ref).chain(holders.into_iter().flatten()) {
-        if let Err(e) = metering
+        match metering
             .recorder
-            .publish(regarding, type_, reasons::BUDGET_THRESHOLD_REACHED, &note)
+            .publish_once(regarding, type_, reasons::BUDGET_THRESHOLD_REACHED, &note, &key)
             .await
         {
-            tracing::warn!(error = %e, "publishing a budget Event");
+            Ok(()) => {}
+            // Refused for good (a namespace being deleted, a missing grant): trying again would
+            // hold the budget's record back forever.
+            Err(kube::Error::Api(e)) if (400..500).contains(&e.code) && e.code != 429 => {
+                tracing::warn!(error = %e, "a budget Event was refused; not publishing it again");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "publishing a budget Event; trying again at the next refresh");
+                published = false;
+            }
         }
     }
+    published
 }
 
 /// What one namespace holds and how many of its objects a policy refuses.
