@@ -31,11 +31,8 @@ impl Planner<'_> {
 
     /// The step a creation of `what` takes while the action is in force: nothing of it is
     /// recorded, and the pipeline looks again when the period ends.
-    pub(super) fn held_by_budget(&mut self, what: &str) -> Step {
-        let Some(hold) = self.budget_holds().cloned() else {
-            unreachable!("held_by_budget is only called while budget_holds()");
-        };
-        self.note_budget(&hold);
+    pub(super) fn held_by_budget(&mut self, hold: &Suspending, what: &str) -> Step {
+        self.note_budget(hold);
         let message = format!(
             "{}: SuspendAtCheckpoint is in force until {}; {what} is created then, resuming from CHECKPOINT_DIR",
             hold.budget, hold.until.0
@@ -44,7 +41,7 @@ impl Planner<'_> {
             phase: Phase::Suspended,
             kstatus: Some((Progress::Idle, reasons::BUDGET_SUSPENDED, message)),
             action: Action::Nothing,
-            requeue: self.until_period_end(&hold),
+            requeue: self.until_period_end(hold),
         }
     }
 
@@ -62,7 +59,7 @@ impl Planner<'_> {
         self.note_budget(&hold);
         if step.action.creates() {
             // Every create path asks `budget_holds` first; this keeps any other from slipping by.
-            return self.held_by_budget("the next attempt");
+            return self.held_by_budget(&hold, "the next attempt");
         }
         if self.budget_stopped() {
             return self.stopped_step(step, &hold);
@@ -72,11 +69,12 @@ impl Planner<'_> {
             Some(checkpoint) if training => match self.stop_billing(BY_BUDGET) {
                 Some(stop) => {
                     let now = time(self.input.now);
-                    let record = self.budget_record();
-                    record.checkpoint = Some(checkpoint.clone());
-                    record.suspended_time = Some(now);
-                    record.stopped = Some(stop.what.clone());
-                    record.stopped_attempt = stop.attempt;
+                    if let Some(record) = self.st.budget_suspension.as_mut() {
+                        record.checkpoint = Some(checkpoint.clone());
+                        record.suspended_time = Some(now);
+                        record.stopped = Some(stop.what.clone());
+                        record.stopped_attempt = stop.attempt;
+                    }
                     let message = format!(
                         "{}: suspended after the committed checkpoint {checkpoint}: {}; training resumes from it at {}",
                         hold.budget, stop.what, hold.until.0
@@ -178,13 +176,6 @@ impl Planner<'_> {
             r.budget = hold.budget.clone();
             r.until = hold.until.clone();
         }
-    }
-
-    fn budget_record(&mut self) -> &mut BudgetSuspensionStatus {
-        self.st
-            .budget_suspension
-            .as_mut()
-            .expect("note_budget runs before the record is written")
     }
 
     /// The action is no longer in force: a record of a period in which nothing was stopped is

@@ -56,8 +56,8 @@ impl Planner<'_> {
         if self.spec().suspend {
             return held(&format!("PreprocessBatch {name}"), None);
         }
-        if self.budget_holds().is_some() {
-            return self.held_by_budget(&format!("PreprocessBatch {name}"));
+        if let Some(hold) = self.budget_holds().cloned() {
+            return self.held_by_budget(&hold, &format!("PreprocessBatch {name}"));
         }
         let now = time(self.input.now);
         let stage = status::stage_mut(&mut self.st, StageName::Preprocess);

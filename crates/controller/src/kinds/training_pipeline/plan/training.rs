@@ -319,8 +319,8 @@ impl Planner<'_> {
         }
         // Before Kueue's gate: a Workload admitted while the budget holds the attempt back would
         // be released and queued again on every pass.
-        if self.budget_holds().is_some() {
-            return self.held_by_budget(&format!("{what} for attempt {attempt}"));
+        if let Some(hold) = self.budget_holds().cloned() {
+            return self.held_by_budget(&hold, &format!("{what} for attempt {attempt}"));
         }
         if self.kueue_holds() {
             return self.held_by_kueue(&format!("{what} for attempt {attempt}"));
