@@ -126,6 +126,12 @@ async fn refresh(
     let now = Time(at);
     let mut views = budget_view::Views::new();
     for (policy, namespaces) in selections {
+        // An operator that watches one namespace reports only the policies selecting it: a
+        // policy of other namespaces is another operator's to write (a write from here would
+        // erase its record with an empty one).
+        if watched.is_some() && namespaces.is_empty() {
+            continue;
+        }
         let name = policy.metadata.name.clone().unwrap_or_default();
         // By UID: a policy deleted and created again under its name starts a record of its own.
         let uid = policy.metadata.uid.clone().unwrap_or_default();
