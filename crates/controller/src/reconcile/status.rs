@@ -12,7 +12,7 @@ use super::{
     report, waits,
 };
 use crate::runtime::{
-    error::{ReconcileError, Result, kueue_outage},
+    error::{ReconcileError, Result, unanswered},
     refused,
 };
 
@@ -104,7 +104,7 @@ pub async fn reported<K: Kind, T>(ctx: &Context, obj: &K, result: Result<T>) -> 
             Some(reason) => (reason, refused::message(action, source)),
             None => return result,
         },
-        Err(ReconcileError::Kueue { action, source }) if kueue_outage(source) => {
+        Err(ReconcileError::Kueue { action, source }) if unanswered(source) => {
             (reasons::KUEUE_UNAVAILABLE, kueue_message(action, source))
         }
         _ => return result,

@@ -68,7 +68,7 @@ impl ReconcileError {
     /// Low-cardinality label for metrics and the reason of Warning events.
     pub fn category(&self) -> &'static str {
         match self {
-            Self::Kueue { source, .. } if kueue_outage(source) => "KueueUnavailable",
+            Self::Kueue { source, .. } if unanswered(source) => "KueueUnavailable",
             // A conditional write that found the object newer than the cached copy the reconcile
             // read: retried once the cache catches up, not an API failure.
             Self::Kube {
@@ -133,10 +133,11 @@ impl From<kube::runtime::finalizer::Error<ReconcileError>> for ReconcileError {
     }
 }
 
-/// Whether a failed Kueue call found nobody to answer it: no reply, a rate limit, or a 5xx (the
-/// API server says so when Kueue's webhook or aggregated API does not answer). A conflict, an
-/// RBAC refusal or an invalid write was answered: Kueue is up, and the error says what is wrong.
-pub fn kueue_outage(err: &kube::Error) -> bool {
+/// Whether a failed API server call found nobody to answer it: no reply, a rate limit, or a 5xx
+/// (for Kueue, the API server says so when Kueue's webhook or aggregated API does not answer).
+/// Worth trying again. A conflict, an RBAC refusal or an invalid write was answered: the error
+/// says what is wrong, and the same call gets the same answer.
+pub fn unanswered(err: &kube::Error) -> bool {
     match err {
         kube::Error::Api(status) => status.code == 429 || status.code >= 500,
         _ => true,

@@ -293,14 +293,14 @@ async fn publish_reached(
             .await
         {
             Ok(()) => {}
-            // Refused for good (a namespace being deleted, a missing grant): trying again would
-            // hold the budget's record back forever.
-            Err(kube::Error::Api(e)) if (400..500).contains(&e.code) && e.code != 429 => {
-                tracing::warn!(error = %e, "a budget Event was refused; not publishing it again");
-            }
-            Err(e) => {
+            Err(e) if crate::runtime::error::unanswered(&e) => {
                 tracing::warn!(error = %e, "publishing a budget Event; trying again at the next refresh");
                 published = false;
+            }
+            // Refused for good (a namespace being deleted, a missing grant): trying again would
+            // hold the budget's record back forever.
+            Err(e) => {
+                tracing::warn!(error = %e, "a budget Event was refused; not publishing it again");
             }
         }
     }
