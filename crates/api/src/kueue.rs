@@ -1,6 +1,7 @@
 //! What an object queued through Kueue carries: the labels that put it in a queue (the names
 //! every Kueue integration reads), and what its status says of the wait (docs/kueue.md).
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +27,12 @@ pub struct KueueStatus {
     /// visibility API; absent where the cluster does not serve it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<i32>,
+    /// While pending at `position`: when Kueue will likely admit the Workload, estimated from
+    /// the position and the hold times seen in the same LocalQueue (docs/kueue.md, "Wait
+    /// estimate"). Absent until a hold in that queue has ended since the operator started, and
+    /// while none of the queue's Workloads holds quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_start_time: Option<Time>,
     /// Kueue admitted the Workload: the cloud work may exist.
     #[serde(default)]
     pub admitted: bool,

@@ -86,6 +86,13 @@ impl Gate {
     }
 }
 
+/// When Kueue admitted the Workload (its `Admitted` condition's transition), while it is.
+pub fn admitted_since(wl: &Workload) -> Option<DateTime<Utc>> {
+    let conditions = &wl.status.as_ref()?.conditions;
+    let admitted = condition(conditions, types::ADMITTED).filter(|c| c.status == "True")?;
+    DateTime::from_timestamp(admitted.last_transition_time.0.as_second(), 0)
+}
+
 fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }

@@ -16,12 +16,15 @@
 //! - [`gate`]: pure: a Workload's status as the gate a pass obeys, and the release write.
 //! - [`queued`]: what a pass reads of a gated object's Workload, and the writes its plan asks
 //!   for (the same for every gated kind).
+//! - [`eta`]: when a waiting Workload will likely be admitted, from its position and the hold
+//!   times seen in its LocalQueue.
 //! - [`waits`]: what a gated object awaits besides its Workload (a priority class, its queue's
 //!   line), and the watches that wake it when that changes.
 //! - [`client`]: the Kubernetes calls (Workload, WorkloadPriorityClass, the visibility API).
 
 pub mod client;
 pub mod demand;
+pub mod eta;
 pub mod follow;
 pub mod gate;
 pub mod queued;

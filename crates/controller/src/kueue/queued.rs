@@ -9,6 +9,7 @@
 // crate-wide decision, not one for this module.
 #![allow(clippy::result_large_err)]
 
+use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 use tpu_operator_api::{conditions::reasons, kueue::KueueStatus};
@@ -16,6 +17,7 @@ use tpu_operator_api::{conditions::reasons, kueue::KueueStatus};
 use super::{
     Gate, PRIORITY_CLASS_LABEL, QUEUE_LABEL, client,
     demand::{self, Demand},
+    eta::Lines,
     follow::{self, PriorityChange},
     gate,
     waits::{Awaited, Waiters},
@@ -23,7 +25,10 @@ use super::{
 };
 use crate::{
     reconcile::context::Context,
-    runtime::error::{ReconcileError, Result},
+    runtime::{
+        clock::k8s_time,
+        error::{ReconcileError, Result},
+    },
 };
 
 /// What a pass read of the object's Workload.
@@ -39,6 +44,8 @@ pub struct Queued {
     pub desired: Option<WorkloadSpec>,
     /// Position in the LocalQueue while pending (1 = next), when Kueue's visibility API serves it.
     pub position: Option<i32>,
+    /// When the Workload will likely be admitted, while it waits at `position` ([`eta`](super::eta)).
+    pub estimated_start: Option<DateTime<Utc>>,
     /// The priority class the label names (its value read only to create the Workload or change
     /// its class), or the message naming a class that does not exist.
     pub priority: Result<Option<(String, i32)>, String>,
@@ -55,6 +62,7 @@ impl Queued {
             local_queue: self.local_queue.clone(),
             cluster_queue: self.cluster_queue().map(str::to_string),
             position: self.position,
+            estimated_start_time: self.estimated_start.map(k8s_time),
             admitted,
             evictions: before.evictions + i32::from(newly_evicted),
             stopped: !admitted && stopped,
@@ -77,10 +85,14 @@ impl Queued {
             Gate::Admitted { .. } => return None,
             Gate::Missing => (reasons::QUEUED_IN_KUEUE, "not admitted by Kueue yet".to_string()),
             Gate::Pending { message } => {
-                let position = self
-                    .position
-                    .map(|p| format!(" (position {p})"))
-                    .unwrap_or_default();
+                let position = match (self.position, self.estimated_start) {
+                    (Some(p), Some(eta)) => format!(
+                        " (position {p}, estimated start {})",
+                        eta.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    ),
+                    (Some(p), None) => format!(" (position {p})"),
+                    _ => String::new(),
+                };
                 (
                     reasons::QUEUED_IN_KUEUE,
                     format!(
@@ -166,6 +178,7 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
         Gate::Pending { .. } => client::position(&ctx.client, &ns, queue, &workload).await,
         _ => None,
     };
+    let estimated_start = line(ctx, &ns, queue, &workload, found.as_ref(), &gate, position);
     // What the object now awaits besides its Workload: a missing class to appear, its line to move.
     let mut awaited = Vec::new();
     if let (Gate::Missing, Some(class), Err(_)) = (&gate, class, &priority) {
@@ -183,8 +196,31 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
         found,
         desired,
         position,
+        estimated_start,
         priority,
     }))
+}
+
+/// Records what the Workload tells of its LocalQueue's line ([`eta::Lines`]) and estimates its
+/// admission while it waits at `position`. Kueue's times are wall-clock time ([`eta`](super::eta)).
+fn line(
+    ctx: &Context,
+    namespace: &str,
+    queue: &str,
+    workload: &str,
+    found: Option<&Workload>,
+    gate: &Gate,
+    position: Option<i32>,
+) -> Option<DateTime<Utc>> {
+    let lines = ctx.shared.get_or_default::<Lines>();
+    let now = Utc::now();
+    if gate.admitted() {
+        let since = found.and_then(gate::admitted_since).unwrap_or(now);
+        lines.admitted(namespace, queue, workload, since);
+        return None;
+    }
+    lines.ended(namespace, queue, workload, now);
+    lines.estimate(namespace, queue, position?, now)
 }
 
 /// The gate the Workload `found` sets for `obj`: [`Gate::Foreign`] when it is not the one the
@@ -323,7 +359,15 @@ pub async fn write<K: Gated>(obj: &K, ctx: &Context, queued: &Queued, write: Wri
             };
             client::release(&ctx.client, wl, reason, message, ctx.clock.now()).await
         }
-        Write::Delete => client::delete(&ctx.client, &namespace(obj)?, &queued.workload).await,
+        Write::Delete => {
+            let ns = namespace(obj)?;
+            let deleted = client::delete(&ctx.client, &ns, &queued.workload).await;
+            if deleted.is_ok() {
+                let lines = ctx.shared.get_or_default::<Lines>();
+                lines.ended(&ns, &queued.local_queue, &queued.workload, Utc::now());
+            }
+            deleted
+        }
     };
     done.map_err(ReconcileError::kueue(write.name()))
 }
@@ -333,12 +377,16 @@ pub async fn write<K: Gated>(obj: &K, ctx: &Context, queued: &Queued, write: Wri
 /// finalizer stays and the next pass tries again: the Workload's finalizer would otherwise keep
 /// it, and its quota, forever.
 pub async fn release_on_delete<K: Gated>(obj: &K, ctx: &Context) -> Result<()> {
-    if local_queue(obj, ctx).is_none() {
+    let Some(queue) = local_queue(obj, ctx) else {
         return Ok(());
-    }
-    client::delete(&ctx.client, &namespace(obj)?, &workload_name(obj))
+    };
+    let (ns, workload) = (namespace(obj)?, workload_name(obj));
+    client::delete(&ctx.client, &ns, &workload)
         .await
-        .map_err(ReconcileError::kueue(Write::Delete.name()))
+        .map_err(ReconcileError::kueue(Write::Delete.name()))?;
+    let lines = ctx.shared.get_or_default::<Lines>();
+    lines.ended(&ns, queue, &workload, Utc::now());
+    Ok(())
 }
 
 /// The object is being deleted: it awaits nothing any more.

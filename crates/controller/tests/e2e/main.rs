@@ -25,6 +25,7 @@ mod hostile_holds;
 mod hostile_references;
 mod hostile_tenant;
 mod kueue;
+mod kueue_eta;
 mod kueue_pipelines;
 mod kueue_unlabelled;
 mod kueue_wakes;

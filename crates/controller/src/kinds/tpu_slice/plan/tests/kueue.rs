@@ -14,6 +14,7 @@ fn gated(gate: Gate) -> Queued {
         found: None,
         desired: None,
         position: Some(2),
+        estimated_start: None,
         priority: Ok(None),
     }
 }
@@ -76,6 +77,19 @@ fn nothing_is_created_before_kueue_admits_the_workload() {
         p.assessment.message
     );
     assert_eq!(p.assessment.requeue, Requeue::Capacity);
+    // With an estimate, the message and status.kueue give it.
+    let mut estimated = gated(pending());
+    estimated.estimated_start = DateTime::from_timestamp(1_800_000_000, 0);
+    let kueue = crate::kinds::tpu_slice::queue::status(&Default::default(), Some(&estimated), false);
+    let eta = kueue.and_then(|k| k.estimated_start_time);
+    assert_eq!(eta.map(|t| t.0.as_second()), Some(1_800_000_000));
+    c.observed.queue = Some(estimated);
+    let p = c.plan();
+    let message = &p.assessment.message;
+    assert!(
+        message.contains("(position 2, estimated start 2027-01-15T08:00:00Z): insufficient"),
+        "{message}"
+    );
     c.observed.queue = Some(gated(Gate::Admitted {
         cluster_queue: "cq".into(),
     }));

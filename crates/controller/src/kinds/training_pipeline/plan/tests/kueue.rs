@@ -20,6 +20,7 @@ fn gated(gate: Gate) -> Queued {
         found: exists.then(|| Workload::new("trainingpipeline-p-uid-1", WorkloadSpec::default())),
         desired: None,
         position: Some(2),
+        estimated_start: None,
         priority: Ok(None),
     }
 }
