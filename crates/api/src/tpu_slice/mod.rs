@@ -67,6 +67,12 @@ pub const MEGASCALE_COORDINATOR_METADATA: &str = "tpu-operator-megascale-coordin
     printcolumn(name = "Zone", type_ = "string", json_path = ".status.zone"),
     printcolumn(name = "Chips", type_ = "integer", json_path = ".status.chips"),
     printcolumn(
+        name = "Goodput%",
+        type_ = "integer",
+        json_path = ".status.timeSpent.goodputPercent",
+        priority = 1
+    ),
+    printcolumn(
         name = "Logs",
         type_ = "string",
         json_path = ".status.links.logs",

@@ -4,7 +4,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{CostEstimate, Links};
+use crate::{
+    common::{CostEstimate, Links},
+    training_pipeline::TimePart,
+};
 
 /// Lifecycle phase of a slice (for printer columns; conditions carry the detail).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -34,6 +37,26 @@ pub enum TpuSlicePhase {
     Deleting,
     /// `spec.suspend` is true and the node is gone: nothing bills.
     Suspended,
+}
+
+impl TpuSlicePhase {
+    /// The part of `status.timeSpent` a slice in this phase spends its time in; `None` once it
+    /// failed (the clock stops). `Deleting` is a node being deleted while the slice lives on
+    /// (to replace it after a preemption, or for a suspension, a Kueue eviction or a move on the
+    /// capacity plan): it bills and does not train, as provisioning. A deleted slice's status
+    /// is not accounted any more.
+    pub fn time_part(self) -> Option<TimePart> {
+        use TpuSlicePhase as P;
+        match self {
+            P::Pending | P::Queued | P::Waiting => Some(TimePart::Queued),
+            P::Provisioning | P::Degraded | P::Preempted | P::Recreating | P::Deleting => {
+                Some(TimePart::Provisioning)
+            }
+            P::Ready => Some(TimePart::Productive),
+            P::Suspended => Some(TimePart::Suspended),
+            P::Failed => None,
+        }
+    }
 }
 
 /// Observed state of a slice.
@@ -138,6 +161,13 @@ pub struct TpuSliceStatus {
     /// label, with Kueue enabled in the operator): its Workload, queue, position, admission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kueue: Option<crate::kueue::KueueStatus>,
+    /// Where the slice's wall time and estimated dollars went: queued, provisioning (a node
+    /// being created, repaired or replaced after a preemption), productive (the node Ready),
+    /// suspended, and failed (a slice that ended `Failed`). A slice does not know its
+    /// workload's steps: `lostToInterruptions` stays 0 here (a `TrainingPipeline`'s own
+    /// `timeSpent` has it) and `preprocessing` does not apply (docs/cost-model.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_spent: Option<crate::training_pipeline::TimeSpent>,
     /// Estimated cost so far and burn rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_cost: Option<CostEstimate>,

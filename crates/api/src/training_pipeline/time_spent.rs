@@ -152,7 +152,24 @@ fn time(ms: i64) -> Time {
     )
 }
 
+/// How long `timeSpent` may lag while the run bills and nothing else in the status changes:
+/// crediting later credits the same seconds to the same part, so waiting loses nothing and
+/// spares a status write on every pass.
+const REFRESH_MS: i64 = 60_000;
+
 impl TimeSpent {
+    /// Whether a status write brings `timeSpent` up to date: with any other change of the status
+    /// (`unchanged` false), and while the object is in a part that bills (`was`: provisioning,
+    /// preprocessing, training) at least once a minute. A queued or suspended object is not
+    /// written for it at all: its seconds are credited when it moves on. `time_spent`: the
+    /// stored one, if any.
+    pub fn due(time_spent: Option<&TimeSpent>, was: Option<Part>, unchanged: bool, now_ms: i64) -> bool {
+        let through = time_spent.and_then(|t| t.accounted_through.as_ref()).map(ms);
+        let idle = matches!(was, None | Some(Part::Queued | Part::Suspended));
+        let fresh = |t: i64| idle || now_ms - t < REFRESH_MS;
+        !(unchanged && through.is_some_and(fresh))
+    }
+
     /// The parts after one status write (see the module docs).
     pub fn account(&self, step: Step) -> TimeSpent {
         let mut next = self.clone();

@@ -1,13 +1,15 @@
 //! Where a run's time and money went (`status.timeSpent`), end to end: a Spot TPU VM pipeline
 //! preempted between two checkpoints, through TrainingPipeline → controllers → gcp-emulator →
-//! status.
+//! status; and a standalone TpuSlice preempted, recreated and suspended.
 
 use std::{sync::Arc, time::Duration};
 
 use gcp_emulator::Fault;
+use kube::api::{Patch, PatchParams};
 use test_kit::TestEnv;
-use tpu_operator_api::training_pipeline::{
-    StageName, TimeSpent, TrainingPipeline, TrainingPipelinePhase as Phase,
+use tpu_operator_api::{
+    tpu_slice::{TpuSlice, TpuSlicePhase},
+    training_pipeline::{StageName, TimeSpent, TrainingPipeline, TrainingPipelinePhase as Phase},
 };
 use tpu_operator_controller::{
     Context,
@@ -113,4 +115,106 @@ async fn a_preempted_runs_time_splits_into_parts_that_sum_to_its_wall_time() {
         "parts ${usd} against estimate ${estimate}"
     );
     assert!(t.goodput_percent.is_some_and(|g| g > 0 && g < 100), "{t:?}");
+}
+
+fn slice_spent(s: &TpuSlice) -> TimeSpent {
+    s.status
+        .as_ref()
+        .and_then(|st| st.time_spent.clone())
+        .unwrap_or_default()
+}
+
+fn through(t: &TimeSpent) -> i64 {
+    t.accounted_through.as_ref().map_or(0, |t| t.0.as_second())
+}
+
+fn slice_ready(s: &TpuSlice) -> bool {
+    s.status
+        .as_ref()
+        .is_some_and(|st| st.phase == TpuSlicePhase::Ready)
+}
+
+/// A standalone Spot slice: Ready 600 s, preempted and recreated, Ready 300 s more, suspended.
+/// Its parts sum to the time from its first status to its suspension, and its dollars to its
+/// estimate; the node's Ready time is productive, its replacement provisioning.
+#[tokio::test]
+async fn a_standalone_slices_time_splits_by_phase_and_sums_to_its_wall_time() {
+    let mut env = TestEnv::start().await;
+    env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
+    let slice: TpuSlice = serde_json::from_value(serde_json::json!({
+        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "kind": "TpuSlice",
+        "metadata": {"name": "solo"},
+        "spec": {"zone": "us-east5-b", "acceleratorType": "v6e-8",
+                 "runtimeVersion": "v2-alpha-tpuv6e", "capacity": {"spot": {}}}
+    }))
+    .expect("TpuSlice fixture");
+    env.create(&slice).await;
+    let first = env
+        .wait_for::<TpuSlice, _>("solo", "a first timeSpent", Duration::ZERO, |s| {
+            slice_spent(s).accounted_through.is_some()
+        })
+        .await;
+    let start = through(&slice_spent(&first));
+    let mut productive = 0;
+    for (ready_for, preempt) in [(600, true), (300, false)] {
+        let s: TpuSlice = env.wait_for("solo", "Ready", STEP, slice_ready).await;
+        env.gcp.clock().advance(Duration::from_secs(ready_for));
+        productive += ready_for as i64;
+        env.wait_for::<TpuSlice, _>("solo", "the Ready time credited", Duration::ZERO, |s| {
+            slice_spent(s).productive.seconds >= productive
+        })
+        .await;
+        if preempt {
+            let node = s.status.unwrap().node_name.unwrap();
+            env.gcp.inject(Fault::PreemptNode { name: node }).unwrap();
+            env.wait_for::<TpuSlice, _>("solo", "the preemption noticed", Duration::ZERO, |s| {
+                s.status.as_ref().is_some_and(|st| st.recreations == 1)
+            })
+            .await;
+        }
+    }
+    env.api::<TpuSlice>()
+        .patch(
+            "solo",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .expect("suspend");
+    let suspended = env
+        .wait_for::<TpuSlice, _>("solo", "Suspended", STEP, |s| {
+            s.status
+                .as_ref()
+                .is_some_and(|st| st.phase == TpuSlicePhase::Suspended)
+        })
+        .await;
+    let t = slice_spent(&suspended);
+    let usd: f64 = t.parts().iter().map(|(_, s)| s.usd).sum();
+    let estimate = suspended
+        .status
+        .as_ref()
+        .unwrap()
+        .estimated_cost
+        .as_ref()
+        .unwrap()
+        .so_far_usd;
+    eprintln!("standalone slice: {} (estimate ${estimate:.2})", t.summary());
+    assert_eq!(t.wall_seconds(), through(&t) - start, "{t:?}");
+    // Waits step the cloud's clock 20 s at a time: a step may land after the node is Ready.
+    assert!(
+        (productive..=productive + 60).contains(&t.productive.seconds),
+        "productive {} against {productive} s Ready: {t:?}",
+        t.productive.seconds
+    );
+    assert!(
+        t.provisioning.seconds > 0 && t.lost_to_interruptions.seconds == 0,
+        "{t:?}"
+    );
+    assert!(
+        usd <= estimate + 1e-6 && usd >= estimate * 0.95,
+        "parts ${usd} against ${estimate}"
+    );
+    let goodput = t.goodput_percent.expect("goodput");
+    assert!((1..100).contains(&goodput), "{t:?}");
 }

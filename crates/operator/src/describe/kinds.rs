@@ -152,6 +152,9 @@ pub fn slice(sheet: &mut Sheet, slice: &TpuSlice, logs_cmd: &str) {
     let ready = st.ready_time.as_ref().map_or_else(|| "-".into(), clock);
     sheet.row("Node times", &format!("created {created}, ready {ready}"));
     sheet.cost(st.estimated_cost.as_ref());
+    if let Some(spent) = &st.time_spent {
+        sheet.row("Time spent", &spent.summary());
+    }
     sheet.links(st.links.as_ref(), logs_cmd);
 }
 

@@ -106,11 +106,13 @@ pub fn interruptions(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
         .collect()
 }
 
-/// Where each pipeline's time and money went (`status.timeSpent`), in emulated time like the
-/// table, so the same on every run.
+/// Where each applied pipeline's and slice's time and money went (`status.timeSpent`), in
+/// emulated time like the table, so the same on every run. A pipeline's own slice is left out:
+/// the pipeline's line covers its run.
 pub fn time_spent(objects: &BTreeMap<Key, Seen>) -> Vec<String> {
     objects
         .iter()
+        .filter(|(_, seen)| seen.applied)
         .filter_map(|(key, seen)| {
             let spent = seen.status("timeSpent")?.clone();
             let spent: tpu_operator_api::training_pipeline::TimeSpent = serde_json::from_value(spent).ok()?;

@@ -35,6 +35,7 @@ mod request;
 mod spec;
 mod status;
 mod target;
+mod time_spent;
 mod wait;
 
 use std::sync::Arc;
@@ -396,5 +397,7 @@ fn build_status(
         console: node.and_then(|n| backend::of(t.names.provisioner).console(project, n)),
         workload: slice.spec.startup_script.is_none() && slice.spec.workload.is_some(),
     });
+    let deleted = slice.meta().deletion_timestamp.is_some();
+    time_spent::account(old, &mut st, deleted, now);
     st
 }

@@ -109,6 +109,8 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         // Set by the pass from its Workload (`queue::status`); kept meanwhile.
         kueue: old.kueue.clone(),
         estimated_cost: estimated_cost(r),
+        // Brought up to date by the caller (`time_spent::account`), which compares the whole.
+        time_spent: old.time_spent.clone(),
         // Set by the caller, which knows the slice's backend, workload, plan and maintenance.
         links: old.links.clone(),
         maintenance: old.maintenance.clone(),

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use tpu_operator_api::training_pipeline::{
-    Interruptions, StageName, StageStatus, TimePart, TimeStep, TrainingPipelinePhase as Phase,
+    Interruptions, StageName, StageStatus, TimePart, TimeSpent, TimeStep, TrainingPipelinePhase as Phase,
     TrainingPipelineStatus,
 };
 
@@ -56,26 +56,16 @@ fn spent(st: &TrainingPipelineStatus) -> f64 {
     st.estimated_cost.as_ref().map_or(0.0, |c| c.so_far_usd)
 }
 
-/// How long `timeSpent` may lag while the run bills and nothing else in the status changes:
-/// crediting later credits the same seconds to the same part, so waiting loses nothing and
-/// spares a status write on every pass.
-const REFRESH: i64 = 60_000;
-
-/// `new.timeSpent` after the interval since `old` was written: brought up to date with any other
-/// change of the status, at every change of part, and while the run is in a part that bills
-/// (provisioning, preprocessing, training) at least every [`REFRESH`]. A queued or suspended
-/// pipeline is not written for it at all: its seconds are credited when it moves on, as a
-/// suspended slice's spend is not brought up to date either.
+/// `new.timeSpent` after the interval since `old` was written, when it is due
+/// ([`TimeSpent::due`](tpu_operator_api::training_pipeline::TimeSpent::due)).
 pub fn account(old: &TrainingPipelineStatus, new: &mut TrainingPipelineStatus, now: DateTime<Utc>) {
-    let through = old
-        .time_spent
-        .as_ref()
-        .and_then(|t| t.accounted_through.as_ref())
-        .map(|t| t.0.as_millisecond());
-    let idle = matches!(part(old), None | Some(TimePart::Queued | TimePart::Suspended));
-    let fresh = |t: i64| idle || now.timestamp_millis() - t < REFRESH;
     // `new` still carries `old`'s `timeSpent`: equal means nothing else changed either.
-    if new == old && through.is_some_and(fresh) {
+    if !TimeSpent::due(
+        old.time_spent.as_ref(),
+        part(old),
+        new == old,
+        now.timestamp_millis(),
+    ) {
         return;
     }
     let checkpoint = new
