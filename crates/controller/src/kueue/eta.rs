@@ -4,8 +4,13 @@
 //!
 //! - the Workloads of the queue admitted now are its slots, each free again once it has held its
 //!   quota for the mean hold time (one already past it frees at once);
-//! - each freed slot admits the next in line, which then holds it for the mean hold time;
-//! - position `p` is admitted when the `p`-th slot frees.
+//! - so is a slot being handed over: a hold that ended while others waited, whose next admission
+//!   has not been seen yet (without it, an estimate made in that second counted one slot less
+//!   and doubled the wait);
+//! - each freed slot admits the next in line after the mean hand-over time (a hold's end to the
+//!   next admission: Kueue's reaction and the operator's), and that one then holds it for the
+//!   mean hold time;
+//! - position `p` is admitted when the `p`-th slot is handed over.
 //!
 //! Hold times are admission (the Workload's `Admitted` condition, Kueue's own timestamp) to the
 //! end of the hold (the Workload released, deleted, or no longer admitted), of this operator's
@@ -22,7 +27,7 @@
 
 use std::{
     cmp::Reverse,
-    collections::{BinaryHeap, HashMap, VecDeque},
+    collections::{BinaryHeap, HashMap, HashSet, VecDeque},
     sync::Mutex,
     time::Duration,
 };
@@ -32,19 +37,62 @@ use chrono::{DateTime, Utc};
 /// How many of the last hold times the mean is taken over.
 const SAMPLES: usize = 20;
 
-/// Where the line stands: when each slot's holder was admitted, and the hold times seen.
+/// Where the line stands: when each slot's holder was admitted, who waits, the slots being
+/// handed over, and the hold times seen.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Line {
     /// Admission time of each Workload admitted now, by Workload name.
     holding: HashMap<String, DateTime<Utc>>,
+    /// The Workloads seen waiting (pending) and not admitted or gone since.
+    waiting: HashSet<String>,
+    /// When holds ended while Workloads waited, not yet followed by an admission (oldest first).
+    handing_over: VecDeque<DateTime<Utc>>,
     /// The last [`SAMPLES`] hold times, oldest first.
     held: VecDeque<Duration>,
+    /// The last [`SAMPLES`] hand-over times (a hold's end to the next admission), oldest first.
+    handed_over: VecDeque<Duration>,
+}
+
+/// Adds a sample, keeping the last [`SAMPLES`].
+fn push(samples: &mut VecDeque<Duration>, sample: Duration) {
+    if samples.len() == SAMPLES {
+        samples.pop_front();
+    }
+    samples.push_back(sample);
+}
+
+fn mean(samples: &VecDeque<Duration>) -> Option<Duration> {
+    let n = u32::try_from(samples.len()).ok().filter(|n| *n > 0)?;
+    Some(samples.iter().sum::<Duration>() / n)
 }
 
 impl Line {
+    fn admitted(&mut self, workload: &str, since: DateTime<Utc>) {
+        self.waiting.remove(workload);
+        if self.holding.insert(workload.into(), since).is_none()
+            && let Some(end) = self.handing_over.pop_front()
+        {
+            // Kueue stamps whole seconds: an admission can read as before the end.
+            let gap = (since - end).to_std().unwrap_or_default();
+            if self.mean_hold().is_none_or(|hold| gap < hold) {
+                push(&mut self.handed_over, gap);
+            }
+        }
+    }
+
+    fn ended(&mut self, workload: &str, now: DateTime<Utc>) {
+        self.waiting.remove(workload);
+        let Some(since) = self.holding.remove(workload) else {
+            return;
+        };
+        push(&mut self.held, (now - since).to_std().unwrap_or_default());
+        if !self.waiting.is_empty() && self.handing_over.len() < SAMPLES {
+            self.handing_over.push_back(now);
+        }
+    }
+
     fn mean_hold(&self) -> Option<Duration> {
-        let n = u32::try_from(self.held.len()).ok().filter(|n| *n > 0)?;
-        Some(self.held.iter().sum::<Duration>() / n)
+        mean(&self.held)
     }
 
     /// The estimated admission of the Workload at `position` (1 = next), `None` while nothing
@@ -52,11 +100,18 @@ impl Line {
     /// waits for is held elsewhere).
     pub fn estimate(&self, position: i32, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let hold = self.mean_hold()?;
-        let remaining = self.holding.values().map(|since| {
-            let elapsed = (now - *since).to_std().unwrap_or_default();
-            hold.saturating_sub(elapsed)
-        });
-        let wait = admitted_after(remaining.collect(), hold, position)?;
+        let hand_over = mean(&self.handed_over).unwrap_or_default();
+        let since = |t: &DateTime<Utc>| (now - *t).to_std().unwrap_or_default();
+        let mut slots: Vec<Duration> = self
+            .holding
+            .values()
+            .map(|admitted| hold.saturating_sub(since(admitted)) + hand_over)
+            .collect();
+        // A hand-over not followed by an admission within a hold went elsewhere (another
+        // LocalQueue of the ClusterQueue, a cohort): it is no slot of this line.
+        let handing = self.handing_over.iter().filter(|end| since(end) < hold);
+        slots.extend(handing.map(|end| hand_over.saturating_sub(since(end))));
+        let wait = admitted_after(slots, hold + hand_over, position)?;
         Some(now + chrono::Duration::from_std(wait).ok()?)
     }
 }
@@ -83,26 +138,25 @@ pub struct Lines {
 }
 
 impl Lines {
-    /// `workload` of `namespace`/`queue` is admitted since `since`.
-    pub fn admitted(&self, namespace: &str, queue: &str, workload: &str, since: DateTime<Utc>) {
+    fn with<T>(&self, namespace: &str, queue: &str, f: impl FnOnce(&mut Line) -> T) -> T {
         let mut lines = self.inner.lock().expect("lines poisoned");
-        let line = lines.entry((namespace.into(), queue.into())).or_default();
-        line.holding.insert(workload.into(), since);
+        f(lines.entry((namespace.into(), queue.into())).or_default())
     }
 
-    /// `workload` of `namespace`/`queue` holds no quota any more (from `now`): its hold time is
-    /// recorded when it was seen admitted.
+    /// `workload` of `namespace`/`queue` waits in line (pending).
+    pub fn waiting(&self, namespace: &str, queue: &str, workload: &str) {
+        self.with(namespace, queue, |line| line.waiting.insert(workload.into()));
+    }
+
+    /// `workload` of `namespace`/`queue` is admitted since `since`.
+    pub fn admitted(&self, namespace: &str, queue: &str, workload: &str, since: DateTime<Utc>) {
+        self.with(namespace, queue, |line| line.admitted(workload, since));
+    }
+
+    /// `workload` of `namespace`/`queue` holds no quota and waits no more (from `now`): its
+    /// hold time is recorded when it was seen admitted.
     pub fn ended(&self, namespace: &str, queue: &str, workload: &str, now: DateTime<Utc>) {
-        let mut lines = self.inner.lock().expect("lines poisoned");
-        let Some(line) = lines.get_mut(&(namespace.into(), queue.into())) else {
-            return;
-        };
-        if let Some(since) = line.holding.remove(workload) {
-            if line.held.len() == SAMPLES {
-                line.held.pop_front();
-            }
-            line.held.push_back((now - since).to_std().unwrap_or_default());
-        }
+        self.with(namespace, queue, |line| line.ended(workload, now));
     }
 
     /// The estimated admission of the Workload at `position` of `namespace`/`queue`.
@@ -169,6 +223,36 @@ mod tests {
         // An end never seen admitted records nothing.
         lines.ended("team-a", "tpu", "z", at(300));
         assert_eq!(lines.estimate("team-a", "tpu", 2, at(300)), Some(at(500)));
+    }
+
+    #[test]
+    fn a_slot_being_handed_over_is_still_a_slot() {
+        let t0 = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let at = |s: i64| t0 + chrono::Duration::seconds(s);
+        let lines = Lines::default();
+        lines.admitted("ns", "q", "a", at(0));
+        lines.admitted("ns", "q", "b", at(50));
+        lines.waiting("ns", "q", "c");
+        lines.waiting("ns", "q", "d");
+        // a ends at 100 s with c and d waiting; c's admission is not seen yet.
+        lines.ended("ns", "q", "a", at(100));
+        // Two slots, not one: the handed-over one now, b's at 150 s.
+        assert_eq!(lines.estimate("ns", "q", 1, at(100)), Some(at(100)));
+        assert_eq!(lines.estimate("ns", "q", 2, at(100)), Some(at(150)));
+        // c admitted 1 s after a's end: the hand-over is done (1 s, added to every later one),
+        // and c holds the slot.
+        lines.admitted("ns", "q", "c", at(101));
+        assert_eq!(lines.estimate("ns", "q", 1, at(101)), Some(at(151)));
+        assert_eq!(lines.estimate("ns", "q", 2, at(101)), Some(at(202)));
+        // An end while nobody waits hands nothing over.
+        lines.ended("ns", "q", "d", at(110));
+        lines.ended("ns", "q", "b", at(150));
+        assert_eq!(lines.estimate("ns", "q", 1, at(150)), Some(at(202)));
+        // A hand-over no admission followed within a hold went elsewhere.
+        lines.waiting("ns", "q", "e");
+        lines.ended("ns", "q", "c", at(200));
+        assert_eq!(lines.estimate("ns", "q", 1, at(200)), Some(at(201)));
+        assert_eq!(lines.estimate("ns", "q", 1, at(400)), None);
     }
 
     #[test]

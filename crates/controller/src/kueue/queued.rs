@@ -220,6 +220,10 @@ fn line(
         return None;
     }
     lines.ended(namespace, queue, workload, now);
+    if !matches!(gate, Gate::Pending { .. }) {
+        return None;
+    }
+    lines.waiting(namespace, queue, workload);
     lines.estimate(namespace, queue, position?, now)
 }
 

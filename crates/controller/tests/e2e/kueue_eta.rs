@@ -1,9 +1,10 @@
 //! How accurate `status.kueue.estimatedStartTime` is, on the real Kueue (v0.17.0, with its
 //! visibility API) and the real kube-apiserver (see kueue.rs for the harness): 20 slices in one
 //! LocalQueue whose ClusterQueue holds two at a time, each deleted by its "user" once it has held
-//! its quota for 6 to 14 s. For each slice that waited, its first estimate is compared with when
-//! it was actually admitted: |estimate − admitted| / (admitted − when the estimate was read),
-//! the measure of issue 52 (docs/kueue.md, "Wait estimate", has the figures).
+//! its quota for 6 to 14 s. For each slice that waited, its first estimate, and its first once
+//! [`SETTLED`] holds had ended, are compared with when it was actually admitted: |estimate −
+//! admitted| / (admitted − when the estimate was read) (docs/kueue.md, "Wait estimate", has the
+//! figures).
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -16,15 +17,23 @@ use super::kueue::{queue, slice, start, visibility};
 
 const RUNS: usize = 20;
 
+/// An estimate as read: the estimated start, when it was read, and the position then.
+type Estimate = (DateTime<Utc>, DateTime<Utc>, i32);
+
 /// What the test saw of one slice.
 #[derive(Default)]
 struct Seen {
     created: bool,
-    /// The first estimate, and when it was read.
-    estimate: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    /// The first estimate.
+    first: Option<Estimate>,
+    /// The first estimate read once [`SETTLED`] runs have left the queue.
+    settled: Option<Estimate>,
     admitted: Option<DateTime<Utc>>,
     deleted: bool,
 }
+
+/// Holds ended before an estimate counts as settled: the first estimates rest on one hold.
+const SETTLED: usize = 4;
 
 /// The slice's hold, 6 to 14 s, spread evenly over the runs.
 fn hold(i: usize) -> Duration {
@@ -45,32 +54,50 @@ async fn kueue_wait_estimates_land_near_the_actual_admission() {
     queue(&env, "tpu", 16, None).await;
     let seen = drive(&env).await;
 
+    let first = errors(&seen, |s| s.first, "first");
+    let settled = errors(&seen, |s| s.settled, "settled");
+    assert!(
+        first.len() >= 10 && settled.len() >= 8,
+        "too few runs waited with an estimate: {} first, {} settled",
+        first.len(),
+        settled.len()
+    );
+    let (median, p90) = (quantile(&settled, 0.5), quantile(&settled, 0.9));
+    // Measured: docs/kueue.md. An estimate that ignored the position (now + one mean hold)
+    // would miss by |2/p - 1| at position p with two slots: about 0.75 at this line's median
+    // position.
+    assert!(median <= 0.35 && p90 <= 0.8, "settled: {settled:?}");
+}
+
+/// |estimate - admitted| / (admitted - read) of the estimates `pick` chooses, sorted; prints
+/// each and their median and p90. Waits under 5 s are left out: Kueue's whole-second
+/// timestamps alone make a 2 s wait's estimate 50 % off.
+fn errors(seen: &BTreeMap<String, Seen>, pick: impl Fn(&Seen) -> Option<Estimate>, what: &str) -> Vec<f64> {
     let mut errors: Vec<f64> = seen
         .values()
         .filter_map(|s| {
-            let ((eta, read), admitted) = (s.estimate?, s.admitted?);
+            let ((eta, read, position), admitted) = (pick(s)?, s.admitted?);
             let actual = (admitted - read).as_seconds_f64();
-            (actual >= 1.0).then(|| (eta - admitted).as_seconds_f64().abs() / actual)
+            let off = (eta - admitted).as_seconds_f64();
+            eprintln!("{what}: position {position}, waited {actual:.1} s, estimate off by {off:+.1} s");
+            (actual >= 5.0).then(|| off.abs() / actual)
         })
         .collect();
     errors.sort_by(f64::total_cmp);
-    let waited = seen.values().filter(|s| s.estimate.is_some()).count();
-    assert!(
-        errors.len() >= 12,
-        "only {} of {RUNS} runs had an estimate before a wait of 1 s or more ({waited} had one at all)",
-        errors.len()
-    );
-    let at = |q: f64| errors[((errors.len() - 1) as f64 * q).round() as usize];
-    let (median, p90) = (at(0.5), at(0.9));
-    eprintln!(
-        "wait estimate over {} runs: median |ETA - actual| / actual wait {median:.3}, p90 {p90:.3}, max {:.3}",
-        errors.len(),
-        errors[errors.len() - 1]
-    );
-    // Measured: median 0.27, p90 0.48 (docs/kueue.md). The bounds leave room for a loaded CI
-    // machine. An estimate that ignored the position (now + one mean hold) would miss by
-    // |2/p - 1| at position p with two slots: about 0.75 at this line's median position (9).
-    assert!(median <= 0.45 && p90 <= 1.0, "{errors:?}");
+    if !errors.is_empty() {
+        eprintln!(
+            "{what} wait estimates over {} runs: median |ETA - actual| / actual wait {:.3}, p90 {:.3}, max {:.3}",
+            errors.len(),
+            quantile(&errors, 0.5),
+            quantile(&errors, 0.9),
+            errors[errors.len() - 1]
+        );
+    }
+    errors
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
 /// Creates the runs one by one (a second apart: Kueue orders a queue by creation time, in whole
@@ -95,11 +122,20 @@ async fn drive(env: &TestEnv) -> BTreeMap<String, Seen> {
         }
         let now = Utc::now();
         let listed = api.list(&ListParams::default()).await.expect("list slices");
+        let names: Vec<&str> = listed
+            .items
+            .iter()
+            .filter_map(|s| s.metadata.name.as_deref())
+            .collect();
+        let left = seen
+            .iter()
+            .filter(|(name, run)| run.deleted && !names.contains(&name.as_str()))
+            .count();
         for s in &listed.items {
             let Some(run) = seen.get_mut(s.metadata.name.as_deref().unwrap_or_default()) else {
                 continue;
             };
-            observe(run, s, now);
+            observe(run, s, left >= SETTLED, now);
         }
         for (i, (name, run)) in seen.iter_mut().enumerate() {
             let held = run
@@ -120,7 +156,7 @@ async fn drive(env: &TestEnv) -> BTreeMap<String, Seen> {
     }
 }
 
-fn observe(run: &mut Seen, s: &TpuSlice, now: DateTime<Utc>) {
+fn observe(run: &mut Seen, s: &TpuSlice, settled: bool, now: DateTime<Utc>) {
     let Some(kueue) = s.status.as_ref().and_then(|st| st.kueue.as_ref()) else {
         return;
     };
@@ -128,11 +164,17 @@ fn observe(run: &mut Seen, s: &TpuSlice, now: DateTime<Utc>) {
         run.admitted.get_or_insert(now);
         return;
     }
-    if run.admitted.is_none()
-        && run.estimate.is_none()
-        && let Some(eta) = &kueue.estimated_start_time
-    {
-        let eta = DateTime::from_timestamp(eta.0.as_second(), 0).expect("a valid time");
-        run.estimate = Some((eta, now));
+    let Some(eta) = kueue
+        .estimated_start_time
+        .as_ref()
+        .filter(|_| run.admitted.is_none())
+    else {
+        return;
+    };
+    let eta = DateTime::from_timestamp(eta.0.as_second(), 0).expect("a valid time");
+    let estimate = (eta, now, kueue.position.unwrap_or_default());
+    run.first.get_or_insert(estimate);
+    if settled {
+        run.settled.get_or_insert(estimate);
     }
 }
