@@ -116,16 +116,17 @@ impl Line {
     }
 }
 
-/// The wait until the `position`-th admission when `slots` free after these waits and each
-/// admitted Workload then holds its slot for `hold` (`None`: no slots, or no position).
-fn admitted_after(slots: Vec<Duration>, hold: Duration, position: i32) -> Option<Duration> {
+/// The wait until the `position`-th admission when `slots` are handed over after these waits
+/// and each admitted Workload then keeps its slot for `cycle` (a hold and a hand-over; `None`:
+/// no slots, or no position).
+fn admitted_after(slots: Vec<Duration>, cycle: Duration, position: i32) -> Option<Duration> {
     if slots.is_empty() || position < 1 {
         return None;
     }
     let mut frees: BinaryHeap<Reverse<Duration>> = slots.into_iter().map(Reverse).collect();
     for _ in 1..position {
         let Reverse(next) = frees.pop()?;
-        frees.push(Reverse(next + hold));
+        frees.push(Reverse(next + cycle));
     }
     frees.pop().map(|Reverse(at)| at)
 }

@@ -367,8 +367,7 @@ pub async fn write<K: Gated>(obj: &K, ctx: &Context, queued: &Queued, write: Wri
             let ns = namespace(obj)?;
             let deleted = client::delete(&ctx.client, &ns, &queued.workload).await;
             if deleted.is_ok() {
-                let lines = ctx.shared.get_or_default::<Lines>();
-                lines.ended(&ns, &queued.local_queue, &queued.workload, Utc::now());
+                hold_ended(ctx, &ns, &queued.local_queue, &queued.workload);
             }
             deleted
         }
@@ -388,9 +387,15 @@ pub async fn release_on_delete<K: Gated>(obj: &K, ctx: &Context) -> Result<()> {
     client::delete(&ctx.client, &ns, &workload)
         .await
         .map_err(ReconcileError::kueue(Write::Delete.name()))?;
-    let lines = ctx.shared.get_or_default::<Lines>();
-    lines.ended(&ns, queue, &workload, Utc::now());
+    hold_ended(ctx, &ns, queue, &workload);
     Ok(())
+}
+
+/// The operator deleted the Workload: its hold (if it was admitted) ends now, in its line's
+/// record ([`eta`](super::eta); Kueue's time is the wall clock).
+fn hold_ended(ctx: &Context, namespace: &str, queue: &str, workload: &str) {
+    let lines = ctx.shared.get_or_default::<Lines>();
+    lines.ended(namespace, queue, workload, Utc::now());
 }
 
 /// The object is being deleted: it awaits nothing any more.
