@@ -137,7 +137,7 @@ t_installed=$(date +%s.%N)
 # VisibilityOnDemand is off by default: its aggregated API server wants a /visibility cert folder
 # and an APIService the control plane cannot route to without front-proxy client certificates
 # (README.md, "Visibility API").
-frameworks="${TPU_OPERATOR_KUEUE_EXTERNAL_FRAMEWORKS:-TpuSlice.v1alpha1.tpu-operator.dev,TrainingPipeline.v1alpha1.tpu-operator.dev}"
+frameworks="${TPU_OPERATOR_KUEUE_EXTERNAL_FRAMEWORKS:-TpuSlice.v1beta1.tpu-operator.dev,TrainingPipeline.v1beta1.tpu-operator.dev,TpuSlice.v1alpha1.tpu-operator.dev,TrainingPipeline.v1alpha1.tpu-operator.dev}"
 external=""
 IFS=',' read -ra fws <<<"$frameworks"
 for fw in "${fws[@]}"; do external+="

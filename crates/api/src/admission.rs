@@ -139,11 +139,11 @@ pub fn policy_spec() -> Value {
         .collect();
     json!({
         "failurePolicy": "Fail",
-        "paramKind": {"apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy"},
+        "paramKind": {"apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuPolicy"},
         "matchConstraints": {
             "resourceRules": [{
                 "apiGroups": ["tpu-operator.dev"],
-                "apiVersions": ["v1alpha1"],
+                "apiVersions": [crate::crds::VERSION, crate::crds::PREVIOUS_VERSION],
                 "operations": ["CREATE", "UPDATE"],
                 "resources": ["tpuslices", "preprocessbatches", "trainingpipelines"],
             }],

@@ -1,11 +1,13 @@
 //! The three CustomResourceDefinitions, generated from the Rust types plus the CEL rule tables,
 //! and their YAML form (what `tpu-operator crds` prints and `crds/*.yaml` holds).
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceConversion, CustomResourceDefinition,
+};
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::{PreprocessBatch, TpuPolicy, TpuSlice, TrainingPipeline, cel};
+use crate::{GROUP, PreprocessBatch, TpuPolicy, TpuSlice, TrainingPipeline, cel};
 
 /// Header of every generated YAML file.
 pub const GENERATED_HEADER: &str =
@@ -58,6 +60,21 @@ pub const CRD_ANNOTATIONS: [(&str, &str); 3] = [
     ("kustomize.toolkit.fluxcd.io/prune", "disabled"),
 ];
 
+/// The version the operator reads and writes, and the one manifests should name.
+pub const VERSION: &str = "v1beta1";
+
+/// The version before [`VERSION`]: still served, with the same schema, and deprecated.
+pub const PREVIOUS_VERSION: &str = "v1alpha1";
+
+/// The version the API server stores objects in.
+///
+/// It stays [`PREVIOUS_VERSION`] for one release. The previous release's CRDs know only that
+/// version, and the API server refuses a CRD that drops a version still listed in its
+/// `status.storedVersions`. A rollback that re-applies those CRDs therefore works only while no
+/// object has been stored as [`VERSION`]. Storage moves to [`VERSION`] in the next release, and
+/// `tpu-operator migrate-storage` then rewrites the stored objects and trims `storedVersions`.
+pub const STORAGE_VERSION: &str = PREVIOUS_VERSION;
+
 /// All four CRDs with their validation rules and [`CRD_ANNOTATIONS`], in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
     [
@@ -68,7 +85,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     ]
     .into_iter()
     .map(|crd| {
-        let mut crd = finish(crd).unwrap_or_else(|e| panic!("{e}"));
+        let mut crd = serve_both_versions(finish(crd).unwrap_or_else(|e| panic!("{e}")));
         let annotations = crd.metadata.annotations.get_or_insert_with(Default::default);
         for (key, value) in CRD_ANNOTATIONS {
             annotations.insert(key.to_string(), value.to_string());
@@ -128,6 +145,32 @@ pub fn finish(crd: CustomResourceDefinition) -> Result<CustomResourceDefinition,
     serde_json::from_value(json).map_err(|e| err(e.to_string()))
 }
 
+/// Serves [`PREVIOUS_VERSION`] beside [`VERSION`] with the same schema, columns and
+/// subresources, so the API server converts between them by rewriting `apiVersion` alone
+/// (`conversion: None`): no webhook to run, and none to halt GitOps tools or server-side apply
+/// when it is down. The previous version carries a deprecation warning that kubectl, Argo CD
+/// and Flux print, naming the version to move manifests to.
+pub fn serve_both_versions(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let kind = crd.spec.names.kind.clone();
+    let mut current = crd.spec.versions.remove(0);
+    current.name = VERSION.to_string();
+    current.served = true;
+    current.storage = STORAGE_VERSION == VERSION;
+    let mut previous = current.clone();
+    previous.name = PREVIOUS_VERSION.to_string();
+    previous.storage = STORAGE_VERSION == PREVIOUS_VERSION;
+    previous.deprecated = Some(true);
+    previous.deprecation_warning = Some(format!(
+        "{GROUP}/{PREVIOUS_VERSION} {kind} is deprecated: write {GROUP}/{VERSION} (the same fields; docs/api-versions.md)"
+    ));
+    crd.spec.versions = vec![current, previous];
+    crd.spec.conversion = Some(CustomResourceConversion {
+        strategy: "None".to_string(),
+        webhook: None,
+    });
+    crd
+}
+
 /// Walks a dotted property path (`spec.capacity.queued`) through `properties`.
 /// The schema node at a dotted path (`spec.capacity`; `rungs[]` steps into a list's items).
 pub fn schema_node<'a>(schema: &'a mut Value, path: &str) -> Option<&'a mut Value> {
@@ -177,7 +220,8 @@ mod tests {
         let crds = all();
         assert_eq!(crds.len(), 4);
         for crd in &crds {
-            let json = serde_json::to_string(crd).unwrap();
+            // Both versions carry the same schema; count the rules of one.
+            let json = serde_json::to_string(&crd.spec.versions[0]).unwrap();
             let expected = cel::rules_for_kind(&crd.spec.names.kind).len();
             assert!(expected > 0);
             assert_eq!(
@@ -194,6 +238,33 @@ mod tests {
         // node-metadata map one (its keys) per metadata field.
         json.matches("\"rule\":\"self.all(k, k.size() <= 63").count() * 2
             + json.matches("\"rule\":\"self.all(k, k.size() < 128").count()
+    }
+
+    #[test]
+    fn both_versions_are_served_with_one_schema_and_no_conversion() {
+        for crd in all() {
+            let versions = &crd.spec.versions;
+            let names: Vec<_> = versions.iter().map(|v| v.name.as_str()).collect();
+            assert_eq!(names, [VERSION, PREVIOUS_VERSION], "{}", file_name(&crd));
+            assert!(versions.iter().all(|v| v.served));
+            let storage: Vec<_> = versions.iter().filter(|v| v.storage).map(|v| &v.name).collect();
+            assert_eq!(storage, [STORAGE_VERSION]);
+            // `conversion: None` rewrites apiVersion only, so nothing may differ but the name
+            // and the deprecation.
+            let (current, previous) = (&versions[0], &versions[1]);
+            assert_eq!(current.schema, previous.schema);
+            assert_eq!(
+                current.additional_printer_columns,
+                previous.additional_printer_columns
+            );
+            assert_eq!(current.subresources, previous.subresources);
+            assert_eq!(current.deprecated, None);
+            assert_eq!(previous.deprecated, Some(true));
+            let warning = previous.deprecation_warning.as_deref().unwrap();
+            assert!(warning.contains("write tpu-operator.dev/v1beta1"), "{warning}");
+            let conversion = crd.spec.conversion.as_ref().unwrap();
+            assert_eq!(conversion.strategy, "None");
+        }
     }
 
     #[test]

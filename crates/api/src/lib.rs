@@ -1,5 +1,5 @@
 //! API types of tpu-operator: the `TpuSlice`, `PreprocessBatch` and `TrainingPipeline` custom
-//! resources (group `tpu-operator.dev`, version `v1alpha1`), their status and condition vocabulary,
+//! resources (group `tpu-operator.dev`, version `v1beta1`; `v1alpha1` is served beside it with the same schema), their status and condition vocabulary,
 //! the admission-time validation rules that ship in the CRD schema, and the pure helpers the
 //! controllers share (accelerator arithmetic, cloud-name derivation, identity labels).
 //!

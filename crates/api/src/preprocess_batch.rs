@@ -24,7 +24,7 @@ pub const OUTPUT_PROPERTY: &str = "spark.tpuoperator.outputUri";
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "tpu-operator.dev",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "PreprocessBatch",
     namespaced,
     status = "PreprocessBatchStatus",

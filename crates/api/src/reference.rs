@@ -14,10 +14,13 @@ pub fn render() -> String {
     out.push_str("# CRD reference\n\n");
     let _ = write!(
         out,
-        "Group `tpu-operator.dev`, version `v1alpha1`; every kind has a status subresource; {}. \
+        "Group `tpu-operator.dev`, version `{}` (`{}` is served with the same schema, deprecated; \
+         docs/api-versions.md); every kind has a status subresource; {}. \
          `kubectl explain <kind>.spec` shows the same descriptions. Validation lists what the API \
          server enforces at admission: patterns, enums, bounds, and CEL rules (one-of choices, \
          cross-field checks, immutability).\n\n",
+        crds::VERSION,
+        crds::PREVIOUS_VERSION,
         scopes()
     );
     for crd in crds::all() {

@@ -54,7 +54,7 @@ pub const NAMESPACE_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\*?$|^\
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "tpu-operator.dev",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "TpuPolicy",
     status = "TpuPolicyStatus",
     derive = "PartialEq",

@@ -47,7 +47,7 @@ fn validators() -> BTreeMap<String, CrdValidator> {
         .map(|crd| {
             let kind = crd.spec.names.kind.clone();
             let json = serde_json::to_value(&crd).unwrap();
-            let v = CrdValidator::new(&json, "v1alpha1").unwrap_or_else(|e| panic!("{kind}: {e}"));
+            let v = CrdValidator::new(&json, crds::VERSION).unwrap_or_else(|e| panic!("{kind}: {e}"));
             (kind, v)
         })
         .collect()
@@ -226,7 +226,7 @@ fn node_metadata_over_googles_limit_is_refused_naming_the_field() {
     let quarter = 256 * 1024;
     let slice = |metadata: Value, script: usize| {
         serde_json::json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+            "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuSlice",
             "metadata": {"name": "x", "namespace": "default"},
             "spec": {"project": "demo-project", "zone": "us-east5-b", "acceleratorType": "v6e-8",
                      "runtimeVersion": "v2-alpha-tpuv6e", "metadata": metadata,

@@ -167,7 +167,24 @@ fn served_type(crd: &Value, version: &Value, schema: &Value, validator: CrdValid
         printer_columns: printer_columns(version),
         builtin_table: BuiltinTable::None,
         extra_subresources: Vec::new(),
+        deprecation_warning: deprecation_warning(&api_version(group, vname), kind, version),
     }
+}
+
+/// The warning of a version marked `deprecated`: its `deprecationWarning`, else the API server's
+/// default, `<group>/<version> <Kind> is deprecated`.
+fn deprecation_warning(api_version: &str, kind: &str, version: &Value) -> Option<String> {
+    if version.get("deprecated").and_then(Value::as_bool) != Some(true) {
+        return None;
+    }
+    Some(match version.get("deprecationWarning").and_then(Value::as_str) {
+        Some(warning) => warning.to_string(),
+        None => format!("{api_version} {kind} is deprecated"),
+    })
+}
+
+fn api_version(group: &str, version: &str) -> String {
+    format!("{group}/{version}")
 }
 
 fn strings(v: Option<&Value>) -> Vec<String> {

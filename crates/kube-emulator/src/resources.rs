@@ -61,6 +61,9 @@ pub struct ResourceType {
     pub builtin_table: BuiltinTable,
     /// Names of the extra subresources served besides `status` (e.g. namespaces/finalize).
     pub extra_subresources: Vec<&'static str>,
+    /// A deprecated CRD version's warning, sent with every response as the API server does
+    /// (`Warning: 299 - "..."`, which kubectl prints as `Warning: ...`).
+    pub deprecation_warning: Option<String>,
 }
 
 impl ResourceType {
@@ -133,6 +136,7 @@ fn builtin(
         printer_columns: Vec::new(),
         builtin_table: table,
         extra_subresources: Vec::new(),
+        deprecation_warning: None,
     }
 }
 

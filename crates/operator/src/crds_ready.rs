@@ -6,17 +6,33 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::runtime::wait::{await_condition, conditions::is_crd_established};
 use tracing::info;
 
-/// Waits until every CRD of the project is Established, so the controllers' watches succeed.
+/// Waits until every CRD of the project is Established and serves the version this binary
+/// reads and writes, so the controllers' watches succeed.
 pub async fn wait_for_crds(client: &kube::Client) -> anyhow::Result<()> {
     let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
     for crd in tpu_operator_api::crds::all() {
         let name = crd.metadata.name.unwrap_or_default();
         info!(crd = %name, "waiting for the CRD to be established");
-        await_condition(api.clone(), &name, is_crd_established())
+        let installed = await_condition(api.clone(), &name, is_crd_established())
             .await
             .with_context(|| format!("waiting for CRD {name}"))?;
+        check_serves_version(&name, installed.as_ref())?;
     }
     info!("CRDs established");
+    Ok(())
+}
+
+/// An upgrade that skipped the CRDs leaves ones that do not serve this binary's version: every
+/// watch would fail with 404 and the operator would retry forever, so it stops with the fix.
+fn check_serves_version(name: &str, installed: Option<&CustomResourceDefinition>) -> anyhow::Result<()> {
+    let version = tpu_operator_api::crds::VERSION;
+    let serves = installed.is_some_and(|crd| crd.spec.versions.iter().any(|v| v.name == version && v.served));
+    anyhow::ensure!(
+        serves,
+        "the installed CRD {name} does not serve {version}, the version this operator uses: apply \
+         this release's CRDs first (`helm show crds charts/tpu-operator | kubectl apply \
+         --server-side --force-conflicts -f -`, docs/install.md \"Upgrade\")"
+    );
     Ok(())
 }
 

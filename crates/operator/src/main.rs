@@ -18,6 +18,7 @@ mod leader;
 #[cfg(feature = "local")]
 mod local;
 mod logs;
+mod migrate_storage;
 mod object;
 mod run;
 mod server;
@@ -43,6 +44,9 @@ enum Command {
     ConfigSchema,
     /// Print the TpuPolicy manifests equivalent to an old config file's `tenancy:` section.
     ConvertTenancy(convert_tenancy::ConvertArgs),
+    /// Rewrite every stored TpuSlice, PreprocessBatch, TrainingPipeline and TpuPolicy in its CRD's
+    /// storage version and trim the CRDs' `status.storedVersions` (docs/api-versions.md).
+    MigrateStorage(migrate_storage::MigrateArgs),
     /// Run the operator against a Kubernetes cluster (in-cluster config or a kubeconfig).
     Run(Box<config::RunArgs>),
     /// Print the logs of what an object runs in Google Cloud (its Dataproc batch, Vertex AI job
@@ -85,6 +89,9 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::ConvertTenancy(args) => convert_tenancy::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::MigrateStorage(args) => runtime()
+            .block_on(migrate_storage::run(args))
+            .map(|()| ExitCode::SUCCESS),
         Command::Run(args) => runtime().block_on(run::run(*args)).map(|()| ExitCode::SUCCESS),
         Command::Logs(args) => runtime().block_on(logs::run(args)).map(|()| ExitCode::SUCCESS),
         Command::Describe(args) => runtime()

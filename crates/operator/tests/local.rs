@@ -358,7 +358,7 @@ fn an_unknown_field_is_refused_naming_it_and_nothing_is_applied() {
     assert_eq!(
         error,
         format!(
-            "error: error when creating \"{}\": TrainingPipeline in version \"v1alpha1\" cannot be \
+            "error: error when creating \"{}\": TrainingPipeline in version \"v1beta1\" cannot be \
              handled as a TrainingPipeline: strict decoding error: unknown field \"spec.maxRetrys\"",
             path.display()
         )
@@ -380,13 +380,13 @@ fn an_unknown_kind_is_one_line_naming_the_served_kinds() {
     assert!(
         error.starts_with(&format!(
             "error: resource mapping not found for name: \"quickstart\" namespace: \"default\" from \
-             \"{}\": no matches for kind \"TrainingPipelin\" in version \"tpu-operator.dev/v1alpha1\"",
+             \"{}\": no matches for kind \"TrainingPipelin\" in version \"tpu-operator.dev/v1beta1\"",
             path.display()
         )),
         "{error}"
     );
     assert!(
-        error.contains("TrainingPipeline (tpu-operator.dev/v1alpha1)"),
+        error.contains("TrainingPipeline (tpu-operator.dev/v1beta1)"),
         "the served kinds help spot the typo: {error}"
     );
     assert!(!error.contains('{'), "no Rust debug dump: {error}");

@@ -144,7 +144,7 @@ impl Install {
         // The tenant's policy, as a cluster administrator writes it (europe-west1-b is an allowed
         // zone in a region that is not: only the controller sees that).
         let policy: tpu_operator_api::TpuPolicy = serde_json::from_value(serde_json::json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy",
+            "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuPolicy",
             "metadata": {"name": release},
             "spec": {
                 "namespaces": [tenant],

@@ -352,7 +352,7 @@ async fn create_waiting_slices(env: &Env) {
     let slices: Api<TpuSlice> = Api::namespaced(env.client.clone(), "default");
     for name in WAITING_SLICES {
         let slice: TpuSlice = serde_json::from_value(serde_json::json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "apiVersion": "tpu-operator.dev/v1beta1",
             "kind": "TpuSlice",
             "metadata": {"name": name, "namespace": "default"},
             "spec": {

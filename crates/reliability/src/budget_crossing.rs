@@ -216,7 +216,7 @@ async fn create_policy(world: &World, limit: f64) {
         .map(|(p, a)| json!({"atPercent": p, "action": a.as_str()}))
         .collect();
     let policy: TpuPolicy = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuPolicy",
         "metadata": {"name": POLICY},
         "spec": {
@@ -235,7 +235,7 @@ async fn create_policy(world: &World, limit: f64) {
 /// An on-demand v6e-8: one constant rate from its create call on.
 fn slice() -> TpuSlice {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": "burner"},
         "spec": {

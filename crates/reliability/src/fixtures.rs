@@ -233,7 +233,7 @@ pub fn slice(name: &str, capacity: Capacity) -> TpuSlice {
     });
     merge(&mut spec, capacity.spec());
     from(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": spec
@@ -277,7 +277,7 @@ fn merge(into: &mut Value, from: Value) {
 pub fn batch(name: &str) -> PreprocessBatch {
     let out = format!("gs://{BUCKET}/out/{name}/");
     from(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "PreprocessBatch",
         "metadata": {"name": name},
         "spec": {
@@ -343,7 +343,7 @@ pub fn pipeline(name: &str, training: Training) -> TrainingPipeline {
         }),
     };
     from(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TrainingPipeline",
         "metadata": {"name": name},
         "spec": spec

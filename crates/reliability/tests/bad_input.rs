@@ -66,7 +66,7 @@ async fn invalid_fixtures_are_refused_over_http_naming_the_field() {
             let kind = doc["kind"].as_str().unwrap();
             let obj_name = doc["metadata"]["name"].as_str().unwrap();
             let base = format!(
-                "{}/apis/tpu-operator.dev/v1alpha1/namespaces/default/{}",
+                "{}/apis/tpu-operator.dev/v1beta1/namespaces/default/{}",
                 server.url,
                 plural(kind)
             );

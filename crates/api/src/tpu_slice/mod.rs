@@ -42,7 +42,7 @@ pub const MEGASCALE_COORDINATOR_METADATA: &str = "tpu-operator-megascale-coordin
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "tpu-operator.dev",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "TpuSlice",
     namespaced,
     status = "TpuSliceStatus",

@@ -30,7 +30,7 @@ pub const RERUN_ANNOTATION: &str = "tpu-operator.dev/rerun";
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "tpu-operator.dev",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "TrainingPipeline",
     namespaced,
     status = "TrainingPipelineStatus",

@@ -271,7 +271,7 @@ mod tests {
 
     fn reference(uid: &str) -> ObjectReference {
         ObjectReference {
-            api_version: Some("tpu-operator.dev/v1alpha1".into()),
+            api_version: Some("tpu-operator.dev/v1beta1".into()),
             kind: Some("TpuSlice".into()),
             namespace: Some("ml".into()),
             name: Some("s".into()),

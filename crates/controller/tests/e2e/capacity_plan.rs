@@ -32,7 +32,7 @@ const FINE_STEP: Duration = Duration::from_secs(1);
 
 fn planned(name: &str) -> TpuSlice {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {

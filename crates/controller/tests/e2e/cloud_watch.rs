@@ -23,7 +23,7 @@ const OUTPUT: &str = "gs://demo-data/processed/";
 
 fn slice(name: &str) -> TpuSlice {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {
@@ -38,7 +38,7 @@ fn slice(name: &str) -> TpuSlice {
 
 fn batch(name: &str) -> PreprocessBatch {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "PreprocessBatch",
         "metadata": {"name": name},
         "spec": {

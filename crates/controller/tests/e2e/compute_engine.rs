@@ -23,7 +23,7 @@ const IMAGE: &str = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-l
 
 fn slice(name: &str, accelerator: &str, capacity: Value) -> TpuSlice {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {

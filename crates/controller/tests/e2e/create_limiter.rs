@@ -276,7 +276,7 @@ async fn dataproc_batches_wait_their_turn_in_their_region_s_line() {
     env.spawn(preprocess_batch::run(ctx, never_shutdown()));
     for i in 0..3 {
         let b: PreprocessBatch = serde_json::from_value(json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "apiVersion": "tpu-operator.dev/v1beta1",
             "kind": "PreprocessBatch",
             "metadata": {"name": format!("b-{i}")},
             "spec": {

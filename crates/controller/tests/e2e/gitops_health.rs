@@ -167,7 +167,7 @@ where
 
 fn slice(name: &str) -> TpuSlice {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {
@@ -183,7 +183,7 @@ fn slice(name: &str) -> TpuSlice {
 
 fn batch(name: &str) -> PreprocessBatch {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "PreprocessBatch",
         "metadata": {"name": name},
         "spec": {

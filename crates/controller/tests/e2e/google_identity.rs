@@ -60,7 +60,7 @@ fn iam(env: &TestEnv) {
 
 fn batch(name: &str, input: &str) -> PreprocessBatch {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "PreprocessBatch",
         "metadata": {"name": name},
         "spec": {"project": "team-a-proj", "region": "us-east5",
                  "pyspark": {"mainPythonFileUri": "gs://team-a-data/s.py"},
@@ -169,7 +169,7 @@ async fn a_checkpoint_dir_in_team_b_s_bucket_shows_nothing_of_team_b() {
     iam(&env);
     tenant::start(&mut env, Some(json!({"googleServiceAccount": TEAM_A}))).await;
     let tp: TrainingPipeline = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
         "metadata": {"name": "probe-ckpt"},
         "spec": {"project": "team-a-proj", "region": "us-east5",
                  "artifacts": {"modelDir": "gs://team-a-data/models/m/",

@@ -138,7 +138,7 @@ async fn slices_breaking_a_rule_are_refused_before_any_tpu_call(env: &TestEnv) {
 /// A Dataproc batch in a region the namespace may not use is refused without a create.
 async fn batch_in_a_forbidden_region_is_refused(env: &TestEnv) {
     let batch: PreprocessBatch = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "PreprocessBatch",
         "metadata": {"name": "eu-batch"},
         "spec": {"region": "europe-west4", "pyspark": {"mainPythonFileUri": "gs://b/s.py"}}
     }))
@@ -162,7 +162,7 @@ async fn batch_in_a_forbidden_region_is_refused(env: &TestEnv) {
 async fn on_demand_vertex_pipeline_is_refused(env: &TestEnv) {
     // The project comes from the namespace default.
     let tp: TrainingPipeline = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
         "metadata": {"name": "ondemand"},
         "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-project-data/models/a/"},
                  "training": {"vertex": {"machineType": "ct6e-standard-4t", "tpuTopology": "2x2",
@@ -539,7 +539,7 @@ async fn slices_with_a_forbidden_account_or_network_are_refused(env: &TestEnv) {
 /// A Dataproc batch running as a forbidden service account is refused.
 async fn batch_with_a_forbidden_account_is_refused(env: &TestEnv) {
     let batch: PreprocessBatch = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "PreprocessBatch",
         "metadata": {"name": "sa-batch"},
         "spec": {"region": "us-east5", "pyspark": {"mainPythonFileUri": "gs://b/s.py"},
                  "execution": {"serviceAccount": "owner@demo-project.iam.gserviceaccount.com",
@@ -569,7 +569,7 @@ fn vertex_pipeline(name: &str, vertex_extra: serde_json::Value) -> TrainingPipel
         vertex[k] = v.clone();
     }
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
         "metadata": {"name": name},
         "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-data/models/$(PIPELINE_NAME)/"},
                  "training": {"vertex": vertex}}

@@ -62,7 +62,7 @@ fn slice(name: &str, extra: Value) -> TpuSlice {
     });
     merge(&mut spec, extra);
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuSlice",
         "metadata": {"name": name}, "spec": spec,
     }))
     .expect("TpuSlice fixture")
@@ -74,7 +74,7 @@ fn vertex_pipeline(name: &str, vertex_extra: Value) -> TrainingPipeline {
                             "container": {"image": "us-docker.pkg.dev/p/r/t:1"}});
     merge(&mut vertex, vertex_extra);
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
         "metadata": {"name": name},
         "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-a-data/models/$(PIPELINE_NAMESPACE)/$(PIPELINE_NAME)/"},
                  "training": {"vertex": vertex}}
@@ -96,7 +96,7 @@ fn preprocessing_pipeline(name: &str) -> TrainingPipeline {
 /// A TPU VM pipeline training on a v6e-8 spot slice in us-east5-b (its child `<name>-train`).
 fn tpu_vm_pipeline(name: &str) -> TrainingPipeline {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
         "metadata": {"name": name},
         "spec": {"region": "us-east5", "maxRetries": 1,
                  "artifacts": {"modelDir": "gs://team-a-data/models/vm/$(PIPELINE_NAME)/"},
@@ -112,7 +112,7 @@ fn batch(name: &str, spec_extra: Value) -> PreprocessBatch {
     let mut spec = json!({"region": "us-east5", "pyspark": {"mainPythonFileUri": "gs://team-a-data/s.py"}});
     merge(&mut spec, spec_extra);
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "PreprocessBatch",
         "metadata": {"name": name}, "spec": spec,
     }))
     .expect("PreprocessBatch fixture")
@@ -130,7 +130,7 @@ fn policy(ns: &str, rules: Value) -> TpuPolicy {
     let mut spec = crate::tenant::every_bucket_unless_scoped(rules);
     spec["namespaces"] = json!([ns]);
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuPolicy",
         "metadata": {"name": format!("pol-{ns}")}, "spec": spec,
     }))
     .expect("policy")
@@ -1211,7 +1211,7 @@ async fn a_squatter_with_a_forged_owner_reference_is_still_judged_by_the_policy(
     let tp = tenant.create(&tpu_vm_pipeline("forge")).await;
     let mut squatter = slice("forge-train", json!({"zone": "us-east5-a"}));
     squatter.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: "tpu-operator.dev/v1alpha1".into(),
+        api_version: "tpu-operator.dev/v1beta1".into(),
         kind: "TrainingPipeline".into(),
         name: "forge".into(),
         uid: tp.uid().unwrap(),

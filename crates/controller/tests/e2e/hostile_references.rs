@@ -208,7 +208,7 @@ async fn network_traversal_and_foreign_hosts_are_refused_before_any_cloud_call()
         ))
         .await;
     let batch: PreprocessBatch = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "PreprocessBatch",
         "metadata": {"name": "foreign-host"},
         "spec": {"region": "us-east5", "pyspark": {"mainPythonFileUri": "gs://team-a-code/s.py"},
                  "execution": {"networkUri":
@@ -258,7 +258,7 @@ async fn other_teams_buckets_are_refused_before_any_storage_read() {
     )
     .await;
     let batch: PreprocessBatch = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "PreprocessBatch",
         "metadata": {"name": "probe-input"},
         "spec": {"region": "us-east5", "pyspark": {"mainPythonFileUri": "gs://team-a-code/s.py"},
                  "inputs": ["gs://team-a-data/raw/", "gs://team-b-data/secret-project/"]}
@@ -267,7 +267,7 @@ async fn other_teams_buckets_are_refused_before_any_storage_read() {
     tenant.create(&batch).await;
     let pipeline = |name: &str, artifacts: serde_json::Value| -> TrainingPipeline {
         serde_json::from_value(json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+            "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
             "metadata": {"name": name},
             "spec": {"region": "us-east5", "artifacts": artifacts,
                      "training": {"tpuVm": {

@@ -65,7 +65,7 @@ async fn an_owner_reference_to_a_refused_slice_does_not_lift_the_quota() {
     assert!(stalled(&refused).unwrap().1.contains("maxChips"));
 
     let owner = json!({"metadata": {"ownerReferences": [{
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuSlice",
         "name": "refused", "uid": refused.uid().unwrap(), "controller": true,
     }]}});
     merge_patch(&tenant, "running", owner).await;
@@ -370,7 +370,7 @@ async fn a_tenant_reads_its_policy_but_cannot_rewrite_it_or_relabel_into_another
     // Another team's laxer policy, for namespaces labelled `tier: <gold>`.
     let gold = format!("gold-{}", env.ns);
     let lax: TpuPolicy = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuPolicy",
         "metadata": {"name": gold},
         "spec": {"namespaceSelector": {"matchLabels": {"tier": gold}}, "maxChips": 64,
                  "allowedBuckets": ["*"]},

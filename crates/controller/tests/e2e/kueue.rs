@@ -142,7 +142,7 @@ pub(super) fn slice(name: &str, queue: &str, priority: Option<&str>) -> TpuSlice
         labels["kueue.x-k8s.io/priority-class"] = json!(p);
     }
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name, "labels": labels},
         "spec": {
@@ -427,7 +427,7 @@ async fn a_forged_workload_admitted_for_less_does_not_let_the_slice_run() {
         Some(&env.ns),
         json!({
             "metadata": {"name": name, "ownerReferences": [{
-                "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice", "name": "big",
+                "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuSlice", "name": "big",
                 "uid": uid, "controller": true}]},
             "spec": {"queueName": "tpu", "priority": 0, "podSets": [{"name": "hosts", "count": 1,
                 "template": {"spec": {"containers": [{"name": "tpu-host",

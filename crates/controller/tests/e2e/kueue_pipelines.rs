@@ -48,7 +48,7 @@ pub(super) fn vertex_pipeline(name: &str, queue: Option<&str>) -> TrainingPipeli
 /// in LocalQueue `queue` at WorkloadPriorityClass `priority`.
 fn tpu_vm_pipeline(name: &str, queue: &str, priority: &str) -> TrainingPipeline {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
         "metadata": {"name": name, "labels": {
             "kueue.x-k8s.io/queue-name": queue, "kueue.x-k8s.io/priority-class": priority}},
         "spec": {"project": "demo-project", "region": "us-east5", "maxRetries": 0,

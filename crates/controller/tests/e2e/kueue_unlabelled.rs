@@ -66,7 +66,7 @@ async fn leaving_the_label_off_does_not_skip_the_teams_quota() {
     let mut owned = unlabelled("owner-train", None);
     owned.metadata.owner_references = Some(vec![
         k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "tpu-operator.dev/v1alpha1".into(),
+            api_version: "tpu-operator.dev/v1beta1".into(),
             kind: "TrainingPipeline".into(),
             name: "owner".into(),
             uid: owner.metadata.uid.clone().expect("uid"),

@@ -34,7 +34,7 @@ async fn a_slice_too_large_to_cache_whole_gets_all_its_metadata_on_the_node() {
     env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
     let script = noise(1, 256 * 1024);
     let slice: TpuSlice = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": "big"},
         "spec": {
@@ -120,7 +120,7 @@ async fn large_objects_wait_their_turn_and_each_converges_once() {
     env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
     let slice = |name: &str, value: String| -> TpuSlice {
         serde_json::from_value(json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "apiVersion": "tpu-operator.dev/v1beta1",
             "kind": "TpuSlice",
             "metadata": {"name": name},
             "spec": {

@@ -26,7 +26,7 @@ const STEP: Duration = Duration::from_secs(10);
 
 fn ppb(name: &str, max_retries: i32) -> PreprocessBatch {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "PreprocessBatch",
         "metadata": {"name": name},
         "spec": {

@@ -19,7 +19,7 @@ async fn batch_terminated_at_its_ttl_fails_with_dataprocs_reason() {
     env.gcp.set_config(cfg);
     env.spawn(preprocess_batch::run(env.ctx.clone(), never_shutdown()));
     let ppb: PreprocessBatch = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "PreprocessBatch",
         "metadata": {"name": "ttl"},
         "spec": {

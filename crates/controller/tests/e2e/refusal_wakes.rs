@@ -344,7 +344,7 @@ fn team_account(ns: &str) -> String {
 /// A PreprocessBatch of team `ns` that reads `gs://{ns}-data/{input}/`.
 fn team_batch(ns: &str, input: &str) -> PreprocessBatch {
     serde_json::from_value(serde_json::json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "PreprocessBatch",
         "metadata": {"name": input},
         "spec": {"project": format!("{ns}-proj"), "region": "us-east5",
                  "pyspark": {"mainPythonFileUri": format!("gs://{ns}-data/s.py")},

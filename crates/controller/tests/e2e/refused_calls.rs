@@ -43,7 +43,7 @@ async fn a_slice_whose_first_read_is_refused_says_so_in_status() {
     start(&mut env);
     refuse(&env, "tpu", "nodes.get");
     let slice: TpuSlice = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuSlice",
         "metadata": {"name": "unreadable"},
         "spec": {"zone": "us-east5-b", "acceleratorType": "v6e-8",
                  "runtimeVersion": "v2-alpha-tpuv6e", "capacity": {"spot": {}}},

@@ -36,7 +36,7 @@ fn slice(name: &str) -> TpuSlice {
 
 fn slice_in(name: &str, project: &str) -> TpuSlice {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {

@@ -39,7 +39,7 @@ async fn with_nothing_configured_the_sweeper_sweeps_where_objects_are_and_rememb
     let ctx: Arc<Context> = Arc::new(env.context().await);
     env.spawn(tpu_slice::run(ctx.clone(), never_shutdown()));
     let slice: TpuSlice = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": "somewhere"},
         "spec": {
@@ -114,7 +114,7 @@ const CE_ZONE: &str = "us-east5-b";
 
 fn compute_engine_slice(name: &str, accelerator: &str) -> TpuSlice {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {
@@ -563,7 +563,7 @@ async fn refused_objects_teach_no_places_and_a_place_nothing_uses_is_forgotten()
     use tpu_operator_api::tpu_policy::TpuPolicy;
     let mut env = TestEnv::start().await;
     let policy: TpuPolicy = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuPolicy",
         "metadata": {"name": format!("pol-{}", env.ns)},
         "spec": {"namespaces": [env.ns.clone()], "allowedZones": [ZONE]},
@@ -668,7 +668,7 @@ async fn a_capacity_plan_teaches_only_the_zones_it_asked() {
 
 fn tpu_vm_slice(name: &str, zone: &str) -> TpuSlice {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {

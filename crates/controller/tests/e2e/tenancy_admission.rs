@@ -108,7 +108,7 @@ async fn remove_admission(env: &TestEnv, name: &str) {
 
 fn policy(name: String, spec: serde_json::Value) -> TpuPolicy {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuPolicy",
         "metadata": {"name": name}, "spec": spec,
     }))
     .unwrap()
@@ -121,7 +121,7 @@ fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
         spec[k] = v.clone();
     }
     serde_json::from_value(
-        json!({"apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+        json!({"apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuSlice",
                                   "metadata": {"name": name}, "spec": spec}),
     )
     .unwrap()
@@ -307,7 +307,7 @@ async fn batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(
     tenant: &str,
 ) {
     let batch: PreprocessBatch = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "PreprocessBatch",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "PreprocessBatch",
         "metadata": {"name": "batch-sa"},
         "spec": {"region": "us-east5", "pyspark": {"mainPythonFileUri": "gs://b/s.py"},
                  "execution": {"serviceAccount": "etl@prod-proj.iam.gserviceaccount.com"}}
@@ -319,7 +319,7 @@ async fn batch_and_pipeline_with_forbidden_fields_are_refused_at_admission(
         "{message}"
     );
     let pipeline: TrainingPipeline = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
         "metadata": {"name": "vertex-on-demand"},
         "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://team-data/models/a/"},
                  "training": {"vertex": {"machineType": "ct6e-standard-4t", "tpuTopology": "2x2",

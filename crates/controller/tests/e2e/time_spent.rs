@@ -142,7 +142,7 @@ async fn a_standalone_slices_time_splits_by_phase_and_sums_to_its_wall_time() {
     let mut env = TestEnv::start().await;
     env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
     let slice: TpuSlice = serde_json::from_value(serde_json::json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": "solo"},
         "spec": {"zone": "us-east5-b", "acceleratorType": "v6e-8",

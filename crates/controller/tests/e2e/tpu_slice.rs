@@ -18,7 +18,7 @@ const STEP: Duration = Duration::from_secs(20);
 
 fn slice(name: &str, capacity: serde_json::Value) -> TpuSlice {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {

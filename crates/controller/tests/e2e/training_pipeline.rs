@@ -535,7 +535,7 @@ async fn idle_objects_of_every_kind_write_no_status_loop() {
         .unwrap();
     let slice = |name: &str, accelerator: &str| -> TpuSlice {
         serde_json::from_value(json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "apiVersion": "tpu-operator.dev/v1beta1",
             "kind": "TpuSlice",
             "metadata": {"name": name},
             "spec": {

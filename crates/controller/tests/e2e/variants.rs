@@ -270,7 +270,7 @@ async fn a_claim_its_own_policy_refuses_makes_no_other_team_wait() {
         .expect("team A's namespace");
     let policy = |ns: &str, bucket: &str| -> tpu_operator_api::tpu_policy::TpuPolicy {
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "apiVersion": "tpu-operator.dev/v1beta1",
             "kind": "TpuPolicy",
             "metadata": {"name": format!("pol-{ns}")},
             "spec": {"namespaces": [ns], "allowedBuckets": [bucket]},

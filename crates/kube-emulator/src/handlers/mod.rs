@@ -107,6 +107,7 @@ async fn dispatch(
     let Some(rt) = cluster.resolve(&path.group, &path.version, &plural) else {
         return ApiError::not_found_path(uri.path()).into_response();
     };
+    let warning = rt.deprecation_warning.clone();
     let ctx = resource::Context {
         cluster,
         rt,
@@ -116,8 +117,18 @@ async fn dispatch(
         method,
         body,
     };
-    match resource::handle(ctx).await {
+    let mut response = match resource::handle(ctx).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
+    };
+    if let Some(value) = warning.and_then(|w| warning_header(&w)) {
+        response.headers_mut().append("warning", value);
     }
+    response
+}
+
+/// An RFC 7234 warning as the API server writes it: code 299, no agent, the text quoted.
+fn warning_header(text: &str) -> Option<axum::http::HeaderValue> {
+    let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+    axum::http::HeaderValue::from_str(&format!("299 - \"{quoted}\"")).ok()
 }

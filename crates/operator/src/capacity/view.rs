@@ -146,7 +146,7 @@ pub(super) mod tests {
     /// A slice in `ns` at `zone` whose status is `status` (JSON).
     pub fn slice(ns: &str, name: &str, zone: &str, status: serde_json::Value) -> TpuSlice {
         serde_json::from_value(json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1",
+            "apiVersion": "tpu-operator.dev/v1beta1",
             "kind": "TpuSlice",
             "metadata": {"name": name, "namespace": ns},
             "spec": {

@@ -211,7 +211,7 @@ mod tests {
     #[test]
     fn a_slice_replaced_alone_shows_in_interrupted() {
         let mut slice: TpuSlice = serde_json::from_value(serde_json::json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+            "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuSlice",
             "metadata": {"name": "ms", "namespace": "default"},
             "spec": {"zone": "us-central2-b", "acceleratorType": "v4-16",
                      "runtimeVersion": "tpu-ubuntu2204-base", "multislice": {"nodeCount": 4}}

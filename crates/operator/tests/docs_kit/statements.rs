@@ -261,7 +261,7 @@ fn install_md_names_every_google_api_the_operator_calls() {
 
 fn validator(kind: &str) -> kube_emulator::validation::CrdValidator {
     let crd = serde_json::to_value(crds::by_kind(kind).unwrap()).unwrap();
-    kube_emulator::validation::CrdValidator::new(&crd, "v1alpha1").unwrap()
+    kube_emulator::validation::CrdValidator::new(&crd, tpu_operator_api::crds::VERSION).unwrap()
 }
 
 /// docs/policy.md "Which policies apply": a policy that names no way to select is refused at
@@ -274,7 +274,7 @@ fn policy_md_a_policy_selecting_no_namespace_is_accepted() {
     );
     let v = validator("TpuPolicy");
     let policy = |spec: Value| {
-        serde_json::json!({"apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy",
+        serde_json::json!({"apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuPolicy",
             "metadata": {"name": "p"}, "spec": spec})
     };
     let refused = v.validate(&policy(serde_json::json!({"maxChips": 8})), None);

@@ -32,7 +32,7 @@ const TEAM_B: &str = "team-b";
 
 fn slice(name: &str) -> TpuSlice {
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {"zone": "us-east5-b", "acceleratorType": "v6e-8",
@@ -165,7 +165,7 @@ async fn start(world: &mut World, dir: &std::path::Path) -> OperatorProcess {
             .expect("namespace");
     }
     let policy: TpuPolicy = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuPolicy",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuPolicy",
         "metadata": {"name": "team-a"},
         "spec": {"namespaces": [TEAM_A], "maxChips": 8},
     }))
@@ -251,7 +251,7 @@ fn largest_slice(name: &str, seed: u64) -> TpuSlice {
         .map(|i| json!({"name": format!("V{i}"), "value": noise(4 * K)}))
         .collect();
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": {"zone": "us-east5-b", "acceleratorType": "v6e-8",

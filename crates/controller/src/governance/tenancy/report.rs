@@ -236,7 +236,7 @@ fn budgets_due(recorded: &[BudgetUsage], metered: &[BudgetUsage], now: k8s_opena
 
 async fn write(tenancy: &Tenancy, name: &str, status: &TpuPolicyStatus) -> crate::runtime::error::Result<()> {
     let body = serde_json::json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuPolicy",
         "status": status,
     });

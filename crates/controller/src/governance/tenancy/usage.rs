@@ -243,7 +243,7 @@ mod tests {
 
     fn slice(name: &str, uid: &str, phase: &str, accel: &str, capacity: serde_json::Value) -> TpuSlice {
         serde_json::from_value(json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TpuSlice",
+            "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TpuSlice",
             "metadata": {"name": name, "uid": uid},
             "spec": {"zone": "us-east5-b", "acceleratorType": accel, "runtimeVersion": "v", "capacity": capacity},
             "status": {"phase": phase}
@@ -278,7 +278,7 @@ mod tests {
         let mut running = slice("running", "u-run", "Ready", "v6e-8", json!({}));
         running.metadata.owner_references = Some(vec![
             k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-                api_version: "tpu-operator.dev/v1alpha1".into(),
+                api_version: "tpu-operator.dev/v1beta1".into(),
                 kind: "TpuSlice".into(),
                 name: "refused".into(),
                 uid: "u-refused".into(),
@@ -293,7 +293,7 @@ mod tests {
     #[test]
     fn running_vertex_pipelines_count_their_chips() {
         let tp: TrainingPipeline = serde_json::from_value(json!({
-            "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+            "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
             "metadata": {"name": "p", "uid": "u-p"},
             "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://b/m/"},
                      "training": {"vertex": {"machineType": "ct6e-standard-4t", "tpuTopology": "2x4",
@@ -318,7 +318,7 @@ mod tests {
                 stage["endTime"] = json!(end);
             }
             serde_json::from_value(json!({
-                "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+                "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
                 "metadata": {"name": "p", "uid": "u-p"},
                 "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://b/m/"},
                          "training": {"vertex": {"machineType": "ct6e-standard-4t", "tpuTopology": "2x4",

@@ -43,7 +43,7 @@ pub fn slice(name: &str, extra: serde_json::Value) -> TpuSlice {
         spec[k] = v.clone();
     }
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuSlice",
         "metadata": {"name": name},
         "spec": spec,
@@ -74,7 +74,7 @@ pub fn policy(namespace: &str, rules: serde_json::Value) -> TpuPolicy {
     let mut spec = every_bucket_unless_scoped(rules);
     spec["namespaces"] = json!([namespace]);
     serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1",
+        "apiVersion": "tpu-operator.dev/v1beta1",
         "kind": "TpuPolicy",
         "metadata": {"name": policy_name(namespace)},
         "spec": spec,

@@ -274,7 +274,11 @@ impl State {
         }
 
         // A write that changes nothing is not persisted: no new resourceVersion, no watch event.
-        let object = if new == old {
+        // Unless the object is stored in a version that is no longer the storage version: its
+        // encoding changes, so the API server writes it (what storage migration relies on).
+        let reencoded =
+            old_stored.get("apiVersion").and_then(Value::as_str) != Some(rt.storage_api_version.as_str());
+        let object = if new == old && !reencoded {
             old
         } else if opts.dry_run {
             new

@@ -6,7 +6,7 @@ use super::*;
 /// A pipeline writing `gs://b/m`, created at `at` (seconds), at version `rv`.
 fn pipeline(name: &str, at: u32, rv: &str, phase: &str) -> Cached<TrainingPipeline> {
     let tp: TrainingPipeline = serde_json::from_value(json!({
-        "apiVersion": "tpu-operator.dev/v1alpha1", "kind": "TrainingPipeline",
+        "apiVersion": "tpu-operator.dev/v1beta1", "kind": "TrainingPipeline",
         "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"),
                      "resourceVersion": rv, "creationTimestamp": format!("2026-11-26T10:00:{at:02}Z")},
         "spec": {"region": "us-east5", "artifacts": {"modelDir": "gs://b/m"},
