@@ -30,6 +30,11 @@ pub const LABEL_VALUE: &str = r"^[a-z0-9_-]{0,63}$";
 pub const DURATION: &str = r"^([0-9]{1,5}d)?([0-9]{1,6}h)?([0-9]{1,7}m)?([0-9]{1,9}s)?$";
 /// RFC 1035 resource id as TPU node ids and Kubernetes-style names use.
 pub const RFC1035_ID: &str = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
+/// TPU reservation, short (`my-reservation`) or full
+/// (`projects/<p>/locations/<zone>/reservations/<r>`): one grammar for every field that names a
+/// reservation, since a TpuPolicy checks them all the same way.
+pub const RESERVATION_NAME: &str =
+    r"^(projects/[^/]+/locations/[^/]+/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
 /// Service account e-mail.
 pub const SERVICE_ACCOUNT_EMAIL: &str = r"^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+$";
 /// Container image reference (registry/repo[:tag][@digest]); lowercase repository path.

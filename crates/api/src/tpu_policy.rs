@@ -79,7 +79,7 @@ pub struct TpuPolicySpec {
     /// (`team-*`), `*` alone every namespace. A namespace is selected when it is named here or
     /// matches `namespaceSelector`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = NAMESPACE_PATTERN)))]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = 64), regex(pattern = NAMESPACE_PATTERN)))]
     pub namespaces: Option<Vec<String>>,
     /// Namespaces by label, as in a NetworkPolicy: `{}` selects every namespace, absent selects
     /// none (beyond `namespaces`).
@@ -153,20 +153,20 @@ pub struct TpuPolicySpec {
     /// `*@<project>.iam.gserviceaccount.com` suffix patterns (a leading `*`), or `default`: an
     /// object naming none runs as the service's default identity, which must be listed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = SERVICE_ACCOUNT_PATTERN)))]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = 254), regex(pattern = SERVICE_ACCOUNT_PATTERN)))]
     pub allowed_service_accounts: Option<Vec<String>>,
     /// VPC networks: names (in the object's own project) or full paths
     /// (`projects/<p>/global/networks/<n>`), `*` at the end for a prefix. A TPU slice or
     /// Dataproc batch naming none uses its project's `default` network, which must be allowed; a
     /// Vertex job without `network` is peered with none and is not checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = NETWORK_PATTERN)))]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = 256), regex(pattern = NETWORK_PATTERN)))]
     pub allowed_networks: Option<Vec<String>>,
     /// Subnetworks: names (in the object's project and region) or full paths
     /// (`projects/<p>/regions/<r>/subnetworks/<s>`), `*` at the end for a prefix. Checked when an
     /// object names a subnetwork.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = NETWORK_PATTERN)))]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = 256), regex(pattern = NETWORK_PATTERN)))]
     pub allowed_subnetworks: Option<Vec<String>>,
     /// TPU reservations objects may consume (`capacity.reserved.reservationName`,
     /// `capacity.queued.reservationName`): names (in the object's own project and zone) or full
@@ -175,14 +175,14 @@ pub struct TpuPolicySpec {
     /// is in the object's project); set, it alone decides, so a platform team can share
     /// reservations from a project the tenants may not otherwise use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = NETWORK_PATTERN)))]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = 256), regex(pattern = NETWORK_PATTERN)))]
     pub allowed_reservations: Option<Vec<String>>,
     /// Projects whose boot images a Compute Engine slice may use (`computeEngine.image`), `*` at
     /// the end for a prefix. Absent: the object's own project and Google's public
     /// `ubuntu-os-cloud`; set, exactly these. The operator's identity creates the instances, so
     /// an image it can read in any project would otherwise boot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = PROJECT_PATTERN)))]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = 128), regex(pattern = PROJECT_PATTERN)))]
     pub allowed_image_projects: Option<Vec<String>>,
     /// Cloud Storage buckets objects may name (every `gs://` URI in a spec: inputs, outputs,
     /// scripts, packages, `modelDir`, `checkpointDir`, args and env values; a Dataproc staging
@@ -192,7 +192,7 @@ pub struct TpuPolicySpec {
     /// namespace naming another team's bucket would learn about its objects. Absent: no bucket,
     /// unless a policy selecting the namespace sets `googleServiceAccount` (then IAM decides).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_LIST_ITEMS), inner(regex(pattern = BUCKET_PATTERN)))]
+    #[schemars(length(max = MAX_LIST_ITEMS), inner(length(max = 223), regex(pattern = BUCKET_PATTERN)))]
     pub allowed_buckets: Option<Vec<String>>,
     /// The Google service account the operator acts as for the selected namespaces (as Config
     /// Connector's namespaced mode binds one per namespace): every Cloud Storage read it makes
@@ -224,7 +224,7 @@ pub const BUCKET_PATTERN: &str = r"^([a-z0-9][-a-z0-9_.]*\*?|\*)$";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AcceleratorRule {
-    /// `v2`, `v3`, `v4`, `v5e` (or `v5litepod`), `v5p`, `v6e`.
+    /// `v2`, `v3`, `v4`, `v5e` (or `v5litepod`), `v5p`, `v6e`, `tpu7x`.
     #[schemars(regex(pattern = FAMILY))]
     pub family: String,
     /// Largest slice in chips (absent: any size).

@@ -10,7 +10,7 @@ use std::{
 
 use kube_emulator::validation::{CrdValidator, Invalid};
 use serde_json::Value;
-use tpu_operator_api::{PreprocessBatch, TpuSlice, TrainingPipeline, crds, reference};
+use tpu_operator_api::{PreprocessBatch, TpuPolicy, TpuSlice, TrainingPipeline, crds, reference};
 
 const REGENERATE: &str =
     "run `cargo run -p tpu-operator -- crds --out crds/ --reference docs/crd-reference.md`";
@@ -58,6 +58,9 @@ struct Manifest {
     path: PathBuf,
     expects: Vec<String>,
     message: Option<String>,
+    /// `# stored: before-tightening`: the first document was stored before a rule tightened, so
+    /// it is not admitted as a create (see [`admit`]).
+    stored_before_tightening: bool,
     docs: Vec<Value>,
 }
 
@@ -80,6 +83,7 @@ fn load(path: &Path) -> Manifest {
         path: path.to_path_buf(),
         expects: header("expect"),
         message: header("message").pop(),
+        stored_before_tightening: header("stored").iter().any(|v| v == "before-tightening"),
         docs,
     }
 }
@@ -95,10 +99,13 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Validates every document as kube-emulator would: the first as a create; each later one as an
-/// update of the one before.
+/// update of the one before. With `stored_before_tightening` the first is an object written
+/// before a rule tightened: it is validated as an update of itself, so ratcheting drops every
+/// error on it, as the API server does for a value no update has changed.
 fn admit(
     validators: &BTreeMap<String, CrdValidator>,
     docs: &[Value],
+    stored_before_tightening: bool,
 ) -> Result<Vec<Value>, (usize, Invalid)> {
     let mut out = Vec::new();
     let mut previous: Option<Value> = None;
@@ -107,7 +114,12 @@ fn admit(
         let v = validators
             .get(kind)
             .unwrap_or_else(|| panic!("document {i}: unknown kind {kind:?}"));
-        let stored = v.validate(doc, previous.as_ref()).map_err(|e| (i, e))?;
+        let old = if i == 0 && stored_before_tightening {
+            Some(doc)
+        } else {
+            previous.as_ref()
+        };
+        let stored = v.validate(doc, old).map_err(|e| (i, e))?;
         previous = Some(stored.clone());
         out.push(stored);
     }
@@ -120,6 +132,7 @@ fn round_trip(stored: &Value) {
         Some("TpuSlice") => serde_json::from_value::<TpuSlice>(stored.clone()).map(drop),
         Some("PreprocessBatch") => serde_json::from_value::<PreprocessBatch>(stored.clone()).map(drop),
         Some("TrainingPipeline") => serde_json::from_value::<TrainingPipeline>(stored.clone()).map(drop),
+        Some("TpuPolicy") => serde_json::from_value::<TpuPolicy>(stored.clone()).map(drop),
         other => panic!("unexpected kind {other:?}"),
     };
     result.unwrap_or_else(|e| panic!("stored object does not deserialize: {e}\n{stored:#}"));
@@ -132,7 +145,7 @@ fn assert_all_valid(dir: &Path) -> usize {
     for file in &files {
         let m = load(file);
         assert!(!m.docs.is_empty(), "{}: no documents", file.display());
-        match admit(&validators, &m.docs) {
+        match admit(&validators, &m.docs, m.stored_before_tightening) {
             Ok(stored) => stored.iter().for_each(round_trip),
             Err((i, e)) => failures.push(format!("{} (document {i}): {e}", m.path.display())),
         }
@@ -187,7 +200,7 @@ fn invalid_fixtures_are_refused_naming_the_field() {
             !m.expects.is_empty(),
             "{name}: add a `# expect: <field path>` header"
         );
-        match admit(&validators, &m.docs) {
+        match admit(&validators, &m.docs, m.stored_before_tightening) {
             Ok(_) => failures.push(format!(
                 "{name}: was admitted, expected an error on {:?}",
                 m.expects
@@ -238,11 +251,11 @@ fn node_metadata_over_googles_limit_is_refused_naming_the_field() {
         serde_json::json!({"a": "v".repeat(quarter), "bb": "v".repeat(200 * 1024)}),
         56 * 1024 - 4,
     );
-    admit(&validators, std::slice::from_ref(&under))
+    admit(&validators, std::slice::from_ref(&under), false)
         .unwrap_or_else(|(_, e)| panic!("just under 512 KiB: {e}"));
     let mut over = under;
     over["spec"]["startupScript"] = Value::String("s".repeat(56 * 1024 - 3));
-    let (_, e) = admit(&validators, &[over]).expect_err("512 KiB of metadata admitted");
+    let (_, e) = admit(&validators, &[over], false).expect_err("512 KiB of metadata admitted");
     assert!(
         e.causes
             .iter()

@@ -145,7 +145,9 @@ impl Budget {
 #[serde(rename_all = "camelCase")]
 pub struct NextBudgetAction {
     pub action: BudgetActionKind,
+    /// The threshold, in percent of `limitUsd` (the budget's `actions[].atPercent`).
     pub at_percent: u32,
+    /// The threshold in US dollars: `limitUsd` times `atPercent` / 100.
     pub at_usd: f64,
     /// When it is reached at the namespace's current burn rate; absent when nothing runs or the
     /// period ends first.
@@ -157,13 +159,16 @@ pub struct NextBudgetAction {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetUsage {
+    /// The selected namespace this spend is for.
     pub namespace: String,
     pub period: BudgetPeriod,
+    /// When the current period started (UTC midnight, Monday or the first of the month).
     pub period_start: Time,
     /// When the next period starts (and spend starts again from zero).
     pub period_end: Time,
     /// Estimated US dollars spent since `periodStart`.
     pub spent_usd: f64,
+    /// The budget's `limitUsd` this period is metered against.
     pub limit_usd: f64,
     /// Spend is credited up to here: the next refresh credits the time after it, once.
     pub accounted_through: Time,

@@ -2,7 +2,7 @@
 //! the record of their period budgets.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 use super::BudgetUsage;
@@ -16,6 +16,7 @@ pub struct TpuPolicyStatus {
     pub observed_generation: Option<i64>,
     /// `Ready`: the operator enforces this policy (reason `Enforced`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
     /// How many namespaces the policy selects now.
     #[serde(default)]
@@ -42,6 +43,7 @@ pub struct TpuPolicyStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceUsage {
+    /// The namespace's name.
     pub name: String,
     /// TPU chips held (slices running or being created, Vertex TPU jobs running).
     pub chips: u32,
@@ -56,4 +58,13 @@ pub struct NamespaceUsage {
 pub fn cents(usd: f64) -> f64 {
     // Adding `+0.0` turns `-0.0` into `+0.0` and leaves every other value as it is.
     (usd * 100.0).round() / 100.0 + 0.0
+}
+
+/// `status.conditions` bounded as on the other kinds. It stays an atomic list: making it a
+/// list-map would change how server-side apply merges it, which versions sharing one schema
+/// cannot do.
+fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = <Vec<Condition>>::json_schema(generator);
+    schema.insert("maxItems".into(), serde_json::json!(16));
+    schema
 }

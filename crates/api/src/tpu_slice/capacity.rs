@@ -3,7 +3,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{schema::DURATION, tpu_policy::CapacityKind};
+use crate::{
+    schema::{DURATION, RESERVATION_NAME},
+    tpu_policy::CapacityKind,
+};
 
 /// An empty marker object (`spot: {}`), as the GCP APIs use for one-of choices without options.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -58,10 +61,7 @@ pub struct ReservedCapacity {
     /// (`projects/<p>/locations/<zone>/reservations/<r>`, the format the TPU API documents). Where
     /// a TpuPolicy governs the namespace, the reservation must be in one of its `allowedProjects`
     /// or listed in its `allowedReservations`.
-    #[schemars(
-        length(min = 1, max = 256),
-        regex(pattern = r"^(projects/[^/]+/locations/[^/]+/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-    )]
+    #[schemars(length(min = 1, max = 256), regex(pattern = RESERVATION_NAME))]
     pub reservation_name: String,
 }
 
@@ -90,7 +90,7 @@ pub struct QueuedCapacity {
     /// and `spec.zone`) or full (`projects/<p>/locations/<zone>/reservations/<r>`); checked
     /// against a TpuPolicy as `capacity.reserved.reservationName` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 256))]
+    #[schemars(length(min = 1, max = 256), regex(pattern = RESERVATION_NAME))]
     pub reservation_name: Option<String>,
 }
 

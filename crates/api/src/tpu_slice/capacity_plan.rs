@@ -189,6 +189,7 @@ pub struct RungAttempt {
     pub rung: i32,
     /// The rung's capacity kind (`onDemand`, `spot`, `reserved`, `queued`, `flexStart`).
     pub capacity: String,
+    /// The zone asked on this attempt.
     pub zone: String,
     /// The slice's incarnation on this attempt (its node's id and create request id follow it).
     pub incarnation: i32,
@@ -199,7 +200,9 @@ pub struct RungAttempt {
     /// What was seen here last, or why the slice moved on.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// When the slice started asking this rung and zone.
     pub start_time: Time,
+    /// When the attempt ended; absent while it goes on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_time: Option<Time>,
 }
@@ -362,23 +365,17 @@ mod tests {
             start_time: at(start),
             end_time: None,
         };
+        use AttemptOutcome::{Landed, Lost, MovedOn};
         let mut st = CapacityPlanStatus {
             rung: 2,
             zone: "b".into(),
             since: at(0),
             moves: 2,
             attempts: vec![
-                attempt(1, "spot", "a", AttemptOutcome::Lost, "Preempted", 0),
-                attempt(
-                    0,
-                    "reserved",
-                    "a",
-                    AttemptOutcome::MovedOn,
-                    "WaitingForCapacity",
-                    100,
-                ),
-                attempt(1, "spot", "a", AttemptOutcome::MovedOn, "WaitingForCapacity", 700),
-                attempt(2, "onDemand", "b", AttemptOutcome::Landed, "NodeReady", 1001),
+                attempt(1, "spot", "a", Lost, "Preempted", 0),
+                attempt(0, "reserved", "a", MovedOn, "WaitingForCapacity", 100),
+                attempt(1, "spot", "a", MovedOn, "WaitingForCapacity", 700),
+                attempt(2, "onDemand", "b", Landed, "NodeReady", 1001),
             ],
         };
         assert_eq!(

@@ -74,11 +74,11 @@ impl Multislice {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AcceleratorConfig {
-    /// TPU generation: V2, V3, V4, V5LITE_POD (v5e), V5P or V6E.
+    /// TPU generation: V2, V3, V4, V5LITE_POD (v5e), V5P, V6E or TPU7X.
     #[serde(rename = "type")]
     pub type_: TpuGeneration,
     /// Chip topology: `AxB` for V2, V3, V5LITE_POD, V6E (v5e/v6e: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8,
-    /// 8x16, 16x16) and `AxBxC` for V4 and V5P (e.g. `2x2x1`).
+    /// 8x16, 16x16) and `AxBxC` for V4, V5P and TPU7X (e.g. `2x2x1`).
     #[schemars(length(max = 8), regex(pattern = TOPOLOGY))]
     pub topology: String,
 }

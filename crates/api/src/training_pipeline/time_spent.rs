@@ -19,6 +19,7 @@ use super::{StageState, TrainingPipelinePhase as Phase};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TimeShare {
+    /// Wall time in whole seconds.
     #[serde(default)]
     pub seconds: i64,
     /// Estimated US dollars, from the same estimate as `estimatedCost`.
