@@ -43,7 +43,9 @@ pub struct MaintenanceSpec {
     pub start_early: Option<StartEarly>,
 }
 
-/// When the operator starts a reschedulable maintenance itself.
+// When the operator starts a reschedulable maintenance itself. A plain comment, not a doc
+// comment: schemars would put the type's doc over the field's (`spec.maintenance.startEarly`),
+// which says more, including the default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum StartEarly {
     /// Right after a checkpoint written since the checkpoint request is committed in

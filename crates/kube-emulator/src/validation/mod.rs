@@ -209,14 +209,20 @@ impl CrdValidator {
             o
         });
 
+        // Ratcheting comes first: an error on a value the update did not change neither counts
+        // nor blocks the CEL rules (the ratcheting schema validator runs before `hasBlockingErr`).
+        let changed = |cause: &FieldCause| old.as_ref().is_none_or(|old| !unchanged(cause, &object, old));
         let mut causes = Vec::new();
         let mut type_errors = false;
         for error in self.json_schema.iter_errors(&object) {
             let (cause, is_type_error) = schema::to_cause(&error);
-            type_errors |= is_type_error;
-            causes.push(cause);
+            if changed(&cause) {
+                type_errors |= is_type_error;
+                causes.push(cause);
+            }
         }
         schema::structural_checks(&self.structural, &object, &FieldPath::root(), &mut causes);
+        causes.retain(changed);
         // kube-apiserver skips the CEL rules when the schema found a type, required, enum,
         // maxLength or maxItems/maxProperties error, and says so in one more cause
         // (`hasBlockingErr` in k8s.io/apiextensions-apiserver
