@@ -323,7 +323,12 @@ fn every_limit_field_named_in_the_docs_exists() {
     let re = Regex::new(r"`((?:max|allow|allowed)[A-Z][A-Za-z]*)`").unwrap();
     let found = mentions_in(operator_docs(), &re);
     assert!(found.len() > 30, "{}", found.len());
-    let missing: Vec<_> = found.iter().filter(|(_, f)| !fields.contains(f)).collect();
+    // OpenAPI's own bounds, which docs/api-review.md discusses, are schema keywords, not fields.
+    const SCHEMA_KEYWORDS: &[&str] = &["maxItems", "maxLength", "maxProperties"];
+    let missing: Vec<_> = found
+        .iter()
+        .filter(|(_, f)| !fields.contains(f) && !SCHEMA_KEYWORDS.contains(&f.as_str()))
+        .collect();
     assert!(missing.is_empty(), "not a field: {missing:?}");
 }
 
@@ -341,6 +346,7 @@ fn foreign(at: &str, path: &str) -> bool {
         ("docs/testing.md", "status.Compute"),
         ("docs/testing.md", "spec.names.listKind"),
         ("docs/kueue.md", "status.admission"),
+        ("docs/api-versions.md", "status.storedVersions"),
     ];
     FOREIGN
         .iter()
