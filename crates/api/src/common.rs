@@ -5,6 +5,38 @@ use serde::{Deserialize, Serialize};
 
 use crate::schema::{ENV_NAME, IMAGE, MAX_ARG_LENGTH, MAX_LIST_ITEMS};
 
+/// Status fields a newer release of the operator wrote that this one does not know, by name, as
+/// read.
+///
+/// Status is one server-side apply of the whole status, owned by the operator's field manager,
+/// so a field the writer leaves out is removed. An older release running against status a newer
+/// one wrote would erase everything it does not know: during a rollback, or while the leader is
+/// handed over between releases. Each status type keeps these fields (`#[serde(flatten)]`) and
+/// the status writers send them back unchanged. They are not part of the generated schema; the
+/// newer release's CRDs carry them.
+pub type NewerFields = std::collections::BTreeMap<String, serde_json::Value>;
+
+/// A status type that keeps the [`NewerFields`] it was read with.
+pub trait KeepsNewerFields {
+    fn newer_fields(&self) -> &NewerFields;
+    fn newer_fields_mut(&mut self) -> &mut NewerFields;
+}
+
+/// Implements [`KeepsNewerFields`] for status types with a `newer_fields` field.
+macro_rules! keeps_newer_fields {
+    ($($status:ty),* $(,)?) => {$(
+        impl $crate::common::KeepsNewerFields for $status {
+            fn newer_fields(&self) -> &$crate::common::NewerFields {
+                &self.newer_fields
+            }
+            fn newer_fields_mut(&mut self) -> &mut $crate::common::NewerFields {
+                &mut self.newer_fields
+            }
+        }
+    )*};
+}
+pub(crate) use keeps_newer_fields;
+
 /// What happens to the cloud resources when the custom resource is deleted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum DeletionPolicy {

@@ -26,7 +26,14 @@ pub mod tpu_policy;
 pub mod tpu_slice;
 pub mod training_pipeline;
 
-pub use common::{ContainerSpec, CostEstimate, DeletionPolicy, EnvVar};
+pub use common::{ContainerSpec, CostEstimate, DeletionPolicy, EnvVar, KeepsNewerFields, NewerFields};
+
+common::keeps_newer_fields!(
+    TpuSliceStatus,
+    PreprocessBatchStatus,
+    TrainingPipelineStatus,
+    TpuPolicyStatus
+);
 pub use preprocess_batch::{BatchTemplate, PreprocessBatch, PreprocessBatchSpec, PreprocessBatchStatus};
 pub use tpu_policy::{TpuPolicy, TpuPolicySpec, TpuPolicyStatus};
 pub use tpu_slice::{TpuSlice, TpuSliceSpec, TpuSliceStatus};

@@ -356,4 +356,8 @@ pub struct PreprocessBatchStatus {
     /// Human-readable summary of the last transition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Fields a newer release wrote that this one does not know ([`crate::common::NewerFields`]).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub newer_fields: crate::common::NewerFields,
 }

@@ -26,11 +26,13 @@ use tpu_operator_reliability::{
     world::Snapshot,
 };
 
-fn plural(kind: &str) -> &'static str {
+/// The collection of `kind` under `/apis/tpu-operator.dev/v1beta1/`.
+fn collection(kind: &str) -> &'static str {
     match kind {
-        "TpuSlice" => "tpuslices",
-        "PreprocessBatch" => "preprocessbatches",
-        "TrainingPipeline" => "trainingpipelines",
+        "TpuSlice" => "namespaces/default/tpuslices",
+        "PreprocessBatch" => "namespaces/default/preprocessbatches",
+        "TrainingPipeline" => "namespaces/default/trainingpipelines",
+        "TpuPolicy" => "tpupolicies",
         other => panic!("unexpected kind {other}"),
     }
 }
@@ -52,6 +54,11 @@ async fn invalid_fixtures_are_refused_over_http_naming_the_field() {
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
         let name = file.file_name().unwrap().to_string_lossy().to_string();
+        // Its first document was stored before a rule tightened, so no server with the rule
+        // creates it; crates/api/tests/schema.rs checks such a fixture's ratcheting.
+        if text.lines().any(|l| l.trim() == "# stored: before-tightening") {
+            continue;
+        }
         let expects: Vec<String> = text
             .lines()
             .filter_map(|l| l.strip_prefix("# expect:"))
@@ -66,9 +73,9 @@ async fn invalid_fixtures_are_refused_over_http_naming_the_field() {
             let kind = doc["kind"].as_str().unwrap();
             let obj_name = doc["metadata"]["name"].as_str().unwrap();
             let base = format!(
-                "{}/apis/tpu-operator.dev/v1beta1/namespaces/default/{}",
+                "{}/apis/tpu-operator.dev/v1beta1/{}",
                 server.url,
-                plural(kind)
+                collection(kind)
             );
             let resp = if i == 0 {
                 http.post(&base).json(doc).send().await.unwrap()

@@ -37,6 +37,10 @@ pub struct TpuPolicyStatus {
     /// namespace is kept: this is the record spend is metered from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub budgets: Vec<BudgetUsage>,
+    /// Fields a newer release wrote that this one does not know ([`crate::common::NewerFields`]).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub newer_fields: crate::common::NewerFields,
 }
 
 /// What one namespace holds now.

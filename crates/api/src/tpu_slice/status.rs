@@ -178,6 +178,10 @@ pub struct TpuSliceStatus {
     /// Human-readable summary of the last transition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Fields a newer release wrote that this one does not know ([`crate::common::NewerFields`]).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub newer_fields: crate::common::NewerFields,
 }
 
 fn is_zero(n: &i32) -> bool {

@@ -241,6 +241,10 @@ pub struct TrainingPipelineStatus {
     /// and shows this in its own status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kueue: Option<crate::kueue::KueueStatus>,
+    /// Fields a newer release wrote that this one does not know ([`crate::common::NewerFields`]).
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub newer_fields: crate::common::NewerFields,
 }
 
 /// A failed run's TPU VM slice kept for debugging; it bills until it is deleted.

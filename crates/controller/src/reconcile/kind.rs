@@ -12,7 +12,7 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 use tpu_operator_api::{
-    DeletionPolicy,
+    DeletionPolicy, KeepsNewerFields,
     common::CostEstimate,
     conditions::{find_condition, types},
 };
@@ -53,7 +53,7 @@ pub trait Kind:
     /// object and the cloud.
     const SETTLES: bool;
 
-    type Status: Clone + Default + PartialEq + Serialize + Send + Sync;
+    type Status: Clone + Default + PartialEq + Serialize + KeepsNewerFields + Send + Sync;
     /// What the object is called in the cloud, derived once a pass from the object alone.
     type Target: Send + Sync;
     /// What a pass read from the cloud (and from Kubernetes, for owned children).

@@ -2,7 +2,7 @@
 //! cache, the conditional write and the Events of a transition are handled once.
 
 use kube::ResourceExt;
-use tpu_operator_api::conditions::reasons;
+use tpu_operator_api::{KeepsNewerFields, conditions::reasons};
 
 use futures::future::BoxFuture;
 
@@ -26,6 +26,19 @@ pub async fn write<K: Kind>(
     old: Option<&K::Status>,
     new: &K::Status,
 ) -> Result<Option<String>> {
+    // What a newer release wrote and this one does not know goes back as it was read, or this
+    // write would erase it (`NewerFields`). Only during a rollback or a hand-over between
+    // releases is there any, so the copy is made only then.
+    let kept;
+    let new = match old.map(KeepsNewerFields::newer_fields) {
+        Some(fields) if fields != new.newer_fields() => {
+            let mut with = new.clone();
+            *with.newer_fields_mut() = fields.clone();
+            kept = with;
+            &kept
+        }
+        _ => new,
+    };
     if old == Some(new) {
         return Ok(None);
     }

@@ -46,5 +46,6 @@ mod tpu_capacity;
 mod tpu_slice;
 mod training_pipeline;
 mod variants;
+mod version_skew;
 mod vertex_duplicates;
 mod vertex_spot;

@@ -355,3 +355,53 @@ fn create_refuses_a_resource_version_and_update_checks_the_uid() {
         .unwrap_err();
     assert_eq!((err.code, err.reason), (409, "Conflict"));
 }
+
+#[test]
+fn a_moved_storage_version_makes_a_no_op_update_write_and_a_deprecated_version_warns() {
+    let c = cluster();
+    let crd_rt = rt(&c, "apiextensions.k8s.io", "v1", "customresourcedefinitions");
+    let schema = json!({"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    let crd = |storage_v2: bool| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "things.example.dev"},
+        "spec": {"group": "example.dev", "scope": "Cluster", "names": {"plural": "things", "kind": "Thing"},
+                 "versions": [{"name": "v2", "served": true, "storage": storage_v2, "schema": schema},
+                              {"name": "v1", "served": true, "storage": !storage_v2, "schema": schema,
+                               "deprecated": true}]}})
+    };
+    let created = c
+        .write(|s| s.create(&crd_rt, "", crd(false), &opts()))
+        .unwrap()
+        .object;
+    let v1 = rt(&c, "example.dev", "v1", "things");
+    assert_eq!(
+        v1.deprecation_warning.as_deref(),
+        Some("example.dev/v1 Thing is deprecated")
+    );
+    assert_eq!(rt(&c, "example.dev", "v2", "things").deprecation_warning, None);
+    let thing = c
+        .write(|s| s.create(&v1, "", json!({"metadata": {"name": "t"}}), &opts()))
+        .unwrap()
+        .object;
+    let rewrite = |c: &Cluster, body: &Value| {
+        let v2 = rt(c, "example.dev", "v2", "things");
+        let mut body = body.clone();
+        body["apiVersion"] = json!("example.dev/v2");
+        let out = c
+            .write(|s| s.update(&v2, "", "t", body, Scope::Whole, &opts()))
+            .unwrap();
+        out.object["metadata"]["resourceVersion"].clone()
+    };
+    // Same storage version: a no-op update is not written.
+    assert_eq!(rewrite(&c, &thing), thing["metadata"]["resourceVersion"]);
+    let mut moved = crd(true);
+    moved["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"].clone();
+    c.write(|s| s.update(&crd_rt, "", "things.example.dev", moved, Scope::Whole, &opts()))
+        .unwrap();
+    // Stored as v1, now stored as v2: the same update is written, once.
+    let rewritten = rewrite(&c, &thing);
+    assert_ne!(rewritten, thing["metadata"]["resourceVersion"]);
+    let mut again = thing.clone();
+    again["metadata"]["resourceVersion"] = rewritten.clone();
+    assert_eq!(rewrite(&c, &again), rewritten);
+}

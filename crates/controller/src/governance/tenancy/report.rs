@@ -236,8 +236,8 @@ fn budgets_due(recorded: &[BudgetUsage], metered: &[BudgetUsage], now: k8s_opena
 
 async fn write(tenancy: &Tenancy, name: &str, status: &TpuPolicyStatus) -> crate::runtime::error::Result<()> {
     let body = serde_json::json!({
-        "apiVersion": "tpu-operator.dev/v1beta1",
-        "kind": "TpuPolicy",
+        "apiVersion": TpuPolicy::api_version(&()),
+        "kind": TpuPolicy::kind(&()),
         "status": status,
     });
     Api::<TpuPolicy>::all(tenancy.client.clone())
@@ -359,6 +359,12 @@ pub fn status_of(
         refused,
         namespaces: rows,
         budgets,
+        // A newer release's fields go back as read (see `NewerFields`).
+        newer_fields: policy
+            .status
+            .as_ref()
+            .map(|s| s.newer_fields.clone())
+            .unwrap_or_default(),
     }
 }
 

@@ -120,6 +120,8 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         zone: old.zone.clone(),
         capacity_plan: old.capacity_plan.clone(),
         message: Some(r.assessment.message.clone()),
+        // The status writer sends back what it read (`NewerFields`).
+        newer_fields: Default::default(),
     }
 }
 

@@ -68,6 +68,17 @@ pub struct FakeStatus {
     pub phase: String,
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    #[serde(flatten)]
+    pub newer_fields: tpu_operator_api::NewerFields,
+}
+
+impl tpu_operator_api::KeepsNewerFields for FakeStatus {
+    fn newer_fields(&self) -> &tpu_operator_api::NewerFields {
+        &self.newer_fields
+    }
+    fn newer_fields_mut(&mut self) -> &mut tpu_operator_api::NewerFields {
+        &mut self.newer_fields
+    }
 }
 
 thread_local! {

@@ -169,3 +169,31 @@ async fn deletion_writes_while_pending_and_publishes_each_event_once() {
     assert_eq!(memory.events(), ["Phase", "Cancelling", "CleanedUp"]);
     assert_eq!(memory.writes().len(), 1);
 }
+
+#[tokio::test]
+async fn a_newer_releases_status_fields_go_back_with_a_write_and_alone_cause_none() {
+    let (ctx, memory) = context(Vec::new(), WithoutPolicy::Allow).await;
+    let mut obj = fake("a", FakeSpec::default());
+    pass::apply(&obj, &ctx).await.unwrap();
+    // A newer release wrote a field this one does not know.
+    let newer = serde_json::json!({"goodputPercent": 97});
+    let mut read = memory.writes()[0].status.clone();
+    read.newer_fields
+        .insert("fromANewerRelease".into(), newer.clone());
+    obj.status = Some(read);
+    pass::apply(&obj, &ctx).await.unwrap();
+    assert_eq!(
+        memory.writes().len(),
+        1,
+        "a field this release does not know is no reason to write"
+    );
+    // A write this release makes for its own reasons sends it back.
+    obj.status.as_mut().unwrap().phase = "Older".into();
+    pass::apply(&obj, &ctx).await.unwrap();
+    let written = memory.writes();
+    assert_eq!(written.len(), 2);
+    assert_eq!(
+        written[1].status.newer_fields.get("fromANewerRelease"),
+        Some(&newer)
+    );
+}
