@@ -183,6 +183,7 @@ fn deprecation_warning(api_version: &str, kind: &str, version: &Value) -> Option
     })
 }
 
+/// `<group>/<version>`, as a CRD's objects name their version.
 fn api_version(group: &str, version: &str) -> String {
     format!("{group}/{version}")
 }
@@ -258,7 +259,7 @@ pub fn storage_api_version(crd: &Value) -> String {
         .and_then(|v| v.get("name"))
         .and_then(Value::as_str)
         .unwrap_or_default();
-    format!("{group}/{version}")
+    api_version(group, version)
 }
 
 /// The status the apiserver's naming and establishing controllers publish for an accepted CRD.
