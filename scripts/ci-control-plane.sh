@@ -10,6 +10,8 @@
 #                             install path first (it removes and reinstalls the project's CRDs, so
 #                             it must run while no other suite has objects), then both API versions
 #                             and migrate-storage (it moves the CRDs' storage version and back), then
+#                             the upgrade from the previous release and the rollback (it installs
+#                             that release's chart and CRDs, and leaves this release's CRDs), then
 #                             the chart's RBAC
 #                             suite, while the cluster holds no other test's objects, then the
 #                             controllers' end-to-end suites and the kubectl checks; "none" skips)
@@ -63,7 +65,7 @@ TPU_OPERATOR_CONTROL_PLANE_BIN="$bin" tests/control-plane/up.sh run -- \
   cargo test --locked --workspace --test differential -- --nocapture --test-threads=1
 
 controller_tests="$(tests_of tpu-operator-controller)"
-suites="${TPU_OPERATOR_REAL_SUITES:---workspace --test install_paths -- --nocapture; --workspace --test api_versions -- --nocapture; --workspace --test rbac -- --nocapture; --workspace ${controller_tests} -- --test-threads=2; --workspace --test kubectl}"
+suites="${TPU_OPERATOR_REAL_SUITES:---workspace --test install_paths -- --nocapture; --workspace --test api_versions -- --nocapture; --workspace --test upgrade -- --nocapture; --workspace --test rbac -- --nocapture; --workspace ${controller_tests} -- --test-threads=2; --workspace --test kubectl}"
 if [ "$suites" != none ]; then
   # One fresh control plane for all of them (each test uses namespaces of its own).
   script="set -e"

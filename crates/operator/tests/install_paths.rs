@@ -19,6 +19,8 @@
 
 mod support;
 
+// Shared with tests/upgrade.rs, which uses the parts a rolling update needs and this suite does not.
+#[allow(dead_code)]
 #[path = "install_paths/cluster.rs"]
 mod cluster;
 

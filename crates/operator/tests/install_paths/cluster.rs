@@ -204,15 +204,21 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(cli: &Cli, namespace: &str, name: &str, gcp: &str) -> Self {
+        Self::start_binary(Path::new(BIN), &format!("{name}-0"), cli, namespace, name, gcp)
+    }
+
+    /// [`Operator::start`] with another release's binary, as pod `pod` (the Lease holder's
+    /// identity, so two releases can run side by side during a rolling update).
+    pub fn start_binary(bin: &Path, pod: &str, cli: &Cli, namespace: &str, name: &str, gcp: &str) -> Self {
         let cm = cli.kubectl(&["get", "configmap", name, "-n", namespace, "-o", "json"]);
         let cm: Value = serde_json::from_str(&cm).unwrap();
         let config = cli.file("config.yaml", cm["data"]["config.yaml"].as_str().unwrap());
         let token = cli.kubectl(&["create", "token", name, "-n", namespace, "--duration=1h"]);
         let sa = cli.file("sa.kubeconfig", &token_kubeconfig(&cli.kubeconfig, token.trim()));
         let metrics = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let log = cli.dir.path().join("operator.log");
+        let log = cli.dir.path().join(format!("{pod}.log"));
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(BIN)
+        let child = Command::new(bin)
             .args(["run", "--config"])
             .arg(&config)
             .arg("--kubeconfig")
@@ -226,7 +232,7 @@ impl Operator {
                 "--poll-capacity",
                 "500ms",
             ])
-            .env("POD_NAME", format!("{name}-0"))
+            .env("POD_NAME", pod)
             .env("POD_NAMESPACE", namespace)
             .env("RUST_LOG", "info")
             .stdout(out.try_clone().unwrap())
@@ -240,10 +246,31 @@ impl Operator {
         }
     }
 
+    /// The operator's `/metrics` (Prometheus text).
+    pub async fn metrics(&self) -> Option<String> {
+        let url = self.readyz.replace("/readyz", "/metrics");
+        reqwest::get(url).await.ok()?.text().await.ok()
+    }
+
     pub async fn wait_ready(&self) {
         wait("the operator's /readyz 200", async || {
             let status = reqwest::get(&self.readyz).await.ok()?.status();
             (status == 200).then_some(())
+        })
+        .await;
+    }
+
+    /// SIGTERM, as a rolling update stops the old pod, and the exit: the leader releases its
+    /// Lease on the way out.
+    pub async fn terminate(&mut self) {
+        let pid = self.child.id().to_string();
+        ok({
+            let mut kill = Command::new("kill");
+            kill.args(["-TERM", &pid]);
+            kill
+        });
+        wait("the operator to exit after SIGTERM", async || {
+            self.child.try_wait().unwrap().map(|_| ())
         })
         .await;
     }
