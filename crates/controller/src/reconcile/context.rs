@@ -170,7 +170,7 @@ impl Context {
     /// Cloud Storage as `namespace`'s Google identity: its `googleServiceAccount`, impersonated,
     /// or the operator's own identity when it has none.
     pub fn storage_for(&self, namespace: &str) -> Arc<dyn StorageApi> {
-        let sa = tenancy::identity::service_account(&self.tenancy, namespace);
+        let sa = tenancy::identity::service_account(&self.tenancy.policies, namespace);
         self.gcp.storage_as(sa.as_deref())
     }
 }

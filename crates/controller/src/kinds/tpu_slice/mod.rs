@@ -181,9 +181,9 @@ impl Kind for TpuSlice {
             Err(denial) => Claim::Refused(denial),
             Ok(tenancy::adoption::Ownership::Ours) => Claim::Nothing,
             Ok(tenancy::adoption::Ownership::Unclaimed) => {
-                let ns = t.identity.namespace.as_str();
-                let project = t.names.project.as_str();
-                match tenancy::adoption::claim(&ctx.tenancy, ns, node, &self.spec, project) {
+                let (ns, project) = (t.identity.namespace.as_str(), t.names.project.as_str());
+                let (policies, prices) = (&ctx.tenancy.policies, &ctx.tenancy.prices);
+                match tenancy::adoption::claim(policies, prices, ns, node, &self.spec, project) {
                     Err(denial) => Claim::Refused(denial),
                     Ok(counted) => Claim::Admit(Admission {
                         checked: Vec::new(),

@@ -31,7 +31,7 @@ fn done_uri_allowed(ctx: &Context, namespace: &str, uri: &str) -> bool {
         }],
         ..tenancy::Request::default()
     };
-    match tenancy::check_storage(&ctx.tenancy, namespace, &req) {
+    match tenancy::check_storage(&ctx.tenancy.policies, namespace, &req) {
         Ok(()) => true,
         Err(denial) => {
             tracing::warn!(namespace, message = %denial.message, "ignoring the done-uri annotation");

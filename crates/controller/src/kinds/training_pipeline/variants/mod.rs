@@ -59,7 +59,7 @@ fn claim_allowed(ctx: &Context, other: &Claim) -> bool {
             .collect(),
         ..Default::default()
     };
-    tenancy::check_storage(&ctx.tenancy, &other.namespace, &req).is_ok()
+    tenancy::check_storage(&ctx.tenancy.policies, &other.namespace, &req).is_ok()
 }
 
 /// Wakes the pipelines that waited for the one with `uid` (finished or being deleted).
