@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use tpu_operator_gcp::{Gcp, StorageApi};
+use tpu_operator_gcp::Gcp;
 
 use super::report::{KubeReports, Reports};
 use crate::{
     governance::{
         pricing::PriceTable,
-        tenancy::{self, Policies, Tenancy},
+        tenancy::{Policies, Tenancy},
     },
     runtime::{
         backoff::{BackoffPolicy, ObjectBackoff},
@@ -150,27 +150,5 @@ impl Context {
             Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
             None => kube::Api::all(self.client.clone()),
         }
-    }
-
-    /// The project an object's cloud resources live in: its own, else its namespace's default
-    /// (tenancy policy), else the operator default.
-    pub fn project_for(&self, namespace: &str, explicit: Option<&str>) -> Option<String> {
-        explicit
-            .map(str::to_owned)
-            .or_else(|| {
-                self.tenancy
-                    .policies
-                    .governing(namespace)
-                    .default_project()
-                    .map(str::to_owned)
-            })
-            .or_else(|| self.config.default_project.clone())
-    }
-
-    /// Cloud Storage as `namespace`'s Google identity: its `googleServiceAccount`, impersonated,
-    /// or the operator's own identity when it has none.
-    pub fn storage_for(&self, namespace: &str) -> Arc<dyn StorageApi> {
-        let sa = tenancy::identity::service_account(&self.tenancy.policies, namespace);
-        self.gcp.storage_as(sa.as_deref())
     }
 }
