@@ -26,7 +26,8 @@ use crate::{
 };
 
 /// The handles a reconcile pass uses, and nothing else: a plain bag, built once per process. The
-/// pieces it holds take what they need explicitly; none of them reaches back into it.
+/// pieces it holds take what they need explicitly; none of them reaches back into it. A kind's
+/// hooks never get it whole, only the views of [`super::handles`].
 pub struct Context {
     pub client: kube::Client,
     pub gcp: Gcp,
