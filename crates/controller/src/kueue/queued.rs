@@ -24,7 +24,7 @@ use super::{
     workload::{Workload, WorkloadSpec},
 };
 use crate::{
-    reconcile::context::Context,
+    reconcile::handles::{Io, Kept, Settings},
     runtime::{
         clock::k8s_time,
         error::{ReconcileError, Result},
@@ -123,15 +123,15 @@ pub trait Gated: Resource<DynamicType = ()> + ResourceExt + 'static {
 /// The LocalQueue that gates the object, when Kueue does (integration on): the one its label
 /// names, else the operator's default queue. An empty label is no label: it cannot be used to
 /// step around the default.
-pub fn local_queue<'a, K: Gated>(obj: &'a K, ctx: &'a Context) -> Option<&'a str> {
-    if !ctx.config.kueue {
+pub fn local_queue<'a, K: Gated>(obj: &'a K, settings: Settings<'a>) -> Option<&'a str> {
+    if !settings.config.kueue {
         return None;
     }
     obj.labels()
         .get(QUEUE_LABEL)
         .map(String::as_str)
         .filter(|q| !q.is_empty())
-        .or(ctx.config.kueue_default_queue.as_deref())
+        .or(settings.config.kueue_default_queue.as_deref())
 }
 
 /// The Workload's name: the object's kind and name, cut so the whole stays a valid name, and 5
@@ -153,32 +153,32 @@ pub fn workload_name<K: Gated>(obj: &K) -> String {
 /// follows its priority-class label in place ([`follow_workload`]). `None`: not gated by Kueue.
 /// `demand`: what the object holds while it runs (`None`: the spec is invalid, which its plan
 /// reports).
-pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -> Result<Option<Queued>> {
-    let Some(queue) = local_queue(obj, ctx) else {
+pub async fn observe<K: Gated>(obj: &K, io: &Io<'_>, demand: Option<Demand>) -> Result<Option<Queued>> {
+    let Some(queue) = local_queue(obj, io.settings) else {
         return Ok(None);
     };
     let workload = workload_name(obj);
-    let found = client::get(&ctx.client, &namespace(obj)?, &workload)
+    let found = client::get(io.client, &namespace(obj)?, &workload)
         .await
         .map_err(ReconcileError::kueue("read the Kueue Workload"))?;
     let class = obj.labels().get(PRIORITY_CLASS_LABEL).map(String::as_str);
     // The class's value is read to create the Workload or to change its class; Kueue itself
     // rewrites the value of referencing Workloads when a class's value changes.
     let mut priority = match (&found, class) {
-        (None, Some(class)) => class_value(ctx, class).await?,
+        (None, Some(class)) => class_value(io, class).await?,
         (_, class) => Ok(class.map(|c| (c.to_string(), 0))),
     };
     let desired = demand.map(|demand| {
         let class = priority.as_ref().ok().and_then(Option::as_ref);
         demand::workload_spec(&demand, queue, class.map(|(name, value)| (name.as_str(), *value)))
     });
-    let (found, gate) = gate_of(obj, ctx, found, desired.as_ref(), class, &mut priority).await?;
+    let (found, gate) = gate_of(obj, io, found, desired.as_ref(), class, &mut priority).await?;
     let ns = namespace(obj)?;
     let position = match gate {
-        Gate::Pending { .. } => client::position(&ctx.client, &ns, queue, &workload).await,
+        Gate::Pending { .. } => client::position(io.client, &ns, queue, &workload).await,
         _ => None,
     };
-    let estimated_start = line(ctx, &ns, queue, &workload, found.as_ref(), &gate, position);
+    let estimated_start = line(io, &ns, queue, &workload, found.as_ref(), &gate, position);
     // What the object now awaits besides its Workload: a missing class to appear, its line to move.
     let mut awaited = Vec::new();
     if let (Gate::Missing, Some(class), Err(_)) = (&gate, class, &priority) {
@@ -188,7 +188,7 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
         let (namespace, queue) = (ns.clone(), queue.to_string());
         awaited.push(Awaited::Queue { namespace, queue });
     }
-    waiters::<K>(ctx).set(&ns, &obj.name_any(), awaited);
+    waiters::<K>(io.kept).set(&ns, &obj.name_any(), awaited);
     Ok(Some(Queued {
         workload,
         local_queue: queue.to_string(),
@@ -204,7 +204,7 @@ pub async fn observe<K: Gated>(obj: &K, ctx: &Context, demand: Option<Demand>) -
 /// Records what the Workload tells of its LocalQueue's line ([`eta::Lines`]) and estimates its
 /// admission while it waits at `position`. Kueue's times are wall-clock time ([`eta`](super::eta)).
 fn line(
-    ctx: &Context,
+    io: &Io<'_>,
     namespace: &str,
     queue: &str,
     workload: &str,
@@ -212,7 +212,7 @@ fn line(
     gate: &Gate,
     position: Option<i32>,
 ) -> Option<DateTime<Utc>> {
-    let lines = ctx.shared.get_or_default::<Lines>();
+    let lines = io.kept.shared.get_or_default::<Lines>();
     let now = Utc::now();
     if gate.admitted() {
         let since = found.and_then(gate::admitted_since).unwrap_or(now);
@@ -233,7 +233,7 @@ fn line(
 /// `priority` into the message saying so). Returns the Workload as it now is.
 async fn gate_of<K: Gated>(
     obj: &K,
-    ctx: &Context,
+    io: &Io<'_>,
     found: Option<Workload>,
     desired: Option<&WorkloadSpec>,
     class: Option<&str>,
@@ -251,7 +251,7 @@ async fn gate_of<K: Gated>(
     let Some(wl) = found else {
         return Ok((None, Gate::Missing));
     };
-    let (wl, missing) = follow_workload(ctx, wl, class).await?;
+    let (wl, missing) = follow_workload(io, wl, class).await?;
     if let Some(message) = missing {
         *priority = Err(message);
     }
@@ -261,13 +261,13 @@ async fn gate_of<K: Gated>(
 
 /// What the objects of kind `K` await ([`super::waits`]), shared by their passes and their
 /// watches.
-pub fn waiters<K: Gated>(ctx: &Context) -> std::sync::Arc<Waiters<K>> {
-    ctx.shared.get_or_default::<Waiters<K>>()
+pub fn waiters<K: Gated>(kept: Kept<'_>) -> std::sync::Arc<Waiters<K>> {
+    kept.shared.get_or_default::<Waiters<K>>()
 }
 
 /// The value of WorkloadPriorityClass `class`, or the message naming it when it does not exist.
-async fn class_value(ctx: &Context, class: &str) -> Result<Result<Option<(String, i32)>, String>> {
-    let value = client::priority(&ctx.client, class)
+async fn class_value(io: &Io<'_>, class: &str) -> Result<Result<Option<(String, i32)>, String>> {
+    let value = client::priority(io.client, class)
         .await
         .map_err(ReconcileError::kueue("read the WorkloadPriorityClass"))?;
     Ok(match value {
@@ -284,7 +284,7 @@ async fn class_value(ctx: &Context, class: &str) -> Result<Result<Option<(String
 /// it now is and, when the label names a class that does not exist, the message saying so (the
 /// Workload keeps its class meanwhile).
 async fn follow_workload(
-    ctx: &Context,
+    io: &Io<'_>,
     wl: Workload,
     label: Option<&str>,
 ) -> Result<(Workload, Option<String>)> {
@@ -294,7 +294,7 @@ async fn follow_workload(
     let mut change = follow::priority_change(&wl, label);
     let mut missing = None;
     let value = match &change {
-        PriorityChange::Set(class) => match class_value(ctx, class).await? {
+        PriorityChange::Set(class) => match class_value(io, class).await? {
             Ok(found) => found.map_or(0, |(_, value)| value),
             Err(message) => {
                 missing = Some(message);
@@ -311,7 +311,7 @@ async fn follow_workload(
     let Some(patch) = follow::patch(&wl, &change, value) else {
         return Ok((wl, missing));
     };
-    let written = client::patch(&ctx.client, &wl, &patch)
+    let written = client::patch(io.client, &wl, &patch)
         .await
         .map_err(ReconcileError::kueue("keep the Kueue Workload in line"))?;
     Ok((written, missing))
@@ -341,7 +341,7 @@ impl Write {
 }
 
 /// Carries out `write` for `obj`.
-pub async fn write<K: Gated>(obj: &K, ctx: &Context, queued: &Queued, write: Write) -> Result<()> {
+pub async fn write<K: Gated>(obj: &K, io: &Io<'_>, queued: &Queued, write: Write) -> Result<()> {
     let done = match write {
         Write::Create => {
             // Nothing to create when the spec has no valid shape (the plan reports that instead).
@@ -349,7 +349,7 @@ pub async fn write<K: Gated>(obj: &K, ctx: &Context, queued: &Queued, write: Wri
                 return Ok(());
             };
             client::create(
-                &ctx.client,
+                io.client,
                 &namespace(obj)?,
                 &queued.workload,
                 owner_reference(obj)?,
@@ -361,13 +361,13 @@ pub async fn write<K: Gated>(obj: &K, ctx: &Context, queued: &Queued, write: Wri
             let (Some(wl), Gate::Evicted { reason, message }) = (&queued.found, &queued.gate) else {
                 return Ok(());
             };
-            client::release(&ctx.client, wl, reason, message, ctx.clock.now()).await
+            client::release(io.client, wl, reason, message, io.clock.now()).await
         }
         Write::Delete => {
             let ns = namespace(obj)?;
-            let deleted = client::delete(&ctx.client, &ns, &queued.workload).await;
+            let deleted = client::delete(io.client, &ns, &queued.workload).await;
             if deleted.is_ok() {
-                hold_ended(ctx, &ns, &queued.local_queue, &queued.workload);
+                hold_ended(io, &ns, &queued.local_queue, &queued.workload);
             }
             deleted
         }
@@ -379,30 +379,30 @@ pub async fn write<K: Gated>(obj: &K, ctx: &Context, queued: &Queued, write: Wri
 /// Workload is deleted and let go ([`client::delete`]). A failure is returned, so the object's own
 /// finalizer stays and the next pass tries again: the Workload's finalizer would otherwise keep
 /// it, and its quota, forever.
-pub async fn release_on_delete<K: Gated>(obj: &K, ctx: &Context) -> Result<()> {
-    let Some(queue) = local_queue(obj, ctx) else {
+pub async fn release_on_delete<K: Gated>(obj: &K, io: &Io<'_>) -> Result<()> {
+    let Some(queue) = local_queue(obj, io.settings) else {
         return Ok(());
     };
     let (ns, workload) = (namespace(obj)?, workload_name(obj));
-    client::delete(&ctx.client, &ns, &workload)
+    client::delete(io.client, &ns, &workload)
         .await
         .map_err(ReconcileError::kueue(Write::Delete.name()))?;
-    hold_ended(ctx, &ns, queue, &workload);
+    hold_ended(io, &ns, queue, &workload);
     Ok(())
 }
 
 /// The operator deleted the Workload: its hold (if it was admitted) ends now, in its line's
 /// record ([`eta`](super::eta); Kueue's time is the wall clock).
-fn hold_ended(ctx: &Context, namespace: &str, queue: &str, workload: &str) {
-    let lines = ctx.shared.get_or_default::<Lines>();
+fn hold_ended(io: &Io<'_>, namespace: &str, queue: &str, workload: &str) {
+    let lines = io.kept.shared.get_or_default::<Lines>();
     lines.ended(namespace, queue, workload, Utc::now());
 }
 
 /// The object is being deleted: it awaits nothing any more.
-pub fn forget<K: Gated>(obj: &K, ctx: &Context) {
-    if local_queue(obj, ctx).is_some() {
+pub fn forget<K: Gated>(obj: &K, settings: Settings<'_>, kept: Kept<'_>) {
+    if local_queue(obj, settings).is_some() {
         let namespace = obj.namespace().unwrap_or_default();
-        waiters::<K>(ctx).set(&namespace, &obj.name_any(), Vec::new());
+        waiters::<K>(kept).set(&namespace, &obj.name_any(), Vec::new());
     }
 }
 

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use tpu_operator_gcp::{Gcp, StorageApi};
+use tpu_operator_gcp::Gcp;
 
 use super::report::{KubeReports, Reports};
 use crate::{
     governance::{
         pricing::PriceTable,
-        tenancy::{self, Policies, Tenancy},
+        tenancy::{Policies, Tenancy},
     },
     runtime::{
         backoff::{BackoffPolicy, ObjectBackoff},
@@ -26,7 +26,8 @@ use crate::{
 };
 
 /// The handles a reconcile pass uses, and nothing else: a plain bag, built once per process. The
-/// pieces it holds take what they need explicitly; none of them reaches back into it.
+/// pieces it holds take what they need explicitly; none of them reaches back into it. A kind's
+/// hooks never get it whole, only the views of [`super::handles`].
 pub struct Context {
     pub client: kube::Client,
     pub gcp: Gcp,
@@ -150,27 +151,5 @@ impl Context {
             Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
             None => kube::Api::all(self.client.clone()),
         }
-    }
-
-    /// The project an object's cloud resources live in: its own, else its namespace's default
-    /// (tenancy policy), else the operator default.
-    pub fn project_for(&self, namespace: &str, explicit: Option<&str>) -> Option<String> {
-        explicit
-            .map(str::to_owned)
-            .or_else(|| {
-                self.tenancy
-                    .policies
-                    .governing(namespace)
-                    .default_project()
-                    .map(str::to_owned)
-            })
-            .or_else(|| self.config.default_project.clone())
-    }
-
-    /// Cloud Storage as `namespace`'s Google identity: its `googleServiceAccount`, impersonated,
-    /// or the operator's own identity when it has none.
-    pub fn storage_for(&self, namespace: &str) -> Arc<dyn StorageApi> {
-        let sa = tenancy::identity::service_account(&self.tenancy, namespace);
-        self.gcp.storage_as(sa.as_deref())
     }
 }

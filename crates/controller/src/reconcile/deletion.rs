@@ -16,25 +16,25 @@ use crate::{governance::tenancy, runtime::error::Result};
 /// `Some(requeue)` while cloud objects remain, `None` once the finalizer may go.
 pub async fn cleanup<K: Kind>(obj: &K, ctx: &Context) -> Result<Option<Action>> {
     // Without a target (no project) nothing was ever created.
-    let Ok(t) = obj.target(ctx)? else {
+    let Ok(t) = obj.target(ctx.settings())? else {
         return Ok(None);
     };
     if policy(ctx, obj) == DeletionPolicy::Orphan {
-        if let Some(holding) = obj.orphaned(ctx, &t) {
+        if let Some(holding) = obj.orphaned(ctx.settings(), &t) {
             let namespace = pass::namespace(obj)?;
             // Written before the finalizer goes: counted until a sweep sees it gone.
             let orphans = &ctx.tenancy.admissions.orphans;
             orphans.record(&ctx.client, &namespace, holding).await?;
         }
-        obj.let_go(ctx).await?;
+        obj.let_go(&ctx.io()).await?;
         return Ok(None);
     }
-    let (new, wait, failed, events) = match obj.clean(ctx, &t).await? {
+    let (new, wait, failed, events) = match obj.clean(&ctx.io(), &t).await? {
         Cleaned::Done { unwatch, events } => {
             for event in events {
                 report::publish(ctx, obj, event).await;
             }
-            obj.let_go(ctx).await?;
+            obj.let_go(&ctx.io()).await?;
             if let Some(u) = unwatch {
                 ctx.cloud_watch.unwatch(u.collection, &u.name);
             }

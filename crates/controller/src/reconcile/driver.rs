@@ -132,7 +132,7 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
     let obj = Arc::new(obj);
     let deleting = obj.meta().deletion_timestamp.is_some();
     if deleting {
-        obj.forget(&ctx);
+        obj.forget(ctx.settings(), ctx.kept());
     }
     if deleting
         && obj.finalizers().iter().any(|f| f == FINALIZER)

@@ -18,7 +18,7 @@ use tpu_operator_api::{
 };
 
 use super::{
-    context::Context,
+    handles::{Io, Kept, Settings},
     report::Transition,
     wait::{Unwatch, Wait},
 };
@@ -33,7 +33,9 @@ use crate::{
 
 /// One custom resource kind: its names, its reads, its pure plan, its one action, its pure
 /// status and what it waits on. Nothing here calls tenancy, the cloud watch or the status writer:
-/// the pass does, with what these return.
+/// the pass does, with what these return. Each hook gets only the handles its step needs
+/// ([`super::handles`]): [`Settings`] for the pure ones, [`Kept`] besides for those that update
+/// what the process remembers, [`Io`] for those that call out.
 pub trait Kind:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Clone
@@ -68,7 +70,7 @@ pub trait Kind:
     /// Whether this object's pass may be settled ([`Kind::SETTLES`] kinds only): `false` while
     /// something outside the object and the cloud decides its next pass (a Kueue Workload, whose
     /// admission leaves the object's own `resourceVersion` unchanged).
-    fn settles(&self, _ctx: &Context) -> bool {
+    fn settles(&self, _settings: Settings<'_>) -> bool {
         true
     }
 
@@ -88,28 +90,28 @@ pub trait Kind:
     // ---- the apply pass ----
 
     /// The object's cloud names, or why nothing can be done until the spec changes.
-    fn target(&self, ctx: &Context) -> Result<Result<Self::Target, Stop>>;
+    fn target(&self, settings: Settings<'_>) -> Result<Result<Self::Target, Stop>>;
 
     /// Another object of the operator's holds what this one needs (a pipeline's model directory
     /// another live pipeline writes): the pass stalls it with the returned reason and message,
-    /// before any cloud read, and looks again at the stable interval. None by default.
-    fn contention(&self, _ctx: &Context, _t: &Self::Target) -> Option<Stop> {
+    /// before any cloud read, and looks again at the stable interval. None by default. `kept`:
+    /// who waits for whom is remembered, and a holder that let go wakes its waiters.
+    fn contention(&self, _settings: Settings<'_>, _kept: Kept<'_>, _t: &Self::Target) -> Option<Stop> {
         None
     }
 
     /// The policy requests judged on the spec alone before any cloud read; none: no first look
     /// this pass (e.g. the object already created something, which the pass must keep watching).
-    fn first_look(&self, _ctx: &Context, _t: &Self::Target) -> Vec<tenancy::Request> {
+    fn first_look(&self, _settings: Settings<'_>, _t: &Self::Target) -> Vec<tenancy::Request> {
         Vec::new()
     }
 
     /// The cloud (and owned children) as they are.
-    fn observe(&self, ctx: &Context, t: &Self::Target)
-    -> impl Future<Output = Result<Self::Observed>> + Send;
+    fn observe(&self, io: &Io<'_>, t: &Self::Target) -> impl Future<Output = Result<Self::Observed>> + Send;
 
     /// What the observed state asks of the policy before the plan runs on it (a TpuSlice taking
     /// over an existing node); nothing by default.
-    fn claim(&self, _ctx: &Context, _t: &Self::Target, _observed: &Self::Observed) -> Claim {
+    fn claim(&self, _settings: Settings<'_>, _t: &Self::Target, _observed: &Self::Observed) -> Claim {
         Claim::Nothing
     }
 
@@ -117,7 +119,7 @@ pub trait Kind:
     fn plan(&self, now: DateTime<Utc>, t: &Self::Target, observed: &Self::Observed) -> Self::Plan;
 
     /// What the plan would create, for the policy to admit first; `None` when it creates nothing.
-    fn admission(&self, _ctx: &Context, _t: &Self::Target, _plan: &Self::Plan) -> Option<Admission> {
+    fn admission(&self, _settings: Settings<'_>, _t: &Self::Target, _plan: &Self::Plan) -> Option<Admission> {
         None
     }
 
@@ -125,7 +127,7 @@ pub trait Kind:
     /// whose reply may be lost) goes through `ahead`.
     fn act(
         &self,
-        ctx: &Context,
+        io: &Io<'_>,
         t: &Self::Target,
         observed: &mut Self::Observed,
         plan: &mut Self::Plan,
@@ -144,21 +146,21 @@ pub trait Kind:
     fn deletion_policy(&self) -> DeletionPolicy;
 
     /// What an allowed `Orphan` deletion leaves holding quota and budget; nothing by default.
-    fn orphaned(&self, _ctx: &Context, _t: &Self::Target) -> Option<Holding> {
+    fn orphaned(&self, _settings: Settings<'_>, _t: &Self::Target) -> Option<Holding> {
         None
     }
 
     /// One deletion pass over the object's cloud resources (policy `Delete`).
     fn clean(
         &self,
-        ctx: &Context,
+        io: &Io<'_>,
         t: &Self::Target,
     ) -> impl Future<Output = Result<Cleaned<Self::Status>>> + Send;
 
     /// What the object holds in Kubernetes that goes with it once its cloud resources are gone
     /// or orphaned, before its finalizer goes: its Kueue Workload, whose quota stays reserved
     /// until then (and which its own finalizer would otherwise keep forever). Nothing by default.
-    fn let_go(&self, _ctx: &Context) -> impl Future<Output = Result<()>> + Send {
+    fn let_go(&self, _io: &Io<'_>) -> impl Future<Output = Result<()>> + Send {
         async { Ok(()) }
     }
 
@@ -169,7 +171,7 @@ pub trait Kind:
 
     /// The object is being deleted (with or without our finalizer): drops what the process
     /// remembers about it besides the settled cache and backoff.
-    fn forget(&self, _ctx: &Context) {}
+    fn forget(&self, _settings: Settings<'_>, _kept: Kept<'_>) {}
 
     // ---- how status says it ----
 

@@ -6,7 +6,8 @@
 //!   tenancy decision, the one status write ([`status`]), Events, the cloud-watch registration
 //!   ([`wait`]) and the requeue.
 //! - [`driver`]: the controller around a pass (settled skip, fair share, finalizer, backoff).
-//! - [`context`]: the plain bag of handles a pass uses.
+//! - [`context`]: the plain bag of handles a pass uses; [`handles`]: the narrow views of it a
+//!   kind's hooks get.
 
 // `ReconcileError` (shared, crate::runtime::error) carries a `GcpError` inline; boxing it is a
 // crate-wide decision, not one for this module.
@@ -15,6 +16,7 @@
 pub mod context;
 pub mod deletion;
 pub mod driver;
+pub mod handles;
 pub mod kind;
 pub mod pass;
 pub mod report;

@@ -31,7 +31,7 @@ use crate::{
 /// One pass over an object that is not being deleted.
 pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
     let old = obj.status().cloned().unwrap_or_default();
-    let t = match obj.target(ctx)? {
+    let t = match obj.target(ctx.settings())? {
         Ok(t) => t,
         Err(stop) => {
             status::stall(ctx, obj, stop.reason, &stop.message, false).await?;
@@ -39,7 +39,7 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
         }
     };
     let namespace = namespace(obj)?;
-    let first_look = obj.first_look(ctx, &t);
+    let first_look = obj.first_look(ctx.settings(), &t);
     if !first_look.is_empty()
         && let Err(denial) = tenancy::precheck(&ctx.tenancy, &namespace, &first_look)
     {
@@ -50,9 +50,9 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
     if let Some(action) = contended(ctx, obj, &t).await? {
         return Ok(action);
     }
-    let mut observed = obj.observe(ctx, &t).await?;
+    let mut observed = obj.observe(&ctx.io(), &t).await?;
     let mut lock = Lock::default();
-    let verdict = match obj.claim(ctx, &t, &observed) {
+    let verdict = match obj.claim(ctx.settings(), &t, &observed) {
         Claim::Nothing => Verdict::Admitted,
         Claim::Refused(denial) => Verdict::Denied(denial),
         Claim::Admit(admission) => admit(ctx, &namespace, &admission, &mut lock).await?,
@@ -61,14 +61,14 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
         return Ok(action);
     }
     let mut plan = obj.plan(ctx.clock.now(), &t, &observed);
-    if let Some(admission) = obj.admission(ctx, &t, &plan) {
+    if let Some(admission) = obj.admission(ctx.settings(), &t, &plan) {
         let verdict = admit(ctx, &namespace, &admission, &mut lock).await?;
         if let Some(action) = refused(ctx, obj, &old, verdict).await? {
             return Ok(action);
         }
     }
-    let mut ahead = Ahead::new(ctx, obj);
-    let acted = obj.act(ctx, &t, &mut observed, &mut plan, &mut ahead).await?;
+    let (io, mut ahead) = (ctx.io(), Ahead::new(ctx, obj));
+    let acted = obj.act(&io, &t, &mut observed, &mut plan, &mut ahead).await?;
     let pass = Pass {
         obj,
         old: &old,
@@ -95,7 +95,7 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
 /// Another object holds what this one needs ([`Kind::contention`]): stalled, no cloud call, and
 /// looked at again at the stable interval (the holder also wakes it when it lets go).
 async fn contended<K: Kind>(ctx: &Context, obj: &K, t: &K::Target) -> Result<Option<Action>> {
-    let Some(held) = obj.contention(ctx, t) else {
+    let Some(held) = obj.contention(ctx.settings(), ctx.kept(), t) else {
         return Ok(None);
     };
     status::stall(ctx, obj, held.reason, &held.message, true).await?;
@@ -181,7 +181,7 @@ async fn deny<K: Kind>(ctx: &Context, obj: &K, old: &K::Status, denial: Denial) 
 /// [`Kind::SETTLES`]) until the wait is over.
 pub(super) fn settle<K: Kind>(ctx: &Context, obj: &K, wait: Wait) -> Action {
     let after = register(ctx, obj, wait);
-    if K::SETTLES && obj.settles(ctx) {
+    if K::SETTLES && obj.settles(ctx.settings()) {
         ctx.settled.settle(obj, after)
     } else {
         Action::requeue(after)

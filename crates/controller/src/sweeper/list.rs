@@ -236,6 +236,7 @@ impl Live {
         }
         let (scope, project, location) = spec;
         let place = ctx
+            .settings()
             .project_for(ns, project)
             .filter(|_| !location.is_empty())
             .map(|p| Place::new(scope, p, location));

@@ -224,17 +224,18 @@ fn subnetwork_use(subnetwork: &str) -> Option<String> {
 /// the cloud reports it would make, admitted with usage like a create; or the refusal, when the
 /// node breaks a rule by what it is. No policy: as `namespacesWithoutPolicy` says.
 pub fn claim(
-    tenancy: &super::Tenancy,
+    policies: &super::Policies,
+    prices: &PriceTable,
     namespace: &str,
     node: &Node,
     spec: &TpuSliceSpec,
     project: &str,
 ) -> Result<Vec<super::Request>, Denial> {
-    let governing = tenancy.policies.governing(namespace);
+    let governing = policies.governing(namespace);
     let Some(rule) = governing.rules().next() else {
         return governing.refusal().map_or(Ok(Vec::new()), Err);
     };
-    requests(node, spec, project, &spec.zone, &tenancy.prices).map_err(|message| Denial {
+    requests(node, spec, project, &spec.zone, prices).map_err(|message| Denial {
         message: format!("denied by TpuPolicy {}, spec.allowAdoption: {message}", rule.name),
         retry: false,
     })

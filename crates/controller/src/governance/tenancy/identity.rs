@@ -11,7 +11,7 @@
 //! the operator, which can read every team's buckets. A namespace no policy selects (`local`, a
 //! single-team cluster) keeps reading as the operator.
 
-use super::{Denial, Governing, Request, Tenancy};
+use super::{Denial, Governing, Policies, Request};
 
 /// The spec field that names the identity.
 pub const FIELD: &str = "googleServiceAccount";
@@ -71,8 +71,8 @@ impl Governing {
 
 /// The Google service account `namespace`'s calls act as (`None`: the operator's own). Policies
 /// in conflict (refused at admission) give the first by name's: never the operator's identity.
-pub fn service_account(tenancy: &Tenancy, namespace: &str) -> Option<String> {
-    let governing = tenancy.policies.governing(namespace);
+pub fn service_account(policies: &Policies, namespace: &str) -> Option<String> {
+    let governing = policies.governing(namespace);
     governing
         .rules()
         .find_map(|r| r.policy.google_service_account.clone())

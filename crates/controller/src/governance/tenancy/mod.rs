@@ -96,8 +96,8 @@ fn check(governing: &Governing, requests: &[Request], usage: Option<&Usage>) -> 
 
 /// The Cloud Storage rule alone (`allowedBuckets`) for `req`'s locations, against every governing
 /// policy: for a location the operator reads on every pass, not only before a create.
-pub fn check_storage(tenancy: &Tenancy, namespace: &str, req: &Request) -> Result<(), Denial> {
-    let governing = tenancy.policies.governing(namespace);
+pub fn check_storage(policies: &Policies, namespace: &str, req: &Request) -> Result<(), Denial> {
+    let governing = policies.governing(namespace);
     if let Some(denial) = governing.refusal() {
         return Err(denial);
     }

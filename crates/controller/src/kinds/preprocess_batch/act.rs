@@ -12,7 +12,7 @@ use super::{
     observe::{ObservedBatch, Target},
     spec::batch_request,
 };
-use crate::reconcile::{context::Context, kind::Kind};
+use crate::reconcile::{handles::Io, kind::Kind};
 use crate::runtime::{
     capacity::{Asker, Group, Line, Turn},
     error::{ReconcileError, Result},
@@ -52,12 +52,12 @@ pub enum SubmitOutcome {
 
 /// Creates the batch of `attempt` with its deterministic id and `requestId`.
 pub async fn submit(
-    ctx: &Context,
+    io: &Io<'_>,
     target: &Target,
     spec: &PreprocessBatchSpec,
     attempt: u32,
 ) -> Result<SubmitOutcome> {
-    let batch = match batch_request(&spec.batch, &target.identity, &ctx.config.cluster_id) {
+    let batch = match batch_request(&spec.batch, &target.identity, &io.settings.config.cluster_id) {
         Ok(batch) => batch,
         Err(err) => {
             return Ok(SubmitOutcome::Refused {
@@ -68,11 +68,11 @@ pub async fn submit(
             });
         }
     };
-    if let Some(paced) = turn(ctx, target) {
+    if let Some(paced) = turn(io, target) {
         return Ok(paced);
     }
     let batch_name = target.batch_name(attempt);
-    let created = ctx
+    let created = io
         .gcp
         .dataproc
         .create_batch(
@@ -89,7 +89,7 @@ pub async fn submit(
             operation: operation.name,
         }),
         Err(err) if err.kind == ErrorKind::AlreadyExists => {
-            let existing = ctx
+            let existing = io
                 .gcp
                 .dataproc
                 .get_batch(&batch_name)
@@ -103,9 +103,9 @@ pub async fn submit(
             })
         }
         Err(err) => {
-            ctx.metrics.capacity.create_failed("PreprocessBatch", &err);
+            io.kept.metrics.capacity.create_failed("PreprocessBatch", &err);
             if let Some(line) = line(target) {
-                ctx.capacity.answered(&line, &err, ctx.clock.now());
+                io.capacity.answered(&line, &err, io.clock.now());
             }
             refusal(err).map_err(ReconcileError::gcp("create Dataproc batch"))
         }
@@ -118,11 +118,11 @@ fn line(target: &Target) -> Option<Line> {
 }
 
 /// `None`: create now. Otherwise the batch waits its turn in the create limiter.
-fn turn(ctx: &Context, target: &Target) -> Option<SubmitOutcome> {
+fn turn(io: &Io<'_>, target: &Target) -> Option<SubmitOutcome> {
     let line = line(target)?;
     let asker = Asker::of(&target.identity, <PreprocessBatch as Kind>::KIND);
-    let now = ctx.clock.now();
-    match ctx.capacity.turn(&line, asker, now) {
+    let now = io.clock.now();
+    match io.capacity.turn(&line, asker, now) {
         Turn::Go => None,
         Turn::Wait(waiting) => Some(SubmitOutcome::Paced {
             message: waiting.message(&line),
@@ -162,8 +162,8 @@ fn refusal(err: GcpError) -> std::result::Result<SubmitOutcome, GcpError> {
 }
 
 /// Cancels a running batch through its operation. Already finished or gone is fine.
-pub async fn cancel(ctx: &Context, operation: &str) -> Result<()> {
-    match ctx.gcp.dataproc.cancel_operation(operation).await {
+pub async fn cancel(io: &Io<'_>, operation: &str) -> Result<()> {
+    match io.gcp.dataproc.cancel_operation(operation).await {
         Ok(()) => Ok(()),
         Err(err) if matches!(err.kind, ErrorKind::NotFound | ErrorKind::FailedPrecondition) => Ok(()),
         Err(err) => Err(ReconcileError::gcp("cancel Dataproc batch operation")(err)),
@@ -171,8 +171,8 @@ pub async fn cancel(ctx: &Context, operation: &str) -> Result<()> {
 }
 
 /// Deletes a terminal batch. Already gone is fine.
-pub async fn delete(ctx: &Context, batch: &str) -> Result<()> {
-    match ctx.gcp.dataproc.delete_batch(batch).await {
+pub async fn delete(io: &Io<'_>, batch: &str) -> Result<()> {
+    match io.gcp.dataproc.delete_batch(batch).await {
         Ok(()) => Ok(()),
         Err(err) if err.kind == ErrorKind::NotFound => Ok(()),
         Err(err) => Err(ReconcileError::gcp("delete Dataproc batch")(err)),

@@ -39,6 +39,7 @@ use crate::{
     reconcile::{
         context::Context,
         driver,
+        handles::{Io, Settings},
         kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, WriteAhead},
         report::Transition,
         wait::{Wait, Watch},
@@ -89,14 +90,14 @@ impl Kind for PreprocessBatch {
     }
 
     /// The object's identity and Dataproc location.
-    fn target(&self, ctx: &Context) -> Result<Result<Target, Stop>> {
+    fn target(&self, settings: Settings<'_>) -> Result<Result<Target, Stop>> {
         let identity = ObjectIdentity::new(
             self.namespace()
                 .ok_or(ReconcileError::MissingMetadata("namespace"))?,
             self.name_any(),
             self.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
         );
-        let Some(project) = ctx.project_for(&identity.namespace, self.spec.project.as_deref()) else {
+        let Some(project) = settings.project_for(&identity.namespace, self.spec.project.as_deref()) else {
             return Ok(Err(Stop {
                 reason: reasons::INVALID_SPEC,
                 message: "spec.project is not set and the operator has no default project".into(),
@@ -109,7 +110,7 @@ impl Kind for PreprocessBatch {
     }
 
     /// Tenancy policy (project, region, service account, network) before the first cloud read.
-    fn first_look(&self, _ctx: &Context, t: &Target) -> Vec<tenancy::Request> {
+    fn first_look(&self, _settings: Settings<'_>, t: &Target) -> Vec<tenancy::Request> {
         let never_submitted = self.status.as_ref().is_none_or(|s| s.attempts == 0);
         if never_submitted {
             vec![request(self, t)]
@@ -118,9 +119,9 @@ impl Kind for PreprocessBatch {
         }
     }
 
-    async fn observe(&self, ctx: &Context, t: &Target) -> Result<Observed> {
+    async fn observe(&self, io: &Io<'_>, t: &Target) -> Result<Observed> {
         let old = self.status.clone().unwrap_or_default();
-        observe::observe(ctx, t, &self.spec, &old).await
+        observe::observe(io, t, &self.spec, &old).await
     }
 
     fn plan(&self, now: DateTime<Utc>, _t: &Target, observed: &Observed) -> Plan {
@@ -129,7 +130,7 @@ impl Kind for PreprocessBatch {
     }
 
     /// And before every submit.
-    fn admission(&self, _ctx: &Context, t: &Target, plan: &Plan) -> Option<Admission> {
+    fn admission(&self, _settings: Settings<'_>, t: &Target, plan: &Plan) -> Option<Admission> {
         matches!(plan, Plan::Submit { .. }).then(|| Admission {
             checked: vec![request(self, t)],
             counted: Vec::new(),
@@ -139,7 +140,7 @@ impl Kind for PreprocessBatch {
 
     async fn act(
         &self,
-        ctx: &Context,
+        io: &Io<'_>,
         t: &Target,
         _observed: &mut Observed,
         plan: &mut Plan,
@@ -148,7 +149,7 @@ impl Kind for PreprocessBatch {
         let Plan::Submit { attempt, .. } = plan else {
             return Ok(Acted::done(Done::Nothing));
         };
-        let outcome = act::submit(ctx, t, &self.spec, *attempt).await?;
+        let outcome = act::submit(io, t, &self.spec, *attempt).await?;
         let failed = match &outcome {
             SubmitOutcome::Refused {
                 refused: Some(err), ..
@@ -209,8 +210,8 @@ impl Kind for PreprocessBatch {
         self.spec.deletion_policy
     }
 
-    async fn clean(&self, ctx: &Context, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
-        clean(self, ctx, t).await
+    async fn clean(&self, io: &Io<'_>, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
+        clean(self, io, t).await
     }
 
     fn cleaned_up(&self, policy: DeletionPolicy) -> Option<Transition> {
@@ -257,18 +258,18 @@ fn request(obj: &PreprocessBatch, t: &Target) -> tenancy::Request {
 }
 
 /// One deletion pass (policy `Delete`).
-async fn clean(obj: &PreprocessBatch, ctx: &Context, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
+async fn clean(obj: &PreprocessBatch, io: &Io<'_>, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
     if let Some(batch) = only_batch(obj) {
         // Its one batch finished and status named it after seeing it finish, so no other batch
         // of this object can exist: delete it by name, without listing by label first.
-        act::delete(ctx, &batch).await?;
+        act::delete(io, &batch).await?;
         return Ok(Cleaned::done());
     }
-    let batches = observe::observe_cleanup(ctx, t).await?;
+    let batches = observe::observe_cleanup(io, t).await?;
     let (phase, reason, message) = match plan::plan_cleanup(DeletionPolicy::Delete, &batches) {
         CleanupStep::Done | CleanupStep::Orphan => return Ok(Cleaned::done()),
         CleanupStep::Cancel { batch, operation } => {
-            act::cancel(ctx, &operation).await?;
+            act::cancel(io, &operation).await?;
             (
                 PreprocessBatchPhase::Cancelling,
                 reasons::CANCELLING,
@@ -276,7 +277,7 @@ async fn clean(obj: &PreprocessBatch, ctx: &Context, t: &Target) -> Result<Clean
             )
         }
         CleanupStep::Delete { batch } => {
-            act::delete(ctx, &batch).await?;
+            act::delete(io, &batch).await?;
             // Dataproc deletes a batch synchronously, and the listing found every batch of this
             // object (by its UID label; nothing creates more once it is being deleted): when
             // that was the last one the finalizer can go now, without a second listing to see
@@ -292,10 +293,10 @@ async fn clean(obj: &PreprocessBatch, ctx: &Context, t: &Target) -> Result<Clean
         }
         CleanupStep::Wait { message } => (PreprocessBatchPhase::Cancelling, reasons::CANCELLING, message),
     };
-    let now = ctx.clock.now();
+    let now = io.clock.now();
     Ok(Cleaned::Pending {
         status: Some(status::cleaning_up(obj, phase, reason, &message, now)),
-        wait: Wait::after(Requeue::Active.after(&ctx.config)),
+        wait: Wait::after(Requeue::Active.after(io.settings.config)),
         failed: None,
         events: Vec::new(),
     })

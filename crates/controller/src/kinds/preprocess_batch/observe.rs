@@ -15,7 +15,7 @@ use tpu_operator_gcp::{
     wkt,
 };
 
-use crate::reconcile::context::Context;
+use crate::reconcile::handles::Io;
 use crate::runtime::error::{ReconcileError, Result};
 
 /// Where this object's batches live and what they are called.
@@ -182,7 +182,7 @@ pub fn attempt_settled(status: &PreprocessBatchStatus) -> bool {
 /// Reads what `plan` needs for the apply path: at most one batch get, one output listing (only
 /// once a batch succeeded) or one listing per declared input (only before the first submit).
 pub async fn observe(
-    ctx: &Context,
+    io: &Io<'_>,
     target: &Target,
     spec: &PreprocessBatchSpec,
     status: &PreprocessBatchStatus,
@@ -198,7 +198,7 @@ pub async fn observe(
     let attempt = u32::try_from(status.attempts).unwrap_or(0);
     if attempt == 0 {
         for input in &spec.batch.inputs {
-            if !exists(ctx, target, input).await? {
+            if !exists(io, target, input).await? {
                 observed.missing_inputs.push(input.clone());
             }
         }
@@ -206,9 +206,9 @@ pub async fn observe(
     }
     let name = target.batch_name(attempt);
     // A batch the cloud watch just listed in a new state needs no second read.
-    let got = match ctx.cloud_watch.take::<Batch>(&name) {
+    let got = match io.take_listed::<Batch>(&name) {
         Some(listed) => Ok(listed),
-        None => ctx.gcp.dataproc.get_batch(&name).await,
+        None => io.gcp.dataproc.get_batch(&name).await,
     };
     observed.batch = match got {
         Ok(b) => BatchLookup::Found(Box::new(ObservedBatch::from_batch(&b))),
@@ -220,7 +220,7 @@ pub async fn observe(
     {
         observed.output = match &spec.batch.output_uri {
             None => OutputCheck::NotDeclared,
-            Some(uri) if exists(ctx, target, uri).await? => OutputCheck::Present,
+            Some(uri) if exists(io, target, uri).await? => OutputCheck::Present,
             Some(uri) => OutputCheck::Missing(format!("no objects under {uri}")),
         };
     }
@@ -229,8 +229,8 @@ pub async fn observe(
 
 /// Whether anything exists under a `gs://` prefix, read as the namespace's Google identity. A
 /// missing bucket counts as "nothing there".
-async fn exists(ctx: &Context, target: &Target, uri: &str) -> Result<bool> {
-    let storage = ctx.storage_for(&target.identity.namespace);
+async fn exists(io: &Io<'_>, target: &Target, uri: &str) -> Result<bool> {
+    let storage = io.storage_for(&target.identity.namespace);
     match storage.prefix_exists(uri).await {
         Ok(found) => Ok(found),
         Err(err) if err.kind == ErrorKind::NotFound => Ok(false),
@@ -240,13 +240,13 @@ async fn exists(ctx: &Context, target: &Target, uri: &str) -> Result<bool> {
 
 /// Every batch of this object (all attempts, including one created just before a crash and never
 /// recorded in status), found by the UID label the operator puts on each.
-pub async fn observe_cleanup(ctx: &Context, target: &Target) -> Result<Vec<ObservedBatch>> {
+pub async fn observe_cleanup(io: &Io<'_>, target: &Target) -> Result<Vec<ObservedBatch>> {
     let filter = format!(
         "labels.{} = \"{}\"",
         naming::labels::UID,
         naming::sanitize_label_value(&target.identity.uid)
     );
-    let batches = ctx
+    let batches = io
         .gcp
         .dataproc
         .list_batches(&target.parent, &filter)

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     kueue::queued::{self, Write},
-    reconcile::context::Context,
+    reconcile::handles::Io,
     runtime::capacity::Place,
     runtime::error::{ReconcileError, Result},
 };
@@ -66,8 +66,8 @@ pub struct Request<'a> {
 }
 
 /// Performs `action`. `Ok(None)` for actions without a cloud call.
-pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Option<Started>, GcpError> {
-    let (cloud, gcp) = (req.names.backend(), &ctx.gcp);
+pub async fn act(io: &Io<'_>, action: &Action, req: &Request<'_>) -> Result<Option<Started>, GcpError> {
+    let (cloud, gcp) = (req.names.backend(), io.gcp);
     let (verb, op) = match action {
         Action::Nothing
         | Action::RecordPreemption
@@ -117,7 +117,7 @@ pub async fn act(ctx: &Context, action: &Action, req: &Request<'_>) -> Result<Op
             let Some(updates) = cloud.updates() else {
                 return Ok(None);
             };
-            update(ctx, updates, action, req).await?
+            update(io, updates, action, req).await?
         }
     };
     Ok(Some(Started {
@@ -143,12 +143,12 @@ fn create_request<'a>(action: &Action, req: &Request<'a>) -> Option<(Cow<'a, Cre
 
 /// A node update: a patch of the node's labels / metadata / tags, or a start.
 async fn update(
-    ctx: &Context,
+    io: &Io<'_>,
     updates: &dyn NodeUpdates,
     action: &Action,
     req: &Request<'_>,
 ) -> Result<(&'static str, Operation), GcpError> {
-    let (gcp, current) = (&ctx.gcp, &req.names.current.node);
+    let (gcp, current) = (io.gcp, &req.names.current.node);
     match action {
         Action::PatchSliceNode { node, mask, patch } => {
             let body = Node::new()
@@ -179,7 +179,7 @@ async fn update(
 /// reservation released.
 pub(super) async fn on_queue(
     slice: &TpuSlice,
-    ctx: &Context,
+    io: &Io<'_>,
     action: &Action,
     queued: &queue::Queued,
 ) -> Result<()> {
@@ -188,46 +188,46 @@ pub(super) async fn on_queue(
         Action::DeleteWorkload => Write::Delete,
         _ => Write::Release,
     };
-    queued::write(slice, ctx, queued, write).await
+    queued::write(slice, io, queued, write).await
 }
 
 /// Runs the plan's action. A refusal the plan knows how to report replaces its assessment and
 /// comes back as the failure; another operation running on the node leaves the plan as it is.
 pub(super) async fn on_plan(
-    ctx: &Context,
+    io: &Io<'_>,
     plan: &mut Plan,
     request: &Request<'_>,
 ) -> Result<(Option<Started>, Option<tpu_operator_gcp::GcpError>)> {
     if let Some(err) = &plan.assessment.failure {
-        create_failed(ctx, request, err);
-        memory::operation_failed(ctx, request, err);
+        create_failed(io, request, err);
+        memory::operation_failed(io, request, err);
     }
-    memory::node_seen(ctx, request);
+    memory::node_seen(io, request);
     let creates = plan.action.creates();
-    if creates && let Some(held) = memory::ask(ctx, request) {
+    if creates && let Some(held) = memory::ask(io, request) {
         // The place stocked out (for this slice or another) and is blocked, or another slice's
         // create is asking it now: no call, and status says until when.
         plan.assessment = held;
         return Ok((None, None));
     }
-    if creates && let Some(waits) = pace::ask(ctx, request) {
+    if creates && let Some(waits) = pace::ask(io, request) {
         // The project's creates are paced and others are ahead: no call, so the probe the
         // memory may have just handed this slice goes to whoever asks next.
         if let Some(place) = request.place {
-            ctx.capacity.release(place, &request.identity.uid);
+            io.capacity.release(place, &request.identity.uid);
         }
         plan.assessment = waits;
         return Ok((None, None));
     }
-    let result = act(ctx, &plan.action, request).await;
+    let result = act(io, &plan.action, request).await;
     if creates {
-        memory::answered(ctx, request, &result);
-        pace::answered(ctx, request, &result);
+        memory::answered(io, request, &result);
+        pace::answered(io, request, &result);
     }
     if let (true, Err(err)) = (creates, &result)
         && err.kind != tpu_operator_gcp::ErrorKind::AlreadyExists
     {
-        create_failed(ctx, request, err);
+        create_failed(io, request, err);
     }
     match result {
         Ok(started) => Ok((started, None)),
@@ -248,12 +248,13 @@ pub(super) async fn on_plan(
 
 /// Counts a failed create (its call, or its operation) by reason, under the API the slice's
 /// backend calls (a Compute Engine operation is read in the TPU API's model).
-fn create_failed(ctx: &Context, request: &Request<'_>, err: &GcpError) {
+fn create_failed(io: &Io<'_>, request: &Request<'_>, err: &GcpError) {
     let service = match request.names.provisioner {
         tpu_operator_api::tpu_slice::Provisioner::ComputeEngine => "compute",
         tpu_operator_api::tpu_slice::Provisioner::TpuApi => "tpu",
     };
-    ctx.metrics.capacity.create_failed_at("TpuSlice", service, err);
+    let metrics = io.kept.metrics;
+    metrics.capacity.create_failed_at("TpuSlice", service, err);
 }
 
 pub(super) fn action_name(action: &Action) -> &'static str {

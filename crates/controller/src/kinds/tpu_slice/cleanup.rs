@@ -17,9 +17,12 @@ use super::{
     plan::{self, Action as Step, Assessment, CleanupStep, Plan},
 };
 use crate::{
-    governance::tenancy::{self, usage::Holding},
+    governance::{
+        pricing::PriceTable,
+        tenancy::{self, usage::Holding},
+    },
     reconcile::{
-        context::Context,
+        handles::Io,
         kind::Cleaned,
         report::Transition,
         wait::{Unwatch, Wait, Watch},
@@ -34,12 +37,12 @@ use crate::{
 /// counting against the namespace's quota and budget from now until a sweep no longer finds it
 /// ([`tenancy::orphans`]). Only the TPU API's: the sweeper counts TPU nodes and queued resources
 /// (Compute Engine orphans are reported by the sweeper, not counted).
-pub(super) fn orphaned(slice: &TpuSlice, ctx: &Context, t: &Target) -> Option<Holding> {
+pub(super) fn orphaned(slice: &TpuSlice, prices: &PriceTable, t: &Target) -> Option<Holding> {
     let holds = slice.status.as_ref().is_some_and(tenancy::usage::holds_capacity);
     let counted = t.names.backend().counts_orphans();
     let spec = t.spec(&slice.spec);
     let shape = spec.total_shape().filter(|_| holds && counted)?;
-    let (per_hour_usd, _) = ctx.tenancy.prices.slice_per_hour(&shape, spec.price_kind());
+    let (per_hour_usd, _) = prices.slice_per_hour(&shape, spec.price_kind());
     let current = &t.names.current;
     Some(Holding {
         uid: current.queued.clone().unwrap_or_else(|| current.node.clone()),
@@ -50,23 +53,23 @@ pub(super) fn orphaned(slice: &TpuSlice, ctx: &Context, t: &Target) -> Option<Ho
 }
 
 /// One deletion pass (policy `Delete`).
-pub(super) async fn clean(slice: &TpuSlice, ctx: &Context, t: &Target) -> Result<Cleaned<TpuSliceStatus>> {
+pub(super) async fn clean(slice: &TpuSlice, io: &Io<'_>, t: &Target) -> Result<Cleaned<TpuSliceStatus>> {
     let old = slice.status.clone().unwrap_or_default();
-    let refused = match delete_known_node(slice, ctx, t, &old).await? {
+    let refused = match delete_known_node(slice, io, t, &old).await? {
         KnownDelete::Started(cleaned) => return Ok(*cleaned),
         KnownDelete::NotTried => None,
         KnownDelete::Refused(err) => Some(err),
     };
-    let mut observed = observe::observe(ctx, &t.names, None, None).await?;
-    let events: Vec<Transition> = leave_unadopted_node(ctx, t, &mut observed).into_iter().collect();
-    let (action, assessment) = match next_step(slice, ctx, t, &observed).await? {
+    let mut observed = observe::observe(io, &t.names, None, None).await?;
+    let events: Vec<Transition> = leave_unadopted_node(io, t, &mut observed).into_iter().collect();
+    let (action, assessment) = match next_step(slice, io, t, &observed).await? {
         CleanupStep::Done => return Ok(finished(t, &old, events)),
         CleanupStep::Wait(message) => (Step::Nothing, deleting(message)),
         CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources")),
     };
     let mut plan = Plan { action, assessment };
-    let (started, failed) = send_delete(ctx, t, &old, &mut plan, refused).await?;
-    let now = ctx.clock.now();
+    let (started, failed) = send_delete(io, t, &old, &mut plan, refused).await?;
+    let now = io.clock.now();
     Ok(Cleaned::Pending {
         status: Some(build_status(
             slice,
@@ -77,7 +80,7 @@ pub(super) async fn clean(slice: &TpuSlice, ctx: &Context, t: &Target) -> Result
             started.as_ref(),
             now,
         )),
-        wait: watch_deletion(&ctx.config, slice, &observed, &plan.action),
+        wait: watch_deletion(io.settings.config, slice, &observed, &plan.action),
         failed,
         events,
     })
@@ -86,9 +89,10 @@ pub(super) async fn clean(slice: &TpuSlice, ctx: &Context, t: &Target) -> Result
 /// A node named by `spec.adoptNodeId` that this slice never took over (adoption refused, or
 /// another owner's) is not the slice's to delete: it is dropped from `observed`, and the Event
 /// that says so is returned.
-fn leave_unadopted_node(ctx: &Context, t: &Target, observed: &mut Observed) -> Option<Transition> {
+fn leave_unadopted_node(io: &Io<'_>, t: &Target, observed: &mut Observed) -> Option<Transition> {
     let node = observed.node.as_ref()?;
-    let ours = tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, &ctx.config.cluster_id)
+    let cluster = &io.settings.config.cluster_id;
+    let ours = tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster)
         == Ok(tenancy::adoption::Ownership::Ours);
     if !t.names.adopted || ours {
         return None;
@@ -103,7 +107,7 @@ fn leave_unadopted_node(ctx: &Context, t: &Target, observed: &mut Observed) -> O
 
 /// What deletion does next. Once every incarnation is gone, what they shared (a Compute Engine
 /// group's template and policy) is released last; `Done` only when that is gone too.
-async fn next_step(slice: &TpuSlice, ctx: &Context, t: &Target, observed: &Observed) -> Result<CleanupStep> {
+async fn next_step(slice: &TpuSlice, io: &Io<'_>, t: &Target, observed: &Observed) -> Result<CleanupStep> {
     let step = plan::plan_cleanup(observed);
     if step != CleanupStep::Done {
         return Ok(step);
@@ -113,7 +117,7 @@ async fn next_step(slice: &TpuSlice, ctx: &Context, t: &Target, observed: &Obser
         project: &t.names.project,
         identity: &t.identity,
     };
-    Ok(match t.names.backend().release(&ctx.gcp, &releasing).await? {
+    Ok(match t.names.backend().release(io.gcp, &releasing).await? {
         Some(wait) => CleanupStep::Wait(wait),
         None => CleanupStep::Done,
     })
@@ -137,7 +141,7 @@ fn finished(t: &Target, old: &TpuSliceStatus, mut events: Vec<Transition>) -> Cl
 /// backoff). A refused permission stalls the slice and comes back as the failure; any other
 /// error is returned.
 async fn send_delete(
-    ctx: &Context,
+    io: &Io<'_>,
     t: &Target,
     old: &TpuSliceStatus,
     plan: &mut Plan,
@@ -146,7 +150,7 @@ async fn send_delete(
     let request = t.request(old, None);
     let result = match refused {
         Some(err) if plan.action == Step::DeleteNode(t.names.current.node.clone()) => Err(err),
-        _ => act::act(ctx, &plan.action, &request).await,
+        _ => act::act(io, &plan.action, &request).await,
     };
     let err = match result {
         Ok(started) => return Ok((started, None)),
@@ -183,7 +187,7 @@ fn deleting(message: impl Into<String>) -> Assessment {
 /// (read, plan, act), which reports errors.
 async fn delete_known_node(
     slice: &TpuSlice,
-    ctx: &Context,
+    io: &Io<'_>,
     t: &Target,
     old: &TpuSliceStatus,
 ) -> Result<KnownDelete> {
@@ -201,7 +205,7 @@ async fn delete_known_node(
     }
     let action = Step::DeleteNode(names.current.node.clone());
     let request = t.request(old, None);
-    let started = match act::act(ctx, &action, &request).await {
+    let started = match act::act(io, &action, &request).await {
         Ok(Some(started)) => started,
         Ok(None) => return Ok(KnownDelete::NotTried),
         Err(err) if err.kind == ErrorKind::NotFound => return Ok(KnownDelete::NotTried),
@@ -217,10 +221,10 @@ async fn delete_known_node(
         node: Some(last_seen_node(old)),
         ..Observed::default()
     };
-    let now = ctx.clock.now();
+    let now = io.clock.now();
     Ok(KnownDelete::Started(Box::new(Cleaned::Pending {
         status: Some(build_status(slice, t, old, &observed, &plan, Some(&started), now)),
-        wait: watch_deletion(&ctx.config, slice, &observed, &action),
+        wait: watch_deletion(io.settings.config, slice, &observed, &action),
         failed: None,
         events: Vec::new(),
     })))

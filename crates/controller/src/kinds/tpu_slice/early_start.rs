@@ -21,7 +21,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::{ObjectInfo, maintenance::upcoming_maintenance, parse_gs_uri, tpu_v2::model::Node};
 
-use crate::{reconcile::context::Context, runtime::error::ReconcileError};
+use crate::{reconcile::handles::Io, runtime::error::ReconcileError};
 
 /// The names of the objects that commit a checkpoint's step directory.
 const COMMIT_MARKERS: [&str; 2] = ["_CHECKPOINT_METADATA", "commit_success.txt"];
@@ -77,7 +77,7 @@ pub fn committed_since(dir: &str, since: DateTime<Utc>, objects: &[ObjectInfo]) 
 /// the committed checkpoint, if one is there yet. A directory the identity cannot read leaves
 /// the maintenance to its window (logged), since nothing is lost by waiting for it.
 pub async fn observe(
-    ctx: &Context,
+    io: &Io<'_>,
     namespace: &str,
     slice: &TpuSlice,
 ) -> Result<Option<String>, ReconcileError> {
@@ -88,7 +88,7 @@ pub async fn observe(
     let Some(uri) = parse_gs_uri(&dir) else {
         return Ok(None);
     };
-    let listed = ctx
+    let listed = io
         .storage_for(namespace)
         .list_objects(uri.bucket, uri.path, MAX_LISTED)
         .await;

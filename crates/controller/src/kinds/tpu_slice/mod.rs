@@ -62,6 +62,7 @@ use crate::{
     reconcile::{
         context::Context,
         driver,
+        handles::{Io, Kept, Settings},
         kind::{Acted, Admission, Claim, Cleaned, Kind, Pass, Stop, WriteAhead},
         report::Transition,
         wait::Wait,
@@ -96,8 +97,8 @@ impl Kind for TpuSlice {
 
     /// A slice Kueue gates is woken by its Workload, which leaves the slice unchanged: every
     /// pass runs in full.
-    fn settles(&self, ctx: &Context) -> bool {
-        crate::kueue::queued::local_queue(self, ctx).is_none()
+    fn settles(&self, settings: Settings<'_>) -> bool {
+        crate::kueue::queued::local_queue(self, settings).is_none()
     }
 
     /// Its Workload wakes it, and what it awaits besides (`kueue::waits`).
@@ -108,8 +109,8 @@ impl Kind for TpuSlice {
         crate::kueue::waits::watched(controller, watch)
     }
 
-    fn forget(&self, ctx: &Context) {
-        crate::kueue::queued::forget(self, ctx);
+    fn forget(&self, settings: Settings<'_>, kept: Kept<'_>) {
+        crate::kueue::queued::forget(self, settings, kept);
     }
 
     fn conditions(status: &TpuSliceStatus) -> &[Condition] {
@@ -120,8 +121,8 @@ impl Kind for TpuSlice {
         status.estimated_cost.as_ref()
     }
 
-    fn target(&self, ctx: &Context) -> Result<Result<Target, Stop>> {
-        Ok(Target::new(self, ctx)?.ok_or_else(|| Stop {
+    fn target(&self, settings: Settings<'_>) -> Result<Result<Target, Stop>> {
+        Ok(Target::new(self, settings)?.ok_or_else(|| Stop {
             reason: reasons::INVALID_SPEC,
             message: "no GCP project: set spec.project or the operator's default project".into(),
         }))
@@ -130,7 +131,7 @@ impl Kind for TpuSlice {
     /// First look, before any cloud read: a slice that never created (or adopted) anything and
     /// breaks a rule of its spec alone makes no cloud call at all. An adoption is judged here by
     /// its spec (`allowAdoption`, project, zone, ...), and by the node itself once it is read.
-    fn first_look(&self, ctx: &Context, t: &Target) -> Vec<tenancy::Request> {
+    fn first_look(&self, settings: Settings<'_>, t: &Target) -> Vec<tenancy::Request> {
         let never_created = self
             .status
             .as_ref()
@@ -141,30 +142,30 @@ impl Kind for TpuSlice {
         if t.names.adopted {
             let node = &t.names.current.node;
             let request =
-                tenancy::request::adopting_slice(&self.spec, &t.names.project, node, &ctx.tenancy.prices);
+                tenancy::request::adopting_slice(&self.spec, &t.names.project, node, settings.prices);
             return request.into_iter().collect();
         }
         // A capacity plan is judged whole before its first create: every rung and zone it may
         // move to, so a rung the policy forbids is refused now, not hours later.
         match &self.spec.capacity_plan {
-            Some(_) => ladder::requests(&self.spec, &t.names.project, &ctx.tenancy.prices),
+            Some(_) => ladder::requests(&self.spec, &t.names.project, settings.prices),
             None => t.request.clone().into_iter().collect(),
         }
     }
 
-    async fn observe(&self, ctx: &Context, t: &Target) -> Result<Observed> {
+    async fn observe(&self, io: &Io<'_>, t: &Target) -> Result<Observed> {
         let pending = self.status.as_ref().and_then(|s| s.pending_operation.as_deref());
-        let mut observed = observe::observe(ctx, &t.names, pending, Some(&t.desired)).await?;
+        let mut observed = observe::observe(io, &t.names, pending, Some(&t.desired)).await?;
         observed.workload_done = observe::workload_done(
-            ctx,
+            io,
             &t.identity.namespace,
             &self.spec,
             &t.desired,
             observed.node.as_ref(),
         )
         .await?;
-        observed.committed_checkpoint = early_start::observe(ctx, &t.identity.namespace, self).await?;
-        observed.queue = queue::observe(self, ctx, t.shape()).await?;
+        observed.committed_checkpoint = early_start::observe(io, &t.identity.namespace, self).await?;
+        observed.queue = queue::observe(self, io, t.shape()).await?;
         Ok(observed)
     }
 
@@ -172,18 +173,18 @@ impl Kind for TpuSlice {
     /// over only after the same checks as a create, against the node as it is, and never from
     /// another owner. Nothing is changed on a refused node, and deleting the slice leaves it
     /// alone.
-    fn claim(&self, ctx: &Context, t: &Target, observed: &Observed) -> Claim {
+    fn claim(&self, settings: Settings<'_>, t: &Target, observed: &Observed) -> Claim {
         let Some(node) = observed.node.as_ref().filter(|_| t.names.adopted) else {
             return Claim::Nothing;
         };
-        let cluster = ctx.config.cluster_id.as_str();
+        let cluster = settings.config.cluster_id.as_str();
         match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
             Err(denial) => Claim::Refused(denial),
             Ok(tenancy::adoption::Ownership::Ours) => Claim::Nothing,
             Ok(tenancy::adoption::Ownership::Unclaimed) => {
-                let ns = t.identity.namespace.as_str();
-                let project = t.names.project.as_str();
-                match tenancy::adoption::claim(&ctx.tenancy, ns, node, &self.spec, project) {
+                let (ns, project) = (t.identity.namespace.as_str(), t.names.project.as_str());
+                let (policies, prices) = (settings.policies, settings.prices);
+                match tenancy::adoption::claim(policies, prices, ns, node, &self.spec, project) {
                     Err(denial) => Claim::Refused(denial),
                     Ok(counted) => Claim::Admit(Admission {
                         checked: Vec::new(),
@@ -201,7 +202,7 @@ impl Kind for TpuSlice {
     }
 
     /// Right before a create: every rule, with the namespace's chip quota and budget.
-    fn admission(&self, _ctx: &Context, t: &Target, plan: &Plan) -> Option<Admission> {
+    fn admission(&self, _settings: Settings<'_>, t: &Target, plan: &Plan) -> Option<Admission> {
         let request = t.request.clone().filter(|_| plan.action.creates())?;
         Some(Admission {
             checked: Vec::new(),
@@ -212,7 +213,7 @@ impl Kind for TpuSlice {
 
     async fn act(
         &self,
-        ctx: &Context,
+        io: &Io<'_>,
         t: &Target,
         observed: &mut Observed,
         plan: &mut Plan,
@@ -222,7 +223,7 @@ impl Kind for TpuSlice {
         if let (Step::CreateWorkload | Step::ReleaseWorkload | Step::DeleteWorkload, Some(queued)) =
             (&plan.action, &observed.queue)
         {
-            act::on_queue(self, ctx, &plan.action, queued).await?;
+            act::on_queue(self, io, &plan.action, queued).await?;
             return Ok(Acted {
                 done: None,
                 events: Vec::new(),
@@ -230,7 +231,7 @@ impl Kind for TpuSlice {
             });
         }
         let request = t.request(&old, observed.node.as_ref());
-        let (started, failure) = act::on_plan(ctx, plan, &request).await?;
+        let (started, failure) = act::on_plan(io, plan, &request).await?;
         // A permanent refusal (permission, invalid request) goes into the status; returning the
         // error as well gives the object the slow, backed-off retry of `error_policy`.
         let failed = failure
@@ -263,17 +264,17 @@ impl Kind for TpuSlice {
         self.spec.deletion_policy
     }
 
-    fn orphaned(&self, ctx: &Context, t: &Target) -> Option<Holding> {
-        cleanup::orphaned(self, ctx, t)
+    fn orphaned(&self, settings: Settings<'_>, t: &Target) -> Option<Holding> {
+        cleanup::orphaned(self, settings.prices, t)
     }
 
-    async fn clean(&self, ctx: &Context, t: &Target) -> Result<Cleaned<TpuSliceStatus>> {
-        cleanup::clean(self, ctx, t).await
+    async fn clean(&self, io: &Io<'_>, t: &Target) -> Result<Cleaned<TpuSliceStatus>> {
+        cleanup::clean(self, io, t).await
     }
 
     /// Its Kueue Workload is deleted and let go: the quota is free once the node is gone.
-    async fn let_go(&self, ctx: &Context) -> Result<()> {
-        crate::kueue::queued::release_on_delete(self, ctx).await
+    async fn let_go(&self, io: &Io<'_>) -> Result<()> {
+        crate::kueue::queued::release_on_delete(self, io).await
     }
 
     fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {

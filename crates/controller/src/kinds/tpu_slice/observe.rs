@@ -12,7 +12,7 @@ use tpu_operator_gcp::{
 
 pub use super::names::{Incarnation, Names};
 use super::spec::Desired;
-use crate::{reconcile::context::Context, runtime::error::ReconcileError};
+use crate::{reconcile::handles::Io, runtime::error::ReconcileError};
 
 /// What exists in the cloud right now.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -62,46 +62,42 @@ pub enum OperationView {
 /// `desired` (the apply path) lets a READY node that already is as desired stand for its pending
 /// operation: whatever that was (create, start, patch), it has done its work, so it is not read.
 pub async fn observe(
-    ctx: &Context,
+    io: &Io<'_>,
     names: &Names,
     pending_operation: Option<&str>,
     desired: Option<&Desired>,
 ) -> Result<Observed, ReconcileError> {
     let mut observed = Observed {
-        now: ctx.clock.now(),
+        now: io.clock.now(),
         ..Observed::default()
     };
     if let Some(qr) = &names.current.queued {
-        observed.queued = read_queued(ctx, names, qr).await?;
+        observed.queued = read_queued(io, names, qr).await?;
     }
     for qr in &names.current.other_queues {
-        observed.other_queues.push(read_queued(ctx, names, qr).await?);
+        observed.other_queues.push(read_queued(io, names, qr).await?);
     }
     for (k, qr) in &names.current.replaced {
-        observed.replaced.push((*k, read_queued(ctx, names, qr).await?));
+        observed.replaced.push((*k, read_queued(io, names, qr).await?));
     }
     if reads_current_node(names, &observed, desired) {
-        read_first_node(ctx, names, &mut observed).await?;
+        read_first_node(io, names, &mut observed).await?;
     }
-    read_other_nodes(ctx, names, &mut observed).await?;
+    read_other_nodes(io, names, &mut observed).await?;
     let current_absent = observed.node.is_none()
         && observed.queued.is_none()
         && observed.other_queues.iter().all(Option::is_none);
     if let Some(prev) = names.previous.as_ref().filter(|_| current_absent) {
-        read_previous(ctx, names, prev, &mut observed).await?;
+        read_previous(io, names, prev, &mut observed).await?;
     }
     observed.operation =
-        read_operation(ctx, names, pending_operation, desired, observed.node.as_ref()).await?;
+        read_operation(io, names, pending_operation, desired, observed.node.as_ref()).await?;
     Ok(observed)
 }
 
 /// The queued resource `qr` of the current incarnation, by name; `None` where it does not exist.
-async fn read_queued(
-    ctx: &Context,
-    names: &Names,
-    qr: &str,
-) -> Result<Option<QueuedResource>, ReconcileError> {
-    let found = names.backend().get_queued_resource(&ctx.gcp, qr).await;
+async fn read_queued(io: &Io<'_>, names: &Names, qr: &str) -> Result<Option<QueuedResource>, ReconcileError> {
+    let found = names.backend().get_queued_resource(io.gcp, qr).await;
     Ok(read(found, "get queued resource")?.map(|q| named_queued(q, qr)))
 }
 
@@ -120,15 +116,11 @@ fn reads_current_node(names: &Names, observed: &Observed, desired: Option<&Desir
 }
 
 /// The current node (slice 0's of a multislice).
-async fn read_first_node(
-    ctx: &Context,
-    names: &Names,
-    observed: &mut Observed,
-) -> Result<(), ReconcileError> {
-    let (cloud, gcp) = (names.backend(), &ctx.gcp);
+async fn read_first_node(io: &Io<'_>, names: &Names, observed: &mut Observed) -> Result<(), ReconcileError> {
+    let (cloud, gcp) = (names.backend(), io.gcp);
     // A node the cloud watch just listed in a new state needs no second read; absence is
     // only ever taken from a get.
-    observed.node = match ctx.cloud_watch.take::<Node>(&names.current.node) {
+    observed.node = match io.take_listed::<Node>(&names.current.node) {
         Some(node) => Some(node),
         None => read(cloud.get_node(gcp, &names.current.node).await, "get TPU node")?,
     }
@@ -139,12 +131,8 @@ async fn read_first_node(
 /// Multislice: every other slice's node (one get each). With one queued resource per slice, a
 /// slice's node is read when its own queued resource may have it; with one for all, whenever
 /// slice 0's node was read.
-async fn read_other_nodes(
-    ctx: &Context,
-    names: &Names,
-    observed: &mut Observed,
-) -> Result<(), ReconcileError> {
-    let (cloud, gcp) = (names.backend(), &ctx.gcp);
+async fn read_other_nodes(io: &Io<'_>, names: &Names, observed: &mut Observed) -> Result<(), ReconcileError> {
+    let (cloud, gcp) = (names.backend(), io.gcp);
     let per_slice = names.current.per_slice_queues();
     if !per_slice && observed.node.is_none() {
         return Ok(());
@@ -163,12 +151,12 @@ async fn read_other_nodes(
 /// The previous incarnation (`prev`), read while the current one does not exist: its queued
 /// resource if it had one, else its node.
 async fn read_previous(
-    ctx: &Context,
+    io: &Io<'_>,
     names: &Names,
     prev: &Incarnation,
     observed: &mut Observed,
 ) -> Result<(), ReconcileError> {
-    let (cloud, gcp) = (names.backend(), &ctx.gcp);
+    let (cloud, gcp) = (names.backend(), io.gcp);
     // One queued resource per slice: the first still there stands for all (each is deleted,
     // and read gone, before the next incarnation is asked for).
     let lost = prev.replaced.iter().map(|(_, qr)| qr);
@@ -189,7 +177,7 @@ async fn read_previous(
 
 /// The pending operation as plan needs it, read only when the node does not already answer for it.
 async fn read_operation(
-    ctx: &Context,
+    io: &Io<'_>,
     names: &Names,
     pending_operation: Option<&str>,
     desired: Option<&Desired>,
@@ -215,7 +203,7 @@ async fn read_operation(
     } else if done {
         OperationView::Succeeded
     } else {
-        match read(names.backend().get_operation(&ctx.gcp, op).await, "get operation")? {
+        match read(names.backend().get_operation(io.gcp, op).await, "get operation")? {
             None => OperationView::Gone,
             Some(op) => view(&op),
         }
@@ -272,7 +260,7 @@ fn read<T>(result: Result<T, GcpError>, action: &'static str) -> Result<Option<T
 /// is set, the slice has a completion URI (node metadata `tpu-operator-done-uri`, from the
 /// `tpu-operator.dev/done-uri` annotation) and the node is READY. One Cloud Storage listing.
 pub async fn workload_done(
-    ctx: &Context,
+    io: &Io<'_>,
     namespace: &str,
     spec: &TpuSliceSpec,
     desired: &Desired,
@@ -289,7 +277,7 @@ pub async fn workload_done(
         return Ok(None);
     };
     let markers = [format!("{}_SUCCESS", uri.path), format!("{}_FAILED", uri.path)];
-    let objects = match ctx
+    let objects = match io
         .storage_for(namespace)
         .list_objects(uri.bucket, &format!("{}_", uri.path), 10)
         .await

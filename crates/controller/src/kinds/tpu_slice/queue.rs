@@ -21,7 +21,7 @@ use crate::{
         demand::{self, Demand},
         queued::{self, Gated},
     },
-    reconcile::context::Context,
+    reconcile::handles::Io,
     runtime::error::Result,
 };
 
@@ -31,8 +31,8 @@ impl Gated for TpuSlice {
 
 /// Reads the slice's Workload ([`queued::observe`]); `shape`: one slice's shape (`None`: the
 /// spec is invalid, which plan reports).
-pub async fn observe(slice: &TpuSlice, ctx: &Context, shape: Option<&SliceShape>) -> Result<Option<Queued>> {
-    queued::observe(slice, ctx, shape.map(|shape| demand(&slice.spec, shape))).await
+pub async fn observe(slice: &TpuSlice, io: &Io<'_>, shape: Option<&SliceShape>) -> Result<Option<Queued>> {
+    queued::observe(slice, io, shape.map(|shape| demand(&slice.spec, shape))).await
 }
 
 /// What the slice holds while it runs, as Kueue counts it.

@@ -13,7 +13,7 @@ use tpu_operator_gcp::tpu_v2::model::Node;
 use super::{act, backend, observe::Names, spec, spec::Desired};
 use crate::{
     governance::tenancy,
-    reconcile::{context::Context, kind::OwnedHolder},
+    reconcile::{handles::Settings, kind::OwnedHolder},
     runtime::capacity::Place,
     runtime::error::{ReconcileError, Result},
 };
@@ -22,7 +22,7 @@ use crate::{
 /// `namespace`. The annotation is the tenant's to write like the spec, and the operator reads with
 /// its own identity, so `allowedBuckets` holds for it too. A refused one is ignored (the slice runs
 /// on without workload markers), logged with the policy's message.
-fn done_uri_allowed(ctx: &Context, namespace: &str, uri: &str) -> bool {
+fn done_uri_allowed(settings: Settings<'_>, namespace: &str, uri: &str) -> bool {
     let req = tenancy::Request {
         what: "TpuSlice".into(),
         storage: vec![tenancy::request::Named {
@@ -31,7 +31,7 @@ fn done_uri_allowed(ctx: &Context, namespace: &str, uri: &str) -> bool {
         }],
         ..tenancy::Request::default()
     };
-    match tenancy::check_storage(&ctx.tenancy, namespace, &req) {
+    match tenancy::check_storage(settings.policies, namespace, &req) {
         Ok(()) => true,
         Err(denial) => {
             tracing::warn!(namespace, message = %denial.message, "ignoring the done-uri annotation");
@@ -100,7 +100,7 @@ fn place_of(spec: &TpuSliceSpec, names: &Names, checked: &Result<spec::Checked, 
 
 impl Target {
     /// `None` when no project is known (spec nor operator default).
-    pub(super) fn new(slice: &TpuSlice, ctx: &Context) -> Result<Option<Self>> {
+    pub(super) fn new(slice: &TpuSlice, settings: Settings<'_>) -> Result<Option<Self>> {
         let identity = ObjectIdentity::new(
             slice
                 .namespace()
@@ -108,22 +108,22 @@ impl Target {
             slice.name_any(),
             slice.uid().ok_or(ReconcileError::MissingMetadata("uid"))?,
         );
-        let Some(project) = ctx.project_for(&identity.namespace, slice.spec.project.as_deref()) else {
+        let Some(project) = settings.project_for(&identity.namespace, slice.spec.project.as_deref()) else {
             return Ok(None);
         };
         let done_uri = slice
             .annotations()
             .get(DONE_URI_ANNOTATION)
             .map(String::as_str)
-            .filter(|uri| done_uri_allowed(ctx, &identity.namespace, uri));
+            .filter(|uri| done_uri_allowed(settings, &identity.namespace, uri));
         let logs = log_labels(slice, &identity);
         let at_place = slice.place_in_effect().map(|p| slice.spec.at(Some(&p)));
         let here = at_place.as_ref().unwrap_or(&slice.spec);
         let before = slice.previous_place().map(|p| slice.spec.at(Some(&p)));
-        let desired = spec::desired(here, &identity, &ctx.config.cluster_id, done_uri, &logs);
+        let desired = spec::desired(here, &identity, &settings.config.cluster_id, done_uri, &logs);
         let names = Names::new(slice, here, before.as_ref().unwrap_or(here), &identity, project);
         let checked = backend::check(here, &desired, &identity, &names.create_at());
-        let prices = &ctx.tenancy.prices;
+        let prices = settings.prices;
         let place = place_of(here, &names, &checked);
         Ok(Some(Self {
             place,

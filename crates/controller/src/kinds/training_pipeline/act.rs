@@ -25,14 +25,14 @@ use super::{
     spec,
     status::{self, time},
 };
-use crate::reconcile::context::Context;
+use crate::reconcile::handles::Io;
 use crate::runtime::{
     capacity::{Asker, Group, Line, Turn},
     error::{ReconcileError, Result},
 };
 
 pub async fn act(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     action: &Action,
@@ -52,33 +52,33 @@ pub async fn act(
                 owner,
             );
             match child {
-                Some(child) => create_child(ctx, &names.id.namespace, &child).await,
+                Some(child) => create_child(io, &names.id.namespace, &child).await,
                 None => Ok(()),
             }
         }
-        Action::CreateSlice { attempt } => create_slice(ctx, tp, names, st, *attempt).await,
-        Action::DeleteSlice | Action::DeletePreprocess => release(ctx, tp, names, action).await,
+        Action::CreateSlice { attempt } => create_slice(io, tp, names, st, *attempt).await,
+        Action::DeleteSlice | Action::DeletePreprocess => release(io, tp, names, action).await,
         Action::CancelJob { name } => {
             cancel_job(
-                ctx,
+                io,
                 name,
                 "cancel the Vertex custom job of a suspended or evicted pipeline",
             )
             .await
         }
-        Action::CreateJob { attempt } => create_job(ctx, tp, names, *attempt, st, reads, ahead).await,
+        Action::CreateJob { attempt } => create_job(io, tp, names, *attempt, st, reads, ahead).await,
         Action::Workload(write) => match &reads.queue {
-            Some(queued) => crate::kueue::queued::write(tp, ctx, queued, *write).await,
+            Some(queued) => crate::kueue::queued::write(tp, io, queued, *write).await,
             None => Ok(()),
         },
-        Action::DeleteJob { name } => delete_job(ctx, name, st).await,
+        Action::DeleteJob { name } => delete_job(io, name, st).await,
     }
 }
 
 /// Creates the attempt's training slice, with the attempt's `CHECKPOINT_DIR` and the pipeline's
 /// Kueue labels (Kueue gates the slice itself, in the pipeline's queue: `super::queue`).
 async fn create_slice(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     st: &TrainingPipelineStatus,
@@ -99,12 +99,12 @@ async fn create_slice(
         return Ok(());
     };
     child.labels_mut().extend(super::queue::child_labels(tp));
-    create_child(ctx, &names.id.namespace, &child).await
+    create_child(io, &names.id.namespace, &child).await
 }
 
 /// Deletes a finished job's record (TTL reaping); the delete operation goes to status.
-async fn delete_job(ctx: &Context, name: &str, st: &mut TrainingPipelineStatus) -> Result<()> {
-    match ctx.gcp.vertex.delete_custom_job(name).await {
+async fn delete_job(io: &Io<'_>, name: &str, st: &mut TrainingPipelineStatus) -> Result<()> {
+    match io.gcp.vertex.delete_custom_job(name).await {
         Ok(op) => st.pending_operation = Some(op.name),
         Err(e) if e.is_not_found() => {}
         Err(e) => return Err(ReconcileError::gcp("delete finished Vertex custom job")(e)),
@@ -114,17 +114,17 @@ async fn delete_job(ctx: &Context, name: &str, st: &mut TrainingPipelineStatus) 
 
 /// Cancels duplicate jobs of the current attempt (see `duplicates`). One that finished or went in
 /// the meantime needs nothing more; cleanup deletes their records with the pipeline's others.
-pub async fn cancel_jobs(ctx: &Context, names: &[String]) -> Result<()> {
+pub async fn cancel_jobs(io: &Io<'_>, names: &[String]) -> Result<()> {
     for name in names {
-        cancel_job(ctx, name, "cancel duplicate Vertex custom job").await?;
+        cancel_job(io, name, "cancel duplicate Vertex custom job").await?;
     }
     Ok(())
 }
 
 /// Cancels one Vertex job; one already finished (FAILED_PRECONDITION) or gone needs nothing more.
 /// `what` names the call in the error.
-pub async fn cancel_job(ctx: &Context, name: &str, what: &'static str) -> Result<()> {
-    match ctx.gcp.vertex.cancel_custom_job(name).await {
+pub async fn cancel_job(io: &Io<'_>, name: &str, what: &'static str) -> Result<()> {
+    match io.gcp.vertex.cancel_custom_job(name).await {
         Err(e) if !e.is_not_found() && e.kind != ErrorKind::FailedPrecondition => {
             Err(ReconcileError::gcp(what)(e))
         }
@@ -138,7 +138,7 @@ fn owner_ref(tp: &TrainingPipeline) -> Option<OwnerReference> {
 
 /// Create-if-absent: the plan only asks when the child was absent; AlreadyExists (a watch that
 /// lagged) is fine, the next observe reads the existing object and checks its owner.
-async fn create_child<K>(ctx: &Context, ns: &str, child: &K) -> Result<()>
+async fn create_child<K>(io: &Io<'_>, ns: &str, child: &K) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -146,7 +146,7 @@ where
         + serde::Serialize
         + serde::de::DeserializeOwned,
 {
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let api: Api<K> = Api::namespaced(io.client.clone(), ns);
     match api.create(&PostParams::default(), child).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
@@ -156,14 +156,14 @@ where
 
 /// Deletes an owned child (its own finalizer cleans the cloud). Absent is fine.
 /// Deletes the training slice or the preprocessing batch the plan released.
-async fn release(ctx: &Context, tp: &TrainingPipeline, names: &Target, action: &Action) -> Result<()> {
+async fn release(io: &Io<'_>, tp: &TrainingPipeline, names: &Target, action: &Action) -> Result<()> {
     let ns = &names.id.namespace;
     if *action == Action::DeleteSlice {
         let orphan = spec::orphans_slice(&tp.spec);
-        release_child::<TpuSlice>(ctx, ns, &names.train, orphan).await
+        release_child::<TpuSlice>(io, ns, &names.train, orphan).await
     } else {
         let orphan = tp.spec.deletion_policy == DeletionPolicy::Orphan;
-        release_child::<PreprocessBatch>(ctx, ns, &names.preprocess, orphan).await
+        release_child::<PreprocessBatch>(io, ns, &names.preprocess, orphan).await
     }
 }
 
@@ -171,7 +171,7 @@ async fn release(ctx: &Context, tp: &TrainingPipeline, names: &Target, action: &
 /// `deletionPolicy: Orphan` (the pipeline's, meant for when the pipeline itself is deleted) is
 /// switched to `Delete` first: deleted as it was, its node or batch would keep running with no
 /// object left to own it.
-async fn release_child<K>(ctx: &Context, ns: &str, name: &str, orphan: bool) -> Result<()>
+async fn release_child<K>(io: &Io<'_>, ns: &str, name: &str, orphan: bool) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -179,7 +179,7 @@ where
         + serde::de::DeserializeOwned,
 {
     if orphan {
-        let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+        let api: Api<K> = Api::namespaced(io.client.clone(), ns);
         let patch = serde_json::json!({"spec": {"deletionPolicy": "Delete"}});
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -194,17 +194,17 @@ where
             }
         }
     }
-    delete_child::<K>(ctx, ns, name).await
+    delete_child::<K>(io, ns, name).await
 }
 
-async fn delete_child<K>(ctx: &Context, ns: &str, name: &str) -> Result<()>
+async fn delete_child<K>(io: &Io<'_>, ns: &str, name: &str) -> Result<()>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned,
 {
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let api: Api<K> = Api::namespaced(io.client.clone(), ns);
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -215,7 +215,7 @@ where
 /// Finds the attempt's job by its labels (a create that crashed before its status write) or
 /// creates it, and records its name.
 async fn create_job(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     attempt: i32,
@@ -225,7 +225,7 @@ async fn create_job(
 ) -> Result<()> {
     let Some(parent) = &names.vertex_parent else {
         invalid(
-            ctx,
+            io,
             st,
             "no project: set spec.project or the operator's default project".into(),
         );
@@ -236,7 +236,7 @@ async fn create_job(
     let existing = if reads.jobs_listed {
         None
     } else {
-        list_jobs(ctx, names, Some(attempt)).await?.into_iter().next()
+        list_jobs(io, names, Some(attempt)).await?.into_iter().next()
     };
     let name = match existing {
         Some(job) => {
@@ -246,18 +246,19 @@ async fn create_job(
         }
         None => {
             let ckpt = checkpoints::current_dir(&tp.spec, st);
-            let job = spec::custom_job(&tp.spec, &names.id, &ctx.config.cluster_id, attempt, &ckpt);
+            let cluster = &io.settings.config.cluster_id;
+            let job = spec::custom_job(&tp.spec, &names.id, cluster, attempt, &ckpt);
             let job = match job {
                 Ok(job) => job,
                 Err(msg) => {
-                    invalid(ctx, st, msg);
+                    invalid(io, st, msg);
                     return Ok(());
                 }
             };
-            if !turn(ctx, &names.id, parent, st) {
+            if !turn(io, &names.id, parent, st) {
                 return Ok(());
             }
-            match submit_job(ctx, tp, parent, job, st, reads, ahead).await? {
+            match submit_job(io, tp, parent, job, st, reads, ahead).await? {
                 Some(name) => name,
                 None => return Ok(()),
             }
@@ -271,7 +272,7 @@ async fn create_job(
 /// Creates the job, its create first marked unconfirmed in a status write. The job's name, or
 /// `None` when Vertex refused the job as invalid (the pipeline failed, see [`invalid`]).
 async fn submit_job(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     parent: &str,
     job: tpu_operator_gcp::aiplatform_v1::model::CustomJob,
@@ -282,30 +283,30 @@ async fn submit_job(
     // Write-ahead: a reply lost, or a crash before the status write, leaves a job no
     // status names and lists may show late; deletion waits for lists only then.
     if st.unconfirmed_create_time.is_none() {
-        let started = status::time(ctx.clock.now());
+        let started = status::time(io.clock.now());
         let mut marked = tp.status.clone().unwrap_or_default();
         marked.unconfirmed_create_time = Some(started.clone());
         ahead.write(&marked).await?;
         st.unconfirmed_create_time = Some(started);
     }
-    match ctx.gcp.vertex.create_custom_job(parent, job).await {
+    match io.gcp.vertex.create_custom_job(parent, job).await {
         Ok(job) => {
             let name = job.name.clone();
             reads.job = Some(job);
             Ok(Some(name))
         }
         Err(e) if matches!(e.kind, ErrorKind::InvalidArgument) => {
-            ctx.metrics.capacity.create_failed("TrainingPipeline", &e);
-            invalid(ctx, st, format!("Vertex refused the custom job: {e}"));
+            io.kept.metrics.capacity.create_failed("TrainingPipeline", &e);
+            invalid(io, st, format!("Vertex refused the custom job: {e}"));
             Ok(None)
         }
         Err(e) => {
             // Quota, rate limit, permission: counted by reason (the error's category names it
             // too), retried with the error backoff; a refusal reaches status as PermissionDenied.
             // A rate limit also slows the project's line of Vertex creates.
-            ctx.metrics.capacity.create_failed("TrainingPipeline", &e);
+            io.kept.metrics.capacity.create_failed("TrainingPipeline", &e);
             if let Some(line) = Line::under(Group::VertexJobCreate, parent) {
-                ctx.capacity.answered(&line, &e, ctx.clock.now());
+                io.capacity.answered(&line, &e, io.clock.now());
             }
             Err(ReconcileError::gcp("create Vertex custom job")(e))
         }
@@ -316,13 +317,13 @@ async fn submit_job(
 /// others are ahead (see [`crate::runtime::capacity::limiter`]): the train stage and the
 /// pipeline's conditions say its place and when its turn is due, and nothing is sent. The
 /// pipeline looks again on its active poll.
-fn turn(ctx: &Context, id: &ObjectIdentity, parent: &str, st: &mut TrainingPipelineStatus) -> bool {
+fn turn(io: &Io<'_>, id: &ObjectIdentity, parent: &str, st: &mut TrainingPipelineStatus) -> bool {
     let Some(line) = Line::under(Group::VertexJobCreate, parent) else {
         return true;
     };
     let asker = Asker::of(id, <TrainingPipeline as Kind>::KIND);
-    let now = ctx.clock.now();
-    match ctx.capacity.turn(&line, asker, now) {
+    let now = io.clock.now();
+    match io.capacity.turn(&line, asker, now) {
         Turn::Go => true,
         Turn::Wait(waiting) => {
             let message = waiting.message(&line);
@@ -340,8 +341,8 @@ fn turn(ctx: &Context, id: &ObjectIdentity, parent: &str, st: &mut TrainingPipel
 }
 
 /// A spec the cloud cannot take: the pipeline fails with `InvalidSpec` (no retry helps).
-fn invalid(ctx: &Context, st: &mut TrainingPipelineStatus, message: String) {
-    let now = time(ctx.clock.now());
+fn invalid(io: &Io<'_>, st: &mut TrainingPipelineStatus, message: String) {
+    let now = time(io.clock.now());
     st.phase = TrainingPipelinePhase::Failed;
     st.completion_time = Some(now.clone());
     st.message = Some(message.clone());

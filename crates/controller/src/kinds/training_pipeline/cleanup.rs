@@ -18,7 +18,7 @@ use super::{
     status::{self, time},
 };
 use crate::{
-    reconcile::{context::Context, kind::Cleaned, report::Transition, wait::Wait},
+    reconcile::{handles::Io, kind::Cleaned, report::Transition, wait::Wait},
     runtime::error::{ReconcileError, Result},
 };
 
@@ -41,19 +41,19 @@ fn job_step(state: &JobState) -> JobStep {
 /// One deletion pass (policy `Delete`): `Done` once no Vertex job remains.
 pub async fn clean(
     tp: &TrainingPipeline,
-    ctx: &Context,
+    io: &Io<'_>,
     names: &Target,
 ) -> Result<Cleaned<TrainingPipelineStatus>> {
-    clean_jobs(tp, ctx, names).await
+    clean_jobs(tp, io, names).await
 }
 
 async fn clean_jobs(
     tp: &TrainingPipeline,
-    ctx: &Context,
+    io: &Io<'_>,
     names: &Target,
 ) -> Result<Cleaned<TrainingPipelineStatus>> {
-    let jobs = every_job(ctx, tp, names).await?;
-    let now = ctx.clock.now();
+    let jobs = every_job(io, tp, names).await?;
+    let now = io.clock.now();
     let settle = settled_after(tp);
     if !jobs.is_empty() && settle.is_none() && jobs.iter().all(|j| job_step(&j.state) == JobStep::Delete) {
         // Every job has finished (bills nothing) and no create is unconfirmed (a job a list may
@@ -63,10 +63,10 @@ async fn clean_jobs(
         // finished job, which the orphan sweeper reports (its owner is gone).
         let mut events = Vec::new();
         for job in &jobs {
-            match step(ctx, job).await {
+            match step(io, job).await {
                 Ok(event) => events.extend(event),
                 // What this pass did is still said; the error goes to the backoff.
-                Err(err) => return Ok(failed_after(ctx, events, err)),
+                Err(err) => return Ok(failed_after(io, events, err)),
             }
         }
         return Ok(Cleaned::Done {
@@ -88,7 +88,7 @@ async fn clean_jobs(
         .find(|j| job_step(&j.state) == JobStep::Cancel)
         .or_else(|| jobs.iter().find(|j| job_step(&j.state) == JobStep::Delete));
     let (events, failed) = match next {
-        Some(job) => match step(ctx, job).await {
+        Some(job) => match step(io, job).await {
             Ok(event) => (event.into_iter().collect(), None),
             Err(err) => (Vec::new(), Some(err)),
         },
@@ -96,7 +96,7 @@ async fn clean_jobs(
     };
     Ok(Cleaned::Pending {
         status: Some(deleting(tp, message, now)),
-        wait: Wait::after(ctx.config.poll_active),
+        wait: Wait::after(io.settings.config.poll_active),
         failed,
         events,
     })
@@ -105,13 +105,13 @@ async fn clean_jobs(
 /// A pass that did something (`events`) before a call failed: nothing to write, the Events
 /// published, then the error returned.
 fn failed_after(
-    ctx: &Context,
+    io: &Io<'_>,
     events: Vec<Transition>,
     err: ReconcileError,
 ) -> Cleaned<TrainingPipelineStatus> {
     Cleaned::Pending {
         status: None,
-        wait: Wait::after(ctx.config.poll_active),
+        wait: Wait::after(io.settings.config.poll_active),
         failed: Some(err),
         events,
     }
@@ -137,26 +137,26 @@ fn settled_after(tp: &TrainingPipeline) -> Option<DateTime<Utc>> {
 
 /// Every job of the pipeline: all that carry its UID label (every attempt, duplicates included)
 /// and the one its status records, read by name, since a list may not show a new job yet.
-async fn every_job(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Result<Vec<JobView>> {
-    let mut jobs = list_jobs(ctx, names, None).await?;
+async fn every_job(io: &Io<'_>, tp: &TrainingPipeline, names: &Target) -> Result<Vec<JobView>> {
+    let mut jobs = list_jobs(io, names, None).await?;
     let recorded = tp.status.as_ref().and_then(|s| s.custom_job_name.as_deref());
     if let Some(name) = recorded.filter(|n| !jobs.iter().any(|j| j.name == *n)) {
         // Malformed (400) or gone: nothing to clean.
-        jobs.extend(read_job(ctx, name).await?.map(job_view));
+        jobs.extend(read_job(io, name).await?.map(job_view));
     }
     Ok(jobs)
 }
 
 /// One job's next deletion call, and the Event that says what it did.
-async fn step(ctx: &Context, job: &JobView) -> Result<Option<Transition>> {
+async fn step(io: &Io<'_>, job: &JobView) -> Result<Option<Transition>> {
     Ok(match job_step(&job.state) {
         JobStep::Cancel => {
             // Finished or gone between the list and the cancel: the next pass sees it.
-            super::act::cancel_job(ctx, &job.name, "cancel Vertex custom job").await?;
+            super::act::cancel_job(io, &job.name, "cancel Vertex custom job").await?;
             let note = format!("cancelling custom job {}", job.name);
             Some(Transition::normal(reasons::CANCELLING, note))
         }
-        JobStep::Delete => match ctx.gcp.vertex.delete_custom_job(&job.name).await {
+        JobStep::Delete => match io.gcp.vertex.delete_custom_job(&job.name).await {
             Ok(_) => Some(Transition::normal(
                 "Deleted",
                 format!("deleted custom job {}", job.name),

@@ -42,6 +42,7 @@ use crate::{
     reconcile::{
         context::Context,
         driver,
+        handles::{Io, Kept, Settings},
         kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, Watches, WriteAhead},
         report::Transition,
         wait::{Wait, Watch},
@@ -72,13 +73,13 @@ pub struct Target {
 
 impl Target {
     /// `Err` names the missing metadata field.
-    fn of(tp: &TrainingPipeline, ctx: &Context) -> Result<Self, &'static str> {
+    fn of(tp: &TrainingPipeline, settings: Settings<'_>) -> Result<Self, &'static str> {
         let id = ObjectIdentity::new(
             tp.namespace().ok_or("namespace")?,
             tp.name_any(),
             tp.uid().ok_or("uid")?,
         );
-        let project = ctx.project_for(&id.namespace, tp.spec.project.as_deref());
+        let project = settings.project_for(&id.namespace, tp.spec.project.as_deref());
         Ok(Target {
             pipeline: expanded(tp, &id),
             preprocess: naming::child_name(&id, "preprocess"),
@@ -152,14 +153,15 @@ impl Kind for TrainingPipeline {
 
     /// A pipeline without a project fails when it would create a Vertex job (see `act`); its
     /// children name their own project.
-    fn target(&self, ctx: &Context) -> Result<Result<Target, Stop>> {
-        Ok(Ok(Target::of(self, ctx).map_err(ReconcileError::MissingMetadata)?))
+    fn target(&self, settings: Settings<'_>) -> Result<Result<Target, Stop>> {
+        let target = Target::of(self, settings).map_err(ReconcileError::MissingMetadata)?;
+        Ok(Ok(target))
     }
 
-    async fn observe(&self, ctx: &Context, t: &Target) -> Result<Seen> {
-        let (observed, mut reads) = observe::observe(ctx, &t.pipeline, t).await?;
-        reads.queue = queue::observe(&t.pipeline, ctx).await?;
-        reads.budget = tenancy::rules::suspending(ctx.tenancy.policies.governing(&t.id.namespace).rules());
+    async fn observe(&self, io: &Io<'_>, t: &Target) -> Result<Seen> {
+        let (observed, mut reads) = observe::observe(io, &t.pipeline, t).await?;
+        reads.queue = queue::observe(&t.pipeline, io).await?;
+        reads.budget = tenancy::rules::suspending(io.settings.policies.governing(&t.id.namespace).rules());
         Ok(Seen { observed, reads })
     }
 
@@ -181,16 +183,16 @@ impl Kind for TrainingPipeline {
 
     /// A pipeline that has not started waits while another live pipeline writes its model or
     /// checkpoint directory ([`variants`]).
-    fn contention(&self, ctx: &Context, t: &Target) -> Option<Stop> {
-        variants::contention(ctx, &t.pipeline)
+    fn contention(&self, settings: Settings<'_>, kept: Kept<'_>, t: &Target) -> Option<Stop> {
+        variants::contention(settings.policies, kept, &t.pipeline)
     }
 
     /// Before preprocessing, everything the pipeline will create (so a pipeline whose training
     /// would be refused does not spend on preprocessing first); before training, the Vertex job
     /// or slice with the namespace's chip quota and budget.
-    fn admission(&self, ctx: &Context, t: &Target, decision: &plan::Plan) -> Option<Admission> {
+    fn admission(&self, settings: Settings<'_>, t: &Target, decision: &plan::Plan) -> Option<Admission> {
         let project = t.project.as_deref().filter(|_| decision.action.creates())?;
-        let prices = &ctx.tenancy.prices;
+        let prices = settings.prices;
         let spec = &t.pipeline.spec;
         let all = request::pipeline(spec, project, prices);
         let counted = match decision.action {
@@ -215,22 +217,22 @@ impl Kind for TrainingPipeline {
 
     async fn act(
         &self,
-        ctx: &Context,
+        io: &Io<'_>,
         t: &Target,
         seen: &mut Seen,
         decision: &mut plan::Plan,
         ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
-        act::cancel_jobs(ctx, &decision.cancel_jobs).await?;
+        act::cancel_jobs(io, &decision.cancel_jobs).await?;
         let new = &mut decision.status;
         let tp = &t.pipeline;
-        act::act(ctx, tp, t, &decision.action, new, &mut seen.reads, ahead).await?;
+        act::act(io, tp, t, &decision.action, new, &mut seen.reads, ahead).await?;
         if seen.reads.list_caught_up {
             new.unconfirmed_create_time = None;
         }
         let read = seen.reads.train.interruptions.as_ref();
         let interrupted = time_spent::noticed(tp.status.as_ref(), new, read);
-        let progress = progress::update(ctx, tp, new, interrupted).await;
+        let progress = progress::update(io, tp, new, interrupted).await;
         Ok(Acted {
             done: Done {
                 next_check: progress.next_check,
@@ -286,17 +288,17 @@ impl Kind for TrainingPipeline {
         self.spec.deletion_policy
     }
 
-    async fn clean(&self, ctx: &Context, t: &Target) -> Result<Cleaned<TrainingPipelineStatus>> {
-        cleanup::clean(&t.pipeline, ctx, t).await
+    async fn clean(&self, io: &Io<'_>, t: &Target) -> Result<Cleaned<TrainingPipelineStatus>> {
+        cleanup::clean(&t.pipeline, io, t).await
     }
 
     /// A Vertex pipeline's Kueue Workload is deleted and let go once its jobs are gone (or
     /// orphaned): the quota is free at once. A TPU VM pipeline has none (its slice has its own).
-    async fn let_go(&self, ctx: &Context) -> Result<()> {
+    async fn let_go(&self, io: &Io<'_>) -> Result<()> {
         if self.spec.training.vertex.is_none() {
             return Ok(());
         }
-        crate::kueue::queued::release_on_delete(self, ctx).await
+        crate::kueue::queued::release_on_delete(self, io).await
     }
 
     fn cleaned_up(&self, policy: DeletionPolicy) -> Option<Transition> {
@@ -308,12 +310,12 @@ impl Kind for TrainingPipeline {
         })
     }
 
-    fn forget(&self, ctx: &Context) {
-        progress::forget(ctx, self);
-        crate::kueue::queued::forget(self, ctx);
+    fn forget(&self, settings: Settings<'_>, kept: Kept<'_>) {
+        progress::forget(kept.metrics, self);
+        crate::kueue::queued::forget(self, settings, kept);
         // Being deleted, it no longer holds its directories.
         if let Some(uid) = self.uid() {
-            variants::release(ctx, &uid);
+            variants::release(kept, &uid);
         }
     }
 

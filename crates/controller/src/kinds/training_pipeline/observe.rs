@@ -28,7 +28,7 @@ use super::{
     plan::{Child, JobView, Marker, Observed, TrainingObserved, is_finished},
     status::{stage, to_chrono},
 };
-use crate::reconcile::context::Context;
+use crate::reconcile::handles::Io;
 use crate::runtime::error::{ReconcileError, Result};
 use child::{ChildStatus, child};
 
@@ -71,12 +71,12 @@ pub struct ChildCloud {
 }
 
 /// What the pipeline owns, and what else the pass read.
-pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Result<(Observed, Reads)> {
+pub async fn observe(io: &Io<'_>, tp: &TrainingPipeline, names: &Target) -> Result<(Observed, Reads)> {
     let mut reads = Reads::default();
     let st = tp.status.clone().unwrap_or_default();
     let finished = is_finished(st.phase);
     let mut costs = Vec::new();
-    let (preprocess, child) = preprocess_child(ctx, tp, names).await?;
+    let (preprocess, child) = preprocess_child(io, tp, names).await?;
     costs.extend(child.cost);
     reads.preprocess = ChildCloud {
         gcp_name: child.gcp_name,
@@ -85,20 +85,20 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Re
         interruptions: None,
     };
     let (training, cost, duplicate_jobs) = match tp.spec.training.mode() {
-        Ok(TrainingMode::TpuVm) => tpu_vm_training(ctx, tp, names, finished, &mut reads).await?,
+        Ok(TrainingMode::TpuVm) => tpu_vm_training(io, tp, names, finished, &mut reads).await?,
         _ => {
             let preprocessing = still_preprocessing(tp, &st, &preprocess);
-            vertex_training(ctx, tp, names, finished || preprocessing, &mut reads).await?
+            vertex_training(io, tp, names, finished || preprocessing, &mut reads).await?
         }
     };
     costs.extend(cost);
-    let reaping = finished && st.reaped_time.is_none() && reap_due(ctx, tp);
+    let reaping = finished && st.reaped_time.is_none() && reap_due(io, tp);
     let held_jobs = if reaping && tp.spec.training.mode() == Ok(TrainingMode::Vertex) {
-        list_jobs(ctx, names, None).await?
+        list_jobs(io, names, None).await?
     } else {
         Vec::new()
     };
-    let pending_operation_done = pending_operation_done(ctx, &st, reaping).await?;
+    let pending_operation_done = pending_operation_done(io, &st, reaping).await?;
     let observed = Observed {
         preprocess,
         training,
@@ -112,14 +112,14 @@ pub async fn observe(ctx: &Context, tp: &TrainingPipeline, names: &Target) -> Re
 
 /// The PreprocessBatch child, when the pipeline has a preprocess stage.
 async fn preprocess_child(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
 ) -> Result<(Child, ChildStatus)> {
     if tp.spec.preprocess.is_none() {
         return Ok((Child::Absent, ChildStatus::default()));
     }
-    child::<tpu_operator_api::preprocess_batch::PreprocessBatch, _>(ctx, tp, &names.preprocess, |b| {
+    child::<tpu_operator_api::preprocess_batch::PreprocessBatch, _>(io, tp, &names.preprocess, |b| {
         b.status.as_ref().map(|s| ChildStatus {
             conditions: s.conditions.clone(),
             cost: s.estimated_cost.clone(),
@@ -142,13 +142,13 @@ fn still_preprocessing(tp: &TrainingPipeline, st: &TrainingPipelineStatus, prepr
 
 /// TPU VM training: the TpuSlice child and, until the pipeline finished, its completion marker.
 async fn tpu_vm_training(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     finished: bool,
     reads: &mut Reads,
 ) -> Result<(TrainingObserved, Option<CostEstimate>, Vec<JobView>)> {
-    let (slice, child) = child::<tpu_operator_api::tpu_slice::TpuSlice, _>(ctx, tp, &names.train, |s| {
+    let (slice, child) = child::<tpu_operator_api::tpu_slice::TpuSlice, _>(io, tp, &names.train, |s| {
         s.status.as_ref().map(|s| ChildStatus {
             conditions: s.conditions.clone(),
             cost: s.estimated_cost.clone(),
@@ -175,7 +175,7 @@ async fn tpu_vm_training(
             .tpu_vm
             .as_ref()
             .and_then(|t| t.slice.project.clone());
-        markers::marker(ctx, tp, project.as_deref().or(names.project.as_deref())).await?
+        markers::marker(io, tp, project.as_deref().or(names.project.as_deref())).await?
     };
     Ok((TrainingObserved::TpuVm { slice, marker }, cost, Vec::new()))
 }
@@ -183,7 +183,7 @@ async fn tpu_vm_training(
 /// Vertex training: the current attempt's job (not looked up while `skip`: the pipeline
 /// finished or is still preprocessing), its cost (also recorded as spend), and the duplicates.
 async fn vertex_training(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     skip: bool,
@@ -192,33 +192,34 @@ async fn vertex_training(
     if skip {
         return Ok((TrainingObserved::Vertex { job: None }, None, Vec::new()));
     }
-    let (job, cost, duplicates) = vertex::current_job(ctx, tp, names, reads).await?;
+    let (job, cost, duplicates) = vertex::current_job(io, tp, names, reads).await?;
     if let (Some(j), Some(c)) = (&job, &cost) {
-        ctx.metrics.record_spend(&names.id.namespace, &j.name, Some(c));
+        let metrics = io.kept.metrics;
+        metrics.record_spend(&names.id.namespace, &j.name, Some(c));
     }
     Ok((TrainingObserved::Vertex { job }, cost, duplicates))
 }
 
-fn reap_due(ctx: &Context, tp: &TrainingPipeline) -> bool {
+fn reap_due(io: &Io<'_>, tp: &TrainingPipeline) -> bool {
     let (Some(ttl), Some(done)) = (
         tp.spec.ttl_seconds_after_finished,
         tp.status.as_ref().and_then(|s| s.completion_time.as_ref()),
     ) else {
         return false;
     };
-    ctx.clock.now() >= to_chrono(done) + chrono::Duration::seconds(ttl)
+    io.clock.now() >= to_chrono(done) + chrono::Duration::seconds(ttl)
 }
 
 /// While reaping, whether the recorded pending Vertex operation is done (a gone one is).
 async fn pending_operation_done(
-    ctx: &Context,
+    io: &Io<'_>,
     st: &TrainingPipelineStatus,
     reaping: bool,
 ) -> Result<Option<bool>> {
     let (Some(op), true) = (&st.pending_operation, reaping) else {
         return Ok(None);
     };
-    let op = ctx.gcp.vertex.get_operation(op).await;
+    let op = io.gcp.vertex.get_operation(op).await;
     Ok(
         match ignore_not_found(op).map_err(ReconcileError::gcp("get Vertex operation"))? {
             None => Some(true),

@@ -27,7 +27,7 @@ use super::{
     plan::Transition,
     status::{time, to_chrono},
 };
-use crate::reconcile::context::Context;
+use crate::{reconcile::handles::Io, runtime::metrics::Metrics};
 
 /// Condition type: the run wrote no checkpoint within `spec.training.progressDeadline`.
 pub const PROGRESS_STALLED: &str = "ProgressStalled";
@@ -51,12 +51,12 @@ pub struct Outcome {
 /// Updates `st.checkpoint` (listing when due, and at once when this pass noticed an
 /// `interrupted` run) and the `ProgressStalled` condition.
 pub async fn update(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     st: &mut TrainingPipelineStatus,
     interrupted: bool,
 ) -> Outcome {
-    let now = ctx.clock.now();
+    let now = io.clock.now();
     let mut out = Outcome::default();
     let training = st.phase == Phase::Training;
     let has_train_attempt = st
@@ -79,13 +79,13 @@ pub async fn update(
     // training it lost is measured from that checkpoint (`status.timeSpent`), so the directory
     // is read now rather than at the next interval.
     if interrupted {
-        list(ctx, tp, &dir, ckpt, now).await;
+        list(io, tp, &dir, ckpt, now).await;
     }
     if !training {
-        end_stall(ctx, tp, st, now);
+        end_stall(io, tp, st, now);
         return out;
     }
-    let interval = ctx.config.poll_checkpoints;
+    let interval = io.settings.config.poll_checkpoints;
     let since_check = ckpt
         .checked_time
         .as_ref()
@@ -96,15 +96,15 @@ pub async fn update(
             return out;
         }
         _ if interrupted => {}
-        _ => list(ctx, tp, &dir, ckpt, now).await,
+        _ => list(io, tp, &dir, ckpt, now).await,
     }
     out.next_check = Some(interval);
-    judge(ctx, tp, st, now, &mut out);
+    judge(io, tp, st, now, &mut out);
     out
 }
 
 async fn list(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     dir: &str,
     ckpt: &mut CheckpointStatus,
@@ -114,7 +114,7 @@ async fn list(
     let Some(uri) = parse_gs_uri(dir) else {
         return;
     };
-    match ctx
+    match io
         .storage_for(&tp.namespace().unwrap_or_default())
         .list_objects(uri.bucket, uri.path, checkpoints::MAX_LISTED)
         .await
@@ -139,7 +139,7 @@ async fn list(
 
 /// After a listing: the `ProgressStalled` condition, its Event and the metric.
 fn judge(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     st: &mut TrainingPipelineStatus,
     now: DateTime<Utc>,
@@ -153,7 +153,7 @@ fn judge(
         .and_then(|d| parse_duration(d).ok())
     else {
         if conditions::remove_condition(&mut st.conditions, PROGRESS_STALLED) {
-            set_metric(ctx, tp, false);
+            set_metric(io.kept.metrics, tp, false);
         }
         return;
     };
@@ -176,8 +176,8 @@ fn judge(
             time(now),
         ),
     );
-    set_metric(ctx, tp, stalled);
-    announce(ctx, tp, stalled, was_stalled, message, out);
+    set_metric(io.kept.metrics, tp, stalled);
+    announce(io, tp, stalled, was_stalled, message, out);
 }
 
 /// When the run's progress is measured from: the Train stage's start, else the pipeline's,
@@ -228,7 +228,7 @@ fn verdict(
 
 /// A stall that begins is counted and gets a Warning Event; one that ends gets a Normal one.
 fn announce(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     stalled: bool,
     was_stalled: bool,
@@ -236,7 +236,7 @@ fn announce(
     out: &mut Outcome,
 ) {
     if stalled && !was_stalled {
-        ctx.metrics.count_training_stall(&namespace(tp));
+        io.kept.metrics.count_training_stall(&namespace(tp));
         out.events.push(Transition {
             warning: true,
             reason: PROGRESS_STALLED.to_string(),
@@ -256,7 +256,7 @@ fn is_stalled(st: &TrainingPipelineStatus) -> bool {
 }
 
 /// Training stopped (finished, failed, or between incarnations): a stall no longer applies.
-fn end_stall(ctx: &Context, tp: &TrainingPipeline, st: &mut TrainingPipelineStatus, now: DateTime<Utc>) {
+fn end_stall(io: &Io<'_>, tp: &TrainingPipeline, st: &mut TrainingPipelineStatus, now: DateTime<Utc>) {
     if !is_stalled(st) {
         return;
     }
@@ -272,19 +272,18 @@ fn end_stall(ctx: &Context, tp: &TrainingPipeline, st: &mut TrainingPipelineStat
             time(now),
         ),
     );
-    set_metric(ctx, tp, false);
+    set_metric(io.kept.metrics, tp, false);
 }
 
 fn namespace(tp: &TrainingPipeline) -> String {
     tp.namespace().unwrap_or_default()
 }
 
-fn set_metric(ctx: &Context, tp: &TrainingPipeline, stalled: bool) {
-    ctx.metrics
-        .set_training_stalled(&namespace(tp), &tp.name_any(), stalled);
+fn set_metric(metrics: &Metrics, tp: &TrainingPipeline, stalled: bool) {
+    metrics.set_training_stalled(&namespace(tp), &tp.name_any(), stalled);
 }
 
 /// The pipeline is going away: its series leaves the stalled gauge.
-pub fn forget(ctx: &Context, tp: &TrainingPipeline) {
-    ctx.metrics.forget_training(&namespace(tp), &tp.name_any());
+pub fn forget(metrics: &Metrics, tp: &TrainingPipeline) {
+    metrics.forget_training(&namespace(tp), &tp.name_any());
 }

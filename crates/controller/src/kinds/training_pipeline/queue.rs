@@ -24,7 +24,7 @@ use crate::{
         demand::{self, Demand},
         queued::{self, Gated},
     },
-    reconcile::context::Context,
+    reconcile::handles::Io,
     runtime::error::Result,
 };
 
@@ -36,11 +36,11 @@ impl Gated for TrainingPipeline {
 
 /// Reads the pipeline's Workload ([`queued::observe`]); `None` when Kueue does not gate it, or
 /// gates its TPU VM slice instead.
-pub async fn observe(tp: &TrainingPipeline, ctx: &Context) -> Result<Option<Queued>> {
+pub async fn observe(tp: &TrainingPipeline, io: &Io<'_>) -> Result<Option<Queued>> {
     if tp.spec.training.vertex.is_none() {
         return Ok(None);
     }
-    queued::observe(tp, ctx, demand(&tp.spec)).await
+    queued::observe(tp, io, demand(&tp.spec)).await
 }
 
 /// What the Vertex job holds while it runs, as Kueue counts it: the worker pool's hosts and chips

@@ -25,6 +25,7 @@ use crate::{
     governance::tenancy::{self, Policies, WithoutPolicy},
     reconcile::{
         context::Context,
+        handles::{Io, Settings},
         kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, WriteAhead},
         report::{Reports, Transition},
         wait::Wait,
@@ -131,7 +132,7 @@ impl Kind for Fake {
         &status.conditions
     }
 
-    fn target(&self, _ctx: &Context) -> Result<Result<(), Stop>> {
+    fn target(&self, _settings: Settings<'_>) -> Result<Result<(), Stop>> {
         step("target");
         Ok(if self.spec.stop {
             Err(Stop {
@@ -143,7 +144,7 @@ impl Kind for Fake {
         })
     }
 
-    fn first_look(&self, _ctx: &Context, _t: &()) -> Vec<tenancy::Request> {
+    fn first_look(&self, _settings: Settings<'_>, _t: &()) -> Vec<tenancy::Request> {
         step("first_look");
         let asks = tenancy::Request {
             what: "Fake".into(),
@@ -156,7 +157,7 @@ impl Kind for Fake {
         }
     }
 
-    async fn observe(&self, _ctx: &Context, _t: &()) -> Result<()> {
+    async fn observe(&self, _io: &Io<'_>, _t: &()) -> Result<()> {
         step("observe");
         Ok(())
     }
@@ -165,7 +166,7 @@ impl Kind for Fake {
         step("plan");
     }
 
-    fn admission(&self, _ctx: &Context, _t: &(), _plan: &()) -> Option<Admission> {
+    fn admission(&self, _settings: Settings<'_>, _t: &(), _plan: &()) -> Option<Admission> {
         step("admission");
         self.spec.counted.then(|| Admission {
             checked: Vec::new(),
@@ -184,7 +185,7 @@ impl Kind for Fake {
 
     async fn act(
         &self,
-        _ctx: &Context,
+        _io: &Io<'_>,
         _t: &(),
         _observed: &mut (),
         _plan: &mut (),
@@ -228,7 +229,7 @@ impl Kind for Fake {
     }
 
     /// Pending (status `Deleting`) on the first pass, done on the next.
-    async fn clean(&self, _ctx: &Context, _t: &()) -> Result<Cleaned<FakeStatus>> {
+    async fn clean(&self, _io: &Io<'_>, _t: &()) -> Result<Cleaned<FakeStatus>> {
         step("clean");
         if self.status.as_ref().is_some_and(|s| s.phase == "Deleting") {
             return Ok(Cleaned::done());

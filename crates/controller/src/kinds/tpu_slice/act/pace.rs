@@ -9,7 +9,7 @@ use tpu_operator_gcp::GcpError;
 use super::{Request, Started};
 use crate::{
     kinds::tpu_slice::plan::{self, Assessment},
-    reconcile::{context::Context, kind::Kind},
+    reconcile::{handles::Io, kind::Kind},
     runtime::capacity::{Asker, Group, Line, Turn},
 };
 
@@ -24,19 +24,19 @@ fn line(request: &Request<'_>) -> Line {
 }
 
 /// `None`: create now (a turn is spent). Otherwise the assessment that replaces the plan's.
-pub(super) fn ask(ctx: &Context, request: &Request<'_>) -> Option<Assessment> {
+pub(super) fn ask(io: &Io<'_>, request: &Request<'_>) -> Option<Assessment> {
     let line = line(request);
     let asker = Asker::of(request.identity, <TpuSlice as Kind>::KIND);
-    let now = ctx.clock.now();
-    match ctx.capacity.turn(&line, asker, now) {
+    let now = io.clock.now();
+    match io.capacity.turn(&line, asker, now) {
         Turn::Go => None,
         Turn::Wait(waiting) => Some(plan::paced(&line, &waiting, now)),
     }
 }
 
 /// A create Google refused for its rate quota pauses and slows the project's line.
-pub(super) fn answered(ctx: &Context, request: &Request<'_>, result: &Result<Option<Started>, GcpError>) {
+pub(super) fn answered(io: &Io<'_>, request: &Request<'_>, result: &Result<Option<Started>, GcpError>) {
     if let Err(err) = result {
-        ctx.capacity.answered(&line(request), err, ctx.clock.now());
+        io.capacity.answered(&line(request), err, io.clock.now());
     }
 }

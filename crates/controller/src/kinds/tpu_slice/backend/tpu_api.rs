@@ -1,6 +1,6 @@
 //! The Cloud TPU API backend (`provisioner: TpuApi`): a node created by `nodes.create`, or a
 //! queued resource (`capacity.queued`, `capacity.reserved`, multislice) whose nodes the service
-//! creates. Every call is one TPU API call through `ctx.gcp.tpu`.
+//! creates. Every call is one TPU API call through `io.gcp.tpu`.
 
 use std::collections::BTreeMap;
 

@@ -10,7 +10,7 @@ use tpu_operator_api::{
 };
 
 use super::super::plan::Child;
-use crate::reconcile::context::Context;
+use crate::reconcile::handles::Io;
 use crate::runtime::error::{ReconcileError, Result};
 
 /// What the pipeline reads of a child's status.
@@ -30,7 +30,7 @@ pub(super) struct ChildStatus {
 /// An owned child's state from its metadata and kstatus conditions, and what else the pipeline
 /// reads of its status (nothing of a child it does not control).
 pub(super) async fn child<K, F>(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     name: &str,
     status_of: F,
@@ -45,7 +45,7 @@ where
     let ns = tp
         .namespace()
         .ok_or(ReconcileError::MissingMetadata("namespace"))?;
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<K> = Api::namespaced(io.client.clone(), &ns);
     let Some(obj) = api
         .get_opt(name)
         .await

@@ -7,7 +7,7 @@ use super::super::{
     plan::Marker,
     status::{stage, to_chrono},
 };
-use crate::reconcile::context::Context;
+use crate::reconcile::handles::Io;
 use crate::runtime::error::{ReconcileError, Result};
 
 /// What the status says of a `_FAILED` marker's content. The operator's startup script writes
@@ -29,7 +29,7 @@ pub fn exit_code(content: &str) -> String {
 /// TPU VM mode: `_SUCCESS` / `_FAILED` under `modelDir`, written since the current attempt began.
 /// A failure's detail ends with the last lines the attempt's container logged (`project`: where
 /// its slice runs).
-pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline, project: Option<&str>) -> Result<Marker> {
+pub(super) async fn marker(io: &Io<'_>, tp: &TrainingPipeline, project: Option<&str>) -> Result<Marker> {
     let Some(started) = tp
         .status
         .as_ref()
@@ -43,7 +43,7 @@ pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline, project: Option
     };
     let prefix = format!("{}_", uri.path);
     // As the namespace's Google identity: the markers are under a directory the tenant named.
-    let storage = ctx.storage_for(&kube::ResourceExt::namespace(tp).unwrap_or_default());
+    let storage = io.storage_for(&kube::ResourceExt::namespace(tp).unwrap_or_default());
     let objects = storage.list_objects(uri.bucket, &prefix, 10).await;
     let objects = match objects {
         // The bucket may not exist until the workload writes to it.
@@ -64,7 +64,7 @@ pub(super) async fn marker(ctx: &Context, tp: &TrainingPipeline, project: Option
         let uri = format!("{dir}_FAILED");
         let content = storage.read_object(&uri).await.unwrap_or_default();
         let lines = match project {
-            Some(project) => last_lines(ctx, tp, project).await,
+            Some(project) => last_lines(io, tp, project).await,
             None => String::new(),
         };
         return Ok(Marker::Failed {
@@ -88,7 +88,7 @@ const LINES_CHARS: usize = 600;
 /// they could not be read. The lines are the workload's own output, read
 /// from the project the slice runs in: control characters are replaced and each line is cut, so
 /// they cannot grow the status without bound.
-async fn last_lines(ctx: &Context, tp: &TrainingPipeline, project: &str) -> String {
+async fn last_lines(io: &Io<'_>, tp: &TrainingPipeline, project: &str) -> String {
     use tpu_operator_gcp::logging::{
         EntriesQuery, LogSource, Order,
         sources::{ATTEMPT_LABEL, PIPELINE_LABEL},
@@ -111,7 +111,7 @@ async fn last_lines(ctx: &Context, tp: &TrainingPipeline, project: &str) -> Stri
         page_size: LAST_LINES * 4,
         page_token: String::new(),
     };
-    match ctx.gcp.logging.list_entries(&query).await {
+    match io.gcp.logging.list_entries(&query).await {
         Ok(page) if page.lines.is_empty() => "; its container logged nothing".into(),
         Ok(page) => {
             let texts: Vec<String> = page.lines.iter().rev().map(|l| shown(&l.text)).collect();

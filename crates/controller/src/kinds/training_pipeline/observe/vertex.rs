@@ -11,7 +11,7 @@ use super::super::{
     spec,
 };
 use super::Reads;
-use crate::reconcile::context::Context;
+use crate::reconcile::handles::Io;
 use crate::runtime::error::{ReconcileError, Result};
 
 pub fn job_view(job: CustomJob) -> JobView {
@@ -68,20 +68,20 @@ pub(crate) fn spot_preempted(job: &CustomJob) -> bool {
 }
 
 /// This pipeline's jobs (of one attempt, or all), newest attempt first.
-pub async fn list_jobs(ctx: &Context, names: &Target, attempt: Option<i32>) -> Result<Vec<JobView>> {
-    let jobs = list_custom_jobs(ctx, names, attempt).await?;
+pub async fn list_jobs(io: &Io<'_>, names: &Target, attempt: Option<i32>) -> Result<Vec<JobView>> {
+    let jobs = list_custom_jobs(io, names, attempt).await?;
     let mut views: Vec<JobView> = jobs.into_iter().map(job_view).collect();
     views.sort_by_key(|j| std::cmp::Reverse(j.attempt));
     Ok(views)
 }
 
 /// This pipeline's jobs (of one attempt, or all) as Vertex lists them.
-pub async fn list_custom_jobs(ctx: &Context, names: &Target, attempt: Option<i32>) -> Result<Vec<CustomJob>> {
+pub async fn list_custom_jobs(io: &Io<'_>, names: &Target, attempt: Option<i32>) -> Result<Vec<CustomJob>> {
     let Some(parent) = &names.vertex_parent else {
         return Ok(Vec::new());
     };
     let filter = spec::job_filter(&names.id, attempt);
-    ctx.gcp
+    io.gcp
         .vertex
         .list_custom_jobs(parent, &filter)
         .await
@@ -91,7 +91,7 @@ pub async fn list_custom_jobs(ctx: &Context, names: &Target, attempt: Option<i32
 /// The recorded job as read (if it still exists) and the jobs Vertex lists for its attempt: a
 /// create whose reply was lost may have made another one, which a list shows only later.
 async fn attempt_jobs(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     recorded: Option<CustomJob>,
@@ -101,7 +101,7 @@ async fn attempt_jobs(
         Some(job) => spec::attempt_of(job),
         None => tp.status.as_ref().map_or(0, |s| s.attempts),
     };
-    let listed = list_custom_jobs(ctx, names, Some(attempt)).await?;
+    let listed = list_custom_jobs(io, names, Some(attempt)).await?;
     let shown = |r: &CustomJob| listed.iter().any(|j| j.name == r.name);
     reads.list_lags = recorded.as_ref().is_some_and(|r| !shown(r));
     reads.list_caught_up = recorded.as_ref().is_some_and(shown);
@@ -112,8 +112,8 @@ async fn attempt_jobs(
 /// A recorded Vertex job read by name; `None` when it is gone, or when Vertex calls the name
 /// malformed (400, as for a non-numeric id): retrying the same get cannot succeed, so it counts
 /// as gone.
-pub async fn read_job(ctx: &Context, name: &str) -> Result<Option<CustomJob>> {
-    match ctx.gcp.vertex.get_custom_job(name).await {
+pub async fn read_job(io: &Io<'_>, name: &str) -> Result<Option<CustomJob>> {
+    match io.gcp.vertex.get_custom_job(name).await {
         Err(e) if e.kind == ErrorKind::InvalidArgument => Ok(None),
         other => ignore_not_found(other).map_err(ReconcileError::gcp("get Vertex custom job")),
     }
@@ -125,23 +125,23 @@ pub async fn read_job(ctx: &Context, name: &str) -> Result<Option<CustomJob>> {
 /// just before a crash, before its name reached the status); when an attempt has several jobs,
 /// the oldest.
 pub(super) async fn current_job(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     reads: &mut Reads,
 ) -> Result<(Option<JobView>, Option<CostEstimate>, Vec<JobView>)> {
     let jobs = match tp.status.as_ref().and_then(|s| s.custom_job_name.clone()) {
-        Some(name) => recorded_attempt_jobs(ctx, tp, names, &name, reads).await?,
+        Some(name) => recorded_attempt_jobs(io, tp, names, &name, reads).await?,
         None => {
             reads.jobs_listed = true;
-            newest_attempt_jobs(ctx, names).await?
+            newest_attempt_jobs(io, names).await?
         }
     };
     let split = duplicates::split(jobs);
     let extra = split.to_cancel.into_iter().map(job_view).collect();
     let mut cost = None;
     if let (Some(job), Some(v)) = (&split.kept, &tp.spec.training.vertex) {
-        cost = super::super::status::vertex_cost(v, job, &ctx.tenancy.prices, ctx.clock.now());
+        cost = super::super::status::vertex_cost(v, job, io.settings.prices, io.clock.now());
     }
     reads.job.clone_from(&split.kept);
     let Some(mut job) = split.kept.map(job_view) else {
@@ -153,7 +153,7 @@ pub(super) async fn current_job(
             | tpu_operator_gcp::aiplatform_v1::model::JobState::PartiallySucceeded
     ) {
         let created = reads.job.as_ref().and_then(|j| j.create_time);
-        job.model_exists = Some(model_written_since(ctx, tp, created).await?);
+        job.model_exists = Some(model_written_since(io, tp, created).await?);
     }
     Ok((Some(job), cost, extra))
 }
@@ -161,7 +161,7 @@ pub(super) async fn current_job(
 /// The recorded job and, while a create is unconfirmed or the name reads as gone, the other
 /// jobs its attempt lists.
 async fn recorded_attempt_jobs(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     name: &str,
@@ -170,13 +170,12 @@ async fn recorded_attempt_jobs(
     // The cloud watch saves reads: a job it just listed in a new state, or one that has
     // not changed since this pipeline last read it (a pipeline is woken by its children
     // and its own status writes far more often than its job changes).
-    let watched = ctx
-        .cloud_watch
-        .take::<CustomJob>(name)
-        .or_else(|| ctx.cloud_watch.unchanged(name));
+    let watched = io
+        .take_listed::<CustomJob>(name)
+        .or_else(|| io.unchanged_listed(name));
     let got = match watched {
         Some(job) => Some(job),
-        None => read_job(ctx, name).await?,
+        None => read_job(io, name).await?,
     };
     // Duplicates can only come from a create whose outcome was unknown; once a list
     // showed the recorded job (and so every older one), the marker is cleared and a
@@ -186,15 +185,15 @@ async fn recorded_attempt_jobs(
         .as_ref()
         .is_some_and(|s| s.unconfirmed_create_time.is_some());
     if unconfirmed || got.is_none() {
-        attempt_jobs(ctx, tp, names, got, reads).await
+        attempt_jobs(io, tp, names, got, reads).await
     } else {
         Ok(got.into_iter().collect())
     }
 }
 
 /// No job name recorded: every job carrying this pipeline's UID label, kept to the newest attempt.
-async fn newest_attempt_jobs(ctx: &Context, names: &Target) -> Result<Vec<CustomJob>> {
-    let mut all = list_custom_jobs(ctx, names, None).await?;
+async fn newest_attempt_jobs(io: &Io<'_>, names: &Target) -> Result<Vec<CustomJob>> {
+    let mut all = list_custom_jobs(io, names, None).await?;
     let newest = all.iter().map(spec::attempt_of).max();
     all.retain(|j| Some(spec::attempt_of(j)) == newest);
     Ok(all)
@@ -210,7 +209,7 @@ const MODEL_OBJECTS_LOOKED_AT: u32 = 1000;
 /// order, as many calls as the existence check it replaces; a model whose first thousand objects
 /// by name are all older than the job is taken as not written (a fresh run rewrites its files).
 async fn model_written_since(
-    ctx: &Context,
+    io: &Io<'_>,
     tp: &TrainingPipeline,
     created: Option<tpu_operator_gcp::wkt::Timestamp>,
 ) -> Result<bool> {
@@ -218,7 +217,7 @@ async fn model_written_since(
     let Some(uri) = parse_gs_uri(&model) else {
         return Ok(false);
     };
-    let objects = ctx
+    let objects = io
         .storage_for(&kube::ResourceExt::namespace(tp).unwrap_or_default())
         .list_objects(uri.bucket, uri.path, MODEL_OBJECTS_LOOKED_AT)
         .await

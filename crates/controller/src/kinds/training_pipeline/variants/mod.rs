@@ -12,8 +12,8 @@ use kube::{Resource, runtime::reflector::Store};
 use tpu_operator_api::{conditions::reasons, training_pipeline::TrainingPipeline};
 
 use crate::{
-    governance::tenancy,
-    reconcile::{context::Context, kind::Stop},
+    governance::tenancy::{self, Policies},
+    reconcile::{handles::Kept, kind::Stop},
     runtime::{cloud_watch::Owner, watched::Cached},
 };
 use claim::Claim;
@@ -21,18 +21,18 @@ use claim::Claim;
 /// Why `tp` (expanded or not) must wait for another pipeline, if it must. A pipeline that is no
 /// longer live wakes the ones that waited for it, so they start now rather than at their next
 /// stable poll.
-pub fn contention(ctx: &Context, tp: &TrainingPipeline) -> Option<Stop> {
+pub fn contention(policies: &Policies, kept: Kept<'_>, tp: &TrainingPipeline) -> Option<Stop> {
     let me = Claim::of(tp)?;
     if !me.live {
-        release(ctx, &me.uid);
+        release(kept, &me.uid);
     }
     // Only a pipeline that has not started waits: skip the cache for every other pass.
     if !claim::may_wait(&me) {
         return None;
     }
-    let store = ctx.shared.get::<Store<Cached<TrainingPipeline>>>()?;
-    let index = ctx.shared.get_or_default::<Index>();
-    let may_write = |other: &Claim| claim_allowed(ctx, other);
+    let store = kept.shared.get::<Store<Cached<TrainingPipeline>>>()?;
+    let index = kept.shared.get_or_default::<Index>();
+    let may_write = |other: &Claim| claim_allowed(policies, other);
     let other = index.blocker(&store, &me, may_write)?;
     if let Some(owner) = Owner::of(tp) {
         index.wait_for(&other.uid, owner);
@@ -46,7 +46,7 @@ pub fn contention(ctx: &Context, tp: &TrainingPipeline) -> Option<Stop> {
 /// Whether the policy of `other`'s namespace lets it write the directories it claims. A claim
 /// its own policy refuses holds nothing: otherwise one team could point a pipeline its policy
 /// refuses at another team's bucket and make every pipeline there wait.
-fn claim_allowed(ctx: &Context, other: &Claim) -> bool {
+fn claim_allowed(policies: &Policies, other: &Claim) -> bool {
     let req = tenancy::request::Request {
         what: format!("TrainingPipeline {}", other.name),
         storage: other
@@ -59,16 +59,16 @@ fn claim_allowed(ctx: &Context, other: &Claim) -> bool {
             .collect(),
         ..Default::default()
     };
-    tenancy::check_storage(&ctx.tenancy, &other.namespace, &req).is_ok()
+    tenancy::check_storage(policies, &other.namespace, &req).is_ok()
 }
 
 /// Wakes the pipelines that waited for the one with `uid` (finished or being deleted).
-pub fn release(ctx: &Context, uid: &str) {
-    let Some(index) = ctx.shared.get::<Index>() else {
+pub fn release(kept: Kept<'_>, uid: &str) {
+    let Some(index) = kept.shared.get::<Index>() else {
         return;
     };
     for owner in index.waiters(uid) {
-        ctx.cloud_watch.wake_owner(&owner);
+        kept.wake(&owner);
     }
 }
 
