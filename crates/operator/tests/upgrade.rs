@@ -151,16 +151,8 @@ async fn upgrade_with_work_in_every_phase_then_roll_back() {
 /// This release, as docs/install.md's "Upgrade" says: the CRDs first, then the chart, then the
 /// rolling update's hand-over to this binary.
 async fn upgrade(cli: &Cli, gcp: &gcp_emulator::Emulator, old: &mut Operator) -> HandOver {
-    let crds = cli.helm(&["show", "crds", chart_dir().to_str().unwrap()]);
-    let crds = cli.file("crds.yaml", &crds);
     HandOver::run(cli, gcp, old, "new", async || {
-        cli.kubectl(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            crds.to_str().unwrap(),
-        ]);
+        apply_crds(cli);
         helm(cli, "upgrade", &chart_dir());
         Operator::start_binary(
             std::path::Path::new(cluster::BIN),
@@ -335,6 +327,12 @@ async fn uninstall(cli: &Cli) {
     cli.helm(&["uninstall", RELEASE, "-n", NAMESPACE, "--wait"]);
     cli.kubectl(&["delete", "namespace", NS, NAMESPACE, "--wait"]);
     cli.kubectl(&["delete", "tpupolicy", NS, "--ignore-not-found"]);
+    apply_crds(cli);
+    cli.wait_crds_established().await;
+}
+
+/// This release's CRDs, applied as docs/install.md's "Upgrade" step 1 does.
+fn apply_crds(cli: &Cli) {
     let crds = cli.helm(&["show", "crds", chart_dir().to_str().unwrap()]);
     let crds = cli.file("crds.yaml", &crds);
     cli.kubectl(&[
@@ -344,5 +342,4 @@ async fn uninstall(cli: &Cli) {
         "-f",
         crds.to_str().unwrap(),
     ]);
-    cli.wait_crds_established().await;
 }
