@@ -12,7 +12,6 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
-use futures::FutureExt;
 use k8s_openapi::api::core::v1::Namespace;
 use prometheus_client::{
     metrics::{gauge::Gauge, info::Info},
@@ -27,7 +26,12 @@ use tpu_operator_controller::{
     sweeper::{self, Sweeper},
 };
 use tpu_operator_gcp::{Gcp, GcpMetrics};
-use tracing::{error, info, warn};
+use tracing::info;
+
+mod term;
+
+pub use term::LeadershipLost;
+use term::{finish, lead_while_holding};
 
 use crate::{
     build_info,
@@ -300,101 +304,4 @@ async fn connect_gcp(
 /// `call_timeout` leaves room for a slow node.
 pub fn connect_bound(call_timeout: Duration) -> Duration {
     call_timeout * 2
-}
-
-/// Why a leader exits: it lost the lease (another holder, or no renewal within the renew
-/// deadline). Its controllers were aborted when that happened, before the lease could expire for
-/// another replica; the process then exits rather than stand by again, so that nothing started in
-/// that term (a reconcile's spawned task, the cloud-watch lister, a request a client library still
-/// retries) outlives it, and the next term starts from what the API server says, not from this
-/// process's caches. client-go-based managers do the same (controller-runtime returns "leader
-/// election lost", kube-controller-manager exits).
-#[derive(Debug)]
-pub struct LeadershipLost;
-
-impl std::fmt::Display for LeadershipLost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(
-            "leader election lost: controllers aborted; exiting so that the kubelet restarts this \
-             replica as a standby",
-        )
-    }
-}
-
-impl std::error::Error for LeadershipLost {}
-
-/// Runs the controllers once this replica holds the lease, until `stop` (then they stop
-/// gracefully) or the lease is lost (then they are aborted at once: [`LeadershipLost`]).
-async fn lead_while_holding(
-    election: &mut Election,
-    ctx: &Arc<Context>,
-    stop: &Shutdown,
-    leader_gauge: &Gauge,
-    settings: &Settings,
-) -> anyhow::Result<()> {
-    tokio::select! {
-        acquired = election.acquired() => acquired?,
-        _ = stop.clone() => return Ok(()),
-    }
-    info!(
-        identity = election.identity(),
-        "acquired the leader lease; starting controllers"
-    );
-    leader_gauge.set(1);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let controller_stop = shutdown_on(futures::future::select(stop.clone(), stop_rx).map(|_| ()));
-    let sweeper = Arc::new(Sweeper::new(settings.sweeper.clone()));
-    let mut controllers = tokio::spawn(run_operator(ctx.clone(), sweeper, controller_stop));
-    // Biased: losing the lease wins over everything; the controllers also end when `stop`
-    // fires, which is a shutdown, not a crash.
-    let outcome = tokio::select! {
-        biased;
-        lost = election.lost() => Err(lost.err()),
-        _ = stop.clone() => Ok(Ok(())),
-        ended = &mut controllers => Ok(Err(anyhow::anyhow!("controllers stopped unexpectedly: {ended:?}"))),
-    };
-    let _ = stop_tx.send(());
-    let graceful = match outcome {
-        Err(lost) => return fence(controllers, leader_gauge, lost).await,
-        Ok(Err(crashed)) => Err(crashed),
-        Ok(Ok(())) => Ok(()),
-    };
-    // Graceful, but still fenced: the lease must be renewed while in-flight reconciles finish.
-    tokio::select! {
-        biased;
-        lost = election.lost() => return fence(controllers, leader_gauge, lost.err()).await,
-        () = finish(&mut controllers, settings.shutdown_timeout) => {}
-    }
-    leader_gauge.set(0);
-    graceful
-}
-
-/// Aborts the controllers (dropping every reconcile and its in-flight HTTP calls) and reports
-/// [`LeadershipLost`].
-async fn fence(
-    controllers: tokio::task::JoinHandle<()>,
-    leader_gauge: &Gauge,
-    election_error: Option<anyhow::Error>,
-) -> anyhow::Result<()> {
-    controllers.abort();
-    leader_gauge.set(0);
-    error!(
-        election_error = ?election_error,
-        "lost the leader lease; controllers aborted, exiting"
-    );
-    // An aborted task ends at its next await point; wait for it, briefly, to be sure.
-    let _ = tokio::time::timeout(Duration::from_secs(1), controllers).await;
-    Err(LeadershipLost.into())
-}
-
-/// Waits for the controllers to finish their in-flight reconciles, at most `timeout`.
-async fn finish(controllers: &mut tokio::task::JoinHandle<()>, timeout: Duration) {
-    if controllers.is_finished() {
-        return;
-    }
-    match tokio::time::timeout(timeout, controllers).await {
-        Ok(Ok(())) => info!("controllers stopped"),
-        Ok(Err(e)) => error!(error = %e, "controller task failed"),
-        Err(_) => warn!(?timeout, "controllers did not stop in time; exiting anyway"),
-    }
 }

@@ -1,6 +1,6 @@
 //! Crash consistency inside `cargo test`: a handful of seeded runs with the controllers
 //! in-process (killed by aborting their tasks), and one against the real `tpu-operator` binary
-//! killed with SIGKILL. The long run (≥ 500 kill points) is `src/bin/crash-bench.rs`.
+//! killed with SIGKILL. The long run (≥ 500 kill points) is `src/bin/crash-bench/main.rs`.
 
 use tpu_operator_reliability::{
     crash::{self, CrashConfig, Flow, How, Plans},

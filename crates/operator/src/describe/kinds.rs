@@ -4,8 +4,8 @@ use tpu_operator_api::{
     conditions::{find_condition, types},
     kueue::KueueStatus,
     preprocess_batch::{PreprocessBatch, PreprocessBatchPhase},
-    tpu_slice::{TpuSlice, TpuSlicePhase},
-    training_pipeline::{CheckpointStatus, TrainingPipeline, TrainingPipelinePhase},
+    tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
+    training_pipeline::{CheckpointStatus, StageStatus, TrainingPipeline, TrainingPipelinePhase},
 };
 
 use super::{
@@ -48,8 +48,31 @@ pub fn pipeline(sheet: &mut Sheet, tp: &TrainingPipeline, logs_cmd: &str) {
         &format!("{} (maxRetries {})", st.attempts, tp.spec.max_retries),
     );
     sheet.row("Run", &span(st.start_time.as_ref(), st.completion_time.as_ref()));
+    stages(sheet, &st.stages);
+    sheet.cost(st.estimated_cost.as_ref());
+    if let Some(spent) = &st.time_spent {
+        sheet.row("Time spent", &spent.summary());
+    }
+    sheet.row(
+        "Checkpoint",
+        &checkpoint(st.checkpoint.clone().unwrap_or_default()),
+    );
+    if let Some(model) = st.outputs.as_ref().and_then(|o| o.model_uri.as_ref()) {
+        sheet.row("Model", model);
+    }
+    if let Some(kept) = &st.kept_slice {
+        sheet.row(
+            "Kept slice",
+            &format!("TpuSlice {} until {}", kept.name, stamp(&kept.until)),
+        );
+    }
+    sheet.links(st.links.as_ref(), logs_cmd);
+}
+
+/// One line per stage (state, times, cloud name), and its interruptions under it.
+fn stages(sheet: &mut Sheet, stages: &[StageStatus]) {
     sheet.section("Stages");
-    for s in &st.stages {
+    for s in stages {
         let name = format!("{:?}", s.name).to_lowercase();
         let state = format!("{:?}", s.state);
         let times = span(s.start_time.as_ref(), s.end_time.as_ref());
@@ -73,24 +96,6 @@ pub fn pipeline(sheet: &mut Sheet, tp: &TrainingPipeline, logs_cmd: &str) {
             sheet.item(&line);
         }
     }
-    sheet.cost(st.estimated_cost.as_ref());
-    if let Some(spent) = &st.time_spent {
-        sheet.row("Time spent", &spent.summary());
-    }
-    sheet.row(
-        "Checkpoint",
-        &checkpoint(st.checkpoint.clone().unwrap_or_default()),
-    );
-    if let Some(model) = st.outputs.as_ref().and_then(|o| o.model_uri.as_ref()) {
-        sheet.row("Model", model);
-    }
-    if let Some(kept) = &st.kept_slice {
-        sheet.row(
-            "Kept slice",
-            &format!("TpuSlice {} until {}", kept.name, stamp(&kept.until)),
-        );
-    }
-    sheet.links(st.links.as_ref(), logs_cmd);
 }
 
 pub fn slice(sheet: &mut Sheet, slice: &TpuSlice, logs_cmd: &str) {
@@ -117,18 +122,7 @@ pub fn slice(sheet: &mut Sheet, slice: &TpuSlice, logs_cmd: &str) {
     {
         sheet.row("Maintenance", &c.message);
     }
-    let replaced: i32 = st.slice_restarts.iter().sum();
-    if st.recreations + st.maintenance_restarts + replaced > 0 {
-        let mut counts = format!(
-            "{} preemption(s), {} maintenance restart(s)",
-            st.recreations, st.maintenance_restarts
-        );
-        if replaced > 0 {
-            counts.push_str(&format!(
-                ", slices replaced alone {:?} (by slice id)",
-                st.slice_restarts
-            ));
-        }
+    if let Some(counts) = interruptions(&st) {
         sheet.row("Interrupted", &counts);
     }
     let node = match &st.node_id {
@@ -156,6 +150,25 @@ pub fn slice(sheet: &mut Sheet, slice: &TpuSlice, logs_cmd: &str) {
         sheet.row("Time spent", &spent.summary());
     }
     sheet.links(st.links.as_ref(), logs_cmd);
+}
+
+/// The slice's preemptions, maintenance restarts and slices replaced alone; `None` if none.
+fn interruptions(st: &TpuSliceStatus) -> Option<String> {
+    let replaced: i32 = st.slice_restarts.iter().sum();
+    if st.recreations + st.maintenance_restarts + replaced == 0 {
+        return None;
+    }
+    let mut counts = format!(
+        "{} preemption(s), {} maintenance restart(s)",
+        st.recreations, st.maintenance_restarts
+    );
+    if replaced > 0 {
+        counts.push_str(&format!(
+            ", slices replaced alone {:?} (by slice id)",
+            st.slice_restarts
+        ));
+    }
+    Some(counts)
 }
 
 pub fn batch(sheet: &mut Sheet, b: &PreprocessBatch, logs_cmd: &str) {

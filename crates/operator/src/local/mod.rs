@@ -8,6 +8,7 @@
 
 mod apply;
 mod clock;
+mod controllers;
 mod display;
 mod kube_side;
 mod progress;
@@ -16,21 +17,18 @@ mod seed;
 mod summary;
 mod watch;
 
-use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{ArgAction, Args};
-use test_kit::{ContextSpec, Polls};
-use tpu_operator_controller::{
-    Context, governance::tenancy::WithoutPolicy, runtime::capacity::publish, shutdown_on,
-};
 
+use self::clock::by_events;
 pub use self::clock::runtime;
-use self::clock::{by_events, hold_time_during_calls};
+use self::controllers::{publish_capacity, start_controllers};
 use self::kube_side::start_kube;
 use self::progress::{Key, Outcome, Tracker};
 use self::watch::{Watch, clean_up};
-use crate::{config::LogFormat, run::run_controllers, telemetry};
+use crate::{config::LogFormat, telemetry};
 
 /// Flags of `tpu-operator local`.
 #[derive(Debug, Args)]
@@ -121,11 +119,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     let gcp = start_gcp(&args).await?;
 
     // Held to the end: the kubeconfig lives in it.
-    let _kubeconfig_dir = if args.keep {
-        announce_endpoints(&args, &kube_server, &gcp)?
-    } else {
-        None
-    };
+    let _kubeconfig_dir = announce_endpoints(&args, &kube_server, &gcp)?;
 
     let (applied, applied_keys) = apply_and_seed(&args, &client, &gcp, &manifests).await?;
 
@@ -145,17 +139,12 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
         objects: watch.tracker.objects.clone(),
     };
     report_unfinished(interrupted, finished_in_time, args.timeout);
-    let capacity_view = if args.capacity {
-        let now = ctx.clock.now();
-        Some(crate::capacity::view_of(ctx.capacity.snapshot(now), &client, now).await)
-    } else {
-        None
-    };
+    let capacity_view = capacity_view(&args, &ctx, &client).await;
 
     if args.keep {
         if !interrupted {
             watch.finish();
-            print_summary(&at_end, &at_end, &gcp, None, converged_after);
+            summary::print(&at_end, &at_end, &gcp, None, converged_after);
             print_capacity(capacity_view.as_ref());
             println!("everything keeps running; press Ctrl-C to stop");
             stop.await;
@@ -174,7 +163,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<ExitCode> {
     let _ = tokio::time::timeout(Duration::from_secs(5), controllers).await;
 
     watch.finish();
-    print_summary(&at_end, &watch.tracker, &gcp, left.as_deref(), started.elapsed());
+    summary::print(&at_end, &watch.tracker, &gcp, left.as_deref(), started.elapsed());
     print_capacity(capacity_view.as_ref());
     Ok(exit_code(&at_end, &applied_keys, left.as_deref(), cleanup_ok))
 }
@@ -233,50 +222,6 @@ async fn apply_and_seed(
     Ok((applied, applied_keys))
 }
 
-/// The controllers' stop, their task, and their context (its stockout memory, for `--capacity`).
-type Controllers = (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<()>,
-    Arc<Context>,
-);
-
-/// Starts the controllers against both emulators: the sender stops them, the handle ends when
-/// they have.
-async fn start_controllers(
-    client: &kube::Client,
-    gcp: &gcp_emulator::Emulator,
-    by_events: bool,
-    time_scale: f64,
-) -> anyhow::Result<Controllers> {
-    let mut ctx = context(client, gcp, by_events).await?;
-    // The emulated cloud runs `time_scale` times faster than the controllers' timers.
-    ctx.config.cloud_time_scale = time_scale;
-    let ctx = Arc::new(ctx);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let controllers = tokio::spawn(run_controllers(
-        ctx.clone(),
-        shutdown_on(async move {
-            let _ = stop_rx.await;
-        }),
-    ));
-    Ok((stop_tx, controllers, ctx))
-}
-
-/// `--keep`: the stockout memory published as the leader of a cluster publishes it, into the
-/// ConfigMap `tpu-operator-capacity` of namespace `default`, so `tpu-operator capacity
-/// --kubeconfig ... --operator-namespace default` reads this run as it reads a cluster. Only with
-/// `--keep`: its timer and writes would otherwise be more events for the clock to advance by.
-/// It ends with the process.
-fn publish_capacity(ctx: &Arc<Context>) {
-    tokio::spawn(publish::run(
-        ctx.capacity.clone(),
-        ctx.clock.clone(),
-        ctx.client.clone(),
-        "default".into(),
-        tpu_operator_controller::never_shutdown(),
-    ));
-}
-
 /// Says why the wait ended early: an interrupt, or the timeout.
 fn report_unfinished(interrupted: bool, finished_in_time: bool, timeout: Duration) {
     if interrupted {
@@ -311,12 +256,16 @@ fn exit_code(
 }
 
 /// `--keep`: writes the kubeconfig (into a temporary directory unless `--kubeconfig-out` names
-/// one, returned so it lives as long as the run) and prints how to reach both emulators.
+/// one, returned so it lives as long as the run) and prints how to reach both emulators. Without
+/// `--keep`, nothing.
 fn announce_endpoints(
     args: &LocalArgs,
     kube_server: &kube_emulator::Server,
     gcp: &gcp_emulator::Emulator,
 ) -> anyhow::Result<Option<tempfile::TempDir>> {
+    if !args.keep {
+        return Ok(None);
+    }
     let (path, dir) = match &args.kubeconfig_out {
         Some(path) => (path.clone(), None),
         None => {
@@ -354,34 +303,18 @@ fn keys(applied: &[apply::Applied]) -> Vec<Key> {
         .collect()
 }
 
-/// The controllers' context: the emulator's clock, fast requeues (real time), short backoff, and
-/// TpuPolicy objects applied to the local cluster enforced as in a real one.
-async fn context(
+/// `--capacity`: the stockout memory as the objects finished, in the view `tpu-operator capacity`
+/// prints.
+async fn capacity_view(
+    args: &LocalArgs,
+    ctx: &tpu_operator_controller::Context,
     client: &kube::Client,
-    gcp: &gcp_emulator::Emulator,
-    by_events: bool,
-) -> anyhow::Result<Context> {
-    let spec = ContextSpec {
-        cluster_id: "local".into(),
-        default_project: "local-project".into(),
-        namespace: None,
-        concurrency: 32,
-        polls: Polls {
-            active: Duration::from_millis(100),
-            stable: Duration::from_secs(1),
-            capacity: Duration::from_millis(200),
-            watched: Duration::from_secs(5),
-            backoff_base: Duration::from_millis(50),
-            backoff_max: Duration::from_secs(1),
-        },
-        tenancy: Some(WithoutPolicy::Allow),
-    };
-    let metrics = if by_events {
-        tpu_operator_gcp::GcpMetrics::new().with_call_hold(hold_time_during_calls())
-    } else {
-        tpu_operator_gcp::GcpMetrics::new()
-    };
-    Ok(spec.build_metered(client, gcp, &gcp.url(), metrics).await?)
+) -> Option<crate::capacity::View> {
+    if !args.capacity {
+        return None;
+    }
+    let now = ctx.clock.now();
+    Some(crate::capacity::view_of(ctx.capacity.snapshot(now), client, now).await)
 }
 
 /// `--capacity`: the view taken when the objects finished.
@@ -389,46 +322,5 @@ fn print_capacity(view: Option<&crate::capacity::View>) {
     if let Some(view) = view {
         println!();
         crate::capacity::print(view, crate::capacity::Output::Table);
-    }
-}
-
-fn print_summary(
-    at_end: &Tracker,
-    last: &Tracker,
-    gcp: &gcp_emulator::Emulator,
-    left: Option<&[gcp_emulator::ResourceSummary]>,
-    wall: Duration,
-) {
-    println!();
-    print!("{}", summary::table(&summary::rows(at_end, last)));
-    for failure in summary::failures(&at_end.objects) {
-        println!("  {failure}");
-    }
-    for plan in summary::capacity_plans(&at_end.objects) {
-        println!("  {plan}");
-    }
-    for line in summary::interruptions(&at_end.objects) {
-        println!("  {line}");
-    }
-    for line in summary::time_spent(&at_end.objects) {
-        println!("  {line}");
-    }
-    let links = summary::links(&at_end.objects);
-    if !links.is_empty() {
-        println!(
-            "links (on Google Cloud they open the Console; the emulated run's logs: `tpu-operator logs`, with --keep):"
-        );
-        for line in links {
-            println!("  {line}");
-        }
-    }
-    println!("cloud API calls: {}", summary::calls_line(&gcp.call_counts()));
-    println!("wall time: {:.1}s", wall.as_secs_f64());
-    match left {
-        Some(left) => println!("{}", summary::left_line(left)),
-        None => println!(
-            "cloud resources now: {} (not cleaned up)",
-            gcp.billable_resources().len()
-        ),
     }
 }

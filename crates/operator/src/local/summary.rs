@@ -2,7 +2,7 @@
 //! stage took (from the objects' status timestamps), cloud API calls, estimated cost, and what
 //! was left behind in the (emulated) cloud.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -268,6 +268,48 @@ pub fn left_line(left: &[gcp_emulator::ResourceSummary]) -> String {
         line.push_str(&format!("\n  {} {} ({})", r.kind, r.name, r.state));
     }
     line
+}
+
+/// Prints the table, then what the objects went through and what the run cost and left.
+pub fn print(
+    at_end: &Tracker,
+    last: &Tracker,
+    gcp: &gcp_emulator::Emulator,
+    left: Option<&[gcp_emulator::ResourceSummary]>,
+    wall: Duration,
+) {
+    println!();
+    print!("{}", table(&rows(at_end, last)));
+    for failure in failures(&at_end.objects) {
+        println!("  {failure}");
+    }
+    for plan in capacity_plans(&at_end.objects) {
+        println!("  {plan}");
+    }
+    for line in interruptions(&at_end.objects) {
+        println!("  {line}");
+    }
+    for line in time_spent(&at_end.objects) {
+        println!("  {line}");
+    }
+    let links = links(&at_end.objects);
+    if !links.is_empty() {
+        println!(
+            "links (on Google Cloud they open the Console; the emulated run's logs: `tpu-operator logs`, with --keep):"
+        );
+        for line in links {
+            println!("  {line}");
+        }
+    }
+    println!("cloud API calls: {}", calls_line(&gcp.call_counts()));
+    println!("wall time: {:.1}s", wall.as_secs_f64());
+    match left {
+        Some(left) => println!("{}", left_line(left)),
+        None => println!(
+            "cloud resources now: {} (not cleaned up)",
+            gcp.billable_resources().len()
+        ),
+    }
 }
 
 #[cfg(test)]

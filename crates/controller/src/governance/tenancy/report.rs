@@ -106,18 +106,7 @@ async fn refresh(
     metering: &mut Metering,
 ) -> crate::runtime::error::Result<()> {
     let selections = tenancy.policies.selections();
-    let mut rows: HashMap<String, NamespaceUsage> = HashMap::new();
-    let mut holders: HashMap<String, Vec<ObjectReference>> = HashMap::new();
-    for (_, namespaces) in &selections {
-        for ns in namespaces {
-            if rows.contains_key(ns) || watched.is_some_and(|w| w != ns) {
-                continue;
-            }
-            let listed = Listed::read(&tenancy.client, ns, &tenancy.prices).await?;
-            rows.insert(ns.clone(), row(ns, &listed, tenancy));
-            holders.insert(ns.clone(), listed.holders);
-        }
-    }
+    let (rows, holders) = read_selected(tenancy, &selections, watched).await?;
     let rates: HashMap<String, f64> = rows
         .iter()
         .map(|(ns, r)| (ns.clone(), r.spend_per_hour_usd))
@@ -160,6 +149,34 @@ async fn refresh(
     write_views(tenancy, metering, views).await;
     Ok(())
 }
+
+/// The usage row and the quota holders of each selected namespace, read once (of `watched` alone,
+/// when the operator watches one).
+async fn read_selected(
+    tenancy: &Tenancy,
+    selections: &[(Arc<TpuPolicy>, Vec<String>)],
+    watched: Option<&str>,
+) -> crate::runtime::error::Result<Selected> {
+    let mut rows: HashMap<String, NamespaceUsage> = HashMap::new();
+    let mut holders: HashMap<String, Vec<ObjectReference>> = HashMap::new();
+    for (_, namespaces) in selections {
+        for ns in namespaces {
+            if rows.contains_key(ns) || watched.is_some_and(|w| w != ns) {
+                continue;
+            }
+            let listed = Listed::read(&tenancy.client, ns, &tenancy.prices).await?;
+            rows.insert(ns.clone(), row(ns, &listed, tenancy));
+            holders.insert(ns.clone(), listed.holders);
+        }
+    }
+    Ok((rows, holders))
+}
+
+/// Each selected namespace's usage row, and the objects holding its quota.
+type Selected = (
+    HashMap<String, NamespaceUsage>,
+    HashMap<String, Vec<ObjectReference>>,
+);
 
 /// Writes the budget views that changed, and empties those of namespaces no budget covers now.
 async fn write_views(tenancy: &Tenancy, metering: &mut Metering, mut views: budget_view::Views) {

@@ -97,26 +97,16 @@ pub fn after_submit(
             if let Some(phase) = phase {
                 s.phase = *phase;
             }
-            set_kstatus(
-                &mut s.conditions,
-                Progress::Stalled,
-                reason,
-                message,
-                generation,
-                k8s_time(now),
-            );
-            return s;
+            let stalled = (Progress::Stalled, *reason, message.as_str());
+            return not_submitted(s, stalled, generation, now);
         }
         SubmitOutcome::Paced { message, .. } => {
-            set_kstatus(
-                &mut s.conditions,
+            let paced = (
                 Progress::Reconciling,
                 reasons::WAITING_FOR_CREATE_RATE,
-                message,
-                generation,
-                k8s_time(now),
+                message.as_str(),
             );
-            return s;
+            return not_submitted(s, paced, generation, now);
         }
         SubmitOutcome::Created {
             attempt,
@@ -145,6 +135,25 @@ pub fn after_submit(
     if let SubmitOutcome::Adopted { batch, .. } = outcome {
         record_batch(&mut s, batch);
     }
+    s
+}
+
+/// Nothing was submitted (refused, or paced by the create limiter): the status says why in its
+/// kstatus conditions (progress, reason, message) and nothing else changes.
+fn not_submitted(
+    mut s: PreprocessBatchStatus,
+    (progress, reason, message): (Progress, &str, &str),
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) -> PreprocessBatchStatus {
+    set_kstatus(
+        &mut s.conditions,
+        progress,
+        reason,
+        message,
+        generation,
+        k8s_time(now),
+    );
     s
 }
 

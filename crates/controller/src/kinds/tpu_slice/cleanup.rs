@@ -12,9 +12,10 @@ use tpu_operator_gcp::{
 };
 
 use super::{
-    Target, act, backend, build_status,
+    Target, act, backend,
     observe::{self, Observed},
     plan::{self, Action as Step, Assessment, CleanupStep, Plan},
+    status,
 };
 use crate::{
     governance::{
@@ -71,7 +72,7 @@ pub(super) async fn clean(slice: &TpuSlice, io: &Io<'_>, t: &Target) -> Result<C
     let (started, failed) = send_delete(io, t, &old, &mut plan, refused).await?;
     let now = io.clock.now();
     Ok(Cleaned::Pending {
-        status: Some(build_status(
+        status: Some(status::of_pass(
             slice,
             t,
             &old,
@@ -223,7 +224,15 @@ async fn delete_known_node(
     };
     let now = io.clock.now();
     Ok(KnownDelete::Started(Box::new(Cleaned::Pending {
-        status: Some(build_status(slice, t, old, &observed, &plan, Some(&started), now)),
+        status: Some(status::of_pass(
+            slice,
+            t,
+            old,
+            &observed,
+            &plan,
+            Some(&started),
+            now,
+        )),
         wait: watch_deletion(io.settings.config, slice, &observed, &action),
         failed: None,
         events: Vec::new(),

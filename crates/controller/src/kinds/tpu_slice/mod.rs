@@ -245,7 +245,7 @@ impl Kind for TpuSlice {
     }
 
     fn report(&self, now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TpuSliceStatus {
-        build_status(
+        status::of_pass(
             self,
             pass.target,
             pass.old,
@@ -353,52 +353,4 @@ fn plan_input<'a>(
         replacing: &old.replacing_slices,
         now,
     }
-}
-
-/// The status a pass writes (pure).
-fn build_status(
-    slice: &TpuSlice,
-    t: &Target,
-    old: &TpuSliceStatus,
-    observed: &Observed,
-    plan: &Plan,
-    started: Option<&act::Started>,
-    now: DateTime<Utc>,
-) -> TpuSliceStatus {
-    let (capacity_plan, assessment) = ladder::settle(&slice.spec, old, observed, plan, now);
-    let mut st = status::build(&status::Report {
-        old,
-        generation: slice.meta().generation,
-        names: &t.names,
-        observed,
-        assessment: &assessment,
-        shape: t.shape(),
-        started,
-        preempted: plan.action == Step::RecordPreemption,
-        suspended: plan.action == Step::RecordSuspension,
-        price: t.price.clone(),
-        now,
-    });
-    st.zone = Some(t.spec(&slice.spec).zone.clone());
-    maintenance::report(&mut st, old, observed, &plan.action, started.is_some(), now);
-    (st.slice_restarts, st.replacing_slices) =
-        plan::slice_restarts(&old.slice_restarts, &old.replacing_slices, observed, &plan.action);
-    st.capacity_plan = capacity_plan;
-    st.kueue = queue::status(
-        old,
-        observed.queue.as_ref(),
-        plan.action == Step::RecordSuspension,
-    );
-    let project = &t.names.project;
-    let node = st.node_name.as_deref();
-    st.links = crate::kinds::links::slice(&crate::kinds::links::Slice {
-        project,
-        uid: &t.identity.uid,
-        node,
-        console: node.and_then(|n| backend::of(t.names.provisioner).console(project, n)),
-        workload: slice.spec.startup_script.is_none() && slice.spec.workload.is_some(),
-    });
-    let deleted = slice.meta().deletion_timestamp.is_some();
-    time_spent::account(old, &mut st, deleted, now);
-    st
 }

@@ -10,17 +10,18 @@ use tpu_operator_api::{
     conditions::{Progress, reasons},
     tpu_slice::{TpuSlicePhase, TpuSliceSpec},
 };
-use tpu_operator_gcp::tpu_v2::model::node;
 
 use super::{
     observe::{Names, Observed, OperationView},
     spec::Desired,
 };
 
+mod absent;
 mod cleanup;
 mod drift;
 mod errors;
 mod kueue_gate;
+mod multislice;
 mod on_node;
 mod paced;
 mod queued;
@@ -28,6 +29,7 @@ mod reap;
 mod slices;
 mod withheld;
 
+use absent::plan_absent;
 use cleanup::is_qr_deleting;
 pub use cleanup::{CleanupStep, plan_cleanup};
 pub use errors::{node_busy, on_action_error, on_create_error};
@@ -38,7 +40,7 @@ pub use withheld::withheld;
 
 pub use super::spec::drift_mask;
 use drift::immutable_drift;
-use on_node::plan_multislice;
+use multislice::plan_multislice;
 pub use on_node::{health_name, state_name};
 use on_node::{plan_node, plan_preempted};
 #[cfg(test)]
@@ -290,111 +292,4 @@ fn decide(input: &Input<'_>) -> Plan {
         Some(node) => plan_node(input, node),
         None => plan_absent(input, Action::CreateNode),
     }
-}
-
-/// Neither the current node nor its queued resource exists.
-fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
-    use TpuSlicePhase as P;
-    if input.names.adopted {
-        return Plan::report(Assessment::new(
-            Progress::Stalled,
-            reasons::NOT_FOUND,
-            P::Failed,
-            format!(
-                "node {} named by spec.adoptNodeId does not exist",
-                input.names.current.node
-            ),
-        ));
-    }
-    let observed = input.observed;
-    let moved = input.spec_moved;
-    if let Some(prev) = observed.previous_queued.as_ref().filter(|q| moved && granted(q)) {
-        return Plan::new(
-            Action::ReturnToGranted,
-            Assessment::new(
-                Progress::Reconciling,
-                reasons::PROVISIONING,
-                P::Provisioning,
-                format!(
-                    "queued resource {} was granted just after the slice moved on: going back to it",
-                    prev.name
-                ),
-            ),
-        );
-    }
-    if let Some(prev) = &observed.previous_queued {
-        return previous_step(
-            is_qr_deleting(prev),
-            Action::DeleteQueuedResource(prev.name.clone()),
-            moved,
-        );
-    }
-    if let Some(prev) = &observed.previous_node {
-        return previous_step(
-            prev.state == node::State::Deleting,
-            Action::DeleteNode(prev.name.clone()),
-            moved,
-        );
-    }
-    match &observed.operation {
-        Some(OperationView::Running) => {
-            return Plan::report(Assessment::new(
-                Progress::Reconciling,
-                reasons::CREATING,
-                P::Provisioning,
-                "create operation in progress",
-            ));
-        }
-        Some(OperationView::Failed(err)) => {
-            if let Some(a) = on_create_error(err) {
-                // A quota failure is Stalled but still retried (slowly): a raised quota needs
-                // no change to the object.
-                let retry = a.progress == Progress::Reconciling || a.reason == reasons::QUOTA_EXCEEDED;
-                return Plan::new(if retry { create } else { Action::Nothing }, a);
-            }
-        }
-        Some(OperationView::Succeeded | OperationView::Gone | OperationView::Unread) | None => {}
-    }
-    let (phase, message) = match create {
-        Action::CreateQueuedResource | Action::CreateSliceQueuedResource(_) => {
-            (P::Queued, "requesting a queued resource")
-        }
-        _ => (P::Provisioning, "creating the TPU node"),
-    };
-    let phase = if input.recreations > 0 {
-        P::Recreating
-    } else {
-        phase
-    };
-    Plan::new(
-        create,
-        Assessment::new(Progress::Reconciling, reasons::CREATING, phase, message),
-    )
-}
-
-/// A queued resource whose capacity was granted (provisioning or running its nodes).
-fn granted(qr: &tpu_operator_gcp::tpu_v2::model::QueuedResource) -> bool {
-    use tpu_operator_gcp::tpu_v2::model::queued_resource_state::State;
-    matches!(
-        qr.state.as_ref().map(|s| &s.state),
-        Some(State::Provisioning | State::Active)
-    )
-}
-
-/// A recreation waits for the previous incarnation to be deleted before creating the next one,
-/// so that one slice never holds two cloud objects; so does a move along the capacity plan
-/// (`moved`), whose previous incarnation is the request left on the rung before.
-fn previous_step(deleting: bool, delete: Action, moved: bool) -> Plan {
-    let message = if moved {
-        "deleting the request left on the capacity plan's previous rung before asking the next"
-    } else {
-        "deleting the preempted incarnation before recreating the slice"
-    };
-    let a = Assessment::new(
-        Progress::Reconciling,
-        reasons::RECREATING,
-        TpuSlicePhase::Recreating,
-        message,
-    );
-    Plan::new(if deleting { Action::Nothing } else { delete }, a)
 }

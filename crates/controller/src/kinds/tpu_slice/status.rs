@@ -6,22 +6,27 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
     jiff::Timestamp,
 };
+use kube::Resource;
 use tpu_operator_api::{
     accelerator::SliceShape,
-    conditions::{
-        Progress, condition, describing, find_condition, is_true, reasons, remove_condition, set_condition,
-        set_kstatus, types,
-    },
-    tpu_slice::{TpuSlicePhase, TpuSliceStatus},
+    conditions::{Progress, condition, reasons, remove_condition, set_condition, set_kstatus, types},
+    tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
 use tpu_operator_gcp::tpu_v2::model::node;
 
 use super::{
+    Target,
     act::Started,
+    backend, ladder, maintenance,
     observe::{Names, Observed, OperationView},
-    plan::{Assessment, health_name, state_name},
+    plan::{self, Action as Step, Assessment, Plan, health_name, state_name},
+    queue, time_spent,
 };
-use crate::{reconcile::report::Transition, runtime::clock::k8s_time as time};
+use crate::runtime::clock::k8s_time as time;
+
+mod transitions;
+
+pub use transitions::transitions;
 
 /// The only writer of `TpuSlice.status`.
 pub const FIELD_MANAGER: &str = "tpuslice.tpu-operator.dev/controller";
@@ -325,84 +330,50 @@ pub fn refused(
     new
 }
 
-/// Events for what changed between two statuses (never for a pass that changed nothing).
-pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
-    let mut out = Vec::new();
-    let message = new.message.clone().unwrap_or_default();
-    if new.pending_operation.is_some() && new.pending_operation != old.pending_operation {
-        let what = new.queued_resource_name.as_ref().or(new.node_name.as_ref());
-        if new.phase != TpuSlicePhase::Deleting && old.node_name.is_none() && what.is_some() {
-            out.push(Transition::normal(
-                "Created",
-                format!("requested {}", what.cloned().unwrap_or_default()),
-            ));
-        }
-    }
-    if new.recreations > old.recreations {
-        out.push(Transition::warning(reasons::PREEMPTED, message.clone()));
-    }
-    if new.plan_moves() > old.plan_moves() {
-        out.push(Transition::normal(
-            reasons::MOVED_ON_CAPACITY_PLAN,
-            message.clone(),
-        ));
-    }
-    let became = |t: &str| is_true(&new.conditions, t) && !is_true(&old.conditions, t);
-    if became(types::READY) {
-        out.push(Transition::normal("Ready", message.clone()));
-    }
-    if became(types::STALLED) {
-        // Reasons that ask a person for something specific keep their name in the Event.
-        let reason = match find_condition(&new.conditions, types::STALLED).map(|c| c.reason.as_str()) {
-            Some(reasons::POLICY_DENIED) => reasons::POLICY_DENIED,
-            Some(reasons::QUOTA_EXCEEDED) => reasons::QUOTA_EXCEEDED,
-            Some(reasons::INVALID_SPEC) => reasons::INVALID_SPEC,
-            Some(reasons::PERMISSION_DENIED) => reasons::PERMISSION_DENIED,
-            Some(reasons::CREDENTIALS_UNAVAILABLE) => reasons::CREDENTIALS_UNAVAILABLE,
-            _ => reasons::FAILED,
-        };
-        out.push(Transition::warning(reason, message.clone()));
-    }
-    // A stockout waits as `WaitingForCapacity` (the wait's own Warning); what made it wait is
-    // named too, so every create failure has an Event of its own reason.
-    let capacity = |s: &TpuSliceStatus| {
-        find_condition(&s.conditions, types::CAPACITY_AVAILABLE)
-            .filter(|c| c.status == "False")
-            .map(|c| c.reason.clone())
-    };
-    if capacity(new).as_deref() == Some(reasons::STOCKOUT)
-        && capacity(old).as_deref() != Some(reasons::STOCKOUT)
-    {
-        out.push(Transition::warning(reasons::STOCKOUT, message.clone()));
-    }
-    out.extend(kueue_transitions(old, new, &message));
-    if new.phase == TpuSlicePhase::Deleting && old.phase != TpuSlicePhase::Deleting {
-        out.push(Transition::normal(reasons::DELETING, message));
-    }
-    out
-}
-
-/// Kueue's decisions as Events: `Evicted` (Warning: the node is deleted) once per eviction,
-/// `QueuedInKueue` when the slice starts waiting, `Admitted` when Kueue lets it run.
-fn kueue_transitions(old: &TpuSliceStatus, new: &TpuSliceStatus, message: &str) -> Vec<Transition> {
-    let Some(now) = new.kueue.as_ref() else {
-        return Vec::new();
-    };
-    let reason = |s: &TpuSliceStatus| describing(&s.conditions).map(|c| c.reason.clone());
-    let entered = |r: &str| reason(new).as_deref() == Some(r) && reason(old).as_deref() != Some(r);
-    let mut out = Vec::new();
-    if entered(reasons::EVICTED) {
-        out.push(Transition::warning(reasons::EVICTED, message.to_string()));
-    }
-    if entered(reasons::QUEUED_IN_KUEUE) {
-        out.push(Transition::normal(reasons::QUEUED_IN_KUEUE, message.to_string()));
-    }
-    if now.admitted && !old.kueue.as_ref().is_some_and(|k| k.admitted) {
-        let queue = now.cluster_queue.clone().unwrap_or_default();
-        out.push(Transition::normal(
-            "Admitted",
-            format!("Kueue admitted Workload {} in ClusterQueue {queue}", now.workload),
-        ));
-    }
-    out
+/// The status a pass writes (pure).
+pub fn of_pass(
+    slice: &TpuSlice,
+    t: &Target,
+    old: &TpuSliceStatus,
+    observed: &Observed,
+    plan: &Plan,
+    started: Option<&Started>,
+    now: DateTime<Utc>,
+) -> TpuSliceStatus {
+    let (capacity_plan, assessment) = ladder::settle(&slice.spec, old, observed, plan, now);
+    let mut st = build(&Report {
+        old,
+        generation: slice.meta().generation,
+        names: &t.names,
+        observed,
+        assessment: &assessment,
+        shape: t.shape(),
+        started,
+        preempted: plan.action == Step::RecordPreemption,
+        suspended: plan.action == Step::RecordSuspension,
+        price: t.price.clone(),
+        now,
+    });
+    st.zone = Some(t.spec(&slice.spec).zone.clone());
+    maintenance::report(&mut st, old, observed, &plan.action, started.is_some(), now);
+    (st.slice_restarts, st.replacing_slices) =
+        plan::slice_restarts(&old.slice_restarts, &old.replacing_slices, observed, &plan.action);
+    st.capacity_plan = capacity_plan;
+    st.kueue = queue::status(
+        old,
+        observed.queue.as_ref(),
+        plan.action == Step::RecordSuspension,
+    );
+    let project = &t.names.project;
+    let node = st.node_name.as_deref();
+    st.links = crate::kinds::links::slice(&crate::kinds::links::Slice {
+        project,
+        uid: &t.identity.uid,
+        node,
+        console: node.and_then(|n| backend::of(t.names.provisioner).console(project, n)),
+        workload: slice.spec.startup_script.is_none() && slice.spec.workload.is_some(),
+    });
+    let deleted = slice.meta().deletion_timestamp.is_some();
+    time_spent::account(old, &mut st, deleted, now);
+    st
 }

@@ -369,6 +369,7 @@ mod preprocess;
 mod retry_policy;
 mod suspend;
 mod training;
+mod vertex_job;
 
 use suspend::held;
 

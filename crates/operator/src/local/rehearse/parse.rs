@@ -68,22 +68,7 @@ pub fn parse(value: &str) -> Result<Injection, String> {
                 lasts: rest.first().map(|d| duration(d)).transpose()?,
             })
         }
-        ["fail", stage, rest @ ..] if rest.len() <= 1 => {
-            let stage = match *stage {
-                "preprocess" => Stage::Preprocess,
-                "train" => Stage::Train,
-                other => return Err(format!("`{other}` is not a stage (preprocess or train)")),
-            };
-            let attempts = match rest.first() {
-                None => 1,
-                Some(n) => n
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| format!("`{n}` is not a number of attempts (1 or more)"))?,
-            };
-            Ok(Injection::Fail { stage, attempts })
-        }
+        ["fail", stage, rest @ ..] if rest.len() <= 1 => fail(stage, rest.first().copied()),
         ["full-reservation", name] => {
             let parts: Vec<&str> = name.split('/').collect();
             match parts.as_slice() {
@@ -101,6 +86,24 @@ pub fn parse(value: &str) -> Result<Injection, String> {
         }
         _ => Err(format!("the accepted forms are {FORMS}")),
     }
+}
+
+/// `fail:STAGE[:N]`: the stage, and how many attempts (1 when N is not given).
+fn fail(stage: &str, attempts: Option<&str>) -> Result<Injection, String> {
+    let stage = match stage {
+        "preprocess" => Stage::Preprocess,
+        "train" => Stage::Train,
+        other => return Err(format!("`{other}` is not a stage (preprocess or train)")),
+    };
+    let attempts = match attempts {
+        None => 1,
+        Some(n) => n
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("`{n}` is not a number of attempts (1 or more)"))?,
+    };
+    Ok(Injection::Fail { stage, attempts })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use tpu_operator_api::{
 use tpu_operator_gcp::tpu_v2::model::{Node, node};
 
 use super::{Action, Assessment, Input, OperationView, Plan, Requeue, drift_mask, immutable_drift};
-use crate::kinds::tpu_slice::{early_start, maintenance, spec::Desired};
+use crate::kinds::tpu_slice::{early_start, maintenance};
 use tpu_operator_api::tpu_slice::CHECKPOINT_REQUEST_METADATA;
 
 /// The current node exists.
@@ -104,145 +104,9 @@ fn waiting_on(n: &Node) -> Assessment {
     Assessment::new(Progress::Reconciling, reason, phase, message).requeue(requeue)
 }
 
-/// Multislice, its queued resource ACTIVE: all or nothing. Every node must exist and be READY
-/// and HEALTHY for the slice to be Ready; a PREEMPTED / TERMINATED node is a preemption of the
-/// whole run (the queued resource is recreated, [`plan_preempted`]); otherwise the first node
-/// that is not there yet decides what is reported. Once all are READY each node gets its slice
-/// id and the coordinator's address (slice 0 host 0, `<ip>:MEGASCALE_PORT`) in its metadata,
-/// one `nodes.patch` per pass, and drift of any node is corrected the same way.
-pub(super) fn plan_multislice(input: &Input<'_>, first: &Node) -> Plan {
-    let nodes: Vec<Option<&Node>> = std::iter::once(Some(first))
-        .chain(input.observed.other_slices.iter().map(Option::as_ref))
-        .collect();
-    let total = nodes.len();
-    let mut plan = plan_all_slices(input, &nodes);
-    if plan.assessment.progress == Progress::Ready {
-        plan.assessment.capacity = Some(true);
-    }
-    plan.assessment.drift = immutable_drift(input, first);
-    if plan.assessment.progress != Progress::Ready {
-        plan.assessment.message = format!("multislice of {total}: {}", plan.assessment.message);
-    }
-    plan
-}
-
-fn plan_all_slices(input: &Input<'_>, nodes: &[Option<&Node>]) -> Plan {
-    if let Some(k) = nodes.iter().position(Option::is_none) {
-        return Plan::report(Assessment::new(
-            Progress::Reconciling,
-            reasons::PROVISIONING,
-            TpuSlicePhase::Provisioning,
-            format!("queued resource is ACTIVE; the node of slice {k} is not visible yet"),
-        ));
-    }
-    let nodes: Vec<&Node> = nodes.iter().flatten().copied().collect();
-    if let Some(plan) = slice_preempted(input, &nodes).or_else(|| slice_not_ready(input, &nodes)) {
-        return plan;
-    }
-    let Some(ip) = nodes[0]
-        .network_endpoints
-        .first()
-        .map(|e| e.ip_address.as_str())
-        .filter(|ip| !ip.is_empty())
-    else {
-        return Plan::report(Assessment::new(
-            Progress::Reconciling,
-            reasons::PROVISIONING,
-            TpuSlicePhase::Provisioning,
-            "slice 0 reports no worker address yet",
-        ));
-    };
-    let coordinator = format!("{ip}:{}", crate::kinds::tpu_slice::spec::MEGASCALE_PORT);
-    tell_slices(input, &nodes, &coordinator)
-}
-
-/// A PREEMPTED / TERMINATED node of any slice is a preemption of the whole multislice.
-fn slice_preempted(input: &Input<'_>, nodes: &[&Node]) -> Option<Plan> {
-    use node::State as S;
-    let (k, n) = nodes
-        .iter()
-        .enumerate()
-        .find(|(_, n)| matches!(n.state, S::Preempted | S::Terminated))?;
-    let mut p = plan_preempted(
-        input,
-        &format!(
-            "{} (the node of slice {k}; a multislice runs all or nothing)",
-            state_name(n)
-        ),
-    );
-    p.assessment.capacity = Some(false);
-    Some(p)
-}
-
-/// The first node that is not READY and HEALTHY decides what is reported, as a plain node
-/// would; of its actions only starting slice 0's node is kept.
-fn slice_not_ready(input: &Input<'_>, nodes: &[&Node]) -> Option<Plan> {
-    use node::{Health as H, State as S};
-    let (k, n) = nodes
-        .iter()
-        .enumerate()
-        .find(|(_, n)| n.state != S::Ready || n.health != H::Healthy)?;
-    let mut p = plan_node(input, n);
-    // Only slice 0's node is the one `StartNode` acts on; a READY but unhealthy node waits
-    // (its metadata is compared below, once all are healthy).
-    if !(k == 0 && p.action == Action::StartNode) {
-        p.action = Action::Nothing;
-    }
-    p.assessment.message = format!("slice {k}: {}", p.assessment.message);
-    Some(p)
-}
-
-/// Every node is READY and HEALTHY: the first one whose labels / metadata / tags differ from its
-/// slice's (slice id and coordinator included) is patched, one per pass; Ready once none does.
-/// While an operation runs nothing is patched, and the slice is looked at again soon.
-fn tell_slices(input: &Input<'_>, nodes: &[&Node], coordinator: &str) -> Plan {
-    let total = nodes.len();
-    let operation_running = matches!(input.observed.operation, Some(OperationView::Running));
-    for (k, n) in nodes.iter().enumerate() {
-        let d = crate::kinds::tpu_slice::spec::slice_desired(input.desired, k, Some(coordinator));
-        let mask = drift_mask(&d, n);
-        if mask.is_empty() {
-            continue;
-        }
-        let assessment = if told(n, k, coordinator) {
-            ready(total).requeue(Requeue::Active)
-        } else {
-            Assessment::new(
-                Progress::Reconciling,
-                reasons::PROVISIONING,
-                TpuSlicePhase::Provisioning,
-                format!(
-                    "all {total} nodes are READY: telling slice {k} its slice id and the coordinator {coordinator}"
-                ),
-            )
-        };
-        if operation_running {
-            return Plan::report(assessment.requeue(Requeue::Active));
-        }
-        let metadata = crate::kinds::tpu_slice::spec::patched_metadata(&d, &n.metadata);
-        let patch = Desired { metadata, ..d };
-        return Plan::new(
-            Action::PatchSliceNode {
-                node: n.name.clone(),
-                mask,
-                patch,
-            },
-            assessment,
-        );
-    }
-    let a = ready(total);
-    if operation_running {
-        return Plan::report(a.requeue(Requeue::Active));
-    }
-    match nodes.iter().find_map(|n| maintenance_step(input, n)) {
-        Some(ask) => Plan::new(ask, a.requeue(Requeue::Active)),
-        None => Plan::report(a),
-    }
-}
-
 /// What a READY node's announced maintenance asks for now: its start once the asked checkpoint
 /// is committed ([`early_start::start_due`]), or the patch asking for it ([`maintenance::checkpoint_due`]).
-fn maintenance_step(input: &Input<'_>, n: &Node) -> Option<Action> {
+pub(super) fn maintenance_step(input: &Input<'_>, n: &Node) -> Option<Action> {
     if early_start::start_due(n, input.observed.committed_checkpoint.as_deref()) {
         return Some(Action::PerformMaintenance {
             node: n.name.clone(),
@@ -270,25 +134,6 @@ fn queue_of(input: &Input<'_>, n: &Node) -> Option<String> {
         .chain(&current.other_slices)
         .position(|name| *name == n.name)?;
     current.slice_queue(k).map(str::to_string)
-}
-
-/// Node `n` of slice `k` already carries its slice id and the coordinator's address.
-fn told(n: &Node, k: usize, coordinator: &str) -> bool {
-    n.metadata
-        .get(tpu_operator_api::tpu_slice::MEGASCALE_COORDINATOR_METADATA)
-        .is_some_and(|c| c == coordinator)
-        && n.metadata
-            .get(tpu_operator_api::tpu_slice::MEGASCALE_SLICE_ID_METADATA)
-            .is_some_and(|id| id == &k.to_string())
-}
-
-fn ready(total: usize) -> Assessment {
-    Assessment::new(
-        Progress::Ready,
-        reasons::NODE_READY,
-        TpuSlicePhase::Ready,
-        format!("all {total} slices of the multislice are READY and HEALTHY"),
-    )
 }
 
 /// READY: Ready when also HEALTHY; keeps labels / metadata / tags in sync.
