@@ -168,14 +168,7 @@ async fn upgrade(cli: &Cli, gcp: &gcp_emulator::Emulator, old: &mut Operator) ->
 
 /// Every object deleted (the previous release leading): nothing left in the cloud.
 async fn delete_everything(cli: &Cli, gcp: &gcp_emulator::Emulator) {
-    cli.kubectl(&[
-        "delete",
-        "trainingpipelines,preprocessbatches,tpuslices",
-        "--all",
-        "-n",
-        NS,
-        "--wait=false",
-    ]);
+    cli.kubectl(&["delete", workload::KINDS, "--all", "-n", NS, "--wait=false"]);
     advance_until(cli, gcp, "every object and cloud resource gone", |p| {
         p.values().all(String::is_empty) && gcp.billable_resources().is_empty()
     })
@@ -268,7 +261,7 @@ async fn advance_until(
         if started.elapsed() > cluster::WAIT {
             let conditions = cli.kubectl(&[
                 "get",
-                "tpuslices,preprocessbatches,trainingpipelines",
+                workload::KINDS,
                 "-n",
                 NS,
                 "-o",

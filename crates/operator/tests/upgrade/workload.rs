@@ -17,7 +17,19 @@ const BUCKET: &str = "demo-project-tpu-data";
 /// The staging bucket of the previous release's batch example.
 const STAGING: &str = "demo-project-dataproc-staging";
 
-/// One object of the workload: its kind (kubectl's resource name) and name.
+// Every read names `v1alpha1`, the version both releases serve, instead of kubectl's preferred
+// one: this suite deletes the CRDs a suite before it left (serving `v1beta1` too) and installs the
+// previous release's, and kube-apiserver's discovery went on offering the removed `v1beta1` for
+// minutes (CI, 2026-11-30), so an unqualified `kubectl get tpuslices` asked for a version no
+// longer served; `--ignore-not-found` then read as "no object".
+const SLICES: &str = "tpuslices.v1alpha1.tpu-operator.dev";
+const BATCHES: &str = "preprocessbatches.v1alpha1.tpu-operator.dev";
+const PIPELINES: &str = "trainingpipelines.v1alpha1.tpu-operator.dev";
+/// Every kind the workload has, for one `kubectl get` or `delete`.
+pub const KINDS: &str = "tpuslices.v1alpha1.tpu-operator.dev,preprocessbatches.v1alpha1.tpu-operator.dev,\
+                         trainingpipelines.v1alpha1.tpu-operator.dev";
+
+/// One object of the workload: its kind (kubectl's resource, version-qualified) and name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Obj {
     pub resource: &'static str,
@@ -28,7 +40,7 @@ pub const READY: Obj = slice("up-ready");
 pub const CREATING: Obj = slice("up-creating");
 pub const QUEUED: Obj = slice("up-queued");
 pub const RUNNING: Obj = Obj {
-    resource: "preprocessbatch",
+    resource: BATCHES,
     name: "up-running",
 };
 pub const PREPROCESSING: Obj = pipeline("up-preprocessing");
@@ -48,14 +60,14 @@ pub const ALL: [Obj; 8] = [
 
 const fn slice(name: &'static str) -> Obj {
     Obj {
-        resource: "tpuslice",
+        resource: SLICES,
         name,
     }
 }
 
 const fn pipeline(name: &'static str) -> Obj {
     Obj {
-        resource: "trainingpipeline",
+        resource: PIPELINES,
         name,
     }
 }
@@ -85,8 +97,8 @@ pub fn policy() -> String {
 
 fn manifest(release: &Release, obj: Obj) -> Value {
     let mut doc = match obj.resource {
-        "tpuslice" => slice_manifest(obj),
-        "preprocessbatch" => {
+        SLICES => slice_manifest(obj),
+        BATCHES => {
             let mut doc: Value =
                 serde_yaml::from_str(&release.file("examples/preprocess-batch.yaml")).unwrap();
             let out = format!("gs://{BUCKET}/upgrade/{}/", obj.name);
