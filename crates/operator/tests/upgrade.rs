@@ -168,7 +168,7 @@ async fn upgrade(cli: &Cli, gcp: &gcp_emulator::Emulator, old: &mut Operator) ->
 
 /// Every object deleted (the previous release leading): nothing left in the cloud.
 async fn delete_everything(cli: &Cli, gcp: &gcp_emulator::Emulator) {
-    cli.kubectl(&["delete", workload::KINDS, "--all", "-n", NS, "--wait=false"]);
+    cli.kubectl(&["delete", &workload::kinds(), "--all", "-n", NS, "--wait=false"]);
     advance_until(cli, gcp, "every object and cloud resource gone", |p| {
         p.values().all(String::is_empty) && gcp.billable_resources().is_empty()
     })
@@ -212,14 +212,9 @@ async fn start_work(cli: &Cli, gcp: &gcp_emulator::Emulator, previous: &Release)
     advance_until(cli, gcp, "the first objects ready, training and failed", |p| {
         // A pipeline's batch belongs to its PreprocessBatch, `<pipeline>-preprocess`.
         let failing = format!("{}-preprocess", FAILED.name);
-        if let Some(state) = cloud_state(gcp, "batches", &failing)
-            && state == "RUNNING"
+        if let Some(batch) = workload::cloud(gcp, "batches", &failing)
+            && batch["state"] == "RUNNING"
         {
-            let batch = gcp
-                .batches()
-                .into_iter()
-                .find(|b| b["labels"]["tpu-operator-name"] == failing.as_str())
-                .unwrap();
             let name = batch["name"].as_str().unwrap().to_string();
             let _ = gcp.inject(gcp_emulator::Fault::FailBatch { name, message: None });
         }
@@ -261,7 +256,7 @@ async fn advance_until(
         if started.elapsed() > cluster::WAIT {
             let conditions = cli.kubectl(&[
                 "get",
-                workload::KINDS,
+                &workload::kinds(),
                 "-n",
                 NS,
                 "-o",

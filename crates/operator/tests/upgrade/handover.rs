@@ -115,7 +115,7 @@ impl HandOver {
             (holder == pod).then_some(())
         })
         .await;
-        let objects = cli.kubectl(&["get", crate::workload::KINDS, "-n", NS, "-o", "name"]);
+        let objects = cli.kubectl(&["get", &crate::workload::kinds(), "-n", NS, "-o", "name"]);
         let objects = objects.lines().count() as u64;
         wait(&format!("{pod} to look at all {objects} objects"), async || {
             (reconciles(&operator).await >= objects).then_some(())

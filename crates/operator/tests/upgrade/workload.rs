@@ -25,14 +25,18 @@ const STAGING: &str = "demo-project-dataproc-staging";
 const SLICES: &str = "tpuslices.v1alpha1.tpu-operator.dev";
 const BATCHES: &str = "preprocessbatches.v1alpha1.tpu-operator.dev";
 const PIPELINES: &str = "trainingpipelines.v1alpha1.tpu-operator.dev";
-/// Every kind the workload has, for one `kubectl get` or `delete`.
-pub const KINDS: &str = "tpuslices.v1alpha1.tpu-operator.dev,preprocessbatches.v1alpha1.tpu-operator.dev,\
-                         trainingpipelines.v1alpha1.tpu-operator.dev";
 
-/// One object of the workload: its kind (kubectl's resource, version-qualified) and name.
+/// Every kind the workload has, for one `kubectl get` or `delete`.
+pub fn kinds() -> String {
+    [SLICES, BATCHES, PIPELINES].join(",")
+}
+
+/// One object of the workload: its kind (kubectl's resource, version-qualified, and the kind's
+/// name) and name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Obj {
     pub resource: &'static str,
+    pub kind: &'static str,
     pub name: &'static str,
 }
 
@@ -41,6 +45,7 @@ pub const CREATING: Obj = slice("up-creating");
 pub const QUEUED: Obj = slice("up-queued");
 pub const RUNNING: Obj = Obj {
     resource: BATCHES,
+    kind: "PreprocessBatch",
     name: "up-running",
 };
 pub const PREPROCESSING: Obj = pipeline("up-preprocessing");
@@ -61,6 +66,7 @@ pub const ALL: [Obj; 8] = [
 const fn slice(name: &'static str) -> Obj {
     Obj {
         resource: SLICES,
+        kind: "TpuSlice",
         name,
     }
 }
@@ -68,6 +74,7 @@ const fn slice(name: &'static str) -> Obj {
 const fn pipeline(name: &'static str) -> Obj {
     Obj {
         resource: PIPELINES,
+        kind: "TrainingPipeline",
         name,
     }
 }
@@ -170,44 +177,50 @@ pub fn apply(cli: &Cli, file: &str, yaml: &str) {
     ]);
 }
 
-/// Every object's `status.phase` (empty before its first status).
+/// Every object's `status.phase` (empty before its first status, and once it is gone), read
+/// in one list of the namespace.
 pub fn phases(cli: &Cli) -> BTreeMap<Obj, String> {
-    let mut out = BTreeMap::new();
-    for obj in ALL {
-        let phase = cli.kubectl(&[
-            "get",
-            obj.resource,
-            obj.name,
-            "-n",
-            NS,
-            "--ignore-not-found",
-            "-o",
-            "jsonpath={.status.phase}",
-        ]);
-        out.insert(obj, phase);
-    }
-    out
+    let listed = cli.kubectl(&[
+        "get",
+        &kinds(),
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.status.phase}{\"\\n\"}{end}",
+    ]);
+    let listed: BTreeMap<&str, &str> = listed.lines().filter_map(|l| l.split_once('=')).collect();
+    ALL.into_iter()
+        .map(|obj| {
+            let phase = listed.get(format!("{}/{}", obj.kind, obj.name).as_str());
+            (obj, phase.copied().unwrap_or_default().to_string())
+        })
+        .collect()
 }
 
-/// The state of the cloud resource of `kind` (`nodes`, `queued`, `batches`, `jobs`) labelled as
-/// belonging to `name` (a queued resource carries its labels on its node spec, and its id starts
-/// with the object's namespace and name), if there is one.
-pub fn cloud_state(gcp: &gcp_emulator::Emulator, kind: &str, name: &str) -> Option<String> {
+/// The cloud resource of `kind` (`nodes`, `queued`, `batches`, `jobs`) labelled as belonging to
+/// `name` (a queued resource carries its labels on its node spec, and its id starts with the
+/// object's namespace and name), if there is one.
+pub fn cloud(gcp: &gcp_emulator::Emulator, kind: &str, name: &str) -> Option<Value> {
     let owned = |r: &Value| r["labels"]["tpu-operator-name"] == name;
     let id_prefix = format!("/{NS}-{name}-");
     match kind {
-        "nodes" => gcp.nodes().into_iter().find(owned).map(|r| r["state"].clone()),
+        "nodes" => gcp.nodes().into_iter().find(owned),
         "queued" => gcp
             .queued_resources()
             .into_iter()
-            .find(|r| r["name"].as_str().is_some_and(|n| n.contains(&id_prefix)))
-            .map(|r| r["state"]["state"].clone()),
-        "batches" => gcp.batches().into_iter().find(owned).map(|r| r["state"].clone()),
-        _ => gcp
-            .custom_jobs()
-            .into_iter()
-            .find(owned)
-            .map(|r| r["state"].clone()),
+            .find(|r| r["name"].as_str().is_some_and(|n| n.contains(&id_prefix))),
+        "batches" => gcp.batches().into_iter().find(owned),
+        _ => gcp.custom_jobs().into_iter().find(owned),
     }
-    .map(|state| state.as_str().unwrap_or("?").to_string())
+}
+
+/// The state of [`cloud`]'s resource.
+pub fn cloud_state(gcp: &gcp_emulator::Emulator, kind: &str, name: &str) -> Option<String> {
+    let r = cloud(gcp, kind, name)?;
+    let state = if kind == "queued" {
+        &r["state"]["state"]
+    } else {
+        &r["state"]
+    };
+    Some(state.as_str().unwrap_or("?").to_string())
 }
