@@ -2,6 +2,7 @@
 //!
 //! - [`kind`]: the [`Kind`](kind::Kind) trait: what a kind supplies (its target, what it
 //!   observes, a pure plan, how it acts, a pure status, what it waits on, its cleanup step).
+//! - [`plan`]: the one shape of every kind's plan (an action and a verdict).
 //! - [`pass`]: the apply pass; [`deletion`]: the deletion pass. They own the sequence, every
 //!   tenancy decision, the one status write ([`status`]), Events, the cloud-watch registration
 //!   ([`wait`]) and the requeue.
@@ -19,6 +20,7 @@ pub mod driver;
 pub mod handles;
 pub mod kind;
 pub mod pass;
+pub mod plan;
 pub mod report;
 pub mod retry;
 pub mod status;
