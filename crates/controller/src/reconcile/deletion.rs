@@ -1,15 +1,17 @@
 //! One deletion pass, written once for every kind: the deletion policy the namespace's tenancy
-//! policy allows, an allowed orphan's holdings recorded, else the kind's cleanup step, its status
-//! written, its Events published (kinds publish none themselves) and what it waits on
-//! registered; what the object holds in Kubernetes let go last.
+//! policy allows, an allowed orphan's holdings recorded, else the same hooks as an apply pass
+//! (observe → plan → act → report → wait) planning the release of what the object holds; its
+//! status written, its Events published (kinds publish none themselves) and what it waits on
+//! registered; what the object holds in Kubernetes let go last, once nothing is left.
 
 use kube::{ResourceExt, runtime::controller::Action};
 use tpu_operator_api::DeletionPolicy;
 
 use super::{
     context::Context,
-    kind::{Cleaned, Kind},
-    pass, report, status,
+    kind::{Cleaned, Kind, Pass},
+    pass, report,
+    status::{self, Ahead},
 };
 use crate::{governance::tenancy, runtime::error::Result};
 
@@ -28,6 +30,9 @@ pub async fn cleanup<K: Kind>(obj: &K, ctx: &Context) -> Result<Option<Action>> 
         }
         obj.let_go(&ctx.io()).await?;
         return Ok(None);
+    }
+    if K::DELETES_THROUGH_HOOKS {
+        return through_hooks(obj, ctx, &t).await;
     }
     let (new, wait, failed, events) = match obj.clean(&ctx.io(), &t).await? {
         Cleaned::Done { unwatch, events } => {
@@ -59,6 +64,45 @@ pub async fn cleanup<K: Kind>(obj: &K, ctx: &Context) -> Result<Option<Action>> 
     if let Some(err) = failed {
         return Err(err);
     }
+    Ok(Some(pass::settle(ctx, obj, wait)))
+}
+
+/// One deletion pass through the apply hooks: observe → plan → act → released? → status →
+/// Events → wait. The kind's hooks see the object's `deletionTimestamp` and plan the release of
+/// its cloud resources; no policy is asked (deleting spends nothing).
+async fn through_hooks<K: Kind>(obj: &K, ctx: &Context, t: &K::Target) -> Result<Option<Action>> {
+    let old = obj.status().cloned().unwrap_or_default();
+    let mut observed = obj.observe(&ctx.io(), t).await?;
+    let mut plan = obj.plan(ctx.clock.now(), t, &observed);
+    let (io, mut ahead) = (ctx.io(), Ahead::new(ctx, obj));
+    let acted = obj.act(&io, t, &mut observed, &mut plan, &mut ahead).await?;
+    let pass = Pass {
+        obj,
+        old: &old,
+        target: t,
+        observed: &observed,
+        plan: &plan,
+        done: &acted.done,
+    };
+    if acted.failed.is_none() && obj.released(&pass) {
+        for event in acted.events {
+            report::publish(ctx, obj, event).await;
+        }
+        obj.let_go(&io).await?;
+        // Nothing is left to wait on: what the object waited on until now is dropped.
+        pass::unregister(ctx, obj.wait(&ctx.config, &pass, &old));
+        return Ok(None);
+    }
+    let new = obj.report(ctx.clock.now(), &pass);
+    status::record_spend(ctx, obj, &new);
+    status::write(ctx, obj, ahead.base(), Some(&old), &new).await?;
+    for event in acted.events {
+        report::publish(ctx, obj, event).await;
+    }
+    if let Some(err) = acted.failed {
+        return Err(err);
+    }
+    let wait = obj.wait(&ctx.config, &pass, &new);
     Ok(Some(pass::settle(ctx, obj, wait)))
 }
 

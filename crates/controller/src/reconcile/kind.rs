@@ -150,7 +150,20 @@ pub trait Kind:
         None
     }
 
-    /// One deletion pass over the object's cloud resources (policy `Delete`).
+    /// The kind's deletion (policy `Delete`) runs through the apply hooks: `observe`, `plan`,
+    /// `act`, `report` and `wait` see the object's `deletionTimestamp` and plan the release of
+    /// what it holds; [`Kind::released`] says when nothing is left. `false`: through
+    /// [`Kind::clean`], while a kind moves over.
+    const DELETES_THROUGH_HOOKS: bool = false;
+
+    /// A deletion pass: whether nothing of the object's is left in the cloud once this pass's
+    /// action is done, so that its finalizer may go (pure). Never asked of an apply pass.
+    fn released(&self, _pass: &Pass<'_, Self>) -> bool {
+        false
+    }
+
+    /// One deletion pass over the object's cloud resources (policy `Delete`), for a kind that
+    /// does not yet delete through the hooks ([`Kind::DELETES_THROUGH_HOOKS`]).
     fn clean(
         &self,
         io: &Io<'_>,

@@ -188,6 +188,18 @@ pub(super) fn settle<K: Kind>(ctx: &Context, obj: &K, wait: Wait) -> Action {
     }
 }
 
+/// Drops what the object waited on (its deletion is over): no requeue, no watch left behind.
+pub(super) fn unregister(ctx: &Context, wait: Wait) {
+    match wait {
+        Wait::Watch { watch, .. } => ctx.cloud_watch.unwatch(watch.collection, &watch.name),
+        Wait::Poll { unwatch, .. } => {
+            if let Some(u) = unwatch {
+                ctx.cloud_watch.unwatch(u.collection, &u.name);
+            }
+        }
+    }
+}
+
 /// The wait's requeue, after registering (or dropping) its cloud watch.
 fn register<K: Kind>(ctx: &Context, obj: &K, wait: Wait) -> Duration {
     match wait {

@@ -6,7 +6,6 @@ use std::{
     cell::RefCell,
     convert::Infallible,
     sync::{Arc, Mutex, OnceLock},
-    time::Duration,
 };
 
 use async_trait::async_trait;
@@ -113,6 +112,24 @@ pub fn fake(name: &str, spec: FakeSpec) -> Fake {
     }
 }
 
+/// `obj` as the API server shows it once deleted with a finalizer on it.
+pub fn deleting(mut obj: Fake) -> Fake {
+    let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+    obj.metadata.deletion_timestamp = Some(k8s_time(at));
+    obj
+}
+
+impl Fake {
+    fn deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+
+    /// A previous deletion pass said `Deleting`: its cloud object is gone now.
+    fn released_before(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| s.phase == "Deleting")
+    }
+}
+
 impl Kind for Fake {
     const KIND: &'static str = "Fake";
     const FIELD_MANAGER: &'static str = "fake.test.tpu-operator.dev";
@@ -193,7 +210,13 @@ impl Kind for Fake {
     ) -> Result<Acted<()>> {
         step("act");
         let mut acted = Acted::done(());
-        acted.events.push(Transition::normal("Acted", "the fake acted"));
+        if !self.deleting() {
+            acted.events.push(Transition::normal("Acted", "the fake acted"));
+        } else if !self.released_before() {
+            acted
+                .events
+                .push(Transition::normal("Cancelling", "the fake's cloud object"));
+        }
         if self.spec.fail_act {
             let refused = GcpError::new(
                 ErrorKind::PermissionDenied,
@@ -210,7 +233,7 @@ impl Kind for Fake {
     fn report(&self, now: DateTime<Utc>, pass: &Pass<'_, Self>) -> FakeStatus {
         step("report");
         let mut new = pass.old.clone();
-        new.phase = "Acted".into();
+        new.phase = if self.deleting() { "Deleting" } else { "Acted" }.into();
         let ready = condition(types::READY, true, "Acted", "acted", None, k8s_time(now));
         set_condition(&mut new.conditions, ready);
         new
@@ -228,25 +251,17 @@ impl Kind for Fake {
         DeletionPolicy::Delete
     }
 
-    /// Pending (status `Deleting`) on the first pass, done on the next.
+    /// Deletes through the hooks: pending (status `Deleting`) on the first pass, released on
+    /// the next.
+    const DELETES_THROUGH_HOOKS: bool = true;
+
+    fn released(&self, _pass: &Pass<'_, Self>) -> bool {
+        step("released");
+        self.released_before()
+    }
+
     async fn clean(&self, _io: &Io<'_>, _t: &()) -> Result<Cleaned<FakeStatus>> {
-        step("clean");
-        if self.status.as_ref().is_some_and(|s| s.phase == "Deleting") {
-            return Ok(Cleaned::done());
-        }
-        let deleting = FakeStatus {
-            phase: "Deleting".into(),
-            ..self.status.clone().unwrap_or_default()
-        };
-        Ok(Cleaned::Pending {
-            status: Some(deleting),
-            wait: Wait::Poll {
-                after: Duration::from_secs(5),
-                unwatch: None,
-            },
-            failed: None,
-            events: vec![Transition::normal("Cancelling", "the fake's cloud object")],
-        })
+        unreachable!("the fake deletes through the hooks")
     }
 
     fn cleaned_up(&self, _policy: DeletionPolicy) -> Option<Transition> {

@@ -8,7 +8,7 @@ mod fake;
 use kube::runtime::controller::Action;
 use tpu_operator_api::{TpuPolicy, TpuPolicySpec};
 
-use self::fake::{FakeSpec, FakeStatus, context, fake, steps};
+use self::fake::{FakeSpec, FakeStatus, context, deleting, fake, steps};
 use super::{deletion, pass};
 use crate::governance::tenancy::WithoutPolicy;
 
@@ -147,16 +147,28 @@ async fn a_pass_that_finds_the_status_it_would_write_writes_nothing() {
 }
 
 #[tokio::test]
-async fn deletion_writes_while_pending_and_publishes_each_event_once() {
+async fn deletion_runs_through_the_hooks_writes_while_pending_and_publishes_each_event_once() {
     let (ctx, memory) = context(Vec::new(), WithoutPolicy::Allow).await;
     steps();
-    let mut obj = fake("a", FakeSpec::default());
+    let mut obj = deleting(fake("a", FakeSpec::default()));
     let pending = deletion::cleanup(&obj, &ctx).await.unwrap();
     assert!(pending.is_some(), "cloud objects remain: the finalizer stays");
-    // The kind's own Events (what it did: a cancel) go after the status write, by the pass.
+    // The same hooks as an apply pass, without the policy; the kind's own Events (what it did:
+    // a cancel) go after the status write, by the pass.
     assert_eq!(
         steps(),
-        strings(&["target", "clean", "write", "event Phase", "event Cancelling"])
+        strings(&[
+            "target",
+            "observe",
+            "plan",
+            "act",
+            "released",
+            "report",
+            "write",
+            "event Phase",
+            "event Cancelling",
+            "wait"
+        ])
     );
     obj.status = Some(FakeStatus {
         phase: "Deleting".into(),
@@ -165,9 +177,48 @@ async fn deletion_writes_while_pending_and_publishes_each_event_once() {
     let done = deletion::cleanup(&obj, &ctx).await.unwrap();
     assert!(done.is_none(), "nothing left: the finalizer may go");
     deletion::cleaned_up(&obj, &ctx).await.unwrap();
-    assert_eq!(steps(), strings(&["target", "clean", "event CleanedUp"]));
+    // Released: no status write; what it waited on is dropped (the wait is read, not registered).
+    assert_eq!(
+        steps(),
+        strings(&[
+            "target",
+            "observe",
+            "plan",
+            "act",
+            "released",
+            "wait",
+            "event CleanedUp"
+        ])
+    );
     assert_eq!(memory.events(), ["Phase", "Cancelling", "CleanedUp"]);
     assert_eq!(memory.writes().len(), 1);
+}
+
+#[tokio::test]
+async fn a_refused_deletion_call_is_written_then_returned_and_the_finalizer_stays() {
+    let (ctx, memory) = context(Vec::new(), WithoutPolicy::Allow).await;
+    steps();
+    let spec = FakeSpec {
+        fail_act: true,
+        ..FakeSpec::default()
+    };
+    let mut obj = deleting(fake("a", spec));
+    // Even a pass whose plan says nothing is left is not released while its call was refused.
+    obj.status = Some(FakeStatus {
+        phase: "Deleting".into(),
+        ..FakeStatus::default()
+    });
+    let err = deletion::cleanup(&obj, &ctx).await.unwrap_err();
+    assert!(err.to_string().contains("create the fake"), "{err}");
+    assert_eq!(
+        steps(),
+        strings(&["target", "observe", "plan", "act", "report", "write"])
+    );
+    assert_eq!(
+        memory.writes().len(),
+        1,
+        "the refusal is in status before the error"
+    );
 }
 
 #[tokio::test]
