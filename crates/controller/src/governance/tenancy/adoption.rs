@@ -5,14 +5,14 @@
 //! a create, against the node as the cloud reports it (shape, capacity, service account,
 //! networks; [`requests`]), only where the namespace's policy has `allowAdoption: true`, and never
 //! for a node that carries another owner's operator labels ([`ownership`], with or without a
-//! policy). See `docs/policy.md`.
+//! policy). What the node must match is the adopting kind's to say ([`Expected`], from its spec).
+//! See `docs/policy.md`.
 
 use std::collections::BTreeMap;
 
 use tpu_operator_api::{
     accelerator::{SliceShape, TpuGeneration, parse_accelerator_type, shape_from_config},
     naming::{self, ObjectIdentity, labels},
-    tpu_slice::TpuSliceSpec,
 };
 use tpu_operator_gcp::tpu_v2::model::{Node, accelerator_config};
 
@@ -29,6 +29,20 @@ pub enum Ownership {
     Ours,
     /// It carries no operator labels: it may be adopted, after the policy's checks.
     Unclaimed,
+}
+
+/// What the adopting object's spec says the node is, as the node is judged against it: the
+/// namespace's chip quota and budget count the object by its spec, so the node must match it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expected {
+    /// The zone the spec names (where the node is).
+    pub zone: String,
+    /// The spec's shape (`None`: it has no valid one).
+    pub shape: Option<SliceShape>,
+    /// The capacity kind the spec is priced at.
+    pub price_kind: CapacityKind,
+    /// The spec says `deletionPolicy: Orphan`.
+    pub orphan: bool,
 }
 
 /// The operator's label keys that name an owner.
@@ -124,19 +138,19 @@ fn node_capacity(node: &Node) -> (CapacityKind, CapacityKind) {
     (kind, price)
 }
 
-/// What adopting `node` (in `project` / `zone`) gives the slice, as policy requests: the node's
-/// shape, capacity, price, service account and primary network, then one request per further
-/// network interface. `Err`: the node cannot be judged, or does not match the spec (the
+/// What adopting `node` (in `project` / the spec's zone) gives the slice, as policy requests: the
+/// node's shape, capacity, price, service account and primary network, then one request per
+/// further network interface. `Err`: the node cannot be judged, or does not match the spec (the
 /// namespace's chip quota and budget count every slice by its spec, so a bigger or dearer node
 /// than the spec says would hide from them).
 pub fn requests(
     node: &Node,
-    spec: &TpuSliceSpec,
+    spec: &Expected,
     project: &str,
-    zone: &str,
     prices: &PriceTable,
 ) -> Result<Vec<Request>, String> {
     let name = &node.name;
+    let zone = &spec.zone;
     let (shape, capacity, per_hour_usd) = priced_as_the_spec(node, spec, prices)?;
     let primary = node.network_config.as_ref();
     let first = Request {
@@ -158,7 +172,7 @@ pub fn requests(
         subnetwork: primary.and_then(|n| subnetwork_use(&n.subnetwork)),
         adopt: Some(name.clone()),
         identity_pending: false,
-        orphan: request::orphans(spec.deletion_policy),
+        orphan: spec.orphan,
         ..Request::default()
     };
     let more: Vec<Request> = node
@@ -179,7 +193,7 @@ pub fn requests(
 /// node's accelerator cannot be told, or its shape or price key differs from the spec's.
 fn priced_as_the_spec(
     node: &Node,
-    spec: &TpuSliceSpec,
+    spec: &Expected,
     prices: &PriceTable,
 ) -> Result<(SliceShape, CapacityKind, f64), String> {
     let name = &node.name;
@@ -191,10 +205,10 @@ fn priced_as_the_spec(
     })?;
     let (capacity, price_kind) = node_capacity(node);
     let (per_hour_usd, key) = prices.slice_per_hour(&shape, price_kind);
-    let spec_shape = spec.total_shape();
+    let spec_shape = spec.shape.clone();
     let spec_key = spec_shape
         .as_ref()
-        .map(|s| prices.slice_per_hour(s, spec.price_kind()).1);
+        .map(|s| prices.slice_per_hour(s, spec.price_kind).1);
     if spec_shape.as_ref() != Some(&shape) || spec_key.as_deref() != Some(key.as_str()) {
         return Err(format!(
             "node {name} is {} priced as {key}, the spec asks for {} priced as {}: an adopted node \
@@ -228,14 +242,14 @@ pub fn claim(
     prices: &PriceTable,
     namespace: &str,
     node: &Node,
-    spec: &TpuSliceSpec,
+    spec: &Expected,
     project: &str,
 ) -> Result<Vec<super::Request>, Denial> {
     let governing = policies.governing(namespace);
     let Some(rule) = governing.rules().next() else {
         return governing.refusal().map_or(Ok(Vec::new()), Err);
     };
-    requests(node, spec, project, &spec.zone, prices).map_err(|message| Denial {
+    requests(node, spec, project, prices).map_err(|message| Denial {
         message: format!("denied by TpuPolicy {}, spec.allowAdoption: {message}", rule.name),
         retry: false,
     })
@@ -284,12 +298,14 @@ mod tests {
         );
     }
 
-    fn spec(accel: &str, capacity: serde_json::Value) -> TpuSliceSpec {
-        serde_json::from_value(serde_json::json!({
-            "zone": "us-east5-b", "acceleratorType": accel, "runtimeVersion": "v",
-            "capacity": capacity, "adoptNodeId": "n"
-        }))
-        .unwrap()
+    /// What a slice's spec in us-east5-b says: `accel`, priced at `price_kind`.
+    fn spec(accel: &str, price_kind: CapacityKind) -> Expected {
+        Expected {
+            zone: "us-east5-b".into(),
+            shape: parse_accelerator_type(accel).ok(),
+            price_kind,
+            orphan: false,
+        }
     }
 
     #[test]
@@ -305,8 +321,8 @@ mod tests {
                     .set_subnetwork("projects/p/regions/us-east5/subnetworks/default"),
             );
         let prices = PriceTable::default();
-        let spot = spec("v6e-8", serde_json::json!({"spot": {}}));
-        let reqs = requests(&node, &spot, "p", "us-east5-b", &prices).unwrap();
+        let spot = spec("v6e-8", CapacityKind::Spot);
+        let reqs = requests(&node, &spot, "p", &prices).unwrap();
         assert_eq!(reqs.len(), 1);
         let r = &reqs[0];
         assert_eq!(
@@ -321,19 +337,12 @@ mod tests {
         );
         assert!((r.per_hour_usd - 10.8).abs() < 1e-9);
 
-        let err = requests(
-            &node,
-            &spec("v6e-4", serde_json::json!({"spot": {}})),
-            "p",
-            "us-east5-b",
-            &prices,
-        )
-        .unwrap_err();
+        let err = requests(&node, &spec("v6e-4", CapacityKind::Spot), "p", &prices).unwrap_err();
         assert!(
             err.contains("node projects/p/locations/us-east5-b/nodes/n is v6e-8"),
             "{err}"
         );
-        let on_demand = spec("v6e-8", serde_json::json!({"onDemand": {}}));
-        assert!(requests(&node, &on_demand, "p", "us-east5-b", &prices).is_err());
+        let on_demand = spec("v6e-8", CapacityKind::OnDemand);
+        assert!(requests(&node, &on_demand, "p", &prices).is_err());
     }
 }

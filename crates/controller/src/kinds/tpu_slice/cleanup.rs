@@ -39,7 +39,7 @@ use crate::{
 /// ([`tenancy::orphans`]). Only the TPU API's: the sweeper counts TPU nodes and queued resources
 /// (Compute Engine orphans are reported by the sweeper, not counted).
 pub(super) fn orphaned(slice: &TpuSlice, prices: &PriceTable, t: &Target) -> Option<Holding> {
-    let holds = slice.status.as_ref().is_some_and(tenancy::usage::holds_capacity);
+    let holds = slice.status.as_ref().is_some_and(super::holding::holds_capacity);
     let counted = t.names.backend().counts_orphans();
     let spec = t.spec(&slice.spec);
     let shape = spec.total_shape().filter(|_| holds && counted)?;
