@@ -35,6 +35,8 @@ pub enum Ownership {
 /// namespace's chip quota and budget count the object by its spec, so the node must match it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Expected {
+    /// The adopting object's kind, as messages name it (`TpuSlice`).
+    pub kind: &'static str,
     /// The zone the spec names (where the node is).
     pub zone: String,
     /// The spec's shape (`None`: it has no valid one).
@@ -48,7 +50,8 @@ pub struct Expected {
 /// The operator's label keys that name an owner.
 const OWNER_KEYS: [&str; 4] = [labels::UID, labels::NAMESPACE, labels::NAME, labels::CLUSTER];
 
-/// Whether `node` (its full name and labels) may be taken over by `identity` in `cluster_id`.
+/// Whether `node` (its full name and labels) may be taken over by `identity` (an object of
+/// `kind`, as messages name it) in `cluster_id`.
 /// A node with any `tpu-operator-*` owner label (or `managed-by=tpu-operator`) that is not
 /// exactly this slice's identity belongs to another object or cluster: refused, naming the label
 /// and the owner.
@@ -57,6 +60,7 @@ pub fn ownership<'a>(
     node_labels: impl IntoIterator<Item = (&'a String, &'a String)>,
     identity: &ObjectIdentity,
     cluster_id: &str,
+    kind: &str,
 ) -> Result<Ownership, Denial> {
     let have: BTreeMap<&str, &str> = node_labels
         .into_iter()
@@ -83,7 +87,7 @@ pub fn ownership<'a>(
     let message = format!(
         "adoption refused: node {node} carries {label}: it belongs to another object or cluster \
          (owner: {}/{} uid {} in cluster {}); the operator adopts only nodes without tpu-operator \
-         labels or with this TpuSlice's own",
+         labels or with this {kind}'s own",
         get(labels::NAMESPACE),
         get(labels::NAME),
         get(labels::UID),
@@ -155,7 +159,8 @@ pub fn requests(
     let primary = node.network_config.as_ref();
     let first = Request {
         what: format!(
-            "TpuSlice adopting node {name} ({} in {zone})",
+            "{} adopting node {name} ({} in {zone})",
+            spec.kind,
             shape.accelerator_type()
         ),
         project: project.to_owned(),
@@ -272,25 +277,29 @@ mod tests {
     fn foreign_labels_are_refused_naming_label_and_owner() {
         let me = id();
         let unlabelled = BTreeMap::from([("team".to_string(), "ml".to_string())]);
-        assert_eq!(ownership("n", &unlabelled, &me, "c1"), Ok(Ownership::Unclaimed));
         assert_eq!(
-            ownership("n", &owned_by(&me, "c1"), &me, "c1"),
+            ownership("n", &unlabelled, &me, "c1", "TpuSlice"),
+            Ok(Ownership::Unclaimed)
+        );
+        assert_eq!(
+            ownership("n", &owned_by(&me, "c1"), &me, "c1", "TpuSlice"),
             Ok(Ownership::Ours)
         );
 
         let other = ObjectIdentity::new("team-b", "theirs", "0badc0de-0000-4000-8000-000000000000");
-        let d = ownership("n", &owned_by(&other, "c1"), &me, "c1").unwrap_err();
+        let d = ownership("n", &owned_by(&other, "c1"), &me, "c1", "TpuSlice").unwrap_err();
         assert!(
             d.message
                 .contains("carries label tpu-operator-uid=0badc0de-0000-4000-8000-000000000000")
-                && d.message.contains("owner: team-b/theirs"),
+                && d.message.contains("owner: team-b/theirs")
+                && d.message.ends_with("or with this TpuSlice's own"),
             "{}",
             d.message
         );
-        let d = ownership("n", &owned_by(&me, "c2"), &me, "c1").unwrap_err();
+        let d = ownership("n", &owned_by(&me, "c2"), &me, "c1", "TpuSlice").unwrap_err();
         assert!(d.message.contains("tpu-operator-cluster=c2"), "{}", d.message);
         let bare = BTreeMap::from([("managed-by".to_string(), "tpu-operator".to_string())]);
-        let d = ownership("n", &bare, &me, "c1").unwrap_err();
+        let d = ownership("n", &bare, &me, "c1", "TpuSlice").unwrap_err();
         assert!(
             d.message.contains("operator labels without tpu-operator-uid"),
             "{}",
@@ -301,6 +310,7 @@ mod tests {
     /// What a slice's spec in us-east5-b says: `accel`, priced at `price_kind`.
     fn spec(accel: &str, price_kind: CapacityKind) -> Expected {
         Expected {
+            kind: "TpuSlice",
             zone: "us-east5-b".into(),
             shape: parse_accelerator_type(accel).ok(),
             price_kind,

@@ -93,8 +93,13 @@ pub(super) async fn clean(slice: &TpuSlice, io: &Io<'_>, t: &Target) -> Result<C
 fn leave_unadopted_node(io: &Io<'_>, t: &Target, observed: &mut Observed) -> Option<Transition> {
     let node = observed.node.as_ref()?;
     let cluster = &io.settings.config.cluster_id;
-    let ours = tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster)
-        == Ok(tenancy::adoption::Ownership::Ours);
+    let ours = tenancy::adoption::ownership(
+        &node.name,
+        &node.labels,
+        &t.identity,
+        cluster,
+        super::policy::KIND,
+    ) == Ok(tenancy::adoption::Ownership::Ours);
     if !t.names.adopted || ours {
         return None;
     }

@@ -179,7 +179,7 @@ impl Kind for TpuSlice {
             return Claim::Nothing;
         };
         let cluster = settings.config.cluster_id.as_str();
-        match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
+        match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster, policy::KIND) {
             Err(denial) => Claim::Refused(denial),
             Ok(tenancy::adoption::Ownership::Ours) => Claim::Nothing,
             Ok(tenancy::adoption::Ownership::Unclaimed) => {

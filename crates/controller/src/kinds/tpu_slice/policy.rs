@@ -14,6 +14,9 @@ use crate::governance::{
     },
 };
 
+/// What policy messages call a slice.
+pub const KIND: &str = "TpuSlice";
+
 /// The reservation a slice's capacity names (`capacity.reserved` or `capacity.queued`).
 fn reservation(spec: &TpuSliceSpec, at: &str) -> Option<Named> {
     let c = spec.capacity.as_ref()?;
@@ -91,6 +94,7 @@ pub fn adopting(spec: &TpuSliceSpec, project: &str, node: &str, prices: &PriceTa
 /// What the spec says an adopted node is: the node is judged against it.
 pub fn expected(spec: &TpuSliceSpec) -> Expected {
     Expected {
+        kind: KIND,
         zone: spec.zone.clone(),
         shape: spec.total_shape(),
         price_kind: spec.price_kind(),
