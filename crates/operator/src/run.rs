@@ -222,7 +222,8 @@ fn controller_context(
                 settings.controller.namespace.as_deref(),
                 settings.namespaces_without_policy,
             ))
-            .with_prices(settings.prices.clone()),
+            .with_prices(settings.prices.clone())
+            .with_holdings(tpu_operator_controller::kinds::holdings()),
     );
     // Orphans counted against quotas are kept in the sweeper's summary ConfigMap.
     ctx.tenancy

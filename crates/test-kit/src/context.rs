@@ -142,6 +142,7 @@ impl ContextSpec {
             .impersonation
             .set_clock(Arc::new(move || token_clock.now()));
         let mut ctx = Context::new(client.clone(), clients, config)
+            .with_holdings(tpu_operator_controller::kinds::holdings())
             .with_clock(Arc::new(FnClock(move || clock.now())))
             .with_backoff(BackoffPolicy {
                 base: self.polls.backoff_base,

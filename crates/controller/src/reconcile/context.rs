@@ -9,7 +9,7 @@ use super::report::{KubeReports, Reports};
 use crate::{
     governance::{
         pricing::PriceTable,
-        tenancy::{Policies, Tenancy},
+        tenancy::{HoldingsLister, Policies, Tenancy},
     },
     runtime::{
         backoff::{BackoffPolicy, ObjectBackoff},
@@ -103,6 +103,13 @@ impl Context {
     /// Enforces the cluster's `TpuPolicy` objects (see [`Policies::watch`]).
     pub fn with_policies(mut self, policies: Policies) -> Self {
         self.tenancy_mut().policies = policies;
+        self
+    }
+
+    /// Counts what the kinds' objects hold against quotas and budgets (`listers`: each kind's,
+    /// which the kinds supply; without them a namespace's usage is its orphans alone).
+    pub fn with_holdings(mut self, listers: Vec<Box<dyn HoldingsLister>>) -> Self {
+        self.tenancy_mut().listers = listers;
         self
     }
 

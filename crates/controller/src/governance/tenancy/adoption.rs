@@ -5,14 +5,14 @@
 //! a create, against the node as the cloud reports it (shape, capacity, service account,
 //! networks; [`requests`]), only where the namespace's policy has `allowAdoption: true`, and never
 //! for a node that carries another owner's operator labels ([`ownership`], with or without a
-//! policy). See `docs/policy.md`.
+//! policy). What the node must match is the adopting kind's to say ([`Expected`], from its spec).
+//! See `docs/policy.md`.
 
 use std::collections::BTreeMap;
 
 use tpu_operator_api::{
     accelerator::{SliceShape, TpuGeneration, parse_accelerator_type, shape_from_config},
     naming::{self, ObjectIdentity, labels},
-    tpu_slice::TpuSliceSpec,
 };
 use tpu_operator_gcp::tpu_v2::model::{Node, accelerator_config};
 
@@ -31,10 +31,27 @@ pub enum Ownership {
     Unclaimed,
 }
 
+/// What the adopting object's spec says the node is, as the node is judged against it: the
+/// namespace's chip quota and budget count the object by its spec, so the node must match it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expected {
+    /// The adopting object's kind, as messages name it (`TpuSlice`).
+    pub kind: &'static str,
+    /// The zone the spec names (where the node is).
+    pub zone: String,
+    /// The spec's shape (`None`: it has no valid one).
+    pub shape: Option<SliceShape>,
+    /// The capacity kind the spec is priced at.
+    pub price_kind: CapacityKind,
+    /// The spec says `deletionPolicy: Orphan`.
+    pub orphan: bool,
+}
+
 /// The operator's label keys that name an owner.
 const OWNER_KEYS: [&str; 4] = [labels::UID, labels::NAMESPACE, labels::NAME, labels::CLUSTER];
 
-/// Whether `node` (its full name and labels) may be taken over by `identity` in `cluster_id`.
+/// Whether `node` (its full name and labels) may be taken over by `identity` (an object of
+/// `kind`, as messages name it) in `cluster_id`.
 /// A node with any `tpu-operator-*` owner label (or `managed-by=tpu-operator`) that is not
 /// exactly this slice's identity belongs to another object or cluster: refused, naming the label
 /// and the owner.
@@ -43,6 +60,7 @@ pub fn ownership<'a>(
     node_labels: impl IntoIterator<Item = (&'a String, &'a String)>,
     identity: &ObjectIdentity,
     cluster_id: &str,
+    kind: &str,
 ) -> Result<Ownership, Denial> {
     let have: BTreeMap<&str, &str> = node_labels
         .into_iter()
@@ -69,7 +87,7 @@ pub fn ownership<'a>(
     let message = format!(
         "adoption refused: node {node} carries {label}: it belongs to another object or cluster \
          (owner: {}/{} uid {} in cluster {}); the operator adopts only nodes without tpu-operator \
-         labels or with this TpuSlice's own",
+         labels or with this {kind}'s own",
         get(labels::NAMESPACE),
         get(labels::NAME),
         get(labels::UID),
@@ -124,24 +142,25 @@ fn node_capacity(node: &Node) -> (CapacityKind, CapacityKind) {
     (kind, price)
 }
 
-/// What adopting `node` (in `project` / `zone`) gives the slice, as policy requests: the node's
-/// shape, capacity, price, service account and primary network, then one request per further
-/// network interface. `Err`: the node cannot be judged, or does not match the spec (the
+/// What adopting `node` (in `project` / the spec's zone) gives the slice, as policy requests: the
+/// node's shape, capacity, price, service account and primary network, then one request per
+/// further network interface. `Err`: the node cannot be judged, or does not match the spec (the
 /// namespace's chip quota and budget count every slice by its spec, so a bigger or dearer node
 /// than the spec says would hide from them).
 pub fn requests(
     node: &Node,
-    spec: &TpuSliceSpec,
+    spec: &Expected,
     project: &str,
-    zone: &str,
     prices: &PriceTable,
 ) -> Result<Vec<Request>, String> {
     let name = &node.name;
+    let zone = &spec.zone;
     let (shape, capacity, per_hour_usd) = priced_as_the_spec(node, spec, prices)?;
     let primary = node.network_config.as_ref();
     let first = Request {
         what: format!(
-            "TpuSlice adopting node {name} ({} in {zone})",
+            "{} adopting node {name} ({} in {zone})",
+            spec.kind,
             shape.accelerator_type()
         ),
         project: project.to_owned(),
@@ -158,7 +177,7 @@ pub fn requests(
         subnetwork: primary.and_then(|n| subnetwork_use(&n.subnetwork)),
         adopt: Some(name.clone()),
         identity_pending: false,
-        orphan: request::orphans(spec.deletion_policy),
+        orphan: spec.orphan,
         ..Request::default()
     };
     let more: Vec<Request> = node
@@ -179,7 +198,7 @@ pub fn requests(
 /// node's accelerator cannot be told, or its shape or price key differs from the spec's.
 fn priced_as_the_spec(
     node: &Node,
-    spec: &TpuSliceSpec,
+    spec: &Expected,
     prices: &PriceTable,
 ) -> Result<(SliceShape, CapacityKind, f64), String> {
     let name = &node.name;
@@ -191,10 +210,10 @@ fn priced_as_the_spec(
     })?;
     let (capacity, price_kind) = node_capacity(node);
     let (per_hour_usd, key) = prices.slice_per_hour(&shape, price_kind);
-    let spec_shape = spec.total_shape();
+    let spec_shape = spec.shape.clone();
     let spec_key = spec_shape
         .as_ref()
-        .map(|s| prices.slice_per_hour(s, spec.price_kind()).1);
+        .map(|s| prices.slice_per_hour(s, spec.price_kind).1);
     if spec_shape.as_ref() != Some(&shape) || spec_key.as_deref() != Some(key.as_str()) {
         return Err(format!(
             "node {name} is {} priced as {key}, the spec asks for {} priced as {}: an adopted node \
@@ -228,14 +247,14 @@ pub fn claim(
     prices: &PriceTable,
     namespace: &str,
     node: &Node,
-    spec: &TpuSliceSpec,
+    spec: &Expected,
     project: &str,
 ) -> Result<Vec<super::Request>, Denial> {
     let governing = policies.governing(namespace);
     let Some(rule) = governing.rules().next() else {
         return governing.refusal().map_or(Ok(Vec::new()), Err);
     };
-    requests(node, spec, project, &spec.zone, prices).map_err(|message| Denial {
+    requests(node, spec, project, prices).map_err(|message| Denial {
         message: format!("denied by TpuPolicy {}, spec.allowAdoption: {message}", rule.name),
         retry: false,
     })
@@ -258,25 +277,29 @@ mod tests {
     fn foreign_labels_are_refused_naming_label_and_owner() {
         let me = id();
         let unlabelled = BTreeMap::from([("team".to_string(), "ml".to_string())]);
-        assert_eq!(ownership("n", &unlabelled, &me, "c1"), Ok(Ownership::Unclaimed));
         assert_eq!(
-            ownership("n", &owned_by(&me, "c1"), &me, "c1"),
+            ownership("n", &unlabelled, &me, "c1", "TpuSlice"),
+            Ok(Ownership::Unclaimed)
+        );
+        assert_eq!(
+            ownership("n", &owned_by(&me, "c1"), &me, "c1", "TpuSlice"),
             Ok(Ownership::Ours)
         );
 
         let other = ObjectIdentity::new("team-b", "theirs", "0badc0de-0000-4000-8000-000000000000");
-        let d = ownership("n", &owned_by(&other, "c1"), &me, "c1").unwrap_err();
+        let d = ownership("n", &owned_by(&other, "c1"), &me, "c1", "TpuSlice").unwrap_err();
         assert!(
             d.message
                 .contains("carries label tpu-operator-uid=0badc0de-0000-4000-8000-000000000000")
-                && d.message.contains("owner: team-b/theirs"),
+                && d.message.contains("owner: team-b/theirs")
+                && d.message.ends_with("or with this TpuSlice's own"),
             "{}",
             d.message
         );
-        let d = ownership("n", &owned_by(&me, "c2"), &me, "c1").unwrap_err();
+        let d = ownership("n", &owned_by(&me, "c2"), &me, "c1", "TpuSlice").unwrap_err();
         assert!(d.message.contains("tpu-operator-cluster=c2"), "{}", d.message);
         let bare = BTreeMap::from([("managed-by".to_string(), "tpu-operator".to_string())]);
-        let d = ownership("n", &bare, &me, "c1").unwrap_err();
+        let d = ownership("n", &bare, &me, "c1", "TpuSlice").unwrap_err();
         assert!(
             d.message.contains("operator labels without tpu-operator-uid"),
             "{}",
@@ -284,12 +307,15 @@ mod tests {
         );
     }
 
-    fn spec(accel: &str, capacity: serde_json::Value) -> TpuSliceSpec {
-        serde_json::from_value(serde_json::json!({
-            "zone": "us-east5-b", "acceleratorType": accel, "runtimeVersion": "v",
-            "capacity": capacity, "adoptNodeId": "n"
-        }))
-        .unwrap()
+    /// What a slice's spec in us-east5-b says: `accel`, priced at `price_kind`.
+    fn spec(accel: &str, price_kind: CapacityKind) -> Expected {
+        Expected {
+            kind: "TpuSlice",
+            zone: "us-east5-b".into(),
+            shape: parse_accelerator_type(accel).ok(),
+            price_kind,
+            orphan: false,
+        }
     }
 
     #[test]
@@ -305,8 +331,8 @@ mod tests {
                     .set_subnetwork("projects/p/regions/us-east5/subnetworks/default"),
             );
         let prices = PriceTable::default();
-        let spot = spec("v6e-8", serde_json::json!({"spot": {}}));
-        let reqs = requests(&node, &spot, "p", "us-east5-b", &prices).unwrap();
+        let spot = spec("v6e-8", CapacityKind::Spot);
+        let reqs = requests(&node, &spot, "p", &prices).unwrap();
         assert_eq!(reqs.len(), 1);
         let r = &reqs[0];
         assert_eq!(
@@ -321,19 +347,12 @@ mod tests {
         );
         assert!((r.per_hour_usd - 10.8).abs() < 1e-9);
 
-        let err = requests(
-            &node,
-            &spec("v6e-4", serde_json::json!({"spot": {}})),
-            "p",
-            "us-east5-b",
-            &prices,
-        )
-        .unwrap_err();
+        let err = requests(&node, &spec("v6e-4", CapacityKind::Spot), "p", &prices).unwrap_err();
         assert!(
             err.contains("node projects/p/locations/us-east5-b/nodes/n is v6e-8"),
             "{err}"
         );
-        let on_demand = spec("v6e-8", serde_json::json!({"onDemand": {}}));
-        assert!(requests(&node, &on_demand, "p", "us-east5-b", &prices).is_err());
+        let on_demand = spec("v6e-8", CapacityKind::OnDemand);
+        assert!(requests(&node, &on_demand, "p", &prices).is_err());
     }
 }

@@ -81,7 +81,7 @@ impl UsageBook {
             }
         }
         let at = Instant::now();
-        let holdings = Listed::read(&tenancy.client, namespace, &tenancy.prices)
+        let holdings = Listed::read(&tenancy.client, namespace, &tenancy.prices, &tenancy.listers)
             .await?
             .holdings;
         let mut books = self.0.lock().expect("usage book poisoned");

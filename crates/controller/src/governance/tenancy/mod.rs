@@ -3,8 +3,9 @@
 //! Cluster administrators write `TpuPolicy` objects (cluster-scoped, [`policies`] watches them);
 //! every policy selecting a namespace governs it, and a namespace no policy selects gets the
 //! operator's `namespacesWithoutPolicy` (allow or deny). Every controller asks [`precheck`] and
-//! [`admit`] before any cloud create with a [`Request`] built from the spec ([`request`]) and,
-//! for chip quota and budgets, the namespace's current [`Usage`] ([`usage`]). [`evaluate`]
+//! [`admit`] before any cloud create with a [`Request`] its kind builds from the spec
+//! ([`request`] is its shape) and, for chip quota and budgets, the namespace's current [`Usage`]
+//! ([`usage`], what each kind's objects hold, as the kind prices them). [`evaluate`]
 //! ([`rules`]) is the pure decision against one policy; all must allow. A refusal is a
 //! [`Denial`] whose message names the policy, the field and what it allows; the controllers
 //! report it as `Stalled=True` reason `PolicyDenied` with a Warning event and make no cloud
@@ -35,7 +36,7 @@ pub use request::{NetworkUse, Request, TpuUse};
 pub use rules::{Denial, evaluate};
 use tpu_operator_api::DeletionPolicy;
 pub use tpu_operator_api::tpu_policy::{AcceleratorRule, BudgetUsage, TpuPolicySpec};
-pub use usage::Usage;
+pub use usage::{Holding, HoldingsLister, HoldingsOf, Usage};
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -58,6 +59,9 @@ pub struct Tenancy {
     pub admissions: Admissions,
     /// List prices for cost estimates, budgets and per-object spend limits.
     pub prices: Arc<PriceTable>,
+    /// How each kind's objects are listed for a namespace's usage, in the order usage names
+    /// them: the kinds' own, given when the process starts (none: nothing is counted).
+    pub listers: Vec<Box<dyn HoldingsLister>>,
 }
 
 impl Tenancy {
@@ -68,6 +72,7 @@ impl Tenancy {
             policies: Policies::default(),
             admissions: Admissions::default(),
             prices: Arc::default(),
+            listers: Vec::new(),
         }
     }
 

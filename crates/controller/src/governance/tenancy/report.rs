@@ -164,7 +164,7 @@ async fn read_selected(
             if rows.contains_key(ns) || watched.is_some_and(|w| w != ns) {
                 continue;
             }
-            let listed = Listed::read(&tenancy.client, ns, &tenancy.prices).await?;
+            let listed = Listed::read(&tenancy.client, ns, &tenancy.prices, &tenancy.listers).await?;
             rows.insert(ns.clone(), row(ns, &listed, tenancy));
             holders.insert(ns.clone(), listed.holders);
         }

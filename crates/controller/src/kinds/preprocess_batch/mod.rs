@@ -11,8 +11,10 @@
 pub mod act;
 pub mod cost;
 pub mod events;
+pub mod holding;
 pub mod observe;
 pub mod plan;
+pub mod policy;
 pub mod spec;
 pub mod status;
 
@@ -253,7 +255,7 @@ fn request(obj: &PreprocessBatch, t: &Target) -> tenancy::Request {
     let project = t.parent.split('/').nth(1).unwrap_or_default();
     tenancy::Request {
         orphan: tenancy::request::orphans(obj.spec.deletion_policy),
-        ..tenancy::request::batch(project, &obj.spec.region, &obj.spec.batch)
+        ..policy::batch(project, &obj.spec.region, &obj.spec.batch)
     }
 }
 

@@ -39,7 +39,7 @@ use crate::{
 /// ([`tenancy::orphans`]). Only the TPU API's: the sweeper counts TPU nodes and queued resources
 /// (Compute Engine orphans are reported by the sweeper, not counted).
 pub(super) fn orphaned(slice: &TpuSlice, prices: &PriceTable, t: &Target) -> Option<Holding> {
-    let holds = slice.status.as_ref().is_some_and(tenancy::usage::holds_capacity);
+    let holds = slice.status.as_ref().is_some_and(super::holding::holds_capacity);
     let counted = t.names.backend().counts_orphans();
     let spec = t.spec(&slice.spec);
     let shape = spec.total_shape().filter(|_| holds && counted)?;
@@ -93,8 +93,13 @@ pub(super) async fn clean(slice: &TpuSlice, io: &Io<'_>, t: &Target) -> Result<C
 fn leave_unadopted_node(io: &Io<'_>, t: &Target, observed: &mut Observed) -> Option<Transition> {
     let node = observed.node.as_ref()?;
     let cluster = &io.settings.config.cluster_id;
-    let ours = tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster)
-        == Ok(tenancy::adoption::Ownership::Ours);
+    let ours = tenancy::adoption::ownership(
+        &node.name,
+        &node.labels,
+        &t.identity,
+        cluster,
+        super::policy::KIND,
+    ) == Ok(tenancy::adoption::Ownership::Ours);
     if !t.names.adopted || ours {
         return None;
     }

@@ -44,7 +44,7 @@ pub fn requests(spec: &TpuSliceSpec, project: &str, prices: &PriceTable) -> Vec<
         .filter_map(|p| {
             at.zone.clone_from(&p.zone);
             at.capacity = Some(plan.rungs[p.rung].capacity.clone());
-            tenancy::request::tpu_slice(&at, project, prices)
+            super::policy::request(&at, project, prices)
         })
         .collect()
 }

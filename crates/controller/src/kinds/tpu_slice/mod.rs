@@ -25,11 +25,13 @@ pub(crate) mod backend;
 mod cleanup;
 mod compute;
 mod early_start;
+pub mod holding;
 mod ladder;
 mod maintenance;
 mod names;
 mod observe;
 mod plan;
+pub mod policy;
 pub mod queue;
 mod request;
 mod spec;
@@ -141,8 +143,7 @@ impl Kind for TpuSlice {
         }
         if t.names.adopted {
             let node = &t.names.current.node;
-            let request =
-                tenancy::request::adopting_slice(&self.spec, &t.names.project, node, settings.prices);
+            let request = policy::adopting(&self.spec, &t.names.project, node, settings.prices);
             return request.into_iter().collect();
         }
         // A capacity plan is judged whole before its first create: every rung and zone it may
@@ -178,13 +179,13 @@ impl Kind for TpuSlice {
             return Claim::Nothing;
         };
         let cluster = settings.config.cluster_id.as_str();
-        match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster) {
+        match tenancy::adoption::ownership(&node.name, &node.labels, &t.identity, cluster, policy::KIND) {
             Err(denial) => Claim::Refused(denial),
             Ok(tenancy::adoption::Ownership::Ours) => Claim::Nothing,
             Ok(tenancy::adoption::Ownership::Unclaimed) => {
                 let (ns, project) = (t.identity.namespace.as_str(), t.names.project.as_str());
                 let (policies, prices) = (settings.policies, settings.prices);
-                match tenancy::adoption::claim(policies, prices, ns, node, &self.spec, project) {
+                match policy::claim(policies, prices, ns, node, &self.spec, project) {
                     Err(denial) => Claim::Refused(denial),
                     Ok(counted) => Claim::Admit(Admission {
                         checked: Vec::new(),

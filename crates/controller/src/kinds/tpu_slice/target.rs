@@ -127,8 +127,8 @@ impl Target {
         let place = place_of(here, &names, &checked);
         Ok(Some(Self {
             place,
-            request: tenancy::request::tpu_slice(here, &names.project, prices),
-            price: tenancy::request::slice_per_hour(here, prices),
+            request: super::policy::request(here, &names.project, prices),
+            price: super::policy::per_hour(here, prices),
             holder: format!("TpuSlice {}", identity.name),
             at_place,
             identity,

@@ -11,9 +11,11 @@ pub mod checkpoints;
 mod cleanup;
 mod duplicates;
 pub mod expand;
+pub mod holding;
 mod links;
 mod observe;
 pub mod plan;
+pub mod policy;
 mod progress;
 pub mod queue;
 pub mod spec;
@@ -38,7 +40,7 @@ use tpu_operator_api::{
 use tpu_operator_gcp::aiplatform_v1::model::{CustomJob, JobState};
 
 use crate::{
-    governance::tenancy::{self, request},
+    governance::tenancy,
     reconcile::{
         context::Context,
         driver,
@@ -194,11 +196,9 @@ impl Kind for TrainingPipeline {
         let project = t.project.as_deref().filter(|_| decision.action.creates())?;
         let prices = settings.prices;
         let spec = &t.pipeline.spec;
-        let all = request::pipeline(spec, project, prices);
+        let all = policy::pipeline(spec, project, prices);
         let counted = match decision.action {
-            plan::Action::CreateJob { .. } => {
-                request::vertex_job(spec, project, prices).into_iter().collect()
-            }
+            plan::Action::CreateJob { .. } => policy::vertex_job(spec, project, prices).into_iter().collect(),
             plan::Action::CreateSlice { .. } => all.iter().filter(|r| r.tpu.is_some()).cloned().collect(),
             _ => Vec::new(),
         };

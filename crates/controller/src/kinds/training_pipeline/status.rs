@@ -117,7 +117,7 @@ pub fn vertex_cost(
 ) -> Option<CostEstimate> {
     let start = job.start_time.as_ref()?.seconds();
     let end = job.end_time.as_ref().map(|t| t.seconds());
-    let (rate, key) = crate::governance::tenancy::request::vertex_per_hour(v, prices);
+    let (rate, key) = super::policy::vertex_per_hour(v, prices);
     let hours = (end.unwrap_or(now.timestamp()) - start).max(0) as f64 / 3600.0;
     Some(CostEstimate {
         so_far_usd: crate::governance::pricing::round_usd(rate * hours),
