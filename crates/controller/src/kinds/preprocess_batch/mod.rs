@@ -32,7 +32,7 @@ use tpu_operator_gcp::dataproc_v1::model::{Batch, batch::State as BatchState};
 use self::{
     act::SubmitOutcome,
     observe::{BatchLookup, Observed, Target},
-    plan::{CleanupStep, Plan, Requeue},
+    plan::{Action, CleanupStep, Plan, Requeue},
 };
 use crate::{
     governance::tenancy,
@@ -131,7 +131,7 @@ impl Kind for PreprocessBatch {
 
     /// And before every submit.
     fn admission(&self, _settings: Settings<'_>, t: &Target, plan: &Plan) -> Option<Admission> {
-        matches!(plan, Plan::Submit { .. }).then(|| Admission {
+        matches!(plan.action, Action::Submit { .. }).then(|| Admission {
             checked: vec![request(self, t)],
             counted: Vec::new(),
             holder: OwnedHolder::default(),
@@ -146,10 +146,10 @@ impl Kind for PreprocessBatch {
         plan: &mut Plan,
         _ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
-        let Plan::Submit { attempt, .. } = plan else {
+        let Action::Submit { attempt, .. } = plan.action else {
             return Ok(Acted::done(Done::Nothing));
         };
-        let outcome = act::submit(io, t, &self.spec, *attempt).await?;
+        let outcome = act::submit(io, t, &self.spec, attempt).await?;
         let failed = match &outcome {
             SubmitOutcome::Refused {
                 refused: Some(err), ..
@@ -159,20 +159,14 @@ impl Kind for PreprocessBatch {
         Ok(Acted {
             failed,
             ..Acted::done(Done::Submitted {
-                attempt: *attempt,
+                attempt,
                 outcome: Box::new(outcome),
             })
         })
     }
 
     fn report(&self, now: DateTime<Utc>, pass: &Pass<'_, Self>) -> PreprocessBatchStatus {
-        match (pass.plan, pass.done) {
-            (Plan::Report(report), _) => status::from_report(self, pass.observed, report, now),
-            (Plan::Submit { after_failure, .. }, Done::Submitted { outcome, .. }) => {
-                status::after_submit(self, outcome, after_failure.as_deref(), now)
-            }
-            _ => status::unchanged(self),
-        }
+        status::report(self, pass.observed, pass.plan, pass.done, now)
     }
 
     /// The batch this pass saw (or just submitted), watched while it changes by itself.
@@ -181,10 +175,10 @@ impl Kind for PreprocessBatch {
             BatchLookup::Found(b) => Some((b.name.clone(), b.state.clone())),
             _ => None,
         };
-        let next = match (pass.plan, pass.done) {
-            (Plan::Keep(next), _) => *next,
-            (Plan::Report(report), _) => report.requeue,
-            (_, Done::Submitted { attempt, outcome }) => match outcome.as_ref() {
+        let next = match pass.done {
+            // No call made: when the plan said to look again.
+            Done::Nothing => pass.plan.verdict.requeue,
+            Done::Submitted { attempt, outcome } => match outcome.as_ref() {
                 // Nothing was sent: no batch to watch, and the turn says when to look again.
                 SubmitOutcome::Paced { after, .. } => Requeue::After(*after),
                 SubmitOutcome::Refused { .. } => {
@@ -196,7 +190,6 @@ impl Kind for PreprocessBatch {
                     Requeue::Active
                 }
             },
-            (Plan::Submit { .. }, Done::Nothing) => Requeue::Active,
         };
         match seen {
             Some((name, state)) if next == Requeue::Active && Batch::lists(&state) => {

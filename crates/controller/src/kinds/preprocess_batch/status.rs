@@ -12,11 +12,13 @@ use tpu_operator_api::{
 use tpu_operator_gcp::dataproc_v1::model::batch::State;
 
 use super::{
+    Done,
     act::SubmitOutcome,
     cost,
     observe::{BatchLookup, Observed, ObservedBatch},
-    plan::{Report, allowed_attempts},
+    plan::{Action, Details, Plan, Verdict, allowed_attempts},
 };
+use crate::reconcile::plan::Kstatus;
 
 /// The only writer of `PreprocessBatch.status`.
 pub const FIELD_MANAGER: &str = "preprocessbatch.tpu-operator.dev/controller";
@@ -27,16 +29,40 @@ fn base(obj: &PreprocessBatch) -> (PreprocessBatchStatus, Option<i64>) {
     (s, obj.metadata.generation)
 }
 
+/// The status an apply pass writes: built from the old status, what was observed, the plan and
+/// what its one call did.
+pub fn report(
+    obj: &PreprocessBatch,
+    observed: &Observed,
+    plan: &Plan,
+    done: &Done,
+    now: DateTime<Utc>,
+) -> PreprocessBatchStatus {
+    match (&plan.action, done, &plan.verdict.kstatus) {
+        (Action::Submit { after_failure, .. }, Done::Submitted { outcome, .. }, _) => {
+            after_submit(obj, &plan.verdict, outcome, after_failure.as_deref(), now)
+        }
+        (Action::Nothing, _, Some(kstatus)) => {
+            from_verdict(obj, observed, (&plan.verdict, kstatus), &plan.details, now)
+        }
+        // A verdict that keeps the status (finished, or waiting out the retry delay), or a
+        // submit that made no call.
+        _ => unchanged(obj),
+    }
+}
+
 /// The old status with only `observedGeneration` refreshed.
-pub fn unchanged(obj: &PreprocessBatch) -> PreprocessBatchStatus {
+fn unchanged(obj: &PreprocessBatch) -> PreprocessBatchStatus {
     base(obj).0
 }
 
-/// The status after a pass that only observed.
-pub fn from_report(
+/// The status after a pass that only observed: the verdict's phase and conditions, with what
+/// the batch reported.
+fn from_verdict(
     obj: &PreprocessBatch,
     observed: &Observed,
-    report: &Report,
+    (verdict, kstatus): (&Verdict, &Kstatus),
+    details: &Details,
     now: DateTime<Utc>,
 ) -> PreprocessBatchStatus {
     let (mut s, generation) = base(obj);
@@ -44,27 +70,27 @@ pub fn from_report(
         record_batch(&mut s, batch);
         // A settled phase is the last time this attempt's batch is read: count its usage once.
         let settled = matches!(
-            report.phase,
+            verdict.phase,
             Phase::Succeeded | Phase::Failed | Phase::Cancelled | Phase::Retrying
         );
         s.estimated_cost = Some(cost::estimate(s.estimated_cost.as_ref(), &batch.usage, settled));
     }
-    if let Some(ended) = report.ended {
+    if let Some(ended) = details.ended {
         s.completion_time = Some(k8s_time(ended));
     }
-    if report.phase == Phase::Succeeded && report.output.as_ref().is_some_and(|(ok, ..)| *ok) {
+    if verdict.phase == Phase::Succeeded && details.output.as_ref().is_some_and(|(ok, ..)| *ok) {
         s.output_uri = obj.spec.batch.output_uri.clone();
     }
-    s.phase = report.phase;
+    s.phase = verdict.phase;
     set_kstatus(
         &mut s.conditions,
-        report.progress,
-        report.reason,
-        &report.message,
+        kstatus.progress,
+        kstatus.reason,
+        &kstatus.message,
         generation,
         k8s_time(now),
     );
-    if let Some((verified, reason, message)) = &report.output {
+    if let Some((verified, reason, message)) = &details.output {
         let c = conditions::condition(
             types::OUTPUT_VERIFIED,
             *verified,
@@ -78,9 +104,11 @@ pub fn from_report(
     s
 }
 
-/// The status right after a submit: the new batch's name and operation first of all.
-pub fn after_submit(
+/// The status right after a submit: the new batch's name and operation first of all, in the
+/// phase and conditions the plan expected; a refused or paced submit says why instead.
+fn after_submit(
     obj: &PreprocessBatch,
+    verdict: &Verdict,
     outcome: &SubmitOutcome,
     after_failure: Option<&str>,
     now: DateTime<Utc>,
@@ -120,18 +148,22 @@ pub fn after_submit(
     };
     replace_batch(&mut s, attempt, &batch_name);
     s.start_time.get_or_insert_with(|| k8s_time(now));
-    s.phase = Phase::Submitted;
+    s.phase = verdict.phase;
     s.message = after_failure.map(|why| format!("previous attempt: {why}"));
     conditions::remove_condition(&mut s.conditions, types::OUTPUT_VERIFIED);
-    let message = format!("attempt {attempt}/{allowed}: submitted batch {batch_name}");
-    set_kstatus(
-        &mut s.conditions,
-        Progress::Reconciling,
-        reasons::CREATING,
-        &message,
-        generation,
-        k8s_time(now),
-    );
+    if let Some(expected) = &verdict.kstatus {
+        // The plan's conditions, naming the batch Dataproc now holds.
+        let message = format!("attempt {attempt}/{allowed}: submitted batch {batch_name}");
+        let (progress, reason) = (expected.progress, expected.reason);
+        set_kstatus(
+            &mut s.conditions,
+            progress,
+            reason,
+            &message,
+            generation,
+            k8s_time(now),
+        );
+    }
     if let SubmitOutcome::Adopted { batch, .. } = outcome {
         record_batch(&mut s, batch);
     }
