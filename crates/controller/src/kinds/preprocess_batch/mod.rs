@@ -237,7 +237,14 @@ impl Kind for PreprocessBatch {
         retry: bool,
         now: DateTime<Utc>,
     ) -> PreprocessBatchStatus {
-        status::stalled(old, self.metadata.generation, reason, message, retry, now)
+        let waits = crate::reconcile::waits::stall_waits(reason, retry);
+        old.stalled(
+            self.metadata.generation,
+            reason,
+            message,
+            waits,
+            status::k8s_time(now),
+        )
     }
 }
 
@@ -252,10 +259,10 @@ fn request(obj: &PreprocessBatch, t: &Target) -> tenancy::Request {
 
 /// One deletion pass (policy `Delete`).
 async fn clean(obj: &PreprocessBatch, io: &Io<'_>, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
-    if let Some(batch) = only_batch(obj) {
+    if let Some(batch) = obj.status.as_ref().and_then(|s| s.only_batch()) {
         // Its one batch finished and status named it after seeing it finish, so no other batch
         // of this object can exist: delete it by name, without listing by label first.
-        act::delete(io, &batch).await?;
+        act::delete(io, batch).await?;
         return Ok(Cleaned::done());
     }
     let batches = observe::observe_cleanup(io, t).await?;
@@ -293,18 +300,4 @@ async fn clean(obj: &PreprocessBatch, io: &Io<'_>, t: &Target) -> Result<Cleaned
         failed: None,
         events: Vec::new(),
     })
-}
-
-/// The batch a finished single-attempt object ran, when that is provably its only batch: a
-/// terminal phase is written only after the batch was seen finished, and a second attempt is
-/// created only from `Retrying`.
-fn only_batch(obj: &PreprocessBatch) -> Option<String> {
-    let status = obj.status.as_ref()?;
-    let finished = matches!(
-        status.phase,
-        PreprocessBatchPhase::Succeeded | PreprocessBatchPhase::Failed | PreprocessBatchPhase::Cancelled
-    );
-    (finished && status.attempts == 1 && status.pending_operation.is_none())
-        .then(|| status.batch_name.clone())
-        .flatten()
 }

@@ -69,10 +69,7 @@ fn from_verdict(
     if let BatchLookup::Found(batch) = &observed.batch {
         record_batch(&mut s, batch);
         // A settled phase is the last time this attempt's batch is read: count its usage once.
-        let settled = matches!(
-            verdict.phase,
-            Phase::Succeeded | Phase::Failed | Phase::Cancelled | Phase::Retrying
-        );
+        let settled = verdict.phase.attempt_settled();
         s.estimated_cost = Some(cost::estimate(s.estimated_cost.as_ref(), &batch.usage, settled));
     }
     if let Some(ended) = details.ended {
@@ -125,16 +122,12 @@ fn after_submit(
             if let Some(phase) = phase {
                 s.phase = *phase;
             }
-            let stalled = (Progress::Stalled, *reason, message.as_str());
-            return not_submitted(s, stalled, generation, now);
+            return s.with_kstatus(Progress::Stalled, reason, message, generation, k8s_time(now));
         }
         SubmitOutcome::Paced { message, .. } => {
-            let paced = (
-                Progress::Reconciling,
-                reasons::WAITING_FOR_CREATE_RATE,
-                message.as_str(),
-            );
-            return not_submitted(s, paced, generation, now);
+            // Nothing was sent: the conditions say why, nothing else changes.
+            let reason = reasons::WAITING_FOR_CREATE_RATE;
+            return s.with_kstatus(Progress::Reconciling, reason, message, generation, k8s_time(now));
         }
         SubmitOutcome::Created {
             attempt,
@@ -146,7 +139,8 @@ fn after_submit(
         }
         SubmitOutcome::Adopted { attempt, batch } => (*attempt, batch.name.clone()),
     };
-    replace_batch(&mut s, attempt, &batch_name);
+    let links = crate::kinds::links::dataproc_batch(&batch_name);
+    s.replace_batch(attempt, &batch_name, links);
     s.start_time.get_or_insert_with(|| k8s_time(now));
     s.phase = verdict.phase;
     s.message = after_failure.map(|why| format!("previous attempt: {why}"));
@@ -170,49 +164,6 @@ fn after_submit(
     s
 }
 
-/// Nothing was submitted (refused, or paced by the create limiter): the status says why in its
-/// kstatus conditions (progress, reason, message) and nothing else changes.
-fn not_submitted(
-    mut s: PreprocessBatchStatus,
-    (progress, reason, message): (Progress, &str, &str),
-    generation: Option<i64>,
-    now: DateTime<Utc>,
-) -> PreprocessBatchStatus {
-    set_kstatus(
-        &mut s.conditions,
-        progress,
-        reason,
-        message,
-        generation,
-        k8s_time(now),
-    );
-    s
-}
-
-/// The new attempt's batch replaces the last one: that one's name joins the previous batches,
-/// and nothing read of it (state, output, end) stays.
-fn replace_batch(s: &mut PreprocessBatchStatus, attempt: u32, batch_name: &str) {
-    if let Some(previous) = s.batch_name.take()
-        && previous != batch_name
-        && !s.previous_batches.contains(&previous)
-    {
-        s.previous_batches.push(previous);
-    }
-    s.attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
-    s.batch_name = Some(batch_name.to_string());
-    s.links = crate::kinds::links::dataproc_batch(batch_name);
-    for field in [
-        &mut s.batch_uuid,
-        &mut s.batch_state,
-        &mut s.state_message,
-        &mut s.driver_output_uri,
-    ] {
-        *field = None;
-    }
-    s.completion_time = None;
-    s.output_uri = None;
-}
-
 /// The status while deletion cancels or deletes batches.
 pub fn cleaning_up(
     obj: &PreprocessBatch,
@@ -223,55 +174,7 @@ pub fn cleaning_up(
 ) -> PreprocessBatchStatus {
     let (mut s, generation) = base(obj);
     s.phase = phase;
-    set_kstatus(
-        &mut s.conditions,
-        Progress::Reconciling,
-        reason,
-        message,
-        generation,
-        k8s_time(now),
-    );
-    s
-}
-
-/// The status when the object names no project and the operator has no default.
-pub fn no_project(obj: &PreprocessBatch, now: DateTime<Utc>) -> PreprocessBatchStatus {
-    let (mut s, generation) = base(obj);
-    set_kstatus(
-        &mut s.conditions,
-        Progress::Stalled,
-        reasons::INVALID_SPEC,
-        "spec.project is not set and the operator has no default project",
-        generation,
-        k8s_time(now),
-    );
-    s
-}
-
-/// `old` stalled for `reason` (no Dataproc call was made): the phase as it was.
-pub fn stalled(
-    old: &PreprocessBatchStatus,
-    generation: Option<i64>,
-    reason: &'static str,
-    message: &str,
-    retry: bool,
-    now: DateTime<Utc>,
-) -> PreprocessBatchStatus {
-    let mut s = old.clone();
-    s.observed_generation = generation;
-    if crate::reconcile::waits::stall_waits(reason, retry) {
-        s.phase = Phase::Waiting;
-    }
-    s.message = Some(message.to_owned());
-    set_kstatus(
-        &mut s.conditions,
-        Progress::Stalled,
-        reason,
-        message,
-        generation,
-        k8s_time(now),
-    );
-    s
+    s.with_kstatus(Progress::Reconciling, reason, message, generation, k8s_time(now))
 }
 
 /// Copies what Dataproc reports about the current batch.
