@@ -15,6 +15,9 @@ use crate::{
     },
 };
 
+/// The status's own helpers (what it says about its attempts, and changes to it).
+mod status;
+
 /// Runtime property carrying the declared output URI to the Spark job (gcp-emulator, playing
 /// the job, reads it too).
 pub const OUTPUT_PROPERTY: &str = "spark.tpuoperator.outputUri";

@@ -34,7 +34,7 @@ use tpu_operator_gcp::dataproc_v1::model::{Batch, batch::State as BatchState};
 use self::{
     act::SubmitOutcome,
     observe::{BatchLookup, Observed, Target},
-    plan::{CleanupStep, Plan, Requeue},
+    plan::{Action, CleanupStep, Plan, Requeue},
 };
 use crate::{
     governance::tenancy,
@@ -133,7 +133,7 @@ impl Kind for PreprocessBatch {
 
     /// And before every submit.
     fn admission(&self, _settings: Settings<'_>, t: &Target, plan: &Plan) -> Option<Admission> {
-        matches!(plan, Plan::Submit { .. }).then(|| Admission {
+        matches!(plan.action, Action::Submit { .. }).then(|| Admission {
             checked: vec![request(self, t)],
             counted: Vec::new(),
             holder: OwnedHolder::default(),
@@ -148,10 +148,10 @@ impl Kind for PreprocessBatch {
         plan: &mut Plan,
         _ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
-        let Plan::Submit { attempt, .. } = plan else {
+        let Action::Submit { attempt, .. } = plan.action else {
             return Ok(Acted::done(Done::Nothing));
         };
-        let outcome = act::submit(io, t, &self.spec, *attempt).await?;
+        let outcome = act::submit(io, t, &self.spec, attempt).await?;
         let failed = match &outcome {
             SubmitOutcome::Refused {
                 refused: Some(err), ..
@@ -161,20 +161,14 @@ impl Kind for PreprocessBatch {
         Ok(Acted {
             failed,
             ..Acted::done(Done::Submitted {
-                attempt: *attempt,
+                attempt,
                 outcome: Box::new(outcome),
             })
         })
     }
 
     fn report(&self, now: DateTime<Utc>, pass: &Pass<'_, Self>) -> PreprocessBatchStatus {
-        match (pass.plan, pass.done) {
-            (Plan::Report(report), _) => status::from_report(self, pass.observed, report, now),
-            (Plan::Submit { after_failure, .. }, Done::Submitted { outcome, .. }) => {
-                status::after_submit(self, outcome, after_failure.as_deref(), now)
-            }
-            _ => status::unchanged(self),
-        }
+        status::report(self, pass.observed, pass.plan, pass.done, now)
     }
 
     /// The batch this pass saw (or just submitted), watched while it changes by itself.
@@ -183,10 +177,10 @@ impl Kind for PreprocessBatch {
             BatchLookup::Found(b) => Some((b.name.clone(), b.state.clone())),
             _ => None,
         };
-        let next = match (pass.plan, pass.done) {
-            (Plan::Keep(next), _) => *next,
-            (Plan::Report(report), _) => report.requeue,
-            (_, Done::Submitted { attempt, outcome }) => match outcome.as_ref() {
+        let next = match pass.done {
+            // No call made: when the plan said to look again.
+            Done::Nothing => pass.plan.verdict.requeue,
+            Done::Submitted { attempt, outcome } => match outcome.as_ref() {
                 // Nothing was sent: no batch to watch, and the turn says when to look again.
                 SubmitOutcome::Paced { after, .. } => Requeue::After(*after),
                 SubmitOutcome::Refused { .. } => {
@@ -198,7 +192,6 @@ impl Kind for PreprocessBatch {
                     Requeue::Active
                 }
             },
-            (Plan::Submit { .. }, Done::Nothing) => Requeue::Active,
         };
         match seen {
             Some((name, state)) if next == Requeue::Active && Batch::lists(&state) => {
@@ -246,7 +239,14 @@ impl Kind for PreprocessBatch {
         retry: bool,
         now: DateTime<Utc>,
     ) -> PreprocessBatchStatus {
-        status::stalled(old, self.metadata.generation, reason, message, retry, now)
+        let waits = crate::reconcile::waits::stall_waits(reason, retry);
+        old.stalled(
+            self.metadata.generation,
+            reason,
+            message,
+            waits,
+            status::k8s_time(now),
+        )
     }
 }
 
@@ -261,10 +261,10 @@ fn request(obj: &PreprocessBatch, t: &Target) -> tenancy::Request {
 
 /// One deletion pass (policy `Delete`).
 async fn clean(obj: &PreprocessBatch, io: &Io<'_>, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
-    if let Some(batch) = only_batch(obj) {
+    if let Some(batch) = obj.status.as_ref().and_then(|s| s.only_batch()) {
         // Its one batch finished and status named it after seeing it finish, so no other batch
         // of this object can exist: delete it by name, without listing by label first.
-        act::delete(io, &batch).await?;
+        act::delete(io, batch).await?;
         return Ok(Cleaned::done());
     }
     let batches = observe::observe_cleanup(io, t).await?;
@@ -302,18 +302,4 @@ async fn clean(obj: &PreprocessBatch, io: &Io<'_>, t: &Target) -> Result<Cleaned
         failed: None,
         events: Vec::new(),
     })
-}
-
-/// The batch a finished single-attempt object ran, when that is provably its only batch: a
-/// terminal phase is written only after the batch was seen finished, and a second attempt is
-/// created only from `Retrying`.
-fn only_batch(obj: &PreprocessBatch) -> Option<String> {
-    let status = obj.status.as_ref()?;
-    let finished = matches!(
-        status.phase,
-        PreprocessBatchPhase::Succeeded | PreprocessBatchPhase::Failed | PreprocessBatchPhase::Cancelled
-    );
-    (finished && status.attempts == 1 && status.pending_operation.is_none())
-        .then(|| status.batch_name.clone())
-        .flatten()
 }

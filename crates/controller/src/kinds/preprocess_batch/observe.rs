@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use tpu_operator_api::{
     naming::{self, ObjectIdentity},
-    preprocess_batch::{PreprocessBatchPhase, PreprocessBatchSpec, PreprocessBatchStatus},
+    preprocess_batch::{PreprocessBatchSpec, PreprocessBatchStatus},
 };
 use tpu_operator_gcp::{
     ErrorKind, GcpError,
@@ -170,15 +170,6 @@ pub struct Observed {
     pub missing_inputs: Vec<String>,
 }
 
-/// Whether the status already says how the current attempt ended, so the cloud need not be read.
-pub fn attempt_settled(status: &PreprocessBatchStatus) -> bool {
-    use PreprocessBatchPhase::*;
-    match status.phase {
-        Retrying | Succeeded | Failed | Cancelled => true,
-        Pending | Waiting | Submitted | Running | Cancelling | Deleting => false,
-    }
-}
-
 /// Reads what `plan` needs for the apply path: at most one batch get, one output listing (only
 /// once a batch succeeded) or one listing per declared input (only before the first submit).
 pub async fn observe(
@@ -192,7 +183,8 @@ pub async fn observe(
         output: OutputCheck::NotChecked,
         missing_inputs: Vec::new(),
     };
-    if attempt_settled(status) {
+    // The status already says how the current attempt ended: the cloud need not be read.
+    if status.phase.attempt_settled() {
         return Ok(observed);
     }
     let attempt = u32::try_from(status.attempts).unwrap_or(0);

@@ -31,32 +31,62 @@ pub fn retry_delay(failed_attempts: u32) -> Duration {
 
 pub use crate::runtime::requeue::Requeue;
 
-/// What the status should say after this pass.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Report {
-    pub phase: Phase,
-    pub progress: Progress,
-    pub reason: &'static str,
-    pub message: String,
-    pub requeue: Requeue,
-    /// The current attempt ended at this time (its batch is terminal, or it counts as failed).
-    pub ended: Option<DateTime<Utc>>,
-    /// `OutputVerified` condition: (verified, reason, message), when the output was checked.
-    pub output: Option<(bool, &'static str, String)>,
-}
+/// The pass's plan: the one Dataproc call it makes, the verdict, and what only a batch reports.
+pub type Plan = crate::reconcile::plan::Plan<Action, Phase, Details>;
 
+/// The verdict the plan reaches (phase, kstatus conditions, when to look again).
+pub type Verdict = crate::reconcile::plan::Verdict<Phase>;
+
+/// The apply path's one Dataproc call.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Plan {
-    /// Nothing new (finished earlier, or waiting out the retry delay): keep the status as it is,
-    /// make no cloud call.
-    Keep(Requeue),
+pub enum Action {
+    /// No call: the verdict says what the batch is doing (or, without conditions, that the
+    /// status stays as it is: finished earlier, or waiting out the retry delay).
+    Nothing,
     /// Create the batch of this attempt (1-based); `after_failure` describes why the previous
     /// attempt is being replaced.
     Submit {
         attempt: u32,
         after_failure: Option<String>,
     },
-    Report(Report),
+}
+
+/// What a batch reports besides the verdict.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Details {
+    /// The current attempt ended at this time (its batch is terminal, or it counts as failed).
+    pub ended: Option<DateTime<Utc>>,
+    /// `OutputVerified` condition: (verified, reason, message), when the output was checked.
+    pub output: Option<(bool, &'static str, String)>,
+}
+
+/// No call, the status as it is (phase `phase`), looked at again after `requeue`.
+fn keep(phase: Phase, requeue: Requeue) -> Plan {
+    Plan::new(Action::Nothing, Verdict::keep(phase, requeue), Details::default())
+}
+
+/// No call; the status says `verdict` (and `details`).
+fn report(verdict: Verdict, details: Details) -> Plan {
+    Plan::new(Action::Nothing, verdict, details)
+}
+
+/// Submit `attempt`: until Dataproc answers, the plan expects the status a submitted batch has
+/// (the report names the batch the answer carries, or says why none was sent).
+fn submit(template: &BatchTemplate, attempt: u32, after_failure: Option<String>) -> Plan {
+    let verdict = Verdict::new(
+        Phase::Submitted,
+        Progress::Reconciling,
+        reasons::CREATING,
+        format!("{}: submitting the batch", attempts_label(template, attempt)),
+    );
+    Plan::new(
+        Action::Submit {
+            attempt,
+            after_failure,
+        },
+        verdict,
+        Details::default(),
+    )
 }
 
 /// The apply-path plan.
@@ -68,13 +98,13 @@ pub fn plan(
 ) -> Plan {
     let attempt = u32::try_from(status.attempts).unwrap_or(0);
     match status.phase {
-        Phase::Succeeded | Phase::Failed | Phase::Cancelled => return Plan::Keep(Requeue::Stable),
-        Phase::Retrying => return next_attempt(status, attempt, now),
+        Phase::Succeeded | Phase::Failed | Phase::Cancelled => return keep(status.phase, Requeue::Stable),
+        Phase::Retrying => return next_attempt(template, status, attempt, now),
         Phase::Pending | Phase::Waiting | Phase::Submitted => {}
         Phase::Running | Phase::Cancelling | Phase::Deleting => {}
     }
     if attempt == 0 {
-        return first_attempt(observed);
+        return first_attempt(template, observed);
     }
     match &observed.batch {
         BatchLookup::NotRead => running(
@@ -155,7 +185,12 @@ fn from_batch(
 }
 
 /// Phase Retrying: the next attempt once the retry delay after the last one's end passed.
-fn next_attempt(status: &PreprocessBatchStatus, attempt: u32, now: DateTime<Utc>) -> Plan {
+fn next_attempt(
+    template: &BatchTemplate,
+    status: &PreprocessBatchStatus,
+    attempt: u32,
+    now: DateTime<Utc>,
+) -> Plan {
     // The end time is written together with phase Retrying; should it be missing (a
     // hand-edited status), retry now rather than wait for a moment that never comes.
     let due = status
@@ -164,35 +199,24 @@ fn next_attempt(status: &PreprocessBatchStatus, attempt: u32, now: DateTime<Utc>
         .map(|ended| from_time(ended) + chrono::Duration::from_std(retry_delay(attempt)).unwrap_or_default())
         .unwrap_or(now);
     if now < due {
-        return Plan::Keep(Requeue::After((due - now).to_std().unwrap_or_default()));
+        let wait = (due - now).to_std().unwrap_or_default();
+        return keep(status.phase, Requeue::After(wait));
     }
     let why = find_condition(&status.conditions, types::RECONCILING).map(|c| c.message.clone());
-    Plan::Submit {
-        attempt: attempt + 1,
-        after_failure: why,
-    }
+    submit(template, attempt + 1, why)
 }
 
 /// No attempt yet: submit the first, unless a declared input does not exist.
-fn first_attempt(observed: &Observed) -> Plan {
+fn first_attempt(template: &BatchTemplate, observed: &Observed) -> Plan {
     if !observed.missing_inputs.is_empty() {
-        return Plan::Report(Report {
-            phase: Phase::Pending,
-            progress: Progress::Stalled,
-            reason: reasons::NOT_FOUND,
-            message: format!(
-                "declared input(s) do not exist: {}; upload them (checked again every few minutes)",
-                observed.missing_inputs.join(", ")
-            ),
-            requeue: Requeue::Stable,
-            ended: None,
-            output: None,
-        });
+        let message = format!(
+            "declared input(s) do not exist: {}; upload them (checked again every few minutes)",
+            observed.missing_inputs.join(", ")
+        );
+        let verdict = Verdict::new(Phase::Pending, Progress::Stalled, reasons::NOT_FOUND, message);
+        return report(verdict, Details::default());
     }
-    Plan::Submit {
-        attempt: 1,
-        after_failure: None,
-    }
+    submit(template, 1, None)
 }
 
 /// A SUCCEEDED batch succeeds once its declared output (if any) is seen; one that wrote no
@@ -221,8 +245,8 @@ fn succeeded_batch(
                 ended,
                 now,
             );
-            if let Plan::Report(r) = &mut decision {
-                r.output = Some((false, reasons::OUTPUT_MISSING, message));
+            if decision.action == Action::Nothing {
+                decision.details.output = Some((false, reasons::OUTPUT_MISSING, message));
             }
             decision
         }
@@ -263,26 +287,18 @@ fn attempt_failed(
     if attempt < allowed {
         let due = ended + chrono::Duration::from_std(retry_delay(attempt)).unwrap_or_default();
         if now >= due {
-            return Plan::Submit {
-                attempt: attempt + 1,
-                after_failure: Some(format!("{of} failed ({}): {}", failure.reason, failure.message)),
-            };
+            let why = format!("{of} failed ({}): {}", failure.reason, failure.message);
+            return submit(template, attempt + 1, Some(why));
         }
         let wait = (due - now).to_std().unwrap_or_default();
-        return Plan::Report(Report {
-            phase: Phase::Retrying,
-            progress: Progress::Reconciling,
-            reason: reasons::RETRYING,
-            message: format!(
-                "{of} failed ({}): {}; next attempt at {}",
-                failure.reason,
-                failure.message,
-                due.to_rfc3339()
-            ),
-            requeue: Requeue::After(wait),
-            ended: Some(ended),
-            output: None,
-        });
+        let message = format!(
+            "{of} failed ({}): {}; next attempt at {}",
+            failure.reason,
+            failure.message,
+            due.to_rfc3339()
+        );
+        let verdict = Verdict::new(Phase::Retrying, Progress::Reconciling, reasons::RETRYING, message);
+        return report(verdict.requeue(Requeue::After(wait)), ended_at(ended));
     }
     let (phase, reason) = match (failure.reason, template.max_retries > 0) {
         (reasons::CANCELLED, _) => (
@@ -296,39 +312,32 @@ fn attempt_failed(
         (_, true) => (Phase::Failed, reasons::RETRIES_EXHAUSTED),
         (reason, false) => (Phase::Failed, reason),
     };
-    Plan::Report(Report {
-        phase,
-        progress: Progress::Stalled,
-        reason,
-        message: format!("{of} failed ({}): {}", failure.reason, failure.message),
-        requeue: Requeue::Stable,
+    let message = format!("{of} failed ({}): {}", failure.reason, failure.message);
+    report(
+        Verdict::new(phase, Progress::Stalled, reason, message),
+        ended_at(ended),
+    )
+}
+
+/// The details of an attempt that ended at `ended`.
+fn ended_at(ended: DateTime<Utc>) -> Details {
+    Details {
         ended: Some(ended),
         output: None,
-    })
+    }
 }
 
 fn running(phase: Phase, reason: &'static str, message: String) -> Plan {
-    Plan::Report(Report {
-        phase,
-        progress: Progress::Reconciling,
-        reason,
-        message,
-        requeue: Requeue::Active,
-        ended: None,
-        output: None,
-    })
+    // Reconciling: looked at again at the active interval.
+    report(
+        Verdict::new(phase, Progress::Reconciling, reason, message),
+        Details::default(),
+    )
 }
 
 fn succeeded(message: String, output: Option<(bool, &'static str, String)>) -> Plan {
-    Plan::Report(Report {
-        phase: Phase::Succeeded,
-        progress: Progress::Ready,
-        reason: reasons::SUCCEEDED,
-        message,
-        requeue: Requeue::Stable,
-        ended: None,
-        output,
-    })
+    let verdict = Verdict::new(Phase::Succeeded, Progress::Ready, reasons::SUCCEEDED, message);
+    report(verdict, Details { ended: None, output })
 }
 
 /// First attempt plus `maxRetries` retries.

@@ -12,11 +12,13 @@ use tpu_operator_api::{
 use tpu_operator_gcp::dataproc_v1::model::batch::State;
 
 use super::{
+    Done,
     act::SubmitOutcome,
     cost,
     observe::{BatchLookup, Observed, ObservedBatch},
-    plan::{Report, allowed_attempts},
+    plan::{Action, Details, Plan, Verdict, allowed_attempts},
 };
+use crate::reconcile::plan::Kstatus;
 
 /// The only writer of `PreprocessBatch.status`.
 pub const FIELD_MANAGER: &str = "preprocessbatch.tpu-operator.dev/controller";
@@ -27,44 +29,65 @@ fn base(obj: &PreprocessBatch) -> (PreprocessBatchStatus, Option<i64>) {
     (s, obj.metadata.generation)
 }
 
+/// The status an apply pass writes: built from the old status, what was observed, the plan and
+/// what its one call did.
+pub fn report(
+    obj: &PreprocessBatch,
+    observed: &Observed,
+    plan: &Plan,
+    done: &Done,
+    now: DateTime<Utc>,
+) -> PreprocessBatchStatus {
+    match (&plan.action, done, &plan.verdict.kstatus) {
+        (Action::Submit { after_failure, .. }, Done::Submitted { outcome, .. }, _) => {
+            after_submit(obj, &plan.verdict, outcome, after_failure.as_deref(), now)
+        }
+        (Action::Nothing, _, Some(kstatus)) => {
+            from_verdict(obj, observed, (&plan.verdict, kstatus), &plan.details, now)
+        }
+        // A verdict that keeps the status (finished, or waiting out the retry delay), or a
+        // submit that made no call.
+        _ => unchanged(obj),
+    }
+}
+
 /// The old status with only `observedGeneration` refreshed.
-pub fn unchanged(obj: &PreprocessBatch) -> PreprocessBatchStatus {
+fn unchanged(obj: &PreprocessBatch) -> PreprocessBatchStatus {
     base(obj).0
 }
 
-/// The status after a pass that only observed.
-pub fn from_report(
+/// The status after a pass that only observed: the verdict's phase and conditions, with what
+/// the batch reported.
+fn from_verdict(
     obj: &PreprocessBatch,
     observed: &Observed,
-    report: &Report,
+    (verdict, kstatus): (&Verdict, &Kstatus),
+    details: &Details,
     now: DateTime<Utc>,
 ) -> PreprocessBatchStatus {
     let (mut s, generation) = base(obj);
     if let BatchLookup::Found(batch) = &observed.batch {
         record_batch(&mut s, batch);
         // A settled phase is the last time this attempt's batch is read: count its usage once.
-        let settled = matches!(
-            report.phase,
-            Phase::Succeeded | Phase::Failed | Phase::Cancelled | Phase::Retrying
-        );
+        let settled = verdict.phase.attempt_settled();
         s.estimated_cost = Some(cost::estimate(s.estimated_cost.as_ref(), &batch.usage, settled));
     }
-    if let Some(ended) = report.ended {
+    if let Some(ended) = details.ended {
         s.completion_time = Some(k8s_time(ended));
     }
-    if report.phase == Phase::Succeeded && report.output.as_ref().is_some_and(|(ok, ..)| *ok) {
+    if verdict.phase == Phase::Succeeded && details.output.as_ref().is_some_and(|(ok, ..)| *ok) {
         s.output_uri = obj.spec.batch.output_uri.clone();
     }
-    s.phase = report.phase;
+    s.phase = verdict.phase;
     set_kstatus(
         &mut s.conditions,
-        report.progress,
-        report.reason,
-        &report.message,
+        kstatus.progress,
+        kstatus.reason,
+        &kstatus.message,
         generation,
         k8s_time(now),
     );
-    if let Some((verified, reason, message)) = &report.output {
+    if let Some((verified, reason, message)) = &details.output {
         let c = conditions::condition(
             types::OUTPUT_VERIFIED,
             *verified,
@@ -78,9 +101,11 @@ pub fn from_report(
     s
 }
 
-/// The status right after a submit: the new batch's name and operation first of all.
-pub fn after_submit(
+/// The status right after a submit: the new batch's name and operation first of all, in the
+/// phase and conditions the plan expected; a refused or paced submit says why instead.
+fn after_submit(
     obj: &PreprocessBatch,
+    verdict: &Verdict,
     outcome: &SubmitOutcome,
     after_failure: Option<&str>,
     now: DateTime<Utc>,
@@ -97,16 +122,12 @@ pub fn after_submit(
             if let Some(phase) = phase {
                 s.phase = *phase;
             }
-            let stalled = (Progress::Stalled, *reason, message.as_str());
-            return not_submitted(s, stalled, generation, now);
+            return s.with_kstatus(Progress::Stalled, reason, message, generation, k8s_time(now));
         }
         SubmitOutcome::Paced { message, .. } => {
-            let paced = (
-                Progress::Reconciling,
-                reasons::WAITING_FOR_CREATE_RATE,
-                message.as_str(),
-            );
-            return not_submitted(s, paced, generation, now);
+            // Nothing was sent: the conditions say why, nothing else changes.
+            let reason = reasons::WAITING_FOR_CREATE_RATE;
+            return s.with_kstatus(Progress::Reconciling, reason, message, generation, k8s_time(now));
         }
         SubmitOutcome::Created {
             attempt,
@@ -118,67 +139,29 @@ pub fn after_submit(
         }
         SubmitOutcome::Adopted { attempt, batch } => (*attempt, batch.name.clone()),
     };
-    replace_batch(&mut s, attempt, &batch_name);
+    let links = crate::kinds::links::dataproc_batch(&batch_name);
+    s.replace_batch(attempt, &batch_name, links);
     s.start_time.get_or_insert_with(|| k8s_time(now));
-    s.phase = Phase::Submitted;
+    s.phase = verdict.phase;
     s.message = after_failure.map(|why| format!("previous attempt: {why}"));
     conditions::remove_condition(&mut s.conditions, types::OUTPUT_VERIFIED);
-    let message = format!("attempt {attempt}/{allowed}: submitted batch {batch_name}");
-    set_kstatus(
-        &mut s.conditions,
-        Progress::Reconciling,
-        reasons::CREATING,
-        &message,
-        generation,
-        k8s_time(now),
-    );
+    if let Some(expected) = &verdict.kstatus {
+        // The plan's conditions, naming the batch Dataproc now holds.
+        let message = format!("attempt {attempt}/{allowed}: submitted batch {batch_name}");
+        let (progress, reason) = (expected.progress, expected.reason);
+        set_kstatus(
+            &mut s.conditions,
+            progress,
+            reason,
+            &message,
+            generation,
+            k8s_time(now),
+        );
+    }
     if let SubmitOutcome::Adopted { batch, .. } = outcome {
         record_batch(&mut s, batch);
     }
     s
-}
-
-/// Nothing was submitted (refused, or paced by the create limiter): the status says why in its
-/// kstatus conditions (progress, reason, message) and nothing else changes.
-fn not_submitted(
-    mut s: PreprocessBatchStatus,
-    (progress, reason, message): (Progress, &str, &str),
-    generation: Option<i64>,
-    now: DateTime<Utc>,
-) -> PreprocessBatchStatus {
-    set_kstatus(
-        &mut s.conditions,
-        progress,
-        reason,
-        message,
-        generation,
-        k8s_time(now),
-    );
-    s
-}
-
-/// The new attempt's batch replaces the last one: that one's name joins the previous batches,
-/// and nothing read of it (state, output, end) stays.
-fn replace_batch(s: &mut PreprocessBatchStatus, attempt: u32, batch_name: &str) {
-    if let Some(previous) = s.batch_name.take()
-        && previous != batch_name
-        && !s.previous_batches.contains(&previous)
-    {
-        s.previous_batches.push(previous);
-    }
-    s.attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
-    s.batch_name = Some(batch_name.to_string());
-    s.links = crate::kinds::links::dataproc_batch(batch_name);
-    for field in [
-        &mut s.batch_uuid,
-        &mut s.batch_state,
-        &mut s.state_message,
-        &mut s.driver_output_uri,
-    ] {
-        *field = None;
-    }
-    s.completion_time = None;
-    s.output_uri = None;
 }
 
 /// The status while deletion cancels or deletes batches.
@@ -191,55 +174,7 @@ pub fn cleaning_up(
 ) -> PreprocessBatchStatus {
     let (mut s, generation) = base(obj);
     s.phase = phase;
-    set_kstatus(
-        &mut s.conditions,
-        Progress::Reconciling,
-        reason,
-        message,
-        generation,
-        k8s_time(now),
-    );
-    s
-}
-
-/// The status when the object names no project and the operator has no default.
-pub fn no_project(obj: &PreprocessBatch, now: DateTime<Utc>) -> PreprocessBatchStatus {
-    let (mut s, generation) = base(obj);
-    set_kstatus(
-        &mut s.conditions,
-        Progress::Stalled,
-        reasons::INVALID_SPEC,
-        "spec.project is not set and the operator has no default project",
-        generation,
-        k8s_time(now),
-    );
-    s
-}
-
-/// `old` stalled for `reason` (no Dataproc call was made): the phase as it was.
-pub fn stalled(
-    old: &PreprocessBatchStatus,
-    generation: Option<i64>,
-    reason: &'static str,
-    message: &str,
-    retry: bool,
-    now: DateTime<Utc>,
-) -> PreprocessBatchStatus {
-    let mut s = old.clone();
-    s.observed_generation = generation;
-    if crate::reconcile::waits::stall_waits(reason, retry) {
-        s.phase = Phase::Waiting;
-    }
-    s.message = Some(message.to_owned());
-    set_kstatus(
-        &mut s.conditions,
-        Progress::Stalled,
-        reason,
-        message,
-        generation,
-        k8s_time(now),
-    );
-    s
+    s.with_kstatus(Progress::Reconciling, reason, message, generation, k8s_time(now))
 }
 
 /// Copies what Dataproc reports about the current batch.

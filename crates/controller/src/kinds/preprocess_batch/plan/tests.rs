@@ -76,11 +76,37 @@ enum Got {
 }
 
 fn got(d: &Plan) -> Got {
-    match d {
-        Plan::Report(r) => Got::Report(r.phase, r.progress, r.reason),
-        Plan::Submit { attempt, .. } => Got::Submit(*attempt),
-        Plan::Keep(q) => Got::Keep(*q),
+    match (&d.action, &d.verdict.kstatus) {
+        (Action::Submit { attempt, .. }, _) => Got::Submit(*attempt),
+        (Action::Nothing, Some(k)) => Got::Report(d.verdict.phase, k.progress, k.reason),
+        (Action::Nothing, None) => Got::Keep(d.verdict.requeue),
     }
+}
+
+/// What a plan that makes no call and sets the conditions reports, in one value.
+#[derive(Clone, Debug, PartialEq)]
+struct Report {
+    phase: Phase,
+    progress: Progress,
+    reason: &'static str,
+    message: String,
+    requeue: Requeue,
+    ended: Option<DateTime<Utc>>,
+    output: Option<(bool, &'static str, String)>,
+}
+
+/// The report of `d`, when it is one (no call, conditions set).
+fn report_of(d: Plan) -> Option<Report> {
+    let k = d.verdict.kstatus.filter(|_| d.action == Action::Nothing)?;
+    Some(Report {
+        phase: d.verdict.phase,
+        progress: k.progress,
+        reason: k.reason,
+        message: k.message,
+        requeue: d.verdict.requeue,
+        ended: d.details.ended,
+        output: d.details.output,
+    })
 }
 
 /// An apply case: (case, template, status, observed, now, expected).
@@ -357,7 +383,7 @@ fn retrying_waits_out_the_delay_recorded_in_status_then_submits_the_next_attempt
     assert_eq!(retry_delay(2), Duration::from_secs(60));
     assert_eq!(
         plan(&t, &s, &nothing(), at(130)),
-        Plan::Keep(Requeue::After(Duration::from_secs(30)))
+        keep(Phase::Retrying, Requeue::After(Duration::from_secs(30)))
     );
     assert_eq!(got(&plan(&t, &s, &nothing(), at(160))), Got::Submit(3));
     // Without a recorded end time (a hand-edited status) the retry is not postponed forever.
@@ -369,12 +395,12 @@ fn retrying_waits_out_the_delay_recorded_in_status_then_submits_the_next_attempt
 fn first_failure_reports_when_the_retry_is_due() {
     let mut b = batch(State::Failed, 180);
     b.state_message = "Job failed with exit code 1".into();
-    let Plan::Report(r) = plan(
+    let Some(r) = report_of(plan(
         &template(1, true),
         &status(Phase::Running, 1),
         &seen(b, OutputCheck::NotChecked),
         at(185),
-    ) else {
+    )) else {
         panic!("expected a report");
     };
     assert_eq!(r.ended, Some(at(180)));
@@ -392,12 +418,12 @@ fn first_failure_reports_when_the_retry_is_due() {
 fn exhausted_retries_keep_the_api_message_and_output_missing_is_reported() {
     let mut b = batch(State::Failed, 180);
     b.state_message = "Insufficient 'CPUS' quota".into();
-    let Plan::Report(r) = plan(
+    let Some(r) = report_of(plan(
         &template(1, true),
         &status(Phase::Running, 2),
         &seen(b, OutputCheck::NotChecked),
         at(181),
-    ) else {
+    )) else {
         panic!("expected a report");
     };
     assert_eq!(r.reason, reasons::RETRIES_EXHAUSTED);
@@ -408,7 +434,7 @@ fn exhausted_retries_keep_the_api_message_and_output_missing_is_reported() {
         r.message
     );
 
-    let Plan::Report(r) = plan(
+    let Some(r) = report_of(plan(
         &template(0, true),
         &status(Phase::Running, 1),
         &seen(
@@ -416,7 +442,7 @@ fn exhausted_retries_keep_the_api_message_and_output_missing_is_reported() {
             OutputCheck::Missing("no objects under gs://b/out/".into()),
         ),
         at(181),
-    ) else {
+    )) else {
         panic!("expected a report");
     };
     assert_eq!(
@@ -447,7 +473,7 @@ fn missing_inputs_stall_before_submitting() {
         got(&d),
         Got::Report(Phase::Pending, Progress::Stalled, reasons::NOT_FOUND)
     );
-    let Plan::Report(r) = d else { unreachable!() };
+    let Some(r) = report_of(d) else { unreachable!() };
     assert!(r.message.contains("gs://b/raw/"));
 }
 
