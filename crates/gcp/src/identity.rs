@@ -140,28 +140,11 @@ impl Impersonation {
             urlencoding::encode(service_account)
         );
         let target = format!("serviceAccounts/{service_account}");
-        let mut request = self.http.post(&url).json(&json!({
+        let request = self.http.post(&url).json(&json!({
             "scope": [SCOPE],
             "lifetime": format!("{}s", TOKEN_LIFETIME.as_secs()),
         }));
-        if let Some(source) = &self.source {
-            let headers = source.headers(Default::default()).await.map_err(|err| {
-                let kind = if err.is_transient() {
-                    ErrorKind::Transient
-                } else {
-                    ErrorKind::Unauthenticated
-                };
-                mint_error(
-                    &target,
-                    service_account,
-                    kind,
-                    format!("cannot get credentials: {err}"),
-                )
-            })?;
-            if let CacheableResource::New { data, .. } = headers {
-                request = request.headers(data);
-            }
-        }
+        let request = self.authorized(request, &target, service_account).await?;
         let response = request.send().await.map_err(|err| {
             mint_error(
                 &target,
@@ -182,29 +165,63 @@ impl Impersonation {
             err.identity = Some(Box::new(service_account.to_string()));
             return Err(err);
         }
-        let minted: Minted = serde_json::from_slice(&body).map_err(|err| {
+        read_token(&target, service_account, &body)
+    }
+
+    /// `request` with the operator's own credentials' headers (unchanged for an anonymous source,
+    /// an emulator, or when the credentials report their headers as not modified).
+    async fn authorized(
+        &self,
+        mut request: reqwest::RequestBuilder,
+        target: &str,
+        service_account: &str,
+    ) -> Result<reqwest::RequestBuilder> {
+        if let Some(source) = &self.source {
+            let headers = source.headers(Default::default()).await.map_err(|err| {
+                let kind = if err.is_transient() {
+                    ErrorKind::Transient
+                } else {
+                    ErrorKind::Unauthenticated
+                };
+                mint_error(
+                    target,
+                    service_account,
+                    kind,
+                    format!("cannot get credentials: {err}"),
+                )
+            })?;
+            if let CacheableResource::New { data, .. } = headers {
+                request = request.headers(data);
+            }
+        }
+        Ok(request)
+    }
+}
+
+/// The token in a successful `generateAccessToken` response body: its value and `expireTime`.
+fn read_token(target: &str, service_account: &str, body: &[u8]) -> Result<Token> {
+    let minted: Minted = serde_json::from_slice(body).map_err(|err| {
+        mint_error(
+            target,
+            service_account,
+            ErrorKind::Unreadable,
+            format!("bad response: {err}"),
+        )
+    })?;
+    let expire = DateTime::parse_from_rfc3339(&minted.expire_time)
+        .map_err(|err| {
             mint_error(
-                &target,
+                target,
                 service_account,
                 ErrorKind::Unreadable,
-                format!("bad response: {err}"),
+                format!("bad expireTime: {err}"),
             )
-        })?;
-        let expire = DateTime::parse_from_rfc3339(&minted.expire_time)
-            .map_err(|err| {
-                mint_error(
-                    &target,
-                    service_account,
-                    ErrorKind::Unreadable,
-                    format!("bad expireTime: {err}"),
-                )
-            })?
-            .with_timezone(&Utc);
-        Ok(Token {
-            value: minted.access_token,
-            expire,
-        })
-    }
+        })?
+        .with_timezone(&Utc);
+    Ok(Token {
+        value: minted.access_token,
+        expire,
+    })
 }
 
 /// The method id errors and metrics name.

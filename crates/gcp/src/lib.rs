@@ -136,25 +136,7 @@ impl Gcp {
         .build()
         .await
         .map_err(|err| config::build_error(Service::Tpu, &endpoints.tpu, err))?;
-        let dataproc = if endpoints.dataproc.contains("{region}") {
-            DataprocClient::regional(
-                endpoints.dataproc.clone(),
-                credentials.clone(),
-                timeout,
-                metrics.clone(),
-            )
-        } else {
-            let client = config::configure(
-                google_cloud_dataproc_v1::client::BatchController::builder(),
-                endpoints.dataproc.clone(),
-                &credentials,
-                timeout,
-            )
-            .build()
-            .await
-            .map_err(|err| config::build_error(Service::Dataproc, &endpoints.dataproc, err))?;
-            DataprocClient::new(client, metrics.clone())
-        };
+        let dataproc = dataproc_client(&endpoints.dataproc, &credentials, timeout, metrics.clone()).await?;
         // The plain-HTTP clients (impersonation, TPU v2alpha1, storage) send no header at all
         // with anonymous credentials.
         let http_credentials = match endpoints.credentials {
@@ -202,6 +184,34 @@ impl Gcp {
         let credentials = config::build_credentials(&endpoints.credentials, timeout, &metrics)?;
         logging_client(&endpoints.logging, &credentials, timeout, metrics).await
     }
+}
+
+/// Dataproc's client: one per region for an endpoint with a `{region}` placeholder (replaced by
+/// the region a call addresses), else one client for every region.
+async fn dataproc_client(
+    endpoint: &str,
+    credentials: &google_cloud_auth::credentials::Credentials,
+    timeout: std::time::Duration,
+    metrics: GcpMetrics,
+) -> Result<DataprocClient, GcpError> {
+    if endpoint.contains("{region}") {
+        return Ok(DataprocClient::regional(
+            endpoint.to_string(),
+            credentials.clone(),
+            timeout,
+            metrics,
+        ));
+    }
+    let client = config::configure(
+        google_cloud_dataproc_v1::client::BatchController::builder(),
+        endpoint.to_string(),
+        credentials,
+        timeout,
+    )
+    .build()
+    .await
+    .map_err(|err| config::build_error(Service::Dataproc, endpoint, err))?;
+    Ok(DataprocClient::new(client, metrics))
 }
 
 /// Cloud Logging's client.

@@ -70,19 +70,7 @@ impl BudgetCrossing {
 /// One seeded run in a fresh world.
 pub async fn run(seed: u64) -> BudgetCrossing {
     let mut rng = crate::rng(seed);
-    let mut world = World::start().await;
-    world.tenancy = true;
-    world.start_operator().await;
-    let shape = tpu_operator_api::accelerator::parse_accelerator_type("v6e-8").expect("shape");
-    let rate = tpu_operator_controller::governance::pricing::PriceTable::default()
-        .slice_per_hour(&shape, CapacityKind::OnDemand)
-        .0;
-    // About 12 minutes of the slice: 72 ticks.
-    let limit = (rate * 0.19 * 100.0).round() / 100.0;
-    create_policy(&world, limit).await;
-    world.create(&slice()).await;
-    // And one write in four refused with a 500, the budget's Events and records included.
-    world.kube_faults.random_writes(seed, 0.25, 500);
+    let (mut world, rate, limit) = set_up(seed).await;
 
     let mut seen = BudgetCrossing {
         seed,
@@ -126,9 +114,42 @@ pub async fn run(seed: u64) -> BudgetCrossing {
         }
     }
     let start = start.unwrap_or_default();
+    let crossed = |percent: u32| start + limit * f64::from(percent) / 100.0 / rate * 3600.0;
+    judge_delays(&mut seen, crossed, &in_force_at);
+    seen.refused_writes = world.kube_faults.injected();
+    world.kube_faults.clear();
+    // The last announcements may still be on their way.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    seen.announced = announcements(&world).await;
+    judge_announcements(&mut seen);
+    world.kill_operator().await;
+    seen
+}
+
+/// A fresh world with the operator running, the day budget's policy, the slice that burns it
+/// and the refused writes in place; with the slice's rate and the budget's limit, US dollars.
+async fn set_up(seed: u64) -> (World, f64, f64) {
+    let mut world = World::start().await;
+    world.tenancy = true;
+    world.start_operator().await;
+    let shape = tpu_operator_api::accelerator::parse_accelerator_type("v6e-8").expect("shape");
+    let rate = tpu_operator_controller::governance::pricing::PriceTable::default()
+        .slice_per_hour(&shape, CapacityKind::OnDemand)
+        .0;
+    // About 12 minutes of the slice: 72 ticks.
+    let limit = (rate * 0.19 * 100.0).round() / 100.0;
+    create_policy(&world, limit).await;
+    world.create(&slice()).await;
+    // And one write in four refused with a 500, the budget's Events and records included.
+    world.kube_faults.random_writes(seed, 0.25, 500);
+    (world, rate, limit)
+}
+
+/// Each threshold's delay, from its crossing (`crossed`, emulated seconds) to its action in
+/// force: a violation when later than [`WITHIN`], or never.
+fn judge_delays(seen: &mut BudgetCrossing, crossed: impl Fn(u32) -> f64, in_force_at: &BTreeMap<u32, f64>) {
     for (percent, _) in THRESHOLDS {
-        let crossed = start + limit * f64::from(percent) / 100.0 / rate * 3600.0;
-        let delay = in_force_at.get(&percent).map(|t| t - crossed);
+        let delay = in_force_at.get(&percent).map(|t| t - crossed(percent));
         match delay {
             Some(d) if d <= WITHIN => {}
             Some(d) => seen
@@ -140,11 +161,11 @@ pub async fn run(seed: u64) -> BudgetCrossing {
         }
         seen.delays.insert(percent, delay);
     }
-    seen.refused_writes = world.kube_faults.injected();
-    world.kube_faults.clear();
-    // The last announcements may still be on their way.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    seen.announced = announcements(&world).await;
+}
+
+/// Each threshold announced once: a violation for every threshold with no
+/// `BudgetThresholdReached` Event, or more than one.
+fn judge_announcements(seen: &mut BudgetCrossing) {
     for (percent, _) in THRESHOLDS {
         let n = seen.announced.get(&percent).copied().unwrap_or(0);
         if n != 1 {
@@ -152,8 +173,6 @@ pub async fn run(seed: u64) -> BudgetCrossing {
                 .push(format!("{n} BudgetThresholdReached Events for {percent} %"));
         }
     }
-    world.kill_operator().await;
-    seen
 }
 
 /// The namespace's record once the report has metered up to the emulated now (or after 10 s of

@@ -88,12 +88,6 @@ fn list_check(kind: &'static str, field: &'static str, at: &'static str, path: &
 
 /// A TPU slice spec at `slice` (`object.spec` or a pipeline's `object.spec.training.tpuVm.slice`).
 fn slice_checks(kind: &'static str, slice: &str) -> Vec<Check> {
-    let family = format!("{slice}.acceleratorType.split('-')[0]");
-    let chips =
-        format!("(int({slice}.acceleratorType.split('-')[1]) / ({family} in ['v5litepod', 'v6e'] ? 1 : 2))");
-    let same_family = format!(
-        "(a.family == {family} || (a.family == 'v5e' && {family} == 'v5litepod') || (a.family == 'v5litepod' && {family} == 'v5e'))"
-    );
     let capacity = slice_capacity(slice);
     let account = format!("(has({slice}.serviceAccount) ? {slice}.serviceAccount.email : 'default')");
     let network = format!(
@@ -102,16 +96,7 @@ fn slice_checks(kind: &'static str, slice: &str) -> Vec<Check> {
     vec![
         list_check(kind, "allowedProjects", "project", &format!("{slice}.project")),
         list_check(kind, "allowedZones", "zone", &format!("{slice}.zone")),
-        Check {
-            kind,
-            field: "allowedAccelerators",
-            present: format!("has({slice}.acceleratorType)"),
-            allowed: format!(
-                "params.spec.allowedAccelerators.exists(a, {same_family} && (!has(a.maxChips) || {chips} <= a.maxChips))"
-            ),
-            asks: format!("{slice}.acceleratorType"),
-            at: "accelerator type",
-        },
+        accelerator_check(kind, slice),
         Check {
             kind,
             field: "allowedCapacity",
@@ -149,6 +134,28 @@ fn slice_checks(kind: &'static str, slice: &str) -> Vec<Check> {
         },
         orphan_check(kind, slice),
     ]
+}
+
+/// The slice's accelerator type against `allowedAccelerators`: its family (v5e and v5litepod
+/// being one) and its chip count (the type's suffix counts cores, two to a chip, except for
+/// v5litepod and v6e whose suffix counts chips) at most the entry's `maxChips`.
+fn accelerator_check(kind: &'static str, slice: &str) -> Check {
+    let family = format!("{slice}.acceleratorType.split('-')[0]");
+    let chips =
+        format!("(int({slice}.acceleratorType.split('-')[1]) / ({family} in ['v5litepod', 'v6e'] ? 1 : 2))");
+    let same_family = format!(
+        "(a.family == {family} || (a.family == 'v5e' && {family} == 'v5litepod') || (a.family == 'v5litepod' && {family} == 'v5e'))"
+    );
+    Check {
+        kind,
+        field: "allowedAccelerators",
+        present: format!("has({slice}.acceleratorType)"),
+        allowed: format!(
+            "params.spec.allowedAccelerators.exists(a, {same_family} && (!has(a.maxChips) || {chips} <= a.maxChips))"
+        ),
+        asks: format!("{slice}.acceleratorType"),
+        at: "accelerator type",
+    }
 }
 
 /// `deletionPolicy: Orphan` on the spec at `spec` (closed by default, `allowOrphan`).

@@ -141,25 +141,33 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
         retry::on_success(obj.as_ref(), &ctx);
         return Ok(wait);
     }
-    let action = finalizer(&api, FINALIZER, obj.clone(), |event| async {
+    let action = finalized(&api, obj.clone(), &ctx).await?;
+    retry::on_success(obj.as_ref(), &ctx);
+    Ok(action)
+}
+
+/// The finalizer step (items 5 and 7 of the module docs): the apply pass, its refused cloud call
+/// reported in status, under kube's `finalizer` helper, which adds the finalizer on the first
+/// pass and, once the deletion passes left nothing, forgets the object and drops the finalizer.
+/// An object gone meanwhile waits for its delete event.
+async fn finalized<K: Kind>(api: &Api<K>, obj: Arc<K>, ctx: &Context) -> Result<Action> {
+    let action = finalizer(api, FINALIZER, obj, |event| async {
         match event {
-            Event::Apply(obj) => reported(&ctx, obj.as_ref(), pass::apply(obj.as_ref(), &ctx).await).await,
+            Event::Apply(obj) => reported(ctx, obj.as_ref(), pass::apply(obj.as_ref(), ctx).await).await,
             Event::Cleanup(obj) => {
                 ctx.settled.gone(obj.as_ref());
                 if let Some(uid) = obj.uid() {
                     ctx.stalled_on.gone(&uid);
                 }
-                deletion::cleaned_up(obj.as_ref(), &ctx).await
+                deletion::cleaned_up(obj.as_ref(), ctx).await
             }
         }
     })
     .await;
-    let action = match action {
+    Ok(match action {
         Err(err) if error::already_gone(&err) => Action::await_change(),
         other => other.map_err(ReconcileError::from)?,
-    };
-    retry::on_success(obj.as_ref(), &ctx);
-    Ok(action)
+    })
 }
 
 /// Requeued a moment later, spread out, for want of a worker slot ([`FairShare::wait`]).

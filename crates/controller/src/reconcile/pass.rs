@@ -39,11 +39,8 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
         }
     };
     let namespace = namespace(obj)?;
-    let first_look = obj.first_look(ctx.settings(), &t);
-    if !first_look.is_empty()
-        && let Err(denial) = tenancy::precheck(&ctx.tenancy, &namespace, &first_look)
-    {
-        return deny(ctx, obj, &old, denial).await;
+    if let Some(action) = first_look(ctx, obj, &namespace, &old, &t).await? {
+        return Ok(action);
     }
     // After the policy: an object its policy refuses neither waits for another nor learns,
     // from a wait, what another holds.
@@ -52,11 +49,7 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
     }
     let mut observed = obj.observe(&ctx.io(), &t).await?;
     let mut lock = Lock::default();
-    let verdict = match obj.claim(ctx.settings(), &t, &observed) {
-        Claim::Nothing => Verdict::Admitted,
-        Claim::Refused(denial) => Verdict::Denied(denial),
-        Claim::Admit(admission) => admit(ctx, &namespace, &admission, &mut lock).await?,
-    };
+    let verdict = claim(ctx, obj, &namespace, &t, &observed, &mut lock).await?;
     if let Some(action) = refused(ctx, obj, &old, verdict).await? {
         return Ok(action);
     }
@@ -90,6 +83,41 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
     }
     let wait = obj.wait(&ctx.config, &pass, &new);
     Ok(settle(ctx, obj, wait))
+}
+
+/// The first look ([`Kind::first_look`]): the policy's rules on the spec alone, before any cloud
+/// call. `Some`: refused, the refusal reported.
+async fn first_look<K: Kind>(
+    ctx: &Context,
+    obj: &K,
+    namespace: &str,
+    old: &K::Status,
+    t: &K::Target,
+) -> Result<Option<Action>> {
+    let first_look = obj.first_look(ctx.settings(), t);
+    if !first_look.is_empty()
+        && let Err(denial) = tenancy::precheck(&ctx.tenancy, namespace, &first_look)
+    {
+        return deny(ctx, obj, old, denial).await.map(Some);
+    }
+    Ok(None)
+}
+
+/// The claim ([`Kind::claim`]): the policy's verdict on what was observed, judged under the
+/// namespace's lock when it counts usage.
+async fn claim<K: Kind>(
+    ctx: &Context,
+    obj: &K,
+    namespace: &str,
+    t: &K::Target,
+    observed: &K::Observed,
+    lock: &mut Lock,
+) -> Result<Verdict> {
+    Ok(match obj.claim(ctx.settings(), t, observed) {
+        Claim::Nothing => Verdict::Admitted,
+        Claim::Refused(denial) => Verdict::Denied(denial),
+        Claim::Admit(admission) => admit(ctx, namespace, &admission, lock).await?,
+    })
 }
 
 /// Another object holds what this one needs ([`Kind::contention`]): stalled, no cloud call, and

@@ -91,18 +91,7 @@ async fn dispatch(
     let query = request::parse_query(query.as_deref());
     let Some(plural) = path.plural.clone() else {
         // A group or group-version discovery document.
-        if method != Method::GET {
-            return ApiError::method_not_allowed(format!(
-                "the server does not allow this method on the requested resource ({method})"
-            ))
-            .into_response();
-        }
-        let registry = &cluster.lock().registry;
-        let doc = discovery::resource_list(registry, &path.group, &path.version);
-        return match doc {
-            Some(d) => json_response(200, &d),
-            None => ApiError::not_found_path(uri.path()).into_response(),
-        };
+        return resource_list(&cluster, &method, &path, uri.path());
     };
     let Some(rt) = cluster.resolve(&path.group, &path.version, &plural) else {
         return ApiError::not_found_path(uri.path()).into_response();
@@ -125,6 +114,27 @@ async fn dispatch(
         response.headers_mut().append("warning", value);
     }
     response
+}
+
+/// A group-version's discovery document (its resource list), read-only like the API server's.
+fn resource_list(
+    cluster: &Cluster,
+    method: &Method,
+    path: &request::ResourcePath,
+    uri_path: &str,
+) -> Response {
+    if method != Method::GET {
+        return ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({method})"
+        ))
+        .into_response();
+    }
+    let registry = &cluster.lock().registry;
+    let doc = discovery::resource_list(registry, &path.group, &path.version);
+    match doc {
+        Some(d) => json_response(200, &d),
+        None => ApiError::not_found_path(uri_path).into_response(),
+    }
 }
 
 /// An RFC 7234 warning as the API server writes it: code 299, no agent, the text quoted.

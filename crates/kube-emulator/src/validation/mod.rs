@@ -223,21 +223,8 @@ impl CrdValidator {
         }
         schema::structural_checks(&self.structural, &object, &FieldPath::root(), &mut causes);
         causes.retain(changed);
-        // kube-apiserver skips the CEL rules when the schema found a type, required, enum,
-        // maxLength or maxItems/maxProperties error, and says so in one more cause
-        // (`hasBlockingErr` in k8s.io/apiextensions-apiserver
-        // pkg/registry/customresource/strategy.go, v0.36.3).
-        let blocking = type_errors
-            || causes.iter().any(|c| {
-                matches!(
-                    FieldErrorType::from_message(&c.message),
-                    FieldErrorType::Required
-                        | FieldErrorType::NotSupported
-                        | FieldErrorType::TooLong
-                        | FieldErrorType::TooMany
-                )
-            });
-        if blocking {
+        // A blocking schema error skips the CEL rules, and says so in one more cause.
+        if blocks_cel(type_errors, &causes) {
             causes.push(FieldCause::new(
                 FieldErrorType::Invalid,
                 &FieldPath::root(),
@@ -259,6 +246,22 @@ impl CrdValidator {
             Err(Invalid { causes })
         }
     }
+}
+
+/// Whether the schema's errors block the CEL rules: kube-apiserver skips them when the schema
+/// found a type, required, enum, maxLength or maxItems/maxProperties error (`hasBlockingErr` in
+/// k8s.io/apiextensions-apiserver pkg/registry/customresource/strategy.go, v0.36.3).
+fn blocks_cel(type_errors: bool, causes: &[FieldCause]) -> bool {
+    type_errors
+        || causes.iter().any(|c| {
+            matches!(
+                FieldErrorType::from_message(&c.message),
+                FieldErrorType::Required
+                    | FieldErrorType::NotSupported
+                    | FieldErrorType::TooLong
+                    | FieldErrorType::TooMany
+            )
+        })
 }
 
 /// Validation ratcheting: an error about a value the update did not change is not reported.

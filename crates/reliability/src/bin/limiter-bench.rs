@@ -104,36 +104,7 @@ async fn report(
     calls: Vec<gcp_emulator::CallRecord>,
 ) {
     let refused = calls.iter().filter(|c| c.status != 200).count();
-    // Each slice's wait: from its creation (the API server's, second precision) to its create.
-    let created: BTreeMap<String, DateTime<Utc>> = api
-        .list(&Default::default())
-        .await
-        .expect("list")
-        .items
-        .iter()
-        .map(|s| {
-            (
-                s.name_any(),
-                s.creation_timestamp().map(|t| t.0).unwrap_or_default(),
-            )
-        })
-        .map(|(name, t)| {
-            (
-                name,
-                DateTime::from_timestamp(t.as_second(), 0).unwrap_or_default(),
-            )
-        })
-        .collect();
-    let mut waits: Vec<f64> = calls
-        .iter()
-        .filter(|c| c.status == 200)
-        .filter_map(|c| {
-            let id = c.query.split('&').find_map(|kv| kv.strip_prefix("nodeId="))?;
-            let name = created.keys().find(|n| id.contains(n.as_str()))?;
-            Some((c.time - created[name]).num_milliseconds() as f64 / 60_000.0)
-        })
-        .collect();
-    waits.sort_by(f64::total_cmp);
+    let waits = waits(api, &calls).await;
     let mut per_minute: BTreeMap<i64, usize> = BTreeMap::new();
     let first = calls.iter().map(|c| c.time).min().expect("a create");
     for c in calls.iter().filter(|c| c.status == 200) {
@@ -167,4 +138,39 @@ async fn report(
         "nodes.create by replica: replica-a {by_a}, replica-b {by_b} (one leads, the other must make none)"
     );
     println!("nodes in the cloud: {}", world.gcp.nodes().len());
+}
+
+/// Each slice's wait, in minutes, sorted: from its creation to its node's successful create.
+async fn waits(api: &Api<TpuSlice>, calls: &[gcp_emulator::CallRecord]) -> Vec<f64> {
+    // Each slice's wait: from its creation (the API server's, second precision) to its create.
+    let created: BTreeMap<String, DateTime<Utc>> = api
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .map(|s| {
+            (
+                s.name_any(),
+                s.creation_timestamp().map(|t| t.0).unwrap_or_default(),
+            )
+        })
+        .map(|(name, t)| {
+            (
+                name,
+                DateTime::from_timestamp(t.as_second(), 0).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let mut waits: Vec<f64> = calls
+        .iter()
+        .filter(|c| c.status == 200)
+        .filter_map(|c| {
+            let id = c.query.split('&').find_map(|kv| kv.strip_prefix("nodeId="))?;
+            let name = created.keys().find(|n| id.contains(n.as_str()))?;
+            Some((c.time - created[name]).num_milliseconds() as f64 / 60_000.0)
+        })
+        .collect();
+    waits.sort_by(f64::total_cmp);
+    waits
 }

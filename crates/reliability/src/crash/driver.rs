@@ -8,7 +8,7 @@ use std::{
 
 use rand::{Rng, rngs::StdRng};
 
-use super::{CrashConfig, TICK, describe, dump};
+use super::{CrashConfig, STEP, TICK, describe, dump};
 use crate::{
     invariants::{self, Expected, Violations},
     world::{Snapshot, World},
@@ -37,7 +37,26 @@ pub(super) struct Run<'a> {
     pub(super) duplicate_slices: BTreeSet<String>,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// A run before its first phase: no kills, nothing found, the cloud clock stepping [`STEP`].
+    pub(super) fn new(world: &'a mut World, rng: StdRng, cfg: CrashConfig, expected: Expected) -> Self {
+        Run {
+            world,
+            rng,
+            cfg,
+            expected,
+            kills: 0,
+            violations: Violations::default(),
+            duplicates: 0,
+            two_rungs: Default::default(),
+            seen: Default::default(),
+            step: STEP,
+            maintenance: None,
+            multislice: None,
+            duplicate_slices: Default::default(),
+        }
+    }
+
     fn kill_point(&mut self) -> KillPoint {
         if self.rng.random_bool(0.7) {
             KillPoint::Calls(self.world.gcp_calls() + self.rng.random_range(1..=self.cfg.max_gap))
@@ -69,6 +88,25 @@ impl Run<'_> {
         }
     }
 
+    /// A kill point reached: the operator killed a few milliseconds on, the cloud checked for
+    /// two rungs alive and for duplicates while no operator runs, and a fresh operator started.
+    async fn kill_and_restart(&mut self, name: &str) {
+        let jitter = self.rng.random_range(0..3);
+        tokio::time::sleep(Duration::from_millis(jitter)).await;
+        self.world.kill_operator().await;
+        self.kills += 1;
+        self.look_for_two_rungs(&format!("{name}, after kill {}", self.kills));
+        let jobs = !self.cfg.vertex_faults;
+        let dup = invariants::live_duplicates_of(&self.world.gcp, jobs);
+        let dup2 = invariants::duplicate_creates(&self.world.gcp, self.expected);
+        self.duplicates += dup.0.len() + dup2.0.len();
+        for v in dup.0.into_iter().chain(dup2.0) {
+            self.violations
+                .push(format!("{name}, after kill {}: {v}", self.kills));
+        }
+        self.world.start_operator().await;
+    }
+
     /// Drives the clock until `done` holds, killing and restarting the operator `kills` times.
     /// Returns the last snapshot, or `None` when the phase did not finish in time (recorded).
     pub(super) async fn phase(
@@ -87,20 +125,7 @@ impl Run<'_> {
                 None => false,
             };
             if due {
-                let jitter = self.rng.random_range(0..3);
-                tokio::time::sleep(Duration::from_millis(jitter)).await;
-                self.world.kill_operator().await;
-                self.kills += 1;
-                self.look_for_two_rungs(&format!("{name}, after kill {}", self.kills));
-                let jobs = !self.cfg.vertex_faults;
-                let dup = invariants::live_duplicates_of(&self.world.gcp, jobs);
-                let dup2 = invariants::duplicate_creates(&self.world.gcp, self.expected);
-                self.duplicates += dup.0.len() + dup2.0.len();
-                for v in dup.0.into_iter().chain(dup2.0) {
-                    self.violations
-                        .push(format!("{name}, after kill {}: {v}", self.kills));
-                }
-                self.world.start_operator().await;
+                self.kill_and_restart(name).await;
                 left -= 1;
                 point = (left > 0).then(|| self.kill_point());
             }

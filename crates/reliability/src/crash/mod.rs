@@ -181,21 +181,7 @@ pub async fn run_in(world: &mut World, seed: u64, cfg: CrashConfig) -> CrashRepo
     }
     capacity.prepare(&world.gcp);
     let (lo, hi) = cfg.kills_per_phase;
-    let mut run = Run {
-        world,
-        rng,
-        cfg,
-        expected,
-        kills: 0,
-        violations: Violations::default(),
-        duplicates: 0,
-        two_rungs: Default::default(),
-        seen: Default::default(),
-        step: STEP,
-        maintenance: None,
-        multislice: None,
-        duplicate_slices: Default::default(),
-    };
+    let mut run = Run::new(world, rng, cfg, expected);
 
     run.create_objects(capacity, training).await;
     let kills = run.rng.random_range(lo..=hi);
