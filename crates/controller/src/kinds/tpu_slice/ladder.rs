@@ -241,16 +241,6 @@ fn go_back(plan: &CapacityPlanStatus, now: DateTime<Utc>) -> Option<CapacityPlan
     Some(st)
 }
 
-/// The incarnation before the current one was left by a move along the plan (not lost to a
-/// preemption or a suspension): the attempt before the last one moved on.
-pub fn left_by_a_move(status: &TpuSliceStatus) -> bool {
-    status
-        .capacity_plan
-        .as_ref()
-        .and_then(|p| p.attempts.iter().rev().nth(1))
-        .is_some_and(|a| a.outcome == AttemptOutcome::MovedOn)
-}
-
 fn incarnation(base: u32, st: &CapacityPlanStatus) -> i32 {
     i32::try_from(base)
         .unwrap_or(i32::MAX)

@@ -346,7 +346,7 @@ fn plan_input<'a>(
                 find_condition(&old.conditions, t)
                     .is_some_and(|c| c.status == "True" && c.reason == reasons::MAX_RUN_DURATION_EXCEEDED)
             }),
-        spec_moved: ladder::left_by_a_move(old),
+        spec_moved: old.left_by_a_move(),
         slice_restarts: &old.slice_restarts,
         replacing: &old.replacing_slices,
         now,
