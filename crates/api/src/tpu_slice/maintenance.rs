@@ -121,3 +121,47 @@ pub struct MaintenanceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub committed_checkpoint: Option<String>,
 }
+
+impl MaintenanceStatus {
+    /// Whether `new` is the maintenance `self` showed: the same window, or the one announced
+    /// having started before its window (started early, by the operator or by Google), whose
+    /// window then starts when it began.
+    pub fn same_as(&self, new: &MaintenanceStatus) -> bool {
+        let started_early = self.state == MaintenanceState::Pending
+            && new.state == MaintenanceState::Ongoing
+            && self.slice == new.slice
+            && new.window_start_time.as_ref().map(|t| t.0) <= self.window_start_time.as_ref().map(|t| t.0);
+        self.window_start_time == new.window_start_time || started_early
+    }
+
+    /// One line for the condition and the Events.
+    pub fn describe(&self) -> String {
+        let when = |t: &Option<Time>| t.as_ref().map_or_else(|| "?".to_string(), |t| t.0.to_string());
+        let what = format!("{} maintenance", self.kind.to_lowercase());
+        let whose = self.slice.map(|k| format!(" of slice {k}")).unwrap_or_default();
+        let window = format!(
+            "window {} to {}",
+            when(&self.window_start_time),
+            when(&self.window_end_time)
+        );
+        let mut line = match self.state {
+            MaintenanceState::Ongoing => format!("{what}{whose} under way ({window})"),
+            MaintenanceState::Pending => format!("{what}{whose} announced: {window}"),
+            MaintenanceState::Ended => format!("{what}{whose} over ({window})"),
+        };
+        if self.can_reschedule {
+            line.push_str("; Google lets it start earlier");
+        }
+        if let Some(t) = &self.checkpoint_request_time {
+            line.push_str(&format!("; checkpoint requested at {}", t.0));
+        }
+        if let Some(t) = &self.start_request_time {
+            let after = self.committed_checkpoint.as_deref().unwrap_or("the checkpoint");
+            line.push_str(&format!(
+                "; started early at {}, right after {after} was committed",
+                t.0
+            ));
+        }
+        line
+    }
+}

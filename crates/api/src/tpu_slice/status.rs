@@ -205,4 +205,18 @@ impl TpuSliceStatus {
     pub fn plan_place(&self) -> Option<super::PlanPlace> {
         self.capacity_plan.as_ref().map(super::CapacityPlanStatus::place)
     }
+
+    /// The incarnation before the current one was left by a move along the capacity plan (not
+    /// lost to a preemption or a suspension): the attempt before the last one moved on.
+    pub fn left_by_a_move(&self) -> bool {
+        self.capacity_plan
+            .as_ref()
+            .and_then(|p| p.attempts.iter().rev().nth(1))
+            .is_some_and(|a| a.outcome == super::AttemptOutcome::MovedOn)
+    }
+
+    /// What the slice has cost so far, in US dollars (0 before any estimate).
+    pub fn spent_usd(&self) -> f64 {
+        self.estimated_cost.as_ref().map_or(0.0, |c| c.so_far_usd)
+    }
 }

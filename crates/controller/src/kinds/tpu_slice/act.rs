@@ -1,6 +1,7 @@
 //! Executes the planned action: at most one mutating TPU call per reconcile (or, for a slice Kueue
-//! gates, one Kubernetes write to its Workload). The caller writes the
-//! returned operation name to status right away.
+//! gates, one Kubernetes write to its Workload). It changes nothing it is given: what it learns
+//! (the operation started, a create held back or refused) comes back as [`Done`], from which
+//! `report` builds the status.
 
 use std::borrow::Cow;
 
@@ -12,7 +13,7 @@ use tpu_operator_api::tpu_slice::TpuSlice;
 use super::{
     backend::{Creating, NodeUpdates, SliceAsk},
     observe::Names,
-    plan::{self, Action, Plan},
+    plan::{self, Action, Outcome, Plan, Verdict},
     queue,
     spec::{self, Create, Desired},
 };
@@ -32,6 +33,44 @@ pub struct Started {
     pub operation: String,
     /// The verb, for events and logs (`create`, `delete`, ...).
     pub verb: &'static str,
+}
+
+/// What the action did, for `report` and `wait`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Done {
+    /// The operation the call started, if any.
+    pub started: Option<Started>,
+    /// What status says instead of the plan's verdict and details: the create was held back
+    /// (stockout memory, create pacing) or the call refused in a way the slice reports.
+    pub instead: Option<Outcome>,
+}
+
+impl Done {
+    /// The operation `started`, as the plan said.
+    pub fn started(started: Option<Started>) -> Self {
+        Self {
+            started,
+            instead: None,
+        }
+    }
+
+    /// Nothing started: `outcome` is reported instead of the plan's.
+    fn instead(outcome: Outcome) -> Self {
+        Self {
+            started: None,
+            instead: Some(outcome),
+        }
+    }
+
+    /// The verdict status reports after the action.
+    pub fn verdict<'a>(&'a self, plan: &'a Plan) -> &'a Verdict {
+        self.instead.as_ref().map_or(&plan.verdict, |o| &o.verdict)
+    }
+
+    /// The verdict and details status reports after the action.
+    pub fn outcome(&self, plan: &Plan) -> Outcome {
+        self.instead.clone().unwrap_or_else(|| Outcome::of(plan))
+    }
 }
 
 /// The verb of a maintenance started early.
@@ -191,14 +230,15 @@ pub(super) async fn on_queue(
     queued::write(slice, io, queued, write).await
 }
 
-/// Runs the plan's action. A refusal the plan knows how to report replaces its assessment and
-/// comes back as the failure; another operation running on the node leaves the plan as it is.
+/// Runs the plan's action. A refusal the plan knows how to report is reported instead of its
+/// verdict and comes back as the failure; another operation running on the node leaves the plan
+/// as it is.
 pub(super) async fn on_plan(
     io: &Io<'_>,
-    plan: &mut Plan,
+    plan: &Plan,
     request: &Request<'_>,
-) -> Result<(Option<Started>, Option<tpu_operator_gcp::GcpError>)> {
-    if let Some(err) = &plan.assessment.failure {
+) -> Result<(Done, Option<tpu_operator_gcp::GcpError>)> {
+    if let Some(err) = &plan.details.failure {
         create_failed(io, request, err);
         memory::operation_failed(io, request, err);
     }
@@ -207,8 +247,7 @@ pub(super) async fn on_plan(
     if creates && let Some(held) = memory::ask(io, request) {
         // The place stocked out (for this slice or another) and is blocked, or another slice's
         // create is asking it now: no call, and status says until when.
-        plan.assessment = held;
-        return Ok((None, None));
+        return Ok((Done::instead(held), None));
     }
     if creates && let Some(waits) = pace::ask(io, request) {
         // The project's creates are paced and others are ahead: no call, so the probe the
@@ -216,8 +255,7 @@ pub(super) async fn on_plan(
         if let Some(place) = request.place {
             io.capacity.release(place, &request.identity.uid);
         }
-        plan.assessment = waits;
-        return Ok((None, None));
+        return Ok((Done::instead(waits), None));
     }
     let result = act(io, &plan.action, request).await;
     if creates {
@@ -230,17 +268,14 @@ pub(super) async fn on_plan(
         create_failed(io, request, err);
     }
     match result {
-        Ok(started) => Ok((started, None)),
+        Ok(started) => Ok((Done::started(started), None)),
         // Another operation runs on the node: the plan (and its short requeue) stands.
         Err(err) if plan::node_busy(&plan.action, &err) => {
             tracing::debug!(error = %err, "TPU node busy with another operation; retrying");
-            Ok((None, None))
+            Ok((Done::default(), None))
         }
         Err(err) => match plan::on_action_error(&plan.action, &err) {
-            Some(assessment) => {
-                plan.assessment = assessment;
-                Ok((None, Some(err)))
-            }
+            Some(refused) => Ok((Done::instead(refused), Some(err))),
             None => Err(ReconcileError::gcp(action_name(&plan.action))(err)),
         },
     }

@@ -14,7 +14,7 @@ use tpu_operator_gcp::{
 use super::{
     Target, act, backend,
     observe::{self, Observed},
-    plan::{self, Action as Step, Assessment, CleanupStep, Plan},
+    plan::{self, Action as Step, CleanupStep, Details, Outcome, Plan, Verdict},
     status,
 };
 use crate::{
@@ -63,24 +63,16 @@ pub(super) async fn clean(slice: &TpuSlice, io: &Io<'_>, t: &Target) -> Result<C
     };
     let mut observed = observe::observe(io, &t.names, None, None).await?;
     let events: Vec<Transition> = leave_unadopted_node(io, t, &mut observed).into_iter().collect();
-    let (action, assessment) = match next_step(slice, io, t, &observed).await? {
+    let (action, verdict) = match next_step(slice, io, t, &observed).await? {
         CleanupStep::Done => return Ok(finished(t, &old, events)),
         CleanupStep::Wait(message) => (Step::Nothing, deleting(message)),
         CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources")),
     };
-    let mut plan = Plan { action, assessment };
-    let (started, failed) = send_delete(io, t, &old, &mut plan, refused).await?;
+    let plan = Plan::new(action, verdict, Details::default());
+    let (done, failed) = send_delete(io, t, &old, &plan, refused).await?;
     let now = io.clock.now();
     Ok(Cleaned::Pending {
-        status: Some(status::of_pass(
-            slice,
-            t,
-            &old,
-            &observed,
-            &plan,
-            started.as_ref(),
-            now,
-        )),
+        status: Some(status::of_pass(slice, t, &old, &observed, &plan, &done, now)),
         wait: watch_deletion(io.settings.config, slice, &observed, &plan.action),
         failed,
         events,
@@ -144,43 +136,47 @@ fn finished(t: &Target, old: &TpuSliceStatus, mut events: Vec<Transition>) -> Cl
 
 /// Sends the plan's delete. The delete this pass already sent by name was refused: its answer
 /// stands for the same delete, instead of asking again at once (a refused delete is retried with
-/// backoff). A refused permission stalls the slice and comes back as the failure; any other
-/// error is returned.
+/// backoff). A refused permission stalls the slice (reported instead of the plan's verdict) and
+/// comes back as the failure; any other error is returned.
 async fn send_delete(
     io: &Io<'_>,
     t: &Target,
     old: &TpuSliceStatus,
-    plan: &mut Plan,
+    plan: &Plan,
     refused: Option<tpu_operator_gcp::GcpError>,
-) -> Result<(Option<act::Started>, Option<ReconcileError>)> {
+) -> Result<(act::Done, Option<ReconcileError>)> {
     let request = t.request(old, None);
     let result = match refused {
         Some(err) if plan.action == Step::DeleteNode(t.names.current.node.clone()) => Err(err),
         _ => act::act(io, &plan.action, &request).await,
     };
     let err = match result {
-        Ok(started) => return Ok((started, None)),
+        Ok(started) => return Ok((act::Done::started(started), None)),
         Err(err) => err,
     };
     let failed = ReconcileError::gcp(act::action_name(&plan.action));
     let Some(reason) = crate::runtime::refused::reason(&err) else {
         return Err(failed(err));
     };
-    plan.assessment = Assessment::new(
+    let stalled = Verdict::new(
+        TpuSlicePhase::Deleting,
         Progress::Stalled,
         reason,
-        TpuSlicePhase::Deleting,
         format!("cannot delete: {err}; retrying with backoff"),
     );
-    Ok((None, Some(failed(err))))
+    let done = act::Done {
+        started: None,
+        instead: Some(Outcome::from(stalled)),
+    };
+    Ok((done, Some(failed(err))))
 }
 
-/// The assessment while the slice's cloud objects are being deleted.
-fn deleting(message: impl Into<String>) -> Assessment {
-    Assessment::new(
+/// The verdict while the slice's cloud objects are being deleted.
+fn deleting(message: impl Into<String>) -> Verdict {
+    Verdict::new(
+        TpuSlicePhase::Deleting,
         Progress::Reconciling,
         reasons::DELETING,
-        TpuSlicePhase::Deleting,
         message,
     )
 }
@@ -217,10 +213,11 @@ async fn delete_known_node(
         Err(err) if err.kind == ErrorKind::NotFound => return Ok(KnownDelete::NotTried),
         Err(err) => return Ok(KnownDelete::Refused(err)),
     };
-    let plan = Plan {
-        action: action.clone(),
-        assessment: deleting("deleting the cloud resources"),
-    };
+    let plan = Plan::new(
+        action.clone(),
+        deleting("deleting the cloud resources"),
+        Details::default(),
+    );
     // What the status last showed of the node (it was READY, and billing, until this delete):
     // the same status the full path writes from the read it would have made.
     let observed = Observed {
@@ -235,7 +232,7 @@ async fn delete_known_node(
             old,
             &observed,
             &plan,
-            Some(&started),
+            &act::Done::started(Some(started)),
             now,
         )),
         wait: watch_deletion(io.settings.config, slice, &observed, &action),

@@ -24,7 +24,7 @@ use tpu_operator_api::{
 
 use super::{
     observe::Observed,
-    plan::{Action, Assessment, Plan, Requeue},
+    plan::{Action, Details, Outcome, Requeue, Verdict},
 };
 use crate::{
     governance::{pricing::PriceTable, tenancy},
@@ -94,18 +94,31 @@ pub fn deadline(spec: &TpuSliceSpec, status: &CapacityPlanStatus) -> Option<Date
 /// Whether the pass found no capacity where it asked: a stockout (or the stockout memory holding
 /// the create back), an exhausted quota, a queued request not granted, or one the service gave
 /// up on. A rate limit, Kueue, a policy or an invalid spec say nothing about the place's capacity.
-fn refused(a: &Assessment) -> bool {
+fn refused(a: &Outcome) -> bool {
     given_up(a)
         || matches!(
-            a.reason,
+            reason(a),
             reasons::WAITING_FOR_CAPACITY | reasons::QUOTA_EXCEEDED | reasons::QUEUED
         )
 }
 
 /// A queued request the service will not grant any more: expired, or FAILED (e.g. its
 /// reservation is gone). Waiting out `waitFor` there gains nothing.
-fn given_up(a: &Assessment) -> bool {
-    a.reason == reasons::QUEUE_EXPIRED || (a.reason == reasons::FAILED && a.capacity == Some(false))
+fn given_up(a: &Outcome) -> bool {
+    reason(a) == reasons::QUEUE_EXPIRED || (reason(a) == reasons::FAILED && a.details.capacity == Some(false))
+}
+
+/// The reason the pass reports (none when it leaves the conditions as they are).
+fn reason(a: &Outcome) -> &'static str {
+    a.verdict.kstatus.as_ref().map_or("", |k| k.reason)
+}
+
+/// The message the pass reports (none when it leaves the conditions as they are).
+fn message(a: &Outcome) -> String {
+    a.verdict
+        .kstatus
+        .as_ref()
+        .map_or_else(String::new, |k| k.message.clone())
 }
 
 /// What the pass saw, for [`after_pass`].
@@ -117,7 +130,8 @@ pub struct Turn<'a> {
     pub base: u32,
     /// This pass counted a preemption or a suspension: the node here is lost.
     pub lost: bool,
-    pub assessment: &'a Assessment,
+    /// What the pass reports.
+    pub outcome: &'a Outcome,
     /// No earlier incarnation's node or queued resource exists (read this pass).
     pub earlier_gone: bool,
     pub now: DateTime<Utc>,
@@ -144,57 +158,61 @@ pub fn after_pass(turn: &Turn<'_>) -> Option<(CapacityPlanStatus, Option<String>
         open(turn, &mut st, &here, incarnation);
     }
     let attempt = st.attempts.last_mut().expect("just opened");
-    attempt.reason = turn.assessment.reason.to_owned();
-    attempt.message = turn.assessment.message.clone();
-    if turn.assessment.phase == TpuSlicePhase::Ready {
+    attempt.reason = reason(turn.outcome).to_owned();
+    attempt.message = message(turn.outcome);
+    if turn.outcome.verdict.phase == TpuSlicePhase::Ready {
         attempt.outcome = AttemptOutcome::Landed;
     }
     let moved = move_on(turn, &mut st, incarnation);
     Some((st, moved))
 }
 
-/// The plan's status after this pass, and the assessment status reports: on a move, the slice
-/// waits for capacity on the next rung (what failed where it stood is behind it), and looks
-/// again at once.
+/// The plan's status after this pass (whose action was `action`, and which reports `outcome`),
+/// and what status reports: on a move, the slice waits for capacity on the next rung (what
+/// failed where it stood is behind it), and looks again at once.
 pub fn settle(
     spec: &TpuSliceSpec,
     old: &TpuSliceStatus,
     observed: &Observed,
-    plan: &Plan,
+    action: &Action,
+    outcome: Outcome,
     now: DateTime<Utc>,
-) -> (Option<CapacityPlanStatus>, Assessment) {
-    if plan.action == Action::ReturnToGranted
+) -> (Option<CapacityPlanStatus>, Outcome) {
+    if *action == Action::ReturnToGranted
         && let Some(back) = old.capacity_plan.as_ref().and_then(|p| go_back(p, now))
     {
-        return (Some(back), plan.assessment.clone());
+        return (Some(back), outcome);
     }
-    let lost = matches!(plan.action, Action::RecordPreemption | Action::RecordSuspension);
+    let lost = matches!(action, Action::RecordPreemption | Action::RecordSuspension);
     let moves = old.capacity_plan.as_ref().map_or(0, |p| p.moves.max(0) as u32);
     let settled = after_pass(&Turn {
         spec,
         old: old.capacity_plan.as_ref(),
         base: old.incarnation() - moves + u32::from(lost),
         lost,
-        assessment: &plan.assessment,
+        outcome: &outcome,
         earlier_gone: observed.previous_node.is_none() && observed.previous_queued.is_none(),
         now,
     });
     let Some((status, moved)) = settled else {
-        return (None, plan.assessment.clone());
+        return (None, outcome);
     };
     let Some(message) = moved else {
-        return (Some(status), plan.assessment.clone());
+        return (Some(status), outcome);
     };
-    let mut assessment = Assessment::new(
+    let verdict = Verdict::new(
+        TpuSlicePhase::Waiting,
         Progress::Reconciling,
         reasons::WAITING_FOR_CAPACITY,
-        TpuSlicePhase::Waiting,
         message,
-    );
-    assessment.failure = plan.assessment.failure.clone();
-    assessment.capacity = Some(false);
-    assessment.requeue = Requeue::Active;
-    (Some(status), assessment)
+    )
+    .requeue(Requeue::Active);
+    let details = Details {
+        capacity: Some(false),
+        drift: None,
+        failure: outcome.details.failure,
+    };
+    (Some(status), Outcome { verdict, details })
 }
 
 /// Undoes the last move: the request left behind was granted after all. The attempt of the
@@ -223,16 +241,6 @@ fn go_back(plan: &CapacityPlanStatus, now: DateTime<Utc>) -> Option<CapacityPlan
     Some(st)
 }
 
-/// The incarnation before the current one was left by a move along the plan (not lost to a
-/// preemption or a suspension): the attempt before the last one moved on.
-pub fn left_by_a_move(status: &TpuSliceStatus) -> bool {
-    status
-        .capacity_plan
-        .as_ref()
-        .and_then(|p| p.attempts.iter().rev().nth(1))
-        .is_some_and(|a| a.outcome == AttemptOutcome::MovedOn)
-}
-
 fn incarnation(base: u32, st: &CapacityPlanStatus) -> i32 {
     i32::try_from(base)
         .unwrap_or(i32::MAX)
@@ -244,17 +252,17 @@ fn incarnation(base: u32, st: &CapacityPlanStatus) -> i32 {
 fn move_on(turn: &Turn<'_>, st: &mut CapacityPlanStatus, incarnation: i32) -> Option<String> {
     let here = st.place();
     let to = next(turn.spec, &here)?;
-    if !turn.earlier_gone || !refused(turn.assessment) {
+    if !turn.earlier_gone || !refused(turn.outcome) {
         return None;
     }
-    if !given_up(turn.assessment) && deadline(turn.spec, st).is_none_or(|d| turn.now < d) {
+    if !given_up(turn.outcome) && deadline(turn.spec, st).is_none_or(|d| turn.now < d) {
         return None;
     }
     let message = format!(
         "no {} capacity in {} ({}): moving on to rung {} ({} in {})",
         kind_of(turn.spec, &here),
         here.zone,
-        turn.assessment.reason,
+        reason(turn.outcome),
         to.rung + 1,
         kind_of(turn.spec, &to),
         to.zone,
@@ -279,8 +287,8 @@ fn restart(turn: &Turn<'_>, st: &mut CapacityPlanStatus, first: &PlanPlace) {
             AttemptOutcome::MovedOn
         };
         last.end_time = Some(time(turn.now));
-        last.reason = turn.assessment.reason.to_owned();
-        last.message = turn.assessment.message.clone();
+        last.reason = reason(turn.outcome).to_owned();
+        last.message = message(turn.outcome);
     }
     let incarnation = incarnation(turn.base, st);
     open(turn, st, first, incarnation);

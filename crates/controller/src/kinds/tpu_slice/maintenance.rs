@@ -106,7 +106,7 @@ pub fn report(
     let slices = observed.other_slices.len();
     let now_shown = shown(observed).map(|(k, m)| {
         let mut s = status_of(&m, (slices > 0).then_some(k as i32));
-        let same_window = old.maintenance.as_ref().filter(|o| same_maintenance(o, &s));
+        let same_window = old.maintenance.as_ref().filter(|o| o.same_as(&s));
         let just_asked = asked && matches!(action, Action::RequestCheckpoint { .. });
         let carried = nodes(observed).any(|(_, n)| carries_request(n, m.window_start_time.as_ref()));
         s.checkpoint_request_time = same_window
@@ -135,17 +135,6 @@ pub fn report(
     };
     st.maintenance_restarts = old.maintenance_restarts + i32::from(began(st) && !began(old));
     set_pending_condition(st, observed.node.is_some(), now);
-}
-
-/// Whether `new` is the maintenance `old` showed: the same window, or the one announced having
-/// started before its window (started early, by the operator or by Google), whose window then
-/// starts when it began.
-fn same_maintenance(old: &MaintenanceStatus, new: &MaintenanceStatus) -> bool {
-    let started_early = old.state == MaintenanceState::Pending
-        && new.state == MaintenanceState::Ongoing
-        && old.slice == new.slice
-        && new.window_start_time.as_ref().map(|t| t.0) <= old.window_start_time.as_ref().map(|t| t.0);
-    old.window_start_time == new.window_start_time || started_early
 }
 
 fn status_of(m: &UpcomingMaintenance, slice: Option<i32>) -> MaintenanceStatus {
@@ -190,7 +179,7 @@ fn set_pending_condition(st: &mut TpuSliceStatus, has_node: bool, now: DateTime<
                 types::MAINTENANCE_PENDING,
                 true,
                 reason,
-                describe(m),
+                m.describe(),
                 st.observed_generation,
                 time(now),
             )
@@ -208,39 +197,6 @@ fn set_pending_condition(st: &mut TpuSliceStatus, has_node: bool, now: DateTime<
     set_condition(&mut st.conditions, c);
 }
 
-/// One line for the condition and the Events.
-pub fn describe(m: &MaintenanceStatus) -> String {
-    let when = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
-        t.as_ref().map_or_else(|| "?".to_string(), |t| t.0.to_string())
-    };
-    let what = format!("{} maintenance", m.kind.to_lowercase());
-    let whose = m.slice.map(|k| format!(" of slice {k}")).unwrap_or_default();
-    let window = format!(
-        "window {} to {}",
-        when(&m.window_start_time),
-        when(&m.window_end_time)
-    );
-    let mut line = match m.state {
-        MaintenanceState::Ongoing => format!("{what}{whose} under way ({window})"),
-        MaintenanceState::Pending => format!("{what}{whose} announced: {window}"),
-        MaintenanceState::Ended => format!("{what}{whose} over ({window})"),
-    };
-    if m.can_reschedule {
-        line.push_str("; Google lets it start earlier");
-    }
-    if let Some(t) = &m.checkpoint_request_time {
-        line.push_str(&format!("; checkpoint requested at {}", t.0));
-    }
-    if let Some(t) = &m.start_request_time {
-        let after = m.committed_checkpoint.as_deref().unwrap_or("the checkpoint");
-        line.push_str(&format!(
-            "; started early at {}, right after {after} was committed",
-            t.0
-        ));
-    }
-    line
-}
-
 /// The Events: one when a maintenance is announced (or a new window replaces it), one when a
 /// checkpoint is requested, one when it is over.
 pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition> {
@@ -251,13 +207,13 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
             .filter(|m| m.state != MaintenanceState::Ended)
     };
     match (live(old), live(new)) {
-        (o, Some(m)) if o.as_ref().is_none_or(|o| !same_maintenance(o, &m)) => {
+        (o, Some(m)) if o.as_ref().is_none_or(|o| !o.same_as(&m)) => {
             let reason = if m.kind == "Unscheduled" {
                 reasons::MAINTENANCE_UNSCHEDULED
             } else {
                 reasons::MAINTENANCE_SCHEDULED
             };
-            out.push(Transition::warning(reason, describe(&m)));
+            out.push(Transition::warning(reason, m.describe()));
         }
         (Some(o), None) => {
             let whose = o.slice.map(|k| format!(" of slice {k}")).unwrap_or_default();
@@ -278,10 +234,10 @@ pub fn transitions(old: &TpuSliceStatus, new: &TpuSliceStatus) -> Vec<Transition
         }),
     ];
     if let Some(m) = &new.maintenance {
-        let was = old.maintenance.as_ref().filter(|o| same_maintenance(o, m));
+        let was = old.maintenance.as_ref().filter(|o| o.same_as(m));
         for (reason, done) in steps {
             if done(m) && !was.is_some_and(done) {
-                out.push(Transition::normal(reason, describe(m)));
+                out.push(Transition::normal(reason, m.describe()));
             }
         }
     }

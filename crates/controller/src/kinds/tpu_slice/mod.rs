@@ -90,8 +90,8 @@ impl Kind for TpuSlice {
     type Target = Target;
     type Observed = Observed;
     type Plan = Plan;
-    /// The operation the action started, if any.
-    type Done = Option<act::Started>;
+    /// The operation the action started, or what is reported instead of the plan.
+    type Done = act::Done;
 
     fn status(&self) -> Option<&TpuSliceStatus> {
         self.status.as_ref()
@@ -219,27 +219,25 @@ impl Kind for TpuSlice {
         observed: &mut Observed,
         plan: &mut Plan,
         _ahead: &mut dyn WriteAhead<Self::Status>,
-    ) -> Result<Acted<Option<act::Started>>> {
+    ) -> Result<Acted<act::Done>> {
+        // Read only: what the action learns comes back in `Done`.
+        let (observed, plan): (&Observed, &Plan) = (observed, plan);
         let old = self.status.clone().unwrap_or_default();
         if let (Step::CreateWorkload | Step::ReleaseWorkload | Step::DeleteWorkload, Some(queued)) =
             (&plan.action, &observed.queue)
         {
             act::on_queue(self, io, &plan.action, queued).await?;
-            return Ok(Acted {
-                done: None,
-                events: Vec::new(),
-                failed: None,
-            });
+            return Ok(Acted::done(act::Done::default()));
         }
         let request = t.request(&old, observed.node.as_ref());
-        let (started, failure) = act::on_plan(io, plan, &request).await?;
+        let (done, failure) = act::on_plan(io, plan, &request).await?;
         // A permanent refusal (permission, invalid request) goes into the status; returning the
         // error as well gives the object the slow, backed-off retry of `error_policy`.
         let failed = failure
-            .filter(|_| plan.assessment.progress == Progress::Stalled)
+            .filter(|_| done.verdict(plan).progress() == Some(Progress::Stalled))
             .map(ReconcileError::gcp(act::action_name(&plan.action)));
         Ok(Acted {
-            done: started,
+            done,
             events: Vec::new(),
             failed,
         })
@@ -252,7 +250,7 @@ impl Kind for TpuSlice {
             pass.old,
             pass.observed,
             pass.plan,
-            pass.done.as_ref(),
+            pass.done,
             now,
         )
     }
@@ -349,7 +347,7 @@ fn plan_input<'a>(
                 find_condition(&old.conditions, t)
                     .is_some_and(|c| c.status == "True" && c.reason == reasons::MAX_RUN_DURATION_EXCEEDED)
             }),
-        spec_moved: ladder::left_by_a_move(old),
+        spec_moved: old.left_by_a_move(),
         slice_restarts: &old.slice_restarts,
         replacing: &old.replacing_slices,
         now,

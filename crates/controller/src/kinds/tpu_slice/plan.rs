@@ -137,71 +137,102 @@ impl Action {
 
 pub use crate::runtime::requeue::Requeue;
 
-/// What the slice's status should say.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Assessment {
-    pub progress: Progress,
-    pub reason: &'static str,
-    pub message: String,
-    pub phase: TpuSlicePhase,
-    pub requeue: Requeue,
+/// What a slice's status says, as the reconcile pass shares it: phase, kstatus conditions and
+/// when to look again.
+pub type Verdict = crate::reconcile::plan::Verdict<TpuSlicePhase>;
+
+/// One pass's plan: the action, the shared verdict and what only a slice reports.
+pub type Plan = crate::reconcile::plan::Plan<Action, TpuSlicePhase, Details>;
+
+/// What only a slice reports besides the verdict.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Details {
     /// `CapacityAvailable` condition, when known.
     pub capacity: Option<bool>,
     /// An immutable field differs between the node and the spec (`SpecDrift`).
     pub drift: Option<String>,
-    /// The failed create (call or operation) this assessment reports, for the failure metric
-    /// and the zone's stockout memory. A failed operation is read once (status forgets a
-    /// finished operation), so act counts it once.
+    /// The failed create (call or operation) this pass reports, for the failure metric and the
+    /// zone's stockout memory. A failed operation is read once (status forgets a finished
+    /// operation), so act counts it once.
     pub failure: Option<tpu_operator_gcp::GcpError>,
 }
 
-impl Assessment {
-    pub fn new(
-        progress: Progress,
-        reason: &'static str,
-        phase: TpuSlicePhase,
-        message: impl Into<String>,
-    ) -> Self {
-        let requeue = match progress {
-            Progress::Ready | Progress::Stalled | Progress::Idle => Requeue::Stable,
-            Progress::Reconciling => Requeue::Active,
-        };
+/// A verdict and the slice's details without an action: what a failed create reports (in the
+/// plan, or instead of the plan's once the call was refused), and what a create the process held
+/// back reports. `act` returns it in its `Done`; status is built from it there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub verdict: Verdict,
+    pub details: Details,
+}
+
+impl From<Verdict> for Outcome {
+    fn from(verdict: Verdict) -> Self {
         Self {
-            progress,
-            reason,
-            message: message.into(),
-            phase,
-            requeue,
-            capacity: None,
-            drift: None,
-            failure: None,
+            verdict,
+            details: Details::default(),
+        }
+    }
+}
+
+impl Outcome {
+    /// `verdict` with capacity known to be missing (`CapacityAvailable=False`).
+    fn unavailable(verdict: Verdict) -> Self {
+        let details = Details {
+            capacity: Some(false),
+            ..Details::default()
+        };
+        Self { verdict, details }
+    }
+
+    /// What `plan` reports.
+    pub fn of(plan: &Plan) -> Self {
+        Self {
+            verdict: plan.verdict.clone(),
+            details: plan.details.clone(),
         }
     }
 
-    fn requeue(mut self, requeue: Requeue) -> Self {
-        self.requeue = requeue;
-        self
+    /// `action`, reporting this.
+    fn plan(self, action: Action) -> Plan {
+        Plan::new(action, self.verdict, self.details)
     }
 
-    fn capacity(mut self, available: bool) -> Self {
-        self.capacity = Some(available);
-        self
+    /// No call: only this is reported.
+    fn report(self) -> Plan {
+        self.plan(Action::Nothing)
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
-    pub action: Action,
-    pub assessment: Assessment,
+/// No call: only `verdict` is reported.
+fn report(verdict: Verdict) -> Plan {
+    doing(Action::Nothing, verdict)
 }
 
-impl Plan {
-    fn new(action: Action, assessment: Assessment) -> Self {
-        Self { action, assessment }
-    }
+/// `action`, reporting `verdict`.
+fn doing(action: Action, verdict: Verdict) -> Plan {
+    Plan::new(action, verdict, Details::default())
+}
 
-    fn report(assessment: Assessment) -> Self {
-        Self::new(Action::Nothing, assessment)
+/// Prefixes the message `verdict` reports with `context` (which slice of a multislice).
+fn prefix(verdict: &mut Verdict, context: std::fmt::Arguments<'_>) {
+    if let Some(k) = verdict.kstatus.as_mut() {
+        k.message = format!("{context}{}", k.message);
+    }
+}
+
+/// Tests read what a verdict says through this: every slice verdict sets the kstatus conditions.
+#[cfg(test)]
+pub trait Said {
+    fn said(&self) -> &crate::reconcile::plan::Kstatus;
+}
+
+#[cfg(test)]
+impl Said for Verdict {
+    fn said(&self) -> &crate::reconcile::plan::Kstatus {
+        self.kstatus
+            .as_ref()
+            .expect("a slice's verdict sets the kstatus conditions")
     }
 }
 
@@ -270,10 +301,10 @@ pub fn plan(input: &Input<'_>) -> Plan {
 
 fn decide(input: &Input<'_>) -> Plan {
     if let Err(message) = input.shape {
-        return Plan::report(Assessment::new(
+        return report(Verdict::new(
+            TpuSlicePhase::Failed,
             Progress::Stalled,
             reasons::INVALID_SPEC,
-            TpuSlicePhase::Failed,
             message.to_string(),
         ));
     }

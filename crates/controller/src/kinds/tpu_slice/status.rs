@@ -16,10 +16,10 @@ use tpu_operator_gcp::tpu_v2::model::node;
 
 use super::{
     Target,
-    act::Started,
+    act::{Done, Started},
     backend, ladder, maintenance,
     observe::{Names, Observed, OperationView},
-    plan::{self, Action as Step, Assessment, Plan, health_name, state_name},
+    plan::{self, Action as Step, Outcome, Plan, health_name, state_name},
     queue, time_spent,
 };
 use crate::runtime::clock::k8s_time as time;
@@ -37,7 +37,8 @@ pub struct Report<'a> {
     pub generation: Option<i64>,
     pub names: &'a Names,
     pub observed: &'a Observed,
-    pub assessment: &'a Assessment,
+    /// What status says: the plan's verdict and details, or what the action reported instead.
+    pub outcome: &'a Outcome,
     pub shape: Option<&'a SliceShape>,
     pub started: Option<&'a Started>,
     /// This reconcile counted a preemption.
@@ -77,7 +78,7 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
     let (node_name, queued_resource_name, pending_operation) = cloud_names(r);
     TpuSliceStatus {
         observed_generation: r.generation,
-        phase: r.assessment.phase,
+        phase: r.outcome.verdict.phase,
         conditions: old.conditions.clone(),
         node_id: node_name.as_deref().and_then(node_id),
         node_name,
@@ -124,18 +125,26 @@ fn fields(r: &Report<'_>) -> TpuSliceStatus {
         replacing_slices: old.replacing_slices.clone(),
         zone: old.zone.clone(),
         capacity_plan: old.capacity_plan.clone(),
-        message: Some(r.assessment.message.clone()),
+        message: message(r),
         // The status writer sends back what it read (`NewerFields`).
         newer_fields: Default::default(),
+    }
+}
+
+/// The verdict's message; a verdict that leaves the conditions as they are keeps the old one.
+fn message(r: &Report<'_>) -> Option<String> {
+    match &r.outcome.verdict.kstatus {
+        Some(said) => Some(said.message.clone()),
+        None => r.old.message.clone(),
     }
 }
 
 /// When the current incarnation first became READY: kept once set, cleared by a preemption or a
 /// suspension (the next incarnation counts its own, so `maxRunDuration` counts running time).
 fn ready_time(r: &Report<'_>) -> Option<Time> {
-    if r.preempted || r.assessment.phase == TpuSlicePhase::Suspended {
+    if r.preempted || r.outcome.verdict.phase == TpuSlicePhase::Suspended {
         None
-    } else if r.assessment.progress == Progress::Ready {
+    } else if r.outcome.verdict.progress() == Some(Progress::Ready) {
         r.old.ready_time.clone().or_else(|| Some(time(r.now)))
     } else {
         r.old.ready_time.clone()
@@ -207,24 +216,24 @@ fn cloud_names(r: &Report<'_>) -> (Option<String>, Option<String>, Option<String
 
 /// The kstatus conditions, `CapacityAvailable`, `NodeHealthy` and `SpecDrift`.
 fn set_conditions(conditions: &mut Vec<Condition>, r: &Report<'_>) {
-    let a = r.assessment;
+    let (said, details) = (r.outcome.verdict.kstatus.as_ref(), &r.outcome.details);
     let generation = r.generation;
     let now = time(r.now);
-    set_kstatus(
-        conditions,
-        a.progress,
-        a.reason,
-        &a.message,
-        generation,
-        now.clone(),
-    );
-    if let Some(available) = a.capacity {
-        let reason = if available {
-            reasons::PROVISIONING
-        } else if a.reason == reasons::WAITING_FOR_CAPACITY {
-            reasons::STOCKOUT
-        } else {
-            a.reason
+    if let Some(k) = said {
+        set_kstatus(
+            conditions,
+            k.progress,
+            k.reason,
+            &k.message,
+            generation,
+            now.clone(),
+        );
+    }
+    if let Some(available) = details.capacity {
+        let reason = match said.map(|k| k.reason) {
+            _ if available => reasons::PROVISIONING,
+            Some(reasons::WAITING_FOR_CAPACITY) | None => reasons::STOCKOUT,
+            Some(reason) => reason,
         };
         // The reason says why not; the message is the kstatus condition's, not repeated here
         // (`kubectl describe` would show it twice).
@@ -254,7 +263,7 @@ fn set_conditions(conditions: &mut Vec<Condition>, r: &Report<'_>) {
             condition(types::NODE_HEALTHY, healthy, reason, msg, generation, now.clone()),
         );
     }
-    match &a.drift {
+    match &details.drift {
         Some(msg) => {
             let c = condition(types::SPEC_DRIFT, true, reasons::DRIFTED, msg, generation, now);
             set_condition(conditions, c);
@@ -337,16 +346,18 @@ pub fn of_pass(
     old: &TpuSliceStatus,
     observed: &Observed,
     plan: &Plan,
-    started: Option<&Started>,
+    done: &Done,
     now: DateTime<Utc>,
 ) -> TpuSliceStatus {
-    let (capacity_plan, assessment) = ladder::settle(&slice.spec, old, observed, plan, now);
+    let started = done.started.as_ref();
+    let (capacity_plan, outcome) =
+        ladder::settle(&slice.spec, old, observed, &plan.action, done.outcome(plan), now);
     let mut st = build(&Report {
         old,
         generation: slice.meta().generation,
         names: &t.names,
         observed,
-        assessment: &assessment,
+        outcome: &outcome,
         shape: t.shape(),
         started,
         preempted: plan.action == Step::RecordPreemption,

@@ -9,10 +9,6 @@ use tpu_operator_api::{
     training_pipeline::{TimeSpent, TimeStep},
 };
 
-fn spent(st: &TpuSliceStatus) -> f64 {
-    st.estimated_cost.as_ref().map_or(0.0, |c| c.so_far_usd)
-}
-
 /// `new.timeSpent` after the interval since `old` was written, when it is due
 /// ([`TimeSpent::due`]). `new` carries `old`'s `timeSpent` on entry. `deleted`: the slice
 /// itself is being deleted, which stops the clock as a pipeline's deletion does (its node
@@ -29,7 +25,7 @@ pub fn account(old: &TpuSliceStatus, new: &mut TpuSliceStatus, deleted: bool, no
         was,
         is: new.phase.time_part().filter(|_| !deleted),
         now_ms: now.timestamp_millis(),
-        spent_usd: spent(new) - spent(old),
+        spent_usd: new.spent_usd() - old.spent_usd(),
         interrupted: None,
         attempt_failed: new.phase == TpuSlicePhase::Failed && old.phase != TpuSlicePhase::Failed,
     };

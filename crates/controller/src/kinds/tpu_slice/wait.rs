@@ -55,12 +55,13 @@ pub(super) fn after_pass(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>, n
 /// When the slice is looked at again for what this pass saw where it stands.
 fn wait_here(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>) -> Wait {
     let node = &pass.target.names.current.node;
-    match pass.plan.assessment.requeue {
+    let verdict = pass.done.verdict(pass.plan);
+    match verdict.requeue {
         Requeue::Active => watch_node(
             config,
             &pass.target.names,
             pass.observed,
-            (&pass.plan.action, pass.done.as_ref()),
+            (&pass.plan.action, pass.done.started.as_ref()),
             unwatch(pass),
         ),
         // A running multislice of one queued resource per slice is read at the capacity
@@ -68,7 +69,7 @@ fn wait_here(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>) -> Wait {
         // slice must be replaced, and the others stopped, in seconds rather than minutes.
         Requeue::Stable
             if pass.target.names.current.per_slice_queues()
-                && pass.plan.assessment.progress == tpu_operator_api::conditions::Progress::Ready =>
+                && verdict.progress() == Some(tpu_operator_api::conditions::Progress::Ready) =>
         {
             Wait::poll_unwatching::<Node>(Requeue::Capacity.after(config), Some(node))
         }

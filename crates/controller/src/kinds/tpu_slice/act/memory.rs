@@ -6,13 +6,13 @@ use tpu_operator_gcp::{CreateFailure, GcpError, tpu_v2::model::node::State};
 
 use super::{Request, Started};
 use crate::{
-    kinds::tpu_slice::plan::{self, Assessment},
+    kinds::tpu_slice::plan::{self, Outcome},
     reconcile::handles::Io,
     runtime::capacity::Verdict,
 };
 
-/// `None`: create. Otherwise the assessment that replaces the plan's (the create withheld).
-pub(super) fn ask(io: &Io<'_>, request: &Request<'_>) -> Option<Assessment> {
+/// `None`: create. Otherwise what is reported instead of the plan (the create withheld).
+pub(super) fn ask(io: &Io<'_>, request: &Request<'_>) -> Option<Outcome> {
     let place = request.place?;
     let now = io.clock.now();
     match io.capacity.ask(place, &request.identity.uid, now) {

@@ -8,7 +8,7 @@ use tpu_operator_gcp::GcpError;
 
 use super::{Request, Started};
 use crate::{
-    kinds::tpu_slice::plan::{self, Assessment},
+    kinds::tpu_slice::plan::{self, Outcome},
     reconcile::{handles::Io, kind::Kind},
     runtime::capacity::{Asker, Group, Line, Turn},
 };
@@ -23,8 +23,8 @@ fn line(request: &Request<'_>) -> Line {
     Line::new(group, &request.names.project)
 }
 
-/// `None`: create now (a turn is spent). Otherwise the assessment that replaces the plan's.
-pub(super) fn ask(io: &Io<'_>, request: &Request<'_>) -> Option<Assessment> {
+/// `None`: create now (a turn is spent). Otherwise what is reported instead of the plan.
+pub(super) fn ask(io: &Io<'_>, request: &Request<'_>) -> Option<Outcome> {
     let line = line(request);
     let asker = Asker::of(request.identity, <TpuSlice as Kind>::KIND);
     let now = io.clock.now();

@@ -6,7 +6,7 @@ use tpu_operator_api::{
 };
 
 use super::{Turn, after_pass, deadline};
-use crate::kinds::tpu_slice::plan::Assessment;
+use crate::kinds::tpu_slice::plan::{Outcome, Verdict};
 
 /// Reserved in a (10 min), spot in a then b (at once), on-demand in b (the last place).
 fn spec() -> TpuSliceSpec {
@@ -27,15 +27,20 @@ fn t0() -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000, 0).unwrap()
 }
 
-fn seen(reason: &'static str, phase: TpuSlicePhase) -> Assessment {
-    Assessment::new(Progress::Reconciling, reason, phase, format!("saw {reason}"))
+fn seen(reason: &'static str, phase: TpuSlicePhase) -> Outcome {
+    Outcome::from(Verdict::new(
+        phase,
+        Progress::Reconciling,
+        reason,
+        format!("saw {reason}"),
+    ))
 }
 
 /// One pass: `old` status, what it saw, when.
 fn pass(
     spec: &TpuSliceSpec,
     old: Option<&CapacityPlanStatus>,
-    a: &Assessment,
+    a: &Outcome,
     now: DateTime<Utc>,
 ) -> (CapacityPlanStatus, Option<String>) {
     after_pass(&Turn {
@@ -43,7 +48,7 @@ fn pass(
         old,
         base: 0,
         lost: false,
-        assessment: a,
+        outcome: a,
         earlier_gone: true,
         now,
     })
@@ -104,12 +109,12 @@ fn a_direct_rung_without_wait_for_moves_on_at_the_first_refusal_zone_by_zone() {
     let stockout = seen(reasons::WAITING_FOR_CAPACITY, TpuSlicePhase::Waiting);
     let (st, moved) = pass(&s, Some(&st), &stockout, t0());
     assert_eq!(at(&st), (1, "us-east5-b", 1), "{moved:?}");
-    let quota = Assessment::new(
+    let quota = Outcome::from(Verdict::new(
+        TpuSlicePhase::Waiting,
         Progress::Stalled,
         reasons::QUOTA_EXCEEDED,
-        TpuSlicePhase::Waiting,
         "quota",
-    );
+    ));
     let (st, _) = pass(&s, Some(&st), &quota, t0());
     assert_eq!(at(&st), (2, "us-east5-b", 2), "an exhausted quota moves on too");
     let (st, moved) = pass(&s, Some(&st), &stockout, t0() + Duration::days(1));
@@ -150,7 +155,7 @@ fn nothing_moves_while_an_earlier_incarnation_is_still_there() {
         old: Some(&st),
         base: 0,
         lost: false,
-        assessment: &waiting,
+        outcome: &waiting,
         earlier_gone: false,
         now: t0() + Duration::hours(1),
     };
@@ -162,25 +167,25 @@ fn nothing_moves_while_an_earlier_incarnation_is_still_there() {
 fn an_expired_queued_request_moves_on_before_its_wait_for() {
     let s = spec();
     let (st, _) = pass(&s, None, &seen(reasons::QUEUED, TpuSlicePhase::Queued), t0());
-    let expired = Assessment::new(
+    let expired = Outcome::from(Verdict::new(
+        TpuSlicePhase::Failed,
         Progress::Stalled,
         reasons::QUEUE_EXPIRED,
-        TpuSlicePhase::Failed,
         "expired",
-    );
+    ));
     let (after, moved) = pass(&s, Some(&st), &expired, t0() + Duration::minutes(1));
     assert_eq!(at(&after), (1, "us-east5-a", 1), "{moved:?}");
     // FAILED by the service (its reservation is gone): moves on at once too; FAILED for another
     // cause (a queued resource a user suspended) is no capacity answer and stays.
-    let mut failed = Assessment::new(
+    let mut failed = Outcome::from(Verdict::new(
+        TpuSlicePhase::Failed,
         Progress::Stalled,
         reasons::FAILED,
-        TpuSlicePhase::Failed,
         "FAILED",
-    );
+    ));
     let (stays, _) = pass(&s, Some(&st), &failed, t0() + Duration::minutes(1));
     assert_eq!(at(&stays), (0, "us-east5-a", 0));
-    failed.capacity = Some(false);
+    failed.details.capacity = Some(false);
     let (after, _) = pass(&s, Some(&st), &failed, t0() + Duration::minutes(1));
     assert_eq!(at(&after), (1, "us-east5-a", 1));
 }
@@ -193,30 +198,30 @@ fn landing_ends_the_plan_and_a_lost_node_starts_it_again() {
     st.rung = 1;
     st.attempts.last_mut().unwrap().rung = 1;
     let (st, _) = pass(&s, Some(&st), &stockout, t0());
-    let ready = Assessment::new(
+    let ready = Outcome::from(Verdict::new(
+        TpuSlicePhase::Ready,
         Progress::Ready,
         reasons::RUNNING,
-        TpuSlicePhase::Ready,
         "node READY",
-    );
+    ));
     let (st, moved) = pass(&s, Some(&st), &ready, t0() + Duration::minutes(2));
     assert_eq!((at(&st), moved), ((1, "us-east5-b", 1), None));
     assert_eq!(st.attempts.last().unwrap().outcome, AttemptOutcome::Landed);
     assert_eq!(deadline(&s, &st), None, "landed: no deadline");
 
     // Preempted: counted as a recreation (base 1), back to the first place as incarnation 2.
-    let preempted = Assessment::new(
+    let preempted = Outcome::from(Verdict::new(
+        TpuSlicePhase::Preempted,
         Progress::Reconciling,
         reasons::PREEMPTED,
-        TpuSlicePhase::Preempted,
         "gone",
-    );
+    ));
     let (st, _) = after_pass(&Turn {
         spec: &s,
         old: Some(&st),
         base: 1,
         lost: true,
-        assessment: &preempted,
+        outcome: &preempted,
         earlier_gone: true,
         now: t0() + Duration::hours(3),
     })

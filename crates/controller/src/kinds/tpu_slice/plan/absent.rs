@@ -8,17 +8,17 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::tpu_v2::model::node;
 
-use super::{Action, Assessment, Input, Plan, is_qr_deleting, on_create_error};
+use super::{Action, Input, Plan, Verdict, doing, is_qr_deleting, on_create_error, report};
 use crate::kinds::tpu_slice::observe::OperationView;
 
 /// Neither the current node nor its queued resource exists.
 pub(super) fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
     use TpuSlicePhase as P;
     if input.names.adopted {
-        return Plan::report(Assessment::new(
+        return report(Verdict::new(
+            P::Failed,
             Progress::Stalled,
             reasons::NOT_FOUND,
-            P::Failed,
             format!(
                 "node {} named by spec.adoptNodeId does not exist",
                 input.names.current.node
@@ -31,10 +31,10 @@ pub(super) fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
     let observed = input.observed;
     match &observed.operation {
         Some(OperationView::Running) => {
-            return Plan::report(Assessment::new(
+            return report(Verdict::new(
+                P::Provisioning,
                 Progress::Reconciling,
                 reasons::CREATING,
-                P::Provisioning,
                 "create operation in progress",
             ));
         }
@@ -42,8 +42,11 @@ pub(super) fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
             if let Some(a) = on_create_error(err) {
                 // A quota failure is Stalled but still retried (slowly): a raised quota needs
                 // no change to the object.
-                let retry = a.progress == Progress::Reconciling || a.reason == reasons::QUOTA_EXCEEDED;
-                return Plan::new(if retry { create } else { Action::Nothing }, a);
+                let said = a.verdict.kstatus.as_ref();
+                let retry = said.is_some_and(|k| {
+                    k.progress == Progress::Reconciling || k.reason == reasons::QUOTA_EXCEEDED
+                });
+                return a.plan(if retry { create } else { Action::Nothing });
             }
         }
         Some(OperationView::Succeeded | OperationView::Gone | OperationView::Unread) | None => {}
@@ -59,9 +62,9 @@ pub(super) fn plan_absent(input: &Input<'_>, create: Action) -> Plan {
     } else {
         phase
     };
-    Plan::new(
+    doing(
         create,
-        Assessment::new(Progress::Reconciling, reasons::CREATING, phase, message),
+        Verdict::new(phase, Progress::Reconciling, reasons::CREATING, message),
     )
 }
 
@@ -73,12 +76,12 @@ fn previous_incarnation(input: &Input<'_>) -> Option<Plan> {
     let observed = input.observed;
     let moved = input.spec_moved;
     if let Some(prev) = observed.previous_queued.as_ref().filter(|q| moved && granted(q)) {
-        return Some(Plan::new(
+        return Some(doing(
             Action::ReturnToGranted,
-            Assessment::new(
+            Verdict::new(
+                P::Provisioning,
                 Progress::Reconciling,
                 reasons::PROVISIONING,
-                P::Provisioning,
                 format!(
                     "queued resource {} was granted just after the slice moved on: going back to it",
                     prev.name
@@ -121,11 +124,11 @@ fn previous_step(deleting: bool, delete: Action, moved: bool) -> Plan {
     } else {
         "deleting the preempted incarnation before recreating the slice"
     };
-    let a = Assessment::new(
+    let a = Verdict::new(
+        TpuSlicePhase::Recreating,
         Progress::Reconciling,
         reasons::RECREATING,
-        TpuSlicePhase::Recreating,
         message,
     );
-    Plan::new(if deleting { Action::Nothing } else { delete }, a)
+    doing(if deleting { Action::Nothing } else { delete }, a)
 }

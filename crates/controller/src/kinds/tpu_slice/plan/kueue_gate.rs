@@ -9,21 +9,21 @@ use tpu_operator_api::{
     tpu_slice::TpuSlicePhase,
 };
 
-use super::{Action, Assessment, Input, Plan, Requeue, cleanup::CleanupStep, plan_cleanup};
+use super::{Action, Input, Plan, Requeue, Verdict, cleanup::CleanupStep, doing, plan_cleanup, report};
 use crate::kueue::Gate;
 
 /// The plan while Kueue does not let the slice run; `None`: admitted (or not gated), go on.
 pub(super) fn gated(input: &Input<'_>) -> Option<Plan> {
     let (reason, why) = input.queue?.holding()?;
     let stopping =
-        |message: String| Assessment::new(Progress::Reconciling, reason, TpuSlicePhase::Deleting, message);
+        |message: String| Verdict::new(TpuSlicePhase::Deleting, Progress::Reconciling, reason, message);
     Some(match plan_cleanup(input.observed) {
-        CleanupStep::Delete(action) => Plan::new(
+        CleanupStep::Delete(action) => doing(
             action,
             stopping(format!("{why}; deleting the node so that nothing bills")),
         ),
-        CleanupStep::Wait(message) => Plan::report(stopping(format!("{why}; {message}"))),
-        CleanupStep::Done if input.ran_node && !input.queue_stopped => Plan::new(
+        CleanupStep::Wait(message) => report(stopping(format!("{why}; {message}"))),
+        CleanupStep::Done if input.ran_node && !input.queue_stopped => doing(
             Action::RecordSuspension,
             queued_for(reason, format!("{why}; the node is gone")),
         ),
@@ -35,13 +35,13 @@ pub(super) fn gated(input: &Input<'_>) -> Option<Plan> {
 fn after_stop(input: &Input<'_>, reason: &'static str, why: String) -> Plan {
     let queued = input.queue.expect("gated checked it");
     match (&queued.gate, &queued.priority) {
-        (Gate::Missing, Err(message)) => Plan::report(Assessment::new(
+        (Gate::Missing, Err(message)) => report(Verdict::new(
+            TpuSlicePhase::Pending,
             Progress::Stalled,
             reasons::PRIORITY_CLASS_NOT_FOUND,
-            TpuSlicePhase::Pending,
             message.clone(),
         )),
-        (Gate::Missing, Ok(_)) => Plan::new(
+        (Gate::Missing, Ok(_)) => doing(
             Action::CreateWorkload,
             queued_for(
                 reason,
@@ -51,23 +51,23 @@ fn after_stop(input: &Input<'_>, reason: &'static str, why: String) -> Plan {
                 ),
             ),
         ),
-        (Gate::Foreign { .. }, _) => Plan::new(
+        (Gate::Foreign { .. }, _) => doing(
             Action::DeleteWorkload,
             queued_for(reason, format!("{why}; deleting it to write the slice's own")),
         ),
-        (Gate::Evicted { .. }, _) => Plan::new(
+        (Gate::Evicted { .. }, _) => doing(
             Action::ReleaseWorkload,
             queued_for(
                 reason,
                 format!("{why}; quota released, waiting to be admitted again"),
             ),
         ),
-        _ => Plan::report(queued_for(reason, why)),
+        _ => report(queued_for(reason, why)),
     }
 }
 
 /// Queued in Kueue: `Reconciling` (the wait is progress, not a failure), looked at again at the
 /// capacity interval for the position; an admission wakes the slice through its Workload watch.
-fn queued_for(reason: &'static str, message: String) -> Assessment {
-    Assessment::new(Progress::Reconciling, reason, TpuSlicePhase::Queued, message).requeue(Requeue::Capacity)
+fn queued_for(reason: &'static str, message: String) -> Verdict {
+    Verdict::new(TpuSlicePhase::Queued, Progress::Reconciling, reason, message).requeue(Requeue::Capacity)
 }

@@ -11,8 +11,9 @@ use tpu_operator_api::{
 use tpu_operator_gcp::tpu_v2::model::{Node, node};
 
 use super::{
-    Action, Assessment, Input, OperationView, Plan, Requeue, drift_mask, immutable_drift,
+    Action, Input, OperationView, Plan, Requeue, Verdict, doing, drift_mask, immutable_drift,
     on_node::{maintenance_step, plan_node, plan_preempted, state_name},
+    prefix, report,
 };
 use crate::kinds::tpu_slice::spec::Desired;
 
@@ -28,22 +29,23 @@ pub(super) fn plan_multislice(input: &Input<'_>, first: &Node) -> Plan {
         .collect();
     let total = nodes.len();
     let mut plan = plan_all_slices(input, &nodes);
-    if plan.assessment.progress == Progress::Ready {
-        plan.assessment.capacity = Some(true);
+    let ready = plan.verdict.progress() == Some(Progress::Ready);
+    if ready {
+        plan.details.capacity = Some(true);
     }
-    plan.assessment.drift = immutable_drift(input, first);
-    if plan.assessment.progress != Progress::Ready {
-        plan.assessment.message = format!("multislice of {total}: {}", plan.assessment.message);
+    plan.details.drift = immutable_drift(input, first);
+    if !ready {
+        prefix(&mut plan.verdict, format_args!("multislice of {total}: "));
     }
     plan
 }
 
 fn plan_all_slices(input: &Input<'_>, nodes: &[Option<&Node>]) -> Plan {
     if let Some(k) = nodes.iter().position(Option::is_none) {
-        return Plan::report(Assessment::new(
+        return report(Verdict::new(
+            TpuSlicePhase::Provisioning,
             Progress::Reconciling,
             reasons::PROVISIONING,
-            TpuSlicePhase::Provisioning,
             format!("queued resource is ACTIVE; the node of slice {k} is not visible yet"),
         ));
     }
@@ -57,10 +59,10 @@ fn plan_all_slices(input: &Input<'_>, nodes: &[Option<&Node>]) -> Plan {
         .map(|e| e.ip_address.as_str())
         .filter(|ip| !ip.is_empty())
     else {
-        return Plan::report(Assessment::new(
+        return report(Verdict::new(
+            TpuSlicePhase::Provisioning,
             Progress::Reconciling,
             reasons::PROVISIONING,
-            TpuSlicePhase::Provisioning,
             "slice 0 reports no worker address yet",
         ));
     };
@@ -82,7 +84,7 @@ fn slice_preempted(input: &Input<'_>, nodes: &[&Node]) -> Option<Plan> {
             state_name(n)
         ),
     );
-    p.assessment.capacity = Some(false);
+    p.details.capacity = Some(false);
     Some(p)
 }
 
@@ -100,7 +102,7 @@ fn slice_not_ready(input: &Input<'_>, nodes: &[&Node]) -> Option<Plan> {
     if !(k == 0 && p.action == Action::StartNode) {
         p.action = Action::Nothing;
     }
-    p.assessment.message = format!("slice {k}: {}", p.assessment.message);
+    prefix(&mut p.verdict, format_args!("slice {k}: "));
     Some(p)
 }
 
@@ -116,39 +118,39 @@ fn tell_slices(input: &Input<'_>, nodes: &[&Node], coordinator: &str) -> Plan {
         if mask.is_empty() {
             continue;
         }
-        let assessment = if told(n, k, coordinator) {
+        let verdict = if told(n, k, coordinator) {
             ready(total).requeue(Requeue::Active)
         } else {
-            Assessment::new(
+            Verdict::new(
+                TpuSlicePhase::Provisioning,
                 Progress::Reconciling,
                 reasons::PROVISIONING,
-                TpuSlicePhase::Provisioning,
                 format!(
                     "all {total} nodes are READY: telling slice {k} its slice id and the coordinator {coordinator}"
                 ),
             )
         };
         if operation_running {
-            return Plan::report(assessment.requeue(Requeue::Active));
+            return report(verdict.requeue(Requeue::Active));
         }
         let metadata = crate::kinds::tpu_slice::spec::patched_metadata(&d, &n.metadata);
         let patch = Desired { metadata, ..d };
-        return Plan::new(
+        return doing(
             Action::PatchSliceNode {
                 node: n.name.clone(),
                 mask,
                 patch,
             },
-            assessment,
+            verdict,
         );
     }
     let a = ready(total);
     if operation_running {
-        return Plan::report(a.requeue(Requeue::Active));
+        return report(a.requeue(Requeue::Active));
     }
     match nodes.iter().find_map(|n| maintenance_step(input, n)) {
-        Some(ask) => Plan::new(ask, a.requeue(Requeue::Active)),
-        None => Plan::report(a),
+        Some(ask) => doing(ask, a.requeue(Requeue::Active)),
+        None => report(a),
     }
 }
 
@@ -162,11 +164,11 @@ fn told(n: &Node, k: usize, coordinator: &str) -> bool {
             .is_some_and(|id| id == &k.to_string())
 }
 
-fn ready(total: usize) -> Assessment {
-    Assessment::new(
+fn ready(total: usize) -> Verdict {
+    Verdict::new(
+        TpuSlicePhase::Ready,
         Progress::Ready,
         reasons::NODE_READY,
-        TpuSlicePhase::Ready,
         format!("all {total} slices of the multislice are READY and HEALTHY"),
     )
 }

@@ -9,7 +9,9 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::tpu_v2::model::{Node, node};
 
-use super::{Action, Assessment, Input, OperationView, Plan, Requeue, drift_mask, immutable_drift};
+use super::{
+    Action, Input, OperationView, Plan, Requeue, Verdict, doing, drift_mask, immutable_drift, report,
+};
 use crate::kinds::tpu_slice::{early_start, maintenance};
 use tpu_operator_api::tpu_slice::CHECKPOINT_REQUEST_METADATA;
 
@@ -19,35 +21,35 @@ pub(super) fn plan_node(input: &Input<'_>, n: &Node) -> Plan {
     use node::State as S;
     let mut plan = match n.state {
         S::Ready => plan_ready(input, n),
-        S::Stopped => Plan::new(
+        S::Stopped => doing(
             Action::StartNode,
-            Assessment::new(
+            Verdict::new(
+                P::Degraded,
                 Progress::Reconciling,
                 reasons::PROVISIONING,
-                P::Degraded,
                 "node is STOPPED: starting it",
             ),
         ),
         S::Preempted | S::Terminated => plan_preempted(input, &state_name(n)),
-        S::Unknown => Plan::report(Assessment::new(
+        S::Unknown => report(Verdict::new(
+            P::Failed,
             Progress::Stalled,
             reasons::NODE_UNHEALTHY,
-            P::Failed,
             "node is UNKNOWN after a failed repair; delete the TpuSlice to replace it",
         )),
-        _ => Plan::report(waiting_on(n)),
+        _ => report(waiting_on(n)),
     };
     if n.state != S::Creating {
-        plan.assessment.capacity = Some(!matches!(n.state, S::Preempted | S::Terminated));
+        plan.details.capacity = Some(!matches!(n.state, S::Preempted | S::Terminated));
     }
-    plan.assessment.drift = immutable_drift(input, n);
+    plan.details.drift = immutable_drift(input, n);
     plan
 }
 
 /// A node in a state that ends without the operator (being created, started, repaired, held by
 /// the TPU service, deleted by someone else), or one not reported or not recognized yet: say so
 /// and look again, soon while it changes, at the capacity interval while the service holds it.
-fn waiting_on(n: &Node) -> Assessment {
+fn waiting_on(n: &Node) -> Verdict {
     use TpuSlicePhase as P;
     use node::State as S;
     let (reason, phase, requeue, what) = match n.state {
@@ -101,7 +103,7 @@ fn waiting_on(n: &Node) -> Assessment {
         ),
     };
     let message = format!("node is {}: {what}", state_name(n));
-    Assessment::new(Progress::Reconciling, reason, phase, message).requeue(requeue)
+    Verdict::new(phase, Progress::Reconciling, reason, message).requeue(requeue)
 }
 
 /// What a READY node's announced maintenance asks for now: its start once the asked checkpoint
@@ -140,39 +142,39 @@ fn queue_of(input: &Input<'_>, n: &Node) -> Option<String> {
 fn plan_ready(input: &Input<'_>, n: &Node) -> Plan {
     use TpuSlicePhase as P;
     use node::Health as H;
-    let assessment = match n.health {
-        H::Healthy => Assessment::new(
+    let verdict = match n.health {
+        H::Healthy => Verdict::new(
+            P::Ready,
             Progress::Ready,
             reasons::NODE_READY,
-            P::Ready,
             "node is READY and HEALTHY",
         ),
-        H::Unspecified => Assessment::new(
+        H::Unspecified => Verdict::new(
+            P::Provisioning,
             Progress::Reconciling,
             reasons::PROVISIONING,
-            P::Provisioning,
             "node is READY; waiting for its health to be reported",
         ),
         // Maintenance is not a failure of the node: it says so, and a pipeline keeps its run
         // `Training` through it.
-        H::UnhealthyMaintenance => Assessment::new(
+        H::UnhealthyMaintenance => Verdict::new(
+            P::Degraded,
             Progress::Reconciling,
             reasons::MAINTENANCE_ONGOING,
-            P::Degraded,
             "node is READY but under maintenance (UNHEALTHY_MAINTENANCE); its workload starts again when it is over",
         )
         .requeue(Requeue::Capacity),
-        H::Timeout | H::UnhealthyTensorflow => Assessment::new(
+        H::Timeout | H::UnhealthyTensorflow => Verdict::new(
+            P::Degraded,
             Progress::Reconciling,
             reasons::NODE_UNHEALTHY,
-            P::Degraded,
             format!("node is READY but {}", health_name(n)),
         )
         .requeue(Requeue::Capacity),
-        _ => Assessment::new(
+        _ => Verdict::new(
+            P::Degraded,
             Progress::Reconciling,
             reasons::NODE_UNHEALTHY,
-            P::Degraded,
             format!("node is READY with unrecognized health {}", health_name(n)),
         )
         .requeue(Requeue::Capacity),
@@ -180,16 +182,16 @@ fn plan_ready(input: &Input<'_>, n: &Node) -> Plan {
     let operation_running = matches!(input.observed.operation, Some(OperationView::Running));
     let mask = drift_mask(input.desired, n);
     if operation_running || mask.is_empty() {
-        let mut a = assessment;
-        if operation_running && a.progress == Progress::Ready {
+        let mut a = verdict;
+        if operation_running && a.progress() == Some(Progress::Ready) {
             a.requeue = Requeue::Active;
         }
         if let Some(ask) = maintenance_step(input, n).filter(|_| !operation_running) {
-            return Plan::new(ask, a.requeue(Requeue::Active));
+            return doing(ask, a.requeue(Requeue::Active));
         }
-        return Plan::report(a);
+        return report(a);
     }
-    Plan::new(Action::PatchNode(mask), assessment.requeue(Requeue::Active))
+    doing(Action::PatchNode(mask), verdict.requeue(Requeue::Active))
 }
 
 /// PREEMPTED / TERMINATED (or a queued resource suspended by the service): recreate within the
@@ -197,10 +199,10 @@ fn plan_ready(input: &Input<'_>, n: &Node) -> Plan {
 pub(super) fn plan_preempted(input: &Input<'_>, what: &str) -> Plan {
     use TpuSlicePhase as P;
     if input.names.adopted {
-        return Plan::report(Assessment::new(
+        return report(Verdict::new(
+            P::Preempted,
             Progress::Stalled,
             reasons::PREEMPTED,
-            P::Preempted,
             format!("adopted node is {what}; adopted nodes are not recreated"),
         ));
     }
@@ -211,22 +213,22 @@ pub(super) fn plan_preempted(input: &Input<'_>, what: &str) -> Plan {
         format!("{what} (maintenance or end of life of on-demand capacity)")
     };
     if input.recreations >= max {
-        return Plan::report(Assessment::new(
+        return report(Verdict::new(
+            P::Failed,
             Progress::Stalled,
             reasons::RECREATIONS_EXHAUSTED,
-            P::Failed,
             format!(
                 "slice is {what} and was already recreated {} time(s) (spec.preemption.maxRecreations = {max})",
                 input.recreations
             ),
         ));
     }
-    Plan::new(
+    doing(
         Action::RecordPreemption,
-        Assessment::new(
+        Verdict::new(
+            P::Preempted,
             Progress::Reconciling,
             reasons::RECREATING,
-            P::Preempted,
             format!(
                 "slice is {what}: recreating it ({} of at most {max})",
                 input.recreations + 1

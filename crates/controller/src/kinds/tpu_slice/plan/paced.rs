@@ -1,4 +1,4 @@
-//! The assessment of a create the create limiter holds back: the project's rate quota is being
+//! What status says of a create the create limiter holds back: the project's rate quota is being
 //! spent by the creates ahead of it. Not a failure and not a capacity wait: the slice stays
 //! `Pending` (nothing was asked of Google), says its place in line and when its turn is due,
 //! and looks again then.
@@ -11,18 +11,19 @@ use tpu_operator_api::{
     tpu_slice::TpuSlicePhase,
 };
 
-use super::{Assessment, Requeue};
+use super::{Outcome, Requeue, Verdict};
 use crate::runtime::capacity::{Line, Waiting};
 
 /// What status says of a create waiting at `waiting` in `line`.
-pub fn paced(line: &Line, waiting: &Waiting, now: DateTime<Utc>) -> Assessment {
-    Assessment::new(
+pub fn paced(line: &Line, waiting: &Waiting, now: DateTime<Utc>) -> Outcome {
+    Verdict::new(
+        TpuSlicePhase::Pending,
         Progress::Reconciling,
         reasons::WAITING_FOR_CREATE_RATE,
-        TpuSlicePhase::Pending,
         waiting.message(line),
     )
     .requeue(Requeue::After(waiting.wait(now)))
+    .into()
 }
 
 #[cfg(test)]
@@ -30,6 +31,7 @@ mod tests {
     use chrono::Duration;
 
     use super::*;
+    use crate::kinds::tpu_slice::plan::Said;
     use crate::runtime::capacity::Group;
 
     #[test]
@@ -44,7 +46,12 @@ mod tests {
         };
         let a = paced(&Line::new(Group::TpuCreate, "team-a"), &waiting, now);
         assert_eq!(
-            (a.progress, a.reason, a.phase, a.capacity),
+            (
+                a.verdict.said().progress,
+                a.verdict.said().reason,
+                a.verdict.phase,
+                a.details.capacity
+            ),
             (
                 Progress::Reconciling,
                 reasons::WAITING_FOR_CREATE_RATE,
@@ -52,15 +59,22 @@ mod tests {
                 None
             )
         );
-        assert!(a.failure.is_none());
+        assert!(a.details.failure.is_none());
         for part in [
             "37 of 412",
             "project team-a's line of TPU creates",
             "due at 2027-01-15T08:00:25Z",
             "at most 86 a minute",
         ] {
-            assert!(a.message.contains(part), "{part:?} in {:?}", a.message);
+            assert!(
+                a.verdict.said().message.contains(part),
+                "{part:?} in {:?}",
+                a.verdict.said().message
+            );
         }
-        assert_eq!(a.requeue, Requeue::After(std::time::Duration::from_secs(25)));
+        assert_eq!(
+            a.verdict.requeue,
+            Requeue::After(std::time::Duration::from_secs(25))
+        );
     }
 }

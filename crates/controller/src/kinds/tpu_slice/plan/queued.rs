@@ -12,7 +12,8 @@ use tpu_operator_api::{
 use tpu_operator_gcp::tpu_v2::model::{QueuedResource, queued_resource_state};
 
 use super::{
-    Action, Assessment, Input, Plan, Requeue, plan_absent, plan_multislice, plan_node, plan_preempted,
+    Action, Input, Outcome, Plan, Requeue, Verdict, plan_absent, plan_multislice, plan_node, plan_preempted,
+    report,
 };
 
 pub(super) fn plan(input: &Input<'_>) -> Plan {
@@ -34,27 +35,30 @@ pub(super) fn plan_queued(input: &Input<'_>, qr: &QueuedResource) -> Plan {
     let name = state.name().unwrap_or("UNRECOGNIZED");
     match state {
         S::WaitingForResources if deadline(input, qr).is_some_and(|d| input.now >= d) => {
-            let mut a = failed(input, qr);
-            a.reason = reasons::QUEUE_EXPIRED;
-            a.message = "no capacity was granted before validUntil".into();
-            Plan::report(a)
+            let expired = Verdict::new(
+                TpuSlicePhase::Failed,
+                Progress::Stalled,
+                reasons::QUEUE_EXPIRED,
+                "no capacity was granted before validUntil",
+            );
+            Outcome::unavailable(expired).report()
         }
         S::Active => match &input.observed.node {
             Some(n) if !input.names.current.other_slices.is_empty() => plan_multislice(input, n),
             Some(n) => plan_node(input, n),
-            None => Plan::report(in_queue(&state, name)),
+            None => in_queue(&state, name).report(),
         },
         S::Suspending | S::Suspended if by_service => {
             plan_preempted(input, &format!("{name} by the TPU service (capacity reclaimed)"))
         }
-        S::Suspending | S::Suspended => Plan::report(Assessment::new(
+        S::Suspending | S::Suspended => report(Verdict::new(
+            TpuSlicePhase::Failed,
             Progress::Stalled,
             reasons::FAILED,
-            TpuSlicePhase::Failed,
             format!("queued resource is {name} by a user; delete the TpuSlice to replace it"),
         )),
-        S::Failed => Plan::report(failed(input, qr)),
-        _ => Plan::report(in_queue(&state, name)),
+        S::Failed => failed(input, qr).report(),
+        _ => in_queue(&state, name).report(),
     }
 }
 
@@ -62,7 +66,7 @@ pub(super) fn plan_queued(input: &Input<'_>, qr: &QueuedResource) -> Plan {
 /// not visible yet, deleted by someone else) or in a state not reported or not recognized yet:
 /// say so (`name`: the state as GCP spells it) and look again, soon while it moves, at the
 /// capacity interval while it waits.
-pub(super) fn in_queue(state: &queued_resource_state::State, name: &str) -> Assessment {
+pub(super) fn in_queue(state: &queued_resource_state::State, name: &str) -> Outcome {
     use TpuSlicePhase as P;
     use queued_resource_state::State as S;
     let (reason, phase, requeue, what) = match state {
@@ -111,13 +115,14 @@ pub(super) fn in_queue(state: &queued_resource_state::State, name: &str) -> Asse
         ),
     };
     let message = format!("queued resource is {name}: {what}");
-    let mut a = Assessment::new(Progress::Reconciling, reason, phase, message).requeue(requeue);
-    a.capacity = match state {
+    let mut outcome =
+        Outcome::from(Verdict::new(phase, Progress::Reconciling, reason, message).requeue(requeue));
+    outcome.details.capacity = match state {
         S::WaitingForResources => Some(false),
         S::Provisioning => Some(true),
         _ => None,
     };
-    a
+    outcome
 }
 
 /// When the queue gives up: `validUntilTime`, or `validUntilDuration` after the request.
@@ -142,7 +147,7 @@ fn deadline(input: &Input<'_>, qr: &QueuedResource) -> Option<DateTime<Utc>> {
 /// decision rests on the documented constraint (the deadline from the spec and the queued
 /// resource's `createTime`), never on a code (docs/reliability.md, "Not verified against real
 /// GCP").
-fn failed(input: &Input<'_>, qr: &QueuedResource) -> Assessment {
+fn failed(input: &Input<'_>, qr: &QueuedResource) -> Outcome {
     let error = qr
         .state
         .as_ref()
@@ -150,21 +155,20 @@ fn failed(input: &Input<'_>, qr: &QueuedResource) -> Assessment {
         .and_then(|f| f.error.as_ref());
     let message = error.map(|e| e.message.clone()).unwrap_or_default();
     let expired = deadline(input, qr).is_some_and(|d| input.now >= d);
-    let mut a = if expired {
-        Assessment::new(
+    let verdict = if expired {
+        Verdict::new(
+            TpuSlicePhase::Failed,
             Progress::Stalled,
             reasons::QUEUE_EXPIRED,
-            TpuSlicePhase::Failed,
             format!("no capacity was granted before validUntil: {message}"),
         )
     } else {
-        Assessment::new(
+        Verdict::new(
+            TpuSlicePhase::Failed,
             Progress::Stalled,
             reasons::FAILED,
-            TpuSlicePhase::Failed,
             format!("queued resource FAILED: {message}"),
         )
     };
-    a.capacity = Some(false);
-    a
+    Outcome::unavailable(verdict)
 }

@@ -11,7 +11,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::tpu_v2::model::queued_resource_state;
 
-use super::{Action, Assessment, CleanupStep, Input, Plan, plan_cleanup};
+use super::{Action, CleanupStep, Input, Plan, Verdict, doing, plan_cleanup, report};
 
 /// `spec.maxRunDuration` since the node became READY has passed: delete what runs, then stay
 /// Stalled (never recreate) until the spec changes.
@@ -69,19 +69,19 @@ pub(super) fn suspended(input: &Input<'_>) -> Option<Plan> {
         return None;
     }
     let deleting = |message: String| {
-        Assessment::new(
+        Verdict::new(
+            TpuSlicePhase::Deleting,
             Progress::Reconciling,
             reasons::SUSPENDED,
-            TpuSlicePhase::Deleting,
             message,
         )
     };
     Some(match plan_cleanup(input.observed) {
-        CleanupStep::Delete(action) => Plan::new(
+        CleanupStep::Delete(action) => doing(
             action,
             deleting("suspended: deleting the node so that nothing bills".into()),
         ),
-        CleanupStep::Wait(message) => Plan::report(deleting(format!("suspended: {message}"))),
+        CleanupStep::Wait(message) => report(deleting(format!("suspended: {message}"))),
         CleanupStep::Done => {
             let holds_workload = input.queue.is_some_and(|q| q.found.is_some());
             let step = if !input.suspended {
@@ -91,12 +91,12 @@ pub(super) fn suspended(input: &Input<'_>) -> Option<Plan> {
             } else {
                 Action::Nothing
             };
-            Plan::new(
+            doing(
                 step,
-                Assessment::new(
+                Verdict::new(
+                    TpuSlicePhase::Suspended,
                     Progress::Idle,
                     reasons::SUSPENDED,
-                    TpuSlicePhase::Suspended,
                     "suspended: no node exists and none is created until spec.suspend is false",
                 ),
             )
@@ -136,25 +136,25 @@ const RUN_OVER_CODE: i32 = 4;
 /// Deletes the slice's cloud objects, then reports Stalled with `reason`.
 fn reap(input: &Input<'_>, reason: &'static str, what: &str, fix: &str) -> Plan {
     match plan_cleanup(input.observed) {
-        CleanupStep::Delete(action) => Plan::new(
+        CleanupStep::Delete(action) => doing(
             action,
-            Assessment::new(
+            Verdict::new(
+                TpuSlicePhase::Deleting,
                 Progress::Reconciling,
                 reason,
-                TpuSlicePhase::Deleting,
                 format!("{what}: deleting the slice"),
             ),
         ),
-        CleanupStep::Wait(message) => Plan::report(Assessment::new(
+        CleanupStep::Wait(message) => report(Verdict::new(
+            TpuSlicePhase::Deleting,
             Progress::Reconciling,
             reason,
-            TpuSlicePhase::Deleting,
             format!("{what}: {message}"),
         )),
-        CleanupStep::Done => Plan::report(Assessment::new(
+        CleanupStep::Done => report(Verdict::new(
+            TpuSlicePhase::Failed,
             Progress::Stalled,
             reason,
-            TpuSlicePhase::Failed,
             format!("{what}: the slice was deleted; {fix}"),
         )),
     }

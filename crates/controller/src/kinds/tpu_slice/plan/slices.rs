@@ -18,8 +18,8 @@ use tpu_operator_api::{
 use tpu_operator_gcp::tpu_v2::model::{Node, QueuedResource, node, queued_resource_state};
 
 use super::{
-    Action, Assessment, CleanupStep, Input, Observed, OperationView, Plan, Requeue, is_qr_deleting,
-    plan_absent, plan_cleanup, plan_multislice, queued,
+    Action, CleanupStep, Input, Observed, OperationView, Plan, Requeue, Verdict, doing, is_qr_deleting,
+    plan_absent, plan_cleanup, plan_multislice, prefix, queued, report,
 };
 use crate::kinds::tpu_slice::spec::{Desired, patched_metadata, slice_desired};
 
@@ -80,11 +80,11 @@ fn lost(s: &Slice<'_>) -> Option<String> {
 }
 
 /// Progress while a lost slice is replaced.
-fn recreating(message: impl Into<String>) -> Assessment {
-    Assessment::new(
+fn recreating(message: impl Into<String>) -> Verdict {
+    Verdict::new(
+        TpuSlicePhase::Recreating,
         Progress::Reconciling,
         reasons::RECREATING,
-        TpuSlicePhase::Recreating,
         message,
     )
 }
@@ -103,23 +103,25 @@ fn replacing(input: &Input<'_>, k: usize) -> bool {
 fn given_up(input: &Input<'_>) -> Option<Plan> {
     let max = input.max_slice_restarts();
     let k = input.slice_restarts.iter().position(|r| *r > max)?;
-    let mut a = Assessment::new(
+    let mut a = Verdict::new(
+        TpuSlicePhase::Failed,
         Progress::Stalled,
         reasons::SLICE_RESTARTS_EXHAUSTED,
-        TpuSlicePhase::Failed,
         format!(
             "slice {k} was lost {} times (spec.multislice.maxSliceRestarts = {max}): the run is given up; delete or change the TpuSlice to run again",
             restarts(input, k)
         ),
     );
-    let step = plan_cleanup(input.observed);
-    if step != CleanupStep::Done {
-        a.message.push_str("; deleting its queued resources");
+    let cleanup = plan_cleanup(input.observed);
+    if cleanup != CleanupStep::Done {
+        if let Some(said) = a.kstatus.as_mut() {
+            said.message.push_str("; deleting its queued resources");
+        }
         a.requeue = Requeue::Active;
     }
-    Some(match step {
-        CleanupStep::Delete(delete) => Plan::new(delete, a),
-        CleanupStep::Wait(_) | CleanupStep::Done => Plan::report(a),
+    Some(match cleanup {
+        CleanupStep::Delete(delete) => doing(delete, a),
+        CleanupStep::Wait(_) | CleanupStep::Done => report(a),
     })
 }
 
@@ -133,10 +135,10 @@ fn newly_lost(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
         .find_map(|(k, s)| lost(s).map(|what| (k, what)))?;
     let (count, max) = (restarts(input, k) + 1, input.max_slice_restarts());
     let a = if count > max {
-        Assessment::new(
+        Verdict::new(
+            TpuSlicePhase::Failed,
             Progress::Stalled,
             reasons::SLICE_RESTARTS_EXHAUSTED,
-            TpuSlicePhase::Failed,
             format!(
                 "slice {k} is {what} and was already replaced {} time(s) (spec.multislice.maxSliceRestarts = {max}): giving up",
                 count - 1
@@ -148,7 +150,7 @@ fn newly_lost(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
             "slice {k} is {what}: replacing it alone ({count} of at most {max}); the other {others} slices keep their nodes"
         ))
     };
-    Some(Plan::new(Action::RecordSliceLoss(k), a.requeue(Requeue::Active)))
+    Some(doing(Action::RecordSliceLoss(k), a.requeue(Requeue::Active)))
 }
 
 /// A slice's queued resource FAILED (no capacity before `validUntil`, or refused): the run cannot
@@ -165,17 +167,18 @@ fn failed_slice(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
         .enumerate()
         .find_map(|(k, s)| s.queue.filter(|q| failed(q)).map(|q| (k, q)))?;
     let mut plan = queued::plan_queued(input, q);
-    plan.assessment.message = format!("slice {k}: {}", plan.assessment.message);
+    prefix(&mut plan.verdict, format_args!("slice {k}: "));
     let other = slices
         .iter()
         .filter_map(|s| s.queue)
         .find(|o| !failed(o) && !is_qr_deleting(o));
     if let Some(other) = other {
         plan.action = Action::DeleteQueuedResource(other.name.clone());
-        plan.assessment
-            .message
-            .push_str("; deleting the other slices' queued resources");
-        plan.assessment.requeue = Requeue::Active;
+        if let Some(said) = plan.verdict.kstatus.as_mut() {
+            said.message
+                .push_str("; deleting the other slices' queued resources");
+        }
+        plan.verdict.requeue = Requeue::Active;
     }
     Some(plan)
 }
@@ -210,7 +213,7 @@ fn stop_survivors(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
     let a = recreating(format!(
         "a slice is being replaced: stopping slice {k}'s workload until every slice is READY again"
     ));
-    Some(Plan::new(
+    Some(doing(
         Action::PatchSliceNode {
             node: n.name.clone(),
             mask: vec!["metadata"],
@@ -228,7 +231,7 @@ fn delete_lost(input: &Input<'_>) -> Option<Plan> {
         .iter()
         .find_map(|(k, q)| q.as_ref().filter(|q| !is_qr_deleting(q)).map(|q| (*k, q)))?;
     let message = format!("slice {k}: deleting the queued resource it was lost in");
-    Some(Plan::new(
+    Some(doing(
         Action::DeleteQueuedResource(q.name.clone()),
         recreating(message),
     ))
@@ -241,13 +244,13 @@ fn replace(input: &Input<'_>, slices: &[Slice<'_>]) -> Option<Plan> {
     let k = slices.iter().position(|s| s.queue.is_none())?;
     let create = Action::CreateSliceQueuedResource(k);
     let mut plan = plan_absent(input, create.clone());
-    plan.assessment.message = format!("slice {k}: {}", plan.assessment.message);
+    prefix(&mut plan.verdict, format_args!("slice {k}: "));
     if replacing(input, k) {
-        plan.assessment.phase = TpuSlicePhase::Recreating;
+        plan.verdict.phase = TpuSlicePhase::Recreating;
         // The operation running is the lost queued resource's deletion (or a patch), not this
         // slice's create: a replacement is asked for at once.
         if matches!(input.observed.operation, Some(OperationView::Running)) {
-            plan = Plan::new(
+            plan = doing(
                 create,
                 recreating(format!("slice {k}: asking for its replacement")),
             );
@@ -266,15 +269,15 @@ fn all_queued(input: &Input<'_>, slices: &[Slice<'_>]) -> Plan {
             continue;
         }
         let mut plan = match granted {
-            true => Plan::report(queued::in_queue(&queued_resource_state::State::Active, "ACTIVE")),
+            true => queued::in_queue(&queued_resource_state::State::Active, "ACTIVE").report(),
             false => queued::plan_queued(input, q),
         };
-        plan.assessment.message = format!("slice {k}: {}", plan.assessment.message);
+        prefix(&mut plan.verdict, format_args!("slice {k}: "));
         return plan;
     }
     match slices.first().and_then(|s| s.node) {
         Some(first) => plan_multislice(input, first),
-        None => Plan::report(queued::in_queue(&queued_resource_state::State::Active, "ACTIVE")),
+        None => queued::in_queue(&queued_resource_state::State::Active, "ACTIVE").report(),
     }
 }
 

@@ -1,4 +1,4 @@
-//! The assessment of a create the stockout memory held back: the place stocked out (for this
+//! What status says of a create the stockout memory held back: the place stocked out (for this
 //! slice or another) and is blocked until a time status shows, or another slice's create is
 //! asking it now. Not a failure: the slice waits as any stockout does (`WaitingForCapacity`,
 //! `CapacityAvailable=False` reason `Stockout`), and looks again when the block ends.
@@ -11,7 +11,7 @@ use tpu_operator_api::{
     tpu_slice::TpuSlicePhase,
 };
 
-use super::{Assessment, Requeue};
+use super::{Outcome, Requeue};
 use crate::runtime::capacity::{Place, Verdict};
 
 /// How often a slice waiting for another's probe looks again: the probe's answer (a call, or a
@@ -19,7 +19,7 @@ use crate::runtime::capacity::{Place, Verdict};
 const PROBE_POLL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What status says of a create `verdict` withheld at `place`.
-pub fn withheld(place: &Place, verdict: &Verdict, now: DateTime<Utc>) -> Assessment {
+pub fn withheld(place: &Place, verdict: &Verdict, now: DateTime<Utc>) -> Outcome {
     let what = format!(
         "{} {} capacity in {} (project {})",
         place.accelerator, place.kind, place.zone, place.project
@@ -48,14 +48,15 @@ pub fn withheld(place: &Place, verdict: &Verdict, now: DateTime<Utc>) -> Assessm
         ),
         Verdict::Go => (format!("{what} may be asked"), std::time::Duration::ZERO),
     };
-    Assessment::new(
-        Progress::Reconciling,
-        reasons::WAITING_FOR_CAPACITY,
-        TpuSlicePhase::Waiting,
-        message,
+    Outcome::unavailable(
+        super::Verdict::new(
+            TpuSlicePhase::Waiting,
+            Progress::Reconciling,
+            reasons::WAITING_FOR_CAPACITY,
+            message,
+        )
+        .requeue(Requeue::After(requeue)),
     )
-    .requeue(Requeue::After(requeue))
-    .capacity(false)
 }
 
 #[cfg(test)]
@@ -63,6 +64,7 @@ mod tests {
     use chrono::Duration;
 
     use super::*;
+    use crate::kinds::tpu_slice::plan::Said;
 
     fn place() -> Place {
         Place {
@@ -84,7 +86,12 @@ mod tests {
         };
         let a = withheld(&place(), &verdict, now);
         assert_eq!(
-            (a.progress, a.reason, a.phase, a.capacity),
+            (
+                a.verdict.said().progress,
+                a.verdict.said().reason,
+                a.verdict.phase,
+                a.details.capacity
+            ),
             (
                 Progress::Reconciling,
                 reasons::WAITING_FOR_CAPACITY,
@@ -92,16 +99,23 @@ mod tests {
                 Some(false)
             )
         );
-        assert!(a.failure.is_none(), "no error: {a:?}");
+        assert!(a.details.failure.is_none(), "no error: {a:?}");
         for part in [
             "v6e-8 spot capacity in us-east5-b",
             "team-a",
             "2 in a row",
             "not asked again until 2027-01-15T08:04:00Z",
         ] {
-            assert!(a.message.contains(part), "{part:?} in {:?}", a.message);
+            assert!(
+                a.verdict.said().message.contains(part),
+                "{part:?} in {:?}",
+                a.verdict.said().message
+            );
         }
-        assert_eq!(a.requeue, Requeue::After(std::time::Duration::from_secs(240)));
+        assert_eq!(
+            a.verdict.requeue,
+            Requeue::After(std::time::Duration::from_secs(240))
+        );
     }
 
     #[test]
@@ -115,10 +129,14 @@ mod tests {
             now,
         );
         assert_eq!(
-            (a.reason, a.phase),
+            (a.verdict.said().reason, a.verdict.phase),
             (reasons::WAITING_FOR_CAPACITY, TpuSlicePhase::Waiting)
         );
-        assert!(a.message.contains("by 2027-01-15T08:10:00Z"), "{}", a.message);
-        assert_eq!(a.requeue, Requeue::After(PROBE_POLL));
+        assert!(
+            a.verdict.said().message.contains("by 2027-01-15T08:10:00Z"),
+            "{}",
+            a.verdict.said().message
+        );
+        assert_eq!(a.verdict.requeue, Requeue::After(PROBE_POLL));
     }
 }

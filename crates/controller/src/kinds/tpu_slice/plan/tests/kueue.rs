@@ -70,13 +70,14 @@ fn nothing_is_created_before_kueue_admits_the_workload() {
         )
     );
     assert!(
-        p.assessment
+        p.verdict
+            .said()
             .message
             .contains("LocalQueue tpu (position 2): insufficient unused quota"),
         "{}",
-        p.assessment.message
+        p.verdict.said().message
     );
-    assert_eq!(p.assessment.requeue, Requeue::Capacity);
+    assert_eq!(p.verdict.requeue, Requeue::Capacity);
     // With an estimate, the message and status.kueue give it.
     let mut estimated = gated(pending());
     estimated.estimated_start = DateTime::from_timestamp(1_800_000_000, 0);
@@ -85,7 +86,7 @@ fn nothing_is_created_before_kueue_admits_the_workload() {
     assert_eq!(eta.map(|t| t.0.as_second()), Some(1_800_000_000));
     c.observed.queue = Some(estimated);
     let p = c.plan();
-    let message = &p.assessment.message;
+    let message = &p.verdict.said().message;
     assert!(
         message.contains("(position 2, estimated start 2027-01-15T08:00:00Z): insufficient"),
         "{message}"
@@ -132,9 +133,12 @@ fn an_eviction_deletes_the_node_counts_the_stop_then_releases_the_quota() {
         )
     );
     assert!(
-        p.assessment.message.starts_with("evicted by Kueue (Preempted)"),
+        p.verdict
+            .said()
+            .message
+            .starts_with("evicted by Kueue (Preempted)"),
         "{}",
-        p.assessment.message
+        p.verdict.said().message
     );
 
     c.observed.node = Some(Node::new().set_name(node).set_state(S::Deleting));
@@ -180,7 +184,7 @@ fn suspend_wins_over_an_admission() {
     c.observed.queue = Some(gated(Gate::Admitted {
         cluster_queue: "cq".into(),
     }));
-    assert_eq!(c.plan().assessment.reason, reasons::SUSPENDED);
+    assert_eq!(c.plan().verdict.said().reason, reasons::SUSPENDED);
 }
 
 #[test]
@@ -211,5 +215,5 @@ fn a_suspended_slice_deletes_its_workload_once_the_node_is_gone_and_the_stop_cou
         Action::Nothing,
         "and no Workload is written while suspended"
     );
-    assert_eq!(p.assessment.phase, P::Suspended);
+    assert_eq!(p.verdict.phase, P::Suspended);
 }

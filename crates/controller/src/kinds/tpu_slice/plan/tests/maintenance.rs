@@ -49,7 +49,11 @@ fn a_checkpoint_is_asked_once_within_the_lead_and_not_before() {
         metadata["startup-script"], "#!/bin/bash\ntrain",
         "the node's other metadata is sent back whole"
     );
-    assert_eq!(p.assessment.progress, Progress::Ready, "the slice stays Ready");
+    assert_eq!(
+        p.verdict.said().progress,
+        Progress::Ready,
+        "the slice stays Ready"
+    );
 
     let mut asked = due;
     let n = asked.observed.node.as_mut().unwrap();
@@ -163,7 +167,11 @@ fn a_reschedulable_maintenance_is_started_once_the_asked_checkpoint_is_committed
             queued: None,
         }
     );
-    assert_eq!(p.assessment.progress, Progress::Ready, "the slice stays Ready");
+    assert_eq!(
+        p.verdict.said().progress,
+        Progress::Ready,
+        "the slice stays Ready"
+    );
 
     let mut fixed = asked_reschedulable("2026-03-02T10:04:00Z");
     fixed.observed.committed_checkpoint = Some("gs://b/c/150/".into());
@@ -283,7 +291,7 @@ fn a_multislice_slice_is_started_through_its_own_queued_resource() {
             queued: names.current.slice_queue(1).map(str::to_string),
         }
     );
-    assert_eq!(p.assessment.progress, Progress::Ready, "{p:?}");
+    assert_eq!(p.verdict.said().progress, Progress::Ready, "{p:?}");
 }
 
 /// Compute Engine has no node updates, but starts a maintenance early as the TPU API does.

@@ -174,8 +174,8 @@ fn qr(name: &str, state: &str, initiator: &str) -> QueuedResource {
 fn summary(p: &Plan) -> (Action, Progress, &'static str, P) {
     (
         p.action.clone(),
-        p.assessment.progress,
-        p.assessment.reason,
-        p.assessment.phase,
+        p.verdict.said().progress,
+        p.verdict.said().reason,
+        p.verdict.phase,
     )
 }

@@ -69,9 +69,9 @@ fn a_multislice_is_one_queued_resource_per_slice_asked_for_one_per_pass() {
     let p = multislice(&[], &[]).slices(&[ACTIVE, None, None]).plan();
     assert_eq!(p.action, Action::CreateSliceQueuedResource(1));
     assert!(
-        p.assessment.message.starts_with("slice 1: "),
+        p.verdict.said().message.starts_with("slice 1: "),
         "{}",
-        p.assessment.message
+        p.verdict.said().message
     );
 }
 
@@ -80,7 +80,7 @@ fn a_lost_slice_is_counted_once_then_the_others_stop_then_it_is_deleted_and_aske
     let lost = [ACTIVE, SUSPENDED, ACTIVE];
     let p = multislice(&[], &[]).slices(&lost).plan();
     assert_eq!(p.action, Action::RecordSliceLoss(1));
-    assert_eq!(p.assessment.phase, P::Recreating);
+    assert_eq!(p.verdict.phase, P::Recreating);
     let (counts, replacing) = slice_restarts(&[], &[], &Observed::default(), &p.action);
     assert_eq!((counts, replacing), (vec![0, 1], vec![1]));
 
@@ -122,7 +122,7 @@ fn a_lost_slice_is_counted_once_then_the_others_stop_then_it_is_deleted_and_aske
     }
     let p = stopped.plan();
     assert_eq!(p.action, Action::Nothing, "{p:?}");
-    assert!(p.assessment.message.starts_with("slice 1: "), "{p:?}");
+    assert!(p.verdict.said().message.starts_with("slice 1: "), "{p:?}");
     // Asked: no longer pending once the lost one is going; pending while it still holds on.
     let asked = counted("DELETING", Some(("ACCEPTED", "USER")));
     let (_, replacing) = slice_restarts(&[0, 1], &[1], &asked.observed, &Action::Nothing);
@@ -138,8 +138,8 @@ fn a_slice_lost_past_its_limit_gives_the_run_up_and_deletes_every_queued_resourc
         .slices(&[ACTIVE, ACTIVE, SUSPENDED])
         .plan();
     assert_eq!(p.action, Action::RecordSliceLoss(2));
-    assert_eq!(p.assessment.reason, reasons::SLICE_RESTARTS_EXHAUSTED);
-    assert_eq!(p.assessment.progress, Progress::Stalled);
+    assert_eq!(p.verdict.said().reason, reasons::SLICE_RESTARTS_EXHAUSTED);
+    assert_eq!(p.verdict.said().progress, Progress::Stalled);
     // Counted past the limit: sticky, each queued resource deleted, never asked again.
     let given_up = multislice(&[0, 0, 3], &[2]);
     let p = given_up.slices(&[ACTIVE, ACTIVE, SUSPENDED]).plan();
@@ -149,8 +149,8 @@ fn a_slice_lost_past_its_limit_gives_the_run_up_and_deletes_every_queued_resourc
     );
     let p = multislice(&[0, 0, 3], &[2]).plan();
     assert_eq!(p.action, Action::Nothing);
-    assert_eq!(p.assessment.reason, reasons::SLICE_RESTARTS_EXHAUSTED);
-    assert_eq!(p.assessment.phase, P::Failed);
+    assert_eq!(p.verdict.said().reason, reasons::SLICE_RESTARTS_EXHAUSTED);
+    assert_eq!(p.verdict.phase, P::Failed);
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn a_failed_slice_fails_the_run_and_the_others_are_deleted() {
     let p = multislice(&[], &[])
         .slices(&[ACTIVE, Some(("FAILED", "SERVICE")), ACTIVE])
         .plan();
-    assert_eq!(p.assessment.phase, P::Failed);
+    assert_eq!(p.verdict.phase, P::Failed);
     assert!(
         matches!(&p.action, Action::DeleteQueuedResource(n) if n.ends_with("-s0")),
         "{p:?}"

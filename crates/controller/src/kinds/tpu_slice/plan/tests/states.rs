@@ -214,11 +214,11 @@ fn node_states_stopped_preempted_deleting_or_unknown() {
 #[test]
 fn polling_follows_the_state() {
     let stable = Case::spot().with_node(S::Ready, H::Healthy).plan();
-    assert_eq!(stable.assessment.requeue, Requeue::Stable);
+    assert_eq!(stable.verdict.requeue, Requeue::Stable);
     let creating = Case::spot().with_node(S::Creating, H::Unspecified).plan();
-    assert_eq!(creating.assessment.requeue, Requeue::Active);
+    assert_eq!(creating.verdict.requeue, Requeue::Active);
     let hidden = Case::spot().with_node(S::Hidden, H::Healthy).plan();
-    assert_eq!(hidden.assessment.requeue, Requeue::Capacity);
+    assert_eq!(hidden.verdict.requeue, Requeue::Capacity);
 }
 
 /// A queued-resource state row: (state, initiator, action, progress, reason, phase).
@@ -363,22 +363,22 @@ fn queued_expiry_is_queue_expired() {
     for code in [8, 9, 13] {
         c.observed.queued = Some(failed_with(code, "2026-03-02T09:00:00Z"));
         let p = c.plan();
-        assert_eq!(p.assessment.reason, reasons::QUEUE_EXPIRED, "code {code}");
-        assert_eq!(p.assessment.progress, Progress::Stalled);
+        assert_eq!(p.verdict.said().reason, reasons::QUEUE_EXPIRED, "code {code}");
+        assert_eq!(p.verdict.said().progress, Progress::Stalled);
         assert!(
-            p.assessment.message.contains("constraints unmet"),
+            p.verdict.said().message.contains("constraints unmet"),
             "{}",
-            p.assessment.message
+            p.verdict.said().message
         );
     }
     // Created 09:30: the window is still open, so a FAILED with code 8 is a plain failure.
     c.observed.queued = Some(failed_with(8, "2026-03-02T09:30:00Z"));
     let p = c.plan();
-    assert_eq!(p.assessment.reason, reasons::FAILED);
+    assert_eq!(p.verdict.said().reason, reasons::FAILED);
     assert!(
-        p.assessment.message.contains("constraints unmet"),
+        p.verdict.said().message.contains("constraints unmet"),
         "{}",
-        p.assessment.message
+        p.verdict.said().message
     );
 
     // Past validUntil (created 09:30 + 1h) while still waiting: the operator does not wait for
@@ -390,5 +390,5 @@ fn queued_expiry_is_queue_expired() {
         0,
     ));
     late.observed.queued = Some(waiting);
-    assert_eq!(late.plan().assessment.reason, reasons::QUEUE_EXPIRED);
+    assert_eq!(late.plan().verdict.said().reason, reasons::QUEUE_EXPIRED);
 }

@@ -18,7 +18,7 @@ fn absent_objects_are_created_once_the_previous_incarnation_is_gone() {
     assert_eq!(r.plan().action, Action::DeleteNode(prev.node.clone()));
     r.observed.previous_node = Some(Node::new().set_name(prev.node.clone()).set_state(S::Deleting));
     assert_eq!(summary(&r.plan()).0, Action::Nothing);
-    assert_eq!(r.plan().assessment.phase, P::Recreating);
+    assert_eq!(r.plan().verdict.phase, P::Recreating);
     r.observed.previous_node = None;
     assert_eq!(r.plan().action, Action::CreateNode);
 
@@ -35,8 +35,8 @@ fn recreations_stop_at_the_limit() {
         .with_node(S::Preempted, H::Unspecified)
         .plan();
     assert_eq!(p.action, Action::Nothing);
-    assert_eq!(p.assessment.reason, reasons::RECREATIONS_EXHAUSTED);
-    assert_eq!(p.assessment.progress, Progress::Stalled);
+    assert_eq!(p.verdict.said().reason, reasons::RECREATIONS_EXHAUSTED);
+    assert_eq!(p.verdict.said().progress, Progress::Stalled);
 }
 
 #[test]
@@ -49,13 +49,13 @@ fn pending_create_operations() {
     c.observed.operation = Some(OperationView::Failed(err(ErrorKind::ResourceExhausted)));
     let p = c.plan();
     assert_eq!(
-        (p.action, p.assessment.reason),
+        (p.action, p.verdict.said().reason),
         (Action::CreateNode, reasons::WAITING_FOR_CAPACITY)
     );
     c.observed.operation = Some(OperationView::Failed(err(ErrorKind::PermissionDenied)));
     let p = c.plan();
     assert_eq!(
-        (p.action, p.assessment.reason),
+        (p.action, p.verdict.said().reason),
         (Action::Nothing, reasons::PERMISSION_DENIED)
     );
     c.observed.operation = Some(OperationView::Gone);
@@ -97,21 +97,26 @@ fn create_errors_are_classified() {
         (ErrorKind::Other, None),
     ];
     for (kind, want) in table {
-        let got = on_action_error(&Action::CreateNode, &err(kind)).map(|a| (a.progress, a.reason));
+        let got = on_action_error(&Action::CreateNode, &err(kind))
+            .map(|a| (a.verdict.said().progress, a.verdict.said().reason));
         assert_eq!(got, want, "{kind:?}");
     }
     let mut rate_limited = err(ErrorKind::ResourceExhausted);
     rate_limited.reason = Some("RATE_LIMIT_EXCEEDED".into());
     let waits = on_create_error(&rate_limited).unwrap();
     assert_eq!(
-        (waits.progress, waits.reason, waits.requeue),
+        (
+            waits.verdict.said().progress,
+            waits.verdict.said().reason,
+            waits.verdict.requeue
+        ),
         (Progress::Reconciling, reasons::RATE_LIMITED, Requeue::Capacity)
     );
     let delete = Action::DeleteNode("n".into());
     let denied = on_action_error(&delete, &err(ErrorKind::PermissionDenied)).unwrap();
-    assert_eq!(denied.reason, reasons::PERMISSION_DENIED);
+    assert_eq!(denied.verdict.said().reason, reasons::PERMISSION_DENIED);
     let no_token = on_action_error(&delete, &err(ErrorKind::Unauthenticated)).unwrap();
-    assert_eq!(no_token.reason, reasons::CREDENTIALS_UNAVAILABLE);
+    assert_eq!(no_token.verdict.said().reason, reasons::CREDENTIALS_UNAVAILABLE);
     assert_eq!(on_action_error(&delete, &err(ErrorKind::Transient)), None);
 }
 
@@ -124,13 +129,13 @@ fn drift_is_patched_with_one_masked_call_and_not_while_an_operation_runs() {
     n.labels.insert("goog-managed".into(), "x".into());
     let p = c.plan();
     assert_eq!(p.action, Action::PatchNode(vec!["labels", "tags"]));
-    assert_eq!(p.assessment.progress, Progress::Ready);
+    assert_eq!(p.verdict.said().progress, Progress::Ready);
     c.observed.operation = Some(OperationView::Running);
     assert_eq!(c.plan().action, Action::Nothing);
 
     let mut m = Case::spot().with_node(S::Ready, H::Healthy);
     m.observed.node.as_mut().unwrap().runtime_version = "other".into();
-    assert!(m.plan().assessment.drift.unwrap().contains("runtimeVersion"));
+    assert!(m.plan().details.drift.unwrap().contains("runtimeVersion"));
 }
 
 #[test]
@@ -139,11 +144,11 @@ fn adopted_nodes_are_never_created_or_recreated() {
     c.slice.spec.adopt_node_id = Some("existing".into());
     let p = c.plan();
     assert_eq!(
-        (p.action.clone(), p.assessment.reason),
+        (p.action.clone(), p.verdict.said().reason),
         (Action::Nothing, reasons::NOT_FOUND)
     );
     let c = c.with_node(S::Preempted, H::Unspecified);
-    assert_eq!(c.plan().assessment.reason, reasons::PREEMPTED);
+    assert_eq!(c.plan().verdict.said().reason, reasons::PREEMPTED);
     assert_eq!(c.plan().action, Action::Nothing);
 }
 
@@ -153,7 +158,7 @@ fn invalid_shape_stalls() {
     c.slice.spec.accelerator_type = Some("v6e-3".into());
     let p = c.plan();
     assert_eq!(
-        (p.action, p.assessment.reason),
+        (p.action, p.verdict.said().reason),
         (Action::Nothing, reasons::INVALID_SPEC)
     );
 }
@@ -168,15 +173,16 @@ fn unmappable_request_stalls_before_a_create_naming_the_field() {
     queued.valid_until_duration = Some("99999999999999999999h".into());
     let p = c.plan();
     assert_eq!(
-        (&p.action, p.assessment.reason),
+        (&p.action, p.verdict.said().reason),
         (&Action::Nothing, reasons::INVALID_SPEC)
     );
     assert!(
-        p.assessment
+        p.verdict
+            .said()
             .message
             .starts_with("spec.capacity.queued.validUntilDuration"),
         "{}",
-        p.assessment.message
+        p.verdict.said().message
     );
     // The same slice with a duration the request can carry plans its create.
     let ok = Case::queued();
@@ -228,7 +234,7 @@ fn max_run_duration_deletes_then_stalls_without_recreating() {
     let node = c.names().current.node;
     let p = c.plan();
     assert_eq!(
-        (p.action, p.assessment.reason),
+        (p.action, p.verdict.said().reason),
         (Action::DeleteNode(node), reasons::MAX_RUN_DURATION_EXCEEDED)
     );
     c.observed.node = None;
@@ -259,7 +265,7 @@ fn idle_timeout_counts_from_the_workloads_end_then_deletes_and_stalls() {
     let node = c.names().current.node;
     let p = c.plan();
     assert_eq!(
-        (p.action, p.assessment.reason, p.assessment.phase),
+        (p.action, p.verdict.said().reason, p.verdict.phase),
         (Action::DeleteNode(node), reasons::IDLE_TIMEOUT, P::Deleting)
     );
     c.observed.node = None;
@@ -274,9 +280,9 @@ fn idle_timeout_counts_from_the_workloads_end_then_deletes_and_stalls() {
         )
     );
     assert!(
-        p.assessment.message.contains("spec.idleTimeout"),
+        p.verdict.said().message.contains("spec.idleTimeout"),
         "{}",
-        p.assessment.message
+        p.verdict.said().message
     );
 }
 
@@ -294,10 +300,13 @@ fn quota_failures_stall_and_stockouts_wait() {
     );
     let a = on_create_error(&quota).unwrap();
     assert_eq!(
-        (a.progress, a.reason),
+        (a.verdict.said().progress, a.verdict.said().reason),
         (Progress::Stalled, reasons::QUOTA_EXCEEDED)
     );
-    assert_eq!((a.requeue, a.capacity), (Requeue::Stable, Some(false)));
+    assert_eq!(
+        (a.verdict.requeue, a.details.capacity),
+        (Requeue::Stable, Some(false))
+    );
     quota.reason = Some("RESOURCE_QUOTA_EXCEEDED".into());
     quota.quota = Some(Box::new(tpu_operator_gcp::QuotaDetails {
         metric: Some("tpu.googleapis.com/v6e_chips".into()),
@@ -306,23 +315,27 @@ fn quota_failures_stall_and_stockouts_wait() {
     }));
     quota.message = "exhausted".into();
     let a = on_create_error(&quota).unwrap();
-    assert_eq!(a.reason, reasons::QUOTA_EXCEEDED);
+    assert_eq!(a.verdict.said().reason, reasons::QUOTA_EXCEEDED);
     assert!(
-        a.message.contains("tpu.googleapis.com/v6e_chips"),
+        a.verdict.said().message.contains("tpu.googleapis.com/v6e_chips"),
         "{}",
-        a.message
+        a.verdict.said().message
     );
-    assert!(a.message.contains("quota increase"), "{}", a.message);
+    assert!(
+        a.verdict.said().message.contains("quota increase"),
+        "{}",
+        a.verdict.said().message
+    );
 
     let mut stockout = quota.clone();
     stockout.reason = Some("STOCKOUT".into());
     stockout.quota = None;
     let a = on_create_error(&stockout).unwrap();
     assert_eq!(
-        (a.progress, a.reason),
+        (a.verdict.said().progress, a.verdict.said().reason),
         (Progress::Reconciling, reasons::WAITING_FOR_CAPACITY)
     );
-    assert_eq!(a.requeue, Requeue::Capacity);
+    assert_eq!(a.verdict.requeue, Requeue::Capacity);
 
     // The create operation failed with code 8 and quota details: still retried, but Stalled.
     let mut c = Case::spot();
@@ -331,10 +344,10 @@ fn quota_failures_stall_and_stockouts_wait() {
     c.observed.operation = Some(OperationView::Failed(op_quota));
     let p = c.plan();
     assert_eq!(
-        (p.action, p.assessment.reason),
+        (p.action, p.verdict.said().reason),
         (Action::CreateNode, reasons::QUOTA_EXCEEDED)
     );
-    assert_eq!(p.assessment.progress, Progress::Stalled);
+    assert_eq!(p.verdict.said().progress, Progress::Stalled);
 }
 
 /// Issue 21 item 8: a patch or start refused while another operation runs on the node is retried
@@ -393,7 +406,7 @@ fn a_backend_without_node_updates_is_never_asked_for_one() {
         let compute = on(Provisioner::ComputeEngine, state);
         assert_eq!(tpu.action, update);
         assert_eq!(compute.action, Action::Nothing);
-        assert_eq!(compute.assessment, tpu.assessment);
+        assert_eq!((compute.verdict, compute.details), (tpu.verdict, tpu.details));
     }
 }
 
@@ -412,7 +425,7 @@ fn a_queued_rung_granted_just_after_a_move_is_gone_back_to_not_deleted() {
     for state in ["PROVISIONING", "ACTIVE"] {
         let p = case(state, true);
         assert_eq!(p.action, Action::ReturnToGranted, "{state}");
-        assert!(p.assessment.message.contains("going back"), "{:?}", p.assessment);
+        assert!(p.verdict.said().message.contains("going back"), "{:?}", p.verdict);
         assert_eq!(
             case(state, false).action,
             Action::DeleteQueuedResource(prev.into()),
