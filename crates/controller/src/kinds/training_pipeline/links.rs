@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use tpu_operator_api::training_pipeline::{
     StageName, TrainingMode, TrainingPipelineSpec, TrainingPipelineStatus,
 };
-use tpu_operator_gcp::logging::sources;
+use tpu_operator_gcp::{aiplatform_v1::model::CustomJob, logging::sources};
 
 use super::{
     observe::{ChildCloud, Reads},
@@ -19,15 +19,21 @@ use super::{
 };
 use crate::kinds::links;
 
-/// Sets `stages[].links` and `links` from what this pass read. A stage keeps the links it had
-/// when nothing new was read of it (a finished pipeline reads no job).
-pub fn set(st: &mut TrainingPipelineStatus, spec: &TrainingPipelineSpec, reads: &Reads) {
+/// Sets `stages[].links` and `links` from what this pass read (`job`: the current Vertex job as
+/// read or as just created). A stage keeps the links it had when nothing new was read of it (a
+/// finished pipeline reads no job).
+pub fn set(
+    st: &mut TrainingPipelineStatus,
+    spec: &TrainingPipelineSpec,
+    reads: &Reads,
+    job: Option<&CustomJob>,
+) {
     child(st, StageName::Preprocess, &reads.preprocess);
     match spec.training.mode() {
         Ok(TrainingMode::TpuVm) => child(st, StageName::Train, &reads.train),
         _ => {
             if let Some(name) = st.custom_job_name.clone() {
-                let web = web_access(st, &name, reads);
+                let web = web_access(st, &name, job);
                 let tensorboard = spec.training.vertex.as_ref().and_then(|v| v.tensorboard.clone());
                 stage_mut(st, StageName::Train).links = links::vertex_job(&name, web, tensorboard);
             }
@@ -61,8 +67,8 @@ fn child(st: &mut TrainingPipelineStatus, name: StageName, read: &ChildCloud) {
 
 /// The current job's web access URIs: as read this pass, else as the stage had them for the
 /// same job.
-fn web_access(st: &TrainingPipelineStatus, name: &str, reads: &Reads) -> BTreeMap<String, String> {
-    if let Some(job) = reads.job.as_ref().filter(|j| j.name == name) {
+fn web_access(st: &TrainingPipelineStatus, name: &str, job: Option<&CustomJob>) -> BTreeMap<String, String> {
+    if let Some(job) = job.filter(|j| j.name == name) {
         return job
             .web_access_uris
             .iter()

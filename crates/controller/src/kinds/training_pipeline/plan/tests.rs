@@ -10,7 +10,7 @@ use tpu_operator_api::{
 
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
-use super::*;
+use super::{super::report, *};
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap()
@@ -73,7 +73,7 @@ fn vm(slice: Child, marker: Marker) -> Observed {
     }
 }
 
-fn run(spec: &TrainingPipelineSpec, status: &TrainingPipelineStatus, observed: &Observed) -> Plan {
+fn run(spec: &TrainingPipelineSpec, status: &TrainingPipelineStatus, observed: &Observed) -> Planned {
     run_at(spec, status, observed, now())
 }
 
@@ -82,8 +82,29 @@ fn run_at(
     status: &TrainingPipelineStatus,
     observed: &Observed,
     now: DateTime<Utc>,
-) -> Plan {
-    plan(&input(spec, status, observed, now))
+) -> Planned {
+    planned(&input(spec, status, observed, now))
+}
+
+/// What a test reads of a plan: its action, Events and requeue as the plan decides them, and
+/// the status `report` builds of it when the action records nothing ([`report::decided`]).
+#[derive(Debug)]
+struct Planned {
+    action: Action,
+    status: TrainingPipelineStatus,
+    events: Vec<Transition>,
+    requeue: Requeue,
+}
+
+/// The plan for `input`, read as [`Planned`].
+fn planned(input: &Input) -> Planned {
+    let p = plan(input);
+    Planned {
+        status: report::decided(&p, input.spec.suspend),
+        action: p.action,
+        events: p.details.events,
+        requeue: p.verdict.requeue,
+    }
 }
 
 /// The plan's input for a pipeline `p` at generation 1, without a rerun annotation or Kueue.
@@ -108,7 +129,7 @@ fn input<'a>(
 }
 
 /// Runs the plan and feeds the status back, as successive reconciles do.
-fn step(spec: &TrainingPipelineSpec, status: &mut TrainingPipelineStatus, observed: &Observed) -> Plan {
+fn step(spec: &TrainingPipelineSpec, status: &mut TrainingPipelineStatus, observed: &Observed) -> Planned {
     let p = run(spec, status, observed);
     *status = p.status.clone();
     p
@@ -689,8 +710,8 @@ fn run_rerun(
     status: &mut TrainingPipelineStatus,
     observed: &Observed,
     rerun: Option<&str>,
-) -> Plan {
-    let p = plan(&Input {
+) -> Planned {
+    let p = planned(&Input {
         rerun,
         ..input(spec, status, observed, now())
     });
