@@ -12,10 +12,7 @@ use tpu_operator_api::{
 };
 use tpu_operator_gcp::aiplatform_v1::model::CustomJob;
 
-use super::{
-    progress,
-    status::{self, time},
-};
+use super::{progress, status::time};
 
 /// What the action left for the status and the wait.
 #[derive(Debug, Default)]
@@ -80,16 +77,16 @@ impl Did {
             }
             Outcome::Created { job } => job_named(st, &job.name),
             Outcome::Paced { message, at } => {
-                status::stage_mut(st, StageName::Train).message = Some(message.clone());
+                st.stage_mut(StageName::Train).message = Some(message.clone());
                 let reason = reasons::WAITING_FOR_CREATE_RATE;
-                status::set_kstatus(st, Progress::Reconciling, reason, message, time(*at));
+                st.set_kstatus(Progress::Reconciling, reason, message, time(*at));
             }
             Outcome::Invalid { message, at } => {
                 let now = time(*at);
                 st.phase = TrainingPipelinePhase::Failed;
                 st.completion_time = Some(now.clone());
                 st.message = Some(message.clone());
-                status::set_kstatus(st, Progress::Stalled, reasons::INVALID_SPEC, message, now);
+                st.set_kstatus(Progress::Stalled, reasons::INVALID_SPEC, message, now);
             }
             Outcome::Deleting { operation } => st.pending_operation = Some(operation.clone()),
         }
@@ -107,5 +104,5 @@ impl Did {
 /// The attempt's job is `name`.
 fn job_named(st: &mut TrainingPipelineStatus, name: &str) {
     st.custom_job_name = Some(name.to_string());
-    status::stage_mut(st, StageName::Train).gcp_name = Some(name.to_string());
+    st.stage_mut(StageName::Train).gcp_name = Some(name.to_string());
 }

@@ -13,10 +13,7 @@ use tpu_operator_api::training_pipeline::{
 };
 use tpu_operator_gcp::{aiplatform_v1::model::CustomJob, logging::sources};
 
-use super::{
-    observe::{ChildCloud, Reads},
-    status::{stage, stage_mut},
-};
+use super::observe::{ChildCloud, Reads};
 use crate::kinds::links;
 
 /// Sets `stages[].links` and `links` from what this pass read (`job`: the current Vertex job as
@@ -35,13 +32,13 @@ pub fn set(
             if let Some(name) = st.custom_job_name.clone() {
                 let web = web_access(st, &name, job);
                 let tensorboard = spec.training.vertex.as_ref().and_then(|v| v.tensorboard.clone());
-                stage_mut(st, StageName::Train).links = links::vertex_job(&name, web, tensorboard);
+                st.stage_mut(StageName::Train).links = links::vertex_job(&name, web, tensorboard);
             }
         }
     }
     st.links = st
         .current_stage
-        .and_then(|c| stage(st, c).links.clone())
+        .and_then(|c| st.stage(c).links.clone())
         .or_else(|| st.stages.iter().rev().find_map(|s| s.links.clone()));
 }
 
@@ -49,12 +46,12 @@ pub fn set(
 /// stay).
 fn child(st: &mut TrainingPipelineStatus, name: StageName, read: &ChildCloud) {
     if read.capacity.is_some() {
-        stage_mut(st, name).capacity.clone_from(&read.capacity);
+        st.stage_mut(name).capacity.clone_from(&read.capacity);
     }
     if read.gcp_name.is_none() && read.links.is_none() {
         return;
     }
-    let stage = stage_mut(st, name);
+    let stage = st.stage_mut(name);
     // Read with the child's status: what interrupts it now (a maintenance over is cleared).
     stage.interruptions.clone_from(&read.interruptions);
     if read.gcp_name.is_some() {
@@ -75,7 +72,7 @@ fn web_access(st: &TrainingPipelineStatus, name: &str, job: Option<&CustomJob>) 
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
     }
-    let old = stage(st, StageName::Train).links.as_ref();
+    let old = st.stage(StageName::Train).links.as_ref();
     match old {
         Some(l) if l.console == sources::vertex_job_console(name) => l.web_access.clone(),
         _ => BTreeMap::new(),

@@ -216,8 +216,8 @@ impl Planner<'_> {
         } else {
             StageState::Skipped
         };
-        status::ensure_stage(&mut self.st, StageName::Preprocess, mode, pre);
-        status::ensure_stage(&mut self.st, StageName::Train, mode, StageState::Pending);
+        self.st.ensure_stage(StageName::Preprocess, mode, pre);
+        self.st.ensure_stage(StageName::Train, mode, StageState::Pending);
         // The annotation a pipeline is created with names its first run, not a second one.
         if self.input.status.start_time.is_none()
             && self.st.rerun.is_none()
@@ -245,7 +245,7 @@ impl Planner<'_> {
 
     fn run(&mut self, mode: TrainingMode) -> Step {
         if self.spec().preprocess.is_some()
-            && status::stage(&self.st, StageName::Preprocess).state != StageState::Succeeded
+            && self.st.stage(StageName::Preprocess).state != StageState::Succeeded
             && let Some(step) = self.preprocess()
         {
             return step;
@@ -266,7 +266,7 @@ impl Planner<'_> {
 
     fn finish_succeeded(&mut self, model_uri: String) -> Step {
         let now = time(self.input.now);
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        let stage = self.st.stage_mut(StageName::Train);
         stage.state = StageState::Succeeded;
         stage.end_time = Some(now.clone());
         stage.message = Some(format!("model written to {model_uri}"));

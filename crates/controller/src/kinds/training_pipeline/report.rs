@@ -12,7 +12,7 @@ use super::{
     links,
     observe::Reads,
     plan::Plan,
-    status::{self, time},
+    status::time,
     time_spent,
 };
 
@@ -24,10 +24,10 @@ pub fn decided(plan: &Plan, suspend: bool) -> TrainingPipelineStatus {
     let now = time(plan.details.now);
     if let Some(k) = &plan.verdict.kstatus {
         st.message = Some(k.message.clone());
-        status::set_kstatus(&mut st, k.progress, k.reason, &k.message, now.clone());
+        st.set_kstatus(k.progress, k.reason, &k.message, now.clone());
     }
     st.phase = plan.verdict.phase;
-    status::set_stage_conditions(&mut st, suspend, now);
+    st.set_stage_conditions(suspend, now);
     st
 }
 

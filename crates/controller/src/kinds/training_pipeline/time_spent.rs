@@ -7,7 +7,7 @@ use tpu_operator_api::training_pipeline::{
     TrainingPipelineStatus,
 };
 
-use super::status::{stage, to_chrono};
+use super::status::to_chrono;
 
 /// Interruptions counted in `i` (preemptions, maintenance restarts, slices replaced alone).
 fn count(i: Option<&Interruptions>) -> i32 {
@@ -16,7 +16,7 @@ fn count(i: Option<&Interruptions>) -> i32 {
 
 /// Interruptions of the training slice so far.
 fn interruptions(st: &TrainingPipelineStatus) -> i32 {
-    count(stage(st, StageName::Train).interruptions.as_ref())
+    count(st.stage(StageName::Train).interruptions.as_ref())
 }
 
 /// Whether `new` noticed an interruption `old` did not show.
@@ -36,7 +36,7 @@ pub fn noticed(
 }
 
 fn part(st: &TrainingPipelineStatus) -> Option<TimePart> {
-    TimePart::of(st.phase, stage(st, StageName::Train).state)
+    TimePart::of(st.phase, st.stage(StageName::Train).state)
 }
 
 /// A stage started another attempt after a failed one, or the run failed.

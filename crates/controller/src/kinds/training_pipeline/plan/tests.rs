@@ -136,7 +136,7 @@ fn step(spec: &TrainingPipelineSpec, status: &mut TrainingPipelineStatus, observ
 }
 
 fn train(st: &TrainingPipelineStatus) -> &tpu_operator_api::training_pipeline::StageStatus {
-    status::stage(st, StageName::Train)
+    st.stage(StageName::Train)
 }
 
 #[test]
@@ -187,10 +187,7 @@ fn stages_run_in_order_preprocess_train_done() {
         Some("gs://demo-project-tpu-data/models/quickstart/model/")
     );
     assert!(st.completion_time.is_some());
-    assert_eq!(
-        status::stage(&st, StageName::Preprocess).state,
-        StageState::Succeeded
-    );
+    assert_eq!(st.stage(StageName::Preprocess).state, StageState::Succeeded);
 }
 
 #[test]
@@ -203,10 +200,7 @@ fn no_preprocess_stage_trains_at_once_and_marks_the_stage_skipped() {
         &vertex(Child::Absent, None),
     );
     assert_eq!(p.action, Action::CreateJob { attempt: 1 });
-    assert_eq!(
-        status::stage(&p.status, StageName::Preprocess).state,
-        StageState::Skipped
-    );
+    assert_eq!(p.status.stage(StageName::Preprocess).state, StageState::Skipped);
     assert_eq!(p.status.accelerator_type.as_deref(), Some("v6e-4"));
 }
 
@@ -925,10 +919,7 @@ fn the_rerun_annotation_starts_one_new_run_of_a_finished_pipeline() {
     assert_eq!((rerun.value.as_str(), rerun.earlier_attempts), ("b", 1));
     assert!(st.outputs.as_ref().unwrap().model_uri.is_none());
     assert!(st.completion_time.is_none());
-    assert_eq!(
-        status::stage(&st, StageName::Preprocess).state,
-        StageState::Succeeded
-    );
+    assert_eq!(st.stage(StageName::Preprocess).state, StageState::Succeeded);
     assert!(
         p.events.iter().any(|e| e.reason == lifecycle::RERUN),
         "{:?}",
@@ -1009,7 +1000,7 @@ fn a_rerun_releases_the_slice_first_and_repeats_a_failed_preprocessing() {
             "step {i}"
         );
     }
-    assert_eq!(status::stage(&st, StageName::Preprocess).attempts, 2);
+    assert_eq!(st.stage(StageName::Preprocess).attempts, 2);
 }
 
 /// Issue 35 item 8: `spec.retryPolicy` decides a failure by its exit code, for Vertex and TPU VM
