@@ -1,10 +1,14 @@
-//! The pipeline status's stage entries, and the conditions derived from them and from the
-//! pipeline's progress: what every reader of a `TrainingPipelineStatus` shares (the controller's
-//! plan and report, its observe and links), beside the type.
+//! The pipeline status's stage entries, the conditions derived from them and from the
+//! pipeline's progress, and what the accounting of `timeSpent` reads of a status: what every
+//! reader of a `TrainingPipelineStatus` shares (the controller's plan and report, its observe and
+//! links), beside the type.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{StageKind, StageName, StageState, StageStatus, TrainingMode, TrainingPipelineStatus};
+use super::{
+    Interruptions, StageKind, StageName, StageState, StageStatus, TimePart, TrainingMode,
+    TrainingPipelinePhase, TrainingPipelineStatus,
+};
 use crate::conditions::{self, Progress, condition, reasons, set_condition, types};
 
 /// A stage entry never created: Pending, nothing known of it.
@@ -118,5 +122,62 @@ fn trained(state: StageState) -> (bool, &'static str) {
         StageState::Queued => (false, reasons::QUEUED),
         StageState::Pending | StageState::Skipped => (false, reasons::PENDING),
         StageState::Cancelled => (false, reasons::CANCELLED),
+    }
+}
+
+/// What the accounting of `timeSpent` reads of a status (see [`super::TimeSpent::account`]).
+impl TrainingPipelineStatus {
+    /// Interruptions of the training slice so far.
+    pub fn train_interruptions(&self) -> i32 {
+        Interruptions::total(self.stage(StageName::Train).interruptions.as_ref())
+    }
+
+    /// Whether this status shows an interruption `old` did not.
+    pub fn interrupted_since(&self, old: &TrainingPipelineStatus) -> bool {
+        self.train_interruptions() > old.train_interruptions()
+    }
+
+    /// Whether this status (being built) or the training slice read this pass (`read`, which
+    /// the status will show) has an interruption the stored status (`old`) does not.
+    pub fn noticed_interruption(
+        &self,
+        old: Option<&TrainingPipelineStatus>,
+        read: Option<&Interruptions>,
+    ) -> bool {
+        let stored = old.map_or(0, TrainingPipelineStatus::train_interruptions);
+        Interruptions::total(read).max(self.train_interruptions()) > stored
+    }
+
+    /// The part of the run's time this status's phase and train stage name.
+    pub fn time_part(&self) -> Option<TimePart> {
+        TimePart::of(self.phase, self.stage(StageName::Train).state)
+    }
+
+    /// Whether, since `old`, a stage started another attempt after a failed one, or the run
+    /// failed.
+    pub fn attempt_failed_since(&self, old: &TrainingPipelineStatus) -> bool {
+        let retried = |s: &StageStatus| {
+            let before = old
+                .stages
+                .iter()
+                .find(|o| o.name == s.name)
+                .map_or(0, |o| o.attempts);
+            before >= 1 && s.attempts > before
+        };
+        let failed =
+            self.phase == TrainingPipelinePhase::Failed && old.phase != TrainingPipelinePhase::Failed;
+        self.stages.iter().any(retried) || failed
+    }
+
+    /// The estimated spend so far, in US dollars.
+    pub fn spent_usd(&self) -> f64 {
+        self.estimated_cost.as_ref().map_or(0.0, |c| c.so_far_usd)
+    }
+}
+
+impl Interruptions {
+    /// Interruptions counted in `i` (preemptions, maintenance restarts, slices replaced alone).
+    pub fn total(i: Option<&Interruptions>) -> i32 {
+        i.map_or(0, |i| i.preemptions + i.maintenance_restarts + i.slice_restarts)
     }
 }

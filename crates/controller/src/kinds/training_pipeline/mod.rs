@@ -230,7 +230,7 @@ impl Kind for TrainingPipeline {
         let did = act::act(io, tp, t, &decision.action, record, &seen.reads, ahead).await?;
         let new = report::acted(decision, tp.spec.suspend, &did, seen.reads.list_caught_up);
         let read = seen.reads.train.interruptions.as_ref();
-        let interrupted = time_spent::noticed(tp.status.as_ref(), &new, read);
+        let interrupted = new.noticed_interruption(tp.status.as_ref(), read);
         let progress = progress::update(io, tp, &new, interrupted).await;
         let events = decision.details.events.iter().cloned();
         Ok(Acted {
