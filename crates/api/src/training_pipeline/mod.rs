@@ -183,6 +183,7 @@ pub enum CheckpointsOnRetry {
 
 pub mod placeholders;
 mod retry;
+mod stages;
 mod status;
 mod time_spent;
 mod training;

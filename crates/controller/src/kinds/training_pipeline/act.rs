@@ -1,5 +1,6 @@
-//! Carrying out the plan's one action. Results (the job's server-assigned name, a delete
-//! operation) go into the status about to be written, so they are persisted right after the call.
+//! Carrying out the plan's one action. What it learns (the job's server-assigned name, a delete
+//! operation, a create paced or refused) is returned as [`Did`], which `report` writes into the
+//! status persisted right after the call; nothing the action is given is changed.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
@@ -8,11 +9,10 @@ use kube::{
 };
 use tpu_operator_api::{
     common::DeletionPolicy,
-    conditions::{Progress, reasons},
     naming::ObjectIdentity,
     preprocess_batch::PreprocessBatch,
     tpu_slice::TpuSlice,
-    training_pipeline::{StageName, TrainingPipeline, TrainingPipelinePhase, TrainingPipelineStatus},
+    training_pipeline::{TrainingPipeline, TrainingPipelineStatus},
 };
 use tpu_operator_gcp::ErrorKind;
 
@@ -20,10 +20,10 @@ use crate::reconcile::kind::{Kind, WriteAhead};
 
 use super::{
     Target, checkpoints,
+    done::{Did, Outcome},
     observe::{Reads, list_jobs},
     plan::Action,
-    spec,
-    status::{self, time},
+    spec, status,
 };
 use crate::reconcile::handles::Io;
 use crate::runtime::{
@@ -31,17 +31,38 @@ use crate::runtime::{
     error::{ReconcileError, Result},
 };
 
+/// Carries out `action`; `record` is the pipeline's record as the plan left it (for the
+/// attempt's checkpoint directory and the write-ahead marker).
 pub async fn act(
     io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     action: &Action,
-    st: &mut TrainingPipelineStatus,
-    reads: &mut Reads,
+    record: &TrainingPipelineStatus,
+    reads: &Reads,
     ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
+) -> Result<Did> {
+    if let Action::CreateJob { attempt } = action {
+        return create_job(io, tp, names, *attempt, record, reads, ahead).await;
+    }
+    if let Action::DeleteJob { name } = action {
+        return delete_job(io, name).await.map(Did::just);
+    }
+    other(io, tp, names, action, record, reads).await?;
+    Ok(Did::default())
+}
+
+/// The actions whose outcome the status does not record (the next observe reads it).
+async fn other(
+    io: &Io<'_>,
+    tp: &TrainingPipeline,
+    names: &Target,
+    action: &Action,
+    record: &TrainingPipelineStatus,
+    reads: &Reads,
 ) -> Result<()> {
     match action {
-        Action::Nothing => Ok(()),
+        Action::Nothing | Action::CreateJob { .. } | Action::DeleteJob { .. } => Ok(()),
         Action::CreatePreprocess => {
             let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
             let child = spec::preprocess_batch(
@@ -56,7 +77,7 @@ pub async fn act(
                 None => Ok(()),
             }
         }
-        Action::CreateSlice { attempt } => create_slice(io, tp, names, st, *attempt).await,
+        Action::CreateSlice { attempt } => create_slice(io, tp, names, record, *attempt).await,
         Action::DeleteSlice | Action::DeletePreprocess => release(io, tp, names, action).await,
         Action::CancelJob { name } => {
             cancel_job(
@@ -66,12 +87,10 @@ pub async fn act(
             )
             .await
         }
-        Action::CreateJob { attempt } => create_job(io, tp, names, *attempt, st, reads, ahead).await,
         Action::Workload(write) => match &reads.queue {
             Some(queued) => crate::kueue::queued::write(tp, io, queued, *write).await,
             None => Ok(()),
         },
-        Action::DeleteJob { name } => delete_job(io, name, st).await,
     }
 }
 
@@ -103,13 +122,12 @@ async fn create_slice(
 }
 
 /// Deletes a finished job's record (TTL reaping); the delete operation goes to status.
-async fn delete_job(io: &Io<'_>, name: &str, st: &mut TrainingPipelineStatus) -> Result<()> {
+async fn delete_job(io: &Io<'_>, name: &str) -> Result<Outcome> {
     match io.gcp.vertex.delete_custom_job(name).await {
-        Ok(op) => st.pending_operation = Some(op.name),
-        Err(e) if e.is_not_found() => {}
-        Err(e) => return Err(ReconcileError::gcp("delete finished Vertex custom job")(e)),
+        Ok(op) => Ok(Outcome::Deleting { operation: op.name }),
+        Err(e) if e.is_not_found() => Ok(Outcome::Nothing),
+        Err(e) => Err(ReconcileError::gcp("delete finished Vertex custom job")(e)),
     }
-    Ok(())
 }
 
 /// Cancels duplicate jobs of the current attempt (see `duplicates`). One that finished or went in
@@ -213,23 +231,19 @@ where
 }
 
 /// Finds the attempt's job by its labels (a create that crashed before its status write) or
-/// creates it, and records its name.
+/// creates it.
 async fn create_job(
     io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     attempt: i32,
-    st: &mut TrainingPipelineStatus,
-    reads: &mut Reads,
+    record: &TrainingPipelineStatus,
+    reads: &Reads,
     ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
-) -> Result<()> {
+) -> Result<Did> {
     let Some(parent) = &names.vertex_parent else {
-        invalid(
-            io,
-            st,
-            "no project: set spec.project or the operator's default project".into(),
-        );
-        return Ok(());
+        let message = "no project: set spec.project or the operator's default project";
+        return Ok(Did::just(invalid(io, message.into())));
     };
     // Find before create (a job created just before a crash carries this attempt's labels),
     // unless this pass's observe already listed every job of the pipeline.
@@ -238,67 +252,46 @@ async fn create_job(
     } else {
         list_jobs(io, names, Some(attempt)).await?.into_iter().next()
     };
-    let name = match existing {
-        Some(job) => {
-            // Listed: so is any older job of the attempt a lost reply left.
-            st.unconfirmed_create_time = None;
-            job.name
-        }
-        None => {
-            let ckpt = checkpoints::current_dir(&tp.spec, st);
-            let cluster = &io.settings.config.cluster_id;
-            let job = spec::custom_job(&tp.spec, &names.id, cluster, attempt, &ckpt);
-            let job = match job {
-                Ok(job) => job,
-                Err(msg) => {
-                    invalid(io, st, msg);
-                    return Ok(());
-                }
-            };
-            if !turn(io, &names.id, parent, st) {
-                return Ok(());
-            }
-            match submit_job(io, tp, parent, job, st, reads, ahead).await? {
-                Some(name) => name,
-                None => return Ok(()),
-            }
-        }
+    if let Some(job) = existing {
+        return Ok(Did::just(Outcome::Found { name: job.name }));
+    }
+    let ckpt = checkpoints::current_dir(&tp.spec, record);
+    let cluster = &io.settings.config.cluster_id;
+    let job = match spec::custom_job(&tp.spec, &names.id, cluster, attempt, &ckpt) {
+        Ok(job) => job,
+        Err(msg) => return Ok(Did::just(invalid(io, msg))),
     };
-    st.custom_job_name = Some(name.clone());
-    status::stage_mut(st, StageName::Train).gcp_name = Some(name);
-    Ok(())
+    if let Some(paced) = turn(io, &names.id, parent) {
+        return Ok(Did::just(paced));
+    }
+    submit_job(io, tp, parent, job, record, ahead).await
 }
 
-/// Creates the job, its create first marked unconfirmed in a status write. The job's name, or
-/// `None` when Vertex refused the job as invalid (the pipeline failed, see [`invalid`]).
+/// Creates the job, its create first marked unconfirmed in a status write: the job, or the
+/// pipeline failed when Vertex refused the job as invalid (see [`invalid`]).
 async fn submit_job(
     io: &Io<'_>,
     tp: &TrainingPipeline,
     parent: &str,
     job: tpu_operator_gcp::aiplatform_v1::model::CustomJob,
-    st: &mut TrainingPipelineStatus,
-    reads: &mut Reads,
+    record: &TrainingPipelineStatus,
     ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
-) -> Result<Option<String>> {
+) -> Result<Did> {
     // Write-ahead: a reply lost, or a crash before the status write, leaves a job no
     // status names and lists may show late; deletion waits for lists only then.
-    if st.unconfirmed_create_time.is_none() {
+    let mut unconfirmed = None;
+    if record.unconfirmed_create_time.is_none() {
         let started = status::time(io.clock.now());
         let mut marked = tp.status.clone().unwrap_or_default();
         marked.unconfirmed_create_time = Some(started.clone());
         ahead.write(&marked).await?;
-        st.unconfirmed_create_time = Some(started);
+        unconfirmed = Some(started);
     }
-    match io.gcp.vertex.create_custom_job(parent, job).await {
-        Ok(job) => {
-            let name = job.name.clone();
-            reads.job = Some(job);
-            Ok(Some(name))
-        }
+    let outcome = match io.gcp.vertex.create_custom_job(parent, job).await {
+        Ok(job) => Outcome::Created { job: Box::new(job) },
         Err(e) if matches!(e.kind, ErrorKind::InvalidArgument) => {
             io.kept.metrics.capacity.create_failed("TrainingPipeline", &e);
-            invalid(io, st, format!("Vertex refused the custom job: {e}"));
-            Ok(None)
+            invalid(io, format!("Vertex refused the custom job: {e}"))
         }
         Err(e) => {
             // Quota, rate limit, permission: counted by reason (the error's category names it
@@ -308,43 +301,33 @@ async fn submit_job(
             if let Some(line) = Line::under(Group::VertexJobCreate, parent) {
                 io.capacity.answered(&line, &e, io.clock.now());
             }
-            Err(ReconcileError::gcp("create Vertex custom job")(e))
+            return Err(ReconcileError::gcp("create Vertex custom job")(e));
         }
-    }
+    };
+    Ok(Did { outcome, unconfirmed })
 }
 
 /// May the job be created now? If not, the project's Vertex creates in the region are paced and
 /// others are ahead (see [`crate::runtime::capacity::limiter`]): the train stage and the
-/// pipeline's conditions say its place and when its turn is due, and nothing is sent. The
-/// pipeline looks again on its active poll.
-fn turn(io: &Io<'_>, id: &ObjectIdentity, parent: &str, st: &mut TrainingPipelineStatus) -> bool {
-    let Some(line) = Line::under(Group::VertexJobCreate, parent) else {
-        return true;
-    };
+/// pipeline's conditions will say its place and when its turn is due (`Some`), and nothing is
+/// sent. The pipeline looks again on its active poll.
+fn turn(io: &Io<'_>, id: &ObjectIdentity, parent: &str) -> Option<Outcome> {
+    let line = Line::under(Group::VertexJobCreate, parent)?;
     let asker = Asker::of(id, <TrainingPipeline as Kind>::KIND);
-    let now = io.clock.now();
-    match io.capacity.turn(&line, asker, now) {
-        Turn::Go => true,
-        Turn::Wait(waiting) => {
-            let message = waiting.message(&line);
-            status::stage_mut(st, StageName::Train).message = Some(message.clone());
-            status::set_kstatus(
-                st,
-                Progress::Reconciling,
-                reasons::WAITING_FOR_CREATE_RATE,
-                &message,
-                time(now),
-            );
-            false
-        }
+    let at = io.clock.now();
+    match io.capacity.turn(&line, asker, at) {
+        Turn::Go => None,
+        Turn::Wait(waiting) => Some(Outcome::Paced {
+            message: waiting.message(&line),
+            at,
+        }),
     }
 }
 
 /// A spec the cloud cannot take: the pipeline fails with `InvalidSpec` (no retry helps).
-fn invalid(io: &Io<'_>, st: &mut TrainingPipelineStatus, message: String) {
-    let now = time(io.clock.now());
-    st.phase = TrainingPipelinePhase::Failed;
-    st.completion_time = Some(now.clone());
-    st.message = Some(message.clone());
-    status::set_kstatus(st, Progress::Stalled, reasons::INVALID_SPEC, &message, now);
+fn invalid(io: &Io<'_>, message: String) -> Outcome {
+    Outcome::Invalid {
+        message,
+        at: io.clock.now(),
+    }
 }

@@ -177,7 +177,7 @@ fn deleting(tp: &TrainingPipeline, message: String, now: DateTime<Utc>) -> Train
     if let Some(train) = st.stages.iter_mut().find(|s| s.name == StageName::Train) {
         train.end_time.get_or_insert(now.clone());
     }
-    status::set_kstatus(&mut st, Progress::Reconciling, reasons::DELETING, &message, now);
+    st.set_kstatus(Progress::Reconciling, reasons::DELETING, &message, now);
     st
 }
 

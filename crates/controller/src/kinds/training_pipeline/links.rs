@@ -11,31 +11,34 @@ use std::collections::BTreeMap;
 use tpu_operator_api::training_pipeline::{
     StageName, TrainingMode, TrainingPipelineSpec, TrainingPipelineStatus,
 };
-use tpu_operator_gcp::logging::sources;
+use tpu_operator_gcp::{aiplatform_v1::model::CustomJob, logging::sources};
 
-use super::{
-    observe::{ChildCloud, Reads},
-    status::{stage, stage_mut},
-};
+use super::observe::{ChildCloud, Reads};
 use crate::kinds::links;
 
-/// Sets `stages[].links` and `links` from what this pass read. A stage keeps the links it had
-/// when nothing new was read of it (a finished pipeline reads no job).
-pub fn set(st: &mut TrainingPipelineStatus, spec: &TrainingPipelineSpec, reads: &Reads) {
+/// Sets `stages[].links` and `links` from what this pass read (`job`: the current Vertex job as
+/// read or as just created). A stage keeps the links it had when nothing new was read of it (a
+/// finished pipeline reads no job).
+pub fn set(
+    st: &mut TrainingPipelineStatus,
+    spec: &TrainingPipelineSpec,
+    reads: &Reads,
+    job: Option<&CustomJob>,
+) {
     child(st, StageName::Preprocess, &reads.preprocess);
     match spec.training.mode() {
         Ok(TrainingMode::TpuVm) => child(st, StageName::Train, &reads.train),
         _ => {
             if let Some(name) = st.custom_job_name.clone() {
-                let web = web_access(st, &name, reads);
+                let web = web_access(st, &name, job);
                 let tensorboard = spec.training.vertex.as_ref().and_then(|v| v.tensorboard.clone());
-                stage_mut(st, StageName::Train).links = links::vertex_job(&name, web, tensorboard);
+                st.stage_mut(StageName::Train).links = links::vertex_job(&name, web, tensorboard);
             }
         }
     }
     st.links = st
         .current_stage
-        .and_then(|c| stage(st, c).links.clone())
+        .and_then(|c| st.stage(c).links.clone())
         .or_else(|| st.stages.iter().rev().find_map(|s| s.links.clone()));
 }
 
@@ -43,12 +46,12 @@ pub fn set(st: &mut TrainingPipelineStatus, spec: &TrainingPipelineSpec, reads: 
 /// stay).
 fn child(st: &mut TrainingPipelineStatus, name: StageName, read: &ChildCloud) {
     if read.capacity.is_some() {
-        stage_mut(st, name).capacity.clone_from(&read.capacity);
+        st.stage_mut(name).capacity.clone_from(&read.capacity);
     }
     if read.gcp_name.is_none() && read.links.is_none() {
         return;
     }
-    let stage = stage_mut(st, name);
+    let stage = st.stage_mut(name);
     // Read with the child's status: what interrupts it now (a maintenance over is cleared).
     stage.interruptions.clone_from(&read.interruptions);
     if read.gcp_name.is_some() {
@@ -61,15 +64,15 @@ fn child(st: &mut TrainingPipelineStatus, name: StageName, read: &ChildCloud) {
 
 /// The current job's web access URIs: as read this pass, else as the stage had them for the
 /// same job.
-fn web_access(st: &TrainingPipelineStatus, name: &str, reads: &Reads) -> BTreeMap<String, String> {
-    if let Some(job) = reads.job.as_ref().filter(|j| j.name == name) {
+fn web_access(st: &TrainingPipelineStatus, name: &str, job: Option<&CustomJob>) -> BTreeMap<String, String> {
+    if let Some(job) = job.filter(|j| j.name == name) {
         return job
             .web_access_uris
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
     }
-    let old = stage(st, StageName::Train).links.as_ref();
+    let old = st.stage(StageName::Train).links.as_ref();
     match old {
         Some(l) if l.console == sources::vertex_job_console(name) => l.web_access.clone(),
         _ => BTreeMap::new(),

@@ -9,6 +9,7 @@
 mod act;
 pub mod checkpoints;
 mod cleanup;
+mod done;
 mod duplicates;
 pub mod expand;
 pub mod holding;
@@ -18,12 +19,13 @@ pub mod plan;
 pub mod policy;
 mod progress;
 pub mod queue;
+mod report;
 pub mod spec;
 pub mod status;
 mod time_spent;
 pub mod variants;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -118,11 +120,7 @@ pub struct Seen {
     reads: observe::Reads,
 }
 
-/// What the action left for the status and the wait.
-pub struct Done {
-    /// When the next checkpoint listing is due (while training).
-    next_check: Option<Duration>,
-}
+pub use done::Done;
 
 impl Kind for TrainingPipeline {
     const KIND: &'static str = "TrainingPipeline";
@@ -215,6 +213,8 @@ impl Kind for TrainingPipeline {
         })
     }
 
+    /// Cancels the plan's duplicate jobs, carries out its action, then checks training
+    /// progress on the status as it will be; everything learned goes into [`Done`] for `report`.
     async fn act(
         &self,
         io: &Io<'_>,
@@ -223,30 +223,30 @@ impl Kind for TrainingPipeline {
         decision: &mut plan::Plan,
         ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
-        act::cancel_jobs(io, &decision.cancel_jobs).await?;
-        let new = &mut decision.status;
+        let (seen, decision) = (&*seen, &*decision);
+        act::cancel_jobs(io, &decision.details.cancel_jobs).await?;
         let tp = &t.pipeline;
-        act::act(io, tp, t, &decision.action, new, &mut seen.reads, ahead).await?;
-        if seen.reads.list_caught_up {
-            new.unconfirmed_create_time = None;
-        }
+        let record = &decision.details.record;
+        let did = act::act(io, tp, t, &decision.action, record, &seen.reads, ahead).await?;
+        let new = report::acted(decision, tp.spec.suspend, &did, seen.reads.list_caught_up);
         let read = seen.reads.train.interruptions.as_ref();
-        let interrupted = time_spent::noticed(tp.status.as_ref(), new, read);
-        let progress = progress::update(io, tp, new, interrupted).await;
+        let interrupted = new.noticed_interruption(tp.status.as_ref(), read);
+        let progress = progress::update(io, tp, &new, interrupted).await;
+        let events = decision.details.events.iter().cloned();
         Ok(Acted {
+            events: events.chain(progress.events).collect(),
             done: Done {
+                action: did,
+                progress: progress.found,
                 next_check: progress.next_check,
             },
-            events: decision.events.drain(..).chain(progress.events).collect(),
             failed: None,
         })
     }
 
     fn report(&self, _now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TrainingPipelineStatus {
-        let mut st = pass.plan.status.clone();
-        links::set(&mut st, &self.spec, &pass.observed.reads);
-        time_spent::account(pass.old, &mut st, pass.plan.now);
-        st
+        let spec = &pass.target.pipeline.spec;
+        report::written(spec, pass.old, &pass.observed.reads, pass.plan, pass.done)
     }
 
     /// While training runs, wake for the next checkpoint listing at the latest.
@@ -255,8 +255,10 @@ impl Kind for TrainingPipeline {
         let decision = pass.plan;
         let reads = &pass.observed.reads;
         let current = |name: &String| Some(name) == new.custom_job_name.as_ref();
-        let watch = match (&decision.action, &reads.job) {
-            _ if decision.requeue != plan::Requeue::Active || reads.list_lags => None,
+        // The job as just created, else as read.
+        let job = pass.done.action.created().or(reads.job.as_ref());
+        let watch = match (&decision.action, job) {
+            _ if decision.verdict.requeue != plan::Requeue::Active || reads.list_lags => None,
             // The job as read or as just created: reused until a listing shows it change.
             (plan::Action::Nothing | plan::Action::CreateJob { .. }, Some(job))
                 if current(&job.name) && CustomJob::lists(&job.state) =>
@@ -277,7 +279,7 @@ impl Kind for TrainingPipeline {
                 unlisted: None,
             },
             None => {
-                let after = decision.requeue.after(config);
+                let after = decision.verdict.requeue.after(config);
                 let after = cap.map_or(after, |cap| after.min(cap));
                 Wait::poll_unwatching::<CustomJob>(after, new.custom_job_name.as_deref())
             }

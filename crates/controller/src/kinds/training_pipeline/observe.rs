@@ -26,7 +26,7 @@ pub use vertex::{job_view, list_jobs, read_job};
 use super::{
     Target,
     plan::{Child, JobView, Marker, Observed, TrainingObserved, is_finished},
-    status::{stage, to_chrono},
+    status::to_chrono,
 };
 use crate::reconcile::handles::Io;
 use crate::runtime::error::{ReconcileError, Result};
@@ -137,7 +137,7 @@ async fn preprocess_child(
 fn still_preprocessing(tp: &TrainingPipeline, st: &TrainingPipelineStatus, preprocess: &Child) -> bool {
     tp.spec.preprocess.is_some()
         && !matches!(preprocess, Child::Ready { .. })
-        && stage(st, StageName::Preprocess).state != StageState::Succeeded
+        && st.stage(StageName::Preprocess).state != StageState::Succeeded
 }
 
 /// TPU VM training: the TpuSlice child and, until the pipeline finished, its completion marker.

@@ -1,5 +1,6 @@
 //! The pipeline's decisions: from (spec, observed children and cloud state, current status, now)
-//! to the new status, at most one action, the requeue interval and the events to publish.
+//! to at most one action, the verdict (phase, kstatus, requeue), the pipeline's record as it
+//! moves on and the events to publish. `report` makes the status of them.
 //!
 //! Stages run in order: Preprocess (optional, an owned `PreprocessBatch`) → Train (a Vertex AI
 //! custom job, or an owned `TpuSlice` running the training container) → Done.
@@ -47,6 +48,7 @@ use super::status::{self, time};
 use crate::{
     governance::tenancy::rules::Suspending,
     kueue::queued::{Queued, Write},
+    reconcile::plan::{Kstatus, Verdict},
 };
 
 /// Reason of a pipeline stopped by a failed preprocessing stage.
@@ -100,16 +102,23 @@ pub use crate::runtime::requeue::Requeue;
 
 pub use crate::reconcile::report::Transition;
 
+/// The pass's plan: the action, the verdict (phase, kstatus, requeue) and [`Details`].
+pub type Plan = crate::reconcile::plan::Plan<Action, Phase, Details>;
+
+/// What the pipeline's plan decides besides the action and the verdict.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
-    /// The time the plan was made at: the pass's one "now" (`report` brings `timeSpent` up to
-    /// it, so the parts meet the times the plan wrote, e.g. `startTime`).
+pub struct Details {
+    /// The time the plan was made at: the pass's one "now" (`report` stamps the verdict's
+    /// conditions with it and brings `timeSpent` up to it, so the parts meet the times the plan
+    /// wrote, e.g. `startTime`).
     pub now: DateTime<Utc>,
-    pub status: TrainingPipelineStatus,
-    pub action: Action,
+    /// The pipeline's record as the state machine leaves it: stages, attempts, times, outputs,
+    /// suspension, re-run, cost. Its phase, message and conditions are the stored ones: `report`
+    /// replaces them from the verdict (a record is not a status until `report` makes it one).
+    pub record: TrainingPipelineStatus,
     /// Vertex jobs to cancel besides the action: duplicates of the current attempt.
     pub cancel_jobs: Vec<String>,
-    pub requeue: Requeue,
+    /// The Events the plan decided (a phase change, a duplicate cancelled): `act` publishes them.
     pub events: Vec<Transition>,
 }
 
@@ -207,8 +216,8 @@ impl Planner<'_> {
         } else {
             StageState::Skipped
         };
-        status::ensure_stage(&mut self.st, StageName::Preprocess, mode, pre);
-        status::ensure_stage(&mut self.st, StageName::Train, mode, StageState::Pending);
+        self.st.ensure_stage(StageName::Preprocess, mode, pre);
+        self.st.ensure_stage(StageName::Train, mode, StageState::Pending);
         // The annotation a pipeline is created with names its first run, not a second one.
         if self.input.status.start_time.is_none()
             && self.st.rerun.is_none()
@@ -236,7 +245,7 @@ impl Planner<'_> {
 
     fn run(&mut self, mode: TrainingMode) -> Step {
         if self.spec().preprocess.is_some()
-            && status::stage(&self.st, StageName::Preprocess).state != StageState::Succeeded
+            && self.st.stage(StageName::Preprocess).state != StageState::Succeeded
             && let Some(step) = self.preprocess()
         {
             return step;
@@ -257,7 +266,7 @@ impl Planner<'_> {
 
     fn finish_succeeded(&mut self, model_uri: String) -> Step {
         let now = time(self.input.now);
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        let stage = self.st.stage_mut(StageName::Train);
         stage.state = StageState::Succeeded;
         stage.end_time = Some(now.clone());
         stage.message = Some(format!("model written to {model_uri}"));
@@ -307,37 +316,41 @@ impl Planner<'_> {
 
     fn finalize(mut self, step: Step) -> Plan {
         let old_phase = self.input.status.phase;
-        let now = time(self.input.now);
         self.st.estimated_cost = status::aggregate_cost(
             self.st.estimated_cost.as_ref(),
             &self.input.observed.costs,
             self.input.now,
         );
-        if let Some((progress, reason, message)) = &step.kstatus {
-            self.st.message = Some(message.clone());
-            status::set_kstatus(&mut self.st, *progress, reason, message, now.clone());
-        }
+        let kstatus = step.kstatus.map(|(progress, reason, message)| Kstatus {
+            progress,
+            reason,
+            message,
+        });
         if step.phase != old_phase {
             let reason = format!("{:?}", step.phase);
-            let note = self.st.message.clone().unwrap_or_else(|| reason.clone());
+            // The message the status will show: the verdict's, else the one it has.
+            let message = kstatus.as_ref().map(|k| &k.message).or(self.st.message.as_ref());
+            let note = message.cloned().unwrap_or_else(|| reason.clone());
             self.event(step.phase == Phase::Failed, &reason, note);
         }
-        self.st.phase = step.phase;
-        status::set_stage_conditions(&mut self.st, self.input.spec.suspend, now);
         let cancel_jobs = self.cancel_duplicates();
         let requeue = if cancel_jobs.is_empty() {
             step.requeue
         } else {
             Requeue::Active
         };
-        Plan {
-            now: self.input.now,
-            status: self.st,
-            action: step.action,
-            cancel_jobs,
+        let verdict = Verdict {
+            phase: step.phase,
+            kstatus,
             requeue,
+        };
+        let details = Details {
+            now: self.input.now,
+            record: self.st,
+            cancel_jobs,
             events: self.events,
-        }
+        };
+        Plan::new(step.action, verdict, details)
     }
 
     /// The current attempt's other running jobs are cancelled, whatever else this pass does

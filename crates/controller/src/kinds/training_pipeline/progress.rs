@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use tpu_operator_api::{
     conditions::{self, find_condition},
@@ -40,17 +41,60 @@ pub const NOT_TRAINING: &str = "NotTraining";
 /// Event reason of a stalled run writing checkpoints again.
 pub const PROGRESS_RESUMED: &str = "ProgressResumed";
 
-/// What the pass decided besides the status.
+/// What the check found, besides the status.
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub events: Vec<Transition>,
     /// When the next listing is due (while training).
     pub next_check: Option<Duration>,
+    pub found: Found,
 }
 
-/// Updates `st.checkpoint` (listing when due, and at once when this pass noticed an
-/// `interrupted` run) and the `ProgressStalled` condition.
+/// `status.checkpoint` and the `ProgressStalled` condition as the check left them, for
+/// `report` to write.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub checkpoint: Option<CheckpointStatus>,
+    pub stalled: Option<Condition>,
+}
+
+impl Found {
+    /// `st` with the checkpoint and the `ProgressStalled` condition the check left. `st` is the
+    /// status the check read (see [`update`]): setting a condition it already shows changes
+    /// nothing, so the condition's transition time is the check's.
+    pub fn record(&self, st: &mut TrainingPipelineStatus) {
+        st.checkpoint.clone_from(&self.checkpoint);
+        match &self.stalled {
+            Some(c) => {
+                conditions::set_condition(&mut st.conditions, c.clone());
+            }
+            None => {
+                conditions::remove_condition(&mut st.conditions, PROGRESS_STALLED);
+            }
+        }
+    }
+}
+
+/// Checks `st` (the status being built: the plan's record, verdict and what the action did):
+/// its checkpoint (listing when due, and at once when this pass noticed an `interrupted` run)
+/// and the `ProgressStalled` condition, returned as [`Found`].
 pub async fn update(
+    io: &Io<'_>,
+    tp: &TrainingPipeline,
+    st: &TrainingPipelineStatus,
+    interrupted: bool,
+) -> Outcome {
+    let mut seen = st.clone();
+    let mut out = check(io, tp, &mut seen, interrupted).await;
+    out.found = Found {
+        checkpoint: seen.checkpoint,
+        stalled: find_condition(&seen.conditions, PROGRESS_STALLED).cloned(),
+    };
+    out
+}
+
+/// [`update`]'s check on its own copy of the status.
+async fn check(
     io: &Io<'_>,
     tp: &TrainingPipeline,
     st: &mut TrainingPipelineStatus,

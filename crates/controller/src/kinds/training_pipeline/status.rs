@@ -1,16 +1,14 @@
-//! Building and writing the pipeline's status: stage entries, the kstatus triple plus
-//! `Preprocessed` / `Trained` / `OutputVerified` / `Suspended`, and the server-side apply.
+//! What the pipeline's status is built with besides its own methods (stage entries and
+//! conditions live beside the type, in the api crate): times, the training shape, cost, a stall
+//! and the Events of a status change.
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use tpu_operator_api::{
     accelerator::{SliceShape, parse_accelerator_type, shape_from_config},
     common::CostEstimate,
-    conditions::{self, Progress, condition, reasons, set_condition, types},
-    training_pipeline::{
-        StageKind, StageName, StageState, StageStatus, TrainingMode, TrainingPipelinePhase,
-        TrainingPipelineSpec, TrainingPipelineStatus,
-    },
+    conditions::{self, Progress, reasons, types},
+    training_pipeline::{TrainingPipelinePhase, TrainingPipelineSpec, TrainingPipelineStatus},
 };
 
 use crate::reconcile::{report::Transition, waits::stall_waits};
@@ -24,67 +22,6 @@ pub fn time(t: DateTime<Utc>) -> Time {
 
 pub fn to_chrono(t: &Time) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(t.0.as_millisecond()).unwrap_or_default()
-}
-
-/// Inserts the stage entry if missing (its kind follows the training mode).
-pub fn ensure_stage(
-    st: &mut TrainingPipelineStatus,
-    name: StageName,
-    mode: TrainingMode,
-    initial: StageState,
-) {
-    let kind = match name {
-        StageName::Preprocess => StageKind::PreprocessBatch,
-        StageName::Train => mode.stage_kind(),
-    };
-    if !st.stages.iter().any(|s| s.name == name) {
-        st.stages.push(StageStatus {
-            name,
-            kind,
-            resource_name: None,
-            gcp_name: None,
-            state: initial,
-            start_time: None,
-            end_time: None,
-            attempts: 0,
-            capacity: None,
-            interruptions: None,
-            message: None,
-            links: None,
-        });
-    }
-}
-
-const NO_STAGE: StageStatus = StageStatus {
-    name: StageName::Train,
-    kind: StageKind::VertexCustomJob,
-    resource_name: None,
-    gcp_name: None,
-    state: StageState::Pending,
-    start_time: None,
-    end_time: None,
-    attempts: 0,
-    capacity: None,
-    interruptions: None,
-    message: None,
-    links: None,
-};
-
-/// The stage entry (a pending placeholder when it was never created).
-pub fn stage(st: &TrainingPipelineStatus, name: StageName) -> &StageStatus {
-    st.stages.iter().find(|s| s.name == name).unwrap_or(&NO_STAGE)
-}
-
-/// The stage entry, created as Pending if missing.
-pub fn stage_mut(st: &mut TrainingPipelineStatus, name: StageName) -> &mut StageStatus {
-    let pos = match st.stages.iter().position(|s| s.name == name) {
-        Some(pos) => pos,
-        None => {
-            st.stages.push(StageStatus { name, ..NO_STAGE });
-            st.stages.len() - 1
-        }
-    };
-    &mut st.stages[pos]
 }
 
 /// Accelerator type and chip count of the training stage, for the printer columns.
@@ -154,72 +91,6 @@ pub fn aggregate_cost(
     })
 }
 
-pub fn set_kstatus(
-    st: &mut TrainingPipelineStatus,
-    progress: Progress,
-    reason: &str,
-    message: &str,
-    now: Time,
-) {
-    let generation = st.observed_generation;
-    conditions::set_kstatus(&mut st.conditions, progress, reason, message, generation, now);
-}
-
-/// `Preprocessed`, `Trained`, `OutputVerified` and `Suspended`, derived from the stage entries.
-pub fn set_stage_conditions(st: &mut TrainingPipelineStatus, suspended: bool, now: Time) {
-    let generation = st.observed_generation;
-    let (pre_ok, pre_reason) = preprocessed(stage(st, StageName::Preprocess).state);
-    let (train_ok, train_reason) = trained(stage(st, StageName::Train).state);
-    let model = st.outputs.as_ref().and_then(|o| o.model_uri.clone());
-    let (out_reason, out_msg) = match &model {
-        Some(uri) => (reasons::OUTPUT_FOUND, format!("model found at {uri}")),
-        None => (
-            reasons::PENDING,
-            "training has not produced a model yet".to_string(),
-        ),
-    };
-    let (susp_reason, susp_msg) = if suspended {
-        (reasons::SUSPENDED, "spec.suspend is true")
-    } else {
-        (reasons::PENDING, "spec.suspend is false")
-    };
-    let cond = |type_: &str, ok: bool, reason: &str, message: &str| {
-        condition(type_, ok, reason, message, generation, now.clone())
-    };
-    for c in [
-        cond(types::PREPROCESSED, pre_ok, pre_reason, ""),
-        cond(types::TRAINED, train_ok, train_reason, ""),
-        cond(types::OUTPUT_VERIFIED, model.is_some(), out_reason, &out_msg),
-        cond(types::SUSPENDED, suspended, susp_reason, susp_msg),
-    ] {
-        set_condition(&mut st.conditions, c);
-    }
-}
-
-/// `Preprocessed`'s status and reason for the Preprocess stage's state (skipped counts as done).
-fn preprocessed(state: StageState) -> (bool, &'static str) {
-    match state {
-        StageState::Succeeded => (true, reasons::SUCCEEDED),
-        StageState::Skipped => (true, reasons::SKIPPED),
-        StageState::Failed => (false, reasons::FAILED),
-        StageState::Running | StageState::Queued => (false, reasons::RUNNING),
-        StageState::Pending => (false, reasons::PENDING),
-        StageState::Cancelled => (false, reasons::CANCELLED),
-    }
-}
-
-/// `Trained`'s status and reason for the Train stage's state.
-fn trained(state: StageState) -> (bool, &'static str) {
-    match state {
-        StageState::Succeeded => (true, reasons::SUCCEEDED),
-        StageState::Failed => (false, reasons::FAILED),
-        StageState::Running => (false, reasons::RUNNING),
-        StageState::Queued => (false, reasons::QUEUED),
-        StageState::Pending | StageState::Skipped => (false, reasons::PENDING),
-        StageState::Cancelled => (false, reasons::CANCELLED),
-    }
-}
-
 /// `old` stalled for `reason` (the phase and stages as they were).
 pub fn stalled(
     old: &TrainingPipelineStatus,
@@ -235,7 +106,7 @@ pub fn stalled(
         new.phase = TrainingPipelinePhase::Waiting;
     }
     new.message = Some(message.to_string());
-    set_kstatus(&mut new, Progress::Stalled, reason, message, time(now));
+    new.set_kstatus(Progress::Stalled, reason, message, time(now));
     new
 }
 

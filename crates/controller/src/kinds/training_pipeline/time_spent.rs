@@ -2,59 +2,9 @@
 //! [`TimeSpent::account`](tpu_operator_api::training_pipeline::TimeSpent::account) (the api crate has the rules).
 
 use chrono::{DateTime, Utc};
-use tpu_operator_api::training_pipeline::{
-    Interruptions, StageName, StageStatus, TimePart, TimeSpent, TimeStep, TrainingPipelinePhase as Phase,
-    TrainingPipelineStatus,
-};
+use tpu_operator_api::training_pipeline::{TimeSpent, TimeStep, TrainingPipelineStatus};
 
-use super::status::{stage, to_chrono};
-
-/// Interruptions counted in `i` (preemptions, maintenance restarts, slices replaced alone).
-fn count(i: Option<&Interruptions>) -> i32 {
-    i.map_or(0, |i| i.preemptions + i.maintenance_restarts + i.slice_restarts)
-}
-
-/// Interruptions of the training slice so far.
-fn interruptions(st: &TrainingPipelineStatus) -> i32 {
-    count(stage(st, StageName::Train).interruptions.as_ref())
-}
-
-/// Whether `new` noticed an interruption `old` did not show.
-fn interrupted(old: &TrainingPipelineStatus, new: &TrainingPipelineStatus) -> bool {
-    interruptions(new) > interruptions(old)
-}
-
-/// Whether this pass noticed an interruption the stored status (`old`) does not show: in the
-/// status being built (`new`: a Vertex job preempted) or in the training slice read this pass
-/// (`read`, which the report copies into the status).
-pub fn noticed(
-    old: Option<&TrainingPipelineStatus>,
-    new: &TrainingPipelineStatus,
-    read: Option<&Interruptions>,
-) -> bool {
-    count(read).max(interruptions(new)) > old.map_or(0, interruptions)
-}
-
-fn part(st: &TrainingPipelineStatus) -> Option<TimePart> {
-    TimePart::of(st.phase, stage(st, StageName::Train).state)
-}
-
-/// A stage started another attempt after a failed one, or the run failed.
-fn attempt_failed(old: &TrainingPipelineStatus, new: &TrainingPipelineStatus) -> bool {
-    let retried = |s: &StageStatus| {
-        let before = old
-            .stages
-            .iter()
-            .find(|o| o.name == s.name)
-            .map_or(0, |o| o.attempts);
-        before >= 1 && s.attempts > before
-    };
-    new.stages.iter().any(retried) || (new.phase == Phase::Failed && old.phase != Phase::Failed)
-}
-
-fn spent(st: &TrainingPipelineStatus) -> f64 {
-    st.estimated_cost.as_ref().map_or(0.0, |c| c.so_far_usd)
-}
+use super::status::to_chrono;
 
 /// `new.timeSpent` after the interval since `old` was written, when it is due
 /// ([`TimeSpent::due`](tpu_operator_api::training_pipeline::TimeSpent::due)).
@@ -62,7 +12,7 @@ pub fn account(old: &TrainingPipelineStatus, new: &mut TrainingPipelineStatus, n
     // `new` still carries `old`'s `timeSpent`: equal means nothing else changed either.
     if !TimeSpent::due(
         old.time_spent.as_ref(),
-        part(old),
+        old.time_part(),
         new == old,
         now.timestamp_millis(),
     ) {
@@ -76,12 +26,12 @@ pub fn account(old: &TrainingPipelineStatus, new: &mut TrainingPipelineStatus, n
         .filter(|t| *t <= now)
         .map(|t| t.timestamp_millis());
     let step = TimeStep {
-        was: part(old),
-        is: part(new),
+        was: old.time_part(),
+        is: new.time_part(),
         now_ms: now.timestamp_millis(),
-        spent_usd: spent(new) - spent(old),
-        interrupted: interrupted(old, new).then_some(checkpoint),
-        attempt_failed: attempt_failed(old, new),
+        spent_usd: new.spent_usd() - old.spent_usd(),
+        interrupted: new.interrupted_since(old).then_some(checkpoint),
+        attempt_failed: new.attempt_failed_since(old),
     };
     let before = old.time_spent.clone().unwrap_or_default();
     new.time_spent = Some(before.account(step));
@@ -89,6 +39,8 @@ pub fn account(old: &TrainingPipelineStatus, new: &mut TrainingPipelineStatus, n
 
 #[cfg(test)]
 mod tests {
+    use tpu_operator_api::training_pipeline::TrainingPipelinePhase as Phase;
+
     use super::*;
 
     fn at(secs: i64) -> DateTime<Utc> {

@@ -3,10 +3,7 @@
 use tpu_operator_api::training_pipeline::{StageName, TrainingPipeline};
 use tpu_operator_gcp::parse_gs_uri;
 
-use super::super::{
-    plan::Marker,
-    status::{stage, to_chrono},
-};
+use super::super::{plan::Marker, status::to_chrono};
 use crate::reconcile::handles::Io;
 use crate::runtime::error::{ReconcileError, Result};
 
@@ -33,7 +30,7 @@ pub(super) async fn marker(io: &Io<'_>, tp: &TrainingPipeline, project: Option<&
     let Some(started) = tp
         .status
         .as_ref()
-        .and_then(|s| stage(s, StageName::Train).start_time.as_ref().map(to_chrono))
+        .and_then(|s| s.stage(StageName::Train).start_time.as_ref().map(to_chrono))
     else {
         return Ok(Marker::None);
     };

@@ -160,7 +160,7 @@ impl Planner<'_> {
     /// `maxRetries`).
     pub(super) fn run_attempts(&self) -> i32 {
         let earlier = self.st.rerun.as_ref().map_or(0, |r| r.earlier_attempts);
-        status::stage(&self.st, StageName::Train).attempts - earlier
+        self.st.stage(StageName::Train).attempts - earlier
     }
 
     /// A rerun annotation value not acted on yet.
@@ -186,7 +186,7 @@ impl Planner<'_> {
         }
         let now = time(self.input.now);
         if let Some(value) = self.rerun_requested().map(str::to_string) {
-            let earlier_attempts = status::stage(&self.st, StageName::Train).attempts;
+            let earlier_attempts = self.st.stage(StageName::Train).attempts;
             self.st.rerun = Some(RerunStatus {
                 value: value.clone(),
                 start_time: Some(now),
@@ -195,7 +195,7 @@ impl Planner<'_> {
             self.reset_run();
             let why = format!("re-run {value:?} requested ({RERUN_ANNOTATION})");
             self.event(false, RERUN, format!("{why}: starting a new run"));
-            let pre = status::stage_mut(&mut self.st, StageName::Preprocess);
+            let pre = self.st.stage_mut(StageName::Preprocess);
             if !matches!(pre.state, StageState::Succeeded | StageState::Skipped) {
                 // Preprocessing did not succeed: it runs again, then training.
                 pre.state = StageState::Pending;
@@ -225,7 +225,7 @@ impl Planner<'_> {
         if let Some(outputs) = self.st.outputs.as_mut() {
             outputs.model_uri = None;
         }
-        let train = status::stage_mut(&mut self.st, StageName::Train);
+        let train = self.st.stage_mut(StageName::Train);
         train.state = StageState::Pending;
         train.end_time = None;
     }

@@ -5,10 +5,7 @@ use tpu_operator_api::{
     training_pipeline::{PipelineOutputs, StageName, StageState, TrainingPipelinePhase as Phase},
 };
 
-use super::{
-    Action, CHILD_NOT_OWNED, Child, PREPROCESS_FAILED, Planner, Requeue, Step, held,
-    status::{self, time},
-};
+use super::{Action, CHILD_NOT_OWNED, Child, PREPROCESS_FAILED, Planner, Requeue, Step, held, status::time};
 
 impl Planner<'_> {
     /// Stage 1. `None` when it succeeded now and training may start in this same pass.
@@ -16,7 +13,7 @@ impl Planner<'_> {
         let name = self.input.preprocess_child;
         let observed = self.input.observed;
         self.st.current_stage = Some(StageName::Preprocess);
-        let stage = status::stage_mut(&mut self.st, StageName::Preprocess);
+        let stage = self.st.stage_mut(StageName::Preprocess);
         stage.resource_name = Some(name.to_string());
         // Re-run after a failed preprocessing: the stage was reset, the old batch is still there.
         let earlier_run = stage.state == StageState::Pending && stage.attempts > 0;
@@ -60,7 +57,7 @@ impl Planner<'_> {
             return self.held_by_budget(&hold, &format!("PreprocessBatch {name}"));
         }
         let now = time(self.input.now);
-        let stage = status::stage_mut(&mut self.st, StageName::Preprocess);
+        let stage = self.st.stage_mut(StageName::Preprocess);
         if stage.state != StageState::Running {
             stage.attempts += 1;
         }
@@ -77,7 +74,7 @@ impl Planner<'_> {
 
     /// The batch is still working: its reason and message are the stage's.
     fn preprocessing(&mut self, name: &str, reason: &str, message: &str) -> Step {
-        let stage = status::stage_mut(&mut self.st, StageName::Preprocess);
+        let stage = self.st.stage_mut(StageName::Preprocess);
         stage.state = StageState::Running;
         stage.message = Some(format!("{reason}: {message}"));
         Step::working(
@@ -91,7 +88,7 @@ impl Planner<'_> {
 
     /// The batch succeeded: the stage ends and the processed data becomes an output.
     fn preprocess_succeeded(&mut self, name: &str, message: &str) {
-        let stage = status::stage_mut(&mut self.st, StageName::Preprocess);
+        let stage = self.st.stage_mut(StageName::Preprocess);
         stage.state = StageState::Succeeded;
         stage.end_time = Some(time(self.input.now));
         stage.message = Some(message.to_string());
@@ -109,7 +106,7 @@ impl Planner<'_> {
 
     /// The batch stalled: the stage and the pipeline fail.
     fn preprocess_failed(&mut self, name: &str, reason: &str, message: &str) -> Step {
-        let stage = status::stage_mut(&mut self.st, StageName::Preprocess);
+        let stage = self.st.stage_mut(StageName::Preprocess);
         stage.state = StageState::Failed;
         stage.end_time = Some(time(self.input.now));
         stage.message = Some(format!("{reason}: {message}"));

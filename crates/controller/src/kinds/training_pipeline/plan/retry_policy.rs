@@ -2,11 +2,7 @@
 
 use tpu_operator_api::training_pipeline::{RetryAction, StageName, StageState};
 
-use super::{
-    Action, Planner, Step,
-    status::{self},
-    training::MAX_UNCOUNTED_PREEMPTIONS,
-};
+use super::{Action, Planner, Step, training::MAX_UNCOUNTED_PREEMPTIONS};
 
 /// Reason of a run ended by a `spec.retryPolicy` rule with action `FailRun`.
 pub const FAILED_BY_RETRY_POLICY: &str = "FailedByRetryPolicy";
@@ -31,7 +27,7 @@ impl Planner<'_> {
                     "{detail}; exit code {code} matches spec.retryPolicy.rules[{}] (FailRun): not retried",
                     rule - 1
                 );
-                status::stage_mut(&mut self.st, StageName::Train).state = StageState::Failed;
+                self.st.stage_mut(StageName::Train).state = StageState::Failed;
                 let release = match before_retry {
                     Action::DeleteSlice => Action::DeleteSlice,
                     _ => Action::Nothing,

@@ -9,11 +9,8 @@ use tpu_operator_api::{
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use super::{
-    Action, Child, JobView, Planner, Requeue, Step, TrainingObserved,
-    budget_hold::BY_BUDGET,
-    is_finished,
-    observed::cancel_stops_billing,
-    status::{self, time},
+    Action, Child, JobView, Planner, Requeue, Step, TrainingObserved, budget_hold::BY_BUDGET, is_finished,
+    observed::cancel_stops_billing, status::time,
 };
 
 /// The step of a pass that would create `what` while `spec.suspend` holds it back: nothing of it
@@ -127,7 +124,7 @@ impl Planner<'_> {
         let preprocessing = self.st.current_stage == Some(StageName::Preprocess);
         if preprocessing && matches!(observed.preprocess, Child::Progressing { .. }) {
             let name = self.input.preprocess_child;
-            let stage = status::stage_mut(&mut self.st, StageName::Preprocess);
+            let stage = self.st.stage_mut(StageName::Preprocess);
             stage.state = StageState::Cancelled;
             stage.message = Some(format!("stopped by {by}; runs again on resume"));
             return Some(Stop {
@@ -156,7 +153,7 @@ impl Planner<'_> {
             },
             _ => return None,
         };
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        let stage = self.st.stage_mut(StageName::Train);
         stage.state = StageState::Cancelled;
         stage.message = Some(format!(
             "stopped by {by}; a new attempt resumes from CHECKPOINT_DIR"
@@ -201,7 +198,7 @@ impl Planner<'_> {
             );
         }
         let now = time(self.input.now);
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        let stage = self.st.stage_mut(StageName::Train);
         if stage.state == StageState::Cancelled {
             stage.end_time.get_or_insert(now);
         }

@@ -10,7 +10,7 @@ use tpu_operator_api::{
 
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
-use super::*;
+use super::{super::report, *};
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap()
@@ -73,7 +73,7 @@ fn vm(slice: Child, marker: Marker) -> Observed {
     }
 }
 
-fn run(spec: &TrainingPipelineSpec, status: &TrainingPipelineStatus, observed: &Observed) -> Plan {
+fn run(spec: &TrainingPipelineSpec, status: &TrainingPipelineStatus, observed: &Observed) -> Planned {
     run_at(spec, status, observed, now())
 }
 
@@ -82,8 +82,29 @@ fn run_at(
     status: &TrainingPipelineStatus,
     observed: &Observed,
     now: DateTime<Utc>,
-) -> Plan {
-    plan(&input(spec, status, observed, now))
+) -> Planned {
+    planned(&input(spec, status, observed, now))
+}
+
+/// What a test reads of a plan: its action, Events and requeue as the plan decides them, and
+/// the status `report` builds of it when the action records nothing ([`report::decided`]).
+#[derive(Debug)]
+struct Planned {
+    action: Action,
+    status: TrainingPipelineStatus,
+    events: Vec<Transition>,
+    requeue: Requeue,
+}
+
+/// The plan for `input`, read as [`Planned`].
+fn planned(input: &Input) -> Planned {
+    let p = plan(input);
+    Planned {
+        status: report::decided(&p, input.spec.suspend),
+        action: p.action,
+        events: p.details.events,
+        requeue: p.verdict.requeue,
+    }
 }
 
 /// The plan's input for a pipeline `p` at generation 1, without a rerun annotation or Kueue.
@@ -108,14 +129,14 @@ fn input<'a>(
 }
 
 /// Runs the plan and feeds the status back, as successive reconciles do.
-fn step(spec: &TrainingPipelineSpec, status: &mut TrainingPipelineStatus, observed: &Observed) -> Plan {
+fn step(spec: &TrainingPipelineSpec, status: &mut TrainingPipelineStatus, observed: &Observed) -> Planned {
     let p = run(spec, status, observed);
     *status = p.status.clone();
     p
 }
 
 fn train(st: &TrainingPipelineStatus) -> &tpu_operator_api::training_pipeline::StageStatus {
-    status::stage(st, StageName::Train)
+    st.stage(StageName::Train)
 }
 
 #[test]
@@ -166,10 +187,7 @@ fn stages_run_in_order_preprocess_train_done() {
         Some("gs://demo-project-tpu-data/models/quickstart/model/")
     );
     assert!(st.completion_time.is_some());
-    assert_eq!(
-        status::stage(&st, StageName::Preprocess).state,
-        StageState::Succeeded
-    );
+    assert_eq!(st.stage(StageName::Preprocess).state, StageState::Succeeded);
 }
 
 #[test]
@@ -182,10 +200,7 @@ fn no_preprocess_stage_trains_at_once_and_marks_the_stage_skipped() {
         &vertex(Child::Absent, None),
     );
     assert_eq!(p.action, Action::CreateJob { attempt: 1 });
-    assert_eq!(
-        status::stage(&p.status, StageName::Preprocess).state,
-        StageState::Skipped
-    );
+    assert_eq!(p.status.stage(StageName::Preprocess).state, StageState::Skipped);
     assert_eq!(p.status.accelerator_type.as_deref(), Some("v6e-4"));
 }
 
@@ -689,8 +704,8 @@ fn run_rerun(
     status: &mut TrainingPipelineStatus,
     observed: &Observed,
     rerun: Option<&str>,
-) -> Plan {
-    let p = plan(&Input {
+) -> Planned {
+    let p = planned(&Input {
         rerun,
         ..input(spec, status, observed, now())
     });
@@ -904,10 +919,7 @@ fn the_rerun_annotation_starts_one_new_run_of_a_finished_pipeline() {
     assert_eq!((rerun.value.as_str(), rerun.earlier_attempts), ("b", 1));
     assert!(st.outputs.as_ref().unwrap().model_uri.is_none());
     assert!(st.completion_time.is_none());
-    assert_eq!(
-        status::stage(&st, StageName::Preprocess).state,
-        StageState::Succeeded
-    );
+    assert_eq!(st.stage(StageName::Preprocess).state, StageState::Succeeded);
     assert!(
         p.events.iter().any(|e| e.reason == lifecycle::RERUN),
         "{:?}",
@@ -988,7 +1000,7 @@ fn a_rerun_releases_the_slice_first_and_repeats_a_failed_preprocessing() {
             "step {i}"
         );
     }
-    assert_eq!(status::stage(&st, StageName::Preprocess).attempts, 2);
+    assert_eq!(st.stage(StageName::Preprocess).attempts, 2);
 }
 
 /// Issue 35 item 8: `spec.retryPolicy` decides a failure by its exit code, for Vertex and TPU VM

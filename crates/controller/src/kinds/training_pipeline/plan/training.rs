@@ -7,8 +7,7 @@ use tpu_operator_api::{
 };
 
 use super::{
-    Action, CHILD_NOT_OWNED, Child, Marker, Planner, Requeue, Step, TrainingObserved, held,
-    status::{self, time},
+    Action, CHILD_NOT_OWNED, Child, Marker, Planner, Requeue, Step, TrainingObserved, held, status::time,
 };
 
 /// Attempts that did not count against `maxRetries` (Spot preemptions, expired capacity waits)
@@ -21,7 +20,7 @@ impl Planner<'_> {
     pub(super) fn uncounted_attempts(&self) -> i32 {
         let resumes = self.st.suspension.as_ref().map_or(0, |s| s.resumes)
             + self.st.kueue.as_ref().map_or(0, |k| k.resumes);
-        (self.st.attempts - status::stage(&self.st, StageName::Train).attempts - resumes).max(0)
+        (self.st.attempts - self.st.stage(StageName::Train).attempts - resumes).max(0)
     }
 
     pub(super) fn tpu_vm(&mut self, slice: &Child, marker: &Marker) -> Step {
@@ -56,7 +55,7 @@ impl Planner<'_> {
             self.st.attempts = self.st.attempts.max(1);
         }
         let now = time(self.input.now);
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        let stage = self.st.stage_mut(StageName::Train);
         stage.resource_name = Some(name.to_string());
         if adopted {
             // Without a start time the completion markers are never looked at (the pipeline would
@@ -83,7 +82,7 @@ impl Planner<'_> {
             ),
             Child::Progressing { reason, message } if reason == reasons::MAINTENANCE_ONGOING => {
                 // The run goes on after it, from its checkpoint: still training, not queued.
-                let stage = status::stage_mut(&mut self.st, StageName::Train);
+                let stage = self.st.stage_mut(StageName::Train);
                 stage.state = StageState::Running;
                 stage.message = Some(format!("{reason}: {message}"));
                 Step::working(
@@ -96,7 +95,7 @@ impl Planner<'_> {
             }
             Child::Progressing { reason, message } => self.slice_provisioning(name, reason, message),
             Child::Ready { .. } => {
-                let stage = status::stage_mut(&mut self.st, StageName::Train);
+                let stage = self.st.stage_mut(StageName::Train);
                 stage.state = StageState::Running;
                 stage.message = Some("training container running".into());
                 Step::working(
@@ -125,7 +124,7 @@ impl Planner<'_> {
     /// The slice is being provisioned: the attempt is queued, waiting for capacity polls at the
     /// capacity interval.
     fn slice_provisioning(&mut self, name: &str, reason: &str, message: &str) -> Step {
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        let stage = self.st.stage_mut(StageName::Train);
         stage.state = StageState::Queued;
         stage.message = Some(format!("{reason}: {message}"));
         // Queued in Kueue (the slice carries the pipeline's queue label) is a wait too.
@@ -193,7 +192,7 @@ impl Planner<'_> {
         };
         self.st.attempts = attempt;
         self.st.custom_job_name = None;
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        let stage = self.st.stage_mut(StageName::Train);
         stage.state = StageState::Queued;
         // The start of the current attempt: TPU VM markers older than this belong to an earlier one.
         stage.start_time = Some(now);
@@ -227,7 +226,7 @@ impl Planner<'_> {
         let attempts = self.run_attempts();
         if count && attempts > max {
             let msg = format!("{detail}; no retries left ({attempts} attempts, maxRetries {max})");
-            status::stage_mut(&mut self.st, StageName::Train).state = StageState::Failed;
+            self.st.stage_mut(StageName::Train).state = StageState::Failed;
             let release = match before_retry {
                 Action::DeleteSlice => Action::DeleteSlice,
                 _ => Action::Nothing,

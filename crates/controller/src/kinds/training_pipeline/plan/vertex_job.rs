@@ -9,9 +9,7 @@ use tpu_operator_api::{
 use tpu_operator_gcp::aiplatform_v1::model::JobState;
 
 use super::{
-    Action, JobView, Planner, Requeue, Step, join_uri,
-    status::{self, time},
-    training::MAX_UNCOUNTED_PREEMPTIONS,
+    Action, JobView, Planner, Requeue, Step, join_uri, status::time, training::MAX_UNCOUNTED_PREEMPTIONS,
 };
 
 impl Planner<'_> {
@@ -74,14 +72,14 @@ impl Planner<'_> {
         let now = time(self.input.now);
         self.st.attempts = self.st.attempts.max(job.attempt);
         self.st.custom_job_name = Some(job.name.clone());
-        let stage = status::stage_mut(&mut self.st, StageName::Train);
+        let stage = self.st.stage_mut(StageName::Train);
         stage.gcp_name = Some(job.name.clone());
         stage.attempts = stage.attempts.max(1);
         stage.start_time.get_or_insert(now);
     }
 
     fn train_stage_state(&mut self, state: StageState) {
-        status::stage_mut(&mut self.st, StageName::Train).state = state;
+        self.st.stage_mut(StageName::Train).state = state;
     }
 
     /// A succeeded job is done once its model is seen under `artifacts.modelDir`.
@@ -124,7 +122,7 @@ impl Planner<'_> {
                 // Counted apart from retries, as a TPU VM slice's preemptions are, once: when
                 // the new attempt starts (a suspended pipeline sees the same job again).
                 if self.st.attempts > before {
-                    let stage = status::stage_mut(&mut self.st, StageName::Train);
+                    let stage = self.st.stage_mut(StageName::Train);
                     stage
                         .interruptions
                         .get_or_insert_with(Default::default)

@@ -25,8 +25,8 @@ fn held_pass(
     observed: &Observed,
     when: DateTime<Utc>,
     budget: Option<&Suspending>,
-) -> Plan {
-    let p = plan(&Input {
+) -> Planned {
+    let p = planned(&Input {
         budget,
         ..input(spec, st, observed, when)
     });
@@ -43,7 +43,7 @@ fn checkpoint_at(st: &mut TrainingPipelineStatus, step: i64, written: DateTime<U
     });
 }
 
-fn reason(p: &Plan) -> String {
+fn reason(p: &Planned) -> String {
     tpu_operator_api::conditions::describing(&p.status.conditions)
         .map(|c| c.reason.clone())
         .unwrap_or_default()

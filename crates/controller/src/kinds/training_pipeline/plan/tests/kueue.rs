@@ -51,7 +51,7 @@ fn gated_step(
     status: &mut TrainingPipelineStatus,
     observed: &Observed,
     gate: Gate,
-) -> Plan {
+) -> Planned {
     queued_step(spec, status, observed, &gated(gate))
 }
 
@@ -61,8 +61,8 @@ fn queued_step(
     status: &mut TrainingPipelineStatus,
     observed: &Observed,
     queued: &Queued,
-) -> Plan {
-    let p = plan(&Input {
+) -> Planned {
+    let p = planned(&Input {
         queue: Some(queued),
         ..input(spec, status, observed, now())
     });
@@ -70,7 +70,7 @@ fn queued_step(
     p
 }
 
-fn reason(p: &Plan) -> String {
+fn reason(p: &Planned) -> String {
     tpu_operator_api::conditions::describing(&p.status.conditions)
         .map(|c| c.reason.clone())
         .unwrap_or_default()
