@@ -72,10 +72,10 @@ pub async fn cleanup<K: Kind>(obj: &K, ctx: &Context) -> Result<Option<Action>> 
 /// its cloud resources; no policy is asked (deleting spends nothing).
 async fn through_hooks<K: Kind>(obj: &K, ctx: &Context, t: &K::Target) -> Result<Option<Action>> {
     let old = obj.status().cloned().unwrap_or_default();
-    let mut observed = obj.observe(&ctx.io(), t).await?;
-    let mut plan = obj.plan(ctx.clock.now(), t, &observed);
+    let observed = obj.observe(&ctx.io(), t).await?;
+    let plan = obj.plan(ctx.clock.now(), t, &observed);
     let (io, mut ahead) = (ctx.io(), Ahead::new(ctx, obj));
-    let acted = obj.act(&io, t, &mut observed, &mut plan, &mut ahead).await?;
+    let acted = obj.act(&io, t, &observed, &plan, &mut ahead).await?;
     let pass = Pass {
         obj,
         old: &old,

@@ -60,8 +60,12 @@ pub trait Kind:
     type Target: Send + Sync;
     /// What a pass read from the cloud (and from Kubernetes, for owned children).
     type Observed: Send + Sync;
-    /// What the pure plan decided: at most one mutating call, and the assessment to report.
-    type Plan: Send + Sync;
+    /// The kind's one mutating call of a pass (its `Nothing` makes none): the plan's action.
+    type Action: Send + Sync;
+    /// The kind's phase, as the plan's verdict says it.
+    type Phase: Send + Sync;
+    /// What only this kind's plan reports besides the verdict (`()` when nothing).
+    type Details: Send + Sync;
     /// What the action did (names the cloud assigned, operations started).
     type Done: Send + Sync;
 
@@ -116,21 +120,28 @@ pub trait Kind:
     }
 
     /// The pure plan.
-    fn plan(&self, now: DateTime<Utc>, t: &Self::Target, observed: &Self::Observed) -> Self::Plan;
+    fn plan(&self, now: DateTime<Utc>, t: &Self::Target, observed: &Self::Observed) -> PlanOf<Self>;
 
     /// What the plan would create, for the policy to admit first; `None` when it creates nothing.
-    fn admission(&self, _settings: Settings<'_>, _t: &Self::Target, _plan: &Self::Plan) -> Option<Admission> {
+    fn admission(
+        &self,
+        _settings: Settings<'_>,
+        _t: &Self::Target,
+        _plan: &PlanOf<Self>,
+    ) -> Option<Admission> {
         None
     }
 
-    /// Carries out the plan's action. A write-ahead status (a marker persisted before a create
-    /// whose reply may be lost) goes through `ahead`.
+    /// Carries out the plan's action, changing nothing it is given: what it learned (names the
+    /// cloud assigned, an operation started, a call refused) goes into `Done`, for `report`. A
+    /// write-ahead status (a marker persisted before a create whose reply may be lost) goes
+    /// through `ahead`.
     fn act(
         &self,
         io: &Io<'_>,
         t: &Self::Target,
-        observed: &mut Self::Observed,
-        plan: &mut Self::Plan,
+        observed: &Self::Observed,
+        plan: &PlanOf<Self>,
         ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> impl Future<Output = Result<Acted<Self::Done>>> + Send;
 
@@ -230,6 +241,10 @@ pub trait Kind:
     }
 }
 
+/// Every kind's plan: one shape ([`super::plan::Plan`]) over the kind's action, phase and
+/// details.
+pub type PlanOf<K> = super::plan::Plan<<K as Kind>::Action, <K as Kind>::Phase, <K as Kind>::Details>;
+
 /// Persists a write-ahead status inside an action, before a call whose reply may be lost (a
 /// create Google names, not we): the pass provides it ([`super::status::Ahead`]) so that the
 /// pass's final write is conditional on the version this one wrote.
@@ -245,7 +260,7 @@ pub struct Pass<'a, K: Kind> {
     pub old: &'a K::Status,
     pub target: &'a K::Target,
     pub observed: &'a K::Observed,
-    pub plan: &'a K::Plan,
+    pub plan: &'a PlanOf<K>,
     pub done: &'a K::Done,
 }
 

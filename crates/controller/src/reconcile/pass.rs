@@ -47,13 +47,13 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
     if let Some(action) = contended(ctx, obj, &t).await? {
         return Ok(action);
     }
-    let mut observed = obj.observe(&ctx.io(), &t).await?;
+    let observed = obj.observe(&ctx.io(), &t).await?;
     let mut lock = Lock::default();
     let verdict = claim(ctx, obj, &namespace, &t, &observed, &mut lock).await?;
     if let Some(action) = refused(ctx, obj, &old, verdict).await? {
         return Ok(action);
     }
-    let mut plan = obj.plan(ctx.clock.now(), &t, &observed);
+    let plan = obj.plan(ctx.clock.now(), &t, &observed);
     if let Some(admission) = obj.admission(ctx.settings(), &t, &plan) {
         let verdict = admit(ctx, &namespace, &admission, &mut lock).await?;
         if let Some(action) = refused(ctx, obj, &old, verdict).await? {
@@ -61,7 +61,7 @@ pub async fn apply<K: Kind>(obj: &K, ctx: &Context) -> Result<Action> {
         }
     }
     let (io, mut ahead) = (ctx.io(), Ahead::new(ctx, obj));
-    let acted = obj.act(&io, &t, &mut observed, &mut plan, &mut ahead).await?;
+    let acted = obj.act(&io, &t, &observed, &plan, &mut ahead).await?;
     let pass = Pass {
         obj,
         old: &old,

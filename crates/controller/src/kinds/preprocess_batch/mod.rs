@@ -76,7 +76,9 @@ impl Kind for PreprocessBatch {
     type Status = PreprocessBatchStatus;
     type Target = Target;
     type Observed = Observed;
-    type Plan = Plan;
+    type Action = plan::Action;
+    type Phase = PreprocessBatchPhase;
+    type Details = plan::Details;
     type Done = Done;
 
     fn status(&self) -> Option<&PreprocessBatchStatus> {
@@ -144,8 +146,8 @@ impl Kind for PreprocessBatch {
         &self,
         io: &Io<'_>,
         t: &Target,
-        _observed: &mut Observed,
-        plan: &mut Plan,
+        _observed: &Observed,
+        plan: &Plan,
         _ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
         let Action::Submit { attempt, .. } = plan.action else {

@@ -89,7 +89,9 @@ impl Kind for TpuSlice {
     type Status = TpuSliceStatus;
     type Target = Target;
     type Observed = Observed;
-    type Plan = Plan;
+    type Action = plan::Action;
+    type Phase = TpuSlicePhase;
+    type Details = plan::Details;
     /// The operation the action started, or what is reported instead of the plan.
     type Done = act::Done;
 
@@ -216,12 +218,10 @@ impl Kind for TpuSlice {
         &self,
         io: &Io<'_>,
         t: &Target,
-        observed: &mut Observed,
-        plan: &mut Plan,
+        observed: &Observed,
+        plan: &Plan,
         _ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<act::Done>> {
-        // Read only: what the action learns comes back in `Done`.
-        let (observed, plan): (&Observed, &Plan) = (observed, plan);
         let old = self.status.clone().unwrap_or_default();
         if let (Step::CreateWorkload | Step::ReleaseWorkload | Step::DeleteWorkload, Some(queued)) =
             (&plan.action, &observed.queue)

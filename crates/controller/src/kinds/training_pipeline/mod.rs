@@ -130,7 +130,9 @@ impl Kind for TrainingPipeline {
     type Status = TrainingPipelineStatus;
     type Target = Target;
     type Observed = Seen;
-    type Plan = plan::Plan;
+    type Action = plan::Action;
+    type Phase = TrainingPipelinePhase;
+    type Details = plan::Details;
     type Done = Done;
 
     fn status(&self) -> Option<&TrainingPipelineStatus> {
@@ -219,11 +221,10 @@ impl Kind for TrainingPipeline {
         &self,
         io: &Io<'_>,
         t: &Target,
-        seen: &mut Seen,
-        decision: &mut plan::Plan,
+        seen: &Seen,
+        decision: &plan::Plan,
         ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
-        let (seen, decision) = (&*seen, &*decision);
         act::cancel_jobs(io, &decision.details.cancel_jobs).await?;
         let tp = &t.pipeline;
         let record = &decision.details.record;

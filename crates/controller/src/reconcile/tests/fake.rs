@@ -26,6 +26,7 @@ use crate::{
         context::Context,
         handles::{Io, Settings},
         kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, WriteAhead},
+        plan::{Plan, Verdict},
         report::{Reports, Transition},
         wait::Wait,
     },
@@ -34,6 +35,7 @@ use crate::{
         config::ControllerConfig,
         error::{ReconcileError, Result},
         events::EventType,
+        requeue::Requeue,
     },
 };
 
@@ -138,7 +140,9 @@ impl Kind for Fake {
     type Status = FakeStatus;
     type Target = ();
     type Observed = ();
-    type Plan = ();
+    type Action = ();
+    type Phase = ();
+    type Details = ();
     type Done = ();
 
     fn status(&self) -> Option<&FakeStatus> {
@@ -179,11 +183,12 @@ impl Kind for Fake {
         Ok(())
     }
 
-    fn plan(&self, _now: DateTime<Utc>, _t: &(), _observed: &()) {
+    fn plan(&self, _now: DateTime<Utc>, _t: &(), _observed: &()) -> Plan<(), ()> {
         step("plan");
+        Plan::new((), Verdict::keep((), Requeue::Stable), ())
     }
 
-    fn admission(&self, _settings: Settings<'_>, _t: &(), _plan: &()) -> Option<Admission> {
+    fn admission(&self, _settings: Settings<'_>, _t: &(), _plan: &Plan<(), ()>) -> Option<Admission> {
         step("admission");
         self.spec.counted.then(|| Admission {
             checked: Vec::new(),
@@ -204,8 +209,8 @@ impl Kind for Fake {
         &self,
         _io: &Io<'_>,
         _t: &(),
-        _observed: &mut (),
-        _plan: &mut (),
+        _observed: &(),
+        _plan: &Plan<(), ()>,
         _ahead: &mut dyn WriteAhead<FakeStatus>,
     ) -> Result<Acted<()>> {
         step("act");
