@@ -2,10 +2,10 @@
 //!
 //! Observe reads the current attempt's batch by its deterministic name and its output once it
 //! succeeded; act makes at most one Dataproc call (the pass's order: [`crate::reconcile::pass`]).
-//! Deletion runs through the same hooks ([`crate::reconcile::deletion`]): on an object being
-//! deleted they list (or name) its batches and cancel or delete one per pass.
 //! The batch's create operation stays open for the whole Spark run, so progress is read from the
-//! batch itself, never by waiting on the operation.
+//! batch itself, never by waiting on the operation. Deletion runs through the same hooks
+//! ([`crate::reconcile::deletion`]): on an object being deleted they list (or name) its batches
+//! and cancel or delete one per pass.
 //!
 //! Files: [`observe`], [`plan`], [`act`], [`status`] (+ [`events`], [`cost`]), [`spec`] (spec →
 //! `Batch` request).
@@ -63,6 +63,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
 
 /// What a pass's one Dataproc call did.
 pub enum Done {
+    /// No call, or a deletion's cancel or delete (they return nothing the status reports).
     Nothing,
     /// The batch of `attempt` was submitted (or found, or refused).
     Submitted {
