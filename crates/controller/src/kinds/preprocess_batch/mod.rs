@@ -3,7 +3,9 @@
 //! Observe reads the current attempt's batch by its deterministic name and its output once it
 //! succeeded; act makes at most one Dataproc call (the pass's order: [`crate::reconcile::pass`]).
 //! The batch's create operation stays open for the whole Spark run, so progress is read from the
-//! batch itself, never by waiting on the operation.
+//! batch itself, never by waiting on the operation. Deletion runs through the same hooks
+//! ([`crate::reconcile::deletion`]): on an object being deleted they list (or name) its batches
+//! and cancel or delete one per pass.
 //!
 //! Files: [`observe`], [`plan`], [`act`], [`status`] (+ [`events`], [`cost`]), [`spec`] (spec →
 //! `Batch` request).
@@ -34,7 +36,7 @@ use tpu_operator_gcp::dataproc_v1::model::{Batch, batch::State as BatchState};
 use self::{
     act::SubmitOutcome,
     observe::{BatchLookup, Observed, Target},
-    plan::{Action, CleanupStep, Plan, Requeue},
+    plan::{Action, Plan, Requeue},
 };
 use crate::{
     governance::tenancy,
@@ -61,6 +63,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
 
 /// What a pass's one Dataproc call did.
 pub enum Done {
+    /// No call, or a deletion's cancel or delete (they return nothing the status reports).
     Nothing,
     /// The batch of `attempt` was submitted (or found, or refused).
     Submitted {
@@ -73,6 +76,7 @@ impl Kind for PreprocessBatch {
     const KIND: &'static str = "PreprocessBatch";
     const FIELD_MANAGER: &'static str = status::FIELD_MANAGER;
     const SETTLES: bool = true;
+    const DELETES_THROUGH_HOOKS: bool = true;
     type Status = PreprocessBatchStatus;
     type Target = Target;
     type Observed = Observed;
@@ -124,11 +128,18 @@ impl Kind for PreprocessBatch {
     }
 
     async fn observe(&self, io: &Io<'_>, t: &Target) -> Result<Observed> {
+        if deleting(self) {
+            return observe::observe_deletion(io, t, self.status.as_ref()).await;
+        }
         let old = self.status.clone().unwrap_or_default();
         observe::observe(io, t, &self.spec, &old).await
     }
 
     fn plan(&self, now: DateTime<Utc>, _t: &Target, observed: &Observed) -> Plan {
+        // Only a deletion pass observes what is left.
+        if let Some(remaining) = &observed.remaining {
+            return plan::plan_deletion(remaining);
+        }
         let old = self.status.clone().unwrap_or_default();
         plan::plan(&self.spec.batch, &old, observed, now)
     }
@@ -150,8 +161,18 @@ impl Kind for PreprocessBatch {
         plan: &Plan,
         _ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
-        let Action::Submit { attempt, .. } = plan.action else {
-            return Ok(Acted::done(Done::Nothing));
+        let attempt = match &plan.action {
+            Action::Nothing => return Ok(Acted::done(Done::Nothing)),
+            Action::Submit { attempt, .. } => *attempt,
+            // Deletion's calls: an error ends the pass before any status is written.
+            Action::Cancel { operation } => {
+                act::cancel(io, operation).await?;
+                return Ok(Acted::done(Done::Nothing));
+            }
+            Action::Delete { batch } => {
+                act::delete(io, batch).await?;
+                return Ok(Acted::done(Done::Nothing));
+            }
         };
         let outcome = act::submit(io, t, &self.spec, attempt).await?;
         let failed = match &outcome {
@@ -175,6 +196,10 @@ impl Kind for PreprocessBatch {
 
     /// The batch this pass saw (or just submitted), watched while it changes by itself.
     fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, _new: &PreprocessBatchStatus) -> Wait {
+        if deleting(self) {
+            // Deletion polls at the verdict's (active) interval and watches nothing.
+            return Wait::after(pass.plan.verdict.requeue.after(config));
+        }
         let mut seen = match &pass.observed.batch {
             BatchLookup::Found(b) => Some((b.name.clone(), b.state.clone())),
             _ => None,
@@ -207,8 +232,13 @@ impl Kind for PreprocessBatch {
         self.spec.deletion_policy
     }
 
-    async fn clean(&self, io: &Io<'_>, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
-        clean(self, io, t).await
+    /// The deletion plan says whether its action leaves nothing (asked only once it succeeded).
+    fn released(&self, pass: &Pass<'_, Self>) -> bool {
+        pass.plan.details.releases
+    }
+
+    async fn clean(&self, _io: &Io<'_>, _t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
+        unreachable!("PreprocessBatch deletes through the hooks")
     }
 
     fn cleaned_up(&self, policy: DeletionPolicy) -> Option<Transition> {
@@ -261,47 +291,7 @@ fn request(obj: &PreprocessBatch, t: &Target) -> tenancy::Request {
     }
 }
 
-/// One deletion pass (policy `Delete`).
-async fn clean(obj: &PreprocessBatch, io: &Io<'_>, t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
-    if let Some(batch) = obj.status.as_ref().and_then(|s| s.only_batch()) {
-        // Its one batch finished and status named it after seeing it finish, so no other batch
-        // of this object can exist: delete it by name, without listing by label first.
-        act::delete(io, batch).await?;
-        return Ok(Cleaned::done());
-    }
-    let batches = observe::observe_cleanup(io, t).await?;
-    let (phase, reason, message) = match plan::plan_cleanup(DeletionPolicy::Delete, &batches) {
-        CleanupStep::Done | CleanupStep::Orphan => return Ok(Cleaned::done()),
-        CleanupStep::Cancel { batch, operation } => {
-            act::cancel(io, &operation).await?;
-            (
-                PreprocessBatchPhase::Cancelling,
-                reasons::CANCELLING,
-                format!("cancelling batch {batch}"),
-            )
-        }
-        CleanupStep::Delete { batch } => {
-            act::delete(io, &batch).await?;
-            // Dataproc deletes a batch synchronously, and the listing found every batch of this
-            // object (by its UID label; nothing creates more once it is being deleted): when
-            // that was the last one the finalizer can go now, without a second listing to see
-            // an empty result.
-            if batches.len() == 1 {
-                return Ok(Cleaned::done());
-            }
-            (
-                PreprocessBatchPhase::Deleting,
-                reasons::DELETING,
-                format!("deleted batch {batch}"),
-            )
-        }
-        CleanupStep::Wait { message } => (PreprocessBatchPhase::Cancelling, reasons::CANCELLING, message),
-    };
-    let now = io.clock.now();
-    Ok(Cleaned::Pending {
-        status: Some(status::cleaning_up(obj, phase, reason, &message, now)),
-        wait: Wait::after(Requeue::Active.after(io.settings.config)),
-        failed: None,
-        events: Vec::new(),
-    })
+/// A deletion pass: the object is being deleted (the apply pass never runs on it).
+fn deleting(obj: &PreprocessBatch) -> bool {
+    obj.metadata.deletion_timestamp.is_some()
 }

@@ -168,6 +168,30 @@ pub struct Observed {
     pub output: OutputCheck,
     /// Declared inputs found missing before the first submit.
     pub missing_inputs: Vec<String>,
+    /// A deletion pass's view of what is left (`None` on an apply pass).
+    pub remaining: Option<Remaining>,
+}
+
+/// What a deletion pass knows is left of the object's batches.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Remaining {
+    /// Status names the one batch there can be (see [`PreprocessBatchStatus::only_batch`]):
+    /// not read, deleted by name.
+    Only(String),
+    /// Every batch carrying the object's UID label.
+    Listed(Vec<ObservedBatch>),
+}
+
+impl Observed {
+    /// Nothing read yet.
+    fn unread() -> Self {
+        Self {
+            batch: BatchLookup::NotRead,
+            output: OutputCheck::NotChecked,
+            missing_inputs: Vec::new(),
+            remaining: None,
+        }
+    }
 }
 
 /// Reads what `plan` needs for the apply path: at most one batch get, one output listing (only
@@ -178,11 +202,7 @@ pub async fn observe(
     spec: &PreprocessBatchSpec,
     status: &PreprocessBatchStatus,
 ) -> Result<Observed> {
-    let mut observed = Observed {
-        batch: BatchLookup::NotRead,
-        output: OutputCheck::NotChecked,
-        missing_inputs: Vec::new(),
-    };
+    let mut observed = Observed::unread();
     // The status already says how the current attempt ended: the cloud need not be read.
     if status.phase.attempt_settled() {
         return Ok(observed);
@@ -228,6 +248,24 @@ async fn exists(io: &Io<'_>, target: &Target, uri: &str) -> Result<bool> {
         Err(err) if err.kind == ErrorKind::NotFound => Ok(false),
         Err(err) => Err(ReconcileError::gcp("check Cloud Storage prefix")(err)),
     }
+}
+
+/// Reads what a deletion pass needs: nothing when the status names the object's only batch
+/// (its attempt finished, and status named the batch after seeing it finish, so no other batch
+/// of the object can exist), else one listing by UID label.
+pub async fn observe_deletion(
+    io: &Io<'_>,
+    target: &Target,
+    status: Option<&PreprocessBatchStatus>,
+) -> Result<Observed> {
+    let remaining = match status.and_then(PreprocessBatchStatus::only_batch) {
+        Some(batch) => Remaining::Only(batch.to_string()),
+        None => Remaining::Listed(observe_cleanup(io, target).await?),
+    };
+    Ok(Observed {
+        remaining: Some(remaining),
+        ..Observed::unread()
+    })
 }
 
 /// Every batch of this object (all attempts, including one created just before a crash and never

@@ -16,7 +16,7 @@ use super::observe::{BatchLookup, Observed, ObservedBatch, OutputCheck};
 
 mod cleanup;
 
-pub use cleanup::{CleanupStep, plan_cleanup};
+pub use cleanup::{CleanupStep, plan_cleanup, plan_deletion};
 
 /// First wait between a failed attempt and the next one; doubles per failed attempt.
 pub const RETRY_BASE: Duration = Duration::from_secs(30);
@@ -37,7 +37,7 @@ pub type Plan = crate::reconcile::plan::Plan<Action, Phase, Details>;
 /// The verdict the plan reaches (phase, kstatus conditions, when to look again).
 pub type Verdict = crate::reconcile::plan::Verdict<Phase>;
 
-/// The apply path's one Dataproc call.
+/// The pass's one Dataproc call.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
     /// No call: the verdict says what the batch is doing (or, without conditions, that the
@@ -49,6 +49,10 @@ pub enum Action {
         attempt: u32,
         after_failure: Option<String>,
     },
+    /// Deletion: cancel a PENDING / RUNNING batch through its create operation.
+    Cancel { operation: String },
+    /// Deletion: delete a terminal batch.
+    Delete { batch: String },
 }
 
 /// What a batch reports besides the verdict.
@@ -58,6 +62,9 @@ pub struct Details {
     pub ended: Option<DateTime<Utc>>,
     /// `OutputVerified` condition: (verified, reason, message), when the output was checked.
     pub output: Option<(bool, &'static str, String)>,
+    /// Deletion: once this pass's action succeeded nothing of the object's is left in Dataproc,
+    /// so its finalizer may go.
+    pub releases: bool,
 }
 
 /// No call, the status as it is (phase `phase`), looked at again after `requeue`.
@@ -323,7 +330,7 @@ fn attempt_failed(
 fn ended_at(ended: DateTime<Utc>) -> Details {
     Details {
         ended: Some(ended),
-        output: None,
+        ..Details::default()
     }
 }
 
@@ -337,7 +344,13 @@ fn running(phase: Phase, reason: &'static str, message: String) -> Plan {
 
 fn succeeded(message: String, output: Option<(bool, &'static str, String)>) -> Plan {
     let verdict = Verdict::new(Phase::Succeeded, Progress::Ready, reasons::SUCCEEDED, message);
-    report(verdict, Details { ended: None, output })
+    report(
+        verdict,
+        Details {
+            output,
+            ..Details::default()
+        },
+    )
 }
 
 /// First attempt plus `maxRetries` retries.

@@ -29,8 +29,8 @@ fn base(obj: &PreprocessBatch) -> (PreprocessBatchStatus, Option<i64>) {
     (s, obj.metadata.generation)
 }
 
-/// The status an apply pass writes: built from the old status, what was observed, the plan and
-/// what its one call did.
+/// The status a pass writes: built from the old status, what was observed, the plan and what
+/// its one call did. A deletion pass reports only its verdict.
 pub fn report(
     obj: &PreprocessBatch,
     observed: &Observed,
@@ -38,6 +38,9 @@ pub fn report(
     done: &Done,
     now: DateTime<Utc>,
 ) -> PreprocessBatchStatus {
+    if obj.metadata.deletion_timestamp.is_some() {
+        return cleaning_up(obj, &plan.verdict, now);
+    }
     match (&plan.action, done, &plan.verdict.kstatus) {
         (Action::Submit { after_failure, .. }, Done::Submitted { outcome, .. }, _) => {
             after_submit(obj, &plan.verdict, outcome, after_failure.as_deref(), now)
@@ -164,17 +167,16 @@ fn after_submit(
     s
 }
 
-/// The status while deletion cancels or deletes batches.
-pub fn cleaning_up(
-    obj: &PreprocessBatch,
-    phase: Phase,
-    reason: &'static str,
-    message: &str,
-    now: DateTime<Utc>,
-) -> PreprocessBatchStatus {
+/// The status while deletion cancels or deletes batches (phase Cancelling / Deleting): the
+/// deletion plan's verdict, nothing read from a batch.
+fn cleaning_up(obj: &PreprocessBatch, verdict: &Verdict, now: DateTime<Utc>) -> PreprocessBatchStatus {
     let (mut s, generation) = base(obj);
-    s.phase = phase;
-    s.with_kstatus(Progress::Reconciling, reason, message, generation, k8s_time(now))
+    let Some(kstatus) = &verdict.kstatus else {
+        return s;
+    };
+    s.phase = verdict.phase;
+    let (progress, reason) = (kstatus.progress, kstatus.reason);
+    s.with_kstatus(progress, reason, &kstatus.message, generation, k8s_time(now))
 }
 
 /// Copies what Dataproc reports about the current batch.

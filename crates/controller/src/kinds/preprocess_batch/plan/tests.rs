@@ -56,6 +56,7 @@ fn seen(b: ObservedBatch, output: OutputCheck) -> Observed {
         batch: BatchLookup::Found(Box::new(b)),
         output,
         missing_inputs: vec![],
+        remaining: None,
     }
 }
 
@@ -64,6 +65,7 @@ fn nothing() -> Observed {
         batch: BatchLookup::NotRead,
         output: OutputCheck::NotChecked,
         missing_inputs: vec![],
+        remaining: None,
     }
 }
 
@@ -80,6 +82,8 @@ fn got(d: &Plan) -> Got {
         (Action::Submit { attempt, .. }, _) => Got::Submit(*attempt),
         (Action::Nothing, Some(k)) => Got::Report(d.verdict.phase, k.progress, k.reason),
         (Action::Nothing, None) => Got::Keep(d.verdict.requeue),
+        // The apply plan never cancels or deletes.
+        (Action::Cancel { .. } | Action::Delete { .. }, _) => unreachable!("a deletion action: {d:?}"),
     }
 }
 
@@ -560,5 +564,93 @@ fn cleanup_cancels_then_waits_then_deletes_every_attempt() {
     ];
     for (case, policy, batches, expected) in cases {
         assert_eq!(plan_cleanup(policy, &batches), expected, "case: {case}");
+    }
+}
+
+/// The deletion plan: one call (or a wait) per pass, its phase and message, and whether the
+/// finalizer goes once the call succeeded.
+#[test]
+fn deletion_plan_calls_reports_and_releases() {
+    use crate::kinds::preprocess_batch::observe::Remaining;
+    let name = |n: u32| format!("projects/p/locations/r/batches/b-a{n}");
+    let named = |state, n: u32| ObservedBatch {
+        name: name(n),
+        operation: format!("projects/p/regions/r/operations/op{n}"),
+        ..batch(state, 0)
+    };
+    let delete = |n: u32| Action::Delete { batch: name(n) };
+    let cancel = Action::Cancel {
+        operation: "projects/p/regions/r/operations/op2".into(),
+    };
+    let verdict = |phase, reason, message: String| Some((phase, reason, message));
+    let deleted = |n: u32| {
+        verdict(
+            Phase::Deleting,
+            reasons::DELETING,
+            format!("deleted batch {}", name(n)),
+        )
+    };
+    let listed = Remaining::Listed;
+    let cases = vec![
+        (
+            "the only batch, by name",
+            Remaining::Only(name(1)),
+            delete(1),
+            deleted(1),
+            true,
+        ),
+        ("nothing listed", listed(vec![]), Action::Nothing, None, true),
+        (
+            "the last listed batch",
+            listed(vec![named(State::Succeeded, 1)]),
+            delete(1),
+            deleted(1),
+            true,
+        ),
+        (
+            "one of two listed",
+            listed(vec![named(State::Failed, 1), named(State::Cancelling, 2)]),
+            delete(1),
+            deleted(1),
+            false,
+        ),
+        (
+            "a running batch",
+            listed(vec![named(State::Failed, 1), named(State::Running, 2)]),
+            cancel,
+            verdict(
+                Phase::Cancelling,
+                reasons::CANCELLING,
+                format!("cancelling batch {}", name(2)),
+            ),
+            false,
+        ),
+        (
+            "a cancelling batch",
+            listed(vec![named(State::Cancelling, 1)]),
+            Action::Nothing,
+            verdict(
+                Phase::Cancelling,
+                reasons::CANCELLING,
+                format!("waiting for batches to stop: {} is CANCELLING", name(1)),
+            ),
+            false,
+        ),
+    ];
+    for (case, remaining, action, expected, releases) in cases {
+        let plan = plan_deletion(&remaining);
+        assert_eq!(plan.action, action, "case: {case}");
+        assert_eq!(plan.details.releases, releases, "case: {case}");
+        if let Some((phase, reason, message)) = expected {
+            let kstatus = plan.verdict.kstatus.as_ref().expect("conditions");
+            assert_eq!(plan.verdict.phase, phase, "case: {case}");
+            assert_eq!(kstatus.progress, Progress::Reconciling, "case: {case}");
+            assert_eq!(
+                (kstatus.reason, kstatus.message.as_str()),
+                (reason, message.as_str()),
+                "case: {case}"
+            );
+            assert_eq!(plan.verdict.requeue, Requeue::Active, "case: {case}");
+        }
     }
 }
