@@ -380,7 +380,30 @@ async fn a_groups_hosts_are_each_asked_for_the_checkpoint() {
         unscheduled: false,
     };
     env.gcp.inject(notice).unwrap();
+    // The second host is asked on the next pass, seconds after the first, not at a later poll or
+    // at the window. Load-proof: the requests are stamped in emulated time, and a wait moving
+    // the clock a step per poll until both were in turned a slow pass into seconds between the
+    // stamps (9 s beside five builds). The clock moves only until the first request (the notice
+    // needs it), at most one step past it; then it stands still until the second, so the spread
+    // is the emulated time the controller waited for, whatever the machine's speed. A second
+    // ask that waited for emulated time never comes: the wait's limit (a hang only) fails it.
     let step = Duration::from_secs(1);
+    let gcp = &env.gcp;
+    let asked = |n: usize| move |_: &TpuSlice| gcp.checkpoint_requests().len() >= n;
+    env.wait_for("group", "the first host asked", step, asked(1))
+        .await;
+    env.wait_for(
+        "group",
+        "the second host asked, the clock still",
+        Duration::ZERO,
+        asked(2),
+    )
+    .await;
+    let requests = env.gcp.checkpoint_requests();
+    let asked: std::collections::BTreeSet<&str> = requests.iter().map(|r| r.node.as_str()).collect();
+    assert_eq!(asked.len(), 2, "both hosts: {requests:?}");
+    let spread = requests[requests.len() - 1].at - requests[0].at;
+    assert!(spread <= chrono::Duration::seconds(1), "{requests:?}");
     env.wait_for("group", "the checkpoint request", step, |s: &TpuSlice| {
         let m = s.status.as_ref().and_then(|st| st.maintenance.as_ref());
         m.is_some_and(|m| m.checkpoint_request_time.is_some())
@@ -390,12 +413,7 @@ async fn a_groups_hosts_are_each_asked_for_the_checkpoint() {
         s.status.as_ref().is_some_and(|st| st.maintenance_restarts == 1)
     })
     .await;
-    // The second host is asked on the next pass, seconds after the first.
-    let requests = env.gcp.checkpoint_requests();
-    let asked: std::collections::BTreeSet<&str> = requests.iter().map(|r| r.node.as_str()).collect();
-    assert_eq!(asked.len(), 2, "both hosts: {requests:?}");
-    let spread = requests[requests.len() - 1].at - requests[0].at;
-    assert!(spread <= chrono::Duration::seconds(5), "{requests:?}");
+    assert_eq!(env.gcp.checkpoint_requests().len(), 2, "no host asked twice");
     assert_eq!(
         env.gcp.call_count("compute", "instances.setMetadata"),
         2,
