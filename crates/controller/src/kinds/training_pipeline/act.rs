@@ -62,7 +62,10 @@ async fn other(
     reads: &Reads,
 ) -> Result<()> {
     match action {
-        Action::Nothing | Action::CreateJob { .. } | Action::DeleteJob { .. } => Ok(()),
+        // A release is a deletion pass's (`cleanup::act`).
+        Action::Nothing | Action::CreateJob { .. } | Action::DeleteJob { .. } | Action::Release { .. } => {
+            Ok(())
+        }
         Action::CreatePreprocess => {
             let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
             let child = spec::preprocess_batch(

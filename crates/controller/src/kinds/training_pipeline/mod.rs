@@ -114,10 +114,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     driver::run::<TrainingPipeline>(ctx, shutdown).await;
 }
 
-/// What a pass read: the pipeline's children and jobs, and how far lists can be trusted.
-pub struct Seen {
-    observed: plan::Observed,
-    reads: observe::Reads,
+/// What a pass read. Its variant is the pass's: every hook after `observe` tells a deletion pass
+/// by it.
+pub enum Seen {
+    /// An apply pass: the pipeline's children and jobs, and how far lists can be trusted.
+    Applying {
+        observed: Box<plan::Observed>,
+        reads: Box<observe::Reads>,
+    },
+    /// A deletion pass: every Vertex job of the pipeline, and until when a list may lag.
+    Deleting(cleanup::Listed),
 }
 
 pub use done::Done;
@@ -161,25 +167,35 @@ impl Kind for TrainingPipeline {
     }
 
     async fn observe(&self, io: &Io<'_>, t: &Target) -> Result<Seen> {
+        if self.metadata.deletion_timestamp.is_some() {
+            return Ok(Seen::Deleting(cleanup::observe(io, &t.pipeline, t).await?));
+        }
         let (observed, mut reads) = observe::observe(io, &t.pipeline, t).await?;
         reads.queue = queue::observe(&t.pipeline, io).await?;
         reads.budget = tenancy::rules::suspending(io.settings.policies.governing(&t.id.namespace).rules());
-        Ok(Seen { observed, reads })
+        Ok(Seen::Applying {
+            observed: Box::new(observed),
+            reads: Box::new(reads),
+        })
     }
 
     fn plan(&self, now: DateTime<Utc>, t: &Target, seen: &Seen) -> plan::Plan {
         let old = self.status.clone().unwrap_or_default();
+        let (observed, reads) = match seen {
+            Seen::Applying { observed, reads } => (observed, reads),
+            Seen::Deleting(listed) => return cleanup::plan(listed, &old, now),
+        };
         plan::plan(&plan::Input {
             spec: &t.pipeline.spec,
             status: &old,
             generation: self.metadata.generation,
-            observed: &seen.observed,
+            observed,
             now,
             preprocess_child: &t.preprocess,
             train_child: &t.train,
             rerun: self.annotations().get(RERUN_ANNOTATION).map(String::as_str),
-            queue: seen.reads.queue.as_ref(),
-            budget: seen.reads.budget.as_ref(),
+            queue: reads.queue.as_ref(),
+            budget: reads.budget.as_ref(),
         })
     }
 
@@ -225,12 +241,16 @@ impl Kind for TrainingPipeline {
         decision: &plan::Plan,
         ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
+        let reads = match seen {
+            Seen::Applying { reads, .. } => reads,
+            Seen::Deleting(_) => return Ok(cleanup::act(io, &decision.action).await),
+        };
         act::cancel_jobs(io, &decision.details.cancel_jobs).await?;
         let tp = &t.pipeline;
         let record = &decision.details.record;
-        let did = act::act(io, tp, t, &decision.action, record, &seen.reads, ahead).await?;
-        let new = report::acted(decision, tp.spec.suspend, &did, seen.reads.list_caught_up);
-        let read = seen.reads.train.interruptions.as_ref();
+        let did = act::act(io, tp, t, &decision.action, record, reads, ahead).await?;
+        let new = report::acted(decision, tp.spec.suspend, &did, reads.list_caught_up);
+        let read = reads.train.interruptions.as_ref();
         let interrupted = new.noticed_interruption(tp.status.as_ref(), read);
         let progress = progress::update(io, tp, &new, interrupted).await;
         let events = decision.details.events.iter().cloned();
@@ -247,14 +267,20 @@ impl Kind for TrainingPipeline {
 
     fn report(&self, _now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TrainingPipelineStatus {
         let spec = &pass.target.pipeline.spec;
-        report::written(spec, pass.old, &pass.observed.reads, pass.plan, pass.done)
+        match pass.observed {
+            Seen::Applying { reads, .. } => report::written(spec, pass.old, reads, pass.plan, pass.done),
+            Seen::Deleting(_) => cleanup::report(pass.old, pass.plan),
+        }
     }
 
     /// While training runs, wake for the next checkpoint listing at the latest.
     fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, new: &TrainingPipelineStatus) -> Wait {
         let cap = pass.done.next_check;
         let decision = pass.plan;
-        let reads = &pass.observed.reads;
+        let reads = match pass.observed {
+            Seen::Applying { reads, .. } => reads,
+            Seen::Deleting(_) => return Wait::after(cleanup::wait(config, decision)),
+        };
         let current = |name: &String| Some(name) == new.custom_job_name.as_ref();
         // The job as just created, else as read.
         let job = pass.done.action.created().or(reads.job.as_ref());
@@ -291,8 +317,16 @@ impl Kind for TrainingPipeline {
         self.spec.deletion_policy
     }
 
-    async fn clean(&self, io: &Io<'_>, t: &Target) -> Result<Cleaned<TrainingPipelineStatus>> {
-        cleanup::clean(&t.pipeline, io, t).await
+    /// Deletes through the hooks: each one's deletion part is [`cleanup`]'s.
+    const DELETES_THROUGH_HOOKS: bool = true;
+
+    /// The plan's [`plan::Action::Release`]: its deletes done, no job is left.
+    fn released(&self, pass: &Pass<'_, Self>) -> bool {
+        cleanup::released(pass.plan)
+    }
+
+    async fn clean(&self, _io: &Io<'_>, _t: &Target) -> Result<Cleaned<TrainingPipelineStatus>> {
+        unreachable!("TrainingPipeline deletes through the hooks")
     }
 
     /// A Vertex pipeline's Kueue Workload is deleted and let go once its jobs are gone (or

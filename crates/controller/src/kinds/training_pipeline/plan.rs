@@ -86,6 +86,10 @@ pub enum Action {
     },
     /// Create, release or delete the pipeline's Kueue Workload (`kueue_gate`).
     Workload(Write),
+    /// Deletion only: delete these finished Vertex jobs, then let the finalizer go (`cleanup`).
+    Release {
+        delete: Vec<String>,
+    },
 }
 
 impl Action {
