@@ -133,6 +133,8 @@ impl Kind for TrainingPipeline {
     const FIELD_MANAGER: &'static str = status::FIELD_MANAGER;
     /// A pipeline is also woken by its children, which leave its own `resourceVersion` as it was.
     const SETTLES: bool = false;
+    /// Deletes through the hooks: each one's deletion part is [`cleanup`]'s.
+    const DELETES_THROUGH_HOOKS: bool = true;
     type Status = TrainingPipelineStatus;
     type Target = Target;
     type Observed = Seen;
@@ -316,9 +318,6 @@ impl Kind for TrainingPipeline {
     fn deletion_policy(&self) -> DeletionPolicy {
         self.spec.deletion_policy
     }
-
-    /// Deletes through the hooks: each one's deletion part is [`cleanup`]'s.
-    const DELETES_THROUGH_HOOKS: bool = true;
 
     /// The plan's [`plan::Action::Release`]: its deletes done, no job is left.
     fn released(&self, pass: &Pass<'_, Self>) -> bool {
