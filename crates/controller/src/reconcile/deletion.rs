@@ -4,12 +4,12 @@
 //! status written, its Events published (kinds publish none themselves) and what it waits on
 //! registered; what the object holds in Kubernetes let go last, once nothing is left.
 
-use kube::{ResourceExt, runtime::controller::Action};
+use kube::runtime::controller::Action;
 use tpu_operator_api::DeletionPolicy;
 
 use super::{
     context::Context,
-    kind::{Cleaned, Kind, Pass},
+    kind::{Kind, Pass},
     pass, report,
     status::{self, Ahead},
 };
@@ -31,40 +31,7 @@ pub async fn cleanup<K: Kind>(obj: &K, ctx: &Context) -> Result<Option<Action>> 
         obj.let_go(&ctx.io()).await?;
         return Ok(None);
     }
-    if K::DELETES_THROUGH_HOOKS {
-        return through_hooks(obj, ctx, &t).await;
-    }
-    let (new, wait, failed, events) = match obj.clean(&ctx.io(), &t).await? {
-        Cleaned::Done { unwatch, events } => {
-            for event in events {
-                report::publish(ctx, obj, event).await;
-            }
-            obj.let_go(&ctx.io()).await?;
-            if let Some(u) = unwatch {
-                ctx.cloud_watch.unwatch(u.collection, &u.name);
-            }
-            return Ok(None);
-        }
-        Cleaned::Pending {
-            status,
-            wait,
-            failed,
-            events,
-        } => (status, wait, failed, events),
-    };
-    if let Some(new) = new {
-        let old = obj.status().cloned().unwrap_or_default();
-        status::record_spend(ctx, obj, &new);
-        let base = obj.resource_version();
-        status::write(ctx, obj, base.as_deref(), Some(&old), &new).await?;
-    }
-    for event in events {
-        report::publish(ctx, obj, event).await;
-    }
-    if let Some(err) = failed {
-        return Err(err);
-    }
-    Ok(Some(pass::settle(ctx, obj, wait)))
+    through_hooks(obj, ctx, &t).await
 }
 
 /// One deletion pass through the apply hooks: observe → plan → act → released? → status →

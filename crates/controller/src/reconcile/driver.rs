@@ -130,7 +130,7 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
         return Ok(Action::await_change());
     };
     let obj = Arc::new(obj);
-    let deleting = obj.meta().deletion_timestamp.is_some();
+    let deleting = obj.deleting();
     if deleting {
         obj.forget(ctx.settings(), ctx.kept());
     }

@@ -20,7 +20,7 @@ use tpu_operator_api::{
 use super::{
     handles::{Io, Kept, Settings},
     report::Transition,
-    wait::{Unwatch, Wait},
+    wait::Wait,
 };
 use crate::{
     governance::tenancy::{self, Denial, usage::Holding},
@@ -161,25 +161,16 @@ pub trait Kind:
         None
     }
 
-    /// The kind's deletion (policy `Delete`) runs through the apply hooks: `observe`, `plan`,
-    /// `act`, `report` and `wait` see the object's `deletionTimestamp` and plan the release of
-    /// what it holds; [`Kind::released`] says when nothing is left. `false`: through
-    /// [`Kind::clean`], while a kind moves over.
-    const DELETES_THROUGH_HOOKS: bool = false;
+    /// Whether the object is being deleted. A deletion (policy `Delete`) runs through the apply
+    /// hooks ([`super::deletion`]): `observe`, `plan`, `act`, `report` and `wait` ask this and
+    /// plan the release of what the object holds; [`Kind::released`] says when nothing is left.
+    fn deleting(&self) -> bool {
+        self.meta().deletion_timestamp.is_some()
+    }
 
     /// A deletion pass: whether nothing of the object's is left in the cloud once this pass's
     /// action is done, so that its finalizer may go (pure). Never asked of an apply pass.
-    fn released(&self, _pass: &Pass<'_, Self>) -> bool {
-        false
-    }
-
-    /// One deletion pass over the object's cloud resources (policy `Delete`), for a kind that
-    /// does not yet delete through the hooks ([`Kind::DELETES_THROUGH_HOOKS`]).
-    fn clean(
-        &self,
-        io: &Io<'_>,
-        t: &Self::Target,
-    ) -> impl Future<Output = Result<Cleaned<Self::Status>>> + Send;
+    fn released(&self, pass: &Pass<'_, Self>) -> bool;
 
     /// What the object holds in Kubernetes that goes with it once its cloud resources are gone
     /// or orphaned, before its finalizer goes: its Kueue Workload, whose quota stays reserved
@@ -322,16 +313,6 @@ pub struct Acted<D> {
     pub failed: Option<ReconcileError>,
 }
 
-impl<S> Cleaned<S> {
-    /// Nothing left, nothing watched, nothing to say.
-    pub fn done() -> Self {
-        Self::Done {
-            unwatch: None,
-            events: Vec::new(),
-        }
-    }
-}
-
 impl<D> Acted<D> {
     pub fn done(done: D) -> Self {
         Self {
@@ -340,27 +321,6 @@ impl<D> Acted<D> {
             failed: None,
         }
     }
-}
-
-/// One deletion pass's outcome (see [`Kind::clean`]). One per pass, moved once into the pass:
-/// boxing the status would only add an allocation.
-#[allow(clippy::large_enum_variant)]
-pub enum Cleaned<S> {
-    /// Nothing of the object's is left in the cloud: the finalizer may go (`unwatch`: what the
-    /// object waited on until now). The pass publishes `events` first.
-    Done {
-        unwatch: Option<Unwatch>,
-        events: Vec<Transition>,
-    },
-    /// Cloud resources remain: report `status` (when given), publish `events` (what this pass
-    /// did: a job cancelled, a node left in place), then wait.
-    Pending {
-        status: Option<S>,
-        wait: Wait,
-        /// As [`Acted::failed`]: returned after the write and the Events.
-        failed: Option<ReconcileError>,
-        events: Vec<Transition>,
-    },
 }
 
 /// Where the extra watches of [`Kind::watches`] read from.

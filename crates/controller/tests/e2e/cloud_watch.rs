@@ -231,6 +231,44 @@ async fn a_deletion_waits_on_the_listing_and_reads_the_node_once_at_the_end() {
     );
 }
 
+/// The first deletion pass deletes a READY node by name without reading it. A NOT_FOUND to that
+/// delete is not taken as the node gone: the next pass reads, finds the node still there, and
+/// deletes it; only then does the finalizer go.
+#[tokio::test]
+async fn a_delete_answered_not_found_is_confirmed_by_a_read_before_the_finalizer_goes() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, |_| {}).await;
+    env.create(&slice("nf")).await;
+    env.wait_for("nf", "slice Ready", STEP, slice_ready).await;
+    env.gcp
+        .inject(Fault::FailCalls {
+            service: "tpu".into(),
+            method: "nodes.delete".into(),
+            count: 1,
+            code: Code::NotFound,
+            message: None,
+        })
+        .unwrap();
+    env.gcp.clear_calls();
+    env.api::<TpuSlice>()
+        .delete("nf", &Default::default())
+        .await
+        .expect("delete slice");
+    env.wait_gone::<TpuSlice>("nf", Duration::from_millis(500)).await;
+    let counts = env.gcp.call_counts();
+    assert!(env.gcp.nodes().is_empty(), "a node was left: {counts:?}");
+    let count = |m: &str| counts.get(m).copied().unwrap_or(0);
+    assert_eq!(
+        count("tpu.nodes.delete"),
+        2,
+        "the refused one, then after the read: {counts:?}"
+    );
+    assert!(
+        count("tpu.nodes.get") >= 1,
+        "the node is read after NOT_FOUND: {counts:?}"
+    );
+}
+
 /// Issue 35 item 7: a READY Spot slice settles (its stable poll is an hour here), yet a
 /// preemption reaches it in seconds: the zone's node listing, one for every slice waiting there,
 /// shows the node leave READY (before: noticed only at the slice's next stable poll).

@@ -44,7 +44,7 @@ use crate::{
         context::Context,
         driver,
         handles::{Io, Settings},
-        kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, WriteAhead},
+        kind::{Acted, Admission, Kind, OwnedHolder, Pass, Stop, WriteAhead},
         report::Transition,
         wait::{Wait, Watch},
     },
@@ -76,7 +76,6 @@ impl Kind for PreprocessBatch {
     const KIND: &'static str = "PreprocessBatch";
     const FIELD_MANAGER: &'static str = status::FIELD_MANAGER;
     const SETTLES: bool = true;
-    const DELETES_THROUGH_HOOKS: bool = true;
     type Status = PreprocessBatchStatus;
     type Target = Target;
     type Observed = Observed;
@@ -128,7 +127,7 @@ impl Kind for PreprocessBatch {
     }
 
     async fn observe(&self, io: &Io<'_>, t: &Target) -> Result<Observed> {
-        if deleting(self) {
+        if self.deleting() {
             return observe::observe_deletion(io, t, self.status.as_ref()).await;
         }
         let old = self.status.clone().unwrap_or_default();
@@ -196,7 +195,7 @@ impl Kind for PreprocessBatch {
 
     /// The batch this pass saw (or just submitted), watched while it changes by itself.
     fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, _new: &PreprocessBatchStatus) -> Wait {
-        if deleting(self) {
+        if self.deleting() {
             // Deletion polls at the verdict's (active) interval and watches nothing.
             return Wait::after(pass.plan.verdict.requeue.after(config));
         }
@@ -235,10 +234,6 @@ impl Kind for PreprocessBatch {
     /// The deletion plan says whether its action leaves nothing (asked only once it succeeded).
     fn released(&self, pass: &Pass<'_, Self>) -> bool {
         pass.plan.details.releases
-    }
-
-    async fn clean(&self, _io: &Io<'_>, _t: &Target) -> Result<Cleaned<PreprocessBatchStatus>> {
-        unreachable!("PreprocessBatch deletes through the hooks")
     }
 
     fn cleaned_up(&self, policy: DeletionPolicy) -> Option<Transition> {
@@ -289,9 +284,4 @@ fn request(obj: &PreprocessBatch, t: &Target) -> tenancy::Request {
         orphan: tenancy::request::orphans(obj.spec.deletion_policy),
         ..policy::batch(project, &obj.spec.region, &obj.spec.batch)
     }
-}
-
-/// A deletion pass: the object is being deleted (the apply pass never runs on it).
-fn deleting(obj: &PreprocessBatch) -> bool {
-    obj.metadata.deletion_timestamp.is_some()
 }

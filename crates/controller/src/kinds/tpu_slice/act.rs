@@ -55,7 +55,7 @@ impl Done {
     }
 
     /// Nothing started: `outcome` is reported instead of the plan's.
-    fn instead(outcome: Outcome) -> Self {
+    pub(super) fn instead(outcome: Outcome) -> Self {
         Self {
             started: None,
             instead: Some(outcome),
@@ -115,7 +115,9 @@ pub async fn act(io: &Io<'_>, action: &Action, req: &Request<'_>) -> Result<Opti
         | Action::RecordSuspension
         | Action::CreateWorkload
         | Action::ReleaseWorkload
-        | Action::DeleteWorkload => return Ok(None),
+        | Action::DeleteWorkload
+        // The backend's own call, made by deletion's act (`cleanup::act`).
+        | Action::ReleaseShared => return Ok(None),
         Action::CreateNode | Action::CreateQueuedResource | Action::CreateSliceQueuedResource(_) => {
             let Some((create, slice)) = create_request(action, req) else {
                 return Ok(None);
@@ -302,6 +304,7 @@ pub(super) fn action_name(action: &Action) -> &'static str {
         Action::CreateWorkload => "create the Kueue Workload",
         Action::ReleaseWorkload => "release the Kueue Workload's quota",
         Action::DeleteWorkload => "delete a Kueue Workload that is not the slice's",
+        Action::ReleaseShared => "release what the slice's incarnations shared",
         Action::CreateNode => "create TPU node",
         Action::CreateQueuedResource => "create queued resource",
         Action::CreateSliceQueuedResource(_) => "create a multislice slice's queued resource",

@@ -1,21 +1,25 @@
-//! The deletion pass (policy `Delete`) and what an allowed `Orphan` leaves counted: delete the
-//! slice's cloud objects, wait until they are gone, then release what the incarnations shared.
+//! A slice's deletion passes (policy `Delete`), through the apply hooks: observe what is left,
+//! plan the next delete ([`plan::plan_deletion`]), send it, wait until it is gone, then release
+//! what the incarnations shared. And what an allowed `Orphan` leaves counted.
+
+use std::time::Duration;
 
 use tpu_operator_api::{
-    conditions::{Progress, reasons},
+    conditions::Progress,
     tpu_slice::{TpuSlice, TpuSlicePhase, TpuSliceStatus},
 };
 use tpu_operator_gcp::{
-    ErrorKind,
+    GcpError,
     tpu_v2::model::{NetworkEndpoint, Node, node},
     wkt,
 };
 
 use super::{
-    Target, act, backend,
+    Target,
+    act::{self, Done},
+    backend,
     observe::{self, Observed},
-    plan::{self, Action as Step, CleanupStep, Details, Outcome, Plan, Verdict},
-    status,
+    plan::{self, Action as Step, Outcome, Plan, Verdict},
 };
 use crate::{
     governance::{
@@ -24,9 +28,9 @@ use crate::{
     },
     reconcile::{
         handles::Io,
-        kind::Cleaned,
+        kind::{Acted, Pass},
         report::Transition,
-        wait::{Unwatch, Wait, Watch},
+        wait::{Wait, Watch},
     },
     runtime::{
         config::ControllerConfig,
@@ -53,36 +57,45 @@ pub(super) fn orphaned(slice: &TpuSlice, prices: &PriceTable, t: &Target) -> Opt
     })
 }
 
-/// One deletion pass (policy `Delete`).
-pub(super) async fn clean(slice: &TpuSlice, io: &Io<'_>, t: &Target) -> Result<Cleaned<TpuSliceStatus>> {
-    let old = slice.status.clone().unwrap_or_default();
-    let refused = match delete_known_node(slice, io, t, &old).await? {
-        KnownDelete::Started(cleaned) => return Ok(*cleaned),
-        KnownDelete::NotTried => None,
-        KnownDelete::Refused(err) => Some(err),
-    };
+/// What is left of the slice in the cloud. The first deletion pass of a slice whose status shows
+/// one READY node and nothing else (no queued resource, no earlier incarnation, no operation in
+/// flight, not adopted) reads nothing: the read would only repeat what status says, so the node
+/// is deleted by name, and a deletion costs the two calls it must (the delete, and one read once
+/// the cloud watch sees the node go). A delete refused, or answered NOT_FOUND, ends its pass with
+/// status `Deleting`, so the passes after it read ([`plan::plan_deletion`] on what they read).
+pub(super) async fn observe(slice: &TpuSlice, io: &Io<'_>, t: &Target) -> Result<Observed> {
+    let old = slice.status.as_ref();
+    if let Some(old) = old.filter(|old| known_ready_node(t, old)) {
+        return Ok(Observed {
+            node: Some(last_seen_node(old)),
+            last_seen: true,
+            now: io.clock.now(),
+            ..Observed::default()
+        });
+    }
     let mut observed = observe::observe(io, &t.names, None, None).await?;
-    let events: Vec<Transition> = leave_unadopted_node(io, t, &mut observed).into_iter().collect();
-    let (action, verdict) = match next_step(slice, io, t, &observed).await? {
-        CleanupStep::Done => return Ok(finished(t, &old, events)),
-        CleanupStep::Wait(message) => (Step::Nothing, deleting(message)),
-        CleanupStep::Delete(action) => (action, deleting("deleting the cloud resources")),
-    };
-    let plan = Plan::new(action, verdict, Details::default());
-    let (done, failed) = send_delete(io, t, &old, &plan, refused).await?;
-    let now = io.clock.now();
-    Ok(Cleaned::Pending {
-        status: Some(status::of_pass(slice, t, &old, &observed, &plan, &done, now)),
-        wait: watch_deletion(io.settings.config, slice, &observed, &plan.action),
-        failed,
-        events,
-    })
+    observed.left_in_place = leave_unadopted_node(io, t, &mut observed);
+    Ok(observed)
+}
+
+/// The slice's status shows one plain READY node of the current incarnation and nothing else,
+/// and deletion has not started: [`observe`] need not read it.
+fn known_ready_node(t: &Target, old: &TpuSliceStatus) -> bool {
+    let names = &t.names;
+    !names.adopted
+        && names.backend().deletes_known_node()
+        && names.current.queued.is_none()
+        && names.previous.is_none()
+        && old.pending_operation.is_none()
+        && old.phase != TpuSlicePhase::Deleting
+        && old.node_state.as_deref() == Some("READY")
+        && old.node_name.as_deref() == Some(names.current.node.as_str())
 }
 
 /// A node named by `spec.adoptNodeId` that this slice never took over (adoption refused, or
-/// another owner's) is not the slice's to delete: it is dropped from `observed`, and the Event
-/// that says so is returned.
-fn leave_unadopted_node(io: &Io<'_>, t: &Target, observed: &mut Observed) -> Option<Transition> {
+/// another owner's) is not the slice's to delete: it is dropped from `observed`, and what the
+/// Event says is returned.
+fn leave_unadopted_node(io: &Io<'_>, t: &Target, observed: &mut Observed) -> Option<String> {
     let node = observed.node.as_ref()?;
     let cluster = &io.settings.config.cluster_id;
     let ours = tenancy::adoption::ownership(
@@ -100,61 +113,75 @@ fn leave_unadopted_node(io: &Io<'_>, t: &Target, observed: &mut Observed) -> Opt
         node.name
     );
     observed.node = None;
-    Some(Transition::normal("Deleted", note))
+    Some(note)
 }
 
-/// What deletion does next. Once every incarnation is gone, what they shared (a Compute Engine
-/// group's template and policy) is released last; `Done` only when that is gone too.
-async fn next_step(slice: &TpuSlice, io: &Io<'_>, t: &Target, observed: &Observed) -> Result<CleanupStep> {
-    let step = plan::plan_cleanup(observed);
-    if step != CleanupStep::Done {
-        return Ok(step);
+/// Carries out a deletion pass's plan: the delete it planned, or the release of what the
+/// incarnations shared. A delete refused for a permission stalls the slice (reported instead of
+/// the plan's verdict) and comes back as the failure; any other error is returned.
+pub(super) async fn act(
+    slice: &TpuSlice,
+    io: &Io<'_>,
+    t: &Target,
+    observed: &Observed,
+    plan: &Plan,
+) -> Result<Acted<Done>> {
+    let old = slice.status.clone().unwrap_or_default();
+    let mut events: Vec<Transition> = observed
+        .left_in_place
+        .iter()
+        .map(|note| Transition::normal("Deleted", note.clone()))
+        .collect();
+    if plan.action == Step::ReleaseShared {
+        let done = release(slice, io, t).await?;
+        if done.instead.is_none() {
+            events.extend(gone(&old));
+        }
+        return Ok(Acted {
+            done,
+            events,
+            failed: None,
+        });
     }
+    let request = t.request(&old, None);
+    let (done, failed) = match act::act(io, &plan.action, &request).await {
+        // A delete by name of a node not read this pass found it gone: the next pass reads.
+        Ok(None) if observed.last_seen && matches!(plan.action, Step::DeleteNode(_)) => {
+            let name = &t.names.current.node;
+            let already = plan::deleting(format!("node {name} is already gone; confirming"));
+            (Done::instead(Outcome::from(already)), None)
+        }
+        Ok(started) => (Done::started(started), None),
+        Err(err) => refused(&plan.action, err)?,
+    };
+    Ok(Acted { done, events, failed })
+}
+
+/// What the incarnations shared (a Compute Engine group's template and policy), released once
+/// every one of them is gone: nothing reported instead of the plan once nothing is left.
+async fn release(slice: &TpuSlice, io: &Io<'_>, t: &Target) -> Result<Done> {
     let releasing = backend::Releasing {
         spec: t.spec(&slice.spec),
         project: &t.names.project,
         identity: &t.identity,
     };
     Ok(match t.names.backend().release(io.gcp, &releasing).await? {
-        Some(wait) => CleanupStep::Wait(wait),
-        None => CleanupStep::Done,
+        Some(wait) => Done::instead(Outcome::from(plan::deleting(wait))),
+        None => Done::default(),
     })
 }
 
-/// Nothing is left in the cloud: say what went (when status named something) and let the
-/// finalizer go.
-fn finished(t: &Target, old: &TpuSliceStatus, mut events: Vec<Transition>) -> Cleaned<TpuSliceStatus> {
-    if let Some(what) = old.queued_resource_name.as_ref().or(old.node_name.as_ref()) {
-        let note = format!("{what} is gone; removing the finalizer");
-        events.push(Transition::normal("Deleted", note));
-    }
-    Cleaned::Done {
-        unwatch: Some(Unwatch::of::<Node>(&t.names.current.node)),
-        events,
-    }
+/// Nothing is left in the cloud: what status named is gone (no Event when it named nothing).
+fn gone(old: &TpuSliceStatus) -> Option<Transition> {
+    let what = old.queued_resource_name.as_ref().or(old.node_name.as_ref())?;
+    let note = format!("{what} is gone; removing the finalizer");
+    Some(Transition::normal("Deleted", note))
 }
 
-/// Sends the plan's delete. The delete this pass already sent by name was refused: its answer
-/// stands for the same delete, instead of asking again at once (a refused delete is retried with
-/// backoff). A refused permission stalls the slice (reported instead of the plan's verdict) and
-/// comes back as the failure; any other error is returned.
-async fn send_delete(
-    io: &Io<'_>,
-    t: &Target,
-    old: &TpuSliceStatus,
-    plan: &Plan,
-    refused: Option<tpu_operator_gcp::GcpError>,
-) -> Result<(act::Done, Option<ReconcileError>)> {
-    let request = t.request(old, None);
-    let result = match refused {
-        Some(err) if plan.action == Step::DeleteNode(t.names.current.node.clone()) => Err(err),
-        _ => act::act(io, &plan.action, &request).await,
-    };
-    let err = match result {
-        Ok(started) => return Ok((act::Done::started(started), None)),
-        Err(err) => err,
-    };
-    let failed = ReconcileError::gcp(act::action_name(&plan.action));
+/// A refused delete: a refused permission is reported (`Stalled`, instead of the plan's verdict)
+/// and returned as the failure, for the slow retry; any other error is the pass's.
+fn refused(action: &Step, err: GcpError) -> Result<(Done, Option<ReconcileError>)> {
+    let failed = ReconcileError::gcp(act::action_name(action));
     let Some(reason) = crate::runtime::refused::reason(&err) else {
         return Err(failed(err));
     };
@@ -164,91 +191,25 @@ async fn send_delete(
         reason,
         format!("cannot delete: {err}; retrying with backoff"),
     );
-    let done = act::Done {
-        started: None,
-        instead: Some(Outcome::from(stalled)),
-    };
-    Ok((done, Some(failed(err))))
+    Ok((Done::instead(Outcome::from(stalled)), Some(failed(err))))
 }
 
-/// The verdict while the slice's cloud objects are being deleted.
-fn deleting(message: impl Into<String>) -> Verdict {
-    Verdict::new(
-        TpuSlicePhase::Deleting,
-        Progress::Reconciling,
-        reasons::DELETING,
-        message,
-    )
+/// Whether nothing of the slice's is left: every incarnation gone and what they shared released.
+pub(super) fn released(plan: &Plan, done: &Done) -> bool {
+    plan.action == Step::ReleaseShared && done.instead.is_none()
 }
 
-/// The first deletion pass of a slice whose status shows one READY node and nothing else (no
-/// queued resource, no earlier incarnation, no operation in flight, not adopted): the node is
-/// deleted by name without reading it first, since the read would only repeat what status says.
-/// Its end is then seen through the cloud watch and one read, so a deletion costs the two calls
-/// it must. Anything else, a NOT_FOUND, or a refused delete takes the full path
-/// (read, plan, act), which reports errors.
-async fn delete_known_node(
-    slice: &TpuSlice,
-    io: &Io<'_>,
-    t: &Target,
-    old: &TpuSliceStatus,
-) -> Result<KnownDelete> {
-    let names = &t.names;
-    let plain = !names.adopted
-        && names.backend().deletes_known_node()
-        && names.current.queued.is_none()
-        && names.previous.is_none()
-        && old.pending_operation.is_none()
-        && old.phase != TpuSlicePhase::Deleting
-        && old.node_state.as_deref() == Some("READY")
-        && old.node_name.as_deref() == Some(names.current.node.as_str());
-    if !plain {
-        return Ok(KnownDelete::NotTried);
+/// When a deletion pass looks again. Once released, what the slice watched is dropped; a node
+/// found already gone is confirmed at once; otherwise [`watch_deletion`].
+pub(super) fn wait(config: &ControllerConfig, pass: &Pass<'_, TpuSlice>) -> Wait {
+    let node = &pass.target.names.current.node;
+    if released(pass.plan, pass.done) {
+        return Wait::poll_unwatching::<Node>(Duration::ZERO, Some(node));
     }
-    let action = Step::DeleteNode(names.current.node.clone());
-    let request = t.request(old, None);
-    let started = match act::act(io, &action, &request).await {
-        Ok(Some(started)) => started,
-        Ok(None) => return Ok(KnownDelete::NotTried),
-        Err(err) if err.kind == ErrorKind::NotFound => return Ok(KnownDelete::NotTried),
-        Err(err) => return Ok(KnownDelete::Refused(err)),
-    };
-    let plan = Plan::new(
-        action.clone(),
-        deleting("deleting the cloud resources"),
-        Details::default(),
-    );
-    // What the status last showed of the node (it was READY, and billing, until this delete):
-    // the same status the full path writes from the read it would have made.
-    let observed = Observed {
-        node: Some(last_seen_node(old)),
-        ..Observed::default()
-    };
-    let now = io.clock.now();
-    Ok(KnownDelete::Started(Box::new(Cleaned::Pending {
-        status: Some(status::of_pass(
-            slice,
-            t,
-            old,
-            &observed,
-            &plan,
-            &act::Done::started(Some(started)),
-            now,
-        )),
-        wait: watch_deletion(io.settings.config, slice, &observed, &action),
-        failed: None,
-        events: Vec::new(),
-    })))
-}
-
-/// What [`delete_known_node`] did.
-enum KnownDelete {
-    /// The delete started: report it and wait.
-    Started(Box<Cleaned<TpuSliceStatus>>),
-    /// Not a plain READY node, or it is gone already: the full path decides.
-    NotTried,
-    /// The delete was refused: the full path reads the node and reports this answer.
-    Refused(tpu_operator_gcp::GcpError),
+    if pass.observed.last_seen && pass.done.started.is_none() {
+        return Wait::after(Duration::ZERO);
+    }
+    watch_deletion(config, pass.obj, pass.observed, &pass.plan.action)
 }
 
 /// The node as `status` last described it (name, state, health, addresses, creation time).
@@ -277,20 +238,19 @@ fn last_seen_node(status: &TpuSliceStatus) -> Node {
 /// get), so instead of a read every `poll_active` a deletion costs one read at the end. Queued
 /// resources are not listed by the watch and are polled at `poll_active`.
 fn watch_deletion(config: &ControllerConfig, slice: &TpuSlice, observed: &Observed, action: &Step) -> Wait {
-    use tpu_operator_gcp::tpu_v2::model::node::State;
     let queued = observed.queued.is_some() || observed.previous_queued.is_some();
     let node = match action {
         Step::DeleteNode(name) => Some(name.as_str()),
         Step::Nothing => [&observed.node, &observed.previous_node]
             .into_iter()
             .flatten()
-            .find(|n| n.state == State::Deleting)
+            .find(|n| n.state == node::State::Deleting)
             .map(|n| n.name.as_str()),
         _ => None,
     };
     let watchable = backend::of(slice.spec.provisioner).watchable();
     match node.filter(|_| !queued && watchable) {
-        Some(name) => Wait::watch(Watch::state::<Node>(name, &State::Deleting)),
+        Some(name) => Wait::watch(Watch::state::<Node>(name, &node::State::Deleting)),
         None => Wait::after(config.poll_active),
     }
 }

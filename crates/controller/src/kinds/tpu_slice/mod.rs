@@ -65,7 +65,7 @@ use crate::{
         context::Context,
         driver,
         handles::{Io, Kept, Settings},
-        kind::{Acted, Admission, Claim, Cleaned, Kind, Pass, Stop, WriteAhead},
+        kind::{Acted, Admission, Claim, Kind, Pass, Stop, WriteAhead},
         report::Transition,
         wait::Wait,
     },
@@ -157,6 +157,9 @@ impl Kind for TpuSlice {
     }
 
     async fn observe(&self, io: &Io<'_>, t: &Target) -> Result<Observed> {
+        if self.deleting() {
+            return cleanup::observe(self, io, t).await;
+        }
         let pending = self.status.as_ref().and_then(|s| s.pending_operation.as_deref());
         let mut observed = observe::observe(io, &t.names, pending, Some(&t.desired)).await?;
         observed.workload_done = observe::workload_done(
@@ -200,6 +203,9 @@ impl Kind for TpuSlice {
     }
 
     fn plan(&self, now: DateTime<Utc>, t: &Target, observed: &Observed) -> Plan {
+        if self.deleting() {
+            return plan::plan_deletion(observed);
+        }
         let old = self.status.clone().unwrap_or_default();
         plan::plan(&plan_input(self, t, &old, observed, now))
     }
@@ -222,6 +228,9 @@ impl Kind for TpuSlice {
         plan: &Plan,
         _ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<act::Done>> {
+        if self.deleting() {
+            return cleanup::act(self, io, t, observed, plan).await;
+        }
         let old = self.status.clone().unwrap_or_default();
         if let (Step::CreateWorkload | Step::ReleaseWorkload | Step::DeleteWorkload, Some(queued)) =
             (&plan.action, &observed.queue)
@@ -256,6 +265,9 @@ impl Kind for TpuSlice {
     }
 
     fn wait(&self, config: &ControllerConfig, pass: &Pass<'_, Self>, new: &TpuSliceStatus) -> Wait {
+        if self.deleting() {
+            return cleanup::wait(config, pass);
+        }
         wait::after_pass(config, pass, new)
     }
 
@@ -267,8 +279,8 @@ impl Kind for TpuSlice {
         cleanup::orphaned(self, settings.prices, t)
     }
 
-    async fn clean(&self, io: &Io<'_>, t: &Target) -> Result<Cleaned<TpuSliceStatus>> {
-        cleanup::clean(self, io, t).await
+    fn released(&self, pass: &Pass<'_, Self>) -> bool {
+        cleanup::released(pass.plan, pass.done)
     }
 
     /// Its Kueue Workload is deleted and let go: the quota is free once the node is gone.

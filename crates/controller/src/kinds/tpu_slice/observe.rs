@@ -43,6 +43,12 @@ pub struct Observed {
     pub queue: Option<super::queue::Queued>,
     /// When the pass read the cloud (the operator's clock): what its waits count from.
     pub now: DateTime<Utc>,
+    /// Deletion: `node` is the plain READY node status last showed, not read this pass (see
+    /// [`super::cleanup::observe`]).
+    pub last_seen: bool,
+    /// Deletion: the node `spec.adoptNodeId` names, which this slice never took over, left in
+    /// place (and dropped from `node`): the Event that says so.
+    pub left_in_place: Option<String>,
 }
 
 /// A pending operation as plan needs it.

@@ -31,7 +31,7 @@ mod withheld;
 
 use absent::plan_absent;
 use cleanup::is_qr_deleting;
-pub use cleanup::{CleanupStep, plan_cleanup};
+pub use cleanup::{CleanupStep, deleting, plan_cleanup, plan_deletion};
 pub use errors::{node_busy, on_action_error, on_create_error};
 pub use paced::paced;
 use reap::{flex_run_over, idle_timeout_exceeded, max_run_exceeded, suspended};
@@ -103,6 +103,10 @@ pub enum Action {
     ReleaseWorkload,
     /// Kubernetes only: delete a Workload of the slice's name that is not the slice's.
     DeleteWorkload,
+    /// Deletion, once every incarnation is gone: release what they shared (a Compute Engine
+    /// group's instance template and policy; nothing on the TPU API). The backend says whether
+    /// anything is still going.
+    ReleaseShared,
 }
 
 impl Action {

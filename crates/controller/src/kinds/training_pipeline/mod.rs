@@ -47,7 +47,7 @@ use crate::{
         context::Context,
         driver,
         handles::{Io, Kept, Settings},
-        kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, Watches, WriteAhead},
+        kind::{Acted, Admission, Kind, OwnedHolder, Pass, Stop, Watches, WriteAhead},
         report::Transition,
         wait::{Wait, Watch},
     },
@@ -134,7 +134,6 @@ impl Kind for TrainingPipeline {
     /// A pipeline is also woken by its children, which leave its own `resourceVersion` as it was.
     const SETTLES: bool = false;
     /// Deletes through the hooks: each one's deletion part is [`cleanup`]'s.
-    const DELETES_THROUGH_HOOKS: bool = true;
     type Status = TrainingPipelineStatus;
     type Target = Target;
     type Observed = Seen;
@@ -169,7 +168,7 @@ impl Kind for TrainingPipeline {
     }
 
     async fn observe(&self, io: &Io<'_>, t: &Target) -> Result<Seen> {
-        if self.metadata.deletion_timestamp.is_some() {
+        if self.deleting() {
             return Ok(Seen::Deleting(cleanup::observe(io, &t.pipeline, t).await?));
         }
         let (observed, mut reads) = observe::observe(io, &t.pipeline, t).await?;
@@ -322,10 +321,6 @@ impl Kind for TrainingPipeline {
     /// The plan's [`plan::Action::Release`]: its deletes done, no job is left.
     fn released(&self, pass: &Pass<'_, Self>) -> bool {
         cleanup::released(pass.plan)
-    }
-
-    async fn clean(&self, _io: &Io<'_>, _t: &Target) -> Result<Cleaned<TrainingPipelineStatus>> {
-        unreachable!("TrainingPipeline deletes through the hooks")
     }
 
     /// A Vertex pipeline's Kueue Workload is deleted and let go once its jobs are gone (or

@@ -25,7 +25,7 @@ use crate::{
     reconcile::{
         context::Context,
         handles::{Io, Settings},
-        kind::{Acted, Admission, Cleaned, Kind, OwnedHolder, Pass, Stop, WriteAhead},
+        kind::{Acted, Admission, Kind, OwnedHolder, Pass, Stop, WriteAhead},
         plan::{Plan, Verdict},
         report::{Reports, Transition},
         wait::Wait,
@@ -122,10 +122,6 @@ pub fn deleting(mut obj: Fake) -> Fake {
 }
 
 impl Fake {
-    fn deleting(&self) -> bool {
-        self.metadata.deletion_timestamp.is_some()
-    }
-
     /// A previous deletion pass said `Deleting`: its cloud object is gone now.
     fn released_before(&self) -> bool {
         self.status.as_ref().is_some_and(|s| s.phase == "Deleting")
@@ -258,15 +254,9 @@ impl Kind for Fake {
 
     /// Deletes through the hooks: pending (status `Deleting`) on the first pass, released on
     /// the next.
-    const DELETES_THROUGH_HOOKS: bool = true;
-
     fn released(&self, _pass: &Pass<'_, Self>) -> bool {
         step("released");
         self.released_before()
-    }
-
-    async fn clean(&self, _io: &Io<'_>, _t: &()) -> Result<Cleaned<FakeStatus>> {
-        unreachable!("the fake deletes through the hooks")
     }
 
     fn cleaned_up(&self, _policy: DeletionPolicy) -> Option<Transition> {

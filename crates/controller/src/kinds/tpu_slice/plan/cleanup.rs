@@ -1,10 +1,15 @@
-//! What deletion does next: the queued resource first, then a node, each gone before the next.
+//! What deletion does next: the queued resource first, then a node, each gone before the next,
+//! and what the incarnations shared released last.
 //!
 //! Does not touch Kubernetes or Google Cloud.
 
+use tpu_operator_api::{
+    conditions::{Progress, reasons},
+    tpu_slice::TpuSlicePhase,
+};
 use tpu_operator_gcp::tpu_v2::model::{QueuedResource, node, queued_resource_state};
 
-use super::{Action, Observed};
+use super::{Action, Observed, Plan, Verdict, doing};
 
 /// What deletion does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +50,29 @@ pub fn plan_cleanup(observed: &Observed) -> CleanupStep {
         Some(n) => CleanupStep::Delete(Action::DeleteNode(n.name.clone())),
         None => CleanupStep::Done,
     }
+}
+
+/// A deletion pass's plan (policy `Delete`): the next delete, a wait for one in progress, or,
+/// once every incarnation is gone, the release of what they shared.
+pub fn plan_deletion(observed: &Observed) -> Plan {
+    match plan_cleanup(observed) {
+        CleanupStep::Delete(action) => doing(action, deleting("deleting the cloud resources")),
+        CleanupStep::Wait(message) => doing(Action::Nothing, deleting(message)),
+        CleanupStep::Done => doing(
+            Action::ReleaseShared,
+            deleting("releasing what the slice's incarnations shared"),
+        ),
+    }
+}
+
+/// The verdict while the slice's cloud objects are being deleted.
+pub fn deleting(message: impl Into<String>) -> Verdict {
+    Verdict::new(
+        TpuSlicePhase::Deleting,
+        Progress::Reconciling,
+        reasons::DELETING,
+        message,
+    )
 }
 
 /// The queued resource is being deleted.

@@ -225,6 +225,28 @@ fn cleanup_deletes_queued_resource_then_node_then_is_done() {
 }
 
 #[test]
+fn deletion_deletes_then_waits_then_releases_what_was_shared() {
+    let node = Node::new().set_name("n").set_state(S::Ready);
+    let mut o = Observed {
+        node: Some(node),
+        ..Default::default()
+    };
+    let p = plan_deletion(&o);
+    assert_eq!(p.action, Action::DeleteNode("n".into()));
+    assert_eq!(p.verdict.phase, P::Deleting);
+    assert_eq!(p.verdict.said().reason, reasons::DELETING);
+    o.node = Some(Node::new().set_name("n").set_state(S::Deleting));
+    let p = plan_deletion(&o);
+    assert_eq!(p.action, Action::Nothing);
+    assert!(p.verdict.said().message.contains("node n is being deleted"));
+    // Every incarnation gone: what they shared is released, still `Deleting` until it is.
+    let p = plan_deletion(&Observed::default());
+    assert_eq!(p.action, Action::ReleaseShared);
+    assert_eq!(p.verdict.phase, P::Deleting);
+    assert_eq!(p.verdict.said().progress, Progress::Reconciling);
+}
+
+#[test]
 fn max_run_duration_deletes_then_stalls_without_recreating() {
     let mut c = Case::spot().with_node(S::Ready, H::Healthy);
     c.slice.spec.max_run_duration = Some("2h".into());
