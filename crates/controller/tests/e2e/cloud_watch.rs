@@ -269,6 +269,41 @@ async fn a_delete_answered_not_found_is_confirmed_by_a_read_before_the_finalizer
     );
 }
 
+/// A slice whose node is already being deleted while its status still says READY (a crash after
+/// the delete, before the status write; or someone else's delete): the delete by name is refused
+/// as a precondition, and the slice reads the node instead of sending the same delete forever.
+/// Listing is off and the stable poll an hour, so nothing reads the node before the deletion.
+#[tokio::test]
+async fn a_node_already_being_deleted_under_a_ready_status_is_read_and_waited_for() {
+    let mut env = TestEnv::start().await;
+    start(&mut env, |ctx| {
+        ctx.config.watch_lists = false;
+        ctx.config.poll_stable = Duration::from_secs(3600);
+    })
+    .await;
+    env.create(&slice("busy")).await;
+    let ready = env.wait_for("busy", "slice Ready", STEP, slice_ready).await;
+    let node = ready.status.and_then(|s| s.node_name).expect("node name");
+    env.ctx
+        .gcp
+        .tpu
+        .delete_node(&node)
+        .await
+        .expect("a delete behind the slice's back");
+    env.api::<TpuSlice>()
+        .delete("busy", &Default::default())
+        .await
+        .expect("delete slice");
+    env.wait_gone::<TpuSlice>("busy", Duration::from_millis(500))
+        .await;
+    assert!(env.gcp.nodes().is_empty(), "{:#?}", env.gcp.nodes());
+    let deletes = env.gcp.call_count("tpu", "nodes.delete");
+    assert_eq!(
+        deletes, 2,
+        "the delete behind its back, then the slice's one refused delete"
+    );
+}
+
 /// Issue 35 item 7: a READY Spot slice settles (its stable poll is an hour here), yet a
 /// preemption reaches it in seconds: the zone's node listing, one for every slice waiting there,
 /// shows the node leave READY (before: noticed only at the slice's next stable poll).

@@ -118,7 +118,8 @@ fn leave_unadopted_node(io: &Io<'_>, t: &Target, observed: &mut Observed) -> Opt
 
 /// Carries out a deletion pass's plan: the delete it planned, or the release of what the
 /// incarnations shared. A delete refused for a permission stalls the slice (reported instead of
-/// the plan's verdict) and comes back as the failure; any other error is returned.
+/// the plan's verdict) and comes back as the failure; any other answer to a delete of a node not
+/// read this pass is read by the next ([`unread`]); any other error is returned.
 pub(super) async fn act(
     slice: &TpuSlice,
     io: &Io<'_>,
@@ -145,16 +146,31 @@ pub(super) async fn act(
     }
     let request = t.request(&old, None);
     let (done, failed) = match act::act(io, &plan.action, &request).await {
-        // A delete by name of a node not read this pass found it gone: the next pass reads.
-        Ok(None) if observed.last_seen && matches!(plan.action, Step::DeleteNode(_)) => {
-            let name = &t.names.current.node;
-            let already = plan::deleting(format!("node {name} is already gone; confirming"));
-            (Done::instead(Outcome::from(already)), None)
-        }
-        Ok(started) => (Done::started(started), None),
-        Err(err) => refused(&plan.action, err)?,
+        Ok(Some(started)) => (Done::started(Some(started)), None),
+        // The node was deleted by name without a read: NOT_FOUND is not taken as gone.
+        Ok(None) if observed.last_seen => (unread(t, "not found"), None),
+        Ok(None) => (Done::default(), None),
+        Err(err) => match refusal(&err) {
+            Some(stalled) => (
+                stalled,
+                Some(ReconcileError::gcp(act::action_name(&plan.action))(err)),
+            ),
+            // Any other answer to a delete by name (its delete already under way, after a
+            // crash before the status write; a transient error) is read at once by the next
+            // pass: returning it would retry the same unread delete forever.
+            None if observed.last_seen => (unread(t, &err.to_string()), None),
+            None => return Err(ReconcileError::gcp(act::action_name(&plan.action))(err)),
+        },
     };
     Ok(Acted { done, events, failed })
+}
+
+/// A delete by name of a node not read this pass was answered without an operation: status says
+/// `Deleting`, so the next pass, at once, reads what the answer meant.
+fn unread(t: &Target, answer: &str) -> Done {
+    let name = &t.names.current.node;
+    let reading = plan::deleting(format!("node {name} answered the delete: {answer}; reading it"));
+    Done::instead(Outcome::from(reading))
 }
 
 /// What the incarnations shared (a Compute Engine group's template and policy), released once
@@ -178,20 +194,17 @@ fn gone(old: &TpuSliceStatus) -> Option<Transition> {
     Some(Transition::normal("Deleted", note))
 }
 
-/// A refused delete: a refused permission is reported (`Stalled`, instead of the plan's verdict)
-/// and returned as the failure, for the slow retry; any other error is the pass's.
-fn refused(action: &Step, err: GcpError) -> Result<(Done, Option<ReconcileError>)> {
-    let failed = ReconcileError::gcp(act::action_name(action));
-    let Some(reason) = crate::runtime::refused::reason(&err) else {
-        return Err(failed(err));
-    };
+/// A delete refused for good (a permission): `Stalled`, reported instead of the plan's verdict;
+/// the error goes back for the slow retry.
+fn refusal(err: &GcpError) -> Option<Done> {
+    let reason = crate::runtime::refused::reason(err)?;
     let stalled = Verdict::new(
         TpuSlicePhase::Deleting,
         Progress::Stalled,
         reason,
         format!("cannot delete: {err}; retrying with backoff"),
     );
-    Ok((Done::instead(Outcome::from(stalled)), Some(failed(err))))
+    Some(Done::instead(Outcome::from(stalled)))
 }
 
 /// Whether nothing of the slice's is left: every incarnation gone and what they shared released.
