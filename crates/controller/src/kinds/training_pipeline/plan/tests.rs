@@ -96,18 +96,24 @@ struct Planned {
     requeue: Requeue,
 }
 
-/// The plan for `input`, read as [`Planned`].
+/// The plan for `input`, read as [`Planned`] (the pipeline at generation 1).
 fn planned(input: &Input) -> Planned {
     let p = plan(input);
+    let basis = report::Basis {
+        spec: input.spec,
+        old: input.status,
+        generation: Some(1),
+        costs: &input.observed.costs,
+    };
     Planned {
-        status: report::decided(&p, input.spec.suspend),
+        status: report::decided(&basis, &p),
         action: p.action,
         events: p.details.events,
         requeue: p.verdict.requeue,
     }
 }
 
-/// The plan's input for a pipeline `p` at generation 1, without a rerun annotation or Kueue.
+/// The plan's input for a pipeline `p`, without a rerun annotation or Kueue.
 fn input<'a>(
     spec: &'a TrainingPipelineSpec,
     status: &'a TrainingPipelineStatus,
@@ -117,7 +123,6 @@ fn input<'a>(
     Input {
         spec,
         status,
-        generation: Some(1),
         observed,
         now,
         preprocess_child: "p-preprocess",
