@@ -27,15 +27,17 @@ const NO_STAGE: StageStatus = StageStatus {
     links: None,
 };
 
-impl TrainingPipelineStatus {
-    /// Inserts the stage entry if missing (its kind follows the training mode).
-    pub fn ensure_stage(&mut self, name: StageName, mode: TrainingMode, initial: StageState) {
+impl StageStatus {
+    /// Inserts the stage entry `name` into `stages` if missing (its kind follows the training
+    /// mode). Shared by the status and by whatever else keeps a pipeline's stage list (the
+    /// controller's plan record).
+    pub fn ensure(stages: &mut Vec<StageStatus>, name: StageName, mode: TrainingMode, initial: StageState) {
         let kind = match name {
             StageName::Preprocess => StageKind::PreprocessBatch,
             StageName::Train => mode.stage_kind(),
         };
-        if !self.stages.iter().any(|s| s.name == name) {
-            self.stages.push(StageStatus {
+        if !stages.iter().any(|s| s.name == name) {
+            stages.push(StageStatus {
                 name,
                 kind,
                 state: initial,
@@ -44,21 +46,38 @@ impl TrainingPipelineStatus {
         }
     }
 
+    /// The stage entry `name` of `stages` (a pending placeholder when it was never created).
+    pub fn find(stages: &[StageStatus], name: StageName) -> &StageStatus {
+        stages.iter().find(|s| s.name == name).unwrap_or(&NO_STAGE)
+    }
+
+    /// The stage entry `name` of `stages`, created as Pending if missing.
+    pub fn find_mut(stages: &mut Vec<StageStatus>, name: StageName) -> &mut StageStatus {
+        let pos = match stages.iter().position(|s| s.name == name) {
+            Some(pos) => pos,
+            None => {
+                stages.push(StageStatus { name, ..NO_STAGE });
+                stages.len() - 1
+            }
+        };
+        &mut stages[pos]
+    }
+}
+
+impl TrainingPipelineStatus {
+    /// Inserts the stage entry if missing (its kind follows the training mode).
+    pub fn ensure_stage(&mut self, name: StageName, mode: TrainingMode, initial: StageState) {
+        StageStatus::ensure(&mut self.stages, name, mode, initial);
+    }
+
     /// The stage entry (a pending placeholder when it was never created).
     pub fn stage(&self, name: StageName) -> &StageStatus {
-        self.stages.iter().find(|s| s.name == name).unwrap_or(&NO_STAGE)
+        StageStatus::find(&self.stages, name)
     }
 
     /// The stage entry, created as Pending if missing.
     pub fn stage_mut(&mut self, name: StageName) -> &mut StageStatus {
-        let pos = match self.stages.iter().position(|s| s.name == name) {
-            Some(pos) => pos,
-            None => {
-                self.stages.push(StageStatus { name, ..NO_STAGE });
-                self.stages.len() - 1
-            }
-        };
-        &mut self.stages[pos]
+        StageStatus::find_mut(&mut self.stages, name)
     }
 
     /// The kstatus conditions (`Ready`, `Reconciling`, `Stalled`) for `progress`, at the

@@ -22,7 +22,7 @@ use super::{
     Target, checkpoints,
     done::{Did, Outcome},
     observe::{Reads, list_jobs},
-    plan::Action,
+    plan::{Action, Record},
     spec, status,
 };
 use crate::reconcile::handles::Io;
@@ -32,13 +32,13 @@ use crate::runtime::{
 };
 
 /// Carries out `action`; `record` is the pipeline's record as the plan left it (for the
-/// attempt's checkpoint directory and the write-ahead marker).
+/// attempt's checkpoint directory).
 pub async fn act(
     io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
     action: &Action,
-    record: &TrainingPipelineStatus,
+    record: &Record,
     reads: &Reads,
     ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
 ) -> Result<Did> {
@@ -58,7 +58,7 @@ async fn other(
     tp: &TrainingPipeline,
     names: &Target,
     action: &Action,
-    record: &TrainingPipelineStatus,
+    record: &Record,
     reads: &Reads,
 ) -> Result<()> {
     match action {
@@ -103,11 +103,11 @@ async fn create_slice(
     io: &Io<'_>,
     tp: &TrainingPipeline,
     names: &Target,
-    st: &TrainingPipelineStatus,
+    record: &Record,
     attempt: i32,
 ) -> Result<()> {
     let owner = owner_ref(tp).ok_or(ReconcileError::MissingMetadata("uid"))?;
-    let ckpt = checkpoints::current_dir(&tp.spec, st);
+    let ckpt = checkpoints::current_dir(&tp.spec, &record.stages);
     let child = spec::train_slice(
         &tp.spec,
         &names.id,
@@ -240,7 +240,7 @@ async fn create_job(
     tp: &TrainingPipeline,
     names: &Target,
     attempt: i32,
-    record: &TrainingPipelineStatus,
+    record: &Record,
     reads: &Reads,
     ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
 ) -> Result<Did> {
@@ -258,7 +258,7 @@ async fn create_job(
     if let Some(job) = existing {
         return Ok(Did::just(Outcome::Found { name: job.name }));
     }
-    let ckpt = checkpoints::current_dir(&tp.spec, record);
+    let ckpt = checkpoints::current_dir(&tp.spec, &record.stages);
     let cluster = &io.settings.config.cluster_id;
     let job = match spec::custom_job(&tp.spec, &names.id, cluster, attempt, &ckpt) {
         Ok(job) => job,
@@ -267,7 +267,7 @@ async fn create_job(
     if let Some(paced) = turn(io, &names.id, parent) {
         return Ok(Did::just(paced));
     }
-    submit_job(io, tp, parent, job, record, ahead).await
+    submit_job(io, tp, parent, job, ahead).await
 }
 
 /// Creates the job, its create first marked unconfirmed in a status write: the job, or the
@@ -277,13 +277,18 @@ async fn submit_job(
     tp: &TrainingPipeline,
     parent: &str,
     job: tpu_operator_gcp::aiplatform_v1::model::CustomJob,
-    record: &TrainingPipelineStatus,
     ahead: &mut dyn WriteAhead<TrainingPipelineStatus>,
 ) -> Result<Did> {
     // Write-ahead: a reply lost, or a crash before the status write, leaves a job no
     // status names and lists may show late; deletion waits for lists only then.
     let mut unconfirmed = None;
-    if record.unconfirmed_create_time.is_none() {
+    // The stored status's marker: the plan leaves it alone, `report` clears it once a list
+    // shows the job.
+    let stored = tp
+        .status
+        .as_ref()
+        .and_then(|s| s.unconfirmed_create_time.as_ref());
+    if stored.is_none() {
         let started = status::time(io.clock.now());
         let mut marked = tp.status.clone().unwrap_or_default();
         marked.unconfirmed_create_time = Some(started.clone());

@@ -18,7 +18,7 @@
 
 use chrono::{DateTime, Utc};
 use tpu_operator_api::training_pipeline::{
-    Artifacts, CheckpointsOnRetry, StageName, TrainingPipelineSpec, TrainingPipelineStatus,
+    Artifacts, CheckpointsOnRetry, StageName, StageStatus, TrainingPipelineSpec,
 };
 use tpu_operator_gcp::storage::ObjectInfo;
 
@@ -56,9 +56,8 @@ pub fn attempt_dir(artifacts: &Artifacts, counted: i32) -> String {
 
 /// The `CHECKPOINT_DIR` of the pipeline's current counted attempt (the Train stage's
 /// `attempts`, which preemptions and capacity waits do not move).
-pub fn current_dir(spec: &TrainingPipelineSpec, st: &TrainingPipelineStatus) -> String {
-    let counted = st
-        .stages
+pub fn current_dir(spec: &TrainingPipelineSpec, stages: &[StageStatus]) -> String {
+    let counted = stages
         .iter()
         .find(|s| s.name == StageName::Train)
         .map_or(1, |s| s.attempts);

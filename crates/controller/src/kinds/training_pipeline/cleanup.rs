@@ -116,7 +116,7 @@ fn releasing(delete: Vec<String>, old: &TrainingPipelineStatus, now: DateTime<Ut
 fn details(old: &TrainingPipelineStatus, now: DateTime<Utc>) -> Details {
     Details {
         now,
-        record: old.clone(),
+        record: plan::Record::of(old),
         cancel_jobs: Vec::new(),
         events: Vec::new(),
     }

@@ -189,7 +189,6 @@ impl Kind for TrainingPipeline {
         plan::plan(&plan::Input {
             spec: &t.pipeline.spec,
             status: &old,
-            generation: self.metadata.generation,
             observed,
             now,
             preprocess_child: &t.preprocess,
@@ -242,15 +241,17 @@ impl Kind for TrainingPipeline {
         decision: &plan::Plan,
         ahead: &mut dyn WriteAhead<Self::Status>,
     ) -> Result<Acted<Done>> {
-        let reads = match seen {
-            Seen::Applying { reads, .. } => reads,
+        let (observed, reads) = match seen {
+            Seen::Applying { observed, reads } => (observed, reads),
             Seen::Deleting(_) => return Ok(cleanup::act(io, &decision.action).await),
         };
         act::cancel_jobs(io, &decision.details.cancel_jobs).await?;
         let tp = &t.pipeline;
         let record = &decision.details.record;
         let did = act::act(io, tp, t, &decision.action, record, reads, ahead).await?;
-        let new = report::acted(decision, tp.spec.suspend, &did, reads.list_caught_up);
+        let old = tp.status.clone().unwrap_or_default();
+        let basis = report::Basis::of(tp, &old, observed);
+        let new = report::acted(&basis, decision, &did, reads.list_caught_up);
         let read = reads.train.interruptions.as_ref();
         let interrupted = new.noticed_interruption(tp.status.as_ref(), read);
         let progress = progress::update(io, tp, &new, interrupted).await;
@@ -267,11 +268,12 @@ impl Kind for TrainingPipeline {
     }
 
     fn report(&self, _now: DateTime<Utc>, pass: &Pass<'_, Self>) -> TrainingPipelineStatus {
-        let spec = &pass.target.pipeline.spec;
-        match pass.observed {
-            Seen::Applying { reads, .. } => report::written(spec, pass.old, reads, pass.plan, pass.done),
-            Seen::Deleting(_) => cleanup::report(pass.old, pass.plan),
-        }
+        let (observed, reads) = match pass.observed {
+            Seen::Applying { observed, reads } => (observed, reads),
+            Seen::Deleting(_) => return cleanup::report(pass.old, pass.plan),
+        };
+        let basis = report::Basis::of(&pass.target.pipeline, pass.old, observed);
+        report::written(&basis, reads, pass.plan, pass.done)
     }
 
     /// While training runs, wake for the next checkpoint listing at the latest.

@@ -1,6 +1,6 @@
 //! The pipeline's decisions: from (spec, observed children and cloud state, current status, now)
-//! to at most one action, the verdict (phase, kstatus, requeue), the pipeline's record as it
-//! moves on and the events to publish. `report` makes the status of them.
+//! to at most one action, the verdict (phase, kstatus, requeue), the pipeline's [`Record`] as it
+//! moves on and the events to publish. `report` makes the status of them: the plan builds none.
 //!
 //! Stages run in order: Preprocess (optional, an owned `PreprocessBatch`) → Train (a Vertex AI
 //! custom job, or an owned `TpuSlice` running the training container) → Done.
@@ -113,13 +113,13 @@ pub type Plan = crate::reconcile::plan::Plan<Action, Phase, Details>;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Details {
     /// The time the plan was made at: the pass's one "now" (`report` stamps the verdict's
-    /// conditions with it and brings `timeSpent` up to it, so the parts meet the times the plan
-    /// wrote, e.g. `startTime`).
+    /// conditions with it, brings the cost and `timeSpent` up to it, so the parts meet the
+    /// times the plan wrote, e.g. `startTime`).
     pub now: DateTime<Utc>,
     /// The pipeline's record as the state machine leaves it: stages, attempts, times, outputs,
-    /// suspension, re-run, cost. Its phase, message and conditions are the stored ones: `report`
-    /// replaces them from the verdict (a record is not a status until `report` makes it one).
-    pub record: TrainingPipelineStatus,
+    /// suspension, re-run ([`Record`]). Not a status: `report` makes one of it, the stored
+    /// status and the verdict.
+    pub record: Record,
     /// Vertex jobs to cancel besides the action: duplicates of the current attempt.
     pub cancel_jobs: Vec<String>,
     /// The Events the plan decided (a phase change, a duplicate cancelled): `act` publishes them.
@@ -153,8 +153,9 @@ impl Step {
 
 pub struct Input<'a> {
     pub spec: &'a TrainingPipelineSpec,
+    /// The stored status: where the record starts, and what the plan reads of what only
+    /// `report` writes (the phase and conditions it decides from, the checkpoint listed).
     pub status: &'a TrainingPipelineStatus,
-    pub generation: Option<i64>,
     pub observed: &'a Observed,
     pub now: DateTime<Utc>,
     /// `<name>-preprocess` and `<name>-train`, for messages.
@@ -171,15 +172,14 @@ pub struct Input<'a> {
 pub fn plan(input: &Input) -> Plan {
     let mut p = Planner {
         input,
-        st: input.status.clone(),
+        st: Record::of(input.status),
         events: Vec::new(),
     };
-    p.st.observed_generation = input.generation;
     let step = match input.spec.training.mode() {
         Err(message) => p.finish_failed(reasons::INVALID_SPEC, message.into(), Action::Nothing),
         Ok(mode) => {
             p.init(mode);
-            if is_finished(p.st.phase) {
+            if is_finished(input.status.phase) {
                 p.finished(mode)
             } else {
                 p.run(mode)
@@ -203,13 +203,19 @@ pub fn join_uri(dir: &str, leaf: &str) -> String {
 
 struct Planner<'a> {
     input: &'a Input<'a>,
-    st: TrainingPipelineStatus,
+    /// The record being decided (the stored status is `input.status`).
+    st: Record,
     events: Vec<Transition>,
 }
 
 impl Planner<'_> {
     fn spec(&self) -> &TrainingPipelineSpec {
         self.input.spec
+    }
+
+    /// The stored status, for what the plan decides from but does not record.
+    fn old(&self) -> &TrainingPipelineStatus {
+        self.input.status
     }
 
     fn init(&mut self, mode: TrainingMode) {
@@ -232,10 +238,6 @@ impl Planner<'_> {
                 start_time: None,
                 earlier_attempts: 0,
             });
-        }
-        if let Some((accelerator, chips)) = status::accelerator_of(self.spec()) {
-            self.st.accelerator_type = Some(accelerator);
-            self.st.chips = Some(chips);
         }
     }
 
@@ -319,12 +321,7 @@ impl Planner<'_> {
     }
 
     fn finalize(mut self, step: Step) -> Plan {
-        let old_phase = self.input.status.phase;
-        self.st.estimated_cost = status::aggregate_cost(
-            self.st.estimated_cost.as_ref(),
-            &self.input.observed.costs,
-            self.input.now,
-        );
+        let old_phase = self.old().phase;
         let kstatus = step.kstatus.map(|(progress, reason, message)| Kstatus {
             progress,
             reason,
@@ -333,7 +330,10 @@ impl Planner<'_> {
         if step.phase != old_phase {
             let reason = format!("{:?}", step.phase);
             // The message the status will show: the verdict's, else the one it has.
-            let message = kstatus.as_ref().map(|k| &k.message).or(self.st.message.as_ref());
+            let message = kstatus
+                .as_ref()
+                .map(|k| &k.message)
+                .or(self.old().message.as_ref());
             let note = message.cloned().unwrap_or_else(|| reason.clone());
             self.event(step.phase == Phase::Failed, &reason, note);
         }
@@ -383,12 +383,15 @@ mod kueue_gate;
 mod lifecycle;
 mod observed;
 mod preprocess;
+mod record;
 mod retry_policy;
 mod suspend;
 mod training;
 mod vertex_job;
 
 use suspend::held;
+
+pub use record::Record;
 
 pub use observed::{Child, JobView, Marker, Observed, TrainingObserved, cancel_stops_billing, job_ended};
 

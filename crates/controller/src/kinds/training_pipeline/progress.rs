@@ -110,7 +110,7 @@ async fn check(
     if !has_train_attempt {
         return out;
     }
-    let dir = checkpoints::current_dir(&tp.spec, st);
+    let dir = checkpoints::current_dir(&tp.spec, &st.stages);
     let ckpt = st.checkpoint.get_or_insert_with(CheckpointStatus::default);
     if ckpt.dir.as_deref() != Some(dir.as_str()) {
         // A new attempt with a directory of its own (StartClean): nothing of it is known yet.

@@ -148,7 +148,8 @@ impl Planner<'_> {
     /// The newest committed checkpoint, when it was written after the pipeline saw the action.
     fn checkpoint_after_notice(&self) -> Option<String> {
         let noticed = to_chrono(&self.st.budget_suspension.as_ref()?.noticed_time);
-        let ckpt = self.st.checkpoint.as_ref()?;
+        // As the last progress check listed it (the record holds no checkpoint).
+        let ckpt = self.old().checkpoint.as_ref()?;
         let written = to_chrono(ckpt.latest_time.as_ref()?);
         (written > noticed).then(|| ckpt.latest_uri.clone()).flatten()
     }

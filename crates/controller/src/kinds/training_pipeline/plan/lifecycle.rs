@@ -25,7 +25,8 @@ impl Planner<'_> {
     /// Succeeded or Failed: release what training still holds, start another run when one is
     /// asked for, then reap after the TTL.
     pub(super) fn finished(&mut self, mode: TrainingMode) -> Step {
-        let phase = self.st.phase;
+        // Finished by the stored phase: the record holds none.
+        let phase = self.old().phase;
         let keep = |action, requeue| Step {
             phase,
             kstatus: None,
@@ -96,8 +97,8 @@ impl Planner<'_> {
         } else {
             Progress::Stalled
         };
-        let before = find_condition(&self.st.conditions, types::READY)
-            .or_else(|| find_condition(&self.st.conditions, types::STALLED))
+        let before = find_condition(&self.old().conditions, types::READY)
+            .or_else(|| find_condition(&self.old().conditions, types::STALLED))
             .map(|c| c.message.clone())
             .unwrap_or_default();
         let message = format!("{before}; cloud resources reaped after ttlSecondsAfterFinished={ttl}");
@@ -171,9 +172,9 @@ impl Planner<'_> {
 
     /// Failed for `RetriesExhausted` and `maxRetries` now allows another attempt.
     fn retries_raised(&self) -> bool {
-        let exhausted = find_condition(&self.st.conditions, types::STALLED)
+        let exhausted = find_condition(&self.old().conditions, types::STALLED)
             .is_some_and(|c| c.status == "True" && c.reason == reasons::RETRIES_EXHAUSTED);
-        self.st.phase == Phase::Failed && exhausted && self.run_attempts() <= self.spec().max_retries
+        self.old().phase == Phase::Failed && exhausted && self.run_attempts() <= self.spec().max_retries
     }
 
     /// A finished pipeline whose last slice is released runs again: for a new rerun annotation

@@ -96,18 +96,24 @@ struct Planned {
     requeue: Requeue,
 }
 
-/// The plan for `input`, read as [`Planned`].
+/// The plan for `input`, read as [`Planned`] (the pipeline at generation 1).
 fn planned(input: &Input) -> Planned {
     let p = plan(input);
+    let basis = report::Basis {
+        spec: input.spec,
+        old: input.status,
+        generation: Some(1),
+        costs: &input.observed.costs,
+    };
     Planned {
-        status: report::decided(&p, input.spec.suspend),
+        status: report::decided(&basis, &p),
         action: p.action,
         events: p.details.events,
         requeue: p.verdict.requeue,
     }
 }
 
-/// The plan's input for a pipeline `p` at generation 1, without a rerun annotation or Kueue.
+/// The plan's input for a pipeline `p`, without a rerun annotation or Kueue.
 fn input<'a>(
     spec: &'a TrainingPipelineSpec,
     status: &'a TrainingPipelineStatus,
@@ -117,7 +123,6 @@ fn input<'a>(
     Input {
         spec,
         status,
-        generation: Some(1),
         observed,
         now,
         preprocess_child: "p-preprocess",
@@ -202,6 +207,59 @@ fn no_preprocess_stage_trains_at_once_and_marks_the_stage_skipped() {
     assert_eq!(p.action, Action::CreateJob { attempt: 1 });
     assert_eq!(p.status.stage(StageName::Preprocess).state, StageState::Skipped);
     assert_eq!(p.status.accelerator_type.as_deref(), Some("v6e-4"));
+}
+
+/// The plan's record has no room for what only `report` writes: the generation and the cost
+/// are `report`'s (from the pipeline and the children's estimates), and what neither the plan
+/// nor this pass's check changes (links, checkpoint, time spent) stays as stored.
+#[test]
+fn report_brings_in_what_the_record_cannot_hold() {
+    use tpu_operator_api::{
+        common::{CostEstimate, Links},
+        training_pipeline::{CheckpointStatus, TimeSpent},
+    };
+    let mut spec = quickstart();
+    spec.preprocess = None;
+    let mut st = TrainingPipelineStatus::default();
+    let running = vertex(Child::Absent, Some(job(1, JobState::Running)));
+    step(&spec, &mut st, &vertex(Child::Absent, None));
+    step(&spec, &mut st, &running);
+    st.observed_generation = Some(0);
+    st.links = Some(Links {
+        console: Some("console".into()),
+        ..Default::default()
+    });
+    st.checkpoint = Some(CheckpointStatus {
+        latest_step: Some(100),
+        ..Default::default()
+    });
+    st.time_spent = Some(TimeSpent::default());
+    let cost = |so_far_usd, per_hour_usd| CostEstimate {
+        so_far_usd,
+        per_hour_usd,
+        price_key: None,
+        accrued_through: None,
+    };
+    st.estimated_cost = Some(cost(1.0, 0.0));
+    let billed = Observed {
+        costs: vec![cost(2.5, 4.0)],
+        ..running.clone()
+    };
+    let p = run(&spec, &st, &billed);
+    assert_eq!(p.status.phase, Phase::Training);
+    assert_eq!(p.status.observed_generation, Some(1));
+    assert_eq!(p.status.estimated_cost, Some(cost(2.5, 4.0)));
+    assert_eq!(
+        (&p.status.links, &p.status.checkpoint, &p.status.time_spent),
+        (&st.links, &st.checkpoint, &st.time_spent)
+    );
+    let stored = p.status.clone();
+    let gone = run(&spec, &stored, &running);
+    assert_eq!(
+        gone.status.estimated_cost,
+        Some(cost(2.5, 0.0)),
+        "spend never goes down"
+    );
 }
 
 #[test]
