@@ -12,6 +12,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use gcp_emulator::{CallRecord, QuotaGroup, RateQuota};
+use kube::ResourceExt;
 use serde_json::json;
 use test_kit::TestEnv;
 use tpu_operator_api::{
@@ -39,16 +40,10 @@ fn calls(env: &TestEnv, service: &str, method: &str) -> Vec<CallRecord> {
         .collect()
 }
 
-/// Waits in real time, without moving the clock, until `done` holds.
-async fn settle(what: &str, done: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while !done() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Waits in real time, without moving the clock, until `done` holds (the suite's wait limit
+/// bounds it: a hang, not a slow machine).
+async fn settle(env: &TestEnv, what: &str, done: impl Fn() -> bool) {
+    env.until(what, Duration::ZERO, async || done()).await
 }
 
 /// Real time in which a wait must see progress. Only a hang takes this long: it bounds a stall,
@@ -246,8 +241,11 @@ async fn a_quota_below_the_configured_one_is_refused_once_a_minute_not_retried_b
     }
     let creates = || calls(&env, "tpu", "nodes.create");
     let ok = |c: &Vec<CallRecord>| c.iter().filter(|c| c.status == 200).count();
-    settle("the first refusal", || creates().iter().any(|c| c.status != 200)).await;
-    hold(Duration::from_secs(2)).await;
+    settle(&env, "the first refusal", || {
+        creates().iter().any(|c| c.status != 200)
+    })
+    .await;
+    minute_spent(&env).await;
     // The line is paused to the next minute: no call while the clock stands.
     let first = creates();
     assert_eq!(ok(&first), 20, "the real quota's share");
@@ -271,7 +269,7 @@ async fn a_quota_below_the_configured_one_is_refused_once_a_minute_not_retried_b
     let mut guard = 0;
     while ok(&creates()) < n {
         env.gcp.clock().advance(Duration::from_secs(60));
-        hold(Duration::from_secs(2)).await;
+        minute_spent(&env).await;
         guard += 1;
         assert!(guard < 12, "{} created after {guard} minutes", ok(&creates()));
     }
@@ -290,6 +288,46 @@ async fn a_quota_below_the_configured_one_is_refused_once_a_minute_not_retried_b
         "{refused_per_minute:?}"
     );
     assert_eq!(env.gcp.nodes().len(), n, "each slice's node once");
+}
+
+/// Waits, the clock still, until every slice without a node says its turn is later than now:
+/// each has looked again since the clock last moved, the calls on their way have come back,
+/// and the minute's share is spent. Load-proof: two seconds of real time per minute left a
+/// busy machine's waiters short of their minute (48 of 60 created after 12 minutes beside
+/// eight CPU-bound loops), so minutes piled up.
+async fn minute_spent(env: &TestEnv) {
+    let now = env.gcp.clock().now();
+    let due_at = |message: &str| {
+        let at = message.split(", due at ").nth(1)?.split(' ').next()?;
+        DateTime::parse_from_rfc3339(at).ok()
+    };
+    let api = env.api::<TpuSlice>();
+    env.until("every waiter told a later turn", Duration::ZERO, async || {
+        // A list of every slice: every 100 ms, not 10, to leave the controllers the machine.
+        tokio::time::sleep(Duration::from_millis(90)).await;
+        let list = api.list(&Default::default()).await.unwrap().items;
+        let early: Vec<_> = list
+            .iter()
+            .filter(|s| s.status.as_ref().is_none_or(|st| st.node_name.is_none()))
+            .filter(|s| {
+                waiting_for_its_turn(s)
+                    .as_deref()
+                    .and_then(due_at)
+                    .is_none_or(|due| due <= now)
+            })
+            .map(|s| {
+                let st = s.status.as_ref();
+                let c = st.and_then(|st| find_condition(&st.conditions, types::RECONCILING));
+                (
+                    s.name_any(),
+                    st.map(|st| st.phase),
+                    c.map(|c| (c.reason.clone(), c.message.clone())),
+                )
+            })
+            .collect();
+        if early.is_empty() { Ok(()) } else { Err(early) }
+    })
+    .await
 }
 
 fn limits(setting: &str) -> Limits {
@@ -323,7 +361,7 @@ async fn dataproc_batches_wait_their_turn_in_their_region_s_line() {
         env.create(&b).await;
     }
     let creates = || calls(&env, "dataproc", "batches.create").len();
-    settle("two batch creates", || creates() == 2).await;
+    settle(&env, "two batch creates", || creates() == 2).await;
     hold(Duration::from_secs(2)).await;
     assert_eq!(creates(), 2);
     let api = env.api::<PreprocessBatch>();
@@ -345,7 +383,7 @@ async fn dataproc_batches_wait_their_turn_in_their_region_s_line() {
         waiting[0]
     );
     env.gcp.clock().advance(Duration::from_secs(60));
-    settle("the third batch create", || creates() == 3).await;
+    settle(&env, "the third batch create", || creates() == 3).await;
 }
 
 #[tokio::test]
@@ -369,19 +407,26 @@ async fn vertex_jobs_wait_their_turn_and_the_train_stage_says_so() {
     // A pipeline's passes need the clock to move: a second a step, so the line's minute is
     // crossed only after ~60 steps.
     let creates = || calls(&env, "vertex", "customJobs.create");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while creates().len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "no two job creates");
-        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
-    }
+    let second = Duration::from_secs(1);
+    env.until("two job creates", second, async || creates().len() >= 2)
+        .await;
     let first = creates()[0].time;
     let api = env.api::<TrainingPipeline>();
-    let mut told = None;
-    while env.gcp.clock().now() < first + chrono::Duration::seconds(50) {
-        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
-        assert_eq!(creates().len(), 2, "a third create inside the minute");
-        if told.is_none() {
-            told = api
+    // The clock moves on a second a step up to 50 s past the first create, and stands still
+    // there until the third pipeline has said it waits: however late a busy machine runs its
+    // pass, it is told inside the minute, and no third create comes in it.
+    let (clock, inside) = (env.gcp.clock(), first + chrono::Duration::seconds(50));
+    let message = test_kit::until(
+        "the third pipeline to say it waits its turn, on its train stage too",
+        env.wait_limit(),
+        || {
+            if clock.now() < inside {
+                clock.advance(second);
+            }
+        },
+        async || {
+            assert_eq!(creates().len(), 2, "a third create inside the minute");
+            let told = api
                 .list(&Default::default())
                 .await
                 .unwrap()
@@ -395,15 +440,16 @@ async fn vertex_jobs_wait_their_turn_and_the_train_stage_says_so() {
                         && train.message.as_deref() == Some(c.message.as_str()))
                     .then_some(c.message)
                 });
-        }
-    }
-    let message = told.expect("the third pipeline says it waits its turn, on its train stage too");
+            match told {
+                Some(message) if clock.now() >= inside => Ok(message),
+                told => Err((clock.now(), told)),
+            }
+        },
+    )
+    .await;
     assert!(message.contains("line of Vertex AI job creates"), "{message}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while creates().len() < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "no third job create");
-        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
-    }
+    env.until("the third job create", second, async || creates().len() >= 3)
+        .await;
     let third = creates()[2].time;
     // The emulator stamps a call when it arrives; the clock moves on in 1 s steps (`idle`) while
     // the first create is in flight, so its stamp can be up to one step after the turn was

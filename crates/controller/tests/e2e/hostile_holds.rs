@@ -227,7 +227,8 @@ fn is_ready<K: Conditioned>(o: &K) -> bool {
     find_condition(o.conditions(), types::READY).is_some_and(|c| c.status == "True")
 }
 
-/// Polls `name` in `ns` until `pred` holds, advancing the cloud clock by `step` between polls.
+/// Polls `name` in `ns` until `pred` holds, advancing the cloud clock by `step` between polls
+/// (bounded by the suite's wait limit, as `TestEnv::wait_for_in`).
 async fn wait_in<K: NamespacedObject>(
     env: &TestEnv,
     ns: &str,
@@ -236,22 +237,8 @@ async fn wait_in<K: NamespacedObject>(
     step: Duration,
     pred: impl Fn(&K) -> bool,
 ) -> K {
-    let api = Api::<K>::namespaced(env.client.clone(), ns);
-    // As TestEnv's own waits: generous where a shared real control plane may be slow.
-    let limit = if env.kube().is_some() { 60 } else { 240 };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(limit);
-    loop {
-        let got = api.get_opt(name).await.expect("get object");
-        if let Some(o) = got.as_ref().filter(|o| pred(o)) {
-            return o.clone();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {ns}/{name}: {what}; last seen: {got:#?}"
-        );
-        env.gcp.clock().advance(step);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    env.wait_for_in(ns, name, &format!("{ns}/{name}: {what}"), step, pred)
+        .await
 }
 
 /// Waits for `name` (in `env.ns`) to be refused by the controller, and returns the message.
@@ -341,23 +328,20 @@ async fn slices_racing_for_one_quota_get_one_node() {
     for created in futures::future::join_all(creates).await {
         created.expect("join").expect("create a racer");
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let (winner, denied) = loop {
-        let all = api.list(&Default::default()).await.unwrap().items;
-        let ready: Vec<_> = all.iter().filter(|s| is_ready(*s)).collect();
-        let denied: Vec<_> = all.iter().filter_map(stalled).collect();
-        if ready.len() == 1 && denied.len() == RACERS - 1 {
-            break (ready[0].name_any(), denied);
-        }
-        assert!(
-            ready.len() <= 1 && tokio::time::Instant::now() < deadline,
-            "{} Ready, {} refused",
-            ready.len(),
-            denied.len()
-        );
-        env.gcp.clock().advance(STEP);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let (winner, denied) = env
+        .until("one racer Ready, the others refused", STEP, async || {
+            let all = api.list(&Default::default()).await.unwrap().items;
+            let ready: Vec<_> = all.iter().filter(|s| is_ready(*s)).collect();
+            let denied: Vec<_> = all.iter().filter_map(stalled).collect();
+            let seen = format!("{} Ready, {} refused", ready.len(), denied.len());
+            assert!(ready.len() <= 1, "{seen}");
+            if ready.len() == 1 && denied.len() == RACERS - 1 {
+                Ok((ready[0].name_any(), denied))
+            } else {
+                Err(seen)
+            }
+        })
+        .await;
     for (reason, message) in &denied {
         assert_eq!(reason, "PolicyDenied", "{message}");
         assert!(
@@ -395,22 +379,21 @@ async fn a_pipeline_racing_a_slice_for_one_quota_gets_one_create() {
     let creates = |env: &TestEnv| {
         env.gcp.call_count("vertex", "customJobs.create") + env.gcp.call_count("tpu", "nodes.create")
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let denial = loop {
-        let p = pipelines.get("racer-job").await.unwrap();
-        let s = slices.get("racer-node").await.unwrap();
-        let verdicts = [stalled(&p), stalled(&s)];
-        let refused: Vec<_> = verdicts.iter().flatten().collect();
-        if refused.len() == 1 && creates(&env) == 1 {
-            break refused[0].clone();
-        }
-        assert!(
-            refused.len() < 2 && creates(&env) <= 1 && tokio::time::Instant::now() < deadline,
-            "{verdicts:?}; creates {:?}",
-            env.gcp.call_counts()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let denial = env
+        .until("one create, the other refused", Duration::ZERO, async || {
+            let p = pipelines.get("racer-job").await.unwrap();
+            let s = slices.get("racer-node").await.unwrap();
+            let verdicts = [stalled(&p), stalled(&s)];
+            let refused: Vec<_> = verdicts.iter().flatten().collect();
+            let seen = format!("{verdicts:?}; creates {:?}", env.gcp.call_counts());
+            assert!(refused.len() < 2 && creates(&env) <= 1, "{seen}");
+            if refused.len() == 1 && creates(&env) == 1 {
+                Ok(refused[0].clone())
+            } else {
+                Err(seen)
+            }
+        })
+        .await;
     assert_eq!(denial.0, "PolicyDenied", "{}", denial.1);
     assert!(denial.1.contains(&denied_by(&env.ns, "maxChips")), "{}", denial.1);
     env.idle(Duration::from_secs(1), Duration::ZERO).await;

@@ -64,11 +64,10 @@ async fn a_slice_too_large_to_cache_whole_gets_all_its_metadata_on_the_node() {
         )
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while env.gcp.nodes()[0]["metadata"]["env"] != "b" {
-        assert!(tokio::time::Instant::now() < deadline, "metadata never patched");
-        env.idle(Duration::from_millis(50), STEP).await;
-    }
+    env.until("the metadata patched", STEP, async || {
+        env.gcp.nodes()[0]["metadata"]["env"] == "b"
+    })
+    .await;
     assert_eq!(
         env.gcp.nodes()[0]["metadata"]["dataset-manifest"],
         script.as_str()

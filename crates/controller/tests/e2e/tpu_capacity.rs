@@ -211,15 +211,11 @@ async fn a_stockout_is_a_wait_with_one_warning_when_it_starts_and_one_event_when
     env.wait_for_event("waits", "WaitingForCapacity", STEP).await;
     // Re-checked at least three times (each probe after the stockout memory's window, moved on
     // by the emulated clock): however long that takes in real time, still the one Warning.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while env.gcp.call_count("tpu", "nodes.create") < 3 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the wait was not re-checked: {} creates",
-            env.gcp.call_count("tpu", "nodes.create")
-        );
-        env.idle(Duration::from_millis(100), STEP).await;
-    }
+    env.until("the wait re-checked three times", STEP, async || {
+        let creates = env.gcp.call_count("tpu", "nodes.create");
+        if creates >= 3 { Ok(()) } else { Err(creates) }
+    })
+    .await;
     assert_eq!(
         published(&env, "waits", "WaitingForCapacity").await,
         vec![("Warning".to_string(), 1)]

@@ -128,12 +128,12 @@ async fn create_becomes_ready_with_labels_endpoints_and_drift_correction() {
         is_ready(s) && s.status.as_ref().unwrap().observed_generation == Some(2)
     })
     .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while env.gcp.nodes()[0]["labels"]["team"] != "research" {
-        assert!(tokio::time::Instant::now() < deadline, "label never patched");
-        env.idle(Duration::from_millis(50), STEP).await;
-    }
-    env.idle(Duration::from_millis(500), STEP).await;
+    env.until("the label patched", STEP, async || {
+        env.gcp.nodes()[0]["labels"]["team"] == "research"
+    })
+    .await;
+    // No second patch: over passes that saw the patched node, not a stretch of real time.
+    env.idle_passes("TpuSlice", STEP, STEP, 3).await;
     assert_eq!(
         env.gcp.call_count("tpu", "nodes.patch"),
         1,
@@ -219,7 +219,7 @@ async fn metadata_drift_correction_keeps_keys_others_added() {
         .update_node(&name, Node::new().set_metadata(metadata), &["metadata"])
         .await
         .unwrap();
-    env.idle(Duration::from_millis(500), STEP).await;
+    env.idle_passes("TpuSlice", STEP, STEP, 3).await;
     assert_eq!(
         env.gcp.call_count("tpu", "nodes.patch"),
         1,
@@ -233,12 +233,11 @@ async fn metadata_drift_correction_keeps_keys_others_added() {
         .patch("ssh", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while env.gcp.nodes()[0]["metadata"]["env"] != "b" {
-        assert!(tokio::time::Instant::now() < deadline, "metadata never patched");
-        env.idle(Duration::from_millis(50), STEP).await;
-    }
-    env.idle(Duration::from_millis(500), STEP).await;
+    env.until("the metadata patched", STEP, async || {
+        env.gcp.nodes()[0]["metadata"]["env"] == "b"
+    })
+    .await;
+    env.idle_passes("TpuSlice", STEP, STEP, 3).await;
     let md = env.gcp.nodes()[0]["metadata"].clone();
     assert_eq!(md["ssh-keys"], "alice:ssh-ed25519 AAAAC3Nz alice", "{md}");
     assert!(md.get("old").is_none(), "{md}");
@@ -272,14 +271,22 @@ async fn a_patch_refused_while_the_node_is_busy_is_retried_soon() {
         .await
         .unwrap();
     relabel(&env, "a").await;
+    // The clock stands still until the operator's patch came: the other operation cannot end
+    // first, however late a busy machine runs the pass (a clock moving meanwhile let it end).
+    let refused = || {
+        let calls = env.gcp.calls();
+        calls
+            .iter()
+            .filter(|c| c.method == "nodes.patch" && c.status == 409)
+            .count()
+    };
+    env.until(
+        "a patch refused while the node is busy",
+        Duration::ZERO,
+        async || refused() >= 1,
+    )
+    .await;
     wait_label(&env, "a").await;
-    let refused = env
-        .gcp
-        .calls()
-        .iter()
-        .filter(|c| c.method == "nodes.patch" && c.status == 409)
-        .count();
-    assert!(refused >= 1, "the emulator refused a patch while busy");
 
     env.idle(Duration::from_millis(300), STEP).await;
     env.gcp
@@ -303,21 +310,22 @@ async fn relabel(env: &TestEnv, team: &str) {
         .unwrap();
 }
 
-/// Waits (1 s of emulated time per 50 ms) for the label on the node; the slice never stalls.
+/// Waits (1 s of emulated time per poll) for the label on the node; the slice never stalls.
 async fn wait_label(env: &TestEnv, team: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while env.gcp.nodes()[0]["labels"]["team"] != team {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "label {team} never patched: {:?}",
-            env.gcp
-                .calls()
-                .iter()
-                .filter(|c| c.method == "nodes.patch")
-                .collect::<Vec<_>>()
-        );
-        env.idle(Duration::from_millis(50), Duration::from_secs(1)).await;
-    }
+    let what = format!("label {team} patched");
+    env.until(&what, Duration::from_secs(1), async || {
+        if env.gcp.nodes()[0]["labels"]["team"] == team {
+            return Ok(());
+        }
+        let patches: Vec<_> = env
+            .gcp
+            .calls()
+            .into_iter()
+            .filter(|c| c.method == "nodes.patch")
+            .collect();
+        Err(patches)
+    })
+    .await;
     let s = env.api::<TpuSlice>().get("busy").await.unwrap();
     assert_ne!(progress(&s), Some(Progress::Stalled), "{:?}", s.status);
 }
@@ -472,11 +480,10 @@ async fn restart_between_create_and_status_write_keeps_one_node() {
     env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
     env.create(&slice("crash", json!({"onDemand": {}}))).await;
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while env.gcp.call_count("tpu", "nodes.create") == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "no create call");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    env.until("the create call", Duration::ZERO, async || {
+        env.gcp.call_count("tpu", "nodes.create") > 0
+    })
+    .await;
     env.idle(Duration::from_millis(200), Duration::ZERO).await;
     env.stop_all();
     let s = env.api::<TpuSlice>().get("crash").await.unwrap();
@@ -584,14 +591,10 @@ async fn adopts_an_existing_node_by_id() {
         s.status.unwrap().node_name,
         Some(format!("{parent}/nodes/handmade"))
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while env.gcp.nodes()[0]["labels"]["managed-by"] != "tpu-operator" {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "adopted node never labeled"
-        );
-        env.idle(Duration::from_millis(50), STEP).await;
-    }
+    env.until("the adopted node labelled", STEP, async || {
+        env.gcp.nodes()[0]["labels"]["managed-by"] == "tpu-operator"
+    })
+    .await;
     assert_eq!(
         env.gcp.call_count("tpu", "nodes.create"),
         1,

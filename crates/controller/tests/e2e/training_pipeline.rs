@@ -147,12 +147,12 @@ async fn quickstart_reaches_succeeded_with_the_model_in_storage() {
 async fn preprocessing_failure_stops_the_pipeline_with_a_clear_reason() {
     let env = started().await;
     env.create(&quickstart()).await;
-    let name = loop {
-        if let Some(b) = env.gcp.batches().first() {
-            break b["name"].as_str().unwrap().to_string();
-        }
-        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
-    };
+    let name = env
+        .until("the batch", Duration::from_secs(1), async || {
+            let batch = env.gcp.batches().into_iter().next();
+            batch.map(|b| b["name"].as_str().unwrap().to_string())
+        })
+        .await;
     env.gcp
         .inject(Fault::FailBatch {
             name,
@@ -180,12 +180,12 @@ async fn preprocessing_failure_stops_the_pipeline_with_a_clear_reason() {
 async fn failed_vertex_job_is_retried_then_succeeds() {
     let env = started().await;
     env.create(&vertex_only("retry")).await;
-    let first = loop {
-        if let Some(j) = env.gcp.custom_jobs().first() {
-            break j["name"].as_str().unwrap().to_string();
-        }
-        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
-    };
+    let first = env
+        .until("the first job", Duration::from_secs(1), async || {
+            let job = env.gcp.custom_jobs().into_iter().next();
+            job.map(|j| j["name"].as_str().unwrap().to_string())
+        })
+        .await;
     env.gcp
         .inject(Fault::FailJob {
             name: first.clone(),
@@ -216,11 +216,11 @@ async fn delete_mid_training_cancels_and_deletes_everything() {
     assert!(env.gcp.call_count("vertex", "customJobs.cancel") >= 1);
     assert!(env.gcp.custom_jobs().is_empty(), "{:?}", env.gcp.custom_jobs());
     // The batch's own finalizer deletes its record once it is gone from Kubernetes.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !env.gcp.batches().is_empty() && tokio::time::Instant::now() < deadline {
-        env.idle(Duration::from_millis(50), STEP).await;
-    }
-    assert!(env.gcp.batches().is_empty(), "{:?}", env.gcp.batches());
+    env.until("the batch's record deleted", STEP, async || {
+        let batches = env.gcp.batches();
+        if batches.is_empty() { Ok(()) } else { Err(batches) }
+    })
+    .await;
     assert!(env.gcp.nodes().is_empty());
     assert!(env.gcp.queued_resources().is_empty());
 }
@@ -278,14 +278,15 @@ async fn tpu_vm_training_succeeds_releases_the_slice_and_ttl_keeps_the_cr() {
         })
         .await;
     env.wait_gone::<TpuSlice>("tpu-vm-pipeline-train", STEP).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !(env.gcp.nodes().is_empty() && env.gcp.queued_resources().is_empty())
-        && tokio::time::Instant::now() < deadline
-    {
-        env.idle(Duration::from_millis(50), STEP).await;
-    }
-    assert!(env.gcp.nodes().is_empty(), "{:?}", env.gcp.nodes());
-    assert!(env.gcp.queued_resources().is_empty());
+    env.until("the node and its queued resource deleted", STEP, async || {
+        let (nodes, queued) = (env.gcp.nodes(), env.gcp.queued_resources());
+        if nodes.is_empty() && queued.is_empty() {
+            Ok(())
+        } else {
+            Err((nodes, queued))
+        }
+    })
+    .await;
     let st = reaped.status.clone().unwrap();
     assert_eq!(st.phase, Phase::Succeeded, "{}", message(&reaped));
     let ready = find_condition(&st.conditions, types::READY).unwrap();
@@ -338,24 +339,25 @@ async fn reconciles_are_counted_in_the_metrics() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0)
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let mut text = String::new();
-        encode(&mut text, &registry).unwrap();
-        let counted = sample(&text, "tpu_operator_reconciles_total{kind=\"TrainingPipeline\"}");
-        let timed = sample(
-            &text,
-            "tpu_operator_reconcile_duration_seconds_count{kind=\"TrainingPipeline\"}",
-        );
-        if counted >= 1 && timed >= 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "TrainingPipeline reconciles not counted ({counted}) or timed ({timed}):\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    env.until(
+        "TrainingPipeline reconciles counted and timed",
+        Duration::ZERO,
+        async || {
+            let mut text = String::new();
+            encode(&mut text, &registry).unwrap();
+            let counted = sample(&text, "tpu_operator_reconciles_total{kind=\"TrainingPipeline\"}");
+            let timed = sample(
+                &text,
+                "tpu_operator_reconcile_duration_seconds_count{kind=\"TrainingPipeline\"}",
+            );
+            if counted >= 1 && timed >= 1 {
+                Ok(())
+            } else {
+                Err(text)
+            }
+        },
+    )
+    .await;
 }
 
 /// A Vertex job's create writes two statuses in one pass: the write-ahead marker, then the job's
@@ -424,15 +426,14 @@ async fn patch_spec(env: &TestEnv, name: &str, spec: serde_json::Value) {
 }
 
 async fn first_job_of(env: &TestEnv, uid: &str, attempt: &str) -> String {
-    loop {
+    let what = format!("attempt {attempt}'s job");
+    env.until(&what, Duration::from_secs(1), async || {
         let found = env.gcp.custom_jobs().into_iter().find(|j| {
             j["labels"]["tpu-operator-uid"] == uid && j["labels"]["tpu-operator-attempt"] == attempt
         });
-        if let Some(j) = found {
-            return j["name"].as_str().unwrap().to_string();
-        }
-        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
-    }
+        found.map(|j| j["name"].as_str().unwrap().to_string())
+    })
+    .await
 }
 
 async fn fail_job(env: &TestEnv, name: String) {
@@ -765,22 +766,47 @@ async fn a_tpu_vm_rerun_does_not_succeed_on_the_earlier_runs_marker() {
     assert!(env.gcp.object(BUCKET, "models/tpu-vm-run-1/_SUCCESS").is_some());
     // As above: the re-run comes after the marker, not in the same second of the emulated clock.
     env.idle(Duration::from_millis(100), Duration::from_secs(5)).await;
+    let rerun = env.gcp.clock().now();
     let patch = json!({"metadata": {"annotations": {RERUN_ANNOTATION: "1"}}});
     env.api::<TrainingPipeline>()
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .unwrap();
-    // The re-run's slice: its node writes nothing when its workload ends.
-    let node = loop {
-        let ready = env.gcp.nodes().into_iter().find(|n| n["state"] == "READY");
-        if let Some(n) = ready {
-            break n["name"].as_str().unwrap().to_string();
-        }
-        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
-    };
+    // The re-run's slice: its node writes nothing when its workload ends. Its node is the one
+    // created since the re-run: on a busy machine the first run's may still be READY, going.
+    let node = env
+        .until("the re-run's node READY", Duration::from_secs(1), async || {
+            let created_since = |n: &serde_json::Value| {
+                let at = n["createTime"].as_str().unwrap_or_default();
+                chrono::DateTime::parse_from_rfc3339(at).is_ok_and(|at| at >= rerun)
+            };
+            let ready = env
+                .gcp
+                .nodes()
+                .into_iter()
+                .find(|n| n["state"] == "READY" && created_since(n));
+            ready.map(|n| n["name"].as_str().unwrap().to_string())
+        })
+        .await;
     env.gcp.inject(Fault::SuppressOutput { name: node }).unwrap();
-    // Twice the emulated workload's run (10 min) of cloud time.
-    env.idle(Duration::from_secs(2), Duration::from_secs(30)).await;
+    // It trains (its slice's status may follow its node late on a busy machine) ...
+    let training = env
+        .wait_for::<TrainingPipeline, _>(name, "the re-run training or ended", STEP, |tp| {
+            let rerun = tp.status.as_ref().and_then(|s| s.rerun.as_ref());
+            rerun.is_some_and(|r| r.value == "1")
+                && matches!(phase(tp), Phase::Training | Phase::Succeeded | Phase::Failed)
+        })
+        .await;
+    assert_eq!(phase(&training), Phase::Training, "{}", message(&training));
+    // ... and keeps training past twice its workload's run (10 min) of cloud time, over passes
+    // that saw it all.
+    env.idle_passes(
+        "TrainingPipeline",
+        Duration::from_secs(20 * 60),
+        Duration::from_secs(30),
+        3,
+    )
+    .await;
     let now = env.api::<TrainingPipeline>().get(name).await.unwrap();
     let st = now.status.clone().unwrap();
     assert_eq!(st.rerun.as_ref().map(|r| r.value.as_str()), Some("1"));
@@ -814,15 +840,16 @@ async fn suspending_a_vertex_run_cancels_its_job_and_resuming_spends_no_retry() 
     let first = first_job_of(&env, &uid, "1").await;
     patch_spec(&env, "vx", json!({"suspend": true})).await;
     let suspended = wait_phase(&env, "vx", Phase::Suspended).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while job_state(&env, &first).await != "JOB_STATE_CANCELLED" {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "suspend left job {first} in {}",
-            job_state(&env, &first).await
-        );
-        env.idle(Duration::from_millis(20), STEP).await;
-    }
+    let what = format!("suspend to cancel job {first}");
+    env.until(&what, STEP, async || {
+        let state = job_state(&env, &first).await;
+        if state == "JOB_STATE_CANCELLED" {
+            Ok(())
+        } else {
+            Err(state)
+        }
+    })
+    .await;
     let record = suspended.status.as_ref().unwrap().suspension.clone().unwrap();
     assert!(record.suspended_time.is_some(), "{record:?}");
     assert!(
@@ -866,15 +893,15 @@ async fn suspending_a_tpu_vm_run_deletes_its_node_and_resuming_spends_no_retry()
     patch_spec(&env, "tpu-vm-pipeline", json!({"suspend": true})).await;
     wait_phase(&env, "tpu-vm-pipeline", Phase::Suspended).await;
     env.wait_gone::<TpuSlice>("tpu-vm-pipeline-train", STEP).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !(env.gcp.nodes().is_empty() && env.gcp.queued_resources().is_empty()) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "suspend left the node billing: {:?}",
-            env.gcp.nodes()
-        );
-        env.idle(Duration::from_millis(20), STEP).await;
-    }
+    env.until("suspend to delete the node", STEP, async || {
+        let (nodes, queued) = (env.gcp.nodes(), env.gcp.queued_resources());
+        if nodes.is_empty() && queued.is_empty() {
+            Ok(())
+        } else {
+            Err((nodes, queued))
+        }
+    })
+    .await;
     let suspended = env
         .wait_for::<TrainingPipeline, _>("tpu-vm-pipeline", "no cost accruing", STEP, |tp| {
             let cost = tp.status.as_ref().and_then(|s| s.estimated_cost.as_ref());
@@ -1084,11 +1111,11 @@ async fn a_failed_runs_slice_is_kept_for_debugging_then_deleted() {
     // Past the 30 minutes it goes.
     env.wait_gone::<TpuSlice>("tpu-vm-pipeline-train", Duration::from_secs(120))
         .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !env.gcp.nodes().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "{:?}", env.gcp.nodes());
-        env.idle(Duration::from_millis(20), STEP).await;
-    }
+    env.until("the kept node deleted", STEP, async || {
+        let nodes = env.gcp.nodes();
+        if nodes.is_empty() { Ok(()) } else { Err(nodes) }
+    })
+    .await;
     let done = env
         .wait_for::<TrainingPipeline, _>("tpu-vm-pipeline", "keptSlice released", STEP, |tp| {
             let kept = tp.status.as_ref().and_then(|s| s.kept_slice.as_ref());

@@ -54,15 +54,11 @@ async fn lost_create_reply_and_lagging_list_leave_one_job_per_attempt() {
     tp.metadata.name = Some("dup".into());
     tp.spec.preprocess = None;
     env.create(&tp).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while env.gcp.custom_jobs().len() < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the lost reply made no second job: {:?}",
-            env.gcp.custom_jobs()
-        );
-        env.idle(Duration::from_millis(20), Duration::ZERO).await;
-    }
+    env.until("the lost reply's second job", Duration::ZERO, async || {
+        let jobs = env.gcp.custom_jobs();
+        if jobs.len() >= 2 { Ok(()) } else { Err(jobs) }
+    })
+    .await;
     let mut jobs: Vec<String> = env
         .gcp
         .custom_jobs()
@@ -184,19 +180,19 @@ async fn a_malformed_recorded_job_name_counts_as_gone() {
             .iter()
             .any(|c| c.method == "customJobs.get" && c.status == 400)
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !refused(&env) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the garbled name was never read"
-        );
+    env.until("the garbled name read", Duration::ZERO, async || {
+        if refused(&env) {
+            return true;
+        }
         let patch = serde_json::json!({"status": {"customJobName": garbled}});
         env.api::<TrainingPipeline>()
             .patch_status("garbled", &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .unwrap();
-        env.idle(Duration::from_millis(50), Duration::ZERO).await;
-    }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        false
+    })
+    .await;
     let tp = env
         .wait_for::<TrainingPipeline, _>("garbled", "Succeeded", STEP, |tp| {
             phase(tp) == Phase::Succeeded || phase(tp) == Phase::Failed

@@ -33,12 +33,12 @@ async fn preempted_spot_job_is_recreated_without_spending_a_retry() {
         .and_then(|v| v.scheduling.as_ref());
     assert_eq!(scheduling.map(|s| s.strategy), Some(SchedulingStrategy::Spot));
     env.create(&tp).await;
-    let first = loop {
-        if let Some(j) = env.gcp.custom_jobs().first() {
-            break j["name"].as_str().unwrap().to_string();
-        }
-        env.idle(Duration::from_millis(20), Duration::from_secs(1)).await;
-    };
+    let first = env
+        .until("the first job", Duration::from_secs(1), async || {
+            let job = env.gcp.custom_jobs().into_iter().next();
+            job.map(|j| j["name"].as_str().unwrap().to_string())
+        })
+        .await;
     env.gcp.inject(Fault::PreemptJob { name: first.clone() }).unwrap();
     let events = env.wait_for_event("spot", "Preempted", STEP).await;
     let preempted = events
@@ -90,21 +90,20 @@ async fn expired_flex_start_job_is_replaced_without_spending_a_retry() {
         })
         .unwrap();
     env.create(&tp).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while env.gcp.custom_jobs().len() < 2 {
-        if tokio::time::Instant::now() >= deadline {
-            let tp: TrainingPipeline = env.api().get("flex").await.unwrap();
-            panic!(
-                "no second job: {:?}\ngets {} lists {}\npipeline: {:#?}",
-                env.gcp.custom_jobs(),
-                env.gcp.call_count("vertex", "customJobs.get"),
-                env.gcp.call_count("vertex", "customJobs.list"),
-                tp.status
-            );
+    env.until("a second job", Duration::from_secs(120), async || {
+        let jobs = env.gcp.custom_jobs();
+        if jobs.len() >= 2 {
+            return Ok(());
         }
-        env.idle(Duration::from_millis(20), Duration::from_secs(120))
-            .await;
-    }
+        let tp: TrainingPipeline = env.api().get("flex").await.unwrap();
+        Err(format!(
+            "{jobs:?}\ngets {} lists {}\npipeline: {:#?}",
+            env.gcp.call_count("vertex", "customJobs.get"),
+            env.gcp.call_count("vertex", "customJobs.list"),
+            tp.status
+        ))
+    })
+    .await;
     assert!(
         env.gcp
             .custom_jobs()
