@@ -10,7 +10,7 @@
 //!   and after convergence: no controller task dies, no status regresses or is cleared, nothing
 //!   is duplicated, and everything converges once the answers are sane again.
 
-use std::{path::Path, time::Duration};
+use std::path::Path;
 
 use serde_json::Value;
 use tpu_operator_api::{
@@ -237,7 +237,7 @@ async fn corruption_runs(modes: Vec<Corruption>) -> Vec<(Corruption, String)> {
         proxy.set(Corruption::None);
         touch_all(&world).await;
         let converged = world
-            .drive(Duration::from_secs(60), STEP, |s| invariants::converged(s, 4))
+            .drive(test_kit::wait_limit(false), STEP, |s| invariants::converged(s, 4))
             .await;
         let snap = converged.unwrap_or_else(|s| panic!("{mode:?}: not converged: {}", describe(&s)));
         let v = invariants::status_consistent(&snap, &world.gcp);
@@ -275,7 +275,7 @@ async fn corruption_runs(modes: Vec<Corruption>) -> Vec<(Corruption, String)> {
         proxy.set(Corruption::None);
         touch_all(&world).await;
         world
-            .drive(Duration::from_secs(60), STEP, |s| invariants::converged(s, 4))
+            .drive(test_kit::wait_limit(false), STEP, |s| invariants::converged(s, 4))
             .await
             .unwrap_or_else(|s| panic!("{mode:?}: not converged again: {}", describe(&s)));
 
@@ -284,7 +284,7 @@ async fn corruption_runs(modes: Vec<Corruption>) -> Vec<(Corruption, String)> {
         world.delete::<TpuSlice>("queued").await;
         world.delete::<PreprocessBatch>("batch").await;
         world
-            .drive(Duration::from_secs(60), STEP, Snapshot::is_empty)
+            .drive(test_kit::wait_limit(false), STEP, Snapshot::is_empty)
             .await
             .unwrap_or_else(|s| panic!("{mode:?}: stuck: {}", invariants::stuck(&s)));
         world.idle_ticks(10).await;

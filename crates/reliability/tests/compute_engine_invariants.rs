@@ -38,7 +38,7 @@ async fn three_compute_engine_slices_converge(world: &mut World) -> Snapshot {
         world.create(&fixtures::slice(name, capacity)).await;
     }
     world
-        .drive(Duration::from_secs(60), STEP, |s| invariants::converged(s, 3))
+        .drive(test_kit::wait_limit(false), STEP, |s| invariants::converged(s, 3))
         .await
         .unwrap_or_else(|s| panic!("not converged: {}", describe(&s)))
 }
@@ -165,7 +165,7 @@ async fn without_the_copy_deleting_the_slices_leaves_nothing(world: &mut World) 
         world.delete::<TpuSlice>(name).await;
     }
     world
-        .drive(Duration::from_secs(60), STEP, |s| s.is_empty())
+        .drive(test_kit::wait_limit(false), STEP, |s| s.is_empty())
         .await
         .unwrap_or_else(|s| panic!("not deleted: {}", describe(&s)));
     world.idle_ticks(40).await;
@@ -197,30 +197,29 @@ async fn flex_start_slice_deleted_between_its_group_and_its_resize_request_leave
     world
         .create(&fixtures::slice("flex", Capacity::ComputeFlexStart))
         .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while world.gcp.resource_counts().instance_group_managers == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no MIG: {:?}",
-            world.gcp.list_resources()
-        );
-        world.idle_ticks(1).await;
-    }
+    // A tick (15 s of cloud time) between polls; the suite's wait limit bounds a hang only.
+    let tick = || world.advance(Duration::from_secs(15));
+    let gcp = &world.gcp;
+    test_kit::until("the MIG", test_kit::wait_limit(false), tick, async || {
+        if gcp.resource_counts().instance_group_managers > 0 {
+            Ok(())
+        } else {
+            Err(gcp.list_resources())
+        }
+    })
+    .await;
     // The operator is a child process: on a loaded machine it may need many ticks to finish the
     // MIG's operation and try the resize request (a fixed 5 ticks failed in CI), so wait for the
     // refused insert itself.
-    while world
-        .gcp
-        .call_count("compute", "instanceGroupManagerResizeRequests.insert")
-        == 0
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no resize request tried: {:?}",
-            world.gcp.list_resources()
-        );
-        world.idle_ticks(1).await;
-    }
+    let what = "the resize request tried";
+    test_kit::until(what, test_kit::wait_limit(false), tick, async || {
+        if gcp.call_count("compute", "instanceGroupManagerResizeRequests.insert") > 0 {
+            Ok(())
+        } else {
+            Err(gcp.list_resources())
+        }
+    })
+    .await;
     let counts = world.gcp.resource_counts();
     assert_eq!(
         (counts.instance_group_managers, counts.resize_requests),
@@ -230,7 +229,7 @@ async fn flex_start_slice_deleted_between_its_group_and_its_resize_request_leave
 
     world.delete::<TpuSlice>("flex").await;
     world
-        .drive(Duration::from_secs(30), STEP, |s| s.is_empty())
+        .drive(test_kit::wait_limit(false), STEP, |s| s.is_empty())
         .await
         .unwrap_or_else(|s| panic!("not deleted: {}", describe(&s)));
     world.idle_ticks(40).await;
