@@ -172,7 +172,7 @@ pub struct Input<'a> {
 pub fn plan(input: &Input) -> Plan {
     let mut p = Planner {
         input,
-        st: Record::of(input.status),
+        record: Record::of(input.status),
         events: Vec::new(),
     };
     let step = match input.spec.training.mode() {
@@ -204,7 +204,7 @@ pub fn join_uri(dir: &str, leaf: &str) -> String {
 struct Planner<'a> {
     input: &'a Input<'a>,
     /// The record being decided (the stored status is `input.status`).
-    st: Record,
+    record: Record,
     events: Vec<Transition>,
 }
 
@@ -220,20 +220,21 @@ impl Planner<'_> {
 
     fn init(&mut self, mode: TrainingMode) {
         let now = self.input.now;
-        self.st.start_time.get_or_insert_with(|| time(now));
+        self.record.start_time.get_or_insert_with(|| time(now));
         let pre = if self.spec().preprocess.is_some() {
             StageState::Pending
         } else {
             StageState::Skipped
         };
-        self.st.ensure_stage(StageName::Preprocess, mode, pre);
-        self.st.ensure_stage(StageName::Train, mode, StageState::Pending);
+        self.record.ensure_stage(StageName::Preprocess, mode, pre);
+        self.record
+            .ensure_stage(StageName::Train, mode, StageState::Pending);
         // The annotation a pipeline is created with names its first run, not a second one.
         if self.input.status.start_time.is_none()
-            && self.st.rerun.is_none()
+            && self.record.rerun.is_none()
             && let Some(value) = self.input.rerun.filter(|v| !v.is_empty())
         {
-            self.st.rerun = Some(RerunStatus {
+            self.record.rerun = Some(RerunStatus {
                 value: value.to_string(),
                 start_time: None,
                 earlier_attempts: 0,
@@ -251,12 +252,12 @@ impl Planner<'_> {
 
     fn run(&mut self, mode: TrainingMode) -> Step {
         if self.spec().preprocess.is_some()
-            && self.st.stage(StageName::Preprocess).state != StageState::Succeeded
+            && self.record.stage(StageName::Preprocess).state != StageState::Succeeded
             && let Some(step) = self.preprocess()
         {
             return step;
         }
-        self.st.current_stage = Some(StageName::Train);
+        self.record.current_stage = Some(StageName::Train);
         match (mode, &self.input.observed.training) {
             (TrainingMode::Vertex, TrainingObserved::Vertex { job }) => self.vertex(job.as_ref()),
             (TrainingMode::TpuVm, TrainingObserved::TpuVm { slice, marker }) => self.tpu_vm(slice, marker),
@@ -272,13 +273,13 @@ impl Planner<'_> {
 
     fn finish_succeeded(&mut self, model_uri: String) -> Step {
         let now = time(self.input.now);
-        let stage = self.st.stage_mut(StageName::Train);
+        let stage = self.record.stage_mut(StageName::Train);
         stage.state = StageState::Succeeded;
         stage.end_time = Some(now.clone());
         stage.message = Some(format!("model written to {model_uri}"));
-        self.st.completion_time = Some(now);
+        self.record.completion_time = Some(now);
         let processed = self.spec().artifacts.processed_data.clone();
-        let outputs = self.st.outputs.get_or_insert_with(PipelineOutputs::default);
+        let outputs = self.record.outputs.get_or_insert_with(PipelineOutputs::default);
         outputs.model_uri = Some(model_uri.clone());
         if self.input.spec.preprocess.is_some() {
             outputs.processed_data = processed;
@@ -302,9 +303,9 @@ impl Planner<'_> {
         };
         let now = time(self.input.now);
         // Kept once set: a pass that finds the pipeline failed again writes nothing new.
-        self.st.completion_time.get_or_insert_with(|| now.clone());
+        self.record.completion_time.get_or_insert_with(|| now.clone());
         if let Some(stage) = self
-            .st
+            .record
             .stages
             .iter_mut()
             .find(|s| matches!(s.state, StageState::Running | StageState::Queued))
@@ -350,7 +351,7 @@ impl Planner<'_> {
         };
         let details = Details {
             now: self.input.now,
-            record: self.st,
+            record: self.record,
             cancel_jobs,
             events: self.events,
         };
@@ -360,7 +361,7 @@ impl Planner<'_> {
     /// The current attempt's other running jobs are cancelled, whatever else this pass does
     /// (cancelling creates nothing, so suspend does not hold it back), each with a Warning.
     fn cancel_duplicates(&mut self) -> Vec<String> {
-        let kept = self.st.custom_job_name.clone().unwrap_or_default();
+        let kept = self.record.custom_job_name.clone().unwrap_or_default();
         let mut names = Vec::new();
         for job in &self.input.observed.duplicate_jobs {
             let note = format!(

@@ -64,12 +64,12 @@ impl Planner<'_> {
         if self.budget_stopped() {
             return self.stopped_step(step, &hold);
         }
-        let training = self.st.current_stage == Some(StageName::Train);
+        let training = self.record.current_stage == Some(StageName::Train);
         match self.checkpoint_after_notice() {
             Some(checkpoint) if training => match self.stop_billing(BY_BUDGET) {
                 Some(stop) => {
                     let now = time(self.input.now);
-                    if let Some(record) = self.st.budget_suspension.as_mut() {
+                    if let Some(record) = self.record.budget_suspension.as_mut() {
                         record.checkpoint = Some(checkpoint.clone());
                         record.suspended_time = Some(now);
                         record.stopped = Some(stop.what.clone());
@@ -97,7 +97,7 @@ impl Planner<'_> {
     /// saying what comes.
     fn awaiting_checkpoint(&self, mut step: Step, hold: &Suspending) -> Step {
         let noticed = self
-            .st
+            .record
             .budget_suspension
             .as_ref()
             .map(|r| r.noticed_time.0.to_string())
@@ -114,7 +114,7 @@ impl Planner<'_> {
     /// Stopped by the action: what is left to stop (a job still cancelling, a slice deleting)
     /// is followed closely, then the pipeline waits for the period's end.
     fn stopped_step(&self, step: Step, hold: &Suspending) -> Step {
-        let record = self.st.budget_suspension.as_ref();
+        let record = self.record.budget_suspension.as_ref();
         let stopped = record.and_then(|r| r.stopped.clone()).unwrap_or_default();
         let checkpoint = record.and_then(|r| r.checkpoint.clone()).unwrap_or_default();
         let settled = matches!(step.action, Action::Nothing) && !self.training_bills();
@@ -139,7 +139,7 @@ impl Planner<'_> {
 
     /// Whether the action stopped an attempt that has not been resumed yet.
     fn budget_stopped(&self) -> bool {
-        self.st
+        self.record
             .budget_suspension
             .as_ref()
             .is_some_and(|r| r.suspended_time.is_some() && r.resumed_time.is_none())
@@ -147,7 +147,7 @@ impl Planner<'_> {
 
     /// The newest committed checkpoint, when it was written after the pipeline saw the action.
     fn checkpoint_after_notice(&self) -> Option<String> {
-        let noticed = to_chrono(&self.st.budget_suspension.as_ref()?.noticed_time);
+        let noticed = to_chrono(&self.record.budget_suspension.as_ref()?.noticed_time);
         // As the last progress check listed it (the record holds no checkpoint).
         let ckpt = self.old().checkpoint.as_ref()?;
         let written = to_chrono(ckpt.latest_time.as_ref()?);
@@ -158,12 +158,12 @@ impl Planner<'_> {
     /// an earlier period's suspension resumed).
     fn note_budget(&mut self, hold: &Suspending) {
         let now = time(self.input.now);
-        let fresh = match &self.st.budget_suspension {
+        let fresh = match &self.record.budget_suspension {
             None => true,
             Some(r) => r.resumed_time.is_some() || (r.until != hold.until && r.suspended_time.is_none()),
         };
         if fresh {
-            self.st.budget_suspension = Some(BudgetSuspensionStatus {
+            self.record.budget_suspension = Some(BudgetSuspensionStatus {
                 budget: hold.budget.clone(),
                 noticed_time: now,
                 until: hold.until.clone(),
@@ -173,7 +173,7 @@ impl Planner<'_> {
                 stopped_attempt: None,
                 resumed_time: None,
             });
-        } else if let Some(r) = self.st.budget_suspension.as_mut() {
+        } else if let Some(r) = self.record.budget_suspension.as_mut() {
             r.budget = hold.budget.clone();
             r.until = hold.until.clone();
         }
@@ -184,19 +184,19 @@ impl Planner<'_> {
     /// starts ([`Self::resumed_from_budget`]).
     fn budget_lifted(&mut self) {
         if self
-            .st
+            .record
             .budget_suspension
             .as_ref()
             .is_some_and(|r| r.suspended_time.is_none())
         {
-            self.st.budget_suspension = None;
+            self.record.budget_suspension = None;
         }
     }
 
     /// The attempt after the one the action stopped starts: the resumption's time and Event.
     pub(super) fn resumed_from_budget(&mut self) {
         let now = time(self.input.now);
-        let Some(record) = self.st.budget_suspension.as_mut() else {
+        let Some(record) = self.record.budget_suspension.as_mut() else {
             return;
         };
         record.stopped_attempt = None;

@@ -49,7 +49,7 @@ impl Planner<'_> {
         // Suspended (by its spec or a budget) frees the quota as an ended run does.
         let training = !is_finished(step.phase)
             && step.phase != Phase::Suspended
-            && self.st.current_stage == Some(StageName::Train);
+            && self.record.current_stage == Some(StageName::Train);
         if !training {
             // Over, suspended or still preprocessing: the quota is free once nothing bills.
             let idle = step.action == Action::Nothing && !self.training_bills();
@@ -71,7 +71,7 @@ impl Planner<'_> {
     /// write the Workload (create, release, replace) and wait for the admission.
     fn held_step(&mut self, step: Step, queued: &Queued, reason: &'static str, why: String) -> Step {
         if let Some(stop) = self.stop_billing(super::suspend::BY_KUEUE) {
-            let kueue = self.st.kueue.get_or_insert_with(Default::default);
+            let kueue = self.record.kueue.get_or_insert_with(Default::default);
             kueue.stopped = true;
             kueue.stopped_attempt = stop.attempt.or(kueue.stopped_attempt);
             return Step::working(
@@ -132,7 +132,7 @@ impl Planner<'_> {
     /// `status.kueue` from the Workload as read: evictions counted once each (admitted before,
     /// evicted now), `stopped` kept until the next admission.
     fn note_kueue(&mut self, queued: &Queued) {
-        let before = self.st.kueue.clone().unwrap_or_default();
+        let before = self.record.kueue.clone().unwrap_or_default();
         let newly_evicted = matches!(queued.gate, Gate::Evicted { .. }) && before.admitted;
         if queued.gate.admitted() && !before.admitted {
             self.event(
@@ -146,7 +146,7 @@ impl Planner<'_> {
             );
         }
         let stopped = before.stopped;
-        self.st.kueue = Some(queued.status(before, newly_evicted, stopped));
+        self.record.kueue = Some(queued.status(before, newly_evicted, stopped));
     }
 
     /// Whether the Vertex job may still bill: not yet ended (a cancelling one included).

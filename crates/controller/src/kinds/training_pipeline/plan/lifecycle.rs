@@ -45,7 +45,7 @@ impl Planner<'_> {
             }
             // Kept as a record (not removed: a status field a server-side apply stops sending
             // leaves an empty object behind, which the schema's required fields refuse).
-            if let Some(kept) = self.st.kept_slice.as_mut() {
+            if let Some(kept) = self.record.kept_slice.as_mut() {
                 kept.released_time.get_or_insert_with(|| time(self.input.now));
             }
         }
@@ -54,8 +54,8 @@ impl Planner<'_> {
         }
         let (Some(ttl), Some(done), None) = (
             self.spec().ttl_seconds_after_finished,
-            self.st.completion_time.as_ref(),
-            self.st.reaped_time.as_ref(),
+            self.record.completion_time.as_ref(),
+            self.record.reaped_time.as_ref(),
         ) else {
             return keep(Action::Nothing, Requeue::Stable);
         };
@@ -77,9 +77,9 @@ impl Planner<'_> {
             requeue,
         };
         let observed = self.input.observed;
-        if self.st.pending_operation.is_some() {
+        if self.record.pending_operation.is_some() {
             match observed.pending_operation_done {
-                Some(true) => self.st.pending_operation = None,
+                Some(true) => self.record.pending_operation = None,
                 _ => return keep(Action::Nothing, Requeue::Active),
             }
         }
@@ -91,7 +91,7 @@ impl Planner<'_> {
                 Requeue::Active,
             );
         }
-        self.st.reaped_time = Some(time(self.input.now));
+        self.record.reaped_time = Some(time(self.input.now));
         let progress = if phase == Phase::Succeeded {
             Progress::Ready
         } else {
@@ -126,7 +126,7 @@ impl Planner<'_> {
         };
         let until = self.input.now + chrono::Duration::from_std(keep).unwrap_or_default();
         let name = self.input.train_child.to_string();
-        self.st.kept_slice = Some(KeptSlice {
+        self.record.kept_slice = Some(KeptSlice {
             name: name.clone(),
             until: time(until),
             released_time: None,
@@ -143,7 +143,7 @@ impl Planner<'_> {
     /// new run is asked for (the slice is released first).
     fn kept_for(&self) -> Option<std::time::Duration> {
         let kept = self
-            .st
+            .record
             .kept_slice
             .as_ref()
             .filter(|k| k.released_time.is_none())?;
@@ -160,14 +160,14 @@ impl Planner<'_> {
     /// Counted training attempts of the current run (earlier runs' do not count against
     /// `maxRetries`).
     pub(super) fn run_attempts(&self) -> i32 {
-        let earlier = self.st.rerun.as_ref().map_or(0, |r| r.earlier_attempts);
-        self.st.stage(StageName::Train).attempts - earlier
+        let earlier = self.record.rerun.as_ref().map_or(0, |r| r.earlier_attempts);
+        self.record.stage(StageName::Train).attempts - earlier
     }
 
     /// A rerun annotation value not acted on yet.
     fn rerun_requested(&self) -> Option<&str> {
         let value = self.input.rerun.filter(|v| !v.is_empty())?;
-        (self.st.rerun.as_ref().map(|r| r.value.as_str()) != Some(value)).then_some(value)
+        (self.record.rerun.as_ref().map(|r| r.value.as_str()) != Some(value)).then_some(value)
     }
 
     /// Failed for `RetriesExhausted` and `maxRetries` now allows another attempt.
@@ -187,8 +187,8 @@ impl Planner<'_> {
         }
         let now = time(self.input.now);
         if let Some(value) = self.rerun_requested().map(str::to_string) {
-            let earlier_attempts = self.st.stage(StageName::Train).attempts;
-            self.st.rerun = Some(RerunStatus {
+            let earlier_attempts = self.record.stage(StageName::Train).attempts;
+            self.record.rerun = Some(RerunStatus {
                 value: value.clone(),
                 start_time: Some(now),
                 earlier_attempts,
@@ -196,7 +196,7 @@ impl Planner<'_> {
             self.reset_run();
             let why = format!("re-run {value:?} requested ({RERUN_ANNOTATION})");
             self.event(false, RERUN, format!("{why}: starting a new run"));
-            let pre = self.st.stage_mut(StageName::Preprocess);
+            let pre = self.record.stage_mut(StageName::Preprocess);
             if !matches!(pre.state, StageState::Succeeded | StageState::Skipped) {
                 // Preprocessing did not succeed: it runs again, then training.
                 pre.state = StageState::Pending;
@@ -205,28 +205,28 @@ impl Planner<'_> {
                 pre.message = None;
                 return Some(self.run(mode));
             }
-            self.st.current_stage = Some(StageName::Train);
-            return Some(self.start_attempt(self.st.attempts + 1, true, Some(why)));
+            self.record.current_stage = Some(StageName::Train);
+            return Some(self.start_attempt(self.record.attempts + 1, true, Some(why)));
         }
         if self.retries_raised() {
             let (attempts, max) = (self.run_attempts(), self.spec().max_retries);
             let why = format!("maxRetries raised to {max} after {attempts} failed attempts: resuming");
             self.event(false, reasons::RETRYING, why.clone());
             self.reset_run();
-            self.st.current_stage = Some(StageName::Train);
-            return Some(self.start_attempt(self.st.attempts + 1, true, Some(why)));
+            self.record.current_stage = Some(StageName::Train);
+            return Some(self.start_attempt(self.record.attempts + 1, true, Some(why)));
         }
         None
     }
 
     /// What a finished run recorded that the next one replaces.
     fn reset_run(&mut self) {
-        self.st.completion_time = None;
-        self.st.reaped_time = None;
-        if let Some(outputs) = self.st.outputs.as_mut() {
+        self.record.completion_time = None;
+        self.record.reaped_time = None;
+        if let Some(outputs) = self.record.outputs.as_mut() {
             outputs.model_uri = None;
         }
-        let train = self.st.stage_mut(StageName::Train);
+        let train = self.record.stage_mut(StageName::Train);
         train.state = StageState::Pending;
         train.end_time = None;
     }

@@ -12,8 +12,8 @@ impl Planner<'_> {
     pub(super) fn preprocess(&mut self) -> Option<Step> {
         let name = self.input.preprocess_child;
         let observed = self.input.observed;
-        self.st.current_stage = Some(StageName::Preprocess);
-        let stage = self.st.stage_mut(StageName::Preprocess);
+        self.record.current_stage = Some(StageName::Preprocess);
+        let stage = self.record.stage_mut(StageName::Preprocess);
         stage.resource_name = Some(name.to_string());
         // Re-run after a failed preprocessing: the stage was reset, the old batch is still there.
         let earlier_run = stage.state == StageState::Pending && stage.attempts > 0;
@@ -57,7 +57,7 @@ impl Planner<'_> {
             return self.held_by_budget(&hold, &format!("PreprocessBatch {name}"));
         }
         let now = time(self.input.now);
-        let stage = self.st.stage_mut(StageName::Preprocess);
+        let stage = self.record.stage_mut(StageName::Preprocess);
         if stage.state != StageState::Running {
             stage.attempts += 1;
         }
@@ -74,7 +74,7 @@ impl Planner<'_> {
 
     /// The batch is still working: its reason and message are the stage's.
     fn preprocessing(&mut self, name: &str, reason: &str, message: &str) -> Step {
-        let stage = self.st.stage_mut(StageName::Preprocess);
+        let stage = self.record.stage_mut(StageName::Preprocess);
         stage.state = StageState::Running;
         stage.message = Some(format!("{reason}: {message}"));
         Step::working(
@@ -88,12 +88,12 @@ impl Planner<'_> {
 
     /// The batch succeeded: the stage ends and the processed data becomes an output.
     fn preprocess_succeeded(&mut self, name: &str, message: &str) {
-        let stage = self.st.stage_mut(StageName::Preprocess);
+        let stage = self.record.stage_mut(StageName::Preprocess);
         stage.state = StageState::Succeeded;
         stage.end_time = Some(time(self.input.now));
         stage.message = Some(message.to_string());
         let processed = self.spec().artifacts.processed_data.clone();
-        self.st
+        self.record
             .outputs
             .get_or_insert_with(PipelineOutputs::default)
             .processed_data = processed;
@@ -106,7 +106,7 @@ impl Planner<'_> {
 
     /// The batch stalled: the stage and the pipeline fail.
     fn preprocess_failed(&mut self, name: &str, reason: &str, message: &str) -> Step {
-        let stage = self.st.stage_mut(StageName::Preprocess);
+        let stage = self.record.stage_mut(StageName::Preprocess);
         stage.state = StageState::Failed;
         stage.end_time = Some(time(self.input.now));
         stage.message = Some(format!("{reason}: {message}"));

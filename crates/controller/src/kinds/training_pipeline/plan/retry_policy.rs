@@ -27,7 +27,7 @@ impl Planner<'_> {
                     "{detail}; exit code {code} matches spec.retryPolicy.rules[{}] (FailRun): not retried",
                     rule - 1
                 );
-                self.st.stage_mut(StageName::Train).state = StageState::Failed;
+                self.record.stage_mut(StageName::Train).state = StageState::Failed;
                 let release = match before_retry {
                     Action::DeleteSlice => Action::DeleteSlice,
                     _ => Action::Nothing,

@@ -57,11 +57,11 @@ impl Planner<'_> {
         };
         if let Some(stop) = &stop {
             self.event(false, reasons::SUSPENDED, format!("suspended: {}", stop.what));
-            let record = self.st.suspension.get_or_insert_with(Default::default);
+            let record = self.record.suspension.get_or_insert_with(Default::default);
             record.stopped = Some(stop.what.clone());
             record.stopped_attempt = stop.attempt.or(record.stopped_attempt);
         }
-        let stopped = self.st.suspension.as_ref().and_then(|s| s.stopped.clone());
+        let stopped = self.record.suspension.as_ref().and_then(|s| s.stopped.clone());
         let message = match (stopped, step.phase) {
             (Some(stopped), _) => format!(
                 "suspended: {stopped}; checkpoints are kept and training resumes from them once spec.suspend is false"
@@ -91,7 +91,7 @@ impl Planner<'_> {
     /// forgets what an earlier one stopped.
     fn note_suspended(&mut self) {
         let now = time(self.input.now);
-        let record = self.st.suspension.get_or_insert_with(Default::default);
+        let record = self.record.suspension.get_or_insert_with(Default::default);
         if record.suspended_time.is_none() || record.resumed_time.is_some() {
             record.suspended_time = Some(now);
             record.resumed_time = None;
@@ -102,7 +102,7 @@ impl Planner<'_> {
     /// `spec.suspend` went back to false: the resumption's time and its Event.
     fn note_resumed(&mut self) {
         let now = time(self.input.now);
-        let Some(record) = self.st.suspension.as_mut() else {
+        let Some(record) = self.record.suspension.as_mut() else {
             return;
         };
         if record.suspended_time.is_none() || record.resumed_time.is_some() {
@@ -121,10 +121,10 @@ impl Planner<'_> {
     /// `by` (`spec.suspend`, `Kueue`) names what stops it in the stage's message.
     pub(super) fn stop_billing(&mut self, by: &str) -> Option<Stop> {
         let observed = self.input.observed;
-        let preprocessing = self.st.current_stage == Some(StageName::Preprocess);
+        let preprocessing = self.record.current_stage == Some(StageName::Preprocess);
         if preprocessing && matches!(observed.preprocess, Child::Progressing { .. }) {
             let name = self.input.preprocess_child;
-            let stage = self.st.stage_mut(StageName::Preprocess);
+            let stage = self.record.stage_mut(StageName::Preprocess);
             stage.state = StageState::Cancelled;
             stage.message = Some(format!("stopped by {by}; runs again on resume"));
             return Some(Stop {
@@ -147,13 +147,13 @@ impl Planner<'_> {
                 action: Action::DeleteSlice,
                 what: format!(
                     "TpuSlice {} (attempt {}) deleted with its TPU node",
-                    self.input.train_child, self.st.attempts
+                    self.input.train_child, self.record.attempts
                 ),
-                attempt: Some(self.st.attempts),
+                attempt: Some(self.record.attempts),
             },
             _ => return None,
         };
-        let stage = self.st.stage_mut(StageName::Train);
+        let stage = self.record.stage_mut(StageName::Train);
         stage.state = StageState::Cancelled;
         stage.message = Some(format!(
             "stopped by {by}; a new attempt resumes from CHECKPOINT_DIR"
@@ -165,9 +165,13 @@ impl Planner<'_> {
     /// (`spec.suspend`, a budget's `SuspendAtCheckpoint`) or a Kueue eviction did: the attempt that replaces it is a resumption,
     /// not a retry.
     pub(super) fn stopped_by(&self, attempt: i32) -> Option<&'static str> {
-        let suspended = self.st.suspension.as_ref().and_then(|s| s.stopped_attempt);
-        let evicted = self.st.kueue.as_ref().and_then(|k| k.stopped_attempt);
-        let over_budget = self.st.budget_suspension.as_ref().and_then(|b| b.stopped_attempt);
+        let suspended = self.record.suspension.as_ref().and_then(|s| s.stopped_attempt);
+        let evicted = self.record.kueue.as_ref().and_then(|k| k.stopped_attempt);
+        let over_budget = self
+            .record
+            .budget_suspension
+            .as_ref()
+            .and_then(|b| b.stopped_attempt);
         if suspended == Some(attempt) {
             Some(BY_SUSPEND)
         } else if evicted == Some(attempt) {
@@ -198,7 +202,7 @@ impl Planner<'_> {
             );
         }
         let now = time(self.input.now);
-        let stage = self.st.stage_mut(StageName::Train);
+        let stage = self.record.stage_mut(StageName::Train);
         if stage.state == StageState::Cancelled {
             stage.end_time.get_or_insert(now);
         }
@@ -220,11 +224,11 @@ impl Planner<'_> {
         if by == BY_BUDGET {
             self.resumed_from_budget();
         } else if by == BY_SUSPEND {
-            let record = self.st.suspension.get_or_insert_with(Default::default);
+            let record = self.record.suspension.get_or_insert_with(Default::default);
             record.stopped_attempt = None;
             record.resumes += 1;
         } else {
-            let kueue = self.st.kueue.get_or_insert_with(Default::default);
+            let kueue = self.record.kueue.get_or_insert_with(Default::default);
             kueue.stopped_attempt = None;
             kueue.resumes += 1;
         }

@@ -18,9 +18,9 @@ pub const MAX_UNCOUNTED_PREEMPTIONS: i32 = 10;
 impl Planner<'_> {
     /// Training attempts so far that did not count against `maxRetries`.
     pub(super) fn uncounted_attempts(&self) -> i32 {
-        let resumes = self.st.suspension.as_ref().map_or(0, |s| s.resumes)
-            + self.st.kueue.as_ref().map_or(0, |k| k.resumes);
-        (self.st.attempts - self.st.stage(StageName::Train).attempts - resumes).max(0)
+        let resumes = self.record.suspension.as_ref().map_or(0, |s| s.resumes)
+            + self.record.kueue.as_ref().map_or(0, |k| k.resumes);
+        (self.record.attempts - self.record.stage(StageName::Train).attempts - resumes).max(0)
     }
 
     pub(super) fn tpu_vm(&mut self, slice: &Child, marker: &Marker) -> Step {
@@ -52,10 +52,10 @@ impl Planner<'_> {
     fn record_slice(&mut self, slice: &Child, name: &str) {
         let adopted = matches!(slice, Child::Progressing { .. } | Child::Ready { .. });
         if adopted {
-            self.st.attempts = self.st.attempts.max(1);
+            self.record.attempts = self.record.attempts.max(1);
         }
         let now = time(self.input.now);
-        let stage = self.st.stage_mut(StageName::Train);
+        let stage = self.record.stage_mut(StageName::Train);
         stage.resource_name = Some(name.to_string());
         if adopted {
             // Without a start time the completion markers are never looked at (the pipeline would
@@ -68,7 +68,7 @@ impl Planner<'_> {
     /// No completion marker yet: the step follows the slice's own state.
     fn slice_step(&mut self, slice: &Child, name: &str) -> Step {
         match slice {
-            Child::Absent => self.start_attempt(self.st.attempts + 1, true, None),
+            Child::Absent => self.start_attempt(self.record.attempts + 1, true, None),
             Child::NotOwned => {
                 let msg = format!("TpuSlice {name} exists and is not owned by this pipeline");
                 self.finish_failed(CHILD_NOT_OWNED, msg, Action::Nothing)
@@ -82,7 +82,7 @@ impl Planner<'_> {
             ),
             Child::Progressing { reason, message } if reason == reasons::MAINTENANCE_ONGOING => {
                 // The run goes on after it, from its checkpoint: still training, not queued.
-                let stage = self.st.stage_mut(StageName::Train);
+                let stage = self.record.stage_mut(StageName::Train);
                 stage.state = StageState::Running;
                 stage.message = Some(format!("{reason}: {message}"));
                 Step::working(
@@ -95,13 +95,13 @@ impl Planner<'_> {
             }
             Child::Progressing { reason, message } => self.slice_provisioning(name, reason, message),
             Child::Ready { .. } => {
-                let stage = self.st.stage_mut(StageName::Train);
+                let stage = self.record.stage_mut(StageName::Train);
                 stage.state = StageState::Running;
                 stage.message = Some("training container running".into());
                 Step::working(
                     Phase::Training,
                     reasons::RUNNING,
-                    format!("training on TpuSlice {name} (attempt {})", self.st.attempts),
+                    format!("training on TpuSlice {name} (attempt {})", self.record.attempts),
                     Action::Nothing,
                     Requeue::Active,
                 )
@@ -124,7 +124,7 @@ impl Planner<'_> {
     /// The slice is being provisioned: the attempt is queued, waiting for capacity polls at the
     /// capacity interval.
     fn slice_provisioning(&mut self, name: &str, reason: &str, message: &str) -> Step {
-        let stage = self.st.stage_mut(StageName::Train);
+        let stage = self.record.stage_mut(StageName::Train);
         stage.state = StageState::Queued;
         stage.message = Some(format!("{reason}: {message}"));
         // Queued in Kueue (the slice carries the pipeline's queue label) is a wait too.
@@ -190,9 +190,9 @@ impl Planner<'_> {
         } else {
             (counted, why)
         };
-        self.st.attempts = attempt;
-        self.st.custom_job_name = None;
-        let stage = self.st.stage_mut(StageName::Train);
+        self.record.attempts = attempt;
+        self.record.custom_job_name = None;
+        let stage = self.record.stage_mut(StageName::Train);
         stage.state = StageState::Queued;
         // The start of the current attempt: TPU VM markers older than this belong to an earlier one.
         stage.start_time = Some(now);
@@ -226,7 +226,7 @@ impl Planner<'_> {
         let attempts = self.run_attempts();
         if count && attempts > max {
             let msg = format!("{detail}; no retries left ({attempts} attempts, maxRetries {max})");
-            self.st.stage_mut(StageName::Train).state = StageState::Failed;
+            self.record.stage_mut(StageName::Train).state = StageState::Failed;
             let release = match before_retry {
                 Action::DeleteSlice => Action::DeleteSlice,
                 _ => Action::Nothing,
@@ -256,7 +256,7 @@ impl Planner<'_> {
                     slice: Child::Absent, ..
                 } => {
                     let note = format!("{detail}; {which}");
-                    let attempt = self.st.attempts + 1;
+                    let attempt = self.record.attempts + 1;
                     self.retry(attempt, count, detail, (true, reasons::RETRYING, note))
                 }
                 _ => Step::working(

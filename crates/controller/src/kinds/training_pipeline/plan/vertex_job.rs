@@ -15,7 +15,7 @@ use super::{
 impl Planner<'_> {
     pub(super) fn vertex(&mut self, job: Option<&JobView>) -> Step {
         let Some(job) = job else {
-            return self.start_attempt(self.st.attempts + 1, true, None);
+            return self.start_attempt(self.record.attempts + 1, true, None);
         };
         self.record_job(job);
         let attempt = job.attempt;
@@ -70,16 +70,16 @@ impl Planner<'_> {
     /// train stage has started.
     fn record_job(&mut self, job: &JobView) {
         let now = time(self.input.now);
-        self.st.attempts = self.st.attempts.max(job.attempt);
-        self.st.custom_job_name = Some(job.name.clone());
-        let stage = self.st.stage_mut(StageName::Train);
+        self.record.attempts = self.record.attempts.max(job.attempt);
+        self.record.custom_job_name = Some(job.name.clone());
+        let stage = self.record.stage_mut(StageName::Train);
         stage.gcp_name = Some(job.name.clone());
         stage.attempts = stage.attempts.max(1);
         stage.start_time.get_or_insert(now);
     }
 
     fn train_stage_state(&mut self, state: StageState) {
-        self.st.stage_mut(StageName::Train).state = state;
+        self.record.stage_mut(StageName::Train).state = state;
     }
 
     /// A succeeded job is done once its model is seen under `artifacts.modelDir`.
@@ -117,12 +117,12 @@ impl Planner<'_> {
                     job.name, job.message
                 );
                 let note = (true, reasons::PREEMPTED, detail.clone());
-                let before = self.st.attempts;
+                let before = self.record.attempts;
                 let step = self.retry(attempt + 1, false, detail, note);
                 // Counted apart from retries, as a TPU VM slice's preemptions are, once: when
                 // the new attempt starts (a suspended pipeline sees the same job again).
-                if self.st.attempts > before {
-                    let stage = self.st.stage_mut(StageName::Train);
+                if self.record.attempts > before {
+                    let stage = self.record.stage_mut(StageName::Train);
                     stage
                         .interruptions
                         .get_or_insert_with(Default::default)
