@@ -15,7 +15,8 @@
 //! 6. clearing the object's backoff after a successful pass, and [`error_policy`] after a failed one,
 //! 7. a refused cloud call reported in status ([`status::reported`]),
 //! 8. the controller itself ([`run`]): the compact watch cache, the cloud-watch wake-ups, the
-//!    tenancy-policy re-evaluation, graceful shutdown.
+//!    fair share's wake of the objects a freed worker is for, the tenancy-policy re-evaluation,
+//!    graceful shutdown.
 //!
 //! The shape follows kube-rs's controller-rs (finalizer → apply / cleanup); it is no more general
 //! than the three kinds need.
@@ -69,6 +70,7 @@ pub async fn run<K: Kind>(ctx: Arc<Context>, shutdown: Shutdown) {
     K::watches(controller, &watches)
         .with_config(Config::default().concurrency(ctx.config.concurrency))
         .reconcile_on(ctx.cloud_watch.triggers::<K>().map(cached_ref))
+        .reconcile_on(ctx.fair_share.wakes::<K>(K::KIND).map(cached_ref))
         .reconcile_on(
             turns::<K>(
                 ctx.capacity.clone(),
@@ -105,10 +107,14 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
     let namespace = cached.namespace();
     let uid = cached.uid().unwrap_or_default();
     let salt = ctx.clock.now().timestamp_millis();
-    let _slot = match ctx
-        .fair_share
-        .enter(K::KIND, namespace.as_deref().unwrap_or_default(), &uid, salt)
-    {
+    let name = cached.name_any();
+    let _slot = match ctx.fair_share.enter(
+        K::KIND,
+        namespace.as_deref().unwrap_or_default(),
+        &uid,
+        &name,
+        salt,
+    ) {
         Ok(slot) => slot,
         Err(wait) => return Ok(Action::requeue(wait)),
     };
@@ -151,6 +157,9 @@ pub async fn reconcile<K: Kind>(cached: Arc<Cached<K>>, ctx: Arc<Context>) -> Re
 /// pass and, once the deletion passes left nothing, forgets the object and drops the finalizer.
 /// An object gone meanwhile waits for its delete event.
 async fn finalized<K: Kind>(api: &Api<K>, obj: Arc<K>, ctx: &Context) -> Result<Action> {
+    // The helper's first pass adds the finalizer and does nothing else.
+    let adds_finalizer = !obj.deleting() && !obj.finalizers().iter().any(|f| f == FINALIZER);
+    let read = adds_finalizer.then(|| obj.clone());
     let action = finalizer(api, FINALIZER, obj, |event| async {
         match event {
             Event::Apply(obj) => reported(ctx, obj.as_ref(), pass::apply(obj.as_ref(), ctx).await).await,
@@ -164,6 +173,9 @@ async fn finalized<K: Kind>(api: &Api<K>, obj: Arc<K>, ctx: &Context) -> Result<
         }
     })
     .await;
+    if let (Some(read), Ok(_)) = (read, &action) {
+        ctx.settled.finalizer_added(read.as_ref());
+    }
     Ok(match action {
         Err(err) if error::already_gone(&err) => Action::await_change(),
         other => other.map_err(ReconcileError::from)?,

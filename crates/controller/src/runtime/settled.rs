@@ -19,6 +19,8 @@
 //! wake an object between that write and its watch event. Such a pass would compute status from
 //! the older object (refused with 409 by the conditional write) after repeating its cloud reads,
 //! a pipeline's job lookup by label among them; the write's watch event runs the pass instead.
+//! The first pass's write, our finalizer, counts too: a pass from the version before it would
+//! add the finalizer again, refused (422) by the helper's test-and-add patch.
 
 use std::{collections::HashMap, sync::Mutex, time::Duration};
 // tokio's clock: the OS's monotonic clock in a cluster, the paused one under `local`.
@@ -100,6 +102,16 @@ impl Settled {
         if written.is_some_and(|w| w != base) && !replaced.iter().any(|r| r == base) {
             replaced.push(base.to_owned());
         }
+    }
+
+    /// Our finalizer patch (kube's `finalizer` helper, the only write of that pass, which does
+    /// not hand back the new version) replaced `obj`'s version: as stale as a status write's base.
+    pub fn finalizer_added<K: Resource>(&self, obj: &K) {
+        let (Some(uid), Some(rv)) = (obj.uid(), obj.resource_version()) else {
+            return;
+        };
+        let mut superseded = self.superseded.lock().expect("settled cache poisoned");
+        superseded.insert(uid, vec![rv]);
     }
 
     /// A status write of this reconcile produced `rv`.
@@ -192,6 +204,15 @@ mod tests {
         // A write that changed nothing leaves the version current.
         s.replaced(&obj("3"), Some("3"), Some("3"));
         assert!(s.predates_own_write(&obj("3")).is_none());
+        // The pass that added our finalizer: the version it read is stale until the cache
+        // shows the patch.
+        s.finalizer_added(&obj("8"));
+        assert_eq!(
+            s.predates_own_write(&obj("8")),
+            recheck,
+            "the version the patch replaced"
+        );
+        assert!(s.predates_own_write(&obj("9")).is_none(), "the patch arrived");
         s.replaced(&obj("3"), Some("3"), Some("4"));
         s.gone(&obj("3"));
         assert!(
