@@ -76,17 +76,6 @@ async fn settle_count<F: Future<Output = usize>>(
     seen
 }
 
-/// How many slices say they wait their turn.
-async fn waiting_count(env: &TestEnv) -> usize {
-    let list = env
-        .api::<TpuSlice>()
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items;
-    list.iter().filter_map(waiting_for_its_turn).count()
-}
-
 /// Gives the controllers `real` of real time with the clock still: every waiter polls, and
 /// any call the limiter would wrongly let through is made.
 async fn hold(real: Duration) {
@@ -191,37 +180,48 @@ async fn two_hundred_slices_create_at_the_quota_s_pace_each_once_and_none_refuse
 /// Waits until at least all but 2 % of `n` slices say they wait their turn (bounded by a stall
 /// only, as [`settle_count`]); how many do.
 async fn settle_nearly_all_waiting(env: &TestEnv, n: usize) -> usize {
-    let what = "slices saying they wait their turn";
-    settle_count(what, n - n / 50, || waiting_count(env)).await
+    settle_waiting_at_least(env, n - n / 50).await.0
 }
 
 /// Waits until `n` slices say they wait their turn; one of their messages.
 async fn settle_waiting(env: &TestEnv, n: usize) -> String {
+    settle_waiting_at_least(env, n).await.1
+}
+
+/// Waits until at least `n` slices say they wait their turn; how many do, and one of their
+/// messages. A liveness bound, not a figure: the first passes of a few hundred slices take as long
+/// as the machine makes them (more than 90 s once with the whole suite on two cores), so the limit
+/// is a stall (as in [`settle_count`]), not the whole wait. A stall names what the slices that
+/// are neither created nor waiting say, so a starved waiter and a wrong status tell apart.
+async fn settle_waiting_at_least(env: &TestEnv, n: usize) -> (usize, String) {
     let api = env.api::<TpuSlice>();
-    // A liveness bound, not a figure: the first passes of a few hundred slices take as long as
-    // the machine makes them (more than 90 s once with the whole suite on two cores), so the
-    // limit is a stall (as in [`settle_count`]), not the whole wait.
     let (mut seen, mut moved) = (0, tokio::time::Instant::now());
     loop {
         let list = api.list(&Default::default()).await.unwrap().items;
         let waiting: Vec<String> = list.iter().filter_map(waiting_for_its_turn).collect();
-        if waiting.len() == n {
-            return waiting.into_iter().next().unwrap_or_default();
+        if waiting.len() >= n {
+            return (waiting.len(), waiting.into_iter().next().unwrap_or_default());
         }
         if waiting.len() != seen {
             (seen, moved) = (waiting.len(), tokio::time::Instant::now());
         }
-        let others: Vec<_> = list
-            .iter()
-            .filter(|s| waiting_for_its_turn(s).is_none())
-            .filter(|s| s.status.as_ref().is_none_or(|st| st.node_name.is_none()))
-            .map(|s| (s.metadata.name.as_deref().unwrap_or_default(), &s.status))
-            .collect();
-        assert!(
-            moved.elapsed() < STALL,
-            "{seen} slices say they wait their turn, expected {n}, none more for {STALL:?}; \
-             neither created nor waiting: {others:#?}"
-        );
+        if moved.elapsed() >= STALL {
+            let others: Vec<_> = list
+                .iter()
+                .filter(|s| waiting_for_its_turn(s).is_none())
+                .filter(|s| s.status.as_ref().is_none_or(|st| st.node_name.is_none()))
+                .collect();
+            let shown: Vec<_> = others
+                .iter()
+                .take(5)
+                .map(|s| (s.metadata.name.as_deref().unwrap_or_default(), &s.status))
+                .collect();
+            panic!(
+                "{seen} slices say they wait their turn, expected {n}, none more for {STALL:?}; \
+                 {} neither created nor waiting, the first of them: {shown:#?}",
+                others.len()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

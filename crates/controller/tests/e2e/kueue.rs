@@ -286,10 +286,6 @@ async fn slices_beyond_the_quota_wait_in_line_and_the_next_starts_when_one_goes(
         "second admitted {:.1} s after first was deleted",
         waited.as_secs_f64()
     );
-    assert!(
-        waited < Duration::from_secs(30),
-        "quota freed at once: {waited:?}"
-    );
     env.wait_for::<TpuSlice, _>("second", "second Ready", STEP, ready)
         .await;
     // The third moves up to position 1 when Kueue next looks at it (its position is read

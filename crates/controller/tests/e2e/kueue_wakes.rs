@@ -1,8 +1,13 @@
 //! What an object gated by Kueue waits for wakes it, on the real Kueue (v0.17.0) and the real
-//! kube-apiserver (see kueue.rs for the harness). The controllers poll as a deployed operator
-//! does (`--poll-stable` 5 min, `--poll-capacity` 30 s, `--poll-watched` 5 min, `--poll-active`
-//! 2 s), so a change that only a poll would notice shows as a wait of tens of seconds or minutes,
-//! not the milliseconds of the other suites' fast polls.
+//! kube-apiserver (see kueue.rs for the harness).
+//!
+//! What is judged is the wake, not how fast the machine is: the polls that would otherwise run a
+//! waiting object (`--poll-stable`, `--poll-capacity`, `--poll-watched`: 5 min, 30 s and 5 min in
+//! a deployed operator) are set here to [`NO_POLL`], longer than any wait may take
+//! ([`test_kit::wait_limit`]). So a waiting object that runs again at all was run by a wake (or,
+//! after a failed call, by its backoff), however long the machine took; one that only a poll
+//! would have run fails at the wait limit. Only `--poll-active` (2 s, a node provisioning) keeps
+//! its deployed value. The delays are printed for the record (about 1–3 s on an idle machine).
 
 use std::{
     sync::Arc,
@@ -33,17 +38,24 @@ use super::{
     kueue_pipelines::vertex_pipeline,
 };
 
-/// The env with Kueue's integration on, a deployed operator's polls, and the three controllers
-/// running; `None` where no real Kueue runs.
+/// The waiting objects' polls here: longer than any wait of this file may take.
+const NO_POLL: Duration = Duration::from_secs(3600);
+
+/// The env with Kueue's integration on, a deployed operator's active poll, no other polls
+/// ([`NO_POLL`]), and the three controllers running; `None` where no real Kueue runs.
 async fn start() -> Option<TestEnv> {
     let mut env = start_idle().await?;
     let config = &mut Arc::get_mut(&mut env.ctx)
         .expect("the context is not shared before the controllers start")
         .config;
     config.poll_active = Duration::from_secs(2);
-    config.poll_capacity = Duration::from_secs(30);
-    config.poll_stable = Duration::from_secs(300);
-    config.poll_watched = Duration::from_secs(300);
+    config.poll_capacity = NO_POLL;
+    config.poll_stable = NO_POLL;
+    config.poll_watched = NO_POLL;
+    assert!(
+        NO_POLL > test_kit::wait_limit(true),
+        "a poll could end a wait here"
+    );
     env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
     env.spawn(preprocess_batch::run(env.ctx.clone(), never_shutdown()));
     env.spawn(tpu_slice::run(env.ctx.clone(), never_shutdown()));
@@ -107,7 +119,7 @@ async fn a_suspended_pipelines_quota_is_free_once_its_job_has_ended() {
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(60),
+            started.elapsed() < test_kit::wait_limit(true),
             "the suspended pipeline kept its Workload; job {:?}",
             job_state(&env)
         );
@@ -121,7 +133,6 @@ async fn a_suspended_pipelines_quota_is_free_once_its_job_has_ended() {
         "Workload deleted {:.2} s after the suspended pipeline's job ended",
         released.as_secs_f64()
     );
-    assert!(released <= Duration::from_secs(5), "{released:?}");
 }
 
 fn stalled_on(s: &TpuSlice, reason: &str) -> bool {
@@ -145,7 +156,7 @@ async fn runs(env: &TestEnv, name: &str, since: Instant) -> (Duration, Duration)
             return (created, since.elapsed());
         }
         assert!(
-            since.elapsed() < Duration::from_secs(60),
+            since.elapsed() < test_kit::wait_limit(true),
             "{name} never ran: {:#?}",
             s.status
         );
@@ -176,7 +187,6 @@ async fn a_slice_waiting_for_its_priority_class_runs_once_the_class_exists() {
         created.as_secs_f64(),
         ready.as_secs_f64()
     );
-    assert!(created <= Duration::from_secs(5), "{created:?}");
 }
 
 /// A slice in a LocalQueue that does not exist yet waits (its Workload is pending: "LocalQueue
@@ -203,7 +213,6 @@ async fn a_slice_waiting_for_its_local_queue_runs_once_the_queue_exists() {
         created.as_secs_f64(),
         ready.as_secs_f64()
     );
-    assert!(created <= Duration::from_secs(5), "{created:?}");
 }
 
 /// Kueue down as the API server sees it for this test's namespace: a validating webhook for its
@@ -275,9 +284,8 @@ async fn a_slice_says_so_in_its_status_while_kueue_does_not_answer() {
         created.as_secs_f64(),
         ready.as_secs_f64()
     );
-    // Two failed passes so far (the create, then the echo of the status write): the next retry
-    // is at most 10 s away (backoff 5 s, doubled, spread below its ceiling).
-    assert!(created <= Duration::from_secs(15), "{created:?}");
+    // It ran again with no poll to run it: its backoff retried the create (two failed passes so
+    // far, the create and the echo of its status write: at most 10 s on an idle machine).
     let s: TpuSlice = env.api().get("blind").await.unwrap();
     assert!(
         !stalled_on(&s, "KueueUnavailable"),
@@ -345,7 +353,7 @@ async fn a_waiters_position_follows_kueues_line_within_seconds() {
             break at.elapsed();
         }
         assert!(
-            deleted.elapsed() < Duration::from_secs(60),
+            deleted.elapsed() < test_kit::wait_limit(true),
             "position 1 not shown (Kueue says so: {}): {:#?}",
             in_kueue.is_some(),
             s.status
@@ -359,5 +367,4 @@ async fn a_waiters_position_follows_kueues_line_within_seconds() {
         lag.as_secs_f64(),
         deleted.elapsed().as_secs_f64()
     );
-    assert!(lag <= Duration::from_secs(5), "{lag:?}");
 }
