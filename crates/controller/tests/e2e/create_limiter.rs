@@ -404,17 +404,17 @@ async fn vertex_jobs_wait_their_turn_and_the_train_stage_says_so() {
         tp.spec.artifacts.model_dir = format!("gs://demo-project-tpu-data/models/tp-{i}/");
         env.create(&tp).await;
     }
-    // A pipeline's passes need the clock to move: a second a step, so the line's minute is
-    // crossed only after ~60 steps.
+    // The clock stands still until both creates are in: all three pipelines ask at the same
+    // instant, so the line's minute starts there however late a busy machine runs a pass (a
+    // clock moving while they came had crossed the minute before the test saw two creates).
     let creates = || calls(&env, "vertex", "customJobs.create");
-    let second = Duration::from_secs(1);
-    env.until("two job creates", second, async || creates().len() >= 2)
-        .await;
+    settle(&env, "two job creates", || creates().len() >= 2).await;
     let first = creates()[0].time;
     let api = env.api::<TrainingPipeline>();
     // The clock moves on a second a step up to 50 s past the first create, and stands still
     // there until the third pipeline has said it waits: however late a busy machine runs its
     // pass, it is told inside the minute, and no third create comes in it.
+    let second = Duration::from_secs(1);
     let (clock, inside) = (env.gcp.clock(), first + chrono::Duration::seconds(50));
     let message = test_kit::until(
         "the third pipeline to say it waits its turn, on its train stage too",
@@ -450,12 +450,11 @@ async fn vertex_jobs_wait_their_turn_and_the_train_stage_says_so() {
     assert!(message.contains("line of Vertex AI job creates"), "{message}");
     env.until("the third job create", second, async || creates().len() >= 3)
         .await;
+    // Both first creates were stamped at the instant the clock stood still at; the third turn
+    // comes a full minute later, and a call is stamped when it arrives, never before its turn.
     let third = creates()[2].time;
-    // The emulator stamps a call when it arrives; the clock moves on in 1 s steps (`idle`) while
-    // the first create is in flight, so its stamp can be up to one step after the turn was
-    // taken. On a slow API server that step showed as 59 s between the stamps.
     assert!(
-        third >= first + chrono::Duration::seconds(59),
+        third >= first + chrono::Duration::seconds(60),
         "{first} then {third}"
     );
 }

@@ -182,6 +182,14 @@ async fn a_standalone_slices_time_splits_by_phase_and_sums_to_its_wall_time() {
         )
         .await
         .expect("suspend");
+    // The clock stands still until the suspension is noticed (the node's Ready time ends
+    // there), then moves on while the node is deleted.
+    env.wait_for::<TpuSlice, _>("solo", "the suspension noticed", Duration::ZERO, |s| {
+        s.status
+            .as_ref()
+            .is_some_and(|st| st.phase != TpuSlicePhase::Ready)
+    })
+    .await;
     let suspended = env
         .wait_for::<TpuSlice, _>("solo", "Suspended", STEP, |s| {
             s.status

@@ -86,7 +86,13 @@ fn train_attempts(tp: &TrainingPipeline) -> i32 {
 }
 
 async fn wait_phase(env: &TestEnv, name: &str, want: Phase) -> TrainingPipeline {
-    env.wait_for::<TrainingPipeline, _>(name, &format!("phase {want:?}"), STEP, |tp| phase(tp) == want)
+    wait_phase_at(env, name, want, STEP).await
+}
+
+/// [`wait_phase`] moving the clock by `step` a poll (`Duration::ZERO`: it stands still, for a
+/// phase the controller reaches without the cloud moving on).
+async fn wait_phase_at(env: &TestEnv, name: &str, want: Phase, step: Duration) -> TrainingPipeline {
+    env.wait_for::<TrainingPipeline, _>(name, &format!("phase {want:?}"), step, |tp| phase(tp) == want)
         .await
 }
 
@@ -829,7 +835,6 @@ async fn job_state(env: &TestEnv, name: &str) -> String {
 async fn suspending_a_vertex_run_cancels_its_job_and_resuming_spends_no_retry() {
     let env = started().await;
     env.create(&vertex_only("vx")).await;
-    wait_phase(&env, "vx", Phase::Training).await;
     let uid = env
         .api::<TrainingPipeline>()
         .get("vx")
@@ -837,9 +842,17 @@ async fn suspending_a_vertex_run_cancels_its_job_and_resuming_spends_no_retry() 
         .unwrap()
         .uid()
         .unwrap();
+    // The clock moves a second a poll until the job runs, then stands still until the run is
+    // suspended: the job ends 300 s of cloud time after it started, and a clock moving on while
+    // a busy machine ran the passes late could let it end before the suspension cancelled it.
     let first = first_job_of(&env, &uid, "1").await;
+    env.until("the first job to run", Duration::from_secs(1), async || {
+        job_state(&env, &first).await == "JOB_STATE_RUNNING"
+    })
+    .await;
+    wait_phase_at(&env, "vx", Phase::Training, Duration::ZERO).await;
     patch_spec(&env, "vx", json!({"suspend": true})).await;
-    let suspended = wait_phase(&env, "vx", Phase::Suspended).await;
+    let suspended = wait_phase_at(&env, "vx", Phase::Suspended, Duration::ZERO).await;
     let what = format!("suspend to cancel job {first}");
     env.until(&what, STEP, async || {
         let state = job_state(&env, &first).await;
@@ -857,9 +870,16 @@ async fn suspending_a_vertex_run_cancels_its_job_and_resuming_spends_no_retry() 
         "{record:?}"
     );
     env.wait_for_event("vx", "Suspended", STEP).await;
-    env.idle(Duration::from_millis(300), STEP).await;
+    // Settled once the pass that saw the job end has written it (nothing accrues any more), then
+    // counted over cloud time and passes, which a busy machine cannot shorten.
+    env.wait_for::<TrainingPipeline, _>("vx", "no cost accruing", Duration::ZERO, |tp| {
+        let cost = tp.status.as_ref().and_then(|s| s.estimated_cost.as_ref());
+        cost.is_some_and(|c| c.per_hour_usd == 0.0)
+    })
+    .await;
     let writes = count_writes::<TrainingPipeline>(&env, "vx").await;
-    env.idle(Duration::from_secs(2), STEP).await;
+    env.idle_passes("TrainingPipeline", Duration::from_secs(30 * 60), STEP, 3)
+        .await;
     assert!(
         writes.load(Ordering::SeqCst) <= IDLE_WRITES,
         "suspended status rewritten"
@@ -891,7 +911,8 @@ async fn suspending_a_tpu_vm_run_deletes_its_node_and_resuming_spends_no_retry()
     wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
     assert_eq!(env.gcp.nodes().len(), 1);
     patch_spec(&env, "tpu-vm-pipeline", json!({"suspend": true})).await;
-    wait_phase(&env, "tpu-vm-pipeline", Phase::Suspended).await;
+    // The clock stands still until the suspension is seen: the workload cannot end first.
+    wait_phase_at(&env, "tpu-vm-pipeline", Phase::Suspended, Duration::ZERO).await;
     env.wait_gone::<TpuSlice>("tpu-vm-pipeline-train", STEP).await;
     env.until("suspend to delete the node", STEP, async || {
         let (nodes, queued) = (env.gcp.nodes(), env.gcp.queued_resources());
