@@ -55,18 +55,23 @@ const STALL: Duration = Duration::from_secs(120);
 /// had said they wait after a fixed 180 s beside five builds), so the only limit is [`STALL`]
 /// without the count moving. A count that stops short of `n`, the behaviour under test failing,
 /// still fails, saying how far it got.
-async fn settle_count<F: Future<Output = usize>>(
+async fn settle_count<F: Future<Output = usize>>(what: &str, n: usize, count: impl FnMut() -> F) -> usize {
+    settle_count_or(what, n, count, String::new).await
+}
+
+/// [`settle_count`] whose failure adds what `stalled()` describes.
+async fn settle_count_or<F: Future<Output = usize>>(
     what: &str,
     n: usize,
     mut count: impl FnMut() -> F,
+    stalled: impl FnOnce() -> String,
 ) -> usize {
     let mut seen = count().await;
     let mut moved = tokio::time::Instant::now();
     while seen < n {
-        assert!(
-            moved.elapsed() < STALL,
-            "{what}: {seen} of {n}, and no more for {STALL:?}"
-        );
+        if moved.elapsed() >= STALL {
+            panic!("{what}: {seen} of {n}, and no more for {STALL:?}{}", stalled());
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
         let now = count().await;
         if now != seen {
@@ -191,39 +196,38 @@ async fn settle_waiting(env: &TestEnv, n: usize) -> String {
 /// Waits until at least `n` slices say they wait their turn; how many do, and one of their
 /// messages. A liveness bound, not a figure: the first passes of a few hundred slices take as long
 /// as the machine makes them (more than 90 s once with the whole suite on two cores), so the limit
-/// is a stall (as in [`settle_count`]), not the whole wait. A stall names what the slices that
-/// are neither created nor waiting say, so a starved waiter and a wrong status tell apart.
+/// is a stall ([`settle_count`]), not the whole wait. A stall names what the slices that are
+/// neither created nor waiting say, so a starved waiter and a wrong status tell apart.
 async fn settle_waiting_at_least(env: &TestEnv, n: usize) -> (usize, String) {
     let api = env.api::<TpuSlice>();
-    let (mut seen, mut moved) = (0, tokio::time::Instant::now());
-    loop {
+    let last = std::cell::RefCell::new(Vec::new());
+    let count = || async {
         let list = api.list(&Default::default()).await.unwrap().items;
-        let waiting: Vec<String> = list.iter().filter_map(waiting_for_its_turn).collect();
-        if waiting.len() >= n {
-            return (waiting.len(), waiting.into_iter().next().unwrap_or_default());
-        }
-        if waiting.len() != seen {
-            (seen, moved) = (waiting.len(), tokio::time::Instant::now());
-        }
-        if moved.elapsed() >= STALL {
-            let others: Vec<_> = list
-                .iter()
-                .filter(|s| waiting_for_its_turn(s).is_none())
-                .filter(|s| s.status.as_ref().is_none_or(|st| st.node_name.is_none()))
-                .collect();
-            let shown: Vec<_> = others
-                .iter()
-                .take(5)
-                .map(|s| (s.metadata.name.as_deref().unwrap_or_default(), &s.status))
-                .collect();
-            panic!(
-                "{seen} slices say they wait their turn, expected {n}, none more for {STALL:?}; \
-                 {} neither created nor waiting, the first of them: {shown:#?}",
-                others.len()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let waiting = list.iter().filter_map(waiting_for_its_turn).count();
+        *last.borrow_mut() = list;
+        waiting
+    };
+    let stalled = || {
+        let list = last.borrow();
+        let others: Vec<_> = list
+            .iter()
+            .filter(|s| waiting_for_its_turn(s).is_none())
+            .filter(|s| s.status.as_ref().is_none_or(|st| st.node_name.is_none()))
+            .collect();
+        let shown: Vec<_> = others
+            .iter()
+            .take(5)
+            .map(|s| (s.metadata.name.as_deref().unwrap_or_default(), &s.status))
+            .collect();
+        format!(
+            "; {} neither created nor waiting, the first of them: {shown:#?}",
+            others.len()
+        )
+    };
+    let what = "slices saying they wait their turn";
+    let seen = settle_count_or(what, n, count, stalled).await;
+    let first = last.borrow().iter().find_map(waiting_for_its_turn);
+    (seen, first.unwrap_or_default())
 }
 
 #[tokio::test]
