@@ -333,6 +333,11 @@ async fn kstatus_and_argocd_judge_the_statuses_the_controllers_write() {
     // First, so a machine without Go fails before anything else runs.
     let judge_bin = judge_binary();
     let mut env = TestEnv::start().await;
+    // The training job runs 30 minutes, not 5: the slice's wait before the pipeline's moves the
+    // clock 15 s a poll, and a busy machine must still find the job running after it.
+    let mut config = env.gcp.config();
+    config.durations.job_run = Duration::from_secs(30 * 60);
+    env.gcp.set_config(config);
 
     let just_applied = apply_before_any_controller_runs(&env).await;
     let ctx = env.ctx.clone();

@@ -188,7 +188,11 @@ async fn an_allowed_orphan_keeps_counting_until_it_is_gone() {
     // An administrator deletes the orphan; the next sweep no longer finds it, and the quota frees.
     let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_owned();
     ctx.gcp.tpu.delete_node(&node).await.expect("delete the orphan");
-    env.idle(Duration::from_millis(100), STEP).await;
+    // Gone before the sweep, however few clock steps a busy machine fits in a stretch of time.
+    env.until("the orphan's node deleted", STEP, async || {
+        env.gcp.nodes().is_empty()
+    })
+    .await;
     sweeper.sweep(&ctx).await.expect("sweep");
     env.wait_for::<TpuSlice, _>("next", "Ready once the orphan is gone", STEP, is_ready)
         .await;

@@ -49,3 +49,5 @@ mod variants;
 mod version_skew;
 mod vertex_duplicates;
 mod vertex_spot;
+/// Waiting for a Vertex pipeline to train without letting its job end first.
+mod vertex_training;

@@ -81,10 +81,12 @@ async fn check_hosts(env: &TestEnv, slice: &TpuSlice) -> Vec<String> {
     let st = slice.status.clone().unwrap();
     let first = st.node_name.clone().unwrap();
     let nodes = [first.clone(), slice_node(&st, 1)];
+    // A second a poll: the workloads end 600 s of cloud time after they start, and the test
+    // preempts one of them next.
     env.wait_for::<TpuSlice, _>(
         &slice.metadata.name.clone().unwrap(),
         "both workloads started",
-        STEP,
+        Duration::from_secs(1),
         |_| nodes.iter().all(|n| env.gcp.workload_env(n).is_some()),
     )
     .await;
@@ -146,7 +148,8 @@ async fn multislice_pipeline_converges_survives_a_preempted_slice_and_leaves_not
     }
     assert_eq!(env.gcp.nodes().len(), 2);
     let first_nodes = check_hosts(&env, &slice).await;
-    env.wait_for::<TrainingPipeline, _>("ms", "Training", STEP, |tp| phase(tp) == Phase::Training)
+    let second = Duration::from_secs(1);
+    env.wait_for::<TrainingPipeline, _>("ms", "Training", second, |tp| phase(tp) == Phase::Training)
         .await;
 
     // Preempting one slice replaces that slice alone: slice 0 keeps its node.

@@ -9,10 +9,7 @@ use std::time::Duration;
 use gcp_emulator::{Code, Fault};
 use serde_json::json;
 use test_kit::TestEnv;
-use tpu_operator_api::{
-    tpu_slice::TpuSlice,
-    training_pipeline::{TrainingPipeline, TrainingPipelinePhase},
-};
+use tpu_operator_api::{tpu_slice::TpuSlice, training_pipeline::TrainingPipeline};
 
 use crate::tenant;
 
@@ -78,12 +75,7 @@ async fn a_running_pipeline_whose_job_listing_is_refused_is_not_left_running() {
     tp.metadata.name = Some("blind".into());
     tp.spec.preprocess = None;
     env.create(&tp).await;
-    env.wait_for::<TrainingPipeline, _>("blind", "Training", STEP, |tp| {
-        tp.status
-            .as_ref()
-            .is_some_and(|s| s.phase == TrainingPipelinePhase::Training)
-    })
-    .await;
+    crate::vertex_training::training(&env, "blind").await;
     refuse(&env, "vertex", "customJobs.list");
     refuse(&env, "vertex", "customJobs.get");
     let tp: TrainingPipeline = env

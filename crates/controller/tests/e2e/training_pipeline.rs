@@ -89,6 +89,13 @@ async fn wait_phase(env: &TestEnv, name: &str, want: Phase) -> TrainingPipeline 
     wait_phase_at(env, name, want, STEP).await
 }
 
+/// Waits for a TPU VM pipeline to say Training, moving the clock a second a poll: its workload
+/// ends 600 s of cloud time after the node is READY, and the tests act on the running workload
+/// next (at 15 s a poll, a busy machine's pass had 40 polls to come in before the run ended).
+async fn tpu_vm_training(env: &TestEnv, name: &str) -> TrainingPipeline {
+    wait_phase_at(env, name, Phase::Training, Duration::from_secs(1)).await
+}
+
 /// [`wait_phase`] moving the clock by `step` a poll (`Duration::ZERO`: it stands still, for a
 /// phase the controller reaches without the cloud moving on).
 async fn wait_phase_at(env: &TestEnv, name: &str, want: Phase, step: Duration) -> TrainingPipeline {
@@ -211,11 +218,17 @@ async fn failed_vertex_job_is_retried_then_succeeds() {
 async fn delete_mid_training_cancels_and_deletes_everything() {
     let env = started().await;
     env.create(&quickstart()).await;
-    wait_phase(&env, "quickstart", Phase::Training).await;
+    // The clock stands still from the job's run until its cancel: a job that ended first is
+    // deleted without one.
+    crate::vertex_training::training(&env, "quickstart").await;
     env.api::<TrainingPipeline>()
         .delete("quickstart", &DeleteParams::default())
         .await
         .unwrap();
+    env.until("the running job's cancel", Duration::ZERO, async || {
+        env.gcp.call_count("vertex", "customJobs.cancel") >= 1
+    })
+    .await;
     env.wait_gone::<TrainingPipeline>("quickstart", STEP).await;
     env.wait_gone::<PreprocessBatch>("quickstart-preprocess", STEP)
         .await;
@@ -306,7 +319,7 @@ async fn spot_preemption_during_tpu_vm_training_recreates_the_slice_without_a_re
         test_kit::from_yaml(include_str!("../../../../examples/tpu-vm-pipeline.yaml"));
     tp.spec.preprocess = None;
     env.create(&tp).await;
-    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    tpu_vm_training(&env, "tpu-vm-pipeline").await;
     let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
     env.gcp.inject(Fault::PreemptNode { name: node.clone() }).unwrap();
     let done = wait_phase(&env, "tpu-vm-pipeline", Phase::Succeeded).await;
@@ -465,9 +478,13 @@ async fn suspended_pipeline_writes_no_status_loop_and_keeps_its_attempts() {
     let mut between = quickstart();
     between.metadata.name = Some("between".into());
     env.create(&between).await;
-    wait_phase(&env, "between", Phase::Preprocessing).await;
+    // The clock stands still from here until the suspension has stopped preprocessing: the
+    // batch succeeds 3 minutes after it is created, and a clock moving on while a busy machine
+    // ran the passes late could let it finish first.
+    wait_phase_at(&env, "between", Phase::Preprocessing, Duration::ZERO).await;
     patch_spec(&env, "between", json!({"suspend": true})).await;
-    env.wait_for::<TrainingPipeline, _>("between", "preprocessing stopped", STEP, |tp| {
+    let stopped = "preprocessing stopped";
+    env.wait_for::<TrainingPipeline, _>("between", stopped, Duration::ZERO, |tp| {
         let st = tp.status.as_ref();
         phase(tp) == Phase::Suspended
             && st.is_some_and(|s| {
@@ -487,8 +504,9 @@ async fn suspended_pipeline_writes_no_status_loop_and_keeps_its_attempts() {
         .collect();
     assert!(running.is_empty(), "suspend left a batch running: {running:?}");
     wait_phase(&env, "created-suspended", Phase::Suspended).await;
-    // Settle: the write of the phase itself may still be echoing.
-    env.idle(Duration::from_millis(300), STEP).await;
+    // Settle: passes enough for both to have seen all of the above, however late they ran.
+    env.idle_passes("TrainingPipeline", Duration::ZERO, Duration::ZERO, 4)
+        .await;
     let counts = [
         (
             "created-suspended",
@@ -496,13 +514,14 @@ async fn suspended_pipeline_writes_no_status_loop_and_keeps_its_attempts() {
         ),
         ("between", count_writes::<TrainingPipeline>(&env, "between").await),
     ];
-    env.idle(Duration::from_secs(3), STEP).await;
+    env.idle_passes("TrainingPipeline", Duration::from_secs(30 * 60), STEP, 6)
+        .await;
     for (name, count) in &counts {
         let tp = env.api::<TrainingPipeline>().get(name).await.unwrap();
         let writes = count.load(Ordering::SeqCst);
         assert!(
             writes <= IDLE_WRITES,
-            "{name}: {writes} status writes in 3 s while suspended; status: {:#?}",
+            "{name}: {writes} status writes in 30 min of cloud time and 6 passes while suspended; status: {:#?}",
             tp.status
         );
         assert_eq!(phase(&tp), Phase::Suspended, "{name}: {}", message(&tp));
@@ -842,15 +861,10 @@ async fn suspending_a_vertex_run_cancels_its_job_and_resuming_spends_no_retry() 
         .unwrap()
         .uid()
         .unwrap();
-    // The clock moves a second a poll until the job runs, then stands still until the run is
-    // suspended: the job ends 300 s of cloud time after it started, and a clock moving on while
-    // a busy machine ran the passes late could let it end before the suspension cancelled it.
+    // The clock stands still from the job's run until the run is suspended: the job cannot end
+    // before the suspension cancels it.
+    crate::vertex_training::training(&env, "vx").await;
     let first = first_job_of(&env, &uid, "1").await;
-    env.until("the first job to run", Duration::from_secs(1), async || {
-        job_state(&env, &first).await == "JOB_STATE_RUNNING"
-    })
-    .await;
-    wait_phase_at(&env, "vx", Phase::Training, Duration::ZERO).await;
     patch_spec(&env, "vx", json!({"suspend": true})).await;
     let suspended = wait_phase_at(&env, "vx", Phase::Suspended, Duration::ZERO).await;
     let what = format!("suspend to cancel job {first}");
@@ -908,7 +922,7 @@ async fn suspending_a_tpu_vm_run_deletes_its_node_and_resuming_spends_no_retry()
     tp.spec.preprocess = None;
     tp.spec.deletion_policy = tpu_operator_api::common::DeletionPolicy::Orphan;
     env.create(&tp).await;
-    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    tpu_vm_training(&env, "tpu-vm-pipeline").await;
     assert_eq!(env.gcp.nodes().len(), 1);
     patch_spec(&env, "tpu-vm-pipeline", json!({"suspend": true})).await;
     // The clock stands still until the suspension is seen: the workload cannot end first.
@@ -1061,7 +1075,7 @@ async fn retry_policy_fails_a_tpu_vm_run_on_exit_3_and_releases_its_slice() {
     tp.spec.max_retries = 2;
     tp.spec.retry_policy = Some(serde_json::from_value(fail_run_on_3_ignore_137()).unwrap());
     env.create(&tp).await;
-    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    tpu_vm_training(&env, "tpu-vm-pipeline").await;
     let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
     env.gcp
         .inject(Fault::FailTpuWorkload {
@@ -1090,7 +1104,7 @@ async fn a_failed_runs_slice_is_kept_for_debugging_then_deleted() {
     tp.spec.max_retries = 0;
     tp.spec.training.tpu_vm.as_mut().unwrap().keep_failed_slice_for = Some("30m".into());
     env.create(&tp).await;
-    wait_phase(&env, "tpu-vm-pipeline", Phase::Training).await;
+    tpu_vm_training(&env, "tpu-vm-pipeline").await;
     let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
     env.gcp
         .inject(Fault::FailTpuWorkload {
@@ -1231,7 +1245,7 @@ async fn training_on_a_tpu_vm_without_retries(env: &TestEnv) -> (TrainingPipelin
     tp.spec.preprocess = None;
     tp.spec.max_retries = 0;
     env.create(&tp).await;
-    let training = wait_phase(env, "tpu-vm-pipeline", Phase::Training).await;
+    let training = tpu_vm_training(env, "tpu-vm-pipeline").await;
     let node = env.gcp.nodes()[0]["name"].as_str().unwrap().to_string();
     (training, node)
 }

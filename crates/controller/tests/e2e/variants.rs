@@ -128,7 +128,7 @@ async fn a_second_live_pipeline_on_the_same_model_dir_waits_for_the_first() {
     let mut first = vertex_only(shared);
     first.metadata.name = Some("a-first".into());
     env.create(&first).await;
-    wait_phase(&env, "a-first", Phase::Training).await;
+    crate::vertex_training::training(&env, "a-first").await;
     let creates = env.gcp.call_count("vertex", "customJobs.create");
     assert_eq!(creates, 1);
 
@@ -201,7 +201,7 @@ async fn a_waiting_pipeline_is_woken_when_the_first_finishes() {
     let mut first = vertex_only(shared);
     first.metadata.name = Some("a-first".into());
     env.create(&first).await;
-    wait_phase(&env, "a-first", Phase::Training).await;
+    crate::vertex_training::training(&env, "a-first").await;
     let mut second = vertex_only(shared);
     second.metadata.name = Some("b-second".into());
     env.create(&second).await;
@@ -321,7 +321,7 @@ async fn a_claim_its_own_policy_refuses_makes_no_other_team_wait() {
     let mut victim = vertex_only(&format!("gs://{BUCKET}/models/victim/"));
     victim.metadata.name = Some("victim".into());
     env.create(&victim).await;
-    let victim = wait_phase(&env, "victim", Phase::Training).await;
+    let victim = crate::vertex_training::training(&env, "victim").await;
     let conditions = &victim.status.as_ref().unwrap().conditions;
     assert!(
         find_condition(conditions, types::STALLED).is_none_or(|c| c.reason != reasons::ARTIFACTS_IN_USE),

@@ -33,6 +33,11 @@ fn running(jobs: &[serde_json::Value]) -> Vec<String> {
 #[tokio::test]
 async fn lost_create_reply_and_lagging_list_leave_one_job_per_attempt() {
     let mut env = TestEnv::start().await;
+    // Two-hour runs: the duplicate must still run when the lists catch up and a pass sees it,
+    // however late a busy machine runs that pass while the waits move the clock 15 s a poll.
+    let mut config = env.gcp.config();
+    config.durations.job_run = Duration::from_secs(2 * 3600);
+    env.gcp.set_config(config);
     env.spawn(training_pipeline::run(env.ctx.clone(), never_shutdown()));
     // The first create is carried out but answered 503, and new jobs stay out of lists for two
     // emulated minutes: the retry's list cannot see the first job, so it creates a second.
