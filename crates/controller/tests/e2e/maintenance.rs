@@ -304,6 +304,15 @@ async fn a_reschedulable_maintenance_starts_right_after_the_asked_checkpoint() {
     );
     env.wait_for_event("early-train", "MaintenanceStartedEarly", Duration::ZERO)
         .await;
+    // The run that waits asks its checkpoint at the same instant: the clock stays there until it
+    // has, or a late pass would take it closer to the window and lose fewer steps.
+    env.wait_for::<TpuSlice, _>("waits-train", "its checkpoint asked", Duration::ZERO, |s| {
+        s.status
+            .as_ref()
+            .and_then(|st| st.maintenance.as_ref())
+            .is_some_and(|m| m.checkpoint_request_time.is_some())
+    })
+    .await;
     assert_eq!(env.gcp.call_count("tpu", "nodes.performMaintenance"), 1);
 
     for name in ["early-train", "waits-train"] {
