@@ -101,10 +101,9 @@ pub(super) async fn announce_after_a_checkpoint(
         done.filter(|o| o.name.ends_with("_CHECKPOINT_METADATA")).count()
     };
     let before = written(env);
-    while written(env) == before {
-        env.gcp.clock().advance(Duration::from_secs(1));
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let what = format!("the next checkpoint of {}", runs[1]);
+    env.until(&what, Duration::from_secs(1), async || written(env) != before)
+        .await;
     let nodes: Vec<String> = runs
         .iter()
         .map(|r| node_of(env, r)["name"].as_str().unwrap().to_string())
@@ -122,10 +121,12 @@ pub(super) async fn announce_after_a_checkpoint(
     nodes
 }
 
-/// Waits until each of `runs` shows a checkpoint in its status.
+/// Waits until each of `runs` shows a checkpoint in its status, the clock moving a second a
+/// poll: the workloads end 600 s after they start, and the tests need them running after this.
 pub(super) async fn first_checkpoints(env: &TestEnv, runs: [&str; 2]) {
     for name in runs {
-        env.wait_for::<TrainingPipeline, _>(name, "a first checkpoint", STEP, |tp| {
+        let second = Duration::from_secs(1);
+        env.wait_for::<TrainingPipeline, _>(name, "a first checkpoint", second, |tp| {
             tp.status
                 .as_ref()
                 .and_then(|s| s.checkpoint.as_ref())
