@@ -34,4 +34,4 @@ pub use objects::{NamespacedObject, create_in, from_yaml};
 pub use target::{
     ClientError, KUBECONFIG_ENV, TARGET_ENV, Target, TargetError, real_client, target, target_from,
 };
-pub use wait::{Done, until, wait_limit};
+pub use wait::{Done, passes, until, wait_limit};

@@ -87,6 +87,13 @@ pub async fn until<D: Done>(
     }
 }
 
+/// Reconciles of `kind` that the controllers on `ctx` have started so far ([`TestEnv::passes`]
+/// for a context a test built itself).
+pub fn passes(ctx: &tpu_operator_controller::Context, kind: &'static str) -> u64 {
+    let labels = tpu_operator_controller::runtime::metrics::KindLabels { kind };
+    ctx.metrics.reconciles.get_or_create(&labels).get()
+}
+
 impl TestEnv {
     /// The real time a wait of this env allows before failing ([`wait_limit`]).
     pub fn wait_limit(&self) -> Duration {
@@ -182,8 +189,7 @@ impl TestEnv {
     /// Reconciles of `kind` (as the metrics name it: "TpuSlice", "TrainingPipeline", ...) that
     /// the controllers on [`Self::ctx`] have started so far.
     pub fn passes(&self, kind: &'static str) -> u64 {
-        let labels = tpu_operator_controller::runtime::metrics::KindLabels { kind };
-        self.ctx.metrics.reconciles.get_or_create(&labels).get()
+        passes(&self.ctx, kind)
     }
 
     /// A "nothing else happens" window measured in emulated time and passes, not real time:

@@ -92,12 +92,7 @@ async fn suspend_at_checkpoint_stops_a_run_after_its_next_checkpoint_and_the_nex
 
     // Each tick is seen by a whole pass of the pipeline before the next: the bound below is in
     // cloud time, and ticks racing ahead of a busy machine's passes would count its lateness.
-    let passes = || {
-        let labels = tpu_operator_controller::runtime::metrics::KindLabels {
-            kind: "TrainingPipeline",
-        };
-        ctx.metrics.reconciles.get_or_create(&labels).get()
-    };
+    let passes = || test_kit::passes(&ctx, "TrainingPipeline");
     let mut threshold = None;
     let suspended = loop {
         tick(&env).await;

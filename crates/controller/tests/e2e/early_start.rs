@@ -13,8 +13,8 @@ use tpu_operator_api::{
 };
 
 use super::maintenance::{
-    STEP, announce_after_a_checkpoint, ended, finish_without_a_retry, first_checkpoints, interruption,
-    node_of, run, started, window_start,
+    STEP, announce_after_a_checkpoint, checkpoint_asked, ended, finish_without_a_retry, first_checkpoints,
+    interruption, node_of, run, started, window_start,
 };
 
 /// The maintenance of `slice` as status shows it, once `done` holds.
@@ -33,17 +33,6 @@ async fn maintenance_once(
         })
         .await;
     s.status.unwrap().maintenance.unwrap()
-}
-
-/// Waits, the clock still at the lead's start, until the run that waits for its window has asked
-/// its checkpoint too: it loses the lead's steps only if its checkpoint is taken there, and a
-/// clock moving on while a busy machine ran its pass late moved the checkpoint closer to the
-/// window (16 steps lost instead of at least 20, once in CI).
-async fn waiting_run_asked(env: &TestEnv, slice: &str) {
-    maintenance_once(env, slice, "its checkpoint asked", Duration::ZERO, |m, _| {
-        m.checkpoint_request_time.is_some()
-    })
-    .await;
 }
 
 /// `run(name)` on a queued resource of guaranteed capacity (on demand, through the queue).
@@ -81,7 +70,7 @@ async fn a_queued_slice_starts_its_maintenance_through_its_queued_resource() {
     })
     .await;
     assert!(m.committed_checkpoint.is_some(), "{m:?}");
-    waiting_run_asked(&env, "qwaits-train").await;
+    checkpoint_asked(&env, "qwaits-train").await;
     let method = "queuedResources.performMaintenanceQueuedResource";
     assert_eq!(env.gcp.call_count("tpu", method), 1);
     assert_eq!(env.gcp.call_count("tpu", "nodes.performMaintenance"), 0);
@@ -316,7 +305,7 @@ async fn a_compute_engine_slice_starts_its_vms_maintenance_early() {
     })
     .await;
     assert!(m.committed_checkpoint.is_some(), "{m:?}");
-    waiting_run_asked(&env, "ce-waits").await;
+    checkpoint_asked(&env, "ce-waits").await;
     assert_eq!(env.gcp.call_count("compute", "instances.performMaintenance"), 1);
     for name in ["ce-early", "ce-waits"] {
         maintenance_once(

@@ -854,16 +854,9 @@ async fn job_state(env: &TestEnv, name: &str) -> String {
 async fn suspending_a_vertex_run_cancels_its_job_and_resuming_spends_no_retry() {
     let env = started().await;
     env.create(&vertex_only("vx")).await;
-    let uid = env
-        .api::<TrainingPipeline>()
-        .get("vx")
-        .await
-        .unwrap()
-        .uid()
-        .unwrap();
     // The clock stands still from the job's run until the run is suspended: the job cannot end
     // before the suspension cancels it.
-    crate::vertex_training::training(&env, "vx").await;
+    let uid = crate::vertex_training::training(&env, "vx").await.uid().unwrap();
     let first = first_job_of(&env, &uid, "1").await;
     patch_spec(&env, "vx", json!({"suspend": true})).await;
     let suspended = wait_phase_at(&env, "vx", Phase::Suspended, Duration::ZERO).await;
